@@ -1,0 +1,93 @@
+# dtrain build. `make` builds build/dtrain; `make test` runs every test;
+# `make asan` runs them under ASan+UBSan; `make bench` prints figures.
+
+CC      ?= cc
+BUILD   ?= build
+PKGS    := grpc gpr libcjson openblas zlib
+TESTPKGS := check
+
+# Install what is missing the first time pkg-config cannot find a dependency,
+# so a fresh machine needs only the README's commands.
+DEPS_OK := $(shell pkg-config --exists $(PKGS) $(TESTPKGS) && command -v nanopb_generator.py >/dev/null && echo yes)
+ifneq ($(DEPS_OK),yes)
+  $(info dtrain: dependencies missing; running scripts/install_deps.sh)
+  INSTALL_RC := $(shell sh scripts/install_deps.sh >&2; echo $$?)
+  ifneq ($(INSTALL_RC),0)
+    $(error scripts/install_deps.sh failed; install the packages it lists by hand)
+  endif
+endif
+
+OPT      ?= -O2
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Werror
+CFLAGS   += -std=c11 $(OPT) -g $(WARN) -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
+            -Ilib -I$(BUILD)/gen $(shell pkg-config --cflags $(PKGS))
+LDLIBS   += -lprotobuf-nanopb $(shell pkg-config --libs $(PKGS)) -lpthread -lm
+SANITIZE ?=
+CFLAGS   += $(SANITIZE)
+LDFLAGS  += $(SANITIZE)
+
+PROTOS   := $(wildcard proto/*.proto)
+GEN_C    := $(patsubst proto/%.proto,$(BUILD)/gen/%.pb.c,$(PROTOS))
+GEN_H    := $(GEN_C:.c=.h)
+LIB_SRC  := $(wildcard lib/*.c)
+LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(GEN_C))
+TEST_SRC := $(wildcard test/*.c)
+TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
+BENCH_SRC := $(wildcard bench/*.c)
+
+.PHONY: all test asan bench fmt lint clean deps
+all: $(BUILD)/dtrain
+
+$(BUILD)/gen/%.pb.c $(BUILD)/gen/%.pb.h: proto/%.proto $(wildcard proto/*.options)
+	@mkdir -p $(BUILD)/gen
+	nanopb_generator.py -q -I proto -D $(BUILD)/gen $<
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-missing-prototypes -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c $(GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libdtrain.a: $(LIB_OBJ)
+	$(AR) rcs $@ $^
+
+$(BUILD)/dtrain: $(BUILD)/obj/cmd/dtrain.o $(BUILD)/libdtrain.a
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/check_all: $(TEST_OBJ) $(BUILD)/libdtrain.a
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) $(shell pkg-config --libs $(TESTPKGS)) -o $@
+
+$(BUILD)/obj/test/%.o: CFLAGS += $(shell pkg-config --cflags $(TESTPKGS)) -Itest
+
+# The whole suite: unit and integration (real processes on loopback).
+test: $(BUILD)/dtrain $(BUILD)/check_all
+	DTRAIN_BIN=$(abspath $(BUILD)/dtrain) $(BUILD)/check_all
+
+# Same suite, separate build tree, under AddressSanitizer and UBSan.
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 \
+	  SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
+
+$(BUILD)/bench_%: bench/%.c $(BUILD)/libdtrain.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+bench: $(BUILD)/dtrain $(patsubst bench/%.c,$(BUILD)/bench_%,$(BENCH_SRC))
+	DTRAIN_BIN=$(abspath $(BUILD)/dtrain) BUILD=$(BUILD) sh scripts/bench.sh
+
+fmt:
+	clang-format -i cmd/*.c lib/*.c lib/*.h test/*.c test/*.h
+
+lint: $(GEN_H)
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	  --suppress=missingIncludeSystem -Ilib cmd lib
+	clang-tidy --quiet lib/*.c cmd/*.c -- $(CFLAGS)
+
+deps:
+	sh scripts/install_deps.sh
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

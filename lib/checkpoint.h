@@ -1,0 +1,63 @@
+/*
+ * checkpoint: safetensors files and the log dir's "checkpoint" state file.
+ *
+ * A checkpoint is a standard safetensors file (8-byte little-endian header
+ * length, JSON header with dtype/shape/data_offsets per tensor and a
+ * "__metadata__" map of strings, then the raw little-endian data), so numpy,
+ * PyTorch and the Hugging Face tools open it. dtrain's metadata keys:
+ *   "global_step"  decimal int64
+ *   "model"        the model description
+ *   "crc32c"       decimal CRC-32C of the data section (checked on load)
+ *   "format"       "dtrain.checkpoint.v1"
+ *
+ * In a log dir, checkpoints are named model.ckpt-<global_step>.safetensors.
+ * The state file "checkpoint" is text in TF's style:
+ *   model_checkpoint_path: "model.ckpt-1200.safetensors"
+ *   all_model_checkpoint_paths: "model.ckpt-1000.safetensors"
+ *   all_model_checkpoint_paths: "model.ckpt-1200.safetensors"
+ * Every write is atomic: temporary file, fsync, rename, fsync of the dir. The
+ * state file is rewritten only after the new checkpoint is durable.
+ */
+#ifndef DT_CHECKPOINT_H
+#define DT_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "tensor.h"
+
+#define DT_CKPT_MODEL_MAX 256
+
+typedef struct {
+    int64_t global_step;
+    char model[DT_CKPT_MODEL_MAX];
+} dt_ckpt_meta;
+
+/* Writes ts and meta to path atomically. */
+int dt_ckpt_save(const char *path, const dt_tensors *ts, const dt_ckpt_meta *meta,
+                 dt_err *err) DT_WARN_UNUSED;
+
+/* Reads a whole checkpoint into a new set *out (caller deinits). Refuses,
+ * with DT_ECORRUPT and nothing allocated, a file that is truncated, has a bad
+ * header, offsets that overlap or leave gaps, sizes that do not match the
+ * shapes, or a crc32c that does not match. */
+int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *err) DT_WARN_UNUSED;
+
+/* Saves model.ckpt-<step>.safetensors in log_dir (created if missing), then
+ * updates the state file, then deletes the oldest checkpoints beyond
+ * max_to_keep. path_out (may be NULL) receives the file's path. */
+int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_ckpt_meta *meta,
+                        int max_to_keep, char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
+
+/*
+ * Restores the newest loadable checkpoint named by log_dir's state file: on a
+ * corrupt latest it logs the reason and falls back to the previous one.
+ * Returns 1 when one was loaded (into *out and *meta, path into path_out), 0
+ * when the dir holds no checkpoint, negative on error (including: checkpoints
+ * listed but none loadable).
+ */
+int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_ckpt_meta *meta,
+                           char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
+
+#endif

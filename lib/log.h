@@ -1,0 +1,26 @@
+/*
+ * log: one line per event, "pid R hh:mm:ss.mmm L message", written with a
+ * single write(2) so lines from several threads never interleave. The role
+ * letter is P (ps), C (chief), W (worker) or '-' before a role is chosen.
+ * Metrics belong in summaries, not here.
+ */
+#ifndef DT_LOG_H
+#define DT_LOG_H
+
+typedef enum { DT_LOG_DEBUG = 0, DT_LOG_INFO, DT_LOG_WARN, DT_LOG_ERROR } dt_log_level;
+
+/* Process-wide settings; call before starting threads. */
+void dt_log_set_role(char role_letter);
+void dt_log_set_level(dt_log_level level);
+dt_log_level dt_log_get_level(void);
+
+void dt_log_write(dt_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Skips formatting entirely below the configured level. */
+#define dt_log(level, ...)                                                     \
+    do {                                                                       \
+        if ((level) >= dt_log_get_level()) dt_log_write((level), __VA_ARGS__); \
+    } while (0)
+
+#endif

@@ -1,0 +1,51 @@
+/*
+ * optim: the update rules a ps applies to a variable when a gradient arrives.
+ *
+ * Pure math on float arrays; the caller (ps) holds the variable's lock, owns
+ * the slot arrays (one per dt_optim_num_slots, each as long as the variable,
+ * zero-initialised unless dt_optim_slot_init says otherwise) and counts the
+ * updates applied to the variable (for Adam's bias correction).
+ */
+#ifndef DT_OPTIM_H
+#define DT_OPTIM_H
+
+#include <stdint.h>
+
+#include "err.h"
+
+#define DT_OPTIM_MAX_SLOTS 2
+#define DT_OPTIM_NAME_MAX 16
+
+typedef struct {
+    char name[DT_OPTIM_NAME_MAX]; /* "sgd", "momentum", "adagrad", "adam" */
+    double learning_rate;         /* > 0 */
+    double momentum;              /* momentum: in [0, 1) */
+    int nesterov;                 /* momentum: 0 or 1 */
+    double beta1, beta2;          /* adam: in [0, 1) */
+    double epsilon;               /* adam, adagrad: > 0 */
+    double initial_accumulator;   /* adagrad: >= 0 */
+} dt_optim_config;
+
+/* Defaults: sgd, learning_rate 0.01, momentum 0.9, beta1 0.9, beta2 0.999,
+ * epsilon 1e-7 (adam) / adagrad's initial_accumulator 0.1, as in TF1. */
+void dt_optim_defaults(dt_optim_config *cfg);
+
+/* Checks the name and the ranges above; errors read "optimizer: ...". */
+int dt_optim_check(const dt_optim_config *cfg, dt_err *err) DT_WARN_UNUSED;
+
+/* Slots per variable: sgd 0, momentum 1, adagrad 1, adam 2. */
+int dt_optim_num_slots(const dt_optim_config *cfg);
+/* Slot i's name as saved in checkpoints ("momentum", "accumulator", "m", "v"). */
+const char *dt_optim_slot_name(const dt_optim_config *cfg, int i);
+/* Initial value of every element of slot i (adagrad: initial_accumulator). */
+float dt_optim_slot_init(const dt_optim_config *cfg, int i);
+
+/*
+ * Applies one update to w (n floats) from gradient g with learning rate lr
+ * (already scheduled by the caller). `t` is the 1-based count of updates to
+ * this variable including this one. slots has dt_optim_num_slots arrays.
+ */
+void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w,
+                    float *const *slots, const float *g, int64_t n);
+
+#endif
