@@ -1,0 +1,30 @@
+/*
+ * The Check suites of dtrain, one per subsystem (test/check_<module>.c), plus
+ * the integration suites that start real processes. check_main.c runs the
+ * ones linked in; each is declared weak so a partial tree still links.
+ */
+#ifndef DT_TEST_SUITES_H
+#define DT_TEST_SUITES_H
+
+#include <check.h>
+
+#define DT_SUITES(X)                                                           \
+    X(err)                                                                     \
+    X(tensor)                                                                  \
+    X(cluster)                                                                 \
+    X(optim)                                                                   \
+    X(data)                                                                    \
+    X(model)                                                                   \
+    X(codec)                                                                   \
+    X(checkpoint)                                                              \
+    X(summary)                                                                 \
+    X(rpc)                                                                     \
+    X(ps)                                                                      \
+    X(cli)                                                                     \
+    X(e2e)
+
+#define DT_DECLARE_SUITE(name) Suite *name##_suite(void) __attribute__((weak));
+DT_SUITES(DT_DECLARE_SUITE)
+#undef DT_DECLARE_SUITE
+
+#endif
