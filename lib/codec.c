@@ -1,0 +1,473 @@
+/*
+ * codec: nanopb glue for proto/dtrain.proto.
+ *
+ * Tensor bytes: encoding writes each tensor's bytes with one
+ * pb_encode_string (a memcpy into the output); decoding records where the
+ * bytes sit in the input buffer instead of copying them. That relies on the
+ * input being a nanopb *buffer* stream, whose state is the read position;
+ * dt_codec_decode only ever builds such streams.
+ *
+ * Threading: stateless; safe from any thread.
+ */
+#include "codec.h"
+
+#include <pb_decode.h>
+#include <pb_encode.h>
+#include <string.h>
+
+#include "dtrain.pb.h"
+
+/* Per-call decode context, reachable from every callback. */
+typedef struct {
+    dt_err *err;
+    const char *what; /* "variables", "gradients" */
+} decode_ctx;
+
+typedef struct {
+    const dt_tensor_list *list;
+    int index;
+} data_arg;
+
+typedef struct {
+    const uint8_t *ptr;
+    size_t len;
+} bytes_view;
+
+typedef struct {
+    decode_ctx *ctx;
+    dt_tensor_views *views;
+} views_arg;
+
+typedef struct {
+    decode_ctx *ctx;
+    dt_name_list *names;
+} names_arg;
+
+typedef struct {
+    const char *const *names;
+    int count;
+} out_names_arg;
+
+static int host_is_little_endian(void) {
+    const uint16_t one = 1;
+    uint8_t first;
+    memcpy(&first, &one, 1);
+    return first == 1;
+}
+
+/* ---- encoding ---------------------------------------------------------- */
+
+static bool encode_data(pb_ostream_t *stream, const pb_field_t *field, void *const *arg) {
+    const data_arg *da = *arg;
+    const dt_tensor *t = &da->list->items[da->index];
+    if (!pb_encode_tag_for_field(stream, field)) return false;
+    /* A sizing stream (no callback) copies nothing, so it needs no lock. */
+    int locking = da->list->lock && stream->callback != NULL;
+    if (locking) da->list->lock(da->list->lock_ctx, da->index, 1);
+    bool ok = pb_encode_string(stream, t->data, t->nbytes);
+    if (locking) da->list->lock(da->list->lock_ctx, da->index, 0);
+    return ok;
+}
+
+static bool encode_tensors(pb_ostream_t *stream, const pb_field_t *field, void *const *arg) {
+    const dt_tensor_list *list = *arg;
+    for (int i = 0; i < list->count; i++) {
+        const dt_tensor *t = &list->items[i];
+        dtrain_Tensor pt = dtrain_Tensor_init_zero;
+        size_t name_len = strnlen(t->name, sizeof t->name);
+        if (name_len >= sizeof pt.name) PB_RETURN_ERROR(stream, "tensor name too long");
+        memcpy(pt.name, t->name, name_len + 1);
+        pt.dtype = (dtrain_DataType)t->dtype;
+        if (t->ndim < 0 || t->ndim > DT_TENSOR_MAX_DIMS) PB_RETURN_ERROR(stream, "bad ndim");
+        pt.shape_count = (pb_size_t)t->ndim;
+        for (int d = 0; d < t->ndim; d++) pt.shape[d] = t->shape[d];
+        data_arg da = {list, i};
+        pt.data.funcs.encode = encode_data;
+        pt.data.arg = &da;
+        if (!pb_encode_tag_for_field(stream, field)) return false;
+        if (!pb_encode_submessage(stream, dtrain_Tensor_fields, &pt)) return false;
+    }
+    return true;
+}
+
+static bool encode_names(pb_ostream_t *stream, const pb_field_t *field, void *const *arg) {
+    const out_names_arg *on = *arg;
+    for (int i = 0; i < on->count; i++) {
+        if (!pb_encode_tag_for_field(stream, field)) return false;
+        if (!pb_encode_string(stream, (const pb_byte_t *)on->names[i], strlen(on->names[i])))
+            return false;
+    }
+    return true;
+}
+
+static void set_tensor_encoder(pb_callback_t *cb, const dt_tensor_list *list) {
+    cb->funcs.encode = encode_tensors;
+    cb->arg = (void *)list;
+}
+
+static void copy_str(char *dst, size_t cap, const char *src) {
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+static void optim_to_pb(const dt_optim_config *in, dtrain_OptimizerConfig *out) {
+    copy_str(out->name, sizeof out->name, in->name);
+    out->learning_rate = in->learning_rate;
+    out->momentum = in->momentum;
+    out->nesterov = in->nesterov != 0;
+    out->beta1 = in->beta1;
+    out->beta2 = in->beta2;
+    out->epsilon = in->epsilon;
+    out->initial_accumulator = in->initial_accumulator;
+}
+
+static void optim_from_pb(const dtrain_OptimizerConfig *in, dt_optim_config *out) {
+    copy_str(out->name, sizeof out->name, in->name);
+    out->learning_rate = in->learning_rate;
+    out->momentum = in->momentum;
+    out->nesterov = in->nesterov;
+    out->beta1 = in->beta1;
+    out->beta2 = in->beta2;
+    out->epsilon = in->epsilon;
+    out->initial_accumulator = in->initial_accumulator;
+}
+
+/* All nanopb message structs in one place, so encode/decode share storage. */
+typedef union {
+    dtrain_CreateRequest create_req;
+    dtrain_CreateResponse create_resp;
+    dtrain_PullRequest pull_req;
+    dtrain_PullResponse pull_resp;
+    dtrain_PushRequest push_req;
+    dtrain_PushResponse push_resp;
+    dtrain_StatusRequest status_req;
+    dtrain_StatusResponse status_resp;
+    dtrain_ShutdownRequest shutdown_req;
+    dtrain_ShutdownResponse shutdown_resp;
+} pb_any;
+
+static const pb_msgdesc_t *descriptor(dt_msg_type type) {
+    switch (type) {
+    case DT_MSG_CREATE_REQ: return dtrain_CreateRequest_fields;
+    case DT_MSG_CREATE_RESP: return dtrain_CreateResponse_fields;
+    case DT_MSG_PULL_REQ: return dtrain_PullRequest_fields;
+    case DT_MSG_PULL_RESP: return dtrain_PullResponse_fields;
+    case DT_MSG_PUSH_REQ: return dtrain_PushRequest_fields;
+    case DT_MSG_PUSH_RESP: return dtrain_PushResponse_fields;
+    case DT_MSG_STATUS_REQ: return dtrain_StatusRequest_fields;
+    case DT_MSG_STATUS_RESP: return dtrain_StatusResponse_fields;
+    case DT_MSG_SHUTDOWN_REQ: return dtrain_ShutdownRequest_fields;
+    case DT_MSG_SHUTDOWN_RESP: return dtrain_ShutdownResponse_fields;
+    default: return NULL;
+    }
+}
+
+static const char *const type_names[DT_MSG_COUNT] = {
+    "CreateRequest", "CreateResponse", "PullRequest",   "PullResponse",   "PushRequest",
+    "PushResponse",  "StatusRequest",  "StatusResponse", "ShutdownRequest", "ShutdownResponse",
+};
+
+/* Fills the nanopb struct from a dtrain message; `names_storage` backs the
+ * out-names callback argument for the duration of the encode. */
+static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *names_storage) {
+    memset(pb, 0, sizeof *pb);
+    switch (type) {
+    case DT_MSG_CREATE_REQ: {
+        const dt_msg_create_req *m = msg;
+        set_tensor_encoder(&pb->create_req.variables, &m->out);
+        pb->create_req.global_step = m->global_step;
+        pb->create_req.has_optimizer = true;
+        optim_to_pb(&m->optim, &pb->create_req.optimizer);
+        pb->create_req.max_steps = m->max_steps;
+        copy_str(pb->create_req.model, sizeof pb->create_req.model, m->model);
+        break;
+    }
+    case DT_MSG_CREATE_RESP: {
+        const dt_msg_create_resp *m = msg;
+        pb->create_resp.incarnation = m->incarnation;
+        pb->create_resp.global_step = m->global_step;
+        break;
+    }
+    case DT_MSG_PULL_REQ: {
+        const dt_msg_pull_req *m = msg;
+        names_storage->names = m->out_names;
+        names_storage->count = m->out_count;
+        pb->pull_req.names.funcs.encode = encode_names;
+        pb->pull_req.names.arg = names_storage;
+        pb->pull_req.worker = m->worker;
+        break;
+    }
+    case DT_MSG_PULL_RESP: {
+        const dt_msg_pull_resp *m = msg;
+        pb->pull_resp.incarnation = m->incarnation;
+        pb->pull_resp.global_step = m->global_step;
+        pb->pull_resp.done = m->done;
+        set_tensor_encoder(&pb->pull_resp.variables, &m->out);
+        break;
+    }
+    case DT_MSG_PUSH_REQ: {
+        const dt_msg_push_req *m = msg;
+        pb->push_req.worker = m->worker;
+        pb->push_req.step = m->step;
+        set_tensor_encoder(&pb->push_req.gradients, &m->out);
+        break;
+    }
+    case DT_MSG_PUSH_RESP: {
+        const dt_msg_push_resp *m = msg;
+        pb->push_resp.incarnation = m->incarnation;
+        pb->push_resp.global_step = m->global_step;
+        pb->push_resp.done = m->done;
+        break;
+    }
+    case DT_MSG_STATUS_REQ: {
+        const dt_msg_status_req *m = msg;
+        pb->status_req.worker = m->worker;
+        break;
+    }
+    case DT_MSG_STATUS_RESP: {
+        const dt_msg_status_resp *m = msg;
+        dtrain_StatusResponse *s = &pb->status_resp;
+        s->incarnation = m->incarnation;
+        s->ready = m->ready;
+        s->global_step = m->global_step;
+        s->max_steps = m->max_steps;
+        s->done = m->done;
+        s->num_variables = m->num_variables;
+        s->num_bytes = m->num_bytes;
+        copy_str(s->model, sizeof s->model, m->model);
+        s->pushes_applied = m->pushes_applied;
+        s->pushes_rejected = m->pushes_rejected;
+        break;
+    }
+    case DT_MSG_SHUTDOWN_REQ: {
+        const dt_msg_shutdown_req *m = msg;
+        copy_str(pb->shutdown_req.reason, sizeof pb->shutdown_req.reason, m->reason);
+        break;
+    }
+    case DT_MSG_SHUTDOWN_RESP:
+    case DT_MSG_COUNT: break;
+    }
+}
+
+int64_t dt_codec_size(dt_msg_type type, const void *msg, dt_err *err) {
+    const pb_msgdesc_t *fields = descriptor(type);
+    if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
+    pb_any pb;
+    out_names_arg names;
+    to_pb(type, msg, &pb, &names);
+    size_t size = 0;
+    if (!pb_get_encoded_size(&size, fields, &pb))
+        return dt_err_set(err, DT_EINVAL, "codec: %s: cannot size: %s", type_names[type],
+                          "invalid message");
+    return (int64_t)size;
+}
+
+int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len, dt_err *err) {
+    DT_ASSERT(host_is_little_endian()); /* tensor bytes are sent as they are in memory */
+    const pb_msgdesc_t *fields = descriptor(type);
+    if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
+    pb_any pb;
+    out_names_arg names;
+    to_pb(type, msg, &pb, &names);
+    pb_ostream_t stream = pb_ostream_from_buffer(buf, len);
+    if (!pb_encode(&stream, fields, &pb))
+        return dt_err_set(err, DT_EINVAL, "codec: %s: encode: %s", type_names[type],
+                          PB_GET_ERROR(&stream));
+    if (stream.bytes_written != len)
+        return dt_err_set(err, DT_EINTERNAL, "codec: %s: encoded %zu bytes into a %zu-byte buffer",
+                          type_names[type], stream.bytes_written, len);
+    return 0;
+}
+
+/* ---- decoding ---------------------------------------------------------- */
+
+static bool decode_data(pb_istream_t *stream, const pb_field_t *field, void **arg) {
+    (void)field;
+    bytes_view *bv = *arg;
+    bv->ptr = (const uint8_t *)stream->state; /* buffer stream: state is the read position */
+    bv->len = stream->bytes_left;
+    return pb_read(stream, NULL, stream->bytes_left);
+}
+
+static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **arg) {
+    (void)field;
+    views_arg *va = *arg;
+    dt_tensor_views *views = va->views;
+    if (views->count >= views->cap) {
+        dt_err_set(va->ctx->err, DT_EINVAL, "%s: more than %d tensors", va->ctx->what, views->cap);
+        return false;
+    }
+    dtrain_Tensor pt = dtrain_Tensor_init_zero;
+    bytes_view bv = {NULL, 0};
+    pt.data.funcs.decode = decode_data;
+    pt.data.arg = &bv;
+    if (!pb_decode(stream, dtrain_Tensor_fields, &pt)) return false;
+
+    dt_tensor *t = &views->items[views->count];
+    memset(t, 0, sizeof *t);
+    copy_str(t->name, sizeof t->name, pt.name);
+    t->dtype = (int)pt.dtype;
+    t->ndim = (int)pt.shape_count;
+    for (int d = 0; d < t->ndim; d++) t->shape[d] = pt.shape[d];
+    if (dt_tensor_check_spec(t, va->ctx->err) < 0) {
+        dt_err_wrap(va->ctx->err, DT_EINVAL, "%s[%d]", va->ctx->what, views->count);
+        return false;
+    }
+    if (bv.len != t->nbytes) {
+        dt_err_set(va->ctx->err, DT_EINVAL, "%s[%d] %s: %zu data bytes, shape needs %zu",
+                   va->ctx->what, views->count, t->name, bv.len, t->nbytes);
+        return false;
+    }
+    t->data = (void *)bv.ptr;
+    views->count++;
+    return true;
+}
+
+static bool decode_name(pb_istream_t *stream, const pb_field_t *field, void **arg) {
+    (void)field;
+    names_arg *na = *arg;
+    dt_name_list *names = na->names;
+    if (names->count >= names->cap) {
+        dt_err_set(na->ctx->err, DT_EINVAL, "names: more than %d", names->cap);
+        return false;
+    }
+    size_t n = stream->bytes_left;
+    if (n == 0 || n >= DT_TENSOR_NAME_MAX) {
+        dt_err_set(na->ctx->err, DT_EINVAL, "names[%d]: length %zu (1..%d)", names->count, n,
+                   DT_TENSOR_NAME_MAX - 1);
+        return false;
+    }
+    char *dst = names->items[names->count];
+    if (!pb_read(stream, (pb_byte_t *)dst, n)) return false;
+    dst[n] = '\0';
+    names->count++;
+    return true;
+}
+
+static void set_tensor_decoder(pb_callback_t *cb, views_arg *va, dt_tensor_views *views,
+                               decode_ctx *ctx) {
+    views->count = 0;
+    va->ctx = ctx;
+    va->views = views;
+    cb->funcs.decode = decode_tensor;
+    cb->arg = va;
+}
+
+static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
+    switch (type) {
+    case DT_MSG_CREATE_REQ: {
+        dt_msg_create_req *m = msg;
+        m->global_step = pb->create_req.global_step;
+        optim_from_pb(&pb->create_req.optimizer, &m->optim);
+        m->max_steps = pb->create_req.max_steps;
+        copy_str(m->model, sizeof m->model, pb->create_req.model);
+        break;
+    }
+    case DT_MSG_CREATE_RESP: {
+        dt_msg_create_resp *m = msg;
+        m->incarnation = pb->create_resp.incarnation;
+        m->global_step = pb->create_resp.global_step;
+        break;
+    }
+    case DT_MSG_PULL_REQ: ((dt_msg_pull_req *)msg)->worker = pb->pull_req.worker; break;
+    case DT_MSG_PULL_RESP: {
+        dt_msg_pull_resp *m = msg;
+        m->incarnation = pb->pull_resp.incarnation;
+        m->global_step = pb->pull_resp.global_step;
+        m->done = pb->pull_resp.done;
+        break;
+    }
+    case DT_MSG_PUSH_REQ: {
+        dt_msg_push_req *m = msg;
+        m->worker = pb->push_req.worker;
+        m->step = pb->push_req.step;
+        break;
+    }
+    case DT_MSG_PUSH_RESP: {
+        dt_msg_push_resp *m = msg;
+        m->incarnation = pb->push_resp.incarnation;
+        m->global_step = pb->push_resp.global_step;
+        m->done = pb->push_resp.done;
+        break;
+    }
+    case DT_MSG_STATUS_REQ: ((dt_msg_status_req *)msg)->worker = pb->status_req.worker; break;
+    case DT_MSG_STATUS_RESP: {
+        dt_msg_status_resp *m = msg;
+        const dtrain_StatusResponse *s = &pb->status_resp;
+        m->incarnation = s->incarnation;
+        m->ready = s->ready;
+        m->global_step = s->global_step;
+        m->max_steps = s->max_steps;
+        m->done = s->done;
+        m->num_variables = s->num_variables;
+        m->num_bytes = s->num_bytes;
+        copy_str(m->model, sizeof m->model, s->model);
+        m->pushes_applied = s->pushes_applied;
+        m->pushes_rejected = s->pushes_rejected;
+        break;
+    }
+    case DT_MSG_SHUTDOWN_REQ:
+        copy_str(((dt_msg_shutdown_req *)msg)->reason, DT_MSG_REASON_MAX,
+                 pb->shutdown_req.reason);
+        break;
+    case DT_MSG_SHUTDOWN_RESP:
+    case DT_MSG_COUNT: break;
+    }
+}
+
+int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg, dt_err *err) {
+    const pb_msgdesc_t *fields = descriptor(type);
+    if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
+    dt_err local;
+    dt_err_clear(&local);
+    decode_ctx ctx = {&local, "tensors"};
+    views_arg va;
+    names_arg na;
+    pb_any pb;
+    memset(&pb, 0, sizeof pb);
+    switch (type) {
+    case DT_MSG_CREATE_REQ:
+        ctx.what = "variables";
+        set_tensor_decoder(&pb.create_req.variables, &va, &((dt_msg_create_req *)msg)->in, &ctx);
+        break;
+    case DT_MSG_PULL_RESP:
+        ctx.what = "variables";
+        set_tensor_decoder(&pb.pull_resp.variables, &va, &((dt_msg_pull_resp *)msg)->in, &ctx);
+        break;
+    case DT_MSG_PUSH_REQ:
+        ctx.what = "gradients";
+        set_tensor_decoder(&pb.push_req.gradients, &va, &((dt_msg_push_req *)msg)->in, &ctx);
+        break;
+    case DT_MSG_PULL_REQ: {
+        dt_msg_pull_req *m = msg;
+        m->names.count = 0;
+        na.ctx = &ctx;
+        na.names = &m->names;
+        pb.pull_req.names.funcs.decode = decode_name;
+        pb.pull_req.names.arg = &na;
+        break;
+    }
+    default: break;
+    }
+    pb_istream_t stream = pb_istream_from_buffer(buf, len);
+    if (!pb_decode(&stream, fields, &pb)) {
+        if (local.code != DT_OK)
+            return dt_err_set(err, local.code, "%s: %s", type_names[type], local.msg);
+        return dt_err_set(err, DT_EINVAL, "%s: malformed message: %s", type_names[type],
+                          PB_GET_ERROR(&stream));
+    }
+    from_pb(type, &pb, msg);
+    return 0;
+}
+
+const char *dt_codec_method(dt_msg_type request_type) {
+    switch (request_type) {
+    case DT_MSG_CREATE_REQ: return "/dtrain.ParameterServer/Create";
+    case DT_MSG_PULL_REQ: return "/dtrain.ParameterServer/Pull";
+    case DT_MSG_PUSH_REQ: return "/dtrain.ParameterServer/Push";
+    case DT_MSG_STATUS_REQ: return "/dtrain.ParameterServer/Status";
+    case DT_MSG_SHUTDOWN_REQ: return "/dtrain.ParameterServer/Shutdown";
+    default: return NULL;
+    }
+}

@@ -1,0 +1,153 @@
+/*
+ * codec: dtrain's RPC messages (proto/dtrain.proto) to and from bytes.
+ *
+ * The only module that sees nanopb. Messages are plain dtrain structs; a
+ * caller sizes a message, gets a buffer of exactly that size (from the RPC
+ * layer, so it is sent without a copy) and encodes into it.
+ *
+ * Tensor payloads are never walked per element:
+ *  - encoding copies each tensor's bytes once, straight into the output;
+ *  - decoding yields *views*: dt_tensor.data points into the message bytes
+ *    (valid while they live; possibly unaligned). Decoding allocates nothing:
+ *    tensors land in caller-provided storage.
+ * Every decoded field is validated (dtype, shape, byte count, name) before the
+ * caller sees it.
+ */
+#ifndef DT_CODEC_H
+#define DT_CODEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "optim.h"
+#include "tensor.h"
+
+#define DT_MSG_MODEL_MAX 256
+#define DT_MSG_REASON_MAX 256
+
+/* Encoding side: a borrowed list of tensors. When lock is set, it is called
+ * with acquire=1 before items[i].data is copied and acquire=0 after, so a
+ * variable can be read under its own lock. */
+typedef struct {
+    const dt_tensor *items; /* (count) borrowed */
+    int count;
+    void (*lock)(void *ctx, int index, int acquire);
+    void *lock_ctx;
+} dt_tensor_list;
+
+/* Decoding side: caller storage for up to cap views. */
+typedef struct {
+    dt_tensor *items; /* (cap) caller-owned; data fields become views */
+    int count;
+    int cap;
+} dt_tensor_views;
+
+/* Decoding side: caller storage for up to cap names. */
+typedef struct {
+    char (*items)[DT_TENSOR_NAME_MAX]; /* (cap) caller-owned */
+    int count;
+    int cap;
+} dt_name_list;
+
+typedef enum {
+    DT_MSG_CREATE_REQ,
+    DT_MSG_CREATE_RESP,
+    DT_MSG_PULL_REQ,
+    DT_MSG_PULL_RESP,
+    DT_MSG_PUSH_REQ,
+    DT_MSG_PUSH_RESP,
+    DT_MSG_STATUS_REQ,
+    DT_MSG_STATUS_RESP,
+    DT_MSG_SHUTDOWN_REQ,
+    DT_MSG_SHUTDOWN_RESP,
+    DT_MSG_COUNT
+} dt_msg_type;
+
+/* Every message carries its tensors twice: `out` when encoding, `in` when
+ * decoding; the other side is unused. */
+typedef struct {
+    dt_tensor_list out;
+    dt_tensor_views in;
+    int64_t global_step;
+    int64_t max_steps;
+    dt_optim_config optim;
+    char model[DT_MSG_MODEL_MAX];
+} dt_msg_create_req;
+
+typedef struct {
+    uint64_t incarnation;
+    int64_t global_step;
+} dt_msg_create_resp;
+
+typedef struct {
+    dt_name_list names; /* decoding; encoding sends out_names */
+    const char *const *out_names;
+    int out_count;
+    int32_t worker;
+} dt_msg_pull_req;
+
+typedef struct {
+    uint64_t incarnation;
+    int64_t global_step;
+    bool done;
+    dt_tensor_list out;
+    dt_tensor_views in;
+} dt_msg_pull_resp;
+
+typedef struct {
+    int32_t worker;
+    int64_t step;
+    dt_tensor_list out;
+    dt_tensor_views in;
+} dt_msg_push_req;
+
+typedef struct {
+    uint64_t incarnation;
+    int64_t global_step;
+    bool done;
+} dt_msg_push_resp;
+
+typedef struct {
+    int32_t worker;
+} dt_msg_status_req;
+
+typedef struct {
+    uint64_t incarnation;
+    bool ready;
+    int64_t global_step;
+    int64_t max_steps;
+    bool done;
+    int32_t num_variables;
+    int64_t num_bytes;
+    char model[DT_MSG_MODEL_MAX];
+    int64_t pushes_applied;
+    int64_t pushes_rejected;
+} dt_msg_status_resp;
+
+typedef struct {
+    char reason[DT_MSG_REASON_MAX];
+} dt_msg_shutdown_req;
+
+typedef struct {
+    int unused;
+} dt_msg_shutdown_resp;
+
+/* Exact encoded size of msg (a dt_msg_* matching type), or a negative code. */
+int64_t dt_codec_size(dt_msg_type type, const void *msg, dt_err *err);
+
+/* Encodes msg into buf, which must hold exactly dt_codec_size bytes. */
+int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len,
+                    dt_err *err) DT_WARN_UNUSED;
+
+/* Decodes len bytes into msg. The caller zeroes msg and sets up the `in` /
+ * `names` storage first. Tensor views point into buf. On error msg's
+ * contents are unspecified and err says which field was wrong. */
+int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
+                    dt_err *err) DT_WARN_UNUSED;
+
+/* Method name on the wire for a request type: "/dtrain.ParameterServer/Pull". */
+const char *dt_codec_method(dt_msg_type request_type);
+
+#endif

@@ -1,0 +1,172 @@
+/*
+ * rpc_client: channels and batched unary calls over the gRPC core.
+ *
+ * Each dt_rpc_call_all creates one completion queue, starts one batch of six
+ * ops per call (send metadata, message, close; receive metadata, message,
+ * status) tagged with the call's state, and drains the queue until every
+ * call has completed. The deadline bounds each call, so the drain ends.
+ */
+#include "rpc_client.h"
+
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc_internal.h"
+
+struct dt_rpc_channel {
+    grpc_channel *grpc;
+    char addr[300];
+};
+
+typedef struct {
+    grpc_call *call;
+    grpc_metadata_array initial_md;
+    grpc_metadata_array trailing_md;
+    grpc_byte_buffer *send;
+    grpc_byte_buffer *recv;
+    grpc_status_code status;
+    grpc_slice details;
+    int started;
+} call_slot;
+
+int dt_rpc_channel_new(const char *addr, dt_rpc_channel **out, dt_err *err) {
+    *out = NULL;
+    dt_rpc_channel *ch = calloc(1, sizeof *ch);
+    if (!ch) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    dt_rpc_init();
+    snprintf(ch->addr, sizeof ch->addr, "%s", addr);
+    /* Unlimited messages (tensors), no transparent retries (dtrain retries
+     * with its own budget and logs it), and a short reconnect backoff so a
+     * restarted ps is found again quickly. */
+    grpc_arg args[6];
+    memset(args, 0, sizeof args);
+    const char *keys[6] = {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+                           GRPC_ARG_ENABLE_RETRIES, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                           GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS};
+    const int values[6] = {-1, -1, 0, 100, 100, 1000};
+    for (int i = 0; i < 6; i++) {
+        args[i].type = GRPC_ARG_INTEGER;
+        args[i].key = (char *)keys[i];
+        args[i].value.integer = values[i];
+    }
+    grpc_channel_args channel_args = {6, args};
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    ch->grpc = grpc_channel_create(addr, creds, &channel_args);
+    grpc_channel_credentials_release(creds);
+    if (!ch->grpc) {
+        free(ch);
+        dt_rpc_shutdown();
+        return dt_err_set(err, DT_EINVAL, "rpc: cannot create channel to %s", addr);
+    }
+    *out = ch;
+    return 0;
+}
+
+void dt_rpc_channel_free(dt_rpc_channel *ch) {
+    if (!ch) return;
+    grpc_channel_destroy(ch->grpc);
+    free(ch);
+    dt_rpc_shutdown();
+}
+
+const char *dt_rpc_channel_addr(const dt_rpc_channel *ch) { return ch->addr; }
+
+static int start_call(dt_rpc_call *c, call_slot *slot, grpc_completion_queue *cq,
+                      gpr_timespec deadline) {
+    grpc_metadata_array_init(&slot->initial_md);
+    grpc_metadata_array_init(&slot->trailing_md);
+    slot->details = grpc_empty_slice();
+    grpc_slice method = grpc_slice_from_static_string(c->method);
+    slot->call = grpc_channel_create_call(c->channel->grpc, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                          method, NULL, deadline, NULL);
+    if (!slot->call)
+        return dt_err_set(&c->err, DT_EINTERNAL, "%s %s: cannot create call", c->channel->addr,
+                          c->method);
+    slot->send = dt_rpc_buf_to_byte_buffer(c->request);
+    grpc_op ops[6];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].flags = c->wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = slot->send;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &slot->initial_md;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &slot->recv;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &slot->trailing_md;
+    ops[5].data.recv_status_on_client.status = &slot->status;
+    ops[5].data.recv_status_on_client.status_details = &slot->details;
+    if (grpc_call_start_batch(slot->call, ops, 6, slot, NULL) != GRPC_CALL_OK)
+        return dt_err_set(&c->err, DT_EINTERNAL, "%s %s: cannot start call", c->channel->addr,
+                          c->method);
+    slot->started = 1;
+    return 0;
+}
+
+static void finish_call(dt_rpc_call *c, call_slot *slot, int timeout_ms) {
+    if (slot->status == GRPC_STATUS_OK) {
+        if (dt_rpc_buf_from_byte_buffer(slot->recv, &c->response, &c->err) < 0)
+            dt_err_wrap(&c->err, c->err.code, "%s %s", c->channel->addr, c->method);
+        return;
+    }
+    char details[400];
+    dt_rpc_slice_to_str(slot->details, details, sizeof details);
+    int code = dt_rpc_err_from_status(slot->status);
+    if (slot->status == GRPC_STATUS_DEADLINE_EXCEEDED)
+        dt_err_set(&c->err, code, "%s %s: deadline exceeded after %d ms", c->channel->addr,
+                   c->method, timeout_ms);
+    else
+        dt_err_set(&c->err, code, "%s %s: %s: %s", c->channel->addr, c->method,
+                   dt_rpc_status_name(slot->status), details);
+}
+
+static void release_slot(call_slot *slot) {
+    if (slot->send) grpc_byte_buffer_destroy(slot->send);
+    if (slot->recv) grpc_byte_buffer_destroy(slot->recv);
+    grpc_slice_unref(slot->details);
+    grpc_metadata_array_destroy(&slot->initial_md);
+    grpc_metadata_array_destroy(&slot->trailing_md);
+    if (slot->call) grpc_call_unref(slot->call);
+}
+
+int dt_rpc_call_all(dt_rpc_call *calls, int n, int timeout_ms, dt_err *err) {
+    if (n <= 0) return 0;
+    call_slot *slots = calloc((size_t)n, sizeof *slots);
+    if (!slots) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                         gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+    int pending = 0;
+    for (int i = 0; i < n; i++) {
+        dt_err_clear(&calls[i].err);
+        memset(&calls[i].response, 0, sizeof calls[i].response);
+        if (start_call(&calls[i], &slots[i], cq, deadline) == 0) pending++;
+    }
+    while (pending > 0) {
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type != GRPC_OP_COMPLETE) continue;
+        call_slot *slot = ev.tag;
+        int i = (int)(slot - slots);
+        finish_call(&calls[i], slot, timeout_ms);
+        pending--;
+    }
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(cq);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        release_slot(&slots[i]);
+        if (calls[i].err.code != DT_OK && rc == 0) {
+            rc = calls[i].err.code;
+            dt_err_set(err, rc, "%s", calls[i].err.msg);
+        }
+    }
+    free(slots);
+    return rc;
+}

@@ -1,0 +1,134 @@
+/*
+ * rpc_common: message buffers as gRPC slices, the status-code table, and
+ * reference-counted start/stop of the gRPC runtime.
+ */
+#include "rpc_internal.h"
+
+#include <grpc/slice.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
+static int init_count;
+
+void dt_rpc_init(void) {
+    pthread_mutex_lock(&init_mu);
+    if (init_count++ == 0) grpc_init();
+    pthread_mutex_unlock(&init_mu);
+}
+
+void dt_rpc_shutdown(void) {
+    pthread_mutex_lock(&init_mu);
+    if (init_count > 0 && --init_count == 0) grpc_shutdown();
+    pthread_mutex_unlock(&init_mu);
+}
+
+int dt_rpc_buf_alloc(dt_rpc_buf *b, size_t len, dt_err *err) {
+    memset(b, 0, sizeof *b);
+    if (len == 0) return 0;
+    grpc_slice *s = malloc(sizeof *s);
+    if (!s) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    *s = grpc_slice_malloc(len);
+    b->impl = s;
+    b->data = GRPC_SLICE_START_PTR(*s);
+    b->len = len;
+    return 0;
+}
+
+void dt_rpc_buf_release(dt_rpc_buf *b) {
+    if (!b) return;
+    if (b->impl) {
+        grpc_slice *s = b->impl;
+        grpc_slice_unref(*s);
+        free(s);
+    }
+    memset(b, 0, sizeof *b);
+}
+
+grpc_byte_buffer *dt_rpc_buf_to_byte_buffer(const dt_rpc_buf *b) {
+    if (!b->impl) return grpc_raw_byte_buffer_create(NULL, 0);
+    /* The byte buffer takes its own reference to the slice. */
+    return grpc_raw_byte_buffer_create((grpc_slice *)b->impl, 1);
+}
+
+int dt_rpc_buf_from_byte_buffer(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_err *err) {
+    memset(b, 0, sizeof *b);
+    if (!bb) return 0;
+    grpc_byte_buffer_reader reader;
+    if (!grpc_byte_buffer_reader_init(&reader, bb))
+        return dt_err_set(err, DT_EINVAL, "rpc: cannot read message (bad compression?)");
+    grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    size_t len = GRPC_SLICE_LENGTH(all);
+    if (len == 0) {
+        grpc_slice_unref(all);
+        return 0;
+    }
+    grpc_slice *s = malloc(sizeof *s);
+    if (!s) {
+        grpc_slice_unref(all);
+        return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    }
+    *s = all;
+    b->impl = s;
+    b->data = GRPC_SLICE_START_PTR(*s);
+    b->len = len;
+    return 0;
+}
+
+void dt_rpc_slice_to_str(grpc_slice s, char *out, size_t cap) {
+    size_t n = GRPC_SLICE_LENGTH(s);
+    if (n >= cap) n = cap - 1;
+    memcpy(out, GRPC_SLICE_START_PTR(s), n);
+    out[n] = '\0';
+}
+
+/* dtrain code -> gRPC status; the reverse is the first match below. */
+static const struct {
+    int code;
+    grpc_status_code status;
+} status_table[] = {
+    {DT_OK, GRPC_STATUS_OK},
+    {DT_EINVAL, GRPC_STATUS_INVALID_ARGUMENT},
+    {DT_ENOTFOUND, GRPC_STATUS_NOT_FOUND},
+    {DT_EIO, GRPC_STATUS_DATA_LOSS},
+    {DT_EUNAVAILABLE, GRPC_STATUS_UNAVAILABLE},
+    {DT_EDEADLINE, GRPC_STATUS_DEADLINE_EXCEEDED},
+    {DT_EPRECOND, GRPC_STATUS_FAILED_PRECONDITION},
+    {DT_ECORRUPT, GRPC_STATUS_DATA_LOSS},
+    {DT_ENOMEM, GRPC_STATUS_RESOURCE_EXHAUSTED},
+    {DT_EEXIST, GRPC_STATUS_ALREADY_EXISTS},
+    {DT_ECANCELLED, GRPC_STATUS_CANCELLED},
+    {DT_EINTERNAL, GRPC_STATUS_INTERNAL},
+};
+#define STATUS_TABLE_LEN (sizeof status_table / sizeof status_table[0])
+
+grpc_status_code dt_rpc_status_from_err(int code) {
+    for (size_t i = 0; i < STATUS_TABLE_LEN; i++)
+        if (status_table[i].code == code) return status_table[i].status;
+    return GRPC_STATUS_UNKNOWN;
+}
+
+int dt_rpc_err_from_status(grpc_status_code status) {
+    for (size_t i = 0; i < STATUS_TABLE_LEN; i++)
+        if (status_table[i].status == status) return status_table[i].code;
+    switch (status) {
+    case GRPC_STATUS_OUT_OF_RANGE: return DT_EINVAL;
+    case GRPC_STATUS_ABORTED: return DT_EUNAVAILABLE;
+    case GRPC_STATUS_UNIMPLEMENTED: return DT_EPRECOND;
+    default: return DT_EINTERNAL;
+    }
+}
+
+const char *dt_rpc_status_name(grpc_status_code status) {
+    static const char *const names[] = {
+        "OK",           "CANCELLED",        "UNKNOWN",        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED", "NOT_FOUND",   "ALREADY_EXISTS", "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+        "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",    "DATA_LOSS",
+        "UNAUTHENTICATED",
+    };
+    if ((int)status >= 0 && (size_t)status < sizeof names / sizeof names[0]) return names[status];
+    return "UNKNOWN";
+}

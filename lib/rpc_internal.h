@@ -1,0 +1,29 @@
+/*
+ * rpc_internal: helpers shared by rpc_common.c, rpc_server.c and rpc_client.c.
+ * Only rpc_*.c include this header (it carries gRPC types).
+ */
+#ifndef DT_RPC_INTERNAL_H
+#define DT_RPC_INTERNAL_H
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/status.h>
+
+#include "rpc_common.h"
+
+/* The one mapping between dtrain error codes and gRPC status codes. */
+grpc_status_code dt_rpc_status_from_err(int code);
+int dt_rpc_err_from_status(grpc_status_code status);
+const char *dt_rpc_status_name(grpc_status_code status);
+
+/* A byte buffer that references b's storage (no copy); caller destroys it. */
+grpc_byte_buffer *dt_rpc_buf_to_byte_buffer(const dt_rpc_buf *b);
+/* Moves a received byte buffer's bytes into b (one copy only when gRPC
+ * holds them in several slices). bb may be NULL (empty message). */
+int dt_rpc_buf_from_byte_buffer(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_err *err);
+
+/* A slice's bytes as a NUL-terminated string, truncated to cap. */
+void dt_rpc_slice_to_str(grpc_slice s, char *out, size_t cap);
+
+#endif
