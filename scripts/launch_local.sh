@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Runs the demo cluster on this machine: one ps, the chief (worker 0) and
+# worker 1, each a build/dtrain process, training the job in conf/linear.json.
+#
+# usage: scripts/launch_local.sh [--ps-port N] [--chief-port N] [--worker-port N]
+#                                [--log-dir DIR] [--config FILE] [-- DTRAIN_FLAGS...]
+#   Ports default to 1681 (ps), 1682 (chief), 1683 (worker 1), or come from
+#   PS_PORT, CHIEF_PORT, WORKER_PORT; the log dir from LOGDIR (logs/linear).
+#   Flags after "--" go to every role, e.g. -- --set max_steps=500.
+#   DTRAIN_BIN picks another binary (default build/dtrain, built if missing).
+#
+# Each role logs to LOGDIR/<role>.log; the chief also writes its checkpoints
+# and TensorBoard event files there. The workers' lines are streamed here.
+# Ctrl-C, or any role failing, stops the others. The exit status is 0 when
+# every role finished the job, else the first failing role's status
+# (2 usage/config, 200 a peer stayed unreachable, 128+N stopped by signal N).
+set -u
+
+cd "$(dirname "$0")/.." || exit 1
+
+usage() {
+    sed -n '5,10s/^# \{0,1\}//p' "$0" >&2
+    exit 2
+}
+
+PS_PORT=${PS_PORT:-1681}
+CHIEF_PORT=${CHIEF_PORT:-1682}
+WORKER_PORT=${WORKER_PORT:-1683}
+LOGDIR=${LOGDIR:-logs/linear}
+CONFIG=${CONFIG:-conf/linear.json}
+BIN=${DTRAIN_BIN:-build/dtrain}
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --ps-port) [ $# -ge 2 ] || usage; PS_PORT=$2; shift 2 ;;
+        --chief-port) [ $# -ge 2 ] || usage; CHIEF_PORT=$2; shift 2 ;;
+        --worker-port) [ $# -ge 2 ] || usage; WORKER_PORT=$2; shift 2 ;;
+        --log-dir) [ $# -ge 2 ] || usage; LOGDIR=$2; shift 2 ;;
+        --config) [ $# -ge 2 ] || usage; CONFIG=$2; shift 2 ;;
+        -h|--help) usage ;;
+        --) shift; break ;;
+        *) echo "launch_local: unknown flag $1" >&2; usage ;;
+    esac
+done
+EXTRA=("$@")
+
+for p in "$PS_PORT" "$CHIEF_PORT" "$WORKER_PORT"; do
+    case "$p" in
+        ''|*[!0-9]*) echo "launch_local: port \"$p\" is not a number" >&2; exit 2 ;;
+    esac
+    if [ "$p" -lt 1 ] || [ "$p" -gt 65535 ]; then
+        echo "launch_local: port $p is not in 1..65535" >&2
+        exit 2
+    fi
+done
+if [ ! -f "$CONFIG" ]; then
+    echo "launch_local: no job config $CONFIG" >&2
+    exit 2
+fi
+
+if [ ! -x "$BIN" ]; then
+    echo "launch_local: $BIN missing; building it" >&2
+    make "$BIN" >&2 || { echo "launch_local: build failed" >&2; exit 1; }
+fi
+
+mkdir -p "$LOGDIR" || exit 1
+
+# The shipped cluster file names the default ports; other ports get a
+# generated one beside the logs.
+CLUSTER=conf/cluster.json
+if [ "$PS_PORT:$CHIEF_PORT:$WORKER_PORT" != "1681:1682:1683" ] || [ ! -f "$CLUSTER" ]; then
+    CLUSTER=$LOGDIR/cluster.json
+    cat >"$CLUSTER" <<EOF
+{
+  "cluster": {
+    "ps": ["localhost:$PS_PORT"],
+    "worker": ["localhost:$CHIEF_PORT", "localhost:$WORKER_PORT"]
+  }
+}
+EOF
+fi
+
+echo "launch_local: cluster $CLUSTER, job $CONFIG"
+echo "launch_local: logs, checkpoints and events in $LOGDIR (ps.log, chief.log, worker1.log)"
+echo "launch_local: tensorboard --logdir $LOGDIR"
+
+ROLES=(ps chief worker1)
+PIDS=()
+STATUS=()
+TAIL_PID=""
+
+# start NAME JOB TASK: one role in the background, its output in its log.
+start() {
+    : >"$LOGDIR/$1.log"
+    "$BIN" --cluster "$CLUSTER" --job-name "$2" --task-index "$3" --config "$CONFIG" \
+        --log-dir "$LOGDIR" ${EXTRA[@]+"${EXTRA[@]}"} >>"$LOGDIR/$1.log" 2>&1 &
+    PIDS+=("$!")
+}
+
+# Stops every role still running: SIGTERM, then SIGKILL after a grace period.
+stop_all() {
+    local pid i
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+        local alive=0
+        for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        [ "$alive" = 0 ] && break
+        sleep 0.5
+        [ "$i" = 10 ] && for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+    done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+}
+
+stop_tail() {
+    if [ -n "$TAIL_PID" ]; then
+        kill "$TAIL_PID" 2>/dev/null
+        wait "$TAIL_PID" 2>/dev/null
+        TAIL_PID=""
+    fi
+}
+
+# shellcheck disable=SC2317  # called from the traps below
+on_signal() {
+    trap - INT TERM
+    echo "launch_local: interrupted; stopping the cluster" >&2
+    stop_all
+    stop_tail
+    exit "$1"
+}
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
+trap 'stop_tail' EXIT
+
+start ps ps 0
+start chief worker 0
+start worker1 worker 1
+
+# The workers' progress, as it comes (the log lines carry pid and role).
+tail -q -n +1 -F "$LOGDIR/chief.log" "$LOGDIR/worker1.log" 2>/dev/null &
+TAIL_PID=$!
+
+# Poll rather than `wait -n` so we know which role ended, on any bash.
+left=${#PIDS[@]}
+rc=0
+for i in "${!PIDS[@]}"; do STATUS[i]=""; done
+while [ "$left" -gt 0 ]; do
+    for i in "${!PIDS[@]}"; do
+        [ -n "${STATUS[i]}" ] && continue
+        kill -0 "${PIDS[i]}" 2>/dev/null && continue
+        wait "${PIDS[i]}"
+        STATUS[i]=$?
+        left=$((left - 1))
+        if [ "${STATUS[i]}" -ne 0 ] && [ "$rc" -eq 0 ]; then
+            rc=${STATUS[i]}
+            echo "launch_local: ${ROLES[i]} failed with status $rc (see $LOGDIR/${ROLES[i]}.log); stopping the others" >&2
+            [ "$rc" -eq 200 ] && echo "launch_local: a peer stayed unreachable; are the ports free?" >&2
+            stop_all
+        fi
+    done
+    [ "$left" -gt 0 ] && sleep 0.3
+done
+
+# Let tail print the last lines before stopping it.
+sleep 0.3
+stop_tail
+trap - INT TERM
+
+if [ "$rc" -eq 0 ]; then
+    echo "launch_local: job done; the model is in $LOGDIR (checkpoint file names the latest)"
+fi
+exit "$rc"
