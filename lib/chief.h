@@ -1,0 +1,26 @@
+/*
+ * chief: worker 0's extra duties (TF's Supervisor / MonitoredTrainingSession).
+ *
+ * Start-up: wait for every ps; then, in this order of preference,
+ *   1. use the model a live ps already holds (a restarted chief never
+ *      re-initializes a running job);
+ *   2. restore the latest checkpoint in log_dir, global step included;
+ *   3. initialize (seeded normal weights, zero biases) at global step 0.
+ * Training: like any worker, plus a checkpoint every save_model_secs (keeping
+ * max_to_keep) and TensorBoard scalars every summary_steps. A ps that comes
+ * back empty mid-job is restored from the latest checkpoint.
+ * End: final checkpoint, then every ps is told the job is done.
+ */
+#ifndef DT_CHIEF_H
+#define DT_CHIEF_H
+
+#include <signal.h>
+
+#include "err.h"
+#include "worker.h"
+
+/* The chief role. On a signal it finishes the step, saves a checkpoint and
+ * returns DT_ECANCELLED (the ps tasks keep running for a restart). */
+int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err);
+
+#endif

@@ -1,0 +1,537 @@
+/*
+ * ps: variable store, update application and lifecycle of a ps task.
+ *
+ * Invariants:
+ *  - Before Create, the ps is "not ready": Pull and Push fail with
+ *    FAILED_PRECONDITION and leave nothing changed. Create happens once per
+ *    ps process (a second one fails with ALREADY_EXISTS).
+ *  - A push is validated completely (names, dtypes, shapes, finite values)
+ *    before any variable changes, so a bad push leaves the state untouched.
+ *  - Each variable is updated under its own mutex: concurrent pushes never
+ *    interleave inside one variable's update.
+ *  - The global step advances by exactly one per applied push; once it
+ *    reaches max_steps, pushes are answered "done" and no longer applied.
+ *
+ * Threading: see ps.h. The lifecycle fields (shutdown, workers told) are
+ * under `life_mu`; dt_ps_wait polls them with a short sleep.
+ */
+#include "ps.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "codec.h"
+#include "log.h"
+#include "optim.h"
+#include "rpc_server.h"
+#include "tensor.h"
+
+#define DEFAULT_THREADS 4
+#define DEFAULT_LINGER_MS 10000
+
+typedef struct {
+    pthread_mutex_t mu;
+    int64_t updates;                  /* applied to this variable, for Adam's t */
+    float *slots[DT_OPTIM_MAX_SLOTS]; /* views into dt_ps.slots */
+    float *scratch;                   /* aligned copy of an unaligned gradient */
+} ps_var;
+
+struct dt_ps {
+    dt_ps_params params;
+    char name[64]; /* "ps:0 localhost:1681", for messages */
+    uint64_t incarnation;
+    dt_rpc_server *server;
+
+    pthread_rwlock_t model_lock; /* write: Create; read: everything else */
+    int ready;
+    dt_tensors vars;  /* the model's variables on this ps */
+    dt_tensors slots; /* optimizer slots, num_slots per variable */
+    ps_var *pv;       /* (vars.count) */
+    dt_optim_config optim;
+    int64_t max_steps;
+    char model[DT_MSG_MODEL_MAX];
+    int64_t num_bytes;
+
+    _Atomic int64_t global_step;
+    _Atomic int64_t pushes_applied;
+    _Atomic int64_t pushes_rejected;
+
+    pthread_mutex_t life_mu;
+    int shutdown_requested;
+    struct timespec shutdown_at;
+    int *worker_told_done; /* (num_workers) */
+};
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static uint64_t new_incarnation(void) {
+    uint64_t id = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        if (fread(&id, sizeof id, 1, f) != 1) id = 0;
+        fclose(f);
+    }
+    if (id == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        id = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
+    }
+    return id ? id : 1;
+}
+
+static int done_locked(dt_ps *ps) {
+    return ps->shutdown_requested ||
+           (ps->ready && atomic_load(&ps->global_step) >= ps->max_steps);
+}
+
+/* Whether the job is done; remembers that `worker` has now been told. */
+static int check_done(dt_ps *ps, int32_t worker) {
+    pthread_mutex_lock(&ps->life_mu);
+    int done = done_locked(ps);
+    if (done && worker >= 0 && worker < ps->params.cluster->num_workers)
+        ps->worker_told_done[worker] = 1;
+    pthread_mutex_unlock(&ps->life_mu);
+    return done;
+}
+
+static int encode_reply(dt_msg_type type, const void *msg, dt_rpc_buf *reply, dt_err *err) {
+    int64_t size = dt_codec_size(type, msg, err);
+    if (size < 0) return (int)size;
+    if (dt_rpc_buf_alloc(reply, (size_t)size, err) < 0) return err ? err->code : DT_ENOMEM;
+    return dt_codec_encode(type, msg, reply->data, reply->len, err);
+}
+
+static void lock_var(void *ctx, int index, int acquire) {
+    dt_ps *ps = ctx;
+    if (acquire)
+        pthread_mutex_lock(&ps->pv[index].mu);
+    else
+        pthread_mutex_unlock(&ps->pv[index].mu);
+}
+
+typedef struct {
+    dt_ps *ps;
+    int index[DT_MODEL_PULL_NAMES_MAX];
+} subset_lock;
+
+static void lock_subset_var(void *ctx, int index, int acquire) {
+    subset_lock *sl = ctx;
+    lock_var(sl->ps, sl->index[index], acquire);
+}
+
+static void free_model(dt_ps *ps) {
+    if (ps->pv) {
+        for (int i = 0; i < ps->vars.count; i++) {
+            pthread_mutex_destroy(&ps->pv[i].mu);
+            free(ps->pv[i].scratch);
+        }
+        free(ps->pv);
+        ps->pv = NULL;
+    }
+    dt_tensors_deinit(&ps->vars);
+    dt_tensors_deinit(&ps->slots);
+}
+
+/* ---- Create ------------------------------------------------------------ */
+
+/* Builds the variable and slot stores from validated views; ps->optim set. */
+static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
+    int rc;
+    if ((rc = dt_tensors_init(&ps->vars, in->items, in->count, err)) < 0) return rc;
+    int nslots = dt_optim_num_slots(&ps->optim);
+    dt_tensor slot_specs[DT_OPTIM_MAX_SLOTS * 64];
+    dt_tensor *specs = slot_specs;
+    int nspecs = in->count * nslots;
+    if (nspecs > (int)(sizeof slot_specs / sizeof slot_specs[0])) {
+        specs = calloc((size_t)nspecs, sizeof *specs);
+        if (!specs) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
+    }
+    for (int i = 0; i < in->count; i++)
+        for (int s = 0; s < nslots; s++) {
+            dt_tensor *sp = &specs[i * nslots + s];
+            *sp = in->items[i];
+            sp->data = NULL;
+            snprintf(sp->name, sizeof sp->name, "%.100s/%s", in->items[i].name,
+                     dt_optim_slot_name(&ps->optim, s));
+        }
+    rc = dt_tensors_init(&ps->slots, specs, nspecs, err);
+    if (specs != slot_specs) free(specs);
+    if (rc < 0) return rc;
+
+    ps->pv = calloc((size_t)in->count, sizeof *ps->pv);
+    if (!ps->pv) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
+    ps->num_bytes = 0;
+    for (int i = 0; i < in->count; i++) {
+        dt_tensor *v = &ps->vars.items[i];
+        memcpy(v->data, in->items[i].data, v->nbytes);
+        ps->num_bytes += (int64_t)v->nbytes;
+        pthread_mutex_init(&ps->pv[i].mu, NULL);
+        int64_t n = dt_tensor_numel(v);
+        for (int s = 0; s < nslots; s++) {
+            float *slot = ps->slots.items[i * nslots + s].data;
+            float init = dt_optim_slot_init(&ps->optim, s);
+            for (int64_t k = 0; k < n; k++) slot[k] = init;
+            ps->pv[i].slots[s] = slot;
+        }
+    }
+    return 0;
+}
+
+static int check_create(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
+    if (req->in.count == 0) return dt_err_set(err, DT_EINVAL, "%s: create: no variables", ps->name);
+    if (req->global_step < 0 || req->max_steps < 0)
+        return dt_err_set(err, DT_EINVAL, "%s: create: negative global_step or max_steps",
+                          ps->name);
+    if (dt_optim_check(&req->optim, err) < 0)
+        return dt_err_wrap(err, DT_EINVAL, "%s: create", ps->name);
+    for (int i = 0; i < req->in.count; i++) {
+        if (req->in.items[i].dtype != DT_DTYPE_F32)
+            return dt_err_set(err, DT_EINVAL, "%s: create: variable %s: dtype %s, only F32 is trained",
+                              ps->name, req->in.items[i].name,
+                              dt_dtype_name(req->in.items[i].dtype));
+        for (int j = 0; j < i; j++)
+            if (strcmp(req->in.items[i].name, req->in.items[j].name) == 0)
+                return dt_err_set(err, DT_EINVAL, "%s: create: variable %s given twice", ps->name,
+                                  req->in.items[i].name);
+    }
+    return 0;
+}
+
+static int handle_create(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    dt_ps *ps = ctx;
+    enum { MAX_CREATE = 4096 };
+    dt_msg_create_req *req = calloc(1, sizeof *req);
+    dt_tensor *views = calloc(MAX_CREATE, sizeof *views);
+    int rc = 0;
+    if (!req || !views) {
+        rc = dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
+        goto fail;
+    }
+    req->in.items = views;
+    req->in.cap = MAX_CREATE;
+    if ((rc = dt_codec_decode(DT_MSG_CREATE_REQ, request->data, request->len, req, err)) < 0)
+        goto fail;
+    if ((rc = check_create(ps, req, err)) < 0) goto fail;
+
+    pthread_rwlock_wrlock(&ps->model_lock);
+    if (ps->ready) {
+        pthread_rwlock_unlock(&ps->model_lock);
+        rc = dt_err_set(err, DT_EEXIST, "%s: create: variables already exist (created by a chief "
+                                        "earlier in this ps's life)", ps->name);
+        goto fail;
+    }
+    ps->optim = req->optim;
+    if ((rc = build_model(ps, &req->in, err)) < 0) {
+        free_model(ps);
+        pthread_rwlock_unlock(&ps->model_lock);
+        goto fail;
+    }
+    ps->max_steps = req->max_steps;
+    snprintf(ps->model, sizeof ps->model, "%s", req->model);
+    atomic_store(&ps->global_step, req->global_step);
+    ps->ready = 1;
+    pthread_rwlock_unlock(&ps->model_lock);
+    dt_log(DT_LOG_INFO, "%s: created %d variables (%lld bytes), global_step %lld, optimizer %s",
+           ps->name, ps->vars.count, (long long)ps->num_bytes, (long long)req->global_step,
+           ps->optim.name);
+
+    dt_msg_create_resp resp = {ps->incarnation, req->global_step};
+    rc = encode_reply(DT_MSG_CREATE_RESP, &resp, reply, err);
+fail:
+    free(views);
+    free(req);
+    return rc;
+}
+
+/* ---- Pull -------------------------------------------------------------- */
+
+static int handle_pull(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    dt_ps *ps = ctx;
+    dt_msg_pull_req req;
+    memset(&req, 0, sizeof req);
+    char names[DT_MODEL_PULL_NAMES_MAX][DT_TENSOR_NAME_MAX];
+    req.names.items = names;
+    req.names.cap = DT_MODEL_PULL_NAMES_MAX;
+    int rc = dt_codec_decode(DT_MSG_PULL_REQ, request->data, request->len, &req, err);
+    if (rc < 0) return rc;
+
+    pthread_rwlock_rdlock(&ps->model_lock);
+    if (!ps->ready) {
+        rc = dt_err_set(err, DT_EPRECOND, "%s: pull: model not ready (no chief has created it yet)",
+                        ps->name);
+        goto out;
+    }
+    dt_msg_pull_resp resp;
+    memset(&resp, 0, sizeof resp);
+    dt_tensor subset[DT_MODEL_PULL_NAMES_MAX];
+    subset_lock lock_ctx = {ps, {0}};
+    resp.out.items = ps->vars.items;
+    resp.out.count = ps->vars.count;
+    resp.out.lock = lock_var;
+    resp.out.lock_ctx = ps;
+    if (req.names.count > 0) {
+        /* A named subset: copies of the chosen variables' views; the lock
+         * callback maps subset positions back to variable indexes. */
+        for (int i = 0; i < req.names.count; i++) {
+            const dt_tensor *v = dt_tensors_find(&ps->vars, req.names.items[i]);
+            if (!v) {
+                rc = dt_err_set(err, DT_ENOTFOUND, "%s: pull: unknown variable %s", ps->name,
+                                req.names.items[i]);
+                goto out;
+            }
+            subset[i] = *v;
+            lock_ctx.index[i] = (int)(v - ps->vars.items);
+        }
+        resp.out.items = subset;
+        resp.out.count = req.names.count;
+        resp.out.lock = lock_subset_var;
+        resp.out.lock_ctx = &lock_ctx;
+    }
+    resp.incarnation = ps->incarnation;
+    resp.global_step = atomic_load(&ps->global_step);
+    resp.done = check_done(ps, req.worker);
+    rc = encode_reply(DT_MSG_PULL_RESP, &resp, reply, err);
+out:
+    pthread_rwlock_unlock(&ps->model_lock);
+    return rc;
+}
+
+/* ---- Push -------------------------------------------------------------- */
+
+/* Validates every gradient against the variables; maps each to its index. */
+static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, dt_err *err) {
+    for (int i = 0; i < grads->count; i++) {
+        const dt_tensor *g = &grads->items[i];
+        int k = -1;
+        for (int v = 0; v < ps->vars.count; v++)
+            if (strcmp(ps->vars.items[v].name, g->name) == 0) k = v;
+        if (k < 0)
+            return dt_err_set(err, DT_ENOTFOUND, "%s: push: unknown variable %s", ps->name, g->name);
+        const dt_tensor *v = &ps->vars.items[k];
+        if (g->dtype != v->dtype || g->ndim != v->ndim ||
+            memcmp(g->shape, v->shape, sizeof(int64_t) * (size_t)v->ndim) != 0)
+            return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s: dtype or shape differs from "
+                                              "the variable's", ps->name, g->name);
+        for (int j = 0; j < i; j++)
+            if (index[j] == k)
+                return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s given twice", ps->name,
+                                  g->name);
+        index[i] = k;
+        /* Bytes on the wire may be unaligned for floats: check via memcpy. */
+        const uint8_t *p = g->data;
+        int64_t n = dt_tensor_numel(g);
+        for (int64_t e = 0; e < n; e++) {
+            float x;
+            memcpy(&x, p + 4 * e, 4);
+            if (!isfinite(x))
+                return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s[%lld] is not finite",
+                                  ps->name, g->name, (long long)e);
+        }
+    }
+    return 0;
+}
+
+static void apply_one(dt_ps *ps, int k, const dt_tensor *g) {
+    ps_var *pv = &ps->pv[k];
+    dt_tensor *v = &ps->vars.items[k];
+    int64_t n = dt_tensor_numel(v);
+    pthread_mutex_lock(&pv->mu);
+    const float *grad = g->data;
+    if (((uintptr_t)g->data & 3u) != 0) {
+        /* The gradient sits unaligned in the message: copy it once into this
+         * variable's scratch buffer (reused across pushes). */
+        if (!pv->scratch) pv->scratch = malloc(v->nbytes);
+        if (pv->scratch) memcpy(pv->scratch, g->data, v->nbytes);
+        grad = pv->scratch;
+    }
+    if (grad) {
+        pv->updates++;
+        dt_optim_apply(&ps->optim, ps->optim.learning_rate, pv->updates, v->data, pv->slots, grad, n);
+    }
+    pthread_mutex_unlock(&pv->mu);
+}
+
+static int handle_push(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    dt_ps *ps = ctx;
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    dt_tensor views[DT_PS_MAX_PUSH];
+    int index[DT_PS_MAX_PUSH];
+    req.in.items = views;
+    req.in.cap = DT_PS_MAX_PUSH;
+    int rc = dt_codec_decode(DT_MSG_PUSH_REQ, request->data, request->len, &req, err);
+    if (rc < 0) goto rejected;
+
+    pthread_rwlock_rdlock(&ps->model_lock);
+    if (!ps->ready) {
+        pthread_rwlock_unlock(&ps->model_lock);
+        rc = dt_err_set(err, DT_EPRECOND, "%s: push: model not ready (no chief has created it yet)",
+                        ps->name);
+        goto rejected;
+    }
+    if ((rc = check_push(ps, &req.in, index, err)) < 0) {
+        pthread_rwlock_unlock(&ps->model_lock);
+        goto rejected;
+    }
+    dt_msg_push_resp resp = {ps->incarnation, 0, false};
+    if (!check_done(ps, req.worker)) {
+        for (int i = 0; i < req.in.count; i++) apply_one(ps, index[i], &req.in.items[i]);
+        atomic_fetch_add(&ps->pushes_applied, 1);
+        resp.global_step = atomic_fetch_add(&ps->global_step, 1) + 1;
+        resp.done = check_done(ps, req.worker);
+    } else {
+        resp.global_step = atomic_load(&ps->global_step);
+        resp.done = true;
+    }
+    pthread_rwlock_unlock(&ps->model_lock);
+    return encode_reply(DT_MSG_PUSH_RESP, &resp, reply, err);
+rejected:
+    atomic_fetch_add(&ps->pushes_rejected, 1);
+    return rc;
+}
+
+/* ---- Status and Shutdown ----------------------------------------------- */
+
+static int handle_status(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    dt_ps *ps = ctx;
+    dt_msg_status_req req;
+    memset(&req, 0, sizeof req);
+    int rc = dt_codec_decode(DT_MSG_STATUS_REQ, request->data, request->len, &req, err);
+    if (rc < 0) return rc;
+    dt_msg_status_resp resp;
+    memset(&resp, 0, sizeof resp);
+    pthread_rwlock_rdlock(&ps->model_lock);
+    resp.incarnation = ps->incarnation;
+    resp.ready = ps->ready;
+    resp.global_step = atomic_load(&ps->global_step);
+    resp.max_steps = ps->max_steps;
+    resp.num_variables = ps->vars.count;
+    resp.num_bytes = ps->num_bytes;
+    snprintf(resp.model, sizeof resp.model, "%s", ps->model);
+    pthread_rwlock_unlock(&ps->model_lock);
+    resp.done = check_done(ps, req.worker);
+    resp.pushes_applied = atomic_load(&ps->pushes_applied);
+    resp.pushes_rejected = atomic_load(&ps->pushes_rejected);
+    return encode_reply(DT_MSG_STATUS_RESP, &resp, reply, err);
+}
+
+static int handle_shutdown(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    dt_ps *ps = ctx;
+    dt_msg_shutdown_req req;
+    memset(&req, 0, sizeof req);
+    int rc = dt_codec_decode(DT_MSG_SHUTDOWN_REQ, request->data, request->len, &req, err);
+    if (rc < 0) return rc;
+    pthread_mutex_lock(&ps->life_mu);
+    if (!ps->shutdown_requested) {
+        ps->shutdown_requested = 1;
+        clock_gettime(CLOCK_MONOTONIC, &ps->shutdown_at);
+        ps->worker_told_done[0] = 1; /* the chief asked, so it knows */
+    }
+    pthread_mutex_unlock(&ps->life_mu);
+    dt_log(DT_LOG_INFO, "%s: shutdown requested: %s", ps->name, req.reason);
+    dt_msg_shutdown_resp resp = {0};
+    return encode_reply(DT_MSG_SHUTDOWN_RESP, &resp, reply, err);
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+static const dt_rpc_method ps_methods[] = {
+    {"/dtrain.ParameterServer/Create", handle_create},
+    {"/dtrain.ParameterServer/Pull", handle_pull},
+    {"/dtrain.ParameterServer/Push", handle_push},
+    {"/dtrain.ParameterServer/Status", handle_status},
+    {"/dtrain.ParameterServer/Shutdown", handle_shutdown},
+};
+
+int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
+    *out = NULL;
+    const dt_cluster *c = params->cluster;
+    if (params->task_index < 0 || params->task_index >= c->num_ps)
+        return dt_err_set(err, DT_EINVAL, "ps: task index %d out of range (cluster has %d ps)",
+                          params->task_index, c->num_ps);
+    dt_ps *ps = calloc(1, sizeof *ps);
+    if (!ps) return dt_err_set(err, DT_ENOMEM, "ps: out of memory");
+    ps->worker_told_done = calloc((size_t)c->num_workers + 1, sizeof *ps->worker_told_done);
+    if (!ps->worker_told_done) {
+        free(ps);
+        return dt_err_set(err, DT_ENOMEM, "ps: out of memory");
+    }
+    ps->params = *params;
+    if (ps->params.num_threads <= 0) ps->params.num_threads = DEFAULT_THREADS;
+    if (ps->params.linger_ms <= 0) ps->params.linger_ms = DEFAULT_LINGER_MS;
+    const dt_addr *addr = &c->ps[params->task_index];
+    snprintf(ps->name, sizeof ps->name, "ps:%d %.40s", params->task_index, addr->addr);
+    ps->incarnation = new_incarnation();
+    pthread_rwlock_init(&ps->model_lock, NULL);
+    pthread_mutex_init(&ps->life_mu, NULL);
+
+    dt_rpc_server_params sp = {addr->addr, ps->params.num_threads, ps_methods,
+                               (int)(sizeof ps_methods / sizeof ps_methods[0]), ps};
+    int rc = dt_rpc_server_start(&sp, &ps->server, err);
+    if (rc < 0) {
+        dt_err_wrap(err, rc, "ps:%d", params->task_index);
+        dt_ps_free(ps);
+        return rc;
+    }
+    dt_log(DT_LOG_INFO, "%s: serving (incarnation %016llx)", ps->name,
+           (unsigned long long)ps->incarnation);
+    *out = ps;
+    return 0;
+}
+
+static int64_t ms_since(const struct timespec *t0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* 1 when the job is over and every worker knows, or the linger is up. */
+static int finished(dt_ps *ps) {
+    pthread_mutex_lock(&ps->life_mu);
+    int over = ps->shutdown_requested;
+    int all_told = 1;
+    for (int w = 0; w < ps->params.cluster->num_workers; w++)
+        all_told &= ps->worker_told_done[w];
+    int linger_up = over && ms_since(&ps->shutdown_at) >= ps->params.linger_ms;
+    pthread_mutex_unlock(&ps->life_mu);
+    if (over && !all_told && linger_up)
+        dt_log(DT_LOG_WARN, "%s: not every worker was told the job is done after %d ms; exiting",
+               ps->name, ps->params.linger_ms);
+    return over && (all_told || linger_up);
+}
+
+int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
+    int announced = 0;
+    for (;;) {
+        if (stop && *stop)
+            return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", ps->name);
+        if (finished(ps)) {
+            if (!ps->params.keep_serving) {
+                dt_log(DT_LOG_INFO, "%s: job done at global_step %lld; exiting", ps->name,
+                       (long long)atomic_load(&ps->global_step));
+                return 0;
+            }
+            if (!announced)
+                dt_log(DT_LOG_INFO, "%s: job done; --keep-serving: still serving", ps->name);
+            announced = 1;
+        }
+        struct timespec nap = {0, 50 * 1000000L};
+        nanosleep(&nap, NULL);
+    }
+}
+
+void dt_ps_free(dt_ps *ps) {
+    if (!ps) return;
+    dt_rpc_server_stop(ps->server, 2000);
+    free_model(ps);
+    pthread_rwlock_destroy(&ps->model_lock);
+    pthread_mutex_destroy(&ps->life_mu);
+    free(ps->worker_told_done);
+    free(ps);
+}

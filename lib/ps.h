@@ -1,0 +1,47 @@
+/*
+ * ps: the parameter server role. Holds the variables, their optimizer slots
+ * and the global step; applies each pushed gradient atomically per variable;
+ * serves dtrain.ParameterServer over gRPC; and, unlike TF's ps, exits when
+ * the chief says the job is done (after every worker has been told, or a
+ * linger period has passed).
+ *
+ * Threading: RPC handlers run on the server's poller threads. A read-write
+ * lock guards the model's existence (Create takes it for writing; Pull and
+ * Push for reading); each variable has its own mutex, held only while it is
+ * read or updated. The global step is atomic.
+ */
+#ifndef DT_PS_H
+#define DT_PS_H
+
+#include <signal.h>
+
+#include "cluster.h"
+#include "err.h"
+
+/* Most tensors one Push or Pull may name. */
+#define DT_PS_MAX_PUSH 1024
+#define DT_MODEL_PULL_NAMES_MAX 64
+
+typedef struct {
+    const dt_cluster *cluster; /* borrowed for the ps's life */
+    int task_index;            /* which ps this is */
+    int keep_serving;          /* 1: keep serving after the job is done */
+    int num_threads;           /* RPC poller threads; 0 picks a default */
+    int linger_ms;             /* after Shutdown: longest wait for workers to be told */
+} dt_ps_params;
+
+typedef struct dt_ps dt_ps;
+
+/* Binds the ps's address and starts serving. */
+int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) DT_WARN_UNUSED;
+
+/*
+ * Blocks until the job is finished (0), or until *stop becomes non-zero
+ * (DT_ECANCELLED). With keep_serving the job's end does not return.
+ */
+int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err);
+
+/* Stops serving (in-flight calls get a short grace period) and frees. */
+void dt_ps_free(dt_ps *ps);
+
+#endif

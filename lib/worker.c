@@ -1,0 +1,259 @@
+/*
+ * worker: pull -> forward/backward -> push, with waiting and retries.
+ *
+ * The loop reads top to bottom like the algorithm:
+ *   pull(vars) -> next_batch -> loss_grad(vars, batch) -> push(grads)
+ * vars and grads are two slabs laid out by the model's specs; the dataset
+ * owns the batch buffers; the ps client reuses its call state. Nothing that
+ * grows with the model is allocated per step except the messages themselves.
+ *
+ * Threading: one thread.
+ */
+#include "worker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "data.h"
+#include "log.h"
+#include "model.h"
+
+struct dt_worker {
+    dt_worker_params params;
+    char name[96];
+    dt_dataset *data;
+    dt_tensors vars;  /* last pulled values */
+    dt_tensors grads; /* same layout */
+    dt_ps_client *client;
+    uint64_t rng; /* jitter */
+};
+
+static double now_secs(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+dt_ps_client *dt_worker_client(dt_worker *w) { return w->client; }
+dt_tensors *dt_worker_vars(dt_worker *w) { return &w->vars; }
+const char *dt_worker_name(const dt_worker *w) { return w->name; }
+
+int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err) {
+    *out = NULL;
+    const dt_cluster *cl = params->cluster;
+    if (params->task_index < 0 || params->task_index >= cl->num_workers)
+        return dt_err_set(err, DT_EINVAL, "worker: task index %d out of range (cluster has %d workers)",
+                          params->task_index, cl->num_workers);
+    dt_worker *w = calloc(1, sizeof *w);
+    if (!w) return dt_err_set(err, DT_ENOMEM, "worker: out of memory");
+    w->params = *params;
+    snprintf(w->name, sizeof w->name, "worker:%d %.60s", params->task_index,
+             cl->workers[params->task_index].addr);
+    w->rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)params->task_index ^ (uint64_t)time(NULL);
+    dt_tensor specs[DT_MODEL_MAX_VARS];
+    int count = 0, rc;
+    if ((rc = dt_model_specs(params->job, specs, &count, err)) < 0) goto fail;
+    if ((rc = dt_tensors_init(&w->vars, specs, count, err)) < 0) goto fail;
+    if ((rc = dt_tensors_init(&w->grads, specs, count, err)) < 0) goto fail;
+    if ((rc = dt_data_open(params->job, params->task_index, cl->num_workers, &w->data, err)) < 0)
+        goto fail;
+    dt_ps_client_params cp = {cl, params->task_index, params->job->rpc_timeout_secs * 1000};
+    if ((rc = dt_ps_client_new(&cp, &w->vars, &w->client, err)) < 0) goto fail;
+    *out = w;
+    return 0;
+fail:
+    dt_err_wrap(err, rc, "%s", w->name);
+    dt_worker_free(w);
+    return rc;
+}
+
+void dt_worker_free(dt_worker *w) {
+    if (!w) return;
+    dt_ps_client_free(w->client);
+    dt_data_free(w->data);
+    dt_tensors_deinit(&w->vars);
+    dt_tensors_deinit(&w->grads);
+    free(w);
+}
+
+/* ---- waiting ----------------------------------------------------------- */
+
+static int retryable(int code) {
+    return code == DT_EUNAVAILABLE || code == DT_EDEADLINE || code == DT_EPRECOND;
+}
+
+int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err *err), void *arg,
+                    const dt_worker_hooks *hooks, volatile sig_atomic_t *stop, dt_err *err) {
+    double start = now_secs(), last_log = 0;
+    int budget_s = w->params.job->ready_wait_secs;
+    int backoff_ms = 100;
+    for (;;) {
+        dt_err attempt;
+        dt_err_clear(&attempt);
+        int rc = fn(arg, &attempt);
+        if (rc >= 0) return rc;
+        if (!retryable(rc)) return dt_err_set(err, rc, "%s", attempt.msg);
+        if (rc == DT_EPRECOND && hooks && hooks->on_not_ready) {
+            int hrc = hooks->on_not_ready(hooks->ctx, err);
+            if (hrc < 0) return hrc;
+        }
+        double waited = now_secs() - start;
+        if (waited >= budget_s)
+            return dt_err_set(err, DT_EUNAVAILABLE, "%s: %s: gave up after %d s: %s", w->name,
+                              what, budget_s, attempt.msg);
+        if (waited - last_log >= 5 || last_log == 0) {
+            dt_log(DT_LOG_WARN, "%s: waiting for %s for %.0f s: %s", w->name, what, waited,
+                   attempt.msg);
+            last_log = waited > 0 ? waited : 1e-9;
+        }
+        if (stop && *stop) return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", w->name);
+        /* Exponential backoff, full jitter in [backoff/2, backoff]. */
+        w->rng = w->rng * 6364136223846793005ull + 1442695040888963407ull;
+        int jitter = (int)((w->rng >> 33) % (uint64_t)(backoff_ms / 2 + 1));
+        sleep_ms(backoff_ms / 2 + jitter);
+        if (backoff_ms < 2000) backoff_ms *= 2;
+    }
+}
+
+typedef struct {
+    dt_worker *w;
+    int ready;
+    int done;
+} ready_probe;
+
+/* One round of Status calls: fails while any ps is down or not ready. */
+static int probe_ready(void *arg, dt_err *err) {
+    ready_probe *pr = arg;
+    dt_worker *w = pr->w;
+    for (int p = 0; p < dt_ps_client_num_ps(w->client); p++) {
+        dt_msg_status_resp st;
+        int rc = dt_ps_client_status(w->client, p, &st, err);
+        if (rc < 0) return rc;
+        if (st.done) {
+            pr->done = 1;
+            return 0;
+        }
+        if (!st.ready)
+            return dt_err_set(err, DT_EPRECOND, "%s: model not created yet (the chief creates it)",
+                              dt_ps_client_name(w->client, p));
+    }
+    pr->ready = 1;
+    return 0;
+}
+
+int dt_worker_wait_ready(dt_worker *w, volatile sig_atomic_t *stop, dt_err *err) {
+    ready_probe pr = {w, 0, 0};
+    int rc = dt_worker_retry(w, "the model to be ready", probe_ready, &pr, NULL, stop, err);
+    if (rc < 0) return rc;
+    return pr.done ? 1 : 0;
+}
+
+/* ---- training ---------------------------------------------------------- */
+
+typedef struct {
+    dt_worker *w;
+    int64_t global_step;
+    int done;
+} pull_state;
+
+static int do_pull(void *arg, dt_err *err) {
+    pull_state *ps = arg;
+    return dt_ps_client_pull(ps->w->client, &ps->w->vars, &ps->global_step, &ps->done, err);
+}
+
+typedef struct {
+    dt_worker *w;
+    int64_t step;
+    int64_t global_step;
+    int done;
+} push_state;
+
+static int do_push(void *arg, dt_err *err) {
+    push_state *ps = arg;
+    return dt_ps_client_push(ps->w->client, &ps->w->grads, ps->step, &ps->global_step, &ps->done,
+                             err);
+}
+
+/* "linear/weight=1.9981 linear/bias=0.0123" for one-element variables: the
+ * tutorial's "W= b=" view of a small model. */
+static void scalar_summary(const dt_tensors *vars, char *buf, size_t cap) {
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < vars->count && off < cap; i++) {
+        const dt_tensor *t = &vars->items[i];
+        if (dt_tensor_numel(t) != 1 || t->dtype != DT_DTYPE_F32) continue;
+        int n = snprintf(buf + off, cap - off, " %s=%.4f", t->name, (double)*(const float *)t->data);
+        if (n < 0) break;
+        off += (size_t)n;
+    }
+}
+
+int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_atomic_t *stop,
+                    dt_err *err) {
+    const dt_job *job = w->params.job;
+    dt_step_result r;
+    memset(&r, 0, sizeof r);
+    double t_last = now_secs();
+    int64_t step_last = 0;
+    int rc = 0;
+    for (;;) {
+        if (stop && *stop) return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", w->name);
+
+        pull_state pull = {w, 0, 0};
+        if ((rc = dt_worker_retry(w, "pull", do_pull, &pull, hooks, stop, err)) < 0) return rc;
+        if (pull.done) break;
+
+        dt_batch batch;
+        if ((rc = dt_data_next(w->data, job->batch_size, &batch, err)) < 0) return rc;
+        if ((rc = dt_model_loss_grad(job, &w->vars, &batch, &w->grads, &r.loss, err)) < 0)
+            return rc;
+
+        push_state push = {w, pull.global_step, 0, 0};
+        if ((rc = dt_worker_retry(w, "push", do_push, &push, hooks, stop, err)) < 0) return rc;
+        r.local_step++;
+        r.pulled_step = pull.global_step;
+        r.global_step = push.global_step;
+        r.done = push.done;
+
+        if (r.local_step % job->log_steps == 0 || r.done) {
+            double t = now_secs();
+            char vals[256];
+            scalar_summary(&w->vars, vals, sizeof vals);
+            dt_log(DT_LOG_INFO, "%s: step %lld global_step %lld loss %.6f %.1f steps/s%s", w->name,
+                   (long long)r.local_step, (long long)r.global_step, r.loss,
+                   (double)(r.local_step - step_last) / (t - t_last > 1e-9 ? t - t_last : 1e-9),
+                   vals);
+            t_last = t;
+            step_last = r.local_step;
+        }
+        if (hooks && hooks->after_step && (rc = hooks->after_step(hooks->ctx, &r, err)) < 0)
+            return rc;
+        if (r.done) break;
+    }
+    dt_log(DT_LOG_INFO, "%s: training done after %lld local steps", w->name, (long long)r.local_step);
+    return 0;
+}
+
+int dt_worker_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err) {
+    dt_worker *w = NULL;
+    int rc = dt_worker_open(params, &w, err);
+    if (rc < 0) return rc;
+    dt_log(DT_LOG_INFO, "%s: %lld examples in this shard; waiting for the model", w->name,
+           (long long)dt_data_size(w->data));
+    rc = dt_worker_wait_ready(w, stop, err);
+    if (rc == 1) {
+        dt_log(DT_LOG_INFO, "%s: the job is already done", w->name);
+        rc = 0;
+    } else if (rc == 0) {
+        rc = dt_worker_train(w, NULL, stop, err);
+    }
+    dt_worker_free(w);
+    return rc;
+}

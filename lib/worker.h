@@ -1,0 +1,81 @@
+/*
+ * worker: the training loop every worker runs (the chief too).
+ *
+ * Each step: pull the variables from the ps tasks, compute the loss and the
+ * gradient on the next minibatch of this worker's shard, push the gradient.
+ * Asynchronous: no worker waits for another. Training ends when a ps answers
+ * that the job is done (global step >= max_steps, or the chief finished).
+ *
+ * Failures of ps calls (unreachable, deadline, a restarted ps that is not yet
+ * ready) are retried with exponential backoff and jitter for up to
+ * job->ready_wait_secs, logging who is awaited and for how long; after that
+ * the call fails with DT_EUNAVAILABLE.
+ */
+#ifndef DT_WORKER_H
+#define DT_WORKER_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "cluster.h"
+#include "err.h"
+#include "ps_client.h"
+#include "tensor.h"
+
+typedef struct {
+    const dt_cluster *cluster; /* borrowed */
+    const dt_job *job;         /* borrowed; dt_job_finish already applied */
+    int task_index;            /* worker index; 0 is the chief */
+} dt_worker_params;
+
+typedef struct {
+    int64_t local_step;  /* steps this process has pushed */
+    int64_t global_step; /* after the push */
+    int64_t pulled_step; /* global step of the variables used for the gradient */
+    double loss;         /* on this step's batch, before the update */
+    int done;
+} dt_step_result;
+
+typedef struct {
+    void *ctx;
+    /* After every step (chief: summaries and checkpoint timer). */
+    int (*after_step)(void *ctx, const dt_step_result *r, dt_err *err);
+    /* When a ps answers "not ready" mid-training (it restarted empty); the
+     * chief restores it. Workers leave this NULL and wait. */
+    int (*on_not_ready)(void *ctx, dt_err *err);
+} dt_worker_hooks;
+
+typedef struct dt_worker dt_worker;
+
+/* Opens this worker's data shard, allocates variables and gradients, and
+ * creates the ps client (no network traffic yet). */
+int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err) DT_WARN_UNUSED;
+void dt_worker_free(dt_worker *w);
+
+/* Borrowed accessors for the chief. vars hold the last pulled values. */
+dt_ps_client *dt_worker_client(dt_worker *w);
+dt_tensors *dt_worker_vars(dt_worker *w);
+/* "worker:1 host:port" for logs. */
+const char *dt_worker_name(const dt_worker *w);
+
+/*
+ * Waits until every ps answers and reports the model ready. Returns 0 when
+ * ready, 1 when the job is already done, DT_EUNAVAILABLE after
+ * ready_wait_secs, DT_ECANCELLED when *stop is set.
+ */
+int dt_worker_wait_ready(dt_worker *w, volatile sig_atomic_t *stop, dt_err *err);
+
+/* Retries fn (a ps call) per the policy above. `what` names the call in
+ * logs; hooks->on_not_ready (may be NULL) runs on a "not ready" answer. */
+int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err *err), void *arg,
+                    const dt_worker_hooks *hooks, volatile sig_atomic_t *stop, dt_err *err);
+
+/* Trains until the job is done (0) or *stop is set after a finished step
+ * (DT_ECANCELLED). hooks may be NULL. */
+int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_atomic_t *stop,
+                    dt_err *err);
+
+/* The worker role: open, wait for the chief, train, close. */
+int dt_worker_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err);
+
+#endif
