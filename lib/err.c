@@ -32,9 +32,14 @@ int dt_err_wrap(dt_err *err, int code, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    char joined[DT_ERR_MSG_MAX];
-    snprintf(joined, sizeof joined, "%s: %s", prefix, err->msg);
-    memcpy(err->msg, joined, sizeof joined);
+    /* msg = prefix + ": " + msg, truncated to fit. */
+    size_t plen = strlen(prefix), mlen = strlen(err->msg);
+    if (plen + 2 >= sizeof err->msg) plen = sizeof err->msg - 3;
+    if (plen + 2 + mlen >= sizeof err->msg) mlen = sizeof err->msg - 3 - plen;
+    memmove(err->msg + plen + 2, err->msg, mlen);
+    memcpy(err->msg, prefix, plen);
+    memcpy(err->msg + plen, ": ", 2);
+    err->msg[plen + 2 + mlen] = '\0';
     return err->code;
 }
 

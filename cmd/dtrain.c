@@ -1,0 +1,245 @@
+/*
+ * dtrain: one binary, three roles. Parses argv and the config files, installs
+ * the signal handlers, and hands over to lib/ps, lib/chief or lib/worker.
+ *
+ * Exit codes (for people and cluster managers):
+ *   0    the job is done
+ *   1    a permanent runtime failure (bad checkpoint, data error, bug)
+ *   2    usage or configuration error
+ *   200  a peer stayed unreachable past the retry budget (retryable)
+ *   128+N  stopped by signal N (130 for SIGINT, 143 for SIGTERM)
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chief.h"
+#include "cluster.h"
+#include "err.h"
+#include "log.h"
+#include "ps.h"
+#include "worker.h"
+
+#define DT_VERSION "0.1.0"
+#define EXIT_USAGE 2
+#define EXIT_UNREACHABLE 200
+#define MAX_SETS 64
+
+static volatile sig_atomic_t stop_signal;
+
+/* First signal: ask the role to stop cleanly. Second: exit at once. */
+static void on_signal(int signo) {
+    if (stop_signal) _exit(128 + signo);
+    stop_signal = signo;
+}
+
+static const char usage[] =
+    "usage: dtrain --cluster FILE --job-name ps|worker --task-index N [options]\n"
+    "\n"
+    "Runs one task of a dtrain cluster. Worker 0 is the chief.\n"
+    "\n"
+    "  --cluster FILE       cluster file: {\"cluster\": {\"ps\": [...], \"worker\": [...]}}\n"
+    "  --job-name, --job    ps or worker\n"
+    "  --task-index, --task N  index of this task in its job's list\n"
+    "  --config FILE        job config (model, data, optimizer, schedule); default:\n"
+    "                       the cluster file's \"job\" object, else built-in defaults\n"
+    "  --set FIELD=VALUE    override one job field (repeatable), e.g. --set max_steps=500\n"
+    "  --log-dir DIR        same as --set log_dir=DIR\n"
+    "  --keep-serving       ps only: keep serving after the job is done\n"
+    "  --log-level LEVEL    debug, info (default), warn or error\n"
+    "  --help               this text\n"
+    "  --version            print the version\n"
+    "\n"
+    "Exit status: 0 done; 1 failure; 2 usage or config error; 200 peer unreachable\n"
+    "(retryable); 128+N stopped by signal N.\n";
+
+typedef struct {
+    const char *cluster_path;
+    const char *job_name;
+    const char *task_text;
+    const char *config_path;
+    const char *sets[MAX_SETS];
+    int num_sets;
+    const char *log_dir;
+    int keep_serving;
+    const char *log_level;
+} options;
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "dtrain: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see dtrain --help)\n");
+    return EXIT_USAGE;
+}
+
+/* Matches "--name VALUE" or "--name=VALUE"; advances *i past a separate value. */
+static int take_value(int argc, char **argv, int *i, const char *name, const char **out,
+                      int *missing) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0) return 0;
+    if (a[n] == '=') {
+        *out = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0') return 0;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return 1;
+    }
+    *out = argv[++*i];
+    return 1;
+}
+
+/* Returns -1 to go on, or an exit status. */
+static int parse_args(int argc, char **argv, options *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = NULL;
+        int missing = 0;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("dtrain %s\n", DT_VERSION);
+            return 0;
+        }
+        if (strcmp(a, "--keep-serving") == 0) {
+            o->keep_serving = 1;
+            continue;
+        }
+        if (take_value(argc, argv, &i, "--cluster", &v, &missing)) o->cluster_path = v;
+        else if (take_value(argc, argv, &i, "--job-name", &v, &missing) ||
+                 take_value(argc, argv, &i, "--job", &v, &missing)) o->job_name = v;
+        else if (take_value(argc, argv, &i, "--task-index", &v, &missing) ||
+                 take_value(argc, argv, &i, "--task", &v, &missing)) o->task_text = v;
+        else if (take_value(argc, argv, &i, "--config", &v, &missing)) o->config_path = v;
+        else if (take_value(argc, argv, &i, "--log-dir", &v, &missing)) o->log_dir = v;
+        else if (take_value(argc, argv, &i, "--log-level", &v, &missing)) o->log_level = v;
+        else if (take_value(argc, argv, &i, "--set", &v, &missing)) {
+            if (!missing) {
+                if (o->num_sets == MAX_SETS) return usage_error("too many --set flags (at most 64)%s", "");
+                o->sets[o->num_sets++] = v;
+            }
+        } else {
+            return usage_error("unknown flag %s", a);
+        }
+        if (missing) return usage_error("flag %s needs a value", a);
+    }
+    if (!o->cluster_path) return usage_error("missing --cluster FILE%s", "");
+    if (!o->job_name) return usage_error("missing --job-name (ps or worker)%s", "");
+    if (!o->task_text) return usage_error("missing --task-index N%s", "");
+    return -1;
+}
+
+static int parse_task(const char *text, int *out) {
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < 0 || v > 1000000) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_level(const char *text) {
+    static const char *const names[] = {"debug", "info", "warn", "error"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(text, names[i]) == 0) return i;
+    return -1;
+}
+
+/* Loads the job config: defaults, then the cluster file's "job" (if any),
+ * then --config, then --log-dir and --set, in that order. */
+static int load_job(const options *o, dt_job *job, dt_err *err) {
+    dt_job_defaults(job);
+    int rc = 0;
+    if (o->config_path) {
+        if ((rc = dt_job_load(o->config_path, job, err)) < 0) return rc;
+    } else if ((rc = dt_job_load(o->cluster_path, job, err)) < 0) {
+        return rc;
+    }
+    if (o->log_dir) {
+        char assignment[DT_PATH_MAX + 16];
+        snprintf(assignment, sizeof assignment, "log_dir=%s", o->log_dir);
+        if ((rc = dt_job_set(job, assignment, err)) < 0) return rc;
+    }
+    for (int i = 0; i < o->num_sets; i++)
+        if ((rc = dt_job_set(job, o->sets[i], err)) < 0) return rc;
+    return dt_job_finish(job, err);
+}
+
+static int exit_status(int rc, const dt_err *err) {
+    if (rc >= 0) return 0;
+    dt_log(DT_LOG_ERROR, "%s", err->msg);
+    switch (rc) {
+    case DT_ECANCELLED: return 128 + (stop_signal ? stop_signal : SIGTERM);
+    case DT_EUNAVAILABLE:
+    case DT_EDEADLINE: return EXIT_UNREACHABLE;
+    default: return 1;
+    }
+}
+
+int main(int argc, char **argv) {
+    options o;
+    memset(&o, 0, sizeof o);
+    int status = parse_args(argc, argv, &o);
+    if (status >= 0) return status;
+
+    int task = 0;
+    if (parse_task(o.task_text, &task) < 0)
+        return usage_error("--task-index: \"%s\" is not a non-negative integer", o.task_text);
+    int is_ps = strcmp(o.job_name, "ps") == 0;
+    if (!is_ps && strcmp(o.job_name, "worker") != 0)
+        return usage_error("--job-name: unknown job \"%s\" (expected ps or worker)", o.job_name);
+    if (o.log_level) {
+        int level = parse_level(o.log_level);
+        if (level < 0) return usage_error("--log-level: unknown level \"%s\"", o.log_level);
+        dt_log_set_level((dt_log_level)level);
+    }
+    if (o.keep_serving && !is_ps) return usage_error("--keep-serving is for the ps job only%s", "");
+
+    dt_err err;
+    dt_err_clear(&err);
+    dt_cluster cluster;
+    memset(&cluster, 0, sizeof cluster);
+    dt_job job;
+    if (dt_cluster_load(o.cluster_path, &cluster, &err) < 0 || load_job(&o, &job, &err) < 0) {
+        fprintf(stderr, "dtrain: %s\n", err.msg);
+        dt_cluster_deinit(&cluster);
+        return EXIT_USAGE;
+    }
+    int count = is_ps ? cluster.num_ps : cluster.num_workers;
+    if (task >= count) {
+        fprintf(stderr, "dtrain: --task-index %d out of range: %s lists %d %s task%s\n", task,
+                o.cluster_path, count, o.job_name, count == 1 ? "" : "s");
+        dt_cluster_deinit(&cluster);
+        return EXIT_USAGE;
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc;
+    if (is_ps) {
+        dt_log_set_role('P');
+        dt_ps_params pp = {&cluster, task, o.keep_serving, 0, 0};
+        dt_ps *ps = NULL;
+        rc = dt_ps_start(&pp, &ps, &err);
+        if (rc == 0) rc = dt_ps_wait(ps, &stop_signal, &err);
+        dt_ps_free(ps);
+    } else {
+        dt_log_set_role(task == 0 ? 'C' : 'W');
+        dt_worker_params wp = {&cluster, &job, task};
+        rc = task == 0 ? dt_chief_run(&wp, &stop_signal, &err)
+                       : dt_worker_run(&wp, &stop_signal, &err);
+    }
+    dt_cluster_deinit(&cluster);
+    return exit_status(rc, &err);
+}
