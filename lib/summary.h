@@ -7,6 +7,9 @@
  * Each record's data is a serialized tensorflow.Event. The first Event holds
  * file_version "brain.Event:2"; the others hold wall_time, step and a Summary
  * of scalar (simple_value) or histogram values.
+ *
+ * A writer is used by one thread at a time. After a failed write the file may
+ * end in a partial record, so every later call on that writer fails too.
  */
 #ifndef DT_SUMMARY_H
 #define DT_SUMMARY_H
@@ -19,11 +22,27 @@
 
 typedef struct dt_summary_writer dt_summary_writer; /* opaque; owns its file */
 
-/* Creates log_dir (if missing) and a new event file in it. */
+/* Longest tag accepted, in bytes; tags must also be valid UTF-8 (proto3
+ * strings), or TensorBoard would reject the whole record. */
+#define DT_SUMMARY_TAG_MAX 1024
+
+/* Creates log_dir (and its parents, if missing) and a new event file in it,
+ * then writes the file_version record. Never overwrites: if the name is taken
+ * (two writers in the same second), ".1", ".2", ... is appended. On failure
+ * *out is NULL and nothing is left open. */
 int dt_summary_open(const char *log_dir, dt_summary_writer **out, dt_err *err) DT_WARN_UNUSED;
-/* Appends one Event at step holding n scalar values tag[i] = value[i]. */
+/* Appends one Event at step holding n >= 0 scalar values tag[i] = value[i]
+ * (stored as float, as TensorBoard does; NaN and inf are kept). DT_EINVAL for
+ * a NULL, empty, too long or non-UTF-8 tag, with nothing written. */
 int dt_summary_scalars(dt_summary_writer *w, int64_t step, const char *const *tags,
                        const double *values, int n, dt_err *err) DT_WARN_UNUSED;
+/* Appends one Event at step holding a histogram of values[0..n-1] under tag,
+ * bucketed as TensorFlow does (limits growing 10% per bucket from 1e-12 to
+ * 1e20, mirrored for negatives, plus 0 and +-DBL_MAX; runs of empty buckets
+ * merged). DT_EINVAL, with nothing written, for a bad tag, n < 1 or a value
+ * that is not finite. */
+int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag,
+                         const double *values, int64_t n, dt_err *err) DT_WARN_UNUSED;
 /* Flushes buffered records to the file (the OS), so TensorBoard sees them. */
 int dt_summary_flush(dt_summary_writer *w, dt_err *err) DT_WARN_UNUSED;
 /* Path of the event file (borrowed). */

@@ -1,0 +1,629 @@
+/*
+ * summary: TensorBoard event files (TFRecord framing around tensorflow.Event).
+ *
+ * The Event, Summary, Summary.Value and HistogramProto messages are encoded
+ * by hand with a tiny protobuf writer (varint, fixed64, fixed32,
+ * length-delimited). TensorBoard's schema is a handful of fields, and the
+ * house rule keeps nanopb inside the codec module, which speaks dtrain's own
+ * RPC messages; a second generated schema in lib/ would buy nothing. Field
+ * numbers follow tensorflow/core/util/event.proto and
+ * tensorflow/core/framework/summary.proto; the tests decode our output with
+ * an independently generated decoder (proto/tensorboard.proto).
+ *
+ * Invariants: each message is sized exactly before it is written (nested
+ * messages carry their length up front), so a record is built in one pass
+ * into w->record, which holds the 12-byte frame header, the Event and the
+ * 4-byte footer and only grows; after the first records no call allocates.
+ * A record reaches stdio in one fwrite. The first failed write or flush makes
+ * the writer fail every later call, because the file may now end in a
+ * partial record.
+ *
+ * Threading: a writer is used by one thread at a time. dt_tfrecord_read has
+ * no state of its own.
+ */
+#include "summary.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "crc32c.h"
+#include "log.h"
+
+#define FILE_VERSION "brain.Event:2"
+#define FRAME_HEADER 12 /* uint64 length, uint32 masked crc of those 8 bytes */
+#define FRAME_FOOTER 4  /* uint32 masked crc of the data */
+/* An Event we write stays far below this; past it, a reader would rather
+ * call the length corrupt than allocate it. */
+#define EVENT_MAX ((size_t)1 << 30)
+#define NAME_SUFFIX_MAX 99 /* ".1" .. ".99" when the plain name is taken */
+
+enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
+
+/* Field numbers: event.proto, summary.proto, histogram.proto. */
+enum { EVENT_WALL_TIME = 1, EVENT_STEP = 2, EVENT_FILE_VERSION = 3, EVENT_SUMMARY = 5 };
+enum { SUMMARY_VALUE = 1 };
+enum { VALUE_TAG = 1, VALUE_SIMPLE_VALUE = 2, VALUE_HISTO = 5 };
+enum {
+    HISTO_MIN = 1,
+    HISTO_MAX = 2,
+    HISTO_NUM = 3,
+    HISTO_SUM = 4,
+    HISTO_SUM_SQUARES = 5,
+    HISTO_BUCKET_LIMIT = 6,
+    HISTO_BUCKET = 7,
+};
+
+struct dt_summary_writer {
+    FILE *file;
+    char *path;          /* owned */
+    uint64_t offset;     /* bytes handed to stdio so far = next record's offset */
+    int failed;          /* 0, or the dt_err_code of the first failed write */
+    uint8_t *record;     /* (record_cap) frame header + Event + footer, reused */
+    size_t record_len;
+    size_t record_cap;
+    double *hist_limits; /* (hist_buckets) TF's default bucket limits, ascending */
+    double *hist_counts; /* (hist_buckets) scratch counts for one histogram */
+    size_t hist_buckets; /* 0 until the first histogram */
+};
+
+/* ---- protobuf sizing: bytes each piece takes on the wire ---- */
+
+static size_t varint_size(uint64_t v) {
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static size_t key_size(int field) { return varint_size((uint64_t)field << 3); }
+
+/* A length-delimited field whose payload is n bytes. */
+static size_t len_field_size(int field, size_t n) { return key_size(field) + varint_size(n) + n; }
+
+/* ---- protobuf writing into w->record, which the caller sized exactly ---- */
+
+static void put_raw(dt_summary_writer *w, const void *data, size_t n) {
+    DT_ASSERT(w->record_len + n <= w->record_cap); /* a sizing bug, not bad input */
+    if (n) memcpy(w->record + w->record_len, data, n);
+    w->record_len += n;
+}
+
+static void put_varint(dt_summary_writer *w, uint64_t v) {
+    uint8_t b[10];
+    size_t n = 0;
+    while (v >= 0x80) {
+        b[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    b[n++] = (uint8_t)v;
+    put_raw(w, b, n);
+}
+
+static void put_key(dt_summary_writer *w, int field, int wire) {
+    put_varint(w, (uint64_t)field << 3 | (uint64_t)wire);
+}
+
+static void store_le32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void store_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t load_le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t load_le64(const uint8_t *p) {
+    return (uint64_t)load_le32(p) | (uint64_t)load_le32(p + 4) << 32;
+}
+
+/* Bare double (no key): packed repeated elements. */
+static void put_double_bits(dt_summary_writer *w, double v) {
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    uint8_t b[8];
+    store_le64(b, bits);
+    put_raw(w, b, sizeof b);
+}
+
+static void put_double(dt_summary_writer *w, int field, double v) {
+    put_key(w, field, WIRE_FIXED64);
+    put_double_bits(w, v);
+}
+
+static void put_float(dt_summary_writer *w, int field, float v) {
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    uint8_t b[4];
+    store_le32(b, bits);
+    put_key(w, field, WIRE_FIXED32);
+    put_raw(w, b, sizeof b);
+}
+
+/* Key and length of a length-delimited field; its n bytes follow. */
+static void put_len(dt_summary_writer *w, int field, size_t n) {
+    put_key(w, field, WIRE_LEN);
+    put_varint(w, n);
+}
+
+static void put_string(dt_summary_writer *w, int field, const char *s, size_t n) {
+    put_len(w, field, n);
+    put_raw(w, s, n);
+}
+
+/* ---- records ---- */
+
+static int fail_sticky(dt_summary_writer *w, dt_err *err) {
+    return dt_err_set(err, w->failed,
+                      "summary: %s: an earlier write failed; the file may end in a partial record",
+                      w->path);
+}
+
+/* Makes room for an Event of event_size bytes and starts the record after
+ * the frame header. Growth is the only allocation on the write path. */
+static int record_begin(dt_summary_writer *w, size_t event_size, dt_err *err) {
+    if (event_size > EVENT_MAX)
+        return dt_err_set(err, DT_EINVAL, "summary: %s: event of %zu bytes exceeds %zu", w->path,
+                          event_size, EVENT_MAX);
+    size_t need = FRAME_HEADER + event_size + FRAME_FOOTER;
+    if (need > w->record_cap) {
+        size_t cap = w->record_cap ? w->record_cap : 256;
+        while (cap < need) cap *= 2;
+        uint8_t *grown = realloc(w->record, cap);
+        if (!grown)
+            return dt_err_set(err, DT_ENOMEM, "summary: %s: record buffer of %zu bytes", w->path,
+                              cap);
+        w->record = grown;
+        w->record_cap = cap;
+    }
+    w->record_len = FRAME_HEADER;
+    return 0;
+}
+
+/* Frames the Event just encoded (its size was promised to record_begin) and
+ * hands the record to stdio. */
+static int record_end(dt_summary_writer *w, size_t event_size, dt_err *err) {
+    DT_ASSERT(w->record_len == FRAME_HEADER + event_size);
+    store_le64(w->record, event_size);
+    store_le32(w->record + 8, dt_crc32c_mask(dt_crc32c(w->record, 8)));
+    uint8_t footer[FRAME_FOOTER];
+    store_le32(footer, dt_crc32c_mask(dt_crc32c(w->record + FRAME_HEADER, event_size)));
+    put_raw(w, footer, sizeof footer);
+    if (fwrite(w->record, 1, w->record_len, w->file) != w->record_len) {
+        w->failed = DT_EIO;
+        return dt_err_set(err, DT_EIO, "summary: %s: write record at byte %llu: %s", w->path,
+                          (unsigned long long)w->offset, strerror(errno));
+    }
+    w->offset += w->record_len;
+    return 0;
+}
+
+static double wall_time_now(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+/* Every Event starts with wall_time and step; step 0 is left out, as proto3
+ * leaves out defaults. */
+static size_t event_head_size(int64_t step) {
+    size_t step_size = step ? key_size(EVENT_STEP) + varint_size((uint64_t)step) : 0;
+    return key_size(EVENT_WALL_TIME) + 8 + step_size;
+}
+
+static void put_event_head(dt_summary_writer *w, double wall_time, int64_t step) {
+    put_double(w, EVENT_WALL_TIME, wall_time);
+    if (step) {
+        put_key(w, EVENT_STEP, WIRE_VARINT);
+        put_varint(w, (uint64_t)step); /* int64: negatives take 10 bytes */
+    }
+}
+
+static int write_file_version(dt_summary_writer *w, dt_err *err) {
+    size_t version_len = strlen(FILE_VERSION);
+    size_t event_size = event_head_size(0) + len_field_size(EVENT_FILE_VERSION, version_len);
+    int rc = record_begin(w, event_size, err);
+    if (rc < 0) return rc;
+    put_event_head(w, wall_time_now(), 0);
+    put_string(w, EVENT_FILE_VERSION, FILE_VERSION, version_len);
+    return record_end(w, event_size, err);
+}
+
+/* ---- tags ---- */
+
+/* Well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF),
+ * which proto3 requires of strings. */
+static int utf8_valid(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t more;
+        unsigned lo = 0x80, hi = 0xBF; /* allowed range of the first continuation byte */
+        if (c < 0x80) more = 0;
+        else if (c >= 0xC2 && c <= 0xDF) more = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            more = 2;
+            if (c == 0xE0) lo = 0xA0;      /* overlong */
+            else if (c == 0xED) hi = 0x9F; /* surrogates */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            more = 3;
+            if (c == 0xF0) lo = 0x90;      /* overlong */
+            else if (c == 0xF4) hi = 0x8F; /* past U+10FFFF */
+        } else return 0;
+        if (n - i - 1 < more) return 0;
+        for (size_t k = 1; k <= more; k++) {
+            unsigned b = s[i + k];
+            if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return 0;
+        }
+        i += more + 1;
+    }
+    return 1;
+}
+
+/* Sets *len to the tag's length after checking it. index is the tag's place
+ * in a scalars call, or -1 for a histogram's tag. */
+static int check_tag(const dt_summary_writer *w, const char *tag, int index, size_t *len,
+                     dt_err *err) {
+    char what[32];
+    if (index < 0) snprintf(what, sizeof what, "histogram tag");
+    else snprintf(what, sizeof what, "tags[%d]", index);
+    if (!tag) return dt_err_set(err, DT_EINVAL, "summary: %s: %s is NULL", w->path, what);
+    size_t n = strnlen(tag, DT_SUMMARY_TAG_MAX + 1);
+    if (n == 0) return dt_err_set(err, DT_EINVAL, "summary: %s: %s is empty", w->path, what);
+    if (n > DT_SUMMARY_TAG_MAX)
+        return dt_err_set(err, DT_EINVAL, "summary: %s: %s \"%.32s...\" is longer than %d bytes",
+                          w->path, what, tag, DT_SUMMARY_TAG_MAX);
+    if (!utf8_valid((const unsigned char *)tag, n))
+        return dt_err_set(err, DT_EINVAL, "summary: %s: %s is not valid UTF-8", w->path, what);
+    *len = n;
+    return 0;
+}
+
+/* ---- scalars ---- */
+
+/* double -> float with overflow to +-inf spelled out (the plain cast of an
+ * out-of-range value is undefined in C). NaN passes through. */
+static float to_float(double v) {
+    if (v > FLT_MAX) return INFINITY;
+    if (v < -FLT_MAX) return -INFINITY;
+    return (float)v;
+}
+
+static size_t scalar_value_size(size_t tag_len) {
+    return len_field_size(VALUE_TAG, tag_len) + key_size(VALUE_SIMPLE_VALUE) + 4;
+}
+
+int dt_summary_scalars(dt_summary_writer *w, int64_t step, const char *const *tags,
+                       const double *values, int n, dt_err *err) {
+    DT_ASSERT(w && (n <= 0 || (tags && values)));
+    if (w->failed) return fail_sticky(w, err);
+    if (n < 0) return dt_err_set(err, DT_EINVAL, "summary: %s: %d scalars", w->path, n);
+    /* Validate and size everything before writing a byte. */
+    size_t summary_size = 0;
+    for (int i = 0; i < n; i++) {
+        size_t tag_len = 0;
+        int rc = check_tag(w, tags[i], i, &tag_len, err);
+        if (rc < 0) return rc;
+        summary_size += len_field_size(SUMMARY_VALUE, scalar_value_size(tag_len));
+    }
+    size_t event_size = event_head_size(step) + len_field_size(EVENT_SUMMARY, summary_size);
+    int rc = record_begin(w, event_size, err);
+    if (rc < 0) return rc;
+    put_event_head(w, wall_time_now(), step);
+    put_len(w, EVENT_SUMMARY, summary_size);
+    for (int i = 0; i < n; i++) {
+        size_t tag_len = strlen(tags[i]);
+        put_len(w, SUMMARY_VALUE, scalar_value_size(tag_len));
+        put_string(w, VALUE_TAG, tags[i], tag_len);
+        put_float(w, VALUE_SIMPLE_VALUE, to_float(values[i]));
+    }
+    return record_end(w, event_size, err);
+}
+
+/* ---- histograms ---- */
+
+/* TensorFlow's default histogram buckets (tsl/lib/histogram): positive
+ * limits 1e-12 * 1.1^k below 1e20 (HIST_POSITIVE of them), then DBL_MAX; the
+ * same negated below zero; and 0 between. Built by repeated multiplication,
+ * as TF does, so the limits match TF's bit for bit. Bucket i counts
+ * [limit[i-1], limit[i]). */
+#define HIST_POSITIVE 774
+#define HIST_BUCKETS (2 * (HIST_POSITIVE + 1) + 1)
+
+static int hist_init(dt_summary_writer *w, dt_err *err) {
+    double *limits = malloc(HIST_BUCKETS * sizeof *limits);
+    double *counts = malloc(HIST_BUCKETS * sizeof *counts);
+    if (!limits || !counts) {
+        free(limits);
+        free(counts);
+        return dt_err_set(err, DT_ENOMEM, "summary: %s: histogram buckets", w->path);
+    }
+    const size_t zero = HIST_POSITIVE + 1; /* index of the 0 limit */
+    double v = 1e-12;
+    for (size_t k = 0; k < HIST_POSITIVE; k++, v *= 1.1) {
+        limits[zero + 1 + k] = v;
+        limits[zero - 1 - k] = -v;
+    }
+    DT_ASSERT(v >= 1e20 && limits[zero + HIST_POSITIVE] < 1e20); /* HIST_POSITIVE is right */
+    limits[zero] = 0.0;
+    limits[0] = -DBL_MAX;
+    limits[HIST_BUCKETS - 1] = DBL_MAX;
+    w->hist_limits = limits;
+    w->hist_counts = counts;
+    w->hist_buckets = HIST_BUCKETS;
+    return 0;
+}
+
+/* Index of the first limit greater than v (the bucket v falls in); values at
+ * DBL_MAX go to the last bucket. */
+static size_t hist_bucket(const double *limits, size_t n, double v) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (limits[mid] > v) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo < n ? lo : n - 1;
+}
+
+/* One entry of TF's compact bucket list (preserve_zero_buckets = false): a
+ * non-empty bucket, or a run of empty buckets merged into one that ends at
+ * the run's last limit. Returns the index whose limit and count the entry
+ * takes, and moves *i past it. */
+static size_t hist_entry(const double *counts, size_t n, size_t *i) {
+    size_t at = (*i)++;
+    if (counts[at] <= 0.0)
+        while (*i < n && counts[*i] <= 0.0) at = (*i)++;
+    return at;
+}
+
+int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag,
+                         const double *values, int64_t n, dt_err *err) {
+    DT_ASSERT(w && (n <= 0 || values));
+    if (w->failed) return fail_sticky(w, err);
+    size_t tag_len = 0;
+    int rc = check_tag(w, tag, -1, &tag_len, err);
+    if (rc < 0) return rc;
+    if (n < 1)
+        return dt_err_set(err, DT_EINVAL, "summary: %s: histogram \"%s\": %lld values, need >= 1",
+                          w->path, tag, (long long)n);
+    if (!w->hist_buckets && (rc = hist_init(w, err)) < 0) return rc;
+
+    const double *limits = w->hist_limits;
+    double *counts = w->hist_counts;
+    size_t nbuckets = w->hist_buckets;
+    memset(counts, 0, nbuckets * sizeof *counts);
+    double min = values[0], max = values[0], sum = 0.0, sum_squares = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = values[i];
+        if (!isfinite(v))
+            return dt_err_set(err, DT_EINVAL,
+                              "summary: %s: histogram \"%s\": values[%lld] is not finite", w->path,
+                              tag, (long long)i);
+        counts[hist_bucket(limits, nbuckets, v)] += 1.0;
+        if (v < min) min = v;
+        if (v > max) max = v;
+        sum += v;
+        sum_squares += v * v;
+    }
+    size_t entries = 0;
+    for (size_t i = 0; i < nbuckets; entries++) (void)hist_entry(counts, nbuckets, &i);
+
+    size_t packed_size = entries * 8;
+    size_t histo_size = 5 * (1 + 8) /* min, max, num, sum, sum_squares */ +
+                        len_field_size(HISTO_BUCKET_LIMIT, packed_size) +
+                        len_field_size(HISTO_BUCKET, packed_size);
+    size_t value_size =
+        len_field_size(VALUE_TAG, tag_len) + len_field_size(VALUE_HISTO, histo_size);
+    size_t summary_size = len_field_size(SUMMARY_VALUE, value_size);
+    size_t event_size = event_head_size(step) + len_field_size(EVENT_SUMMARY, summary_size);
+    if ((rc = record_begin(w, event_size, err)) < 0) return rc;
+    put_event_head(w, wall_time_now(), step);
+    put_len(w, EVENT_SUMMARY, summary_size);
+    put_len(w, SUMMARY_VALUE, value_size);
+    put_string(w, VALUE_TAG, tag, tag_len);
+    put_len(w, VALUE_HISTO, histo_size);
+    put_double(w, HISTO_MIN, min);
+    put_double(w, HISTO_MAX, max);
+    put_double(w, HISTO_NUM, (double)n);
+    put_double(w, HISTO_SUM, sum);
+    put_double(w, HISTO_SUM_SQUARES, sum_squares);
+    put_len(w, HISTO_BUCKET_LIMIT, packed_size);
+    for (size_t i = 0; i < nbuckets;) put_double_bits(w, limits[hist_entry(counts, nbuckets, &i)]);
+    put_len(w, HISTO_BUCKET, packed_size);
+    for (size_t i = 0; i < nbuckets;) put_double_bits(w, counts[hist_entry(counts, nbuckets, &i)]);
+    return record_end(w, event_size, err);
+}
+
+/* ---- the file ---- */
+
+/* mkdir -p: creates each missing component, then insists on a directory. */
+static int make_dirs(const char *dir, dt_err *err) {
+    int rc = 0;
+    size_t n = strlen(dir);
+    char *path = malloc(n + 1);
+    if (!path) return dt_err_set(err, DT_ENOMEM, "summary: %s: path", dir);
+    memcpy(path, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (i < n && path[i] != '/') continue;
+        char saved = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            int mkdir_errno = errno;
+            struct stat st;
+            /* An existing parent may refuse mkdir with EACCES or EROFS. */
+            if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+                rc = dt_err_set(err, DT_EIO, "summary: mkdir %s: %s", path, strerror(mkdir_errno));
+                goto fail;
+            }
+        }
+        path[i] = saved;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        rc = dt_err_set(err, DT_EIO, "summary: %s: %s", dir, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        rc = dt_err_set(err, DT_EIO, "summary: %s: exists and is not a directory", dir);
+        goto fail;
+    }
+fail:
+    free(path);
+    return rc;
+}
+
+int dt_summary_open(const char *log_dir, dt_summary_writer **out, dt_err *err) {
+    DT_ASSERT(out);
+    *out = NULL;
+    dt_summary_writer *w = NULL;
+    int rc;
+    if (!log_dir || !*log_dir)
+        return dt_err_set(err, DT_EINVAL, "summary: log dir is empty");
+    if ((rc = make_dirs(log_dir, err)) < 0) return rc;
+
+    char host[256];
+    if (gethostname(host, sizeof host) != 0 || !host[0]) strcpy(host, "localhost");
+    host[sizeof host - 1] = '\0'; /* gethostname may truncate without a NUL */
+    long long secs = (long long)time(NULL);
+
+    w = calloc(1, sizeof *w);
+    if (!w) return dt_err_set(err, DT_ENOMEM, "summary: %s: writer", log_dir);
+    size_t cap = strlen(log_dir) + strlen(host) + 64;
+    w->path = malloc(cap);
+    if (!w->path) {
+        rc = dt_err_set(err, DT_ENOMEM, "summary: %s: path", log_dir);
+        goto fail;
+    }
+    /* TF's name, zero-padded seconds included; "x" refuses to clobber another
+     * writer's file from the same second. */
+    for (int suffix = 0; suffix <= NAME_SUFFIX_MAX; suffix++) {
+        int len = snprintf(w->path, cap, "%s/events.out.tfevents.%010lld.%s", log_dir, secs, host);
+        if (suffix) snprintf(w->path + len, cap - (size_t)len, ".%d", suffix);
+        w->file = fopen(w->path, "wbx");
+        if (w->file || errno != EEXIST) break;
+    }
+    if (!w->file) {
+        rc = dt_err_set(err, DT_EIO, "summary: create %s: %s", w->path, strerror(errno));
+        goto fail;
+    }
+    if ((rc = write_file_version(w, err)) < 0) goto fail;
+    *out = w;
+    return 0;
+fail:
+    if (w && w->file) {
+        fclose(w->file);
+        remove(w->path);
+    }
+    if (w) {
+        free(w->path);
+        free(w->record);
+        free(w);
+    }
+    return rc;
+}
+
+int dt_summary_flush(dt_summary_writer *w, dt_err *err) {
+    DT_ASSERT(w);
+    if (w->failed) return fail_sticky(w, err);
+    if (fflush(w->file) != 0) {
+        w->failed = DT_EIO;
+        return dt_err_set(err, DT_EIO, "summary: %s: flush: %s", w->path, strerror(errno));
+    }
+    return 0;
+}
+
+const char *dt_summary_path(const dt_summary_writer *w) { return w->path; }
+
+void dt_summary_close(dt_summary_writer *w) {
+    if (!w) return;
+    /* fclose flushes; its failure can only be reported, the writer is gone. */
+    if (fclose(w->file) != 0 && !w->failed)
+        dt_log(DT_LOG_WARN, "summary: %s: close: %s", w->path, strerror(errno));
+    free(w->path);
+    free(w->record);
+    free(w->hist_limits);
+    free(w->hist_counts);
+    free(w);
+}
+
+/* ---- reading ---- */
+
+/* "record at byte N", or without N when f cannot tell its position. */
+static void record_where(char *buf, size_t cap, off_t at) {
+    if (at < 0) snprintf(buf, cap, "record at unknown offset");
+    else snprintf(buf, cap, "record at byte %lld", (long long)at);
+}
+
+/* A short fread: an I/O error, or a file that ends inside the record. */
+static int short_read(FILE *f, const char *where, const char *part, size_t got, uint64_t want,
+                      dt_err *err) {
+    if (ferror(f))
+        return dt_err_set(err, DT_EIO, "tfrecord: %s: read %s: %s", where, part, strerror(errno));
+    return dt_err_set(err, DT_ECORRUPT, "tfrecord: %s: truncated %s: %zu of %llu bytes", where,
+                      part, got, (unsigned long long)want);
+}
+
+int dt_tfrecord_read(FILE *f, uint8_t **data, size_t *len, dt_err *err) {
+    DT_ASSERT(f && data && len);
+    *len = 0;
+    off_t at = ftello(f);
+    char where[64];
+    record_where(where, sizeof where, at);
+
+    uint8_t header[FRAME_HEADER];
+    size_t got = fread(header, 1, sizeof header, f);
+    if (got == 0 && !ferror(f)) return 0; /* clean end between records */
+    if (got < sizeof header) return short_read(f, where, "header", got, sizeof header, err);
+    uint32_t stored = load_le32(header + 8), computed = dt_crc32c_mask(dt_crc32c(header, 8));
+    if (stored != computed)
+        return dt_err_set(err, DT_ECORRUPT,
+                          "tfrecord: %s: length crc mismatch (stored 0x%08x, computed 0x%08x)",
+                          where, stored, computed);
+    uint64_t length = load_le64(header);
+    /* The crc vouches for the length; still refuse to allocate more than the
+     * file could hold. */
+    struct stat st;
+    if (at >= 0 && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)) {
+        off_t data_at = at + FRAME_HEADER;
+        uint64_t left = st.st_size > data_at ? (uint64_t)(st.st_size - data_at) : 0;
+        if (length > left || left - length < FRAME_FOOTER)
+            return dt_err_set(err, DT_ECORRUPT,
+                              "tfrecord: %s: truncated: length %llu plus %d-byte crc, but %llu "
+                              "bytes are left",
+                              where, (unsigned long long)length, FRAME_FOOTER,
+                              (unsigned long long)left);
+    }
+    if (length > EVENT_MAX)
+        return dt_err_set(err, DT_ECORRUPT, "tfrecord: %s: length %llu exceeds %zu", where,
+                          (unsigned long long)length, EVENT_MAX);
+
+    uint8_t *grown = realloc(*data, length ? (size_t)length : 1);
+    if (!grown)
+        return dt_err_set(err, DT_ENOMEM, "tfrecord: %s: %llu bytes", where,
+                          (unsigned long long)length);
+    *data = grown;
+    got = fread(*data, 1, (size_t)length, f);
+    if (got < length) return short_read(f, where, "data", got, length, err);
+    uint8_t footer[FRAME_FOOTER];
+    got = fread(footer, 1, sizeof footer, f);
+    if (got < sizeof footer) return short_read(f, where, "data crc", got, sizeof footer, err);
+    stored = load_le32(footer);
+    computed = dt_crc32c_mask(dt_crc32c(*data, (size_t)length));
+    if (stored != computed)
+        return dt_err_set(err, DT_ECORRUPT,
+                          "tfrecord: %s: data crc mismatch (stored 0x%08x, computed 0x%08x)", where,
+                          stored, computed);
+    *len = (size_t)length;
+    return 1;
+}

@@ -1,0 +1,748 @@
+/*
+ * Suite "summary": TensorBoard event files.
+ *
+ * The writer encodes Events by hand; these tests read its files back two
+ * independent ways: the TFRecord framing with a bit-at-a-time CRC-32C written
+ * here (not lib/crc32c), and the Events with a nanopb decoder generated from
+ * proto/tensorboard.proto (TensorFlow's field numbers). dt_tfrecord_read is
+ * checked against every single-byte corruption and every truncation of a
+ * file, and the writer against a file-size limit hit after every few bytes.
+ * When the tensorboard Python package is installed, its own loader must read
+ * the scalars too; otherwise that check is skipped.
+ */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <pb_decode.h>
+
+#include "proc.h"
+#include "suites.h"
+#include "summary.h"
+#include "tensorboard.pb.h"
+
+#define MAX_RECORDS 256
+#define MAX_EVENTS 8 /* decoded Events are ~26 KB each */
+
+static char *tmp; /* the test's temp dir */
+
+static void suite_setup(void) {
+    if (dt_test_tmp_begin() != 0) fprintf(stderr, "summary: cannot make the suite's temp dir\n");
+}
+
+static void setup(void) {
+    tmp = dt_test_tempdir();
+    ck_assert_msg(tmp != NULL, "cannot make a temp dir");
+}
+
+static void teardown(void) {
+    dt_test_rmtree(tmp);
+    free(tmp);
+    tmp = NULL;
+}
+
+static double now_secs(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* ---- an independent CRC-32C and TFRecord framing ---- */
+
+static uint32_t slow_crc32c(const uint8_t *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+    }
+    return ~c;
+}
+
+static uint32_t slow_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+static uint64_t le(const uint8_t *p, int bytes) {
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+/* Walks a whole file's framing; fills ends[] with each record's end offset.
+ * Fails the test on any bad crc or a tail that is not a whole record. */
+static int check_framing(const uint8_t *file, size_t size, size_t *ends, int max) {
+    size_t at = 0;
+    int count = 0;
+    while (at < size) {
+        ck_assert_msg(size - at >= 16, "record at byte %zu: %zu bytes left", at, size - at);
+        uint64_t length = le(file + at, 8);
+        ck_assert_uint_eq(le(file + at + 8, 4), slow_mask(slow_crc32c(file + at, 8)));
+        ck_assert_msg(length <= size - at - 16, "record at byte %zu: length %llu", at,
+                      (unsigned long long)length);
+        ck_assert_uint_eq(le(file + at + 12 + length, 4),
+                          slow_mask(slow_crc32c(file + at + 12, (size_t)length)));
+        at += 16 + (size_t)length;
+        ck_assert_int_lt(count, max);
+        ends[count++] = at;
+    }
+    return count;
+}
+
+/* ---- reading events back ---- */
+
+/* Reads every record of path with dt_tfrecord_read and decodes the first
+ * `max` with nanopb. Returns the record count; fails the test on any error. */
+static int load_events(const char *path, tensorflow_Event *events, int max) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    uint8_t *data = NULL;
+    size_t len = 0;
+    dt_err err = {0};
+    int count = 0, rc;
+    while ((rc = dt_tfrecord_read(f, &data, &len, &err)) == 1) {
+        if (count < max) {
+            pb_istream_t in = pb_istream_from_buffer(data, len);
+            ck_assert_msg(pb_decode(&in, tensorflow_Event_fields, &events[count]),
+                          "record %d: decode: %s", count, PB_GET_ERROR(&in));
+        }
+        count++;
+    }
+    ck_assert_msg(rc == 0, "%s: record %d: %s", path, count, err.msg);
+    free(data);
+    fclose(f);
+    return count;
+}
+
+/* Reads records from f until the end or an error: returns the count of good
+ * records, and the final code (0 at a clean end) in *rc. */
+static int read_until_error(FILE *f, int *rc, dt_err *err) {
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int count = 0;
+    while ((*rc = dt_tfrecord_read(f, &data, &len, err)) == 1) count++;
+    free(data);
+    return count;
+}
+
+static uint8_t *slurp(const char *path, size_t *size) {
+    char *text = dt_test_read_file(path, size);
+    ck_assert_msg(text != NULL, "cannot read %s", path);
+    return (uint8_t *)text;
+}
+
+static void spit(const char *path, const uint8_t *data, size_t size) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    ck_assert_uint_eq(fwrite(data, 1, size, f), size);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static const char *base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* ---- scalars ---- */
+
+static const char *const scalar_tags[] = {"loss", "accuracy", "global_step/sec"};
+static const int64_t scalar_steps[] = {0, 10, -1, (int64_t)1 << 40};
+static const double scalar_values[][3] = {
+    {2.302585, 0.1, 0.0},
+    {0.693, 0.75, 123.5},
+    {-1e-3, 1e40, NAN}, /* 1e40 overflows float: stored as inf, as TF would */
+    {1e-30, 1.0 / 3.0, 5e6},
+};
+#define N_SCALAR_EVENTS ((int)(sizeof scalar_steps / sizeof *scalar_steps))
+
+/* Opens a writer in dir and writes the scalar fixture. */
+static dt_summary_writer *write_scalars(const char *dir) {
+    dt_summary_writer *w = NULL;
+    dt_err err = {0};
+    ck_assert_msg(dt_summary_open(dir, &w, &err) == 0, "open: %s", err.msg);
+    for (int e = 0; e < N_SCALAR_EVENTS; e++)
+        ck_assert_msg(dt_summary_scalars(w, scalar_steps[e], scalar_tags, scalar_values[e], 3,
+                                         &err) == 0,
+                      "event %d: %s", e, err.msg);
+    ck_assert_msg(dt_summary_flush(w, &err) == 0, "flush: %s", err.msg);
+    return w;
+}
+
+START_TEST(scalars_round_trip) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/logs/run 1", tmp); /* nested and missing: made on open */
+    double before = now_secs();
+    dt_summary_writer *w = write_scalars(dir);
+    char path[1200];
+    snprintf(path, sizeof path, "%s", dt_summary_path(w));
+    dt_summary_close(w);
+    double after = now_secs();
+
+    tensorflow_Event *ev = calloc(MAX_EVENTS, sizeof *ev);
+    ck_assert_ptr_nonnull(ev);
+    int count = load_events(path, ev, MAX_EVENTS);
+    ck_assert_int_eq(count, 1 + N_SCALAR_EVENTS);
+
+    ck_assert_uint_eq(ev[0].which_what, tensorflow_Event_file_version_tag);
+    ck_assert_str_eq(ev[0].what.file_version, "brain.Event:2");
+    ck_assert_int_eq(ev[0].step, 0);
+    int fractional = 0;
+    for (int i = 0; i < count; i++) {
+        ck_assert_msg(ev[i].wall_time >= before - 1e-3 && ev[i].wall_time <= after + 1e-3,
+                      "event %d: wall_time %.6f outside [%.6f, %.6f]", i, ev[i].wall_time, before,
+                      after);
+        if (i > 0) ck_assert(ev[i].wall_time >= ev[i - 1].wall_time);
+        if (ev[i].wall_time != floor(ev[i].wall_time)) fractional++;
+    }
+    ck_assert_msg(fractional > 0, "wall_time has no sub-second part");
+
+    for (int e = 0; e < N_SCALAR_EVENTS; e++) {
+        const tensorflow_Event *x = &ev[1 + e];
+        ck_assert_uint_eq(x->which_what, tensorflow_Event_summary_tag);
+        ck_assert_int_eq(x->step, scalar_steps[e]);
+        ck_assert_uint_eq(x->what.summary.value_count, 3);
+        for (int v = 0; v < 3; v++) {
+            const tensorflow_Summary_Value *value = &x->what.summary.value[v];
+            ck_assert_str_eq(value->tag, scalar_tags[v]);
+            ck_assert_uint_eq(value->which_value, tensorflow_Summary_Value_simple_value_tag);
+            double want = scalar_values[e][v];
+            float got = value->value.simple_value;
+            if (isnan(want)) ck_assert(isnan(got));
+            else if (want > 3.5e38) ck_assert(isinf(got) && got > 0);
+            else ck_assert_msg(got == (float)want, "event %d value %d: %.9g != %.9g", e, v,
+                               (double)got, want);
+        }
+    }
+    free(ev);
+
+    /* The framing, checked with this file's own CRC-32C. */
+    size_t size;
+    uint8_t *file = slurp(path, &size);
+    size_t ends[MAX_RECORDS];
+    ck_assert_int_eq(check_framing(file, size, ends, MAX_RECORDS), 1 + N_SCALAR_EVENTS);
+    free(file);
+}
+END_TEST
+
+/* The independent CRC-32C itself, against the standard check value. */
+START_TEST(crc_check_value) {
+    ck_assert_uint_eq(slow_crc32c((const uint8_t *)"123456789", 9), 0xE3069283u);
+}
+END_TEST
+
+/* events.out.tfevents.<secs>.<host>, with a ".N" only when the name is taken. */
+static void check_file_name(const char *path, long long lo, long long hi, const char *host) {
+    const char *name = base_name(path);
+    const char *prefix = "events.out.tfevents.";
+    ck_assert_msg(strncmp(name, prefix, strlen(prefix)) == 0, "bad name %s", name);
+    const char *p = name + strlen(prefix);
+    char *end;
+    errno = 0;
+    long long secs = strtoll(p, &end, 10);
+    ck_assert_msg(errno == 0 && end - p >= 10 && *end == '.', "bad seconds in %s", name);
+    for (const char *d = p; d < end; d++) ck_assert_msg(*d >= '0' && *d <= '9', "%s", name);
+    ck_assert_msg(secs >= lo && secs <= hi, "%s: %lld not in [%lld, %lld]", name, secs, lo, hi);
+    p = end + 1;
+    ck_assert_msg(strncmp(p, host, strlen(host)) == 0, "%s: host is not %s", name, host);
+    p += strlen(host);
+    if (*p) {
+        ck_assert_msg(*p == '.' && p[1], "%s: junk after the host", name);
+        for (p++; *p; p++) ck_assert_msg(*p >= '0' && *p <= '9', "%s: bad suffix", name);
+    }
+}
+
+START_TEST(file_name) {
+    char host[256];
+    ck_assert_int_eq(gethostname(host, sizeof host), 0);
+    host[sizeof host - 1] = '\0';
+    long long lo = (long long)time(NULL);
+    dt_err err = {0};
+    dt_summary_writer *a = NULL, *b = NULL;
+    ck_assert_msg(dt_summary_open(tmp, &a, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_summary_open(tmp, &b, &err) == 0, "%s", err.msg);
+    long long hi = (long long)time(NULL);
+    check_file_name(dt_summary_path(a), lo, hi, host);
+    check_file_name(dt_summary_path(b), lo, hi, host);
+    ck_assert_str_ne(dt_summary_path(a), dt_summary_path(b)); /* never clobbered */
+    /* Both files live in tmp and are whole. */
+    ck_assert_int_eq(strncmp(dt_summary_path(a), tmp, strlen(tmp)), 0);
+    dt_summary_close(a);
+    dt_summary_close(b);
+    dt_summary_close(NULL);
+}
+END_TEST
+
+START_TEST(open_errors) {
+    dt_err err = {0};
+    dt_summary_writer *w = (dt_summary_writer *)&err; /* must come back NULL */
+    char file[1100];
+    snprintf(file, sizeof file, "%s/plain", tmp);
+    ck_assert_int_eq(dt_test_write_file(file, "x"), 0);
+    ck_assert_int_eq(dt_summary_open(file, &w, &err), DT_EIO);
+    ck_assert_ptr_null(w);
+    ck_assert_msg(strstr(err.msg, file) && strstr(err.msg, "not a directory"), "%s", err.msg);
+
+    dt_err_clear(&err);
+    char below[1200];
+    snprintf(below, sizeof below, "%s/plain/sub", tmp);
+    ck_assert_int_eq(dt_summary_open(below, &w, &err), DT_EIO);
+    ck_assert_ptr_null(w);
+    ck_assert_msg(strstr(err.msg, "mkdir") && strstr(err.msg, below), "%s", err.msg);
+
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_summary_open("", &w, &err), DT_EINVAL);
+    ck_assert_ptr_null(w);
+}
+END_TEST
+
+/* ---- bad tags and values write nothing ---- */
+
+static long file_size(const char *path) {
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    return (long)st.st_size;
+}
+
+static char long_tag[DT_SUMMARY_TAG_MAX + 2];
+
+START_TEST(bad_tags) {
+    dt_err err = {0};
+    dt_summary_writer *w = NULL;
+    ck_assert_msg(dt_summary_open(tmp, &w, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(dt_summary_flush(w, &err), 0);
+    long size = file_size(dt_summary_path(w));
+    double values[2] = {1.0, 2.0};
+
+    memset(long_tag, 'a', sizeof long_tag - 1);
+    struct {
+        const char *tag;
+        const char *needle;
+    } bad[] = {
+        {NULL, "tags[1] is NULL"},
+        {"", "tags[1] is empty"},
+        {"loss\xff", "tags[1] is not valid UTF-8"},
+        {"\xc0\xaf", "tags[1] is not valid UTF-8"},     /* overlong '/' */
+        {"\xed\xa0\x80", "tags[1] is not valid UTF-8"}, /* a surrogate */
+        {"caf\xc3", "tags[1] is not valid UTF-8"},      /* cut mid-character */
+        {long_tag, "tags[1] \"aaaa"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *tags[2] = {"ok", bad[i].tag};
+        dt_err_clear(&err);
+        ck_assert_int_eq(dt_summary_scalars(w, 5, tags, values, 2, &err), DT_EINVAL);
+        ck_assert_msg(strstr(err.msg, bad[i].needle) && strstr(err.msg, dt_summary_path(w)),
+                      "case %zu: %s", i, err.msg);
+    }
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_summary_histogram(w, 5, "", values, 2, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "histogram tag is empty"), "%s", err.msg);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_summary_scalars(w, 5, NULL, NULL, -1, &err), DT_EINVAL);
+
+    /* Nothing reached the file, and the writer still works. */
+    ck_assert_int_eq(dt_summary_flush(w, &err), 0);
+    ck_assert_int_eq(file_size(dt_summary_path(w)), size);
+    const char *tags[2] = {"loss/\xce\xbb", "\xf0\x9f\x93\x88"}; /* "loss/λ", an emoji */
+    dt_err_clear(&err);
+    ck_assert_msg(dt_summary_scalars(w, 6, tags, values, 2, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_summary_scalars(w, 7, tags, values, 0, &err) == 0, "%s", err.msg);
+    char path[1200];
+    snprintf(path, sizeof path, "%s", dt_summary_path(w));
+    dt_summary_close(w);
+
+    tensorflow_Event *ev = calloc(MAX_EVENTS, sizeof *ev);
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_int_eq(load_events(path, ev, MAX_EVENTS), 3);
+    ck_assert_str_eq(ev[1].what.summary.value[0].tag, tags[0]);
+    ck_assert_str_eq(ev[1].what.summary.value[1].tag, tags[1]);
+    ck_assert_int_eq(ev[2].step, 7);
+    ck_assert_uint_eq(ev[2].which_what, tensorflow_Event_summary_tag);
+    ck_assert_uint_eq(ev[2].what.summary.value_count, 0);
+    free(ev);
+}
+END_TEST
+
+/* ---- histograms ---- */
+
+/* Checks a decoded histogram against the values it was built from: the
+ * statistics, ascending limits from TF's default set, no two empty buckets in
+ * a row, and each count equal to the values in [limit[i-1], limit[i]). */
+static void check_histogram(const tensorflow_HistogramProto *h, const double *values, int n) {
+    double min = values[0], max = values[0], sum = 0, sum_squares = 0;
+    for (int i = 0; i < n; i++) {
+        min = fmin(min, values[i]);
+        max = fmax(max, values[i]);
+        sum += values[i];
+        sum_squares += values[i] * values[i];
+    }
+    ck_assert_double_eq(h->min, min);
+    ck_assert_double_eq(h->max, max);
+    ck_assert_double_eq(h->num, n);
+    ck_assert_double_eq_tol(h->sum, sum, 1e-9 * (1 + fabs(sum)));
+    ck_assert_double_eq_tol(h->sum_squares, sum_squares, 1e-9 * (1 + sum_squares));
+    ck_assert_uint_eq(h->bucket_limit_count, h->bucket_count);
+    ck_assert_uint_gt(h->bucket_count, 0);
+    ck_assert_double_eq(h->bucket_limit[h->bucket_count - 1], 1.7976931348623157e308);
+
+    double total = 0;
+    for (pb_size_t b = 0; b < h->bucket_count; b++) {
+        double limit = h->bucket_limit[b];
+        double lower = b ? h->bucket_limit[b - 1] : -1.7976931348623157e308;
+        if (b) ck_assert_msg(limit > lower, "limits not ascending at %u", (unsigned)b);
+        if (b) ck_assert_msg(h->bucket[b] > 0 || h->bucket[b - 1] > 0, "empty run at %u",
+                             (unsigned)b);
+        /* 0, +-DBL_MAX, or +-1e-12 * 1.1^k */
+        double a = fabs(limit);
+        if (a != 0 && a != 1.7976931348623157e308) {
+            double k = log(a / 1e-12) / log(1.1);
+            ck_assert_msg(fabs(k - round(k)) < 1e-6 && k > -0.5 && a < 1.1e20,
+                          "limit %.17g is not a TF default", limit);
+        }
+        int inside = 0;
+        for (int i = 0; i < n; i++) inside += values[i] >= lower && values[i] < limit;
+        ck_assert_msg(h->bucket[b] == inside, "bucket %u [%g, %g): %g != %d", (unsigned)b, lower,
+                      limit, h->bucket[b], inside);
+        total += h->bucket[b];
+    }
+    ck_assert_double_eq(total, n);
+}
+
+START_TEST(histogram_round_trip) {
+    dt_err err = {0};
+    dt_summary_writer *w = NULL;
+    ck_assert_msg(dt_summary_open(tmp, &w, &err) == 0, "%s", err.msg);
+    static const double small[] = {0, 1, 1, 2, 3, 5, 8, 13, -1.5, 0, 1e-13, -2.5e7};
+    int n_small = (int)(sizeof small / sizeof *small);
+    ck_assert_msg(dt_summary_histogram(w, 7, "staleness", small, n_small, &err) == 0, "%s",
+                  err.msg);
+    /* A staleness-like spread: 1000 integers in 0..49. */
+    double spread[1000];
+    for (int i = 0; i < 1000; i++) spread[i] = (double)((i * 37) % 50);
+    ck_assert_msg(dt_summary_histogram(w, 8, "ps/staleness", spread, 1000, &err) == 0, "%s",
+                  err.msg);
+    double one = 1.0;
+    ck_assert_msg(dt_summary_histogram(w, 9, "one", &one, 1, &err) == 0, "%s", err.msg);
+    char path[1200];
+    snprintf(path, sizeof path, "%s", dt_summary_path(w));
+    dt_summary_close(w);
+
+    tensorflow_Event *ev = calloc(MAX_EVENTS, sizeof *ev);
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_int_eq(load_events(path, ev, MAX_EVENTS), 4);
+    const char *tags[] = {"staleness", "ps/staleness", "one"};
+    for (int e = 1; e <= 3; e++) {
+        ck_assert_int_eq(ev[e].step, 6 + e);
+        ck_assert_uint_eq(ev[e].which_what, tensorflow_Event_summary_tag);
+        ck_assert_uint_eq(ev[e].what.summary.value_count, 1);
+        ck_assert_str_eq(ev[e].what.summary.value[0].tag, tags[e - 1]);
+        ck_assert_uint_eq(ev[e].what.summary.value[0].which_value,
+                          tensorflow_Summary_Value_histo_tag);
+    }
+    check_histogram(&ev[1].what.summary.value[0].value.histo, small, n_small);
+    check_histogram(&ev[2].what.summary.value[0].value.histo, spread, 1000);
+    /* Golden: 1.0 alone is three entries: the empty run up to the limit
+     * just below 1 (1e-12 * 1.1^289), its own bucket ending at 1e-12 * 1.1^290,
+     * and the empty run up to DBL_MAX. */
+    const tensorflow_HistogramProto *h = &ev[3].what.summary.value[0].value.histo;
+    ck_assert_uint_eq(h->bucket_count, 3);
+    ck_assert_double_eq_tol(h->bucket_limit[0], 1e-12 * pow(1.1, 289), 1e-9);
+    ck_assert_double_eq_tol(h->bucket_limit[1], 1e-12 * pow(1.1, 290), 1e-9);
+    ck_assert(h->bucket_limit[0] <= 1.0 && h->bucket_limit[1] > 1.0);
+    ck_assert_double_eq(h->bucket[0], 0);
+    ck_assert_double_eq(h->bucket[1], 1);
+    ck_assert_double_eq(h->bucket[2], 0);
+    free(ev);
+}
+END_TEST
+
+START_TEST(histogram_bad_values) {
+    dt_err err = {0};
+    dt_summary_writer *w = NULL;
+    ck_assert_msg(dt_summary_open(tmp, &w, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(dt_summary_flush(w, &err), 0);
+    long size = file_size(dt_summary_path(w));
+    double values[4] = {1, 2, 3, NAN};
+    ck_assert_int_eq(dt_summary_histogram(w, 1, "h", values, 4, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "histogram \"h\": values[3] is not finite"), "%s", err.msg);
+    values[3] = -INFINITY;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_summary_histogram(w, 1, "h", values, 4, &err), DT_EINVAL);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_summary_histogram(w, 1, "h", values, 0, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "0 values"), "%s", err.msg);
+    ck_assert_int_eq(dt_summary_flush(w, &err), 0);
+    ck_assert_int_eq(file_size(dt_summary_path(w)), size);
+    dt_summary_close(w);
+}
+END_TEST
+
+/* ---- corruption and truncation ---- */
+
+/* Writes the scalar fixture; returns its bytes and record ends. */
+static uint8_t *fixture_file(size_t *size, size_t *ends, int *count) {
+    dt_summary_writer *w = write_scalars(tmp);
+    uint8_t *file = slurp(dt_summary_path(w), size);
+    dt_summary_close(w);
+    *count = check_framing(file, *size, ends, MAX_RECORDS);
+    return file;
+}
+
+/* Start of the record holding byte `at`. */
+static size_t record_start(const size_t *ends, int count, size_t at) {
+    size_t start = 0;
+    for (int r = 0; r < count && ends[r] <= at; r++) start = ends[r];
+    return start;
+}
+
+START_TEST(flipped_byte_is_corrupt) {
+    size_t size, ends[MAX_RECORDS];
+    int count;
+    uint8_t *file = fixture_file(&size, ends, &count);
+    char path[1100], needle[64];
+    snprintf(path, sizeof path, "%s/flipped", tmp);
+    /* Every byte of the file, each flipped alone: both crcs together must
+     * catch all of them, in the record that holds the byte. */
+    for (size_t at = 0; at < size; at++) {
+        file[at] ^= 0x20;
+        spit(path, file, size);
+        file[at] ^= 0x20;
+        FILE *f = fopen(path, "rb");
+        ck_assert_ptr_nonnull(f);
+        dt_err err = {0};
+        int rc;
+        int good = read_until_error(f, &rc, &err);
+        fclose(f);
+        size_t start = record_start(ends, count, at);
+        snprintf(needle, sizeof needle, "record at byte %zu:", start);
+        ck_assert_msg(rc == DT_ECORRUPT, "byte %zu: rc %d after %d records", at, rc, good);
+        ck_assert_msg(strstr(err.msg, needle) && (strstr(err.msg, "crc mismatch") ||
+                                                  strstr(err.msg, "truncated")),
+                      "byte %zu: %s", at, err.msg);
+        int before = 0;
+        while (before < count && ends[before] <= start) before++;
+        ck_assert_int_eq(good, before);
+    }
+    free(file);
+}
+END_TEST
+
+/* Truncation at every length: a clean end at record boundaries, else
+ * DT_ECORRUPT naming the partial record. Run on a real file (where the size
+ * is known up front) and on a memory stream (where only reads tell). */
+START_TEST(truncated_is_corrupt) {
+    size_t size, ends[MAX_RECORDS];
+    int count;
+    uint8_t *file = fixture_file(&size, ends, &count);
+    char path[1100], needle[64];
+    snprintf(path, sizeof path, "%s/truncated", tmp);
+    for (size_t cut = 0; cut < size; cut++) {
+        for (int stream = 0; stream < 2; stream++) {
+            FILE *f;
+            if (stream && cut == 0) continue; /* fmemopen may refuse size 0 */
+            if (stream) {
+                f = fmemopen(file, cut, "rb");
+            } else {
+                spit(path, file, cut);
+                f = fopen(path, "rb");
+            }
+            ck_assert_ptr_nonnull(f);
+            dt_err err = {0};
+            int rc;
+            int good = read_until_error(f, &rc, &err);
+            fclose(f);
+            int whole = 0;
+            while (whole < count && ends[whole] <= cut) whole++;
+            ck_assert_int_eq(good, whole);
+            size_t start = record_start(ends, count, cut);
+            if (start == cut) {
+                ck_assert_msg(rc == 0, "cut %zu (%s): %s", cut, stream ? "memory" : "file",
+                              err.msg);
+            } else {
+                snprintf(needle, sizeof needle, "record at byte %zu: truncated", start);
+                ck_assert_msg(rc == DT_ECORRUPT && strstr(err.msg, needle), "cut %zu (%s): %d %s",
+                              cut, stream ? "memory" : "file", rc, err.msg);
+            }
+        }
+    }
+    free(file);
+}
+END_TEST
+
+/* A header whose crc is right but whose length is absurd: refused before
+ * any allocation of that size. */
+START_TEST(huge_length_is_corrupt) {
+    uint8_t rec[16] = {0};
+    uint64_t length = (uint64_t)1 << 40;
+    for (int i = 0; i < 8; i++) rec[i] = (uint8_t)(length >> (8 * i));
+    uint32_t crc = slow_mask(slow_crc32c(rec, 8));
+    for (int i = 0; i < 4; i++) rec[8 + i] = (uint8_t)(crc >> (8 * i));
+    char path[1100];
+    snprintf(path, sizeof path, "%s/huge", tmp);
+    spit(path, rec, sizeof rec);
+    uint8_t *data = NULL;
+    size_t len = 7;
+    dt_err err = {0};
+    FILE *f = fopen(path, "rb");
+    ck_assert_int_eq(dt_tfrecord_read(f, &data, &len, &err), DT_ECORRUPT);
+    ck_assert_msg(strstr(err.msg, "record at byte 0: truncated: length 1099511627776"), "%s",
+                  err.msg);
+    ck_assert_uint_eq(len, 0);
+    fclose(f);
+    dt_err_clear(&err);
+    f = fmemopen(rec, sizeof rec, "rb");
+    ck_assert_int_eq(dt_tfrecord_read(f, &data, &len, &err), DT_ECORRUPT);
+    ck_assert_msg(strstr(err.msg, "exceeds"), "%s", err.msg);
+    fclose(f);
+    free(data);
+}
+END_TEST
+
+/* ---- fault injection: the disk fills after byte N ---- */
+
+/* Writes 200 scalar events into dir with the file size limited to limit
+ * bytes. No Check calls in here: Check itself writes files, and the limit
+ * applies to them too. Returns the first failing call's code (0 if none). */
+static int write_limited(const char *dir, rlim_t limit, int *events_ok, int *later_rc,
+                         char *path, size_t path_cap, char *msg, size_t msg_cap) {
+    struct rlimit saved, lowered;
+    getrlimit(RLIMIT_FSIZE, &saved);
+    lowered = saved;
+    lowered.rlim_cur = limit;
+    dt_err err = {0};
+    dt_summary_writer *w = NULL;
+    int rc;
+    *events_ok = 0;
+    *later_rc = 0;
+    if (setrlimit(RLIMIT_FSIZE, &lowered) != 0) return 1;
+    rc = dt_summary_open(dir, &w, &err);
+    for (int e = 0; rc == 0 && e < 200; e++) {
+        rc = dt_summary_scalars(w, e, scalar_tags, scalar_values[e % 4], 3, &err);
+        if (rc == 0) ++*events_ok;
+    }
+    if (rc == 0) rc = dt_summary_flush(w, &err);
+    if (rc != 0 && w) {
+        dt_err later = {0};
+        *later_rc = dt_summary_scalars(w, 1, scalar_tags, scalar_values[0], 3, &later);
+    }
+    if (w) snprintf(path, path_cap, "%s", dt_summary_path(w));
+    dt_summary_close(w);
+    setrlimit(RLIMIT_FSIZE, &saved);
+    snprintf(msg, msg_cap, "%s", err.msg);
+    return rc;
+}
+
+START_TEST(disk_full_after_byte_n) {
+    struct sigaction ignore = {.sa_handler = SIG_IGN}, old;
+    ck_assert_int_eq(sigaction(SIGXFSZ, &ignore, &old), 0);
+    char dir[1100], path[1200], msg[DT_ERR_MSG_MAX];
+    int events_ok, later_rc;
+    snprintf(dir, sizeof dir, "%s/full", tmp);
+    ck_assert_int_eq(write_limited(dir, RLIM_INFINITY, &events_ok, &later_rc, path, sizeof path,
+                                   msg, sizeof msg),
+                     0);
+    size_t size;
+    uint8_t *file = slurp(path, &size);
+    size_t ends[MAX_RECORDS];
+    int count = check_framing(file, size, ends, MAX_RECORDS);
+    ck_assert_int_eq(count, 201);
+    ck_assert_uint_gt(size, 8192); /* larger than stdio's buffer: fwrite fails too */
+    free(file);
+
+    for (size_t limit = 0; limit < size; limit += limit < 64 ? 1 : 97) {
+        snprintf(dir, sizeof dir, "%s/limit-%zu", tmp, limit);
+        path[0] = '\0';
+        int rc = write_limited(dir, (rlim_t)limit, &events_ok, &later_rc, path, sizeof path, msg,
+                               sizeof msg);
+        ck_assert_msg(rc == DT_EIO, "limit %zu: rc %d (%s)", limit, rc, msg);
+        ck_assert_msg(strstr(msg, "summary: ") && strstr(msg, "events.out.tfevents.") &&
+                          (strstr(msg, ": write record at byte ") || strstr(msg, ": flush: ")),
+                      "limit %zu: %s", limit, msg);
+        ck_assert_int_eq(later_rc, DT_EIO); /* sticky: no record after a partial one */
+        /* What reached the disk is a prefix: whole records, then at most
+         * one partial record that the reader calls truncated. */
+        FILE *f = fopen(path, "rb");
+        ck_assert_msg(f != NULL, "limit %zu: %s", limit, path);
+        dt_err err = {0};
+        int read_rc;
+        int good = read_until_error(f, &read_rc, &err);
+        fclose(f);
+        int whole = 0;
+        while (whole < count && ends[whole] <= limit) whole++;
+        ck_assert_int_eq(good, whole);
+        ck_assert_msg(read_rc == 0 || (read_rc == DT_ECORRUPT && strstr(err.msg, "truncated")),
+                      "limit %zu: %s", limit, err.msg);
+        ck_assert_int_le(file_size(path), (long)limit);
+        dt_test_rmtree(dir);
+    }
+    sigaction(SIGXFSZ, &old, NULL);
+}
+END_TEST
+
+/* ---- TensorBoard itself, when installed ---- */
+
+START_TEST(tensorboard_reads_scalars) {
+    if (system("/usr/bin/python3 -c 'import tensorboard' >/dev/null 2>&1") != 0) return;
+    dt_summary_writer *w = write_scalars(tmp);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c '\n"
+             "import sys\n"
+             "from tensorboard.backend.event_processing.event_file_loader import "
+             "EventFileLoader\n"
+             "for e in EventFileLoader(sys.argv[1]).Load():\n"
+             "    for v in e.summary.value:\n"
+             "        x = v.tensor.float_val[0] if v.HasField(\"tensor\") else v.simple_value\n"
+             "        print(e.step, v.tag, repr(float(x)))\n"
+             "' '%s' 2>&1",
+             dt_summary_path(w));
+    dt_summary_close(w);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, p)) {
+        long long step;
+        char tag[128], value[64];
+        ck_assert_msg(sscanf(line, "%lld %127s %63s", &step, tag, value) == 3, "%s", line);
+        int e = n / 3, v = n % 3;
+        ck_assert_int_lt(e, N_SCALAR_EVENTS);
+        ck_assert_int_eq(step, scalar_steps[e]);
+        ck_assert_str_eq(tag, scalar_tags[v]);
+        double want = scalar_values[e][v], got = strtod(value, NULL);
+        if (isnan(want)) ck_assert(isnan(got));
+        else if (want > 3.5e38) ck_assert(isinf(got));
+        else ck_assert_double_eq((float)got, (float)want);
+        n++;
+    }
+    ck_assert_int_eq(pclose(p), 0);
+    ck_assert_int_eq(n, 3 * N_SCALAR_EVENTS);
+}
+END_TEST
+
+Suite *summary_suite(void) {
+    Suite *s = suite_create("summary");
+    TCase *tc = tcase_create("events");
+    tcase_add_unchecked_fixture(tc, suite_setup, dt_test_tmp_end);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, crc_check_value);
+    tcase_add_test(tc, scalars_round_trip);
+    tcase_add_test(tc, file_name);
+    tcase_add_test(tc, open_errors);
+    tcase_add_test(tc, bad_tags);
+    tcase_add_test(tc, histogram_round_trip);
+    tcase_add_test(tc, histogram_bad_values);
+    tcase_add_test(tc, flipped_byte_is_corrupt);
+    tcase_add_test(tc, truncated_is_corrupt);
+    tcase_add_test(tc, huge_length_is_corrupt);
+    tcase_add_test(tc, disk_full_after_byte_n);
+    tcase_add_test(tc, tensorboard_reads_scalars);
+    suite_add_tcase(s, tc);
+    return s;
+}
