@@ -35,7 +35,7 @@ TEST_SRC := $(wildcard test/*.c)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 BENCH_SRC := $(wildcard bench/*.c)
 
-.PHONY: all test asan bench fmt lint clean deps
+.PHONY: all test asan check bench fmt lint clean deps
 all: $(BUILD)/dtrain
 
 $(BUILD)/gen/%.pb.c $(BUILD)/gen/%.pb.h: proto/%.proto $(wildcard proto/*.options)
@@ -69,6 +69,9 @@ test: $(BUILD)/dtrain $(BUILD)/check_all
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 \
 	  SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
+
+# Everything CI runs: the suite, then the suite under the sanitizers.
+check: test asan
 
 $(BUILD)/bench_%: bench/%.c $(BUILD)/libdtrain.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
