@@ -26,12 +26,18 @@ typedef struct {
     double initial_accumulator;   /* adagrad: >= 0 */
 } dt_optim_config;
 
-/* Defaults: sgd, learning_rate 0.01, momentum 0.9, beta1 0.9, beta2 0.999,
- * epsilon 1e-7 (adam) / adagrad's initial_accumulator 0.1, as in TF1. */
+/* Defaults: sgd, learning_rate 0.01, momentum 0.9, nesterov 0, beta1 0.9,
+ * beta2 0.999, epsilon 1e-7, initial_accumulator 0.1. These are TF1's, except
+ * epsilon: TF1's AdamOptimizer defaults to 1e-8 and its AdagradOptimizer has
+ * none; 1e-7 is the later Keras default for both. */
 void dt_optim_defaults(dt_optim_config *cfg);
 
-/* Checks the name and the ranges above; errors read "optimizer: ...". */
+/* Checks the name and the ranges above (every field, whatever the name);
+ * errors read "optimizer: \"field\" must be ... (got v)". */
 int dt_optim_check(const dt_optim_config *cfg, dt_err *err) DT_WARN_UNUSED;
+
+/* The functions below take a config that passed dt_optim_check; an unknown
+ * name or a slot index out of range is a bug and aborts. */
 
 /* Slots per variable: sgd 0, momentum 1, adagrad 1, adam 2. */
 int dt_optim_num_slots(const dt_optim_config *cfg);
@@ -42,8 +48,14 @@ float dt_optim_slot_init(const dt_optim_config *cfg, int i);
 
 /*
  * Applies one update to w (n floats) from gradient g with learning rate lr
- * (already scheduled by the caller). `t` is the 1-based count of updates to
- * this variable including this one. slots has dt_optim_num_slots arrays.
+ * (already scheduled by the caller; cfg->learning_rate is not read). `t` is
+ * the 1-based count of updates to this variable including this one. slots has
+ * dt_optim_num_slots arrays. The rules are TF's training ops:
+ *   sgd       w -= lr*g
+ *   momentum  a = mu*a + g; w -= lr*a   (nesterov: w -= lr*g + lr*mu*a)
+ *   adagrad   a += g^2; w -= lr*g / (sqrt(a) + eps)   (ApplyAdagradV2)
+ *   adam      lr_t = lr*sqrt(1-b2^t)/(1-b1^t); m = b1*m + (1-b1)*g;
+ *             v = b2*v + (1-b2)*g^2; w -= lr_t*m / (sqrt(v) + eps)
  */
 void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w,
                     float *const *slots, const float *g, int64_t n);

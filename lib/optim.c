@@ -1,0 +1,172 @@
+/*
+ * optim: TensorFlow 1.x update rules on float arrays.
+ *
+ * Each rule is the one TF's training ops apply (ApplyGradientDescent,
+ * ApplyMomentum, ApplyAdagradV2, ApplyAdam), element by element, in float
+ * arithmetic like TF's float32 kernels; only the per-call scalars (Adam's
+ * bias-corrected step) are worked out in double. The loops carry no
+ * dependence between elements so the compiler can vectorise them.
+ *
+ * Invariants: the config has passed dt_optim_check (an unknown name here is a
+ * bug and aborts); slots are as long as w and hold dt_optim_num_slots arrays.
+ * Threading: no state of its own; the caller serialises updates of one
+ * variable (the ps holds its lock).
+ */
+#include "optim.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef enum { OPT_SGD, OPT_MOMENTUM, OPT_ADAGRAD, OPT_ADAM, OPT_UNKNOWN } opt_kind;
+
+static const char *const kind_names[] = {"sgd", "momentum", "adagrad", "adam"};
+
+static opt_kind kind_of(const dt_optim_config *cfg) {
+    /* A name that fills the buffer without a NUL is not a name we know. */
+    if (strnlen(cfg->name, DT_OPTIM_NAME_MAX) == DT_OPTIM_NAME_MAX) return OPT_UNKNOWN;
+    for (int k = 0; k < OPT_UNKNOWN; k++)
+        if (strcmp(cfg->name, kind_names[k]) == 0) return (opt_kind)k;
+    return OPT_UNKNOWN;
+}
+
+static opt_kind known_kind(const dt_optim_config *cfg) {
+    opt_kind k = kind_of(cfg);
+    DT_ASSERT(k != OPT_UNKNOWN); /* dt_optim_check rejects it first */
+    return k;
+}
+
+void dt_optim_defaults(dt_optim_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    strcpy(cfg->name, "sgd");
+    cfg->learning_rate = 0.01;
+    cfg->momentum = 0.9;
+    cfg->nesterov = 0;
+    cfg->beta1 = 0.9;
+    cfg->beta2 = 0.999;
+    cfg->epsilon = 1e-7;
+    cfg->initial_accumulator = 0.1;
+}
+
+/* 1 when v lies in [lo, hi) (hi_open) or [lo, hi]; NaN fails both. */
+static int in_range(double v, double lo, double hi, int hi_open) {
+    return v >= lo && (hi_open ? v < hi : v <= hi);
+}
+
+int dt_optim_check(const dt_optim_config *cfg, dt_err *err) {
+    if (kind_of(cfg) == OPT_UNKNOWN)
+        return dt_err_set(err, DT_EINVAL,
+                          "optimizer: unknown name \"%.*s\" (want sgd, momentum, adagrad or adam)",
+                          DT_OPTIM_NAME_MAX, cfg->name);
+    if (!(cfg->learning_rate > 0 && isfinite(cfg->learning_rate)))
+        return dt_err_set(err, DT_EINVAL,
+                          "optimizer: \"learning_rate\" must be a positive number (got %g)",
+                          cfg->learning_rate);
+    /* Every field is checked whatever the name, so a bad value never waits
+     * silently for the day someone switches optimizers. */
+    if (!in_range(cfg->momentum, 0, 1, 1))
+        return dt_err_set(err, DT_EINVAL, "optimizer: \"momentum\" must be in [0, 1) (got %g)",
+                          cfg->momentum);
+    if (cfg->nesterov != 0 && cfg->nesterov != 1)
+        return dt_err_set(err, DT_EINVAL, "optimizer: \"nesterov\" must be 0 or 1 (got %d)",
+                          cfg->nesterov);
+    if (!in_range(cfg->beta1, 0, 1, 1))
+        return dt_err_set(err, DT_EINVAL, "optimizer: \"beta1\" must be in [0, 1) (got %g)",
+                          cfg->beta1);
+    if (!in_range(cfg->beta2, 0, 1, 1))
+        return dt_err_set(err, DT_EINVAL, "optimizer: \"beta2\" must be in [0, 1) (got %g)",
+                          cfg->beta2);
+    if (!(cfg->epsilon > 0 && isfinite(cfg->epsilon)))
+        return dt_err_set(err, DT_EINVAL,
+                          "optimizer: \"epsilon\" must be a positive number (got %g)",
+                          cfg->epsilon);
+    if (!(cfg->initial_accumulator >= 0 && isfinite(cfg->initial_accumulator)))
+        return dt_err_set(err, DT_EINVAL,
+                          "optimizer: \"initial_accumulator\" must be a number >= 0 (got %g)",
+                          cfg->initial_accumulator);
+    return 0;
+}
+
+int dt_optim_num_slots(const dt_optim_config *cfg) {
+    switch (known_kind(cfg)) {
+    case OPT_SGD: return 0;
+    case OPT_MOMENTUM: return 1;
+    case OPT_ADAGRAD: return 1;
+    case OPT_ADAM: return 2;
+    default: return 0;
+    }
+}
+
+const char *dt_optim_slot_name(const dt_optim_config *cfg, int i) {
+    DT_ASSERT(i >= 0 && i < dt_optim_num_slots(cfg));
+    switch (known_kind(cfg)) {
+    case OPT_MOMENTUM: return "momentum";
+    case OPT_ADAGRAD: return "accumulator";
+    case OPT_ADAM: return i == 0 ? "m" : "v";
+    default: return NULL;
+    }
+}
+
+float dt_optim_slot_init(const dt_optim_config *cfg, int i) {
+    DT_ASSERT(i >= 0 && i < dt_optim_num_slots(cfg));
+    return known_kind(cfg) == OPT_ADAGRAD ? (float)cfg->initial_accumulator : 0.0f;
+}
+
+void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, float *const *slots,
+                    const float *g, int64_t n) {
+    DT_ASSERT(t >= 1 && n >= 0);
+    const float lr_f = (float)lr;
+    switch (known_kind(cfg)) {
+    case OPT_SGD:
+        /* ApplyGradientDescent: w -= lr * g */
+        for (int64_t i = 0; i < n; i++) w[i] -= lr_f * g[i];
+        break;
+    case OPT_MOMENTUM: {
+        float *accum = slots[0];
+        const float mu = (float)cfg->momentum;
+        if (cfg->nesterov) {
+            /* ApplyMomentum, use_nesterov: accum = mu*accum + g; w -= lr*g + lr*mu*accum */
+            for (int64_t i = 0; i < n; i++) {
+                accum[i] = mu * accum[i] + g[i];
+                w[i] -= lr_f * g[i] + lr_f * mu * accum[i];
+            }
+        } else {
+            /* ApplyMomentum: accum = mu*accum + g; w -= lr*accum */
+            for (int64_t i = 0; i < n; i++) {
+                accum[i] = mu * accum[i] + g[i];
+                w[i] -= lr_f * accum[i];
+            }
+        }
+        break;
+    }
+    case OPT_ADAGRAD: {
+        /* ApplyAdagradV2: accum += g^2; w -= lr * g / (sqrt(accum) + eps).
+         * TF1's AdagradOptimizer uses ApplyAdagrad, the same rule without
+         * eps; the tiny eps (1e-7 by default) only matters when accum is 0,
+         * where it turns a 0/0 NaN into no step. */
+        float *accum = slots[0];
+        const float eps = (float)cfg->epsilon;
+        for (int64_t i = 0; i < n; i++) {
+            accum[i] += g[i] * g[i];
+            w[i] -= lr_f * g[i] / (sqrtf(accum[i]) + eps);
+        }
+        break;
+    }
+    case OPT_ADAM: {
+        /* ApplyAdam: lr_t = lr*sqrt(1-b2^t)/(1-b1^t); m = b1*m + (1-b1)*g;
+         * v = b2*v + (1-b2)*g^2; w -= lr_t * m / (sqrt(v) + eps) */
+        float *m = slots[0], *v = slots[1];
+        const double b1 = cfg->beta1, b2 = cfg->beta2;
+        const float lr_t =
+            (float)(lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t)));
+        const float b1_f = (float)b1, b2_f = (float)b2, eps = (float)cfg->epsilon;
+        const float one_b1 = (float)(1.0 - b1), one_b2 = (float)(1.0 - b2);
+        for (int64_t i = 0; i < n; i++) {
+            m[i] = b1_f * m[i] + one_b1 * g[i];
+            v[i] = b2_f * v[i] + one_b2 * g[i] * g[i];
+            w[i] -= lr_t * m[i] / (sqrtf(v[i]) + eps);
+        }
+        break;
+    }
+    default: break;
+    }
+}
