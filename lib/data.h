@@ -6,6 +6,17 @@
  * shards are disjoint and together cover the data set. Each epoch the shard's
  * order is reshuffled with a generator seeded by (seed, shard, epoch), so runs
  * repeat exactly.
+ *
+ * Sources (job->data):
+ *   "line"  x_i = linspace(-1, 1, N) (x = 0 when N is 1), y_i = 2 x_i +
+ *           noise z_i; num_features must be 1. Held in memory.
+ *   "wide"  F = num_features; x_ij uniform in [-1, 1), y_i = sum_j x_ij w*_j /
+ *           sqrt(F) + noise z_i, w*_j standard normal, no bias. Each example
+ *           is regenerated from (seed, i) when drawn; only w* (F) is kept.
+ * z_i is standard normal. Every value depends only on the seed and the
+ * example's index, never on the sharding.
+ *
+ * A dataset is used by one thread at a time.
  */
 #ifndef DT_DATA_H
 #define DT_DATA_H
@@ -24,19 +35,37 @@ typedef struct {
 
 typedef struct dt_dataset dt_dataset; /* opaque; owns its buffers */
 
-/* Opens the job's data source and keeps shard `shard` of `num_shards`. */
+/* Opens the job's data source and keeps shard `shard` of `num_shards`.
+ * Reads job->data, num_features, num_examples, noise and seed. Errors (*out
+ * stays NULL): unknown source, a field out of range (named in the message),
+ * shard out of range, an empty shard (more shards than examples), no memory. */
 int dt_data_open(const dt_job *job, int shard, int num_shards, dt_dataset **out,
                  dt_err *err) DT_WARN_UNUSED;
 /* Examples in this shard. */
 int64_t dt_data_size(const dt_dataset *ds);
 /* Completed passes over the shard so far. */
 int dt_data_epoch(const dt_dataset *ds);
-/* Fills out with the next min(batch_size, shard size) examples, wrapping into
- * the next (reshuffled) epoch. The batch stays valid until the next call. */
+/* Fills out with the next min(batch_size, examples left in this epoch)
+ * examples, then wraps into the next (reshuffled) epoch once the pass is used
+ * up. A batch never spans two epochs, so the last batch of a pass is short
+ * when batch_size does not divide the shard size. The batch is borrowed from
+ * ds and stays valid until the next call; its buffers grow to the largest
+ * batch_size asked for and are then reused. Errors: batch_size < 1, no memory. */
 int dt_data_next(dt_dataset *ds, int batch_size, dt_batch *out, dt_err *err) DT_WARN_UNUSED;
 /* Every example of the shard in index order, for evaluation and tests. Only
  * for sources that are held in memory ("line"); DT_EPRECOND otherwise. */
 int dt_data_all(dt_dataset *ds, dt_batch *out, dt_err *err) DT_WARN_UNUSED;
 void dt_data_free(dt_dataset *ds); /* NULL is a no-op */
+
+/* "wide": the true weights w* (F), borrowed from ds; NULL for other sources. */
+const float *dt_data_true_weights(const dt_dataset *ds);
+
+/* A standard normal from a splitmix64 stream: advances *state by two steps
+ * (Box-Muller). Deterministic for a given state. */
+double dt_data_normal(uint64_t *state);
+/* Fills out (n) with normals of mean 0 and standard deviation stddev from the
+ * stream *state, using both of Box-Muller's outputs; for bulk initialisation
+ * (true weights, model init). */
+void dt_data_normals(uint64_t *state, float *out, int64_t n, double stddev);
 
 #endif

@@ -1,0 +1,341 @@
+/*
+ * data: synthetic training sets, sharded and shuffled into minibatches.
+ *
+ * Sources (job->data):
+ *   line  the TF tutorial's set: x_i = linspace(-1, 1, N), y_i = 2 x_i +
+ *         noise z_i. One feature; the shard's examples are held in memory.
+ *   wide  F features, y_i = sum_j x_ij w*_j / sqrt(F) + noise z_i with x_ij
+ *         uniform in [-1, 1) and w*_j standard normal. Nothing of size N*F is
+ *         kept: every example is a pure function of (seed, i), regenerated
+ *         into the batch buffer when it is drawn. Only w* (F), one normal
+ *         stream of the seed, is kept.
+ *
+ * Every random number comes from a counter-based hash (splitmix64's
+ * finaliser) of the seed, a stream constant and an index, so example i is the
+ * same on every worker and in every epoch, whatever the sharding, and no
+ * state has to be replayed to reach it. Normals are Box-Muller.
+ *
+ * Shuffling: at the start of each epoch the shard's order is reset to index
+ * order and Fisher-Yates-shuffled with a generator seeded by (seed, shard,
+ * epoch), so epoch e's order depends on nothing else.
+ *
+ * Invariants: 0 <= pos < size; order holds a permutation of 0..size-1
+ * (shard-local indices; local k is global index shard + k * num_shards).
+ * Threading: a dataset belongs to one thread; separate datasets share nothing.
+ */
+#include "data.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GOLDEN 0x9e3779b97f4a7c15ULL
+
+/* Stream constants keep the random numbers of different purposes apart. */
+#define STREAM_NOISE 0x6e6f697365000001ULL   /* z_i */
+#define STREAM_X 0x78000000000000a3ULL       /* wide: x_ij */
+#define STREAM_WEIGHT 0x77737461720000c5ULL  /* wide: w*_j */
+#define STREAM_SHUFFLE 0x73687566666c65e7ULL /* epoch order */
+
+/* Columns generated at a time in a wide row, so the row's dot product with
+ * w* reads them while they are still in cache. Even, so pairs never split. */
+#define WIDE_CHUNK 4096
+
+enum { SRC_LINE, SRC_WIDE };
+
+struct dt_dataset {
+    int source;           /* SRC_LINE or SRC_WIDE */
+    int features;         /* F */
+    int64_t num_examples; /* N, whole data set */
+    int shard, num_shards;
+    int64_t size; /* examples in this shard */
+    uint64_t seed;
+    double noise;
+
+    int epoch;      /* completed passes */
+    int64_t pos;    /* next position in order */
+    int64_t *order; /* (size) shard-local indices, this epoch's order */
+
+    float *line_x, *line_y; /* (size) line: the shard in index order */
+    float *true_w;          /* (F) wide: w* */
+
+    float *batch_x; /* (batch_cap, F) reused across calls */
+    float *batch_y; /* (batch_cap) */
+    int batch_cap;
+};
+
+/* splitmix64's finaliser: a bijective 64-bit mix. */
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* A generator state (or row key) for item i of a stream. */
+static uint64_t key_of(uint64_t seed, uint64_t stream, uint64_t i) {
+    return mix64(mix64(seed ^ stream) + (i + 1) * GOLDEN);
+}
+
+static uint64_t next_u64(uint64_t *state) {
+    *state += GOLDEN;
+    return mix64(*state);
+}
+
+/* Box-Muller: two uniforms make two independent standard normals. u1 is in
+ * (0, 1] so log(u1) is finite; u2 in [0, 1). 53 bits each. */
+static void normal_pair(uint64_t *state, double *z0, double *z1) {
+    double u1 = (double)((next_u64(state) >> 11) + 1) * 0x1.0p-53;
+    double u2 = (double)(next_u64(state) >> 11) * 0x1.0p-53;
+    double radius = sqrt(-2.0 * log(u1)), angle = 6.283185307179586 * u2;
+    *z0 = radius * cos(angle);
+    *z1 = radius * sin(angle);
+}
+
+double dt_data_normal(uint64_t *state) {
+    double z0, z1;
+    normal_pair(state, &z0, &z1);
+    return z0;
+}
+
+void dt_data_normals(uint64_t *state, float *out, int64_t n, double stddev) {
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        double z0, z1;
+        normal_pair(state, &z0, &z1);
+        out[j] = (float)(stddev * z0);
+        out[j + 1] = (float)(stddev * z1);
+    }
+    if (j < n) out[j] = (float)(stddev * dt_data_normal(state));
+}
+
+/* The noise of global example i: the same wherever it is drawn. */
+static double noise_of(const dt_dataset *ds, int64_t i) {
+    if (ds->noise == 0) return 0;
+    uint64_t state = key_of(ds->seed, STREAM_NOISE, (uint64_t)i);
+    return ds->noise * dt_data_normal(&state);
+}
+
+/* 24 random bits to a float in [-1, 1); exact, since 24 bits fit a float. */
+static inline float unit_float(uint32_t bits24) {
+    return (float)bits24 * (1.0f / 8388608.0f) - 1.0f;
+}
+
+/* Columns [c0, c0 + len) of a wide row with key `key`; c0 is even. Column j
+ * takes the high (j even) or low (j odd) 24-bit half of hash pair j/2, so one
+ * 64-bit mix serves two columns. No loop-carried state: it vectorises. */
+static void wide_fill(float *x, int len, uint64_t key, int64_t c0) {
+    uint64_t base = key + ((uint64_t)c0 / 2 + 1) * GOLDEN;
+    int pairs = len / 2;
+    for (int p = 0; p < pairs; p++) {
+        uint64_t h = mix64(base + (uint64_t)p * GOLDEN);
+        x[2 * p] = unit_float((uint32_t)(h >> 40));
+        x[2 * p + 1] = unit_float((uint32_t)(h >> 8) & 0xffffffu);
+    }
+    if (len & 1) x[len - 1] = unit_float((uint32_t)(mix64(base + (uint64_t)pairs * GOLDEN) >> 40));
+}
+
+/* Dot product in double with eight fixed lanes: the summation order is fixed
+ * by the source, so the result does not depend on how it is vectorised. */
+static double dot_f64(const float *a, const float *b, int n) {
+    double lane[8] = {0};
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) lane[k] += (double)a[j + k] * (double)b[j + k];
+    double sum = 0;
+    for (; j < n; j++) sum += (double)a[j] * (double)b[j];
+    for (int k = 0; k < 8; k++) sum += lane[k];
+    return sum;
+}
+
+/* Writes wide example i: x (F) and its label. */
+static void wide_example(const dt_dataset *ds, int64_t i, float *x, float *y) {
+    uint64_t key = key_of(ds->seed, STREAM_X, (uint64_t)i);
+    double acc = 0;
+    for (int64_t c0 = 0; c0 < ds->features; c0 += WIDE_CHUNK) {
+        int len = (int)(ds->features - c0 < WIDE_CHUNK ? ds->features - c0 : WIDE_CHUNK);
+        wide_fill(x + c0, len, key, c0);
+        acc += dot_f64(x + c0, ds->true_w + c0, len);
+    }
+    *y = (float)(acc / sqrt((double)ds->features) + noise_of(ds, i));
+}
+
+/* Resets the order to index order and shuffles it for ds->epoch. */
+static void shuffle(dt_dataset *ds) {
+    for (int64_t k = 0; k < ds->size; k++) ds->order[k] = k;
+    uint64_t state =
+        mix64(mix64(mix64(ds->seed ^ STREAM_SHUFFLE) + (uint64_t)ds->shard) + (uint64_t)ds->epoch);
+    /* Fisher-Yates. The modulo bias is below size / 2^64: negligible. */
+    for (int64_t k = ds->size - 1; k > 0; k--) {
+        int64_t r = (int64_t)(next_u64(&state) % (uint64_t)(k + 1));
+        int64_t tmp = ds->order[k];
+        ds->order[k] = ds->order[r];
+        ds->order[r] = tmp;
+    }
+}
+
+int dt_data_open(const dt_job *job, int shard, int num_shards, dt_dataset **out, dt_err *err) {
+    *out = NULL;
+    int source;
+    if (strncmp(job->data, "line", sizeof job->data) == 0)
+        source = SRC_LINE;
+    else if (strncmp(job->data, "wide", sizeof job->data) == 0)
+        source = SRC_WIDE;
+    else
+        return dt_err_set(err, DT_EINVAL,
+                          "data: \"data\": unknown source \"%.*s\" (want line or wide)",
+                          (int)sizeof job->data, job->data);
+    if (job->num_examples < 1)
+        return dt_err_set(err, DT_EINVAL, "data: \"num_examples\" must be >= 1 (got %lld)",
+                          (long long)job->num_examples);
+    if (!(job->noise >= 0 && isfinite(job->noise)))
+        return dt_err_set(err, DT_EINVAL, "data: \"noise\" must be a number >= 0 (got %g)",
+                          job->noise);
+    if (source == SRC_LINE && job->num_features != 1)
+        return dt_err_set(err, DT_EINVAL,
+                          "data: \"num_features\" must be 1 for the line source (got %d)",
+                          job->num_features);
+    if (job->num_features < 1)
+        return dt_err_set(err, DT_EINVAL, "data: \"num_features\" must be >= 1 (got %d)",
+                          job->num_features);
+    if (num_shards < 1 || shard < 0 || shard >= num_shards)
+        return dt_err_set(err, DT_EINVAL, "data: shard %d of %d is out of range", shard,
+                          num_shards);
+    if (shard >= job->num_examples)
+        return dt_err_set(err, DT_EINVAL,
+                          "data: shard %d of %d is empty: only %lld examples in \"num_examples\"",
+                          shard, num_shards, (long long)job->num_examples);
+
+    int rc = 0;
+    dt_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) return dt_err_set(err, DT_ENOMEM, "data: out of memory");
+    ds->source = source;
+    ds->features = job->num_features;
+    ds->num_examples = job->num_examples;
+    ds->shard = shard;
+    ds->num_shards = num_shards;
+    ds->size = (job->num_examples - 1 - shard) / num_shards + 1; /* shard < N */
+    ds->seed = job->seed;
+    ds->noise = job->noise;
+
+    if ((uint64_t)ds->size > SIZE_MAX / sizeof *ds->order ||
+        !(ds->order = malloc((size_t)ds->size * sizeof *ds->order))) {
+        rc = dt_err_set(err, DT_ENOMEM, "data: cannot hold the order of %lld examples",
+                        (long long)ds->size);
+        goto fail;
+    }
+    if (source == SRC_LINE) {
+        ds->line_x = malloc((size_t)ds->size * sizeof *ds->line_x);
+        ds->line_y = malloc((size_t)ds->size * sizeof *ds->line_y);
+        if (!ds->line_x || !ds->line_y) {
+            rc = dt_err_set(err, DT_ENOMEM, "data: cannot hold %lld examples", (long long)ds->size);
+            goto fail;
+        }
+        for (int64_t k = 0; k < ds->size; k++) {
+            int64_t i = shard + k * num_shards;
+            /* linspace(-1, 1, N); a single example sits at 0. */
+            double x = ds->num_examples == 1
+                           ? 0.0
+                           : -1.0 + 2.0 * (double)i / (double)(ds->num_examples - 1);
+            ds->line_x[k] = (float)x;
+            ds->line_y[k] = (float)(2.0 * x + noise_of(ds, i));
+        }
+    } else {
+        ds->true_w = malloc((size_t)ds->features * sizeof *ds->true_w);
+        if (!ds->true_w) {
+            rc = dt_err_set(err, DT_ENOMEM, "data: cannot hold %d true weights", ds->features);
+            goto fail;
+        }
+        uint64_t state = key_of(ds->seed, STREAM_WEIGHT, 0);
+        dt_data_normals(&state, ds->true_w, ds->features, 1.0);
+    }
+    shuffle(ds);
+    *out = ds;
+    return 0;
+fail:
+    dt_data_free(ds);
+    return rc;
+}
+
+int64_t dt_data_size(const dt_dataset *ds) { return ds->size; }
+
+int dt_data_epoch(const dt_dataset *ds) { return ds->epoch; }
+
+const float *dt_data_true_weights(const dt_dataset *ds) { return ds->true_w; }
+
+/* Makes room for `rows` examples in the batch buffers. They only grow, so a
+ * steady batch size allocates once. */
+static int reserve(dt_dataset *ds, int rows, dt_err *err) {
+    if (rows <= ds->batch_cap) return 0;
+    if ((uint64_t)rows * (uint64_t)ds->features > SIZE_MAX / sizeof(float))
+        return dt_err_set(err, DT_EINVAL, "data: a batch of %d x %d floats is too large", rows,
+                          ds->features);
+    free(ds->batch_x);
+    free(ds->batch_y);
+    ds->batch_cap = 0;
+    ds->batch_x = malloc((size_t)rows * (size_t)ds->features * sizeof(float));
+    ds->batch_y = malloc((size_t)rows * sizeof(float));
+    if (!ds->batch_x || !ds->batch_y)
+        return dt_err_set(err, DT_ENOMEM, "data: cannot allocate a batch of %d x %d floats", rows,
+                          ds->features);
+    ds->batch_cap = rows;
+    return 0;
+}
+
+int dt_data_next(dt_dataset *ds, int batch_size, dt_batch *out, dt_err *err) {
+    memset(out, 0, sizeof *out);
+    if (batch_size < 1)
+        return dt_err_set(err, DT_EINVAL, "data: next: batch size must be >= 1 (got %d)",
+                          batch_size);
+    /* A batch never spans two epochs: the last one of a pass may be short. */
+    int64_t left = ds->size - ds->pos;
+    int rows = left < batch_size ? (int)left : batch_size;
+    int rc = reserve(ds, rows, err);
+    if (rc < 0) return rc;
+    const int64_t F = ds->features;
+    for (int r = 0; r < rows; r++) {
+        int64_t k = ds->order[ds->pos + r];
+        if (ds->source == SRC_LINE) {
+            ds->batch_x[r] = ds->line_x[k];
+            ds->batch_y[r] = ds->line_y[k];
+        } else {
+            wide_example(ds, ds->shard + k * ds->num_shards, ds->batch_x + r * F, &ds->batch_y[r]);
+        }
+    }
+    ds->pos += rows;
+    if (ds->pos == ds->size) {
+        ds->epoch++;
+        ds->pos = 0;
+        shuffle(ds);
+    }
+    out->rows = rows;
+    out->cols = ds->features;
+    out->x = ds->batch_x;
+    out->y = ds->batch_y;
+    return 0;
+}
+
+int dt_data_all(dt_dataset *ds, dt_batch *out, dt_err *err) {
+    memset(out, 0, sizeof *out);
+    if (ds->source != SRC_LINE)
+        return dt_err_set(err, DT_EPRECOND,
+                          "data: all: the wide source is made per batch, not held in memory");
+    if (ds->size > 0x7fffffff)
+        return dt_err_set(err, DT_EPRECOND, "data: all: %lld examples do not fit one batch",
+                          (long long)ds->size);
+    out->rows = (int)ds->size;
+    out->cols = 1;
+    out->x = ds->line_x;
+    out->y = ds->line_y;
+    return 0;
+}
+
+void dt_data_free(dt_dataset *ds) {
+    if (!ds) return;
+    free(ds->order);
+    free(ds->line_x);
+    free(ds->line_y);
+    free(ds->true_w);
+    free(ds->batch_x);
+    free(ds->batch_y);
+    free(ds);
+}

@@ -1,0 +1,465 @@
+/*
+ * data suite: the line source's values and noise, sharding (disjoint and
+ * covering), per-epoch shuffling, the wide source's regeneration and shape,
+ * and bad arguments.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "suites.h"
+
+/* A job filled by hand (dt_job_defaults lives in another module). */
+static dt_job job_of(const char *source, int features, int64_t n, double noise, uint64_t seed) {
+    dt_job job;
+    memset(&job, 0, sizeof job);
+    strcpy(job.model, "linear");
+    strcpy(job.data, source);
+    job.num_features = features;
+    job.num_examples = n;
+    job.noise = noise;
+    job.seed = seed;
+    job.batch_size = 8;
+    return job;
+}
+
+static dt_dataset *open_ok(const dt_job *job, int shard, int num_shards) {
+    dt_dataset *ds = NULL;
+    dt_err err = {0};
+    int rc = dt_data_open(job, shard, num_shards, &ds, &err);
+    ck_assert_msg(rc == 0, "open: %s", err.msg);
+    ck_assert_ptr_nonnull(ds);
+    return ds;
+}
+
+/* The global index of a line example from its x (linspace is invertible). */
+static int64_t line_index(float x, int64_t n) {
+    return (int64_t)llround(((double)x + 1.0) * (double)(n - 1) / 2.0);
+}
+
+START_TEST(test_line_values) {
+    dt_job job = job_of("line", 1, 11, 0.0, 7);
+    dt_dataset *ds = open_ok(&job, 0, 1);
+    ck_assert_int_eq(dt_data_size(ds), 11);
+    dt_batch all;
+    dt_err err = {0};
+    ck_assert_int_eq(dt_data_all(ds, &all, &err), 0);
+    ck_assert_int_eq(all.rows, 11);
+    ck_assert_int_eq(all.cols, 1);
+    for (int i = 0; i < 11; i++) {
+        ck_assert_float_eq_tol(all.x[i], -1.0f + 0.2f * i, 1e-6f);
+        ck_assert_float_eq_tol(all.y[i], 2.0f * all.x[i], 1e-6f); /* noise 0 */
+    }
+    ck_assert_float_eq(all.x[0], -1.0f);
+    ck_assert_float_eq(all.x[10], 1.0f);
+    dt_data_free(ds);
+
+    /* A single example sits at x = 0. */
+    job.num_examples = 1;
+    ds = open_ok(&job, 0, 1);
+    ck_assert_int_eq(dt_data_all(ds, &all, &err), 0);
+    ck_assert_int_eq(all.rows, 1);
+    ck_assert_float_eq(all.x[0], 0.0f);
+    ck_assert_float_eq(all.y[0], 0.0f);
+    dt_data_free(ds);
+}
+END_TEST
+
+START_TEST(test_line_noise) {
+    const int64_t n = 10000;
+    const double noise = 0.5;
+    dt_job job = job_of("line", 1, n, noise, 42);
+    dt_dataset *ds = open_ok(&job, 0, 1);
+    dt_batch all;
+    ck_assert_int_eq(dt_data_all(ds, &all, NULL), 0);
+    double sum = 0, sum_sq = 0;
+    for (int i = 0; i < all.rows; i++) {
+        double r = (double)all.y[i] - 2.0 * all.x[i];
+        sum += r;
+        sum_sq += r * r;
+    }
+    double mean = sum / n, sd = sqrt(sum_sq / n - mean * mean);
+    /* Standard errors: sigma/sqrt(N) = 0.005 for the mean, about
+     * sigma/sqrt(2N) = 0.0035 for the std. Bounds are 4-7 of them. */
+    ck_assert_msg(fabs(mean) < 0.02, "mean residual %g", mean);
+    ck_assert_msg(fabs(sd - noise) < 0.025, "residual std %g", sd);
+
+    /* Same seed: the very same values. Another seed: other noise. */
+    dt_dataset *same = open_ok(&job, 0, 1);
+    dt_batch all2;
+    ck_assert_int_eq(dt_data_all(same, &all2, NULL), 0);
+    ck_assert_int_eq(memcmp(all.y, all2.y, (size_t)n * sizeof(float)), 0);
+    job.seed = 43;
+    dt_dataset *other = open_ok(&job, 0, 1);
+    ck_assert_int_eq(dt_data_all(other, &all2, NULL), 0);
+    int differ = 0;
+    for (int i = 0; i < all.rows; i++) differ += all.y[i] != all2.y[i];
+    ck_assert_int_gt(differ, n * 9 / 10);
+    ck_assert_float_eq(all.x[17], all2.x[17]); /* x does not depend on the seed */
+    dt_data_free(ds);
+    dt_data_free(same);
+    dt_data_free(other);
+}
+END_TEST
+
+START_TEST(test_shards) {
+    const int64_t n = 100;
+    dt_job job = job_of("line", 1, n, 0.3, 5);
+    dt_dataset *whole = open_ok(&job, 0, 1);
+    dt_batch ref;
+    ck_assert_int_eq(dt_data_all(whole, &ref, NULL), 0);
+    for (int ns = 1; ns <= 3; ns++) {
+        int seen[100] = {0};
+        int64_t total = 0;
+        for (int s = 0; s < ns; s++) {
+            dt_dataset *ds = open_ok(&job, s, ns);
+            int64_t size = dt_data_size(ds);
+            ck_assert_int_eq(size, (n - s + ns - 1) / ns);
+            total += size;
+            dt_batch all;
+            ck_assert_int_eq(dt_data_all(ds, &all, NULL), 0);
+            ck_assert_int_eq(all.rows, size);
+            for (int k = 0; k < all.rows; k++) {
+                int64_t i = line_index(all.x[k], n);
+                ck_assert_int_eq(i % ns, s);
+                ck_assert_int_eq(i, s + (int64_t)k * ns); /* index order */
+                seen[i]++;
+                /* The example is the same as in the unsharded set, noise too. */
+                ck_assert_float_eq(all.x[k], ref.x[i]);
+                ck_assert_float_eq(all.y[k], ref.y[i]);
+            }
+            /* One epoch of batches visits every example of the shard once. */
+            int visits[100] = {0};
+            int64_t drawn = 0;
+            while (dt_data_epoch(ds) == 0) {
+                dt_batch b;
+                ck_assert_int_eq(dt_data_next(ds, 7, &b, NULL), 0);
+                for (int r = 0; r < b.rows; r++) {
+                    int64_t i = line_index(b.x[r], n);
+                    ck_assert_int_eq(i % ns, s);
+                    ck_assert_float_eq(b.y[r], ref.y[i]);
+                    visits[i]++;
+                }
+                drawn += b.rows;
+            }
+            ck_assert_int_eq(drawn, size);
+            for (int i = 0; i < n; i++) ck_assert_int_eq(visits[i], i % ns == s ? 1 : 0);
+            dt_data_free(ds);
+        }
+        ck_assert_int_eq(total, n);
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(seen[i] == 1, "ns %d: example %d seen %d", ns, i, seen[i]);
+    }
+    dt_data_free(whole);
+}
+END_TEST
+
+/* The order of one epoch of ds as global indices, drawn in batches of bs. */
+static void epoch_order(dt_dataset *ds, int bs, int64_t n, int64_t *out, int64_t cap) {
+    int start = dt_data_epoch(ds);
+    int64_t k = 0;
+    while (dt_data_epoch(ds) == start) {
+        dt_batch b;
+        ck_assert_int_eq(dt_data_next(ds, bs, &b, NULL), 0);
+        for (int r = 0; r < b.rows; r++) {
+            ck_assert_int_lt(k, cap);
+            out[k++] = line_index(b.x[r], n);
+        }
+    }
+    ck_assert_int_eq(k, dt_data_size(ds));
+}
+
+START_TEST(test_shuffle) {
+    const int64_t n = 60;
+    int64_t a0[30], a1[30], b0[30], b1[30], c0[30];
+    dt_job job = job_of("line", 1, n, 0.0, 11);
+    dt_dataset *a = open_ok(&job, 1, 2), *b = open_ok(&job, 1, 2);
+    epoch_order(a, 4, n, a0, 30);
+    epoch_order(a, 4, n, a1, 30);
+    /* A different batch size does not change the order of an epoch. */
+    epoch_order(b, 7, n, b0, 30);
+    epoch_order(b, 30, n, b1, 30);
+    ck_assert_int_eq(memcmp(a0, b0, sizeof a0), 0);
+    ck_assert_int_eq(memcmp(a1, b1, sizeof a1), 0);
+    ck_assert_int_ne(memcmp(a0, a1, sizeof a0), 0); /* reshuffled each epoch */
+    int in_order = 1;
+    for (int k = 0; k < 30; k++) in_order &= a0[k] == 1 + 2 * k;
+    ck_assert_int_eq(in_order, 0); /* and shuffled at all */
+    job.seed = 12;
+    dt_dataset *c = open_ok(&job, 1, 2);
+    epoch_order(c, 4, n, c0, 30);
+    ck_assert_int_ne(memcmp(a0, c0, sizeof a0), 0);
+    /* Both epochs are permutations of the shard. */
+    int count[60] = {0};
+    for (int k = 0; k < 30; k++) count[a0[k]]++, count[a1[k]] += 2;
+    for (int i = 0; i < 60; i++) ck_assert_int_eq(count[i], i % 2 ? 3 : 0);
+    dt_data_free(a);
+    dt_data_free(b);
+    dt_data_free(c);
+}
+END_TEST
+
+START_TEST(test_epochs_and_short_batch) {
+    dt_job job = job_of("line", 1, 10, 0.0, 3);
+    dt_dataset *ds = open_ok(&job, 0, 1);
+    static const int want_rows[] = {4, 4, 2, 4, 4, 2, 4};
+    static const int want_epoch[] = {0, 0, 1, 1, 1, 2, 2}; /* after the call */
+    for (int k = 0; k < 7; k++) {
+        dt_batch b;
+        ck_assert_int_eq(dt_data_next(ds, 4, &b, NULL), 0);
+        ck_assert_int_eq(b.rows, want_rows[k]);
+        ck_assert_int_eq(b.cols, 1);
+        ck_assert_int_eq(dt_data_epoch(ds), want_epoch[k]);
+    }
+    /* A batch larger than the shard is the whole shard (per epoch). */
+    dt_data_free(ds);
+    ds = open_ok(&job, 0, 1);
+    dt_batch b;
+    ck_assert_int_eq(dt_data_next(ds, 1000, &b, NULL), 0);
+    ck_assert_int_eq(b.rows, 10);
+    ck_assert_int_eq(dt_data_epoch(ds), 1);
+    double sum = 0;
+    for (int r = 0; r < 10; r++) sum += b.x[r];
+    ck_assert_double_eq_tol(sum, 0.0, 1e-5);
+    dt_data_free(ds);
+}
+END_TEST
+
+/* Row r of batch b equals some row of the rows x/y (count of them). */
+static int find_row(const dt_batch *b, int r, const float *x, const float *y, int count) {
+    size_t row_bytes = (size_t)b->cols * sizeof(float);
+    for (int k = 0; k < count; k++)
+        if (memcmp(b->x + (size_t)r * b->cols, x + (size_t)k * b->cols, row_bytes) == 0 &&
+            b->y[r] == y[k])
+            return k;
+    return -1;
+}
+
+static void check_wide(int F) {
+    const int n = 20, bs = 20;
+    dt_job job = job_of("wide", F, n, 0.0, 99);
+    dt_dataset *ds = open_ok(&job, 0, 1);
+    ck_assert_int_eq(dt_data_size(ds), n);
+    const float *w = dt_data_true_weights(ds);
+    ck_assert_ptr_nonnull(w);
+
+    dt_batch b;
+    ck_assert_int_eq(dt_data_next(ds, bs, &b, NULL), 0);
+    ck_assert_int_eq(b.rows, n);
+    ck_assert_int_eq(b.cols, F);
+    float *x0 = malloc((size_t)n * F * sizeof(float)), *y0 = malloc((size_t)n * sizeof(float));
+    ck_assert_ptr_nonnull(x0);
+    ck_assert_ptr_nonnull(y0);
+    memcpy(x0, b.x, (size_t)n * F * sizeof(float));
+    memcpy(y0, b.y, (size_t)n * sizeof(float));
+    double sum = 0, sum_sq = 0;
+    for (int r = 0; r < n; r++) {
+        double dot = 0;
+        for (int j = 0; j < F; j++) {
+            float v = b.x[(size_t)r * F + j];
+            ck_assert(v >= -1.0f && v < 1.0f);
+            sum += v;
+            sum_sq += (double)v * v;
+            dot += (double)v * w[j];
+        }
+        /* noise 0: y is the true linear function. */
+        double want = dot / sqrt((double)F);
+        ck_assert_msg(fabs(b.y[r] - want) <= 1e-5 * (1 + fabs(want)), "F %d row %d: y %g want %g",
+                      F, r, b.y[r], want);
+    }
+    double cnt = (double)n * F, mean = sum / cnt, var = sum_sq / cnt - mean * mean;
+    /* uniform[-1, 1): mean 0, variance 1/3; bounds of 5 standard errors
+     * (the variance estimate's is sqrt((1/5 - 1/9) / cnt)). */
+    ck_assert_msg(fabs(mean) < 5 * sqrt(1.0 / 3 / cnt), "mean %g", mean);
+    ck_assert_msg(fabs(var - 1.0 / 3) < 5 * sqrt((0.2 - 1.0 / 9) / cnt) + 5 * sqrt(1.0 / 3 / cnt),
+                  "var %g", var);
+
+    /* Next epoch: reshuffled, but the very same examples. */
+    const float *first_buf = b.x;
+    ck_assert_int_eq(dt_data_next(ds, bs, &b, NULL), 0);
+    ck_assert_ptr_eq(b.x, first_buf); /* one buffer, reused */
+    int moved = 0, used[20] = {0};
+    for (int r = 0; r < n; r++) {
+        int k = find_row(&b, r, x0, y0, n);
+        ck_assert_msg(k >= 0, "F %d: row %d of epoch 1 is not an example of epoch 0", F, r);
+        used[k]++;
+        moved += k != r;
+    }
+    for (int k = 0; k < n; k++) ck_assert_int_eq(used[k], 1);
+    ck_assert_int_gt(moved, 0);
+
+    /* Another dataset, another shard: examples regenerate identically. */
+    dt_dataset *half = open_ok(&job, 1, 2);
+    ck_assert_int_eq(dt_data_size(half), n / 2);
+    ck_assert_int_eq(dt_data_next(half, 3, &b, NULL), 0);
+    ck_assert_int_eq(b.rows, 3);
+    for (int r = 0; r < b.rows; r++) ck_assert_int_ge(find_row(&b, r, x0, y0, n), 0);
+    ck_assert_int_eq(memcmp(dt_data_true_weights(half), w, (size_t)F * sizeof(float)), 0);
+
+    free(x0);
+    free(y0);
+    dt_data_free(half);
+    dt_data_free(ds);
+}
+
+START_TEST(test_wide) {
+    check_wide(1);
+    check_wide(37);   /* odd: the last column takes half a hash pair */
+    check_wide(9001); /* spans several generation chunks */
+}
+END_TEST
+
+START_TEST(test_wide_noise_and_weights) {
+    const int n = 4000, F = 3;
+    dt_job job = job_of("wide", F, n, 0.1, 1234);
+    dt_job clean = job;
+    clean.noise = 0;
+    dt_dataset *ds = open_ok(&job, 0, 1), *ref = open_ok(&clean, 0, 1);
+    /* The same seed gives the same order and x, so y differs by the noise. */
+    dt_batch b, c;
+    ck_assert_int_eq(dt_data_next(ds, n, &b, NULL), 0);
+    ck_assert_int_eq(dt_data_next(ref, n, &c, NULL), 0);
+    ck_assert_int_eq(memcmp(b.x, c.x, (size_t)n * F * sizeof(float)), 0);
+    double sum = 0, sum_sq = 0;
+    for (int r = 0; r < n; r++) {
+        double d = (double)b.y[r] - c.y[r];
+        sum += d;
+        sum_sq += d * d;
+    }
+    double mean = sum / n, sd = sqrt(sum_sq / n - mean * mean);
+    ck_assert_msg(fabs(mean) < 0.008, "noise mean %g", mean);
+    ck_assert_msg(fabs(sd - 0.1) < 0.008, "noise std %g", sd);
+    dt_data_free(ds);
+    dt_data_free(ref);
+
+    /* w* is standard normal. */
+    job.num_features = 20000;
+    job.num_examples = 1;
+    ds = open_ok(&job, 0, 1);
+    const float *w = dt_data_true_weights(ds);
+    sum = sum_sq = 0;
+    for (int j = 0; j < job.num_features; j++) {
+        sum += w[j];
+        sum_sq += (double)w[j] * w[j];
+    }
+    mean = sum / job.num_features;
+    double var = sum_sq / job.num_features - mean * mean;
+    ck_assert_msg(fabs(mean) < 0.03, "w* mean %g", mean);
+    ck_assert_msg(fabs(var - 1) < 0.05, "w* var %g", var);
+    dt_batch all;
+    dt_err err = {0};
+    ck_assert_int_eq(dt_data_all(ds, &all, &err), DT_EPRECOND);
+    ck_assert_ptr_nonnull(strstr(err.msg, "data: all:"));
+    dt_data_free(ds);
+}
+END_TEST
+
+static void expect_open_error(const dt_job *job, int shard, int num_shards, const char *want) {
+    dt_dataset *ds = (dt_dataset *)&ds; /* must be reset to NULL */
+    dt_err err = {0};
+    int rc = dt_data_open(job, shard, num_shards, &ds, &err);
+    ck_assert_int_eq(rc, DT_EINVAL);
+    ck_assert_int_eq(err.code, DT_EINVAL);
+    ck_assert_ptr_null(ds);
+    ck_assert_msg(strstr(err.msg, want) != NULL, "want \"%s\" in \"%s\"", want, err.msg);
+    ck_assert_msg(strncmp(err.msg, "data: ", 6) == 0, "%s", err.msg);
+}
+
+START_TEST(test_bad_args) {
+    dt_job job = job_of("csv", 1, 10, 0.1, 1);
+    expect_open_error(&job, 0, 1, "\"data\": unknown source \"csv\"");
+    job = job_of("line", 2, 10, 0.1, 1);
+    expect_open_error(&job, 0, 1, "\"num_features\" must be 1 for the line source (got 2)");
+    job = job_of("wide", 0, 10, 0.1, 1);
+    expect_open_error(&job, 0, 1, "\"num_features\" must be >= 1 (got 0)");
+    job = job_of("line", 1, 0, 0.1, 1);
+    expect_open_error(&job, 0, 1, "\"num_examples\" must be >= 1 (got 0)");
+    job = job_of("line", 1, 10, -0.1, 1);
+    expect_open_error(&job, 0, 1, "\"noise\"");
+    job = job_of("line", 1, 10, NAN, 1);
+    expect_open_error(&job, 0, 1, "\"noise\"");
+    job = job_of("line", 1, 10, 0.1, 1);
+    expect_open_error(&job, 2, 2, "shard 2 of 2 is out of range");
+    expect_open_error(&job, -1, 2, "shard -1 of 2 is out of range");
+    expect_open_error(&job, 0, 0, "shard 0 of 0 is out of range");
+    job = job_of("wide", 4, 2, 0.1, 1);
+    expect_open_error(&job, 2, 3, "shard 2 of 3 is empty: only 2 examples");
+    /* The last non-empty shard still opens. */
+    dt_dataset *ds = open_ok(&job, 1, 3);
+    ck_assert_int_eq(dt_data_size(ds), 1);
+    dt_batch b;
+    dt_err err = {0};
+    ck_assert_int_eq(dt_data_next(ds, 0, &b, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "data: next: batch size must be >= 1 (got 0)");
+    ck_assert_int_eq(b.rows, 0);
+    dt_data_free(ds);
+    dt_data_free(NULL);
+}
+END_TEST
+
+START_TEST(test_normal) {
+    uint64_t s1 = 77, s2 = 77;
+    const int n = 200000;
+    double sum = 0, sum_sq = 0, sum_4 = 0;
+    for (int i = 0; i < n; i++) {
+        double z = dt_data_normal(&s1);
+        ck_assert(isfinite(z));
+        ck_assert_double_eq(z, dt_data_normal(&s2)); /* deterministic */
+        sum += z;
+        sum_sq += z * z;
+        sum_4 += z * z * z * z;
+    }
+    double mean = sum / n, var = sum_sq / n - mean * mean;
+    ck_assert_msg(fabs(mean) < 0.01, "mean %g", mean);
+    ck_assert_msg(fabs(var - 1) < 0.015, "var %g", var);
+    ck_assert_msg(fabs(sum_4 / n - 3) < 0.1, "fourth moment %g",
+                  sum_4 / n); /* normal, not uniform */
+}
+END_TEST
+
+START_TEST(test_normals_bulk) {
+    /* dt_data_normals: stddev scaling, an odd tail, and the same stream as
+     * another fill from the same state. */
+    enum { COUNT = 100001 };
+    static float a[COUNT], b[COUNT];
+    uint64_t sa = 5, sb = 5;
+    dt_data_normals(&sa, a, COUNT, 0.25);
+    dt_data_normals(&sb, b, 10, 0.25); /* a prefix in two calls */
+    dt_data_normals(&sb, b + 10, COUNT - 10, 0.25);
+    ck_assert_int_eq(memcmp(a, b, sizeof a), 0);
+    ck_assert_uint_eq(sa, sb);
+    double sum = 0, sum_sq = 0;
+    for (int i = 0; i < COUNT; i++) {
+        sum += a[i];
+        sum_sq += (double)a[i] * a[i];
+    }
+    double mean = sum / COUNT, sd = sqrt(sum_sq / COUNT - mean * mean);
+    ck_assert_msg(fabs(mean) < 0.004, "mean %g", mean);
+    ck_assert_msg(fabs(sd - 0.25) < 0.004, "sd %g", sd);
+    ck_assert_float_ne(a[COUNT - 1], 0.0f); /* the odd tail is written */
+    /* Neighbours (the two outputs of one Box-Muller draw) are uncorrelated. */
+    double cross = 0;
+    for (int i = 0; i + 1 < COUNT; i += 2) cross += (double)a[i] * a[i + 1];
+    ck_assert_msg(fabs(cross / (COUNT / 2) / (0.25 * 0.25)) < 0.03, "pair correlation %g",
+                  cross / (COUNT / 2) / (0.25 * 0.25));
+}
+END_TEST
+
+Suite *data_suite(void) {
+    Suite *s = suite_create("data");
+    TCase *tc = tcase_create("data");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_line_values);
+    tcase_add_test(tc, test_line_noise);
+    tcase_add_test(tc, test_shards);
+    tcase_add_test(tc, test_shuffle);
+    tcase_add_test(tc, test_epochs_and_short_batch);
+    tcase_add_test(tc, test_wide);
+    tcase_add_test(tc, test_wide_noise_and_weights);
+    tcase_add_test(tc, test_bad_args);
+    tcase_add_test(tc, test_normal);
+    tcase_add_test(tc, test_normals_bulk);
+    suite_add_tcase(s, tc);
+    return s;
+}
