@@ -40,18 +40,18 @@ int dt_rpc_channel_new(const char *addr, dt_rpc_channel **out, dt_err *err) {
     /* Unlimited messages (tensors), no transparent retries (dtrain retries
      * with its own budget and logs it), and a short reconnect backoff so a
      * restarted ps is found again quickly. */
-    grpc_arg args[6];
+    grpc_arg args[5];
     memset(args, 0, sizeof args);
-    const char *keys[6] = {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+    const char *keys[5] = {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
                            GRPC_ARG_ENABLE_RETRIES, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
-                           GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS};
-    const int values[6] = {-1, -1, 0, 100, 100, 1000};
-    for (int i = 0; i < 6; i++) {
+                           GRPC_ARG_MAX_RECONNECT_BACKOFF_MS};
+    const int values[5] = {-1, -1, 0, 100, 1000};
+    for (int i = 0; i < 5; i++) {
         args[i].type = GRPC_ARG_INTEGER;
         args[i].key = (char *)keys[i];
         args[i].value.integer = values[i];
     }
-    grpc_channel_args channel_args = {6, args};
+    grpc_channel_args channel_args = {5, args};
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     ch->grpc = grpc_channel_create(addr, creds, &channel_args);
     grpc_channel_credentials_release(creds);
