@@ -40,8 +40,7 @@ static void setup(void) {
 
 static void teardown(void) {
     dt_test_kill_all();
-    dt_test_rmtree(tmp);
-    free(tmp);
+    dt_test_tempdir_free(tmp);
     tmp = NULL;
 }
 

@@ -121,14 +121,23 @@ int dt_test_tmp_begin(void) {
     return 0;
 }
 
+static int keep_tmp(void) {
+    const char *keep = getenv("DT_KEEP_TMP");
+    return keep && *keep && strcmp(keep, "0") != 0;
+}
+
 void dt_test_tmp_end(void) {
     if (!base_dir[0]) return;
-    const char *keep = getenv("DT_KEEP_TMP");
-    if (keep && *keep && strcmp(keep, "0") != 0)
+    if (keep_tmp())
         fprintf(stderr, "test: kept %s\n", base_dir);
     else
         dt_test_rmtree(base_dir);
     base_dir[0] = '\0';
+}
+
+void dt_test_tempdir_free(char *path) {
+    if (path && !keep_tmp()) dt_test_rmtree(path);
+    free(path);
 }
 
 char *dt_test_tempdir(void) {

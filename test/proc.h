@@ -27,14 +27,17 @@ int dt_test_free_ports(int *ports, int n);
 
 /* The suite's temp dir, for an unchecked fixture (it runs in the runner's
  * process, which outlives every test): begin makes it, end removes it and
- * all that tests left there (kept when DT_KEEP_TMP is set, to read a failed
- * test's logs). 0 or -1. */
+ * all that tests left there. Both keep the files when DT_KEEP_TMP is set
+ * (non-empty, not "0"), to read the tests' logs. 0 or -1. */
 int dt_test_tmp_begin(void);
 void dt_test_tmp_end(void);
 
 /* Creates a fresh directory in the suite's temp dir (or in $TMPDIR, /tmp
  * without one). Returns a heap path the caller frees, or NULL. */
 char *dt_test_tempdir(void);
+/* Removes a dir from dt_test_tempdir (unless DT_KEEP_TMP is set) and frees
+ * path. NULL is a no-op. */
+void dt_test_tempdir_free(char *path);
 /* Removes path and everything under it (no symlinks followed). 0 or -1. */
 int dt_test_rmtree(const char *path);
 
