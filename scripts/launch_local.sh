@@ -153,7 +153,7 @@ while [ "$left" -gt 0 ]; do
         if [ "${STATUS[i]}" -ne 0 ] && [ "$rc" -eq 0 ]; then
             rc=${STATUS[i]}
             echo "launch_local: ${ROLES[i]} failed with status $rc (see $LOGDIR/${ROLES[i]}.log); stopping the others" >&2
-            [ "$rc" -eq 200 ] && echo "launch_local: a peer stayed unreachable; are the ports free?" >&2
+            [ "$rc" -eq 200 ] && echo "launch_local: status 200 is retryable (a peer unreachable or a port busy); are the ports free?" >&2
             stop_all
         fi
     done
