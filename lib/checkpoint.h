@@ -34,19 +34,29 @@ typedef struct {
     char model[DT_CKPT_MODEL_MAX];
 } dt_ckpt_meta;
 
-/* Writes ts and meta to path atomically. */
+/* Writes ts and meta to path atomically. DT_EINVAL for a negative step, a
+ * model string that is not NUL-terminated UTF-8, or tensors that are not a
+ * valid set; DT_EIO when a write, fsync or rename fails (the temporary file
+ * is removed and path keeps its old content). */
 int dt_ckpt_save(const char *path, const dt_tensors *ts, const dt_ckpt_meta *meta,
                  dt_err *err) DT_WARN_UNUSED;
 
 /* Reads a whole checkpoint into a new set *out (caller deinits). Refuses,
  * with DT_ECORRUPT and nothing allocated, a file that is truncated, has a bad
  * header, offsets that overlap or leave gaps, sizes that do not match the
- * shapes, or a crc32c that does not match. */
+ * shapes, or a crc32c that does not match. Tensors come back in file (data
+ * offset) order. meta may be NULL; it is written only on success. A missing
+ * file is DT_ENOTFOUND. Files from other tools load if they hold only F32,
+ * F64, I32, I64 tensors of at most 4 dims, each dim >= 1; without a
+ * "global_step" the step reads as 0. */
 int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *err) DT_WARN_UNUSED;
 
 /* Saves model.ckpt-<step>.safetensors in log_dir (created if missing), then
  * updates the state file, then deletes the oldest checkpoints beyond
- * max_to_keep. path_out (may be NULL) receives the file's path. */
+ * max_to_keep (<= 0 keeps all). path_out (may be NULL) receives the file's
+ * path. Saving a step again replaces that file and its entry. A missing or
+ * unparseable state file (the latter logged as a warning) is rebuilt from
+ * the model.ckpt-*.safetensors files present, oldest step first. */
 int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_ckpt_meta *meta,
                         int max_to_keep, char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 
@@ -55,7 +65,9 @@ int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_ckpt
  * corrupt latest it logs the reason and falls back to the previous one.
  * Returns 1 when one was loaded (into *out and *meta, path into path_out), 0
  * when the dir holds no checkpoint, negative on error (including: checkpoints
- * listed but none loadable).
+ * listed but none loadable). Without a state file, the file with the highest
+ * step is taken. A malformed state file is DT_ECORRUPT naming its line.
+ * Files that fail to load are skipped, never deleted.
  */
 int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_ckpt_meta *meta,
                            char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;

@@ -1,0 +1,1165 @@
+/*
+ * checkpoint suite: safetensors round trips (bit-exact), the file read back
+ * by an independent header parse (and by numpy when it is installed),
+ * refusal of damaged files (truncation at every byte, every flipped data
+ * byte, hand-made bad headers), write faults at every byte of a save, and the
+ * log dir's rotation, state file and restore fallbacks.
+ */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <float.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "crc32c.h"
+#include "log.h"
+#include "suites.h"
+
+static char tmpdir[512];
+
+static void setup(void) {
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/dtrain-ckpt-XXXXXX", base && *base ? base : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    /* The fallbacks under test log warnings by design; keep the run quiet. */
+    dt_log_set_level(DT_LOG_ERROR);
+}
+
+static void rm_rf(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return;
+    if (S_ISDIR(st.st_mode)) {
+        DIR *dir = opendir(path);
+        if (dir) {
+            struct dirent *de;
+            while ((de = readdir(dir)) != NULL) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+                char child[1024];
+                snprintf(child, sizeof child, "%s/%s", path, de->d_name);
+                rm_rf(child);
+            }
+            closedir(dir);
+        }
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+static void teardown(void) { rm_rf(tmpdir); }
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static void tmp_path(char *buf, size_t cap, const char *name) {
+    snprintf(buf, cap, "%s/%s", tmpdir, name);
+}
+
+static unsigned char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "open %s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    ck_assert_int_ge(n, 0);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    buf[n] = '\0';
+    *len = (size_t)n;
+    return buf;
+}
+
+static void write_all_file(const char *path, const void *buf, size_t len) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "create %s: %s", path, strerror(errno));
+    ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void write_text(const char *path, const char *text) {
+    write_all_file(path, text, strlen(text));
+}
+
+/* A safetensors file with this exact header text and data_len data bytes
+ * (0, 1, 2, ...). */
+static void write_raw(const char *path, const char *header, uint64_t header_len, size_t data_len) {
+    size_t hl = strlen(header);
+    unsigned char *buf = malloc(8 + hl + data_len + 1);
+    ck_assert_ptr_nonnull(buf);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)(header_len >> (8 * i));
+    memcpy(buf + 8, header, hl);
+    for (size_t i = 0; i < data_len; i++)
+        buf[8 + hl + i] = (unsigned char)i;
+    write_all_file(path, buf, 8 + hl + data_len);
+    free(buf);
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static int count_tmp_files(const char *dir_path) {
+    DIR *dir = opendir(dir_path);
+    ck_assert_ptr_nonnull(dir);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL)
+        if (strstr(de->d_name, ".tmp.")) n++;
+    closedir(dir);
+    return n;
+}
+
+static void assert_err(int rc, const dt_err *err, int code, const char *needle) {
+    ck_assert_msg(rc == code, "rc %d (%s), want %d; msg: %s", rc, dt_err_name(rc), code, err->msg);
+    ck_assert_int_eq(err->code, code);
+    ck_assert_msg(strstr(err->msg, needle) != NULL, "message \"%s\" lacks \"%s\"", err->msg,
+                  needle);
+}
+
+static void assert_empty(const dt_tensors *ts) {
+    ck_assert_int_eq(ts->count, 0);
+    ck_assert_ptr_null(ts->items);
+    ck_assert_ptr_null(ts->slab);
+}
+
+/* The test model; values depend on seed so checkpoints of different steps
+ * differ. */
+static void build_model(dt_tensors *ts, int seed) {
+    dt_tensor specs[] = {
+        {.name = "linear/weight", .dtype = DT_DTYPE_F32, .ndim = 2, .shape = {3, 2}}, /* (F, K) */
+        {.name = "linear/bias", .dtype = DT_DTYPE_F32, .ndim = 0},                    /* scalar */
+        {.name = "step_counts", .dtype = DT_DTYPE_I64, .ndim = 1, .shape = {3}},
+        {.name = "ids", .dtype = DT_DTYPE_I32, .ndim = 2, .shape = {2, 2}},
+        {.name = "adam/v", .dtype = DT_DTYPE_F64, .ndim = 1, .shape = {2}},
+    };
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_tensors_init(ts, specs, 5, &err) == 0, "%s", err.msg);
+    float *w = ts->items[0].data;
+    const float wv[6] = {0.5f * (float)seed, -1.25f, 3.0f, -0.0f, 1e-3f, FLT_MIN / 4};
+    memcpy(w, wv, sizeof wv);
+    *(float *)ts->items[1].data = 0.1f * (float)seed;
+    int64_t *c = ts->items[2].data;
+    c[0] = INT64_MIN;
+    c[1] = INT64_MAX;
+    c[2] = seed;
+    int32_t *ids = ts->items[3].data;
+    ids[0] = -1, ids[1] = INT32_MAX, ids[2] = INT32_MIN, ids[3] = seed;
+    double *v = ts->items[4].data;
+    v[0] = 1.0 / 3.0, v[1] = -1e300 * seed;
+}
+
+static void assert_same_tensors(const dt_tensors *a, const dt_tensors *b) {
+    ck_assert_int_eq(a->count, b->count);
+    ck_assert(dt_tensors_same_layout(a, b));
+    for (int i = 0; i < a->count; i++) {
+        ck_assert_uint_eq(a->items[i].nbytes, b->items[i].nbytes);
+        ck_assert_msg(memcmp(a->items[i].data, b->items[i].data, a->items[i].nbytes) == 0,
+                      "tensor %s differs", a->items[i].name);
+    }
+}
+
+static dt_ckpt_meta make_meta(int64_t step) {
+    dt_ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.global_step = step;
+    snprintf(meta.model, sizeof meta.model, "linear F=3 K=2 \"quoted\" \xc3\xa9");
+    return meta;
+}
+
+/* Saves the seed model at path. */
+static void save_model(const char *path, int seed, int64_t step) {
+    dt_tensors ts;
+    build_model(&ts, seed);
+    dt_ckpt_meta meta = make_meta(step);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    dt_tensors_deinit(&ts);
+}
+
+static void save_in_dir(const char *dir, int seed, int64_t step, int max_to_keep) {
+    dt_tensors ts;
+    build_model(&ts, seed);
+    dt_ckpt_meta meta = make_meta(step);
+    dt_err err;
+    dt_err_clear(&err);
+    char out[1024];
+    ck_assert_msg(dt_ckpt_save_in_dir(dir, &ts, &meta, max_to_keep, out, sizeof out, &err) == 0,
+                  "%s", err.msg);
+    char want[1024];
+    snprintf(want, sizeof want, "%s/model.ckpt-%lld.safetensors", dir, (long long)step);
+    ck_assert_str_eq(out, want);
+    dt_tensors_deinit(&ts);
+}
+
+/* Offset of the data section of a checkpoint file. */
+static size_t data_start(const unsigned char *buf) {
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | buf[i];
+    return 8 + (size_t)n;
+}
+
+static void flip_data_byte(const char *path, size_t index_in_data) {
+    size_t len;
+    unsigned char *buf = read_all(path, &len);
+    size_t at = data_start(buf) + index_in_data;
+    ck_assert_uint_lt(at, len);
+    buf[at] ^= 0x10;
+    write_all_file(path, buf, len);
+    free(buf);
+}
+
+/* ---- save and load -------------------------------------------------------- */
+
+START_TEST(test_round_trip) {
+    char path[1024];
+    tmp_path(path, sizeof path, "rt.safetensors");
+    dt_tensors ts, back;
+    build_model(&ts, 7);
+    /* Bit patterns a float-by-float copy could lose: a NaN with a payload
+     * and a negative zero (already in the weight). */
+    uint32_t nan_bits = 0x7fc01234u;
+    memcpy(ts.items[1].data, &nan_bits, 4);
+    dt_ckpt_meta meta = make_meta(1200), got;
+    memset(&got, 0x55, sizeof got);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(count_tmp_files(tmpdir), 0);
+    ck_assert_msg(dt_ckpt_load(path, &back, &got, &err) == 0, "%s", err.msg);
+    assert_same_tensors(&ts, &back);
+    /* Same order as saved. */
+    ck_assert_str_eq(back.items[0].name, "linear/weight");
+    ck_assert_str_eq(back.items[4].name, "adam/v");
+    ck_assert_int_eq(back.items[1].ndim, 0);
+    ck_assert_int_eq(got.global_step, 1200);
+    ck_assert_str_eq(got.model, meta.model);
+    /* A NULL meta is allowed. */
+    dt_tensors again;
+    ck_assert_msg(dt_ckpt_load(path, &again, NULL, &err) == 0, "%s", err.msg);
+    assert_same_tensors(&ts, &again);
+    dt_tensors_deinit(&again);
+    dt_tensors_deinit(&back);
+    dt_tensors_deinit(&ts);
+}
+END_TEST
+
+START_TEST(test_round_trip_empty_and_overwrite) {
+    char path[1024];
+    tmp_path(path, sizeof path, "empty.safetensors");
+    dt_tensors none;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_tensors_init(&none, NULL, 0, &err), 0);
+    dt_ckpt_meta meta = make_meta(0), got;
+    ck_assert_msg(dt_ckpt_save(path, &none, &meta, &err) == 0, "%s", err.msg);
+    dt_tensors back;
+    ck_assert_msg(dt_ckpt_load(path, &back, &got, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(back.count, 0);
+    ck_assert_int_eq(got.global_step, 0);
+    dt_tensors_deinit(&back);
+    dt_tensors_deinit(&none);
+    /* Saving over an existing checkpoint replaces it whole. */
+    save_model(path, 3, (int64_t)1 << 40);
+    ck_assert_msg(dt_ckpt_load(path, &back, &got, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(back.count, 5);
+    ck_assert_int_eq(got.global_step, (int64_t)1 << 40);
+    dt_tensors_deinit(&back);
+}
+END_TEST
+
+/* Reads the file as any safetensors reader would, without checkpoint.c. */
+START_TEST(test_file_is_valid_safetensors) {
+    char path[1024];
+    tmp_path(path, sizeof path, "st.safetensors");
+    dt_tensors ts;
+    build_model(&ts, 2);
+    dt_ckpt_meta meta = make_meta(1200);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+
+    size_t len;
+    unsigned char *buf = read_all(path, &len);
+    ck_assert_uint_ge(len, 8);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | buf[i];
+    ck_assert_uint_le(8 + n, len);
+    ck_assert_uint_eq((8 + n) % 8, 0); /* data aligned to 8 bytes */
+    ck_assert_int_eq(buf[8], '{');
+    const unsigned char *data = buf + 8 + n;
+    size_t data_len = len - 8 - (size_t)n;
+
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts((const char *)buf + 8, (size_t)n, &end, 0);
+    ck_assert_ptr_nonnull(root);
+    for (const char *p = end; p < (const char *)buf + 8 + n; p++)
+        ck_assert_int_eq(*p, ' ');
+
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    ck_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "global_step")),
+                     "1200");
+    ck_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "model")),
+                     meta.model);
+    ck_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "format")),
+                     "dtrain.checkpoint.v1");
+    char crc[16];
+    snprintf(crc, sizeof crc, "%u", (unsigned)dt_crc32c(data, data_len));
+    ck_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "crc32c")), crc);
+    for (const cJSON *kv = md->child; kv; kv = kv->next)
+        ck_assert(cJSON_IsString(kv));
+
+    ck_assert_int_eq(cJSON_GetArraySize(root), ts.count + 1);
+    size_t expect_off = 0;
+    for (int i = 0; i < ts.count; i++) {
+        const dt_tensor *t = &ts.items[i];
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, t->name);
+        ck_assert_msg(e != NULL, "no entry for %s", t->name);
+        ck_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "dtype")),
+                         dt_dtype_name(t->dtype));
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+        ck_assert(cJSON_IsArray(shape));
+        ck_assert_int_eq(cJSON_GetArraySize(shape), t->ndim);
+        for (int d = 0; d < t->ndim; d++)
+            ck_assert_int_eq((int64_t)cJSON_GetArrayItem(shape, d)->valuedouble, t->shape[d]);
+        const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+        ck_assert_int_eq(cJSON_GetArraySize(offs), 2);
+        size_t b = (size_t)cJSON_GetArrayItem(offs, 0)->valuedouble;
+        size_t f = (size_t)cJSON_GetArrayItem(offs, 1)->valuedouble;
+        ck_assert_uint_eq(b, expect_off); /* contiguous, in saved order */
+        ck_assert_uint_eq(f - b, t->nbytes);
+        ck_assert(memcmp(data + b, t->data, t->nbytes) == 0);
+        expect_off = f;
+    }
+    ck_assert_uint_eq(expect_off, data_len);
+    /* Scalars have shape []. */
+    ck_assert_ptr_nonnull(
+        strstr((const char *)buf + 8, "\"linear/bias\":{\"dtype\":\"F32\",\"shape\":[]"));
+    cJSON_Delete(root);
+    free(buf);
+    dt_tensors_deinit(&ts);
+}
+END_TEST
+
+/* Whatever the header's length, the data starts on an 8-byte boundary and
+ * the padding is spaces. */
+START_TEST(test_data_aligned) {
+    char path[1024];
+    tmp_path(path, sizeof path, "align.safetensors");
+    for (int pad = 0; pad < 8; pad++) {
+        dt_tensors ts;
+        build_model(&ts, 1);
+        dt_ckpt_meta meta = make_meta(5);
+        memset(meta.model, 'x', (size_t)pad);
+        meta.model[pad] = '\0';
+        dt_err err;
+        dt_err_clear(&err);
+        ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+        size_t len;
+        unsigned char *buf = read_all(path, &len);
+        size_t start = data_start(buf);
+        ck_assert_msg(start % 8 == 0, "model length %d: data at %zu", pad, start);
+        const unsigned char *close_brace = buf + start - 1;
+        while (*close_brace == ' ')
+            close_brace--;
+        ck_assert_int_eq(*close_brace, '}');
+        ck_assert_uint_lt((size_t)(buf + start - 1 - close_brace), 8);
+        ck_assert_uint_eq(len - start, 6 * 4 + 4 + 3 * 8 + 4 * 4 + 2 * 8);
+        free(buf);
+        dt_tensors back;
+        ck_assert_msg(dt_ckpt_load(path, &back, &meta, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq((int)strlen(meta.model), pad);
+        dt_tensors_deinit(&back);
+        dt_tensors_deinit(&ts);
+    }
+}
+END_TEST
+
+START_TEST(test_numpy_reads_checkpoint) {
+    if (system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "checkpoint: numpy not installed; skipping the numpy reader test\n");
+        return;
+    }
+    char path[1024];
+    tmp_path(path, sizeof path, "np.safetensors");
+    dt_tensors ts;
+    build_model(&ts, 5);
+    dt_ckpt_meta meta = make_meta(1200);
+    snprintf(meta.model, sizeof meta.model, "linear");
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+
+    static const char script[] =
+        "import json, struct, sys\n"
+        "import numpy as np\n"
+        "raw = open(sys.argv[1], 'rb').read()\n"
+        "(n,) = struct.unpack('<Q', raw[:8])\n"
+        "hdr = json.loads(raw[8:8 + n].decode('utf-8'))\n"
+        "data = raw[8 + n:]\n"
+        "meta = hdr.pop('__metadata__')\n"
+        "print('meta', meta['global_step'], meta['model'], meta['format'])\n"
+        "types = {'F32': '<f4', 'F64': '<f8', 'I32': '<i4', 'I64': '<i8'}\n"
+        "for name, t in sorted(hdr.items(), key=lambda kv: kv[1]['data_offsets'][0]):\n"
+        "    b, e = t['data_offsets']\n"
+        "    a = np.frombuffer(data[b:e], dtype=types[t['dtype']]).reshape(t['shape'])\n"
+        "    isf = t['dtype'][0] == 'F'\n"
+        "    vals = ['%.17g' % float(x) if isf else '%d' % int(x) for x in a.ravel()]\n"
+        "    print(name, t['dtype'], list(a.shape), ' '.join(vals))\n";
+    char script_path[1024], cmd[4096];
+    tmp_path(script_path, sizeof script_path, "read.py");
+    write_text(script_path, script);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", script_path, path);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    char got[4096];
+    size_t n = fread(got, 1, sizeof got - 1, p);
+    got[n] = '\0';
+    ck_assert_int_eq(pclose(p), 0);
+
+    /* The same lines from the C values. */
+    char want[4096];
+    int w = snprintf(want, sizeof want, "meta 1200 linear dtrain.checkpoint.v1\n");
+    for (int i = 0; i < ts.count; i++) {
+        const dt_tensor *t = &ts.items[i];
+        w += snprintf(want + w, sizeof want - (size_t)w, "%s %s [", t->name,
+                      dt_dtype_name(t->dtype));
+        for (int d = 0; d < t->ndim; d++)
+            w += snprintf(want + w, sizeof want - (size_t)w, "%s%lld", d ? ", " : "",
+                          (long long)t->shape[d]);
+        w += snprintf(want + w, sizeof want - (size_t)w, "]");
+        for (int64_t k = 0; k < dt_tensor_numel(t); k++) {
+            const char *sep = " ";
+            switch (t->dtype) {
+            case DT_DTYPE_F32:
+                w += snprintf(want + w, sizeof want - (size_t)w, "%s%.17g", sep,
+                              (double)((const float *)t->data)[k]);
+                break;
+            case DT_DTYPE_F64:
+                w += snprintf(want + w, sizeof want - (size_t)w, "%s%.17g", sep,
+                              ((const double *)t->data)[k]);
+                break;
+            case DT_DTYPE_I32:
+                w += snprintf(want + w, sizeof want - (size_t)w, "%s%d", sep,
+                              (int)((const int32_t *)t->data)[k]);
+                break;
+            default:
+                w += snprintf(want + w, sizeof want - (size_t)w, "%s%lld", sep,
+                              (long long)((const int64_t *)t->data)[k]);
+            }
+        }
+        w += snprintf(want + w, sizeof want - (size_t)w, "\n");
+    }
+    ck_assert_str_eq(got, want);
+    dt_tensors_deinit(&ts);
+}
+END_TEST
+
+START_TEST(test_missing_file) {
+    char path[1024];
+    tmp_path(path, sizeof path, "nope.safetensors");
+    dt_tensors out;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_ckpt_load(path, &out, NULL, &err);
+    assert_err(rc, &err, DT_ENOTFOUND, "nope.safetensors: open");
+    assert_empty(&out);
+}
+END_TEST
+
+/* Fault injection: every proper prefix of a checkpoint is refused. */
+START_TEST(test_truncated_at_every_byte) {
+    char path[1024], cut_path[1024];
+    tmp_path(path, sizeof path, "full.safetensors");
+    tmp_path(cut_path, sizeof cut_path, "cut.safetensors");
+    save_model(path, 1, 10);
+    size_t len;
+    unsigned char *buf = read_all(path, &len);
+    for (size_t cut = 0; cut < len; cut++) {
+        write_all_file(cut_path, buf, cut);
+        dt_tensors out;
+        dt_ckpt_meta meta = make_meta(77);
+        dt_err err;
+        dt_err_clear(&err);
+        int rc = dt_ckpt_load(cut_path, &out, &meta, &err);
+        ck_assert_msg(rc == DT_ECORRUPT, "cut at %zu: rc %d (%s)", cut, rc, err.msg);
+        ck_assert_msg(strstr(err.msg, cut_path) == err.msg, "cut at %zu: %s", cut, err.msg);
+        ck_assert_msg(strstr(err.msg, "truncated") != NULL, "cut at %zu: %s", cut, err.msg);
+        assert_empty(&out);
+        ck_assert_int_eq(meta.global_step, 77); /* untouched on failure */
+    }
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_every_flipped_data_byte) {
+    char path[1024];
+    tmp_path(path, sizeof path, "flip.safetensors");
+    save_model(path, 1, 10);
+    size_t len;
+    unsigned char *orig = read_all(path, &len);
+    size_t start = data_start(orig);
+    for (size_t i = start; i < len; i++) {
+        orig[i] ^= 0x01;
+        write_all_file(path, orig, len);
+        orig[i] ^= 0x01;
+        dt_tensors out;
+        dt_err err;
+        dt_err_clear(&err);
+        int rc = dt_ckpt_load(path, &out, NULL, &err);
+        assert_err(rc, &err, DT_ECORRUPT, "crc32c mismatch");
+        assert_empty(&out);
+    }
+    free(orig);
+}
+END_TEST
+
+typedef struct {
+    const char *header;
+    size_t data_len;
+    const char *needle;
+} bad_case;
+
+static const bad_case bad_headers[] = {
+    {"{\"a\":", 0, "not valid JSON"},
+    {"[1, 2]", 0, "not a JSON object"},
+    {"{} x", 0, "after the JSON"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+     12, "overlap"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+     8, "overlap"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}",
+     20, "gap in the data section: bytes [8, 12)"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12,
+     "gap in the data section: bytes [0, 4)"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12,
+     "4 bytes after the last tensor"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
+     "\"a\": data_offsets [0, 8] hold 8 bytes but F32 [3] needs 12"},
+    {"{\"a\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[0,4]}}", 4, "I64 [] needs 8"},
+    {"{\"a\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
+     "unknown dtype \"F16\""},
+    {"{\"a\":{\"dtype\":7,\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "non-string \"dtype\""},
+    {"{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "missing or non-string \"dtype\""},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,8]}}", 8,
+     "shape[0] is not a non-negative integer"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2, 1.5],\"data_offsets\":[0,8]}}", 8,
+     "shape[1] is not a non-negative integer"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[\"2\"],\"data_offsets\":[0,8]}}", 8,
+     "shape[0] is not a non-negative integer"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, "shape[0] is 0"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1],\"data_offsets\":[0,4]}}", 4, "5 dimensions"},
+    {"{\"a\":{\"dtype\":\"F64\",\"shape\":[1048576,1048576],\"data_offsets\":[0,8]}}", 8,
+     "larger than 2^40 bytes"},
+    {"{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8, "non-array \"shape\""},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8,
+     "end before they begin"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8,
+     "run past the 8-byte data section"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8,
+     "\"data_offsets\" is not"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,-8]}}", 8,
+     "\"data_offsets\" is not"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "\"data_offsets\" is not"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+     "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+     16, "\"a\" appears twice"},
+    {"{\"a\":5}", 0, "\"a\": entry is not an object"},
+    {"{\"\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "empty name"},
+    {"{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+     "byte 3 is not valid UTF-8"},
+    {"{\"a\xc0\xaf\":{}}", 0, "byte 3 is not valid UTF-8"}, /* overlong '/' */
+    {"{\"a\x01\":{}}", 0, "control byte 0x01 at byte 3"},
+    {"{\"__metadata__\":[]}", 0, "__metadata__ is not an object"},
+    {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, "__metadata__ appears twice"},
+    {"{\"__metadata__\":{\"global_step\":12}}", 0, "\"global_step\" is not a string"},
+    {"{\"__metadata__\":{\"global_step\":\"-5\"}}", 0, "global_step \"-5\" is not a decimal int64"},
+    {"{\"__metadata__\":{\"global_step\":\"12a\"}}", 0, "global_step \"12a\""},
+    {"{\"__metadata__\":{\"global_step\":\"\"}}", 0, "global_step \"\""},
+    {"{\"__metadata__\":{\"global_step\":\"9223372036854775808\"}}", 0,
+     "global_step \"9223372036854775808\" is not"},
+    {"{\"__metadata__\":{\"crc32c\":\"4294967296\"}}", 0, "crc32c \"4294967296\" is not"},
+    {"{\"__metadata__\":{\"format\":\"dtrain.checkpoint.v1\",\"global_step\":\"5\"}}", 0,
+     "has no crc32c"},
+    {"{\"__metadata__\":{\"format\":\"dtrain.checkpoint.v1\",\"crc32c\":\"0\"}}", 0,
+     "has no global_step"},
+    {"{\"__metadata__\":{\"format\":\"dtrain.checkpoint.v2\"}}", 0,
+     "unsupported format \"dtrain.checkpoint.v2\""},
+    {"{\"__metadata__\":{\"crc32c\":\"0\"}}", 4, "4 bytes after the last tensor"},
+    {"{\"__metadata__\":{\"crc32c\":\"1\"}}", 0, "crc32c mismatch: header says 1, data has 0"},
+};
+
+START_TEST(test_bad_header) {
+    const bad_case *c = &bad_headers[_i];
+    char path[1024];
+    tmp_path(path, sizeof path, "bad.safetensors");
+    write_raw(path, c->header, strlen(c->header), c->data_len);
+    dt_tensors out;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_ckpt_load(path, &out, NULL, &err);
+    ck_assert_msg(rc == DT_ECORRUPT, "case %d (%s): rc %d: %s", _i, c->header, rc, err.msg);
+    ck_assert_msg(strstr(err.msg, path) == err.msg, "case %d: %s", _i, err.msg);
+    ck_assert_msg(strstr(err.msg, c->needle) != NULL, "case %d: \"%s\" lacks \"%s\"", _i, err.msg,
+                  c->needle);
+    assert_empty(&out);
+}
+END_TEST
+
+START_TEST(test_model_too_long) {
+    char header[600];
+    char model[300];
+    memset(model, 'm', sizeof model - 1);
+    model[sizeof model - 1] = '\0';
+    snprintf(header, sizeof header, "{\"__metadata__\":{\"model\":\"%s\"}}", model);
+    char path[1024];
+    tmp_path(path, sizeof path, "model.safetensors");
+    write_raw(path, header, strlen(header), 0);
+    dt_tensors out;
+    dt_err err;
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT, "model is longer than 255");
+
+    /* A tensor name longer than DT_TENSOR_NAME_MAX - 1. */
+    char name[200];
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    snprintf(header, sizeof header,
+             "{\"%s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", name);
+    write_raw(path, header, strlen(header), 4);
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT, "name longer than 127");
+}
+END_TEST
+
+START_TEST(test_bad_header_length) {
+    char path[1024];
+    tmp_path(path, sizeof path, "len.safetensors");
+    dt_tensors out;
+    dt_err err;
+
+    write_all_file(path, "abc", 3);
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT,
+               "file is 3 bytes, too short for the 8-byte header length");
+
+    const char *h = "{}";
+    write_raw(path, h, (uint64_t)1 << 40, 0);
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT,
+               "header length 1099511627776 exceeds the 100 MB limit");
+
+    write_raw(path, h, UINT64_MAX, 0);
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT, "exceeds the 100 MB limit");
+
+    write_raw(path, h, 3, 0);
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT,
+               "header length 3 exceeds the 2 bytes after it");
+
+    write_raw(path, h, 0, 0);
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT, "not valid JSON");
+
+    /* The length cuts the JSON short: the rest is taken as data. */
+    write_raw(path, "{\"__metadata__\":{}}", 10, 0);
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT, "not valid JSON");
+    assert_empty(&out);
+
+    /* A directory is not a checkpoint. */
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_load(tmpdir, &out, NULL, &err), &err, DT_ECORRUPT, "not a regular file");
+}
+END_TEST
+
+/* Other tools write no crc32c and no global_step; such files still load. */
+START_TEST(test_foreign_file_loads) {
+    char path[1024];
+    tmp_path(path, sizeof path, "foreign.safetensors");
+    const char *h = "{\"__metadata__\":{\"format\":\"pt\",\"note\":\"x\"},"
+                    "\"w\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[0,8]}}   ";
+    write_raw(path, h, strlen(h), 8);
+    dt_tensors out;
+    dt_ckpt_meta meta = make_meta(99);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ckpt_load(path, &out, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(out.count, 1);
+    ck_assert_int_eq(meta.global_step, 0);
+    ck_assert_str_eq(meta.model, "");
+    const int32_t *v = out.items[0].data;
+    ck_assert_int_eq(v[0], 0x03020100);
+    ck_assert_int_eq(v[1], 0x07060504);
+    dt_tensors_deinit(&out);
+
+    /* No __metadata__ at all, tensors listed out of data order. */
+    h = "{\"b\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[8,12]},"
+        "\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}";
+    write_raw(path, h, strlen(h), 12);
+    ck_assert_msg(dt_ckpt_load(path, &out, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(out.count, 2);
+    ck_assert_str_eq(out.items[0].name, "a"); /* ordered by data offset */
+    ck_assert_str_eq(out.items[1].name, "b");
+    ck_assert_uint_eq(((const unsigned char *)out.items[1].data)[0], 8);
+    dt_tensors_deinit(&out);
+}
+END_TEST
+
+/* Fault injection on save: the write fails after every possible byte count;
+ * each save reports it, leaves no temporary, and the old file survives. */
+START_TEST(test_save_fails_at_every_byte) {
+    char path[1024];
+    tmp_path(path, sizeof path, "fi.safetensors");
+    save_model(path, 1, 1);
+    size_t len;
+    free(read_all(path, &len));
+
+    signal(SIGXFSZ, SIG_IGN); /* over-limit writes fail with EFBIG instead */
+    struct rlimit old;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    dt_tensors ts;
+    build_model(&ts, 2);
+    dt_ckpt_meta meta = make_meta(2);
+    for (size_t limit = 0; limit < len; limit++) {
+        /* No assertions while the limit is on: the test framework writes
+         * files of its own. */
+        struct rlimit rl = {.rlim_cur = limit, .rlim_max = old.rlim_max};
+        int set = setrlimit(RLIMIT_FSIZE, &rl);
+        dt_err err;
+        dt_err_clear(&err);
+        int rc = dt_ckpt_save(path, &ts, &meta, &err);
+        int reset = setrlimit(RLIMIT_FSIZE, &old);
+        ck_assert_int_eq(set, 0);
+        ck_assert_int_eq(reset, 0);
+        assert_err(rc, &err, DT_EIO, ": write: ");
+        ck_assert_int_eq(count_tmp_files(tmpdir), 0);
+        dt_tensors back;
+        dt_ckpt_meta got;
+        ck_assert_msg(dt_ckpt_load(path, &back, &got, &err) == 0, "limit %zu: %s", limit, err.msg);
+        ck_assert_int_eq(got.global_step, 1);
+        dt_tensors_deinit(&back);
+    }
+    /* With room to write, the same save goes through. */
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    dt_tensors back;
+    dt_ckpt_meta got;
+    ck_assert_msg(dt_ckpt_load(path, &back, &got, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(got.global_step, 2);
+    assert_same_tensors(&ts, &back);
+    dt_tensors_deinit(&back);
+    dt_tensors_deinit(&ts);
+    signal(SIGXFSZ, SIG_DFL);
+}
+END_TEST
+
+START_TEST(test_save_rename_fails) {
+    char path[1024], inner[1100];
+    tmp_path(path, sizeof path, "occupied");
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    snprintf(inner, sizeof inner, "%s/keep", path);
+    write_text(inner, "x");
+    dt_tensors ts;
+    build_model(&ts, 1);
+    dt_ckpt_meta meta = make_meta(1);
+    dt_err err;
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EIO, "rename");
+    ck_assert_int_eq(count_tmp_files(tmpdir), 0);
+    ck_assert(file_exists(inner));
+
+    /* A directory that does not exist: nothing to create the file in. */
+    tmp_path(path, sizeof path, "no/such/dir/x.safetensors");
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EIO, "create");
+    dt_tensors_deinit(&ts);
+}
+END_TEST
+
+START_TEST(test_save_rejects_bad_input) {
+    char path[1024];
+    tmp_path(path, sizeof path, "arg.safetensors");
+    dt_tensors ts;
+    build_model(&ts, 1);
+    dt_ckpt_meta meta = make_meta(-1);
+    dt_err err;
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EINVAL, "global_step -1 is negative");
+
+    meta = make_meta(1);
+    memset(meta.model, 'x', sizeof meta.model); /* no NUL */
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EINVAL, "not NUL-terminated");
+
+    meta = make_meta(1);
+    snprintf(ts.items[2].name, DT_TENSOR_NAME_MAX, "linear/weight");
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EINVAL,
+               "linear/weight appears twice");
+
+    snprintf(ts.items[2].name, DT_TENSOR_NAME_MAX, "__metadata__");
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EINVAL, "\"__metadata__\" cannot");
+
+    snprintf(ts.items[2].name, DT_TENSOR_NAME_MAX, "step_counts");
+    ts.items[2].nbytes = 4;
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EINVAL, "nbytes does not match");
+    ck_assert(!file_exists(path));
+    ck_assert_int_eq(count_tmp_files(tmpdir), 0);
+    ts.items[2].nbytes = 24;
+    dt_tensors_deinit(&ts);
+}
+END_TEST
+
+/* ---- log dir -------------------------------------------------------------- */
+
+static void ckpt_file(char *buf, size_t cap, const char *dir, int64_t step) {
+    snprintf(buf, cap, "%s/model.ckpt-%lld.safetensors", dir, (long long)step);
+}
+
+START_TEST(test_save_in_dir_keeps_newest) {
+    char dir[1024], path[1200], state[1200];
+    tmp_path(dir, sizeof dir, "logs/run1"); /* parents created too */
+    for (int step = 100; step <= 500; step += 100)
+        save_in_dir(dir, step, step, 3);
+    for (int step = 100; step <= 500; step += 100) {
+        ckpt_file(path, sizeof path, dir, step);
+        ck_assert_msg(file_exists(path) == (step >= 300), "step %d", step);
+    }
+    snprintf(state, sizeof state, "%s/checkpoint", dir);
+    size_t len;
+    char *text = (char *)read_all(state, &len);
+    ck_assert_str_eq(text, "model_checkpoint_path: \"model.ckpt-500.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-300.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-400.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-500.safetensors\"\n");
+    free(text);
+    ck_assert_int_eq(count_tmp_files(dir), 0);
+
+    /* max_to_keep 1 drops all but the newest; 0 keeps everything. */
+    save_in_dir(dir, 600, 600, 1);
+    for (int step = 300; step <= 500; step += 100) {
+        ckpt_file(path, sizeof path, dir, step);
+        ck_assert(!file_exists(path));
+    }
+    save_in_dir(dir, 700, 700, 0);
+    save_in_dir(dir, 800, 800, 0);
+    text = (char *)read_all(state, &len);
+    ck_assert_str_eq(text, "model_checkpoint_path: \"model.ckpt-800.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-600.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-700.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-800.safetensors\"\n");
+    free(text);
+}
+END_TEST
+
+START_TEST(test_save_in_dir_same_step_replaces) {
+    char dir[1024], state[1200];
+    tmp_path(dir, sizeof dir, "logs");
+    save_in_dir(dir, 1, 100, 5);
+    save_in_dir(dir, 2, 200, 5);
+    save_in_dir(dir, 3, 200, 5);
+    snprintf(state, sizeof state, "%s/checkpoint", dir);
+    size_t len;
+    char *text = (char *)read_all(state, &len);
+    ck_assert_str_eq(text, "model_checkpoint_path: \"model.ckpt-200.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-100.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-200.safetensors\"\n");
+    free(text);
+    /* The second save at 200 is what restore sees. */
+    dt_tensors out, want;
+    dt_ckpt_meta meta;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err), 1);
+    build_model(&want, 3);
+    assert_same_tensors(&want, &out);
+    dt_tensors_deinit(&want);
+    dt_tensors_deinit(&out);
+}
+END_TEST
+
+START_TEST(test_save_in_dir_unparseable_state) {
+    char dir[1024], state[1200], path[1200];
+    tmp_path(dir, sizeof dir, "logs");
+    save_in_dir(dir, 1, 100, 5);
+    save_in_dir(dir, 2, 200, 5);
+    snprintf(state, sizeof state, "%s/checkpoint", dir);
+    write_text(state, "garbage\n\x01\x02");
+    /* The save still succeeds; the new list starts from the files present. */
+    save_in_dir(dir, 3, 300, 2);
+    size_t len;
+    char *text = (char *)read_all(state, &len);
+    ck_assert_str_eq(text, "model_checkpoint_path: \"model.ckpt-300.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-200.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-300.safetensors\"\n");
+    free(text);
+    ckpt_file(path, sizeof path, dir, 100);
+    ck_assert(!file_exists(path));
+}
+END_TEST
+
+/* A hand-edited state file that names a kept file twice must not get that
+ * file deleted when the older duplicate rotates out. */
+START_TEST(test_save_in_dir_duplicate_entries) {
+    char dir[1024], state[1200], path[1200];
+    tmp_path(dir, sizeof dir, "logs");
+    save_in_dir(dir, 1, 100, 5);
+    save_in_dir(dir, 2, 200, 5);
+    snprintf(state, sizeof state, "%s/checkpoint", dir);
+    write_text(state, "model_checkpoint_path: \"model.ckpt-200.safetensors\"\n"
+                      "all_model_checkpoint_paths: \"model.ckpt-100.safetensors\"\n"
+                      "all_model_checkpoint_paths: \"model.ckpt-200.safetensors\"\n"
+                      "all_model_checkpoint_paths: \"model.ckpt-100.safetensors\"\n");
+    save_in_dir(dir, 3, 300, 2);
+    ckpt_file(path, sizeof path, dir, 100);
+    ck_assert(file_exists(path));
+    ckpt_file(path, sizeof path, dir, 200);
+    ck_assert(!file_exists(path));
+    size_t len;
+    char *text = (char *)read_all(state, &len);
+    ck_assert_str_eq(text, "model_checkpoint_path: \"model.ckpt-300.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-100.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-300.safetensors\"\n");
+    free(text);
+}
+END_TEST
+
+START_TEST(test_save_in_dir_bad_args) {
+    char dir[1200], file[1024];
+    tmp_path(file, sizeof file, "plain");
+    write_text(file, "x");
+    snprintf(dir, sizeof dir, "%s/sub", file); /* parent is a file */
+    dt_tensors ts;
+    build_model(&ts, 1);
+    dt_ckpt_meta meta = make_meta(5);
+    dt_err err;
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_save_in_dir(dir, &ts, &meta, 3, NULL, 0, &err), &err, DT_EIO, "mkdir");
+
+    tmp_path(dir, sizeof dir, "logs");
+    char small[8];
+    dt_err_clear(&err);
+    assert_err(dt_ckpt_save_in_dir(dir, &ts, &meta, 3, small, sizeof small, &err), &err, DT_EINVAL,
+               "path_out holds 8 bytes");
+    dt_tensors_deinit(&ts);
+}
+END_TEST
+
+START_TEST(test_restore_falls_back) {
+    char dir[1024], path[1200], got_path[1200];
+    tmp_path(dir, sizeof dir, "logs");
+    for (int step = 100; step <= 300; step += 100)
+        save_in_dir(dir, step, step, 5);
+    ckpt_file(path, sizeof path, dir, 300);
+    flip_data_byte(path, 5);
+
+    dt_tensors out, want;
+    dt_ckpt_meta meta;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_ckpt_restore_latest(dir, &out, &meta, got_path, sizeof got_path, &err);
+    ck_assert_msg(rc == 1, "rc %d: %s", rc, err.msg);
+    ck_assert_int_eq(meta.global_step, 200);
+    ckpt_file(path, sizeof path, dir, 200);
+    ck_assert_str_eq(got_path, path);
+    build_model(&want, 200);
+    assert_same_tensors(&want, &out);
+    dt_tensors_deinit(&want);
+    dt_tensors_deinit(&out);
+    ckpt_file(path, sizeof path, dir, 300);
+    ck_assert(file_exists(path)); /* the evidence is kept */
+
+    /* A listed file that is gone is skipped the same way. */
+    ckpt_file(path, sizeof path, dir, 200);
+    ck_assert_int_eq(unlink(path), 0);
+    rc = dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err);
+    ck_assert_msg(rc == 1, "rc %d: %s", rc, err.msg);
+    ck_assert_int_eq(meta.global_step, 100);
+    dt_tensors_deinit(&out);
+
+    /* None loadable: an error that says so, files untouched. */
+    ckpt_file(path, sizeof path, dir, 100);
+    flip_data_byte(path, 0);
+    rc = dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err);
+    assert_err(rc, &err, DT_ECORRUPT, "none of the 3 checkpoints loads");
+    assert_empty(&out);
+    ck_assert(file_exists(path));
+}
+END_TEST
+
+START_TEST(test_restore_empty_dir) {
+    dt_tensors out;
+    dt_ckpt_meta meta = make_meta(42);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_ckpt_restore_latest(tmpdir, &out, &meta, NULL, 0, &err), 0);
+    ck_assert_int_eq(err.code, DT_OK);
+    assert_empty(&out);
+    ck_assert_int_eq(meta.global_step, 42);
+    char dir[1024];
+    tmp_path(dir, sizeof dir, "never/created");
+    ck_assert_int_eq(dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err), 0);
+    ck_assert_int_eq(err.code, DT_OK);
+    /* An empty state file and no checkpoint files is still "none". */
+    char state[1200];
+    snprintf(state, sizeof state, "%s/checkpoint", tmpdir);
+    write_text(state, "");
+    ck_assert_int_eq(dt_ckpt_restore_latest(tmpdir, &out, &meta, NULL, 0, &err), 0);
+    ck_assert_int_eq(err.code, DT_OK);
+}
+END_TEST
+
+START_TEST(test_restore_without_state_file) {
+    char dir[1024], path[1200], state[1200], got_path[1200];
+    tmp_path(dir, sizeof dir, "logs");
+    save_in_dir(dir, 3, 3, 5);
+    save_in_dir(dir, 20, 20, 5);
+    snprintf(state, sizeof state, "%s/checkpoint", dir);
+    ck_assert_int_eq(unlink(state), 0);
+    /* A crash after the rename of step 100, before the state update. */
+    ckpt_file(path, sizeof path, dir, 100);
+    save_model(path, 100, 100);
+    /* Names that are not checkpoints are ignored. */
+    snprintf(path, sizeof path, "%s/model.ckpt-999.safetensors.tmp.123", dir);
+    write_text(path, "partial");
+    snprintf(path, sizeof path, "%s/model.ckpt-abc.safetensors", dir);
+    write_text(path, "junk");
+
+    dt_tensors out;
+    dt_ckpt_meta meta;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_ckpt_restore_latest(dir, &out, &meta, got_path, sizeof got_path, &err);
+    ck_assert_msg(rc == 1, "rc %d: %s", rc, err.msg);
+    ck_assert_int_eq(meta.global_step, 100); /* by number: not "3" > "20" > "100" */
+    ckpt_file(path, sizeof path, dir, 100);
+    ck_assert_str_eq(got_path, path);
+    dt_tensors_deinit(&out);
+
+    /* The highest one corrupt: the next by step. */
+    flip_data_byte(path, 1);
+    rc = dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err);
+    ck_assert_msg(rc == 1, "rc %d: %s", rc, err.msg);
+    ck_assert_int_eq(meta.global_step, 20);
+    dt_tensors_deinit(&out);
+}
+END_TEST
+
+typedef struct {
+    const char *text;
+    const char *needle;
+} state_case;
+
+static const state_case bad_states[] = {
+    {"model_checkpoint_path: \"a\"\nbogus line\n", "checkpoint:2: expected ':'"},
+    {"model_checkpoint_path: a\n", "checkpoint:1: expected a quoted value"},
+    {"\n\nmodel_checkpoint_path: \"a\n", "checkpoint:3: unterminated"},
+    {"model_checkpoint_path: \"a\" x\n", "checkpoint:1: unexpected text after the value"},
+    {"all_model_checkpoint_paths: \"../x\"\n", "checkpoint:1: \"../x\" is not a file name"},
+    {"all_model_checkpoint_paths: \"\"\n", "checkpoint:1: \"\" is not a file name"},
+    {"model_checkpoint_path: \"a\"\nmodel_checkpoint_path: \"b\"\n",
+     "checkpoint:2: model_checkpoint_path given twice"},
+    {"# comment\nlatest: \"a\"\n", "checkpoint:2: unknown key \"latest\""},
+    {"model_checkpoint_path: \"a\\\"b\"\n", "checkpoint:1: escapes"},
+    {": \"a\"\n", "checkpoint:1: expected a key"},
+};
+
+START_TEST(test_restore_malformed_state) {
+    const state_case *c = &bad_states[_i];
+    char dir[1024], state[1200];
+    tmp_path(dir, sizeof dir, "logs");
+    save_in_dir(dir, 1, 100, 5);
+    snprintf(state, sizeof state, "%s/checkpoint", dir);
+    write_text(state, c->text);
+    dt_tensors out;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_ckpt_restore_latest(dir, &out, NULL, NULL, 0, &err);
+    assert_err(rc, &err, DT_ECORRUPT, c->needle);
+    ck_assert_msg(strstr(err.msg, state) == err.msg, "%s", err.msg);
+    assert_empty(&out);
+}
+END_TEST
+
+START_TEST(test_restore_tolerates_crlf_and_comments) {
+    char dir[1024], state[1200];
+    tmp_path(dir, sizeof dir, "logs");
+    save_in_dir(dir, 1, 100, 5);
+    save_in_dir(dir, 2, 200, 5);
+    snprintf(state, sizeof state, "%s/checkpoint", dir);
+    /* Hand-edited to roll back to 100: the state file is obeyed. */
+    write_text(state,
+               "# rolled back\r\n  model_checkpoint_path : \"model.ckpt-100.safetensors\"\r\n"
+               "all_model_checkpoint_paths: \"model.ckpt-100.safetensors\"");
+    dt_tensors out;
+    dt_ckpt_meta meta;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err);
+    ck_assert_msg(rc == 1, "rc %d: %s", rc, err.msg);
+    ck_assert_int_eq(meta.global_step, 100);
+    dt_tensors_deinit(&out);
+}
+END_TEST
+
+Suite *checkpoint_suite(void) {
+    Suite *s = suite_create("checkpoint");
+    TCase *tc = tcase_create("file");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_round_trip);
+    tcase_add_test(tc, test_round_trip_empty_and_overwrite);
+    tcase_add_test(tc, test_file_is_valid_safetensors);
+    tcase_add_test(tc, test_data_aligned);
+    tcase_add_test(tc, test_numpy_reads_checkpoint);
+    tcase_add_test(tc, test_missing_file);
+    tcase_add_test(tc, test_truncated_at_every_byte);
+    tcase_add_test(tc, test_every_flipped_data_byte);
+    tcase_add_loop_test(tc, test_bad_header, 0, (int)(sizeof bad_headers / sizeof bad_headers[0]));
+    tcase_add_test(tc, test_model_too_long);
+    tcase_add_test(tc, test_bad_header_length);
+    tcase_add_test(tc, test_foreign_file_loads);
+    tcase_add_test(tc, test_save_fails_at_every_byte);
+    tcase_add_test(tc, test_save_rename_fails);
+    tcase_add_test(tc, test_save_rejects_bad_input);
+    suite_add_tcase(s, tc);
+
+    TCase *dir = tcase_create("log_dir");
+    tcase_add_checked_fixture(dir, setup, teardown);
+    tcase_set_timeout(dir, 60);
+    tcase_add_test(dir, test_save_in_dir_keeps_newest);
+    tcase_add_test(dir, test_save_in_dir_same_step_replaces);
+    tcase_add_test(dir, test_save_in_dir_unparseable_state);
+    tcase_add_test(dir, test_save_in_dir_duplicate_entries);
+    tcase_add_test(dir, test_save_in_dir_bad_args);
+    tcase_add_test(dir, test_restore_falls_back);
+    tcase_add_test(dir, test_restore_empty_dir);
+    tcase_add_test(dir, test_restore_without_state_file);
+    tcase_add_loop_test(dir, test_restore_malformed_state, 0,
+                        (int)(sizeof bad_states / sizeof bad_states[0]));
+    tcase_add_test(dir, test_restore_tolerates_crlf_and_comments);
+    suite_add_tcase(s, dir);
+    return s;
+}
