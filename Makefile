@@ -17,6 +17,11 @@ ifneq ($(DEPS_OK),yes)
   endif
 endif
 
+# Quiet by default; `make V=1` prints full command lines.
+ifneq ($(V),1)
+  Q := @
+endif
+
 OPT      ?= -O2
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Werror
 CFLAGS   += -std=c11 $(OPT) -g $(WARN) -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
@@ -40,24 +45,29 @@ all: $(BUILD)/dtrain
 
 $(BUILD)/gen/%.pb.c $(BUILD)/gen/%.pb.h: proto/%.proto $(wildcard proto/*.options)
 	@mkdir -p $(BUILD)/gen
-	nanopb_generator.py -q -I proto -D $(BUILD)/gen $<
+	@echo "  GEN   $@"
+	$(Q)nanopb_generator.py -q -I proto -D $(BUILD)/gen $<
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Wno-missing-prototypes -c $< -o $@
+	@echo "  CC    $<"
+	$(Q)$(CC) $(CFLAGS) -Wno-missing-prototypes -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c $(GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	@echo "  CC    $<"
+	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libdtrain.a: $(LIB_OBJ)
-	$(AR) rcs $@ $^
+	$(Q)$(AR) rcs $@ $^
 
 $(BUILD)/dtrain: $(BUILD)/obj/cmd/dtrain.o $(BUILD)/libdtrain.a
-	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+	@echo "  LD    $@"
+	$(Q)$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/check_all: $(TEST_OBJ) $(BUILD)/libdtrain.a
-	$(CC) $(LDFLAGS) $^ $(LDLIBS) $(shell pkg-config --libs $(TESTPKGS)) -o $@
+	@echo "  LD    $@"
+	$(Q)$(CC) $(LDFLAGS) $^ $(LDLIBS) $(shell pkg-config --libs $(TESTPKGS)) -o $@
 
 $(BUILD)/obj/test/%.o: CFLAGS += $(shell pkg-config --cflags $(TESTPKGS)) -Itest
 
@@ -74,7 +84,8 @@ asan:
 check: test asan
 
 $(BUILD)/bench_%: bench/%.c $(BUILD)/libdtrain.a
-	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+	@echo "  LD    $@"
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 bench: $(BUILD)/dtrain $(patsubst bench/%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 	DTRAIN_BIN=$(abspath $(BUILD)/dtrain) BUILD=$(BUILD) sh scripts/bench.sh

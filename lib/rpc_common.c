@@ -4,13 +4,27 @@
  */
 #include "rpc_internal.h"
 
+#include "log.h"
+
 #include <grpc/slice.h>
+#include <grpc/support/log.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int init_count;
+
+/* gRPC's own messages go through dt_log, one line each, at debug level:
+ * dtrain reports every failure that matters itself, with context. */
+static void grpc_log_to_dt(gpr_log_func_args *args) {
+    char flat[512];
+    size_t n = 0;
+    for (const char *p = args->message; *p && n + 1 < sizeof flat; p++)
+        flat[n++] = (*p == '\n' || *p == '\r') ? ' ' : *p;
+    flat[n] = '\0';
+    dt_log(DT_LOG_DEBUG, "grpc %s:%d: %s", args->file, args->line, flat);
+}
 
 void dt_rpc_init(void) {
     pthread_mutex_lock(&init_mu);
@@ -20,6 +34,7 @@ void dt_rpc_init(void) {
          * by default. Poll every 100 ms so a peer that comes back is found
          * within a fraction of a second. (An explicit setting wins.) */
         setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "100", 0);
+        gpr_set_log_function(grpc_log_to_dt);
         grpc_init();
     }
     pthread_mutex_unlock(&init_mu);

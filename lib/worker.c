@@ -118,7 +118,7 @@ int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err 
         w->rng = w->rng * 6364136223846793005ull + 1442695040888963407ull;
         int jitter = (int)((w->rng >> 33) % (uint64_t)(backoff_ms / 2 + 1));
         sleep_ms(backoff_ms / 2 + jitter);
-        if (backoff_ms < 2000) backoff_ms *= 2;
+        if (backoff_ms < 1000) backoff_ms *= 2;
     }
 }
 
