@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1206,4 +1207,61 @@ fail:
     free(candidates);
     state_free(&st);
     return rc;
+}
+
+/* ---- log-dir lock ------------------------------------------------------ */
+
+/* Removes "<name>.tmp.<pid>" files: left by a writer that died mid-save.
+ * Only safe while holding the log-dir lock (no live writer can own one). */
+static void remove_stale_temps(const char *log_dir) {
+    DIR *d = opendir(log_dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strstr(e->d_name, ".tmp.")) continue;
+        char path[JOIN_CAP];
+        snprintf(path, sizeof path, "%s/%s", log_dir, e->d_name);
+        if (unlink(path) == 0) dt_log(DT_LOG_INFO, "checkpoint: removed stale %s", path);
+    }
+    closedir(d);
+}
+
+int dt_ckpt_lock_dir(const char *log_dir, int *fd_out, dt_err *err) {
+    *fd_out = -1;
+    int rc = mkdir_p(log_dir, err);
+    if (rc < 0) return rc;
+    char path[JOIN_CAP];
+    snprintf(path, sizeof path, "%s/dtrain.lock", log_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return dt_err_set(err, DT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    /* flock, not fcntl: it belongs to this open file, so even a second
+     * lock attempt from the same process is refused. */
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int saved = errno;
+        char holder[32] = "";
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        close(fd);
+        if (saved == EWOULDBLOCK)
+            return dt_err_set(err, DT_EEXIST,
+                              "%s: locked by another chief (pid %s); two chiefs must not share a "
+                              "log dir", log_dir, holder[0] ? holder : "?");
+        return dt_err_set(err, DT_EIO, "%s: cannot lock: %s", path, strerror(saved));
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
+        int saved = errno;
+        close(fd);
+        return dt_err_set(err, DT_EIO, "%s: cannot write: %s", path, strerror(saved));
+    }
+    remove_stale_temps(log_dir);
+    *fd_out = fd;
+    return 0;
+}
+
+void dt_ckpt_unlock_dir(int fd) {
+    if (fd >= 0) close(fd); /* closing releases the lock */
 }

@@ -72,4 +72,15 @@ int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_ckpt
 int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_ckpt_meta *meta,
                            char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 
+/*
+ * Locks log_dir (creating it) for one writer: a flock on
+ * log_dir/dtrain.lock, which holds the owner's pid. A second chief gets
+ * DT_EEXIST naming that pid. The lock dies with the process, so a killed
+ * chief never leaves it stale. While locked, temporary files left by a
+ * writer that died mid-save are removed. *fd_out is the lock's descriptor.
+ */
+int dt_ckpt_lock_dir(const char *log_dir, int *fd_out, dt_err *err) DT_WARN_UNUSED;
+/* Releases the lock; -1 is a no-op. */
+void dt_ckpt_unlock_dir(int fd);
+
 #endif

@@ -230,8 +230,10 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     c.job = params->job;
     c.last_saved_step = -1;
     dt_model_describe(c.job, c.model, sizeof c.model);
-    int rc = dt_worker_open(params, &c.w, err);
+    int lock_fd = -1;
+    int rc = dt_ckpt_lock_dir(c.job->log_dir, &lock_fd, err);
     if (rc < 0) return rc;
+    if ((rc = dt_worker_open(params, &c.w, err)) < 0) goto out;
     if ((rc = start_model(&c, stop, err)) < 0) goto out;
     if (rc == 1) {
         dt_log(DT_LOG_INFO, "chief: the job is already done");
@@ -257,5 +259,6 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
 out:
     dt_summary_close(c.summary);
     dt_worker_free(c.w);
+    dt_ckpt_unlock_dir(lock_fd);
     return rc;
 }

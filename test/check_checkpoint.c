@@ -1124,6 +1124,35 @@ START_TEST(test_restore_tolerates_crlf_and_comments) {
 }
 END_TEST
 
+/* A second lock on a locked log dir is refused with the holder's pid; once
+ * released, the dir can be locked again; stale temp files are removed. */
+START_TEST(test_lock_dir) {
+    char dir[600], stale[700];
+    tmp_path(dir, sizeof dir, "logs");
+    int fd1 = -1, fd2 = -1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_ckpt_lock_dir(dir, &fd1, &err), 0);
+    ck_assert_int_ge(fd1, 0);
+    snprintf(stale, sizeof stale, "%s/model.ckpt-5.safetensors.tmp.99999", dir);
+    FILE *f = fopen(stale, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_ckpt_lock_dir(dir, &fd2, &err), DT_EEXIST);
+    ck_assert_int_eq(fd2, -1);
+    char pid[32];
+    snprintf(pid, sizeof pid, "pid %d", (int)getpid());
+    ck_assert_msg(strstr(err.msg, pid) && strstr(err.msg, dir), "message: %s", err.msg);
+    ck_assert_int_eq(access(stale, F_OK), 0); /* the loser must not clean */
+    dt_ckpt_unlock_dir(fd1);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_ckpt_lock_dir(dir, &fd2, &err), 0);
+    ck_assert_int_ne(access(stale, F_OK), 0);
+    dt_ckpt_unlock_dir(fd2);
+}
+END_TEST
+
 Suite *checkpoint_suite(void) {
     Suite *s = suite_create("checkpoint");
     TCase *tc = tcase_create("file");
@@ -1155,6 +1184,7 @@ Suite *checkpoint_suite(void) {
     tcase_add_test(dir, test_save_in_dir_duplicate_entries);
     tcase_add_test(dir, test_save_in_dir_bad_args);
     tcase_add_test(dir, test_restore_falls_back);
+    tcase_add_test(dir, test_lock_dir);
     tcase_add_test(dir, test_restore_empty_dir);
     tcase_add_test(dir, test_restore_without_state_file);
     tcase_add_loop_test(dir, test_restore_malformed_state, 0,
