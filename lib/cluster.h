@@ -4,8 +4,10 @@
  * on the model, data and schedule.
  *
  * Cluster file:  {"cluster": {"ps": ["host:port", ...], "worker": [...]}}
- * It may also hold the job config under "job". A separate job file (--config)
- * holds the job fields at its top level (or under "job").
+ * It may also hold the job config under "job", and TF_CONFIG's "task" (read
+ * by the command line, ignored here). A separate job file (--config) holds
+ * the job fields at its top level (or under "job"). conf/README.md lists the
+ * fields, their defaults and their rules.
  *
  * Errors name the file, line and column and the offending field, e.g.
  *   conf/job.json:12:7: "learning_rate" must be a positive number
@@ -76,13 +78,18 @@ void dt_cluster_deinit(dt_cluster *c);
 /* The demo's defaults (documented in README and conf/). */
 void dt_job_defaults(dt_job *job);
 /* Applies the job fields found in a file (top level, or under "job") on top
- * of job's current values. Unknown fields are errors. */
+ * of job's current values. Unknown fields are errors. On failure job is
+ * unchanged. */
 int dt_job_load(const char *path, dt_job *job, dt_err *err) DT_WARN_UNUSED;
 int dt_job_parse(const char *text, const char *source, dt_job *job, dt_err *err) DT_WARN_UNUSED;
-/* Applies one "field=value" override (the --set flag), checked like a file. */
+/* Applies one "field=value" override (the --set flag), checked like a file;
+ * string fields take the bare text. On failure job is unchanged and err reads
+ * "--set field=value: why". */
 int dt_job_set(dt_job *job, const char *assignment, dt_err *err) DT_WARN_UNUSED;
-/* Cross-field checks, and derived values: sets max_steps from epochs when it
- * is 0. Call once after all files and overrides are applied. */
+/* Checks every field again (so values set in the struct obey the file
+ * rules), then across fields, then dt_optim_check; and sets max_steps to
+ * epochs * ceil(examples / batch_size) when it is 0. Call once after all
+ * files and overrides are applied. Errors read "job: ...". */
 int dt_job_finish(dt_job *job, dt_err *err) DT_WARN_UNUSED;
 
 #endif
