@@ -1,0 +1,896 @@
+/*
+ * Tests of lib/cluster: the cluster file and the job config.
+ *
+ * Most cases parse text and check the return code and the whole message,
+ * line:col included (columns are counted by hand in the comments). Files go
+ * to a temporary directory made and removed by an unchecked fixture, so it is
+ * removed even when a test fails. Run from the repository root: the conf/
+ * files are read by relative path.
+ */
+#include <dirent.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "suites.h"
+
+/* ---- helpers ---- */
+
+#define SRC "t.json"
+
+static char tmp_dir[64];
+
+static void tmp_setup(void) {
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/dt_cluster_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
+}
+
+static void tmp_teardown(void) {
+    DIR *dir = opendir(tmp_dir);
+    if (dir) {
+        struct dirent *e;
+        char path[PATH_MAX];
+        while ((e = readdir(dir)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            snprintf(path, sizeof path, "%s/%s", tmp_dir, e->d_name);
+            unlink(path);
+        }
+        closedir(dir);
+    }
+    rmdir(tmp_dir);
+}
+
+static void write_file(const char *name, const char *bytes, size_t len, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s", tmp_dir, name);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(bytes, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Parses text as a cluster file and expects code and exactly msg. */
+static void cluster_fails(const char *text, int code, const char *msg) {
+    dt_cluster c;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_cluster_parse(text, SRC, &c, &err);
+    ck_assert_msg(rc == code, "rc %d, want %d, for %s (msg: %s)", rc, code, text, err.msg);
+    ck_assert_int_eq(err.code, code);
+    ck_assert_str_eq(err.msg, msg);
+    /* A failed parse leaves nothing to free. */
+    ck_assert_int_eq(c.num_ps, 0);
+    ck_assert_int_eq(c.num_workers, 0);
+    ck_assert_ptr_null(c.ps);
+    ck_assert_ptr_null(c.workers);
+}
+
+/* Parses text as a job file over the defaults; expects DT_EINVAL and msg,
+ * and the job untouched. */
+static void job_fails(const char *text, const char *msg) {
+    dt_job job, before;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    before = job;
+    int rc = dt_job_parse(text, SRC, &job, &err);
+    ck_assert_msg(rc == DT_EINVAL, "rc %d for %s (msg: %s)", rc, text, err.msg);
+    ck_assert_str_eq(err.msg, msg);
+    ck_assert_mem_eq(&job, &before, sizeof job);
+}
+
+static void set_fails(const char *assignment, const char *msg) {
+    dt_job job, before;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    before = job;
+    int rc = dt_job_set(&job, assignment, &err);
+    ck_assert_msg(rc == DT_EINVAL, "rc %d for %s (msg: %s)", rc, assignment, err.msg);
+    ck_assert_str_eq(err.msg, msg);
+    ck_assert_mem_eq(&job, &before, sizeof job);
+}
+
+/* ---- cluster: good files ---- */
+
+START_TEST(test_cluster_demo) {
+    dt_cluster c;
+    dt_err err;
+    dt_err_clear(&err);
+    const char *text = "{\"cluster\": {\"ps\": [\"localhost:1681\"], "
+                       "\"worker\": [\"localhost:1682\", \"10.0.0.2:1683\"]}}";
+    ck_assert_int_eq(dt_cluster_parse(text, SRC, &c, &err), 0);
+    ck_assert_int_eq(c.num_ps, 1);
+    ck_assert_int_eq(c.num_workers, 2);
+    ck_assert_str_eq(c.ps[0].host, "localhost");
+    ck_assert_int_eq(c.ps[0].port, 1681);
+    ck_assert_str_eq(c.ps[0].addr, "localhost:1681");
+    ck_assert_str_eq(c.workers[0].addr, "localhost:1682");
+    ck_assert_str_eq(c.workers[1].host, "10.0.0.2");
+    ck_assert_int_eq(c.workers[1].port, 1683);
+    ck_assert_str_eq(c.workers[1].addr, "10.0.0.2:1683");
+    dt_cluster_deinit(&c);
+    ck_assert_ptr_null(c.ps);
+    ck_assert_int_eq(c.num_workers, 0);
+    dt_cluster_deinit(&c); /* twice is fine */
+    dt_cluster_deinit(NULL);
+}
+END_TEST
+
+START_TEST(test_cluster_ipv6_and_edges) {
+    dt_cluster c;
+    dt_err err;
+    dt_err_clear(&err);
+    const char *text = "{\"cluster\": {\"ps\": [\"[::1]:1681\", \"[FE80::1]:1\"], "
+                       "\"worker\": [\"a-b.c_d:65535\", \"[::1]:1682\", \"127.0.0.1:1681\"]}}";
+    ck_assert_int_eq(dt_cluster_parse(text, SRC, &c, &err), 0);
+    ck_assert_int_eq(c.num_ps, 2);
+    ck_assert_str_eq(c.ps[0].host, "::1");
+    ck_assert_int_eq(c.ps[0].port, 1681);
+    ck_assert_str_eq(c.ps[0].addr, "[::1]:1681");
+    ck_assert_str_eq(c.ps[1].addr, "[FE80::1]:1");
+    ck_assert_int_eq(c.ps[1].port, 1);
+    ck_assert_int_eq(c.num_workers, 3);
+    ck_assert_str_eq(c.workers[0].host, "a-b.c_d");
+    ck_assert_int_eq(c.workers[0].port, 65535);
+    /* Same port, different spelling of the host: not resolved, not a duplicate. */
+    ck_assert_str_eq(c.workers[2].addr, "127.0.0.1:1681");
+    dt_cluster_deinit(&c);
+}
+END_TEST
+
+START_TEST(test_cluster_longest_host) {
+    char host[300], text[600];
+    memset(host, 'a', DT_HOST_MAX - 1);
+    host[DT_HOST_MAX - 1] = '\0';
+    snprintf(text, sizeof text, "{\"cluster\": {\"ps\": [\"%s:1\"], \"worker\": [\"b:2\"]}}",
+             host);
+    dt_cluster c;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_cluster_parse(text, SRC, &c, &err), 0);
+    ck_assert_uint_eq(strlen(c.ps[0].host), DT_HOST_MAX - 1);
+    ck_assert_uint_eq(strlen(c.ps[0].addr), DT_HOST_MAX - 1 + 2);
+    dt_cluster_deinit(&c);
+
+    host[DT_HOST_MAX - 1] = 'a';
+    host[DT_HOST_MAX] = '\0';
+    snprintf(text, sizeof text, "{\"cluster\": {\"ps\": [\"%s:1\"], \"worker\": [\"b:2\"]}}",
+             host);
+    ck_assert_int_eq(dt_cluster_parse(text, SRC, &c, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "t.json:1:21: \"ps\"[0] \"aaaa"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "...\": host longer than 255 bytes"));
+}
+END_TEST
+
+START_TEST(test_cluster_tf_config_and_job) {
+    dt_cluster c;
+    dt_err err;
+    dt_err_clear(&err);
+    /* TF_CONFIG's shape: "task" is the command line's business. */
+    const char *tf = "{\"cluster\": {\"worker\": [\"h:2\"], \"ps\": [\"h:1\"]},\n"
+                     " \"task\": {\"type\": \"worker\", \"index\": 0}}";
+    ck_assert_int_eq(dt_cluster_parse(tf, SRC, &c, &err), 0);
+    ck_assert_int_eq(c.num_ps, 1);
+    ck_assert_str_eq(c.ps[0].addr, "h:1");
+    ck_assert_str_eq(c.workers[0].addr, "h:2");
+    dt_cluster_deinit(&c);
+
+    /* A combined file: the cluster parse leaves "job" to dt_job_parse. */
+    const char *both = "{\"cluster\": {\"ps\": [\"h:1\"], \"worker\": [\"h:2\"]},\n"
+                       " \"job\": {\"learning_rate\": 0.2, \"batch_size\": 20}}";
+    ck_assert_int_eq(dt_cluster_parse(both, SRC, &c, &err), 0);
+    ck_assert_int_eq(c.num_workers, 1);
+    dt_cluster_deinit(&c);
+    dt_job job;
+    dt_job_defaults(&job);
+    ck_assert_int_eq(dt_job_parse(both, SRC, &job, &err), 0);
+    ck_assert_double_eq(job.optim.learning_rate, 0.2);
+    ck_assert_int_eq(job.batch_size, 20);
+    ck_assert_int_eq(job.epochs, 200);
+    ck_assert_int_eq(err.code, DT_OK);
+}
+END_TEST
+
+/* ---- cluster: syntax errors ---- */
+
+START_TEST(test_cluster_bad_json) {
+    /* line 3 "    \"ps\": [\"a:1\",]": ']' is column 18 */
+    cluster_fails("{\n  \"cluster\": {\n    \"ps\": [\"a:1\",]\n  }\n}", DT_EINVAL,
+                  "t.json:3:18: invalid JSON: trailing comma before ']'");
+    cluster_fails("{\"cluster\": {\"ps\": [\"a:1\"] \"worker\": []}}", DT_EINVAL,
+                  "t.json:1:28: invalid JSON: expected ',' or '}' after a member, found a string");
+    cluster_fails("{\"cluster\": {\"ps\": [\"a:1", DT_EINVAL,
+                  "t.json:1:21: invalid JSON: unterminated string");
+    cluster_fails("{\"cluster\": {}", DT_EINVAL,
+                  "t.json:1:15: invalid JSON: unexpected end of the input ('{' at 1:1 is not "
+                  "closed)");
+    cluster_fails("", DT_EINVAL, "t.json:1:1: invalid JSON: no JSON value (the input is empty)");
+    cluster_fails(" \n\t ", DT_EINVAL,
+                  "t.json:2:3: invalid JSON: no JSON value (the input is empty)");
+    cluster_fails("{'cluster': 1}", DT_EINVAL, "t.json:1:2: invalid JSON: keys take double quotes");
+    cluster_fails("{} x", DT_EINVAL, "t.json:1:4: invalid JSON: unexpected 'x' after the JSON value");
+    cluster_fails("{\"cluster\": tru}", DT_EINVAL,
+                  "t.json:1:13: invalid JSON: expected a value, found 'tru'");
+    cluster_fails("{\"cluster\" {}}", DT_EINVAL,
+                  "t.json:1:12: invalid JSON: expected ':' after the key, found '{'");
+    cluster_fails("{\"cluster\": {\"ps\": [1,,2]}}", DT_EINVAL,
+                  "t.json:1:23: invalid JSON: expected a value, found ','");
+    cluster_fails("{\"a\": \"\\q\"}", DT_EINVAL,
+                  "t.json:1:8: invalid JSON: bad escape '\\q' in a string");
+    cluster_fails("{\"a\": -x}", DT_EINVAL, "t.json:1:7: invalid JSON: bad number");
+    cluster_fails("{\"a\": \"\\u12G4\"}", DT_EINVAL,
+                  "t.json:1:8: invalid JSON: bad \\u escape: want 4 hex digits");
+    cluster_fails("{\"a\": \"x\\uD83D\\u0041\"}", DT_EINVAL,
+                  "t.json:1:9: invalid JSON: \\uD83D is half a surrogate pair");
+    cluster_fails("{\"a\": \"\\u0000\"}", DT_EINVAL,
+                  "t.json:1:8: invalid JSON: \\u0000 (NUL) cannot be in a string");
+    cluster_fails("{\"a\": 1.}", DT_EINVAL, "t.json:1:7: invalid JSON: bad number");
+    cluster_fails("{\"a\": 01}", DT_EINVAL, "t.json:1:7: invalid JSON: bad number (a leading zero)");
+    cluster_fails("{\"log_dir\": \"abc,\n \"seed\": 1}", DT_EINVAL,
+                  "t.json:1:13: invalid JSON: string not closed before the end of the line");
+    cluster_fails("{\"a\": \"x\ty\"}", DT_EINVAL,
+                  "t.json:1:9: invalid JSON: raw control character 0x09 in a string (escape it)");
+    cluster_fails("{\"a\":\f1}", DT_EINVAL, "t.json:1:6: invalid JSON: expected a value, found byte 0x0c");
+    cluster_fails("{\"a\": .5}", DT_EINVAL, "t.json:1:7: invalid JSON: expected a value, found '.5'");
+    cluster_fails("{\"a\": \"\\udc00\"}", DT_EINVAL,
+                  "t.json:1:8: invalid JSON: \\udc00 is half a surrogate pair");
+    cluster_fails("{\"a\": 1,\n}", DT_EINVAL, "t.json:2:1: invalid JSON: trailing comma before '}'");
+    /* Columns count characters, not bytes: "é" is one. */
+    cluster_fails("{\"é\": 1 2}", DT_EINVAL,
+                  "t.json:1:9: invalid JSON: expected ',' or '}' after a member, found '2'");
+}
+END_TEST
+
+START_TEST(test_cluster_deep_nesting) {
+    /* Deeper than cJSON allows: an error, not a crash. */
+    enum { DEPTH = 1200 };
+    char *text = malloc(2 * DEPTH + 1);
+    ck_assert_ptr_nonnull(text);
+    memset(text, '[', DEPTH);
+    memset(text + DEPTH, ']', DEPTH);
+    text[2 * DEPTH] = '\0';
+    dt_cluster c;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_cluster_parse(text, SRC, &c, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "t.json:1:1001: invalid JSON: nested deeper than 1000 levels");
+    free(text);
+}
+END_TEST
+
+/* ---- cluster: content errors ---- */
+
+START_TEST(test_cluster_bad_shape) {
+    cluster_fails("[1]", DT_EINVAL,
+                  "t.json:1:1: a cluster file holds an object, {\"cluster\": {\"ps\": [...], "
+                  "\"worker\": [...]}} (got a list)");
+    cluster_fails("{\n  \"job\": {}\n}", DT_EINVAL,
+                  "t.json:1:1: missing \"cluster\" (want {\"cluster\": {\"ps\": [...], "
+                  "\"worker\": [...]}})");
+    cluster_fails("{\"ps\": [\"a:1\"], \"worker\": [\"a:2\"]}", DT_EINVAL,
+                  "t.json:1:2: \"ps\" belongs under \"cluster\": {\"cluster\": {\"ps\": [...], "
+                  "\"worker\": [...]}}");
+    cluster_fails("{\"cluster\": {\"ps\": [\"a:1\"], \"worker\": [\"a:2\"]},\n \"tsak\": {}}",
+                  DT_EINVAL,
+                  "t.json:2:2: unknown field \"tsak\" (next to \"cluster\" a file may hold only "
+                  "\"job\" and \"task\")");
+    cluster_fails("{\"cluster\": [\"a:1\"]}", DT_EINVAL,
+                  "t.json:1:13: \"cluster\" must be an object, {\"ps\": [...], \"worker\": [...]} "
+                  "(got a list)");
+    cluster_fails("{\"cluster\": {\"chief\": [\"a:0\"], \"ps\": [\"a:1\"], \"worker\": [\"a:2\"]}}",
+                  DT_EINVAL,
+                  "t.json:1:14: a \"chief\" job is not supported: worker 0 is the chief, so list "
+                  "its address first under \"worker\"");
+    cluster_fails("{\"cluster\": {\"ps\": [\"a:1\"], \"worker\": [\"a:2\"], \"evaluator\": [\"a:3\"]}}",
+                  DT_EINVAL,
+                  "t.json:1:48: unknown job \"evaluator\": only \"ps\" and \"worker\" are "
+                  "supported");
+    cluster_fails("{\"cluster\": {\"Ps\": [\"a:1\"], \"worker\": [\"a:2\"]}}", DT_EINVAL,
+                  "t.json:1:14: unknown job \"Ps\": only \"ps\" and \"worker\" are supported");
+    cluster_fails("{\"cluster\": {\"worker\": [\"a:1\"]}}", DT_EINVAL,
+                  "t.json:1:13: \"cluster\" has no \"ps\" list");
+    cluster_fails("{\"cluster\": {\"ps\": [\"a:1\"]}}", DT_EINVAL,
+                  "t.json:1:13: \"cluster\" has no \"worker\" list");
+    cluster_fails("{\"cluster\": {\"ps\": [], \"worker\": [\"a:1\"]}}", DT_EINVAL,
+                  "t.json:1:20: \"ps\" must list at least one \"host:port\" address");
+    cluster_fails("{\"cluster\": {\"ps\": \"a:1\", \"worker\": [\"a:2\"]}}", DT_EINVAL,
+                  "t.json:1:20: \"ps\" must be a list of \"host:port\" strings (got \"a:1\")");
+    cluster_fails("{\"cluster\": {\"ps\": [\"a:1\"], \"ps\": [\"a:2\"], \"worker\": [\"a:3\"]}}",
+                  DT_EINVAL, "t.json:1:29: duplicate job \"ps\" (first at 1:14)");
+    cluster_fails("{\"cluster\": {\"ps\": [\"a:1\"], \"worker\": [\"a:2\"]},\n\"cluster\": {}}",
+                  DT_EINVAL, "t.json:2:1: duplicate field \"cluster\" (first at 1:2)");
+    /* line 4 "    \"worker\": [\"localhost:1682\", 1683]": 1683 is column 34 */
+    cluster_fails("{\n  \"cluster\": {\n    \"ps\": [\"localhost:1681\"],\n"
+                  "    \"worker\": [\"localhost:1682\", 1683]\n  }\n}",
+                  DT_EINVAL, "t.json:4:34: \"worker\"[1] must be a \"host:port\" string (got 1683)");
+    cluster_fails("{\"cluster\": {\"ps\": [null], \"worker\": [\"a:1\"]}}", DT_EINVAL,
+                  "t.json:1:21: \"ps\"[0] must be a \"host:port\" string (got null)");
+}
+END_TEST
+
+START_TEST(test_cluster_bad_address) {
+    static const struct {
+        const char *addr, *why;
+    } cases[] = {
+        {"", "\"\": empty address (want host:port)"},
+        {":1683", "\":1683\": empty host (want host:port)"},
+        {"localhost", "\"localhost\": missing port (want host:port)"},
+        {"localhost:", "\"localhost:\": missing port after ':'"},
+        {"localhost:0", "\"localhost:0\": port 0 is not in 1..65535"},
+        {"localhost:65536", "\"localhost:65536\": port 65536 is not in 1..65535"},
+        {"localhost:99999999999999999999",
+         "\"localhost:99999999999999999999\": port 99999999999999999999 is not in 1..65535"},
+        {"localhost:1683x", "\"localhost:1683x\": junk \"x\" after the port"},
+        {"localhost:1683/x", "\"localhost:1683/x\": junk \"/x\" after the port"},
+        {"localhost:-1", "\"localhost:-1\": port must be a number from 1 to 65535"},
+        {"localhost:+1", "\"localhost:+1\": port must be a number from 1 to 65535"},
+        {"local host:1683", "\"local host:1683\": contains a space or control character"},
+        {" localhost:1683", "\" localhost:1683\": contains a space or control character"},
+        {"localhost:1683 ", "\"localhost:1683 \": contains a space or control character"},
+        {"localhost:\\t1683", "\"localhost:?1683\": contains a space or control character"},
+        {"local/host:1683", "\"local/host:1683\": bad character '/' in the host"},
+        {"::1:1683", "\"::1:1683\": IPv6 addresses take brackets, e.g. [::1]:1681"},
+        {"[::1]", "\"[::1]\": missing port (want [ipv6]:port)"},
+        {"[::1]1683", "\"[::1]1683\": expected ':' after ']'"},
+        {"[]:1683", "\"[]:1683\": empty host"},
+        {"[::1:1683", "\"[::1:1683\": '[' without ']' (want [ipv6]:port)"},
+        {"[localhost]:1683", "\"[localhost]:1683\": bad character 'l' in an IPv6 address"},
+        {"[1.2.3.4]:1683", "\"[1.2.3.4]:1683\": brackets are for IPv6 addresses only"},
+        {"[::1]:", "\"[::1]:\": missing port after ':'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[256], msg[256];
+        /* line 4 "    \"worker\": [\"localhost:1682\", \"...": the bad one is column 34 */
+        snprintf(text, sizeof text,
+                 "{\n  \"cluster\": {\n    \"ps\": [\"localhost:1681\"],\n"
+                 "    \"worker\": [\"localhost:1682\", \"%s\"]\n  }\n}",
+                 cases[i].addr);
+        snprintf(msg, sizeof msg, "t.json:4:34: \"worker\"[1] %s", cases[i].why);
+        cluster_fails(text, DT_EINVAL, msg);
+    }
+}
+END_TEST
+
+START_TEST(test_cluster_duplicates) {
+    /* line 3 "    \"ps\": [\"localhost:1681\"],": the address is column 12 */
+    cluster_fails("{\n  \"cluster\": {\n    \"ps\": [\"localhost:1681\"],\n"
+                  "    \"worker\": [\"LocalHost:1681\", \"localhost:1683\"]\n  }\n}",
+                  DT_EINVAL,
+                  "t.json:4:16: \"worker\"[0] \"LocalHost:1681\" is listed twice: also as "
+                  "\"ps\"[0] at 3:12");
+    cluster_fails("{\n  \"cluster\": {\n    \"ps\": [\"localhost:1681\"],\n"
+                  "    \"worker\": [\"localhost:1682\", \"localhost:1682\"]\n  }\n}",
+                  DT_EINVAL,
+                  "t.json:4:34: \"worker\"[1] \"localhost:1682\" is listed twice: also as "
+                  "\"worker\"[0] at 4:16");
+    cluster_fails("{\"cluster\": {\"ps\": [\"[::1]:1\", \"[::1]:1\"], \"worker\": [\"a:2\"]}}",
+                  DT_EINVAL,
+                  "t.json:1:32: \"ps\"[1] \"[::1]:1\" is listed twice: also as \"ps\"[0] at "
+                  "1:21");
+    /* The worker list first, and an escaped key: positions follow the
+     * member order, whatever the keys look like. */
+    cluster_fails("{\"cluster\": {\"worker\": [\"a:1\"], \"p\\u0073\": [\"a:1\"]}}", DT_EINVAL,
+                  "t.json:1:25: \"worker\"[0] \"a:1\" is listed twice: also as \"ps\"[0] at "
+                  "1:45");
+}
+END_TEST
+
+START_TEST(test_cluster_positions_skip_values) {
+    /* Brackets inside strings and nested values before the one meant. */
+    cluster_fails("{\"task\": {\"a\": [1, {\"b\": \"]}\"}]}, \"cluster\": {\"ps\": [], "
+                  "\"worker\": [\"a:1\"]}}",
+                  DT_EINVAL, "t.json:1:53: \"ps\" must list at least one \"host:port\" address");
+    /* A byte order mark is not a column. */
+    cluster_fails("\xEF\xBB\xBF{\"cluster\": 1}", DT_EINVAL,
+                  "t.json:1:13: \"cluster\" must be an object, {\"ps\": [...], \"worker\": [...]} "
+                  "(got 1)");
+    /* CRLF line ends. */
+    cluster_fails("{\r\n\"cluster\": {\r\n\"ps\": [],\r\n\"worker\": [\"a:1\"]}}", DT_EINVAL,
+                  "t.json:3:7: \"ps\" must list at least one \"host:port\" address");
+}
+END_TEST
+
+/* ---- cluster: files ---- */
+
+START_TEST(test_cluster_load_files) {
+    dt_cluster c;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_cluster_load("conf/cluster.json", &c, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.num_ps, 1);
+    ck_assert_str_eq(c.ps[0].addr, "localhost:1681");
+    ck_assert_int_eq(c.num_workers, 2);
+    ck_assert_str_eq(c.workers[0].addr, "localhost:1682");
+    ck_assert_str_eq(c.workers[1].addr, "localhost:1683");
+    dt_cluster_deinit(&c);
+
+    char path[PATH_MAX], msg[PATH_MAX + 128];
+    snprintf(path, sizeof path, "%s/nope.json", tmp_dir);
+    ck_assert_int_eq(dt_cluster_load(path, &c, &err), DT_ENOTFOUND);
+    snprintf(msg, sizeof msg, "%s: cannot open: No such file or directory", path);
+    ck_assert_str_eq(err.msg, msg);
+    ck_assert_ptr_null(c.ps);
+
+    /* Messages name the file. */
+    const char bad[] = "{\n  \"cluster\": {\"ps\": [\"a:1\"], \"worker\": [\"a:1\"]}\n}\n";
+    write_file("dup.json", bad, sizeof bad - 1, path, sizeof path);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_cluster_load(path, &c, &err), DT_EINVAL);
+    snprintf(msg, sizeof msg,
+             "%s:2:41: \"worker\"[0] \"a:1\" is listed twice: also as \"ps\"[0] at 2:22", path);
+    ck_assert_str_eq(err.msg, msg);
+
+    /* A NUL byte would hide the rest of the file from a string parser. */
+    const char nul[] = "{\"cluster\":\n {\0}}";
+    write_file("nul.json", nul, sizeof nul - 1, path, sizeof path);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_cluster_load(path, &c, &err), DT_EINVAL);
+    snprintf(msg, sizeof msg, "%s:2:3: a NUL byte: not a text file", path);
+    ck_assert_str_eq(err.msg, msg);
+
+    /* A directory opens but does not read. */
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_cluster_load(tmp_dir, &c, &err), DT_EIO);
+    ck_assert_ptr_nonnull(strstr(err.msg, ": read: "));
+}
+END_TEST
+
+/* ---- job: defaults and good files ---- */
+
+START_TEST(test_job_defaults) {
+    dt_job job;
+    memset(&job, 0x5a, sizeof job);
+    dt_job_defaults(&job);
+    ck_assert_str_eq(job.model, "linear");
+    ck_assert_int_eq(job.num_features, 1);
+    ck_assert_str_eq(job.data, "line");
+    ck_assert_int_eq(job.num_examples, 100);
+    ck_assert_double_eq(job.noise, 0.3);
+    ck_assert_uint_eq(job.seed, 1);
+    ck_assert_str_eq(job.optim.name, "sgd");
+    ck_assert_double_eq(job.optim.learning_rate, 0.05);
+    ck_assert_int_eq(job.batch_size, 10);
+    ck_assert_int_eq(job.max_steps, 0);
+    ck_assert_int_eq(job.epochs, 200);
+    ck_assert_str_eq(job.log_dir, "logs/linear");
+    ck_assert_int_eq(job.save_model_secs, 5);
+    ck_assert_int_eq(job.max_to_keep, 5);
+    ck_assert_int_eq(job.summary_steps, 10);
+    ck_assert_int_eq(job.log_steps, 100);
+    ck_assert_int_eq(job.ready_wait_secs, 120);
+    ck_assert_int_eq(job.rpc_timeout_secs, 10);
+
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.max_steps, 2000); /* 200 epochs of 100 / 10 */
+}
+END_TEST
+
+START_TEST(test_job_conf_linear) {
+    /* conf/linear.json spells out every field with the default value: load
+     * it over a job of junk and every field must come out as the default. */
+    dt_job job, want;
+    dt_err err;
+    dt_err_clear(&err);
+    memset(&job, 0x5a, sizeof job);
+    ck_assert_msg(dt_job_load("conf/linear.json", &job, &err) == 0, "%s", err.msg);
+    dt_job_defaults(&want);
+    ck_assert_str_eq(job.model, want.model);
+    ck_assert_int_eq(job.num_features, want.num_features);
+    ck_assert_str_eq(job.data, want.data);
+    ck_assert_int_eq(job.num_examples, want.num_examples);
+    ck_assert_double_eq(job.noise, want.noise);
+    ck_assert_uint_eq(job.seed, want.seed);
+    ck_assert_str_eq(job.optim.name, want.optim.name);
+    ck_assert_double_eq(job.optim.learning_rate, want.optim.learning_rate);
+    /* The optimizer's own defaults, as lib/optim.h documents them. */
+    ck_assert_double_eq(job.optim.momentum, 0.9);
+    ck_assert_int_eq(job.optim.nesterov, 0);
+    ck_assert_double_eq(job.optim.beta1, 0.9);
+    ck_assert_double_eq(job.optim.beta2, 0.999);
+    ck_assert_double_eq(job.optim.epsilon, 1e-7);
+    ck_assert_double_eq(job.optim.initial_accumulator, 0.1);
+    ck_assert_int_eq(job.batch_size, want.batch_size);
+    ck_assert_int_eq(job.max_steps, want.max_steps);
+    ck_assert_int_eq(job.epochs, want.epochs);
+    ck_assert_str_eq(job.log_dir, want.log_dir);
+    ck_assert_int_eq(job.save_model_secs, want.save_model_secs);
+    ck_assert_int_eq(job.max_to_keep, want.max_to_keep);
+    ck_assert_int_eq(job.summary_steps, want.summary_steps);
+    ck_assert_int_eq(job.log_steps, want.log_steps);
+    ck_assert_int_eq(job.ready_wait_secs, want.ready_wait_secs);
+    ck_assert_int_eq(job.rpc_timeout_secs, want.rpc_timeout_secs);
+
+    /* The demo cluster file has no job section: nothing changes. */
+    dt_job before = job;
+    ck_assert_msg(dt_job_load("conf/cluster.json", &job, &err) == 0, "%s", err.msg);
+    ck_assert_mem_eq(&job, &before, sizeof job);
+    ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.max_steps, 2000);
+}
+END_TEST
+
+START_TEST(test_job_parse_fields) {
+    dt_job job;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    const char *text = "{\"learning_rate\": 0.1, \"optimizer\": \"adam\", \"nesterov\": true,\n"
+                       " \"seed\": 9007199254740992, \"examples\": 1000, \"log_dir\": \"runs/a b\",\n"
+                       " \"batch_size\": 1e1, \"epochs\": 3.0, \"data\": \"wide\", \"features\": 8,\n"
+                       " \"beta1\": 0, \"epsilon\": 1e-8, \"max_steps\": 123}";
+    ck_assert_msg(dt_job_parse(text, SRC, &job, &err) == 0, "%s", err.msg);
+    ck_assert_double_eq(job.optim.learning_rate, 0.1);
+    ck_assert_str_eq(job.optim.name, "adam");
+    ck_assert_int_eq(job.optim.nesterov, 1);
+    ck_assert_uint_eq(job.seed, UINT64_C(9007199254740992));
+    ck_assert_int_eq(job.num_examples, 1000);
+    ck_assert_str_eq(job.log_dir, "runs/a b");
+    ck_assert_int_eq(job.batch_size, 10);
+    ck_assert_int_eq(job.epochs, 3);
+    ck_assert_str_eq(job.data, "wide");
+    ck_assert_int_eq(job.num_features, 8);
+    ck_assert_double_eq(job.optim.beta1, 0);
+    ck_assert_double_eq(job.optim.epsilon, 1e-8);
+    ck_assert_int_eq(job.max_steps, 123);
+    /* Untouched fields keep their values. */
+    ck_assert_double_eq(job.noise, 0.3);
+    ck_assert_int_eq(job.rpc_timeout_secs, 10);
+
+    /* Later files apply on top; an empty object changes nothing. */
+    dt_job before = job;
+    ck_assert_int_eq(dt_job_parse("{}", SRC, &job, &err), 0);
+    ck_assert_mem_eq(&job, &before, sizeof job);
+    ck_assert_int_eq(dt_job_parse("{\"cluster\": {}, \"task\": 1}", SRC, &job, &err), 0);
+    ck_assert_mem_eq(&job, &before, sizeof job);
+    ck_assert_int_eq(dt_job_parse("{\"job\": {\"noise\": 0}}", SRC, &job, &err), 0);
+    ck_assert_double_eq(job.noise, 0);
+
+    /* The longest log_dir that fits. */
+    char *big = malloc(DT_PATH_MAX + 32);
+    ck_assert_ptr_nonnull(big);
+    int n = snprintf(big, DT_PATH_MAX + 32, "{\"log_dir\": \"");
+    memset(big + n, 'd', DT_PATH_MAX - 1);
+    snprintf(big + n + DT_PATH_MAX - 1, 32, "\"}");
+    ck_assert_msg(dt_job_parse(big, SRC, &job, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(strlen(job.log_dir), DT_PATH_MAX - 1);
+    /* One more byte does not. */
+    n = snprintf(big, DT_PATH_MAX + 32, "{\"log_dir\": \"");
+    memset(big + n, 'd', DT_PATH_MAX);
+    snprintf(big + n + DT_PATH_MAX, 32, "\"}");
+    ck_assert_int_eq(dt_job_parse(big, SRC, &job, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "t.json:1:13: \"log_dir\" must be a non-empty string "
+                                          "shorter than 1024 bytes (got \"dddd"));
+    free(big);
+}
+END_TEST
+
+/* ---- job: bad files ---- */
+
+START_TEST(test_job_wrong_type) {
+    /* line 3 "  \"learning_rate\": \"fast\"": the value is column 20 */
+    job_fails("{\n  \"optimizer\": \"sgd\",\n  \"learning_rate\": \"fast\"\n}",
+              "t.json:3:20: \"learning_rate\" must be a positive number (got \"fast\")");
+    /* Inside "job" of a combined file. */
+    job_fails("{\"cluster\": {}, \"job\": {\n  \"seed\": \"x\"}}",
+              "t.json:2:11: \"seed\" must be an integer >= 0 (got \"x\")");
+    job_fails("{\"cluster\": {}, \"job\": [1]}",
+              "t.json:1:24: \"job\" must be an object of job fields (got a list)");
+    job_fails("{\"job\": {}, \"learning_rate\": 0.1}",
+              "t.json:1:13: unknown field \"learning_rate\" (next to \"cluster\" a file may hold "
+              "only \"job\" and \"task\")");
+    job_fails("\"linear\"",
+              "t.json:1:1: a job file holds an object of fields, {\"learning_rate\": 0.05, ...} "
+              "(got \"linear\")");
+    job_fails("{\"seed\": 1,\n \"seed\": 2}", "t.json:2:2: duplicate field \"seed\" (first at 1:2)");
+    /* A multibyte character before the bad value, and brackets in a string. */
+    job_fails("{\"log_dir\": \"h\xC3\xA9llo\", \"seed\": -1}",
+              "t.json:1:30: \"seed\" must be an integer >= 0 (got -1)");
+    job_fails("{\"log_dir\": \"a}]{[\\\"b\", \"seed\": -1}",
+              "t.json:1:33: \"seed\" must be an integer >= 0 (got -1)");
+    job_fails("{\"learning_rate\": 0.1,", "t.json:1:23: invalid JSON: unexpected end of the input "
+                                          "('{' at 1:1 is not closed)");
+}
+END_TEST
+
+START_TEST(test_job_bad_values) {
+    static const struct {
+        const char *field, *value, *why;
+    } cases[] = {
+        {"learning_rate", "0", "must be a positive number (got 0)"},
+        {"learning_rate", "-1", "must be a positive number (got -1)"},
+        {"learning_rate", "null", "must be a positive number (got null)"},
+        {"learning_rate", "1e999", "must be a positive number (got a number too large for a "
+                                   "double)"},
+        {"momentum", "1", "must be a number in [0, 1) (got 1)"},
+        {"momentum", "-0.1", "must be a number in [0, 1) (got -0.1)"},
+        {"beta1", "1.5", "must be a number in [0, 1) (got 1.5)"},
+        {"beta2", "true", "must be a number in [0, 1) (got true)"},
+        {"epsilon", "0", "must be a positive number (got 0)"},
+        {"initial_accumulator", "-0.1", "must be a number >= 0 (got -0.1)"},
+        {"noise", "-0.25", "must be a number >= 0 (got -0.25)"},
+        {"features", "0", "must be an integer >= 1 (got 0)"},
+        {"features", "2.5", "must be an integer >= 1 (got 2.5)"},
+        {"features", "3000000000", "must be an integer from 1 to 2147483647 (got 3000000000)"},
+        {"examples", "1e20", "must be an integer from 1 to 9007199254740992 (got 1e+20)"},
+        {"examples", "0", "must be an integer >= 1 (got 0)"},
+        {"seed", "-1", "must be an integer >= 0 (got -1)"},
+        {"seed", "1.5", "must be an integer >= 0 (got 1.5)"},
+        {"seed", "9007199254740994", "must be an integer from 0 to 9007199254740992 (got "
+                                     "9007199254740994)"},
+        {"batch_size", "\"10\"", "must be an integer >= 1 (got \"10\")"},
+        {"batch_size", "0", "must be an integer >= 1 (got 0)"},
+        {"max_steps", "-1", "must be an integer >= 0 (got -1)"},
+        {"epochs", "true", "must be an integer >= 0 (got true)"},
+        {"epochs", "-2", "must be an integer >= 0 (got -2)"},
+        {"nesterov", "\"yes\"", "must be true or false (got \"yes\")"},
+        {"nesterov", "1", "must be true or false (got 1)"},
+        {"optimizer", "\"rmsprop\"",
+         "must be \"sgd\", \"momentum\", \"adagrad\" or \"adam\" (got \"rmsprop\")"},
+        {"optimizer", "\"SGD\"", "must be \"sgd\", \"momentum\", \"adagrad\" or \"adam\" (got "
+                                 "\"SGD\")"},
+        {"model", "\"mlp\"", "must be \"linear\" (got \"mlp\")"},
+        {"data", "\"tall\"", "must be \"line\" or \"wide\" (got \"tall\")"},
+        {"data", "1", "must be \"line\" or \"wide\" (got 1)"},
+        {"log_dir", "\"\"", "must be a non-empty string shorter than 1024 bytes (got \"\")"},
+        {"log_dir", "[\"a\"]", "must be a non-empty string shorter than 1024 bytes (got a list)"},
+        {"save_model_secs", "0", "must be an integer >= 1 (got 0)"},
+        {"max_to_keep", "0", "must be an integer >= 1 (got 0)"},
+        {"summary_steps", "0", "must be an integer >= 1 (got 0)"},
+        {"log_steps", "-5", "must be an integer >= 1 (got -5)"},
+        {"ready_wait_secs", "0", "must be an integer >= 1 (got 0)"},
+        {"rpc_timeout_secs", "{}", "must be an integer >= 1 (got an object)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[256], msg[400];
+        /* {"<field>": <value>}: the value is column strlen(field) + 6 */
+        snprintf(text, sizeof text, "{\"%s\": %s}", cases[i].field, cases[i].value);
+        snprintf(msg, sizeof msg, "t.json:1:%zu: \"%s\" %s", strlen(cases[i].field) + 6,
+                 cases[i].field, cases[i].why);
+        job_fails(text, msg);
+    }
+}
+END_TEST
+
+START_TEST(test_job_unknown_field) {
+    job_fails("{\n  \"learnig_rate\": 0.1\n}",
+              "t.json:2:3: unknown field \"learnig_rate\" (did you mean \"learning_rate\"?)");
+    job_fails("{\"Batch_Size\": 1}",
+              "t.json:1:2: unknown field \"Batch_Size\" (did you mean \"batch_size\"?)");
+    job_fails("{\"epoch\": 1}", "t.json:1:2: unknown field \"epoch\" (did you mean \"epochs\"?)");
+    job_fails("{\"lr\": 0.1}", "t.json:1:2: unknown field \"lr\" (did you mean \"learning_rate\"?)");
+    job_fails("{\"seed\": 2, \"colour\": \"red\"}",
+              "t.json:1:13: unknown field \"colour\"; the fields are model, features, data, "
+              "examples, noise, seed, optimizer, learning_rate, momentum, nesterov, beta1, beta2, "
+              "epsilon, initial_accumulator, batch_size, max_steps, epochs, log_dir, "
+              "save_model_secs, max_to_keep, summary_steps, log_steps, ready_wait_secs, "
+              "rpc_timeout_secs");
+    /* Keys are shown printable and short. */
+    dt_job job;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    ck_assert_int_eq(dt_job_parse("{\"a\\nb\": 1}", SRC, &job, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "t.json:1:2: unknown field \"a?b\"; the fields are"));
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_job_parse("{\"0123456789012345678901234567890123456789xyz\": 1}", SRC,
+                                  &job, &err),
+                     DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(
+        err.msg, "unknown field \"0123456789012345678901234567890123456789...\"; the fields"));
+    /* No comments in JSON: a "_comment" field is just unknown. */
+    job_fails("{\"_comment\": \"demo\"}",
+              "t.json:1:2: unknown field \"_comment\"; the fields are model, features, data, "
+              "examples, noise, seed, optimizer, learning_rate, momentum, nesterov, beta1, beta2, "
+              "epsilon, initial_accumulator, batch_size, max_steps, epochs, log_dir, "
+              "save_model_secs, max_to_keep, summary_steps, log_steps, ready_wait_secs, "
+              "rpc_timeout_secs");
+}
+END_TEST
+
+START_TEST(test_job_load_errors) {
+    dt_job job;
+    dt_err err;
+    char path[PATH_MAX], msg[PATH_MAX + 128];
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    snprintf(path, sizeof path, "%s/missing.json", tmp_dir);
+    ck_assert_int_eq(dt_job_load(path, &job, &err), DT_ENOTFOUND);
+    snprintf(msg, sizeof msg, "%s: cannot open: No such file or directory", path);
+    ck_assert_str_eq(err.msg, msg);
+
+    const char text[] = "{\n  \"batch_size\": 32,\n  \"learning_rate\": \"fast\"\n}\n";
+    write_file("job.json", text, sizeof text - 1, path, sizeof path);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_job_load(path, &job, &err), DT_EINVAL);
+    snprintf(msg, sizeof msg, "%s:3:20: \"learning_rate\" must be a positive number (got \"fast\")",
+             path);
+    ck_assert_str_eq(err.msg, msg);
+    ck_assert_int_eq(job.batch_size, 10); /* all or nothing */
+}
+END_TEST
+
+/* ---- job: --set ---- */
+
+START_TEST(test_job_set) {
+    dt_job job;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    ck_assert_int_eq(dt_job_set(&job, "learning_rate=0.1", &err), 0);
+    ck_assert_double_eq(job.optim.learning_rate, 0.1);
+    ck_assert_int_eq(dt_job_set(&job, "optimizer=adam", &err), 0);
+    ck_assert_str_eq(job.optim.name, "adam");
+    ck_assert_int_eq(dt_job_set(&job, "optimizer=\"momentum\"", &err), 0);
+    ck_assert_str_eq(job.optim.name, "momentum");
+    ck_assert_int_eq(dt_job_set(&job, "nesterov=true", &err), 0);
+    ck_assert_int_eq(job.optim.nesterov, 1);
+    ck_assert_int_eq(dt_job_set(&job, "log_dir=runs/a=b c", &err), 0);
+    ck_assert_str_eq(job.log_dir, "runs/a=b c");
+    ck_assert_int_eq(dt_job_set(&job, "seed=42", &err), 0);
+    ck_assert_uint_eq(job.seed, 42);
+    ck_assert_int_eq(dt_job_set(&job, "max_steps=5000", &err), 0);
+    ck_assert_int_eq(job.max_steps, 5000);
+    ck_assert_int_eq(dt_job_set(&job, "noise=0", &err), 0);
+    ck_assert_double_eq(job.noise, 0);
+    ck_assert_int_eq(dt_job_set(&job, "data=wide", &err), 0);
+    ck_assert_str_eq(job.data, "wide");
+    ck_assert_int_eq(err.code, DT_OK);
+}
+END_TEST
+
+START_TEST(test_job_set_errors) {
+    set_fails("learning_rate=abc",
+              "--set learning_rate=abc: \"learning_rate\" must be a positive number (got \"abc\")");
+    set_fails("learning_rate=", "--set learning_rate=: \"learning_rate\" must be a positive "
+                                "number (got \"\")");
+    set_fails("learning_rate=-0.1",
+              "--set learning_rate=-0.1: \"learning_rate\" must be a positive number (got -0.1)");
+    set_fails("learning_rate=[1]",
+              "--set learning_rate=[1]: \"learning_rate\" must be a positive number (got a list)");
+    set_fails("nesterov=yes", "--set nesterov=yes: \"nesterov\" must be true or false (got \"yes\")");
+    set_fails("batch_size=2.5",
+              "--set batch_size=2.5: \"batch_size\" must be an integer >= 1 (got 2.5)");
+    set_fails("optimizer=rmsprop", "--set optimizer=rmsprop: \"optimizer\" must be \"sgd\", "
+                                   "\"momentum\", \"adagrad\" or \"adam\" (got \"rmsprop\")");
+    set_fails("optimizer=\"sgd", "--set optimizer=\"sgd: \"optimizer\" must be \"sgd\", "
+                                 "\"momentum\", \"adagrad\" or \"adam\" (got \"\"sgd\")");
+    set_fails("log_dir=", "--set log_dir=: \"log_dir\" must be a non-empty string shorter than "
+                          "1024 bytes (got \"\")");
+    set_fails("learnig_rate=0.1",
+              "--set learnig_rate=0.1: unknown field \"learnig_rate\" (did you mean "
+              "\"learning_rate\"?)");
+    set_fails("learning_rate", "--set learning_rate: want field=value, e.g. learning_rate=0.1");
+    set_fails("=0.1", "--set =0.1: want field=value, e.g. learning_rate=0.1");
+    set_fails("", "--set : want field=value, e.g. learning_rate=0.1");
+
+    /* A name longer than any field. */
+    char long_name[200];
+    memset(long_name, 'x', 150);
+    snprintf(long_name + 150, sizeof long_name - 150, "=1");
+    dt_job job;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    ck_assert_int_eq(dt_job_set(&job, long_name, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, ": unknown field \"xxxx"));
+}
+END_TEST
+
+/* ---- job: finish ---- */
+
+START_TEST(test_job_finish) {
+    dt_job job;
+    dt_err err;
+    dt_err_clear(&err);
+
+    /* max_steps = epochs * ceil(N / B) */
+    dt_job_defaults(&job);
+    job.num_examples = 101;
+    ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.max_steps, 200 * 11);
+
+    dt_job_defaults(&job);
+    job.max_steps = 500; /* given: epochs do not matter */
+    ck_assert_int_eq(dt_job_finish(&job, &err), 0);
+    ck_assert_int_eq(job.max_steps, 500);
+
+    dt_job_defaults(&job);
+    job.epochs = 0;
+    job.max_steps = 7;
+    ck_assert_int_eq(dt_job_finish(&job, &err), 0);
+    ck_assert_int_eq(job.max_steps, 7);
+
+    dt_job_defaults(&job);
+    job.epochs = 0;
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "job: \"max_steps\" and \"epochs\" are both 0; set one of them");
+
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    job.num_features = 3;
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "job: \"data\": \"line\" has 1 feature, but \"features\" is 3 (use "
+                              "\"features\": 1, or \"data\": \"wide\")");
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_job_set(&job, "data=wide", &err), 0);
+    ck_assert_int_eq(dt_job_finish(&job, &err), 0);
+
+    dt_job_defaults(&job);
+    job.batch_size = 101;
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "job: \"batch_size\" 101 is larger than \"examples\" 100");
+
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    job.num_examples = INT64_C(9007199254740992);
+    job.batch_size = 1;
+    job.epochs = INT_MAX;
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "job: \"epochs\" 2147483647 of 9007199254740992 steps each is too "
+                              "many steps");
+
+    /* Fields set in the struct are held to the rules of the files. */
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    job.batch_size = 0;
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "job: \"batch_size\" must be an integer >= 1 (got 0)");
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    job.optim.nesterov = 2;
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "job: \"nesterov\" must be true or false (got 2)");
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    memset(job.log_dir, 'x', sizeof job.log_dir);
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "job: \"log_dir\" is not a terminated string");
+
+    /* The optimizer's name is checked like any field. */
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    snprintf(job.optim.name, sizeof job.optim.name, "bogus");
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "optimizer"));
+}
+END_TEST
+
+Suite *cluster_suite(void) {
+    Suite *s = suite_create("cluster");
+    TCase *tc = tcase_create("cluster");
+    tcase_set_timeout(tc, 10);
+    tcase_add_unchecked_fixture(tc, tmp_setup, tmp_teardown);
+    tcase_add_test(tc, test_cluster_demo);
+    tcase_add_test(tc, test_cluster_ipv6_and_edges);
+    tcase_add_test(tc, test_cluster_longest_host);
+    tcase_add_test(tc, test_cluster_tf_config_and_job);
+    tcase_add_test(tc, test_cluster_bad_json);
+    tcase_add_test(tc, test_cluster_deep_nesting);
+    tcase_add_test(tc, test_cluster_bad_shape);
+    tcase_add_test(tc, test_cluster_bad_address);
+    tcase_add_test(tc, test_cluster_duplicates);
+    tcase_add_test(tc, test_cluster_positions_skip_values);
+    tcase_add_test(tc, test_cluster_load_files);
+    suite_add_tcase(s, tc);
+
+    TCase *tj = tcase_create("job");
+    tcase_set_timeout(tj, 10);
+    tcase_add_unchecked_fixture(tj, tmp_setup, tmp_teardown);
+    tcase_add_test(tj, test_job_defaults);
+    tcase_add_test(tj, test_job_conf_linear);
+    tcase_add_test(tj, test_job_parse_fields);
+    tcase_add_test(tj, test_job_wrong_type);
+    tcase_add_test(tj, test_job_bad_values);
+    tcase_add_test(tj, test_job_unknown_field);
+    tcase_add_test(tj, test_job_load_errors);
+    tcase_add_test(tj, test_job_set);
+    tcase_add_test(tj, test_job_set_errors);
+    tcase_add_test(tj, test_job_finish);
+    suite_add_tcase(s, tj);
+    return s;
+}
