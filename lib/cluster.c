@@ -31,8 +31,8 @@
 #include <strings.h>
 
 #define MAX_FILE_BYTES (16L << 20)
-#define MAX_NESTING 1000 /* cJSON's CJSON_NESTING_LIMIT */
-#define MAX_TASKS 4096   /* per job; keeps the duplicate check cheap */
+#define MAX_NESTING 1000                 /* cJSON's CJSON_NESTING_LIMIT */
+#define MAX_TASKS 4096                   /* per job; keeps the duplicate check cheap */
 #define MAX_EXACT_INT 9007199254740992.0 /* 2^53: JSON numbers are doubles */
 #define WHY_MAX 400
 
@@ -44,7 +44,8 @@ static size_t skip_bom(const char *t) {
 
 /* cJSON takes every byte <= 32 as whitespace; so do we. */
 static size_t skip_ws(const char *t, size_t i) {
-    while (t[i] != '\0' && (unsigned char)t[i] <= 32) i++;
+    while (t[i] != '\0' && (unsigned char)t[i] <= 32)
+        i++;
     return i;
 }
 
@@ -87,7 +88,8 @@ static size_t skip_value(const char *t, size_t i) {
         }
         return i;
     }
-    while ((unsigned char)t[i] > 32 && t[i] != ',' && t[i] != '}' && t[i] != ']') i++;
+    while ((unsigned char)t[i] > 32 && t[i] != ',' && t[i] != '}' && t[i] != ']')
+        i++;
     return i;
 }
 
@@ -171,7 +173,8 @@ static int scan_value(scan *s, int depth);
 
 /* The scanner takes only JSON's four whitespace bytes. */
 static size_t json_ws(const char *t, size_t i) {
-    while (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r') i++;
+    while (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r')
+        i++;
     return i;
 }
 
@@ -234,17 +237,20 @@ static int scan_number(scan *s) {
     if (!isdigit((unsigned char)t[s->i])) return scan_fail(s, start, "bad number");
     if (t[s->i] == '0' && isdigit((unsigned char)t[s->i + 1]))
         return scan_fail(s, start, "bad number (a leading zero)");
-    while (isdigit((unsigned char)t[s->i])) s->i++;
+    while (isdigit((unsigned char)t[s->i]))
+        s->i++;
     if (t[s->i] == '.') {
         s->i++;
         if (!isdigit((unsigned char)t[s->i])) return scan_fail(s, start, "bad number");
-        while (isdigit((unsigned char)t[s->i])) s->i++;
+        while (isdigit((unsigned char)t[s->i]))
+            s->i++;
     }
     if (t[s->i] == 'e' || t[s->i] == 'E') {
         s->i++;
         if (t[s->i] == '+' || t[s->i] == '-') s->i++;
         if (!isdigit((unsigned char)t[s->i])) return scan_fail(s, start, "bad number");
-        while (isdigit((unsigned char)t[s->i])) s->i++;
+        while (isdigit((unsigned char)t[s->i]))
+            s->i++;
     }
     return 0;
 }
@@ -262,8 +268,7 @@ static int scan_container(scan *s, int depth) {
     int is_object = t[open] == '{';
     char close = is_object ? '}' : ']';
     char found[48];
-    if (depth > MAX_NESTING)
-        return scan_fail(s, open, "nested deeper than %d levels", MAX_NESTING);
+    if (depth > MAX_NESTING) return scan_fail(s, open, "nested deeper than %d levels", MAX_NESTING);
     s->i = json_ws(t, s->i + 1);
     if (t[s->i] == close) {
         s->i++;
@@ -354,10 +359,10 @@ typedef struct {
     const char *source; /* file name, for messages */
 } doc;
 
-static int fail_at(const doc *d, const int *path, int n, int want_key, dt_err *err,
-                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static int fail_at(const doc *d, const int *path, int n, int want_key, dt_err *err,
-                   const char *fmt, ...) {
+static int fail_at(const doc *d, const int *path, int n, int want_key, dt_err *err, const char *fmt,
+                   ...) __attribute__((format(printf, 6, 7)));
+static int fail_at(const doc *d, const int *path, int n, int want_key, dt_err *err, const char *fmt,
+                   ...) {
     char why[WHY_MAX];
     va_list ap;
     va_start(ap, fmt);
@@ -519,8 +524,7 @@ static int check_top_keys(const doc *d, const cJSON *root, dt_err *err) {
             path[0] = twin;
             where(d, path, 1, 1, first, sizeof first);
             path[0] = k;
-            return fail_at(d, path, 1, 1, err, "duplicate field \"%s\" (first at %s)", key,
-                           first);
+            return fail_at(d, path, 1, 1, err, "duplicate field \"%s\" (first at %s)", key, first);
         }
         const char *name = m->string;
         if (strcmp(name, "cluster") == 0 || strcmp(name, "job") == 0 || strcmp(name, "task") == 0)
@@ -720,10 +724,9 @@ int dt_cluster_parse(const char *text, const char *source, dt_cluster *c, dt_err
             if (a->port != b->port || strcasecmp(a->host, b->host) != 0) continue;
             char other[32];
             where(&d, pb, 3, 0, other, sizeof other);
-            rc = fail_at(&d, pa, 3, 0, err,
-                         "\"%s\"[%d] \"%s\" is listed twice: also as \"%s\"[%d] at %s",
-                         t_ps ? "ps" : "worker", pa[2], a->addr, u_ps ? "ps" : "worker", pb[2],
-                         other);
+            rc = fail_at(
+                &d, pa, 3, 0, err, "\"%s\"[%d] \"%s\" is listed twice: also as \"%s\"[%d] at %s",
+                t_ps ? "ps" : "worker", pa[2], a->addr, u_ps ? "ps" : "worker", pb[2], other);
             goto fail;
         }
     }
@@ -772,7 +775,8 @@ typedef struct {
 } field;
 
 #define AT(m) .offset = offsetof(dt_job, m), .size = sizeof(((dt_job *)0)->m)
-#define INT_FIELD(n, m, lo) {.name = n, .type = F_INT, AT(m), .min = lo, .max = INT_MAX}
+#define INT_FIELD(n, m, lo)                                                                        \
+    { .name = n, .type = F_INT, AT(m), .min = lo, .max = INT_MAX }
 
 static const char *const models[] = {"linear", NULL};
 static const char *const datas[] = {"line", "wide", NULL};
@@ -793,7 +797,9 @@ static const field fields[] = {
     {.name = "beta1", .type = F_NUM, AT(optim.beta1), .rule = NUM_UNIT},
     {.name = "beta2", .type = F_NUM, AT(optim.beta2), .rule = NUM_UNIT},
     {.name = "epsilon", .type = F_NUM, AT(optim.epsilon), .rule = NUM_POSITIVE},
-    {.name = "initial_accumulator", .type = F_NUM, AT(optim.initial_accumulator),
+    {.name = "initial_accumulator",
+     .type = F_NUM,
+     AT(optim.initial_accumulator),
      .rule = NUM_NONNEG},
     INT_FIELD("batch_size", batch_size, 1),
     {.name = "max_steps", .type = F_INT64, AT(max_steps), .min = 0, .max = MAX_EXACT_INT},
@@ -819,7 +825,8 @@ static int distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b);
     if (la > 40 || lb > 40) return INT_MAX;
     int prev[41], cur[41];
-    for (int j = 0; j <= lb; j++) prev[j] = j;
+    for (int j = 0; j <= lb; j++)
+        prev[j] = j;
     for (int i = 1; i <= la; i++) {
         cur[0] = i;
         for (int j = 1; j <= lb; j++) {
@@ -838,9 +845,8 @@ static int distance(const char *a, const char *b) {
 static void unknown_field(const char *key, char *why, size_t cap) {
     /* Names other tools use for the same thing. */
     static const char *const aliases[][2] = {
-        {"lr", "learning_rate"},       {"num_features", "features"},
-        {"num_examples", "examples"},  {"steps", "max_steps"},
-        {"train_steps", "max_steps"},  {"model_dir", "log_dir"},
+        {"lr", "learning_rate"},       {"num_features", "features"}, {"num_examples", "examples"},
+        {"steps", "max_steps"},        {"train_steps", "max_steps"}, {"model_dir", "log_dir"},
         {"checkpoint_dir", "log_dir"}, {"optim", "optimizer"},
     };
     const char *best = NULL;
@@ -886,7 +892,10 @@ static int apply_value(dt_job *job, const field *f, const cJSON *v, char *why, s
         size_t n = (size_t)snprintf(why, cap, "\"%s\" must be", f->name);
         for (const char *const *c = f->choices; *c && n < cap; c++)
             n += (size_t)snprintf(why + n, cap - n, "%s\"%s\"",
-                                  c == f->choices ? " " : c[1] ? ", " : " or ", *c);
+                                  c == f->choices ? " "
+                                  : c[1]          ? ", "
+                                                  : " or ",
+                                  *c);
         if (n < cap) snprintf(why + n, cap - n, " (got %s)", got);
         return -1;
     }
@@ -913,8 +922,9 @@ static int apply_value(dt_job *job, const field *f, const cJSON *v, char *why, s
             [NUM_UNIT] = "a number in [0, 1)",
         };
         int ok = is_num && isfinite(x) &&
-                 (f->rule == NUM_POSITIVE ? x > 0 : f->rule == NUM_NONNEG ? x >= 0
-                                                                          : x >= 0 && x < 1);
+                 (f->rule == NUM_POSITIVE ? x > 0
+                  : f->rule == NUM_NONNEG ? x >= 0
+                                          : x >= 0 && x < 1);
         if (ok) {
             memcpy(slot, &x, sizeof x);
             return 0;
@@ -942,8 +952,7 @@ static int apply_value(dt_job *job, const field *f, const cJSON *v, char *why, s
             snprintf(why, cap, "\"%s\" must be an integer from %.0f to %.0f (got %s)", f->name,
                      f->min, f->max, got);
         else
-            snprintf(why, cap, "\"%s\" must be an integer >= %.0f (got %s)", f->name, f->min,
-                     got);
+            snprintf(why, cap, "\"%s\" must be an integer >= %.0f (got %s)", f->name, f->min, got);
         return -1;
     }
     DT_ASSERT(0);
@@ -1156,16 +1165,15 @@ int dt_job_finish(dt_job *job, dt_err *err) {
                           "\"features\": 1, or \"data\": \"wide\")",
                           job->num_features);
     if (job->batch_size > job->num_examples)
-        return dt_err_set(err, DT_EINVAL,
-                          "job: \"batch_size\" %d is larger than \"examples\" %lld",
+        return dt_err_set(err, DT_EINVAL, "job: \"batch_size\" %d is larger than \"examples\" %lld",
                           job->batch_size, (long long)job->num_examples);
     if (job->max_steps == 0) {
         if (job->epochs == 0)
             return dt_err_set(err, DT_EINVAL,
                               "job: \"max_steps\" and \"epochs\" are both 0; set one of them");
         /* max_steps = epochs * ceil(N / B): a last short batch is a step. */
-        int64_t per_epoch = job->num_examples / job->batch_size +
-                            (job->num_examples % job->batch_size != 0);
+        int64_t per_epoch =
+            job->num_examples / job->batch_size + (job->num_examples % job->batch_size != 0);
         if (per_epoch > INT64_MAX / job->epochs)
             return dt_err_set(err, DT_EINVAL,
                               "job: \"epochs\" %d of %lld steps each is too many steps",

@@ -24,8 +24,8 @@
 #define DT_HOST_MAX 256
 
 typedef struct {
-    char host[DT_HOST_MAX]; /* "localhost", "10.0.0.2", "::1" (no brackets) */
-    int port;               /* 1..65535 */
+    char host[DT_HOST_MAX];      /* "localhost", "10.0.0.2", "::1" (no brackets) */
+    int port;                    /* 1..65535 */
     char addr[DT_HOST_MAX + 16]; /* "host:port" as gRPC takes it ("[::1]:1681") */
 } dt_addr;
 

@@ -145,8 +145,7 @@ START_TEST(test_cluster_longest_host) {
     char host[300], text[600];
     memset(host, 'a', DT_HOST_MAX - 1);
     host[DT_HOST_MAX - 1] = '\0';
-    snprintf(text, sizeof text, "{\"cluster\": {\"ps\": [\"%s:1\"], \"worker\": [\"b:2\"]}}",
-             host);
+    snprintf(text, sizeof text, "{\"cluster\": {\"ps\": [\"%s:1\"], \"worker\": [\"b:2\"]}}", host);
     dt_cluster c;
     dt_err err;
     dt_err_clear(&err);
@@ -157,8 +156,7 @@ START_TEST(test_cluster_longest_host) {
 
     host[DT_HOST_MAX - 1] = 'a';
     host[DT_HOST_MAX] = '\0';
-    snprintf(text, sizeof text, "{\"cluster\": {\"ps\": [\"%s:1\"], \"worker\": [\"b:2\"]}}",
-             host);
+    snprintf(text, sizeof text, "{\"cluster\": {\"ps\": [\"%s:1\"], \"worker\": [\"b:2\"]}}", host);
     ck_assert_int_eq(dt_cluster_parse(text, SRC, &c, &err), DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "t.json:1:21: \"ps\"[0] \"aaaa"));
     ck_assert_ptr_nonnull(strstr(err.msg, "...\": host longer than 255 bytes"));
@@ -211,7 +209,8 @@ START_TEST(test_cluster_bad_json) {
     cluster_fails(" \n\t ", DT_EINVAL,
                   "t.json:2:3: invalid JSON: no JSON value (the input is empty)");
     cluster_fails("{'cluster': 1}", DT_EINVAL, "t.json:1:2: invalid JSON: keys take double quotes");
-    cluster_fails("{} x", DT_EINVAL, "t.json:1:4: invalid JSON: unexpected 'x' after the JSON value");
+    cluster_fails("{} x", DT_EINVAL,
+                  "t.json:1:4: invalid JSON: unexpected 'x' after the JSON value");
     cluster_fails("{\"cluster\": tru}", DT_EINVAL,
                   "t.json:1:13: invalid JSON: expected a value, found 'tru'");
     cluster_fails("{\"cluster\" {}}", DT_EINVAL,
@@ -228,16 +227,20 @@ START_TEST(test_cluster_bad_json) {
     cluster_fails("{\"a\": \"\\u0000\"}", DT_EINVAL,
                   "t.json:1:8: invalid JSON: \\u0000 (NUL) cannot be in a string");
     cluster_fails("{\"a\": 1.}", DT_EINVAL, "t.json:1:7: invalid JSON: bad number");
-    cluster_fails("{\"a\": 01}", DT_EINVAL, "t.json:1:7: invalid JSON: bad number (a leading zero)");
+    cluster_fails("{\"a\": 01}", DT_EINVAL,
+                  "t.json:1:7: invalid JSON: bad number (a leading zero)");
     cluster_fails("{\"log_dir\": \"abc,\n \"seed\": 1}", DT_EINVAL,
                   "t.json:1:13: invalid JSON: string not closed before the end of the line");
     cluster_fails("{\"a\": \"x\ty\"}", DT_EINVAL,
                   "t.json:1:9: invalid JSON: raw control character 0x09 in a string (escape it)");
-    cluster_fails("{\"a\":\f1}", DT_EINVAL, "t.json:1:6: invalid JSON: expected a value, found byte 0x0c");
-    cluster_fails("{\"a\": .5}", DT_EINVAL, "t.json:1:7: invalid JSON: expected a value, found '.5'");
+    cluster_fails("{\"a\":\f1}", DT_EINVAL,
+                  "t.json:1:6: invalid JSON: expected a value, found byte 0x0c");
+    cluster_fails("{\"a\": .5}", DT_EINVAL,
+                  "t.json:1:7: invalid JSON: expected a value, found '.5'");
     cluster_fails("{\"a\": \"\\udc00\"}", DT_EINVAL,
                   "t.json:1:8: invalid JSON: \\udc00 is half a surrogate pair");
-    cluster_fails("{\"a\": 1,\n}", DT_EINVAL, "t.json:2:1: invalid JSON: trailing comma before '}'");
+    cluster_fails("{\"a\": 1,\n}", DT_EINVAL,
+                  "t.json:2:1: invalid JSON: trailing comma before '}'");
     /* Columns count characters, not bytes: "é" is one. */
     cluster_fails("{\"é\": 1 2}", DT_EINVAL,
                   "t.json:1:9: invalid JSON: expected ',' or '}' after a member, found '2'");
@@ -284,10 +287,11 @@ START_TEST(test_cluster_bad_shape) {
                   DT_EINVAL,
                   "t.json:1:14: a \"chief\" job is not supported: worker 0 is the chief, so list "
                   "its address first under \"worker\"");
-    cluster_fails("{\"cluster\": {\"ps\": [\"a:1\"], \"worker\": [\"a:2\"], \"evaluator\": [\"a:3\"]}}",
-                  DT_EINVAL,
-                  "t.json:1:48: unknown job \"evaluator\": only \"ps\" and \"worker\" are "
-                  "supported");
+    cluster_fails(
+        "{\"cluster\": {\"ps\": [\"a:1\"], \"worker\": [\"a:2\"], \"evaluator\": [\"a:3\"]}}",
+        DT_EINVAL,
+        "t.json:1:48: unknown job \"evaluator\": only \"ps\" and \"worker\" are "
+        "supported");
     cluster_fails("{\"cluster\": {\"Ps\": [\"a:1\"], \"worker\": [\"a:2\"]}}", DT_EINVAL,
                   "t.json:1:14: unknown job \"Ps\": only \"ps\" and \"worker\" are supported");
     cluster_fails("{\"cluster\": {\"worker\": [\"a:1\"]}}", DT_EINVAL,
@@ -305,7 +309,8 @@ START_TEST(test_cluster_bad_shape) {
     /* line 4 "    \"worker\": [\"localhost:1682\", 1683]": 1683 is column 34 */
     cluster_fails("{\n  \"cluster\": {\n    \"ps\": [\"localhost:1681\"],\n"
                   "    \"worker\": [\"localhost:1682\", 1683]\n  }\n}",
-                  DT_EINVAL, "t.json:4:34: \"worker\"[1] must be a \"host:port\" string (got 1683)");
+                  DT_EINVAL,
+                  "t.json:4:34: \"worker\"[1] must be a \"host:port\" string (got 1683)");
     cluster_fails("{\"cluster\": {\"ps\": [null], \"worker\": [\"a:1\"]}}", DT_EINVAL,
                   "t.json:1:21: \"ps\"[0] must be a \"host:port\" string (got null)");
 }
@@ -519,10 +524,11 @@ START_TEST(test_job_parse_fields) {
     dt_err err;
     dt_err_clear(&err);
     dt_job_defaults(&job);
-    const char *text = "{\"learning_rate\": 0.1, \"optimizer\": \"adam\", \"nesterov\": true,\n"
-                       " \"seed\": 9007199254740992, \"examples\": 1000, \"log_dir\": \"runs/a b\",\n"
-                       " \"batch_size\": 1e1, \"epochs\": 3.0, \"data\": \"wide\", \"features\": 8,\n"
-                       " \"beta1\": 0, \"epsilon\": 1e-8, \"max_steps\": 123}";
+    const char *text =
+        "{\"learning_rate\": 0.1, \"optimizer\": \"adam\", \"nesterov\": true,\n"
+        " \"seed\": 9007199254740992, \"examples\": 1000, \"log_dir\": \"runs/a b\",\n"
+        " \"batch_size\": 1e1, \"epochs\": 3.0, \"data\": \"wide\", \"features\": 8,\n"
+        " \"beta1\": 0, \"epsilon\": 1e-8, \"max_steps\": 123}";
     ck_assert_msg(dt_job_parse(text, SRC, &job, &err) == 0, "%s", err.msg);
     ck_assert_double_eq(job.optim.learning_rate, 0.1);
     ck_assert_str_eq(job.optim.name, "adam");
@@ -586,7 +592,8 @@ START_TEST(test_job_wrong_type) {
     job_fails("\"linear\"",
               "t.json:1:1: a job file holds an object of fields, {\"learning_rate\": 0.05, ...} "
               "(got \"linear\")");
-    job_fails("{\"seed\": 1,\n \"seed\": 2}", "t.json:2:2: duplicate field \"seed\" (first at 1:2)");
+    job_fails("{\"seed\": 1,\n \"seed\": 2}",
+              "t.json:2:2: duplicate field \"seed\" (first at 1:2)");
     /* A multibyte character before the bad value, and brackets in a string. */
     job_fails("{\"log_dir\": \"h\xC3\xA9llo\", \"seed\": -1}",
               "t.json:1:30: \"seed\" must be an integer >= 0 (got -1)");
@@ -604,8 +611,9 @@ START_TEST(test_job_bad_values) {
         {"learning_rate", "0", "must be a positive number (got 0)"},
         {"learning_rate", "-1", "must be a positive number (got -1)"},
         {"learning_rate", "null", "must be a positive number (got null)"},
-        {"learning_rate", "1e999", "must be a positive number (got a number too large for a "
-                                   "double)"},
+        {"learning_rate", "1e999",
+         "must be a positive number (got a number too large for a "
+         "double)"},
         {"momentum", "1", "must be a number in [0, 1) (got 1)"},
         {"momentum", "-0.1", "must be a number in [0, 1) (got -0.1)"},
         {"beta1", "1.5", "must be a number in [0, 1) (got 1.5)"},
@@ -620,8 +628,9 @@ START_TEST(test_job_bad_values) {
         {"examples", "0", "must be an integer >= 1 (got 0)"},
         {"seed", "-1", "must be an integer >= 0 (got -1)"},
         {"seed", "1.5", "must be an integer >= 0 (got 1.5)"},
-        {"seed", "9007199254740994", "must be an integer from 0 to 9007199254740992 (got "
-                                     "9007199254740994)"},
+        {"seed", "9007199254740994",
+         "must be an integer from 0 to 9007199254740992 (got "
+         "9007199254740994)"},
         {"batch_size", "\"10\"", "must be an integer >= 1 (got \"10\")"},
         {"batch_size", "0", "must be an integer >= 1 (got 0)"},
         {"max_steps", "-1", "must be an integer >= 0 (got -1)"},
@@ -631,8 +640,9 @@ START_TEST(test_job_bad_values) {
         {"nesterov", "1", "must be true or false (got 1)"},
         {"optimizer", "\"rmsprop\"",
          "must be \"sgd\", \"momentum\", \"adagrad\" or \"adam\" (got \"rmsprop\")"},
-        {"optimizer", "\"SGD\"", "must be \"sgd\", \"momentum\", \"adagrad\" or \"adam\" (got "
-                                 "\"SGD\")"},
+        {"optimizer", "\"SGD\"",
+         "must be \"sgd\", \"momentum\", \"adagrad\" or \"adam\" (got "
+         "\"SGD\")"},
         {"model", "\"mlp\"", "must be \"linear\" (got \"mlp\")"},
         {"data", "\"tall\"", "must be \"line\" or \"wide\" (got \"tall\")"},
         {"data", "1", "must be \"line\" or \"wide\" (got 1)"},
@@ -662,7 +672,8 @@ START_TEST(test_job_unknown_field) {
     job_fails("{\"Batch_Size\": 1}",
               "t.json:1:2: unknown field \"Batch_Size\" (did you mean \"batch_size\"?)");
     job_fails("{\"epoch\": 1}", "t.json:1:2: unknown field \"epoch\" (did you mean \"epochs\"?)");
-    job_fails("{\"lr\": 0.1}", "t.json:1:2: unknown field \"lr\" (did you mean \"learning_rate\"?)");
+    job_fails("{\"lr\": 0.1}",
+              "t.json:1:2: unknown field \"lr\" (did you mean \"learning_rate\"?)");
     job_fails("{\"seed\": 2, \"colour\": \"red\"}",
               "t.json:1:13: unknown field \"colour\"; the fields are model, features, data, "
               "examples, noise, seed, optimizer, learning_rate, momentum, nesterov, beta1, beta2, "
@@ -677,9 +688,9 @@ START_TEST(test_job_unknown_field) {
     ck_assert_int_eq(dt_job_parse("{\"a\\nb\": 1}", SRC, &job, &err), DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "t.json:1:2: unknown field \"a?b\"; the fields are"));
     dt_err_clear(&err);
-    ck_assert_int_eq(dt_job_parse("{\"0123456789012345678901234567890123456789xyz\": 1}", SRC,
-                                  &job, &err),
-                     DT_EINVAL);
+    ck_assert_int_eq(
+        dt_job_parse("{\"0123456789012345678901234567890123456789xyz\": 1}", SRC, &job, &err),
+        DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(
         err.msg, "unknown field \"0123456789012345678901234567890123456789...\"; the fields"));
     /* No comments in JSON: a "_comment" field is just unknown. */
@@ -752,7 +763,8 @@ START_TEST(test_job_set_errors) {
               "--set learning_rate=-0.1: \"learning_rate\" must be a positive number (got -0.1)");
     set_fails("learning_rate=[1]",
               "--set learning_rate=[1]: \"learning_rate\" must be a positive number (got a list)");
-    set_fails("nesterov=yes", "--set nesterov=yes: \"nesterov\" must be true or false (got \"yes\")");
+    set_fails("nesterov=yes",
+              "--set nesterov=yes: \"nesterov\" must be true or false (got \"yes\")");
     set_fails("batch_size=2.5",
               "--set batch_size=2.5: \"batch_size\" must be an integer >= 1 (got 2.5)");
     set_fails("optimizer=rmsprop", "--set optimizer=rmsprop: \"optimizer\" must be \"sgd\", "
