@@ -150,8 +150,8 @@ static int parse_level(const char *text) {
     return -1;
 }
 
-/* Loads the job config: defaults, then the cluster file's "job" (if any),
- * then --config, then --log-dir and --set, in that order. */
+/* Loads the job config: the defaults; then --config when given, else the
+ * cluster file's "job" object (if any); then --log-dir and --set. */
 static int load_job(const options *o, dt_job *job, dt_err *err) {
     dt_job_defaults(job);
     int rc = 0;

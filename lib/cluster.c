@@ -760,7 +760,7 @@ void dt_cluster_deinit(dt_cluster *c) {
 
 /* ---- job ---- */
 
-typedef enum { F_ENUM, F_PATH, F_INT, F_INT64, F_SEED, F_NUM, F_BOOL } field_type;
+typedef enum { F_ENUM, F_PATH, F_OPT_PATH, F_INT, F_INT64, F_SEED, F_NUM, F_BOOL, F_INT_LIST } field_type;
 typedef enum { NUM_POSITIVE, NUM_NONNEG, NUM_UNIT } num_rule;
 
 /* One job field: its JSON name, where it lives in dt_job, and its rule. */
@@ -778,18 +778,31 @@ typedef struct {
 #define INT_FIELD(n, m, lo)                                                                        \
     { .name = n, .type = F_INT, AT(m), .min = lo, .max = INT_MAX }
 
-static const char *const models[] = {"linear", NULL};
-static const char *const datas[] = {"line", "wide", NULL};
+static const char *const models[] = {"linear", "logistic", "softmax", "mlp", NULL};
+static const char *const datas[] = {"line", "wide", "csv", "libsvm", "idx", NULL};
+static const char *const scales[] = {"none", "standardize", "divide", NULL};
 static const char *const optimizers[] = {"sgd", "momentum", "adagrad", "adam", NULL};
 
 /* The job fields, in the order conf/README.md lists them. */
 static const field fields[] = {
     {.name = "model", .type = F_ENUM, AT(model), .choices = models},
     INT_FIELD("features", num_features, 1),
+    INT_FIELD("classes", num_classes, 2),
+    {.name = "hidden", .type = F_INT_LIST, AT(hidden), .min = 1, .max = 1 << 20},
+    {.name = "l2", .type = F_NUM, AT(l2), .rule = NUM_NONNEG},
     {.name = "data", .type = F_ENUM, AT(data), .choices = datas},
     {.name = "examples", .type = F_INT64, AT(num_examples), .min = 1, .max = MAX_EXACT_INT},
     {.name = "noise", .type = F_NUM, AT(noise), .rule = NUM_NONNEG},
     {.name = "seed", .type = F_SEED, AT(seed), .min = 0, .max = MAX_EXACT_INT},
+    {.name = "train_data", .type = F_OPT_PATH, AT(train_data)},
+    {.name = "train_labels", .type = F_OPT_PATH, AT(train_labels)},
+    {.name = "eval_data", .type = F_OPT_PATH, AT(eval_data)},
+    {.name = "eval_labels", .type = F_OPT_PATH, AT(eval_labels)},
+    {.name = "label_column", .type = F_PATH, AT(label_column)},
+    {.name = "scale", .type = F_ENUM, AT(scale), .choices = scales},
+    {.name = "scale_divisor", .type = F_NUM, AT(scale_divisor), .rule = NUM_POSITIVE},
+    {.name = "skip_bad_rows", .type = F_BOOL, AT(skip_bad_rows)},
+    INT_FIELD("eval_steps", eval_steps, 0),
     {.name = "optimizer", .type = F_ENUM, AT(optim.name), .choices = optimizers},
     {.name = "learning_rate", .type = F_NUM, AT(optim.learning_rate), .rule = NUM_POSITIVE},
     {.name = "momentum", .type = F_NUM, AT(optim.momentum), .rule = NUM_UNIT},
@@ -907,6 +920,34 @@ static int apply_value(dt_job *job, const field *f, const cJSON *v, char *why, s
         snprintf(why, cap, "\"%s\" must be a non-empty string shorter than %zu bytes (got %s)",
                  f->name, f->size, got);
         return -1;
+    case F_OPT_PATH:
+        if (cJSON_IsString(v) && strlen(v->valuestring) < f->size) {
+            memcpy(slot, v->valuestring, strlen(v->valuestring) + 1);
+            return 0;
+        }
+        snprintf(why, cap, "\"%s\" must be a string shorter than %zu bytes (\"\" for none) (got %s)",
+                 f->name, f->size, got);
+        return -1;
+    case F_INT_LIST: {
+        /* hidden: [256, 128]; the count lives in num_hidden. */
+        int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+        int ok = n >= 1 && n <= DT_MAX_HIDDEN;
+        int values[DT_MAX_HIDDEN];
+        for (int i = 0; ok && i < n; i++) {
+            const cJSON *e = cJSON_GetArrayItem(v, i);
+            double u = cJSON_IsNumber(e) ? e->valuedouble : -1;
+            ok = cJSON_IsNumber(e) && u == floor(u) && u >= f->min && u <= f->max;
+            if (ok) values[i] = (int)u;
+        }
+        if (ok) {
+            memcpy(slot, values, sizeof(int) * (size_t)n);
+            job->num_hidden = n;
+            return 0;
+        }
+        snprintf(why, cap, "\"%s\" must be a list of 1 to %d integers from %.0f to %.0f (got %s)",
+                 f->name, DT_MAX_HIDDEN, f->min, f->max, got);
+        return -1;
+    }
     case F_BOOL:
         if (cJSON_IsBool(v)) {
             int b = cJSON_IsTrue(v) ? 1 : 0;
@@ -990,7 +1031,13 @@ void dt_job_defaults(dt_job *job) {
     memset(job, 0, sizeof *job);
     snprintf(job->model, sizeof job->model, "linear");
     job->num_features = 1;
+    job->num_classes = 2;
+    job->hidden[0] = 128;
+    job->num_hidden = 1;
     snprintf(job->data, sizeof job->data, "line");
+    snprintf(job->label_column, sizeof job->label_column, "0");
+    snprintf(job->scale, sizeof job->scale, "none");
+    job->scale_divisor = 255;
     job->num_examples = 100;
     job->noise = 0.3;
     job->seed = 1;
@@ -1090,7 +1137,7 @@ int dt_job_set(dt_job *job, const char *assignment, dt_err *err) {
      * string, so the field's own rule names what it wants. */
     const char *value = eq + 1;
     cJSON *v = NULL;
-    if ((f->type != F_ENUM && f->type != F_PATH) || value[0] == '"')
+    if ((f->type != F_ENUM && f->type != F_PATH && f->type != F_OPT_PATH) || value[0] == '"')
         v = cJSON_ParseWithOpts(value, NULL, 1);
     if (!v) v = cJSON_CreateString(value);
     if (!v) return dt_err_set(err, DT_ENOMEM, "--set %s: out of memory", assignment);
@@ -1117,8 +1164,15 @@ static int check_fields(const dt_job *job, dt_err *err) {
         uint64_t u64;
         double num;
         switch (f->type) {
+        case F_INT_LIST:
+            if (job->num_hidden < 1 || job->num_hidden > DT_MAX_HIDDEN)
+                return dt_err_set(err, DT_EINVAL, "job: \"%s\" has %d entries (1 to %d)",
+                                  f->name, job->num_hidden, DT_MAX_HIDDEN);
+            v = cJSON_CreateIntArray((const int *)(const void *)slot, job->num_hidden);
+            break;
         case F_ENUM:
         case F_PATH:
+        case F_OPT_PATH:
             if (strnlen(slot, f->size) == f->size)
                 return dt_err_set(err, DT_EINVAL, "job: \"%s\" is not a terminated string",
                                   f->name);
@@ -1154,6 +1208,24 @@ static int check_fields(const dt_job *job, dt_err *err) {
     return 0;
 }
 
+int dt_job_reads_files(const dt_job *job) {
+    return strcmp(job->data, "csv") == 0 || strcmp(job->data, "libsvm") == 0 ||
+           strcmp(job->data, "idx") == 0;
+}
+
+int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps, dt_err *err) {
+    if (job->epochs == 0)
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"max_steps\" and \"epochs\" are both 0; set one of them");
+    /* max_steps = epochs * ceil(N / B): a last short batch is a step. */
+    int64_t per_epoch = num_examples / job->batch_size + (num_examples % job->batch_size != 0);
+    if (per_epoch > INT64_MAX / job->epochs)
+        return dt_err_set(err, DT_EINVAL, "job: \"epochs\" %d of %lld steps each is too many steps",
+                          job->epochs, (long long)per_epoch);
+    *steps = job->epochs * per_epoch;
+    return 0;
+}
+
 int dt_job_finish(dt_job *job, dt_err *err) {
     DT_ASSERT(job);
     int rc = check_fields(job, err);
@@ -1164,21 +1236,34 @@ int dt_job_finish(dt_job *job, dt_err *err) {
                           "job: \"data\": \"line\" has 1 feature, but \"features\" is %d (use "
                           "\"features\": 1, or \"data\": \"wide\")",
                           job->num_features);
-    if (job->batch_size > job->num_examples)
+    int from_file = dt_job_reads_files(job);
+    if (from_file && job->train_data[0] == '\0')
+        return dt_err_set(err, DT_EINVAL, "job: \"data\": \"%s\" needs \"train_data\" (a file)",
+                          job->data);
+    if (strcmp(job->data, "idx") == 0 && job->train_labels[0] == '\0')
+        return dt_err_set(err, DT_EINVAL, "job: \"data\": \"idx\" needs \"train_labels\" (the "
+                                          "labels file beside the images)");
+    if (strcmp(job->data, "idx") == 0 && job->eval_data[0] && !job->eval_labels[0])
+        return dt_err_set(err, DT_EINVAL, "job: \"eval_data\" in idx format needs \"eval_labels\"");
+    if (!from_file && job->eval_data[0])
+        return dt_err_set(err, DT_EINVAL, "job: \"eval_data\" needs a file data source (\"data\": "
+                                          "\"csv\", \"libsvm\" or \"idx\")");
+    if (strcmp(job->model, "logistic") == 0 && job->num_classes != 2)
+        return dt_err_set(err, DT_EINVAL, "job: \"model\": \"logistic\" is binary: \"classes\" "
+                                          "must be 2 (got %d); use \"softmax\" for more",
+                          job->num_classes);
+    if (!from_file && job->batch_size > job->num_examples)
         return dt_err_set(err, DT_EINVAL, "job: \"batch_size\" %d is larger than \"examples\" %lld",
                           job->batch_size, (long long)job->num_examples);
-    if (job->max_steps == 0) {
-        if (job->epochs == 0)
-            return dt_err_set(err, DT_EINVAL,
-                              "job: \"max_steps\" and \"epochs\" are both 0; set one of them");
-        /* max_steps = epochs * ceil(N / B): a last short batch is a step. */
-        int64_t per_epoch =
-            job->num_examples / job->batch_size + (job->num_examples % job->batch_size != 0);
-        if (per_epoch > INT64_MAX / job->epochs)
-            return dt_err_set(err, DT_EINVAL,
-                              "job: \"epochs\" %d of %lld steps each is too many steps",
-                              job->epochs, (long long)per_epoch);
-        job->max_steps = job->epochs * per_epoch;
+    /* A file's size is known only once it is read: the chief derives
+     * max_steps from epochs then (dt_job_steps_for). */
+    if (job->max_steps == 0 && from_file && job->epochs == 0)
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"max_steps\" and \"epochs\" are both 0; set one of them");
+    if (job->max_steps == 0 && !from_file) {
+        int64_t steps = 0;
+        if ((rc = dt_job_steps_for(job, job->num_examples, &steps, err))) return rc;
+        job->max_steps = steps;
     }
     return 0;
 }

@@ -22,6 +22,7 @@
 
 #define DT_PATH_MAX 1024
 #define DT_HOST_MAX 256
+#define DT_MAX_HIDDEN 8
 
 typedef struct {
     char host[DT_HOST_MAX];      /* "localhost", "10.0.0.2", "::1" (no brackets) */
@@ -38,15 +39,32 @@ typedef struct {
 
 typedef struct {
     /* model */
-    char model[32];   /* "linear": y = X w + b, MSE loss */
+    char model[32];   /* "linear" (MSE), "logistic" (binary, sigmoid cross-entropy),
+                         "softmax" (K classes), "mlp" (hidden ReLU layers, softmax) */
     int num_features; /* F >= 1 */
+    int num_classes;  /* K: 2 for logistic, >= 2 for softmax and mlp; unused by linear */
+    int hidden[DT_MAX_HIDDEN]; /* mlp: units per hidden layer */
+    int num_hidden;            /* mlp: number of hidden layers, >= 1 */
+    double l2;                 /* L2 penalty on weights (not biases), >= 0 */
 
     /* data */
     char data[32];        /* "line": tutorial's x = linspace(-1,1,N), y = 2x + noise;
-                             "wide": F features, y = X w* + noise, made on the fly */
-    int64_t num_examples; /* N >= 1 */
+                             "wide": F features, y = X w* + noise, made on the fly;
+                             "csv", "libsvm", "idx": read from train_data */
+    int64_t num_examples; /* N >= 1 (synthetic sources; files say their own) */
     double noise;         /* stddev of the label noise, >= 0 */
     uint64_t seed;        /* data, shuffling and initialisation */
+    char train_data[DT_PATH_MAX];   /* csv / libsvm file, or idx images; .gz is read too */
+    char train_labels[DT_PATH_MAX]; /* idx labels; "" for csv and libsvm */
+    char eval_data[DT_PATH_MAX];    /* held-out set, same format; "" for none */
+    char eval_labels[DT_PATH_MAX];  /* idx labels of the held-out set */
+    char label_column[64]; /* csv: the label column's header name, or its 0-based index */
+    char scale[16];        /* "none", "standardize" (per feature, over the training file),
+                              or "divide" (by scale_divisor) */
+    double scale_divisor;  /* > 0; 255 for 8-bit images */
+    int skip_bad_rows;     /* 1: skip and count malformed rows instead of failing */
+    int eval_steps;        /* chief evaluates eval_data every this many local steps (0: at
+                              the end only) */
 
     dt_optim_config optim; /* "optimizer", "learning_rate", ... */
 
@@ -91,5 +109,13 @@ int dt_job_set(dt_job *job, const char *assignment, dt_err *err) DT_WARN_UNUSED;
  * epochs * ceil(examples / batch_size) when it is 0. Call once after all
  * files and overrides are applied. Errors read "job: ...". */
 int dt_job_finish(dt_job *job, dt_err *err) DT_WARN_UNUSED;
+
+/* 1 when the job's data comes from files (csv, libsvm, idx). For those,
+ * dt_job_finish leaves max_steps 0 when epochs are given: the size of the
+ * data is known only once it is read. */
+int dt_job_reads_files(const dt_job *job);
+/* epochs * ceil(num_examples / batch_size), checked for overflow. */
+int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps,
+                     dt_err *err) DT_WARN_UNUSED;
 
 #endif

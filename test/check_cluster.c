@@ -78,7 +78,20 @@ static void job_fails(const char *text, const char *msg) {
     int rc = dt_job_parse(text, SRC, &job, &err);
     ck_assert_msg(rc == DT_EINVAL, "rc %d for %s (msg: %s)", rc, text, err.msg);
     ck_assert_str_eq(err.msg, msg);
-    ck_assert_mem_eq(&job, &before, sizeof job);
+    ck_assert(memcmp(&job, &before, sizeof job) == 0);
+}
+
+/* Like job_fails, for messages too long to spell out: msg is a prefix. */
+static void job_fails_prefix(const char *text, const char *msg) {
+    dt_job job, before;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    before = job;
+    int rc = dt_job_parse(text, SRC, &job, &err);
+    ck_assert_msg(rc == DT_EINVAL, "rc %d for %s (msg: %s)", rc, text, err.msg);
+    ck_assert_msg(strncmp(err.msg, msg, strlen(msg)) == 0, "message: %s", err.msg);
+    ck_assert(memcmp(&job, &before, sizeof job) == 0);
 }
 
 static void set_fails(const char *assignment, const char *msg) {
@@ -90,7 +103,7 @@ static void set_fails(const char *assignment, const char *msg) {
     int rc = dt_job_set(&job, assignment, &err);
     ck_assert_msg(rc == DT_EINVAL, "rc %d for %s (msg: %s)", rc, assignment, err.msg);
     ck_assert_str_eq(err.msg, msg);
-    ck_assert_mem_eq(&job, &before, sizeof job);
+    ck_assert(memcmp(&job, &before, sizeof job) == 0);
 }
 
 /* ---- cluster: good files ---- */
@@ -486,6 +499,17 @@ START_TEST(test_job_conf_linear) {
     dt_job_defaults(&want);
     ck_assert_str_eq(job.model, want.model);
     ck_assert_int_eq(job.num_features, want.num_features);
+    ck_assert_int_eq(job.num_classes, want.num_classes);
+    ck_assert_int_eq(job.num_hidden, want.num_hidden);
+    ck_assert_int_eq(job.hidden[0], want.hidden[0]);
+    ck_assert_double_eq(job.l2, want.l2);
+    ck_assert_str_eq(job.train_data, want.train_data);
+    ck_assert_str_eq(job.eval_labels, want.eval_labels);
+    ck_assert_str_eq(job.label_column, want.label_column);
+    ck_assert_str_eq(job.scale, want.scale);
+    ck_assert_double_eq(job.scale_divisor, want.scale_divisor);
+    ck_assert_int_eq(job.skip_bad_rows, want.skip_bad_rows);
+    ck_assert_int_eq(job.eval_steps, want.eval_steps);
     ck_assert_str_eq(job.data, want.data);
     ck_assert_int_eq(job.num_examples, want.num_examples);
     ck_assert_double_eq(job.noise, want.noise);
@@ -513,7 +537,7 @@ START_TEST(test_job_conf_linear) {
     /* The demo cluster file has no job section: nothing changes. */
     dt_job before = job;
     ck_assert_msg(dt_job_load("conf/cluster.json", &job, &err) == 0, "%s", err.msg);
-    ck_assert_mem_eq(&job, &before, sizeof job);
+    ck_assert(memcmp(&job, &before, sizeof job) == 0);
     ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(job.max_steps, 2000);
 }
@@ -550,9 +574,9 @@ START_TEST(test_job_parse_fields) {
     /* Later files apply on top; an empty object changes nothing. */
     dt_job before = job;
     ck_assert_int_eq(dt_job_parse("{}", SRC, &job, &err), 0);
-    ck_assert_mem_eq(&job, &before, sizeof job);
+    ck_assert(memcmp(&job, &before, sizeof job) == 0);
     ck_assert_int_eq(dt_job_parse("{\"cluster\": {}, \"task\": 1}", SRC, &job, &err), 0);
-    ck_assert_mem_eq(&job, &before, sizeof job);
+    ck_assert(memcmp(&job, &before, sizeof job) == 0);
     ck_assert_int_eq(dt_job_parse("{\"job\": {\"noise\": 0}}", SRC, &job, &err), 0);
     ck_assert_double_eq(job.noise, 0);
 
@@ -643,13 +667,23 @@ START_TEST(test_job_bad_values) {
         {"optimizer", "\"SGD\"",
          "must be \"sgd\", \"momentum\", \"adagrad\" or \"adam\" (got "
          "\"SGD\")"},
-        {"model", "\"mlp\"", "must be \"linear\" (got \"mlp\")"},
-        {"data", "\"tall\"", "must be \"line\" or \"wide\" (got \"tall\")"},
-        {"data", "1", "must be \"line\" or \"wide\" (got 1)"},
+        {"model", "\"cnn\"", "must be \"linear\", \"logistic\", \"softmax\" or \"mlp\" (got \"cnn\")"},
+        {"data", "\"tall\"", "must be \"line\", \"wide\", \"csv\", \"libsvm\" or \"idx\" (got \"tall\")"},
+        {"data", "1", "must be \"line\", \"wide\", \"csv\", \"libsvm\" or \"idx\" (got 1)"},
         {"log_dir", "\"\"", "must be a non-empty string shorter than 1024 bytes (got \"\")"},
         {"log_dir", "[\"a\"]", "must be a non-empty string shorter than 1024 bytes (got a list)"},
         {"save_model_secs", "0", "must be an integer >= 1 (got 0)"},
         {"max_to_keep", "0", "must be an integer >= 1 (got 0)"},
+        {"hidden", "[]", "must be a list of 1 to 8 integers from 1 to 1048576 (got a list)"},
+        {"hidden", "[256, 0]", "must be a list of 1 to 8 integers from 1 to 1048576 (got a list)"},
+        {"hidden", "[1.5]", "must be a list of 1 to 8 integers from 1 to 1048576 (got a list)"},
+        {"hidden", "128", "must be a list of 1 to 8 integers from 1 to 1048576 (got 128)"},
+        {"classes", "1", "must be an integer >= 2 (got 1)"},
+        {"l2", "-0.1", "must be a number >= 0 (got -0.1)"},
+        {"scale", "\"max\"", "must be \"none\", \"standardize\" or \"divide\" (got \"max\")"},
+        {"scale_divisor", "0", "must be a positive number (got 0)"},
+        {"train_data", "7", "must be a string shorter than 1024 bytes (\"\" for none) (got 7)"},
+        {"skip_bad_rows", "\"no\"", "must be true or false (got \"no\")"},
         {"summary_steps", "0", "must be an integer >= 1 (got 0)"},
         {"log_steps", "-5", "must be an integer >= 1 (got -5)"},
         {"ready_wait_secs", "0", "must be an integer >= 1 (got 0)"},
@@ -674,12 +708,9 @@ START_TEST(test_job_unknown_field) {
     job_fails("{\"epoch\": 1}", "t.json:1:2: unknown field \"epoch\" (did you mean \"epochs\"?)");
     job_fails("{\"lr\": 0.1}",
               "t.json:1:2: unknown field \"lr\" (did you mean \"learning_rate\"?)");
-    job_fails("{\"seed\": 2, \"colour\": \"red\"}",
-              "t.json:1:13: unknown field \"colour\"; the fields are model, features, data, "
-              "examples, noise, seed, optimizer, learning_rate, momentum, nesterov, beta1, beta2, "
-              "epsilon, initial_accumulator, batch_size, max_steps, epochs, log_dir, "
-              "save_model_secs, max_to_keep, summary_steps, log_steps, ready_wait_secs, "
-              "rpc_timeout_secs");
+    job_fails_prefix("{\"seed\": 2, \"colour\": \"red\"}",
+                     "t.json:1:13: unknown field \"colour\"; the fields are model, features, "
+                     "classes, hidden, l2, data, examples, noise, seed, train_data,");
     /* Keys are shown printable and short. */
     dt_job job;
     dt_err err;
@@ -694,12 +725,9 @@ START_TEST(test_job_unknown_field) {
     ck_assert_ptr_nonnull(strstr(
         err.msg, "unknown field \"0123456789012345678901234567890123456789...\"; the fields"));
     /* No comments in JSON: a "_comment" field is just unknown. */
-    job_fails("{\"_comment\": \"demo\"}",
-              "t.json:1:2: unknown field \"_comment\"; the fields are model, features, data, "
-              "examples, noise, seed, optimizer, learning_rate, momentum, nesterov, beta1, beta2, "
-              "epsilon, initial_accumulator, batch_size, max_steps, epochs, log_dir, "
-              "save_model_secs, max_to_keep, summary_steps, log_steps, ready_wait_secs, "
-              "rpc_timeout_secs");
+    job_fails_prefix("{\"_comment\": \"demo\"}",
+                     "t.json:1:2: unknown field \"_comment\"; the fields are model, features, "
+                     "classes, hidden, l2, data,");
 }
 END_TEST
 
@@ -794,6 +822,51 @@ START_TEST(test_job_set_errors) {
 END_TEST
 
 /* ---- job: finish ---- */
+
+START_TEST(test_job_finish_files) {
+    dt_job job;
+    dt_err err;
+    dt_job_defaults(&job);
+    snprintf(job.data, sizeof job.data, "csv");
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "job: \"data\": \"csv\" needs \"train_data\" (a file)");
+
+    snprintf(job.train_data, sizeof job.train_data, "train.csv");
+    dt_err_clear(&err);
+    ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.max_steps, 0); /* derived once the file is read */
+    int64_t steps = 0;
+    ck_assert_int_eq(dt_job_steps_for(&job, 1001, &steps, &err), 0);
+    ck_assert_int_eq(steps, 200 * 101);
+
+    snprintf(job.data, sizeof job.data, "idx");
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "needs \"train_labels\""));
+
+    dt_job_defaults(&job);
+    snprintf(job.model, sizeof job.model, "logistic");
+    job.num_classes = 3;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "\"classes\" must be 2 (got 3)"));
+
+    dt_job_defaults(&job);
+    snprintf(job.eval_data, sizeof job.eval_data, "test.csv");
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "\"eval_data\" needs a file data source"));
+
+    /* A list field parses and survives dt_job_finish's re-check. */
+    dt_job_defaults(&job);
+    dt_err_clear(&err);
+    ck_assert_msg(dt_job_set(&job, "hidden=[256,128]", &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.num_hidden, 2);
+    ck_assert_int_eq(job.hidden[1], 128);
+    ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+}
+END_TEST
 
 START_TEST(test_job_finish) {
     dt_job job;
@@ -903,6 +976,7 @@ Suite *cluster_suite(void) {
     tcase_add_test(tj, test_job_set);
     tcase_add_test(tj, test_job_set_errors);
     tcase_add_test(tj, test_job_finish);
+    tcase_add_test(tj, test_job_finish_files);
     suite_add_tcase(s, tj);
     return s;
 }
