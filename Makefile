@@ -104,4 +104,7 @@ deps:
 clean:
 	rm -rf build build-asan
 
+# Fuzz targets (libFuzzer, clang) live in their own makefile.
+-include test/fuzz/fuzz.mk
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
