@@ -14,6 +14,7 @@
     X(cluster)                                                                 \
     X(optim)                                                                   \
     X(data)                                                                    \
+    X(reader)                                                                  \
     X(model)                                                                   \
     X(codec)                                                                   \
     X(checkpoint)                                                              \
@@ -21,7 +22,9 @@
     X(rpc)                                                                     \
     X(ps)                                                                      \
     X(cli)                                                                     \
-    X(e2e)
+    X(e2e)                                                                     \
+    X(lifecycle)                                                               \
+    X(chaos)
 
 #define DT_DECLARE_SUITE(name) Suite *name##_suite(void) __attribute__((weak));
 DT_SUITES(DT_DECLARE_SUITE)
