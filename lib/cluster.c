@@ -760,7 +760,10 @@ void dt_cluster_deinit(dt_cluster *c) {
 
 /* ---- job ---- */
 
-typedef enum { F_ENUM, F_PATH, F_OPT_PATH, F_INT, F_INT64, F_SEED, F_NUM, F_BOOL, F_INT_LIST } field_type;
+typedef enum {
+    F_ENUM, F_PATH, F_OPT_PATH, F_INT, F_INT64, F_SEED, F_NUM, F_BOOL, F_INT_LIST, F_INT64_LIST,
+    F_NUM_LIST
+} field_type;
 typedef enum { NUM_POSITIVE, NUM_NONNEG, NUM_UNIT } num_rule;
 
 /* One job field: its JSON name, where it lives in dt_job, and its rule. */
@@ -771,7 +774,9 @@ typedef struct {
     const char *const *choices; /* F_ENUM: NULL-terminated */
     double min, max;            /* F_INT, F_INT64, F_SEED: inclusive */
     field_type type;
-    num_rule rule; /* F_NUM */
+    num_rule rule;       /* F_NUM, F_NUM_LIST */
+    size_t count_offset; /* lists: the int that holds the count */
+    int max_count;       /* lists */
 } field;
 
 #define AT(m) .offset = offsetof(dt_job, m), .size = sizeof(((dt_job *)0)->m)
@@ -781,6 +786,9 @@ typedef struct {
 static const char *const models[] = {"linear", "logistic", "softmax", "mlp", NULL};
 static const char *const datas[] = {"line", "wide", "csv", "libsvm", "idx", NULL};
 static const char *const scales[] = {"none", "standardize", "divide", NULL};
+static const char *const schedules[] = {"constant", "exponential", "piecewise", NULL};
+static const char *const placements[] = {"greedy", "round_robin", NULL};
+static const char *const modes[] = {"async", "sync", "bounded", NULL};
 static const char *const optimizers[] = {"sgd", "momentum", "adagrad", "adam", NULL};
 
 /* The job fields, in the order conf/README.md lists them. */
@@ -788,7 +796,8 @@ static const field fields[] = {
     {.name = "model", .type = F_ENUM, AT(model), .choices = models},
     INT_FIELD("features", num_features, 1),
     INT_FIELD("classes", num_classes, 2),
-    {.name = "hidden", .type = F_INT_LIST, AT(hidden), .min = 1, .max = 1 << 20},
+    {.name = "hidden", .type = F_INT_LIST, AT(hidden), .min = 1, .max = 1 << 20,
+     .count_offset = offsetof(dt_job, num_hidden), .max_count = DT_MAX_HIDDEN},
     {.name = "l2", .type = F_NUM, AT(l2), .rule = NUM_NONNEG},
     {.name = "data", .type = F_ENUM, AT(data), .choices = datas},
     {.name = "examples", .type = F_INT64, AT(num_examples), .min = 1, .max = MAX_EXACT_INT},
@@ -814,6 +823,25 @@ static const field fields[] = {
      .type = F_NUM,
      AT(optim.initial_accumulator),
      .rule = NUM_NONNEG},
+    {.name = "lr_schedule", .type = F_ENUM, AT(lr_schedule), .choices = schedules},
+    {.name = "decay_steps", .type = F_INT64, AT(decay_steps), .min = 1, .max = MAX_EXACT_INT},
+    {.name = "decay_rate", .type = F_NUM, AT(decay_rate), .rule = NUM_POSITIVE},
+    {.name = "staircase", .type = F_BOOL, AT(staircase)},
+    {.name = "boundaries", .type = F_INT64_LIST, AT(boundaries), .min = 0, .max = MAX_EXACT_INT,
+     .count_offset = offsetof(dt_job, num_boundaries), .max_count = DT_LR_MAX_BOUNDARIES},
+    {.name = "lr_values", .type = F_NUM_LIST, AT(lr_values), .rule = NUM_POSITIVE,
+     .count_offset = offsetof(dt_job, num_lr_values), .max_count = DT_LR_MAX_BOUNDARIES + 1},
+    {.name = "placement", .type = F_ENUM, AT(placement), .choices = placements},
+    {.name = "partition_min_bytes",
+     .type = F_INT64,
+     AT(partition_min_bytes),
+     .min = 1,
+     .max = MAX_EXACT_INT},
+    {.name = "mode", .type = F_ENUM, AT(mode), .choices = modes},
+    INT_FIELD("replicas_to_aggregate", replicas_to_aggregate, 0),
+    INT_FIELD("total_num_replicas", total_num_replicas, 0),
+    INT_FIELD("staleness", staleness, 0),
+    INT_FIELD("sync_timeout_secs", sync_timeout_secs, 1),
     INT_FIELD("batch_size", batch_size, 1),
     {.name = "max_steps", .type = F_INT64, AT(max_steps), .min = 0, .max = MAX_EXACT_INT},
     INT_FIELD("epochs", epochs, 0),
@@ -928,24 +956,46 @@ static int apply_value(dt_job *job, const field *f, const cJSON *v, char *why, s
         snprintf(why, cap, "\"%s\" must be a string shorter than %zu bytes (\"\" for none) (got %s)",
                  f->name, f->size, got);
         return -1;
-    case F_INT_LIST: {
-        /* hidden: [256, 128]; the count lives in num_hidden. */
+    case F_INT_LIST:
+    case F_INT64_LIST:
+    case F_NUM_LIST: {
+        /* [256, 128]: the values, and their number in the count field. */
+        /* hidden needs a layer; the schedule's lists may be empty (unused). */
         int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
-        int ok = n >= 1 && n <= DT_MAX_HIDDEN;
-        int values[DT_MAX_HIDDEN];
+        int ok = n >= (f->type == F_INT_LIST ? 1 : 0) && n <= f->max_count;
+        double values[32];
+        DT_ASSERT(f->max_count <= 32);
         for (int i = 0; ok && i < n; i++) {
             const cJSON *e = cJSON_GetArrayItem(v, i);
-            double u = cJSON_IsNumber(e) ? e->valuedouble : -1;
-            ok = cJSON_IsNumber(e) && u == floor(u) && u >= f->min && u <= f->max;
-            if (ok) values[i] = (int)u;
+            double u = cJSON_IsNumber(e) ? e->valuedouble : NAN;
+            if (f->type == F_NUM_LIST)
+                ok = isfinite(u) && (f->rule == NUM_POSITIVE ? u > 0 : u >= 0);
+            else
+                ok = isfinite(u) && u == floor(u) && u >= f->min && u <= f->max;
+            values[i] = u;
         }
         if (ok) {
-            memcpy(slot, values, sizeof(int) * (size_t)n);
-            job->num_hidden = n;
+            for (int i = 0; i < n; i++) {
+                if (f->type == F_INT_LIST) {
+                    int x32 = (int)values[i];
+                    memcpy(slot + sizeof(int) * (size_t)i, &x32, sizeof x32);
+                } else if (f->type == F_INT64_LIST) {
+                    int64_t x64 = (int64_t)values[i];
+                    memcpy(slot + sizeof(int64_t) * (size_t)i, &x64, sizeof x64);
+                } else {
+                    memcpy(slot + sizeof(double) * (size_t)i, &values[i], sizeof(double));
+                }
+            }
+            memcpy((char *)job + f->count_offset, &n, sizeof n);
             return 0;
         }
-        snprintf(why, cap, "\"%s\" must be a list of 1 to %d integers from %.0f to %.0f (got %s)",
-                 f->name, DT_MAX_HIDDEN, f->min, f->max, got);
+        if (f->type == F_NUM_LIST)
+            snprintf(why, cap, "\"%s\" must be a list of up to %d positive numbers (got %s)",
+                     f->name, f->max_count, got);
+        else
+            snprintf(why, cap, "\"%s\" must be a list of %s%d integers from %.0f to %.0f (got %s)",
+                     f->name, f->type == F_INT_LIST ? "1 to " : "up to ", f->max_count, f->min,
+                     f->max, got);
         return -1;
     }
     case F_BOOL:
@@ -1044,6 +1094,13 @@ void dt_job_defaults(dt_job *job) {
     dt_optim_defaults(&job->optim);
     snprintf(job->optim.name, sizeof job->optim.name, "sgd");
     job->optim.learning_rate = 0.05;
+    snprintf(job->lr_schedule, sizeof job->lr_schedule, "constant");
+    job->decay_steps = 1000;
+    job->decay_rate = 0.96;
+    snprintf(job->placement, sizeof job->placement, "greedy");
+    job->partition_min_bytes = 256 * 1024; /* TF's min_max_variable_partitioner */
+    snprintf(job->mode, sizeof job->mode, "async");
+    job->sync_timeout_secs = 30;
     job->batch_size = 10;
     job->max_steps = 0;
     job->epochs = 200; /* 200 * 100 / 10 = 2000 global steps */
@@ -1165,11 +1222,31 @@ static int check_fields(const dt_job *job, dt_err *err) {
         double num;
         switch (f->type) {
         case F_INT_LIST:
-            if (job->num_hidden < 1 || job->num_hidden > DT_MAX_HIDDEN)
-                return dt_err_set(err, DT_EINVAL, "job: \"%s\" has %d entries (1 to %d)",
-                                  f->name, job->num_hidden, DT_MAX_HIDDEN);
-            v = cJSON_CreateIntArray((const int *)(const void *)slot, job->num_hidden);
+        case F_INT64_LIST:
+        case F_NUM_LIST: {
+            int n;
+            memcpy(&n, (const char *)job + f->count_offset, sizeof n);
+            if (n < (f->type == F_INT_LIST ? 1 : 0) || n > f->max_count)
+                return dt_err_set(err, DT_EINVAL, "job: \"%s\" has %d entries (1 to %d)", f->name,
+                                  n, f->max_count);
+            v = cJSON_CreateArray();
+            for (int k = 0; v && k < n; k++) {
+                double x;
+                if (f->type == F_INT_LIST) {
+                    int x32;
+                    memcpy(&x32, slot + sizeof(int) * (size_t)k, sizeof x32);
+                    x = x32;
+                } else if (f->type == F_INT64_LIST) {
+                    int64_t x64;
+                    memcpy(&x64, slot + sizeof(int64_t) * (size_t)k, sizeof x64);
+                    x = (double)x64;
+                } else {
+                    memcpy(&x, slot + sizeof(double) * (size_t)k, sizeof x);
+                }
+                cJSON_AddItemToArray(v, cJSON_CreateNumber(x));
+            }
             break;
+        }
         case F_ENUM:
         case F_PATH:
         case F_OPT_PATH:
@@ -1208,6 +1285,23 @@ static int check_fields(const dt_job *job, dt_err *err) {
     return 0;
 }
 
+int dt_job_schedule(const dt_job *job, dt_lr_schedule *out, dt_err *err) {
+    memset(out, 0, sizeof *out);
+    out->kind = dt_lr_kind_from_name(job->lr_schedule);
+    out->decay_steps = job->decay_steps;
+    out->decay_rate = job->decay_rate;
+    out->staircase = job->staircase;
+    if (out->kind == DT_LR_PIECEWISE && job->num_lr_values != job->num_boundaries + 1)
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"lr_values\" needs one more entry than \"boundaries\" (%d and %d)",
+                          job->num_lr_values, job->num_boundaries);
+    out->num_boundaries = job->num_boundaries;
+    memcpy(out->boundaries, job->boundaries, sizeof out->boundaries);
+    memcpy(out->values, job->lr_values, sizeof out->values);
+    int rc = dt_lr_check(out, err);
+    return rc < 0 ? dt_err_wrap(err, rc, "job") : 0;
+}
+
 int dt_job_reads_files(const dt_job *job) {
     return strcmp(job->data, "csv") == 0 || strcmp(job->data, "libsvm") == 0 ||
            strcmp(job->data, "idx") == 0;
@@ -1236,6 +1330,8 @@ int dt_job_finish(dt_job *job, dt_err *err) {
                           "job: \"data\": \"line\" has 1 feature, but \"features\" is %d (use "
                           "\"features\": 1, or \"data\": \"wide\")",
                           job->num_features);
+    dt_lr_schedule schedule;
+    if ((rc = dt_job_schedule(job, &schedule, err))) return rc;
     int from_file = dt_job_reads_files(job);
     if (from_file && job->train_data[0] == '\0')
         return dt_err_set(err, DT_EINVAL, "job: \"data\": \"%s\" needs \"train_data\" (a file)",

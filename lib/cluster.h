@@ -67,6 +67,24 @@ typedef struct {
                               the end only) */
 
     dt_optim_config optim; /* "optimizer", "learning_rate", ... */
+    char lr_schedule[16];  /* "constant", "exponential", "piecewise" */
+    int64_t decay_steps;   /* exponential */
+    double decay_rate;     /* exponential */
+    int staircase;         /* exponential */
+    int64_t boundaries[DT_LR_MAX_BOUNDARIES]; /* piecewise */
+    int num_boundaries;
+    double lr_values[DT_LR_MAX_BOUNDARIES + 1]; /* piecewise: one more than boundaries */
+    int num_lr_values;
+
+    /* placement and consistency */
+    char placement[16];          /* "greedy" (by bytes; default) or "round_robin" */
+    int64_t partition_min_bytes; /* variables of at least 2x this are split by rows */
+    char mode[16];               /* "async", "sync" or "bounded" */
+    int replicas_to_aggregate;   /* sync: gradients per step; 0 = number of workers */
+    int total_num_replicas;      /* sync: workers pushing; 0 = number of workers */
+    int staleness;               /* bounded: most steps ahead of the slowest worker */
+    int sync_timeout_secs;       /* sync: partial step after this long; bounded: a
+                                    worker silent this long is not waited for */
 
     /* training */
     int batch_size;    /* B >= 1 */
@@ -109,6 +127,9 @@ int dt_job_set(dt_job *job, const char *assignment, dt_err *err) DT_WARN_UNUSED;
  * epochs * ceil(examples / batch_size) when it is 0. Call once after all
  * files and overrides are applied. Errors read "job: ...". */
 int dt_job_finish(dt_job *job, dt_err *err) DT_WARN_UNUSED;
+
+/* The job's learning-rate schedule, checked. */
+int dt_job_schedule(const dt_job *job, dt_lr_schedule *out, dt_err *err) DT_WARN_UNUSED;
 
 /* 1 when the job's data comes from files (csv, libsvm, idx). For those,
  * dt_job_finish leaves max_steps 0 when epochs are given: the size of the

@@ -170,3 +170,66 @@ void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, 
     default: break;
     }
 }
+
+/* ---- learning-rate schedules ------------------------------------------- */
+
+static const char *const lr_kind_names[] = {"constant", "exponential", "piecewise"};
+
+const char *dt_lr_kind_name(int kind) {
+    if (kind < 0 || kind > DT_LR_PIECEWISE) return NULL;
+    return lr_kind_names[kind];
+}
+
+int dt_lr_kind_from_name(const char *name) {
+    for (int k = 0; k <= DT_LR_PIECEWISE; k++)
+        if (strcmp(name, lr_kind_names[k]) == 0) return k;
+    return -1;
+}
+
+int dt_lr_check(const dt_lr_schedule *s, dt_err *err) {
+    switch (s->kind) {
+    case DT_LR_CONSTANT: return 0;
+    case DT_LR_EXPONENTIAL:
+        if (s->decay_steps < 1)
+            return dt_err_set(err, DT_EINVAL, "schedule: \"decay_steps\" must be >= 1 (got %lld)",
+                              (long long)s->decay_steps);
+        if (!(s->decay_rate > 0) || !isfinite(s->decay_rate))
+            return dt_err_set(err, DT_EINVAL, "schedule: \"decay_rate\" must be > 0 (got %g)",
+                              s->decay_rate);
+        return 0;
+    case DT_LR_PIECEWISE:
+        if (s->num_boundaries < 1 || s->num_boundaries > DT_LR_MAX_BOUNDARIES)
+            return dt_err_set(err, DT_EINVAL,
+                              "schedule: piecewise needs 1 to %d \"boundaries\" (got %d)",
+                              DT_LR_MAX_BOUNDARIES, s->num_boundaries);
+        for (int i = 1; i < s->num_boundaries; i++)
+            if (s->boundaries[i] <= s->boundaries[i - 1])
+                return dt_err_set(err, DT_EINVAL,
+                                  "schedule: \"boundaries\" must increase (%lld then %lld)",
+                                  (long long)s->boundaries[i - 1], (long long)s->boundaries[i]);
+        for (int i = 0; i <= s->num_boundaries; i++)
+            if (!(s->values[i] > 0) || !isfinite(s->values[i]))
+                return dt_err_set(err, DT_EINVAL, "schedule: \"lr_values\"[%d] must be > 0 (got %g)",
+                                  i, s->values[i]);
+        return 0;
+    default: return dt_err_set(err, DT_EINVAL, "schedule: unknown kind %d", s->kind);
+    }
+}
+
+double dt_lr_at(const dt_lr_schedule *s, double lr, int64_t global_step) {
+    switch (s->kind) {
+    case DT_LR_EXPONENTIAL: {
+        /* lr * rate^(step / decay_steps), TF's exponential_decay */
+        double e = (double)global_step / (double)s->decay_steps;
+        if (s->staircase) e = floor(e);
+        return lr * pow(s->decay_rate, e);
+    }
+    case DT_LR_PIECEWISE: {
+        /* TF's piecewise_constant: values[i] while step <= boundaries[i]. */
+        int i = 0;
+        while (i < s->num_boundaries && global_step > s->boundaries[i]) i++;
+        return s->values[i];
+    }
+    default: return lr;
+    }
+}

@@ -60,4 +60,37 @@ float dt_optim_slot_init(const dt_optim_config *cfg, int i);
 void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w,
                     float *const *slots, const float *g, int64_t n);
 
+/* ---- learning-rate schedules (TF1's tf.train.*_decay) ----------------- */
+
+#define DT_LR_MAX_BOUNDARIES 16
+
+typedef enum { DT_LR_CONSTANT = 0, DT_LR_EXPONENTIAL, DT_LR_PIECEWISE } dt_lr_kind;
+
+typedef struct {
+    int kind;             /* dt_lr_kind */
+    int64_t decay_steps;  /* exponential: >= 1 */
+    double decay_rate;    /* exponential: > 0 */
+    int staircase;        /* exponential: floor the exponent */
+    int num_boundaries;   /* piecewise: 1..DT_LR_MAX_BOUNDARIES */
+    int64_t boundaries[DT_LR_MAX_BOUNDARIES];     /* strictly increasing */
+    double values[DT_LR_MAX_BOUNDARIES + 1];      /* > 0; one more than boundaries */
+} dt_lr_schedule;
+
+/* "constant", "exponential", "piecewise"; NULL for an unknown kind. */
+const char *dt_lr_kind_name(int kind);
+/* Inverse of dt_lr_kind_name; -1 when unknown. */
+int dt_lr_kind_from_name(const char *name);
+
+/* Checks a schedule's fields; errors read "schedule: ...". */
+int dt_lr_check(const dt_lr_schedule *s, dt_err *err) DT_WARN_UNUSED;
+
+/*
+ * The learning rate at global_step:
+ *   constant     lr
+ *   exponential  lr * decay_rate^(step / decay_steps)   (staircase: floor it)
+ *   piecewise    values[i] for the first i with step <= boundaries[i],
+ *                values[num_boundaries] past the last boundary (lr unused)
+ */
+double dt_lr_at(const dt_lr_schedule *s, double lr, int64_t global_step);
+
 #endif

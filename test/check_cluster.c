@@ -858,6 +858,24 @@ START_TEST(test_job_finish_files) {
     ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "\"eval_data\" needs a file data source"));
 
+    /* Schedules and consistency modes are checked as a whole. */
+    dt_job_defaults(&job);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_job_set(&job, "lr_schedule=piecewise", &err), 0);
+    ck_assert_int_eq(dt_job_set(&job, "boundaries=[100, 200]", &err), 0);
+    ck_assert_int_eq(dt_job_set(&job, "lr_values=[0.1, 0.01]", &err), 0);
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "job: \"lr_values\" needs one more entry than \"boundaries\" (2 and 2)");
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_job_set(&job, "lr_values=[0.1, 0.01, 0.001]", &err), 0);
+    ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+    dt_lr_schedule sched;
+    ck_assert_int_eq(dt_job_schedule(&job, &sched, &err), 0);
+    ck_assert_int_eq(sched.kind, DT_LR_PIECEWISE);
+    ck_assert_double_eq(sched.values[2], 0.001);
+    ck_assert_int_eq(dt_job_set(&job, "mode=ssp", &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "\"mode\" must be \"async\", \"sync\" or \"bounded\""));
+
     /* A list field parses and survives dt_job_finish's re-check. */
     dt_job_defaults(&job);
     dt_err_clear(&err);

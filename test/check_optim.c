@@ -332,6 +332,54 @@ START_TEST(test_large_n) {
 }
 END_TEST
 
+/* Schedules against TF1's formulas, at and around their boundaries. */
+START_TEST(test_schedules) {
+    dt_lr_schedule s;
+    memset(&s, 0, sizeof s);
+    ck_assert_double_eq(dt_lr_at(&s, 0.1, 12345), 0.1); /* constant */
+
+    s.kind = DT_LR_EXPONENTIAL;
+    s.decay_steps = 100;
+    s.decay_rate = 0.5;
+    ck_assert_double_eq_tol(dt_lr_at(&s, 0.1, 0), 0.1, 1e-15);
+    ck_assert_double_eq_tol(dt_lr_at(&s, 0.1, 50), 0.1 * pow(0.5, 0.5), 1e-15);
+    ck_assert_double_eq_tol(dt_lr_at(&s, 0.1, 200), 0.025, 1e-15);
+    s.staircase = 1;
+    ck_assert_double_eq_tol(dt_lr_at(&s, 0.1, 199), 0.05, 1e-15);
+    ck_assert_double_eq_tol(dt_lr_at(&s, 0.1, 200), 0.025, 1e-15);
+
+    memset(&s, 0, sizeof s);
+    s.kind = DT_LR_PIECEWISE;
+    s.num_boundaries = 2;
+    s.boundaries[0] = 100;
+    s.boundaries[1] = 200;
+    s.values[0] = 1.0;
+    s.values[1] = 0.5;
+    s.values[2] = 0.1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_lr_check(&s, &err), 0);
+    /* TF's piecewise_constant: values[i] while step <= boundaries[i]. */
+    ck_assert_double_eq(dt_lr_at(&s, 9.0, 0), 1.0);
+    ck_assert_double_eq(dt_lr_at(&s, 9.0, 100), 1.0);
+    ck_assert_double_eq(dt_lr_at(&s, 9.0, 101), 0.5);
+    ck_assert_double_eq(dt_lr_at(&s, 9.0, 200), 0.5);
+    ck_assert_double_eq(dt_lr_at(&s, 9.0, 201), 0.1);
+
+    s.boundaries[1] = 100;
+    ck_assert_int_eq(dt_lr_check(&s, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "schedule: \"boundaries\" must increase (100 then 100)");
+    memset(&s, 0, sizeof s);
+    s.kind = DT_LR_EXPONENTIAL;
+    s.decay_rate = 0.5;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_lr_check(&s, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "schedule: \"decay_steps\" must be >= 1 (got 0)");
+    ck_assert_int_eq(dt_lr_kind_from_name("piecewise"), DT_LR_PIECEWISE);
+    ck_assert_int_eq(dt_lr_kind_from_name("cosine"), -1);
+}
+END_TEST
+
 Suite *optim_suite(void) {
     Suite *s = suite_create("optim");
     TCase *tc = tcase_create("optim");
@@ -345,6 +393,7 @@ Suite *optim_suite(void) {
     tcase_add_test(tc, test_nesterov);
     tcase_add_test(tc, test_adagrad);
     tcase_add_test(tc, test_adam);
+    tcase_add_test(tc, test_schedules);
     tcase_add_test(tc, test_large_n);
     suite_add_tcase(s, tc);
     return s;
