@@ -1,0 +1,1109 @@
+/*
+ * codec suite: every message type survives a round trip field by field;
+ * tensors decode as views into the received bytes, bit-exact; the encoder
+ * reads each tensor under its lock callback exactly once; the wire format is
+ * the one proto/dtrain.proto declares (checked against bytes built by hand);
+ * and bad bytes (truncation at every offset, wrong sizes, dtypes, shapes,
+ * names, counts, random and mutated strings) come back as DT_EINVAL with a
+ * message naming the problem, never a crash or a read past the input.
+ *
+ * Inputs to the decoder always sit in exactly-sized heap copies, so ASan
+ * flags any read beyond them.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "suites.h"
+
+/* ---- helpers ----------------------------------------------------------- */
+
+/* Sizes and encodes msg into a fresh exactly-sized heap buffer. */
+static uint8_t *encode_new(dt_msg_type type, const void *msg, size_t *len) {
+    dt_err err;
+    dt_err_clear(&err);
+    int64_t size = dt_codec_size(type, msg, &err);
+    ck_assert_msg(size >= 0, "size of type %d: %s", (int)type, err.msg);
+    uint8_t *buf = malloc(size > 0 ? (size_t)size : 1);
+    ck_assert_ptr_nonnull(buf);
+    int rc = dt_codec_encode(type, msg, buf, (size_t)size, &err);
+    ck_assert_msg(rc == 0, "encode of type %d: %s", (int)type, err.msg);
+    *len = (size_t)size;
+    return buf;
+}
+
+/* An exactly-sized heap copy of the first len bytes of src (NULL for 0), so
+ * the sanitizer sees any read past the end. */
+static uint8_t *copy_exact(const uint8_t *src, size_t len) {
+    if (len == 0) return NULL;
+    uint8_t *p = malloc(len);
+    ck_assert_ptr_nonnull(p);
+    memcpy(p, src, len);
+    return p;
+}
+
+static void assert_view_inside(const dt_tensor *t, const uint8_t *buf, size_t len) {
+    const uint8_t *p = t->data;
+    ck_assert_msg(p >= buf && p + t->nbytes <= buf + len,
+                  "tensor %s: view [%p, +%zu) outside the message [%p, +%zu)", t->name,
+                  (const void *)p, t->nbytes, (const void *)buf, len);
+}
+
+/* Field-by-field equality of an encoded tensor and its decoded view. */
+static void assert_same_tensor(const dt_tensor *want, const dt_tensor *got, const uint8_t *buf,
+                               size_t len) {
+    ck_assert_str_eq(got->name, want->name);
+    ck_assert_int_eq(got->dtype, want->dtype);
+    ck_assert_int_eq(got->ndim, want->ndim);
+    for (int d = 0; d < want->ndim; d++)
+        ck_assert_int_eq(got->shape[d], want->shape[d]);
+    ck_assert_uint_eq(got->nbytes, want->nbytes);
+    assert_view_inside(got, buf, len);
+    ck_assert_msg(memcmp(got->data, want->data, want->nbytes) == 0, "tensor %s: bytes differ",
+                  want->name);
+}
+
+/* The test model: a 2-D F32 weight with values that probe the float bits
+ * (negative zero, a denormal, the largest finite), a F64 scalar, an I32
+ * vector and a 4-D I64. */
+static float t_weight[2][3];
+static double t_scalar = -1.0 / 3.0;
+static int32_t t_ints[5] = {0, -1, 2147483647, -2147483647 - 1, 42};
+static int64_t t_longs[1][2][1][2] = {{{{INT64_MIN, INT64_MAX}}, {{-7, 7}}}};
+static dt_tensor t_items[4];
+
+static void make_tensors(void) {
+    t_weight[0][0] = -0.0f;
+    t_weight[0][1] = 1.0e-40f; /* denormal */
+    t_weight[0][2] = 3.4028235e38f;
+    t_weight[1][0] = 0.1f;
+    t_weight[1][1] = -2.5f;
+    t_weight[1][2] = 1.0f / 3.0f;
+    memset(t_items, 0, sizeof t_items);
+    snprintf(t_items[0].name, sizeof t_items[0].name, "linear/weight");
+    t_items[0].dtype = DT_DTYPE_F32;
+    t_items[0].ndim = 2;
+    t_items[0].shape[0] = 2;
+    t_items[0].shape[1] = 3;
+    t_items[0].data = t_weight;
+    t_items[0].nbytes = sizeof t_weight;
+    snprintf(t_items[1].name, sizeof t_items[1].name, "scalar");
+    t_items[1].dtype = DT_DTYPE_F64;
+    t_items[1].ndim = 0;
+    t_items[1].data = &t_scalar;
+    t_items[1].nbytes = sizeof t_scalar;
+    snprintf(t_items[2].name, sizeof t_items[2].name, "ints");
+    t_items[2].dtype = DT_DTYPE_I32;
+    t_items[2].ndim = 1;
+    t_items[2].shape[0] = 5;
+    t_items[2].data = t_ints;
+    t_items[2].nbytes = sizeof t_ints;
+    /* 127 bytes: the longest name that fits. */
+    memset(t_items[3].name, 'n', DT_TENSOR_NAME_MAX - 1);
+    t_items[3].name[DT_TENSOR_NAME_MAX - 1] = '\0';
+    t_items[3].dtype = DT_DTYPE_I64;
+    t_items[3].ndim = 4;
+    t_items[3].shape[0] = 1;
+    t_items[3].shape[1] = 2;
+    t_items[3].shape[2] = 1;
+    t_items[3].shape[3] = 2;
+    t_items[3].data = t_longs;
+    t_items[3].nbytes = sizeof t_longs;
+}
+
+static dt_tensor_list all_tensors(void) {
+    make_tensors();
+    dt_tensor_list l = {.items = t_items, .count = 4};
+    return l;
+}
+
+/* ---- round trips ------------------------------------------------------- */
+
+START_TEST(test_roundtrip_create_req) {
+    dt_msg_create_req m;
+    memset(&m, 0, sizeof m);
+    m.out = all_tensors();
+    m.global_step = 123456789012345;
+    m.max_steps = 987654321;
+    snprintf(m.optim.name, sizeof m.optim.name, "adam");
+    m.optim.learning_rate = 0.125;
+    m.optim.momentum = 0.875;
+    m.optim.nesterov = 1;
+    m.optim.beta1 = 0.9;
+    m.optim.beta2 = 0.999;
+    m.optim.epsilon = 1e-7;
+    m.optim.initial_accumulator = 0.1;
+    memset(m.model, 'm', DT_MSG_MODEL_MAX - 1); /* the longest model text */
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_CREATE_REQ, &m, &len);
+
+    dt_msg_create_req d;
+    memset(&d, 0, sizeof d);
+    dt_tensor views[8];
+    d.in.items = views;
+    d.in.cap = 8;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, &d, &err), 0);
+    ck_assert_int_eq(d.in.count, 4);
+    for (int i = 0; i < 4; i++)
+        assert_same_tensor(&t_items[i], &d.in.items[i], buf, len);
+    ck_assert_int_eq(d.global_step, m.global_step);
+    ck_assert_int_eq(d.max_steps, m.max_steps);
+    ck_assert_str_eq(d.optim.name, "adam");
+    ck_assert(d.optim.learning_rate == m.optim.learning_rate);
+    ck_assert(d.optim.momentum == m.optim.momentum);
+    ck_assert_int_eq(d.optim.nesterov, 1);
+    ck_assert(d.optim.beta1 == m.optim.beta1);
+    ck_assert(d.optim.beta2 == m.optim.beta2);
+    ck_assert(d.optim.epsilon == m.optim.epsilon);
+    ck_assert(d.optim.initial_accumulator == m.optim.initial_accumulator);
+    ck_assert_str_eq(d.model, m.model);
+    /* -0.0 and the denormal keep their bits: no float conversion on the way. */
+    const float *w = d.in.items[0].data;
+    float w0, w1;
+    memcpy(&w0, &w[0], 4);
+    memcpy(&w1, &w[1], 4);
+    ck_assert(signbit(w0) && w0 == 0.0f);
+    ck_assert(w1 == 1.0e-40f);
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_roundtrip_create_resp) {
+    dt_msg_create_resp m = {.incarnation = 0xFEEDFACECAFEBEEFull, .global_step = 77};
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_CREATE_RESP, &m, &len);
+    dt_msg_create_resp d;
+    memset(&d, 0, sizeof d);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_CREATE_RESP, buf, len, &d, NULL), 0);
+    ck_assert(d.incarnation == m.incarnation);
+    ck_assert_int_eq(d.global_step, 77);
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_roundtrip_pull_req) {
+    char longest[DT_TENSOR_NAME_MAX];
+    memset(longest, 'x', sizeof longest - 1);
+    longest[sizeof longest - 1] = '\0';
+    const char *names[3] = {"a", "linear/weight", longest};
+    dt_msg_pull_req m;
+    memset(&m, 0, sizeof m);
+    m.out_names = names;
+    m.out_count = 3;
+    m.worker = -1; /* tools: a negative int32 on the wire */
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_PULL_REQ, &m, &len);
+    dt_msg_pull_req d;
+    memset(&d, 0, sizeof d);
+    char storage[4][DT_TENSOR_NAME_MAX];
+    d.names.items = storage;
+    d.names.cap = 4;
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_PULL_REQ, buf, len, &d, NULL), 0);
+    ck_assert_int_eq(d.worker, -1);
+    ck_assert_int_eq(d.names.count, 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_str_eq(d.names.items[i], names[i]);
+    free(buf);
+
+    /* No names: "every variable". */
+    m.out_count = 0;
+    m.worker = 1;
+    buf = encode_new(DT_MSG_PULL_REQ, &m, &len);
+    memset(&d, 0, sizeof d);
+    d.names.items = storage;
+    d.names.cap = 4;
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_PULL_REQ, buf, len, &d, NULL), 0);
+    ck_assert_int_eq(d.names.count, 0);
+    ck_assert_int_eq(d.worker, 1);
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_roundtrip_pull_resp) {
+    dt_msg_pull_resp m;
+    memset(&m, 0, sizeof m);
+    m.incarnation = UINT64_MAX;
+    m.global_step = 5;
+    m.done = true;
+    m.out = all_tensors();
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_PULL_RESP, &m, &len);
+    dt_msg_pull_resp d;
+    memset(&d, 0, sizeof d);
+    dt_tensor views[4];
+    d.in.items = views;
+    d.in.cap = 4; /* exactly enough */
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_PULL_RESP, buf, len, &d, NULL), 0);
+    ck_assert(d.incarnation == UINT64_MAX);
+    ck_assert_int_eq(d.global_step, 5);
+    ck_assert(d.done);
+    ck_assert_int_eq(d.in.count, 4);
+    for (int i = 0; i < 4; i++)
+        assert_same_tensor(&t_items[i], &d.in.items[i], buf, len);
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_roundtrip_push_req) {
+    dt_msg_push_req m;
+    memset(&m, 0, sizeof m);
+    m.worker = 1;
+    m.step = -3;
+    m.out = all_tensors();
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_PUSH_REQ, &m, &len);
+    dt_msg_push_req d;
+    memset(&d, 0, sizeof d);
+    dt_tensor views[5];
+    d.in.items = views;
+    d.in.cap = 5;
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_PUSH_REQ, buf, len, &d, NULL), 0);
+    ck_assert_int_eq(d.worker, 1);
+    ck_assert_int_eq(d.step, -3);
+    ck_assert_int_eq(d.in.count, 4);
+    for (int i = 0; i < 4; i++)
+        assert_same_tensor(&t_items[i], &d.in.items[i], buf, len);
+    free(buf);
+
+    /* No gradients at all is a well-formed message. */
+    m.out.count = 0;
+    buf = encode_new(DT_MSG_PUSH_REQ, &m, &len);
+    memset(&d, 0, sizeof d);
+    d.in.items = views;
+    d.in.cap = 5;
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_PUSH_REQ, buf, len, &d, NULL), 0);
+    ck_assert_int_eq(d.in.count, 0);
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_roundtrip_push_resp) {
+    dt_msg_push_resp m = {.incarnation = 0x8000000000000001ull, .global_step = 1000, .done = true};
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_PUSH_RESP, &m, &len);
+    dt_msg_push_resp d;
+    memset(&d, 0, sizeof d);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_PUSH_RESP, buf, len, &d, NULL), 0);
+    ck_assert(d.incarnation == m.incarnation);
+    ck_assert_int_eq(d.global_step, 1000);
+    ck_assert(d.done);
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_roundtrip_status) {
+    dt_msg_status_req q = {.worker = 7};
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_STATUS_REQ, &q, &len);
+    dt_msg_status_req dq = {0};
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_STATUS_REQ, buf, len, &dq, NULL), 0);
+    ck_assert_int_eq(dq.worker, 7);
+    free(buf);
+
+    dt_msg_status_resp m;
+    memset(&m, 0, sizeof m);
+    m.incarnation = 0x0123456789ABCDEFull;
+    m.ready = true;
+    m.global_step = 41;
+    m.max_steps = 1000;
+    m.done = true;
+    m.num_variables = 2;
+    m.num_bytes = 1LL << 33;
+    snprintf(m.model, sizeof m.model, "linear F=3");
+    m.pushes_applied = 40;
+    m.pushes_rejected = 3;
+    buf = encode_new(DT_MSG_STATUS_RESP, &m, &len);
+    dt_msg_status_resp d;
+    memset(&d, 0, sizeof d);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_STATUS_RESP, buf, len, &d, NULL), 0);
+    ck_assert(d.incarnation == m.incarnation);
+    ck_assert(d.ready);
+    ck_assert_int_eq(d.global_step, 41);
+    ck_assert_int_eq(d.max_steps, 1000);
+    ck_assert(d.done);
+    ck_assert_int_eq(d.num_variables, 2);
+    ck_assert_int_eq(d.num_bytes, 1LL << 33);
+    ck_assert_str_eq(d.model, "linear F=3");
+    ck_assert_int_eq(d.pushes_applied, 40);
+    ck_assert_int_eq(d.pushes_rejected, 3);
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_roundtrip_shutdown) {
+    dt_msg_shutdown_req m;
+    memset(&m, 0, sizeof m);
+    memset(m.reason, 'r', DT_MSG_REASON_MAX - 1);
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_SHUTDOWN_REQ, &m, &len);
+    dt_msg_shutdown_req d;
+    memset(&d, 0, sizeof d);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_SHUTDOWN_REQ, buf, len, &d, NULL), 0);
+    ck_assert_str_eq(d.reason, m.reason);
+    free(buf);
+
+    dt_msg_shutdown_resp r = {0};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_size(DT_MSG_SHUTDOWN_RESP, &r, &err), 0);
+    uint8_t one[1];
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_SHUTDOWN_RESP, &r, one, 0, &err), 0);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_SHUTDOWN_RESP, one, 0, &r, &err), 0);
+}
+END_TEST
+
+/* Defaults (all zero) round trip too: proto3 leaves them off the wire. */
+START_TEST(test_roundtrip_zero_values) {
+    dt_msg_status_resp m;
+    memset(&m, 0, sizeof m);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_size(DT_MSG_STATUS_RESP, &m, &err), 0);
+    dt_msg_status_resp d;
+    memset(&d, 0x5A, sizeof d);
+    d.model[0] = 'x';
+    uint8_t none[1];
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_STATUS_RESP, none, 0, &d, &err), 0);
+    ck_assert(d.incarnation == 0 && !d.ready && d.global_step == 0 && d.num_variables == 0);
+    ck_assert_str_eq(d.model, "");
+}
+END_TEST
+
+START_TEST(test_size_is_exact) {
+    dt_msg_push_req m;
+    memset(&m, 0, sizeof m);
+    m.worker = 1;
+    m.step = 9;
+    m.out = all_tensors();
+    dt_err err;
+    dt_err_clear(&err);
+    int64_t size = dt_codec_size(DT_MSG_PUSH_REQ, &m, &err);
+    ck_assert_int_gt(size, (int64_t)(sizeof t_weight + sizeof t_ints));
+    uint8_t *buf = malloc((size_t)size + 1);
+    ck_assert_ptr_nonnull(buf);
+    /* One byte short: an error, not an overflow. */
+    int rc = dt_codec_encode(DT_MSG_PUSH_REQ, &m, buf, (size_t)size - 1, &err);
+    ck_assert_int_lt(rc, 0);
+    ck_assert_int_eq(err.code, rc);
+    ck_assert_msg(strstr(err.msg, "PushRequest") != NULL, "message: %s", err.msg);
+    /* One byte long: the size promise is broken, reported as such. */
+    dt_err_clear(&err);
+    rc = dt_codec_encode(DT_MSG_PUSH_REQ, &m, buf, (size_t)size + 1, &err);
+    ck_assert_int_eq(rc, DT_EINTERNAL);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_PUSH_REQ, &m, buf, (size_t)size, &err), 0);
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_methods_and_types) {
+    ck_assert_str_eq(dt_codec_method(DT_MSG_CREATE_REQ), "/dtrain.ParameterServer/Create");
+    ck_assert_str_eq(dt_codec_method(DT_MSG_PULL_REQ), "/dtrain.ParameterServer/Pull");
+    ck_assert_str_eq(dt_codec_method(DT_MSG_PUSH_REQ), "/dtrain.ParameterServer/Push");
+    ck_assert_str_eq(dt_codec_method(DT_MSG_STATUS_REQ), "/dtrain.ParameterServer/Status");
+    ck_assert_str_eq(dt_codec_method(DT_MSG_SHUTDOWN_REQ), "/dtrain.ParameterServer/Shutdown");
+    ck_assert_ptr_null(dt_codec_method(DT_MSG_PULL_RESP));
+    ck_assert_ptr_null(dt_codec_method(DT_MSG_COUNT));
+
+    dt_err err;
+    dt_err_clear(&err);
+    int dummy = 0;
+    uint8_t b[4] = {0};
+    ck_assert_int_eq(dt_codec_size(DT_MSG_COUNT, &dummy, &err), DT_EINTERNAL);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_COUNT, &dummy, b, 4, &err), DT_EINTERNAL);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_COUNT, b, 4, &dummy, &err), DT_EINTERNAL);
+    ck_assert_msg(strstr(err.msg, "unknown message type") != NULL, "message: %s", err.msg);
+}
+END_TEST
+
+/* ---- the lock callback ------------------------------------------------- */
+
+#define SENTINEL 12345.5f
+
+typedef struct {
+    int events[16][2]; /* (index, acquire) in call order */
+    int n;
+    dt_tensor *items;
+    float saved[8];
+} lock_log;
+
+/* Records the call; while "locked", the first float of the tensor reads
+ * SENTINEL, so the encoded bytes show whether the copy happened inside. */
+static void record_lock(void *ctx, int index, int acquire) {
+    lock_log *log = ctx;
+    if (log->n < 16) {
+        log->events[log->n][0] = index;
+        log->events[log->n][1] = acquire;
+    }
+    log->n++;
+    float *first = log->items[index].data;
+    if (acquire) {
+        log->saved[index] = first[0];
+        first[0] = SENTINEL;
+    } else {
+        first[0] = log->saved[index];
+    }
+}
+
+START_TEST(test_lock_callback_pairs) {
+    float a[3] = {1, 2, 3}, b[1] = {4}, c[2][2] = {{5, 6}, {7, 8}};
+    dt_tensor items[3];
+    memset(items, 0, sizeof items);
+    const char *names[3] = {"a", "b", "c"};
+    void *datas[3] = {a, b, c};
+    size_t sizes[3] = {sizeof a, sizeof b, sizeof c};
+    int64_t dims[3][2] = {{3, 0}, {1, 0}, {2, 2}};
+    int ndims[3] = {1, 1, 2};
+    for (int i = 0; i < 3; i++) {
+        snprintf(items[i].name, sizeof items[i].name, "%s", names[i]);
+        items[i].dtype = DT_DTYPE_F32;
+        items[i].ndim = ndims[i];
+        items[i].shape[0] = dims[i][0];
+        items[i].shape[1] = dims[i][1];
+        items[i].data = datas[i];
+        items[i].nbytes = sizes[i];
+    }
+    lock_log log;
+    memset(&log, 0, sizeof log);
+    log.items = items;
+    dt_msg_pull_resp m;
+    memset(&m, 0, sizeof m);
+    m.out.items = items;
+    m.out.count = 3;
+    m.out.lock = record_lock;
+    m.out.lock_ctx = &log;
+
+    dt_err err;
+    dt_err_clear(&err);
+    int64_t size = dt_codec_size(DT_MSG_PULL_RESP, &m, &err);
+    ck_assert_int_gt(size, 0);
+    ck_assert_msg(log.n == 0, "sizing took the lock %d times", log.n);
+
+    uint8_t *buf = malloc((size_t)size);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_PULL_RESP, &m, buf, (size_t)size, &err), 0);
+    ck_assert_int_eq(log.n, 6);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(log.events[2 * i][0], i);
+        ck_assert_int_eq(log.events[2 * i][1], 1);
+        ck_assert_int_eq(log.events[2 * i + 1][0], i);
+        ck_assert_int_eq(log.events[2 * i + 1][1], 0);
+    }
+    /* Released: the sources are back to their values. */
+    ck_assert(a[0] == 1 && b[0] == 4 && c[0][0] == 5);
+
+    dt_msg_pull_resp d;
+    memset(&d, 0, sizeof d);
+    dt_tensor views[3];
+    d.in.items = views;
+    d.in.cap = 3;
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_PULL_RESP, buf, (size_t)size, &d, &err), 0);
+    ck_assert_int_eq(d.in.count, 3);
+    for (int i = 0; i < 3; i++) {
+        float first, last;
+        memcpy(&first, d.in.items[i].data, 4);
+        ck_assert_msg(first == SENTINEL, "tensor %d was copied outside its lock", i);
+        if (sizes[i] == 4) continue; /* one element: the sentinel is all there is */
+        memcpy(&last, (const uint8_t *)d.in.items[i].data + d.in.items[i].nbytes - 4, 4);
+        ck_assert(last == ((float *)datas[i])[sizes[i] / 4 - 1]);
+    }
+    free(buf);
+}
+END_TEST
+
+/* ---- the wire format, by hand ------------------------------------------ */
+
+typedef struct {
+    uint8_t b[8192];
+    size_t n;
+} wbuf;
+
+static void put_varint(wbuf *w, uint64_t v) {
+    while (v >= 0x80) {
+        w->b[w->n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    w->b[w->n++] = (uint8_t)v;
+}
+
+static void put_tag(wbuf *w, int field, int wire_type) {
+    put_varint(w, ((uint64_t)field << 3) | (uint64_t)wire_type);
+}
+
+static void put_bytes(wbuf *w, int field, const void *p, size_t len) {
+    put_tag(w, field, 2);
+    put_varint(w, len);
+    memcpy(w->b + w->n, p, len);
+    w->n += len;
+}
+
+/* A Tensor submessage as field `field` of w. Fields in number order, zero
+ * values left out, shape packed: what any proto3 encoder writes. */
+static void put_tensor(wbuf *w, int field, const char *name, int dtype, const int64_t *shape,
+                       int ndim, const void *data, size_t nbytes) {
+    wbuf t, packed;
+    t.n = packed.n = 0;
+    if (name[0]) put_bytes(&t, 1, name, strlen(name));
+    if (dtype) {
+        put_tag(&t, 2, 0);
+        put_varint(&t, (uint64_t)(int64_t)dtype);
+    }
+    for (int d = 0; d < ndim; d++)
+        put_varint(&packed, (uint64_t)shape[d]);
+    if (ndim) put_bytes(&t, 3, packed.b, packed.n);
+    if (nbytes) put_bytes(&t, 4, data, nbytes);
+    put_bytes(w, field, t.b, t.n);
+}
+
+START_TEST(test_wire_format_by_hand) {
+    float w[2][3] = {{1, 2, 3}, {4, 5, 6}};
+    float bias[3] = {-1, 0.5f, 2};
+    int64_t ws[2] = {2, 3}, bs[1] = {3};
+    wbuf hand;
+    hand.n = 0;
+    put_tag(&hand, 1, 0);
+    put_varint(&hand, 1); /* worker */
+    put_tag(&hand, 2, 0);
+    put_varint(&hand, 300); /* step */
+    put_tensor(&hand, 3, "w", DT_DTYPE_F32, ws, 2, w, sizeof w);
+    put_tensor(&hand, 3, "b", DT_DTYPE_F32, bs, 1, bias, sizeof bias);
+
+    dt_tensor items[2];
+    memset(items, 0, sizeof items);
+    snprintf(items[0].name, sizeof items[0].name, "w");
+    items[0].dtype = DT_DTYPE_F32;
+    items[0].ndim = 2;
+    items[0].shape[0] = 2;
+    items[0].shape[1] = 3;
+    items[0].data = w;
+    items[0].nbytes = sizeof w;
+    snprintf(items[1].name, sizeof items[1].name, "b");
+    items[1].dtype = DT_DTYPE_F32;
+    items[1].ndim = 1;
+    items[1].shape[0] = 3;
+    items[1].data = bias;
+    items[1].nbytes = sizeof bias;
+    dt_msg_push_req m;
+    memset(&m, 0, sizeof m);
+    m.worker = 1;
+    m.step = 300;
+    m.out.items = items;
+    m.out.count = 2;
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_PUSH_REQ, &m, &len);
+    ck_assert_uint_eq(len, hand.n);
+    ck_assert_msg(memcmp(buf, hand.b, len) == 0, "encoder bytes differ from proto3's");
+    free(buf);
+
+    /* And the decoder takes what other encoders write: the shape unpacked
+     * (legal for proto3 parsers) and the fields out of order. */
+    wbuf odd;
+    odd.n = 0;
+    wbuf t;
+    t.n = 0;
+    put_bytes(&t, 4, bias, sizeof bias);
+    put_tag(&t, 3, 0);
+    put_varint(&t, 3);
+    put_tag(&t, 2, 0);
+    put_varint(&t, DT_DTYPE_F32);
+    put_bytes(&t, 1, "b", 1);
+    put_bytes(&odd, 3, t.b, t.n);
+    put_tag(&odd, 2, 0);
+    put_varint(&odd, 300);
+    uint8_t *in = copy_exact(odd.b, odd.n);
+    dt_msg_push_req d;
+    memset(&d, 0, sizeof d);
+    dt_tensor views[2];
+    d.in.items = views;
+    d.in.cap = 2;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_codec_decode(DT_MSG_PUSH_REQ, in, odd.n, &d, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(d.in.count, 1);
+    ck_assert_int_eq(d.step, 300);
+    assert_same_tensor(&items[1], &d.in.items[0], in, odd.n);
+    free(in);
+}
+END_TEST
+
+/* ---- bad bytes --------------------------------------------------------- */
+
+/* Decodes hand-built bytes as a PushRequest (cap views); returns the code
+ * and leaves the message in err. */
+static int decode_push_bytes(const wbuf *w, int cap, dt_err *err) {
+    uint8_t *in = copy_exact(w->b, w->n);
+    dt_msg_push_req d;
+    memset(&d, 0, sizeof d);
+    dt_tensor views[8];
+    d.in.items = views;
+    d.in.cap = cap;
+    dt_err_clear(err);
+    int rc = dt_codec_decode(DT_MSG_PUSH_REQ, in, w->n, &d, err);
+    if (rc == 0)
+        for (int i = 0; i < d.in.count; i++)
+            assert_view_inside(&d.in.items[i], in, w->n);
+    free(in);
+    return rc;
+}
+
+#define ASSERT_BAD(w, cap, needle)                                                                 \
+    do {                                                                                           \
+        dt_err e_;                                                                                 \
+        int rc_ = decode_push_bytes((w), (cap), &e_);                                              \
+        ck_assert_msg(rc_ == DT_EINVAL, "expected DT_EINVAL for %s, got %d (%s)", needle, rc_,     \
+                      e_.msg);                                                                     \
+        ck_assert_int_eq(e_.code, DT_EINVAL);                                                      \
+        ck_assert_msg(strstr(e_.msg, needle) != NULL, "message \"%s\" lacks \"%s\"", e_.msg,       \
+                      needle);                                                                     \
+        ck_assert_msg(strstr(e_.msg, "PushRequest") != NULL,                                       \
+                      "message \"%s\" lacks the "                                                  \
+                      "message type",                                                              \
+                      e_.msg);                                                                     \
+    } while (0)
+
+START_TEST(test_bad_data_length) {
+    float g[4] = {1, 2, 3, 4};
+    int64_t s3[1] = {3};
+    wbuf w;
+    w.n = 0;
+    put_tensor(&w, 3, "g", DT_DTYPE_F32, s3, 1, g, 8); /* 8 bytes, shape needs 12 */
+    ASSERT_BAD(&w, 4, "8 data bytes, shape needs 12");
+    w.n = 0;
+    put_tensor(&w, 3, "g", DT_DTYPE_F32, s3, 1, g, 16); /* too many */
+    ASSERT_BAD(&w, 4, "16 data bytes");
+    w.n = 0;
+    put_tensor(&w, 3, "g", DT_DTYPE_F32, s3, 1, g, 0); /* none at all */
+    ASSERT_BAD(&w, 4, "0 data bytes");
+    /* The second tensor is the bad one: the message says which. */
+    w.n = 0;
+    put_tensor(&w, 3, "ok", DT_DTYPE_F32, s3, 1, g, 12);
+    put_tensor(&w, 3, "bad", DT_DTYPE_F64, s3, 1, g, 12);
+    ASSERT_BAD(&w, 4, "gradients[1] bad");
+}
+END_TEST
+
+START_TEST(test_bad_dtype) {
+    float g[2] = {1, 2};
+    int64_t s2[1] = {2};
+    wbuf w;
+    w.n = 0;
+    put_tensor(&w, 3, "g", 7, s2, 1, g, sizeof g);
+    ASSERT_BAD(&w, 4, "unknown dtype 7");
+    w.n = 0;
+    put_tensor(&w, 3, "g", 0, s2, 1, g, sizeof g); /* DT_INVALID: left off the wire */
+    ASSERT_BAD(&w, 4, "unknown dtype 0");
+    w.n = 0;
+    put_tensor(&w, 3, "g", -1, s2, 1, g, sizeof g); /* out of the enum's range */
+    ASSERT_BAD(&w, 4, "gradients[0]");
+}
+END_TEST
+
+START_TEST(test_bad_shape) {
+    float g[4] = {0};
+    int64_t zero[2] = {2, 0}, neg[1] = {-3}, huge[2] = {(int64_t)1 << 30, (int64_t)1 << 30};
+    wbuf w;
+    w.n = 0;
+    put_tensor(&w, 3, "g", DT_DTYPE_F32, zero, 2, g, 0);
+    ASSERT_BAD(&w, 4, "dimension 1 is 0");
+    w.n = 0;
+    put_tensor(&w, 3, "g", DT_DTYPE_F32, neg, 1, g, 0);
+    ASSERT_BAD(&w, 4, "dimension 0 is -3");
+    w.n = 0;
+    put_tensor(&w, 3, "g", DT_DTYPE_F32, huge, 2, g, 16);
+    ASSERT_BAD(&w, 4, "larger than");
+    /* Five dimensions: one more than a Tensor may have. */
+    int64_t five[5] = {1, 1, 1, 1, 1};
+    w.n = 0;
+    put_tensor(&w, 3, "g", DT_DTYPE_F32, five, 5, g, 4);
+    ASSERT_BAD(&w, 4, "gradients[0]");
+    {
+        dt_err e;
+        decode_push_bytes(&w, 4, &e);
+        ck_assert_msg(strstr(e.msg, "shape") || strstr(e.msg, "dim"),
+                      "5 dims: message \"%s\" does not name the shape", e.msg);
+    }
+}
+END_TEST
+
+START_TEST(test_bad_names) {
+    float g[1] = {1};
+    int64_t s1[1] = {1};
+    char longname[200];
+    memset(longname, 'q', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    wbuf w;
+    w.n = 0;
+    put_tensor(&w, 3, longname, DT_DTYPE_F32, s1, 1, g, 4);
+    ASSERT_BAD(&w, 4, "gradients[0]");
+    {
+        dt_err e;
+        decode_push_bytes(&w, 4, &e);
+        ck_assert_msg(strstr(e.msg, "name"), "long name: message \"%s\" does not say name", e.msg);
+    }
+    /* Exactly 128 bytes: one too many for the NUL. */
+    longname[DT_TENSOR_NAME_MAX] = '\0';
+    w.n = 0;
+    put_tensor(&w, 3, longname, DT_DTYPE_F32, s1, 1, g, 4);
+    ASSERT_BAD(&w, 4, "gradients[0]");
+    w.n = 0;
+    put_tensor(&w, 3, "", DT_DTYPE_F32, s1, 1, g, 4);
+    ASSERT_BAD(&w, 4, "empty name");
+
+    /* PullRequest names: empty and too long. */
+    dt_err err;
+    char storage[2][DT_TENSOR_NAME_MAX];
+    const char *cases[2][2] = {{"", "names[0]"}, {longname, "names[0]: length 128"}};
+    for (int c = 0; c < 2; c++) {
+        wbuf p;
+        p.n = 0;
+        put_bytes(&p, 1, cases[c][0], strlen(cases[c][0]));
+        uint8_t *in = copy_exact(p.b, p.n);
+        dt_msg_pull_req d;
+        memset(&d, 0, sizeof d);
+        d.names.items = storage;
+        d.names.cap = 2;
+        dt_err_clear(&err);
+        ck_assert_int_eq(dt_codec_decode(DT_MSG_PULL_REQ, in, p.n, &d, &err), DT_EINVAL);
+        ck_assert_msg(strstr(err.msg, cases[c][1]) && strstr(err.msg, "PullRequest"), "message: %s",
+                      err.msg);
+        free(in);
+    }
+}
+END_TEST
+
+START_TEST(test_too_many_tensors) {
+    float g[1] = {1};
+    int64_t s1[1] = {1};
+    wbuf w;
+    w.n = 0;
+    put_tensor(&w, 3, "a", DT_DTYPE_F32, s1, 1, g, 4);
+    put_tensor(&w, 3, "b", DT_DTYPE_F32, s1, 1, g, 4);
+    put_tensor(&w, 3, "c", DT_DTYPE_F32, s1, 1, g, 4);
+    dt_err err;
+    ck_assert_int_eq(decode_push_bytes(&w, 3, &err), 0);
+    ASSERT_BAD(&w, 2, "more than 2 tensors");
+    ASSERT_BAD(&w, 0, "more than 0 tensors");
+
+    /* Names over the caller's cap. */
+    wbuf p;
+    p.n = 0;
+    put_bytes(&p, 1, "a", 1);
+    put_bytes(&p, 1, "b", 1);
+    uint8_t *in = copy_exact(p.b, p.n);
+    char storage[1][DT_TENSOR_NAME_MAX];
+    dt_msg_pull_req d;
+    memset(&d, 0, sizeof d);
+    d.names.items = storage;
+    d.names.cap = 1;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_PULL_REQ, in, p.n, &d, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "more than 1"), "message: %s", err.msg);
+    free(in);
+}
+END_TEST
+
+START_TEST(test_bad_encode_input) {
+    float g[1] = {1};
+    dt_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "g");
+    t.dtype = DT_DTYPE_F32;
+    t.ndim = 5;
+    for (int d = 0; d < 5 && d < DT_TENSOR_MAX_DIMS; d++)
+        t.shape[d] = 1;
+    t.data = g;
+    t.nbytes = 4;
+    dt_msg_push_req m;
+    memset(&m, 0, sizeof m);
+    m.out.items = &t;
+    m.out.count = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_lt(dt_codec_size(DT_MSG_PUSH_REQ, &m, &err), 0);
+    ck_assert_int_eq(err.code, DT_EINVAL);
+    uint8_t buf[64];
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_PUSH_REQ, &m, buf, sizeof buf, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "ndim"), "message: %s", err.msg);
+    /* A name with no NUL in its 128 bytes. */
+    t.ndim = 1;
+    memset(t.name, 'z', sizeof t.name);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_PUSH_REQ, &m, buf, sizeof buf, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "name too long"), "message: %s", err.msg);
+}
+END_TEST
+
+/* Truncating a valid two-gradient PushRequest at every byte offset: the
+ * decoder fails cleanly, except at the four offsets where a prefix is itself
+ * a well-formed shorter PushRequest (protobuf cannot tell those apart), and
+ * there it yields exactly that prefix. */
+START_TEST(test_truncation_every_offset) {
+    float w[2][3] = {{1, 2, 3}, {4, 5, 6}};
+    float bias[3] = {-1, 0.5f, 2};
+    dt_tensor items[2];
+    memset(items, 0, sizeof items);
+    snprintf(items[0].name, sizeof items[0].name, "linear/weight");
+    items[0].dtype = DT_DTYPE_F32;
+    items[0].ndim = 2;
+    items[0].shape[0] = 2;
+    items[0].shape[1] = 3;
+    items[0].data = w;
+    items[0].nbytes = sizeof w;
+    snprintf(items[1].name, sizeof items[1].name, "linear/bias");
+    items[1].dtype = DT_DTYPE_F32;
+    items[1].ndim = 1;
+    items[1].shape[0] = 3;
+    items[1].data = bias;
+    items[1].nbytes = sizeof bias;
+    dt_msg_push_req m;
+    memset(&m, 0, sizeof m);
+    m.worker = 1;
+    m.step = 1000;
+    m.out.items = items;
+    m.out.count = 2;
+    size_t len;
+    uint8_t *full = encode_new(DT_MSG_PUSH_REQ, &m, &len);
+
+    /* The prefix boundaries: sizes of the message cut after each field. */
+    size_t bound[4];
+    dt_msg_push_req p;
+    memset(&p, 0, sizeof p);
+    p.worker = 1;
+    bound[0] = 0;
+    bound[1] = (size_t)dt_codec_size(DT_MSG_PUSH_REQ, &p, NULL);
+    p.step = 1000;
+    bound[2] = (size_t)dt_codec_size(DT_MSG_PUSH_REQ, &p, NULL);
+    p.out.items = items;
+    p.out.count = 1;
+    bound[3] = (size_t)dt_codec_size(DT_MSG_PUSH_REQ, &p, NULL);
+    int expect_count[4] = {0, 0, 0, 1};
+
+    int failures = 0;
+    for (size_t cut = 0; cut < len; cut++) {
+        uint8_t *in = copy_exact(full, cut);
+        dt_msg_push_req d;
+        memset(&d, 0, sizeof d);
+        dt_tensor views[2];
+        d.in.items = views;
+        d.in.cap = 2;
+        dt_err err;
+        dt_err_clear(&err);
+        int rc = dt_codec_decode(DT_MSG_PUSH_REQ, in, cut, &d, &err);
+        int boundary = -1;
+        for (int b = 0; b < 4; b++)
+            if (cut == bound[b]) boundary = b;
+        if (boundary >= 0) {
+            ck_assert_msg(rc == 0, "cut %zu (a field boundary): %s", cut, err.msg);
+            ck_assert_int_eq(d.in.count, expect_count[boundary]);
+            for (int i = 0; i < d.in.count; i++)
+                assert_same_tensor(&items[i], &views[i], in, cut);
+        } else {
+            ck_assert_msg(rc == DT_EINVAL, "cut %zu of %zu: rc %d (%s)", cut, len, rc, err.msg);
+            ck_assert_int_eq(err.code, rc);
+            ck_assert_msg(strstr(err.msg, "PushRequest"), "cut %zu: message %s", cut, err.msg);
+            failures++;
+        }
+        free(in);
+    }
+    ck_assert_int_eq(failures, (int)len - 4);
+    free(full);
+}
+END_TEST
+
+/* ---- fuzz -------------------------------------------------------------- */
+
+static uint64_t rng_state;
+
+static uint64_t rng_next(void) { /* xorshift64* */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 2685821657736338717ull;
+}
+
+typedef union {
+    dt_msg_create_req create_req;
+    dt_msg_create_resp create_resp;
+    dt_msg_pull_req pull_req;
+    dt_msg_pull_resp pull_resp;
+    dt_msg_push_req push_req;
+    dt_msg_push_resp push_resp;
+    dt_msg_status_req status_req;
+    dt_msg_status_resp status_resp;
+    dt_msg_shutdown_req shutdown_req;
+    dt_msg_shutdown_resp shutdown_resp;
+} any_msg;
+
+#define FUZZ_CAP 4
+
+/* Decodes in as type and checks what a successful decode promises. */
+static void decode_checked(dt_msg_type type, const uint8_t *in, size_t len) {
+    any_msg msg;
+    memset(&msg, 0, sizeof msg);
+    dt_tensor views[FUZZ_CAP];
+    char names[FUZZ_CAP][DT_TENSOR_NAME_MAX];
+    dt_tensor_views *tv = NULL;
+    switch (type) {
+    case DT_MSG_CREATE_REQ: tv = &msg.create_req.in; break;
+    case DT_MSG_PULL_RESP: tv = &msg.pull_resp.in; break;
+    case DT_MSG_PUSH_REQ: tv = &msg.push_req.in; break;
+    case DT_MSG_PULL_REQ:
+        msg.pull_req.names.items = names;
+        msg.pull_req.names.cap = FUZZ_CAP;
+        break;
+    default: break;
+    }
+    if (tv) {
+        tv->items = views;
+        tv->cap = FUZZ_CAP;
+    }
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_codec_decode(type, in, len, &msg, &err);
+    if (rc < 0) {
+        ck_assert_int_eq(err.code, rc);
+        ck_assert_msg(err.msg[0] != '\0', "type %d: error without a message", (int)type);
+        return;
+    }
+    ck_assert_int_eq(rc, 0);
+    if (tv) {
+        ck_assert(tv->count >= 0 && tv->count <= FUZZ_CAP);
+        for (int i = 0; i < tv->count; i++) {
+            dt_tensor copy = tv->items[i];
+            ck_assert_int_eq(dt_tensor_check_spec(&copy, NULL), 0);
+            ck_assert_uint_eq(copy.nbytes, tv->items[i].nbytes);
+            assert_view_inside(&tv->items[i], in, len);
+        }
+    }
+    if (type == DT_MSG_PULL_REQ)
+        for (int i = 0; i < msg.pull_req.names.count; i++) {
+            size_t n = strnlen(names[i], DT_TENSOR_NAME_MAX);
+            ck_assert(n >= 1 && n < DT_TENSOR_NAME_MAX);
+        }
+    if (type == DT_MSG_CREATE_REQ) {
+        ck_assert(strnlen(msg.create_req.model, DT_MSG_MODEL_MAX) < DT_MSG_MODEL_MAX);
+        ck_assert(strnlen(msg.create_req.optim.name, DT_OPTIM_NAME_MAX) < DT_OPTIM_NAME_MAX);
+    }
+}
+
+static void decode_everywhere(const uint8_t *bytes, size_t len) {
+    uint8_t *in = copy_exact(bytes, len);
+    for (int t = 0; t < DT_MSG_COUNT; t++)
+        decode_checked((dt_msg_type)t, in, len);
+    free(in);
+}
+
+START_TEST(test_fuzz_random_bytes) {
+    rng_state = 0x9E3779B97F4A7C15ull;
+    uint8_t bytes[512];
+    for (int iter = 0; iter < 2000; iter++) {
+        size_t len = (size_t)(rng_next() % sizeof bytes);
+        for (size_t i = 0; i < len; i++)
+            bytes[i] = (uint8_t)(rng_next() >> 56);
+        decode_everywhere(bytes, len);
+    }
+}
+END_TEST
+
+/* Random bytes rarely get past the first tag; mutations of valid messages
+ * reach the tensor and name callbacks. */
+START_TEST(test_fuzz_mutations) {
+    rng_state = 0xD1B54A32D192ED03ull;
+    dt_msg_create_req c;
+    memset(&c, 0, sizeof c);
+    c.out = all_tensors();
+    c.global_step = 3;
+    c.max_steps = 10;
+    snprintf(c.optim.name, sizeof c.optim.name, "sgd");
+    c.optim.learning_rate = 0.5;
+    snprintf(c.model, sizeof c.model, "linear");
+    const char *names[2] = {"linear/weight", "scalar"};
+    dt_msg_pull_req pq;
+    memset(&pq, 0, sizeof pq);
+    pq.out_names = names;
+    pq.out_count = 2;
+    pq.worker = 1;
+    dt_msg_push_req pr;
+    memset(&pr, 0, sizeof pr);
+    pr.worker = 1;
+    pr.step = 2;
+    pr.out = all_tensors();
+    dt_msg_status_resp st;
+    memset(&st, 0, sizeof st);
+    st.ready = true;
+    st.global_step = 9;
+    snprintf(st.model, sizeof st.model, "linear");
+    struct {
+        dt_msg_type type;
+        const void *msg;
+    } seeds[4] = {{DT_MSG_CREATE_REQ, &c},
+                  {DT_MSG_PULL_REQ, &pq},
+                  {DT_MSG_PUSH_REQ, &pr},
+                  {DT_MSG_STATUS_RESP, &st}};
+    uint8_t *enc[4];
+    size_t enc_len[4];
+    for (int s = 0; s < 4; s++)
+        enc[s] = encode_new(seeds[s].type, seeds[s].msg, &enc_len[s]);
+
+    uint8_t work[2048];
+    for (int iter = 0; iter < 2000; iter++) {
+        int s = (int)(rng_next() % 4);
+        size_t len = enc_len[s];
+        ck_assert_uint_le(len, sizeof work);
+        memcpy(work, enc[s], len);
+        int flips = 1 + (int)(rng_next() % 4);
+        for (int f = 0; f < flips && len > 0; f++) {
+            size_t at = (size_t)(rng_next() % len);
+            switch (rng_next() % 3) {
+            case 0: work[at] ^= (uint8_t)(1u << (rng_next() % 8)); break;
+            case 1: work[at] = (uint8_t)rng_next(); break;
+            default: len = at; break; /* truncate */
+            }
+        }
+        decode_everywhere(work, len);
+    }
+    for (int s = 0; s < 4; s++)
+        free(enc[s]);
+}
+END_TEST
+
+Suite *codec_suite(void) {
+    Suite *s = suite_create("codec");
+    TCase *tc = tcase_create("roundtrip");
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, test_roundtrip_create_req);
+    tcase_add_test(tc, test_roundtrip_create_resp);
+    tcase_add_test(tc, test_roundtrip_pull_req);
+    tcase_add_test(tc, test_roundtrip_pull_resp);
+    tcase_add_test(tc, test_roundtrip_push_req);
+    tcase_add_test(tc, test_roundtrip_push_resp);
+    tcase_add_test(tc, test_roundtrip_status);
+    tcase_add_test(tc, test_roundtrip_shutdown);
+    tcase_add_test(tc, test_roundtrip_zero_values);
+    tcase_add_test(tc, test_size_is_exact);
+    tcase_add_test(tc, test_methods_and_types);
+    tcase_add_test(tc, test_lock_callback_pairs);
+    tcase_add_test(tc, test_wire_format_by_hand);
+    suite_add_tcase(s, tc);
+
+    TCase *bad = tcase_create("bad_bytes");
+    tcase_set_timeout(bad, 60);
+    tcase_add_test(bad, test_bad_data_length);
+    tcase_add_test(bad, test_bad_dtype);
+    tcase_add_test(bad, test_bad_shape);
+    tcase_add_test(bad, test_bad_names);
+    tcase_add_test(bad, test_too_many_tensors);
+    tcase_add_test(bad, test_bad_encode_input);
+    tcase_add_test(bad, test_truncation_every_offset);
+    tcase_add_test(bad, test_fuzz_random_bytes);
+    tcase_add_test(bad, test_fuzz_mutations);
+    suite_add_tcase(s, bad);
+    return s;
+}

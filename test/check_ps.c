@@ -1,0 +1,1265 @@
+/*
+ * ps suite: a ps task started in-process (dt_ps_start) on a free loopback
+ * port, in a hand-built cluster of 1 ps and 2 workers, driven with raw
+ * dt_rpc_call_all + codec messages (so bad bytes can be sent) and with
+ * dt_ps_client.
+ *
+ * Covers the lifecycle (not ready -> created -> done -> shut down), exact
+ * update arithmetic (sgd with values exact in float; momentum, Nesterov,
+ * Adagrad and Adam against a double-precision reference), rejection of every
+ * kind of bad push with the variables and the step left untouched, 800
+ * concurrent pushes summing exactly, Status counters, and dt_ps_wait's exits.
+ *
+ * The model on the ps: w (2, 3) and b (3), both F32.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "codec.h"
+#include "optim.h"
+#include "ps.h"
+#include "ps_client.h"
+#include "rpc_client.h"
+#include "suites.h"
+
+#define CALL_TIMEOUT_MS 10000
+#define NW 6 /* elements of w */
+#define NB 3 /* elements of b */
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Binds 127.0.0.1:0 and returns the port the kernel chose. */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t len = sizeof sa;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void set_addr(dt_addr *a, int port) {
+    memset(a, 0, sizeof *a);
+    snprintf(a->host, sizeof a->host, "127.0.0.1");
+    a->port = port;
+    snprintf(a->addr, sizeof a->addr, "127.0.0.1:%d", port);
+}
+
+/* A ps task and a raw channel to it. */
+typedef struct {
+    dt_addr ps_addr[1];
+    dt_addr worker_addr[2];
+    dt_cluster cluster;
+    dt_ps *ps;
+    dt_rpc_channel *ch;
+} fixture;
+
+static void fixture_start(fixture *f, int linger_ms) {
+    memset(f, 0, sizeof *f);
+    set_addr(&f->ps_addr[0], free_port());
+    set_addr(&f->worker_addr[0], free_port());
+    set_addr(&f->worker_addr[1], free_port());
+    f->cluster.num_ps = 1;
+    f->cluster.ps = f->ps_addr;
+    f->cluster.num_workers = 2;
+    f->cluster.workers = f->worker_addr;
+    dt_ps_params p = {
+        .cluster = &f->cluster, .task_index = 0, .num_threads = 4, .linger_ms = linger_ms};
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_ps_start(&p, &f->ps, &err);
+    ck_assert_msg(rc == 0, "ps start on %s: %s", f->ps_addr[0].addr, err.msg);
+    rc = dt_rpc_channel_new(f->ps_addr[0].addr, &f->ch, &err);
+    ck_assert_msg(rc == 0, "channel: %s", err.msg);
+}
+
+static void fixture_stop(fixture *f) {
+    dt_rpc_channel_free(f->ch);
+    dt_ps_free(f->ps);
+}
+
+/* Sends raw request bytes; on success *resp holds the reply (caller
+ * releases). */
+static int call_raw(fixture *f, dt_msg_type type, const uint8_t *bytes, size_t len,
+                    dt_rpc_buf *resp, dt_err *err) {
+    dt_rpc_buf req;
+    int rc = dt_rpc_buf_alloc(&req, len, err);
+    ck_assert_int_eq(rc, 0);
+    if (len) memcpy(req.data, bytes, len);
+    dt_rpc_call c;
+    memset(&c, 0, sizeof c);
+    c.channel = f->ch;
+    c.method = dt_codec_method(type);
+    c.request = &req;
+    c.wait_for_ready = 1;
+    rc = dt_rpc_call_all(&c, 1, CALL_TIMEOUT_MS, err);
+    dt_rpc_buf_release(&req);
+    *resp = c.response;
+    return rc;
+}
+
+/* Encodes msg and sends it; decodes the reply into out (of out_type). */
+static int call_msg(fixture *f, dt_msg_type type, const void *msg, dt_msg_type out_type, void *out,
+                    dt_err *err) {
+    dt_err local;
+    dt_err_clear(&local);
+    int64_t size = dt_codec_size(type, msg, &local);
+    ck_assert_msg(size >= 0, "size: %s", local.msg);
+    uint8_t *bytes = malloc(size ? (size_t)size : 1);
+    ck_assert_ptr_nonnull(bytes);
+    ck_assert_msg(dt_codec_encode(type, msg, bytes, (size_t)size, &local) == 0, "encode: %s",
+                  local.msg);
+    dt_rpc_buf resp;
+    int rc = call_raw(f, type, bytes, (size_t)size, &resp, err);
+    free(bytes);
+    if (rc == 0 && out) {
+        rc = dt_codec_decode(out_type, resp.data, resp.len, out, err);
+        ck_assert_msg(rc == 0, "reply decode: %s", err ? err->msg : "");
+    }
+    dt_rpc_buf_release(&resp);
+    return rc;
+}
+
+static void make_tensor(dt_tensor *t, const char *name, int dtype, int ndim, int64_t d0, int64_t d1,
+                        void *data) {
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->data = data;
+    ck_assert_int_eq(dt_tensor_check_spec(t, NULL), 0);
+}
+
+/* The model's two tensors over caller arrays. */
+static void model_tensors(dt_tensor items[2], float *w, float *b) {
+    make_tensor(&items[0], "w", DT_DTYPE_F32, 2, 2, 3, w);
+    make_tensor(&items[1], "b", DT_DTYPE_F32, 1, 3, 0, b);
+}
+
+static void sgd_config(dt_optim_config *cfg, double lr) {
+    dt_optim_defaults(cfg);
+    snprintf(cfg->name, sizeof cfg->name, "sgd");
+    cfg->learning_rate = lr;
+}
+
+static int create(fixture *f, const float *w, const float *b, const dt_optim_config *cfg,
+                  int64_t global_step, int64_t max_steps, dt_msg_create_resp *resp, dt_err *err) {
+    float wc[NW], bc[NB];
+    memcpy(wc, w, sizeof wc);
+    memcpy(bc, b, sizeof bc);
+    dt_tensor items[2];
+    model_tensors(items, wc, bc);
+    dt_msg_create_req req;
+    memset(&req, 0, sizeof req);
+    req.out.items = items;
+    req.out.count = 2;
+    req.global_step = global_step;
+    req.max_steps = max_steps;
+    req.optim = *cfg;
+    snprintf(req.model, sizeof req.model, "linear test");
+    dt_msg_create_resp local;
+    memset(&local, 0, sizeof local);
+    return call_msg(f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, resp ? resp : &local, err);
+}
+
+/* Pulls every variable into w, b; *global_step, *done from the reply. */
+static int pull(fixture *f, float *w, float *b, int64_t *global_step, int *done, dt_err *err) {
+    dt_msg_pull_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = -1;
+    dt_err local;
+    dt_err_clear(&local);
+    uint8_t bytes[64];
+    int64_t size = dt_codec_size(DT_MSG_PULL_REQ, &req, &local);
+    ck_assert(size >= 0 && size <= (int64_t)sizeof bytes);
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_PULL_REQ, &req, bytes, (size_t)size, &local), 0);
+    dt_rpc_buf resp;
+    int rc = call_raw(f, DT_MSG_PULL_REQ, bytes, (size_t)size, &resp, err);
+    if (rc < 0) return rc;
+    dt_msg_pull_resp pr;
+    memset(&pr, 0, sizeof pr);
+    dt_tensor views[4];
+    pr.in.items = views;
+    pr.in.cap = 4;
+    rc = dt_codec_decode(DT_MSG_PULL_RESP, resp.data, resp.len, &pr, &local);
+    ck_assert_msg(rc == 0, "pull reply: %s", local.msg);
+    ck_assert_int_eq(pr.in.count, 2);
+    ck_assert_str_eq(views[0].name, "w");
+    ck_assert_str_eq(views[1].name, "b");
+    ck_assert_uint_eq(views[0].nbytes, NW * 4);
+    ck_assert_uint_eq(views[1].nbytes, NB * 4);
+    memcpy(w, views[0].data, NW * 4);
+    memcpy(b, views[1].data, NB * 4);
+    if (global_step) *global_step = pr.global_step;
+    if (done) *done = pr.done;
+    dt_rpc_buf_release(&resp);
+    return 0;
+}
+
+static int push_items(fixture *f, dt_tensor *items, int count, int worker, dt_msg_push_resp *resp,
+                      dt_err *err) {
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = worker;
+    req.step = 0;
+    req.out.items = items;
+    req.out.count = count;
+    dt_msg_push_resp local;
+    memset(&local, 0, sizeof local);
+    return call_msg(f, DT_MSG_PUSH_REQ, &req, DT_MSG_PUSH_RESP, resp ? resp : &local, err);
+}
+
+static int push(fixture *f, const float *gw, const float *gb, int worker, dt_msg_push_resp *resp,
+                dt_err *err) {
+    float wc[NW], bc[NB];
+    memcpy(wc, gw, sizeof wc);
+    memcpy(bc, gb, sizeof bc);
+    dt_tensor items[2];
+    model_tensors(items, wc, bc);
+    return push_items(f, items, 2, worker, resp, err);
+}
+
+static void status(fixture *f, int worker, dt_msg_status_resp *st) {
+    dt_msg_status_req req = {.worker = worker};
+    memset(st, 0, sizeof *st);
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = call_msg(f, DT_MSG_STATUS_REQ, &req, DT_MSG_STATUS_RESP, st, &err);
+    ck_assert_msg(rc == 0, "status: %s", err.msg);
+}
+
+static int shutdown_ps(fixture *f, const char *reason, dt_err *err) {
+    dt_msg_shutdown_req req;
+    memset(&req, 0, sizeof req);
+    snprintf(req.reason, sizeof req.reason, "%s", reason);
+    dt_msg_shutdown_resp resp;
+    return call_msg(f, DT_MSG_SHUTDOWN_REQ, &req, DT_MSG_SHUTDOWN_RESP, &resp, err);
+}
+
+static void assert_floats_eq(const float *got, const float *want, int n, const char *what) {
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(got[i] == want[i], "%s[%d] = %.9g, want %.9g", what, i, got[i], want[i]);
+}
+
+/* Pulls and checks the ps holds exactly (w, b) at global_step. */
+static void assert_state(fixture *f, const float *w, const float *b, int64_t global_step,
+                         const char *when) {
+    float gw[NW], gb[NB];
+    int64_t gs = -1;
+    int done = -1;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = pull(f, gw, gb, &gs, &done, &err);
+    ck_assert_msg(rc == 0, "%s: pull: %s", when, err.msg);
+    for (int i = 0; i < NW; i++)
+        ck_assert_msg(gw[i] == w[i], "%s: w[%d] = %.9g, want %.9g", when, i, gw[i], w[i]);
+    for (int i = 0; i < NB; i++)
+        ck_assert_msg(gb[i] == b[i], "%s: b[%d] = %.9g, want %.9g", when, i, gb[i], b[i]);
+    ck_assert_msg(gs == global_step, "%s: global_step %lld, want %lld", when, (long long)gs,
+                  (long long)global_step);
+}
+
+#define ASSERT_FAILS(expr, code, needle)                                                           \
+    do {                                                                                           \
+        dt_err_clear(&err);                                                                        \
+        int rc_ = (expr);                                                                          \
+        ck_assert_msg(rc_ == (code), "%s: rc %d, want %d (%s)", #expr, rc_, (code), err.msg);      \
+        ck_assert_msg(strstr(err.msg, (needle)) != NULL, "%s: message \"%s\" lacks \"%s\"", #expr, \
+                      err.msg, (needle));                                                          \
+    } while (0)
+
+/* Values exact in float, with lr a power of two, so sgd is exact. */
+static const float W0[NW] = {1, 2, -0.5f, 0.25f, 8, -4};
+static const float B0[NB] = {0.5f, -1, 3};
+static const float GW[NW] = {0.25f, -0.5f, 1, 2, 0.125f, -1};
+static const float GB[NB] = {1, 0.5f, -2};
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+START_TEST(test_not_ready) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_err err;
+    float w[NW], b[NB];
+    ASSERT_FAILS(pull(&f, w, b, NULL, NULL, &err), DT_EPRECOND, "not ready");
+    ASSERT_FAILS(push(&f, GW, GB, 1, NULL, &err), DT_EPRECOND, "not ready");
+    dt_msg_status_resp st;
+    status(&f, 1, &st);
+    ck_assert(!st.ready);
+    ck_assert(!st.done);
+    ck_assert_int_eq(st.num_variables, 0);
+    ck_assert_int_eq(st.global_step, 0);
+    ck_assert_int_eq(st.pushes_applied, 0);
+    ck_assert_int_eq(st.pushes_rejected, 1);
+    ck_assert(st.incarnation != 0);
+    fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(test_create_then_pull) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_msg_create_resp cr;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(create(&f, W0, B0, &cfg, 5, 100, &cr, &err) == 0, "create: %s", err.msg);
+    ck_assert(cr.incarnation != 0);
+    ck_assert_int_eq(cr.global_step, 5);
+    assert_state(&f, W0, B0, 5, "after create");
+
+    dt_msg_status_resp st;
+    status(&f, 1, &st);
+    ck_assert(st.ready);
+    ck_assert(!st.done);
+    ck_assert(st.incarnation == cr.incarnation);
+    ck_assert_int_eq(st.global_step, 5);
+    ck_assert_int_eq(st.max_steps, 100);
+    ck_assert_int_eq(st.num_variables, 2);
+    ck_assert_int_eq(st.num_bytes, (NW + NB) * 4);
+    ck_assert_str_eq(st.model, "linear test");
+
+    /* A named subset, and an unknown name. */
+    const char *names[1] = {"b"};
+    dt_msg_pull_req req;
+    memset(&req, 0, sizeof req);
+    req.out_names = names;
+    req.out_count = 1;
+    req.worker = 0;
+    uint8_t bytes[64];
+    int64_t size = dt_codec_size(DT_MSG_PULL_REQ, &req, NULL);
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_PULL_REQ, &req, bytes, (size_t)size, NULL), 0);
+    dt_rpc_buf resp;
+    ck_assert_int_eq(call_raw(&f, DT_MSG_PULL_REQ, bytes, (size_t)size, &resp, &err), 0);
+    dt_msg_pull_resp pr;
+    memset(&pr, 0, sizeof pr);
+    dt_tensor views[2];
+    pr.in.items = views;
+    pr.in.cap = 2;
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_PULL_RESP, resp.data, resp.len, &pr, &err), 0);
+    ck_assert_int_eq(pr.in.count, 1);
+    ck_assert_str_eq(views[0].name, "b");
+    float got[NB];
+    memcpy(got, views[0].data, sizeof got);
+    assert_floats_eq(got, B0, NB, "b");
+    dt_rpc_buf_release(&resp);
+
+    names[0] = "nope";
+    size = dt_codec_size(DT_MSG_PULL_REQ, &req, NULL);
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_PULL_REQ, &req, bytes, (size_t)size, NULL), 0);
+    ASSERT_FAILS(call_raw(&f, DT_MSG_PULL_REQ, bytes, (size_t)size, &resp, &err), DT_ENOTFOUND,
+                 "unknown variable nope");
+    dt_rpc_buf_release(&resp);
+    fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(test_create_twice) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(create(&f, W0, B0, &cfg, 0, 100, NULL, &err), 0);
+    ASSERT_FAILS(create(&f, GW, GB, &cfg, 7, 100, NULL, &err), DT_EEXIST, "already exist");
+    assert_state(&f, W0, B0, 0, "after the second create");
+    fixture_stop(&f);
+}
+END_TEST
+
+/* A rejected Create leaves the ps not ready; a good one then works. */
+START_TEST(test_create_invalid) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_err err;
+    dt_optim_config bad = cfg;
+    snprintf(bad.name, sizeof bad.name, "rmsprop");
+    ASSERT_FAILS(create(&f, W0, B0, &bad, 0, 100, NULL, &err), DT_EINVAL, "rmsprop");
+    bad = cfg;
+    bad.learning_rate = -1;
+    ASSERT_FAILS(create(&f, W0, B0, &bad, 0, 100, NULL, &err), DT_EINVAL, "learning_rate");
+    ASSERT_FAILS(create(&f, W0, B0, &cfg, -1, 100, NULL, &err), DT_EINVAL, "negative");
+
+    float w[NW], b[NB];
+    memcpy(w, W0, sizeof w);
+    memcpy(b, B0, sizeof b);
+    dt_tensor items[2];
+    model_tensors(items, w, b);
+    dt_msg_create_req req;
+    memset(&req, 0, sizeof req);
+    req.out.items = items;
+    req.out.count = 2;
+    req.max_steps = 10;
+    req.optim = cfg;
+    snprintf(items[1].name, sizeof items[1].name, "w"); /* twice */
+    ASSERT_FAILS(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, NULL, &err), DT_EINVAL,
+                 "given twice");
+    double dw[NW] = {0};
+    make_tensor(&items[0], "w", DT_DTYPE_F64, 2, 2, 3, dw);
+    snprintf(items[1].name, sizeof items[1].name, "b");
+    ASSERT_FAILS(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, NULL, &err), DT_EINVAL,
+                 "only F32");
+    req.out.count = 0;
+    ASSERT_FAILS(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, NULL, &err), DT_EINVAL,
+                 "no variables");
+    const uint8_t garbage[6] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+    dt_rpc_buf resp;
+    ASSERT_FAILS(call_raw(&f, DT_MSG_CREATE_REQ, garbage, sizeof garbage, &resp, &err), DT_EINVAL,
+                 "CreateRequest");
+
+    dt_msg_status_resp st;
+    status(&f, -1, &st);
+    ck_assert(!st.ready);
+    dt_err_clear(&err);
+    ck_assert_msg(create(&f, W0, B0, &cfg, 0, 100, NULL, &err) == 0, "create: %s", err.msg);
+    assert_state(&f, W0, B0, 0, "after a good create");
+    fixture_stop(&f);
+}
+END_TEST
+
+/* ---- pushes ------------------------------------------------------------ */
+
+START_TEST(test_push_sgd_exact) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_msg_create_resp cr;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(create(&f, W0, B0, &cfg, 10, 100, &cr, &err), 0);
+    float w[NW], b[NB];
+    memcpy(w, W0, sizeof w);
+    memcpy(b, B0, sizeof b);
+    for (int step = 1; step <= 2; step++) {
+        dt_msg_push_resp pr;
+        ck_assert_msg(push(&f, GW, GB, 1, &pr, &err) == 0, "push: %s", err.msg);
+        ck_assert_int_eq(pr.global_step, 10 + step);
+        ck_assert(!pr.done);
+        ck_assert(pr.incarnation == cr.incarnation);
+        for (int i = 0; i < NW; i++)
+            w[i] -= 0.5f * GW[i]; /* w -= lr*g */
+        for (int i = 0; i < NB; i++)
+            b[i] -= 0.5f * GB[i];
+        assert_state(&f, w, b, 10 + step, "after a push");
+    }
+    dt_msg_status_resp st;
+    status(&f, 1, &st);
+    ck_assert_int_eq(st.pushes_applied, 2);
+    ck_assert_int_eq(st.pushes_rejected, 0);
+    ck_assert_int_eq(st.global_step, 12);
+    fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(test_max_steps) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(create(&f, W0, B0, &cfg, 0, 3, NULL, &err), 0);
+    float w[NW], b[NB];
+    memcpy(w, W0, sizeof w);
+    memcpy(b, B0, sizeof b);
+    for (int step = 1; step <= 3; step++) {
+        dt_msg_push_resp pr;
+        ck_assert_int_eq(push(&f, GW, GB, 1, &pr, &err), 0);
+        ck_assert_int_eq(pr.global_step, step);
+        ck_assert_int_eq(pr.done, step == 3);
+        for (int i = 0; i < NW; i++)
+            w[i] -= 0.5f * GW[i];
+        for (int i = 0; i < NB; i++)
+            b[i] -= 0.5f * GB[i];
+    }
+    /* Past max_steps: answered done, not applied. */
+    for (int extra = 0; extra < 2; extra++) {
+        dt_msg_push_resp pr;
+        ck_assert_int_eq(push(&f, GW, GB, 1, &pr, &err), 0);
+        ck_assert(pr.done);
+        ck_assert_int_eq(pr.global_step, 3);
+    }
+    assert_state(&f, w, b, 3, "after pushes past max_steps");
+    int done = 0;
+    float gw[NW], gb[NB];
+    ck_assert_int_eq(pull(&f, gw, gb, NULL, &done, &err), 0);
+    ck_assert(done);
+    dt_msg_status_resp st;
+    status(&f, 1, &st);
+    ck_assert(st.done);
+    ck_assert_int_eq(st.pushes_applied, 3);
+    ck_assert_int_eq(st.global_step, 3);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* Each bad push is refused with its code; nothing changes; the ps serves
+ * on. */
+START_TEST(test_bad_pushes) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(create(&f, W0, B0, &cfg, 4, 100, NULL, &err), 0);
+
+    float gw[NW], gb[NB];
+    memcpy(gw, GW, sizeof gw);
+    memcpy(gb, GB, sizeof gb);
+    double gw64[NW] = {0};
+    dt_tensor items[3];
+    int rejected = 0;
+
+    /* Unknown variable: in place of b, then besides w and b. */
+    model_tensors(items, gw, gb);
+    make_tensor(&items[1], "nope", DT_DTYPE_F32, 1, 3, 0, gb);
+    ASSERT_FAILS(push_items(&f, items, 2, 1, NULL, &err), DT_ENOTFOUND, "unknown variable nope");
+    assert_state(&f, W0, B0, 4, "unknown variable");
+    model_tensors(items, gw, gb);
+    make_tensor(&items[2], "nope", DT_DTYPE_F32, 1, 3, 0, gb);
+    ASSERT_FAILS(push_items(&f, items, 3, 1, NULL, &err), DT_ENOTFOUND, "unknown variable nope");
+    assert_state(&f, W0, B0, 4, "an extra unknown variable");
+    rejected += 2;
+
+    /* Wrong shape: (3, 2) for (2, 3); then (6). */
+    model_tensors(items, gw, gb);
+    make_tensor(&items[0], "w", DT_DTYPE_F32, 2, 3, 2, gw);
+    ASSERT_FAILS(push_items(&f, items, 2, 1, NULL, &err), DT_EINVAL, "shape");
+    assert_state(&f, W0, B0, 4, "wrong shape");
+    make_tensor(&items[0], "w", DT_DTYPE_F32, 1, 6, 0, gw);
+    ASSERT_FAILS(push_items(&f, items, 2, 1, NULL, &err), DT_EINVAL, "gradient w");
+    assert_state(&f, W0, B0, 4, "wrong rank");
+    rejected += 2;
+
+    /* Wrong dtype. */
+    make_tensor(&items[0], "w", DT_DTYPE_F64, 2, 2, 3, gw64);
+    ASSERT_FAILS(push_items(&f, items, 2, 1, NULL, &err), DT_EINVAL, "dtype");
+    assert_state(&f, W0, B0, 4, "wrong dtype");
+    rejected++;
+
+    /* Not finite: NaN in w; +Inf and -Inf in b after a good w (validation
+     * comes before any update). */
+    const float bad_values[3] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < 3; k++) {
+        model_tensors(items, gw, gb);
+        float saved;
+        if (k == 0) {
+            saved = gw[4];
+            gw[4] = bad_values[k];
+            ASSERT_FAILS(push_items(&f, items, 2, 1, NULL, &err), DT_EINVAL, "w[4] is not finite");
+            gw[4] = saved;
+        } else {
+            saved = gb[2];
+            gb[2] = bad_values[k];
+            ASSERT_FAILS(push_items(&f, items, 2, 1, NULL, &err), DT_EINVAL, "b[2] is not finite");
+            gb[2] = saved;
+        }
+        assert_state(&f, W0, B0, 4, "non-finite gradient");
+        rejected++;
+    }
+
+    /* The same variable twice. */
+    model_tensors(items, gw, gb);
+    make_tensor(&items[1], "w", DT_DTYPE_F32, 2, 2, 3, gw);
+    ASSERT_FAILS(push_items(&f, items, 2, 1, NULL, &err), DT_EINVAL, "twice");
+    assert_state(&f, W0, B0, 4, "duplicate gradient");
+    rejected++;
+
+    /* Garbage bytes. */
+    const uint8_t garbage[][8] = {
+        {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF},
+        {0x1A, 0x7F, 0x0A, 0x01, 0x77, 0, 0, 0}, /* a tensor longer than the message */
+        {0x0F, 0x00, 0x00, 0x00, 0x00, 0, 0, 0}, /* wire type 7 */
+    };
+    for (size_t g = 0; g < sizeof garbage / sizeof garbage[0]; g++) {
+        dt_rpc_buf resp;
+        ASSERT_FAILS(call_raw(&f, DT_MSG_PUSH_REQ, garbage[g], sizeof garbage[g], &resp, &err),
+                     DT_EINVAL, "PushRequest");
+        dt_rpc_buf_release(&resp);
+        assert_state(&f, W0, B0, 4, "garbage push");
+        rejected++;
+    }
+    /* Garbage to the other methods too; Shutdown must not shut down. */
+    const dt_msg_type others[3] = {DT_MSG_PULL_REQ, DT_MSG_STATUS_REQ, DT_MSG_SHUTDOWN_REQ};
+    for (int o = 0; o < 3; o++) {
+        dt_rpc_buf resp;
+        ASSERT_FAILS(call_raw(&f, others[o], garbage[0], sizeof garbage[0], &resp, &err), DT_EINVAL,
+                     "malformed");
+        dt_rpc_buf_release(&resp);
+    }
+
+    dt_msg_status_resp st;
+    status(&f, 1, &st);
+    ck_assert_int_eq(st.pushes_rejected, rejected);
+    ck_assert_int_eq(st.pushes_applied, 0);
+    ck_assert(!st.done);
+    /* Still serving, and a good push still applies. */
+    dt_msg_push_resp pr;
+    ck_assert_msg(push(&f, GW, GB, 1, &pr, &err) == 0, "good push: %s", err.msg);
+    ck_assert_int_eq(pr.global_step, 5);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* A Push carries one gradient per variable on the ps: one that leaves a
+ * variable out (or has none) is malformed and must not move the step. */
+START_TEST(test_push_must_cover_every_variable) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(create(&f, W0, B0, &cfg, 4, 100, NULL, &err), 0);
+    float gw[NW], gb[NB];
+    memcpy(gw, GW, sizeof gw);
+    memcpy(gb, GB, sizeof gb);
+    dt_tensor items[2];
+    model_tensors(items, gw, gb);
+    dt_err_clear(&err);
+    int rc = push_items(&f, &items[0], 1, 1, NULL, &err);
+    ck_assert_msg(rc == DT_EINVAL, "a push of w only: rc %d (%s)", rc, err.msg);
+    assert_state(&f, W0, B0, 4, "a push missing b");
+    dt_err_clear(&err);
+    rc = push_items(&f, items, 0, 1, NULL, &err);
+    ck_assert_msg(rc == DT_EINVAL, "a push of nothing: rc %d (%s)", rc, err.msg);
+    assert_state(&f, W0, B0, 4, "an empty push");
+    fixture_stop(&f);
+}
+END_TEST
+
+/* Fault injection: a valid push cut at every byte offset is refused with
+ * DT_EINVAL and leaves the ps as it was. */
+START_TEST(test_truncated_pushes) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(create(&f, W0, B0, &cfg, 4, 100, NULL, &err), 0);
+    float gw[NW], gb[NB];
+    memcpy(gw, GW, sizeof gw);
+    memcpy(gb, GB, sizeof gb);
+    dt_tensor items[2];
+    model_tensors(items, gw, gb);
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = 1;
+    req.step = 4;
+    req.out.items = items;
+    req.out.count = 2;
+    int64_t size = dt_codec_size(DT_MSG_PUSH_REQ, &req, NULL);
+    ck_assert_int_gt(size, 0);
+    uint8_t *full = malloc((size_t)size);
+    ck_assert_ptr_nonnull(full);
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_PUSH_REQ, &req, full, (size_t)size, NULL), 0);
+    char when[64];
+    for (int64_t cut = 0; cut < size; cut++) {
+        dt_rpc_buf resp;
+        dt_err_clear(&err);
+        int rc = call_raw(&f, DT_MSG_PUSH_REQ, full, (size_t)cut, &resp, &err);
+        dt_rpc_buf_release(&resp);
+        ck_assert_msg(rc == DT_EINVAL, "push cut at %lld of %lld: rc %d (%s)", (long long)cut,
+                      (long long)size, rc, err.msg);
+        snprintf(when, sizeof when, "push cut at %lld", (long long)cut);
+        assert_state(&f, W0, B0, 4, when);
+    }
+    free(full);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* ---- concurrency ------------------------------------------------------- */
+
+#define PUSHERS 4
+#define PUSHES_EACH 200
+
+typedef struct {
+    fixture *f;
+    const dt_tensors *grads; /* shared, read only */
+    int worker;
+    int pushes;
+    int rc;
+    dt_err err;
+} pusher;
+
+/* Pushes p->grads p->pushes times through a client of its own. */
+static void *push_loop(void *arg) {
+    pusher *p = arg;
+    dt_err_clear(&p->err);
+    dt_ps_client *client = NULL;
+    dt_ps_client_params cp = {
+        .cluster = &p->f->cluster, .worker = p->worker, .timeout_ms = CALL_TIMEOUT_MS};
+    if ((p->rc = dt_ps_client_new(&cp, p->grads, &client, &p->err)) < 0) return NULL;
+    for (int k = 0; k < p->pushes; k++) {
+        int64_t gs = 0;
+        int done = 0;
+        if ((p->rc = dt_ps_client_push(client, p->grads, 0, &gs, &done, &p->err)) < 0) break;
+    }
+    dt_ps_client_free(client);
+    return NULL;
+}
+
+/* Runs n pushers concurrently and checks they all succeeded. */
+static void run_pushers(pusher *p, int n) {
+    pthread_t th[16];
+    ck_assert_int_le(n, 16);
+    for (int t = 0; t < n; t++)
+        ck_assert_int_eq(pthread_create(&th[t], NULL, push_loop, &p[t]), 0);
+    for (int t = 0; t < n; t++)
+        ck_assert_int_eq(pthread_join(th[t], NULL), 0);
+    for (int t = 0; t < n; t++)
+        ck_assert_msg(p[t].rc == 0, "pusher %d: %s", t, p[t].err.msg);
+}
+
+/* Thread t's gradient: powers of two, different per thread and element. */
+static float grad_of(int t, int i) {
+    return ldexpf(1.0f, ((t + i) % 4) - 1) * (i % 2 ? -1 : 1);
+}
+
+START_TEST(test_concurrent_pushes) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 1.0 / 1024);
+    dt_err err;
+    dt_err_clear(&err);
+    float w0[NW], b0[NB];
+    for (int i = 0; i < NW; i++)
+        w0[i] = 0.25f * (float)i - 1;
+    for (int i = 0; i < NB; i++)
+        b0[i] = 2 - 0.5f * (float)i;
+    ck_assert_int_eq(create(&f, w0, b0, &cfg, 0, 1000000, NULL, &err), 0);
+    dt_tensor specs[2];
+    float unused_w[NW], unused_b[NB];
+    model_tensors(specs, unused_w, unused_b);
+    dt_tensors grads[PUSHERS];
+    pusher p[PUSHERS];
+    for (int t = 0; t < PUSHERS; t++) {
+        ck_assert_int_eq(dt_tensors_init(&grads[t], specs, 2, &err), 0);
+        float *gw = grads[t].items[0].data, *gb = grads[t].items[1].data;
+        for (int i = 0; i < NW; i++)
+            gw[i] = grad_of(t, i);
+        for (int i = 0; i < NB; i++)
+            gb[i] = grad_of(t, NW + i);
+        memset(&p[t], 0, sizeof p[t]);
+        p[t].f = &f;
+        p[t].grads = &grads[t];
+        p[t].worker = t % 2;
+        p[t].pushes = PUSHES_EACH;
+    }
+    run_pushers(p, PUSHERS);
+
+    /* w = w0 - lr * sum of every gradient, exact: every partial sum is a
+     * multiple of 2^-11 well inside float's 24 bits. */
+    float w[NW], b[NB];
+    for (int i = 0; i < NW; i++) {
+        double sum = 0;
+        for (int t = 0; t < PUSHERS; t++)
+            sum += PUSHES_EACH * (double)grad_of(t, i);
+        w[i] = (float)(w0[i] - sum / 1024);
+    }
+    for (int i = 0; i < NB; i++) {
+        double sum = 0;
+        for (int t = 0; t < PUSHERS; t++)
+            sum += PUSHES_EACH * (double)grad_of(t, NW + i);
+        b[i] = (float)(b0[i] - sum / 1024);
+    }
+    assert_state(&f, w, b, PUSHERS * PUSHES_EACH, "after concurrent pushes");
+    dt_msg_status_resp st;
+    status(&f, -1, &st);
+    ck_assert_int_eq(st.global_step, PUSHERS * PUSHES_EACH);
+    ck_assert_int_eq(st.pushes_applied, PUSHERS * PUSHES_EACH);
+    ck_assert_int_eq(st.pushes_rejected, 0);
+    for (int t = 0; t < PUSHERS; t++)
+        dt_tensors_deinit(&grads[t]);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* Concurrent pushes racing past max_steps: exactly max_steps are applied,
+ * whatever the interleaving. A large variable widens the time each update
+ * takes, and so the window for a race; several rounds, each on a fresh ps. */
+#define BIG (1 << 16)
+
+START_TEST(test_max_steps_under_concurrency) {
+    enum { MAX_STEPS = 6, ROUNDS = 10, THREADS = 6 };
+    dt_tensor spec;
+    make_tensor(&spec, "big", DT_DTYPE_F32, 1, BIG, 0, NULL);
+    dt_tensors init, grads, got;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_tensors_init(&init, &spec, 1, &err), 0);
+    ck_assert_int_eq(dt_tensors_init(&grads, &spec, 1, &err), 0);
+    ck_assert_int_eq(dt_tensors_init(&got, &spec, 1, &err), 0);
+    float *iv = init.items[0].data, *gv = grads.items[0].data, *out = got.items[0].data;
+    for (int i = 0; i < BIG; i++) {
+        iv[i] = 1.0f;
+        gv[i] = 0.5f;
+    }
+    const float want = 1.0f - MAX_STEPS * 0.5f / 1024; /* exact */
+    for (int round = 0; round < ROUNDS; round++) {
+        fixture f;
+        fixture_start(&f, 0);
+        dt_optim_config cfg;
+        sgd_config(&cfg, 1.0 / 1024);
+        dt_msg_create_req req;
+        memset(&req, 0, sizeof req);
+        req.out.items = init.items;
+        req.out.count = 1;
+        req.max_steps = MAX_STEPS;
+        req.optim = cfg;
+        int rc = call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, NULL, &err);
+        ck_assert_msg(rc == 0, "create: %s", err.msg);
+        pusher p[THREADS];
+        for (int t = 0; t < THREADS; t++) {
+            memset(&p[t], 0, sizeof p[t]);
+            p[t].f = &f;
+            p[t].grads = &grads;
+            p[t].worker = t % 2;
+            p[t].pushes = MAX_STEPS;
+        }
+        run_pushers(p, THREADS);
+        dt_msg_status_resp st;
+        status(&f, -1, &st);
+        ck_assert_msg(st.global_step == MAX_STEPS && st.pushes_applied == MAX_STEPS,
+                      "round %d: global_step %lld, pushes_applied %lld, max_steps %d", round,
+                      (long long)st.global_step, (long long)st.pushes_applied, MAX_STEPS);
+        dt_ps_client *client = NULL;
+        dt_ps_client_params cp = {
+            .cluster = &f.cluster, .worker = -1, .timeout_ms = CALL_TIMEOUT_MS};
+        ck_assert_int_eq(dt_ps_client_new(&cp, &got, &client, &err), 0);
+        int64_t gs = 0;
+        int done = 0;
+        ck_assert_msg(dt_ps_client_pull(client, &got, &gs, &done, &err) == 0, "pull: %s", err.msg);
+        ck_assert(done);
+        for (int i = 0; i < BIG; i++)
+            ck_assert_msg(out[i] == want, "round %d: big[%d] = %.9g, want %.9g", round, i, out[i],
+                          want);
+        dt_ps_client_free(client);
+        fixture_stop(&f);
+    }
+    dt_tensors_deinit(&init);
+    dt_tensors_deinit(&grads);
+    dt_tensors_deinit(&got);
+}
+END_TEST
+
+/* ---- optimizers -------------------------------------------------------- */
+
+/* Three pushes through the ps against the update rules of optim.h in
+ * double precision. */
+static void run_optimizer(const dt_optim_config *cfg) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(create(&f, W0, B0, cfg, 0, 100, NULL, &err) == 0, "create %s: %s", cfg->name,
+                  err.msg);
+    const int n = NW + NB;
+    double w[NW + NB], s0[NW + NB], s1[NW + NB];
+    for (int i = 0; i < n; i++) {
+        w[i] = i < NW ? W0[i] : B0[i - NW];
+        s0[i] = strcmp(cfg->name, "adagrad") == 0 ? cfg->initial_accumulator : 0;
+        s1[i] = 0;
+    }
+    const double lr = cfg->learning_rate, mu = cfg->momentum, b1 = cfg->beta1, b2 = cfg->beta2,
+                 eps = cfg->epsilon;
+    for (int t = 1; t <= 3; t++) {
+        float gw[NW], gb[NB];
+        for (int i = 0; i < NW; i++)
+            gw[i] = (float)(0.3 * t - 0.2 * i + 0.05);
+        for (int i = 0; i < NB; i++)
+            gb[i] = (float)(-0.7 * t + 0.4 * i);
+        ck_assert_msg(push(&f, gw, gb, 1, NULL, &err) == 0, "push: %s", err.msg);
+        for (int i = 0; i < n; i++) {
+            double g = i < NW ? gw[i] : gb[i - NW];
+            if (strcmp(cfg->name, "momentum") == 0) {
+                s0[i] = mu * s0[i] + g; /* a = mu*a + g */
+                w[i] -= cfg->nesterov ? lr * g + lr * mu * s0[i] : lr * s0[i];
+            } else if (strcmp(cfg->name, "adagrad") == 0) {
+                s0[i] += g * g; /* a += g^2; w -= lr*g / (sqrt(a) + eps) */
+                w[i] -= lr * g / (sqrt(s0[i]) + eps);
+            } else { /* adam */
+                double lr_t = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
+                s0[i] = b1 * s0[i] + (1 - b1) * g;
+                s1[i] = b2 * s1[i] + (1 - b2) * g * g;
+                w[i] -= lr_t * s0[i] / (sqrt(s1[i]) + eps);
+            }
+        }
+    }
+    float gotw[NW], gotb[NB];
+    int64_t gs = 0;
+    ck_assert_int_eq(pull(&f, gotw, gotb, &gs, NULL, &err), 0);
+    ck_assert_int_eq(gs, 3);
+    for (int i = 0; i < n; i++) {
+        double got = i < NW ? gotw[i] : gotb[i - NW];
+        double start = i < NW ? W0[i] : B0[i - NW];
+        ck_assert_msg(fabs(got - w[i]) <= 1e-6 + 1e-5 * fabs(w[i]),
+                      "%s%s: element %d = %.9g, reference %.9g", cfg->name,
+                      cfg->nesterov ? " (nesterov)" : "", i, got, w[i]);
+        ck_assert_msg(fabs(w[i] - start) > 1e-3, "%s: element %d did not move", cfg->name, i);
+    }
+    fixture_stop(&f);
+}
+
+START_TEST(test_momentum) {
+    dt_optim_config cfg;
+    dt_optim_defaults(&cfg);
+    snprintf(cfg.name, sizeof cfg.name, "momentum");
+    cfg.learning_rate = 0.1;
+    cfg.momentum = 0.9;
+    run_optimizer(&cfg);
+    cfg.nesterov = 1;
+    run_optimizer(&cfg);
+}
+END_TEST
+
+START_TEST(test_adagrad) {
+    dt_optim_config cfg;
+    dt_optim_defaults(&cfg);
+    snprintf(cfg.name, sizeof cfg.name, "adagrad");
+    cfg.learning_rate = 0.1;
+    cfg.initial_accumulator = 0.1;
+    run_optimizer(&cfg);
+}
+END_TEST
+
+START_TEST(test_adam) {
+    dt_optim_config cfg;
+    dt_optim_defaults(&cfg);
+    snprintf(cfg.name, sizeof cfg.name, "adam");
+    cfg.learning_rate = 0.01;
+    cfg.beta1 = 0.9;
+    cfg.beta2 = 0.999;
+    cfg.epsilon = 1e-7;
+    run_optimizer(&cfg);
+}
+END_TEST
+
+/* Variables whose names share their first 120 bytes get optimizer slots
+ * too: the slot names must not collide. */
+START_TEST(test_long_names_with_slots) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    dt_optim_defaults(&cfg);
+    snprintf(cfg.name, sizeof cfg.name, "adam");
+    float a[2] = {1, 2}, b[2] = {3, 4};
+    dt_tensor items[2];
+    char name[DT_TENSOR_NAME_MAX];
+    memset(name, 'v', DT_TENSOR_NAME_MAX - 1);
+    name[DT_TENSOR_NAME_MAX - 1] = '\0';
+    make_tensor(&items[0], name, DT_DTYPE_F32, 1, 2, 0, a);
+    name[DT_TENSOR_NAME_MAX - 2] = 'w';
+    make_tensor(&items[1], name, DT_DTYPE_F32, 1, 2, 0, b);
+    dt_msg_create_req req;
+    memset(&req, 0, sizeof req);
+    req.out.items = items;
+    req.out.count = 2;
+    req.max_steps = 10;
+    req.optim = cfg;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_msg_create_resp cr;
+    int rc = call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &cr, &err);
+    ck_assert_msg(rc == 0, "create with two long names under adam: %s", err.msg);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* ---- shutdown and dt_ps_wait ------------------------------------------- */
+
+typedef struct {
+    dt_ps *ps;
+    volatile sig_atomic_t stop;
+    int rc;
+    dt_err err;
+    volatile int returned;
+    long long returned_ms;
+} waiter;
+
+static void *wait_thread(void *arg) {
+    waiter *w = arg;
+    dt_err_clear(&w->err);
+    w->rc = dt_ps_wait(w->ps, &w->stop, &w->err);
+    w->returned_ms = now_ms();
+    __atomic_store_n(&w->returned, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* Waits up to ms for the waiter to return; 1 if it did. */
+static int wait_for_return(waiter *w, int ms) {
+    long long until = now_ms() + ms;
+    while (now_ms() < until) {
+        if (__atomic_load_n(&w->returned, __ATOMIC_SEQ_CST)) return 1;
+        sleep_ms(10);
+    }
+    return __atomic_load_n(&w->returned, __ATOMIC_SEQ_CST);
+}
+
+START_TEST(test_shutdown_after_workers_told) {
+    fixture f;
+    fixture_start(&f, 60000); /* long: only telling worker 1 may end the wait */
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(create(&f, W0, B0, &cfg, 0, 100, NULL, &err), 0);
+    waiter w;
+    memset(&w, 0, sizeof w);
+    w.ps = f.ps;
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, wait_thread, &w), 0);
+    ck_assert_msg(!wait_for_return(&w, 300), "dt_ps_wait returned before any shutdown");
+
+    ck_assert_msg(shutdown_ps(&f, "test: job done", &err) == 0, "shutdown: %s", err.msg);
+    ck_assert_msg(!wait_for_return(&w, 500), "dt_ps_wait returned before worker 1 was told");
+    /* After Shutdown pushes are answered done and not applied. */
+    dt_msg_push_resp pr;
+    ck_assert_int_eq(push(&f, GW, GB, -1, &pr, &err), 0);
+    ck_assert(pr.done);
+    ck_assert_int_eq(pr.global_step, 0);
+    assert_state(&f, W0, B0, 0, "push after shutdown");
+    ck_assert(!wait_for_return(&w, 100));
+
+    dt_msg_status_resp st;
+    status(&f, 1, &st); /* worker 1 learns the job is done */
+    ck_assert(st.done);
+    int returned = wait_for_return(&w, 10000);
+    if (!returned) {
+        w.stop = 1;
+        wait_for_return(&w, 5000);
+    }
+    pthread_join(th, NULL);
+    ck_assert_msg(returned, "dt_ps_wait did not return once both workers were told");
+    ck_assert_msg(w.rc == 0, "dt_ps_wait: %d (%s)", w.rc, w.err.msg);
+    fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(test_shutdown_linger) {
+    fixture f;
+    fixture_start(&f, 200);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(create(&f, W0, B0, &cfg, 0, 100, NULL, &err), 0);
+    long long t0 = now_ms();
+    ck_assert_int_eq(shutdown_ps(&f, "test: job done", &err), 0);
+    /* Worker 1 never calls: the linger ends the wait. */
+    waiter w;
+    memset(&w, 0, sizeof w);
+    w.ps = f.ps;
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, wait_thread, &w), 0);
+    int returned = wait_for_return(&w, 10000);
+    if (!returned) {
+        w.stop = 1;
+        wait_for_return(&w, 5000);
+    }
+    pthread_join(th, NULL);
+    ck_assert_msg(returned, "dt_ps_wait outlived a 200 ms linger by 10 s");
+    ck_assert_msg(w.rc == 0, "dt_ps_wait: %d (%s)", w.rc, w.err.msg);
+    ck_assert_int_ge(w.returned_ms - t0, 150);
+    fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(test_wait_stop_flag) {
+    fixture f;
+    fixture_start(&f, 0);
+    volatile sig_atomic_t stop = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_ps_wait(f.ps, &stop, &err), DT_ECANCELLED);
+    ck_assert_msg(strstr(err.msg, "ps:0") && strstr(err.msg, "stopped"), "message: %s", err.msg);
+
+    /* Set while waiting, as a signal handler would. */
+    waiter w;
+    memset(&w, 0, sizeof w);
+    w.ps = f.ps;
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, wait_thread, &w), 0);
+    ck_assert(!wait_for_return(&w, 200));
+    w.stop = 1;
+    int returned = wait_for_return(&w, 5000);
+    pthread_join(th, NULL);
+    ck_assert(returned);
+    ck_assert_int_eq(w.rc, DT_ECANCELLED);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* ---- start errors and the client --------------------------------------- */
+
+START_TEST(test_start_errors) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_ps *again = NULL;
+    dt_ps_params p = {.cluster = &f.cluster, .task_index = 0, .num_threads = 1};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_ps_start(&p, &again, &err), DT_EUNAVAILABLE);
+    ck_assert_ptr_null(again);
+    ck_assert_msg(strstr(err.msg, "ps:0") && strstr(err.msg, f.ps_addr[0].addr), "message: %s",
+                  err.msg);
+    p.task_index = 1;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_ps_start(&p, &again, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "task index 1"), "message: %s", err.msg);
+    dt_ps_free(NULL);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* The same life through dt_ps_client: create, pull, push, status,
+ * shutdown. */
+START_TEST(test_through_client) {
+    fixture f;
+    fixture_start(&f, 60000);
+    dt_tensor specs[2];
+    float sw[NW], sb[NB];
+    model_tensors(specs, sw, sb);
+    dt_tensors vars, grads;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_tensors_init(&vars, specs, 2, &err), 0);
+    ck_assert_int_eq(dt_tensors_init(&grads, specs, 2, &err), 0);
+    memcpy(vars.items[0].data, W0, sizeof W0);
+    memcpy(vars.items[1].data, B0, sizeof B0);
+    memcpy(grads.items[0].data, GW, sizeof GW);
+    memcpy(grads.items[1].data, GB, sizeof GB);
+    dt_ps_client *chief = NULL, *worker1 = NULL;
+    dt_ps_client_params cp = {.cluster = &f.cluster, .worker = 0, .timeout_ms = CALL_TIMEOUT_MS};
+    ck_assert_int_eq(dt_ps_client_new(&cp, &vars, &chief, &err), 0);
+    cp.worker = 1;
+    ck_assert_int_eq(dt_ps_client_new(&cp, &vars, &worker1, &err), 0);
+    ck_assert_int_eq(dt_ps_client_num_ps(chief), 1);
+    ck_assert_int_eq(dt_ps_client_placement(chief, 0), 0);
+    ck_assert_int_eq(dt_ps_client_placement(chief, 1), 0);
+
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    int rc = dt_ps_client_create(chief, &vars, 2, &cfg, 4, "client test", NULL, &err);
+    ck_assert_msg(rc == 0, "create: %s", err.msg);
+    int64_t gs = -1;
+    int done = -1;
+    ck_assert_int_eq(dt_ps_client_push(worker1, &grads, 2, &gs, &done, &err), 0);
+    ck_assert_int_eq(gs, 3);
+    ck_assert(!done);
+    memset(vars.items[0].data, 0, vars.items[0].nbytes);
+    ck_assert_int_eq(dt_ps_client_pull(chief, &vars, &gs, &done, &err), 0);
+    ck_assert_int_eq(gs, 3);
+    float w[NW], b[NB];
+    for (int i = 0; i < NW; i++)
+        w[i] = W0[i] - 0.5f * GW[i];
+    for (int i = 0; i < NB; i++)
+        b[i] = B0[i] - 0.5f * GB[i];
+    assert_floats_eq(vars.items[0].data, w, NW, "w");
+    assert_floats_eq(vars.items[1].data, b, NB, "b");
+    ck_assert_int_eq(dt_ps_client_push(worker1, &grads, 3, &gs, &done, &err), 0);
+    ck_assert_int_eq(gs, 4);
+    ck_assert(done);
+    dt_msg_status_resp st;
+    ck_assert_int_eq(dt_ps_client_status(chief, 0, &st, &err), 0);
+    ck_assert_str_eq(st.model, "client test");
+    ck_assert_int_eq(st.pushes_applied, 2);
+    ck_assert(st.done);
+
+    ck_assert_int_eq(dt_ps_client_shutdown(chief, "client test over", &err), 0);
+    /* Both workers have been told (worker 1 by its last push, the chief by
+     * asking): the wait ends now, not after the 60 s linger. */
+    waiter wt;
+    memset(&wt, 0, sizeof wt);
+    wt.ps = f.ps;
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, wait_thread, &wt), 0);
+    int returned = wait_for_return(&wt, 10000);
+    if (!returned) {
+        wt.stop = 1;
+        wait_for_return(&wt, 5000);
+    }
+    pthread_join(th, NULL);
+    ck_assert(returned);
+    ck_assert_int_eq(wt.rc, 0);
+    dt_ps_client_free(chief);
+    dt_ps_client_free(worker1);
+    dt_tensors_deinit(&vars);
+    dt_tensors_deinit(&grads);
+    fixture_stop(&f);
+}
+END_TEST
+
+Suite *ps_suite(void) {
+    Suite *s = suite_create("ps");
+    TCase *life = tcase_create("lifecycle");
+    tcase_set_timeout(life, 60);
+    tcase_add_test(life, test_not_ready);
+    tcase_add_test(life, test_create_then_pull);
+    tcase_add_test(life, test_create_twice);
+    tcase_add_test(life, test_create_invalid);
+    tcase_add_test(life, test_start_errors);
+    tcase_add_test(life, test_shutdown_after_workers_told);
+    tcase_add_test(life, test_shutdown_linger);
+    tcase_add_test(life, test_wait_stop_flag);
+    tcase_add_test(life, test_through_client);
+    suite_add_tcase(s, life);
+
+    TCase *push_tc = tcase_create("push");
+    tcase_set_timeout(push_tc, 120);
+    tcase_add_test(push_tc, test_push_sgd_exact);
+    tcase_add_test(push_tc, test_max_steps);
+    tcase_add_test(push_tc, test_bad_pushes);
+    tcase_add_test(push_tc, test_push_must_cover_every_variable);
+    tcase_add_test(push_tc, test_truncated_pushes);
+    tcase_add_test(push_tc, test_concurrent_pushes);
+    tcase_add_test(push_tc, test_max_steps_under_concurrency);
+    suite_add_tcase(s, push_tc);
+
+    TCase *opt = tcase_create("optimizers");
+    tcase_set_timeout(opt, 60);
+    tcase_add_test(opt, test_momentum);
+    tcase_add_test(opt, test_adagrad);
+    tcase_add_test(opt, test_adam);
+    tcase_add_test(opt, test_long_names_with_slots);
+    suite_add_tcase(s, opt);
+    return s;
+}

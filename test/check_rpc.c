@@ -1,0 +1,714 @@
+/*
+ * rpc suite: a dt_rpc_server on a free loopback port with test handlers,
+ * driven through dt_rpc_channel and dt_rpc_call_all. Covers echo, a 40 MB
+ * payload, the mapping of handler errors to client codes with their
+ * messages, unknown methods, unreachable peers, deadlines, handlers running
+ * concurrently on two poller threads, an address already in use, and
+ * stopping a server with a call in flight.
+ *
+ * Every wait in a handler is bounded, so a broken server fails a test
+ * instead of hanging it; tcase timeouts bound the rest.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rpc_client.h"
+#include "rpc_server.h"
+#include "suites.h"
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Binds 127.0.0.1:0 and returns the port the kernel chose; *fd_out (when
+ * not NULL) keeps the socket open and listening, else it is closed. */
+static int free_port(int *fd_out) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = 0;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t len = sizeof sa;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    if (fd_out) {
+        ck_assert_int_eq(listen(fd, 4), 0);
+        *fd_out = fd;
+    } else {
+        close(fd);
+    }
+    return ntohs(sa.sin_port);
+}
+
+/* Shared by the handlers (the server's ctx). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int a_started;     /* set by A when it begins */
+    int b_ran;         /* set by B, awaited by A */
+    int sleep_started; /* set by Sleep when it begins */
+    int sleep_done;
+} test_ctx;
+
+static int reply_bytes(dt_rpc_buf *reply, const void *data, size_t len, dt_err *err) {
+    int rc = dt_rpc_buf_alloc(reply, len, err);
+    if (rc < 0) return rc;
+    if (len) memcpy(reply->data, data, len);
+    return 0;
+}
+
+static int handle_echo(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    (void)ctx;
+    return reply_bytes(reply, request->data, request->len, err);
+}
+
+/* The request is a decimal dt_err code; fails with it. Allocates a reply
+ * first, which the server must release (ASan's leak check says if not). */
+static int handle_fail(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    (void)ctx;
+    char text[32] = {0};
+    memcpy(text, request->data, request->len < sizeof text - 1 ? request->len : sizeof text - 1);
+    int code = atoi(text);
+    if (reply_bytes(reply, "partial", 7, err) < 0) return err->code;
+    return dt_err_set(err, code, "fail handler: asked for %s", dt_err_name(code));
+}
+
+/* The request is a decimal number of milliseconds to sleep. */
+static int handle_sleep(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    test_ctx *t = ctx;
+    char text[32] = {0};
+    memcpy(text, request->data, request->len < sizeof text - 1 ? request->len : sizeof text - 1);
+    pthread_mutex_lock(&t->mu);
+    t->sleep_started = 1;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    sleep_ms(atoi(text));
+    pthread_mutex_lock(&t->mu);
+    t->sleep_done = 1;
+    pthread_mutex_unlock(&t->mu);
+    return reply_bytes(reply, "slept", 5, err);
+}
+
+/* A waits (at most 3 s) for B to have run: it succeeds only when B ran
+ * while A was still inside its handler, i.e. concurrently. */
+static int handle_a(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    (void)request;
+    test_ctx *t = ctx;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 3;
+    pthread_mutex_lock(&t->mu);
+    t->a_started = 1;
+    pthread_cond_broadcast(&t->cv);
+    while (!t->b_ran)
+        if (pthread_cond_timedwait(&t->cv, &t->mu, &deadline) != 0) break;
+    int ran = t->b_ran;
+    pthread_mutex_unlock(&t->mu);
+    if (!ran) return dt_err_set(err, DT_EINTERNAL, "A: B did not run while A waited 3 s");
+    return reply_bytes(reply, "A", 1, err);
+}
+
+static int handle_b(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    (void)request;
+    test_ctx *t = ctx;
+    pthread_mutex_lock(&t->mu);
+    t->b_ran = 1;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    return reply_bytes(reply, "B", 1, err);
+}
+
+static const dt_rpc_method methods[] = {
+    {"/test.T/Echo", handle_echo}, {"/test.T/Fail", handle_fail}, {"/test.T/Sleep", handle_sleep},
+    {"/test.T/A", handle_a},       {"/test.T/B", handle_b},
+};
+#define NUM_METHODS ((int)(sizeof methods / sizeof methods[0]))
+
+/* A running server and a channel to it. */
+typedef struct {
+    test_ctx ctx;
+    char addr[64];
+    dt_rpc_server *server;
+    dt_rpc_channel *channel;
+} fixture;
+
+static void fixture_start(fixture *f, int threads) {
+    memset(f, 0, sizeof *f);
+    pthread_mutex_init(&f->ctx.mu, NULL);
+    pthread_cond_init(&f->ctx.cv, NULL);
+    snprintf(f->addr, sizeof f->addr, "127.0.0.1:%d", free_port(NULL));
+    dt_rpc_server_params p = {.addr = f->addr,
+                              .num_threads = threads,
+                              .methods = methods,
+                              .num_methods = NUM_METHODS,
+                              .ctx = &f->ctx};
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_rpc_server_start(&p, &f->server, &err);
+    ck_assert_msg(rc == 0, "server start on %s: %s", f->addr, err.msg);
+    rc = dt_rpc_channel_new(f->addr, &f->channel, &err);
+    ck_assert_msg(rc == 0, "channel to %s: %s", f->addr, err.msg);
+    ck_assert_str_eq(dt_rpc_channel_addr(f->channel), f->addr);
+}
+
+static void fixture_stop(fixture *f) {
+    dt_rpc_channel_free(f->channel);
+    dt_rpc_server_stop(f->server, 1000);
+    pthread_mutex_destroy(&f->ctx.mu);
+    pthread_cond_destroy(&f->ctx.cv);
+}
+
+static void buf_from(dt_rpc_buf *b, const void *data, size_t len) {
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_buf_alloc(b, len, &err), 0);
+    if (len) memcpy(b->data, data, len);
+}
+
+static void buf_from_str(dt_rpc_buf *b, const char *s) {
+    buf_from(b, s, strlen(s));
+}
+
+static void call_init(dt_rpc_call *c, dt_rpc_channel *ch, const char *method,
+                      const dt_rpc_buf *request) {
+    memset(c, 0, sizeof *c);
+    c->channel = ch;
+    c->method = method;
+    c->request = request;
+}
+
+/* ---- tests ------------------------------------------------------------- */
+
+START_TEST(test_echo) {
+    fixture f;
+    fixture_start(&f, 2);
+    dt_rpc_buf req;
+    buf_from_str(&req, "hello, ps");
+    dt_rpc_call c;
+    call_init(&c, f.channel, "/test.T/Echo", &req);
+    c.wait_for_ready = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_rpc_call_all(&c, 1, 5000, &err);
+    ck_assert_msg(rc == 0, "echo: %s", err.msg);
+    ck_assert_int_eq(c.err.code, DT_OK);
+    ck_assert_uint_eq(c.response.len, 9);
+    ck_assert(memcmp(c.response.data, "hello, ps", 9) == 0);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&c.response); /* twice is harmless */
+
+    /* An empty message both ways. */
+    dt_rpc_buf empty;
+    buf_from(&empty, NULL, 0);
+    ck_assert_ptr_null(empty.data);
+    call_init(&c, f.channel, "/test.T/Echo", &empty);
+    ck_assert_int_eq(dt_rpc_call_all(&c, 1, 5000, &err), 0);
+    ck_assert_uint_eq(c.response.len, 0);
+    dt_rpc_buf_release(&c.response);
+
+    /* Three at once, through one batch. */
+    dt_rpc_buf reqs[3];
+    dt_rpc_call calls[3];
+    const char *texts[3] = {"one", "two", "three"};
+    for (int i = 0; i < 3; i++) {
+        buf_from_str(&reqs[i], texts[i]);
+        call_init(&calls[i], f.channel, "/test.T/Echo", &reqs[i]);
+    }
+    ck_assert_int_eq(dt_rpc_call_all(calls, 3, 5000, &err), 0);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_uint_eq(calls[i].response.len, strlen(texts[i]));
+        ck_assert(memcmp(calls[i].response.data, texts[i], strlen(texts[i])) == 0);
+        dt_rpc_buf_release(&calls[i].response);
+        dt_rpc_buf_release(&reqs[i]);
+    }
+    ck_assert_int_eq(dt_rpc_call_all(calls, 0, 5000, &err), 0);
+    dt_rpc_buf_release(&req);
+    dt_rpc_buf_release(&empty);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* 40 MB: ten times gRPC's default 4 MiB receive cap, both directions. */
+START_TEST(test_large_payload) {
+    fixture f;
+    fixture_start(&f, 2);
+    const size_t len = 40u * 1000u * 1000u;
+    dt_rpc_buf req;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_buf_alloc(&req, len, &err), 0);
+    for (size_t i = 0; i < len; i++)
+        req.data[i] = (uint8_t)((i * 2654435761u) >> 13);
+    dt_rpc_call c;
+    call_init(&c, f.channel, "/test.T/Echo", &req);
+    c.wait_for_ready = 1;
+    int rc = dt_rpc_call_all(&c, 1, 60000, &err);
+    ck_assert_msg(rc == 0, "40 MB echo: %s", err.msg);
+    ck_assert_uint_eq(c.response.len, len);
+    ck_assert(memcmp(c.response.data, req.data, len) == 0);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(test_handler_errors) {
+    fixture f;
+    fixture_start(&f, 2);
+    const int codes[] = {DT_EINVAL, DT_EPRECOND,   DT_ENOTFOUND, DT_EEXIST,
+                         DT_EIO,    DT_ECANCELLED, DT_ENOMEM,    DT_EINTERNAL};
+    for (size_t k = 0; k < sizeof codes / sizeof codes[0]; k++) {
+        char text[16];
+        snprintf(text, sizeof text, "%d", codes[k]);
+        dt_rpc_buf req;
+        buf_from_str(&req, text);
+        dt_rpc_call c;
+        call_init(&c, f.channel, "/test.T/Fail", &req);
+        c.wait_for_ready = 1;
+        dt_err err;
+        dt_err_clear(&err);
+        int rc = dt_rpc_call_all(&c, 1, 5000, &err);
+        ck_assert_msg(rc == codes[k], "code %d came back as %d (%s)", codes[k], rc, err.msg);
+        ck_assert_int_eq(c.err.code, codes[k]);
+        ck_assert_int_eq(err.code, codes[k]);
+        char want[128];
+        snprintf(want, sizeof want, "fail handler: asked for %s", dt_err_name(codes[k]));
+        ck_assert_msg(strstr(err.msg, want) != NULL, "message \"%s\" lacks \"%s\"", err.msg, want);
+        ck_assert_msg(strstr(err.msg, f.addr) && strstr(err.msg, "/test.T/Fail"),
+                      "message \"%s\" does not name the peer and method", err.msg);
+        ck_assert_str_eq(c.err.msg, err.msg);
+        ck_assert_uint_eq(c.response.len, 0); /* no reply on failure */
+        dt_rpc_buf_release(&c.response);
+        dt_rpc_buf_release(&req);
+    }
+    fixture_stop(&f);
+}
+END_TEST
+
+/* In a batch, the first failure is returned and each call keeps its own
+ * outcome. */
+START_TEST(test_mixed_batch) {
+    fixture f;
+    fixture_start(&f, 2);
+    dt_rpc_buf ok, bad;
+    buf_from_str(&ok, "fine");
+    char text[16];
+    snprintf(text, sizeof text, "%d", DT_ENOTFOUND);
+    buf_from_str(&bad, text);
+    dt_rpc_call c[3];
+    call_init(&c[0], f.channel, "/test.T/Echo", &ok);
+    call_init(&c[1], f.channel, "/test.T/Fail", &bad);
+    call_init(&c[2], f.channel, "/test.T/Echo", &ok);
+    for (int i = 0; i < 3; i++)
+        c[i].wait_for_ready = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_call_all(c, 3, 5000, &err), DT_ENOTFOUND);
+    ck_assert_int_eq(c[0].err.code, DT_OK);
+    ck_assert_int_eq(c[1].err.code, DT_ENOTFOUND);
+    ck_assert_int_eq(c[2].err.code, DT_OK);
+    ck_assert_uint_eq(c[0].response.len, 4);
+    ck_assert_uint_eq(c[2].response.len, 4);
+    ck_assert(strstr(err.msg, "asked for not found") != NULL);
+    for (int i = 0; i < 3; i++)
+        dt_rpc_buf_release(&c[i].response);
+    dt_rpc_buf_release(&ok);
+    dt_rpc_buf_release(&bad);
+    fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(test_unknown_method) {
+    fixture f;
+    fixture_start(&f, 1);
+    dt_rpc_buf req;
+    buf_from_str(&req, "x");
+    dt_rpc_call c;
+    call_init(&c, f.channel, "/test.T/Nope", &req);
+    c.wait_for_ready = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_rpc_call_all(&c, 1, 5000, &err);
+    ck_assert_int_lt(rc, 0);
+    ck_assert_int_eq(rc, c.err.code);
+    ck_assert_msg(strstr(err.msg, "/test.T/Nope") != NULL, "message: %s", err.msg);
+    ck_assert_msg(strstr(err.msg, "unknown method") != NULL, "message: %s", err.msg);
+    dt_rpc_buf_release(&c.response);
+    /* The server still serves. */
+    call_init(&c, f.channel, "/test.T/Echo", &req);
+    ck_assert_int_eq(dt_rpc_call_all(&c, 1, 5000, &err), 0);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(test_unreachable) {
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port(NULL));
+    dt_rpc_channel *ch = NULL;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_channel_new(addr, &ch, &err), 0);
+    dt_rpc_buf req;
+    buf_from_str(&req, "anyone?");
+    dt_rpc_call c;
+    call_init(&c, ch, "/test.T/Echo", &req);
+    long long t0 = now_ms();
+    int rc = dt_rpc_call_all(&c, 1, 3000, &err);
+    ck_assert_msg(rc == DT_EUNAVAILABLE, "rc %d (%s)", rc, err.msg);
+    ck_assert_int_eq(c.err.code, DT_EUNAVAILABLE);
+    ck_assert_msg(strstr(err.msg, addr) != NULL, "message \"%s\" lacks %s", err.msg, addr);
+    /* Fail fast: not waiting for the deadline when no one listens. */
+    ck_assert_int_lt(now_ms() - t0, 2500);
+    dt_rpc_buf_release(&c.response);
+
+    /* With wait_for_ready, the same call waits and ends at its deadline. */
+    call_init(&c, ch, "/test.T/Echo", &req);
+    c.wait_for_ready = 1;
+    dt_err_clear(&err);
+    rc = dt_rpc_call_all(&c, 1, 300, &err);
+    ck_assert_msg(rc == DT_EDEADLINE || rc == DT_EUNAVAILABLE, "rc %d (%s)", rc, err.msg);
+    ck_assert(strstr(err.msg, addr) != NULL);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    dt_rpc_channel_free(ch);
+    dt_rpc_channel_free(NULL);
+}
+END_TEST
+
+START_TEST(test_deadline) {
+    fixture f;
+    fixture_start(&f, 2);
+    dt_rpc_buf req;
+    buf_from_str(&req, "2000");
+    dt_rpc_call c;
+    call_init(&c, f.channel, "/test.T/Sleep", &req);
+    c.wait_for_ready = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    long long t0 = now_ms();
+    int rc = dt_rpc_call_all(&c, 1, 300, &err);
+    long long took = now_ms() - t0;
+    ck_assert_msg(rc == DT_EDEADLINE, "rc %d (%s)", rc, err.msg);
+    ck_assert_msg(strstr(err.msg, "deadline exceeded after 300 ms") && strstr(err.msg, f.addr),
+                  "message: %s", err.msg);
+    /* The client gave up at its deadline, not when the handler returned. */
+    ck_assert_msg(took < 1800, "call took %lld ms", took);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    fixture_stop(&f); /* waits for the sleeping handler, bounded */
+}
+END_TEST
+
+/* A waits for B; both succeed only if the two handlers overlapped in time
+ * on the two poller threads. Which thread gets a call may depend on the
+ * connection, so a few rounds, each with a fresh server and connection. */
+START_TEST(test_concurrent_handlers) {
+    for (int round = 0; round < 10; round++) {
+        fixture f;
+        fixture_start(&f, 2);
+        dt_rpc_buf req;
+        buf_from_str(&req, "-");
+        dt_rpc_call c[2];
+        call_init(&c[0], f.channel, "/test.T/A", &req);
+        call_init(&c[1], f.channel, "/test.T/B", &req);
+        c[0].wait_for_ready = c[1].wait_for_ready = 1;
+        dt_err err;
+        dt_err_clear(&err);
+        int rc = dt_rpc_call_all(c, 2, 15000, &err);
+        ck_assert_msg(rc == 0, "round %d: A: %s / B: %s", round, c[0].err.msg, c[1].err.msg);
+        ck_assert(c[0].response.len == 1 && c[0].response.data[0] == 'A');
+        ck_assert(c[1].response.len == 1 && c[1].response.data[0] == 'B');
+        for (int i = 0; i < 2; i++)
+            dt_rpc_buf_release(&c[i].response);
+        dt_rpc_buf_release(&req);
+        fixture_stop(&f);
+    }
+}
+END_TEST
+
+typedef struct {
+    dt_rpc_channel *channel;
+    int rc;
+    dt_err err;
+} a_caller;
+
+static void *call_a(void *arg) {
+    a_caller *a = arg;
+    dt_rpc_buf req;
+    dt_err_clear(&a->err);
+    if ((a->rc = dt_rpc_buf_alloc(&req, 1, &a->err)) < 0) return NULL;
+    req.data[0] = '-';
+    dt_rpc_call c;
+    call_init(&c, a->channel, "/test.T/A", &req);
+    c.wait_for_ready = 1;
+    a->rc = dt_rpc_call_all(&c, 1, 15000, &a->err);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    return NULL;
+}
+
+/* The same, with B sent only once A's handler is running: a server that
+ * keeps every call of a connection on one poller thread fails this every
+ * time, not just when two calls happen to race. */
+START_TEST(test_concurrent_handlers_staggered) {
+    fixture f;
+    fixture_start(&f, 2);
+    a_caller a;
+    memset(&a, 0, sizeof a);
+    a.channel = f.channel;
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, call_a, &a), 0);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    pthread_mutex_lock(&f.ctx.mu);
+    while (!f.ctx.a_started)
+        if (pthread_cond_timedwait(&f.ctx.cv, &f.ctx.mu, &deadline) != 0) break;
+    int started = f.ctx.a_started;
+    pthread_mutex_unlock(&f.ctx.mu);
+    ck_assert_msg(started, "handler A never started");
+    dt_rpc_buf req;
+    buf_from_str(&req, "-");
+    dt_rpc_call c;
+    call_init(&c, f.channel, "/test.T/B", &req);
+    c.wait_for_ready = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_rpc_call_all(&c, 1, 15000, &err);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    ck_assert_msg(rc == 0, "B: %s", err.msg);
+    ck_assert_msg(a.rc == 0, "A: %s", a.err.msg);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(test_address_in_use) {
+    fixture f;
+    fixture_start(&f, 1);
+    dt_rpc_server *again = NULL;
+    dt_rpc_server_params p = {
+        .addr = f.addr, .num_threads = 1, .methods = methods, .num_methods = 1};
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_rpc_server_start(&p, &again, &err);
+    ck_assert_msg(rc == DT_EUNAVAILABLE, "second server on %s: rc %d (%s)", f.addr, rc, err.msg);
+    ck_assert_ptr_null(again);
+    ck_assert_msg(strstr(err.msg, f.addr) != NULL, "message: %s", err.msg);
+    fixture_stop(&f);
+
+    /* A port held by a plain listening socket. */
+    int fd = -1;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port(&fd));
+    p.addr = addr;
+    dt_err_clear(&err);
+    rc = dt_rpc_server_start(&p, &again, &err);
+    ck_assert_msg(rc == DT_EUNAVAILABLE, "server on held %s: rc %d (%s)", addr, rc, err.msg);
+    ck_assert_ptr_null(again);
+    ck_assert(strstr(err.msg, addr) != NULL);
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_bad_params) {
+    dt_rpc_server *s = NULL;
+    dt_rpc_server_params p = {
+        .addr = "127.0.0.1:0", .num_threads = 0, .methods = methods, .num_methods = 1};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_server_start(&p, &s, &err), DT_EINVAL);
+    ck_assert_ptr_null(s);
+    ck_assert_msg(strstr(err.msg, "threads") != NULL, "message: %s", err.msg);
+    dt_rpc_server_stop(NULL, 0);
+
+    dt_rpc_buf b;
+    ck_assert_int_eq(dt_rpc_buf_alloc(&b, 0, &err), 0);
+    ck_assert(b.data == NULL && b.len == 0 && b.impl == NULL);
+    dt_rpc_buf_release(&b);
+    dt_rpc_buf_release(NULL);
+}
+END_TEST
+
+typedef struct {
+    dt_rpc_channel *channel;
+    int rc;
+    dt_err err;
+    long long finished_ms;
+} sleeper;
+
+static void *call_sleep(void *arg) {
+    sleeper *s = arg;
+    dt_rpc_buf req;
+    dt_err_clear(&s->err);
+    if (dt_rpc_buf_alloc(&req, 4, &s->err) < 0) {
+        s->rc = s->err.code;
+        return NULL;
+    }
+    memcpy(req.data, "1500", 4);
+    dt_rpc_call c;
+    call_init(&c, s->channel, "/test.T/Sleep", &req);
+    c.wait_for_ready = 1;
+    s->rc = dt_rpc_call_all(&c, 1, 20000, &s->err);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    s->finished_ms = now_ms();
+    return NULL;
+}
+
+/* Stopping with a call in flight: the handler runs out (or the call is
+ * cancelled), the client's call ends, and stop returns, all well within
+ * the client's 20 s deadline. */
+START_TEST(test_stop_with_call_in_flight) {
+    fixture f;
+    fixture_start(&f, 1);
+    sleeper s;
+    memset(&s, 0, sizeof s);
+    s.channel = f.channel;
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, call_sleep, &s), 0);
+    /* Wait (bounded) until the handler is running. */
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    pthread_mutex_lock(&f.ctx.mu);
+    while (!f.ctx.sleep_started)
+        if (pthread_cond_timedwait(&f.ctx.cv, &f.ctx.mu, &deadline) != 0) break;
+    int started = f.ctx.sleep_started;
+    pthread_mutex_unlock(&f.ctx.mu);
+    ck_assert_msg(started, "the Sleep handler never started");
+
+    long long t0 = now_ms();
+    dt_rpc_server_stop(f.server, 100);
+    long long stop_took = now_ms() - t0;
+    ck_assert_msg(stop_took < 10000, "stop took %lld ms", stop_took);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    ck_assert_msg(s.finished_ms - t0 < 10000, "the in-flight call ended %lld ms after stop",
+                  s.finished_ms - t0);
+    ck_assert_msg(s.rc == 0 || s.rc == DT_EUNAVAILABLE || s.rc == DT_ECANCELLED,
+                  "in-flight call: rc %d (%s)", s.rc, s.err.msg);
+    ck_assert(f.ctx.sleep_done);
+
+    /* A call after stop finds no one. */
+    dt_rpc_buf req;
+    buf_from_str(&req, "late");
+    dt_rpc_call c;
+    call_init(&c, f.channel, "/test.T/Echo", &req);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_call_all(&c, 1, 3000, &err), DT_EUNAVAILABLE);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    dt_rpc_channel_free(f.channel);
+    pthread_mutex_destroy(&f.ctx.mu);
+    pthread_cond_destroy(&f.ctx.cv);
+}
+END_TEST
+
+/* The client gives up and goes away while handlers still sleep on both
+ * poller threads (more calls than one thread has armed, so they spill over
+ * to the second). Stop must outlive every handler: a handler that returns
+ * after its queue was shut down would abort the process. */
+START_TEST(test_stop_after_client_gone) {
+    fixture f;
+    fixture_start(&f, 2);
+    enum { N = 12 };
+    dt_rpc_buf reqs[N];
+    dt_rpc_call c[N];
+    for (int i = 0; i < N; i++) {
+        buf_from_str(&reqs[i], i < N / 2 ? "300" : "1500");
+        call_init(&c[i], f.channel, "/test.T/Sleep", &reqs[i]);
+        c[i].wait_for_ready = 1;
+    }
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_call_all(c, N, 200, &err), DT_EDEADLINE);
+    for (int i = 0; i < N; i++) {
+        dt_rpc_buf_release(&c[i].response);
+        dt_rpc_buf_release(&reqs[i]);
+    }
+    dt_rpc_channel_free(f.channel);
+    long long t0 = now_ms();
+    dt_rpc_server_stop(f.server, 100);
+    ck_assert_int_lt(now_ms() - t0, 15000);
+    pthread_mutex_destroy(&f.ctx.mu);
+    pthread_cond_destroy(&f.ctx.cv);
+}
+END_TEST
+
+/* A server restarted on the same port is found again by the old channel. */
+START_TEST(test_reconnect) {
+    fixture f;
+    fixture_start(&f, 1);
+    dt_rpc_buf req;
+    buf_from_str(&req, "again");
+    dt_rpc_call c;
+    call_init(&c, f.channel, "/test.T/Echo", &req);
+    c.wait_for_ready = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_call_all(&c, 1, 5000, &err), 0);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_server_stop(f.server, 100);
+    dt_rpc_server_params p = {.addr = f.addr,
+                              .num_threads = 1,
+                              .methods = methods,
+                              .num_methods = NUM_METHODS,
+                              .ctx = &f.ctx};
+    int rc = dt_rpc_server_start(&p, &f.server, &err);
+    ck_assert_msg(rc == 0, "restart on %s: %s", f.addr, err.msg);
+    call_init(&c, f.channel, "/test.T/Echo", &req);
+    c.wait_for_ready = 1;
+    rc = dt_rpc_call_all(&c, 1, 5000, &err);
+    ck_assert_msg(rc == 0, "after restart: %s", err.msg);
+    ck_assert_uint_eq(c.response.len, 5);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    fixture_stop(&f);
+}
+END_TEST
+
+Suite *rpc_suite(void) {
+    Suite *s = suite_create("rpc");
+    TCase *tc = tcase_create("rpc");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_echo);
+    tcase_add_test(tc, test_large_payload);
+    tcase_add_test(tc, test_handler_errors);
+    tcase_add_test(tc, test_mixed_batch);
+    tcase_add_test(tc, test_unknown_method);
+    tcase_add_test(tc, test_unreachable);
+    tcase_add_test(tc, test_deadline);
+    tcase_add_test(tc, test_concurrent_handlers);
+    tcase_add_test(tc, test_concurrent_handlers_staggered);
+    tcase_add_test(tc, test_address_in_use);
+    tcase_add_test(tc, test_bad_params);
+    tcase_add_test(tc, test_stop_with_call_in_flight);
+    tcase_add_test(tc, test_stop_after_client_gone);
+    tcase_add_test(tc, test_reconnect);
+    suite_add_tcase(s, tc);
+    return s;
+}
