@@ -1,15 +1,33 @@
 /*
- * model: the variables a job trains and the loss and gradient on a batch.
- * Every role calls these with the same dt_job, so all agree on names, dtypes
- * and shapes.
+ * model: the variables a job trains, their initial values, and the loss, its
+ * gradient, evaluation and prediction on a batch. Every role derives the
+ * variables from the same dt_job, so all agree on names, dtypes and shapes.
+ *
+ * Letters: B examples in a batch, F features, H hidden units, K classes.
+ * Every variable is float32. Weights multiply from the right: a layer maps
+ * (B, in) to (B, out) as Z = A W + b with W (in, out), b (out).
  *
  * Models (job->model):
- *   linear: pred = X W + b; loss = mean over the batch of (pred - y)^2.
- *     variables "linear/weight" (F, 1) and "linear/bias" (1), float32; the
- *     weight is a column so that X (B, F) times W (F, 1) gives one output.
+ *   linear    pred = X W + b; loss = mean_i (pred_i - y_i)^2 (y: targets).
+ *             "linear/weight" (F, 1), "linear/bias" (1).
+ *   logistic  binary; z = X W + b; loss = mean_i of the sigmoid cross-entropy
+ *             softplus(z_i) - y_i z_i (y: 0 or 1; "classes" must be 2).
+ *             "logistic/weight" (F, 1), "logistic/bias" (1).
+ *   softmax   K classes; Z = X W + b; loss = mean_i (logsumexp(Z_i) - Z_i,y_i)
+ *             (y: class index 0..K-1). "softmax/weight" (F, K), "softmax/bias" (K).
+ *   mlp       num_hidden ReLU layers of hidden[0..] units, then a softmax
+ *             layer: "layer0/weight" (F, H0), "layer0/bias" (H0), ...,
+ *             "layer<num_hidden>/weight" (H_last, K), "layer<num_hidden>/bias" (K).
+ * Every model adds the L2 penalty l2 * 0.5 * sum(w^2) over its weights (not
+ * its biases) to the training loss and gradient.
  *
- * Errors name the job field: an unknown model ("model"), num_features < 1.
- * No state: safe to call from several threads on separate tensors.
+ * Errors name the job field: an unknown "model", "num_features" < 1,
+ * "classes" < 2 (or != 2 for logistic), "hidden" empty or with a size < 1,
+ * a variable too large for BLAS's int sizes.
+ *
+ * dt_model_specs, _init, _describe and _lstsq_line keep no state. A dt_model
+ * handle owns the scratch buffers of one thread's steps and is used by one
+ * thread at a time.
  */
 #ifndef DT_MODEL_H
 #define DT_MODEL_H
@@ -19,27 +37,64 @@
 #include "err.h"
 #include "tensor.h"
 
-#define DT_MODEL_MAX_VARS 16
+/* A weight and a bias per layer, for up to DT_MAX_HIDDEN hidden layers plus
+ * the output layer. */
+#define DT_MODEL_MAX_VARS (2 * (DT_MAX_HIDDEN + 1))
 
 /* Writes the variable specs (name, dtype, shape; data NULL) into specs,
  * which has room for DT_MODEL_MAX_VARS, and their number into *count. */
 int dt_model_specs(const dt_job *job, dt_tensor *specs, int *count, dt_err *err) DT_WARN_UNUSED;
 
-/* Fills vars (laid out by dt_model_specs) with initial values: weights from a
- * normal distribution (stddev 1/sqrt(fan_in)) seeded by job->seed but drawn
- * from a stream of their own (not the data's), biases 0. A job or layout that
- * dt_model_specs would refuse is a bug here and aborts. */
+/* Fills vars (laid out by dt_model_specs) with initial values: each weight
+ * from a normal distribution of its own stream, seeded by job->seed and the
+ * variable's name (not the data's streams), with stddev sqrt(2/fan_in) for
+ * layers followed by a ReLU (He) and 1/sqrt(fan_in) otherwise; biases 0. A
+ * job or layout that dt_model_specs would refuse is a bug here and aborts. */
 void dt_model_init(const dt_job *job, dt_tensors *vars);
 
-/* Loss on batch b at vars, and its gradient into grads (same layout as vars)
- * when grads is not NULL. Errors (DT_EINVAL, *loss NaN, grads unspecified):
- * bad job, vars or grads not laid out as dt_model_specs says, b->cols !=
- * num_features, an empty batch. DT_ENOMEM when a B-float scratch fails. */
-int dt_model_loss_grad(const dt_job *job, const dt_tensors *vars, const dt_batch *b,
-                       dt_tensors *grads, double *loss, dt_err *err) DT_WARN_UNUSED;
-
-/* One-line description for checkpoint metadata, e.g. "linear features=1". */
+/* One-line description for checkpoint metadata, e.g. "linear features=1
+ * l2=0" or "mlp features=784 hidden=256,128 classes=10 l2=0". Truncated to
+ * cap - 1 bytes, always terminated when cap > 0. */
 void dt_model_describe(const dt_job *job, char *buf, int cap);
+
+typedef struct dt_model dt_model; /* opaque; owns its scratch buffers */
+
+/* A handle for the job's model: its shape (copied from job, which may go
+ * away) and scratch buffers that grow to the largest batch seen and are then
+ * reused, so steps allocate nothing once the batch size is steady. Errors
+ * (*out stays NULL): those of dt_model_specs, DT_ENOMEM. */
+int dt_model_new(const dt_job *job, dt_model **out, dt_err *err) DT_WARN_UNUSED;
+void dt_model_free(dt_model *m); /* NULL is a no-op */
+
+/* Values per example that dt_model_predict writes: 1 for linear and
+ * logistic, K for softmax and mlp. */
+int dt_model_out_cols(const dt_model *m);
+
+/* Training loss on batch b at vars (mean over the batch plus the L2 term),
+ * and its gradient into grads (same layout as vars) when grads is not NULL.
+ * Errors (*loss NaN, grads unspecified): DT_EINVAL for vars or grads not laid
+ * out as dt_model_specs says, b->cols != num_features, an empty batch, or a
+ * label that is not a class of the model (the message names the batch row);
+ * DT_ENOMEM when the scratch buffers cannot grow. */
+int dt_model_loss_grad(dt_model *m, const dt_tensors *vars, const dt_batch *b, dt_tensors *grads,
+                       double *loss, dt_err *err) DT_WARN_UNUSED;
+
+/* Evaluation on b at vars: *loss is the mean data loss (no L2 term), and
+ * *accuracy the fraction of rows whose most likely class is the label
+ * (logistic: P(y=1) > 0.5 means class 1); NaN for linear. Large batches are
+ * processed in chunks, so the scratch stays a few hundred rows whatever
+ * b->rows is. Errors as dt_model_loss_grad; *loss and *accuracy NaN then. */
+int dt_model_evaluate(dt_model *m, const dt_tensors *vars, const dt_batch *b, double *loss,
+                      double *accuracy, dt_err *err) DT_WARN_UNUSED;
+
+/* Predictions for the rows of b (b->y is not read and may be NULL) into out,
+ * laid out (b->rows, out_cols) row-major, out_cols = dt_model_out_cols(m):
+ * linear the prediction, logistic P(y=1), softmax and mlp the K class
+ * probabilities (each row sums to 1). *out_cols (may be NULL) is set on
+ * success. Errors as dt_model_loss_grad, without the label checks; out is
+ * unspecified then. */
+int dt_model_predict(dt_model *m, const dt_tensors *vars, const dt_batch *b, float *out,
+                     int *out_cols, dt_err *err) DT_WARN_UNUSED;
 
 /* Ordinary least squares y = w x + b over a one-feature batch (e.g. the
  * "line" source's dt_data_all), in double: the closed form tests compare a

@@ -26,6 +26,7 @@ struct dt_worker {
     dt_dataset *data;
     dt_tensors vars;  /* last pulled values */
     dt_tensors grads; /* same layout */
+    dt_model *model;  /* scratch of the forward/backward pass */
     dt_ps_client *client;
     uint64_t rng; /* jitter */
 };
@@ -62,6 +63,7 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     if ((rc = dt_model_specs(params->job, specs, &count, err)) < 0) goto fail;
     if ((rc = dt_tensors_init(&w->vars, specs, count, err)) < 0) goto fail;
     if ((rc = dt_tensors_init(&w->grads, specs, count, err)) < 0) goto fail;
+    if ((rc = dt_model_new(params->job, &w->model, err)) < 0) goto fail;
     if ((rc = dt_data_open(params->job, params->task_index, cl->num_workers, &w->data, err)) < 0)
         goto fail;
     dt_ps_client_params cp = {cl, params->task_index, params->job->rpc_timeout_secs * 1000};
@@ -80,6 +82,7 @@ void dt_worker_free(dt_worker *w) {
     dt_data_free(w->data);
     dt_tensors_deinit(&w->vars);
     dt_tensors_deinit(&w->grads);
+    dt_model_free(w->model);
     free(w);
 }
 
@@ -212,7 +215,7 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
 
         dt_batch batch;
         if ((rc = dt_data_next(w->data, job->batch_size, &batch, err)) < 0) return rc;
-        if ((rc = dt_model_loss_grad(job, &w->vars, &batch, &w->grads, &r.loss, err)) < 0)
+        if ((rc = dt_model_loss_grad(w->model, &w->vars, &batch, &w->grads, &r.loss, err)) < 0)
             return rc;
 
         push_state push = {w, pull.global_step, 0, 0};
