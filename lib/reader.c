@@ -1,0 +1,854 @@
+/*
+ * reader: csv, libsvm and idx files parsed whole into a dense table.
+ *
+ * Every file goes through zlib's gz* calls on a descriptor we opened
+ * ourselves (so a missing file is told apart from an unreadable one), which
+ * read gzip and plain files alike. Text formats are cut into lines by a
+ * growing buffer (a line may be as long as MAX_LINE); idx is read in chunks
+ * of whole records.
+ *
+ * Table growth: rows double until N * F would pass max_values, which is
+ * checked before every allocation, so no file can make us allocate more
+ * than the bound. A row is parsed straight into the next free slot and
+ * counts only once it is complete, which is how a skipped row disappears.
+ *
+ * Invariants: table.rows <= row capacity; every kept value is finite and
+ * fits a float; every kept class label is integral in [0, K).
+ * Threading: no shared state.
+ */
+#include "reader.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "log.h"
+
+#define MAX_LINE ((size_t)1 << 28) /* 256 MiB: a csv row of ~20M features */
+#define FIRST_LINE_CAP ((size_t)1 << 16)
+#define IDX_CHUNK_BYTES ((size_t)1 << 20)
+
+/* ---- files ---------------------------------------------------------------- */
+
+static int open_gz(const char *path, gzFile *out, dt_err *err) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dt_err_set(err, errno == ENOENT ? DT_ENOTFOUND : DT_EIO, "%s: open: %s", path,
+                          strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return dt_err_set(err, DT_EIO, "%s: stat: %s", path, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return dt_err_set(err, DT_EINVAL, "%s: is a directory, not a data file", path);
+    }
+    gzFile gz = gzdopen(fd, "rb");
+    if (!gz) {
+        close(fd);
+        return dt_err_set(err, DT_ENOMEM, "%s: cannot set up the reader", path);
+    }
+    gzbuffer(gz, 1u << 17); /* fewer read(2) calls than the 8 KiB default */
+    *out = gz;
+    return 0;
+}
+
+/* The error of a gz handle after gzread returned n (< 0, or 0 at the end).
+ * Returns 0 at a clean end of file. */
+static int gz_status(gzFile gz, const char *path, int n, dt_err *err) {
+    int errnum = Z_OK;
+    const char *msg = gzerror(gz, &errnum);
+    if (n < 0 && errnum == Z_ERRNO)
+        return dt_err_set(err, DT_EIO, "%s: read: %s", path, strerror(errno));
+    /* Z_BUF_ERROR: the input ended inside a gzip stream. */
+    if (errnum == Z_BUF_ERROR)
+        return dt_err_set(err, DT_ECORRUPT, "%s: truncated gzip stream", path);
+    /* zlib names the file "<fd:N>" for a descriptor; we name it ourselves. */
+    if (msg && msg[0] == '<' && strstr(msg, ">: ")) msg = strstr(msg, ">: ") + 3;
+    if (n < 0 || (errnum != Z_OK && errnum != Z_STREAM_END))
+        return dt_err_set(err, DT_ECORRUPT, "%s: damaged gzip stream: %s", path,
+                          msg ? msg : "unknown error");
+    return 0;
+}
+
+/* Reads up to n bytes; *got says how many arrived (fewer only at the end of
+ * the file). */
+static int read_full(gzFile gz, const char *path, void *dst, size_t n, size_t *got, dt_err *err) {
+    *got = 0;
+    while (*got < n) {
+        size_t want = n - *got;
+        if (want > (1u << 30)) want = 1u << 30; /* gzread's length is an unsigned, result an int */
+        int r = gzread(gz, (char *)dst + *got, (unsigned)want);
+        if (r <= 0) {
+            int rc = gz_status(gz, path, r, err);
+            if (rc < 0) return rc;
+            break;
+        }
+        *got += (size_t)r;
+    }
+    return 0;
+}
+
+/* ---- lines ---------------------------------------------------------------- */
+
+typedef struct {
+    gzFile gz;
+    const char *path;
+    char *buf; /* (cap) bytes; buf[start..len) not yet returned */
+    size_t cap, start, len;
+    size_t scanned; /* bytes after start known to hold no newline */
+    int eof;
+    int64_t line_no; /* 1-based number of the line last returned */
+} line_src;
+
+/* Makes more bytes available after buf[len), moving the unread part to the
+ * front and growing the buffer when the current line fills it. */
+static int fill(line_src *s, dt_err *err) {
+    if (s->start > 0) {
+        memmove(s->buf, s->buf + s->start, s->len - s->start);
+        s->len -= s->start;
+        s->start = 0;
+    }
+    if (s->len + 1 >= s->cap) { /* keep one byte for the terminator */
+        if (s->cap >= MAX_LINE)
+            return dt_err_set(err, DT_EINVAL, "%s:%lld: line longer than %zu MiB", s->path,
+                              (long long)s->line_no + 1, MAX_LINE >> 20);
+        size_t cap = s->cap ? s->cap * 2 : FIRST_LINE_CAP;
+        char *grown = realloc(s->buf, cap);
+        if (!grown)
+            return dt_err_set(err, DT_ENOMEM, "%s:%lld: no memory for a line of %zu bytes", s->path,
+                              (long long)s->line_no + 1, cap);
+        s->buf = grown;
+        s->cap = cap;
+    }
+    size_t room = s->cap - 1 - s->len;
+    if (room > (1u << 30)) room = 1u << 30;
+    int r = gzread(s->gz, s->buf + s->len, (unsigned)room);
+    if (r <= 0) {
+        int rc = gz_status(s->gz, s->path, r, err);
+        if (rc < 0) return rc;
+        s->eof = 1;
+        return 0;
+    }
+    s->len += (size_t)r;
+    return 0;
+}
+
+/* The next line without its "\n" (and "\r"), NUL-terminated, in *line
+ * (borrowed until the next call), its length in *n. Returns 1 for a line, 0
+ * at the end of the file, or an error. A line holding a NUL byte is an error
+ * (*bad set) the caller may skip. */
+static int next_line(line_src *s, char **line, size_t *n, const char **bad, dt_err *err) {
+    *bad = NULL;
+    for (;;) {
+        size_t avail = s->len - s->start;
+        char *nl = avail > s->scanned
+                       ? memchr(s->buf + s->start + s->scanned, '\n', avail - s->scanned)
+                       : NULL;
+        size_t end; /* line length from start */
+        if (nl) {
+            end = (size_t)(nl - (s->buf + s->start));
+        } else if (s->eof) {
+            if (avail == 0) return 0;
+            end = avail;
+        } else {
+            s->scanned = avail;
+            int rc = fill(s, err);
+            if (rc < 0) return rc;
+            continue;
+        }
+        char *text = s->buf + s->start;
+        s->start += end + (nl ? 1 : 0);
+        s->scanned = 0;
+        s->line_no++;
+        text[end] = '\0'; /* the newline's byte, or the reserved byte at the end */
+        if (end > 0 && text[end - 1] == '\r') text[--end] = '\0';
+        if (memchr(text, '\0', end)) *bad = "NUL byte in a text line (a binary file?)";
+        *line = text;
+        *n = end;
+        return 1;
+    }
+}
+
+static int blank(const char *s) {
+    for (; *s; s++)
+        if (*s != ' ' && *s != '\t') return 0;
+    return 1;
+}
+
+/* ---- numbers and labels --------------------------------------------------- */
+
+enum { NUM_OK, NUM_EMPTY, NUM_BAD, NUM_NONFINITE, NUM_RANGE };
+
+static const char *num_problem(int status) {
+    switch (status) {
+    case NUM_EMPTY: return "empty field";
+    case NUM_BAD: return "not a number";
+    case NUM_NONFINITE: return "not a finite number";
+    case NUM_RANGE: return "out of float range";
+    default: return "ok";
+    }
+}
+
+/* s: a whole, trimmed, NUL-terminated token. */
+static int parse_num(const char *s, double *out) {
+    if (!*s) return NUM_EMPTY;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end) return NUM_BAD;
+    if (!isfinite(v)) return NUM_NONFINITE; /* "nan", "inf", and overflow such as 1e999 */
+    if (fabs(v) > FLT_MAX) return NUM_RANGE;
+    *out = v;
+    return NUM_OK;
+}
+
+/* A label's stored value, or a reason in why (returns 0 when good). */
+static int check_label(const dt_reader_params *p, int svm, double v, float *out, char *why,
+                       size_t cap) {
+    if (p->label_kind == DT_LABEL_REAL) {
+        *out = (float)v;
+        return 0;
+    }
+    if (svm && p->svm_signed_labels && v == -1.0) v = 0; /* svmlight's negative class */
+    if (v != floor(v)) {
+        snprintf(why, cap, "label %g is not a whole number (a class index is wanted)", v);
+        return -1;
+    }
+    if (v < 0 || v >= p->num_classes) {
+        snprintf(why, cap, "label %g is not a class of 0..%d%s", v, p->num_classes - 1,
+                 svm && p->svm_signed_labels ? " (or -1)" : "");
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
+/* ---- table ---------------------------------------------------------------- */
+
+static int64_t limit_of(const dt_reader_params *p) {
+    return p->max_values > 0 ? p->max_values : DT_READER_MAX_VALUES;
+}
+
+static int check_params(const char *path, const dt_reader_params *p, dt_err *err) {
+    if (p->num_features < 1)
+        return dt_err_set(err, DT_EINVAL, "%s: \"num_features\" must be >= 1 (got %d)", path,
+                          p->num_features);
+    if (p->label_kind == DT_LABEL_CLASS && p->num_classes < 2)
+        return dt_err_set(err, DT_EINVAL, "%s: \"classes\" must be >= 2 (got %d)", path,
+                          p->num_classes);
+    return 0;
+}
+
+/* Room for one more row, growing by doubling within the value bound. */
+static int reserve_row(dt_reader_table *t, int64_t *cap, const dt_reader_params *p,
+                       const char *where, dt_err *err) {
+    if (t->rows < *cap) return 0;
+    const int64_t F = t->cols, max_rows = limit_of(p) / F;
+    if (t->rows >= max_rows)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: more than %lld examples of %lld features pass the bound of %lld "
+                          "values",
+                          where, (long long)max_rows, (long long)F, (long long)limit_of(p));
+    int64_t grow = *cap ? *cap * 2 : 256;
+    if (grow > max_rows) grow = max_rows;
+    float *x = realloc(t->x, (size_t)grow * (size_t)F * sizeof(float));
+    if (!x)
+        return dt_err_set(err, DT_ENOMEM, "%s: no memory for %lld examples", where,
+                          (long long)grow);
+    t->x = x;
+    float *y = realloc(t->y, (size_t)grow * sizeof(float));
+    if (!y)
+        return dt_err_set(err, DT_ENOMEM, "%s: no memory for %lld examples", where,
+                          (long long)grow);
+    t->y = y;
+    *cap = grow;
+    return 0;
+}
+
+/* Gives back the capacity beyond the rows kept; a failed shrink keeps the
+ * larger (valid) buffers. */
+static void shrink(dt_reader_table *t) {
+    if (t->rows == 0) return;
+    float *x = realloc(t->x, (size_t)t->rows * (size_t)t->cols * sizeof(float));
+    if (x) t->x = x;
+    float *y = realloc(t->y, (size_t)t->rows * sizeof(float));
+    if (y) t->y = y;
+}
+
+void dt_reader_table_deinit(dt_reader_table *t) {
+    if (!t) return;
+    free(t->x);
+    free(t->y);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- malformed rows ------------------------------------------------------- */
+
+typedef struct {
+    int skip;
+    int64_t skipped;
+    char first[DT_ERR_MSG_MAX]; /* the first skipped row's reason */
+} bad_rows;
+
+/* A malformed row: skipped and counted (returns 0) with skip_bad_rows,
+ * otherwise the error (DT_EINVAL). */
+__attribute__((format(printf, 3, 4))) static int bad_row(bad_rows *b, dt_err *err, const char *fmt,
+                                                         ...) {
+    char msg[DT_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!b->skip) return dt_err_set(err, DT_EINVAL, "%s", msg);
+    if (b->skipped++ == 0) snprintf(b->first, sizeof b->first, "%s", msg);
+    return 0;
+}
+
+/* The end of a file: logs the skipped rows once and refuses an empty table. */
+static int finish(const char *path, bad_rows *b, dt_reader_table *t, dt_err *err) {
+    t->skipped = b->skipped;
+    if (b->skipped > 0)
+        dt_log(DT_LOG_WARN, "%s: skipped %lld malformed rows (skip_bad_rows); the first: %s", path,
+               (long long)b->skipped, b->first);
+    if (t->rows == 0) {
+        if (b->skipped > 0)
+            return dt_err_set(err, DT_EINVAL, "%s: no examples: all %lld rows were malformed", path,
+                              (long long)b->skipped);
+        return dt_err_set(err, DT_EINVAL, "%s: no examples", path);
+    }
+    shrink(t);
+    return 0;
+}
+
+/* ---- csv ------------------------------------------------------------------ */
+
+static char *trim(char *s) {
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Cuts line at commas into (*fields)[0..*count), trimmed and unquoted.
+ * Returns the index of a field with unsupported quoting, or -1. */
+static int split_csv(char *line, char ***fields, int *cap, int *count, dt_err *err, int *rc) {
+    *count = 0;
+    *rc = 0;
+    int bad = -1;
+    char *p = line;
+    for (;;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        if (*count == *cap) {
+            int grow = *cap ? *cap * 2 : 64;
+            char **f = realloc(*fields, (size_t)grow * sizeof *f);
+            if (!f) {
+                *rc = dt_err_set(err, DT_ENOMEM, "csv: no memory for %d fields", grow);
+                return -1;
+            }
+            *fields = f;
+            *cap = grow;
+        }
+        char *field = trim(p);
+        size_t n = strlen(field);
+        if (n >= 2 && field[0] == '"' && field[n - 1] == '"') {
+            field[n - 1] = '\0';
+            field++;
+            n -= 2;
+        }
+        if (memchr(field, '"', n) && bad < 0) bad = *count;
+        (*fields)[(*count)++] = field;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return bad;
+}
+
+typedef struct {
+    int ncols;   /* columns in the header */
+    int label;   /* the label's column */
+    char **name; /* (ncols) owned copies of the header names */
+} csv_header;
+
+static void header_deinit(csv_header *h) {
+    if (h->name)
+        for (int c = 0; c < h->ncols; c++)
+            free(h->name[c]);
+    free(h->name);
+    memset(h, 0, sizeof *h);
+}
+
+static int all_digits(const char *s) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s)) return 0;
+    return 1;
+}
+
+static int parse_header(const char *path, int64_t line_no, char **fields, int count,
+                        const dt_reader_params *p, csv_header *h, dt_err *err) {
+    h->ncols = count;
+    h->name = calloc((size_t)count, sizeof *h->name);
+    if (!h->name) return dt_err_set(err, DT_ENOMEM, "%s: no memory for the header", path);
+    for (int c = 0; c < count; c++)
+        if (!(h->name[c] = strdup(fields[c])))
+            return dt_err_set(err, DT_ENOMEM, "%s: no memory for the header", path);
+    const char *want = p->label_column ? p->label_column : "";
+    if (!*want)
+        return dt_err_set(err, DT_EINVAL, "%s: \"label_column\" is empty: name the label column",
+                          path);
+    if (all_digits(want)) {
+        errno = 0;
+        long long idx = strtoll(want, NULL, 10);
+        if (errno || idx >= count)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s:%lld: label column %s is out of range: the header has %d "
+                              "columns (0..%d)",
+                              path, (long long)line_no, want, count, count - 1);
+        h->label = (int)idx;
+    } else {
+        h->label = -1;
+        for (int c = 0; c < count; c++) {
+            if (strcmp(h->name[c], want) != 0) continue;
+            if (h->label >= 0)
+                return dt_err_set(err, DT_EINVAL,
+                                  "%s:%lld: label column \"%s\" appears twice in the header "
+                                  "(columns %d and %d)",
+                                  path, (long long)line_no, want, h->label, c);
+            h->label = c;
+        }
+        if (h->label < 0)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s:%lld: no column named \"%s\" in the header (%d columns; a "
+                              "\"label_column\" of digits is an index)",
+                              path, (long long)line_no, want, count);
+    }
+    if (count - 1 != p->num_features)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s:%lld: the header has %d feature columns (%d columns less the "
+                          "label), but \"num_features\" is %d",
+                          path, (long long)line_no, count - 1, count, p->num_features);
+    return 0;
+}
+
+int dt_reader_csv(const char *path, const dt_reader_params *p, dt_reader_table *out, dt_err *err) {
+    memset(out, 0, sizeof *out);
+    int rc = check_params(path, p, err);
+    if (rc < 0) return rc;
+    line_src src = {.path = path};
+    csv_header head = {0};
+    char **fields = NULL;
+    int fields_cap = 0, count = 0;
+    int64_t row_cap = 0;
+    bad_rows bad = {.skip = p->skip_bad_rows};
+    dt_reader_table t = {.cols = p->num_features};
+    if ((rc = open_gz(path, &src.gz, err)) < 0) goto fail;
+
+    char *line;
+    size_t len;
+    const char *why;
+    /* The header: the first line that is not empty. */
+    for (;;) {
+        rc = next_line(&src, &line, &len, &why, err);
+        if (rc < 0) goto fail;
+        if (rc == 0) {
+            rc = dt_err_set(err, DT_EINVAL, "%s: empty file: a header row is required", path);
+            goto fail;
+        }
+        if (why) {
+            rc = dt_err_set(err, DT_EINVAL, "%s:%lld: header: %s", path, (long long)src.line_no,
+                            why);
+            goto fail;
+        }
+        if (!blank(line)) break;
+    }
+    int quoting = split_csv(line, &fields, &fields_cap, &count, err, &rc);
+    if (rc < 0) goto fail;
+    if (quoting >= 0) {
+        rc = dt_err_set(err, DT_EINVAL,
+                        "%s:%lld: header column %d: quotes inside a field are not supported", path,
+                        (long long)src.line_no, quoting);
+        goto fail;
+    }
+    if ((rc = parse_header(path, src.line_no, fields, count, p, &head, err)) < 0) goto fail;
+
+    const int F = p->num_features;
+    for (;;) {
+        rc = next_line(&src, &line, &len, &why, err);
+        if (rc < 0) goto fail;
+        if (rc == 0) break;
+        const long long ln = (long long)src.line_no;
+        if (why) {
+            if ((rc = bad_row(&bad, err, "%s:%lld: %s", path, ln, why)) < 0) goto fail;
+            continue;
+        }
+        if (blank(line)) continue;
+        quoting = split_csv(line, &fields, &fields_cap, &count, err, &rc);
+        if (rc < 0) goto fail;
+        if (count != head.ncols) {
+            if (count < head.ncols)
+                rc = bad_row(&bad, err,
+                             "%s:%lld: %d fields, but the header has %d: column \"%s\" is missing",
+                             path, ln, count, head.ncols, head.name[count]);
+            else
+                rc = bad_row(
+                    &bad, err,
+                    "%s:%lld: %d fields, but the header has %d: extra fields after column \"%s\"",
+                    path, ln, count, head.ncols, head.name[head.ncols - 1]);
+            if (rc < 0) goto fail;
+            continue;
+        }
+        if (quoting >= 0) {
+            if ((rc = bad_row(&bad, err,
+                              "%s:%lld: column \"%s\": quotes inside a field are not supported",
+                              path, ln, head.name[quoting])) < 0)
+                goto fail;
+            continue;
+        }
+        if ((rc = reserve_row(&t, &row_cap, p, path, err)) < 0) goto fail;
+        float *x = t.x + (size_t)t.rows * (size_t)F;
+        int ok = 1;
+        for (int c = 0; c < count && ok; c++) {
+            double v = 0;
+            int status = parse_num(fields[c], &v);
+            if (status != NUM_OK) {
+                rc = bad_row(&bad, err, "%s:%lld: column \"%s\": %s: \"%.40s\"", path, ln,
+                             head.name[c], num_problem(status), fields[c]);
+                ok = 0;
+            } else if (c == head.label) {
+                char reason[128];
+                if (check_label(p, 0, v, &t.y[t.rows], reason, sizeof reason) < 0) {
+                    rc = bad_row(&bad, err, "%s:%lld: column \"%s\": %s", path, ln, head.name[c],
+                                 reason);
+                    ok = 0;
+                }
+            } else {
+                x[c - (c > head.label)] = (float)v;
+            }
+        }
+        if (rc < 0) goto fail;
+        if (ok) t.rows++;
+    }
+    if ((rc = finish(path, &bad, &t, err)) < 0) goto fail;
+    *out = t;
+    t = (dt_reader_table){0};
+    rc = 0;
+fail:
+    if (src.gz) gzclose_r(src.gz);
+    free(src.buf);
+    free(fields);
+    header_deinit(&head);
+    dt_reader_table_deinit(&t);
+    return rc;
+}
+
+/* ---- libsvm --------------------------------------------------------------- */
+
+/* A whole token of decimal digits (an optional leading '-' or '+' allowed,
+ * so that a negative index is reported as out of range). */
+static int parse_int(const char *s, long long *out) {
+    const char *d = (*s == '-' || *s == '+') ? s + 1 : s;
+    if (!isdigit((unsigned char)*d)) return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end || errno) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Parses one non-empty libsvm line into x (F, zeroed here) and *y. Returns
+ * 0, or -1 with the reason in why. */
+static int parse_svm_row(char *line, const dt_reader_params *p, float *x, float *y, char *why,
+                         size_t cap) {
+    const int F = p->num_features;
+    memset(x, 0, (size_t)F * sizeof *x);
+    int ntok = 0;
+    long long prev = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(line, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+        ntok++;
+        double v;
+        int status;
+        if (ntok == 1) {
+            if ((status = parse_num(tok, &v)) != NUM_OK) {
+                snprintf(why, cap, "label: %s: \"%.40s\"", num_problem(status), tok);
+                return -1;
+            }
+            if (check_label(p, 1, v, y, why, cap) < 0) return -1;
+            continue;
+        }
+        if (ntok == 2 && strncmp(tok, "qid:", 4) == 0) {
+            long long qid;
+            if (parse_int(tok + 4, &qid) < 0) {
+                snprintf(why, cap, "bad query id \"%.40s\"", tok);
+                return -1;
+            }
+            continue;
+        }
+        char *colon = strchr(tok, ':');
+        if (!colon) {
+            snprintf(why, cap, "\"%.40s\" is not index:value", tok);
+            return -1;
+        }
+        *colon = '\0';
+        long long idx;
+        if (parse_int(tok, &idx) < 0) {
+            snprintf(why, cap, "feature index \"%.40s\" is not an integer", tok);
+            return -1;
+        }
+        if (idx < 1 || idx > F) {
+            snprintf(why, cap, "feature index %lld is out of range 1..%d", idx, F);
+            return -1;
+        }
+        if (idx <= prev) {
+            snprintf(why, cap, "feature index %lld after %lld: indices must increase", idx, prev);
+            return -1;
+        }
+        prev = idx;
+        if ((status = parse_num(colon + 1, &v)) != NUM_OK) {
+            snprintf(why, cap, "feature %lld: %s: \"%.40s\"", idx, num_problem(status), colon + 1);
+            return -1;
+        }
+        x[idx - 1] = (float)v;
+    }
+    return 0;
+}
+
+int dt_reader_libsvm(const char *path, const dt_reader_params *p, dt_reader_table *out,
+                     dt_err *err) {
+    memset(out, 0, sizeof *out);
+    int rc = check_params(path, p, err);
+    if (rc < 0) return rc;
+    line_src src = {.path = path};
+    int64_t row_cap = 0;
+    bad_rows bad = {.skip = p->skip_bad_rows};
+    dt_reader_table t = {.cols = p->num_features};
+    if ((rc = open_gz(path, &src.gz, err)) < 0) goto fail;
+    for (;;) {
+        char *line;
+        size_t len;
+        const char *why;
+        rc = next_line(&src, &line, &len, &why, err);
+        if (rc < 0) goto fail;
+        if (rc == 0) break;
+        const long long ln = (long long)src.line_no;
+        if (why) {
+            if ((rc = bad_row(&bad, err, "%s:%lld: %s", path, ln, why)) < 0) goto fail;
+            continue;
+        }
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        if (blank(line)) continue;
+        if ((rc = reserve_row(&t, &row_cap, p, path, err)) < 0) goto fail;
+        char reason[DT_ERR_MSG_MAX / 2];
+        if (parse_svm_row(line, p, t.x + (size_t)t.rows * (size_t)t.cols, &t.y[t.rows], reason,
+                          sizeof reason) < 0) {
+            if ((rc = bad_row(&bad, err, "%s:%lld: %s", path, ln, reason)) < 0) goto fail;
+            continue;
+        }
+        t.rows++;
+    }
+    if ((rc = finish(path, &bad, &t, err)) < 0) goto fail;
+    *out = t;
+    t = (dt_reader_table){0};
+    rc = 0;
+fail:
+    if (src.gz) gzclose_r(src.gz);
+    free(src.buf);
+    dt_reader_table_deinit(&t);
+    return rc;
+}
+
+/* ---- idx ------------------------------------------------------------------ */
+
+static uint32_t be32(const unsigned char *b) {
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | (uint32_t)b[3];
+}
+
+/* Reads an idx header of ubyte data with `ndims` dimensions into dims. */
+static int idx_header(gzFile gz, const char *path, int ndims, uint32_t *dims, const char *what,
+                      dt_err *err) {
+    unsigned char head[4 + 4 * 3];
+    size_t want = 4 + 4 * (size_t)ndims, got;
+    int rc = read_full(gz, path, head, want, &got, err);
+    if (rc < 0) return rc;
+    uint32_t expect = 0x00000800u | (uint32_t)ndims;
+    if (got >= 4 && be32(head) != expect)
+        return dt_err_set(err, DT_ECORRUPT,
+                          "%s: bad magic number: expected 0x%08x (%s: unsigned bytes, %d "
+                          "dimensions), got 0x%08x",
+                          path, expect, what, ndims, be32(head));
+    if (got < want)
+        return dt_err_set(err, DT_ECORRUPT, "%s: truncated header: expected %zu bytes, got %zu",
+                          path, want, got);
+    for (int d = 0; d < ndims; d++)
+        dims[d] = be32(head + 4 + 4 * d);
+    return 0;
+}
+
+/* The end of an idx file: nothing may follow the last record. */
+static int idx_trailing(gzFile gz, const char *path, uint64_t expect, dt_err *err) {
+    unsigned char extra[64];
+    size_t got;
+    int rc = read_full(gz, path, extra, sizeof extra, &got, err);
+    if (rc < 0) return rc;
+    if (got > 0)
+        return dt_err_set(err, DT_ECORRUPT,
+                          "%s: %s bytes after the last record: expected %llu bytes in all", path,
+                          got == sizeof extra ? "64 or more" : "some", (unsigned long long)expect);
+    return 0;
+}
+
+int dt_reader_idx(const char *images_path, const char *labels_path, const dt_reader_params *p,
+                  dt_reader_table *out, dt_err *err) {
+    memset(out, 0, sizeof *out);
+    int rc = check_params(images_path, p, err);
+    if (rc < 0) return rc;
+    gzFile images = NULL, labels = NULL;
+    unsigned char *label_bytes = NULL, *chunk = NULL;
+    bad_rows bad = {.skip = p->skip_bad_rows};
+    dt_reader_table t = {.cols = p->num_features};
+
+    uint32_t idims[3], ldims[1];
+    if ((rc = open_gz(images_path, &images, err)) < 0) goto fail;
+    if ((rc = open_gz(labels_path, &labels, err)) < 0) goto fail;
+    if ((rc = idx_header(images, images_path, 3, idims, "images", err)) < 0) goto fail;
+    if ((rc = idx_header(labels, labels_path, 1, ldims, "labels", err)) < 0) goto fail;
+    const uint64_t N = idims[0], R = idims[1], C = idims[2];
+    if (R == 0 || C == 0) {
+        rc = dt_err_set(err, DT_ECORRUPT, "%s: bad dimensions %llu x %llu x %llu", images_path,
+                        (unsigned long long)N, (unsigned long long)R, (unsigned long long)C);
+        goto fail;
+    }
+    if (R * C != (uint64_t)p->num_features) {
+        rc = dt_err_set(err, DT_EINVAL,
+                        "%s: images of %llu x %llu = %llu features, but \"num_features\" is %d",
+                        images_path, (unsigned long long)R, (unsigned long long)C,
+                        (unsigned long long)(R * C), p->num_features);
+        goto fail;
+    }
+    if (ldims[0] != N) {
+        rc = dt_err_set(err, DT_EINVAL, "%s: %llu labels, but %s has %llu images", labels_path,
+                        (unsigned long long)ldims[0], images_path, (unsigned long long)N);
+        goto fail;
+    }
+    if (N == 0) {
+        rc = dt_err_set(err, DT_EINVAL, "%s: no examples", images_path);
+        goto fail;
+    }
+    /* N, R, C < 2^32, so N * R * C needs the division to stay exact. */
+    const uint64_t F = R * C;
+    if (N > (uint64_t)limit_of(p) / F) {
+        rc = dt_err_set(err, DT_EINVAL,
+                        "%s: %llu images of %llu values pass the bound of %lld values", images_path,
+                        (unsigned long long)N, (unsigned long long)F, (long long)limit_of(p));
+        goto fail;
+    }
+
+    /* Labels first, so images of bad records can be passed over. */
+    size_t got;
+    if (!(label_bytes = malloc((size_t)N))) {
+        rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu labels", labels_path,
+                        (unsigned long long)N);
+        goto fail;
+    }
+    if ((rc = read_full(labels, labels_path, label_bytes, (size_t)N, &got, err)) < 0) goto fail;
+    if (got < N) {
+        rc = dt_err_set(err, DT_ECORRUPT, "%s: truncated: expected %llu bytes, got %llu",
+                        labels_path, (unsigned long long)(8 + N), (unsigned long long)(8 + got));
+        goto fail;
+    }
+    if ((rc = idx_trailing(labels, labels_path, 8 + N, err)) < 0) goto fail;
+
+    t.x = malloc((size_t)N * (size_t)F * sizeof(float));
+    t.y = malloc((size_t)N * sizeof(float));
+    uint64_t per_chunk = IDX_CHUNK_BYTES / F ? IDX_CHUNK_BYTES / F : 1;
+    if (per_chunk > N) per_chunk = N;
+    chunk = malloc((size_t)(per_chunk * F));
+    if (!t.x || !t.y || !chunk) {
+        rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu images of %llu values", images_path,
+                        (unsigned long long)N, (unsigned long long)F);
+        goto fail;
+    }
+    const uint64_t expect = 16 + N * F;
+    for (uint64_t first = 0; first < N; first += per_chunk) {
+        uint64_t count = N - first < per_chunk ? N - first : per_chunk;
+        if ((rc = read_full(images, images_path, chunk, (size_t)(count * F), &got, err)) < 0)
+            goto fail;
+        if (got < count * F) {
+            rc = dt_err_set(err, DT_ECORRUPT, "%s: truncated: expected %llu bytes, got %llu",
+                            images_path, (unsigned long long)expect,
+                            (unsigned long long)(16 + first * F + got));
+            goto fail;
+        }
+        for (uint64_t r = 0; r < count; r++) {
+            uint64_t i = first + r;
+            char reason[128];
+            if (check_label(p, 0, label_bytes[i], &t.y[t.rows], reason, sizeof reason) < 0) {
+                if ((rc = bad_row(&bad, err, "%s: record %llu: %s", labels_path,
+                                  (unsigned long long)i, reason)) < 0)
+                    goto fail;
+                continue;
+            }
+            float *x = t.x + (size_t)t.rows * F;
+            const unsigned char *px = chunk + r * F;
+            for (uint64_t j = 0; j < F; j++)
+                x[j] = (float)px[j];
+            t.rows++;
+        }
+    }
+    if ((rc = idx_trailing(images, images_path, expect, err)) < 0) goto fail;
+    if ((rc = finish(images_path, &bad, &t, err)) < 0) goto fail;
+    *out = t;
+    t = (dt_reader_table){0};
+    rc = 0;
+fail:
+    if (images) gzclose_r(images);
+    if (labels) gzclose_r(labels);
+    free(label_bytes);
+    free(chunk);
+    dt_reader_table_deinit(&t);
+    return rc;
+}
+
+/* ---- by name -------------------------------------------------------------- */
+
+void dt_reader_params_of(const dt_job *job, dt_reader_params *out) {
+    memset(out, 0, sizeof *out);
+    out->num_features = job->num_features;
+    int linear = strcmp(job->model, "linear") == 0;
+    out->label_kind = linear ? DT_LABEL_REAL : DT_LABEL_CLASS;
+    out->num_classes = linear ? 0 : job->num_classes;
+    out->svm_signed_labels = strcmp(job->model, "logistic") == 0;
+    out->label_column = job->label_column;
+    out->skip_bad_rows = job->skip_bad_rows;
+    out->max_values = 0;
+}
+
+int dt_reader_load(const char *format, const char *data_path, const char *labels_path,
+                   const dt_reader_params *p, dt_reader_table *out, dt_err *err) {
+    memset(out, 0, sizeof *out);
+    if (strcmp(format, "csv") == 0) return dt_reader_csv(data_path, p, out, err);
+    if (strcmp(format, "libsvm") == 0) return dt_reader_libsvm(data_path, p, out, err);
+    if (strcmp(format, "idx") == 0) {
+        if (!labels_path || !*labels_path)
+            return dt_err_set(err, DT_EINVAL, "%s: idx images need a labels file", data_path);
+        return dt_reader_idx(data_path, labels_path, p, out, err);
+    }
+    return dt_err_set(err, DT_EINVAL, "reader: unknown format \"%s\" (want csv, libsvm or idx)",
+                      format);
+}

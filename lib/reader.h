@@ -1,0 +1,110 @@
+/*
+ * reader: whole data files parsed into memory as a table of examples,
+ * x (N, F) float features and y (N) float labels, for the data module.
+ *
+ * Letters: N examples (rows kept), F features (fixed by the job, never
+ * guessed from the file), K classes.
+ *
+ * Every file is read through zlib, so "x.csv" and "x.csv.gz" read alike (a
+ * plain file passes through unchanged).
+ *
+ * Formats:
+ *   csv     A header row is required. One column is the label, chosen by
+ *           label_column: all digits is a 0-based column index, anything else
+ *           a header name (which must be unique). Every other column is a
+ *           numeric feature, in file order, and there must be exactly F of
+ *           them. Fields are separated by commas; spaces and tabs around a
+ *           field are ignored, and so is a trailing CR. Quoting is minimal:
+ *           a field may be wrapped in double quotes ("1.5", "age"), but a
+ *           quoted field may not contain commas or quotes. Empty lines are not
+ *           rows and are passed over.
+ *   libsvm  svmlight text: `label idx:val idx:val ... # comment`. Indices
+ *           are 1-based and strictly increasing, 1 <= idx <= F; features not
+ *           named are 0 (rows become dense). An optional `qid:N` right after
+ *           the label is ignored; `#` starts a comment; lines that are empty
+ *           once the comment is gone are passed over. For the logistic model
+ *           the svmlight labels -1 and +1 are accepted too, -1 read as 0.
+ *   idx     MNIST's IDX pair: an images file (magic 0x00000803, dims N, R, C
+ *           as big-endian 32-bit, then N*R*C unsigned bytes) and a labels
+ *           file (magic 0x00000801, dim N, then N unsigned bytes). R*C must
+ *           be F and N must agree between the files; pixels become floats
+ *           0..255 unscaled. Bytes after the last record are an error.
+ *
+ * Labels: for classification (DT_LABEL_CLASS) a label must be an integral
+ * value in [0, K); for regression (DT_LABEL_REAL) any finite number. Every
+ * feature must be a finite number that fits a float.
+ *
+ * Errors say where: "path:line: column \"name\": reason" for csv,
+ * "path:line: reason" for libsvm, "path: record i: reason" for idx (i is the
+ * 0-based example index). Codes: DT_ENOTFOUND for a missing file, DT_EIO
+ * for a failed read, DT_ECORRUPT for a bad magic number, a truncated file,
+ * trailing bytes or a damaged gzip stream, DT_EINVAL for malformed content
+ * and for data larger than max_values, DT_ENOMEM when memory runs out.
+ *
+ * skip_bad_rows: a malformed row (a bad field, field count, index, label,
+ * or an idx label out of range) is left out and counted in `skipped`, and one
+ * warning per file names the file, the count and the first row skipped. A
+ * malformed header, a bad magic number or a truncated file still fail. A
+ * file with no rows left is an error.
+ *
+ * Stateless; tables are owned by their caller. Safe to call from several
+ * threads on separate tables.
+ */
+#ifndef DT_READER_H
+#define DT_READER_H
+
+#include <stdint.h>
+
+#include "cluster.h"
+#include "err.h"
+
+/* The default bound on N * F: 2^31 floats (8 GiB). A file claiming or
+ * holding more is refused before it exhausts memory. */
+#define DT_READER_MAX_VALUES ((int64_t)1 << 31)
+
+typedef enum {
+    DT_LABEL_REAL = 0, /* regression: any finite number */
+    DT_LABEL_CLASS,    /* a class index in [0, num_classes) */
+} dt_label_kind;
+
+typedef struct {
+    int num_features;         /* F >= 1: the feature count every row must have */
+    dt_label_kind label_kind; /* how labels are checked */
+    int num_classes;          /* K >= 2 for DT_LABEL_CLASS; unused otherwise */
+    int svm_signed_labels;    /* libsvm: accept -1 and +1 as the classes 0 and 1 */
+    const char *label_column; /* csv: 0-based index (all digits) or header name; borrowed */
+    int skip_bad_rows;        /* 1: skip and count malformed rows instead of failing */
+    int64_t max_values;       /* bound on N * F; 0 means DT_READER_MAX_VALUES */
+} dt_reader_params;
+
+typedef struct {
+    int64_t rows;    /* N */
+    int cols;        /* F */
+    float *x;        /* (N, F) row-major, owned */
+    float *y;        /* (N) owned */
+    int64_t skipped; /* malformed rows left out (only with skip_bad_rows) */
+} dt_reader_table;
+
+/* The parameters a job implies: F and K from the job, labels by model
+ * ("linear" real; otherwise classes, with -1/+1 accepted for "logistic"),
+ * label_column (borrowed from job) and skip_bad_rows; default max_values. */
+void dt_reader_params_of(const dt_job *job, dt_reader_params *out);
+
+/* Each reads a whole file into *out (zeroed first, owned by the caller on
+ * success; left empty on failure, with everything released). */
+int dt_reader_csv(const char *path, const dt_reader_params *p, dt_reader_table *out,
+                  dt_err *err) DT_WARN_UNUSED;
+int dt_reader_libsvm(const char *path, const dt_reader_params *p, dt_reader_table *out,
+                     dt_err *err) DT_WARN_UNUSED;
+int dt_reader_idx(const char *images_path, const char *labels_path, const dt_reader_params *p,
+                  dt_reader_table *out, dt_err *err) DT_WARN_UNUSED;
+
+/* Reads by format name ("csv", "libsvm" or "idx"; labels_path is used by idx
+ * only). An unknown format is DT_EINVAL. */
+int dt_reader_load(const char *format, const char *data_path, const char *labels_path,
+                   const dt_reader_params *p, dt_reader_table *out, dt_err *err) DT_WARN_UNUSED;
+
+/* Releases the table's buffers and zeroes it. NULL is a no-op. */
+void dt_reader_table_deinit(dt_reader_table *t);
+
+#endif

@@ -1,0 +1,875 @@
+/*
+ * reader suite: csv, libsvm and idx parsed from the fixtures in
+ * test/data/readers with every value checked; gzip copies read alike; every
+ * kind of bad input gives its code and a message naming the file and the
+ * line (or record); skip_bad_rows counts and logs; the memory bound; and,
+ * when the Fashion-MNIST files are installed, the real 10k test set.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "log.h"
+#include "proc.h"
+#include "reader.h"
+#include "suites.h"
+
+/* ---- helpers -------------------------------------------------------------- */
+
+/* A fixture's path: $DT_TEST_DATA (default test/data, from the repository's
+ * top, where the runner starts) + "/readers/" + name. */
+static void fixture(char *buf, size_t cap, const char *name) {
+    const char *root = getenv("DT_TEST_DATA");
+    snprintf(buf, cap, "%s/readers/%s", root && *root ? root : "test/data", name);
+    struct stat st;
+    ck_assert_msg(stat(buf, &st) == 0, "fixture %s: %s (run from the repository's top)", buf,
+                  strerror(errno));
+}
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void write_text(const char *path, const char *text) {
+    write_bytes(path, text, strlen(text));
+}
+
+static unsigned char *read_bytes(const char *path, size_t *n) {
+    size_t len = 0;
+    char *data = dt_test_read_file(path, &len);
+    ck_assert_msg(data != NULL, "read %s", path);
+    *n = len;
+    return (unsigned char *)data;
+}
+
+/* Writes a gzip copy of src to dst with zlib. */
+static void gzip_copy(const char *src, const char *dst) {
+    size_t n;
+    unsigned char *data = read_bytes(src, &n);
+    gzFile gz = gzopen(dst, "wb9");
+    ck_assert_ptr_nonnull(gz);
+    if (n > 0) ck_assert_int_eq(gzwrite(gz, data, (unsigned)n), (int)n);
+    ck_assert_int_eq(gzclose(gz), Z_OK);
+    free(data);
+}
+
+static void path_in(char *buf, size_t cap, const char *dir, const char *name) {
+    snprintf(buf, cap, "%s/%s", dir, name);
+}
+
+static dt_reader_params params(int F, dt_label_kind kind, int K, const char *label_column) {
+    dt_reader_params p;
+    memset(&p, 0, sizeof p);
+    p.num_features = F;
+    p.label_kind = kind;
+    p.num_classes = K;
+    p.label_column = label_column;
+    return p;
+}
+
+static void expect_err(int rc, const dt_err *err, int code, const char *want) {
+    ck_assert_msg(rc == code, "rc %d (%s), want %d (%s); msg \"%s\"", rc, dt_err_name(rc), code,
+                  dt_err_name(code), err->msg);
+    ck_assert_int_eq(err->code, code);
+    ck_assert_msg(strstr(err->msg, want) != NULL, "want \"%s\" in \"%s\"", want, err->msg);
+}
+
+static void assert_same_table(const dt_reader_table *a, const dt_reader_table *b) {
+    ck_assert_int_eq(a->rows, b->rows);
+    ck_assert_int_eq(a->cols, b->cols);
+    ck_assert_int_eq(a->skipped, b->skipped);
+    ck_assert_int_eq(memcmp(a->x, b->x, (size_t)a->rows * (size_t)a->cols * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(a->y, b->y, (size_t)a->rows * sizeof(float)), 0);
+}
+
+/* ---- good files ----------------------------------------------------------- */
+
+/* small.csv: header "x1", y ,x2,x3 with CRLF endings, a quoted field, spaces
+ * around fields and an empty line. */
+START_TEST(test_csv_values) {
+    char path[1024];
+    fixture(path, sizeof path, "small.csv");
+    dt_reader_params p = params(3, DT_LABEL_CLASS, 3, "y");
+    dt_reader_table t;
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_csv(path, &p, &t, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(t.rows, 3);
+    ck_assert_int_eq(t.cols, 3);
+    ck_assert_int_eq(t.skipped, 0);
+    static const float want_x[9] = {1.5f, 2, -3, 0.25f, 4, 0.5f, -1, 0, 1000};
+    static const float want_y[3] = {0, 1, 2};
+    for (int k = 0; k < 9; k++)
+        ck_assert_float_eq(t.x[k], want_x[k]);
+    for (int k = 0; k < 3; k++)
+        ck_assert_float_eq(t.y[k], want_y[k]);
+
+    /* The same column by index. */
+    dt_reader_table by_index;
+    p.label_column = "1";
+    ck_assert_msg(dt_reader_csv(path, &p, &by_index, &err) == 0, "%s", err.msg);
+    assert_same_table(&t, &by_index);
+    dt_reader_table_deinit(&by_index);
+
+    /* Column 0 as a regression target: the features are the other three. */
+    p = params(3, DT_LABEL_REAL, 0, "0");
+    dt_reader_table reg;
+    ck_assert_msg(dt_reader_csv(path, &p, &reg, &err) == 0, "%s", err.msg);
+    static const float reg_x[9] = {0, 2, -3, 1, 4, 0.5f, 2, 0, 1000};
+    static const float reg_y[3] = {1.5f, 0.25f, -1};
+    for (int k = 0; k < 9; k++)
+        ck_assert_float_eq(reg.x[k], reg_x[k]);
+    for (int k = 0; k < 3; k++)
+        ck_assert_float_eq(reg.y[k], reg_y[k]);
+    dt_reader_table_deinit(&reg);
+    dt_reader_table_deinit(&t);
+    ck_assert_ptr_null(t.x);
+    dt_reader_table_deinit(NULL);
+}
+END_TEST
+
+/* small.libsvm: comments, a qid, -1/+1 labels, a tab, an empty line. */
+START_TEST(test_libsvm_values) {
+    char path[1024];
+    fixture(path, sizeof path, "small.libsvm");
+    dt_reader_params p = params(4, DT_LABEL_CLASS, 2, NULL);
+    p.svm_signed_labels = 1; /* the logistic model */
+    dt_reader_table t;
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_libsvm(path, &p, &t, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(t.rows, 4);
+    ck_assert_int_eq(t.cols, 4);
+    static const float want_x[16] = {0.5f, 0, -2, 0, 0, 1.25f, 0, 0, 1, 2, 3, 4, 0, 0, 0, 7};
+    static const float want_y[4] = {1, 0, 1, 0};
+    for (int k = 0; k < 16; k++)
+        ck_assert_float_eq(t.x[k], want_x[k]);
+    for (int k = 0; k < 4; k++)
+        ck_assert_float_eq(t.y[k], want_y[k]);
+    dt_reader_table_deinit(&t);
+
+    /* Without the svmlight convention (softmax), -1 is not a class. */
+    p.svm_signed_labels = 0;
+    memset(&err, 0, sizeof err);
+    int rc = dt_reader_libsvm(path, &p, &t, &err);
+    expect_err(rc, &err, DT_EINVAL, "small.libsvm:3: label -1 is not a class of 0..1");
+    ck_assert_ptr_null(t.x);
+
+    /* Regression: labels are taken as they are. */
+    p = params(4, DT_LABEL_REAL, 0, NULL);
+    dt_err_clear(&err);
+    ck_assert_msg(dt_reader_libsvm(path, &p, &t, &err) == 0, "%s", err.msg);
+    ck_assert_float_eq(t.y[1], -1.0f);
+    ck_assert_float_eq(t.y[2], 1.0f);
+    dt_reader_table_deinit(&t);
+}
+END_TEST
+
+/* small-*-idx*-ubyte: 3 images of 2 x 3, pixel j of image i is 40 i + j
+ * (image 2: 250..255); labels 7, 0, 9. */
+START_TEST(test_idx_values) {
+    char images[1024], labels[1024];
+    fixture(images, sizeof images, "small-images-idx3-ubyte");
+    fixture(labels, sizeof labels, "small-labels-idx1-ubyte");
+    dt_reader_params p = params(6, DT_LABEL_CLASS, 10, NULL);
+    dt_reader_table t;
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_idx(images, labels, &p, &t, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(t.rows, 3);
+    ck_assert_int_eq(t.cols, 6);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 6; j++)
+            ck_assert_float_eq(t.x[i * 6 + j], (float)(40 * i + j));
+    for (int j = 0; j < 6; j++)
+        ck_assert_float_eq(t.x[12 + j], (float)(250 + j));
+    ck_assert_float_eq(t.y[0], 7);
+    ck_assert_float_eq(t.y[1], 0);
+    ck_assert_float_eq(t.y[2], 9);
+    dt_reader_table_deinit(&t);
+
+    /* By name, as the data module calls it. */
+    ck_assert_msg(dt_reader_load("idx", images, labels, &p, &t, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(t.rows, 3);
+    dt_reader_table_deinit(&t);
+    expect_err(dt_reader_load("idx", images, "", &p, &t, &err), &err, DT_EINVAL,
+               "idx images need a labels file");
+    dt_err_clear(&err);
+    expect_err(dt_reader_load("parquet", images, NULL, &p, &t, &err), &err, DT_EINVAL,
+               "reader: unknown format \"parquet\"");
+}
+END_TEST
+
+/* Every fixture gzipped with zlib reads to the very same table. */
+START_TEST(test_gzip_same) {
+    char *dir = dt_test_tempdir();
+    ck_assert_ptr_nonnull(dir);
+    char src[1024], gz[1024], src2[1024], gz2[1024];
+    dt_err err = {0};
+    dt_reader_table plain, packed;
+
+    fixture(src, sizeof src, "small.csv");
+    path_in(gz, sizeof gz, dir, "small.csv.gz");
+    gzip_copy(src, gz);
+    dt_reader_params p = params(3, DT_LABEL_CLASS, 3, "y");
+    ck_assert_msg(dt_reader_csv(src, &p, &plain, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_reader_csv(gz, &p, &packed, &err) == 0, "%s", err.msg);
+    assert_same_table(&plain, &packed);
+    dt_reader_table_deinit(&plain);
+    dt_reader_table_deinit(&packed);
+
+    fixture(src, sizeof src, "small.libsvm");
+    path_in(gz, sizeof gz, dir, "small.libsvm.gz");
+    gzip_copy(src, gz);
+    p = params(4, DT_LABEL_CLASS, 2, NULL);
+    p.svm_signed_labels = 1;
+    ck_assert_msg(dt_reader_libsvm(src, &p, &plain, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_reader_libsvm(gz, &p, &packed, &err) == 0, "%s", err.msg);
+    assert_same_table(&plain, &packed);
+    dt_reader_table_deinit(&plain);
+    dt_reader_table_deinit(&packed);
+
+    fixture(src, sizeof src, "small-images-idx3-ubyte");
+    fixture(src2, sizeof src2, "small-labels-idx1-ubyte");
+    path_in(gz, sizeof gz, dir, "images.gz");
+    path_in(gz2, sizeof gz2, dir, "labels.gz");
+    gzip_copy(src, gz);
+    gzip_copy(src2, gz2);
+    p = params(6, DT_LABEL_CLASS, 10, NULL);
+    ck_assert_msg(dt_reader_idx(src, src2, &p, &plain, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_reader_idx(gz, gz2, &p, &packed, &err) == 0, "%s", err.msg);
+    assert_same_table(&plain, &packed);
+    /* A gzip and a plain file mixed. */
+    dt_reader_table mixed;
+    ck_assert_msg(dt_reader_idx(gz, src2, &p, &mixed, &err) == 0, "%s", err.msg);
+    assert_same_table(&plain, &mixed);
+    dt_reader_table_deinit(&mixed);
+    dt_reader_table_deinit(&plain);
+    dt_reader_table_deinit(&packed);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* A csv row far longer than the reader's first line buffer, and a file
+ * without a final newline. */
+START_TEST(test_csv_long_lines) {
+    enum { F = 30000, ROWS = 3 };
+    char *dir = dt_test_tempdir();
+    ck_assert_ptr_nonnull(dir);
+    char path[1024];
+    path_in(path, sizeof path, dir, "wide.csv");
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "label");
+    for (int j = 0; j < F; j++)
+        fprintf(f, ",f%d", j);
+    for (int i = 0; i < ROWS; i++) {
+        fprintf(f, "\n%d", i);
+        for (int j = 0; j < F; j++)
+            fprintf(f, ",%d.25", (i * 7 + j) % 1000);
+    }
+    ck_assert_int_eq(fclose(f), 0);
+    dt_reader_params p = params(F, DT_LABEL_REAL, 0, "label");
+    dt_reader_table t;
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_csv(path, &p, &t, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(t.rows, ROWS);
+    for (int i = 0; i < ROWS; i++) {
+        ck_assert_float_eq(t.y[i], (float)i);
+        for (int j = 0; j < F; j += 997)
+            ck_assert_float_eq(t.x[(size_t)i * F + j], (float)((i * 7 + j) % 1000) + 0.25f);
+        ck_assert_float_eq(t.x[(size_t)i * F + F - 1], (float)((i * 7 + F - 1) % 1000) + 0.25f);
+    }
+    dt_reader_table_deinit(&t);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* ---- bad input ------------------------------------------------------------ */
+
+typedef struct {
+    const char *text;
+    int code;
+    const char *want; /* in the message, after the file's directory */
+} bad_case;
+
+static void run_text_cases(const char *format, const bad_case *cases, int count,
+                           const dt_reader_params *p) {
+    char *dir = dt_test_tempdir();
+    ck_assert_ptr_nonnull(dir);
+    for (int c = 0; c < count; c++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/bad.%s", dir, format);
+        write_text(path, cases[c].text);
+        dt_reader_table t = {.rows = 99};
+        dt_err err = {0};
+        int rc = dt_reader_load(format, path, NULL, p, &t, &err);
+        ck_assert_msg(rc == cases[c].code, "case %d (%s): rc %d, msg \"%s\"", c, cases[c].want, rc,
+                      err.msg);
+        ck_assert_msg(strstr(err.msg, cases[c].want) != NULL, "case %d: want \"%s\" in \"%s\"", c,
+                      cases[c].want, err.msg);
+        ck_assert_msg(strncmp(err.msg, path, strlen(path)) == 0, "case %d: no path in \"%s\"", c,
+                      err.msg);
+        ck_assert_int_eq(t.rows, 0);
+        ck_assert_ptr_null(t.x);
+        ck_assert_ptr_null(t.y);
+    }
+    dt_test_tempdir_free(dir);
+}
+
+START_TEST(test_csv_errors) {
+    static const bad_case cases[] = {
+        {"", DT_EINVAL, "bad.csv: empty file: a header row is required"},
+        {"\n  \n", DT_EINVAL, "bad.csv: empty file: a header row is required"},
+        {"y,a,b,c\n", DT_EINVAL, "bad.csv: no examples"},
+        {"y,a,b\n0,1,2\n", DT_EINVAL,
+         "bad.csv:1: the header has 2 feature columns (3 columns less the label), but "
+         "\"num_features\" is 3"},
+        {"y,a,b,c,d\n", DT_EINVAL, "bad.csv:1: the header has 4 feature columns"},
+        {"z,a,b,c\n0,1,2,3\n", DT_EINVAL, "bad.csv:1: no column named \"y\" in the header"},
+        {"y,a,y,c\n0,1,2,3\n", DT_EINVAL,
+         "bad.csv:1: label column \"y\" appears twice in the header (columns 0 and 2)"},
+        {"y,\"a,b\",c\n", DT_EINVAL, "bad.csv:1: header column 1: quotes inside a field"},
+        {"a,y,b,c\n1,0,2,3\n4,1,abc,6\n", DT_EINVAL,
+         "bad.csv:3: column \"b\": not a number: \"abc\""},
+        {"a,y,b,c\n1,0,2,3\n4,1,5,nan\n", DT_EINVAL,
+         "bad.csv:3: column \"c\": not a finite number: \"nan\""},
+        {"a,y,b,c\ninf,0,2,3\n", DT_EINVAL,
+         "bad.csv:2: column \"a\": not a finite number: \"inf\""},
+        {"a,y,b,c\n1,0,-1e999,3\n", DT_EINVAL, "bad.csv:2: column \"b\": not a finite number"},
+        {"a,y,b,c\n1,0,2,1e39\n", DT_EINVAL, "bad.csv:2: column \"c\": out of float range"},
+        {"a,y,b,c\n1,0,,3\n", DT_EINVAL, "bad.csv:2: column \"b\": empty field"},
+        {"a,y,b,c\n1,0,2 3,3\n", DT_EINVAL, "bad.csv:2: column \"b\": not a number: \"2 3\""},
+        {"a,y,b,c\n1,0,2,3\n\n1,0,2\n", DT_EINVAL,
+         "bad.csv:4: 3 fields, but the header has 4: column \"c\" is missing"},
+        {"a,y,b,c\n1,0,2,3,4\n", DT_EINVAL,
+         "bad.csv:2: 5 fields, but the header has 4: extra fields after column \"c\""},
+        {"a,y,b,c\n1,3,2,3\n", DT_EINVAL,
+         "bad.csv:2: column \"y\": label 3 is not a class of 0..2"},
+        {"a,y,b,c\n1,-1,2,3\n", DT_EINVAL, "bad.csv:2: column \"y\": label -1 is not a class"},
+        {"a,y,b,c\n1,1.5,2,3\n", DT_EINVAL,
+         "bad.csv:2: column \"y\": label 1.5 is not a whole number"},
+        {"a,y,b,c\n1,0,\"2,3\n", DT_EINVAL, "bad.csv:2: column \"b\": quotes inside a field"},
+        {"a,y,b,c\n1,0,2\"\"x,3\n", DT_EINVAL, "bad.csv:2: column \"b\": quotes inside a field"},
+    };
+    dt_reader_params p = params(3, DT_LABEL_CLASS, 3, "y");
+    run_text_cases("csv", cases, (int)(sizeof cases / sizeof cases[0]), &p);
+
+    /* The label column by index. */
+    static const bad_case by_index[] = {
+        {"a,b,c,d\n1,2,3,4\n", DT_EINVAL,
+         "bad.csv:1: label column 4 is out of range: the header has 4 columns (0..3)"},
+    };
+    p.label_column = "4";
+    run_text_cases("csv", by_index, 1, &p);
+    static const bad_case huge_index[] = {
+        {"a,b,c,d\n1,2,3,4\n", DT_EINVAL, "bad.csv:1: label column 99999999999999999999 is out"},
+    };
+    p.label_column = "99999999999999999999";
+    run_text_cases("csv", huge_index, 1, &p);
+    p.label_column = "";
+    static const bad_case empty_label[] = {
+        {"a,b,c,d\n1,2,3,4\n", DT_EINVAL, "bad.csv: \"label_column\" is empty"},
+    };
+    run_text_cases("csv", empty_label, 1, &p);
+
+    /* The NUL case's text stops at the NUL for strlen: write it by hand. */
+    char *dir = dt_test_tempdir();
+    char path[1024];
+    path_in(path, sizeof path, dir, "nul.csv");
+    static const char nul[] = "a,y,b,c\n1,1,2,3\n1,1,2\0,3\n";
+    write_bytes(path, nul, sizeof nul - 1);
+    p.label_column = "y";
+    dt_reader_table t;
+    dt_err err = {0};
+    expect_err(dt_reader_csv(path, &p, &t, &err), &err, DT_EINVAL,
+               "nul.csv:3: NUL byte in a text line");
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+START_TEST(test_libsvm_errors) {
+    static const bad_case cases[] = {
+        {"", DT_EINVAL, "bad.libsvm: no examples"},
+        {"# only a comment\n\n", DT_EINVAL, "bad.libsvm: no examples"},
+        {"1 1:1\n0 0:1\n", DT_EINVAL, "bad.libsvm:2: feature index 0 is out of range 1..4"},
+        {"1 5:1\n", DT_EINVAL, "bad.libsvm:1: feature index 5 is out of range 1..4"},
+        {"1 -2:1\n", DT_EINVAL, "bad.libsvm:1: feature index -2 is out of range 1..4"},
+        {"1 3:1 2:1\n", DT_EINVAL, "bad.libsvm:1: feature index 2 after 3: indices must increase"},
+        {"1 2:1 2:1\n", DT_EINVAL, "bad.libsvm:1: feature index 2 after 2: indices must increase"},
+        {"1 x:1\n", DT_EINVAL, "bad.libsvm:1: feature index \"x\" is not an integer"},
+        {"1 2.5:1\n", DT_EINVAL, "bad.libsvm:1: feature index \"2.5\" is not an integer"},
+        {"1 2:abc\n", DT_EINVAL, "bad.libsvm:1: feature 2: not a number: \"abc\""},
+        {"1 2:\n", DT_EINVAL, "bad.libsvm:1: feature 2: empty field"},
+        {"1 2:nan\n", DT_EINVAL, "bad.libsvm:1: feature 2: not a finite number"},
+        {"1 2:1e40\n", DT_EINVAL, "bad.libsvm:1: feature 2: out of float range"},
+        {"1 2\n", DT_EINVAL, "bad.libsvm:1: \"2\" is not index:value"},
+        {"1 2:1 qid:4\n", DT_EINVAL, "bad.libsvm:1: feature index \"qid\" is not an integer"},
+        {"1 qid:x 2:1\n", DT_EINVAL, "bad.libsvm:1: bad query id \"qid:x\""},
+        {"yes 1:1\n", DT_EINVAL, "bad.libsvm:1: label: not a number: \"yes\""},
+        {"inf 1:1\n", DT_EINVAL, "bad.libsvm:1: label: not a finite number"},
+        {"0 1:1\n\n# c\n2 1:1\n", DT_EINVAL,
+         "bad.libsvm:4: label 2 is not a class of 0..1 (or -1)"},
+        {"-2 1:1\n", DT_EINVAL, "bad.libsvm:1: label -2 is not a class of 0..1 (or -1)"},
+        {"0.5 1:1\n", DT_EINVAL, "bad.libsvm:1: label 0.5 is not a whole number"},
+    };
+    dt_reader_params p = params(4, DT_LABEL_CLASS, 2, NULL);
+    p.svm_signed_labels = 1;
+    run_text_cases("libsvm", cases, (int)(sizeof cases / sizeof cases[0]), &p);
+
+    /* Regression takes any finite label, still not a NaN. */
+    static const bad_case real[] = {
+        {"nan 1:1\n", DT_EINVAL, "bad.libsvm:1: label: not a finite number: \"nan\""},
+    };
+    p = params(4, DT_LABEL_REAL, 0, NULL);
+    run_text_cases("libsvm", real, 1, &p);
+    char *dir = dt_test_tempdir();
+    char path[1024];
+    path_in(path, sizeof path, dir, "real.libsvm");
+    write_text(path, "-3.25 4:1\n1e30\n");
+    dt_reader_table t;
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_libsvm(path, &p, &t, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(t.rows, 2);
+    ck_assert_float_eq(t.y[0], -3.25f);
+    ck_assert_float_eq(t.y[1], 1e30f);
+    ck_assert_float_eq(t.x[3], 1.0f);
+    for (int j = 4; j < 8; j++)
+        ck_assert_float_eq(t.x[j], 0.0f); /* a row of no features */
+    dt_reader_table_deinit(&t);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* Missing files, directories, and parameters the reader cannot work with. */
+START_TEST(test_files_and_params) {
+    char *dir = dt_test_tempdir();
+    char path[1024], labels[1024];
+    path_in(path, sizeof path, dir, "missing.csv");
+    dt_reader_params p = params(3, DT_LABEL_CLASS, 3, "y");
+    dt_reader_table t;
+    dt_err err = {0};
+    expect_err(dt_reader_csv(path, &p, &t, &err), &err, DT_ENOTFOUND, "missing.csv: open:");
+    dt_err_clear(&err);
+    expect_err(dt_reader_libsvm(path, &p, &t, &err), &err, DT_ENOTFOUND, "missing.csv: open:");
+    dt_err_clear(&err);
+    fixture(labels, sizeof labels, "small-labels-idx1-ubyte");
+    p = params(6, DT_LABEL_CLASS, 10, NULL);
+    expect_err(dt_reader_idx(path, labels, &p, &t, &err), &err, DT_ENOTFOUND, "missing.csv: open:");
+    dt_err_clear(&err);
+    char images[1024];
+    fixture(images, sizeof images, "small-images-idx3-ubyte");
+    expect_err(dt_reader_idx(images, path, &p, &t, &err), &err, DT_ENOTFOUND, "missing.csv: open:");
+    dt_err_clear(&err);
+    expect_err(dt_reader_csv(dir, &p, &t, &err), &err, DT_EINVAL, "is a directory");
+    dt_err_clear(&err);
+
+    p = params(0, DT_LABEL_REAL, 0, "y");
+    expect_err(dt_reader_csv(images, &p, &t, &err), &err, DT_EINVAL,
+               "\"num_features\" must be >= 1 (got 0)");
+    dt_err_clear(&err);
+    p = params(6, DT_LABEL_CLASS, 1, NULL);
+    expect_err(dt_reader_idx(images, labels, &p, &t, &err), &err, DT_EINVAL,
+               "\"classes\" must be >= 2 (got 1)");
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* An idx file from its header fields and payload. */
+static void write_idx(const char *path, uint32_t magic, const uint32_t *dims, int ndims,
+                      const unsigned char *data, size_t n) {
+    unsigned char head[16];
+    uint32_t words[4] = {magic, 0, 0, 0};
+    for (int d = 0; d < ndims; d++)
+        words[1 + d] = dims[d];
+    for (int w = 0; w < 1 + ndims; w++) {
+        head[4 * w] = (unsigned char)(words[w] >> 24);
+        head[4 * w + 1] = (unsigned char)(words[w] >> 16);
+        head[4 * w + 2] = (unsigned char)(words[w] >> 8);
+        head[4 * w + 3] = (unsigned char)words[w];
+    }
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(head, 1, 4 + 4 * (size_t)ndims, f), 4 + 4 * (size_t)ndims);
+    if (n) ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void expect_idx_err(const char *images, const char *labels, const dt_reader_params *p,
+                           int code, const char *want) {
+    dt_reader_table t = {.rows = 5};
+    dt_err err = {0};
+    expect_err(dt_reader_idx(images, labels, p, &t, &err), &err, code, want);
+    ck_assert_int_eq(t.rows, 0);
+    ck_assert_ptr_null(t.x);
+}
+
+START_TEST(test_idx_errors) {
+    char *dir = dt_test_tempdir();
+    char img[1024], lab[1024], good_img[1024], good_lab[1024];
+    path_in(img, sizeof img, dir, "img");
+    path_in(lab, sizeof lab, dir, "lab");
+    fixture(good_img, sizeof good_img, "small-images-idx3-ubyte");
+    fixture(good_lab, sizeof good_lab, "small-labels-idx1-ubyte");
+    dt_reader_params p = params(6, DT_LABEL_CLASS, 10, NULL);
+    unsigned char pixels[18], labels[3] = {7, 0, 9};
+    for (int k = 0; k < 18; k++)
+        pixels[k] = (unsigned char)k;
+    const uint32_t dims[3] = {3, 2, 3}, ldims[1] = {3};
+
+    /* The two files swapped: each magic names what was expected. */
+    expect_idx_err(good_lab, good_img, &p, DT_ECORRUPT,
+                   "small-labels-idx1-ubyte: bad magic number: expected 0x00000803 (images: "
+                   "unsigned bytes, 3 dimensions), got 0x00000801");
+    expect_idx_err(good_img, good_img, &p, DT_ECORRUPT,
+                   "small-images-idx3-ubyte: bad magic number: expected 0x00000801 (labels: "
+                   "unsigned bytes, 1 dimensions), got 0x00000803");
+    /* float data (type 0x0d) is not read. */
+    write_idx(img, 0x00000d03, dims, 3, pixels, 18);
+    expect_idx_err(img, good_lab, &p, DT_ECORRUPT, "expected 0x00000803");
+    expect_idx_err(img, good_lab, &p, DT_ECORRUPT, "got 0x00000d03");
+
+    /* Truncated: the header, the pixels, the labels. */
+    write_bytes(img, "\0\0\x08", 3);
+    expect_idx_err(img, good_lab, &p, DT_ECORRUPT,
+                   "img: truncated header: expected 16 bytes, got 3");
+    write_idx(img, 0x803, dims, 2, NULL, 0);
+    expect_idx_err(img, good_lab, &p, DT_ECORRUPT,
+                   "img: truncated header: expected 16 bytes, got 12");
+    write_idx(img, 0x803, dims, 3, pixels, 15);
+    expect_idx_err(img, good_lab, &p, DT_ECORRUPT, "img: truncated: expected 34 bytes, got 31");
+    write_idx(img, 0x803, dims, 3, pixels, 0);
+    expect_idx_err(img, good_lab, &p, DT_ECORRUPT, "img: truncated: expected 34 bytes, got 16");
+    write_idx(lab, 0x801, ldims, 1, labels, 2);
+    expect_idx_err(good_img, lab, &p, DT_ECORRUPT, "lab: truncated: expected 11 bytes, got 10");
+    /* Trailing bytes. */
+    write_idx(img, 0x803, dims, 3, (const unsigned char *)"0123456789abcdefghij", 20);
+    expect_idx_err(img, good_lab, &p, DT_ECORRUPT,
+                   "img: some bytes after the last record: "
+                   "expected 34 bytes in all");
+    write_idx(lab, 0x801, ldims, 1, (const unsigned char *)"\1\2\3\4", 4);
+    expect_idx_err(good_img, lab, &p, DT_ECORRUPT, "lab: some bytes after the last record");
+
+    /* Dimensions. */
+    const uint32_t zero_rows[3] = {3, 0, 3};
+    write_idx(img, 0x803, zero_rows, 3, NULL, 0);
+    expect_idx_err(img, good_lab, &p, DT_ECORRUPT, "img: bad dimensions 3 x 0 x 3");
+    p.num_features = 784;
+    expect_idx_err(good_img, good_lab, &p, DT_EINVAL,
+                   "images of 2 x 3 = 6 features, but \"num_features\" is 784");
+    p.num_features = 6;
+    const uint32_t four[1] = {4};
+    write_idx(lab, 0x801, four, 1, (const unsigned char *)"\1\2\3\4", 4);
+    expect_idx_err(good_img, lab, &p, DT_EINVAL, "lab: 4 labels, but");
+    expect_idx_err(good_img, lab, &p, DT_EINVAL, "small-images-idx3-ubyte has 3 images");
+    const uint32_t none[3] = {0, 2, 3}, no_labels[1] = {0};
+    write_idx(img, 0x803, none, 3, NULL, 0);
+    write_idx(lab, 0x801, no_labels, 1, NULL, 0);
+    expect_idx_err(img, lab, &p, DT_EINVAL, "img: no examples");
+
+    /* Labels out of range name the record (0-based). */
+    p.num_classes = 9;
+    expect_idx_err(good_img, good_lab, &p, DT_EINVAL,
+                   "small-labels-idx1-ubyte: record 2: label 9 is not a class of 0..8");
+
+    /* A file claiming more than the bound is refused from its header alone:
+     * 3,000,000 images of 28 x 28 are 2.35e9 values. */
+    const uint32_t huge[3] = {3000000, 28, 28}, huge_n[1] = {3000000};
+    write_idx(img, 0x803, huge, 3, pixels, 18);
+    write_idx(lab, 0x801, huge_n, 1, labels, 3);
+    p = params(784, DT_LABEL_CLASS, 10, NULL);
+    expect_idx_err(img, lab, &p, DT_EINVAL,
+                   "img: 3000000 images of 784 values pass the bound of 2147483648 values");
+
+    /* A gzip stream cut short, and one damaged in the middle. */
+    char gz[1024];
+    path_in(gz, sizeof gz, dir, "img.gz");
+    unsigned char big[16 + 600 * 6];
+    for (size_t k = 0; k < sizeof big; k++)
+        big[k] = (unsigned char)((k * 2654435761u) >> 13);
+    const uint32_t many[3] = {600, 2, 3}, many_n[1] = {600};
+    write_idx(img, 0x803, many, 3, big, 600 * 6);
+    unsigned char many_labels[600] = {0};
+    write_idx(lab, 0x801, many_n, 1, many_labels, 600);
+    gzip_copy(img, gz);
+    p = params(6, DT_LABEL_CLASS, 10, NULL);
+    dt_reader_table t;
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_idx(gz, lab, &p, &t, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(t.rows, 600);
+    dt_reader_table_deinit(&t);
+    size_t n;
+    unsigned char *packed = read_bytes(gz, &n);
+    ck_assert_uint_gt(n, 100);
+    write_bytes(gz, packed, n / 2);
+    expect_idx_err(gz, lab, &p, DT_ECORRUPT, "img.gz: truncated gzip stream");
+    for (size_t k = 20; k < n - 10; k++)
+        packed[k] ^= 0x5a;
+    write_bytes(gz, packed, n);
+    expect_idx_err(gz, lab, &p, DT_ECORRUPT, "img.gz: damaged gzip stream: ");
+    dt_err err2 = {0};
+    expect_err(dt_reader_idx(gz, lab, &p, &t, &err2), &err2, DT_ECORRUPT, "gzip");
+    ck_assert_msg(strstr(err2.msg, "<fd") == NULL, "%s", err2.msg);
+    free(packed);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* ---- skipping ------------------------------------------------------------- */
+
+/* Runs fn with stderr going to a file, and returns what was written there. */
+static char *capture_stderr(const char *dir, int (*fn)(void *), void *arg, int *rc) {
+    char log[1024];
+    path_in(log, sizeof log, dir, "stderr.log");
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    ck_assert_int_ge(saved, 0);
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_ge(dup2(fd, STDERR_FILENO), 0);
+    close(fd);
+    *rc = fn(arg);
+    fflush(stderr);
+    ck_assert_int_ge(dup2(saved, STDERR_FILENO), 0);
+    close(saved);
+    char *text = dt_test_read_file(log, NULL);
+    ck_assert_ptr_nonnull(text);
+    return text;
+}
+
+typedef struct {
+    const char *format, *path, *labels;
+    dt_reader_params p;
+    dt_reader_table t;
+    dt_err err;
+} load_call;
+
+static int do_load(void *arg) {
+    load_call *c = arg;
+    return dt_reader_load(c->format, c->path, c->labels, &c->p, &c->t, &c->err);
+}
+
+static int count_of(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *s = text; (s = strstr(s, needle)) != NULL; s += strlen(needle))
+        n++;
+    return n;
+}
+
+START_TEST(test_skip_bad_rows) {
+    dt_log_set_level(DT_LOG_WARN);
+    char *dir = dt_test_tempdir();
+    char path[1024];
+
+    /* csv: two bad rows of five, both counted and logged once. */
+    path_in(path, sizeof path, dir, "skip.csv");
+    write_text(path, "a,y,b\n1,0,2\n3,1,x\n5,0,6\n7,0\n9,1,10\n");
+    load_call c = {.format = "csv", .path = path, .p = params(2, DT_LABEL_CLASS, 2, "y")};
+    c.p.skip_bad_rows = 1;
+    int rc;
+    char *log = capture_stderr(dir, do_load, &c, &rc);
+    ck_assert_msg(rc == 0, "%s", c.err.msg);
+    ck_assert_int_eq(c.t.rows, 3);
+    ck_assert_int_eq(c.t.skipped, 2);
+    static const float want_x[6] = {1, 2, 5, 6, 9, 10}, want_y[3] = {0, 0, 1};
+    for (int k = 0; k < 6; k++)
+        ck_assert_float_eq(c.t.x[k], want_x[k]);
+    for (int k = 0; k < 3; k++)
+        ck_assert_float_eq(c.t.y[k], want_y[k]);
+    ck_assert_int_eq(count_of(log, "skipped"), 1);
+    ck_assert_msg(strstr(log, "skip.csv: skipped 2 malformed rows") != NULL, "log: %s", log);
+    ck_assert_msg(strstr(log, "skip.csv:3: column \"b\": not a number") != NULL, "log: %s", log);
+    dt_reader_table_deinit(&c.t);
+    free(log);
+
+    /* Without skipping the first bad row fails the read. */
+    c.p.skip_bad_rows = 0;
+    dt_err_clear(&c.err);
+    expect_err(do_load(&c), &c.err, DT_EINVAL, "skip.csv:3:");
+
+    /* A clean file logs nothing. */
+    char clean[1024];
+    fixture(clean, sizeof clean, "small.csv");
+    load_call ok = {.format = "csv", .path = clean, .p = params(3, DT_LABEL_CLASS, 3, "y")};
+    ok.p.skip_bad_rows = 1;
+    log = capture_stderr(dir, do_load, &ok, &rc);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(ok.t.skipped, 0);
+    ck_assert_msg(strstr(log, "skipped") == NULL, "log: %s", log);
+    dt_reader_table_deinit(&ok.t);
+    free(log);
+
+    /* libsvm. */
+    path_in(path, sizeof path, dir, "skip.libsvm");
+    write_text(path, "1 1:1\n1 3:1\n0 2:2\n7 1:1\n");
+    load_call s = {.format = "libsvm", .path = path, .p = params(2, DT_LABEL_CLASS, 2, NULL)};
+    s.p.skip_bad_rows = 1;
+    log = capture_stderr(dir, do_load, &s, &rc);
+    ck_assert_msg(rc == 0, "%s", s.err.msg);
+    ck_assert_int_eq(s.t.rows, 2);
+    ck_assert_int_eq(s.t.skipped, 2);
+    ck_assert_float_eq(s.t.x[0], 1);
+    ck_assert_float_eq(s.t.x[1], 0);
+    ck_assert_float_eq(s.t.x[3], 2);
+    ck_assert_msg(strstr(log, "skip.libsvm: skipped 2 malformed rows") != NULL, "log: %s", log);
+    ck_assert_msg(strstr(log, "skip.libsvm:2: feature index 3 is out of range 1..2") != NULL,
+                  "log: %s", log);
+    dt_reader_table_deinit(&s.t);
+    free(log);
+
+    /* idx: a label out of range drops its image with it. */
+    char img[1024], lab[1024];
+    fixture(img, sizeof img, "small-images-idx3-ubyte");
+    fixture(lab, sizeof lab, "small-labels-idx1-ubyte");
+    load_call i = {.format = "idx",
+                   .path = img,
+                   .labels = lab,
+                   .p = params(6, DT_LABEL_CLASS, 8, NULL)}; /* label 9 is out */
+    i.p.skip_bad_rows = 1;
+    log = capture_stderr(dir, do_load, &i, &rc);
+    ck_assert_msg(rc == 0, "%s", i.err.msg);
+    ck_assert_int_eq(i.t.rows, 2);
+    ck_assert_int_eq(i.t.skipped, 1);
+    ck_assert_float_eq(i.t.y[0], 7);
+    ck_assert_float_eq(i.t.y[1], 0);
+    ck_assert_float_eq(i.t.x[6], 40);
+    ck_assert_msg(strstr(log, "small-images-idx3-ubyte: skipped 1 malformed rows") != NULL,
+                  "log: %s", log);
+    ck_assert_msg(strstr(log, "record 2: label 9") != NULL, "log: %s", log);
+    dt_reader_table_deinit(&i.t);
+    free(log);
+
+    /* Nothing left: an error that says so. */
+    path_in(path, sizeof path, dir, "allbad.csv");
+    write_text(path, "a,y,b\n1,0,q\n1,5,2\n");
+    load_call a = {.format = "csv", .path = path, .p = params(2, DT_LABEL_CLASS, 2, "y")};
+    a.p.skip_bad_rows = 1;
+    log = capture_stderr(dir, do_load, &a, &rc);
+    expect_err(rc, &a.err, DT_EINVAL, "allbad.csv: no examples: all 2 rows were malformed");
+    ck_assert_ptr_null(a.t.x);
+    free(log);
+
+    /* A bad header is not a row: it fails even with skipping. */
+    write_text(path, "a,y\n1,0\n");
+    dt_err_clear(&a.err);
+    log = capture_stderr(dir, do_load, &a, &rc);
+    expect_err(rc, &a.err, DT_EINVAL, "allbad.csv:1: the header has 1 feature columns");
+    free(log);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* N * F beyond max_values is refused while reading, before the memory. */
+START_TEST(test_memory_bound) {
+    char *dir = dt_test_tempdir();
+    char path[1024];
+    path_in(path, sizeof path, dir, "rows.csv");
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "y,a,b\n");
+    for (int i = 0; i < 1000; i++)
+        fprintf(f, "%d,%d,%d\n", i, i, -i);
+    ck_assert_int_eq(fclose(f), 0);
+    dt_reader_params p = params(2, DT_LABEL_REAL, 0, "y");
+    dt_reader_table t;
+    dt_err err = {0};
+    p.max_values = 2000; /* exactly enough */
+    ck_assert_msg(dt_reader_csv(path, &p, &t, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(t.rows, 1000);
+    ck_assert_float_eq(t.x[2 * 999 + 1], -999.0f);
+    dt_reader_table_deinit(&t);
+    p.max_values = 1999;
+    expect_err(dt_reader_csv(path, &p, &t, &err), &err, DT_EINVAL,
+               "rows.csv: more than 999 examples of 2 features pass the bound of 1999 values");
+    ck_assert_ptr_null(t.x);
+
+    path_in(path, sizeof path, dir, "rows.libsvm");
+    write_text(path, "1 1:1\n2 2:2\n3 1:3\n");
+    p.max_values = 5;
+    dt_err_clear(&err);
+    expect_err(dt_reader_libsvm(path, &p, &t, &err), &err, DT_EINVAL,
+               "rows.libsvm: more than 2 examples of 2 features pass the bound of 5 values");
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* ---- the real thing ------------------------------------------------------- */
+
+/* Fashion-MNIST's 10k test set, when it is installed. The directory is
+ * $DT_FASHION_MNIST, else where the machines keep their data sets. */
+START_TEST(test_fashion_mnist) {
+    const char *root = getenv("DT_FASHION_MNIST");
+    if (!root || !*root) root = "/usr/share/datasets/fashion-mnist";
+    char train[1024], images[1024], labels[1024];
+    snprintf(train, sizeof train, "%s/train-images-idx3-ubyte.gz", root);
+    snprintf(images, sizeof images, "%s/t10k-images-idx3-ubyte.gz", root);
+    snprintf(labels, sizeof labels, "%s/t10k-labels-idx1-ubyte.gz", root);
+    struct stat st;
+    if (stat(train, &st) != 0) {
+        fprintf(stderr,
+                "reader: Fashion-MNIST not found in %s; test_fashion_mnist passes "
+                "without checking it\n",
+                root);
+        return;
+    }
+    dt_reader_params p = params(784, DT_LABEL_CLASS, 10, NULL);
+    dt_reader_table t;
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_idx(images, labels, &p, &t, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(t.rows, 10000);
+    ck_assert_int_eq(t.cols, 784);
+    int per_class[10] = {0};
+    for (int i = 0; i < 10000; i++) {
+        float y = t.y[i];
+        ck_assert(y >= 0 && y <= 9 && y == floorf(y));
+        per_class[(int)y]++;
+    }
+    for (int k = 0; k < 10; k++)
+        ck_assert_int_eq(per_class[k], 1000);
+    double sum = 0;
+    float hi = 0, lo = 255;
+    for (size_t k = 0; k < (size_t)10000 * 784; k++) {
+        sum += t.x[k];
+        hi = t.x[k] > hi ? t.x[k] : hi;
+        lo = t.x[k] < lo ? t.x[k] : lo;
+    }
+    ck_assert_float_eq(lo, 0);
+    ck_assert_float_eq(hi, 255);
+    /* Fashion-MNIST's mean pixel is about 73 of 255 (0.286 scaled). */
+    double mean = sum / (10000.0 * 784);
+    ck_assert_msg(mean > 60 && mean < 85, "mean pixel %g", mean);
+    dt_reader_table_deinit(&t);
+}
+END_TEST
+
+static void suite_setup(void) {
+    if (dt_test_tmp_begin() != 0) fprintf(stderr, "reader: no suite temp dir; using $TMPDIR\n");
+}
+
+Suite *reader_suite(void) {
+    Suite *s = suite_create("reader");
+    TCase *tc = tcase_create("reader");
+    tcase_add_unchecked_fixture(tc, suite_setup, dt_test_tmp_end);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_csv_values);
+    tcase_add_test(tc, test_libsvm_values);
+    tcase_add_test(tc, test_idx_values);
+    tcase_add_test(tc, test_gzip_same);
+    tcase_add_test(tc, test_csv_long_lines);
+    tcase_add_test(tc, test_csv_errors);
+    tcase_add_test(tc, test_libsvm_errors);
+    tcase_add_test(tc, test_files_and_params);
+    tcase_add_test(tc, test_idx_errors);
+    tcase_add_test(tc, test_skip_bad_rows);
+    tcase_add_test(tc, test_memory_bound);
+    tcase_add_test(tc, test_fashion_mnist);
+    suite_add_tcase(s, tc);
+    return s;
+}
