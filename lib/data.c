@@ -1,5 +1,5 @@
 /*
- * data: synthetic training sets, sharded and shuffled into minibatches.
+ * data: training sets, sharded and shuffled into minibatches.
  *
  * Sources (job->data):
  *   line  the TF tutorial's set: x_i = linspace(-1, 1, N), y_i = 2 x_i +
@@ -9,6 +9,19 @@
  *         kept: every example is a pure function of (seed, i), regenerated
  *         into the batch buffer when it is drawn. Only w* (F), one normal
  *         stream of the seed, is kept.
+ *   csv, libsvm, idx  files parsed by the reader. Every worker reads the
+ *         whole training file, so all agree on N, on which rows are malformed
+ *         and on the scaling statistics; then it moves its shard's rows to
+ *         the front of the table in place and gives the rest back. The peak
+ *         is one whole table; afterwards a worker holds N/num_shards rows.
+ *
+ * Scaling (file sources only): "divide" x / scale_divisor; "standardize"
+ * (x - mean_j) / std_j with the per-feature mean and population standard
+ * deviation over the whole training file (two passes, in double; a std of
+ * 0 counts as 1). The held-out set is scaled with the training file's
+ * statistics, so opening it with "standardize" reads the training file once
+ * more (its time, and one training table of memory while the statistics are
+ * taken).
  *
  * Every random number comes from a counter-based hash (splitmix64's
  * finaliser) of the seed, a stream constant and an index, so example i is the
@@ -20,14 +33,19 @@
  * epoch), so epoch e's order depends on nothing else.
  *
  * Invariants: 0 <= pos < size; order holds a permutation of 0..size-1
- * (shard-local indices; local k is global index shard + k * num_shards).
+ * (shard-local indices; local k is global index shard + k * num_shards);
+ * mem_x/mem_y hold the shard in index order for the in-memory sources.
  * Threading: a dataset belongs to one thread; separate datasets share nothing.
  */
 #include "data.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "log.h"
+#include "reader.h"
 
 #define GOLDEN 0x9e3779b97f4a7c15ULL
 
@@ -41,10 +59,12 @@
  * w* reads them while they are still in cache. Even, so pairs never split. */
 #define WIDE_CHUNK 4096
 
-enum { SRC_LINE, SRC_WIDE };
+enum { SRC_LINE, SRC_WIDE, SRC_FILE };
+
+enum { SCALE_NONE, SCALE_DIVIDE, SCALE_STANDARDIZE };
 
 struct dt_dataset {
-    int source;           /* SRC_LINE or SRC_WIDE */
+    int source;           /* SRC_LINE, SRC_WIDE or SRC_FILE */
     int features;         /* F */
     int64_t num_examples; /* N, whole data set */
     int shard, num_shards;
@@ -56,8 +76,9 @@ struct dt_dataset {
     int64_t pos;    /* next position in order */
     int64_t *order; /* (size) shard-local indices, this epoch's order */
 
-    float *line_x, *line_y; /* (size) line: the shard in index order */
-    float *true_w;          /* (F) wide: w* */
+    float *mem_x;  /* (size, F) line and files: the shard in index order */
+    float *mem_y;  /* (size) */
+    float *true_w; /* (F) wide: w* */
 
     float *batch_x; /* (batch_cap, F) reused across calls */
     float *batch_y; /* (batch_cap) */
@@ -140,10 +161,13 @@ static double dot_f64(const float *a, const float *b, int n) {
     double lane[8] = {0};
     int j = 0;
     for (; j + 8 <= n; j += 8)
-        for (int k = 0; k < 8; k++) lane[k] += (double)a[j + k] * (double)b[j + k];
+        for (int k = 0; k < 8; k++)
+            lane[k] += (double)a[j + k] * (double)b[j + k];
     double sum = 0;
-    for (; j < n; j++) sum += (double)a[j] * (double)b[j];
-    for (int k = 0; k < 8; k++) sum += lane[k];
+    for (; j < n; j++)
+        sum += (double)a[j] * (double)b[j];
+    for (int k = 0; k < 8; k++)
+        sum += lane[k];
     return sum;
 }
 
@@ -161,7 +185,8 @@ static void wide_example(const dt_dataset *ds, int64_t i, float *x, float *y) {
 
 /* Resets the order to index order and shuffles it for ds->epoch. */
 static void shuffle(dt_dataset *ds) {
-    for (int64_t k = 0; k < ds->size; k++) ds->order[k] = k;
+    for (int64_t k = 0; k < ds->size; k++)
+        ds->order[k] = k;
     uint64_t state =
         mix64(mix64(mix64(ds->seed ^ STREAM_SHUFFLE) + (uint64_t)ds->shard) + (uint64_t)ds->epoch);
     /* Fisher-Yates. The modulo bias is below size / 2^64: negligible. */
@@ -173,23 +198,215 @@ static void shuffle(dt_dataset *ds) {
     }
 }
 
-int dt_data_open(const dt_job *job, int shard, int num_shards, dt_dataset **out, dt_err *err) {
-    *out = NULL;
-    int source;
-    if (strncmp(job->data, "line", sizeof job->data) == 0)
-        source = SRC_LINE;
-    else if (strncmp(job->data, "wide", sizeof job->data) == 0)
-        source = SRC_WIDE;
+/* ---- scaling of file sources ---------------------------------------------- */
+
+typedef struct {
+    int kind;       /* SCALE_* */
+    double divisor; /* SCALE_DIVIDE */
+    double *mean;   /* (F) SCALE_STANDARDIZE, owned */
+    double *std;    /* (F) never 0 */
+} scaling;
+
+static void scaling_deinit(scaling *sc) {
+    free(sc->mean);
+    free(sc->std);
+    memset(sc, 0, sizeof *sc);
+}
+
+static int scaling_of(const dt_job *job, scaling *sc, dt_err *err) {
+    memset(sc, 0, sizeof *sc);
+    if (strncmp(job->scale, "none", sizeof job->scale) == 0 || job->scale[0] == '\0')
+        sc->kind = SCALE_NONE;
+    else if (strncmp(job->scale, "divide", sizeof job->scale) == 0)
+        sc->kind = SCALE_DIVIDE;
+    else if (strncmp(job->scale, "standardize", sizeof job->scale) == 0)
+        sc->kind = SCALE_STANDARDIZE;
     else
         return dt_err_set(err, DT_EINVAL,
-                          "data: \"data\": unknown source \"%.*s\" (want line or wide)",
+                          "data: \"scale\": unknown scaling \"%.*s\" (want none, standardize or "
+                          "divide)",
+                          (int)sizeof job->scale, job->scale);
+    if (sc->kind == SCALE_DIVIDE && !(job->scale_divisor > 0 && isfinite(job->scale_divisor)))
+        return dt_err_set(err, DT_EINVAL, "data: \"scale_divisor\" must be a number > 0 (got %g)",
+                          job->scale_divisor);
+    sc->divisor = job->scale_divisor;
+    return 0;
+}
+
+/* Standardize's statistics over the whole training table, in double and in
+ * two passes (the mean, then the squared deviations from it). */
+static int scaling_fit(scaling *sc, const dt_reader_table *t, dt_err *err) {
+    if (sc->kind != SCALE_STANDARDIZE) return 0;
+    const int F = t->cols;
+    sc->mean = calloc((size_t)F, sizeof *sc->mean);
+    sc->std = calloc((size_t)F, sizeof *sc->std);
+    if (!sc->mean || !sc->std)
+        return dt_err_set(err, DT_ENOMEM, "data: no memory for the statistics of %d features", F);
+    for (int64_t i = 0; i < t->rows; i++) {
+        const float *x = t->x + (size_t)i * (size_t)F;
+        for (int j = 0; j < F; j++)
+            sc->mean[j] += x[j];
+    }
+    for (int j = 0; j < F; j++)
+        sc->mean[j] /= (double)t->rows;
+    for (int64_t i = 0; i < t->rows; i++) {
+        const float *x = t->x + (size_t)i * (size_t)F;
+        for (int j = 0; j < F; j++) {
+            double d = x[j] - sc->mean[j];
+            sc->std[j] += d * d;
+        }
+    }
+    /* std_j = sqrt(sum_i (x_ij - mean_j)^2 / N); a constant feature keeps
+     * std 1, so it becomes 0 rather than a division by zero. */
+    for (int j = 0; j < F; j++) {
+        double sd = sqrt(sc->std[j] / (double)t->rows);
+        sc->std[j] = sd > 0 ? sd : 1.0;
+    }
+    return 0;
+}
+
+static void scaling_apply(const scaling *sc, float *x, int64_t rows, int F) {
+    if (sc->kind == SCALE_DIVIDE) {
+        const double inv = 1.0 / sc->divisor;
+        for (int64_t k = 0; k < rows * F; k++)
+            x[k] = (float)(x[k] * inv);
+    } else if (sc->kind == SCALE_STANDARDIZE) {
+        for (int64_t i = 0; i < rows; i++) {
+            float *row = x + (size_t)i * (size_t)F;
+            for (int j = 0; j < F; j++)
+                row[j] = (float)((row[j] - sc->mean[j]) / sc->std[j]);
+        }
+    }
+}
+
+/* ---- opening -------------------------------------------------------------- */
+
+static int source_of(const dt_job *job, int *source, dt_err *err) {
+    const size_t n = sizeof job->data;
+    if (strncmp(job->data, "line", n) == 0)
+        *source = SRC_LINE;
+    else if (strncmp(job->data, "wide", n) == 0)
+        *source = SRC_WIDE;
+    else if (strncmp(job->data, "csv", n) == 0 || strncmp(job->data, "libsvm", n) == 0 ||
+             strncmp(job->data, "idx", n) == 0)
+        *source = SRC_FILE;
+    else
+        return dt_err_set(err, DT_EINVAL,
+                          "data: \"data\": unknown source \"%.*s\" (want line, wide, csv, libsvm "
+                          "or idx)",
+                          (int)n, job->data);
+    return 0;
+}
+
+/* A new dataset with its shard geometry, order and the shard's size. */
+static int new_dataset(const dt_job *job, int source, int64_t num_examples, int shard,
+                       int num_shards, dt_dataset **out, dt_err *err) {
+    *out = NULL;
+    dt_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) return dt_err_set(err, DT_ENOMEM, "data: out of memory");
+    ds->source = source;
+    ds->features = job->num_features;
+    ds->num_examples = num_examples;
+    ds->shard = shard;
+    ds->num_shards = num_shards;
+    ds->size = (num_examples - 1 - shard) / num_shards + 1; /* shard < N */
+    ds->seed = job->seed;
+    ds->noise = job->noise;
+    if ((uint64_t)ds->size > SIZE_MAX / sizeof *ds->order ||
+        !(ds->order = malloc((size_t)ds->size * sizeof *ds->order))) {
+        int64_t size = ds->size;
+        dt_data_free(ds);
+        return dt_err_set(err, DT_ENOMEM, "data: cannot hold the order of %lld examples",
+                          (long long)size);
+    }
+    *out = ds;
+    return 0;
+}
+
+static int read_table(const dt_job *job, const char *what, const char *data, const char *labels,
+                      dt_reader_table *t, dt_err *err) {
+    if (!data[0])
+        return dt_err_set(err, DT_EINVAL,
+                          "data: \"%s\" is not set: the \"%.*s\" source reads a file", what,
                           (int)sizeof job->data, job->data);
-    if (job->num_examples < 1)
-        return dt_err_set(err, DT_EINVAL, "data: \"num_examples\" must be >= 1 (got %lld)",
-                          (long long)job->num_examples);
-    if (!(job->noise >= 0 && isfinite(job->noise)))
-        return dt_err_set(err, DT_EINVAL, "data: \"noise\" must be a number >= 0 (got %g)",
-                          job->noise);
+    dt_reader_params p;
+    dt_reader_params_of(job, &p);
+    int rc = dt_reader_load(job->data, data, labels, &p, t, err);
+    return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
+}
+
+/* Takes the table's rows of shard `shard` of `num_shards` into a new
+ * dataset, scaled. The table is consumed (its buffers move or are freed). */
+static int from_table(const dt_job *job, dt_reader_table *t, const scaling *sc, int shard,
+                      int num_shards, dt_dataset **out, dt_err *err) {
+    const int64_t F = t->cols;
+    dt_dataset *ds = NULL;
+    int rc = new_dataset(job, SRC_FILE, t->rows, shard, num_shards, &ds, err);
+    if (rc < 0) goto fail;
+    /* Row shard + k * num_shards moves to row k; the source is never behind
+     * the destination, so a forward pass of memmove is safe. */
+    for (int64_t k = 0; k < ds->size && num_shards > 1; k++) {
+        int64_t i = shard + k * num_shards;
+        memmove(t->x + (size_t)(k * F), t->x + (size_t)(i * F), (size_t)F * sizeof(float));
+        t->y[k] = t->y[i];
+    }
+    if (ds->size < t->rows) { /* give the other shards' rows back; a failed shrink is harmless */
+        float *x = realloc(t->x, (size_t)(ds->size * F) * sizeof(float));
+        if (x) t->x = x;
+        float *y = realloc(t->y, (size_t)ds->size * sizeof(float));
+        if (y) t->y = y;
+    }
+    ds->mem_x = t->x;
+    ds->mem_y = t->y;
+    t->x = t->y = NULL;
+    t->rows = 0;
+    scaling_apply(sc, ds->mem_x, ds->size, (int)F);
+    shuffle(ds);
+    *out = ds;
+    return 0;
+fail:
+    dt_reader_table_deinit(t);
+    return rc;
+}
+
+static int open_file(const dt_job *job, int shard, int num_shards, dt_dataset **out, dt_err *err) {
+    dt_reader_table t = {0};
+    scaling sc;
+    int rc = scaling_of(job, &sc, err);
+    if (rc < 0) return rc;
+    if ((rc = read_table(job, "train_data", job->train_data, job->train_labels, &t, err)) < 0)
+        goto fail;
+    if (shard >= t.rows) {
+        rc = dt_err_set(err, DT_EINVAL, "data: shard %d of %d is empty: only %lld examples in %s",
+                        shard, num_shards, (long long)t.rows, job->train_data);
+        goto fail;
+    }
+    if ((rc = scaling_fit(&sc, &t, err)) < 0) goto fail;
+    int64_t total = t.rows, skipped = t.skipped;
+    if ((rc = from_table(job, &t, &sc, shard, num_shards, out, err)) < 0) goto fail;
+    dt_log(DT_LOG_INFO,
+           "data: %s: %lld examples of %d features (%lld malformed rows skipped); shard %d of %d "
+           "keeps %lld",
+           job->train_data, (long long)total, job->num_features, (long long)skipped, shard,
+           num_shards, (long long)dt_data_size(*out));
+fail:
+    dt_reader_table_deinit(&t);
+    scaling_deinit(&sc);
+    return rc;
+}
+
+int dt_data_open(const dt_job *job, int shard, int num_shards, dt_dataset **out, dt_err *err) {
+    *out = NULL;
+    int source, rc;
+    if ((rc = source_of(job, &source, err)) < 0) return rc;
+    if (source != SRC_FILE) {
+        if (job->num_examples < 1)
+            return dt_err_set(err, DT_EINVAL, "data: \"num_examples\" must be >= 1 (got %lld)",
+                              (long long)job->num_examples);
+        if (!(job->noise >= 0 && isfinite(job->noise)))
+            return dt_err_set(err, DT_EINVAL, "data: \"noise\" must be a number >= 0 (got %g)",
+                              job->noise);
+    }
     if (source == SRC_LINE && job->num_features != 1)
         return dt_err_set(err, DT_EINVAL,
                           "data: \"num_features\" must be 1 for the line source (got %d)",
@@ -200,33 +417,19 @@ int dt_data_open(const dt_job *job, int shard, int num_shards, dt_dataset **out,
     if (num_shards < 1 || shard < 0 || shard >= num_shards)
         return dt_err_set(err, DT_EINVAL, "data: shard %d of %d is out of range", shard,
                           num_shards);
+    if (source == SRC_FILE) return open_file(job, shard, num_shards, out, err);
     if (shard >= job->num_examples)
         return dt_err_set(err, DT_EINVAL,
                           "data: shard %d of %d is empty: only %lld examples in \"num_examples\"",
                           shard, num_shards, (long long)job->num_examples);
 
-    int rc = 0;
-    dt_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds) return dt_err_set(err, DT_ENOMEM, "data: out of memory");
-    ds->source = source;
-    ds->features = job->num_features;
-    ds->num_examples = job->num_examples;
-    ds->shard = shard;
-    ds->num_shards = num_shards;
-    ds->size = (job->num_examples - 1 - shard) / num_shards + 1; /* shard < N */
-    ds->seed = job->seed;
-    ds->noise = job->noise;
-
-    if ((uint64_t)ds->size > SIZE_MAX / sizeof *ds->order ||
-        !(ds->order = malloc((size_t)ds->size * sizeof *ds->order))) {
-        rc = dt_err_set(err, DT_ENOMEM, "data: cannot hold the order of %lld examples",
-                        (long long)ds->size);
-        goto fail;
-    }
+    dt_dataset *ds = NULL;
+    if ((rc = new_dataset(job, source, job->num_examples, shard, num_shards, &ds, err)) < 0)
+        return rc;
     if (source == SRC_LINE) {
-        ds->line_x = malloc((size_t)ds->size * sizeof *ds->line_x);
-        ds->line_y = malloc((size_t)ds->size * sizeof *ds->line_y);
-        if (!ds->line_x || !ds->line_y) {
+        ds->mem_x = malloc((size_t)ds->size * sizeof *ds->mem_x);
+        ds->mem_y = malloc((size_t)ds->size * sizeof *ds->mem_y);
+        if (!ds->mem_x || !ds->mem_y) {
             rc = dt_err_set(err, DT_ENOMEM, "data: cannot hold %lld examples", (long long)ds->size);
             goto fail;
         }
@@ -236,8 +439,8 @@ int dt_data_open(const dt_job *job, int shard, int num_shards, dt_dataset **out,
             double x = ds->num_examples == 1
                            ? 0.0
                            : -1.0 + 2.0 * (double)i / (double)(ds->num_examples - 1);
-            ds->line_x[k] = (float)x;
-            ds->line_y[k] = (float)(2.0 * x + noise_of(ds, i));
+            ds->mem_x[k] = (float)x;
+            ds->mem_y[k] = (float)(2.0 * x + noise_of(ds, i));
         }
     } else {
         ds->true_w = malloc((size_t)ds->features * sizeof *ds->true_w);
@@ -256,11 +459,58 @@ fail:
     return rc;
 }
 
-int64_t dt_data_size(const dt_dataset *ds) { return ds->size; }
+int dt_data_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) {
+    *out = NULL;
+    int source, rc;
+    if ((rc = source_of(job, &source, err)) < 0) return rc;
+    if (source != SRC_FILE)
+        return dt_err_set(err, DT_EINVAL,
+                          "data: eval: the \"%.*s\" source has no held-out set (it needs a file "
+                          "source: csv, libsvm or idx)",
+                          (int)sizeof job->data, job->data);
+    if (job->num_features < 1)
+        return dt_err_set(err, DT_EINVAL, "data: \"num_features\" must be >= 1 (got %d)",
+                          job->num_features);
+    dt_reader_table t = {0};
+    scaling sc;
+    if ((rc = scaling_of(job, &sc, err)) < 0) return rc;
+    if (!job->eval_data[0]) {
+        rc = dt_err_set(err, DT_EINVAL, "data: eval: \"eval_data\" is not set");
+        goto fail;
+    }
+    if (sc.kind == SCALE_STANDARDIZE) {
+        /* The held-out set is scaled as the training set was. */
+        if ((rc = read_table(job, "train_data", job->train_data, job->train_labels, &t, err)) < 0)
+            goto fail;
+        if ((rc = scaling_fit(&sc, &t, err)) < 0) goto fail;
+        dt_reader_table_deinit(&t);
+    }
+    if ((rc = read_table(job, "eval_data", job->eval_data, job->eval_labels, &t, err)) < 0)
+        goto fail;
+    int64_t total = t.rows;
+    if ((rc = from_table(job, &t, &sc, 0, 1, out, err)) < 0) goto fail;
+    dt_log(DT_LOG_INFO, "data: %s: %lld held-out examples", job->eval_data, (long long)total);
+fail:
+    dt_reader_table_deinit(&t);
+    scaling_deinit(&sc);
+    return rc;
+}
 
-int dt_data_epoch(const dt_dataset *ds) { return ds->epoch; }
+int64_t dt_data_size(const dt_dataset *ds) {
+    return ds->size;
+}
 
-const float *dt_data_true_weights(const dt_dataset *ds) { return ds->true_w; }
+int64_t dt_data_total(const dt_dataset *ds) {
+    return ds->num_examples;
+}
+
+int dt_data_epoch(const dt_dataset *ds) {
+    return ds->epoch;
+}
+
+const float *dt_data_true_weights(const dt_dataset *ds) {
+    return ds->true_w;
+}
 
 /* Makes room for `rows` examples in the batch buffers. They only grow, so a
  * steady batch size allocates once. */
@@ -294,11 +544,11 @@ int dt_data_next(dt_dataset *ds, int batch_size, dt_batch *out, dt_err *err) {
     const int64_t F = ds->features;
     for (int r = 0; r < rows; r++) {
         int64_t k = ds->order[ds->pos + r];
-        if (ds->source == SRC_LINE) {
-            ds->batch_x[r] = ds->line_x[k];
-            ds->batch_y[r] = ds->line_y[k];
-        } else {
+        if (ds->source == SRC_WIDE) {
             wide_example(ds, ds->shard + k * ds->num_shards, ds->batch_x + r * F, &ds->batch_y[r]);
+        } else {
+            memcpy(ds->batch_x + r * F, ds->mem_x + k * F, (size_t)F * sizeof(float));
+            ds->batch_y[r] = ds->mem_y[k];
         }
     }
     ds->pos += rows;
@@ -316,24 +566,24 @@ int dt_data_next(dt_dataset *ds, int batch_size, dt_batch *out, dt_err *err) {
 
 int dt_data_all(dt_dataset *ds, dt_batch *out, dt_err *err) {
     memset(out, 0, sizeof *out);
-    if (ds->source != SRC_LINE)
+    if (ds->source == SRC_WIDE)
         return dt_err_set(err, DT_EPRECOND,
                           "data: all: the wide source is made per batch, not held in memory");
     if (ds->size > 0x7fffffff)
         return dt_err_set(err, DT_EPRECOND, "data: all: %lld examples do not fit one batch",
                           (long long)ds->size);
     out->rows = (int)ds->size;
-    out->cols = 1;
-    out->x = ds->line_x;
-    out->y = ds->line_y;
+    out->cols = ds->features;
+    out->x = ds->mem_x;
+    out->y = ds->mem_y;
     return 0;
 }
 
 void dt_data_free(dt_dataset *ds) {
     if (!ds) return;
     free(ds->order);
-    free(ds->line_x);
-    free(ds->line_y);
+    free(ds->mem_x);
+    free(ds->mem_y);
     free(ds->true_w);
     free(ds->batch_x);
     free(ds->batch_y);

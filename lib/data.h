@@ -13,6 +13,15 @@
  *   "wide"  F = num_features; x_ij uniform in [-1, 1), y_i = sum_j x_ij w*_j /
  *           sqrt(F) + noise z_i, w*_j standard normal, no bias. Each example
  *           is regenerated from (seed, i) when drawn; only w* (F) is kept.
+ *   "csv", "libsvm", "idx"  read from job->train_data (and train_labels for
+ *           idx) by the reader (reader.h lists the formats and their errors).
+ *           Every worker reads the whole file, so all agree on N, on the rows
+ *           skipped (skip_bad_rows) and on the scaling statistics, then keeps
+ *           only its shard's rows. Example i is the i-th row kept, in file
+ *           order. job->scale: "none"; "divide" x / scale_divisor;
+ *           "standardize" (x - mean_j) / std_j with the per-feature mean and
+ *           population standard deviation over the whole training file (a
+ *           std of 0 counts as 1). num_examples and noise are not used.
  * z_i is standard normal. Every value depends only on the seed and the
  * example's index, never on the sharding.
  *
@@ -36,13 +45,27 @@ typedef struct {
 typedef struct dt_dataset dt_dataset; /* opaque; owns its buffers */
 
 /* Opens the job's data source and keeps shard `shard` of `num_shards`.
- * Reads job->data, num_features, num_examples, noise and seed. Errors (*out
- * stays NULL): unknown source, a field out of range (named in the message),
- * shard out of range, an empty shard (more shards than examples), no memory. */
+ * Reads job->data, num_features, seed; num_examples and noise (synthetic);
+ * model, num_classes, train_data, train_labels, label_column, scale,
+ * scale_divisor and skip_bad_rows (files). Errors (*out stays NULL): unknown
+ * source or scaling, a field out of range (named in the message), shard out
+ * of range, an empty shard (more shards than examples), no memory, and the
+ * reader's errors about the file, prefixed "data: " (DT_ENOTFOUND for a
+ * missing file, DT_ECORRUPT for a damaged one, DT_EINVAL for bad content). */
 int dt_data_open(const dt_job *job, int shard, int num_shards, dt_dataset **out,
                  dt_err *err) DT_WARN_UNUSED;
+/* Opens the held-out set (job->eval_data, and eval_labels for idx) whole,
+ * unsharded (one shard of one), scaled with the statistics of the TRAINING
+ * file, so with "standardize" it reads train_data once more to take them
+ * (the time of a read and one training table of memory, given back before
+ * returning). dt_data_all and dt_data_next work on it. Errors as
+ * dt_data_open; a synthetic source or an empty eval_data is DT_EINVAL. */
+int dt_data_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
 /* Examples in this shard. */
 int64_t dt_data_size(const dt_dataset *ds);
+/* Examples in the whole data set, all shards together (for files: the rows
+ * kept from the file; for synthetic sources: num_examples). */
+int64_t dt_data_total(const dt_dataset *ds);
 /* Completed passes over the shard so far. */
 int dt_data_epoch(const dt_dataset *ds);
 /* Fills out with the next min(batch_size, examples left in this epoch)
@@ -52,8 +75,9 @@ int dt_data_epoch(const dt_dataset *ds);
  * ds and stays valid until the next call; its buffers grow to the largest
  * batch_size asked for and are then reused. Errors: batch_size < 1, no memory. */
 int dt_data_next(dt_dataset *ds, int batch_size, dt_batch *out, dt_err *err) DT_WARN_UNUSED;
-/* Every example of the shard in index order, for evaluation and tests. Only
- * for sources that are held in memory ("line"); DT_EPRECOND otherwise. */
+/* Every example of the shard in index order, for evaluation and tests,
+ * borrowed from ds (valid until dt_data_free). Only for sources that are held
+ * in memory ("line" and the files); DT_EPRECOND for "wide". */
 int dt_data_all(dt_dataset *ds, dt_batch *out, dt_err *err) DT_WARN_UNUSED;
 void dt_data_free(dt_dataset *ds); /* NULL is a no-op */
 

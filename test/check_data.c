@@ -1,13 +1,18 @@
 /*
  * data suite: the line source's values and noise, sharding (disjoint and
  * covering), per-epoch shuffling, the wide source's regeneration and shape,
- * and bad arguments.
+ * bad arguments; and the file sources: sharding of a file, scaling (divide,
+ * standardize over the union of the shards), the held-out set scaled with the
+ * training statistics, and the reader's errors passed through.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data.h"
+#include "log.h"
+#include "proc.h"
 #include "suites.h"
 
 /* A job filled by hand (dt_job_defaults lives in another module). */
@@ -42,6 +47,7 @@ START_TEST(test_line_values) {
     dt_job job = job_of("line", 1, 11, 0.0, 7);
     dt_dataset *ds = open_ok(&job, 0, 1);
     ck_assert_int_eq(dt_data_size(ds), 11);
+    ck_assert_int_eq(dt_data_total(ds), 11);
     dt_batch all;
     dt_err err = {0};
     ck_assert_int_eq(dt_data_all(ds, &all, &err), 0);
@@ -94,7 +100,8 @@ START_TEST(test_line_noise) {
     dt_dataset *other = open_ok(&job, 0, 1);
     ck_assert_int_eq(dt_data_all(other, &all2, NULL), 0);
     int differ = 0;
-    for (int i = 0; i < all.rows; i++) differ += all.y[i] != all2.y[i];
+    for (int i = 0; i < all.rows; i++)
+        differ += all.y[i] != all2.y[i];
     ck_assert_int_gt(differ, n * 9 / 10);
     ck_assert_float_eq(all.x[17], all2.x[17]); /* x does not depend on the seed */
     dt_data_free(ds);
@@ -116,6 +123,7 @@ START_TEST(test_shards) {
             dt_dataset *ds = open_ok(&job, s, ns);
             int64_t size = dt_data_size(ds);
             ck_assert_int_eq(size, (n - s + ns - 1) / ns);
+            ck_assert_int_eq(dt_data_total(ds), n);
             total += size;
             dt_batch all;
             ck_assert_int_eq(dt_data_all(ds, &all, NULL), 0);
@@ -144,7 +152,8 @@ START_TEST(test_shards) {
                 drawn += b.rows;
             }
             ck_assert_int_eq(drawn, size);
-            for (int i = 0; i < n; i++) ck_assert_int_eq(visits[i], i % ns == s ? 1 : 0);
+            for (int i = 0; i < n; i++)
+                ck_assert_int_eq(visits[i], i % ns == s ? 1 : 0);
             dt_data_free(ds);
         }
         ck_assert_int_eq(total, n);
@@ -184,7 +193,8 @@ START_TEST(test_shuffle) {
     ck_assert_int_eq(memcmp(a1, b1, sizeof a1), 0);
     ck_assert_int_ne(memcmp(a0, a1, sizeof a0), 0); /* reshuffled each epoch */
     int in_order = 1;
-    for (int k = 0; k < 30; k++) in_order &= a0[k] == 1 + 2 * k;
+    for (int k = 0; k < 30; k++)
+        in_order &= a0[k] == 1 + 2 * k;
     ck_assert_int_eq(in_order, 0); /* and shuffled at all */
     job.seed = 12;
     dt_dataset *c = open_ok(&job, 1, 2);
@@ -192,8 +202,10 @@ START_TEST(test_shuffle) {
     ck_assert_int_ne(memcmp(a0, c0, sizeof a0), 0);
     /* Both epochs are permutations of the shard. */
     int count[60] = {0};
-    for (int k = 0; k < 30; k++) count[a0[k]]++, count[a1[k]] += 2;
-    for (int i = 0; i < 60; i++) ck_assert_int_eq(count[i], i % 2 ? 3 : 0);
+    for (int k = 0; k < 30; k++)
+        count[a0[k]]++, count[a1[k]] += 2;
+    for (int i = 0; i < 60; i++)
+        ck_assert_int_eq(count[i], i % 2 ? 3 : 0);
     dt_data_free(a);
     dt_data_free(b);
     dt_data_free(c);
@@ -220,7 +232,8 @@ START_TEST(test_epochs_and_short_batch) {
     ck_assert_int_eq(b.rows, 10);
     ck_assert_int_eq(dt_data_epoch(ds), 1);
     double sum = 0;
-    for (int r = 0; r < 10; r++) sum += b.x[r];
+    for (int r = 0; r < 10; r++)
+        sum += b.x[r];
     ck_assert_double_eq_tol(sum, 0.0, 1e-5);
     dt_data_free(ds);
 }
@@ -286,7 +299,8 @@ static void check_wide(int F) {
         used[k]++;
         moved += k != r;
     }
-    for (int k = 0; k < n; k++) ck_assert_int_eq(used[k], 1);
+    for (int k = 0; k < n; k++)
+        ck_assert_int_eq(used[k], 1);
     ck_assert_int_gt(moved, 0);
 
     /* Another dataset, another shard: examples regenerate identically. */
@@ -294,7 +308,8 @@ static void check_wide(int F) {
     ck_assert_int_eq(dt_data_size(half), n / 2);
     ck_assert_int_eq(dt_data_next(half, 3, &b, NULL), 0);
     ck_assert_int_eq(b.rows, 3);
-    for (int r = 0; r < b.rows; r++) ck_assert_int_ge(find_row(&b, r, x0, y0, n), 0);
+    for (int r = 0; r < b.rows; r++)
+        ck_assert_int_ge(find_row(&b, r, x0, y0, n), 0);
     ck_assert_int_eq(memcmp(dt_data_true_weights(half), w, (size_t)F * sizeof(float)), 0);
 
     free(x0);
@@ -367,8 +382,8 @@ static void expect_open_error(const dt_job *job, int shard, int num_shards, cons
 }
 
 START_TEST(test_bad_args) {
-    dt_job job = job_of("csv", 1, 10, 0.1, 1);
-    expect_open_error(&job, 0, 1, "\"data\": unknown source \"csv\"");
+    dt_job job = job_of("parquet", 1, 10, 0.1, 1);
+    expect_open_error(&job, 0, 1, "\"data\": unknown source \"parquet\" (want line, wide, csv");
     job = job_of("line", 2, 10, 0.1, 1);
     expect_open_error(&job, 0, 1, "\"num_features\" must be 1 for the line source (got 2)");
     job = job_of("wide", 0, 10, 0.1, 1);
@@ -440,9 +455,330 @@ START_TEST(test_normals_bulk) {
     ck_assert_float_ne(a[COUNT - 1], 0.0f); /* the odd tail is written */
     /* Neighbours (the two outputs of one Box-Muller draw) are uncorrelated. */
     double cross = 0;
-    for (int i = 0; i + 1 < COUNT; i += 2) cross += (double)a[i] * a[i + 1];
+    for (int i = 0; i + 1 < COUNT; i += 2)
+        cross += (double)a[i] * a[i + 1];
     ck_assert_msg(fabs(cross / (COUNT / 2) / (0.25 * 0.25)) < 0.03, "pair correlation %g",
                   cross / (COUNT / 2) / (0.25 * 0.25));
+}
+END_TEST
+
+/* ---- file sources --------------------------------------------------------- */
+
+static void files_setup(void) {
+    if (dt_test_tmp_begin() != 0) fprintf(stderr, "data: no suite temp dir; using $TMPDIR\n");
+}
+
+/* Feature j of example i in the generated files: varied, with feature
+ * `constant` (if >= 0) always 5. Exactly a float, so it survives the text. */
+static float file_value(int i, int j, int constant, float shift) {
+    if (j == constant) return 5.0f;
+    return (float)((i * 37 + j * 11) % 29) * 0.25f - 3.0f + (float)j + shift;
+}
+
+/* A csv of n rows: the label (column "target", first) is the row index, then
+ * F features named f0... */
+static void write_csv(const char *path, int n, int F, int constant, float shift) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "target");
+    for (int j = 0; j < F; j++)
+        fprintf(f, ",f%d", j);
+    fprintf(f, "\n");
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "%d", i);
+        for (int j = 0; j < F; j++)
+            fprintf(f, ",%.9g", (double)file_value(i, j, constant, shift));
+        fprintf(f, "\n");
+    }
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static dt_job file_job(const char *source, const char *train, int F) {
+    dt_job job = job_of(source, F, 0, 0.0, 21);
+    snprintf(job.train_data, sizeof job.train_data, "%s", train);
+    strcpy(job.label_column, "target");
+    strcpy(job.scale, "none");
+    job.scale_divisor = 255;
+    job.num_classes = 2;
+    return job;
+}
+
+static char *file_in(const char *dir, const char *name) {
+    static char paths[4][1024];
+    static int next;
+    char *p = paths[next++ % 4];
+    snprintf(p, 1024, "%s/%s", dir, name);
+    return p;
+}
+
+START_TEST(test_file_shards) {
+    enum { N = 23, F = 3 };
+    dt_log_set_level(DT_LOG_WARN);
+    char *dir = dt_test_tempdir();
+    ck_assert_ptr_nonnull(dir);
+    const char *path = file_in(dir, "train.csv");
+    write_csv(path, N, F, -1, 0);
+    dt_job job = file_job("csv", path, F);
+    for (int ns = 1; ns <= 4; ns++) {
+        int seen[N] = {0};
+        int64_t total = 0;
+        for (int s = 0; s < ns; s++) {
+            dt_dataset *ds = open_ok(&job, s, ns);
+            ck_assert_int_eq(dt_data_total(ds), N);
+            ck_assert_int_eq(dt_data_size(ds), (N - s + ns - 1) / ns);
+            ck_assert_ptr_null(dt_data_true_weights(ds));
+            total += dt_data_size(ds);
+            dt_batch all;
+            dt_err err = {0};
+            ck_assert_msg(dt_data_all(ds, &all, &err) == 0, "%s", err.msg);
+            ck_assert_int_eq(all.rows, dt_data_size(ds));
+            ck_assert_int_eq(all.cols, F);
+            for (int k = 0; k < all.rows; k++) {
+                int i = (int)all.y[k]; /* the label is the row index */
+                ck_assert_int_eq(i, s + k * ns);
+                seen[i]++;
+                for (int j = 0; j < F; j++)
+                    ck_assert_float_eq(all.x[k * F + j], file_value(i, j, -1, 0));
+            }
+            /* An epoch of batches: each example of the shard once, rows intact. */
+            int visits[N] = {0};
+            while (dt_data_epoch(ds) == 0) {
+                dt_batch b;
+                ck_assert_int_eq(dt_data_next(ds, 4, &b, NULL), 0);
+                for (int r = 0; r < b.rows; r++) {
+                    int i = (int)b.y[r];
+                    ck_assert_int_eq(i % ns, s);
+                    visits[i]++;
+                    for (int j = 0; j < F; j++)
+                        ck_assert_float_eq(b.x[r * F + j], file_value(i, j, -1, 0));
+                }
+            }
+            for (int i = 0; i < N; i++)
+                ck_assert_int_eq(visits[i], i % ns == s);
+            dt_data_free(ds);
+        }
+        ck_assert_int_eq(total, N);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(seen[i] == 1, "ns %d: row %d seen %d", ns, i, seen[i]);
+    }
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* "divide" on the idx fixture: pixels / 255, sharded. */
+START_TEST(test_file_divide) {
+    dt_log_set_level(DT_LOG_WARN);
+    const char *root = getenv("DT_TEST_DATA");
+    char images[1024], labels[1024];
+    snprintf(images, sizeof images, "%s/readers/small-images-idx3-ubyte",
+             root && *root ? root : "test/data");
+    snprintf(labels, sizeof labels, "%s/readers/small-labels-idx1-ubyte",
+             root && *root ? root : "test/data");
+    dt_job job = file_job("idx", images, 6);
+    snprintf(job.train_labels, sizeof job.train_labels, "%s", labels);
+    strcpy(job.model, "softmax");
+    job.num_classes = 10;
+    strcpy(job.scale, "divide");
+    job.scale_divisor = 255;
+    dt_dataset *ds = open_ok(&job, 0, 2);
+    ck_assert_int_eq(dt_data_total(ds), 3);
+    ck_assert_int_eq(dt_data_size(ds), 2);
+    dt_batch all;
+    ck_assert_int_eq(dt_data_all(ds, &all, NULL), 0);
+    ck_assert_int_eq(all.rows, 2);
+    for (int j = 0; j < 6; j++) {
+        ck_assert_float_eq_tol(all.x[j], (float)j / 255.0f, 1e-7f);
+        ck_assert_float_eq_tol(all.x[6 + j], (float)(250 + j) / 255.0f, 1e-7f);
+    }
+    ck_assert_float_eq(all.x[11], 1.0f);
+    ck_assert_float_eq(all.y[0], 7);
+    ck_assert_float_eq(all.y[1], 9);
+    dt_data_free(ds);
+    ds = open_ok(&job, 1, 2);
+    ck_assert_int_eq(dt_data_all(ds, &all, NULL), 0);
+    ck_assert_int_eq(all.rows, 1);
+    ck_assert_float_eq_tol(all.x[5], 45.0f / 255.0f, 1e-7f);
+    ck_assert_float_eq(all.y[0], 0);
+    dt_data_free(ds);
+}
+END_TEST
+
+/* Mean and population std of feature j of the generated rows. */
+static void file_stats(int n, int j, int constant, float shift, double *mean, double *sd) {
+    double sum = 0, sq = 0;
+    for (int i = 0; i < n; i++)
+        sum += file_value(i, j, constant, shift);
+    *mean = sum / n;
+    for (int i = 0; i < n; i++) {
+        double d = file_value(i, j, constant, shift) - *mean;
+        sq += d * d;
+    }
+    *sd = sqrt(sq / n);
+}
+
+START_TEST(test_file_standardize) {
+    enum { N = 50, F = 4, CONSTANT = 2 };
+    dt_log_set_level(DT_LOG_WARN);
+    char *dir = dt_test_tempdir();
+    const char *path = file_in(dir, "train.csv");
+    write_csv(path, N, F, CONSTANT, 0);
+    dt_job job = file_job("csv", path, F);
+    strcpy(job.scale, "standardize");
+    const int ns = 3;
+    double sum[F] = {0}, sq[F] = {0};
+    int count = 0;
+    for (int s = 0; s < ns; s++) {
+        dt_dataset *ds = open_ok(&job, s, ns);
+        dt_batch all;
+        ck_assert_int_eq(dt_data_all(ds, &all, NULL), 0);
+        for (int k = 0; k < all.rows; k++) {
+            int i = (int)all.y[k];
+            for (int j = 0; j < F; j++) {
+                double v = all.x[k * F + j], mean, sd;
+                sum[j] += v;
+                sq[j] += v * v;
+                file_stats(N, j, CONSTANT, 0, &mean, &sd);
+                double want = j == CONSTANT ? 0.0 : (file_value(i, j, CONSTANT, 0) - mean) / sd;
+                ck_assert_msg(fabs(v - want) < 1e-5, "row %d feature %d: %g, want %g", i, j, v,
+                              want);
+            }
+            count++;
+        }
+        dt_data_free(ds);
+    }
+    ck_assert_int_eq(count, N);
+    /* Over the union of the shards: mean 0 and std 1; the constant feature is 0. */
+    for (int j = 0; j < F; j++) {
+        double mean = sum[j] / N, sd = sqrt(sq[j] / N - mean * mean);
+        ck_assert_msg(fabs(mean) < 1e-6, "feature %d: mean %g", j, mean);
+        if (j == CONSTANT)
+            ck_assert_msg(sq[j] == 0, "constant feature: sum of squares %g", sq[j]);
+        else
+            ck_assert_msg(fabs(sd - 1) < 1e-5, "feature %d: std %g", j, sd);
+    }
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+START_TEST(test_eval_uses_train_stats) {
+    enum { N = 40, M = 7, F = 3 };
+    const float shift = 10; /* the held-out set sits elsewhere than the training set */
+    dt_log_set_level(DT_LOG_WARN);
+    char *dir = dt_test_tempdir();
+    const char *train = file_in(dir, "train.csv"), *eval = file_in(dir, "eval.csv");
+    write_csv(train, N, F, -1, 0);
+    write_csv(eval, M, F, -1, shift);
+    dt_job job = file_job("csv", train, F);
+    snprintf(job.eval_data, sizeof job.eval_data, "%s", eval);
+
+    static const char *const scales[] = {"standardize", "divide", "none"};
+    for (int sc = 0; sc < 3; sc++) {
+        strcpy(job.scale, scales[sc]);
+        job.scale_divisor = 4;
+        dt_dataset *ds = NULL;
+        dt_err err = {0};
+        ck_assert_msg(dt_data_open_eval(&job, &ds, &err) == 0, "%s: %s", scales[sc], err.msg);
+        ck_assert_int_eq(dt_data_total(ds), M);
+        ck_assert_int_eq(dt_data_size(ds), M); /* not sharded */
+        dt_batch all;
+        ck_assert_msg(dt_data_all(ds, &all, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(all.rows, M);
+        for (int i = 0; i < M; i++) {
+            ck_assert_float_eq(all.y[i], (float)i);
+            for (int j = 0; j < F; j++) {
+                double raw = file_value(i, j, -1, shift), mean, sd, want = raw;
+                file_stats(N, j, -1, 0, &mean, &sd); /* the TRAINING file's */
+                if (sc == 0) want = (raw - mean) / sd;
+                if (sc == 1) want = raw / 4;
+                ck_assert_msg(fabs(all.x[i * F + j] - want) < 1e-5,
+                              "%s: row %d feature %d: %g, want %g", scales[sc], i, j,
+                              all.x[i * F + j], want);
+            }
+        }
+        if (sc == 0) {
+            /* Scaled by the training set, the shifted held-out set is not centred. */
+            double mean0 = 0;
+            for (int i = 0; i < M; i++)
+                mean0 += all.x[i * F];
+            ck_assert_msg(mean0 / M > 1, "held-out mean %g", mean0 / M);
+        }
+        dt_batch b;
+        ck_assert_int_eq(dt_data_next(ds, 100, &b, NULL), 0);
+        ck_assert_int_eq(b.rows, M);
+        dt_data_free(ds);
+    }
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+static void expect_code(const dt_job *job, int shard, int num_shards, int eval, int code,
+                        const char *want) {
+    dt_dataset *ds = (dt_dataset *)&ds;
+    dt_err err = {0};
+    int rc =
+        eval ? dt_data_open_eval(job, &ds, &err) : dt_data_open(job, shard, num_shards, &ds, &err);
+    ck_assert_msg(rc == code, "rc %d, want %d: %s", rc, code, err.msg);
+    ck_assert_int_eq(err.code, code);
+    ck_assert_ptr_null(ds);
+    ck_assert_msg(strstr(err.msg, want) != NULL, "want \"%s\" in \"%s\"", want, err.msg);
+    ck_assert_msg(strncmp(err.msg, "data: ", 6) == 0, "%s", err.msg);
+}
+
+START_TEST(test_file_errors) {
+    dt_log_set_level(DT_LOG_ERROR); /* skip_bad_rows warns by design */
+    char *dir = dt_test_tempdir();
+    const char *train = file_in(dir, "train.csv"), *missing = file_in(dir, "missing.csv");
+    write_csv(train, 3, 2, -1, 0);
+    dt_job job = file_job("csv", missing, 2);
+    expect_code(&job, 0, 1, 0, DT_ENOTFOUND, "missing.csv: open:");
+    job.train_data[0] = '\0';
+    expect_code(&job, 0, 1, 0, DT_EINVAL, "data: \"train_data\" is not set");
+    job = file_job("csv", train, 2);
+    expect_code(&job, 3, 4, 0, DT_EINVAL, "data: shard 3 of 4 is empty: only 3 examples in ");
+    dt_dataset *ds = open_ok(&job, 2, 4); /* the last shard with a row */
+    ck_assert_int_eq(dt_data_size(ds), 1);
+    dt_data_free(ds);
+    job.num_features = 3;
+    expect_code(&job, 0, 1, 0, DT_EINVAL,
+                "train.csv:1: the header has 2 feature columns (3 columns less the label), but "
+                "\"num_features\" is 3");
+    job = file_job("csv", train, 2);
+    strcpy(job.scale, "minmax");
+    expect_code(&job, 0, 1, 0, DT_EINVAL, "data: \"scale\": unknown scaling \"minmax\"");
+    strcpy(job.scale, "divide");
+    job.scale_divisor = 0;
+    expect_code(&job, 0, 1, 0, DT_EINVAL, "data: \"scale_divisor\" must be a number > 0 (got 0)");
+    job = file_job("csv", train, 2);
+    strcpy(job.model, "softmax"); /* the label is the row index: 0, 1, 2 */
+    expect_code(&job, 0, 1, 0, DT_EINVAL,
+                "train.csv:4: column \"target\": label 2 is not a class of 0..1");
+    job.skip_bad_rows = 1; /* the rest still trains */
+    ds = open_ok(&job, 0, 1);
+    ck_assert_int_eq(dt_data_total(ds), 2);
+    dt_data_free(ds);
+
+    /* The held-out set. */
+    job = file_job("csv", train, 2);
+    expect_code(&job, 0, 1, 1, DT_EINVAL, "data: eval: \"eval_data\" is not set");
+    snprintf(job.eval_data, sizeof job.eval_data, "%s", missing);
+    expect_code(&job, 0, 1, 1, DT_ENOTFOUND, "missing.csv: open:");
+    strcpy(job.scale, "standardize"); /* the training file is read first */
+    job.train_data[0] = '\0';
+    expect_code(&job, 0, 1, 1, DT_EINVAL, "data: \"train_data\" is not set");
+    dt_job line = job_of("line", 1, 10, 0, 1);
+    expect_code(&line, 0, 1, 1, DT_EINVAL, "data: eval: the \"line\" source has no held-out set");
+
+    /* A damaged idx file. */
+    const char *img = file_in(dir, "img"), *lab = file_in(dir, "lab");
+    FILE *f = fopen(img, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite("\0\0\x08\x01\0\0\0\x01", 1, 8, f), 8); /* a labels header */
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_eq(dt_test_write_file(lab, "x"), 0);
+    job = file_job("idx", img, 6);
+    snprintf(job.train_labels, sizeof job.train_labels, "%s", lab);
+    expect_code(&job, 0, 1, 0, DT_ECORRUPT, "img: bad magic number: expected 0x00000803");
+    dt_test_tempdir_free(dir);
 }
 END_TEST
 
@@ -461,5 +797,15 @@ Suite *data_suite(void) {
     tcase_add_test(tc, test_normal);
     tcase_add_test(tc, test_normals_bulk);
     suite_add_tcase(s, tc);
+
+    TCase *files = tcase_create("files");
+    tcase_add_unchecked_fixture(files, files_setup, dt_test_tmp_end);
+    tcase_set_timeout(files, 60);
+    tcase_add_test(files, test_file_shards);
+    tcase_add_test(files, test_file_divide);
+    tcase_add_test(files, test_file_standardize);
+    tcase_add_test(files, test_eval_uses_train_stats);
+    tcase_add_test(files, test_file_errors);
+    suite_add_tcase(s, files);
     return s;
 }
