@@ -1,15 +1,17 @@
 /*
- * chief: model start-up (live / restore / init), checkpoint and summary
- * timers, ps recovery, and the end of the job.
+ * chief: model start-up (live / restore / init), checkpoint, summary and
+ * evaluation timers, ps recovery, and the end of the job.
  *
- * A checkpoint pairs the variables the chief last pulled with the global
- * step they were pulled at, so saving costs no extra round trip. In
- * asynchronous training that is as consistent as any snapshot can be.
+ * A checkpoint holds whole variables and their optimizer slots
+ * ("<variable>/<slot>"), pulled in one round just before saving, with the
+ * global step of that pull. Whole variables (slices joined by the ps client)
+ * restore onto any number of ps tasks, placed anew.
  *
  * Threading: runs on the worker loop's thread (hooks), nothing else.
  */
 #include "chief.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,17 +20,24 @@
 #include "checkpoint.h"
 #include "log.h"
 #include "model.h"
+#include "optim.h"
 #include "summary.h"
 
 typedef struct {
     dt_worker *w;
     const dt_job *job;
+    dt_ps_model create; /* what the ps tasks are created with */
     char model[DT_CKPT_MODEL_MAX];
+    dt_tensors slots;    /* (vars x optimizer slots) "<variable>/<slot>" */
+    int have_slots;      /* slots hold values worth sending (from a checkpoint) */
+    dt_tensors snapshot; /* views of vars then slots, for saving; no slab */
     dt_summary_writer *summary;
+    dt_dataset *eval;    /* held-out set, or NULL */
     double last_save;
     int64_t last_saved_step;
     double summary_t;
     int64_t summary_step;
+    int64_t staleness_seen[DT_STALENESS_BUCKETS]; /* counts already summarized */
     int64_t last_global_step; /* highest global step seen */
     int64_t last_pulled_step; /* step of the values in the worker's vars */
 } chief;
@@ -39,15 +48,67 @@ static double now_secs(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int save(chief *c, int64_t global_step, dt_err *err) {
+/* ---- slots ------------------------------------------------------------- */
+
+/* One tensor per variable and slot, shaped like the variable, at the
+ * slot's initial value; and the snapshot list (vars then slots). */
+static int init_slots(chief *c, dt_err *err) {
+    const dt_tensors *vars = dt_worker_vars(c->w);
+    const dt_optim_config *o = &c->job->optim;
+    int nslots = dt_optim_num_slots(o), n = vars->count * nslots;
+    dt_tensor *specs = calloc((size_t)(n ? n : 1), sizeof *specs);
+    if (!specs) return dt_err_set(err, DT_ENOMEM, "chief: out of memory");
+    int rc = 0;
+    for (int i = 0; i < vars->count; i++)
+        for (int s = 0; s < nslots; s++) {
+            dt_tensor *t = &specs[i * nslots + s];
+            *t = vars->items[i];
+            t->data = NULL;
+            if (snprintf(t->name, sizeof t->name, "%s/%s", vars->items[i].name,
+                         dt_optim_slot_name(o, s)) >= (int)sizeof t->name)
+                rc = dt_err_set(err, DT_EINVAL, "chief: variable %s: name too long for its slots",
+                                vars->items[i].name);
+        }
+    if (rc == 0) rc = dt_tensors_init(&c->slots, specs, n, err);
+    free(specs);
+    if (rc < 0) return rc;
+    for (int k = 0; k < c->slots.count; k++) {
+        float *x = c->slots.items[k].data, init = dt_optim_slot_init(o, k % (nslots ? nslots : 1));
+        for (int64_t e = 0; e < dt_tensor_numel(&c->slots.items[k]); e++) x[e] = init;
+    }
+    c->snapshot.count = vars->count + c->slots.count;
+    c->snapshot.items = calloc((size_t)c->snapshot.count + 1, sizeof *c->snapshot.items);
+    if (!c->snapshot.items) return dt_err_set(err, DT_ENOMEM, "chief: out of memory");
+    memcpy(c->snapshot.items, vars->items, sizeof(dt_tensor) * (size_t)vars->count);
+    memcpy(c->snapshot.items + vars->count, c->slots.items,
+           sizeof(dt_tensor) * (size_t)c->slots.count);
+    return 0;
+}
+
+/* ---- checkpoints ------------------------------------------------------- */
+
+typedef struct {
+    chief *c;
+    dt_ps_reply reply;
+} snapshot_pull;
+
+static int do_snapshot_pull(void *arg, dt_err *err) {
+    snapshot_pull *sp = arg;
+    chief *c = sp->c;
+    return dt_ps_client_pull(dt_worker_client(c->w), dt_worker_vars(c->w), &c->slots, 0,
+                             &sp->reply, err);
+}
+
+/* Writes the chief's vars and slots as they are, at global_step. */
+static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     if (global_step == c->last_saved_step) return 0;
     dt_ckpt_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = global_step;
     snprintf(meta.model, sizeof meta.model, "%s", c->model);
     char path[DT_PATH_MAX + 64];
-    int rc = dt_ckpt_save_in_dir(c->job->log_dir, dt_worker_vars(c->w), &meta, c->job->max_to_keep,
-                                 path, sizeof path, err);
+    int rc = dt_ckpt_save_in_dir(c->job->log_dir, &c->snapshot, &meta, c->job->max_to_keep, path,
+                                 sizeof path, err);
     if (rc < 0) return dt_err_wrap(err, rc, "chief: checkpoint");
     c->last_save = now_secs();
     c->last_saved_step = global_step;
@@ -55,25 +116,37 @@ static int save(chief *c, int64_t global_step, dt_err *err) {
     return 0;
 }
 
-/* Copies a loaded checkpoint into vars, matching by name, dtype and shape. */
-static int adopt_checkpoint(const dt_tensors *loaded, dt_tensors *vars, const char *path,
-                            dt_err *err) {
-    for (int i = 0; i < vars->count; i++) {
-        dt_tensor *v = &vars->items[i];
-        const dt_tensor *t = dt_tensors_find(loaded, v->name);
-        if (!t)
-            return dt_err_set(err, DT_EINVAL, "%s: no variable %s (was it written for another model?)",
-                              path, v->name);
-        if (t->dtype != v->dtype || t->ndim != v->ndim || t->nbytes != v->nbytes ||
-            memcmp(t->shape, v->shape, sizeof(int64_t) * (size_t)v->ndim) != 0)
-            return dt_err_set(err, DT_EINVAL, "%s: variable %s has another dtype or shape than "
-                                              "this model's", path, v->name);
-        memcpy(v->data, t->data, v->nbytes);
-    }
-    return 0;
+/* Pulls variables and slots in one round, then saves them. */
+static int save(chief *c, dt_err *err) {
+    snapshot_pull sp;
+    memset(&sp, 0, sizeof sp);
+    sp.c = c;
+    int rc = do_snapshot_pull(&sp, err);
+    if (rc < 0) return rc;
+    c->have_slots = 1;
+    return write_checkpoint(c, sp.reply.global_step, err);
 }
 
-/* Loads the latest checkpoint into the chief's vars. 1 found, 0 none. */
+/* Copies the tensors of a loaded checkpoint called like those of dst,
+ * matching dtype and shape. Returns how many were found. */
+static int adopt(const dt_tensors *loaded, dt_tensors *dst, const char *path, dt_err *err) {
+    int found = 0;
+    for (int i = 0; i < dst->count; i++) {
+        dt_tensor *v = &dst->items[i];
+        const dt_tensor *t = dt_tensors_find(loaded, v->name);
+        if (!t) continue;
+        if (t->dtype != v->dtype || t->ndim != v->ndim || t->nbytes != v->nbytes ||
+            memcmp(t->shape, v->shape, sizeof(int64_t) * (size_t)v->ndim) != 0)
+            return dt_err_set(err, DT_EINVAL, "%s: %s has another dtype or shape than this model's",
+                              path, v->name);
+        memcpy(v->data, t->data, v->nbytes);
+        found++;
+    }
+    return found;
+}
+
+/* Loads the latest checkpoint into the chief's vars (and slots when it has
+ * them all). 1 found, 0 none. */
 static int load_latest(chief *c, int64_t *global_step, dt_err *err) {
     dt_tensors loaded;
     memset(&loaded, 0, sizeof loaded);
@@ -81,13 +154,26 @@ static int load_latest(chief *c, int64_t *global_step, dt_err *err) {
     char path[DT_PATH_MAX + 64];
     int found = dt_ckpt_restore_latest(c->job->log_dir, &loaded, &meta, path, sizeof path, err);
     if (found <= 0) return found;
-    int rc = adopt_checkpoint(&loaded, dt_worker_vars(c->w), path, err);
+    dt_tensors *vars = dt_worker_vars(c->w);
+    int rc = adopt(&loaded, vars, path, err);
+    if (rc >= 0 && rc < vars->count)
+        rc = dt_err_set(err, DT_EINVAL, "%s: %d of this model's %d variables missing (was it "
+                                        "written for another model?)",
+                        path, vars->count - rc, vars->count);
+    int nslots = rc < 0 ? 0 : adopt(&loaded, &c->slots, path, err);
     dt_tensors_deinit(&loaded);
     if (rc < 0) return rc;
+    if (nslots < 0) return nslots;
+    c->have_slots = nslots == c->slots.count;
+    if (!c->have_slots && c->slots.count > 0)
+        dt_log(DT_LOG_WARN, "chief: %s has no %s slots; they start from their initial values",
+               path, c->job->optim.name);
     *global_step = meta.global_step;
     dt_log(DT_LOG_INFO, "chief: restored %s (global_step %lld)", path, (long long)meta.global_step);
     return 1;
 }
+
+/* ---- start-up and recovery ---------------------------------------------- */
 
 typedef struct {
     chief *c;
@@ -117,9 +203,10 @@ static int take_census(void *arg, dt_err *err) {
 
 /* Creates the model on the ps tasks flagged in only (NULL: all). */
 static int create(chief *c, int64_t global_step, const int *only, dt_err *err) {
-    const dt_job *job = c->job;
-    return dt_ps_client_create(dt_worker_client(c->w), dt_worker_vars(c->w), global_step,
-                               &job->optim, job->max_steps, c->model, only, err);
+    c->create.vars = dt_worker_vars(c->w);
+    c->create.slots = c->have_slots ? &c->slots : NULL;
+    c->create.global_step = global_step;
+    return dt_ps_client_create(dt_worker_client(c->w), &c->create, only, err);
 }
 
 /* Restores the ps tasks that are not ready (restarted empty). */
@@ -134,8 +221,10 @@ static int recover(chief *c, const census *cs, dt_err *err) {
     int64_t step = 0;
     int found = load_latest(c, &step, err);
     if (found < 0) return found;
-    if (!found)
+    if (!found) {
         dt_log(DT_LOG_WARN, "chief: no checkpoint yet; restoring from the values last pulled");
+        c->have_slots = 0;
+    }
     /* The global step never goes backwards. */
     if (c->last_global_step > step) step = c->last_global_step;
     if (cs->global_step > step) step = cs->global_step;
@@ -151,6 +240,38 @@ static int on_not_ready(void *ctx, dt_err *err) {
     if (rc < 0) return 0; /* still unreachable: let the retry loop wait */
     if (cs.num_ready == dt_ps_client_num_ps(dt_worker_client(c->w))) return 0;
     return recover(c, &cs, err);
+}
+
+/* What every Create carries besides the values: from the job, with the
+ * defaults that depend on the cluster and the data filled in. */
+static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
+    const dt_job *job = c->job;
+    dt_ps_model *m = &c->create;
+    m->optim = job->optim;
+    m->model = c->model;
+    m->max_steps = job->max_steps;
+    if (m->max_steps == 0) { /* epochs of a file: its size is known now */
+        int rc = dt_job_steps_for(job, dt_data_total(dt_worker_data(c->w)), &m->max_steps, err);
+        if (rc < 0) return rc;
+        dt_log(DT_LOG_INFO, "chief: %d epochs of %lld examples: max_steps %lld", job->epochs,
+               (long long)dt_data_total(dt_worker_data(c->w)), (long long)m->max_steps);
+    }
+    int rc = dt_job_schedule(job, &m->schedule, err);
+    if (rc < 0) return rc;
+    dt_consistency *k = &m->consistency;
+    k->mode = dt_mode_from_name(job->mode);
+    k->replicas_to_aggregate = job->replicas_to_aggregate ? job->replicas_to_aggregate
+                                                          : cluster->num_workers;
+    k->total_num_replicas = job->total_num_replicas ? job->total_num_replicas : cluster->num_workers;
+    k->staleness = job->staleness;
+    k->timeout_ms = job->sync_timeout_secs * 1000;
+    if (k->mode == DT_MODE_SYNC &&
+        (k->replicas_to_aggregate > k->total_num_replicas ||
+         k->total_num_replicas > cluster->num_workers))
+        return dt_err_set(err, DT_EINVAL, "job: sync needs replicas_to_aggregate (%d) <= "
+                                          "total_num_replicas (%d) <= workers (%d)",
+                          k->replicas_to_aggregate, k->total_num_replicas, cluster->num_workers);
+    return 0;
 }
 
 static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
@@ -180,48 +301,120 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     return create(c, step, NULL, err);
 }
 
+/* ---- summaries and evaluation ------------------------------------------ */
+
+/* The staleness of the gradients applied since the last call, as a
+ * histogram (bucket i: staleness i; the last bucket: that or more). */
+static int summarize_staleness(chief *c, int64_t step, dt_err *err) {
+    dt_msg_status_resp st;
+    dt_err ignored;
+    dt_err_clear(&ignored);
+    if (dt_ps_client_status(dt_worker_client(c->w), 0, &st, &ignored) < 0) return 0;
+    enum { MAX_VALUES = 100000 };
+    static double values[MAX_VALUES];
+    int64_t n = 0;
+    double sum = 0;
+    for (int b = 0; b < st.num_staleness_counts && b < DT_STALENESS_BUCKETS; b++) {
+        int64_t fresh = st.staleness_counts[b] - c->staleness_seen[b];
+        c->staleness_seen[b] = st.staleness_counts[b];
+        for (int64_t k = 0; k < fresh && n < MAX_VALUES; k++) values[n++] = b;
+        sum += (double)b * (double)fresh;
+    }
+    if (n == 0) return 0;
+    int rc = dt_summary_histogram(c->summary, step, "staleness", values, n, err);
+    if (rc < 0) return rc;
+    const char *tags[] = {"staleness/mean", "pushes_dropped"};
+    double scalars[] = {sum / (double)n, (double)st.pushes_dropped};
+    return dt_summary_scalars(c->summary, step, tags, scalars, 2, err);
+}
+
+/* Loss (and accuracy) of the current variables on the held-out set. */
+static int evaluate(chief *c, int64_t step, dt_err *err) {
+    if (!c->eval) return 0;
+    dt_batch all;
+    double loss = NAN, accuracy = NAN;
+    int rc = dt_data_all(c->eval, &all, err);
+    if (rc == 0)
+        rc = dt_model_evaluate(dt_worker_model(c->w), dt_worker_vars(c->w), &all, &loss,
+                               &accuracy, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "chief: evaluate");
+    if (isnan(accuracy)) {
+        dt_log(DT_LOG_INFO, "chief: eval at global_step %lld: loss %.6f on %d examples",
+               (long long)step, loss, all.rows);
+    } else {
+        dt_log(DT_LOG_INFO, "chief: eval at global_step %lld: loss %.6f accuracy %.4f on %d "
+                            "examples", (long long)step, loss, accuracy, all.rows);
+    }
+    const char *tags[] = {"eval/loss", "eval/accuracy"};
+    double values[] = {loss, accuracy};
+    rc = dt_summary_scalars(c->summary, step, tags, values, isnan(accuracy) ? 1 : 2, err);
+    if (rc == 0) rc = dt_summary_flush(c->summary, err);
+    return rc;
+}
+
 static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     chief *c = ctx;
     const dt_job *job = c->job;
     if (r->global_step > c->last_global_step) c->last_global_step = r->global_step;
     c->last_pulled_step = r->pulled_step;
     double t = now_secs();
+    int rc = 0;
     if (r->local_step % job->summary_steps == 0) {
-        double rate = (double)(r->global_step - c->summary_step) / (t - c->summary_t > 1e-9 ? t - c->summary_t : 1e-9);
+        double dt = t - c->summary_t > 1e-9 ? t - c->summary_t : 1e-9;
         const char *tags[] = {"loss", "global_step/sec"};
-        double values[] = {r->loss, rate};
-        int rc = dt_summary_scalars(c->summary, r->global_step, tags, values, 2, err);
+        double values[] = {r->loss, (double)(r->global_step - c->summary_step) / dt};
+        rc = dt_summary_scalars(c->summary, r->global_step, tags, values, 2, err);
+        if (rc == 0) rc = summarize_staleness(c, r->global_step, err);
         if (rc == 0) rc = dt_summary_flush(c->summary, err);
         if (rc < 0) return rc;
         c->summary_t = t;
         c->summary_step = r->global_step;
     }
-    if (t - c->last_save >= job->save_model_secs) return save(c, r->pulled_step, err);
+    /* The pulled values are those the gradient was computed from. */
+    if (job->eval_steps > 0 && r->local_step % job->eval_steps == 0 &&
+        (rc = evaluate(c, r->pulled_step, err)) < 0)
+        return rc;
+    if (t - c->last_save >= job->save_model_secs) {
+        dt_err save_err;
+        dt_err_clear(&save_err);
+        /* A ps that is down now is waited for by the next step's retries;
+         * the timer tries again after it. */
+        if (save(c, &save_err) < 0) {
+            dt_log(DT_LOG_WARN, "%s; will retry", save_err.msg);
+            c->last_save = t;
+        }
+    }
     return 0;
 }
 
-typedef struct {
-    dt_worker *w;
-    int64_t global_step;
-    int done;
-} final_pull;
-
-static int do_final_pull(void *arg, dt_err *err) {
-    final_pull *fp = arg;
-    return dt_ps_client_pull(dt_worker_client(fp->w), dt_worker_vars(fp->w), &fp->global_step,
-                             &fp->done, err);
-}
+static int do_final_pull(void *arg, dt_err *err) { return do_snapshot_pull(arg, err); }
 
 static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
-    final_pull fp = {c->w, 0, 0};
+    snapshot_pull sp;
+    memset(&sp, 0, sizeof sp);
+    sp.c = c;
     dt_worker_hooks hooks = {c, NULL, on_not_ready};
-    int rc = dt_worker_retry(c->w, "final pull", do_final_pull, &fp, &hooks, stop, err);
+    int rc = dt_worker_retry(c->w, "final pull", do_final_pull, &sp, &hooks, stop, err);
     if (rc < 0) return rc;
-    if ((rc = save(c, fp.global_step, err)) < 0) return rc;
-    if ((rc = dt_ps_client_shutdown(dt_worker_client(c->w), "training complete", err)) < 0)
-        dt_log(DT_LOG_WARN, "chief: telling the ps tasks to stop: %s", err ? err->msg : "");
-    dt_log(DT_LOG_INFO, "chief: job done at global_step %lld", (long long)fp.global_step);
+    c->have_slots = 1;
+    if ((rc = evaluate(c, sp.reply.global_step, err)) < 0) return rc;
+    if ((rc = write_checkpoint(c, sp.reply.global_step, err)) < 0) return rc;
+    dt_err stop_err;
+    dt_err_clear(&stop_err);
+    if (dt_ps_client_shutdown(dt_worker_client(c->w), "training complete", &stop_err) < 0)
+        dt_log(DT_LOG_WARN, "chief: telling the ps tasks to stop: %s", stop_err.msg);
+    dt_log(DT_LOG_INFO, "chief: job done at global_step %lld", (long long)sp.reply.global_step);
     return 0;
+}
+
+/* ---- the role ---------------------------------------------------------- */
+
+static void chief_deinit(chief *c) {
+    dt_summary_close(c->summary);
+    dt_data_free(c->eval);
+    free(c->snapshot.items);
+    dt_tensors_deinit(&c->slots);
+    dt_worker_free(c->w);
 }
 
 int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err) {
@@ -234,7 +427,11 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     int rc = dt_ckpt_lock_dir(c.job->log_dir, &lock_fd, err);
     if (rc < 0) return rc;
     if ((rc = dt_worker_open(params, &c.w, err)) < 0) goto out;
+    if ((rc = init_slots(&c, err)) < 0) goto out;
+    if ((rc = creation_params(&c, params->cluster, err)) < 0) goto out;
+    if (c.job->eval_data[0] && (rc = dt_data_open_eval(c.job, &c.eval, err)) < 0) goto out;
     if ((rc = start_model(&c, stop, err)) < 0) goto out;
+    dt_ps_client_log_placement(dt_worker_client(c.w));
     if (rc == 1) {
         dt_log(DT_LOG_INFO, "chief: the job is already done");
         rc = 0;
@@ -253,12 +450,10 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
         /* Stopped by a signal: keep what was learned. */
         dt_err save_err;
         dt_err_clear(&save_err);
-        if (save(&c, c.last_pulled_step, &save_err) < 0)
-            dt_log(DT_LOG_ERROR, "%s", save_err.msg);
+        if (save(&c, &save_err) < 0) dt_log(DT_LOG_ERROR, "%s", save_err.msg);
     }
 out:
-    dt_summary_close(c.summary);
-    dt_worker_free(c.w);
+    chief_deinit(&c);
     dt_ckpt_unlock_dir(lock_fd);
     return rc;
 }

@@ -48,6 +48,18 @@ typedef struct {
     int count;
 } out_names_arg;
 
+static const char *const mode_names[] = {"async", "sync", "bounded"};
+
+int dt_mode_from_name(const char *name) {
+    for (int m = 0; m <= DT_MODE_BOUNDED; m++)
+        if (strcmp(name, mode_names[m]) == 0) return m;
+    return -1;
+}
+
+const char *dt_mode_name(int mode) {
+    return mode >= 0 && mode <= DT_MODE_BOUNDED ? mode_names[mode] : NULL;
+}
+
 static int host_is_little_endian(void) {
     const uint16_t one = 1;
     uint8_t first;
@@ -133,6 +145,53 @@ static void optim_from_pb(const dtrain_OptimizerConfig *in, dt_optim_config *out
     out->initial_accumulator = in->initial_accumulator;
 }
 
+static void schedule_to_pb(const dt_lr_schedule *in, dtrain_LearningRateSchedule *out) {
+    const char *kind = dt_lr_kind_name(in->kind);
+    copy_str(out->kind, sizeof out->kind, kind ? kind : "");
+    out->decay_steps = in->decay_steps;
+    out->decay_rate = in->decay_rate;
+    out->staircase = in->staircase != 0;
+    int n = in->num_boundaries;
+    if (n < 0) n = 0;
+    if (n > DT_LR_MAX_BOUNDARIES) n = DT_LR_MAX_BOUNDARIES;
+    out->boundaries_count = (pb_size_t)n;
+    memcpy(out->boundaries, in->boundaries, sizeof(int64_t) * (size_t)n);
+    out->values_count = (pb_size_t)(n + (in->kind == DT_LR_PIECEWISE ? 1 : 0));
+    memcpy(out->values, in->values, sizeof(double) * out->values_count);
+}
+
+/* Unknown kinds decode as -1, so the receiver's check names them. */
+static void schedule_from_pb(const dtrain_LearningRateSchedule *in, dt_lr_schedule *out) {
+    memset(out, 0, sizeof *out);
+    out->kind = in->kind[0] ? dt_lr_kind_from_name(in->kind) : DT_LR_CONSTANT;
+    out->decay_steps = in->decay_steps;
+    out->decay_rate = in->decay_rate;
+    out->staircase = in->staircase;
+    out->num_boundaries = (int)in->boundaries_count;
+    memcpy(out->boundaries, in->boundaries, sizeof(int64_t) * in->boundaries_count);
+    /* A piecewise schedule needs one more value than boundaries. */
+    if (in->kind[0] && out->kind == DT_LR_PIECEWISE && in->values_count != in->boundaries_count + 1)
+        out->num_boundaries = -1;
+    memcpy(out->values, in->values, sizeof(double) * in->values_count);
+}
+
+static void consistency_to_pb(const dt_consistency *in, dtrain_Consistency *out) {
+    const char *mode = dt_mode_name(in->mode);
+    copy_str(out->mode, sizeof out->mode, mode ? mode : "");
+    out->replicas_to_aggregate = in->replicas_to_aggregate;
+    out->total_num_replicas = in->total_num_replicas;
+    out->staleness = in->staleness;
+    out->timeout_ms = in->timeout_ms;
+}
+
+static void consistency_from_pb(const dtrain_Consistency *in, dt_consistency *out) {
+    out->mode = in->mode[0] ? dt_mode_from_name(in->mode) : DT_MODE_ASYNC;
+    out->replicas_to_aggregate = in->replicas_to_aggregate;
+    out->total_num_replicas = in->total_num_replicas;
+    out->staleness = in->staleness;
+    out->timeout_ms = in->timeout_ms;
+}
+
 /* All nanopb message structs in one place, so encode/decode share storage. */
 typedef union {
     dtrain_CreateRequest create_req;
@@ -181,6 +240,11 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         optim_to_pb(&m->optim, &pb->create_req.optimizer);
         pb->create_req.max_steps = m->max_steps;
         copy_str(pb->create_req.model, sizeof pb->create_req.model, m->model);
+        set_tensor_encoder(&pb->create_req.slots, &m->slots_out);
+        pb->create_req.has_schedule = true;
+        schedule_to_pb(&m->schedule, &pb->create_req.schedule);
+        pb->create_req.has_consistency = true;
+        consistency_to_pb(&m->consistency, &pb->create_req.consistency);
         break;
     }
     case DT_MSG_CREATE_RESP: {
@@ -196,6 +260,8 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         pb->pull_req.names.funcs.encode = encode_names;
         pb->pull_req.names.arg = names_storage;
         pb->pull_req.worker = m->worker;
+        pb->pull_req.include_slots = m->include_slots;
+        pb->pull_req.min_global_step = m->min_global_step;
         break;
     }
     case DT_MSG_PULL_RESP: {
@@ -203,7 +269,9 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         pb->pull_resp.incarnation = m->incarnation;
         pb->pull_resp.global_step = m->global_step;
         pb->pull_resp.done = m->done;
+        pb->pull_resp.wait = m->wait;
         set_tensor_encoder(&pb->pull_resp.variables, &m->out);
+        set_tensor_encoder(&pb->pull_resp.slots, &m->slots_out);
         break;
     }
     case DT_MSG_PUSH_REQ: {
@@ -218,6 +286,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         pb->push_resp.incarnation = m->incarnation;
         pb->push_resp.global_step = m->global_step;
         pb->push_resp.done = m->done;
+        pb->push_resp.dropped = m->dropped;
         break;
     }
     case DT_MSG_STATUS_REQ: {
@@ -238,6 +307,14 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         copy_str(s->model, sizeof s->model, m->model);
         s->pushes_applied = m->pushes_applied;
         s->pushes_rejected = m->pushes_rejected;
+        s->pushes_dropped = m->pushes_dropped;
+        int n = m->num_staleness_counts;
+        if (n < 0) n = 0;
+        if (n > DT_STALENESS_BUCKETS) n = DT_STALENESS_BUCKETS;
+        s->staleness_counts_count = (pb_size_t)n;
+        memcpy(s->staleness_counts, m->staleness_counts, sizeof(int64_t) * (size_t)n);
+        s->max_lead = m->max_lead;
+        copy_str(s->mode, sizeof s->mode, m->mode);
         break;
     }
     case DT_MSG_SHUTDOWN_REQ: {
@@ -302,7 +379,14 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
     bytes_view bv = {NULL, 0};
     pt.data.funcs.decode = decode_data;
     pt.data.arg = &bv;
-    if (!pb_decode(stream, dtrain_Tensor_fields, &pt)) return false;
+    if (!pb_decode(stream, dtrain_Tensor_fields, &pt)) {
+        /* Say which tensor, in the words of this schema's limits. */
+        const char *why = PB_GET_ERROR(stream);
+        if (strcmp(why, "string overflow") == 0) why = "name longer than 127 bytes";
+        if (strcmp(why, "array overflow") == 0) why = "shape has more than 4 dimensions";
+        dt_err_set(va->ctx->err, DT_EINVAL, "%s[%d]: %s", va->ctx->what, views->count, why);
+        return false;
+    }
 
     dt_tensor *t = &views->items[views->count];
     memset(t, 0, sizeof *t);
@@ -362,6 +446,8 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         optim_from_pb(&pb->create_req.optimizer, &m->optim);
         m->max_steps = pb->create_req.max_steps;
         copy_str(m->model, sizeof m->model, pb->create_req.model);
+        schedule_from_pb(&pb->create_req.schedule, &m->schedule);
+        consistency_from_pb(&pb->create_req.consistency, &m->consistency);
         break;
     }
     case DT_MSG_CREATE_RESP: {
@@ -370,12 +456,19 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         m->global_step = pb->create_resp.global_step;
         break;
     }
-    case DT_MSG_PULL_REQ: ((dt_msg_pull_req *)msg)->worker = pb->pull_req.worker; break;
+    case DT_MSG_PULL_REQ: {
+        dt_msg_pull_req *m = msg;
+        m->worker = pb->pull_req.worker;
+        m->include_slots = pb->pull_req.include_slots;
+        m->min_global_step = pb->pull_req.min_global_step;
+        break;
+    }
     case DT_MSG_PULL_RESP: {
         dt_msg_pull_resp *m = msg;
         m->incarnation = pb->pull_resp.incarnation;
         m->global_step = pb->pull_resp.global_step;
         m->done = pb->pull_resp.done;
+        m->wait = pb->pull_resp.wait;
         break;
     }
     case DT_MSG_PUSH_REQ: {
@@ -389,6 +482,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         m->incarnation = pb->push_resp.incarnation;
         m->global_step = pb->push_resp.global_step;
         m->done = pb->push_resp.done;
+        m->dropped = pb->push_resp.dropped;
         break;
     }
     case DT_MSG_STATUS_REQ: ((dt_msg_status_req *)msg)->worker = pb->status_req.worker; break;
@@ -405,6 +499,12 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         copy_str(m->model, sizeof m->model, s->model);
         m->pushes_applied = s->pushes_applied;
         m->pushes_rejected = s->pushes_rejected;
+        m->pushes_dropped = s->pushes_dropped;
+        m->num_staleness_counts = (int)s->staleness_counts_count;
+        memcpy(m->staleness_counts, s->staleness_counts,
+               sizeof(int64_t) * (size_t)s->staleness_counts_count);
+        m->max_lead = s->max_lead;
+        copy_str(m->mode, sizeof m->mode, s->mode);
         break;
     }
     case DT_MSG_SHUTDOWN_REQ:
@@ -422,7 +522,8 @@ int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
     dt_err local;
     dt_err_clear(&local);
     decode_ctx ctx = {&local, "tensors"};
-    views_arg va;
+    decode_ctx slots_ctx = {&local, "slots"};
+    views_arg va, sa;
     names_arg na;
     pb_any pb;
     memset(&pb, 0, sizeof pb);
@@ -430,10 +531,16 @@ int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
     case DT_MSG_CREATE_REQ:
         ctx.what = "variables";
         set_tensor_decoder(&pb.create_req.variables, &va, &((dt_msg_create_req *)msg)->in, &ctx);
+        slots_ctx.what = "slots";
+        set_tensor_decoder(&pb.create_req.slots, &sa, &((dt_msg_create_req *)msg)->slots_in,
+                           &slots_ctx);
         break;
     case DT_MSG_PULL_RESP:
         ctx.what = "variables";
         set_tensor_decoder(&pb.pull_resp.variables, &va, &((dt_msg_pull_resp *)msg)->in, &ctx);
+        slots_ctx.what = "slots";
+        set_tensor_decoder(&pb.pull_resp.slots, &sa, &((dt_msg_pull_resp *)msg)->slots_in,
+                           &slots_ctx);
         break;
     case DT_MSG_PUSH_REQ:
         ctx.what = "gradients";

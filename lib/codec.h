@@ -67,12 +67,33 @@ typedef enum {
 
 /* Every message carries its tensors twice: `out` when encoding, `in` when
  * decoding; the other side is unused. */
+/* How pushes from several workers combine (proto Consistency). */
+typedef enum { DT_MODE_ASYNC = 0, DT_MODE_SYNC, DT_MODE_BOUNDED } dt_mode;
+
+typedef struct {
+    int mode;                  /* dt_mode */
+    int replicas_to_aggregate; /* sync: >= 1 */
+    int total_num_replicas;    /* sync: >= replicas_to_aggregate */
+    int staleness;             /* bounded: >= 0 */
+    int timeout_ms;            /* sync: partial step; bounded: silent worker */
+} dt_consistency;
+
+/* "async", "sync", "bounded"; -1 / NULL when unknown. */
+int dt_mode_from_name(const char *name);
+const char *dt_mode_name(int mode);
+
+#define DT_STALENESS_BUCKETS 32
+
 typedef struct {
     dt_tensor_list out;
     dt_tensor_views in;
+    dt_tensor_list slots_out; /* "<variable>/<slot>"; may be empty */
+    dt_tensor_views slots_in; /* cap 0: slots are refused */
     int64_t global_step;
     int64_t max_steps;
     dt_optim_config optim;
+    dt_lr_schedule schedule;
+    dt_consistency consistency;
     char model[DT_MSG_MODEL_MAX];
 } dt_msg_create_req;
 
@@ -86,14 +107,19 @@ typedef struct {
     const char *const *out_names;
     int out_count;
     int32_t worker;
+    bool include_slots;
+    int64_t min_global_step;
 } dt_msg_pull_req;
 
 typedef struct {
     uint64_t incarnation;
     int64_t global_step;
     bool done;
+    bool wait; /* no variables: ask again later (sync / bounded) */
     dt_tensor_list out;
     dt_tensor_views in;
+    dt_tensor_list slots_out;
+    dt_tensor_views slots_in;
 } dt_msg_pull_resp;
 
 typedef struct {
@@ -107,6 +133,7 @@ typedef struct {
     uint64_t incarnation;
     int64_t global_step;
     bool done;
+    bool dropped; /* sync: stale, not used */
 } dt_msg_push_resp;
 
 typedef struct {
@@ -124,6 +151,11 @@ typedef struct {
     char model[DT_MSG_MODEL_MAX];
     int64_t pushes_applied;
     int64_t pushes_rejected;
+    int64_t pushes_dropped;
+    int64_t staleness_counts[DT_STALENESS_BUCKETS]; /* [i]: staleness i; last: >= */
+    int num_staleness_counts;
+    int32_t max_lead;
+    char mode[16];
 } dt_msg_status_resp;
 
 typedef struct {

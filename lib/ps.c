@@ -58,9 +58,30 @@ struct dt_ps {
     char model[DT_MSG_MODEL_MAX];
     int64_t num_bytes;
 
+    dt_lr_schedule schedule;
+    dt_consistency consistency;
+
     _Atomic int64_t global_step;
     _Atomic int64_t pushes_applied;
     _Atomic int64_t pushes_rejected;
+    _Atomic int64_t pushes_dropped;
+
+    /* Staleness of applied gradients (global step at apply minus the step
+     * they were computed at), and the bounded mode's clocks. */
+    pthread_mutex_t stats_mu;
+    int64_t staleness_counts[DT_STALENESS_BUCKETS];
+    int64_t *clock;             /* (num_workers) pushes applied per worker */
+    struct timespec *last_push; /* (num_workers) when each last pushed */
+    int *seen;                  /* (num_workers) has pushed at least once */
+    int32_t max_lead;
+
+    /* sync: the gradients of the current step, summed. */
+    pthread_mutex_t sync_mu;
+    dt_tensors acc;          /* same layout as vars */
+    int acc_count;           /* gradients in acc */
+    int64_t acc_step;        /* the step they belong to */
+    int *acc_from;           /* (num_workers) contributed to acc_step */
+    struct timespec acc_first; /* arrival of the first gradient of acc_step */
 
     pthread_mutex_t life_mu;
     int shutdown_requested;
@@ -83,6 +104,12 @@ static uint64_t new_incarnation(void) {
         id = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
     }
     return id ? id : 1;
+}
+
+static int64_t ms_since(const struct timespec *t0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
 static int done_locked(dt_ps *ps) {
@@ -125,6 +152,12 @@ static void lock_subset_var(void *ctx, int index, int acquire) {
     lock_var(sl->ps, sl->index[index], acquire);
 }
 
+/* Slot k belongs to variable k / num_slots: read it under that lock. */
+static void lock_slot(void *ctx, int index, int acquire) {
+    dt_ps *ps = ctx;
+    lock_var(ps, index / dt_optim_num_slots(&ps->optim), acquire);
+}
+
 static void free_model(dt_ps *ps) {
     if (ps->pv) {
         for (int i = 0; i < ps->vars.count; i++) {
@@ -136,6 +169,7 @@ static void free_model(dt_ps *ps) {
     }
     dt_tensors_deinit(&ps->vars);
     dt_tensors_deinit(&ps->slots);
+    dt_tensors_deinit(&ps->acc);
 }
 
 /* ---- Create ------------------------------------------------------------ */
@@ -144,6 +178,9 @@ static void free_model(dt_ps *ps) {
 static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
     int rc;
     if ((rc = dt_tensors_init(&ps->vars, in->items, in->count, err)) < 0) return rc;
+    if (ps->consistency.mode == DT_MODE_SYNC &&
+        (rc = dt_tensors_init(&ps->acc, in->items, in->count, err)) < 0)
+        return rc;
     int nslots = dt_optim_num_slots(&ps->optim);
     dt_tensor slot_specs[DT_OPTIM_MAX_SLOTS * 64];
     dt_tensor *specs = slot_specs;
@@ -157,8 +194,13 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
             dt_tensor *sp = &specs[i * nslots + s];
             *sp = in->items[i];
             sp->data = NULL;
-            snprintf(sp->name, sizeof sp->name, "%.100s/%s", in->items[i].name,
-                     dt_optim_slot_name(&ps->optim, s));
+            /* "<variable>/<slot>": fits, as checked at Create. */
+            const char *slot = dt_optim_slot_name(&ps->optim, s);
+            size_t n = strlen(in->items[i].name), m = strlen(slot);
+            DT_ASSERT(n + 1 + m < sizeof sp->name);
+            memcpy(sp->name, in->items[i].name, n);
+            sp->name[n] = '/';
+            memcpy(sp->name + n + 1, slot, m + 1);
         }
     rc = dt_tensors_init(&ps->slots, specs, nspecs, err);
     if (specs != slot_specs) free(specs);
@@ -172,6 +214,10 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
         memcpy(v->data, in->items[i].data, v->nbytes);
         ps->num_bytes += (int64_t)v->nbytes;
         pthread_mutex_init(&ps->pv[i].mu, NULL);
+        /* Made now so applying a push never fails halfway for memory. */
+        ps->pv[i].scratch = malloc(v->nbytes ? v->nbytes : 1);
+        if (!ps->pv[i].scratch)
+            return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
         int64_t n = dt_tensor_numel(v);
         for (int s = 0; s < nslots; s++) {
             float *slot = ps->slots.items[i * nslots + s].data;
@@ -183,6 +229,38 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
     return 0;
 }
 
+/* Copies given slot values ("<variable>/<slot>") over the initial ones. */
+static int restore_slots(dt_ps *ps, const dt_tensor_views *given, dt_err *err) {
+    for (int i = 0; i < given->count; i++) {
+        const dt_tensor *g = &given->items[i];
+        dt_tensor *slot = dt_tensors_find(&ps->slots, g->name);
+        if (!slot)
+            return dt_err_set(err, DT_EINVAL, "%s: create: slot %s matches no variable's %s slots",
+                              ps->name, g->name, ps->optim.name);
+        if (g->dtype != slot->dtype || g->nbytes != slot->nbytes || g->ndim != slot->ndim ||
+            memcmp(g->shape, slot->shape, sizeof(int64_t) * (size_t)slot->ndim) != 0)
+            return dt_err_set(err, DT_EINVAL, "%s: create: slot %s: dtype or shape differs from its "
+                                              "variable's", ps->name, g->name);
+        memcpy(slot->data, g->data, slot->nbytes);
+    }
+    return 0;
+}
+
+static int check_consistency(dt_ps *ps, const dt_consistency *c, dt_err *err) {
+    const char *mode = dt_mode_name(c->mode);
+    if (!mode) return dt_err_set(err, DT_EINVAL, "%s: create: unknown consistency mode", ps->name);
+    if (c->mode == DT_MODE_SYNC &&
+        (c->replicas_to_aggregate < 1 || c->total_num_replicas < c->replicas_to_aggregate))
+        return dt_err_set(err, DT_EINVAL, "%s: create: sync needs 1 <= replicas_to_aggregate (%d) "
+                                          "<= total_num_replicas (%d)",
+                          ps->name, c->replicas_to_aggregate, c->total_num_replicas);
+    if (c->mode == DT_MODE_BOUNDED && c->staleness < 0)
+        return dt_err_set(err, DT_EINVAL, "%s: create: staleness %d < 0", ps->name, c->staleness);
+    if (c->mode != DT_MODE_ASYNC && c->timeout_ms < 1)
+        return dt_err_set(err, DT_EINVAL, "%s: create: %s needs a timeout >= 1 ms", ps->name, mode);
+    return 0;
+}
+
 static int check_create(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
     if (req->in.count == 0) return dt_err_set(err, DT_EINVAL, "%s: create: no variables", ps->name);
     if (req->global_step < 0 || req->max_steps < 0)
@@ -190,7 +268,19 @@ static int check_create(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
                           ps->name);
     if (dt_optim_check(&req->optim, err) < 0)
         return dt_err_wrap(err, DT_EINVAL, "%s: create", ps->name);
+    if (dt_lr_check(&req->schedule, err) < 0)
+        return dt_err_wrap(err, DT_EINVAL, "%s: create", ps->name);
+    int rc = check_consistency(ps, &req->consistency, err);
+    if (rc < 0) return rc;
+    int nslots = dt_optim_num_slots(&req->optim);
     for (int i = 0; i < req->in.count; i++) {
+        /* Slots are named "<variable>/<slot>": the name must leave room. */
+        for (int k = 0; k < nslots; k++)
+            if (strlen(req->in.items[i].name) + 1 + strlen(dt_optim_slot_name(&req->optim, k)) >=
+                DT_TENSOR_NAME_MAX)
+                return dt_err_set(err, DT_EINVAL, "%s: create: variable name %.40s... too long "
+                                                  "for its %s slot names", ps->name,
+                                  req->in.items[i].name, req->optim.name);
         if (req->in.items[i].dtype != DT_DTYPE_F32)
             return dt_err_set(err, DT_EINVAL, "%s: create: variable %s: dtype %s, only F32 is trained",
                               ps->name, req->in.items[i].name,
@@ -214,7 +304,9 @@ static int handle_create(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply
         goto fail;
     }
     req->in.items = views;
-    req->in.cap = MAX_CREATE;
+    req->in.cap = MAX_CREATE / 2;
+    req->slots_in.items = views + MAX_CREATE / 2;
+    req->slots_in.cap = MAX_CREATE / 2;
     if ((rc = dt_codec_decode(DT_MSG_CREATE_REQ, request->data, request->len, req, err)) < 0)
         goto fail;
     if ((rc = check_create(ps, req, err)) < 0) goto fail;
@@ -227,7 +319,9 @@ static int handle_create(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply
         goto fail;
     }
     ps->optim = req->optim;
-    if ((rc = build_model(ps, &req->in, err)) < 0) {
+    ps->schedule = req->schedule;
+    ps->consistency = req->consistency;
+    if ((rc = build_model(ps, &req->in, err)) < 0 || (rc = restore_slots(ps, &req->slots_in, err)) < 0) {
         free_model(ps);
         pthread_rwlock_unlock(&ps->model_lock);
         goto fail;
@@ -235,11 +329,14 @@ static int handle_create(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply
     ps->max_steps = req->max_steps;
     snprintf(ps->model, sizeof ps->model, "%s", req->model);
     atomic_store(&ps->global_step, req->global_step);
+    ps->acc_count = 0;
+    ps->acc_step = req->global_step;
     ps->ready = 1;
     pthread_rwlock_unlock(&ps->model_lock);
-    dt_log(DT_LOG_INFO, "%s: created %d variables (%lld bytes), global_step %lld, optimizer %s",
-           ps->name, ps->vars.count, (long long)ps->num_bytes, (long long)req->global_step,
-           ps->optim.name);
+    dt_log(DT_LOG_INFO, "%s: created %d variables (%lld bytes, %d slots given), global_step %lld, "
+           "optimizer %s, %s", ps->name, ps->vars.count, (long long)ps->num_bytes,
+           req->slots_in.count, (long long)req->global_step, ps->optim.name,
+           dt_mode_name(ps->consistency.mode));
 
     dt_msg_create_resp resp = {ps->incarnation, req->global_step};
     rc = encode_reply(DT_MSG_CREATE_RESP, &resp, reply, err);
@@ -250,6 +347,33 @@ fail:
 }
 
 /* ---- Pull -------------------------------------------------------------- */
+
+/* Smallest clock among the workers that pushed within the timeout: the
+ * bounded mode does not wait for a worker that died or has not started. */
+static int64_t min_live_clock_locked(dt_ps *ps, int64_t fallback) {
+    int64_t min = INT64_MAX;
+    for (int w = 0; w < ps->params.cluster->num_workers; w++)
+        if (ps->seen[w] && ms_since(&ps->last_push[w]) <= ps->consistency.timeout_ms &&
+            ps->clock[w] < min)
+            min = ps->clock[w];
+    return min == INT64_MAX ? fallback : min;
+}
+
+/* sync: wait for the step the worker asks for; bounded: wait while the
+ * worker is more than `staleness` steps ahead of the slowest live one. */
+static int must_wait(dt_ps *ps, const dt_msg_pull_req *req) {
+    if (ps->consistency.mode == DT_MODE_SYNC)
+        return atomic_load(&ps->global_step) < req->min_global_step;
+    /* A pull with slots is the chief's snapshot, not a training step. */
+    if (ps->consistency.mode != DT_MODE_BOUNDED || req->include_slots || req->worker < 0 ||
+        req->worker >= ps->params.cluster->num_workers)
+        return 0;
+    pthread_mutex_lock(&ps->stats_mu);
+    int64_t mine = ps->clock[req->worker];
+    int wait = mine - min_live_clock_locked(ps, mine) > ps->consistency.staleness;
+    pthread_mutex_unlock(&ps->stats_mu);
+    return wait;
+}
 
 static int handle_pull(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
@@ -293,9 +417,21 @@ static int handle_pull(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, 
         resp.out.lock = lock_subset_var;
         resp.out.lock_ctx = &lock_ctx;
     }
+    if (req.include_slots) {
+        resp.slots_out.items = ps->slots.items;
+        resp.slots_out.count = ps->slots.count;
+        resp.slots_out.lock = lock_slot;
+        resp.slots_out.lock_ctx = ps;
+    }
     resp.incarnation = ps->incarnation;
     resp.global_step = atomic_load(&ps->global_step);
     resp.done = check_done(ps, req.worker);
+    if (!resp.done && must_wait(ps, &req)) {
+        /* Not yet: answer at once without variables; the worker asks again. */
+        resp.wait = true;
+        resp.out.count = 0;
+        resp.slots_out.count = 0;
+    }
     rc = encode_reply(DT_MSG_PULL_RESP, &resp, reply, err);
 out:
     pthread_rwlock_unlock(&ps->model_lock);
@@ -334,27 +470,120 @@ static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, dt_er
                                   ps->name, g->name, (long long)e);
         }
     }
+    /* One push is one step of every variable here: a partial one (or an
+     * empty, truncated message) would advance the step for nothing. */
+    if (grads->count != ps->vars.count)
+        return dt_err_set(err, DT_EINVAL, "%s: push: %d gradients, the ps holds %d variables",
+                          ps->name, grads->count, ps->vars.count);
     return 0;
 }
 
-static void apply_one(dt_ps *ps, int k, const dt_tensor *g) {
-    ps_var *pv = &ps->pv[k];
-    dt_tensor *v = &ps->vars.items[k];
-    int64_t n = dt_tensor_numel(v);
-    pthread_mutex_lock(&pv->mu);
-    const float *grad = g->data;
-    if (((uintptr_t)g->data & 3u) != 0) {
-        /* The gradient sits unaligned in the message: copy it once into this
-         * variable's scratch buffer (reused across pushes). */
-        if (!pv->scratch) pv->scratch = malloc(v->nbytes);
-        if (pv->scratch) memcpy(pv->scratch, g->data, v->nbytes);
-        grad = pv->scratch;
-    }
-    if (grad) {
+/* A gradient as aligned floats: in place when the message allows it, else
+ * copied once into the variable's scratch buffer. Called with the
+ * variable's lock held. */
+static const float *aligned_grad(ps_var *pv, const dt_tensor *v, const dt_tensor *g) {
+    if (((uintptr_t)g->data & 3u) == 0) return g->data;
+    memcpy(pv->scratch, g->data, v->nbytes);
+    return pv->scratch;
+}
+
+static void record_staleness(dt_ps *ps, int64_t staleness) {
+    if (staleness < 0) staleness = 0;
+    if (staleness >= DT_STALENESS_BUCKETS) staleness = DT_STALENESS_BUCKETS - 1;
+    pthread_mutex_lock(&ps->stats_mu);
+    ps->staleness_counts[staleness]++;
+    pthread_mutex_unlock(&ps->stats_mu);
+}
+
+/* Takes the next global step for this push: 1 and *step_after set, or 0
+ * when the job has reached max_steps. */
+static int reserve_step(dt_ps *ps, int64_t *step_after) {
+    int64_t step = atomic_load(&ps->global_step);
+    while (step < ps->max_steps)
+        if (atomic_compare_exchange_weak(&ps->global_step, &step, step + 1)) {
+            *step_after = step + 1;
+            return 1;
+        }
+    return 0;
+}
+
+/* async and bounded: apply each gradient at once, under its variable's lock.
+ * Cannot fail: the unaligned-gradient scratch buffers were made at Create. */
+static void apply_now(dt_ps *ps, const dt_tensor_views *grads, const int *index, int64_t step) {
+    double lr = dt_lr_at(&ps->schedule, ps->optim.learning_rate, step);
+    for (int i = 0; i < grads->count; i++) {
+        int k = index[i];
+        ps_var *pv = &ps->pv[k];
+        dt_tensor *v = &ps->vars.items[k];
+        pthread_mutex_lock(&pv->mu);
+        const float *g = aligned_grad(pv, v, &grads->items[i]);
         pv->updates++;
-        dt_optim_apply(&ps->optim, ps->optim.learning_rate, pv->updates, v->data, pv->slots, grad, n);
+        dt_optim_apply(&ps->optim, lr, pv->updates, v->data, pv->slots, g, dt_tensor_numel(v));
+        pthread_mutex_unlock(&pv->mu);
     }
-    pthread_mutex_unlock(&pv->mu);
+}
+
+/* sync: apply the mean of the accumulated gradients as one step. Called
+ * with sync_mu held and acc_count >= 1. */
+static void apply_accumulated(dt_ps *ps) {
+    double lr = dt_lr_at(&ps->schedule, ps->optim.learning_rate, ps->acc_step);
+    float scale = 1.0f / (float)ps->acc_count;
+    for (int k = 0; k < ps->vars.count; k++) {
+        ps_var *pv = &ps->pv[k];
+        dt_tensor *v = &ps->vars.items[k];
+        float *sum = ps->acc.items[k].data;
+        int64_t n = dt_tensor_numel(v);
+        for (int64_t e = 0; e < n; e++) sum[e] *= scale; /* mean = sum / count */
+        pthread_mutex_lock(&pv->mu);
+        pv->updates++;
+        dt_optim_apply(&ps->optim, lr, pv->updates, v->data, pv->slots, sum, n);
+        pthread_mutex_unlock(&pv->mu);
+        memset(sum, 0, v->nbytes);
+    }
+    for (int i = 0; i < ps->acc_count; i++) record_staleness(ps, 0);
+    atomic_fetch_add(&ps->pushes_applied, ps->acc_count);
+    ps->acc_count = 0;
+    memset(ps->acc_from, 0, sizeof(int) * (size_t)ps->params.cluster->num_workers);
+    ps->acc_step = atomic_fetch_add(&ps->global_step, 1) + 1;
+}
+
+/* sync: add one worker's gradient to the current step; 1 when used, 0 when
+ * stale (computed for another step, or this worker already gave one). */
+static int accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index) {
+    pthread_mutex_lock(&ps->sync_mu);
+    int w = req->worker;
+    int known = w >= 0 && w < ps->params.cluster->num_workers;
+    if (req->step != ps->acc_step || (known && ps->acc_from[w])) {
+        pthread_mutex_unlock(&ps->sync_mu);
+        return 0;
+    }
+    for (int i = 0; i < req->in.count; i++) {
+        float *sum = ps->acc.items[index[i]].data;
+        const uint8_t *g = req->in.items[i].data;
+        int64_t n = dt_tensor_numel(&req->in.items[i]);
+        for (int64_t e = 0; e < n; e++) {
+            float x;
+            memcpy(&x, g + 4 * e, 4); /* the bytes may be unaligned */
+            sum[e] += x;
+        }
+    }
+    if (known) ps->acc_from[w] = 1;
+    if (ps->acc_count++ == 0) clock_gettime(CLOCK_MONOTONIC, &ps->acc_first);
+    if (ps->acc_count >= ps->consistency.replicas_to_aggregate) apply_accumulated(ps);
+    pthread_mutex_unlock(&ps->sync_mu);
+    return 1;
+}
+
+/* bounded: advance the worker's clock; remember how far ahead it ran. */
+static void tick_clock(dt_ps *ps, int32_t worker) {
+    if (worker < 0 || worker >= ps->params.cluster->num_workers) return;
+    pthread_mutex_lock(&ps->stats_mu);
+    int64_t lead = ps->clock[worker] - min_live_clock_locked(ps, ps->clock[worker]);
+    if (lead > ps->max_lead) ps->max_lead = (int32_t)lead;
+    ps->clock[worker]++;
+    ps->seen[worker] = 1;
+    clock_gettime(CLOCK_MONOTONIC, &ps->last_push[worker]);
+    pthread_mutex_unlock(&ps->stats_mu);
 }
 
 static int handle_push(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
@@ -379,21 +608,52 @@ static int handle_push(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, 
         pthread_rwlock_unlock(&ps->model_lock);
         goto rejected;
     }
-    dt_msg_push_resp resp = {ps->incarnation, 0, false};
-    if (!check_done(ps, req.worker)) {
-        for (int i = 0; i < req.in.count; i++) apply_one(ps, index[i], &req.in.items[i]);
+    dt_msg_push_resp resp;
+    memset(&resp, 0, sizeof resp);
+    resp.incarnation = ps->incarnation;
+    int reserved = 0;
+    if (check_done(ps, req.worker)) {
+        resp.done = true;
+    } else if (ps->consistency.mode == DT_MODE_SYNC) {
+        if (accumulate(ps, &req, index) == 0) {
+            atomic_fetch_add(&ps->pushes_dropped, 1);
+            resp.dropped = true;
+        }
+    } else if ((reserved = reserve_step(ps, &resp.global_step))) {
+        /* The step is ours: concurrent pushes cannot carry the global step
+         * past max_steps, and each applied push counts exactly once. */
+        record_staleness(ps, resp.global_step - 1 - req.step);
+        apply_now(ps, &req.in, index, resp.global_step - 1);
+        if (ps->consistency.mode == DT_MODE_BOUNDED) tick_clock(ps, req.worker);
         atomic_fetch_add(&ps->pushes_applied, 1);
-        resp.global_step = atomic_fetch_add(&ps->global_step, 1) + 1;
-        resp.done = check_done(ps, req.worker);
     } else {
-        resp.global_step = atomic_load(&ps->global_step);
         resp.done = true;
     }
+    if (!reserved) resp.global_step = atomic_load(&ps->global_step);
+    resp.done = check_done(ps, req.worker) || resp.done;
     pthread_rwlock_unlock(&ps->model_lock);
     return encode_reply(DT_MSG_PUSH_RESP, &resp, reply, err);
 rejected:
     atomic_fetch_add(&ps->pushes_rejected, 1);
     return rc;
+}
+
+/* sync: when peers are slow or dead, apply what the step has after the
+ * timeout instead of waiting forever. Called from dt_ps_wait's loop. */
+static void sync_timeout_check(dt_ps *ps) {
+    pthread_rwlock_rdlock(&ps->model_lock);
+    if (ps->ready && ps->consistency.mode == DT_MODE_SYNC) {
+        pthread_mutex_lock(&ps->sync_mu);
+        if (ps->acc_count > 0 && ms_since(&ps->acc_first) >= ps->consistency.timeout_ms &&
+            !done_locked(ps)) {
+            dt_log(DT_LOG_WARN, "%s: step %lld: applying %d of %d gradients after waiting %d ms "
+                                "for the others", ps->name, (long long)ps->acc_step,
+                   ps->acc_count, ps->consistency.replicas_to_aggregate, ps->consistency.timeout_ms);
+            apply_accumulated(ps);
+        }
+        pthread_mutex_unlock(&ps->sync_mu);
+    }
+    pthread_rwlock_unlock(&ps->model_lock);
 }
 
 /* ---- Status and Shutdown ----------------------------------------------- */
@@ -418,6 +678,13 @@ static int handle_status(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply
     resp.done = check_done(ps, req.worker);
     resp.pushes_applied = atomic_load(&ps->pushes_applied);
     resp.pushes_rejected = atomic_load(&ps->pushes_rejected);
+    resp.pushes_dropped = atomic_load(&ps->pushes_dropped);
+    pthread_mutex_lock(&ps->stats_mu);
+    memcpy(resp.staleness_counts, ps->staleness_counts, sizeof resp.staleness_counts);
+    resp.num_staleness_counts = DT_STALENESS_BUCKETS;
+    resp.max_lead = ps->max_lead;
+    pthread_mutex_unlock(&ps->stats_mu);
+    snprintf(resp.mode, sizeof resp.mode, "%s", dt_mode_name(ps->consistency.mode));
     return encode_reply(DT_MSG_STATUS_RESP, &resp, reply, err);
 }
 
@@ -462,6 +729,22 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
         free(ps);
         return dt_err_set(err, DT_ENOMEM, "ps: out of memory");
     }
+    size_t nw = (size_t)c->num_workers + 1;
+    ps->clock = calloc(nw, sizeof *ps->clock);
+    ps->last_push = calloc(nw, sizeof *ps->last_push);
+    ps->seen = calloc(nw, sizeof *ps->seen);
+    ps->acc_from = calloc(nw, sizeof *ps->acc_from);
+    if (!ps->clock || !ps->last_push || !ps->seen || !ps->acc_from) {
+        free(ps->clock);
+        free(ps->last_push);
+        free(ps->seen);
+        free(ps->acc_from);
+        free(ps->worker_told_done);
+        free(ps);
+        return dt_err_set(err, DT_ENOMEM, "ps: out of memory");
+    }
+    pthread_mutex_init(&ps->stats_mu, NULL);
+    pthread_mutex_init(&ps->sync_mu, NULL);
     ps->params = *params;
     if (ps->params.num_threads <= 0) ps->params.num_threads = DEFAULT_THREADS;
     if (ps->params.linger_ms <= 0) ps->params.linger_ms = DEFAULT_LINGER_MS;
@@ -483,12 +766,6 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
            (unsigned long long)ps->incarnation);
     *out = ps;
     return 0;
-}
-
-static int64_t ms_since(const struct timespec *t0) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
 /* 1 when the job is over and every worker knows, or the linger is up. */
@@ -521,6 +798,7 @@ int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
                 dt_log(DT_LOG_INFO, "%s: job done; --keep-serving: still serving", ps->name);
             announced = 1;
         }
+        sync_timeout_check(ps);
         struct timespec nap = {0, 50 * 1000000L};
         nanosleep(&nap, NULL);
     }
@@ -532,6 +810,12 @@ void dt_ps_free(dt_ps *ps) {
     free_model(ps);
     pthread_rwlock_destroy(&ps->model_lock);
     pthread_mutex_destroy(&ps->life_mu);
+    pthread_mutex_destroy(&ps->stats_mu);
+    pthread_mutex_destroy(&ps->sync_mu);
     free(ps->worker_told_done);
+    free(ps->clock);
+    free(ps->last_push);
+    free(ps->seen);
+    free(ps->acc_from);
     free(ps);
 }

@@ -1,9 +1,10 @@
 /*
- * ps_client: placement, fan-out and reply checking for calls to ps tasks.
+ * ps_client: partitioning, placement, fan-out and reply checking for calls
+ * to ps tasks.
  *
- * Invariants: `place[i]` never changes after _new; a reply's variables must
- * match the expected names, dtypes and shapes exactly before any byte is
- * copied into the caller's tensors.
+ * Invariants: the units and their placement never change after _new; a
+ * reply's tensors must match the expected units exactly (name, dtype, shape,
+ * each once) before any byte is copied into the caller's tensors.
  */
 #include "ps_client.h"
 
@@ -12,7 +13,17 @@
 #include <string.h>
 
 #include "log.h"
+#include "optim.h"
 #include "rpc_client.h"
+
+typedef struct {
+    char name[DT_TENSOR_NAME_MAX]; /* on the ps */
+    int var;
+    int64_t row_begin, rows;
+    size_t offset; /* bytes into the variable's data */
+    size_t nbytes;
+    int ps;
+} unit;
 
 struct dt_ps_client {
     dt_ps_client_params params;
@@ -21,49 +32,161 @@ struct dt_ps_client {
     char (*names)[80];         /* (num_ps) "ps:i host:port" */
     uint64_t *incarnation;     /* (num_ps) last seen; 0 = none yet */
     int num_vars;
-    int *place;                /* (num_vars) ps index of each variable */
-    int *count_on;             /* (num_ps) variables on each ps */
-    dt_tensor *views;          /* (num_vars) scratch for decoding replies */
-    dt_tensor *sorted;         /* (num_vars) per-ps grouping of variables, by ps */
-    int *first_on;             /* (num_ps) offset of each ps's group in `sorted` */
+    dt_tensor *layout;         /* (num_vars) specs: names, dtypes, shapes */
+    int num_units;
+    unit *units;               /* (num_units) */
+    int *order;                /* (num_units) unit indexes grouped by ps */
+    int *first_on, *count_on;  /* (num_ps) each ps's group in order */
+    int *seen;                 /* (num_units) scratch: unit answered */
+    dt_tensor *views;          /* (num_units + 1) scratch for messages */
+    dt_tensor *slot_views;     /* (num_units * DT_OPTIM_MAX_SLOTS + 1) */
     dt_rpc_call *calls;        /* (num_ps) */
     dt_rpc_buf *requests;      /* (num_ps) */
 };
 
-/* ---- placement --------------------------------------------------------- */
+int dt_placement_from_name(const char *name) {
+    if (strcmp(name, "greedy") == 0) return DT_PLACE_GREEDY;
+    if (strcmp(name, "round_robin") == 0) return DT_PLACE_ROUND_ROBIN;
+    return -1;
+}
 
-static void place_greedy(dt_ps_client *c, const dt_tensors *layout) {
-    int n = layout->count;
-    int *order = malloc(sizeof(int) * (size_t)(n ? n : 1));
-    int64_t *load = calloc((size_t)c->num_ps, sizeof *load);
+/* ---- partitioning and placement --------------------------------------- */
+
+/* Slices of variable v: min(num_ps, rows, bytes / min_bytes), at least 1. */
+static int64_t num_parts(const dt_ps_client *c, const dt_tensor *v) {
+    int64_t min_bytes = c->params.partition_min_bytes;
+    if (min_bytes <= 0 || v->ndim < 1 || (int64_t)v->nbytes < 2 * min_bytes) return 1;
+    int64_t parts = (int64_t)v->nbytes / min_bytes;
+    if (parts > c->num_ps) parts = c->num_ps;
+    if (parts > v->shape[0]) parts = v->shape[0];
+    return parts < 1 ? 1 : parts;
+}
+
+static int make_units(dt_ps_client *c, dt_err *err) {
+    int n = 0;
+    for (int i = 0; i < c->num_vars; i++) n += (int)num_parts(c, &c->layout[i]);
+    c->units = calloc((size_t)(n ? n : 1), sizeof *c->units);
+    if (!c->units) return dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
+    c->num_units = n;
+    int k = 0;
+    for (int i = 0; i < c->num_vars; i++) {
+        const dt_tensor *v = &c->layout[i];
+        int64_t parts = num_parts(c, v);
+        int64_t rows = v->ndim ? v->shape[0] : 1;
+        size_t row_bytes = v->nbytes / (size_t)rows;
+        int64_t begin = 0;
+        for (int64_t p = 0; p < parts; p++) {
+            unit *u = &c->units[k++];
+            u->var = i;
+            u->row_begin = begin;
+            u->rows = rows / parts + (p < rows % parts ? 1 : 0); /* first ones get the rest */
+            u->offset = (size_t)begin * row_bytes;
+            u->nbytes = (size_t)u->rows * row_bytes;
+            if (parts == 1)
+                snprintf(u->name, sizeof u->name, "%s", v->name);
+            else if (snprintf(u->name, sizeof u->name, "%s/part_%lld", v->name, (long long)p) >=
+                     (int)sizeof u->name)
+                return dt_err_set(err, DT_EINVAL, "ps client: %s: name too long to partition",
+                                  v->name);
+            begin += u->rows;
+        }
+    }
+    return 0;
+}
+
+static void place_round_robin(dt_ps_client *c) {
+    for (int k = 0; k < c->num_units; k++) c->units[k].ps = k % c->num_ps;
+}
+
+/* Largest first onto the least-loaded task that holds no other slice of the
+ * same variable (when there is one); ties by name, then task index. */
+static void place_greedy(dt_ps_client *c, int *order) {
+    int n = c->num_units;
     for (int i = 0; i < n; i++) order[i] = i;
-    /* Largest first; ties by name, so every role sorts identically. */
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0; j--) {
-            const dt_tensor *a = &layout->items[order[j - 1]], *b = &layout->items[order[j]];
-            int swap = a->nbytes < b->nbytes ||
-                       (a->nbytes == b->nbytes && strcmp(a->name, b->name) > 0);
+            const unit *a = &c->units[order[j - 1]], *b = &c->units[order[j]];
+            int swap = a->nbytes < b->nbytes || (a->nbytes == b->nbytes && strcmp(a->name, b->name) > 0);
             if (!swap) break;
             int t = order[j];
             order[j] = order[j - 1];
             order[j - 1] = t;
         }
+    int64_t load[DT_MAX_PS] = {0};
     for (int k = 0; k < n; k++) {
-        int best = 0;
-        for (int p = 1; p < c->num_ps; p++)
-            if (load[p] < load[best]) best = p;
-        c->place[order[k]] = best;
-        load[best] += (int64_t)layout->items[order[k]].nbytes;
+        unit *u = &c->units[order[k]];
+        int best = -1;
+        for (int p = 0; p < c->num_ps; p++) {
+            int taken = 0;
+            for (int j = 0; j < k; j++) {
+                const unit *o = &c->units[order[j]];
+                taken |= o->var == u->var && o->ps == p;
+            }
+            if (!taken && (best < 0 || load[p] < load[best])) best = p;
+        }
+        if (best < 0) best = 0; /* cannot happen: slices <= tasks */
+        u->ps = best;
+        load[best] += (int64_t)u->nbytes;
     }
-    free(order);
-    free(load);
 }
 
-int dt_ps_client_placement(const dt_ps_client *c, int var_index) { return c->place[var_index]; }
-
-const char *dt_ps_client_name(const dt_ps_client *c, int ps_index) { return c->names[ps_index]; }
+static int place(dt_ps_client *c, dt_err *err) {
+    int rc = make_units(c, err);
+    if (rc < 0) return rc;
+    size_t nu = (size_t)(c->num_units ? c->num_units : 1);
+    c->order = calloc(nu, sizeof *c->order);
+    c->seen = calloc(nu, sizeof *c->seen);
+    c->views = calloc(nu + 1, sizeof *c->views);
+    c->slot_views = calloc(nu * DT_OPTIM_MAX_SLOTS + 1, sizeof *c->slot_views);
+    if (!c->order || !c->seen || !c->views || !c->slot_views)
+        return dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
+    if (c->params.placement == DT_PLACE_ROUND_ROBIN)
+        place_round_robin(c);
+    else
+        place_greedy(c, c->order);
+    /* Group by ps, keeping unit order inside a group. */
+    int k = 0;
+    for (int p = 0; p < c->num_ps; p++) {
+        c->first_on[p] = k;
+        for (int i = 0; i < c->num_units; i++)
+            if (c->units[i].ps == p) c->order[k++] = i;
+        c->count_on[p] = k - c->first_on[p];
+    }
+    return 0;
+}
 
 int dt_ps_client_num_ps(const dt_ps_client *c) { return c->num_ps; }
+const char *dt_ps_client_name(const dt_ps_client *c, int ps_index) { return c->names[ps_index]; }
+int dt_ps_client_num_units(const dt_ps_client *c) { return c->num_units; }
+
+void dt_ps_client_unit(const dt_ps_client *c, int i, dt_ps_unit *out) {
+    const unit *u = &c->units[i];
+    out->name = u->name;
+    out->var = u->var;
+    out->row_begin = u->row_begin;
+    out->rows = u->rows;
+    out->ps = u->ps;
+    out->nbytes = u->nbytes;
+}
+
+void dt_ps_client_log_placement(const dt_ps_client *c) {
+    for (int i = 0; i < c->num_units; i++) {
+        const unit *u = &c->units[i];
+        const dt_tensor *v = &c->layout[u->var];
+        dt_log(DT_LOG_INFO, "placement: %s rows %lld..%lld of %lld -> %s (%zu bytes)", u->name,
+               (long long)u->row_begin, (long long)(u->row_begin + u->rows - 1),
+               (long long)(v->ndim ? v->shape[0] : 1), c->names[u->ps], u->nbytes);
+    }
+    for (int p = 0; p < c->num_ps; p++) {
+        size_t bytes = 0;
+        for (int k = c->first_on[p]; k < c->first_on[p] + c->count_on[p]; k++)
+            bytes += c->units[c->order[k]].nbytes;
+        dt_log(DT_LOG_INFO, "placement: %s holds %d unit%s, %zu bytes", c->names[p],
+               c->count_on[p], c->count_on[p] == 1 ? "" : "s", bytes);
+    }
+}
+
+/* ---- life -------------------------------------------------------------- */
 
 int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout,
                      dt_ps_client **out, dt_err *err) {
@@ -80,34 +203,26 @@ int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout
     c->channels = calloc(np, sizeof *c->channels);
     c->names = calloc(np, sizeof *c->names);
     c->incarnation = calloc(np, sizeof *c->incarnation);
-    c->place = calloc(nv, sizeof *c->place);
-    c->count_on = calloc(np, sizeof *c->count_on);
-    c->views = calloc(nv, sizeof *c->views);
-    c->sorted = calloc(nv, sizeof *c->sorted);
+    c->layout = calloc(nv, sizeof *c->layout);
     c->first_on = calloc(np, sizeof *c->first_on);
+    c->count_on = calloc(np, sizeof *c->count_on);
     c->calls = calloc(np, sizeof *c->calls);
     c->requests = calloc(np, sizeof *c->requests);
     int rc = 0;
-    if (!c->channels || !c->names || !c->incarnation || !c->place || !c->count_on || !c->views ||
-        !c->sorted || !c->first_on || !c->calls || !c->requests) {
+    if (!c->channels || !c->names || !c->incarnation || !c->layout || !c->first_on ||
+        !c->count_on || !c->calls || !c->requests) {
         rc = dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
         goto fail;
+    }
+    for (int i = 0; i < c->num_vars; i++) {
+        c->layout[i] = layout->items[i];
+        c->layout[i].data = NULL;
     }
     for (int p = 0; p < c->num_ps; p++) {
         snprintf(c->names[p], sizeof c->names[p], "ps:%d %.60s", p, cl->ps[p].addr);
         if ((rc = dt_rpc_channel_new(cl->ps[p].addr, &c->channels[p], err)) < 0) goto fail;
     }
-    place_greedy(c, layout);
-    /* Group the variables by ps, keeping the layout order inside a group. */
-    int k = 0;
-    for (int p = 0; p < c->num_ps; p++) {
-        c->first_on[p] = k;
-        for (int i = 0; i < c->num_vars; i++)
-            if (c->place[i] == p) {
-                c->sorted[k++] = layout->items[i];
-                c->count_on[p]++;
-            }
-    }
+    if ((rc = place(c, err)) < 0) goto fail;
     *out = c;
     return 0;
 fail:
@@ -124,11 +239,14 @@ void dt_ps_client_free(dt_ps_client *c) {
     free(c->channels);
     free(c->names);
     free(c->incarnation);
-    free(c->place);
-    free(c->count_on);
-    free(c->views);
-    free(c->sorted);
+    free(c->layout);
+    free(c->units);
+    free(c->order);
     free(c->first_on);
+    free(c->count_on);
+    free(c->seen);
+    free(c->views);
+    free(c->slot_views);
     free(c->calls);
     free(c->requests);
     free(c);
@@ -177,6 +295,49 @@ static int note_incarnation(dt_ps_client *c, int p, uint64_t incarnation, dt_err
     return 0;
 }
 
+/* A view of unit u's rows of tensor t (t shaped like u's variable). */
+static void unit_view(const unit *u, const dt_tensor *t, const char *name, dt_tensor *out) {
+    *out = *t;
+    snprintf(out->name, sizeof out->name, "%s", name);
+    if (out->ndim > 0) out->shape[0] = u->rows;
+    out->data = (char *)t->data + u->offset;
+    out->nbytes = u->nbytes;
+}
+
+/* Views of every unit on ps p, over the whole tensors in `full`. */
+static int unit_views(const dt_ps_client *c, int p, const dt_tensors *full, dt_tensor *out) {
+    int n = 0;
+    for (int k = c->first_on[p]; k < c->first_on[p] + c->count_on[p]; k++) {
+        const unit *u = &c->units[c->order[k]];
+        unit_view(u, &full->items[u->var], u->name, &out[n++]);
+    }
+    return n;
+}
+
+/* Views of every slot of every unit on ps p ("<unit>/<slot>"), over whole
+ * slot tensors "<variable>/<slot>" in `slots`. */
+static int slot_views(const dt_ps_client *c, int p, const dt_optim_config *optim,
+                      const dt_tensors *slots, dt_tensor *out, dt_err *err) {
+    int n = 0, nslots = dt_optim_num_slots(optim);
+    for (int k = c->first_on[p]; k < c->first_on[p] + c->count_on[p]; k++) {
+        const unit *u = &c->units[c->order[k]];
+        for (int s = 0; s < nslots; s++) {
+            char full_name[DT_TENSOR_NAME_MAX + 32], name[DT_TENSOR_NAME_MAX + 32];
+            const char *slot = dt_optim_slot_name(optim, s);
+            snprintf(full_name, sizeof full_name, "%s/%s", c->layout[u->var].name, slot);
+            snprintf(name, sizeof name, "%s/%s", u->name, slot);
+            const dt_tensor *t = dt_tensors_find(slots, full_name);
+            if (!t || t->nbytes != c->layout[u->var].nbytes)
+                return dt_err_set(err, DT_EINVAL, "ps client: no slot %s shaped like its variable",
+                                  full_name);
+            if (strlen(name) >= DT_TENSOR_NAME_MAX)
+                return dt_err_set(err, DT_EINVAL, "ps client: slot name %s too long", name);
+            unit_view(u, t, name, &out[n++]);
+        }
+    }
+    return n;
+}
+
 int dt_ps_client_status(dt_ps_client *c, int p, dt_msg_status_resp *out, dt_err *err) {
     dt_msg_status_req req = {c->params.worker};
     int rc = prepare(c, p, DT_MSG_STATUS_REQ, &req, 0, err);
@@ -191,29 +352,29 @@ int dt_ps_client_status(dt_ps_client *c, int p, dt_msg_status_resp *out, dt_err 
     return rc;
 }
 
-int dt_ps_client_create(dt_ps_client *c, const dt_tensors *vars, int64_t global_step,
-                        const dt_optim_config *optim, int64_t max_steps, const char *model,
-                        const int *only, dt_err *err) {
-    if (vars->count != c->num_vars)
+int dt_ps_client_create(dt_ps_client *c, const dt_ps_model *m, const int *only, dt_err *err) {
+    if (m->vars->count != c->num_vars)
         return dt_err_set(err, DT_EINVAL, "ps client: create: %d variables, expected %d",
-                          vars->count, c->num_vars);
-    /* Group the values like the placement (same order as c->sorted). */
-    dt_tensor *grouped = c->views;
-    int k = 0;
-    for (int p = 0; p < c->num_ps; p++)
-        for (int i = 0; i < c->num_vars; i++)
-            if (c->place[i] == p) grouped[k++] = vars->items[i];
+                          m->vars->count, c->num_vars);
     /* Create is rare (start, ps restart): one ps at a time keeps it simple. */
     for (int p = 0; p < c->num_ps; p++) {
         if (only && !only[p]) continue;
         dt_msg_create_req req;
         memset(&req, 0, sizeof req);
-        req.out.items = &grouped[c->first_on[p]];
-        req.out.count = c->count_on[p];
-        req.global_step = global_step;
-        req.max_steps = max_steps;
-        req.optim = *optim;
-        snprintf(req.model, sizeof req.model, "%s", model);
+        req.out.items = c->views;
+        req.out.count = unit_views(c, p, m->vars, c->views);
+        if (m->slots) {
+            int n = slot_views(c, p, &m->optim, m->slots, c->slot_views, err);
+            if (n < 0) return n;
+            req.slots_out.items = c->slot_views;
+            req.slots_out.count = n;
+        }
+        req.global_step = m->global_step;
+        req.max_steps = m->max_steps;
+        req.optim = m->optim;
+        req.schedule = m->schedule;
+        req.consistency = m->consistency;
+        snprintf(req.model, sizeof req.model, "%s", m->model ? m->model : "");
         int rc = prepare(c, p, DT_MSG_CREATE_REQ, &req, 1, err);
         if (rc == 0) rc = run(c, p, 1, err);
         if (rc == 0) {
@@ -229,81 +390,136 @@ int dt_ps_client_create(dt_ps_client *c, const dt_tensors *vars, int64_t global_
     return 0;
 }
 
-/* Checks a pulled view against the expected variable and copies it. */
-static int take_variable(dt_ps_client *c, int p, const dt_tensor *got, dt_tensors *vars,
-                         dt_err *err) {
-    dt_tensor *dst = dt_tensors_find(vars, got->name);
-    if (!dst || c->place[dst - vars->items] != p)
-        return dt_err_set(err, DT_EINVAL, "%s: pull: unexpected variable %s", c->names[p],
-                          got->name);
-    if (dst->dtype != got->dtype || dst->ndim != got->ndim || dst->nbytes != got->nbytes ||
-        memcmp(dst->shape, got->shape, sizeof(int64_t) * (size_t)dst->ndim) != 0)
-        return dt_err_set(err, DT_EINVAL, "%s: pull: variable %s has another dtype or shape "
-                                          "than this model's (was the ps created by another job?)",
+/* The unit on ps p called name, or -1. */
+static int find_unit(const dt_ps_client *c, int p, const char *name, size_t len) {
+    for (int k = c->first_on[p]; k < c->first_on[p] + c->count_on[p]; k++) {
+        const unit *u = &c->units[c->order[k]];
+        if (strlen(u->name) == len && strncmp(u->name, name, len) == 0) return c->order[k];
+    }
+    return -1;
+}
+
+/* Checks a pulled view against its unit and copies it into dst (the whole
+ * tensor, shaped like the unit's variable). */
+static int take(dt_ps_client *c, int p, int ui, const dt_tensor *got, dt_tensor *dst,
+                dt_err *err) {
+    const unit *u = &c->units[ui];
+    const dt_tensor *v = &c->layout[u->var];
+    int ok = got->dtype == v->dtype && got->ndim == v->ndim && got->nbytes == u->nbytes;
+    for (int d = 0; ok && d < v->ndim; d++)
+        ok = got->shape[d] == (d == 0 ? u->rows : v->shape[d]);
+    if (!ok)
+        return dt_err_set(err, DT_EINVAL, "%s: pull: %s has another dtype or shape than this "
+                                          "model's (was the ps created by another job?)",
                           c->names[p], got->name);
-    memcpy(dst->data, got->data, got->nbytes);
+    memcpy((char *)dst->data + u->offset, got->data, u->nbytes);
     return 0;
 }
 
-int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, int64_t *global_step, int *done,
+static int take_variables(dt_ps_client *c, int p, const dt_tensor_views *in, dt_tensors *vars,
+                          dt_err *err) {
+    if (in->count != c->count_on[p])
+        return dt_err_set(err, DT_EINVAL, "%s: pull: %d variables, expected %d", c->names[p],
+                          in->count, c->count_on[p]);
+    memset(c->seen, 0, sizeof(int) * (size_t)c->num_units);
+    for (int i = 0; i < in->count; i++) {
+        const dt_tensor *got = &in->items[i];
+        int ui = find_unit(c, p, got->name, strlen(got->name));
+        if (ui < 0 || c->seen[ui]++)
+            return dt_err_set(err, DT_EINVAL, "%s: pull: unexpected variable %s", c->names[p],
+                              got->name);
+        int rc = take(c, p, ui, got, &vars->items[c->units[ui].var], err);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* Slot views are named "<unit>/<slot>"; they land in "<variable>/<slot>". */
+static int take_slots(dt_ps_client *c, int p, const dt_tensor_views *in, dt_tensors *slots,
                       dt_err *err) {
+    for (int i = 0; i < in->count; i++) {
+        const dt_tensor *got = &in->items[i];
+        const char *slash = strrchr(got->name, '/');
+        int ui = slash ? find_unit(c, p, got->name, (size_t)(slash - got->name)) : -1;
+        char full_name[DT_TENSOR_NAME_MAX + 32];
+        dt_tensor *dst = NULL;
+        if (ui >= 0) {
+            snprintf(full_name, sizeof full_name, "%s/%s", c->layout[c->units[ui].var].name,
+                     slash + 1);
+            dst = dt_tensors_find(slots, full_name);
+        }
+        if (!dst)
+            return dt_err_set(err, DT_EINVAL, "%s: pull: unexpected slot %s", c->names[p],
+                              got->name);
+        int rc = take(c, p, ui, got, dst, err);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots,
+                      int64_t min_global_step, dt_ps_reply *r, dt_err *err) {
+    memset(r, 0, sizeof *r);
     int rc = 0;
     for (int p = 0; p < c->num_ps; p++) {
         dt_msg_pull_req req;
         memset(&req, 0, sizeof req);
         req.worker = c->params.worker;
+        req.include_slots = slots != NULL;
+        req.min_global_step = min_global_step;
         if ((rc = prepare(c, p, DT_MSG_PULL_REQ, &req, 0, err)) < 0) return rc;
     }
     if ((rc = run(c, 0, c->num_ps, err)) < 0) goto out;
-    *done = 0;
-    for (int p = 0; p < c->num_ps; p++) {
-        dt_msg_pull_resp resp;
-        memset(&resp, 0, sizeof resp);
-        resp.in.items = c->views;
-        resp.in.cap = c->num_vars;
-        if ((rc = dt_codec_decode(DT_MSG_PULL_RESP, c->calls[p].response.data,
-                                  c->calls[p].response.len, &resp, err)) < 0) {
-            dt_err_wrap(err, rc, "%s: pull", c->names[p]);
-            goto out;
+    /* Decode every reply before copying any, so a "wait" from one ps leaves
+     * the caller's variables as they were. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int p = 0; p < c->num_ps; p++) {
+            dt_msg_pull_resp resp;
+            memset(&resp, 0, sizeof resp);
+            resp.in.items = c->views;
+            resp.in.cap = c->num_units + 1;
+            resp.slots_in.items = c->slot_views;
+            resp.slots_in.cap = slots ? c->num_units * DT_OPTIM_MAX_SLOTS + 1 : 0;
+            if ((rc = dt_codec_decode(DT_MSG_PULL_RESP, c->calls[p].response.data,
+                                      c->calls[p].response.len, &resp, err)) < 0) {
+                dt_err_wrap(err, rc, "%s: pull", c->names[p]);
+                goto out;
+            }
+            if (pass == 0) {
+                if ((rc = note_incarnation(c, p, resp.incarnation, err)) < 0) goto out;
+                if (p == 0) r->global_step = resp.global_step;
+                r->done |= resp.done;
+                r->wait |= resp.wait;
+                continue;
+            }
+            if ((rc = take_variables(c, p, &resp.in, vars, err)) < 0) goto out;
+            if (slots && (rc = take_slots(c, p, &resp.slots_in, slots, err)) < 0) goto out;
         }
-        if ((rc = note_incarnation(c, p, resp.incarnation, err)) < 0) goto out;
-        if (resp.in.count != c->count_on[p]) {
-            rc = dt_err_set(err, DT_EINVAL, "%s: pull: %d variables, expected %d", c->names[p],
-                            resp.in.count, c->count_on[p]);
-            goto out;
-        }
-        for (int i = 0; i < resp.in.count; i++)
-            if ((rc = take_variable(c, p, &resp.in.items[i], vars, err)) < 0) goto out;
-        if (p == 0) *global_step = resp.global_step;
-        *done |= resp.done;
+        if (r->wait) break;
     }
 out:
     release_responses(c);
     return rc;
 }
 
-int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step,
-                      int64_t *global_step, int *done, dt_err *err) {
+int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_ps_reply *r,
+                      dt_err *err) {
+    memset(r, 0, sizeof *r);
     if (grads->count != c->num_vars)
         return dt_err_set(err, DT_EINVAL, "ps client: push: %d gradients, expected %d",
                           grads->count, c->num_vars);
-    dt_tensor *grouped = c->views;
-    int k = 0;
-    for (int p = 0; p < c->num_ps; p++)
-        for (int i = 0; i < c->num_vars; i++)
-            if (c->place[i] == p) grouped[k++] = grads->items[i];
     int rc = 0;
     for (int p = 0; p < c->num_ps; p++) {
         dt_msg_push_req req;
         memset(&req, 0, sizeof req);
         req.worker = c->params.worker;
         req.step = step;
-        req.out.items = &grouped[c->first_on[p]];
-        req.out.count = c->count_on[p];
+        req.out.items = c->views;
+        req.out.count = unit_views(c, p, grads, c->views);
+        /* Encoding copies the views' bytes, so the scratch is free again. */
         if ((rc = prepare(c, p, DT_MSG_PUSH_REQ, &req, 0, err)) < 0) return rc;
     }
     if ((rc = run(c, 0, c->num_ps, err)) < 0) goto out;
-    *done = 0;
     for (int p = 0; p < c->num_ps; p++) {
         dt_msg_push_resp resp;
         memset(&resp, 0, sizeof resp);
@@ -311,8 +527,9 @@ int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step,
                                   c->calls[p].response.len, &resp, err)) < 0)
             goto out;
         if ((rc = note_incarnation(c, p, resp.incarnation, err)) < 0) goto out;
-        if (p == 0) *global_step = resp.global_step;
-        *done |= resp.done;
+        if (p == 0) r->global_step = resp.global_step;
+        r->done |= resp.done;
+        r->dropped |= resp.dropped;
     }
 out:
     release_responses(c);

@@ -1,14 +1,23 @@
 /*
- * ps_client: a role's view of all ps tasks as one store of variables.
+ * ps_client: a role's view of all ps tasks as one store of whole variables.
  *
- * Placement: each variable lives on one ps task, chosen greedily by bytes
- * (largest first, onto the least-loaded task; ties by name and task index),
- * like TF's GreedyLoadBalancingStrategy. Every role computes the same
- * placement from the same model specs, so no one has to send it.
+ * Partitioning: a variable of at least 2 * partition_min_bytes bytes is cut
+ * along its first dimension into min(num_ps, rows, bytes / partition_min_bytes)
+ * slices of near-equal rows ("<name>/part_<k>", as TF's
+ * min_max_variable_partitioner names them). Rows are contiguous in memory, so
+ * a slice is a view: pushing one copies nothing extra.
+ *
+ * Placement: each unit (a whole variable or a slice) lives on one ps task:
+ *   greedy       largest first onto the least-loaded task (TF's
+ *                GreedyLoadBalancingStrategy), never two slices of one
+ *                variable on one task while another task is free of it;
+ *   round_robin  in variable order, task 0, 1, 2, ... (TF's default).
+ * Every role computes the same placement from the same model specs and job,
+ * so no one has to send it. Callers always see whole variables.
  *
  * Pull and push fan out to every ps at once and wait for all. The global
- * step reported is ps 0's (every push goes to every ps, so all agree).
- * Each ps's incarnation is remembered: a change means that ps restarted.
+ * step reported is ps 0's (every push goes to every ps, so all agree). Each
+ * ps's incarnation is remembered: a change means that ps restarted.
  *
  * Threading: one thread at a time per client.
  */
@@ -25,49 +34,89 @@
 /* Most ps tasks a cluster may have. */
 #define DT_MAX_PS 64
 
+typedef enum { DT_PLACE_GREEDY = 0, DT_PLACE_ROUND_ROBIN } dt_placement;
+
 typedef struct dt_ps_client dt_ps_client;
 
 typedef struct {
-    const dt_cluster *cluster; /* borrowed for the client's life */
-    int worker;                /* caller's task index (-1 for tools) */
-    int timeout_ms;            /* deadline of each call */
+    const dt_cluster *cluster;   /* borrowed for the client's life */
+    int worker;                  /* caller's task index (-1 for tools) */
+    int timeout_ms;              /* deadline of each call */
+    int placement;               /* dt_placement */
+    int64_t partition_min_bytes; /* 0: never partition */
 } dt_ps_client_params;
 
-/* Connects lazily to every ps and places the variables of `layout` (specs;
- * the data is not read). */
+/* "greedy" / "round_robin" -> dt_placement; -1 when unknown. */
+int dt_placement_from_name(const char *name);
+
+/* Places the variables of `layout` (specs; the data is not read) and makes
+ * channels to every ps (they connect lazily). */
 int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout,
                      dt_ps_client **out, dt_err *err) DT_WARN_UNUSED;
 void dt_ps_client_free(dt_ps_client *c);
 
-/* Index of the ps that holds variable i of the layout. */
-int dt_ps_client_placement(const dt_ps_client *c, int var_index);
+/* Number of ps tasks. */
+int dt_ps_client_num_ps(const dt_ps_client *c);
+/* "ps:1 host:port" for logs (borrowed). */
+const char *dt_ps_client_name(const dt_ps_client *c, int ps_index);
 
-/* Status of ps `ps_index` (wait_for_ready 0: fails fast if it is down). */
+/* Placement, for logs and tests: the units (whole variables or slices). */
+int dt_ps_client_num_units(const dt_ps_client *c);
+typedef struct {
+    const char *name;  /* name on the ps: "w" or "w/part_1" (borrowed) */
+    int var;           /* index in the layout */
+    int64_t row_begin; /* first row of the variable in this unit */
+    int64_t rows;      /* rows in this unit (all of them when not split) */
+    int ps;            /* ps task that holds it */
+    size_t nbytes;
+} dt_ps_unit;
+void dt_ps_client_unit(const dt_ps_client *c, int i, dt_ps_unit *out);
+/* Logs one line per unit: variable, slice, ps task, bytes; then per-task totals. */
+void dt_ps_client_log_placement(const dt_ps_client *c);
+
+/* Status of ps `ps_index` (fails fast if it is down). */
 int dt_ps_client_status(dt_ps_client *c, int ps_index, dt_msg_status_resp *out,
                         dt_err *err) DT_WARN_UNUSED;
 
-/* Creates the variables (values from vars) at global_step on every ps, or
- * only on those with only[p] != 0 when only is not NULL (a restarted ps). */
-int dt_ps_client_create(dt_ps_client *c, const dt_tensors *vars, int64_t global_step,
-                        const dt_optim_config *optim, int64_t max_steps, const char *model,
-                        const int *only, dt_err *err) DT_WARN_UNUSED;
+/* What the ps tasks are created with. slots may be NULL (initial values);
+ * else it holds, for every variable and every slot of the optimizer, a
+ * tensor "<variable>/<slot>" shaped like the variable. */
+typedef struct {
+    const dt_tensors *vars;
+    const dt_tensors *slots;
+    int64_t global_step;
+    int64_t max_steps;
+    dt_optim_config optim;
+    dt_lr_schedule schedule;
+    dt_consistency consistency;
+    const char *model;
+} dt_ps_model;
 
-/* Number of ps tasks. */
-int dt_ps_client_num_ps(const dt_ps_client *c);
+/* Creates the model on every ps, or only on those with only[p] != 0 when
+ * only is not NULL (a restarted ps). */
+int dt_ps_client_create(dt_ps_client *c, const dt_ps_model *m, const int *only,
+                        dt_err *err) DT_WARN_UNUSED;
 
-/* Copies every variable's current value into vars (laid out as at _new).
- * *global_step and *done come from the replies. */
-int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, int64_t *global_step, int *done,
+/* What a pull or push learned besides the tensors. */
+typedef struct {
+    int64_t global_step; /* ps 0's */
+    int done;            /* the job is finished */
+    int wait;            /* pull: not yet (sync / bounded); nothing was copied */
+    int dropped;         /* push: a ps did not use the gradient (sync: stale) */
+} dt_ps_reply;
+
+/* Copies every variable's current value into vars (laid out as at _new),
+ * and the optimizer slots into slots when it is not NULL (laid out as
+ * described at dt_ps_model). With min_global_step > 0 (sync) or in bounded
+ * mode, a ps may answer "wait": then r->wait is set and vars are unchanged. */
+int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots,
+                      int64_t min_global_step, dt_ps_reply *r, dt_err *err) DT_WARN_UNUSED;
+
+/* Sends grads (laid out as at _new), computed at global step `step`. */
+int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_ps_reply *r,
                       dt_err *err) DT_WARN_UNUSED;
-
-/* Sends grads (laid out as at _new), computed at `step`. */
-int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step,
-                      int64_t *global_step, int *done, dt_err *err) DT_WARN_UNUSED;
 
 /* Tells every ps the job is finished. */
 int dt_ps_client_shutdown(dt_ps_client *c, const char *reason, dt_err *err) DT_WARN_UNUSED;
-
-/* "ps:1 host:port" for logs (borrowed). */
-const char *dt_ps_client_name(const dt_ps_client *c, int ps_index);
 
 #endif

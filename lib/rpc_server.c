@@ -1,5 +1,11 @@
 /*
- * rpc_server: gRPC core server with per-thread completion queues.
+ * rpc_server: gRPC core server, several poller threads on one completion queue.
+ *
+ * Why one queue: gRPC delivers every new call of a connection to the queue
+ * that accepted the connection, so per-thread queues would serve all calls
+ * of one worker on one thread, one at a time. With one shared queue any idle
+ * thread takes the next event. Each call has at most one batch in flight, so
+ * only one thread touches a call at a time.
  *
  * Each call is a small state machine driven by completion-queue events:
  *   REQUESTED (a new call arrived; re-arm, then read the request message)
@@ -9,8 +15,9 @@
  * always accepted while others are being handled.
  *
  * Shutdown order (the gRPC core's contract): shutdown_and_notify -> wait for
- * the notification (cancel_all_calls after the grace period) -> destroy the
- * server -> shut down and drain every queue -> join -> destroy the queues.
+ * the notification (cancel_all_calls after the grace period) -> wait for
+ * handlers still running -> destroy the server -> shut down and drain the
+ * queue -> join -> destroy the queue.
  */
 #include "rpc_server.h"
 
@@ -61,9 +68,15 @@ struct dt_rpc_server {
     pthread_cond_t cv;
     int shutdown_done;
     int shutting_down;
+    int live_calls; /* call_states allocated and not yet freed, under mu */
 };
 
 static void call_free(call_state *cs) {
+    dt_rpc_server *s = cs->owner->server;
+    pthread_mutex_lock(&s->mu);
+    s->live_calls--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
     if (cs->request_payload) grpc_byte_buffer_destroy(cs->request_payload);
     if (cs->reply_payload) grpc_byte_buffer_destroy(cs->reply_payload);
     grpc_slice_unref(cs->status_details);
@@ -80,6 +93,9 @@ static void arm(poller *p) {
         return;
     }
     cs->owner = p;
+    pthread_mutex_lock(&p->server->mu);
+    p->server->live_calls++;
+    pthread_mutex_unlock(&p->server->mu);
     cs->phase = CALL_REQUESTED;
     cs->status_details = grpc_empty_slice();
     grpc_call_details_init(&cs->details);
@@ -194,23 +210,23 @@ static void *poll_loop(void *arg) {
 }
 
 static void destroy_queues(dt_rpc_server *s) {
-    for (int i = 0; i < s->num_pollers; i++) {
-        poller *p = &s->pollers[i];
-        if (!p->cq) continue;
-        grpc_completion_queue_shutdown(p->cq);
-        if (p->started) {
-            pthread_join(p->thread, NULL);
-        } else {
-            /* No thread drains this queue: drain it here. */
-            for (;;) {
-                grpc_event ev = grpc_completion_queue_next(p->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-                if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
-                if (ev.type == GRPC_OP_COMPLETE && ev.tag != &s->shutdown_tag) call_free(ev.tag);
-            }
+    grpc_completion_queue *cq = s->pollers[0].cq;
+    if (!cq) return;
+    grpc_completion_queue_shutdown(cq);
+    int any_started = 0;
+    for (int i = 0; i < s->num_pollers; i++)
+        if (s->pollers[i].started) {
+            pthread_join(s->pollers[i].thread, NULL);
+            any_started = 1;
         }
-        grpc_completion_queue_destroy(p->cq);
-        p->cq = NULL;
-    }
+    if (!any_started)
+        for (;;) {
+            grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+            if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+            if (ev.type == GRPC_OP_COMPLETE && ev.tag != &s->shutdown_tag) call_free(ev.tag);
+        }
+    grpc_completion_queue_destroy(cq);
+    for (int i = 0; i < s->num_pollers; i++) s->pollers[i].cq = NULL;
 }
 
 int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out, dt_err *err) {
@@ -244,10 +260,11 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     grpc_channel_args channel_args = {3, args};
     s->grpc = grpc_server_create(&channel_args, NULL);
     s->num_pollers = params->num_threads;
+    grpc_completion_queue *shared = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(s->grpc, shared, NULL);
     for (int i = 0; i < s->num_pollers; i++) {
         s->pollers[i].server = s;
-        s->pollers[i].cq = grpc_completion_queue_create_for_next(NULL);
-        grpc_server_register_completion_queue(s->grpc, s->pollers[i].cq, NULL);
+        s->pollers[i].cq = shared;
     }
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     int port = grpc_server_add_http2_port(s->grpc, params->addr, creds);
@@ -312,6 +329,16 @@ void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
             deadline.tv_sec += 5;
             wait_shutdown(s, &deadline);
         }
+        /* A handler may still run after the notification (its client went
+         * away): the queue must outlive it, or its reply batch asserts. */
+        deadline.tv_sec += 5;
+        pthread_mutex_lock(&s->mu);
+        while (s->live_calls > 0)
+            if (pthread_cond_timedwait(&s->cv, &s->mu, &deadline) != 0) break;
+        if (s->live_calls > 0)
+            dt_log(DT_LOG_WARN, "rpc server %s: %d calls still live at stop", s->addr,
+                   s->live_calls);
+        pthread_mutex_unlock(&s->mu);
     } else {
         grpc_server_cancel_all_calls(s->grpc);
     }

@@ -1,9 +1,9 @@
 /*
  * rpc_server: a multi-threaded unary gRPC server over the gRPC core.
  *
- * Each poller thread owns one completion queue with request calls always
- * armed on it; a call is handled start to finish by the thread that polls its
- * queue, so handlers for different calls run concurrently on different
+ * Poller threads share one completion queue with request calls always armed
+ * on it; each event of a call is handled by whichever thread takes it, one
+ * at a time, so handlers for different calls run concurrently on different
  * threads. Handlers run on poller threads: they must not block for long.
  */
 #ifndef DT_RPC_SERVER_H

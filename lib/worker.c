@@ -44,6 +44,8 @@ static void sleep_ms(int ms) {
 
 dt_ps_client *dt_worker_client(dt_worker *w) { return w->client; }
 dt_tensors *dt_worker_vars(dt_worker *w) { return &w->vars; }
+dt_dataset *dt_worker_data(dt_worker *w) { return w->data; }
+dt_model *dt_worker_model(dt_worker *w) { return w->model; }
 const char *dt_worker_name(const dt_worker *w) { return w->name; }
 
 int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err) {
@@ -66,7 +68,9 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     if ((rc = dt_model_new(params->job, &w->model, err)) < 0) goto fail;
     if ((rc = dt_data_open(params->job, params->task_index, cl->num_workers, &w->data, err)) < 0)
         goto fail;
-    dt_ps_client_params cp = {cl, params->task_index, params->job->rpc_timeout_secs * 1000};
+    const dt_job *job = params->job;
+    dt_ps_client_params cp = {cl, params->task_index, job->rpc_timeout_secs * 1000,
+                              dt_placement_from_name(job->placement), job->partition_min_bytes};
     if ((rc = dt_ps_client_new(&cp, &w->vars, &w->client, err)) < 0) goto fail;
     *out = w;
     return 0;
@@ -162,26 +166,57 @@ int dt_worker_wait_ready(dt_worker *w, volatile sig_atomic_t *stop, dt_err *err)
 
 typedef struct {
     dt_worker *w;
-    int64_t global_step;
-    int done;
+    int64_t min_global_step;
+    dt_ps_reply reply;
 } pull_state;
 
 static int do_pull(void *arg, dt_err *err) {
     pull_state *ps = arg;
-    return dt_ps_client_pull(ps->w->client, &ps->w->vars, &ps->global_step, &ps->done, err);
+    return dt_ps_client_pull(ps->w->client, &ps->w->vars, NULL, ps->min_global_step, &ps->reply,
+                             err);
 }
 
 typedef struct {
     dt_worker *w;
     int64_t step;
-    int64_t global_step;
-    int done;
+    dt_ps_reply reply;
 } push_state;
 
 static int do_push(void *arg, dt_err *err) {
     push_state *ps = arg;
-    return dt_ps_client_push(ps->w->client, &ps->w->grads, ps->step, &ps->global_step, &ps->done,
-                             err);
+    return dt_ps_client_push(ps->w->client, &ps->w->grads, ps->step, &ps->reply, err);
+}
+
+/*
+ * Pulls the variables, waiting while a ps answers "not yet": in sync mode
+ * until the step after the one this worker pushed is applied, in bounded
+ * mode while this worker is too far ahead. The ps bounds both waits (it
+ * applies a partial step, or stops waiting for a silent worker, after
+ * sync_timeout_secs); this loop gives up only well past that.
+ */
+static int pull_when_ready(dt_worker *w, pull_state *pull, const dt_worker_hooks *hooks,
+                           volatile sig_atomic_t *stop, dt_err *err) {
+    const dt_job *job = w->params.job;
+    double start = now_secs(), last_log = start;
+    int nap_us = 200;
+    for (;;) {
+        int rc = dt_worker_retry(w, "pull", do_pull, pull, hooks, stop, err);
+        if (rc < 0 || !pull->reply.wait || pull->reply.done) return rc;
+        double now = now_secs();
+        if (now - start > 2.0 * job->sync_timeout_secs + job->ready_wait_secs)
+            return dt_err_set(err, DT_EUNAVAILABLE, "%s: no progress from the other workers for "
+                                                    "%.0f s (%s mode)",
+                              w->name, now - start, job->mode);
+        if (now - last_log >= 5) {
+            dt_log(DT_LOG_INFO, "%s: waiting for the other workers for %.0f s (%s mode)", w->name,
+                   now - start, job->mode);
+            last_log = now;
+        }
+        if (stop && *stop) return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", w->name);
+        struct timespec ts = {0, (long)nap_us * 1000L};
+        nanosleep(&ts, NULL);
+        if (nap_us < 20000) nap_us *= 2;
+    }
 }
 
 /* "linear/weight=1.9981 linear/bias=0.0123" for one-element variables: the
@@ -204,26 +239,36 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
     dt_step_result r;
     memset(&r, 0, sizeof r);
     double t_last = now_secs();
-    int64_t step_last = 0;
+    int64_t step_last = 0, min_global_step = 0;
+    int sync = strcmp(job->mode, "sync") == 0;
     int rc = 0;
     for (;;) {
         if (stop && *stop) return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", w->name);
 
-        pull_state pull = {w, 0, 0};
-        if ((rc = dt_worker_retry(w, "pull", do_pull, &pull, hooks, stop, err)) < 0) return rc;
-        if (pull.done) break;
+        pull_state pull;
+        memset(&pull, 0, sizeof pull);
+        pull.w = w;
+        pull.min_global_step = min_global_step;
+        if ((rc = pull_when_ready(w, &pull, hooks, stop, err)) < 0) return rc;
+        if (pull.reply.done) break;
 
         dt_batch batch;
         if ((rc = dt_data_next(w->data, job->batch_size, &batch, err)) < 0) return rc;
         if ((rc = dt_model_loss_grad(w->model, &w->vars, &batch, &w->grads, &r.loss, err)) < 0)
             return rc;
 
-        push_state push = {w, pull.global_step, 0, 0};
+        push_state push;
+        memset(&push, 0, sizeof push);
+        push.w = w;
+        push.step = pull.reply.global_step;
         if ((rc = dt_worker_retry(w, "push", do_push, &push, hooks, stop, err)) < 0) return rc;
+        /* sync: the next pull must see the step this gradient was for. */
+        if (sync) min_global_step = pull.reply.global_step + 1;
         r.local_step++;
-        r.pulled_step = pull.global_step;
-        r.global_step = push.global_step;
-        r.done = push.done;
+        r.pulled_step = pull.reply.global_step;
+        r.global_step = push.reply.global_step;
+        r.done = push.reply.done;
+        r.dropped += push.reply.dropped;
 
         if (r.local_step % job->log_steps == 0 || r.done) {
             double t = now_secs();

@@ -18,6 +18,8 @@
 #include <stdint.h>
 
 #include "cluster.h"
+#include "data.h"
+#include "model.h"
 #include "err.h"
 #include "ps_client.h"
 #include "tensor.h"
@@ -34,6 +36,7 @@ typedef struct {
     int64_t pulled_step; /* global step of the variables used for the gradient */
     double loss;         /* on this step's batch, before the update */
     int done;
+    int64_t dropped;     /* sync: gradients of this worker a ps did not use */
 } dt_step_result;
 
 typedef struct {
@@ -55,6 +58,8 @@ void dt_worker_free(dt_worker *w);
 /* Borrowed accessors for the chief. vars hold the last pulled values. */
 dt_ps_client *dt_worker_client(dt_worker *w);
 dt_tensors *dt_worker_vars(dt_worker *w);
+dt_dataset *dt_worker_data(dt_worker *w);
+dt_model *dt_worker_model(dt_worker *w);
 /* "worker:1 host:port" for logs. */
 const char *dt_worker_name(const dt_worker *w);
 

@@ -728,9 +728,8 @@ static void *push_loop(void *arg) {
         .cluster = &p->f->cluster, .worker = p->worker, .timeout_ms = CALL_TIMEOUT_MS};
     if ((p->rc = dt_ps_client_new(&cp, p->grads, &client, &p->err)) < 0) return NULL;
     for (int k = 0; k < p->pushes; k++) {
-        int64_t gs = 0;
-        int done = 0;
-        if ((p->rc = dt_ps_client_push(client, p->grads, 0, &gs, &done, &p->err)) < 0) break;
+        dt_ps_reply r;
+        if ((p->rc = dt_ps_client_push(client, p->grads, 0, &r, &p->err)) < 0) break;
     }
     dt_ps_client_free(client);
     return NULL;
@@ -865,10 +864,9 @@ START_TEST(test_max_steps_under_concurrency) {
         dt_ps_client_params cp = {
             .cluster = &f.cluster, .worker = -1, .timeout_ms = CALL_TIMEOUT_MS};
         ck_assert_int_eq(dt_ps_client_new(&cp, &got, &client, &err), 0);
-        int64_t gs = 0;
-        int done = 0;
-        ck_assert_msg(dt_ps_client_pull(client, &got, &gs, &done, &err) == 0, "pull: %s", err.msg);
-        ck_assert(done);
+        dt_ps_reply r;
+        ck_assert_msg(dt_ps_client_pull(client, &got, NULL, 0, &r, &err) == 0, "pull: %s", err.msg);
+        ck_assert(r.done);
         for (int i = 0; i < BIG; i++)
             ck_assert_msg(out[i] == want, "round %d: big[%d] = %.9g, want %.9g", round, i, out[i],
                           want);
@@ -1180,21 +1178,32 @@ START_TEST(test_through_client) {
     cp.worker = 1;
     ck_assert_int_eq(dt_ps_client_new(&cp, &vars, &worker1, &err), 0);
     ck_assert_int_eq(dt_ps_client_num_ps(chief), 1);
-    ck_assert_int_eq(dt_ps_client_placement(chief, 0), 0);
-    ck_assert_int_eq(dt_ps_client_placement(chief, 1), 0);
+    ck_assert_int_eq(dt_ps_client_num_units(chief), 2);
+    for (int i = 0; i < 2; i++) {
+        dt_ps_unit u;
+        dt_ps_client_unit(chief, i, &u);
+        ck_assert_int_eq(u.ps, 0);
+        ck_assert_int_eq(u.var, i);
+    }
 
     dt_optim_config cfg;
     sgd_config(&cfg, 0.5);
-    int rc = dt_ps_client_create(chief, &vars, 2, &cfg, 4, "client test", NULL, &err);
+    dt_ps_model model;
+    memset(&model, 0, sizeof model);
+    model.vars = &vars;
+    model.global_step = 2;
+    model.optim = cfg;
+    model.max_steps = 4;
+    model.model = "client test";
+    int rc = dt_ps_client_create(chief, &model, NULL, &err);
     ck_assert_msg(rc == 0, "create: %s", err.msg);
-    int64_t gs = -1;
-    int done = -1;
-    ck_assert_int_eq(dt_ps_client_push(worker1, &grads, 2, &gs, &done, &err), 0);
-    ck_assert_int_eq(gs, 3);
-    ck_assert(!done);
+    dt_ps_reply r;
+    ck_assert_int_eq(dt_ps_client_push(worker1, &grads, 2, &r, &err), 0);
+    ck_assert_int_eq(r.global_step, 3);
+    ck_assert(!r.done);
     memset(vars.items[0].data, 0, vars.items[0].nbytes);
-    ck_assert_int_eq(dt_ps_client_pull(chief, &vars, &gs, &done, &err), 0);
-    ck_assert_int_eq(gs, 3);
+    ck_assert_int_eq(dt_ps_client_pull(chief, &vars, NULL, 0, &r, &err), 0);
+    ck_assert_int_eq(r.global_step, 3);
     float w[NW], b[NB];
     for (int i = 0; i < NW; i++)
         w[i] = W0[i] - 0.5f * GW[i];
@@ -1202,9 +1211,9 @@ START_TEST(test_through_client) {
         b[i] = B0[i] - 0.5f * GB[i];
     assert_floats_eq(vars.items[0].data, w, NW, "w");
     assert_floats_eq(vars.items[1].data, b, NB, "b");
-    ck_assert_int_eq(dt_ps_client_push(worker1, &grads, 3, &gs, &done, &err), 0);
-    ck_assert_int_eq(gs, 4);
-    ck_assert(done);
+    ck_assert_int_eq(dt_ps_client_push(worker1, &grads, 3, &r, &err), 0);
+    ck_assert_int_eq(r.global_step, 4);
+    ck_assert(r.done);
     dt_msg_status_resp st;
     ck_assert_int_eq(dt_ps_client_status(chief, 0, &st, &err), 0);
     ck_assert_str_eq(st.model, "client test");
