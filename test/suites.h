@@ -21,8 +21,12 @@
     X(summary)                                                                 \
     X(rpc)                                                                     \
     X(ps)                                                                      \
+    X(placement)                                                               \
+    X(consistency)                                                             \
+    X(predict)                                                                 \
     X(cli)                                                                     \
     X(e2e)                                                                     \
+    X(models_e2e)                                                              \
     X(lifecycle)                                                               \
     X(chaos)
 
