@@ -161,6 +161,18 @@ static int parse_args(int argc, char **argv, options *o) {
     return 0;
 }
 
+/* Client parameters: greedy placement, never partitioned (one ps anyway). */
+static dt_ps_client_params client_params(const dt_cluster *cluster, int worker, int timeout_ms) {
+    dt_ps_client_params cp;
+    memset(&cp, 0, sizeof cp);
+    cp.cluster = cluster;
+    cp.worker = worker;
+    cp.timeout_ms = timeout_ms;
+    cp.placement = DT_PLACE_GREEDY;
+    cp.partition_min_bytes = 0;
+    return cp;
+}
+
 /* The variable's layout: one float32 vector of N. */
 static int init_layout(dt_tensors *ts, int64_t floats, dt_err *err) {
     dt_tensor spec;
@@ -192,26 +204,28 @@ static int worker_loop(const options *o, const dt_cluster *cluster, int index, i
     if (rc == 0) {
         float *g = grads.items[0].data;
         for (int64_t i = 0; i < o->floats; i++) g[i] = GRAD_VALUE;
-        dt_ps_client_params cp = {cluster, index, o->timeout_ms};
+        dt_ps_client_params cp = client_params(cluster, index, o->timeout_ms);
         rc = dt_ps_client_new(&cp, &vars, &client, &err);
     }
-    int64_t global_step = 0;
-    int done = 0;
+    dt_ps_reply reply;
+    memset(&reply, 0, sizeof reply);
     /* One pull before the clock starts: connects the channel and touches
      * every page of the receive side. */
-    if (rc == 0) rc = dt_ps_client_pull(client, &vars, &global_step, &done, &err);
+    if (rc == 0) rc = dt_ps_client_pull(client, &vars, NULL, 0, &reply, &err);
     char ready = rc == 0 ? 'R' : 'F';
     if (write_full(to_parent, &ready, 1) < 0) gone = 1;
     if (rc == 0 && !gone && expect_byte(from_parent, 'S') < 0) gone = 1;
     if (rc == 0 && !gone) {
         double t0 = now_secs();
         for (int r = 0; r < o->rounds && rc == 0; r++) {
-            rc = dt_ps_client_pull(client, &vars, &global_step, &done, &err);
-            if (rc == 0)
-                rc = dt_ps_client_push(client, &grads, global_step, &global_step, &done, &err);
-            if (rc == 0 && done)
-                rc = dt_err_set(&err, DT_EPRECOND, "the ps says the job is done at global_step %lld",
-                                (long long)global_step);
+            rc = dt_ps_client_pull(client, &vars, NULL, 0, &reply, &err);
+            if (rc == 0 && reply.wait)
+                rc = dt_err_set(&err, DT_EPRECOND, "the ps says wait (not an async job?)");
+            if (rc == 0) rc = dt_ps_client_push(client, &grads, reply.global_step, &reply, &err);
+            if (rc == 0 && (reply.done || reply.dropped))
+                rc = dt_err_set(&err, DT_EPRECOND, "the ps %s at global_step %lld",
+                                reply.done ? "says the job is done" : "dropped a gradient",
+                                (long long)reply.global_step);
             if (rc == 0) res->rounds++;
         }
         res->seconds = now_secs() - t0;
@@ -311,14 +325,14 @@ static int spawn_workers(const options *o, dt_cluster *cluster, child *kids) {
  * worker index so the ps knows every worker has been told. */
 static int check_and_stop(const options *o, const dt_cluster *cluster, dt_ps_client *client,
                           dt_tensors *vars, dt_err *err) {
-    int64_t global_step = 0;
-    int done = 0;
-    int rc = dt_ps_client_pull(client, vars, &global_step, &done, err);
+    dt_ps_reply reply;
+    memset(&reply, 0, sizeof reply);
+    int rc = dt_ps_client_pull(client, vars, NULL, 0, &reply, err);
     if (rc < 0) return rc;
     int64_t pushes = (int64_t)o->workers * o->rounds;
-    if (global_step != pushes)
+    if (reply.global_step != pushes)
         return dt_err_set(err, DT_EINTERNAL, "check: global_step %lld after %lld pushes",
-                          (long long)global_step, (long long)pushes);
+                          (long long)reply.global_step, (long long)pushes);
     const float *w = vars->items[0].data;
     double want = -LEARNING_RATE * GRAD_VALUE * (double)pushes;
     int64_t last = o->floats - 1;
@@ -330,7 +344,7 @@ static int check_and_stop(const options *o, const dt_cluster *cluster, dt_ps_cli
     memset(&none, 0, sizeof none);
     for (int i = 0; i < cluster->num_workers && rc == 0; i++) {
         dt_ps_client *told = NULL;
-        dt_ps_client_params cp = {cluster, i, o->timeout_ms};
+        dt_ps_client_params cp = client_params(cluster, i, o->timeout_ms);
         rc = dt_ps_client_new(&cp, &none, &told, err);
         dt_msg_status_resp st;
         if (rc == 0) rc = dt_ps_client_status(told, 0, &st, err);
@@ -376,15 +390,20 @@ int main(int argc, char **argv) {
     }
     /* gRPC starts only now, in the parent, after every fork. */
     if ((rc = init_layout(&vars, o.floats, &err)) < 0) goto fail;
-    dt_ps_client_params cp = {&cluster, -1, o.timeout_ms};
+    dt_ps_client_params cp = client_params(&cluster, -1, o.timeout_ms);
     if ((rc = dt_ps_client_new(&cp, &vars, &client, &err)) < 0) goto fail;
     dt_optim_config optim;
     dt_optim_defaults(&optim);
     snprintf(optim.name, sizeof optim.name, "sgd");
     optim.learning_rate = LEARNING_RATE;
-    if ((rc = dt_ps_client_create(client, &vars, 0, &optim, INT64_MAX / 2, "bench pullpush", NULL,
-                                  &err)) < 0)
-        goto fail;
+    dt_ps_model model;
+    memset(&model, 0, sizeof model); /* constant schedule, async, no slots */
+    model.vars = &vars;
+    model.global_step = 0;
+    model.max_steps = INT64_MAX / 2;
+    model.optim = optim;
+    model.model = "bench pullpush";
+    if ((rc = dt_ps_client_create(client, &model, NULL, &err)) < 0) goto fail;
 
     for (int i = 0; i < o.workers; i++)
         if (write_full(kids[i].to_child, "C", 1) < 0) {

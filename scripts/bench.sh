@@ -191,26 +191,29 @@ field() {
     echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"
 }
 
-# From a chief's log: "G S" where G is the last global step a progress line
-# reports and S the seconds from the chief's model start-up line
-# ("initialized"; its first line if there is none) to that line. Timestamps are hh:mm:ss.mmm; a run across
-# midnight is unwrapped.
+# From a chief's log: "G S" where G is the final global step and S the
+# seconds from the chief's model start-up line ("initialized"; its first line
+# if there is none) to the end of its training loop ("training done"), the
+# final step coming from "job done at global_step G". Without those lines,
+# the last progress line ("step N global_step G") gives both. Timestamps are
+# hh:mm:ss.mmm; a run across midnight is unwrapped.
 chief_rate() {
     awk '
         function secs(ts, a) { split(ts, a, ":"); return a[1] * 3600 + a[2] * 60 + a[3] }
+        function after(word, i) { for (i = 1; i < NF; i++) if ($i == word) return $(i + 1); return "" }
         $3 ~ /^[0-9][0-9]:[0-9][0-9]:[0-9][0-9]/ {
             t = secs($3) + wrap
             if (seen && t < last) { wrap += 86400; t += 86400 }
             if (!seen) first = t
             last = t; seen = 1
             if (start == "" && / initialized /) start = t
-            if (/: step [0-9]+ global_step [0-9]+ /) {
-                for (i = 1; i < NF; i++) if ($i == "global_step") g = $(i + 1)
-                stop = t
-            }
+            if (/: step [0-9]+ global_step [0-9]+ /) { g = after("global_step"); stop = t }
+            if (/: training done /) done_t = t
+            if (/ job done at global_step [0-9]+/) final_g = after("global_step")
         }
         END {
             if (start == "") start = first
+            if (done_t != "" && final_g != "") { g = final_g; stop = done_t }
             if (stop == "" || stop <= start) exit 1
             printf "%d %.3f\n", g, stop - start
         }' "$1"
@@ -265,7 +268,7 @@ if run_job "$d" 90 --set max_steps=$DEMO_STEPS --set log_steps=1000; then
     if r=$(chief_rate "$d/chief.log"); then
         set -- $r
         rate=$(awk -v g="$1" -v s="$2" 'BEGIN { printf "%.0f", g / s }')
-        row "demo training" "$rate steps/s" "linear F=1 B=10 sgd, 1 ps + 2 worker processes, global_step $1 in $2 s (chief log: model init to last step; whole job with start-up ${JOB_SECS} s)"
+        row "demo training" "$rate steps/s" "linear F=1 B=10 sgd, 1 ps + 2 worker processes, global_step $1 in $2 s (chief log: model init to end of its training loop; whole job with start-up ${JOB_SECS} s)"
     else
         failed "demo training" "no progress lines in the chief's log" "$d/chief.log"
     fi
