@@ -25,7 +25,8 @@
  * public functions check it before any math). A handle's buffers hold `cap`
  * rows of every layer's activations, so a call never writes past them.
  * Threading: specs, init and describe keep no state. A handle is used by one
- * thread at a time; separate handles share nothing.
+ * thread at a time; separate handles share nothing. dt_model_new sets
+ * OpenBLAS to one thread per process unless the environment says otherwise.
  */
 #include "model.h"
 
@@ -355,10 +356,15 @@ int dt_model_new(const dt_job *job, dt_model **out, dt_err *err) {
         free(m);
         return rc;
     }
-    /* The workers are processes, often several to a machine, and the
-     * matrices of one step are small: OpenBLAS's threads then cost more in
-     * hand-offs and contention than they give (figures in the report of the
-     * commit that added this). A user's OPENBLAS_NUM_THREADS wins. */
+    /* The workers are processes, often several to a machine, and one
+     * step's matrices are small: OpenBLAS's threads then cost more in
+     * hand-offs and spinning than they give. Measured on a 2-core box for
+     * the 784-256-128-10 mlp at batch 64 (examples/s, best of 12-15 runs):
+     * two worker processes 100k in all with 1 thread each, 79k with 2; one
+     * process 51k with 1, 53k with 2 (72k vs 56k at batch 100 on an idle
+     * box, but 2 threads fall to 2/3 of 1 thread's rate as soon as other
+     * processes compete for the cores). A user's OPENBLAS_NUM_THREADS or
+     * OMP_NUM_THREADS wins. */
     set_blas_threads();
     *out = m;
     return 0;

@@ -61,8 +61,11 @@ typedef struct dt_model dt_model; /* opaque; owns its scratch buffers */
 
 /* A handle for the job's model: its shape (copied from job, which may go
  * away) and scratch buffers that grow to the largest batch seen and are then
- * reused, so steps allocate nothing once the batch size is steady. Errors
- * (*out stays NULL): those of dt_model_specs, DT_ENOMEM. */
+ * reused, so steps allocate nothing once the batch size is steady. Also
+ * sets OpenBLAS to one thread for the whole process, unless
+ * OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set (workers are processes
+ * sharing a few cores). Errors (*out stays NULL): those of dt_model_specs,
+ * DT_ENOMEM. */
 int dt_model_new(const dt_job *job, dt_model **out, dt_err *err) DT_WARN_UNUSED;
 void dt_model_free(dt_model *m); /* NULL is a no-op */
 
