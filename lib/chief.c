@@ -249,6 +249,7 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     dt_ps_model *m = &c->create;
     m->optim = job->optim;
     m->model = c->model;
+    m->skip_nonfinite = strcmp(job->nonfinite, "skip") == 0;
     m->max_steps = job->max_steps;
     if (m->max_steps == 0) { /* epochs of a file: its size is known now */
         int rc = dt_job_steps_for(job, dt_data_total(dt_worker_data(c->w)), &m->max_steps, err);

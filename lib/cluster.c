@@ -789,6 +789,7 @@ static const char *const scales[] = {"none", "standardize", "divide", NULL};
 static const char *const schedules[] = {"constant", "exponential", "piecewise", NULL};
 static const char *const placements[] = {"greedy", "round_robin", NULL};
 static const char *const modes[] = {"async", "sync", "bounded", NULL};
+static const char *const nonfinites[] = {"reject", "skip", NULL};
 static const char *const optimizers[] = {"sgd", "momentum", "adagrad", "adam", NULL};
 
 /* The job fields, in the order conf/README.md lists them. */
@@ -842,6 +843,7 @@ static const field fields[] = {
     INT_FIELD("total_num_replicas", total_num_replicas, 0),
     INT_FIELD("staleness", staleness, 0),
     INT_FIELD("sync_timeout_secs", sync_timeout_secs, 1),
+    {.name = "nonfinite", .type = F_ENUM, AT(nonfinite), .choices = nonfinites},
     INT_FIELD("batch_size", batch_size, 1),
     {.name = "max_steps", .type = F_INT64, AT(max_steps), .min = 0, .max = MAX_EXACT_INT},
     INT_FIELD("epochs", epochs, 0),
@@ -1101,6 +1103,7 @@ void dt_job_defaults(dt_job *job) {
     job->partition_min_bytes = 256 * 1024; /* TF's min_max_variable_partitioner */
     snprintf(job->mode, sizeof job->mode, "async");
     job->sync_timeout_secs = 30;
+    snprintf(job->nonfinite, sizeof job->nonfinite, "reject");
     job->batch_size = 10;
     job->max_steps = 0;
     job->epochs = 200; /* 200 * 100 / 10 = 2000 global steps */

@@ -85,6 +85,8 @@ typedef struct {
     int staleness;               /* bounded: most steps ahead of the slowest worker */
     int sync_timeout_secs;       /* sync: partial step after this long; bounded: a
                                     worker silent this long is not waited for */
+    char nonfinite[16];          /* a NaN/Inf gradient: "reject" (an error to the
+                                    worker) or "skip" (dropped and counted) */
 
     /* training */
     int batch_size;    /* B >= 1 */

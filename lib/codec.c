@@ -245,6 +245,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         schedule_to_pb(&m->schedule, &pb->create_req.schedule);
         pb->create_req.has_consistency = true;
         consistency_to_pb(&m->consistency, &pb->create_req.consistency);
+        pb->create_req.skip_nonfinite = m->skip_nonfinite;
         break;
     }
     case DT_MSG_CREATE_RESP: {
@@ -315,6 +316,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         memcpy(s->staleness_counts, m->staleness_counts, sizeof(int64_t) * (size_t)n);
         s->max_lead = m->max_lead;
         copy_str(s->mode, sizeof s->mode, m->mode);
+        s->pushes_nonfinite = m->pushes_nonfinite;
         break;
     }
     case DT_MSG_SHUTDOWN_REQ: {
@@ -448,6 +450,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         copy_str(m->model, sizeof m->model, pb->create_req.model);
         schedule_from_pb(&pb->create_req.schedule, &m->schedule);
         consistency_from_pb(&pb->create_req.consistency, &m->consistency);
+        m->skip_nonfinite = pb->create_req.skip_nonfinite;
         break;
     }
     case DT_MSG_CREATE_RESP: {
@@ -505,6 +508,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
                sizeof(int64_t) * (size_t)s->staleness_counts_count);
         m->max_lead = s->max_lead;
         copy_str(m->mode, sizeof m->mode, s->mode);
+        m->pushes_nonfinite = s->pushes_nonfinite;
         break;
     }
     case DT_MSG_SHUTDOWN_REQ:

@@ -94,6 +94,7 @@ typedef struct {
     dt_optim_config optim;
     dt_lr_schedule schedule;
     dt_consistency consistency;
+    bool skip_nonfinite;
     char model[DT_MSG_MODEL_MAX];
 } dt_msg_create_req;
 
@@ -156,6 +157,7 @@ typedef struct {
     int num_staleness_counts;
     int32_t max_lead;
     char mode[16];
+    int64_t pushes_nonfinite;
 } dt_msg_status_resp;
 
 typedef struct {

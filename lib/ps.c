@@ -32,6 +32,10 @@
 #include "rpc_server.h"
 #include "tensor.h"
 
+/* check_push's code for a NaN or Inf gradient; handle_push turns it into
+ * a skip or into DT_EINVAL, so it never leaves this file. */
+#define PUSH_NONFINITE (-100)
+
 #define DEFAULT_THREADS 4
 #define DEFAULT_LINGER_MS 10000
 
@@ -65,6 +69,8 @@ struct dt_ps {
     _Atomic int64_t pushes_applied;
     _Atomic int64_t pushes_rejected;
     _Atomic int64_t pushes_dropped;
+    _Atomic int64_t pushes_nonfinite;
+    int skip_nonfinite; /* skip and count non-finite gradients instead of refusing */
 
     /* Staleness of applied gradients (global step at apply minus the step
      * they were computed at), and the bounded mode's clocks. */
@@ -321,6 +327,7 @@ static int handle_create(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply
     ps->optim = req->optim;
     ps->schedule = req->schedule;
     ps->consistency = req->consistency;
+    ps->skip_nonfinite = req->skip_nonfinite;
     if ((rc = build_model(ps, &req->in, err)) < 0 || (rc = restore_slots(ps, &req->slots_in, err)) < 0) {
         free_model(ps);
         pthread_rwlock_unlock(&ps->model_lock);
@@ -466,7 +473,7 @@ static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, dt_er
             float x;
             memcpy(&x, p + 4 * e, 4);
             if (!isfinite(x))
-                return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s[%lld] is not finite",
+                return dt_err_set(err, PUSH_NONFINITE, "%s: push: gradient %s[%lld] is not finite",
                                   ps->name, g->name, (long long)e);
         }
     }
@@ -604,13 +611,26 @@ static int handle_push(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, 
                         ps->name);
         goto rejected;
     }
-    if ((rc = check_push(ps, &req.in, index, err)) < 0) {
-        pthread_rwlock_unlock(&ps->model_lock);
-        goto rejected;
-    }
     dt_msg_push_resp resp;
     memset(&resp, 0, sizeof resp);
     resp.incarnation = ps->incarnation;
+    dt_err why;
+    dt_err_clear(&why);
+    if ((rc = check_push(ps, &req.in, index, &why)) == PUSH_NONFINITE && ps->skip_nonfinite) {
+        /* Configured to survive a diverging worker: skip it, count it. */
+        atomic_fetch_add(&ps->pushes_nonfinite, 1);
+        resp.dropped = true;
+        resp.global_step = atomic_load(&ps->global_step);
+        resp.done = check_done(ps, req.worker);
+        pthread_rwlock_unlock(&ps->model_lock);
+        dt_log(DT_LOG_DEBUG, "%s: skipped: %s", ps->name, why.msg);
+        return encode_reply(DT_MSG_PUSH_RESP, &resp, reply, err);
+    }
+    if (rc < 0) {
+        pthread_rwlock_unlock(&ps->model_lock);
+        rc = dt_err_set(err, rc == PUSH_NONFINITE ? DT_EINVAL : rc, "%s", why.msg);
+        goto rejected;
+    }
     int reserved = 0;
     if (check_done(ps, req.worker)) {
         resp.done = true;
@@ -679,6 +699,7 @@ static int handle_status(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply
     resp.pushes_applied = atomic_load(&ps->pushes_applied);
     resp.pushes_rejected = atomic_load(&ps->pushes_rejected);
     resp.pushes_dropped = atomic_load(&ps->pushes_dropped);
+    resp.pushes_nonfinite = atomic_load(&ps->pushes_nonfinite);
     pthread_mutex_lock(&ps->stats_mu);
     memcpy(resp.staleness_counts, ps->staleness_counts, sizeof resp.staleness_counts);
     resp.num_staleness_counts = DT_STALENESS_BUCKETS;

@@ -89,6 +89,7 @@ typedef struct {
     dt_optim_config optim;
     dt_lr_schedule schedule;
     dt_consistency consistency;
+    int skip_nonfinite; /* skip and count NaN/Inf gradients instead of refusing them */
     const char *model;
 } dt_ps_model;
 

@@ -638,6 +638,56 @@ END_TEST
 
 /* A Push carries one gradient per variable on the ps: one that leaves a
  * variable out (or has none) is malformed and must not move the step. */
+/* With skip_nonfinite, a NaN gradient is answered "dropped", counted, and
+ * changes nothing; the next good push applies as usual. */
+START_TEST(test_skip_nonfinite) {
+    fixture f;
+    fixture_start(&f, 0);
+    float wc[NW], bc[NB];
+    memcpy(wc, W0, sizeof wc);
+    memcpy(bc, B0, sizeof bc);
+    dt_tensor model[2];
+    model_tensors(model, wc, bc);
+    dt_msg_create_req req;
+    memset(&req, 0, sizeof req);
+    req.out.items = model;
+    req.out.count = 2;
+    req.global_step = 4;
+    req.max_steps = 100;
+    sgd_config(&req.optim, 0.5);
+    req.skip_nonfinite = true;
+    dt_msg_create_resp created;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &created, &err) == 0,
+                  "%s", err.msg);
+
+    float gw[NW], gb[NB];
+    memcpy(gw, GW, sizeof gw);
+    memcpy(gb, GB, sizeof gb);
+    gw[1] = NAN;
+    dt_tensor items[2];
+    model_tensors(items, gw, gb);
+    dt_msg_push_resp resp;
+    memset(&resp, 0, sizeof resp);
+    ck_assert_msg(push_items(&f, items, 2, 1, &resp, &err) == 0, "%s", err.msg);
+    ck_assert(resp.dropped);
+    ck_assert_int_eq(resp.global_step, 4);
+    assert_state(&f, W0, B0, 4, "skipped non-finite gradient");
+    dt_msg_status_resp st;
+    status(&f, -1, &st);
+    ck_assert_int_eq(st.pushes_nonfinite, 1);
+    ck_assert_int_eq(st.pushes_rejected, 0);
+
+    gw[1] = GW[1];
+    memset(&resp, 0, sizeof resp);
+    ck_assert_int_eq(push_items(&f, items, 2, 1, &resp, &err), 0);
+    ck_assert(!resp.dropped);
+    ck_assert_int_eq(resp.global_step, 5);
+    fixture_stop(&f);
+}
+END_TEST
+
 START_TEST(test_push_must_cover_every_variable) {
     fixture f;
     fixture_start(&f, 0);
@@ -1265,6 +1315,7 @@ Suite *ps_suite(void) {
     tcase_add_test(push_tc, test_max_steps);
     tcase_add_test(push_tc, test_bad_pushes);
     tcase_add_test(push_tc, test_push_must_cover_every_variable);
+    tcase_add_test(push_tc, test_skip_nonfinite);
     tcase_add_test(push_tc, test_truncated_pushes);
     tcase_add_test(push_tc, test_concurrent_pushes);
     tcase_add_test(push_tc, test_max_steps_under_concurrency);
