@@ -631,8 +631,8 @@ int dt_model_evaluate(dt_model *m, const dt_tensors *vars, const dt_batch *b, do
     if ((rc = grow(m, chunk, err)) < 0) return rc;
     double sum = 0;
     int64_t correct = 0;
-    for (int start = 0; start < B; start += chunk) {
-        const int rows = B - start < chunk ? B - start : chunk;
+    for (int64_t start = 0; start < B; start += chunk) {
+        const int rows = B - start < chunk ? (int)(B - start) : chunk;
         forward(m, vars, b->x + (size_t)start * F, rows);
         head(m, rows, b->y + start, 0, &sum, &correct);
     }
@@ -647,8 +647,8 @@ int dt_model_predict(dt_model *m, const dt_tensors *vars, const dt_batch *b, flo
     if ((rc = check_call(m, vars, b, NULL, 0, err)) < 0) return rc;
     const int B = b->rows, chunk = chunk_rows(m, B), F = m->net.dims[0], O = out_dim(&m->net);
     if ((rc = grow(m, chunk, err)) < 0) return rc;
-    for (int start = 0; start < B; start += chunk) {
-        const int rows = B - start < chunk ? B - start : chunk;
+    for (int64_t start = 0; start < B; start += chunk) {
+        const int rows = B - start < chunk ? (int)(B - start) : chunk;
         forward(m, vars, b->x + (size_t)start * F, rows);
         head_predict(m, rows, out + (size_t)start * O);
     }
