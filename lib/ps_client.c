@@ -298,7 +298,9 @@ static int note_incarnation(dt_ps_client *c, int p, uint64_t incarnation, dt_err
 /* A view of unit u's rows of tensor t (t shaped like u's variable). */
 static void unit_view(const unit *u, const dt_tensor *t, const char *name, dt_tensor *out) {
     *out = *t;
-    snprintf(out->name, sizeof out->name, "%s", name);
+    size_t n = strnlen(name, sizeof out->name - 1); /* callers checked it fits */
+    memcpy(out->name, name, n);
+    out->name[n] = '\0';
     if (out->ndim > 0) out->shape[0] = u->rows;
     out->data = (char *)t->data + u->offset;
     out->nbytes = u->nbytes;
