@@ -9,6 +9,7 @@
  *   200  a peer stayed unreachable past the retry budget (retryable)
  *   128+N  stopped by signal N (130 for SIGINT, 143 for SIGTERM)
  */
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "cluster.h"
 #include "err.h"
 #include "log.h"
+#include "predict.h"
 #include "ps.h"
 #include "worker.h"
 
@@ -37,6 +39,10 @@ static void on_signal(int signo) {
 
 static const char usage[] =
     "usage: dtrain --cluster FILE --job-name ps|worker --task-index N [options]\n"
+    "       dtrain eval --config FILE [--checkpoint FILE | --log-dir DIR]\n"
+    "                   [--data FILE [--labels FILE]] [--set FIELD=VALUE]...\n"
+    "       dtrain predict --config FILE [--checkpoint FILE | --log-dir DIR]\n"
+    "                   --data FILE [--labels FILE] [--out FILE] [--set FIELD=VALUE]...\n"
     "\n"
     "Runs one task of a dtrain cluster. Worker 0 is the chief.\n"
     "\n"
@@ -52,6 +58,17 @@ static const char usage[] =
     "  --help               this text\n"
     "  --version            print the version\n"
     "\n"
+    "eval scores a checkpoint on a data set, scaled as in training, and prints\n"
+    "\"loss L accuracy A examples N global_step S\"; predict writes CSV, one line per\n"
+    "row (linear: the prediction; logistic: p1; softmax, mlp: class,p0,...,pK-1).\n"
+    "  --config FILE        the job config the checkpoint was trained with (required)\n"
+    "  --checkpoint FILE    a checkpoint file; default: the latest in the job's log_dir\n"
+    "  --log-dir DIR        take the latest checkpoint of DIR instead\n"
+    "  --data FILE          examples in the job's data format; eval's default: the\n"
+    "                       job's eval_data and eval_labels\n"
+    "  --labels FILE        idx: the labels file of --data\n"
+    "  --out FILE           predict: write the CSV there (default: standard output)\n"
+    "\n"
     "Exit status: 0 done; 1 failure; 2 usage or config error; 200 peer unreachable\n"
     "(retryable); 128+N stopped by signal N.\n";
 
@@ -65,6 +82,10 @@ typedef struct {
     const char *log_dir;
     int keep_serving;
     const char *log_level;
+    const char *checkpoint; /* eval, predict */
+    const char *data;
+    const char *labels;
+    const char *out;
 } options;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -135,6 +156,42 @@ static int parse_args(int argc, char **argv, options *o) {
     return -1;
 }
 
+/* The flags of `dtrain eval` and `dtrain predict` (argv[1]). Returns -1 to
+ * go on, or an exit status. */
+static int parse_tool_args(int argc, char **argv, int is_predict, options *o) {
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = NULL;
+        int missing = 0;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (take_value(argc, argv, &i, "--config", &v, &missing)) o->config_path = v;
+        else if (take_value(argc, argv, &i, "--checkpoint", &v, &missing)) o->checkpoint = v;
+        else if (take_value(argc, argv, &i, "--log-dir", &v, &missing)) o->log_dir = v;
+        else if (take_value(argc, argv, &i, "--data", &v, &missing)) o->data = v;
+        else if (take_value(argc, argv, &i, "--labels", &v, &missing)) o->labels = v;
+        else if (is_predict && take_value(argc, argv, &i, "--out", &v, &missing)) o->out = v;
+        else if (take_value(argc, argv, &i, "--log-level", &v, &missing)) o->log_level = v;
+        else if (take_value(argc, argv, &i, "--set", &v, &missing)) {
+            if (!missing) {
+                if (o->num_sets == MAX_SETS) return usage_error("too many --set flags (at most 64)%s", "");
+                o->sets[o->num_sets++] = v;
+            }
+        } else {
+            return usage_error(is_predict ? "predict: unknown flag %s" : "eval: unknown flag %s", a);
+        }
+        if (missing) return usage_error("flag %s needs a value", a);
+    }
+    if (!o->config_path) return usage_error("%s: missing --config FILE (the job config)", argv[1]);
+    if (is_predict && !o->data) return usage_error("%s: missing --data FILE", argv[1]);
+    if (o->labels && !o->data) return usage_error("%s: --labels needs --data FILE", argv[1]);
+    if (o->checkpoint && o->log_dir)
+        return usage_error("%s: give --checkpoint FILE or --log-dir DIR, not both", argv[1]);
+    return -1;
+}
+
 static int parse_task(const char *text, int *out) {
     char *end = NULL;
     long v = strtol(text, &end, 10);
@@ -170,6 +227,45 @@ static int load_job(const options *o, dt_job *job, dt_err *err) {
     return dt_job_finish(job, err);
 }
 
+/* dtrain eval and dtrain predict: a checkpoint, a job and a data file, no
+ * cluster; lib/predict does the work. */
+static int run_tool(int argc, char **argv) {
+    const char *tool = argv[1];
+    int is_predict = strcmp(tool, "predict") == 0;
+    options o;
+    memset(&o, 0, sizeof o);
+    int status = parse_tool_args(argc, argv, is_predict, &o);
+    if (status >= 0) return status;
+    if (o.log_level) {
+        int level = parse_level(o.log_level);
+        if (level < 0) return usage_error("--log-level: unknown level \"%s\"", o.log_level);
+        dt_log_set_level((dt_log_level)level);
+    }
+    dt_err err;
+    dt_err_clear(&err);
+    dt_job job;
+    if (load_job(&o, &job, &err) < 0) {
+        fprintf(stderr, "dtrain: %s\n", err.msg);
+        return EXIT_USAGE;
+    }
+    if (!o.data && !job.eval_data[0])
+        return usage_error("eval: no data: give --data FILE, or set \"eval_data\" in %s",
+                           o.config_path);
+    dt_predict_params pp = {&job, o.checkpoint, o.data, o.labels, o.out};
+    dt_predict_result r;
+    int rc = is_predict ? dt_predict_write(&pp, &r, &err) : dt_predict_eval(&pp, &r, &err);
+    if (rc < 0) {
+        fprintf(stderr, "dtrain: %s\n", err.msg);
+        return 1;
+    }
+    if (!is_predict) {
+        char line[256];
+        dt_predict_format(&r, line, sizeof line);
+        printf("%s\n", line);
+    }
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 static int exit_status(int rc, const dt_err *err) {
     if (rc >= 0) return 0;
     dt_log(DT_LOG_ERROR, "%s", err->msg);
@@ -182,6 +278,8 @@ static int exit_status(int rc, const dt_err *err) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && (strcmp(argv[1], "eval") == 0 || strcmp(argv[1], "predict") == 0))
+        return run_tool(argc, argv);
     options o;
     memset(&o, 0, sizeof o);
     int status = parse_args(argc, argv, &o);

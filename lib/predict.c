@@ -1,0 +1,354 @@
+/*
+ * predict: `dtrain eval` and `dtrain predict`, a checkpoint scored or applied
+ * on a data file in one process, with no ps and no worker.
+ *
+ * A session is the three things both commands need, acquired in the order
+ * that fails cheapest first: the checkpoint's variables, matched against the
+ * job's model (a few MB, and the usual mistake: the wrong job file); the
+ * model handle; then the data (tens of MB to read and scale). Everything
+ * else reuses the other modules: checkpoint reads the file, data reads and
+ * scales the examples as dt_data_open_eval does for the chief, model
+ * evaluates and predicts. Nothing is parsed here.
+ *
+ * Invariants: a session's vars are laid out by dt_model_specs(job), so the
+ * model calls cannot refuse them; predictions are written in chunks of
+ * CHUNK_ROWS rows, so the output buffer stays small whatever N is.
+ * Threading: none; every call owns what it allocates.
+ */
+#include "predict.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "log.h"
+#include "model.h"
+
+#define CHUNK_ROWS 1024
+#define NAMES_MAX 200 /* bytes of the checkpoint's variable names quoted in an error */
+
+/* "F32 (784, 10)"; "F32 ()" for a scalar. */
+static void shape_text(const dt_tensor *t, char *buf, size_t cap) {
+    const char *dtype = dt_dtype_name(t->dtype);
+    size_t off = 0;
+    int n = snprintf(buf, cap, "%s (", dtype ? dtype : "?");
+    off = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+    for (int d = 0; d < t->ndim && off < cap - 1; d++) {
+        n = snprintf(buf + off, cap - off, d ? ", %lld" : "%lld", (long long)t->shape[d]);
+        off = n < 0 ? off : (size_t)n < cap - off ? off + (size_t)n : cap - 1;
+    }
+    if (off < cap - 1) snprintf(buf + off, cap - off, ")");
+}
+
+/* 1 when name is "<another tensor of ts>/<something>": an optimizer slot. */
+static int is_slot_in(const char *name, const dt_tensors *ts) {
+    const char *slash = strrchr(name, '/');
+    if (!slash || slash == name) return 0;
+    for (int i = 0; i < ts->count; i++) {
+        const char *other = ts->items[i].name;
+        if (strlen(other) == (size_t)(slash - name) &&
+            strncmp(other, name, (size_t)(slash - name)) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The names of the tensors in a loaded file that are not optimizer slots,
+ * comma-separated, cut with "..." when they do not fit. */
+static void names_text(const dt_tensors *loaded, char *buf, size_t cap) {
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < loaded->count; i++) {
+        const char *name = loaded->items[i].name;
+        if (is_slot_in(name, loaded)) continue;
+        size_t need = strlen(name) + (off ? 2 : 0);
+        if (off + need + 4 >= cap) {
+            snprintf(buf + off, cap - off, "%s...", off ? ", " : "");
+            return;
+        }
+        off += (size_t)snprintf(buf + off, cap - off, "%s%s", off ? ", " : "", name);
+    }
+    if (!off) snprintf(buf, cap, "no variables");
+}
+
+/* 1 when name is "<a variable of specs>/<something>": an optimizer slot the
+ * chief saved beside the variable. */
+static int is_slot_of(const char *name, const dt_tensor *specs, int count) {
+    for (int i = 0; i < count; i++) {
+        size_t n = strlen(specs[i].name);
+        if (strncmp(name, specs[i].name, n) == 0 && name[n] == '/' && name[n + 1] != '\0') return 1;
+    }
+    return 0;
+}
+
+/* Checks that loaded holds exactly the model's variables (slots aside),
+ * each with the spec's dtype and shape. */
+static int match(const char *what, const dt_job *job, const dt_tensor *specs, int count,
+                 const dt_tensors *loaded, const dt_ckpt_meta *meta, const char *path,
+                 dt_err *err) {
+    char want[DT_CKPT_MODEL_MAX], have[NAMES_MAX], a[96], b[96];
+    dt_model_describe(job, want, sizeof want);
+    const char *written = meta->model[0] ? meta->model : "(no model description)";
+    for (int i = 0; i < count; i++) {
+        const dt_tensor *t = dt_tensors_find(loaded, specs[i].name);
+        if (!t) {
+            names_text(loaded, have, sizeof have);
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: %s: no variable \"%s\" for the job's model \"%s\"; the "
+                              "checkpoint holds %s (written for \"%s\")",
+                              what, path, specs[i].name, want, have, written);
+        }
+        if (t->dtype != specs[i].dtype || t->ndim != specs[i].ndim ||
+            memcmp(t->shape, specs[i].shape, sizeof(int64_t) * (size_t)t->ndim) != 0) {
+            shape_text(t, a, sizeof a);
+            shape_text(&specs[i], b, sizeof b);
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: %s: variable \"%s\" is %s in the checkpoint but %s in the "
+                              "job's model \"%s\" (the checkpoint was written for \"%s\")",
+                              what, path, specs[i].name, a, b, want, written);
+        }
+    }
+    for (int i = 0; i < loaded->count; i++) {
+        const char *name = loaded->items[i].name;
+        int known = is_slot_of(name, specs, count);
+        for (int k = 0; k < count && !known; k++)
+            known = strcmp(name, specs[k].name) == 0;
+        if (!known)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: %s: the checkpoint holds \"%s\", which the job's model "
+                              "\"%s\" does not have (the checkpoint was written for \"%s\")",
+                              what, path, name, want, written);
+    }
+    return 0;
+}
+
+/* dt_predict_load, with messages that start "<what>: ". */
+static int load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
+                dt_ckpt_meta *meta, char *path_out, size_t path_cap, dt_err *err) {
+    memset(vars, 0, sizeof *vars);
+    dt_tensor specs[DT_MODEL_MAX_VARS];
+    int count = 0, rc;
+    dt_tensors loaded;
+    memset(&loaded, 0, sizeof loaded);
+    dt_ckpt_meta m;
+    memset(&m, 0, sizeof m);
+    char where[DT_PATH_MAX + 64];
+    if ((rc = dt_model_specs(job, specs, &count, err)) < 0) return rc;
+    if (path && *path) {
+        if (strlen(path) >= sizeof where)
+            return dt_err_set(err, DT_EINVAL, "%s: checkpoint path of %zu bytes is too long", what,
+                              strlen(path));
+        snprintf(where, sizeof where, "%s", path);
+        if ((rc = dt_ckpt_load(path, &loaded, &m, err)) < 0) goto fail;
+    } else {
+        int found = dt_ckpt_restore_latest(job->log_dir, &loaded, &m, where, sizeof where, err);
+        if (found < 0) {
+            rc = found;
+            goto fail;
+        }
+        if (found == 0) {
+            rc = dt_err_set(err, DT_ENOTFOUND,
+                            "%s: no checkpoint in %.*s (train the job first, or name a "
+                            "checkpoint file)",
+                            what, (int)sizeof job->log_dir, job->log_dir);
+            goto fail;
+        }
+    }
+    if ((rc = match(what, job, specs, count, &loaded, &m, where, err)) < 0) goto fail;
+    if ((rc = dt_tensors_init(vars, specs, count, err)) < 0) goto fail;
+    for (int i = 0; i < count; i++)
+        memcpy(vars->items[i].data, dt_tensors_find(&loaded, specs[i].name)->data,
+               vars->items[i].nbytes);
+    if (meta) *meta = m;
+    if (path_out && path_cap) snprintf(path_out, path_cap, "%s", where);
+    dt_log(DT_LOG_INFO, "%s: read %s (global_step %lld, %s)", what, where, (long long)m.global_step,
+           m.model[0] ? m.model : "no model description");
+fail:
+    dt_tensors_deinit(&loaded);
+    if (rc < 0) dt_tensors_deinit(vars);
+    return rc;
+}
+
+int dt_predict_load(const dt_job *job, const char *path, dt_tensors *vars, dt_ckpt_meta *meta,
+                    char *path_out, size_t path_cap, dt_err *err) {
+    return load("predict", job, path, vars, meta, path_out, path_cap, err);
+}
+
+/* ---- sessions --------------------------------------------------------- */
+
+typedef struct {
+    dt_tensors vars;
+    dt_model *model;
+    dt_dataset *data;
+    dt_batch all; /* every example, borrowed from data */
+} session;
+
+static void session_close(session *s) {
+    dt_data_free(s->data);
+    dt_model_free(s->model);
+    dt_tensors_deinit(&s->vars);
+    memset(s, 0, sizeof *s);
+}
+
+/* The job with its held-out set replaced by the params' data, when given. */
+static int data_job(const char *what, const dt_predict_params *p, dt_job *j, dt_err *err) {
+    *j = *p->job;
+    int have_data = p->data && *p->data, have_labels = p->labels && *p->labels;
+    if (!have_data) {
+        if (have_labels)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: labels %s given without the data file they label", what,
+                              p->labels);
+        if (!j->eval_data[0])
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: no data: the job has no \"eval_data\" and no data file "
+                              "was given",
+                              what);
+        return 0;
+    }
+    if (strlen(p->data) >= sizeof j->eval_data ||
+        (have_labels && strlen(p->labels) >= sizeof j->eval_labels))
+        return dt_err_set(err, DT_EINVAL, "%s: a data path is too long (at most %zu bytes)", what,
+                          sizeof j->eval_data - 1);
+    snprintf(j->eval_data, sizeof j->eval_data, "%s", p->data);
+    snprintf(j->eval_labels, sizeof j->eval_labels, "%s", have_labels ? p->labels : "");
+    return 0;
+}
+
+/* Opens the session of command `what` ("eval" or "predict", the prefix of
+ * its messages). */
+static int session_open(const char *what, const dt_predict_params *p, session *s,
+                        dt_predict_result *r, dt_err *err) {
+    memset(s, 0, sizeof *s);
+    memset(r, 0, sizeof *r);
+    r->loss = r->accuracy = NAN;
+    dt_job *j = malloc(sizeof *j); /* several KB of paths: not on the stack */
+    if (!j) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
+    dt_ckpt_meta meta;
+    int rc = data_job(what, p, j, err);
+    if (rc == 0)
+        rc = load(what, p->job, p->checkpoint, &s->vars, &meta, r->checkpoint, sizeof r->checkpoint,
+                  err);
+    if (rc == 0) rc = dt_model_new(p->job, &s->model, err);
+    if (rc == 0) rc = dt_data_open_eval(j, &s->data, err);
+    if (rc == 0) rc = dt_data_all(s->data, &s->all, err);
+    free(j);
+    if (rc < 0) {
+        session_close(s);
+        return rc;
+    }
+    r->global_step = meta.global_step;
+    snprintf(r->model, sizeof r->model, "%s", meta.model);
+    r->examples = s->all.rows;
+    return 0;
+}
+
+static int session_evaluate(const char *what, session *s, dt_predict_result *r, dt_err *err) {
+    int rc = dt_model_evaluate(s->model, &s->vars, &s->all, &r->loss, &r->accuracy, err);
+    return rc < 0 ? dt_err_wrap(err, rc, "%s: evaluate", what) : 0;
+}
+
+int dt_predict_eval(const dt_predict_params *p, dt_predict_result *out, dt_err *err) {
+    session s;
+    int rc = session_open("eval", p, &s, out, err);
+    if (rc < 0) return rc;
+    rc = session_evaluate("eval", &s, out, err);
+    session_close(&s);
+    return rc;
+}
+
+/* ---- writing predictions ---------------------------------------------- */
+
+static int write_header(FILE *f, int linear, int cols) {
+    if (cols == 1) return fprintf(f, "%s\n", linear ? "prediction" : "p1") < 0 ? -1 : 0;
+    if (fprintf(f, "class") < 0) return -1;
+    for (int k = 0; k < cols; k++)
+        if (fprintf(f, ",p%d", k) < 0) return -1;
+    return fprintf(f, "\n") < 0 ? -1 : 0;
+}
+
+/* One line per row of pred (rows, cols): the value, or the argmax (first
+ * of equals) and the class probabilities. */
+static int write_rows(FILE *f, const float *pred, int rows, int cols) {
+    for (int i = 0; i < rows; i++) {
+        const float *row = pred + (size_t)i * (size_t)cols;
+        if (cols == 1) {
+            if (fprintf(f, "%.9g\n", (double)row[0]) < 0) return -1;
+            continue;
+        }
+        int best = 0;
+        for (int k = 1; k < cols; k++)
+            if (row[k] > row[best]) best = k;
+        if (fprintf(f, "%d", best) < 0) return -1;
+        for (int k = 0; k < cols; k++)
+            if (fprintf(f, ",%.9g", (double)row[k]) < 0) return -1;
+        if (fputc('\n', f) == EOF) return -1;
+    }
+    return 0;
+}
+
+int dt_predict_write(const dt_predict_params *p, dt_predict_result *out, dt_err *err) {
+    dt_predict_result local;
+    dt_predict_result *r = out ? out : &local;
+    session s;
+    int rc = session_open("predict", p, &s, r, err);
+    if (rc < 0) return rc;
+    int to_stdout = !p->out || !*p->out || strcmp(p->out, "-") == 0;
+    const char *name = to_stdout ? "standard output" : p->out;
+    const int cols = dt_model_out_cols(s.model), F = s.all.cols;
+    const int linear = strncmp(p->job->model, "linear", sizeof p->job->model) == 0;
+    FILE *f = NULL;
+    float *pred = malloc((size_t)CHUNK_ROWS * (size_t)cols * sizeof *pred);
+    if (!pred) {
+        rc = dt_err_set(err, DT_ENOMEM, "predict: out of memory");
+        goto fail;
+    }
+    if ((rc = session_evaluate("predict", &s, r, err)) < 0) goto fail;
+    f = to_stdout ? stdout : fopen(p->out, "w");
+    if (!f) {
+        rc = dt_err_set(err, errno == ENOENT ? DT_ENOTFOUND : DT_EIO,
+                        "predict: %s: cannot open for writing: %s", p->out, strerror(errno));
+        goto fail;
+    }
+    errno = 0; /* so a failed write without errno does not show a stale reason */
+    if (write_header(f, linear, cols) < 0) goto write_failed;
+    for (int start = 0; start < s.all.rows; start += CHUNK_ROWS) {
+        dt_batch b = s.all;
+        b.rows = s.all.rows - start < CHUNK_ROWS ? s.all.rows - start : CHUNK_ROWS;
+        b.x = s.all.x + (size_t)start * (size_t)F;
+        b.y = NULL;
+        if ((rc = dt_model_predict(s.model, &s.vars, &b, pred, NULL, err)) < 0) {
+            rc = dt_err_wrap(err, rc, "predict");
+            goto fail;
+        }
+        if (write_rows(f, pred, b.rows, cols) < 0) goto write_failed;
+    }
+    if (fflush(f) != 0 || ferror(f)) goto write_failed;
+    if (!to_stdout) {
+        FILE *closing = f;
+        f = NULL;
+        if (fclose(closing) != 0) goto write_failed;
+    }
+    dt_log(DT_LOG_INFO, "predict: wrote %lld rows to %s", (long long)s.all.rows, name);
+    goto fail;
+
+write_failed:
+    rc =
+        dt_err_set(err, DT_EIO, "predict: %s: write: %s", name, errno ? strerror(errno) : "failed");
+fail:
+    if (f && !to_stdout) fclose(f);
+    free(pred);
+    session_close(&s);
+    return rc;
+}
+
+int dt_predict_format(const dt_predict_result *r, char *buf, size_t cap) {
+    if (isnan(r->accuracy))
+        return snprintf(buf, cap, "loss %.6f examples %lld global_step %lld", r->loss,
+                        (long long)r->examples, (long long)r->global_step);
+    return snprintf(buf, cap, "loss %.6f accuracy %.4f examples %lld global_step %lld", r->loss,
+                    r->accuracy, (long long)r->examples, (long long)r->global_step);
+}

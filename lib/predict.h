@@ -1,0 +1,86 @@
+/*
+ * predict: evaluation and prediction from a checkpoint, without a cluster.
+ *
+ * `dtrain eval` and `dtrain predict` run here: the job config says the model
+ * (so the variables' names and shapes), the data format and the scaling; a
+ * checkpoint written by the chief says the values. The examples are read as
+ * the chief reads its held-out set (dt_data_open_eval): whole, in file order,
+ * scaled with the statistics of the job's TRAINING file, so a model scores
+ * here exactly as it did in training's evaluations.
+ *
+ * The reader wants labels with every file (a csv label column, an idx labels
+ * file), so predict needs them too; it reads them, checks them and ignores
+ * them for the output, and reports the loss and accuracy they give.
+ *
+ * Errors read "eval: ..." (from dt_predict_eval) or "predict: ..." (the
+ * others), or carry the failing module's prefix (data:, the checkpoint's
+ * path): a missing checkpoint or data file is DT_ENOTFOUND,
+ * a checkpoint written for another model DT_EINVAL naming the variable and
+ * both model descriptions, a damaged file DT_ECORRUPT, an unwritable output
+ * DT_EIO.
+ *
+ * Stateless; each call owns what it allocates and frees it before returning.
+ */
+#ifndef DT_PREDICT_H
+#define DT_PREDICT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "checkpoint.h"
+#include "cluster.h"
+#include "err.h"
+#include "tensor.h"
+
+typedef struct {
+    const dt_job *job;      /* borrowed: model, data format, scaling, log_dir, eval set */
+    const char *checkpoint; /* a checkpoint file; NULL or "": the latest in job->log_dir */
+    const char *data;       /* examples in job->data's format; NULL or "": job->eval_data */
+    const char *labels;     /* idx labels of data; NULL or "": job->eval_labels when data
+                               is not given, none otherwise */
+    const char *out;        /* dt_predict_write's CSV; NULL, "" or "-": stdout */
+} dt_predict_params;
+
+typedef struct {
+    int64_t global_step;               /* the checkpoint's */
+    int64_t examples;                  /* N: rows read (and written by predict) */
+    double loss;                       /* mean data loss over the N rows, no L2 term */
+    double accuracy;                   /* fraction classified right; NaN for linear */
+    char checkpoint[DT_PATH_MAX + 64]; /* the file that was read */
+    char model[DT_CKPT_MODEL_MAX];     /* the checkpoint's model description */
+} dt_predict_result;
+
+/* Loads a checkpoint into *vars, a new set laid out by dt_model_specs(job)
+ * (the caller deinits it on success; on failure it is left empty). path
+ * NULL or "" takes the latest loadable checkpoint of job->log_dir. Every
+ * variable of the model must be in the file with its dtype and shape, and
+ * every tensor of the file must be a variable of the model or one of its
+ * optimizer slots ("<variable>/<slot>", ignored): otherwise DT_EINVAL naming
+ * the variable, its two shapes and the two model descriptions. meta and
+ * path_out (path_cap bytes) may be NULL. */
+int dt_predict_load(const dt_job *job, const char *path, dt_tensors *vars, dt_ckpt_meta *meta,
+                    char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
+
+/* Loss and accuracy of the checkpoint's model on the data, into *out
+ * (zeroed first; loss and accuracy NaN on failure). */
+int dt_predict_eval(const dt_predict_params *p, dt_predict_result *out, dt_err *err) DT_WARN_UNUSED;
+
+/* Writes the model's predictions for every row of the data to p->out as
+ * CSV with a header line, one line per row, in file order:
+ *   linear    "prediction"            the predicted value
+ *   logistic  "p1"                    P(y = 1)
+ *   softmax, mlp  "class,p0,...,pK-1" the most likely class, then each class's
+ *                                     probability
+ * Values print with 9 significant digits (a float's round trip). *out (may
+ * be NULL) gets the figures dt_predict_eval would give. On failure a file
+ * at p->out may hold part of the rows. */
+int dt_predict_write(const dt_predict_params *p, dt_predict_result *out,
+                     dt_err *err) DT_WARN_UNUSED;
+
+/* The eval line, "loss L accuracy A examples N global_step S" (no accuracy
+ * for linear; loss with 6 decimals, accuracy with 4, as the chief logs them),
+ * without a newline, truncated to cap - 1 bytes. Returns its untruncated
+ * length, as snprintf does. */
+int dt_predict_format(const dt_predict_result *r, char *buf, size_t cap);
+
+#endif

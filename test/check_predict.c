@@ -1,0 +1,668 @@
+/*
+ * Suite "predict": evaluation and prediction from a checkpoint (lib/predict)
+ * in-process. Each test writes a tiny data file and a checkpoint with weights
+ * chosen by hand (dt_ckpt_save), then checks dt_predict_eval's loss,
+ * accuracy, example count and global step against the same model computed
+ * here in double, and every value dt_predict_write puts in its CSV. Covered:
+ * all four models, idx and csv data, scaling with the training file's
+ * statistics (not the evaluated file's), the latest checkpoint of a log dir
+ * versus a named one, outputs larger than one chunk, the eval line's format,
+ * and the refusals: a checkpoint of another model, shape or dtype, a foreign
+ * variable, missing checkpoint, data or log dir, labels without data, bad
+ * labels, an unwritable output.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "cluster.h"
+#include "log.h"
+#include "model.h"
+#include "predict.h"
+#include "proc.h"
+#include "suites.h"
+
+#define TOL 1e-5
+#define MAX_ROWS 4096
+#define MAX_COLS 16
+#define PATH_CAP 1000 /* bytes of a test path: fits a job's path fields */
+
+static char *tmp;
+
+static void suite_setup(void) {
+    if (dt_test_tmp_begin() != 0) fprintf(stderr, "predict: cannot make the suite's temp dir\n");
+}
+
+static void setup(void) {
+    dt_log_set_level(DT_LOG_WARN); /* the info lines of every eval would bury the report */
+    tmp = dt_test_tempdir();
+    ck_assert_msg(tmp != NULL, "cannot make a temp dir");
+}
+
+static void teardown(void) {
+    dt_test_tempdir_free(tmp);
+    tmp = NULL;
+}
+
+/* tmp/name into path (PATH_CAP bytes). */
+static void path_of(const char *name, char *path) {
+    snprintf(path, PATH_CAP, "%s/%s", tmp, name);
+}
+
+static void write_tmp(const char *name, const char *text, char *path) {
+    path_of(name, path);
+    ck_assert_int_eq(dt_test_write_file(path, text), 0);
+}
+
+/* A csv job on eval file `eval` (label column "label"), checked by
+ * dt_job_finish as the command line does. */
+static dt_job job_of(const char *model, int features, int classes, const char *eval) {
+    dt_job job;
+    dt_job_defaults(&job);
+    snprintf(job.model, sizeof job.model, "%s", model);
+    snprintf(job.data, sizeof job.data, "csv");
+    job.num_features = features;
+    job.num_classes = classes;
+    snprintf(job.train_data, sizeof job.train_data, "%s", eval);
+    snprintf(job.eval_data, sizeof job.eval_data, "%s", eval);
+    snprintf(job.label_column, sizeof job.label_column, "label");
+    snprintf(job.log_dir, sizeof job.log_dir, "%s/logs", tmp);
+    dt_err err = {0};
+    ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+    return job;
+}
+
+/* The job's variables filled from values (all of them, in spec order). */
+static void vars_of(const dt_job *job, const float *values, dt_tensors *ts) {
+    dt_tensor specs[DT_MODEL_MAX_VARS];
+    int count = 0;
+    dt_err err = {0};
+    ck_assert_msg(dt_model_specs(job, specs, &count, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_tensors_init(ts, specs, count, &err) == 0, "%s", err.msg);
+    size_t off = 0;
+    for (int i = 0; i < ts->count; i++) {
+        int64_t n = dt_tensor_numel(&ts->items[i]);
+        memcpy(ts->items[i].data, values + off, (size_t)n * sizeof(float));
+        off += (size_t)n;
+    }
+}
+
+/* Saves the job's model with values at step into tmp/name; path gets it. */
+static void save_ckpt(const dt_job *job, const float *values, int64_t step, const char *name,
+                      char *path) {
+    dt_tensors ts;
+    vars_of(job, values, &ts);
+    dt_ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.global_step = step;
+    dt_model_describe(job, meta.model, sizeof meta.model);
+    path_of(name, path);
+    dt_err err = {0};
+    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    dt_tensors_deinit(&ts);
+}
+
+static dt_predict_result eval_ok(const dt_job *job, const char *ckpt, const char *data,
+                                 const char *labels) {
+    dt_predict_params p = {job, ckpt, data, labels, NULL};
+    dt_predict_result r;
+    dt_err err = {0};
+    ck_assert_msg(dt_predict_eval(&p, &r, &err) == 0, "%s", err.msg);
+    return r;
+}
+
+/* Runs dt_predict_eval expecting code, with a message holding n1 and n2. */
+static void eval_fails(const dt_job *job, const char *ckpt, const char *data, const char *labels,
+                       int code, const char *n1, const char *n2) {
+    dt_predict_params p = {job, ckpt, data, labels, NULL};
+    dt_predict_result r;
+    dt_err err = {0};
+    int rc = dt_predict_eval(&p, &r, &err);
+    ck_assert_msg(rc == code, "rc %d (%s), want %d; message: %s", rc, dt_err_name(rc), code,
+                  err.msg);
+    ck_assert_int_eq(err.code, code);
+    ck_assert_msg(strstr(err.msg, n1) != NULL, "message lacks \"%s\": %s", n1, err.msg);
+    ck_assert_msg(!n2 || strstr(err.msg, n2) != NULL, "message lacks \"%s\": %s", n2, err.msg);
+}
+
+/* A CSV parsed back: its header line and its values. */
+typedef struct {
+    char header[256];
+    int rows, cols;
+    double v[MAX_ROWS][MAX_COLS];
+} csv_out;
+
+static csv_out out_csv;
+
+static void read_csv(const char *path, csv_out *c) {
+    char *text = dt_test_read_file(path, NULL);
+    ck_assert_msg(text != NULL, "no output %s", path);
+    memset(c, 0, sizeof *c);
+    char *line = text, *end = strchr(line, '\n');
+    ck_assert_msg(end != NULL, "no header line in %s", path);
+    snprintf(c->header, sizeof c->header, "%.*s", (int)(end - line), line);
+    for (line = end + 1; *line; line = end + 1) {
+        end = strchr(line, '\n');
+        ck_assert_msg(end != NULL, "%s: last line not terminated", path);
+        ck_assert(c->rows < MAX_ROWS);
+        int col = 0;
+        for (char *p = line; p < end; col++) {
+            char *stop = NULL;
+            ck_assert(col < MAX_COLS);
+            c->v[c->rows][col] = strtod(p, &stop);
+            ck_assert_msg(stop != p, "%s: line %d: not a number: %.*s", path, c->rows + 2,
+                          (int)(end - line), line);
+            p = stop;
+            if (*p == ',')
+                p++;
+            else
+                ck_assert_msg(p == end, "%s: line %d: junk: %s", path, c->rows + 2, p);
+        }
+        if (c->rows == 0) c->cols = col;
+        ck_assert_msg(col == c->cols, "%s: line %d has %d fields, want %d", path, c->rows + 2, col,
+                      c->cols);
+        c->rows++;
+    }
+    free(text);
+}
+
+static dt_predict_result write_ok(const dt_job *job, const char *ckpt, const char *data,
+                                  const char *labels, const char *out) {
+    dt_predict_params p = {job, ckpt, data, labels, out};
+    dt_predict_result r;
+    dt_err err = {0};
+    ck_assert_msg(dt_predict_write(&p, &r, &err) == 0, "%s", err.msg);
+    read_csv(out, &out_csv);
+    return r;
+}
+
+/* ---- the models, worked out here in double ------------------------------ */
+
+/* z_k = b_k + sum_j x_j W_jk for W (F, K). */
+static void affine(const double *x, int F, const float *W, const float *b, int K, double *z) {
+    for (int k = 0; k < K; k++) {
+        z[k] = b[k];
+        for (int j = 0; j < F; j++)
+            z[k] += x[j] * W[j * K + k];
+    }
+}
+
+/* Softmax probabilities of z (K) into p, and -log p[y]. */
+static double softmax_xent(const double *z, int K, int y, double *p) {
+    double m = z[0], s = 0;
+    for (int k = 1; k < K; k++)
+        m = z[k] > m ? z[k] : m;
+    for (int k = 0; k < K; k++)
+        s += exp(z[k] - m);
+    for (int k = 0; k < K; k++)
+        p[k] = exp(z[k] - m) / s;
+    return m + log(s) - z[y];
+}
+
+static int argmax(const double *p, int K) {
+    int best = 0;
+    for (int k = 1; k < K; k++)
+        if (p[k] > p[best]) best = k;
+    return best;
+}
+
+/* ---- tests ----------------------------------------------------------------- */
+
+/* Softmax, K = 3, F = 2: W = [[1, 0, -1], [0, 1, 0]], b = [0, 0, 0.5]. The
+ * last row is wrong (z = (0, 0, 0.5) says class 2), so accuracy is 3/4. */
+static const char softmax_csv[] = "x1,label,x2\n"
+                                  "2,0,0\n"
+                                  "0,1,2\n"
+                                  "-2,2,0\n"
+                                  "0,0,0\n";
+static const float softmax_w[] = {1, 0, -1, 0, 1, 0, 0, 0, 0.5f};
+static const double softmax_x[4][2] = {{2, 0}, {0, 2}, {-2, 0}, {0, 0}};
+static const int softmax_y[4] = {0, 1, 2, 0};
+
+START_TEST(softmax_eval_and_predict) {
+    char data[PATH_CAP], ckpt[PATH_CAP], out[PATH_CAP];
+    write_tmp("s.csv", softmax_csv, data);
+    dt_job job = job_of("softmax", 2, 3, data);
+    save_ckpt(&job, softmax_w, 1234, "s.safetensors", ckpt);
+
+    double loss = 0, p[4][3];
+    int correct = 0;
+    for (int i = 0; i < 4; i++) {
+        double z[3];
+        affine(softmax_x[i], 2, softmax_w, softmax_w + 6, 3, z);
+        loss += softmax_xent(z, 3, softmax_y[i], p[i]);
+        correct += argmax(p[i], 3) == softmax_y[i];
+    }
+    ck_assert_int_eq(correct, 3);
+    dt_predict_result r = eval_ok(&job, ckpt, NULL, NULL);
+    ck_assert_double_eq_tol(r.loss, loss / 4, TOL);
+    ck_assert_double_eq_tol(r.accuracy, 0.75, 1e-12);
+    ck_assert_int_eq(r.examples, 4);
+    ck_assert_int_eq(r.global_step, 1234);
+    ck_assert_str_eq(r.checkpoint, ckpt);
+    ck_assert_str_eq(r.model, "softmax features=2 classes=3 l2=0");
+
+    path_of("s.out.csv", out);
+    dt_predict_result w = write_ok(&job, ckpt, data, NULL, out);
+    ck_assert_double_eq_tol(w.loss, r.loss, 1e-12);
+    ck_assert_str_eq(out_csv.header, "class,p0,p1,p2");
+    ck_assert_int_eq(out_csv.rows, 4);
+    ck_assert_int_eq(out_csv.cols, 4);
+    int expect_class[4] = {0, 1, 2, 2};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_double_eq(out_csv.v[i][0], expect_class[i]);
+        for (int k = 0; k < 3; k++)
+            ck_assert_double_eq_tol(out_csv.v[i][1 + k], p[i][k], 1e-6);
+    }
+}
+END_TEST
+
+/* Logistic: z = 2 x1 - x2 + 0.5; p1 = sigmoid(z); loss softplus(z) - y z. */
+START_TEST(logistic_eval_and_predict) {
+    char data[PATH_CAP], ckpt[PATH_CAP], out[PATH_CAP];
+    write_tmp("l.csv", "label,x1,x2\n1,1,0\n0,-1,0\n0,0,1\n1,0,3\n", data);
+    dt_job job = job_of("logistic", 2, 2, data);
+    const float w[] = {2, -1, 0.5f};
+    save_ckpt(&job, w, 7, "l.safetensors", ckpt);
+    const double x[4][2] = {{1, 0}, {-1, 0}, {0, 1}, {0, 3}};
+    const int y[4] = {1, 0, 0, 1};
+    double loss = 0, p1[4];
+    int correct = 0;
+    for (int i = 0; i < 4; i++) {
+        double z = 2 * x[i][0] - x[i][1] + 0.5;
+        p1[i] = 1 / (1 + exp(-z));
+        loss += log1p(exp(z)) - y[i] * z;
+        correct += (p1[i] > 0.5) == y[i];
+    }
+    ck_assert_int_eq(correct, 3); /* the last row (z = -2.5, label 1) is wrong */
+    dt_predict_result r = eval_ok(&job, ckpt, NULL, NULL);
+    ck_assert_double_eq_tol(r.loss, loss / 4, TOL);
+    ck_assert_double_eq_tol(r.accuracy, 0.75, 1e-12);
+    ck_assert_int_eq(r.global_step, 7);
+
+    path_of("l.out.csv", out);
+    write_ok(&job, ckpt, data, NULL, out);
+    ck_assert_str_eq(out_csv.header, "p1");
+    ck_assert_int_eq(out_csv.rows, 4);
+    ck_assert_int_eq(out_csv.cols, 1);
+    for (int i = 0; i < 4; i++)
+        ck_assert_double_eq_tol(out_csv.v[i][0], p1[i], 1e-6);
+}
+END_TEST
+
+/* Linear: pred = 3 x - 1; the eval line has no accuracy. */
+START_TEST(linear_eval_and_predict) {
+    char data[PATH_CAP], ckpt[PATH_CAP], out[PATH_CAP];
+    write_tmp("r.csv", "x,label\n0,-1\n1,3\n2,4\n-1,-4\n", data);
+    dt_job job = job_of("linear", 1, 2, data);
+    const float w[] = {3, -1};
+    save_ckpt(&job, w, 0, "r.safetensors", ckpt);
+    /* preds -1, 2, 5, -4 against -1, 3, 4, -4: squared errors 0, 1, 1, 0. */
+    dt_predict_result r = eval_ok(&job, ckpt, NULL, NULL);
+    ck_assert_double_eq_tol(r.loss, 0.5, 1e-6);
+    ck_assert(isnan(r.accuracy));
+    char line[256];
+    dt_predict_format(&r, line, sizeof line);
+    ck_assert_str_eq(line, "loss 0.500000 examples 4 global_step 0");
+
+    path_of("r.out.csv", out);
+    write_ok(&job, ckpt, data, NULL, out);
+    ck_assert_str_eq(out_csv.header, "prediction");
+    const double expect[4] = {-1, 2, 5, -4};
+    ck_assert_int_eq(out_csv.rows, 4);
+    for (int i = 0; i < 4; i++)
+        ck_assert_double_eq_tol(out_csv.v[i][0], expect[i], 1e-6);
+}
+END_TEST
+
+/* MLP 2-3-2 with hand-set weights: h = relu(x W0 + b0), z = h W1 + b1. */
+START_TEST(mlp_eval_and_predict) {
+    char data[PATH_CAP], ckpt[PATH_CAP], out[PATH_CAP];
+    write_tmp("m.csv", "a,b,label\n1,1,0\n1,-1,1\n-1,1,1\n-1,-1,0\n0.5,0,1\n", data);
+    dt_job job = job_of("mlp", 2, 2, data);
+    job.num_hidden = 1;
+    job.hidden[0] = 3;
+    /* W0 (2, 3), b0 (3), W1 (3, 2), b1 (2) */
+    const float w[] = {1, -1, 0.5f, -1, 1, 0.5f, 0, 0, -0.25f, 1, -1, -1, 1, 0.5f, 0.5f, 0.1f, 0};
+    save_ckpt(&job, w, 99, "m.safetensors", ckpt);
+    const double x[5][2] = {{1, 1}, {1, -1}, {-1, 1}, {-1, -1}, {0.5, 0}};
+    const int y[5] = {0, 1, 1, 0, 1};
+    double loss = 0, p[5][2];
+    int correct = 0;
+    for (int i = 0; i < 5; i++) {
+        double h[3], z[2];
+        affine(x[i], 2, w, w + 6, 3, h);
+        for (int k = 0; k < 3; k++)
+            h[k] = h[k] > 0 ? h[k] : 0;
+        affine(h, 3, w + 9, w + 15, 2, z);
+        loss += softmax_xent(z, 2, y[i], p[i]);
+        correct += argmax(p[i], 2) == y[i];
+    }
+    dt_predict_result r = eval_ok(&job, ckpt, NULL, NULL);
+    ck_assert_double_eq_tol(r.loss, loss / 5, TOL);
+    ck_assert_double_eq_tol(r.accuracy, correct / 5.0, 1e-12);
+    ck_assert_int_eq(r.examples, 5);
+
+    path_of("m.out.csv", out);
+    write_ok(&job, ckpt, data, NULL, out);
+    ck_assert_str_eq(out_csv.header, "class,p0,p1");
+    ck_assert_int_eq(out_csv.rows, 5);
+    for (int i = 0; i < 5; i++) {
+        ck_assert_double_eq(out_csv.v[i][0], argmax(p[i], 2));
+        ck_assert_double_eq_tol(out_csv.v[i][1], p[i][0], 1e-6);
+        ck_assert_double_eq_tol(out_csv.v[i][2], p[i][1], 1e-6);
+    }
+}
+END_TEST
+
+/* "standardize" scales the evaluated file with the TRAINING file's mean and
+ * std: train x = 0, 2, 4, 6 (mean 3, std sqrt(5)); the evaluated rows'
+ * own statistics would give other values. */
+START_TEST(standardize_uses_training_statistics) {
+    char train[PATH_CAP], data[PATH_CAP], ckpt[PATH_CAP], out[PATH_CAP];
+    write_tmp("train.csv", "x,label\n0,0\n2,0\n4,1\n6,1\n", train);
+    write_tmp("held.csv", "x,label\n3,1\n8,1\n", data);
+    dt_job job = job_of("logistic", 1, 2, data);
+    snprintf(job.train_data, sizeof job.train_data, "%s", train);
+    snprintf(job.scale, sizeof job.scale, "standardize");
+    const float w[] = {2, -0.5f};
+    save_ckpt(&job, w, 5, "z.safetensors", ckpt);
+    double loss = 0, p1[2];
+    const double x[2] = {3, 8};
+    for (int i = 0; i < 2; i++) {
+        double z = 2 * (x[i] - 3) / sqrt(5.0) - 0.5;
+        p1[i] = 1 / (1 + exp(-z));
+        loss += log1p(exp(z)) - z;
+    }
+    dt_predict_result r = eval_ok(&job, ckpt, NULL, NULL);
+    ck_assert_double_eq_tol(r.loss, loss / 2, TOL);
+    ck_assert_double_eq_tol(r.accuracy, 0.5, 1e-12); /* x = 3 is z = -0.5: class 0 */
+    path_of("z.out.csv", out);
+    write_ok(&job, ckpt, NULL, NULL, out);
+    ck_assert_double_eq_tol(out_csv.v[0][0], p1[0], 1e-6);
+    ck_assert_double_eq_tol(out_csv.v[1][0], p1[1], 1e-6);
+
+    /* "divide" applies too: x / 4. */
+    snprintf(job.scale, sizeof job.scale, "divide");
+    job.scale_divisor = 4;
+    r = eval_ok(&job, ckpt, NULL, NULL);
+    double z0 = 2 * 0.75 - 0.5, z1 = 2 * 2.0 - 0.5;
+    ck_assert_double_eq_tol(r.loss, (log1p(exp(z0)) - z0 + log1p(exp(z1)) - z1) / 2, TOL);
+}
+END_TEST
+
+/* An IDX pair (2x2 images, divided by 255) passed as data and labels. */
+START_TEST(idx_data_and_labels) {
+    char images[PATH_CAP], labels[PATH_CAP], ckpt[PATH_CAP], out[PATH_CAP];
+    const unsigned char img[] = {0, 0, 8,   3, 0, 0, 0, 3,   0, 0, 0, 2, 0, 0,
+                                 0, 2, 255, 0, 0, 0, 0, 255, 0, 0, 0, 0, 0, 255};
+    const unsigned char lab[] = {0, 0, 8, 1, 0, 0, 0, 3, 0, 1, 2};
+    path_of("img.idx", images);
+    path_of("lab.idx", labels);
+    FILE *f = fopen(images, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fwrite(img, 1, sizeof img, f), sizeof img);
+    fclose(f);
+    f = fopen(labels, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fwrite(lab, 1, sizeof lab, f), sizeof lab);
+    fclose(f);
+
+    char other[PATH_CAP];
+    write_tmp("unused.csv", "label,a,b,c,d\n0,0,0,0,0\n", other);
+    dt_job job = job_of("softmax", 4, 3, other);
+    snprintf(job.data, sizeof job.data, "idx");
+    snprintf(job.scale, sizeof job.scale, "divide");
+    job.scale_divisor = 255;
+    job.eval_data[0] = '\0';
+    /* W (4, 3): pixel j votes for class j (pixel 3 for class 2), 4 each. */
+    float w[15] = {0};
+    w[0 * 3 + 0] = 4;
+    w[1 * 3 + 1] = 4;
+    w[3 * 3 + 2] = 4;
+    save_ckpt(&job, w, 3, "i.safetensors", ckpt);
+    dt_predict_result r = eval_ok(&job, ckpt, images, labels);
+    double z[3] = {4, 0, 0}, p[3];
+    double per_row = softmax_xent(z, 3, 0, p);
+    ck_assert_double_eq_tol(r.loss, per_row, TOL);
+    ck_assert_double_eq_tol(r.accuracy, 1.0, 1e-12);
+    ck_assert_int_eq(r.examples, 3);
+    path_of("i.out.csv", out);
+    write_ok(&job, ckpt, images, labels, out);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_double_eq(out_csv.v[i][0], i);
+        ck_assert_double_eq_tol(out_csv.v[i][1 + i], p[0], 1e-6);
+    }
+    /* idx data without its labels file: the reader's message. */
+    eval_fails(&job, ckpt, images, NULL, DT_EINVAL, images, "labels");
+}
+END_TEST
+
+/* Without a checkpoint path the latest of the log dir is read; a named one
+ * is read as named. */
+START_TEST(latest_checkpoint_of_log_dir) {
+    char data[PATH_CAP], ckpt[PATH_CAP];
+    write_tmp("s.csv", softmax_csv, data);
+    dt_job job = job_of("softmax", 2, 3, data);
+    eval_fails(&job, NULL, NULL, NULL, DT_ENOTFOUND, "eval: no checkpoint in", job.log_dir);
+    dt_err err = {0};
+    float zero[9] = {0};
+    for (int step = 10; step <= 20; step += 10) {
+        dt_tensors ts;
+        vars_of(&job, step == 10 ? zero : softmax_w, &ts);
+        dt_ckpt_meta meta = {.global_step = step};
+        ck_assert_msg(dt_ckpt_save_in_dir(job.log_dir, &ts, &meta, 5, ckpt, sizeof ckpt, &err) == 0,
+                      "%s", err.msg);
+        dt_tensors_deinit(&ts);
+    }
+    dt_predict_result r = eval_ok(&job, NULL, NULL, NULL);
+    ck_assert_int_eq(r.global_step, 20);
+    ck_assert_double_eq_tol(r.accuracy, 0.75, 1e-12);
+    ck_assert_str_eq(r.model, "");
+    char first[PATH_CAP + 64];
+    snprintf(first, sizeof first, "%.999s/model.ckpt-10.safetensors", job.log_dir);
+    r = eval_ok(&job, first, NULL, NULL);
+    ck_assert_int_eq(r.global_step, 10);
+    ck_assert_double_eq_tol(r.loss, log(3.0), TOL); /* all zero: uniform */
+    /* Ties go to the first class, as dt_model_evaluate counts them. */
+    char out[PATH_CAP];
+    path_of("zero.out.csv", out);
+    write_ok(&job, first, NULL, NULL, out);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_double_eq(out_csv.v[i][0], 0);
+        for (int k = 1; k <= 3; k++)
+            ck_assert_double_eq_tol(out_csv.v[i][k], 1.0 / 3, 1e-7);
+    }
+}
+END_TEST
+
+/* More rows than one chunk of predictions (1024): every row, in order. */
+START_TEST(many_rows) {
+    enum { N = 2500 };
+    char data[PATH_CAP], ckpt[PATH_CAP], out[PATH_CAP];
+    size_t cap = 32 * N + 32, used = 0;
+    char *text = malloc(cap);
+    ck_assert_ptr_nonnull(text);
+    used += (size_t)snprintf(text, cap, "x,label\n");
+    for (int i = 0; i < N; i++)
+        used += (size_t)snprintf(text + used, cap - used, "%d,%d\n", i, i * 2);
+    write_tmp("big.csv", text, data);
+    free(text);
+    dt_job job = job_of("linear", 1, 2, data);
+    const float w[] = {2, 0.25f};
+    save_ckpt(&job, w, 1, "big.safetensors", ckpt);
+    path_of("big.out.csv", out);
+    dt_predict_result r = write_ok(&job, ckpt, NULL, NULL, out);
+    ck_assert_int_eq(r.examples, N);
+    ck_assert_double_eq_tol(r.loss, 0.0625, 1e-6);
+    ck_assert_int_eq(out_csv.rows, N);
+    for (int i = 0; i < N; i++)
+        ck_assert_double_eq_tol(out_csv.v[i][0], 2.0 * i + 0.25, 1e-9 * i + 1e-6);
+}
+END_TEST
+
+START_TEST(format_line) {
+    dt_predict_result r;
+    memset(&r, 0, sizeof r);
+    r.loss = 0.4439821;
+    r.accuracy = 0.84627;
+    r.examples = 10000;
+    r.global_step = 6000;
+    char buf[256];
+    int n = dt_predict_format(&r, buf, sizeof buf);
+    ck_assert_str_eq(buf, "loss 0.443982 accuracy 0.8463 examples 10000 global_step 6000");
+    ck_assert_int_eq(n, (int)strlen(buf));
+    char small[10];
+    ck_assert_int_eq(dt_predict_format(&r, small, sizeof small), n);
+    ck_assert_str_eq(small, "loss 0.44");
+}
+END_TEST
+
+/* A checkpoint of another model, shape or dtype is refused, naming the
+ * variable and both model descriptions. */
+START_TEST(mismatched_checkpoints) {
+    char data[PATH_CAP], ckpt[PATH_CAP];
+    write_tmp("s.csv", softmax_csv, data);
+    dt_job job = job_of("softmax", 2, 3, data);
+
+    /* Another model: a logistic checkpoint for the softmax job. */
+    dt_job logistic = job_of("logistic", 2, 2, data);
+    const float lw[] = {1, 1, 0};
+    save_ckpt(&logistic, lw, 1, "logistic.safetensors", ckpt);
+    eval_fails(&job, ckpt, NULL, NULL, DT_EINVAL, "no variable \"softmax/weight\"",
+               "logistic/weight, logistic/bias");
+    eval_fails(&job, ckpt, NULL, NULL, DT_EINVAL, "written for \"logistic features=2 classes=2",
+               "job's model \"softmax features=2 classes=3 l2=0\"");
+
+    /* Another shape: 4 classes for the 3-class job. */
+    dt_job four = job_of("softmax", 2, 4, data);
+    float fw[12] = {0};
+    save_ckpt(&four, fw, 1, "four.safetensors", ckpt);
+    eval_fails(&job, ckpt, NULL, NULL, DT_EINVAL,
+               "\"softmax/weight\" is F32 (2, 4) in the checkpoint but F32 (2, 3)", ckpt);
+
+    /* Another dtype. */
+    dt_tensor specs[2] = {
+        {.name = "softmax/weight", .dtype = DT_DTYPE_F64, .ndim = 2, .shape = {2, 3}},
+        {.name = "softmax/bias", .dtype = DT_DTYPE_F32, .ndim = 1, .shape = {3}}};
+    dt_tensors ts;
+    dt_err err = {0};
+    ck_assert_msg(dt_tensors_init(&ts, specs, 2, &err) == 0, "%s", err.msg);
+    dt_ckpt_meta meta = {.global_step = 1};
+    path_of("f64.safetensors", ckpt);
+    ck_assert_msg(dt_ckpt_save(ckpt, &ts, &meta, &err) == 0, "%s", err.msg);
+    dt_tensors_deinit(&ts);
+    eval_fails(&job, ckpt, NULL, NULL, DT_EINVAL, "is F64 (2, 3) in the checkpoint but F32 (2, 3)",
+               "(no model description)");
+
+    /* A deeper MLP whose first layers fit: its extra layer is refused. */
+    dt_job deep = job_of("mlp", 2, 2, data), shallow = deep;
+    deep.num_hidden = 2;
+    deep.hidden[0] = deep.hidden[1] = 2;
+    shallow.num_hidden = 1;
+    shallow.hidden[0] = 2;
+    float dw[6 + 2 + 4 + 2 + 4 + 2] = {0};
+    save_ckpt(&deep, dw, 1, "deep.safetensors", ckpt);
+    eval_fails(&shallow, ckpt, NULL, NULL, DT_EINVAL, "holds \"layer2/weight\"", "does not have");
+}
+END_TEST
+
+/* The chief saves optimizer slots beside the variables: they are skipped. */
+START_TEST(slots_are_ignored) {
+    char data[PATH_CAP], ckpt[PATH_CAP];
+    write_tmp("s.csv", softmax_csv, data);
+    dt_job job = job_of("softmax", 2, 3, data);
+    dt_tensor specs[4] = {
+        {.name = "softmax/weight", .dtype = DT_DTYPE_F32, .ndim = 2, .shape = {2, 3}},
+        {.name = "softmax/bias", .dtype = DT_DTYPE_F32, .ndim = 1, .shape = {3}},
+        {.name = "softmax/weight/m", .dtype = DT_DTYPE_F32, .ndim = 2, .shape = {2, 3}},
+        {.name = "softmax/bias/v", .dtype = DT_DTYPE_F32, .ndim = 1, .shape = {3}}};
+    dt_tensors ts;
+    dt_err err = {0};
+    ck_assert_msg(dt_tensors_init(&ts, specs, 4, &err) == 0, "%s", err.msg);
+    memcpy(ts.items[0].data, softmax_w, 6 * sizeof(float));
+    memcpy(ts.items[1].data, softmax_w + 6, 3 * sizeof(float));
+    for (int k = 0; k < 6; k++)
+        ((float *)ts.items[2].data)[k] = 100; /* would change every answer if read */
+    dt_ckpt_meta meta = {.global_step = 2};
+    path_of("slots.safetensors", ckpt);
+    ck_assert_msg(dt_ckpt_save(ckpt, &ts, &meta, &err) == 0, "%s", err.msg);
+    dt_tensors_deinit(&ts);
+    dt_predict_result r = eval_ok(&job, ckpt, NULL, NULL);
+    ck_assert_double_eq_tol(r.accuracy, 0.75, 1e-12);
+
+    dt_tensors vars;
+    ck_assert_msg(dt_predict_load(&job, ckpt, &vars, NULL, NULL, 0, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(vars.count, 2);
+    ck_assert_str_eq(vars.items[0].name, "softmax/weight");
+    ck_assert(memcmp(vars.items[0].data, softmax_w, 6 * sizeof(float)) == 0);
+    ck_assert(memcmp(vars.items[1].data, softmax_w + 6, 3 * sizeof(float)) == 0);
+    dt_tensors_deinit(&vars);
+}
+END_TEST
+
+/* Missing and bad files, missing data, bad labels, an unwritable output. */
+START_TEST(bad_inputs) {
+    char data[PATH_CAP], ckpt[PATH_CAP], missing[PATH_CAP], bad[PATH_CAP];
+    write_tmp("s.csv", softmax_csv, data);
+    dt_job job = job_of("softmax", 2, 3, data);
+    save_ckpt(&job, softmax_w, 1, "s.safetensors", ckpt);
+
+    path_of("nope.safetensors", missing);
+    eval_fails(&job, missing, NULL, NULL, DT_ENOTFOUND, missing, NULL);
+    path_of("nope.csv", missing);
+    eval_fails(&job, ckpt, missing, NULL, DT_ENOTFOUND, missing, NULL);
+    write_tmp("garbage.safetensors", "not a checkpoint at all", bad);
+    eval_fails(&job, bad, NULL, NULL, DT_ECORRUPT, bad, NULL);
+
+    /* A label outside the 3 classes: the reader names the line. */
+    write_tmp("badlabel.csv", "x1,label,x2\n1,0,1\n1,5,1\n", bad);
+    eval_fails(&job, ckpt, bad, NULL, DT_EINVAL, "badlabel.csv:3", NULL);
+    /* A file with another number of features. */
+    write_tmp("wide.csv", "x1,label,x2,x3\n1,0,1,1\n", bad);
+    eval_fails(&job, ckpt, bad, NULL, DT_EINVAL, "wide.csv", "feature");
+
+    dt_job no_eval = job;
+    no_eval.eval_data[0] = '\0';
+    eval_fails(&no_eval, ckpt, NULL, NULL, DT_EINVAL, "no data", "eval_data");
+    eval_fails(&job, ckpt, NULL, data, DT_EINVAL, "without the data file", NULL);
+
+    char out[PATH_CAP];
+    path_of("no/such/dir/out.csv", out);
+    dt_predict_params p = {&job, ckpt, NULL, NULL, out};
+    dt_err err = {0};
+    ck_assert_int_lt(dt_predict_write(&p, NULL, &err), 0);
+    ck_assert_msg(strstr(err.msg, out) && strstr(err.msg, "cannot open for writing"), "%s",
+                  err.msg);
+
+    /* A job the model module refuses. */
+    dt_job broken = job;
+    broken.num_classes = 1;
+    eval_fails(&broken, ckpt, NULL, NULL, DT_EINVAL, "classes", NULL);
+}
+END_TEST
+
+Suite *predict_suite(void) {
+    Suite *s = suite_create("predict");
+    TCase *tc = tcase_create("predict");
+    tcase_add_unchecked_fixture(tc, suite_setup, dt_test_tmp_end);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, softmax_eval_and_predict);
+    tcase_add_test(tc, logistic_eval_and_predict);
+    tcase_add_test(tc, linear_eval_and_predict);
+    tcase_add_test(tc, mlp_eval_and_predict);
+    tcase_add_test(tc, standardize_uses_training_statistics);
+    tcase_add_test(tc, idx_data_and_labels);
+    tcase_add_test(tc, latest_checkpoint_of_log_dir);
+    tcase_add_test(tc, many_rows);
+    tcase_add_test(tc, format_line);
+    tcase_add_test(tc, mismatched_checkpoints);
+    tcase_add_test(tc, slots_are_ignored);
+    tcase_add_test(tc, bad_inputs);
+    suite_add_tcase(s, tc);
+    return s;
+}
