@@ -10,6 +10,7 @@
  *   128+N  stopped by signal N (130 for SIGINT, 143 for SIGTERM)
  */
 #include <malloc.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,7 +278,17 @@ static int exit_status(int rc, const dt_err *err) {
     }
 }
 
+/* Message buffers are as large as the model (40 MB for 10M floats) and
+ * come and go every step. Above glibc's default 32 MB threshold each one is
+ * a fresh mmap, page-faulted in and unmapped again; keeping them on the
+ * heap lets the allocator reuse the same pages. */
+static void tune_allocator(void) {
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
 int main(int argc, char **argv) {
+    tune_allocator();
     if (argc > 1 && (strcmp(argv[1], "eval") == 0 || strcmp(argv[1], "predict") == 0))
         return run_tool(argc, argv);
     options o;
