@@ -292,6 +292,7 @@ static int write_rows(FILE *f, const float *pred, int rows, int cols) {
 
 int dt_predict_write(const dt_predict_params *p, dt_predict_result *out, dt_err *err) {
     dt_predict_result local;
+    memset(&local, 0, sizeof local);
     dt_predict_result *r = out ? out : &local;
     session s;
     int rc = session_open("predict", p, &s, r, err);
