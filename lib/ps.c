@@ -212,7 +212,7 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
     if (specs != slot_specs) free(specs);
     if (rc < 0) return rc;
 
-    ps->pv = calloc((size_t)in->count, sizeof *ps->pv);
+    ps->pv = calloc(in->count ? (size_t)in->count : 1, sizeof *ps->pv);
     if (!ps->pv) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
     ps->num_bytes = 0;
     for (int i = 0; i < in->count; i++) {
@@ -268,7 +268,8 @@ static int check_consistency(dt_ps *ps, const dt_consistency *c, dt_err *err) {
 }
 
 static int check_create(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
-    if (req->in.count == 0) return dt_err_set(err, DT_EINVAL, "%s: create: no variables", ps->name);
+    /* No variables is fine: with more ps tasks than units of the model, a
+     * task holds none and just keeps the step. */
     if (req->global_step < 0 || req->max_steps < 0)
         return dt_err_set(err, DT_EINVAL, "%s: create: negative global_step or max_steps",
                           ps->name);
@@ -585,6 +586,14 @@ static int accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index) {
 static void tick_clock(dt_ps *ps, int32_t worker) {
     if (worker < 0 || worker >= ps->params.cluster->num_workers) return;
     pthread_mutex_lock(&ps->stats_mu);
+    /* A worker joining late (or back after a silence) starts level with the
+     * slowest live one, not at 0: else the others would be held back until
+     * it redid every step they took without it. */
+    int live = ps->seen[worker] && ms_since(&ps->last_push[worker]) <= ps->consistency.timeout_ms;
+    if (!live) {
+        int64_t floor = min_live_clock_locked(ps, ps->clock[worker]);
+        if (floor > ps->clock[worker]) ps->clock[worker] = floor;
+    }
     int64_t lead = ps->clock[worker] - min_live_clock_locked(ps, ps->clock[worker]);
     if (lead > ps->max_lead) ps->max_lead = (int32_t)lead;
     ps->clock[worker]++;
@@ -663,9 +672,11 @@ rejected:
 static void sync_timeout_check(dt_ps *ps) {
     pthread_rwlock_rdlock(&ps->model_lock);
     if (ps->ready && ps->consistency.mode == DT_MODE_SYNC) {
+        pthread_mutex_lock(&ps->life_mu);
+        int done = done_locked(ps);
+        pthread_mutex_unlock(&ps->life_mu);
         pthread_mutex_lock(&ps->sync_mu);
-        if (ps->acc_count > 0 && ms_since(&ps->acc_first) >= ps->consistency.timeout_ms &&
-            !done_locked(ps)) {
+        if (ps->acc_count > 0 && ms_since(&ps->acc_first) >= ps->consistency.timeout_ms && !done) {
             dt_log(DT_LOG_WARN, "%s: step %lld: applying %d of %d gradients after waiting %d ms "
                                 "for the others", ps->name, (long long)ps->acc_step,
                    ps->acc_count, ps->consistency.replicas_to_aggregate, ps->consistency.timeout_ms);
