@@ -42,6 +42,12 @@ struct dt_ps_client {
     dt_tensor *slot_views;     /* (num_units * DT_OPTIM_MAX_SLOTS + 1) */
     dt_rpc_call *calls;        /* (num_ps) */
     dt_rpc_buf *requests;      /* (num_ps) */
+    dt_rpc_call *batch;        /* (num_ps) scratch: the calls of one partial round */
+    /* A push that failed on some ps tasks: the retry goes only to those that
+     * did not apply it, so no task applies one gradient twice. */
+    int push_pending;
+    int *push_acked;          /* (num_ps) */
+    dt_msg_push_resp *push_replies; /* (num_ps) the acknowledging replies */
 };
 
 int dt_placement_from_name(const char *name) {
@@ -208,9 +214,13 @@ int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout
     c->count_on = calloc(np, sizeof *c->count_on);
     c->calls = calloc(np, sizeof *c->calls);
     c->requests = calloc(np, sizeof *c->requests);
+    c->batch = calloc(np, sizeof *c->batch);
+    c->push_acked = calloc(np, sizeof *c->push_acked);
+    c->push_replies = calloc(np, sizeof *c->push_replies);
     int rc = 0;
     if (!c->channels || !c->names || !c->incarnation || !c->layout || !c->first_on ||
-        !c->count_on || !c->calls || !c->requests) {
+        !c->count_on || !c->calls || !c->requests || !c->batch || !c->push_acked ||
+        !c->push_replies) {
         rc = dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
         goto fail;
     }
@@ -249,6 +259,9 @@ void dt_ps_client_free(dt_ps_client *c) {
     free(c->slot_views);
     free(c->calls);
     free(c->requests);
+    free(c->batch);
+    free(c->push_acked);
+    free(c->push_replies);
     free(c);
 }
 
@@ -511,8 +524,11 @@ int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt
     if (grads->count != c->num_vars)
         return dt_err_set(err, DT_EINVAL, "ps client: push: %d gradients, expected %d",
                           grads->count, c->num_vars);
-    int rc = 0;
+    if (!c->push_pending) memset(c->push_acked, 0, sizeof(int) * (size_t)c->num_ps);
+    c->push_pending = 1;
+    int rc = 0, n = 0, slot[DT_MAX_PS];
     for (int p = 0; p < c->num_ps; p++) {
+        if (c->push_acked[p]) continue;
         dt_msg_push_req req;
         memset(&req, 0, sizeof req);
         req.worker = c->params.worker;
@@ -521,22 +537,38 @@ int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt
         req.out.count = unit_views(c, p, grads, c->views);
         /* Encoding copies the views' bytes, so the scratch is free again. */
         if ((rc = prepare(c, p, DT_MSG_PUSH_REQ, &req, 0, err)) < 0) return rc;
+        c->batch[n] = c->calls[p];
+        slot[n++] = p;
     }
-    if ((rc = run(c, 0, c->num_ps, err)) < 0) goto out;
+    rc = dt_rpc_call_all(c->batch, n, c->params.timeout_ms, err);
+    for (int k = 0; k < n; k++) {
+        int p = slot[k];
+        dt_rpc_buf_release(&c->requests[p]);
+        if (c->batch[k].err.code != DT_OK) continue;
+        dt_msg_push_resp *resp = &c->push_replies[p];
+        memset(resp, 0, sizeof *resp);
+        int drc = dt_codec_decode(DT_MSG_PUSH_RESP, c->batch[k].response.data,
+                                  c->batch[k].response.len, resp, err);
+        if (drc == 0) {
+            /* Applied, even by a ps restarted since the pull: never resend. */
+            c->push_acked[p] = 1;
+            dt_err restarted;
+            dt_err_clear(&restarted);
+            if (note_incarnation(c, p, resp->incarnation, &restarted) < 0)
+                dt_log(DT_LOG_INFO, "%s", restarted.msg);
+        } else if (rc == 0) {
+            rc = drc;
+        }
+    }
+    for (int k = 0; k < n; k++) dt_rpc_buf_release(&c->batch[k].response);
+    if (rc < 0) return rc; /* the pending push is retried on the next call */
+    c->push_pending = 0;
     for (int p = 0; p < c->num_ps; p++) {
-        dt_msg_push_resp resp;
-        memset(&resp, 0, sizeof resp);
-        if ((rc = dt_codec_decode(DT_MSG_PUSH_RESP, c->calls[p].response.data,
-                                  c->calls[p].response.len, &resp, err)) < 0)
-            goto out;
-        if ((rc = note_incarnation(c, p, resp.incarnation, err)) < 0) goto out;
-        if (p == 0) r->global_step = resp.global_step;
-        r->done |= resp.done;
-        r->dropped |= resp.dropped;
+        if (p == 0) r->global_step = c->push_replies[p].global_step;
+        r->done |= c->push_replies[p].done;
+        r->dropped |= c->push_replies[p].dropped;
     }
-out:
-    release_responses(c);
-    return rc;
+    return 0;
 }
 
 int dt_ps_client_shutdown(dt_ps_client *c, const char *reason, dt_err *err) {
