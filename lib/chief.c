@@ -180,7 +180,7 @@ typedef struct {
     int ready[DT_MAX_PS];
     int num_ready;
     int done;
-    int64_t global_step; /* ps 0's */
+    int64_t global_step; /* the highest of the ready tasks' */
 } census;
 
 /* Asks every ps for its status; fails while any is unreachable. */
@@ -189,6 +189,7 @@ static int take_census(void *arg, dt_err *err) {
     dt_ps_client *pc = dt_worker_client(cs->c->w);
     cs->num_ready = 0;
     cs->done = 0;
+    cs->global_step = 0;
     for (int p = 0; p < dt_ps_client_num_ps(pc); p++) {
         dt_msg_status_resp st;
         int rc = dt_ps_client_status(pc, p, &st, err);
@@ -196,7 +197,7 @@ static int take_census(void *arg, dt_err *err) {
         cs->ready[p] = st.ready;
         cs->num_ready += st.ready;
         cs->done |= st.done;
-        if (p == 0) cs->global_step = st.global_step;
+        if (st.ready && st.global_step > cs->global_step) cs->global_step = st.global_step;
     }
     return 0;
 }
