@@ -133,6 +133,10 @@ grpc_status_code dt_rpc_status_from_err(int code) {
 }
 
 int dt_rpc_err_from_status(grpc_status_code status) {
+    /* A caller sees CANCELLED when the peer shut down under its call: the
+     * peer is gone for now (retryable), and it is not this process's own
+     * stop signal, which DT_ECANCELLED means. */
+    if (status == GRPC_STATUS_CANCELLED) return DT_EUNAVAILABLE;
     for (size_t i = 0; i < STATUS_TABLE_LEN; i++)
         if (status_table[i].status == status) return status_table[i].code;
     switch (status) {
