@@ -3,8 +3,10 @@
 # those that are missing. Needs root (or sudo) for apt-get.
 set -eu
 
+# clang and its runtime build the libFuzzer targets (make fuzz);
+# dataset-fashion-mnist is the real-data example and its tests.
 PKGS="build-essential pkg-config libgrpc-dev nanopb libnanopb-dev libcjson-dev check \
-libopenblas-dev zlib1g-dev python3 dataset-fashion-mnist"
+libopenblas-dev zlib1g-dev python3 dataset-fashion-mnist clang libclang-rt-14-dev"
 
 missing=""
 for p in $PKGS; do
