@@ -1,41 +1,63 @@
 /*
- * bench_pullpush: pull+push throughput of real dtrain RPCs against a running
- * `dtrain --job ps`.
+ * bench_pullpush: pull+push throughput of real dtrain RPCs against the ps
+ * tasks of a cluster file: either already running, or started here
+ * (--dtrain BIN: one `BIN --job ps --task i` per ps task of the file).
  *
- * The parent creates one float32 variable "bench/weight" (N) on the ps (sgd,
- * max_steps huge, so no push is ever refused as "done"), then W worker
- * processes, each with its own dt_ps_client, run R rounds of
+ * The parent creates one float32 variable "bench/weight" (N) on the ps
+ * tasks (sgd, max_steps huge, so no push is ever refused as "done"), then W
+ * worker processes, each with its own dt_ps_client, run R rounds of
  *   pull(weight) -> push(grad)
  * where grad is the constant 2^-10, so the ps does its real work per push
  * (decode, finiteness check, sgd update) and the final value is exact.
+ * With --partition-min-bytes B the variable is split by rows across the ps
+ * tasks as a job's would be (ps_client.h: min(ps tasks, N*4 / B) slices when
+ * N*4 >= 2B), placed by --placement; every client computes the same
+ * placement, so a pull or push fans out to every task holding a slice.
  * Afterwards the parent checks the global step (W*R) and the weight
- * (-lr * g * W * R), then sends Shutdown and tells the ps, for every worker
- * index, that the job is done (a Status call), so the ps exits at once.
+ * (-lr * g * W * R) at both ends of every slice, then sends Shutdown and
+ * tells every ps, for every worker index, that the job is done (a Status
+ * call), so the ps tasks exit at once.
  *
  * Payload: 2 * N * 4 bytes per round per worker (the tensor bytes pulled and
  * pushed), summed over workers; MB is 10^6 bytes. The time runs from the
  * moment every worker is connected and has done one warm-up pull to the
- * moment the last one finishes.
+ * moment the last one finishes. Large buffers stay on the heap (mallopt, as
+ * cmd/dtrain.c does), so the worker processes allocate as dtrain's do.
  *
  * Processes, not threads, because that is what a real job looks like: each
- * worker has its own gRPC runtime. They are forked before the parent touches
- * gRPC (gRPC does not survive a fork), and talk to the parent over pipes:
+ * worker has its own gRPC runtime. They (and the ps tasks started here) are
+ * forked before the parent touches gRPC (gRPC does not survive a fork), and
+ * the workers talk to the parent over pipes:
  *   parent -> child 'C' (variable created), child -> parent 'R' (ready),
  *   parent -> child 'S' (start), child -> parent a worker_result.
  * A child that reads EOF (parent gone) exits; every RPC has a deadline, so
- * nothing waits forever.
+ * nothing waits forever. A ps started here dies with the parent (parent-death
+ * signal); the parent waits up to 20 s for it to serve, and after the job up
+ * to --ps-exit-secs (default 15) for it to exit by itself: an exit status
+ * other than 0 is a failure; one still running then is killed and counted
+ * (a ps whose messages were larger than a few MB spends about 10 s in
+ * gRPC's shutdown, waiting on a timer, after it has logged that it exits).
  *
  * Output (stdout), one line:
- *   pullpush floats=N rounds=R workers=W seconds=S mb_per_s=X rounds_per_s=Y
+ *   pullpush floats=N rounds=R workers=W ps=P units=U seconds=S mb_per_s=X
+ *     rounds_per_s=Y [ps_exited=K]
+ * (U: the variable's slices, 1 when it is not split; K, with --dtrain: the
+ * ps tasks that exited by themselves within --ps-exit-secs, the others were
+ * killed).
  * Exit status: 0, 1 on any failure (message on stderr), 2 on usage errors.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <math.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -52,6 +74,7 @@
 #define GRAD_VALUE (1.0f / 1024.0f) /* a power of two: sums stay exact */
 #define LEARNING_RATE (1.0 / 64.0)
 #define VAR_NAME "bench/weight"
+#define PS_READY_SECS 20.0 /* for a started ps to answer Status */
 
 typedef struct {
     const char *cluster_path;
@@ -59,6 +82,11 @@ typedef struct {
     int rounds;      /* R per worker */
     int workers;     /* W */
     int timeout_ms;  /* each RPC's deadline */
+    int64_t partition_min_bytes; /* 0: never split */
+    int placement;               /* dt_placement */
+    const char *dtrain_bin;      /* start the ps tasks with it; NULL: they run */
+    const char *ps_log_dir;      /* started ps i logs to <dir>/ps<i>.log */
+    double ps_exit_secs;         /* wait for a started ps to exit after the job */
 } options;
 
 /* What a worker process reports to the parent. */
@@ -121,14 +149,21 @@ static int parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out) {
 }
 
 static const char usage[] =
-    "usage: bench_pullpush --cluster FILE --floats N --rounds R [--workers W] "
-    "[--timeout-secs S]\n"
+    "usage: bench_pullpush --cluster FILE --floats N --rounds R [--workers W]\n"
+    "         [--timeout-secs S] [--partition-min-bytes B]\n"
+    "         [--placement greedy|round_robin]\n"
+    "         [--dtrain BIN [--ps-log-dir DIR] [--ps-exit-secs S]]\n"
     "  Runs W worker processes (default 2) doing R rounds of pull+push of one\n"
-    "  variable of N float32 against the ps of FILE (which must be running).\n";
+    "  variable of N float32 against the ps tasks of FILE: running ones, or\n"
+    "  with --dtrain, one `BIN --job ps` per task started here (logs in DIR,\n"
+    "  else on stderr; after the job each gets S seconds, default 15, to exit\n"
+    "  by itself before it is killed). B > 0 splits the variable across the ps\n"
+    "  tasks as a job's partition_min_bytes does (default 0: never split).\n";
 
 static int parse_args(int argc, char **argv, options *o) {
     o->workers = 2;
     o->timeout_ms = 120 * 1000;
+    o->ps_exit_secs = 15;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i + 1 >= argc) {
@@ -141,7 +176,22 @@ static int parse_args(int argc, char **argv, options *o) {
             o->cluster_path = v;
             continue;
         }
-        if (strcmp(a, "--floats") == 0 && parse_int(v, 1, (int64_t)1 << 30, &n) == 0)
+        if (strcmp(a, "--dtrain") == 0) {
+            o->dtrain_bin = v;
+            continue;
+        }
+        if (strcmp(a, "--ps-log-dir") == 0) {
+            o->ps_log_dir = v;
+            continue;
+        }
+        if (strcmp(a, "--placement") == 0 && dt_placement_from_name(v) >= 0)
+            o->placement = dt_placement_from_name(v);
+        else if (strcmp(a, "--partition-min-bytes") == 0 &&
+                 parse_int(v, 0, (int64_t)1 << 40, &n) == 0)
+            o->partition_min_bytes = n;
+        else if (strcmp(a, "--ps-exit-secs") == 0 && parse_int(v, 0, 3600, &n) == 0)
+            o->ps_exit_secs = (double)n;
+        else if (strcmp(a, "--floats") == 0 && parse_int(v, 1, (int64_t)1 << 30, &n) == 0)
             o->floats = n;
         else if (strcmp(a, "--rounds") == 0 && parse_int(v, 1, 1000000, &n) == 0)
             o->rounds = (int)n;
@@ -158,18 +208,24 @@ static int parse_args(int argc, char **argv, options *o) {
         fprintf(stderr, "bench_pullpush: --cluster, --floats and --rounds are required\n%s", usage);
         return -1;
     }
+    if (o->ps_log_dir && !o->dtrain_bin) {
+        fprintf(stderr, "bench_pullpush: --ps-log-dir needs --dtrain\n%s", usage);
+        return -1;
+    }
     return 0;
 }
 
-/* Client parameters: greedy placement, never partitioned (one ps anyway). */
-static dt_ps_client_params client_params(const dt_cluster *cluster, int worker, int timeout_ms) {
+/* Client parameters: the same placement and partitioning in every process,
+ * so all agree on which ps task holds which slice. */
+static dt_ps_client_params client_params(const options *o, const dt_cluster *cluster,
+                                         int worker) {
     dt_ps_client_params cp;
     memset(&cp, 0, sizeof cp);
     cp.cluster = cluster;
     cp.worker = worker;
-    cp.timeout_ms = timeout_ms;
-    cp.placement = DT_PLACE_GREEDY;
-    cp.partition_min_bytes = 0;
+    cp.timeout_ms = o->timeout_ms;
+    cp.placement = o->placement;
+    cp.partition_min_bytes = o->partition_min_bytes;
     return cp;
 }
 
@@ -204,7 +260,7 @@ static int worker_loop(const options *o, const dt_cluster *cluster, int index, i
     if (rc == 0) {
         float *g = grads.items[0].data;
         for (int64_t i = 0; i < o->floats; i++) g[i] = GRAD_VALUE;
-        dt_ps_client_params cp = client_params(cluster, index, o->timeout_ms);
+        dt_ps_client_params cp = client_params(o, cluster, index);
         rc = dt_ps_client_new(&cp, &vars, &client, &err);
     }
     dt_ps_reply reply;
@@ -321,8 +377,197 @@ static int spawn_workers(const options *o, dt_cluster *cluster, child *kids) {
     return 0;
 }
 
-/* After the loop: global step and value check, Shutdown, and one Status per
- * worker index so the ps knows every worker has been told. */
+/* ---- ps tasks started here ------------------------------------------------ */
+
+/* Starts `bin --cluster FILE --job ps --task i` for every ps task of the
+ * cluster; pids[i] is its pid. Called before this process touches gRPC. A
+ * child gets SIGKILL when the parent dies, so a killed bench leaves no ps
+ * behind. */
+static int spawn_ps(const options *o, int num_ps, pid_t *pids, dt_err *err) {
+    fflush(NULL);
+    pid_t parent = getpid();
+    for (int i = 0; i < num_ps; i++) {
+        char task[16];
+        snprintf(task, sizeof task, "%d", i);
+        int log_fd = -1;
+        if (o->ps_log_dir) {
+            char path[DT_PATH_MAX + 32];
+            int len = snprintf(path, sizeof path, "%s/ps%d.log", o->ps_log_dir, i);
+            if (len < 0 || (size_t)len >= sizeof path)
+                return dt_err_set(err, DT_EINVAL, "--ps-log-dir: path too long");
+            log_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            if (log_fd < 0)
+                return dt_err_set(err, DT_EIO, "%s: cannot open: %s", path, strerror(errno));
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+            int e = errno;
+            if (log_fd >= 0) close(log_fd);
+            return dt_err_set(err, DT_EINTERNAL, "ps %d: fork: %s", i, strerror(e));
+        }
+        if (pid == 0) {
+            /* getppid() catches a parent that died before prctl took hold. */
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
+            signal(SIGPIPE, SIG_DFL); /* ignored here; a ps starts as any program does */
+            if (log_fd >= 0 && (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0))
+                _exit(127);
+            char *args[] = {(char *)o->dtrain_bin, "--cluster", (char *)o->cluster_path,
+                            "--job", "ps", "--task", task, NULL};
+            execv(o->dtrain_bin, args);
+            fprintf(stderr, "bench_pullpush: ps %d: cannot run %s: %s\n", i, o->dtrain_bin,
+                    strerror(errno));
+            _exit(127);
+        }
+        if (log_fd >= 0) close(log_fd);
+        pids[i] = pid;
+    }
+    return 0;
+}
+
+/* "exit status 1", "signal 9" */
+static void describe_status(int status, char *buf, size_t cap) {
+    if (WIFEXITED(status))
+        snprintf(buf, cap, "exit status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(buf, cap, "signal %d", WTERMSIG(status));
+    else
+        snprintf(buf, cap, "wait status %d", status);
+}
+
+/* 1 when pid has exited (reaped; *status set, -1 when it cannot be known),
+ * 0 while it runs. */
+static int has_exited(pid_t pid, int *status) {
+    pid_t r;
+    while ((r = waitpid(pid, status, WNOHANG)) < 0 && errno == EINTR) {
+    }
+    if (r < 0) *status = -1;
+    return r == pid || r < 0;
+}
+
+/* 0 when a TCP connection to addr succeeds. The probe is closed at once; the
+ * ps sees a connection that never speaks and drops it. */
+static int tcp_probe(const dt_addr *addr) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    char port[16];
+    snprintf(port, sizeof port, "%d", addr->port);
+    if (getaddrinfo(addr->host, port, &hints, &res) != 0) return -1;
+    int ok = -1;
+    for (struct addrinfo *a = res; a && ok < 0; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) ok = 0;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return ok;
+}
+
+/* "ps:1 127.0.0.1:1681: exited (exit status 1) before serving", when it has. */
+static int check_alive(const dt_cluster *cluster, pid_t *pids, int p, dt_err *err) {
+    int status = 0;
+    if (pids[p] <= 0 || !has_exited(pids[p], &status)) return 0;
+    char how[64];
+    describe_status(status, how, sizeof how);
+    pids[p] = -1;
+    return dt_err_set(err, DT_EUNAVAILABLE, "ps:%d %s: exited (%s) before serving", p,
+                      cluster->ps[p].addr, how);
+}
+
+/* Waits up to PS_READY_SECS for every started ps to accept connections, so
+ * the first RPC does not meet a refused port and gRPC's reconnect backoff;
+ * then asks each for its Status with a short deadline, so a port held by
+ * something else (our ps then exits: address in use) fails in seconds, not
+ * after a whole RPC deadline. */
+static int wait_ps_ready(const options *o, const dt_cluster *cluster, pid_t *pids,
+                         dt_err *err) {
+    double deadline = now_secs() + PS_READY_SECS;
+    int rc = 0;
+    for (int p = 0; p < cluster->num_ps; p++) {
+        while (tcp_probe(&cluster->ps[p]) < 0) {
+            if ((rc = check_alive(cluster, pids, p, err)) < 0) return rc;
+            if (now_secs() >= deadline)
+                return dt_err_set(err, DT_EDEADLINE, "ps:%d %s: not listening after %.0f s", p,
+                                  cluster->ps[p].addr, PS_READY_SECS);
+            struct timespec nap = {0, 20 * 1000000L};
+            nanosleep(&nap, NULL);
+        }
+    }
+    options quick = *o;
+    quick.timeout_ms = 5000;
+    dt_ps_client_params cp = client_params(&quick, cluster, -1);
+    dt_tensors none;
+    memset(&none, 0, sizeof none);
+    dt_ps_client *probe = NULL;
+    if ((rc = dt_ps_client_new(&cp, &none, &probe, err)) < 0) return rc;
+    for (int p = 0; p < cluster->num_ps && rc == 0; p++) {
+        dt_msg_status_resp st;
+        dt_err status_err;
+        dt_err_clear(&status_err);
+        if (dt_ps_client_status(probe, p, &st, &status_err) == 0) continue;
+        rc = check_alive(cluster, pids, p, err);
+        if (rc == 0) rc = dt_err_set(err, status_err.code, "%s", status_err.msg);
+    }
+    dt_ps_client_free(probe);
+    return rc;
+}
+
+/* After the job: waits up to `secs` in all for every started ps to exit by
+ * itself, which must be with status 0; *clean counts those that did. One
+ * still running after that is left for stop_ps. */
+static int reap_ps(const dt_cluster *cluster, pid_t *pids, double secs, int *clean,
+                   dt_err *err) {
+    double deadline = now_secs() + secs;
+    *clean = 0;
+    for (int p = 0; p < cluster->num_ps; p++) {
+        int status = 0, exited = 0;
+        while (pids[p] > 0 && !(exited = has_exited(pids[p], &status)) && now_secs() < deadline) {
+            struct timespec nap = {0, 10 * 1000000L};
+            nanosleep(&nap, NULL);
+        }
+        if (!exited) continue;
+        pids[p] = -1;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            char how[64];
+            describe_status(status, how, sizeof how);
+            return dt_err_set(err, DT_EINTERNAL, "ps:%d %s: %s after the job", p,
+                              cluster->ps[p].addr, how);
+        }
+        (*clean)++;
+    }
+    return 0;
+}
+
+/* Stops every started ps still running: SIGTERM, up to grace_secs, then
+ * SIGKILL. */
+static void stop_ps(pid_t *pids, int n, double grace_secs) {
+    for (int p = 0; p < n; p++)
+        if (pids[p] > 0) kill(pids[p], SIGTERM);
+    double deadline = now_secs() + grace_secs;
+    for (int p = 0; p < n; p++) {
+        int status = 0;
+        while (pids[p] > 0 && !has_exited(pids[p], &status)) {
+            if (now_secs() >= deadline) {
+                kill(pids[p], SIGKILL);
+                while (waitpid(pids[p], &status, 0) < 0 && errno == EINTR) {
+                }
+                break;
+            }
+            struct timespec nap = {0, 10 * 1000000L};
+            nanosleep(&nap, NULL);
+        }
+        pids[p] = -1;
+    }
+}
+
+/* ---- the check ------------------------------------------------------------- */
+
+/* After the loop: global step, and the value at both ends of every slice
+ * (each slice lives on its own ps and is updated on its own); then Shutdown,
+ * and one Status per ps and worker index so every ps knows every worker has
+ * been told. */
 static int check_and_stop(const options *o, const dt_cluster *cluster, dt_ps_client *client,
                           dt_tensors *vars, dt_err *err) {
     dt_ps_reply reply;
@@ -335,25 +580,53 @@ static int check_and_stop(const options *o, const dt_cluster *cluster, dt_ps_cli
                           (long long)reply.global_step, (long long)pushes);
     const float *w = vars->items[0].data;
     double want = -LEARNING_RATE * GRAD_VALUE * (double)pushes;
-    int64_t last = o->floats - 1;
-    if (fabs(w[0] - want) > 1e-6 * fabs(want) || fabs(w[last] - want) > 1e-6 * fabs(want))
-        return dt_err_set(err, DT_EINTERNAL, "check: weight[0] %.9g, weight[%lld] %.9g, want %.9g",
-                          (double)w[0], (long long)last, (double)w[last], want);
+    for (int u = 0; u < dt_ps_client_num_units(client); u++) {
+        dt_ps_unit unit;
+        dt_ps_client_unit(client, u, &unit);
+        int64_t ends[2] = {unit.row_begin, unit.row_begin + unit.rows - 1};
+        for (int k = 0; k < 2; k++)
+            if (fabs(w[ends[k]] - want) > 1e-6 * fabs(want))
+                return dt_err_set(err, DT_EINTERNAL, "check: %s on ps:%d: weight[%lld] %.9g, "
+                                  "want %.9g", unit.name, unit.ps, (long long)ends[k],
+                                  (double)w[ends[k]], want);
+    }
     if ((rc = dt_ps_client_shutdown(client, "bench done", err)) < 0) return rc;
     dt_tensors none;
     memset(&none, 0, sizeof none);
     for (int i = 0; i < cluster->num_workers && rc == 0; i++) {
         dt_ps_client *told = NULL;
-        dt_ps_client_params cp = client_params(cluster, i, o->timeout_ms);
+        dt_ps_client_params cp = client_params(o, cluster, i);
         rc = dt_ps_client_new(&cp, &none, &told, err);
         dt_msg_status_resp st;
-        if (rc == 0) rc = dt_ps_client_status(told, 0, &st, err);
+        for (int p = 0; p < cluster->num_ps && rc == 0; p++)
+            rc = dt_ps_client_status(told, p, &st, err);
         dt_ps_client_free(told);
     }
     return rc;
 }
 
+/* Where the slices went, on stderr, for the record. */
+static void print_placement(dt_ps_client *client) {
+    for (int u = 0; u < dt_ps_client_num_units(client); u++) {
+        dt_ps_unit unit;
+        dt_ps_client_unit(client, u, &unit);
+        fprintf(stderr, "bench_pullpush: %s rows %lld..%lld -> ps:%d (%zu bytes)\n", unit.name,
+                (long long)unit.row_begin, (long long)(unit.row_begin + unit.rows - 1), unit.ps,
+                unit.nbytes);
+    }
+}
+
+/* The allocator settings of cmd/dtrain.c, so these processes handle
+ * message buffers as dtrain's roles do: above glibc's default 32 MB mmap
+ * threshold every 40 MB buffer would be a fresh mmap, faulted in and
+ * unmapped again, a cost real workers do not pay. */
+static void tune_allocator(void) {
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
 int main(int argc, char **argv) {
+    tune_allocator();
     options o;
     memset(&o, 0, sizeof o);
     if (parse_args(argc, argv, &o) < 0) return 2;
@@ -367,15 +640,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_pullpush: %s\n", err.msg);
         return 2;
     }
-    if (cluster.num_ps != 1 || cluster.num_workers < o.workers) {
-        fprintf(stderr, "bench_pullpush: %s: need 1 ps and at least %d workers (has %d and %d)\n",
-                o.cluster_path, o.workers, cluster.num_ps, cluster.num_workers);
+    if (cluster.num_ps > DT_MAX_PS || cluster.num_workers < o.workers) {
+        fprintf(stderr, "bench_pullpush: %s: need at most %d ps and at least %d workers (has %d "
+                "and %d)\n", o.cluster_path, DT_MAX_PS, o.workers, cluster.num_ps,
+                cluster.num_workers);
         dt_cluster_deinit(&cluster);
         return 2;
     }
 
     child kids[MAX_WORKERS];
     for (int i = 0; i < MAX_WORKERS; i++) kids[i] = (child){-1, -1, -1};
+    pid_t ps_pids[DT_MAX_PS];
+    for (int p = 0; p < DT_MAX_PS; p++) ps_pids[p] = -1;
     dt_tensors vars;
     memset(&vars, 0, sizeof vars);
     dt_ps_client *client = NULL;
@@ -384,14 +660,17 @@ int main(int argc, char **argv) {
     int rc = 0;
     double t0 = 0, t1 = 0;
 
+    if (o.dtrain_bin && (rc = spawn_ps(&o, cluster.num_ps, ps_pids, &err)) < 0) goto fail;
     if (spawn_workers(&o, &cluster, kids) < 0) {
         rc = dt_err_set(&err, DT_EINTERNAL, "cannot start worker processes: %s", strerror(errno));
         goto fail;
     }
     /* gRPC starts only now, in the parent, after every fork. */
     if ((rc = init_layout(&vars, o.floats, &err)) < 0) goto fail;
-    dt_ps_client_params cp = client_params(&cluster, -1, o.timeout_ms);
+    dt_ps_client_params cp = client_params(&o, &cluster, -1);
     if ((rc = dt_ps_client_new(&cp, &vars, &client, &err)) < 0) goto fail;
+    print_placement(client);
+    if (o.dtrain_bin && (rc = wait_ps_ready(&o, &cluster, ps_pids, &err)) < 0) goto fail;
     dt_optim_config optim;
     dt_optim_defaults(&optim);
     snprintf(optim.name, sizeof optim.name, "sgd");
@@ -439,14 +718,26 @@ int main(int argc, char **argv) {
     t1 = now_secs();
     stop_children(kids, o.workers);
     if ((rc = check_and_stop(&o, &cluster, client, &vars, &err)) < 0) goto fail;
+    int units = dt_ps_client_num_units(client);
+    /* A channel still open to a ps delays its exit by seconds. */
+    dt_ps_client_free(client);
+    client = NULL;
+    int ps_exited = 0;
+    if (o.dtrain_bin &&
+        (rc = reap_ps(&cluster, ps_pids, o.ps_exit_secs, &ps_exited, &err)) < 0)
+        goto fail;
+    /* Those still running have told us the job is done: nothing to lose. */
+    stop_ps(ps_pids, cluster.num_ps, 0);
 
     double seconds = t1 - t0;
     double total_rounds = (double)o.workers * o.rounds;
     double bytes = total_rounds * 2.0 * (double)o.floats * 4.0;
-    printf("pullpush floats=%lld rounds=%d workers=%d seconds=%.3f mb_per_s=%.1f "
-           "rounds_per_s=%.2f\n",
-           (long long)o.floats, o.rounds, o.workers, seconds, bytes / seconds / 1e6,
+    printf("pullpush floats=%lld rounds=%d workers=%d ps=%d units=%d seconds=%.3f "
+           "mb_per_s=%.1f rounds_per_s=%.2f",
+           (long long)o.floats, o.rounds, o.workers, cluster.num_ps, units, seconds, bytes / seconds / 1e6,
            total_rounds / seconds);
+    if (o.dtrain_bin) printf(" ps_exited=%d", ps_exited);
+    printf("\n");
     for (int i = 0; i < o.workers; i++)
         fprintf(stderr, "bench_pullpush: worker %d: %d rounds in %.3f s\n", i, o.rounds,
                 res[i].seconds);
@@ -454,6 +745,7 @@ fail:
     if (rc < 0) fprintf(stderr, "bench_pullpush: %s\n", err.msg);
     stop_children(kids, o.workers);
     dt_ps_client_free(client);
+    stop_ps(ps_pids, cluster.num_ps, 3.0);
     dt_tensors_deinit(&vars);
     dt_cluster_deinit(&cluster);
     return rc < 0 ? 1 : 0;

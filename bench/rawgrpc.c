@@ -18,7 +18,9 @@
  * bench_pullpush uses; MB is 10^6 bytes. The request buffers are made once
  * and re-sent (the RPC layer only reads them); every reply is a fresh buffer,
  * as in the ps. The clock runs from the moment every client has warmed up to
- * the moment the last one finishes.
+ * the moment the last one finishes. Large buffers stay on the heap
+ * (mallopt, as cmd/dtrain.c does), so the ceiling and dtrain are measured
+ * with the same allocator.
  *
  * Threading: the server's pollers run the handlers; each client owns its
  * channel and buffers; the main thread only starts, times and joins. Client
@@ -33,6 +35,7 @@
  * Exit status: 0, 1 on any failure (message on stderr), 2 on usage errors.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -455,7 +458,17 @@ static int parse_args(int argc, char **argv, options *o) {
     return 0;
 }
 
+/* The allocator settings of cmd/dtrain.c, so these processes handle
+ * message buffers as dtrain's roles do: above glibc's default 32 MB mmap
+ * threshold every 40 MB buffer would be a fresh mmap, faulted in and
+ * unmapped again, a cost real workers do not pay. */
+static void tune_allocator(void) {
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
 int main(int argc, char **argv) {
+    tune_allocator();
     options o;
     memset(&o, 0, sizeof o);
     if (parse_args(argc, argv, &o) < 0) return 2;

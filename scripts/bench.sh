@@ -1,10 +1,16 @@
 #!/bin/sh
 # The figures behind `make bench`, printed as a plain-text table:
-#   1. demo steps/s: the 1-feature linear job, 1 ps + 2 workers (processes);
+#   1. demo steps/s: the 1-feature linear job, 1 ps + 2 workers (processes),
+#      then the same job async and sync (mode=sync) at equal max_steps;
 #   2. pull+push MB/s of 1M and 10M float32 (bench_pullpush vs a real ps);
 #   3. the raw RPC ceiling for the same payloads (bench_rawgrpc) and the
 #      dtrain/raw ratio;
-#   4. wide-model training steps/s (1M features) through the real binary.
+#   4. pull+push MB/s of 10M float32 split across 1, 2 and 3 ps tasks (one
+#      machine: the cost of the fan-out, not scaling);
+#   5. wide-model training steps/s (1M features) through the real binary;
+#   6. Fashion-MNIST MLP examples/s with 1 and 2 workers through the real
+#      binary, against the single-process compute-only rate (bench_compute);
+#      skipped, with a note, when the data set is not installed.
 # Everything runs on loopback on free ports; every wait is bounded; every
 # process started here is stopped on exit, Ctrl-C included.
 #
@@ -12,6 +18,7 @@
 #   (make bench sets both and builds $BUILD/bench_* first).
 #   BENCH_KEEP_TMP=1 keeps the logs in the temp dir it names;
 #   BENCH_TRIALS=N sets the pull+push and raw runs per size (default 3);
+#   BENCH_PS_TRIALS=N the runs per ps count of figure 4 (default 2);
 #   BENCH_CONFIG=FILE replaces conf/linear.json as the jobs' base config.
 # Exit status: 0 when every figure was measured, 1 when something failed to
 # run (its line says FAILED and its log is shown on stderr).
@@ -38,15 +45,32 @@ WIDE_STEPS=200
 # 1M features of x in [-1, 1): the demo's learning rate (0.05) diverges; the
 # largest stable sgd rate is about 3/F.
 WIDE_LR=1e-6
+# Async against sync: global steps of the demo job for each (sync makes both
+# workers wait for each other, so each does about max_steps local steps).
+MODE_STEPS=10000
+# 10M float32 (40 MB) across 1..PS_MAX ps tasks: split when it is at least
+# twice this, into min(ps tasks, 40 MB / this) slices, so into one per task.
+PS_MAX=3
+PS_PARTITION_MIN_BYTES=1048576
+PS_TRIALS=${BENCH_PS_TRIALS:-2}
+# Fashion-MNIST: steps of the MLP job (batch 100) through the binary, and
+# of the compute-only run.
+FASHION_CONFIG=conf/fashion_mlp.json
+FASHION_DATA=/usr/share/datasets/fashion-mnist
+FASHION_STEPS=600
+FASHION_BATCH=100
 
-case "$TRIALS" in
-    '' | *[!0-9]* | 0)
-        echo "bench: BENCH_TRIALS must be a positive integer (got \"$TRIALS\")" >&2
-        exit 1
-        ;;
-esac
+for _n in "BENCH_TRIALS=$TRIALS" "BENCH_PS_TRIALS=$PS_TRIALS"; do
+    case "${_n#*=}" in
+        '' | *[!0-9]* | 0)
+            echo "bench: ${_n%%=*} must be a positive integer (got \"${_n#*=}\")" >&2
+            exit 1
+            ;;
+    esac
+done
 
-for f in "$BIN" "$BUILD/bench_freeport" "$BUILD/bench_pullpush" "$BUILD/bench_rawgrpc"; do
+for f in "$BIN" "$BUILD/bench_freeport" "$BUILD/bench_pullpush" "$BUILD/bench_rawgrpc" \
+    "$BUILD/bench_compute"; do
     if [ ! -x "$f" ]; then
         echo "bench: $f missing; run make bench" >&2
         exit 1
@@ -143,24 +167,33 @@ now_ms() {
     esac
 }
 
-# Writes a cluster file $1 with 1 ps and 2 workers on free ports (no worker
-# listens; only the ps's port must stay free).
+# Writes a cluster file $1 with $2 ps tasks (default 1) and $3 workers
+# (default 2) on free ports (no worker listens; only the ps ports must stay
+# free).
 write_cluster() {
-    _ports=$("$BUILD/bench_freeport" 3) || return 1
-    set -- "$1" $_ports
-    cat >"$1" <<EOF
-{"cluster": {"ps": ["127.0.0.1:$2"], "worker": ["127.0.0.1:$3", "127.0.0.1:$4"]}}
-EOF
+    _wc_nps=${2:-1}
+    _wc_ports=$("$BUILD/bench_freeport" $((_wc_nps + ${3:-2}))) || return 1
+    _wc_ps="" _wc_workers="" _wc_i=0
+    for _wc_port in $_wc_ports; do
+        if [ $_wc_i -lt "$_wc_nps" ]; then
+            _wc_ps="$_wc_ps${_wc_ps:+, }\"127.0.0.1:$_wc_port\""
+        else
+            _wc_workers="$_wc_workers${_wc_workers:+, }\"127.0.0.1:$_wc_port\""
+        fi
+        _wc_i=$((_wc_i + 1))
+    done
+    echo "{\"cluster\": {\"ps\": [$_wc_ps], \"worker\": [$_wc_workers]}}" >"$1"
 }
 
 # Starts a ps for cluster file $1 logging to $2 and waits until it serves;
 # a port taken meanwhile gets one more try on new ports. PS_PID is its pid.
+# The cluster has 1 ps and CLUSTER_WORKERS workers (default 2).
 start_ps() {
     _cluster=$1
     _log=$2
     shift 2
     for _try in 1 2; do
-        write_cluster "$_cluster" || return 1
+        write_cluster "$_cluster" 1 "${CLUSTER_WORKERS:-2}" || return 1
         start_bg "$_log" "$BIN" --cluster "$_cluster" --job ps --task 0 "$@"
         PS_PID=$LAST_PID
         wait_log "$_log" ": serving" 15 "$PS_PID" && return 0
@@ -219,34 +252,57 @@ chief_rate() {
         }' "$1"
 }
 
-# Runs one whole job (ps, chief, worker 1) in dir $1 with --set flags $3...;
-# the chief gets $2 seconds. JOB_SECS is the whole job's wall time.
+# Runs one whole job (ps, chief, workers 1..W-1) in dir $1 with job config
+# $4 and --set flags $5...; W is $3; the chief gets $2 seconds. JOB_SECS is
+# the whole job's wall time. Logs: ps.log, chief.log, worker<i>.log.
 run_job() {
     _dir=$1
     _budget=$2
-    shift 2
+    _nw=$3
+    _config=$4
+    shift 4
     JOB_ERR=""
     mkdir -p "$_dir"
     _t0=$(now_ms)
-    start_ps "$_dir/cluster.json" "$_dir/ps.log" --config "$CONFIG" --log-dir "$_dir/logs" "$@" ||
-        return 1
+    CLUSTER_WORKERS=$_nw
+    start_ps "$_dir/cluster.json" "$_dir/ps.log" --config "$_config" --log-dir "$_dir/logs" "$@"
+    _started=$?
+    CLUSTER_WORKERS=2
+    [ $_started = 0 ] || return 1
     _ps=$PS_PID
-    start_bg "$_dir/worker1.log" "$BIN" --cluster "$_dir/cluster.json" --job worker --task 1 \
-        --config "$CONFIG" --log-dir "$_dir/logs" "$@"
-    _w1=$LAST_PID
+    _wpids=""
+    _i=1
+    while [ $_i -lt "$_nw" ]; do
+        start_bg "$_dir/worker$_i.log" "$BIN" --cluster "$_dir/cluster.json" --job worker \
+            --task $_i --config "$_config" --log-dir "$_dir/logs" "$@"
+        _wpids="$_wpids $LAST_PID"
+        _i=$((_i + 1))
+    done
     start_bg "$_dir/chief.log" "$BIN" --cluster "$_dir/cluster.json" --job worker --task 0 \
-        --config "$CONFIG" --log-dir "$_dir/logs" "$@"
+        --config "$_config" --log-dir "$_dir/logs" "$@"
     _chief=$LAST_PID
     wait_pid "$_chief" "$_budget"
-    _rc_chief=$STATUS
-    wait_pid "$_w1" 15
-    _rc_w1=$STATUS
+    JOB_ERR="exit status chief $STATUS"
+    _ok=0
+    [ "$STATUS" = 0 ] || _ok=1
+    _i=1
+    for _w in $_wpids; do
+        wait_pid "$_w" 15
+        JOB_ERR="$JOB_ERR, worker $_i $STATUS"
+        [ "$STATUS" = 0 ] || _ok=1
+        _i=$((_i + 1))
+    done
     wait_pid "$_ps" 15
-    _rc_ps=$STATUS
+    JOB_ERR="$JOB_ERR, ps $STATUS"
+    [ "$STATUS" = 0 ] || _ok=1
     JOB_SECS=$(awk -v a="$_t0" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }')
-    [ "$_rc_chief" = 0 ] && [ "$_rc_w1" = 0 ] && [ "$_rc_ps" = 0 ] && return 0
-    JOB_ERR="exit status chief $_rc_chief, worker 1 $_rc_w1, ps $_rc_ps"
-    return 1
+    [ $_ok = 0 ] && JOB_ERR=""
+    return $_ok
+}
+
+# The logs of a job in dir $1, for failed().
+job_logs() {
+    ls "$1"/ps.log "$1"/chief.log "$1"/worker*.log 2>/dev/null | tr '\n' ' '
 }
 
 # ---- the figures ------------------------------------------------------------
@@ -262,18 +318,51 @@ echo
 row figure value parameters
 row ------ ----- ----------
 
+# A whole job's rate from its chief's log, after run_job in dir $1 returned
+# $2 (0: ran). RATE_G and RATE_S are the global step and seconds; 0 when
+# they could be read, else the figure $3 is marked failed.
+job_rate() {
+    if [ "$2" != 0 ]; then
+        failed "$3" "${JOB_ERR:-ps did not start}" "$(job_logs "$1")"
+        return 1
+    fi
+    if ! _r=$(chief_rate "$1/chief.log"); then
+        failed "$3" "no progress lines in the chief's log" "$1/chief.log"
+        return 1
+    fi
+    set -- $_r
+    RATE_G=$1
+    RATE_S=$2
+}
+
 # 1. Demo steps/s.
 d=$TMP/demo
-if run_job "$d" 90 --set max_steps=$DEMO_STEPS --set log_steps=1000; then
-    if r=$(chief_rate "$d/chief.log"); then
-        set -- $r
-        rate=$(awk -v g="$1" -v s="$2" 'BEGIN { printf "%.0f", g / s }')
-        row "demo training" "$rate steps/s" "linear F=1 B=10 sgd, 1 ps + 2 worker processes, global_step $1 in $2 s (chief log: model init to end of its training loop; whole job with start-up ${JOB_SECS} s)"
-    else
-        failed "demo training" "no progress lines in the chief's log" "$d/chief.log"
+run_job "$d" 90 2 "$CONFIG" --set max_steps=$DEMO_STEPS --set log_steps=1000
+if job_rate "$d" $? "demo training"; then
+    rate=$(awk -v g="$RATE_G" -v s="$RATE_S" 'BEGIN { printf "%.0f", g / s }')
+    row "demo training" "$rate steps/s" "linear F=1 B=10 sgd, 1 ps + 2 worker processes, global_step $RATE_G in $RATE_S s (chief log: model init to end of its training loop; whole job with start-up ${JOB_SECS} s)"
+fi
+
+# 1b. The same job async, then sync (both workers' gradients averaged into
+# each global step), back to back at the same max_steps.
+mode_rates=""
+for mode in async sync; do
+    d=$TMP/mode-$mode
+    run_job "$d" 90 2 "$CONFIG" --set mode=$mode --set max_steps=$MODE_STEPS --set log_steps=1000
+    if job_rate "$d" $? "demo $mode"; then
+        rate=$(awk -v g="$RATE_G" -v s="$RATE_S" 'BEGIN { printf "%.0f", g / s }')
+        mode_rates="$mode_rates $rate"
+        if [ $mode = async ]; then
+            what="each push applied at once"
+        else
+            what="replicas_to_aggregate 2: each global step waits for both workers' gradients"
+        fi
+        row "demo $mode" "$rate steps/s" "mode=$mode, max_steps=$MODE_STEPS, otherwise the demo job; $what; global_step $RATE_G in $RATE_S s (chief log; whole job ${JOB_SECS} s)"
     fi
-else
-    failed "demo training" "${JOB_ERR:-ps did not start}" "$d/ps.log $d/chief.log $d/worker1.log"
+done
+set -- $mode_rates
+if [ $# = 2 ]; then
+    row "sync/async" "$(awk -v a="$2" -v b="$1" 'BEGIN { printf "%.2f", a / b }')" "global steps/s, sync over async"
 fi
 
 # 2 and 3. Pull+push against a real ps, then the raw ceiling, per size.
@@ -366,9 +455,73 @@ for label in 1M 10M; do
     fi
 done
 
-# 4. Wide-model training through the real binary.
+# 4. 10M floats split across 1..PS_MAX ps tasks, which bench_pullpush
+# starts itself (one process per task). Trials go round the ps counts, so a
+# busy spell hits all of them. A ps that moved messages of more than a few
+# MB spends about 10 s in gRPC's shutdown after it has logged that it exits
+# (figure 2's 10M runs wait that out and check its exit status); here each
+# gets 1 s and is then killed, which bench_pullpush counts (ps_exited).
+
+# One run on $1 ps tasks in dir $2 (one retry on new ports when a ps could
+# not start). VAL is MB/s, UNITS the slices, EXITED the ps tasks that exited
+# by themselves; on failure ERR and ERR_LOGS.
+pullpush_split_once() {
+    mkdir -p "$2"
+    VAL=""
+    ERR_LOGS="$2/err"
+    for _try in 1 2; do
+        write_cluster "$2/cluster.json" "$1" 2 || break
+        if timeout -k 5 150 "$BUILD/bench_pullpush" --cluster "$2/cluster.json" \
+            --floats "$PP_LARGE" --rounds "$PP_LARGE_ROUNDS" \
+            --partition-min-bytes "$PS_PARTITION_MIN_BYTES" --placement greedy \
+            --dtrain "$BIN" --ps-log-dir "$2" --ps-exit-secs 1 >"$2/out" 2>"$2/err"; then
+            _out=$(cat "$2/out")
+            VAL=$(field "$_out" mb_per_s)
+            UNITS=$(field "$_out" units)
+            EXITED=$(field "$_out" ps_exited)
+            return 0
+        fi
+        grep -q "before serving" "$2/err" || break
+    done
+    ERR="bench_pullpush failed"
+    ERR_LOGS="$2/err $(ls "$2"/ps*.log 2>/dev/null | tr '\n' ' ')"
+    return 1
+}
+
+split_ok=1
+trial=1
+while [ $trial -le "$PS_TRIALS" ] && [ $split_ok = 1 ]; do
+    nps=1
+    while [ $nps -le $PS_MAX ]; do
+        if pullpush_split_once $nps "$TMP/split-$nps-$trial"; then
+            eval "split_vals_$nps=\"\${split_vals_$nps:-} $VAL\""
+            eval "split_units_$nps=$UNITS"
+            eval "split_exited_$nps=\$((\${split_exited_$nps:-0} + ${EXITED:-0}))"
+        else
+            failed "pull+push 10M floats, $nps ps" "$ERR" "$ERR_LOGS"
+            split_ok=0
+            break
+        fi
+        nps=$((nps + 1))
+    done
+    trial=$((trial + 1))
+done
+if [ $split_ok = 1 ]; then
+    one_ps=""
+    nps=1
+    while [ $nps -le $PS_MAX ]; do
+        eval "vals=\$split_vals_$nps units=\$split_units_$nps exited=\$split_exited_$nps"
+        pp=$(best "$vals")
+        [ -n "$one_ps" ] || one_ps=$pp
+        rel=$(awk -v a="$pp" -v b="$one_ps" 'BEGIN { printf "%.2f", a / b }')
+        row "pull+push 10M floats, $nps ps" "$pp MB/s" "$(summary "$vals"); $rel x the 1-ps run; variable in $units slice(s), one per ps task (partition_min_bytes $PS_PARTITION_MIN_BYTES, greedy); 2 worker processes, $PP_LARGE_ROUNDS rounds each; $nps ps process(es) started by bench_pullpush, $exited of $((nps * PS_TRIALS)) exited by themselves within 1 s of the end, the rest killed then"
+        nps=$((nps + 1))
+    done
+fi
+
+# 5. Wide-model training through the real binary.
 d=$TMP/wide
-if run_job "$d" 120 --set data=wide --set features=$WIDE_FEATURES --set batch_size=$WIDE_BATCH \
+if run_job "$d" 120 2 "$CONFIG" --set data=wide --set features=$WIDE_FEATURES --set batch_size=$WIDE_BATCH \
     --set learning_rate=$WIDE_LR --set examples=100000 --set max_steps=$WIDE_STEPS \
     --set log_steps=20; then
     if r=$(chief_rate "$d/chief.log"); then
@@ -379,7 +532,44 @@ if run_job "$d" 120 --set data=wide --set features=$WIDE_FEATURES --set batch_si
         failed "wide training" "no progress lines in the chief's log" "$d/chief.log"
     fi
 else
-    failed "wide training" "${JOB_ERR:-ps did not start}" "$d/ps.log $d/chief.log $d/worker1.log"
+    failed "wide training" "${JOB_ERR:-ps did not start}" "$(job_logs "$d")"
+fi
+
+# 6. Fashion-MNIST MLP: examples/s through the real binary with 1 and 2
+# workers (global_step * batch / training seconds from the chief's log),
+# and the same model trained in one process without RPC.
+if [ ! -f "$FASHION_DATA/train-images-idx3-ubyte.gz" ] ||
+    [ ! -f "$FASHION_DATA/train-labels-idx1-ubyte.gz" ]; then
+    row "fashion mlp" skipped "no Fashion-MNIST in $FASHION_DATA (Debian's dataset-fashion-mnist); nothing measured"
+else
+    model="784-256-128-10 mlp, adam, batch $FASHION_BATCH"
+    fashion_rates=""
+    for nw in 1 2; do
+        if [ $nw = 1 ]; then label="fashion mlp, 1 worker"; else label="fashion mlp, $nw workers"; fi
+        d=$TMP/fashion-$nw
+        run_job "$d" 120 $nw "$FASHION_CONFIG" --set max_steps=$FASHION_STEPS \
+            --set batch_size=$FASHION_BATCH --set log_steps=100
+        if job_rate "$d" $? "$label"; then
+            rate=$(awk -v g="$RATE_G" -v s="$RATE_S" -v b="$FASHION_BATCH" 'BEGIN { printf "%.0f", g * b / s }')
+            fashion_rates="$fashion_rates $nw:$rate"
+            row "$label" "$rate ex/s" "$model, $FASHION_CONFIG, 1 ps + $nw worker process(es), async; global_step $RATE_G x $FASHION_BATCH examples in $RATE_S s (chief log: model init to end of its training loop; whole job with data loading ${JOB_SECS} s)"
+        fi
+    done
+    d=$TMP/compute
+    mkdir -p "$d"
+    if timeout -k 5 120 "$BUILD/bench_compute" --config "$FASHION_CONFIG" \
+        --set batch_size=$FASHION_BATCH --steps $FASHION_STEPS >"$d/out" 2>"$d/err"; then
+        out=$(cat "$d/out")
+        compute=$(field "$out" examples_per_s)
+        row "fashion mlp, compute only" "$compute ex/s" "the same model in one process, no RPC (bench_compute): $FASHION_STEPS steps of next batch + loss and gradient + adam update after 10 untimed ones; $(field "$out" grad_share) of the time in loss+gradient; loss $(field "$out" loss_first) -> $(field "$out" loss_last)"
+        for pair in $fashion_rates; do
+            nw=${pair%%:*}
+            if [ $nw = 1 ]; then label="fashion 1 worker/compute"; else label="fashion $nw workers/compute"; fi
+            row "$label" "$(awk -v a="${pair#*:}" -v b="$compute" 'BEGIN { printf "%.2f", a / b }')" "distributed examples/s over compute-only examples/s"
+        done
+    else
+        failed "fashion mlp, compute only" "bench_compute failed" "$d/err"
+    fi
 fi
 
 echo
