@@ -427,6 +427,10 @@ static bool decode_name(pb_istream_t *stream, const pb_field_t *field, void **ar
     char *dst = names->items[names->count];
     if (!pb_read(stream, (pb_byte_t *)dst, n)) return false;
     dst[n] = '\0';
+    if (memchr(dst, '\0', n)) { /* a C string could not carry it back */
+        dt_err_set(na->ctx->err, DT_EINVAL, "names[%d]: contains a NUL byte", names->count);
+        return false;
+    }
     names->count++;
     return true;
 }

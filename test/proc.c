@@ -360,10 +360,11 @@ int dt_test_wait(pid_t pid, int timeout_ms) {
 int dt_test_kill(pid_t pid, int sig) {
     proc_entry *p = find_proc(pid);
     if (!p || p->reaped) return -1;
-    /* The group first; the pid too, in case the child has not set it yet. */
-    int rc = kill(-pid, sig);
-    if (kill(pid, sig) == 0) rc = 0;
-    return rc == 0 ? 0 : -1;
+    /* The group, so a child's children go too; the pid alone only when the
+     * group does not exist yet (the child has not called setpgid). Never
+     * both: a second SIGTERM means "exit at once" to dtrain. */
+    if (kill(-pid, sig) == 0) return 0;
+    return kill(pid, sig) == 0 ? 0 : -1;
 }
 
 void dt_test_kill_all(void) {
