@@ -80,8 +80,9 @@ asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 \
 	  SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
 
-# Everything CI runs: the suite, then the suite under the sanitizers.
-check: test asan
+# Everything CI runs: the suite, the suite under the sanitizers, then each
+# fuzz target over its corpus and for FUZZ_SECONDS of new inputs.
+check: test asan fuzz-check fuzz
 
 $(BUILD)/bench_%: bench/%.c $(BUILD)/libdtrain.a
 	@echo "  LD    $@"
