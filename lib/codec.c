@@ -263,6 +263,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         pb->pull_req.worker = m->worker;
         pb->pull_req.include_slots = m->include_slots;
         pb->pull_req.min_global_step = m->min_global_step;
+        pb->pull_req.seen_step = m->seen_step;
         break;
     }
     case DT_MSG_PULL_RESP: {
@@ -279,6 +280,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         const dt_msg_push_req *m = msg;
         pb->push_req.worker = m->worker;
         pb->push_req.step = m->step;
+        pb->push_req.seen_step = m->seen_step;
         set_tensor_encoder(&pb->push_req.gradients, &m->out);
         break;
     }
@@ -468,6 +470,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         m->worker = pb->pull_req.worker;
         m->include_slots = pb->pull_req.include_slots;
         m->min_global_step = pb->pull_req.min_global_step;
+        m->seen_step = pb->pull_req.seen_step;
         break;
     }
     case DT_MSG_PULL_RESP: {
@@ -482,6 +485,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         dt_msg_push_req *m = msg;
         m->worker = pb->push_req.worker;
         m->step = pb->push_req.step;
+        m->seen_step = pb->push_req.seen_step;
         break;
     }
     case DT_MSG_PUSH_RESP: {

@@ -110,6 +110,7 @@ typedef struct {
     int32_t worker;
     bool include_slots;
     int64_t min_global_step;
+    int64_t seen_step; /* highest global step the caller has seen */
 } dt_msg_pull_req;
 
 typedef struct {
@@ -126,6 +127,7 @@ typedef struct {
 typedef struct {
     int32_t worker;
     int64_t step;
+    int64_t seen_step; /* highest global step the caller has seen */
     dt_tensor_list out;
     dt_tensor_views in;
 } dt_msg_push_req;

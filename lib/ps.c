@@ -118,6 +118,29 @@ static int64_t ms_since(const struct timespec *t0) {
     return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
+/* A caller has seen the global step at `seen`: a ps restored from an older
+ * checkpoint moves up to it, so no one sees the step go backwards. */
+static void raise_step(dt_ps *ps, int64_t seen) {
+    if (atomic_load(&ps->global_step) >= seen) return;
+    if (ps->consistency.mode == DT_MODE_SYNC) {
+        /* The step being aggregated moves with it. */
+        pthread_mutex_lock(&ps->sync_mu);
+        if (atomic_load(&ps->global_step) < seen) {
+            atomic_store(&ps->global_step, seen);
+            for (int k = 0; k < ps->acc.count; k++)
+                memset(ps->acc.items[k].data, 0, ps->acc.items[k].nbytes);
+            memset(ps->acc_from, 0, sizeof(int) * (size_t)ps->params.cluster->num_workers);
+            ps->acc_count = 0;
+            ps->acc_step = seen;
+        }
+        pthread_mutex_unlock(&ps->sync_mu);
+        return;
+    }
+    int64_t step = atomic_load(&ps->global_step);
+    while (step < seen && !atomic_compare_exchange_weak(&ps->global_step, &step, seen)) {
+    }
+}
+
 static int done_locked(dt_ps *ps) {
     return ps->shutdown_requested ||
            (ps->ready && atomic_load(&ps->global_step) >= ps->max_steps);
@@ -425,6 +448,7 @@ static int handle_pull(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, 
         resp.out.lock = lock_subset_var;
         resp.out.lock_ctx = &lock_ctx;
     }
+    raise_step(ps, req.seen_step);
     if (req.include_slots) {
         resp.slots_out.items = ps->slots.items;
         resp.slots_out.count = ps->slots.count;
@@ -620,6 +644,7 @@ static int handle_push(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, 
                         ps->name);
         goto rejected;
     }
+    raise_step(ps, req.seen_step);
     dt_msg_push_resp resp;
     memset(&resp, 0, sizeof resp);
     resp.incarnation = ps->incarnation;

@@ -48,6 +48,7 @@ struct dt_ps_client {
     int push_pending;
     int *push_acked;          /* (num_ps) */
     dt_msg_push_resp *push_replies; /* (num_ps) the acknowledging replies */
+    int64_t seen_step; /* highest global step any reply carried */
 };
 
 int dt_placement_from_name(const char *name) {
@@ -483,6 +484,7 @@ int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots,
         req.worker = c->params.worker;
         req.include_slots = slots != NULL;
         req.min_global_step = min_global_step;
+        req.seen_step = c->seen_step;
         if ((rc = prepare(c, p, DT_MSG_PULL_REQ, &req, 0, err)) < 0) return rc;
     }
     if ((rc = run(c, 0, c->num_ps, err)) < 0) goto out;
@@ -504,6 +506,7 @@ int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots,
             if (pass == 0) {
                 if ((rc = note_incarnation(c, p, resp.incarnation, err)) < 0) goto out;
                 if (p == 0) r->global_step = resp.global_step;
+                if (resp.global_step > c->seen_step) c->seen_step = resp.global_step;
                 r->done |= resp.done;
                 r->wait |= resp.wait;
                 continue;
@@ -533,6 +536,7 @@ int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt
         memset(&req, 0, sizeof req);
         req.worker = c->params.worker;
         req.step = step;
+        req.seen_step = c->seen_step;
         req.out.items = c->views;
         req.out.count = unit_views(c, p, grads, c->views);
         /* Encoding copies the views' bytes, so the scratch is free again. */
@@ -564,6 +568,8 @@ int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt
     if (rc < 0) return rc; /* the pending push is retried on the next call */
     c->push_pending = 0;
     for (int p = 0; p < c->num_ps; p++) {
+        if (c->push_replies[p].global_step > c->seen_step)
+            c->seen_step = c->push_replies[p].global_step;
         if (p == 0) r->global_step = c->push_replies[p].global_step;
         r->done |= c->push_replies[p].done;
         r->dropped |= c->push_replies[p].dropped;
