@@ -21,6 +21,7 @@
 typedef struct {
     dt_err *err;
     const char *what; /* "variables", "gradients" */
+    const uint8_t *begin, *end; /* the message: views must lie inside it */
 } decode_ctx;
 
 typedef struct {
@@ -31,6 +32,7 @@ typedef struct {
 typedef struct {
     const uint8_t *ptr;
     size_t len;
+    const decode_ctx *ctx;
 } bytes_view;
 
 typedef struct {
@@ -368,6 +370,11 @@ static bool decode_data(pb_istream_t *stream, const pb_field_t *field, void **ar
     bytes_view *bv = *arg;
     bv->ptr = (const uint8_t *)stream->state; /* buffer stream: state is the read position */
     bv->len = stream->bytes_left;
+    /* Sent with another wire type (fixed32, say), the bytes arrive through
+     * a copy on nanopb's stack, not the message: refuse, never keep a view. */
+    if (bv->ptr < bv->ctx->begin || bv->ptr > bv->ctx->end ||
+        bv->len > (size_t)(bv->ctx->end - bv->ptr))
+        PB_RETURN_ERROR(stream, "tensor data must be a length-delimited field");
     return pb_read(stream, NULL, stream->bytes_left);
 }
 
@@ -380,7 +387,7 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
         return false;
     }
     dtrain_Tensor pt = dtrain_Tensor_init_zero;
-    bytes_view bv = {NULL, 0};
+    bytes_view bv = {NULL, 0, va->ctx};
     pt.data.funcs.decode = decode_data;
     pt.data.arg = &bv;
     if (!pb_decode(stream, dtrain_Tensor_fields, &pt)) {
@@ -533,8 +540,8 @@ int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
     if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
     dt_err local;
     dt_err_clear(&local);
-    decode_ctx ctx = {&local, "tensors"};
-    decode_ctx slots_ctx = {&local, "slots"};
+    decode_ctx ctx = {&local, "tensors", buf, buf + len};
+    decode_ctx slots_ctx = {&local, "slots", buf, buf + len};
     views_arg va, sa;
     names_arg na;
     pb_any pb;

@@ -1074,6 +1074,26 @@ START_TEST(test_fuzz_mutations) {
 }
 END_TEST
 
+/* Tensor data sent with the fixed32 wire type reaches the decoder through a
+ * copy on nanopb's stack: it must be refused, not kept as a view (found by
+ * the codec fuzzer). */
+START_TEST(test_data_wrong_wire_type) {
+    const uint8_t msg[] = {0x1a, 0x0a,                         /* gradients, 10 bytes */
+                           0x0a, 0x01, 'w',                    /* name "w" */
+                           0x10, 0x01,                         /* dtype F32, scalar */
+                           0x25, 0x00, 0x00, 0x80, 0x3f};      /* data as fixed32 1.0f */
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    dt_tensor views[2];
+    req.in.items = views;
+    req.in.cap = 2;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_PUSH_REQ, msg, sizeof msg, &req, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "length-delimited") != NULL, "message: %s", err.msg);
+}
+END_TEST
+
 Suite *codec_suite(void) {
     Suite *s = suite_create("codec");
     TCase *tc = tcase_create("roundtrip");
@@ -1103,6 +1123,7 @@ Suite *codec_suite(void) {
     tcase_add_test(bad, test_bad_encode_input);
     tcase_add_test(bad, test_truncation_every_offset);
     tcase_add_test(bad, test_fuzz_random_bytes);
+    tcase_add_test(bad, test_data_wrong_wire_type);
     tcase_add_test(bad, test_fuzz_mutations);
     suite_add_tcase(s, bad);
     return s;
