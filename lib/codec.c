@@ -373,8 +373,11 @@ static bool decode_data(pb_istream_t *stream, const pb_field_t *field, void **ar
     /* Sent with another wire type (fixed32, say), the bytes arrive through
      * a copy on nanopb's stack, not the message: refuse, never keep a view. */
     if (bv->ptr < bv->ctx->begin || bv->ptr > bv->ctx->end ||
-        bv->len > (size_t)(bv->ctx->end - bv->ptr))
-        PB_RETURN_ERROR(stream, "tensor data must be a length-delimited field");
+        bv->len > (size_t)(bv->ctx->end - bv->ptr)) {
+        dt_err_set(bv->ctx->err, DT_EINVAL, "%s: tensor data must be a length-delimited field",
+                   bv->ctx->what);
+        return false;
+    }
     return pb_read(stream, NULL, stream->bytes_left);
 }
 
