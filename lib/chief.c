@@ -409,26 +409,6 @@ static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     return 0;
 }
 
-/* 1 when the log dir's latest checkpoint already reaches max_steps: the job
- * finished before this chief started (its ps tasks may be gone). */
-static int complete_on_disk(chief *c) {
-    dt_tensors loaded;
-    memset(&loaded, 0, sizeof loaded);
-    dt_ckpt_meta meta;
-    char path[DT_PATH_MAX + 64];
-    dt_err ignored;
-    dt_err_clear(&ignored);
-    int found = dt_ckpt_restore_latest(c->job->log_dir, &loaded, &meta, path, sizeof path, &ignored);
-    dt_tensors_deinit(&loaded);
-    if (found != 1 || meta.global_step < c->create.max_steps) return 0;
-    dt_log(DT_LOG_INFO, "chief: %s is at global_step %lld >= max_steps %lld: the job is complete",
-           path, (long long)meta.global_step, (long long)c->create.max_steps);
-    /* Best effort: a ps still up is waiting for this word. */
-    if (dt_ps_client_shutdown(dt_worker_client(c->w), "training complete", &ignored) < 0)
-        dt_log(DT_LOG_DEBUG, "chief: no ps to tell: %s", ignored.msg);
-    return 1;
-}
-
 /* ---- the role ---------------------------------------------------------- */
 
 static void chief_deinit(chief *c) {
@@ -452,7 +432,6 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     if ((rc = init_slots(&c, err)) < 0) goto out;
     if ((rc = creation_params(&c, params->cluster, err)) < 0) goto out;
     if (c.job->eval_data[0] && (rc = dt_data_open_eval(c.job, &c.eval, err)) < 0) goto out;
-    if (complete_on_disk(&c)) goto out;
     if ((rc = start_model(&c, stop, err)) < 0) goto out;
     int already_done = rc == 1;
     dt_ps_client_log_placement(dt_worker_client(c.w));
