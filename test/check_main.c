@@ -1,6 +1,7 @@
 /*
  * The one test runner. Runs every linked suite, or only those named in
- * DT_SUITES (comma-separated, e.g. DT_SUITES=cluster,ps) when set.
+ * DT_SUITES (comma-separated, e.g. DT_SUITES=cluster,ps) when set, less
+ * those named in DT_SKIP_SUITES.
  * Exit status: 0 when every test passed.
  */
 #include <stdlib.h>
@@ -8,13 +9,18 @@
 
 #include "suites.h"
 
-static int wanted(const char *name) {
-    const char *list = getenv("DT_SUITES");
-    if (!list || !*list) return 1;
+/* 1 when the comma-separated list names `name`. */
+static int listed(const char *list, const char *name) {
     size_t n = strlen(name);
     for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
         if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return 1;
     return 0;
+}
+
+static int wanted(const char *name) {
+    const char *only = getenv("DT_SUITES"), *skip = getenv("DT_SKIP_SUITES");
+    if (skip && *skip && listed(skip, name)) return 0;
+    return !only || !*only || listed(only, name);
 }
 
 int main(void) {
