@@ -32,14 +32,14 @@ typedef struct {
     int have_slots;      /* slots hold values worth sending (from a checkpoint) */
     dt_tensors snapshot; /* views of vars then slots, for saving; no slab */
     dt_summary_writer *summary;
-    dt_dataset *eval;    /* held-out set, or NULL */
+    dt_dataset *eval; /* held-out set, or NULL */
     double last_save;
     int64_t last_saved_step;
     double summary_t;
     int64_t summary_step;
     int64_t staleness_seen[DT_STALENESS_BUCKETS]; /* counts already summarized */
-    int64_t last_global_step; /* highest global step seen */
-    int64_t last_pulled_step; /* step of the values in the worker's vars */
+    int64_t last_global_step;                     /* highest global step seen */
+    int64_t last_pulled_step;                     /* step of the values in the worker's vars */
 } chief;
 
 static double now_secs(void) {
@@ -74,7 +74,8 @@ static int init_slots(chief *c, dt_err *err) {
     if (rc < 0) return rc;
     for (int k = 0; k < c->slots.count; k++) {
         float *x = c->slots.items[k].data, init = dt_optim_slot_init(o, k % (nslots ? nslots : 1));
-        for (int64_t e = 0; e < dt_tensor_numel(&c->slots.items[k]); e++) x[e] = init;
+        for (int64_t e = 0; e < dt_tensor_numel(&c->slots.items[k]); e++)
+            x[e] = init;
     }
     c->snapshot.count = vars->count + c->slots.count;
     c->snapshot.items = calloc((size_t)c->snapshot.count + 1, sizeof *c->snapshot.items);
@@ -95,8 +96,8 @@ typedef struct {
 static int do_snapshot_pull(void *arg, dt_err *err) {
     snapshot_pull *sp = arg;
     chief *c = sp->c;
-    return dt_ps_client_pull(dt_worker_client(c->w), dt_worker_vars(c->w), &c->slots, 0,
-                             &sp->reply, err);
+    return dt_ps_client_pull(dt_worker_client(c->w), dt_worker_vars(c->w), &c->slots, 0, &sp->reply,
+                             err);
 }
 
 /* Writes the chief's vars and slots as they are, at global_step. */
@@ -157,8 +158,9 @@ static int load_latest(chief *c, int64_t *global_step, dt_err *err) {
     dt_tensors *vars = dt_worker_vars(c->w);
     int rc = adopt(&loaded, vars, path, err);
     if (rc >= 0 && rc < vars->count)
-        rc = dt_err_set(err, DT_EINVAL, "%s: %d of this model's %d variables missing (was it "
-                                        "written for another model?)",
+        rc = dt_err_set(err, DT_EINVAL,
+                        "%s: %d of this model's %d variables missing (was it "
+                        "written for another model?)",
                         path, vars->count - rc, vars->count);
     int nslots = rc < 0 ? 0 : adopt(&loaded, &c->slots, path, err);
     dt_tensors_deinit(&loaded);
@@ -166,8 +168,8 @@ static int load_latest(chief *c, int64_t *global_step, dt_err *err) {
     if (nslots < 0) return nslots;
     c->have_slots = nslots == c->slots.count;
     if (!c->have_slots && c->slots.count > 0)
-        dt_log(DT_LOG_WARN, "chief: %s has no %s slots; they start from their initial values",
-               path, c->job->optim.name);
+        dt_log(DT_LOG_WARN, "chief: %s has no %s slots; they start from their initial values", path,
+               c->job->optim.name);
     *global_step = meta.global_step;
     dt_log(DT_LOG_INFO, "chief: restored %s (global_step %lld)", path, (long long)meta.global_step);
     return 1;
@@ -262,16 +264,17 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     if (rc < 0) return rc;
     dt_consistency *k = &m->consistency;
     k->mode = dt_mode_from_name(job->mode);
-    k->replicas_to_aggregate = job->replicas_to_aggregate ? job->replicas_to_aggregate
-                                                          : cluster->num_workers;
-    k->total_num_replicas = job->total_num_replicas ? job->total_num_replicas : cluster->num_workers;
+    k->replicas_to_aggregate =
+        job->replicas_to_aggregate ? job->replicas_to_aggregate : cluster->num_workers;
+    k->total_num_replicas =
+        job->total_num_replicas ? job->total_num_replicas : cluster->num_workers;
     k->staleness = job->staleness;
     k->timeout_ms = job->sync_timeout_secs * 1000;
-    if (k->mode == DT_MODE_SYNC &&
-        (k->replicas_to_aggregate > k->total_num_replicas ||
-         k->total_num_replicas > cluster->num_workers))
-        return dt_err_set(err, DT_EINVAL, "job: sync needs replicas_to_aggregate (%d) <= "
-                                          "total_num_replicas (%d) <= workers (%d)",
+    if (k->mode == DT_MODE_SYNC && (k->replicas_to_aggregate > k->total_num_replicas ||
+                                    k->total_num_replicas > cluster->num_workers))
+        return dt_err_set(err, DT_EINVAL,
+                          "job: sync needs replicas_to_aggregate (%d) <= "
+                          "total_num_replicas (%d) <= workers (%d)",
                           k->replicas_to_aggregate, k->total_num_replicas, cluster->num_workers);
     return 0;
 }
@@ -286,8 +289,10 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     if (cs.done) return 1;
     if (cs.num_ready == num_ps) {
         c->last_global_step = cs.global_step;
-        dt_log(DT_LOG_INFO, "chief: ps already holds the model (global_step %lld); not "
-                            "re-initializing", (long long)cs.global_step);
+        dt_log(DT_LOG_INFO,
+               "chief: ps already holds the model (global_step %lld); not "
+               "re-initializing",
+               (long long)cs.global_step);
         return 0;
     }
     if (cs.num_ready > 0) return recover(c, &cs, err);
@@ -296,7 +301,8 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     if (found < 0) return found;
     if (!found) {
         dt_model_init(c->job, dt_worker_vars(c->w));
-        dt_log(DT_LOG_INFO, "chief: no checkpoint in %s; initialized %s", c->job->log_dir, c->model);
+        dt_log(DT_LOG_INFO, "chief: no checkpoint in %s; initialized %s", c->job->log_dir,
+               c->model);
     }
     c->last_global_step = step;
     c->last_saved_step = found ? step : -1;
@@ -319,7 +325,8 @@ static int summarize_staleness(chief *c, int64_t step, dt_err *err) {
     for (int b = 0; b < st.num_staleness_counts && b < DT_STALENESS_BUCKETS; b++) {
         int64_t fresh = st.staleness_counts[b] - c->staleness_seen[b];
         c->staleness_seen[b] = st.staleness_counts[b];
-        for (int64_t k = 0; k < fresh && n < MAX_VALUES; k++) values[n++] = b;
+        for (int64_t k = 0; k < fresh && n < MAX_VALUES; k++)
+            values[n++] = b;
         sum += (double)b * (double)fresh;
     }
     if (n == 0) return 0;
@@ -337,15 +344,17 @@ static int evaluate(chief *c, int64_t step, dt_err *err) {
     double loss = NAN, accuracy = NAN;
     int rc = dt_data_all(c->eval, &all, err);
     if (rc == 0)
-        rc = dt_model_evaluate(dt_worker_model(c->w), dt_worker_vars(c->w), &all, &loss,
-                               &accuracy, err);
+        rc = dt_model_evaluate(dt_worker_model(c->w), dt_worker_vars(c->w), &all, &loss, &accuracy,
+                               err);
     if (rc < 0) return dt_err_wrap(err, rc, "chief: evaluate");
     if (isnan(accuracy)) {
         dt_log(DT_LOG_INFO, "chief: eval at global_step %lld: loss %.6f on %d examples",
                (long long)step, loss, all.rows);
     } else {
-        dt_log(DT_LOG_INFO, "chief: eval at global_step %lld: loss %.6f accuracy %.4f on %d "
-                            "examples", (long long)step, loss, accuracy, all.rows);
+        dt_log(DT_LOG_INFO,
+               "chief: eval at global_step %lld: loss %.6f accuracy %.4f on %d "
+               "examples",
+               (long long)step, loss, accuracy, all.rows);
     }
     const char *tags[] = {"eval/loss", "eval/accuracy"};
     double values[] = {loss, accuracy};
@@ -389,7 +398,9 @@ static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     return 0;
 }
 
-static int do_final_pull(void *arg, dt_err *err) { return do_snapshot_pull(arg, err); }
+static int do_final_pull(void *arg, dt_err *err) {
+    return do_snapshot_pull(arg, err);
+}
 
 static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     snapshot_pull sp;

@@ -14,9 +14,15 @@
 static char log_role = '-';
 static dt_log_level log_level = DT_LOG_INFO;
 
-void dt_log_set_role(char role_letter) { log_role = role_letter; }
-void dt_log_set_level(dt_log_level level) { log_level = level; }
-dt_log_level dt_log_get_level(void) { return log_level; }
+void dt_log_set_role(char role_letter) {
+    log_role = role_letter;
+}
+void dt_log_set_level(dt_log_level level) {
+    log_level = level;
+}
+dt_log_level dt_log_get_level(void) {
+    return log_level;
+}
 
 void dt_log_write(dt_log_level level, const char *fmt, ...) {
     static const char letters[] = "DIWE";
@@ -25,16 +31,17 @@ void dt_log_write(dt_log_level level, const char *fmt, ...) {
     gettimeofday(&tv, NULL);
     struct tm tm;
     localtime_r(&tv.tv_sec, &tm);
-    int n = snprintf(line, sizeof line, "%d %c %02d:%02d:%02d.%03d %c ", (int)getpid(),
-                     log_role, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000),
-                     letters[level & 3]);
+    int n =
+        snprintf(line, sizeof line, "%d %c %02d:%02d:%02d.%03d %c ", (int)getpid(), log_role,
+                 tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000), letters[level & 3]);
     va_list ap;
     va_start(ap, fmt);
     int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
     va_end(ap);
     if (m < 0) m = 0;
-    size_t len = (size_t)n + ((size_t)m < sizeof line - (size_t)n - 1 ? (size_t)m
-                                                                       : sizeof line - (size_t)n - 2);
+    size_t len =
+        (size_t)n +
+        ((size_t)m < sizeof line - (size_t)n - 1 ? (size_t)m : sizeof line - (size_t)n - 2);
     line[len++] = '\n';
     /* One write keeps the line whole; a failed log write has nowhere to go. */
     ssize_t w = write(STDERR_FILENO, line, len);

@@ -14,13 +14,12 @@ void dt_log_set_role(char role_letter);
 void dt_log_set_level(dt_log_level level);
 dt_log_level dt_log_get_level(void);
 
-void dt_log_write(dt_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void dt_log_write(dt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Skips formatting entirely below the configured level. */
-#define dt_log(level, ...)                                                     \
-    do {                                                                       \
-        if ((level) >= dt_log_get_level()) dt_log_write((level), __VA_ARGS__); \
+#define dt_log(level, ...)                                                                         \
+    do {                                                                                           \
+        if ((level) >= dt_log_get_level()) dt_log_write((level), __VA_ARGS__);                     \
     } while (0)
 
 #endif

@@ -61,10 +61,10 @@ enum {
 
 struct dt_summary_writer {
     FILE *file;
-    char *path;          /* owned */
-    uint64_t offset;     /* bytes handed to stdio so far = next record's offset */
-    int failed;          /* 0, or the dt_err_code of the first failed write */
-    uint8_t *record;     /* (record_cap) frame header + Event + footer, reused */
+    char *path;      /* owned */
+    uint64_t offset; /* bytes handed to stdio so far = next record's offset */
+    int failed;      /* 0, or the dt_err_code of the first failed write */
+    uint8_t *record; /* (record_cap) frame header + Event + footer, reused */
     size_t record_len;
     size_t record_cap;
     double *hist_limits; /* (hist_buckets) TF's default bucket limits, ascending */
@@ -83,10 +83,14 @@ static size_t varint_size(uint64_t v) {
     return n;
 }
 
-static size_t key_size(int field) { return varint_size((uint64_t)field << 3); }
+static size_t key_size(int field) {
+    return varint_size((uint64_t)field << 3);
+}
 
 /* A length-delimited field whose payload is n bytes. */
-static size_t len_field_size(int field, size_t n) { return key_size(field) + varint_size(n) + n; }
+static size_t len_field_size(int field, size_t n) {
+    return key_size(field) + varint_size(n) + n;
+}
 
 /* ---- protobuf writing into w->record, which the caller sized exactly ---- */
 
@@ -112,11 +116,13 @@ static void put_key(dt_summary_writer *w, int field, int wire) {
 }
 
 static void store_le32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static void store_le64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static uint32_t load_le32(const uint8_t *p) {
@@ -178,7 +184,8 @@ static int record_begin(dt_summary_writer *w, size_t event_size, dt_err *err) {
     size_t need = FRAME_HEADER + event_size + FRAME_FOOTER;
     if (need > w->record_cap) {
         size_t cap = w->record_cap ? w->record_cap : 256;
-        while (cap < need) cap *= 2;
+        while (cap < need)
+            cap *= 2;
         uint8_t *grown = realloc(w->record, cap);
         if (!grown)
             return dt_err_set(err, DT_ENOMEM, "summary: %s: record buffer of %zu bytes", w->path,
@@ -249,17 +256,24 @@ static int utf8_valid(const unsigned char *s, size_t n) {
         unsigned c = s[i];
         size_t more;
         unsigned lo = 0x80, hi = 0xBF; /* allowed range of the first continuation byte */
-        if (c < 0x80) more = 0;
-        else if (c >= 0xC2 && c <= 0xDF) more = 1;
+        if (c < 0x80)
+            more = 0;
+        else if (c >= 0xC2 && c <= 0xDF)
+            more = 1;
         else if (c >= 0xE0 && c <= 0xEF) {
             more = 2;
-            if (c == 0xE0) lo = 0xA0;      /* overlong */
-            else if (c == 0xED) hi = 0x9F; /* surrogates */
+            if (c == 0xE0)
+                lo = 0xA0; /* overlong */
+            else if (c == 0xED)
+                hi = 0x9F; /* surrogates */
         } else if (c >= 0xF0 && c <= 0xF4) {
             more = 3;
-            if (c == 0xF0) lo = 0x90;      /* overlong */
-            else if (c == 0xF4) hi = 0x8F; /* past U+10FFFF */
-        } else return 0;
+            if (c == 0xF0)
+                lo = 0x90; /* overlong */
+            else if (c == 0xF4)
+                hi = 0x8F; /* past U+10FFFF */
+        } else
+            return 0;
         if (n - i - 1 < more) return 0;
         for (size_t k = 1; k <= more; k++) {
             unsigned b = s[i + k];
@@ -275,8 +289,10 @@ static int utf8_valid(const unsigned char *s, size_t n) {
 static int check_tag(const dt_summary_writer *w, const char *tag, int index, size_t *len,
                      dt_err *err) {
     char what[32];
-    if (index < 0) snprintf(what, sizeof what, "histogram tag");
-    else snprintf(what, sizeof what, "tags[%d]", index);
+    if (index < 0)
+        snprintf(what, sizeof what, "histogram tag");
+    else
+        snprintf(what, sizeof what, "tags[%d]", index);
     if (!tag) return dt_err_set(err, DT_EINVAL, "summary: %s: %s is NULL", w->path, what);
     size_t n = strnlen(tag, DT_SUMMARY_TAG_MAX + 1);
     if (n == 0) return dt_err_set(err, DT_EINVAL, "summary: %s: %s is empty", w->path, what);
@@ -370,8 +386,10 @@ static size_t hist_bucket(const double *limits, size_t n, double v) {
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (limits[mid] > v) hi = mid;
-        else lo = mid + 1;
+        if (limits[mid] > v)
+            hi = mid;
+        else
+            lo = mid + 1;
     }
     return lo < n ? lo : n - 1;
 }
@@ -383,12 +401,13 @@ static size_t hist_bucket(const double *limits, size_t n, double v) {
 static size_t hist_entry(const double *counts, size_t n, size_t *i) {
     size_t at = (*i)++;
     if (counts[at] <= 0.0)
-        while (*i < n && counts[*i] <= 0.0) at = (*i)++;
+        while (*i < n && counts[*i] <= 0.0)
+            at = (*i)++;
     return at;
 }
 
-int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag,
-                         const double *values, int64_t n, dt_err *err) {
+int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag, const double *values,
+                         int64_t n, dt_err *err) {
     DT_ASSERT(w && (n <= 0 || values));
     if (w->failed) return fail_sticky(w, err);
     size_t tag_len = 0;
@@ -417,7 +436,8 @@ int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag,
         sum_squares += v * v;
     }
     size_t entries = 0;
-    for (size_t i = 0; i < nbuckets; entries++) (void)hist_entry(counts, nbuckets, &i);
+    for (size_t i = 0; i < nbuckets; entries++)
+        (void)hist_entry(counts, nbuckets, &i);
 
     size_t packed_size = entries * 8;
     size_t histo_size = 5 * (1 + 8) /* min, max, num, sum, sum_squares */ +
@@ -439,9 +459,11 @@ int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag,
     put_double(w, HISTO_SUM, sum);
     put_double(w, HISTO_SUM_SQUARES, sum_squares);
     put_len(w, HISTO_BUCKET_LIMIT, packed_size);
-    for (size_t i = 0; i < nbuckets;) put_double_bits(w, limits[hist_entry(counts, nbuckets, &i)]);
+    for (size_t i = 0; i < nbuckets;)
+        put_double_bits(w, limits[hist_entry(counts, nbuckets, &i)]);
     put_len(w, HISTO_BUCKET, packed_size);
-    for (size_t i = 0; i < nbuckets;) put_double_bits(w, counts[hist_entry(counts, nbuckets, &i)]);
+    for (size_t i = 0; i < nbuckets;)
+        put_double_bits(w, counts[hist_entry(counts, nbuckets, &i)]);
     return record_end(w, event_size, err);
 }
 
@@ -488,8 +510,7 @@ int dt_summary_open(const char *log_dir, dt_summary_writer **out, dt_err *err) {
     *out = NULL;
     dt_summary_writer *w = NULL;
     int rc;
-    if (!log_dir || !*log_dir)
-        return dt_err_set(err, DT_EINVAL, "summary: log dir is empty");
+    if (!log_dir || !*log_dir) return dt_err_set(err, DT_EINVAL, "summary: log dir is empty");
     if ((rc = make_dirs(log_dir, err)) < 0) return rc;
 
     char host[256];
@@ -543,7 +564,9 @@ int dt_summary_flush(dt_summary_writer *w, dt_err *err) {
     return 0;
 }
 
-const char *dt_summary_path(const dt_summary_writer *w) { return w->path; }
+const char *dt_summary_path(const dt_summary_writer *w) {
+    return w->path;
+}
 
 void dt_summary_close(dt_summary_writer *w) {
     if (!w) return;
@@ -561,8 +584,10 @@ void dt_summary_close(dt_summary_writer *w) {
 
 /* "record at byte N", or without N when f cannot tell its position. */
 static void record_where(char *buf, size_t cap, off_t at) {
-    if (at < 0) snprintf(buf, cap, "record at unknown offset");
-    else snprintf(buf, cap, "record at byte %lld", (long long)at);
+    if (at < 0)
+        snprintf(buf, cap, "record at unknown offset");
+    else
+        snprintf(buf, cap, "record at byte %lld", (long long)at);
 }
 
 /* A short fread: an I/O error, or a file that ends inside the record. */

@@ -41,8 +41,8 @@ int dt_summary_scalars(dt_summary_writer *w, int64_t step, const char *const *ta
  * 1e20, mirrored for negatives, plus 0 and +-DBL_MAX; runs of empty buckets
  * merged). DT_EINVAL, with nothing written, for a bad tag, n < 1 or a value
  * that is not finite. */
-int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag,
-                         const double *values, int64_t n, dt_err *err) DT_WARN_UNUSED;
+int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag, const double *values,
+                         int64_t n, dt_err *err) DT_WARN_UNUSED;
 /* Flushes buffered records to the file (the OS), so TensorBoard sees them. */
 int dt_summary_flush(dt_summary_writer *w, dt_err *err) DT_WARN_UNUSED;
 /* Path of the event file (borrowed). */

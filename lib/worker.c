@@ -42,17 +42,28 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-dt_ps_client *dt_worker_client(dt_worker *w) { return w->client; }
-dt_tensors *dt_worker_vars(dt_worker *w) { return &w->vars; }
-dt_dataset *dt_worker_data(dt_worker *w) { return w->data; }
-dt_model *dt_worker_model(dt_worker *w) { return w->model; }
-const char *dt_worker_name(const dt_worker *w) { return w->name; }
+dt_ps_client *dt_worker_client(dt_worker *w) {
+    return w->client;
+}
+dt_tensors *dt_worker_vars(dt_worker *w) {
+    return &w->vars;
+}
+dt_dataset *dt_worker_data(dt_worker *w) {
+    return w->data;
+}
+dt_model *dt_worker_model(dt_worker *w) {
+    return w->model;
+}
+const char *dt_worker_name(const dt_worker *w) {
+    return w->name;
+}
 
 int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err) {
     *out = NULL;
     const dt_cluster *cl = params->cluster;
     if (params->task_index < 0 || params->task_index >= cl->num_workers)
-        return dt_err_set(err, DT_EINVAL, "worker: task index %d out of range (cluster has %d workers)",
+        return dt_err_set(err, DT_EINVAL,
+                          "worker: task index %d out of range (cluster has %d workers)",
                           params->task_index, cl->num_workers);
     dt_worker *w = calloc(1, sizeof *w);
     if (!w) return dt_err_set(err, DT_ENOMEM, "worker: out of memory");
@@ -113,8 +124,8 @@ int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err 
         }
         double waited = now_secs() - start;
         if (waited >= budget_s)
-            return dt_err_set(err, DT_EUNAVAILABLE, "%s: %s: gave up after %d s: %s", w->name,
-                              what, budget_s, attempt.msg);
+            return dt_err_set(err, DT_EUNAVAILABLE, "%s: %s: gave up after %d s: %s", w->name, what,
+                              budget_s, attempt.msg);
         if (waited - last_log >= 5 || last_log == 0) {
             dt_log(DT_LOG_WARN, "%s: waiting for %s for %.0f s: %s", w->name, what, waited,
                    attempt.msg);
@@ -204,8 +215,9 @@ static int pull_when_ready(dt_worker *w, pull_state *pull, const dt_worker_hooks
         if (rc < 0 || !pull->reply.wait || pull->reply.done) return rc;
         double now = now_secs();
         if (now - start > 2.0 * job->sync_timeout_secs + job->ready_wait_secs)
-            return dt_err_set(err, DT_EUNAVAILABLE, "%s: no progress from the other workers for "
-                                                    "%.0f s (%s mode)",
+            return dt_err_set(err, DT_EUNAVAILABLE,
+                              "%s: no progress from the other workers for "
+                              "%.0f s (%s mode)",
                               w->name, now - start, job->mode);
         if (now - last_log >= 5) {
             dt_log(DT_LOG_INFO, "%s: waiting for the other workers for %.0f s (%s mode)", w->name,
@@ -227,7 +239,8 @@ static void scalar_summary(const dt_tensors *vars, char *buf, size_t cap) {
     for (int i = 0; i < vars->count && off < cap; i++) {
         const dt_tensor *t = &vars->items[i];
         if (dt_tensor_numel(t) != 1 || t->dtype != DT_DTYPE_F32) continue;
-        int n = snprintf(buf + off, cap - off, " %s=%.4f", t->name, (double)*(const float *)t->data);
+        int n =
+            snprintf(buf + off, cap - off, " %s=%.4f", t->name, (double)*(const float *)t->data);
         if (n < 0) break;
         off += (size_t)n;
     }
@@ -285,7 +298,8 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
             return rc;
         if (r.done) break;
     }
-    dt_log(DT_LOG_INFO, "%s: training done after %lld local steps", w->name, (long long)r.local_step);
+    dt_log(DT_LOG_INFO, "%s: training done after %lld local steps", w->name,
+           (long long)r.local_step);
     return 0;
 }
 

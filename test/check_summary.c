@@ -62,16 +62,20 @@ static uint32_t slow_crc32c(const uint8_t *p, size_t n) {
     uint32_t c = 0xFFFFFFFFu;
     for (size_t i = 0; i < n; i++) {
         c ^= p[i];
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
     }
     return ~c;
 }
 
-static uint32_t slow_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+static uint32_t slow_mask(uint32_t crc) {
+    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
 
 static uint64_t le(const uint8_t *p, int bytes) {
     uint64_t v = 0;
-    for (int i = bytes - 1; i >= 0; i--) v = v << 8 | p[i];
+    for (int i = bytes - 1; i >= 0; i--)
+        v = v << 8 | p[i];
     return v;
 }
 
@@ -126,7 +130,8 @@ static int read_until_error(FILE *f, int *rc, dt_err *err) {
     uint8_t *data = NULL;
     size_t len = 0;
     int count = 0;
-    while ((*rc = dt_tfrecord_read(f, &data, &len, err)) == 1) count++;
+    while ((*rc = dt_tfrecord_read(f, &data, &len, err)) == 1)
+        count++;
     free(data);
     return count;
 }
@@ -167,9 +172,9 @@ static dt_summary_writer *write_scalars(const char *dir) {
     dt_err err = {0};
     ck_assert_msg(dt_summary_open(dir, &w, &err) == 0, "open: %s", err.msg);
     for (int e = 0; e < N_SCALAR_EVENTS; e++)
-        ck_assert_msg(dt_summary_scalars(w, scalar_steps[e], scalar_tags, scalar_values[e], 3,
-                                         &err) == 0,
-                      "event %d: %s", e, err.msg);
+        ck_assert_msg(
+            dt_summary_scalars(w, scalar_steps[e], scalar_tags, scalar_values[e], 3, &err) == 0,
+            "event %d: %s", e, err.msg);
     ck_assert_msg(dt_summary_flush(w, &err) == 0, "flush: %s", err.msg);
     return w;
 }
@@ -213,10 +218,13 @@ START_TEST(scalars_round_trip) {
             ck_assert_uint_eq(value->which_value, tensorflow_Summary_Value_simple_value_tag);
             double want = scalar_values[e][v];
             float got = value->value.simple_value;
-            if (isnan(want)) ck_assert(isnan(got));
-            else if (want > 3.5e38) ck_assert(isinf(got) && got > 0);
-            else ck_assert_msg(got == (float)want, "event %d value %d: %.9g != %.9g", e, v,
-                               (double)got, want);
+            if (isnan(want))
+                ck_assert(isnan(got));
+            else if (want > 3.5e38)
+                ck_assert(isinf(got) && got > 0);
+            else
+                ck_assert_msg(got == (float)want, "event %d value %d: %.9g != %.9g", e, v,
+                              (double)got, want);
         }
     }
     free(ev);
@@ -246,14 +254,16 @@ static void check_file_name(const char *path, long long lo, long long hi, const 
     errno = 0;
     long long secs = strtoll(p, &end, 10);
     ck_assert_msg(errno == 0 && end - p >= 10 && *end == '.', "bad seconds in %s", name);
-    for (const char *d = p; d < end; d++) ck_assert_msg(*d >= '0' && *d <= '9', "%s", name);
+    for (const char *d = p; d < end; d++)
+        ck_assert_msg(*d >= '0' && *d <= '9', "%s", name);
     ck_assert_msg(secs >= lo && secs <= hi, "%s: %lld not in [%lld, %lld]", name, secs, lo, hi);
     p = end + 1;
     ck_assert_msg(strncmp(p, host, strlen(host)) == 0, "%s: host is not %s", name, host);
     p += strlen(host);
     if (*p) {
         ck_assert_msg(*p == '.' && p[1], "%s: junk after the host", name);
-        for (p++; *p; p++) ck_assert_msg(*p >= '0' && *p <= '9', "%s: bad suffix", name);
+        for (p++; *p; p++)
+            ck_assert_msg(*p >= '0' && *p <= '9', "%s: bad suffix", name);
     }
 }
 
@@ -395,8 +405,8 @@ static void check_histogram(const tensorflow_HistogramProto *h, const double *va
         double limit = h->bucket_limit[b];
         double lower = b ? h->bucket_limit[b - 1] : -1.7976931348623157e308;
         if (b) ck_assert_msg(limit > lower, "limits not ascending at %u", (unsigned)b);
-        if (b) ck_assert_msg(h->bucket[b] > 0 || h->bucket[b - 1] > 0, "empty run at %u",
-                             (unsigned)b);
+        if (b)
+            ck_assert_msg(h->bucket[b] > 0 || h->bucket[b - 1] > 0, "empty run at %u", (unsigned)b);
         /* 0, +-DBL_MAX, or +-1e-12 * 1.1^k */
         double a = fabs(limit);
         if (a != 0 && a != 1.7976931348623157e308) {
@@ -405,7 +415,8 @@ static void check_histogram(const tensorflow_HistogramProto *h, const double *va
                           "limit %.17g is not a TF default", limit);
         }
         int inside = 0;
-        for (int i = 0; i < n; i++) inside += values[i] >= lower && values[i] < limit;
+        for (int i = 0; i < n; i++)
+            inside += values[i] >= lower && values[i] < limit;
         ck_assert_msg(h->bucket[b] == inside, "bucket %u [%g, %g): %g != %d", (unsigned)b, lower,
                       limit, h->bucket[b], inside);
         total += h->bucket[b];
@@ -423,7 +434,8 @@ START_TEST(histogram_round_trip) {
                   err.msg);
     /* A staleness-like spread: 1000 integers in 0..49. */
     double spread[1000];
-    for (int i = 0; i < 1000; i++) spread[i] = (double)((i * 37) % 50);
+    for (int i = 0; i < 1000; i++)
+        spread[i] = (double)((i * 37) % 50);
     ck_assert_msg(dt_summary_histogram(w, 8, "ps/staleness", spread, 1000, &err) == 0, "%s",
                   err.msg);
     double one = 1.0;
@@ -496,7 +508,8 @@ static uint8_t *fixture_file(size_t *size, size_t *ends, int *count) {
 /* Start of the record holding byte `at`. */
 static size_t record_start(const size_t *ends, int count, size_t at) {
     size_t start = 0;
-    for (int r = 0; r < count && ends[r] <= at; r++) start = ends[r];
+    for (int r = 0; r < count && ends[r] <= at; r++)
+        start = ends[r];
     return start;
 }
 
@@ -521,11 +534,12 @@ START_TEST(flipped_byte_is_corrupt) {
         size_t start = record_start(ends, count, at);
         snprintf(needle, sizeof needle, "record at byte %zu:", start);
         ck_assert_msg(rc == DT_ECORRUPT, "byte %zu: rc %d after %d records", at, rc, good);
-        ck_assert_msg(strstr(err.msg, needle) && (strstr(err.msg, "crc mismatch") ||
-                                                  strstr(err.msg, "truncated")),
+        ck_assert_msg(strstr(err.msg, needle) &&
+                          (strstr(err.msg, "crc mismatch") || strstr(err.msg, "truncated")),
                       "byte %zu: %s", at, err.msg);
         int before = 0;
-        while (before < count && ends[before] <= start) before++;
+        while (before < count && ends[before] <= start)
+            before++;
         ck_assert_int_eq(good, before);
     }
     free(file);
@@ -557,7 +571,8 @@ START_TEST(truncated_is_corrupt) {
             int good = read_until_error(f, &rc, &err);
             fclose(f);
             int whole = 0;
-            while (whole < count && ends[whole] <= cut) whole++;
+            while (whole < count && ends[whole] <= cut)
+                whole++;
             ck_assert_int_eq(good, whole);
             size_t start = record_start(ends, count, cut);
             if (start == cut) {
@@ -579,9 +594,11 @@ END_TEST
 START_TEST(huge_length_is_corrupt) {
     uint8_t rec[16] = {0};
     uint64_t length = (uint64_t)1 << 40;
-    for (int i = 0; i < 8; i++) rec[i] = (uint8_t)(length >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        rec[i] = (uint8_t)(length >> (8 * i));
     uint32_t crc = slow_mask(slow_crc32c(rec, 8));
-    for (int i = 0; i < 4; i++) rec[8 + i] = (uint8_t)(crc >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        rec[8 + i] = (uint8_t)(crc >> (8 * i));
     char path[1100];
     snprintf(path, sizeof path, "%s/huge", tmp);
     spit(path, rec, sizeof rec);
@@ -608,8 +625,8 @@ END_TEST
 /* Writes 200 scalar events into dir with the file size limited to limit
  * bytes. No Check calls in here: Check itself writes files, and the limit
  * applies to them too. Returns the first failing call's code (0 if none). */
-static int write_limited(const char *dir, rlim_t limit, int *events_ok, int *later_rc,
-                         char *path, size_t path_cap, char *msg, size_t msg_cap) {
+static int write_limited(const char *dir, rlim_t limit, int *events_ok, int *later_rc, char *path,
+                         size_t path_cap, char *msg, size_t msg_cap) {
     struct rlimit saved, lowered;
     getrlimit(RLIMIT_FSIZE, &saved);
     lowered = saved;
@@ -673,7 +690,8 @@ START_TEST(disk_full_after_byte_n) {
         int good = read_until_error(f, &read_rc, &err);
         fclose(f);
         int whole = 0;
-        while (whole < count && ends[whole] <= limit) whole++;
+        while (whole < count && ends[whole] <= limit)
+            whole++;
         ck_assert_int_eq(good, whole);
         ck_assert_msg(read_rc == 0 || (read_rc == DT_ECORRUPT && strstr(err.msg, "truncated")),
                       "limit %zu: %s", limit, err.msg);
@@ -715,9 +733,12 @@ START_TEST(tensorboard_reads_scalars) {
         ck_assert_int_eq(step, scalar_steps[e]);
         ck_assert_str_eq(tag, scalar_tags[v]);
         double want = scalar_values[e][v], got = strtod(value, NULL);
-        if (isnan(want)) ck_assert(isnan(got));
-        else if (want > 3.5e38) ck_assert(isinf(got));
-        else ck_assert_double_eq((float)got, (float)want);
+        if (isnan(want))
+            ck_assert(isnan(got));
+        else if (want > 3.5e38)
+            ck_assert(isinf(got));
+        else
+            ck_assert_double_eq((float)got, (float)want);
         n++;
     }
     ck_assert_int_eq(pclose(p), 0);
