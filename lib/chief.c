@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "checkpoint.h"
 #include "log.h"
@@ -41,12 +40,6 @@ typedef struct {
     int64_t last_global_step;                     /* highest global step seen */
     int64_t last_pulled_step;                     /* step of the values in the worker's vars */
 } chief;
-
-static double now_secs(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- slots ------------------------------------------------------------- */
 
@@ -111,7 +104,7 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     int rc = dt_ckpt_save_in_dir(c->job->log_dir, &c->snapshot, &meta, c->job->max_to_keep, path,
                                  sizeof path, err);
     if (rc < 0) return dt_err_wrap(err, rc, "chief: checkpoint");
-    c->last_save = now_secs();
+    c->last_save = dt_now_secs();
     c->last_saved_step = global_step;
     dt_log(DT_LOG_INFO, "chief: saved %s (global_step %lld)", path, (long long)global_step);
     return 0;
@@ -368,7 +361,7 @@ static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     const dt_job *job = c->job;
     if (r->global_step > c->last_global_step) c->last_global_step = r->global_step;
     c->last_pulled_step = r->pulled_step;
-    double t = now_secs();
+    double t = dt_now_secs();
     int rc = 0;
     if (r->local_step % job->summary_steps == 0) {
         double dt = t - c->summary_t > 1e-9 ? t - c->summary_t : 1e-9;
@@ -455,7 +448,7 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
         rc = finish(&c, stop, err);
         goto out;
     }
-    c.last_save = c.summary_t = now_secs();
+    c.last_save = c.summary_t = dt_now_secs();
     c.summary_step = c.last_global_step;
 
     dt_worker_hooks hooks = {&c, after_step, on_not_ready};

@@ -1,6 +1,7 @@
 /*
- * log: formatting and one-shot writes to stderr. The settings are plain
- * globals written once at start-up, before any thread exists.
+ * log: formatting and one-shot writes to stderr, and the monotonic clock.
+ * The settings are plain globals written once at start-up, before any thread
+ * exists.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "log.h"
@@ -46,4 +47,11 @@ void dt_log_write(dt_log_level level, const char *fmt, ...) {
     /* One write keeps the line whole; a failed log write has nowhere to go. */
     ssize_t w = write(STDERR_FILENO, line, len);
     (void)w;
+}
+
+double dt_now_secs(void) {
+    struct timespec ts;
+    /* Cannot fail: POSIX.1-2008 guarantees the clock, and ts is valid. */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

@@ -2,7 +2,8 @@
  * log: one line per event, "pid R hh:mm:ss.mmm L message", written with a
  * single write(2) so lines from several threads never interleave. The role
  * letter is P (ps), C (chief), W (worker) or '-' before a role is chosen.
- * Metrics belong in summaries, not here.
+ * Metrics belong in summaries, not here. Also home to the one monotonic
+ * clock (dt_now_secs) that timers and rates across lib/ read.
  */
 #ifndef DT_LOG_H
 #define DT_LOG_H
@@ -21,5 +22,9 @@ void dt_log_write(dt_log_level level, const char *fmt, ...) __attribute__((forma
     do {                                                                                           \
         if ((level) >= dt_log_get_level()) dt_log_write((level), __VA_ARGS__);                     \
     } while (0)
+
+/* Seconds on the monotonic clock (CLOCK_MONOTONIC): for intervals and
+ * timers only, never for wall time. Thread-safe; cannot fail. */
+double dt_now_secs(void);
 
 #endif

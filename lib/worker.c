@@ -31,12 +31,6 @@ struct dt_worker {
     uint64_t rng; /* jitter */
 };
 
-static double now_secs(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -109,7 +103,7 @@ static int retryable(int code) {
 
 int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err *err), void *arg,
                     const dt_worker_hooks *hooks, volatile sig_atomic_t *stop, dt_err *err) {
-    double start = now_secs(), last_log = 0;
+    double start = dt_now_secs(), last_log = 0;
     int budget_s = w->params.job->ready_wait_secs;
     int backoff_ms = 100;
     for (;;) {
@@ -122,7 +116,7 @@ int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err 
             int hrc = hooks->on_not_ready(hooks->ctx, err);
             if (hrc < 0) return hrc;
         }
-        double waited = now_secs() - start;
+        double waited = dt_now_secs() - start;
         if (waited >= budget_s)
             return dt_err_set(err, DT_EUNAVAILABLE, "%s: %s: gave up after %d s: %s", w->name, what,
                               budget_s, attempt.msg);
@@ -208,12 +202,12 @@ static int do_push(void *arg, dt_err *err) {
 static int pull_when_ready(dt_worker *w, pull_state *pull, const dt_worker_hooks *hooks,
                            volatile sig_atomic_t *stop, dt_err *err) {
     const dt_job *job = w->params.job;
-    double start = now_secs(), last_log = start;
+    double start = dt_now_secs(), last_log = start;
     int nap_us = 200;
     for (;;) {
         int rc = dt_worker_retry(w, "pull", do_pull, pull, hooks, stop, err);
         if (rc < 0 || !pull->reply.wait || pull->reply.done) return rc;
-        double now = now_secs();
+        double now = dt_now_secs();
         if (now - start > 2.0 * job->sync_timeout_secs + job->ready_wait_secs)
             return dt_err_set(err, DT_EUNAVAILABLE,
                               "%s: no progress from the other workers for "
@@ -251,7 +245,7 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
     const dt_job *job = w->params.job;
     dt_step_result r;
     memset(&r, 0, sizeof r);
-    double t_last = now_secs();
+    double t_last = dt_now_secs();
     int64_t step_last = 0, min_global_step = 0;
     int sync = strcmp(job->mode, "sync") == 0;
     int rc = 0;
@@ -284,7 +278,7 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
         r.dropped += push.reply.dropped;
 
         if (r.local_step % job->log_steps == 0 || r.done) {
-            double t = now_secs();
+            double t = dt_now_secs();
             char vals[256];
             scalar_summary(&w->vars, vals, sizeof vals);
             dt_log(DT_LOG_INFO, "%s: step %lld global_step %lld loss %.6f %.1f steps/s%s", w->name,
