@@ -52,13 +52,13 @@ typedef struct {
 
 struct poller {
     dt_rpc_server *server;
-    grpc_completion_queue *cq;
     pthread_t thread;
     int started;
 };
 
 struct dt_rpc_server {
     grpc_server *grpc;
+    grpc_completion_queue *cq; /* the one queue every poller takes from */
     dt_rpc_server_params params;
     char addr[300];
     int num_pollers;
@@ -101,7 +101,7 @@ static void arm(poller *p) {
     grpc_call_details_init(&cs->details);
     grpc_metadata_array_init(&cs->request_md);
     grpc_call_error e = grpc_server_request_call(p->server->grpc, &cs->call, &cs->details,
-                                                 &cs->request_md, p->cq, p->cq, cs);
+                                                 &cs->request_md, p->server->cq, p->server->cq, cs);
     if (e != GRPC_CALL_OK) call_free(cs); /* the server is shutting down */
 }
 
@@ -194,7 +194,7 @@ static void *poll_loop(void *arg) {
     poller *p = arg;
     dt_rpc_server *s = p->server;
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(p->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type != GRPC_OP_COMPLETE) continue;
         if (ev.tag == &s->shutdown_tag) {
@@ -209,9 +209,11 @@ static void *poll_loop(void *arg) {
     return NULL;
 }
 
-static void destroy_queues(dt_rpc_server *s) {
-    grpc_completion_queue *cq = s->pollers[0].cq;
-    if (!cq) return;
+/* Destroys the server, then shuts down the queue, joins the pollers (or,
+ * when none started, drains the queue here) and frees everything. */
+static void server_free(dt_rpc_server *s) {
+    grpc_server_destroy(s->grpc);
+    grpc_completion_queue *cq = s->cq;
     grpc_completion_queue_shutdown(cq);
     int any_started = 0;
     for (int i = 0; i < s->num_pollers; i++)
@@ -221,12 +223,16 @@ static void destroy_queues(dt_rpc_server *s) {
         }
     if (!any_started)
         for (;;) {
-            grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+            grpc_event ev =
+                grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
             if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
             if (ev.type == GRPC_OP_COMPLETE && ev.tag != &s->shutdown_tag) call_free(ev.tag);
         }
     grpc_completion_queue_destroy(cq);
-    for (int i = 0; i < s->num_pollers; i++) s->pollers[i].cq = NULL;
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+    dt_rpc_shutdown();
 }
 
 int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out, dt_err *err) {
@@ -260,24 +266,23 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     grpc_channel_args channel_args = {3, args};
     s->grpc = grpc_server_create(&channel_args, NULL);
     s->num_pollers = params->num_threads;
-    grpc_completion_queue *shared = grpc_completion_queue_create_for_next(NULL);
-    grpc_server_register_completion_queue(s->grpc, shared, NULL);
-    for (int i = 0; i < s->num_pollers; i++) {
+    s->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(s->grpc, s->cq, NULL);
+    for (int i = 0; i < s->num_pollers; i++)
         s->pollers[i].server = s;
-        s->pollers[i].cq = shared;
-    }
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     int port = grpc_server_add_http2_port(s->grpc, params->addr, creds);
     grpc_server_credentials_release(creds);
     if (port == 0) {
-        rc = dt_err_set(err, DT_EUNAVAILABLE,
-                        "rpc server %s: cannot listen (address in use or not local?)",
-                        params->addr);
+        rc =
+            dt_err_set(err, DT_EUNAVAILABLE,
+                       "rpc server %s: cannot listen (address in use or not local?)", params->addr);
         goto fail_unstarted;
     }
     grpc_server_start(s->grpc);
     for (int i = 0; i < s->num_pollers; i++)
-        for (int k = 0; k < ARMED_PER_THREAD; k++) arm(&s->pollers[i]);
+        for (int k = 0; k < ARMED_PER_THREAD; k++)
+            arm(&s->pollers[i]);
     for (int i = 0; i < s->num_pollers; i++) {
         if (pthread_create(&s->pollers[i].thread, NULL, poll_loop, &s->pollers[i]) != 0) {
             dt_err_set(err, DT_EINTERNAL, "rpc server %s: cannot start thread", params->addr);
@@ -290,13 +295,8 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     return 0;
 
 fail_unstarted:
-    grpc_server_shutdown_and_notify(s->grpc, s->pollers[0].cq, &s->shutdown_tag);
-    grpc_server_destroy(s->grpc);
-    destroy_queues(s);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    free(s);
-    dt_rpc_shutdown();
+    grpc_server_shutdown_and_notify(s->grpc, s->cq, &s->shutdown_tag);
+    server_free(s);
     return rc;
 }
 
@@ -312,9 +312,10 @@ static int wait_shutdown(dt_rpc_server *s, const struct timespec *deadline) {
 
 void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
     if (!s) return;
-    grpc_server_shutdown_and_notify(s->grpc, s->pollers[0].cq, &s->shutdown_tag);
+    grpc_server_shutdown_and_notify(s->grpc, s->cq, &s->shutdown_tag);
     int all_started = 1;
-    for (int i = 0; i < s->num_pollers; i++) all_started &= s->pollers[i].started;
+    for (int i = 0; i < s->num_pollers; i++)
+        all_started &= s->pollers[i].started;
     if (all_started) {
         struct timespec deadline;
         clock_gettime(CLOCK_REALTIME, &deadline);
@@ -342,10 +343,5 @@ void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
     } else {
         grpc_server_cancel_all_calls(s->grpc);
     }
-    grpc_server_destroy(s->grpc);
-    destroy_queues(s);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    free(s);
-    dt_rpc_shutdown();
+    server_free(s);
 }
