@@ -10,7 +10,6 @@
  *   128+N  stopped by signal N (130 for SIGINT, 143 for SIGTERM)
  */
 #include <malloc.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +22,7 @@
 #include "log.h"
 #include "predict.h"
 #include "ps.h"
+#include "rpc_common.h"
 #include "worker.h"
 
 #define DT_VERSION "0.1.0"
@@ -133,17 +133,24 @@ static int parse_args(int argc, char **argv, options *o) {
             o->keep_serving = 1;
             continue;
         }
-        if (take_value(argc, argv, &i, "--cluster", &v, &missing)) o->cluster_path = v;
+        if (take_value(argc, argv, &i, "--cluster", &v, &missing))
+            o->cluster_path = v;
         else if (take_value(argc, argv, &i, "--job-name", &v, &missing) ||
-                 take_value(argc, argv, &i, "--job", &v, &missing)) o->job_name = v;
+                 take_value(argc, argv, &i, "--job", &v, &missing))
+            o->job_name = v;
         else if (take_value(argc, argv, &i, "--task-index", &v, &missing) ||
-                 take_value(argc, argv, &i, "--task", &v, &missing)) o->task_text = v;
-        else if (take_value(argc, argv, &i, "--config", &v, &missing)) o->config_path = v;
-        else if (take_value(argc, argv, &i, "--log-dir", &v, &missing)) o->log_dir = v;
-        else if (take_value(argc, argv, &i, "--log-level", &v, &missing)) o->log_level = v;
+                 take_value(argc, argv, &i, "--task", &v, &missing))
+            o->task_text = v;
+        else if (take_value(argc, argv, &i, "--config", &v, &missing))
+            o->config_path = v;
+        else if (take_value(argc, argv, &i, "--log-dir", &v, &missing))
+            o->log_dir = v;
+        else if (take_value(argc, argv, &i, "--log-level", &v, &missing))
+            o->log_level = v;
         else if (take_value(argc, argv, &i, "--set", &v, &missing)) {
             if (!missing) {
-                if (o->num_sets == MAX_SETS) return usage_error("too many --set flags (at most 64)%s", "");
+                if (o->num_sets == MAX_SETS)
+                    return usage_error("too many --set flags (at most 64)%s", "");
                 o->sets[o->num_sets++] = v;
             }
         } else {
@@ -168,20 +175,29 @@ static int parse_tool_args(int argc, char **argv, int is_predict, options *o) {
             fputs(usage, stdout);
             return 0;
         }
-        if (take_value(argc, argv, &i, "--config", &v, &missing)) o->config_path = v;
-        else if (take_value(argc, argv, &i, "--checkpoint", &v, &missing)) o->checkpoint = v;
-        else if (take_value(argc, argv, &i, "--log-dir", &v, &missing)) o->log_dir = v;
-        else if (take_value(argc, argv, &i, "--data", &v, &missing)) o->data = v;
-        else if (take_value(argc, argv, &i, "--labels", &v, &missing)) o->labels = v;
-        else if (is_predict && take_value(argc, argv, &i, "--out", &v, &missing)) o->out = v;
-        else if (take_value(argc, argv, &i, "--log-level", &v, &missing)) o->log_level = v;
+        if (take_value(argc, argv, &i, "--config", &v, &missing))
+            o->config_path = v;
+        else if (take_value(argc, argv, &i, "--checkpoint", &v, &missing))
+            o->checkpoint = v;
+        else if (take_value(argc, argv, &i, "--log-dir", &v, &missing))
+            o->log_dir = v;
+        else if (take_value(argc, argv, &i, "--data", &v, &missing))
+            o->data = v;
+        else if (take_value(argc, argv, &i, "--labels", &v, &missing))
+            o->labels = v;
+        else if (is_predict && take_value(argc, argv, &i, "--out", &v, &missing))
+            o->out = v;
+        else if (take_value(argc, argv, &i, "--log-level", &v, &missing))
+            o->log_level = v;
         else if (take_value(argc, argv, &i, "--set", &v, &missing)) {
             if (!missing) {
-                if (o->num_sets == MAX_SETS) return usage_error("too many --set flags (at most 64)%s", "");
+                if (o->num_sets == MAX_SETS)
+                    return usage_error("too many --set flags (at most 64)%s", "");
                 o->sets[o->num_sets++] = v;
             }
         } else {
-            return usage_error(is_predict ? "predict: unknown flag %s" : "eval: unknown flag %s", a);
+            return usage_error(is_predict ? "predict: unknown flag %s" : "eval: unknown flag %s",
+                               a);
         }
         if (missing) return usage_error("flag %s needs a value", a);
     }
@@ -335,6 +351,12 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* The process keeps one reference to the RPC runtime and exits without
+     * the final grpc_shutdown: that call joins gRPC's executor threads, and
+     * after a write larger than the socket buffer one of them sits out a
+     * 10 s poll, so a ps that served big tensors took 10 s to exit. Nothing
+     * durable is left to gRPC by then; the kernel closes the sockets. */
+    dt_rpc_init();
     int rc;
     if (is_ps) {
         dt_log_set_role('P');
