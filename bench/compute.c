@@ -119,7 +119,8 @@ static int parse_args(int argc, char **argv, options *o) {
 static int load_job(const options *o, dt_job *job, dt_err *err) {
     dt_job_defaults(job);
     int rc = dt_job_load(o->config_path, job, err);
-    for (int i = 0; i < o->num_sets && rc == 0; i++) rc = dt_job_set(job, o->sets[i], err);
+    for (int i = 0; i < o->num_sets && rc == 0; i++)
+        rc = dt_job_set(job, o->sets[i], err);
     if (rc == 0) rc = dt_job_finish(job, err);
     return rc;
 }
@@ -148,7 +149,8 @@ static int trainer_init(trainer *t, const dt_job *job, dt_err *err) {
         float init = dt_optim_slot_init(&job->optim, i % t->num_slots);
         float *a = t->slots.items[i].data;
         int64_t n = dt_tensor_numel(&t->slots.items[i]);
-        for (int64_t k = 0; k < n; k++) a[k] = init;
+        for (int64_t k = 0; k < n; k++)
+            a[k] = init;
     }
     return 0;
 }

@@ -52,8 +52,10 @@ int main(int argc, char **argv) {
         }
         ports[i] = ntohs(sa.sin_port);
     }
-    for (int i = 0; i < opened; i++) close(fds[i]);
+    for (int i = 0; i < opened; i++)
+        close(fds[i]);
     if (status != 0) return status;
-    for (int i = 0; i < n; i++) printf("%d%c", ports[i], i + 1 < n ? ' ' : '\n');
+    for (int i = 0; i < n; i++)
+        printf("%d%c", ports[i], i + 1 < n ? ' ' : '\n');
     return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -78,10 +78,10 @@
 
 typedef struct {
     const char *cluster_path;
-    int64_t floats;  /* N */
-    int rounds;      /* R per worker */
-    int workers;     /* W */
-    int timeout_ms;  /* each RPC's deadline */
+    int64_t floats;              /* N */
+    int rounds;                  /* R per worker */
+    int workers;                 /* W */
+    int timeout_ms;              /* each RPC's deadline */
     int64_t partition_min_bytes; /* 0: never split */
     int placement;               /* dt_placement */
     const char *dtrain_bin;      /* start the ps tasks with it; NULL: they run */
@@ -91,9 +91,9 @@ typedef struct {
 
 /* What a worker process reports to the parent. */
 typedef struct {
-    int rc;          /* 0 or a dt_err_code */
-    double seconds;  /* its own loop time */
-    int64_t rounds;  /* completed */
+    int rc;         /* 0 or a dt_err_code */
+    double seconds; /* its own loop time */
+    int64_t rounds; /* completed */
     char msg[DT_ERR_MSG_MAX];
 } worker_result;
 
@@ -217,8 +217,7 @@ static int parse_args(int argc, char **argv, options *o) {
 
 /* Client parameters: the same placement and partitioning in every process,
  * so all agree on which ps task holds which slice. */
-static dt_ps_client_params client_params(const options *o, const dt_cluster *cluster,
-                                         int worker) {
+static dt_ps_client_params client_params(const options *o, const dt_cluster *cluster, int worker) {
     dt_ps_client_params cp;
     memset(&cp, 0, sizeof cp);
     cp.cluster = cluster;
@@ -259,7 +258,8 @@ static int worker_loop(const options *o, const dt_cluster *cluster, int index, i
     if (rc == 0) rc = init_layout(&grads, o->floats, &err);
     if (rc == 0) {
         float *g = grads.items[0].data;
-        for (int64_t i = 0; i < o->floats; i++) g[i] = GRAD_VALUE;
+        for (int64_t i = 0; i < o->floats; i++)
+            g[i] = GRAD_VALUE;
         dt_ps_client_params cp = client_params(o, cluster, index);
         rc = dt_ps_client_new(&cp, &vars, &client, &err);
     }
@@ -411,8 +411,14 @@ static int spawn_ps(const options *o, int num_ps, pid_t *pids, dt_err *err) {
             signal(SIGPIPE, SIG_DFL); /* ignored here; a ps starts as any program does */
             if (log_fd >= 0 && (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0))
                 _exit(127);
-            char *args[] = {(char *)o->dtrain_bin, "--cluster", (char *)o->cluster_path,
-                            "--job", "ps", "--task", task, NULL};
+            char *args[] = {(char *)o->dtrain_bin,
+                            "--cluster",
+                            (char *)o->cluster_path,
+                            "--job",
+                            "ps",
+                            "--task",
+                            task,
+                            NULL};
             execv(o->dtrain_bin, args);
             fprintf(stderr, "bench_pullpush: ps %d: cannot run %s: %s\n", i, o->dtrain_bin,
                     strerror(errno));
@@ -481,8 +487,7 @@ static int check_alive(const dt_cluster *cluster, pid_t *pids, int p, dt_err *er
  * then asks each for its Status with a short deadline, so a port held by
  * something else (our ps then exits: address in use) fails in seconds, not
  * after a whole RPC deadline. */
-static int wait_ps_ready(const options *o, const dt_cluster *cluster, pid_t *pids,
-                         dt_err *err) {
+static int wait_ps_ready(const options *o, const dt_cluster *cluster, pid_t *pids, dt_err *err) {
     double deadline = now_secs() + PS_READY_SECS;
     int rc = 0;
     for (int p = 0; p < cluster->num_ps; p++) {
@@ -517,8 +522,7 @@ static int wait_ps_ready(const options *o, const dt_cluster *cluster, pid_t *pid
 /* After the job: waits up to `secs` in all for every started ps to exit by
  * itself, which must be with status 0; *clean counts those that did. One
  * still running after that is left for stop_ps. */
-static int reap_ps(const dt_cluster *cluster, pid_t *pids, double secs, int *clean,
-                   dt_err *err) {
+static int reap_ps(const dt_cluster *cluster, pid_t *pids, double secs, int *clean, dt_err *err) {
     double deadline = now_secs() + secs;
     *clean = 0;
     for (int p = 0; p < cluster->num_ps; p++) {
@@ -586,9 +590,10 @@ static int check_and_stop(const options *o, const dt_cluster *cluster, dt_ps_cli
         int64_t ends[2] = {unit.row_begin, unit.row_begin + unit.rows - 1};
         for (int k = 0; k < 2; k++)
             if (fabs(w[ends[k]] - want) > 1e-6 * fabs(want))
-                return dt_err_set(err, DT_EINTERNAL, "check: %s on ps:%d: weight[%lld] %.9g, "
-                                  "want %.9g", unit.name, unit.ps, (long long)ends[k],
-                                  (double)w[ends[k]], want);
+                return dt_err_set(err, DT_EINTERNAL,
+                                  "check: %s on ps:%d: weight[%lld] %.9g, "
+                                  "want %.9g",
+                                  unit.name, unit.ps, (long long)ends[k], (double)w[ends[k]], want);
     }
     if ((rc = dt_ps_client_shutdown(client, "bench done", err)) < 0) return rc;
     dt_tensors none;
@@ -641,17 +646,20 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (cluster.num_ps > DT_MAX_PS || cluster.num_workers < o.workers) {
-        fprintf(stderr, "bench_pullpush: %s: need at most %d ps and at least %d workers (has %d "
-                "and %d)\n", o.cluster_path, DT_MAX_PS, o.workers, cluster.num_ps,
-                cluster.num_workers);
+        fprintf(stderr,
+                "bench_pullpush: %s: need at most %d ps and at least %d workers (has %d "
+                "and %d)\n",
+                o.cluster_path, DT_MAX_PS, o.workers, cluster.num_ps, cluster.num_workers);
         dt_cluster_deinit(&cluster);
         return 2;
     }
 
     child kids[MAX_WORKERS];
-    for (int i = 0; i < MAX_WORKERS; i++) kids[i] = (child){-1, -1, -1};
+    for (int i = 0; i < MAX_WORKERS; i++)
+        kids[i] = (child){-1, -1, -1};
     pid_t ps_pids[DT_MAX_PS];
-    for (int p = 0; p < DT_MAX_PS; p++) ps_pids[p] = -1;
+    for (int p = 0; p < DT_MAX_PS; p++)
+        ps_pids[p] = -1;
     dt_tensors vars;
     memset(&vars, 0, sizeof vars);
     dt_ps_client *client = NULL;
@@ -723,8 +731,7 @@ int main(int argc, char **argv) {
     dt_ps_client_free(client);
     client = NULL;
     int ps_exited = 0;
-    if (o.dtrain_bin &&
-        (rc = reap_ps(&cluster, ps_pids, o.ps_exit_secs, &ps_exited, &err)) < 0)
+    if (o.dtrain_bin && (rc = reap_ps(&cluster, ps_pids, o.ps_exit_secs, &ps_exited, &err)) < 0)
         goto fail;
     /* Those still running have told us the job is done: nothing to lose. */
     stop_ps(ps_pids, cluster.num_ps, 0);
@@ -734,8 +741,8 @@ int main(int argc, char **argv) {
     double bytes = total_rounds * 2.0 * (double)o.floats * 4.0;
     printf("pullpush floats=%lld rounds=%d workers=%d ps=%d units=%d seconds=%.3f "
            "mb_per_s=%.1f rounds_per_s=%.2f",
-           (long long)o.floats, o.rounds, o.workers, cluster.num_ps, units, seconds, bytes / seconds / 1e6,
-           total_rounds / seconds);
+           (long long)o.floats, o.rounds, o.workers, cluster.num_ps, units, seconds,
+           bytes / seconds / 1e6, total_rounds / seconds);
     if (o.dtrain_bin) printf(" ps_exited=%d", ps_exited);
     printf("\n");
     for (int i = 0; i < o.workers; i++)

@@ -159,8 +159,8 @@ static int one_round(const options *o, dt_rpc_channel *ch, const dt_rpc_buf *big
 
 /* A client's whole life after the server is up: channel, warm-up call,
  * check in at the start line (wait_start: 1 run, 0 give up), R rounds. */
-static void client_run(const options *o, int index, int (*wait_start)(void *ctx, int ok),
-                       void *ctx, client_result *res) {
+static void client_run(const options *o, int index, int (*wait_start)(void *ctx, int ok), void *ctx,
+                       client_result *res) {
     dt_err err;
     dt_err_clear(&err);
     dt_rpc_channel *ch = NULL;
@@ -170,7 +170,8 @@ static void client_run(const options *o, int index, int (*wait_start)(void *ctx,
     if (rc == 0) rc = dt_rpc_buf_alloc(&small, SMALL_BYTES, &err);
     if (rc == 0) {
         /* Recognisable bytes, so the payload is not a page of zeros. */
-        for (size_t i = 0; i < big.len; i++) big.data[i] = (uint8_t)(i * 131u + (size_t)index);
+        for (size_t i = 0; i < big.len; i++)
+            big.data[i] = (uint8_t)(i * 131u + (size_t)index);
         memset(small.data, 0, small.len);
         rc = one_round(o, ch, &big, &small, &err); /* warm-up: connects */
     }
@@ -178,7 +179,8 @@ static void client_run(const options *o, int index, int (*wait_start)(void *ctx,
      * forever. */
     if (wait_start(ctx, rc == 0) && rc == 0) {
         double t0 = now_secs();
-        for (int r = 0; r < o->rounds && rc == 0; r++) rc = one_round(o, ch, &big, &small, &err);
+        for (int r = 0; r < o->rounds && rc == 0; r++)
+            rc = one_round(o, ch, &big, &small, &err);
         res->seconds = now_secs() - t0;
     }
     res->rc = rc;
@@ -196,7 +198,8 @@ static int gate_wait(void *ctx, int ok) {
     pthread_mutex_lock(&g->mu);
     g->ready++;
     pthread_cond_broadcast(&g->cv);
-    while (!g->go) pthread_cond_wait(&g->cv, &g->mu);
+    while (!g->go)
+        pthread_cond_wait(&g->cv, &g->mu);
     int go = g->go;
     pthread_mutex_unlock(&g->mu);
     return go == 1;
@@ -233,14 +236,17 @@ static int run_threads(const options *o, client_result *res, double *seconds, dt
         started++;
     }
     pthread_mutex_lock(&gate.mu);
-    while (gate.ready < started) pthread_cond_wait(&gate.cv, &gate.mu);
+    while (gate.ready < started)
+        pthread_cond_wait(&gate.cv, &gate.mu);
     gate.go = rc == 0 ? 1 : 2;
     double t0 = now_secs();
     pthread_cond_broadcast(&gate.cv);
     pthread_mutex_unlock(&gate.mu);
-    for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+    for (int i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
     *seconds = now_secs() - t0;
-    for (int i = 0; i < started; i++) res[i] = ct[i].res;
+    for (int i = 0; i < started; i++)
+        res[i] = ct[i].res;
     return rc;
 }
 
@@ -479,7 +485,8 @@ int main(int argc, char **argv) {
     int rc = 0;
     dt_rpc_server *server = NULL;
     child kids[MAX_CLIENTS];
-    for (int i = 0; i < MAX_CLIENTS; i++) kids[i] = (child){-1, -1, -1};
+    for (int i = 0; i < MAX_CLIENTS; i++)
+        kids[i] = (child){-1, -1, -1};
     client_result res[MAX_CLIENTS];
     memset(res, 0, sizeof res);
     double seconds = 0;
