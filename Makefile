@@ -38,7 +38,9 @@ LIB_SRC  := $(wildcard lib/*.c)
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(GEN_C))
 TEST_SRC := $(wildcard test/*.c)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
-BENCH_SRC := $(wildcard bench/*.c)
+# Every bench/*.c but common.c is a program; common.c is linked into each.
+BENCH_SRC := $(filter-out bench/common.c,$(wildcard bench/*.c))
+BENCH_OBJ := $(BUILD)/obj/bench/common.o
 
 .PHONY: all test asan check bench fmt lint clean deps
 all: $(BUILD)/dtrain
@@ -84,9 +86,10 @@ asan:
 # fuzz target over its corpus and for FUZZ_SECONDS of new inputs.
 check: test asan fuzz-check fuzz
 
-$(BUILD)/bench_%: bench/%.c $(BUILD)/libdtrain.a
+$(BUILD)/bench_%: bench/%.c bench/common.h $(BENCH_OBJ) $(BUILD)/libdtrain.a
 	@echo "  LD    $@"
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $(filter-out %.h,$^) $(LDLIBS) -o $@
+.SECONDARY: $(BENCH_OBJ)
 
 bench: $(BUILD)/dtrain $(patsubst bench/%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 	DTRAIN_BIN=$(abspath $(BUILD)/dtrain) BUILD=$(BUILD) sh scripts/bench.sh

@@ -25,15 +25,14 @@
  *
  * Single-threaded.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cluster.h"
+#include "common.h"
 #include "data.h"
 #include "err.h"
 #include "model.h"
@@ -61,21 +60,6 @@ typedef struct {
     int64_t step; /* updates applied so far (the global step) */
 } trainer;
 
-static double now_secs(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (!*text || *end || errno || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 static const char usage[] =
     "usage: bench_compute --config FILE [--set FIELD=VALUE]... --steps S [--warmup W]\n"
     "  Trains the job's model in this process, without RPC: W untimed steps\n"
@@ -99,9 +83,9 @@ static int parse_args(int argc, char **argv, options *o) {
                 return -1;
             }
             o->sets[o->num_sets++] = v;
-        } else if (strcmp(a, "--steps") == 0 && parse_int(v, 1, 100000000, &n) == 0) {
+        } else if (strcmp(a, "--steps") == 0 && dt_bench_parse_int(v, 1, 100000000, &n) == 0) {
             o->steps = n;
-        } else if (strcmp(a, "--warmup") == 0 && parse_int(v, 0, 100000000, &n) == 0) {
+        } else if (strcmp(a, "--warmup") == 0 && dt_bench_parse_int(v, 0, 100000000, &n) == 0) {
             o->warmup = n;
         } else {
             fprintf(stderr, "bench_compute: bad flag or value: %s %s\n%s", a, v, usage);
@@ -168,9 +152,9 @@ static int train_step(trainer *t, const dt_job *job, dt_model *model, dt_dataset
     dt_batch b;
     int rc = dt_data_next(ds, job->batch_size, &b, err);
     if (rc < 0) return rc;
-    double t0 = now_secs();
+    double t0 = dt_bench_now_secs();
     rc = dt_model_loss_grad(model, &t->vars, &b, &t->grads, loss, err);
-    *grad_secs += now_secs() - t0;
+    *grad_secs += dt_bench_now_secs() - t0;
     if (rc < 0) return rc;
     double lr = dt_lr_at(&t->schedule, job->optim.learning_rate, t->step);
     t->step++;
@@ -213,13 +197,13 @@ int main(int argc, char **argv) {
             goto fail;
     examples = 0;
     grad_secs = 0;
-    double t0 = now_secs();
+    double t0 = dt_bench_now_secs();
     for (int64_t i = 0; i < o.steps; i++) {
         if ((rc = train_step(&t, &job, model, ds, &examples, &loss, &grad_secs, &err)) < 0)
             goto fail;
         if (i == 0) loss_first = loss;
     }
-    double seconds = now_secs() - t0;
+    double seconds = dt_bench_now_secs() - t0;
     if (!(seconds > 0)) seconds = 1e-9;
     printf("compute model=%s batch=%d steps=%" PRId64 " examples=%" PRId64 " seconds=%.3f "
            "examples_per_s=%.0f steps_per_s=%.1f grad_share=%.2f loss_first=%.4f "

@@ -13,17 +13,17 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common.h"
+
 #define MAX_PORTS 64
 
 int main(int argc, char **argv) {
-    char *end = NULL;
-    long n = argc == 2 ? strtol(argv[1], &end, 10) : 0;
-    if (argc != 2 || !*argv[1] || *end || n < 1 || n > MAX_PORTS) {
+    int64_t n = 0;
+    if (argc != 2 || dt_bench_parse_int(argv[1], 1, MAX_PORTS, &n) < 0) {
         fprintf(stderr, "usage: bench_freeport N   (1..%d)\n", MAX_PORTS);
         return 2;
     }

@@ -27,9 +27,8 @@
  * Processes, not threads, because that is what a real job looks like: each
  * worker has its own gRPC runtime. They (and the ps tasks started here) are
  * forked before the parent touches gRPC (gRPC does not survive a fork), and
- * the workers talk to the parent over pipes:
- *   parent -> child 'C' (variable created), child -> parent 'R' (ready),
- *   parent -> child 'S' (start), child -> parent a worker_result.
+ * the workers talk to the parent over pipes (bench/common.h): 'C' once the
+ * variable is created, 'R' (ready), 'S' (start), then a dt_bench_result.
  * A child that reads EOF (parent gone) exits; every RPC has a deadline, so
  * nothing waits forever. A ps started here dies with the parent (parent-death
  * signal); the parent waits up to 20 s for it to serve, and after the job up
@@ -49,7 +48,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <malloc.h>
 #include <math.h>
 #include <netdb.h>
 #include <signal.h>
@@ -60,10 +58,10 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cluster.h"
+#include "common.h"
 #include "err.h"
 #include "log.h"
 #include "optim.h"
@@ -88,65 +86,6 @@ typedef struct {
     const char *ps_log_dir;      /* started ps i logs to <dir>/ps<i>.log */
     double ps_exit_secs;         /* wait for a started ps to exit after the job */
 } options;
-
-/* What a worker process reports to the parent. */
-typedef struct {
-    int rc;         /* 0 or a dt_err_code */
-    double seconds; /* its own loop time */
-    int64_t rounds; /* completed */
-    char msg[DT_ERR_MSG_MAX];
-} worker_result;
-
-typedef struct {
-    pid_t pid;
-    int to_child;   /* write end */
-    int from_child; /* read end */
-} child;
-
-static double now_secs(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int write_full(int fd, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-/* 0 when len bytes were read; -1 on EOF or error. */
-static int read_full(int fd, void *buf, size_t len) {
-    char *p = buf;
-    while (len > 0) {
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-static int expect_byte(int fd, char want) {
-    char got = 0;
-    return read_full(fd, &got, 1) == 0 && got == want ? 0 : -1;
-}
-
-static int parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (!*text || *end || errno || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
 
 static const char usage[] =
     "usage: bench_pullpush --cluster FILE --floats N --rounds R [--workers W]\n"
@@ -187,17 +126,17 @@ static int parse_args(int argc, char **argv, options *o) {
         if (strcmp(a, "--placement") == 0 && dt_placement_from_name(v) >= 0)
             o->placement = dt_placement_from_name(v);
         else if (strcmp(a, "--partition-min-bytes") == 0 &&
-                 parse_int(v, 0, (int64_t)1 << 40, &n) == 0)
+                 dt_bench_parse_int(v, 0, (int64_t)1 << 40, &n) == 0)
             o->partition_min_bytes = n;
-        else if (strcmp(a, "--ps-exit-secs") == 0 && parse_int(v, 0, 3600, &n) == 0)
+        else if (strcmp(a, "--ps-exit-secs") == 0 && dt_bench_parse_int(v, 0, 3600, &n) == 0)
             o->ps_exit_secs = (double)n;
-        else if (strcmp(a, "--floats") == 0 && parse_int(v, 1, (int64_t)1 << 30, &n) == 0)
+        else if (strcmp(a, "--floats") == 0 && dt_bench_parse_int(v, 1, (int64_t)1 << 30, &n) == 0)
             o->floats = n;
-        else if (strcmp(a, "--rounds") == 0 && parse_int(v, 1, 1000000, &n) == 0)
+        else if (strcmp(a, "--rounds") == 0 && dt_bench_parse_int(v, 1, 1000000, &n) == 0)
             o->rounds = (int)n;
-        else if (strcmp(a, "--workers") == 0 && parse_int(v, 1, MAX_WORKERS, &n) == 0)
+        else if (strcmp(a, "--workers") == 0 && dt_bench_parse_int(v, 1, MAX_WORKERS, &n) == 0)
             o->workers = (int)n;
-        else if (strcmp(a, "--timeout-secs") == 0 && parse_int(v, 1, 3600, &n) == 0)
+        else if (strcmp(a, "--timeout-secs") == 0 && dt_bench_parse_int(v, 1, 3600, &n) == 0)
             o->timeout_ms = (int)n * 1000;
         else {
             fprintf(stderr, "bench_pullpush: bad flag or value: %s %s\n%s", a, v, usage);
@@ -243,24 +182,32 @@ static int init_layout(dt_tensors *ts, int64_t floats, dt_err *err) {
 
 /* ---- worker process ------------------------------------------------------ */
 
-/* The worker's part after 'C': connect, warm up, report ready, wait for 'S',
- * loop. Fills res; returns nonzero only when the parent has gone away. */
-static int worker_loop(const options *o, const dt_cluster *cluster, int index, int to_parent,
-                       int from_parent, worker_result *res) {
+/* What every worker process gets, from the parent's memory at the fork. */
+typedef struct {
+    const options *o;
+    const dt_cluster *cluster;
+} worker_args;
+
+/* A worker's life after 'C' (a dt_bench_client_fn): connect, warm up, pass
+ * the start line, loop; fills res. */
+static void worker_run(const void *arg, int index, dt_bench_start_fn start, void *start_ctx,
+                       dt_bench_result *res) {
+    const worker_args *wa = arg;
+    const options *o = wa->o;
+    dt_log_set_role('W');
     dt_err err;
     dt_err_clear(&err);
     dt_tensors vars, grads;
     memset(&vars, 0, sizeof vars);
     memset(&grads, 0, sizeof grads);
     dt_ps_client *client = NULL;
-    int gone = 0;
     int rc = init_layout(&vars, o->floats, &err);
     if (rc == 0) rc = init_layout(&grads, o->floats, &err);
     if (rc == 0) {
         float *g = grads.items[0].data;
         for (int64_t i = 0; i < o->floats; i++)
             g[i] = GRAD_VALUE;
-        dt_ps_client_params cp = client_params(o, cluster, index);
+        dt_ps_client_params cp = client_params(o, wa->cluster, index);
         rc = dt_ps_client_new(&cp, &vars, &client, &err);
     }
     dt_ps_reply reply;
@@ -268,11 +215,8 @@ static int worker_loop(const options *o, const dt_cluster *cluster, int index, i
     /* One pull before the clock starts: connects the channel and touches
      * every page of the receive side. */
     if (rc == 0) rc = dt_ps_client_pull(client, &vars, NULL, 0, &reply, &err);
-    char ready = rc == 0 ? 'R' : 'F';
-    if (write_full(to_parent, &ready, 1) < 0) gone = 1;
-    if (rc == 0 && !gone && expect_byte(from_parent, 'S') < 0) gone = 1;
-    if (rc == 0 && !gone) {
-        double t0 = now_secs();
+    if (start(start_ctx, rc == 0) && rc == 0) {
+        double t0 = dt_bench_now_secs();
         for (int r = 0; r < o->rounds && rc == 0; r++) {
             rc = dt_ps_client_pull(client, &vars, NULL, 0, &reply, &err);
             if (rc == 0 && reply.wait)
@@ -284,97 +228,13 @@ static int worker_loop(const options *o, const dt_cluster *cluster, int index, i
                                 (long long)reply.global_step);
             if (rc == 0) res->rounds++;
         }
-        res->seconds = now_secs() - t0;
+        res->seconds = dt_bench_now_secs() - t0;
     }
     res->rc = rc;
     snprintf(res->msg, sizeof res->msg, "%s", err.msg);
     dt_ps_client_free(client);
     dt_tensors_deinit(&vars);
     dt_tensors_deinit(&grads);
-    return gone;
-}
-
-/* Runs in the forked child; never returns. */
-static void worker_main(const options *o, dt_cluster *cluster, int index, int to_parent,
-                        int from_parent) {
-    worker_result res;
-    memset(&res, 0, sizeof res);
-    int status = 3; /* the parent went away before 'C' */
-    if (expect_byte(from_parent, 'C') == 0) {
-        dt_log_set_role('W');
-        int gone = worker_loop(o, cluster, index, to_parent, from_parent, &res);
-        status = gone ? 3 : res.rc == 0 ? 0 : 1;
-        if (!gone && write_full(to_parent, &res, sizeof res) < 0) status = 3;
-    }
-    dt_cluster_deinit(cluster);
-    close(to_parent);
-    close(from_parent);
-    _exit(status);
-}
-
-/* ---- parent ---------------------------------------------------------------- */
-
-/* Closes the pipes (a child waiting on one then exits), gives the children
- * up to 2 s to end by themselves, then kills and reaps what is left. */
-static void stop_children(child *kids, int n) {
-    for (int i = 0; i < n; i++) {
-        if (kids[i].to_child >= 0) close(kids[i].to_child);
-        if (kids[i].from_child >= 0) close(kids[i].from_child);
-        kids[i].to_child = kids[i].from_child = -1;
-    }
-    double deadline = now_secs() + 2.0;
-    for (int i = 0; i < n; i++) {
-        while (kids[i].pid > 0) {
-            pid_t r = waitpid(kids[i].pid, NULL, WNOHANG);
-            if (r == kids[i].pid || (r < 0 && errno != EINTR)) {
-                kids[i].pid = -1;
-            } else if (now_secs() >= deadline) {
-                kill(kids[i].pid, SIGKILL);
-                while (waitpid(kids[i].pid, NULL, 0) < 0 && errno == EINTR) {
-                }
-                kids[i].pid = -1;
-            } else {
-                struct timespec nap = {0, 10 * 1000000L};
-                nanosleep(&nap, NULL);
-            }
-        }
-    }
-}
-
-static int spawn_workers(const options *o, dt_cluster *cluster, child *kids) {
-    fflush(NULL); /* nothing buffered may be written twice */
-    for (int i = 0; i < o->workers; i++) {
-        int down[2], up[2];
-        if (pipe(down) != 0) return -1;
-        if (pipe(up) != 0) {
-            close(down[0]);
-            close(down[1]);
-            return -1;
-        }
-        pid_t pid = fork();
-        if (pid < 0) {
-            close(down[0]);
-            close(down[1]);
-            close(up[0]);
-            close(up[1]);
-            return -1;
-        }
-        if (pid == 0) {
-            close(down[1]);
-            close(up[0]);
-            for (int k = 0; k < i; k++) {
-                close(kids[k].to_child);
-                close(kids[k].from_child);
-            }
-            worker_main(o, cluster, i, up[1], down[0]);
-        }
-        close(down[0]);
-        close(up[1]);
-        kids[i].pid = pid;
-        kids[i].to_child = down[1];
-        kids[i].from_child = up[0];
-    }
-    return 0;
 }
 
 /* ---- ps tasks started here ------------------------------------------------ */
@@ -440,16 +300,6 @@ static void describe_status(int status, char *buf, size_t cap) {
         snprintf(buf, cap, "wait status %d", status);
 }
 
-/* 1 when pid has exited (reaped; *status set, -1 when it cannot be known),
- * 0 while it runs. */
-static int has_exited(pid_t pid, int *status) {
-    pid_t r;
-    while ((r = waitpid(pid, status, WNOHANG)) < 0 && errno == EINTR) {
-    }
-    if (r < 0) *status = -1;
-    return r == pid || r < 0;
-}
-
 /* 0 when a TCP connection to addr succeeds. The probe is closed at once; the
  * ps sees a connection that never speaks and drops it. */
 static int tcp_probe(const dt_addr *addr) {
@@ -474,7 +324,7 @@ static int tcp_probe(const dt_addr *addr) {
 /* "ps:1 127.0.0.1:1681: exited (exit status 1) before serving", when it has. */
 static int check_alive(const dt_cluster *cluster, pid_t *pids, int p, dt_err *err) {
     int status = 0;
-    if (pids[p] <= 0 || !has_exited(pids[p], &status)) return 0;
+    if (pids[p] <= 0 || !dt_bench_has_exited(pids[p], &status)) return 0;
     char how[64];
     describe_status(status, how, sizeof how);
     pids[p] = -1;
@@ -488,16 +338,15 @@ static int check_alive(const dt_cluster *cluster, pid_t *pids, int p, dt_err *er
  * something else (our ps then exits: address in use) fails in seconds, not
  * after a whole RPC deadline. */
 static int wait_ps_ready(const options *o, const dt_cluster *cluster, pid_t *pids, dt_err *err) {
-    double deadline = now_secs() + PS_READY_SECS;
+    double deadline = dt_bench_now_secs() + PS_READY_SECS;
     int rc = 0;
     for (int p = 0; p < cluster->num_ps; p++) {
         while (tcp_probe(&cluster->ps[p]) < 0) {
             if ((rc = check_alive(cluster, pids, p, err)) < 0) return rc;
-            if (now_secs() >= deadline)
+            if (dt_bench_now_secs() >= deadline)
                 return dt_err_set(err, DT_EDEADLINE, "ps:%d %s: not listening after %.0f s", p,
                                   cluster->ps[p].addr, PS_READY_SECS);
-            struct timespec nap = {0, 20 * 1000000L};
-            nanosleep(&nap, NULL);
+            dt_bench_sleep_ms(20);
         }
     }
     options quick = *o;
@@ -523,13 +372,13 @@ static int wait_ps_ready(const options *o, const dt_cluster *cluster, pid_t *pid
  * itself, which must be with status 0; *clean counts those that did. One
  * still running after that is left for stop_ps. */
 static int reap_ps(const dt_cluster *cluster, pid_t *pids, double secs, int *clean, dt_err *err) {
-    double deadline = now_secs() + secs;
+    double deadline = dt_bench_now_secs() + secs;
     *clean = 0;
     for (int p = 0; p < cluster->num_ps; p++) {
         int status = 0, exited = 0;
-        while (pids[p] > 0 && !(exited = has_exited(pids[p], &status)) && now_secs() < deadline) {
-            struct timespec nap = {0, 10 * 1000000L};
-            nanosleep(&nap, NULL);
+        while (pids[p] > 0 && !(exited = dt_bench_has_exited(pids[p], &status)) &&
+               dt_bench_now_secs() < deadline) {
+            dt_bench_sleep_ms(10);
         }
         if (!exited) continue;
         pids[p] = -1;
@@ -549,19 +398,9 @@ static int reap_ps(const dt_cluster *cluster, pid_t *pids, double secs, int *cle
 static void stop_ps(pid_t *pids, int n, double grace_secs) {
     for (int p = 0; p < n; p++)
         if (pids[p] > 0) kill(pids[p], SIGTERM);
-    double deadline = now_secs() + grace_secs;
+    double deadline = dt_bench_now_secs() + grace_secs;
     for (int p = 0; p < n; p++) {
-        int status = 0;
-        while (pids[p] > 0 && !has_exited(pids[p], &status)) {
-            if (now_secs() >= deadline) {
-                kill(pids[p], SIGKILL);
-                while (waitpid(pids[p], &status, 0) < 0 && errno == EINTR) {
-                }
-                break;
-            }
-            struct timespec nap = {0, 10 * 1000000L};
-            nanosleep(&nap, NULL);
-        }
+        if (pids[p] > 0) dt_bench_reap_by(pids[p], deadline);
         pids[p] = -1;
     }
 }
@@ -621,17 +460,8 @@ static void print_placement(dt_ps_client *client) {
     }
 }
 
-/* The allocator settings of cmd/dtrain.c, so these processes handle
- * message buffers as dtrain's roles do: above glibc's default 32 MB mmap
- * threshold every 40 MB buffer would be a fresh mmap, faulted in and
- * unmapped again, a cost real workers do not pay. */
-static void tune_allocator(void) {
-    mallopt(M_MMAP_THRESHOLD, 1 << 30);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-}
-
 int main(int argc, char **argv) {
-    tune_allocator();
+    dt_bench_tune_allocator();
     options o;
     memset(&o, 0, sizeof o);
     if (parse_args(argc, argv, &o) < 0) return 2;
@@ -654,22 +484,23 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    child kids[MAX_WORKERS];
+    dt_bench_child kids[MAX_WORKERS];
     for (int i = 0; i < MAX_WORKERS; i++)
-        kids[i] = (child){-1, -1, -1};
+        kids[i] = DT_BENCH_NO_CHILD;
     pid_t ps_pids[DT_MAX_PS];
     for (int p = 0; p < DT_MAX_PS; p++)
         ps_pids[p] = -1;
     dt_tensors vars;
     memset(&vars, 0, sizeof vars);
     dt_ps_client *client = NULL;
-    worker_result res[MAX_WORKERS];
+    dt_bench_result res[MAX_WORKERS];
     memset(res, 0, sizeof res);
     int rc = 0;
-    double t0 = 0, t1 = 0;
+    double seconds = 0;
 
     if (o.dtrain_bin && (rc = spawn_ps(&o, cluster.num_ps, ps_pids, &err)) < 0) goto fail;
-    if (spawn_workers(&o, &cluster, kids) < 0) {
+    worker_args wa = {&o, &cluster};
+    if (dt_bench_spawn_children(o.workers, worker_run, &wa, kids) < 0) {
         rc = dt_err_set(&err, DT_EINTERNAL, "cannot start worker processes: %s", strerror(errno));
         goto fail;
     }
@@ -692,39 +523,8 @@ int main(int argc, char **argv) {
     model.model = "bench pullpush";
     if ((rc = dt_ps_client_create(client, &model, NULL, &err)) < 0) goto fail;
 
-    for (int i = 0; i < o.workers; i++)
-        if (write_full(kids[i].to_child, "C", 1) < 0) {
-            rc = dt_err_set(&err, DT_EINTERNAL, "worker %d: gone before start", i);
-            goto fail;
-        }
-    for (int i = 0; i < o.workers; i++)
-        if (expect_byte(kids[i].from_child, 'R') < 0) {
-            /* It failed its warm-up: its result follows. */
-            if (read_full(kids[i].from_child, &res[i], sizeof res[i]) == 0 && res[i].rc < 0)
-                rc = dt_err_set(&err, res[i].rc, "worker %d: warm-up: %s", i, res[i].msg);
-            else
-                rc = dt_err_set(&err, DT_EINTERNAL, "worker %d: died during warm-up", i);
-            goto fail;
-        }
-    t0 = now_secs();
-    for (int i = 0; i < o.workers; i++)
-        if (write_full(kids[i].to_child, "S", 1) < 0) {
-            rc = dt_err_set(&err, DT_EINTERNAL, "worker %d: gone before the loop", i);
-            goto fail;
-        }
-    for (int i = 0; i < o.workers; i++) {
-        if (read_full(kids[i].from_child, &res[i], sizeof res[i]) < 0) {
-            rc = dt_err_set(&err, DT_EINTERNAL, "worker %d: died in the loop", i);
-            goto fail;
-        }
-        if (res[i].rc < 0) {
-            rc = dt_err_set(&err, res[i].rc, "worker %d: round %lld: %s", i,
-                            (long long)res[i].rounds, res[i].msg);
-            goto fail;
-        }
-    }
-    t1 = now_secs();
-    stop_children(kids, o.workers);
+    if ((rc = dt_bench_children_run(kids, o.workers, "worker", res, &seconds, &err)) < 0) goto fail;
+    dt_bench_stop_children(kids, o.workers);
     if ((rc = check_and_stop(&o, &cluster, client, &vars, &err)) < 0) goto fail;
     int units = dt_ps_client_num_units(client);
     /* A channel still open to a ps delays its exit by seconds. */
@@ -736,13 +536,9 @@ int main(int argc, char **argv) {
     /* Those still running have told us the job is done: nothing to lose. */
     stop_ps(ps_pids, cluster.num_ps, 0);
 
-    double seconds = t1 - t0;
-    double total_rounds = (double)o.workers * o.rounds;
-    double bytes = total_rounds * 2.0 * (double)o.floats * 4.0;
-    printf("pullpush floats=%lld rounds=%d workers=%d ps=%d units=%d seconds=%.3f "
-           "mb_per_s=%.1f rounds_per_s=%.2f",
-           (long long)o.floats, o.rounds, o.workers, cluster.num_ps, units, seconds,
-           bytes / seconds / 1e6, total_rounds / seconds);
+    printf("pullpush floats=%lld rounds=%d workers=%d ps=%d units=%d", (long long)o.floats,
+           o.rounds, o.workers, cluster.num_ps, units);
+    dt_bench_print_rates((double)o.workers * o.rounds, o.floats, seconds);
     if (o.dtrain_bin) printf(" ps_exited=%d", ps_exited);
     printf("\n");
     for (int i = 0; i < o.workers; i++)
@@ -750,7 +546,7 @@ int main(int argc, char **argv) {
                 res[i].seconds);
 fail:
     if (rc < 0) fprintf(stderr, "bench_pullpush: %s\n", err.msg);
-    stop_children(kids, o.workers);
+    dt_bench_stop_children(kids, o.workers);
     dt_ps_client_free(client);
     stop_ps(ps_pids, cluster.num_ps, 3.0);
     dt_tensors_deinit(&vars);
