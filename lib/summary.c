@@ -406,35 +406,40 @@ static size_t hist_entry(const double *counts, size_t n, size_t *i) {
     return at;
 }
 
-int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag, const double *values,
-                         int64_t n, dt_err *err) {
-    DT_ASSERT(w && (n <= 0 || values));
-    if (w->failed) return fail_sticky(w, err);
-    size_t tag_len = 0;
-    int rc = check_tag(w, tag, -1, &tag_len, err);
-    if (rc < 0) return rc;
-    if (n < 1)
-        return dt_err_set(err, DT_EINVAL, "summary: %s: histogram \"%s\": %lld values, need >= 1",
-                          w->path, tag, (long long)n);
-    if (!w->hist_buckets && (rc = hist_init(w, err)) < 0) return rc;
+/* A histogram's statistics, kept as TF's Histogram::Add keeps them; its
+ * bucket counts live in w->hist_counts. */
+typedef struct {
+    double min, max, num, sum, sum_squares;
+} hist_stats;
 
-    const double *limits = w->hist_limits;
-    double *counts = w->hist_counts;
+/* Starts a histogram as TF's Histogram::Clear leaves one: no counts, min
+ * DBL_MAX and max -DBL_MAX, so that an empty histogram encodes as TF's. */
+static int hist_begin(dt_summary_writer *w, hist_stats *s, dt_err *err) {
+    int rc;
+    if (!w->hist_buckets && (rc = hist_init(w, err)) < 0) return rc;
+    memset(w->hist_counts, 0, w->hist_buckets * sizeof *w->hist_counts);
+    *s = (hist_stats){DBL_MAX, -DBL_MAX, 0.0, 0.0, 0.0};
+    return 0;
+}
+
+/* Adds count > 0 occurrences of the finite value v. */
+static void hist_add(dt_summary_writer *w, hist_stats *s, double v, double count) {
+    w->hist_counts[hist_bucket(w->hist_limits, w->hist_buckets, v)] += count;
+    if (v < s->min) s->min = v;
+    if (v > s->max) s->max = v;
+    s->num += count;
+    s->sum += v * count;
+    s->sum_squares += v * v * count;
+}
+
+/* Appends the Event of one histogram under tag (checked, tag_len bytes):
+ * the statistics, then TF's compact bucket list of w->hist_counts. An empty
+ * histogram's counts are one run of empty buckets, so it still has the one
+ * entry (DBL_MAX, 0) that TF writes. */
+static int hist_write(dt_summary_writer *w, int64_t step, const char *tag, size_t tag_len,
+                      const hist_stats *s, dt_err *err) {
+    const double *limits = w->hist_limits, *counts = w->hist_counts;
     size_t nbuckets = w->hist_buckets;
-    memset(counts, 0, nbuckets * sizeof *counts);
-    double min = values[0], max = values[0], sum = 0.0, sum_squares = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double v = values[i];
-        if (!isfinite(v))
-            return dt_err_set(err, DT_EINVAL,
-                              "summary: %s: histogram \"%s\": values[%lld] is not finite", w->path,
-                              tag, (long long)i);
-        counts[hist_bucket(limits, nbuckets, v)] += 1.0;
-        if (v < min) min = v;
-        if (v > max) max = v;
-        sum += v;
-        sum_squares += v * v;
-    }
     size_t entries = 0;
     for (size_t i = 0; i < nbuckets; entries++)
         (void)hist_entry(counts, nbuckets, &i);
@@ -447,17 +452,18 @@ int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag, co
         len_field_size(VALUE_TAG, tag_len) + len_field_size(VALUE_HISTO, histo_size);
     size_t summary_size = len_field_size(SUMMARY_VALUE, value_size);
     size_t event_size = event_head_size(step) + len_field_size(EVENT_SUMMARY, summary_size);
-    if ((rc = record_begin(w, event_size, err)) < 0) return rc;
+    int rc = record_begin(w, event_size, err);
+    if (rc < 0) return rc;
     put_event_head(w, wall_time_now(), step);
     put_len(w, EVENT_SUMMARY, summary_size);
     put_len(w, SUMMARY_VALUE, value_size);
     put_string(w, VALUE_TAG, tag, tag_len);
     put_len(w, VALUE_HISTO, histo_size);
-    put_double(w, HISTO_MIN, min);
-    put_double(w, HISTO_MAX, max);
-    put_double(w, HISTO_NUM, (double)n);
-    put_double(w, HISTO_SUM, sum);
-    put_double(w, HISTO_SUM_SQUARES, sum_squares);
+    put_double(w, HISTO_MIN, s->min);
+    put_double(w, HISTO_MAX, s->max);
+    put_double(w, HISTO_NUM, s->num);
+    put_double(w, HISTO_SUM, s->sum);
+    put_double(w, HISTO_SUM_SQUARES, s->sum_squares);
     put_len(w, HISTO_BUCKET_LIMIT, packed_size);
     for (size_t i = 0; i < nbuckets;)
         put_double_bits(w, limits[hist_entry(counts, nbuckets, &i)]);
@@ -465,6 +471,51 @@ int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag, co
     for (size_t i = 0; i < nbuckets;)
         put_double_bits(w, counts[hist_entry(counts, nbuckets, &i)]);
     return record_end(w, event_size, err);
+}
+
+/* Both public histogram writers: values[i] occurs counts[i] times, or once
+ * each when counts is NULL; n must be at least `least`. */
+static int histogram(dt_summary_writer *w, int64_t step, const char *tag, const double *values,
+                     const int64_t *counts, int64_t n, int64_t least, dt_err *err) {
+    DT_ASSERT(w && (n <= 0 || values));
+    if (w->failed) return fail_sticky(w, err);
+    size_t tag_len = 0;
+    int rc = check_tag(w, tag, -1, &tag_len, err);
+    if (rc < 0) return rc;
+    if (n < least)
+        return dt_err_set(err, DT_EINVAL,
+                          "summary: %s: histogram \"%s\": %lld values, need >= %lld", w->path, tag,
+                          (long long)n, (long long)least);
+    hist_stats s;
+    if ((rc = hist_begin(w, &s, err)) < 0) return rc;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(values[i]))
+            return dt_err_set(err, DT_EINVAL,
+                              "summary: %s: histogram \"%s\": values[%lld] is not finite", w->path,
+                              tag, (long long)i);
+        int64_t count = counts ? counts[i] : 1;
+        if (count < 0)
+            return dt_err_set(err, DT_EINVAL,
+                              "summary: %s: histogram \"%s\": counts[%lld] is negative (%lld)",
+                              w->path, tag, (long long)i, (long long)count);
+        /* A value seen zero times must not move min or max. */
+        if (count > 0) hist_add(w, &s, values[i], (double)count);
+    }
+    return hist_write(w, step, tag, tag_len, &s, err);
+}
+
+int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag, const double *values,
+                         int64_t n, dt_err *err) {
+    /* A sample of no values is more likely a caller's slip than a
+     * measurement; counts can say "none this time" plainly. */
+    return histogram(w, step, tag, values, NULL, n, 1, err);
+}
+
+int dt_summary_histogram_counts(dt_summary_writer *w, int64_t step, const char *tag,
+                                const double *values, const int64_t *counts, int64_t n,
+                                dt_err *err) {
+    DT_ASSERT(n <= 0 || counts);
+    return histogram(w, step, tag, values, counts, n, 0, err);
 }
 
 /* ---- the file ---- */

@@ -43,6 +43,18 @@ int dt_summary_scalars(dt_summary_writer *w, int64_t step, const char *const *ta
  * that is not finite. */
 int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag, const double *values,
                          int64_t n, dt_err *err) DT_WARN_UNUSED;
+/* The same Event for a sample given as counts: values[i] occurs counts[i]
+ * times (i < n), without the caller expanding it (a staleness histogram,
+ * say, is a few buckets holding millions). Statistics and buckets equal
+ * those of dt_summary_histogram on the expanded sample; values with count 0
+ * affect nothing. No occurrences at all (n == 0, or every count 0) write
+ * TensorFlow's empty histogram: num 0, sum and sum_squares 0, min DBL_MAX,
+ * max -DBL_MAX, and the single bucket (limit DBL_MAX, count 0). DT_EINVAL,
+ * with nothing written, for a bad tag, n < 0, a negative count or a value
+ * that is not finite. values and counts are borrowed. */
+int dt_summary_histogram_counts(dt_summary_writer *w, int64_t step, const char *tag,
+                                const double *values, const int64_t *counts, int64_t n,
+                                dt_err *err) DT_WARN_UNUSED;
 /* Flushes buffered records to the file (the OS), so TensorBoard sees them. */
 int dt_summary_flush(dt_summary_writer *w, dt_err *err) DT_WARN_UNUSED;
 /* Path of the event file (borrowed). */

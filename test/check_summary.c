@@ -494,6 +494,239 @@ START_TEST(histogram_bad_values) {
 }
 END_TEST
 
+/* ---- histograms from counts ---- */
+
+#define DBL_MAX_LITERAL 1.7976931348623157e308
+#define COUNT_EVENTS 10 /* the records of histogram_counts_round_trip */
+
+/* values[i] repeated counts[i] times, into out (cap entries). */
+static int expand(const double *values, const int64_t *counts, int n, double *out, int cap) {
+    int total = 0;
+    for (int i = 0; i < n; i++)
+        for (int64_t k = 0; k < counts[i]; k++) {
+            ck_assert_int_lt(total, cap);
+            out[total++] = values[i];
+        }
+    return total;
+}
+
+static void write_counts(dt_summary_writer *w, int64_t step, const char *tag, const double *values,
+                         const int64_t *counts, int n) {
+    dt_err err = {0};
+    ck_assert_msg(dt_summary_histogram_counts(w, step, tag, values, counts, n, &err) == 0, "%s: %s",
+                  tag, err.msg);
+}
+
+/* Every field of two decoded histograms, bit for bit. */
+static void check_same_histogram(const tensorflow_HistogramProto *a,
+                                 const tensorflow_HistogramProto *b) {
+    ck_assert_double_eq(a->min, b->min);
+    ck_assert_double_eq(a->max, b->max);
+    ck_assert_double_eq(a->num, b->num);
+    ck_assert_double_eq(a->sum, b->sum);
+    ck_assert_double_eq(a->sum_squares, b->sum_squares);
+    ck_assert_uint_eq(a->bucket_limit_count, b->bucket_limit_count);
+    ck_assert_uint_eq(a->bucket_count, b->bucket_count);
+    for (pb_size_t i = 0; i < a->bucket_count; i++) {
+        ck_assert_double_eq(a->bucket_limit[i], b->bucket_limit[i]);
+        ck_assert_double_eq(a->bucket[i], b->bucket[i]);
+    }
+}
+
+/* min, max, num, sum and sum_squares, exactly. */
+static void check_stats(const tensorflow_HistogramProto *h, double min, double max, double num,
+                        double sum, double sum_squares) {
+    ck_assert_double_eq(h->min, min);
+    ck_assert_double_eq(h->max, max);
+    ck_assert_double_eq(h->num, num);
+    ck_assert_double_eq(h->sum, sum);
+    ck_assert_double_eq(h->sum_squares, sum_squares);
+}
+
+/* The bucket list: n entries, limits within a relative 1e-10 (the tests
+ * spell TF's limits with pow, TF multiplies), counts exactly. */
+static void check_buckets(const tensorflow_HistogramProto *h, pb_size_t n, const double *limits,
+                          const double *counts) {
+    ck_assert_uint_eq(h->bucket_limit_count, n);
+    ck_assert_uint_eq(h->bucket_count, n);
+    for (pb_size_t i = 0; i < n; i++) {
+        double got = h->bucket_limit[i];
+        ck_assert_msg(got == limits[i] || fabs(got - limits[i]) <= 1e-10 * fabs(limits[i]),
+                      "bucket_limit[%u]: %.17g, want %.17g", (unsigned)i, got, limits[i]);
+        ck_assert_double_eq(h->bucket[i], counts[i]);
+    }
+}
+
+/* TF's empty histogram: what Histogram::Clear leaves, encoded. */
+static void check_empty_histogram(const tensorflow_HistogramProto *h) {
+    check_stats(h, DBL_MAX_LITERAL, -DBL_MAX_LITERAL, 0, 0, 0);
+    check_buckets(h, 1, (const double[]){DBL_MAX_LITERAL}, (const double[]){0});
+}
+
+START_TEST(histogram_counts_round_trip) {
+    dt_err err = {0};
+    dt_summary_writer *w = NULL;
+    ck_assert_msg(dt_summary_open(tmp, &w, &err) == 0, "%s", err.msg);
+
+    /* 1: staleness buckets 0..31 as the chief sends them, and 2: the same
+     * sample expanded, through dt_summary_histogram. */
+    double staleness[32];
+    int64_t fresh[32];
+    for (int b = 0; b < 32; b++) {
+        staleness[b] = b;
+        fresh[b] = b < 6 ? 40 >> b : 0; /* 40 20 10 5 2 1 0 ... */
+    }
+    fresh[31] = 3; /* "that or more" */
+    static double expanded[200];
+    int n_expanded = expand(staleness, fresh, 32, expanded, 200);
+    ck_assert_int_eq(n_expanded, 81);
+    write_counts(w, 1, "staleness", staleness, fresh, 32);
+    ck_assert_msg(dt_summary_histogram(w, 2, "staleness", expanded, n_expanded, &err) == 0, "%s",
+                  err.msg);
+    /* 3: non-integers, negatives, two values that may share a bucket. */
+    static const double mixed[] = {-2.5, 0.5, 0.51, 1e6, 7e-13};
+    static const int64_t mixed_counts[] = {2, 1, 4, 1, 3};
+    write_counts(w, 3, "mixed", mixed, mixed_counts, 5);
+    /* 4: a value seen zero times moves neither min nor max. */
+    static const double spread[] = {-100, 2, 100};
+    static const int64_t only_middle[] = {0, 5, 0};
+    write_counts(w, 4, "zeros", spread, only_middle, 3);
+    /* 5: one value, one bucket: every gradient fresh. */
+    static const double zero = 0;
+    static const int64_t four = 4;
+    write_counts(w, 5, "fresh", &zero, &four, 1);
+    /* 6: one value away from 0. */
+    static const double three = 3;
+    static const int64_t seven = 7;
+    write_counts(w, 6, "three", &three, &seven, 1);
+    /* 7: counts past 32 bits, which no expanded sample could hold. */
+    static const double two_values[] = {0, 1};
+    static const int64_t huge[] = {3000000000LL, 1};
+    write_counts(w, 7, "huge", two_values, huge, 2);
+    /* 8 and 9: empty, by n == 0 and by all-zero counts. */
+    write_counts(w, 8, "none", NULL, NULL, 0);
+    static const int64_t no_counts[] = {0, 0, 0};
+    write_counts(w, 9, "all zero", spread, no_counts, 3);
+    char path[1200];
+    snprintf(path, sizeof path, "%s", dt_summary_path(w));
+    dt_summary_close(w);
+
+    tensorflow_Event *ev = calloc(COUNT_EVENTS, sizeof *ev);
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_int_eq(load_events(path, ev, COUNT_EVENTS), COUNT_EVENTS);
+    const char *tags[] = {"staleness", "staleness", "mixed", "zeros",   "fresh",
+                          "three",     "huge",      "none",  "all zero"};
+    const tensorflow_HistogramProto *h[COUNT_EVENTS];
+    for (int e = 1; e < COUNT_EVENTS; e++) {
+        ck_assert_int_eq(ev[e].step, e);
+        ck_assert_uint_eq(ev[e].which_what, tensorflow_Event_summary_tag);
+        ck_assert_uint_eq(ev[e].what.summary.value_count, 1);
+        ck_assert_str_eq(ev[e].what.summary.value[0].tag, tags[e - 1]);
+        ck_assert_uint_eq(ev[e].what.summary.value[0].which_value,
+                          tensorflow_Summary_Value_histo_tag);
+        h[e] = &ev[e].what.summary.value[0].value.histo;
+    }
+
+    check_histogram(h[1], expanded, n_expanded);
+    check_same_histogram(h[1], h[2]);
+    check_stats(h[1], 0, 31, 81, 20 + 20 + 15 + 8 + 5 + 93, 20 + 40 + 45 + 32 + 25 + 3 * 961);
+
+    double mixed_expanded[16];
+    int n_mixed = expand(mixed, mixed_counts, 5, mixed_expanded, 16);
+    check_histogram(h[3], mixed_expanded, n_mixed);
+    ck_assert_double_eq(h[3]->min, -2.5);
+    ck_assert_double_eq(h[3]->max, 1e6);
+    ck_assert_double_eq(h[3]->num, 11);
+
+    double fives[5] = {2, 2, 2, 2, 2};
+    check_histogram(h[4], fives, 5);
+    check_stats(h[4], 2, 2, 5, 10, 20);
+
+    /* Golden: 0 alone falls in [0, 1e-12): the empty run up to the 0 limit,
+     * its bucket, the empty run up to DBL_MAX. */
+    check_stats(h[5], 0, 0, 4, 0, 0);
+    check_buckets(h[5], 3, (const double[]){0, 1e-12, DBL_MAX_LITERAL}, (const double[]){0, 4, 0});
+
+    /* Golden: 3 lies in [1e-12 * 1.1^301, 1e-12 * 1.1^302). */
+    check_stats(h[6], 3, 3, 7, 21, 63);
+    check_buckets(h[6], 3,
+                  (const double[]){1e-12 * pow(1.1, 301), 1e-12 * pow(1.1, 302), DBL_MAX_LITERAL},
+                  (const double[]){0, 7, 0});
+    ck_assert(h[6]->bucket_limit[0] <= 3.0 && h[6]->bucket_limit[1] > 3.0);
+
+    /* Golden: 0 three billion times and 1 once (the limits around 1 as in
+     * histogram_round_trip). */
+    check_stats(h[7], 0, 1, 3000000001.0, 1, 1);
+    check_buckets(
+        h[7], 5,
+        (const double[]){0, 1e-12, 1e-12 * pow(1.1, 289), 1e-12 * pow(1.1, 290), DBL_MAX_LITERAL},
+        (const double[]){0, 3000000000.0, 0, 1, 0});
+
+    check_empty_histogram(h[8]);
+    check_empty_histogram(h[9]);
+    free(ev);
+}
+END_TEST
+
+START_TEST(histogram_counts_bad_input) {
+    dt_err err = {0};
+    dt_summary_writer *w = NULL;
+    ck_assert_msg(dt_summary_open(tmp, &w, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(dt_summary_flush(w, &err), 0);
+    long size = file_size(dt_summary_path(w));
+    double values[3] = {0, 1, 2};
+    int64_t counts[3] = {1, 2, 3};
+
+    values[1] = NAN;
+    ck_assert_int_eq(dt_summary_histogram_counts(w, 1, "h", values, counts, 3, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "histogram \"h\": values[1] is not finite") &&
+                      strstr(err.msg, dt_summary_path(w)),
+                  "%s", err.msg);
+    values[1] = INFINITY;
+    counts[1] = 0; /* refused even where it counts for nothing */
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_summary_histogram_counts(w, 1, "h", values, counts, 3, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "values[1] is not finite"), "%s", err.msg);
+    values[1] = 1;
+    counts[1] = 2;
+    counts[2] = -1;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_summary_histogram_counts(w, 1, "h", values, counts, 3, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "histogram \"h\": counts[2] is negative (-1)"), "%s", err.msg);
+    counts[2] = 3;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_summary_histogram_counts(w, 1, "h", values, counts, -1, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "histogram \"h\": -1 values"), "%s", err.msg);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_summary_histogram_counts(w, 1, "", values, counts, 3, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "histogram tag is empty"), "%s", err.msg);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_summary_histogram_counts(w, 1, NULL, values, counts, 3, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "histogram tag is NULL"), "%s", err.msg);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_summary_histogram_counts(w, 1, "h\xff", values, counts, 3, &err),
+                     DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "histogram tag is not valid UTF-8"), "%s", err.msg);
+
+    /* Nothing reached the file, and the writer still works. */
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_summary_flush(w, &err), 0);
+    ck_assert_int_eq(file_size(dt_summary_path(w)), size);
+    ck_assert_msg(dt_summary_histogram_counts(w, 2, "h", values, counts, 3, &err) == 0, "%s",
+                  err.msg);
+    char path[1200];
+    snprintf(path, sizeof path, "%s", dt_summary_path(w));
+    dt_summary_close(w);
+    tensorflow_Event *ev = calloc(MAX_EVENTS, sizeof *ev);
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_int_eq(load_events(path, ev, MAX_EVENTS), 2);
+    ck_assert_int_eq(ev[1].step, 2);
+    double expanded[6] = {0, 1, 1, 2, 2, 2};
+    check_histogram(&ev[1].what.summary.value[0].value.histo, expanded, 6);
+    free(ev);
+}
+END_TEST
+
 /* ---- corruption and truncation ---- */
 
 /* Writes the scalar fixture; returns its bytes and record ends. */
@@ -759,6 +992,8 @@ Suite *summary_suite(void) {
     tcase_add_test(tc, bad_tags);
     tcase_add_test(tc, histogram_round_trip);
     tcase_add_test(tc, histogram_bad_values);
+    tcase_add_test(tc, histogram_counts_round_trip);
+    tcase_add_test(tc, histogram_counts_bad_input);
     tcase_add_test(tc, flipped_byte_is_corrupt);
     tcase_add_test(tc, truncated_is_corrupt);
     tcase_add_test(tc, huge_length_is_corrupt);
