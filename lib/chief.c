@@ -305,25 +305,33 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
 /* ---- summaries and evaluation ------------------------------------------ */
 
 /* The staleness of the gradients applied since the last call, as a
- * histogram (bucket i: staleness i; the last bucket: that or more). */
+ * histogram (bucket i: staleness i; the last bucket: that or more), and its
+ * mean. The counts come from ps 0 and only grow there; a count below the one
+ * already seen means ps 0 restarted with fresh counters, and then all it
+ * holds is new. */
 static int summarize_staleness(chief *c, int64_t step, dt_err *err) {
     dt_msg_status_resp st;
     dt_err ignored;
     dt_err_clear(&ignored);
     if (dt_ps_client_status(dt_worker_client(c->w), 0, &st, &ignored) < 0) return 0;
-    enum { MAX_VALUES = 100000 };
-    static double values[MAX_VALUES];
+    int nb = st.num_staleness_counts < DT_STALENESS_BUCKETS ? st.num_staleness_counts
+                                                            : DT_STALENESS_BUCKETS;
+    int restarted = 0;
+    for (int b = 0; b < nb; b++)
+        restarted |= st.staleness_counts[b] < c->staleness_seen[b];
+    double staleness[DT_STALENESS_BUCKETS];
+    int64_t fresh[DT_STALENESS_BUCKETS];
     int64_t n = 0;
     double sum = 0;
-    for (int b = 0; b < st.num_staleness_counts && b < DT_STALENESS_BUCKETS; b++) {
-        int64_t fresh = st.staleness_counts[b] - c->staleness_seen[b];
+    for (int b = 0; b < nb; b++) {
+        staleness[b] = b;
+        fresh[b] = st.staleness_counts[b] - (restarted ? 0 : c->staleness_seen[b]);
         c->staleness_seen[b] = st.staleness_counts[b];
-        for (int64_t k = 0; k < fresh && n < MAX_VALUES; k++)
-            values[n++] = b;
-        sum += (double)b * (double)fresh;
+        n += fresh[b];
+        sum += (double)b * (double)fresh[b];
     }
-    if (n == 0) return 0;
-    int rc = dt_summary_histogram(c->summary, step, "staleness", values, n, err);
+    if (n == 0) return 0; /* none applied: no histogram, and the mean would be 0/0 */
+    int rc = dt_summary_histogram_counts(c->summary, step, "staleness", staleness, fresh, nb, err);
     if (rc < 0) return rc;
     const char *tags[] = {"staleness/mean", "pushes_dropped"};
     double scalars[] = {sum / (double)n, (double)st.pushes_dropped};
