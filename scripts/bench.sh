@@ -224,6 +224,11 @@ field() {
     echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"
 }
 
+# $1 / $2 printed with the printf format $3 (a rate, a ratio).
+ratio() {
+    awk -v a="$1" -v b="$2" -v f="$3" 'BEGIN { printf f, a / b }'
+}
+
 # From a chief's log: "G S" where G is the final global step and S the
 # seconds from the chief's model start-up line ("initialized"; its first line
 # if there is none) to the end of its training loop ("training done"), the
@@ -339,7 +344,7 @@ job_rate() {
 d=$TMP/demo
 run_job "$d" 90 2 "$CONFIG" --set max_steps=$DEMO_STEPS --set log_steps=1000
 if job_rate "$d" $? "demo training"; then
-    rate=$(awk -v g="$RATE_G" -v s="$RATE_S" 'BEGIN { printf "%.0f", g / s }')
+    rate=$(ratio "$RATE_G" "$RATE_S" %.0f)
     row "demo training" "$rate steps/s" "linear F=1 B=10 sgd, 1 ps + 2 worker processes, global_step $RATE_G in $RATE_S s (chief log: model init to end of its training loop; whole job with start-up ${JOB_SECS} s)"
 fi
 
@@ -350,7 +355,7 @@ for mode in async sync; do
     d=$TMP/mode-$mode
     run_job "$d" 90 2 "$CONFIG" --set mode=$mode --set max_steps=$MODE_STEPS --set log_steps=1000
     if job_rate "$d" $? "demo $mode"; then
-        rate=$(awk -v g="$RATE_G" -v s="$RATE_S" 'BEGIN { printf "%.0f", g / s }')
+        rate=$(ratio "$RATE_G" "$RATE_S" %.0f)
         mode_rates="$mode_rates $rate"
         if [ $mode = async ]; then
             what="each push applied at once"
@@ -362,7 +367,7 @@ for mode in async sync; do
 done
 set -- $mode_rates
 if [ $# = 2 ]; then
-    row "sync/async" "$(awk -v a="$2" -v b="$1" 'BEGIN { printf "%.2f", a / b }')" "global steps/s, sync over async"
+    row "sync/async" "$(ratio "$2" "$1" %.2f)" "global steps/s, sync over async"
 fi
 
 # 2 and 3. Pull+push against a real ps, then the raw ceiling, per size.
@@ -446,8 +451,7 @@ for label in 1M 10M; do
     row "pull+push $label floats" "$pp MB/s" "$(summary "$pp_vals"); $rps rounds/s in all; 1 ps + 2 worker processes, $rounds rounds each, $payload"
     raw=$(best "$raw_vals")
     row "raw rpc $label floats" "$raw MB/s" "$(summary "$raw_vals"); echo server (2 pollers) + 2 client processes, $rounds rounds each, N*4 B each way per call"
-    ratio=$(awk -v a="$pp" -v b="$raw" 'BEGIN { printf "%.2f", a / b }')
-    row "dtrain/raw $label floats" "$ratio" "best pull+push over best raw"
+    row "dtrain/raw $label floats" "$(ratio "$pp" "$raw" %.2f)" "best pull+push over best raw"
     if raw_once "$n" "$rounds" threads "$TMP/$label-threads"; then
         row "raw rpc $label, client threads" "$VAL MB/s" "1 run; the raw run with the 2 clients as threads of the server's process"
     else
@@ -513,7 +517,7 @@ if [ $split_ok = 1 ]; then
         eval "vals=\$split_vals_$nps units=\$split_units_$nps exited=\$split_exited_$nps"
         pp=$(best "$vals")
         [ -n "$one_ps" ] || one_ps=$pp
-        rel=$(awk -v a="$pp" -v b="$one_ps" 'BEGIN { printf "%.2f", a / b }')
+        rel=$(ratio "$pp" "$one_ps" %.2f)
         row "pull+push 10M floats, $nps ps" "$pp MB/s" "$(summary "$vals"); $rel x the 1-ps run; variable in $units slice(s), one per ps task (partition_min_bytes $PS_PARTITION_MIN_BYTES, greedy); 2 worker processes, $PP_LARGE_ROUNDS rounds each; $nps ps process(es) started by bench_pullpush, $exited of $((nps * PS_TRIALS)) exited by themselves within 1 s of the end, the rest killed then"
         nps=$((nps + 1))
     done
@@ -521,18 +525,11 @@ fi
 
 # 5. Wide-model training through the real binary.
 d=$TMP/wide
-if run_job "$d" 120 2 "$CONFIG" --set data=wide --set features=$WIDE_FEATURES --set batch_size=$WIDE_BATCH \
+run_job "$d" 120 2 "$CONFIG" --set data=wide --set features=$WIDE_FEATURES --set batch_size=$WIDE_BATCH \
     --set learning_rate=$WIDE_LR --set examples=100000 --set max_steps=$WIDE_STEPS \
-    --set log_steps=20; then
-    if r=$(chief_rate "$d/chief.log"); then
-        set -- $r
-        rate=$(awk -v g="$1" -v s="$2" 'BEGIN { printf "%.1f", g / s }')
-        row "wide training" "$rate steps/s" "linear F=$WIDE_FEATURES B=$WIDE_BATCH sgd lr $WIDE_LR, data=wide, 1 ps + 2 worker processes, global_step $1 in $2 s (chief log; whole job ${JOB_SECS} s)"
-    else
-        failed "wide training" "no progress lines in the chief's log" "$d/chief.log"
-    fi
-else
-    failed "wide training" "${JOB_ERR:-ps did not start}" "$(job_logs "$d")"
+    --set log_steps=20
+if job_rate "$d" $? "wide training"; then
+    row "wide training" "$(ratio "$RATE_G" "$RATE_S" %.1f) steps/s" "linear F=$WIDE_FEATURES B=$WIDE_BATCH sgd lr $WIDE_LR, data=wide, 1 ps + 2 worker processes, global_step $RATE_G in $RATE_S s (chief log; whole job ${JOB_SECS} s)"
 fi
 
 # 6. Fashion-MNIST MLP: examples/s through the real binary with 1 and 2
@@ -550,7 +547,7 @@ else
         run_job "$d" 120 $nw "$FASHION_CONFIG" --set max_steps=$FASHION_STEPS \
             --set batch_size=$FASHION_BATCH --set log_steps=100
         if job_rate "$d" $? "$label"; then
-            rate=$(awk -v g="$RATE_G" -v s="$RATE_S" -v b="$FASHION_BATCH" 'BEGIN { printf "%.0f", g * b / s }')
+            rate=$(ratio $((RATE_G * FASHION_BATCH)) "$RATE_S" %.0f)
             fashion_rates="$fashion_rates $nw:$rate"
             row "$label" "$rate ex/s" "$model, $FASHION_CONFIG, 1 ps + $nw worker process(es), async; global_step $RATE_G x $FASHION_BATCH examples in $RATE_S s (chief log: model init to end of its training loop; whole job with data loading ${JOB_SECS} s)"
         fi
@@ -565,7 +562,7 @@ else
         for pair in $fashion_rates; do
             nw=${pair%%:*}
             if [ $nw = 1 ]; then label="fashion 1 worker/compute"; else label="fashion $nw workers/compute"; fi
-            row "$label" "$(awk -v a="${pair#*:}" -v b="$compute" 'BEGIN { printf "%.2f", a / b }')" "distributed examples/s over compute-only examples/s"
+            row "$label" "$(ratio "${pair#*:}" "$compute" %.2f)" "distributed examples/s over compute-only examples/s"
         done
     else
         failed "fashion mlp, compute only" "bench_compute failed" "$d/err"
