@@ -112,9 +112,7 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
 
 /* Pulls variables and slots in one round, then saves them. */
 static int save(chief *c, dt_err *err) {
-    snapshot_pull sp;
-    memset(&sp, 0, sizeof sp);
-    sp.c = c;
+    snapshot_pull sp = {.c = c};
     int rc = do_snapshot_pull(&sp, err);
     if (rc < 0) return rc;
     c->have_slots = 1;
@@ -229,9 +227,7 @@ static int recover(chief *c, const census *cs, dt_err *err) {
 
 static int on_not_ready(void *ctx, dt_err *err) {
     chief *c = ctx;
-    census cs;
-    memset(&cs, 0, sizeof cs);
-    cs.c = c;
+    census cs = {.c = c};
     int rc = take_census(&cs, err);
     if (rc < 0) return 0; /* still unreachable: let the retry loop wait */
     if (cs.num_ready == dt_ps_client_num_ps(dt_worker_client(c->w))) return 0;
@@ -273,9 +269,7 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
 }
 
 static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
-    census cs;
-    memset(&cs, 0, sizeof cs);
-    cs.c = c;
+    census cs = {.c = c};
     int rc = dt_worker_retry(c->w, "every ps to answer", take_census, &cs, NULL, stop, err);
     if (rc < 0) return rc;
     int num_ps = dt_ps_client_num_ps(dt_worker_client(c->w));
@@ -399,16 +393,10 @@ static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     return 0;
 }
 
-static int do_final_pull(void *arg, dt_err *err) {
-    return do_snapshot_pull(arg, err);
-}
-
 static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
-    snapshot_pull sp;
-    memset(&sp, 0, sizeof sp);
-    sp.c = c;
+    snapshot_pull sp = {.c = c};
     dt_worker_hooks hooks = {c, NULL, on_not_ready};
-    int rc = dt_worker_retry(c->w, "final pull", do_final_pull, &sp, &hooks, stop, err);
+    int rc = dt_worker_retry(c->w, "final pull", do_snapshot_pull, &sp, &hooks, stop, err);
     if (rc < 0) return rc;
     c->have_slots = 1;
     if ((rc = evaluate(c, sp.reply.global_step, err)) < 0) return rc;

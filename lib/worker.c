@@ -31,9 +31,14 @@ struct dt_worker {
     uint64_t rng; /* jitter */
 };
 
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+static void sleep_us(long us) {
+    struct timespec ts = {us / 1000000L, (us % 1000000L) * 1000L};
     nanosleep(&ts, NULL);
+}
+
+/* What every wait returns once *stop is set. */
+static int stopped(const dt_worker *w, dt_err *err) {
+    return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", w->name);
 }
 
 dt_ps_client *dt_worker_client(dt_worker *w) {
@@ -125,11 +130,11 @@ int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err 
                    attempt.msg);
             last_log = waited > 0 ? waited : 1e-9;
         }
-        if (stop && *stop) return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", w->name);
+        if (stop && *stop) return stopped(w, err);
         /* Exponential backoff, full jitter in [backoff/2, backoff]. */
         w->rng = w->rng * 6364136223846793005ull + 1442695040888963407ull;
         int jitter = (int)((w->rng >> 33) % (uint64_t)(backoff_ms / 2 + 1));
-        sleep_ms(backoff_ms / 2 + jitter);
+        sleep_us(1000L * (backoff_ms / 2 + jitter));
         if (backoff_ms < 1000) backoff_ms *= 2;
     }
 }
@@ -218,9 +223,8 @@ static int pull_when_ready(dt_worker *w, pull_state *pull, const dt_worker_hooks
                    now - start, job->mode);
             last_log = now;
         }
-        if (stop && *stop) return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", w->name);
-        struct timespec ts = {0, (long)nap_us * 1000L};
-        nanosleep(&ts, NULL);
+        if (stop && *stop) return stopped(w, err);
+        sleep_us(nap_us);
         if (nap_us < 20000) nap_us *= 2;
     }
 }
@@ -250,12 +254,9 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
     int sync = strcmp(job->mode, "sync") == 0;
     int rc = 0;
     for (;;) {
-        if (stop && *stop) return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", w->name);
+        if (stop && *stop) return stopped(w, err);
 
-        pull_state pull;
-        memset(&pull, 0, sizeof pull);
-        pull.w = w;
-        pull.min_global_step = min_global_step;
+        pull_state pull = {.w = w, .min_global_step = min_global_step};
         if ((rc = pull_when_ready(w, &pull, hooks, stop, err)) < 0) return rc;
         if (pull.reply.done) break;
 
@@ -264,10 +265,7 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
         if ((rc = dt_model_loss_grad(w->model, &w->vars, &batch, &w->grads, &r.loss, err)) < 0)
             return rc;
 
-        push_state push;
-        memset(&push, 0, sizeof push);
-        push.w = w;
-        push.step = pull.reply.global_step;
+        push_state push = {.w = w, .step = pull.reply.global_step};
         if ((rc = dt_worker_retry(w, "push", do_push, &push, hooks, stop, err)) < 0) return rc;
         /* sync: the next pull must see the step this gradient was for. */
         if (sync) min_global_step = pull.reply.global_step + 1;
