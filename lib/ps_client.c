@@ -32,23 +32,28 @@ struct dt_ps_client {
     char (*names)[80];         /* (num_ps) "ps:i host:port" */
     uint64_t *incarnation;     /* (num_ps) last seen; 0 = none yet */
     int num_vars;
-    dt_tensor *layout;         /* (num_vars) specs: names, dtypes, shapes */
+    dt_tensor *layout; /* (num_vars) specs: names, dtypes, shapes */
     int num_units;
-    unit *units;               /* (num_units) */
-    int *order;                /* (num_units) unit indexes grouped by ps */
-    int *first_on, *count_on;  /* (num_ps) each ps's group in order */
-    int *seen;                 /* (num_units) scratch: unit answered */
-    dt_tensor *views;          /* (num_units + 1) scratch for messages */
-    dt_tensor *slot_views;     /* (num_units * DT_OPTIM_MAX_SLOTS + 1) */
-    dt_rpc_call *calls;        /* (num_ps) */
-    dt_rpc_buf *requests;      /* (num_ps) */
-    dt_rpc_call *batch;        /* (num_ps) scratch: the calls of one partial round */
+    unit *units;              /* (num_units) */
+    int *order;               /* (num_units) unit indexes grouped by ps */
+    int *first_on, *count_on; /* (num_ps) each ps's group in order */
+    int *seen;                /* (num_units) scratch: unit answered */
+    dt_tensor *views;         /* (num_units + 1) scratch for messages */
+    dt_tensor *slot_views;    /* (num_units * DT_OPTIM_MAX_SLOTS + 1) */
+    dt_rpc_call *calls;       /* (num_ps) */
+    dt_rpc_buf *requests;     /* (num_ps) */
+    dt_rpc_call *batch;       /* (num_ps) scratch: the calls of one partial round */
     /* A push that failed on some ps tasks: the retry goes only to those that
      * did not apply it, so no task applies one gradient twice. */
     int push_pending;
-    int *push_acked;          /* (num_ps) */
+    int *push_acked;                /* (num_ps) */
     dt_msg_push_resp *push_replies; /* (num_ps) the acknowledging replies */
-    int64_t seen_step; /* highest global step any reply carried */
+    /* (num_ps) the highest global step each ps has replied with, sent back
+     * to that ps only: a restored ps never answers below what it said
+     * before. Per ps, because tasks count their pushes apart and may differ
+     * by the pushes in flight; raising one to another's step would count
+     * those pushes twice. */
+    int64_t *seen_step;
 };
 
 int dt_placement_from_name(const char *name) {
@@ -71,7 +76,8 @@ static int64_t num_parts(const dt_ps_client *c, const dt_tensor *v) {
 
 static int make_units(dt_ps_client *c, dt_err *err) {
     int n = 0;
-    for (int i = 0; i < c->num_vars; i++) n += (int)num_parts(c, &c->layout[i]);
+    for (int i = 0; i < c->num_vars; i++)
+        n += (int)num_parts(c, &c->layout[i]);
     c->units = calloc((size_t)(n ? n : 1), sizeof *c->units);
     if (!c->units) return dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
     c->num_units = n;
@@ -102,18 +108,21 @@ static int make_units(dt_ps_client *c, dt_err *err) {
 }
 
 static void place_round_robin(dt_ps_client *c) {
-    for (int k = 0; k < c->num_units; k++) c->units[k].ps = k % c->num_ps;
+    for (int k = 0; k < c->num_units; k++)
+        c->units[k].ps = k % c->num_ps;
 }
 
 /* Largest first onto the least-loaded task that holds no other slice of the
  * same variable (when there is one); ties by name, then task index. */
 static void place_greedy(dt_ps_client *c, int *order) {
     int n = c->num_units;
-    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 0; i < n; i++)
+        order[i] = i;
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0; j--) {
             const unit *a = &c->units[order[j - 1]], *b = &c->units[order[j]];
-            int swap = a->nbytes < b->nbytes || (a->nbytes == b->nbytes && strcmp(a->name, b->name) > 0);
+            int swap =
+                a->nbytes < b->nbytes || (a->nbytes == b->nbytes && strcmp(a->name, b->name) > 0);
             if (!swap) break;
             int t = order[j];
             order[j] = order[j - 1];
@@ -162,9 +171,15 @@ static int place(dt_ps_client *c, dt_err *err) {
     return 0;
 }
 
-int dt_ps_client_num_ps(const dt_ps_client *c) { return c->num_ps; }
-const char *dt_ps_client_name(const dt_ps_client *c, int ps_index) { return c->names[ps_index]; }
-int dt_ps_client_num_units(const dt_ps_client *c) { return c->num_units; }
+int dt_ps_client_num_ps(const dt_ps_client *c) {
+    return c->num_ps;
+}
+const char *dt_ps_client_name(const dt_ps_client *c, int ps_index) {
+    return c->names[ps_index];
+}
+int dt_ps_client_num_units(const dt_ps_client *c) {
+    return c->num_units;
+}
 
 void dt_ps_client_unit(const dt_ps_client *c, int i, dt_ps_unit *out) {
     const unit *u = &c->units[i];
@@ -188,8 +203,8 @@ void dt_ps_client_log_placement(const dt_ps_client *c) {
         size_t bytes = 0;
         for (int k = c->first_on[p]; k < c->first_on[p] + c->count_on[p]; k++)
             bytes += c->units[c->order[k]].nbytes;
-        dt_log(DT_LOG_INFO, "placement: %s holds %d unit%s, %zu bytes", c->names[p],
-               c->count_on[p], c->count_on[p] == 1 ? "" : "s", bytes);
+        dt_log(DT_LOG_INFO, "placement: %s holds %d unit%s, %zu bytes", c->names[p], c->count_on[p],
+               c->count_on[p] == 1 ? "" : "s", bytes);
     }
 }
 
@@ -210,6 +225,7 @@ int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout
     c->channels = calloc(np, sizeof *c->channels);
     c->names = calloc(np, sizeof *c->names);
     c->incarnation = calloc(np, sizeof *c->incarnation);
+    c->seen_step = calloc(np, sizeof *c->seen_step);
     c->layout = calloc(nv, sizeof *c->layout);
     c->first_on = calloc(np, sizeof *c->first_on);
     c->count_on = calloc(np, sizeof *c->count_on);
@@ -219,8 +235,8 @@ int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout
     c->push_acked = calloc(np, sizeof *c->push_acked);
     c->push_replies = calloc(np, sizeof *c->push_replies);
     int rc = 0;
-    if (!c->channels || !c->names || !c->incarnation || !c->layout || !c->first_on ||
-        !c->count_on || !c->calls || !c->requests || !c->batch || !c->push_acked ||
+    if (!c->channels || !c->names || !c->incarnation || !c->seen_step || !c->layout ||
+        !c->first_on || !c->count_on || !c->calls || !c->requests || !c->batch || !c->push_acked ||
         !c->push_replies) {
         rc = dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
         goto fail;
@@ -250,6 +266,7 @@ void dt_ps_client_free(dt_ps_client *c) {
     free(c->channels);
     free(c->names);
     free(c->incarnation);
+    free(c->seen_step);
     free(c->layout);
     free(c->units);
     free(c->order);
@@ -290,12 +307,14 @@ static int prepare(dt_ps_client *c, int p, dt_msg_type type, const void *msg, in
 /* Runs calls [first, first+n) and releases their requests. */
 static int run(dt_ps_client *c, int first, int n, dt_err *err) {
     int rc = dt_rpc_call_all(&c->calls[first], n, c->params.timeout_ms, err);
-    for (int p = first; p < first + n; p++) dt_rpc_buf_release(&c->requests[p]);
+    for (int p = first; p < first + n; p++)
+        dt_rpc_buf_release(&c->requests[p]);
     return rc;
 }
 
 static void release_responses(dt_ps_client *c) {
-    for (int p = 0; p < c->num_ps; p++) dt_rpc_buf_release(&c->calls[p].response);
+    for (int p = 0; p < c->num_ps; p++)
+        dt_rpc_buf_release(&c->calls[p].response);
 }
 
 /* Records ps p's incarnation; a change means it restarted since last seen. */
@@ -304,8 +323,7 @@ static int note_incarnation(dt_ps_client *c, int p, uint64_t incarnation, dt_err
     c->incarnation[p] = incarnation;
     if (before != 0 && before != incarnation)
         return dt_err_set(err, DT_EUNAVAILABLE, "%s: restarted (incarnation %016llx, was %016llx)",
-                          c->names[p], (unsigned long long)incarnation,
-                          (unsigned long long)before);
+                          c->names[p], (unsigned long long)incarnation, (unsigned long long)before);
     return 0;
 }
 
@@ -418,16 +436,16 @@ static int find_unit(const dt_ps_client *c, int p, const char *name, size_t len)
 
 /* Checks a pulled view against its unit and copies it into dst (the whole
  * tensor, shaped like the unit's variable). */
-static int take(dt_ps_client *c, int p, int ui, const dt_tensor *got, dt_tensor *dst,
-                dt_err *err) {
+static int take(dt_ps_client *c, int p, int ui, const dt_tensor *got, dt_tensor *dst, dt_err *err) {
     const unit *u = &c->units[ui];
     const dt_tensor *v = &c->layout[u->var];
     int ok = got->dtype == v->dtype && got->ndim == v->ndim && got->nbytes == u->nbytes;
     for (int d = 0; ok && d < v->ndim; d++)
         ok = got->shape[d] == (d == 0 ? u->rows : v->shape[d]);
     if (!ok)
-        return dt_err_set(err, DT_EINVAL, "%s: pull: %s has another dtype or shape than this "
-                                          "model's (was the ps created by another job?)",
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: pull: %s has another dtype or shape than this "
+                          "model's (was the ps created by another job?)",
                           c->names[p], got->name);
     memcpy((char *)dst->data + u->offset, got->data, u->nbytes);
     return 0;
@@ -474,8 +492,8 @@ static int take_slots(dt_ps_client *c, int p, const dt_tensor_views *in, dt_tens
     return 0;
 }
 
-int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots,
-                      int64_t min_global_step, dt_ps_reply *r, dt_err *err) {
+int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots, int64_t min_global_step,
+                      dt_ps_reply *r, dt_err *err) {
     memset(r, 0, sizeof *r);
     int rc = 0;
     for (int p = 0; p < c->num_ps; p++) {
@@ -484,7 +502,7 @@ int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots,
         req.worker = c->params.worker;
         req.include_slots = slots != NULL;
         req.min_global_step = min_global_step;
-        req.seen_step = c->seen_step;
+        req.seen_step = c->seen_step[p];
         if ((rc = prepare(c, p, DT_MSG_PULL_REQ, &req, 0, err)) < 0) return rc;
     }
     if ((rc = run(c, 0, c->num_ps, err)) < 0) goto out;
@@ -506,7 +524,7 @@ int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots,
             if (pass == 0) {
                 if ((rc = note_incarnation(c, p, resp.incarnation, err)) < 0) goto out;
                 if (p == 0) r->global_step = resp.global_step;
-                if (resp.global_step > c->seen_step) c->seen_step = resp.global_step;
+                if (resp.global_step > c->seen_step[p]) c->seen_step[p] = resp.global_step;
                 r->done |= resp.done;
                 r->wait |= resp.wait;
                 continue;
@@ -536,7 +554,7 @@ int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt
         memset(&req, 0, sizeof req);
         req.worker = c->params.worker;
         req.step = step;
-        req.seen_step = c->seen_step;
+        req.seen_step = c->seen_step[p];
         req.out.items = c->views;
         req.out.count = unit_views(c, p, grads, c->views);
         /* Encoding copies the views' bytes, so the scratch is free again. */
@@ -564,12 +582,13 @@ int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt
             rc = drc;
         }
     }
-    for (int k = 0; k < n; k++) dt_rpc_buf_release(&c->batch[k].response);
+    for (int k = 0; k < n; k++)
+        dt_rpc_buf_release(&c->batch[k].response);
     if (rc < 0) return rc; /* the pending push is retried on the next call */
     c->push_pending = 0;
     for (int p = 0; p < c->num_ps; p++) {
-        if (c->push_replies[p].global_step > c->seen_step)
-            c->seen_step = c->push_replies[p].global_step;
+        if (c->push_replies[p].global_step > c->seen_step[p])
+            c->seen_step[p] = c->push_replies[p].global_step;
         if (p == 0) r->global_step = c->push_replies[p].global_step;
         r->done |= c->push_replies[p].done;
         r->dropped |= c->push_replies[p].dropped;

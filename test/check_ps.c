@@ -1297,6 +1297,95 @@ START_TEST(test_through_client) {
 }
 END_TEST
 
+/* Two ps tasks count their pushes apart. A client must send each one back
+ * only the step that task answered with: sending ps 1 the step ps 0 is at
+ * would raise ps 1 to it and count the push twice. A ps restored below its
+ * old step is raised back to what it last answered, not to the other's. */
+static void start_ps(dt_cluster *cl, int task, dt_ps **out) {
+    dt_ps_params p = {.cluster = cl, .task_index = task, .num_threads = 2, .linger_ms = 1000};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ps_start(&p, out, &err) == 0, "ps %d: %s", task, err.msg);
+}
+
+static int64_t step_of(dt_ps_client *c, int p) {
+    dt_msg_status_resp st;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ps_client_status(c, p, &st, &err) == 0, "status %d: %s", p, err.msg);
+    return st.global_step;
+}
+
+START_TEST(test_two_ps_count_apart) {
+    dt_addr ps_addr[2], worker_addr[2];
+    for (int i = 0; i < 2; i++) {
+        set_addr(&ps_addr[i], free_port());
+        set_addr(&worker_addr[i], free_port());
+    }
+    dt_cluster cl = {.num_ps = 2, .ps = ps_addr, .num_workers = 2, .workers = worker_addr};
+    dt_ps *ps[2];
+    start_ps(&cl, 0, &ps[0]);
+    start_ps(&cl, 1, &ps[1]);
+
+    dt_tensor specs[2];
+    float sw[NW], sb[NB];
+    model_tensors(specs, sw, sb);
+    dt_tensors vars, grads;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_tensors_init(&vars, specs, 2, &err), 0);
+    ck_assert_int_eq(dt_tensors_init(&grads, specs, 2, &err), 0);
+    dt_ps_client *c = NULL;
+    dt_ps_client_params cp = {.cluster = &cl, .worker = 1, .timeout_ms = CALL_TIMEOUT_MS};
+    ck_assert_int_eq(dt_ps_client_new(&cp, &vars, &c, &err), 0);
+    int on[2] = {0, 0};
+    for (int i = 0; i < dt_ps_client_num_units(c); i++) {
+        dt_ps_unit u;
+        dt_ps_client_unit(c, i, &u);
+        on[u.ps]++;
+    }
+    ck_assert_msg(on[0] == 1 && on[1] == 1, "w and b not one per ps (%d, %d)", on[0], on[1]);
+
+    /* ps 0 at step 5, ps 1 at step 0. */
+    dt_ps_model model;
+    memset(&model, 0, sizeof model);
+    model.vars = &vars;
+    sgd_config(&model.optim, 0.5);
+    model.model = "two ps";
+    model.max_steps = 100;
+    int only0[2] = {1, 0}, only1[2] = {0, 1};
+    model.global_step = 5;
+    ck_assert_msg(dt_ps_client_create(c, &model, only0, &err) == 0, "create 0: %s", err.msg);
+    model.global_step = 0;
+    ck_assert_msg(dt_ps_client_create(c, &model, only1, &err) == 0, "create 1: %s", err.msg);
+
+    dt_ps_reply r;
+    ck_assert_msg(dt_ps_client_pull(c, &vars, NULL, 0, &r, &err) == 0, "pull: %s", err.msg);
+    for (int k = 0; k < 3; k++)
+        ck_assert_msg(dt_ps_client_push(c, &grads, 5 + k, &r, &err) == 0, "push: %s", err.msg);
+    ck_assert_int_eq(step_of(c, 0), 8);
+    ck_assert_int_eq(step_of(c, 1), 3);
+
+    /* ps 1 restarts and is restored at step 1 (an older checkpoint): the
+     * client's next push raises it to 3, the step it last answered, then
+     * applies: 4. */
+    dt_ps_free(ps[1]);
+    start_ps(&cl, 1, &ps[1]);
+    model.global_step = 1;
+    ck_assert_msg(dt_ps_client_create(c, &model, only1, &err) == 0, "re-create 1: %s", err.msg);
+    ck_assert_msg(dt_ps_client_push(c, &grads, 8, &r, &err) == 0, "push after restore: %s",
+                  err.msg);
+    ck_assert_int_eq(step_of(c, 0), 9);
+    ck_assert_int_eq(step_of(c, 1), 4);
+
+    dt_ps_client_free(c);
+    dt_tensors_deinit(&vars);
+    dt_tensors_deinit(&grads);
+    dt_ps_free(ps[0]);
+    dt_ps_free(ps[1]);
+}
+END_TEST
+
 Suite *ps_suite(void) {
     Suite *s = suite_create("ps");
     TCase *life = tcase_create("lifecycle");
@@ -1310,6 +1399,7 @@ Suite *ps_suite(void) {
     tcase_add_test(life, test_shutdown_linger);
     tcase_add_test(life, test_wait_stop_flag);
     tcase_add_test(life, test_through_client);
+    tcase_add_test(life, test_two_ps_count_apart);
     suite_add_tcase(s, life);
 
     TCase *push_tc = tcase_create("push");
