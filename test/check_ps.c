@@ -1208,23 +1208,30 @@ START_TEST(test_start_errors) {
 }
 END_TEST
 
+/* w and b with W0 and B0 in vars and GW and GB in grads, for dt_ps_client. */
+static void client_tensors(dt_tensors *vars, dt_tensors *grads) {
+    dt_tensor specs[2];
+    float sw[NW], sb[NB];
+    model_tensors(specs, sw, sb);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_tensors_init(vars, specs, 2, &err), 0);
+    ck_assert_int_eq(dt_tensors_init(grads, specs, 2, &err), 0);
+    memcpy(vars->items[0].data, W0, sizeof W0);
+    memcpy(vars->items[1].data, B0, sizeof B0);
+    memcpy(grads->items[0].data, GW, sizeof GW);
+    memcpy(grads->items[1].data, GB, sizeof GB);
+}
+
 /* The same life through dt_ps_client: create, pull, push, status,
  * shutdown. */
 START_TEST(test_through_client) {
     fixture f;
     fixture_start(&f, 60000);
-    dt_tensor specs[2];
-    float sw[NW], sb[NB];
-    model_tensors(specs, sw, sb);
     dt_tensors vars, grads;
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_int_eq(dt_tensors_init(&vars, specs, 2, &err), 0);
-    ck_assert_int_eq(dt_tensors_init(&grads, specs, 2, &err), 0);
-    memcpy(vars.items[0].data, W0, sizeof W0);
-    memcpy(vars.items[1].data, B0, sizeof B0);
-    memcpy(grads.items[0].data, GW, sizeof GW);
-    memcpy(grads.items[1].data, GB, sizeof GB);
+    client_tensors(&vars, &grads);
     dt_ps_client *chief = NULL, *worker1 = NULL;
     dt_ps_client_params cp = {.cluster = &f.cluster, .worker = 0, .timeout_ms = CALL_TIMEOUT_MS};
     ck_assert_int_eq(dt_ps_client_new(&cp, &vars, &chief, &err), 0);
@@ -1327,14 +1334,10 @@ START_TEST(test_two_ps_count_apart) {
     start_ps(&cl, 0, &ps[0]);
     start_ps(&cl, 1, &ps[1]);
 
-    dt_tensor specs[2];
-    float sw[NW], sb[NB];
-    model_tensors(specs, sw, sb);
     dt_tensors vars, grads;
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_int_eq(dt_tensors_init(&vars, specs, 2, &err), 0);
-    ck_assert_int_eq(dt_tensors_init(&grads, specs, 2, &err), 0);
+    client_tensors(&vars, &grads);
     dt_ps_client *c = NULL;
     dt_ps_client_params cp = {.cluster = &cl, .worker = 1, .timeout_ms = CALL_TIMEOUT_MS};
     ck_assert_int_eq(dt_ps_client_new(&cp, &vars, &c, &err), 0);
