@@ -33,9 +33,7 @@
  * nothing waits forever. A ps started here dies with the parent (parent-death
  * signal); the parent waits up to 20 s for it to serve, and after the job up
  * to --ps-exit-secs (default 15) for it to exit by itself: an exit status
- * other than 0 is a failure; one still running then is killed and counted
- * (a ps whose messages were larger than a few MB spends about 10 s in
- * gRPC's shutdown, waiting on a timer, after it has logged that it exits).
+ * other than 0 is a failure; one still running then is killed and counted.
  *
  * Output (stdout), one line:
  *   pullpush floats=N rounds=R workers=W ps=P units=U seconds=S mb_per_s=X
