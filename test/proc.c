@@ -100,7 +100,8 @@ int dt_test_free_ports(int *ports, int n) {
             break;
         }
     }
-    for (int i = 0; i < opened; i++) close(fds[i]);
+    for (int i = 0; i < opened; i++)
+        close(fds[i]);
     return rc;
 }
 
@@ -251,13 +252,36 @@ char *dt_test_tail(const char *path, size_t max_bytes) {
     return text;
 }
 
+const char *dt_test_report_logs(const char *dir) {
+    fprintf(stderr, "test: the role logs in %s end:\n", dir);
+    DIR *d = opendir(dir);
+    if (!d) return " (no log dir)";
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n < 5 || strcmp(e->d_name + n - 4, ".log") != 0) continue;
+        size_t cap = strlen(dir) + n + 2;
+        char *path = malloc(cap);
+        if (!path) break;
+        snprintf(path, cap, "%s/%s", dir, e->d_name);
+        char *tail = dt_test_tail(path, 3000);
+        fprintf(stderr, "== %s ==\n%s\n", e->d_name, tail);
+        free(tail);
+        free(path);
+    }
+    closedir(d);
+    return " (printed on stderr)";
+}
+
 static proc_entry *find_proc(pid_t pid) {
     for (int i = 0; i < num_procs; i++)
         if (procs[i].pid == pid) return &procs[i];
     return NULL;
 }
 
-static void kill_all_at_exit(void) { dt_test_kill_all(); }
+static void kill_all_at_exit(void) {
+    dt_test_kill_all();
+}
 
 static void arm_atexit(void) {
     if (atexit_armed) return;

@@ -83,6 +83,11 @@ int dt_test_line_has(const char *text, const char *n1, const char *n2, const cha
  * never NULL (caller frees). */
 char *dt_test_tail(const char *path, size_t max_bytes);
 
+/* Prints the last lines of every *.log file in dir to stderr, for a failed
+ * test, and returns a short text for its Check message, which refuses long
+ * ones ("Message string too long"). The text is static; never NULL. */
+const char *dt_test_report_logs(const char *dir);
+
 /* Milliseconds on a monotonic clock, and a sleep. */
 long long dt_test_now_ms(void);
 void dt_test_sleep_ms(int ms);
