@@ -24,7 +24,6 @@
  * thread started is stopped.
  */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -36,12 +35,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
 #include "cluster.h"
 #include "codec.h"
-#include "data.h"
 #include "err.h"
-#include "model.h"
+#include "job.h"
 #include "optim.h"
 #include "proc.h"
 #include "ps.h"
@@ -68,22 +65,15 @@ typedef struct {
     dt_ps *ps[MAX_PS];
 } world;
 
-static void set_addr(dt_addr *a, int port) {
-    memset(a, 0, sizeof *a);
-    snprintf(a->host, sizeof a->host, "127.0.0.1");
-    a->port = port;
-    snprintf(a->addr, sizeof a->addr, "127.0.0.1:%d", port);
-}
-
 static void world_start(world *w, int num_ps, int num_workers) {
     ck_assert(num_ps >= 1 && num_ps <= MAX_PS && num_workers >= 1 && num_workers <= MAX_WORKERS);
     memset(w, 0, sizeof *w);
     int ports[MAX_PS + MAX_WORKERS];
     ck_assert_int_eq(dt_test_free_ports(ports, num_ps + num_workers), 0);
     for (int p = 0; p < num_ps; p++)
-        set_addr(&w->ps_addr[p], ports[p]);
+        dt_test_loopback_addr(&w->ps_addr[p], ports[p]);
     for (int k = 0; k < num_workers; k++)
-        set_addr(&w->worker_addr[k], ports[num_ps + k]);
+        dt_test_loopback_addr(&w->worker_addr[k], ports[num_ps + k]);
     w->cluster.num_ps = num_ps;
     w->cluster.ps = w->ps_addr;
     w->cluster.num_workers = num_workers;
@@ -1066,185 +1056,15 @@ END_TEST
 
 #define JOB_TIMEOUT_MS 120000 /* a short job, 2 cores, maybe under ASan */
 #define EXIT_TIMEOUT_MS 20000
-#define MAX_ROLES 6
-#define MAX_SETS 16
-#define FIT_TOL 0.05
 
-typedef struct {
-    char dir[1024];
-    char cluster[1100];
-    char log_dir[1100];
-    int num_ps, num_workers;
-    int ports[MAX_ROLES];
-    const char *sets[MAX_SETS];
-    int num_sets;
-} job;
-
-static char *tmp;
-static job J;
-static char report_buf[24000];
-
-static void suite_setup(void) {
-    if (dt_test_tmp_begin() != 0) fprintf(stderr, "consistency: cannot make the temp dir\n");
-}
+static dt_test_job J;
 
 static void setup(void) {
-    tmp = dt_test_tempdir();
-    ck_assert_msg(tmp != NULL, "cannot make a temp dir");
-    ck_assert_msg(access(dt_test_bin(), X_OK) == 0,
-                  "no executable dtrain at %s (set DTRAIN_BIN, or run `make test`)", dt_test_bin());
-    memset(&J, 0, sizeof J);
-    snprintf(J.dir, sizeof J.dir, "%s", tmp);
-    snprintf(J.cluster, sizeof J.cluster, "%s/cluster.json", tmp);
-    snprintf(J.log_dir, sizeof J.log_dir, "%s/logs", tmp);
+    dt_test_job_setup(&J);
 }
 
 static void teardown(void) {
-    dt_test_kill_all();
-    dt_test_tempdir_free(tmp);
-    tmp = NULL;
-}
-
-/* A new cluster file (new ports): num_ps ps tasks, num_workers workers. */
-static void new_cluster(int num_ps, int num_workers) {
-    ck_assert(num_ps + num_workers <= MAX_ROLES);
-    J.num_ps = num_ps;
-    J.num_workers = num_workers;
-    ck_assert_int_eq(dt_test_write_cluster(J.cluster, num_ps, num_workers, J.ports), 0);
-}
-
-static void set_job(const char *const *sets, int n) {
-    ck_assert(n <= MAX_SETS);
-    for (int i = 0; i < n; i++)
-        J.sets[i] = sets[i];
-    J.num_sets = n;
-}
-
-/* The last lines of every role's log, for failure messages. */
-static const char *report(void) {
-    size_t used = 0;
-    report_buf[0] = '\0';
-    DIR *d = opendir(J.dir);
-    if (!d) return "(no logs)";
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        if (n < 5 || strcmp(e->d_name + n - 4, ".log") != 0) continue;
-        char path[2048];
-        snprintf(path, sizeof path, "%s/%s", J.dir, e->d_name);
-        char *tail = dt_test_tail(path, 1500);
-        int k = snprintf(report_buf + used, sizeof report_buf - used, "\n== %s ==\n%s", e->d_name,
-                         tail);
-        free(tail);
-        if (k < 0 || (size_t)k >= sizeof report_buf - used) break;
-        used += (size_t)k;
-    }
-    closedir(d);
-    return report_buf;
-}
-
-static pid_t start_role(const char *job_name, int task, const char *log_name, int keep_serving) {
-    char task_text[16], log_path[1200];
-    char *argv[16 + 2 * MAX_SETS];
-    int n = 0;
-    snprintf(task_text, sizeof task_text, "%d", task);
-    snprintf(log_path, sizeof log_path, "%s/%s.log", J.dir, log_name);
-    argv[n++] = (char *)dt_test_bin();
-    argv[n++] = "--cluster";
-    argv[n++] = J.cluster;
-    argv[n++] = "--job-name";
-    argv[n++] = (char *)job_name;
-    argv[n++] = "--task-index";
-    argv[n++] = task_text;
-    argv[n++] = "--log-dir";
-    argv[n++] = J.log_dir;
-    for (int i = 0; i < J.num_sets; i++) {
-        argv[n++] = "--set";
-        argv[n++] = (char *)J.sets[i];
-    }
-    if (keep_serving) argv[n++] = "--keep-serving";
-    argv[n] = NULL;
-    pid_t pid = dt_test_spawn(argv, log_path);
-    ck_assert_msg(pid > 0, "cannot start %s %d", job_name, task);
-    return pid;
-}
-
-static char *read_log(const char *log_name) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s.log", J.dir, log_name);
-    char *text = dt_test_read_file(path, NULL);
-    ck_assert_msg(text != NULL, "no log %s", path);
-    return text;
-}
-
-/* Waits for every pid to exit 0 within timeout_ms (the rest are killed). */
-static void expect_all_exit_0(const pid_t *pids, char names[][32], int n, int timeout_ms) {
-    long long deadline = dt_test_now_ms() + timeout_ms;
-    int status[MAX_ROLES], done[MAX_ROLES] = {0}, left = n;
-    while (left > 0) {
-        for (int i = 0; i < n; i++) {
-            if (done[i] || dt_test_alive(pids[i])) continue;
-            status[i] = dt_test_wait(pids[i], 0);
-            done[i] = 1;
-            left--;
-        }
-        if (left == 0) break;
-        if (dt_test_now_ms() >= deadline) {
-            for (int i = 0; i < n; i++)
-                if (!done[i]) status[i] = dt_test_wait(pids[i], 0);
-            break;
-        }
-        dt_test_sleep_ms(50);
-    }
-    for (int i = 0; i < n; i++) {
-        if (status[i] == DT_TEST_TIMEOUT)
-            ck_abort_msg("%s still running after %d s; logs:%s", names[i], timeout_ms / 1000,
-                         report());
-        ck_assert_msg(status[i] == 0, "%s exited with %d (negative: signal); logs:%s", names[i],
-                      status[i], report());
-    }
-}
-
-/* Runs the current job on the current cluster: every ps (log ps<k><tag>),
- * the chief (chief<tag>) and the workers (worker<k><tag>), all exit 0. */
-static void run_job(const char *tag) {
-    pid_t pids[MAX_ROLES];
-    char names[MAX_ROLES][32];
-    int n = 0;
-    for (int p = 0; p < J.num_ps; p++) {
-        char log_name[64];
-        snprintf(log_name, sizeof log_name, "ps%d%s", p, tag);
-        snprintf(names[n], sizeof names[n], "ps %d", p);
-        pids[n++] = start_role("ps", p, log_name, 0);
-    }
-    for (int k = 0; k < J.num_workers; k++) {
-        char log_name[64];
-        if (k == 0) {
-            snprintf(log_name, sizeof log_name, "chief%s", tag);
-            snprintf(names[n], sizeof names[n], "chief");
-        } else {
-            snprintf(log_name, sizeof log_name, "worker%d%s", k, tag);
-            snprintf(names[n], sizeof names[n], "worker %d", k);
-        }
-        pids[n++] = start_role("worker", k, log_name, 0);
-    }
-    expect_all_exit_0(pids, names, n, JOB_TIMEOUT_MS);
-}
-
-/* Loads the latest checkpoint (caller deinits ts); asserts its step. */
-static int64_t load_final(dt_tensors *ts, int64_t min_step) {
-    dt_ckpt_meta meta;
-    dt_err err;
-    char path[2048];
-    memset(ts, 0, sizeof *ts);
-    dt_err_clear(&err);
-    int rc = dt_ckpt_restore_latest(J.log_dir, ts, &meta, path, sizeof path, &err);
-    ck_assert_msg(rc == 1, "no loadable checkpoint in %s (rc %d: %s); logs:%s", J.log_dir, rc,
-                  err.msg, report());
-    ck_assert_msg(meta.global_step >= min_step,
-                  "%s: global_step %" PRId64 " < %" PRId64 "; logs:%s", path, meta.global_step,
-                  min_step, report());
-    return meta.global_step;
+    dt_test_job_teardown(&J);
 }
 
 /* Every element of the named tensor is finite; returns the sum of squares. */
@@ -1266,14 +1086,14 @@ static double tensor_norm2(const dt_tensors *ts, const char *name, int64_t rows,
 
 /* A chief's log line has "restored" and the step it restored. */
 static void expect_restored(const char *log_name, int64_t step) {
-    char *log = read_log(log_name);
+    char *log = dt_test_job_read_log(&J, log_name);
     char step_text[64];
     snprintf(step_text, sizeof step_text, "(global_step %" PRId64 ")", step);
     int ok = dt_test_line_has(log, "restored", step_text, NULL, NULL);
     int warned = strstr(log, "slots; they start from") != NULL;
     free(log);
     ck_assert_msg(ok, "%s has no \"restored\" line with %s; logs:%s", log_name, step_text,
-                  report());
+                  dt_test_job_report(&J));
     ck_assert_msg(!warned, "%s: the checkpoint's momentum slots were not restored", log_name);
 }
 
@@ -1281,41 +1101,36 @@ static void expect_restored(const char *log_name, int64_t step) {
  * slices; momentum gives it a slot, saved whole. Trained on 2 ps, restored
  * onto 1, then onto 3, each run continuing the step. */
 START_TEST(test_job_restore_other_ps_counts) {
-    static const char *const base[] = {"data=wide",           "features=300",
-                                       "examples=1000",       "optimizer=momentum",
-                                       "learning_rate=0.002", "partition_min_bytes=256",
-                                       "save_model_secs=1",   "log_steps=100",
-                                       "summary_steps=50",    NULL};
-    const char *sets[MAX_SETS];
-    int n = 0;
-    for (; base[n]; n++)
-        sets[n] = base[n];
+    static const char *const base[] = {
+        "data=wide",          "features=300",        "examples=1000",
+        "optimizer=momentum", "learning_rate=0.002", "partition_min_bytes=256",
+        "save_model_secs=1",  "log_steps=100",       "summary_steps=50"};
     static const int ps_counts[] = {2, 1, 3};
     static const char *const max_steps[] = {"max_steps=300", "max_steps=600", "max_steps=900"};
     int64_t last = -1;
     for (int run = 0; run < 3; run++) {
-        sets[n] = max_steps[run];
-        set_job(sets, n + 1);
-        new_cluster(ps_counts[run], 2);
+        dt_test_job_set(&J, base, (int)(sizeof base / sizeof base[0]));
+        dt_test_job_add_set(&J, max_steps[run]);
+        dt_test_job_cluster(&J, ps_counts[run], 2);
         char tag[16];
         snprintf(tag, sizeof tag, "_%d", run);
-        run_job(tag);
+        dt_test_job_run(&J, tag, JOB_TIMEOUT_MS);
         char chief_log[32];
         snprintf(chief_log, sizeof chief_log, "chief%s", tag);
         if (run > 0) expect_restored(chief_log, last);
         /* The chief's placement lines: slices on every ps when split. */
-        char *log = read_log(chief_log);
+        char *log = dt_test_job_read_log(&J, chief_log);
         if (ps_counts[run] > 1) {
             char part[64];
             snprintf(part, sizeof part, "linear/weight/part_%d rows", ps_counts[run] - 1);
             ck_assert_msg(strstr(log, part), "%s: no placement line for %s; logs:%s", chief_log,
-                          part, report());
+                          part, dt_test_job_report(&J));
         } else {
             ck_assert_msg(!strstr(log, "/part_"), "%s: a slice on 1 ps", chief_log);
         }
         free(log);
         dt_tensors ts;
-        int64_t step = load_final(&ts, 300 * (run + 1));
+        int64_t step = dt_test_job_load_latest(&J, 300 * (run + 1), &ts, NULL, 0);
         ck_assert_msg(step > last, "run %d ended at step %" PRId64 ", not past %" PRId64, run, step,
                       last);
         double w2 = tensor_norm2(&ts, "linear/weight", 300, 1);
@@ -1329,24 +1144,6 @@ START_TEST(test_job_restore_other_ps_counts) {
 }
 END_TEST
 
-/* Closed-form least squares of the current job's whole (line) data set. */
-static void closed_form(double *weight, double *bias) {
-    dt_job jb;
-    dt_err err;
-    dt_err_clear(&err);
-    dt_job_defaults(&jb);
-    for (int i = 0; i < J.num_sets; i++)
-        ck_assert_msg(dt_job_set(&jb, J.sets[i], &err) == 0, "%s", err.msg);
-    ck_assert_msg(dt_job_finish(&jb, &err) == 0, "%s", err.msg);
-    dt_dataset *ds = NULL;
-    dt_batch all;
-    ck_assert_msg(dt_data_open(&jb, 0, 1, &ds, &err) == 0, "%s", err.msg);
-    int rc = dt_data_all(ds, &all, &err);
-    if (rc == 0) rc = dt_model_lstsq_line(&all, weight, bias, &err);
-    dt_data_free(ds);
-    ck_assert_msg(rc == 0, "%s", err.msg);
-}
-
 /* Sync mode, 2 workers aggregated per step, on 2 ps (weight on one, bias on
  * the other, each aggregating on its own): the job completes at exactly
  * max_steps and its final checkpoint is the least-squares line of the data
@@ -1355,29 +1152,17 @@ START_TEST(test_job_sync) {
     static const char *const sets[] = {"mode=sync",           "max_steps=400", "examples=1000",
                                        "save_model_secs=1",   "log_steps=100", "summary_steps=50",
                                        "sync_timeout_secs=20"};
-    set_job(sets, 7);
-    new_cluster(2, 2);
-    run_job("");
-    dt_tensors ts;
-    int64_t step = load_final(&ts, 400);
+    dt_test_job_set(&J, sets, (int)(sizeof sets / sizeof sets[0]));
+    dt_test_job_cluster(&J, 2, 2);
+    dt_test_job_run(&J, "", JOB_TIMEOUT_MS);
+    /* The mean gradient of both shards descends the whole set's loss: the
+     * line is the closed form's. */
+    int64_t step = dt_test_job_check_latest(&J, 400, 1);
     ck_assert_int_eq(step, 400); /* sync: the step advances once per pair, never past */
-    float wv, bv;
-    const dt_tensor *wt = dt_tensors_find(&ts, "linear/weight");
-    const dt_tensor *bt = dt_tensors_find(&ts, "linear/bias");
-    ck_assert(wt && bt && wt->nbytes == 4 && bt->nbytes == 4);
-    memcpy(&wv, wt->data, 4);
-    memcpy(&bv, bt->data, 4);
-    /* The mean gradient of both shards descends the whole set's loss. */
-    double want_w, want_b;
-    closed_form(&want_w, &want_b);
-    ck_assert_msg(fabs(wv - want_w) < FIT_TOL && fabs(bv - want_b) < FIT_TOL,
-                  "sync fit: w %.4f b %.4f, closed form %.4f %.4f; logs:%s", (double)wv, (double)bv,
-                  want_w, want_b, report());
-    dt_tensors_deinit(&ts);
     for (int p = 0; p < 2; p++) {
         char name[16];
         snprintf(name, sizeof name, "ps%d", p);
-        char *log = read_log(name);
+        char *log = dt_test_job_read_log(&J, name);
         ck_assert_msg(dt_test_line_has(log, "created", "sync", NULL, NULL),
                       "%s.log: no \"created ... sync\" line", name);
         free(log);
@@ -1387,21 +1172,12 @@ END_TEST
 
 /* Status of ps `ps` of the current cluster, asked from this process. */
 static void ps_status(int ps, dt_msg_status_resp *st) {
-    dt_cluster cl;
+    dt_test_probe probe;
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(dt_cluster_load(J.cluster, &cl, &err) == 0, "%s", err.msg);
-    dt_tensors layout;
-    dt_tensor one;
-    spec(&one, "any", 1, 1, 0); /* Status does not look at the model */
-    ck_assert_int_eq(dt_tensors_init(&layout, &one, 1, &err), 0);
-    dt_ps_client_params p = {.cluster = &cl, .worker = -1, .timeout_ms = CALL_TIMEOUT_MS};
-    dt_ps_client *c = NULL;
-    int rc = dt_ps_client_new(&p, &layout, &c, &err);
-    if (rc == 0) rc = dt_ps_client_status(c, ps, st, &err);
-    dt_ps_client_free(c);
-    dt_tensors_deinit(&layout);
-    dt_cluster_deinit(&cl);
+    dt_test_probe_open(&probe, J.cluster, CALL_TIMEOUT_MS);
+    int rc = dt_ps_client_status(probe.client, ps, st, &err);
+    dt_test_probe_close(&probe);
     ck_assert_msg(rc == 0, "status of ps %d: %s", ps, err.msg);
 }
 
@@ -1412,36 +1188,34 @@ static void ps_status(int ps, dt_msg_status_resp *st) {
 static void run_bounded(int late, const char *max_steps) {
     const char *sets[] = {"mode=bounded",      "staleness=2",   max_steps,         "examples=1000",
                           "save_model_secs=1", "log_steps=100", "summary_steps=50"};
-    set_job(sets, 7);
-    new_cluster(1, 2);
-    pid_t ps = start_role("ps", 0, "ps0", 1);
+    dt_test_job_set(&J, sets, (int)(sizeof sets / sizeof sets[0]));
+    dt_test_job_cluster(&J, 1, 2);
+    pid_t ps = dt_test_job_start_serving(&J, "ps", 0, "ps0");
     pid_t pids[2];
-    pids[0] = start_role("worker", 0, "chief", 0);
-    if (late) {
-        char path[1200];
-        snprintf(path, sizeof path, "%s/chief.log", J.dir);
-        ck_assert_msg(dt_test_wait_log(path, ": step 200 global_step", JOB_TIMEOUT_MS, pids[0]),
-                      "the chief never reached its step 200; logs:%s", report());
-    }
-    pids[1] = start_role("worker", 1, "worker1", 0);
-    char names[2][32] = {"chief", "worker 1"};
-    expect_all_exit_0(pids, names, 2, JOB_TIMEOUT_MS);
-    ck_assert_msg(dt_test_alive(ps), "--keep-serving ps exited; logs:%s", report());
+    pids[0] = dt_test_job_start(&J, "worker", 0, "chief");
+    if (late)
+        ck_assert_msg(
+            dt_test_job_wait_log(&J, "chief", ": step 200 global_step", JOB_TIMEOUT_MS, pids[0]),
+            "the chief never reached its step 200; logs:%s", dt_test_job_report(&J));
+    pids[1] = dt_test_job_start(&J, "worker", 1, "worker1");
+    const char *names[2] = {"chief", "worker 1"};
+    dt_test_job_expect_done(&J, pids, names, 2, JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_alive(ps), "--keep-serving ps exited; logs:%s", dt_test_job_report(&J));
     /* Both trained: else the bound held trivially. */
-    char *log = read_log("worker1");
+    char *log = dt_test_job_read_log(&J, "worker1");
     const char *done = strstr(log, "training done after ");
     long steps = done ? strtol(done + strlen("training done after "), NULL, 10) : 0;
     free(log);
-    ck_assert_msg(steps > 0, "worker 1 took no step; logs:%s", report());
+    ck_assert_msg(steps > 0, "worker 1 took no step; logs:%s", dt_test_job_report(&J));
     dt_msg_status_resp st;
     ps_status(0, &st);
     ck_assert_str_eq(st.mode, "bounded");
     ck_assert_int_ge(st.global_step, st.max_steps);
     ck_assert_msg(st.max_lead <= 2, "max_lead %d > staleness 2 (worker 1 started %s); logs:%s",
-                  st.max_lead, late ? "after the chief's step 200" : "with the chief", report());
+                  st.max_lead, late ? "after the chief's step 200" : "with the chief",
+                  dt_test_job_report(&J));
     ck_assert_int_eq(dt_test_kill(ps, SIGTERM), 0);
-    int status = dt_test_wait(ps, EXIT_TIMEOUT_MS);
-    ck_assert_msg(status == 128 + SIGTERM, "ps after SIGTERM: %d", status);
+    dt_test_job_expect_exit(&J, ps, "ps after SIGTERM", EXIT_TIMEOUT_MS, 128 + SIGTERM);
 }
 
 START_TEST(test_job_bounded) {
@@ -1485,14 +1259,10 @@ Suite *consistency_suite(void) {
     tcase_add_test(schedule, test_piecewise_schedule);
     suite_add_tcase(s, schedule);
 
-    TCase *jobs = tcase_create("jobs");
-    tcase_add_unchecked_fixture(jobs, suite_setup, dt_test_tmp_end);
-    tcase_add_checked_fixture(jobs, setup, teardown);
-    tcase_set_timeout(jobs, 600);
+    TCase *jobs = dt_test_job_tcase(s, "jobs", 600, setup, teardown);
     tcase_add_test(jobs, test_job_restore_other_ps_counts);
     tcase_add_test(jobs, test_job_sync);
     tcase_add_test(jobs, test_job_bounded);
     tcase_add_test(jobs, test_job_bounded_late_worker);
-    suite_add_tcase(s, jobs);
     return s;
 }

@@ -19,6 +19,7 @@
 
 #include "cluster.h"
 #include "err.h"
+#include "job.h"
 #include "proc.h"
 #include "ps_client.h"
 #include "suites.h"
@@ -34,13 +35,6 @@ typedef struct {
     dt_cluster cluster;
 } fake_cluster;
 
-static void set_addr(dt_addr *a, int port) {
-    memset(a, 0, sizeof *a);
-    snprintf(a->host, sizeof a->host, "127.0.0.1");
-    a->port = port;
-    snprintf(a->addr, sizeof a->addr, "127.0.0.1:%d", port);
-}
-
 static void cluster_make(fake_cluster *fc, int num_ps) {
     ck_assert(num_ps >= 1 && num_ps <= DT_MAX_PS + 1);
     int ports[MAX_TEST_PS + 1];
@@ -49,8 +43,8 @@ static void cluster_make(fake_cluster *fc, int num_ps) {
      * (nothing ever connects). */
     ck_assert_int_eq(dt_test_free_ports(ports, MAX_TEST_PS + 1), 0);
     for (int p = 0; p < num_ps; p++)
-        set_addr(&fc->ps[p], p < MAX_TEST_PS ? ports[p] : 20000 + p);
-    set_addr(&fc->worker[0], ports[MAX_TEST_PS]);
+        dt_test_loopback_addr(&fc->ps[p], p < MAX_TEST_PS ? ports[p] : 20000 + p);
+    dt_test_loopback_addr(&fc->worker[0], ports[MAX_TEST_PS]);
     fc->cluster.num_ps = num_ps;
     fc->cluster.ps = fc->ps;
     fc->cluster.num_workers = 1;
