@@ -14,76 +14,36 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "job.h"
 #include "proc.h"
 #include "suites.h"
 
 #define RUN_TIMEOUT_MS 15000
-#define MAX_ARGS 32
 
-static char *tmp;            /* the test's temp dir */
-static char cluster[1024];   /* a valid cluster file: 1 ps, 2 workers */
-static int ports[3];         /* its ports: ps, worker 0, worker 1 */
-static char out_text[65536]; /* last run's stdout */
-static char err_text[65536]; /* last run's stderr */
-static int run_count;
-
-static void suite_setup(void) {
-    if (dt_test_tmp_begin() != 0) fprintf(stderr, "cli: cannot make the suite's temp dir\n");
-}
+/* The test's temp dir and a valid cluster file (1 ps, 2 workers); J.out
+ * and J.err: what the last run printed. */
+static dt_test_job J;
 
 static void setup(void) {
-    tmp = dt_test_tempdir();
-    ck_assert_msg(tmp != NULL, "cannot make a temp dir");
-    snprintf(cluster, sizeof cluster, "%s/cluster.json", tmp);
-    ck_assert_int_eq(dt_test_write_cluster(cluster, 1, 2, ports), 0);
+    dt_test_job_setup(&J);
+    dt_test_job_cluster(&J, 1, 2);
 }
 
 static void teardown(void) {
-    dt_test_kill_all();
-    dt_test_tempdir_free(tmp);
-    tmp = NULL;
-}
-
-static void copy_file(const char *path, char *dst, size_t cap) {
-    char *text = dt_test_read_file(path, NULL);
-    snprintf(dst, cap, "%s", text ? text : "");
-    free(text);
+    dt_test_job_teardown(&J);
 }
 
 /* Runs the binary with args (NULL-terminated, without argv[0]). Returns its
- * exit status; its stdout and stderr are left in out_text and err_text. */
+ * exit status; a run that does not end in time (bad input accepted?)
+ * fails the test. */
 static int run(const char *const *args) {
-    char *argv[MAX_ARGS + 2];
-    char out_path[1100], err_path[1100];
-    int n = 0;
-    argv[n++] = (char *)dt_test_bin();
-    for (; args[n - 1] && n <= MAX_ARGS; n++) argv[n] = (char *)args[n - 1];
-    argv[n] = NULL;
-    run_count++;
-    snprintf(out_path, sizeof out_path, "%s/run%d.out", tmp, run_count);
-    snprintf(err_path, sizeof err_path, "%s/run%d.err", tmp, run_count);
-    ck_assert_msg(access(argv[0], X_OK) == 0,
-                  "no executable dtrain at %s (set DTRAIN_BIN, or run `make test`)", argv[0]);
-    pid_t pid = dt_test_spawn_split(argv, out_path, err_path);
-    ck_assert_msg(pid > 0, "cannot start %s", argv[0]);
-    int status = dt_test_wait(pid, RUN_TIMEOUT_MS);
-    copy_file(out_path, out_text, sizeof out_text);
-    copy_file(err_path, err_text, sizeof err_text);
-    ck_assert_msg(status != DT_TEST_TIMEOUT,
-                  "dtrain did not exit within %d s (bad input accepted?); stderr:\n%s",
-                  RUN_TIMEOUT_MS / 1000, err_text);
-    return status;
+    return dt_test_job_command(&J, args, RUN_TIMEOUT_MS);
 }
-
-static const char *or_empty(const char *s) { return s ? s : ""; }
 
 /* Asserts a usage/config error: status 2 and one stderr line holding every
  * non-NULL needle. */
 static void expect_usage_error(int status, const char *n1, const char *n2, const char *n3) {
-    ck_assert_msg(status == 2, "exit status %d, want 2; stderr:\n%s", status, err_text);
-    ck_assert_msg(dt_test_line_has(err_text, n1, n2, n3, NULL),
-                  "no stderr line naming [%s] [%s] [%s]; stderr:\n%s", or_empty(n1),
-                  or_empty(n2), or_empty(n3), err_text);
+    dt_test_job_expect_error(&J, status, 2, n1, n2, n3);
 }
 
 /* 1 when a line of text holds "path:<digits>:<digits>". */
@@ -92,7 +52,8 @@ static int has_line_col(const char *text, const char *path) {
     for (const char *p = text; (p = strstr(p, path)) != NULL; p += n) {
         const char *q = p + n;
         if (*q++ != ':' || !isdigit((unsigned char)*q)) continue;
-        while (isdigit((unsigned char)*q)) q++;
+        while (isdigit((unsigned char)*q))
+            q++;
         if (*q++ != ':' || !isdigit((unsigned char)*q)) continue;
         return 1;
     }
@@ -101,13 +62,13 @@ static int has_line_col(const char *text, const char *path) {
 
 /* Writes text to tmp/name; path_out gets the path. */
 static void write_tmp(const char *name, const char *text, char *path_out, size_t cap) {
-    snprintf(path_out, cap, "%s/%s", tmp, name);
+    snprintf(path_out, cap, "%s/%s", J.dir, name);
     ck_assert_int_eq(dt_test_write_file(path_out, text), 0);
 }
 
 START_TEST(unknown_flag) {
-    const char *args[] = {"--cluster", cluster, "--job-name", "ps", "--task-index", "0",
-                          "--bogus-flag", NULL};
+    const char *args[] = {"--cluster",    J.cluster, "--job-name",   "ps",
+                          "--task-index", "0",       "--bogus-flag", NULL};
     expect_usage_error(run(args), "--bogus-flag", NULL, NULL);
 }
 END_TEST
@@ -125,7 +86,7 @@ START_TEST(missing_cluster) {
 END_TEST
 
 START_TEST(missing_job_name) {
-    const char *args[] = {"--cluster", cluster, "--task-index", "0", NULL};
+    const char *args[] = {"--cluster", J.cluster, "--task-index", "0", NULL};
     expect_usage_error(run(args), "--job", NULL, NULL);
 }
 END_TEST
@@ -134,14 +95,14 @@ END_TEST
 static const char *const bad_jobs[] = {"chief", "foo"};
 
 START_TEST(unknown_job_name) {
-    const char *args[] = {"--cluster", cluster, "--job-name", bad_jobs[_i], "--task-index", "0",
-                          NULL};
+    const char *args[] = {"--cluster",    J.cluster, "--job-name", bad_jobs[_i],
+                          "--task-index", "0",       NULL};
     expect_usage_error(run(args), bad_jobs[_i], NULL, NULL);
 }
 END_TEST
 
 START_TEST(short_flags_checked_too) {
-    const char *args[] = {"--cluster", cluster, "--job", "foo", "--task", "0", NULL};
+    const char *args[] = {"--cluster", J.cluster, "--job", "foo", "--task", "0", NULL};
     expect_usage_error(run(args), "foo", NULL, NULL);
 }
 END_TEST
@@ -150,7 +111,7 @@ END_TEST
 static const char *const out_of_range[][2] = {{"ps", "1"}, {"worker", "2"}, {"worker", "-1"}};
 
 START_TEST(task_index_out_of_range) {
-    const char *args[] = {"--cluster",    cluster, "--job-name", out_of_range[_i][0],
+    const char *args[] = {"--cluster",    J.cluster,           "--job-name", out_of_range[_i][0],
                           "--task-index", out_of_range[_i][1], NULL};
     expect_usage_error(run(args), "task", out_of_range[_i][1], NULL);
 }
@@ -159,15 +120,15 @@ END_TEST
 static const char *const bad_indexes[] = {"abc", "1x", ""};
 
 START_TEST(task_index_not_a_number) {
-    const char *args[] = {"--cluster", cluster, "--job-name", "worker", "--task-index",
-                          bad_indexes[_i], NULL};
+    const char *args[] = {"--cluster",    J.cluster,       "--job-name", "worker",
+                          "--task-index", bad_indexes[_i], NULL};
     expect_usage_error(run(args), "task", bad_indexes[_i], NULL);
 }
 END_TEST
 
 START_TEST(missing_cluster_file) {
     char path[1100];
-    snprintf(path, sizeof path, "%s/no-such-cluster.json", tmp);
+    snprintf(path, sizeof path, "%s/no-such-cluster.json", J.dir);
     const char *args[] = {"--cluster", path, "--job-name", "ps", "--task-index", "0", NULL};
     expect_usage_error(run(args), path, NULL, NULL);
 }
@@ -181,14 +142,14 @@ START_TEST(malformed_json) {
     const char *args[] = {"--cluster", path, "--job-name", "ps", "--task-index", "0", NULL};
     int status = run(args);
     expect_usage_error(status, path, NULL, NULL);
-    ck_assert_msg(has_line_col(err_text, path), "no %s:line:col in stderr:\n%s", path, err_text);
+    ck_assert_msg(has_line_col(J.err, path), "no %s:line:col in stderr:\n%s", path, J.err);
 }
 END_TEST
 
 START_TEST(empty_ps_list) {
     char path[1100], text[256];
     snprintf(text, sizeof text, "{\"cluster\": {\"ps\": [], \"worker\": [\"127.0.0.1:%d\"]}}\n",
-             ports[1]);
+             J.ports[1]);
     write_tmp("empty_ps.json", text, path, sizeof path);
     const char *args[] = {"--cluster", path, "--job-name", "worker", "--task-index", "0", NULL};
     expect_usage_error(run(args), path, "ps", NULL);
@@ -197,10 +158,10 @@ END_TEST
 
 START_TEST(duplicate_address) {
     char path[1100], text[256], addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", ports[0]);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", J.ports[0]);
     snprintf(text, sizeof text,
              "{\"cluster\": {\"ps\": [\"%s\"],\n \"worker\": [\"%s\", \"127.0.0.1:%d\"]}}\n", addr,
-             addr, ports[2]);
+             addr, J.ports[2]);
     write_tmp("dup.json", text, path, sizeof path);
     const char *args[] = {"--cluster", path, "--job-name", "ps", "--task-index", "0", NULL};
     expect_usage_error(run(args), path, addr, NULL);
@@ -213,8 +174,8 @@ static const char *const bad_addrs[] = {"127.0.0.1:99999", "127.0.0.1", "127.0.0
 START_TEST(bad_host_port) {
     char path[1100], text[256];
     snprintf(text, sizeof text,
-             "{\"cluster\": {\"ps\": [\"%s\"],\n \"worker\": [\"127.0.0.1:%d\"]}}\n",
-             bad_addrs[_i], ports[1]);
+             "{\"cluster\": {\"ps\": [\"%s\"],\n \"worker\": [\"127.0.0.1:%d\"]}}\n", bad_addrs[_i],
+             J.ports[1]);
     write_tmp("bad_addr.json", text, path, sizeof path);
     const char *args[] = {"--cluster", path, "--job-name", "worker", "--task-index", "0", NULL};
     expect_usage_error(run(args), path, bad_addrs[_i], NULL);
@@ -223,16 +184,14 @@ END_TEST
 
 /* --set assignment and the name the message must carry. */
 static const char *const bad_sets[][2] = {
-    {"no_such_field=1", "no_such_field"},
-    {"max_steps=abc", "max_steps"},
-    {"batch_size=0", "batch_size"},
-    {"learning_rate=-0.5", "learning_rate"},
+    {"no_such_field=1", "no_such_field"}, {"max_steps=abc", "max_steps"},
+    {"batch_size=0", "batch_size"},       {"learning_rate=-0.5", "learning_rate"},
     {"max_steps", "max_steps"},
 };
 
 START_TEST(bad_set) {
-    const char *args[] = {"--cluster", cluster, "--job-name", "worker", "--task-index", "0",
-                          "--set", bad_sets[_i][0], NULL};
+    const char *args[] = {"--cluster", J.cluster, "--job-name",    "worker", "--task-index",
+                          "0",         "--set",   bad_sets[_i][0], NULL};
     expect_usage_error(run(args), bad_sets[_i][1], NULL, NULL);
 }
 END_TEST
@@ -241,66 +200,62 @@ START_TEST(bad_config_value) {
     char path[1100];
     write_tmp("job.json", "{\n  \"max_steps\": 100,\n  \"learning_rate\": -1\n}\n", path,
               sizeof path);
-    const char *args[] = {"--cluster", cluster, "--job-name", "worker", "--task-index", "0",
-                          "--config",  path,    NULL};
+    const char *args[] = {"--cluster", J.cluster,  "--job-name", "worker", "--task-index",
+                          "0",         "--config", path,         NULL};
     expect_usage_error(run(args), path, "learning_rate", NULL);
-    ck_assert_msg(has_line_col(err_text, path), "no %s:line:col in stderr:\n%s", path, err_text);
+    ck_assert_msg(has_line_col(J.err, path), "no %s:line:col in stderr:\n%s", path, J.err);
 }
 END_TEST
 
 START_TEST(unknown_config_field) {
     char path[1100];
     write_tmp("job.json", "{\n  \"max_stepz\": 100\n}\n", path, sizeof path);
-    const char *args[] = {"--cluster", cluster, "--job-name", "ps", "--task-index", "0",
-                          "--config",  path,    NULL};
+    const char *args[] = {"--cluster", J.cluster,  "--job-name", "ps", "--task-index",
+                          "0",         "--config", path,         NULL};
     expect_usage_error(run(args), path, "max_stepz", NULL);
 }
 END_TEST
 
 START_TEST(missing_config_file) {
     char path[1100];
-    snprintf(path, sizeof path, "%s/no-such-job.json", tmp);
-    const char *args[] = {"--cluster", cluster, "--job-name", "ps", "--task-index", "0",
-                          "--config",  path,    NULL};
+    snprintf(path, sizeof path, "%s/no-such-job.json", J.dir);
+    const char *args[] = {"--cluster", J.cluster,  "--job-name", "ps", "--task-index",
+                          "0",         "--config", path,         NULL};
     expect_usage_error(run(args), path, NULL, NULL);
 }
 END_TEST
 
 START_TEST(bad_log_level) {
-    const char *args[] = {"--cluster", cluster, "--job-name", "ps", "--task-index", "0",
-                          "--log-level", "loud", NULL};
+    const char *args[] = {"--cluster", J.cluster,     "--job-name", "ps", "--task-index",
+                          "0",         "--log-level", "loud",       NULL};
     expect_usage_error(run(args), "loud", NULL, NULL);
 }
 END_TEST
 
 START_TEST(help) {
-    static const char *const flags[] = {"--cluster", "--job-name", "--task-index", "--config",
-                                        "--set",     "--log-dir",  "--keep-serving",
-                                        "--log-level", "--help",   "--version"};
+    static const char *const flags[] = {"--cluster", "--job-name", "--task-index",   "--config",
+                                        "--set",     "--log-dir",  "--keep-serving", "--log-level",
+                                        "--help",    "--version"};
     const char *args[] = {"--help", NULL};
     int status = run(args);
-    ck_assert_msg(status == 0, "--help: exit status %d, want 0; stderr:\n%s", status, err_text);
+    ck_assert_msg(status == 0, "--help: exit status %d, want 0; stderr:\n%s", status, J.err);
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
-        ck_assert_msg(strstr(out_text, flags[i]) != NULL, "--help does not mention %s:\n%s",
-                      flags[i], out_text);
+        ck_assert_msg(strstr(J.out, flags[i]) != NULL, "--help does not mention %s:\n%s", flags[i],
+                      J.out);
 }
 END_TEST
 
 START_TEST(version) {
     const char *args[] = {"--version", NULL};
     int status = run(args);
-    ck_assert_msg(status == 0, "--version: exit status %d, want 0; stderr:\n%s", status,
-                  err_text);
-    ck_assert_msg(strstr(out_text, "dtrain") != NULL, "--version prints: %s", out_text);
+    ck_assert_msg(status == 0, "--version: exit status %d, want 0; stderr:\n%s", status, J.err);
+    ck_assert_msg(strstr(J.out, "dtrain") != NULL, "--version prints: %s", J.out);
 }
 END_TEST
 
 Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
-    TCase *tc = tcase_create("usage");
-    tcase_add_unchecked_fixture(tc, suite_setup, dt_test_tmp_end);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 60);
+    TCase *tc = dt_test_job_tcase(s, "usage", 60, setup, teardown);
     tcase_add_test(tc, unknown_flag);
     tcase_add_test(tc, flag_missing_value);
     tcase_add_test(tc, missing_cluster);
@@ -314,12 +269,8 @@ Suite *cli_suite(void) {
     tcase_add_test(tc, bad_log_level);
     tcase_add_test(tc, help);
     tcase_add_test(tc, version);
-    suite_add_tcase(s, tc);
 
-    TCase *files = tcase_create("files");
-    tcase_add_unchecked_fixture(files, suite_setup, dt_test_tmp_end);
-    tcase_add_checked_fixture(files, setup, teardown);
-    tcase_set_timeout(files, 60);
+    TCase *files = dt_test_job_tcase(s, "files", 60, setup, teardown);
     tcase_add_test(files, missing_cluster_file);
     tcase_add_test(files, malformed_json);
     tcase_add_test(files, empty_ps_list);
@@ -329,6 +280,5 @@ Suite *cli_suite(void) {
     tcase_add_test(files, bad_config_value);
     tcase_add_test(files, unknown_config_field);
     tcase_add_test(files, missing_config_file);
-    suite_add_tcase(s, files);
     return s;
 }

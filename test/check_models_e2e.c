@@ -22,7 +22,6 @@
  * Every process is bounded in time and stopped by the teardown.
  */
 #include <check.h>
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +31,7 @@
 
 #include "checkpoint.h"
 #include "cluster.h"
+#include "job.h"
 #include "model.h"
 #include "proc.h"
 #include "suites.h"
@@ -39,66 +39,25 @@
 #define JOB_TIMEOUT_MS 90000 /* one job: a few s, up to ~30 s under ASan on 2 cores */
 #define RUN_TIMEOUT_MS 60000 /* one eval or predict */
 #define TEST_TIMEOUT_S 240
-#define MAX_ARGS 32
 #define PATH_CAP 1000
 
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist"
 #define FASHION_SLICE 2000
 #define FASHION_MIN_ACCURACY 0.74
 
-static char *tmp;
-static char cluster[PATH_CAP + 32];
-static char log_dir[PATH_CAP + 32];
-static char out_text[1 << 20]; /* last command's stdout */
-static char err_text[65536];   /* last command's stderr */
-static int run_count;
-static char report_buf[16384];
-
-static void suite_setup(void) {
-    if (dt_test_tmp_begin() != 0) fprintf(stderr, "models_e2e: cannot make the suite's temp dir\n");
-}
+static dt_test_job J; /* 1 ps, the chief, worker 1; J.out and J.err: the last command's */
 
 static void setup(void) {
-    tmp = dt_test_tempdir();
-    ck_assert_msg(tmp != NULL, "cannot make a temp dir");
-    ck_assert_msg(access(dt_test_bin(), X_OK) == 0,
-                  "no executable dtrain at %s (set DTRAIN_BIN, or run `make test`)", dt_test_bin());
-    snprintf(cluster, sizeof cluster, "%s/cluster.json", tmp);
-    snprintf(log_dir, sizeof log_dir, "%s/logs", tmp);
-    ck_assert_int_eq(dt_test_write_cluster(cluster, 1, 2, NULL), 0);
+    dt_test_job_setup(&J);
+    dt_test_job_cluster(&J, 1, 2);
 }
 
 static void teardown(void) {
-    dt_test_kill_all();
-    dt_test_tempdir_free(tmp);
-    tmp = NULL;
+    dt_test_job_teardown(&J);
 }
 
 static void path_of(const char *name, char *path) {
-    snprintf(path, PATH_CAP, "%s/%s", tmp, name);
-}
-
-/* The last lines of every role's log, for failure messages. */
-static const char *report(void) {
-    size_t used = 0;
-    report_buf[0] = '\0';
-    DIR *d = opendir(tmp);
-    if (!d) return "(no logs)";
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        if (n < 5 || strcmp(e->d_name + n - 4, ".log") != 0) continue;
-        char path[2048];
-        snprintf(path, sizeof path, "%s/%s", tmp, e->d_name);
-        char *tail = dt_test_tail(path, 1500);
-        int k = snprintf(report_buf + used, sizeof report_buf - used, "\n== %s ==\n%s", e->d_name,
-                         tail);
-        free(tail);
-        if (k < 0 || (size_t)k >= sizeof report_buf - used) break;
-        used += (size_t)k;
-    }
-    closedir(d);
-    return report_buf;
+    snprintf(path, PATH_CAP, "%s/%s", J.dir, name);
 }
 
 /* ---- data --------------------------------------------------------------- */
@@ -144,7 +103,7 @@ static int example(data_kind kind, double *x) {
     return sx * sy > 0;
 }
 
-/* Writes rows examples as CSV (header "x1,x2,label") to tmp/name; labels
+/* Writes rows examples as CSV (header "x1,x2,label") to the temp dir as name; labels
  * (may be NULL) gets each row's class. */
 static void write_set(data_kind kind, int rows, uint64_t seed, const char *name, char *path,
                       int *labels) {
@@ -164,64 +123,16 @@ static void write_set(data_kind kind, int rows, uint64_t seed, const char *name,
 
 /* ---- processes ------------------------------------------------------------ */
 
-static pid_t start_role(const char *job_path, const char *job_name, int task, const char *log) {
-    char task_text[16], log_path[PATH_CAP + 32];
-    snprintf(task_text, sizeof task_text, "%d", task);
-    snprintf(log_path, sizeof log_path, "%s/%s.log", tmp, log);
-    char *argv[] = {(char *)dt_test_bin(), "--cluster",    cluster,   "--job-name",
-                    (char *)job_name,      "--task-index", task_text, "--config",
-                    (char *)job_path,      "--log-dir",    log_dir,   NULL};
-    pid_t pid = dt_test_spawn(argv, log_path);
-    ck_assert_msg(pid > 0, "cannot start %s %d", job_name, task);
-    return pid;
-}
-
 /* Runs the job in job_path on the cluster to its end; every role exits 0. */
 static void train(const char *job_path) {
-    pid_t pids[3] = {start_role(job_path, "ps", 0, "ps"),
-                     start_role(job_path, "worker", 0, "chief"),
-                     start_role(job_path, "worker", 1, "worker1")};
-    const char *names[3] = {"ps", "chief", "worker 1"};
-    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
-    for (int i = 0; i < 3; i++) {
-        long long left = deadline - dt_test_now_ms();
-        int status = dt_test_wait(pids[i], left > 0 ? (int)left : 0);
-        if (status == DT_TEST_TIMEOUT)
-            ck_abort_msg("%s still running after %d s; logs:%s", names[i], JOB_TIMEOUT_MS / 1000,
-                         report());
-        ck_assert_msg(status == 0, "%s exited with %d; logs:%s", names[i], status, report());
-    }
-}
-
-static void copy_file(const char *path, char *dst, size_t cap) {
-    char *text = dt_test_read_file(path, NULL);
-    snprintf(dst, cap, "%s", text ? text : "");
-    free(text);
+    J.config = job_path;
+    dt_test_job_run(&J, "", JOB_TIMEOUT_MS);
 }
 
 /* Runs dtrain with args (NULL-terminated, without argv[0]); returns its
- * exit status, with its stdout and stderr in out_text and err_text. */
+ * exit status, with its stdout and stderr in J.out and J.err. */
 static int run(const char *const *args) {
-    char *argv[MAX_ARGS + 2];
-    char out_path[PATH_CAP + 32], err_path[PATH_CAP + 32];
-    int n = 0;
-    argv[n++] = (char *)dt_test_bin();
-    for (; args[n - 1]; n++) {
-        ck_assert(n <= MAX_ARGS);
-        argv[n] = (char *)args[n - 1];
-    }
-    argv[n] = NULL;
-    run_count++;
-    snprintf(out_path, sizeof out_path, "%s/run%d.out", tmp, run_count);
-    snprintf(err_path, sizeof err_path, "%s/run%d.err", tmp, run_count);
-    pid_t pid = dt_test_spawn_split(argv, out_path, err_path);
-    ck_assert_msg(pid > 0, "cannot start %s", argv[0]);
-    int status = dt_test_wait(pid, RUN_TIMEOUT_MS);
-    copy_file(out_path, out_text, sizeof out_text);
-    copy_file(err_path, err_text, sizeof err_text);
-    ck_assert_msg(status != DT_TEST_TIMEOUT, "dtrain %s did not exit within %d s; stderr:\n%s",
-                  args[0], RUN_TIMEOUT_MS / 1000, err_text);
-    return status;
+    return dt_test_job_command(&J, args, RUN_TIMEOUT_MS);
 }
 
 typedef struct {
@@ -232,32 +143,30 @@ typedef struct {
 
 /* `dtrain eval --config job_path` on the log dir's latest checkpoint. */
 static eval_line eval_job(const char *job_path) {
-    const char *args[] = {"eval", "--config", job_path, "--log-dir", log_dir, NULL};
+    const char *args[] = {"eval", "--config", job_path, "--log-dir", J.log_dir, NULL};
     int status = run(args);
-    ck_assert_msg(status == 0, "dtrain eval exited with %d; stderr:\n%s", status, err_text);
+    ck_assert_msg(status == 0, "dtrain eval exited with %d; stderr:\n%s", status, J.err);
     eval_line e;
     memset(&e, 0, sizeof e);
-    ck_assert_msg(sscanf(out_text, "loss %lf accuracy %lf examples %lld global_step %lld", &e.loss,
+    ck_assert_msg(sscanf(J.out, "loss %lf accuracy %lf examples %lld global_step %lld", &e.loss,
                          &e.accuracy, &e.examples, &e.global_step) == 4,
-                  "eval printed \"%s\"", out_text);
-    const char *cut = strstr(out_text, " examples");
-    snprintf(e.line, sizeof e.line, "%.*s", (int)(cut - out_text), out_text);
-    ck_assert_msg(strchr(out_text, '\n') == out_text + strlen(out_text) - 1,
-                  "eval printed more than one line: \"%s\"", out_text);
+                  "eval printed \"%s\"", J.out);
+    const char *cut = strstr(J.out, " examples");
+    snprintf(e.line, sizeof e.line, "%.*s", (int)(cut - J.out), J.out);
+    ck_assert_msg(strchr(J.out, '\n') == J.out + strlen(J.out) - 1,
+                  "eval printed more than one line: \"%s\"", J.out);
     return e;
 }
 
 /* Checks eval's figures against the chief's last "chief: eval at global_step
  * N: loss L accuracy A on M examples" line: same step, values and count. */
 static void check_matches_chief(const eval_line *e) {
-    char path[PATH_CAP + 32], want[512];
-    snprintf(path, sizeof path, "%s/chief.log", tmp);
-    char *log = dt_test_read_file(path, NULL);
-    ck_assert_msg(log != NULL, "no chief log");
+    char want[512];
+    char *log = dt_test_job_read_log(&J, "chief");
     const char *last = NULL;
     for (const char *p = log; (p = strstr(p, "chief: eval at global_step ")) != NULL; p++)
         last = p;
-    ck_assert_msg(last != NULL, "the chief never evaluated; logs:%s", report());
+    ck_assert_msg(last != NULL, "the chief never evaluated; logs:%s", dt_test_job_report(&J));
     snprintf(want, sizeof want, "chief: eval at global_step %lld: %s on %lld examples",
              e->global_step, e->line, e->examples);
     ck_assert_msg(strncmp(last, want, strlen(want)) == 0,
@@ -266,7 +175,7 @@ static void check_matches_chief(const eval_line *e) {
     free(log);
 }
 
-/* A job file for 2-feature csv data in tmp/job.json; path gets its path. */
+/* A job file for 2-feature csv data in the temp dir's job.json; path gets its path. */
 static void write_job(const char *model_fields, const char *train_path, const char *eval_path,
                       const char *training_fields, char *path) {
     char text[8192];
@@ -318,11 +227,11 @@ START_TEST(softmax_three_classes) {
 
     /* predict to stdout: a header, then every row's class and probabilities. */
     const char *args[] = {"predict", "--config", job,       "--log-dir",
-                          log_dir,   "--data",   eval_path, NULL};
+                          J.log_dir, "--data",   eval_path, NULL};
     int status = run(args);
-    ck_assert_msg(status == 0, "dtrain predict exited with %d; stderr:\n%s", status, err_text);
-    ck_assert_msg(strncmp(out_text, "class,p0,p1,p2\n", 15) == 0, "header: %.40s", out_text);
-    const char *line = strchr(out_text, '\n') + 1;
+    ck_assert_msg(status == 0, "dtrain predict exited with %d; stderr:\n%s", status, J.err);
+    ck_assert_msg(strncmp(J.out, "class,p0,p1,p2\n", 15) == 0, "header: %.40s", J.out);
+    const char *line = strchr(J.out, '\n') + 1;
     for (int i = 0; i < EVAL_ROWS; i++) {
         int cls = -1;
         double p[3];
@@ -338,15 +247,14 @@ START_TEST(softmax_three_classes) {
     ck_assert_msg(*line == '\0', "more rows than %d: %.40s", EVAL_ROWS, line);
 
     /* --out writes the same bytes to a file. */
-    char *first = strdup(out_text);
+    char *first = strdup(J.out);
     ck_assert_ptr_nonnull(first);
     path_of("pred.csv", out);
-    const char *args_out[] = {"predict", "--config", job,     "--log-dir", log_dir,
+    const char *args_out[] = {"predict", "--config", job,     "--log-dir", J.log_dir,
                               "--data",  eval_path,  "--out", out,         NULL};
     status = run(args_out);
-    ck_assert_msg(status == 0, "dtrain predict --out exited with %d; stderr:\n%s", status,
-                  err_text);
-    ck_assert_str_eq(out_text, "");
+    ck_assert_msg(status == 0, "dtrain predict --out exited with %d; stderr:\n%s", status, J.err);
+    ck_assert_str_eq(J.out, "");
     char *written = dt_test_read_file(out, NULL);
     ck_assert_ptr_nonnull(written);
     ck_assert_msg(strcmp(first, written) == 0, "--out wrote other bytes than stdout");
@@ -437,17 +345,6 @@ END_TEST
 
 /* ---- the commands' bad input ------------------------------------------------------ */
 
-static const char *or_empty(const char *s) {
-    return s ? s : "";
-}
-
-static void expect_status(int status, int want, const char *n1, const char *n2) {
-    ck_assert_msg(status == want, "exit status %d, want %d; stderr:\n%s", status, want, err_text);
-    ck_assert_msg(dt_test_line_has(err_text, n1, n2, NULL, NULL),
-                  "no stderr line naming [%s] [%s]; stderr:\n%s", or_empty(n1), or_empty(n2),
-                  err_text);
-}
-
 START_TEST(cli_bad_input) {
     char data[PATH_CAP], job[PATH_CAP], bare[PATH_CAP], ckpt[PATH_CAP], missing[PATH_CAP],
         empty_dir[PATH_CAP], other[PATH_CAP];
@@ -464,38 +361,38 @@ START_TEST(cli_bad_input) {
 
     /* Flags and config: status 2. */
     const char *no_config[] = {"eval", NULL};
-    expect_status(run(no_config), 2, "missing --config", NULL);
+    dt_test_job_expect_error(&J, run(no_config), 2, "missing --config", NULL, NULL);
     const char *unknown[] = {"eval", "--config", job, "--bogus", NULL};
-    expect_status(run(unknown), 2, "unknown flag --bogus", NULL);
+    dt_test_job_expect_error(&J, run(unknown), 2, "unknown flag --bogus", NULL, NULL);
     const char *eval_out[] = {"eval", "--config", job, "--out", "x.csv", NULL};
-    expect_status(run(eval_out), 2, "unknown flag --out", NULL);
+    dt_test_job_expect_error(&J, run(eval_out), 2, "unknown flag --out", NULL, NULL);
     const char *no_value[] = {"eval", "--config", job, "--checkpoint", NULL};
-    expect_status(run(no_value), 2, "--checkpoint", "needs a value");
+    dt_test_job_expect_error(&J, run(no_value), 2, "--checkpoint", "needs a value", NULL);
     const char *no_data[] = {"predict", "--config", job, NULL};
-    expect_status(run(no_data), 2, "predict", "missing --data");
+    dt_test_job_expect_error(&J, run(no_data), 2, "predict", "missing --data", NULL);
     const char *labels_alone[] = {"eval", "--config", job, "--labels", data, NULL};
-    expect_status(run(labels_alone), 2, "--labels needs --data", NULL);
+    dt_test_job_expect_error(&J, run(labels_alone), 2, "--labels needs --data", NULL, NULL);
     const char *both[] = {"eval", "--config", job, "--checkpoint", "a", "--log-dir", "b", NULL};
-    expect_status(run(both), 2, "--checkpoint", "--log-dir");
+    dt_test_job_expect_error(&J, run(both), 2, "--checkpoint", "--log-dir", NULL);
     const char *no_file[] = {"eval", "--config", missing, NULL};
-    expect_status(run(no_file), 2, missing, NULL);
+    dt_test_job_expect_error(&J, run(no_file), 2, missing, NULL, NULL);
     const char *bad_set[] = {"eval", "--config", job, "--set", "learning_rate=abc", NULL};
-    expect_status(run(bad_set), 2, "learning_rate", "abc");
+    dt_test_job_expect_error(&J, run(bad_set), 2, "learning_rate", "abc", NULL);
     const char *no_eval_data[] = {"eval", "--config", bare, NULL};
-    expect_status(run(no_eval_data), 2, "no data", "eval_data");
+    dt_test_job_expect_error(&J, run(no_eval_data), 2, "no data", "eval_data", NULL);
     const char *bad_level[] = {"eval", "--config", job, "--log-level", "loud", NULL};
-    expect_status(run(bad_level), 2, "loud", NULL);
+    dt_test_job_expect_error(&J, run(bad_level), 2, "loud", NULL, NULL);
     const char *help[] = {"predict", "--help", NULL};
     ck_assert_int_eq(run(help), 0);
-    ck_assert_msg(strstr(out_text, "dtrain eval --config") && strstr(out_text, "dtrain predict"),
-                  "--help: %s", out_text);
+    ck_assert_msg(strstr(J.out, "dtrain eval --config") && strstr(J.out, "dtrain predict"),
+                  "--help: %s", J.out);
 
     /* Missing or wrong files: status 1. */
     const char *no_ckpt[] = {"eval", "--config", job, "--log-dir", empty_dir, NULL};
-    expect_status(run(no_ckpt), 1, "no checkpoint in", empty_dir);
+    dt_test_job_expect_error(&J, run(no_ckpt), 1, "no checkpoint in", empty_dir, NULL);
     path_of("nope.safetensors", ckpt);
     const char *missing_ckpt[] = {"eval", "--config", job, "--checkpoint", ckpt, NULL};
-    expect_status(run(missing_ckpt), 1, ckpt, NULL);
+    dt_test_job_expect_error(&J, run(missing_ckpt), 1, ckpt, NULL, NULL);
 
     /* A logistic checkpoint for the softmax job. */
     dt_job lj;
@@ -514,11 +411,12 @@ START_TEST(cli_bad_input) {
     ck_assert_msg(dt_ckpt_save(other, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_tensors_deinit(&ts);
     const char *wrong_model[] = {"eval", "--config", job, "--checkpoint", other, NULL};
-    expect_status(run(wrong_model), 1, "no variable \"softmax/weight\"", "logistic");
+    dt_test_job_expect_error(&J, run(wrong_model), 1, "no variable \"softmax/weight\"", "logistic",
+                             NULL);
     const char *wrong_predict[] = {"predict", "--config", job,  "--checkpoint",
                                    other,     "--data",   data, NULL};
-    expect_status(run(wrong_predict), 1, "softmax/weight", other);
-    ck_assert_str_eq(out_text, "");
+    dt_test_job_expect_error(&J, run(wrong_predict), 1, "softmax/weight", other, NULL);
+    ck_assert_str_eq(J.out, "");
 
     /* A missing data file, and a data file of another shape. */
     char absent[PATH_CAP], wide[PATH_CAP];
@@ -528,23 +426,19 @@ START_TEST(cli_bad_input) {
     const char *args[] = {
         "eval",           "--config", job,         "--checkpoint", other,  "--set",
         "model=logistic", "--set",    "classes=2", "--data",       absent, NULL};
-    expect_status(run(args), 1, absent, NULL);
+    dt_test_job_expect_error(&J, run(args), 1, absent, NULL, NULL);
     args[10] = wide;
-    expect_status(run(args), 1, wide, "feature");
+    dt_test_job_expect_error(&J, run(args), 1, wide, "feature", NULL);
 }
 END_TEST
 
 Suite *models_e2e_suite(void) {
     Suite *s = suite_create("models_e2e");
-    TCase *tc = tcase_create("models_e2e");
-    tcase_add_unchecked_fixture(tc, suite_setup, dt_test_tmp_end);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, TEST_TIMEOUT_S);
+    TCase *tc = dt_test_job_tcase(s, "models_e2e", TEST_TIMEOUT_S, setup, teardown);
     tcase_add_test(tc, logistic_separable);
     tcase_add_test(tc, softmax_three_classes);
     tcase_add_test(tc, mlp_xor);
     tcase_add_test(tc, fashion_slice);
     tcase_add_test(tc, cli_bad_input);
-    suite_add_tcase(s, tc);
     return s;
 }
