@@ -928,8 +928,10 @@ START_TEST(test_bounded_silent_worker) {
     create_args_init(&a, &vars);
     bounded_mode(&a, 0, TIMEOUT_MS);
     create_ok(a_c, &a);
-    push_ok(b_c, &grads, 0);
+    /* Read before the push: the ps times worker 1's silence from when the
+     * push arrived, which this clock must not run behind. */
     long long t_b = dt_test_now_ms();
+    push_ok(b_c, &grads, 0);
     /* Staleness 0: worker 0 is held after at most two steps. */
     push_ok(a_c, &grads, 1);
     dt_ps_reply r = pull_ok(a_c, &vars, NULL, 0);
