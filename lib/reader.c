@@ -12,8 +12,14 @@
  * than the bound. A row is parsed straight into the next free slot and
  * counts only once it is complete, which is how a skipped row disappears.
  *
+ * Files without labels (DT_LABELS_NONE) go through the same code with the
+ * label's column, token or file left out and y never allocated;
+ * dt_reader_detect_labels reads only a file's header (csv) or first row
+ * (libsvm) to say which layout a file has.
+ *
  * Invariants: table.rows <= row capacity; every kept value is finite and
- * fits a float; every kept class label is integral in [0, K).
+ * fits a float; every kept class label is integral in [0, K); y is NULL
+ * exactly when the table is not labeled.
  * Threading: no shared state.
  */
 #include "reader.h"
@@ -267,11 +273,13 @@ static int reserve_row(dt_reader_table *t, int64_t *cap, const dt_reader_params 
         return dt_err_set(err, DT_ENOMEM, "%s: no memory for %lld examples", where,
                           (long long)grow);
     t->x = x;
-    float *y = realloc(t->y, (size_t)grow * sizeof(float));
-    if (!y)
-        return dt_err_set(err, DT_ENOMEM, "%s: no memory for %lld examples", where,
-                          (long long)grow);
-    t->y = y;
+    if (t->labeled) {
+        float *y = realloc(t->y, (size_t)grow * sizeof(float));
+        if (!y)
+            return dt_err_set(err, DT_ENOMEM, "%s: no memory for %lld examples", where,
+                              (long long)grow);
+        t->y = y;
+    }
     *cap = grow;
     return 0;
 }
@@ -282,6 +290,7 @@ static void shrink(dt_reader_table *t) {
     if (t->rows == 0) return;
     float *x = realloc(t->x, (size_t)t->rows * (size_t)t->cols * sizeof(float));
     if (x) t->x = x;
+    if (!t->labeled) return;
     float *y = realloc(t->y, (size_t)t->rows * sizeof(float));
     if (y) t->y = y;
 }
@@ -398,6 +407,20 @@ static int all_digits(const char *s) {
     return 1;
 }
 
+/* The first column of fields named name, or -1. */
+static int column_named(char *const *fields, int count, const char *name) {
+    for (int c = 0; c < count; c++)
+        if (strcmp(fields[c], name) == 0) return c;
+    return -1;
+}
+
+/* The column a header names as the label column, or -1 (also when the label
+ * column is given by index: a header cannot say it). */
+static int label_named(char *const *fields, int count, const dt_reader_params *p) {
+    const char *want = p->label_column ? p->label_column : "";
+    return *want && !all_digits(want) ? column_named(fields, count, want) : -1;
+}
+
 static int parse_header(const char *path, int64_t line_no, char **fields, int count,
                         const dt_reader_params *p, csv_header *h, dt_err *err) {
     h->ncols = count;
@@ -407,6 +430,27 @@ static int parse_header(const char *path, int64_t line_no, char **fields, int co
         if (!(h->name[c] = strdup(fields[c])))
             return dt_err_set(err, DT_ENOMEM, "%s: no memory for the header", path);
     const char *want = p->label_column ? p->label_column : "";
+    const int F = p->num_features;
+    if (p->labels == DT_LABELS_NONE) {
+        h->label = -1;
+        int named = label_named(fields, count, p);
+        if (named >= 0)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s:%lld: column %d is \"%s\", the label column, but the file is "
+                              "read without labels",
+                              path, (long long)line_no, named, want);
+        if (count != F)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s:%lld: the header has %d columns, but without labels there is "
+                              "one per feature and \"num_features\" is %d%s",
+                              path, (long long)line_no, count, F,
+                              count == F + 1 ? " (one more: a label column?)" : "");
+        return 0;
+    }
+    /* One column per feature is the layout of a file without labels: say so,
+     * since the usual cause is a file meant for predictions. */
+    const char *unlabeled =
+        count == F ? "; as many columns as features: a file without labels?" : "";
     if (!*want)
         return dt_err_set(err, DT_EINVAL, "%s: \"label_column\" is empty: name the label column",
                           path);
@@ -433,14 +477,43 @@ static int parse_header(const char *path, int64_t line_no, char **fields, int co
         if (h->label < 0)
             return dt_err_set(err, DT_EINVAL,
                               "%s:%lld: no column named \"%s\" in the header (%d columns; a "
-                              "\"label_column\" of digits is an index)",
-                              path, (long long)line_no, want, count);
+                              "\"label_column\" of digits is an index%s)",
+                              path, (long long)line_no, want, count, unlabeled);
     }
-    if (count - 1 != p->num_features)
+    if (count - 1 != F)
         return dt_err_set(err, DT_EINVAL,
                           "%s:%lld: the header has %d feature columns (%d columns less the "
-                          "label), but \"num_features\" is %d",
-                          path, (long long)line_no, count - 1, count, p->num_features);
+                          "label), but \"num_features\" is %d%s",
+                          path, (long long)line_no, count - 1, count, F,
+                          all_digits(want) ? unlabeled : "");
+    return 0;
+}
+
+/* Opens a csv file and cuts its header, the first line that is not empty,
+ * into (*fields)[0..*count). The caller closes src. */
+static int csv_open(const char *path, line_src *src, char ***fields, int *fields_cap, int *count,
+                    dt_err *err) {
+    int rc = open_gz(path, &src->gz, err);
+    if (rc < 0) return rc;
+    char *line;
+    size_t len;
+    const char *why;
+    for (;;) {
+        rc = next_line(src, &line, &len, &why, err);
+        if (rc < 0) return rc;
+        if (rc == 0)
+            return dt_err_set(err, DT_EINVAL, "%s: empty file: a header row is required", path);
+        if (why)
+            return dt_err_set(err, DT_EINVAL, "%s:%lld: header: %s", path, (long long)src->line_no,
+                              why);
+        if (!blank(line)) break;
+    }
+    int quoting = split_csv(line, fields, fields_cap, count, err, &rc);
+    if (rc < 0) return rc;
+    if (quoting >= 0)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s:%lld: header column %d: quotes inside a field are not supported",
+                          path, (long long)src->line_no, quoting);
     return 0;
 }
 
@@ -454,35 +527,12 @@ int dt_reader_csv(const char *path, const dt_reader_params *p, dt_reader_table *
     int fields_cap = 0, count = 0;
     int64_t row_cap = 0;
     bad_rows bad = {.skip = p->skip_bad_rows};
-    dt_reader_table t = {.cols = p->num_features};
-    if ((rc = open_gz(path, &src.gz, err)) < 0) goto fail;
-
+    dt_reader_table t = {.cols = p->num_features, .labeled = p->labels != DT_LABELS_NONE};
     char *line;
     size_t len;
     const char *why;
-    /* The header: the first line that is not empty. */
-    for (;;) {
-        rc = next_line(&src, &line, &len, &why, err);
-        if (rc < 0) goto fail;
-        if (rc == 0) {
-            rc = dt_err_set(err, DT_EINVAL, "%s: empty file: a header row is required", path);
-            goto fail;
-        }
-        if (why) {
-            rc = dt_err_set(err, DT_EINVAL, "%s:%lld: header: %s", path, (long long)src.line_no,
-                            why);
-            goto fail;
-        }
-        if (!blank(line)) break;
-    }
-    int quoting = split_csv(line, &fields, &fields_cap, &count, err, &rc);
-    if (rc < 0) goto fail;
-    if (quoting >= 0) {
-        rc = dt_err_set(err, DT_EINVAL,
-                        "%s:%lld: header column %d: quotes inside a field are not supported", path,
-                        (long long)src.line_no, quoting);
-        goto fail;
-    }
+    int quoting;
+    if ((rc = csv_open(path, &src, &fields, &fields_cap, &count, err)) < 0) goto fail;
     if ((rc = parse_header(path, src.line_no, fields, count, p, &head, err)) < 0) goto fail;
 
     const int F = p->num_features;
@@ -536,7 +586,7 @@ int dt_reader_csv(const char *path, const dt_reader_params *p, dt_reader_table *
                     ok = 0;
                 }
             } else {
-                x[c - (c > head.label)] = (float)v;
+                x[c - (head.label >= 0 && c > head.label)] = (float)v; /* the label's gap */
             }
         }
         if (rc < 0) goto fail;
@@ -570,8 +620,21 @@ static int parse_int(const char *s, long long *out) {
     return 0;
 }
 
-/* Parses one non-empty libsvm line into x (F, zeroed here) and *y. Returns
- * 0, or -1 with the reason in why. */
+/* The next libsvm row: a line with its comment cut off that is not blank.
+ * Returns 1, 0 at the end of the file, or an error; *bad as next_line. */
+static int next_svm_row(line_src *s, char **line, const char **bad, dt_err *err) {
+    size_t len;
+    for (;;) {
+        int rc = next_line(s, line, &len, bad, err);
+        if (rc <= 0 || *bad) return rc;
+        char *hash = strchr(*line, '#');
+        if (hash) *hash = '\0';
+        if (!blank(*line)) return 1;
+    }
+}
+
+/* Parses one non-empty libsvm line into x (F, zeroed here) and *y (y NULL:
+ * the row has no label). Returns 0, or -1 with the reason in why. */
 static int parse_svm_row(char *line, const dt_reader_params *p, float *x, float *y, char *why,
                          size_t cap) {
     const int F = p->num_features;
@@ -579,11 +642,18 @@ static int parse_svm_row(char *line, const dt_reader_params *p, float *x, float 
     int ntok = 0;
     long long prev = 0;
     char *save = NULL;
+    /* The token a qid may take: the one after the label, or the first. */
+    const int qid_at = y ? 2 : 1;
     for (char *tok = strtok_r(line, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
         ntok++;
         double v;
         int status;
-        if (ntok == 1) {
+        if (ntok == 1 && y) {
+            /* An index:value pair where the label belongs: a row without one. */
+            if (strchr(tok, ':')) {
+                snprintf(why, cap, "no label: the row starts with \"%.40s\", not a label", tok);
+                return -1;
+            }
             if ((status = parse_num(tok, &v)) != NUM_OK) {
                 snprintf(why, cap, "label: %s: \"%.40s\"", num_problem(status), tok);
                 return -1;
@@ -591,7 +661,7 @@ static int parse_svm_row(char *line, const dt_reader_params *p, float *x, float 
             if (check_label(p, 1, v, y, why, cap) < 0) return -1;
             continue;
         }
-        if (ntok == 2 && strncmp(tok, "qid:", 4) == 0) {
+        if (ntok == qid_at && strncmp(tok, "qid:", 4) == 0) {
             long long qid;
             if (parse_int(tok + 4, &qid) < 0) {
                 snprintf(why, cap, "bad query id \"%.40s\"", tok);
@@ -601,7 +671,8 @@ static int parse_svm_row(char *line, const dt_reader_params *p, float *x, float 
         }
         char *colon = strchr(tok, ':');
         if (!colon) {
-            snprintf(why, cap, "\"%.40s\" is not index:value", tok);
+            snprintf(why, cap, "\"%.40s\" is not index:value%s", tok,
+                     ntok == 1 ? " (a label? the file is read without labels)" : "");
             return -1;
         }
         *colon = '\0';
@@ -636,13 +707,12 @@ int dt_reader_libsvm(const char *path, const dt_reader_params *p, dt_reader_tabl
     line_src src = {.path = path};
     int64_t row_cap = 0;
     bad_rows bad = {.skip = p->skip_bad_rows};
-    dt_reader_table t = {.cols = p->num_features};
+    dt_reader_table t = {.cols = p->num_features, .labeled = p->labels != DT_LABELS_NONE};
     if ((rc = open_gz(path, &src.gz, err)) < 0) goto fail;
     for (;;) {
         char *line;
-        size_t len;
         const char *why;
-        rc = next_line(&src, &line, &len, &why, err);
+        rc = next_svm_row(&src, &line, &why, err);
         if (rc < 0) goto fail;
         if (rc == 0) break;
         const long long ln = (long long)src.line_no;
@@ -650,13 +720,10 @@ int dt_reader_libsvm(const char *path, const dt_reader_params *p, dt_reader_tabl
             if ((rc = bad_row(&bad, err, "%s:%lld: %s", path, ln, why)) < 0) goto fail;
             continue;
         }
-        char *hash = strchr(line, '#');
-        if (hash) *hash = '\0';
-        if (blank(line)) continue;
         if ((rc = reserve_row(&t, &row_cap, p, path, err)) < 0) goto fail;
         char reason[DT_ERR_MSG_MAX / 2];
-        if (parse_svm_row(line, p, t.x + (size_t)t.rows * (size_t)t.cols, &t.y[t.rows], reason,
-                          sizeof reason) < 0) {
+        if (parse_svm_row(line, p, t.x + (size_t)t.rows * (size_t)t.cols,
+                          t.labeled ? &t.y[t.rows] : NULL, reason, sizeof reason) < 0) {
             if ((rc = bad_row(&bad, err, "%s:%lld: %s", path, ln, reason)) < 0) goto fail;
             continue;
         }
@@ -718,16 +785,23 @@ int dt_reader_idx(const char *images_path, const char *labels_path, const dt_rea
     memset(out, 0, sizeof *out);
     int rc = check_params(images_path, p, err);
     if (rc < 0) return rc;
+    const int labeled = p->labels != DT_LABELS_NONE;
+    if (labeled && (!labels_path || !*labels_path))
+        return dt_err_set(err, DT_EINVAL, "%s: idx images need a labels file", images_path);
+    if (!labeled && labels_path && *labels_path)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: labels file %s given, but the images are read without labels",
+                          images_path, labels_path);
     gzFile images = NULL, labels = NULL;
     unsigned char *label_bytes = NULL, *chunk = NULL;
     bad_rows bad = {.skip = p->skip_bad_rows};
-    dt_reader_table t = {.cols = p->num_features};
+    dt_reader_table t = {.cols = p->num_features, .labeled = labeled};
 
     uint32_t idims[3], ldims[1];
     if ((rc = open_gz(images_path, &images, err)) < 0) goto fail;
-    if ((rc = open_gz(labels_path, &labels, err)) < 0) goto fail;
+    if (labeled && (rc = open_gz(labels_path, &labels, err)) < 0) goto fail;
     if ((rc = idx_header(images, images_path, 3, idims, "images", err)) < 0) goto fail;
-    if ((rc = idx_header(labels, labels_path, 1, ldims, "labels", err)) < 0) goto fail;
+    if (labeled && (rc = idx_header(labels, labels_path, 1, ldims, "labels", err)) < 0) goto fail;
     const uint64_t N = idims[0], R = idims[1], C = idims[2];
     if (R == 0 || C == 0) {
         rc = dt_err_set(err, DT_ECORRUPT, "%s: bad dimensions %llu x %llu x %llu", images_path,
@@ -741,7 +815,7 @@ int dt_reader_idx(const char *images_path, const char *labels_path, const dt_rea
                         (unsigned long long)(R * C), p->num_features);
         goto fail;
     }
-    if (ldims[0] != N) {
+    if (labeled && ldims[0] != N) {
         rc = dt_err_set(err, DT_EINVAL, "%s: %llu labels, but %s has %llu images", labels_path,
                         (unsigned long long)ldims[0], images_path, (unsigned long long)N);
         goto fail;
@@ -761,25 +835,28 @@ int dt_reader_idx(const char *images_path, const char *labels_path, const dt_rea
 
     /* Labels first, so images of bad records can be passed over. */
     size_t got;
-    if (!(label_bytes = malloc((size_t)N))) {
-        rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu labels", labels_path,
-                        (unsigned long long)N);
-        goto fail;
+    if (labeled) {
+        if (!(label_bytes = malloc((size_t)N))) {
+            rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu labels", labels_path,
+                            (unsigned long long)N);
+            goto fail;
+        }
+        if ((rc = read_full(labels, labels_path, label_bytes, (size_t)N, &got, err)) < 0) goto fail;
+        if (got < N) {
+            rc =
+                dt_err_set(err, DT_ECORRUPT, "%s: truncated: expected %llu bytes, got %llu",
+                           labels_path, (unsigned long long)(8 + N), (unsigned long long)(8 + got));
+            goto fail;
+        }
+        if ((rc = idx_trailing(labels, labels_path, 8 + N, err)) < 0) goto fail;
     }
-    if ((rc = read_full(labels, labels_path, label_bytes, (size_t)N, &got, err)) < 0) goto fail;
-    if (got < N) {
-        rc = dt_err_set(err, DT_ECORRUPT, "%s: truncated: expected %llu bytes, got %llu",
-                        labels_path, (unsigned long long)(8 + N), (unsigned long long)(8 + got));
-        goto fail;
-    }
-    if ((rc = idx_trailing(labels, labels_path, 8 + N, err)) < 0) goto fail;
 
     t.x = malloc((size_t)N * (size_t)F * sizeof(float));
-    t.y = malloc((size_t)N * sizeof(float));
+    if (labeled) t.y = malloc((size_t)N * sizeof(float));
     uint64_t per_chunk = IDX_CHUNK_BYTES / F ? IDX_CHUNK_BYTES / F : 1;
     if (per_chunk > N) per_chunk = N;
     chunk = malloc((size_t)(per_chunk * F));
-    if (!t.x || !t.y || !chunk) {
+    if (!t.x || (labeled && !t.y) || !chunk) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu images of %llu values", images_path,
                         (unsigned long long)N, (unsigned long long)F);
         goto fail;
@@ -798,7 +875,8 @@ int dt_reader_idx(const char *images_path, const char *labels_path, const dt_rea
         for (uint64_t r = 0; r < count; r++) {
             uint64_t i = first + r;
             char reason[128];
-            if (check_label(p, 0, label_bytes[i], &t.y[t.rows], reason, sizeof reason) < 0) {
+            if (labeled &&
+                check_label(p, 0, label_bytes[i], &t.y[t.rows], reason, sizeof reason) < 0) {
                 if ((rc = bad_row(&bad, err, "%s: record %llu: %s", labels_path,
                                   (unsigned long long)i, reason)) < 0)
                     goto fail;
@@ -827,6 +905,11 @@ fail:
 
 /* ---- by name -------------------------------------------------------------- */
 
+static int unknown_format(const char *format, dt_err *err) {
+    return dt_err_set(err, DT_EINVAL, "reader: unknown format \"%s\" (want csv, libsvm or idx)",
+                      format);
+}
+
 void dt_reader_params_of(const dt_job *job, dt_reader_params *out) {
     memset(out, 0, sizeof *out);
     out->num_features = job->num_features;
@@ -837,6 +920,7 @@ void dt_reader_params_of(const dt_job *job, dt_reader_params *out) {
     out->label_column = job->label_column;
     out->skip_bad_rows = job->skip_bad_rows;
     out->max_values = 0;
+    out->labels = DT_LABELS_REQUIRED;
 }
 
 int dt_reader_load(const char *format, const char *data_path, const char *labels_path,
@@ -844,11 +928,96 @@ int dt_reader_load(const char *format, const char *data_path, const char *labels
     memset(out, 0, sizeof *out);
     if (strcmp(format, "csv") == 0) return dt_reader_csv(data_path, p, out, err);
     if (strcmp(format, "libsvm") == 0) return dt_reader_libsvm(data_path, p, out, err);
-    if (strcmp(format, "idx") == 0) {
-        if (!labels_path || !*labels_path)
-            return dt_err_set(err, DT_EINVAL, "%s: idx images need a labels file", data_path);
-        return dt_reader_idx(data_path, labels_path, p, out, err);
+    if (strcmp(format, "idx") == 0) return dt_reader_idx(data_path, labels_path, p, out, err);
+    return unknown_format(format, err);
+}
+
+/* ---- telling labeled files from unlabeled ones ----------------------------- */
+
+/* A csv file by its header: F + 1 columns (or the label column named) has
+ * labels, F columns has none. */
+static int detect_csv(const char *path, const dt_reader_params *p, int *labeled, char *how,
+                      size_t cap, dt_err *err) {
+    line_src src = {.path = path};
+    char **fields = NULL;
+    int fields_cap = 0, count = 0, rc;
+    const int F = p->num_features;
+    const char *want = p->label_column ? p->label_column : "";
+    char label[96];
+    if (*want && !all_digits(want))
+        snprintf(label, sizeof label, "the label column \"%.64s\"", want);
+    else
+        snprintf(label, sizeof label, "a label column (column %.20s)", *want ? want : "?");
+    if ((rc = csv_open(path, &src, &fields, &fields_cap, &count, err)) < 0) goto fail;
+    int named = label_named(fields, count, p);
+    if (count == F + 1 || named >= 0) {
+        *labeled = 1;
+        snprintf(how, cap, "%s: %d columns: %d features and %s", path, count, count - 1, label);
+    } else if (count == F) {
+        *labeled = 0;
+        snprintf(how, cap, "%s: %d columns for %d features, none of them %s", path, count, F,
+                 label);
+    } else {
+        rc = dt_err_set(err, DT_EINVAL,
+                        "%s:%lld: the header has %d columns, but the job's %d features make %d "
+                        "with %s or %d without labels",
+                        path, (long long)src.line_no, count, F, F + 1, label, F);
     }
-    return dt_err_set(err, DT_EINVAL, "reader: unknown format \"%s\" (want csv, libsvm or idx)",
-                      format);
+fail:
+    if (src.gz) gzclose_r(src.gz);
+    free(src.buf);
+    free(fields);
+    return rc;
+}
+
+/* A libsvm file by its first row: a label first, or an index:value pair. A
+ * line the read would refuse (a NUL byte) is passed over here. */
+static int detect_libsvm(const char *path, int *labeled, char *how, size_t cap, dt_err *err) {
+    line_src src = {.path = path};
+    char *line;
+    const char *why;
+    int rc = open_gz(path, &src.gz, err);
+    *labeled = 1;
+    snprintf(how, cap, "%s: no rows", path);
+    while (rc == 0 && (rc = next_svm_row(&src, &line, &why, err)) == 1) {
+        if (why) {
+            rc = 0;
+            continue;
+        }
+        char *first = line + strspn(line, " \t");
+        first[strcspn(first, " \t")] = '\0';
+        *labeled = strchr(first, ':') == NULL;
+        snprintf(how, cap, "%s:%lld: the first row starts with %s \"%.40s\"", path,
+                 (long long)src.line_no, *labeled ? "the label" : "the index:value pair", first);
+        rc = 0;
+        break;
+    }
+    if (src.gz) gzclose_r(src.gz);
+    free(src.buf);
+    return rc;
+}
+
+int dt_reader_detect_labels(const char *format, const char *data_path, const char *labels_path,
+                            const dt_reader_params *p, int *labeled, char *how, size_t cap,
+                            dt_err *err) {
+    char scratch[8];
+    if (!how || !cap) {
+        how = scratch;
+        cap = sizeof scratch;
+    }
+    how[0] = '\0';
+    *labeled = 1;
+    int rc = check_params(data_path, p, err);
+    if (rc < 0) return rc;
+    if (strcmp(format, "csv") == 0) return detect_csv(data_path, p, labeled, how, cap, err);
+    if (strcmp(format, "libsvm") == 0) return detect_libsvm(data_path, labeled, how, cap, err);
+    if (strcmp(format, "idx") == 0) {
+        *labeled = labels_path && *labels_path;
+        if (*labeled)
+            snprintf(how, cap, "%s: with the labels file %s", data_path, labels_path);
+        else
+            snprintf(how, cap, "%s: no labels file", data_path);
+        return 0;
+    }
+    return unknown_format(format, err);
 }

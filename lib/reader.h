@@ -34,6 +34,14 @@
  * value in [0, K); for regression (DT_LABEL_REAL) any finite number. Every
  * feature must be a finite number that fits a float.
  *
+ * Files without labels (labels = DT_LABELS_NONE, for predictions): a csv
+ * has exactly F columns, all features, and none of them may be the named
+ * label column; a libsvm row is `idx:val ...` (an optional `qid:N` first),
+ * and a first token that is not index:value is refused as a label; idx
+ * reads the images alone and no labels file may be given. The table's y is
+ * then NULL. dt_reader_detect_labels tells the two layouts apart from the
+ * start of a file.
+ *
  * Errors say where: "path:line: column \"name\": reason" for csv,
  * "path:line: reason" for libsvm, "path: record i: reason" for idx (i is the
  * 0-based example index). Codes: DT_ENOTFOUND for a missing file, DT_EIO
@@ -53,6 +61,7 @@
 #ifndef DT_READER_H
 #define DT_READER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cluster.h"
@@ -67,6 +76,11 @@ typedef enum {
     DT_LABEL_CLASS,    /* a class index in [0, num_classes) */
 } dt_label_kind;
 
+typedef enum {
+    DT_LABELS_REQUIRED = 0, /* every row carries a label (training, evaluation) */
+    DT_LABELS_NONE,         /* no row does: features only (predictions) */
+} dt_labels_mode;
+
 typedef struct {
     int num_features;         /* F >= 1: the feature count every row must have */
     dt_label_kind label_kind; /* how labels are checked */
@@ -75,23 +89,27 @@ typedef struct {
     const char *label_column; /* csv: 0-based index (all digits) or header name; borrowed */
     int skip_bad_rows;        /* 1: skip and count malformed rows instead of failing */
     int64_t max_values;       /* bound on N * F; 0 means DT_READER_MAX_VALUES */
+    dt_labels_mode labels;    /* whether rows carry labels; 0 (required) by default */
 } dt_reader_params;
 
 typedef struct {
     int64_t rows;    /* N */
     int cols;        /* F */
     float *x;        /* (N, F) row-major, owned */
-    float *y;        /* (N) owned */
+    float *y;        /* (N) owned; NULL when the file was read without labels */
+    int labeled;     /* 1: y holds the N labels; 0: read with DT_LABELS_NONE */
     int64_t skipped; /* malformed rows left out (only with skip_bad_rows) */
 } dt_reader_table;
 
 /* The parameters a job implies: F and K from the job, labels by model
  * ("linear" real; otherwise classes, with -1/+1 accepted for "logistic"),
- * label_column (borrowed from job) and skip_bad_rows; default max_values. */
+ * label_column (borrowed from job) and skip_bad_rows; default max_values;
+ * labels required. */
 void dt_reader_params_of(const dt_job *job, dt_reader_params *out);
 
 /* Each reads a whole file into *out (zeroed first, owned by the caller on
- * success; left empty on failure, with everything released). */
+ * success; left empty on failure, with everything released). idx takes its
+ * labels from labels_path, which must be NULL or "" with DT_LABELS_NONE. */
 int dt_reader_csv(const char *path, const dt_reader_params *p, dt_reader_table *out,
                   dt_err *err) DT_WARN_UNUSED;
 int dt_reader_libsvm(const char *path, const dt_reader_params *p, dt_reader_table *out,
@@ -100,9 +118,24 @@ int dt_reader_idx(const char *images_path, const char *labels_path, const dt_rea
                   dt_reader_table *out, dt_err *err) DT_WARN_UNUSED;
 
 /* Reads by format name ("csv", "libsvm" or "idx"; labels_path is used by idx
- * only). An unknown format is DT_EINVAL. */
+ * only, and must be NULL or "" with DT_LABELS_NONE). An unknown format is
+ * DT_EINVAL. */
 int dt_reader_load(const char *format, const char *data_path, const char *labels_path,
                    const dt_reader_params *p, dt_reader_table *out, dt_err *err) DT_WARN_UNUSED;
+
+/* Whether a file carries labels, told from its start alone (p->labels is
+ * not read): csv by its header, F + 1 columns (or a column named as the
+ * label column) labeled, F columns not; libsvm by its first row, a label
+ * first or an index:value pair first (a file with no rows counts as
+ * labeled, so the read reports it); idx by whether labels_path is given.
+ * *labeled gets 1 or 0, how (cap bytes; may be NULL) one line saying what
+ * told, naming the file ("x.csv: 3 columns for 3 features, none of them the
+ * label column \"y\""). Errors: the file's (DT_ENOTFOUND, DT_EIO,
+ * DT_ECORRUPT), an empty csv or a header of neither width (DT_EINVAL,
+ * "path:line: ..."), an unknown format. */
+int dt_reader_detect_labels(const char *format, const char *data_path, const char *labels_path,
+                            const dt_reader_params *p, int *labeled, char *how, size_t cap,
+                            dt_err *err) DT_WARN_UNUSED;
 
 /* Releases the table's buffers and zeroes it. NULL is a no-op. */
 void dt_reader_table_deinit(dt_reader_table *t);

@@ -3,7 +3,10 @@
  * test/data/readers with every value checked; gzip copies read alike; every
  * kind of bad input gives its code and a message naming the file and the
  * line (or record); skip_bad_rows counts and logs; the memory bound; and,
- * when the Fashion-MNIST files are installed, the real 10k test set.
+ * when the Fashion-MNIST files are installed, the real 10k test set. Files
+ * without labels (DT_LABELS_NONE) read to the same features as with them,
+ * with y NULL; their bad layouts and rows are named; dt_reader_detect_labels
+ * tells the two layouts apart, or says why it cannot.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -849,6 +852,280 @@ START_TEST(test_fashion_mnist) {
 }
 END_TEST
 
+/* ---- files without labels ------------------------------------------------ */
+
+/* Reads text written to dir/name with p (labels as given). */
+static void read_text(const char *dir, const char *name, const char *text, const char *format,
+                      const dt_reader_params *p, dt_reader_table *t) {
+    char path[1024];
+    path_in(path, sizeof path, dir, name);
+    write_text(path, text);
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_load(format, path, NULL, p, t, &err) == 0, "%s: %s", name, err.msg);
+}
+
+static void assert_same_x(const dt_reader_table *labeled, const dt_reader_table *bare) {
+    ck_assert_int_eq(labeled->labeled, 1);
+    ck_assert_ptr_nonnull(labeled->y);
+    ck_assert_int_eq(bare->labeled, 0);
+    ck_assert_ptr_null(bare->y);
+    ck_assert_int_eq(bare->rows, labeled->rows);
+    ck_assert_int_eq(bare->cols, labeled->cols);
+    ck_assert_int_eq(
+        memcmp(bare->x, labeled->x, (size_t)bare->rows * (size_t)bare->cols * sizeof(float)), 0);
+}
+
+START_TEST(test_without_labels_values) {
+    char *dir = dt_test_tempdir();
+    ck_assert_ptr_nonnull(dir);
+    dt_reader_table with, without;
+
+    /* csv: the label column left out; its name or index no longer matters. */
+    dt_reader_params p = params(3, DT_LABEL_CLASS, 3, "y");
+    read_text(dir, "with.csv", "a,y,b,c\n1,0,2,3\n\n4,2,5.5,-6\n", "csv", &p, &with);
+    p.labels = DT_LABELS_NONE;
+    read_text(dir, "without.csv", "a, b ,c\r\n1,2,3\r\n\r\n4,\"5.5\",-6\r\n", "csv", &p, &without);
+    assert_same_x(&with, &without);
+    ck_assert_float_eq(without.x[4], 5.5f);
+    dt_reader_table_deinit(&without);
+    p.label_column = "";
+    read_text(dir, "nolabel.csv", "a,b,c\n1,2,3\n4,5.5,-6\n", "csv", &p, &without);
+    assert_same_x(&with, &without);
+    dt_reader_table_deinit(&without);
+    dt_reader_table_deinit(&with);
+
+    /* libsvm: index:value first; a qid may lead; comments and empty lines. */
+    p = params(4, DT_LABEL_CLASS, 2, NULL);
+    read_text(dir, "with.libsvm", "1 qid:3 1:0.5 3:-2\n0 2:1.25\n1 4:7 # c\n", "libsvm", &p, &with);
+    p.labels = DT_LABELS_NONE;
+    read_text(dir, "without.libsvm", "# none\nqid:3 1:0.5 3:-2\n\n\t2:1.25\n4:7 # c\n", "libsvm",
+              &p, &without);
+    assert_same_x(&with, &without);
+    dt_reader_table_deinit(&without);
+    dt_reader_table_deinit(&with);
+
+    /* idx: the images alone, with no labels file ("" or NULL). */
+    char images[1024], labels[1024];
+    fixture(images, sizeof images, "small-images-idx3-ubyte");
+    fixture(labels, sizeof labels, "small-labels-idx1-ubyte");
+    p = params(6, DT_LABEL_CLASS, 10, NULL);
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_load("idx", images, labels, &p, &with, &err) == 0, "%s", err.msg);
+    p.labels = DT_LABELS_NONE;
+    ck_assert_msg(dt_reader_load("idx", images, "", &p, &without, &err) == 0, "%s", err.msg);
+    assert_same_x(&with, &without);
+    dt_reader_table_deinit(&without);
+    ck_assert_msg(dt_reader_idx(images, NULL, &p, &without, &err) == 0, "%s", err.msg);
+    assert_same_x(&with, &without);
+    dt_reader_table_deinit(&without);
+    dt_reader_table_deinit(&with);
+
+    /* Gzip reads alike without labels too. */
+    char plain[1024], gz[1024];
+    path_in(plain, sizeof plain, dir, "without.csv");
+    path_in(gz, sizeof gz, dir, "without.csv.gz");
+    gzip_copy(plain, gz);
+    p = params(3, DT_LABEL_CLASS, 3, "y");
+    p.labels = DT_LABELS_NONE;
+    ck_assert_msg(dt_reader_csv(plain, &p, &with, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_reader_csv(gz, &p, &without, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(without.rows, 2);
+    ck_assert_ptr_null(without.y);
+    ck_assert_int_eq(memcmp(with.x, without.x, 6 * sizeof(float)), 0);
+    dt_reader_table_deinit(&without);
+    dt_reader_table_deinit(&with);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+START_TEST(test_without_labels_errors) {
+    static const bad_case csv[] = {
+        {"a,y,b\n1,2,3\n", DT_EINVAL,
+         "bad.csv:1: column 1 is \"y\", the label column, but the file is read without labels"},
+        {"a,b,c,d\n1,2,3,4\n", DT_EINVAL,
+         "bad.csv:1: the header has 4 columns, but without labels there is one per feature and "
+         "\"num_features\" is 3 (one more: a label column?)"},
+        {"a,b\n1,2\n", DT_EINVAL, "bad.csv:1: the header has 2 columns, but without labels"},
+        {"a,b,c\n1,2,3\n1,2\n", DT_EINVAL,
+         "bad.csv:3: 2 fields, but the header has 3: column \"c\" is missing"},
+        {"a,b,c\n1,2,3,4\n", DT_EINVAL,
+         "bad.csv:2: 4 fields, but the header has 3: extra fields after column \"c\""},
+        {"a,b,c\n1,x,3\n", DT_EINVAL, "bad.csv:2: column \"b\": not a number: \"x\""},
+        {"a,b,c\n1,,3\n", DT_EINVAL, "bad.csv:2: column \"b\": empty field"},
+        {"a,b,c\n", DT_EINVAL, "bad.csv: no examples"},
+    };
+    dt_reader_params p = params(3, DT_LABEL_CLASS, 3, "y");
+    p.labels = DT_LABELS_NONE;
+    run_text_cases("csv", csv, (int)(sizeof csv / sizeof csv[0]), &p);
+
+    static const bad_case svm[] = {
+        {"1:1\n1 2:1\n", DT_EINVAL,
+         "bad.libsvm:2: \"1\" is not index:value (a label? the file is read without labels)"},
+        {"1:1 qid:3\n", DT_EINVAL, "bad.libsvm:1: feature index \"qid\" is not an integer"},
+        {"qid:x 1:1\n", DT_EINVAL, "bad.libsvm:1: bad query id \"qid:x\""},
+        {"2:1 1:1\n", DT_EINVAL, "bad.libsvm:1: feature index 1 after 2: indices must increase"},
+        {"5:1\n", DT_EINVAL, "bad.libsvm:1: feature index 5 is out of range 1..4"},
+        {"1:z\n", DT_EINVAL, "bad.libsvm:1: feature 1: not a number: \"z\""},
+    };
+    p = params(4, DT_LABEL_CLASS, 2, NULL);
+    p.labels = DT_LABELS_NONE;
+    run_text_cases("libsvm", svm, (int)(sizeof svm / sizeof svm[0]), &p);
+
+    /* With labels required, the layout without them is named as such. */
+    static const bad_case svm_required[] = {
+        {"1 1:1\n2:1 3:1\n", DT_EINVAL,
+         "bad.libsvm:2: no label: the row starts with \"2:1\", not a label"},
+        {"qid:1 1:1\n", DT_EINVAL, "bad.libsvm:1: no label: the row starts with \"qid:1\""},
+    };
+    p.labels = DT_LABELS_REQUIRED;
+    run_text_cases("libsvm", svm_required, 2, &p);
+    static const bad_case csv_required[] = {
+        {"a,b,c\n1,2,3\n", DT_EINVAL,
+         "bad.csv:1: no column named \"y\" in the header (3 columns; a \"label_column\" of digits "
+         "is an index; as many columns as features: a file without labels?)"},
+    };
+    p = params(3, DT_LABEL_CLASS, 3, "y");
+    run_text_cases("csv", csv_required, 1, &p);
+    static const bad_case csv_index_required[] = {
+        {"a,b,c\n1,2,3\n", DT_EINVAL,
+         "but \"num_features\" is 3; as many columns as features: a file without labels?"},
+    };
+    p.label_column = "0";
+    run_text_cases("csv", csv_index_required, 1, &p);
+
+    /* idx: no labels file may come with images read without labels; one
+     * must come with labels required. */
+    char images[1024], labels[1024];
+    fixture(images, sizeof images, "small-images-idx3-ubyte");
+    fixture(labels, sizeof labels, "small-labels-idx1-ubyte");
+    p = params(6, DT_LABEL_CLASS, 10, NULL);
+    p.labels = DT_LABELS_NONE;
+    expect_idx_err(images, labels, &p, DT_EINVAL,
+                   "-labels-idx1-ubyte given, but the images are read without labels");
+    p.labels = DT_LABELS_REQUIRED;
+    expect_idx_err(images, NULL, &p, DT_EINVAL, "idx images need a labels file");
+    expect_idx_err(images, "", &p, DT_EINVAL, "idx images need a labels file");
+    /* A truncated image file without labels is still found out. */
+    char *dir = dt_test_tempdir();
+    char cut[1024];
+    path_in(cut, sizeof cut, dir, "cut");
+    static const unsigned char px[5] = {1, 2, 3, 4, 5};
+    write_idx(cut, 0x803, (const uint32_t[]){1, 2, 3}, 3, px, sizeof px);
+    p.labels = DT_LABELS_NONE;
+    expect_idx_err(cut, NULL, &p, DT_ECORRUPT, "cut: truncated: expected 22 bytes, got 21");
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* skip_bad_rows works alike without labels. */
+START_TEST(test_without_labels_skip) {
+    dt_log_set_level(DT_LOG_ERROR);
+    char *dir = dt_test_tempdir();
+    dt_reader_params p = params(2, DT_LABEL_CLASS, 2, "y");
+    p.labels = DT_LABELS_NONE;
+    p.skip_bad_rows = 1;
+    dt_reader_table t;
+    read_text(dir, "skip.csv", "a,b\n1,2\n3,x\n5,6\n7\n", "csv", &p, &t);
+    ck_assert_int_eq(t.rows, 2);
+    ck_assert_int_eq(t.skipped, 2);
+    static const float want[4] = {1, 2, 5, 6};
+    for (int k = 0; k < 4; k++)
+        ck_assert_float_eq(t.x[k], want[k]);
+    ck_assert_ptr_null(t.y);
+    dt_reader_table_deinit(&t);
+    read_text(dir, "skip.libsvm", "1:1\n0 2:1\n2:3\n", "libsvm", &p, &t);
+    ck_assert_int_eq(t.rows, 2);
+    ck_assert_int_eq(t.skipped, 1);
+    ck_assert_float_eq(t.x[3], 3);
+    dt_reader_table_deinit(&t);
+    dt_test_tempdir_free(dir);
+    dt_log_set_level(DT_LOG_INFO);
+}
+END_TEST
+
+/* Detects labels in dir/name holding text; returns how, checks *labeled. */
+static void detect_ok(const char *dir, const char *name, const char *text, const char *format,
+                      const dt_reader_params *p, int want, const char *how_part) {
+    char path[1024], how[256];
+    path_in(path, sizeof path, dir, name);
+    write_text(path, text);
+    int labeled = -1;
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_detect_labels(format, path, NULL, p, &labeled, how, sizeof how, &err) ==
+                      0,
+                  "%s: %s", name, err.msg);
+    ck_assert_msg(labeled == want, "%s: labeled %d, want %d (%s)", name, labeled, want, how);
+    ck_assert_msg(strstr(how, how_part) != NULL, "%s: want \"%s\" in \"%s\"", name, how_part, how);
+    ck_assert_msg(strncmp(how, path, strlen(path)) == 0, "%s: no path in \"%s\"", name, how);
+}
+
+START_TEST(test_detect_labels) {
+    char *dir = dt_test_tempdir();
+    dt_reader_params p = params(3, DT_LABEL_CLASS, 3, "y");
+    detect_ok(dir, "l.csv", "\n a ,y,b,c\n1,0,2,3\n", "csv", &p, 1,
+              ": 4 columns: 3 features and the label column \"y\"");
+    detect_ok(dir, "u.csv", "a,b,c\n1,2,3\n", "csv", &p, 0,
+              "u.csv: 3 columns for 3 features, none of them the label column \"y\"");
+    /* The label named in a header of F columns: labeled, short a feature
+     * (the read says so). */
+    detect_ok(dir, "short.csv", "a,y,c\n", "csv", &p, 1, "3 columns: 2 features");
+    p.label_column = "2";
+    detect_ok(dir, "i.csv", "a,b,c\n", "csv", &p, 0, "none of them a label column (column 2)");
+    detect_ok(dir, "il.csv", "a,b,c,d\n", "csv", &p, 1, "3 features and a label column (column 2)");
+
+    char path[1024];
+    int labeled = -1;
+    dt_err err = {0};
+    path_in(path, sizeof path, dir, "neither.csv");
+    write_text(path, "a,b\n1,2\n");
+    p.label_column = "y";
+    expect_err(dt_reader_detect_labels("csv", path, NULL, &p, &labeled, NULL, 0, &err), &err,
+               DT_EINVAL,
+               "neither.csv:1: the header has 2 columns, but the job's 3 features make 4 with the "
+               "label column \"y\" or 3 without labels");
+    dt_err_clear(&err);
+    write_text(path, "\n\n");
+    expect_err(dt_reader_detect_labels("csv", path, NULL, &p, &labeled, NULL, 0, &err), &err,
+               DT_EINVAL, "neither.csv: empty file");
+    dt_err_clear(&err);
+    path_in(path, sizeof path, dir, "missing.csv");
+    expect_err(dt_reader_detect_labels("csv", path, NULL, &p, &labeled, NULL, 0, &err), &err,
+               DT_ENOTFOUND, "missing.csv: open:");
+    dt_err_clear(&err);
+    expect_err(dt_reader_detect_labels("tsv", path, NULL, &p, &labeled, NULL, 0, &err), &err,
+               DT_EINVAL, "unknown format \"tsv\"");
+    dt_err_clear(&err);
+
+    p = params(4, DT_LABEL_CLASS, 2, NULL);
+    detect_ok(dir, "l.libsvm", "# c\n\n1 qid:2 1:1\n2:1\n", "libsvm", &p, 1,
+              "l.libsvm:3: the first row starts with the label \"1\"");
+    detect_ok(dir, "u.libsvm", "  # c\n \t 1:0.5 2:1\n", "libsvm", &p, 0,
+              "u.libsvm:2: the first row starts with the index:value pair \"1:0.5\"");
+    detect_ok(dir, "q.libsvm", "qid:4 3:1\n", "libsvm", &p, 0, "pair \"qid:4\"");
+    detect_ok(dir, "e.libsvm", "# nothing\n", "libsvm", &p, 1, "e.libsvm: no rows");
+    /* A line the read refuses is passed over: the next row tells. */
+    path_in(path, sizeof path, dir, "nul.libsvm");
+    static const char nul[] = "1 1\0:1\n3:1\n";
+    write_bytes(path, nul, sizeof nul - 1);
+    ck_assert_msg(dt_reader_detect_labels("libsvm", path, NULL, &p, &labeled, NULL, 0, &err) == 0,
+                  "%s", err.msg);
+    ck_assert_int_eq(labeled, 0);
+
+    char images[1024], labels[1024], how[256];
+    fixture(images, sizeof images, "small-images-idx3-ubyte");
+    fixture(labels, sizeof labels, "small-labels-idx1-ubyte");
+    p = params(6, DT_LABEL_CLASS, 10, NULL);
+    ck_assert_int_eq(
+        dt_reader_detect_labels("idx", images, labels, &p, &labeled, how, sizeof how, &err), 0);
+    ck_assert_int_eq(labeled, 1);
+    ck_assert_int_eq(
+        dt_reader_detect_labels("idx", images, "", &p, &labeled, how, sizeof how, &err), 0);
+    ck_assert_int_eq(labeled, 0);
+    ck_assert_msg(strstr(how, "no labels file") != NULL, "%s", how);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
 static void suite_setup(void) {
     if (dt_test_tmp_begin() != 0) fprintf(stderr, "reader: no suite temp dir; using $TMPDIR\n");
 }
@@ -870,6 +1147,10 @@ Suite *reader_suite(void) {
     tcase_add_test(tc, test_skip_bad_rows);
     tcase_add_test(tc, test_memory_bound);
     tcase_add_test(tc, test_fashion_mnist);
+    tcase_add_test(tc, test_without_labels_values);
+    tcase_add_test(tc, test_without_labels_errors);
+    tcase_add_test(tc, test_without_labels_skip);
+    tcase_add_test(tc, test_detect_labels);
     suite_add_tcase(s, tc);
     return s;
 }
