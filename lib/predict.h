@@ -8,9 +8,16 @@
  * scaled with the statistics of the job's TRAINING file, so a model scores
  * here exactly as it did in training's evaluations.
  *
- * The reader wants labels with every file (a csv label column, an idx labels
- * file), so predict needs them too; it reads them, checks them and ignores
- * them for the output, and reports the loss and accuracy they give.
+ * Labels: eval needs them (a csv label column, a libsvm label first on each
+ * row, an idx labels file) and refuses data without them, saying so.
+ * Predict takes data with or without them and tells which from the file
+ * (dt_reader_detect_labels): a csv by its header, F + 1 columns with the
+ * label column or F without; a libsvm file by its first row, a label or an
+ * index:value pair first; idx by whether a labels file is given. It logs
+ * what it found. Labels it reads are checked, left out of the output and
+ * give the loss and accuracy; without them those are NaN. Every row of a
+ * file has the layout the file started with; a row that differs is an
+ * error naming file:line (or record).
  *
  * Errors read "eval: ..." (from dt_predict_eval) or "predict: ..." (the
  * others), or carry the failing module's prefix (data:, the checkpoint's
@@ -44,6 +51,7 @@ typedef struct {
 typedef struct {
     int64_t global_step;               /* the checkpoint's */
     int64_t examples;                  /* N: rows read (and written by predict) */
+    int labeled;                       /* 1: the data carried labels; 0: loss and accuracy NaN */
     double loss;                       /* mean data loss over the N rows, no L2 term */
     double accuracy;                   /* fraction classified right; NaN for linear */
     char checkpoint[DT_PATH_MAX + 64]; /* the file that was read */
@@ -62,7 +70,8 @@ int dt_predict_load(const dt_job *job, const char *path, dt_tensors *vars, dt_ck
                     char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 
 /* Loss and accuracy of the checkpoint's model on the data, into *out
- * (zeroed first; loss and accuracy NaN on failure). */
+ * (zeroed first; loss and accuracy NaN on failure). Data without labels is
+ * DT_EINVAL, saying what showed it. */
 int dt_predict_eval(const dt_predict_params *p, dt_predict_result *out, dt_err *err) DT_WARN_UNUSED;
 
 /* Writes the model's predictions for every row of the data to p->out as
@@ -72,8 +81,9 @@ int dt_predict_eval(const dt_predict_params *p, dt_predict_result *out, dt_err *
  *   softmax, mlp  "class,p0,...,pK-1" the most likely class, then each class's
  *                                     probability
  * Values print with 9 significant digits (a float's round trip). *out (may
- * be NULL) gets the figures dt_predict_eval would give. On failure a file
- * at p->out may hold part of the rows. */
+ * be NULL) gets the figures dt_predict_eval would give (loss and accuracy
+ * NaN and labeled 0 for data without labels). On failure a file at p->out
+ * may hold part of the rows. */
 int dt_predict_write(const dt_predict_params *p, dt_predict_result *out,
                      dt_err *err) DT_WARN_UNUSED;
 

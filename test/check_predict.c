@@ -9,9 +9,13 @@
  * versus a named one, outputs larger than one chunk, the eval line's format,
  * and the refusals: a checkpoint of another model, shape or dtype, a foreign
  * variable, missing checkpoint, data or log dir, labels without data, bad
- * labels, an unwritable output.
+ * labels, an unwritable output. Data without labels (csv with one column
+ * fewer, libsvm rows that start with index:value, idx images alone) gives
+ * byte for byte the predictions of the same data with labels under every
+ * scaling; eval refuses it; bad rows of it are named by file:line.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,18 +118,26 @@ static dt_predict_result eval_ok(const dt_job *job, const char *ckpt, const char
     return r;
 }
 
-/* Runs dt_predict_eval expecting code, with a message holding n1 and n2. */
-static void eval_fails(const dt_job *job, const char *ckpt, const char *data, const char *labels,
-                       int code, const char *n1, const char *n2) {
-    dt_predict_params p = {job, ckpt, data, labels, NULL};
+typedef int (*predict_fn)(const dt_predict_params *, dt_predict_result *, dt_err *);
+
+/* Runs fn (dt_predict_eval or dt_predict_write) expecting code, with a
+ * message holding n1 and n2. */
+static void call_fails(predict_fn fn, const dt_predict_params *p, int code, const char *n1,
+                       const char *n2) {
     dt_predict_result r;
     dt_err err = {0};
-    int rc = dt_predict_eval(&p, &r, &err);
+    int rc = fn(p, &r, &err);
     ck_assert_msg(rc == code, "rc %d (%s), want %d; message: %s", rc, dt_err_name(rc), code,
                   err.msg);
     ck_assert_int_eq(err.code, code);
     ck_assert_msg(strstr(err.msg, n1) != NULL, "message lacks \"%s\": %s", n1, err.msg);
     ck_assert_msg(!n2 || strstr(err.msg, n2) != NULL, "message lacks \"%s\": %s", n2, err.msg);
+}
+
+static void eval_fails(const dt_job *job, const char *ckpt, const char *data, const char *labels,
+                       int code, const char *n1, const char *n2) {
+    dt_predict_params p = {job, ckpt, data, labels, NULL};
+    call_fails(dt_predict_eval, &p, code, n1, n2);
 }
 
 /* A CSV parsed back: its header line and its values. */
@@ -177,6 +189,39 @@ static dt_predict_result write_ok(const dt_job *job, const char *ckpt, const cha
     ck_assert_msg(dt_predict_write(&p, &r, &err) == 0, "%s", err.msg);
     read_csv(out, &out_csv);
     return r;
+}
+
+static void write_fails(const dt_job *job, const char *ckpt, const char *data, int code,
+                        const char *n1, const char *n2) {
+    char out[PATH_CAP];
+    path_of("failed.out.csv", out);
+    dt_predict_params p = {job, ckpt, data, NULL, out};
+    call_fails(dt_predict_write, &p, code, n1, n2);
+}
+
+/* Predicts data with labels and the same data without them (unlabeled;
+ * idx: images without labels) into two files and checks they are equal to
+ * the byte; the second result says it had no labels. */
+static void same_predictions(const dt_job *job, const char *ckpt, const char *data,
+                             const char *labels, const char *unlabeled, int rows) {
+    char with[PATH_CAP], without[PATH_CAP];
+    path_of("with.out.csv", with);
+    path_of("without.out.csv", without);
+    dt_predict_result a = write_ok(job, ckpt, data, labels, with);
+    ck_assert_int_eq(out_csv.rows, rows);
+    dt_predict_result b = write_ok(job, ckpt, unlabeled, NULL, without);
+    ck_assert_int_eq(a.labeled, 1);
+    ck_assert(isfinite(a.loss));
+    ck_assert_int_eq(b.labeled, 0);
+    ck_assert(isnan(b.loss) && isnan(b.accuracy));
+    ck_assert_int_eq(b.examples, rows);
+    ck_assert_int_eq(b.global_step, a.global_step);
+    char *ta = dt_test_read_file(with, NULL), *tb = dt_test_read_file(without, NULL);
+    ck_assert_ptr_nonnull(ta);
+    ck_assert_ptr_nonnull(tb);
+    ck_assert_msg(strcmp(ta, tb) == 0, "with labels:\n%s\nwithout:\n%s", ta, tb);
+    free(ta);
+    free(tb);
 }
 
 /* ---- the models, worked out here in double ------------------------------ */
@@ -645,6 +690,174 @@ START_TEST(bad_inputs) {
 }
 END_TEST
 
+/* The softmax job on tmp/s.csv (data gets its path) with its hand-set
+ * checkpoint at step 41 (ckpt gets the path). */
+static dt_job softmax_job(char *data, char *ckpt) {
+    write_tmp("s.csv", softmax_csv, data);
+    dt_job job = job_of("softmax", 2, 3, data);
+    save_ckpt(&job, softmax_w, 41, "s.safetensors", ckpt);
+    return job;
+}
+
+/* A csv with one column fewer than the training layout is features only,
+ * under every scaling, with the label column by name or by index. */
+START_TEST(csv_without_labels) {
+    char data[PATH_CAP], bare[PATH_CAP], ckpt[PATH_CAP];
+    dt_job job = softmax_job(data, ckpt);
+    write_tmp("bare.csv", "x1,x2\n2,0\n0,2\n-2,0\n0,0\n", bare);
+    static const char *const scales[] = {"none", "divide", "standardize"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(job.scale, sizeof job.scale, "%s", scales[k]);
+        job.scale_divisor = 3;
+        same_predictions(&job, ckpt, data, NULL, bare, 4);
+    }
+    /* The unscaled predictions are the model's, worked out here. */
+    snprintf(job.scale, sizeof job.scale, "none");
+    char out[PATH_CAP];
+    path_of("bare.out.csv", out);
+    write_ok(&job, ckpt, bare, NULL, out);
+    for (int i = 0; i < 4; i++) {
+        double z[3], p[3];
+        affine(softmax_x[i], 2, softmax_w, softmax_w + 6, 3, z);
+        softmax_xent(z, 3, 0, p);
+        ck_assert_double_eq(out_csv.v[i][0], argmax(p, 3));
+        for (int c = 0; c < 3; c++)
+            ck_assert_double_eq_tol(out_csv.v[i][1 + c], p[c], 1e-6);
+    }
+    /* The label column by index: column 1 of three. */
+    snprintf(job.label_column, sizeof job.label_column, "1");
+    same_predictions(&job, ckpt, data, NULL, bare, 4);
+}
+END_TEST
+
+/* libsvm rows that start with index:value (a qid allowed first) are
+ * features only. */
+START_TEST(libsvm_without_labels) {
+    char train[PATH_CAP], data[PATH_CAP], bare[PATH_CAP], ckpt[PATH_CAP];
+    write_tmp("t.svm", "0 1:2\n1 2:2\n2 1:-2\n0 1:1 2:1\n", train);
+    write_tmp("s.svm", "# labeled\n1 1:0.5 2:3\n2 1:-1\n0 qid:7 2:-0.25\n", data);
+    write_tmp("u.svm", "# the same rows\n1:0.5 2:3\n\n1:-1 # no label\nqid:7 2:-0.25\n", bare);
+    dt_job job = job_of("softmax", 2, 3, train);
+    snprintf(job.data, sizeof job.data, "libsvm");
+    save_ckpt(&job, softmax_w, 8, "s.safetensors", ckpt);
+    same_predictions(&job, ckpt, data, NULL, bare, 3);
+    snprintf(job.scale, sizeof job.scale, "standardize");
+    same_predictions(&job, ckpt, data, NULL, bare, 3);
+}
+END_TEST
+
+/* Writes an idx file of unsigned bytes: magic 0x0800 + ndims, the dims,
+ * then the data. */
+static void write_idx(const char *name, int ndims, const uint32_t *dims, const unsigned char *data,
+                      size_t n, char *path) {
+    path_of(name, path);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    unsigned char head[16] = {0, 0, 8, (unsigned char)ndims};
+    for (int d = 0; d < ndims; d++)
+        for (int b = 0; b < 4; b++)
+            head[4 + 4 * d + b] = (unsigned char)(dims[d] >> (24 - 8 * b));
+    ck_assert_uint_eq(fwrite(head, 1, 4 + 4 * (size_t)ndims, f), 4 + 4 * (size_t)ndims);
+    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* IDX images with no labels file are features only. */
+START_TEST(idx_without_labels) {
+    char images[PATH_CAP], labels[PATH_CAP], ckpt[PATH_CAP];
+    const unsigned char px[] = {255, 0, 0, 0, 0, 255, 0, 0, 0, 0, 0, 255, 10, 20, 30, 40};
+    const unsigned char lab[] = {0, 1, 2, 1};
+    write_idx("img.idx", 3, (const uint32_t[]){4, 2, 2}, px, sizeof px, images);
+    write_idx("lab.idx", 1, (const uint32_t[]){4}, lab, sizeof lab, labels);
+    dt_job job = job_of("softmax", 4, 3, "unused");
+    snprintf(job.data, sizeof job.data, "idx");
+    snprintf(job.train_data, sizeof job.train_data, "%s", images);
+    snprintf(job.train_labels, sizeof job.train_labels, "%s", labels);
+    job.eval_data[0] = '\0';
+    float w[15] = {0};
+    w[0 * 3 + 0] = 4;
+    w[1 * 3 + 1] = 4;
+    w[3 * 3 + 2] = 4;
+    w[2 * 3 + 1] = -1;
+    save_ckpt(&job, w, 3, "i.safetensors", ckpt);
+    snprintf(job.scale, sizeof job.scale, "divide");
+    job.scale_divisor = 255;
+    same_predictions(&job, ckpt, images, labels, images, 4);
+    snprintf(job.scale, sizeof job.scale, "standardize");
+    same_predictions(&job, ckpt, images, labels, images, 4);
+}
+END_TEST
+
+/* eval needs labels: data without them is refused, saying what showed it. */
+START_TEST(eval_needs_labels) {
+    char data[PATH_CAP], bare[PATH_CAP], ckpt[PATH_CAP];
+    dt_job job = softmax_job(data, ckpt);
+    write_tmp("bare.csv", "x1,x2\n2,0\n", bare);
+    eval_fails(&job, ckpt, bare, NULL, DT_EINVAL, "eval: no labels in the data",
+               "bare.csv: 2 columns for 2 features, none of them the label column \"label\"");
+    /* The job's own eval_data, too. */
+    dt_job held = job;
+    snprintf(held.eval_data, sizeof held.eval_data, "%s", bare);
+    eval_fails(&held, ckpt, NULL, NULL, DT_EINVAL, "eval scores the model against labels", NULL);
+
+    write_tmp("u.svm", "1:2 2:1\n", bare);
+    snprintf(job.data, sizeof job.data, "libsvm");
+    eval_fails(&job, ckpt, bare, NULL, DT_EINVAL,
+               "u.svm:1: the first row starts with the "
+               "index:value pair \"1:2\"",
+               "eval: no labels");
+}
+END_TEST
+
+/* Bad rows and layouts of data without labels: file:line and the fault. */
+START_TEST(bad_rows_without_labels) {
+    char data[PATH_CAP], bad[PATH_CAP], ckpt[PATH_CAP];
+    dt_job job = softmax_job(data, ckpt);
+
+    write_tmp("short.csv", "x1,x2\n1,2\n3\n", bad);
+    write_fails(&job, ckpt, bad, DT_EINVAL, "short.csv:3: 1 fields, but the header has 2",
+                "column \"x2\" is missing");
+    write_tmp("long.csv", "x1,x2\n1,2\n3,4,5\n", bad);
+    write_fails(&job, ckpt, bad, DT_EINVAL, "long.csv:3: 3 fields, but the header has 2", NULL);
+    write_tmp("junk.csv", "x1,x2\n1,2\n3,4\n5,abc\n", bad);
+    write_fails(&job, ckpt, bad, DT_EINVAL, "junk.csv:4: column \"x2\": not a number: \"abc\"",
+                NULL);
+    /* A header of neither width. */
+    write_tmp("wide.csv", "a,b,c,d\n1,2,3,4\n", bad);
+    write_fails(&job, ckpt, bad, DT_EINVAL, "predict: ",
+                "wide.csv:1: the header has 4 columns, but the job's 2 features make 3 with the "
+                "label column \"label\" or 2 without labels");
+    /* Two columns, one of them the label: a labeled file short of a feature. */
+    write_tmp("half.csv", "x1,label\n1,0\n", bad);
+    write_fails(&job, ckpt, bad, DT_EINVAL, "half.csv:1: the header has 1 feature columns", NULL);
+    /* A labeled file whose row lacks a field is still named. */
+    write_tmp("lab.csv", "x1,label,x2\n1,0,1\n1,2\n", bad);
+    write_fails(&job, ckpt, bad, DT_EINVAL, "lab.csv:3: 2 fields, but the header has 3", NULL);
+
+    snprintf(job.data, sizeof job.data, "libsvm");
+    write_tmp("mixed.svm", "1:1 2:1\n\n0 1:1\n", bad);
+    write_fails(&job, ckpt, bad, DT_EINVAL, "mixed.svm:3: \"0\" is not index:value",
+                "the file is read without labels");
+    write_tmp("mixed2.svm", "0 1:1\n2:1\n", bad);
+    write_fails(&job, ckpt, bad, DT_EINVAL, "mixed2.svm:2: no label: the row starts with \"2:1\"",
+                NULL);
+    write_tmp("junk.svm", "1:1\n2:x\n", bad);
+    write_fails(&job, ckpt, bad, DT_EINVAL, "junk.svm:2: feature 2: not a number: \"x\"", NULL);
+    write_tmp("range.svm", "1:1\n3:1\n", bad);
+    write_fails(&job, ckpt, bad, DT_EINVAL, "range.svm:2: feature index 3 is out of range 1..2",
+                NULL);
+
+    /* idx images alone that are damaged: the reader's error. */
+    const unsigned char px[] = {1, 2, 3};
+    write_idx("cut.idx", 3, (const uint32_t[]){1, 2, 2}, px, sizeof px, bad);
+    dt_job idx = job_of("softmax", 4, 3, data);
+    snprintf(idx.data, sizeof idx.data, "idx");
+    float w[15] = {0};
+    save_ckpt(&idx, w, 1, "i.safetensors", ckpt);
+    write_fails(&idx, ckpt, bad, DT_ECORRUPT, "cut.idx: truncated", NULL);
+}
+END_TEST
+
 Suite *predict_suite(void) {
     Suite *s = suite_create("predict");
     TCase *tc = tcase_create("predict");
@@ -663,6 +876,11 @@ Suite *predict_suite(void) {
     tcase_add_test(tc, mismatched_checkpoints);
     tcase_add_test(tc, slots_are_ignored);
     tcase_add_test(tc, bad_inputs);
+    tcase_add_test(tc, csv_without_labels);
+    tcase_add_test(tc, libsvm_without_labels);
+    tcase_add_test(tc, idx_without_labels);
+    tcase_add_test(tc, eval_needs_labels);
+    tcase_add_test(tc, bad_rows_without_labels);
     suite_add_tcase(s, tc);
     return s;
 }
