@@ -78,13 +78,22 @@ test: $(BUILD)/dtrain $(BUILD)/check_all
 	DTRAIN_BIN=$(abspath $(BUILD)/dtrain) $(BUILD)/check_all
 
 # Same suite, separate build tree, under AddressSanitizer and UBSan.
+ASAN_MAKE := $(MAKE) BUILD=build-asan OPT=-O1 \
+  SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 asan:
-	$(MAKE) BUILD=build-asan OPT=-O1 \
-	  SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" test
+	$(ASAN_MAKE) test
 
 # Everything CI runs: the suite, the suite under the sanitizers, then each
-# fuzz target over its corpus and for FUZZ_SECONDS of new inputs.
-check: test asan fuzz-check fuzz
+# fuzz target over its corpus and for FUZZ_SECONDS of new inputs. Each tree
+# is built two jobs wide first; the suites themselves run one at a time (they
+# time real processes, and share the machine's cores with them).
+check:
+	$(MAKE) -j2 $(BUILD)/dtrain $(BUILD)/check_all
+	$(MAKE) test
+	$(ASAN_MAKE) -j2 build-asan/dtrain build-asan/check_all
+	$(MAKE) asan
+	$(MAKE) -j2 fuzz-build
+	$(MAKE) fuzz-check fuzz
 
 $(BUILD)/bench_%: bench/%.c bench/common.h $(BENCH_OBJ) $(BUILD)/libdtrain.a
 	@echo "  LD    $@"
