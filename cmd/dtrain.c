@@ -62,12 +62,16 @@ static const char usage[] =
     "eval scores a checkpoint on a data set, scaled as in training, and prints\n"
     "\"loss L accuracy A examples N global_step S\"; predict writes CSV, one line per\n"
     "row (linear: the prediction; logistic: p1; softmax, mlp: class,p0,...,pK-1).\n"
+    "eval needs labels; predict reads data with or without them and logs which it\n"
+    "found: csv with one column fewer than the training layout (no label column),\n"
+    "libsvm rows that start with index:value, idx images without --labels.\n"
     "  --config FILE        the job config the checkpoint was trained with (required)\n"
     "  --checkpoint FILE    a checkpoint file; default: the latest in the job's log_dir\n"
     "  --log-dir DIR        take the latest checkpoint of DIR instead\n"
-    "  --data FILE          examples in the job's data format; eval's default: the\n"
-    "                       job's eval_data and eval_labels\n"
-    "  --labels FILE        idx: the labels file of --data\n"
+    "  --data FILE          examples in the job's data format (predict: labels\n"
+    "                       optional); eval's default: the job's eval_data and\n"
+    "                       eval_labels\n"
+    "  --labels FILE        idx: the labels file of --data (predict: optional)\n"
     "  --out FILE           predict: write the CSV there (default: standard output)\n"
     "\n"
     "Exit status: 0 done; 1 failure; 2 usage or config error; 200 peer unreachable\n"
@@ -268,7 +272,8 @@ static int run_tool(int argc, char **argv) {
     if (!o.data && !job.eval_data[0])
         return usage_error("eval: no data: give --data FILE, or set \"eval_data\" in %s",
                            o.config_path);
-    dt_predict_params pp = {&job, o.checkpoint, o.data, o.labels, o.out};
+    dt_predict_params pp = {
+        .job = &job, .checkpoint = o.checkpoint, .data = o.data, .labels = o.labels, .out = o.out};
     dt_predict_result r;
     int rc = is_predict ? dt_predict_write(&pp, &r, &err) : dt_predict_eval(&pp, &r, &err);
     if (rc < 0) {
