@@ -194,7 +194,7 @@ END_TEST
 /* First SIGINT to a worker: it exits 130; the job still completes without
  * it (the ps stops after its linger). */
 START_TEST(sigint_worker) {
-    static const char *const extra[] = {"max_steps=20000", NULL};
+    static const char *const extra[] = {"max_steps=8000", NULL};
     world_init(1, 2, extra);
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
@@ -325,7 +325,7 @@ END_TEST
 /* A second chief on the same log dir is refused with the first's pid; the
  * first trains on and finishes the job. */
 START_TEST(second_chief_refused) {
-    static const char *const extra[] = {"max_steps=20000", NULL};
+    static const char *const extra[] = {"max_steps=10000", NULL};
     world_init(1, 2, extra);
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
@@ -361,7 +361,7 @@ END_TEST
  * restores it no earlier than its latest checkpoint, and the job completes
  * without restarting anyone else. */
 START_TEST(ps_restart) {
-    static const char *const extra[] = {"max_steps=30000", NULL};
+    static const char *const extra[] = {"max_steps=12000", NULL};
     world_init(1, 2, extra);
     const int64_t max_steps = dt_test_job_max_steps(&w);
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
@@ -396,7 +396,7 @@ END_TEST
  * true global step: ps 0 must come back at it, not behind, or the shards
  * disagree on the step and the job ends short of max_steps. */
 START_TEST(ps_restart_two_shards) {
-    static const char *const extra[] = {"max_steps=30000", NULL};
+    static const char *const extra[] = {"max_steps=15000", NULL};
     world_init(2, 2, extra);
     const int64_t max_steps = dt_test_job_max_steps(&w);
     pid_t ps0 = dt_test_job_start(&w, "ps", 0, "ps0");
@@ -433,7 +433,7 @@ END_TEST
 /* SIGKILL worker 1 mid-job and restart it: it rejoins and trains, and the
  * job completes. */
 START_TEST(worker_restart) {
-    static const char *const extra[] = {"max_steps=20000", NULL};
+    static const char *const extra[] = {"max_steps=10000", NULL};
     world_init(1, 2, extra);
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
