@@ -305,10 +305,22 @@ static int prepare(dt_ps_client *c, int p, dt_msg_type type, const void *msg, in
 }
 
 /* Runs calls [first, first+n) and releases their requests. */
+/* Prefixes the error of the first failed call of calls[0..n) (the one
+ * dt_rpc_call_all reports) with its task, "ps:1", so a wait names whom it
+ * waits for. ps_of maps a call to its task (NULL: call i is ps first + i). */
+static int name_failed(const dt_rpc_call *calls, int n, int first, const int *ps_of, int rc,
+                       dt_err *err) {
+    for (int i = 0; i < n; i++)
+        if (calls[i].err.code != DT_OK)
+            return dt_err_wrap(err, rc, "ps:%d", ps_of ? ps_of[i] : first + i);
+    return rc;
+}
+
 static int run(dt_ps_client *c, int first, int n, dt_err *err) {
     int rc = dt_rpc_call_all(&c->calls[first], n, c->params.timeout_ms, err);
     for (int p = first; p < first + n; p++)
         dt_rpc_buf_release(&c->requests[p]);
+    if (rc < 0) rc = name_failed(&c->calls[first], n, first, NULL, rc, err);
     return rc;
 }
 
@@ -563,6 +575,7 @@ int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt
         slot[n++] = p;
     }
     rc = dt_rpc_call_all(c->batch, n, c->params.timeout_ms, err);
+    if (rc < 0) rc = name_failed(c->batch, n, 0, slot, rc, err);
     for (int k = 0; k < n; k++) {
         int p = slot[k];
         dt_rpc_buf_release(&c->requests[p]);

@@ -319,6 +319,14 @@ START_TEST(ps_never_up) {
                   "the chief does not name its budget; "
                   "logs:%s",
                   dt_test_job_report(&w));
+    /* Every wait says whom it waits for, and how long it has. */
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", w.ports[0]);
+    char *log = dt_test_job_read_log(&w, "worker1");
+    int named = dt_test_line_has(log, "waiting for", " s: ps:0", addr, NULL);
+    free(log);
+    ck_assert_msg(named, "worker 1's wait does not name ps:0 %s; logs:%s", addr,
+                  dt_test_job_report(&w));
 }
 END_TEST
 
