@@ -86,14 +86,16 @@ asan:
 # Everything CI runs: the suite, the suite under the sanitizers, then each
 # fuzz target over its corpus and for FUZZ_SECONDS of new inputs. Each tree
 # is built two jobs wide first; the suites themselves run one at a time (they
-# time real processes, and share the machine's cores with them).
+# time real processes, and share the machine's cores with them); the fuzz
+# targets run two at a time.
 check:
 	$(MAKE) -j2 $(BUILD)/dtrain $(BUILD)/check_all
 	$(MAKE) test
 	$(ASAN_MAKE) -j2 build-asan/dtrain build-asan/check_all
 	$(MAKE) asan
 	$(MAKE) -j2 fuzz-build
-	$(MAKE) fuzz-check fuzz
+	$(MAKE) fuzz-check
+	$(MAKE) -j2 fuzz
 
 $(BUILD)/bench_%: bench/%.c bench/common.h $(BENCH_OBJ) $(BUILD)/libdtrain.a
 	@echo "  LD    $@"

@@ -3,6 +3,7 @@
 # compiled again with coverage instrumentation). See test/fuzz/README.md.
 #
 #   make fuzz            every target for FUZZ_SECONDS (default 30) each
+#                        (-j2: two targets at a time)
 #   make fuzz-check      every target once over its committed corpus and the
 #                        kept crash reproducers (a quick regression run)
 #   make fuzz-merge      fold what `make fuzz` found into test/fuzz/corpus
@@ -26,7 +27,7 @@ FUZZ_CFLAGS  := $(filter-out -Werror $(OPT) $(SANITIZE),$(CFLAGS)) -O1 -g $(FUZZ
 FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(LIB_SRC)) \
                 $(patsubst $(BUILD)/gen/%.c,$(FUZZ_DIR)/obj/gen/%.o,$(GEN_C))
 
-.PHONY: fuzz fuzz-build fuzz-check fuzz-merge fuzz-seeds
+.PHONY: fuzz fuzz-build fuzz-check fuzz-merge fuzz-seeds $(addprefix fuzz-run-,$(FUZZ_TARGETS))
 
 fuzz-build: $(FUZZ_BINS)
 
@@ -52,18 +53,18 @@ $(FUZZ_DIR)/fuzz_%: test/fuzz/fuzz_%.c $(FUZZ_DIR)/libdtrain.a
 # New inputs go to a work corpus in the build dir; the committed corpus is
 # read only (`make fuzz-merge` adds the ones that bring new coverage). A
 # crash stops the run and leaves the input in $(FUZZ_DIR)/crashes/.
-fuzz: $(FUZZ_BINS)
-	@mkdir -p $(FUZZ_DIR)/crashes
-	$(Q)for t in $(FUZZ_TARGETS); do \
-	  mkdir -p $(FUZZ_DIR)/corpus/$$t test/fuzz/corpus/$$t; \
-	  echo "  FUZZ  $$t ($(FUZZ_SECONDS) s, log in $(FUZZ_DIR)/$$t.log)"; \
-	  $(FUZZ_DIR)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	    -artifact_prefix=$(FUZZ_DIR)/crashes/$$t- $(FUZZ_FLAGS) \
-	    $(FUZZ_DIR)/corpus/$$t test/fuzz/corpus/$$t > $(FUZZ_DIR)/$$t.log 2>&1 \
-	    || { tail -n 60 $(FUZZ_DIR)/$$t.log; exit 1; }; \
-	  grep -h "^stat::number_of_executed_units\|^stat::new_units_added" $(FUZZ_DIR)/$$t.log \
-	    | sed 's/^/        /'; \
-	done
+fuzz: $(addprefix fuzz-run-,$(FUZZ_TARGETS))
+
+# One target's run; `make -j2 fuzz` runs two at once (each is one process).
+$(addprefix fuzz-run-,$(FUZZ_TARGETS)): fuzz-run-%: $(FUZZ_DIR)/fuzz_%
+	@mkdir -p $(FUZZ_DIR)/crashes $(FUZZ_DIR)/corpus/$* test/fuzz/corpus/$*
+	@echo "  FUZZ  $* ($(FUZZ_SECONDS) s, log in $(FUZZ_DIR)/$*.log)"
+	$(Q)$(FUZZ_DIR)/fuzz_$* -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_DIR)/crashes/$*- $(FUZZ_FLAGS) \
+	  $(FUZZ_DIR)/corpus/$* test/fuzz/corpus/$* > $(FUZZ_DIR)/$*.log 2>&1 \
+	  || { tail -n 60 $(FUZZ_DIR)/$*.log; exit 1; }
+	@grep -h "^stat::number_of_executed_units\|^stat::new_units_added" $(FUZZ_DIR)/$*.log \
+	  | sed 's/^/        $*: /'
 
 # Every committed input once, and every kept reproducer (named
 # <target>-<anything>), which must no longer crash.
