@@ -404,7 +404,7 @@ END_TEST
  * true global step: ps 0 must come back at it, not behind, or the shards
  * disagree on the step and the job ends short of max_steps. */
 START_TEST(ps_restart_two_shards) {
-    static const char *const extra[] = {"max_steps=15000", NULL};
+    static const char *const extra[] = {"max_steps=10000", NULL};
     world_init(2, 2, extra);
     const int64_t max_steps = dt_test_job_max_steps(&w);
     pid_t ps0 = dt_test_job_start(&w, "ps", 0, "ps0");
