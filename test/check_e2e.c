@@ -202,7 +202,7 @@ END_TEST
 /* SIGKILL the chief mid-job and restart it: it rejoins the live ps, does not
  * re-initialize, and the job completes with a good model. */
 START_TEST(restart_chief) {
-    static const char *const sets[] = {"max_steps=20000", QUICK_SETS};
+    static const char *const sets[] = {"max_steps=10000", QUICK_SETS};
     dt_test_job_set(&w, sets, 1 + NUM_QUICK);
     const int64_t max_steps = dt_test_job_max_steps(&w);
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
