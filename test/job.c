@@ -90,8 +90,20 @@ void dt_test_job_add_set(dt_test_job *j, const char *set) {
 
 /* ---- roles --------------------------------------------------------------------- */
 
+/* " (<note>)" for a message, or "" without one. */
+static const char *note_text(const dt_test_job *j) {
+    static char text[128];
+    if (!j->note || !*j->note) return "";
+    snprintf(text, sizeof text, " (%s)", j->note);
+    return text;
+}
+
 const char *dt_test_job_report(const dt_test_job *j) {
-    return dt_test_report_logs(j->dir);
+    static char text[192];
+    if (!j->note || !*j->note) return dt_test_report_logs(j->dir);
+    fprintf(stderr, "test: %s\n", j->note);
+    snprintf(text, sizeof text, "%s%s", note_text(j), dt_test_report_logs(j->dir));
+    return text;
 }
 
 void dt_test_job_log_path(const dt_test_job *j, const char *log_name, char *buf, size_t cap) {
@@ -401,11 +413,11 @@ int64_t dt_test_job_check_latest(const dt_test_job *j, int64_t min_step, int che
         double want_w, want_b;
         dt_test_job_closed_form(j, &want_w, &want_b);
         ck_assert_msg(got_w - want_w < DT_TEST_FIT_TOL && want_w - got_w < DT_TEST_FIT_TOL,
-                      "%s: weight %.5f, closed form %.5f (step %" PRId64 ")", path, got_w, want_w,
-                      step);
+                      "%s: weight %.5f, closed form %.5f (step %" PRId64 ")%s", path, got_w, want_w,
+                      step, note_text(j));
         ck_assert_msg(got_b - want_b < DT_TEST_FIT_TOL && want_b - got_b < DT_TEST_FIT_TOL,
-                      "%s: bias %.5f, closed form %.5f (step %" PRId64 ")", path, got_b, want_b,
-                      step);
+                      "%s: bias %.5f, closed form %.5f (step %" PRId64 ")%s", path, got_b, want_b,
+                      step, note_text(j));
     }
     return step;
 }

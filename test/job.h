@@ -45,6 +45,10 @@ typedef struct {
      * while the roles run. */
     void (*poll)(void *arg);
     void *poll_arg;
+    /* When set, a short text (e.g. "seed 42") that dt_test_job_report prints
+     * first and that the failure messages about the roles and the fit name:
+     * what a reader needs to repeat a run (borrowed). */
+    const char *note;
     /* The last dt_test_job_command: what it printed (heap, "" when nothing). */
     char *out, *err;
     int num_commands;
@@ -95,8 +99,9 @@ void dt_test_job_expect_exit(const dt_test_job *j, pid_t pid, const char *name, 
 void dt_test_job_expect_done(const dt_test_job *j, const pid_t *pids, const char *const *names,
                              int n, int timeout_ms);
 
-/* Prints the end of every role log on stderr; returns a short text for a
- * failure message (see dt_test_report_logs). */
+/* Prints j->note (when set) and the end of every role log on stderr;
+ * returns a short text for a failure message that names the note (see
+ * dt_test_report_logs). */
 const char *dt_test_job_report(const dt_test_job *j);
 /* <dir>/<log_name>.log into buf. */
 void dt_test_job_log_path(const dt_test_job *j, const char *log_name, char *buf, size_t cap);
