@@ -5,7 +5,8 @@
  * random pause. Then it checks what must survive any of that:
  *  - the job completes: the last instance of every role exits 0;
  *  - the model is right: the final checkpoint is at or past max_steps and
- *    its line is within WEIGHT_TOL of the closed-form least-squares fit;
+ *    its line is within DT_TEST_FIT_TOL of the closed-form least-squares
+ *    fit;
  *  - the global step never goes backwards: every Status sample of one ps
  *    incarnation is >= the one before; a restarted ps comes back no lower
  *    than the latest checkpoint written before the kill; the checkpoints,
@@ -37,9 +38,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
-#include "cluster.h"
-#include "data.h"
-#include "model.h"
+#include "job.h"
 #include "proc.h"
 #include "ps_client.h"
 #include "suites.h"
@@ -51,20 +50,16 @@
 #define END_TIMEOUT_MS 120000  /* the rest of the job after the last fault */
 #define EXIT_TIMEOUT_MS 20000
 #define TEST_TIMEOUT_S 300
-#define WEIGHT_TOL 0.05
 #define MAX_EVENTS 6
 #define CUTOFF 0.7 /* no kill past this fraction of max_steps */
 #define MAX_WRITES 4096
-#define MAX_LOGS 32
 
 enum { ROLE_PS, ROLE_CHIEF, ROLE_WORKER, NUM_ROLES };
 static const char *const role_names[NUM_ROLES] = {"ps", "chief", "worker1"};
 
 typedef struct {
-    char dir[1024];     /* the test's temp dir: cluster file and role logs */
-    char cluster[1100]; /* 1 ps, 2 workers */
-    char log_dir[1100]; /* the chaos job's log dir */
-    char max_steps_set[64];
+    char max_steps_set[64]; /* the job's last --set */
+    char seed_text[48];     /* "seed <n>": the job's note, named in failures */
     uint64_t seed;
     uint64_t rng;
 
@@ -74,8 +69,7 @@ typedef struct {
     int64_t max_steps;
 
     /* Status samples of ps 0. */
-    dt_cluster cl;
-    dt_ps_client *probe;
+    dt_test_probe probe;
     uint64_t incarnation; /* of the samples so far; 0 none */
     int64_t last_step;    /* last sample of that incarnation; -1 none */
     int64_t max_sampled;  /* over all samples */
@@ -94,34 +88,21 @@ typedef struct {
     int num_writes;
 } chaos;
 
-static char *tmp;
+/* The job: temp dir, cluster file (1 ps, 2 workers), log dir, --sets. */
+static dt_test_job job;
 static chaos c;
-static char report_buf[96];
 
 /* ---- fixture ----------------------------------------------------------- */
 
-static void suite_setup(void) {
-    if (dt_test_tmp_begin() != 0) fprintf(stderr, "chaos: cannot make the suite's temp dir\n");
-}
-
 static void setup(void) {
-    tmp = dt_test_tempdir();
-    ck_assert_msg(tmp != NULL, "cannot make a temp dir");
-    ck_assert_msg(access(dt_test_bin(), X_OK) == 0,
-                  "no executable dtrain at %s (set DTRAIN_BIN, or run `make test`)", dt_test_bin());
+    dt_test_job_setup(&job);
     memset(&c, 0, sizeof c);
-    snprintf(c.dir, sizeof c.dir, "%s", tmp);
-    snprintf(c.cluster, sizeof c.cluster, "%s/cluster.json", tmp);
     c.last_step = -1;
 }
 
 static void teardown(void) {
-    dt_test_kill_all();
-    dt_ps_client_free(c.probe);
-    c.probe = NULL;
-    dt_cluster_deinit(&c.cl);
-    dt_test_tempdir_free(tmp);
-    tmp = NULL;
+    dt_test_job_teardown(&job);
+    dt_test_probe_close(&c.probe);
 }
 
 /* ---- seeded randomness --------------------------------------------------- */
@@ -150,109 +131,40 @@ static int random_between(int lo, int hi) {
 
 /* ---- roles ----------------------------------------------------------------- */
 
-/* Prints the end of every role log to stderr and returns a short pointer
- * to it for a failure message: Check's message channel refuses long text. */
+/* Prints the seed and the end of every role log to stderr and returns a
+ * short pointer to it, naming the seed, for a failure message: Check's
+ * message channel refuses long text. */
 static const char *report(void) {
-    fprintf(stderr, "chaos: seed %" PRIu64 "; the role logs end:\n", c.seed);
-    DIR *d = opendir(c.dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            size_t n = strlen(e->d_name);
-            if (n < 5 || strcmp(e->d_name + n - 4, ".log") != 0) continue;
-            char path[2048];
-            snprintf(path, sizeof path, "%s/%s", c.dir, e->d_name);
-            char *tail = dt_test_tail(path, 3000);
-            fprintf(stderr, "== %s ==\n%s\n", e->d_name, tail ? tail : "(unreadable)");
-            free(tail);
-        }
-        closedir(d);
-    }
-    snprintf(report_buf, sizeof report_buf, " (seed %" PRIu64 "; printed on stderr)", c.seed);
-    return report_buf;
+    return dt_test_job_report(&job); /* the job's note is the seed */
 }
 
-static void role_log(int role, int instance, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s/%s-%d.log", c.dir, role_names[role], instance);
+/* "<role>-<instance>": the log name of one instance of a role. Static. */
+static const char *log_name(int role, int instance) {
+    static char name[32];
+    snprintf(name, sizeof name, "%s-%d", role_names[role], instance);
+    return name;
 }
 
-/* Starts the next instance of a role of the job in log_dir. */
-static void start(int role, const char *log_dir, const char *max_steps_set) {
-    static const char *const sets[] = {"save_model_secs=1", "log_steps=500", "summary_steps=100",
+/* The job's --sets, ending in max_steps_set (borrowed, like the others). */
+static void set_job(const char *max_steps_set) {
+    static const char *const sets[] = {"data=line",     "save_model_secs=1",
+                                       "log_steps=500", "summary_steps=100",
                                        "examples=1000", "learning_rate=0.01"};
-    char path[1200];
-    char *argv[32];
-    int n = 0;
+    dt_test_job_set(&job, sets, (int)(sizeof sets / sizeof sets[0]));
+    dt_test_job_add_set(&job, max_steps_set);
+}
+
+/* Starts the next instance of a role of the job. */
+static void start(int role) {
     c.instance[role]++;
-    role_log(role, c.instance[role], path, sizeof path);
-    argv[n++] = (char *)dt_test_bin();
-    argv[n++] = "--cluster";
-    argv[n++] = c.cluster;
-    argv[n++] = "--job-name";
-    argv[n++] = role == ROLE_PS ? "ps" : "worker";
-    argv[n++] = "--task-index";
-    argv[n++] = role == ROLE_WORKER ? "1" : "0";
-    argv[n++] = "--log-dir";
-    argv[n++] = (char *)log_dir;
-    argv[n++] = "--set";
-    argv[n++] = "data=line";
-    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
-        argv[n++] = "--set";
-        argv[n++] = (char *)sets[i];
-    }
-    argv[n++] = "--set";
-    argv[n++] = (char *)max_steps_set;
-    argv[n] = NULL;
-    c.pid[role] = dt_test_spawn(argv, path);
-    ck_assert_msg(c.pid[role] > 0, "cannot start %s", role_names[role]);
-}
-
-static char *read_role_log(int role, int instance) {
-    char path[1200];
-    role_log(role, instance, path, sizeof path);
-    char *text = dt_test_read_file(path, NULL);
-    ck_assert_msg(text != NULL, "no log %s", path);
-    return text;
-}
-
-static int role_log_has(int role, int instance, const char *needle) {
-    char *text = read_role_log(role, instance);
-    int found = strstr(text, needle) != NULL;
-    free(text);
-    return found;
+    c.pid[role] = dt_test_job_start(&job, role == ROLE_PS ? "ps" : "worker",
+                                    role == ROLE_WORKER ? 1 : 0, log_name(role, c.instance[role]));
 }
 
 /* ---- watching the job -------------------------------------------------- */
 
-static int64_t ckpt_step(const char *name) {
-    const char *prefix = "model.ckpt-", *suffix = ".safetensors";
-    size_t np = strlen(prefix), ns = strlen(suffix), n = strlen(name);
-    if (n <= np + ns || strncmp(name, prefix, np) != 0 || strcmp(name + n - ns, suffix) != 0)
-        return -1;
-    int64_t step = 0;
-    for (const char *p = name + np; p < name + n - ns; p++) {
-        if (*p < '0' || *p > '9' || step > INT64_MAX / 10 - 10) return -1;
-        step = step * 10 + (*p - '0');
-    }
-    return step;
-}
-
 static int ts_before(const struct timespec *a, const struct timespec *b) {
     return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
-}
-
-/* Highest checkpoint step in the log dir now, or -1. */
-static int64_t latest_ckpt(void) {
-    int64_t best = -1;
-    DIR *d = opendir(c.log_dir);
-    if (!d) return -1;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        int64_t step = ckpt_step(e->d_name);
-        if (step > best) best = step;
-    }
-    closedir(d);
-    return best;
 }
 
 /* Orders the writes seen as they were made: by mtime, then step (two saves
@@ -267,16 +179,16 @@ static int write_cmp(const void *pa, const void *pb) {
 
 /* Records checkpoint files that are new, or rewritten since last seen. */
 static void scan_ckpts(void) {
-    DIR *d = opendir(c.log_dir);
+    DIR *d = opendir(job.log_dir);
     if (!d) return;
     int first = c.num_writes;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        int64_t step = ckpt_step(e->d_name);
+        int64_t step = dt_test_ckpt_step(e->d_name);
         if (step < 0 || strlen(e->d_name) >= sizeof c.writes[0].name) continue;
         char path[2048];
         struct stat st;
-        snprintf(path, sizeof path, "%s/%s", c.log_dir, e->d_name);
+        snprintf(path, sizeof path, "%s/%s", job.log_dir, e->d_name);
         if (stat(path, &st) != 0) continue; /* rotated away meanwhile */
         int known = 0;
         for (int i = first - 1; i >= 0 && !known; i--)
@@ -298,7 +210,7 @@ static void sample(void) {
     dt_msg_status_resp st;
     dt_err err;
     dt_err_clear(&err);
-    if (dt_ps_client_status(c.probe, 0, &st, &err) < 0 || !st.ready) return;
+    if (dt_ps_client_status(c.probe.client, 0, &st, &err) < 0 || !st.ready) return;
     c.num_samples++;
     if (st.incarnation != c.incarnation) {
         if (c.incarnation != 0) {
@@ -324,6 +236,12 @@ static void sample(void) {
 static void tick(void) {
     sample();
     scan_ckpts();
+}
+
+/* tick as the job's poll hook, while its end is awaited. */
+static void tick_hook(void *arg) {
+    (void)arg;
+    tick();
 }
 
 /* Sleeps ms while watching. */
@@ -364,7 +282,7 @@ static int64_t wait_step_past(int64_t past, int timeout_ms) {
 /* Watches until the role's current log contains needle. */
 static void wait_role_log(int role, const char *needle) {
     char path[1200];
-    role_log(role, c.instance[role], path, sizeof path);
+    dt_test_job_log_path(&job, log_name(role, c.instance[role]), path, sizeof path);
     long long deadline = dt_test_now_ms() + START_TIMEOUT_MS;
     for (;;) {
         tick();
@@ -381,47 +299,13 @@ static void wait_role_log(int role, const char *needle) {
 
 /* ---- the job's numbers ------------------------------------------------- */
 
-static void load_job(dt_job *job) {
-    static const char *const sets[] = {"data=line", "examples=1000", "learning_rate=0.01"};
-    dt_err err;
-    dt_err_clear(&err);
-    dt_job_defaults(job);
-    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
-        ck_assert_msg(dt_job_set(job, sets[i], &err) == 0, "%s", err.msg);
-    ck_assert_msg(dt_job_set(job, c.max_steps_set, &err) == 0, "%s", err.msg);
-    ck_assert_msg(dt_job_finish(job, &err) == 0, "%s", err.msg);
-}
-
-static void closed_form(double *weight, double *bias) {
-    dt_job job;
-    dt_err err;
-    dt_dataset *ds = NULL;
-    dt_batch all;
-    dt_err_clear(&err);
-    load_job(&job);
-    ck_assert_msg(dt_data_open(&job, 0, 1, &ds, &err) == 0, "%s", err.msg);
-    int rc = dt_data_all(ds, &all, &err);
-    if (rc == 0) rc = dt_model_lstsq_line(&all, weight, bias, &err);
-    dt_data_free(ds);
-    ck_assert_msg(rc == 0, "%s", err.msg);
-}
-
-static double scalar_of(const dt_tensors *ts, const char *name, const char *path) {
-    const dt_tensor *t = dt_tensors_find(ts, name);
-    ck_assert_msg(t && t->dtype == DT_DTYPE_F32 && dt_tensor_numel(t) == 1,
-                  "%s: %s missing or not one F32 value", path, name);
-    float v;
-    memcpy(&v, t->data, sizeof v);
-    return v;
-}
-
 /* Steps/s of this machine on this job: a short undisturbed run. */
 static double calibrate(void) {
-    char log_dir[1100];
-    snprintf(log_dir, sizeof log_dir, "%s/calibration", c.dir);
-    const char *forever = "max_steps=100000000";
+    /* Its own log dir, so the job starts from nothing. */
+    snprintf(job.log_dir, sizeof job.log_dir, "%s/calibration", job.dir);
+    set_job("max_steps=100000000");
     for (int r = 0; r < NUM_ROLES; r++)
-        start(r, log_dir, forever);
+        start(r);
     wait_step_past(0, START_TIMEOUT_MS);
     watch_for(500);
     int64_t s1 = c.last_step;
@@ -435,9 +319,13 @@ static double calibrate(void) {
     /* Remove the calibration's logs: the chaos run's names start at 1. */
     for (int r = 0; r < NUM_ROLES; r++) {
         char path[1200];
-        role_log(r, 1, path, sizeof path);
+        dt_test_job_log_path(&job, log_name(r, 1), path, sizeof path);
         unlink(path);
     }
+    /* Forget what was seen of it: its checkpoints (tick scanned its log
+     * dir) and its samples; the job's own log dir is next. */
+    snprintf(job.log_dir, sizeof job.log_dir, "%s/logs", job.dir);
+    c.num_writes = 0;
     c.incarnation = 0;
     c.last_step = -1;
     c.max_sampled = 0;
@@ -451,23 +339,23 @@ static double calibrate(void) {
 static void kill_and_restart(int role) {
     int64_t step_before = c.last_step;
     if (role == ROLE_PS) {
-        c.ckpt_at_ps_kill = latest_ckpt();
+        c.ckpt_at_ps_kill = dt_test_ckpt_max(job.log_dir);
         c.sampled_at_ps_kill = c.last_step;
     }
-    ck_assert_msg(kill(c.pid[role], SIGKILL) == 0, "cannot kill %s", role_names[role]);
-    int status = dt_test_wait(c.pid[role], EXIT_TIMEOUT_MS);
-    ck_assert_msg(status == -SIGKILL, "%s-%d ended with %d, not by SIGKILL; logs:%s",
-                  role_names[role], c.instance[role], status, report());
+    ck_assert_msg(dt_test_kill(c.pid[role], SIGKILL) == 0, "cannot kill %s (seed %" PRIu64 ")",
+                  role_names[role], c.seed);
+    dt_test_job_expect_exit(&job, c.pid[role], log_name(role, c.instance[role]), EXIT_TIMEOUT_MS,
+                            -SIGKILL);
     c.kills[role]++;
     int pause = random_between(100, 1500);
     fprintf(stderr, "chaos: killed %s-%d at step ~%" PRId64 "; restart in %d ms\n",
             role_names[role], c.instance[role], step_before, pause);
     watch_for(pause);
     if (role == ROLE_PS) {
-        int64_t ckpt = latest_ckpt();
+        int64_t ckpt = dt_test_ckpt_max(job.log_dir);
         if (ckpt > c.ckpt_at_ps_kill) c.ckpt_at_ps_kill = ckpt; /* written meanwhile */
     }
-    start(role, c.log_dir, c.max_steps_set);
+    start(role);
 
     /* Back, and training on: only then may the next fault come. */
     if (role == ROLE_PS) {
@@ -494,7 +382,7 @@ static void check_chief_saves(int *num_saves) {
     char where[64] = "";
     *num_saves = 0;
     for (int i = 1; i <= c.instance[ROLE_CHIEF]; i++) {
-        char *log = read_role_log(ROLE_CHIEF, i);
+        char *log = dt_test_job_read_log(&job, log_name(ROLE_CHIEF, i));
         for (char *p = log; (p = strstr(p, "chief: saved ")) != NULL; p++) {
             char *g = strstr(p, "(global_step ");
             ck_assert_msg(g != NULL, "chief-%d: a \"saved\" line without its step", i);
@@ -526,18 +414,18 @@ static void check_ckpt_files(void) {
         struct timespec mtime;
     } left[64];
     int n = 0;
-    DIR *d = opendir(c.log_dir);
-    ck_assert_msg(d != NULL, "no log dir %s", c.log_dir);
+    DIR *d = opendir(job.log_dir);
+    ck_assert_msg(d != NULL, "no log dir %s", job.log_dir);
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         /* A chief killed mid-save leaves a temporary file; the next one
          * removes it once it holds the lock. */
         ck_assert_msg(!strstr(e->d_name, ".tmp."), "temporary file %s left in the log dir",
                       e->d_name);
-        int64_t step = ckpt_step(e->d_name);
+        int64_t step = dt_test_ckpt_step(e->d_name);
         if (step < 0) continue;
         char path[2048];
-        snprintf(path, sizeof path, "%s/%s", c.log_dir, e->d_name);
+        snprintf(path, sizeof path, "%s/%s", job.log_dir, e->d_name);
         dt_tensors ts;
         dt_ckpt_meta meta;
         dt_err err;
@@ -556,7 +444,7 @@ static void check_ckpt_files(void) {
         n++;
     }
     closedir(d);
-    ck_assert_msg(n >= 1, "no checkpoint left in %s", c.log_dir);
+    ck_assert_msg(n >= 1, "no checkpoint left in %s", job.log_dir);
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++)
             ck_assert_msg(
@@ -568,19 +456,11 @@ static void check_ckpt_files(void) {
 START_TEST(kill_everyone) {
     c.seed = env_seed();
     c.rng = c.seed;
+    snprintf(c.seed_text, sizeof c.seed_text, "seed %" PRIu64, c.seed);
+    job.note = c.seed_text;
     fprintf(stderr, "chaos: seed %" PRIu64 " (set DT_CHAOS_SEED to repeat)\n", c.seed);
-    dt_err err;
-    dt_err_clear(&err);
-    ck_assert_int_eq(dt_test_write_cluster(c.cluster, 1, 2, NULL), 0);
-    ck_assert_msg(dt_cluster_load(c.cluster, &c.cl, &err) == 0, "%s", err.msg);
-    dt_tensors none;
-    memset(&none, 0, sizeof none);
-    dt_ps_client_params params;
-    memset(&params, 0, sizeof params);
-    params.cluster = &c.cl;
-    params.worker = -1; /* a tool, not a worker */
-    params.timeout_ms = 2000;
-    ck_assert_msg(dt_ps_client_new(&params, &none, &c.probe, &err) == 0, "%s", err.msg);
+    dt_test_job_cluster(&job, 1, 2);
+    dt_test_probe_open(&c.probe, job.cluster, 2000);
 
     double rate = calibrate();
     c.max_steps = (int64_t)(rate * JOB_SECS);
@@ -588,9 +468,9 @@ START_TEST(kill_everyone) {
     snprintf(c.max_steps_set, sizeof c.max_steps_set, "max_steps=%" PRId64, c.max_steps);
     fprintf(stderr, "chaos: %.0f steps/s; %s\n", rate, c.max_steps_set);
 
-    snprintf(c.log_dir, sizeof c.log_dir, "%s/logs", c.dir);
+    set_job(c.max_steps_set);
     for (int r = 0; r < NUM_ROLES; r++)
-        start(r, c.log_dir, c.max_steps_set);
+        start(r);
     wait_step_past(0, START_TIMEOUT_MS);
 
     /* Every role once, in a seeded order; then seeded victims while the
@@ -618,18 +498,16 @@ START_TEST(kill_everyone) {
         kill_and_restart(role);
     }
 
-    /* The rest of the job: every last instance exits 0. */
-    long long deadline = dt_test_now_ms() + END_TIMEOUT_MS;
+    /* The rest of the job: every last instance exits 0, watched. */
+    char names[NUM_ROLES][32];
+    const char *name_of[NUM_ROLES];
     for (int r = 0; r < NUM_ROLES; r++) {
-        while (dt_test_alive(c.pid[r]) && dt_test_now_ms() < deadline) {
-            tick();
-            dt_test_sleep_ms(50);
-        }
-        int status = dt_test_wait(c.pid[r], 0);
-        ck_assert_msg(status == 0, "%s-%d: status %d at the end (%d: still running); logs:%s",
-                      role_names[r], c.instance[r], status, DT_TEST_TIMEOUT, report());
+        snprintf(names[r], sizeof names[r], "%s", log_name(r, c.instance[r]));
+        name_of[r] = names[r];
     }
-    scan_ckpts();
+    job.poll = tick_hook;
+    dt_test_job_expect_done(&job, c.pid, name_of, NUM_ROLES, END_TIMEOUT_MS);
+    job.poll = NULL;
     fprintf(stderr,
             "chaos: done; %d samples, %d ps restarts seen, worst restore %" PRId64
             " steps below the last sample; %d checkpoint writes seen\n",
@@ -644,7 +522,7 @@ START_TEST(kill_everyone) {
     /* Recovery as the contract says. */
     int restores = 0;
     for (int i = 1; i <= c.instance[ROLE_CHIEF]; i++) {
-        char *log = read_role_log(ROLE_CHIEF, i);
+        char *log = dt_test_job_read_log(&job, log_name(ROLE_CHIEF, i));
         for (char *p = log; (p = strstr(p, "lost its model; restoring it")) != NULL; p++)
             restores++;
         if (i > 1)
@@ -654,47 +532,26 @@ START_TEST(kill_everyone) {
     }
     ck_assert_msg(restores >= c.kills[ROLE_PS], "%d ps kills, %d restores logged by the chief",
                   c.kills[ROLE_PS], restores);
-    ck_assert_msg(role_log_has(ROLE_CHIEF, c.instance[ROLE_CHIEF], "chief: job done"),
-                  "the last chief did not log the end; logs:%s", report());
+    ck_assert_msg(
+        dt_test_job_log_has(&job, log_name(ROLE_CHIEF, c.instance[ROLE_CHIEF]), "chief: job done"),
+        "the last chief did not log the end; logs:%s", report());
 
     int saves = 0;
     check_chief_saves(&saves);
     ck_assert_msg(saves >= 3, "only %d checkpoints saved", saves);
     check_ckpt_files();
 
-    /* The model. */
-    dt_tensors ts;
-    dt_ckpt_meta meta;
-    char path[2048];
-    memset(&ts, 0, sizeof ts);
-    dt_err_clear(&err);
-    int rc = dt_ckpt_restore_latest(c.log_dir, &ts, &meta, path, sizeof path, &err);
-    ck_assert_msg(rc == 1, "no loadable checkpoint (rc %d: %s); logs:%s", rc, err.msg, report());
-    ck_assert_msg(meta.global_step >= c.max_steps,
-                  "final checkpoint %s at global_step %" PRId64 " < max_steps %" PRId64, path,
-                  meta.global_step, c.max_steps);
-    ck_assert_msg(meta.global_step >= c.max_sampled,
-                  "final checkpoint at %" PRId64 " behind a sampled step %" PRId64,
-                  meta.global_step, c.max_sampled);
-    double got_w = scalar_of(&ts, "linear/weight", path),
-           got_b = scalar_of(&ts, "linear/bias", path);
-    dt_tensors_deinit(&ts);
-    double want_w, want_b;
-    closed_form(&want_w, &want_b);
-    ck_assert_msg(got_w - want_w < WEIGHT_TOL && want_w - got_w < WEIGHT_TOL,
-                  "weight %.5f, closed form %.5f (seed %" PRIu64 ")", got_w, want_w, c.seed);
-    ck_assert_msg(got_b - want_b < WEIGHT_TOL && want_b - got_b < WEIGHT_TOL,
-                  "bias %.5f, closed form %.5f (seed %" PRIu64 ")", got_b, want_b, c.seed);
+    /* The model: at or past max_steps, fitting the data's line, and not
+     * behind any step the ps answered. */
+    int64_t final_step = dt_test_job_check_latest(&job, c.max_steps, 1);
+    ck_assert_msg(final_step >= c.max_sampled,
+                  "final checkpoint at %" PRId64 " behind a sampled step %" PRId64 " (%s)",
+                  final_step, c.max_sampled, c.seed_text);
 }
 END_TEST
 
 Suite *chaos_suite(void) {
     Suite *s = suite_create("chaos");
-    TCase *tc = tcase_create("kills");
-    tcase_add_unchecked_fixture(tc, suite_setup, dt_test_tmp_end);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, TEST_TIMEOUT_S);
-    tcase_add_test(tc, kill_everyone);
-    suite_add_tcase(s, tc);
+    tcase_add_test(dt_test_job_tcase(s, "kills", TEST_TIMEOUT_S, setup, teardown), kill_everyone);
     return s;
 }
