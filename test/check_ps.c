@@ -12,21 +12,20 @@
  *
  * The model on the ps: w (2, 3) and b (3), both F32.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "codec.h"
+#include "job.h"
 #include "optim.h"
+#include "proc.h"
 #include "ps.h"
 #include "ps_client.h"
 #include "rpc_client.h"
@@ -50,26 +49,11 @@ static void sleep_ms(int ms) {
     }
 }
 
-/* Binds 127.0.0.1:0 and returns the port the kernel chose. */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    socklen_t len = sizeof sa;
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
-static void set_addr(dt_addr *a, int port) {
-    memset(a, 0, sizeof *a);
-    snprintf(a->host, sizeof a->host, "127.0.0.1");
-    a->port = port;
-    snprintf(a->addr, sizeof a->addr, "127.0.0.1:%d", port);
+/* a = 127.0.0.1 on a port that was free a moment ago. */
+static void free_addr(dt_addr *a) {
+    int port = dt_test_free_port();
+    ck_assert_int_gt(port, 0);
+    dt_test_loopback_addr(a, port);
 }
 
 /* A ps task and a raw channel to it. */
@@ -83,9 +67,9 @@ typedef struct {
 
 static void fixture_start(fixture *f, int linger_ms) {
     memset(f, 0, sizeof *f);
-    set_addr(&f->ps_addr[0], free_port());
-    set_addr(&f->worker_addr[0], free_port());
-    set_addr(&f->worker_addr[1], free_port());
+    free_addr(&f->ps_addr[0]);
+    free_addr(&f->worker_addr[0]);
+    free_addr(&f->worker_addr[1]);
     f->cluster.num_ps = 1;
     f->cluster.ps = f->ps_addr;
     f->cluster.num_workers = 2;
@@ -1326,8 +1310,8 @@ static int64_t step_of(dt_ps_client *c, int p) {
 START_TEST(test_two_ps_count_apart) {
     dt_addr ps_addr[2], worker_addr[2];
     for (int i = 0; i < 2; i++) {
-        set_addr(&ps_addr[i], free_port());
-        set_addr(&worker_addr[i], free_port());
+        free_addr(&ps_addr[i]);
+        free_addr(&worker_addr[i]);
     }
     dt_cluster cl = {.num_ps = 2, .ps = ps_addr, .num_workers = 2, .workers = worker_addr};
     dt_ps *ps[2];
