@@ -21,7 +21,10 @@
  * 0 counts as 1). The held-out set is scaled with the training file's
  * statistics, so opening it with "standardize" reads the training file once
  * more (its time, and one training table of memory while the statistics are
- * taken).
+ * taken). A held-out or prediction file may come without labels
+ * (dt_data_open_unlabeled): it is read with the reader's DT_LABELS_NONE and
+ * goes through the same table, statistics and scaling code as a labeled one,
+ * so its features are scaled to the bit as they would be with labels.
  *
  * Every random number comes from a counter-based hash (splitmix64's
  * finaliser) of the seed, a stream constant and an index, so example i is the
@@ -34,7 +37,9 @@
  *
  * Invariants: 0 <= pos < size; order holds a permutation of 0..size-1
  * (shard-local indices; local k is global index shard + k * num_shards);
- * mem_x/mem_y hold the shard in index order for the in-memory sources.
+ * mem_x/mem_y hold the shard in index order for the in-memory sources;
+ * labeled is 0 only for a file read without labels, whose mem_y and batch
+ * y are NULL.
  * Threading: a dataset belongs to one thread; separate datasets share nothing.
  */
 #include "data.h"
@@ -77,7 +82,8 @@ struct dt_dataset {
     int64_t *order; /* (size) shard-local indices, this epoch's order */
 
     float *mem_x;  /* (size, F) line and files: the shard in index order */
-    float *mem_y;  /* (size) */
+    float *mem_y;  /* (size) NULL when not labeled */
+    int labeled;   /* 0: a file read without labels */
     float *true_w; /* (F) wide: w* */
 
     float *batch_x; /* (batch_cap, F) reused across calls */
@@ -312,6 +318,7 @@ static int new_dataset(const dt_job *job, int source, int64_t num_examples, int 
     ds->size = (num_examples - 1 - shard) / num_shards + 1; /* shard < N */
     ds->seed = job->seed;
     ds->noise = job->noise;
+    ds->labeled = 1;
     if ((uint64_t)ds->size > SIZE_MAX / sizeof *ds->order ||
         !(ds->order = malloc((size_t)ds->size * sizeof *ds->order))) {
         int64_t size = ds->size;
@@ -324,19 +331,21 @@ static int new_dataset(const dt_job *job, int source, int64_t num_examples, int 
 }
 
 static int read_table(const dt_job *job, const char *what, const char *data, const char *labels,
-                      dt_reader_table *t, dt_err *err) {
+                      dt_labels_mode mode, dt_reader_table *t, dt_err *err) {
     if (!data[0])
         return dt_err_set(err, DT_EINVAL,
                           "data: \"%s\" is not set: the \"%.*s\" source reads a file", what,
                           (int)sizeof job->data, job->data);
     dt_reader_params p;
     dt_reader_params_of(job, &p);
+    p.labels = mode;
     int rc = dt_reader_load(job->data, data, labels, &p, t, err);
     return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
 }
 
 /* Takes the table's rows of shard `shard` of `num_shards` into a new
- * dataset, scaled. The table is consumed (its buffers move or are freed). */
+ * dataset, scaled; a table read without labels (y NULL) makes a dataset
+ * without them. The table is consumed (its buffers move or are freed). */
 static int from_table(const dt_job *job, dt_reader_table *t, const scaling *sc, int shard,
                       int num_shards, dt_dataset **out, dt_err *err) {
     const int64_t F = t->cols;
@@ -348,16 +357,17 @@ static int from_table(const dt_job *job, dt_reader_table *t, const scaling *sc, 
     for (int64_t k = 0; k < ds->size && num_shards > 1; k++) {
         int64_t i = shard + k * num_shards;
         memmove(t->x + (size_t)(k * F), t->x + (size_t)(i * F), (size_t)F * sizeof(float));
-        t->y[k] = t->y[i];
+        if (t->y) t->y[k] = t->y[i];
     }
     if (ds->size < t->rows) { /* give the other shards' rows back; a failed shrink is harmless */
         float *x = realloc(t->x, (size_t)(ds->size * F) * sizeof(float));
         if (x) t->x = x;
-        float *y = realloc(t->y, (size_t)ds->size * sizeof(float));
+        float *y = t->y ? realloc(t->y, (size_t)ds->size * sizeof(float)) : NULL;
         if (y) t->y = y;
     }
     ds->mem_x = t->x;
     ds->mem_y = t->y;
+    ds->labeled = t->y != NULL;
     t->x = t->y = NULL;
     t->rows = 0;
     scaling_apply(sc, ds->mem_x, ds->size, (int)F);
@@ -374,7 +384,8 @@ static int open_file(const dt_job *job, int shard, int num_shards, dt_dataset **
     scaling sc;
     int rc = scaling_of(job, &sc, err);
     if (rc < 0) return rc;
-    if ((rc = read_table(job, "train_data", job->train_data, job->train_labels, &t, err)) < 0)
+    if ((rc = read_table(job, "train_data", job->train_data, job->train_labels, DT_LABELS_REQUIRED,
+                         &t, err)) < 0)
         goto fail;
     if (shard >= t.rows) {
         rc = dt_err_set(err, DT_EINVAL, "data: shard %d of %d is empty: only %lld examples in %s",
@@ -459,7 +470,9 @@ fail:
     return rc;
 }
 
-int dt_data_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) {
+/* The held-out set (job->eval_data) whole, with its labels or without them,
+ * scaled with the training file's statistics. */
+static int open_held_out(const dt_job *job, dt_labels_mode labels, dt_dataset **out, dt_err *err) {
     *out = NULL;
     int source, rc;
     if ((rc = source_of(job, &source, err)) < 0) return rc;
@@ -479,21 +492,33 @@ int dt_data_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) {
         goto fail;
     }
     if (sc.kind == SCALE_STANDARDIZE) {
-        /* The held-out set is scaled as the training set was. */
-        if ((rc = read_table(job, "train_data", job->train_data, job->train_labels, &t, err)) < 0)
+        /* The held-out set is scaled as the training set was; the training
+         * file is read with its labels, so the rows are the ones training
+         * keeps (skip_bad_rows) whatever the held-out file carries. */
+        if ((rc = read_table(job, "train_data", job->train_data, job->train_labels,
+                             DT_LABELS_REQUIRED, &t, err)) < 0)
             goto fail;
         if ((rc = scaling_fit(&sc, &t, err)) < 0) goto fail;
         dt_reader_table_deinit(&t);
     }
-    if ((rc = read_table(job, "eval_data", job->eval_data, job->eval_labels, &t, err)) < 0)
+    if ((rc = read_table(job, "eval_data", job->eval_data, job->eval_labels, labels, &t, err)) < 0)
         goto fail;
     int64_t total = t.rows;
     if ((rc = from_table(job, &t, &sc, 0, 1, out, err)) < 0) goto fail;
-    dt_log(DT_LOG_INFO, "data: %s: %lld held-out examples", job->eval_data, (long long)total);
+    dt_log(DT_LOG_INFO, "data: %s: %lld held-out examples%s", job->eval_data, (long long)total,
+           labels == DT_LABELS_NONE ? " without labels" : "");
 fail:
     dt_reader_table_deinit(&t);
     scaling_deinit(&sc);
     return rc;
+}
+
+int dt_data_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) {
+    return open_held_out(job, DT_LABELS_REQUIRED, out, err);
+}
+
+int dt_data_open_unlabeled(const dt_job *job, dt_dataset **out, dt_err *err) {
+    return open_held_out(job, DT_LABELS_NONE, out, err);
 }
 
 int64_t dt_data_size(const dt_dataset *ds) {
@@ -548,7 +573,7 @@ int dt_data_next(dt_dataset *ds, int batch_size, dt_batch *out, dt_err *err) {
             wide_example(ds, ds->shard + k * ds->num_shards, ds->batch_x + r * F, &ds->batch_y[r]);
         } else {
             memcpy(ds->batch_x + r * F, ds->mem_x + k * F, (size_t)F * sizeof(float));
-            ds->batch_y[r] = ds->mem_y[k];
+            if (ds->labeled) ds->batch_y[r] = ds->mem_y[k];
         }
     }
     ds->pos += rows;
@@ -560,7 +585,7 @@ int dt_data_next(dt_dataset *ds, int batch_size, dt_batch *out, dt_err *err) {
     out->rows = rows;
     out->cols = ds->features;
     out->x = ds->batch_x;
-    out->y = ds->batch_y;
+    out->y = ds->labeled ? ds->batch_y : NULL;
     return 0;
 }
 

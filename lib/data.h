@@ -39,7 +39,7 @@ typedef struct {
     int rows;       /* B: examples in this batch */
     int cols;       /* F: features per example */
     const float *x; /* (B, F) row-major, borrowed from the dataset */
-    const float *y; /* (B) targets, borrowed */
+    const float *y; /* (B) targets, borrowed; NULL for a file read without labels */
 } dt_batch;
 
 typedef struct dt_dataset dt_dataset; /* opaque; owns its buffers */
@@ -61,6 +61,16 @@ int dt_data_open(const dt_job *job, int shard, int num_shards, dt_dataset **out,
  * returning). dt_data_all and dt_data_next work on it. Errors as
  * dt_data_open; a synthetic source or an empty eval_data is DT_EINVAL. */
 int dt_data_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
+/* As dt_data_open_eval, for a job->eval_data WITHOUT labels (for
+ * predictions): a csv of F feature columns, none of them the label column;
+ * libsvm rows of index:value pairs alone; idx images with no labels file
+ * (job->eval_labels must be empty). The features are scaled exactly as
+ * dt_data_open_eval scales a labeled file, with the statistics of the
+ * training file (which has its labels). The batches of dt_data_all and
+ * dt_data_next have y NULL. Errors as dt_data_open_eval; a row or header laid
+ * out with a label is the reader's DT_EINVAL naming file:line, prefixed
+ * "data: ". */
+int dt_data_open_unlabeled(const dt_job *job, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
 /* Examples in this shard. */
 int64_t dt_data_size(const dt_dataset *ds);
 /* Examples in the whole data set, all shards together (for files: the rows

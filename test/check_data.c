@@ -3,7 +3,10 @@
  * covering), per-epoch shuffling, the wide source's regeneration and shape,
  * bad arguments; and the file sources: sharding of a file, scaling (divide,
  * standardize over the union of the shards), the held-out set scaled with the
- * training statistics, and the reader's errors passed through.
+ * training statistics, and the reader's errors passed through. A held-out
+ * file without labels (csv, libsvm, idx) reads to the same features, to the
+ * bit, as the same file with labels under every scaling, with no y; its
+ * errors name file:line.
  */
 #include <math.h>
 #include <stdio.h>
@@ -475,22 +478,27 @@ static float file_value(int i, int j, int constant, float shift) {
     return (float)((i * 37 + j * 11) % 29) * 0.25f - 3.0f + (float)j + shift;
 }
 
-/* A csv of n rows: the label (column "target", first) is the row index, then
- * F features named f0... */
-static void write_csv(const char *path, int n, int F, int constant, float shift) {
+/* A csv of n rows: with labeled, the label (column "target", first) is the
+ * row index; then F features named f0... */
+static void write_csv_as(const char *path, int n, int F, int constant, float shift, int labeled) {
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
-    fprintf(f, "target");
+    if (labeled) fprintf(f, "target");
     for (int j = 0; j < F; j++)
-        fprintf(f, ",f%d", j);
+        fprintf(f, "%sf%d", j || labeled ? "," : "", j);
     fprintf(f, "\n");
     for (int i = 0; i < n; i++) {
-        fprintf(f, "%d", i);
+        if (labeled) fprintf(f, "%d", i);
         for (int j = 0; j < F; j++)
-            fprintf(f, ",%.9g", (double)file_value(i, j, constant, shift));
+            fprintf(f, "%s%.9g", j || labeled ? "," : "",
+                    (double)file_value(i, j, constant, shift));
         fprintf(f, "\n");
     }
     ck_assert_int_eq(fclose(f), 0);
+}
+
+static void write_csv(const char *path, int n, int F, int constant, float shift) {
+    write_csv_as(path, n, F, constant, shift, 1);
 }
 
 static dt_job file_job(const char *source, const char *train, int F) {
@@ -565,9 +573,9 @@ START_TEST(test_file_shards) {
 }
 END_TEST
 
-/* "divide" on the idx fixture: pixels / 255, sharded. */
-START_TEST(test_file_divide) {
-    dt_log_set_level(DT_LOG_WARN);
+/* A softmax job training on the idx fixture (3 images of 6 pixels, labels
+ * 7, 0, 9), unscaled. */
+static dt_job idx_fixture_job(void) {
     const char *root = getenv("DT_TEST_DATA");
     char images[1024], labels[1024];
     snprintf(images, sizeof images, "%s/readers/small-images-idx3-ubyte",
@@ -578,6 +586,13 @@ START_TEST(test_file_divide) {
     snprintf(job.train_labels, sizeof job.train_labels, "%s", labels);
     strcpy(job.model, "softmax");
     job.num_classes = 10;
+    return job;
+}
+
+/* "divide" on the idx fixture: pixels / 255, sharded. */
+START_TEST(test_file_divide) {
+    dt_log_set_level(DT_LOG_WARN);
+    dt_job job = idx_fixture_job();
     strcpy(job.scale, "divide");
     job.scale_divisor = 255;
     dt_dataset *ds = open_ok(&job, 0, 2);
@@ -711,12 +726,18 @@ START_TEST(test_eval_uses_train_stats) {
 }
 END_TEST
 
-static void expect_code(const dt_job *job, int shard, int num_shards, int eval, int code,
+enum { OPEN_TRAIN, OPEN_EVAL, OPEN_UNLABELED };
+
+/* Opens with dt_data_open (OPEN_TRAIN, shard of num_shards),
+ * dt_data_open_eval or dt_data_open_unlabeled, expecting code and a message
+ * "data: ..." holding want. */
+static void expect_code(const dt_job *job, int shard, int num_shards, int open, int code,
                         const char *want) {
     dt_dataset *ds = (dt_dataset *)&ds;
     dt_err err = {0};
-    int rc =
-        eval ? dt_data_open_eval(job, &ds, &err) : dt_data_open(job, shard, num_shards, &ds, &err);
+    int rc = open == OPEN_EVAL        ? dt_data_open_eval(job, &ds, &err)
+             : open == OPEN_UNLABELED ? dt_data_open_unlabeled(job, &ds, &err)
+                                      : dt_data_open(job, shard, num_shards, &ds, &err);
     ck_assert_msg(rc == code, "rc %d, want %d: %s", rc, code, err.msg);
     ck_assert_int_eq(err.code, code);
     ck_assert_ptr_null(ds);
@@ -730,27 +751,29 @@ START_TEST(test_file_errors) {
     const char *train = file_in(dir, "train.csv"), *missing = file_in(dir, "missing.csv");
     write_csv(train, 3, 2, -1, 0);
     dt_job job = file_job("csv", missing, 2);
-    expect_code(&job, 0, 1, 0, DT_ENOTFOUND, "missing.csv: open:");
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_ENOTFOUND, "missing.csv: open:");
     job.train_data[0] = '\0';
-    expect_code(&job, 0, 1, 0, DT_EINVAL, "data: \"train_data\" is not set");
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL, "data: \"train_data\" is not set");
     job = file_job("csv", train, 2);
-    expect_code(&job, 3, 4, 0, DT_EINVAL, "data: shard 3 of 4 is empty: only 3 examples in ");
+    expect_code(&job, 3, 4, OPEN_TRAIN, DT_EINVAL,
+                "data: shard 3 of 4 is empty: only 3 examples in ");
     dt_dataset *ds = open_ok(&job, 2, 4); /* the last shard with a row */
     ck_assert_int_eq(dt_data_size(ds), 1);
     dt_data_free(ds);
     job.num_features = 3;
-    expect_code(&job, 0, 1, 0, DT_EINVAL,
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL,
                 "train.csv:1: the header has 2 feature columns (3 columns less the label), but "
                 "\"num_features\" is 3");
     job = file_job("csv", train, 2);
     strcpy(job.scale, "minmax");
-    expect_code(&job, 0, 1, 0, DT_EINVAL, "data: \"scale\": unknown scaling \"minmax\"");
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL, "data: \"scale\": unknown scaling \"minmax\"");
     strcpy(job.scale, "divide");
     job.scale_divisor = 0;
-    expect_code(&job, 0, 1, 0, DT_EINVAL, "data: \"scale_divisor\" must be a number > 0 (got 0)");
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL,
+                "data: \"scale_divisor\" must be a number > 0 (got 0)");
     job = file_job("csv", train, 2);
     strcpy(job.model, "softmax"); /* the label is the row index: 0, 1, 2 */
-    expect_code(&job, 0, 1, 0, DT_EINVAL,
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL,
                 "train.csv:4: column \"target\": label 2 is not a class of 0..1");
     job.skip_bad_rows = 1; /* the rest still trains */
     ds = open_ok(&job, 0, 1);
@@ -759,14 +782,15 @@ START_TEST(test_file_errors) {
 
     /* The held-out set. */
     job = file_job("csv", train, 2);
-    expect_code(&job, 0, 1, 1, DT_EINVAL, "data: eval: \"eval_data\" is not set");
+    expect_code(&job, 0, 1, OPEN_EVAL, DT_EINVAL, "data: eval: \"eval_data\" is not set");
     snprintf(job.eval_data, sizeof job.eval_data, "%s", missing);
-    expect_code(&job, 0, 1, 1, DT_ENOTFOUND, "missing.csv: open:");
+    expect_code(&job, 0, 1, OPEN_EVAL, DT_ENOTFOUND, "missing.csv: open:");
     strcpy(job.scale, "standardize"); /* the training file is read first */
     job.train_data[0] = '\0';
-    expect_code(&job, 0, 1, 1, DT_EINVAL, "data: \"train_data\" is not set");
+    expect_code(&job, 0, 1, OPEN_EVAL, DT_EINVAL, "data: \"train_data\" is not set");
     dt_job line = job_of("line", 1, 10, 0, 1);
-    expect_code(&line, 0, 1, 1, DT_EINVAL, "data: eval: the \"line\" source has no held-out set");
+    expect_code(&line, 0, 1, OPEN_EVAL, DT_EINVAL,
+                "data: eval: the \"line\" source has no held-out set");
 
     /* A damaged idx file. */
     const char *img = file_in(dir, "img"), *lab = file_in(dir, "lab");
@@ -777,7 +801,210 @@ START_TEST(test_file_errors) {
     ck_assert_int_eq(dt_test_write_file(lab, "x"), 0);
     job = file_job("idx", img, 6);
     snprintf(job.train_labels, sizeof job.train_labels, "%s", lab);
-    expect_code(&job, 0, 1, 0, DT_ECORRUPT, "img: bad magic number: expected 0x00000803");
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_ECORRUPT, "img: bad magic number: expected 0x00000803");
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* ---- held-out files without labels -------------------------------------- */
+
+/* A libsvm file of n rows, every feature named (odd rows with a qid): with
+ * labeled, the row index first as the label. */
+static void write_svm(const char *path, int n, int F, float shift, int labeled) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "# %d rows\n", n);
+    for (int i = 0; i < n; i++) {
+        if (labeled) fprintf(f, "%d ", i);
+        if (i % 2) fprintf(f, "qid:%d ", i);
+        for (int j = 0; j < F; j++)
+            fprintf(f, "%s%d:%.9g", j ? " " : "", j + 1, (double)file_value(i, j, -1, shift));
+        fprintf(f, "\n");
+    }
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Opens job's held-out set with its labels, and `bare` (the same rows
+ * without them; NULL: the same file with no labels file, for idx) with
+ * dt_data_open_unlabeled. The features must be equal to the bit, in
+ * dt_data_all and in an epoch of batches (same order: the shuffle depends on
+ * the seed and the size only), and the unlabeled set has no y anywhere. */
+static void same_features_as(const dt_job *job, const char *bare, int rows) {
+    dt_job unlabeled = *job;
+    if (bare) snprintf(unlabeled.eval_data, sizeof unlabeled.eval_data, "%s", bare);
+    unlabeled.eval_labels[0] = '\0';
+    dt_dataset *with = NULL, *without = NULL;
+    dt_err err = {0};
+    ck_assert_msg(dt_data_open_eval(job, &with, &err) == 0, "%s: %s", job->scale, err.msg);
+    ck_assert_msg(dt_data_open_unlabeled(&unlabeled, &without, &err) == 0, "%s: %s", job->scale,
+                  err.msg);
+    ck_assert_int_eq(dt_data_total(without), rows);
+    ck_assert_int_eq(dt_data_size(without), rows); /* not sharded */
+    dt_batch a, b;
+    ck_assert_msg(dt_data_all(with, &a, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_data_all(without, &b, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(b.rows, rows);
+    ck_assert_int_eq(a.rows, rows);
+    ck_assert_int_eq(b.cols, a.cols);
+    ck_assert_ptr_nonnull(a.y);
+    ck_assert_ptr_null(b.y);
+    for (int k = 0; k < rows * a.cols; k++)
+        ck_assert_msg(memcmp(&a.x[k], &b.x[k], sizeof(float)) == 0, "%s: value %d: %.9g vs %.9g",
+                      job->scale, k, (double)a.x[k], (double)b.x[k]);
+    int batches = 0;
+    while (dt_data_epoch(without) == 0) {
+        ck_assert_int_eq(dt_data_next(with, 3, &a, NULL), 0);
+        ck_assert_int_eq(dt_data_next(without, 3, &b, NULL), 0);
+        ck_assert_int_eq(b.rows, a.rows);
+        ck_assert_ptr_nonnull(a.y);
+        ck_assert_ptr_null(b.y);
+        ck_assert_int_eq(memcmp(a.x, b.x, (size_t)b.rows * (size_t)b.cols * sizeof(float)), 0);
+        batches++;
+    }
+    ck_assert_int_eq(batches, (rows + 2) / 3);
+    dt_data_free(with);
+    dt_data_free(without);
+}
+
+/* Opens job's held-out set without labels; *all gets every example, with
+ * y NULL. */
+static dt_dataset *unlabeled_ok(const dt_job *job, dt_batch *all) {
+    dt_dataset *ds = NULL;
+    dt_err err = {0};
+    ck_assert_msg(dt_data_open_unlabeled(job, &ds, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_data_all(ds, all, &err) == 0, "%s", err.msg);
+    ck_assert_ptr_null(all->y);
+    return ds;
+}
+
+/* same_features_as under each scaling: none, divide (by 4) and standardize. */
+static void same_features(const dt_job *job, const char *bare, int rows) {
+    static const char *const scales[] = {"none", "divide", "standardize"};
+    dt_job scaled = *job;
+    scaled.scale_divisor = 4;
+    for (int sc = 0; sc < 3; sc++) {
+        snprintf(scaled.scale, sizeof scaled.scale, "%s", scales[sc]);
+        same_features_as(&scaled, bare, rows);
+    }
+}
+
+START_TEST(test_unlabeled_same_features) {
+    enum { N = 40, M = 7, F = 3 };
+    const float shift = 10; /* the held-out set sits elsewhere than the training set */
+    dt_log_set_level(DT_LOG_WARN);
+    char *dir = dt_test_tempdir();
+    ck_assert_ptr_nonnull(dir);
+    const char *train = file_in(dir, "train.csv"), *eval = file_in(dir, "eval.csv"),
+               *bare = file_in(dir, "bare.csv");
+    write_csv(train, N, F, -1, 0);
+    write_csv(eval, M, F, -1, shift);
+    write_csv_as(bare, M, F, -1, shift, 0);
+    dt_job job = file_job("csv", train, F);
+    snprintf(job.eval_data, sizeof job.eval_data, "%s", eval);
+    same_features(&job, bare, M);
+    /* The label column by index: the bare file has one column fewer. */
+    strcpy(job.label_column, "0");
+    same_features(&job, bare, M);
+
+    /* libsvm: the same rows with and without a label first. */
+    train = file_in(dir, "train.svm");
+    eval = file_in(dir, "eval.svm");
+    bare = file_in(dir, "bare.svm");
+    write_svm(train, N, F, 0, 1);
+    write_svm(eval, M, F, shift, 1);
+    write_svm(bare, M, F, shift, 0);
+    job = file_job("libsvm", train, F);
+    snprintf(job.eval_data, sizeof job.eval_data, "%s", eval);
+    same_features(&job, bare, M);
+
+    /* idx: the fixture's images with and without their labels file. */
+    job = idx_fixture_job();
+    snprintf(job.eval_data, sizeof job.eval_data, "%s", job.train_data);
+    snprintf(job.eval_labels, sizeof job.eval_labels, "%s", job.train_labels);
+    same_features(&job, NULL, 3);
+    /* Divided, the values are the pixels / 255 (image 2 holds 250..255). */
+    job.eval_labels[0] = '\0';
+    strcpy(job.scale, "divide");
+    job.scale_divisor = 255;
+    dt_batch all;
+    dt_dataset *ds = unlabeled_ok(&job, &all);
+    ck_assert_int_eq(all.rows, 3);
+    for (int j = 0; j < 6; j++)
+        ck_assert_float_eq_tol(all.x[2 * 6 + j], (float)(250 + j) / 255.0f, 1e-7f);
+    dt_data_free(ds);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* Labeled layouts, bad rows and missing files, opened without labels: the
+ * reader's file:line message behind "data: ". */
+START_TEST(test_unlabeled_errors) {
+    enum { F = 3 };
+    dt_log_set_level(DT_LOG_ERROR); /* skip_bad_rows warns by design */
+    char *dir = dt_test_tempdir();
+    ck_assert_ptr_nonnull(dir);
+    const char *train = file_in(dir, "train.csv"), *bare = file_in(dir, "bare.csv");
+    write_csv(train, 5, F, -1, 0);
+    write_csv_as(bare, 5, F, -1, 0, 0);
+    dt_job job = file_job("csv", train, F);
+    /* A labeled file, the label column named or by index. */
+    snprintf(job.eval_data, sizeof job.eval_data, "%s", train);
+    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
+                "train.csv:1: column 0 is \"target\", the label column, but the file is read "
+                "without labels");
+    strcpy(job.label_column, "0");
+    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
+                "train.csv:1: the header has 4 columns, but without labels there is one per "
+                "feature and \"num_features\" is 3 (one more: a label column?)");
+    /* A row with one field too many: a label? */
+    const char *extra = file_in(dir, "extra.csv");
+    ck_assert_int_eq(dt_test_write_file(extra, "a,b,c\n1,2,3\n\n4,5,6\n0,7,8,9\n"), 0);
+    snprintf(job.eval_data, sizeof job.eval_data, "%s", extra);
+    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
+                "extra.csv:5: 4 fields, but the header has 3");
+    /* The training file keeps its labels: standardize reads it with them. */
+    snprintf(job.eval_data, sizeof job.eval_data, "%s", bare);
+    strcpy(job.label_column, "target");
+    strcpy(job.scale, "standardize");
+    snprintf(job.train_data, sizeof job.train_data, "%s", bare);
+    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
+                "bare.csv:1: no column named \"target\" in the header");
+    job = file_job("csv", train, F);
+    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL, "data: eval: \"eval_data\" is not set");
+    snprintf(job.eval_data, sizeof job.eval_data, "%s", file_in(dir, "missing.csv"));
+    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_ENOTFOUND, "missing.csv: open:");
+    dt_job line = job_of("line", 1, 10, 0, 1);
+    expect_code(&line, 0, 1, OPEN_UNLABELED, DT_EINVAL,
+                "data: eval: the \"line\" source has no held-out set");
+
+    /* libsvm: a row that starts with a label, named by line; skipped with
+     * skip_bad_rows, the rest reads without labels. */
+    const char *svm = file_in(dir, "u.svm");
+    ck_assert_int_eq(dt_test_write_file(svm, "1:1 2:1\n\n0 1:1\nqid:2 3:-1\n"), 0);
+    job = file_job("libsvm", train, F);
+    snprintf(job.eval_data, sizeof job.eval_data, "%s", svm);
+    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
+                "u.svm:3: \"0\" is not index:value (a label? the file is read without labels)");
+    job.skip_bad_rows = 1;
+    dt_batch all;
+    dt_dataset *ds = unlabeled_ok(&job, &all);
+    ck_assert_int_eq(all.rows, 2);
+    static const float want[2 * F] = {1, 1, 0, 0, 0, -1};
+    for (int k = 0; k < 2 * F; k++)
+        ck_assert_float_eq(all.x[k], want[k]);
+    dt_data_free(ds);
+
+    /* idx: a labels file contradicts reading without labels. */
+    const char *img = file_in(dir, "img"), *lab = file_in(dir, "lab");
+    ck_assert_int_eq(dt_test_write_file(img, "x"), 0);
+    ck_assert_int_eq(dt_test_write_file(lab, "x"), 0);
+    job = file_job("idx", img, 6);
+    snprintf(job.eval_data, sizeof job.eval_data, "%s", img);
+    snprintf(job.eval_labels, sizeof job.eval_labels, "%s", lab);
+    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
+                "given, but the images are read without labels");
+    job.eval_labels[0] = '\0';
+    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_ECORRUPT, "img: ");
     dt_test_tempdir_free(dir);
 }
 END_TEST
@@ -806,6 +1033,8 @@ Suite *data_suite(void) {
     tcase_add_test(files, test_file_standardize);
     tcase_add_test(files, test_eval_uses_train_stats);
     tcase_add_test(files, test_file_errors);
+    tcase_add_test(files, test_unlabeled_same_features);
+    tcase_add_test(files, test_unlabeled_errors);
     suite_add_tcase(s, files);
     return s;
 }
