@@ -10,11 +10,11 @@
  * scales the examples as dt_data_open_eval does for the chief, model
  * evaluates and predicts. Nothing is parsed here.
  *
- * Data without labels: the data module reads every file with its labels,
- * so such data is read here with the reader (DT_LABELS_NONE) and scaled
- * here, with the data module's arithmetic to the bit (scaling below); the
- * tests hold predictions with and without labels equal. Which kind a file
- * is, the reader tells from its start before anything else is read.
+ * Data without labels: which kind a file is, the reader tells from its
+ * start before anything else is read (labels_of); then the data module
+ * opens it with its labels (dt_data_open_eval) or without them
+ * (dt_data_open_unlabeled), scaled the same way either way, so the tests
+ * hold predictions with and without labels equal to the byte.
  *
  * Invariants: a session's vars are laid out by dt_model_specs(job), so the
  * model calls cannot refuse them; predictions are written in chunks of
@@ -189,15 +189,13 @@ int dt_predict_load(const dt_job *job, const char *path, dt_tensors *vars, dt_ck
 typedef struct {
     dt_tensors vars;
     dt_model *model;
-    int labeled;           /* 1: data holds the examples; 0: table does */
-    dt_dataset *data;      /* labeled data, read as the chief reads its held-out set */
-    dt_reader_table table; /* data without labels, scaled here */
-    dt_batch all;          /* every example, borrowed from data or table; y NULL without labels */
+    int labeled;      /* 1: the data carries labels */
+    dt_dataset *data; /* read as the chief reads its held-out set */
+    dt_batch all;     /* every example, borrowed from data; y NULL without labels */
 } session;
 
 static void session_close(session *s) {
     dt_data_free(s->data);
-    dt_reader_table_deinit(&s->table);
     dt_model_free(s->model);
     dt_tensors_deinit(&s->vars);
     memset(s, 0, sizeof *s);
@@ -226,116 +224,6 @@ static int data_job(const char *what, const dt_predict_params *p, dt_job *j, dt_
     snprintf(j->eval_data, sizeof j->eval_data, "%s", p->data);
     snprintf(j->eval_labels, sizeof j->eval_labels, "%s", have_labels ? p->labels : "");
     return 0;
-}
-
-/* ---- data without labels ------------------------------------------------ */
-
-/* The job's scaling, as the data module applies it (data.h): "divide"
- * x / divisor; "standardize" (x - mean_j) / std_j with the mean and the
- * population std over the training file, in double, a std of 0 taken as 1. */
-typedef struct {
-    double divisor; /* "divide"; 0 otherwise */
-    double *mean;   /* (F) "standardize"; NULL otherwise */
-    double *std;    /* (F) never 0 */
-} scaling;
-
-static void scaling_deinit(scaling *sc) {
-    free(sc->mean);
-    free(sc->std);
-    memset(sc, 0, sizeof *sc);
-}
-
-/* Reads the training file (with its labels, so the rows are the ones the
- * data module keeps) for standardize's statistics. */
-static int scaling_fit(const char *what, const dt_job *job, scaling *sc, dt_err *err) {
-    dt_reader_params rp;
-    dt_reader_params_of(job, &rp);
-    dt_reader_table t;
-    int rc = dt_reader_load(job->data, job->train_data, job->train_labels, &rp, &t, err);
-    if (rc < 0) return dt_err_wrap(err, rc, "%s: \"standardize\" reads the training file", what);
-    const int F = t.cols;
-    sc->mean = calloc((size_t)F, sizeof *sc->mean);
-    sc->std = calloc((size_t)F, sizeof *sc->std);
-    if (!sc->mean || !sc->std) {
-        rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for the statistics of %d features", what, F);
-        goto fail;
-    }
-    for (int64_t i = 0; i < t.rows; i++)
-        for (int j = 0; j < F; j++)
-            sc->mean[j] += t.x[(size_t)i * (size_t)F + (size_t)j];
-    for (int j = 0; j < F; j++)
-        sc->mean[j] /= (double)t.rows;
-    for (int64_t i = 0; i < t.rows; i++)
-        for (int j = 0; j < F; j++) {
-            double d = t.x[(size_t)i * (size_t)F + (size_t)j] - sc->mean[j];
-            sc->std[j] += d * d;
-        }
-    /* std_j = sqrt(sum_i (x_ij - mean_j)^2 / N), 1 for a constant feature */
-    for (int j = 0; j < F; j++) {
-        double sd = sqrt(sc->std[j] / (double)t.rows);
-        sc->std[j] = sd > 0 ? sd : 1.0;
-    }
-fail:
-    dt_reader_table_deinit(&t);
-    return rc;
-}
-
-static int scaling_of(const char *what, const dt_job *job, scaling *sc, dt_err *err) {
-    memset(sc, 0, sizeof *sc);
-    const size_t n = sizeof job->scale;
-    if (job->scale[0] == '\0' || strncmp(job->scale, "none", n) == 0) return 0;
-    if (strncmp(job->scale, "divide", n) == 0) {
-        if (!(job->scale_divisor > 0 && isfinite(job->scale_divisor)))
-            return dt_err_set(err, DT_EINVAL, "%s: \"scale_divisor\" must be a number > 0 (got %g)",
-                              what, job->scale_divisor);
-        sc->divisor = job->scale_divisor;
-        return 0;
-    }
-    if (strncmp(job->scale, "standardize", n) == 0) return scaling_fit(what, job, sc, err);
-    return dt_err_set(err, DT_EINVAL,
-                      "%s: \"scale\": unknown scaling \"%.*s\" (want none, standardize or divide)",
-                      what, (int)n, job->scale);
-}
-
-static void scaling_apply(const scaling *sc, float *x, int64_t rows, int F) {
-    if (sc->divisor > 0) {
-        const double inv = 1.0 / sc->divisor;
-        for (int64_t k = 0; k < rows * F; k++)
-            x[k] = (float)(x[k] * inv);
-    } else if (sc->mean) {
-        for (int64_t i = 0; i < rows; i++) {
-            float *row = x + (size_t)i * (size_t)F;
-            for (int j = 0; j < F; j++)
-                row[j] = (float)((row[j] - sc->mean[j]) / sc->std[j]);
-        }
-    }
-}
-
-/* Reads j->eval_data without labels into s->table, scaled, and points
- * s->all at it. */
-static int open_unlabeled(const char *what, const dt_job *j, session *s, dt_err *err) {
-    scaling sc;
-    int rc = scaling_of(what, j, &sc, err);
-    if (rc < 0) return rc;
-    dt_reader_params rp;
-    dt_reader_params_of(j, &rp);
-    rp.labels = DT_LABELS_NONE;
-    if ((rc = dt_reader_load(j->data, j->eval_data, NULL, &rp, &s->table, err)) < 0) {
-        rc = dt_err_wrap(err, rc, "%s", what);
-        goto fail;
-    }
-    if (s->table.rows > 0x7fffffff) {
-        rc = dt_err_set(err, DT_EINVAL, "%s: %s: %lld examples do not fit one batch", what,
-                        j->eval_data, (long long)s->table.rows);
-        goto fail;
-    }
-    scaling_apply(&sc, s->table.x, s->table.rows, s->table.cols);
-    s->all = (dt_batch){.rows = (int)s->table.rows, .cols = s->table.cols, .x = s->table.x};
-    dt_log(DT_LOG_INFO, "%s: %s: %lld examples without labels", what, j->eval_data,
-           (long long)s->table.rows);
-fail:
-    scaling_deinit(&sc);
-    return rc;
 }
 
 /* Whether the data of j carries labels (*labeled), told from the file's
@@ -385,12 +273,10 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
                   err);
     if (rc == 0) rc = dt_model_new(p->job, &s->model, err);
     if (rc == 0) rc = labels_of(what, j, &s->labeled, err);
-    if (rc == 0 && s->labeled) {
-        rc = dt_data_open_eval(j, &s->data, err);
-        if (rc == 0) rc = dt_data_all(s->data, &s->all, err);
-    } else if (rc == 0) {
-        rc = open_unlabeled(what, j, s, err);
-    }
+    if (rc == 0)
+        rc = s->labeled ? dt_data_open_eval(j, &s->data, err)
+                        : dt_data_open_unlabeled(j, &s->data, err);
+    if (rc == 0) rc = dt_data_all(s->data, &s->all, err);
     free(j);
     if (rc < 0) {
         session_close(s);

@@ -4,7 +4,8 @@
  * `dtrain eval` and `dtrain predict` run here: the job config says the model
  * (so the variables' names and shapes), the data format and the scaling; a
  * checkpoint written by the chief says the values. The examples are read as
- * the chief reads its held-out set (dt_data_open_eval): whole, in file order,
+ * the chief reads its held-out set (dt_data_open_eval, or
+ * dt_data_open_unlabeled for data without labels): whole, in file order,
  * scaled with the statistics of the job's TRAINING file, so a model scores
  * here exactly as it did in training's evaluations.
  *
