@@ -7,7 +7,9 @@
  *   <out>/config/seed-*           --set assignments (the conf/ files are copied
  *                                 by the makefile)
  *   <out>/summary/seed-*          an event file (scalars, a histogram)
- *   <out>/reader/seed-*           selector byte + csv, libsvm, idx (plain, gzip)
+ *   <out>/reader/seed-*           selector byte + csv, libsvm, idx (plain, gzip);
+ *                                 seed-*-none, seed-*-detect: selector 3 + a
+ *                                 mode byte + a file with or without labels
  * Usage: seeds OUT_DIR
  */
 #include <stdint.h>
@@ -252,8 +254,22 @@ static void put_gzip(const char *name, int prefix, const char *text) {
     free(buf);
 }
 
+/* A reader input of selector format 3: sel, the mode byte (format | detect
+ * << 2), then the file. */
+static void put_mode(const char *name, int sel, int mode, const void *data, size_t len) {
+    uint8_t *buf = malloc(len + 1);
+    if (!buf) die("out of memory", NULL);
+    buf[0] = (uint8_t)mode;
+    memcpy(buf + 1, data, len);
+    put("reader", name, 3 | sel, buf, len + 1);
+    free(buf);
+}
+
 static void reader_seeds(void) {
-    /* Selector: format | (F-1) << 2 | class << 5 | skip << 6 | bit 7. */
+    /* Selector: format | (F-1) << 2 | class << 5 | skip << 6 | bit 7; format
+     * 3 takes the format and the labels mode from a second byte: format |
+     * detect << 2 (0: read without labels, 1: as dt_reader_detect_labels
+     * tells). */
     static const char csv[] = "label,x1,x2\n1,0.5,2\n0,\"1.5\",-3e2\n2, 4 ,5\r\n\n";
     put("reader", "csv", 0 | 1 << 2 | 1 << 5, csv, strlen(csv));
     static const char csv_named[] = "x1,label,x2\n0.5,1.25,2\n1,-2,3\n";
@@ -273,6 +289,21 @@ static void reader_seeds(void) {
     memcpy(idx + 2, images, sizeof images);
     memcpy(idx + 2 + sizeof images, labels, sizeof labels);
     put("reader", "idx", 2 | 3 << 2 | 1 << 5, idx, sizeof idx);
+
+    /* Without labels, and told by detection (one of each layout). */
+    static const char csv_none[] = "x1,x2\n0.5,2\n\"1.5\",-3e2\n 4 ,5\r\n\n";
+    put_mode("csv-none", 1 << 2, 0, csv_none, strlen(csv_none));
+    put_mode("csv-detect", 1 << 2 | 1 << 7, 0 | 1 << 2, csv_named, strlen(csv_named));
+    static const char svm_none[] = "1:0.5 3:2 # first\nqid:3 2:1.5\n\n1:-1 2:1 3:4\n";
+    put_mode("libsvm-none", 2 << 2, 1, svm_none, strlen(svm_none));
+    put_mode("libsvm-detect", 2 << 2, 1 | 1 << 2, svm_none, strlen(svm_none));
+    /* idx images alone: the split leaves the labels part empty. */
+    uint8_t idx_none[2 + sizeof images];
+    idx_none[0] = (uint8_t)sizeof images;
+    idx_none[1] = 0;
+    memcpy(idx_none + 2, images, sizeof images);
+    put_mode("idx-none", 3 << 2, 2, idx_none, sizeof idx_none);
+    put_mode("idx-detect", 3 << 2 | 1 << 5, 2 | 1 << 2, idx, sizeof idx);
 }
 
 int main(int argc, char **argv) {
