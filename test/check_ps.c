@@ -12,15 +12,12 @@
  *
  * The model on the ps: w (2, 3) and b (3), both F32.
  */
-#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "codec.h"
 #include "job.h"
@@ -36,18 +33,6 @@
 #define NB 3 /* elements of b */
 
 /* ---- helpers ----------------------------------------------------------- */
-
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
 
 /* a = 127.0.0.1 on a port that was free a moment ago. */
 static void free_addr(dt_addr *a) {
@@ -1061,17 +1046,17 @@ static void *wait_thread(void *arg) {
     waiter *w = arg;
     dt_err_clear(&w->err);
     w->rc = dt_ps_wait(w->ps, &w->stop, &w->err);
-    w->returned_ms = now_ms();
+    w->returned_ms = dt_test_now_ms();
     __atomic_store_n(&w->returned, 1, __ATOMIC_SEQ_CST);
     return NULL;
 }
 
 /* Waits up to ms for the waiter to return; 1 if it did. */
 static int wait_for_return(waiter *w, int ms) {
-    long long until = now_ms() + ms;
-    while (now_ms() < until) {
+    long long until = dt_test_now_ms() + ms;
+    while (dt_test_now_ms() < until) {
         if (__atomic_load_n(&w->returned, __ATOMIC_SEQ_CST)) return 1;
-        sleep_ms(10);
+        dt_test_sleep_ms(10);
     }
     return __atomic_load_n(&w->returned, __ATOMIC_SEQ_CST);
 }
@@ -1124,7 +1109,7 @@ START_TEST(test_shutdown_linger) {
     dt_err err;
     dt_err_clear(&err);
     ck_assert_int_eq(create(&f, W0, B0, &cfg, 0, 100, NULL, &err), 0);
-    long long t0 = now_ms();
+    long long t0 = dt_test_now_ms();
     ck_assert_int_eq(shutdown_ps(&f, "test: job done", &err), 0);
     /* Worker 1 never calls: the linger ends the wait. */
     waiter w;
