@@ -433,9 +433,9 @@ static double log_sum_exp(const float *z, int K, int *argmax) {
     int best = 0;
     for (int k = 1; k < K; k++)
         if (z[k] > z[best]) best = k;
-    double mx = z[best], s = 0;
+    double mx = z[best], s = 1; /* the largest entry's term, exp(0): s >= 1 */
     for (int k = 0; k < K; k++)
-        s += exp((double)z[k] - mx);
+        if (k != best) s += exp((double)z[k] - mx);
     *argmax = best;
     return mx + log(s);
 }
