@@ -293,7 +293,7 @@ static int parse_meta(const char *path, const cJSON *obj, header_meta *hm, dt_er
             if (strlen(v) >= sizeof hm->meta.model)
                 return corrupt(err, path, "header: __metadata__ model is longer than %d bytes",
                                DT_CKPT_MODEL_MAX - 1);
-            strcpy(hm->meta.model, v);
+            snprintf(hm->meta.model, sizeof hm->meta.model, "%s", v);
         } else if (strcmp(kv->string, "format") == 0) {
             format = v;
         }
@@ -589,7 +589,7 @@ int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *
         goto fail;
     }
     for (int i = 0; i < count; i++) {
-        strcpy(specs[i].name, entries[i].name);
+        snprintf(specs[i].name, sizeof specs[i].name, "%s", entries[i].name);
         specs[i].dtype = entries[i].dtype;
         specs[i].ndim = entries[i].ndim;
         memcpy(specs[i].shape, entries[i].shape, sizeof specs[i].shape);
@@ -901,7 +901,7 @@ static int state_scan(const char *log_dir, ckpt_state *st, dt_err *err) {
             found = p;
         }
         found[count].step = step;
-        strcpy(found[count].name, de->d_name);
+        snprintf(found[count].name, sizeof found[count].name, "%s", de->d_name);
         count++;
     }
     closedir(dir);
@@ -1233,8 +1233,7 @@ int dt_ckpt_lock_dir(const char *log_dir, int *fd_out, dt_err *err) {
     char path[JOIN_CAP];
     snprintf(path, sizeof path, "%s/dtrain.lock", log_dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return dt_err_set(err, DT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return dt_err_set(err, DT_EIO, "%s: cannot open: %s", path, strerror(errno));
     /* flock, not fcntl: it belongs to this open file, so even a second
      * lock attempt from the same process is refused. */
     if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
@@ -1247,7 +1246,8 @@ int dt_ckpt_lock_dir(const char *log_dir, int *fd_out, dt_err *err) {
         if (saved == EWOULDBLOCK)
             return dt_err_set(err, DT_EEXIST,
                               "%s: locked by another chief (pid %s); two chiefs must not share a "
-                              "log dir", log_dir, holder[0] ? holder : "?");
+                              "log dir",
+                              log_dir, holder[0] ? holder : "?");
         return dt_err_set(err, DT_EIO, "%s: cannot lock: %s", path, strerror(saved));
     }
     char pid[32];
