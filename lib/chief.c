@@ -311,14 +311,8 @@ static int summarize_staleness(chief *c, int64_t step, dt_err *err) {
     int nb = st.num_staleness_counts < DT_STALENESS_BUCKETS ? st.num_staleness_counts
                                                             : DT_STALENESS_BUCKETS;
     int restarted = 0;
-    for (int b = 0; b < nb; b++) {
-        if (st.staleness_counts[b] < 0) { /* not from a dtrain ps: a summary is not worth a stop */
-            dt_log(DT_LOG_WARN, "chief: %s sent a negative staleness count; no staleness summary",
-                   dt_ps_client_name(dt_worker_client(c->w), 0));
-            return 0;
-        }
+    for (int b = 0; b < nb; b++) /* the codec refused negative counts */
         restarted |= st.staleness_counts[b] < c->staleness_seen[b];
-    }
     double staleness[DT_STALENESS_BUCKETS];
     int64_t fresh[DT_STALENESS_BUCKETS];
     int64_t n = 0;

@@ -20,7 +20,7 @@
 /* Per-call decode context, reachable from every callback. */
 typedef struct {
     dt_err *err;
-    const char *what; /* "variables", "gradients" */
+    const char *what;           /* "variables", "gradients" */
     const uint8_t *begin, *end; /* the message: views must lie inside it */
 } decode_ctx;
 
@@ -94,7 +94,8 @@ static bool encode_tensors(pb_ostream_t *stream, const pb_field_t *field, void *
         pt.dtype = (dtrain_DataType)t->dtype;
         if (t->ndim < 0 || t->ndim > DT_TENSOR_MAX_DIMS) PB_RETURN_ERROR(stream, "bad ndim");
         pt.shape_count = (pb_size_t)t->ndim;
-        for (int d = 0; d < t->ndim; d++) pt.shape[d] = t->shape[d];
+        for (int d = 0; d < t->ndim; d++)
+            pt.shape[d] = t->shape[d];
         data_arg da = {list, i};
         pt.data.funcs.encode = encode_data;
         pt.data.arg = &da;
@@ -225,7 +226,7 @@ static const pb_msgdesc_t *descriptor(dt_msg_type type) {
 }
 
 static const char *const type_names[DT_MSG_COUNT] = {
-    "CreateRequest", "CreateResponse", "PullRequest",   "PullResponse",   "PushRequest",
+    "CreateRequest", "CreateResponse", "PullRequest",    "PullResponse",    "PushRequest",
     "PushResponse",  "StatusRequest",  "StatusResponse", "ShutdownRequest", "ShutdownResponse",
 };
 
@@ -407,7 +408,8 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
     copy_str(t->name, sizeof t->name, pt.name);
     t->dtype = (int)pt.dtype;
     t->ndim = (int)pt.shape_count;
-    for (int d = 0; d < t->ndim; d++) t->shape[d] = pt.shape[d];
+    for (int d = 0; d < t->ndim; d++)
+        t->shape[d] = pt.shape[d];
     if (dt_tensor_check_spec(t, va->ctx->err) < 0) {
         dt_err_wrap(va->ctx->err, DT_EINVAL, "%s[%d]", va->ctx->what, views->count);
         return false;
@@ -530,12 +532,23 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         break;
     }
     case DT_MSG_SHUTDOWN_REQ:
-        copy_str(((dt_msg_shutdown_req *)msg)->reason, DT_MSG_REASON_MAX,
-                 pb->shutdown_req.reason);
+        copy_str(((dt_msg_shutdown_req *)msg)->reason, DT_MSG_REASON_MAX, pb->shutdown_req.reason);
         break;
     case DT_MSG_SHUTDOWN_RESP:
     case DT_MSG_COUNT: break;
     }
+}
+
+/* Values the schema allows but no ps sends, refused here once rather than
+ * by each reader of the message. */
+static int check_values(dt_msg_type type, const pb_any *pb, dt_err *err) {
+    if (type != DT_MSG_STATUS_RESP) return 0;
+    const dtrain_StatusResponse *s = &pb->status_resp;
+    for (pb_size_t i = 0; i < s->staleness_counts_count; i++)
+        if (s->staleness_counts[i] < 0)
+            return dt_err_set(err, DT_EINVAL, "%s: staleness_counts[%u] is negative (%lld)",
+                              type_names[type], (unsigned)i, (long long)s->staleness_counts[i]);
+    return 0;
 }
 
 int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg, dt_err *err) {
@@ -586,6 +599,8 @@ int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
         return dt_err_set(err, DT_EINVAL, "%s: malformed message: %s", type_names[type],
                           PB_GET_ERROR(&stream));
     }
+    int rc = check_values(type, &pb, err);
+    if (rc < 0) return rc;
     from_pb(type, &pb, msg);
     return 0;
 }

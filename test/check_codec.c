@@ -316,8 +316,24 @@ START_TEST(test_roundtrip_status) {
     snprintf(m.model, sizeof m.model, "linear F=3");
     m.pushes_applied = 40;
     m.pushes_rejected = 3;
+    /* A negative staleness count is no ps's: refused, the message untouched. */
+    m.num_staleness_counts = 3;
+    m.staleness_counts[0] = 5;
+    m.staleness_counts[1] = -2;
     buf = encode_new(DT_MSG_STATUS_RESP, &m, &len);
     dt_msg_status_resp d;
+    memset(&d, 0, sizeof d);
+    dt_err bad;
+    dt_err_clear(&bad);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_STATUS_RESP, buf, len, &d, &bad), DT_EINVAL);
+    ck_assert_msg(strstr(bad.msg, "staleness_counts[1] is negative (-2)"), "%s", bad.msg);
+    ck_assert_int_eq(d.num_staleness_counts, 0);
+    ck_assert_int_eq(d.global_step, 0);
+    free(buf);
+    m.staleness_counts[1] = 0;
+    m.num_staleness_counts = 0;
+
+    buf = encode_new(DT_MSG_STATUS_RESP, &m, &len);
     memset(&d, 0, sizeof d);
     ck_assert_int_eq(dt_codec_decode(DT_MSG_STATUS_RESP, buf, len, &d, NULL), 0);
     ck_assert(d.incarnation == m.incarnation);
@@ -1078,10 +1094,10 @@ END_TEST
  * copy on nanopb's stack: it must be refused, not kept as a view (found by
  * the codec fuzzer). */
 START_TEST(test_data_wrong_wire_type) {
-    const uint8_t msg[] = {0x1a, 0x0a,                         /* gradients, 10 bytes */
-                           0x0a, 0x01, 'w',                    /* name "w" */
-                           0x10, 0x01,                         /* dtype F32, scalar */
-                           0x25, 0x00, 0x00, 0x80, 0x3f};      /* data as fixed32 1.0f */
+    const uint8_t msg[] = {0x1a, 0x0a,                    /* gradients, 10 bytes */
+                           0x0a, 0x01, 'w',               /* name "w" */
+                           0x10, 0x01,                    /* dtype F32, scalar */
+                           0x25, 0x00, 0x00, 0x80, 0x3f}; /* data as fixed32 1.0f */
     dt_msg_push_req req;
     memset(&req, 0, sizeof req);
     dt_tensor views[2];
