@@ -14,9 +14,13 @@
  * messages carry their length up front), so a record is built in one pass
  * into w->record, which holds the 12-byte frame header, the Event and the
  * 4-byte footer and only grows; after the first records no call allocates.
- * A record reaches stdio in one fwrite. The first failed write or flush makes
- * the writer fail every later call, because the file may now end in a
- * partial record.
+ * A record reaches the OS in one pwrite at w->offset, the end of the last
+ * whole record, so the file holds whole records only: a write that fails
+ * part way (a full disk) is cut off again with ftruncate to w->offset, and
+ * the writer stays usable for when space returns. Only when that cut fails
+ * does the writer fail every later call. There is no user-space buffer, so
+ * the file_version record is on disk (in the page cache) when open returns
+ * and a chief killed at any moment leaves a valid file.
  *
  * Threading: a writer is used by one thread at a time. dt_tfrecord_read has
  * no state of its own.
@@ -24,6 +28,7 @@
 #include "summary.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -60,10 +65,10 @@ enum {
 };
 
 struct dt_summary_writer {
-    FILE *file;
+    int fd;
     char *path;      /* owned */
-    uint64_t offset; /* bytes handed to stdio so far = next record's offset */
-    int failed;      /* 0, or the dt_err_code of the first failed write */
+    uint64_t offset; /* end of the last whole record = next record's offset */
+    int failed;      /* 0, or DT_EIO once a torn record could not be cut off */
     uint8_t *record; /* (record_cap) frame header + Event + footer, reused */
     size_t record_len;
     size_t record_cap;
@@ -171,8 +176,9 @@ static void put_string(dt_summary_writer *w, int field, const char *s, size_t n)
 
 static int fail_sticky(dt_summary_writer *w, dt_err *err) {
     return dt_err_set(err, w->failed,
-                      "summary: %s: an earlier write failed; the file may end in a partial record",
-                      w->path);
+                      "summary: %s: an earlier write failed and could not be cut back to byte "
+                      "%llu; the file may end in a partial record",
+                      w->path, (unsigned long long)w->offset);
 }
 
 /* Makes room for an Event of event_size bytes and starts the record after
@@ -197,8 +203,24 @@ static int record_begin(dt_summary_writer *w, size_t event_size, dt_err *err) {
     return 0;
 }
 
+/* Writes all of buf at offset; -1 with errno set on failure. */
+static int pwrite_all(int fd, const uint8_t *buf, size_t len, uint64_t offset) {
+    while (len > 0) {
+        ssize_t n = pwrite(fd, buf, len, (off_t)offset);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            if (n == 0) errno = EIO; /* a regular file never writes 0; don't spin */
+            return -1;
+        }
+        buf += n;
+        len -= (size_t)n;
+        offset += (uint64_t)n;
+    }
+    return 0;
+}
+
 /* Frames the Event just encoded (its size was promised to record_begin) and
- * hands the record to stdio. */
+ * writes the record after the last whole one. */
 static int record_end(dt_summary_writer *w, size_t event_size, dt_err *err) {
     DT_ASSERT(w->record_len == FRAME_HEADER + event_size);
     store_le64(w->record, event_size);
@@ -206,10 +228,20 @@ static int record_end(dt_summary_writer *w, size_t event_size, dt_err *err) {
     uint8_t footer[FRAME_FOOTER];
     store_le32(footer, dt_crc32c_mask(dt_crc32c(w->record + FRAME_HEADER, event_size)));
     put_raw(w, footer, sizeof footer);
-    if (fwrite(w->record, 1, w->record_len, w->file) != w->record_len) {
-        w->failed = DT_EIO;
+    if (pwrite_all(w->fd, w->record, w->record_len, w->offset) < 0) {
+        int write_errno = errno;
+        /* Part of the record may be in the file: cut it off, so a reader
+         * (and the next record) finds whole records only. */
+        if (ftruncate(w->fd, (off_t)w->offset) != 0) {
+            w->failed = DT_EIO;
+            return dt_err_set(err, DT_EIO,
+                              "summary: %s: write record at byte %llu: %s; cut back: %s", w->path,
+                              (unsigned long long)w->offset, strerror(write_errno),
+                              strerror(errno));
+        }
+        errno = write_errno;
         return dt_err_set(err, DT_EIO, "summary: %s: write record at byte %llu: %s", w->path,
-                          (unsigned long long)w->offset, strerror(errno));
+                          (unsigned long long)w->offset, strerror(write_errno));
     }
     w->offset += w->record_len;
     return 0;
@@ -571,6 +603,7 @@ int dt_summary_open(const char *log_dir, dt_summary_writer **out, dt_err *err) {
 
     w = calloc(1, sizeof *w);
     if (!w) return dt_err_set(err, DT_ENOMEM, "summary: %s: writer", log_dir);
+    w->fd = -1;
     size_t cap = strlen(log_dir) + strlen(host) + 64;
     w->path = malloc(cap);
     if (!w->path) {
@@ -582,10 +615,10 @@ int dt_summary_open(const char *log_dir, dt_summary_writer **out, dt_err *err) {
     for (int suffix = 0; suffix <= NAME_SUFFIX_MAX; suffix++) {
         int len = snprintf(w->path, cap, "%s/events.out.tfevents.%010lld.%s", log_dir, secs, host);
         if (suffix) snprintf(w->path + len, cap - (size_t)len, ".%d", suffix);
-        w->file = fopen(w->path, "wbx");
-        if (w->file || errno != EEXIST) break;
+        w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (w->fd >= 0 || errno != EEXIST) break;
     }
-    if (!w->file) {
+    if (w->fd < 0) {
         rc = dt_err_set(err, DT_EIO, "summary: create %s: %s", w->path, strerror(errno));
         goto fail;
     }
@@ -593,9 +626,9 @@ int dt_summary_open(const char *log_dir, dt_summary_writer **out, dt_err *err) {
     *out = w;
     return 0;
 fail:
-    if (w && w->file) {
-        fclose(w->file);
-        remove(w->path);
+    if (w && w->fd >= 0) {
+        close(w->fd);
+        remove(w->path); /* a file without its file_version record helps no one */
     }
     if (w) {
         free(w->path);
@@ -607,11 +640,8 @@ fail:
 
 int dt_summary_flush(dt_summary_writer *w, dt_err *err) {
     DT_ASSERT(w);
+    /* Each record reached the OS in its own write; nothing is buffered. */
     if (w->failed) return fail_sticky(w, err);
-    if (fflush(w->file) != 0) {
-        w->failed = DT_EIO;
-        return dt_err_set(err, DT_EIO, "summary: %s: flush: %s", w->path, strerror(errno));
-    }
     return 0;
 }
 
@@ -621,8 +651,8 @@ const char *dt_summary_path(const dt_summary_writer *w) {
 
 void dt_summary_close(dt_summary_writer *w) {
     if (!w) return;
-    /* fclose flushes; its failure can only be reported, the writer is gone. */
-    if (fclose(w->file) != 0 && !w->failed)
+    /* Its failure can only be reported, the writer is gone. */
+    if (w->fd >= 0 && close(w->fd) != 0 && !w->failed)
         dt_log(DT_LOG_WARN, "summary: %s: close: %s", w->path, strerror(errno));
     free(w->path);
     free(w->record);

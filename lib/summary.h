@@ -8,8 +8,11 @@
  * file_version "brain.Event:2"; the others hold wall_time, step and a Summary
  * of scalar (simple_value) or histogram values.
  *
- * A writer is used by one thread at a time. After a failed write the file may
- * end in a partial record, so every later call on that writer fails too.
+ * A writer is used by one thread at a time. The file only ever holds whole
+ * records: a write that fails part way (a full disk) is cut back to the end
+ * of the last whole record, the call returns DT_EIO, and the writer goes on
+ * working once space returns. Only if that cut itself fails does every later
+ * call on the writer fail.
  */
 #ifndef DT_SUMMARY_H
 #define DT_SUMMARY_H
@@ -27,7 +30,8 @@ typedef struct dt_summary_writer dt_summary_writer; /* opaque; owns its file */
 #define DT_SUMMARY_TAG_MAX 1024
 
 /* Creates log_dir (and its parents, if missing) and a new event file in it,
- * then writes the file_version record. Never overwrites: if the name is taken
+ * then writes the file_version record (in the file when this returns, so a
+ * process killed right after leaves a valid event file). Never overwrites: if the name is taken
  * (two writers in the same second), ".1", ".2", ... is appended. On failure
  * *out is NULL and nothing is left open. */
 int dt_summary_open(const char *log_dir, dt_summary_writer **out, dt_err *err) DT_WARN_UNUSED;
@@ -55,7 +59,8 @@ int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag, co
 int dt_summary_histogram_counts(dt_summary_writer *w, int64_t step, const char *tag,
                                 const double *values, const int64_t *counts, int64_t n,
                                 dt_err *err) DT_WARN_UNUSED;
-/* Flushes buffered records to the file (the OS), so TensorBoard sees them. */
+/* Records reach the OS as they are written; this only reports a writer that
+ * can no longer write (DT_EIO). Kept so callers mark where a batch ends. */
 int dt_summary_flush(dt_summary_writer *w, dt_err *err) DT_WARN_UNUSED;
 /* Path of the event file (borrowed). */
 const char *dt_summary_path(const dt_summary_writer *w);

@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -855,11 +857,100 @@ END_TEST
 
 /* ---- fault injection: the disk fills after byte N ---- */
 
+/* Entries of dir besides . and .. (0 when dir is gone). */
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+/* A chief killed right after start must leave a valid event file: the
+ * file_version record is in the file before open returns. */
+START_TEST(file_version_on_disk_at_open) {
+    dt_summary_writer *w = NULL;
+    dt_err err = {0};
+    ck_assert_msg(dt_summary_open(tmp, &w, &err) == 0, "%s", err.msg);
+    size_t size;
+    uint8_t *file = slurp(dt_summary_path(w), &size); /* while still open, no flush */
+    size_t ends[MAX_RECORDS];
+    ck_assert_int_eq(check_framing(file, size, ends, MAX_RECORDS), 1);
+    ck_assert_uint_eq(ends[0], size);
+    free(file);
+    dt_summary_close(w);
+}
+END_TEST
+
+/* A real full file system (a tiny tmpfs): writes fail with ENOSPC, the file
+ * keeps whole records only, and writing resumes once space is freed. Needs
+ * root for the mount; skipped with a message otherwise. */
+START_TEST(enospc_keeps_whole_records) {
+    char mnt[1100], filler[1200];
+    snprintf(mnt, sizeof mnt, "%s/tmpfs", tmp);
+    ck_assert_int_eq(mkdir(mnt, 0755), 0);
+    if (mount("tmpfs", mnt, "tmpfs", 0, "size=64k") != 0) {
+        fprintf(stderr, "summary: enospc_keeps_whole_records skipped: mount tmpfs: %s\n",
+                strerror(errno));
+        return;
+    }
+    /* Until the umount, no Check assertion: a failing one would leave the
+     * mount behind. A filler takes half the space, to be freed later. */
+    snprintf(filler, sizeof filler, "%s/filler", mnt);
+    static char block[32 * 1024];
+    int filled = dt_test_write_file(filler, "") == 0;
+    FILE *ff = filled ? fopen(filler, "wb") : NULL;
+    filled = ff && fwrite(block, 1, sizeof block, ff) == sizeof block;
+    if (ff && fclose(ff) != 0) filled = 0;
+    dt_summary_writer *w = NULL;
+    dt_err err = {0};
+    int rc = dt_summary_open(mnt, &w, &err);
+    int ok = 0, failed = 0, resumed = 0, fails_enospc = 1;
+    for (int e = 0; rc == 0 && e < 100000 && failed < 3; e++) {
+        dt_err werr = {0};
+        if (dt_summary_scalars(w, e, scalar_tags, scalar_values[e % 4], 3, &werr) == 0)
+            ok++;
+        else {
+            failed++;
+            fails_enospc &= strstr(werr.msg, "No space left on device") != NULL;
+        }
+    }
+    if (rc == 0) {
+        /* Space returns; the same writer goes on. */
+        unlink(filler);
+        dt_err werr = {0};
+        resumed = dt_summary_scalars(w, 1, scalar_tags, scalar_values[0], 3, &werr) == 0;
+    }
+    size_t size = 0;
+    uint8_t *file = rc == 0 ? (uint8_t *)dt_test_read_file(dt_summary_path(w), &size) : NULL;
+    dt_summary_close(w);
+    umount2(mnt, MNT_DETACH);
+
+    ck_assert(filled);
+    ck_assert_msg(rc == 0, "open: %s", err.msg);
+    ck_assert_int_gt(ok, 10);
+    ck_assert_int_eq(failed, 3);
+    ck_assert_msg(fails_enospc, "a failure did not name ENOSPC");
+    ck_assert(resumed);
+    ck_assert_ptr_nonnull(file);
+    size_t *ends = calloc(100002, sizeof *ends);
+    ck_assert_ptr_nonnull(ends);
+    /* Framing checks every byte: whole records only, the resumed one last. */
+    ck_assert_int_eq(check_framing(file, size, ends, 100002), 1 + ok + 1);
+    free(ends);
+    free(file);
+}
+END_TEST
+
 /* Writes 200 scalar events into dir with the file size limited to limit
- * bytes. No Check calls in here: Check itself writes files, and the limit
- * applies to them too. Returns the first failing call's code (0 if none). */
-static int write_limited(const char *dir, rlim_t limit, int *events_ok, int *later_rc, char *path,
-                         size_t path_cap, char *msg, size_t msg_cap) {
+ * bytes; then, with the limit lifted again, one more (*resumed_rc). No Check
+ * calls in here: Check itself writes files, and the limit applies to them
+ * too. Returns the first failing call's code (0 if none). */
+static int write_limited(const char *dir, rlim_t limit, int *events_ok, int *later_rc,
+                         int *resumed_rc, char *path, size_t path_cap, char *msg, size_t msg_cap) {
     struct rlimit saved, lowered;
     getrlimit(RLIMIT_FSIZE, &saved);
     lowered = saved;
@@ -869,6 +960,8 @@ static int write_limited(const char *dir, rlim_t limit, int *events_ok, int *lat
     int rc;
     *events_ok = 0;
     *later_rc = 0;
+    *resumed_rc = 1;
+    path[0] = '\0';
     if (setrlimit(RLIMIT_FSIZE, &lowered) != 0) return 1;
     rc = dt_summary_open(dir, &w, &err);
     for (int e = 0; rc == 0 && e < 200; e++) {
@@ -880,9 +973,13 @@ static int write_limited(const char *dir, rlim_t limit, int *events_ok, int *lat
         dt_err later = {0};
         *later_rc = dt_summary_scalars(w, 1, scalar_tags, scalar_values[0], 3, &later);
     }
-    if (w) snprintf(path, path_cap, "%s", dt_summary_path(w));
-    dt_summary_close(w);
     setrlimit(RLIMIT_FSIZE, &saved);
+    if (w) {
+        dt_err resumed = {0};
+        *resumed_rc = dt_summary_scalars(w, 7, scalar_tags, scalar_values[1], 3, &resumed);
+        snprintf(path, path_cap, "%s", dt_summary_path(w));
+    }
+    dt_summary_close(w);
     snprintf(msg, msg_cap, "%s", err.msg);
     return rc;
 }
@@ -891,31 +988,39 @@ START_TEST(disk_full_after_byte_n) {
     struct sigaction ignore = {.sa_handler = SIG_IGN}, old;
     ck_assert_int_eq(sigaction(SIGXFSZ, &ignore, &old), 0);
     char dir[1100], path[1200], msg[DT_ERR_MSG_MAX];
-    int events_ok, later_rc;
+    int events_ok, later_rc, resumed_rc;
     snprintf(dir, sizeof dir, "%s/full", tmp);
-    ck_assert_int_eq(write_limited(dir, RLIM_INFINITY, &events_ok, &later_rc, path, sizeof path,
-                                   msg, sizeof msg),
+    ck_assert_int_eq(write_limited(dir, RLIM_INFINITY, &events_ok, &later_rc, &resumed_rc, path,
+                                   sizeof path, msg, sizeof msg),
                      0);
     size_t size;
     uint8_t *file = slurp(path, &size);
     size_t ends[MAX_RECORDS];
     int count = check_framing(file, size, ends, MAX_RECORDS);
-    ck_assert_int_eq(count, 201);
-    ck_assert_uint_gt(size, 8192); /* larger than stdio's buffer: fwrite fails too */
+    ck_assert_int_eq(count, 202);
+    ck_assert_uint_gt(size, 8192);
     free(file);
 
-    for (size_t limit = 0; limit < size; limit += limit < 64 ? 1 : 97) {
+    for (size_t limit = 0; limit < ends[count - 2]; limit += limit < 64 ? 1 : 97) {
         snprintf(dir, sizeof dir, "%s/limit-%zu", tmp, limit);
-        path[0] = '\0';
-        int rc = write_limited(dir, (rlim_t)limit, &events_ok, &later_rc, path, sizeof path, msg,
-                               sizeof msg);
+        int rc = write_limited(dir, (rlim_t)limit, &events_ok, &later_rc, &resumed_rc, path,
+                               sizeof path, msg, sizeof msg);
         ck_assert_msg(rc == DT_EIO, "limit %zu: rc %d (%s)", limit, rc, msg);
         ck_assert_msg(strstr(msg, "summary: ") && strstr(msg, "events.out.tfevents.") &&
-                          (strstr(msg, ": write record at byte ") || strstr(msg, ": flush: ")),
+                          strstr(msg, ": write record at byte ") && strstr(msg, "File too large"),
                       "limit %zu: %s", limit, msg);
-        ck_assert_int_eq(later_rc, DT_EIO); /* sticky: no record after a partial one */
-        /* What reached the disk is a prefix: whole records, then at most
-         * one partial record that the reader calls truncated. */
+        if (!path[0]) {
+            /* Not even file_version fit: open fails and leaves no file. */
+            ck_assert_msg(limit < ends[0], "limit %zu: open failed: %s", limit, msg);
+            ck_assert_msg(count_files(dir) == 0, "limit %zu: open left a file", limit);
+            dt_test_rmtree(dir);
+            continue;
+        }
+        /* Still full, unless the next record is shorter than the one cut. */
+        ck_assert_msg(later_rc == 0 || later_rc == DT_EIO, "limit %zu: %d", limit, later_rc);
+        ck_assert_msg(resumed_rc == 0, "limit %zu: no write once space is back", limit);
+        /* What reached the disk: the whole records that fit, then the one
+         * written after the limit was lifted; never a partial record. */
         FILE *f = fopen(path, "rb");
         ck_assert_msg(f != NULL, "limit %zu: %s", limit, path);
         dt_err err = {0};
@@ -925,10 +1030,9 @@ START_TEST(disk_full_after_byte_n) {
         int whole = 0;
         while (whole < count && ends[whole] <= limit)
             whole++;
-        ck_assert_int_eq(good, whole);
-        ck_assert_msg(read_rc == 0 || (read_rc == DT_ECORRUPT && strstr(err.msg, "truncated")),
-                      "limit %zu: %s", limit, err.msg);
-        ck_assert_int_le(file_size(path), (long)limit);
+        ck_assert_int_eq(good, whole + (later_rc == 0) + 1);
+        ck_assert_int_eq(events_ok, whole - 1);
+        ck_assert_msg(read_rc == 0, "limit %zu: %s", limit, err.msg);
         dt_test_rmtree(dir);
     }
     sigaction(SIGXFSZ, &old, NULL);
@@ -998,6 +1102,8 @@ Suite *summary_suite(void) {
     tcase_add_test(tc, truncated_is_corrupt);
     tcase_add_test(tc, huge_length_is_corrupt);
     tcase_add_test(tc, disk_full_after_byte_n);
+    tcase_add_test(tc, file_version_on_disk_at_open);
+    tcase_add_test(tc, enospc_keeps_whole_records);
     tcase_add_test(tc, tensorboard_reads_scalars);
     suite_add_tcase(s, tc);
     return s;
