@@ -1036,6 +1036,41 @@ fail:
     return rc;
 }
 
+/* Makes st list what the dir holds: entries whose file is gone are dropped
+ * (a state file never names a missing file), and model.ckpt-* files it does
+ * not name (a save that died between the rename and the state update) are
+ * appended, oldest step first. The list's own order is kept: it may be
+ * hand-edited, and rotation follows it. */
+static int state_reconcile(const char *log_dir, ckpt_state *st, dt_err *err) {
+    int j = 0;
+    for (int i = 0; i < st->count; i++) {
+        char path[JOIN_CAP];
+        struct stat sb;
+        dt_err join_err;
+        dt_err_clear(&join_err);
+        if (join(path, sizeof path, log_dir, st->all[i], &join_err) == 0 && stat(path, &sb) != 0 &&
+            errno == ENOENT) {
+            dt_log(DT_LOG_WARN, "checkpoint: %s is listed but gone; dropping its entry", path);
+            continue;
+        }
+        if (j != i) memmove(st->all[j], st->all[i], NAME_CAP);
+        j++;
+    }
+    st->count = j;
+    ckpt_state present;
+    int rc = state_scan(log_dir, &present, err);
+    if (rc < 0) return rc;
+    for (int i = 0; i < present.count && rc == 0; i++) {
+        int listed = 0;
+        for (int k = 0; k < st->count && !listed; k++)
+            listed = strcmp(st->all[k], present.all[i]) == 0;
+        if (!listed && state_push(st, present.all[i]) < 0)
+            rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory listing checkpoints", log_dir);
+    }
+    state_free(&present);
+    return rc;
+}
+
 static int emit_state(int fd, const void *ctx, const char *tmp, dt_err *err) {
     const ckpt_state *st = ctx;
     char line[NAME_CAP + 64];
@@ -1106,6 +1141,12 @@ int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_ckpt
         rc = dt_err_set(err, rc, "%s", state_err.msg);
     }
     if (rc < 0) goto fail;
+    /* Listed in the old state file: the rename replaced a file it names,
+     * so that file stays even if the new state file cannot be written. */
+    int was_listed = 0;
+    for (int i = 0; i < st.count && state_err.code == DT_OK; i++)
+        was_listed |= strcmp(st.all[i], name) == 0;
+    if ((rc = state_reconcile(log_dir, &st, err)) < 0) goto fail;
 
     state_remove(&st, name); /* saving a step again replaces its entry */
     if (state_push(&st, name) < 0) {
@@ -1117,7 +1158,16 @@ int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_ckpt
     ckpt_state kept = st;
     kept.all += drop;
     kept.count -= drop;
-    if ((rc = write_atomic(state_path, emit_state, &kept, err)) < 0) goto fail;
+    if ((rc = write_atomic(state_path, emit_state, &kept, err)) < 0) {
+        /* The old state file stands (write_atomic left it untouched); a
+         * checkpoint it does not list would be invisible to tools that read
+         * it and would never rotate out, and it holds space the disk lacks.
+         * The caller retries the whole save. */
+        if (!was_listed && unlink(path) != 0 && errno != ENOENT)
+            dt_log(DT_LOG_WARN, "checkpoint: %s: cannot remove after the state file failed: %s",
+                   path, strerror(errno));
+        goto fail;
+    }
 
     /* The state file no longer names these and is durable: safe to delete. */
     for (int i = 0; i < drop; i++) {

@@ -56,7 +56,12 @@ int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *
  * max_to_keep (<= 0 keeps all). path_out (may be NULL) receives the file's
  * path. Saving a step again replaces that file and its entry. A missing or
  * unparseable state file (the latter logged as a warning) is rebuilt from
- * the model.ckpt-*.safetensors files present, oldest step first. */
+ * the model.ckpt-*.safetensors files present, oldest step first. The new
+ * list names what the dir holds: entries whose file is gone are dropped and
+ * checkpoint files it does not name are added. On failure (a full disk, say:
+ * DT_EIO naming the file and errno) no temporary file is left, the old state
+ * file stands with all its entries, and the new checkpoint is removed again
+ * unless the old state file already named its step. */
 int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_ckpt_meta *meta,
                         int max_to_keep, char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -102,6 +103,17 @@ static void write_raw(const char *path, const char *header, uint64_t header_len,
         buf[8 + hl + i] = (unsigned char)i;
     write_all_file(path, buf, 8 + hl + data_len);
     free(buf);
+}
+
+/* The state file's text (heap), or NULL; no Check calls (used while a
+ * mount is up). */
+static char *read_state_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = calloc(1, 4096);
+    if (buf && fread(buf, 1, 4095, f) == 0) buf[0] = '\0';
+    fclose(f);
+    return buf;
 }
 
 static int file_exists(const char *path) {
@@ -946,6 +958,127 @@ START_TEST(test_save_in_dir_duplicate_entries) {
 }
 END_TEST
 
+/* dt_ckpt_save_in_dir into dir; returns its code, err gets the message. */
+static int try_save_in_dir(const char *dir, int seed, int64_t step, dt_err *err) {
+    dt_tensors ts;
+    build_model(&ts, seed);
+    dt_ckpt_meta meta = make_meta(step);
+    dt_err_clear(err);
+    int rc = dt_ckpt_save_in_dir(dir, &ts, &meta, 5, NULL, 0, err);
+    dt_tensors_deinit(&ts);
+    return rc;
+}
+
+/* The state-file write fails (its temporary cannot be created): the save
+ * fails naming the path, the new checkpoint is not left unlisted, the old
+ * state file stands, and the next save lists everything present. */
+START_TEST(test_save_in_dir_state_write_fails) {
+    char dir[1024], state[1200], path[1200], blocker[1300];
+    tmp_path(dir, sizeof dir, "logs");
+    save_in_dir(dir, 1, 100, 5);
+    snprintf(state, sizeof state, "%s/checkpoint", dir);
+    size_t len;
+    char *before = (char *)read_all(state, &len);
+    snprintf(blocker, sizeof blocker, "%s.tmp.%ld", state, (long)getpid());
+    ck_assert_int_eq(mkdir(blocker, 0755), 0); /* open(O_WRONLY) of it fails */
+    dt_err err;
+    assert_err(try_save_in_dir(dir, 2, 200, &err), &err, DT_EIO, "checkpoint.tmp.");
+    ckpt_file(path, sizeof path, dir, 200);
+    ck_assert_msg(!file_exists(path), "an unlisted checkpoint was left behind");
+    char *after = (char *)read_all(state, &len);
+    ck_assert_str_eq(after, before);
+    free(after);
+    ck_assert_int_eq(rmdir(blocker), 0);
+    ck_assert_int_eq(count_tmp_files(dir), 0);
+    save_in_dir(dir, 3, 300, 5);
+    after = (char *)read_all(state, &len);
+    ck_assert_str_eq(after, "model_checkpoint_path: \"model.ckpt-300.safetensors\"\n"
+                            "all_model_checkpoint_paths: \"model.ckpt-100.safetensors\"\n"
+                            "all_model_checkpoint_paths: \"model.ckpt-300.safetensors\"\n");
+    free(after);
+    free(before);
+}
+END_TEST
+
+/* The state file lists what the dir holds: a listed file that is gone is
+ * dropped, an unlisted one (a save that died before its state update) is
+ * added. */
+START_TEST(test_save_in_dir_reconciles) {
+    char dir[1024], state[1200], path[1200];
+    tmp_path(dir, sizeof dir, "logs");
+    save_in_dir(dir, 1, 100, 5);
+    save_in_dir(dir, 2, 200, 5);
+    ckpt_file(path, sizeof path, dir, 100);
+    ck_assert_int_eq(unlink(path), 0);
+    ckpt_file(path, sizeof path, dir, 250);
+    save_model(path, 3, 250);
+    save_in_dir(dir, 4, 300, 5);
+    snprintf(state, sizeof state, "%s/checkpoint", dir);
+    size_t len;
+    char *text = (char *)read_all(state, &len);
+    ck_assert_str_eq(text, "model_checkpoint_path: \"model.ckpt-300.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-200.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-250.safetensors\"\n"
+                           "all_model_checkpoint_paths: \"model.ckpt-300.safetensors\"\n");
+    free(text);
+}
+END_TEST
+
+/* A full file system (a tiny tmpfs): the save fails with ENOSPC naming the
+ * file, leaves no temporary, keeps the state file's good entries; once space
+ * is freed the next save succeeds. Skipped when tmpfs cannot be mounted. */
+START_TEST(test_save_in_dir_disk_full) {
+    char mnt[1024], filler[1200], state[1200];
+    tmp_path(mnt, sizeof mnt, "tmpfs");
+    ck_assert_int_eq(mkdir(mnt, 0755), 0);
+    if (mount("tmpfs", mnt, "tmpfs", 0, "size=64k") != 0) {
+        fprintf(stderr, "checkpoint: disk-full test skipped: mount tmpfs: %s\n", strerror(errno));
+        return;
+    }
+    /* No Check assertion until the umount: a failing one would leave it. */
+    dt_err err0, err1, err2;
+    int rc0 = try_save_in_dir(mnt, 1, 100, &err0);
+    snprintf(filler, sizeof filler, "%s/filler", mnt);
+    FILE *f = fopen(filler, "wb");
+    static char block[4096];
+    while (f && fwrite(block, 1, sizeof block, f) == sizeof block && fflush(f) == 0)
+        ;
+    if (f) fclose(f);
+    int rc1 = try_save_in_dir(mnt, 2, 200, &err1);
+    snprintf(state, sizeof state, "%s/checkpoint", mnt);
+    int tmps = 0, has200 = 0;
+    DIR *d = opendir(mnt);
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        tmps += strstr(de->d_name, ".tmp.") != NULL;
+        has200 |= strcmp(de->d_name, "model.ckpt-200.safetensors") == 0;
+    }
+    if (d) closedir(d);
+    char *listed = read_state_text(state);
+    unlink(filler);
+    int rc2 = try_save_in_dir(mnt, 3, 300, &err2);
+    char *listed2 = read_state_text(state);
+    umount2(mnt, MNT_DETACH);
+
+    ck_assert_msg(rc0 == 0, "%s", err0.msg);
+    ck_assert_int_eq(rc1, DT_EIO);
+    ck_assert_msg(strstr(err1.msg, mnt) && strstr(err1.msg, "No space left on device"), "%s",
+                  err1.msg);
+    ck_assert_int_eq(tmps, 0);
+    ck_assert(!has200);
+    ck_assert_ptr_nonnull(listed);
+    ck_assert_str_eq(listed, "model_checkpoint_path: \"model.ckpt-100.safetensors\"\n"
+                             "all_model_checkpoint_paths: \"model.ckpt-100.safetensors\"\n");
+    ck_assert_msg(rc2 == 0, "%s", err2.msg);
+    ck_assert_ptr_nonnull(listed2);
+    ck_assert_str_eq(listed2, "model_checkpoint_path: \"model.ckpt-300.safetensors\"\n"
+                              "all_model_checkpoint_paths: \"model.ckpt-100.safetensors\"\n"
+                              "all_model_checkpoint_paths: \"model.ckpt-300.safetensors\"\n");
+    free(listed);
+    free(listed2);
+}
+END_TEST
+
 START_TEST(test_save_in_dir_bad_args) {
     char dir[1200], file[1024];
     tmp_path(file, sizeof file, "plain");
@@ -1183,6 +1316,9 @@ Suite *checkpoint_suite(void) {
     tcase_add_test(dir, test_save_in_dir_unparseable_state);
     tcase_add_test(dir, test_save_in_dir_duplicate_entries);
     tcase_add_test(dir, test_save_in_dir_bad_args);
+    tcase_add_test(dir, test_save_in_dir_state_write_fails);
+    tcase_add_test(dir, test_save_in_dir_reconciles);
+    tcase_add_test(dir, test_save_in_dir_disk_full);
     tcase_add_test(dir, test_restore_falls_back);
     tcase_add_test(dir, test_lock_dir);
     tcase_add_test(dir, test_restore_empty_dir);
