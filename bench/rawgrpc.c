@@ -83,7 +83,8 @@ typedef struct {
 
 /* ---- server ---------------------------------------------------------------- */
 
-static int handle_echo(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_echo(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                       const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     (void)ctx;
     int rc = dt_rpc_buf_alloc(reply, request->len, err);
     if (rc < 0) return rc;
@@ -91,7 +92,8 @@ static int handle_echo(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, 
     return 0;
 }
 
-static int handle_get(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_get(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                      const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     const server_ctx *s = ctx;
     if (request->len != SMALL_BYTES)
         return dt_err_set(err, DT_EINVAL, "get: request of %zu bytes, want %d", request->len,
@@ -102,7 +104,8 @@ static int handle_get(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, d
     return 0;
 }
 
-static int handle_put(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_put(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                      const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     const server_ctx *s = ctx;
     if (request->len != s->payload)
         return dt_err_set(err, DT_EINVAL, "put: request of %zu bytes, want %zu", request->len,
@@ -318,11 +321,12 @@ int main(int argc, char **argv) {
     }
     sctx.held = held;
     static const dt_rpc_method methods[] = {
-        {METHOD_ECHO, handle_echo},
-        {METHOD_GET, handle_get},
-        {METHOD_PUT, handle_put},
+        {METHOD_ECHO, handle_echo, 0},
+        {METHOD_GET, handle_get, 0},
+        {METHOD_PUT, handle_put, 0},
     };
-    dt_rpc_server_params sp = {o.addr, o.threads, methods, 3, &sctx};
+    dt_rpc_server_params sp = {.addr = o.addr, .num_threads = o.threads, .methods = methods,
+                               .num_methods = 3, .ctx = &sctx};
     if ((rc = dt_rpc_server_start(&sp, &server, &err)) < 0) goto fail;
 
     rc = o.processes ? dt_bench_children_run(kids, o.clients, "client", res, &seconds, &err)

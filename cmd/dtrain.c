@@ -32,6 +32,12 @@
 
 static volatile sig_atomic_t stop_signal;
 
+/* SIGHUP: re-read the TLS certificate files at the next handshake. */
+static void on_hangup(int signo) {
+    (void)signo;
+    dt_rpc_reload_certs();
+}
+
 /* First signal: ask the role to stop cleanly. Second: exit at once. */
 static void on_signal(int signo) {
     if (stop_signal) _exit(128 + signo);
@@ -55,6 +61,22 @@ static const char usage[] =
     "  --set FIELD=VALUE    override one job field (repeatable), e.g. --set max_steps=500\n"
     "  --log-dir DIR        same as --set log_dir=DIR\n"
     "  --keep-serving       ps only: keep serving after the job is done\n"
+    "  --tls-cert FILE      PEM certificate of this task (env DTRAIN_TLS_CERT); the ps\n"
+    "                       serves TLS, workers present it to the ps (mutual TLS)\n"
+    "  --tls-key FILE       PEM private key of --tls-cert (env DTRAIN_TLS_KEY)\n"
+    "  --tls-ca FILE        PEM CA (env DTRAIN_TLS_CA): the ps requires client\n"
+    "                       certificates it signed; workers verify the ps against it\n"
+    "                       and the host of its address (DNS or IP SAN). A\n"
+    "                       certificate's CN (or a SAN) is its identity: chief,\n"
+    "                       worker:N, ps:N or tool. SIGHUP or a change on disk\n"
+    "                       makes the ps use new certificate files for new\n"
+    "                       connections\n"
+    "  --token-file FILE    bearer tokens (env DTRAIN_TOKEN_FILE): lines \"IDENTITY\n"
+    "                       TOKEN\" ('#' comments), or one bare shared token (then a\n"
+    "                       caller's claimed identity is trusted); the ps refuses\n"
+    "                       calls without the right token, workers send their own\n"
+    "                       Flags win over the environment. Without TLS and tokens\n"
+    "                       anyone who can reach a ps port controls the job.\n"
     "  --log-level LEVEL    debug, info (default), warn or error\n"
     "  --help               this text\n"
     "  --version            print the version\n"
@@ -91,6 +113,10 @@ typedef struct {
     const char *data;
     const char *labels;
     const char *out;
+    const char *tls_cert; /* security: flags, else the environment */
+    const char *tls_key;
+    const char *tls_ca;
+    const char *token_file;
 } options;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -151,6 +177,14 @@ static int parse_args(int argc, char **argv, options *o) {
             o->log_dir = v;
         else if (take_value(argc, argv, &i, "--log-level", &v, &missing))
             o->log_level = v;
+        else if (take_value(argc, argv, &i, "--tls-cert", &v, &missing))
+            o->tls_cert = v;
+        else if (take_value(argc, argv, &i, "--tls-key", &v, &missing))
+            o->tls_key = v;
+        else if (take_value(argc, argv, &i, "--tls-ca", &v, &missing))
+            o->tls_ca = v;
+        else if (take_value(argc, argv, &i, "--token-file", &v, &missing))
+            o->token_file = v;
         else if (take_value(argc, argv, &i, "--set", &v, &missing)) {
             if (!missing) {
                 if (o->num_sets == MAX_SETS)
@@ -210,6 +244,30 @@ static int parse_tool_args(int argc, char **argv, int is_predict, options *o) {
     if (o->labels && !o->data) return usage_error("%s: --labels needs --data FILE", argv[1]);
     if (o->checkpoint && o->log_dir)
         return usage_error("%s: give --checkpoint FILE or --log-dir DIR, not both", argv[1]);
+    return -1;
+}
+
+/* A flag's value, else the environment variable's (empty counts as unset). */
+static const char *flag_or_env(const char *flag, const char *env) {
+    if (flag) return flag;
+    const char *v = getenv(env);
+    return v && *v ? v : NULL;
+}
+
+/* Fills sec from the flags and the environment. Returns -1 to go on, or an
+ * exit status. */
+static int security_from(const options *o, int is_ps, dt_rpc_security *sec) {
+    memset(sec, 0, sizeof *sec);
+    sec->cert_file = flag_or_env(o->tls_cert, "DTRAIN_TLS_CERT");
+    sec->key_file = flag_or_env(o->tls_key, "DTRAIN_TLS_KEY");
+    sec->ca_file = flag_or_env(o->tls_ca, "DTRAIN_TLS_CA");
+    sec->token_file = flag_or_env(o->token_file, "DTRAIN_TOKEN_FILE");
+    if (!sec->cert_file != !sec->key_file)
+        return usage_error("--tls-cert and --tls-key go together%s", "");
+    if (is_ps && sec->ca_file && !sec->cert_file)
+        return usage_error("ps: --tls-ca needs --tls-cert and --tls-key (the ps's own)%s", "");
+    if (!is_ps && sec->cert_file && !sec->ca_file)
+        return usage_error("worker: --tls-cert needs --tls-ca to verify the ps%s", "");
     return -1;
 }
 
@@ -329,6 +387,8 @@ int main(int argc, char **argv) {
         dt_log_set_level((dt_log_level)level);
     }
     if (o.keep_serving && !is_ps) return usage_error("--keep-serving is for the ps job only%s", "");
+    dt_rpc_security security;
+    if ((status = security_from(&o, is_ps, &security)) >= 0) return status;
 
     dt_err err;
     dt_err_clear(&err);
@@ -355,6 +415,8 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    sa.sa_handler = on_hangup;
+    sigaction(SIGHUP, &sa, NULL);
 
     /* The process keeps one reference to the RPC runtime and exits without
      * the final grpc_shutdown: that call joins gRPC's executor threads, and
@@ -365,14 +427,14 @@ int main(int argc, char **argv) {
     int rc;
     if (is_ps) {
         dt_log_set_role('P');
-        dt_ps_params pp = {&cluster, task, o.keep_serving, 0, 0};
+        dt_ps_params pp = {&cluster, task, o.keep_serving, 0, 0, &security};
         dt_ps *ps = NULL;
         rc = dt_ps_start(&pp, &ps, &err);
         if (rc == 0) rc = dt_ps_wait(ps, &stop_signal, &err);
         dt_ps_free(ps);
     } else {
         dt_log_set_role(task == 0 ? 'C' : 'W');
-        dt_worker_params wp = {&cluster, &job, task};
+        dt_worker_params wp = {&cluster, &job, task, &security};
         rc = task == 0 ? dt_chief_run(&wp, &stop_signal, &err)
                        : dt_worker_run(&wp, &stop_signal, &err);
     }

@@ -323,7 +323,8 @@ static int check_create(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
     return 0;
 }
 
-static int handle_create(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                         const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
     enum { MAX_CREATE = 4096 };
     dt_msg_create_req *req = calloc(1, sizeof *req);
@@ -406,7 +407,8 @@ static int must_wait(dt_ps *ps, const dt_msg_pull_req *req) {
     return wait;
 }
 
-static int handle_pull(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_pull(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                       const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
     dt_msg_pull_req req;
     memset(&req, 0, sizeof req);
@@ -626,7 +628,8 @@ static void tick_clock(dt_ps *ps, int32_t worker) {
     pthread_mutex_unlock(&ps->stats_mu);
 }
 
-static int handle_push(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_push(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                       const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
     dt_msg_push_req req;
     memset(&req, 0, sizeof req);
@@ -714,7 +717,8 @@ static void sync_timeout_check(dt_ps *ps) {
 
 /* ---- Status and Shutdown ----------------------------------------------- */
 
-static int handle_status(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_status(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                         const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
     dt_msg_status_req req;
     memset(&req, 0, sizeof req);
@@ -745,7 +749,8 @@ static int handle_status(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply
     return encode_reply(DT_MSG_STATUS_RESP, &resp, reply, err);
 }
 
-static int handle_shutdown(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_shutdown(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                           const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
     dt_msg_shutdown_req req;
     memset(&req, 0, sizeof req);
@@ -765,12 +770,17 @@ static int handle_shutdown(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *rep
 
 /* ---- lifecycle --------------------------------------------------------- */
 
+/* Who may call what when the ps authenticates its callers: the chief
+ * creates and ends the job and trains as worker 0; workers train; tools
+ * (and every trainer) read the status. */
+#define ROLES_CHIEF DT_PEER_MASK(DT_PEER_CHIEF)
+#define ROLES_TRAINERS (DT_PEER_MASK(DT_PEER_CHIEF) | DT_PEER_MASK(DT_PEER_WORKER))
 static const dt_rpc_method ps_methods[] = {
-    {"/dtrain.ParameterServer/Create", handle_create},
-    {"/dtrain.ParameterServer/Pull", handle_pull},
-    {"/dtrain.ParameterServer/Push", handle_push},
-    {"/dtrain.ParameterServer/Status", handle_status},
-    {"/dtrain.ParameterServer/Shutdown", handle_shutdown},
+    {"/dtrain.ParameterServer/Create", handle_create, ROLES_CHIEF},
+    {"/dtrain.ParameterServer/Pull", handle_pull, ROLES_TRAINERS},
+    {"/dtrain.ParameterServer/Push", handle_push, ROLES_TRAINERS},
+    {"/dtrain.ParameterServer/Status", handle_status, ROLES_TRAINERS | DT_PEER_MASK(DT_PEER_TOOL)},
+    {"/dtrain.ParameterServer/Shutdown", handle_shutdown, ROLES_CHIEF},
 };
 
 int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
@@ -811,8 +821,14 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     pthread_rwlock_init(&ps->model_lock, NULL);
     pthread_mutex_init(&ps->life_mu, NULL);
 
-    dt_rpc_server_params sp = {addr->addr, ps->params.num_threads, ps_methods,
-                               (int)(sizeof ps_methods / sizeof ps_methods[0]), ps};
+    dt_rpc_server_params sp = {.addr = addr->addr,
+                               .num_threads = ps->params.num_threads,
+                               .methods = ps_methods,
+                               .num_methods = (int)(sizeof ps_methods / sizeof ps_methods[0]),
+                               .ctx = ps,
+                               .security = params->security,
+                               .num_workers = c->num_workers,
+                               .num_ps = c->num_ps};
     int rc = dt_rpc_server_start(&sp, &ps->server, err);
     if (rc < 0) {
         dt_err_wrap(err, rc, "ps:%d", params->task_index);

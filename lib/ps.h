@@ -17,6 +17,7 @@
 
 #include "cluster.h"
 #include "err.h"
+#include "rpc_common.h"
 
 /* Most tensors one Push or Pull may name. */
 #define DT_PS_MAX_PUSH 1024
@@ -28,6 +29,7 @@ typedef struct {
     int keep_serving;          /* 1: keep serving after the job is done */
     int num_threads;           /* RPC poller threads; 0 picks a default */
     int linger_ms;             /* after Shutdown: longest wait for workers to be told */
+    const dt_rpc_security *security; /* borrowed; NULL: plaintext, no auth */
 } dt_ps_params;
 
 typedef struct dt_ps dt_ps;

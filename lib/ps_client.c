@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "log.h"
 #include "optim.h"
 #include "rpc_client.h"
@@ -245,9 +246,19 @@ int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout
         c->layout[i] = layout->items[i];
         c->layout[i].data = NULL;
     }
+    /* The caller's identity picks its token; the chief is worker 0. */
+    char identity[DT_PEER_NAME_MAX];
+    dt_auth_identity_of(0, params->worker, identity, sizeof identity);
+    dt_rpc_security sec = {0};
+    if (params->security) {
+        sec = *params->security;
+        if (!sec.identity) sec.identity = identity;
+    }
     for (int p = 0; p < c->num_ps; p++) {
         snprintf(c->names[p], sizeof c->names[p], "ps:%d %.60s", p, cl->ps[p].addr);
-        if ((rc = dt_rpc_channel_new(cl->ps[p].addr, &c->channels[p], err)) < 0) goto fail;
+        if ((rc = dt_rpc_channel_new_secure(cl->ps[p].addr, params->security ? &sec : NULL,
+                                            &c->channels[p], err)) < 0)
+            goto fail;
     }
     if ((rc = place(c, err)) < 0) goto fail;
     *out = c;
@@ -421,6 +432,7 @@ int dt_ps_client_create(dt_ps_client *c, const dt_ps_model *m, const int *only, 
         req.schedule = m->schedule;
         req.consistency = m->consistency;
         req.skip_nonfinite = m->skip_nonfinite;
+        req.step_ceiling = m->step_ceiling;
         snprintf(req.model, sizeof req.model, "%s", m->model ? m->model : "");
         int rc = prepare(c, p, DT_MSG_CREATE_REQ, &req, 1, err);
         if (rc == 0) rc = run(c, p, 1, err);

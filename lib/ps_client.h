@@ -29,6 +29,7 @@
 #include "cluster.h"
 #include "codec.h"
 #include "err.h"
+#include "rpc_common.h"
 #include "tensor.h"
 
 /* Most ps tasks a cluster may have. */
@@ -44,6 +45,9 @@ typedef struct {
     int timeout_ms;              /* deadline of each call */
     int placement;               /* dt_placement */
     int64_t partition_min_bytes; /* 0: never partition */
+    /* NULL: plaintext. Borrowed; its identity, when NULL, is the worker's
+     * ("chief" for 0, "worker:N", "tool" for -1). */
+    const dt_rpc_security *security;
 } dt_ps_client_params;
 
 /* "greedy" / "round_robin" -> dt_placement; -1 when unknown. */
@@ -81,6 +85,11 @@ int dt_ps_client_status(dt_ps_client *c, int ps_index, dt_msg_status_resp *out,
 /* What the ps tasks are created with. slots may be NULL (initial values);
  * else it holds, for every variable and every slot of the optimizer, a
  * tensor "<variable>/<slot>" shaped like the variable. */
+/* Steps per worker that a restored ps may be raised by callers' seen_step
+ * beyond the highest step the chief knew of: the pushes other workers can
+ * make while the chief is busy (evaluating, saving) and not looking. */
+#define DT_PS_CATCH_UP_STEPS 1000
+
 typedef struct {
     const dt_tensors *vars;
     const dt_tensors *slots;
@@ -90,6 +99,8 @@ typedef struct {
     dt_lr_schedule schedule;
     dt_consistency consistency;
     int skip_nonfinite; /* skip and count NaN/Inf gradients instead of refusing them */
+    int64_t step_ceiling; /* a restore: callers' seen_step may raise the ps up to
+                             this step; 0: never (a fresh model) */
     const char *model;
 } dt_ps_model;
 

@@ -13,11 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "rpc_internal.h"
 
 struct dt_rpc_channel {
     grpc_channel *grpc;
     char addr[300];
+    char authorization[DT_AUTH_TOKEN_MAX + 16]; /* "Bearer TOKEN"; "" sends none */
+    char identity[DT_PEER_NAME_MAX];            /* claimed with the token */
 };
 
 typedef struct {
@@ -28,15 +31,75 @@ typedef struct {
     grpc_byte_buffer *recv;
     grpc_status_code status;
     grpc_slice details;
+    grpc_metadata md[2]; /* authorization, identity */
     int started;
 } call_slot;
 
+/* Channel credentials for sec: TLS when it names a CA or a certificate. */
+static int make_channel_creds(const dt_rpc_security *sec, grpc_channel_credentials **out,
+                              dt_err *err) {
+    *out = NULL;
+    if (!sec || (!sec->ca_file && !sec->cert_file && !sec->key_file)) {
+        *out = grpc_insecure_credentials_create();
+        return 0;
+    }
+    if (!sec->ca_file)
+        return dt_err_set(err, DT_EINVAL, "TLS needs --tls-ca to verify the server");
+    if (!sec->cert_file != !sec->key_file)
+        return dt_err_set(err, DT_EINVAL, "a client certificate needs both --tls-cert and --tls-key");
+    char *ca = NULL, *cert = NULL, *key = NULL;
+    int rc = dt_rpc_read_pem(sec->ca_file, "--tls-ca", &ca, err);
+    if (rc == 0 && sec->cert_file) rc = dt_rpc_read_pem(sec->cert_file, "--tls-cert", &cert, err);
+    if (rc == 0 && sec->key_file) rc = dt_rpc_read_pem(sec->key_file, "--tls-key", &key, err);
+    if (rc == 0) {
+        grpc_ssl_pem_key_cert_pair pair = {key, cert};
+        *out = grpc_ssl_credentials_create(ca, cert ? &pair : NULL, NULL, NULL);
+        if (!*out) rc = dt_err_set(err, DT_EINTERNAL, "cannot create TLS credentials");
+    }
+    if (key) memset(key, 0, strlen(key));
+    free(ca);
+    free(cert);
+    free(key);
+    return rc;
+}
+
+/* The token to send, from sec->token_file for sec->identity. */
+static int load_token(dt_rpc_channel *ch, const dt_rpc_security *sec, dt_err *err) {
+    if (!sec || !sec->token_file) return 0;
+    dt_auth_tokens *tokens = NULL;
+    int rc = dt_auth_tokens_load(sec->token_file, &tokens, err);
+    if (rc < 0) return rc;
+    const char *identity = sec->identity ? sec->identity : "tool";
+    const char *token = dt_auth_tokens_for(tokens, identity);
+    if (!token)
+        rc = dt_err_set(err, DT_EINVAL, "%s: no token for identity %s", sec->token_file, identity);
+    else {
+        snprintf(ch->authorization, sizeof ch->authorization, "Bearer %s", token);
+        snprintf(ch->identity, sizeof ch->identity, "%s", identity);
+    }
+    dt_auth_tokens_free(tokens);
+    return rc;
+}
+
 int dt_rpc_channel_new(const char *addr, dt_rpc_channel **out, dt_err *err) {
+    return dt_rpc_channel_new_secure(addr, NULL, out, err);
+}
+
+int dt_rpc_channel_new_secure(const char *addr, const dt_rpc_security *sec,
+                              dt_rpc_channel **out, dt_err *err) {
     *out = NULL;
     dt_rpc_channel *ch = calloc(1, sizeof *ch);
     if (!ch) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
     dt_rpc_init();
     snprintf(ch->addr, sizeof ch->addr, "%s", addr);
+    grpc_channel_credentials *creds = NULL;
+    int rc = load_token(ch, sec, err);
+    if (rc == 0) rc = make_channel_creds(sec, &creds, err);
+    if (rc < 0) {
+        free(ch);
+        dt_rpc_shutdown();
+        return dt_err_wrap(err, rc, "rpc: channel to %s", addr);
+    }
     /* Unlimited messages (tensors), no transparent retries (dtrain retries
      * with its own budget and logs it), and a short reconnect backoff so a
      * restarted ps is found again quickly. */
@@ -52,7 +115,6 @@ int dt_rpc_channel_new(const char *addr, dt_rpc_channel **out, dt_err *err) {
         args[i].value.integer = values[i];
     }
     grpc_channel_args channel_args = {5, args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     ch->grpc = grpc_channel_create(addr, creds, &channel_args);
     grpc_channel_credentials_release(creds);
     if (!ch->grpc) {
@@ -89,6 +151,14 @@ static int start_call(dt_rpc_call *c, call_slot *slot, grpc_completion_queue *cq
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[0].flags = c->wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+    if (c->channel->authorization[0]) {
+        slot->md[0].key = grpc_slice_from_static_string(DT_RPC_MD_AUTHORIZATION);
+        slot->md[0].value = grpc_slice_from_static_string(c->channel->authorization);
+        slot->md[1].key = grpc_slice_from_static_string(DT_RPC_MD_IDENTITY);
+        slot->md[1].value = grpc_slice_from_static_string(c->channel->identity);
+        ops[0].data.send_initial_metadata.count = 2;
+        ops[0].data.send_initial_metadata.metadata = slot->md;
+    }
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = slot->send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

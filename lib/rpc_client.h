@@ -18,8 +18,19 @@
 
 typedef struct dt_rpc_channel dt_rpc_channel;
 
-/* Creates a channel to addr ("host:port"); does not connect yet. */
+/* Creates a plaintext channel to addr ("host:port"); does not connect yet. */
 int dt_rpc_channel_new(const char *addr, dt_rpc_channel **out, dt_err *err) DT_WARN_UNUSED;
+/* Same, secured by sec (NULL: plaintext). With ca_file (or cert_file) the
+ * channel speaks TLS and verifies the server's certificate against ca_file
+ * and the host of addr (DNS name or IP address SAN); with cert_file and
+ * key_file it presents that certificate (mTLS). With token_file every call
+ * carries "authorization: Bearer" and the token of sec->identity (and
+ * claims that identity). The files are read here, once: a rotated client
+ * certificate is used by channels created afterwards. Fails with the file
+ * named when one cannot be read, or when the token file has no token for
+ * the identity. */
+int dt_rpc_channel_new_secure(const char *addr, const dt_rpc_security *sec,
+                              dt_rpc_channel **out, dt_err *err) DT_WARN_UNUSED;
 void dt_rpc_channel_free(dt_rpc_channel *ch); /* NULL is a no-op */
 /* The address given at creation (borrowed). */
 const char *dt_rpc_channel_addr(const dt_rpc_channel *ch);

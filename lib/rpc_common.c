@@ -8,12 +8,52 @@
 
 #include <grpc/slice.h>
 #include <grpc/support/log.h>
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int init_count;
+static volatile sig_atomic_t cert_generation;
+
+void dt_rpc_reload_certs(void) { cert_generation = (sig_atomic_t)(cert_generation + 1); }
+
+int dt_rpc_cert_generation(void) { return (int)cert_generation; }
+
+/* PEM files are small; a cap keeps a wrong path (a device, a huge file)
+ * from being read whole. */
+#define PEM_MAX (1 << 20)
+
+int dt_rpc_read_pem(const char *path, const char *what, char **out, dt_err *err) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return dt_err_set(err, DT_EIO, "%s %s: cannot open: %s", what, path, strerror(errno));
+    char *buf = malloc(PEM_MAX + 1);
+    if (!buf) {
+        fclose(f);
+        return dt_err_set(err, DT_ENOMEM, "%s %s: out of memory", what, path);
+    }
+    size_t n = fread(buf, 1, PEM_MAX + 1, f);
+    int failed = ferror(f);
+    fclose(f);
+    int rc = 0;
+    buf[n > PEM_MAX ? PEM_MAX : n] = '\0';
+    if (failed)
+        rc = dt_err_set(err, DT_EIO, "%s %s: read failed", what, path);
+    else if (n > PEM_MAX)
+        rc = dt_err_set(err, DT_EINVAL, "%s %s: larger than %d bytes", what, path, PEM_MAX);
+    else if (n == 0 || !strstr(buf, "-----BEGIN "))
+        rc = dt_err_set(err, DT_EINVAL, "%s %s: not a PEM file (no -----BEGIN line)", what, path);
+    if (rc < 0) {
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    return 0;
+}
 
 /* gRPC's own messages go through dt_log, one line each, at debug level:
  * dtrain reports every failure that matters itself, with context. */

@@ -23,6 +23,18 @@ grpc_byte_buffer *dt_rpc_buf_to_byte_buffer(const dt_rpc_buf *b);
  * holds them in several slices). bb may be NULL (empty message). */
 int dt_rpc_buf_from_byte_buffer(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_err *err);
 
+/* Reads a whole PEM file into a NUL-terminated heap string (*out, caller
+ * frees). what names the file's purpose in errors ("--tls-cert"). */
+int dt_rpc_read_pem(const char *path, const char *what, char **out, dt_err *err) DT_WARN_UNUSED;
+
+/* Generation counter bumped by dt_rpc_reload_certs. */
+int dt_rpc_cert_generation(void);
+
+/* Metadata keys: the bearer token, and the identity a client claims (trusted
+ * only with a shared token). */
+#define DT_RPC_MD_AUTHORIZATION "authorization"
+#define DT_RPC_MD_IDENTITY "dtrain-identity"
+
 /* A slice's bytes as a NUL-terminated string, truncated to cap. */
 void dt_rpc_slice_to_str(grpc_slice s, char *out, size_t cap);
 

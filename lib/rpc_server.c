@@ -14,6 +14,16 @@
  * Every poller keeps ARMED_PER_THREAD request calls armed, so new calls are
  * always accepted while others are being handled.
  *
+ * Security (all optional): TLS through a certificate-config fetcher that gRPC
+ * calls at every new handshake; it re-reads the certificate, key and CA
+ * files when their mtime, size or inode changed or dt_rpc_reload_certs was
+ * called, so rotated files serve new connections without a restart (open
+ * connections keep the old ones). A file that fails to load keeps the last
+ * good set. Callers are authenticated in handle(), before the handler:
+ * identity from the client certificate (CN, else a SAN) and/or a bearer
+ * token; then the cluster's bounds and the method's allowed roles. A
+ * refusal is counted and logged (at most one line a second).
+ *
  * Shutdown order (the gRPC core's contract): shutdown_and_notify -> wait for
  * the notification (cancel_all_calls after the grace period) -> wait for
  * handlers still running -> destroy the server -> shut down and drain the
@@ -24,10 +34,13 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
+#include "auth.h"
 #include "log.h"
 #include "rpc_internal.h"
 
@@ -56,6 +69,16 @@ struct poller {
     int started;
 };
 
+/* The certificate files of a TLS server and what was last handed to gRPC. */
+typedef struct {
+    pthread_mutex_t mu;
+    char addr[300];
+    char cert_file[4096], key_file[4096], ca_file[4096]; /* ca_file "" : no mTLS */
+    struct stat seen[3]; /* cert, key, ca as last loaded */
+    int generation;      /* dt_rpc_cert_generation() when last loaded */
+    int loaded;          /* a config was handed to gRPC */
+} tls_files;
+
 struct dt_rpc_server {
     grpc_server *grpc;
     grpc_completion_queue *cq; /* the one queue every poller takes from */
@@ -69,6 +92,12 @@ struct dt_rpc_server {
     int shutdown_done;
     int shutting_down;
     int live_calls; /* call_states allocated and not yet freed, under mu */
+    tls_files *tls; /* NULL: plaintext */
+    int mtls;       /* client certificates required and verified */
+    dt_auth_tokens *tokens; /* NULL: no token required */
+    atomic_llong refused;
+    atomic_llong refusal_log_ms; /* last refusal log line, monotonic ms */
+    atomic_llong refusals_unlogged;
 };
 
 static void call_free(call_state *cs) {
@@ -123,22 +152,157 @@ static void start_receive(call_state *cs) {
     }
 }
 
+/* ---- authentication ---------------------------------------------------- */
+
+static long long mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The identity a verified client certificate names: its CN when that is an
+ * identity, else the first SAN (URI or DNS) that is one. */
+static int peer_from_cert(grpc_call *call, dt_rpc_peer *peer, char *seen, size_t cap) {
+    grpc_auth_context *ctx = grpc_call_auth_context(call);
+    if (!ctx) return -1;
+    int rc = -1;
+    const char *names[2] = {GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME};
+    for (int k = 0; k < 2 && rc < 0; k++) {
+        grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ctx, names[k]);
+        const grpc_auth_property *prop;
+        while (rc < 0 && (prop = grpc_auth_property_iterator_next(&it)) != NULL) {
+            char value[DT_PEER_NAME_MAX];
+            size_t n = prop->value_length < sizeof value - 1 ? prop->value_length : sizeof value - 1;
+            memcpy(value, prop->value, n);
+            value[n] = '\0';
+            if (k == 0) snprintf(seen, cap, "CN=%s", value);
+            if (dt_auth_parse_identity(value, peer) == 0) rc = 0;
+        }
+    }
+    grpc_auth_context_release(ctx);
+    if (rc == 0) peer->authenticated = 1;
+    return rc;
+}
+
+/* The value of metadata `key` (borrowed from md), or NULL. */
+static const grpc_slice *find_md(const grpc_metadata_array *md, const char *key) {
+    for (size_t i = 0; i < md->count; i++)
+        if (grpc_slice_str_cmp(md->metadata[i].key, key) == 0) return &md->metadata[i].value;
+    return NULL;
+}
+
+/* Establishes who calls. Returns GRPC_STATUS_OK with *peer filled, or the
+ * refusal's status with err set. */
+static grpc_status_code authenticate(dt_rpc_server *s, call_state *cs, dt_rpc_peer *peer,
+                                     dt_err *err) {
+    memset(peer, 0, sizeof *peer);
+    peer->role = DT_PEER_ANY;
+    peer->task = -1;
+    snprintf(peer->name, sizeof peer->name, "anonymous");
+    if (!s->mtls && !s->tokens) return GRPC_STATUS_OK;
+    dt_rpc_peer cert_peer;
+    int have_cert = 0;
+    if (s->mtls) {
+        char seen[64] = "no CN";
+        if (peer_from_cert(cs->call, &cert_peer, seen, sizeof seen) < 0) {
+            dt_err_set(err, DT_EINVAL,
+                       "unauthenticated: the client certificate (%s) names no dtrain identity "
+                       "(chief, worker:N, ps:N, tool)",
+                       seen);
+            return GRPC_STATUS_UNAUTHENTICATED;
+        }
+        have_cert = 1;
+        *peer = cert_peer;
+    }
+    if (s->tokens) {
+        const grpc_slice *auth = find_md(&cs->request_md, DT_RPC_MD_AUTHORIZATION);
+        const char *claimed_name = have_cert ? cert_peer.name : NULL;
+        char claimed[DT_PEER_NAME_MAX] = "";
+        const grpc_slice *claim = find_md(&cs->request_md, DT_RPC_MD_IDENTITY);
+        if (!claimed_name && claim) {
+            dt_rpc_slice_to_str(*claim, claimed, sizeof claimed);
+            claimed_name = claimed;
+        }
+        char value[DT_AUTH_TOKEN_MAX + 16];
+        if (auth) dt_rpc_slice_to_str(*auth, value, sizeof value);
+        if (!auth || strncmp(value, "Bearer ", 7) != 0) {
+            dt_err_set(err, DT_EINVAL, "unauthenticated: no bearer token (the server needs one "
+                                       "from its token file)");
+            return GRPC_STATUS_UNAUTHENTICATED;
+        }
+        dt_rpc_peer token_peer;
+        if (dt_auth_tokens_check(s->tokens, value + 7, strlen(value + 7), claimed_name,
+                                 &token_peer) < 0) {
+            dt_err_set(err, DT_EINVAL, "unauthenticated: wrong token%s%s",
+                       claimed_name ? " for " : "", claimed_name ? claimed_name : "");
+            return GRPC_STATUS_UNAUTHENTICATED;
+        }
+        if (have_cert && strcmp(token_peer.name, cert_peer.name) != 0) {
+            dt_err_set(err, DT_EINVAL,
+                       "unauthenticated: the token is not the one of %s (the certificate's)",
+                       cert_peer.name);
+            return GRPC_STATUS_UNAUTHENTICATED;
+        }
+        *peer = token_peer;
+    }
+    int bound = peer->role == DT_PEER_WORKER ? s->params.num_workers
+                : peer->role == DT_PEER_PS   ? s->params.num_ps
+                                             : 0;
+    if (bound > 0 && peer->task >= bound) {
+        dt_err_set(err, DT_EINVAL, "permission denied: %s is not in the cluster (%d %s tasks)",
+                   peer->name, bound, peer->role == DT_PEER_WORKER ? "worker" : "ps");
+        return GRPC_STATUS_PERMISSION_DENIED;
+    }
+    return GRPC_STATUS_OK;
+}
+
+/* Counts a refusal and logs it, one line a second at most. */
+static void note_refusal(dt_rpc_server *s, grpc_status_code status, const char *msg) {
+    atomic_fetch_add(&s->refused, 1);
+    long long now = mono_ms();
+    long long last = atomic_load(&s->refusal_log_ms);
+    if (last != 0 && now - last < 1000) {
+        atomic_fetch_add(&s->refusals_unlogged, 1);
+        return;
+    }
+    if (!atomic_compare_exchange_strong(&s->refusal_log_ms, &last, now)) {
+        atomic_fetch_add(&s->refusals_unlogged, 1);
+        return;
+    }
+    long long unlogged = atomic_exchange(&s->refusals_unlogged, 0);
+    dt_log(DT_LOG_WARN, "rpc server %s: refused a call: %s: %s (%lld refused in all, %lld not logged)",
+           s->addr, dt_rpc_status_name(status), msg, (long long)atomic_load(&s->refused),
+           unlogged);
+}
+
+long long dt_rpc_server_refused(const dt_rpc_server *s) {
+    return atomic_load(&((dt_rpc_server *)s)->refused);
+}
+
 /* Runs the handler and starts the reply batch. */
 static void handle(call_state *cs) {
     dt_rpc_server *s = cs->owner->server;
     dt_err err;
     dt_err_clear(&err);
     dt_rpc_buf request = {0}, reply = {0};
-    grpc_status_code status = GRPC_STATUS_OK;
+    dt_rpc_peer peer;
+    grpc_status_code status = authenticate(s, cs, &peer, &err);
     const dt_rpc_method *m = find_method(s, cs->details.method);
-    if (!m) {
+    if (status == GRPC_STATUS_OK && m && peer.role != DT_PEER_ANY &&
+        !(m->allowed_roles & DT_PEER_MASK(peer.role))) {
+        dt_err_set(&err, DT_EINVAL, "permission denied: %s may not call %s", peer.name, m->path);
+        status = GRPC_STATUS_PERMISSION_DENIED;
+    }
+    if (status != GRPC_STATUS_OK) {
+        note_refusal(s, status, err.msg);
+    } else if (!m) {
         char path[256];
         dt_rpc_slice_to_str(cs->details.method, path, sizeof path);
         dt_err_set(&err, DT_EPRECOND, "unknown method %s", path);
         status = GRPC_STATUS_UNIMPLEMENTED;
     } else if (dt_rpc_buf_from_byte_buffer(cs->request_payload, &request, &err) < 0) {
         status = dt_rpc_status_from_err(err.code);
-    } else if (m->handler(s->params.ctx, &request, &reply, &err) < 0) {
+    } else if (m->handler(s->params.ctx, &peer, &request, &reply, &err) < 0) {
         status = dt_rpc_status_from_err(err.code);
         dt_rpc_buf_release(&reply);
     }
@@ -209,6 +373,124 @@ static void *poll_loop(void *arg) {
     return NULL;
 }
 
+/* ---- TLS certificates ---------------------------------------------------- */
+
+static int same_file(const struct stat *a, const struct stat *b) {
+    return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* Reads the three files into a new gRPC config (*out), noting what was read. */
+static int tls_load(tls_files *t, grpc_ssl_server_certificate_config **out, dt_err *err) {
+    *out = NULL;
+    char *cert = NULL, *key = NULL, *ca = NULL;
+    struct stat st[3];
+    memset(st, 0, sizeof st);
+    const char *paths[3] = {t->cert_file, t->key_file, t->ca_file};
+    for (int i = 0; i < 3; i++)
+        if (paths[i][0] && stat(paths[i], &st[i]) != 0) memset(&st[i], 0, sizeof st[i]);
+    int rc = dt_rpc_read_pem(t->cert_file, "--tls-cert", &cert, err);
+    if (rc == 0) rc = dt_rpc_read_pem(t->key_file, "--tls-key", &key, err);
+    if (rc == 0 && t->ca_file[0]) rc = dt_rpc_read_pem(t->ca_file, "--tls-ca", &ca, err);
+    if (rc == 0) {
+        grpc_ssl_pem_key_cert_pair pair = {key, cert};
+        *out = grpc_ssl_server_certificate_config_create(ca, &pair, 1);
+        memcpy(t->seen, st, sizeof st);
+        t->generation = dt_rpc_cert_generation();
+    }
+    if (key) memset(key, 0, strlen(key));
+    free(cert);
+    free(key);
+    free(ca);
+    return rc;
+}
+
+/* gRPC's certificate-config fetcher: runs at every new handshake. */
+static grpc_ssl_certificate_config_reload_status tls_fetch(
+    void *user_data, grpc_ssl_server_certificate_config **config) {
+    tls_files *t = user_data;
+    grpc_ssl_certificate_config_reload_status status = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_UNCHANGED;
+    pthread_mutex_lock(&t->mu);
+    int changed = !t->loaded || t->generation != dt_rpc_cert_generation();
+    const char *paths[3] = {t->cert_file, t->key_file, t->ca_file};
+    for (int i = 0; i < 3 && !changed; i++) {
+        struct stat st;
+        if (paths[i][0] && stat(paths[i], &st) == 0 && !same_file(&st, &t->seen[i])) changed = 1;
+    }
+    if (changed) {
+        dt_err err;
+        dt_err_clear(&err);
+        if (tls_load(t, config, &err) == 0) {
+            if (t->loaded)
+                dt_log(DT_LOG_INFO, "rpc server %s: TLS certificates reloaded from %s", t->addr,
+                       t->cert_file);
+            t->loaded = 1;
+            status = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_NEW;
+        } else if (!t->loaded) {
+            dt_log(DT_LOG_ERROR, "rpc server %s: %s", t->addr, err.msg);
+            status = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_FAIL;
+        } else {
+            /* Mid-rotation (a file written, its partner not yet): keep the
+             * last good set; the next handshake tries again. */
+            dt_log(DT_LOG_WARN, "rpc server %s: keeping the previous certificates: %s", t->addr,
+                   err.msg);
+            t->generation = dt_rpc_cert_generation();
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return status;
+}
+
+/* Server credentials for params->security: TLS when it has a certificate. */
+static int make_server_creds(dt_rpc_server *s, grpc_server_credentials **out, dt_err *err) {
+    const dt_rpc_security *sec = s->params.security;
+    *out = NULL;
+    int rc = 0;
+    if (sec && sec->token_file &&
+        (rc = dt_auth_tokens_load(sec->token_file, &s->tokens, err)) < 0)
+        return rc;
+    if (!sec || (!sec->cert_file && !sec->key_file && !sec->ca_file)) {
+        dt_log(DT_LOG_WARN,
+               s->tokens ? "rpc server %s: no TLS: tokens and tensors cross the network in clear; "
+                           "anyone who can read the traffic can replay a token and control the job"
+                         : "rpc server %s: no TLS and no token: anyone who can reach the port can "
+                           "control the job (see --tls-cert, --token-file)",
+               s->addr);
+        *out = grpc_insecure_server_credentials_create();
+        return 0;
+    }
+    if (!sec->cert_file || !sec->key_file)
+        return dt_err_set(err, DT_EINVAL, "TLS needs both --tls-cert and --tls-key");
+    tls_files *t = calloc(1, sizeof *t);
+    if (!t) return dt_err_set(err, DT_ENOMEM, "out of memory");
+    pthread_mutex_init(&t->mu, NULL);
+    snprintf(t->addr, sizeof t->addr, "%s", s->addr);
+    snprintf(t->cert_file, sizeof t->cert_file, "%s", sec->cert_file);
+    snprintf(t->key_file, sizeof t->key_file, "%s", sec->key_file);
+    snprintf(t->ca_file, sizeof t->ca_file, "%s", sec->ca_file ? sec->ca_file : "");
+    s->tls = t;
+    s->mtls = sec->ca_file != NULL;
+    /* Read once here so a bad file fails the start with its name. */
+    grpc_ssl_server_certificate_config *probe = NULL;
+    if ((rc = tls_load(t, &probe, err)) < 0) return rc;
+    grpc_ssl_server_certificate_config_destroy(probe);
+    grpc_ssl_server_credentials_options *opts =
+        grpc_ssl_server_credentials_create_options_using_config_fetcher(
+            s->mtls ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                    : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+            tls_fetch, t);
+    *out = opts ? grpc_ssl_server_credentials_create_with_options(opts) : NULL;
+    if (!*out)
+        return dt_err_set(err, DT_EINTERNAL, "cannot create TLS credentials");
+    if (s->mtls)
+        dt_log(DT_LOG_INFO, "rpc server %s: TLS, client certificates of CA %s required", s->addr,
+               sec->ca_file);
+    else
+        dt_log(DT_LOG_INFO, "rpc server %s: TLS, no client certificates%s", s->addr,
+               s->tokens ? " (tokens identify callers)" : "");
+    return 0;
+}
+
 /* Destroys the server, then shuts down the queue, joins the pollers (or,
  * when none started, drains the queue here) and frees everything. */
 static void server_free(dt_rpc_server *s) {
@@ -231,6 +513,11 @@ static void server_free(dt_rpc_server *s) {
     grpc_completion_queue_destroy(cq);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    if (s->tls) {
+        pthread_mutex_destroy(&s->tls->mu);
+        free(s->tls);
+    }
+    dt_auth_tokens_free(s->tokens);
     free(s);
     dt_rpc_shutdown();
 }
@@ -270,7 +557,11 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     grpc_server_register_completion_queue(s->grpc, s->cq, NULL);
     for (int i = 0; i < s->num_pollers; i++)
         s->pollers[i].server = s;
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    grpc_server_credentials *creds = NULL;
+    if ((rc = make_server_creds(s, &creds, err)) < 0) {
+        dt_err_wrap(err, rc, "rpc server %s", params->addr);
+        goto fail_unstarted;
+    }
     int port = grpc_server_add_http2_port(s->grpc, params->addr, creds);
     grpc_server_credentials_release(creds);
     if (port == 0) {

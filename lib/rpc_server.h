@@ -12,16 +12,21 @@
 #include "err.h"
 #include "rpc_common.h"
 
-/* Handles one request. Fills *reply (allocated with dt_rpc_buf_alloc; the
- * server sends then releases it) and returns 0, or returns a negative code
- * with err set: the client then sees the mapped gRPC status and err's
- * message. */
-typedef int (*dt_rpc_handler)(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply,
-                              dt_err *err);
+/* Handles one request from `peer` (borrowed for the call; role DT_PEER_ANY
+ * when the server has no authentication). Fills *reply (allocated with
+ * dt_rpc_buf_alloc; the server sends then releases it) and returns 0, or
+ * returns a negative code with err set: the client then sees the mapped
+ * gRPC status and err's message. */
+typedef int (*dt_rpc_handler)(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request,
+                              dt_rpc_buf *reply, dt_err *err);
 
 typedef struct {
     const char *path; /* "/dtrain.ParameterServer/Pull" */
     dt_rpc_handler handler;
+    /* DT_PEER_MASK()s of the roles that may call it when the server
+     * authenticates its callers; others get PERMISSION_DENIED before the
+     * handler runs. 0: no authenticated role may. Ignored without auth. */
+    unsigned allowed_roles;
 } dt_rpc_method;
 
 typedef struct {
@@ -30,14 +35,26 @@ typedef struct {
     const dt_rpc_method *methods; /* (num_methods) borrowed for the server's life */
     int num_methods;
     void *ctx;          /* passed to every handler */
+    /* Optional (NULL: plaintext, no authentication, one warning logged).
+     * cert_file + key_file: TLS; ca_file too: clients must present a
+     * certificate from that CA (mTLS), whose CN or a SAN is the identity;
+     * token_file: clients must send "authorization: Bearer TOKEN". */
+    const dt_rpc_security *security;
+    int num_workers; /* > 0: identities worker:N with N >= num_workers are refused */
+    int num_ps;      /* > 0: likewise for ps:N */
 } dt_rpc_server_params;
 
 typedef struct dt_rpc_server dt_rpc_server;
 
 /* Binds, starts the poller threads and serves. Fails (DT_EUNAVAILABLE) when
- * the address cannot be bound, e.g. it is in use. */
+ * the address cannot be bound, e.g. it is in use; DT_EIO or DT_EINVAL (the
+ * message names the file) when a certificate, key or token file cannot be
+ * read or parsed. */
 int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
                         dt_err *err) DT_WARN_UNUSED;
+
+/* Calls refused so far (unauthenticated or not allowed). Thread-safe. */
+long long dt_rpc_server_refused(const dt_rpc_server *server);
 
 /* Stops accepting calls, lets in-flight calls finish for up to grace_ms, then
  * cancels the rest, joins the threads and frees the server. NULL is a no-op.

@@ -80,7 +80,8 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         goto fail;
     const dt_job *job = params->job;
     dt_ps_client_params cp = {cl, params->task_index, job->rpc_timeout_secs * 1000,
-                              dt_placement_from_name(job->placement), job->partition_min_bytes};
+                              dt_placement_from_name(job->placement), job->partition_min_bytes,
+                              params->security};
     if ((rc = dt_ps_client_new(&cp, &w->vars, &w->client, err)) < 0) goto fail;
     *out = w;
     return 0;

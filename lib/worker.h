@@ -28,6 +28,7 @@ typedef struct {
     const dt_cluster *cluster; /* borrowed */
     const dt_job *job;         /* borrowed; dt_job_finish already applied */
     int task_index;            /* worker index; 0 is the chief */
+    const dt_rpc_security *security; /* borrowed; NULL: plaintext (see ps_client.h) */
 } dt_worker_params;
 
 typedef struct {

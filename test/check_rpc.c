@@ -77,14 +77,16 @@ static int reply_bytes(dt_rpc_buf *reply, const void *data, size_t len, dt_err *
     return 0;
 }
 
-static int handle_echo(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_echo(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                       const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     (void)ctx;
     return reply_bytes(reply, request->data, request->len, err);
 }
 
 /* The request is a decimal dt_err code; fails with it. Allocates a reply
  * first, which the server must release (ASan's leak check says if not). */
-static int handle_fail(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_fail(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                       const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     (void)ctx;
     char text[32] = {0};
     memcpy(text, request->data, request->len < sizeof text - 1 ? request->len : sizeof text - 1);
@@ -94,7 +96,8 @@ static int handle_fail(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, 
 }
 
 /* The request is a decimal number of milliseconds to sleep. */
-static int handle_sleep(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_sleep(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                        const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     test_ctx *t = ctx;
     char text[32] = {0};
     memcpy(text, request->data, request->len < sizeof text - 1 ? request->len : sizeof text - 1);
@@ -111,7 +114,8 @@ static int handle_sleep(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply,
 
 /* A waits (at most 3 s) for B to have run: it succeeds only when B ran
  * while A was still inside its handler, i.e. concurrently. */
-static int handle_a(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_a(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                    const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     (void)request;
     test_ctx *t = ctx;
     struct timespec deadline;
@@ -128,7 +132,8 @@ static int handle_a(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_
     return reply_bytes(reply, "A", 1, err);
 }
 
-static int handle_b(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_b(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                    const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     (void)request;
     test_ctx *t = ctx;
     pthread_mutex_lock(&t->mu);
@@ -139,8 +144,9 @@ static int handle_b(void *ctx, const dt_rpc_buf *request, dt_rpc_buf *reply, dt_
 }
 
 static const dt_rpc_method methods[] = {
-    {"/test.T/Echo", handle_echo}, {"/test.T/Fail", handle_fail}, {"/test.T/Sleep", handle_sleep},
-    {"/test.T/A", handle_a},       {"/test.T/B", handle_b},
+    {"/test.T/Echo", handle_echo, 0}, {"/test.T/Fail", handle_fail, 0},
+    {"/test.T/Sleep", handle_sleep, 0}, {"/test.T/A", handle_a, 0},
+    {"/test.T/B", handle_b, 0},
 };
 #define NUM_METHODS ((int)(sizeof methods / sizeof methods[0]))
 
