@@ -20,6 +20,7 @@
     X(checkpoint)                                                              \
     X(summary)                                                                 \
     X(rpc)                                                                     \
+    X(tls)                                                                     \
     X(ps)                                                                      \
     X(placement)                                                               \
     X(consistency)                                                             \
