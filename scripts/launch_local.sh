@@ -3,10 +3,13 @@
 # worker 1, each a build/dtrain process, training the job in conf/linear.json.
 #
 # usage: scripts/launch_local.sh [--ps-port N] [--chief-port N] [--worker-port N]
-#                                [--log-dir DIR] [--config FILE] [-- DTRAIN_FLAGS...]
+#                                [--log-dir DIR] [--config FILE] [--tls [--certs DIR]]
+#                                [-- DTRAIN_FLAGS...]
 #   Ports default to 1681 (ps), 1682 (chief), 1683 (worker 1), or come from
 #   PS_PORT, CHIEF_PORT, WORKER_PORT; the log dir from LOGDIR (logs/linear).
-#   Flags after "--" go to every role, e.g. -- --set max_steps=500.
+#   --tls runs every channel over mutual TLS with the certificates in DIR
+#   (or TLS_CERTS; default LOGDIR/certs, made by scripts/make_certs.sh when
+#   it holds none). Flags after "--" go to every role, e.g. -- --set max_steps=500.
 #   DTRAIN_BIN picks another binary (default build/dtrain, built if missing).
 #
 # Each role logs to LOGDIR/<role>.log; the chief also writes its checkpoints
@@ -19,7 +22,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 
 usage() {
-    sed -n '5,10s/^# \{0,1\}//p' "$0" >&2
+    sed -n '5,14s/^# \{0,1\}//p' "$0" >&2
     exit 2
 }
 
@@ -29,6 +32,9 @@ WORKER_PORT=${WORKER_PORT:-1683}
 LOGDIR=${LOGDIR:-logs/linear}
 CONFIG=${CONFIG:-conf/linear.json}
 BIN=${DTRAIN_BIN:-build/dtrain}
+TLS=0
+CERTS=${TLS_CERTS:-}
+[ -n "$CERTS" ] && TLS=1
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -37,6 +43,8 @@ while [ $# -gt 0 ]; do
         --worker-port) [ $# -ge 2 ] || usage; WORKER_PORT=$2; shift 2 ;;
         --log-dir) [ $# -ge 2 ] || usage; LOGDIR=$2; shift 2 ;;
         --config) [ $# -ge 2 ] || usage; CONFIG=$2; shift 2 ;;
+        --tls) TLS=1; shift ;;
+        --certs) [ $# -ge 2 ] || usage; CERTS=$2; TLS=1; shift 2 ;;
         -h|--help) usage ;;
         --) shift; break ;;
         *) echo "launch_local: unknown flag $1" >&2; usage ;;
@@ -65,6 +73,20 @@ fi
 
 mkdir -p "$LOGDIR" || exit 1
 
+# tls_flags IDENTITY: the --tls-* flags of a role (ps-0, chief, worker-1).
+tls_flags() { :; }
+if [ "$TLS" = 1 ]; then
+    CERTS=${CERTS:-$LOGDIR/certs}
+    if [ ! -f "$CERTS/ca.pem" ]; then
+        echo "launch_local: no certificates in $CERTS; making them" >&2
+        sh scripts/make_certs.sh "$CERTS" localhost 127.0.0.1 || exit 1
+    fi
+    tls_flags() {
+        TLS_FLAGS=(--tls-cert "$CERTS/$1.pem" --tls-key "$CERTS/$1-key.pem" --tls-ca "$CERTS/ca.pem")
+    }
+    echo "launch_local: mutual TLS with the certificates in $CERTS"
+fi
+
 # The shipped cluster file names the default ports; other ports get a
 # generated one beside the logs.
 CLUSTER=conf/cluster.json
@@ -89,11 +111,15 @@ PIDS=()
 STATUS=()
 TAIL_PID=""
 
-# start NAME JOB TASK: one role in the background, its output in its log.
+# start NAME JOB TASK IDENTITY: one role in the background, its output in
+# its log; IDENTITY names its certificate files under --tls.
 start() {
     : >"$LOGDIR/$1.log"
+    TLS_FLAGS=()
+    tls_flags "$4"
     "$BIN" --cluster "$CLUSTER" --job-name "$2" --task-index "$3" --config "$CONFIG" \
-        --log-dir "$LOGDIR" ${EXTRA[@]+"${EXTRA[@]}"} >>"$LOGDIR/$1.log" 2>&1 &
+        --log-dir "$LOGDIR" ${TLS_FLAGS[@]+"${TLS_FLAGS[@]}"} ${EXTRA[@]+"${EXTRA[@]}"} \
+        >>"$LOGDIR/$1.log" 2>&1 &
     PIDS+=("$!")
 }
 
@@ -131,9 +157,9 @@ trap 'on_signal 130' INT
 trap 'on_signal 143' TERM
 trap 'stop_tail' EXIT
 
-start ps ps 0
-start chief worker 0
-start worker1 worker 1
+start ps ps 0 ps-0
+start chief worker 0 chief
+start worker1 worker 1 worker-1
 
 # The workers' progress, as it comes (the log lines carry pid and role).
 tail -q -n +1 -F "$LOGDIR/chief.log" "$LOGDIR/worker1.log" 2>/dev/null &
