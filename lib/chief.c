@@ -7,20 +7,39 @@
  * global step of that pull. Whole variables (slices joined by the ps client)
  * restore onto any number of ps tasks, placed anew.
  *
+ * Storage faults never end training: a summary that cannot be written (a
+ * full disk) is dropped and counted, logged once per STORAGE_LOG_SECS, and
+ * summaries resume when writes succeed; a periodic checkpoint that fails is
+ * retried with backoff. Only the final checkpoint is worth waiting for: it
+ * is retried for final_save_secs, then the ps tasks are told the job ended
+ * and the chief returns DT_ESTORAGE (a restart with space back completes the
+ * job from the latest checkpoint). On the timer the chief also checks that
+ * its log dir is the one it locked (same inode); a dir deleted or replaced
+ * mid-job is recreated, locked again, gets a new event file and at once a
+ * checkpoint.
+ *
  * Threading: runs on the worker loop's thread (hooks), nothing else.
  */
 #include "chief.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "checkpoint.h"
 #include "log.h"
 #include "model.h"
 #include "optim.h"
 #include "summary.h"
+
+#define STORAGE_LOG_SECS 10.0 /* at most one line per this while summaries drop */
+#define LOG_DIR_CHECK_SECS 1.0
+#define SAVE_BACKOFF_FIRST 1.0 /* seconds; doubles up to save_model_secs */
+#define FINAL_BACKOFF_MAX 5.0
 
 typedef struct {
     dt_worker *w;
@@ -30,9 +49,16 @@ typedef struct {
     dt_tensors slots;    /* (vars x optimizer slots) "<variable>/<slot>" */
     int have_slots;      /* slots hold values worth sending (from a checkpoint) */
     dt_tensors snapshot; /* views of vars then slots, for saving; no slab */
-    dt_summary_writer *summary;
+    dt_summary_writer *summary; /* NULL while no event file could be opened */
+    int64_t summaries_dropped;  /* since the last write that succeeded */
+    double summary_logged;      /* when a drop was last logged */
+    int lock_fd;                /* the log dir's lock */
+    dev_t log_dir_dev;          /* the locked log dir, to notice it vanish or change */
+    ino_t log_dir_ino;
+    double log_dir_checked;
+    double next_save;   /* when the periodic checkpoint is due */
+    double save_backoff; /* seconds until a failed one is tried again */
     dt_dataset *eval; /* held-out set, or NULL */
-    double last_save;
     int64_t last_saved_step;
     double summary_t;
     int64_t summary_step;
@@ -104,7 +130,6 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     int rc = dt_ckpt_save_in_dir(c->job->log_dir, &c->snapshot, &meta, c->job->max_to_keep, path,
                                  sizeof path, err);
     if (rc < 0) return dt_err_wrap(err, rc, "chief: checkpoint");
-    c->last_save = dt_now_secs();
     c->last_saved_step = global_step;
     dt_log(DT_LOG_INFO, "chief: saved %s (global_step %lld)", path, (long long)global_step);
     return 0;
@@ -298,12 +323,55 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
 
 /* ---- summaries and evaluation ------------------------------------------ */
 
+static void log_summary_path(const chief *c) {
+    dt_log(DT_LOG_INFO, "chief: writing summaries to %s", dt_summary_path(c->summary));
+}
+
+/* The writer to use now, or NULL with err set when none can be had. A
+ * writer that could not cut a torn record off (its flush says so) is
+ * replaced by a new file; a missing one (open failed, the dir was replaced)
+ * is opened again. */
+static dt_summary_writer *summary_writer(chief *c, dt_err *err) {
+    if (c->summary && dt_summary_flush(c->summary, err) < 0) {
+        dt_log(DT_LOG_WARN, "%s; starting a new event file", err->msg);
+        dt_summary_close(c->summary);
+        c->summary = NULL;
+        dt_err_clear(err);
+    }
+    if (!c->summary) {
+        if (dt_summary_open(c->job->log_dir, &c->summary, err) < 0) return NULL;
+        log_summary_path(c);
+    }
+    return c->summary;
+}
+
+/* Takes the outcome of one batch of summaries; never fails, so a full disk
+ * never ends training. A failed batch is dropped and counted; the first
+ * drop, and then one per STORAGE_LOG_SECS, is logged, not every one. */
+static void summary_outcome(chief *c, int rc, const dt_err *err) {
+    if (rc == 0) {
+        if (c->summaries_dropped > 0)
+            dt_log(DT_LOG_INFO, "chief: summaries resumed in %s after %lld were dropped",
+                   dt_summary_path(c->summary), (long long)c->summaries_dropped);
+        c->summaries_dropped = 0;
+        return;
+    }
+    double t = dt_now_secs();
+    if (++c->summaries_dropped == 1 || t - c->summary_logged >= STORAGE_LOG_SECS) {
+        dt_log(DT_LOG_WARN,
+               "%s; summaries dropped: %lld so far; training goes on (logged every %.0f s while "
+               "this lasts)",
+               err->msg, (long long)c->summaries_dropped, STORAGE_LOG_SECS);
+        c->summary_logged = t;
+    }
+}
+
 /* The staleness of the gradients applied since the last call, as a
  * histogram (bucket i: staleness i; the last bucket: that or more), and its
  * mean. The counts come from ps 0 and only grow there; a count below the one
  * already seen means ps 0 restarted with fresh counters, and then all it
  * holds is new. */
-static int summarize_staleness(chief *c, int64_t step, dt_err *err) {
+static int summarize_staleness(chief *c, dt_summary_writer *w, int64_t step, dt_err *err) {
     dt_msg_status_resp st;
     dt_err ignored;
     dt_err_clear(&ignored);
@@ -325,11 +393,11 @@ static int summarize_staleness(chief *c, int64_t step, dt_err *err) {
         sum += (double)b * (double)fresh[b];
     }
     if (n == 0) return 0; /* none applied: no histogram, and the mean would be 0/0 */
-    int rc = dt_summary_histogram_counts(c->summary, step, "staleness", staleness, fresh, nb, err);
+    int rc = dt_summary_histogram_counts(w, step, "staleness", staleness, fresh, nb, err);
     if (rc < 0) return rc;
     const char *tags[] = {"staleness/mean", "pushes_dropped"};
     double scalars[] = {sum / (double)n, (double)st.pushes_dropped};
-    return dt_summary_scalars(c->summary, step, tags, scalars, 2, err);
+    return dt_summary_scalars(w, step, tags, scalars, 2, err);
 }
 
 /* Loss (and accuracy) of the current variables on the held-out set. */
@@ -353,9 +421,78 @@ static int evaluate(chief *c, int64_t step, dt_err *err) {
     }
     const char *tags[] = {"eval/loss", "eval/accuracy"};
     double values[] = {loss, accuracy};
-    rc = dt_summary_scalars(c->summary, step, tags, values, isnan(accuracy) ? 1 : 2, err);
-    if (rc == 0) rc = dt_summary_flush(c->summary, err);
+    dt_err summary_err;
+    dt_err_clear(&summary_err);
+    dt_summary_writer *sw = summary_writer(c, &summary_err);
+    int src = sw ? dt_summary_scalars(sw, step, tags, values, isnan(accuracy) ? 1 : 2, &summary_err)
+                 : summary_err.code;
+    summary_outcome(c, src, &summary_err);
+    return 0;
+}
+
+/* The step's summaries: loss and rate, then staleness. */
+static int summarize(chief *c, const dt_step_result *r, double t, dt_err *err) {
+    dt_summary_writer *sw = summary_writer(c, err);
+    if (!sw) return err->code;
+    double dt = t - c->summary_t > 1e-9 ? t - c->summary_t : 1e-9;
+    const char *tags[] = {"loss", "global_step/sec"};
+    double values[] = {r->loss, (double)(r->global_step - c->summary_step) / dt};
+    int rc = dt_summary_scalars(sw, r->global_step, tags, values, 2, err);
+    if (rc == 0) rc = summarize_staleness(c, sw, r->global_step, err);
     return rc;
+}
+
+/* ---- the log dir ------------------------------------------------------- */
+
+/* Remembers which directory the lock is in. */
+static int note_log_dir(chief *c, dt_err *err) {
+    struct stat st;
+    if (stat(c->job->log_dir, &st) != 0)
+        return dt_err_set(err, DT_EIO, "chief: log dir %s: stat: %s", c->job->log_dir,
+                          strerror(errno));
+    c->log_dir_dev = st.st_dev;
+    c->log_dir_ino = st.st_ino;
+    return 0;
+}
+
+/* 1 when the log dir is gone or is no longer the directory locked. */
+static int log_dir_changed(const chief *c) {
+    struct stat st;
+    if (stat(c->job->log_dir, &st) != 0) return errno == ENOENT || errno == ENOTDIR;
+    return !S_ISDIR(st.st_mode) || st.st_dev != c->log_dir_dev || st.st_ino != c->log_dir_ino;
+}
+
+/* A log dir deleted or replaced mid-job would take the checkpoints, the
+ * lock and the event file with it, while the chief kept writing into the
+ * deleted files: recreate it, lock it again, open a new event file there and
+ * save a checkpoint at once. On failure, tried again at the next check. */
+static void check_log_dir(chief *c, double t) {
+    if (t - c->log_dir_checked < LOG_DIR_CHECK_SECS) return;
+    c->log_dir_checked = t;
+    if (!log_dir_changed(c)) return;
+    const char *dir = c->job->log_dir;
+    dt_log(DT_LOG_ERROR,
+           "chief: log dir %s vanished or was replaced; recreating it, locking it again, opening "
+           "a new event file and saving a checkpoint now",
+           dir);
+    dt_err lock_err;
+    dt_err_clear(&lock_err);
+    int fd = -1;
+    if (dt_ckpt_lock_dir(dir, &fd, &lock_err) < 0 || note_log_dir(c, &lock_err) < 0) {
+        dt_ckpt_unlock_dir(fd);
+        dt_log(DT_LOG_ERROR, "%s; trying again in %.0f s", lock_err.msg, LOG_DIR_CHECK_SECS);
+        return;
+    }
+    dt_ckpt_unlock_dir(c->lock_fd);
+    c->lock_fd = fd;
+    dt_summary_close(c->summary);
+    c->summary = NULL;
+    dt_err summary_err;
+    dt_err_clear(&summary_err);
+    if (!summary_writer(c, &summary_err)) summary_outcome(c, summary_err.code, &summary_err);
+    c->last_saved_step = -1; /* the saved steps went with the old dir */
+    c->next_save = t;
+    c->save_backoff = SAVE_BACKOFF_FIRST;
 }
 
 static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
@@ -365,14 +502,11 @@ static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     c->last_pulled_step = r->pulled_step;
     double t = dt_now_secs();
     int rc = 0;
+    check_log_dir(c, t);
     if (r->local_step % job->summary_steps == 0) {
-        double dt = t - c->summary_t > 1e-9 ? t - c->summary_t : 1e-9;
-        const char *tags[] = {"loss", "global_step/sec"};
-        double values[] = {r->loss, (double)(r->global_step - c->summary_step) / dt};
-        rc = dt_summary_scalars(c->summary, r->global_step, tags, values, 2, err);
-        if (rc == 0) rc = summarize_staleness(c, r->global_step, err);
-        if (rc == 0) rc = dt_summary_flush(c->summary, err);
-        if (rc < 0) return rc;
+        dt_err summary_err;
+        dt_err_clear(&summary_err);
+        summary_outcome(c, summarize(c, r, t, &summary_err), &summary_err);
         c->summary_t = t;
         c->summary_step = r->global_step;
     }
@@ -380,17 +514,58 @@ static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     if (job->eval_steps > 0 && r->local_step % job->eval_steps == 0 &&
         (rc = evaluate(c, r->pulled_step, err)) < 0)
         return rc;
-    if (t - c->last_save >= job->save_model_secs) {
+    if (t >= c->next_save) {
         dt_err save_err;
         dt_err_clear(&save_err);
         /* A ps that is down now is waited for by the next step's retries;
-         * the timer tries again after it. */
+         * a full disk may have room again soon. Either way training goes
+         * on and the save is tried again, backing off to save_model_secs. */
         if (save(c, &save_err) < 0) {
-            dt_log(DT_LOG_WARN, "%s; will retry", save_err.msg);
-            c->last_save = t;
+            dt_log(DT_LOG_WARN, "%s; training goes on, retrying in %.0f s", save_err.msg,
+                   c->save_backoff);
+            c->next_save = t + c->save_backoff;
+            c->save_backoff = fmin(c->save_backoff * 2, job->save_model_secs);
+        } else {
+            c->next_save = t + job->save_model_secs;
+            c->save_backoff = SAVE_BACKOFF_FIRST;
         }
     }
     return 0;
+}
+
+static void sleep_secs(double secs) {
+    struct timespec ts = {(time_t)secs, (long)((secs - floor(secs)) * 1e9)};
+    nanosleep(&ts, NULL); /* a signal cuts it short; the caller checks *stop */
+}
+
+/* Writes the final checkpoint, retrying for final_save_secs: a full disk
+ * may be cleared by then. DT_ESTORAGE once the bound is up. */
+static int write_final(chief *c, int64_t global_step, volatile sig_atomic_t *stop, dt_err *err) {
+    double start = dt_now_secs(), backoff = SAVE_BACKOFF_FIRST;
+    int bound = c->job->final_save_secs;
+    for (int attempt = 1;; attempt++) {
+        dt_err save_err;
+        dt_err_clear(&save_err);
+        if (write_checkpoint(c, global_step, &save_err) == 0) {
+            if (attempt > 1)
+                dt_log(DT_LOG_INFO, "chief: final checkpoint written at attempt %d", attempt);
+            return 0;
+        }
+        double left = bound - (dt_now_secs() - start);
+        if (*stop)
+            return dt_err_set(err, DT_ECANCELLED, "%s; final checkpoint: stopped by a signal",
+                              save_err.msg);
+        if (left <= 0)
+            return dt_err_set(err, DT_ESTORAGE,
+                              "%s; final checkpoint at global_step %lld: gave up after %d "
+                              "attempts in %d s (final_save_secs); restart the job once the log "
+                              "dir has room",
+                              save_err.msg, (long long)global_step, attempt, bound);
+        dt_log(DT_LOG_WARN, "%s; final checkpoint: attempt %d failed, retrying for %.0f s more",
+               save_err.msg, attempt, left);
+        sleep_secs(fmin(backoff, left));
+        backoff = fmin(backoff * 2, FINAL_BACKOFF_MAX);
+    }
 }
 
 static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
@@ -400,9 +575,17 @@ static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     if (rc < 0) return rc;
     c->have_slots = 1;
     if ((rc = evaluate(c, sp.reply.global_step, err)) < 0) return rc;
-    if ((rc = write_checkpoint(c, sp.reply.global_step, err)) < 0) return rc;
     dt_err stop_err;
     dt_err_clear(&stop_err);
+    if ((rc = write_final(c, sp.reply.global_step, stop, err)) < 0) {
+        /* Nothing more comes from this chief: the ps tasks must not wait
+         * for it. After a signal they stay, for a restarted chief. */
+        if (rc == DT_ESTORAGE &&
+            dt_ps_client_shutdown(dt_worker_client(c->w), "the final checkpoint could not be written",
+                                  &stop_err) < 0)
+            dt_log(DT_LOG_WARN, "chief: telling the ps tasks to stop: %s", stop_err.msg);
+        return rc;
+    }
     if (dt_ps_client_shutdown(dt_worker_client(c->w), "training complete", &stop_err) < 0)
         dt_log(DT_LOG_WARN, "chief: telling the ps tasks to stop: %s", stop_err.msg);
     dt_log(DT_LOG_INFO, "chief: job done at global_step %lld", (long long)sp.reply.global_step);
@@ -413,6 +596,7 @@ static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
 
 static void chief_deinit(chief *c) {
     dt_summary_close(c->summary);
+    dt_ckpt_unlock_dir(c->lock_fd);
     dt_data_free(c->eval);
     free(c->snapshot.items);
     dt_tensors_deinit(&c->slots);
@@ -424,10 +608,11 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     memset(&c, 0, sizeof c);
     c.job = params->job;
     c.last_saved_step = -1;
+    c.lock_fd = -1;
     dt_model_describe(c.job, c.model, sizeof c.model);
-    int lock_fd = -1;
-    int rc = dt_ckpt_lock_dir(c.job->log_dir, &lock_fd, err);
+    int rc = dt_ckpt_lock_dir(c.job->log_dir, &c.lock_fd, err);
     if (rc < 0) return rc;
+    if ((rc = note_log_dir(&c, err)) < 0) goto out;
     if ((rc = dt_worker_open(params, &c.w, err)) < 0) goto out;
     if ((rc = init_slots(&c, err)) < 0) goto out;
     if ((rc = creation_params(&c, params->cluster, err)) < 0) goto out;
@@ -435,8 +620,10 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     if ((rc = start_model(&c, stop, err)) < 0) goto out;
     int already_done = rc == 1;
     dt_ps_client_log_placement(dt_worker_client(c.w));
-    if ((rc = dt_summary_open(c.job->log_dir, &c.summary, err)) < 0) goto out;
-    dt_log(DT_LOG_INFO, "chief: writing summaries to %s", dt_summary_path(c.summary));
+    /* No event file (a full disk) is no reason not to train. */
+    dt_err summary_err;
+    dt_err_clear(&summary_err);
+    if (!summary_writer(&c, &summary_err)) summary_outcome(&c, summary_err.code, &summary_err);
     if (already_done) {
         /* The workers finished while no chief ran: the ps holds the final
          * model. Save it and end the job. */
@@ -444,7 +631,9 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
         rc = finish(&c, stop, err);
         goto out;
     }
-    c.last_save = c.summary_t = dt_now_secs();
+    c.summary_t = dt_now_secs();
+    c.next_save = c.summary_t + c.job->save_model_secs;
+    c.save_backoff = SAVE_BACKOFF_FIRST;
     c.summary_step = c.last_global_step;
 
     dt_worker_hooks hooks = {&c, after_step, on_not_ready};
@@ -459,6 +648,5 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     }
 out:
     chief_deinit(&c);
-    dt_ckpt_unlock_dir(lock_fd);
     return rc;
 }

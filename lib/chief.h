@@ -10,6 +10,7 @@
  * max_to_keep) and TensorBoard scalars every summary_steps. A ps that comes
  * back empty mid-job is restored from the latest checkpoint.
  * End: final checkpoint, then every ps is told the job is done.
+ * Storage faults: see chief.c's opening comment.
  */
 #ifndef DT_CHIEF_H
 #define DT_CHIEF_H
@@ -20,7 +21,11 @@
 #include "worker.h"
 
 /* The chief role. On a signal it finishes the step, saves a checkpoint and
- * returns DT_ECANCELLED (the ps tasks keep running for a restart). */
+ * returns DT_ECANCELLED (the ps tasks keep running for a restart). When the
+ * final checkpoint cannot be written within the job's final_save_secs (a
+ * full disk), it tells the ps tasks the job ended and returns DT_ESTORAGE:
+ * a restart of the job once the log dir has room completes it from the
+ * latest checkpoint. Summary and periodic checkpoint failures never end it. */
 int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err);
 
 #endif

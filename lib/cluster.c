@@ -849,6 +849,7 @@ static const field fields[] = {
     INT_FIELD("epochs", epochs, 0),
     {.name = "log_dir", .type = F_PATH, AT(log_dir)},
     INT_FIELD("save_model_secs", save_model_secs, 1),
+    INT_FIELD("final_save_secs", final_save_secs, 1),
     INT_FIELD("max_to_keep", max_to_keep, 1),
     INT_FIELD("summary_steps", summary_steps, 1),
     INT_FIELD("log_steps", log_steps, 1),
@@ -1109,6 +1110,7 @@ void dt_job_defaults(dt_job *job) {
     job->epochs = 200; /* 200 * 100 / 10 = 2000 global steps */
     snprintf(job->log_dir, sizeof job->log_dir, "logs/linear");
     job->save_model_secs = 5;
+    job->final_save_secs = 60;
     job->max_to_keep = 5;
     job->summary_steps = 10;
     job->log_steps = 100;

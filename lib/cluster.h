@@ -96,6 +96,7 @@ typedef struct {
     /* chief */
     char log_dir[DT_PATH_MAX]; /* checkpoints, the checkpoint state file, event files */
     int save_model_secs;       /* >= 1 */
+    int final_save_secs;       /* >= 1: how long the final checkpoint is retried */
     int max_to_keep;           /* >= 1 */
     int summary_steps;         /* write summaries every this many local steps, >= 1 */
 

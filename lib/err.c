@@ -57,6 +57,7 @@ const char *dt_err_name(int code) {
     case DT_EEXIST: return "already exists";
     case DT_ECANCELLED: return "cancelled";
     case DT_EINTERNAL: return "internal error";
+    case DT_ESTORAGE: return "storage unwritable";
     default: return "unknown error";
     }
 }

@@ -26,6 +26,7 @@ typedef enum {
     DT_EEXIST = -9,       /* already exists (variables already created, lock held) */
     DT_ECANCELLED = -10,  /* stopped by a signal or shutdown */
     DT_EINTERNAL = -11,   /* a bug or an unexpected library failure */
+    DT_ESTORAGE = -12,    /* storage stayed unwritable (disk full) past a bound; retryable */
 } dt_err_code;
 
 #define DT_ERR_MSG_MAX 512
