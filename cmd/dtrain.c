@@ -6,6 +6,8 @@
  *   0    the job is done
  *   1    a permanent runtime failure (bad checkpoint, data error, bug)
  *   2    usage or configuration error
+ *   75   the final checkpoint could not be written in final_save_secs (a full
+ *        disk; retryable: restart the job once the log dir has room)
  *   200  a peer stayed unreachable past the retry budget (retryable)
  *   128+N  stopped by signal N (130 for SIGINT, 143 for SIGTERM)
  */
@@ -96,8 +98,8 @@ static const char usage[] =
     "  --labels FILE        idx: the labels file of --data (predict: optional)\n"
     "  --out FILE           predict: write the CSV there (default: standard output)\n"
     "\n"
-    "Exit status: 0 done; 1 failure; 2 usage or config error; 200 peer unreachable\n"
-    "(retryable); 128+N stopped by signal N.\n";
+    "Exit status: 0 done; 1 failure; 2 usage or config error; 75 final checkpoint\n"
+    "unwritable (retryable); 200 peer unreachable (retryable); 128+N stopped by signal N.\n";
 
 typedef struct {
     const char *cluster_path;
@@ -353,6 +355,7 @@ static int exit_status(int rc, const dt_err *err) {
     case DT_ECANCELLED: return 128 + (stop_signal ? stop_signal : SIGTERM);
     case DT_EUNAVAILABLE:
     case DT_EDEADLINE: return EXIT_UNREACHABLE;
+    case DT_ESTORAGE: return 75; /* EX_TEMPFAIL */
     default: return 1;
     }
 }
