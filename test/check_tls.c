@@ -13,6 +13,9 @@
  *    UNAVAILABLE); refuses a worker's Create and Shutdown and a worker
  *    outside the cluster (PERMISSION_DENIED naming identity and method);
  *    and still answers a tool's Status with the job's final step;
+ *  - certificate files replaced on disk (another CA's) serve the next
+ *    connections of a running ps: clients of the new CA get in, of the old
+ *    one no longer;
  *  - a plaintext ps with a token file refuses no token and a wrong token
  *    (UNAUTHENTICATED) and a worker's Shutdown, and counts its refusals in
  *    its log.
@@ -334,6 +337,67 @@ START_TEST(token_refusals) {
 }
 END_TEST
 
+/* ---- certificate rotation ------------------------------------------------------- */
+
+/* Copies src over dst by a rename, as a deployment tool would. */
+static void replace_file(const char *src, const char *dst) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s.new' && mv '%s.new' '%s'", src, dst, dst, dst);
+    sh(cmd);
+}
+
+START_TEST(cert_reload) {
+    make_certs();
+    dt_test_job_cluster(&w, 1, 2);
+    char served[1200], other[1200], cmd[8192];
+    snprintf(served, sizeof served, "%s/served", w.dir);
+    snprintf(other, sizeof other, "%s/other", w.dir);
+    snprintf(cmd, sizeof cmd, "mkdir '%s' && cp '%s'/ps-0.pem '%s'/ps-0-key.pem '%s'/ca.pem '%s'",
+             served, certs, certs, certs, served);
+    sh(cmd);
+    snprintf(cmd, sizeof cmd, "WORKERS=2 PS=1 sh scripts/make_certs.sh '%s' 2>/dev/null", other);
+    sh(cmd);
+    char path[3][1300];
+    snprintf(path[0], sizeof path[0], "%s/ps-0.pem", served);
+    snprintf(path[1], sizeof path[1], "%s/ps-0-key.pem", served);
+    snprintf(path[2], sizeof path[2], "%s/ca.pem", served);
+    setenv("DTRAIN_TLS_CERT", path[0], 1);
+    setenv("DTRAIN_TLS_KEY", path[1], 1);
+    setenv("DTRAIN_TLS_CA", path[2], 1);
+    pid_t ps = dt_test_job_start_serving(&w, "ps", 0, "ps0");
+    unsetenv("DTRAIN_TLS_CERT");
+    unsetenv("DTRAIN_TLS_KEY");
+    unsetenv("DTRAIN_TLS_CA");
+
+    char cert[1300], key[1300], ca[1300];
+    dt_rpc_security old_tool = {cert_path(cert, sizeof cert, "tool.pem"),
+                                cert_path(key, sizeof key, "tool-key.pem"),
+                                cert_path(ca, sizeof ca, "ca.pem"), NULL, NULL};
+    char new_cert[1300], new_key[1300], new_ca[1300];
+    snprintf(new_cert, sizeof new_cert, "%s/tool.pem", other);
+    snprintf(new_key, sizeof new_key, "%s/tool-key.pem", other);
+    snprintf(new_ca, sizeof new_ca, "%s/ca.pem", other);
+    dt_rpc_security new_tool = {new_cert, new_key, new_ca, NULL, NULL};
+    wait_ps(&old_tool);
+    char msg[DT_ERR_MSG_MAX];
+    dt_msg_status_resp st;
+    ck_assert_int_eq(status_as(&new_tool, -1, &st, msg, sizeof msg), DT_EUNAVAILABLE);
+
+    /* Rotate to the other CA's files: new connections use them. */
+    char src[1300];
+    snprintf(src, sizeof src, "%s/ps-0-key.pem", other);
+    replace_file(src, path[1]);
+    snprintf(src, sizeof src, "%s/ps-0.pem", other);
+    replace_file(src, path[0]);
+    replace_file(new_ca, path[2]);
+    wait_ps(&new_tool);
+    ck_assert_int_eq(status_as(&old_tool, -1, &st, msg, sizeof msg), DT_EUNAVAILABLE);
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps0", "TLS certificates reloaded", 5000, ps),
+                  "no reload logged; logs:%s", dt_test_job_report(&w));
+    ck_assert_msg(dt_test_alive(ps), "the ps died; logs:%s", dt_test_job_report(&w));
+}
+END_TEST
+
 /* ---- token files and identities (no processes) ----------------------------------- */
 
 START_TEST(token_file_parsing) {
@@ -392,6 +456,7 @@ Suite *tls_suite(void) {
     add_case(s, "token_job", token_job);
     add_case(s, "mtls_refusals", mtls_refusals);
     add_case(s, "token_refusals", token_refusals);
+    add_case(s, "cert_reload", cert_reload);
     add_case(s, "token_file_parsing", token_file_parsing);
     return s;
 }
