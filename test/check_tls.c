@@ -15,14 +15,16 @@
  *    and still answers a tool's Status with the job's final step;
  *  - certificate files replaced on disk (another CA's) serve the next
  *    connections of a running ps: clients of the new CA get in, of the old
- *    one no longer;
+ *    one no longer; after SIGHUP the ps reads them again;
  *  - a plaintext ps with a token file refuses no token and a wrong token
  *    (UNAUTHENTICATED) and a worker's Shutdown, and counts its refusals in
- *    its log.
+ *    its log; with one shared token it trusts the claimed identity but
+ *    still applies the roles and the cluster's bounds.
  * The test process itself is the raw client (dt_rpc_call_all, ps_client).
  * Every wait is bounded; the teardown kills what is left.
  */
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,6 +339,30 @@ START_TEST(token_refusals) {
 }
 END_TEST
 
+START_TEST(shared_token) {
+    dt_test_job_cluster(&w, 1, 2);
+    char tokens[1200];
+    snprintf(tokens, sizeof tokens, "%s/tokens", w.dir);
+    ck_assert_int_eq(dt_test_write_file(tokens, "# one shared token\nsh-4d21f0\n"), 0);
+    setenv("DTRAIN_TOKEN_FILE", tokens, 1);
+    pid_t ps = dt_test_job_start_serving(&w, "ps", 0, "ps0");
+    unsetenv("DTRAIN_TOKEN_FILE");
+    dt_rpc_security tool = {NULL, NULL, NULL, tokens, "tool"};
+    wait_ps(&tool);
+    char msg[DT_ERR_MSG_MAX];
+    /* The claim is trusted: worker:1 is a worker, worker:9 is outside. */
+    dt_rpc_security w1 = {NULL, NULL, NULL, tokens, "worker:1"};
+    int rc = call_ps(&w1, METHOD("Shutdown"), msg, sizeof msg);
+    expect_refused(rc, DT_EINTERNAL, msg, "PERMISSION_DENIED",
+                   "worker:1 may not call " METHOD("Shutdown"), "worker Shutdown");
+    dt_rpc_security w9 = {NULL, NULL, NULL, tokens, "worker:9"};
+    rc = call_ps(&w9, METHOD("Pull"), msg, sizeof msg);
+    expect_refused(rc, DT_EINTERNAL, msg, "PERMISSION_DENIED", "worker:9 is not in the cluster",
+                   "worker outside the cluster");
+    ck_assert_msg(dt_test_alive(ps), "the ps died; logs:%s", dt_test_job_report(&w));
+}
+END_TEST
+
 /* ---- certificate rotation ------------------------------------------------------- */
 
 /* Copies src over dst by a rename, as a deployment tool would. */
@@ -394,6 +420,21 @@ START_TEST(cert_reload) {
     ck_assert_int_eq(status_as(&old_tool, -1, &st, msg, sizeof msg), DT_EUNAVAILABLE);
     ck_assert_msg(dt_test_job_wait_log(&w, "ps0", "TLS certificates reloaded", 5000, ps),
                   "no reload logged; logs:%s", dt_test_job_report(&w));
+
+    /* SIGHUP: the same files are read again at the next handshake. */
+    ck_assert_int_eq(kill(ps, SIGHUP), 0);
+    long long deadline = dt_test_now_ms() + READY_MS;
+    for (;;) {
+        ck_assert_msg(status_as(&new_tool, -1, &st, msg, sizeof msg) == 0, "after SIGHUP: %s", msg);
+        char *log = dt_test_job_read_log(&w, "ps0");
+        const char *first = strstr(log, "TLS certificates reloaded");
+        int twice = first && strstr(first + 1, "TLS certificates reloaded");
+        free(log);
+        if (twice) break;
+        ck_assert_msg(dt_test_now_ms() < deadline, "no reload after SIGHUP; logs:%s",
+                      dt_test_job_report(&w));
+        dt_test_sleep_ms(100);
+    }
     ck_assert_msg(dt_test_alive(ps), "the ps died; logs:%s", dt_test_job_report(&w));
 }
 END_TEST
@@ -456,6 +497,7 @@ Suite *tls_suite(void) {
     add_case(s, "token_job", token_job);
     add_case(s, "mtls_refusals", mtls_refusals);
     add_case(s, "token_refusals", token_refusals);
+    add_case(s, "shared_token", shared_token);
     add_case(s, "cert_reload", cert_reload);
     add_case(s, "token_file_parsing", token_file_parsing);
     return s;
