@@ -29,6 +29,7 @@
     X(e2e)                                                                     \
     X(models_e2e)                                                              \
     X(lifecycle)                                                               \
+    X(storage)                                                                 \
     X(chaos)
 
 #define DT_DECLARE_SUITE(name) Suite *name##_suite(void) __attribute__((weak));
