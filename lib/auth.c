@@ -93,11 +93,13 @@ static int split_words(char *line, char **words) {
     int n = 0;
     char *p = line;
     while (*p) {
-        while (*p == ' ' || *p == '\t') *p++ = '\0';
+        while (*p == ' ' || *p == '\t')
+            *p++ = '\0';
         if (!*p) break;
         if (n == 3) return 4;
         words[n++] = p;
-        while (*p && *p != ' ' && *p != '\t') p++;
+        while (*p && *p != ' ' && *p != '\t')
+            p++;
     }
     return n;
 }
@@ -129,8 +131,8 @@ int dt_auth_tokens_load(const char *path, dt_auth_tokens **out, dt_err *err) {
         int n = split_words(line, words);
         if (n == 0) continue;
         if (n > 2) {
-            rc = dt_err_set(err, DT_EINVAL, "%s:%d: expected \"IDENTITY TOKEN\" or one token",
-                            path, lineno);
+            rc = dt_err_set(err, DT_EINVAL, "%s:%d: expected \"IDENTITY TOKEN\" or one token", path,
+                            lineno);
             goto fail;
         }
         const char *token = words[n - 1];
@@ -150,8 +152,8 @@ int dt_auth_tokens_load(const char *path, dt_auth_tokens **out, dt_err *err) {
         }
         if (n == 1) bare++;
         if ((n == 1 && t->n > 0) || (n == 2 && bare)) {
-            rc = dt_err_set(err, DT_EINVAL,
-                            "%s:%d: a shared token must be the file's only entry", path, lineno);
+            rc = dt_err_set(err, DT_EINVAL, "%s:%d: a shared token must be the file's only entry",
+                            path, lineno);
             goto fail;
         }
         for (int i = 0; n == 2 && i < t->n; i++)
@@ -199,7 +201,9 @@ void dt_auth_tokens_free(dt_auth_tokens *t) {
     free(t);
 }
 
-int dt_auth_tokens_shared(const dt_auth_tokens *t) { return t->shared; }
+int dt_auth_tokens_shared(const dt_auth_tokens *t) {
+    return t->shared;
+}
 
 const char *dt_auth_tokens_for(const dt_auth_tokens *t, const char *identity) {
     if (t->shared) return t->entries[0].token;

@@ -98,7 +98,7 @@ typedef struct {
     dt_optim_config optim;
     dt_lr_schedule schedule;
     dt_consistency consistency;
-    int skip_nonfinite; /* skip and count NaN/Inf gradients instead of refusing them */
+    int skip_nonfinite;   /* skip and count NaN/Inf gradients instead of refusing them */
     int64_t step_ceiling; /* a restore: callers' seen_step may raise the ps up to
                              this step; 0: never (a fresh model) */
     const char *model;
@@ -121,8 +121,8 @@ typedef struct {
  * and the optimizer slots into slots when it is not NULL (laid out as
  * described at dt_ps_model). With min_global_step > 0 (sync) or in bounded
  * mode, a ps may answer "wait": then r->wait is set and vars are unchanged. */
-int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots,
-                      int64_t min_global_step, dt_ps_reply *r, dt_err *err) DT_WARN_UNUSED;
+int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots, int64_t min_global_step,
+                      dt_ps_reply *r, dt_err *err) DT_WARN_UNUSED;
 
 /* Sends grads (laid out as at _new), computed at global step `step`. When
  * some ps tasks fail, the push stays pending: the next call (the retry, with

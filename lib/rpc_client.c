@@ -43,10 +43,10 @@ static int make_channel_creds(const dt_rpc_security *sec, grpc_channel_credentia
         *out = grpc_insecure_credentials_create();
         return 0;
     }
-    if (!sec->ca_file)
-        return dt_err_set(err, DT_EINVAL, "TLS needs --tls-ca to verify the server");
+    if (!sec->ca_file) return dt_err_set(err, DT_EINVAL, "TLS needs --tls-ca to verify the server");
     if (!sec->cert_file != !sec->key_file)
-        return dt_err_set(err, DT_EINVAL, "a client certificate needs both --tls-cert and --tls-key");
+        return dt_err_set(err, DT_EINVAL,
+                          "a client certificate needs both --tls-cert and --tls-key");
     char *ca = NULL, *cert = NULL, *key = NULL;
     int rc = dt_rpc_read_pem(sec->ca_file, "--tls-ca", &ca, err);
     if (rc == 0 && sec->cert_file) rc = dt_rpc_read_pem(sec->cert_file, "--tls-cert", &cert, err);
@@ -85,8 +85,8 @@ int dt_rpc_channel_new(const char *addr, dt_rpc_channel **out, dt_err *err) {
     return dt_rpc_channel_new_secure(addr, NULL, out, err);
 }
 
-int dt_rpc_channel_new_secure(const char *addr, const dt_rpc_security *sec,
-                              dt_rpc_channel **out, dt_err *err) {
+int dt_rpc_channel_new_secure(const char *addr, const dt_rpc_security *sec, dt_rpc_channel **out,
+                              dt_err *err) {
     *out = NULL;
     dt_rpc_channel *ch = calloc(1, sizeof *ch);
     if (!ch) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
@@ -133,7 +133,9 @@ void dt_rpc_channel_free(dt_rpc_channel *ch) {
     dt_rpc_shutdown();
 }
 
-const char *dt_rpc_channel_addr(const dt_rpc_channel *ch) { return ch->addr; }
+const char *dt_rpc_channel_addr(const dt_rpc_channel *ch) {
+    return ch->addr;
+}
 
 static int start_call(dt_rpc_call *c, call_slot *slot, grpc_completion_queue *cq,
                       gpr_timespec deadline) {
@@ -208,8 +210,8 @@ int dt_rpc_call_all(dt_rpc_call *calls, int n, int timeout_ms, dt_err *err) {
     call_slot *slots = calloc((size_t)n, sizeof *slots);
     if (!slots) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
-    gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                         gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+    gpr_timespec deadline =
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
     int pending = 0;
     for (int i = 0; i < n; i++) {
         dt_err_clear(&calls[i].err);

@@ -33,9 +33,9 @@ typedef enum {
 #define DT_PEER_NAME_MAX 32
 
 typedef struct {
-    int role;          /* dt_peer_role */
-    int task;          /* chief: 0; worker:N, ps:N: N; else -1 */
-    int authenticated; /* 1 when a certificate or token proved the identity */
+    int role;                    /* dt_peer_role */
+    int task;                    /* chief: 0; worker:N, ps:N: N; else -1 */
+    int authenticated;           /* 1 when a certificate or token proved the identity */
     char name[DT_PEER_NAME_MAX]; /* "worker:2"; "anonymous" when role is ANY */
 } dt_rpc_peer;
 

@@ -74,9 +74,9 @@ typedef struct {
     pthread_mutex_t mu;
     char addr[300];
     char cert_file[4096], key_file[4096], ca_file[4096]; /* ca_file "" : no mTLS */
-    struct stat seen[3]; /* cert, key, ca as last loaded */
-    int generation;      /* dt_rpc_cert_generation() when last loaded */
-    int loaded;          /* a config was handed to gRPC */
+    struct stat seen[3];                                 /* cert, key, ca as last loaded */
+    int generation; /* dt_rpc_cert_generation() when last loaded */
+    int loaded;     /* a config was handed to gRPC */
 } tls_files;
 
 struct dt_rpc_server {
@@ -91,9 +91,9 @@ struct dt_rpc_server {
     pthread_cond_t cv;
     int shutdown_done;
     int shutting_down;
-    int live_calls; /* call_states allocated and not yet freed, under mu */
-    tls_files *tls; /* NULL: plaintext */
-    int mtls;       /* client certificates required and verified */
+    int live_calls;         /* call_states allocated and not yet freed, under mu */
+    tls_files *tls;         /* NULL: plaintext */
+    int mtls;               /* client certificates required and verified */
     dt_auth_tokens *tokens; /* NULL: no token required */
     atomic_llong refused;
     atomic_llong refusal_log_ms; /* last refusal log line, monotonic ms */
@@ -172,7 +172,8 @@ static int peer_from_cert(grpc_call *call, dt_rpc_peer *peer, char *seen, size_t
         const grpc_auth_property *prop;
         while (rc < 0 && (prop = grpc_auth_property_iterator_next(&it)) != NULL) {
             char value[DT_PEER_NAME_MAX];
-            size_t n = prop->value_length < sizeof value - 1 ? prop->value_length : sizeof value - 1;
+            size_t n =
+                prop->value_length < sizeof value - 1 ? prop->value_length : sizeof value - 1;
             memcpy(value, prop->value, n);
             value[n] = '\0';
             if (k == 0) snprintf(seen, cap, "CN=%s", value);
@@ -226,8 +227,9 @@ static grpc_status_code authenticate(dt_rpc_server *s, call_state *cs, dt_rpc_pe
         char value[DT_AUTH_TOKEN_MAX + 16];
         if (auth) dt_rpc_slice_to_str(*auth, value, sizeof value);
         if (!auth || strncmp(value, "Bearer ", 7) != 0) {
-            dt_err_set(err, DT_EINVAL, "unauthenticated: no bearer token (the server needs one "
-                                       "from its token file)");
+            dt_err_set(err, DT_EINVAL,
+                       "unauthenticated: no bearer token (the server needs one "
+                       "from its token file)");
             return GRPC_STATUS_UNAUTHENTICATED;
         }
         dt_rpc_peer token_peer;
@@ -270,9 +272,9 @@ static void note_refusal(dt_rpc_server *s, grpc_status_code status, const char *
         return;
     }
     long long unlogged = atomic_exchange(&s->refusals_unlogged, 0);
-    dt_log(DT_LOG_WARN, "rpc server %s: refused a call: %s: %s (%lld refused in all, %lld not logged)",
-           s->addr, dt_rpc_status_name(status), msg, (long long)atomic_load(&s->refused),
-           unlogged);
+    dt_log(DT_LOG_WARN,
+           "rpc server %s: refused a call: %s: %s (%lld refused in all, %lld not logged)", s->addr,
+           dt_rpc_status_name(status), msg, (long long)atomic_load(&s->refused), unlogged);
 }
 
 long long dt_rpc_server_refused(const dt_rpc_server *s) {
@@ -406,8 +408,8 @@ static int tls_load(tls_files *t, grpc_ssl_server_certificate_config **out, dt_e
 }
 
 /* gRPC's certificate-config fetcher: runs at every new handshake. */
-static grpc_ssl_certificate_config_reload_status tls_fetch(
-    void *user_data, grpc_ssl_server_certificate_config **config) {
+static grpc_ssl_certificate_config_reload_status
+tls_fetch(void *user_data, grpc_ssl_server_certificate_config **config) {
     tls_files *t = user_data;
     grpc_ssl_certificate_config_reload_status status = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_UNCHANGED;
     pthread_mutex_lock(&t->mu);
@@ -446,8 +448,7 @@ static int make_server_creds(dt_rpc_server *s, grpc_server_credentials **out, dt
     const dt_rpc_security *sec = s->params.security;
     *out = NULL;
     int rc = 0;
-    if (sec && sec->token_file &&
-        (rc = dt_auth_tokens_load(sec->token_file, &s->tokens, err)) < 0)
+    if (sec && sec->token_file && (rc = dt_auth_tokens_load(sec->token_file, &s->tokens, err)) < 0)
         return rc;
     if (!sec || (!sec->cert_file && !sec->key_file && !sec->ca_file)) {
         dt_log(DT_LOG_WARN,
@@ -480,8 +481,7 @@ static int make_server_creds(dt_rpc_server *s, grpc_server_credentials **out, dt
                     : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
             tls_fetch, t);
     *out = opts ? grpc_ssl_server_credentials_create_with_options(opts) : NULL;
-    if (!*out)
-        return dt_err_set(err, DT_EINTERNAL, "cannot create TLS credentials");
+    if (!*out) return dt_err_set(err, DT_EINTERNAL, "cannot create TLS credentials");
     if (s->mtls)
         dt_log(DT_LOG_INFO, "rpc server %s: TLS, client certificates of CA %s required", s->addr,
                sec->ca_file);

@@ -30,11 +30,11 @@ typedef struct {
 } dt_rpc_method;
 
 typedef struct {
-    const char *addr;   /* "host:port" to listen on */
-    int num_threads;    /* poller threads, >= 1 */
+    const char *addr;             /* "host:port" to listen on */
+    int num_threads;              /* poller threads, >= 1 */
     const dt_rpc_method *methods; /* (num_methods) borrowed for the server's life */
     int num_methods;
-    void *ctx;          /* passed to every handler */
+    void *ctx; /* passed to every handler */
     /* Optional (NULL: plaintext, no authentication, one warning logged).
      * cert_file + key_file: TLS; ca_file too: clients must present a
      * certificate from that CA (mTLS), whose CN or a SAN is the identity;

@@ -222,9 +222,9 @@ START_TEST(mtls_refusals) {
     /* The ps with flags (the environment is empty here). */
     char log[1300];
     dt_test_job_log_path(&w, "ps0", log, sizeof log);
-    char *const argv[] = {(char *)dt_test_bin(), "--cluster", w.cluster, "--job-name", "ps",
-                          "--task-index", "0", "--keep-serving", "--tls-cert", cert,
-                          "--tls-key", key, "--tls-ca", ca, NULL};
+    char *const argv[] = {(char *)dt_test_bin(), "--cluster", w.cluster,        "--job-name", "ps",
+                          "--task-index",        "0",         "--keep-serving", "--tls-cert", cert,
+                          "--tls-key",           key,         "--tls-ca",       ca,           NULL};
     pid_t ps = dt_test_spawn(argv, log);
     ck_assert_int_gt(ps, 0);
     tls_env("chief");
@@ -247,7 +247,8 @@ START_TEST(mtls_refusals) {
     expect_refused(rc, DT_EUNAVAILABLE, msg, "UNAVAILABLE", NULL, "plaintext client");
     dt_rpc_security no_cert = {NULL, NULL, ca, NULL, NULL};
     rc = status_as(&no_cert, -1, &after, msg, sizeof msg);
-    expect_refused(rc, DT_EUNAVAILABLE, msg, "UNAVAILABLE", NULL, "TLS client without a certificate");
+    expect_refused(rc, DT_EUNAVAILABLE, msg, "UNAVAILABLE", NULL,
+                   "TLS client without a certificate");
 
     char other[1300], cmd[8192];
     snprintf(other, sizeof other, "%s/other", w.dir);
@@ -279,11 +280,11 @@ START_TEST(mtls_refusals) {
     dt_rpc_security w1 = {cert_path(w_cert, sizeof w_cert, "worker-1.pem"),
                           cert_path(w_key, sizeof w_key, "worker-1-key.pem"), ca, NULL, NULL};
     rc = call_ps(&w1, METHOD("Shutdown"), msg, sizeof msg);
-    expect_refused(rc, DT_EINTERNAL, msg, "PERMISSION_DENIED", "worker:1 may not call " METHOD("Shutdown"),
-                   "worker Shutdown");
+    expect_refused(rc, DT_EINTERNAL, msg, "PERMISSION_DENIED",
+                   "worker:1 may not call " METHOD("Shutdown"), "worker Shutdown");
     rc = call_ps(&w1, METHOD("Create"), msg, sizeof msg);
-    expect_refused(rc, DT_EINTERNAL, msg, "PERMISSION_DENIED", "worker:1 may not call " METHOD("Create"),
-                   "worker Create");
+    expect_refused(rc, DT_EINTERNAL, msg, "PERMISSION_DENIED",
+                   "worker:1 may not call " METHOD("Create"), "worker Create");
     rc = call_ps(&tool, METHOD("Push"), msg, sizeof msg);
     expect_refused(rc, DT_EINTERNAL, msg, "PERMISSION_DENIED", "tool may not call " METHOD("Push"),
                    "tool Push");
