@@ -13,9 +13,11 @@
 
 #include <pb_decode.h>
 #include <pb_encode.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "dtrain.pb.h"
+#include "text.h"
 
 /* Per-call decode context, reachable from every callback. */
 typedef struct {
@@ -249,6 +251,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         pb->create_req.has_consistency = true;
         consistency_to_pb(&m->consistency, &pb->create_req.consistency);
         pb->create_req.skip_nonfinite = m->skip_nonfinite;
+        pb->create_req.step_ceiling = m->step_ceiling;
         break;
     }
     case DT_MSG_CREATE_RESP: {
@@ -394,7 +397,12 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
     bytes_view bv = {NULL, 0, va->ctx};
     pt.data.funcs.decode = decode_data;
     pt.data.arg = &bv;
-    if (!pb_decode(stream, dtrain_Tensor_fields, &pt)) {
+    /* nanopb keeps a fixed-size name as a C string, which hides a NUL sent
+     * inside it ("w\0x" would read as "w"). Prefill with a byte no decoded
+     * name leaves after its terminator, decode without re-initializing, and
+     * the last NUL then marks the length that was on the wire. */
+    memset(pt.name, 0xFF, sizeof pt.name);
+    if (!pb_decode_ex(stream, dtrain_Tensor_fields, &pt, PB_DECODE_NOINIT)) {
         /* Say which tensor, in the words of this schema's limits. */
         const char *why = PB_GET_ERROR(stream);
         if (strcmp(why, "string overflow") == 0) why = "name longer than 127 bytes";
@@ -403,6 +411,14 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
         return false;
     }
 
+    size_t name_len = sizeof pt.name;
+    while (name_len > 0 && pt.name[name_len - 1] != '\0') name_len--;
+    name_len = name_len ? name_len - 1 : 0; /* no terminator: the field never came */
+    if (name_len == 0) pt.name[0] = '\0';
+    char what[64];
+    snprintf(what, sizeof what, "%s[%d]", va->ctx->what, views->count);
+    if (dt_text_check_name(pt.name, name_len, DT_TENSOR_NAME_MAX - 1, what, va->ctx->err) < 0)
+        return false;
     dt_tensor *t = &views->items[views->count];
     memset(t, 0, sizeof *t);
     copy_str(t->name, sizeof t->name, pt.name);
@@ -441,10 +457,9 @@ static bool decode_name(pb_istream_t *stream, const pb_field_t *field, void **ar
     char *dst = names->items[names->count];
     if (!pb_read(stream, (pb_byte_t *)dst, n)) return false;
     dst[n] = '\0';
-    if (memchr(dst, '\0', n)) { /* a C string could not carry it back */
-        dt_err_set(na->ctx->err, DT_EINVAL, "names[%d]: contains a NUL byte", names->count);
-        return false;
-    }
+    char what[32];
+    snprintf(what, sizeof what, "names[%d]", names->count);
+    if (dt_text_check_name(dst, n, DT_TENSOR_NAME_MAX - 1, what, na->ctx->err) < 0) return false;
     names->count++;
     return true;
 }
@@ -469,6 +484,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         schedule_from_pb(&pb->create_req.schedule, &m->schedule);
         consistency_from_pb(&pb->create_req.consistency, &m->consistency);
         m->skip_nonfinite = pb->create_req.skip_nonfinite;
+        m->step_ceiling = pb->create_req.step_ceiling;
         break;
     }
     case DT_MSG_CREATE_RESP: {

@@ -6,6 +6,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "log.h"
 
+#include "text.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/time.h>
@@ -35,14 +37,16 @@ void dt_log_write(dt_log_level level, const char *fmt, ...) {
     int n =
         snprintf(line, sizeof line, "%d %c %02d:%02d:%02d.%03d %c ", (int)getpid(), log_role,
                  tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000), letters[level & 3]);
+    /* Messages quote names, reasons and addresses from the wire: escape
+     * them so a record is always one line and a peer cannot forge one. */
+    char msg[1536];
     va_list ap;
     va_start(ap, fmt);
-    int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    int m = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (m < 0) m = 0;
-    size_t len =
-        (size_t)n +
-        ((size_t)m < sizeof line - (size_t)n - 1 ? (size_t)m : sizeof line - (size_t)n - 2);
+    size_t mlen = (size_t)m < sizeof msg ? (size_t)m : sizeof msg - 1;
+    size_t len = (size_t)n + dt_text_escape(line + n, sizeof line - (size_t)n - 1, msg, mlen);
     line[len++] = '\n';
     /* One write keeps the line whole; a failed log write has nowhere to go. */
     ssize_t w = write(STDERR_FILENO, line, len);

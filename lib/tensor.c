@@ -3,6 +3,8 @@
  */
 #include "tensor.h"
 
+#include "text.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,10 +45,11 @@ int64_t dt_tensor_numel(const dt_tensor *t) {
 
 int dt_tensor_check_spec(dt_tensor *spec, dt_err *err) {
     size_t len = strnlen(spec->name, DT_TENSOR_NAME_MAX);
-    if (len == 0) return dt_err_set(err, DT_EINVAL, "tensor: empty name");
     if (len == DT_TENSOR_NAME_MAX)
         return dt_err_set(err, DT_EINVAL, "tensor: name longer than %d bytes",
                           DT_TENSOR_NAME_MAX - 1);
+    int rc = dt_text_check_name(spec->name, len, DT_TENSOR_NAME_MAX - 1, "tensor", err);
+    if (rc < 0) return rc;
     size_t esize = dt_dtype_size(spec->dtype);
     if (esize == 0)
         return dt_err_set(err, DT_EINVAL, "tensor %s: unknown dtype %d", spec->name,
@@ -54,17 +57,18 @@ int dt_tensor_check_spec(dt_tensor *spec, dt_err *err) {
     if (spec->ndim < 0 || spec->ndim > DT_TENSOR_MAX_DIMS)
         return dt_err_set(err, DT_EINVAL, "tensor %s: %d dimensions (at most %d)", spec->name,
                           spec->ndim, DT_TENSOR_MAX_DIMS);
-    /* Bound the total at 2^40 bytes: far above any model dtrain serves, far
-     * below where the products could overflow. */
+    /* Bound the total at 2^40 bytes, far above any model dtrain serves.
+     * Each factor is compared before it is multiplied in, so no product
+     * can wrap: a wrapped size once let [2^31, 2^31] pass as 0 bytes. */
     const int64_t limit = (int64_t)1 << 40;
     int64_t bytes = (int64_t)esize;
     for (int i = 0; i < spec->ndim; i++) {
-        if (spec->shape[i] < 1 || spec->shape[i] > limit)
+        if (spec->shape[i] < 1)
             return dt_err_set(err, DT_EINVAL, "tensor %s: dimension %d is %lld", spec->name, i,
                               (long long)spec->shape[i]);
-        bytes *= spec->shape[i];
-        if (bytes > limit)
+        if (spec->shape[i] > limit / bytes)
             return dt_err_set(err, DT_EINVAL, "tensor %s: larger than 2^40 bytes", spec->name);
+        bytes *= spec->shape[i];
     }
     spec->nbytes = (size_t)bytes;
     return 0;

@@ -10,6 +10,7 @@
 
 #define DT_SUITES(X)                                                           \
     X(err)                                                                     \
+    X(text)                                                                    \
     X(tensor)                                                                  \
     X(cluster)                                                                 \
     X(optim)                                                                   \

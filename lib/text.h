@@ -1,0 +1,33 @@
+/*
+ * text: the one rule for names that come from the wire or from files, and
+ * the escaping that keeps every log record on one line.
+ *
+ * A tensor name crosses C strings, log lines, checkpoint headers and file
+ * names, so it must be a non-empty, valid UTF-8 string without NUL or other
+ * control bytes. Pull, Push, Create and the checkpoint reader all apply
+ * dt_text_check_name, so a name refused by one is refused by all.
+ */
+#ifndef DT_TEXT_H
+#define DT_TEXT_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+/* Checks the len bytes at s (not NUL-terminated) as a tensor name of at most
+ * max_len bytes. The message names `what` ("push: gradients[2]"). */
+int dt_text_check_name(const char *s, size_t len, size_t max_len, const char *what,
+                       dt_err *err) DT_WARN_UNUSED;
+
+/* Length of the valid UTF-8 sequence starting at s (1-4), or 0 when the
+ * bytes there are not one (bad lead, bad continuation, overlong form,
+ * surrogate, above U+10FFFF, or cut short by n). */
+size_t dt_text_utf8_seq(const unsigned char *s, size_t n);
+
+/* Copies the n bytes of src into dst (cap bytes, always NUL-terminated),
+ * writing control bytes, backslashes and bytes that are not valid UTF-8 as
+ * \n, \r, \t, \\ or \xHH. Stops at a whole escape when dst is full. Returns
+ * the length written. */
+size_t dt_text_escape(char *dst, size_t cap, const char *src, size_t n);
+
+#endif

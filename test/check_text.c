@@ -1,0 +1,107 @@
+/*
+ * text: the name rule shared by every message and file, and log escaping.
+ */
+#include <check.h>
+#include <string.h>
+
+#include "suites.h"
+#include "tensor.h"
+#include "text.h"
+
+static int check(const char *s, size_t n, char *msg) {
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_text_check_name(s, n, 127, "t", &err);
+    strcpy(msg, err.msg);
+    return rc;
+}
+
+START_TEST(test_names) {
+    char msg[DT_ERR_MSG_MAX];
+    ck_assert_int_eq(check("layer0/weight", 13, msg), 0);
+    ck_assert_int_eq(check("gewicht/\xc3\xa4", 10, msg), 0);       /* U+00E4 */
+    ck_assert_int_eq(check("\xf0\x9f\x99\x82", 4, msg), 0);        /* U+1F642 */
+    static const struct {
+        const char *s;
+        size_t n;
+        const char *needle;
+    } bad[] = {
+        {"", 0, "empty name"},
+        {"w\0x", 3, "NUL byte at 1"},
+        {"w\n", 2, "control byte 0x0a at 1"},
+        {"\x7f", 1, "control byte 0x7f"},
+        {"w\xff", 2, "not valid UTF-8 at byte 1"},
+        {"\xc0\xaf", 2, "not valid UTF-8"},         /* overlong '/' */
+        {"\xed\xa0\x80", 3, "not valid UTF-8"},     /* a surrogate */
+        {"\xf4\x90\x80\x80", 4, "not valid UTF-8"}, /* above U+10FFFF */
+        {"\xe2\x82", 2, "not valid UTF-8"},         /* cut short */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(check(bad[i].s, bad[i].n, msg) == DT_EINVAL, "case %zu accepted", i);
+        ck_assert_msg(strstr(msg, bad[i].needle), "case %zu: \"%s\" lacks \"%s\"", i, msg,
+                      bad[i].needle);
+    }
+    char longname[129];
+    memset(longname, 'a', 128);
+    ck_assert_int_eq(check(longname, 127, msg), 0);
+    ck_assert_int_eq(check(longname, 128, msg), DT_EINVAL);
+    ck_assert(strstr(msg, "128 bytes"));
+}
+END_TEST
+
+START_TEST(test_escape) {
+    char out[64];
+    const char in[] = "a\nb\\c\x1b[2J\xff\xc3\xa4\t";
+    size_t n = dt_text_escape(out, sizeof out, in, sizeof in - 1);
+    ck_assert_str_eq(out, "a\\nb\\\\c\\x1b[2J\\xff\xc3\xa4\\t");
+    ck_assert_uint_eq(n, strlen(out));
+    /* A full buffer stops at a whole escape, never half of one. */
+    char small[5];
+    dt_text_escape(small, sizeof small, "ab\ncd", 5);
+    ck_assert_str_eq(small, "ab\\n");
+    dt_text_escape(small, 4, "ab\ncd", 5);
+    ck_assert_str_eq(small, "ab");
+}
+END_TEST
+
+/* Shapes whose byte count wraps 64 bits are refused, not sized 0. */
+START_TEST(test_spec_overflow) {
+    const int64_t cases[][2] = {{(int64_t)1 << 31, (int64_t)1 << 31},
+                                {(int64_t)1 << 32, (int64_t)1 << 32},
+                                {(int64_t)1 << 40, 2},
+                                {INT64_MAX, INT64_MAX}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dt_tensor t;
+        memset(&t, 0, sizeof t);
+        strcpy(t.name, "huge");
+        t.dtype = DT_DTYPE_F32;
+        t.ndim = 2;
+        t.shape[0] = cases[i][0];
+        t.shape[1] = cases[i][1];
+        dt_err err;
+        dt_err_clear(&err);
+        ck_assert_msg(dt_tensor_check_spec(&t, &err) == DT_EINVAL, "case %zu accepted (%zu bytes)",
+                      i, t.nbytes);
+        ck_assert(strstr(err.msg, "larger than 2^40 bytes"));
+    }
+    dt_tensor ok;
+    memset(&ok, 0, sizeof ok);
+    strcpy(ok.name, "edge");
+    ok.dtype = DT_DTYPE_F32;
+    ok.ndim = 2;
+    ok.shape[0] = (int64_t)1 << 19;
+    ok.shape[1] = (int64_t)1 << 19; /* exactly 2^40 bytes */
+    ck_assert_int_eq(dt_tensor_check_spec(&ok, NULL), 0);
+    ck_assert_uint_eq(ok.nbytes, (size_t)1 << 40);
+}
+END_TEST
+
+Suite *text_suite(void) {
+    Suite *s = suite_create("text");
+    TCase *tc = tcase_create("text");
+    tcase_add_test(tc, test_names);
+    tcase_add_test(tc, test_escape);
+    tcase_add_test(tc, test_spec_overflow);
+    suite_add_tcase(s, tc);
+    return s;
+}
