@@ -45,6 +45,7 @@ typedef struct {
     dt_worker *w;
     const dt_job *job;
     dt_ps_model create; /* what the ps tasks are created with */
+    int64_t catch_up_steps; /* how far a restored ps may be raised past step */
     char model[DT_CKPT_MODEL_MAX];
     dt_tensors slots;    /* (vars x optimizer slots) "<variable>/<slot>" */
     int have_slots;      /* slots hold values worth sending (from a checkpoint) */
@@ -247,6 +248,10 @@ static int recover(chief *c, const census *cs, dt_err *err) {
     /* The global step never goes backwards. */
     if (c->last_global_step > step) step = c->last_global_step;
     if (cs->global_step > step) step = cs->global_step;
+    /* Workers may have seen the lost ps a little ahead of everything the
+     * chief knows: let their seen_step raise it that far, and no further,
+     * so no caller can move the step by claiming to have seen more. */
+    c->create.step_ceiling = step + c->catch_up_steps;
     return create(c, step, only, err);
 }
 
@@ -268,6 +273,7 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     m->model = c->model;
     m->skip_nonfinite = strcmp(job->nonfinite, "skip") == 0;
     m->max_steps = job->max_steps;
+    c->catch_up_steps = (int64_t)DT_PS_CATCH_UP_STEPS * cluster->num_workers;
     if (m->max_steps == 0) { /* epochs of a file: its size is known now */
         int rc = dt_job_steps_for(job, dt_data_total(dt_worker_data(c->w)), &m->max_steps, err);
         if (rc < 0) return rc;

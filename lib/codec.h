@@ -95,6 +95,7 @@ typedef struct {
     dt_lr_schedule schedule;
     dt_consistency consistency;
     bool skip_nonfinite;
+    int64_t step_ceiling;
     char model[DT_MSG_MODEL_MAX];
 } dt_msg_create_req;
 

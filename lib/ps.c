@@ -59,6 +59,7 @@ struct dt_ps {
     ps_var *pv;       /* (vars.count) */
     dt_optim_config optim;
     int64_t max_steps;
+    int64_t step_ceiling; /* seen_step never raises global_step past it */
     char model[DT_MSG_MODEL_MAX];
     int64_t num_bytes;
 
@@ -119,8 +120,11 @@ static int64_t ms_since(const struct timespec *t0) {
 }
 
 /* A caller has seen the global step at `seen`: a ps restored from an older
- * checkpoint moves up to it, so no one sees the step go backwards. */
+ * checkpoint moves up to it, so no one sees the step go backwards. Only as
+ * far as the chief's Create allowed (step_ceiling): a claim is not a push,
+ * and believing any claim let one Pull end the job by saying 2^62. */
 static void raise_step(dt_ps *ps, int64_t seen) {
+    if (seen > ps->step_ceiling) seen = ps->step_ceiling;
     if (atomic_load(&ps->global_step) >= seen) return;
     if (ps->consistency.mode == DT_MODE_SYNC) {
         /* The step being aggregated moves with it. */
@@ -359,6 +363,7 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
         goto fail;
     }
     ps->max_steps = req->max_steps;
+    ps->step_ceiling = req->step_ceiling < req->max_steps ? req->step_ceiling : req->max_steps;
     snprintf(ps->model, sizeof ps->model, "%s", req->model);
     atomic_store(&ps->global_step, req->global_step);
     ps->acc_count = 0;
@@ -444,6 +449,13 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer __attribute__((unused)
             }
             subset[i] = *v;
             lock_ctx.index[i] = (int)(v - ps->vars.items);
+            for (int j = 0; j < i; j++)
+                if (lock_ctx.index[j] == lock_ctx.index[i]) {
+                    /* Each copy would cost the whole variable again. */
+                    rc = dt_err_set(err, DT_EINVAL, "%s: pull: variable %s named twice",
+                                    ps->name, req.names.items[i]);
+                    goto out;
+                }
         }
         resp.out.items = subset;
         resp.out.count = req.names.count;

@@ -432,6 +432,7 @@ int dt_ps_client_create(dt_ps_client *c, const dt_ps_model *m, const int *only, 
         req.schedule = m->schedule;
         req.consistency = m->consistency;
         req.skip_nonfinite = m->skip_nonfinite;
+        req.step_ceiling = m->step_ceiling;
         snprintf(req.model, sizeof req.model, "%s", m->model ? m->model : "");
         int rc = prepare(c, p, DT_MSG_CREATE_REQ, &req, 1, err);
         if (rc == 0) rc = run(c, p, 1, err);

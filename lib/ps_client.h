@@ -82,6 +82,11 @@ void dt_ps_client_log_placement(const dt_ps_client *c);
 int dt_ps_client_status(dt_ps_client *c, int ps_index, dt_msg_status_resp *out,
                         dt_err *err) DT_WARN_UNUSED;
 
+/* Steps per worker that a restored ps may be raised by callers' seen_step
+ * beyond the highest step the chief knew of: the pushes other workers can
+ * make while the chief is busy (evaluating, saving) and not looking. */
+#define DT_PS_CATCH_UP_STEPS 1000
+
 /* What the ps tasks are created with. slots may be NULL (initial values);
  * else it holds, for every variable and every slot of the optimizer, a
  * tensor "<variable>/<slot>" shaped like the variable. */
@@ -93,7 +98,9 @@ typedef struct {
     dt_optim_config optim;
     dt_lr_schedule schedule;
     dt_consistency consistency;
-    int skip_nonfinite; /* skip and count NaN/Inf gradients instead of refusing them */
+    int skip_nonfinite;   /* skip and count NaN/Inf gradients instead of refusing them */
+    int64_t step_ceiling; /* a restore: callers' seen_step may raise the ps up to
+                             this step; 0: never (a fresh model) */
     const char *model;
 } dt_ps_model;
 

@@ -12,12 +12,14 @@
  *
  * The model on the ps: w (2, 3) and b (3), both F32.
  */
+#define _GNU_SOURCE /* memmem */
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "codec.h"
 #include "job.h"
@@ -1338,12 +1340,13 @@ START_TEST(test_two_ps_count_apart) {
     ck_assert_int_eq(step_of(c, 0), 8);
     ck_assert_int_eq(step_of(c, 1), 3);
 
-    /* ps 1 restarts and is restored at step 1 (an older checkpoint): the
-     * client's next push raises it to 3, the step it last answered, then
-     * applies: 4. */
+    /* ps 1 restarts and is restored at step 1 (an older checkpoint), with
+     * room to catch up as the chief allows: the client's next push raises
+     * it to 3, the step it last answered, then applies: 4. */
     dt_ps_free(ps[1]);
     start_ps(&cl, 1, &ps[1]);
     model.global_step = 1;
+    model.step_ceiling = 1 + DT_PS_CATCH_UP_STEPS;
     ck_assert_msg(dt_ps_client_create(c, &model, only1, &err) == 0, "re-create 1: %s", err.msg);
     ck_assert_msg(dt_ps_client_push(c, &grads, 8, &r, &err) == 0, "push after restore: %s",
                   err.msg);
@@ -1355,6 +1358,263 @@ START_TEST(test_two_ps_count_apart) {
     dt_tensors_deinit(&grads);
     dt_ps_free(ps[0]);
     dt_ps_free(ps[1]);
+}
+END_TEST
+
+
+/* ---- hostile clients --------------------------------------------------- */
+
+/* Encodes msg, replaces the first `from` in its bytes by `to` (same length:
+ * a name with a NUL or control byte the encoder would not write), sends. */
+static int call_patched(fixture *f, dt_msg_type type, const void *msg, const char *from,
+                        const char *to, size_t n, dt_err *err) {
+    dt_err local;
+    dt_err_clear(&local);
+    int64_t size = dt_codec_size(type, msg, &local);
+    ck_assert_msg(size > 0, "size: %s", local.msg);
+    uint8_t *bytes = malloc((size_t)size);
+    ck_assert_ptr_nonnull(bytes);
+    ck_assert_int_eq(dt_codec_encode(type, msg, bytes, (size_t)size, &local), 0);
+    uint8_t *at = memmem(bytes, (size_t)size, from, n);
+    ck_assert_msg(at != NULL, "%s not in the encoded message", from);
+    memcpy(at, to, n);
+    dt_rpc_buf resp;
+    int rc = call_raw(f, type, bytes, (size_t)size, &resp, err);
+    free(bytes);
+    dt_rpc_buf_release(&resp);
+    return rc;
+}
+
+/* A Create whose one tensor is shaped [d0, d1] but carries no data: sizes
+ * that wrap 64 bits once passed as 0 bytes and crashed the next Push. */
+static int create_shaped(fixture *f, int64_t d0, int64_t d1, dt_err *err) {
+    dt_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "huge");
+    t.dtype = DT_DTYPE_F32;
+    t.ndim = 2;
+    t.shape[0] = d0;
+    t.shape[1] = d1;
+    t.data = "";
+    t.nbytes = 0;
+    dt_msg_create_req req;
+    memset(&req, 0, sizeof req);
+    req.out.items = &t;
+    req.out.count = 1;
+    req.max_steps = 100;
+    sgd_config(&req.optim, 0.5);
+    dt_msg_create_resp resp;
+    return call_msg(f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &resp, err);
+}
+
+START_TEST(test_overflowing_shapes) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_err err;
+    const int64_t two31 = (int64_t)1 << 31, two32 = (int64_t)1 << 32, two62 = (int64_t)1 << 62;
+    ASSERT_FAILS(create_shaped(&f, two31, two31, &err), DT_EINVAL, "larger than 2^40 bytes");
+    ASSERT_FAILS(create_shaped(&f, two32, two32, &err), DT_EINVAL, "larger than 2^40 bytes");
+    ASSERT_FAILS(create_shaped(&f, two62, 4, &err), DT_EINVAL, "larger than 2^40 bytes");
+    ASSERT_FAILS(create_shaped(&f, INT64_MAX, INT64_MAX, &err), DT_EINVAL, "huge");
+    dt_msg_status_resp st;
+    status(&f, 0, &st);
+    ck_assert_msg(!st.ready, "a refused Create made the ps ready");
+    /* The ps still takes a real model and trains it. */
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_err_clear(&err);
+    ck_assert_msg(create(&f, W0, B0, &cfg, 0, 100, NULL, &err) == 0, "create: %s", err.msg);
+    ck_assert_msg(push(&f, GW, GB, 1, NULL, &err) == 0, "push: %s", err.msg);
+    status(&f, 0, &st);
+    ck_assert_int_eq(st.global_step, 1);
+    fixture_stop(&f);
+}
+END_TEST
+
+static int pull_seen(fixture *f, int64_t seen_step, dt_msg_pull_resp *pr, dt_err *err) {
+    dt_msg_pull_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = 1;
+    req.seen_step = seen_step;
+    dt_tensor views[4];
+    memset(pr, 0, sizeof *pr);
+    pr->in.items = views; /* only read before call_msg returns: views are not kept */
+    pr->in.cap = 4;
+    int rc = call_msg(f, DT_MSG_PULL_REQ, &req, DT_MSG_PULL_RESP, pr, err);
+    pr->in.items = NULL;
+    return rc;
+}
+
+START_TEST(test_seen_step_not_believed) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(create(&f, W0, B0, &cfg, 4, 1000000000, NULL, &err), 0);
+    /* A fresh model: no claim moves the step, not even one within reach. */
+    dt_msg_pull_resp pr;
+    const int64_t claims[] = {(int64_t)1 << 62, 4 + 1000000, 5, INT64_MAX};
+    for (size_t i = 0; i < sizeof claims / sizeof claims[0]; i++) {
+        ck_assert_msg(pull_seen(&f, claims[i], &pr, &err) == 0, "pull: %s", err.msg);
+        ck_assert_msg(pr.global_step == 4 && !pr.done, "Pull(seen_step %lld) moved the step to %lld",
+                      (long long)claims[i], (long long)pr.global_step);
+    }
+    /* Push: the step moves by exactly the one applied push. */
+    float wc[NW], bc[NB];
+    memcpy(wc, GW, sizeof wc);
+    memcpy(bc, GB, sizeof bc);
+    dt_tensor items[2];
+    model_tensors(items, wc, bc);
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = 1;
+    req.step = 4;
+    req.seen_step = 4 + 1000000;
+    req.out.items = items;
+    req.out.count = 2;
+    dt_msg_push_resp resp;
+    ck_assert_int_eq(call_msg(&f, DT_MSG_PUSH_REQ, &req, DT_MSG_PUSH_RESP, &resp, &err), 0);
+    ck_assert_int_eq(resp.global_step, 5);
+    dt_msg_status_resp st;
+    status(&f, 0, &st);
+    ck_assert_int_eq(st.global_step, 5);
+    ck_assert_int_eq(st.pushes_applied, 1);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* A restore (the chief's Create after a ps restart) lets seen_step catch
+ * the step up to what callers saw, and only up to the chief's ceiling. */
+START_TEST(test_seen_step_catch_up_bounded) {
+    fixture f;
+    fixture_start(&f, 0);
+    float wc[NW], bc[NB];
+    memcpy(wc, W0, sizeof wc);
+    memcpy(bc, B0, sizeof bc);
+    dt_tensor items[2];
+    model_tensors(items, wc, bc);
+    dt_msg_create_req req;
+    memset(&req, 0, sizeof req);
+    req.out.items = items;
+    req.out.count = 2;
+    req.global_step = 4;
+    req.step_ceiling = 40;
+    req.max_steps = 100;
+    sgd_config(&req.optim, 0.5);
+    dt_msg_create_resp cr;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &cr, &err), 0);
+    dt_msg_pull_resp pr;
+    ck_assert_int_eq(pull_seen(&f, 30, &pr, &err), 0);
+    ck_assert_int_eq(pr.global_step, 30); /* what a worker saw: believed */
+    ck_assert_int_eq(pull_seen(&f, (int64_t)1 << 62, &pr, &err), 0);
+    ck_assert_int_eq(pr.global_step, 40); /* past the ceiling: not */
+    ck_assert(!pr.done);
+    fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(test_hostile_names) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_err err;
+    dt_err_clear(&err);
+    /* Create with "w\0x" in place of "w": refused, the ps stays empty. */
+    float wc[NW], bc[NB];
+    memcpy(wc, W0, sizeof wc);
+    memcpy(bc, B0, sizeof bc);
+    dt_tensor items[2];
+    model_tensors(items, wc, bc);
+    make_tensor(&items[0], "wQx", DT_DTYPE_F32, 2, 2, 3, wc);
+    dt_msg_create_req creq;
+    memset(&creq, 0, sizeof creq);
+    creq.out.items = items;
+    creq.out.count = 2;
+    creq.max_steps = 100;
+    creq.optim = cfg;
+    ASSERT_FAILS(call_patched(&f, DT_MSG_CREATE_REQ, &creq, "wQx", "w\0x", 3, &err), DT_EINVAL,
+                 "NUL");
+    dt_msg_status_resp st;
+    status(&f, 0, &st);
+    ck_assert(!st.ready);
+
+    ck_assert_int_eq(create(&f, W0, B0, &cfg, 4, 100, NULL, &err), 0);
+    /* Push "w\0anything", "w\n", and a byte that is not UTF-8: each refused,
+     * nothing applied. */
+    static const struct {
+        const char *bytes, *needle;
+    } bad[] = {{"w\0anythin", "NUL"}, {"w\nanythin", "control byte 0x0a"},
+               {"w\xff" "anythin", "not valid UTF-8"}, {"w\xc0\xafnythin", "not valid UTF-8"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memcpy(wc, GW, sizeof wc);
+        memcpy(bc, GB, sizeof bc);
+        model_tensors(items, wc, bc);
+        make_tensor(&items[0], "wXanythin", DT_DTYPE_F32, 2, 2, 3, wc);
+        dt_msg_push_req preq;
+        memset(&preq, 0, sizeof preq);
+        preq.worker = 1;
+        preq.out.items = items;
+        preq.out.count = 2;
+        ASSERT_FAILS(call_patched(&f, DT_MSG_PUSH_REQ, &preq, "wXanythin", bad[i].bytes, 9, &err),
+                     DT_EINVAL, bad[i].needle);
+        assert_state(&f, W0, B0, 4, bad[i].needle);
+    }
+    /* Pull: the same rule, and a name given twice. */
+    const char *names[2] = {"wX", "b"};
+    dt_msg_pull_req pq;
+    memset(&pq, 0, sizeof pq);
+    pq.worker = 1;
+    pq.out_names = names;
+    pq.out_count = 2;
+    ASSERT_FAILS(call_patched(&f, DT_MSG_PULL_REQ, &pq, "wX", "w\x01", 2, &err), DT_EINVAL,
+                 "control byte 0x01");
+    const char *twice[2] = {"w", "w"};
+    pq.out_names = twice;
+    ASSERT_FAILS(call_msg(&f, DT_MSG_PULL_REQ, &pq, DT_MSG_PULL_RESP, NULL, &err), DT_EINVAL,
+                 "named twice");
+    assert_state(&f, W0, B0, 4, "after the refused pulls");
+    fixture_stop(&f);
+}
+END_TEST
+
+/* A Shutdown reason with a newline must not forge a log record: the ps's
+ * stderr, captured here, holds it escaped on the one line it logs. */
+START_TEST(test_reason_escaped_in_log) {
+    fixture f;
+    fixture_start(&f, 0);
+    char path[] = "/tmp/dtrain-log-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    int saved = dup(STDERR_FILENO);
+    ck_assert_int_ge(saved, 0);
+    dup2(fd, STDERR_FILENO);
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = shutdown_ps(&f, "bye\n99 - 00:00:00.000 I forged record\x1b[2J", &err);
+    /* The handler logs before it answers, so the line is in the file now. */
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    ck_assert_msg(rc == 0, "shutdown: %s", err.msg);
+    char text[4096];
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    close(fd);
+    unlink(path);
+    ck_assert_int_gt(n, 0);
+    text[n] = '\0';
+    const char *line = strstr(text, "shutdown requested");
+    ck_assert_msg(line != NULL, "no shutdown line in: %s", text);
+    const char *end = strchr(line, '\n');
+    ck_assert_ptr_nonnull(end);
+    ck_assert_msg(memmem(line, (size_t)(end - line), "bye\\n99", 7) != NULL &&
+                      memmem(line, (size_t)(end - line), "\\x1b[2J", 7) != NULL,
+                  "reason not escaped on its line: %.*s", (int)(end - line), line);
+    ck_assert_msg(strstr(text, "\n99 - ") == NULL, "a forged record starts a line: %s", text);
+    fixture_stop(&f);
 }
 END_TEST
 
@@ -1393,5 +1653,14 @@ Suite *ps_suite(void) {
     tcase_add_test(opt, test_adam);
     tcase_add_test(opt, test_long_names_with_slots);
     suite_add_tcase(s, opt);
+
+    TCase *hostile = tcase_create("hostile");
+    tcase_set_timeout(hostile, 60);
+    tcase_add_test(hostile, test_overflowing_shapes);
+    tcase_add_test(hostile, test_seen_step_not_believed);
+    tcase_add_test(hostile, test_seen_step_catch_up_bounded);
+    tcase_add_test(hostile, test_hostile_names);
+    tcase_add_test(hostile, test_reason_escaped_in_log);
+    suite_add_tcase(s, hostile);
     return s;
 }
