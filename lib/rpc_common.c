@@ -11,9 +11,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int init_count;
@@ -55,6 +57,29 @@ int dt_rpc_read_pem(const char *path, const char *what, char **out, dt_err *err)
     return 0;
 }
 
+static long long mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A failed TLS handshake reaches dtrain only as gRPC's log line (a server
+ * never sees the connection as a call; a client sees UNAVAILABLE), so that
+ * line is a warning: at most one every 5 s, with how many were skipped (a
+ * misconfigured peer retries about every second). */
+static void log_handshake_failure(const char *flat) {
+    static atomic_llong last_ms, skipped;
+    long long now = mono_ms();
+    long long last = atomic_load(&last_ms);
+    if ((last != 0 && now - last < 5000) || !atomic_compare_exchange_strong(&last_ms, &last, now)) {
+        atomic_fetch_add(&skipped, 1);
+        return;
+    }
+    const char *reason = strstr(flat, "Handshake failed");
+    dt_log(DT_LOG_WARN, "tls: %s (%lld more in the last 5 s not logged)", reason,
+           (long long)atomic_exchange(&skipped, 0));
+}
+
 /* gRPC's own messages go through dt_log, one line each, at debug level:
  * dtrain reports every failure that matters itself, with context. */
 static void grpc_log_to_dt(gpr_log_func_args *args) {
@@ -64,6 +89,7 @@ static void grpc_log_to_dt(gpr_log_func_args *args) {
         flat[n++] = (*p == '\n' || *p == '\r') ? ' ' : *p;
     flat[n] = '\0';
     dt_log(DT_LOG_DEBUG, "grpc %s:%d: %s", args->file, args->line, flat);
+    if (strstr(flat, "Handshake failed")) log_handshake_failure(flat);
 }
 
 void dt_rpc_init(void) {

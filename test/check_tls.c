@@ -245,6 +245,8 @@ START_TEST(mtls_refusals) {
     /* Handshakes that must fail: the ps never sees a call. */
     int rc = status_as(NULL, -1, &after, msg, sizeof msg);
     expect_refused(rc, DT_EUNAVAILABLE, msg, "UNAVAILABLE", NULL, "plaintext client");
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps0", "tls: Handshake failed", 5000, ps),
+                  "the ps did not log the failed handshake; logs:%s", dt_test_job_report(&w));
     dt_rpc_security no_cert = {NULL, NULL, ca, NULL, NULL};
     rc = status_as(&no_cert, -1, &after, msg, sizeof msg);
     expect_refused(rc, DT_EUNAVAILABLE, msg, "UNAVAILABLE", NULL,
