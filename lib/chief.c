@@ -47,6 +47,10 @@ typedef struct {
     dt_ps_model create; /* what the ps tasks are created with */
     int64_t catch_up_steps; /* how far a restored ps may be raised past step */
     char model[DT_CKPT_MODEL_MAX];
+    /* The model plus what else makes this job this job (optimizer, max_steps,
+     * consistency): each ps echoes it in Status, so a chief that finds a live
+     * model can tell whether its own job created it. */
+    char job_id[DT_MSG_MODEL_MAX];
     dt_tensors slots;    /* (vars x optimizer slots) "<variable>/<slot>" */
     int have_slots;      /* slots hold values worth sending (from a checkpoint) */
     dt_tensors snapshot; /* views of vars then slots, for saving; no slab */
@@ -198,6 +202,8 @@ typedef struct {
     chief *c;
     int ready[DT_MAX_PS];
     int num_ready;
+    int foreign_ps;                    /* a ready ps holding another job's model, or -1 */
+    char foreign[DT_MSG_MODEL_MAX];    /* what it was created with */
     int done;
     int64_t global_step; /* the highest of the ready tasks' */
 } census;
@@ -209,6 +215,7 @@ static int take_census(void *arg, dt_err *err) {
     cs->num_ready = 0;
     cs->done = 0;
     cs->global_step = 0;
+    cs->foreign_ps = -1;
     for (int p = 0; p < dt_ps_client_num_ps(pc); p++) {
         dt_msg_status_resp st;
         int rc = dt_ps_client_status(pc, p, &st, err);
@@ -217,6 +224,10 @@ static int take_census(void *arg, dt_err *err) {
         cs->num_ready += st.ready;
         cs->done |= st.done;
         if (st.ready && st.global_step > cs->global_step) cs->global_step = st.global_step;
+        if (st.ready && cs->foreign_ps < 0 && strcmp(st.model, cs->c->job_id) != 0) {
+            cs->foreign_ps = p;
+            snprintf(cs->foreign, sizeof cs->foreign, "%s", st.model);
+        }
     }
     return 0;
 }
@@ -270,7 +281,7 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     const dt_job *job = c->job;
     dt_ps_model *m = &c->create;
     m->optim = job->optim;
-    m->model = c->model;
+    m->model = c->job_id;
     m->skip_nonfinite = strcmp(job->nonfinite, "skip") == 0;
     m->max_steps = job->max_steps;
     c->catch_up_steps = (int64_t)DT_PS_CATCH_UP_STEPS * cluster->num_workers;
@@ -296,6 +307,13 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
                           "job: sync needs replicas_to_aggregate (%d) <= "
                           "total_num_replicas (%d) <= workers (%d)",
                           k->replicas_to_aggregate, k->total_num_replicas, cluster->num_workers);
+    /* The short fields first: a very long model description is what a cut
+     * drops, the same way on every run of this job. */
+    int n = snprintf(c->job_id, sizeof c->job_id, "optimizer=%s lr=%g max_steps=%lld mode=%s %s",
+                     m->optim.name, m->optim.learning_rate, (long long)m->max_steps, job->mode,
+                     c->model);
+    if (n >= (int)sizeof c->job_id)
+        dt_log(DT_LOG_DEBUG, "chief: job description cut to %zu bytes", sizeof c->job_id - 1);
     return 0;
 }
 
@@ -304,6 +322,15 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     int rc = dt_worker_retry(c->w, "every ps to answer", take_census, &cs, NULL, stop, err);
     if (rc < 0) return rc;
     int num_ps = dt_ps_client_num_ps(dt_worker_client(c->w));
+    if (cs.foreign_ps >= 0)
+        /* Training it would send this job's gradients into someone else's
+         * variables, or train values a stranger planted before us. */
+        return dt_err_set(err, DT_EEXIST,
+                          "chief: %s holds a model this job did not create: it has \"%s\", "
+                          "this job is \"%s\"; refusing to train it (stop the other job, or "
+                          "give this one its own ps tasks)",
+                          dt_ps_client_name(dt_worker_client(c->w), cs.foreign_ps), cs.foreign,
+                          c->job_id);
     if (cs.done) return 1;
     if (cs.num_ready == num_ps) {
         c->last_global_step = cs.global_step;

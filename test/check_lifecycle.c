@@ -365,6 +365,46 @@ START_TEST(second_chief_refused) {
 }
 END_TEST
 
+/* A chief that finds a live model its job did not create (here: the same
+ * cluster, another learning rate) refuses it with exit 1 and a message
+ * naming the ps and both jobs, and leaves the model untouched. */
+START_TEST(foreign_model_refused) {
+    static const char *const extra[] = {FOREVER, NULL};
+    world_init(1, 1, extra);
+    pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
+    dt_test_job_expect_ckpt_after(&w, 0, chief, JOB_TIMEOUT_MS);
+    dt_test_kill(chief, SIGKILL);
+    dt_test_wait(chief, EXIT_TIMEOUT_MS);
+
+    dt_test_probe sp;
+    dt_test_probe_open(&sp, w.cluster, 5000);
+    int64_t before = probe_step(&sp, 0);
+    dt_test_job_add_set(&w, "learning_rate=0.02");
+    pid_t other = dt_test_job_start(&w, "worker", 0, "other");
+    int status = dt_test_wait(other, EXIT_TIMEOUT_MS);
+    ck_assert_msg(status == 1, "chief of another job: status %d, want 1; logs:%s", status,
+                  dt_test_job_report(&w));
+    char *log = dt_test_job_read_log(&w, "other");
+    int named = dt_test_line_has(log, "ps:0", "holds a model this job did not create",
+                                 "lr=0.01", "lr=0.02");
+    free(log);
+    ck_assert_msg(named, "the refusal does not name the ps and both jobs; logs:%s",
+                  dt_test_job_report(&w));
+    /* Not re-created, not trained, not reset. */
+    dt_msg_status_resp st;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ps_client_status(sp.client, 0, &st, &err) == 0, "status: %s", err.msg);
+    ck_assert_msg(st.ready && st.global_step == before && strstr(st.model, "lr=0.01"),
+                  "the ps changed: ready %d step %lld (was %lld) model \"%s\"", st.ready,
+                  (long long)st.global_step, (long long)before, st.model);
+    dt_test_probe_close(&sp);
+    dt_test_kill(ps, SIGKILL);
+    dt_test_wait(ps, EXIT_TIMEOUT_MS);
+}
+END_TEST
+
 /* SIGKILL the ps mid-job and restart it: it comes back empty, the chief
  * restores it no earlier than its latest checkpoint, and the job completes
  * without restarting anyone else. */
@@ -501,6 +541,7 @@ Suite *lifecycle_suite(void) {
     add_case(s, "second_signal_exits_at_once", second_signal_exits_at_once);
     add_case(s, "ps_never_up", ps_never_up);
     add_case(s, "second_chief_refused", second_chief_refused);
+    add_case(s, "foreign_model_refused", foreign_model_refused);
     add_case(s, "ps_restart", ps_restart);
     add_case(s, "ps_restart_two_shards", ps_restart_two_shards);
     add_case(s, "worker_restart", worker_restart);
