@@ -11,6 +11,7 @@
  *   200  a peer stayed unreachable past the retry budget (retryable)
  *   128+N  stopped by signal N (130 for SIGINT, 143 for SIGTERM)
  */
+#include <errno.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -270,6 +271,16 @@ static int security_from(const options *o, int is_ps, dt_rpc_security *sec) {
         return usage_error("ps: --tls-ca needs --tls-cert and --tls-key (the ps's own)%s", "");
     if (!is_ps && sec->cert_file && !sec->ca_file)
         return usage_error("worker: --tls-cert needs --tls-ca to verify the ps%s", "");
+    /* A path that cannot be read is a configuration error (exit 2), found
+     * before the role starts; the contents are checked where they are used. */
+    const char *const files[4] = {sec->cert_file, sec->key_file, sec->ca_file, sec->token_file};
+    static const char *const names[4] = {"--tls-cert", "--tls-key", "--tls-ca", "--token-file"};
+    for (int i = 0; i < 4; i++)
+        if (files[i] && access(files[i], R_OK) != 0) {
+            fprintf(stderr, "dtrain: %s %s: cannot read: %s\n(see dtrain --help)\n", names[i],
+                    files[i], strerror(errno));
+            return EXIT_USAGE;
+        }
     return -1;
 }
 

@@ -20,6 +20,8 @@
  *    (UNAUTHENTICATED) and a worker's Shutdown, and counts its refusals in
  *    its log; with one shared token it trusts the claimed identity but
  *    still applies the roles and the cluster's bounds.
+ *  - the flags: in --help, pairs that go together, unreadable and non-PEM
+ *    files (exit 2 and 1, naming the file), the environment under the flags.
  * The test process itself is the raw client (dt_rpc_call_all, ps_client).
  * Every wait is bounded; the teardown kills what is left.
  */
@@ -442,6 +444,61 @@ START_TEST(cert_reload) {
 }
 END_TEST
 
+/* ---- flags ----------------------------------------------------------------------- */
+
+START_TEST(flags) {
+    make_certs();
+    dt_test_job_cluster(&w, 1, 2);
+    char cert[1300], key[1300], ca[1300];
+    cert_path(cert, sizeof cert, "chief.pem");
+    cert_path(key, sizeof key, "chief-key.pem");
+    cert_path(ca, sizeof ca, "ca.pem");
+    const char *const help[] = {"--help", NULL};
+    ck_assert_int_eq(dt_test_job_command(&w, help, 10000), 0);
+    ck_assert_msg(strstr(w.out, "--tls-cert FILE") && strstr(w.out, "--tls-ca FILE") &&
+                      strstr(w.out, "--token-file FILE") && strstr(w.out, "DTRAIN_TLS_CERT"),
+                  "--help lacks the security flags:\n%s", w.out);
+    const char *const no_key[] = {"--cluster",  w.cluster, "--job",    "worker", "--task", "0",
+                                  "--tls-cert", cert,      "--tls-ca", ca,       NULL};
+    dt_test_job_expect_error(&w, dt_test_job_command(&w, no_key, 10000), 2, "--tls-cert",
+                             "--tls-key", "together");
+    const char *const no_ca[] = {"--cluster",  w.cluster, "--job",     "worker", "--task", "0",
+                                 "--tls-cert", cert,      "--tls-key", key,      NULL};
+    dt_test_job_expect_error(&w, dt_test_job_command(&w, no_ca, 10000), 2, "--tls-ca", NULL, NULL);
+    const char *const missing[] = {
+        "--cluster", w.cluster,    "--job", "ps",        "--task",
+        "0",         "--tls-cert", cert,    "--tls-key", "/nonexistent/key.pem",
+        "--tls-ca",  ca,           NULL};
+    dt_test_job_expect_error(&w, dt_test_job_command(&w, missing, 10000), 2, "--tls-key",
+                             "/nonexistent/key.pem", "cannot read");
+    /* A file that is there but not PEM: the ps fails at start naming it. */
+    char junk[1200];
+    snprintf(junk, sizeof junk, "%s/junk.pem", w.dir);
+    ck_assert_int_eq(dt_test_write_file(junk, "not a certificate\n"), 0);
+    const char *const bad[] = {"--cluster", w.cluster,    "--job", "ps",        "--task",
+                               "0",         "--tls-cert", junk,    "--tls-key", key,
+                               "--tls-ca",  ca,           NULL};
+    dt_test_job_expect_error(&w, dt_test_job_command(&w, bad, 10000), 1, junk, "not a PEM file",
+                             NULL);
+    /* The environment is used when no flag is given; a flag wins. */
+    setenv("DTRAIN_TLS_KEY", "/nonexistent/env-key.pem", 1);
+    const char *const env[] = {"--cluster",  w.cluster, "--job",    "ps", "--task", "0",
+                               "--tls-cert", cert,      "--tls-ca", ca,   NULL};
+    dt_test_job_expect_error(&w, dt_test_job_command(&w, env, 10000), 2, "--tls-key",
+                             "/nonexistent/env-key.pem", NULL);
+    /* ... and the flag wins: this worker gets past its files to wait for
+     * the ps (not running), and gives up as unreachable. */
+    const char *const wins[] = {
+        "--cluster", w.cluster,   "--job", "worker",   "--task", "0",     "--tls-cert",
+        cert,        "--tls-key", key,     "--tls-ca", ca,       "--set", "ready_wait_secs=1",
+        "--log-dir", w.log_dir,   NULL};
+    int status = dt_test_job_command(&w, wins, 30000);
+    ck_assert_msg(status == 200, "exit %d, want 200 (peer unreachable); stderr:\n%s", status,
+                  w.err);
+    unsetenv("DTRAIN_TLS_KEY");
+}
+END_TEST
+
 /* ---- token files and identities (no processes) ----------------------------------- */
 
 START_TEST(token_file_parsing) {
@@ -502,6 +559,7 @@ Suite *tls_suite(void) {
     add_case(s, "token_refusals", token_refusals);
     add_case(s, "shared_token", shared_token);
     add_case(s, "cert_reload", cert_reload);
+    add_case(s, "flags", flags);
     add_case(s, "token_file_parsing", token_file_parsing);
     return s;
 }
