@@ -58,6 +58,7 @@ const char *dt_err_name(int code) {
     case DT_ECANCELLED: return "cancelled";
     case DT_EINTERNAL: return "internal error";
     case DT_ESTORAGE: return "storage unwritable";
+    case DT_EPERM: return "permission denied";
     default: return "unknown error";
     }
 }

@@ -27,6 +27,7 @@ typedef enum {
     DT_ECANCELLED = -10,  /* stopped by a signal or shutdown */
     DT_EINTERNAL = -11,   /* a bug or an unexpected library failure */
     DT_ESTORAGE = -12,    /* storage stayed unwritable (disk full) past a bound; retryable */
+    DT_EPERM = -13,       /* the caller may not do that (another task's index, role) */
 } dt_err_code;
 
 #define DT_ERR_MSG_MAX 512

@@ -160,6 +160,18 @@ static int check_done(dt_ps *ps, int32_t worker) {
     return done;
 }
 
+/* A chief or worker identity may speak only for its own task: with a
+ * certificate or a per-identity token, "worker:1" pushing as worker 2 is
+ * refused. Without authentication (DT_PEER_ANY) the index is the caller's
+ * word, as the README's Security section says. */
+static int check_caller(const dt_ps *ps, const dt_rpc_peer *peer, int32_t worker,
+                        const char *method, dt_err *err) {
+    if (peer->role != DT_PEER_CHIEF && peer->role != DT_PEER_WORKER) return 0;
+    if (worker == peer->task) return 0;
+    return dt_err_set(err, DT_EPERM, "%s: %s: %s may not call as worker %d", ps->name, method,
+                      peer->name, (int)worker);
+}
+
 static int encode_reply(dt_msg_type type, const void *msg, dt_rpc_buf *reply, dt_err *err) {
     int64_t size = dt_codec_size(type, msg, err);
     if (size < 0) return (int)size;
@@ -412,7 +424,7 @@ static int must_wait(dt_ps *ps, const dt_msg_pull_req *req) {
     return wait;
 }
 
-static int handle_pull(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+static int handle_pull(void *ctx, const dt_rpc_peer *peer,
                        const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
     dt_msg_pull_req req;
@@ -422,6 +434,7 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer __attribute__((unused)
     req.names.cap = DT_MODEL_PULL_NAMES_MAX;
     int rc = dt_codec_decode(DT_MSG_PULL_REQ, request->data, request->len, &req, err);
     if (rc < 0) return rc;
+    if ((rc = check_caller(ps, peer, req.worker, "pull", err)) < 0) return rc;
 
     pthread_rwlock_rdlock(&ps->model_lock);
     if (!ps->ready) {
@@ -640,7 +653,7 @@ static void tick_clock(dt_ps *ps, int32_t worker) {
     pthread_mutex_unlock(&ps->stats_mu);
 }
 
-static int handle_push(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+static int handle_push(void *ctx, const dt_rpc_peer *peer,
                        const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
     dt_msg_push_req req;
@@ -651,6 +664,7 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer __attribute__((unused)
     req.in.cap = DT_PS_MAX_PUSH;
     int rc = dt_codec_decode(DT_MSG_PUSH_REQ, request->data, request->len, &req, err);
     if (rc < 0) goto rejected;
+    if ((rc = check_caller(ps, peer, req.worker, "push", err)) < 0) goto rejected;
 
     pthread_rwlock_rdlock(&ps->model_lock);
     if (!ps->ready) {

@@ -189,6 +189,7 @@ static const struct {
     {DT_EEXIST, GRPC_STATUS_ALREADY_EXISTS},
     {DT_ECANCELLED, GRPC_STATUS_CANCELLED},
     {DT_EINTERNAL, GRPC_STATUS_INTERNAL},
+    {DT_EPERM, GRPC_STATUS_PERMISSION_DENIED},
 };
 #define STATUS_TABLE_LEN (sizeof status_table / sizeof status_table[0])
 

@@ -1582,6 +1582,57 @@ START_TEST(test_hostile_names) {
 }
 END_TEST
 
+/* With per-identity tokens a worker speaks only for its own task: worker:1
+ * pushing or pulling as worker 0 is PERMISSION_DENIED, names both, and
+ * changes nothing; as itself it trains. */
+START_TEST(test_push_as_another_task) {
+    char *dir = dt_test_tempdir();
+    ck_assert_ptr_nonnull(dir);
+    char tokens[1100];
+    snprintf(tokens, sizeof tokens, "%s/tokens", dir);
+    ck_assert_int_eq(dt_test_write_file(tokens, "chief tok-c\nworker:1 tok-w1\n"), 0);
+    fixture f;
+    memset(&f, 0, sizeof f);
+    free_addr(&f.ps_addr[0]);
+    free_addr(&f.worker_addr[0]);
+    free_addr(&f.worker_addr[1]);
+    f.cluster = (dt_cluster){.num_ps = 1, .ps = f.ps_addr, .num_workers = 2,
+                             .workers = f.worker_addr};
+    dt_rpc_security server = {.token_file = tokens};
+    dt_ps_params p = {.cluster = &f.cluster, .num_threads = 2, .security = &server};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ps_start(&p, &f.ps, &err) == 0, "ps start: %s", err.msg);
+    /* The chief's channel creates the model; worker 1's does the rest. */
+    dt_rpc_security as_chief = {.token_file = tokens, .identity = "chief"};
+    ck_assert_int_eq(dt_rpc_channel_new_secure(f.ps_addr[0].addr, &as_chief, &f.ch, &err), 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    ck_assert_msg(create(&f, W0, B0, &cfg, 4, 100, NULL, &err) == 0, "create: %s", err.msg);
+    dt_rpc_channel_free(f.ch);
+    dt_rpc_security as_w1 = {.token_file = tokens, .identity = "worker:1"};
+    ck_assert_int_eq(dt_rpc_channel_new_secure(f.ps_addr[0].addr, &as_w1, &f.ch, &err), 0);
+
+    ASSERT_FAILS(push(&f, GW, GB, 0, NULL, &err), DT_EPERM, "worker:1 may not call as worker 0");
+    dt_msg_pull_req pq;
+    memset(&pq, 0, sizeof pq);
+    pq.worker = 0;
+    ASSERT_FAILS(call_msg(&f, DT_MSG_PULL_REQ, &pq, DT_MSG_PULL_RESP, NULL, &err), DT_EPERM,
+                 "worker:1 may not call as worker 0");
+    dt_msg_status_resp st;
+    status(&f, 1, &st);
+    ck_assert_int_eq(st.global_step, 4);
+    ck_assert_int_eq(st.pushes_applied, 0);
+    dt_err_clear(&err);
+    ck_assert_msg(push(&f, GW, GB, 1, NULL, &err) == 0, "push as itself: %s", err.msg);
+    status(&f, 1, &st);
+    ck_assert_int_eq(st.global_step, 5);
+    fixture_stop(&f);
+    dt_test_rmtree(dir);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
 /* A Shutdown reason with a newline must not forge a log record: the ps's
  * stderr, captured here, holds it escaped on the one line it logs. */
 START_TEST(test_reason_escaped_in_log) {
@@ -1661,6 +1712,7 @@ Suite *ps_suite(void) {
     tcase_add_test(hostile, test_seen_step_catch_up_bounded);
     tcase_add_test(hostile, test_hostile_names);
     tcase_add_test(hostile, test_reason_escaped_in_log);
+    tcase_add_test(hostile, test_push_as_another_task);
     suite_add_tcase(s, hostile);
     return s;
 }
