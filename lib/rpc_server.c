@@ -603,6 +603,9 @@ static int wait_shutdown(dt_rpc_server *s, const struct timespec *deadline) {
 
 void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
     if (!s) return;
+    long long refused = atomic_load(&s->refused);
+    if (refused > 0)
+        dt_log(DT_LOG_INFO, "rpc server %s: %lld calls refused in all", s->addr, refused);
     grpc_server_shutdown_and_notify(s->grpc, s->cq, &s->shutdown_tag);
     int all_started = 1;
     for (int i = 0; i < s->num_pollers; i++)
