@@ -251,7 +251,7 @@ static grpc_status_code authenticate(dt_rpc_server *s, call_state *cs, dt_rpc_pe
                 : peer->role == DT_PEER_PS   ? s->params.num_ps
                                              : 0;
     if (bound > 0 && peer->task >= bound) {
-        dt_err_set(err, DT_EINVAL, "permission denied: %s is not in the cluster (%d %s tasks)",
+        dt_err_set(err, DT_EPERM, "permission denied: %s is not in the cluster (%d %s tasks)",
                    peer->name, bound, peer->role == DT_PEER_WORKER ? "worker" : "ps");
         return GRPC_STATUS_PERMISSION_DENIED;
     }
@@ -292,7 +292,7 @@ static void handle(call_state *cs) {
     const dt_rpc_method *m = find_method(s, cs->details.method);
     if (status == GRPC_STATUS_OK && m && peer.role != DT_PEER_ANY &&
         !(m->allowed_roles & DT_PEER_MASK(peer.role))) {
-        dt_err_set(&err, DT_EINVAL, "permission denied: %s may not call %s", peer.name, m->path);
+        dt_err_set(&err, DT_EPERM, "permission denied: %s may not call %s", peer.name, m->path);
         status = GRPC_STATUS_PERMISSION_DENIED;
     }
     if (status != GRPC_STATUS_OK) {
