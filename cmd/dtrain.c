@@ -441,14 +441,18 @@ int main(int argc, char **argv) {
     int rc;
     if (is_ps) {
         dt_log_set_role('P');
-        dt_ps_params pp = {&cluster, task, o.keep_serving, 0, 0, &security};
+        dt_ps_params pp = {.cluster = &cluster,
+                           .task_index = task,
+                           .keep_serving = o.keep_serving,
+                           .security = &security};
         dt_ps *ps = NULL;
         rc = dt_ps_start(&pp, &ps, &err);
         if (rc == 0) rc = dt_ps_wait(ps, &stop_signal, &err);
         dt_ps_free(ps);
     } else {
         dt_log_set_role(task == 0 ? 'C' : 'W');
-        dt_worker_params wp = {&cluster, &job, task, &security};
+        dt_worker_params wp = {
+            .cluster = &cluster, .job = &job, .task_index = task, .security = &security};
         rc = task == 0 ? dt_chief_run(&wp, &stop_signal, &err)
                        : dt_worker_run(&wp, &stop_signal, &err);
     }

@@ -396,7 +396,10 @@ static int tls_load(tls_files *t, grpc_ssl_server_certificate_config **out, dt_e
     if (rc == 0 && t->ca_file[0]) rc = dt_rpc_read_pem(t->ca_file, "--tls-ca", &ca, err);
     if (rc == 0) {
         grpc_ssl_pem_key_cert_pair pair = {key, cert};
-        *out = grpc_ssl_server_certificate_config_create(ca, &pair, 1);
+        /* gRPC 1.51 asserts that a fetched config has root certificates
+         * even when it requests no client certificate (and so uses none):
+         * without a CA, the server's own chain stands in. */
+        *out = grpc_ssl_server_certificate_config_create(ca ? ca : cert, &pair, 1);
         memcpy(t->seen, st, sizeof st);
         t->generation = dt_rpc_cert_generation();
     }
@@ -485,9 +488,15 @@ static int make_server_creds(dt_rpc_server *s, grpc_server_credentials **out, dt
     if (s->mtls)
         dt_log(DT_LOG_INFO, "rpc server %s: TLS, client certificates of CA %s required", s->addr,
                sec->ca_file);
+    else if (s->tokens)
+        dt_log(DT_LOG_INFO, "rpc server %s: TLS, no client certificates (tokens identify callers)",
+               s->addr);
     else
-        dt_log(DT_LOG_INFO, "rpc server %s: TLS, no client certificates%s", s->addr,
-               s->tokens ? " (tokens identify callers)" : "");
+        dt_log(DT_LOG_WARN,
+               "rpc server %s: TLS without client certificates or tokens: the traffic is "
+               "encrypted, but anyone who can reach the port can control the job (see --tls-ca, "
+               "--token-file)",
+               s->addr);
     return 0;
 }
 

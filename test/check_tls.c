@@ -4,7 +4,8 @@
  * at test time by scripts/make_certs.sh (and openssl for the expired one)
  * in the test's temp dir.
  *  - a job over mutual TLS (ps, chief, worker; the roles take their files
- *    from DTRAIN_TLS_* in the environment) exits 0; so does one with
+ *    from DTRAIN_TLS_* in the environment) exits 0; so does one over TLS
+ *    without client certificates (the ps warns it checks no one), and one with
  *    per-identity tokens in plaintext, and the ps warns that tokens cross
  *    the network in clear;
  *  - a mutual-TLS ps that finished a job (--keep-serving, files given as
@@ -180,6 +181,29 @@ START_TEST(mtls_job) {
     ck_assert_msg(!dt_test_job_log_has(&w, "ps0", "refused"), "the ps refused a call; logs:%s",
                   dt_test_job_report(&w));
     dt_test_job_check_latest(&w, 300, 0);
+}
+END_TEST
+
+/* TLS without client certificates: encrypted, the ps warns it checks no
+ * one; workers only verify the ps. */
+START_TEST(tls_only_job) {
+    make_certs();
+    dt_test_job_cluster(&w, 1, 2);
+    job_sets();
+    pid_t pids[3];
+    tls_env("ps-0");
+    unsetenv("DTRAIN_TLS_CA");
+    pids[0] = dt_test_job_start(&w, "ps", 0, "ps0");
+    unsetenv("DTRAIN_TLS_CERT");
+    unsetenv("DTRAIN_TLS_KEY");
+    char ca[1300];
+    setenv("DTRAIN_TLS_CA", cert_path(ca, sizeof ca, "ca.pem"), 1);
+    pids[1] = dt_test_job_start(&w, "worker", 0, "chief");
+    pids[2] = dt_test_job_start(&w, "worker", 1, "worker1");
+    const char *const names[] = {"ps 0", "chief", "worker 1"};
+    dt_test_job_expect_done(&w, pids, names, 3, JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&w, "ps0", "TLS without client certificates or tokens"),
+                  "no warning; logs:%s", dt_test_job_report(&w));
 }
 END_TEST
 
@@ -561,6 +585,7 @@ static void add_case(Suite *s, const char *name, const TTest *test) {
 Suite *tls_suite(void) {
     Suite *s = suite_create("tls");
     add_case(s, "mtls_job", mtls_job);
+    add_case(s, "tls_only_job", tls_only_job);
     add_case(s, "token_job", token_job);
     add_case(s, "mtls_refusals", mtls_refusals);
     add_case(s, "token_refusals", token_refusals);
