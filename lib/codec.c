@@ -570,6 +570,13 @@ static int check_values(dt_msg_type type, const pb_any *pb, dt_err *err) {
 int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg, dt_err *err) {
     const pb_msgdesc_t *fields = descriptor(type);
     if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
+    /* An empty message (every field at its default) arrives as NULL, 0:
+     * bounds below are computed from a real address, as C requires. */
+    static const uint8_t empty[1];
+    if (!buf) {
+        if (len) return dt_err_set(err, DT_EINTERNAL, "codec: NULL buffer of %zu bytes", len);
+        buf = empty;
+    }
     dt_err local;
     dt_err_clear(&local);
     decode_ctx ctx = {&local, "tensors", buf, buf + len};

@@ -855,6 +855,10 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
                                .security = params->security,
                                .num_workers = c->num_workers,
                                .num_ps = c->num_ps};
+    if (params->no_server) {
+        *out = ps;
+        return 0;
+    }
     int rc = dt_rpc_server_start(&sp, &ps->server, err);
     if (rc < 0) {
         dt_err_wrap(err, rc, "ps:%d", params->task_index);
@@ -865,6 +869,23 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
            (unsigned long long)ps->incarnation);
     *out = ps;
     return 0;
+}
+
+int dt_ps_call(dt_ps *ps, const char *method, const dt_rpc_peer *peer, const dt_rpc_buf *request,
+               dt_rpc_buf *reply, dt_err *err) {
+    memset(reply, 0, sizeof *reply);
+    for (size_t i = 0; i < sizeof ps_methods / sizeof ps_methods[0]; i++) {
+        const dt_rpc_method *m = &ps_methods[i];
+        if (strcmp(m->path, method) != 0) continue;
+        /* The server's role check, as it runs before a handler. */
+        if (peer->role != DT_PEER_ANY && !(m->allowed_roles & DT_PEER_MASK(peer->role)))
+            return dt_err_set(err, DT_EPERM, "permission denied: %s may not call %s", peer->name,
+                              m->path);
+        int rc = m->handler(ps, peer, request, reply, err);
+        if (rc < 0) dt_rpc_buf_release(reply);
+        return rc;
+    }
+    return dt_err_set(err, DT_EPRECOND, "unknown method %s", method);
 }
 
 /* 1 when the job is over and every worker knows, or the linger is up. */

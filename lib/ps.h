@@ -30,6 +30,7 @@ typedef struct {
     int num_threads;           /* RPC poller threads; 0 picks a default */
     int linger_ms;             /* after Shutdown: longest wait for workers to be told */
     const dt_rpc_security *security; /* borrowed; NULL: plaintext, no auth */
+    int no_server;             /* 1: serve no port; calls come through dt_ps_call */
 } dt_ps_params;
 
 typedef struct dt_ps dt_ps;
@@ -42,6 +43,13 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) DT_WARN_UN
  * (DT_ECANCELLED). With keep_serving the job's end does not return.
  */
 int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err);
+
+/* Runs one request through the handler of method ("/dtrain.ParameterServer/
+ * Push") as if peer had sent it over gRPC, role check included, without the
+ * network: for fuzzing the handlers and for in-process tools. On success
+ * *reply holds the encoded answer (caller releases it). */
+int dt_ps_call(dt_ps *ps, const char *method, const dt_rpc_peer *peer, const dt_rpc_buf *request,
+               dt_rpc_buf *reply, dt_err *err) DT_WARN_UNUSED;
 
 /* Stops serving (in-flight calls get a short grace period) and frees. */
 void dt_ps_free(dt_ps *ps);

@@ -93,6 +93,61 @@ static void put_msg(const char *name, dt_msg_type type, const void *msg) {
     free(buf);
 }
 
+/* ps: runs of calls in fuzz_ps's layout (see there): after the chief's
+ * model, a fuzzed Push whose seen_step claims step 100 and a Status; raw
+ * Pull and Shutdown messages; and a Push to a ps no chief created. */
+static void ps_seeds(void) {
+    uint8_t run[128];
+    size_t n = 0;
+    run[n++] = 0;       /* the chief's model */
+    run[n++] = 5;       /* a fuzzed push */
+    run[n++] = 2;       /* from worker:1 */
+    float g[9] = {0.5f, -1, 2, 0.25f, 0, 1, -0.5f, 1, 3};
+    memcpy(run + n, g, sizeof g);
+    int64_t step = 7, seen = 100;
+    memcpy(run + n + 36, &step, 8);
+    memcpy(run + n + 44, &seen, 8);
+    run[n + 52] = 0, run[n + 53] = 0; /* no flipped byte */
+    n += 54;
+    run[n++] = 3, run[n++] = 3, run[n++] = 0; /* Status from a tool, empty */
+    put("ps", "push-claims-step", -1, run, n);
+
+    const char *names[2] = {"w", "b"};
+    dt_msg_pull_req pull;
+    memset(&pull, 0, sizeof pull);
+    pull.worker = 1;
+    pull.seen_step = 1000;
+    pull.out_names = names;
+    pull.out_count = 2;
+    dt_err err;
+    dt_err_clear(&err);
+    n = 0;
+    run[n++] = 0, run[n++] = 1, run[n++] = 2; /* the chief's model; a Pull from worker:1 */
+    int64_t len = dt_codec_size(DT_MSG_PULL_REQ, &pull, &err);
+    if (len < 0 || len > 64 || dt_codec_encode(DT_MSG_PULL_REQ, &pull, run + n + 1, (size_t)len,
+                                               &err) < 0)
+        die("ps pull seed", &err);
+    run[n++] = (uint8_t)len;
+    n += (size_t)len;
+    dt_msg_shutdown_req bye;
+    memset(&bye, 0, sizeof bye);
+    snprintf(bye.reason, sizeof bye.reason, "bye\nforged");
+    run[n++] = 4, run[n++] = 0; /* Shutdown from anyone */
+    len = dt_codec_size(DT_MSG_SHUTDOWN_REQ, &bye, &err);
+    if (len < 0 || len > 64 || dt_codec_encode(DT_MSG_SHUTDOWN_REQ, &bye, run + n + 1, (size_t)len,
+                                               &err) < 0)
+        die("ps shutdown seed", &err);
+    run[n++] = (uint8_t)len;
+    n += (size_t)len;
+    put("ps", "pull-shutdown", -1, run, n);
+
+    n = 0;
+    run[n++] = 1, run[n++] = 5, run[n++] = 0; /* no model; a fuzzed push from anyone */
+    memset(run + n, 0, 54);
+    n += 54;
+    put("ps", "push-not-ready", -1, run, n);
+}
+
 static void codec_seeds(void) {
     dt_tensors vars;
     model_vars(&vars);
@@ -312,12 +367,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     out_dir = argv[1];
-    static const char *const targets[] = {"codec", "checkpoint", "config", "summary", "reader"};
+    static const char *const targets[] = {"codec", "checkpoint", "config", "summary", "reader", "ps"};
     for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++)
         make_dir(targets[i]);
     char tmp[] = "/tmp/dtrain-seeds-XXXXXX";
     if (!mkdtemp(tmp)) die("mkdtemp", NULL);
     codec_seeds();
+    ps_seeds();
     checkpoint_seeds(tmp);
     config_seeds();
     summary_seeds(tmp);

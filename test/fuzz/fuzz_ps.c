@@ -1,0 +1,224 @@
+/*
+ * Fuzz target: the ps's request handlers themselves (dt_ps_call, the path a
+ * gRPC call takes after the server's checks), on an in-process ps with no
+ * port. The input is a run of calls, each: an op byte (Create, Pull, Push,
+ * Status or Shutdown with raw bytes, or a valid Push with fuzzed values,
+ * seen_step and one flipped byte), a caller byte (anonymous, chief,
+ * worker:1, tool) and, for raw ops, a length byte and that many bytes.
+ * The first byte chooses whether the chief created the model first.
+ *
+ * Beyond "no crash, no sanitizer report", after every call:
+ *  - the global step never goes down;
+ *  - with the chief's model: the step moves by exactly the pushes applied
+ *    (no claim, name or size moves it), and a refused call, or any call but
+ *    an applied push, leaves every variable and slot byte as it was.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "optim.h"
+#include "ps.h"
+#include "rpc_common.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "fuzz_ps: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);     \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define METHOD(name) "/dtrain.ParameterServer/" name
+#define SNAP_MAX 4096 /* bytes of variables and slots: the model here is tiny */
+
+static const char *const methods[] = {METHOD("Create"), METHOD("Pull"), METHOD("Push"),
+                                      METHOD("Status"), METHOD("Shutdown")};
+static const dt_msg_type types[] = {DT_MSG_CREATE_REQ, DT_MSG_PULL_REQ, DT_MSG_PUSH_REQ,
+                                    DT_MSG_STATUS_REQ, DT_MSG_SHUTDOWN_REQ};
+
+static int call(dt_ps *ps, int op, const dt_rpc_peer *peer, const void *bytes, size_t n,
+                dt_rpc_buf *reply) {
+    dt_rpc_buf req = {0};
+    dt_err err;
+    dt_err_clear(&err);
+    if (dt_rpc_buf_alloc(&req, n, &err) < 0) abort();
+    if (n) memcpy(req.data, bytes, n);
+    int rc = dt_ps_call(ps, methods[op], peer, &req, reply, &err);
+    CHECK(rc == 0 || (err.code == rc && err.msg[0])); /* a refusal always says why */
+    dt_rpc_buf_release(&req);
+    return rc;
+}
+
+static int encode_call(dt_ps *ps, int op, const dt_rpc_peer *peer, const void *msg, int flip_at,
+                       uint8_t flip, dt_rpc_buf *reply) {
+    uint8_t buf[1024];
+    dt_err err;
+    dt_err_clear(&err);
+    int64_t n = dt_codec_size(types[op], msg, &err);
+    CHECK(n >= 0 && n <= (int64_t)sizeof buf);
+    CHECK(dt_codec_encode(types[op], msg, buf, (size_t)n, &err) == 0);
+    if (flip_at >= 0 && n > 0) buf[flip_at % n] ^= flip;
+    return call(ps, op, peer, buf, (size_t)n, reply);
+}
+
+typedef struct {
+    int64_t step, applied;
+    int ready;
+    size_t len;
+    uint8_t bytes[SNAP_MAX];
+} snapshot;
+
+static void take(dt_ps *ps, snapshot *s) {
+    static const dt_rpc_peer anyone = {DT_PEER_ANY, -1, 0, "anonymous"};
+    dt_rpc_buf reply;
+    dt_msg_status_req sq = {.worker = -1};
+    CHECK(encode_call(ps, 3, &anyone, &sq, -1, 0, &reply) == 0);
+    dt_msg_status_resp st;
+    dt_err err;
+    dt_err_clear(&err);
+    CHECK(dt_codec_decode(DT_MSG_STATUS_RESP, reply.data, reply.len, &st, &err) == 0);
+    dt_rpc_buf_release(&reply);
+    s->step = st.global_step;
+    s->applied = st.pushes_applied;
+    s->ready = st.ready;
+    s->len = 0;
+    if (!s->ready) return;
+    dt_msg_pull_req pq = {.worker = -1, .include_slots = true};
+    CHECK(encode_call(ps, 1, &anyone, &pq, -1, 0, &reply) == 0);
+    dt_tensor in[16], slots[32];
+    dt_msg_pull_resp pr;
+    memset(&pr, 0, sizeof pr);
+    pr.in.items = in;
+    pr.in.cap = 16;
+    pr.slots_in.items = slots;
+    pr.slots_in.cap = 32;
+    CHECK(dt_codec_decode(DT_MSG_PULL_RESP, reply.data, reply.len, &pr, &err) == 0);
+    for (int i = 0; i < pr.in.count + pr.slots_in.count; i++) {
+        const dt_tensor *t = i < pr.in.count ? &in[i] : &slots[i - pr.in.count];
+        CHECK(s->len + t->nbytes <= SNAP_MAX);
+        memcpy(s->bytes + s->len, t->data, t->nbytes);
+        s->len += t->nbytes;
+    }
+    dt_rpc_buf_release(&reply);
+}
+
+/* The chief's model: w (2, 3) and b (3), momentum (so slots change too). */
+static void tensors(dt_tensor t[2], float *w, float *b) {
+    memset(t, 0, 2 * sizeof *t);
+    strcpy(t[0].name, "w");
+    t[0].dtype = DT_DTYPE_F32, t[0].ndim = 2, t[0].shape[0] = 2, t[0].shape[1] = 3;
+    t[0].data = w, t[0].nbytes = 24;
+    strcpy(t[1].name, "b");
+    t[1].dtype = DT_DTYPE_F32, t[1].ndim = 1, t[1].shape[0] = 3;
+    t[1].data = b, t[1].nbytes = 12;
+}
+
+static void create_model(dt_ps *ps) {
+    static const dt_rpc_peer chief = {DT_PEER_CHIEF, 0, 1, "chief"};
+    float w[6] = {1, 2, 3, 4, 5, 6}, b[3] = {-1, 0, 1};
+    dt_tensor t[2];
+    tensors(t, w, b);
+    dt_msg_create_req req;
+    memset(&req, 0, sizeof req);
+    req.out.items = t;
+    req.out.count = 2;
+    req.global_step = 7;
+    req.max_steps = 1000000000;
+    dt_optim_defaults(&req.optim);
+    strcpy(req.optim.name, "momentum");
+    req.optim.learning_rate = 0.5;
+    req.optim.momentum = 0.9;
+    strcpy(req.model, "fuzz");
+    dt_rpc_buf reply;
+    CHECK(encode_call(ps, 0, &chief, &req, -1, 0, &reply) == 0);
+    dt_rpc_buf_release(&reply);
+}
+
+/* A valid Push from the input's bytes: gradient values, step, seen_step. */
+static int fuzzed_push(dt_ps *ps, const dt_rpc_peer *peer, const uint8_t *p, size_t n) {
+    uint8_t raw[36 + 16 + 2] = {0};
+    memcpy(raw, p, n < sizeof raw ? n : sizeof raw);
+    float g[9];
+    memcpy(g, raw, sizeof g);
+    dt_tensor t[2];
+    tensors(t, g, g + 6);
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = peer->task;
+    memcpy(&req.step, raw + 36, 8);
+    memcpy(&req.seen_step, raw + 44, 8);
+    req.out.items = t;
+    req.out.count = 2;
+    dt_rpc_buf reply;
+    int flip_at = raw[53] ? raw[52] : -1;
+    int rc = encode_call(ps, 2, peer, &req, flip_at, raw[53], &reply);
+    dt_rpc_buf_release(&reply);
+    return rc;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static const dt_rpc_peer peers[] = {{DT_PEER_ANY, -1, 0, "anonymous"},
+                                        {DT_PEER_CHIEF, 0, 1, "chief"},
+                                        {DT_PEER_WORKER, 1, 1, "worker:1"},
+                                        {DT_PEER_TOOL, -1, 1, "tool"}};
+    static int initialized;
+    if (!initialized) {
+        dt_rpc_init();
+        initialized = 1;
+    }
+    if (size == 0) return 0;
+    dt_addr ps_addr = {0}, worker_addr[2] = {{0}, {0}};
+    snprintf(ps_addr.addr, sizeof ps_addr.addr, "127.0.0.1:1");
+    dt_cluster cluster = {.num_ps = 1, .ps = &ps_addr, .num_workers = 2, .workers = worker_addr};
+    dt_ps_params params = {.cluster = &cluster, .num_threads = 1, .no_server = 1};
+    dt_ps *ps = NULL;
+    dt_err err;
+    dt_err_clear(&err);
+    CHECK(dt_ps_start(&params, &ps, &err) == 0);
+    int chiefs_model = (data[0] & 1) == 0;
+    if (chiefs_model) create_model(ps);
+    snapshot *before = malloc(sizeof *before), *after = malloc(sizeof *after);
+    CHECK(before && after);
+    take(ps, before);
+    size_t i = 1;
+    while (i + 2 <= size) {
+        int op = data[i] % 6;
+        const dt_rpc_peer *peer = &peers[data[i + 1] % 4];
+        i += 2;
+        dt_rpc_buf reply = {0};
+        int rc;
+        if (op == 5) {
+            size_t n = size - i < 54 ? size - i : 54;
+            rc = fuzzed_push(ps, peer, data + i, n);
+            i += n;
+        } else {
+            size_t n = i < size ? data[i++] : 0;
+            if (n > size - i) n = size - i;
+            rc = call(ps, op, peer, data + i, n, &reply);
+            dt_rpc_buf_release(&reply);
+            i += n;
+        }
+        take(ps, after);
+        CHECK(after->step >= before->step);
+        if (chiefs_model) {
+            int64_t pushes = after->applied - before->applied;
+            CHECK(after->step - before->step == pushes);
+            int may_change = rc == 0 && (op == 2 || op == 5) && pushes > 0;
+            if (!may_change)
+                CHECK(after->len == before->len &&
+                      memcmp(after->bytes, before->bytes, before->len) == 0);
+        }
+        snapshot *t = before;
+        before = after;
+        after = t;
+    }
+    free(before);
+    free(after);
+    dt_ps_free(ps);
+    return 0;
+}
