@@ -29,6 +29,7 @@
 #include "codec.h"
 #include "log.h"
 #include "optim.h"
+#include "rpc_client.h"
 #include "rpc_server.h"
 #include "tensor.h"
 
@@ -94,6 +95,15 @@ struct dt_ps {
     int shutdown_requested;
     struct timespec shutdown_at;
     int *worker_told_done; /* (num_workers) */
+
+    /* While no chief has created the model: the other ps tasks, asked now
+     * and then whether the job is already done (a ps restarted after the
+     * end would otherwise wait for a chief that never comes). */
+    dt_rpc_channel **peers;           /* (num_ps) made at the first ask; NULL for this task */
+    dt_rpc_call *peer_calls;          /* (num_ps) */
+    int *peer_of;                     /* (num_ps) the task of each call */
+    char identity[DT_PEER_NAME_MAX];  /* "ps:N", the token this ps sends */
+    struct timespec peers_asked;
 };
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -805,7 +815,8 @@ static const dt_rpc_method ps_methods[] = {
     {"/dtrain.ParameterServer/Create", handle_create, ROLES_CHIEF},
     {"/dtrain.ParameterServer/Pull", handle_pull, ROLES_TRAINERS},
     {"/dtrain.ParameterServer/Push", handle_push, ROLES_TRAINERS},
-    {"/dtrain.ParameterServer/Status", handle_status, ROLES_TRAINERS | DT_PEER_MASK(DT_PEER_TOOL)},
+    {"/dtrain.ParameterServer/Status", handle_status,
+     ROLES_TRAINERS | DT_PEER_MASK(DT_PEER_TOOL) | DT_PEER_MASK(DT_PEER_PS)},
     {"/dtrain.ParameterServer/Shutdown", handle_shutdown, ROLES_CHIEF},
 };
 
@@ -844,6 +855,7 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     const dt_addr *addr = &c->ps[params->task_index];
     snprintf(ps->name, sizeof ps->name, "ps:%d %.40s", params->task_index, addr->addr);
     ps->incarnation = new_incarnation();
+    snprintf(ps->identity, sizeof ps->identity, "ps:%d", params->task_index);
     pthread_rwlock_init(&ps->model_lock, NULL);
     pthread_mutex_init(&ps->life_mu, NULL);
 
@@ -903,6 +915,85 @@ static int finished(dt_ps *ps) {
     return over && (all_told || linger_up);
 }
 
+#define PEER_ASK_MS 1000   /* how often an empty ps asks the others */
+#define PEER_CALL_MS 500   /* deadline of one such Status */
+
+/* The job is over: as if the chief had said so, so dt_ps_wait exits after
+ * its linger (no worker will come to be told). */
+static void learn_done(dt_ps *ps, const char *peer, int64_t step) {
+    pthread_mutex_lock(&ps->life_mu);
+    int first = !ps->shutdown_requested;
+    if (first) {
+        ps->shutdown_requested = 1;
+        clock_gettime(CLOCK_MONOTONIC, &ps->shutdown_at);
+    }
+    pthread_mutex_unlock(&ps->life_mu);
+    if (first)
+        dt_log(DT_LOG_INFO, "%s: %s says the job is done (global_step %lld); no chief will "
+               "create a model here", ps->name, peer, (long long)step);
+}
+
+/* An empty ps asks the other ps tasks whether the job is done, once a
+ * second, all at once with a short deadline. A task that is down or empty
+ * too says nothing. */
+static void ask_peers(dt_ps *ps) {
+    const dt_cluster *c = ps->params.cluster;
+    if (c->num_ps < 2 || ms_since(&ps->peers_asked) < PEER_ASK_MS) return;
+    pthread_rwlock_rdlock(&ps->model_lock);
+    int ready = ps->ready;
+    pthread_rwlock_unlock(&ps->model_lock);
+    if (ready) return;
+    clock_gettime(CLOCK_MONOTONIC, &ps->peers_asked);
+    /* Made at the first ask (most ps tasks never need them); what a short
+     * allocation left NULL is tried again next time, freed by dt_ps_free. */
+    if (!ps->peers) ps->peers = calloc((size_t)c->num_ps, sizeof *ps->peers);
+    if (!ps->peer_calls) ps->peer_calls = calloc((size_t)c->num_ps, sizeof *ps->peer_calls);
+    if (!ps->peer_of) ps->peer_of = calloc((size_t)c->num_ps, sizeof *ps->peer_of);
+    if (!ps->peers || !ps->peer_calls || !ps->peer_of) return;
+    dt_rpc_call *calls = ps->peer_calls;
+    int *who = ps->peer_of, k = 0;
+    dt_rpc_security sec = {0};
+    if (ps->params.security) sec = *ps->params.security;
+    sec.identity = ps->identity;
+    dt_msg_status_req req = {.worker = -1};
+    uint8_t bytes[16];
+    dt_err err;
+    dt_err_clear(&err);
+    int64_t n = dt_codec_size(DT_MSG_STATUS_REQ, &req, &err);
+    DT_ASSERT(n >= 0 && n <= (int64_t)sizeof bytes);
+    if (dt_codec_encode(DT_MSG_STATUS_REQ, &req, bytes, (size_t)n, &err) < 0) return;
+    dt_rpc_buf request = {0};
+    if (dt_rpc_buf_alloc(&request, (size_t)n, &err) < 0) return;
+    if (n) memcpy(request.data, bytes, (size_t)n);
+    for (int q = 0; q < c->num_ps; q++) {
+        if (q == ps->params.task_index) continue;
+        if (!ps->peers[q] && dt_rpc_channel_new_secure(c->ps[q].addr, &sec, &ps->peers[q], &err) < 0)
+            continue; /* e.g. a token file without this task's token: said at start */
+        memset(&calls[k], 0, sizeof calls[k]);
+        calls[k].channel = ps->peers[q];
+        calls[k].method = dt_codec_method(DT_MSG_STATUS_REQ);
+        calls[k].request = &request;
+        who[k++] = q;
+    }
+    if (k > 0 && dt_rpc_call_all(calls, k, PEER_CALL_MS, NULL) < 0) {
+        /* Each call's own outcome is read below. */
+    }
+    for (int i = 0; i < k; i++) {
+        dt_msg_status_resp st;
+        memset(&st, 0, sizeof st);
+        if (calls[i].err.code == 0 &&
+            dt_codec_decode(DT_MSG_STATUS_RESP, calls[i].response.data, calls[i].response.len,
+                            &st, NULL) == 0 &&
+            st.done) {
+            char peer[32];
+            snprintf(peer, sizeof peer, "ps:%d", who[i]);
+            learn_done(ps, peer, st.global_step);
+        }
+        dt_rpc_buf_release(&calls[i].response);
+    }
+    dt_rpc_buf_release(&request);
+}
+
 int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
     int announced = 0;
     for (;;) {
@@ -919,6 +1010,7 @@ int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
             announced = 1;
         }
         sync_timeout_check(ps);
+        ask_peers(ps);
         struct timespec nap = {0, 50 * 1000000L};
         nanosleep(&nap, NULL);
     }
@@ -927,6 +1019,11 @@ int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
 void dt_ps_free(dt_ps *ps) {
     if (!ps) return;
     dt_rpc_server_stop(ps->server, 2000);
+    for (int q = 0; ps->peers && q < ps->params.cluster->num_ps; q++)
+        dt_rpc_channel_free(ps->peers[q]);
+    free(ps->peers);
+    free(ps->peer_calls);
+    free(ps->peer_of);
     free_model(ps);
     pthread_rwlock_destroy(&ps->model_lock);
     pthread_mutex_destroy(&ps->life_mu);

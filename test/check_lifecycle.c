@@ -405,6 +405,29 @@ START_TEST(foreign_model_refused) {
 }
 END_TEST
 
+/* A ps (re)started after the job is done learns it from another ps task
+ * and exits 0 within its linger, instead of waiting for a chief that will
+ * never come. ps 0 keeps serving after the end, so it is there to ask. */
+START_TEST(ps_started_after_done) {
+    static const char *const extra[] = {"max_steps=3000", NULL};
+    world_init(2, 1, extra);
+    pid_t ps0 = dt_test_job_start_serving(&w, "ps", 0, "ps0");
+    pid_t ps1 = dt_test_job_start(&w, "ps", 1, "ps1");
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
+    pid_t pids[2] = {chief, ps1};
+    const char *names[2] = {"chief", "ps 1"};
+    dt_test_job_expect_done(&w, pids, names, 2, JOB_TIMEOUT_MS);
+
+    pid_t late = dt_test_job_start(&w, "ps", 1, "ps1-late");
+    /* Default linger (10 s) plus a second between asks, with room. */
+    dt_test_job_expect_exit(&w, late, "ps 1 started after the end", 30000, 0);
+    ck_assert_msg(dt_test_job_log_has(&w, "ps1-late", "ps:0 says the job is done"),
+                  "the late ps did not say how it knew; logs:%s", dt_test_job_report(&w));
+    dt_test_kill(ps0, SIGKILL);
+    dt_test_wait(ps0, EXIT_TIMEOUT_MS);
+}
+END_TEST
+
 /* SIGKILL the ps mid-job and restart it: it comes back empty, the chief
  * restores it no earlier than its latest checkpoint, and the job completes
  * without restarting anyone else. */
@@ -541,6 +564,7 @@ Suite *lifecycle_suite(void) {
     add_case(s, "second_signal_exits_at_once", second_signal_exits_at_once);
     add_case(s, "ps_never_up", ps_never_up);
     add_case(s, "second_chief_refused", second_chief_refused);
+    add_case(s, "ps_started_after_done", ps_started_after_done);
     add_case(s, "foreign_model_refused", foreign_model_refused);
     add_case(s, "ps_restart", ps_restart);
     add_case(s, "ps_restart_two_shards", ps_restart_two_shards);
