@@ -301,6 +301,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
     case DT_MSG_STATUS_REQ: {
         const dt_msg_status_req *m = msg;
         pb->status_req.worker = m->worker;
+        pb->status_req.done_seen = m->done_seen;
         break;
     }
     case DT_MSG_STATUS_RESP: {
@@ -524,7 +525,12 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         m->dropped = pb->push_resp.dropped;
         break;
     }
-    case DT_MSG_STATUS_REQ: ((dt_msg_status_req *)msg)->worker = pb->status_req.worker; break;
+    case DT_MSG_STATUS_REQ: {
+        dt_msg_status_req *m = msg;
+        m->worker = pb->status_req.worker;
+        m->done_seen = pb->status_req.done_seen;
+        break;
+    }
     case DT_MSG_STATUS_RESP: {
         dt_msg_status_resp *m = msg;
         const dtrain_StatusResponse *s = &pb->status_resp;

@@ -142,6 +142,7 @@ typedef struct {
 
 typedef struct {
     int32_t worker;
+    bool done_seen; /* the caller knows the job is done */
 } dt_msg_status_req;
 
 typedef struct {

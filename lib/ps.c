@@ -753,13 +753,32 @@ static void sync_timeout_check(dt_ps *ps) {
 
 /* ---- Status and Shutdown ----------------------------------------------- */
 
-static int handle_status(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
-                         const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+/* A worker told by another ps task that the job is done says so here, so
+ * this task need not wait out its linger for it after the chief's
+ * Shutdown. Only for itself: a tool or another task cannot speak for it. */
+static int note_done_seen(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker, dt_err *err) {
+    if (peer->role == DT_PEER_TOOL || peer->role == DT_PEER_PS)
+        return dt_err_set(err, DT_EPERM, "%s: status: %s may not say a worker was told the job "
+                                         "is done", ps->name, peer->name);
+    int rc = check_caller(ps, peer, worker, "status", err);
+    if (rc < 0) return rc;
+    if (worker < 0 || worker >= ps->params.cluster->num_workers)
+        return dt_err_set(err, DT_EINVAL, "%s: status: done_seen from worker %d, not in the cluster",
+                          ps->name, (int)worker);
+    pthread_mutex_lock(&ps->life_mu);
+    ps->worker_told_done[worker] = 1;
+    pthread_mutex_unlock(&ps->life_mu);
+    return 0;
+}
+
+static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request,
+                         dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
     dt_msg_status_req req;
     memset(&req, 0, sizeof req);
     int rc = dt_codec_decode(DT_MSG_STATUS_REQ, request->data, request->len, &req, err);
     if (rc < 0) return rc;
+    if (req.done_seen && (rc = note_done_seen(ps, peer, req.worker, err)) < 0) return rc;
     dt_msg_status_resp resp;
     memset(&resp, 0, sizeof resp);
     pthread_rwlock_rdlock(&ps->model_lock);

@@ -396,7 +396,7 @@ static int slot_views(const dt_ps_client *c, int p, const dt_optim_config *optim
 }
 
 int dt_ps_client_status(dt_ps_client *c, int p, dt_msg_status_resp *out, dt_err *err) {
-    dt_msg_status_req req = {c->params.worker};
+    dt_msg_status_req req = {.worker = c->params.worker};
     int rc = prepare(c, p, DT_MSG_STATUS_REQ, &req, 0, err);
     if (rc < 0) return rc;
     if ((rc = run(c, p, 1, err)) == 0) {
@@ -548,6 +548,7 @@ int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots, int6
             if (pass == 0) {
                 if ((rc = note_incarnation(c, p, resp.incarnation, err)) < 0) goto out;
                 if (p == 0) r->global_step = resp.global_step;
+                if (resp.global_step > r->max_step) r->max_step = resp.global_step;
                 if (resp.global_step > c->seen_step[p]) c->seen_step[p] = resp.global_step;
                 r->done |= resp.done;
                 r->wait |= resp.wait;
@@ -615,10 +616,23 @@ int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt
         if (c->push_replies[p].global_step > c->seen_step[p])
             c->seen_step[p] = c->push_replies[p].global_step;
         if (p == 0) r->global_step = c->push_replies[p].global_step;
+        if (c->push_replies[p].global_step > r->max_step)
+            r->max_step = c->push_replies[p].global_step;
         r->done |= c->push_replies[p].done;
         r->dropped |= c->push_replies[p].dropped;
     }
     return 0;
+}
+
+int dt_ps_client_tell_done(dt_ps_client *c, dt_err *err) {
+    dt_msg_status_req req = {.worker = c->params.worker, .done_seen = true};
+    for (int p = 0; p < c->num_ps; p++) {
+        int rc = prepare(c, p, DT_MSG_STATUS_REQ, &req, 0, err);
+        if (rc < 0) return rc;
+    }
+    int rc = run(c, 0, c->num_ps, err);
+    release_responses(c);
+    return rc;
 }
 
 int dt_ps_client_shutdown(dt_ps_client *c, const char *reason, dt_err *err) {

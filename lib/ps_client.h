@@ -112,6 +112,7 @@ int dt_ps_client_create(dt_ps_client *c, const dt_ps_model *m, const int *only,
 /* What a pull or push learned besides the tensors. */
 typedef struct {
     int64_t global_step; /* ps 0's */
+    int64_t max_step;    /* the highest any ps task answered: max_steps once one is done */
     int done;            /* the job is finished */
     int wait;            /* pull: not yet (sync / bounded); nothing was copied */
     int dropped;         /* push: a ps did not use the gradient (sync: stale) */
@@ -130,6 +131,10 @@ int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots, int6
  * no task applies one gradient twice. */
 int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_ps_reply *r,
                       dt_err *err) DT_WARN_UNUSED;
+
+/* Tells every ps that this worker knows the job is done (a Status with
+ * done_seen), so none waits out its linger to tell it. */
+int dt_ps_client_tell_done(dt_ps_client *c, dt_err *err) DT_WARN_UNUSED;
 
 /* Tells every ps the job is finished. */
 int dt_ps_client_shutdown(dt_ps_client *c, const char *reason, dt_err *err) DT_WARN_UNUSED;

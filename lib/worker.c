@@ -293,6 +293,14 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
     }
     dt_log(DT_LOG_INFO, "%s: training done after %lld local steps", w->name,
            (long long)r.local_step);
+    /* The ps task that said "done" knows we know; the others would wait
+     * for us until their linger is up. Best effort: a task that is down
+     * now has nothing to wait for. */
+    dt_err told;
+    dt_err_clear(&told);
+    if (dt_ps_client_tell_done(w->client, &told) < 0)
+        dt_log(DT_LOG_DEBUG, "%s: telling the ps tasks we know the job is done: %s", w->name,
+               told.msg);
     return 0;
 }
 

@@ -204,7 +204,7 @@ static void codec_seeds(void) {
     push_resp.done = true;
     put_msg("push_resp", DT_MSG_PUSH_RESP, &push_resp);
 
-    dt_msg_status_req status = {-1};
+    dt_msg_status_req status = {.worker = -1};
     put_msg("status_req", DT_MSG_STATUS_REQ, &status);
 
     dt_msg_status_resp status_resp;
