@@ -61,6 +61,8 @@ typedef struct {
     dev_t log_dir_dev;          /* the locked log dir, to notice it vanish or change */
     ino_t log_dir_ino;
     double log_dir_checked;
+    int log_dir_lost;       /* noticed gone, not yet recreated */
+    double log_dir_logged;  /* when a failure to recreate it was last logged */
     double next_save;   /* when the periodic checkpoint is due */
     double save_backoff; /* seconds until a failed one is tried again */
     dt_dataset *eval; /* held-out set, or NULL */
@@ -504,18 +506,26 @@ static void check_log_dir(chief *c, double t) {
     c->log_dir_checked = t;
     if (!log_dir_changed(c)) return;
     const char *dir = c->job->log_dir;
-    dt_log(DT_LOG_ERROR,
-           "chief: log dir %s vanished or was replaced; recreating it, locking it again, opening "
-           "a new event file and saving a checkpoint now",
-           dir);
+    if (!c->log_dir_lost)
+        dt_log(DT_LOG_ERROR,
+               "chief: log dir %s vanished or was replaced; recreating it, locking it again, "
+               "opening a new event file and saving a checkpoint now",
+               dir);
+    c->log_dir_lost = 1;
     dt_err lock_err;
     dt_err_clear(&lock_err);
     int fd = -1;
     if (dt_ckpt_lock_dir(dir, &fd, &lock_err) < 0 || note_log_dir(c, &lock_err) < 0) {
         dt_ckpt_unlock_dir(fd);
-        dt_log(DT_LOG_ERROR, "%s; trying again in %.0f s", lock_err.msg, LOG_DIR_CHECK_SECS);
+        /* Tried every check; said at most once per STORAGE_LOG_SECS. */
+        if (t - c->log_dir_logged >= STORAGE_LOG_SECS) {
+            dt_log(DT_LOG_ERROR, "%s; trying again every %.0f s", lock_err.msg,
+                   LOG_DIR_CHECK_SECS);
+            c->log_dir_logged = t;
+        }
         return;
     }
+    c->log_dir_lost = 0;
     dt_ckpt_unlock_dir(c->lock_fd);
     c->lock_fd = fd;
     dt_summary_close(c->summary);
@@ -607,15 +617,10 @@ static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     int rc = dt_worker_retry(c->w, "final pull", do_snapshot_pull, &sp, &hooks, stop, err);
     if (rc < 0) return rc;
     c->have_slots = 1;
-    /* The job ends when one ps task reaches max_steps; after a ps restore
-     * the tasks' counters can differ by the pushes in flight then, so the
-     * final step is the highest, not ps 0's. */
-    int64_t final_step =
-        sp.reply.max_step > sp.reply.global_step ? sp.reply.max_step : sp.reply.global_step;
-    if ((rc = evaluate(c, final_step, err)) < 0) return rc;
+    if ((rc = evaluate(c, sp.reply.global_step, err)) < 0) return rc;
     dt_err stop_err;
     dt_err_clear(&stop_err);
-    if ((rc = write_final(c, final_step, stop, err)) < 0) {
+    if ((rc = write_final(c, sp.reply.global_step, stop, err)) < 0) {
         /* Nothing more comes from this chief: the ps tasks must not wait
          * for it. After a signal they stay, for a restarted chief. */
         if (rc == DT_ESTORAGE &&
@@ -626,7 +631,7 @@ static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     }
     if (dt_ps_client_shutdown(dt_worker_client(c->w), "training complete", &stop_err) < 0)
         dt_log(DT_LOG_WARN, "chief: telling the ps tasks to stop: %s", stop_err.msg);
-    dt_log(DT_LOG_INFO, "chief: job done at global_step %lld", (long long)final_step);
+    dt_log(DT_LOG_INFO, "chief: job done at global_step %lld", (long long)sp.reply.global_step);
     return 0;
 }
 
