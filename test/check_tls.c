@@ -165,6 +165,14 @@ START_TEST(mtls_job) {
     make_certs();
     dt_test_job_cluster(&w, 1, 2);
     job_sets();
+    /* The ps by name: the workers check it against the certificates' DNS
+     * SAN (the other tests dial 127.0.0.1, an IP SAN). */
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"cluster\": {\"ps\": [\"localhost:%d\"], "
+             "\"worker\": [\"127.0.0.1:%d\", \"127.0.0.1:%d\"]}}\n",
+             w.ports[0], w.ports[1], w.ports[2]);
+    ck_assert_int_eq(dt_test_write_file(w.cluster, text), 0);
     pid_t pids[3];
     tls_env("ps-0");
     pids[0] = dt_test_job_start(&w, "ps", 0, "ps0");
@@ -174,6 +182,8 @@ START_TEST(mtls_job) {
     pids[2] = dt_test_job_start(&w, "worker", 1, "worker1");
     const char *const names[] = {"ps 0", "chief", "worker 1"};
     dt_test_job_expect_done(&w, pids, names, 3, JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&w, "ps0", "rpc server localhost:"),
+                  "the ps did not serve by name; logs:%s", dt_test_job_report(&w));
     ck_assert_msg(dt_test_job_log_has(&w, "ps0", "client certificates of CA"),
                   "the ps did not serve mTLS; logs:%s", dt_test_job_report(&w));
     ck_assert_msg(!dt_test_job_log_has(&w, "ps0", "anyone who can reach"),
