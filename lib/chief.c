@@ -617,10 +617,15 @@ static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     int rc = dt_worker_retry(c->w, "final pull", do_snapshot_pull, &sp, &hooks, stop, err);
     if (rc < 0) return rc;
     c->have_slots = 1;
-    if ((rc = evaluate(c, sp.reply.global_step, err)) < 0) return rc;
+    /* The job ends when one ps task reaches max_steps; after a ps restore
+     * the tasks' counters can differ by the pushes in flight then, so the
+     * final step is the highest, not ps 0's. */
+    int64_t final_step =
+        sp.reply.max_step > sp.reply.global_step ? sp.reply.max_step : sp.reply.global_step;
+    if ((rc = evaluate(c, final_step, err)) < 0) return rc;
     dt_err stop_err;
     dt_err_clear(&stop_err);
-    if ((rc = write_final(c, sp.reply.global_step, stop, err)) < 0) {
+    if ((rc = write_final(c, final_step, stop, err)) < 0) {
         /* Nothing more comes from this chief: the ps tasks must not wait
          * for it. After a signal they stay, for a restarted chief. */
         if (rc == DT_ESTORAGE &&
@@ -631,7 +636,7 @@ static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     }
     if (dt_ps_client_shutdown(dt_worker_client(c->w), "training complete", &stop_err) < 0)
         dt_log(DT_LOG_WARN, "chief: telling the ps tasks to stop: %s", stop_err.msg);
-    dt_log(DT_LOG_INFO, "chief: job done at global_step %lld", (long long)sp.reply.global_step);
+    dt_log(DT_LOG_INFO, "chief: job done at global_step %lld", (long long)final_step);
     return 0;
 }
 
