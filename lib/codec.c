@@ -326,6 +326,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         s->max_lead = m->max_lead;
         copy_str(s->mode, sizeof s->mode, m->mode);
         s->pushes_nonfinite = m->pushes_nonfinite;
+        s->calls_refused = m->calls_refused;
         break;
     }
     case DT_MSG_SHUTDOWN_REQ: {
@@ -551,6 +552,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         m->max_lead = s->max_lead;
         copy_str(m->mode, sizeof m->mode, s->mode);
         m->pushes_nonfinite = s->pushes_nonfinite;
+        m->calls_refused = s->calls_refused;
         break;
     }
     case DT_MSG_SHUTDOWN_REQ:

@@ -162,6 +162,7 @@ typedef struct {
     int32_t max_lead;
     char mode[16];
     int64_t pushes_nonfinite;
+    int64_t calls_refused;
 } dt_msg_status_resp;
 
 typedef struct {

@@ -72,6 +72,7 @@ struct dt_ps {
     _Atomic int64_t pushes_rejected;
     _Atomic int64_t pushes_dropped;
     _Atomic int64_t pushes_nonfinite;
+    _Atomic int64_t calls_refused; /* by the handlers (DT_EPERM); the server counts its own */
     int skip_nonfinite; /* skip and count non-finite gradients instead of refusing */
 
     /* Staleness of applied gradients (global step at apply minus the step
@@ -174,10 +175,11 @@ static int check_done(dt_ps *ps, int32_t worker) {
  * certificate or a per-identity token, "worker:1" pushing as worker 2 is
  * refused. Without authentication (DT_PEER_ANY) the index is the caller's
  * word, as the README's Security section says. */
-static int check_caller(const dt_ps *ps, const dt_rpc_peer *peer, int32_t worker,
+static int check_caller(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker,
                         const char *method, dt_err *err) {
     if (peer->role != DT_PEER_CHIEF && peer->role != DT_PEER_WORKER) return 0;
     if (worker == peer->task) return 0;
+    atomic_fetch_add(&ps->calls_refused, 1);
     return dt_err_set(err, DT_EPERM, "%s: %s: %s may not call as worker %d", ps->name, method,
                       peer->name, (int)worker);
 }
@@ -757,9 +759,11 @@ static void sync_timeout_check(dt_ps *ps) {
  * this task need not wait out its linger for it after the chief's
  * Shutdown. Only for itself: a tool or another task cannot speak for it. */
 static int note_done_seen(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker, dt_err *err) {
-    if (peer->role == DT_PEER_TOOL || peer->role == DT_PEER_PS)
+    if (peer->role == DT_PEER_TOOL || peer->role == DT_PEER_PS) {
+        atomic_fetch_add(&ps->calls_refused, 1);
         return dt_err_set(err, DT_EPERM, "%s: status: %s may not say a worker was told the job "
                                          "is done", ps->name, peer->name);
+    }
     int rc = check_caller(ps, peer, worker, "status", err);
     if (rc < 0) return rc;
     if (worker < 0 || worker >= ps->params.cluster->num_workers)
@@ -795,6 +799,8 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     resp.pushes_rejected = atomic_load(&ps->pushes_rejected);
     resp.pushes_dropped = atomic_load(&ps->pushes_dropped);
     resp.pushes_nonfinite = atomic_load(&ps->pushes_nonfinite);
+    resp.calls_refused = atomic_load(&ps->calls_refused) +
+                         (ps->server ? dt_rpc_server_refused(ps->server) : 0);
     pthread_mutex_lock(&ps->stats_mu);
     memcpy(resp.staleness_counts, ps->staleness_counts, sizeof resp.staleness_counts);
     resp.num_staleness_counts = DT_STALENESS_BUCKETS;

@@ -1623,6 +1623,7 @@ START_TEST(test_push_as_another_task) {
     status(&f, 1, &st);
     ck_assert_int_eq(st.global_step, 4);
     ck_assert_int_eq(st.pushes_applied, 0);
+    ck_assert_int_eq(st.calls_refused, 2);
     dt_err_clear(&err);
     ck_assert_msg(push(&f, GW, GB, 1, NULL, &err) == 0, "push as itself: %s", err.msg);
     status(&f, 1, &st);
