@@ -24,6 +24,11 @@
  * token; then the cluster's bounds and the method's allowed roles. A
  * refusal is counted and logged (at most one line a second).
  *
+ * Resource limits (limits_to_args): a message cap, a handshake deadline,
+ * an idle timeout, keepalive pings that also run without calls, and a cap
+ * on calls per connection, so no client can make the server buffer an
+ * unbounded message or hold a connection that does nothing.
+ *
  * Shutdown order (the gRPC core's contract): shutdown_and_notify -> wait for
  * the notification (cancel_all_calls after the grace period) -> wait for
  * handlers still running -> destroy the server -> shut down and drain the
@@ -35,8 +40,10 @@
 #include <grpc/support/time.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -531,6 +538,86 @@ static void server_free(dt_rpc_server *s) {
     dt_rpc_shutdown();
 }
 
+/* ---- resource limits ------------------------------------------------- */
+
+static void int_arg(grpc_arg *a, const char *key, int value) {
+    a->type = GRPC_ARG_INTEGER;
+    a->key = (char *)key;
+    a->value.integer = value;
+}
+
+/* The value of a limit field: its default when 0, else itself. */
+static int pick(int value, int fallback) {
+    return value == 0 ? fallback : value;
+}
+
+/* Fills args (room for 16) and *out from params' limits, defaults applied.
+ * Why each one: a client must not be able to make the server buffer an
+ * unbounded message, hold a connection that never finishes its handshake
+ * or never sends anything, or keep a half-open connection forever. */
+static int limits_to_args(const dt_rpc_server_params *params, grpc_arg *args,
+                          grpc_channel_args *out, dt_err *err) {
+    long long max_message =
+        params->max_message_bytes ? params->max_message_bytes : DT_RPC_DEFAULT_MAX_MESSAGE_BYTES;
+    if (max_message < 0 || max_message > INT_MAX)
+        return dt_err_set(err, DT_EINVAL, "rpc server %s: max_message_bytes %lld (1..%d)",
+                          params->addr, max_message, INT_MAX);
+    int handshake = pick(params->handshake_timeout_ms, DT_RPC_DEFAULT_HANDSHAKE_TIMEOUT_MS);
+    int idle = pick(params->idle_timeout_ms, DT_RPC_DEFAULT_IDLE_TIMEOUT_MS);
+    int keepalive = pick(params->keepalive_time_ms, DT_RPC_DEFAULT_KEEPALIVE_TIME_MS);
+    int keepalive_timeout =
+        pick(params->keepalive_timeout_ms, DT_RPC_DEFAULT_KEEPALIVE_TIMEOUT_MS);
+    int streams = pick(params->max_concurrent_streams, DT_RPC_DEFAULT_MAX_CONCURRENT_STREAMS);
+    if (handshake < 0 || keepalive < 0 || keepalive_timeout < 0 || streams < 0)
+        return dt_err_set(err, DT_EINVAL,
+                          "rpc server %s: negative handshake, keepalive or stream limit",
+                          params->addr);
+    int n = 0;
+    /* No SO_REUSEPORT: a second process on the same address must fail to
+     * bind, not silently share the port. */
+    int_arg(&args[n++], GRPC_ARG_ALLOW_REUSEPORT, 0);
+    /* gRPC checks the size only once the whole message has arrived (see
+     * README, Resource limits), so this bounds what one call can make the
+     * server buffer; the send cap makes an oversized reply fail here, named,
+     * rather than at a client with its own cap. */
+    int_arg(&args[n++], GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)max_message);
+    int_arg(&args[n++], GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, (int)max_message);
+    /* Covers TCP accept to the client's SETTINGS frame: a socket that sends
+     * nothing or half a preface is closed at this deadline. */
+    int_arg(&args[n++], GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, handshake);
+    if (idle > 0) int_arg(&args[n++], GRPC_ARG_MAX_CONNECTION_IDLE_MS, idle);
+    int_arg(&args[n++], GRPC_ARG_KEEPALIVE_TIME_MS, keepalive);
+    int_arg(&args[n++], GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_timeout);
+    /* Keep pinging a connection that carries no calls: that is exactly the
+     * one whose peer may have vanished. */
+    int_arg(&args[n++], GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    int_arg(&args[n++], GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    int_arg(&args[n++], GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, keepalive);
+    int_arg(&args[n++], GRPC_ARG_MAX_CONCURRENT_STREAMS, streams);
+    out->num_args = (size_t)n;
+    out->args = args;
+    return 0;
+}
+
+/* gRPC 1.51's listener stops accepting for good after one accept() fails
+ * with EMFILE/ENFILE (it drops the listening socket's read notification
+ * instead of retrying), so running out of descriptors once would deafen
+ * the server. Raising the soft limit to the hard one makes that far less
+ * likely; it cannot rule it out. */
+static void raise_fd_limit(const char *addr) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == rl.rlim_max) return;
+    rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        dt_log(DT_LOG_WARN, "rpc server %s: cannot raise the descriptor limit from %llu", addr,
+               (unsigned long long)old);
+        return;
+    }
+    dt_log(DT_LOG_DEBUG, "rpc server %s: descriptor limit raised from %llu to %llu", addr,
+           (unsigned long long)old, (unsigned long long)rl.rlim_max);
+}
+
 int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out, dt_err *err) {
     *out = NULL;
     if (params->num_threads < 1 || params->num_threads > MAX_THREADS)
@@ -545,21 +632,16 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
 
-    /* No SO_REUSEPORT: a second process on the same address must fail to
-     * bind, not silently share the port. No message size cap: tensors are
-     * as large as the model. */
-    grpc_arg args[3];
-    memset(args, 0, sizeof args);
-    args[0].type = GRPC_ARG_INTEGER;
-    args[0].key = GRPC_ARG_ALLOW_REUSEPORT;
-    args[0].value.integer = 0;
-    args[1].type = GRPC_ARG_INTEGER;
-    args[1].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[1].value.integer = -1;
-    args[2].type = GRPC_ARG_INTEGER;
-    args[2].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-    args[2].value.integer = -1;
-    grpc_channel_args channel_args = {3, args};
+    grpc_arg args[16];
+    grpc_channel_args channel_args;
+    if ((rc = limits_to_args(params, args, &channel_args, err)) < 0) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        free(s);
+        dt_rpc_shutdown();
+        return rc;
+    }
+    raise_fd_limit(s->addr);
     s->grpc = grpc_server_create(&channel_args, NULL);
     s->num_pollers = params->num_threads;
     s->cq = grpc_completion_queue_create_for_next(NULL);

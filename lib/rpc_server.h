@@ -42,11 +42,35 @@ typedef struct {
     const dt_rpc_security *security;
     int num_workers; /* > 0: identities worker:N with N >= num_workers are refused */
     int num_ps;      /* > 0: likewise for ps:N */
+    /* Resource limits, so that no client can exhaust the server (0: the
+     * DT_RPC_DEFAULT_* value; negative: invalid unless said otherwise).
+     * gRPC fixes them when the server starts. */
+    long long max_message_bytes; /* largest request (and reply) accepted; a larger one
+                                    fails with RESOURCE_EXHAUSTED; at most INT_MAX */
+    int handshake_timeout_ms;    /* a connection that has not finished TLS and the
+                                    HTTP/2 preface + SETTINGS by then is closed */
+    int idle_timeout_ms;         /* a connection without calls for this long is closed
+                                    (GOAWAY; clients reconnect); < 0: never */
+    int keepalive_time_ms;       /* the server pings a connection quiet this long ... */
+    int keepalive_timeout_ms;    /* ... and closes it when the ping is not answered
+                                    in time (half-open peers) */
+    int max_concurrent_streams;  /* calls in flight on one connection */
 } dt_rpc_server_params;
+
+/* Built-in limits. The message cap is 64 MiB of tensor bytes plus 1 MiB for
+ * names, shapes and framing; a ps whose shard is larger sets
+ * max_message_bytes from its flag. */
+#define DT_RPC_DEFAULT_MAX_MESSAGE_BYTES ((64LL + 1) << 20)
+#define DT_RPC_DEFAULT_HANDSHAKE_TIMEOUT_MS 10000
+#define DT_RPC_DEFAULT_IDLE_TIMEOUT_MS (30 * 60 * 1000)
+#define DT_RPC_DEFAULT_KEEPALIVE_TIME_MS 60000
+#define DT_RPC_DEFAULT_KEEPALIVE_TIMEOUT_MS 20000
+#define DT_RPC_DEFAULT_MAX_CONCURRENT_STREAMS 100
 
 typedef struct dt_rpc_server dt_rpc_server;
 
-/* Binds, starts the poller threads and serves. Fails (DT_EUNAVAILABLE) when
+/* Binds, starts the poller threads and serves. Fails (DT_EINVAL) on a limit
+ * out of range, (DT_EUNAVAILABLE) when
  * the address cannot be bound, e.g. it is in use; DT_EIO or DT_EINVAL (the
  * message names the file) when a certificate, key or token file cannot be
  * read or parsed. */

@@ -4,7 +4,9 @@
  * payload, the mapping of handler errors to client codes with their
  * messages, unknown methods, unreachable peers, deadlines, handlers running
  * concurrently on two poller threads, an address already in use, and
- * stopping a server with a call in flight.
+ * stopping a server with a call in flight, and the resource limits: an
+ * oversized message, and connections that stay silent, send half a
+ * preface, idle, or answer no ping are closed.
  *
  * Every wait in a handler is bounded, so a broken server fails a test
  * instead of hanging it; tcase timeouts bound the rest.
@@ -12,6 +14,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,16 +41,22 @@ static void sleep_ms(int ms) {
     }
 }
 
+/* A new TCP socket, and *sa set to 127.0.0.1:port. */
+static int loopback_socket(int port, struct sockaddr_in *sa) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    memset(sa, 0, sizeof *sa);
+    sa->sin_family = AF_INET;
+    sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa->sin_port = htons((uint16_t)port);
+    return fd;
+}
+
 /* Binds 127.0.0.1:0 and returns the port the kernel chose; *fd_out (when
  * not NULL) keeps the socket open and listening, else it is closed. */
 static int free_port(int *fd_out) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
     struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    sa.sin_port = 0;
+    int fd = loopback_socket(0, &sa);
     ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     socklen_t len = sizeof sa;
     ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
@@ -158,16 +167,20 @@ typedef struct {
     dt_rpc_channel *channel;
 } fixture;
 
-static void fixture_start(fixture *f, int threads) {
+/* Starts a server with the limits of `limits` (NULL: all defaults). */
+static void fixture_start_limited(fixture *f, int threads, const dt_rpc_server_params *limits) {
     memset(f, 0, sizeof *f);
     pthread_mutex_init(&f->ctx.mu, NULL);
     pthread_cond_init(&f->ctx.cv, NULL);
     snprintf(f->addr, sizeof f->addr, "127.0.0.1:%d", free_port(NULL));
-    dt_rpc_server_params p = {.addr = f->addr,
-                              .num_threads = threads,
-                              .methods = methods,
-                              .num_methods = NUM_METHODS,
-                              .ctx = &f->ctx};
+    dt_rpc_server_params p;
+    memset(&p, 0, sizeof p);
+    if (limits) p = *limits;
+    p.addr = f->addr;
+    p.num_threads = threads;
+    p.methods = methods;
+    p.num_methods = NUM_METHODS;
+    p.ctx = &f->ctx;
     dt_err err;
     dt_err_clear(&err);
     int rc = dt_rpc_server_start(&p, &f->server, &err);
@@ -175,6 +188,10 @@ static void fixture_start(fixture *f, int threads) {
     rc = dt_rpc_channel_new(f->addr, &f->channel, &err);
     ck_assert_msg(rc == 0, "channel to %s: %s", f->addr, err.msg);
     ck_assert_str_eq(dt_rpc_channel_addr(f->channel), f->addr);
+}
+
+static void fixture_start(fixture *f, int threads) {
+    fixture_start_limited(f, threads, NULL);
 }
 
 static void fixture_stop(fixture *f) {
@@ -713,6 +730,149 @@ START_TEST(test_reconnect) {
 }
 END_TEST
 
+/* ---- resource limits --------------------------------------------------- */
+
+/* An echo of len bytes; returns the call's code, message in *err. */
+static int echo_len(fixture *f, size_t len, dt_err *err) {
+    dt_rpc_buf req;
+    ck_assert_int_eq(dt_rpc_buf_alloc(&req, len, err), 0);
+    if (len) memset(req.data, 0x5a, len);
+    dt_rpc_call c;
+    call_init(&c, f->channel, "/test.T/Echo", &req);
+    c.wait_for_ready = 1;
+    dt_err_clear(err);
+    int rc = dt_rpc_call_all(&c, 1, 20000, err);
+    if (rc == 0) ck_assert_uint_eq(c.response.len, len);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    return rc;
+}
+
+/* A request over max_message_bytes is refused with RESOURCE_EXHAUSTED and
+ * the server goes on serving; one exactly at the cap passes. */
+START_TEST(test_message_too_large) {
+    fixture f;
+    dt_rpc_server_params limits = {.max_message_bytes = 1 << 20};
+    fixture_start_limited(&f, 2, &limits);
+    dt_err err;
+    ck_assert_int_eq(echo_len(&f, 16, &err), 0);
+    int rc = echo_len(&f, (1u << 20) + 1, &err);
+    ck_assert_msg(rc == DT_ENOMEM, "1 MiB + 1 came back as %d (%s)", rc, err.msg);
+    ck_assert_msg(strstr(err.msg, "RESOURCE_EXHAUSTED") != NULL, "message: %s", err.msg);
+    rc = echo_len(&f, 8u << 20, &err);
+    ck_assert_msg(rc == DT_ENOMEM && strstr(err.msg, "RESOURCE_EXHAUSTED"), "8 MiB: %d %s", rc,
+                  err.msg);
+    rc = echo_len(&f, 1u << 20, &err);
+    ck_assert_msg(rc == 0, "exactly 1 MiB: %s", err.msg);
+    rc = echo_len(&f, 5, &err);
+    ck_assert_msg(rc == 0, "after the refusals: %s", err.msg);
+    fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(test_bad_limits) {
+    dt_rpc_server *s = NULL;
+    dt_rpc_server_params p = {.addr = "127.0.0.1:0",
+                              .num_threads = 1,
+                              .methods = methods,
+                              .num_methods = 1,
+                              .max_message_bytes = 1LL << 40};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_server_start(&p, &s, &err), DT_EINVAL);
+    ck_assert_ptr_null(s);
+    ck_assert_msg(strstr(err.msg, "max_message_bytes") != NULL, "message: %s", err.msg);
+    p.max_message_bytes = 0;
+    p.handshake_timeout_ms = -1;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_server_start(&p, &s, &err), DT_EINVAL);
+    ck_assert_ptr_null(s);
+}
+END_TEST
+
+/* A raw TCP connection to f's server that first sends `len` bytes of
+ * `data`; returns the socket. */
+static int raw_connect(const fixture *f, const void *data, size_t len) {
+    struct sockaddr_in sa;
+    int fd = loopback_socket(atoi(strrchr(f->addr, ':') + 1), &sa);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    if (len) ck_assert_int_eq(write(fd, data, len), (ssize_t)len);
+    return fd;
+}
+
+/* Reads (and drops) what the server sends until it closes fd: 1 when it
+ * did (EOF or reset) within timeout_ms, 0 when the deadline passed. */
+static int closed_by_server(int fd, int timeout_ms) {
+    long long deadline = now_ms() + timeout_ms;
+    for (;;) {
+        long long left = deadline - now_ms();
+        if (left <= 0) return 0;
+        struct pollfd pfd = {fd, POLLIN, 0};
+        int n = poll(&pfd, 1, (int)left);
+        if (n < 0 && errno == EINTR) continue;
+        ck_assert_int_ge(n, 0);
+        if (n == 0) return 0;
+        char buf[4096];
+        ssize_t got = read(fd, buf, sizeof buf);
+        if (got == 0 || (got < 0 && errno == ECONNRESET)) return 1;
+        ck_assert_msg(got > 0, "read: %s", strerror(errno));
+    }
+}
+
+#define PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+/* An empty SETTINGS frame: length 0, type 4, flags 0, stream 0. */
+static const unsigned char empty_settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
+
+/* A connection that sends nothing, or only half the HTTP/2 preface, is
+ * closed at the handshake deadline; the server still serves after. */
+START_TEST(test_silent_connection_closed) {
+    fixture f;
+    dt_rpc_server_params limits = {.handshake_timeout_ms = 300};
+    fixture_start_limited(&f, 1, &limits);
+    int silent = raw_connect(&f, NULL, 0);
+    int half = raw_connect(&f, PREFACE, 12);
+    ck_assert_msg(closed_by_server(silent, 10000), "a silent connection stayed open");
+    ck_assert_msg(closed_by_server(half, 10000), "a half-preface connection stayed open");
+    close(silent);
+    close(half);
+    dt_err err;
+    ck_assert_msg(echo_len(&f, 5, &err) == 0, "after: %s", err.msg);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* Starts a server with `limits`, opens a raw connection that completes the
+ * preface and SETTINGS and then neither calls nor answers anything, and
+ * asserts the server closes it and still serves afterwards. */
+static void assert_quiet_peer_closed(const dt_rpc_server_params *limits, const char *what) {
+    fixture f;
+    fixture_start_limited(&f, 1, limits);
+    int fd = raw_connect(&f, PREFACE, strlen(PREFACE));
+    ck_assert_int_eq(write(fd, empty_settings, sizeof empty_settings), 9);
+    ck_assert_msg(closed_by_server(fd, 10000), "%s stayed open", what);
+    close(fd);
+    dt_err err;
+    ck_assert_msg(echo_len(&f, 5, &err) == 0, "after: %s", err.msg);
+    fixture_stop(&f);
+}
+
+/* A connection that makes no call is closed once idle (keepalive at its
+ * default of a minute cannot be what closes it). */
+START_TEST(test_idle_connection_closed) {
+    dt_rpc_server_params limits = {.idle_timeout_ms = 300};
+    assert_quiet_peer_closed(&limits, "an idle connection");
+}
+END_TEST
+
+/* A peer that answers no ping (as a half-open connection would) is closed
+ * after one unanswered keepalive ping, with no idle timeout. */
+START_TEST(test_unresponsive_peer_closed) {
+    dt_rpc_server_params limits = {
+        .idle_timeout_ms = -1, .keepalive_time_ms = 200, .keepalive_timeout_ms = 200};
+    assert_quiet_peer_closed(&limits, "an unresponsive peer");
+}
+END_TEST
+
 Suite *rpc_suite(void) {
     Suite *s = suite_create("rpc");
     TCase *tc = tcase_create("rpc");
@@ -731,6 +891,11 @@ Suite *rpc_suite(void) {
     tcase_add_test(tc, test_stop_with_call_in_flight);
     tcase_add_test(tc, test_stop_after_client_gone);
     tcase_add_test(tc, test_reconnect);
+    tcase_add_test(tc, test_message_too_large);
+    tcase_add_test(tc, test_bad_limits);
+    tcase_add_test(tc, test_silent_connection_closed);
+    tcase_add_test(tc, test_idle_connection_closed);
+    tcase_add_test(tc, test_unresponsive_peer_closed);
     suite_add_tcase(s, tc);
     return s;
 }
