@@ -4,7 +4,7 @@
  * order and at moments drawn from a seed) and restarts each after a short
  * random pause. Then it checks what must survive any of that:
  *  - the job completes: the last instance of every role exits 0;
- *  - the model is right: the final checkpoint is at or past max_steps and
+ *  - the model is right: the final checkpoint is at max_steps exactly and
  *    its line is within DT_TEST_FIT_TOL of the closed-form least-squares
  *    fit;
  *  - the global step never goes backwards: every Status sample of one ps
@@ -541,9 +541,12 @@ START_TEST(kill_everyone) {
     ck_assert_msg(saves >= 3, "only %d checkpoints saved", saves);
     check_ckpt_files();
 
-    /* The model: at or past max_steps, fitting the data's line, and not
+    /* The model: at max_steps exactly, fitting the data's line, and not
      * behind any step the ps answered. */
     int64_t final_step = dt_test_job_check_latest(&job, c.max_steps, 1);
+    ck_assert_msg(final_step == c.max_steps,
+                  "final checkpoint at %" PRId64 ", the job's max_steps is %" PRId64 " (%s)",
+                  final_step, c.max_steps, c.seed_text);
     ck_assert_msg(final_step >= c.max_sampled,
                   "final checkpoint at %" PRId64 " behind a sampled step %" PRId64 " (%s)",
                   final_step, c.max_sampled, c.seed_text);
