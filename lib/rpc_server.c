@@ -25,8 +25,8 @@
  * refusal is counted and logged (at most one line a second).
  *
  * Resource limits (limits_to_args): a message cap, a handshake deadline,
- * an idle timeout, keepalive pings that also run without calls, and a cap
- * on calls per connection, so no client can make the server buffer an
+ * an idle timeout, keepalive pings that also run without calls, a cap on
+ * calls per connection and optionally a memory quota for the whole server, so no client can make the server buffer an
  * unbounded message or hold a connection that does nothing.
  *
  * Shutdown order (the gRPC core's contract): shutdown_and_notify -> wait for
@@ -102,6 +102,7 @@ struct dt_rpc_server {
     tls_files *tls;         /* NULL: plaintext */
     int mtls;               /* client certificates required and verified */
     dt_auth_tokens *tokens; /* NULL: no token required */
+    grpc_resource_quota *quota; /* NULL: none of ours */
     atomic_llong refused;
     atomic_llong refusal_log_ms; /* last refusal log line, monotonic ms */
     atomic_llong refusals_unlogged;
@@ -534,6 +535,7 @@ static void server_free(dt_rpc_server *s) {
         free(s->tls);
     }
     dt_auth_tokens_free(s->tokens);
+    if (s->quota) grpc_resource_quota_unref(s->quota); /* the server holds its own ref */
     free(s);
     dt_rpc_shutdown();
 }
@@ -554,9 +556,10 @@ static int pick(int value, int fallback) {
 /* Fills args (room for 16) and *out from params' limits, defaults applied.
  * Why each one: a client must not be able to make the server buffer an
  * unbounded message, hold a connection that never finishes its handshake
- * or never sends anything, or keep a half-open connection forever. */
-static int limits_to_args(const dt_rpc_server_params *params, grpc_arg *args,
-                          grpc_channel_args *out, dt_err *err) {
+ * or never sends anything, or keep a half-open connection forever. quota
+ * (borrowed; NULL: none) bounds what all calls together buffer. */
+static int limits_to_args(const dt_rpc_server_params *params, grpc_resource_quota *quota,
+                          grpc_arg *args, grpc_channel_args *out, dt_err *err) {
     long long max_message =
         params->max_message_bytes ? params->max_message_bytes : DT_RPC_DEFAULT_MAX_MESSAGE_BYTES;
     if (max_message < 0 || max_message > INT_MAX)
@@ -594,6 +597,12 @@ static int limits_to_args(const dt_rpc_server_params *params, grpc_arg *args,
     int_arg(&args[n++], GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
     int_arg(&args[n++], GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, keepalive);
     int_arg(&args[n++], GRPC_ARG_MAX_CONCURRENT_STREAMS, streams);
+    if (quota) {
+        args[n].type = GRPC_ARG_POINTER;
+        args[n].key = GRPC_ARG_RESOURCE_QUOTA;
+        args[n].value.pointer.p = quota;
+        args[n++].value.pointer.vtable = grpc_resource_quota_arg_vtable();
+    }
     out->num_args = (size_t)n;
     out->args = args;
     return 0;
@@ -632,9 +641,17 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
 
+    if (params->memory_quota_bytes < 0)
+        rc = dt_err_set(err, DT_EINVAL, "rpc server %s: memory_quota_bytes %lld < 0",
+                        params->addr, params->memory_quota_bytes);
+    if (rc == 0 && params->memory_quota_bytes > 0) {
+        s->quota = grpc_resource_quota_create(s->addr);
+        grpc_resource_quota_resize(s->quota, (size_t)params->memory_quota_bytes);
+    }
     grpc_arg args[16];
     grpc_channel_args channel_args;
-    if ((rc = limits_to_args(params, args, &channel_args, err)) < 0) {
+    if (rc < 0 || (rc = limits_to_args(params, s->quota, args, &channel_args, err)) < 0) {
+        if (s->quota) grpc_resource_quota_unref(s->quota);
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
         free(s);

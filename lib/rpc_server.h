@@ -55,6 +55,10 @@ typedef struct {
     int keepalive_timeout_ms;    /* ... and closes it when the ping is not answered
                                     in time (half-open peers) */
     int max_concurrent_streams;  /* calls in flight on one connection */
+    long long memory_quota_bytes; /* > 0: gRPC's buffers for all connections and calls of
+                                     this server stay under this; near it gRPC drops new
+                                     connections and cancels calls (RESOURCE_EXHAUSTED).
+                                     0: no quota of ours (gRPC's process-wide default) */
 } dt_rpc_server_params;
 
 /* Built-in limits. The message cap is 64 MiB of tensor bytes plus 1 MiB for

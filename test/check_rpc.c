@@ -873,6 +873,45 @@ START_TEST(test_unresponsive_peer_closed) {
 }
 END_TEST
 
+/* Calls that together overrun the server's memory quota: each one either
+ * succeeds or is refused as out of resources (gRPC resets the stream),
+ * none hangs, some are refused, and the server serves afterwards. */
+START_TEST(test_memory_quota) {
+    fixture f;
+    dt_rpc_server_params limits = {.memory_quota_bytes = 4 << 20};
+    fixture_start_limited(&f, 2, &limits);
+    enum { N = 8 };
+    const size_t len = 3u << 20;
+    dt_rpc_buf reqs[N];
+    dt_rpc_call c[N];
+    for (int i = 0; i < N; i++) {
+        dt_err e;
+        ck_assert_int_eq(dt_rpc_buf_alloc(&reqs[i], len, &e), 0);
+        memset(reqs[i].data, i, len);
+        call_init(&c[i], f.channel, "/test.T/Echo", &reqs[i]);
+        c[i].wait_for_ready = 1;
+    }
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_rpc_call_all(c, N, 20000, &err); /* each call judged below */
+    (void)rc;
+    int ok = 0, refused = 0;
+    for (int i = 0; i < N; i++) {
+        if (c[i].err.code == DT_OK) ok++;
+        else if (strstr(c[i].err.msg, "RESOURCE_EXHAUSTED") || c[i].err.code == DT_EUNAVAILABLE)
+            refused++;
+        else
+            ck_abort_msg("call %d: %s", i, c[i].err.msg);
+        dt_rpc_buf_release(&c[i].response);
+        dt_rpc_buf_release(&reqs[i]);
+    }
+    /* 24 MiB in flight cannot all fit in 4 MiB. */
+    ck_assert_msg(refused > 0, "%d calls of 3 MiB all served within a 4 MiB quota", ok);
+    ck_assert_msg(echo_len(&f, 5, &err) == 0, "after: %s", err.msg);
+    fixture_stop(&f);
+}
+END_TEST
+
 Suite *rpc_suite(void) {
     Suite *s = suite_create("rpc");
     TCase *tc = tcase_create("rpc");
@@ -896,6 +935,7 @@ Suite *rpc_suite(void) {
     tcase_add_test(tc, test_silent_connection_closed);
     tcase_add_test(tc, test_idle_connection_closed);
     tcase_add_test(tc, test_unresponsive_peer_closed);
+    tcase_add_test(tc, test_memory_quota);
     suite_add_tcase(s, tc);
     return s;
 }
