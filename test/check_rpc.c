@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -912,6 +913,25 @@ START_TEST(test_memory_quota) {
 }
 END_TEST
 
+/* gRPC 1.51 stops accepting for good after an accept fails with EMFILE, so
+ * the server raises the descriptor soft limit to the hard one at start. */
+START_TEST(test_fd_limit_raised) {
+    struct rlimit rl;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max > 256) {
+        struct rlimit low = {256, rl.rlim_max};
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    }
+    fixture f;
+    fixture_start(&f, 1);
+    struct rlimit now;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &now), 0);
+    ck_assert_uint_eq(now.rlim_cur, rl.rlim_max);
+    fixture_stop(&f);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+}
+END_TEST
+
 Suite *rpc_suite(void) {
     Suite *s = suite_create("rpc");
     TCase *tc = tcase_create("rpc");
@@ -936,6 +956,7 @@ Suite *rpc_suite(void) {
     tcase_add_test(tc, test_idle_connection_closed);
     tcase_add_test(tc, test_unresponsive_peer_closed);
     tcase_add_test(tc, test_memory_quota);
+    tcase_add_test(tc, test_fd_limit_raised);
     suite_add_tcase(s, tc);
     return s;
 }
