@@ -64,6 +64,8 @@ static const char usage[] =
     "  --set FIELD=VALUE    override one job field (repeatable), e.g. --set max_steps=500\n"
     "  --log-dir DIR        same as --set log_dir=DIR\n"
     "  --keep-serving       ps only: keep serving after the job is done\n"
+    "  --max-message-mb N   ps only: largest message accepted or sent, in MiB (default 65;\n"
+    "                       raise it when one ps holds more than 64 MiB of variables)\n"
     "  --tls-cert FILE      PEM certificate of this task (env DTRAIN_TLS_CERT); the ps\n"
     "                       serves TLS, workers present it to the ps (mutual TLS)\n"
     "  --tls-key FILE       PEM private key of --tls-cert (env DTRAIN_TLS_KEY)\n"
@@ -111,6 +113,7 @@ typedef struct {
     int num_sets;
     const char *log_dir;
     int keep_serving;
+    const char *max_message_mb;
     const char *log_level;
     const char *checkpoint; /* eval, predict */
     const char *data;
@@ -180,6 +183,8 @@ static int parse_args(int argc, char **argv, options *o) {
             o->log_dir = v;
         else if (take_value(argc, argv, &i, "--log-level", &v, &missing))
             o->log_level = v;
+        else if (take_value(argc, argv, &i, "--max-message-mb", &v, &missing))
+            o->max_message_mb = v;
         else if (take_value(argc, argv, &i, "--tls-cert", &v, &missing))
             o->tls_cert = v;
         else if (take_value(argc, argv, &i, "--tls-key", &v, &missing))
@@ -401,6 +406,17 @@ int main(int argc, char **argv) {
         dt_log_set_level((dt_log_level)level);
     }
     if (o.keep_serving && !is_ps) return usage_error("--keep-serving is for the ps job only%s", "");
+    long long max_message_bytes = 0;
+    if (o.max_message_mb) {
+        char *end = NULL;
+        long mb = strtol(o.max_message_mb, &end, 10);
+        /* gRPC takes the cap as an int: 2047 MiB is the most it can hold. */
+        if (!*o.max_message_mb || *end || mb < 1 || mb > 2047)
+            return usage_error("--max-message-mb: \"%s\" is not a whole number of MiB from 1 to 2047",
+                               o.max_message_mb);
+        if (!is_ps) return usage_error("--max-message-mb is for the ps job only%s", "");
+        max_message_bytes = (long long)mb << 20;
+    }
     dt_rpc_security security;
     if ((status = security_from(&o, is_ps, &security)) >= 0) return status;
 
@@ -444,7 +460,8 @@ int main(int argc, char **argv) {
         dt_ps_params pp = {.cluster = &cluster,
                            .task_index = task,
                            .keep_serving = o.keep_serving,
-                           .security = &security};
+                           .security = &security,
+                           .max_message_bytes = max_message_bytes};
         dt_ps *ps = NULL;
         rc = dt_ps_start(&pp, &ps, &err);
         if (rc == 0) rc = dt_ps_wait(ps, &stop_signal, &err);

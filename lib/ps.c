@@ -891,7 +891,8 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
                                .ctx = ps,
                                .security = params->security,
                                .num_workers = c->num_workers,
-                               .num_ps = c->num_ps};
+                               .num_ps = c->num_ps,
+                               .max_message_bytes = params->max_message_bytes};
     if (params->no_server) {
         *out = ps;
         return 0;

@@ -31,6 +31,7 @@ typedef struct {
     int linger_ms;             /* after Shutdown: longest wait for workers to be told */
     const dt_rpc_security *security; /* borrowed; NULL: plaintext, no auth */
     int no_server;             /* 1: serve no port; calls come through dt_ps_call */
+    long long max_message_bytes; /* largest request or reply; 0: the RPC server's default */
 } dt_ps_params;
 
 typedef struct dt_ps dt_ps;

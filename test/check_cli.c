@@ -232,10 +232,23 @@ START_TEST(bad_log_level) {
 }
 END_TEST
 
+START_TEST(bad_max_message) {
+    static const char *const bad[] = {"0", "2048", "12x", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *args[] = {"--cluster", J.cluster, "--job-name", "ps", "--task-index", "0",
+                              "--max-message-mb", bad[i], NULL};
+        expect_usage_error(run(args), "--max-message-mb", "1 to 2047", NULL);
+    }
+    const char *worker[] = {"--cluster", J.cluster, "--job-name", "worker", "--task-index", "0",
+                            "--max-message-mb", "100", NULL};
+    expect_usage_error(run(worker), "--max-message-mb is for the ps job only", NULL, NULL);
+}
+END_TEST
+
 START_TEST(help) {
     static const char *const flags[] = {"--cluster", "--job-name", "--task-index",   "--config",
                                         "--set",     "--log-dir",  "--keep-serving", "--log-level",
-                                        "--help",    "--version"};
+                                        "--help",    "--version",  "--max-message-mb"};
     const char *args[] = {"--help", NULL};
     int status = run(args);
     ck_assert_msg(status == 0, "--help: exit status %d, want 0; stderr:\n%s", status, J.err);
@@ -258,6 +271,7 @@ Suite *cli_suite(void) {
     TCase *tc = dt_test_job_tcase(s, "usage", 60, setup, teardown);
     tcase_add_test(tc, unknown_flag);
     tcase_add_test(tc, flag_missing_value);
+    tcase_add_test(tc, bad_max_message);
     tcase_add_test(tc, missing_cluster);
     tcase_add_test(tc, missing_job_name);
     tcase_add_loop_test(tc, unknown_job_name, 0, (int)(sizeof bad_jobs / sizeof *bad_jobs));
