@@ -18,6 +18,13 @@
  * tells every ps, for every worker index, that the job is done (a Status
  * call), so the ps tasks exit at once.
  *
+ * With --tls-dir DIR every connection is mutual TLS with the certificates
+ * of scripts/make_certs.sh in DIR: a ps started here serves with
+ * ps-<i>.pem, worker 0 and the parent (which creates the variable and ends
+ * the job, the chief's calls) present chief.pem, worker i > 0
+ * worker-<i>.pem, and all check the peer against ca.pem; the ps then
+ * authorizes each call by the certificate, as in a secured job.
+ *
  * Payload: 2 * N * 4 bytes per round per worker (the tensor bytes pulled and
  * pushed), summed over workers; MB is 10^6 bytes. The time runs from the
  * moment every worker is connected and has done one warm-up pull to the
@@ -36,7 +43,7 @@
  * other than 0 is a failure; one still running then is killed and counted.
  *
  * Output (stdout), one line:
- *   pullpush floats=N rounds=R workers=W ps=P units=U seconds=S mb_per_s=X
+ *   pullpush floats=N rounds=R workers=W ps=P units=U tls=T seconds=S mb_per_s=X
  *     rounds_per_s=Y [ps_exited=K]
  * (U: the variable's slices, 1 when it is not split; K, with --dtrain: the
  * ps tasks that exited by themselves within --ps-exit-secs, the others were
@@ -64,6 +71,7 @@
 #include "log.h"
 #include "optim.h"
 #include "ps_client.h"
+#include "rpc_common.h"
 #include "tensor.h"
 
 #define MAX_WORKERS 16
@@ -83,19 +91,30 @@ typedef struct {
     const char *dtrain_bin;      /* start the ps tasks with it; NULL: they run */
     const char *ps_log_dir;      /* started ps i logs to <dir>/ps<i>.log */
     double ps_exit_secs;         /* wait for a started ps to exit after the job */
+    const char *tls_dir;         /* make_certs.sh output: mutual TLS; NULL: plaintext */
 } options;
+
+/* One identity's certificate files under --tls-dir, and the security
+ * settings that borrow them. */
+typedef struct {
+    char cert[DT_PATH_MAX + 32];
+    char key[DT_PATH_MAX + 32];
+    char ca[DT_PATH_MAX + 32];
+    dt_rpc_security sec;
+} tls_files;
 
 static const char usage[] =
     "usage: bench_pullpush --cluster FILE --floats N --rounds R [--workers W]\n"
     "         [--timeout-secs S] [--partition-min-bytes B]\n"
     "         [--placement greedy|round_robin]\n"
-    "         [--dtrain BIN [--ps-log-dir DIR] [--ps-exit-secs S]]\n"
+    "         [--dtrain BIN [--ps-log-dir DIR] [--ps-exit-secs S]] [--tls-dir DIR]\n"
     "  Runs W worker processes (default 2) doing R rounds of pull+push of one\n"
     "  variable of N float32 against the ps tasks of FILE: running ones, or\n"
     "  with --dtrain, one `BIN --job ps` per task started here (logs in DIR,\n"
     "  else on stderr; after the job each gets S seconds, default 15, to exit\n"
     "  by itself before it is killed). B > 0 splits the variable across the ps\n"
-    "  tasks as a job's partition_min_bytes does (default 0: never split).\n";
+    "  tasks as a job's partition_min_bytes does (default 0: never split).\n"
+    "  --tls-dir: mutual TLS with scripts/make_certs.sh's files in DIR.\n";
 
 static int parse_args(int argc, char **argv, options *o) {
     o->workers = 2;
@@ -119,6 +138,10 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         if (strcmp(a, "--ps-log-dir") == 0) {
             o->ps_log_dir = v;
+            continue;
+        }
+        if (strcmp(a, "--tls-dir") == 0 && strlen(v) < DT_PATH_MAX) {
+            o->tls_dir = v;
             continue;
         }
         if (strcmp(a, "--placement") == 0 && dt_placement_from_name(v) >= 0)
@@ -152,11 +175,38 @@ static int parse_args(int argc, char **argv, options *o) {
     return 0;
 }
 
+/* The files of identity `name` ("chief", "worker-1", "ps-0": make_certs.sh
+ * writes ':' as '-') under --tls-dir into tf. NULL without --tls-dir, else
+ * &tf->sec. parse_args bounds the dir, so the paths always fit. */
+static const dt_rpc_security *tls_for(const options *o, const char *name, tls_files *tf) {
+    memset(tf, 0, sizeof *tf);
+    if (!o->tls_dir) return NULL;
+    snprintf(tf->cert, sizeof tf->cert, "%s/%s.pem", o->tls_dir, name);
+    snprintf(tf->key, sizeof tf->key, "%s/%s-key.pem", o->tls_dir, name);
+    snprintf(tf->ca, sizeof tf->ca, "%s/ca.pem", o->tls_dir);
+    tf->sec.cert_file = tf->cert;
+    tf->sec.key_file = tf->key;
+    tf->sec.ca_file = tf->ca;
+    return &tf->sec;
+}
+
 /* Client parameters: the same placement and partitioning in every process,
- * so all agree on which ps task holds which slice. */
-static dt_ps_client_params client_params(const options *o, const dt_cluster *cluster, int worker) {
+ * so all agree on which ps task holds which slice. With --tls-dir a client
+ * presents its worker's certificate, and the parent's (worker -1) speaks as
+ * the chief, worker 0: only the chief may create and shut down, and an
+ * authenticated chief may call only as its own task. tf holds the files
+ * for as long as the parameters are used. */
+static dt_ps_client_params client_params(const options *o, const dt_cluster *cluster, int worker,
+                                         tls_files *tf) {
     dt_ps_client_params cp;
     memset(&cp, 0, sizeof cp);
+    if (o->tls_dir && worker < 0) worker = 0;
+    char name[32];
+    if (worker == 0)
+        snprintf(name, sizeof name, "chief");
+    else
+        snprintf(name, sizeof name, "worker-%d", worker);
+    cp.security = tls_for(o, name, tf);
     cp.cluster = cluster;
     cp.worker = worker;
     cp.timeout_ms = o->timeout_ms;
@@ -205,7 +255,8 @@ static void worker_run(const void *arg, int index, dt_bench_start_fn start, void
         float *g = grads.items[0].data;
         for (int64_t i = 0; i < o->floats; i++)
             g[i] = GRAD_VALUE;
-        dt_ps_client_params cp = client_params(o, wa->cluster, index);
+        tls_files tf;
+        dt_ps_client_params cp = client_params(o, wa->cluster, index, &tf);
         rc = dt_ps_client_new(&cp, &vars, &client, &err);
     }
     dt_ps_reply reply;
@@ -269,6 +320,10 @@ static int spawn_ps(const options *o, int num_ps, pid_t *pids, dt_err *err) {
             signal(SIGPIPE, SIG_DFL); /* ignored here; a ps starts as any program does */
             if (log_fd >= 0 && (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0))
                 _exit(127);
+            char ps_name[32];
+            snprintf(ps_name, sizeof ps_name, "ps-%d", i);
+            tls_files tf;
+            tls_for(o, ps_name, &tf);
             char *args[] = {(char *)o->dtrain_bin,
                             "--cluster",
                             (char *)o->cluster_path,
@@ -276,6 +331,12 @@ static int spawn_ps(const options *o, int num_ps, pid_t *pids, dt_err *err) {
                             "ps",
                             "--task",
                             task,
+                            o->tls_dir ? "--tls-cert" : NULL,
+                            tf.cert,
+                            "--tls-key",
+                            tf.key,
+                            "--tls-ca",
+                            tf.ca,
                             NULL};
             execv(o->dtrain_bin, args);
             fprintf(stderr, "bench_pullpush: ps %d: cannot run %s: %s\n", i, o->dtrain_bin,
@@ -349,7 +410,8 @@ static int wait_ps_ready(const options *o, const dt_cluster *cluster, pid_t *pid
     }
     options quick = *o;
     quick.timeout_ms = 5000;
-    dt_ps_client_params cp = client_params(&quick, cluster, -1);
+    tls_files tf;
+    dt_ps_client_params cp = client_params(&quick, cluster, -1, &tf);
     dt_tensors none;
     memset(&none, 0, sizeof none);
     dt_ps_client *probe = NULL;
@@ -437,7 +499,8 @@ static int check_and_stop(const options *o, const dt_cluster *cluster, dt_ps_cli
     memset(&none, 0, sizeof none);
     for (int i = 0; i < cluster->num_workers && rc == 0; i++) {
         dt_ps_client *told = NULL;
-        dt_ps_client_params cp = client_params(o, cluster, i);
+        tls_files tf;
+        dt_ps_client_params cp = client_params(o, cluster, i, &tf);
         rc = dt_ps_client_new(&cp, &none, &told, err);
         dt_msg_status_resp st;
         for (int p = 0; p < cluster->num_ps && rc == 0; p++)
@@ -504,7 +567,8 @@ int main(int argc, char **argv) {
     }
     /* gRPC starts only now, in the parent, after every fork. */
     if ((rc = init_layout(&vars, o.floats, &err)) < 0) goto fail;
-    dt_ps_client_params cp = client_params(&o, &cluster, -1);
+    tls_files tf;
+    dt_ps_client_params cp = client_params(&o, &cluster, -1, &tf);
     if ((rc = dt_ps_client_new(&cp, &vars, &client, &err)) < 0) goto fail;
     print_placement(client);
     if (o.dtrain_bin && (rc = wait_ps_ready(&o, &cluster, ps_pids, &err)) < 0) goto fail;
@@ -534,8 +598,8 @@ int main(int argc, char **argv) {
     /* Those still running have told us the job is done: nothing to lose. */
     stop_ps(ps_pids, cluster.num_ps, 0);
 
-    printf("pullpush floats=%lld rounds=%d workers=%d ps=%d units=%d", (long long)o.floats,
-           o.rounds, o.workers, cluster.num_ps, units);
+    printf("pullpush floats=%lld rounds=%d workers=%d ps=%d units=%d tls=%d", (long long)o.floats,
+           o.rounds, o.workers, cluster.num_ps, units, o.tls_dir ? 1 : 0);
     dt_bench_print_rates((double)o.workers * o.rounds, o.floats, seconds);
     if (o.dtrain_bin) printf(" ps_exited=%d", ps_exited);
     printf("\n");

@@ -10,7 +10,10 @@
 #   5. wide-model training steps/s (1M features) through the real binary;
 #   6. Fashion-MNIST MLP examples/s with 1 and 2 workers through the real
 #      binary, against the single-process compute-only rate (bench_compute);
-#      skipped, with a note, when the data set is not installed.
+#      skipped, with a note, when the data set is not installed;
+#   7. the cost of mutual TLS: the demo job and pull+push of 1M float32,
+#      each with and without TLS, alternating, and TLS over plaintext, with
+#      certificates made here by scripts/make_certs.sh (127.0.0.1, localhost).
 # Everything runs on loopback on free ports; every wait is bounded; every
 # process started here is stopped on exit, Ctrl-C included.
 #
@@ -19,7 +22,9 @@
 #   BENCH_KEEP_TMP=1 keeps the logs in the temp dir it names;
 #   BENCH_TRIALS=N sets the pull+push and raw runs per size (default 3);
 #   BENCH_PS_TRIALS=N the runs per ps count of figure 4 (default 2);
-#   BENCH_CONFIG=FILE replaces conf/linear.json as the jobs' base config.
+#   BENCH_CONFIG=FILE replaces conf/linear.json as the jobs' base config;
+#   BENCH_TLS_TRIALS=N the runs per figure and security of figure 7
+#      (default 3).
 # Exit status: 0 when every figure was measured, 1 when something failed to
 # run (its line says FAILED and its log is shown on stderr).
 set -u
@@ -53,6 +58,8 @@ MODE_STEPS=10000
 PS_MAX=3
 PS_PARTITION_MIN_BYTES=1048576
 PS_TRIALS=${BENCH_PS_TRIALS:-2}
+# Mutual TLS against plaintext: runs of each, alternating.
+TLS_TRIALS=${BENCH_TLS_TRIALS:-3}
 # Fashion-MNIST: steps of the MLP job (batch 100) through the binary, and
 # of the compute-only run.
 FASHION_CONFIG=conf/fashion_mlp.json
@@ -60,7 +67,7 @@ FASHION_DATA=/usr/share/datasets/fashion-mnist
 FASHION_STEPS=600
 FASHION_BATCH=100
 
-for _n in "BENCH_TRIALS=$TRIALS" "BENCH_PS_TRIALS=$PS_TRIALS"; do
+for _n in "BENCH_TRIALS=$TRIALS" "BENCH_PS_TRIALS=$PS_TRIALS" "BENCH_TLS_TRIALS=$TLS_TRIALS"; do
     case "${_n#*=}" in
         '' | *[!0-9]* | 0)
             echo "bench: ${_n%%=*} must be a positive integer (got \"${_n#*=}\")" >&2
@@ -80,6 +87,9 @@ done
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-bench.XXXXXX") || exit 1
 PIDS=""
 FAILED=0
+# Set to a scripts/make_certs.sh dir, run_job and pullpush_once secure every
+# connection with mutual TLS; empty: plaintext.
+TLS_DIR=""
 
 # ---- process helpers ---------------------------------------------------------
 
@@ -202,6 +212,14 @@ start_ps() {
     return 1
 }
 
+# The TLS flags of identity $1 ("ps-0", "chief", "worker-1": make_certs.sh's
+# file names) when TLS_DIR is set, else nothing. Unquoted by the callers:
+# the temp dir has no spaces unless TMPDIR does.
+tls_flags() {
+    [ -n "$TLS_DIR" ] || return 0
+    echo "--tls-cert $TLS_DIR/$1.pem --tls-key $TLS_DIR/$1-key.pem --tls-ca $TLS_DIR/ca.pem"
+}
+
 # ---- output ------------------------------------------------------------------
 
 row() {
@@ -270,7 +288,9 @@ run_job() {
     mkdir -p "$_dir"
     _t0=$(now_ms)
     CLUSTER_WORKERS=$_nw
-    start_ps "$_dir/cluster.json" "$_dir/ps.log" --config "$_config" --log-dir "$_dir/logs" "$@"
+    # shellcheck disable=SC2046 # tls_flags is several words on purpose
+    start_ps "$_dir/cluster.json" "$_dir/ps.log" --config "$_config" --log-dir "$_dir/logs" \
+        $(tls_flags ps-0) "$@"
     _started=$?
     CLUSTER_WORKERS=2
     [ $_started = 0 ] || return 1
@@ -279,12 +299,12 @@ run_job() {
     _i=1
     while [ $_i -lt "$_nw" ]; do
         start_bg "$_dir/worker$_i.log" "$BIN" --cluster "$_dir/cluster.json" --job worker \
-            --task $_i --config "$_config" --log-dir "$_dir/logs" "$@"
+            --task $_i --config "$_config" --log-dir "$_dir/logs" $(tls_flags worker-$_i) "$@"
         _wpids="$_wpids $LAST_PID"
         _i=$((_i + 1))
     done
     start_bg "$_dir/chief.log" "$BIN" --cluster "$_dir/cluster.json" --job worker --task 0 \
-        --config "$_config" --log-dir "$_dir/logs" "$@"
+        --config "$_config" --log-dir "$_dir/logs" $(tls_flags chief) "$@"
     _chief=$LAST_PID
     wait_pid "$_chief" "$_budget"
     JOB_ERR="exit status chief $STATUS"
@@ -379,12 +399,13 @@ pullpush_once() {
     mkdir -p "$3"
     VAL=""
     ERR_LOGS="$3/err $3/ps.log"
-    if ! start_ps "$3/cluster.json" "$3/ps.log"; then
+    # shellcheck disable=SC2046
+    if ! start_ps "$3/cluster.json" "$3/ps.log" $(tls_flags ps-0); then
         ERR="ps did not start"
         return 1
     fi
     if ! timeout -k 5 150 "$BUILD/bench_pullpush" --cluster "$3/cluster.json" --floats "$1" \
-        --rounds "$2" >"$3/out" 2>"$3/err"; then
+        --rounds "$2" ${TLS_DIR:+--tls-dir "$TLS_DIR"} >"$3/out" 2>"$3/err"; then
         ERR="bench_pullpush failed"
         stop_pid "$PS_PID" 3
         return 1
@@ -565,6 +586,69 @@ else
         done
     else
         failed "fashion mlp, compute only" "bench_compute failed" "$d/err"
+    fi
+fi
+
+# 7. The cost of mutual TLS. Certificates for 127.0.0.1 and localhost are
+# made now, in the temp dir. The demo job (as figure 1) and pull+push of 1M
+# floats (as figure 2) run TLS_TRIALS times each way, plaintext then TLS in
+# turn, so a busy spell hits both; the ratio is of the best runs.
+certs=$TMP/certs
+
+# 0 when the ps of the run in dir $1 served as TLS_DIR says (its log names
+# TLS, or does not); else figure $2 is marked failed: a figure must not be
+# the other security than its label.
+tls_served() {
+    _said=0
+    grep -q ": TLS, client certificates" "$1/ps.log" 2>/dev/null && _said=1
+    if [ -n "$TLS_DIR" ] && [ $_said = 0 ]; then
+        failed "$2" "the ps did not serve TLS" "$1/ps.log"
+        return 1
+    fi
+    if [ -z "$TLS_DIR" ] && [ $_said = 1 ]; then
+        failed "$2" "the ps served TLS in a plaintext run" "$1/ps.log"
+        return 1
+    fi
+}
+if ! sh scripts/make_certs.sh "$certs" 127.0.0.1 localhost 2>"$TMP/certs.err"; then
+    failed "tls" "scripts/make_certs.sh failed" "$TMP/certs.err"
+else
+    demo_plain="" demo_tls="" pp_plain="" pp_tls="" tls_ok=1 trial=1
+    while [ $trial -le "$TLS_TRIALS" ] && [ $tls_ok = 1 ]; do
+        for sec in plain tls; do
+            if [ $sec = tls ]; then TLS_DIR=$certs; else TLS_DIR=""; fi
+            d=$TMP/tls-demo-$sec-$trial
+            run_job "$d" 90 2 "$CONFIG" --set max_steps=$DEMO_STEPS --set log_steps=1000
+            if job_rate "$d" $? "demo training, $sec" && tls_served "$d" "demo training, $sec"; then
+                eval "demo_$sec=\"\$demo_$sec $(ratio "$RATE_G" "$RATE_S" %.0f)\""
+            else
+                tls_ok=0
+            fi
+            d=$TMP/tls-pp-$sec-$trial
+            if ! pullpush_once "$PP_SMALL" "$PP_SMALL_ROUNDS" "$d"; then
+                failed "pull+push 1M floats, $sec" "$ERR" "$ERR_LOGS"
+                tls_ok=0
+            elif tls_served "$d" "pull+push 1M floats, $sec"; then
+                eval "pp_$sec=\"\$pp_$sec $VAL\""
+            else
+                tls_ok=0
+            fi
+        done
+        trial=$((trial + 1))
+    done
+    TLS_DIR=""
+    if [ $tls_ok = 1 ]; then
+        mtls="mutual TLS (certificates of scripts/make_certs.sh, P-256) on every connection"
+        b_plain=$(best "$demo_plain")
+        b_tls=$(best "$demo_tls")
+        row "demo training, plaintext" "$b_plain steps/s" "$(summary "$demo_plain"); the demo job of figure 1 (global_step $DEMO_STEPS), runs alternating with the TLS ones"
+        row "demo training, mTLS" "$b_tls steps/s" "$(summary "$demo_tls"); the same job, $mtls"
+        row "demo TLS/plaintext" "$(ratio "$b_tls" "$b_plain" %.2f)" "best mTLS steps/s over best plaintext steps/s"
+        b_plain=$(best "$pp_plain")
+        b_tls=$(best "$pp_tls")
+        row "pull+push 1M, plaintext" "$b_plain MB/s" "$(summary "$pp_plain"); as figure 2, 1 ps + 2 worker processes, $PP_SMALL_ROUNDS rounds each, runs alternating with the TLS ones"
+        row "pull+push 1M, mTLS" "$b_tls MB/s" "$(summary "$pp_tls"); the same, $mtls"
+        row "pull+push 1M TLS/plaintext" "$(ratio "$b_tls" "$b_plain" %.2f)" "best mTLS MB/s over best plaintext MB/s"
     fi
 fi
 
