@@ -52,7 +52,9 @@ typedef struct {
     dt_rpc_channel *ch;
 } fixture;
 
-static void fixture_start(fixture *f, int linger_ms) {
+/* server secures the ps (NULL: plaintext, no auth); client, the raw channel. */
+static void fixture_start_secure(fixture *f, int linger_ms, const dt_rpc_security *server,
+                                 const dt_rpc_security *client) {
     memset(f, 0, sizeof *f);
     free_addr(&f->ps_addr[0]);
     free_addr(&f->worker_addr[0]);
@@ -61,14 +63,30 @@ static void fixture_start(fixture *f, int linger_ms) {
     f->cluster.ps = f->ps_addr;
     f->cluster.num_workers = 2;
     f->cluster.workers = f->worker_addr;
-    dt_ps_params p = {
-        .cluster = &f->cluster, .task_index = 0, .num_threads = 4, .linger_ms = linger_ms};
+    dt_ps_params p = {.cluster = &f->cluster,
+                      .task_index = 0,
+                      .num_threads = 4,
+                      .linger_ms = linger_ms,
+                      .security = server};
     dt_err err;
     dt_err_clear(&err);
     int rc = dt_ps_start(&p, &f->ps, &err);
     ck_assert_msg(rc == 0, "ps start on %s: %s", f->ps_addr[0].addr, err.msg);
-    rc = dt_rpc_channel_new(f->ps_addr[0].addr, &f->ch, &err);
+    rc = dt_rpc_channel_new_secure(f->ps_addr[0].addr, client, &f->ch, &err);
     ck_assert_msg(rc == 0, "channel: %s", err.msg);
+}
+
+static void fixture_start(fixture *f, int linger_ms) {
+    fixture_start_secure(f, linger_ms, NULL, NULL);
+}
+
+/* The raw channel again, secured by client. */
+static void fixture_reconnect(fixture *f, const dt_rpc_security *client) {
+    dt_rpc_channel_free(f->ch);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_rpc_channel_new_secure(f->ps_addr[0].addr, client, &f->ch, &err) == 0,
+                  "channel: %s", err.msg);
 }
 
 static void fixture_stop(fixture *f) {
@@ -142,8 +160,10 @@ static void sgd_config(dt_optim_config *cfg, double lr) {
     cfg->learning_rate = lr;
 }
 
-static int create(fixture *f, const float *w, const float *b, const dt_optim_config *cfg,
-                  int64_t global_step, int64_t max_steps, dt_msg_create_resp *resp, dt_err *err) {
+/* Create as the chief sends it; step_ceiling > 0: a restore (see raise_step). */
+static int create_restored(fixture *f, const float *w, const float *b, const dt_optim_config *cfg,
+                           int64_t global_step, int64_t step_ceiling, int64_t max_steps,
+                           dt_msg_create_resp *resp, dt_err *err) {
     float wc[NW], bc[NB];
     memcpy(wc, w, sizeof wc);
     memcpy(bc, b, sizeof bc);
@@ -154,12 +174,18 @@ static int create(fixture *f, const float *w, const float *b, const dt_optim_con
     req.out.items = items;
     req.out.count = 2;
     req.global_step = global_step;
+    req.step_ceiling = step_ceiling;
     req.max_steps = max_steps;
     req.optim = *cfg;
     snprintf(req.model, sizeof req.model, "linear test");
     dt_msg_create_resp local;
     memset(&local, 0, sizeof local);
     return call_msg(f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, resp ? resp : &local, err);
+}
+
+static int create(fixture *f, const float *w, const float *b, const dt_optim_config *cfg,
+                  int64_t global_step, int64_t max_steps, dt_msg_create_resp *resp, dt_err *err) {
+    return create_restored(f, w, b, cfg, global_step, 0, max_steps, resp, err);
 }
 
 /* Pulls every variable into w, b; *global_step, *done from the reply. */
@@ -1490,23 +1516,11 @@ END_TEST
 START_TEST(test_seen_step_catch_up_bounded) {
     fixture f;
     fixture_start(&f, 0);
-    float wc[NW], bc[NB];
-    memcpy(wc, W0, sizeof wc);
-    memcpy(bc, B0, sizeof bc);
-    dt_tensor items[2];
-    model_tensors(items, wc, bc);
-    dt_msg_create_req req;
-    memset(&req, 0, sizeof req);
-    req.out.items = items;
-    req.out.count = 2;
-    req.global_step = 4;
-    req.step_ceiling = 40;
-    req.max_steps = 100;
-    sgd_config(&req.optim, 0.5);
-    dt_msg_create_resp cr;
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_int_eq(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &cr, &err), 0);
+    ck_assert_int_eq(create_restored(&f, W0, B0, &cfg, 4, 40, 100, NULL, &err), 0);
     dt_msg_pull_resp pr;
     ck_assert_int_eq(pull_seen(&f, 30, &pr, &err), 0);
     ck_assert_int_eq(pr.global_step, 30); /* what a worker saw: believed */
@@ -1591,27 +1605,18 @@ START_TEST(test_push_as_another_task) {
     char tokens[1100];
     snprintf(tokens, sizeof tokens, "%s/tokens", dir);
     ck_assert_int_eq(dt_test_write_file(tokens, "chief tok-c\nworker:1 tok-w1\n"), 0);
-    fixture f;
-    memset(&f, 0, sizeof f);
-    free_addr(&f.ps_addr[0]);
-    free_addr(&f.worker_addr[0]);
-    free_addr(&f.worker_addr[1]);
-    f.cluster = (dt_cluster){.num_ps = 1, .ps = f.ps_addr, .num_workers = 2,
-                             .workers = f.worker_addr};
+    /* The chief's channel creates the model; worker 1's does the rest. */
     dt_rpc_security server = {.token_file = tokens};
-    dt_ps_params p = {.cluster = &f.cluster, .num_threads = 2, .security = &server};
+    dt_rpc_security as_chief = {.token_file = tokens, .identity = "chief"};
+    dt_rpc_security as_w1 = {.token_file = tokens, .identity = "worker:1"};
+    fixture f;
+    fixture_start_secure(&f, 0, &server, &as_chief);
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(dt_ps_start(&p, &f.ps, &err) == 0, "ps start: %s", err.msg);
-    /* The chief's channel creates the model; worker 1's does the rest. */
-    dt_rpc_security as_chief = {.token_file = tokens, .identity = "chief"};
-    ck_assert_int_eq(dt_rpc_channel_new_secure(f.ps_addr[0].addr, &as_chief, &f.ch, &err), 0);
     dt_optim_config cfg;
     sgd_config(&cfg, 0.5);
     ck_assert_msg(create(&f, W0, B0, &cfg, 4, 100, NULL, &err) == 0, "create: %s", err.msg);
-    dt_rpc_channel_free(f.ch);
-    dt_rpc_security as_w1 = {.token_file = tokens, .identity = "worker:1"};
-    ck_assert_int_eq(dt_rpc_channel_new_secure(f.ps_addr[0].addr, &as_w1, &f.ch, &err), 0);
+    fixture_reconnect(&f, &as_w1);
 
     ASSERT_FAILS(push(&f, GW, GB, 0, NULL, &err), DT_EPERM, "worker:1 may not call as worker 0");
     dt_msg_pull_req pq;
