@@ -915,8 +915,7 @@ int dt_ps_call(dt_ps *ps, const char *method, const dt_rpc_peer *peer, const dt_
     for (size_t i = 0; i < sizeof ps_methods / sizeof ps_methods[0]; i++) {
         const dt_rpc_method *m = &ps_methods[i];
         if (strcmp(m->path, method) != 0) continue;
-        /* The server's role check, as it runs before a handler. */
-        if (peer->role != DT_PEER_ANY && !(m->allowed_roles & DT_PEER_MASK(peer->role)))
+        if (!dt_rpc_method_allows(m, peer))
             return dt_err_set(err, DT_EPERM, "permission denied: %s may not call %s", peer->name,
                               m->path);
         int rc = m->handler(ps, peer, request, reply, err);

@@ -298,8 +298,7 @@ static void handle(call_state *cs) {
     dt_rpc_peer peer;
     grpc_status_code status = authenticate(s, cs, &peer, &err);
     const dt_rpc_method *m = find_method(s, cs->details.method);
-    if (status == GRPC_STATUS_OK && m && peer.role != DT_PEER_ANY &&
-        !(m->allowed_roles & DT_PEER_MASK(peer.role))) {
+    if (status == GRPC_STATUS_OK && m && !dt_rpc_method_allows(m, &peer)) {
         dt_err_set(&err, DT_EPERM, "permission denied: %s may not call %s", peer.name, m->path);
         status = GRPC_STATUS_PERMISSION_DENIED;
     }

@@ -29,6 +29,13 @@ typedef struct {
     unsigned allowed_roles;
 } dt_rpc_method;
 
+/* Whether peer may call m: the check the server makes before a handler runs
+ * (and dt_ps_call makes for in-process calls). Without authentication
+ * (DT_PEER_ANY) every method is allowed. */
+static inline int dt_rpc_method_allows(const dt_rpc_method *m, const dt_rpc_peer *peer) {
+    return peer->role == DT_PEER_ANY || (m->allowed_roles & DT_PEER_MASK(peer->role)) != 0;
+}
+
 typedef struct {
     const char *addr;             /* "host:port" to listen on */
     int num_threads;              /* poller threads, >= 1 */
