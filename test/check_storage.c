@@ -296,8 +296,10 @@ START_TEST(log_dir_deleted) {
 
     /* The chief may create a file while the tree goes: try again. */
     long long deadline = dt_test_now_ms() + EVENT_MS;
-    while (dt_test_rmtree(w.log_dir) != 0 && dt_test_now_ms() < deadline)
+    int removed;
+    while ((removed = dt_test_rmtree(w.log_dir) == 0) == 0 && dt_test_now_ms() < deadline)
         dt_test_sleep_ms(10);
+    ck_assert_msg(removed, "could not delete %s within %d ms", w.log_dir, EVENT_MS);
     expect_log("chief", "vanished or was replaced", chief);
     ck_assert_msg(dt_test_job_log_has(&w, "chief", w.log_dir), "the error names no dir");
     ck_assert_msg(dt_test_ckpt_wait_after(w.log_dir, -1, chief, EVENT_MS) >= 0,
