@@ -331,17 +331,26 @@ START_TEST(ps_never_up) {
 END_TEST
 
 /* A second chief on the same log dir is refused with the first's pid; the
- * first trains on and finishes the job. */
+ * first trains on and finishes the job. The first chief and the worker are
+ * stopped (SIGSTOP) while the second one tries, so that a fast machine
+ * cannot finish the job first: a chief that finds the job done rightly
+ * saves the final model and exits 0. A stopped process keeps its lock. */
 START_TEST(second_chief_refused) {
     static const char *const extra[] = {"max_steps=10000", NULL};
     world_init(1, 2, extra);
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
-    dt_test_job_expect_ckpt_after(&w, 0, chief, JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_wait_log(&w, "chief", "chief: writing summaries", JOB_TIMEOUT_MS,
+                                       chief),
+                  "the first chief never started training; logs:%s", dt_test_job_report(&w));
+    send_signal(chief, SIGSTOP);
+    send_signal(worker, SIGSTOP);
 
     pid_t second = dt_test_job_start(&w, "worker", 0, "chief2");
     int status = dt_test_wait(second, EXIT_TIMEOUT_MS);
+    send_signal(chief, SIGCONT);
+    send_signal(worker, SIGCONT);
     ck_assert_msg(status > 0 && status != 200,
                   "second chief: status %d, want a permanent failure "
                   "(negative: signal, %d: still running); logs:%s",
