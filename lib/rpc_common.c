@@ -80,6 +80,14 @@ static void log_handshake_failure(const char *flat) {
            (long long)atomic_exchange(&skipped, 0));
 }
 
+/* gRPC 1.51's listener, when accept() fails with anything but EAGAIN or
+ * ECONNABORTED (EMFILE, ENFILE, ENOBUFS), logs this line and stops
+ * watching its socket for good; the line is the only sign of it, so the
+ * servers of this process count it and listen again (rpc_server.c). */
+static atomic_int accept_failures;
+
+int dt_rpc_accept_failures(void) { return atomic_load(&accept_failures); }
+
 /* gRPC's own messages go through dt_log, one line each, at debug level:
  * dtrain reports every failure that matters itself, with context. */
 static void grpc_log_to_dt(gpr_log_func_args *args) {
@@ -90,6 +98,7 @@ static void grpc_log_to_dt(gpr_log_func_args *args) {
     flat[n] = '\0';
     dt_log(DT_LOG_DEBUG, "grpc %s:%d: %s", args->file, args->line, flat);
     if (strstr(flat, "Handshake failed")) log_handshake_failure(flat);
+    if (strstr(flat, "Failed accept4")) atomic_fetch_add(&accept_failures, 1);
 }
 
 void dt_rpc_init(void) {

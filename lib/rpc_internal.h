@@ -30,6 +30,10 @@ int dt_rpc_read_pem(const char *path, const char *what, char **out, dt_err *err)
 /* Generation counter bumped by dt_rpc_reload_certs. */
 int dt_rpc_cert_generation(void);
 
+/* How many times a gRPC listener in this process has given up accepting
+ * (gRPC logged "Failed accept4", e.g. out of descriptors). Thread-safe. */
+int dt_rpc_accept_failures(void);
+
 /* Metadata keys: the bearer token, and the identity a client claims (trusted
  * only with a shared token). */
 #define DT_RPC_MD_AUTHORIZATION "authorization"

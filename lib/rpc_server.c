@@ -26,8 +26,15 @@
  *
  * Resource limits (limits_to_args): a message cap, a handshake deadline,
  * an idle timeout, keepalive pings that also run without calls, a cap on
- * calls per connection and optionally a memory quota for the whole server, so no client can make the server buffer an
- * unbounded message or hold a connection that does nothing.
+ * calls per connection and optionally a memory quota for the whole server, so no client can make
+ * the server buffer an unbounded message or hold a connection that does nothing.
+ *
+ * Listening again (watch_listener): gRPC 1.51's listener stops for good
+ * after one accept() fails (EMFILE: the process is out of descriptors). A
+ * watchdog thread sees gRPC's log line for it, waits for free descriptors,
+ * shuts that grpc_server down (it holds the port) and starts another on
+ * the same address, queue and handlers: a server generation. Old
+ * generations drain their calls and are destroyed once notified and empty.
  *
  * Shutdown order (the gRPC core's contract): shutdown_and_notify -> wait for
  * the notification (cancel_all_calls after the grace period) -> wait for
@@ -36,16 +43,18 @@
  */
 #include "rpc_server.h"
 
+#include <fcntl.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "auth.h"
 #include "log.h"
@@ -58,9 +67,22 @@ typedef enum { CALL_REQUESTED, CALL_RECEIVED, CALL_DONE } call_phase;
 
 typedef struct poller poller;
 
+/* One grpc_server on the address: the first, or one started in its place
+ * after gRPC's listener gave up accepting (see watch_listener). */
+typedef struct {
+    grpc_server *grpc; /* NULL: slot free */
+    char notify_tag;   /* its address is the shutdown notification's tag */
+    int shut;          /* shutdown_and_notify called */
+    int notified;      /* the notification came (under the server's mu) */
+    int live_calls;    /* call_states armed on it and not yet freed (under mu) */
+} server_gen;
+
+#define MAX_GENS 4
+
 typedef struct {
     call_phase phase;
     poller *owner;
+    server_gen *gen; /* the grpc_server it was requested on */
     grpc_call *call;
     grpc_call_details details;
     grpc_metadata_array request_md;
@@ -87,21 +109,26 @@ typedef struct {
 } tls_files;
 
 struct dt_rpc_server {
-    grpc_server *grpc;
-    grpc_completion_queue *cq; /* the one queue every poller takes from */
+    server_gen gens[MAX_GENS];
+    server_gen *current;            /* the one listening and taking new calls, under mu */
+    grpc_completion_queue *cq;      /* the one queue every poller takes from */
+    grpc_server_credentials *creds; /* kept to listen again */
+    grpc_arg args[16];              /* the limits, kept to listen again */
+    grpc_channel_args channel_args;
     dt_rpc_server_params params;
     char addr[300];
     int num_pollers;
     poller pollers[MAX_THREADS];
-    int shutdown_tag; /* address used as the notify tag */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int shutdown_done;
-    int shutting_down;
-    int live_calls;         /* call_states allocated and not yet freed, under mu */
-    tls_files *tls;         /* NULL: plaintext */
-    int mtls;               /* client certificates required and verified */
-    dt_auth_tokens *tokens; /* NULL: no token required */
+    pthread_t watchdog;
+    int watchdog_started;
+    int stopping;               /* tells the watchdog to end, under mu */
+    int accept_failures;        /* dt_rpc_accept_failures() last acted on */
+    int live_calls;             /* call_states allocated and not yet freed, under mu */
+    tls_files *tls;             /* NULL: plaintext */
+    int mtls;                   /* client certificates required and verified */
+    dt_auth_tokens *tokens;     /* NULL: no token required */
     grpc_resource_quota *quota; /* NULL: none of ours */
     atomic_llong refused;
     atomic_llong refusal_log_ms; /* last refusal log line, monotonic ms */
@@ -112,6 +139,7 @@ static void call_free(call_state *cs) {
     dt_rpc_server *s = cs->owner->server;
     pthread_mutex_lock(&s->mu);
     s->live_calls--;
+    cs->gen->live_calls--;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (cs->request_payload) grpc_byte_buffer_destroy(cs->request_payload);
@@ -130,15 +158,20 @@ static void arm(poller *p) {
         return;
     }
     cs->owner = p;
-    pthread_mutex_lock(&p->server->mu);
-    p->server->live_calls++;
-    pthread_mutex_unlock(&p->server->mu);
     cs->phase = CALL_REQUESTED;
     cs->status_details = grpc_empty_slice();
     grpc_call_details_init(&cs->details);
     grpc_metadata_array_init(&cs->request_md);
-    grpc_call_error e = grpc_server_request_call(p->server->grpc, &cs->call, &cs->details,
-                                                 &cs->request_md, p->server->cq, p->server->cq, cs);
+    dt_rpc_server *s = p->server;
+    /* Counted on its generation first, so that one is not destroyed while
+     * the call is being requested on it. */
+    pthread_mutex_lock(&s->mu);
+    cs->gen = s->current;
+    s->live_calls++;
+    cs->gen->live_calls++;
+    pthread_mutex_unlock(&s->mu);
+    grpc_call_error e = grpc_server_request_call(cs->gen->grpc, &cs->call, &cs->details,
+                                                 &cs->request_md, s->cq, s->cq, cs);
     if (e != GRPC_CALL_OK) call_free(cs); /* the server is shutting down */
 }
 
@@ -363,6 +396,14 @@ static void on_event(call_state *cs, int success) {
     }
 }
 
+/* The generation whose shutdown notification tag is `tag`, else NULL (the
+ * tag is a call). */
+static server_gen *gen_of_tag(dt_rpc_server *s, void *tag) {
+    for (int i = 0; i < MAX_GENS; i++)
+        if (tag == &s->gens[i].notify_tag) return &s->gens[i];
+    return NULL;
+}
+
 static void *poll_loop(void *arg) {
     poller *p = arg;
     dt_rpc_server *s = p->server;
@@ -370,9 +411,10 @@ static void *poll_loop(void *arg) {
         grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type != GRPC_OP_COMPLETE) continue;
-        if (ev.tag == &s->shutdown_tag) {
+        server_gen *g = gen_of_tag(s, ev.tag);
+        if (g) {
             pthread_mutex_lock(&s->mu);
-            s->shutdown_done = 1;
+            g->notified = 1;
             pthread_cond_broadcast(&s->cv);
             pthread_mutex_unlock(&s->mu);
             continue;
@@ -510,7 +552,9 @@ static int make_server_creds(dt_rpc_server *s, grpc_server_credentials **out, dt
 /* Destroys the server, then shuts down the queue, joins the pollers (or,
  * when none started, drains the queue here) and frees everything. */
 static void server_free(dt_rpc_server *s) {
-    grpc_server_destroy(s->grpc);
+    for (int i = 0; i < MAX_GENS; i++)
+        if (s->gens[i].grpc) grpc_server_destroy(s->gens[i].grpc);
+    if (s->creds) grpc_server_credentials_release(s->creds);
     grpc_completion_queue *cq = s->cq;
     grpc_completion_queue_shutdown(cq);
     int any_started = 0;
@@ -524,7 +568,7 @@ static void server_free(dt_rpc_server *s) {
             grpc_event ev =
                 grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
             if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
-            if (ev.type == GRPC_OP_COMPLETE && ev.tag != &s->shutdown_tag) call_free(ev.tag);
+            if (ev.type == GRPC_OP_COMPLETE && !gen_of_tag(s, ev.tag)) call_free(ev.tag);
         }
     grpc_completion_queue_destroy(cq);
     pthread_mutex_destroy(&s->mu);
@@ -567,8 +611,7 @@ static int limits_to_args(const dt_rpc_server_params *params, grpc_resource_quot
     int handshake = pick(params->handshake_timeout_ms, DT_RPC_DEFAULT_HANDSHAKE_TIMEOUT_MS);
     int idle = pick(params->idle_timeout_ms, DT_RPC_DEFAULT_IDLE_TIMEOUT_MS);
     int keepalive = pick(params->keepalive_time_ms, DT_RPC_DEFAULT_KEEPALIVE_TIME_MS);
-    int keepalive_timeout =
-        pick(params->keepalive_timeout_ms, DT_RPC_DEFAULT_KEEPALIVE_TIMEOUT_MS);
+    int keepalive_timeout = pick(params->keepalive_timeout_ms, DT_RPC_DEFAULT_KEEPALIVE_TIMEOUT_MS);
     int streams = pick(params->max_concurrent_streams, DT_RPC_DEFAULT_MAX_CONCURRENT_STREAMS);
     if (handshake < 0 || keepalive < 0 || keepalive_timeout < 0 || streams < 0)
         return dt_err_set(err, DT_EINVAL,
@@ -626,6 +669,146 @@ static void raise_fd_limit(const char *addr) {
            (unsigned long long)old, (unsigned long long)rl.rlim_max);
 }
 
+/* ---- listening again ------------------------------------------------- */
+
+/* A grpc_server with the server's limits on its queue, not yet listening. */
+static grpc_server *new_grpc_server(dt_rpc_server *s) {
+    grpc_server *g = grpc_server_create(&s->channel_args, NULL);
+    grpc_server_register_completion_queue(g, s->cq, NULL);
+    return g;
+}
+
+/* Arms ARMED_PER_THREAD request calls per poller on the current server. */
+static void arm_all(dt_rpc_server *s) {
+    for (int i = 0; i < s->num_pollers; i++)
+        for (int k = 0; k < ARMED_PER_THREAD; k++)
+            arm(&s->pollers[i]);
+}
+
+/* Starts g's shutdown (once): it stops listening, its connections get a
+ * GOAWAY and their calls in flight finish. */
+static void shut_gen(dt_rpc_server *s, server_gen *g) {
+    if (!g->grpc || g->shut) return;
+    g->shut = 1;
+    grpc_server_shutdown_and_notify(g->grpc, s->cq, &g->notify_tag);
+}
+
+/* Destroys the generations that are shut down, notified and hold no call. */
+static void reap_gens(dt_rpc_server *s) {
+    for (int i = 0; i < MAX_GENS; i++) {
+        server_gen *g = &s->gens[i];
+        pthread_mutex_lock(&s->mu);
+        int done = g->grpc && g != s->current && g->notified && g->live_calls == 0;
+        pthread_mutex_unlock(&s->mu);
+        if (!done) continue;
+        grpc_server_destroy(g->grpc);
+        pthread_mutex_lock(&s->mu);
+        memset(g, 0, sizeof *g);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* 1 when this process could open `n` more descriptors now. */
+static int descriptors_free(int n) {
+    int fds[64], got = 0;
+    if (n > 64) n = 64;
+    while (got < n && (fds[got] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+        got++;
+    for (int i = 0; i < got; i++)
+        close(fds[i]);
+    return got == n;
+}
+
+/* Replaces the current grpc_server, whose listener gave up, by a new one on
+ * the same address. The old one must stop first: it still holds the
+ * listening socket, and without SO_REUSEPORT the new one cannot bind until
+ * that is closed. Its open connections are told to reconnect (GOAWAY), so
+ * this waits until descriptors are free again (the handshake deadline
+ * closes the connections of whoever took them). Returns 0 once listening,
+ * -1 to be tried again later. */
+static int listen_again(dt_rpc_server *s) {
+    if (!descriptors_free(32)) return -1;
+    server_gen *slot = NULL;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < MAX_GENS && !slot; i++)
+        if (!s->gens[i].grpc) slot = &s->gens[i];
+    server_gen *old = s->current;
+    pthread_mutex_unlock(&s->mu);
+    if (!slot) return -1; /* old ones still draining */
+    grpc_server *g = new_grpc_server(s);
+    shut_gen(s, old);
+    /* The old listening socket closes asynchronously; a few tries. */
+    int port = 0;
+    for (int tries = 0; tries < 100 && port == 0; tries++) {
+        port = grpc_server_add_http2_port(g, s->addr, s->creds);
+        if (port == 0) nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
+    if (port == 0) {
+        /* Never started: a shutdown with its notification, then destroy. */
+        dt_log(DT_LOG_ERROR, "rpc server %s: cannot listen again yet; retrying", s->addr);
+        pthread_mutex_lock(&s->mu);
+        slot->grpc = g;
+        pthread_mutex_unlock(&s->mu);
+        shut_gen(s, slot);
+        return -1;
+    }
+    grpc_server_start(g);
+    pthread_mutex_lock(&s->mu);
+    slot->grpc = g;
+    s->current = slot;
+    pthread_mutex_unlock(&s->mu);
+    arm_all(s);
+    return 0;
+}
+
+/* The watchdog: every WATCH_MS, reaps drained generations and, when a gRPC
+ * listener of this process gave up accepting since last time, listens again
+ * (gRPC 1.51 never retries by itself; newer versions retry after EMFILE).
+ * The failure count is process-wide and says nothing of which listener
+ * failed, so every server of the process listens again: harmless, as its
+ * clients reconnect. */
+#define WATCH_MS 200
+
+static void *watch_listener(void *arg) {
+    dt_rpc_server *s = arg;
+    long long waiting_since = 0; /* a failure not yet acted on, monotonic ms */
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_nsec += WATCH_MS * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &deadline);
+        if (s->stopping) break;
+        pthread_mutex_unlock(&s->mu);
+        reap_gens(s);
+        int failures = dt_rpc_accept_failures();
+        if (failures != s->accept_failures) {
+            if (!waiting_since) {
+                waiting_since = mono_ms();
+                dt_log(DT_LOG_WARN,
+                       "rpc server %s: stopped accepting connections (accept failed: out of "
+                       "descriptors?); listening again once descriptors are free",
+                       s->addr);
+            }
+            if (listen_again(s) == 0) {
+                s->accept_failures = failures;
+                dt_log(DT_LOG_WARN,
+                       "rpc server %s: listening again after %lld ms; open connections were "
+                       "asked to reconnect",
+                       s->addr, mono_ms() - waiting_since);
+                waiting_since = 0;
+            }
+        }
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
 int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out, dt_err *err) {
     *out = NULL;
     if (params->num_threads < 1 || params->num_threads > MAX_THREADS)
@@ -641,15 +824,13 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     pthread_cond_init(&s->cv, NULL);
 
     if (params->memory_quota_bytes < 0)
-        rc = dt_err_set(err, DT_EINVAL, "rpc server %s: memory_quota_bytes %lld < 0",
-                        params->addr, params->memory_quota_bytes);
+        rc = dt_err_set(err, DT_EINVAL, "rpc server %s: memory_quota_bytes %lld < 0", params->addr,
+                        params->memory_quota_bytes);
     if (rc == 0 && params->memory_quota_bytes > 0) {
         s->quota = grpc_resource_quota_create(s->addr);
         grpc_resource_quota_resize(s->quota, (size_t)params->memory_quota_bytes);
     }
-    grpc_arg args[16];
-    grpc_channel_args channel_args;
-    if (rc < 0 || (rc = limits_to_args(params, s->quota, args, &channel_args, err)) < 0) {
+    if (rc < 0 || (rc = limits_to_args(params, s->quota, s->args, &s->channel_args, err)) < 0) {
         if (s->quota) grpc_resource_quota_unref(s->quota);
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
@@ -658,29 +839,25 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
         return rc;
     }
     raise_fd_limit(s->addr);
-    s->grpc = grpc_server_create(&channel_args, NULL);
+    s->accept_failures = dt_rpc_accept_failures();
     s->num_pollers = params->num_threads;
     s->cq = grpc_completion_queue_create_for_next(NULL);
-    grpc_server_register_completion_queue(s->grpc, s->cq, NULL);
     for (int i = 0; i < s->num_pollers; i++)
         s->pollers[i].server = s;
-    grpc_server_credentials *creds = NULL;
-    if ((rc = make_server_creds(s, &creds, err)) < 0) {
+    s->current = &s->gens[0];
+    s->current->grpc = new_grpc_server(s);
+    if ((rc = make_server_creds(s, &s->creds, err)) < 0) {
         dt_err_wrap(err, rc, "rpc server %s", params->addr);
         goto fail_unstarted;
     }
-    int port = grpc_server_add_http2_port(s->grpc, params->addr, creds);
-    grpc_server_credentials_release(creds);
-    if (port == 0) {
+    if (grpc_server_add_http2_port(s->current->grpc, params->addr, s->creds) == 0) {
         rc =
             dt_err_set(err, DT_EUNAVAILABLE,
                        "rpc server %s: cannot listen (address in use or not local?)", params->addr);
         goto fail_unstarted;
     }
-    grpc_server_start(s->grpc);
-    for (int i = 0; i < s->num_pollers; i++)
-        for (int k = 0; k < ARMED_PER_THREAD; k++)
-            arm(&s->pollers[i]);
+    grpc_server_start(s->current->grpc);
+    arm_all(s);
     for (int i = 0; i < s->num_pollers; i++) {
         if (pthread_create(&s->pollers[i].thread, NULL, poll_loop, &s->pollers[i]) != 0) {
             dt_err_set(err, DT_EINTERNAL, "rpc server %s: cannot start thread", params->addr);
@@ -689,23 +866,42 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
         }
         s->pollers[i].started = 1;
     }
+    if (pthread_create(&s->watchdog, NULL, watch_listener, s) != 0) {
+        dt_err_set(err, DT_EINTERNAL, "rpc server %s: cannot start thread", params->addr);
+        dt_rpc_server_stop(s, 0);
+        return DT_EINTERNAL;
+    }
+    s->watchdog_started = 1;
     *out = s;
     return 0;
 
 fail_unstarted:
-    grpc_server_shutdown_and_notify(s->grpc, s->cq, &s->shutdown_tag);
+    shut_gen(s, s->current);
     server_free(s);
     return rc;
 }
 
-/* Waits for the shutdown notification until `deadline`; 1 when it came. */
+/* 1 when every generation that exists has been notified of its shutdown.
+ * Under mu. */
+static int all_notified(const dt_rpc_server *s) {
+    for (int i = 0; i < MAX_GENS; i++)
+        if (s->gens[i].grpc && !s->gens[i].notified) return 0;
+    return 1;
+}
+
+/* Waits for the shutdown notifications until `deadline`; 1 when all came. */
 static int wait_shutdown(dt_rpc_server *s, const struct timespec *deadline) {
     pthread_mutex_lock(&s->mu);
-    while (!s->shutdown_done)
+    while (!all_notified(s))
         if (pthread_cond_timedwait(&s->cv, &s->mu, deadline) != 0) break;
-    int done = s->shutdown_done;
+    int done = all_notified(s);
     pthread_mutex_unlock(&s->mu);
     return done;
+}
+
+static void cancel_all(dt_rpc_server *s) {
+    for (int i = 0; i < MAX_GENS; i++)
+        if (s->gens[i].grpc) grpc_server_cancel_all_calls(s->gens[i].grpc);
 }
 
 void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
@@ -713,7 +909,14 @@ void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
     long long refused = atomic_load(&s->refused);
     if (refused > 0)
         dt_log(DT_LOG_INFO, "rpc server %s: %lld calls refused in all", s->addr, refused);
-    grpc_server_shutdown_and_notify(s->grpc, s->cq, &s->shutdown_tag);
+    if (s->watchdog_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stopping = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->watchdog, NULL);
+    }
+    shut_gen(s, s->current);
     int all_started = 1;
     for (int i = 0; i < s->num_pollers; i++)
         all_started &= s->pollers[i].started;
@@ -727,7 +930,7 @@ void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
             deadline.tv_nsec -= 1000000000L;
         }
         if (!wait_shutdown(s, &deadline)) {
-            grpc_server_cancel_all_calls(s->grpc);
+            cancel_all(s);
             deadline.tv_sec += 5;
             wait_shutdown(s, &deadline);
         }
@@ -742,7 +945,7 @@ void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
                    s->live_calls);
         pthread_mutex_unlock(&s->mu);
     } else {
-        grpc_server_cancel_all_calls(s->grpc);
+        cancel_all(s);
     }
     server_free(s);
 }

@@ -11,7 +11,8 @@
  *  - a ps killed and restarted: the chief restores it, the step does not go
  *    back, the job completes (also with two shards, killing ps 0);
  *  - a worker killed and restarted rejoins; a chief restarted after the
- *    other workers finished the job closes it (final checkpoint, ps stop).
+ *    other workers finished the job closes it (final checkpoint, ps stop);
+ *  - a ps whose descriptors a stranger exhausted listens again.
  *
  * Signals go to the pid only (kill(pid)), not to the process group as
  * dt_test_kill does (group, then pid): that would be two signals, and the
@@ -21,15 +22,21 @@
  * processes included). Nothing asserts speed except "promptly" after a
  * second signal, with a bound far above what it needs.
  */
+#define _GNU_SOURCE /* prlimit */
+#include <arpa/inet.h>
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "job.h"
@@ -73,6 +80,17 @@ static void send_signal(pid_t pid, int sig) {
     ck_assert_msg(dt_test_alive(pid), "pid %d is gone before signal %d; logs:%s", (int)pid, sig,
                   dt_test_job_report(&w));
     ck_assert_msg(kill(pid, sig) == 0, "kill(%d, %d) failed", (int)pid, sig);
+}
+
+/* A job that outlives the test (1 ps, the chief, worker 1, logs "ps",
+ * "chief", "worker1"), once the chief has saved a checkpoint. */
+static void start_training(pid_t *ps, pid_t *chief, pid_t *worker) {
+    static const char *const extra[] = {FOREVER, NULL};
+    world_init(1, 2, extra);
+    *ps = dt_test_job_start(&w, "ps", 0, "ps");
+    *chief = dt_test_job_start(&w, "worker", 0, "chief");
+    *worker = dt_test_job_start(&w, "worker", 1, "worker1");
+    dt_test_job_expect_ckpt_after(&w, 0, *chief, JOB_TIMEOUT_MS);
 }
 
 /* ---- reading what the roles logged ------------------------------------------- */
@@ -167,12 +185,8 @@ END_TEST
 /* First SIGTERM to the chief: it finishes its step, saves and exits 143;
  * the checkpoint is newer than any before and loads; the others go on. */
 START_TEST(sigterm_chief_saves) {
-    static const char *const extra[] = {FOREVER, NULL};
-    world_init(1, 2, extra);
-    pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
-    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
-    pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
-    dt_test_job_expect_ckpt_after(&w, 0, chief, JOB_TIMEOUT_MS);
+    pid_t ps, chief, worker;
+    start_training(&ps, &chief, &worker);
     dt_test_sleep_ms(300); /* training on past the last save */
     int64_t before = dt_test_ckpt_max(w.log_dir);
 
@@ -341,9 +355,9 @@ START_TEST(second_chief_refused) {
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
-    ck_assert_msg(dt_test_job_wait_log(&w, "chief", "chief: writing summaries", JOB_TIMEOUT_MS,
-                                       chief),
-                  "the first chief never started training; logs:%s", dt_test_job_report(&w));
+    ck_assert_msg(
+        dt_test_job_wait_log(&w, "chief", "chief: writing summaries", JOB_TIMEOUT_MS, chief),
+        "the first chief never started training; logs:%s", dt_test_job_report(&w));
     send_signal(chief, SIGSTOP);
     send_signal(worker, SIGSTOP);
 
@@ -395,8 +409,8 @@ START_TEST(foreign_model_refused) {
     ck_assert_msg(status == 1, "chief of another job: status %d, want 1; logs:%s", status,
                   dt_test_job_report(&w));
     char *log = dt_test_job_read_log(&w, "other");
-    int named = dt_test_line_has(log, "ps:0", "holds a model this job did not create",
-                                 "lr=0.01", "lr=0.02");
+    int named = dt_test_line_has(log, "ps:0", "holds a model this job did not create", "lr=0.01",
+                                 "lr=0.02");
     free(log);
     ck_assert_msg(named, "the refusal does not name the ps and both jobs; logs:%s",
                   dt_test_job_report(&w));
@@ -411,6 +425,55 @@ START_TEST(foreign_model_refused) {
     dt_test_probe_close(&sp);
     dt_test_kill(ps, SIGKILL);
     dt_test_wait(ps, EXIT_TIMEOUT_MS);
+}
+END_TEST
+
+/* A stranger opens connections until the ps runs out of descriptors, then
+ * closes them. gRPC 1.51's listener stops accepting for good when accept()
+ * fails (EMFILE); the ps must listen again, so that a worker restarted
+ * afterwards (a new connection) trains, while the job goes on. The ps's
+ * descriptor limit is lowered from outside (prlimit) once it is up, as
+ * its own start raises the soft limit to the hard one. */
+START_TEST(ps_accepts_after_fds_run_out) {
+    pid_t ps, chief, worker;
+    start_training(&ps, &chief, &worker);
+    struct rlimit low = {64, 64};
+    ck_assert_msg(prlimit(ps, RLIMIT_NOFILE, &low, NULL) == 0, "prlimit: %s", strerror(errno));
+
+    enum { MAX_CONNS = 200 };
+    int conns[MAX_CONNS], n = 0;
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons((uint16_t)w.ports[0]);
+    for (; n < MAX_CONNS; n++) {
+        conns[n] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(conns[n], 0);
+        ck_assert_msg(connect(conns[n], (struct sockaddr *)&sa, sizeof sa) == 0,
+                      "connection %d to the ps: %s", n, strerror(errno));
+    }
+    int noticed = dt_test_job_wait_log(&w, "ps", "stopped accepting connections", 10000, ps);
+    for (int i = 0; i < n; i++)
+        close(conns[i]);
+    ck_assert_msg(noticed,
+                  "%d connections to a ps limited to 64 descriptors: it did not say "
+                  "it stopped accepting; logs:%s",
+                  n, dt_test_job_report(&w));
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps", "listening again after", 30000, ps),
+                  "the ps never listened again; logs:%s", dt_test_job_report(&w));
+
+    dt_test_kill(worker, SIGKILL);
+    dt_test_wait(worker, EXIT_TIMEOUT_MS);
+    pid_t again = dt_test_job_start(&w, "worker", 1, "worker1-again");
+    ck_assert_msg(dt_test_job_wait_log(&w, "worker1-again", ": step ", JOB_TIMEOUT_MS, again),
+                  "a worker started after the descriptors ran out never trained; logs:%s",
+                  dt_test_job_report(&w));
+    int64_t now = dt_test_ckpt_max(w.log_dir);
+    ck_assert_msg(dt_test_ckpt_wait_after(w.log_dir, now, chief, JOB_TIMEOUT_MS) > now,
+                  "the chief saved nothing after the ps listened again; logs:%s",
+                  dt_test_job_report(&w));
+    ck_assert_msg(dt_test_alive(ps), "the ps died; logs:%s", dt_test_job_report(&w));
 }
 END_TEST
 
@@ -584,6 +647,7 @@ Suite *lifecycle_suite(void) {
     add_case(s, "second_chief_refused", second_chief_refused);
     add_case(s, "ps_started_after_done", ps_started_after_done);
     add_case(s, "foreign_model_refused", foreign_model_refused);
+    add_case(s, "ps_accepts_after_fds_run_out", ps_accepts_after_fds_run_out);
     add_case(s, "ps_restart", ps_restart);
     add_case(s, "ps_restart_two_shards", ps_restart_two_shards);
     add_case(s, "worker_restart", worker_restart);

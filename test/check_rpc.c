@@ -13,6 +13,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -155,7 +156,7 @@ static int handle_b(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
 }
 
 static const dt_rpc_method methods[] = {
-    {"/test.T/Echo", handle_echo, 0}, {"/test.T/Fail", handle_fail, 0},
+    {"/test.T/Echo", handle_echo, 0},   {"/test.T/Fail", handle_fail, 0},
     {"/test.T/Sleep", handle_sleep, 0}, {"/test.T/A", handle_a, 0},
     {"/test.T/B", handle_b, 0},
 };
@@ -899,7 +900,8 @@ START_TEST(test_memory_quota) {
     (void)rc;
     int ok = 0, refused = 0;
     for (int i = 0; i < N; i++) {
-        if (c[i].err.code == DT_OK) ok++;
+        if (c[i].err.code == DT_OK)
+            ok++;
         else if (strstr(c[i].err.msg, "RESOURCE_EXHAUSTED") || c[i].err.code == DT_EUNAVAILABLE)
             refused++;
         else
@@ -943,6 +945,103 @@ START_TEST(test_fd_limit_raised) {
 }
 END_TEST
 
+/* Reads exactly len bytes from fd within timeout_ms; returns how many came
+ * (fewer: the deadline passed or the peer closed). */
+static size_t read_within(int fd, unsigned char *buf, size_t len, int timeout_ms) {
+    long long deadline = now_ms() + timeout_ms;
+    size_t got = 0;
+    while (got < len) {
+        long long left = deadline - now_ms();
+        if (left <= 0) break;
+        struct pollfd pfd = {fd, POLLIN, 0};
+        int n = poll(&pfd, 1, (int)left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        ssize_t r = read(fd, buf + got, len - got);
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    return got;
+}
+
+/* Descriptors in use by this process. */
+static int open_fds(void) {
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++)
+        if (fcntl(fd, F_GETFD) >= 0) n++;
+    return n;
+}
+
+/* The process runs out of descriptors with connections queued at the
+ * server, so gRPC's accept fails (EMFILE) and its listener gives up. Once
+ * descriptors are free again the server must listen again: a new channel
+ * gets the server's SETTINGS, and the old channel (told to reconnect) is
+ * served. The soft limit is
+ * lowered after the server started (its start raises it) and restored. */
+START_TEST(test_listens_again_after_emfile) {
+    fixture f;
+    fixture_start(&f, 2);
+    dt_err err;
+    ck_assert_msg(echo_len(&f, 5, &err) == 0, "before: %s", err.msg);
+    struct rlimit saved;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    struct rlimit low = {(rlim_t)open_fds() + 24, saved.rlim_max};
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    enum { MAX_CONNS = 64 };
+    int conns[MAX_CONNS], n = 0;
+    struct sockaddr_in sa;
+    close(loopback_socket(atoi(strrchr(f.addr, ':') + 1), &sa));
+    /* Fill the table; then, ten times, free one descriptor and take it for
+     * a new connection, so the server's accept finds none left. */
+    for (int round = 0; n < MAX_CONNS && round < 10;) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            ck_assert_int_eq(errno, EMFILE);
+            ck_assert_int_gt(n, 0);
+            close(conns[--n]);
+            fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            round++;
+            sleep_ms(20); /* the server takes what it can */
+            if (fd < 0) continue;
+        }
+        ck_assert_msg(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "connect: %s",
+                      strerror(errno));
+        conns[n++] = fd;
+    }
+    sleep_ms(200);
+    for (int i = 0; i < n; i++)
+        close(conns[i]);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
+
+    /* A new connection (channels to one address share gRPC's connection,
+     * so a raw one): the server answers the preface with its SETTINGS. */
+    int answered = 0;
+    for (int tries = 0; tries < 10 && !answered; tries++) {
+        /* One made before the server listens again waits in the old
+         * socket's queue and is reset when that closes: try again. */
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(fd, 0);
+        unsigned char frame[9];
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) { /* between the two */
+            close(fd);
+            sleep_ms(200);
+            continue;
+        }
+        answered = send(fd, PREFACE, strlen(PREFACE), MSG_NOSIGNAL) == (ssize_t)strlen(PREFACE) &&
+                   send(fd, empty_settings, sizeof empty_settings, MSG_NOSIGNAL) == 9 &&
+                   read_within(fd, frame, sizeof frame, 2000) == 9 && frame[3] == 4;
+        close(fd);
+    }
+    ck_assert_msg(answered, "no new connection got a SETTINGS frame in 10 tries of 2 s after "
+                            "the descriptors ran out");
+    int served = -1;
+    for (int tries = 0; tries < 3 && served != 0; tries++)
+        served = echo_len(&f, 5, &err);
+    ck_assert_msg(served == 0, "the old channel after the server listened again: %s", err.msg);
+    fixture_stop(&f);
+}
+END_TEST
+
 Suite *rpc_suite(void) {
     Suite *s = suite_create("rpc");
     TCase *tc = tcase_create("rpc");
@@ -968,6 +1067,7 @@ Suite *rpc_suite(void) {
     tcase_add_test(tc, test_unresponsive_peer_closed);
     tcase_add_test(tc, test_memory_quota);
     tcase_add_test(tc, test_fd_limit_raised);
+    tcase_add_test(tc, test_listens_again_after_emfile);
     suite_add_tcase(s, tc);
     return s;
 }
