@@ -324,6 +324,10 @@ static int spawn_ps(const options *o, int num_ps, pid_t *pids, dt_err *err) {
             snprintf(ps_name, sizeof ps_name, "ps-%d", i);
             tls_files tf;
             tls_for(o, ps_name, &tf);
+            /* A ps sizes its cap from its job's model, and this one has no
+             * job of the bench's variable: give it room for the variable. */
+            char cap_mb[32];
+            snprintf(cap_mb, sizeof cap_mb, "%lld", (long long)((o->floats * 4 >> 20) + 2));
             char *args[] = {(char *)o->dtrain_bin,
                             "--cluster",
                             (char *)o->cluster_path,
@@ -331,6 +335,8 @@ static int spawn_ps(const options *o, int num_ps, pid_t *pids, dt_err *err) {
                             "ps",
                             "--task",
                             task,
+                            "--max-message-mb",
+                            cap_mb,
                             o->tls_dir ? "--tls-cert" : NULL,
                             tf.cert,
                             "--tls-key",

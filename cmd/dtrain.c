@@ -12,6 +12,7 @@
  *   128+N  stopped by signal N (130 for SIGINT, 143 for SIGTERM)
  */
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +24,8 @@
 #include "cluster.h"
 #include "err.h"
 #include "log.h"
+#include "model.h"
+#include "optim.h"
 #include "predict.h"
 #include "ps.h"
 #include "rpc_common.h"
@@ -64,8 +67,8 @@ static const char usage[] =
     "  --set FIELD=VALUE    override one job field (repeatable), e.g. --set max_steps=500\n"
     "  --log-dir DIR        same as --set log_dir=DIR\n"
     "  --keep-serving       ps only: keep serving after the job is done\n"
-    "  --max-message-mb N   ps only: largest message accepted or sent, in MiB (default 65;\n"
-    "                       raise it when one ps holds more than 64 MiB of variables)\n"
+    "  --max-message-mb N   ps only: largest message accepted or sent, in MiB (default:\n"
+    "                       the job's variables and optimizer slots plus 1 MiB, >= 4)\n"
     "  --tls-cert FILE      PEM certificate of this task (env DTRAIN_TLS_CERT); the ps\n"
     "                       serves TLS, workers present it to the ps (mutual TLS)\n"
     "  --tls-key FILE       PEM private key of --tls-cert (env DTRAIN_TLS_KEY)\n"
@@ -376,6 +379,33 @@ static int exit_status(int rc, const dt_err *err) {
     }
 }
 
+/* The ps's message cap when --max-message-mb is not given, derived from the
+ * job's model: the largest request a ps must take is the chief's Create of
+ * the whole model with its optimizer slots (a restore), so the variables
+ * times (1 + slots), plus 1 MiB for names, shapes and framing; at least
+ * 4 MiB (gRPC's own default), at most the int gRPC keeps it in. A ps
+ * holding one shard of several could do with less; the whole model is the
+ * bound every shard fits under. */
+#define MIN_MESSAGE_CAP (4LL << 20)
+#define MESSAGE_HEADROOM (1LL << 20)
+
+static int derived_message_cap(const dt_job *job, long long *cap, dt_err *err) {
+    long long vars = 0;
+    int rc = dt_model_bytes(job, &vars, err);
+    if (rc < 0) return rc;
+    long long need = vars * (1 + dt_optim_num_slots(&job->optim)) + MESSAGE_HEADROOM;
+    *cap = need < MIN_MESSAGE_CAP ? MIN_MESSAGE_CAP : need > INT_MAX ? INT_MAX : need;
+    dt_log(need > INT_MAX ? DT_LOG_WARN : DT_LOG_INFO,
+           "ps: largest message %lld bytes: the job's model (%lld bytes of variables, %d "
+           "optimizer slot%s each) plus 1 MiB%s; --max-message-mb overrides",
+           *cap, vars, dt_optim_num_slots(&job->optim),
+           dt_optim_num_slots(&job->optim) == 1 ? "" : "s",
+           need > INT_MAX ? ", cut to the most one gRPC message can carry: keep every ps's "
+                            "shard under it"
+                          : "");
+    return 0;
+}
+
 /* Message buffers are as large as the model (40 MB for 10M floats) and
  * come and go every step. Above glibc's default 32 MB threshold each one is
  * a fresh mmap, page-faulted in and unmapped again; keeping them on the
@@ -463,7 +493,8 @@ int main(int argc, char **argv) {
                            .security = &security,
                            .max_message_bytes = max_message_bytes};
         dt_ps *ps = NULL;
-        rc = dt_ps_start(&pp, &ps, &err);
+        rc = max_message_bytes ? 0 : derived_message_cap(&job, &pp.max_message_bytes, &err);
+        if (rc == 0) rc = dt_ps_start(&pp, &ps, &err);
         if (rc == 0) rc = dt_ps_wait(ps, &stop_signal, &err);
         dt_ps_free(ps);
     } else {

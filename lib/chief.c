@@ -239,7 +239,15 @@ static int create(chief *c, int64_t global_step, const int *only, dt_err *err) {
     c->create.vars = dt_worker_vars(c->w);
     c->create.slots = c->have_slots ? &c->slots : NULL;
     c->create.global_step = global_step;
-    return dt_ps_client_create(dt_worker_client(c->w), &c->create, only, err);
+    int rc = dt_ps_client_create(dt_worker_client(c->w), &c->create, only, err);
+    /* gRPC's words for a request over the ps's cap, which a ps derives from
+     * its own job config: say which setting disagrees. */
+    if (rc < 0 && strstr(err->msg, "Received message larger than max"))
+        dt_err_wrap(err, rc,
+                    "the model is larger than a ps accepts (a ps sizes its message cap from its "
+                    "own job config: start every role with the same --config and --set, or give "
+                    "the ps --max-message-mb)");
+    return rc;
 }
 
 /* Restores the ps tasks that are not ready (restarted empty). */

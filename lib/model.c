@@ -170,6 +170,20 @@ int dt_model_specs(const dt_job *job, dt_tensor *specs, int *count, dt_err *err)
     return 0;
 }
 
+int dt_model_bytes(const dt_job *job, long long *bytes, dt_err *err) {
+    *bytes = 0;
+    dt_tensor specs[DT_MODEL_MAX_VARS];
+    int n = 0, rc = dt_model_specs(job, specs, &n, err);
+    if (rc < 0) return rc;
+    long long total = 0;
+    for (int i = 0; i < n; i++) {
+        if ((rc = dt_tensor_check_spec(&specs[i], err)) < 0) return rc;
+        total += (long long)specs[i].nbytes; /* each at most 2^40 */
+    }
+    *bytes = total;
+    return 0;
+}
+
 /* "name F32 (3, 1)" for messages; the name may lack a NUL, so bound it. */
 static void format_tensor(const dt_tensor *t, char *buf, size_t cap) {
     const char *dtype = dt_dtype_name(t->dtype);

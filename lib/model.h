@@ -45,6 +45,10 @@
  * which has room for DT_MODEL_MAX_VARS, and their number into *count. */
 int dt_model_specs(const dt_job *job, dt_tensor *specs, int *count, dt_err *err) DT_WARN_UNUSED;
 
+/* The bytes of all the job's variables together (*bytes), the model's
+ * size on the wire without optimizer slots. */
+int dt_model_bytes(const dt_job *job, long long *bytes, dt_err *err) DT_WARN_UNUSED;
+
 /* Fills vars (laid out by dt_model_specs) with initial values: each weight
  * from a normal distribution of its own stream, seeded by job->seed and the
  * variable's name (not the data's streams), with stddev sqrt(2/fan_in) for

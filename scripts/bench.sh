@@ -399,8 +399,11 @@ pullpush_once() {
     mkdir -p "$3"
     VAL=""
     ERR_LOGS="$3/err $3/ps.log"
+    # The ps sizes its message cap from its job's model; this variable is
+    # not one: room for it.
     # shellcheck disable=SC2046
-    if ! start_ps "$3/cluster.json" "$3/ps.log" $(tls_flags ps-0); then
+    if ! start_ps "$3/cluster.json" "$3/ps.log" --max-message-mb $(($1 * 4 / 1048576 + 2)) \
+        $(tls_flags ps-0); then
         ERR="ps did not start"
         return 1
     fi

@@ -12,7 +12,8 @@
  *    back, the job completes (also with two shards, killing ps 0);
  *  - a worker killed and restarted rejoins; a chief restarted after the
  *    other workers finished the job closes it (final checkpoint, ps stop);
- *  - a ps whose descriptors a stranger exhausted listens again.
+ *  - a ps whose descriptors a stranger exhausted listens again;
+ *  - a ps's message cap follows its job's model.
  *
  * Signals go to the pid only (kill(pid)), not to the process group as
  * dt_test_kill does (group, then pid): that would be two signals, and the
@@ -477,6 +478,40 @@ START_TEST(ps_accepts_after_fds_run_out) {
 }
 END_TEST
 
+/* A ps sizes its message cap from its job's model: with a job of 1,000
+ * features it takes 4 MiB, so a chief whose job has 2,000,000 (8 MB of
+ * variables) is refused, exit 1, with a message that names the settings
+ * that disagree; a ps given the chief's job takes the model and the job
+ * completes. */
+START_TEST(ps_message_cap_from_job) {
+    static const char *const extra[] = {"data=wide", "features=1000", "max_steps=20", NULL};
+    world_init(1, 1, extra);
+    pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps", "largest message 4194304 bytes", EXIT_TIMEOUT_MS,
+                                       ps),
+                  "the ps did not log its cap; logs:%s", dt_test_job_report(&w));
+    dt_test_job_add_set(&w, "features=2000000");
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
+    dt_test_job_expect_exit(&w, chief, "chief of a larger model", JOB_TIMEOUT_MS, 1);
+    char *log = dt_test_job_read_log(&w, "chief");
+    int named = dt_test_line_has(log, "larger than a ps accepts", "--config", "--max-message-mb",
+                                 "RESOURCE_EXHAUSTED");
+    free(log);
+    ck_assert_msg(named, "the refusal does not say why; logs:%s", dt_test_job_report(&w));
+    dt_test_kill(ps, SIGKILL);
+    dt_test_wait(ps, EXIT_TIMEOUT_MS);
+
+    pid_t ps2 = dt_test_job_start(&w, "ps", 0, "ps2");
+    pid_t chief2 = dt_test_job_start(&w, "worker", 0, "chief2");
+    pid_t pids[2] = {chief2, ps2};
+    const char *names[2] = {"chief", "ps"};
+    dt_test_job_expect_done(&w, pids, names, 2, JOB_TIMEOUT_MS);
+    /* 8,000,004 bytes of variables + 1 MiB */
+    ck_assert_msg(dt_test_job_log_has(&w, "ps2", "largest message 9048580 bytes"),
+                  "the ps's cap is not the model plus 1 MiB; logs:%s", dt_test_job_report(&w));
+}
+END_TEST
+
 /* A ps (re)started after the job is done learns it from another ps task
  * and exits 0 within its linger, instead of waiting for a chief that will
  * never come. ps 0 keeps serving after the end, so it is there to ask. */
@@ -648,6 +683,7 @@ Suite *lifecycle_suite(void) {
     add_case(s, "ps_started_after_done", ps_started_after_done);
     add_case(s, "foreign_model_refused", foreign_model_refused);
     add_case(s, "ps_accepts_after_fds_run_out", ps_accepts_after_fds_run_out);
+    add_case(s, "ps_message_cap_from_job", ps_message_cap_from_job);
     add_case(s, "ps_restart", ps_restart);
     add_case(s, "ps_restart_two_shards", ps_restart_two_shards);
     add_case(s, "worker_restart", worker_restart);
