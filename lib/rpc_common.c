@@ -219,6 +219,8 @@ int dt_rpc_err_from_status(grpc_status_code status) {
     case GRPC_STATUS_OUT_OF_RANGE: return DT_EINVAL;
     case GRPC_STATUS_ABORTED: return DT_EUNAVAILABLE;
     case GRPC_STATUS_UNIMPLEMENTED: return DT_EPRECOND;
+    /* A missing or wrong token: as permanent for the caller as a refusal. */
+    case GRPC_STATUS_UNAUTHENTICATED: return DT_EPERM;
     default: return DT_EINTERNAL;
     }
 }

@@ -362,10 +362,10 @@ START_TEST(token_refusals) {
     char msg[DT_ERR_MSG_MAX];
     dt_msg_status_resp st;
     int rc = status_as(NULL, -1, &st, msg, sizeof msg);
-    expect_refused(rc, 0, msg, "UNAUTHENTICATED", "no bearer token", "no token");
+    expect_refused(rc, DT_EPERM, msg, "UNAUTHENTICATED", "no bearer token", "no token");
     dt_rpc_security bad = {NULL, NULL, NULL, wrong, NULL};
     rc = status_as(&bad, -1, &st, msg, sizeof msg);
-    expect_refused(rc, 0, msg, "UNAUTHENTICATED", "wrong token", "wrong token");
+    expect_refused(rc, DT_EPERM, msg, "UNAUTHENTICATED", "wrong token", "wrong token");
     /* A right token proves worker:1, whatever identity it claims. */
     dt_rpc_security liar = {NULL, NULL, NULL, tokens, "worker:1"};
     rc = call_ps(&liar, METHOD("Shutdown"), msg, sizeof msg);
