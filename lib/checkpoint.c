@@ -1189,11 +1189,25 @@ fail:
     return rc;
 }
 
+/* 1 when log_dir/name was modified no earlier than the state file (or
+ * there is no state file). */
+static int written_after_state(const char *log_dir, const char *name) {
+    char state[JOIN_CAP], path[JOIN_CAP];
+    struct stat ss, cs;
+    if (join(state, sizeof state, log_dir, STATE_FILE, NULL) < 0 ||
+        join(path, sizeof path, log_dir, name, NULL) < 0 || stat(path, &cs) != 0)
+        return 0;
+    if (stat(state, &ss) != 0) return 1;
+    return cs.st_mtim.tv_sec > ss.st_mtim.tv_sec ||
+           (cs.st_mtim.tv_sec == ss.st_mtim.tv_sec && cs.st_mtim.tv_nsec >= ss.st_mtim.tv_nsec);
+}
+
 int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_ckpt_meta *meta, char *path_out,
                            size_t path_cap, dt_err *err) {
     DT_ASSERT(log_dir && out);
     memset(out, 0, sizeof *out);
-    ckpt_state st;
+    ckpt_state st, disk;
+    memset(&disk, 0, sizeof disk);
     const char **candidates = NULL;
     dt_err state_err;
     dt_err_clear(&state_err);
@@ -1212,13 +1226,30 @@ int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_ckpt_meta *m
         return dt_err_set(err, rc, "%s", state_err.msg);
     }
 
-    /* Newest first: model_checkpoint_path, then the list from its end. */
-    candidates = malloc(((size_t)st.count + 1) * sizeof *candidates);
+    /* A save writes its checkpoint (fsynced, renamed into place) before it
+     * names it in the state file; a kill between the two leaves a complete
+     * checkpoint newer than the state file's latest, and written after the
+     * state file. It is the job's last durable work, so it comes first
+     * (newest first), then model_checkpoint_path, then the list from its
+     * end. One older than the state file is not: the file was edited after
+     * it (an operator rolling back), and the state file is obeyed. */
+    if ((rc = state_scan(log_dir, &disk, err)) < 0) goto fail;
+    candidates = malloc(((size_t)st.count + (size_t)disk.count + 1) * sizeof *candidates);
     if (!candidates) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: restore: out of memory", log_dir);
         goto fail;
     }
     int n = 0;
+    int64_t listed = st.latest[0] ? ckpt_step(st.latest) : -1;
+    for (int i = disk.count - 1; i >= 0 && ckpt_step(disk.all[i]) > listed; i--) {
+        if (!written_after_state(log_dir, disk.all[i])) continue;
+        if (n == 0)
+            dt_log(DT_LOG_WARN,
+                   "checkpoint: %s/%s is newer than the state file's latest (%s): a save was cut "
+                   "short before naming it; taking it",
+                   log_dir, disk.all[i], st.latest[0] ? st.latest : "none");
+        candidates[n++] = disk.all[i];
+    }
     if (st.latest[0]) candidates[n++] = st.latest;
     for (int i = st.count - 1; i >= 0; i--)
         if (strcmp(st.all[i], st.latest) != 0) candidates[n++] = st.all[i];
@@ -1255,6 +1286,7 @@ int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_ckpt_meta *m
                     last_msg);
 fail:
     free(candidates);
+    state_free(&disk);
     state_free(&st);
     return rc;
 }

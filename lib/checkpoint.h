@@ -67,7 +67,11 @@ int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_ckpt
 
 /*
  * Restores the newest loadable checkpoint named by log_dir's state file: on a
- * corrupt latest it logs the reason and falls back to the previous one.
+ * corrupt latest it logs the reason and falls back to the previous one. A
+ * checkpoint file with a higher step than the state file's latest, written
+ * after the state file (a save killed between its rename and the state
+ * update), comes first, with a warning; one older than the state file does
+ * not (the state file was edited since: it is obeyed).
  * Returns 1 when one was loaded (into *out and *meta, path into path_out), 0
  * when the dir holds no checkpoint, negative on error (including: checkpoints
  * listed but none loadable). Without a state file, the file with the highest

@@ -29,11 +29,14 @@
  */
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,14 +47,17 @@
 #include "suites.h"
 
 #define DEFAULT_SEED 20240917ull
-#define JOB_SECS 22            /* undisturbed length of the chaos job */
+#define JOB_SECS 30            /* undisturbed length of the chaos job (DT_CHAOS_JOB_SECS) */
 #define CALIBRATE_MS 2000      /* rate measured over this long */
 #define START_TIMEOUT_MS 60000 /* a role coming up, or back */
 #define END_TIMEOUT_MS 120000  /* the rest of the job after the last fault */
 #define EXIT_TIMEOUT_MS 20000
 #define TEST_TIMEOUT_S 300
-#define MAX_EVENTS 6
-#define CUTOFF 0.7 /* no kill past this fraction of max_steps */
+#define DEFAULT_EVENTS 6 /* DT_CHAOS_KILLS overrides */
+#define MAX_EVENTS 64
+#define MAX_INSTANCES (MAX_EVENTS + 2)
+#define TEMP_WAIT_MS 10000 /* a save's temporary file must appear by then */
+#define CUTOFF 0.7         /* no kill past this fraction of max_steps */
 #define MAX_WRITES 4096
 
 enum { ROLE_PS, ROLE_CHIEF, ROLE_WORKER, NUM_ROLES };
@@ -67,6 +73,12 @@ typedef struct {
     int instance[NUM_ROLES]; /* 1, 2, ...: its log is <role>-<instance>.log */
     int kills[NUM_ROLES];
     int64_t max_steps;
+    int double_kills;   /* the ps and the chief at once */
+    int mid_save_kills; /* the chief as a save's temporary file appeared */
+    int temp_left;      /* ... and that file was still there after the kill */
+    /* Per chief instance: 0 when it started with the ps also down, so it
+     * restores from the checkpoint instead of rejoining a live model. */
+    int chief_rejoins[MAX_INSTANCES + 1];
 
     /* Status samples of ps 0. */
     dt_test_probe probe;
@@ -107,12 +119,15 @@ static void teardown(void) {
 
 /* ---- seeded randomness --------------------------------------------------- */
 
-static uint64_t env_seed(void) {
-    const char *text = getenv("DT_CHAOS_SEED");
-    if (!text || !*text) return DEFAULT_SEED;
+/* A decimal environment variable in [lo, hi], else fallback when unset. */
+static uint64_t env_number(const char *name, uint64_t fallback, uint64_t lo, uint64_t hi) {
+    const char *text = getenv(name);
+    if (!text || !*text) return fallback;
     char *end = NULL;
     unsigned long long v = strtoull(text, &end, 10);
-    ck_assert_msg(*end == '\0', "DT_CHAOS_SEED=\"%s\" is not a decimal number", text);
+    ck_assert_msg(*end == '\0' && v >= lo && v <= hi,
+                  "%s=\"%s\" is not a decimal number from %llu to %llu", name, text,
+                  (unsigned long long)lo, (unsigned long long)hi);
     return (uint64_t)v;
 }
 
@@ -336,8 +351,8 @@ static double calibrate(void) {
 
 /* ---- the test -------------------------------------------------------------- */
 
-static void kill_and_restart(int role) {
-    int64_t step_before = c.last_step;
+/* SIGKILLs the current instance of a role and reaps it. */
+static void kill_role(int role) {
     if (role == ROLE_PS) {
         c.ckpt_at_ps_kill = dt_test_ckpt_max(job.log_dir);
         c.sampled_at_ps_kill = c.last_step;
@@ -347,33 +362,115 @@ static void kill_and_restart(int role) {
     dt_test_job_expect_exit(&job, c.pid[role], log_name(role, c.instance[role]), EXIT_TIMEOUT_MS,
                             -SIGKILL);
     c.kills[role]++;
-    int pause = random_between(100, 1500);
-    fprintf(stderr, "chaos: killed %s-%d at step ~%" PRId64 "; restart in %d ms\n",
-            role_names[role], c.instance[role], step_before, pause);
-    watch_for(pause);
-    if (role == ROLE_PS) {
-        int64_t ckpt = dt_test_ckpt_max(job.log_dir);
-        if (ckpt > c.ckpt_at_ps_kill) c.ckpt_at_ps_kill = ckpt; /* written meanwhile */
-    }
-    start(role);
+}
 
-    /* Back, and training on: only then may the next fault come. */
-    if (role == ROLE_PS) {
-        uint64_t old = c.incarnation;
+/* Waits a seeded pause, as an operator's restart would, and returns it. */
+static int pause_before_restart(void) {
+    int pause = random_between(100, 1500);
+    watch_for(pause);
+    int64_t ckpt = dt_test_ckpt_max(job.log_dir);
+    if (ckpt > c.ckpt_at_ps_kill) c.ckpt_at_ps_kill = ckpt; /* written meanwhile */
+    return pause;
+}
+
+/* After restarts: each restarted role is back, and training goes on; only
+ * then may the next fault come. */
+static void wait_back(const int *restarted, uint64_t old_incarnation) {
+    if (restarted[ROLE_PS]) {
         long long deadline = dt_test_now_ms() + START_TIMEOUT_MS;
-        while (c.incarnation == old) {
+        while (c.incarnation == old_incarnation) {
             ck_assert_msg(dt_test_now_ms() < deadline, "restarted ps never became ready; logs:%s",
                           report());
             expect_running();
             tick();
             dt_test_sleep_ms(50);
         }
-    } else if (role == ROLE_CHIEF) {
-        wait_role_log(role, "writing summaries to");
-    } else {
-        wait_role_log(role, ": step ");
     }
+    if (restarted[ROLE_CHIEF]) wait_role_log(ROLE_CHIEF, "writing summaries to");
+    if (restarted[ROLE_WORKER]) wait_role_log(ROLE_WORKER, ": step ");
     wait_step_past(c.last_step + 200, START_TIMEOUT_MS);
+}
+
+/* One role killed and restarted. */
+static void kill_one(int role) {
+    int64_t step_before = c.last_step;
+    uint64_t old = c.incarnation;
+    kill_role(role);
+    int pause = pause_before_restart();
+    fprintf(stderr, "chaos: killed %s-%d at step ~%" PRId64 "; restarted after %d ms\n",
+            role_names[role], c.instance[role], step_before, pause);
+    start(role);
+    int restarted[NUM_ROLES] = {0};
+    restarted[role] = 1;
+    wait_back(restarted, old);
+}
+
+/* The ps and the chief at once: the restarted chief finds no live model and
+ * restores the restarted ps from the latest checkpoint. */
+static void kill_two(void) {
+    int64_t step_before = c.last_step;
+    uint64_t old = c.incarnation;
+    kill_role(ROLE_PS);
+    kill_role(ROLE_CHIEF);
+    c.double_kills++;
+    int pause = pause_before_restart();
+    fprintf(stderr,
+            "chaos: killed ps-%d and chief-%d at once at step ~%" PRId64
+            "; restarted after %d ms\n",
+            c.instance[ROLE_PS], c.instance[ROLE_CHIEF], step_before, pause);
+    start(ROLE_PS);
+    start(ROLE_CHIEF);
+    c.chief_rejoins[c.instance[ROLE_CHIEF]] = 0;
+    int restarted[NUM_ROLES] = {1, 1, 0};
+    wait_back(restarted, old);
+}
+
+/* The chief, the moment a save creates its temporary file (a checkpoint's
+ * or the state file's, as the seed picks): inotify reports the creation,
+ * and the kill follows at once, so the chief dies mid-save or just after. */
+static void kill_chief_mid_save(void) {
+    const char *prefix = random_between(0, 1) ? "model.ckpt-" : "checkpoint.tmp.";
+    int fd = inotify_init1(IN_CLOEXEC);
+    ck_assert_msg(fd >= 0, "inotify_init1: %s", strerror(errno));
+    ck_assert_msg(inotify_add_watch(fd, job.log_dir, IN_CREATE) >= 0, "inotify on %s: %s",
+                  job.log_dir, strerror(errno));
+    char temp[256] = "";
+    long long deadline = dt_test_now_ms() + TEMP_WAIT_MS;
+    while (!temp[0]) {
+        long long left = deadline - dt_test_now_ms();
+        ck_assert_msg(left > 0, "no %s*.tmp.* file in %s within %d ms; logs:%s", prefix,
+                      job.log_dir, TEMP_WAIT_MS, report());
+        struct pollfd pfd = {fd, POLLIN, 0};
+        if (poll(&pfd, 1, (int)left) <= 0) continue;
+        char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+        ssize_t n = read(fd, buf, sizeof buf);
+        for (ssize_t off = 0; off < n && !temp[0];) {
+            const struct inotify_event *e = (const struct inotify_event *)(buf + off);
+            if (e->len && strncmp(e->name, prefix, strlen(prefix)) == 0 &&
+                strstr(e->name, ".tmp.") && strlen(e->name) < sizeof temp)
+                memcpy(temp, e->name, strlen(e->name) + 1);
+            off += (ssize_t)(sizeof *e + e->len);
+        }
+    }
+    kill(c.pid[ROLE_CHIEF], SIGKILL); /* before anything else: the file may be half-written */
+    close(fd);
+    int64_t step_before = c.last_step;
+    uint64_t old = c.incarnation;
+    kill_role(ROLE_CHIEF); /* reaps it; a second SIGKILL is harmless */
+    c.mid_save_kills++;
+    char path[1500];
+    snprintf(path, sizeof path, "%s/%s", job.log_dir, temp);
+    struct stat st;
+    int left_behind = stat(path, &st) == 0;
+    c.temp_left += left_behind;
+    int pause = pause_before_restart();
+    fprintf(stderr,
+            "chaos: killed chief-%d as it created %s (%s after the kill) at step ~%" PRId64
+            "; restarted after %d ms\n",
+            c.instance[ROLE_CHIEF], temp, left_behind ? "still there" : "gone", step_before, pause);
+    start(ROLE_CHIEF);
+    int restarted[NUM_ROLES] = {0, 1, 0};
+    wait_back(restarted, old);
 }
 
 /* The "saved" steps of every chief instance, in order, never drop. */
@@ -454,7 +551,9 @@ static void check_ckpt_files(void) {
 }
 
 START_TEST(kill_everyone) {
-    c.seed = env_seed();
+    c.seed = env_number("DT_CHAOS_SEED", DEFAULT_SEED, 0, UINT64_MAX);
+    int num_events = (int)env_number("DT_CHAOS_KILLS", DEFAULT_EVENTS, 5, MAX_EVENTS);
+    int job_secs = (int)env_number("DT_CHAOS_JOB_SECS", JOB_SECS, 10, 3600);
     c.rng = c.seed;
     snprintf(c.seed_text, sizeof c.seed_text, "seed %" PRIu64, c.seed);
     job.note = c.seed_text;
@@ -463,7 +562,7 @@ START_TEST(kill_everyone) {
     dt_test_probe_open(&c.probe, job.cluster, 2000);
 
     double rate = calibrate();
-    c.max_steps = (int64_t)(rate * JOB_SECS);
+    c.max_steps = (int64_t)(rate * job_secs);
     if (c.max_steps < 5000) c.max_steps = 5000;
     snprintf(c.max_steps_set, sizeof c.max_steps_set, "max_steps=%" PRId64, c.max_steps);
     fprintf(stderr, "chaos: %.0f steps/s; %s\n", rate, c.max_steps_set);
@@ -473,8 +572,10 @@ START_TEST(kill_everyone) {
         start(r);
     wait_step_past(0, START_TIMEOUT_MS);
 
-    /* Every role once, in a seeded order; then seeded victims while the
-     * job is far enough from its end for a victim to come back. */
+    /* Five faults that must all happen, in a seeded order of the roles:
+     * each role killed alone, the chief mid-save, and the ps with the chief
+     * at once; then seeded faults of any kind, while the job is far enough
+     * from its end for a victim to come back. */
     int order[NUM_ROLES] = {ROLE_PS, ROLE_CHIEF, ROLE_WORKER};
     for (int i = NUM_ROLES - 1; i > 0; i--) {
         int j = random_between(0, i);
@@ -482,20 +583,29 @@ START_TEST(kill_everyone) {
         order[i] = order[j];
         order[j] = t;
     }
-    for (int event = 0; event < MAX_EVENTS; event++) {
-        int role = event < NUM_ROLES ? order[event] : random_between(0, NUM_ROLES - 1);
+    for (int i = 0; i <= MAX_INSTANCES; i++)
+        c.chief_rejoins[i] = 1;
+    enum { KIND_PS, KIND_CHIEF, KIND_WORKER, KIND_MID_SAVE, KIND_TWO, NUM_KINDS, MUST = 5 };
+    const int must[MUST] = {order[0], KIND_MID_SAVE, order[1], KIND_TWO, order[2]};
+    for (int event = 0; event < num_events; event++) {
         watch_for(random_between(500, 2500));
         /* Near the end (or past it: the roles may be exiting) no one is
          * killed: a victim must have time to come back. */
         if (c.last_step >= (int64_t)(CUTOFF * (double)c.max_steps)) {
-            ck_assert_msg(event >= NUM_ROLES,
+            ck_assert_msg(event >= MUST,
                           "the job neared its end (step %" PRId64 " of %" PRId64
-                          ") before every role was killed; logs:%s",
-                          c.last_step, c.max_steps, report());
+                          ") before the %d faults that must happen; logs:%s",
+                          c.last_step, c.max_steps, MUST, report());
             break;
         }
         expect_running();
-        kill_and_restart(role);
+        int kind = event < MUST ? must[event] : random_between(0, NUM_KINDS - 1);
+        if (kind == KIND_MID_SAVE)
+            kill_chief_mid_save();
+        else if (kind == KIND_TWO)
+            kill_two();
+        else
+            kill_one(kind); /* the role kinds are the roles */
     }
 
     /* The rest of the job: every last instance exits 0, watched. */
@@ -509,9 +619,13 @@ START_TEST(kill_everyone) {
     dt_test_job_expect_done(&job, c.pid, name_of, NUM_ROLES, END_TIMEOUT_MS);
     job.poll = NULL;
     fprintf(stderr,
-            "chaos: done; %d samples, %d ps restarts seen, worst restore %" PRId64
+            "chaos: done; kills: ps %d, chief %d (%d mid-save, %d of them with the temporary "
+            "file left), worker %d, %d of the ps and the chief at once; %d samples, %d ps "
+            "restarts seen, worst restore %" PRId64
             " steps below the last sample; %d checkpoint writes seen\n",
-            c.num_samples, c.ps_restarts_seen, c.worst_regress, c.num_writes);
+            c.kills[ROLE_PS], c.kills[ROLE_CHIEF], c.mid_save_kills, c.temp_left,
+            c.kills[ROLE_WORKER], c.double_kills, c.num_samples, c.ps_restarts_seen,
+            c.worst_regress, c.num_writes);
 
     for (int r = 0; r < NUM_ROLES; r++)
         ck_assert_msg(c.kills[r] >= 1, "%s was never killed", role_names[r]);
@@ -525,13 +639,18 @@ START_TEST(kill_everyone) {
         char *log = dt_test_job_read_log(&job, log_name(ROLE_CHIEF, i));
         for (char *p = log; (p = strstr(p, "lost its model; restoring it")) != NULL; p++)
             restores++;
-        if (i > 1)
+        if (i > 1 && c.chief_rejoins[i])
             ck_assert_msg(strstr(log, "ps already holds the model") != NULL,
                           "chief-%d did not rejoin the live model; logs:%s", i, report());
         free(log);
     }
-    ck_assert_msg(restores >= c.kills[ROLE_PS], "%d ps kills, %d restores logged by the chief",
-                  c.kills[ROLE_PS], restores);
+    /* A ps killed with the chief is restored by the next chief's start,
+     * not by a running chief noticing it. */
+    ck_assert_msg(restores >= c.kills[ROLE_PS] - c.double_kills,
+                  "%d ps kills (%d with the chief), %d restores logged by a running chief",
+                  c.kills[ROLE_PS], c.double_kills, restores);
+    ck_assert_msg(c.mid_save_kills >= 1 && c.double_kills >= 1,
+                  "%d mid-save kills, %d double kills", c.mid_save_kills, c.double_kills);
     ck_assert_msg(
         dt_test_job_log_has(&job, log_name(ROLE_CHIEF, c.instance[ROLE_CHIEF]), "chief: job done"),
         "the last chief did not log the end; logs:%s", report());

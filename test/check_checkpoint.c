@@ -1200,6 +1200,41 @@ START_TEST(test_restore_without_state_file) {
 }
 END_TEST
 
+/* A kill between a checkpoint's rename and the state file's update leaves
+ * a complete checkpoint newer than the state file's latest: restoring
+ * takes it (the job's last durable work), falls back to the listed latest
+ * when it is corrupt, and never prefers an unlisted older one. */
+START_TEST(test_restore_newer_than_state) {
+    char dir[1024], path[1200], got_path[1200];
+    tmp_path(dir, sizeof dir, "logs");
+    save_in_dir(dir, 100, 100, 5);
+    save_in_dir(dir, 200, 200, 5);
+    ckpt_file(path, sizeof path, dir, 50);
+    save_model(path, 50, 50);
+    ckpt_file(path, sizeof path, dir, 300);
+    save_model(path, 300, 300);
+
+    dt_tensors out, want;
+    dt_ckpt_meta meta;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_ckpt_restore_latest(dir, &out, &meta, got_path, sizeof got_path, &err);
+    ck_assert_msg(rc == 1, "rc %d: %s", rc, err.msg);
+    ck_assert_int_eq(meta.global_step, 300);
+    ck_assert_str_eq(got_path, path);
+    build_model(&want, 300);
+    assert_same_tensors(&want, &out);
+    dt_tensors_deinit(&want);
+    dt_tensors_deinit(&out);
+
+    flip_data_byte(path, 3);
+    rc = dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err);
+    ck_assert_msg(rc == 1, "rc %d: %s", rc, err.msg);
+    ck_assert_int_eq(meta.global_step, 200);
+    dt_tensors_deinit(&out);
+}
+END_TEST
+
 typedef struct {
     const char *text;
     const char *needle;
@@ -1323,6 +1358,7 @@ Suite *checkpoint_suite(void) {
     tcase_add_test(dir, test_lock_dir);
     tcase_add_test(dir, test_restore_empty_dir);
     tcase_add_test(dir, test_restore_without_state_file);
+    tcase_add_test(dir, test_restore_newer_than_state);
     tcase_add_loop_test(dir, test_restore_malformed_state, 0,
                         (int)(sizeof bad_states / sizeof bad_states[0]));
     tcase_add_test(dir, test_restore_tolerates_crlf_and_comments);
