@@ -180,6 +180,27 @@ static void schedule_from_pb(const dtrain_LearningRateSchedule *in, dt_lr_schedu
     memcpy(out->values, in->values, sizeof(double) * in->values_count);
 }
 
+static void decision_to_pb(const dt_sync_decision *in, bool *has, dtrain_SyncDecision *out) {
+    *has = in->has;
+    if (!in->has) return;
+    out->step = in->step;
+    out->all_held = in->all_held;
+    int n = in->members_len < 0 ? 0 : in->members_len;
+    if (n > (int)sizeof out->members.bytes) n = (int)sizeof out->members.bytes;
+    out->members.size = (pb_size_t)n;
+    memcpy(out->members.bytes, in->members, (size_t)n);
+}
+
+static void decision_from_pb(bool has, const dtrain_SyncDecision *in, dt_sync_decision *out) {
+    memset(out, 0, sizeof *out);
+    out->has = has;
+    if (!has) return;
+    out->step = in->step;
+    out->all_held = in->all_held;
+    out->members_len = (int)in->members.size;
+    memcpy(out->members, in->members.bytes, in->members.size);
+}
+
 static void consistency_to_pb(const dt_consistency *in, dtrain_Consistency *out) {
     const char *mode = dt_mode_name(in->mode);
     copy_str(out->mode, sizeof out->mode, mode ? mode : "");
@@ -270,6 +291,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         pb->pull_req.include_slots = m->include_slots;
         pb->pull_req.min_global_step = m->min_global_step;
         pb->pull_req.seen_step = m->seen_step;
+        decision_to_pb(&m->decision, &pb->pull_req.has_decision, &pb->pull_req.decision);
         break;
     }
     case DT_MSG_PULL_RESP: {
@@ -278,6 +300,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         pb->pull_resp.global_step = m->global_step;
         pb->pull_resp.done = m->done;
         pb->pull_resp.wait = m->wait;
+        decision_to_pb(&m->decided, &pb->pull_resp.has_decided, &pb->pull_resp.decided);
         set_tensor_encoder(&pb->pull_resp.variables, &m->out);
         set_tensor_encoder(&pb->pull_resp.slots, &m->slots_out);
         break;
@@ -327,6 +350,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         copy_str(s->mode, sizeof s->mode, m->mode);
         s->pushes_nonfinite = m->pushes_nonfinite;
         s->calls_refused = m->calls_refused;
+        s->sync_digest = m->sync_digest;
         break;
     }
     case DT_MSG_SHUTDOWN_REQ: {
@@ -501,6 +525,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         m->include_slots = pb->pull_req.include_slots;
         m->min_global_step = pb->pull_req.min_global_step;
         m->seen_step = pb->pull_req.seen_step;
+        decision_from_pb(pb->pull_req.has_decision, &pb->pull_req.decision, &m->decision);
         break;
     }
     case DT_MSG_PULL_RESP: {
@@ -509,6 +534,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         m->global_step = pb->pull_resp.global_step;
         m->done = pb->pull_resp.done;
         m->wait = pb->pull_resp.wait;
+        decision_from_pb(pb->pull_resp.has_decided, &pb->pull_resp.decided, &m->decided);
         break;
     }
     case DT_MSG_PUSH_REQ: {
@@ -553,6 +579,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         copy_str(m->mode, sizeof m->mode, s->mode);
         m->pushes_nonfinite = s->pushes_nonfinite;
         m->calls_refused = s->calls_refused;
+        m->sync_digest = s->sync_digest;
         break;
     }
     case DT_MSG_SHUTDOWN_REQ:

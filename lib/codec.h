@@ -84,6 +84,19 @@ const char *dt_mode_name(int mode);
 
 #define DT_STALENESS_BUCKETS 32
 
+/* Most workers a sync job with several ps tasks may have: one bit each in
+ * a SyncDecision's members (proto options: max_size 512). */
+#define DT_SYNC_MAX_WORKERS 4096
+
+/* Which workers' gradients make global step `step` (proto SyncDecision). */
+typedef struct {
+    bool has;      /* the field is present */
+    int64_t step;
+    bool all_held; /* ps 0 no longer knows: apply what is held */
+    int members_len; /* bytes used in members */
+    uint8_t members[DT_SYNC_MAX_WORKERS / 8]; /* bit w % 8 of byte w / 8: worker w */
+} dt_sync_decision;
+
 typedef struct {
     dt_tensor_list out;
     dt_tensor_views in;
@@ -112,6 +125,7 @@ typedef struct {
     bool include_slots;
     int64_t min_global_step;
     int64_t seen_step; /* highest global step the caller has seen */
+    dt_sync_decision decision; /* sync, ps tasks other than 0: ps 0's, passed on */
 } dt_msg_pull_req;
 
 typedef struct {
@@ -119,6 +133,7 @@ typedef struct {
     int64_t global_step;
     bool done;
     bool wait; /* no variables: ask again later (sync / bounded) */
+    dt_sync_decision decided; /* sync, ps 0 of several: its last decided step */
     dt_tensor_list out;
     dt_tensor_views in;
     dt_tensor_list slots_out;
@@ -163,6 +178,7 @@ typedef struct {
     char mode[16];
     int64_t pushes_nonfinite;
     int64_t calls_refused;
+    uint64_t sync_digest; /* sync: hash of the steps applied and their members */
 } dt_msg_status_resp;
 
 typedef struct {

@@ -38,6 +38,10 @@
 #define PUSH_NONFINITE (-100)
 
 #define DEFAULT_THREADS 4
+
+/* Who decides a sync step: alone (one ps task, or not sync), ps 0 for
+ * every task, or a task that applies what ps 0 decided. */
+enum sync_role { SYNC_ALONE = 0, SYNC_DECIDER, SYNC_FOLLOWER };
 #define DEFAULT_LINGER_MS 10000
 
 typedef struct {
@@ -91,6 +95,14 @@ struct dt_ps {
     int64_t acc_step;        /* the step they belong to */
     int *acc_from;           /* (num_workers) contributed to acc_step */
     struct timespec acc_first; /* arrival of the first gradient of acc_step */
+    /* sync with several ps tasks: ps 0 decides which gradients make each
+     * step (from the commits it counts); the others hold each worker's
+     * gradient apart until a caller passes the decision on. */
+    int sync_role;            /* sync_role */
+    dt_sync_decision decided; /* decider: the last step it decided */
+    dt_tensors *hold;         /* follower: (num_workers) made at a worker's first push */
+    int *held;                /* follower: (num_workers) hold[w] is for acc_step */
+    uint64_t sync_digest;     /* FNV-1a over (step, members) of every step applied */
 
     pthread_mutex_t life_mu;
     int shutdown_requested;
@@ -130,6 +142,18 @@ static int64_t ms_since(const struct timespec *t0) {
     return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
+/* sync: the step being aggregated becomes `step`, with nothing in it yet.
+ * Called with sync_mu held (or before the model is ready). */
+static void reset_step_locked(dt_ps *ps, int64_t step) {
+    for (int k = 0; k < ps->acc.count; k++)
+        memset(ps->acc.items[k].data, 0, ps->acc.items[k].nbytes);
+    size_t nw = (size_t)ps->params.cluster->num_workers;
+    memset(ps->acc_from, 0, sizeof(int) * nw);
+    if (ps->held) memset(ps->held, 0, sizeof(int) * nw);
+    ps->acc_count = 0;
+    ps->acc_step = step;
+}
+
 /* A caller has seen the global step at `seen`: a ps restored from an older
  * checkpoint moves up to it, so no one sees the step go backwards. Only as
  * far as the chief's Create allowed (step_ceiling): a claim is not a push,
@@ -142,11 +166,7 @@ static void raise_step(dt_ps *ps, int64_t seen) {
         pthread_mutex_lock(&ps->sync_mu);
         if (atomic_load(&ps->global_step) < seen) {
             atomic_store(&ps->global_step, seen);
-            for (int k = 0; k < ps->acc.count; k++)
-                memset(ps->acc.items[k].data, 0, ps->acc.items[k].nbytes);
-            memset(ps->acc_from, 0, sizeof(int) * (size_t)ps->params.cluster->num_workers);
-            ps->acc_count = 0;
-            ps->acc_step = seen;
+            reset_step_locked(ps, seen);
         }
         pthread_mutex_unlock(&ps->sync_mu);
         return;
@@ -227,6 +247,12 @@ static void free_model(dt_ps *ps) {
     dt_tensors_deinit(&ps->vars);
     dt_tensors_deinit(&ps->slots);
     dt_tensors_deinit(&ps->acc);
+    for (int w = 0; ps->hold && w < ps->params.cluster->num_workers; w++)
+        dt_tensors_deinit(&ps->hold[w]);
+    free(ps->hold);
+    free(ps->held);
+    ps->hold = NULL;
+    ps->held = NULL;
 }
 
 /* ---- Create ------------------------------------------------------------ */
@@ -238,6 +264,14 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
     if (ps->consistency.mode == DT_MODE_SYNC &&
         (rc = dt_tensors_init(&ps->acc, in->items, in->count, err)) < 0)
         return rc;
+    if (ps->sync_role == SYNC_FOLLOWER) {
+        /* The gradients themselves come at each worker's first push. */
+        size_t nw = (size_t)ps->params.cluster->num_workers;
+        ps->hold = calloc(nw + 1, sizeof *ps->hold);
+        ps->held = calloc(nw + 1, sizeof *ps->held);
+        if (!ps->hold || !ps->held)
+            return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
+    }
     int nslots = dt_optim_num_slots(&ps->optim);
     dt_tensor slot_specs[DT_OPTIM_MAX_SLOTS * 64];
     dt_tensor *specs = slot_specs;
@@ -311,6 +345,11 @@ static int check_consistency(dt_ps *ps, const dt_consistency *c, dt_err *err) {
         return dt_err_set(err, DT_EINVAL, "%s: create: sync needs 1 <= replicas_to_aggregate (%d) "
                                           "<= total_num_replicas (%d)",
                           ps->name, c->replicas_to_aggregate, c->total_num_replicas);
+    if (c->mode == DT_MODE_SYNC && ps->params.cluster->num_ps > 1 &&
+        ps->params.cluster->num_workers > DT_SYNC_MAX_WORKERS)
+        return dt_err_set(err, DT_EINVAL, "%s: create: sync with several ps tasks takes at most %d "
+                                          "workers; the cluster has %d", ps->name,
+                          DT_SYNC_MAX_WORKERS, ps->params.cluster->num_workers);
     if (c->mode == DT_MODE_BOUNDED && c->staleness < 0)
         return dt_err_set(err, DT_EINVAL, "%s: create: staleness %d < 0", ps->name, c->staleness);
     if (c->mode != DT_MODE_ASYNC && c->timeout_ms < 1)
@@ -381,6 +420,9 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     ps->schedule = req->schedule;
     ps->consistency = req->consistency;
     ps->skip_nonfinite = req->skip_nonfinite;
+    ps->sync_role = SYNC_ALONE;
+    if (ps->consistency.mode == DT_MODE_SYNC && ps->params.cluster->num_ps > 1)
+        ps->sync_role = ps->params.task_index == 0 ? SYNC_DECIDER : SYNC_FOLLOWER;
     if ((rc = build_model(ps, &req->in, err)) < 0 || (rc = restore_slots(ps, &req->slots_in, err)) < 0) {
         free_model(ps);
         pthread_rwlock_unlock(&ps->model_lock);
@@ -390,8 +432,13 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     ps->step_ceiling = req->step_ceiling < req->max_steps ? req->step_ceiling : req->max_steps;
     snprintf(ps->model, sizeof ps->model, "%s", req->model);
     atomic_store(&ps->global_step, req->global_step);
-    ps->acc_count = 0;
-    ps->acc_step = req->global_step;
+    reset_step_locked(ps, req->global_step);
+    /* A ps 0 created (or restored) at step S cannot say who made step S-1:
+     * a task still at S-1 applies what it holds. */
+    memset(&ps->decided, 0, sizeof ps->decided);
+    ps->decided.has = ps->sync_role == SYNC_DECIDER;
+    ps->decided.step = req->global_step - 1;
+    ps->decided.all_held = true;
     ps->ready = 1;
     pthread_rwlock_unlock(&ps->model_lock);
     dt_log(DT_LOG_INFO, "%s: created %d variables (%lld bytes, %d slots given), global_step %lld, "
@@ -408,6 +455,8 @@ fail:
 }
 
 /* ---- Pull -------------------------------------------------------------- */
+
+static int follow_decision(dt_ps *ps, const dt_sync_decision *d, dt_err *err);
 
 /* Smallest clock among the workers that pushed within the timeout: the
  * bounded mode does not wait for a worker that died or has not started. */
@@ -487,7 +536,15 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer,
         resp.out.lock = lock_subset_var;
         resp.out.lock_ctx = &lock_ctx;
     }
+    if (ps->sync_role == SYNC_FOLLOWER && req.decision.has &&
+        (rc = follow_decision(ps, &req.decision, err)) < 0)
+        goto out;
     raise_step(ps, req.seen_step);
+    if (ps->sync_role == SYNC_DECIDER) {
+        pthread_mutex_lock(&ps->sync_mu);
+        resp.decided = ps->decided;
+        pthread_mutex_unlock(&ps->sync_mu);
+    }
     if (req.include_slots) {
         resp.slots_out.items = ps->slots.items;
         resp.slots_out.count = ps->slots.count;
@@ -594,12 +651,38 @@ static void apply_now(dt_ps *ps, const dt_tensor_views *grads, const int *index,
     }
 }
 
-/* sync: apply the mean of the accumulated gradients as one step. Called
- * with sync_mu held and acc_count >= 1. */
+/* FNV-1a over the step and the index of each worker in it: two tasks that
+ * applied the same sets at the same steps have the same digest. */
+static void fold_digest(dt_ps *ps) {
+    uint64_t h = ps->sync_digest ? ps->sync_digest : 0xcbf29ce484222325ull;
+    uint64_t words[2] = {(uint64_t)ps->acc_step, 0};
+    for (int w = -1; w < ps->params.cluster->num_workers; w++) {
+        if (w >= 0 && !ps->acc_from[w]) continue;
+        words[1] = (uint64_t)(int64_t)w;
+        const uint8_t *b = (const uint8_t *)words;
+        for (size_t i = 0; i < sizeof words; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    }
+    ps->sync_digest = h;
+}
+
+/* sync: apply the mean of the accumulated gradients as one step, and move
+ * to the next. Called with sync_mu held. acc_count may be 0 only on a
+ * follower told of a step whose gradients it lost (restarted since): the
+ * step then passes with no change here. */
 static void apply_accumulated(dt_ps *ps) {
+    fold_digest(ps);
+    if (ps->sync_role == SYNC_DECIDER) {
+        dt_sync_decision *d = &ps->decided;
+        memset(d, 0, sizeof *d);
+        d->has = true;
+        d->step = ps->acc_step;
+        d->members_len = (ps->params.cluster->num_workers + 7) / 8;
+        for (int w = 0; w < ps->params.cluster->num_workers; w++)
+            if (ps->acc_from[w]) d->members[w / 8] |= (uint8_t)(1u << (w % 8));
+    }
     double lr = dt_lr_at(&ps->schedule, ps->optim.learning_rate, ps->acc_step);
-    float scale = 1.0f / (float)ps->acc_count;
-    for (int k = 0; k < ps->vars.count; k++) {
+    float scale = ps->acc_count ? 1.0f / (float)ps->acc_count : 0.0f;
+    for (int k = 0; ps->acc_count > 0 && k < ps->vars.count; k++) {
         ps_var *pv = &ps->pv[k];
         dt_tensor *v = &ps->vars.items[k];
         float *sum = ps->acc.items[k].data;
@@ -615,29 +698,96 @@ static void apply_accumulated(dt_ps *ps) {
     atomic_fetch_add(&ps->pushes_applied, ps->acc_count);
     ps->acc_count = 0;
     memset(ps->acc_from, 0, sizeof(int) * (size_t)ps->params.cluster->num_workers);
+    if (ps->held) memset(ps->held, 0, sizeof(int) * (size_t)ps->params.cluster->num_workers);
     ps->acc_step = atomic_fetch_add(&ps->global_step, 1) + 1;
 }
 
-/* sync: add one worker's gradient to the current step; 1 when used, 0 when
- * stale (computed for another step, or this worker already gave one). */
-static int accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index) {
+/* Adds n floats from bytes that may be unaligned (a message's) to sum. */
+static void add_floats(float *sum, const void *bytes, int64_t n) {
+    const uint8_t *g = bytes;
+    for (int64_t e = 0; e < n; e++) {
+        float x;
+        memcpy(&x, g + 4 * e, 4);
+        sum[e] += x;
+    }
+}
+
+/* sync follower: keep worker w's gradient for the current step until ps 0's
+ * decision names (or leaves out) w. 1 when held, 0 when stale or a
+ * duplicate, or a negative code (no memory for the worker's buffer). */
+static int hold_gradient(dt_ps *ps, const dt_msg_push_req *req, const int *index, dt_err *err) {
+    int w = req->worker;
+    if (req->step != ps->acc_step || ps->held[w]) return 0;
+    dt_tensors *h = &ps->hold[w];
+    if (!h->items) {
+        int rc = dt_tensors_init(h, ps->vars.items, ps->vars.count, err);
+        if (rc < 0) return dt_err_wrap(err, rc, "%s: push: holding worker %d's gradient", ps->name, w);
+    }
+    for (int i = 0; i < req->in.count; i++)
+        memcpy(h->items[index[i]].data, req->in.items[i].data, h->items[index[i]].nbytes);
+    ps->held[w] = 1;
+    return 1;
+}
+
+/* sync follower: apply the step ps 0 decided, with exactly the gradients it
+ * names, and drop the others held for it. A decision for a later step (this
+ * task restarted and missed some) moves the step up, as a seen_step does;
+ * one for an earlier step is old news. */
+static int follow_decision(dt_ps *ps, const dt_sync_decision *d, dt_err *err) {
+    int nw = ps->params.cluster->num_workers;
+    if (d->members_len > (nw + 7) / 8)
+        return dt_err_set(err, DT_EINVAL, "%s: pull: decision: %d member bytes for %d workers",
+                          ps->name, d->members_len, nw);
+    pthread_mutex_lock(&ps->sync_mu);
+    int64_t step = ps->acc_step;
+    if (d->step != step) {
+        pthread_mutex_unlock(&ps->sync_mu);
+        if (d->step > step) raise_step(ps, d->step + 1);
+        return 0;
+    }
+    int lost = 0, dropped = 0;
+    for (int w = 0; w < nw; w++) {
+        int member = d->all_held ? ps->held[w]
+                     : w / 8 < d->members_len && (d->members[w / 8] >> (w % 8)) & 1;
+        if (member && !ps->held[w]) lost++;
+        if (!member && ps->held[w]) dropped++;
+        if (!member || !ps->held[w]) continue;
+        for (int k = 0; k < ps->acc.count; k++)
+            add_floats(ps->acc.items[k].data, ps->hold[w].items[k].data,
+                       dt_tensor_numel(&ps->acc.items[k]));
+        ps->acc_from[w] = 1;
+        ps->acc_count++;
+    }
+    int applied = ps->acc_count;
+    apply_accumulated(ps);
+    pthread_mutex_unlock(&ps->sync_mu);
+    atomic_fetch_add(&ps->pushes_dropped, dropped);
+    if (lost)
+        dt_log(DT_LOG_WARN, "%s: step %lld: %d gradient(s) ps:0 counted were lost here (this task "
+                            "restarted since they came); applying the %d it holds",
+               ps->name, (long long)step, lost, applied);
+    return 0;
+}
+
+/* sync: add one worker's gradient to the current step (a follower holds it
+ * instead); 1 when used, 0 when stale (computed for another step, or this
+ * worker already gave one), or a negative code. */
+static int accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index, dt_err *err) {
     pthread_mutex_lock(&ps->sync_mu);
     int w = req->worker;
     int known = w >= 0 && w < ps->params.cluster->num_workers;
+    if (ps->sync_role == SYNC_FOLLOWER) {
+        int rc = hold_gradient(ps, req, index, err);
+        pthread_mutex_unlock(&ps->sync_mu);
+        return rc;
+    }
     if (req->step != ps->acc_step || (known && ps->acc_from[w])) {
         pthread_mutex_unlock(&ps->sync_mu);
         return 0;
     }
-    for (int i = 0; i < req->in.count; i++) {
-        float *sum = ps->acc.items[index[i]].data;
-        const uint8_t *g = req->in.items[i].data;
-        int64_t n = dt_tensor_numel(&req->in.items[i]);
-        for (int64_t e = 0; e < n; e++) {
-            float x;
-            memcpy(&x, g + 4 * e, 4); /* the bytes may be unaligned */
-            sum[e] += x;
-        }
-    }
+    for (int i = 0; i < req->in.count; i++)
+        add_floats(ps->acc.items[index[i]].data, req->in.items[i].data,
+                   dt_tensor_numel(&req->in.items[i]));
     if (known) ps->acc_from[w] = 1;
     if (ps->acc_count++ == 0) clock_gettime(CLOCK_MONOTONIC, &ps->acc_first);
     if (ps->acc_count >= ps->consistency.replicas_to_aggregate) apply_accumulated(ps);
@@ -710,7 +860,21 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer,
     if (check_done(ps, req.worker)) {
         resp.done = true;
     } else if (ps->consistency.mode == DT_MODE_SYNC) {
-        if (accumulate(ps, &req, index) == 0) {
+        int used = 0;
+        if (ps->sync_role != SYNC_ALONE &&
+            (req.worker < 0 || req.worker >= ps->params.cluster->num_workers))
+            /* A decision names workers: a gradient from no worker has no place in one. */
+            used = dt_err_set(err, DT_EINVAL, "%s: push: worker %d is not in the cluster (%d "
+                              "workers)", ps->name, (int)req.worker,
+                              ps->params.cluster->num_workers);
+        else
+            used = accumulate(ps, &req, index, err);
+        if (used < 0) {
+            pthread_rwlock_unlock(&ps->model_lock);
+            rc = used;
+            goto rejected;
+        }
+        if (used == 0) {
             atomic_fetch_add(&ps->pushes_dropped, 1);
             resp.dropped = true;
         }
@@ -737,7 +901,7 @@ rejected:
  * timeout instead of waiting forever. Called from dt_ps_wait's loop. */
 static void sync_timeout_check(dt_ps *ps) {
     pthread_rwlock_rdlock(&ps->model_lock);
-    if (ps->ready && ps->consistency.mode == DT_MODE_SYNC) {
+    if (ps->ready && ps->consistency.mode == DT_MODE_SYNC && ps->sync_role != SYNC_FOLLOWER) {
         pthread_mutex_lock(&ps->life_mu);
         int done = done_locked(ps);
         pthread_mutex_unlock(&ps->life_mu);
@@ -807,6 +971,9 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     resp.max_lead = ps->max_lead;
     pthread_mutex_unlock(&ps->stats_mu);
     snprintf(resp.mode, sizeof resp.mode, "%s", dt_mode_name(ps->consistency.mode));
+    pthread_mutex_lock(&ps->sync_mu);
+    resp.sync_digest = ps->sync_digest;
+    pthread_mutex_unlock(&ps->sync_mu);
     return encode_reply(DT_MSG_STATUS_RESP, &resp, reply, err);
 }
 

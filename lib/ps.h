@@ -5,6 +5,11 @@
  * the chief says the job is done (after every worker has been told, or a
  * linger period has passed).
  *
+ * Sync mode with several ps tasks: ps 0 decides which workers' gradients
+ * make each step; the other tasks hold each worker's gradient until a
+ * caller's Pull brings that decision, then apply exactly that set (see
+ * ps_client.h for the order of calls that makes this safe).
+ *
  * Threading: RPC handlers run on the server's poller threads. A read-write
  * lock guards the model's existence (Create takes it for writing; Pull and
  * Push for reading); each variable has its own mutex, held only while it is

@@ -55,6 +55,13 @@ struct dt_ps_client {
      * by the pushes in flight; raising one to another's step would count
      * those pushes twice. */
     int64_t *seen_step;
+    /* sync with several ps tasks: ps 0 decides which gradients make each
+     * step. Pull asks ps 0 first and passes its decision on to the others;
+     * push goes to the others first and to ps 0 (the commit) last, so every
+     * gradient ps 0 counts is already held by every task. Set at Create in
+     * sync mode, or at the first pull reply carrying a decision. */
+    int two_phase;
+    dt_sync_decision decision; /* ps 0's latest */
 };
 
 int dt_placement_from_name(const char *name) {
@@ -315,7 +322,6 @@ static int prepare(dt_ps_client *c, int p, dt_msg_type type, const void *msg, in
     return 0;
 }
 
-/* Runs calls [first, first+n) and releases their requests. */
 /* Prefixes the error of the first failed call of calls[0..n) (the one
  * dt_rpc_call_all reports) with its task, "ps:1", so a wait names whom it
  * waits for. ps_of maps a call to its task (NULL: call i is ps first + i). */
@@ -327,6 +333,7 @@ static int name_failed(const dt_rpc_call *calls, int n, int first, const int *ps
     return rc;
 }
 
+/* Runs calls [first, first+n) and releases their requests. */
 static int run(dt_ps_client *c, int first, int n, dt_err *err) {
     int rc = dt_rpc_call_all(&c->calls[first], n, c->params.timeout_ms, err);
     for (int p = first; p < first + n; p++)
@@ -433,6 +440,7 @@ int dt_ps_client_create(dt_ps_client *c, const dt_ps_model *m, const int *only, 
         req.consistency = m->consistency;
         req.skip_nonfinite = m->skip_nonfinite;
         req.step_ceiling = m->step_ceiling;
+        if (m->consistency.mode == DT_MODE_SYNC && c->num_ps > 1) c->two_phase = 1;
         snprintf(req.model, sizeof req.model, "%s", m->model ? m->model : "");
         int rc = prepare(c, p, DT_MSG_CREATE_REQ, &req, 1, err);
         if (rc == 0) rc = run(c, p, 1, err);
@@ -516,64 +524,103 @@ static int take_slots(dt_ps_client *c, int p, const dt_tensor_views *in, dt_tens
     return 0;
 }
 
-int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots, int64_t min_global_step,
-                      dt_ps_reply *r, dt_err *err) {
-    memset(r, 0, sizeof *r);
-    int rc = 0;
-    for (int p = 0; p < c->num_ps; p++) {
+/* Prepares and runs pulls to ps tasks [first, last); the others (p > 0)
+ * carry ps 0's latest decision. */
+static int pull_round(dt_ps_client *c, int first, int last, int with_slots,
+                      int64_t min_global_step, dt_err *err) {
+    for (int p = first; p < last; p++) {
         dt_msg_pull_req req;
         memset(&req, 0, sizeof req);
         req.worker = c->params.worker;
-        req.include_slots = slots != NULL;
+        req.include_slots = with_slots;
         req.min_global_step = min_global_step;
         req.seen_step = c->seen_step[p];
-        if ((rc = prepare(c, p, DT_MSG_PULL_REQ, &req, 0, err)) < 0) return rc;
+        if (p > 0 && c->two_phase) req.decision = c->decision;
+        int rc = prepare(c, p, DT_MSG_PULL_REQ, &req, 0, err);
+        if (rc < 0) return rc;
     }
-    if ((rc = run(c, 0, c->num_ps, err)) < 0) goto out;
+    return run(c, first, last - first, err);
+}
+
+/* Decodes ps p's pull reply (views into its response) into *resp. */
+static int decode_pull(dt_ps_client *c, int p, int with_slots, dt_msg_pull_resp *resp,
+                       dt_err *err) {
+    memset(resp, 0, sizeof *resp);
+    resp->in.items = c->views;
+    resp->in.cap = c->num_units + 1;
+    resp->slots_in.items = c->slot_views;
+    resp->slots_in.cap = with_slots ? c->num_units * DT_OPTIM_MAX_SLOTS + 1 : 0;
+    int rc = dt_codec_decode(DT_MSG_PULL_RESP, c->calls[p].response.data,
+                             c->calls[p].response.len, resp, err);
+    if (rc < 0) dt_err_wrap(err, rc, "%s: pull", c->names[p]);
+    return rc;
+}
+
+/* Keeps ps 0's decision from its reply; 1 when it is the first this client
+ * has seen (it did not know the job was sync with several ps tasks). */
+static int note_decision(dt_ps_client *c, const dt_msg_pull_resp *resp) {
+    if (!resp->decided.has) return 0;
+    int first = !c->two_phase;
+    c->two_phase = 1;
+    if (!c->decision.has || resp->decided.step >= c->decision.step) c->decision = resp->decided;
+    return first;
+}
+
+int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots, int64_t min_global_step,
+                      dt_ps_reply *r, dt_err *err) {
+    memset(r, 0, sizeof *r);
+    int with_slots = slots != NULL, rc;
+    dt_msg_pull_resp resp;
+    /* Two-phase: ps 0 alone first; while it says "wait" the others could
+     * not answer either. */
+    int asked = c->two_phase && c->num_ps > 1 ? 1 : c->num_ps;
+    if ((rc = pull_round(c, 0, asked, with_slots, min_global_step, err)) < 0) goto out;
+    if (asked == 1 && c->num_ps > 1) {
+        if ((rc = decode_pull(c, 0, with_slots, &resp, err)) < 0) goto out;
+        note_decision(c, &resp);
+        if (!resp.wait) {
+            if ((rc = pull_round(c, 1, c->num_ps, with_slots, min_global_step, err)) < 0) goto out;
+            asked = c->num_ps;
+        }
+    }
     /* Decode every reply before copying any, so a "wait" from one ps leaves
      * the caller's variables as they were. */
     for (int pass = 0; pass < 2; pass++) {
-        for (int p = 0; p < c->num_ps; p++) {
-            dt_msg_pull_resp resp;
-            memset(&resp, 0, sizeof resp);
-            resp.in.items = c->views;
-            resp.in.cap = c->num_units + 1;
-            resp.slots_in.items = c->slot_views;
-            resp.slots_in.cap = slots ? c->num_units * DT_OPTIM_MAX_SLOTS + 1 : 0;
-            if ((rc = dt_codec_decode(DT_MSG_PULL_RESP, c->calls[p].response.data,
-                                      c->calls[p].response.len, &resp, err)) < 0) {
-                dt_err_wrap(err, rc, "%s: pull", c->names[p]);
-                goto out;
-            }
-            if (pass == 0) {
-                if ((rc = note_incarnation(c, p, resp.incarnation, err)) < 0) goto out;
-                if (p == 0) r->global_step = resp.global_step;
-                if (resp.global_step > r->max_step) r->max_step = resp.global_step;
-                if (resp.global_step > c->seen_step[p]) c->seen_step[p] = resp.global_step;
-                r->done |= resp.done;
-                r->wait |= resp.wait;
+        for (int p = 0; p < asked; p++) {
+            if ((rc = decode_pull(c, p, with_slots, &resp, err)) < 0) goto out;
+            if (pass == 1) {
+                if ((rc = take_variables(c, p, &resp.in, vars, err)) < 0) goto out;
+                if (slots && (rc = take_slots(c, p, &resp.slots_in, slots, err)) < 0) goto out;
                 continue;
             }
-            if ((rc = take_variables(c, p, &resp.in, vars, err)) < 0) goto out;
-            if (slots && (rc = take_slots(c, p, &resp.slots_in, slots, err)) < 0) goto out;
+            if (p == 0 && note_decision(c, &resp) && !resp.wait) {
+                /* The others were asked without ps 0's decision: again, with it. */
+                for (int q = 1; q < c->num_ps; q++) dt_rpc_buf_release(&c->calls[q].response);
+                if ((rc = pull_round(c, 1, c->num_ps, with_slots, min_global_step, err)) < 0)
+                    goto out;
+            }
+            if ((rc = note_incarnation(c, p, resp.incarnation, err)) < 0) goto out;
+            if (p == 0) r->global_step = resp.global_step;
+            if (resp.global_step > r->max_step) r->max_step = resp.global_step;
+            if (resp.global_step > c->seen_step[p]) c->seen_step[p] = resp.global_step;
+            r->done |= resp.done;
+            r->wait |= resp.wait;
         }
         if (r->wait) break;
     }
+    /* Only ps 0 was asked: it said "wait", so nothing was copied. */
+    if (asked < c->num_ps) r->wait = 1;
 out:
     release_responses(c);
     return rc;
 }
 
-int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_ps_reply *r,
+/* Pushes to the tasks in [first, last) that have not acknowledged this
+ * push yet, all at once; records each acknowledgement. */
+static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, int first, int last,
                       dt_err *err) {
-    memset(r, 0, sizeof *r);
-    if (grads->count != c->num_vars)
-        return dt_err_set(err, DT_EINVAL, "ps client: push: %d gradients, expected %d",
-                          grads->count, c->num_vars);
-    if (!c->push_pending) memset(c->push_acked, 0, sizeof(int) * (size_t)c->num_ps);
-    c->push_pending = 1;
     int rc = 0, n = 0, slot[DT_MAX_PS];
-    for (int p = 0; p < c->num_ps; p++) {
+    for (int p = first; p < last; p++) {
         if (c->push_acked[p]) continue;
         dt_msg_push_req req;
         memset(&req, 0, sizeof req);
@@ -587,6 +634,7 @@ int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt
         c->batch[n] = c->calls[p];
         slot[n++] = p;
     }
+    if (n == 0) return 0;
     rc = dt_rpc_call_all(c->batch, n, c->params.timeout_ms, err);
     if (rc < 0) rc = name_failed(c->batch, n, 0, slot, rc, err);
     for (int k = 0; k < n; k++) {
@@ -610,6 +658,25 @@ int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt
     }
     for (int k = 0; k < n; k++)
         dt_rpc_buf_release(&c->batch[k].response);
+    return rc;
+}
+
+int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_ps_reply *r,
+                      dt_err *err) {
+    memset(r, 0, sizeof *r);
+    if (grads->count != c->num_vars)
+        return dt_err_set(err, DT_EINVAL, "ps client: push: %d gradients, expected %d",
+                          grads->count, c->num_vars);
+    if (!c->push_pending) memset(c->push_acked, 0, sizeof(int) * (size_t)c->num_ps);
+    c->push_pending = 1;
+    int rc;
+    if (c->two_phase && c->num_ps > 1) {
+        /* The others hold it first; then ps 0 may count it in a step. */
+        if ((rc = push_round(c, grads, step, 1, c->num_ps, err)) == 0)
+            rc = push_round(c, grads, step, 0, 1, err);
+    } else {
+        rc = push_round(c, grads, step, 0, c->num_ps, err);
+    }
     if (rc < 0) return rc; /* the pending push is retried on the next call */
     c->push_pending = 0;
     for (int p = 0; p < c->num_ps; p++) {

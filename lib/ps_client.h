@@ -19,6 +19,12 @@
  * step reported is ps 0's (every push goes to every ps, so all agree). Each
  * ps's incarnation is remembered: a change means that ps restarted.
  *
+ * Sync mode with several ps tasks is two-phase, so every shard of a step
+ * comes from the same gradients: a push goes to the other tasks first (they
+ * hold it) and to ps 0 (which counts it into a step) only when all have it;
+ * a pull asks ps 0 first and passes its decision (which workers made the
+ * step) on to the others, which then apply exactly that set.
+ *
  * Threading: one thread at a time per client.
  */
 #ifndef DT_PS_CLIENT_H

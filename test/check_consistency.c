@@ -815,6 +815,162 @@ START_TEST(test_sync_partial_step) {
 }
 END_TEST
 
+/* Sends msg (a request of `type`) straight to ps task p's handler, as an
+ * anonymous caller; *reply holds the answer on success (caller releases). */
+static int call_ps(world *w, int p, dt_msg_type type, const void *msg, dt_rpc_buf *reply,
+                   dt_err *err) {
+    int64_t n = dt_codec_size(type, msg, err);
+    ck_assert_msg(n >= 0, "%s", err->msg);
+    dt_rpc_buf request = {0};
+    ck_assert_int_eq(dt_rpc_buf_alloc(&request, (size_t)n, err), 0);
+    ck_assert_int_eq(dt_codec_encode(type, msg, request.data, request.len, err), 0);
+    dt_rpc_peer peer = {.role = DT_PEER_ANY, .task = -1, .name = "anonymous"};
+    int rc = dt_ps_call(w->ps[p], dt_codec_method(type), &peer, &request, reply, err);
+    dt_rpc_buf_release(&request);
+    return rc;
+}
+
+/* The part of a push that goes to ps task `p` (units placed as client c
+ * places them), sent straight to its handler as worker `worker`: a worker
+ * caught between its pushes to two tasks. */
+static dt_msg_push_resp push_part(world *w, dt_ps_client *c, int p, int worker,
+                                  const dt_tensors *grads, int64_t step) {
+    dt_tensor views[8];
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = worker;
+    req.step = step;
+    for (int i = 0; i < dt_ps_client_num_units(c); i++) {
+        dt_ps_unit u;
+        dt_ps_client_unit(c, i, &u);
+        if (u.ps != p) continue;
+        ck_assert_int_lt(req.out.count, 8);
+        const dt_tensor *g = &grads->items[u.var];
+        dt_tensor *v = &views[req.out.count++];
+        *v = *g;
+        snprintf(v->name, sizeof v->name, "%s", u.name);
+        v->shape[0] = u.rows;
+        v->nbytes = u.nbytes;
+        v->data = (char *)g->data + (size_t)u.row_begin * (g->nbytes / (size_t)g->shape[0]);
+    }
+    req.out.items = views;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_rpc_buf reply = {0};
+    int rc = call_ps(w, p, DT_MSG_PUSH_REQ, &req, &reply, &err);
+    ck_assert_msg(rc == 0, "push to ps %d: %s", p, err.msg);
+    dt_msg_push_resp resp;
+    memset(&resp, 0, sizeof resp);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_PUSH_RESP, reply.data, reply.len, &resp, &err), 0);
+    dt_rpc_buf_release(&reply);
+    return resp;
+}
+
+/* Two workers, 2 ps, emb split across both. Worker 1 hands its gradient to
+ * ps:1 and then stalls past the timeout before its push to ps:0: ps:0
+ * applies step 0 with worker 0's gradient alone, and ps:1, told so, applies
+ * exactly that too (on its own it had both gradients and would have taken
+ * their mean). The late half is dropped on both; the counters and the
+ * digests agree; then a full step is the mean on every shard. */
+START_TEST(test_sync_one_decision_across_shards) {
+    enum { TIMEOUT_MS = 300 };
+    world w;
+    world_start(&w, 2, 2);
+    dt_tensors vars, want, ga, gb, mean;
+    model_init(&vars);
+    model_init(&want);
+    model_init(&ga);
+    model_init(&gb);
+    model_init(&mean);
+    fill_initial(&vars);
+    memcpy(want.slab, vars.slab, vars.slab_bytes);
+    dt_ps_client *a_c = client_new(&w, 0, &vars, SPLIT_BYTES);
+    dt_ps_client *b_c = client_new(&w, 1, &vars, SPLIT_BYTES);
+    int on_ps1 = 0;
+    for (int i = 0; i < dt_ps_client_num_units(a_c); i++) {
+        dt_ps_unit u;
+        dt_ps_client_unit(a_c, i, &u);
+        on_ps1 += u.ps == 1;
+    }
+    ck_assert_msg(on_ps1 > 0, "no variable on ps:1: the test would show nothing");
+    create_args a;
+    create_args_init(&a, &vars);
+    sync_mode(&a, 2, 2, TIMEOUT_MS);
+    create_ok(a_c, &a);
+    waiter wt[2];
+    for (int p = 0; p < 2; p++) waiter_start(&wt[p], w.ps[p]);
+    pull_ok(b_c, &vars, NULL, 0);
+    pull_ok(a_c, &vars, NULL, 0);
+
+    fill_grad(&ga, 0, 0);
+    fill_grad(&gb, 1, 0);
+    ck_assert(!push_part(&w, b_c, 1, 1, &gb, 0).dropped); /* held by ps:1 */
+    ck_assert(!push_ok(a_c, &ga, 0).dropped);
+    long long t0 = dt_test_now_ms();
+    while (status_ok(a_c, 0).global_step == 0 && dt_test_now_ms() - t0 < 10000)
+        dt_test_sleep_ms(10);
+    ck_assert_msg(status_ok(a_c, 0).global_step == 1, "ps:0 applied no partial step in 10 s");
+    ck_assert_msg(push_part(&w, b_c, 0, 1, &gb, 0).dropped, "the late half was used by ps:0");
+    dt_ps_reply r = pull_ok(a_c, &vars, NULL, 1);
+    ck_assert(!r.wait);
+    sgd_step(&want, &ga, LR);
+    assert_same(&vars, &want, "every shard of step 0: worker 0's gradient alone");
+    dt_msg_status_resp st[2];
+    for (int p = 0; p < 2; p++) {
+        st[p] = status_ok(a_c, p);
+        ck_assert_int_eq(st[p].global_step, 1);
+        ck_assert_int_eq(st[p].pushes_applied, 1);
+        ck_assert_int_eq(st[p].pushes_dropped, 1);
+    }
+    ck_assert_msg(st[0].sync_digest != 0 && st[0].sync_digest == st[1].sync_digest,
+                  "digests differ: %016llx %016llx", (unsigned long long)st[0].sync_digest,
+                  (unsigned long long)st[1].sync_digest);
+
+    /* Both on time: the mean, on every shard. */
+    pull_ok(b_c, &vars, NULL, 1);
+    fill_grad(&ga, 0, 1);
+    fill_grad(&gb, 1, 1);
+    ck_assert(!push_ok(a_c, &ga, 1).dropped);
+    ck_assert_int_eq(push_ok(b_c, &gb, 1).global_step, 2);
+    const dt_tensors *both[2] = {&ga, &gb};
+    mean_of(&mean, both, 2);
+    sgd_step(&want, &mean, LR);
+    r = pull_ok(b_c, &vars, NULL, 2);
+    ck_assert(!r.wait);
+    assert_same(&vars, &want, "step 1: the mean of both");
+    for (int p = 0; p < 2; p++) {
+        st[p] = status_ok(a_c, p);
+        ck_assert_int_eq(st[p].global_step, 2);
+        ck_assert_int_eq(st[p].pushes_applied, 3);
+    }
+    ck_assert_uint_eq(st[0].sync_digest, st[1].sync_digest);
+
+    /* A decision naming more workers than the cluster has is refused. */
+    dt_msg_pull_req bad;
+    memset(&bad, 0, sizeof bad);
+    bad.worker = 1;
+    bad.decision.has = true;
+    bad.decision.step = 2;
+    bad.decision.members_len = 9;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_rpc_buf reply = {0};
+    ck_assert_int_eq(call_ps(&w, 1, DT_MSG_PULL_REQ, &bad, &reply, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "9 member bytes for 2 workers"), "%s", err.msg);
+    ck_assert_int_eq(status_ok(a_c, 1).global_step, 2);
+
+    for (int p = 0; p < 2; p++) waiter_stop(&wt[p]);
+    dt_ps_client_free(a_c);
+    dt_ps_client_free(b_c);
+    dt_tensors_deinit(&vars);
+    dt_tensors_deinit(&want);
+    dt_tensors_deinit(&ga);
+    dt_tensors_deinit(&gb);
+    dt_tensors_deinit(&mean);
+    world_stop(&w);
+}
+END_TEST
+
 /* ---- bounded staleness ---------------------------------------------------- */
 
 static void bounded_mode(create_args *a, int staleness, int timeout_ms) {
@@ -1183,6 +1339,68 @@ static void ps_status(int ps, dt_msg_status_resp *st) {
     ck_assert_msg(rc == 0, "status of ps %d: %s", ps, err.msg);
 }
 
+/* Sync, 2 ps (--keep-serving, so their Status can be read after the job),
+ * the chief and worker 1, sync_timeout_secs 1. Worker 1 is stopped
+ * (SIGSTOP) for 1.5 s three times while it trains, wherever it happens to
+ * be: between its pull and push, or between its pushes to the two tasks.
+ * ps:0 applies partial steps meanwhile; every shard must apply the same
+ * gradients at every step: equal pushes_applied and equal digests of
+ * (step, workers) on both tasks, final step exactly max_steps on both. */
+START_TEST(test_job_sync_slow_worker) {
+    static const char *const sets[] = {"mode=sync",         "max_steps=3000", "examples=1000",
+                                       "save_model_secs=1", "log_steps=100",  "summary_steps=50",
+                                       "sync_timeout_secs=1"};
+    dt_test_job_set(&J, sets, (int)(sizeof sets / sizeof sets[0]));
+    dt_test_job_cluster(&J, 2, 2);
+    pid_t ps[2];
+    ps[0] = dt_test_job_start_serving(&J, "ps", 0, "ps0");
+    ps[1] = dt_test_job_start_serving(&J, "ps", 1, "ps1");
+    pid_t pids[2];
+    pids[0] = dt_test_job_start(&J, "worker", 0, "chief");
+    pids[1] = dt_test_job_start(&J, "worker", 1, "worker1");
+    ck_assert_msg(
+        dt_test_job_wait_log(&J, "worker1", ": step 100 global_step", JOB_TIMEOUT_MS, pids[1]),
+        "worker 1 never reached its step 100; logs:%s", dt_test_job_report(&J));
+    int stops = 0;
+    for (int k = 0; k < 3 && dt_test_alive(pids[1]); k++) {
+        dt_test_sleep_ms(150 + 110 * k);
+        if (dt_test_kill(pids[1], SIGSTOP) != 0) break;
+        dt_test_sleep_ms(1500);
+        ck_assert_int_eq(dt_test_kill(pids[1], SIGCONT), 0);
+        stops++;
+    }
+    const char *names[2] = {"chief", "worker 1"};
+    dt_test_job_expect_done(&J, pids, names, 2, JOB_TIMEOUT_MS);
+    ck_assert_msg(stops == 3, "worker 1 ended before it was stopped 3 times; logs:%s",
+                  dt_test_job_report(&J));
+    /* The fault happened: ps:0 applied a step without worker 1. */
+    char *log = dt_test_job_read_log(&J, "ps0");
+    int partial = strstr(log, "applying 1 of 2 gradients") != NULL;
+    free(log);
+    ck_assert_msg(partial, "ps:0 never applied a partial step; logs:%s", dt_test_job_report(&J));
+    dt_msg_status_resp st[2];
+    for (int p = 0; p < 2; p++) {
+        ps_status(p, &st[p]);
+        ck_assert_msg(st[p].global_step == 3000, "ps:%d ended at step %lld; logs:%s", p,
+                      (long long)st[p].global_step, dt_test_job_report(&J));
+    }
+    ck_assert_msg(st[0].pushes_applied == st[1].pushes_applied &&
+                      st[0].sync_digest == st[1].sync_digest,
+                  "the shards applied different gradients: applied %lld / %lld, digest %016llx / "
+                  "%016llx; logs:%s",
+                  (long long)st[0].pushes_applied, (long long)st[1].pushes_applied,
+                  (unsigned long long)st[0].sync_digest, (unsigned long long)st[1].sync_digest,
+                  dt_test_job_report(&J));
+    ck_assert_msg(st[0].pushes_applied < 2 * 3000, "no step without worker 1 (%lld applied)",
+                  (long long)st[0].pushes_applied);
+    ck_assert_int_eq(dt_test_job_check_latest(&J, 3000, 1), 3000);
+    for (int p = 0; p < 2; p++) {
+        ck_assert_int_eq(dt_test_kill(ps[p], SIGTERM), 0);
+        dt_test_job_expect_exit(&J, ps[p], "ps after SIGTERM", EXIT_TIMEOUT_MS, 128 + SIGTERM);
+    }
+}
+END_TEST
+
 /* Bounded staleness 2, 1 ps (--keep-serving, so its Status can be read
  * after the job), 2 workers; worker 1 starts with the others, or (late)
  * once the chief's log shows its 200th step. The job completes and the
@@ -1247,6 +1465,7 @@ Suite *consistency_suite(void) {
     tcase_add_test(sync, test_sync_two_workers_mean);
     tcase_add_test(sync, test_sync_drops);
     tcase_add_test(sync, test_sync_partial_step);
+    tcase_add_test(sync, test_sync_one_decision_across_shards);
     suite_add_tcase(s, sync);
 
     TCase *bounded = tcase_create("bounded");
@@ -1264,6 +1483,7 @@ Suite *consistency_suite(void) {
     TCase *jobs = dt_test_job_tcase(s, "jobs", 600, setup, teardown);
     tcase_add_test(jobs, test_job_restore_other_ps_counts);
     tcase_add_test(jobs, test_job_sync);
+    tcase_add_test(jobs, test_job_sync_slow_worker);
     tcase_add_test(jobs, test_job_bounded);
     tcase_add_test(jobs, test_job_bounded_late_worker);
     return s;
