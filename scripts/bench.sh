@@ -197,17 +197,28 @@ write_cluster() {
 
 # Starts a ps for cluster file $1 logging to $2 and waits until it serves;
 # a port taken meanwhile gets one more try on new ports. PS_PID is its pid.
-# The cluster has 1 ps and CLUSTER_WORKERS workers (default 2).
+# The cluster has CLUSTER_PS ps tasks (default 1; task N > 0 logs to $2
+# with .N before .log, its pid in PS_PIDS with ps 0's) and CLUSTER_WORKERS
+# workers (default 2).
 start_ps() {
     _cluster=$1
     _log=$2
     shift 2
+    _nps=${CLUSTER_PS:-1}
     for _try in 1 2; do
-        write_cluster "$_cluster" 1 "${CLUSTER_WORKERS:-2}" || return 1
-        start_bg "$_log" "$BIN" --cluster "$_cluster" --job ps --task 0 "$@"
-        PS_PID=$LAST_PID
-        wait_log "$_log" ": serving" 15 "$PS_PID" && return 0
-        stop_pid "$PS_PID" 3
+        write_cluster "$_cluster" "$_nps" "${CLUSTER_WORKERS:-2}" || return 1
+        PS_PIDS="" _up=0 _t=0
+        while [ $_t -lt "$_nps" ]; do
+            _tlog=$_log
+            [ $_t = 0 ] || _tlog=${_log%.log}.$_t.log
+            start_bg "$_tlog" "$BIN" --cluster "$_cluster" --job ps --task $_t "$@"
+            PS_PIDS="$PS_PIDS $LAST_PID"
+            [ $_t = 0 ] && PS_PID=$LAST_PID
+            wait_log "$_tlog" ": serving" 15 "$LAST_PID" && _up=$((_up + 1))
+            _t=$((_t + 1))
+        done
+        [ $_up = "$_nps" ] && return 0
+        for _p in $PS_PIDS; do stop_pid "$_p" 3; done
     done
     return 1
 }
@@ -294,7 +305,7 @@ run_job() {
     _started=$?
     CLUSTER_WORKERS=2
     [ $_started = 0 ] || return 1
-    _ps=$PS_PID
+    _pss=$PS_PIDS
     _wpids=""
     _i=1
     while [ $_i -lt "$_nw" ]; do
@@ -317,9 +328,13 @@ run_job() {
         [ "$STATUS" = 0 ] || _ok=1
         _i=$((_i + 1))
     done
-    wait_pid "$_ps" 15
-    JOB_ERR="$JOB_ERR, ps $STATUS"
-    [ "$STATUS" = 0 ] || _ok=1
+    _i=0
+    for _p in $_pss; do
+        wait_pid "$_p" 15
+        JOB_ERR="$JOB_ERR, ps $_i $STATUS"
+        [ "$STATUS" = 0 ] || _ok=1
+        _i=$((_i + 1))
+    done
     JOB_SECS=$(awk -v a="$_t0" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }')
     [ $_ok = 0 ] && JOB_ERR=""
     return $_ok
@@ -327,7 +342,7 @@ run_job() {
 
 # The logs of a job in dir $1, for failed().
 job_logs() {
-    ls "$1"/ps.log "$1"/chief.log "$1"/worker*.log 2>/dev/null | tr '\n' ' '
+    ls "$1"/ps*.log "$1"/chief.log "$1"/worker*.log 2>/dev/null | tr '\n' ' '
 }
 
 # ---- the figures ------------------------------------------------------------
@@ -388,6 +403,17 @@ done
 set -- $mode_rates
 if [ $# = 2 ]; then
     row "sync/async" "$(ratio "$2" "$1" %.2f)" "global steps/s, sync over async"
+fi
+# 1c. Sync on 2 ps tasks (weight on one, bias on the other): each step's
+# push goes to ps 1 and then to ps 0, which decides the step for both, and
+# each pull asks ps 0 and then passes its decision on to ps 1.
+d=$TMP/mode-sync-2ps
+CLUSTER_PS=2
+run_job "$d" 90 2 "$CONFIG" --set mode=sync --set max_steps=$MODE_STEPS --set log_steps=1000
+_rc=$?
+CLUSTER_PS=1
+if job_rate "$d" $_rc "demo sync, 2 ps"; then
+    row "demo sync, 2 ps" "$(ratio "$RATE_G" "$RATE_S" %.0f) steps/s" "as demo sync on 2 ps tasks: one decision per step for both shards (ps 0's), two round trips in a row per push and per pull; global_step $RATE_G in $RATE_S s"
 fi
 
 # 2 and 3. Pull+push against a real ps, then the raw ceiling, per size.
