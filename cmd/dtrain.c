@@ -491,7 +491,9 @@ int main(int argc, char **argv) {
                            .task_index = task,
                            .keep_serving = o.keep_serving,
                            .security = &security,
-                           .max_message_bytes = max_message_bytes};
+                           .max_message_bytes = max_message_bytes,
+                           .log_dir = job.log_dir,
+                           .max_steps = job.max_steps};
         dt_ps *ps = NULL;
         rc = max_message_bytes ? 0 : derived_message_cap(&job, &pp.max_message_bytes, &err);
         if (rc == 0) rc = dt_ps_start(&pp, &ps, &err);

@@ -1191,6 +1191,24 @@ fail:
 
 /* 1 when log_dir/name was modified no earlier than the state file (or
  * there is no state file). */
+int64_t dt_ckpt_latest_step(const char *log_dir) {
+    ckpt_state st;
+    int64_t step = -1;
+    if (state_load(log_dir, &st, NULL) == 0) {
+        char path[JOIN_CAP];
+        struct stat sb;
+        if (st.latest[0] && join(path, sizeof path, log_dir, st.latest, NULL) == 0 &&
+            stat(path, &sb) == 0)
+            step = ckpt_step(st.latest);
+        state_free(&st);
+        if (step >= 0) return step;
+    }
+    if (state_scan(log_dir, &st, NULL) < 0) return -1;
+    if (st.latest[0]) step = ckpt_step(st.latest);
+    state_free(&st);
+    return step;
+}
+
 static int written_after_state(const char *log_dir, const char *name) {
     char state[JOIN_CAP], path[JOIN_CAP];
     struct stat ss, cs;

@@ -82,6 +82,15 @@ int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_ckpt_meta *m
                            char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 
 /*
+ * The step of log_dir's latest checkpoint, by name (nothing is loaded): the
+ * state file's model_checkpoint_path when it names a file that exists, else
+ * the highest model.ckpt-<step>.safetensors present. -1 when there is none
+ * or the dir cannot be read. For a ps, which has no model of its own to
+ * compare: a latest step at max_steps means the job already ended.
+ */
+int64_t dt_ckpt_latest_step(const char *log_dir);
+
+/*
  * Locks log_dir (creating it) for one writer: a flock on
  * log_dir/dtrain.lock, which holds the owner's pid. A second chief gets
  * DT_EEXIST naming that pid. The lock dies with the process, so a killed

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "codec.h"
 #include "log.h"
 #include "optim.h"
@@ -117,6 +118,7 @@ struct dt_ps {
     int *peer_of;                     /* (num_ps) the task of each call */
     char identity[DT_PEER_NAME_MAX];  /* "ps:N", the token this ps sends */
     struct timespec peers_asked;
+    struct timespec started;
 };
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -1047,6 +1049,7 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     const dt_addr *addr = &c->ps[params->task_index];
     snprintf(ps->name, sizeof ps->name, "ps:%d %.40s", params->task_index, addr->addr);
     ps->incarnation = new_incarnation();
+    clock_gettime(CLOCK_MONOTONIC, &ps->started);
     snprintf(ps->identity, sizeof ps->identity, "ps:%d", params->task_index);
     pthread_rwlock_init(&ps->model_lock, NULL);
     pthread_mutex_init(&ps->life_mu, NULL);
@@ -1110,14 +1113,17 @@ static int finished(dt_ps *ps) {
 #define PEER_ASK_MS 1000   /* how often an empty ps asks the others */
 #define PEER_CALL_MS 500   /* deadline of one such Status */
 
-/* The job is over: as if the chief had said so, so dt_ps_wait exits after
- * its linger (no worker will come to be told). */
-static void learn_done(dt_ps *ps, const char *peer, int64_t step) {
+/* The job is over: as if the chief had said so at `since` (NULL: now), so
+ * dt_ps_wait exits after its linger (no worker will come to be told). */
+static void learn_done(dt_ps *ps, const char *peer, int64_t step, const struct timespec *since) {
     pthread_mutex_lock(&ps->life_mu);
     int first = !ps->shutdown_requested;
     if (first) {
         ps->shutdown_requested = 1;
-        clock_gettime(CLOCK_MONOTONIC, &ps->shutdown_at);
+        if (since)
+            ps->shutdown_at = *since;
+        else
+            clock_gettime(CLOCK_MONOTONIC, &ps->shutdown_at);
     }
     pthread_mutex_unlock(&ps->life_mu);
     if (first)
@@ -1125,17 +1131,35 @@ static void learn_done(dt_ps *ps, const char *peer, int64_t step) {
                "create a model here", ps->name, peer, (long long)step);
 }
 
-/* An empty ps asks the other ps tasks whether the job is done, once a
- * second, all at once with a short deadline. A task that is down or empty
- * too says nothing. */
+/* The log dir's latest checkpoint at max_steps: the job ended (a chief
+ * that came now would restore it and stop at once). The linger counts from
+ * this ps's start: a chief had that long to come. */
+static void ask_log_dir(dt_ps *ps) {
+    if (!ps->params.log_dir || !ps->params.log_dir[0] || ps->params.max_steps <= 0) return;
+    int64_t step = dt_ckpt_latest_step(ps->params.log_dir);
+    if (step < ps->params.max_steps) return;
+    char who[DT_PATH_MAX + 64];
+    snprintf(who, sizeof who, "the latest checkpoint in %s (max_steps %lld)", ps->params.log_dir,
+             (long long)ps->params.max_steps);
+    learn_done(ps, who, step, &ps->started);
+}
+
+/* An empty ps asks, once a second, its log dir and the other ps tasks
+ * (all at once with a short deadline) whether the job is done. A task that
+ * is down or empty too says nothing. */
 static void ask_peers(dt_ps *ps) {
     const dt_cluster *c = ps->params.cluster;
-    if (c->num_ps < 2 || ms_since(&ps->peers_asked) < PEER_ASK_MS) return;
+    if (ms_since(&ps->peers_asked) < PEER_ASK_MS) return;
     pthread_rwlock_rdlock(&ps->model_lock);
     int ready = ps->ready;
     pthread_rwlock_unlock(&ps->model_lock);
-    if (ready) return;
+    pthread_mutex_lock(&ps->life_mu);
+    int over = ps->shutdown_requested;
+    pthread_mutex_unlock(&ps->life_mu);
+    if (ready || over) return;
     clock_gettime(CLOCK_MONOTONIC, &ps->peers_asked);
+    ask_log_dir(ps);
+    if (c->num_ps < 2) return;
     /* Made at the first ask (most ps tasks never need them); what a short
      * allocation left NULL is tried again next time, freed by dt_ps_free. */
     if (!ps->peers) ps->peers = calloc((size_t)c->num_ps, sizeof *ps->peers);
@@ -1179,7 +1203,7 @@ static void ask_peers(dt_ps *ps) {
             st.done) {
             char peer[32];
             snprintf(peer, sizeof peer, "ps:%d", who[i]);
-            learn_done(ps, peer, st.global_step);
+            learn_done(ps, peer, st.global_step, NULL);
         }
         dt_rpc_buf_release(&calls[i].response);
     }

@@ -37,6 +37,13 @@ typedef struct {
     const dt_rpc_security *security; /* borrowed; NULL: plaintext, no auth */
     int no_server;             /* 1: serve no port; calls come through dt_ps_call */
     long long max_message_bytes; /* largest request or reply; 0: the RPC server's default */
+    /* The job's log dir and max_steps (NULL / 0: unknown). A ps no chief has
+     * created a model on, whose log dir's latest checkpoint is at max_steps,
+     * knows the job already ended: it exits once its linger since start is
+     * up, unless told otherwise (it has no one to ask when it is the only
+     * ps task). */
+    const char *log_dir;
+    int64_t max_steps;
 } dt_ps_params;
 
 typedef struct dt_ps dt_ps;

@@ -512,9 +512,21 @@ START_TEST(ps_message_cap_from_job) {
 }
 END_TEST
 
-/* A ps (re)started after the job is done learns it from another ps task
- * and exits 0 within its linger, instead of waiting for a chief that will
- * never come. ps 0 keeps serving after the end, so it is there to ask. */
+/* Starts ps `task` again after the job's end, logging to log_name: it
+ * must exit 0 by itself (default linger of 10 s plus a second between
+ * looks, with room) and say, with `how`, how it knew. */
+static void expect_late_ps_exits(int task, const char *log_name, const char *how) {
+    pid_t late = dt_test_job_start(&w, "ps", task, log_name);
+    dt_test_job_expect_exit(&w, late, "a ps started after the end", 30000, 0);
+    ck_assert_msg(dt_test_job_log_has(&w, log_name, how),
+                  "the late ps did not say how it knew (\"%s\"); logs:%s", how,
+                  dt_test_job_report(&w));
+}
+
+/* A ps (re)started after the job is done, that cannot see the log dir,
+ * learns it from another ps task and exits 0 within its linger, instead of
+ * waiting for a chief that will never come. ps 0 keeps serving after the
+ * end, so it is there to ask. */
 START_TEST(ps_started_after_done) {
     static const char *const extra[] = {"max_steps=3000", NULL};
     world_init(2, 1, extra);
@@ -525,13 +537,29 @@ START_TEST(ps_started_after_done) {
     const char *names[2] = {"chief", "ps 1"};
     dt_test_job_expect_done(&w, pids, names, 2, JOB_TIMEOUT_MS);
 
-    pid_t late = dt_test_job_start(&w, "ps", 1, "ps1-late");
-    /* Default linger (10 s) plus a second between asks, with room. */
-    dt_test_job_expect_exit(&w, late, "ps 1 started after the end", 30000, 0);
-    ck_assert_msg(dt_test_job_log_has(&w, "ps1-late", "ps:0 says the job is done"),
-                  "the late ps did not say how it knew; logs:%s", dt_test_job_report(&w));
+    /* On a host that does not share the log dir, only ps 0 can tell it. */
+    static char elsewhere[DT_PATH_MAX + 32];
+    snprintf(elsewhere, sizeof elsewhere, "log_dir=%s/elsewhere", w.dir);
+    dt_test_job_add_set(&w, elsewhere);
+    expect_late_ps_exits(1, "ps1-late", "ps:0 says the job is done");
     dt_test_kill(ps0, SIGKILL);
     dt_test_wait(ps0, EXIT_TIMEOUT_MS);
+}
+END_TEST
+
+/* The only ps task, restarted after the job is done, has no other task to
+ * ask: it learns the end from the log dir's final checkpoint (at
+ * max_steps) and exits 0 once its linger since start is up. */
+START_TEST(lone_ps_started_after_done) {
+    static const char *const extra[] = {"max_steps=3000", NULL};
+    world_init(1, 1, extra);
+    pid_t ps = dt_test_job_start(&w, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
+    pid_t pids[2] = {chief, ps};
+    const char *names[2] = {"chief", "ps"};
+    dt_test_job_expect_done(&w, pids, names, 2, JOB_TIMEOUT_MS);
+
+    expect_late_ps_exits(0, "ps0-late", "max_steps 3000) says the job is done (global_step 3000)");
 }
 END_TEST
 
@@ -681,6 +709,7 @@ Suite *lifecycle_suite(void) {
     add_case(s, "ps_never_up", ps_never_up);
     add_case(s, "second_chief_refused", second_chief_refused);
     add_case(s, "ps_started_after_done", ps_started_after_done);
+    add_case(s, "lone_ps_started_after_done", lone_ps_started_after_done);
     add_case(s, "foreign_model_refused", foreign_model_refused);
     add_case(s, "ps_accepts_after_fds_run_out", ps_accepts_after_fds_run_out);
     add_case(s, "ps_message_cap_from_job", ps_message_cap_from_job);
