@@ -1,5 +1,6 @@
 # dtrain build. `make` builds build/dtrain; `make test` runs every test;
-# `make asan` runs them under ASan+UBSan; `make bench` prints figures.
+# `make asan` runs them under ASan+UBSan; `make bench` prints figures;
+# `make chaos` runs long seeded chaos jobs (scripts/chaos.sh).
 
 CC      ?= cc
 BUILD   ?= build
@@ -42,7 +43,7 @@ TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 BENCH_SRC := $(filter-out bench/common.c,$(wildcard bench/*.c))
 BENCH_OBJ := $(BUILD)/obj/bench/common.o
 
-.PHONY: all test asan check bench fmt lint clean deps
+.PHONY: all test asan check bench chaos fmt lint clean deps
 all: $(BUILD)/dtrain
 
 $(BUILD)/gen/%.pb.c $(BUILD)/gen/%.pb.h: proto/%.proto $(wildcard proto/*.options)
@@ -106,6 +107,11 @@ $(BUILD)/bench_%: bench/%.c bench/common.h $(BENCH_OBJ) $(BUILD)/libdtrain.a
 
 bench: $(BUILD)/dtrain $(patsubst bench/%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 	DTRAIN_BIN=$(abspath $(BUILD)/dtrain) BUILD=$(BUILD) sh scripts/bench.sh
+
+# Long seeded chaos runs by hand (not part of check): CHAOS_ARGS go to the
+# script, e.g. make chaos CHAOS_ARGS="--runs 5 --kills 30 --job-secs 300".
+chaos: $(BUILD)/dtrain $(BUILD)/check_all
+	bash scripts/chaos.sh --build $(BUILD) $(CHAOS_ARGS)
 
 fmt:
 	clang-format -i cmd/*.c lib/*.c lib/*.h test/*.c test/*.h

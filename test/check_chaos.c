@@ -26,6 +26,15 @@
  * machine: a short calibration run measures steps/s, and max_steps is set
  * to about JOB_SECS of training, so the test takes about a minute on 2 cores
  * and stays bounded under the sanitizers.
+ *
+ * At the job's end, passed or failed, one line sums it up for
+ * scripts/chaos.sh, which runs the suite many times:
+ *   chaos summary: seed=S kills=N faults=F max_steps=M final_step=X
+ *   kills_ps=A kills_chief=B kills_worker=C double_kills=D mid_save_kills=E
+ *   temp_left=T result=pass|fail
+ * (kills: DT_CHAOS_KILLS; faults: how many were made before the job neared
+ * its end; final_step: the final checkpoint's, or on a failure the latest
+ * checkpoint seen written, -1 none).
  */
 #include <check.h>
 #include <dirent.h>
@@ -37,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,12 +58,13 @@
 
 #define DEFAULT_SEED 20240917ull
 #define JOB_SECS 30            /* undisturbed length of the chaos job (DT_CHAOS_JOB_SECS) */
+#define MIN_JOB_SECS 20        /* shorter, the job may near its end before the MUST faults */
 #define CALIBRATE_MS 2000      /* rate measured over this long */
 #define START_TIMEOUT_MS 60000 /* a role coming up, or back */
 #define END_TIMEOUT_MS 120000  /* the rest of the job after the last fault */
 #define EXIT_TIMEOUT_MS 20000
-#define TEST_TIMEOUT_S 300
-#define DEFAULT_EVENTS 6 /* DT_CHAOS_KILLS overrides */
+#define TEST_TIMEOUT_S 300 /* scripts/chaos.sh scales it for longer jobs */
+#define DEFAULT_EVENTS 6   /* DT_CHAOS_KILLS overrides */
 #define MAX_EVENTS 64
 #define MAX_INSTANCES (MAX_EVENTS + 2)
 #define TEMP_WAIT_MS 10000 /* a save's temporary file must appear by then */
@@ -73,6 +84,8 @@ typedef struct {
     int instance[NUM_ROLES]; /* 1, 2, ...: its log is <role>-<instance>.log */
     int kills[NUM_ROLES];
     int64_t max_steps;
+    int64_t final_step; /* the final checkpoint's, once checked; -1 before */
+    int faults;         /* made so far */
     int double_kills;   /* the ps and the chief at once */
     int mid_save_kills; /* the chief as a save's temporary file appeared */
     int temp_left;      /* ... and that file was still there after the kill */
@@ -104,17 +117,75 @@ typedef struct {
 static dt_test_job job;
 static chaos c;
 
+/* The summary line's figures, in memory shared with the runner's process:
+ * Check runs the test in a forked process that a failed assertion (or the
+ * timeout) ends at once, so the runner prints the line after the test. */
+typedef struct {
+    int started; /* the knobs were read: the figures are this job's */
+    int passed;  /* every check passed */
+    uint64_t seed;
+    int kills_asked, faults;
+    int64_t max_steps, final_step;
+    int kills[NUM_ROLES];
+    int double_kills, mid_save_kills, temp_left;
+} chaos_summary;
+static chaos_summary *summary; /* NULL when it could not be mapped */
+
 /* ---- fixture ----------------------------------------------------------- */
 
 static void setup(void) {
     dt_test_job_setup(&job);
     memset(&c, 0, sizeof c);
     c.last_step = -1;
+    c.final_step = -1;
 }
 
 static void teardown(void) {
     dt_test_job_teardown(&job);
     dt_test_probe_close(&c.probe);
+}
+
+/* Runner side, around the test (an unchecked fixture): maps the summary. */
+static void summary_begin(void) {
+    if (!summary) {
+        void *p =
+            mmap(NULL, sizeof *summary, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            fprintf(stderr, "chaos: no summary line: mmap: %s\n", strerror(errno));
+        else
+            summary = p;
+    }
+    if (summary) memset(summary, 0, sizeof *summary);
+}
+
+/* ... and prints the line once the test has ended, however it ended. */
+static void summary_end(void) {
+    if (!summary || !summary->started) return;
+    const chaos_summary *s = summary;
+    fprintf(stderr,
+            "chaos summary: seed=%" PRIu64 " kills=%d faults=%d max_steps=%" PRId64
+            " final_step=%" PRId64 " kills_ps=%d kills_chief=%d kills_worker=%d double_kills=%d"
+            " mid_save_kills=%d temp_left=%d result=%s\n",
+            s->seed, s->kills_asked, s->faults, s->max_steps, s->final_step, s->kills[ROLE_PS],
+            s->kills[ROLE_CHIEF], s->kills[ROLE_WORKER], s->double_kills, s->mid_save_kills,
+            s->temp_left, s->passed ? "pass" : "fail");
+}
+
+/* Test side: copies the figures so far into the summary. */
+static void publish(void) {
+    if (!summary || !summary->started) return;
+    summary->faults = c.faults;
+    summary->max_steps = c.max_steps;
+    for (int r = 0; r < NUM_ROLES; r++)
+        summary->kills[r] = c.kills[r];
+    summary->double_kills = c.double_kills;
+    summary->mid_save_kills = c.mid_save_kills;
+    summary->temp_left = c.temp_left;
+    int64_t latest = c.final_step;
+    if (latest < 0 && c.max_steps > 0) /* the job's own writes, not calibration's */
+        for (int i = 0; i < c.num_writes; i++)
+            if (c.writes[i].step > latest) latest = c.writes[i].step;
+    summary->final_step = latest;
 }
 
 /* ---- seeded randomness --------------------------------------------------- */
@@ -124,8 +195,12 @@ static uint64_t env_number(const char *name, uint64_t fallback, uint64_t lo, uin
     const char *text = getenv(name);
     if (!text || !*text) return fallback;
     char *end = NULL;
+    errno = 0;
     unsigned long long v = strtoull(text, &end, 10);
-    ck_assert_msg(*end == '\0' && v >= lo && v <= hi,
+    /* strtoull alone would take " 7", "+7", "-1" (as 2^64-1) and, clamped,
+     * a number past 2^64. */
+    int decimal = text[0] >= '0' && text[0] <= '9' && *end == '\0' && errno == 0;
+    ck_assert_msg(decimal && v >= lo && v <= hi,
                   "%s=\"%s\" is not a decimal number from %llu to %llu", name, text,
                   (unsigned long long)lo, (unsigned long long)hi);
     return (uint64_t)v;
@@ -251,6 +326,7 @@ static void sample(void) {
 static void tick(void) {
     sample();
     scan_ckpts();
+    publish();
 }
 
 /* tick as the job's poll hook, while its end is awaited. */
@@ -362,6 +438,7 @@ static void kill_role(int role) {
     dt_test_job_expect_exit(&job, c.pid[role], log_name(role, c.instance[role]), EXIT_TIMEOUT_MS,
                             -SIGKILL);
     c.kills[role]++;
+    publish();
 }
 
 /* Waits a seeded pause, as an operator's restart would, and returns it. */
@@ -553,11 +630,18 @@ static void check_ckpt_files(void) {
 START_TEST(kill_everyone) {
     c.seed = env_number("DT_CHAOS_SEED", DEFAULT_SEED, 0, UINT64_MAX);
     int num_events = (int)env_number("DT_CHAOS_KILLS", DEFAULT_EVENTS, 5, MAX_EVENTS);
-    int job_secs = (int)env_number("DT_CHAOS_JOB_SECS", JOB_SECS, 10, 3600);
+    int job_secs = (int)env_number("DT_CHAOS_JOB_SECS", JOB_SECS, MIN_JOB_SECS, 3600);
     c.rng = c.seed;
     snprintf(c.seed_text, sizeof c.seed_text, "seed %" PRIu64, c.seed);
     job.note = c.seed_text;
-    fprintf(stderr, "chaos: seed %" PRIu64 " (set DT_CHAOS_SEED to repeat)\n", c.seed);
+    fprintf(stderr,
+            "chaos: seed %" PRIu64 " (set DT_CHAOS_SEED to repeat), %d faults, a job of %d s\n",
+            c.seed, num_events, job_secs);
+    if (summary) {
+        summary->seed = c.seed;
+        summary->kills_asked = num_events;
+        summary->started = 1;
+    }
     dt_test_job_cluster(&job, 1, 2);
     dt_test_probe_open(&c.probe, job.cluster, 2000);
 
@@ -599,6 +683,7 @@ START_TEST(kill_everyone) {
             break;
         }
         expect_running();
+        c.faults = event + 1; /* this one, from its first kill */
         int kind = event < MUST ? must[event] : random_between(0, NUM_KINDS - 1);
         if (kind == KIND_MID_SAVE)
             kill_chief_mid_save();
@@ -616,7 +701,9 @@ START_TEST(kill_everyone) {
         name_of[r] = names[r];
     }
     job.poll = tick_hook;
-    dt_test_job_expect_done(&job, c.pid, name_of, NUM_ROLES, END_TIMEOUT_MS);
+    /* A long job (DT_CHAOS_JOB_SECS) may have most of it left after the
+     * last fault. */
+    dt_test_job_expect_done(&job, c.pid, name_of, NUM_ROLES, END_TIMEOUT_MS + 2000 * job_secs);
     job.poll = NULL;
     fprintf(stderr,
             "chaos: done; kills: ps %d, chief %d (%d mid-save, %d of them with the temporary "
@@ -663,17 +750,22 @@ START_TEST(kill_everyone) {
     /* The model: at max_steps exactly, fitting the data's line, and not
      * behind any step the ps answered. */
     int64_t final_step = dt_test_job_check_latest(&job, c.max_steps, 1);
+    c.final_step = final_step;
+    publish();
     ck_assert_msg(final_step == c.max_steps,
                   "final checkpoint at %" PRId64 ", the job's max_steps is %" PRId64 " (%s)",
                   final_step, c.max_steps, c.seed_text);
     ck_assert_msg(final_step >= c.max_sampled,
                   "final checkpoint at %" PRId64 " behind a sampled step %" PRId64 " (%s)",
                   final_step, c.max_sampled, c.seed_text);
+    if (summary) summary->passed = 1;
 }
 END_TEST
 
 Suite *chaos_suite(void) {
     Suite *s = suite_create("chaos");
-    tcase_add_test(dt_test_job_tcase(s, "kills", TEST_TIMEOUT_S, setup, teardown), kill_everyone);
+    TCase *tc = dt_test_job_tcase(s, "kills", TEST_TIMEOUT_S, setup, teardown);
+    tcase_add_unchecked_fixture(tc, summary_begin, summary_end);
+    tcase_add_test(tc, kill_everyone);
     return s;
 }
