@@ -1144,21 +1144,10 @@ static void ask_log_dir(dt_ps *ps) {
     learn_done(ps, who, step, &ps->started);
 }
 
-/* An empty ps asks, once a second, its log dir and the other ps tasks
- * (all at once with a short deadline) whether the job is done. A task that
- * is down or empty too says nothing. */
+/* Asks the other ps tasks, all at once with a short deadline, whether the
+ * job is done. A task that is down or empty too says nothing. */
 static void ask_peers(dt_ps *ps) {
     const dt_cluster *c = ps->params.cluster;
-    if (ms_since(&ps->peers_asked) < PEER_ASK_MS) return;
-    pthread_rwlock_rdlock(&ps->model_lock);
-    int ready = ps->ready;
-    pthread_rwlock_unlock(&ps->model_lock);
-    pthread_mutex_lock(&ps->life_mu);
-    int over = ps->shutdown_requested;
-    pthread_mutex_unlock(&ps->life_mu);
-    if (ready || over) return;
-    clock_gettime(CLOCK_MONOTONIC, &ps->peers_asked);
-    ask_log_dir(ps);
     if (c->num_ps < 2) return;
     /* Made at the first ask (most ps tasks never need them); what a short
      * allocation left NULL is tried again next time, freed by dt_ps_free. */
@@ -1210,6 +1199,24 @@ static void ask_peers(dt_ps *ps) {
     dt_rpc_buf_release(&request);
 }
 
+/* An empty ps that has not learned the end yet looks, once a second, at
+ * its log dir and asks the other ps tasks whether the job is done (a ps
+ * restarted after the end would otherwise wait for a chief that never
+ * comes). */
+static void ask_whether_done(dt_ps *ps) {
+    if (ms_since(&ps->peers_asked) < PEER_ASK_MS) return;
+    pthread_rwlock_rdlock(&ps->model_lock);
+    int ready = ps->ready;
+    pthread_rwlock_unlock(&ps->model_lock);
+    pthread_mutex_lock(&ps->life_mu);
+    int over = ps->shutdown_requested;
+    pthread_mutex_unlock(&ps->life_mu);
+    if (ready || over) return;
+    clock_gettime(CLOCK_MONOTONIC, &ps->peers_asked);
+    ask_log_dir(ps);
+    ask_peers(ps);
+}
+
 int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
     int announced = 0;
     for (;;) {
@@ -1226,7 +1233,7 @@ int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
             announced = 1;
         }
         sync_timeout_check(ps);
-        ask_peers(ps);
+        ask_whether_done(ps);
         struct timespec nap = {0, 50 * 1000000L};
         nanosleep(&nap, NULL);
     }

@@ -608,8 +608,6 @@ int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots, int6
         }
         if (r->wait) break;
     }
-    /* Only ps 0 was asked: it said "wait", so nothing was copied. */
-    if (asked < c->num_ps) r->wait = 1;
 out:
     release_responses(c);
     return rc;

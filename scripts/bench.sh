@@ -286,6 +286,20 @@ chief_rate() {
         }' "$1"
 }
 
+# Waits (15 s each) for the processes $3... of role $1, numbered from $2:
+# their statuses go into JOB_ERR, and a non-zero one sets _ok (run_job's).
+wait_rest() {
+    _wr_role=$1
+    _wr_i=$2
+    shift 2
+    for _wr_pid in "$@"; do
+        wait_pid "$_wr_pid" 15
+        JOB_ERR="$JOB_ERR, $_wr_role $_wr_i $STATUS"
+        [ "$STATUS" = 0 ] || _ok=1
+        _wr_i=$((_wr_i + 1))
+    done
+}
+
 # Runs one whole job (ps, chief, workers 1..W-1) in dir $1 with job config
 # $4 and --set flags $5...; W is $3; the chief gets $2 seconds. JOB_SECS is
 # the whole job's wall time. Logs: ps.log, chief.log, worker<i>.log.
@@ -321,20 +335,10 @@ run_job() {
     JOB_ERR="exit status chief $STATUS"
     _ok=0
     [ "$STATUS" = 0 ] || _ok=1
-    _i=1
-    for _w in $_wpids; do
-        wait_pid "$_w" 15
-        JOB_ERR="$JOB_ERR, worker $_i $STATUS"
-        [ "$STATUS" = 0 ] || _ok=1
-        _i=$((_i + 1))
-    done
-    _i=0
-    for _p in $_pss; do
-        wait_pid "$_p" 15
-        JOB_ERR="$JOB_ERR, ps $_i $STATUS"
-        [ "$STATUS" = 0 ] || _ok=1
-        _i=$((_i + 1))
-    done
+    # shellcheck disable=SC2086 # the pid lists split into arguments
+    wait_rest worker 1 $_wpids
+    # shellcheck disable=SC2086
+    wait_rest ps 0 $_pss
     JOB_SECS=$(awk -v a="$_t0" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }')
     [ $_ok = 0 ] && JOB_ERR=""
     return $_ok

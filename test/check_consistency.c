@@ -833,8 +833,8 @@ static int call_ps(world *w, int p, dt_msg_type type, const void *msg, dt_rpc_bu
 /* The part of a push that goes to ps task `p` (units placed as client c
  * places them), sent straight to its handler as worker `worker`: a worker
  * caught between its pushes to two tasks. */
-static dt_msg_push_resp push_part(world *w, dt_ps_client *c, int p, int worker,
-                                  const dt_tensors *grads, int64_t step) {
+static int send_part(world *w, dt_ps_client *c, int p, int worker, const dt_tensors *grads,
+                     int64_t step, dt_msg_push_resp *resp, dt_err *err) {
     dt_tensor views[8];
     dt_msg_push_req req;
     memset(&req, 0, sizeof req);
@@ -854,15 +854,22 @@ static dt_msg_push_resp push_part(world *w, dt_ps_client *c, int p, int worker,
         v->data = (char *)g->data + (size_t)u.row_begin * (g->nbytes / (size_t)g->shape[0]);
     }
     req.out.items = views;
+    dt_rpc_buf reply = {0};
+    memset(resp, 0, sizeof *resp);
+    int rc = call_ps(w, p, DT_MSG_PUSH_REQ, &req, &reply, err);
+    if (rc == 0) ck_assert_int_eq(dt_codec_decode(DT_MSG_PUSH_RESP, reply.data, reply.len, resp, err), 0);
+    dt_rpc_buf_release(&reply);
+    return rc;
+}
+
+/* send_part that must succeed. */
+static dt_msg_push_resp push_part(world *w, dt_ps_client *c, int p, int worker,
+                                  const dt_tensors *grads, int64_t step) {
     dt_err err;
     dt_err_clear(&err);
-    dt_rpc_buf reply = {0};
-    int rc = call_ps(w, p, DT_MSG_PUSH_REQ, &req, &reply, &err);
-    ck_assert_msg(rc == 0, "push to ps %d: %s", p, err.msg);
     dt_msg_push_resp resp;
-    memset(&resp, 0, sizeof resp);
-    ck_assert_int_eq(dt_codec_decode(DT_MSG_PUSH_RESP, reply.data, reply.len, &resp, &err), 0);
-    dt_rpc_buf_release(&reply);
+    int rc = send_part(w, c, p, worker, grads, step, &resp, &err);
+    ck_assert_msg(rc == 0, "push to ps %d: %s", p, err.msg);
     return resp;
 }
 
@@ -958,6 +965,20 @@ START_TEST(test_sync_one_decision_across_shards) {
     ck_assert_int_eq(call_ps(&w, 1, DT_MSG_PULL_REQ, &bad, &reply, &err), DT_EINVAL);
     ck_assert_msg(strstr(err.msg, "9 member bytes for 2 workers"), "%s", err.msg);
     ck_assert_int_eq(status_ok(a_c, 1).global_step, 2);
+
+    /* So is a gradient from a worker the cluster does not have, on either
+     * task, and it changes nothing. */
+    for (int p = 0; p < 2; p++) {
+        dt_msg_push_resp resp;
+        dt_err_clear(&err);
+        ck_assert_int_eq(send_part(&w, b_c, p, 5, &gb, 2, &resp, &err), DT_EINVAL);
+        ck_assert_msg(strstr(err.msg, "worker 5 is not in the cluster"), "%s", err.msg);
+        st[p] = status_ok(a_c, p);
+        ck_assert_int_eq(st[p].global_step, 2);
+        ck_assert_int_eq(st[p].pushes_applied, 3);
+    }
+    pull_ok(a_c, &vars, NULL, 2);
+    assert_same(&vars, &want, "after the strangers' pushes");
 
     for (int p = 0; p < 2; p++) waiter_stop(&wt[p]);
     dt_ps_client_free(a_c);
@@ -1339,10 +1360,26 @@ static void ps_status(int ps, dt_msg_status_resp *st) {
     ck_assert_msg(rc == 0, "status of ps %d: %s", ps, err.msg);
 }
 
+/* Polls ps `ps`'s global step until it is at least `step` (or the job's
+ * max_steps); fails the test after JOB_TIMEOUT_MS. Returns the step seen. */
+static int64_t ps_step_at_least(int ps, int64_t step) {
+    int64_t deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
+    for (;;) {
+        dt_msg_status_resp st;
+        ps_status(ps, &st);
+        if (st.global_step >= step || (st.max_steps > 0 && st.global_step >= st.max_steps))
+            return st.global_step;
+        ck_assert_msg(dt_test_now_ms() < deadline, "ps:%d stayed at step %lld (< %lld); logs:%s",
+                      ps, (long long)st.global_step, (long long)step, dt_test_job_report(&J));
+        dt_test_sleep_ms(20);
+    }
+}
+
 /* Sync, 2 ps (--keep-serving, so their Status can be read after the job),
  * the chief and worker 1, sync_timeout_secs 1. Worker 1 is stopped
- * (SIGSTOP) for 1.5 s three times while it trains, wherever it happens to
- * be: between its pull and push, or between its pushes to the two tasks.
+ * (SIGSTOP) three times while it trains, each time for two partial steps,
+ * wherever it happens to be: between its pull and push, or between its
+ * pushes to the two tasks.
  * ps:0 applies partial steps meanwhile; every shard must apply the same
  * gradients at every step: equal pushes_applied and equal digests of
  * (step, workers) on both tasks, final step exactly max_steps on both. */
@@ -1361,11 +1398,15 @@ START_TEST(test_job_sync_slow_worker) {
     ck_assert_msg(
         dt_test_job_wait_log(&J, "worker1", ": step 100 global_step", JOB_TIMEOUT_MS, pids[1]),
         "worker 1 never reached its step 100; logs:%s", dt_test_job_report(&J));
+    /* Each stop lasts until ps:0 has applied two steps without worker 1;
+     * each run between stops lasts a different number of steps, so the stops
+     * fall at different points of worker 1's step. */
     int stops = 0;
+    int64_t step = ps_step_at_least(0, 0);
     for (int k = 0; k < 3 && dt_test_alive(pids[1]); k++) {
-        dt_test_sleep_ms(150 + 110 * k);
-        if (dt_test_kill(pids[1], SIGSTOP) != 0) break;
-        dt_test_sleep_ms(1500);
+        step = ps_step_at_least(0, step + 50 + 37 * k);
+        if (step >= 3000 || dt_test_kill(pids[1], SIGSTOP) != 0) break;
+        step = ps_step_at_least(0, ps_step_at_least(0, 0) + 2);
         ck_assert_int_eq(dt_test_kill(pids[1], SIGCONT), 0);
         stops++;
     }
