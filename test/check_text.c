@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "suites.h"
-#include "tensor.h"
 #include "text.h"
 
 static int check(const char *s, size_t n, char *msg) {
@@ -64,44 +63,11 @@ START_TEST(test_escape) {
 }
 END_TEST
 
-/* Shapes whose byte count wraps 64 bits are refused, not sized 0. */
-START_TEST(test_spec_overflow) {
-    const int64_t cases[][2] = {{(int64_t)1 << 31, (int64_t)1 << 31},
-                                {(int64_t)1 << 32, (int64_t)1 << 32},
-                                {(int64_t)1 << 40, 2},
-                                {INT64_MAX, INT64_MAX}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        dt_tensor t;
-        memset(&t, 0, sizeof t);
-        strcpy(t.name, "huge");
-        t.dtype = DT_DTYPE_F32;
-        t.ndim = 2;
-        t.shape[0] = cases[i][0];
-        t.shape[1] = cases[i][1];
-        dt_err err;
-        dt_err_clear(&err);
-        ck_assert_msg(dt_tensor_check_spec(&t, &err) == DT_EINVAL, "case %zu accepted (%zu bytes)",
-                      i, t.nbytes);
-        ck_assert(strstr(err.msg, "larger than 2^40 bytes"));
-    }
-    dt_tensor ok;
-    memset(&ok, 0, sizeof ok);
-    strcpy(ok.name, "edge");
-    ok.dtype = DT_DTYPE_F32;
-    ok.ndim = 2;
-    ok.shape[0] = (int64_t)1 << 19;
-    ok.shape[1] = (int64_t)1 << 19; /* exactly 2^40 bytes */
-    ck_assert_int_eq(dt_tensor_check_spec(&ok, NULL), 0);
-    ck_assert_uint_eq(ok.nbytes, (size_t)1 << 40);
-}
-END_TEST
-
 Suite *text_suite(void) {
     Suite *s = suite_create("text");
     TCase *tc = tcase_create("text");
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_escape);
-    tcase_add_test(tc, test_spec_overflow);
     suite_add_tcase(s, tc);
     return s;
 }

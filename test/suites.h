@@ -1,7 +1,8 @@
 /*
  * The Check suites of dtrain, one per subsystem (test/check_<module>.c), plus
- * the integration suites that start real processes. check_main.c runs the
- * ones linked in; each is declared weak so a partial tree still links.
+ * the integration suites that start real processes. check_main.c runs them
+ * all. Each listed suite must be defined: a missing one is a link error, and
+ * check_main fails a suite that has no tests.
  */
 #ifndef DT_TEST_SUITES_H
 #define DT_TEST_SUITES_H
@@ -33,7 +34,7 @@
     X(storage)                                                                 \
     X(chaos)
 
-#define DT_DECLARE_SUITE(name) Suite *name##_suite(void) __attribute__((weak));
+#define DT_DECLARE_SUITE(name) Suite *name##_suite(void);
 DT_SUITES(DT_DECLARE_SUITE)
 #undef DT_DECLARE_SUITE
 
