@@ -7,14 +7,19 @@ BUILD   ?= build
 PKGS    := grpc gpr libcjson openblas zlib
 TESTPKGS := check
 
-# Install what is missing the first time pkg-config cannot find a dependency,
-# so a fresh machine needs only the README's commands.
-DEPS_OK := $(shell pkg-config --exists $(PKGS) $(TESTPKGS) && command -v nanopb_generator.py >/dev/null && echo yes)
-ifneq ($(DEPS_OK),yes)
-  $(info dtrain: dependencies missing; running scripts/install_deps.sh)
-  INSTALL_RC := $(shell sh scripts/install_deps.sh >&2; echo $$?)
-  ifneq ($(INSTALL_RC),0)
-    $(error scripts/install_deps.sh failed; install the packages it lists by hand)
+# `make` only builds: a missing dependency stops it with one line naming the
+# Debian packages (scripts/install_deps.sh, run by the README's two commands,
+# installs them). clean, deps and fmt need none of them.
+DEP_DEBS := grpc:libgrpc-dev gpr:libgrpc-dev libcjson:libcjson-dev openblas:libopenblas-dev \
+            zlib:zlib1g-dev check:check
+ifeq ($(filter-out clean deps fmt,$(or $(MAKECMDGOALS),all)),)
+else
+  MISSING := $(sort $(foreach d,$(DEP_DEBS),$(if $(shell pkg-config --exists $(firstword \
+               $(subst :, ,$(d))) && echo y),,$(lastword $(subst :, ,$(d))))) \
+               $(if $(shell command -v nanopb_generator.py),,nanopb) \
+               $(if $(wildcard /usr/include/pb.h),,libnanopb-dev))
+  ifneq ($(strip $(MISSING)),)
+    $(error missing Debian packages: $(strip $(MISSING)); run scripts/install_deps.sh (or make deps) first)
   endif
 endif
 
