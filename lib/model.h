@@ -25,7 +25,7 @@
  * "classes" < 2 (or != 2 for logistic), "hidden" empty or with a size < 1,
  * a variable too large for BLAS's int sizes.
  *
- * dt_model_specs, _init, _describe and _lstsq_line keep no state. A dt_model
+ * dt_model_specs, _init and _describe keep no state. A dt_model
  * handle owns the scratch buffers of one thread's steps and is used by one
  * thread at a time.
  */
@@ -102,11 +102,5 @@ int dt_model_evaluate(dt_model *m, const dt_tensors *vars, const dt_batch *b, do
  * unspecified then. */
 int dt_model_predict(dt_model *m, const dt_tensors *vars, const dt_batch *b, float *out,
                      int *out_cols, dt_err *err) DT_WARN_UNUSED;
-
-/* Ordinary least squares y = w x + b over a one-feature batch (e.g. the
- * "line" source's dt_data_all), in double: the closed form tests compare a
- * trained model with. Errors (DT_EINVAL, *w and *b NaN): cols != 1, fewer
- * than 2 rows, every x equal. */
-int dt_model_lstsq_line(const dt_batch *all, double *w, double *b, dt_err *err) DT_WARN_UNUSED;
 
 #endif

@@ -53,9 +53,6 @@ dt_dataset *dt_worker_data(dt_worker *w) {
 dt_model *dt_worker_model(dt_worker *w) {
     return w->model;
 }
-const char *dt_worker_name(const dt_worker *w) {
-    return w->name;
-}
 
 int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err) {
     *out = NULL;

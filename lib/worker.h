@@ -61,8 +61,6 @@ dt_ps_client *dt_worker_client(dt_worker *w);
 dt_tensors *dt_worker_vars(dt_worker *w);
 dt_dataset *dt_worker_data(dt_worker *w);
 dt_model *dt_worker_model(dt_worker *w);
-/* "worker:1 host:port" for logs. */
-const char *dt_worker_name(const dt_worker *w);
 
 /*
  * Waits until every ps answers and reports the model ready. Returns 0 when

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "lstsq.h"
 #include "model.h"
 #include "optim.h"
 #include "suites.h"
@@ -1123,13 +1124,13 @@ START_TEST(test_lstsq) {
     dt_batch b = {.rows = 4, .cols = 1, .x = x, .y = y};
     double w = 0, c = 0;
     dt_err err = {0};
-    ck_assert_int_eq(dt_model_lstsq_line(&b, &w, &c, &err), 0);
+    ck_assert_int_eq(dt_test_lstsq_line(&b, &w, &c, &err), 0);
     ck_assert_double_eq_tol(w, 2.0, 1e-12);
     ck_assert_double_eq_tol(c, 1.0, 1e-12);
     /* Golden off-line fit: (0,0), (1,1), (2,1): w = 1/2, b = 1/6. */
     static const float y2[] = {0, 1, 1};
     dt_batch b2 = {.rows = 3, .cols = 1, .x = x, .y = y2};
-    ck_assert_int_eq(dt_model_lstsq_line(&b2, &w, &c, &err), 0);
+    ck_assert_int_eq(dt_test_lstsq_line(&b2, &w, &c, &err), 0);
     ck_assert_double_eq_tol(w, 0.5, 1e-12);
     ck_assert_double_eq_tol(c, 1.0 / 6, 1e-12);
 
@@ -1142,7 +1143,7 @@ START_TEST(test_lstsq) {
     ck_assert_int_eq(dt_data_open(&job, 0, 1, &ds, NULL), 0);
     dt_batch all;
     ck_assert_int_eq(dt_data_all(ds, &all, NULL), 0);
-    ck_assert_int_eq(dt_model_lstsq_line(&all, &w, &c, &err), 0);
+    ck_assert_int_eq(dt_test_lstsq_line(&all, &w, &c, &err), 0);
     ck_assert_msg(fabs(w - 2) < 0.03 && fabs(c) < 0.02, "w %g b %g", w, c);
     double sr = 0, srx = 0;
     for (int i = 0; i < all.rows; i++) {
@@ -1156,18 +1157,18 @@ START_TEST(test_lstsq) {
 
     /* Errors. */
     b.cols = 2;
-    ck_assert_int_eq(dt_model_lstsq_line(&b, &w, &c, &err), DT_EINVAL);
-    ck_assert_str_eq(err.msg, "model: lstsq: batch has 2 features, want 1");
+    ck_assert_int_eq(dt_test_lstsq_line(&b, &w, &c, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "lstsq: batch has 2 features, want 1");
     ck_assert(isnan(w) && isnan(c));
     b.cols = 1;
     b.rows = 1;
     dt_err_clear(&err);
-    ck_assert_int_eq(dt_model_lstsq_line(&b, &w, &c, &err), DT_EINVAL);
+    ck_assert_int_eq(dt_test_lstsq_line(&b, &w, &c, &err), DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "at least 2 examples"));
     static const float same[] = {4, 4, 4};
     dt_batch flat = {.rows = 3, .cols = 1, .x = same, .y = y};
     dt_err_clear(&err);
-    ck_assert_int_eq(dt_model_lstsq_line(&flat, &w, &c, &err), DT_EINVAL);
+    ck_assert_int_eq(dt_test_lstsq_line(&flat, &w, &c, &err), DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "every x is the same"));
 }
 END_TEST
@@ -1199,7 +1200,7 @@ START_TEST(test_sgd_reaches_lstsq) {
     dt_batch all;
     double w = 0, c = 0;
     ck_assert_int_eq(dt_data_all(ds, &all, &err), 0);
-    ck_assert_int_eq(dt_model_lstsq_line(&all, &w, &c, &err), 0);
+    ck_assert_int_eq(dt_test_lstsq_line(&all, &w, &c, &err), 0);
     ck_assert_int_eq(dt_model_loss_grad(m, &v, &all, NULL, &loss, &err), 0);
     ck_assert_msg(fabs(weight(&v)[0] - w) < 0.05 && fabs(bias(&v)[0] - c) < 0.03,
                   "sgd w %g b %g, lstsq w %g b %g", weight(&v)[0], bias(&v)[0], w, c);

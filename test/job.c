@@ -22,6 +22,7 @@
 
 #include "checkpoint.h"
 #include "data.h"
+#include "lstsq.h"
 #include "model.h"
 #include "proc.h"
 
@@ -366,7 +367,7 @@ void dt_test_job_closed_form(const dt_test_job *j, double *weight, double *bias)
     dt_test_job_config(j, &job);
     ck_assert_msg(dt_data_open(&job, 0, 1, &ds, &err) == 0, "%s", err.msg);
     int rc = dt_data_all(ds, &all, &err);
-    if (rc == 0) rc = dt_model_lstsq_line(&all, weight, bias, &err);
+    if (rc == 0) rc = dt_test_lstsq_line(&all, weight, bias, &err);
     dt_data_free(ds);
     ck_assert_msg(rc == 0, "%s", err.msg);
 }
