@@ -302,7 +302,10 @@ START_TEST(keep_serving) {
     dt_test_job_expect_done(&w, pids, names, 2, JOB_TIMEOUT_MS);
     dt_test_job_check_latest(&w, dt_test_job_max_steps(&w), 0);
 
-    dt_test_sleep_ms(1500);
+    /* Where a ps without the flag would exit, this one says it serves on. */
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps", "--keep-serving: still serving", JOB_TIMEOUT_MS,
+                                       ps),
+                  "ps never said it keeps serving; logs:%s", dt_test_job_report(&w));
     ck_assert_msg(dt_test_alive(ps), "ps with --keep-serving exited (%d) after the job; logs:%s",
                   dt_test_wait(ps, 0), dt_test_job_report(&w));
     ck_assert_msg(port_open(w.ports[0]), "ps with --keep-serving no longer listens on %d",
@@ -318,7 +321,9 @@ START_TEST(worker_waits_for_chief) {
     dt_test_job_set(&w, sets, 1 + NUM_QUICK);
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
-    dt_test_sleep_ms(2000);
+    /* Told "not ready" by the ps, it says it waits (and goes on asking). */
+    ck_assert_msg(dt_test_job_wait_log(&w, "worker1", ": waiting for ", JOB_TIMEOUT_MS, worker),
+                  "worker 1 never said it waits for the model; logs:%s", dt_test_job_report(&w));
     ck_assert_msg(dt_test_alive(worker), "worker 1 gave up (%d) before the chief came; logs:%s",
                   dt_test_wait(worker, 0), dt_test_job_report(&w));
     ck_assert_msg(dt_test_alive(ps), "ps exited (%d) before the chief came; logs:%s",
