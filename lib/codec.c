@@ -665,11 +665,11 @@ int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
 
 const char *dt_codec_method(dt_msg_type request_type) {
     switch (request_type) {
-    case DT_MSG_CREATE_REQ: return "/dtrain.ParameterServer/Create";
-    case DT_MSG_PULL_REQ: return "/dtrain.ParameterServer/Pull";
-    case DT_MSG_PUSH_REQ: return "/dtrain.ParameterServer/Push";
-    case DT_MSG_STATUS_REQ: return "/dtrain.ParameterServer/Status";
-    case DT_MSG_SHUTDOWN_REQ: return "/dtrain.ParameterServer/Shutdown";
+    case DT_MSG_CREATE_REQ: return DT_METHOD_CREATE;
+    case DT_MSG_PULL_REQ: return DT_METHOD_PULL;
+    case DT_MSG_PUSH_REQ: return DT_METHOD_PUSH;
+    case DT_MSG_STATUS_REQ: return DT_METHOD_STATUS;
+    case DT_MSG_SHUTDOWN_REQ: return DT_METHOD_SHUTDOWN;
     default: return NULL;
     }
 }

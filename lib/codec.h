@@ -202,7 +202,17 @@ int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len,
 int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
                     dt_err *err) DT_WARN_UNUSED;
 
-/* Method name on the wire for a request type: "/dtrain.ParameterServer/Pull". */
+/* The service's method paths on the wire (proto/dtrain.proto's
+ * ParameterServer), the one place they are spelled: the ps's method table
+ * and dt_codec_method use these. */
+#define DT_METHOD_CREATE "/dtrain.ParameterServer/Create"
+#define DT_METHOD_PULL "/dtrain.ParameterServer/Pull"
+#define DT_METHOD_PUSH "/dtrain.ParameterServer/Push"
+#define DT_METHOD_STATUS "/dtrain.ParameterServer/Status"
+#define DT_METHOD_SHUTDOWN "/dtrain.ParameterServer/Shutdown"
+
+/* Method path for a request type (DT_METHOD_PULL for DT_MSG_PULL_REQ), or
+ * NULL for a type that is not a request. */
 const char *dt_codec_method(dt_msg_type request_type);
 
 #endif

@@ -1006,12 +1006,12 @@ static int handle_shutdown(void *ctx, const dt_rpc_peer *peer __attribute__((unu
 #define ROLES_CHIEF DT_PEER_MASK(DT_PEER_CHIEF)
 #define ROLES_TRAINERS (DT_PEER_MASK(DT_PEER_CHIEF) | DT_PEER_MASK(DT_PEER_WORKER))
 static const dt_rpc_method ps_methods[] = {
-    {"/dtrain.ParameterServer/Create", handle_create, ROLES_CHIEF},
-    {"/dtrain.ParameterServer/Pull", handle_pull, ROLES_TRAINERS},
-    {"/dtrain.ParameterServer/Push", handle_push, ROLES_TRAINERS},
-    {"/dtrain.ParameterServer/Status", handle_status,
+    {DT_METHOD_CREATE, handle_create, ROLES_CHIEF},
+    {DT_METHOD_PULL, handle_pull, ROLES_TRAINERS},
+    {DT_METHOD_PUSH, handle_push, ROLES_TRAINERS},
+    {DT_METHOD_STATUS, handle_status,
      ROLES_TRAINERS | DT_PEER_MASK(DT_PEER_TOOL) | DT_PEER_MASK(DT_PEER_PS)},
-    {"/dtrain.ParameterServer/Shutdown", handle_shutdown, ROLES_CHIEF},
+    {DT_METHOD_SHUTDOWN, handle_shutdown, ROLES_CHIEF},
 };
 
 int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
