@@ -34,10 +34,6 @@
 #include "rpc_server.h"
 #include "tensor.h"
 
-/* check_push's code for a NaN or Inf gradient; handle_push turns it into
- * a skip or into DT_EINVAL, so it never leaves this file. */
-#define PUSH_NONFINITE (-100)
-
 #define DEFAULT_THREADS 4
 
 /* Who decides a sync step: alone (one ps task, or not sync), ps 0 for
@@ -570,8 +566,12 @@ out:
 
 /* ---- Push -------------------------------------------------------------- */
 
-/* Validates every gradient against the variables; maps each to its index. */
-static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, dt_err *err) {
+/* Checks every gradient of a push against the variables held; index[i]
+ * gets gradient i's variable. A NaN or Inf is DT_EINVAL with *nonfinite
+ * set, so the caller can skip it instead when configured to. */
+static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, int *nonfinite,
+                      dt_err *err) {
+    *nonfinite = 0;
     for (int i = 0; i < grads->count; i++) {
         const dt_tensor *g = &grads->items[i];
         int k = -1;
@@ -595,9 +595,11 @@ static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, dt_er
         for (int64_t e = 0; e < n; e++) {
             float x;
             memcpy(&x, p + 4 * e, 4);
-            if (!isfinite(x))
-                return dt_err_set(err, PUSH_NONFINITE, "%s: push: gradient %s[%lld] is not finite",
+            if (!isfinite(x)) {
+                *nonfinite = 1;
+                return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s[%lld] is not finite",
                                   ps->name, g->name, (long long)e);
+            }
         }
     }
     /* One push is one step of every variable here: a partial one (or an
@@ -843,7 +845,9 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer,
     resp.incarnation = ps->incarnation;
     dt_err why;
     dt_err_clear(&why);
-    if ((rc = check_push(ps, &req.in, index, &why)) == PUSH_NONFINITE && ps->skip_nonfinite) {
+    int nonfinite = 0;
+    if ((rc = check_push(ps, &req.in, index, &nonfinite, &why)) < 0 && nonfinite &&
+        ps->skip_nonfinite) {
         /* Configured to survive a diverging worker: skip it, count it. */
         atomic_fetch_add(&ps->pushes_nonfinite, 1);
         resp.dropped = true;
@@ -855,7 +859,7 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer,
     }
     if (rc < 0) {
         pthread_rwlock_unlock(&ps->model_lock);
-        rc = dt_err_set(err, rc == PUSH_NONFINITE ? DT_EINVAL : rc, "%s", why.msg);
+        rc = dt_err_set(err, rc, "%s", why.msg);
         goto rejected;
     }
     int reserved = 0;
