@@ -59,18 +59,16 @@ static int loopback_socket(int port, struct sockaddr_in *sa) {
 /* Binds 127.0.0.1:0 and returns the port the kernel chose; *fd_out (when
  * not NULL) keeps the socket open and listening, else it is closed. */
 static int free_port(int *fd_out) {
-    struct sockaddr_in sa;
-    int fd = loopback_socket(0, &sa);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    socklen_t len = sizeof sa;
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    int port = -1;
+    int fd = dt_test_bind_port(&port);
+    ck_assert_int_ge(fd, 0);
     if (fd_out) {
         ck_assert_int_eq(listen(fd, 4), 0);
         *fd_out = fd;
     } else {
         close(fd);
     }
-    return ntohs(sa.sin_port);
+    return port;
 }
 
 /* Shared by the handlers (the server's ctx). */

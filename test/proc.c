@@ -60,9 +60,7 @@ void dt_test_sleep_ms(int ms) {
     }
 }
 
-/* Binds a loopback socket to port 0 and leaves it open; *port gets the
- * port the kernel chose. Returns the fd or -1. */
-static int bind_any_port(int *port) {
+int dt_test_bind_port(int *port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
     struct sockaddr_in sa;
@@ -82,7 +80,7 @@ static int bind_any_port(int *port) {
 
 int dt_test_free_port(void) {
     int port = -1;
-    int fd = bind_any_port(&port);
+    int fd = dt_test_bind_port(&port);
     if (fd < 0) return -1;
     close(fd);
     return port;
@@ -94,7 +92,7 @@ int dt_test_free_ports(int *ports, int n) {
     if (n < 0 || n > MAX_PROCS) return -1;
     /* Holding every socket open until all are chosen keeps them distinct. */
     for (; opened < n; opened++) {
-        fds[opened] = bind_any_port(&ports[opened]);
+        fds[opened] = dt_test_bind_port(&ports[opened]);
         if (fds[opened] < 0) {
             rc = -1;
             break;

@@ -20,6 +20,9 @@
 /* Path of the binary under test: $DTRAIN_BIN, else "build/dtrain". Borrowed. */
 const char *dt_test_bin(void);
 
+/* A TCP socket bound to 127.0.0.1 on a port the kernel chose (*port), left
+ * open (not listening); the fd, or -1. */
+int dt_test_bind_port(int *port);
 /* A TCP port on 127.0.0.1 that was free a moment ago, or -1. */
 int dt_test_free_port(void);
 /* n distinct free ports (all held open while choosing), 0 or -1. */
