@@ -415,13 +415,12 @@ START_TEST(test_unreachable) {
     buf_from_str(&req, "anyone?");
     dt_rpc_call c;
     call_init(&c, ch, "/test.T/Echo", &req);
-    long long t0 = now_ms();
+    /* Fail fast: UNAVAILABLE when no one listens, not DEADLINE_EXCEEDED
+     * after waiting out the 3 s. */
     int rc = dt_rpc_call_all(&c, 1, 3000, &err);
     ck_assert_msg(rc == DT_EUNAVAILABLE, "rc %d (%s)", rc, err.msg);
     ck_assert_int_eq(c.err.code, DT_EUNAVAILABLE);
     ck_assert_msg(strstr(err.msg, addr) != NULL, "message \"%s\" lacks %s", err.msg, addr);
-    /* Fail fast: not waiting for the deadline when no one listens. */
-    ck_assert_int_lt(now_ms() - t0, 2500);
     dt_rpc_buf_release(&c.response);
 
     /* With wait_for_ready, the same call waits and ends at its deadline. */
@@ -448,14 +447,16 @@ START_TEST(test_deadline) {
     c.wait_for_ready = 1;
     dt_err err;
     dt_err_clear(&err);
-    long long t0 = now_ms();
     int rc = dt_rpc_call_all(&c, 1, 300, &err);
-    long long took = now_ms() - t0;
+    /* The client gave up at its deadline, not when the handler returned:
+     * the 2 s handler is still sleeping. */
+    pthread_mutex_lock(&f.ctx.mu);
+    int handler_done = f.ctx.sleep_done;
+    pthread_mutex_unlock(&f.ctx.mu);
+    ck_assert_msg(!handler_done, "the call returned only after its handler finished");
     ck_assert_msg(rc == DT_EDEADLINE, "rc %d (%s)", rc, err.msg);
     ck_assert_msg(strstr(err.msg, "deadline exceeded after 300 ms") && strstr(err.msg, f.addr),
                   "message: %s", err.msg);
-    /* The client gave up at its deadline, not when the handler returned. */
-    ck_assert_msg(took < 1800, "call took %lld ms", took);
     dt_rpc_buf_release(&c.response);
     dt_rpc_buf_release(&req);
     fixture_stop(&f); /* waits for the sleeping handler, bounded */
@@ -598,7 +599,6 @@ typedef struct {
     dt_rpc_channel *channel;
     int rc;
     dt_err err;
-    long long finished_ms;
 } sleeper;
 
 static void *call_sleep(void *arg) {
@@ -616,7 +616,6 @@ static void *call_sleep(void *arg) {
     s->rc = dt_rpc_call_all(&c, 1, 20000, &s->err);
     dt_rpc_buf_release(&c.response);
     dt_rpc_buf_release(&req);
-    s->finished_ms = now_ms();
     return NULL;
 }
 
@@ -642,13 +641,10 @@ START_TEST(test_stop_with_call_in_flight) {
     pthread_mutex_unlock(&f.ctx.mu);
     ck_assert_msg(started, "the Sleep handler never started");
 
-    long long t0 = now_ms();
+    /* Stop returns and the in-flight call ends (a hang fails the case by
+     * its 60 s timeout). */
     dt_rpc_server_stop(f.server, 100);
-    long long stop_took = now_ms() - t0;
-    ck_assert_msg(stop_took < 10000, "stop took %lld ms", stop_took);
     ck_assert_int_eq(pthread_join(th, NULL), 0);
-    ck_assert_msg(s.finished_ms - t0 < 10000, "the in-flight call ended %lld ms after stop",
-                  s.finished_ms - t0);
     ck_assert_msg(s.rc == 0 || s.rc == DT_EUNAVAILABLE || s.rc == DT_ECANCELLED,
                   "in-flight call: rc %d (%s)", s.rc, s.err.msg);
     ck_assert(f.ctx.sleep_done);
@@ -692,9 +688,9 @@ START_TEST(test_stop_after_client_gone) {
         dt_rpc_buf_release(&reqs[i]);
     }
     dt_rpc_channel_free(f.channel);
-    long long t0 = now_ms();
+    /* Stop returns with calls whose clients gave up still in handlers (a
+     * hang fails the case by its timeout). */
     dt_rpc_server_stop(f.server, 100);
-    ck_assert_int_lt(now_ms() - t0, 15000);
     pthread_mutex_destroy(&f.ctx.mu);
     pthread_cond_destroy(&f.ctx.cv);
 }
