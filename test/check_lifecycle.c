@@ -326,13 +326,12 @@ START_TEST(second_signal_exits_at_once) {
                   "step",
                   dt_test_alive(chief), dt_test_alive(worker));
 
-    long long t0 = dt_test_now_ms();
+    /* The RPCs have 120 s deadlines and the ps is still frozen: exiting
+     * within PROMPT_MS can only be the second signal cutting them short. */
     send_signal(chief, SIGTERM);
     send_signal(worker, SIGINT);
     dt_test_job_expect_exit(&w, chief, "chief after a second SIGTERM", PROMPT_MS, 128 + SIGTERM);
     dt_test_job_expect_exit(&w, worker, "worker 1 after a second SIGINT", PROMPT_MS, 128 + SIGINT);
-    long long took = dt_test_now_ms() - t0;
-    ck_assert_msg(took < PROMPT_MS, "second signals took %lld ms to end the roles", took);
 
     /* The ps too: two SIGTERMs in a row. */
     send_signal(ps, SIGCONT);
