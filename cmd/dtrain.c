@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,9 +129,13 @@ typedef struct {
     const char *token_file;
 } options;
 
-static int usage_error(const char *fmt, const char *arg) {
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
     fprintf(stderr, "dtrain: ");
-    fprintf(stderr, fmt, arg);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
     fprintf(stderr, "\n(see dtrain --help)\n");
     return EXIT_USAGE;
 }
