@@ -601,13 +601,20 @@ START_TEST(ps_restart) {
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
     dt_test_job_expect_ckpt_after(&w, 0, chief, JOB_TIMEOUT_MS);
-    dt_test_sleep_ms(300);
+    /* Killed 100 steps past the last save, so steps are lost with it. */
+    dt_test_probe sp;
+    dt_test_probe_open(&sp, w.cluster, 2000);
+    probe_wait_step(&sp, 0, dt_test_ckpt_max(w.log_dir) + 100, JOB_TIMEOUT_MS);
+    dt_test_probe_close(&sp);
 
+    size_t seen = log_length("chief");
     send_signal(ps, SIGKILL);
     dt_test_job_expect_exit(&w, ps, "killed ps", EXIT_TIMEOUT_MS, -SIGKILL);
     int64_t before = dt_test_ckpt_max(w.log_dir);
     ck_assert_msg(before < max_steps, "the job ended (step %" PRId64 ") before the kill", before);
-    dt_test_sleep_ms(500);
+    /* Restarted once the chief has seen it gone. */
+    ck_assert_msg(wait_log_after("chief", seen, "waiting for", chief),
+                  "the chief does not say it waits for the ps; logs:%s", dt_test_job_report(&w));
     pid_t ps2 = dt_test_job_start(&w, "ps", 0, "ps2");
 
     pid_t pids[3] = {ps2, chief, worker};
@@ -684,7 +691,11 @@ START_TEST(worker_restart) {
                   "worker 1 never trained; logs:%s", dt_test_job_report(&w));
     send_signal(worker, SIGKILL);
     dt_test_job_expect_exit(&w, worker, "killed worker 1", EXIT_TIMEOUT_MS, -SIGKILL);
-    dt_test_sleep_ms(300);
+    /* The job goes on without it (50 more steps) before it comes back. */
+    dt_test_probe sp;
+    dt_test_probe_open(&sp, w.cluster, 2000);
+    probe_wait_step(&sp, 0, probe_wait_step(&sp, 0, 0, JOB_TIMEOUT_MS) + 50, JOB_TIMEOUT_MS);
+    dt_test_probe_close(&sp);
     pid_t worker2 = dt_test_job_start(&w, "worker", 1, "worker1b");
     ck_assert_msg(dt_test_job_wait_log(&w, "worker1b", ": step ", JOB_TIMEOUT_MS, worker2),
                   "restarted worker 1 did not train; logs:%s", dt_test_job_report(&w));
