@@ -31,10 +31,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
 #include "common.h"
 #include "data.h"
 #include "err.h"
+#include "job.h"
 #include "model.h"
 #include "optim.h"
 #include "tensor.h"

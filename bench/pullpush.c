@@ -68,6 +68,7 @@
 #include "cluster.h"
 #include "common.h"
 #include "err.h"
+#include "job.h"
 #include "log.h"
 #include "optim.h"
 #include "ps_client.h"

@@ -24,6 +24,7 @@
 #include "chief.h"
 #include "cluster.h"
 #include "err.h"
+#include "job.h"
 #include "log.h"
 #include "model.h"
 #include "optim.h"
@@ -447,8 +448,9 @@ int main(int argc, char **argv) {
         long mb = strtol(o.max_message_mb, &end, 10);
         /* gRPC takes the cap as an int: 2047 MiB is the most it can hold. */
         if (!*o.max_message_mb || *end || mb < 1 || mb > 2047)
-            return usage_error("--max-message-mb: \"%s\" is not a whole number of MiB from 1 to 2047",
-                               o.max_message_mb);
+            return usage_error(
+                "--max-message-mb: \"%s\" is not a whole number of MiB from 1 to 2047",
+                o.max_message_mb);
         if (!is_ps) return usage_error("--max-message-mb is for the ps job only%s", "");
         max_message_bytes = (long long)mb << 20;
     }

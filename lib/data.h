@@ -32,8 +32,8 @@
 
 #include <stdint.h>
 
-#include "cluster.h"
 #include "err.h"
+#include "job.h"
 
 typedef struct {
     int rows;       /* B: examples in this batch */

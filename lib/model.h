@@ -32,9 +32,9 @@
 #ifndef DT_MODEL_H
 #define DT_MODEL_H
 
-#include "cluster.h"
 #include "data.h"
 #include "err.h"
+#include "job.h"
 #include "tensor.h"
 
 /* A weight and a bias per layer, for up to DT_MAX_HIDDEN hidden layers plus

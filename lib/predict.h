@@ -36,8 +36,8 @@
 #include <stdint.h>
 
 #include "checkpoint.h"
-#include "cluster.h"
 #include "err.h"
+#include "job.h"
 #include "tensor.h"
 
 typedef struct {

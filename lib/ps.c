@@ -28,6 +28,7 @@
 
 #include "checkpoint.h"
 #include "codec.h"
+#include "job.h" /* DT_PATH_MAX: log_dir comes from the job */
 #include "log.h"
 #include "optim.h"
 #include "rpc_client.h"
@@ -74,7 +75,7 @@ struct dt_ps {
     _Atomic int64_t pushes_dropped;
     _Atomic int64_t pushes_nonfinite;
     _Atomic int64_t calls_refused; /* by the handlers (DT_EPERM); the server counts its own */
-    int skip_nonfinite; /* skip and count non-finite gradients instead of refusing */
+    int skip_nonfinite;            /* skip and count non-finite gradients instead of refusing */
 
     /* Staleness of applied gradients (global step at apply minus the step
      * they were computed at), and the bounded mode's clocks. */
@@ -87,10 +88,10 @@ struct dt_ps {
 
     /* sync: the gradients of the current step, summed. */
     pthread_mutex_t sync_mu;
-    dt_tensors acc;          /* same layout as vars */
-    int acc_count;           /* gradients in acc */
-    int64_t acc_step;        /* the step they belong to */
-    int *acc_from;           /* (num_workers) contributed to acc_step */
+    dt_tensors acc;            /* same layout as vars */
+    int acc_count;             /* gradients in acc */
+    int64_t acc_step;          /* the step they belong to */
+    int *acc_from;             /* (num_workers) contributed to acc_step */
     struct timespec acc_first; /* arrival of the first gradient of acc_step */
     /* sync with several ps tasks: ps 0 decides which gradients make each
      * step (from the commits it counts); the others hold each worker's
@@ -109,10 +110,10 @@ struct dt_ps {
     /* While no chief has created the model: the other ps tasks, asked now
      * and then whether the job is already done (a ps restarted after the
      * end would otherwise wait for a chief that never comes). */
-    dt_rpc_channel **peers;           /* (num_ps) made at the first ask; NULL for this task */
-    dt_rpc_call *peer_calls;          /* (num_ps) */
-    int *peer_of;                     /* (num_ps) the task of each call */
-    char identity[DT_PEER_NAME_MAX];  /* "ps:N", the token this ps sends */
+    dt_rpc_channel **peers;          /* (num_ps) made at the first ask; NULL for this task */
+    dt_rpc_call *peer_calls;         /* (num_ps) */
+    int *peer_of;                    /* (num_ps) the task of each call */
+    char identity[DT_PEER_NAME_MAX]; /* "ps:N", the token this ps sends */
     struct timespec peers_asked;
     struct timespec started;
 };
@@ -175,8 +176,7 @@ static void raise_step(dt_ps *ps, int64_t seen) {
 }
 
 static int done_locked(dt_ps *ps) {
-    return ps->shutdown_requested ||
-           (ps->ready && atomic_load(&ps->global_step) >= ps->max_steps);
+    return ps->shutdown_requested || (ps->ready && atomic_load(&ps->global_step) >= ps->max_steps);
 }
 
 /* Whether the job is done; remembers that `worker` has now been told. */
@@ -193,8 +193,8 @@ static int check_done(dt_ps *ps, int32_t worker) {
  * certificate or a per-identity token, "worker:1" pushing as worker 2 is
  * refused. Without authentication (DT_PEER_ANY) the index is the caller's
  * word, as the README's Security section says. */
-static int check_caller(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker,
-                        const char *method, dt_err *err) {
+static int check_caller(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker, const char *method,
+                        dt_err *err) {
     if (peer->role != DT_PEER_CHIEF && peer->role != DT_PEER_WORKER) return 0;
     if (worker == peer->task) return 0;
     atomic_fetch_add(&ps->calls_refused, 1);
@@ -311,7 +311,8 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
         for (int s = 0; s < nslots; s++) {
             float *slot = ps->slots.items[i * nslots + s].data;
             float init = dt_optim_slot_init(&ps->optim, s);
-            for (int64_t k = 0; k < n; k++) slot[k] = init;
+            for (int64_t k = 0; k < n; k++)
+                slot[k] = init;
             ps->pv[i].slots[s] = slot;
         }
     }
@@ -328,8 +329,10 @@ static int restore_slots(dt_ps *ps, const dt_tensor_views *given, dt_err *err) {
                               ps->name, g->name, ps->optim.name);
         if (g->dtype != slot->dtype || g->nbytes != slot->nbytes || g->ndim != slot->ndim ||
             memcmp(g->shape, slot->shape, sizeof(int64_t) * (size_t)slot->ndim) != 0)
-            return dt_err_set(err, DT_EINVAL, "%s: create: slot %s: dtype or shape differs from its "
-                                              "variable's", ps->name, g->name);
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: create: slot %s: dtype or shape differs from its "
+                              "variable's",
+                              ps->name, g->name);
         memcpy(slot->data, g->data, slot->nbytes);
     }
     return 0;
@@ -340,14 +343,16 @@ static int check_consistency(dt_ps *ps, const dt_consistency *c, dt_err *err) {
     if (!mode) return dt_err_set(err, DT_EINVAL, "%s: create: unknown consistency mode", ps->name);
     if (c->mode == DT_MODE_SYNC &&
         (c->replicas_to_aggregate < 1 || c->total_num_replicas < c->replicas_to_aggregate))
-        return dt_err_set(err, DT_EINVAL, "%s: create: sync needs 1 <= replicas_to_aggregate (%d) "
-                                          "<= total_num_replicas (%d)",
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: create: sync needs 1 <= replicas_to_aggregate (%d) "
+                          "<= total_num_replicas (%d)",
                           ps->name, c->replicas_to_aggregate, c->total_num_replicas);
     if (c->mode == DT_MODE_SYNC && ps->params.cluster->num_ps > 1 &&
         ps->params.cluster->num_workers > DT_SYNC_MAX_WORKERS)
-        return dt_err_set(err, DT_EINVAL, "%s: create: sync with several ps tasks takes at most %d "
-                                          "workers; the cluster has %d", ps->name,
-                          DT_SYNC_MAX_WORKERS, ps->params.cluster->num_workers);
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: create: sync with several ps tasks takes at most %d "
+                          "workers; the cluster has %d",
+                          ps->name, DT_SYNC_MAX_WORKERS, ps->params.cluster->num_workers);
     if (c->mode == DT_MODE_BOUNDED && c->staleness < 0)
         return dt_err_set(err, DT_EINVAL, "%s: create: staleness %d < 0", ps->name, c->staleness);
     if (c->mode != DT_MODE_ASYNC && c->timeout_ms < 1)
@@ -373,13 +378,14 @@ static int check_create(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
         for (int k = 0; k < nslots; k++)
             if (strlen(req->in.items[i].name) + 1 + strlen(dt_optim_slot_name(&req->optim, k)) >=
                 DT_TENSOR_NAME_MAX)
-                return dt_err_set(err, DT_EINVAL, "%s: create: variable name %.40s... too long "
-                                                  "for its %s slot names", ps->name,
-                                  req->in.items[i].name, req->optim.name);
+                return dt_err_set(err, DT_EINVAL,
+                                  "%s: create: variable name %.40s... too long "
+                                  "for its %s slot names",
+                                  ps->name, req->in.items[i].name, req->optim.name);
         if (req->in.items[i].dtype != DT_DTYPE_F32)
-            return dt_err_set(err, DT_EINVAL, "%s: create: variable %s: dtype %s, only F32 is trained",
-                              ps->name, req->in.items[i].name,
-                              dt_dtype_name(req->in.items[i].dtype));
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: create: variable %s: dtype %s, only F32 is trained", ps->name,
+                              req->in.items[i].name, dt_dtype_name(req->in.items[i].dtype));
         for (int j = 0; j < i; j++)
             if (strcmp(req->in.items[i].name, req->in.items[j].name) == 0)
                 return dt_err_set(err, DT_EINVAL, "%s: create: variable %s given twice", ps->name,
@@ -410,8 +416,10 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     pthread_rwlock_wrlock(&ps->model_lock);
     if (ps->ready) {
         pthread_rwlock_unlock(&ps->model_lock);
-        rc = dt_err_set(err, DT_EEXIST, "%s: create: variables already exist (created by a chief "
-                                        "earlier in this ps's life)", ps->name);
+        rc = dt_err_set(err, DT_EEXIST,
+                        "%s: create: variables already exist (created by a chief "
+                        "earlier in this ps's life)",
+                        ps->name);
         goto fail;
     }
     ps->optim = req->optim;
@@ -421,7 +429,8 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     ps->sync_role = SYNC_ALONE;
     if (ps->consistency.mode == DT_MODE_SYNC && ps->params.cluster->num_ps > 1)
         ps->sync_role = ps->params.task_index == 0 ? SYNC_DECIDER : SYNC_FOLLOWER;
-    if ((rc = build_model(ps, &req->in, err)) < 0 || (rc = restore_slots(ps, &req->slots_in, err)) < 0) {
+    if ((rc = build_model(ps, &req->in, err)) < 0 ||
+        (rc = restore_slots(ps, &req->slots_in, err)) < 0) {
         free_model(ps);
         pthread_rwlock_unlock(&ps->model_lock);
         goto fail;
@@ -439,10 +448,11 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     ps->decided.all_held = true;
     ps->ready = 1;
     pthread_rwlock_unlock(&ps->model_lock);
-    dt_log(DT_LOG_INFO, "%s: created %d variables (%lld bytes, %d slots given), global_step %lld, "
-           "optimizer %s, %s", ps->name, ps->vars.count, (long long)ps->num_bytes,
-           req->slots_in.count, (long long)req->global_step, ps->optim.name,
-           dt_mode_name(ps->consistency.mode));
+    dt_log(DT_LOG_INFO,
+           "%s: created %d variables (%lld bytes, %d slots given), global_step %lld, "
+           "optimizer %s, %s",
+           ps->name, ps->vars.count, (long long)ps->num_bytes, req->slots_in.count,
+           (long long)req->global_step, ps->optim.name, dt_mode_name(ps->consistency.mode));
 
     dt_msg_create_resp resp = {ps->incarnation, req->global_step};
     rc = encode_reply(DT_MSG_CREATE_RESP, &resp, reply, err);
@@ -483,8 +493,8 @@ static int must_wait(dt_ps *ps, const dt_msg_pull_req *req) {
     return wait;
 }
 
-static int handle_pull(void *ctx, const dt_rpc_peer *peer,
-                       const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request,
+                       dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
     dt_msg_pull_req req;
     memset(&req, 0, sizeof req);
@@ -524,8 +534,8 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer,
             for (int j = 0; j < i; j++)
                 if (lock_ctx.index[j] == lock_ctx.index[i]) {
                     /* Each copy would cost the whole variable again. */
-                    rc = dt_err_set(err, DT_EINVAL, "%s: pull: variable %s named twice",
-                                    ps->name, req.names.items[i]);
+                    rc = dt_err_set(err, DT_EINVAL, "%s: pull: variable %s named twice", ps->name,
+                                    req.names.items[i]);
                     goto out;
                 }
         }
@@ -578,12 +588,15 @@ static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, int *
         for (int v = 0; v < ps->vars.count; v++)
             if (strcmp(ps->vars.items[v].name, g->name) == 0) k = v;
         if (k < 0)
-            return dt_err_set(err, DT_ENOTFOUND, "%s: push: unknown variable %s", ps->name, g->name);
+            return dt_err_set(err, DT_ENOTFOUND, "%s: push: unknown variable %s", ps->name,
+                              g->name);
         const dt_tensor *v = &ps->vars.items[k];
         if (g->dtype != v->dtype || g->ndim != v->ndim ||
             memcmp(g->shape, v->shape, sizeof(int64_t) * (size_t)v->ndim) != 0)
-            return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s: dtype or shape differs from "
-                                              "the variable's", ps->name, g->name);
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: push: gradient %s: dtype or shape differs from "
+                              "the variable's",
+                              ps->name, g->name);
         for (int j = 0; j < i; j++)
             if (index[j] == k)
                 return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s given twice", ps->name,
@@ -664,7 +677,8 @@ static void fold_digest(dt_ps *ps) {
         if (w >= 0 && !ps->acc_from[w]) continue;
         words[1] = (uint64_t)(int64_t)w;
         const uint8_t *b = (const uint8_t *)words;
-        for (size_t i = 0; i < sizeof words; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+        for (size_t i = 0; i < sizeof words; i++)
+            h = (h ^ b[i]) * 0x100000001b3ull;
     }
     ps->sync_digest = h;
 }
@@ -691,14 +705,16 @@ static void apply_accumulated(dt_ps *ps) {
         dt_tensor *v = &ps->vars.items[k];
         float *sum = ps->acc.items[k].data;
         int64_t n = dt_tensor_numel(v);
-        for (int64_t e = 0; e < n; e++) sum[e] *= scale; /* mean = sum / count */
+        for (int64_t e = 0; e < n; e++)
+            sum[e] *= scale; /* mean = sum / count */
         pthread_mutex_lock(&pv->mu);
         pv->updates++;
         dt_optim_apply(&ps->optim, lr, pv->updates, v->data, pv->slots, sum, n);
         pthread_mutex_unlock(&pv->mu);
         memset(sum, 0, v->nbytes);
     }
-    for (int i = 0; i < ps->acc_count; i++) record_staleness(ps, 0);
+    for (int i = 0; i < ps->acc_count; i++)
+        record_staleness(ps, 0);
     atomic_fetch_add(&ps->pushes_applied, ps->acc_count);
     ps->acc_count = 0;
     memset(ps->acc_from, 0, sizeof(int) * (size_t)ps->params.cluster->num_workers);
@@ -725,7 +741,8 @@ static int hold_gradient(dt_ps *ps, const dt_msg_push_req *req, const int *index
     dt_tensors *h = &ps->hold[w];
     if (!h->items) {
         int rc = dt_tensors_init(h, ps->vars.items, ps->vars.count, err);
-        if (rc < 0) return dt_err_wrap(err, rc, "%s: push: holding worker %d's gradient", ps->name, w);
+        if (rc < 0)
+            return dt_err_wrap(err, rc, "%s: push: holding worker %d's gradient", ps->name, w);
     }
     for (int i = 0; i < req->in.count; i++)
         memcpy(h->items[index[i]].data, req->in.items[i].data, h->items[index[i]].nbytes);
@@ -752,7 +769,7 @@ static int follow_decision(dt_ps *ps, const dt_sync_decision *d, dt_err *err) {
     int lost = 0, dropped = 0;
     for (int w = 0; w < nw; w++) {
         int member = d->all_held ? ps->held[w]
-                     : w / 8 < d->members_len && (d->members[w / 8] >> (w % 8)) & 1;
+                                 : w / 8 < d->members_len && (d->members[w / 8] >> (w % 8)) & 1;
         if (member && !ps->held[w]) lost++;
         if (!member && ps->held[w]) dropped++;
         if (!member || !ps->held[w]) continue;
@@ -767,8 +784,9 @@ static int follow_decision(dt_ps *ps, const dt_sync_decision *d, dt_err *err) {
     pthread_mutex_unlock(&ps->sync_mu);
     atomic_fetch_add(&ps->pushes_dropped, dropped);
     if (lost)
-        dt_log(DT_LOG_WARN, "%s: step %lld: %d gradient(s) ps:0 counted were lost here (this task "
-                            "restarted since they came); applying the %d it holds",
+        dt_log(DT_LOG_WARN,
+               "%s: step %lld: %d gradient(s) ps:0 counted were lost here (this task "
+               "restarted since they came); applying the %d it holds",
                ps->name, (long long)step, lost, applied);
     return 0;
 }
@@ -819,8 +837,8 @@ static void tick_clock(dt_ps *ps, int32_t worker) {
     pthread_mutex_unlock(&ps->stats_mu);
 }
 
-static int handle_push(void *ctx, const dt_rpc_peer *peer,
-                       const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request,
+                       dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
     dt_msg_push_req req;
     memset(&req, 0, sizeof req);
@@ -870,9 +888,10 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer,
         if (ps->sync_role != SYNC_ALONE &&
             (req.worker < 0 || req.worker >= ps->params.cluster->num_workers))
             /* A decision names workers: a gradient from no worker has no place in one. */
-            used = dt_err_set(err, DT_EINVAL, "%s: push: worker %d is not in the cluster (%d "
-                              "workers)", ps->name, (int)req.worker,
-                              ps->params.cluster->num_workers);
+            used = dt_err_set(err, DT_EINVAL,
+                              "%s: push: worker %d is not in the cluster (%d "
+                              "workers)",
+                              ps->name, (int)req.worker, ps->params.cluster->num_workers);
         else
             used = accumulate(ps, &req, index, err);
         if (used < 0) {
@@ -913,9 +932,11 @@ static void sync_timeout_check(dt_ps *ps) {
         pthread_mutex_unlock(&ps->life_mu);
         pthread_mutex_lock(&ps->sync_mu);
         if (ps->acc_count > 0 && ms_since(&ps->acc_first) >= ps->consistency.timeout_ms && !done) {
-            dt_log(DT_LOG_WARN, "%s: step %lld: applying %d of %d gradients after waiting %d ms "
-                                "for the others", ps->name, (long long)ps->acc_step,
-                   ps->acc_count, ps->consistency.replicas_to_aggregate, ps->consistency.timeout_ms);
+            dt_log(DT_LOG_WARN,
+                   "%s: step %lld: applying %d of %d gradients after waiting %d ms "
+                   "for the others",
+                   ps->name, (long long)ps->acc_step, ps->acc_count,
+                   ps->consistency.replicas_to_aggregate, ps->consistency.timeout_ms);
             apply_accumulated(ps);
         }
         pthread_mutex_unlock(&ps->sync_mu);
@@ -931,14 +952,17 @@ static void sync_timeout_check(dt_ps *ps) {
 static int note_done_seen(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker, dt_err *err) {
     if (peer->role == DT_PEER_TOOL || peer->role == DT_PEER_PS) {
         atomic_fetch_add(&ps->calls_refused, 1);
-        return dt_err_set(err, DT_EPERM, "%s: status: %s may not say a worker was told the job "
-                                         "is done", ps->name, peer->name);
+        return dt_err_set(err, DT_EPERM,
+                          "%s: status: %s may not say a worker was told the job "
+                          "is done",
+                          ps->name, peer->name);
     }
     int rc = check_caller(ps, peer, worker, "status", err);
     if (rc < 0) return rc;
     if (worker < 0 || worker >= ps->params.cluster->num_workers)
-        return dt_err_set(err, DT_EINVAL, "%s: status: done_seen from worker %d, not in the cluster",
-                          ps->name, (int)worker);
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: status: done_seen from worker %d, not in the cluster", ps->name,
+                          (int)worker);
     pthread_mutex_lock(&ps->life_mu);
     ps->worker_told_done[worker] = 1;
     pthread_mutex_unlock(&ps->life_mu);
@@ -969,8 +993,8 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     resp.pushes_rejected = atomic_load(&ps->pushes_rejected);
     resp.pushes_dropped = atomic_load(&ps->pushes_dropped);
     resp.pushes_nonfinite = atomic_load(&ps->pushes_nonfinite);
-    resp.calls_refused = atomic_load(&ps->calls_refused) +
-                         (ps->server ? dt_rpc_server_refused(ps->server) : 0);
+    resp.calls_refused =
+        atomic_load(&ps->calls_refused) + (ps->server ? dt_rpc_server_refused(ps->server) : 0);
     pthread_mutex_lock(&ps->stats_mu);
     memcpy(resp.staleness_counts, ps->staleness_counts, sizeof resp.staleness_counts);
     resp.num_staleness_counts = DT_STALENESS_BUCKETS;
@@ -1114,8 +1138,8 @@ static int finished(dt_ps *ps) {
     return over && (all_told || linger_up);
 }
 
-#define PEER_ASK_MS 1000   /* how often an empty ps asks the others */
-#define PEER_CALL_MS 500   /* deadline of one such Status */
+#define PEER_ASK_MS 1000 /* how often an empty ps asks the others */
+#define PEER_CALL_MS 500 /* deadline of one such Status */
 
 /* The job is over: as if the chief had said so at `since` (NULL: now), so
  * dt_ps_wait exits after its linger (no worker will come to be told). */
@@ -1131,8 +1155,10 @@ static void learn_done(dt_ps *ps, const char *peer, int64_t step, const struct t
     }
     pthread_mutex_unlock(&ps->life_mu);
     if (first)
-        dt_log(DT_LOG_INFO, "%s: %s says the job is done (global_step %lld); no chief will "
-               "create a model here", ps->name, peer, (long long)step);
+        dt_log(DT_LOG_INFO,
+               "%s: %s says the job is done (global_step %lld); no chief will "
+               "create a model here",
+               ps->name, peer, (long long)step);
 }
 
 /* The log dir's latest checkpoint at max_steps: the job ended (a chief
@@ -1176,7 +1202,8 @@ static void ask_peers(dt_ps *ps) {
     if (n) memcpy(request.data, bytes, (size_t)n);
     for (int q = 0; q < c->num_ps; q++) {
         if (q == ps->params.task_index) continue;
-        if (!ps->peers[q] && dt_rpc_channel_new_secure(c->ps[q].addr, &sec, &ps->peers[q], &err) < 0)
+        if (!ps->peers[q] &&
+            dt_rpc_channel_new_secure(c->ps[q].addr, &sec, &ps->peers[q], &err) < 0)
             continue; /* e.g. a token file without this task's token: said at start */
         memset(&calls[k], 0, sizeof calls[k]);
         calls[k].channel = ps->peers[q];
@@ -1191,8 +1218,8 @@ static void ask_peers(dt_ps *ps) {
         dt_msg_status_resp st;
         memset(&st, 0, sizeof st);
         if (calls[i].err.code == 0 &&
-            dt_codec_decode(DT_MSG_STATUS_RESP, calls[i].response.data, calls[i].response.len,
-                            &st, NULL) == 0 &&
+            dt_codec_decode(DT_MSG_STATUS_RESP, calls[i].response.data, calls[i].response.len, &st,
+                            NULL) == 0 &&
             st.done) {
             char peer[32];
             snprintf(peer, sizeof peer, "ps:%d", who[i]);
@@ -1224,8 +1251,7 @@ static void ask_whether_done(dt_ps *ps) {
 int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
     int announced = 0;
     for (;;) {
-        if (stop && *stop)
-            return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", ps->name);
+        if (stop && *stop) return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", ps->name);
         if (finished(ps)) {
             if (!ps->params.keep_serving) {
                 dt_log(DT_LOG_INFO, "%s: job done at global_step %lld; exiting", ps->name,

@@ -64,8 +64,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cluster.h"
 #include "err.h"
+#include "job.h"
 
 /* The default bound on N * F: 2^31 floats (8 GiB). A file claiming or
  * holding more is refused before it exhausts memory. */

@@ -19,15 +19,16 @@
 
 #include "cluster.h"
 #include "data.h"
-#include "model.h"
 #include "err.h"
+#include "job.h"
+#include "model.h"
 #include "ps_client.h"
 #include "tensor.h"
 
 typedef struct {
-    const dt_cluster *cluster; /* borrowed */
-    const dt_job *job;         /* borrowed; dt_job_finish already applied */
-    int task_index;            /* worker index; 0 is the chief */
+    const dt_cluster *cluster;       /* borrowed */
+    const dt_job *job;               /* borrowed; dt_job_finish already applied */
+    int task_index;                  /* worker index; 0 is the chief */
     const dt_rpc_security *security; /* borrowed; NULL: plaintext (see ps_client.h) */
 } dt_worker_params;
 
@@ -37,7 +38,7 @@ typedef struct {
     int64_t pulled_step; /* global step of the variables used for the gradient */
     double loss;         /* on this step's batch, before the update */
     int done;
-    int64_t dropped;     /* sync: gradients of this worker a ps did not use */
+    int64_t dropped; /* sync: gradients of this worker a ps did not use */
 } dt_step_result;
 
 typedef struct {

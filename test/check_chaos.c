@@ -51,10 +51,10 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
-#include "job.h"
 #include "proc.h"
 #include "ps_client.h"
 #include "suites.h"
+#include "testjob.h"
 
 #define DEFAULT_SEED 20240917ull
 #define JOB_SECS 30            /* undisturbed length of the chaos job (DT_CHAOS_JOB_SECS) */

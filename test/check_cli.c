@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "job.h"
 #include "proc.h"
 #include "suites.h"
+#include "testjob.h"
 
 #define RUN_TIMEOUT_MS 15000
 
@@ -235,19 +235,19 @@ END_TEST
 START_TEST(bad_max_message) {
     static const char *const bad[] = {"0", "2048", "12x", ""};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        const char *args[] = {"--cluster", J.cluster, "--job-name", "ps", "--task-index", "0",
-                              "--max-message-mb", bad[i], NULL};
+        const char *args[] = {"--cluster", J.cluster,          "--job-name", "ps", "--task-index",
+                              "0",         "--max-message-mb", bad[i],       NULL};
         expect_usage_error(run(args), "--max-message-mb", "1 to 2047", NULL);
     }
-    const char *worker[] = {"--cluster", J.cluster, "--job-name", "worker", "--task-index", "0",
-                            "--max-message-mb", "100", NULL};
+    const char *worker[] = {"--cluster", J.cluster,          "--job-name", "worker", "--task-index",
+                            "0",         "--max-message-mb", "100",        NULL};
     expect_usage_error(run(worker), "--max-message-mb is for the ps job only", NULL, NULL);
 }
 END_TEST
 
 START_TEST(help) {
-    static const char *const flags[] = {"--cluster", "--job-name", "--task-index",   "--config",
-                                        "--set",     "--log-dir",  "--keep-serving", "--log-level",
+    static const char *const flags[] = {"--cluster", "--job-name", "--task-index",    "--config",
+                                        "--set",     "--log-dir",  "--keep-serving",  "--log-level",
                                         "--help",    "--version",  "--max-message-mb"};
     const char *args[] = {"--help", NULL};
     int status = run(args);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cluster.h"
+#include "job.h"
 #include "suites.h"
 
 /* ---- helpers ---- */
@@ -667,8 +668,10 @@ START_TEST(test_job_bad_values) {
         {"optimizer", "\"SGD\"",
          "must be \"sgd\", \"momentum\", \"adagrad\" or \"adam\" (got "
          "\"SGD\")"},
-        {"model", "\"cnn\"", "must be \"linear\", \"logistic\", \"softmax\" or \"mlp\" (got \"cnn\")"},
-        {"data", "\"tall\"", "must be \"line\", \"wide\", \"csv\", \"libsvm\" or \"idx\" (got \"tall\")"},
+        {"model", "\"cnn\"",
+         "must be \"linear\", \"logistic\", \"softmax\" or \"mlp\" (got \"cnn\")"},
+        {"data", "\"tall\"",
+         "must be \"line\", \"wide\", \"csv\", \"libsvm\" or \"idx\" (got \"tall\")"},
         {"data", "1", "must be \"line\", \"wide\", \"csv\", \"libsvm\" or \"idx\" (got 1)"},
         {"log_dir", "\"\"", "must be a non-empty string shorter than 1024 bytes (got \"\")"},
         {"log_dir", "[\"a\"]", "must be a non-empty string shorter than 1024 bytes (got a list)"},
@@ -865,7 +868,8 @@ START_TEST(test_job_finish_files) {
     ck_assert_int_eq(dt_job_set(&job, "boundaries=[100, 200]", &err), 0);
     ck_assert_int_eq(dt_job_set(&job, "lr_values=[0.1, 0.01]", &err), 0);
     ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
-    ck_assert_str_eq(err.msg, "job: \"lr_values\" needs one more entry than \"boundaries\" (2 and 2)");
+    ck_assert_str_eq(err.msg,
+                     "job: \"lr_values\" needs one more entry than \"boundaries\" (2 and 2)");
     dt_err_clear(&err);
     ck_assert_int_eq(dt_job_set(&job, "lr_values=[0.1, 0.01, 0.001]", &err), 0);
     ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);

@@ -38,13 +38,13 @@
 #include "cluster.h"
 #include "codec.h"
 #include "err.h"
-#include "job.h"
 #include "optim.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_client.h"
 #include "suites.h"
 #include "tensor.h"
+#include "testjob.h"
 
 #define CALL_TIMEOUT_MS 10000
 #define MAX_PS 3
@@ -856,7 +856,8 @@ static int send_part(world *w, dt_ps_client *c, int p, int worker, const dt_tens
     dt_rpc_buf reply = {0};
     memset(resp, 0, sizeof *resp);
     int rc = call_ps(w, p, DT_MSG_PUSH_REQ, &req, &reply, err);
-    if (rc == 0) ck_assert_int_eq(dt_codec_decode(DT_MSG_PUSH_RESP, reply.data, reply.len, resp, err), 0);
+    if (rc == 0)
+        ck_assert_int_eq(dt_codec_decode(DT_MSG_PUSH_RESP, reply.data, reply.len, resp, err), 0);
     dt_rpc_buf_release(&reply);
     return rc;
 }
@@ -904,7 +905,8 @@ START_TEST(test_sync_one_decision_across_shards) {
     sync_mode(&a, 2, 2, TIMEOUT_MS);
     create_ok(a_c, &a);
     waiter wt[2];
-    for (int p = 0; p < 2; p++) waiter_start(&wt[p], w.ps[p]);
+    for (int p = 0; p < 2; p++)
+        waiter_start(&wt[p], w.ps[p]);
     pull_ok(b_c, &vars, NULL, 0);
     pull_ok(a_c, &vars, NULL, 0);
 
@@ -979,7 +981,8 @@ START_TEST(test_sync_one_decision_across_shards) {
     pull_ok(a_c, &vars, NULL, 2);
     assert_same(&vars, &want, "after the strangers' pushes");
 
-    for (int p = 0; p < 2; p++) waiter_stop(&wt[p]);
+    for (int p = 0; p < 2; p++)
+        waiter_stop(&wt[p]);
     dt_ps_client_free(a_c);
     dt_ps_client_free(b_c);
     dt_tensors_deinit(&vars);
@@ -1385,8 +1388,8 @@ static int64_t ps_step_at_least(int ps, int64_t step) {
  * gradients at every step: equal pushes_applied and equal digests of
  * (step, workers) on both tasks, final step exactly max_steps on both. */
 START_TEST(test_job_sync_slow_worker) {
-    static const char *const sets[] = {"mode=sync",         "max_steps=3000", "examples=1000",
-                                       "save_model_secs=1", "log_steps=100",  "summary_steps=50",
+    static const char *const sets[] = {"mode=sync",          "max_steps=3000", "examples=1000",
+                                       "save_model_secs=1",  "log_steps=100",  "summary_steps=50",
                                        "sync_timeout_secs=1"};
     dt_test_job_set(&J, sets, (int)(sizeof sets / sizeof sets[0]));
     dt_test_job_cluster(&J, 2, 2);

@@ -21,10 +21,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "job.h"
 #include "proc.h"
 #include "suites.h"
 #include "summary.h"
+#include "testjob.h"
 
 #define JOB_TIMEOUT_MS 60000 /* one short job (a few s), 2 cores, maybe under ASan */
 #define LONG_JOB_TIMEOUT_MS 180000
@@ -303,9 +303,9 @@ START_TEST(keep_serving) {
     dt_test_job_check_latest(&w, dt_test_job_max_steps(&w), 0);
 
     /* Where a ps without the flag would exit, this one says it serves on. */
-    ck_assert_msg(dt_test_job_wait_log(&w, "ps", "--keep-serving: still serving", JOB_TIMEOUT_MS,
-                                       ps),
-                  "ps never said it keeps serving; logs:%s", dt_test_job_report(&w));
+    ck_assert_msg(
+        dt_test_job_wait_log(&w, "ps", "--keep-serving: still serving", JOB_TIMEOUT_MS, ps),
+        "ps never said it keeps serving; logs:%s", dt_test_job_report(&w));
     ck_assert_msg(dt_test_alive(ps), "ps with --keep-serving exited (%d) after the job; logs:%s",
                   dt_test_wait(ps, 0), dt_test_job_report(&w));
     ck_assert_msg(port_open(w.ports[0]), "ps with --keep-serving no longer listens on %d",

@@ -40,10 +40,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "job.h"
 #include "proc.h"
 #include "ps_client.h"
 #include "suites.h"
+#include "testjob.h"
 
 #define JOB_TIMEOUT_MS 90000  /* one short job, 2 cores, maybe under ASan */
 #define EXIT_TIMEOUT_MS 20000 /* a role asked to stop */
@@ -514,9 +514,9 @@ START_TEST(ps_message_cap_from_job) {
     static const char *const extra[] = {"data=wide", "features=1000", "max_steps=20", NULL};
     world_init(1, 1, extra);
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
-    ck_assert_msg(dt_test_job_wait_log(&w, "ps", "largest message 4194304 bytes", EXIT_TIMEOUT_MS,
-                                       ps),
-                  "the ps did not log its cap; logs:%s", dt_test_job_report(&w));
+    ck_assert_msg(
+        dt_test_job_wait_log(&w, "ps", "largest message 4194304 bytes", EXIT_TIMEOUT_MS, ps),
+        "the ps did not log its cap; logs:%s", dt_test_job_report(&w));
     dt_test_job_add_set(&w, "features=2000000");
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
     dt_test_job_expect_exit(&w, chief, "chief of a larger model", JOB_TIMEOUT_MS, 1);

@@ -30,11 +30,11 @@
 #include <zlib.h>
 
 #include "checkpoint.h"
-#include "cluster.h"
 #include "job.h"
 #include "model.h"
 #include "proc.h"
 #include "suites.h"
+#include "testjob.h"
 
 #define JOB_TIMEOUT_MS 90000 /* one job: a few s, up to ~30 s under ASan on 2 cores */
 #define RUN_TIMEOUT_MS 60000 /* one eval or predict */

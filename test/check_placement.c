@@ -19,11 +19,11 @@
 
 #include "cluster.h"
 #include "err.h"
-#include "job.h"
 #include "proc.h"
 #include "ps_client.h"
 #include "suites.h"
 #include "tensor.h"
+#include "testjob.h"
 
 #define MAX_VARS 16
 #define MAX_TEST_PS 4

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
-#include "cluster.h"
+#include "job.h"
 #include "log.h"
 #include "model.h"
 #include "predict.h"

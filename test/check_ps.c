@@ -22,13 +22,13 @@
 #include <unistd.h>
 
 #include "codec.h"
-#include "job.h"
 #include "optim.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_client.h"
 #include "rpc_client.h"
 #include "suites.h"
+#include "testjob.h"
 
 #define CALL_TIMEOUT_MS 10000
 #define NW 6 /* elements of w */
@@ -1387,7 +1387,6 @@ START_TEST(test_two_ps_count_apart) {
 }
 END_TEST
 
-
 /* ---- hostile clients --------------------------------------------------- */
 
 /* Encodes msg, replaces the first `from` in its bytes by `to` (same length:
@@ -1484,8 +1483,9 @@ START_TEST(test_seen_step_not_believed) {
     const int64_t claims[] = {(int64_t)1 << 62, 4 + 1000000, 5, INT64_MAX};
     for (size_t i = 0; i < sizeof claims / sizeof claims[0]; i++) {
         ck_assert_msg(pull_seen(&f, claims[i], &pr, &err) == 0, "pull: %s", err.msg);
-        ck_assert_msg(pr.global_step == 4 && !pr.done, "Pull(seen_step %lld) moved the step to %lld",
-                      (long long)claims[i], (long long)pr.global_step);
+        ck_assert_msg(pr.global_step == 4 && !pr.done,
+                      "Pull(seen_step %lld) moved the step to %lld", (long long)claims[i],
+                      (long long)pr.global_step);
     }
     /* Push: the step moves by exactly the one applied push. */
     float wc[NW], bc[NB];
@@ -1562,8 +1562,12 @@ START_TEST(test_hostile_names) {
      * nothing applied. */
     static const struct {
         const char *bytes, *needle;
-    } bad[] = {{"w\0anythin", "NUL"}, {"w\nanythin", "control byte 0x0a"},
-               {"w\xff" "anythin", "not valid UTF-8"}, {"w\xc0\xafnythin", "not valid UTF-8"}};
+    } bad[] = {{"w\0anythin", "NUL"},
+               {"w\nanythin", "control byte 0x0a"},
+               {"w\xff"
+                "anythin",
+                "not valid UTF-8"},
+               {"w\xc0\xafnythin", "not valid UTF-8"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memcpy(wc, GW, sizeof wc);
         memcpy(bc, GB, sizeof bc);

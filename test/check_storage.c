@@ -32,11 +32,11 @@
 
 #include <pb_decode.h>
 
-#include "job.h"
 #include "proc.h"
 #include "suites.h"
 #include "summary.h"
 #include "tensorboard.pb.h"
+#include "testjob.h"
 
 #define JOB_TIMEOUT_MS 90000
 #define EVENT_MS 30000 /* a log line or file the roles are expected to produce */

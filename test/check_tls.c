@@ -34,11 +34,11 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "job.h"
 #include "proc.h"
 #include "ps_client.h"
 #include "rpc_client.h"
 #include "suites.h"
+#include "testjob.h"
 
 #define JOB_TIMEOUT_MS 90000
 #define CALL_TIMEOUT_MS 5000

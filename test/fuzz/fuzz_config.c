@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "job.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 /*
- * job: a dtrain job run by real processes in a test's temp dir, for the
+ * testjob: a dtrain job run by real processes in a test's temp dir, for the
  * integration suites. A dt_test_job holds the temp dir, a cluster file on
  * free loopback ports, the job's log dir, its --set overrides and an
  * optional --config file; every role or command it starts logs to
@@ -23,6 +23,7 @@
 #include <sys/types.h>
 
 #include "cluster.h"
+#include "job.h"
 #include "ps_client.h"
 #include "tensor.h"
 

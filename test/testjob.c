@@ -10,7 +10,7 @@
  *
  * Single-threaded: a test drives its job from one thread.
  */
-#include "job.h"
+#include "testjob.h"
 
 #include <dirent.h>
 #include <errno.h>
