@@ -113,7 +113,7 @@ static int trainer_init(trainer *t, const dt_job *job, dt_err *err) {
     dt_tensor specs[DT_MODEL_MAX_VARS];
     dt_tensor slot_specs[DT_MODEL_MAX_VARS * DT_OPTIM_MAX_SLOTS];
     int count = 0;
-    int rc = dt_model_specs(job, specs, &count, err);
+    int rc = dt_model_specs(&job->model, specs, &count, err);
     if (rc == 0) rc = dt_job_schedule(job, &t->schedule, err);
     if (rc < 0) return rc;
     t->num_slots = dt_optim_num_slots(&job->optim);
@@ -128,7 +128,7 @@ static int trainer_init(trainer *t, const dt_job *job, dt_err *err) {
     if ((rc = dt_tensors_init(&t->vars, specs, count, err)) < 0) return rc;
     if ((rc = dt_tensors_init(&t->grads, specs, count, err)) < 0) return rc;
     if ((rc = dt_tensors_init(&t->slots, slot_specs, count * t->num_slots, err)) < 0) return rc;
-    dt_model_init(job, &t->vars);
+    dt_model_init(&job->model, job->seed, &t->vars);
     for (int i = 0; i < t->slots.count; i++) {
         float init = dt_optim_slot_init(&job->optim, i % t->num_slots);
         float *a = t->slots.items[i].data;
@@ -186,8 +186,8 @@ int main(int argc, char **argv) {
     dt_dataset *ds = NULL;
     dt_model *model = NULL;
     int rc = trainer_init(&t, &job, &err);
-    if (rc == 0) rc = dt_data_open(&job, 0, 1, &ds, &err);
-    if (rc == 0) rc = dt_model_new(&job, &model, &err);
+    if (rc == 0) rc = dt_job_open_data(&job, 0, 1, &ds, &err);
+    if (rc == 0) rc = dt_model_new(&job.model, &model, &err);
     if (rc < 0) goto fail;
 
     int64_t examples = 0;
@@ -208,8 +208,9 @@ int main(int argc, char **argv) {
     printf("compute model=%s batch=%d steps=%" PRId64 " examples=%" PRId64 " seconds=%.3f "
            "examples_per_s=%.0f steps_per_s=%.1f grad_share=%.2f loss_first=%.4f "
            "loss_last=%.4f\n",
-           job.model, job.batch_size, o.steps, examples, seconds, (double)examples / seconds,
-           (double)o.steps / seconds, grad_secs / seconds, loss_first, loss);
+           dt_model_kind_names[job.model.kind], job.batch_size, o.steps, examples, seconds,
+           (double)examples / seconds, (double)o.steps / seconds, grad_secs / seconds, loss_first,
+           loss);
 fail:
     if (rc < 0) fprintf(stderr, "bench_compute: %s\n", err.msg);
     dt_model_free(model);

@@ -211,8 +211,8 @@ static dt_ps_client_params client_params(const options *o, const dt_cluster *clu
     cp.cluster = cluster;
     cp.worker = worker;
     cp.timeout_ms = o->timeout_ms;
-    cp.placement = o->placement;
-    cp.partition_min_bytes = o->partition_min_bytes;
+    cp.placement.kind = (dt_placement)o->placement;
+    cp.placement.partition_min_bytes = o->partition_min_bytes;
     return cp;
 }
 

@@ -354,7 +354,7 @@ static int run_tool(int argc, char **argv) {
         fprintf(stderr, "dtrain: %s\n", err.msg);
         return EXIT_USAGE;
     }
-    if (!o.data && !job.eval_data[0])
+    if (!o.data && !job.data.eval_data[0])
         return usage_error("eval: no data: give --data FILE, or set \"eval_data\" in %s",
                            o.config_path);
     dt_predict_params pp = {
@@ -397,7 +397,7 @@ static int exit_status(int rc, const dt_err *err) {
 
 static int derived_message_cap(const dt_job *job, long long *cap, dt_err *err) {
     long long vars = 0;
-    int rc = dt_model_bytes(job, &vars, err);
+    int rc = dt_model_bytes(&job->model, &vars, err);
     if (rc < 0) return rc;
     long long need = vars * (1 + dt_optim_num_slots(&job->optim)) + MESSAGE_HEADROOM;
     *cap = need < MIN_MESSAGE_CAP ? MIN_MESSAGE_CAP : need > INT_MAX ? INT_MAX : need;

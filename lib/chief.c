@@ -44,16 +44,16 @@
 typedef struct {
     dt_worker *w;
     const dt_job *job;
-    dt_ps_model create; /* what the ps tasks are created with */
+    dt_ps_model create;     /* what the ps tasks are created with */
     int64_t catch_up_steps; /* how far a restored ps may be raised past step */
     char model[DT_CKPT_MODEL_MAX];
     /* The model plus what else makes this job this job (optimizer, max_steps,
      * consistency): each ps echoes it in Status, so a chief that finds a live
      * model can tell whether its own job created it. */
     char job_id[DT_MSG_MODEL_MAX];
-    dt_tensors slots;    /* (vars x optimizer slots) "<variable>/<slot>" */
-    int have_slots;      /* slots hold values worth sending (from a checkpoint) */
-    dt_tensors snapshot; /* views of vars then slots, for saving; no slab */
+    dt_tensors slots;           /* (vars x optimizer slots) "<variable>/<slot>" */
+    int have_slots;             /* slots hold values worth sending (from a checkpoint) */
+    dt_tensors snapshot;        /* views of vars then slots, for saving; no slab */
     dt_summary_writer *summary; /* NULL while no event file could be opened */
     int64_t summaries_dropped;  /* since the last write that succeeded */
     double summary_logged;      /* when a drop was last logged */
@@ -61,11 +61,11 @@ typedef struct {
     dev_t log_dir_dev;          /* the locked log dir, to notice it vanish or change */
     ino_t log_dir_ino;
     double log_dir_checked;
-    int log_dir_lost;       /* noticed gone, not yet recreated */
-    double log_dir_logged;  /* when a failure to recreate it was last logged */
-    double next_save;   /* when the periodic checkpoint is due */
-    double save_backoff; /* seconds until a failed one is tried again */
-    dt_dataset *eval; /* held-out set, or NULL */
+    int log_dir_lost;      /* noticed gone, not yet recreated */
+    double log_dir_logged; /* when a failure to recreate it was last logged */
+    double next_save;      /* when the periodic checkpoint is due */
+    double save_backoff;   /* seconds until a failed one is tried again */
+    dt_dataset *eval;      /* held-out set, or NULL */
     int64_t last_saved_step;
     double summary_t;
     int64_t summary_step;
@@ -204,8 +204,8 @@ typedef struct {
     chief *c;
     int ready[DT_MAX_PS];
     int num_ready;
-    int foreign_ps;                    /* a ready ps holding another job's model, or -1 */
-    char foreign[DT_MSG_MODEL_MAX];    /* what it was created with */
+    int foreign_ps;                 /* a ready ps holding another job's model, or -1 */
+    char foreign[DT_MSG_MODEL_MAX]; /* what it was created with */
     int done;
     int64_t global_step; /* the highest of the ready tasks' */
 } census;
@@ -292,7 +292,7 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     dt_ps_model *m = &c->create;
     m->optim = job->optim;
     m->model = c->job_id;
-    m->skip_nonfinite = strcmp(job->nonfinite, "skip") == 0;
+    m->skip_nonfinite = job->consistency.nonfinite == DT_NONFINITE_SKIP;
     m->max_steps = job->max_steps;
     c->catch_up_steps = (int64_t)DT_PS_CATCH_UP_STEPS * cluster->num_workers;
     if (m->max_steps == 0) { /* epochs of a file: its size is known now */
@@ -303,14 +303,14 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     }
     int rc = dt_job_schedule(job, &m->schedule, err);
     if (rc < 0) return rc;
+    const dt_consistency_config *jc = &job->consistency;
     dt_consistency *k = &m->consistency;
-    k->mode = dt_mode_from_name(job->mode);
+    k->mode = jc->mode;
     k->replicas_to_aggregate =
-        job->replicas_to_aggregate ? job->replicas_to_aggregate : cluster->num_workers;
-    k->total_num_replicas =
-        job->total_num_replicas ? job->total_num_replicas : cluster->num_workers;
-    k->staleness = job->staleness;
-    k->timeout_ms = job->sync_timeout_secs * 1000;
+        jc->replicas_to_aggregate ? jc->replicas_to_aggregate : cluster->num_workers;
+    k->total_num_replicas = jc->total_num_replicas ? jc->total_num_replicas : cluster->num_workers;
+    k->staleness = jc->staleness;
+    k->timeout_ms = jc->sync_timeout_secs * 1000;
     if (k->mode == DT_MODE_SYNC && (k->replicas_to_aggregate > k->total_num_replicas ||
                                     k->total_num_replicas > cluster->num_workers))
         return dt_err_set(err, DT_EINVAL,
@@ -320,8 +320,8 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     /* The short fields first: a very long model description is what a cut
      * drops, the same way on every run of this job. */
     int n = snprintf(c->job_id, sizeof c->job_id, "optimizer=%s lr=%g max_steps=%lld mode=%s %s",
-                     m->optim.name, m->optim.learning_rate, (long long)m->max_steps, job->mode,
-                     c->model);
+                     m->optim.name, m->optim.learning_rate, (long long)m->max_steps,
+                     dt_mode_name(jc->mode), c->model);
     if (n >= (int)sizeof c->job_id)
         dt_log(DT_LOG_DEBUG, "chief: job description cut to %zu bytes", sizeof c->job_id - 1);
     return 0;
@@ -355,7 +355,7 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     int found = load_latest(c, &step, err);
     if (found < 0) return found;
     if (!found) {
-        dt_model_init(c->job, dt_worker_vars(c->w));
+        dt_model_init(&c->job->model, c->job->seed, dt_worker_vars(c->w));
         dt_log(DT_LOG_INFO, "chief: no checkpoint in %s; initialized %s", c->job->log_dir,
                c->model);
     }
@@ -527,8 +527,7 @@ static void check_log_dir(chief *c, double t) {
         dt_ckpt_unlock_dir(fd);
         /* Tried every check; said at most once per STORAGE_LOG_SECS. */
         if (t - c->log_dir_logged >= STORAGE_LOG_SECS) {
-            dt_log(DT_LOG_ERROR, "%s; trying again every %.0f s", lock_err.msg,
-                   LOG_DIR_CHECK_SECS);
+            dt_log(DT_LOG_ERROR, "%s; trying again every %.0f s", lock_err.msg, LOG_DIR_CHECK_SECS);
             c->log_dir_logged = t;
         }
         return;
@@ -637,8 +636,8 @@ static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
         /* Nothing more comes from this chief: the ps tasks must not wait
          * for it. After a signal they stay, for a restarted chief. */
         if (rc == DT_ESTORAGE &&
-            dt_ps_client_shutdown(dt_worker_client(c->w), "the final checkpoint could not be written",
-                                  &stop_err) < 0)
+            dt_ps_client_shutdown(dt_worker_client(c->w),
+                                  "the final checkpoint could not be written", &stop_err) < 0)
             dt_log(DT_LOG_WARN, "chief: telling the ps tasks to stop: %s", stop_err.msg);
         return rc;
     }
@@ -665,14 +664,14 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     c.job = params->job;
     c.last_saved_step = -1;
     c.lock_fd = -1;
-    dt_model_describe(c.job, c.model, sizeof c.model);
+    dt_model_describe(&c.job->model, c.model, sizeof c.model);
     int rc = dt_ckpt_lock_dir(c.job->log_dir, &c.lock_fd, err);
     if (rc < 0) return rc;
     if ((rc = note_log_dir(&c, err)) < 0) goto out;
     if ((rc = dt_worker_open(params, &c.w, err)) < 0) goto out;
     if ((rc = init_slots(&c, err)) < 0) goto out;
     if ((rc = creation_params(&c, params->cluster, err)) < 0) goto out;
-    if (c.job->eval_data[0] && (rc = dt_data_open_eval(c.job, &c.eval, err)) < 0) goto out;
+    if (c.job->data.eval_data[0] && (rc = dt_job_open_eval(c.job, &c.eval, err)) < 0) goto out;
     if ((rc = start_model(&c, stop, err)) < 0) goto out;
     int already_done = rc == 1;
     dt_ps_client_log_placement(dt_worker_client(c.w));

@@ -52,16 +52,17 @@ typedef struct {
     int count;
 } out_names_arg;
 
-static const char *const mode_names[] = {"async", "sync", "bounded"};
+const char *const dt_mode_names[] = {"async", "sync", "bounded", NULL};
+const char *const dt_nonfinite_names[] = {"reject", "skip", NULL};
 
 int dt_mode_from_name(const char *name) {
     for (int m = 0; m <= DT_MODE_BOUNDED; m++)
-        if (strcmp(name, mode_names[m]) == 0) return m;
+        if (strcmp(name, dt_mode_names[m]) == 0) return m;
     return -1;
 }
 
 const char *dt_mode_name(int mode) {
-    return mode >= 0 && mode <= DT_MODE_BOUNDED ? mode_names[mode] : NULL;
+    return mode >= 0 && mode <= DT_MODE_BOUNDED ? dt_mode_names[mode] : NULL;
 }
 
 static int host_is_little_endian(void) {
@@ -438,7 +439,8 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
     }
 
     size_t name_len = sizeof pt.name;
-    while (name_len > 0 && pt.name[name_len - 1] != '\0') name_len--;
+    while (name_len > 0 && pt.name[name_len - 1] != '\0')
+        name_len--;
     name_len = name_len ? name_len - 1 : 0; /* no terminator: the field never came */
     if (name_len == 0) pt.name[0] = '\0';
     char what[64];

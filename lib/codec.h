@@ -78,9 +78,30 @@ typedef struct {
     int timeout_ms;            /* sync: partial step; bounded: silent worker */
 } dt_consistency;
 
+/* The one definition of the modes' names: the job's "mode" values and
+ * their wire form (proto Consistency.mode), indexed by dt_mode,
+ * NULL-terminated. */
+extern const char *const dt_mode_names[];
 /* "async", "sync", "bounded"; -1 / NULL when unknown. */
 int dt_mode_from_name(const char *name);
 const char *dt_mode_name(int mode);
+
+/* What a ps does with a NaN/Inf gradient (the job's "nonfinite"). */
+typedef enum { DT_NONFINITE_REJECT = 0, DT_NONFINITE_SKIP } dt_nonfinite;
+extern const char *const dt_nonfinite_names[]; /* indexed by dt_nonfinite, NULL-terminated */
+
+/* The job's consistency fields (conf/README.md), owned here; dt_job embeds
+ * them. The chief turns them into a dt_consistency (counts resolved against
+ * the cluster, the timeout in ms) for the ps. */
+typedef struct {
+    dt_mode mode;
+    int replicas_to_aggregate; /* sync: gradients per step; 0 = number of workers */
+    int total_num_replicas;    /* sync: workers pushing; 0 = number of workers */
+    int staleness;             /* bounded: most steps ahead of the slowest worker */
+    int sync_timeout_secs;     /* sync: partial step after this long; bounded: a worker
+                                  silent this long is not waited for */
+    dt_nonfinite nonfinite;    /* reject: an error to the worker; skip: dropped and counted */
+} dt_consistency_config;
 
 #define DT_STALENESS_BUCKETS 32
 
@@ -90,10 +111,10 @@ const char *dt_mode_name(int mode);
 
 /* Which workers' gradients make global step `step` (proto SyncDecision). */
 typedef struct {
-    bool has;      /* the field is present */
+    bool has; /* the field is present */
     int64_t step;
-    bool all_held; /* ps 0 no longer knows: apply what is held */
-    int members_len; /* bytes used in members */
+    bool all_held;                            /* ps 0 no longer knows: apply what is held */
+    int members_len;                          /* bytes used in members */
     uint8_t members[DT_SYNC_MAX_WORKERS / 8]; /* bit w % 8 of byte w / 8: worker w */
 } dt_sync_decision;
 
@@ -124,7 +145,7 @@ typedef struct {
     int32_t worker;
     bool include_slots;
     int64_t min_global_step;
-    int64_t seen_step; /* highest global step the caller has seen */
+    int64_t seen_step;         /* highest global step the caller has seen */
     dt_sync_decision decision; /* sync, ps tasks other than 0: ps 0's, passed on */
 } dt_msg_pull_req;
 
@@ -132,7 +153,7 @@ typedef struct {
     uint64_t incarnation;
     int64_t global_step;
     bool done;
-    bool wait; /* no variables: ask again later (sync / bounded) */
+    bool wait;                /* no variables: ask again later (sync / bounded) */
     dt_sync_decision decided; /* sync, ps 0 of several: its last decided step */
     dt_tensor_list out;
     dt_tensor_views in;

@@ -1,7 +1,7 @@
 /*
  * data: training sets, sharded and shuffled into minibatches.
  *
- * Sources (job->data):
+ * Sources (cfg->source):
  *   line  the TF tutorial's set: x_i = linspace(-1, 1, N), y_i = 2 x_i +
  *         noise z_i. One feature; the shard's examples are held in memory.
  *   wide  F features, y_i = sum_j x_ij w*_j / sqrt(F) + noise z_i with x_ij
@@ -65,8 +65,6 @@
 #define WIDE_CHUNK 4096
 
 enum { SRC_LINE, SRC_WIDE, SRC_FILE };
-
-enum { SCALE_NONE, SCALE_DIVIDE, SCALE_STANDARDIZE };
 
 struct dt_dataset {
     int source;           /* SRC_LINE, SRC_WIDE or SRC_FILE */
@@ -207,9 +205,9 @@ static void shuffle(dt_dataset *ds) {
 /* ---- scaling of file sources ---------------------------------------------- */
 
 typedef struct {
-    int kind;       /* SCALE_* */
-    double divisor; /* SCALE_DIVIDE */
-    double *mean;   /* (F) SCALE_STANDARDIZE, owned */
+    dt_scale kind;
+    double divisor; /* DT_SCALE_DIVIDE */
+    double *mean;   /* (F) DT_SCALE_STANDARDIZE, owned */
     double *std;    /* (F) never 0 */
 } scaling;
 
@@ -219,30 +217,22 @@ static void scaling_deinit(scaling *sc) {
     memset(sc, 0, sizeof *sc);
 }
 
-static int scaling_of(const dt_job *job, scaling *sc, dt_err *err) {
+static int scaling_of(const dt_data_config *cfg, scaling *sc, dt_err *err) {
     memset(sc, 0, sizeof *sc);
-    if (strncmp(job->scale, "none", sizeof job->scale) == 0 || job->scale[0] == '\0')
-        sc->kind = SCALE_NONE;
-    else if (strncmp(job->scale, "divide", sizeof job->scale) == 0)
-        sc->kind = SCALE_DIVIDE;
-    else if (strncmp(job->scale, "standardize", sizeof job->scale) == 0)
-        sc->kind = SCALE_STANDARDIZE;
-    else
-        return dt_err_set(err, DT_EINVAL,
-                          "data: \"scale\": unknown scaling \"%.*s\" (want none, standardize or "
-                          "divide)",
-                          (int)sizeof job->scale, job->scale);
-    if (sc->kind == SCALE_DIVIDE && !(job->scale_divisor > 0 && isfinite(job->scale_divisor)))
+    if ((unsigned)cfg->scale > DT_SCALE_DIVIDE)
+        return dt_err_set(err, DT_EINVAL, "data: \"scale\": unknown scaling %d", (int)cfg->scale);
+    sc->kind = cfg->scale;
+    if (sc->kind == DT_SCALE_DIVIDE && !(cfg->scale_divisor > 0 && isfinite(cfg->scale_divisor)))
         return dt_err_set(err, DT_EINVAL, "data: \"scale_divisor\" must be a number > 0 (got %g)",
-                          job->scale_divisor);
-    sc->divisor = job->scale_divisor;
+                          cfg->scale_divisor);
+    sc->divisor = cfg->scale_divisor;
     return 0;
 }
 
 /* Standardize's statistics over the whole training table, in double and in
  * two passes (the mean, then the squared deviations from it). */
 static int scaling_fit(scaling *sc, const dt_reader_table *t, dt_err *err) {
-    if (sc->kind != SCALE_STANDARDIZE) return 0;
+    if (sc->kind != DT_SCALE_STANDARDIZE) return 0;
     const int F = t->cols;
     sc->mean = calloc((size_t)F, sizeof *sc->mean);
     sc->std = calloc((size_t)F, sizeof *sc->std);
@@ -272,11 +262,11 @@ static int scaling_fit(scaling *sc, const dt_reader_table *t, dt_err *err) {
 }
 
 static void scaling_apply(const scaling *sc, float *x, int64_t rows, int F) {
-    if (sc->kind == SCALE_DIVIDE) {
+    if (sc->kind == DT_SCALE_DIVIDE) {
         const double inv = 1.0 / sc->divisor;
         for (int64_t k = 0; k < rows * F; k++)
             x[k] = (float)(x[k] * inv);
-    } else if (sc->kind == SCALE_STANDARDIZE) {
+    } else if (sc->kind == DT_SCALE_STANDARDIZE) {
         for (int64_t i = 0; i < rows; i++) {
             float *row = x + (size_t)i * (size_t)F;
             for (int j = 0; j < F; j++)
@@ -287,37 +277,63 @@ static void scaling_apply(const scaling *sc, float *x, int64_t rows, int F) {
 
 /* ---- opening -------------------------------------------------------------- */
 
-static int source_of(const dt_job *job, int *source, dt_err *err) {
-    const size_t n = sizeof job->data;
-    if (strncmp(job->data, "line", n) == 0)
-        *source = SRC_LINE;
-    else if (strncmp(job->data, "wide", n) == 0)
-        *source = SRC_WIDE;
-    else if (strncmp(job->data, "csv", n) == 0 || strncmp(job->data, "libsvm", n) == 0 ||
-             strncmp(job->data, "idx", n) == 0)
-        *source = SRC_FILE;
-    else
-        return dt_err_set(err, DT_EINVAL,
-                          "data: \"data\": unknown source \"%.*s\" (want line, wide, csv, libsvm "
-                          "or idx)",
-                          (int)n, job->data);
-    return 0;
+const char *const dt_data_source_names[] = {"line", "wide", "csv", "libsvm", "idx", NULL};
+const char *const dt_scale_names[] = {"none", "standardize", "divide", NULL};
+
+int dt_data_reads_files(const dt_data_config *cfg) {
+    return cfg->source == DT_DATA_CSV || cfg->source == DT_DATA_LIBSVM ||
+           cfg->source == DT_DATA_IDX;
+}
+
+void dt_data_reader_params(const dt_data_config *cfg, const dt_data_needs *needs,
+                           dt_reader_params *out) {
+    memset(out, 0, sizeof *out);
+    out->num_features = needs->num_features;
+    out->label_kind = needs->label_kind;
+    out->num_classes = needs->label_kind == DT_LABEL_CLASS ? needs->num_classes : 0;
+    out->svm_signed_labels = needs->svm_signed_labels;
+    out->label_column = cfg->label_column;
+    out->skip_bad_rows = cfg->skip_bad_rows;
+    out->max_values = 0;
+    out->labels = DT_LABELS_REQUIRED;
+}
+
+/* What a data set is opened from: the config, the model's needs, the seed. */
+typedef struct {
+    const dt_data_config *cfg;
+    const dt_data_needs *needs;
+    uint64_t seed;
+} spec;
+
+static int source_of(const dt_data_config *cfg, int *source, dt_err *err) {
+    switch (cfg->source) {
+    case DT_DATA_LINE: *source = SRC_LINE; return 0;
+    case DT_DATA_WIDE: *source = SRC_WIDE; return 0;
+    case DT_DATA_CSV:
+    case DT_DATA_LIBSVM:
+    case DT_DATA_IDX: *source = SRC_FILE; return 0;
+    }
+    return dt_err_set(err, DT_EINVAL, "data: \"data\": unknown source %d", (int)cfg->source);
+}
+
+static const char *source_name(const dt_data_config *cfg) {
+    return (unsigned)cfg->source <= DT_DATA_IDX ? dt_data_source_names[cfg->source] : "?";
 }
 
 /* A new dataset with its shard geometry, order and the shard's size. */
-static int new_dataset(const dt_job *job, int source, int64_t num_examples, int shard,
-                       int num_shards, dt_dataset **out, dt_err *err) {
+static int new_dataset(const spec *sp, int source, int64_t num_examples, int shard, int num_shards,
+                       dt_dataset **out, dt_err *err) {
     *out = NULL;
     dt_dataset *ds = calloc(1, sizeof *ds);
     if (!ds) return dt_err_set(err, DT_ENOMEM, "data: out of memory");
     ds->source = source;
-    ds->features = job->num_features;
+    ds->features = sp->needs->num_features;
     ds->num_examples = num_examples;
     ds->shard = shard;
     ds->num_shards = num_shards;
     ds->size = (num_examples - 1 - shard) / num_shards + 1; /* shard < N */
-    ds->seed = job->seed;
-    ds->noise = job->noise;
+    ds->seed = sp->seed;
+    ds->noise = sp->cfg->noise;
     ds->labeled = 1;
     if ((uint64_t)ds->size > SIZE_MAX / sizeof *ds->order ||
         !(ds->order = malloc((size_t)ds->size * sizeof *ds->order))) {
@@ -330,27 +346,27 @@ static int new_dataset(const dt_job *job, int source, int64_t num_examples, int 
     return 0;
 }
 
-static int read_table(const dt_job *job, const char *what, const char *data, const char *labels,
+static int read_table(const spec *sp, const char *what, const char *data, const char *labels,
                       dt_labels_mode mode, dt_reader_table *t, dt_err *err) {
     if (!data[0])
-        return dt_err_set(err, DT_EINVAL,
-                          "data: \"%s\" is not set: the \"%.*s\" source reads a file", what,
-                          (int)sizeof job->data, job->data);
+        return dt_err_set(err, DT_EINVAL, "data: \"%s\" is not set: the \"%s\" source reads a file",
+                          what, source_name(sp->cfg));
     dt_reader_params p;
-    dt_reader_params_of(job, &p);
+    dt_data_reader_params(sp->cfg, sp->needs, &p);
     p.labels = mode;
-    int rc = dt_reader_load(job->data, data, labels, &p, t, err);
+    /* The reader's format names are the file sources' names. */
+    int rc = dt_reader_load(source_name(sp->cfg), data, labels, &p, t, err);
     return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
 }
 
 /* Takes the table's rows of shard `shard` of `num_shards` into a new
  * dataset, scaled; a table read without labels (y NULL) makes a dataset
  * without them. The table is consumed (its buffers move or are freed). */
-static int from_table(const dt_job *job, dt_reader_table *t, const scaling *sc, int shard,
+static int from_table(const spec *sp, dt_reader_table *t, const scaling *sc, int shard,
                       int num_shards, dt_dataset **out, dt_err *err) {
     const int64_t F = t->cols;
     dt_dataset *ds = NULL;
-    int rc = new_dataset(job, SRC_FILE, t->rows, shard, num_shards, &ds, err);
+    int rc = new_dataset(sp, SRC_FILE, t->rows, shard, num_shards, &ds, err);
     if (rc < 0) goto fail;
     /* Row shard + k * num_shards moves to row k; the source is never behind
      * the destination, so a forward pass of memmove is safe. */
@@ -379,26 +395,27 @@ fail:
     return rc;
 }
 
-static int open_file(const dt_job *job, int shard, int num_shards, dt_dataset **out, dt_err *err) {
+static int open_file(const spec *sp, int shard, int num_shards, dt_dataset **out, dt_err *err) {
     dt_reader_table t = {0};
     scaling sc;
-    int rc = scaling_of(job, &sc, err);
+    const dt_data_config *cfg = sp->cfg;
+    int rc = scaling_of(cfg, &sc, err);
     if (rc < 0) return rc;
-    if ((rc = read_table(job, "train_data", job->train_data, job->train_labels, DT_LABELS_REQUIRED,
+    if ((rc = read_table(sp, "train_data", cfg->train_data, cfg->train_labels, DT_LABELS_REQUIRED,
                          &t, err)) < 0)
         goto fail;
     if (shard >= t.rows) {
         rc = dt_err_set(err, DT_EINVAL, "data: shard %d of %d is empty: only %lld examples in %s",
-                        shard, num_shards, (long long)t.rows, job->train_data);
+                        shard, num_shards, (long long)t.rows, cfg->train_data);
         goto fail;
     }
     if ((rc = scaling_fit(&sc, &t, err)) < 0) goto fail;
     int64_t total = t.rows, skipped = t.skipped;
-    if ((rc = from_table(job, &t, &sc, shard, num_shards, out, err)) < 0) goto fail;
+    if ((rc = from_table(sp, &t, &sc, shard, num_shards, out, err)) < 0) goto fail;
     dt_log(DT_LOG_INFO,
            "data: %s: %lld examples of %d features (%lld malformed rows skipped); shard %d of %d "
            "keeps %lld",
-           job->train_data, (long long)total, job->num_features, (long long)skipped, shard,
+           cfg->train_data, (long long)total, sp->needs->num_features, (long long)skipped, shard,
            num_shards, (long long)dt_data_size(*out));
 fail:
     dt_reader_table_deinit(&t);
@@ -406,36 +423,38 @@ fail:
     return rc;
 }
 
-int dt_data_open(const dt_job *job, int shard, int num_shards, dt_dataset **out, dt_err *err) {
+int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed, int shard,
+                 int num_shards, dt_dataset **out, dt_err *err) {
     *out = NULL;
-    int source, rc;
-    if ((rc = source_of(job, &source, err)) < 0) return rc;
+    const spec sp = {cfg, needs, seed};
+    int source = SRC_FILE, rc;
+    if ((rc = source_of(cfg, &source, err)) < 0) return rc;
     if (source != SRC_FILE) {
-        if (job->num_examples < 1)
+        if (cfg->num_examples < 1)
             return dt_err_set(err, DT_EINVAL, "data: \"num_examples\" must be >= 1 (got %lld)",
-                              (long long)job->num_examples);
-        if (!(job->noise >= 0 && isfinite(job->noise)))
+                              (long long)cfg->num_examples);
+        if (!(cfg->noise >= 0 && isfinite(cfg->noise)))
             return dt_err_set(err, DT_EINVAL, "data: \"noise\" must be a number >= 0 (got %g)",
-                              job->noise);
+                              cfg->noise);
     }
-    if (source == SRC_LINE && job->num_features != 1)
+    if (source == SRC_LINE && needs->num_features != 1)
         return dt_err_set(err, DT_EINVAL,
                           "data: \"num_features\" must be 1 for the line source (got %d)",
-                          job->num_features);
-    if (job->num_features < 1)
+                          needs->num_features);
+    if (needs->num_features < 1)
         return dt_err_set(err, DT_EINVAL, "data: \"num_features\" must be >= 1 (got %d)",
-                          job->num_features);
+                          needs->num_features);
     if (num_shards < 1 || shard < 0 || shard >= num_shards)
         return dt_err_set(err, DT_EINVAL, "data: shard %d of %d is out of range", shard,
                           num_shards);
-    if (source == SRC_FILE) return open_file(job, shard, num_shards, out, err);
-    if (shard >= job->num_examples)
+    if (source == SRC_FILE) return open_file(&sp, shard, num_shards, out, err);
+    if (shard >= cfg->num_examples)
         return dt_err_set(err, DT_EINVAL,
                           "data: shard %d of %d is empty: only %lld examples in \"num_examples\"",
-                          shard, num_shards, (long long)job->num_examples);
+                          shard, num_shards, (long long)cfg->num_examples);
 
     dt_dataset *ds = NULL;
-    if ((rc = new_dataset(job, source, job->num_examples, shard, num_shards, &ds, err)) < 0)
+    if ((rc = new_dataset(&sp, source, cfg->num_examples, shard, num_shards, &ds, err)) < 0)
         return rc;
     if (source == SRC_LINE) {
         ds->mem_x = malloc((size_t)ds->size * sizeof *ds->mem_x);
@@ -470,42 +489,43 @@ fail:
     return rc;
 }
 
-/* The held-out set (job->eval_data) whole, with its labels or without them,
+/* The held-out set (cfg->eval_data) whole, with its labels or without them,
  * scaled with the training file's statistics. */
-static int open_held_out(const dt_job *job, dt_labels_mode labels, dt_dataset **out, dt_err *err) {
+static int open_held_out(const spec *sp, dt_labels_mode labels, dt_dataset **out, dt_err *err) {
     *out = NULL;
-    int source, rc;
-    if ((rc = source_of(job, &source, err)) < 0) return rc;
+    const dt_data_config *cfg = sp->cfg;
+    int source = SRC_FILE, rc;
+    if ((rc = source_of(cfg, &source, err)) < 0) return rc;
     if (source != SRC_FILE)
         return dt_err_set(err, DT_EINVAL,
-                          "data: eval: the \"%.*s\" source has no held-out set (it needs a file "
+                          "data: eval: the \"%s\" source has no held-out set (it needs a file "
                           "source: csv, libsvm or idx)",
-                          (int)sizeof job->data, job->data);
-    if (job->num_features < 1)
+                          source_name(cfg));
+    if (sp->needs->num_features < 1)
         return dt_err_set(err, DT_EINVAL, "data: \"num_features\" must be >= 1 (got %d)",
-                          job->num_features);
+                          sp->needs->num_features);
     dt_reader_table t = {0};
     scaling sc;
-    if ((rc = scaling_of(job, &sc, err)) < 0) return rc;
-    if (!job->eval_data[0]) {
+    if ((rc = scaling_of(cfg, &sc, err)) < 0) return rc;
+    if (!cfg->eval_data[0]) {
         rc = dt_err_set(err, DT_EINVAL, "data: eval: \"eval_data\" is not set");
         goto fail;
     }
-    if (sc.kind == SCALE_STANDARDIZE) {
+    if (sc.kind == DT_SCALE_STANDARDIZE) {
         /* The held-out set is scaled as the training set was; the training
          * file is read with its labels, so the rows are the ones training
          * keeps (skip_bad_rows) whatever the held-out file carries. */
-        if ((rc = read_table(job, "train_data", job->train_data, job->train_labels,
+        if ((rc = read_table(sp, "train_data", cfg->train_data, cfg->train_labels,
                              DT_LABELS_REQUIRED, &t, err)) < 0)
             goto fail;
         if ((rc = scaling_fit(&sc, &t, err)) < 0) goto fail;
         dt_reader_table_deinit(&t);
     }
-    if ((rc = read_table(job, "eval_data", job->eval_data, job->eval_labels, labels, &t, err)) < 0)
+    if ((rc = read_table(sp, "eval_data", cfg->eval_data, cfg->eval_labels, labels, &t, err)) < 0)
         goto fail;
     int64_t total = t.rows;
-    if ((rc = from_table(job, &t, &sc, 0, 1, out, err)) < 0) goto fail;
-    dt_log(DT_LOG_INFO, "data: %s: %lld held-out examples%s", job->eval_data, (long long)total,
+    if ((rc = from_table(sp, &t, &sc, 0, 1, out, err)) < 0) goto fail;
+    dt_log(DT_LOG_INFO, "data: %s: %lld held-out examples%s", cfg->eval_data, (long long)total,
            labels == DT_LABELS_NONE ? " without labels" : "");
 fail:
     dt_reader_table_deinit(&t);
@@ -513,12 +533,16 @@ fail:
     return rc;
 }
 
-int dt_data_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) {
-    return open_held_out(job, DT_LABELS_REQUIRED, out, err);
+int dt_data_open_eval(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed,
+                      dt_dataset **out, dt_err *err) {
+    const spec sp = {cfg, needs, seed};
+    return open_held_out(&sp, DT_LABELS_REQUIRED, out, err);
 }
 
-int dt_data_open_unlabeled(const dt_job *job, dt_dataset **out, dt_err *err) {
-    return open_held_out(job, DT_LABELS_NONE, out, err);
+int dt_data_open_unlabeled(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed,
+                           dt_dataset **out, dt_err *err) {
+    const spec sp = {cfg, needs, seed};
+    return open_held_out(&sp, DT_LABELS_NONE, out, err);
 }
 
 int64_t dt_data_size(const dt_dataset *ds) {

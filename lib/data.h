@@ -7,18 +7,18 @@
  * order is reshuffled with a generator seeded by (seed, shard, epoch), so runs
  * repeat exactly.
  *
- * Sources (job->data):
+ * Sources (cfg->source, the job's "data"):
  *   "line"  x_i = linspace(-1, 1, N) (x = 0 when N is 1), y_i = 2 x_i +
  *           noise z_i; num_features must be 1. Held in memory.
  *   "wide"  F = num_features; x_ij uniform in [-1, 1), y_i = sum_j x_ij w*_j /
  *           sqrt(F) + noise z_i, w*_j standard normal, no bias. Each example
  *           is regenerated from (seed, i) when drawn; only w* (F) is kept.
- *   "csv", "libsvm", "idx"  read from job->train_data (and train_labels for
+ *   "csv", "libsvm", "idx"  read from cfg->train_data (and train_labels for
  *           idx) by the reader (reader.h lists the formats and their errors).
  *           Every worker reads the whole file, so all agree on N, on the rows
  *           skipped (skip_bad_rows) and on the scaling statistics, then keeps
  *           only its shard's rows. Example i is the i-th row kept, in file
- *           order. job->scale: "none"; "divide" x / scale_divisor;
+ *           order. cfg->scale: "none"; "divide" x / scale_divisor;
  *           "standardize" (x - mean_j) / std_j with the per-feature mean and
  *           population standard deviation over the whole training file (a
  *           std of 0 counts as 1). num_examples and noise are not used.
@@ -33,7 +33,56 @@
 #include <stdint.h>
 
 #include "err.h"
-#include "job.h"
+#include "reader.h"
+
+#define DT_PATH_MAX 1024
+
+/* Where examples come from (the job's "data"). */
+typedef enum {
+    DT_DATA_LINE = 0,
+    DT_DATA_WIDE,
+    DT_DATA_CSV,
+    DT_DATA_LIBSVM,
+    DT_DATA_IDX
+} dt_data_source;
+/* The job's names of the sources, indexed by dt_data_source, NULL-terminated. */
+extern const char *const dt_data_source_names[];
+
+/* How features are scaled (the job's "scale"). */
+typedef enum { DT_SCALE_NONE = 0, DT_SCALE_STANDARDIZE, DT_SCALE_DIVIDE } dt_scale;
+extern const char *const dt_scale_names[]; /* indexed by dt_scale, NULL-terminated */
+
+/* The job's data fields (conf/README.md), owned here; dt_job embeds them. */
+typedef struct {
+    dt_data_source source;
+    int64_t num_examples;           /* N >= 1 (synthetic sources; files say their own) */
+    double noise;                   /* stddev of the label noise, >= 0 (synthetic) */
+    char train_data[DT_PATH_MAX];   /* csv / libsvm file, or idx images; .gz is read too */
+    char train_labels[DT_PATH_MAX]; /* idx labels; "" for csv and libsvm */
+    char eval_data[DT_PATH_MAX];    /* held-out set, same format; "" for none */
+    char eval_labels[DT_PATH_MAX];  /* idx labels of the held-out set */
+    char label_column[64];          /* csv: the label column's header name, or its 0-based index */
+    dt_scale scale;                 /* standardize: per feature, over the training file */
+    double scale_divisor;           /* > 0; 255 for 8-bit images */
+    int skip_bad_rows;              /* 1: skip and count malformed rows instead of failing */
+} dt_data_config;
+
+/* What a model asks of its examples (dt_model_data_needs fills it in), so
+ * data depends on no model type. */
+typedef struct {
+    int num_features;         /* F >= 1 */
+    dt_label_kind label_kind; /* real targets or class indices */
+    int num_classes;          /* K for DT_LABEL_CLASS */
+    int svm_signed_labels;    /* libsvm: -1 and +1 read as the classes 0 and 1 */
+} dt_data_needs;
+
+/* 1 when the source is a file (csv, libsvm, idx). */
+int dt_data_reads_files(const dt_data_config *cfg);
+/* The reader parameters for cfg's files: F, labels and K from needs,
+ * label_column (borrowed from cfg) and skip_bad_rows; default max_values;
+ * labels required. */
+void dt_data_reader_params(const dt_data_config *cfg, const dt_data_needs *needs,
+                           dt_reader_params *out);
 
 typedef struct {
     int rows;       /* B: examples in this batch */
@@ -44,33 +93,33 @@ typedef struct {
 
 typedef struct dt_dataset dt_dataset; /* opaque; owns its buffers */
 
-/* Opens the job's data source and keeps shard `shard` of `num_shards`.
- * Reads job->data, num_features, seed; num_examples and noise (synthetic);
- * model, num_classes, train_data, train_labels, label_column, scale,
- * scale_divisor and skip_bad_rows (files). Errors (*out stays NULL): unknown
+/* Opens cfg's source and keeps shard `shard` of `num_shards`; seed drives
+ * the synthetic values and the shuffling. Errors (*out stays NULL): unknown
  * source or scaling, a field out of range (named in the message), shard out
  * of range, an empty shard (more shards than examples), no memory, and the
  * reader's errors about the file, prefixed "data: " (DT_ENOTFOUND for a
  * missing file, DT_ECORRUPT for a damaged one, DT_EINVAL for bad content). */
-int dt_data_open(const dt_job *job, int shard, int num_shards, dt_dataset **out,
-                 dt_err *err) DT_WARN_UNUSED;
-/* Opens the held-out set (job->eval_data, and eval_labels for idx) whole,
+int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed, int shard,
+                 int num_shards, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
+/* Opens the held-out set (cfg->eval_data, and eval_labels for idx) whole,
  * unsharded (one shard of one), scaled with the statistics of the TRAINING
  * file, so with "standardize" it reads train_data once more to take them
  * (the time of a read and one training table of memory, given back before
  * returning). dt_data_all and dt_data_next work on it. Errors as
  * dt_data_open; a synthetic source or an empty eval_data is DT_EINVAL. */
-int dt_data_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
-/* As dt_data_open_eval, for a job->eval_data WITHOUT labels (for
+int dt_data_open_eval(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed,
+                      dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
+/* As dt_data_open_eval, for a cfg->eval_data WITHOUT labels (for
  * predictions): a csv of F feature columns, none of them the label column;
  * libsvm rows of index:value pairs alone; idx images with no labels file
- * (job->eval_labels must be empty). The features are scaled exactly as
+ * (cfg->eval_labels must be empty). The features are scaled exactly as
  * dt_data_open_eval scales a labeled file, with the statistics of the
  * training file (which has its labels). The batches of dt_data_all and
  * dt_data_next have y NULL. Errors as dt_data_open_eval; a row or header laid
  * out with a label is the reader's DT_EINVAL naming file:line, prefixed
  * "data: ". */
-int dt_data_open_unlabeled(const dt_job *job, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
+int dt_data_open_unlabeled(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed,
+                           dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
 /* Examples in this shard. */
 int64_t dt_data_size(const dt_dataset *ds);
 /* Examples in the whole data set, all shards together (for files: the rows

@@ -22,10 +22,11 @@
 #define MAX_EXACT_INT 9007199254740992.0 /* 2^53: JSON numbers are doubles */
 #define WHY_MAX 400
 
-/* ---- job ---- */
+/* ---- the schema ---- */
 
 typedef enum {
-    F_ENUM,
+    F_CHOICE, /* one of choices, stored as its index (an enum) */
+    F_NAME,   /* one of choices, stored as the string (optimizer) */
     F_PATH,
     F_OPT_PATH,
     F_INT,
@@ -43,55 +44,56 @@ typedef enum { NUM_POSITIVE, NUM_NONNEG, NUM_UNIT } num_rule;
 typedef struct {
     const char *name;
     size_t offset;
-    size_t size;                /* F_ENUM, F_PATH: the buffer */
-    const char *const *choices; /* F_ENUM: NULL-terminated */
-    double min, max;            /* F_INT, F_INT64, F_SEED: inclusive */
+    size_t size;                /* F_CHOICE: sizeof(int); F_NAME, F_PATH: the buffer */
+    const char *const *choices; /* F_CHOICE, F_NAME: NULL-terminated, owned by their module */
+    double min, max;            /* F_INT, F_INT64, F_SEED, integer lists: inclusive */
     field_type type;
     num_rule rule;       /* F_NUM, F_NUM_LIST */
     size_t count_offset; /* lists: the int that holds the count */
     int max_count;       /* lists */
 } field;
 
+/* An enum stored through an int slot must be an int. */
+_Static_assert(sizeof(dt_model_kind) == sizeof(int), "enum size");
+_Static_assert(sizeof(dt_data_source) == sizeof(int), "enum size");
+_Static_assert(sizeof(dt_scale) == sizeof(int), "enum size");
+_Static_assert(sizeof(dt_placement) == sizeof(int), "enum size");
+_Static_assert(sizeof(dt_mode) == sizeof(int), "enum size");
+_Static_assert(sizeof(dt_nonfinite) == sizeof(int), "enum size");
+
 #define AT(m) .offset = offsetof(dt_job, m), .size = sizeof(((dt_job *)0)->m)
 #define INT_FIELD(n, m, lo)                                                                        \
     { .name = n, .type = F_INT, AT(m), .min = lo, .max = INT_MAX }
-
-static const char *const models[] = {"linear", "logistic", "softmax", "mlp", NULL};
-static const char *const datas[] = {"line", "wide", "csv", "libsvm", "idx", NULL};
-static const char *const scales[] = {"none", "standardize", "divide", NULL};
-static const char *const schedules[] = {"constant", "exponential", "piecewise", NULL};
-static const char *const placements[] = {"greedy", "round_robin", NULL};
-static const char *const modes[] = {"async", "sync", "bounded", NULL};
-static const char *const nonfinites[] = {"reject", "skip", NULL};
-static const char *const optimizers[] = {"sgd", "momentum", "adagrad", "adam", NULL};
+#define CHOICE(n, m, names)                                                                        \
+    { .name = n, .type = F_CHOICE, AT(m), .choices = names }
 
 /* The job fields, in the order conf/README.md lists them. */
 static const field fields[] = {
-    {.name = "model", .type = F_ENUM, AT(model), .choices = models},
-    INT_FIELD("features", num_features, 1),
-    INT_FIELD("classes", num_classes, 2),
+    CHOICE("model", model.kind, dt_model_kind_names),
+    INT_FIELD("features", model.num_features, 1),
+    INT_FIELD("classes", model.num_classes, 2),
     {.name = "hidden",
      .type = F_INT_LIST,
-     AT(hidden),
+     AT(model.hidden),
      .min = 1,
      .max = 1 << 20,
-     .count_offset = offsetof(dt_job, num_hidden),
+     .count_offset = offsetof(dt_job, model.num_hidden),
      .max_count = DT_MAX_HIDDEN},
-    {.name = "l2", .type = F_NUM, AT(l2), .rule = NUM_NONNEG},
-    {.name = "data", .type = F_ENUM, AT(data), .choices = datas},
-    {.name = "examples", .type = F_INT64, AT(num_examples), .min = 1, .max = MAX_EXACT_INT},
-    {.name = "noise", .type = F_NUM, AT(noise), .rule = NUM_NONNEG},
+    {.name = "l2", .type = F_NUM, AT(model.l2), .rule = NUM_NONNEG},
+    CHOICE("data", data.source, dt_data_source_names),
+    {.name = "examples", .type = F_INT64, AT(data.num_examples), .min = 1, .max = MAX_EXACT_INT},
+    {.name = "noise", .type = F_NUM, AT(data.noise), .rule = NUM_NONNEG},
     {.name = "seed", .type = F_SEED, AT(seed), .min = 0, .max = MAX_EXACT_INT},
-    {.name = "train_data", .type = F_OPT_PATH, AT(train_data)},
-    {.name = "train_labels", .type = F_OPT_PATH, AT(train_labels)},
-    {.name = "eval_data", .type = F_OPT_PATH, AT(eval_data)},
-    {.name = "eval_labels", .type = F_OPT_PATH, AT(eval_labels)},
-    {.name = "label_column", .type = F_PATH, AT(label_column)},
-    {.name = "scale", .type = F_ENUM, AT(scale), .choices = scales},
-    {.name = "scale_divisor", .type = F_NUM, AT(scale_divisor), .rule = NUM_POSITIVE},
-    {.name = "skip_bad_rows", .type = F_BOOL, AT(skip_bad_rows)},
+    {.name = "train_data", .type = F_OPT_PATH, AT(data.train_data)},
+    {.name = "train_labels", .type = F_OPT_PATH, AT(data.train_labels)},
+    {.name = "eval_data", .type = F_OPT_PATH, AT(data.eval_data)},
+    {.name = "eval_labels", .type = F_OPT_PATH, AT(data.eval_labels)},
+    {.name = "label_column", .type = F_PATH, AT(data.label_column)},
+    CHOICE("scale", data.scale, dt_scale_names),
+    {.name = "scale_divisor", .type = F_NUM, AT(data.scale_divisor), .rule = NUM_POSITIVE},
+    {.name = "skip_bad_rows", .type = F_BOOL, AT(data.skip_bad_rows)},
     INT_FIELD("eval_steps", eval_steps, 0),
-    {.name = "optimizer", .type = F_ENUM, AT(optim.name), .choices = optimizers},
+    {.name = "optimizer", .type = F_NAME, AT(optim.name), .choices = dt_optim_names},
     {.name = "learning_rate", .type = F_NUM, AT(optim.learning_rate), .rule = NUM_POSITIVE},
     {.name = "momentum", .type = F_NUM, AT(optim.momentum), .rule = NUM_UNIT},
     {.name = "nesterov", .type = F_BOOL, AT(optim.nesterov)},
@@ -102,35 +104,39 @@ static const field fields[] = {
      .type = F_NUM,
      AT(optim.initial_accumulator),
      .rule = NUM_NONNEG},
-    {.name = "lr_schedule", .type = F_ENUM, AT(lr_schedule), .choices = schedules},
-    {.name = "decay_steps", .type = F_INT64, AT(decay_steps), .min = 1, .max = MAX_EXACT_INT},
-    {.name = "decay_rate", .type = F_NUM, AT(decay_rate), .rule = NUM_POSITIVE},
-    {.name = "staircase", .type = F_BOOL, AT(staircase)},
+    CHOICE("lr_schedule", schedule.kind, dt_lr_kind_names),
+    {.name = "decay_steps",
+     .type = F_INT64,
+     AT(schedule.decay_steps),
+     .min = 1,
+     .max = MAX_EXACT_INT},
+    {.name = "decay_rate", .type = F_NUM, AT(schedule.decay_rate), .rule = NUM_POSITIVE},
+    {.name = "staircase", .type = F_BOOL, AT(schedule.staircase)},
     {.name = "boundaries",
      .type = F_INT64_LIST,
-     AT(boundaries),
+     AT(schedule.boundaries),
      .min = 0,
      .max = MAX_EXACT_INT,
-     .count_offset = offsetof(dt_job, num_boundaries),
+     .count_offset = offsetof(dt_job, schedule.num_boundaries),
      .max_count = DT_LR_MAX_BOUNDARIES},
     {.name = "lr_values",
      .type = F_NUM_LIST,
-     AT(lr_values),
+     AT(schedule.values),
      .rule = NUM_POSITIVE,
      .count_offset = offsetof(dt_job, num_lr_values),
      .max_count = DT_LR_MAX_BOUNDARIES + 1},
-    {.name = "placement", .type = F_ENUM, AT(placement), .choices = placements},
+    CHOICE("placement", placement.kind, dt_placement_names),
     {.name = "partition_min_bytes",
      .type = F_INT64,
-     AT(partition_min_bytes),
+     AT(placement.partition_min_bytes),
      .min = 1,
      .max = MAX_EXACT_INT},
-    {.name = "mode", .type = F_ENUM, AT(mode), .choices = modes},
-    INT_FIELD("replicas_to_aggregate", replicas_to_aggregate, 0),
-    INT_FIELD("total_num_replicas", total_num_replicas, 0),
-    INT_FIELD("staleness", staleness, 0),
-    INT_FIELD("sync_timeout_secs", sync_timeout_secs, 1),
-    {.name = "nonfinite", .type = F_ENUM, AT(nonfinite), .choices = nonfinites},
+    CHOICE("mode", consistency.mode, dt_mode_names),
+    INT_FIELD("replicas_to_aggregate", consistency.replicas_to_aggregate, 0),
+    INT_FIELD("total_num_replicas", consistency.total_num_replicas, 0),
+    INT_FIELD("staleness", consistency.staleness, 0),
+    INT_FIELD("sync_timeout_secs", consistency.sync_timeout_secs, 1),
+    CHOICE("nonfinite", consistency.nonfinite, dt_nonfinite_names),
     INT_FIELD("batch_size", batch_size, 1),
     {.name = "max_steps", .type = F_INT64, AT(max_steps), .min = 0, .max = MAX_EXACT_INT},
     INT_FIELD("epochs", epochs, 0),
@@ -204,22 +210,182 @@ static void unknown_field(const char *key, char *why, size_t cap) {
         n += (size_t)snprintf(why + n, cap - n, "%s %s", i ? "," : "", fields[i].name);
 }
 
-/* Stores v into the job field f, or says in why what f must be. */
-static int apply_value(dt_job *job, const field *f, const cJSON *v, char *why, size_t cap) {
-    char *slot = (char *)job + f->offset;
-    char got[80];
-    int is_num = cJSON_IsNumber(v);
-    double x = is_num ? v->valuedouble : 0;
-    dt_json_describe(v, got, sizeof got);
+/* ---- values and their rules ---- */
+
+#define LIST_MAX 32 /* room for the longest list a field takes */
+
+/* A field's value on its way in, from JSON (a file or --set) or from the
+ * struct (dt_job_finish), so that one rule judges both. */
+typedef enum { V_STRING, V_NUMBER, V_BOOL, V_LIST, V_OTHER } value_kind;
+typedef struct {
+    value_kind kind;
+    const char *str;       /* V_STRING: borrowed */
+    double num;            /* V_NUMBER */
+    int boolean;           /* V_BOOL */
+    int count;             /* V_LIST: entries, possibly more than LIST_MAX */
+    double list[LIST_MAX]; /* V_LIST: the first entries, NAN for one not a number */
+    char got[80];          /* how messages show it: "(got ...)" */
+} field_value;
+
+static void value_of_json(const cJSON *v, field_value *out) {
+    memset(out, 0, sizeof *out);
+    dt_json_describe(v, out->got, sizeof out->got);
+    if (cJSON_IsString(v)) {
+        out->kind = V_STRING;
+        out->str = v->valuestring;
+    } else if (cJSON_IsNumber(v)) {
+        out->kind = V_NUMBER;
+        out->num = v->valuedouble;
+    } else if (cJSON_IsBool(v)) {
+        out->kind = V_BOOL;
+        out->boolean = cJSON_IsTrue(v);
+    } else if (cJSON_IsArray(v)) {
+        out->kind = V_LIST;
+        out->count = cJSON_GetArraySize(v);
+        int i = 0;
+        for (const cJSON *e = v->child; e && i < LIST_MAX; e = e->next, i++)
+            out->list[i] = cJSON_IsNumber(e) ? e->valuedouble : NAN;
+    } else {
+        out->kind = V_OTHER;
+    }
+}
+
+/* The fewest entries a list field takes: hidden needs a layer; the
+ * schedule's lists may be empty (unused). */
+static int min_count(const field *f) {
+    return f->type == F_INT_LIST ? 1 : 0;
+}
+
+static double list_entry(const field *f, const char *slot, int k) {
+    if (f->type == F_INT_LIST) {
+        int x;
+        memcpy(&x, slot + sizeof x * (size_t)k, sizeof x);
+        return x;
+    }
+    if (f->type == F_INT64_LIST) {
+        int64_t x;
+        memcpy(&x, slot + sizeof x * (size_t)k, sizeof x);
+        return (double)x;
+    }
+    double x;
+    memcpy(&x, slot + sizeof x * (size_t)k, sizeof x);
+    return x;
+}
+
+/* The value held in job for f, shown as a file would give it. A string
+ * without its NUL, or a list count out of range, is an error of its own. */
+static int value_of_slot(const dt_job *job, const field *f, field_value *out, dt_err *err) {
+    const char *slot = (const char *)job + f->offset;
+    int i32;
+    int64_t i64;
+    uint64_t u64;
+    memset(out, 0, sizeof *out);
+    out->kind = V_NUMBER;
     switch (f->type) {
-    case F_ENUM: {
-        if (cJSON_IsString(v))
-            for (const char *const *c = f->choices; *c; c++)
-                if (strcmp(v->valuestring, *c) == 0) {
-                    DT_ASSERT(strlen(*c) < f->size);
-                    memcpy(slot, *c, strlen(*c) + 1);
-                    return 0;
-                }
+    case F_CHOICE: {
+        memcpy(&i32, slot, sizeof i32);
+        int n = 0;
+        while (f->choices[n])
+            n++;
+        if (i32 >= 0 && i32 < n) {
+            out->kind = V_STRING;
+            out->str = f->choices[i32];
+        } else {
+            out->num = i32;
+        }
+        break;
+    }
+    case F_NAME:
+    case F_PATH:
+    case F_OPT_PATH:
+        if (strnlen(slot, f->size) == f->size)
+            return dt_err_set(err, DT_EINVAL, "job: \"%s\" is not a terminated string", f->name);
+        out->kind = V_STRING;
+        out->str = slot;
+        break;
+    case F_BOOL:
+        memcpy(&i32, slot, sizeof i32);
+        if (i32 == 0 || i32 == 1) {
+            out->kind = V_BOOL;
+            out->boolean = i32;
+        } else {
+            out->num = i32;
+        }
+        break;
+    case F_NUM: memcpy(&out->num, slot, sizeof out->num); break;
+    case F_INT:
+        memcpy(&i32, slot, sizeof i32);
+        out->num = i32;
+        break;
+    case F_INT64:
+        memcpy(&i64, slot, sizeof i64);
+        out->num = (double)i64;
+        break;
+    case F_SEED:
+        memcpy(&u64, slot, sizeof u64);
+        out->num = (double)u64;
+        break;
+    case F_INT_LIST:
+    case F_INT64_LIST:
+    case F_NUM_LIST:
+        out->kind = V_LIST;
+        memcpy(&out->count, (const char *)job + f->count_offset, sizeof out->count);
+        if (out->count < min_count(f) || out->count > f->max_count)
+            return dt_err_set(err, DT_EINVAL, "job: \"%s\" has %d entries (%d to %d)", f->name,
+                              out->count, min_count(f), f->max_count);
+        for (int k = 0; k < out->count; k++)
+            out->list[k] = list_entry(f, slot, k);
+        break;
+    }
+    char text[48];
+    if (out->kind == V_STRING)
+        snprintf(out->got, sizeof out->got, "\"%s\"", dt_json_shown(out->str, text));
+    else if (out->kind == V_BOOL)
+        snprintf(out->got, sizeof out->got, "%s", out->boolean ? "true" : "false");
+    else if (out->kind == V_LIST)
+        snprintf(out->got, sizeof out->got, "a list");
+    else if (!isfinite(out->num))
+        snprintf(out->got, sizeof out->got, "%g", out->num);
+    else
+        dt_json_describe_number(out->num, out->got, sizeof out->got);
+    return 0;
+}
+
+/* The index of v's string among f's choices, or -1. */
+static int choice_of(const field *f, const field_value *v) {
+    if (v->kind != V_STRING) return -1;
+    for (int i = 0; f->choices[i]; i++)
+        if (strcmp(v->str, f->choices[i]) == 0) return i;
+    return -1;
+}
+
+static int list_ok(const field *f, const field_value *v) {
+    if (v->kind != V_LIST || v->count < min_count(f) || v->count > f->max_count) return 0;
+    DT_ASSERT(f->max_count <= LIST_MAX);
+    for (int i = 0; i < v->count; i++) {
+        double u = v->list[i];
+        int ok = f->type == F_NUM_LIST ? isfinite(u) && (f->rule == NUM_POSITIVE ? u > 0 : u >= 0)
+                                       : isfinite(u) && u == floor(u) && u >= f->min && u <= f->max;
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+static int num_ok(const field *f, double x) {
+    if (!isfinite(x)) return 0;
+    if (f->rule == NUM_POSITIVE) return x > 0;
+    if (f->rule == NUM_NONNEG) return x >= 0;
+    return x >= 0 && x < 1;
+}
+
+/* 0 when v obeys f's rule; otherwise -1 and why says what f must be. */
+static int check_value(const field *f, const field_value *v, char *why, size_t cap) {
+    const char *got = v->got;
+    int is_num = v->kind == V_NUMBER && isfinite(v->num);
+    switch (f->type) {
+    case F_CHOICE:
+    case F_NAME: {
+        if (choice_of(f, v) >= 0) return 0;
         size_t n = (size_t)snprintf(why, cap, "\"%s\" must be", f->name);
         for (const char *const *c = f->choices; *c && n < cap; c++)
             n += (size_t)snprintf(why + n, cap - n, "%s\"%s\"",
@@ -231,55 +397,20 @@ static int apply_value(dt_job *job, const field *f, const cJSON *v, char *why, s
         return -1;
     }
     case F_PATH:
-        if (cJSON_IsString(v) && v->valuestring[0] != '\0' && strlen(v->valuestring) < f->size) {
-            memcpy(slot, v->valuestring, strlen(v->valuestring) + 1);
-            return 0;
-        }
+        if (v->kind == V_STRING && v->str[0] != '\0' && strlen(v->str) < f->size) return 0;
         snprintf(why, cap, "\"%s\" must be a non-empty string shorter than %zu bytes (got %s)",
                  f->name, f->size, got);
         return -1;
     case F_OPT_PATH:
-        if (cJSON_IsString(v) && strlen(v->valuestring) < f->size) {
-            memcpy(slot, v->valuestring, strlen(v->valuestring) + 1);
-            return 0;
-        }
+        if (v->kind == V_STRING && strlen(v->str) < f->size) return 0;
         snprintf(why, cap,
                  "\"%s\" must be a string shorter than %zu bytes (\"\" for none) (got %s)", f->name,
                  f->size, got);
         return -1;
     case F_INT_LIST:
     case F_INT64_LIST:
-    case F_NUM_LIST: {
-        /* [256, 128]: the values, and their number in the count field. */
-        /* hidden needs a layer; the schedule's lists may be empty (unused). */
-        int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
-        int ok = n >= (f->type == F_INT_LIST ? 1 : 0) && n <= f->max_count;
-        double values[32];
-        DT_ASSERT(f->max_count <= 32);
-        for (int i = 0; ok && i < n; i++) {
-            const cJSON *e = cJSON_GetArrayItem(v, i);
-            double u = cJSON_IsNumber(e) ? e->valuedouble : NAN;
-            if (f->type == F_NUM_LIST)
-                ok = isfinite(u) && (f->rule == NUM_POSITIVE ? u > 0 : u >= 0);
-            else
-                ok = isfinite(u) && u == floor(u) && u >= f->min && u <= f->max;
-            values[i] = u;
-        }
-        if (ok) {
-            for (int i = 0; i < n; i++) {
-                if (f->type == F_INT_LIST) {
-                    int x32 = (int)values[i];
-                    memcpy(slot + sizeof(int) * (size_t)i, &x32, sizeof x32);
-                } else if (f->type == F_INT64_LIST) {
-                    int64_t x64 = (int64_t)values[i];
-                    memcpy(slot + sizeof(int64_t) * (size_t)i, &x64, sizeof x64);
-                } else {
-                    memcpy(slot + sizeof(double) * (size_t)i, &values[i], sizeof(double));
-                }
-            }
-            memcpy((char *)job + f->count_offset, &n, sizeof n);
-            return 0;
-        }
+    case F_NUM_LIST:
+        if (list_ok(f, v)) return 0;
         if (f->type == F_NUM_LIST)
             snprintf(why, cap, "\"%s\" must be a list of up to %d positive numbers (got %s)",
                      f->name, f->max_count, got);
@@ -288,13 +419,8 @@ static int apply_value(dt_job *job, const field *f, const cJSON *v, char *why, s
                      f->name, f->type == F_INT_LIST ? "1 to " : "up to ", f->max_count, f->min,
                      f->max, got);
         return -1;
-    }
     case F_BOOL:
-        if (cJSON_IsBool(v)) {
-            int b = cJSON_IsTrue(v) ? 1 : 0;
-            memcpy(slot, &b, sizeof b);
-            return 0;
-        }
+        if (v->kind == V_BOOL) return 0;
         snprintf(why, cap, "\"%s\" must be true or false (got %s)", f->name, got);
         return -1;
     case F_NUM: {
@@ -303,34 +429,15 @@ static int apply_value(dt_job *job, const field *f, const cJSON *v, char *why, s
             [NUM_NONNEG] = "a number >= 0",
             [NUM_UNIT] = "a number in [0, 1)",
         };
-        int ok = is_num && isfinite(x) &&
-                 (f->rule == NUM_POSITIVE ? x > 0
-                  : f->rule == NUM_NONNEG ? x >= 0
-                                          : x >= 0 && x < 1);
-        if (ok) {
-            memcpy(slot, &x, sizeof x);
-            return 0;
-        }
+        if (is_num && num_ok(f, v->num)) return 0;
         snprintf(why, cap, "\"%s\" must be %s (got %s)", f->name, rules[f->rule], got);
         return -1;
     }
     case F_INT:
     case F_INT64:
     case F_SEED:
-        if (is_num && isfinite(x) && x == floor(x) && x >= f->min && x <= f->max) {
-            if (f->type == F_INT) {
-                int i = (int)x;
-                memcpy(slot, &i, sizeof i);
-            } else if (f->type == F_INT64) {
-                int64_t i = (int64_t)x;
-                memcpy(slot, &i, sizeof i);
-            } else {
-                uint64_t u = (uint64_t)x;
-                memcpy(slot, &u, sizeof u);
-            }
-            return 0;
-        }
-        if (is_num && isfinite(x) && x > f->max)
+        if (is_num && v->num == floor(v->num) && v->num >= f->min && v->num <= f->max) return 0;
+        if (is_num && v->num > f->max)
             snprintf(why, cap, "\"%s\" must be an integer from %.0f to %.0f (got %s)", f->name,
                      f->min, f->max, got);
         else
@@ -339,6 +446,64 @@ static int apply_value(dt_job *job, const field *f, const cJSON *v, char *why, s
     }
     DT_ASSERT(0);
     return -1;
+}
+
+/* Writes v, which check_value has passed, into job's slot for f. */
+static void store_value(dt_job *job, const field *f, const field_value *v) {
+    char *slot = (char *)job + f->offset;
+    switch (f->type) {
+    case F_CHOICE: {
+        int index = choice_of(f, v);
+        DT_ASSERT(f->size == sizeof index);
+        memcpy(slot, &index, sizeof index);
+        return;
+    }
+    case F_NAME:
+    case F_PATH:
+    case F_OPT_PATH: memmove(slot, v->str, strlen(v->str) + 1); return;
+    case F_INT_LIST:
+    case F_INT64_LIST:
+    case F_NUM_LIST:
+        for (int i = 0; i < v->count; i++) {
+            if (f->type == F_INT_LIST) {
+                int x = (int)v->list[i];
+                memcpy(slot + sizeof x * (size_t)i, &x, sizeof x);
+            } else if (f->type == F_INT64_LIST) {
+                int64_t x = (int64_t)v->list[i];
+                memcpy(slot + sizeof x * (size_t)i, &x, sizeof x);
+            } else {
+                memcpy(slot + sizeof(double) * (size_t)i, &v->list[i], sizeof(double));
+            }
+        }
+        memcpy((char *)job + f->count_offset, &v->count, sizeof v->count);
+        return;
+    case F_BOOL: memcpy(slot, &v->boolean, sizeof v->boolean); return;
+    case F_NUM: memcpy(slot, &v->num, sizeof v->num); return;
+    case F_INT: {
+        int x = (int)v->num;
+        memcpy(slot, &x, sizeof x);
+        return;
+    }
+    case F_INT64: {
+        int64_t x = (int64_t)v->num;
+        memcpy(slot, &x, sizeof x);
+        return;
+    }
+    case F_SEED: {
+        uint64_t x = (uint64_t)v->num;
+        memcpy(slot, &x, sizeof x);
+        return;
+    }
+    }
+}
+
+/* Stores JSON value j into job's field f, or says in why what f must be. */
+static int apply_json(dt_job *job, const field *f, const cJSON *j, char *why, size_t cap) {
+    field_value v;
+    value_of_json(j, &v);
+    if (check_value(f, &v, why, cap)) return -1;
+    store_value(job, f, &v);
+    return 0;
 }
 
 /* Applies the members of obj (reached from the root by path, depth n). */
@@ -362,7 +527,7 @@ static int apply_object(const dt_json_doc *d, const cJSON *obj, int *path, int n
             return dt_json_fail_at(d, path, n + 1, 1, err, "duplicate field \"%s\" (first at %s)",
                                    m->string, first); /* a known field's name */
         }
-        if (apply_value(job, f, m, why, sizeof why))
+        if (apply_json(job, f, m, why, sizeof why))
             return dt_json_fail_at(d, path, n + 1, 0, err, "%s", why);
     }
     return 0;
@@ -370,29 +535,29 @@ static int apply_object(const dt_json_doc *d, const cJSON *obj, int *path, int n
 
 void dt_job_defaults(dt_job *job) {
     memset(job, 0, sizeof *job);
-    snprintf(job->model, sizeof job->model, "linear");
-    job->num_features = 1;
-    job->num_classes = 2;
-    job->hidden[0] = 128;
-    job->num_hidden = 1;
-    snprintf(job->data, sizeof job->data, "line");
-    snprintf(job->label_column, sizeof job->label_column, "0");
-    snprintf(job->scale, sizeof job->scale, "none");
-    job->scale_divisor = 255;
-    job->num_examples = 100;
-    job->noise = 0.3;
+    job->model.kind = DT_MODEL_LINEAR;
+    job->model.num_features = 1;
+    job->model.num_classes = 2;
+    job->model.hidden[0] = 128;
+    job->model.num_hidden = 1;
+    job->data.source = DT_DATA_LINE;
+    snprintf(job->data.label_column, sizeof job->data.label_column, "0");
+    job->data.scale = DT_SCALE_NONE;
+    job->data.scale_divisor = 255;
+    job->data.num_examples = 100;
+    job->data.noise = 0.3;
     job->seed = 1;
     dt_optim_defaults(&job->optim);
     snprintf(job->optim.name, sizeof job->optim.name, "sgd");
     job->optim.learning_rate = 0.05;
-    snprintf(job->lr_schedule, sizeof job->lr_schedule, "constant");
-    job->decay_steps = 1000;
-    job->decay_rate = 0.96;
-    snprintf(job->placement, sizeof job->placement, "greedy");
-    job->partition_min_bytes = 256 * 1024; /* TF's min_max_variable_partitioner */
-    snprintf(job->mode, sizeof job->mode, "async");
-    job->sync_timeout_secs = 30;
-    snprintf(job->nonfinite, sizeof job->nonfinite, "reject");
+    job->schedule.kind = DT_LR_CONSTANT;
+    job->schedule.decay_steps = 1000;
+    job->schedule.decay_rate = 0.96;
+    job->placement.kind = DT_PLACE_GREEDY;
+    job->placement.partition_min_bytes = 256 * 1024; /* TF's min_max_variable_partitioner */
+    job->consistency.mode = DT_MODE_ASYNC;
+    job->consistency.sync_timeout_secs = 30;
+    job->consistency.nonfinite = DT_NONFINITE_REJECT;
     job->batch_size = 10;
     job->max_steps = 0;
     job->epochs = 200; /* 200 * 100 / 10 = 2000 global steps */
@@ -487,13 +652,14 @@ int dt_job_set(dt_job *job, const char *assignment, dt_err *err) {
      * string, so the field's own rule names what it wants. */
     const char *value = eq + 1;
     cJSON *v = NULL;
-    if ((f->type != F_ENUM && f->type != F_PATH && f->type != F_OPT_PATH) || value[0] == '"')
+    if ((f->type != F_CHOICE && f->type != F_NAME && f->type != F_PATH && f->type != F_OPT_PATH) ||
+        value[0] == '"')
         v = cJSON_ParseWithOpts(value, NULL, 1);
     if (!v) v = cJSON_CreateString(value);
     if (!v) return dt_err_set(err, DT_ENOMEM, "--set %s: out of memory", assignment);
     dt_job next = *job;
     int rc = 0;
-    if (apply_value(&next, f, v, why, sizeof why))
+    if (apply_json(&next, f, v, why, sizeof why))
         rc = dt_err_set(err, DT_EINVAL, "--set %s: %s", assignment, why);
     else
         *job = next;
@@ -501,103 +667,50 @@ int dt_job_set(dt_job *job, const char *assignment, dt_err *err) {
     return rc;
 }
 
-/* Runs every field of job through the same rules as a file, so fields set
- * directly in the struct are held to them too. */
+/* Holds every field of job to the rule a file's value would meet, so
+ * fields set directly in the struct are held to them too. */
 static int check_fields(const dt_job *job, dt_err *err) {
     char why[WHY_MAX];
     for (int i = 0; i < NUM_FIELDS; i++) {
-        const field *f = &fields[i];
-        const char *slot = (const char *)job + f->offset;
-        cJSON *v = NULL;
-        int i32;
-        int64_t i64;
-        uint64_t u64;
-        double num;
-        switch (f->type) {
-        case F_INT_LIST:
-        case F_INT64_LIST:
-        case F_NUM_LIST: {
-            int n;
-            memcpy(&n, (const char *)job + f->count_offset, sizeof n);
-            if (n < (f->type == F_INT_LIST ? 1 : 0) || n > f->max_count)
-                return dt_err_set(err, DT_EINVAL, "job: \"%s\" has %d entries (1 to %d)", f->name,
-                                  n, f->max_count);
-            v = cJSON_CreateArray();
-            for (int k = 0; v && k < n; k++) {
-                double x;
-                if (f->type == F_INT_LIST) {
-                    int x32;
-                    memcpy(&x32, slot + sizeof(int) * (size_t)k, sizeof x32);
-                    x = x32;
-                } else if (f->type == F_INT64_LIST) {
-                    int64_t x64;
-                    memcpy(&x64, slot + sizeof(int64_t) * (size_t)k, sizeof x64);
-                    x = (double)x64;
-                } else {
-                    memcpy(&x, slot + sizeof(double) * (size_t)k, sizeof x);
-                }
-                cJSON_AddItemToArray(v, cJSON_CreateNumber(x));
-            }
-            break;
-        }
-        case F_ENUM:
-        case F_PATH:
-        case F_OPT_PATH:
-            if (strnlen(slot, f->size) == f->size)
-                return dt_err_set(err, DT_EINVAL, "job: \"%s\" is not a terminated string",
-                                  f->name);
-            v = cJSON_CreateString(slot);
-            break;
-        case F_BOOL:
-            memcpy(&i32, slot, sizeof i32);
-            v = i32 == 0 || i32 == 1 ? cJSON_CreateBool(i32) : cJSON_CreateNumber(i32);
-            break;
-        case F_NUM:
-            memcpy(&num, slot, sizeof num);
-            v = cJSON_CreateNumber(num);
-            break;
-        case F_INT:
-            memcpy(&i32, slot, sizeof i32);
-            v = cJSON_CreateNumber(i32);
-            break;
-        case F_INT64:
-            memcpy(&i64, slot, sizeof i64);
-            v = cJSON_CreateNumber((double)i64);
-            break;
-        case F_SEED:
-            memcpy(&u64, slot, sizeof u64);
-            v = cJSON_CreateNumber((double)u64);
-            break;
-        }
-        if (!v) return dt_err_set(err, DT_ENOMEM, "job: check: out of memory");
-        dt_job scratch = *job;
-        int bad = apply_value(&scratch, f, v, why, sizeof why);
-        cJSON_Delete(v);
-        if (bad) return dt_err_set(err, DT_EINVAL, "job: %s", why);
+        field_value v;
+        int rc = value_of_slot(job, &fields[i], &v, err);
+        if (rc) return rc;
+        if (check_value(&fields[i], &v, why, sizeof why))
+            return dt_err_set(err, DT_EINVAL, "job: %s", why);
     }
     return 0;
 }
 
 int dt_job_schedule(const dt_job *job, dt_lr_schedule *out, dt_err *err) {
-    memset(out, 0, sizeof *out);
-    out->kind = dt_lr_kind_from_name(job->lr_schedule);
-    out->decay_steps = job->decay_steps;
-    out->decay_rate = job->decay_rate;
-    out->staircase = job->staircase;
-    if (out->kind == DT_LR_PIECEWISE && job->num_lr_values != job->num_boundaries + 1)
+    *out = job->schedule;
+    if (out->kind == DT_LR_PIECEWISE && job->num_lr_values != out->num_boundaries + 1)
         return dt_err_set(err, DT_EINVAL,
                           "job: \"lr_values\" needs one more entry than \"boundaries\" (%d and %d)",
-                          job->num_lr_values, job->num_boundaries);
-    out->num_boundaries = job->num_boundaries;
-    memcpy(out->boundaries, job->boundaries, sizeof out->boundaries);
-    memcpy(out->values, job->lr_values, sizeof out->values);
+                          job->num_lr_values, out->num_boundaries);
     int rc = dt_lr_check(out, err);
     return rc < 0 ? dt_err_wrap(err, rc, "job") : 0;
 }
 
 int dt_job_reads_files(const dt_job *job) {
-    return strcmp(job->data, "csv") == 0 || strcmp(job->data, "libsvm") == 0 ||
-           strcmp(job->data, "idx") == 0;
+    return dt_data_reads_files(&job->data);
+}
+
+int dt_job_open_data(const dt_job *job, int shard, int num_shards, dt_dataset **out, dt_err *err) {
+    dt_data_needs needs;
+    dt_model_data_needs(&job->model, &needs);
+    return dt_data_open(&job->data, &needs, job->seed, shard, num_shards, out, err);
+}
+
+int dt_job_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) {
+    dt_data_needs needs;
+    dt_model_data_needs(&job->model, &needs);
+    return dt_data_open_eval(&job->data, &needs, job->seed, out, err);
+}
+
+int dt_job_open_unlabeled(const dt_job *job, dt_dataset **out, dt_err *err) {
+    dt_data_needs needs;
+    dt_model_data_needs(&job->model, &needs);
+    return dt_data_open_unlabeled(&job->data, &needs, job->seed, out, err);
 }
 
 int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps, dt_err *err) {
@@ -618,35 +731,36 @@ int dt_job_finish(dt_job *job, dt_err *err) {
     int rc = check_fields(job, err);
     if (rc) return rc;
     if ((rc = dt_optim_check(&job->optim, err))) return rc;
-    if (strcmp(job->data, "line") == 0 && job->num_features != 1)
+    const dt_data_config *data = &job->data;
+    if (data->source == DT_DATA_LINE && job->model.num_features != 1)
         return dt_err_set(err, DT_EINVAL,
                           "job: \"data\": \"line\" has 1 feature, but \"features\" is %d (use "
                           "\"features\": 1, or \"data\": \"wide\")",
-                          job->num_features);
+                          job->model.num_features);
     dt_lr_schedule schedule;
     if ((rc = dt_job_schedule(job, &schedule, err))) return rc;
     int from_file = dt_job_reads_files(job);
-    if (from_file && job->train_data[0] == '\0')
+    if (from_file && data->train_data[0] == '\0')
         return dt_err_set(err, DT_EINVAL, "job: \"data\": \"%s\" needs \"train_data\" (a file)",
-                          job->data);
-    if (strcmp(job->data, "idx") == 0 && job->train_labels[0] == '\0')
+                          dt_data_source_names[data->source]);
+    if (data->source == DT_DATA_IDX && data->train_labels[0] == '\0')
         return dt_err_set(err, DT_EINVAL,
                           "job: \"data\": \"idx\" needs \"train_labels\" (the "
                           "labels file beside the images)");
-    if (strcmp(job->data, "idx") == 0 && job->eval_data[0] && !job->eval_labels[0])
+    if (data->source == DT_DATA_IDX && data->eval_data[0] && !data->eval_labels[0])
         return dt_err_set(err, DT_EINVAL, "job: \"eval_data\" in idx format needs \"eval_labels\"");
-    if (!from_file && job->eval_data[0])
+    if (!from_file && data->eval_data[0])
         return dt_err_set(err, DT_EINVAL,
                           "job: \"eval_data\" needs a file data source (\"data\": "
                           "\"csv\", \"libsvm\" or \"idx\")");
-    if (strcmp(job->model, "logistic") == 0 && job->num_classes != 2)
+    if (job->model.kind == DT_MODEL_LOGISTIC && job->model.num_classes != 2)
         return dt_err_set(err, DT_EINVAL,
                           "job: \"model\": \"logistic\" is binary: \"classes\" "
                           "must be 2 (got %d); use \"softmax\" for more",
-                          job->num_classes);
-    if (!from_file && job->batch_size > job->num_examples)
+                          job->model.num_classes);
+    if (!from_file && job->batch_size > data->num_examples)
         return dt_err_set(err, DT_EINVAL, "job: \"batch_size\" %d is larger than \"examples\" %lld",
-                          job->batch_size, (long long)job->num_examples);
+                          job->batch_size, (long long)data->num_examples);
     /* A file's size is known only once it is read: the chief derives
      * max_steps from epochs then (dt_job_steps_for). */
     if (job->max_steps == 0 && from_file && job->epochs == 0)
@@ -654,7 +768,7 @@ int dt_job_finish(dt_job *job, dt_err *err) {
                           "job: \"max_steps\" and \"epochs\" are both 0; set one of them");
     if (job->max_steps == 0 && !from_file) {
         int64_t steps = 0;
-        if ((rc = dt_job_steps_for(job, job->num_examples, &steps, err))) return rc;
+        if ((rc = dt_job_steps_for(job, data->num_examples, &steps, err))) return rc;
         job->max_steps = steps;
     }
     return 0;

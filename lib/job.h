@@ -14,62 +14,27 @@
 
 #include <stdint.h>
 
+#include "codec.h"
+#include "data.h"
 #include "err.h"
+#include "model.h"
 #include "optim.h"
+#include "ps_client.h"
 
-#define DT_PATH_MAX 1024
-#define DT_MAX_HIDDEN 8
-
+/* Every field of a job. Each module owns the config of its part (model,
+ * data, optimizer, placement, consistency) and the job embeds them; every
+ * choice is an enum, parsed once when the file is read. */
 typedef struct {
-    /* model */
-    char model[32];            /* "linear" (MSE), "logistic" (binary, sigmoid cross-entropy),
-                                  "softmax" (K classes), "mlp" (hidden ReLU layers, softmax) */
-    int num_features;          /* F >= 1 */
-    int num_classes;           /* K: 2 for logistic, >= 2 for softmax and mlp; unused by linear */
-    int hidden[DT_MAX_HIDDEN]; /* mlp: units per hidden layer */
-    int num_hidden;            /* mlp: number of hidden layers, >= 1 */
-    double l2;                 /* L2 penalty on weights (not biases), >= 0 */
-
-    /* data */
-    char data[32];                  /* "line": tutorial's x = linspace(-1,1,N), y = 2x + noise;
-                                       "wide": F features, y = X w* + noise, made on the fly;
-                                       "csv", "libsvm", "idx": read from train_data */
-    int64_t num_examples;           /* N >= 1 (synthetic sources; files say their own) */
-    double noise;                   /* stddev of the label noise, >= 0 */
-    uint64_t seed;                  /* data, shuffling and initialisation */
-    char train_data[DT_PATH_MAX];   /* csv / libsvm file, or idx images; .gz is read too */
-    char train_labels[DT_PATH_MAX]; /* idx labels; "" for csv and libsvm */
-    char eval_data[DT_PATH_MAX];    /* held-out set, same format; "" for none */
-    char eval_labels[DT_PATH_MAX];  /* idx labels of the held-out set */
-    char label_column[64];          /* csv: the label column's header name, or its 0-based index */
-    char scale[16];                 /* "none", "standardize" (per feature, over the training file),
-                                       or "divide" (by scale_divisor) */
-    double scale_divisor;           /* > 0; 255 for 8-bit images */
-    int skip_bad_rows;              /* 1: skip and count malformed rows instead of failing */
-    int eval_steps;                 /* chief evaluates eval_data every this many local steps (0: at
-                                       the end only) */
-
-    dt_optim_config optim;                    /* "optimizer", "learning_rate", ... */
-    char lr_schedule[16];                     /* "constant", "exponential", "piecewise" */
-    int64_t decay_steps;                      /* exponential */
-    double decay_rate;                        /* exponential */
-    int staircase;                            /* exponential */
-    int64_t boundaries[DT_LR_MAX_BOUNDARIES]; /* piecewise */
-    int num_boundaries;
-    double lr_values[DT_LR_MAX_BOUNDARIES + 1]; /* piecewise: one more than boundaries */
-    int num_lr_values;
-
-    /* placement and consistency */
-    char placement[16];          /* "greedy" (by bytes; default) or "round_robin" */
-    int64_t partition_min_bytes; /* variables of at least 2x this are split by rows */
-    char mode[16];               /* "async", "sync" or "bounded" */
-    int replicas_to_aggregate;   /* sync: gradients per step; 0 = number of workers */
-    int total_num_replicas;      /* sync: workers pushing; 0 = number of workers */
-    int staleness;               /* bounded: most steps ahead of the slowest worker */
-    int sync_timeout_secs;       /* sync: partial step after this long; bounded: a
-                                    worker silent this long is not waited for */
-    char nonfinite[16];          /* a NaN/Inf gradient: "reject" (an error to the
-                                    worker) or "skip" (dropped and counted) */
+    dt_model_config model;             /* "model", "features", "classes", "hidden", "l2" */
+    dt_data_config data;               /* "data", "examples", "noise", "train_data", ..., "scale" */
+    uint64_t seed;                     /* data, shuffling and initialisation */
+    int eval_steps;                    /* chief evaluates eval_data every this many local steps
+                                          (0: at the end only) */
+    dt_optim_config optim;             /* "optimizer", "learning_rate", ... */
+    dt_lr_schedule schedule;           /* "lr_schedule", "decay_steps", ..., "lr_values" */
+    int num_lr_values;                 /* piecewise: entries of schedule.values given */
+    dt_placement_config placement;     /* "placement", "partition_min_bytes" */
+    dt_consistency_config consistency; /* "mode", ..., "sync_timeout_secs", "nonfinite" */
 
     /* training */
     int batch_size;    /* B >= 1 */
@@ -106,13 +71,21 @@ int dt_job_set(dt_job *job, const char *assignment, dt_err *err) DT_WARN_UNUSED;
  * files and overrides are applied. Errors read "job: ...". */
 int dt_job_finish(dt_job *job, dt_err *err) DT_WARN_UNUSED;
 
-/* The job's learning-rate schedule, checked. */
+/* The job's learning-rate schedule (job->schedule), checked. */
 int dt_job_schedule(const dt_job *job, dt_lr_schedule *out, dt_err *err) DT_WARN_UNUSED;
 
 /* 1 when the job's data comes from files (csv, libsvm, idx). For those,
  * dt_job_finish leaves max_steps 0 when epochs are given: the size of the
  * data is known only once it is read. */
 int dt_job_reads_files(const dt_job *job);
+/* The job's data opened as its model needs it: dt_data_open,
+ * dt_data_open_eval and dt_data_open_unlabeled with job->data, the model's
+ * dt_data_needs and job->seed. */
+int dt_job_open_data(const dt_job *job, int shard, int num_shards, dt_dataset **out,
+                     dt_err *err) DT_WARN_UNUSED;
+int dt_job_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
+int dt_job_open_unlabeled(const dt_job *job, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
+
 /* epochs * ceil(num_examples / batch_size), checked for overflow. */
 int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps,
                      dt_err *err) DT_WARN_UNUSED;

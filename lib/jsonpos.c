@@ -450,19 +450,22 @@ const char *dt_json_shown(const char *s, char buf[48]) {
     return buf;
 }
 
+void dt_json_describe_number(double x, char *buf, size_t cap) {
+    if (!isfinite(x))
+        snprintf(buf, cap, "a number too large for a double"); /* how cJSON reads 1e999 */
+    else if (x == floor(x) && fabs(x) < 1e18)
+        snprintf(buf, cap, "%.0f", x);
+    else
+        snprintf(buf, cap, "%.10g", x);
+}
+
 /* A short, printable rendering of a JSON value for "(got ...)". */
 void dt_json_describe(const cJSON *v, char *buf, size_t cap) {
     char text[48];
     if (cJSON_IsString(v)) {
         snprintf(buf, cap, "\"%s\"", dt_json_shown(v->valuestring, text));
     } else if (cJSON_IsNumber(v)) {
-        double x = v->valuedouble;
-        if (!isfinite(x))
-            snprintf(buf, cap, "a number too large for a double");
-        else if (x == floor(x) && fabs(x) < 1e18)
-            snprintf(buf, cap, "%.0f", x);
-        else
-            snprintf(buf, cap, "%.10g", x);
+        dt_json_describe_number(v->valuedouble, buf, cap);
     } else if (cJSON_IsBool(v)) {
         snprintf(buf, cap, "%s", cJSON_IsTrue(v) ? "true" : "false");
     } else if (cJSON_IsNull(v)) {

@@ -41,6 +41,9 @@ void dt_json_where(const dt_json_doc *d, const int *path, int n, int want_key, c
 
 /* At most 40 bytes of s for a message, control characters as '?'. */
 const char *dt_json_shown(const char *s, char buf[48]);
+/* A number as dt_json_describe shows it: integers whole, others to 10
+ * digits. */
+void dt_json_describe_number(double x, char *buf, size_t cap);
 /* A short, printable rendering of a JSON value for "(got ...)". */
 void dt_json_describe(const cJSON *v, char *buf, size_t cap);
 /* The first member named key (case-sensitive, unlike cJSON_GetObjectItem),

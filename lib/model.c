@@ -50,76 +50,77 @@
 typedef enum { HEAD_MSE, HEAD_SIGMOID, HEAD_SOFTMAX } head_kind;
 
 typedef struct {
-    const char *name;
     head_kind head;
     int has_hidden; /* 1: the job's hidden layers come before the output layer */
 } model_kind;
 
+const char *const dt_model_kind_names[] = {"linear", "logistic", "softmax", "mlp", NULL};
+
+/* Indexed by dt_model_kind. */
 static const model_kind kinds[] = {
-    {"linear", HEAD_MSE, 0},
-    {"logistic", HEAD_SIGMOID, 0},
-    {"softmax", HEAD_SOFTMAX, 0},
-    {"mlp", HEAD_SOFTMAX, 1},
+    [DT_MODEL_LINEAR] = {HEAD_MSE, 0},
+    [DT_MODEL_LOGISTIC] = {HEAD_SIGMOID, 0},
+    [DT_MODEL_SOFTMAX] = {HEAD_SOFTMAX, 0},
+    [DT_MODEL_MLP] = {HEAD_SOFTMAX, 1},
 };
 
 /* The shape of a job's network, checked. */
 typedef struct {
     const model_kind *kind;
+    const char *name;         /* the kind's name, e.g. "softmax" */
     int num_layers;           /* L + 1 */
     int dims[MAX_LAYERS + 1]; /* dims[0] = F, dims[l + 1] = outputs of layer l, last = O */
     double l2;
 } net_shape;
 
-/* Finds the job's model and checks the fields it reads. */
-static int plan(const dt_job *job, net_shape *net, dt_err *err) {
+/* Finds cfg's model and checks the fields it reads. */
+static int plan(const dt_model_config *cfg, net_shape *net, dt_err *err) {
     memset(net, 0, sizeof *net);
-    const model_kind *kind = NULL;
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        if (strncmp(job->model, kinds[i].name, sizeof job->model) == 0) kind = &kinds[i];
-    if (!kind)
-        return dt_err_set(err, DT_EINVAL,
-                          "model: \"model\": unknown model \"%.*s\" (want linear, logistic, "
-                          "softmax or mlp)",
-                          (int)sizeof job->model, job->model);
-    if (job->num_features < 1)
+    if ((unsigned)cfg->kind >= sizeof kinds / sizeof kinds[0])
+        return dt_err_set(err, DT_EINVAL, "model: \"model\": unknown model kind %d",
+                          (int)cfg->kind);
+    const model_kind *kind = &kinds[cfg->kind];
+    const char *name = dt_model_kind_names[cfg->kind];
+    if (cfg->num_features < 1)
         return dt_err_set(err, DT_EINVAL, "model: \"num_features\" must be >= 1 (got %d)",
-                          job->num_features);
-    if (kind->head == HEAD_SIGMOID && job->num_classes != 2)
+                          cfg->num_features);
+    if (kind->head == HEAD_SIGMOID && cfg->num_classes != 2)
         return dt_err_set(err, DT_EINVAL,
                           "model: logistic: \"classes\" must be 2, logistic regression is "
                           "binary (got %d); use softmax for more",
-                          job->num_classes);
-    if (kind->head == HEAD_SOFTMAX && job->num_classes < 2)
-        return dt_err_set(err, DT_EINVAL, "model: %s: \"classes\" must be >= 2 (got %d)",
-                          kind->name, job->num_classes);
-    if (!(job->l2 >= 0) || !isfinite(job->l2))
+                          cfg->num_classes);
+    if (kind->head == HEAD_SOFTMAX && cfg->num_classes < 2)
+        return dt_err_set(err, DT_EINVAL, "model: %s: \"classes\" must be >= 2 (got %d)", name,
+                          cfg->num_classes);
+    if (!(cfg->l2 >= 0) || !isfinite(cfg->l2))
         return dt_err_set(err, DT_EINVAL, "model: \"l2\" must be a finite number >= 0 (got %g)",
-                          job->l2);
+                          cfg->l2);
     int num_hidden = 0;
     if (kind->has_hidden) {
-        if (job->num_hidden < 1 || job->num_hidden > DT_MAX_HIDDEN)
+        if (cfg->num_hidden < 1 || cfg->num_hidden > DT_MAX_HIDDEN)
             return dt_err_set(err, DT_EINVAL,
-                              "model: %s: \"hidden\" must list 1 to %d layer sizes (got %d)",
-                              kind->name, DT_MAX_HIDDEN, job->num_hidden);
-        for (int i = 0; i < job->num_hidden; i++)
-            if (job->hidden[i] < 1)
+                              "model: %s: \"hidden\" must list 1 to %d layer sizes (got %d)", name,
+                              DT_MAX_HIDDEN, cfg->num_hidden);
+        for (int i = 0; i < cfg->num_hidden; i++)
+            if (cfg->hidden[i] < 1)
                 return dt_err_set(err, DT_EINVAL, "model: %s: \"hidden\"[%d] must be >= 1 (got %d)",
-                                  kind->name, i, job->hidden[i]);
-        num_hidden = job->num_hidden;
+                                  name, i, cfg->hidden[i]);
+        num_hidden = cfg->num_hidden;
     }
     net->kind = kind;
+    net->name = name;
     net->num_layers = num_hidden + 1;
-    net->dims[0] = job->num_features;
+    net->dims[0] = cfg->num_features;
     for (int i = 0; i < num_hidden; i++)
-        net->dims[i + 1] = job->hidden[i];
-    net->dims[num_hidden + 1] = kind->head == HEAD_SOFTMAX ? job->num_classes : 1;
-    net->l2 = job->l2;
+        net->dims[i + 1] = cfg->hidden[i];
+    net->dims[num_hidden + 1] = kind->head == HEAD_SOFTMAX ? cfg->num_classes : 1;
+    net->l2 = cfg->l2;
     /* BLAS counts elements in int. */
     for (int l = 0; l < net->num_layers; l++)
         if ((int64_t)net->dims[l] * net->dims[l + 1] > INT_MAX)
             return dt_err_set(err, DT_EINVAL,
                               "model: %s: layer %d's weight (%d, %d) has more than %d elements",
-                              kind->name, l, net->dims[l], net->dims[l + 1], INT_MAX);
+                              name, l, net->dims[l], net->dims[l + 1], INT_MAX);
     return 0;
 }
 
@@ -135,8 +136,8 @@ static void layer_specs(const net_shape *net, int l, dt_tensor *w, dt_tensor *b)
         snprintf(w->name, sizeof w->name, "layer%d/weight", l);
         snprintf(b->name, sizeof b->name, "layer%d/bias", l);
     } else {
-        snprintf(w->name, sizeof w->name, "%s/weight", net->kind->name);
-        snprintf(b->name, sizeof b->name, "%s/bias", net->kind->name);
+        snprintf(w->name, sizeof w->name, "%s/weight", net->name);
+        snprintf(b->name, sizeof b->name, "%s/bias", net->name);
     }
     w->dtype = b->dtype = DT_DTYPE_F32;
     w->ndim = 2;
@@ -154,15 +155,15 @@ static int net_specs(const net_shape *net, dt_tensor *specs, int *count, dt_err 
         layer_specs(net, l, &specs[2 * l], &specs[2 * l + 1]);
     for (int i = 0; i < n; i++)
         if ((rc = dt_tensor_check_spec(&specs[i], err)) < 0)
-            return dt_err_wrap(err, rc, "model: %s", net->kind->name);
+            return dt_err_wrap(err, rc, "model: %s", net->name);
     *count = n;
     return 0;
 }
 
-int dt_model_specs(const dt_job *job, dt_tensor *specs, int *count, dt_err *err) {
+int dt_model_specs(const dt_model_config *cfg, dt_tensor *specs, int *count, dt_err *err) {
     *count = 0;
     net_shape net;
-    int rc = plan(job, &net, err);
+    int rc = plan(cfg, &net, err);
     if (rc < 0) return rc;
     int n = 0;
     if ((rc = net_specs(&net, specs, &n, err)) < 0) return rc;
@@ -170,10 +171,10 @@ int dt_model_specs(const dt_job *job, dt_tensor *specs, int *count, dt_err *err)
     return 0;
 }
 
-int dt_model_bytes(const dt_job *job, long long *bytes, dt_err *err) {
+int dt_model_bytes(const dt_model_config *cfg, long long *bytes, dt_err *err) {
     *bytes = 0;
     dt_tensor specs[DT_MODEL_MAX_VARS];
-    int n = 0, rc = dt_model_specs(job, specs, &n, err);
+    int n = 0, rc = dt_model_specs(cfg, specs, &n, err);
     if (rc < 0) return rc;
     long long total = 0;
     for (int i = 0; i < n; i++) {
@@ -239,18 +240,18 @@ static uint64_t init_state(uint64_t seed, const char *name) {
     return mix64(mix64(seed ^ INIT_STREAM) ^ h);
 }
 
-void dt_model_init(const dt_job *job, dt_tensors *vars) {
+void dt_model_init(const dt_model_config *cfg, uint64_t seed, dt_tensors *vars) {
     dt_err err = {0};
     net_shape net;
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int n = 0;
-    /* vars came from dt_model_specs with this job, which already said no to a
-     * bad job: a mismatch here is a bug. */
-    int rc = plan(job, &net, &err);
+    /* vars came from dt_model_specs with this config, which already said no
+     * to a bad one: a mismatch here is a bug. */
+    int rc = plan(cfg, &net, &err);
     DT_ASSERT(rc == 0);
     rc = net_specs(&net, specs, &n, &err);
     DT_ASSERT(rc == 0);
-    rc = check_layout(net.kind->name, specs, n, vars, "variables", &err);
+    rc = check_layout(net.name, specs, n, vars, "variables", &err);
     DT_ASSERT(rc == 0);
     for (int l = 0; l < net.num_layers; l++) {
         dt_tensor *w = &vars->items[2 * l], *b = &vars->items[2 * l + 1];
@@ -259,7 +260,7 @@ void dt_model_init(const dt_job *job, dt_tensors *vars) {
          * depth; 1/sqrt(fan_in) keeps the outputs of order |x| otherwise. */
         const int relu_next = l < net.num_layers - 1;
         const double stddev = relu_next ? sqrt(2.0 / fan_in) : 1.0 / sqrt(fan_in);
-        uint64_t state = init_state(job->seed, specs[2 * l].name);
+        uint64_t state = init_state(seed, specs[2 * l].name);
         dt_data_normals(&state, w->data, dt_tensor_numel(w), stddev);
         memset(b->data, 0, b->nbytes);
     }
@@ -280,23 +281,33 @@ static void append(char *buf, size_t cap, size_t *off, const char *fmt, ...) {
     *off = (size_t)n < cap - *off ? *off + (size_t)n : cap - 1;
 }
 
-void dt_model_describe(const dt_job *job, char *buf, int cap) {
+void dt_model_describe(const dt_model_config *cfg, char *buf, int cap) {
     if (cap <= 0) return;
     const size_t c = (size_t)cap;
     size_t off = 0;
     buf[0] = '\0';
-    append(buf, c, &off, "%.*s features=%d", (int)sizeof job->model, job->model, job->num_features);
-    if (strncmp(job->model, "mlp", sizeof job->model) == 0) {
-        int nh = job->num_hidden < 0               ? 0
-                 : job->num_hidden > DT_MAX_HIDDEN ? DT_MAX_HIDDEN
-                                                   : job->num_hidden;
+    const char *name = (unsigned)cfg->kind < sizeof kinds / sizeof kinds[0]
+                           ? dt_model_kind_names[cfg->kind]
+                           : "unknown";
+    append(buf, c, &off, "%s features=%d", name, cfg->num_features);
+    if (cfg->kind == DT_MODEL_MLP) {
+        int nh = cfg->num_hidden < 0               ? 0
+                 : cfg->num_hidden > DT_MAX_HIDDEN ? DT_MAX_HIDDEN
+                                                   : cfg->num_hidden;
         append(buf, c, &off, " hidden=");
         for (int i = 0; i < nh; i++)
-            append(buf, c, &off, i ? ",%d" : "%d", job->hidden[i]);
+            append(buf, c, &off, i ? ",%d" : "%d", cfg->hidden[i]);
     }
-    if (strncmp(job->model, "linear", sizeof job->model) != 0)
-        append(buf, c, &off, " classes=%d", job->num_classes);
-    append(buf, c, &off, " l2=%g", job->l2);
+    if (cfg->kind != DT_MODEL_LINEAR) append(buf, c, &off, " classes=%d", cfg->num_classes);
+    append(buf, c, &off, " l2=%g", cfg->l2);
+}
+
+void dt_model_data_needs(const dt_model_config *cfg, dt_data_needs *out) {
+    memset(out, 0, sizeof *out);
+    out->num_features = cfg->num_features;
+    out->label_kind = cfg->kind == DT_MODEL_LINEAR ? DT_LABEL_REAL : DT_LABEL_CLASS;
+    out->num_classes = cfg->kind == DT_MODEL_LINEAR ? 0 : cfg->num_classes;
+    out->svm_signed_labels = cfg->kind == DT_MODEL_LOGISTIC;
 }
 
 /* ---- handle ------------------------------------------------------------ */
@@ -348,7 +359,7 @@ static int grow(dt_model *m, int rows, dt_err *err) {
     if (!ok) {
         free_buffers(m);
         return dt_err_set(err, DT_ENOMEM, "model: %s: no memory for the activations of %d rows",
-                          n->kind->name, rows);
+                          n->name, rows);
     }
     m->cap = rows;
     return 0;
@@ -360,11 +371,11 @@ static void set_blas_threads(void) {
     openblas_set_num_threads(1);
 }
 
-int dt_model_new(const dt_job *job, dt_model **out, dt_err *err) {
+int dt_model_new(const dt_model_config *cfg, dt_model **out, dt_err *err) {
     *out = NULL;
     dt_model *m = calloc(1, sizeof *m);
     if (!m) return dt_err_set(err, DT_ENOMEM, "model: no memory for a handle");
-    int rc = plan(job, &m->net, err);
+    int rc = plan(cfg, &m->net, err);
     if (rc == 0) rc = net_specs(&m->net, m->specs, &m->num_vars, err);
     if (rc < 0) {
         free(m);
@@ -568,7 +579,7 @@ static double l2_term(const dt_model *m, const dt_tensors *vars, dt_tensors *gra
 /* Row i's label is one the head can take: a finite target (mse), 0 or 1
  * (sigmoid), an integer class in 0..K-1 (softmax). */
 static int check_labels(const dt_model *m, const dt_batch *b, dt_err *err) {
-    const char *name = m->net.kind->name;
+    const char *name = m->net.name;
     const int K = out_dim(&m->net);
     for (int i = 0; i < b->rows; i++) {
         const float y = b->y[i];
@@ -599,7 +610,7 @@ static int check_labels(const dt_model *m, const dt_batch *b, dt_err *err) {
 /* What every entry point checks before any math. */
 static int check_call(const dt_model *m, const dt_tensors *vars, const dt_batch *b,
                       const dt_tensors *grads, int labels, dt_err *err) {
-    const char *name = m->net.kind->name;
+    const char *name = m->net.name;
     int rc;
     if ((rc = check_layout(name, m->specs, m->num_vars, vars, "variables", err)) < 0) return rc;
     if (grads && (rc = check_layout(name, m->specs, m->num_vars, grads, "gradients", err)) < 0)

@@ -1,13 +1,13 @@
 /*
  * model: the variables a job trains, their initial values, and the loss, its
  * gradient, evaluation and prediction on a batch. Every role derives the
- * variables from the same dt_job, so all agree on names, dtypes and shapes.
+ * variables from the same config, so all agree on names, dtypes and shapes.
  *
  * Letters: B examples in a batch, F features, H hidden units, K classes.
  * Every variable is float32. Weights multiply from the right: a layer maps
  * (B, in) to (B, out) as Z = A W + b with W (in, out), b (out).
  *
- * Models (job->model):
+ * Models (cfg->kind, the job's "model"):
  *   linear    pred = X W + b; loss = mean_i (pred_i - y_i)^2 (y: targets).
  *             "linear/weight" (F, 1), "linear/bias" (1).
  *   logistic  binary; z = X W + b; loss = mean_i of the sigmoid cross-entropy
@@ -32,10 +32,32 @@
 #ifndef DT_MODEL_H
 #define DT_MODEL_H
 
+#include <stdint.h>
+
 #include "data.h"
 #include "err.h"
-#include "job.h"
 #include "tensor.h"
+
+#define DT_MAX_HIDDEN 8
+
+typedef enum {
+    DT_MODEL_LINEAR = 0,
+    DT_MODEL_LOGISTIC,
+    DT_MODEL_SOFTMAX,
+    DT_MODEL_MLP
+} dt_model_kind;
+/* The job's names of the models, indexed by dt_model_kind, NULL-terminated. */
+extern const char *const dt_model_kind_names[];
+
+/* The job's model fields (conf/README.md), owned here; dt_job embeds them. */
+typedef struct {
+    dt_model_kind kind;
+    int num_features;          /* F >= 1 (the job's "features") */
+    int num_classes;           /* K: 2 for logistic, >= 2 for softmax and mlp; unused by linear */
+    int hidden[DT_MAX_HIDDEN]; /* mlp: units per hidden layer */
+    int num_hidden;            /* mlp: number of hidden layers, >= 1 */
+    double l2;                 /* L2 penalty on weights (not biases), >= 0 */
+} dt_model_config;
 
 /* A weight and a bias per layer, for up to DT_MAX_HIDDEN hidden layers plus
  * the output layer. */
@@ -43,34 +65,39 @@
 
 /* Writes the variable specs (name, dtype, shape; data NULL) into specs,
  * which has room for DT_MODEL_MAX_VARS, and their number into *count. */
-int dt_model_specs(const dt_job *job, dt_tensor *specs, int *count, dt_err *err) DT_WARN_UNUSED;
+int dt_model_specs(const dt_model_config *cfg, dt_tensor *specs, int *count,
+                   dt_err *err) DT_WARN_UNUSED;
 
 /* The bytes of all the job's variables together (*bytes), the model's
  * size on the wire without optimizer slots. */
-int dt_model_bytes(const dt_job *job, long long *bytes, dt_err *err) DT_WARN_UNUSED;
+int dt_model_bytes(const dt_model_config *cfg, long long *bytes, dt_err *err) DT_WARN_UNUSED;
 
 /* Fills vars (laid out by dt_model_specs) with initial values: each weight
- * from a normal distribution of its own stream, seeded by job->seed and the
+ * from a normal distribution of its own stream, seeded by seed and the
  * variable's name (not the data's streams), with stddev sqrt(2/fan_in) for
  * layers followed by a ReLU (He) and 1/sqrt(fan_in) otherwise; biases 0. A
- * job or layout that dt_model_specs would refuse is a bug here and aborts. */
-void dt_model_init(const dt_job *job, dt_tensors *vars);
+ * config or layout that dt_model_specs would refuse is a bug here and aborts. */
+void dt_model_init(const dt_model_config *cfg, uint64_t seed, dt_tensors *vars);
 
 /* One-line description for checkpoint metadata, e.g. "linear features=1
  * l2=0" or "mlp features=784 hidden=256,128 classes=10 l2=0". Truncated to
  * cap - 1 bytes, always terminated when cap > 0. */
-void dt_model_describe(const dt_job *job, char *buf, int cap);
+void dt_model_describe(const dt_model_config *cfg, char *buf, int cap);
+
+/* What the model asks of its data: F, and labels as real targets (linear)
+ * or class indices (the others; libsvm's -1/+1 accepted for logistic). */
+void dt_model_data_needs(const dt_model_config *cfg, dt_data_needs *out);
 
 typedef struct dt_model dt_model; /* opaque; owns its scratch buffers */
 
-/* A handle for the job's model: its shape (copied from job, which may go
+/* A handle for cfg's model: its shape (copied from cfg, which may go
  * away) and scratch buffers that grow to the largest batch seen and are then
  * reused, so steps allocate nothing once the batch size is steady. Also
  * sets OpenBLAS to one thread for the whole process, unless
  * OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set (workers are processes
  * sharing a few cores). Errors (*out stays NULL): those of dt_model_specs,
  * DT_ENOMEM. */
-int dt_model_new(const dt_job *job, dt_model **out, dt_err *err) DT_WARN_UNUSED;
+int dt_model_new(const dt_model_config *cfg, dt_model **out, dt_err *err) DT_WARN_UNUSED;
 void dt_model_free(dt_model *m); /* NULL is a no-op */
 
 /* Values per example that dt_model_predict writes: 1 for linear and

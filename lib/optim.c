@@ -19,13 +19,13 @@
 
 typedef enum { OPT_SGD, OPT_MOMENTUM, OPT_ADAGRAD, OPT_ADAM, OPT_UNKNOWN } opt_kind;
 
-static const char *const kind_names[] = {"sgd", "momentum", "adagrad", "adam"};
+const char *const dt_optim_names[] = {"sgd", "momentum", "adagrad", "adam", NULL};
 
 static opt_kind kind_of(const dt_optim_config *cfg) {
     /* A name that fills the buffer without a NUL is not a name we know. */
     if (strnlen(cfg->name, DT_OPTIM_NAME_MAX) == DT_OPTIM_NAME_MAX) return OPT_UNKNOWN;
     for (int k = 0; k < OPT_UNKNOWN; k++)
-        if (strcmp(cfg->name, kind_names[k]) == 0) return (opt_kind)k;
+        if (strcmp(cfg->name, dt_optim_names[k]) == 0) return (opt_kind)k;
     return OPT_UNKNOWN;
 }
 
@@ -118,7 +118,8 @@ void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, 
     switch (known_kind(cfg)) {
     case OPT_SGD:
         /* ApplyGradientDescent: w -= lr * g */
-        for (int64_t i = 0; i < n; i++) w[i] -= lr_f * g[i];
+        for (int64_t i = 0; i < n; i++)
+            w[i] -= lr_f * g[i];
         break;
     case OPT_MOMENTUM: {
         float *accum = slots[0];
@@ -173,16 +174,16 @@ void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, 
 
 /* ---- learning-rate schedules ------------------------------------------- */
 
-static const char *const lr_kind_names[] = {"constant", "exponential", "piecewise"};
+const char *const dt_lr_kind_names[] = {"constant", "exponential", "piecewise", NULL};
 
 const char *dt_lr_kind_name(int kind) {
     if (kind < 0 || kind > DT_LR_PIECEWISE) return NULL;
-    return lr_kind_names[kind];
+    return dt_lr_kind_names[kind];
 }
 
 int dt_lr_kind_from_name(const char *name) {
     for (int k = 0; k <= DT_LR_PIECEWISE; k++)
-        if (strcmp(name, lr_kind_names[k]) == 0) return k;
+        if (strcmp(name, dt_lr_kind_names[k]) == 0) return k;
     return -1;
 }
 
@@ -209,8 +210,9 @@ int dt_lr_check(const dt_lr_schedule *s, dt_err *err) {
                                   (long long)s->boundaries[i - 1], (long long)s->boundaries[i]);
         for (int i = 0; i <= s->num_boundaries; i++)
             if (!(s->values[i] > 0) || !isfinite(s->values[i]))
-                return dt_err_set(err, DT_EINVAL, "schedule: \"lr_values\"[%d] must be > 0 (got %g)",
-                                  i, s->values[i]);
+                return dt_err_set(err, DT_EINVAL,
+                                  "schedule: \"lr_values\"[%d] must be > 0 (got %g)", i,
+                                  s->values[i]);
         return 0;
     default: return dt_err_set(err, DT_EINVAL, "schedule: unknown kind %d", s->kind);
     }
@@ -227,7 +229,8 @@ double dt_lr_at(const dt_lr_schedule *s, double lr, int64_t global_step) {
     case DT_LR_PIECEWISE: {
         /* TF's piecewise_constant: values[i] while step <= boundaries[i]. */
         int i = 0;
-        while (i < s->num_boundaries && global_step > s->boundaries[i]) i++;
+        while (i < s->num_boundaries && global_step > s->boundaries[i])
+            i++;
         return s->values[i];
     }
     default: return lr;

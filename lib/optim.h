@@ -16,6 +16,10 @@
 #define DT_OPTIM_MAX_SLOTS 2
 #define DT_OPTIM_NAME_MAX 16
 
+/* The update rules' names, NULL-terminated. The config keeps the name, not
+ * an enum: it is what checkpoints and the wire carry. */
+extern const char *const dt_optim_names[];
+
 typedef struct {
     char name[DT_OPTIM_NAME_MAX]; /* "sgd", "momentum", "adagrad", "adam" */
     double learning_rate;         /* > 0 */
@@ -57,8 +61,8 @@ float dt_optim_slot_init(const dt_optim_config *cfg, int i);
  *   adam      lr_t = lr*sqrt(1-b2^t)/(1-b1^t); m = b1*m + (1-b1)*g;
  *             v = b2*v + (1-b2)*g^2; w -= lr_t*m / (sqrt(v) + eps)
  */
-void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w,
-                    float *const *slots, const float *g, int64_t n);
+void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, float *const *slots,
+                    const float *g, int64_t n);
 
 /* ---- learning-rate schedules (TF1's tf.train.*_decay) ----------------- */
 
@@ -67,15 +71,17 @@ void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w,
 typedef enum { DT_LR_CONSTANT = 0, DT_LR_EXPONENTIAL, DT_LR_PIECEWISE } dt_lr_kind;
 
 typedef struct {
-    int kind;             /* dt_lr_kind */
-    int64_t decay_steps;  /* exponential: >= 1 */
-    double decay_rate;    /* exponential: > 0 */
-    int staircase;        /* exponential: floor the exponent */
-    int num_boundaries;   /* piecewise: 1..DT_LR_MAX_BOUNDARIES */
-    int64_t boundaries[DT_LR_MAX_BOUNDARIES];     /* strictly increasing */
-    double values[DT_LR_MAX_BOUNDARIES + 1];      /* > 0; one more than boundaries */
+    int kind;                                 /* dt_lr_kind */
+    int64_t decay_steps;                      /* exponential: >= 1 */
+    double decay_rate;                        /* exponential: > 0 */
+    int staircase;                            /* exponential: floor the exponent */
+    int num_boundaries;                       /* piecewise: 1..DT_LR_MAX_BOUNDARIES */
+    int64_t boundaries[DT_LR_MAX_BOUNDARIES]; /* strictly increasing */
+    double values[DT_LR_MAX_BOUNDARIES + 1];  /* > 0; one more than boundaries */
 } dt_lr_schedule;
 
+/* The schedules' names, indexed by dt_lr_kind, NULL-terminated. */
+extern const char *const dt_lr_kind_names[];
 /* "constant", "exponential", "piecewise"; NULL for an unknown kind. */
 const char *dt_lr_kind_name(int kind);
 /* Inverse of dt_lr_kind_name; -1 when unknown. */

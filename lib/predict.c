@@ -97,7 +97,7 @@ static int match(const char *what, const dt_job *job, const dt_tensor *specs, in
                  const dt_tensors *loaded, const dt_ckpt_meta *meta, const char *path,
                  dt_err *err) {
     char want[DT_CKPT_MODEL_MAX], have[NAMES_MAX], a[96], b[96];
-    dt_model_describe(job, want, sizeof want);
+    dt_model_describe(&job->model, want, sizeof want);
     const char *written = meta->model[0] ? meta->model : "(no model description)";
     for (int i = 0; i < count; i++) {
         const dt_tensor *t = dt_tensors_find(loaded, specs[i].name);
@@ -143,7 +143,7 @@ static int load(const char *what, const dt_job *job, const char *path, dt_tensor
     dt_ckpt_meta m;
     memset(&m, 0, sizeof m);
     char where[DT_PATH_MAX + 64];
-    if ((rc = dt_model_specs(job, specs, &count, err)) < 0) return rc;
+    if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) return rc;
     if (path && *path) {
         if (strlen(path) >= sizeof where)
             return dt_err_set(err, DT_EINVAL, "%s: checkpoint path of %zu bytes is too long", what,
@@ -202,42 +202,44 @@ static void session_close(session *s) {
 }
 
 /* The job with its held-out set replaced by the params' data, when given. */
-static int data_job(const char *what, const dt_predict_params *p, dt_job *j, dt_err *err) {
-    *j = *p->job;
+static int data_config(const char *what, const dt_predict_params *p, dt_data_config *d,
+                       dt_err *err) {
+    *d = p->job->data;
     int have_data = p->data && *p->data, have_labels = p->labels && *p->labels;
     if (!have_data) {
         if (have_labels)
             return dt_err_set(err, DT_EINVAL,
                               "%s: labels %s given without the data file they label", what,
                               p->labels);
-        if (!j->eval_data[0])
+        if (!d->eval_data[0])
             return dt_err_set(err, DT_EINVAL,
                               "%s: no data: the job has no \"eval_data\" and no data file "
                               "was given",
                               what);
         return 0;
     }
-    if (strlen(p->data) >= sizeof j->eval_data ||
-        (have_labels && strlen(p->labels) >= sizeof j->eval_labels))
+    if (strlen(p->data) >= sizeof d->eval_data ||
+        (have_labels && strlen(p->labels) >= sizeof d->eval_labels))
         return dt_err_set(err, DT_EINVAL, "%s: a data path is too long (at most %zu bytes)", what,
-                          sizeof j->eval_data - 1);
-    snprintf(j->eval_data, sizeof j->eval_data, "%s", p->data);
-    snprintf(j->eval_labels, sizeof j->eval_labels, "%s", have_labels ? p->labels : "");
+                          sizeof d->eval_data - 1);
+    snprintf(d->eval_data, sizeof d->eval_data, "%s", p->data);
+    snprintf(d->eval_labels, sizeof d->eval_labels, "%s", have_labels ? p->labels : "");
     return 0;
 }
 
-/* Whether the data of j carries labels (*labeled), told from the file's
+/* Whether the data of d carries labels (*labeled), told from the file's
  * start; logs what it went by. */
-static int labels_of(const char *what, const dt_job *j, int *labeled, dt_err *err) {
+static int labels_of(const char *what, const dt_data_config *d, const dt_data_needs *needs,
+                     int *labeled, dt_err *err) {
     const int eval = strcmp(what, "eval") == 0;
     *labeled = 1;
     /* The synthetic sources have no held-out set: the data module says so. */
-    if (!dt_job_reads_files(j)) return 0;
+    if (!dt_data_reads_files(d)) return 0;
     dt_reader_params rp;
-    dt_reader_params_of(j, &rp);
+    dt_data_reader_params(d, needs, &rp);
     char how[DT_ERR_MSG_MAX / 2];
-    int rc = dt_reader_detect_labels(j->data, j->eval_data, j->eval_labels, &rp, labeled, how,
-                                     sizeof how, err);
+    int rc = dt_reader_detect_labels(dt_data_source_names[d->source], d->eval_data, d->eval_labels,
+                                     &rp, labeled, how, sizeof how, err);
     if (rc < 0) return dt_err_wrap(err, rc, "%s", what);
     if (*labeled) {
         /* Only predict had a choice to report. */
@@ -264,20 +266,22 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
     memset(s, 0, sizeof *s);
     memset(r, 0, sizeof *r);
     r->loss = r->accuracy = NAN;
-    dt_job *j = malloc(sizeof *j); /* several KB of paths: not on the stack */
-    if (!j) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
+    dt_data_config *d = malloc(sizeof *d); /* several KB of paths: not on the stack */
+    if (!d) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
+    dt_data_needs needs;
+    dt_model_data_needs(&p->job->model, &needs);
     dt_ckpt_meta meta;
-    int rc = data_job(what, p, j, err);
+    int rc = data_config(what, p, d, err);
     if (rc == 0)
         rc = load(what, p->job, p->checkpoint, &s->vars, &meta, r->checkpoint, sizeof r->checkpoint,
                   err);
-    if (rc == 0) rc = dt_model_new(p->job, &s->model, err);
-    if (rc == 0) rc = labels_of(what, j, &s->labeled, err);
+    if (rc == 0) rc = dt_model_new(&p->job->model, &s->model, err);
+    if (rc == 0) rc = labels_of(what, d, &needs, &s->labeled, err);
     if (rc == 0)
-        rc = s->labeled ? dt_data_open_eval(j, &s->data, err)
-                        : dt_data_open_unlabeled(j, &s->data, err);
+        rc = s->labeled ? dt_data_open_eval(d, &needs, p->job->seed, &s->data, err)
+                        : dt_data_open_unlabeled(d, &needs, p->job->seed, &s->data, err);
     if (rc == 0) rc = dt_data_all(s->data, &s->all, err);
-    free(j);
+    free(d);
     if (rc < 0) {
         session_close(s);
         return rc;
@@ -343,7 +347,7 @@ int dt_predict_write(const dt_predict_params *p, dt_predict_result *out, dt_err 
     int to_stdout = !p->out || !*p->out || strcmp(p->out, "-") == 0;
     const char *name = to_stdout ? "standard output" : p->out;
     const int cols = dt_model_out_cols(s.model), F = s.all.cols;
-    const int linear = strncmp(p->job->model, "linear", sizeof p->job->model) == 0;
+    const int linear = p->job->model.kind == DT_MODEL_LINEAR;
     FILE *f = NULL;
     float *pred = malloc((size_t)CHUNK_ROWS * (size_t)cols * sizeof *pred);
     if (!pred) {

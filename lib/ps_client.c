@@ -64,9 +64,11 @@ struct dt_ps_client {
     dt_sync_decision decision; /* ps 0's latest */
 };
 
+const char *const dt_placement_names[] = {"greedy", "round_robin", NULL};
+
 int dt_placement_from_name(const char *name) {
-    if (strcmp(name, "greedy") == 0) return DT_PLACE_GREEDY;
-    if (strcmp(name, "round_robin") == 0) return DT_PLACE_ROUND_ROBIN;
+    for (int p = 0; dt_placement_names[p]; p++)
+        if (strcmp(name, dt_placement_names[p]) == 0) return p;
     return -1;
 }
 
@@ -74,7 +76,7 @@ int dt_placement_from_name(const char *name) {
 
 /* Slices of variable v: min(num_ps, rows, bytes / min_bytes), at least 1. */
 static int64_t num_parts(const dt_ps_client *c, const dt_tensor *v) {
-    int64_t min_bytes = c->params.partition_min_bytes;
+    int64_t min_bytes = c->params.placement.partition_min_bytes;
     if (min_bytes <= 0 || v->ndim < 1 || (int64_t)v->nbytes < 2 * min_bytes) return 1;
     int64_t parts = (int64_t)v->nbytes / min_bytes;
     if (parts > c->num_ps) parts = c->num_ps;
@@ -164,7 +166,7 @@ static int place(dt_ps_client *c, dt_err *err) {
     c->slot_views = calloc(nu * DT_OPTIM_MAX_SLOTS + 1, sizeof *c->slot_views);
     if (!c->order || !c->seen || !c->views || !c->slot_views)
         return dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
-    if (c->params.placement == DT_PLACE_ROUND_ROBIN)
+    if (c->params.placement.kind == DT_PLACE_ROUND_ROBIN)
         place_round_robin(c);
     else
         place_greedy(c, c->order);
@@ -526,8 +528,8 @@ static int take_slots(dt_ps_client *c, int p, const dt_tensor_views *in, dt_tens
 
 /* Prepares and runs pulls to ps tasks [first, last); the others (p > 0)
  * carry ps 0's latest decision. */
-static int pull_round(dt_ps_client *c, int first, int last, int with_slots,
-                      int64_t min_global_step, dt_err *err) {
+static int pull_round(dt_ps_client *c, int first, int last, int with_slots, int64_t min_global_step,
+                      dt_err *err) {
     for (int p = first; p < last; p++) {
         dt_msg_pull_req req;
         memset(&req, 0, sizeof req);
@@ -550,8 +552,8 @@ static int decode_pull(dt_ps_client *c, int p, int with_slots, dt_msg_pull_resp 
     resp->in.cap = c->num_units + 1;
     resp->slots_in.items = c->slot_views;
     resp->slots_in.cap = with_slots ? c->num_units * DT_OPTIM_MAX_SLOTS + 1 : 0;
-    int rc = dt_codec_decode(DT_MSG_PULL_RESP, c->calls[p].response.data,
-                             c->calls[p].response.len, resp, err);
+    int rc = dt_codec_decode(DT_MSG_PULL_RESP, c->calls[p].response.data, c->calls[p].response.len,
+                             resp, err);
     if (rc < 0) dt_err_wrap(err, rc, "%s: pull", c->names[p]);
     return rc;
 }
@@ -595,7 +597,8 @@ int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots, int6
             }
             if (p == 0 && note_decision(c, &resp) && !resp.wait) {
                 /* The others were asked without ps 0's decision: again, with it. */
-                for (int q = 1; q < c->num_ps; q++) dt_rpc_buf_release(&c->calls[q].response);
+                for (int q = 1; q < c->num_ps; q++)
+                    dt_rpc_buf_release(&c->calls[q].response);
                 if ((rc = pull_round(c, 1, c->num_ps, with_slots, min_global_step, err)) < 0)
                     goto out;
             }

@@ -42,15 +42,22 @@
 #define DT_MAX_PS 64
 
 typedef enum { DT_PLACE_GREEDY = 0, DT_PLACE_ROUND_ROBIN } dt_placement;
+/* The job's names of the placements, indexed by dt_placement, NULL-terminated. */
+extern const char *const dt_placement_names[];
+
+/* The job's placement fields (conf/README.md), owned here; dt_job embeds them. */
+typedef struct {
+    dt_placement kind;           /* greedy: by bytes, the largest first (default) */
+    int64_t partition_min_bytes; /* variables of at least 2x this are split by rows; 0: never */
+} dt_placement_config;
 
 typedef struct dt_ps_client dt_ps_client;
 
 typedef struct {
-    const dt_cluster *cluster;   /* borrowed for the client's life */
-    int worker;                  /* caller's task index (-1 for tools) */
-    int timeout_ms;              /* deadline of each call */
-    int placement;               /* dt_placement */
-    int64_t partition_min_bytes; /* 0: never partition */
+    const dt_cluster *cluster; /* borrowed for the client's life */
+    int worker;                /* caller's task index (-1 for tools) */
+    int timeout_ms;            /* deadline of each call */
+    dt_placement_config placement;
     /* NULL: plaintext. Borrowed; its identity, when NULL, is the worker's
      * ("chief" for 0, "worker:N", "tool" for -1). */
     const dt_rpc_security *security;

@@ -910,19 +910,6 @@ static int unknown_format(const char *format, dt_err *err) {
                       format);
 }
 
-void dt_reader_params_of(const dt_job *job, dt_reader_params *out) {
-    memset(out, 0, sizeof *out);
-    out->num_features = job->num_features;
-    int linear = strcmp(job->model, "linear") == 0;
-    out->label_kind = linear ? DT_LABEL_REAL : DT_LABEL_CLASS;
-    out->num_classes = linear ? 0 : job->num_classes;
-    out->svm_signed_labels = strcmp(job->model, "logistic") == 0;
-    out->label_column = job->label_column;
-    out->skip_bad_rows = job->skip_bad_rows;
-    out->max_values = 0;
-    out->labels = DT_LABELS_REQUIRED;
-}
-
 int dt_reader_load(const char *format, const char *data_path, const char *labels_path,
                    const dt_reader_params *p, dt_reader_table *out, dt_err *err) {
     memset(out, 0, sizeof *out);

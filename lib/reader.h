@@ -65,7 +65,6 @@
 #include <stdint.h>
 
 #include "err.h"
-#include "job.h"
 
 /* The default bound on N * F: 2^31 floats (8 GiB). A file claiming or
  * holding more is refused before it exhausts memory. */
@@ -100,12 +99,6 @@ typedef struct {
     int labeled;     /* 1: y holds the N labels; 0: read with DT_LABELS_NONE */
     int64_t skipped; /* malformed rows left out (only with skip_bad_rows) */
 } dt_reader_table;
-
-/* The parameters a job implies: F and K from the job, labels by model
- * ("linear" real; otherwise classes, with -1/+1 accepted for "logistic"),
- * label_column (borrowed from job) and skip_bad_rows; default max_values;
- * labels required. */
-void dt_reader_params_of(const dt_job *job, dt_reader_params *out);
 
 /* Each reads a whole file into *out (zeroed first, owned by the caller on
  * success; left empty on failure, with everything released). idx takes its

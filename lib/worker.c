@@ -69,15 +69,14 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     w->rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)params->task_index ^ (uint64_t)time(NULL);
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int count = 0, rc;
-    if ((rc = dt_model_specs(params->job, specs, &count, err)) < 0) goto fail;
+    const dt_job *job = params->job;
+    if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) goto fail;
     if ((rc = dt_tensors_init(&w->vars, specs, count, err)) < 0) goto fail;
     if ((rc = dt_tensors_init(&w->grads, specs, count, err)) < 0) goto fail;
-    if ((rc = dt_model_new(params->job, &w->model, err)) < 0) goto fail;
-    if ((rc = dt_data_open(params->job, params->task_index, cl->num_workers, &w->data, err)) < 0)
+    if ((rc = dt_model_new(&job->model, &w->model, err)) < 0) goto fail;
+    if ((rc = dt_job_open_data(job, params->task_index, cl->num_workers, &w->data, err)) < 0)
         goto fail;
-    const dt_job *job = params->job;
-    dt_ps_client_params cp = {cl, params->task_index, job->rpc_timeout_secs * 1000,
-                              dt_placement_from_name(job->placement), job->partition_min_bytes,
+    dt_ps_client_params cp = {cl, params->task_index, job->rpc_timeout_secs * 1000, job->placement,
                               params->security};
     if ((rc = dt_ps_client_new(&cp, &w->vars, &w->client, err)) < 0) goto fail;
     *out = w;
@@ -211,14 +210,14 @@ static int pull_when_ready(dt_worker *w, pull_state *pull, const dt_worker_hooks
         int rc = dt_worker_retry(w, "pull", do_pull, pull, hooks, stop, err);
         if (rc < 0 || !pull->reply.wait || pull->reply.done) return rc;
         double now = dt_now_secs();
-        if (now - start > 2.0 * job->sync_timeout_secs + job->ready_wait_secs)
+        if (now - start > 2.0 * job->consistency.sync_timeout_secs + job->ready_wait_secs)
             return dt_err_set(err, DT_EUNAVAILABLE,
                               "%s: no progress from the other workers for "
                               "%.0f s (%s mode)",
-                              w->name, now - start, job->mode);
+                              w->name, now - start, dt_mode_name(job->consistency.mode));
         if (now - last_log >= 5) {
             dt_log(DT_LOG_INFO, "%s: waiting for the other workers for %.0f s (%s mode)", w->name,
-                   now - start, job->mode);
+                   now - start, dt_mode_name(job->consistency.mode));
             last_log = now;
         }
         if (stop && *stop) return stopped(w, err);
@@ -249,7 +248,7 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
     memset(&r, 0, sizeof r);
     double t_last = dt_now_secs();
     int64_t step_last = 0, min_global_step = 0;
-    int sync = strcmp(job->mode, "sync") == 0;
+    int sync = job->consistency.mode == DT_MODE_SYNC;
     int rc = 0;
     for (;;) {
         if (stop && *stop) return stopped(w, err);

@@ -463,11 +463,11 @@ START_TEST(test_job_defaults) {
     dt_job job;
     memset(&job, 0x5a, sizeof job);
     dt_job_defaults(&job);
-    ck_assert_str_eq(job.model, "linear");
-    ck_assert_int_eq(job.num_features, 1);
-    ck_assert_str_eq(job.data, "line");
-    ck_assert_int_eq(job.num_examples, 100);
-    ck_assert_double_eq(job.noise, 0.3);
+    ck_assert_int_eq(job.model.kind, DT_MODEL_LINEAR);
+    ck_assert_int_eq(job.model.num_features, 1);
+    ck_assert_int_eq(job.data.source, DT_DATA_LINE);
+    ck_assert_int_eq(job.data.num_examples, 100);
+    ck_assert_double_eq(job.data.noise, 0.3);
     ck_assert_uint_eq(job.seed, 1);
     ck_assert_str_eq(job.optim.name, "sgd");
     ck_assert_double_eq(job.optim.learning_rate, 0.05);
@@ -498,22 +498,22 @@ START_TEST(test_job_conf_linear) {
     memset(&job, 0x5a, sizeof job);
     ck_assert_msg(dt_job_load("conf/linear.json", &job, &err) == 0, "%s", err.msg);
     dt_job_defaults(&want);
-    ck_assert_str_eq(job.model, want.model);
-    ck_assert_int_eq(job.num_features, want.num_features);
-    ck_assert_int_eq(job.num_classes, want.num_classes);
-    ck_assert_int_eq(job.num_hidden, want.num_hidden);
-    ck_assert_int_eq(job.hidden[0], want.hidden[0]);
-    ck_assert_double_eq(job.l2, want.l2);
-    ck_assert_str_eq(job.train_data, want.train_data);
-    ck_assert_str_eq(job.eval_labels, want.eval_labels);
-    ck_assert_str_eq(job.label_column, want.label_column);
-    ck_assert_str_eq(job.scale, want.scale);
-    ck_assert_double_eq(job.scale_divisor, want.scale_divisor);
-    ck_assert_int_eq(job.skip_bad_rows, want.skip_bad_rows);
+    ck_assert_int_eq(job.model.kind, want.model.kind);
+    ck_assert_int_eq(job.model.num_features, want.model.num_features);
+    ck_assert_int_eq(job.model.num_classes, want.model.num_classes);
+    ck_assert_int_eq(job.model.num_hidden, want.model.num_hidden);
+    ck_assert_int_eq(job.model.hidden[0], want.model.hidden[0]);
+    ck_assert_double_eq(job.model.l2, want.model.l2);
+    ck_assert_str_eq(job.data.train_data, want.data.train_data);
+    ck_assert_str_eq(job.data.eval_labels, want.data.eval_labels);
+    ck_assert_str_eq(job.data.label_column, want.data.label_column);
+    ck_assert_int_eq(job.data.scale, want.data.scale);
+    ck_assert_double_eq(job.data.scale_divisor, want.data.scale_divisor);
+    ck_assert_int_eq(job.data.skip_bad_rows, want.data.skip_bad_rows);
     ck_assert_int_eq(job.eval_steps, want.eval_steps);
-    ck_assert_str_eq(job.data, want.data);
-    ck_assert_int_eq(job.num_examples, want.num_examples);
-    ck_assert_double_eq(job.noise, want.noise);
+    ck_assert_int_eq(job.data.source, want.data.source);
+    ck_assert_int_eq(job.data.num_examples, want.data.num_examples);
+    ck_assert_double_eq(job.data.noise, want.data.noise);
     ck_assert_uint_eq(job.seed, want.seed);
     ck_assert_str_eq(job.optim.name, want.optim.name);
     ck_assert_double_eq(job.optim.learning_rate, want.optim.learning_rate);
@@ -559,17 +559,17 @@ START_TEST(test_job_parse_fields) {
     ck_assert_str_eq(job.optim.name, "adam");
     ck_assert_int_eq(job.optim.nesterov, 1);
     ck_assert_uint_eq(job.seed, UINT64_C(9007199254740992));
-    ck_assert_int_eq(job.num_examples, 1000);
+    ck_assert_int_eq(job.data.num_examples, 1000);
     ck_assert_str_eq(job.log_dir, "runs/a b");
     ck_assert_int_eq(job.batch_size, 10);
     ck_assert_int_eq(job.epochs, 3);
-    ck_assert_str_eq(job.data, "wide");
-    ck_assert_int_eq(job.num_features, 8);
+    ck_assert_int_eq(job.data.source, DT_DATA_WIDE);
+    ck_assert_int_eq(job.model.num_features, 8);
     ck_assert_double_eq(job.optim.beta1, 0);
     ck_assert_double_eq(job.optim.epsilon, 1e-8);
     ck_assert_int_eq(job.max_steps, 123);
     /* Untouched fields keep their values. */
-    ck_assert_double_eq(job.noise, 0.3);
+    ck_assert_double_eq(job.data.noise, 0.3);
     ck_assert_int_eq(job.rpc_timeout_secs, 10);
 
     /* Later files apply on top; an empty object changes nothing. */
@@ -579,7 +579,7 @@ START_TEST(test_job_parse_fields) {
     ck_assert_int_eq(dt_job_parse("{\"cluster\": {}, \"task\": 1}", SRC, &job, &err), 0);
     ck_assert(memcmp(&job, &before, sizeof job) == 0);
     ck_assert_int_eq(dt_job_parse("{\"job\": {\"noise\": 0}}", SRC, &job, &err), 0);
-    ck_assert_double_eq(job.noise, 0);
+    ck_assert_double_eq(job.data.noise, 0);
 
     /* The longest log_dir that fits. */
     char *big = malloc(DT_PATH_MAX + 32);
@@ -778,9 +778,9 @@ START_TEST(test_job_set) {
     ck_assert_int_eq(dt_job_set(&job, "max_steps=5000", &err), 0);
     ck_assert_int_eq(job.max_steps, 5000);
     ck_assert_int_eq(dt_job_set(&job, "noise=0", &err), 0);
-    ck_assert_double_eq(job.noise, 0);
+    ck_assert_double_eq(job.data.noise, 0);
     ck_assert_int_eq(dt_job_set(&job, "data=wide", &err), 0);
-    ck_assert_str_eq(job.data, "wide");
+    ck_assert_int_eq(job.data.source, DT_DATA_WIDE);
     ck_assert_int_eq(err.code, DT_OK);
 }
 END_TEST
@@ -830,12 +830,12 @@ START_TEST(test_job_finish_files) {
     dt_job job;
     dt_err err;
     dt_job_defaults(&job);
-    snprintf(job.data, sizeof job.data, "csv");
+    job.data.source = DT_DATA_CSV;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
     ck_assert_str_eq(err.msg, "job: \"data\": \"csv\" needs \"train_data\" (a file)");
 
-    snprintf(job.train_data, sizeof job.train_data, "train.csv");
+    snprintf(job.data.train_data, sizeof job.data.train_data, "train.csv");
     dt_err_clear(&err);
     ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(job.max_steps, 0); /* derived once the file is read */
@@ -843,20 +843,20 @@ START_TEST(test_job_finish_files) {
     ck_assert_int_eq(dt_job_steps_for(&job, 1001, &steps, &err), 0);
     ck_assert_int_eq(steps, 200 * 101);
 
-    snprintf(job.data, sizeof job.data, "idx");
+    job.data.source = DT_DATA_IDX;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "needs \"train_labels\""));
 
     dt_job_defaults(&job);
-    snprintf(job.model, sizeof job.model, "logistic");
-    job.num_classes = 3;
+    job.model.kind = DT_MODEL_LOGISTIC;
+    job.model.num_classes = 3;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "\"classes\" must be 2 (got 3)"));
 
     dt_job_defaults(&job);
-    snprintf(job.eval_data, sizeof job.eval_data, "test.csv");
+    snprintf(job.data.eval_data, sizeof job.data.eval_data, "test.csv");
     dt_err_clear(&err);
     ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "\"eval_data\" needs a file data source"));
@@ -884,8 +884,8 @@ START_TEST(test_job_finish_files) {
     dt_job_defaults(&job);
     dt_err_clear(&err);
     ck_assert_msg(dt_job_set(&job, "hidden=[256,128]", &err) == 0, "%s", err.msg);
-    ck_assert_int_eq(job.num_hidden, 2);
-    ck_assert_int_eq(job.hidden[1], 128);
+    ck_assert_int_eq(job.model.num_hidden, 2);
+    ck_assert_int_eq(job.model.hidden[1], 128);
     ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
 }
 END_TEST
@@ -897,7 +897,7 @@ START_TEST(test_job_finish) {
 
     /* max_steps = epochs * ceil(N / B) */
     dt_job_defaults(&job);
-    job.num_examples = 101;
+    job.data.num_examples = 101;
     ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(job.max_steps, 200 * 11);
 
@@ -919,7 +919,7 @@ START_TEST(test_job_finish) {
 
     dt_err_clear(&err);
     dt_job_defaults(&job);
-    job.num_features = 3;
+    job.model.num_features = 3;
     ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
     ck_assert_str_eq(err.msg, "job: \"data\": \"line\" has 1 feature, but \"features\" is 3 (use "
                               "\"features\": 1, or \"data\": \"wide\")");
@@ -934,7 +934,7 @@ START_TEST(test_job_finish) {
 
     dt_err_clear(&err);
     dt_job_defaults(&job);
-    job.num_examples = INT64_C(9007199254740992);
+    job.data.num_examples = INT64_C(9007199254740992);
     job.batch_size = 1;
     job.epochs = INT_MAX;
     ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);

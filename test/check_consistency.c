@@ -243,8 +243,7 @@ static dt_ps_client *client_new(world *w, int worker, const dt_tensors *layout, 
     dt_ps_client_params p = {.cluster = &w->cluster,
                              .worker = worker,
                              .timeout_ms = CALL_TIMEOUT_MS,
-                             .placement = DT_PLACE_GREEDY,
-                             .partition_min_bytes = min_bytes};
+                             .placement = {DT_PLACE_GREEDY, min_bytes}};
     dt_ps_client *c = NULL;
     dt_err err;
     dt_err_clear(&err);

@@ -14,19 +14,20 @@
 #include <string.h>
 
 #include "data.h"
+#include "job.h"
 #include "log.h"
 #include "proc.h"
 #include "suites.h"
 
 /* A job filled by hand (dt_job_defaults lives in another module). */
-static dt_job job_of(const char *source, int features, int64_t n, double noise, uint64_t seed) {
+static dt_job job_of(dt_data_source source, int features, int64_t n, double noise, uint64_t seed) {
     dt_job job;
     memset(&job, 0, sizeof job);
-    strcpy(job.model, "linear");
-    strcpy(job.data, source);
-    job.num_features = features;
-    job.num_examples = n;
-    job.noise = noise;
+    job.model.kind = DT_MODEL_LINEAR;
+    job.data.source = source;
+    job.model.num_features = features;
+    job.data.num_examples = n;
+    job.data.noise = noise;
     job.seed = seed;
     job.batch_size = 8;
     return job;
@@ -35,7 +36,7 @@ static dt_job job_of(const char *source, int features, int64_t n, double noise, 
 static dt_dataset *open_ok(const dt_job *job, int shard, int num_shards) {
     dt_dataset *ds = NULL;
     dt_err err = {0};
-    int rc = dt_data_open(job, shard, num_shards, &ds, &err);
+    int rc = dt_job_open_data(job, shard, num_shards, &ds, &err);
     ck_assert_msg(rc == 0, "open: %s", err.msg);
     ck_assert_ptr_nonnull(ds);
     return ds;
@@ -47,7 +48,7 @@ static int64_t line_index(float x, int64_t n) {
 }
 
 START_TEST(test_line_values) {
-    dt_job job = job_of("line", 1, 11, 0.0, 7);
+    dt_job job = job_of(DT_DATA_LINE, 1, 11, 0.0, 7);
     dt_dataset *ds = open_ok(&job, 0, 1);
     ck_assert_int_eq(dt_data_size(ds), 11);
     ck_assert_int_eq(dt_data_total(ds), 11);
@@ -65,7 +66,7 @@ START_TEST(test_line_values) {
     dt_data_free(ds);
 
     /* A single example sits at x = 0. */
-    job.num_examples = 1;
+    job.data.num_examples = 1;
     ds = open_ok(&job, 0, 1);
     ck_assert_int_eq(dt_data_all(ds, &all, &err), 0);
     ck_assert_int_eq(all.rows, 1);
@@ -78,7 +79,7 @@ END_TEST
 START_TEST(test_line_noise) {
     const int64_t n = 10000;
     const double noise = 0.5;
-    dt_job job = job_of("line", 1, n, noise, 42);
+    dt_job job = job_of(DT_DATA_LINE, 1, n, noise, 42);
     dt_dataset *ds = open_ok(&job, 0, 1);
     dt_batch all;
     ck_assert_int_eq(dt_data_all(ds, &all, NULL), 0);
@@ -115,7 +116,7 @@ END_TEST
 
 START_TEST(test_shards) {
     const int64_t n = 100;
-    dt_job job = job_of("line", 1, n, 0.3, 5);
+    dt_job job = job_of(DT_DATA_LINE, 1, n, 0.3, 5);
     dt_dataset *whole = open_ok(&job, 0, 1);
     dt_batch ref;
     ck_assert_int_eq(dt_data_all(whole, &ref, NULL), 0);
@@ -185,7 +186,7 @@ static void epoch_order(dt_dataset *ds, int bs, int64_t n, int64_t *out, int64_t
 START_TEST(test_shuffle) {
     const int64_t n = 60;
     int64_t a0[30], a1[30], b0[30], b1[30], c0[30];
-    dt_job job = job_of("line", 1, n, 0.0, 11);
+    dt_job job = job_of(DT_DATA_LINE, 1, n, 0.0, 11);
     dt_dataset *a = open_ok(&job, 1, 2), *b = open_ok(&job, 1, 2);
     epoch_order(a, 4, n, a0, 30);
     epoch_order(a, 4, n, a1, 30);
@@ -216,7 +217,7 @@ START_TEST(test_shuffle) {
 END_TEST
 
 START_TEST(test_epochs_and_short_batch) {
-    dt_job job = job_of("line", 1, 10, 0.0, 3);
+    dt_job job = job_of(DT_DATA_LINE, 1, 10, 0.0, 3);
     dt_dataset *ds = open_ok(&job, 0, 1);
     static const int want_rows[] = {4, 4, 2, 4, 4, 2, 4};
     static const int want_epoch[] = {0, 0, 1, 1, 1, 2, 2}; /* after the call */
@@ -254,7 +255,7 @@ static int find_row(const dt_batch *b, int r, const float *x, const float *y, in
 
 static void check_wide(int F) {
     const int n = 20, bs = 20;
-    dt_job job = job_of("wide", F, n, 0.0, 99);
+    dt_job job = job_of(DT_DATA_WIDE, F, n, 0.0, 99);
     dt_dataset *ds = open_ok(&job, 0, 1);
     ck_assert_int_eq(dt_data_size(ds), n);
     const float *w = dt_data_true_weights(ds);
@@ -330,9 +331,9 @@ END_TEST
 
 START_TEST(test_wide_noise_and_weights) {
     const int n = 4000, F = 3;
-    dt_job job = job_of("wide", F, n, 0.1, 1234);
+    dt_job job = job_of(DT_DATA_WIDE, F, n, 0.1, 1234);
     dt_job clean = job;
-    clean.noise = 0;
+    clean.data.noise = 0;
     dt_dataset *ds = open_ok(&job, 0, 1), *ref = open_ok(&clean, 0, 1);
     /* The same seed gives the same order and x, so y differs by the noise. */
     dt_batch b, c;
@@ -352,17 +353,17 @@ START_TEST(test_wide_noise_and_weights) {
     dt_data_free(ref);
 
     /* w* is standard normal. */
-    job.num_features = 20000;
-    job.num_examples = 1;
+    job.model.num_features = 20000;
+    job.data.num_examples = 1;
     ds = open_ok(&job, 0, 1);
     const float *w = dt_data_true_weights(ds);
     sum = sum_sq = 0;
-    for (int j = 0; j < job.num_features; j++) {
+    for (int j = 0; j < job.model.num_features; j++) {
         sum += w[j];
         sum_sq += (double)w[j] * w[j];
     }
-    mean = sum / job.num_features;
-    double var = sum_sq / job.num_features - mean * mean;
+    mean = sum / job.model.num_features;
+    double var = sum_sq / job.model.num_features - mean * mean;
     ck_assert_msg(fabs(mean) < 0.03, "w* mean %g", mean);
     ck_assert_msg(fabs(var - 1) < 0.05, "w* var %g", var);
     dt_batch all;
@@ -376,7 +377,7 @@ END_TEST
 static void expect_open_error(const dt_job *job, int shard, int num_shards, const char *want) {
     dt_dataset *ds = (dt_dataset *)&ds; /* must be reset to NULL */
     dt_err err = {0};
-    int rc = dt_data_open(job, shard, num_shards, &ds, &err);
+    int rc = dt_job_open_data(job, shard, num_shards, &ds, &err);
     ck_assert_int_eq(rc, DT_EINVAL);
     ck_assert_int_eq(err.code, DT_EINVAL);
     ck_assert_ptr_null(ds);
@@ -385,23 +386,23 @@ static void expect_open_error(const dt_job *job, int shard, int num_shards, cons
 }
 
 START_TEST(test_bad_args) {
-    dt_job job = job_of("parquet", 1, 10, 0.1, 1);
-    expect_open_error(&job, 0, 1, "\"data\": unknown source \"parquet\" (want line, wide, csv");
-    job = job_of("line", 2, 10, 0.1, 1);
+    dt_job job = job_of((dt_data_source)9, 1, 10, 0.1, 1); /* dt_job_finish refuses it by name */
+    expect_open_error(&job, 0, 1, "\"data\": unknown source 9");
+    job = job_of(DT_DATA_LINE, 2, 10, 0.1, 1);
     expect_open_error(&job, 0, 1, "\"num_features\" must be 1 for the line source (got 2)");
-    job = job_of("wide", 0, 10, 0.1, 1);
+    job = job_of(DT_DATA_WIDE, 0, 10, 0.1, 1);
     expect_open_error(&job, 0, 1, "\"num_features\" must be >= 1 (got 0)");
-    job = job_of("line", 1, 0, 0.1, 1);
+    job = job_of(DT_DATA_LINE, 1, 0, 0.1, 1);
     expect_open_error(&job, 0, 1, "\"num_examples\" must be >= 1 (got 0)");
-    job = job_of("line", 1, 10, -0.1, 1);
+    job = job_of(DT_DATA_LINE, 1, 10, -0.1, 1);
     expect_open_error(&job, 0, 1, "\"noise\"");
-    job = job_of("line", 1, 10, NAN, 1);
+    job = job_of(DT_DATA_LINE, 1, 10, NAN, 1);
     expect_open_error(&job, 0, 1, "\"noise\"");
-    job = job_of("line", 1, 10, 0.1, 1);
+    job = job_of(DT_DATA_LINE, 1, 10, 0.1, 1);
     expect_open_error(&job, 2, 2, "shard 2 of 2 is out of range");
     expect_open_error(&job, -1, 2, "shard -1 of 2 is out of range");
     expect_open_error(&job, 0, 0, "shard 0 of 0 is out of range");
-    job = job_of("wide", 4, 2, 0.1, 1);
+    job = job_of(DT_DATA_WIDE, 4, 2, 0.1, 1);
     expect_open_error(&job, 2, 3, "shard 2 of 3 is empty: only 2 examples");
     /* The last non-empty shard still opens. */
     dt_dataset *ds = open_ok(&job, 1, 3);
@@ -501,13 +502,13 @@ static void write_csv(const char *path, int n, int F, int constant, float shift)
     write_csv_as(path, n, F, constant, shift, 1);
 }
 
-static dt_job file_job(const char *source, const char *train, int F) {
+static dt_job file_job(dt_data_source source, const char *train, int F) {
     dt_job job = job_of(source, F, 0, 0.0, 21);
-    snprintf(job.train_data, sizeof job.train_data, "%s", train);
-    strcpy(job.label_column, "target");
-    strcpy(job.scale, "none");
-    job.scale_divisor = 255;
-    job.num_classes = 2;
+    snprintf(job.data.train_data, sizeof job.data.train_data, "%s", train);
+    strcpy(job.data.label_column, "target");
+    job.data.scale = DT_SCALE_NONE;
+    job.data.scale_divisor = 255;
+    job.model.num_classes = 2;
     return job;
 }
 
@@ -526,7 +527,7 @@ START_TEST(test_file_shards) {
     ck_assert_ptr_nonnull(dir);
     const char *path = file_in(dir, "train.csv");
     write_csv(path, N, F, -1, 0);
-    dt_job job = file_job("csv", path, F);
+    dt_job job = file_job(DT_DATA_CSV, path, F);
     for (int ns = 1; ns <= 4; ns++) {
         int seen[N] = {0};
         int64_t total = 0;
@@ -582,10 +583,10 @@ static dt_job idx_fixture_job(void) {
              root && *root ? root : "test/data");
     snprintf(labels, sizeof labels, "%s/readers/small-labels-idx1-ubyte",
              root && *root ? root : "test/data");
-    dt_job job = file_job("idx", images, 6);
-    snprintf(job.train_labels, sizeof job.train_labels, "%s", labels);
-    strcpy(job.model, "softmax");
-    job.num_classes = 10;
+    dt_job job = file_job(DT_DATA_IDX, images, 6);
+    snprintf(job.data.train_labels, sizeof job.data.train_labels, "%s", labels);
+    job.model.kind = DT_MODEL_SOFTMAX;
+    job.model.num_classes = 10;
     return job;
 }
 
@@ -593,8 +594,8 @@ static dt_job idx_fixture_job(void) {
 START_TEST(test_file_divide) {
     dt_log_set_level(DT_LOG_WARN);
     dt_job job = idx_fixture_job();
-    strcpy(job.scale, "divide");
-    job.scale_divisor = 255;
+    job.data.scale = DT_SCALE_DIVIDE;
+    job.data.scale_divisor = 255;
     dt_dataset *ds = open_ok(&job, 0, 2);
     ck_assert_int_eq(dt_data_total(ds), 3);
     ck_assert_int_eq(dt_data_size(ds), 2);
@@ -637,8 +638,8 @@ START_TEST(test_file_standardize) {
     char *dir = dt_test_tempdir();
     const char *path = file_in(dir, "train.csv");
     write_csv(path, N, F, CONSTANT, 0);
-    dt_job job = file_job("csv", path, F);
-    strcpy(job.scale, "standardize");
+    dt_job job = file_job(DT_DATA_CSV, path, F);
+    job.data.scale = DT_SCALE_STANDARDIZE;
     const int ns = 3;
     double sum[F] = {0}, sq[F] = {0};
     int count = 0;
@@ -683,16 +684,17 @@ START_TEST(test_eval_uses_train_stats) {
     const char *train = file_in(dir, "train.csv"), *eval = file_in(dir, "eval.csv");
     write_csv(train, N, F, -1, 0);
     write_csv(eval, M, F, -1, shift);
-    dt_job job = file_job("csv", train, F);
-    snprintf(job.eval_data, sizeof job.eval_data, "%s", eval);
+    dt_job job = file_job(DT_DATA_CSV, train, F);
+    snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", eval);
 
-    static const char *const scales[] = {"standardize", "divide", "none"};
+    static const dt_scale scales[] = {DT_SCALE_STANDARDIZE, DT_SCALE_DIVIDE, DT_SCALE_NONE};
     for (int sc = 0; sc < 3; sc++) {
-        strcpy(job.scale, scales[sc]);
-        job.scale_divisor = 4;
+        job.data.scale = scales[sc];
+        job.data.scale_divisor = 4;
         dt_dataset *ds = NULL;
         dt_err err = {0};
-        ck_assert_msg(dt_data_open_eval(&job, &ds, &err) == 0, "%s: %s", scales[sc], err.msg);
+        ck_assert_msg(dt_job_open_eval(&job, &ds, &err) == 0, "%s: %s", dt_scale_names[scales[sc]],
+                      err.msg);
         ck_assert_int_eq(dt_data_total(ds), M);
         ck_assert_int_eq(dt_data_size(ds), M); /* not sharded */
         dt_batch all;
@@ -706,8 +708,8 @@ START_TEST(test_eval_uses_train_stats) {
                 if (sc == 0) want = (raw - mean) / sd;
                 if (sc == 1) want = raw / 4;
                 ck_assert_msg(fabs(all.x[i * F + j] - want) < 1e-5,
-                              "%s: row %d feature %d: %g, want %g", scales[sc], i, j,
-                              all.x[i * F + j], want);
+                              "%s: row %d feature %d: %g, want %g", dt_scale_names[scales[sc]], i,
+                              j, all.x[i * F + j], want);
             }
         }
         if (sc == 0) {
@@ -735,9 +737,9 @@ static void expect_code(const dt_job *job, int shard, int num_shards, int open, 
                         const char *want) {
     dt_dataset *ds = (dt_dataset *)&ds;
     dt_err err = {0};
-    int rc = open == OPEN_EVAL        ? dt_data_open_eval(job, &ds, &err)
-             : open == OPEN_UNLABELED ? dt_data_open_unlabeled(job, &ds, &err)
-                                      : dt_data_open(job, shard, num_shards, &ds, &err);
+    int rc = open == OPEN_EVAL        ? dt_job_open_eval(job, &ds, &err)
+             : open == OPEN_UNLABELED ? dt_job_open_unlabeled(job, &ds, &err)
+                                      : dt_job_open_data(job, shard, num_shards, &ds, &err);
     ck_assert_msg(rc == code, "rc %d, want %d: %s", rc, code, err.msg);
     ck_assert_int_eq(err.code, code);
     ck_assert_ptr_null(ds);
@@ -750,45 +752,45 @@ START_TEST(test_file_errors) {
     char *dir = dt_test_tempdir();
     const char *train = file_in(dir, "train.csv"), *missing = file_in(dir, "missing.csv");
     write_csv(train, 3, 2, -1, 0);
-    dt_job job = file_job("csv", missing, 2);
+    dt_job job = file_job(DT_DATA_CSV, missing, 2);
     expect_code(&job, 0, 1, OPEN_TRAIN, DT_ENOTFOUND, "missing.csv: open:");
-    job.train_data[0] = '\0';
+    job.data.train_data[0] = '\0';
     expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL, "data: \"train_data\" is not set");
-    job = file_job("csv", train, 2);
+    job = file_job(DT_DATA_CSV, train, 2);
     expect_code(&job, 3, 4, OPEN_TRAIN, DT_EINVAL,
                 "data: shard 3 of 4 is empty: only 3 examples in ");
     dt_dataset *ds = open_ok(&job, 2, 4); /* the last shard with a row */
     ck_assert_int_eq(dt_data_size(ds), 1);
     dt_data_free(ds);
-    job.num_features = 3;
+    job.model.num_features = 3;
     expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL,
                 "train.csv:1: the header has 2 feature columns (3 columns less the label), but "
                 "\"num_features\" is 3");
-    job = file_job("csv", train, 2);
-    strcpy(job.scale, "minmax");
-    expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL, "data: \"scale\": unknown scaling \"minmax\"");
-    strcpy(job.scale, "divide");
-    job.scale_divisor = 0;
+    job = file_job(DT_DATA_CSV, train, 2);
+    job.data.scale = (dt_scale)7; /* what dt_job_finish would refuse by name */
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL, "data: \"scale\": unknown scaling 7");
+    job.data.scale = DT_SCALE_DIVIDE;
+    job.data.scale_divisor = 0;
     expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL,
                 "data: \"scale_divisor\" must be a number > 0 (got 0)");
-    job = file_job("csv", train, 2);
-    strcpy(job.model, "softmax"); /* the label is the row index: 0, 1, 2 */
+    job = file_job(DT_DATA_CSV, train, 2);
+    job.model.kind = DT_MODEL_SOFTMAX; /* the label is the row index: 0, 1, 2 */
     expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL,
                 "train.csv:4: column \"target\": label 2 is not a class of 0..1");
-    job.skip_bad_rows = 1; /* the rest still trains */
+    job.data.skip_bad_rows = 1; /* the rest still trains */
     ds = open_ok(&job, 0, 1);
     ck_assert_int_eq(dt_data_total(ds), 2);
     dt_data_free(ds);
 
     /* The held-out set. */
-    job = file_job("csv", train, 2);
+    job = file_job(DT_DATA_CSV, train, 2);
     expect_code(&job, 0, 1, OPEN_EVAL, DT_EINVAL, "data: eval: \"eval_data\" is not set");
-    snprintf(job.eval_data, sizeof job.eval_data, "%s", missing);
+    snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", missing);
     expect_code(&job, 0, 1, OPEN_EVAL, DT_ENOTFOUND, "missing.csv: open:");
-    strcpy(job.scale, "standardize"); /* the training file is read first */
-    job.train_data[0] = '\0';
+    job.data.scale = DT_SCALE_STANDARDIZE; /* the training file is read first */
+    job.data.train_data[0] = '\0';
     expect_code(&job, 0, 1, OPEN_EVAL, DT_EINVAL, "data: \"train_data\" is not set");
-    dt_job line = job_of("line", 1, 10, 0, 1);
+    dt_job line = job_of(DT_DATA_LINE, 1, 10, 0, 1);
     expect_code(&line, 0, 1, OPEN_EVAL, DT_EINVAL,
                 "data: eval: the \"line\" source has no held-out set");
 
@@ -799,8 +801,8 @@ START_TEST(test_file_errors) {
     ck_assert_uint_eq(fwrite("\0\0\x08\x01\0\0\0\x01", 1, 8, f), 8); /* a labels header */
     ck_assert_int_eq(fclose(f), 0);
     ck_assert_int_eq(dt_test_write_file(lab, "x"), 0);
-    job = file_job("idx", img, 6);
-    snprintf(job.train_labels, sizeof job.train_labels, "%s", lab);
+    job = file_job(DT_DATA_IDX, img, 6);
+    snprintf(job.data.train_labels, sizeof job.data.train_labels, "%s", lab);
     expect_code(&job, 0, 1, OPEN_TRAIN, DT_ECORRUPT, "img: bad magic number: expected 0x00000803");
     dt_test_tempdir_free(dir);
 }
@@ -831,13 +833,14 @@ static void write_svm(const char *path, int n, int F, float shift, int labeled) 
  * the seed and the size only), and the unlabeled set has no y anywhere. */
 static void same_features_as(const dt_job *job, const char *bare, int rows) {
     dt_job unlabeled = *job;
-    if (bare) snprintf(unlabeled.eval_data, sizeof unlabeled.eval_data, "%s", bare);
-    unlabeled.eval_labels[0] = '\0';
+    if (bare) snprintf(unlabeled.data.eval_data, sizeof unlabeled.data.eval_data, "%s", bare);
+    unlabeled.data.eval_labels[0] = '\0';
     dt_dataset *with = NULL, *without = NULL;
     dt_err err = {0};
-    ck_assert_msg(dt_data_open_eval(job, &with, &err) == 0, "%s: %s", job->scale, err.msg);
-    ck_assert_msg(dt_data_open_unlabeled(&unlabeled, &without, &err) == 0, "%s: %s", job->scale,
-                  err.msg);
+    ck_assert_msg(dt_job_open_eval(job, &with, &err) == 0, "%s: %s",
+                  dt_scale_names[job->data.scale], err.msg);
+    ck_assert_msg(dt_job_open_unlabeled(&unlabeled, &without, &err) == 0, "%s: %s",
+                  dt_scale_names[job->data.scale], err.msg);
     ck_assert_int_eq(dt_data_total(without), rows);
     ck_assert_int_eq(dt_data_size(without), rows); /* not sharded */
     dt_batch a, b;
@@ -850,7 +853,7 @@ static void same_features_as(const dt_job *job, const char *bare, int rows) {
     ck_assert_ptr_null(b.y);
     for (int k = 0; k < rows * a.cols; k++)
         ck_assert_msg(memcmp(&a.x[k], &b.x[k], sizeof(float)) == 0, "%s: value %d: %.9g vs %.9g",
-                      job->scale, k, (double)a.x[k], (double)b.x[k]);
+                      dt_scale_names[job->data.scale], k, (double)a.x[k], (double)b.x[k]);
     int batches = 0;
     while (dt_data_epoch(without) == 0) {
         ck_assert_int_eq(dt_data_next(with, 3, &a, NULL), 0);
@@ -871,7 +874,7 @@ static void same_features_as(const dt_job *job, const char *bare, int rows) {
 static dt_dataset *unlabeled_ok(const dt_job *job, dt_batch *all) {
     dt_dataset *ds = NULL;
     dt_err err = {0};
-    ck_assert_msg(dt_data_open_unlabeled(job, &ds, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_job_open_unlabeled(job, &ds, &err) == 0, "%s", err.msg);
     ck_assert_msg(dt_data_all(ds, all, &err) == 0, "%s", err.msg);
     ck_assert_ptr_null(all->y);
     return ds;
@@ -879,11 +882,11 @@ static dt_dataset *unlabeled_ok(const dt_job *job, dt_batch *all) {
 
 /* same_features_as under each scaling: none, divide (by 4) and standardize. */
 static void same_features(const dt_job *job, const char *bare, int rows) {
-    static const char *const scales[] = {"none", "divide", "standardize"};
+    static const dt_scale scales[] = {DT_SCALE_NONE, DT_SCALE_DIVIDE, DT_SCALE_STANDARDIZE};
     dt_job scaled = *job;
-    scaled.scale_divisor = 4;
+    scaled.data.scale_divisor = 4;
     for (int sc = 0; sc < 3; sc++) {
-        snprintf(scaled.scale, sizeof scaled.scale, "%s", scales[sc]);
+        scaled.data.scale = scales[sc];
         same_features_as(&scaled, bare, rows);
     }
 }
@@ -899,11 +902,11 @@ START_TEST(test_unlabeled_same_features) {
     write_csv(train, N, F, -1, 0);
     write_csv(eval, M, F, -1, shift);
     write_csv_as(bare, M, F, -1, shift, 0);
-    dt_job job = file_job("csv", train, F);
-    snprintf(job.eval_data, sizeof job.eval_data, "%s", eval);
+    dt_job job = file_job(DT_DATA_CSV, train, F);
+    snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", eval);
     same_features(&job, bare, M);
     /* The label column by index: the bare file has one column fewer. */
-    strcpy(job.label_column, "0");
+    strcpy(job.data.label_column, "0");
     same_features(&job, bare, M);
 
     /* libsvm: the same rows with and without a label first. */
@@ -913,19 +916,19 @@ START_TEST(test_unlabeled_same_features) {
     write_svm(train, N, F, 0, 1);
     write_svm(eval, M, F, shift, 1);
     write_svm(bare, M, F, shift, 0);
-    job = file_job("libsvm", train, F);
-    snprintf(job.eval_data, sizeof job.eval_data, "%s", eval);
+    job = file_job(DT_DATA_LIBSVM, train, F);
+    snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", eval);
     same_features(&job, bare, M);
 
     /* idx: the fixture's images with and without their labels file. */
     job = idx_fixture_job();
-    snprintf(job.eval_data, sizeof job.eval_data, "%s", job.train_data);
-    snprintf(job.eval_labels, sizeof job.eval_labels, "%s", job.train_labels);
+    snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", job.data.train_data);
+    snprintf(job.data.eval_labels, sizeof job.data.eval_labels, "%s", job.data.train_labels);
     same_features(&job, NULL, 3);
     /* Divided, the values are the pixels / 255 (image 2 holds 250..255). */
-    job.eval_labels[0] = '\0';
-    strcpy(job.scale, "divide");
-    job.scale_divisor = 255;
+    job.data.eval_labels[0] = '\0';
+    job.data.scale = DT_SCALE_DIVIDE;
+    job.data.scale_divisor = 255;
     dt_batch all;
     dt_dataset *ds = unlabeled_ok(&job, &all);
     ck_assert_int_eq(all.rows, 3);
@@ -946,34 +949,34 @@ START_TEST(test_unlabeled_errors) {
     const char *train = file_in(dir, "train.csv"), *bare = file_in(dir, "bare.csv");
     write_csv(train, 5, F, -1, 0);
     write_csv_as(bare, 5, F, -1, 0, 0);
-    dt_job job = file_job("csv", train, F);
+    dt_job job = file_job(DT_DATA_CSV, train, F);
     /* A labeled file, the label column named or by index. */
-    snprintf(job.eval_data, sizeof job.eval_data, "%s", train);
+    snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", train);
     expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
                 "train.csv:1: column 0 is \"target\", the label column, but the file is read "
                 "without labels");
-    strcpy(job.label_column, "0");
+    strcpy(job.data.label_column, "0");
     expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
                 "train.csv:1: the header has 4 columns, but without labels there is one per "
                 "feature and \"num_features\" is 3 (one more: a label column?)");
     /* A row with one field too many: a label? */
     const char *extra = file_in(dir, "extra.csv");
     ck_assert_int_eq(dt_test_write_file(extra, "a,b,c\n1,2,3\n\n4,5,6\n0,7,8,9\n"), 0);
-    snprintf(job.eval_data, sizeof job.eval_data, "%s", extra);
+    snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", extra);
     expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
                 "extra.csv:5: 4 fields, but the header has 3");
     /* The training file keeps its labels: standardize reads it with them. */
-    snprintf(job.eval_data, sizeof job.eval_data, "%s", bare);
-    strcpy(job.label_column, "target");
-    strcpy(job.scale, "standardize");
-    snprintf(job.train_data, sizeof job.train_data, "%s", bare);
+    snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", bare);
+    strcpy(job.data.label_column, "target");
+    job.data.scale = DT_SCALE_STANDARDIZE;
+    snprintf(job.data.train_data, sizeof job.data.train_data, "%s", bare);
     expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
                 "bare.csv:1: no column named \"target\" in the header");
-    job = file_job("csv", train, F);
+    job = file_job(DT_DATA_CSV, train, F);
     expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL, "data: eval: \"eval_data\" is not set");
-    snprintf(job.eval_data, sizeof job.eval_data, "%s", file_in(dir, "missing.csv"));
+    snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", file_in(dir, "missing.csv"));
     expect_code(&job, 0, 1, OPEN_UNLABELED, DT_ENOTFOUND, "missing.csv: open:");
-    dt_job line = job_of("line", 1, 10, 0, 1);
+    dt_job line = job_of(DT_DATA_LINE, 1, 10, 0, 1);
     expect_code(&line, 0, 1, OPEN_UNLABELED, DT_EINVAL,
                 "data: eval: the \"line\" source has no held-out set");
 
@@ -981,11 +984,11 @@ START_TEST(test_unlabeled_errors) {
      * skip_bad_rows, the rest reads without labels. */
     const char *svm = file_in(dir, "u.svm");
     ck_assert_int_eq(dt_test_write_file(svm, "1:1 2:1\n\n0 1:1\nqid:2 3:-1\n"), 0);
-    job = file_job("libsvm", train, F);
-    snprintf(job.eval_data, sizeof job.eval_data, "%s", svm);
+    job = file_job(DT_DATA_LIBSVM, train, F);
+    snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", svm);
     expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
                 "u.svm:3: \"0\" is not index:value (a label? the file is read without labels)");
-    job.skip_bad_rows = 1;
+    job.data.skip_bad_rows = 1;
     dt_batch all;
     dt_dataset *ds = unlabeled_ok(&job, &all);
     ck_assert_int_eq(all.rows, 2);
@@ -998,12 +1001,12 @@ START_TEST(test_unlabeled_errors) {
     const char *img = file_in(dir, "img"), *lab = file_in(dir, "lab");
     ck_assert_int_eq(dt_test_write_file(img, "x"), 0);
     ck_assert_int_eq(dt_test_write_file(lab, "x"), 0);
-    job = file_job("idx", img, 6);
-    snprintf(job.eval_data, sizeof job.eval_data, "%s", img);
-    snprintf(job.eval_labels, sizeof job.eval_labels, "%s", lab);
+    job = file_job(DT_DATA_IDX, img, 6);
+    snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", img);
+    snprintf(job.data.eval_labels, sizeof job.data.eval_labels, "%s", lab);
     expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
                 "given, but the images are read without labels");
-    job.eval_labels[0] = '\0';
+    job.data.eval_labels[0] = '\0';
     expect_code(&job, 0, 1, OPEN_UNLABELED, DT_ECORRUPT, "img: ");
     dt_test_tempdir_free(dir);
 }

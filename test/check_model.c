@@ -15,19 +15,29 @@
 #include <string.h>
 
 #include "data.h"
+#include "job.h"
 #include "lstsq.h"
 #include "model.h"
 #include "optim.h"
 #include "suites.h"
 
+/* The kind named model in the job's names; an unknown name gives a kind
+ * past the last, which the model module must refuse. */
+static dt_model_kind kind_named(const char *model) {
+    int k = 0;
+    while (dt_model_kind_names[k] && strcmp(dt_model_kind_names[k], model) != 0)
+        k++;
+    return (dt_model_kind)(dt_model_kind_names[k] ? k : 99);
+}
+
 static dt_job job_of(const char *model, int features, uint64_t seed) {
     dt_job job;
     memset(&job, 0, sizeof job);
-    strcpy(job.model, model);
-    strcpy(job.data, "line");
-    job.num_features = features;
-    job.num_classes = 2;
-    job.num_examples = 100;
+    job.model.kind = kind_named(model);
+    job.data.source = DT_DATA_LINE;
+    job.model.num_features = features;
+    job.model.num_classes = 2;
+    job.data.num_examples = 100;
     job.seed = seed;
     job.batch_size = 10;
     return job;
@@ -35,10 +45,10 @@ static dt_job job_of(const char *model, int features, uint64_t seed) {
 
 static dt_job mlp_of(int features, int classes, int num_hidden, const int *hidden, uint64_t seed) {
     dt_job job = job_of("mlp", features, seed);
-    job.num_classes = classes;
-    job.num_hidden = num_hidden;
+    job.model.num_classes = classes;
+    job.model.num_hidden = num_hidden;
     for (int i = 0; i < num_hidden; i++)
-        job.hidden[i] = hidden[i];
+        job.model.hidden[i] = hidden[i];
     return job;
 }
 
@@ -47,14 +57,14 @@ static void vars_of(const dt_job *job, dt_tensors *ts) {
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int count = -1;
     dt_err err = {0};
-    ck_assert_msg(dt_model_specs(job, specs, &count, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_model_specs(&job->model, specs, &count, &err) == 0, "%s", err.msg);
     ck_assert_msg(dt_tensors_init(ts, specs, count, &err) == 0, "%s", err.msg);
 }
 
 static dt_model *model_of(const dt_job *job) {
     dt_model *m = NULL;
     dt_err err = {0};
-    ck_assert_msg(dt_model_new(job, &m, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_model_new(&job->model, &m, &err) == 0, "%s", err.msg);
     ck_assert_ptr_nonnull(m);
     return m;
 }
@@ -93,7 +103,7 @@ START_TEST(test_specs) {
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int count = -1;
     dt_err err = {0};
-    ck_assert_int_eq(dt_model_specs(&job, specs, &count, &err), 0);
+    ck_assert_int_eq(dt_model_specs(&job.model, specs, &count, &err), 0);
     ck_assert_int_eq(count, 2);
     ck_assert_str_eq(specs[0].name, "linear/weight");
     ck_assert_int_eq(specs[0].dtype, DT_DTYPE_F32);
@@ -109,11 +119,11 @@ START_TEST(test_specs) {
     ck_assert_uint_eq(specs[1].nbytes, 4);
 
     char buf[64];
-    dt_model_describe(&job, buf, sizeof buf);
+    dt_model_describe(&job.model, buf, sizeof buf);
     ck_assert_str_eq(buf, "linear features=5 l2=0");
-    dt_model_describe(&job, buf, 7); /* truncates, stays terminated */
+    dt_model_describe(&job.model, buf, 7); /* truncates, stays terminated */
     ck_assert_str_eq(buf, "linear");
-    dt_model_describe(&job, buf, 1);
+    dt_model_describe(&job.model, buf, 1);
     ck_assert_str_eq(buf, "");
 }
 END_TEST
@@ -126,31 +136,31 @@ START_TEST(test_specs_models) {
     char buf[128];
 
     dt_job job = job_of("logistic", 7, 1);
-    ck_assert_int_eq(dt_model_specs(&job, s, &count, &err), 0);
+    ck_assert_int_eq(dt_model_specs(&job.model, s, &count, &err), 0);
     ck_assert_int_eq(count, 2);
     ck_assert_str_eq(s[0].name, "logistic/weight");
     ck_assert(s[0].ndim == 2 && s[0].shape[0] == 7 && s[0].shape[1] == 1);
     ck_assert_str_eq(s[1].name, "logistic/bias");
     ck_assert(s[1].ndim == 1 && s[1].shape[0] == 1);
-    dt_model_describe(&job, buf, sizeof buf);
+    dt_model_describe(&job.model, buf, sizeof buf);
     ck_assert_str_eq(buf, "logistic features=7 classes=2 l2=0");
 
     job = job_of("softmax", 7, 1);
-    job.num_classes = 4;
-    job.l2 = 0.001;
-    ck_assert_int_eq(dt_model_specs(&job, s, &count, &err), 0);
+    job.model.num_classes = 4;
+    job.model.l2 = 0.001;
+    ck_assert_int_eq(dt_model_specs(&job.model, s, &count, &err), 0);
     ck_assert_int_eq(count, 2);
     ck_assert_str_eq(s[0].name, "softmax/weight");
     ck_assert(s[0].ndim == 2 && s[0].shape[0] == 7 && s[0].shape[1] == 4);
     ck_assert_uint_eq(s[0].nbytes, 7 * 4 * 4);
     ck_assert_str_eq(s[1].name, "softmax/bias");
     ck_assert(s[1].ndim == 1 && s[1].shape[0] == 4);
-    dt_model_describe(&job, buf, sizeof buf);
+    dt_model_describe(&job.model, buf, sizeof buf);
     ck_assert_str_eq(buf, "softmax features=7 classes=4 l2=0.001");
 
     const int hidden[] = {256, 128};
     job = mlp_of(784, 10, 2, hidden, 1);
-    ck_assert_int_eq(dt_model_specs(&job, s, &count, &err), 0);
+    ck_assert_int_eq(dt_model_specs(&job.model, s, &count, &err), 0);
     ck_assert_int_eq(count, 6);
     static const char *const names[] = {"layer0/weight", "layer0/bias",   "layer1/weight",
                                         "layer1/bias",   "layer2/weight", "layer2/bias"};
@@ -162,7 +172,7 @@ START_TEST(test_specs_models) {
         ck_assert_int_eq(s[i].shape[0], rows[i]);
         if (cols[i]) ck_assert_int_eq(s[i].shape[1], cols[i]);
     }
-    dt_model_describe(&job, buf, sizeof buf);
+    dt_model_describe(&job.model, buf, sizeof buf);
     ck_assert_str_eq(buf, "mlp features=784 hidden=256,128 classes=10 l2=0");
 
     /* The deepest mlp fits DT_MODEL_MAX_VARS. */
@@ -170,7 +180,7 @@ START_TEST(test_specs_models) {
     for (int i = 0; i < DT_MAX_HIDDEN; i++)
         deep[i] = 3 + i;
     job = mlp_of(2, 3, DT_MAX_HIDDEN, deep, 1);
-    ck_assert_int_eq(dt_model_specs(&job, s, &count, &err), 0);
+    ck_assert_int_eq(dt_model_specs(&job.model, s, &count, &err), 0);
     ck_assert_int_eq(count, DT_MODEL_MAX_VARS);
     ck_assert_int_eq(s[DT_MODEL_MAX_VARS - 2].shape[0], 3 + DT_MAX_HIDDEN - 1);
     ck_assert_int_eq(s[DT_MODEL_MAX_VARS - 2].shape[1], 3);
@@ -191,45 +201,44 @@ static void refused(const dt_job *job, const char *want) {
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int count = -1;
     dt_err err = {0};
-    ck_assert_int_eq(dt_model_specs(job, specs, &count, &err), DT_EINVAL);
+    ck_assert_int_eq(dt_model_specs(&job->model, specs, &count, &err), DT_EINVAL);
     ck_assert_str_eq(err.msg, want);
     ck_assert_int_eq(count, 0);
     dt_model *m = (dt_model *)&count; /* must be reset to NULL */
     dt_err_clear(&err);
-    ck_assert_int_eq(dt_model_new(job, &m, &err), DT_EINVAL);
+    ck_assert_int_eq(dt_model_new(&job->model, &m, &err), DT_EINVAL);
     ck_assert_str_eq(err.msg, want);
     ck_assert_ptr_null(m);
-    ck_assert_int_eq(dt_model_specs(job, specs, &count, NULL), DT_EINVAL);
+    ck_assert_int_eq(dt_model_specs(&job->model, specs, &count, NULL), DT_EINVAL);
 }
 
 START_TEST(test_specs_errors) {
     dt_job job = job_of("cnn", 5, 1);
-    refused(&job,
-            "model: \"model\": unknown model \"cnn\" (want linear, logistic, softmax or mlp)");
-    /* A name that fills the field without a NUL is read no further. */
-    memset(job.model, 'x', sizeof job.model);
+    refused(&job, "model: \"model\": unknown model kind 99");
+    /* A negative kind is out of range too, and describe stays bounded. */
+    job.model.kind = (dt_model_kind)-1;
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int count = -1;
     dt_err err = {0};
-    ck_assert_int_eq(dt_model_specs(&job, specs, &count, &err), DT_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err.msg, "unknown model"));
+    ck_assert_int_eq(dt_model_specs(&job.model, specs, &count, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "unknown model kind -1"));
     char buf[80];
-    dt_model_describe(&job, buf, sizeof buf); /* still bounded */
-    ck_assert_int_eq(strncmp(buf, job.model, sizeof job.model), 0);
+    dt_model_describe(&job.model, buf, sizeof buf);
+    ck_assert_str_eq(buf, "unknown features=5 classes=2 l2=0");
 
     job = job_of("linear", 0, 1);
     refused(&job, "model: \"num_features\" must be >= 1 (got 0)");
     job = job_of("softmax", 3, 1);
-    job.num_classes = 1;
+    job.model.num_classes = 1;
     refused(&job, "model: softmax: \"classes\" must be >= 2 (got 1)");
     job = job_of("logistic", 3, 1);
-    job.num_classes = 3;
+    job.model.num_classes = 3;
     refused(&job, "model: logistic: \"classes\" must be 2, logistic regression is binary (got 3); "
                   "use softmax for more");
     job = job_of("linear", 3, 1);
-    job.l2 = -0.5;
+    job.model.l2 = -0.5;
     refused(&job, "model: \"l2\" must be a finite number >= 0 (got -0.5)");
-    job.l2 = NAN;
+    job.model.l2 = NAN;
     refused(&job, "model: \"l2\" must be a finite number >= 0 (got nan)");
 
     const int hidden[] = {4, 0};
@@ -237,7 +246,7 @@ START_TEST(test_specs_errors) {
     refused(&job, "model: mlp: \"classes\" must be >= 2 (got 1)");
     job = mlp_of(3, 2, 0, hidden, 1);
     refused(&job, "model: mlp: \"hidden\" must list 1 to 8 layer sizes (got 0)");
-    job.num_hidden = DT_MAX_HIDDEN + 1;
+    job.model.num_hidden = DT_MAX_HIDDEN + 1;
     refused(&job, "model: mlp: \"hidden\" must list 1 to 8 layer sizes (got 9)");
     job = mlp_of(3, 2, 2, hidden, 1);
     refused(&job, "model: mlp: \"hidden\"[1] must be >= 1 (got 0)");
@@ -256,13 +265,13 @@ START_TEST(test_init) {
     vars_of(&job, &a);
     vars_of(&job, &b);
     bias(&a)[0] = bias(&b)[0] = 9.0f; /* init must reset it */
-    dt_model_init(&job, &a);
-    dt_model_init(&job, &b);
+    dt_model_init(&job.model, job.seed, &a);
+    dt_model_init(&job.model, job.seed, &b);
     ck_assert_int_eq(memcmp(a.slab, b.slab, a.slab_bytes), 0);
     ck_assert_float_eq(bias(&a)[0], 0.0f);
     job.seed = 22;
     vars_of(&job, &c);
-    dt_model_init(&job, &c);
+    dt_model_init(&job.model, job.seed, &c);
     int differ = 0;
     double sum = 0, sum_sq = 0;
     for (int j = 0; j < F; j++) {
@@ -300,8 +309,8 @@ START_TEST(test_init_mlp) {
     vars_of(&job, &b);
     for (int i = 0; i < 6; i += 2)
         item(&a, i + 1)[0] = 5.0f; /* biases must be reset */
-    dt_model_init(&job, &a);
-    dt_model_init(&job, &b);
+    dt_model_init(&job.model, job.seed, &a);
+    dt_model_init(&job.model, job.seed, &b);
     ck_assert_int_eq(memcmp(a.slab, b.slab, a.slab_bytes), 0);
     /* He for the ReLU layers (2 / fan_in), 1 / fan_in for the output layer. */
     static const double want_var[] = {2.0 / 200, 2.0 / 300, 1.0 / 300};
@@ -330,13 +339,13 @@ START_TEST(test_init_mlp) {
     const int one[] = {300};
     dt_job shallow = mlp_of(200, 10, 1, one, 7);
     vars_of(&shallow, &c);
-    dt_model_init(&shallow, &c);
+    dt_model_init(&shallow.model, shallow.seed, &c);
     ck_assert_int_eq(memcmp(item(&a, 0), item(&c, 0), a.items[0].nbytes), 0);
     dt_tensors_deinit(&c);
     /* Another seed, other values. */
     job.seed = 8;
     vars_of(&job, &c);
-    dt_model_init(&job, &c);
+    dt_model_init(&job.model, job.seed, &c);
     int differ = 0;
     for (int j = 0; j < 1000; j++)
         differ += item(&a, 2)[j] != item(&c, 2)[j];
@@ -352,12 +361,12 @@ START_TEST(test_init_apart_from_data) {
      * with the same seed are not (a multiple of) the initial weights. */
     const int F = 64;
     dt_job job = job_of("linear", F, 5);
-    strcpy(job.data, "wide");
+    job.data.source = DT_DATA_WIDE;
     dt_dataset *ds = NULL;
-    ck_assert_int_eq(dt_data_open(&job, 0, 1, &ds, NULL), 0);
+    ck_assert_int_eq(dt_job_open_data(&job, 0, 1, &ds, NULL), 0);
     dt_tensors v;
     vars_of(&job, &v);
-    dt_model_init(&job, &v);
+    dt_model_init(&job.model, job.seed, &v);
     const float *w_true = dt_data_true_weights(ds);
     double dot = 0, n1 = 0, n2 = 0;
     for (int j = 0; j < F; j++) {
@@ -416,7 +425,7 @@ START_TEST(test_loss_golden) {
     /* With L2 0.5: + 0.25 * (1 + 4) on the loss, + 0.5 W on dW, db as is;
      * evaluation leaves the penalty out. */
     dt_model_free(m);
-    job.l2 = 0.5;
+    job.model.l2 = 0.5;
     m = model_of(&job);
     ck_assert_int_eq(dt_model_loss_grad(m, &v, &b, &g, &loss, &err), 0);
     ck_assert_double_eq_tol(loss, 8.25 + 1.25, 1e-6);
@@ -440,7 +449,7 @@ START_TEST(test_softmax_golden) {
      *     f = 0: x = (1, 0, 1, 2): (1/4)(4/3 - (1, 1, 2)) = (1/12, 1/12, -1/6)
      *     f = 1: x = (0, 1, 1, 0): (1/4)(2/3 - (0, 2, 0)) = (1/6, -1/3, 1/6) */
     dt_job job = job_of("softmax", 2, 1);
-    job.num_classes = 3;
+    job.model.num_classes = 3;
     dt_tensors v, g;
     vars_of(&job, &v);
     vars_of(&job, &g);
@@ -564,7 +573,7 @@ START_TEST(test_mlp_golden) {
     ck_assert_double_eq_tol(loss, log(2.0), 1e-7);
     dt_model_free(m);
 
-    job.l2 = 0.5;
+    job.model.l2 = 0.5;
     m = model_of(&job);
     item(&v, 0)[0] = 2;
     item(&v, 1)[0] = -1;
@@ -615,7 +624,7 @@ START_TEST(test_stable) {
     dt_tensors_deinit(&g);
 
     job = job_of("softmax", 1, 1);
-    job.num_classes = 3;
+    job.model.num_classes = 3;
     vars_of(&job, &v);
     vars_of(&job, &g);
     m = model_of(&job);
@@ -650,7 +659,7 @@ static void check_fd(int F, int B, uint64_t seed) {
     dt_tensors v, g;
     vars_of(&job, &v);
     vars_of(&job, &g);
-    dt_model_init(&job, &v);
+    dt_model_init(&job.model, job.seed, &v);
     dt_model *m = model_of(&job);
     uint64_t st = seed;
     bias(&v)[0] = (float)uniform(&st);
@@ -717,9 +726,9 @@ typedef struct {
 
 static void ref_of(const dt_job *job, const dt_tensors *v, ref_net *r) {
     memset(r, 0, sizeof *r);
-    r->head = strcmp(job->model, "linear") == 0 ? 0 : strcmp(job->model, "logistic") == 0 ? 1 : 2;
+    r->head = job->model.kind == DT_MODEL_LINEAR ? 0 : job->model.kind == DT_MODEL_LOGISTIC ? 1 : 2;
     r->num_layers = v->count / 2;
-    r->l2 = job->l2;
+    r->l2 = job->model.l2;
     r->dims[0] = (int)v->items[0].shape[0];
     for (int l = 0; l < r->num_layers; l++) {
         r->dims[l + 1] = (int)v->items[2 * l].shape[1];
@@ -785,12 +794,12 @@ static void check_fd_model(dt_job job, int B, uint64_t seed) {
     dt_tensors v, g;
     vars_of(&job, &v);
     vars_of(&job, &g);
-    dt_model_init(&job, &v);
+    dt_model_init(&job.model, job.seed, &v);
     uint64_t st = seed;
     for (int i = 1; i < v.count; i += 2)
         for (int64_t j = 0; j < dt_tensor_numel(&v.items[i]); j++)
             item(&v, i)[j] = (float)(0.5 * uniform(&st));
-    const int F = job.num_features;
+    const int F = job.model.num_features;
     float *x = malloc((size_t)B * F * sizeof *x), *y = malloc((size_t)B * sizeof *y);
     ck_assert(x && y);
     for (int i = 0; i < B * F; i++)
@@ -809,7 +818,7 @@ static void check_fd_model(dt_job job, int B, uint64_t seed) {
     ck_assert_msg(dt_model_loss_grad(m, &v, &b, &g, &loss, &err) == 0, "%s", err.msg);
     double want = ref_loss(&r, x, y, B);
     ck_assert_msg(fabs(loss - want) <= 1e-5 * (1 + fabs(want)), "%s l2 %g: loss %.9g want %.9g",
-                  job.model, job.l2, loss, want);
+                  dt_model_kind_names[job.model.kind], job.model.l2, loss, want);
 
     /* The ReLU kinks are why h is small: a step across one would break the
      * difference; the reference is in double, so rounding stays far below. */
@@ -825,8 +834,9 @@ static void check_fd_model(dt_job job, int B, uint64_t seed) {
             r.theta[k] = keep;
             double fd = (up - down) / (2 * h), got = item(&g, i)[j];
             ck_assert_msg(fabs(got - fd) <= 1e-4 + 1e-3 * fabs(fd),
-                          "%s l2 %g: d %s[%lld] = %.7g, finite difference %.7g", job.model, job.l2,
-                          g.items[i].name, (long long)j, got, fd);
+                          "%s l2 %g: d %s[%lld] = %.7g, finite difference %.7g",
+                          dt_model_kind_names[job.model.kind], job.model.l2, g.items[i].name,
+                          (long long)j, got, fd);
         }
     }
     free(r.theta);
@@ -841,27 +851,27 @@ START_TEST(test_grad_fd_models) {
     static const double l2s[] = {0, 0.3};
     for (int i = 0; i < 2; i++) {
         dt_job job = job_of("linear", 4, 11);
-        job.l2 = l2s[i];
+        job.model.l2 = l2s[i];
         check_fd_model(job, 7, 11);
         job = job_of("logistic", 5, 12);
-        job.l2 = l2s[i];
+        job.model.l2 = l2s[i];
         check_fd_model(job, 9, 12);
         job = job_of("softmax", 4, 13);
-        job.num_classes = 3;
-        job.l2 = l2s[i];
+        job.model.num_classes = 3;
+        job.model.l2 = l2s[i];
         check_fd_model(job, 8, 13);
         const int one[] = {6}, two[] = {5, 3}, three[] = {7, 4, 6};
         job = mlp_of(4, 3, 1, one, 14);
-        job.l2 = l2s[i];
+        job.model.l2 = l2s[i];
         check_fd_model(job, 6, 14);
         job = mlp_of(4, 3, 2, two, 15);
-        job.l2 = l2s[i];
+        job.model.l2 = l2s[i];
         check_fd_model(job, 7, 15);
         job = mlp_of(3, 2, 3, three, 16);
-        job.l2 = l2s[i];
+        job.model.l2 = l2s[i];
         check_fd_model(job, 5, 16);
         job = mlp_of(6, 4, 1, one, 17); /* one row */
-        job.l2 = l2s[i];
+        job.model.l2 = l2s[i];
         check_fd_model(job, 1, 17);
     }
 }
@@ -887,10 +897,10 @@ START_TEST(test_evaluate_chunks) {
     const int F = 12, K = 5, n = 1000;
     const int hidden[] = {32, 16};
     dt_job job = mlp_of(F, K, 2, hidden, 3);
-    job.l2 = 0.01;
+    job.model.l2 = 0.01;
     dt_tensors v;
     vars_of(&job, &v);
-    dt_model_init(&job, &v);
+    dt_model_init(&job.model, job.seed, &v);
     float *x, *y;
     random_batch(n, F, K, 99, &x, &y);
     dt_batch b = {.rows = n, .cols = F, .x = x, .y = y};
@@ -954,7 +964,7 @@ START_TEST(test_buffers_grow) {
     vars_of(&job, &v);
     vars_of(&job, &g1);
     vars_of(&job, &g2);
-    dt_model_init(&job, &v);
+    dt_model_init(&job.model, job.seed, &v);
     float *x, *y;
     random_batch(50, F, K, 5, &x, &y);
     dt_batch small = {.rows = 5, .cols = F, .x = x, .y = y};
@@ -1071,8 +1081,8 @@ static void bad_label(const dt_job *job, float label, const char *want) {
     vars_of(job, &g);
     dt_model *m = model_of(job);
     float x[4 * 8] = {0}, y[4] = {0, 1, label, 0};
-    ck_assert_int_le(job->num_features, 8);
-    dt_batch b = {.rows = 4, .cols = job->num_features, .x = x, .y = y};
+    ck_assert_int_le(job->model.num_features, 8);
+    dt_batch b = {.rows = 4, .cols = job->model.num_features, .x = x, .y = y};
     double loss = 0, acc = 0;
     dt_err err = {0};
     ck_assert_int_eq(dt_model_loss_grad(m, &v, &b, &g, &loss, &err), DT_EINVAL);
@@ -1093,7 +1103,7 @@ static void bad_label(const dt_job *job, float label, const char *want) {
 
 START_TEST(test_label_errors) {
     dt_job job = job_of("softmax", 2, 1);
-    job.num_classes = 3;
+    job.model.num_classes = 3;
     bad_label(&job, 3,
               "model: softmax: batch row 2: label 3 is not a class (want an integer in 0..2)");
     bad_label(&job, -1,
@@ -1137,10 +1147,10 @@ START_TEST(test_lstsq) {
     /* The line data set recovers y = 2x, and the residuals are orthogonal
      * to (1, x) as least squares requires. */
     dt_job job = job_of("linear", 1, 8);
-    job.num_examples = 1000;
-    job.noise = 0.1;
+    job.data.num_examples = 1000;
+    job.data.noise = 0.1;
     dt_dataset *ds = NULL;
-    ck_assert_int_eq(dt_data_open(&job, 0, 1, &ds, NULL), 0);
+    ck_assert_int_eq(dt_job_open_data(&job, 0, 1, &ds, NULL), 0);
     dt_batch all;
     ck_assert_int_eq(dt_data_all(ds, &all, NULL), 0);
     ck_assert_int_eq(dt_test_lstsq_line(&all, &w, &c, &err), 0);
@@ -1176,16 +1186,16 @@ END_TEST
 START_TEST(test_sgd_reaches_lstsq) {
     /* data -> loss_grad -> optim, as a worker and a ps would run them. */
     dt_job job = job_of("linear", 1, 31);
-    job.num_examples = 200;
-    job.noise = 0.2;
+    job.data.num_examples = 200;
+    job.data.noise = 0.2;
     dt_optim_defaults(&job.optim);
     dt_dataset *ds = NULL;
     dt_err err = {0};
-    ck_assert_int_eq(dt_data_open(&job, 0, 1, &ds, &err), 0);
+    ck_assert_int_eq(dt_job_open_data(&job, 0, 1, &ds, &err), 0);
     dt_tensors v, g;
     vars_of(&job, &v);
     vars_of(&job, &g);
-    dt_model_init(&job, &v);
+    dt_model_init(&job.model, job.seed, &v);
     dt_model *m = model_of(&job);
     double first = 0, loss = 0;
     for (int step = 1; step <= 3000; step++) {
@@ -1251,7 +1261,7 @@ static double train_toy(dt_job job, int kind, int steps, double lr) {
     dt_tensors v, g;
     vars_of(&job, &v);
     vars_of(&job, &g);
-    dt_model_init(&job, &v);
+    dt_model_init(&job.model, job.seed, &v);
     dt_model *m = model_of(&job);
     dt_batch all = {.rows = N, .cols = 2, .x = x, .y = y};
     double first = 0, acc = 0, loss = 0;
@@ -1266,7 +1276,8 @@ static double train_toy(dt_job job, int kind, int steps, double lr) {
                            dt_tensor_numel(&v.items[k]));
     }
     ck_assert_int_eq(dt_model_evaluate(m, &v, &all, &loss, &acc, &err), 0);
-    ck_assert_msg(loss < first, "%s: loss %g, first %g", job.model, loss, first);
+    ck_assert_msg(loss < first, "%s: loss %g, first %g", dt_model_kind_names[job.model.kind], loss,
+                  first);
     dt_model_free(m);
     dt_tensors_deinit(&v);
     dt_tensors_deinit(&g);
@@ -1278,10 +1289,10 @@ START_TEST(test_sgd_separable) {
     double acc = train_toy(job, 0, 2000, 0.5);
     ck_assert_msg(acc == 1.0, "logistic: accuracy %g", acc);
     job = job_of("softmax", 2, 42);
-    job.num_classes = 2;
+    job.model.num_classes = 2;
     acc = train_toy(job, 0, 2000, 0.5);
     ck_assert_msg(acc == 1.0, "softmax, 2 classes: accuracy %g", acc);
-    job.num_classes = 3;
+    job.model.num_classes = 3;
     acc = train_toy(job, 1, 1000, 0.2);
     ck_assert_msg(acc == 1.0, "softmax, 3 classes: accuracy %g", acc);
     const int hidden[] = {16};
@@ -1289,7 +1300,7 @@ START_TEST(test_sgd_separable) {
     acc = train_toy(job, 1, 1000, 0.2);
     ck_assert_msg(acc == 1.0, "mlp, 3 classes: accuracy %g", acc);
     /* L2 keeps the weights small but not the separable set from being fit. */
-    job.l2 = 1e-3;
+    job.model.l2 = 1e-3;
     acc = train_toy(job, 1, 1000, 0.2);
     ck_assert_msg(acc == 1.0, "mlp with l2, 3 classes: accuracy %g", acc);
 }

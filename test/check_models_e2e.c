@@ -397,16 +397,16 @@ START_TEST(cli_bad_input) {
     /* A logistic checkpoint for the softmax job. */
     dt_job lj;
     dt_job_defaults(&lj);
-    snprintf(lj.model, sizeof lj.model, "logistic");
-    lj.num_features = 2;
+    lj.model.kind = DT_MODEL_LOGISTIC;
+    lj.model.num_features = 2;
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int count = 0;
     dt_err err = {0};
-    ck_assert_msg(dt_model_specs(&lj, specs, &count, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_model_specs(&lj.model, specs, &count, &err) == 0, "%s", err.msg);
     dt_tensors ts;
     ck_assert_msg(dt_tensors_init(&ts, specs, count, &err) == 0, "%s", err.msg);
     dt_ckpt_meta meta = {.global_step = 5};
-    dt_model_describe(&lj, meta.model, sizeof meta.model);
+    dt_model_describe(&lj.model, meta.model, sizeof meta.model);
     path_of("logistic.safetensors", other);
     ck_assert_msg(dt_ckpt_save(other, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_tensors_deinit(&ts);

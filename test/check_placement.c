@@ -77,8 +77,7 @@ static dt_ps_client *client_new(const fake_cluster *fc, const layout *l, int pla
     dt_ps_client_params p = {.cluster = &fc->cluster,
                              .worker = 0,
                              .timeout_ms = 1000,
-                             .placement = placement,
-                             .partition_min_bytes = min_bytes};
+                             .placement = {(dt_placement)placement, min_bytes}};
     dt_ps_client *c = NULL;
     dt_err err;
     dt_err_clear(&err);
@@ -382,8 +381,7 @@ START_TEST(test_errors) {
     dt_ps_client_params p = {.cluster = &fc.cluster,
                              .worker = 0,
                              .timeout_ms = 1000,
-                             .placement = DT_PLACE_GREEDY,
-                             .partition_min_bytes = 100};
+                             .placement = {DT_PLACE_GREEDY, 100}};
     dt_ps_client *c = (dt_ps_client *)(uintptr_t)1; /* must be reset to NULL */
     dt_err err;
     dt_err_clear(&err);
@@ -392,7 +390,7 @@ START_TEST(test_errors) {
     ck_assert_msg(strstr(err.msg, "too long to partition") && strstr(err.msg, "nnnn"),
                   "message: %s", err.msg);
     /* The same variable kept whole is fine. */
-    p.partition_min_bytes = 0;
+    p.placement.partition_min_bytes = 0;
     dt_err_clear(&err);
     ck_assert_msg(dt_ps_client_new(&p, &l.set, &c, &err) == 0, "%s", err.msg);
     dt_ps_client_free(c);

@@ -63,16 +63,16 @@ static void write_tmp(const char *name, const char *text, char *path) {
 
 /* A csv job on eval file `eval` (label column "label"), checked by
  * dt_job_finish as the command line does. */
-static dt_job job_of(const char *model, int features, int classes, const char *eval) {
+static dt_job job_of(dt_model_kind model, int features, int classes, const char *eval) {
     dt_job job;
     dt_job_defaults(&job);
-    snprintf(job.model, sizeof job.model, "%s", model);
-    snprintf(job.data, sizeof job.data, "csv");
-    job.num_features = features;
-    job.num_classes = classes;
-    snprintf(job.train_data, sizeof job.train_data, "%s", eval);
-    snprintf(job.eval_data, sizeof job.eval_data, "%s", eval);
-    snprintf(job.label_column, sizeof job.label_column, "label");
+    job.model.kind = model;
+    job.data.source = DT_DATA_CSV;
+    job.model.num_features = features;
+    job.model.num_classes = classes;
+    snprintf(job.data.train_data, sizeof job.data.train_data, "%s", eval);
+    snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", eval);
+    snprintf(job.data.label_column, sizeof job.data.label_column, "label");
     snprintf(job.log_dir, sizeof job.log_dir, "%s/logs", tmp);
     dt_err err = {0};
     ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
@@ -84,7 +84,7 @@ static void vars_of(const dt_job *job, const float *values, dt_tensors *ts) {
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int count = 0;
     dt_err err = {0};
-    ck_assert_msg(dt_model_specs(job, specs, &count, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_model_specs(&job->model, specs, &count, &err) == 0, "%s", err.msg);
     ck_assert_msg(dt_tensors_init(ts, specs, count, &err) == 0, "%s", err.msg);
     size_t off = 0;
     for (int i = 0; i < ts->count; i++) {
@@ -102,7 +102,7 @@ static void save_ckpt(const dt_job *job, const float *values, int64_t step, cons
     dt_ckpt_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = step;
-    dt_model_describe(job, meta.model, sizeof meta.model);
+    dt_model_describe(&job->model, meta.model, sizeof meta.model);
     path_of(name, path);
     dt_err err = {0};
     ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
@@ -270,7 +270,7 @@ static const int softmax_y[4] = {0, 1, 2, 0};
 START_TEST(softmax_eval_and_predict) {
     char data[PATH_CAP], ckpt[PATH_CAP], out[PATH_CAP];
     write_tmp("s.csv", softmax_csv, data);
-    dt_job job = job_of("softmax", 2, 3, data);
+    dt_job job = job_of(DT_MODEL_SOFTMAX, 2, 3, data);
     save_ckpt(&job, softmax_w, 1234, "s.safetensors", ckpt);
 
     double loss = 0, p[4][3];
@@ -309,7 +309,7 @@ END_TEST
 START_TEST(logistic_eval_and_predict) {
     char data[PATH_CAP], ckpt[PATH_CAP], out[PATH_CAP];
     write_tmp("l.csv", "label,x1,x2\n1,1,0\n0,-1,0\n0,0,1\n1,0,3\n", data);
-    dt_job job = job_of("logistic", 2, 2, data);
+    dt_job job = job_of(DT_MODEL_LOGISTIC, 2, 2, data);
     const float w[] = {2, -1, 0.5f};
     save_ckpt(&job, w, 7, "l.safetensors", ckpt);
     const double x[4][2] = {{1, 0}, {-1, 0}, {0, 1}, {0, 3}};
@@ -342,7 +342,7 @@ END_TEST
 START_TEST(linear_eval_and_predict) {
     char data[PATH_CAP], ckpt[PATH_CAP], out[PATH_CAP];
     write_tmp("r.csv", "x,label\n0,-1\n1,3\n2,4\n-1,-4\n", data);
-    dt_job job = job_of("linear", 1, 2, data);
+    dt_job job = job_of(DT_MODEL_LINEAR, 1, 2, data);
     const float w[] = {3, -1};
     save_ckpt(&job, w, 0, "r.safetensors", ckpt);
     /* preds -1, 2, 5, -4 against -1, 3, 4, -4: squared errors 0, 1, 1, 0. */
@@ -367,9 +367,9 @@ END_TEST
 START_TEST(mlp_eval_and_predict) {
     char data[PATH_CAP], ckpt[PATH_CAP], out[PATH_CAP];
     write_tmp("m.csv", "a,b,label\n1,1,0\n1,-1,1\n-1,1,1\n-1,-1,0\n0.5,0,1\n", data);
-    dt_job job = job_of("mlp", 2, 2, data);
-    job.num_hidden = 1;
-    job.hidden[0] = 3;
+    dt_job job = job_of(DT_MODEL_MLP, 2, 2, data);
+    job.model.num_hidden = 1;
+    job.model.hidden[0] = 3;
     /* W0 (2, 3), b0 (3), W1 (3, 2), b1 (2) */
     const float w[] = {1, -1, 0.5f, -1, 1, 0.5f, 0, 0, -0.25f, 1, -1, -1, 1, 0.5f, 0.5f, 0.1f, 0};
     save_ckpt(&job, w, 99, "m.safetensors", ckpt);
@@ -410,9 +410,9 @@ START_TEST(standardize_uses_training_statistics) {
     char train[PATH_CAP], data[PATH_CAP], ckpt[PATH_CAP], out[PATH_CAP];
     write_tmp("train.csv", "x,label\n0,0\n2,0\n4,1\n6,1\n", train);
     write_tmp("held.csv", "x,label\n3,1\n8,1\n", data);
-    dt_job job = job_of("logistic", 1, 2, data);
-    snprintf(job.train_data, sizeof job.train_data, "%s", train);
-    snprintf(job.scale, sizeof job.scale, "standardize");
+    dt_job job = job_of(DT_MODEL_LOGISTIC, 1, 2, data);
+    snprintf(job.data.train_data, sizeof job.data.train_data, "%s", train);
+    job.data.scale = DT_SCALE_STANDARDIZE;
     const float w[] = {2, -0.5f};
     save_ckpt(&job, w, 5, "z.safetensors", ckpt);
     double loss = 0, p1[2];
@@ -431,8 +431,8 @@ START_TEST(standardize_uses_training_statistics) {
     ck_assert_double_eq_tol(out_csv.v[1][0], p1[1], 1e-6);
 
     /* "divide" applies too: x / 4. */
-    snprintf(job.scale, sizeof job.scale, "divide");
-    job.scale_divisor = 4;
+    job.data.scale = DT_SCALE_DIVIDE;
+    job.data.scale_divisor = 4;
     r = eval_ok(&job, ckpt, NULL, NULL);
     double z0 = 2 * 0.75 - 0.5, z1 = 2 * 2.0 - 0.5;
     ck_assert_double_eq_tol(r.loss, (log1p(exp(z0)) - z0 + log1p(exp(z1)) - z1) / 2, TOL);
@@ -458,11 +458,11 @@ START_TEST(idx_data_and_labels) {
 
     char other[PATH_CAP];
     write_tmp("unused.csv", "label,a,b,c,d\n0,0,0,0,0\n", other);
-    dt_job job = job_of("softmax", 4, 3, other);
-    snprintf(job.data, sizeof job.data, "idx");
-    snprintf(job.scale, sizeof job.scale, "divide");
-    job.scale_divisor = 255;
-    job.eval_data[0] = '\0';
+    dt_job job = job_of(DT_MODEL_SOFTMAX, 4, 3, other);
+    job.data.source = DT_DATA_IDX;
+    job.data.scale = DT_SCALE_DIVIDE;
+    job.data.scale_divisor = 255;
+    job.data.eval_data[0] = '\0';
     /* W (4, 3): pixel j votes for class j (pixel 3 for class 2), 4 each. */
     float w[15] = {0};
     w[0 * 3 + 0] = 4;
@@ -491,7 +491,7 @@ END_TEST
 START_TEST(latest_checkpoint_of_log_dir) {
     char data[PATH_CAP], ckpt[PATH_CAP];
     write_tmp("s.csv", softmax_csv, data);
-    dt_job job = job_of("softmax", 2, 3, data);
+    dt_job job = job_of(DT_MODEL_SOFTMAX, 2, 3, data);
     eval_fails(&job, NULL, NULL, NULL, DT_ENOTFOUND, "eval: no checkpoint in", job.log_dir);
     dt_err err = {0};
     float zero[9] = {0};
@@ -536,7 +536,7 @@ START_TEST(many_rows) {
         used += (size_t)snprintf(text + used, cap - used, "%d,%d\n", i, i * 2);
     write_tmp("big.csv", text, data);
     free(text);
-    dt_job job = job_of("linear", 1, 2, data);
+    dt_job job = job_of(DT_MODEL_LINEAR, 1, 2, data);
     const float w[] = {2, 0.25f};
     save_ckpt(&job, w, 1, "big.safetensors", ckpt);
     path_of("big.out.csv", out);
@@ -571,10 +571,10 @@ END_TEST
 START_TEST(mismatched_checkpoints) {
     char data[PATH_CAP], ckpt[PATH_CAP];
     write_tmp("s.csv", softmax_csv, data);
-    dt_job job = job_of("softmax", 2, 3, data);
+    dt_job job = job_of(DT_MODEL_SOFTMAX, 2, 3, data);
 
     /* Another model: a logistic checkpoint for the softmax job. */
-    dt_job logistic = job_of("logistic", 2, 2, data);
+    dt_job logistic = job_of(DT_MODEL_LOGISTIC, 2, 2, data);
     const float lw[] = {1, 1, 0};
     save_ckpt(&logistic, lw, 1, "logistic.safetensors", ckpt);
     eval_fails(&job, ckpt, NULL, NULL, DT_EINVAL, "no variable \"softmax/weight\"",
@@ -583,7 +583,7 @@ START_TEST(mismatched_checkpoints) {
                "job's model \"softmax features=2 classes=3 l2=0\"");
 
     /* Another shape: 4 classes for the 3-class job. */
-    dt_job four = job_of("softmax", 2, 4, data);
+    dt_job four = job_of(DT_MODEL_SOFTMAX, 2, 4, data);
     float fw[12] = {0};
     save_ckpt(&four, fw, 1, "four.safetensors", ckpt);
     eval_fails(&job, ckpt, NULL, NULL, DT_EINVAL,
@@ -604,11 +604,11 @@ START_TEST(mismatched_checkpoints) {
                "(no model description)");
 
     /* A deeper MLP whose first layers fit: its extra layer is refused. */
-    dt_job deep = job_of("mlp", 2, 2, data), shallow = deep;
-    deep.num_hidden = 2;
-    deep.hidden[0] = deep.hidden[1] = 2;
-    shallow.num_hidden = 1;
-    shallow.hidden[0] = 2;
+    dt_job deep = job_of(DT_MODEL_MLP, 2, 2, data), shallow = deep;
+    deep.model.num_hidden = 2;
+    deep.model.hidden[0] = deep.model.hidden[1] = 2;
+    shallow.model.num_hidden = 1;
+    shallow.model.hidden[0] = 2;
     float dw[6 + 2 + 4 + 2 + 4 + 2] = {0};
     save_ckpt(&deep, dw, 1, "deep.safetensors", ckpt);
     eval_fails(&shallow, ckpt, NULL, NULL, DT_EINVAL, "holds \"layer2/weight\"", "does not have");
@@ -619,7 +619,7 @@ END_TEST
 START_TEST(slots_are_ignored) {
     char data[PATH_CAP], ckpt[PATH_CAP];
     write_tmp("s.csv", softmax_csv, data);
-    dt_job job = job_of("softmax", 2, 3, data);
+    dt_job job = job_of(DT_MODEL_SOFTMAX, 2, 3, data);
     dt_tensor specs[4] = {
         {.name = "softmax/weight", .dtype = DT_DTYPE_F32, .ndim = 2, .shape = {2, 3}},
         {.name = "softmax/bias", .dtype = DT_DTYPE_F32, .ndim = 1, .shape = {3}},
@@ -653,7 +653,7 @@ END_TEST
 START_TEST(bad_inputs) {
     char data[PATH_CAP], ckpt[PATH_CAP], missing[PATH_CAP], bad[PATH_CAP];
     write_tmp("s.csv", softmax_csv, data);
-    dt_job job = job_of("softmax", 2, 3, data);
+    dt_job job = job_of(DT_MODEL_SOFTMAX, 2, 3, data);
     save_ckpt(&job, softmax_w, 1, "s.safetensors", ckpt);
 
     path_of("nope.safetensors", missing);
@@ -671,7 +671,7 @@ START_TEST(bad_inputs) {
     eval_fails(&job, ckpt, bad, NULL, DT_EINVAL, "wide.csv", "feature");
 
     dt_job no_eval = job;
-    no_eval.eval_data[0] = '\0';
+    no_eval.data.eval_data[0] = '\0';
     eval_fails(&no_eval, ckpt, NULL, NULL, DT_EINVAL, "no data", "eval_data");
     eval_fails(&job, ckpt, NULL, data, DT_EINVAL, "without the data file", NULL);
 
@@ -685,7 +685,7 @@ START_TEST(bad_inputs) {
 
     /* A job the model module refuses. */
     dt_job broken = job;
-    broken.num_classes = 1;
+    broken.model.num_classes = 1;
     eval_fails(&broken, ckpt, NULL, NULL, DT_EINVAL, "classes", NULL);
 }
 END_TEST
@@ -694,7 +694,7 @@ END_TEST
  * checkpoint at step 41 (ckpt gets the path). */
 static dt_job softmax_job(char *data, char *ckpt) {
     write_tmp("s.csv", softmax_csv, data);
-    dt_job job = job_of("softmax", 2, 3, data);
+    dt_job job = job_of(DT_MODEL_SOFTMAX, 2, 3, data);
     save_ckpt(&job, softmax_w, 41, "s.safetensors", ckpt);
     return job;
 }
@@ -705,14 +705,14 @@ START_TEST(csv_without_labels) {
     char data[PATH_CAP], bare[PATH_CAP], ckpt[PATH_CAP];
     dt_job job = softmax_job(data, ckpt);
     write_tmp("bare.csv", "x1,x2\n2,0\n0,2\n-2,0\n0,0\n", bare);
-    static const char *const scales[] = {"none", "divide", "standardize"};
+    static const dt_scale scales[] = {DT_SCALE_NONE, DT_SCALE_DIVIDE, DT_SCALE_STANDARDIZE};
     for (int k = 0; k < 3; k++) {
-        snprintf(job.scale, sizeof job.scale, "%s", scales[k]);
-        job.scale_divisor = 3;
+        job.data.scale = scales[k];
+        job.data.scale_divisor = 3;
         same_predictions(&job, ckpt, data, NULL, bare, 4);
     }
     /* The unscaled predictions are the model's, worked out here. */
-    snprintf(job.scale, sizeof job.scale, "none");
+    job.data.scale = DT_SCALE_NONE;
     char out[PATH_CAP];
     path_of("bare.out.csv", out);
     write_ok(&job, ckpt, bare, NULL, out);
@@ -725,7 +725,7 @@ START_TEST(csv_without_labels) {
             ck_assert_double_eq_tol(out_csv.v[i][1 + c], p[c], 1e-6);
     }
     /* The label column by index: column 1 of three. */
-    snprintf(job.label_column, sizeof job.label_column, "1");
+    snprintf(job.data.label_column, sizeof job.data.label_column, "1");
     same_predictions(&job, ckpt, data, NULL, bare, 4);
 }
 END_TEST
@@ -737,11 +737,11 @@ START_TEST(libsvm_without_labels) {
     write_tmp("t.svm", "0 1:2\n1 2:2\n2 1:-2\n0 1:1 2:1\n", train);
     write_tmp("s.svm", "# labeled\n1 1:0.5 2:3\n2 1:-1\n0 qid:7 2:-0.25\n", data);
     write_tmp("u.svm", "# the same rows\n1:0.5 2:3\n\n1:-1 # no label\nqid:7 2:-0.25\n", bare);
-    dt_job job = job_of("softmax", 2, 3, train);
-    snprintf(job.data, sizeof job.data, "libsvm");
+    dt_job job = job_of(DT_MODEL_SOFTMAX, 2, 3, train);
+    job.data.source = DT_DATA_LIBSVM;
     save_ckpt(&job, softmax_w, 8, "s.safetensors", ckpt);
     same_predictions(&job, ckpt, data, NULL, bare, 3);
-    snprintf(job.scale, sizeof job.scale, "standardize");
+    job.data.scale = DT_SCALE_STANDARDIZE;
     same_predictions(&job, ckpt, data, NULL, bare, 3);
 }
 END_TEST
@@ -769,21 +769,21 @@ START_TEST(idx_without_labels) {
     const unsigned char lab[] = {0, 1, 2, 1};
     write_idx("img.idx", 3, (const uint32_t[]){4, 2, 2}, px, sizeof px, images);
     write_idx("lab.idx", 1, (const uint32_t[]){4}, lab, sizeof lab, labels);
-    dt_job job = job_of("softmax", 4, 3, "unused");
-    snprintf(job.data, sizeof job.data, "idx");
-    snprintf(job.train_data, sizeof job.train_data, "%s", images);
-    snprintf(job.train_labels, sizeof job.train_labels, "%s", labels);
-    job.eval_data[0] = '\0';
+    dt_job job = job_of(DT_MODEL_SOFTMAX, 4, 3, "unused");
+    job.data.source = DT_DATA_IDX;
+    snprintf(job.data.train_data, sizeof job.data.train_data, "%s", images);
+    snprintf(job.data.train_labels, sizeof job.data.train_labels, "%s", labels);
+    job.data.eval_data[0] = '\0';
     float w[15] = {0};
     w[0 * 3 + 0] = 4;
     w[1 * 3 + 1] = 4;
     w[3 * 3 + 2] = 4;
     w[2 * 3 + 1] = -1;
     save_ckpt(&job, w, 3, "i.safetensors", ckpt);
-    snprintf(job.scale, sizeof job.scale, "divide");
-    job.scale_divisor = 255;
+    job.data.scale = DT_SCALE_DIVIDE;
+    job.data.scale_divisor = 255;
     same_predictions(&job, ckpt, images, labels, images, 4);
-    snprintf(job.scale, sizeof job.scale, "standardize");
+    job.data.scale = DT_SCALE_STANDARDIZE;
     same_predictions(&job, ckpt, images, labels, images, 4);
 }
 END_TEST
@@ -797,11 +797,11 @@ START_TEST(eval_needs_labels) {
                "bare.csv: 2 columns for 2 features, none of them the label column \"label\"");
     /* The job's own eval_data, too. */
     dt_job held = job;
-    snprintf(held.eval_data, sizeof held.eval_data, "%s", bare);
+    snprintf(held.data.eval_data, sizeof held.data.eval_data, "%s", bare);
     eval_fails(&held, ckpt, NULL, NULL, DT_EINVAL, "eval scores the model against labels", NULL);
 
     write_tmp("u.svm", "1:2 2:1\n", bare);
-    snprintf(job.data, sizeof job.data, "libsvm");
+    job.data.source = DT_DATA_LIBSVM;
     eval_fails(&job, ckpt, bare, NULL, DT_EINVAL,
                "u.svm:1: the first row starts with the "
                "index:value pair \"1:2\"",
@@ -834,7 +834,7 @@ START_TEST(bad_rows_without_labels) {
     write_tmp("lab.csv", "x1,label,x2\n1,0,1\n1,2\n", bad);
     write_fails(&job, ckpt, bad, DT_EINVAL, "lab.csv:3: 2 fields, but the header has 3", NULL);
 
-    snprintf(job.data, sizeof job.data, "libsvm");
+    job.data.source = DT_DATA_LIBSVM;
     write_tmp("mixed.svm", "1:1 2:1\n\n0 1:1\n", bad);
     write_fails(&job, ckpt, bad, DT_EINVAL, "mixed.svm:3: \"0\" is not index:value",
                 "the file is read without labels");
@@ -850,8 +850,8 @@ START_TEST(bad_rows_without_labels) {
     /* idx images alone that are damaged: the reader's error. */
     const unsigned char px[] = {1, 2, 3};
     write_idx("cut.idx", 3, (const uint32_t[]){1, 2, 2}, px, sizeof px, bad);
-    dt_job idx = job_of("softmax", 4, 3, data);
-    snprintf(idx.data, sizeof idx.data, "idx");
+    dt_job idx = job_of(DT_MODEL_SOFTMAX, 4, 3, data);
+    idx.data.source = DT_DATA_IDX;
     float w[15] = {0};
     save_ckpt(&idx, w, 1, "i.safetensors", ckpt);
     write_fails(&idx, ckpt, bad, DT_ECORRUPT, "cut.idx: truncated", NULL);

@@ -365,7 +365,7 @@ void dt_test_job_closed_form(const dt_test_job *j, double *weight, double *bias)
     dt_batch all;
     dt_err_clear(&err);
     dt_test_job_config(j, &job);
-    ck_assert_msg(dt_data_open(&job, 0, 1, &ds, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_job_open_data(&job, 0, 1, &ds, &err) == 0, "%s", err.msg);
     int rc = dt_data_all(ds, &all, &err);
     if (rc == 0) rc = dt_test_lstsq_line(&all, weight, bias, &err);
     dt_data_free(ds);
