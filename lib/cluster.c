@@ -159,15 +159,9 @@ int dt_cluster_parse(const char *text, const char *source, dt_cluster *c, dt_err
     int rc;
     memset(c, 0, sizeof *c);
 
-    if ((rc = dt_json_parse(&d, &root, err))) goto fail;
-    if (!cJSON_IsObject(root)) {
-        dt_json_describe(root, got, sizeof got);
-        rc = dt_json_fail_at(&d, NULL, 0, 0, err,
-                             "a cluster file holds an object, {\"cluster\": {\"ps\": [...], "
-                             "\"worker\": [...]}} (got %s)",
-                             got);
+    if ((rc = dt_json_parse_object(
+             &d, "cluster", ", {\"cluster\": {\"ps\": [...], \"worker\": [...]}}", &root, err)))
         goto fail;
-    }
     if ((rc = dt_cluster_check_top(&d, root, err))) goto fail;
     int ci;
     const cJSON *cl = dt_json_member(root, "cluster", &ci);

@@ -580,15 +580,9 @@ int dt_job_parse(const char *text, const char *source, dt_job *job, dt_err *err)
     char got[80];
     int rc;
 
-    if ((rc = dt_json_parse(&d, &root, err))) goto fail;
-    if (!cJSON_IsObject(root)) {
-        dt_json_describe(root, got, sizeof got);
-        rc = dt_json_fail_at(&d, NULL, 0, 0, err,
-                             "a job file holds an object of fields, {\"learning_rate\": 0.05, ...} "
-                             "(got %s)",
-                             got);
+    if ((rc = dt_json_parse_object(&d, "job", " of fields, {\"learning_rate\": 0.05, ...}", &root,
+                                   err)))
         goto fail;
-    }
     int ci, ji;
     const cJSON *cl = dt_json_member(root, "cluster", &ci);
     const cJSON *jb = dt_json_member(root, "job", &ji);

@@ -384,6 +384,18 @@ int dt_json_parse(const dt_json_doc *d, cJSON **out, dt_err *err) {
     return dt_err_set(err, DT_EINVAL, "%s:%d:%d: invalid JSON: %s", d->source, line, col, why);
 }
 
+int dt_json_parse_object(const dt_json_doc *d, const char *kind, const char *shape, cJSON **out,
+                         dt_err *err) {
+    int rc = dt_json_parse(d, out, err);
+    if (rc || cJSON_IsObject(*out)) return rc;
+    char got[80];
+    dt_json_describe(*out, got, sizeof got);
+    cJSON_Delete(*out);
+    *out = NULL;
+    return dt_json_fail_at(d, NULL, 0, 0, err, "a %s file holds an object%s (got %s)", kind, shape,
+                           got);
+}
+
 /* Reads a whole file as a C string; *out is the caller's to free. */
 int dt_json_read_file(const char *path, char **out, dt_err *err) {
     char *buf = NULL;

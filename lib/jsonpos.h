@@ -31,6 +31,11 @@ int dt_json_read_file(const char *path, char **out, dt_err *err) DT_WARN_UNUSED;
  * "source:line:col: invalid JSON: what". */
 int dt_json_parse(const dt_json_doc *d, cJSON **out, dt_err *err) DT_WARN_UNUSED;
 
+/* dt_json_parse for a file whose root must be an object; otherwise err
+ * reads "source:1:1: a <kind> file holds an object<shape> (got ...)". */
+int dt_json_parse_object(const dt_json_doc *d, const char *kind, const char *shape, cJSON **out,
+                         dt_err *err) DT_WARN_UNUSED;
+
 /* Sets err to "source:line:col: <fmt>" for the value reached by path (n
  * indices; n = 0 is the root), or its key when want_key; returns DT_EINVAL. */
 int dt_json_fail_at(const dt_json_doc *d, const int *path, int n, int want_key, dt_err *err,

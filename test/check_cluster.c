@@ -958,6 +958,30 @@ START_TEST(test_job_finish) {
     ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
     ck_assert_str_eq(err.msg, "job: \"log_dir\" is not a terminated string");
 
+    /* A choice is an enum in the struct: one out of range is named with
+     * the choices, as a file's bad string would be. */
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    job.consistency.mode = (dt_mode)7;
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "job: \"mode\" must be \"async\", \"sync\" or \"bounded\" (got 7)");
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    job.model.kind = (dt_model_kind)-1;
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "\"model\" must be \"linear\""));
+    /* A list's count out of range is refused before its entries are read. */
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    job.model.num_hidden = DT_MAX_HIDDEN + 1;
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "job: \"hidden\" has 9 entries (1 to 8)");
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    job.schedule.num_boundaries = -1;
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "job: \"boundaries\" has -1 entries (0 to 16)");
+
     /* The optimizer's name is checked like any field. */
     dt_err_clear(&err);
     dt_job_defaults(&job);
