@@ -24,6 +24,7 @@
 #include "chief.h"
 #include "cluster.h"
 #include "err.h"
+#include "evaluator.h"
 #include "job.h"
 #include "log.h"
 #include "model.h"
@@ -160,6 +161,12 @@ static int take_value(int argc, char **argv, int *i, const char *name, const cha
     return 1;
 }
 
+/* TF_CONFIG's text, or NULL when unset or empty. */
+static const char *tf_config(void) {
+    const char *v = getenv("TF_CONFIG");
+    return v && *v ? v : NULL;
+}
+
 /* Returns -1 to go on, or an exit status. */
 static int parse_args(int argc, char **argv, options *o) {
     for (int i = 1; i < argc; i++) {
@@ -213,9 +220,8 @@ static int parse_args(int argc, char **argv, options *o) {
         }
         if (missing) return usage_error("flag %s needs a value", a);
     }
-    if (!o->cluster_path) return usage_error("missing --cluster FILE%s", "");
-    if (!o->job_name) return usage_error("missing --job-name (ps or worker)%s", "");
-    if (!o->task_text) return usage_error("missing --task-index N%s", "");
+    if (!o->cluster_path && !tf_config())
+        return usage_error("missing --cluster FILE (or the TF_CONFIG environment variable)%s", "");
     return -1;
 }
 
@@ -298,6 +304,52 @@ static int security_from(const options *o, int is_ps, dt_rpc_security *sec) {
     return -1;
 }
 
+/* The cluster: --cluster FILE, else TF_CONFIG (then named so in messages). */
+static int load_cluster(const options *o, dt_cluster *c, dt_err *err) {
+    if (o->cluster_path) return dt_cluster_load(o->cluster_path, c, err);
+    return dt_cluster_parse(tf_config(), "TF_CONFIG", c, err);
+}
+
+static int parse_task(const char *text, int *out);
+
+/* Which task this process is: --job-name and --task-index, else TF_CONFIG's
+ * (or the cluster file's) "task". Both flags win over "task" (logged); one
+ * flag alone must agree with it. Returns -1 to go on, or an exit status. */
+static int resolve_role(const options *o, const dt_cluster *c, dt_role *role) {
+    const char *src = o->cluster_path ? o->cluster_path : "TF_CONFIG";
+    dt_task_type type = c->task_type;
+    int index = c->task_index;
+    if (o->job_name && dt_task_type_parse(o->job_name, &type) < 0)
+        return usage_error("--job-name: unknown job \"%s\" (expected ps, worker, chief, master "
+                           "or evaluator)",
+                           o->job_name);
+    if (o->task_text && parse_task(o->task_text, &index) < 0)
+        return usage_error("--task-index: \"%s\" is not a non-negative integer", o->task_text);
+    if (!c->has_task) {
+        if (!o->job_name)
+            return usage_error("missing --job-name (ps or worker; %s has no \"task\")", src);
+        if (!o->task_text) return usage_error("missing --task-index N (%s has no \"task\")", src);
+    } else if (o->job_name && o->task_text) {
+        if (type != c->task_type || index != c->task_index)
+            dt_log(DT_LOG_INFO, "--job-name %s --task-index %d override %s \"task\" (%s %d)",
+                   o->job_name, index, src, dt_task_type_names[c->task_type], c->task_index);
+    } else if (type != c->task_type || index != c->task_index) {
+        return usage_error("%s %s conflicts with %s \"task\" {\"type\": \"%s\", \"index\": %d}: "
+                           "give both --job-name and --task-index, or neither",
+                           o->job_name ? "--job-name" : "--task-index",
+                           o->job_name ? o->job_name : o->task_text, src,
+                           dt_task_type_names[c->task_type], c->task_index);
+    }
+    dt_err err;
+    dt_err_clear(&err);
+    const char *what = o->job_name || o->task_text ? "--job-name/--task-index" : src;
+    if (dt_cluster_role(c, type, index, what, role, &err) < 0) {
+        fprintf(stderr, "dtrain: %s: %s\n(see dtrain --help)\n", src, err.msg);
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
 static int parse_task(const char *text, int *out) {
     char *end = NULL;
     long v = strtol(text, &end, 10);
@@ -314,14 +366,15 @@ static int parse_level(const char *text) {
 }
 
 /* Loads the job config: the defaults; then --config when given, else the
- * cluster file's "job" object (if any); then --log-dir and --set. */
+ * cluster file's "job" object (if any; never TF_CONFIG's); then --log-dir
+ * and --set. */
 static int load_job(const options *o, dt_job *job, dt_err *err) {
     dt_job_defaults(job);
     int rc = 0;
     if (o->config_path) {
         if ((rc = dt_job_load(o->config_path, job, err)) < 0) return rc;
-    } else if ((rc = dt_job_load(o->cluster_path, job, err)) < 0) {
-        return rc;
+    } else if (o->cluster_path && (rc = dt_job_load(o->cluster_path, job, err)) < 0) {
+        return rc; /* TF_CONFIG's "job" is not a job config (cluster.h) */
     }
     if (o->log_dir) {
         char assignment[DT_PATH_MAX + 16];
@@ -421,6 +474,25 @@ static void tune_allocator(void) {
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
+/* The flags that only some roles take. Returns -1 to go on, or an exit
+ * status. */
+static int check_role_flags(const options *o, const dt_role *role) {
+    int is_ps = role->type == DT_TASK_PS;
+    if (o->keep_serving && !is_ps)
+        return usage_error("--keep-serving is for the ps job only%s", "");
+    if (o->max_message_mb) {
+        char *end = NULL;
+        long mb = strtol(o->max_message_mb, &end, 10);
+        /* gRPC takes the cap as an int: 2047 MiB is the most it can hold. */
+        if (!*o->max_message_mb || *end || mb < 1 || mb > 2047)
+            return usage_error(
+                "--max-message-mb: \"%s\" is not a whole number of MiB from 1 to 2047",
+                o->max_message_mb);
+        if (!is_ps) return usage_error("--max-message-mb is for the ps job only%s", "");
+    }
+    return -1;
+}
+
 int main(int argc, char **argv) {
     tune_allocator();
     if (argc > 1 && (strcmp(argv[1], "eval") == 0 || strcmp(argv[1], "predict") == 0))
@@ -430,49 +502,42 @@ int main(int argc, char **argv) {
     int status = parse_args(argc, argv, &o);
     if (status >= 0) return status;
 
-    int task = 0;
-    if (parse_task(o.task_text, &task) < 0)
-        return usage_error("--task-index: \"%s\" is not a non-negative integer", o.task_text);
-    int is_ps = strcmp(o.job_name, "ps") == 0;
-    if (!is_ps && strcmp(o.job_name, "worker") != 0)
-        return usage_error("--job-name: unknown job \"%s\" (expected ps or worker)", o.job_name);
     if (o.log_level) {
         int level = parse_level(o.log_level);
         if (level < 0) return usage_error("--log-level: unknown level \"%s\"", o.log_level);
         dt_log_set_level((dt_log_level)level);
     }
-    if (o.keep_serving && !is_ps) return usage_error("--keep-serving is for the ps job only%s", "");
-    long long max_message_bytes = 0;
-    if (o.max_message_mb) {
-        char *end = NULL;
-        long mb = strtol(o.max_message_mb, &end, 10);
-        /* gRPC takes the cap as an int: 2047 MiB is the most it can hold. */
-        if (!*o.max_message_mb || *end || mb < 1 || mb > 2047)
-            return usage_error(
-                "--max-message-mb: \"%s\" is not a whole number of MiB from 1 to 2047",
-                o.max_message_mb);
-        if (!is_ps) return usage_error("--max-message-mb is for the ps job only%s", "");
-        max_message_bytes = (long long)mb << 20;
-    }
-    dt_rpc_security security;
-    if ((status = security_from(&o, is_ps, &security)) >= 0) return status;
-
     dt_err err;
     dt_err_clear(&err);
     dt_cluster cluster;
-    memset(&cluster, 0, sizeof cluster);
+    dt_role role;
+    if (load_cluster(&o, &cluster, &err) < 0) {
+        fprintf(stderr, "dtrain: %s\n", err.msg);
+        return EXIT_USAGE;
+    }
+    if ((status = resolve_role(&o, &cluster, &role)) < 0) status = check_role_flags(&o, &role);
+    if (status >= 0) {
+        dt_cluster_deinit(&cluster);
+        return status;
+    }
+    int is_ps = role.type == DT_TASK_PS, task = role.index;
+    long long max_message_bytes = o.max_message_mb ? atoll(o.max_message_mb) << 20 : 0;
+    dt_rpc_security security;
     dt_job job;
-    if (dt_cluster_load(o.cluster_path, &cluster, &err) < 0 || load_job(&o, &job, &err) < 0) {
+    if ((status = security_from(&o, is_ps, &security)) >= 0) {
+        dt_cluster_deinit(&cluster);
+        return status;
+    }
+    if (load_job(&o, &job, &err) < 0) {
         fprintf(stderr, "dtrain: %s\n", err.msg);
         dt_cluster_deinit(&cluster);
         return EXIT_USAGE;
     }
-    int count = is_ps ? cluster.num_ps : cluster.num_workers;
-    if (task >= count) {
-        fprintf(stderr, "dtrain: --task-index %d out of range: %s lists %d %s task%s\n", task,
-                o.cluster_path, count, o.job_name, count == 1 ? "" : "s");
+    if (role.type == DT_TASK_EVALUATOR && !job.data.eval_data[0]) {
         dt_cluster_deinit(&cluster);
-        return EXIT_USAGE;
+        return usage_error("evaluator: the job has no \"eval_data\" to score checkpoints on (set "
+                           "it in the job config, or --set eval_data=FILE)%s",
+                           "");
     }
 
     struct sigaction sa;
@@ -506,6 +571,9 @@ int main(int argc, char **argv) {
         if (rc == 0) rc = dt_ps_start(&pp, &ps, &err);
         if (rc == 0) rc = dt_ps_wait(ps, &stop_signal, &err);
         dt_ps_free(ps);
+    } else if (role.type == DT_TASK_EVALUATOR) {
+        dt_log_set_role('E');
+        rc = dt_evaluator_run(&job, &stop_signal, &err);
     } else {
         dt_log_set_role(task == 0 ? 'C' : 'W');
         dt_worker_params wp = {

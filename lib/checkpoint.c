@@ -283,6 +283,12 @@ static int parse_meta(const char *path, const cJSON *obj, header_meta *hm, dt_er
                     "header: __metadata__ global_step \"%.40s\" is not a decimal int64 >= 0", v);
             hm->meta.global_step = (int64_t)u;
             hm->has_step = 1;
+        } else if (strcmp(kv->string, "max_steps") == 0) {
+            if (parse_decimal(v, INT64_MAX, &u) < 0)
+                return corrupt(
+                    err, path,
+                    "header: __metadata__ max_steps \"%.40s\" is not a decimal int64 >= 0", v);
+            hm->meta.max_steps = (int64_t)u;
         } else if (strcmp(kv->string, "crc32c") == 0) {
             if (parse_decimal(v, UINT32_MAX, &u) < 0)
                 return corrupt(err, path,
@@ -701,6 +707,8 @@ static char *build_header(const dt_tensors *ts, const dt_ckpt_meta *meta, uint32
     if (add_item(md, "global_step", cJSON_CreateString(buf)) < 0 ||
         add_item(md, "model", cJSON_CreateString(meta->model)) < 0)
         goto done;
+    snprintf(buf, sizeof buf, "%lld", (long long)meta->max_steps);
+    if (meta->max_steps > 0 && add_item(md, "max_steps", cJSON_CreateString(buf)) < 0) goto done;
     snprintf(buf, sizeof buf, "%u", (unsigned)crc);
     if (add_item(md, "crc32c", cJSON_CreateString(buf)) < 0 ||
         add_item(md, "format", cJSON_CreateString(FORMAT_V1)) < 0)

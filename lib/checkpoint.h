@@ -9,6 +9,9 @@
  *   "model"        the model description
  *   "crc32c"       decimal CRC-32C of the data section (checked on load)
  *   "format"       "dtrain.checkpoint.v1"
+ *   "max_steps"    decimal int64: the step at which the job that wrote it
+ *                  ends (omitted when 0, unknown), so a reader knows the
+ *                  final checkpoint when it sees it (the evaluator)
  *
  * In a log dir, checkpoints are named model.ckpt-<global_step>.safetensors.
  * The state file "checkpoint" is text in TF's style:
@@ -32,6 +35,7 @@
 typedef struct {
     int64_t global_step;
     char model[DT_CKPT_MODEL_MAX];
+    int64_t max_steps; /* 0: unknown (not written, or an older file) */
 } dt_ckpt_meta;
 
 /* Writes ts and meta to path atomically. DT_EINVAL for a negative step, a
@@ -63,7 +67,8 @@ int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *
  * file stands with all its entries, and the new checkpoint is removed again
  * unless the old state file already named its step. */
 int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_ckpt_meta *meta,
-                        int max_to_keep, char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
+                        int max_to_keep, char *path_out, size_t path_cap,
+                        dt_err *err) DT_WARN_UNUSED;
 
 /*
  * Restores the newest loadable checkpoint named by log_dir's state file: on a
@@ -78,8 +83,8 @@ int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_ckpt
  * step is taken. A malformed state file is DT_ECORRUPT naming its line.
  * Files that fail to load are skipped, never deleted.
  */
-int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_ckpt_meta *meta,
-                           char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
+int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_ckpt_meta *meta, char *path_out,
+                           size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 
 /*
  * The step of log_dir's latest checkpoint, by name (nothing is loaded): the

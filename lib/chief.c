@@ -132,6 +132,7 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     dt_ckpt_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = global_step;
+    meta.max_steps = c->create.max_steps; /* the evaluator knows the last one by it */
     snprintf(meta.model, sizeof meta.model, "%s", c->model);
     char path[DT_PATH_MAX + 64];
     int rc = dt_ckpt_save_in_dir(c->job->log_dir, &c->snapshot, &meta, c->job->max_to_keep, path,

@@ -15,7 +15,7 @@
 
 #define MAX_TASKS 4096 /* per job; keeps the duplicate check cheap */
 
-/* "task" is TF_CONFIG's, read by the command line, not here. */
+/* TF_CONFIG's "environment" and "rpc_layer" are skipped (cluster.h). */
 int dt_cluster_check_top(const dt_json_doc *d, const cJSON *root, dt_err *err) {
     int k = 0;
     for (const cJSON *m = root->child; m; m = m->next, k++) {
@@ -32,9 +32,11 @@ int dt_cluster_check_top(const dt_json_doc *d, const cJSON *root, dt_err *err) {
                                    first);
         }
         const char *name = m->string;
-        if (strcmp(name, "cluster") == 0 || strcmp(name, "job") == 0 || strcmp(name, "task") == 0)
+        if (strcmp(name, "cluster") == 0 || strcmp(name, "job") == 0 || strcmp(name, "task") == 0 ||
+            strcmp(name, "environment") == 0 || strcmp(name, "rpc_layer") == 0)
             continue;
-        if (strcmp(name, "ps") == 0 || strcmp(name, "worker") == 0 || strcmp(name, "chief") == 0)
+        dt_task_type type;
+        if (dt_task_type_parse(name, &type) == 0)
             return dt_json_fail_at(
                 d, path, 1, 1, err,
                 "\"%s\" belongs under \"cluster\": {\"cluster\": {\"ps\": [...], "
@@ -42,8 +44,8 @@ int dt_cluster_check_top(const dt_json_doc *d, const cJSON *root, dt_err *err) {
                 key);
         return dt_json_fail_at(
             d, path, 1, 1, err,
-            "unknown field \"%s\" (next to \"cluster\" a file may hold only \"job\" "
-            "and \"task\")",
+            "unknown field \"%s\" (next to \"cluster\" a file may hold only \"job\", "
+            "\"task\", \"environment\" and \"rpc_layer\")",
             key);
     }
     return 0;
@@ -106,29 +108,55 @@ static int parse_addr(const char *s, dt_addr *a, char *why, size_t cap) {
     return 0;
 }
 
-/* Parses the list cluster[job]; the cluster object is member ci of the root. */
-static int parse_list(const dt_json_doc *d, const cJSON *cl, int ci, const char *job, dt_addr **out,
-                      int *num, dt_err *err) {
-    int li;
-    const cJSON *list = dt_json_member(cl, job, &li);
-    int path[3] = {ci, li, 0};
+const char *const dt_task_type_names[DT_NUM_TASK_TYPES] = {"ps", "worker", "chief", "evaluator"};
+
+int dt_task_type_parse(const char *name, dt_task_type *out) {
+    for (int t = 0; t < DT_NUM_TASK_TYPES; t++)
+        if (strcmp(name, dt_task_type_names[t]) == 0) {
+            *out = (dt_task_type)t;
+            return 0;
+        }
+    if (strcmp(name, "master") != 0) return -1;
+    *out = DT_TASK_CHIEF;
+    return 0;
+}
+
+/* One job's address list as read, and where it is for messages. */
+typedef struct {
+    const char *name; /* as the file spells it ("master" stays "master") */
+    int li;           /* member index in the cluster object; -1: absent */
+    dt_addr *addrs;   /* (n) owned */
+    int n;
+} job_list;
+
+/* Reads the list cluster[job->name] (member ci of the root) when present,
+ * with between min and max addresses; max_why says why no more. */
+static int parse_list(const dt_json_doc *d, const cJSON *cl, int ci, job_list *job, int min,
+                      int max, const char *max_why, dt_err *err) {
+    const cJSON *list = dt_json_member(cl, job->name, &job->li);
+    if (!list) {
+        job->li = -1;
+        return 0;
+    }
+    int path[3] = {ci, job->li, 0};
     char got[80], why[160];
-    if (!list) return dt_json_fail_at(d, path, 1, 0, err, "\"cluster\" has no \"%s\" list", job);
     if (!cJSON_IsArray(list)) {
         dt_json_describe(list, got, sizeof got);
         return dt_json_fail_at(d, path, 2, 0, err,
-                               "\"%s\" must be a list of \"host:port\" strings (got %s)", job, got);
+                               "\"%s\" must be a list of \"host:port\" strings (got %s)", job->name,
+                               got);
     }
     int n = cJSON_GetArraySize(list);
-    if (n == 0)
+    if (n < min)
         return dt_json_fail_at(d, path, 2, 0, err,
-                               "\"%s\" must list at least one \"host:port\" address", job);
-    if (n > MAX_TASKS)
-        return dt_json_fail_at(d, path, 2, 0, err,
-                               "\"%s\" lists %d addresses; at most %d are supported", job, n,
-                               MAX_TASKS);
+                               "\"%s\" must list at least one \"host:port\" address", job->name);
+    if (n > max)
+        return dt_json_fail_at(d, path, 2, 0, err, "\"%s\" lists %d addresses; %s", job->name, n,
+                               max_why);
+    if (n == 0) return 0;
     dt_addr *addrs = calloc((size_t)n, sizeof *addrs);
-    if (!addrs) return dt_err_set(err, DT_ENOMEM, "%s: \"%s\": out of memory", d->source, job);
+    if (!addrs)
+        return dt_err_set(err, DT_ENOMEM, "%s: \"%s\": out of memory", d->source, job->name);
     int k = 0;
     for (const cJSON *e = list->child; e; e = e->next, k++) {
         path[2] = k;
@@ -136,17 +164,200 @@ static int parse_list(const dt_json_doc *d, const cJSON *cl, int ci, const char 
             dt_json_describe(e, got, sizeof got);
             free(addrs);
             return dt_json_fail_at(d, path, 3, 0, err,
-                                   "\"%s\"[%d] must be a \"host:port\" string (got %s)", job, k,
-                                   got);
+                                   "\"%s\"[%d] must be a \"host:port\" string (got %s)", job->name,
+                                   k, got);
         }
         if (parse_addr(e->valuestring, &addrs[k], why, sizeof why)) {
             dt_json_describe(e, got, sizeof got);
             free(addrs);
-            return dt_json_fail_at(d, path, 3, 0, err, "\"%s\"[%d] %s: %s", job, k, got, why);
+            return dt_json_fail_at(d, path, 3, 0, err, "\"%s\"[%d] %s: %s", job->name, k, got, why);
         }
     }
-    *out = addrs;
-    *num = n;
+    job->addrs = addrs;
+    job->n = n;
+    return 0;
+}
+
+enum { L_PS, L_CHIEF, L_WORKER, L_EVALUATOR, NUM_LISTS };
+
+/* One address, one task: two tasks cannot both listen on it. Hosts compare
+ * without case; names are not resolved ("localhost" and "127.0.0.1"
+ * differ). */
+static int check_unique(const dt_json_doc *d, int ci, const job_list *lists, dt_err *err) {
+    for (int j = 0; j < NUM_LISTS; j++)
+        for (int k = 0; k < lists[j].n; k++) {
+            const dt_addr *a = &lists[j].addrs[k];
+            for (int i = 0; i <= j; i++)
+                for (int m = 0; m < (i == j ? k : lists[i].n); m++) {
+                    const dt_addr *b = &lists[i].addrs[m];
+                    if (a->port != b->port || strcasecmp(a->host, b->host) != 0) continue;
+                    char other[32];
+                    int pa[3] = {ci, lists[j].li, k}, pb[3] = {ci, lists[i].li, m};
+                    dt_json_where(d, pb, 3, 0, other, sizeof other);
+                    return dt_json_fail_at(
+                        d, pa, 3, 0, err,
+                        "\"%s\"[%d] \"%s\" is listed twice: also as \"%s\"[%d] at %s",
+                        lists[j].name, k, a->addr, lists[i].name, m, other);
+                }
+        }
+    return 0;
+}
+
+/* The members of "cluster": known jobs, each once, not both "chief" and
+ * "master". Sets chief_name to the one given (default "chief"). */
+static int check_jobs(const dt_json_doc *d, const cJSON *cl, int ci, const char **chief_name,
+                      dt_err *err) {
+    int path[2] = {ci, 0}, k = 0, chief_at = -1;
+    char name[48], first[32];
+    for (const cJSON *m = cl->child; m; m = m->next, k++) {
+        path[1] = k;
+        dt_task_type type;
+        int twin = dt_json_earlier_twin(cl, m, k);
+        if (twin >= 0) {
+            path[1] = twin;
+            dt_json_where(d, path, 2, 1, first, sizeof first);
+            path[1] = k;
+            return dt_json_fail_at(d, path, 2, 1, err, "duplicate job \"%s\" (first at %s)",
+                                   dt_json_shown(m->string, name), first);
+        }
+        if (dt_task_type_parse(m->string, &type) < 0)
+            return dt_json_fail_at(d, path, 2, 1, err,
+                                   "unknown job \"%s\": the jobs are \"ps\", \"worker\", \"chief\" "
+                                   "(or \"master\") and \"evaluator\"",
+                                   dt_json_shown(m->string, name));
+        if (type != DT_TASK_CHIEF) continue;
+        if (chief_at >= 0) {
+            path[1] = chief_at;
+            dt_json_where(d, path, 2, 1, first, sizeof first);
+            path[1] = k;
+            return dt_json_fail_at(d, path, 2, 1, err,
+                                   "\"chief\" and \"master\" name the same job: give one (first "
+                                   "at %s)",
+                                   first);
+        }
+        chief_at = k;
+        *chief_name = m->string;
+    }
+    return 0;
+}
+
+/* The training tasks, chief first (cluster.h). */
+static int join_workers(const dt_json_doc *d, const job_list *lists, dt_cluster *c, dt_err *err) {
+    int n = lists[L_CHIEF].n + lists[L_WORKER].n;
+    c->workers = calloc((size_t)n, sizeof *c->workers);
+    if (!c->workers) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", d->source);
+    if (lists[L_CHIEF].n) c->workers[0] = lists[L_CHIEF].addrs[0];
+    for (int i = 0; i < lists[L_WORKER].n; i++)
+        c->workers[lists[L_CHIEF].n + i] = lists[L_WORKER].addrs[i];
+    c->num_workers = n;
+    c->has_chief = lists[L_CHIEF].n;
+    return 0;
+}
+
+static int parse_cluster(const dt_json_doc *d, const cJSON *root, dt_cluster *c, dt_err *err) {
+    int ci;
+    char got[80];
+    const cJSON *cl = dt_json_member(root, "cluster", &ci);
+    if (!cl)
+        return dt_json_fail_at(d, NULL, 0, 0, err,
+                               "missing \"cluster\" (want {\"cluster\": {\"ps\": [...], "
+                               "\"worker\": [...]}})");
+    int path[1] = {ci};
+    if (!cJSON_IsObject(cl)) {
+        dt_json_describe(cl, got, sizeof got);
+        return dt_json_fail_at(
+            d, path, 1, 0, err,
+            "\"cluster\" must be an object, {\"ps\": [...], \"worker\": [...]} (got %s)", got);
+    }
+    job_list lists[NUM_LISTS] = {
+        {.name = "ps"}, {.name = "chief"}, {.name = "worker"}, {.name = "evaluator"}};
+    int rc = check_jobs(d, cl, ci, &lists[L_CHIEF].name, err);
+    if (!rc) rc = parse_list(d, cl, ci, &lists[L_PS], 1, MAX_TASKS, "too many", err);
+    if (!rc)
+        rc = parse_list(d, cl, ci, &lists[L_CHIEF], 1, 1,
+                        "a cluster has one chief (the "
+                        "training task that saves)",
+                        err);
+    if (!rc)
+        rc = parse_list(d, cl, ci, &lists[L_WORKER], lists[L_CHIEF].n ? 0 : 1, MAX_TASKS - 1,
+                        "too many", err);
+    if (!rc)
+        rc = parse_list(d, cl, ci, &lists[L_EVALUATOR], 1, 1, "a cluster has at most one evaluator",
+                        err);
+    if (!rc && lists[L_PS].li < 0)
+        rc = dt_json_fail_at(d, path, 1, 0, err, "\"cluster\" has no \"ps\" list");
+    if (!rc && lists[L_WORKER].li < 0 && lists[L_CHIEF].li < 0)
+        rc = dt_json_fail_at(d, path, 1, 0, err,
+                             "\"cluster\" has no \"worker\" list (nor a \"chief\")");
+    if (!rc) rc = check_unique(d, ci, lists, err);
+    if (!rc) rc = join_workers(d, lists, c, err);
+    free(lists[L_CHIEF].addrs);
+    free(lists[L_WORKER].addrs);
+    c->ps = lists[L_PS].addrs;
+    c->num_ps = lists[L_PS].n;
+    c->evaluators = lists[L_EVALUATOR].addrs;
+    c->num_evaluators = lists[L_EVALUATOR].n;
+    return rc;
+}
+
+/* "task": {"type": "worker", "index": 1}; Vertex AI adds "trial" and
+ * "cloud", which are not dtrain's. */
+static int parse_task(const dt_json_doc *d, const cJSON *root, dt_cluster *c, dt_err *err) {
+    int ti;
+    const cJSON *task = dt_json_member(root, "task", &ti);
+    if (!task) return 0;
+    int path[2] = {ti, 0}, k = 0, ki = -1, tk = -1;
+    char got[80], name[48];
+    if (!cJSON_IsObject(task)) {
+        dt_json_describe(task, got, sizeof got);
+        return dt_json_fail_at(d, path, 1, 0, err,
+                               "\"task\" must be an object, {\"type\": \"worker\", \"index\": 0} "
+                               "(got %s)",
+                               got);
+    }
+    const cJSON *type = NULL, *index = NULL;
+    for (const cJSON *m = task->child; m; m = m->next, k++) {
+        path[1] = k;
+        if (dt_json_earlier_twin(task, m, k) >= 0)
+            return dt_json_fail_at(d, path, 2, 1, err, "duplicate field \"task\".\"%s\"",
+                                   dt_json_shown(m->string, name));
+        if (strcmp(m->string, "type") == 0)
+            type = m, tk = k;
+        else if (strcmp(m->string, "index") == 0)
+            index = m, ki = k;
+        else if (strcmp(m->string, "trial") != 0 && strcmp(m->string, "cloud") != 0)
+            return dt_json_fail_at(d, path, 2, 1, err,
+                                   "unknown field \"task\".\"%s\" (it holds \"type\" and "
+                                   "\"index\")",
+                                   dt_json_shown(m->string, name));
+    }
+    if (!type || !index)
+        return dt_json_fail_at(d, path, 1, 0, err,
+                               "\"task\" has no \"%s\" (want {\"type\": "
+                               "\"worker\", \"index\": 0})",
+                               type ? "index" : "type");
+    path[1] = tk;
+    if (!cJSON_IsString(type) || dt_task_type_parse(type->valuestring, &c->task_type) < 0) {
+        dt_json_describe(type, got, sizeof got);
+        return dt_json_fail_at(d, path, 2, 0, err,
+                               "\"task\".\"type\" %s is not a job: \"ps\", \"worker\", \"chief\", "
+                               "\"master\" or \"evaluator\"",
+                               got);
+    }
+    path[1] = ki;
+    double v = cJSON_IsNumber(index) ? index->valuedouble : -1;
+    if (v < 0 || v > MAX_TASKS || v != (double)(int)v) {
+        dt_json_describe(index, got, sizeof got);
+        return dt_json_fail_at(d, path, 2, 0, err,
+                               "\"task\".\"index\" must be a whole number from 0 (got %s)", got);
+    }
+    c->task_index = (int)v;
+    c->has_task = 1;
+    dt_role role;
+    dt_err why;
+    dt_err_clear(&why);
+    if (dt_cluster_role(c, c->task_type, c->task_index, "\"task\"", &role, &why) < 0)
+        return dt_json_fail_at(d, path, 2, 0, err, "%s", why.msg);
     return 0;
 }
 
@@ -155,91 +366,40 @@ int dt_cluster_parse(const char *text, const char *source, dt_cluster *c, dt_err
     dt_json_doc d = {text, source ? source : "cluster"};
     dt_cluster out = {0};
     cJSON *root = NULL;
-    char got[80];
-    int rc;
     memset(c, 0, sizeof *c);
-
-    if ((rc = dt_json_parse_object(
-             &d, "cluster", ", {\"cluster\": {\"ps\": [...], \"worker\": [...]}}", &root, err)))
-        goto fail;
-    if ((rc = dt_cluster_check_top(&d, root, err))) goto fail;
-    int ci;
-    const cJSON *cl = dt_json_member(root, "cluster", &ci);
-    if (!cl) {
-        rc = dt_json_fail_at(&d, NULL, 0, 0, err,
-                             "missing \"cluster\" (want {\"cluster\": {\"ps\": [...], \"worker\": "
-                             "[...]}})");
-        goto fail;
-    }
-    int path[2] = {ci, 0};
-    if (!cJSON_IsObject(cl)) {
-        dt_json_describe(cl, got, sizeof got);
-        rc = dt_json_fail_at(
-            &d, path, 1, 0, err,
-            "\"cluster\" must be an object, {\"ps\": [...], \"worker\": [...]} (got %s)", got);
-        goto fail;
-    }
-    int k = 0;
-    char name[48];
-    for (const cJSON *m = cl->child; m; m = m->next, k++) {
-        path[1] = k;
-        int twin = dt_json_earlier_twin(cl, m, k);
-        if (twin >= 0) {
-            char first[32];
-            path[1] = twin;
-            dt_json_where(&d, path, 2, 1, first, sizeof first);
-            path[1] = k;
-            rc = dt_json_fail_at(&d, path, 2, 1, err, "duplicate job \"%s\" (first at %s)",
-                                 dt_json_shown(m->string, name), first);
-            goto fail;
-        }
-        if (strcmp(m->string, "ps") == 0 || strcmp(m->string, "worker") == 0) continue;
-        if (strcmp(m->string, "chief") == 0)
-            rc = dt_json_fail_at(
-                &d, path, 2, 1, err,
-                "a \"chief\" job is not supported: worker 0 is the chief, so list its "
-                "address first under \"worker\"");
-        else
-            rc = dt_json_fail_at(&d, path, 2, 1, err,
-                                 "unknown job \"%s\": only \"ps\" and \"worker\" are supported",
-                                 dt_json_shown(m->string, name));
-        goto fail;
-    }
-    if ((rc = parse_list(&d, cl, ci, "ps", &out.ps, &out.num_ps, err))) goto fail;
-    if ((rc = parse_list(&d, cl, ci, "worker", &out.workers, &out.num_workers, err))) goto fail;
-
-    /* One address, one task: two tasks cannot both listen on it. Hosts
-     * compare without case; names are not resolved ("localhost" and
-     * "127.0.0.1" differ). Task t counts the ps first, then the workers. */
-    int pi, wi;
-    dt_json_member(cl, "ps", &pi);
-    dt_json_member(cl, "worker", &wi);
-    int total = out.num_ps + out.num_workers;
-    for (int t = 1; t < total; t++) {
-        int t_ps = t < out.num_ps;
-        int pa[3] = {ci, t_ps ? pi : wi, t_ps ? t : t - out.num_ps};
-        const dt_addr *a = t_ps ? &out.ps[pa[2]] : &out.workers[pa[2]];
-        for (int u = 0; u < t; u++) {
-            int u_ps = u < out.num_ps;
-            int pb[3] = {ci, u_ps ? pi : wi, u_ps ? u : u - out.num_ps};
-            const dt_addr *b = u_ps ? &out.ps[pb[2]] : &out.workers[pb[2]];
-            if (a->port != b->port || strcasecmp(a->host, b->host) != 0) continue;
-            char other[32];
-            dt_json_where(&d, pb, 3, 0, other, sizeof other);
-            rc = dt_json_fail_at(
-                &d, pa, 3, 0, err, "\"%s\"[%d] \"%s\" is listed twice: also as \"%s\"[%d] at %s",
-                t_ps ? "ps" : "worker", pa[2], a->addr, u_ps ? "ps" : "worker", pb[2], other);
-            goto fail;
-        }
-    }
+    int rc = dt_json_parse_object(
+        &d, "cluster", ", {\"cluster\": {\"ps\": [...], \"worker\": [...]}}", &root, err);
+    if (!rc) rc = dt_cluster_check_top(&d, root, err);
+    if (!rc) rc = parse_cluster(&d, root, &out, err);
+    if (!rc) rc = parse_task(&d, root, &out, err);
     cJSON_Delete(root);
+    if (rc) {
+        dt_cluster_deinit(&out);
+        return rc;
+    }
     *c = out;
     return 0;
-fail:
-    free(out.ps);
-    free(out.workers);
-    cJSON_Delete(root);
-    return rc;
+}
+
+int dt_cluster_role(const dt_cluster *c, dt_task_type type, int index, const char *what,
+                    dt_role *out, dt_err *err) {
+    int n = type == DT_TASK_PS       ? c->num_ps
+            : type == DT_TASK_WORKER ? c->num_workers - c->has_chief
+            : type == DT_TASK_CHIEF  ? c->has_chief
+                                     : 1;
+    const char *job = dt_task_type_names[type];
+    if (type == DT_TASK_CHIEF && !c->has_chief)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: the cluster has no \"chief\" job (then worker 0 is the chief: "
+                          "job worker, task 0)",
+                          what);
+    if (index < 0 || index >= n)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: %s task %d out of range: the cluster has %d %s task%s", what, job,
+                          index, n, job, n == 1 ? "" : "s");
+    out->type = type == DT_TASK_CHIEF ? DT_TASK_WORKER : type;
+    out->index = type == DT_TASK_WORKER ? index + c->has_chief : index;
+    return 0;
 }
 
 int dt_cluster_load(const char *path, dt_cluster *c, dt_err *err) {
@@ -257,5 +417,6 @@ void dt_cluster_deinit(dt_cluster *c) {
     if (!c) return;
     free(c->ps);
     free(c->workers);
+    free(c->evaluators);
     memset(c, 0, sizeof *c);
 }

@@ -3,8 +3,12 @@
  * file, so every role agrees on the tasks and their addresses.
  *
  * Cluster file:  {"cluster": {"ps": ["host:port", ...], "worker": [...]}}
- * It may also hold the job config under "job" (job.h), and TF_CONFIG's
- * "task" (read by the command line, ignored here).
+ * The same text is a TF_CONFIG value, as Kubeflow's training operator,
+ * SageMaker and Vertex AI set it: an optional "chief" (or "master") job, an
+ * optional "evaluator", and {"task": {"type": "worker", "index": 1}} saying
+ * which task this process is. A file may also hold the job config under
+ * "job" (job.h); TF_CONFIG's own "job" (Vertex AI's job spec), "environment"
+ * and "rpc_layer" are not dtrain's and are skipped.
  *
  * Errors name the file, line and column and the offending field, e.g.
  *   conf/cluster.json:3:15: "ps"[0] "localhost:0": port 0 is not in 1..65535
@@ -23,12 +27,44 @@ typedef struct {
     char addr[DT_HOST_MAX + 16]; /* "host:port" as gRPC takes it ("[::1]:1681") */
 } dt_addr;
 
+/* The jobs of a cluster, as TF_CONFIG names them ("master", TF1's name for
+ * the chief, parses as DT_TASK_CHIEF). */
+typedef enum { DT_TASK_PS, DT_TASK_WORKER, DT_TASK_CHIEF, DT_TASK_EVALUATOR } dt_task_type;
+#define DT_NUM_TASK_TYPES 4
+extern const char *const dt_task_type_names[DT_NUM_TASK_TYPES]; /* "ps", ... */
+/* 0, or -1 when name is no job. */
+int dt_task_type_parse(const char *name, dt_task_type *out);
+
 typedef struct {
     int num_ps;
     dt_addr *ps; /* (num_ps) owned */
+    /* The training tasks (owned), chief first: a "chief" (or "master") job's
+     * task when the file has one (has_chief; then "worker"[i] is
+     * workers[i + 1]), else "worker"[0]. The data is sharded over all of
+     * them, and logs, Status and certificate identities number them so. */
     int num_workers;
-    dt_addr *workers; /* (num_workers) owned; worker 0 is the chief */
+    dt_addr *workers;
+    int has_chief;
+    int num_evaluators;  /* 0 or 1: an evaluator serves nothing, its address */
+    dt_addr *evaluators; /* is only checked (Kubeflow leaves it out) */
+    /* TF_CONFIG's "task", when the text had one (has_task). */
+    int has_task;
+    dt_task_type task_type;
+    int task_index;
 } dt_cluster;
+
+/* What a task of the cluster is to dtrain. */
+typedef struct {
+    dt_task_type type; /* DT_TASK_PS, DT_TASK_WORKER (the chief is worker 0) */
+    int index;         /* or DT_TASK_EVALUATOR; index in dtrain's numbering */
+} dt_role;
+
+/* The role of task `index` of job `type` (TF_CONFIG's numbering: "worker"
+ * 0 is training task 1 when the cluster has a chief). -1 with err naming
+ * `what` (e.g. "--task-index" or "TF_CONFIG \"task\"") when the job has no
+ * such task. */
+int dt_cluster_role(const dt_cluster *c, dt_task_type type, int index, const char *what,
+                    dt_role *out, dt_err *err) DT_WARN_UNUSED;
 
 /* Parses a cluster file. On failure c is left empty and err says
  * "path:line:col: what". */

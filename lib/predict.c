@@ -179,9 +179,9 @@ fail:
     return rc;
 }
 
-int dt_predict_load(const dt_job *job, const char *path, dt_tensors *vars, dt_ckpt_meta *meta,
-                    char *path_out, size_t path_cap, dt_err *err) {
-    return load("predict", job, path, vars, meta, path_out, path_cap, err);
+int dt_predict_load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
+                    dt_ckpt_meta *meta, char *path_out, size_t path_cap, dt_err *err) {
+    return load(what, job, path, vars, meta, path_out, path_cap, err);
 }
 
 /* ---- sessions --------------------------------------------------------- */

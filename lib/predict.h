@@ -66,9 +66,10 @@ typedef struct {
  * every tensor of the file must be a variable of the model or one of its
  * optimizer slots ("<variable>/<slot>", ignored): otherwise DT_EINVAL naming
  * the variable, its two shapes and the two model descriptions. meta and
- * path_out (path_cap bytes) may be NULL. */
-int dt_predict_load(const dt_job *job, const char *path, dt_tensors *vars, dt_ckpt_meta *meta,
-                    char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
+ * path_out (path_cap bytes) may be NULL. Messages start "<what>: ". */
+int dt_predict_load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
+                    dt_ckpt_meta *meta, char *path_out, size_t path_cap,
+                    dt_err *err) DT_WARN_UNUSED;
 
 /* Loss and accuracy of the checkpoint's model on the data, into *out
  * (zeroed first; loss and accuracy NaN on failure). Data without labels is

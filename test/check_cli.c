@@ -91,7 +91,7 @@ START_TEST(missing_job_name) {
 }
 END_TEST
 
-/* "chief" is worker 0, not a job of its own. */
+/* "chief" is a job only where the cluster lists one (this one does not). */
 static const char *const bad_jobs[] = {"chief", "foo"};
 
 START_TEST(unknown_job_name) {
@@ -266,6 +266,47 @@ START_TEST(version) {
 }
 END_TEST
 
+/* ---- TF_CONFIG ---- */
+
+/* Runs args with TF_CONFIG set to tf (and no --cluster unless args has it). */
+static int run_tf(const char *tf, const char *const *args) {
+    ck_assert_int_eq(setenv("TF_CONFIG", tf, 1), 0);
+    int status = run(args);
+    unsetenv("TF_CONFIG");
+    return status;
+}
+
+#define TF_CLUSTER "{\"cluster\": {\"chief\": [\"127.0.0.1:1\"], \"ps\": [\"127.0.0.1:2\"]}"
+
+START_TEST(tf_config_errors) {
+    const char *none[] = {NULL};
+    expect_usage_error(run_tf("{\"cluster\": [1]}", none), "TF_CONFIG:1:13:", "\"cluster\"", NULL);
+    expect_usage_error(run_tf("{\"cluster\": ", none), "TF_CONFIG:1:", "invalid JSON", NULL);
+    expect_usage_error(run_tf(TF_CLUSTER ", \"task\": {\"type\": \"chief\", \"index\": 1}}", none),
+                       "TF_CONFIG:1:", "\"task\": chief task 1 out of range", NULL);
+    expect_usage_error(run_tf(TF_CLUSTER "}", none), "missing --job-name", "TF_CONFIG", NULL);
+    /* One flag alone must agree with "task". */
+    const char *job_ps[] = {"--job-name", "ps", NULL};
+    expect_usage_error(
+        run_tf(TF_CLUSTER ", \"task\": {\"type\": \"chief\", \"index\": 0}}", job_ps),
+        "--job-name ps conflicts with TF_CONFIG \"task\"", "\"chief\"", NULL);
+    const char *task_1[] = {"--task-index", "1", NULL};
+    expect_usage_error(run_tf(TF_CLUSTER ", \"task\": {\"type\": \"ps\", \"index\": 0}}", task_1),
+                       "--task-index 1 conflicts with TF_CONFIG", NULL, NULL);
+    /* Both flags win over "task", and are checked against the cluster. */
+    const char *worker_0[] = {"--job-name", "worker", "--task-index", "0", NULL};
+    expect_usage_error(run_tf(TF_CLUSTER ", \"task\": {\"type\": \"ps\", \"index\": 0}}", worker_0),
+                       "TF_CONFIG", "worker task 0 out of range", "0 worker tasks");
+    /* The cluster file, when given, is the cluster: TF_CONFIG is not read. */
+    const char *file[] = {"--cluster", J.cluster, "--job-name", "boss", "--task", "0", NULL};
+    expect_usage_error(run_tf("{", file), "unknown job \"boss\"", NULL, NULL);
+    /* An evaluator needs eval_data. */
+    expect_usage_error(
+        run_tf(TF_CLUSTER ", \"task\": {\"type\": \"evaluator\", \"index\": 0}}", none),
+        "evaluator", "eval_data", NULL);
+}
+END_TEST
+
 Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
     TCase *tc = dt_test_job_tcase(s, "usage", 60, setup, teardown);
@@ -294,5 +335,6 @@ Suite *cli_suite(void) {
     tcase_add_test(files, bad_config_value);
     tcase_add_test(files, unknown_config_field);
     tcase_add_test(files, missing_config_file);
+    tcase_add_test(files, tf_config_errors);
     return s;
 }

@@ -206,6 +206,106 @@ START_TEST(test_cluster_tf_config_and_job) {
 }
 END_TEST
 
+/* TF_CONFIG as Kubeflow's training operator writes it: a chief job, the
+ * task, "environment"; the chief is training task 0, worker i task i + 1. */
+START_TEST(test_cluster_tf_config_chief) {
+    dt_cluster c;
+    dt_err err;
+    dt_err_clear(&err);
+    const char *tf = "{\"cluster\": {\"chief\": [\"c:2222\"], \"worker\": [\"w0:2222\", "
+                     "\"w1:2222\"], \"ps\": [\"p:2222\"], \"evaluator\": [\"e:2222\"]},\n"
+                     " \"task\": {\"type\": \"worker\", \"index\": 1}, \"environment\": "
+                     "\"cloud\", \"job\": {\"python_module\": \"x\"}, \"rpc_layer\": \"grpc\"}";
+    ck_assert_msg(dt_cluster_parse(tf, "TF_CONFIG", &c, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.num_workers, 3);
+    ck_assert_int_eq(c.has_chief, 1);
+    ck_assert_str_eq(c.workers[0].addr, "c:2222");
+    ck_assert_str_eq(c.workers[2].addr, "w1:2222");
+    ck_assert_int_eq(c.num_evaluators, 1);
+    ck_assert_int_eq(c.has_task, 1);
+    ck_assert_int_eq(c.task_type, DT_TASK_WORKER);
+    ck_assert_int_eq(c.task_index, 1);
+    dt_role r;
+    ck_assert_int_eq(dt_cluster_role(&c, DT_TASK_WORKER, 1, "x", &r, &err), 0);
+    ck_assert_int_eq(r.type, DT_TASK_WORKER);
+    ck_assert_int_eq(r.index, 2);
+    ck_assert_int_eq(dt_cluster_role(&c, DT_TASK_CHIEF, 0, "x", &r, &err), 0);
+    ck_assert_int_eq(r.type, DT_TASK_WORKER);
+    ck_assert_int_eq(r.index, 0);
+    ck_assert_int_eq(dt_cluster_role(&c, DT_TASK_EVALUATOR, 0, "x", &r, &err), 0);
+    ck_assert_int_eq(r.type, DT_TASK_EVALUATOR);
+    ck_assert_int_eq(dt_cluster_role(&c, DT_TASK_WORKER, 2, "--task-index", &r, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg,
+                     "--task-index: worker task 2 out of range: the cluster has 2 worker tasks");
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_cluster_role(&c, DT_TASK_CHIEF, 1, "x", &r, &err), DT_EINVAL);
+    dt_cluster_deinit(&c);
+
+    /* "master" (TF1's chief), no worker list, no task. */
+    const char *master = "{\"cluster\": {\"master\": [\"m:1\"], \"ps\": [\"p:1\"]}}";
+    dt_err_clear(&err);
+    ck_assert_msg(dt_cluster_parse(master, SRC, &c, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.num_workers, 1);
+    ck_assert_int_eq(c.has_chief, 1);
+    ck_assert_int_eq(c.has_task, 0);
+    dt_task_type t;
+    ck_assert_int_eq(dt_task_type_parse("master", &t), 0);
+    ck_assert_int_eq(t, DT_TASK_CHIEF);
+    ck_assert_int_eq(dt_task_type_parse("Master", &t), -1);
+    dt_cluster_deinit(&c);
+
+    /* Without a chief job worker 0 is the chief, and "chief" is no task. */
+    const char *plain = "{\"cluster\": {\"worker\": [\"w:1\"], \"ps\": [\"p:1\"]}}";
+    ck_assert_msg(dt_cluster_parse(plain, SRC, &c, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.has_chief, 0);
+    ck_assert_int_eq(dt_cluster_role(&c, DT_TASK_WORKER, 0, "x", &r, &err), 0);
+    ck_assert_int_eq(r.index, 0);
+    ck_assert_int_eq(dt_cluster_role(&c, DT_TASK_CHIEF, 0, "TF_CONFIG", &r, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "TF_CONFIG: the cluster has no \"chief\" job (then worker 0 is the "
+                              "chief: job worker, task 0)");
+    dt_cluster_deinit(&c);
+}
+END_TEST
+
+/* Every malformed TF_CONFIG names the field, at its line and column. */
+START_TEST(test_cluster_tf_config_errors) {
+    static const char *const cases[][2] = {
+        {"{\"cluster\": {\"chief\": [\"c:1\"], \"master\": [\"m:1\"], \"ps\": [\"p:1\"]}}",
+         "t.json:1:32: \"chief\" and \"master\" name the same job: give one (first at 1:14)"},
+        {"{\"cluster\": {\"chief\": [\"c:1\", \"c:2\"], \"ps\": [\"p:1\"]}}",
+         "t.json:1:23: \"chief\" lists 2 addresses; a cluster has one chief (the training task "
+         "that saves)"},
+        {"{\"cluster\": {\"chief\": [], \"ps\": [\"p:1\"]}}",
+         "t.json:1:23: \"chief\" must list at least one \"host:port\" address"},
+        {"{\"cluster\": {\"worker\": [\"w:1\"], \"ps\": [\"p:1\"], \"evaluator\": [\"e:1\", "
+         "\"e:2\"]}}",
+         "t.json:1:61: \"evaluator\" lists 2 addresses; a cluster has at most one evaluator"},
+        {"{\"cluster\": {\"chief\": [\"h:1\"], \"worker\": [\"h:1\"], \"ps\": [\"p:1\"]}}",
+         "t.json:1:43: \"worker\"[0] \"h:1\" is listed twice: also as \"chief\"[0] at 1:24"},
+        {"{\"cluster\": {\"worker\": [\"w:1\"], \"ps\": [\"p:1\"]}, \"task\": [1]}",
+         "t.json:1:57: \"task\" must be an object, {\"type\": \"worker\", \"index\": 0} (got a "
+         "list)"},
+        {"{\"cluster\": {\"worker\": [\"w:1\"], \"ps\": [\"p:1\"]}, \"task\": {\"type\": \"boss\", "
+         "\"index\": 0}}",
+         "t.json:1:66: \"task\".\"type\" \"boss\" is not a job: \"ps\", \"worker\", \"chief\", "
+         "\"master\" or \"evaluator\""},
+        {"{\"cluster\": {\"worker\": [\"w:1\"], \"ps\": [\"p:1\"]}, \"task\": {\"type\": \"ps\", "
+         "\"index\": 1.5}}",
+         "t.json:1:81: \"task\".\"index\" must be a whole number from 0 (got 1.5)"},
+        {"{\"cluster\": {\"worker\": [\"w:1\"], \"ps\": [\"p:1\"]}, \"task\": {\"type\": \"ps\", "
+         "\"index\": 1}}",
+         "t.json:1:81: \"task\": ps task 1 out of range: the cluster has 1 ps task"},
+        {"{\"cluster\": {\"worker\": [\"w:1\"], \"ps\": [\"p:1\"]}, \"task\": {\"type\": \"ps\"}}",
+         "t.json:1:57: \"task\" has no \"index\" (want {\"type\": \"worker\", \"index\": 0})"},
+        {"{\"cluster\": {\"worker\": [\"w:1\"], \"ps\": [\"p:1\"]}, \"task\": {\"type\": \"ps\", "
+         "\"idx\": 0}}",
+         "t.json:1:72: unknown field \"task\".\"idx\" (it holds \"type\" and \"index\")"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        cluster_fails(cases[i][0], DT_EINVAL, cases[i][1]);
+}
+END_TEST
+
 /* ---- cluster: syntax errors ---- */
 
 START_TEST(test_cluster_bad_json) {
@@ -293,25 +393,22 @@ START_TEST(test_cluster_bad_shape) {
     cluster_fails("{\"cluster\": {\"ps\": [\"a:1\"], \"worker\": [\"a:2\"]},\n \"tsak\": {}}",
                   DT_EINVAL,
                   "t.json:2:2: unknown field \"tsak\" (next to \"cluster\" a file may hold only "
-                  "\"job\" and \"task\")");
+                  "\"job\", \"task\", \"environment\" and \"rpc_layer\")");
     cluster_fails("{\"cluster\": [\"a:1\"]}", DT_EINVAL,
                   "t.json:1:13: \"cluster\" must be an object, {\"ps\": [...], \"worker\": [...]} "
                   "(got a list)");
-    cluster_fails("{\"cluster\": {\"chief\": [\"a:0\"], \"ps\": [\"a:1\"], \"worker\": [\"a:2\"]}}",
-                  DT_EINVAL,
-                  "t.json:1:14: a \"chief\" job is not supported: worker 0 is the chief, so list "
-                  "its address first under \"worker\"");
     cluster_fails(
-        "{\"cluster\": {\"ps\": [\"a:1\"], \"worker\": [\"a:2\"], \"evaluator\": [\"a:3\"]}}",
+        "{\"cluster\": {\"ps\": [\"a:1\"], \"worker\": [\"a:2\"], \"evaluators\": [\"a:3\"]}}",
         DT_EINVAL,
-        "t.json:1:48: unknown job \"evaluator\": only \"ps\" and \"worker\" are "
-        "supported");
+        "t.json:1:48: unknown job \"evaluators\": the jobs are \"ps\", \"worker\", \"chief\" (or "
+        "\"master\") and \"evaluator\"");
     cluster_fails("{\"cluster\": {\"Ps\": [\"a:1\"], \"worker\": [\"a:2\"]}}", DT_EINVAL,
-                  "t.json:1:14: unknown job \"Ps\": only \"ps\" and \"worker\" are supported");
+                  "t.json:1:14: unknown job \"Ps\": the jobs are \"ps\", \"worker\", \"chief\" (or "
+                  "\"master\") and \"evaluator\"");
     cluster_fails("{\"cluster\": {\"worker\": [\"a:1\"]}}", DT_EINVAL,
                   "t.json:1:13: \"cluster\" has no \"ps\" list");
     cluster_fails("{\"cluster\": {\"ps\": [\"a:1\"]}}", DT_EINVAL,
-                  "t.json:1:13: \"cluster\" has no \"worker\" list");
+                  "t.json:1:13: \"cluster\" has no \"worker\" list (nor a \"chief\")");
     cluster_fails("{\"cluster\": {\"ps\": [], \"worker\": [\"a:1\"]}}", DT_EINVAL,
                   "t.json:1:20: \"ps\" must list at least one \"host:port\" address");
     cluster_fails("{\"cluster\": {\"ps\": \"a:1\", \"worker\": [\"a:2\"]}}", DT_EINVAL,
@@ -613,7 +710,7 @@ START_TEST(test_job_wrong_type) {
               "t.json:1:24: \"job\" must be an object of job fields (got a list)");
     job_fails("{\"job\": {}, \"learning_rate\": 0.1}",
               "t.json:1:13: unknown field \"learning_rate\" (next to \"cluster\" a file may hold "
-              "only \"job\" and \"task\")");
+              "only \"job\", \"task\", \"environment\" and \"rpc_layer\")");
     job_fails("\"linear\"",
               "t.json:1:1: a job file holds an object of fields, {\"learning_rate\": 0.05, ...} "
               "(got \"linear\")");
@@ -1000,6 +1097,8 @@ Suite *cluster_suite(void) {
     tcase_add_test(tc, test_cluster_ipv6_and_edges);
     tcase_add_test(tc, test_cluster_longest_host);
     tcase_add_test(tc, test_cluster_tf_config_and_job);
+    tcase_add_test(tc, test_cluster_tf_config_chief);
+    tcase_add_test(tc, test_cluster_tf_config_errors);
     tcase_add_test(tc, test_cluster_bad_json);
     tcase_add_test(tc, test_cluster_deep_nesting);
     tcase_add_test(tc, test_cluster_bad_shape);

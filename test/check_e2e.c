@@ -199,6 +199,33 @@ START_TEST(demo) {
 }
 END_TEST
 
+/* A Kubeflow-shaped cluster told only by TF_CONFIG: a "chief" job, one
+ * "worker" (training task 1), one ps; no cluster file, no role flags. */
+START_TEST(tf_config_chief_job) {
+    static const char *const sets[] = {"max_steps=1500", QUICK_SETS};
+    dt_test_job_set(&w, sets, 1 + NUM_QUICK);
+    static const char *const roles[3][3] = {
+        {"ps", "0", "ps0"}, {"chief", "0", "chief"}, {"worker", "0", "worker1"}};
+    static const char *const names[3] = {"ps", "chief", "worker 0"};
+    pid_t pids[3];
+    for (int i = 0; i < 3; i++) {
+        char tf[512];
+        snprintf(tf, sizeof tf,
+                 "{\"cluster\": {\"chief\": [\"127.0.0.1:%d\"], \"worker\": [\"127.0.0.1:%d\"], "
+                 "\"ps\": [\"127.0.0.1:%d\"]}, \"task\": {\"type\": \"%s\", \"index\": %s}, "
+                 "\"environment\": \"cloud\"}",
+                 w.ports[1], w.ports[2], w.ports[0], roles[i][0], roles[i][1]);
+        pids[i] = dt_test_job_start_tf(&w, tf, roles[i][2]);
+    }
+    dt_test_job_expect_done(&w, pids, names, 3, JOB_TIMEOUT_MS);
+    dt_test_job_check_latest(&w, dt_test_job_max_steps(&w), 1);
+    check_log_format("chief", 'C');
+    check_log_format("worker1", 'W');
+    ck_assert_msg(dt_test_job_log_has(&w, "worker1", "worker:1 "),
+                  "TF's worker 0 is not training task 1; logs:%s", dt_test_job_report(&w));
+}
+END_TEST
+
 /* SIGKILL the chief mid-job and restart it: it rejoins the live ps, does not
  * re-initialize, and the job completes with a good model. */
 START_TEST(restart_chief) {
@@ -340,6 +367,7 @@ Suite *e2e_suite(void) {
     Suite *s = suite_create("e2e");
     TCase *tc = dt_test_job_tcase(s, "jobs", TEST_TIMEOUT_S, setup, teardown);
     tcase_add_test(tc, demo);
+    tcase_add_test(tc, tf_config_chief_job);
     tcase_add_test(tc, restart_chief);
     tcase_add_test(tc, fresh_cluster_restores);
     tcase_add_test(tc, keep_serving);

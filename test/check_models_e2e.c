@@ -22,6 +22,7 @@
  * Every process is bounded in time and stopped by the teardown.
  */
 #include <check.h>
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@
 #include "model.h"
 #include "proc.h"
 #include "suites.h"
+#include "summary.h"
 #include "testjob.h"
 
 #define JOB_TIMEOUT_MS 90000 /* one job: a few s, up to ~30 s under ASan on 2 cores */
@@ -432,6 +434,150 @@ START_TEST(cli_bad_input) {
 }
 END_TEST
 
+/* ---- the evaluator ------------------------------------------------------------ */
+
+/* The last line of log holding "<prefix>global_step " (NULL when none). */
+static const char *last_line(const char *log, const char *prefix) {
+    const char *last = NULL;
+    for (const char *p = log; (p = strstr(p, prefix)) != NULL; p++)
+        last = p;
+    return last;
+}
+
+/* 1 when data (len bytes) holds needle. */
+static int holds(const uint8_t *data, size_t len, const char *needle) {
+    size_t n = strlen(needle);
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(data + i, needle, n) == 0) return 1;
+    return 0;
+}
+
+/* Records of the one event file in dir that hold tag; asserts there is one
+ * file and that every record reads. */
+static int count_tag_records(const char *dir, const char *tag) {
+    char file[2 * PATH_CAP] = "";
+    int files = 0;
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "cannot open %s", dir);
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0 && ++files == 1)
+            snprintf(file, sizeof file, "%s/%s", dir, de->d_name);
+    closedir(d);
+    ck_assert_msg(files == 1, "%s holds %d event files, want 1", dir, files);
+    FILE *f = fopen(file, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", file);
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int n = 0, rc;
+    dt_err err = {0};
+    while ((rc = dt_tfrecord_read(f, &data, &len, &err)) == 1)
+        n += holds(data, len, tag);
+    ck_assert_msg(rc == 0, "%s: %s", file, err.msg);
+    free(data);
+    fclose(f);
+    return n;
+}
+
+/* An evaluator started before the job (no log dir yet) scores checkpoints
+ * as the chief saves them, ends with the final one, and its figures are
+ * `dtrain eval`'s on that checkpoint; its summaries are in log_dir/eval. */
+START_TEST(evaluator_follows_training) {
+    char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP], eval_dir[sizeof J.log_dir + 8];
+    write_set(SET_BINARY, 400, 51, "train.csv", train_path, NULL);
+    write_set(SET_BINARY, 200, 52, "eval.csv", eval_path, NULL);
+    write_job("\"model\": \"logistic\", \"classes\": 2", train_path, eval_path,
+              "\"optimizer\": \"sgd\", \"learning_rate\": 0.5, \"batch_size\": 20, "
+              "\"epochs\": 300",
+              job);
+    J.config = job;
+    dt_test_job_add_set(&J, "save_model_secs=1");
+    pid_t ev = dt_test_job_start(&J, "evaluator", 0, "evaluator");
+    ck_assert_msg(dt_test_job_wait_log(&J, "evaluator", "watching", JOB_TIMEOUT_MS, ev),
+                  "the evaluator did not start; logs:%s", dt_test_job_report(&J));
+    train(job);
+    dt_test_job_expect_exit(&J, ev, "evaluator", JOB_TIMEOUT_MS, 0);
+
+    eval_line e = eval_job(job);
+    ck_assert_int_eq(e.global_step, 300 * 400 / 20);
+    char *log = dt_test_job_read_log(&J, "evaluator");
+    char want[512];
+    snprintf(want, sizeof want, "evaluator: done: scored the final checkpoint (global_step %lld)",
+             e.global_step);
+    ck_assert_msg(strstr(log, want), "no \"%s\"; logs:%s", want, dt_test_job_report(&J));
+    const char *last = last_line(log, "evaluator: global_step ");
+    snprintf(want, sizeof want, "evaluator: global_step %lld: %s on %lld examples", e.global_step,
+             e.line, e.examples);
+    ck_assert_msg(last && strncmp(last, want, strlen(want)) == 0,
+                  "the evaluator's last score \"%.*s\" is not eval's \"%s\"",
+                  last ? (int)strcspn(last, "\n") : 0, last ? last : "", want);
+    int scored = 0;
+    for (const char *p = log; (p = strstr(p, "evaluator: global_step ")) != NULL; p++)
+        scored++;
+    free(log);
+    snprintf(eval_dir, sizeof eval_dir, "%s/eval", J.log_dir);
+    ck_assert_int_eq(count_tag_records(eval_dir, "eval/loss"), scored);
+    ck_assert_int_eq(count_tag_records(eval_dir, "eval/accuracy"), scored);
+}
+END_TEST
+
+/* A checkpoint half there (cut short, as by a copy in progress or a disk
+ * that filled) is skipped with a warning and the evaluator goes on to score
+ * each new one, and ends after the one at its max_steps; a
+ * checkpoint of another model ends it with status 1; no eval_data is 2. */
+START_TEST(evaluator_bad_checkpoints) {
+    char data[PATH_CAP], job[PATH_CAP], cut[PATH_CAP + 64], bare[PATH_CAP];
+    write_set(SET_BINARY, 50, 61, "eval.csv", data, NULL);
+    write_job("\"model\": \"logistic\", \"classes\": 2", data, data,
+              "\"batch_size\": 10, \"epochs\": 1", job);
+    J.config = job;
+    dt_job lj;
+    dt_test_job_config(&J, &lj);
+    dt_tensor specs[DT_MODEL_MAX_VARS];
+    int count = 0;
+    dt_err err = {0};
+    ck_assert_msg(dt_model_specs(&lj.model, specs, &count, &err) == 0, "%s", err.msg);
+    dt_tensors ts;
+    ck_assert_msg(dt_tensors_init(&ts, specs, count, &err) == 0, "%s", err.msg);
+    dt_ckpt_meta meta = {.global_step = 5, .max_steps = 10};
+    dt_model_describe(&lj.model, meta.model, sizeof meta.model);
+    ck_assert_msg(dt_ckpt_save_in_dir(J.log_dir, &ts, &meta, 0, cut, sizeof cut, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(truncate(cut, 40), 0);
+
+    pid_t ev = dt_test_job_start(&J, "evaluator", 0, "evaluator");
+    ck_assert_msg(dt_test_job_wait_log(&J, "evaluator", "waiting for the next checkpoint",
+                                       JOB_TIMEOUT_MS, ev),
+                  "no warning about the cut checkpoint; logs:%s", dt_test_job_report(&J));
+    ck_assert_msg(dt_test_alive(ev), "the evaluator ended on a cut checkpoint");
+    meta.global_step = 7;
+    ck_assert_msg(dt_ckpt_save_in_dir(J.log_dir, &ts, &meta, 0, NULL, 0, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_msg(dt_test_job_wait_log(&J, "evaluator", "evaluator: global_step 7: loss",
+                                       JOB_TIMEOUT_MS, ev),
+                  "step 7 was not scored; logs:%s", dt_test_job_report(&J));
+    ck_assert_msg(dt_test_alive(ev), "the evaluator ended before the final checkpoint");
+    meta.global_step = 10;
+    ck_assert_msg(dt_ckpt_save_in_dir(J.log_dir, &ts, &meta, 0, NULL, 0, &err) == 0, "%s", err.msg);
+    dt_tensors_deinit(&ts);
+    dt_test_job_expect_exit(&J, ev, "evaluator", JOB_TIMEOUT_MS, 0);
+    ck_assert(dt_test_job_log_has(&J, "evaluator", "evaluator: global_step 10: loss"));
+    ck_assert(!dt_test_job_log_has(&J, "evaluator", "evaluator: global_step 5:"));
+
+    /* The softmax job's evaluator on this logistic checkpoint. */
+    const char *other[] = {"--cluster", J.cluster,       "--job-name", "evaluator", "--task",
+                           "0",         "--config",      job,          "--log-dir", J.log_dir,
+                           "--set",     "model=softmax", "--set",      "classes=3", NULL};
+    dt_test_job_expect_error(&J, run(other), 1, "evaluator", "softmax/weight", NULL);
+    path_of("bare.json", bare);
+    ck_assert_int_eq(dt_test_write_file(bare, "{\"model\": \"logistic\", \"features\": 2, "
+                                              "\"data\": \"csv\", \"train_data\": \"x.csv\"}\n"),
+                     0);
+    const char *no_data[] = {"--cluster", J.cluster,  "--job-name", "evaluator", "--task",
+                             "0",         "--config", bare,         NULL};
+    dt_test_job_expect_error(&J, run(no_data), 2, "evaluator", "eval_data", NULL);
+}
+END_TEST
+
 Suite *models_e2e_suite(void) {
     Suite *s = suite_create("models_e2e");
     TCase *tc = dt_test_job_tcase(s, "models_e2e", TEST_TIMEOUT_S, setup, teardown);
@@ -440,5 +586,7 @@ Suite *models_e2e_suite(void) {
     tcase_add_test(tc, mlp_xor);
     tcase_add_test(tc, fashion_slice);
     tcase_add_test(tc, cli_bad_input);
+    tcase_add_test(tc, evaluator_follows_training);
+    tcase_add_test(tc, evaluator_bad_checkpoints);
     return s;
 }

@@ -119,12 +119,14 @@ static pid_t start(dt_test_job *j, const char *job_name, int task, const char *l
     snprintf(task_text, sizeof task_text, "%d", task);
     dt_test_job_log_path(j, log_name, path, sizeof path);
     argv[n++] = (char *)dt_test_bin();
-    argv[n++] = "--cluster";
-    argv[n++] = j->cluster;
-    argv[n++] = "--job-name";
-    argv[n++] = (char *)job_name;
-    argv[n++] = "--task-index";
-    argv[n++] = task_text;
+    if (job_name) { /* else TF_CONFIG says who it is */
+        argv[n++] = "--cluster";
+        argv[n++] = j->cluster;
+        argv[n++] = "--job-name";
+        argv[n++] = (char *)job_name;
+        argv[n++] = "--task-index";
+        argv[n++] = task_text;
+    }
     if (j->config) {
         argv[n++] = "--config";
         argv[n++] = (char *)j->config;
@@ -138,7 +140,14 @@ static pid_t start(dt_test_job *j, const char *job_name, int task, const char *l
     if (keep_serving) argv[n++] = "--keep-serving";
     argv[n] = NULL;
     pid_t pid = dt_test_spawn(argv, path);
-    ck_assert_msg(pid > 0, "cannot start %s %d", job_name, task);
+    ck_assert_msg(pid > 0, "cannot start %s %d", job_name ? job_name : log_name, task);
+    return pid;
+}
+
+pid_t dt_test_job_start_tf(dt_test_job *j, const char *tf_config, const char *log_name) {
+    ck_assert_int_eq(setenv("TF_CONFIG", tf_config, 1), 0);
+    pid_t pid = start(j, NULL, 0, log_name, 0);
+    unsetenv("TF_CONFIG");
     return pid;
 }
 

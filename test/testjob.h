@@ -85,6 +85,9 @@ pid_t dt_test_job_start(dt_test_job *j, const char *job_name, int task, const ch
 /* The same with --keep-serving. */
 pid_t dt_test_job_start_serving(dt_test_job *j, const char *job_name, int task,
                                 const char *log_name);
+/* Starts a role told who it is by TF_CONFIG (the text given), with no
+ * --cluster, --job-name or --task-index; the rest as dt_test_job_start. */
+pid_t dt_test_job_start_tf(dt_test_job *j, const char *tf_config, const char *log_name);
 /* Runs the whole job on the cluster: every ps (logs ps<k><tag>), the chief
  * (chief<tag>) and the other workers (worker<k><tag>); asserts that all exit
  * 0 within timeout_ms. */

@@ -1,0 +1,160 @@
+/*
+ * evaluator: a poll loop over log_dir (evaluator.h). One thread; it owns
+ * the held-out set, the model's scratch and its event file.
+ */
+#include "evaluator.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "checkpoint.h"
+#include "data.h"
+#include "log.h"
+#include "model.h"
+#include "predict.h"
+#include "summary.h"
+
+#define STORAGE_LOG_SECS 10.0 /* at most one line per this while summaries drop */
+
+typedef struct {
+    const dt_job *job;
+    dt_dataset *data;
+    dt_batch all; /* every held-out example, borrowed from data */
+    dt_model *model;
+    char dir[DT_PATH_MAX + 8]; /* log_dir/eval */
+    dt_summary_writer *summary;
+    long long summaries_dropped;
+    double summary_logged;
+    int64_t tried;  /* the newest checkpoint step (by name) already looked at */
+    int64_t scored; /* the step of the last checkpoint scored */
+} evaluator;
+
+static void close_evaluator(evaluator *e) {
+    dt_summary_close(e->summary);
+    dt_model_free(e->model);
+    dt_data_free(e->data);
+}
+
+static int open_evaluator(const dt_job *job, evaluator *e, dt_err *err) {
+    memset(e, 0, sizeof *e);
+    e->job = job;
+    e->tried = e->scored = -1;
+    if (!job->data.eval_data[0] || !dt_data_reads_files(&job->data))
+        return dt_err_set(err, DT_EINVAL,
+                          "evaluator: the job has no \"eval_data\" to score checkpoints on "
+                          "(the evaluator reads files: set \"eval_data\")");
+    snprintf(e->dir, sizeof e->dir, "%s/eval", job->log_dir);
+    int rc = dt_job_open_eval(job, &e->data, err);
+    if (rc == 0) rc = dt_data_all(e->data, &e->all, err);
+    if (rc == 0) rc = dt_model_new(&job->model, &e->model, err);
+    if (rc < 0) {
+        close_evaluator(e);
+        return dt_err_wrap(err, rc, "evaluator");
+    }
+    dt_log(DT_LOG_INFO, "evaluator: %d held-out examples from %s; watching %s for checkpoints",
+           e->all.rows, job->data.eval_data, job->log_dir);
+    return 0;
+}
+
+/* Writes the scores at step; a failure is dropped and counted, never
+ * returned (the chief's rule for storage faults). */
+static void write_summary(evaluator *e, int64_t step, double loss, double accuracy) {
+    static const char *const tags[] = {"eval/loss", "eval/accuracy"};
+    const double values[2] = {loss, accuracy};
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = 0;
+    if (!e->summary && (rc = dt_summary_open(e->dir, &e->summary, &err)) == 0)
+        dt_log(DT_LOG_INFO, "evaluator: writing summaries to %s", dt_summary_path(e->summary));
+    if (rc == 0)
+        rc = dt_summary_scalars(e->summary, step, tags, values, isnan(accuracy) ? 1 : 2, &err);
+    if (rc == 0) rc = dt_summary_flush(e->summary, &err);
+    if (rc == 0) {
+        if (e->summaries_dropped > 0)
+            dt_log(DT_LOG_INFO, "evaluator: summaries resumed after %lld were dropped",
+                   e->summaries_dropped);
+        e->summaries_dropped = 0;
+        return;
+    }
+    double t = dt_now_secs();
+    if (++e->summaries_dropped == 1 || t - e->summary_logged >= STORAGE_LOG_SECS) {
+        dt_log(DT_LOG_WARN, "evaluator: %s; summaries dropped: %lld so far", err.msg,
+               e->summaries_dropped);
+        e->summary_logged = t;
+    }
+}
+
+/* The step at which the job that wrote meta ends; 0 when nobody says. */
+static int64_t final_step(const evaluator *e, const dt_ckpt_meta *meta) {
+    return meta->max_steps > 0 ? meta->max_steps : e->job->max_steps;
+}
+
+/* Scores the latest checkpoint when it is newer than the last look. *done
+ * is set once the final one is scored. A checkpoint that cannot be read
+ * now (gone, damaged, half there) is logged and waited past. */
+static int look(evaluator *e, int *done, dt_err *err) {
+    int64_t named = dt_ckpt_latest_step(e->job->log_dir);
+    if (named <= e->tried) return 0;
+    e->tried = named;
+    dt_tensors vars;
+    dt_ckpt_meta meta;
+    char path[DT_PATH_MAX + 64];
+    int rc = dt_predict_load("evaluator", e->job, NULL, &vars, &meta, path, sizeof path, err);
+    if (rc == DT_EINVAL) return rc; /* another model's checkpoint: not ours to score */
+    if (rc < 0) {
+        dt_log(DT_LOG_WARN, "%s; waiting for the next checkpoint", err->msg);
+        dt_err_clear(err);
+        return 0;
+    }
+    if (meta.global_step <= e->scored) { /* the newest was unreadable: an older one came */
+        dt_tensors_deinit(&vars);
+        return 0;
+    }
+    double loss = NAN, accuracy = NAN;
+    rc = dt_model_evaluate(e->model, &vars, &e->all, &loss, &accuracy, err);
+    dt_tensors_deinit(&vars);
+    if (rc < 0) return dt_err_wrap(err, rc, "evaluator: evaluate");
+    e->scored = meta.global_step;
+    int64_t last = final_step(e, &meta);
+    if (isnan(accuracy))
+        dt_log(DT_LOG_INFO, "evaluator: global_step %lld: loss %.6f on %d examples (%s)",
+               (long long)meta.global_step, loss, e->all.rows, path);
+    else
+        dt_log(DT_LOG_INFO,
+               "evaluator: global_step %lld: loss %.6f accuracy %.4f on %d examples (%s)",
+               (long long)meta.global_step, loss, accuracy, e->all.rows, path);
+    write_summary(e, meta.global_step, loss, accuracy);
+    *done = last > 0 && meta.global_step >= last;
+    return 0;
+}
+
+/* Sleeps ms in short slices; 1 when *stop was set meanwhile. */
+static int nap(int ms, volatile sig_atomic_t *stop) {
+    for (int t = 0; t < ms && !*stop; t += 50) {
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return *stop != 0;
+}
+
+int dt_evaluator_run(const dt_job *job, volatile sig_atomic_t *stop, dt_err *err) {
+    evaluator e;
+    int rc = open_evaluator(job, &e, err);
+    if (rc < 0) return rc;
+    int done = 0;
+    while (rc == 0 && !done) {
+        if (*stop) {
+            rc = dt_err_set(err, DT_ECANCELLED, "evaluator: stopped by a signal");
+            break;
+        }
+        rc = look(&e, &done, err);
+        if (rc == 0 && !done) nap(DT_EVAL_POLL_MS, stop);
+    }
+    if (done)
+        dt_log(DT_LOG_INFO, "evaluator: done: scored the final checkpoint (global_step %lld)",
+               (long long)e.scored);
+    close_evaluator(&e);
+    return rc;
+}
