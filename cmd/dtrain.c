@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "chief.h"
@@ -28,6 +29,7 @@
 #include "job.h"
 #include "log.h"
 #include "model.h"
+#include "monitor.h"
 #include "optim.h"
 #include "predict.h"
 #include "ps.h"
@@ -426,6 +428,167 @@ static int run_tool(int argc, char **argv) {
     return fflush(stdout) == 0 ? 0 : 1;
 }
 
+/* ---- dtrain health and dtrain status ------------------------------------ */
+
+typedef struct {
+    const char *address, *service, *timeout, *watch;
+    int serving, json;
+} monitor_flags;
+
+/* The flags of `dtrain health` and `dtrain status`; security flags and
+ * --cluster land in o. Returns -1 to go on, or an exit status. */
+static int parse_monitor_args(int argc, char **argv, int is_health, options *o, monitor_flags *m) {
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int missing = 0;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (is_health && strcmp(a, "--serving") == 0) {
+            m->serving = 1;
+            continue;
+        }
+        if (!is_health && strcmp(a, "--json") == 0) {
+            m->json = 1;
+            continue;
+        }
+        if (is_health && take_value(argc, argv, &i, "--address", &v, &missing))
+            m->address = v;
+        else if (is_health && take_value(argc, argv, &i, "--service", &v, &missing))
+            m->service = v;
+        else if (!is_health && take_value(argc, argv, &i, "--cluster", &v, &missing))
+            o->cluster_path = v;
+        else if (!is_health && take_value(argc, argv, &i, "--watch", &v, &missing))
+            m->watch = v;
+        else if (take_value(argc, argv, &i, "--timeout-secs", &v, &missing))
+            m->timeout = v;
+        else if (take_value(argc, argv, &i, "--tls-cert", &v, &missing))
+            o->tls_cert = v;
+        else if (take_value(argc, argv, &i, "--tls-key", &v, &missing))
+            o->tls_key = v;
+        else if (take_value(argc, argv, &i, "--tls-ca", &v, &missing))
+            o->tls_ca = v;
+        else if (take_value(argc, argv, &i, "--token-file", &v, &missing))
+            o->token_file = v;
+        else if (take_value(argc, argv, &i, "--log-level", &v, &missing))
+            o->log_level = v;
+        else
+            return usage_error("%s: unknown flag %s", argv[1], a);
+        if (missing) return usage_error("flag %s needs a value", a);
+    }
+    if (is_health && !m->address) return usage_error("health: missing --address HOST:PORT%s", "");
+    if (!is_health && !o->cluster_path && !tf_config())
+        return usage_error("status: missing --cluster FILE (or the TF_CONFIG environment "
+                           "variable)%s",
+                           "");
+    return -1;
+}
+
+/* A whole number of seconds from 1 to max for flag; -1 when it is not. */
+static int parse_secs(const char *flag, const char *text, int max) {
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < 1 || v > max) {
+        usage_error("%s: \"%s\" is not a whole number of seconds from 1 to %d", flag, text, max);
+        return -1;
+    }
+    return (int)v;
+}
+
+/* dtrain health: one grpc.health.v1 Check. 0 when it answers (with
+ * --serving: SERVING), 1 otherwise, 200 when nobody answers. */
+static int run_health(const options *o, const monitor_flags *m, int timeout_ms) {
+    dt_rpc_security sec;
+    int status = security_from(o, 0, &sec);
+    if (status >= 0) return status;
+    dt_health_status h = DT_HEALTH_UNKNOWN;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_health_check(m->address, m->service, &sec, timeout_ms, &h, &err);
+    if (rc < 0) {
+        fprintf(stderr, "dtrain: health: %s\n", err.msg);
+        return rc == DT_EUNAVAILABLE || rc == DT_EDEADLINE ? EXIT_UNREACHABLE : 1;
+    }
+    printf("%s %s\n", m->address, dt_health_status_name(h));
+    if (fflush(stdout) != 0) return 1;
+    return !m->serving || h == DT_HEALTH_SERVING ? 0 : 1;
+}
+
+/* dtrain status: every ps's Status, summed up; --watch repeats it. 0 when a
+ * ps answered, 200 when none did. */
+static int run_status(const options *o, const monitor_flags *m, int timeout_ms, int watch_secs) {
+    dt_rpc_security sec;
+    int status = security_from(o, 0, &sec);
+    if (status >= 0) return status;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_cluster cluster;
+    if (load_cluster(o, &cluster, &err) < 0) {
+        fprintf(stderr, "dtrain: %s\n", err.msg);
+        return EXIT_USAGE;
+    }
+    char *text = malloc(1 << 16);
+    int rc = text ? 0 : dt_err_set(&err, DT_ENOMEM, "status: out of memory");
+    while (rc == 0) {
+        dt_job_status st;
+        if ((rc = dt_job_status_get(&cluster, &sec, timeout_ms, &st, &err)) < 0) break;
+        if (m->json)
+            dt_job_status_json(&st, &cluster, text, 1 << 16);
+        else
+            dt_job_status_text(&st, &cluster, text, 1 << 16);
+        printf("%s%s", text, m->json ? "\n" : "");
+        if (watch_secs && !m->json) printf("\n");
+        fflush(stdout);
+        status = st.num_answered ? 0 : EXIT_UNREACHABLE;
+        dt_job_status_deinit(&st);
+        if (!watch_secs || stop_signal) break;
+        for (int t = 0; t < watch_secs * 10 && !stop_signal; t++) {
+            struct timespec nap = {0, 100 * 1000000L};
+            nanosleep(&nap, NULL);
+        }
+        if (stop_signal) break;
+    }
+    free(text);
+    dt_cluster_deinit(&cluster);
+    if (rc < 0) {
+        fprintf(stderr, "dtrain: %s\n", err.msg);
+        return 1;
+    }
+    return status;
+}
+
+static int run_monitor(int argc, char **argv) {
+    int is_health = strcmp(argv[1], "health") == 0;
+    options o;
+    monitor_flags m;
+    memset(&o, 0, sizeof o);
+    memset(&m, 0, sizeof m);
+    int status = parse_monitor_args(argc, argv, is_health, &o, &m);
+    if (status >= 0) return status;
+    if (o.log_level) {
+        int level = parse_level(o.log_level);
+        if (level < 0) return usage_error("--log-level: unknown level \"%s\"", o.log_level);
+        dt_log_set_level((dt_log_level)level);
+    } else {
+        dt_log_set_level(DT_LOG_WARN); /* the answer is the output, not the log */
+    }
+    int timeout_ms = 5000, watch = 0;
+    if (m.timeout && (timeout_ms = parse_secs("--timeout-secs", m.timeout, 3600)) < 0)
+        return EXIT_USAGE;
+    if (m.timeout) timeout_ms *= 1000;
+    if (m.watch && (watch = parse_secs("--watch", m.watch, 86400)) < 0) return EXIT_USAGE;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    dt_rpc_init();
+    return is_health ? run_health(&o, &m, timeout_ms) : run_status(&o, &m, timeout_ms, watch);
+}
+
 static int exit_status(int rc, const dt_err *err) {
     if (rc >= 0) return 0;
     dt_log(DT_LOG_ERROR, "%s", err->msg);
@@ -497,6 +660,8 @@ int main(int argc, char **argv) {
     tune_allocator();
     if (argc > 1 && (strcmp(argv[1], "eval") == 0 || strcmp(argv[1], "predict") == 0))
         return run_tool(argc, argv);
+    if (argc > 1 && (strcmp(argv[1], "health") == 0 || strcmp(argv[1], "status") == 0))
+        return run_monitor(argc, argv);
     options o;
     memset(&o, 0, sizeof o);
     int status = parse_args(argc, argv, &o);

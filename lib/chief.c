@@ -302,6 +302,7 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
         dt_log(DT_LOG_INFO, "chief: %d epochs of %lld examples: max_steps %lld", job->epochs,
                (long long)dt_data_total(dt_worker_data(c->w)), (long long)m->max_steps);
     }
+    dt_worker_set_max_steps(c->w, m->max_steps);
     int rc = dt_job_schedule(job, &m->schedule, err);
     if (rc < 0) return rc;
     const dt_consistency_config *jc = &job->consistency;

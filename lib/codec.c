@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "dtrain.pb.h"
+#include "health.pb.h"
 #include "text.h"
 
 /* Per-call decode context, reachable from every callback. */
@@ -231,6 +232,8 @@ typedef union {
     dtrain_StatusResponse status_resp;
     dtrain_ShutdownRequest shutdown_req;
     dtrain_ShutdownResponse shutdown_resp;
+    grpc_health_v1_HealthCheckRequest health_req;
+    grpc_health_v1_HealthCheckResponse health_resp;
 } pb_any;
 
 static const pb_msgdesc_t *descriptor(dt_msg_type type) {
@@ -245,13 +248,16 @@ static const pb_msgdesc_t *descriptor(dt_msg_type type) {
     case DT_MSG_STATUS_RESP: return dtrain_StatusResponse_fields;
     case DT_MSG_SHUTDOWN_REQ: return dtrain_ShutdownRequest_fields;
     case DT_MSG_SHUTDOWN_RESP: return dtrain_ShutdownResponse_fields;
+    case DT_MSG_HEALTH_REQ: return grpc_health_v1_HealthCheckRequest_fields;
+    case DT_MSG_HEALTH_RESP: return grpc_health_v1_HealthCheckResponse_fields;
     default: return NULL;
     }
 }
 
 static const char *const type_names[DT_MSG_COUNT] = {
-    "CreateRequest", "CreateResponse", "PullRequest",    "PullResponse",    "PushRequest",
-    "PushResponse",  "StatusRequest",  "StatusResponse", "ShutdownRequest", "ShutdownResponse",
+    "CreateRequest",   "CreateResponse",   "PullRequest",        "PullResponse",
+    "PushRequest",     "PushResponse",     "StatusRequest",      "StatusResponse",
+    "ShutdownRequest", "ShutdownResponse", "HealthCheckRequest", "HealthCheckResponse",
 };
 
 /* Fills the nanopb struct from a dtrain message; `names_storage` backs the
@@ -352,6 +358,17 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         s->pushes_nonfinite = m->pushes_nonfinite;
         s->calls_refused = m->calls_refused;
         s->sync_digest = m->sync_digest;
+        s->steps_per_sec = m->steps_per_sec;
+        s->uptime_ms = m->uptime_ms;
+        int nw = m->num_workers < 0                       ? 0
+                 : m->num_workers > DT_STATUS_MAX_WORKERS ? DT_STATUS_MAX_WORKERS
+                                                          : m->num_workers;
+        s->workers_count = (pb_size_t)nw;
+        for (int i = 0; i < nw; i++) {
+            s->workers[i].worker = m->workers[i].worker;
+            s->workers[i].pushes = m->workers[i].pushes;
+            s->workers[i].last_push_ms = m->workers[i].last_push_ms;
+        }
         break;
     }
     case DT_MSG_SHUTDOWN_REQ: {
@@ -359,6 +376,15 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         copy_str(pb->shutdown_req.reason, sizeof pb->shutdown_req.reason, m->reason);
         break;
     }
+    case DT_MSG_HEALTH_REQ:
+        copy_str(pb->health_req.service, sizeof pb->health_req.service,
+                 ((const dt_msg_health_req *)msg)->service);
+        break;
+    case DT_MSG_HEALTH_RESP:
+        pb->health_resp.status =
+            (grpc_health_v1_HealthCheckResponse_ServingStatus)((const dt_msg_health_resp *)msg)
+                ->status;
+        break;
     case DT_MSG_SHUTDOWN_RESP:
     case DT_MSG_COUNT: break;
     }
@@ -582,10 +608,25 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         m->pushes_nonfinite = s->pushes_nonfinite;
         m->calls_refused = s->calls_refused;
         m->sync_digest = s->sync_digest;
+        m->steps_per_sec = s->steps_per_sec;
+        m->uptime_ms = s->uptime_ms;
+        m->num_workers = (int)s->workers_count;
+        for (pb_size_t i = 0; i < s->workers_count; i++) {
+            m->workers[i].worker = s->workers[i].worker;
+            m->workers[i].pushes = s->workers[i].pushes;
+            m->workers[i].last_push_ms = s->workers[i].last_push_ms;
+        }
         break;
     }
     case DT_MSG_SHUTDOWN_REQ:
         copy_str(((dt_msg_shutdown_req *)msg)->reason, DT_MSG_REASON_MAX, pb->shutdown_req.reason);
+        break;
+    case DT_MSG_HEALTH_REQ:
+        copy_str(((dt_msg_health_req *)msg)->service, DT_HEALTH_SERVICE_MAX,
+                 pb->health_req.service);
+        break;
+    case DT_MSG_HEALTH_RESP:
+        ((dt_msg_health_resp *)msg)->status = (int)pb->health_resp.status;
         break;
     case DT_MSG_SHUTDOWN_RESP:
     case DT_MSG_COUNT: break;
@@ -672,6 +713,7 @@ const char *dt_codec_method(dt_msg_type request_type) {
     case DT_MSG_PUSH_REQ: return DT_METHOD_PUSH;
     case DT_MSG_STATUS_REQ: return DT_METHOD_STATUS;
     case DT_MSG_SHUTDOWN_REQ: return DT_METHOD_SHUTDOWN;
+    case DT_MSG_HEALTH_REQ: return DT_METHOD_HEALTH_CHECK;
     default: return NULL;
     }
 }

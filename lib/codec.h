@@ -62,6 +62,8 @@ typedef enum {
     DT_MSG_STATUS_RESP,
     DT_MSG_SHUTDOWN_REQ,
     DT_MSG_SHUTDOWN_RESP,
+    DT_MSG_HEALTH_REQ, /* grpc.health.v1 (proto/health.proto) */
+    DT_MSG_HEALTH_RESP,
     DT_MSG_COUNT
 } dt_msg_type;
 
@@ -181,6 +183,17 @@ typedef struct {
     bool done_seen; /* the caller knows the job is done */
 } dt_msg_status_req;
 
+/* Most training tasks one Status reply describes (proto options): the
+ * first ones by task index that pushed. */
+#define DT_STATUS_MAX_WORKERS 64
+
+/* One training task as a ps saw it (proto WorkerActivity). */
+typedef struct {
+    int32_t worker;
+    int64_t pushes;       /* taken from it, applied or not */
+    int64_t last_push_ms; /* how long ago its last push came; -1: never */
+} dt_worker_activity;
+
 typedef struct {
     uint64_t incarnation;
     bool ready;
@@ -200,6 +213,10 @@ typedef struct {
     int64_t pushes_nonfinite;
     int64_t calls_refused;
     uint64_t sync_digest; /* sync: hash of the steps applied and their members */
+    double steps_per_sec; /* global steps a second over the last ~10 s */
+    int64_t uptime_ms;
+    dt_worker_activity workers[DT_STATUS_MAX_WORKERS]; /* (num_workers) by task index */
+    int num_workers;
 } dt_msg_status_resp;
 
 typedef struct {
@@ -209,6 +226,28 @@ typedef struct {
 typedef struct {
     int unused;
 } dt_msg_shutdown_resp;
+
+/* grpc.health.v1.HealthCheckResponse.ServingStatus */
+typedef enum {
+    DT_HEALTH_UNKNOWN = 0,
+    DT_HEALTH_SERVING = 1,
+    DT_HEALTH_NOT_SERVING = 2,
+    DT_HEALTH_SERVICE_UNKNOWN = 3
+} dt_health_status;
+
+/* The services a ps answers health checks for: the server as a whole ("")
+ * and the parameter-server service; any other name is NOT_FOUND, as the
+ * protocol says. */
+#define DT_HEALTH_SERVICE "dtrain.ParameterServer"
+#define DT_HEALTH_SERVICE_MAX 128
+
+typedef struct {
+    char service[DT_HEALTH_SERVICE_MAX];
+} dt_msg_health_req;
+
+typedef struct {
+    int status; /* dt_health_status */
+} dt_msg_health_resp;
 
 /* Exact encoded size of msg (a dt_msg_* matching type), or a negative code. */
 int64_t dt_codec_size(dt_msg_type type, const void *msg, dt_err *err);
@@ -231,6 +270,7 @@ int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
 #define DT_METHOD_PUSH "/dtrain.ParameterServer/Push"
 #define DT_METHOD_STATUS "/dtrain.ParameterServer/Status"
 #define DT_METHOD_SHUTDOWN "/dtrain.ParameterServer/Shutdown"
+#define DT_METHOD_HEALTH_CHECK "/grpc.health.v1.Health/Check"
 
 /* Method path for a request type (DT_METHOD_PULL for DT_MSG_PULL_REQ), or
  * NULL for a type that is not a request. */

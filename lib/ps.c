@@ -41,6 +41,7 @@
  * every task, or a task that applies what ps 0 decided. */
 enum sync_role { SYNC_ALONE = 0, SYNC_DECIDER, SYNC_FOLLOWER };
 #define DEFAULT_LINGER_MS 10000
+#define RATE_SAMPLES 11 /* one a second: Status's steps/s is over the last 10 s */
 
 typedef struct {
     pthread_mutex_t mu;
@@ -83,7 +84,13 @@ struct dt_ps {
     int64_t staleness_counts[DT_STALENESS_BUCKETS];
     int64_t *clock;             /* (num_workers) pushes applied per worker */
     struct timespec *last_push; /* (num_workers) when each last pushed */
-    int *seen;                  /* (num_workers) has pushed at least once */
+    int64_t *pushes_from;       /* (num_workers) pushes taken from each, for Status */
+    struct timespec *pushed_at; /* (num_workers) when each last pushed, any mode */
+    /* Global step samples, one a second (dt_ps_wait), for Status's rate. */
+    int64_t rate_step[RATE_SAMPLES];
+    struct timespec rate_at[RATE_SAMPLES];
+    int rate_count, rate_next;
+    int *seen; /* (num_workers) has pushed at least once */
     int32_t max_lead;
 
     /* sync: the gradients of the current step, summed. */
@@ -173,6 +180,52 @@ static void raise_step(dt_ps *ps, int64_t seen) {
     int64_t step = atomic_load(&ps->global_step);
     while (step < seen && !atomic_compare_exchange_weak(&ps->global_step, &step, seen)) {
     }
+}
+
+/* ---- activity, for Status ------------------------------------------------ */
+
+/* Counts a push from worker and when it came, whatever becomes of it. */
+static void note_push(dt_ps *ps, int32_t worker) {
+    if (worker < 0 || worker >= ps->params.cluster->num_workers) return;
+    pthread_mutex_lock(&ps->stats_mu);
+    ps->pushes_from[worker]++;
+    clock_gettime(CLOCK_MONOTONIC, &ps->pushed_at[worker]);
+    pthread_mutex_unlock(&ps->stats_mu);
+}
+
+/* Takes a sample of the global step once a second (called from dt_ps_wait's
+ * loop). */
+static void sample_rate(dt_ps *ps) {
+    pthread_mutex_lock(&ps->stats_mu);
+    int last = (ps->rate_next + RATE_SAMPLES - 1) % RATE_SAMPLES;
+    if (ps->rate_count == 0 || ms_since(&ps->rate_at[last]) >= 1000) {
+        clock_gettime(CLOCK_MONOTONIC, &ps->rate_at[ps->rate_next]);
+        ps->rate_step[ps->rate_next] = atomic_load(&ps->global_step);
+        ps->rate_next = (ps->rate_next + 1) % RATE_SAMPLES;
+        if (ps->rate_count < RATE_SAMPLES) ps->rate_count++;
+    }
+    pthread_mutex_unlock(&ps->stats_mu);
+}
+
+/* Fills Status's rate and per-worker activity. stats_mu held. */
+static void activity_locked(dt_ps *ps, dt_msg_status_resp *resp) {
+    if (ps->rate_count >= 2) {
+        int newest = (ps->rate_next + RATE_SAMPLES - 1) % RATE_SAMPLES;
+        int oldest = ps->rate_count < RATE_SAMPLES ? 0 : ps->rate_next;
+        double secs =
+            (double)(ms_since(&ps->rate_at[oldest]) - ms_since(&ps->rate_at[newest])) / 1000.0;
+        int64_t steps = ps->rate_step[newest] - ps->rate_step[oldest];
+        resp->steps_per_sec = secs > 0 && steps > 0 ? (double)steps / secs : 0;
+    }
+    int n = 0;
+    for (int w = 0; w < ps->params.cluster->num_workers && n < DT_STATUS_MAX_WORKERS; w++) {
+        if (!ps->pushes_from[w]) continue;
+        resp->workers[n].worker = w;
+        resp->workers[n].pushes = ps->pushes_from[w];
+        resp->workers[n].last_push_ms = ms_since(&ps->pushed_at[w]);
+        n++;
+    }
+    resp->num_workers = n;
 }
 
 static int done_locked(dt_ps *ps) {
@@ -849,6 +902,7 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     int rc = dt_codec_decode(DT_MSG_PUSH_REQ, request->data, request->len, &req, err);
     if (rc < 0) goto rejected;
     if ((rc = check_caller(ps, peer, req.worker, "push", err)) < 0) goto rejected;
+    note_push(ps, req.worker);
 
     pthread_rwlock_rdlock(&ps->model_lock);
     if (!ps->ready) {
@@ -987,8 +1041,10 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     resp.num_variables = ps->vars.count;
     resp.num_bytes = ps->num_bytes;
     snprintf(resp.model, sizeof resp.model, "%s", ps->model);
+    snprintf(resp.mode, sizeof resp.mode, "%s", dt_mode_name(ps->consistency.mode));
     pthread_rwlock_unlock(&ps->model_lock);
     resp.done = check_done(ps, req.worker);
+    resp.uptime_ms = ms_since(&ps->started);
     resp.pushes_applied = atomic_load(&ps->pushes_applied);
     resp.pushes_rejected = atomic_load(&ps->pushes_rejected);
     resp.pushes_dropped = atomic_load(&ps->pushes_dropped);
@@ -999,8 +1055,8 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     memcpy(resp.staleness_counts, ps->staleness_counts, sizeof resp.staleness_counts);
     resp.num_staleness_counts = DT_STALENESS_BUCKETS;
     resp.max_lead = ps->max_lead;
+    activity_locked(ps, &resp);
     pthread_mutex_unlock(&ps->stats_mu);
-    snprintf(resp.mode, sizeof resp.mode, "%s", dt_mode_name(ps->consistency.mode));
     pthread_mutex_lock(&ps->sync_mu);
     resp.sync_digest = ps->sync_digest;
     pthread_mutex_unlock(&ps->sync_mu);
@@ -1026,6 +1082,31 @@ static int handle_shutdown(void *ctx, const dt_rpc_peer *peer __attribute__((unu
     return encode_reply(DT_MSG_SHUTDOWN_RESP, &resp, reply, err);
 }
 
+/* grpc.health.v1.Health/Check: SERVING while the ps holds a model and the
+ * job is not done; NOT_SERVING before the chief created the variables and
+ * once the job is done. Open to every caller (no token): probes carry none. */
+static int handle_health(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                         const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    dt_ps *ps = ctx;
+    dt_msg_health_req req;
+    memset(&req, 0, sizeof req);
+    int rc = dt_codec_decode(DT_MSG_HEALTH_REQ, request->data, request->len, &req, err);
+    if (rc < 0) return rc;
+    if (req.service[0] && strcmp(req.service, DT_HEALTH_SERVICE) != 0)
+        return dt_err_set(err, DT_ENOTFOUND,
+                          "%s: health: unknown service \"%s\" (this ps serves \"\" and \"%s\")",
+                          ps->name, req.service, DT_HEALTH_SERVICE);
+    pthread_rwlock_rdlock(&ps->model_lock);
+    int ready = ps->ready;
+    pthread_rwlock_unlock(&ps->model_lock);
+    pthread_mutex_lock(&ps->life_mu);
+    int done = done_locked(ps);
+    pthread_mutex_unlock(&ps->life_mu);
+    dt_msg_health_resp resp = {.status =
+                                   ready && !done ? DT_HEALTH_SERVING : DT_HEALTH_NOT_SERVING};
+    return encode_reply(DT_MSG_HEALTH_RESP, &resp, reply, err);
+}
+
 /* ---- lifecycle --------------------------------------------------------- */
 
 /* Who may call what when the ps authenticates its callers: the chief
@@ -1034,12 +1115,13 @@ static int handle_shutdown(void *ctx, const dt_rpc_peer *peer __attribute__((unu
 #define ROLES_CHIEF DT_PEER_MASK(DT_PEER_CHIEF)
 #define ROLES_TRAINERS (DT_PEER_MASK(DT_PEER_CHIEF) | DT_PEER_MASK(DT_PEER_WORKER))
 static const dt_rpc_method ps_methods[] = {
-    {DT_METHOD_CREATE, handle_create, ROLES_CHIEF},
-    {DT_METHOD_PULL, handle_pull, ROLES_TRAINERS},
-    {DT_METHOD_PUSH, handle_push, ROLES_TRAINERS},
+    {DT_METHOD_CREATE, handle_create, ROLES_CHIEF, 0},
+    {DT_METHOD_PULL, handle_pull, ROLES_TRAINERS, 0},
+    {DT_METHOD_PUSH, handle_push, ROLES_TRAINERS, 0},
     {DT_METHOD_STATUS, handle_status,
-     ROLES_TRAINERS | DT_PEER_MASK(DT_PEER_TOOL) | DT_PEER_MASK(DT_PEER_PS)},
-    {DT_METHOD_SHUTDOWN, handle_shutdown, ROLES_CHIEF},
+     ROLES_TRAINERS | DT_PEER_MASK(DT_PEER_TOOL) | DT_PEER_MASK(DT_PEER_PS), 0},
+    {DT_METHOD_SHUTDOWN, handle_shutdown, ROLES_CHIEF, 0},
+    {DT_METHOD_HEALTH_CHECK, handle_health, 0, 1}, /* open: probes carry no token */
 };
 
 int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
@@ -1060,7 +1142,12 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     ps->last_push = calloc(nw, sizeof *ps->last_push);
     ps->seen = calloc(nw, sizeof *ps->seen);
     ps->acc_from = calloc(nw, sizeof *ps->acc_from);
-    if (!ps->clock || !ps->last_push || !ps->seen || !ps->acc_from) {
+    ps->pushes_from = calloc(nw, sizeof *ps->pushes_from);
+    ps->pushed_at = calloc(nw, sizeof *ps->pushed_at);
+    if (!ps->clock || !ps->last_push || !ps->seen || !ps->acc_from || !ps->pushes_from ||
+        !ps->pushed_at) {
+        free(ps->pushes_from);
+        free(ps->pushed_at);
         free(ps->clock);
         free(ps->last_push);
         free(ps->seen);
@@ -1264,6 +1351,7 @@ int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
         }
         sync_timeout_check(ps);
         ask_whether_done(ps);
+        sample_rate(ps);
         struct timespec nap = {0, 50 * 1000000L};
         nanosleep(&nap, NULL);
     }
@@ -1287,5 +1375,7 @@ void dt_ps_free(dt_ps *ps) {
     free(ps->last_push);
     free(ps->seen);
     free(ps->acc_from);
+    free(ps->pushes_from);
+    free(ps->pushed_at);
     free(ps);
 }

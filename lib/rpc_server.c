@@ -233,15 +233,15 @@ static const grpc_slice *find_md(const grpc_metadata_array *md, const char *key)
     return NULL;
 }
 
-/* Establishes who calls. Returns GRPC_STATUS_OK with *peer filled, or the
- * refusal's status with err set. */
-static grpc_status_code authenticate(dt_rpc_server *s, call_state *cs, dt_rpc_peer *peer,
+/* Establishes who calls (nobody in particular for an open method). Returns
+ * GRPC_STATUS_OK with *peer filled, or the refusal's status with err set. */
+static grpc_status_code authenticate(dt_rpc_server *s, call_state *cs, int open, dt_rpc_peer *peer,
                                      dt_err *err) {
     memset(peer, 0, sizeof *peer);
     peer->role = DT_PEER_ANY;
     peer->task = -1;
     snprintf(peer->name, sizeof peer->name, "anonymous");
-    if (!s->mtls && !s->tokens) return GRPC_STATUS_OK;
+    if (open || (!s->mtls && !s->tokens)) return GRPC_STATUS_OK;
     dt_rpc_peer cert_peer;
     int have_cert = 0;
     if (s->mtls) {
@@ -329,8 +329,8 @@ static void handle(call_state *cs) {
     dt_err_clear(&err);
     dt_rpc_buf request = {0}, reply = {0};
     dt_rpc_peer peer;
-    grpc_status_code status = authenticate(s, cs, &peer, &err);
     const dt_rpc_method *m = find_method(s, cs->details.method);
+    grpc_status_code status = authenticate(s, cs, m && m->open, &peer, &err);
     if (status == GRPC_STATUS_OK && m && !dt_rpc_method_allows(m, &peer)) {
         dt_err_set(&err, DT_EPERM, "permission denied: %s may not call %s", peer.name, m->path);
         status = GRPC_STATUS_PERMISSION_DENIED;

@@ -27,6 +27,11 @@ typedef struct {
      * authenticates its callers; others get PERMISSION_DENIED before the
      * handler runs. 0: no authenticated role may. Ignored without auth. */
     unsigned allowed_roles;
+    /* 1: anyone may call it, without a token (the health check: probes
+     * carry none); the handler sees an anonymous DT_PEER_ANY peer. Under
+     * mTLS the caller still needs a certificate the CA signed, since the
+     * TLS handshake asks for it before any call. */
+    int open;
 } dt_rpc_method;
 
 /* Whether peer may call m: the check the server makes before a handler runs
@@ -52,16 +57,16 @@ typedef struct {
     /* Resource limits, so that no client can exhaust the server (0: the
      * DT_RPC_DEFAULT_* value; negative: invalid unless said otherwise).
      * gRPC fixes them when the server starts. */
-    long long max_message_bytes; /* largest request (and reply) accepted; a larger one
-                                    fails with RESOURCE_EXHAUSTED; at most INT_MAX */
-    int handshake_timeout_ms;    /* a connection that has not finished TLS and the
-                                    HTTP/2 preface + SETTINGS by then is closed */
-    int idle_timeout_ms;         /* a connection without calls for this long is closed
-                                    (GOAWAY; clients reconnect); < 0: never */
-    int keepalive_time_ms;       /* the server pings a connection quiet this long ... */
-    int keepalive_timeout_ms;    /* ... and closes it when the ping is not answered
-                                    in time (half-open peers) */
-    int max_concurrent_streams;  /* calls in flight on one connection */
+    long long max_message_bytes;  /* largest request (and reply) accepted; a larger one
+                                     fails with RESOURCE_EXHAUSTED; at most INT_MAX */
+    int handshake_timeout_ms;     /* a connection that has not finished TLS and the
+                                     HTTP/2 preface + SETTINGS by then is closed */
+    int idle_timeout_ms;          /* a connection without calls for this long is closed
+                                     (GOAWAY; clients reconnect); < 0: never */
+    int keepalive_time_ms;        /* the server pings a connection quiet this long ... */
+    int keepalive_timeout_ms;     /* ... and closes it when the ping is not answered
+                                     in time (half-open peers) */
+    int max_concurrent_streams;   /* calls in flight on one connection */
     long long memory_quota_bytes; /* > 0: gRPC's buffers for all connections and calls of
                                      this server stay under this; near it gRPC drops new
                                      connections and cancels calls (RESOURCE_EXHAUSTED).

@@ -28,7 +28,8 @@ struct dt_worker {
     dt_tensors grads; /* same layout */
     dt_model *model;  /* scratch of the forward/backward pass */
     dt_ps_client *client;
-    uint64_t rng; /* jitter */
+    uint64_t rng;      /* jitter */
+    int64_t max_steps; /* the job's end as the ps tasks said it; 0: not known yet */
 };
 
 static void sleep_us(long us) {
@@ -150,6 +151,7 @@ static int probe_ready(void *arg, dt_err *err) {
         dt_msg_status_resp st;
         int rc = dt_ps_client_status(w->client, p, &st, err);
         if (rc < 0) return rc;
+        if (st.max_steps > w->max_steps) w->max_steps = st.max_steps;
         if (st.done) {
             pr->done = 1;
             return 0;
@@ -241,13 +243,49 @@ static void scalar_summary(const dt_tensors *vars, char *buf, size_t cap) {
     }
 }
 
+/* "42.0%, ETA 1 min 5 s" from the global step's rate since the last line
+ * (global_last < 0: none yet); empty while max_steps is unknown. */
+static void progress_text(const dt_worker *w, const dt_step_result *r, double secs,
+                          int64_t global_last, char *buf, size_t cap) {
+    buf[0] = '\0';
+    if (w->max_steps <= 0) return;
+    int n = snprintf(buf, cap, " %.1f%%", 100.0 * (double)r->global_step / (double)w->max_steps);
+    double rate = global_last >= 0 && secs > 0 ? (double)(r->global_step - global_last) / secs : 0;
+    if (n < 0 || (size_t)n >= cap || rate <= 0 || r->global_step >= w->max_steps) return;
+    long long eta = (long long)((double)(w->max_steps - r->global_step) / rate + 0.5);
+    if (eta < 60)
+        snprintf(buf + n, cap - (size_t)n, " ETA %lld s", eta);
+    else if (eta < 3600)
+        snprintf(buf + n, cap - (size_t)n, " ETA %lld min %lld s", eta / 60, eta % 60);
+    else
+        snprintf(buf + n, cap - (size_t)n, " ETA %lld h %lld min", eta / 3600, eta / 60 % 60);
+}
+
+/* The progress line: local and global step, loss, this worker's rate,
+ * the job's percent done and ETA, the scalars. */
+static void log_progress(dt_worker *w, const dt_step_result *r, double t_last, int64_t step_last,
+                         int64_t global_last) {
+    double secs = dt_now_secs() - t_last;
+    if (secs < 1e-9) secs = 1e-9;
+    char vals[256], progress[64];
+    scalar_summary(&w->vars, vals, sizeof vals);
+    progress_text(w, r, secs, global_last, progress, sizeof progress);
+    dt_log(DT_LOG_INFO, "%s: step %lld global_step %lld loss %.6f %.1f steps/s%s%s", w->name,
+           (long long)r->local_step, (long long)r->global_step, r->loss,
+           (double)(r->local_step - step_last) / secs, progress, vals);
+}
+
+void dt_worker_set_max_steps(dt_worker *w, int64_t max_steps) {
+    w->max_steps = max_steps;
+}
+
 int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_atomic_t *stop,
                     dt_err *err) {
     const dt_job *job = w->params.job;
     dt_step_result r;
     memset(&r, 0, sizeof r);
     double t_last = dt_now_secs();
-    int64_t step_last = 0, min_global_step = 0;
+    int64_t step_last = 0, global_last = -1, min_global_step = 0;
     int sync = job->consistency.mode == DT_MODE_SYNC;
     int rc = 0;
     for (;;) {
@@ -273,15 +311,10 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
         r.dropped += push.reply.dropped;
 
         if (r.local_step % job->log_steps == 0 || r.done) {
-            double t = dt_now_secs();
-            char vals[256];
-            scalar_summary(&w->vars, vals, sizeof vals);
-            dt_log(DT_LOG_INFO, "%s: step %lld global_step %lld loss %.6f %.1f steps/s%s", w->name,
-                   (long long)r.local_step, (long long)r.global_step, r.loss,
-                   (double)(r.local_step - step_last) / (t - t_last > 1e-9 ? t - t_last : 1e-9),
-                   vals);
-            t_last = t;
+            log_progress(w, &r, t_last, step_last, global_last);
+            t_last = dt_now_secs();
             step_last = r.local_step;
+            global_last = r.global_step;
         }
         if (hooks && hooks->after_step && (rc = hooks->after_step(hooks->ctx, &r, err)) < 0)
             return rc;

@@ -77,6 +77,11 @@ int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err 
 
 /* Trains until the job is done (0) or *stop is set after a finished step
  * (DT_ECANCELLED). hooks may be NULL. */
+/* The step at which the job ends, for the progress line's percent and ETA
+ * (a worker learns it from the ps tasks while it waits for the model; the
+ * chief, which decides it, says it here). */
+void dt_worker_set_max_steps(dt_worker *w, int64_t max_steps);
+
 int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_atomic_t *stop,
                     dt_err *err);
 

@@ -10,6 +10,7 @@
  * Every wait is bounded and every process is stopped by the teardown (or,
  * when an assertion ends the test, by dying with it). Nothing asserts speed.
  */
+#include <cJSON.h>
 #include <check.h>
 #include <dirent.h>
 #include <inttypes.h>
@@ -226,6 +227,82 @@ START_TEST(tf_config_chief_job) {
 }
 END_TEST
 
+/* Runs `dtrain args...` (NULL-terminated) and returns its status; w.out and
+ * w.err get what it printed. */
+static int command(const char *const *args) {
+    return dt_test_job_command(&w, args, EXIT_TIMEOUT_MS);
+}
+
+/* `dtrain status --json` parsed (caller deletes); asserts its exit status. */
+static cJSON *status_json(int want_status) {
+    const char *args[] = {"status", "--cluster", w.cluster, "--json", NULL};
+    int status = command(args);
+    ck_assert_msg(status == want_status, "dtrain status exited %d, want %d; stderr: %s", status,
+                  want_status, w.err);
+    cJSON *j = cJSON_Parse(w.out);
+    ck_assert_msg(j != NULL, "dtrain status --json printed no JSON: %s", w.out);
+    return j;
+}
+
+static const char *json_str(const cJSON *j, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    ck_assert_msg(cJSON_IsString(v), "no string \"%s\"", key);
+    return v->valuestring;
+}
+
+/* The ps's health and `dtrain status` through a job's life: NOT_SERVING and
+ * "waiting for chief" before the chief, SERVING and "training" with both
+ * workers seen while it trains, "unreachable" (exit 200) once it is over. */
+START_TEST(health_and_status) {
+    static const char *const sets[] = {"max_steps=60000", QUICK_SETS};
+    dt_test_job_set(&w, sets, 1 + NUM_QUICK);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", w.ports[0]);
+    pid_t ps = dt_test_job_start(&w, "ps", 0, "ps0");
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps0", "serving", JOB_TIMEOUT_MS, ps),
+                  "the ps did not start; logs:%s", dt_test_job_report(&w));
+    const char *health[] = {"health", "--address", addr, NULL};
+    ck_assert_int_eq(command(health), 0);
+    ck_assert_msg(strstr(w.out, "NOT_SERVING"), "health before the chief: %s", w.out);
+    const char *serving[] = {"health", "--address", addr, "--serving", NULL};
+    ck_assert_int_eq(command(serving), 1);
+    const char *unknown[] = {"health", "--address", addr, "--service", "x.Y", NULL};
+    dt_test_job_expect_error(&w, command(unknown), 1, "NOT_FOUND", "unknown service \"x.Y\"", NULL);
+    cJSON *j = status_json(0);
+    ck_assert_str_eq(json_str(j, "state"), "waiting for chief");
+    cJSON_Delete(j);
+
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
+    pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
+    ck_assert_msg(dt_test_job_wait_log(&w, "worker1", "% ETA ", JOB_TIMEOUT_MS, worker),
+                  "no progress line with percent and ETA; logs:%s", dt_test_job_report(&w));
+    ck_assert_msg(command(serving) == 0 && strstr(w.out, " SERVING"),
+                  "health while training: %s %s", w.out, w.err);
+    j = status_json(0);
+    ck_assert_str_eq(json_str(j, "state"), "training");
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(j, "workers");
+    ck_assert_int_eq(cJSON_GetArraySize(ws), 2);
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(j, "max_steps")->valuedouble, 60000);
+    ck_assert(cJSON_GetObjectItemCaseSensitive(j, "global_step")->valuedouble > 0);
+    cJSON_Delete(j);
+    const char *text[] = {"status", "--cluster", w.cluster, NULL};
+    ck_assert_int_eq(command(text), 0);
+    ck_assert_msg(strstr(w.out, "job: training, global_step ") && strstr(w.out, " of 60000 (") &&
+                      strstr(w.out, "workers seen: 2 of 2") && strstr(w.out, "  chief: "),
+                  "dtrain status printed:\n%s", w.out);
+
+    const pid_t pids[] = {ps, chief, worker};
+    const char *const names[] = {"ps", "chief", "worker 1"};
+    dt_test_job_expect_done(&w, pids, names, 3, LONG_JOB_TIMEOUT_MS);
+    j = status_json(200);
+    ck_assert_str_eq(json_str(j, "state"), "unreachable");
+    cJSON_Delete(j);
+    ck_assert_int_eq(command(health), 200);
+    const char *bad[] = {"status", "--cluster", w.cluster, "--watch", "0", NULL};
+    dt_test_job_expect_error(&w, command(bad), 2, "--watch", "\"0\"", NULL);
+}
+END_TEST
+
 /* SIGKILL the chief mid-job and restart it: it rejoins the live ps, does not
  * re-initialize, and the job completes with a good model. */
 START_TEST(restart_chief) {
@@ -368,6 +445,7 @@ Suite *e2e_suite(void) {
     TCase *tc = dt_test_job_tcase(s, "jobs", TEST_TIMEOUT_S, setup, teardown);
     tcase_add_test(tc, demo);
     tcase_add_test(tc, tf_config_chief_job);
+    tcase_add_test(tc, health_and_status);
     tcase_add_test(tc, restart_chief);
     tcase_add_test(tc, fresh_cluster_restores);
     tcase_add_test(tc, keep_serving);

@@ -155,9 +155,9 @@ static int handle_b(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
 }
 
 static const dt_rpc_method methods[] = {
-    {"/test.T/Echo", handle_echo, 0},   {"/test.T/Fail", handle_fail, 0},
-    {"/test.T/Sleep", handle_sleep, 0}, {"/test.T/A", handle_a, 0},
-    {"/test.T/B", handle_b, 0},
+    {"/test.T/Echo", handle_echo, 0, 0},   {"/test.T/Fail", handle_fail, 0, 0},
+    {"/test.T/Sleep", handle_sleep, 0, 0}, {"/test.T/A", handle_a, 0, 0},
+    {"/test.T/B", handle_b, 0, 0},
 };
 #define NUM_METHODS ((int)(sizeof methods / sizeof methods[0]))
 

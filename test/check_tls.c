@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "monitor.h"
 #include "proc.h"
 #include "ps_client.h"
 #include "rpc_client.h"
@@ -371,6 +372,15 @@ START_TEST(token_refusals) {
     rc = call_ps(&liar, METHOD("Shutdown"), msg, sizeof msg);
     expect_refused(rc, 0, msg, "PERMISSION_DENIED", "worker:1 may not call " METHOD("Shutdown"),
                    "worker Shutdown");
+    /* The health check is open: a probe carries no token. */
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", w.ports[0]);
+    dt_health_status health = DT_HEALTH_UNKNOWN;
+    dt_err herr;
+    dt_err_clear(&herr);
+    ck_assert_msg(dt_health_check(addr, "", NULL, 5000, &health, &herr) == 0,
+                  "health without a token: %s", herr.msg);
+    ck_assert_int_eq(health, DT_HEALTH_NOT_SERVING); /* no chief yet */
 
     ck_assert_msg(dt_test_alive(ps), "the ps died; logs:%s", dt_test_job_report(&w));
     ck_assert_msg(status_as(&tool, -1, &st, msg, sizeof msg) == 0, "tool Status: %s", msg);
