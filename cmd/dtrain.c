@@ -56,18 +56,25 @@ static void on_signal(int signo) {
 }
 
 static const char usage[] =
-    "usage: dtrain --cluster FILE --job-name ps|worker --task-index N [options]\n"
+    "usage: dtrain [--cluster FILE] [--job-name JOB --task-index N] [options]\n"
     "       dtrain eval --config FILE [--checkpoint FILE | --log-dir DIR]\n"
     "                   [--data FILE [--labels FILE]] [--set FIELD=VALUE]...\n"
     "       dtrain predict --config FILE [--checkpoint FILE | --log-dir DIR]\n"
     "                   --data FILE [--labels FILE] [--out FILE] [--set FIELD=VALUE]...\n"
+    "       dtrain status [--cluster FILE] [--json] [--watch SECS] [--timeout-secs N]\n"
+    "       dtrain health --address HOST:PORT [--service NAME] [--serving]\n"
+    "                   [--timeout-secs N]\n"
     "\n"
-    "Runs one task of a dtrain cluster. Worker 0 is the chief.\n"
+    "Runs one task of a dtrain cluster: a ps, the chief, a worker or the evaluator.\n"
     "\n"
-    "  --cluster FILE       cluster file: {\"cluster\": {\"ps\": [...], \"worker\": [...]}}\n"
-    "  --job-name, --job    ps or worker\n"
-    "  --task-index, --task N  index of this task in its job's list\n"
-    "  --config FILE        job config (model, data, optimizer, schedule); default:\n"
+    "  --cluster FILE       cluster file: {\"cluster\": {\"ps\": [...], \"worker\": [...]}};\n"
+    "                       without it, the TF_CONFIG environment variable (Kubeflow,\n"
+    "                       SageMaker, Vertex AI), whose \"task\" says who this is\n"
+    "  --job-name, --job    ps, worker, chief (or master) or evaluator; worker 0 is\n"
+    "                       the chief unless the cluster lists a \"chief\" job\n"
+    "  --task-index, --task N  index of this task in its job's list; both flags win\n"
+    "                       over TF_CONFIG's \"task\", one alone must agree with it\n"
+"  --config FILE        job config (model, data, optimizer, schedule); default:\n"
     "                       the cluster file's \"job\" object, else built-in defaults\n"
     "  --set FIELD=VALUE    override one job field (repeatable), e.g. --set max_steps=500\n"
     "  --log-dir DIR        same as --set log_dir=DIR\n"
@@ -108,6 +115,13 @@ static const char usage[] =
     "                       eval_labels\n"
     "  --labels FILE        idx: the labels file of --data (predict: optional)\n"
     "  --out FILE           predict: write the CSV there (default: standard output)\n"
+    "\n"
+    "status asks every ps (as the identity \"tool\") and prints the job's state, step,\n"
+    "rate, ETA and the workers seen; exit 0 when one answered, 200 when none did.\n"
+    "health makes a grpc.health.v1 Check (a probe: no token needed): exit 0 when the\n"
+    "ps answers, with --serving only when it is SERVING (it has a model and the job is\n"
+    "not done), 1 otherwise, 200 when unreachable. Both take the --tls-* and\n"
+    "--token-file flags (or their environment variables).\n"
     "\n"
     "Exit status: 0 done; 1 failure; 2 usage or config error; 75 final checkpoint\n"
     "unwritable (retryable); 200 peer unreachable (retryable); 128+N stopped by signal N.\n";
@@ -367,6 +381,14 @@ static int parse_level(const char *text) {
     return -1;
 }
 
+/* --log-level, else fallback. Returns -1 to go on, or an exit status. */
+static int set_log_level(const options *o, dt_log_level fallback) {
+    int level = o->log_level ? parse_level(o->log_level) : (int)fallback;
+    if (level < 0) return usage_error("--log-level: unknown level \"%s\"", o->log_level);
+    dt_log_set_level((dt_log_level)level);
+    return -1;
+}
+
 /* Loads the job config: the defaults; then --config when given, else the
  * cluster file's "job" object (if any; never TF_CONFIG's); then --log-dir
  * and --set. */
@@ -397,11 +419,7 @@ static int run_tool(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     int status = parse_tool_args(argc, argv, is_predict, &o);
     if (status >= 0) return status;
-    if (o.log_level) {
-        int level = parse_level(o.log_level);
-        if (level < 0) return usage_error("--log-level: unknown level \"%s\"", o.log_level);
-        dt_log_set_level((dt_log_level)level);
-    }
+    if ((status = set_log_level(&o, DT_LOG_INFO)) >= 0) return status;
     dt_err err;
     dt_err_clear(&err);
     dt_job job;
@@ -566,13 +584,8 @@ static int run_monitor(int argc, char **argv) {
     memset(&m, 0, sizeof m);
     int status = parse_monitor_args(argc, argv, is_health, &o, &m);
     if (status >= 0) return status;
-    if (o.log_level) {
-        int level = parse_level(o.log_level);
-        if (level < 0) return usage_error("--log-level: unknown level \"%s\"", o.log_level);
-        dt_log_set_level((dt_log_level)level);
-    } else {
-        dt_log_set_level(DT_LOG_WARN); /* the answer is the output, not the log */
-    }
+    /* The answer is the output, not the log. */
+    if ((status = set_log_level(&o, DT_LOG_WARN)) >= 0) return status;
     int timeout_ms = 5000, watch = 0;
     if (m.timeout && (timeout_ms = parse_secs("--timeout-secs", m.timeout, 3600)) < 0)
         return EXIT_USAGE;
@@ -667,11 +680,7 @@ int main(int argc, char **argv) {
     int status = parse_args(argc, argv, &o);
     if (status >= 0) return status;
 
-    if (o.log_level) {
-        int level = parse_level(o.log_level);
-        if (level < 0) return usage_error("--log-level: unknown level \"%s\"", o.log_level);
-        dt_log_set_level((dt_log_level)level);
-    }
+    if ((status = set_log_level(&o, DT_LOG_INFO)) >= 0) return status;
     dt_err err;
     dt_err_clear(&err);
     dt_cluster cluster;
