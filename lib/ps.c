@@ -890,69 +890,43 @@ static void tick_clock(dt_ps *ps, int32_t worker) {
     pthread_mutex_unlock(&ps->stats_mu);
 }
 
-static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request,
-                       dt_rpc_buf *reply, dt_err *err) {
-    dt_ps *ps = ctx;
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    dt_tensor views[DT_PS_MAX_PUSH];
-    int index[DT_PS_MAX_PUSH];
-    req.in.items = views;
-    req.in.cap = DT_PS_MAX_PUSH;
-    int rc = dt_codec_decode(DT_MSG_PUSH_REQ, request->data, request->len, &req, err);
-    if (rc < 0) goto rejected;
-    if ((rc = check_caller(ps, peer, req.worker, "push", err)) < 0) goto rejected;
-    note_push(ps, req.worker);
-
-    pthread_rwlock_rdlock(&ps->model_lock);
-    if (!ps->ready) {
-        pthread_rwlock_unlock(&ps->model_lock);
-        rc = dt_err_set(err, DT_EPRECOND, "%s: push: model not ready (no chief has created it yet)",
-                        ps->name);
-        goto rejected;
-    }
-    raise_step(ps, req.seen_step);
+/* A decoded push from an allowed caller, with model_lock held for reading
+ * and the model ready: checks it and applies, accumulates or drops it. */
+static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, dt_rpc_buf *reply,
+                       dt_err *err) {
+    raise_step(ps, req->seen_step);
     dt_msg_push_resp resp;
     memset(&resp, 0, sizeof resp);
     resp.incarnation = ps->incarnation;
     dt_err why;
     dt_err_clear(&why);
     int nonfinite = 0;
-    if ((rc = check_push(ps, &req.in, index, &nonfinite, &why)) < 0 && nonfinite &&
-        ps->skip_nonfinite) {
+    int rc = check_push(ps, &req->in, index, &nonfinite, &why);
+    if (rc < 0 && nonfinite && ps->skip_nonfinite) {
         /* Configured to survive a diverging worker: skip it, count it. */
         atomic_fetch_add(&ps->pushes_nonfinite, 1);
         resp.dropped = true;
         resp.global_step = atomic_load(&ps->global_step);
-        resp.done = check_done(ps, req.worker);
-        pthread_rwlock_unlock(&ps->model_lock);
+        resp.done = check_done(ps, req->worker);
         dt_log(DT_LOG_DEBUG, "%s: skipped: %s", ps->name, why.msg);
         return encode_reply(DT_MSG_PUSH_RESP, &resp, reply, err);
     }
-    if (rc < 0) {
-        pthread_rwlock_unlock(&ps->model_lock);
-        rc = dt_err_set(err, rc, "%s", why.msg);
-        goto rejected;
-    }
+    if (rc < 0) return dt_err_set(err, rc, "%s", why.msg);
     int reserved = 0;
-    if (check_done(ps, req.worker)) {
+    if (check_done(ps, req->worker)) {
         resp.done = true;
     } else if (ps->consistency.mode == DT_MODE_SYNC) {
         int used = 0;
         if (ps->sync_role != SYNC_ALONE &&
-            (req.worker < 0 || req.worker >= ps->params.cluster->num_workers))
+            (req->worker < 0 || req->worker >= ps->params.cluster->num_workers))
             /* A decision names workers: a gradient from no worker has no place in one. */
             used = dt_err_set(err, DT_EINVAL,
                               "%s: push: worker %d is not in the cluster (%d "
                               "workers)",
-                              ps->name, (int)req.worker, ps->params.cluster->num_workers);
+                              ps->name, (int)req->worker, ps->params.cluster->num_workers);
         else
-            used = accumulate(ps, &req, index, err);
-        if (used < 0) {
-            pthread_rwlock_unlock(&ps->model_lock);
-            rc = used;
-            goto rejected;
-        }
+            used = accumulate(ps, req, index, err);
+        if (used < 0) return used;
         if (used == 0) {
             atomic_fetch_add(&ps->pushes_dropped, 1);
             resp.dropped = true;
@@ -960,19 +934,53 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     } else if ((reserved = reserve_step(ps, &resp.global_step))) {
         /* The step is ours: concurrent pushes cannot carry the global step
          * past max_steps, and each applied push counts exactly once. */
-        record_staleness(ps, resp.global_step - 1 - req.step);
-        apply_now(ps, &req.in, index, resp.global_step - 1);
-        if (ps->consistency.mode == DT_MODE_BOUNDED) tick_clock(ps, req.worker);
+        record_staleness(ps, resp.global_step - 1 - req->step);
+        apply_now(ps, &req->in, index, resp.global_step - 1);
+        if (ps->consistency.mode == DT_MODE_BOUNDED) tick_clock(ps, req->worker);
         atomic_fetch_add(&ps->pushes_applied, 1);
     } else {
         resp.done = true;
     }
     if (!reserved) resp.global_step = atomic_load(&ps->global_step);
-    resp.done = check_done(ps, req.worker) || resp.done;
-    pthread_rwlock_unlock(&ps->model_lock);
+    resp.done = check_done(ps, req->worker) || resp.done;
     return encode_reply(DT_MSG_PUSH_RESP, &resp, reply, err);
-rejected:
-    atomic_fetch_add(&ps->pushes_rejected, 1);
+}
+
+static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request,
+                       dt_rpc_buf *reply, dt_err *err) {
+    dt_ps *ps = ctx;
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    dt_tensor *views = NULL;
+    int *index = NULL, rc = 0;
+    pthread_rwlock_rdlock(&ps->model_lock);
+    if (!ps->ready) {
+        rc = dt_err_set(err, DT_EPRECOND, "%s: push: model not ready (no chief has created it yet)",
+                        ps->name);
+        goto done;
+    }
+    /* A valid push has one gradient per variable held here; one more slot
+     * lets check_push name the extra. Sized by the model and on the heap,
+     * never a fixed worst case on a poller thread's stack. */
+    int cap = ps->vars.count + 1;
+    views = calloc((size_t)cap, sizeof *views);
+    index = calloc((size_t)cap, sizeof *index);
+    if (!views || !index) {
+        rc = dt_err_set(err, DT_ENOMEM, "%s: push: out of memory", ps->name);
+        goto done;
+    }
+    req.in.items = views;
+    req.in.cap = cap;
+    if ((rc = dt_codec_decode(DT_MSG_PUSH_REQ, request->data, request->len, &req, err)) < 0)
+        goto done;
+    if ((rc = check_caller(ps, peer, req.worker, "push", err)) < 0) goto done;
+    note_push(ps, req.worker);
+    rc = push_locked(ps, &req, index, reply, err);
+done:
+    pthread_rwlock_unlock(&ps->model_lock);
+    free(views);
+    free(index);
+    if (rc < 0) atomic_fetch_add(&ps->pushes_rejected, 1);
     return rc;
 }
 

@@ -24,8 +24,8 @@
 #include "err.h"
 #include "rpc_common.h"
 
-/* Most tensors one Push or Pull may name. */
-#define DT_PS_MAX_PUSH 1024
+/* Most variable names one Pull may list. (A Push carries one gradient per
+ * variable the ps holds: its bound is the model's.) */
 #define DT_MODEL_PULL_NAMES_MAX 64
 
 typedef struct {
