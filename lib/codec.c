@@ -317,6 +317,8 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         pb->push_req.worker = m->worker;
         pb->push_req.step = m->step;
         pb->push_req.seen_step = m->seen_step;
+        pb->push_req.pull = m->pull;
+        pb->push_req.min_global_step = m->min_global_step;
         set_tensor_encoder(&pb->push_req.gradients, &m->out);
         break;
     }
@@ -326,6 +328,8 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         pb->push_resp.global_step = m->global_step;
         pb->push_resp.done = m->done;
         pb->push_resp.dropped = m->dropped;
+        pb->push_resp.wait = m->wait;
+        set_tensor_encoder(&pb->push_resp.variables, &m->out);
         break;
     }
     case DT_MSG_STATUS_REQ: {
@@ -570,6 +574,8 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         m->worker = pb->push_req.worker;
         m->step = pb->push_req.step;
         m->seen_step = pb->push_req.seen_step;
+        m->pull = pb->push_req.pull;
+        m->min_global_step = pb->push_req.min_global_step;
         break;
     }
     case DT_MSG_PUSH_RESP: {
@@ -578,6 +584,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         m->global_step = pb->push_resp.global_step;
         m->done = pb->push_resp.done;
         m->dropped = pb->push_resp.dropped;
+        m->wait = pb->push_resp.wait;
         break;
     }
     case DT_MSG_STATUS_REQ: {
@@ -681,6 +688,10 @@ int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
     case DT_MSG_PUSH_REQ:
         ctx.what = "gradients";
         set_tensor_decoder(&pb.push_req.gradients, &va, &((dt_msg_push_req *)msg)->in, &ctx);
+        break;
+    case DT_MSG_PUSH_RESP:
+        ctx.what = "variables";
+        set_tensor_decoder(&pb.push_resp.variables, &va, &((dt_msg_push_resp *)msg)->in, &ctx);
         break;
     case DT_MSG_PULL_REQ: {
         dt_msg_pull_req *m = msg;

@@ -169,13 +169,18 @@ typedef struct {
     int64_t seen_step; /* highest global step the caller has seen */
     dt_tensor_list out;
     dt_tensor_views in;
+    bool pull;               /* also return the variables after the push */
+    int64_t min_global_step; /* with pull: as a Pull's */
 } dt_msg_push_req;
 
 typedef struct {
     uint64_t incarnation;
     int64_t global_step;
     bool done;
-    bool dropped; /* sync: stale, not used */
+    bool dropped;       /* sync: stale, not used */
+    bool wait;          /* with pull: no variables, pull when it is time */
+    dt_tensor_list out; /* with pull: the variables after the push */
+    dt_tensor_views in; /* cap 0: variables are refused */
 } dt_msg_push_resp;
 
 typedef struct {

@@ -146,6 +146,7 @@ static const field fields[] = {
     INT_FIELD("max_to_keep", max_to_keep, 1),
     INT_FIELD("summary_steps", summary_steps, 1),
     INT_FIELD("log_steps", log_steps, 1),
+    {.name = "fuse_push_pull", .type = F_BOOL, AT(fuse_push_pull)},
     INT_FIELD("ready_wait_secs", ready_wait_secs, 1),
     INT_FIELD("rpc_timeout_secs", rpc_timeout_secs, 1),
 };
@@ -567,6 +568,7 @@ void dt_job_defaults(dt_job *job) {
     job->max_to_keep = 5;
     job->summary_steps = 10;
     job->log_steps = 100;
+    job->fuse_push_pull = 1;
     job->ready_wait_secs = 120;
     job->rpc_timeout_secs = 10;
 }

@@ -50,6 +50,8 @@ typedef struct {
 
     /* all roles */
     int log_steps;        /* progress line every this many local steps, >= 1 */
+    int fuse_push_pull;   /* 1: a push also returns the next step's variables (one round
+                             trip per step); 0: Pull then Push */
     int ready_wait_secs;  /* how long a worker waits for the model to be ready */
     int rpc_timeout_secs; /* deadline of one RPC */
 } dt_job;

@@ -75,6 +75,7 @@ struct dt_ps {
     _Atomic int64_t pushes_rejected;
     _Atomic int64_t pushes_dropped;
     _Atomic int64_t pushes_nonfinite;
+    _Atomic int64_t pulls_served;  /* Pull calls answered, with or without variables */
     _Atomic int64_t calls_refused; /* by the handlers (DT_EPERM); the server counts its own */
     int skip_nonfinite;            /* skip and count non-finite gradients instead of refusing */
 
@@ -532,15 +533,15 @@ static int64_t min_live_clock_locked(dt_ps *ps, int64_t fallback) {
 
 /* sync: wait for the step the worker asks for; bounded: wait while the
  * worker is more than `staleness` steps ahead of the slowest live one. */
-static int must_wait(dt_ps *ps, const dt_msg_pull_req *req) {
+static int must_wait(dt_ps *ps, int32_t worker, int64_t min_global_step, int include_slots) {
     if (ps->consistency.mode == DT_MODE_SYNC)
-        return atomic_load(&ps->global_step) < req->min_global_step;
+        return atomic_load(&ps->global_step) < min_global_step;
     /* A pull with slots is the chief's snapshot, not a training step. */
-    if (ps->consistency.mode != DT_MODE_BOUNDED || req->include_slots || req->worker < 0 ||
-        req->worker >= ps->params.cluster->num_workers)
+    if (ps->consistency.mode != DT_MODE_BOUNDED || include_slots || worker < 0 ||
+        worker >= ps->params.cluster->num_workers)
         return 0;
     pthread_mutex_lock(&ps->stats_mu);
-    int64_t mine = ps->clock[req->worker];
+    int64_t mine = ps->clock[worker];
     int wait = mine - min_live_clock_locked(ps, mine) > ps->consistency.staleness;
     pthread_mutex_unlock(&ps->stats_mu);
     return wait;
@@ -615,13 +616,14 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     resp.incarnation = ps->incarnation;
     resp.global_step = atomic_load(&ps->global_step);
     resp.done = check_done(ps, req.worker);
-    if (!resp.done && must_wait(ps, &req)) {
+    if (!resp.done && must_wait(ps, req.worker, req.min_global_step, req.include_slots)) {
         /* Not yet: answer at once without variables; the worker asks again. */
         resp.wait = true;
         resp.out.count = 0;
         resp.slots_out.count = 0;
     }
     rc = encode_reply(DT_MSG_PULL_RESP, &resp, reply, err);
+    atomic_fetch_add(&ps->pulls_served, 1);
 out:
     pthread_rwlock_unlock(&ps->model_lock);
     return rc;
@@ -890,6 +892,23 @@ static void tick_clock(dt_ps *ps, int32_t worker) {
     pthread_mutex_unlock(&ps->stats_mu);
 }
 
+/* A push that asked for the variables (one round trip per step) gets every
+ * variable this ps holds, encoded from the store under each one's lock as a
+ * Pull's are; unless the job is done, or it is not yet time (sync, bounded:
+ * `wait`, and the caller pulls when it is). With several ps tasks in sync
+ * mode only a Pull carries ps 0's decision, so those always say `wait`. */
+static void attach_variables(dt_ps *ps, const dt_msg_push_req *req, dt_msg_push_resp *resp) {
+    if (!req->pull || resp->done) return;
+    if (ps->sync_role != SYNC_ALONE || must_wait(ps, req->worker, req->min_global_step, 0)) {
+        resp->wait = true;
+        return;
+    }
+    resp->out.items = ps->vars.items;
+    resp->out.count = ps->vars.count;
+    resp->out.lock = lock_var;
+    resp->out.lock_ctx = ps;
+}
+
 /* A decoded push from an allowed caller, with model_lock held for reading
  * and the model ready: checks it and applies, accumulates or drops it. */
 static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, dt_rpc_buf *reply,
@@ -943,6 +962,7 @@ static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, dt_rpc_buf *
     }
     if (!reserved) resp.global_step = atomic_load(&ps->global_step);
     resp.done = check_done(ps, req->worker) || resp.done;
+    attach_variables(ps, req, &resp);
     return encode_reply(DT_MSG_PUSH_RESP, &resp, reply, err);
 }
 
@@ -1349,8 +1369,12 @@ int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
         if (stop && *stop) return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", ps->name);
         if (finished(ps)) {
             if (!ps->params.keep_serving) {
-                dt_log(DT_LOG_INFO, "%s: job done at global_step %lld; exiting", ps->name,
-                       (long long)atomic_load(&ps->global_step));
+                dt_log(DT_LOG_INFO,
+                       "%s: job done at global_step %lld after %lld pushes and %lld pulls; "
+                       "exiting",
+                       ps->name, (long long)atomic_load(&ps->global_step),
+                       (long long)atomic_load(&ps->pushes_applied),
+                       (long long)atomic_load(&ps->pulls_served));
                 return 0;
             }
             if (!announced)

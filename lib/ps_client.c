@@ -48,6 +48,7 @@ struct dt_ps_client {
      * did not apply it, so no task applies one gradient twice. */
     int push_pending;
     int *push_acked;                /* (num_ps) */
+    int *push_pulled;               /* (num_ps) push_pull: its variables were taken */
     dt_msg_push_resp *push_replies; /* (num_ps) the acknowledging replies */
     /* (num_ps) the highest global step each ps has replied with, sent back
      * to that ps only: a restored ps never answers below what it said
@@ -243,11 +244,12 @@ int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout
     c->requests = calloc(np, sizeof *c->requests);
     c->batch = calloc(np, sizeof *c->batch);
     c->push_acked = calloc(np, sizeof *c->push_acked);
+    c->push_pulled = calloc(np, sizeof *c->push_pulled);
     c->push_replies = calloc(np, sizeof *c->push_replies);
     int rc = 0;
     if (!c->channels || !c->names || !c->incarnation || !c->seen_step || !c->layout ||
         !c->first_on || !c->count_on || !c->calls || !c->requests || !c->batch || !c->push_acked ||
-        !c->push_replies) {
+        !c->push_pulled || !c->push_replies) {
         rc = dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
         goto fail;
     }
@@ -299,6 +301,7 @@ void dt_ps_client_free(dt_ps_client *c) {
     free(c->requests);
     free(c->batch);
     free(c->push_acked);
+    free(c->push_pulled);
     free(c->push_replies);
     free(c);
 }
@@ -616,10 +619,27 @@ out:
     return rc;
 }
 
+/* What a push round also asks for: the variables after the push, into
+ * `into` (NULL: a plain push). */
+typedef struct {
+    dt_tensors *into;
+    int64_t min_global_step;
+} push_pull;
+
+/* Takes ps p's variables from its push reply when it sent them and has not
+ * restarted since the last reply (then the caller's pull sees to it). */
+static int take_pushed_variables(dt_ps_client *c, int p, const push_pull *pp,
+                                 const dt_msg_push_resp *resp, int restarted, dt_err *err) {
+    if (!pp->into || resp->wait || resp->done || restarted || resp->in.count == 0) return 0;
+    int rc = take_variables(c, p, &resp->in, pp->into, err);
+    if (rc == 0) c->push_pulled[p] = 1;
+    return rc;
+}
+
 /* Pushes to the tasks in [first, last) that have not acknowledged this
  * push yet, all at once; records each acknowledgement. */
-static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, int first, int last,
-                      dt_err *err) {
+static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, const push_pull *pp,
+                      int first, int last, dt_err *err) {
     int rc = 0, n = 0, slot[DT_MAX_PS];
     for (int p = first; p < last; p++) {
         if (c->push_acked[p]) continue;
@@ -628,6 +648,8 @@ static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, in
         req.worker = c->params.worker;
         req.step = step;
         req.seen_step = c->seen_step[p];
+        req.pull = pp->into != NULL;
+        req.min_global_step = pp->min_global_step;
         req.out.items = c->views;
         req.out.count = unit_views(c, p, grads, c->views);
         /* Encoding copies the views' bytes, so the scratch is free again. */
@@ -644,6 +666,8 @@ static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, in
         if (c->batch[k].err.code != DT_OK) continue;
         dt_msg_push_resp *resp = &c->push_replies[p];
         memset(resp, 0, sizeof *resp);
+        resp->in.items = c->views;
+        resp->in.cap = pp->into ? c->num_units + 1 : 0;
         int drc = dt_codec_decode(DT_MSG_PUSH_RESP, c->batch[k].response.data,
                                   c->batch[k].response.len, resp, err);
         if (drc == 0) {
@@ -651,35 +675,40 @@ static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, in
             c->push_acked[p] = 1;
             dt_err restarted;
             dt_err_clear(&restarted);
-            if (note_incarnation(c, p, resp->incarnation, &restarted) < 0)
-                dt_log(DT_LOG_INFO, "%s", restarted.msg);
-        } else if (rc == 0) {
-            rc = drc;
+            int changed = note_incarnation(c, p, resp->incarnation, &restarted) < 0;
+            if (changed) dt_log(DT_LOG_INFO, "%s", restarted.msg);
+            drc = take_pushed_variables(c, p, pp, resp, changed, err);
         }
+        memset(&resp->in, 0, sizeof resp->in); /* views into the response, released next */
+        if (drc < 0 && rc == 0) rc = drc;
     }
     for (int k = 0; k < n; k++)
         dt_rpc_buf_release(&c->batch[k].response);
     return rc;
 }
 
-int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_ps_reply *r,
-                      dt_err *err) {
+static int push(dt_ps_client *c, const dt_tensors *grads, int64_t step, const push_pull *pp,
+                dt_ps_reply *r, dt_err *err) {
     memset(r, 0, sizeof *r);
     if (grads->count != c->num_vars)
         return dt_err_set(err, DT_EINVAL, "ps client: push: %d gradients, expected %d",
                           grads->count, c->num_vars);
-    if (!c->push_pending) memset(c->push_acked, 0, sizeof(int) * (size_t)c->num_ps);
+    if (!c->push_pending) {
+        memset(c->push_acked, 0, sizeof(int) * (size_t)c->num_ps);
+        memset(c->push_pulled, 0, sizeof(int) * (size_t)c->num_ps);
+    }
     c->push_pending = 1;
     int rc;
     if (c->two_phase && c->num_ps > 1) {
         /* The others hold it first; then ps 0 may count it in a step. */
-        if ((rc = push_round(c, grads, step, 1, c->num_ps, err)) == 0)
-            rc = push_round(c, grads, step, 0, 1, err);
+        if ((rc = push_round(c, grads, step, pp, 1, c->num_ps, err)) == 0)
+            rc = push_round(c, grads, step, pp, 0, 1, err);
     } else {
-        rc = push_round(c, grads, step, 0, c->num_ps, err);
+        rc = push_round(c, grads, step, pp, 0, c->num_ps, err);
     }
     if (rc < 0) return rc; /* the pending push is retried on the next call */
     c->push_pending = 0;
+    r->pulled = pp->into != NULL;
     for (int p = 0; p < c->num_ps; p++) {
         if (c->push_replies[p].global_step > c->seen_step[p])
             c->seen_step[p] = c->push_replies[p].global_step;
@@ -688,8 +717,23 @@ int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt
             r->max_step = c->push_replies[p].global_step;
         r->done |= c->push_replies[p].done;
         r->dropped |= c->push_replies[p].dropped;
+        r->pulled &= c->push_pulled[p];
     }
     return 0;
+}
+
+int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_ps_reply *r,
+                      dt_err *err) {
+    const push_pull none = {NULL, 0};
+    return push(c, grads, step, &none, r, err);
+}
+
+int dt_ps_client_push_pull(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_tensors *vars,
+                           int64_t min_global_step, dt_ps_reply *r, dt_err *err) {
+    /* Sync with several ps tasks: the others learn ps 0's decision from a
+     * Pull only, so that stays two calls. */
+    const push_pull pp = {c->two_phase && c->num_ps > 1 ? NULL : vars, min_global_step};
+    return push(c, grads, step, &pp, r, err);
 }
 
 int dt_ps_client_tell_done(dt_ps_client *c, dt_err *err) {

@@ -129,6 +129,7 @@ typedef struct {
     int done;            /* the job is finished */
     int wait;            /* pull: not yet (sync / bounded); nothing was copied */
     int dropped;         /* push: a ps did not use the gradient (sync: stale) */
+    int pulled;          /* push_pull: every ps sent its variables; vars hold them */
 } dt_ps_reply;
 
 /* Copies every variable's current value into vars (laid out as at _new),
@@ -144,6 +145,17 @@ int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots, int6
  * no task applies one gradient twice. */
 int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_ps_reply *r,
                       dt_err *err) DT_WARN_UNUSED;
+
+/* dt_ps_client_push, and each ps's reply also carries its variables after
+ * the push, copied into vars: one round trip per step instead of two. When
+ * every ps sent them, r->pulled is set and vars hold the next step's values
+ * (r->global_step is then also the step they were read at). Otherwise (a
+ * ps said "not yet" in sync or bounded mode, the job is done, a ps
+ * restarted, or sync with several ps tasks, whose decisions only Pull
+ * carries) r->pulled is 0, some of vars may have changed, and the caller
+ * pulls as usual. min_global_step as for dt_ps_client_pull. */
+int dt_ps_client_push_pull(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_tensors *vars,
+                           int64_t min_global_step, dt_ps_reply *r, dt_err *err) DT_WARN_UNUSED;
 
 /* Tells every ps that this worker knows the job is done (a Status with
  * done_seen), so none waits out its linger to tell it. */

@@ -188,11 +188,16 @@ static int do_pull(void *arg, dt_err *err) {
 typedef struct {
     dt_worker *w;
     int64_t step;
+    int fuse;                /* also take the next step's variables (job's fuse_push_pull) */
+    int64_t min_global_step; /* with fuse: as the next pull's */
     dt_ps_reply reply;
 } push_state;
 
 static int do_push(void *arg, dt_err *err) {
     push_state *ps = arg;
+    if (ps->fuse)
+        return dt_ps_client_push_pull(ps->w->client, &ps->w->grads, ps->step, &ps->w->vars,
+                                      ps->min_global_step, &ps->reply, err);
     return dt_ps_client_push(ps->w->client, &ps->w->grads, ps->step, &ps->reply, err);
 }
 
@@ -286,13 +291,18 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
     memset(&r, 0, sizeof r);
     double t_last = dt_now_secs();
     int64_t step_last = 0, global_last = -1, min_global_step = 0;
+    dt_ps_reply fused; /* the last push's reply; .pulled: it brought the variables */
+    memset(&fused, 0, sizeof fused);
     int sync = job->consistency.mode == DT_MODE_SYNC;
     int rc = 0;
     for (;;) {
         if (stop && *stop) return stopped(w, err);
 
         pull_state pull = {.w = w, .min_global_step = min_global_step};
-        if ((rc = pull_when_ready(w, &pull, hooks, stop, err)) < 0) return rc;
+        if (fused.pulled) /* the last push brought this step's variables */
+            pull.reply = fused;
+        else if ((rc = pull_when_ready(w, &pull, hooks, stop, err)) < 0)
+            return rc;
         if (pull.reply.done) break;
 
         dt_batch batch;
@@ -300,10 +310,14 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
         if ((rc = dt_model_loss_grad(w->model, &w->vars, &batch, &w->grads, &r.loss, err)) < 0)
             return rc;
 
-        push_state push = {.w = w, .step = pull.reply.global_step};
-        if ((rc = dt_worker_retry(w, "push", do_push, &push, hooks, stop, err)) < 0) return rc;
         /* sync: the next pull must see the step this gradient was for. */
         if (sync) min_global_step = pull.reply.global_step + 1;
+        push_state push = {.w = w,
+                           .step = pull.reply.global_step,
+                           .fuse = job->fuse_push_pull,
+                           .min_global_step = min_global_step};
+        if ((rc = dt_worker_retry(w, "push", do_push, &push, hooks, stop, err)) < 0) return rc;
+        fused = push.reply;
         r.local_step++;
         r.pulled_step = pull.reply.global_step;
         r.global_step = push.reply.global_step;

@@ -420,6 +420,38 @@ if job_rate "$d" $_rc "demo sync, 2 ps"; then
     row "demo sync, 2 ps" "$(ratio "$RATE_G" "$RATE_S" %.0f) steps/s" "as demo sync on 2 ps tasks: one decision per step for both shards (ps 0's), two round trips in a row per push and per pull; global_step $RATE_G in $RATE_S s"
 fi
 
+# 1d. One round trip per step: the tiny demo model on 1 ps with 1 and 2
+# workers, the push bringing back the next step's variables
+# (fuse_push_pull, the default) and Pull then Push, alternating, against
+# the raw ceiling of one 16-byte echo call in flight per client.
+for nw in 1 2; do
+    for fuse in true false; do
+        d=$TMP/fuse-$nw-$fuse
+        run_job "$d" 90 "$nw" "$CONFIG" --set max_steps=$DEMO_STEPS --set log_steps=1000 \
+            --set fuse_push_pull=$fuse
+        if job_rate "$d" $? "tiny model, $nw worker(s), fuse $fuse"; then
+            rate=$(ratio "$RATE_G" "$RATE_S" %.0f)
+            eval "TINY_${nw}_$fuse=$rate"
+            row "tiny model, $nw worker, fuse $fuse" "$rate steps/s" "demo job, 1 ps + $nw worker process(es), fuse_push_pull=$fuse; global_step $RATE_G in $RATE_S s"
+        fi
+    done
+    ERR_LOGS="$TMP/echo16-$nw.err"
+    if port=$("$BUILD/bench_freeport" 1) &&
+        timeout -k 5 150 "$BUILD/bench_rawgrpc" --addr "127.0.0.1:$port" --mode echo \
+            --clients-as processes --clients "$nw" --floats 4 --rounds 20000 \
+            >"$TMP/echo16-$nw.out" 2>"$ERR_LOGS"; then
+        calls=$(field "$(cat "$TMP/echo16-$nw.out")" rounds_per_s)
+        row "raw echo 16 B, $nw in flight" "$calls calls/s" "bench_rawgrpc echo, $nw client process(es), one call in flight each, 16 B each way"
+        eval "fused=\${TINY_${nw}_true:-}"
+        [ -n "$fused" ] && row "tiny $nw worker / raw echo" "$(ratio "$fused" "$calls" %.2f)" "fused steps/s over raw echo calls/s (goal: >= 0.9 with 1 worker)"
+    else
+        failed "raw echo 16 B, $nw in flight" "bench_rawgrpc failed" "$ERR_LOGS"
+    fi
+done
+if [ -n "${TINY_1_true:-}" ] && [ -n "${TINY_2_true:-}" ]; then
+    row "tiny 2 workers / 1 worker" "$(ratio "$TINY_2_true" "$TINY_1_true" %.2f)" "fused (goal: >= 1.8)"
+fi
+
 # 2 and 3. Pull+push against a real ps, then the raw ceiling, per size.
 # Trials of the two alternate, so a busy spell of the machine hits both.
 

@@ -303,10 +303,75 @@ START_TEST(health_and_status) {
 }
 END_TEST
 
+/* The pulls the ps of run `tag` served, from its exit line. */
+static long long ps_pulls(const char *tag) {
+    char log_name[64];
+    snprintf(log_name, sizeof log_name, "ps0%s", tag);
+    char *log = dt_test_job_read_log(&w, log_name);
+    const char *p = strstr(log, " pulls; exiting");
+    long long pulls = -1;
+    if (p) {
+        while (p > log && p[-1] >= '0' && p[-1] <= '9')
+            p--;
+        pulls = atoll(p);
+    }
+    free(log);
+    ck_assert_msg(pulls >= 0, "no pull count in %s.log", log_name);
+    return pulls;
+}
+
+/* Trains the one-worker job of sets in log dir `name` and loads its final
+ * checkpoint into ts. */
+static void train_one_worker(const char *name, const char *const *sets, int n, dt_tensors *ts) {
+    snprintf(w.log_dir, sizeof w.log_dir, "%s/%s", w.dir, name);
+    dt_test_job_set(&w, sets, n);
+    dt_test_job_run(&w, name, JOB_TIMEOUT_MS);
+    dt_test_job_load_latest(&w, dt_test_job_max_steps(&w), ts, NULL, 0);
+}
+
+/* With one worker the job is one sequence of steps, so the fused call (a
+ * push that brings back the next step's variables) and Pull + Push must
+ * give bit-identical models, in sync, async and bounded modes. */
+START_TEST(fused_matches_separate) {
+    static const char *const modes[] = {"mode=sync", "mode=async", "mode=bounded"};
+    dt_test_job_cluster(&w, 1, 1);
+    for (int m = 0; m < 3; m++) {
+        const char *fused[] = {"max_steps=1200", modes[m], "fuse_push_pull=true",
+                               "save_model_secs=30", "learning_rate=0.01"};
+        const char *separate[] = {"max_steps=1200", modes[m], "fuse_push_pull=false",
+                                  "save_model_secs=30", "learning_rate=0.01"};
+        char a_name[32], b_name[32];
+        snprintf(a_name, sizeof a_name, "fused%d", m);
+        snprintf(b_name, sizeof b_name, "separate%d", m);
+        dt_tensors a, b;
+        train_one_worker(a_name, fused, 5, &a);
+        train_one_worker(b_name, separate, 5, &b);
+        ck_assert_int_eq(a.count, b.count);
+        for (int i = 0; i < a.count; i++) {
+            const dt_tensor *tb = dt_tensors_find(&b, a.items[i].name);
+            ck_assert_msg(tb && tb->nbytes == a.items[i].nbytes, "%s: no twin", a.items[i].name);
+            ck_assert_msg(memcmp(tb->data, a.items[i].data, tb->nbytes) == 0,
+                          "%s: %s differs between fused and separate calls (%.9g vs %.9g)",
+                          modes[m], a.items[i].name, (double)*(const float *)a.items[i].data,
+                          (double)*(const float *)tb->data);
+        }
+        /* The fused run pulled once (its first step), the other every step. */
+        long long pulls_a = ps_pulls(a_name), pulls_b = ps_pulls(b_name);
+        ck_assert_msg(pulls_a >= 1 && pulls_a < 10, "%s: the fused run made %lld pulls", modes[m],
+                      pulls_a);
+        ck_assert_msg(pulls_b >= 1200, "%s: the separate run made %lld pulls", modes[m], pulls_b);
+        dt_tensors_deinit(&a);
+        dt_tensors_deinit(&b);
+    }
+}
+END_TEST
+
 /* SIGKILL the chief mid-job and restart it: it rejoins the live ps, does not
  * re-initialize, and the job completes with a good model. */
 START_TEST(restart_chief) {
-    static const char *const sets[] = {"max_steps=10000", QUICK_SETS};
+    /* Long enough that the first timed checkpoint (1 s) comes mid-job at
+     * one round trip per step (~10,000 steps/s here). */
+    static const char *const sets[] = {"max_steps=60000", QUICK_SETS};
     dt_test_job_set(&w, sets, 1 + NUM_QUICK);
     const int64_t max_steps = dt_test_job_max_steps(&w);
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
@@ -446,6 +511,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, demo);
     tcase_add_test(tc, tf_config_chief_job);
     tcase_add_test(tc, health_and_status);
+    tcase_add_test(tc, fused_matches_separate);
     tcase_add_test(tc, restart_chief);
     tcase_add_test(tc, fresh_cluster_restores);
     tcase_add_test(tc, keep_serving);

@@ -594,7 +594,9 @@ END_TEST
  * restores it no earlier than its latest checkpoint, and the job completes
  * without restarting anyone else. */
 START_TEST(ps_restart) {
-    static const char *const extra[] = {"max_steps=12000", NULL};
+    /* Long enough to be mid-job a checkpoint interval in at one round trip
+     * per step (~10,000 steps/s here). */
+    static const char *const extra[] = {"max_steps=60000", NULL};
     world_init(1, 2, extra);
     const int64_t max_steps = dt_test_job_max_steps(&w);
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
@@ -636,7 +638,7 @@ END_TEST
  * true global step: ps 0 must come back at it, not behind, or the shards
  * disagree on the step and the job ends short of max_steps. */
 START_TEST(ps_restart_two_shards) {
-    static const char *const extra[] = {"max_steps=10000", NULL};
+    static const char *const extra[] = {"max_steps=60000", NULL}; /* see ps_restart */
     world_init(2, 2, extra);
     const int64_t max_steps = dt_test_job_max_steps(&w);
     pid_t ps0 = dt_test_job_start(&w, "ps", 0, "ps0");
