@@ -319,6 +319,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         pb->push_req.seen_step = m->seen_step;
         pb->push_req.pull = m->pull;
         pb->push_req.min_global_step = m->min_global_step;
+        pb->push_req.push_id = m->push_id;
         set_tensor_encoder(&pb->push_req.gradients, &m->out);
         break;
     }
@@ -576,6 +577,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         m->seen_step = pb->push_req.seen_step;
         m->pull = pb->push_req.pull;
         m->min_global_step = pb->push_req.min_global_step;
+        m->push_id = pb->push_req.push_id;
         break;
     }
     case DT_MSG_PUSH_RESP: {

@@ -171,6 +171,7 @@ typedef struct {
     dt_tensor_views in;
     bool pull;               /* also return the variables after the push */
     int64_t min_global_step; /* with pull: as a Pull's */
+    uint64_t push_id;        /* non-zero: a retry carries the same; never applied twice */
 } dt_msg_push_req;
 
 typedef struct {

@@ -40,6 +40,13 @@
 /* Who decides a sync step: alone (one ps task, or not sync), ps 0 for
  * every task, or a task that applies what ps 0 decided. */
 enum sync_role { SYNC_ALONE = 0, SYNC_DECIDER, SYNC_FOLLOWER };
+
+/* A training task's last push, by its id: what a retry of it is told. */
+typedef struct {
+    uint64_t id; /* 0: none */
+    int64_t global_step;
+    bool dropped;
+} push_memo;
 #define DEFAULT_LINGER_MS 10000
 #define RATE_SAMPLES 11 /* one a second: Status's steps/s is over the last 10 s */
 
@@ -75,9 +82,10 @@ struct dt_ps {
     _Atomic int64_t pushes_rejected;
     _Atomic int64_t pushes_dropped;
     _Atomic int64_t pushes_nonfinite;
-    _Atomic int64_t pulls_served;  /* Pull calls answered, with or without variables */
-    _Atomic int64_t calls_refused; /* by the handlers (DT_EPERM); the server counts its own */
-    int skip_nonfinite;            /* skip and count non-finite gradients instead of refusing */
+    _Atomic int64_t pulls_served;   /* Pull calls answered, with or without variables */
+    _Atomic int64_t pushes_retried; /* retries of a push already taken: answered, not applied */
+    _Atomic int64_t calls_refused;  /* by the handlers (DT_EPERM); the server counts its own */
+    int skip_nonfinite;             /* skip and count non-finite gradients instead of refusing */
 
     /* Staleness of applied gradients (global step at apply minus the step
      * they were computed at), and the bounded mode's clocks. */
@@ -86,6 +94,7 @@ struct dt_ps {
     int64_t *clock;             /* (num_workers) pushes applied per worker */
     struct timespec *last_push; /* (num_workers) when each last pushed */
     int64_t *pushes_from;       /* (num_workers) pushes taken from each, for Status */
+    push_memo *memo;            /* (num_workers) each one's last push id and its outcome */
     struct timespec *pushed_at; /* (num_workers) when each last pushed, any mode */
     /* Global step samples, one a second (dt_ps_wait), for Status's rate. */
     int64_t rate_step[RATE_SAMPLES];
@@ -127,21 +136,6 @@ struct dt_ps {
 };
 
 /* ---- helpers ----------------------------------------------------------- */
-
-static uint64_t new_incarnation(void) {
-    uint64_t id = 0;
-    FILE *f = fopen("/dev/urandom", "rb");
-    if (f) {
-        if (fread(&id, sizeof id, 1, f) != 1) id = 0;
-        fclose(f);
-    }
-    if (id == 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        id = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
-    }
-    return id ? id : 1;
-}
 
 static int64_t ms_since(const struct timespec *t0) {
     struct timespec now;
@@ -501,6 +495,10 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     ps->decided.step = req->global_step - 1;
     ps->decided.all_held = true;
     ps->ready = 1;
+    /* A new model: no push of the old one is a retry of one of it. */
+    pthread_mutex_lock(&ps->stats_mu);
+    memset(ps->memo, 0, sizeof *ps->memo * ((size_t)ps->params.cluster->num_workers + 1));
+    pthread_mutex_unlock(&ps->stats_mu);
     pthread_rwlock_unlock(&ps->model_lock);
     dt_log(DT_LOG_INFO,
            "%s: created %d variables (%lld bytes, %d slots given), global_step %lld, "
@@ -892,6 +890,55 @@ static void tick_clock(dt_ps *ps, int32_t worker) {
     pthread_mutex_unlock(&ps->stats_mu);
 }
 
+/* ---- retried pushes ------------------------------------------------------- */
+
+/* A push whose reply was lost (a deadline, a dropped connection) is sent
+ * again with the id it had. Each training task's last id is kept with what
+ * its push became, so the retry is answered as the first one was and never
+ * applied twice. The id is claimed before the push is applied: a retry that
+ * overtakes a first try still in progress is told the step as it stands. */
+static push_memo *memo_of(dt_ps *ps, const dt_msg_push_req *req) {
+    if (!req->push_id || req->worker < 0 || req->worker >= ps->params.cluster->num_workers)
+        return NULL;
+    return &ps->memo[req->worker];
+}
+
+/* 1 when req is a retry (resp then says what the first try became); else
+ * claims its id and returns 0. */
+static int retried_push(dt_ps *ps, const dt_msg_push_req *req, dt_msg_push_resp *resp) {
+    push_memo *m = memo_of(ps, req);
+    if (!m) return 0;
+    pthread_mutex_lock(&ps->stats_mu);
+    int retry = m->id == req->push_id;
+    if (retry) {
+        resp->global_step = m->global_step;
+        resp->dropped = m->dropped;
+    } else {
+        m->id = req->push_id;
+        m->global_step = atomic_load(&ps->global_step);
+        m->dropped = false;
+    }
+    pthread_mutex_unlock(&ps->stats_mu);
+    return retry;
+}
+
+/* Records what req became (rc < 0: refused, so a retry is a new try). */
+static void remember_push(dt_ps *ps, const dt_msg_push_req *req, const dt_msg_push_resp *resp,
+                          int rc) {
+    push_memo *m = memo_of(ps, req);
+    if (!m) return;
+    pthread_mutex_lock(&ps->stats_mu);
+    if (m->id == req->push_id) {
+        if (rc < 0) {
+            m->id = 0;
+        } else {
+            m->global_step = resp->global_step;
+            m->dropped = resp->dropped;
+        }
+    }
+    pthread_mutex_unlock(&ps->stats_mu);
+}
+
 /* A push that asked for the variables (one round trip per step) gets every
  * variable this ps holds, encoded from the store under each one's lock as a
  * Pull's are; unless the job is done, or it is not yet time (sync, bounded:
@@ -910,13 +957,13 @@ static void attach_variables(dt_ps *ps, const dt_msg_push_req *req, dt_msg_push_
 }
 
 /* A decoded push from an allowed caller, with model_lock held for reading
- * and the model ready: checks it and applies, accumulates or drops it. */
-static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, dt_rpc_buf *reply,
+ * and the model ready: checks it and applies, accumulates or drops it; *out
+ * gets the reply's step and flags. */
+static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, dt_msg_push_resp *out,
                        dt_err *err) {
     raise_step(ps, req->seen_step);
     dt_msg_push_resp resp;
     memset(&resp, 0, sizeof resp);
-    resp.incarnation = ps->incarnation;
     dt_err why;
     dt_err_clear(&why);
     int nonfinite = 0;
@@ -928,7 +975,8 @@ static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, dt_rpc_buf *
         resp.global_step = atomic_load(&ps->global_step);
         resp.done = check_done(ps, req->worker);
         dt_log(DT_LOG_DEBUG, "%s: skipped: %s", ps->name, why.msg);
-        return encode_reply(DT_MSG_PUSH_RESP, &resp, reply, err);
+        *out = resp;
+        return 0;
     }
     if (rc < 0) return dt_err_set(err, rc, "%s", why.msg);
     int reserved = 0;
@@ -962,8 +1010,8 @@ static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, dt_rpc_buf *
     }
     if (!reserved) resp.global_step = atomic_load(&ps->global_step);
     resp.done = check_done(ps, req->worker) || resp.done;
-    attach_variables(ps, req, &resp);
-    return encode_reply(DT_MSG_PUSH_RESP, &resp, reply, err);
+    *out = resp;
+    return 0;
 }
 
 static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request,
@@ -995,7 +1043,20 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
         goto done;
     if ((rc = check_caller(ps, peer, req.worker, "push", err)) < 0) goto done;
     note_push(ps, req.worker);
-    rc = push_locked(ps, &req, index, reply, err);
+    dt_msg_push_resp resp;
+    memset(&resp, 0, sizeof resp);
+    if (retried_push(ps, &req, &resp)) {
+        atomic_fetch_add(&ps->pushes_retried, 1);
+        resp.done = check_done(ps, req.worker);
+    } else {
+        rc = push_locked(ps, &req, index, &resp, err);
+        remember_push(ps, &req, &resp, rc);
+    }
+    if (rc == 0) {
+        resp.incarnation = ps->incarnation;
+        attach_variables(ps, &req, &resp);
+        rc = encode_reply(DT_MSG_PUSH_RESP, &resp, reply, err);
+    }
 done:
     pthread_rwlock_unlock(&ps->model_lock);
     free(views);
@@ -1171,10 +1232,12 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     ps->seen = calloc(nw, sizeof *ps->seen);
     ps->acc_from = calloc(nw, sizeof *ps->acc_from);
     ps->pushes_from = calloc(nw, sizeof *ps->pushes_from);
+    ps->memo = calloc(nw, sizeof *ps->memo);
     ps->pushed_at = calloc(nw, sizeof *ps->pushed_at);
     if (!ps->clock || !ps->last_push || !ps->seen || !ps->acc_from || !ps->pushes_from ||
-        !ps->pushed_at) {
+        !ps->memo || !ps->pushed_at) {
         free(ps->pushes_from);
+        free(ps->memo);
         free(ps->pushed_at);
         free(ps->clock);
         free(ps->last_push);
@@ -1191,7 +1254,7 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     if (ps->params.linger_ms <= 0) ps->params.linger_ms = DEFAULT_LINGER_MS;
     const dt_addr *addr = &c->ps[params->task_index];
     snprintf(ps->name, sizeof ps->name, "ps:%d %.40s", params->task_index, addr->addr);
-    ps->incarnation = new_incarnation();
+    ps->incarnation = dt_rpc_random_id();
     clock_gettime(CLOCK_MONOTONIC, &ps->started);
     snprintf(ps->identity, sizeof ps->identity, "ps:%d", params->task_index);
     pthread_rwlock_init(&ps->model_lock, NULL);
@@ -1370,10 +1433,11 @@ int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
         if (finished(ps)) {
             if (!ps->params.keep_serving) {
                 dt_log(DT_LOG_INFO,
-                       "%s: job done at global_step %lld after %lld pushes and %lld pulls; "
-                       "exiting",
+                       "%s: job done at global_step %lld after %lld pushes (%lld retries) "
+                       "and %lld pulls; exiting",
                        ps->name, (long long)atomic_load(&ps->global_step),
                        (long long)atomic_load(&ps->pushes_applied),
+                       (long long)atomic_load(&ps->pushes_retried),
                        (long long)atomic_load(&ps->pulls_served));
                 return 0;
             }
@@ -1408,6 +1472,7 @@ void dt_ps_free(dt_ps *ps) {
     free(ps->seen);
     free(ps->acc_from);
     free(ps->pushes_from);
+    free(ps->memo);
     free(ps->pushed_at);
     free(ps);
 }

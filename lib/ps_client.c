@@ -47,6 +47,7 @@ struct dt_ps_client {
     /* A push that failed on some ps tasks: the retry goes only to those that
      * did not apply it, so no task applies one gradient twice. */
     int push_pending;
+    uint64_t push_id;               /* the pending push's id: a retry sends the same */
     int *push_acked;                /* (num_ps) */
     int *push_pulled;               /* (num_ps) push_pull: its variables were taken */
     dt_msg_push_resp *push_replies; /* (num_ps) the acknowledging replies */
@@ -230,6 +231,9 @@ int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout
     dt_ps_client *c = calloc(1, sizeof *c);
     if (!c) return dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
     c->params = *params;
+    /* A random start: a restarted worker's pushes are not taken for
+     * retries of its previous process's last one. */
+    c->push_id = dt_rpc_random_id();
     c->num_ps = cl->num_ps;
     c->num_vars = layout->count;
     size_t np = (size_t)c->num_ps, nv = (size_t)(c->num_vars ? c->num_vars : 1);
@@ -649,6 +653,7 @@ static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, co
         req.step = step;
         req.seen_step = c->seen_step[p];
         req.pull = pp->into != NULL;
+        req.push_id = c->push_id;
         req.min_global_step = pp->min_global_step;
         req.out.items = c->views;
         req.out.count = unit_views(c, p, grads, c->views);
@@ -694,6 +699,7 @@ static int push(dt_ps_client *c, const dt_tensors *grads, int64_t step, const pu
         return dt_err_set(err, DT_EINVAL, "ps client: push: %d gradients, expected %d",
                           grads->count, c->num_vars);
     if (!c->push_pending) {
+        if (++c->push_id == 0) c->push_id = 1;
         memset(c->push_acked, 0, sizeof(int) * (size_t)c->num_ps);
         memset(c->push_pulled, 0, sizeof(int) * (size_t)c->num_ps);
     }

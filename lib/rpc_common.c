@@ -6,9 +6,9 @@
 
 #include "log.h"
 
+#include <errno.h>
 #include <grpc/slice.h>
 #include <grpc/support/log.h>
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -16,14 +16,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int init_count;
 static volatile sig_atomic_t cert_generation;
 
-void dt_rpc_reload_certs(void) { cert_generation = (sig_atomic_t)(cert_generation + 1); }
+void dt_rpc_reload_certs(void) {
+    cert_generation = (sig_atomic_t)(cert_generation + 1);
+}
 
-int dt_rpc_cert_generation(void) { return (int)cert_generation; }
+int dt_rpc_cert_generation(void) {
+    return (int)cert_generation;
+}
 
 /* PEM files are small; a cap keeps a wrong path (a device, a huge file)
  * from being read whole. */
@@ -86,7 +91,9 @@ static void log_handshake_failure(const char *flat) {
  * servers of this process count it and listen again (rpc_server.c). */
 static atomic_int accept_failures;
 
-int dt_rpc_accept_failures(void) { return atomic_load(&accept_failures); }
+int dt_rpc_accept_failures(void) {
+    return atomic_load(&accept_failures);
+}
 
 /* gRPC's own messages go through dt_log, one line each, at debug level:
  * dtrain reports every failure that matters itself, with context. */
@@ -227,12 +234,39 @@ int dt_rpc_err_from_status(grpc_status_code status) {
 
 const char *dt_rpc_status_name(grpc_status_code status) {
     static const char *const names[] = {
-        "OK",           "CANCELLED",        "UNKNOWN",        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED", "NOT_FOUND",   "ALREADY_EXISTS", "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-        "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",    "DATA_LOSS",
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
         "UNAUTHENTICATED",
     };
     if ((int)status >= 0 && (size_t)status < sizeof names / sizeof names[0]) return names[status];
     return "UNKNOWN";
+}
+
+uint64_t dt_rpc_random_id(void) {
+    uint64_t id = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        if (fread(&id, sizeof id, 1, f) != 1) id = 0;
+        fclose(f);
+    }
+    if (id == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        id = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
+    }
+    return id ? id : 1;
 }

@@ -62,6 +62,10 @@ void dt_rpc_buf_release(dt_rpc_buf *b);
  * its last reference (the last _shutdown waits for gRPC's threads, which
  * can take seconds). Thread-safe. */
 void dt_rpc_init(void);
+
+/* A random non-zero 64-bit id (/dev/urandom; the clock and pid without
+ * it): a ps's incarnation, a client's first push id. Thread-safe. */
+uint64_t dt_rpc_random_id(void);
 void dt_rpc_shutdown(void);
 
 /* Asks every TLS server of the process to re-read its certificate, key and

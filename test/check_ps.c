@@ -485,6 +485,101 @@ START_TEST(test_push_sgd_exact) {
 }
 END_TEST
 
+/* A push with an id, optionally asking for the variables back (pull). */
+static int push_with_id(fixture *f, const float *gw, const float *gb, int worker, uint64_t id,
+                        int want_vars, dt_msg_push_resp *resp, float *w, float *b, dt_err *err) {
+    float wc[NW], bc[NB];
+    memcpy(wc, gw, sizeof wc);
+    memcpy(bc, gb, sizeof bc);
+    dt_tensor items[2], views[4];
+    model_tensors(items, wc, bc);
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = worker;
+    req.out.items = items;
+    req.out.count = 2;
+    req.push_id = id;
+    req.pull = want_vars;
+    memset(resp, 0, sizeof *resp);
+    resp->in.items = views;
+    resp->in.cap = want_vars ? 4 : 0;
+    /* A raw call: the variables' views point into the reply, read here. */
+    dt_err local;
+    dt_err_clear(&local);
+    int64_t size = dt_codec_size(DT_MSG_PUSH_REQ, &req, &local);
+    ck_assert(size > 0);
+    uint8_t *bytes = malloc((size_t)size);
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_PUSH_REQ, &req, bytes, (size_t)size, &local), 0);
+    dt_rpc_buf raw;
+    int rc = call_raw(f, DT_MSG_PUSH_REQ, bytes, (size_t)size, &raw, err);
+    free(bytes);
+    if (rc < 0) return rc;
+    rc = dt_codec_decode(DT_MSG_PUSH_RESP, raw.data, raw.len, resp, &local);
+    ck_assert_msg(rc == 0, "push reply: %s", local.msg);
+    if (want_vars && resp->in.count == 2) {
+        ck_assert_str_eq(views[0].name, "w");
+        memcpy(w, views[0].data, NW * 4);
+        memcpy(b, views[1].data, NB * 4);
+    }
+    memset(&resp->in, 0, sizeof resp->in);
+    dt_rpc_buf_release(&raw);
+    return 0;
+}
+
+/* A push sent again with its id (its reply was lost) is answered as the
+ * first one was and not applied twice; a new id is a new push; a refused
+ * push leaves its id free for the corrected retry. */
+START_TEST(test_retried_push_applied_once) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_msg_create_resp cr;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(create(&f, W0, B0, &cfg, 10, 100, &cr, &err), 0);
+    float w[NW], b[NB], pw[NW], pb[NB];
+    memcpy(w, W0, sizeof w);
+    memcpy(b, B0, sizeof b);
+    for (int i = 0; i < NW; i++)
+        w[i] -= 0.5f * GW[i];
+    for (int i = 0; i < NB; i++)
+        b[i] -= 0.5f * GB[i];
+    dt_msg_push_resp pr;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        ck_assert_msg(push_with_id(&f, GW, GB, 1, 77, 1, &pr, pw, pb, &err) == 0, "push: %s",
+                      err.msg);
+        ck_assert_int_eq(pr.global_step, 11);
+        ck_assert(!pr.wait && !pr.done);
+        /* The reply carries the variables after the (one) push. */
+        assert_floats_eq(pw, w, NW, "w in the push reply");
+        assert_floats_eq(pb, b, NB, "b in the push reply");
+    }
+    assert_state(&f, w, b, 11, "after one push sent three times");
+    dt_msg_status_resp st;
+    status(&f, 1, &st);
+    ck_assert_int_eq(st.pushes_applied, 1);
+
+    /* Another task's push with the same id is its own. */
+    ck_assert_int_eq(push_with_id(&f, GW, GB, 2, 77, 0, &pr, pw, pb, &err), 0);
+    ck_assert_int_eq(pr.global_step, 12);
+    /* A refused push (NaN) does not take its id: the good retry applies. */
+    float bad[NW];
+    memcpy(bad, GW, sizeof bad);
+    bad[0] = NAN;
+    ASSERT_FAILS(push_with_id(&f, bad, GB, 1, 78, 0, &pr, pw, pb, &err), DT_EINVAL, "");
+    ck_assert_int_eq(push_with_id(&f, GW, GB, 1, 78, 0, &pr, pw, pb, &err), 0);
+    ck_assert_int_eq(pr.global_step, 13);
+    /* Id 0 means none: each one is applied. */
+    ck_assert_int_eq(push_with_id(&f, GW, GB, 1, 0, 0, &pr, pw, pb, &err), 0);
+    ck_assert_int_eq(push_with_id(&f, GW, GB, 1, 0, 0, &pr, pw, pb, &err), 0);
+    ck_assert_int_eq(pr.global_step, 15);
+    status(&f, 1, &st);
+    ck_assert_int_eq(st.pushes_applied, 5);
+    fixture_stop(&f);
+}
+END_TEST
+
 START_TEST(test_max_steps) {
     fixture f;
     fixture_start(&f, 0);
@@ -1698,6 +1793,7 @@ Suite *ps_suite(void) {
     TCase *push_tc = tcase_create("push");
     tcase_set_timeout(push_tc, 120);
     tcase_add_test(push_tc, test_push_sgd_exact);
+    tcase_add_test(push_tc, test_retried_push_applied_once);
     tcase_add_test(push_tc, test_max_steps);
     tcase_add_test(push_tc, test_bad_pushes);
     tcase_add_test(push_tc, test_push_must_cover_every_variable);
