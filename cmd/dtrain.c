@@ -74,11 +74,13 @@ static const char usage[] =
     "                       the chief unless the cluster lists a \"chief\" job\n"
     "  --task-index, --task N  index of this task in its job's list; both flags win\n"
     "                       over TF_CONFIG's \"task\", one alone must agree with it\n"
-"  --config FILE        job config (model, data, optimizer, schedule); default:\n"
+    "  --config FILE        job config (model, data, optimizer, schedule); default:\n"
     "                       the cluster file's \"job\" object, else built-in defaults\n"
     "  --set FIELD=VALUE    override one job field (repeatable), e.g. --set max_steps=500\n"
     "  --log-dir DIR        same as --set log_dir=DIR\n"
     "  --keep-serving       ps only: keep serving after the job is done\n"
+    "  --listen HOST:PORT   ps only: listen there (default: every interface at the\n"
+    "                       port of its cluster address, as TF's server does)\n"
     "  --max-message-mb N   ps only: largest message accepted or sent, in MiB (default:\n"
     "                       the job's variables and optimizer slots plus 1 MiB, >= 4)\n"
     "  --tls-cert FILE      PEM certificate of this task (env DTRAIN_TLS_CERT); the ps\n"
@@ -136,6 +138,7 @@ typedef struct {
     const char *log_dir;
     int keep_serving;
     const char *max_message_mb;
+    const char *listen; /* ps: where to listen (default: every interface) */
     const char *log_level;
     const char *checkpoint; /* eval, predict */
     const char *data;
@@ -217,6 +220,8 @@ static int parse_args(int argc, char **argv, options *o) {
             o->log_level = v;
         else if (take_value(argc, argv, &i, "--max-message-mb", &v, &missing))
             o->max_message_mb = v;
+        else if (take_value(argc, argv, &i, "--listen", &v, &missing))
+            o->listen = v;
         else if (take_value(argc, argv, &i, "--tls-cert", &v, &missing))
             o->tls_cert = v;
         else if (take_value(argc, argv, &i, "--tls-key", &v, &missing))
@@ -656,6 +661,9 @@ static int check_role_flags(const options *o, const dt_role *role) {
     int is_ps = role->type == DT_TASK_PS;
     if (o->keep_serving && !is_ps)
         return usage_error("--keep-serving is for the ps job only%s", "");
+    if (o->listen && !is_ps) return usage_error("--listen is for the ps job only%s", "");
+    if (o->listen && !strchr(o->listen, ':'))
+        return usage_error("--listen: \"%s\" is not HOST:PORT", o->listen);
     if (o->max_message_mb) {
         char *end = NULL;
         long mb = strtol(o->max_message_mb, &end, 10);
@@ -739,7 +747,8 @@ int main(int argc, char **argv) {
                            .security = &security,
                            .max_message_bytes = max_message_bytes,
                            .log_dir = job.log_dir,
-                           .max_steps = job.max_steps};
+                           .max_steps = job.max_steps,
+                           .listen_addr = o.listen};
         dt_ps *ps = NULL;
         rc = max_message_bytes ? 0 : derived_message_cap(&job, &pp.max_message_bytes, &err);
         if (rc == 0) rc = dt_ps_start(&pp, &ps, &err);

@@ -1260,7 +1260,13 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     pthread_rwlock_init(&ps->model_lock, NULL);
     pthread_mutex_init(&ps->life_mu, NULL);
 
-    dt_rpc_server_params sp = {.addr = addr->addr,
+    char listen[DT_HOST_MAX + 16];
+    if (params->listen_addr)
+        snprintf(listen, sizeof listen, "%s", params->listen_addr);
+    else /* every interface: "[::]" takes IPv4 too where the system allows */
+        snprintf(listen, sizeof listen, strchr(addr->host, ':') ? "[::]:%d" : "0.0.0.0:%d",
+                 addr->port);
+    dt_rpc_server_params sp = {.addr = listen,
                                .num_threads = ps->params.num_threads,
                                .methods = ps_methods,
                                .num_methods = (int)(sizeof ps_methods / sizeof ps_methods[0]),
@@ -1275,11 +1281,11 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     }
     int rc = dt_rpc_server_start(&sp, &ps->server, err);
     if (rc < 0) {
-        dt_err_wrap(err, rc, "ps:%d", params->task_index);
+        dt_err_wrap(err, rc, "ps:%d (%s)", params->task_index, addr->addr);
         dt_ps_free(ps);
         return rc;
     }
-    dt_log(DT_LOG_INFO, "%s: serving (incarnation %016llx)", ps->name,
+    dt_log(DT_LOG_INFO, "%s: serving on %s (incarnation %016llx)", ps->name, listen,
            (unsigned long long)ps->incarnation);
     *out = ps;
     return 0;

@@ -29,14 +29,14 @@
 #define DT_MODEL_PULL_NAMES_MAX 64
 
 typedef struct {
-    const dt_cluster *cluster; /* borrowed for the ps's life */
-    int task_index;            /* which ps this is */
-    int keep_serving;          /* 1: keep serving after the job is done */
-    int num_threads;           /* RPC poller threads; 0 picks a default */
-    int linger_ms;             /* after Shutdown: longest wait for workers to be told */
+    const dt_cluster *cluster;       /* borrowed for the ps's life */
+    int task_index;                  /* which ps this is */
+    int keep_serving;                /* 1: keep serving after the job is done */
+    int num_threads;                 /* RPC poller threads; 0 picks a default */
+    int linger_ms;                   /* after Shutdown: longest wait for workers to be told */
     const dt_rpc_security *security; /* borrowed; NULL: plaintext, no auth */
-    int no_server;             /* 1: serve no port; calls come through dt_ps_call */
-    long long max_message_bytes; /* largest request or reply; 0: the RPC server's default */
+    int no_server;                   /* 1: serve no port; calls come through dt_ps_call */
+    long long max_message_bytes;     /* largest request or reply; 0: the RPC server's default */
     /* The job's log dir and max_steps (NULL / 0: unknown). A ps no chief has
      * created a model on, whose log dir's latest checkpoint is at max_steps,
      * knows the job already ended: it exits once its linger since start is
@@ -44,6 +44,11 @@ typedef struct {
      * ps task). */
     const char *log_dir;
     int64_t max_steps;
+    /* Where to listen: NULL serves every interface at the cluster address's
+     * port, as TF's server does. The cluster's host names this task for
+     * others; on a cluster manager it is a service name that may not
+     * resolve until the task is up, and is not the pod's own address. */
+    const char *listen_addr;
 } dt_ps_params;
 
 typedef struct dt_ps dt_ps;

@@ -366,6 +366,34 @@ START_TEST(fused_matches_separate) {
 }
 END_TEST
 
+/* The ps listens on every interface at its port: a cluster name that does
+ * not resolve from the ps's own host (a Kubernetes service before its pod
+ * is ready) does not keep it from serving, and probes reach it on
+ * 127.0.0.1. --listen narrows it; it is for the ps only. */
+START_TEST(ps_listens_everywhere) {
+    char text[512], addr[64];
+    snprintf(text, sizeof text,
+             "{\"cluster\": {\"ps\": [\"ps-0.job.invalid:%d\"], \"worker\": [\"127.0.0.1:%d\"]}}\n",
+             w.ports[0], w.ports[1]);
+    ck_assert_int_eq(dt_test_write_file(w.cluster, text), 0);
+    pid_t ps = dt_test_job_start(&w, "ps", 0, "ps0");
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps0", "serving on 0.0.0.0:", JOB_TIMEOUT_MS, ps),
+                  "the ps did not serve; logs:%s", dt_test_job_report(&w));
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", w.ports[0]);
+    const char *health[] = {"health", "--address", addr, NULL};
+    ck_assert_msg(command(health) == 0 && strstr(w.out, "NOT_SERVING"), "health: %s %s", w.out,
+                  w.err);
+    ck_assert_int_eq(dt_test_kill(ps, SIGTERM), 0);
+    dt_test_job_expect_exit(&w, ps, "ps", EXIT_TIMEOUT_MS, 128 + SIGTERM);
+    const char *worker_listen[] = {"--cluster", w.cluster,  "--job", "worker", "--task",
+                                   "0",         "--listen", addr,    NULL};
+    dt_test_job_expect_error(&w, command(worker_listen), 2, "--listen is for the ps", NULL, NULL);
+    const char *bad_listen[] = {"--cluster", w.cluster,  "--job",   "ps", "--task",
+                                "0",         "--listen", "nowhere", NULL};
+    dt_test_job_expect_error(&w, command(bad_listen), 2, "--listen", "\"nowhere\"", NULL);
+}
+END_TEST
+
 /* SIGKILL the chief mid-job and restart it: it rejoins the live ps, does not
  * re-initialize, and the job completes with a good model. */
 START_TEST(restart_chief) {
@@ -512,6 +540,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, tf_config_chief_job);
     tcase_add_test(tc, health_and_status);
     tcase_add_test(tc, fused_matches_separate);
+    tcase_add_test(tc, ps_listens_everywhere);
     tcase_add_test(tc, restart_chief);
     tcase_add_test(tc, fresh_cluster_restores);
     tcase_add_test(tc, keep_serving);

@@ -183,7 +183,7 @@ START_TEST(mtls_job) {
     pids[2] = dt_test_job_start(&w, "worker", 1, "worker1");
     const char *const names[] = {"ps 0", "chief", "worker 1"};
     dt_test_job_expect_done(&w, pids, names, 3, JOB_TIMEOUT_MS);
-    ck_assert_msg(dt_test_job_log_has(&w, "ps0", "rpc server localhost:"),
+    ck_assert_msg(dt_test_job_log_has(&w, "ps0", "ps:0 localhost:"),
                   "the ps did not serve by name; logs:%s", dt_test_job_report(&w));
     ck_assert_msg(dt_test_job_log_has(&w, "ps0", "client certificates of CA"),
                   "the ps did not serve mTLS; logs:%s", dt_test_job_report(&w));
