@@ -54,7 +54,7 @@ TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 BENCH_SRC := $(filter-out bench/common.c,$(wildcard bench/*.c))
 BENCH_OBJ := $(BUILD)/obj/bench/common.o
 
-.PHONY: all test asan check bench chaos fmt lint clean deps
+.PHONY: all test asan check bench chaos fmt lint clean deps deploy-check
 all: $(BUILD)/dtrain
 
 $(BUILD)/gen/%.pb.c $(BUILD)/gen/%.pb.h: proto/%.proto $(wildcard proto/*.options)
@@ -105,6 +105,7 @@ asan:
 check:
 	$(MAKE) -j2 $(BUILD)/dtrain $(BUILD)/check_all
 	$(MAKE) test
+	$(MAKE) deploy-check
 	$(ASAN_MAKE) -j2 build-asan/dtrain build-asan/check_all
 	$(MAKE) asan
 	$(MAKE) -j2 fuzz-build
@@ -118,6 +119,11 @@ $(BUILD)/bench_%: bench/%.c bench/common.h $(BENCH_OBJ) $(BUILD)/libdtrain.a
 
 bench: $(BUILD)/dtrain $(patsubst bench/%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 	DTRAIN_BIN=$(abspath $(BUILD)/dtrain) BUILD=$(BUILD) sh scripts/bench.sh
+
+# The Kubernetes, SLURM and Docker files in deploy/, as far as a machine
+# without those daemons can check them (test/deploy_check.sh says what).
+deploy-check: $(BUILD)/dtrain
+	DTRAIN_BIN=$(abspath $(BUILD)/dtrain) sh test/deploy_check.sh
 
 # Long seeded chaos runs by hand (not part of check): CHAOS_ARGS go to the
 # script, e.g. make chaos CHAOS_ARGS="--runs 5 --kills 30 --job-secs 300".
