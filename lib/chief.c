@@ -263,6 +263,16 @@ static int recover(chief *c, const census *cs, dt_err *err) {
     int64_t step = 0;
     int found = load_latest(c, &step, err);
     if (found < 0) return found;
+    if (found && step >= c->create.max_steps) {
+        /* Every ps is empty and the log dir holds the final model: a job
+         * run again. Recreating it would only end it at once. */
+        dt_log(DT_LOG_INFO,
+               "chief: the latest checkpoint in %s is at global_step %lld, max_steps is %lld: "
+               "the job is already complete, nothing to train (to train on, raise max_steps; "
+               "for a new job, give it a new log_dir)",
+               c->job->log_dir, (long long)step, (long long)c->create.max_steps);
+        return 2;
+    }
     if (!found) {
         dt_log(DT_LOG_WARN, "chief: no checkpoint yet; restoring from the values last pulled");
         c->have_slots = 0;
@@ -329,6 +339,9 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     return 0;
 }
 
+/* Puts a model on the ps tasks: the one they hold, a recovery, the latest
+ * checkpoint or a fresh one. 0: train it; 1: the ps tasks say the job is
+ * done; 2: the log dir's latest checkpoint is already at max_steps. */
 static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     census cs = {.c = c};
     int rc = dt_worker_retry(c->w, "every ps to answer", take_census, &cs, NULL, stop, err);
@@ -343,6 +356,16 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
                           "give this one its own ps tasks)",
                           dt_ps_client_name(dt_worker_client(c->w), cs.foreign_ps), cs.foreign,
                           c->job_id);
+    if (cs.done && cs.num_ready < num_ps &&
+        dt_ckpt_latest_step(c->job->log_dir) >= c->create.max_steps) {
+        /* A ps restarted after the end says "done" with no model to give:
+         * the final one is the log dir's. */
+        dt_log(DT_LOG_INFO,
+               "chief: the ps tasks say the job is done and %s holds its final checkpoint: "
+               "nothing to train (for a new job, give it a new log_dir)",
+               c->job->log_dir);
+        return 2;
+    }
     if (cs.done) return 1;
     if (cs.num_ready == num_ps) {
         c->last_global_step = cs.global_step;
@@ -356,6 +379,16 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     int64_t step = 0;
     int found = load_latest(c, &step, err);
     if (found < 0) return found;
+    if (found && step >= c->create.max_steps) {
+        /* Every ps is empty and the log dir holds the final model: a job
+         * run again. Recreating it would only end it at once. */
+        dt_log(DT_LOG_INFO,
+               "chief: the latest checkpoint in %s is at global_step %lld, max_steps is %lld: "
+               "the job is already complete, nothing to train (to train on, raise max_steps; "
+               "for a new job, give it a new log_dir)",
+               c->job->log_dir, (long long)step, (long long)c->create.max_steps);
+        return 2;
+    }
     if (!found) {
         dt_model_init(&c->job->model, c->job->seed, dt_worker_vars(c->w));
         dt_log(DT_LOG_INFO, "chief: no checkpoint in %s; initialized %s", c->job->log_dir,
@@ -675,6 +708,15 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     if ((rc = creation_params(&c, params->cluster, err)) < 0) goto out;
     if (c.job->data.eval_data[0] && (rc = dt_job_open_eval(c.job, &c.eval, err)) < 0) goto out;
     if ((rc = start_model(&c, stop, err)) < 0) goto out;
+    if (rc == 2) { /* complete in the log dir: the ps tasks and workers may go */
+        dt_err stop_err;
+        dt_err_clear(&stop_err);
+        if (dt_ps_client_shutdown(dt_worker_client(c.w), "the job was already complete",
+                                  &stop_err) < 0)
+            dt_log(DT_LOG_WARN, "chief: telling the ps tasks to stop: %s", stop_err.msg);
+        rc = 0;
+        goto out;
+    }
     int already_done = rc == 1;
     dt_ps_client_log_placement(dt_worker_client(c.w));
     /* No event file (a full disk) is no reason not to train. */

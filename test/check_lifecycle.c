@@ -733,6 +733,41 @@ START_TEST(chief_restart_after_job_end) {
 }
 END_TEST
 
+/* The whole job started again on its finished log dir (a re-applied
+ * TFJob, a requeued batch job): every role exits 0 at once, the chief says
+ * there is nothing to train, and no checkpoint is added or changed. Once
+ * with a ps that reads the log dir (it knows the job ended), once with one
+ * that does not (it waits for a chief). */
+START_TEST(rerun_finished_job) {
+    static const char *const extra[] = {"max_steps=1500", NULL};
+    world_init(1, 2, extra);
+    dt_test_job_run(&w, "", JOB_TIMEOUT_MS);
+    int64_t last = dt_test_ckpt_max(w.log_dir);
+    ck_assert_int_eq(last, dt_test_job_max_steps(&w));
+    dt_test_job_run(&w, "-again", JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&w, "chief-again", "nothing to train"),
+                  "the chief did not say the job was complete; logs:%s", dt_test_job_report(&w));
+    ck_assert_msg(!dt_test_job_log_has(&w, "chief-again", "final pull"),
+                  "the chief waited for a final pull; logs:%s", dt_test_job_report(&w));
+    ck_assert_int_eq(dt_test_ckpt_max(w.log_dir), last);
+
+    /* A ps with another log dir cannot tell; the chief's checkpoint can. */
+    char job_dir[sizeof w.log_dir];
+    snprintf(job_dir, sizeof job_dir, "%s", w.log_dir);
+    snprintf(w.log_dir, sizeof w.log_dir, "%s/elsewhere", w.dir);
+    pid_t ps = dt_test_job_start(&w, "ps", 0, "ps-blind");
+    snprintf(w.log_dir, sizeof w.log_dir, "%s", job_dir);
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief-blind");
+    pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1-blind");
+    const pid_t pids[] = {ps, chief, worker};
+    const char *const names[] = {"ps", "chief", "worker 1"};
+    dt_test_job_expect_done(&w, pids, names, 3, JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&w, "chief-blind", "nothing to train"),
+                  "the chief did not say the job was complete; logs:%s", dt_test_job_report(&w));
+    ck_assert_int_eq(dt_test_ckpt_max(w.log_dir), last);
+}
+END_TEST
+
 /* One case per test, named like it, so one can be run alone
  * (CK_RUN_CASE=sigterm_ps). */
 static void add_case(Suite *s, const char *name, const TTest *test) {
@@ -742,6 +777,7 @@ static void add_case(Suite *s, const char *name, const TTest *test) {
 Suite *lifecycle_suite(void) {
     Suite *s = suite_create("lifecycle");
     add_case(s, "clean_exit", clean_exit);
+    add_case(s, "rerun_finished_job", rerun_finished_job);
     add_case(s, "sigterm_chief_saves", sigterm_chief_saves);
     add_case(s, "sigint_worker", sigint_worker);
     add_case(s, "sigterm_ps", sigterm_ps);
