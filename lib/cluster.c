@@ -124,8 +124,8 @@ int dt_task_type_parse(const char *name, dt_task_type *out) {
 /* One job's address list as read, and where it is for messages. */
 typedef struct {
     const char *name; /* as the file spells it ("master" stays "master") */
-    int li;           /* member index in the cluster object; -1: absent */
     dt_addr *addrs;   /* (n) owned */
+    int li;           /* member index in the cluster object; -1: absent */
     int n;
 } job_list;
 

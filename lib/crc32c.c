@@ -12,7 +12,8 @@ static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 static void build_table(void) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
         table[0][i] = c;
     }
     for (int t = 1; t < 8; t++)
@@ -28,11 +29,11 @@ uint32_t dt_crc32c_extend(uint32_t crc, const void *data, size_t len) {
         uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
                            (uint32_t)p[3] << 24);
         c = table[7][lo & 0xff] ^ table[6][(lo >> 8) & 0xff] ^ table[5][(lo >> 16) & 0xff] ^
-            table[4][lo >> 24] ^ table[3][p[4]] ^ table[2][p[5]] ^ table[1][p[6]] ^
-            table[0][p[7]];
+            table[4][lo >> 24] ^ table[3][p[4]] ^ table[2][p[5]] ^ table[1][p[6]] ^ table[0][p[7]];
         p += 8;
         len -= 8;
     }
-    while (len--) c = table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+    while (len--)
+        c = table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
     return ~c;
 }

@@ -13,7 +13,7 @@ void dt_err_clear(dt_err *err) {
     err->msg[0] = '\0';
 }
 
-int dt_err_set(dt_err *err, int code, const char *fmt, ...) {
+int(dt_err_set)(dt_err *err, int code, const char *fmt, ...) {
     DT_ASSERT(code < 0);
     if (!err || err->code != DT_OK) return code;
     va_list ap;
@@ -24,7 +24,7 @@ int dt_err_set(dt_err *err, int code, const char *fmt, ...) {
     return code;
 }
 
-int dt_err_wrap(dt_err *err, int code, const char *fmt, ...) {
+int(dt_err_wrap)(dt_err *err, int code, const char *fmt, ...) {
     if (!err) return code;
     if (err->code == DT_OK) err->code = code;
     char prefix[DT_ERR_MSG_MAX];

@@ -29,20 +29,20 @@ int dt_rpc_channel_new(const char *addr, dt_rpc_channel **out, dt_err *err) DT_W
  * certificate is used by channels created afterwards. Fails with the file
  * named when one cannot be read, or when the token file has no token for
  * the identity. */
-int dt_rpc_channel_new_secure(const char *addr, const dt_rpc_security *sec,
-                              dt_rpc_channel **out, dt_err *err) DT_WARN_UNUSED;
+int dt_rpc_channel_new_secure(const char *addr, const dt_rpc_security *sec, dt_rpc_channel **out,
+                              dt_err *err) DT_WARN_UNUSED;
 void dt_rpc_channel_free(dt_rpc_channel *ch); /* NULL is a no-op */
 /* The address given at creation (borrowed). */
 const char *dt_rpc_channel_addr(const dt_rpc_channel *ch);
 
 typedef struct {
-    dt_rpc_channel *channel;  /* borrowed */
-    const char *method;       /* "/dtrain.ParameterServer/Pull" */
+    dt_rpc_channel *channel;   /* borrowed */
+    const char *method;        /* "/dtrain.ParameterServer/Pull" */
     const dt_rpc_buf *request; /* borrowed */
-    int wait_for_ready;       /* 1: wait for the peer until the deadline instead of
-                                 failing fast when it is down */
-    dt_rpc_buf response;      /* out: the reply on success; caller releases */
-    dt_err err;               /* out: this call's outcome */
+    int wait_for_ready;        /* 1: wait for the peer until the deadline instead of
+                                  failing fast when it is down */
+    dt_rpc_buf response;       /* out: the reply on success; caller releases */
+    dt_err err;                /* out: this call's outcome */
 } dt_rpc_call;
 
 /*

@@ -234,10 +234,9 @@ static int record_end(dt_summary_writer *w, size_t event_size, dt_err *err) {
          * (and the next record) finds whole records only. */
         if (ftruncate(w->fd, (off_t)w->offset) != 0) {
             w->failed = DT_EIO;
-            return dt_err_set(err, DT_EIO,
-                              "summary: %s: write record at byte %llu: %s; cut back: %s", w->path,
-                              (unsigned long long)w->offset, strerror(write_errno),
-                              strerror(errno));
+            return dt_err_set(
+                err, DT_EIO, "summary: %s: write record at byte %llu: %s; cut back: %s", w->path,
+                (unsigned long long)w->offset, strerror(write_errno), strerror(errno));
         }
         errno = write_errno;
         return dt_err_set(err, DT_EIO, "summary: %s: write record at byte %llu: %s", w->path,

@@ -39,7 +39,8 @@ int dt_dtype_from_name(const char *name) {
 
 int64_t dt_tensor_numel(const dt_tensor *t) {
     int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
     return n;
 }
 
@@ -52,8 +53,7 @@ int dt_tensor_check_spec(dt_tensor *spec, dt_err *err) {
     if (rc < 0) return rc;
     size_t esize = dt_dtype_size(spec->dtype);
     if (esize == 0)
-        return dt_err_set(err, DT_EINVAL, "tensor %s: unknown dtype %d", spec->name,
-                          spec->dtype);
+        return dt_err_set(err, DT_EINVAL, "tensor %s: unknown dtype %d", spec->name, spec->dtype);
     if (spec->ndim < 0 || spec->ndim > DT_TENSOR_MAX_DIMS)
         return dt_err_set(err, DT_EINVAL, "tensor %s: %d dimensions (at most %d)", spec->name,
                           spec->ndim, DT_TENSOR_MAX_DIMS);
@@ -74,7 +74,9 @@ int dt_tensor_check_spec(dt_tensor *spec, dt_err *err) {
     return 0;
 }
 
-static size_t round_up(size_t n) { return (n + SLAB_ALIGN - 1) / SLAB_ALIGN * SLAB_ALIGN; }
+static size_t round_up(size_t n) {
+    return (n + SLAB_ALIGN - 1) / SLAB_ALIGN * SLAB_ALIGN;
+}
 
 int dt_tensors_init(dt_tensors *ts, const dt_tensor *specs, int count, dt_err *err) {
     memset(ts, 0, sizeof *ts);
@@ -132,8 +134,7 @@ int dt_tensors_same_layout(const dt_tensors *a, const dt_tensors *b) {
     if (a->count != b->count) return 0;
     for (int i = 0; i < a->count; i++) {
         const dt_tensor *x = &a->items[i], *y = &b->items[i];
-        if (strcmp(x->name, y->name) != 0 || x->dtype != y->dtype || x->ndim != y->ndim)
-            return 0;
+        if (strcmp(x->name, y->name) != 0 || x->dtype != y->dtype || x->ndim != y->ndim) return 0;
         for (int d = 0; d < x->ndim; d++)
             if (x->shape[d] != y->shape[d]) return 0;
     }

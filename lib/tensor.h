@@ -32,8 +32,8 @@ typedef enum {
 
 typedef struct {
     char name[DT_TENSOR_NAME_MAX]; /* e.g. "linear/weight" */
-    int dtype;                      /* dt_dtype */
-    int ndim;                       /* 0 (scalar) .. DT_TENSOR_MAX_DIMS */
+    int dtype;                     /* dt_dtype */
+    int ndim;                      /* 0 (scalar) .. DT_TENSOR_MAX_DIMS */
     int64_t shape[DT_TENSOR_MAX_DIMS];
     void *data;    /* view into the owning set's slab; NULL in a spec */
     size_t nbytes; /* numel * dtype size */

@@ -31,8 +31,7 @@ size_t dt_text_utf8_seq(const unsigned char *s, size_t n) {
     return len;
 }
 
-int dt_text_check_name(const char *s, size_t len, size_t max_len, const char *what,
-                       dt_err *err) {
+int dt_text_check_name(const char *s, size_t len, size_t max_len, const char *what, dt_err *err) {
     if (len == 0) return dt_err_set(err, DT_EINVAL, "%s: empty name", what);
     if (len > max_len)
         return dt_err_set(err, DT_EINVAL, "%s: name of %zu bytes (at most %zu)", what, len,
@@ -42,8 +41,8 @@ int dt_text_check_name(const char *s, size_t len, size_t max_len, const char *wh
         if (u[i] == 0)
             return dt_err_set(err, DT_EINVAL, "%s: name contains a NUL byte at %zu", what, i);
         if (u[i] < 0x20 || u[i] == 0x7F)
-            return dt_err_set(err, DT_EINVAL, "%s: name contains control byte 0x%02x at %zu",
-                              what, u[i], i);
+            return dt_err_set(err, DT_EINVAL, "%s: name contains control byte 0x%02x at %zu", what,
+                              u[i], i);
         size_t k = dt_text_utf8_seq(u + i, len - i);
         if (k == 0)
             return dt_err_set(err, DT_EINVAL, "%s: name is not valid UTF-8 at byte %zu", what, i);

@@ -55,7 +55,9 @@ static void rm_rf(const char *path) {
     }
 }
 
-static void teardown(void) { rm_rf(tmpdir); }
+static void teardown(void) {
+    rm_rf(tmpdir);
+}
 
 /* ---- helpers -------------------------------------------------------------- */
 

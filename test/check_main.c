@@ -44,7 +44,7 @@ static int run_suite(const char *name, Suite *suite, int *ran) {
 
 int main(void) {
     int failed = 0, ran = 0;
-#define DT_RUN_SUITE(name)                                                     \
+#define DT_RUN_SUITE(name)                                                                         \
     if (wanted(#name)) failed += run_suite(#name, name##_suite(), &ran);
     DT_SUITES(DT_RUN_SUITE)
 #undef DT_RUN_SUITE

@@ -550,11 +550,10 @@ START_TEST(evaluator_bad_checkpoints) {
                   "no warning about the cut checkpoint; logs:%s", dt_test_job_report(&J));
     ck_assert_msg(dt_test_alive(ev), "the evaluator ended on a cut checkpoint");
     meta.global_step = 7;
-    ck_assert_msg(dt_ckpt_save_in_dir(J.log_dir, &ts, &meta, 0, NULL, 0, &err) == 0, "%s",
-                  err.msg);
-    ck_assert_msg(dt_test_job_wait_log(&J, "evaluator", "evaluator: global_step 7: loss",
-                                       JOB_TIMEOUT_MS, ev),
-                  "step 7 was not scored; logs:%s", dt_test_job_report(&J));
+    ck_assert_msg(dt_ckpt_save_in_dir(J.log_dir, &ts, &meta, 0, NULL, 0, &err) == 0, "%s", err.msg);
+    ck_assert_msg(
+        dt_test_job_wait_log(&J, "evaluator", "evaluator: global_step 7: loss", JOB_TIMEOUT_MS, ev),
+        "step 7 was not scored; logs:%s", dt_test_job_report(&J));
     ck_assert_msg(dt_test_alive(ev), "the evaluator ended before the final checkpoint");
     meta.global_step = 10;
     ck_assert_msg(dt_ckpt_save_in_dir(J.log_dir, &ts, &meta, 0, NULL, 0, &err) == 0, "%s", err.msg);

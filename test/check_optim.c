@@ -46,9 +46,11 @@ static void run_and_compare(const dt_optim_config *cfg, ref_fn ref) {
     float *slot_ptrs[DT_OPTIM_MAX_SLOTS] = {s0f, s1f};
     for (int t = 1; t <= STEPS; t++) {
         double lr = 0.05 / (1.0 + 0.1 * t);
-        for (int i = 0; i < N; i++) gf[i] = (float)grad_at(t, i);
+        for (int i = 0; i < N; i++)
+            gf[i] = (float)grad_at(t, i);
         dt_optim_apply(cfg, lr, t, wf, slot_ptrs, gf, N);
-        for (int i = 0; i < N; i++) ref(cfg, lr, t, &wd[i], &s0d[i], &s1d[i], gf[i], i);
+        for (int i = 0; i < N; i++)
+            ref(cfg, lr, t, &wd[i], &s0d[i], &s1d[i], gf[i], i);
     }
     for (int i = 0; i < N; i++) {
         ck_assert_msg(fabs(wf[i] - wd[i]) <= 1e-5 + 1e-5 * fabs(wd[i]),
@@ -64,7 +66,8 @@ static void run_and_compare(const dt_optim_config *cfg, ref_fn ref) {
     float unused[N];
     init_w(unused, w0);
     int moved = 0;
-    for (int i = 0; i < N; i++) moved += fabs(wd[i] - w0[i]) > 1e-3;
+    for (int i = 0; i < N; i++)
+        moved += fabs(wd[i] - w0[i]) > 1e-3;
     ck_assert_int_ge(moved, N - 1);
 }
 

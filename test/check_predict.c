@@ -640,7 +640,8 @@ START_TEST(slots_are_ignored) {
     ck_assert_double_eq_tol(r.accuracy, 0.75, 1e-12);
 
     dt_tensors vars;
-    ck_assert_msg(dt_predict_load("predict", &job, ckpt, &vars, NULL, NULL, 0, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_predict_load("predict", &job, ckpt, &vars, NULL, NULL, 0, &err) == 0, "%s",
+                  err.msg);
     ck_assert_int_eq(vars.count, 2);
     ck_assert_str_eq(vars.items[0].name, "softmax/weight");
     ck_assert(memcmp(vars.items[0].data, softmax_w, 6 * sizeof(float)) == 0);

@@ -11,6 +11,7 @@
  * the scalars too; otherwise that check is skipped.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -18,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>

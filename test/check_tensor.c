@@ -124,7 +124,8 @@ START_TEST(test_sets) {
     ck_assert_int_eq(dt_tensors_init(&ts, specs, 3, &err), 0);
     ck_assert_int_eq(ts.count, 3);
     ck_assert_uint_eq((uintptr_t)ts.slab % 64, 0);
-    for (size_t i = 0; i < ts.slab_bytes; i++) ck_assert_int_eq(((unsigned char *)ts.slab)[i], 0);
+    for (size_t i = 0; i < ts.slab_bytes; i++)
+        ck_assert_int_eq(((unsigned char *)ts.slab)[i], 0);
     for (int i = 0; i < 3; i++) {
         const char *lo = ts.items[i].data, *hi = lo + ts.items[i].nbytes;
         ck_assert(lo >= (char *)ts.slab && hi <= (char *)ts.slab + ts.slab_bytes);

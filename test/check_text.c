@@ -18,8 +18,8 @@ static int check(const char *s, size_t n, char *msg) {
 START_TEST(test_names) {
     char msg[DT_ERR_MSG_MAX];
     ck_assert_int_eq(check("layer0/weight", 13, msg), 0);
-    ck_assert_int_eq(check("gewicht/\xc3\xa4", 10, msg), 0);       /* U+00E4 */
-    ck_assert_int_eq(check("\xf0\x9f\x99\x82", 4, msg), 0);        /* U+1F642 */
+    ck_assert_int_eq(check("gewicht/\xc3\xa4", 10, msg), 0); /* U+00E4 */
+    ck_assert_int_eq(check("\xf0\x9f\x99\x82", 4, msg), 0);  /* U+1F642 */
     static const struct {
         const char *s;
         size_t n;

@@ -10,8 +10,7 @@ int dt_test_lstsq_line(const dt_batch *all, double *w, double *b, dt_err *err) {
     if (all->cols != 1)
         return dt_err_set(err, DT_EINVAL, "lstsq: batch has %d features, want 1", all->cols);
     if (all->rows < 2 || !all->x || !all->y)
-        return dt_err_set(err, DT_EINVAL, "lstsq: need at least 2 examples (got %d)",
-                          all->rows);
+        return dt_err_set(err, DT_EINVAL, "lstsq: need at least 2 examples (got %d)", all->rows);
     const int n = all->rows;
     /* Two passes (means, then centred sums) so large offsets do not cancel. */
     double mean_x = 0, mean_y = 0;
@@ -28,8 +27,7 @@ int dt_test_lstsq_line(const dt_batch *all, double *w, double *b, dt_err *err) {
         sxy += dx * (all->y[i] - mean_y);
     }
     if (!(sxx > 0))
-        return dt_err_set(err, DT_EINVAL,
-                          "lstsq: every x is the same, the fit is undefined");
+        return dt_err_set(err, DT_EINVAL, "lstsq: every x is the same, the fit is undefined");
     *w = sxy / sxx; /* w = cov(x, y) / var(x) */
     *b = mean_y - *w * mean_x;
     return 0;
