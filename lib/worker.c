@@ -113,7 +113,12 @@ int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err 
         dt_err attempt;
         dt_err_clear(&attempt);
         int rc = fn(arg, &attempt);
-        if (rc >= 0) return rc;
+        if (rc >= 0) {
+            if (last_log > 0) /* it said it waited: say the wait is over */
+                dt_log(DT_LOG_INFO, "%s: %s: answered again after %.1f s", w->name, what,
+                       dt_now_secs() - start);
+            return rc;
+        }
         if (!retryable(rc)) return dt_err_set(err, rc, "%s", attempt.msg);
         if (rc == DT_EPRECOND && hooks && hooks->on_not_ready) {
             int hrc = hooks->on_not_ready(hooks->ctx, err);

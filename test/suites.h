@@ -9,29 +9,30 @@
 
 #include <check.h>
 
-#define DT_SUITES(X)                                                           \
-    X(err)                                                                     \
-    X(text)                                                                    \
-    X(tensor)                                                                  \
-    X(cluster)                                                                 \
-    X(optim)                                                                   \
-    X(data)                                                                    \
-    X(reader)                                                                  \
-    X(model)                                                                   \
-    X(codec)                                                                   \
-    X(checkpoint)                                                              \
-    X(summary)                                                                 \
-    X(rpc)                                                                     \
-    X(tls)                                                                     \
-    X(ps)                                                                      \
-    X(placement)                                                               \
-    X(consistency)                                                             \
-    X(predict)                                                                 \
-    X(cli)                                                                     \
-    X(e2e)                                                                     \
-    X(models_e2e)                                                              \
-    X(lifecycle)                                                               \
-    X(storage)                                                                 \
+#define DT_SUITES(X)                                                                               \
+    X(err)                                                                                         \
+    X(text)                                                                                        \
+    X(tensor)                                                                                      \
+    X(cluster)                                                                                     \
+    X(optim)                                                                                       \
+    X(data)                                                                                        \
+    X(reader)                                                                                      \
+    X(model)                                                                                       \
+    X(codec)                                                                                       \
+    X(checkpoint)                                                                                  \
+    X(summary)                                                                                     \
+    X(rpc)                                                                                         \
+    X(tls)                                                                                         \
+    X(ps)                                                                                          \
+    X(placement)                                                                                   \
+    X(consistency)                                                                                 \
+    X(predict)                                                                                     \
+    X(cli)                                                                                         \
+    X(e2e)                                                                                         \
+    X(models_e2e)                                                                                  \
+    X(lifecycle)                                                                                   \
+    X(storage)                                                                                     \
+    X(netns)                                                                                       \
     X(chaos)
 
 #define DT_DECLARE_SUITE(name) Suite *name##_suite(void);
