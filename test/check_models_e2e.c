@@ -521,7 +521,8 @@ START_TEST(evaluator_follows_training) {
 END_TEST
 
 /* A checkpoint half there (cut short, as by a copy in progress or a disk
- * that filled) is skipped with a warning and the evaluator goes on to score
+ * that filled) or deleted after the state file named it is skipped with a
+ * warning and the evaluator goes on to score
  * each new one, and ends after the one at its max_steps; a
  * checkpoint of another model ends it with status 1; no eval_data is 2. */
 START_TEST(evaluator_bad_checkpoints) {
@@ -543,6 +544,12 @@ START_TEST(evaluator_bad_checkpoints) {
     ck_assert_msg(dt_ckpt_save_in_dir(J.log_dir, &ts, &meta, 0, cut, sizeof cut, &err) == 0, "%s",
                   err.msg);
     ck_assert_int_eq(truncate(cut, 40), 0);
+    /* And one the state file names that is gone (deleted under it). */
+    char gone[PATH_CAP + 64];
+    meta.global_step = 6;
+    ck_assert_msg(dt_ckpt_save_in_dir(J.log_dir, &ts, &meta, 0, gone, sizeof gone, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(unlink(gone), 0);
 
     pid_t ev = dt_test_job_start(&J, "evaluator", 0, "evaluator");
     ck_assert_msg(dt_test_job_wait_log(&J, "evaluator", "waiting for the next checkpoint",
