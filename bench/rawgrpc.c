@@ -321,9 +321,9 @@ int main(int argc, char **argv) {
     }
     sctx.held = held;
     static const dt_rpc_method methods[] = {
-        {METHOD_ECHO, handle_echo, 0},
-        {METHOD_GET, handle_get, 0},
-        {METHOD_PUT, handle_put, 0},
+        {METHOD_ECHO, handle_echo, 0, 0},
+        {METHOD_GET, handle_get, 0, 0},
+        {METHOD_PUT, handle_put, 0, 0},
     };
     dt_rpc_server_params sp = {.addr = o.addr, .num_threads = o.threads, .methods = methods,
                                .num_methods = 3, .ctx = &sctx};
