@@ -97,13 +97,14 @@ ASAN_MAKE := $(MAKE) BUILD=build-asan OPT=-O1 \
 asan:
 	LSAN_OPTIONS=suppressions=$(abspath test/lsan.supp) $(ASAN_MAKE) test
 
-# Everything CI runs: the suite, the suite under the sanitizers, then each
+# Everything CI runs: the bench programs built (not run: they time things),
+# the suite, the deploy files' check, the suite under the sanitizers, then each
 # fuzz target over its corpus and for FUZZ_SECONDS of new inputs. Each tree
 # is built two jobs wide first; the suites themselves run one at a time (they
 # time real processes, and share the machine's cores with them); the fuzz
 # targets run two at a time.
 check:
-	$(MAKE) -j2 $(BUILD)/dtrain $(BUILD)/check_all
+	$(MAKE) -j2 $(BUILD)/dtrain $(BUILD)/check_all $(patsubst bench/%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 	$(MAKE) test
 	$(MAKE) deploy-check
 	$(ASAN_MAKE) -j2 build-asan/dtrain build-asan/check_all
