@@ -105,7 +105,7 @@ static const char usage[] =
     "\n"
     "eval scores a checkpoint on a data set, scaled as in training, and prints\n"
     "\"loss L accuracy A examples N global_step S\"; predict writes CSV, one line per\n"
-    "row (linear: the prediction; logistic: p1; softmax, mlp: class,p0,...,pK-1).\n"
+    "row (linear: the prediction; logistic, softmax, mlp: class,p0,...,pK-1).\n"
     "eval needs labels; predict reads data with or without them and logs which it\n"
     "found: csv with one column fewer than the training layout (no label column),\n"
     "libsvm rows that start with index:value, idx images without --labels.\n"
@@ -117,6 +117,9 @@ static const char usage[] =
     "                       eval_labels\n"
     "  --labels FILE        idx: the labels file of --data (predict: optional)\n"
     "  --out FILE           predict: write the CSV there (default: standard output)\n"
+    "  --output WHAT        predict, classifiers: both (default: class,p0,...,pK-1),\n"
+    "                       class or proba (p0,...,pK-1); linear: the value\n"
+    "  --no-header          predict: no header line (--header: one, the default)\n"
     "\n"
     "status asks every ps (as the identity \"tool\") and prints the job's state, step,\n"
     "rate, ETA and the workers seen; exit 0 when one answered, 200 when none did.\n"
@@ -144,6 +147,8 @@ typedef struct {
     const char *data;
     const char *labels;
     const char *out;
+    const char *output;   /* predict: both, class or proba */
+    int no_header;        /* predict */
     const char *tls_cert; /* security: flags, else the environment */
     const char *tls_key;
     const char *tls_ca;
@@ -269,6 +274,10 @@ static int parse_tool_args(int argc, char **argv, int is_predict, options *o) {
             o->labels = v;
         else if (is_predict && take_value(argc, argv, &i, "--out", &v, &missing))
             o->out = v;
+        else if (is_predict && take_value(argc, argv, &i, "--output", &v, &missing))
+            o->output = v;
+        else if (is_predict && (strcmp(a, "--no-header") == 0 || strcmp(a, "--header") == 0))
+            o->no_header = strcmp(a, "--no-header") == 0;
         else if (take_value(argc, argv, &i, "--log-level", &v, &missing))
             o->log_level = v;
         else if (take_value(argc, argv, &i, "--set", &v, &missing)) {
@@ -415,6 +424,19 @@ static int load_job(const options *o, dt_job *job, dt_err *err) {
     return dt_job_finish(job, err);
 }
 
+/* --output: a name of dt_predict_output_names, and only class or proba for
+ * a classifier. Returns -1 to go on, or an exit status. */
+static int predict_output(const options *o, const dt_job *job, int *out) {
+    for (int k = 0; dt_predict_output_names[k]; k++)
+        if (strcmp(o->output, dt_predict_output_names[k]) == 0) *out = k;
+    if (*out == DT_PREDICT_BOTH && strcmp(o->output, "both") != 0)
+        return usage_error("predict: --output: unknown \"%s\" (both, class or proba)", o->output);
+    if (*out != DT_PREDICT_BOTH && job->model.kind == DT_MODEL_LINEAR)
+        return usage_error("predict: --output %s: a linear model predicts values, not classes",
+                           o->output);
+    return -1;
+}
+
 /* dtrain eval and dtrain predict: a checkpoint, a job and a data file, no
  * cluster; lib/predict does the work. */
 static int run_tool(int argc, char **argv) {
@@ -435,8 +457,13 @@ static int run_tool(int argc, char **argv) {
     if (!o.data && !job.data.eval_data[0])
         return usage_error("eval: no data: give --data FILE, or set \"eval_data\" in %s",
                            o.config_path);
-    dt_predict_params pp = {
-        .job = &job, .checkpoint = o.checkpoint, .data = o.data, .labels = o.labels, .out = o.out};
+    dt_predict_params pp = {.job = &job,
+                            .checkpoint = o.checkpoint,
+                            .data = o.data,
+                            .labels = o.labels,
+                            .out = o.out,
+                            .no_header = o.no_header};
+    if (o.output && (status = predict_output(&o, &job, &pp.output)) >= 0) return status;
     dt_predict_result r;
     int rc = is_predict ? dt_predict_write(&pp, &r, &err) : dt_predict_eval(&pp, &r, &err);
     if (rc < 0) {

@@ -309,29 +309,43 @@ int dt_predict_eval(const dt_predict_params *p, dt_predict_result *out, dt_err *
 
 /* ---- writing predictions ---------------------------------------------- */
 
-static int write_header(FILE *f, int linear, int cols) {
-    if (cols == 1) return fprintf(f, "%s\n", linear ? "prediction" : "p1") < 0 ? -1 : 0;
-    if (fprintf(f, "class") < 0) return -1;
-    for (int k = 0; k < cols; k++)
-        if (fprintf(f, ",p%d", k) < 0) return -1;
+const char *const dt_predict_output_names[] = {"both", "class", "proba", NULL};
+
+/* The header line: "prediction" for a linear model; for a classifier of
+ * classes classes, "class" and/or "p0,...". */
+static int write_header(FILE *f, int linear, int classes, int output) {
+    if (linear) return fprintf(f, "prediction\n") < 0 ? -1 : 0;
+    int n = 0;
+    if (output != DT_PREDICT_PROBA && fprintf(f, "class") < 0) return -1;
+    if (output != DT_PREDICT_PROBA) n++;
+    for (int k = 0; output != DT_PREDICT_CLASS && k < classes; k++)
+        if (fprintf(f, "%sp%d", n++ ? "," : "", k) < 0) return -1;
     return fprintf(f, "\n") < 0 ? -1 : 0;
 }
 
-/* One line per row of pred (rows, cols): the value, or the argmax (first
- * of equals) and the class probabilities. */
-static int write_rows(FILE *f, const float *pred, int rows, int cols) {
+/* One line per row of pred (rows, cols): a linear model's value; for a
+ * classifier the class and/or the probabilities (cols 1: logistic's P(y=1),
+ * the two classes' probabilities being 1 - p and p). */
+static int write_rows(FILE *f, const float *pred, int rows, int cols, int linear, int output) {
     for (int i = 0; i < rows; i++) {
         const float *row = pred + (size_t)i * (size_t)cols;
-        if (cols == 1) {
+        if (linear) {
             if (fprintf(f, "%.9g\n", (double)row[0]) < 0) return -1;
             continue;
         }
-        int best = 0;
-        for (int k = 1; k < cols; k++)
-            if (row[k] > row[best]) best = k;
-        if (fprintf(f, "%d", best) < 0) return -1;
-        for (int k = 0; k < cols; k++)
-            if (fprintf(f, ",%.9g", (double)row[k]) < 0) return -1;
+        double two[2] = {1.0 - (double)row[0], (double)row[0]};
+        int classes = cols == 1 ? 2 : cols, best = 0;
+        if (cols == 1)
+            best = row[0] > 0.5f;
+        else
+            for (int k = 1; k < cols; k++)
+                if (row[k] > row[best]) best = k;
+        int n = 0;
+        if (output != DT_PREDICT_PROBA && fprintf(f, "%d", best) < 0) return -1;
+        if (output != DT_PREDICT_PROBA) n++;
+        for (int k = 0; output != DT_PREDICT_CLASS && k < classes; k++)
+            if (fprintf(f, "%s%.9g", n++ ? "," : "", cols == 1 ? two[k] : (double)row[k]) < 0)
+                return -1;
         if (fputc('\n', f) == EOF) return -1;
     }
     return 0;
@@ -362,7 +376,8 @@ int dt_predict_write(const dt_predict_params *p, dt_predict_result *out, dt_err 
         goto fail;
     }
     errno = 0; /* so a failed write without errno does not show a stale reason */
-    if (write_header(f, linear, cols) < 0) goto write_failed;
+    const int classes = cols == 1 ? 2 : cols;
+    if (!p->no_header && write_header(f, linear, classes, p->output) < 0) goto write_failed;
     for (int start = 0; start < s.all.rows; start += CHUNK_ROWS) {
         dt_batch b = s.all;
         b.rows = s.all.rows - start < CHUNK_ROWS ? s.all.rows - start : CHUNK_ROWS;
@@ -372,7 +387,7 @@ int dt_predict_write(const dt_predict_params *p, dt_predict_result *out, dt_err 
             rc = dt_err_wrap(err, rc, "predict");
             goto fail;
         }
-        if (write_rows(f, pred, b.rows, cols) < 0) goto write_failed;
+        if (write_rows(f, pred, b.rows, cols, linear, p->output) < 0) goto write_failed;
     }
     if (fflush(f) != 0 || ferror(f)) goto write_failed;
     if (!to_stdout) {

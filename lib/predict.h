@@ -47,7 +47,17 @@ typedef struct {
     const char *labels;     /* idx labels of data; NULL or "": job->eval_labels when data
                                is not given, none otherwise */
     const char *out;        /* dt_predict_write's CSV; NULL, "" or "-": stdout */
+    int output;             /* dt_predict_output: which columns a classifier writes */
+    int no_header;          /* 1: no header line */
 } dt_predict_params;
+
+/* What dt_predict_write writes for a classifier (logistic, softmax, mlp):
+ * the most likely class and each class's probability (the default), the
+ * class alone, or the probabilities alone. A linear model writes its value
+ * whichever is asked. */
+typedef enum { DT_PREDICT_BOTH = 0, DT_PREDICT_CLASS, DT_PREDICT_PROBA } dt_predict_output;
+/* "both", "class", "proba"; indexed by dt_predict_output, NULL-terminated. */
+extern const char *const dt_predict_output_names[];
 
 typedef struct {
     int64_t global_step;               /* the checkpoint's */
@@ -77,11 +87,16 @@ int dt_predict_load(const char *what, const dt_job *job, const char *path, dt_te
 int dt_predict_eval(const dt_predict_params *p, dt_predict_result *out, dt_err *err) DT_WARN_UNUSED;
 
 /* Writes the model's predictions for every row of the data to p->out as
- * CSV with a header line, one line per row, in file order:
- *   linear    "prediction"            the predicted value
- *   logistic  "p1"                    P(y = 1)
- *   softmax, mlp  "class,p0,...,pK-1" the most likely class, then each class's
- *                                     probability
+ * CSV with a header line (unless p->no_header), one line per row, in file
+ * order:
+ *   linear            "prediction"         the predicted value
+ *   logistic, softmax, mlp (K classes, logistic K = 2)
+ *     both (default)  "class,p0,...,pK-1"  the most likely class (logistic:
+ *                                          1 when P(y = 1) > 0.5; else the
+ *                                          first of equals), then each
+ *                                          class's probability
+ *     class           "class"
+ *     proba           "p0,...,pK-1"
  * Values print with 9 significant digits (a float's round trip). *out (may
  * be NULL) gets the figures dt_predict_eval would give (loss and accuracy
  * NaN and labeled 0 for data without labels). On failure a file at p->out

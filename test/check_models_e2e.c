@@ -382,6 +382,14 @@ START_TEST(cli_bad_input) {
     dt_test_job_expect_error(&J, run(bad_set), 2, "learning_rate", "abc", NULL);
     const char *no_eval_data[] = {"eval", "--config", bare, NULL};
     dt_test_job_expect_error(&J, run(no_eval_data), 2, "no data", "eval_data", NULL);
+    const char *bad_output[] = {"predict", "--config", job,     "--data",
+                                data,      "--output", "probs", NULL};
+    dt_test_job_expect_error(&J, run(bad_output), 2, "--output", "\"probs\"", NULL);
+    const char *linear_class[] = {"predict", "--config",     job,        "--data", data,
+                                  "--set",   "model=linear", "--output", "class",  NULL};
+    dt_test_job_expect_error(&J, run(linear_class), 2, "--output class", "linear model", NULL);
+    const char *eval_output[] = {"eval", "--config", job, "--output", "class", NULL};
+    dt_test_job_expect_error(&J, run(eval_output), 2, "unknown flag --output", NULL, NULL);
     const char *bad_level[] = {"eval", "--config", job, "--log-level", "loud", NULL};
     dt_test_job_expect_error(&J, run(bad_level), 2, "loud", NULL, NULL);
     const char *help[] = {"predict", "--help", NULL};

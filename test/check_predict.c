@@ -111,7 +111,8 @@ static void save_ckpt(const dt_job *job, const float *values, int64_t step, cons
 
 static dt_predict_result eval_ok(const dt_job *job, const char *ckpt, const char *data,
                                  const char *labels) {
-    dt_predict_params p = {job, ckpt, data, labels, NULL};
+    dt_predict_params p = {
+        .job = job, .checkpoint = ckpt, .data = data, .labels = labels, .out = NULL};
     dt_predict_result r;
     dt_err err = {0};
     ck_assert_msg(dt_predict_eval(&p, &r, &err) == 0, "%s", err.msg);
@@ -136,7 +137,8 @@ static void call_fails(predict_fn fn, const dt_predict_params *p, int code, cons
 
 static void eval_fails(const dt_job *job, const char *ckpt, const char *data, const char *labels,
                        int code, const char *n1, const char *n2) {
-    dt_predict_params p = {job, ckpt, data, labels, NULL};
+    dt_predict_params p = {
+        .job = job, .checkpoint = ckpt, .data = data, .labels = labels, .out = NULL};
     call_fails(dt_predict_eval, &p, code, n1, n2);
 }
 
@@ -183,7 +185,8 @@ static void read_csv(const char *path, csv_out *c) {
 
 static dt_predict_result write_ok(const dt_job *job, const char *ckpt, const char *data,
                                   const char *labels, const char *out) {
-    dt_predict_params p = {job, ckpt, data, labels, out};
+    dt_predict_params p = {
+        .job = job, .checkpoint = ckpt, .data = data, .labels = labels, .out = out};
     dt_predict_result r;
     dt_err err = {0};
     ck_assert_msg(dt_predict_write(&p, &r, &err) == 0, "%s", err.msg);
@@ -195,7 +198,8 @@ static void write_fails(const dt_job *job, const char *ckpt, const char *data, i
                         const char *n1, const char *n2) {
     char out[PATH_CAP];
     path_of("failed.out.csv", out);
-    dt_predict_params p = {job, ckpt, data, NULL, out};
+    dt_predict_params p = {
+        .job = job, .checkpoint = ckpt, .data = data, .labels = NULL, .out = out};
     call_fails(dt_predict_write, &p, code, n1, n2);
 }
 
@@ -330,11 +334,56 @@ START_TEST(logistic_eval_and_predict) {
 
     path_of("l.out.csv", out);
     write_ok(&job, ckpt, data, NULL, out);
-    ck_assert_str_eq(out_csv.header, "p1");
+    ck_assert_str_eq(out_csv.header, "class,p0,p1");
     ck_assert_int_eq(out_csv.rows, 4);
-    ck_assert_int_eq(out_csv.cols, 1);
-    for (int i = 0; i < 4; i++)
-        ck_assert_double_eq_tol(out_csv.v[i][0], p1[i], 1e-6);
+    ck_assert_int_eq(out_csv.cols, 3);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_double_eq(out_csv.v[i][0], p1[i] > 0.5);
+        ck_assert_double_eq_tol(out_csv.v[i][1], 1 - p1[i], 1e-6);
+        ck_assert_double_eq_tol(out_csv.v[i][2], p1[i], 1e-6);
+    }
+}
+END_TEST
+
+/* --output and --no-header: the same columns for every classifier, the
+ * class alone, the probabilities alone; a header or not. */
+START_TEST(output_modes) {
+    char data[PATH_CAP], ckpt[PATH_CAP], out[PATH_CAP];
+    write_tmp("o.csv", "label,x1,x2\n1,1,0\n0,-1,0\n", data);
+    dt_job job = job_of(DT_MODEL_LOGISTIC, 2, 2, data);
+    const float w[] = {2, -1, 0.5f};
+    save_ckpt(&job, w, 3, "o.safetensors", ckpt);
+    path_of("o.out.csv", out);
+    static const char *const want[3] = {"class,p0,p1", "class", "p0,p1"};
+    for (int mode = 0; mode < 3; mode++) {
+        dt_predict_params p = {
+            .job = &job, .checkpoint = ckpt, .data = data, .out = out, .output = mode};
+        dt_predict_result r;
+        dt_err err = {0};
+        ck_assert_msg(dt_predict_write(&p, &r, &err) == 0, "%s", err.msg);
+        read_csv(out, &out_csv);
+        ck_assert_str_eq(out_csv.header, want[mode]);
+        ck_assert_int_eq(out_csv.rows, 2);
+        if (mode != DT_PREDICT_PROBA) {
+            ck_assert_double_eq(out_csv.v[0][0], 1); /* z = 2.5 */
+            ck_assert_double_eq(out_csv.v[1][0], 0); /* z = -1.5 */
+        }
+        if (mode == DT_PREDICT_PROBA)
+            ck_assert_double_eq_tol(out_csv.v[0][1], 1 / (1 + exp(-2.5)), 1e-6);
+    }
+    dt_predict_params p = {.job = &job,
+                           .checkpoint = ckpt,
+                           .data = data,
+                           .out = out,
+                           .output = DT_PREDICT_CLASS,
+                           .no_header = 1};
+    dt_predict_result r;
+    dt_err err = {0};
+    ck_assert_msg(dt_predict_write(&p, &r, &err) == 0, "%s", err.msg);
+    char *text = dt_test_read_file(out, NULL);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_str_eq(text, "1\n0\n");
+    free(text);
 }
 END_TEST
 
@@ -427,8 +476,8 @@ START_TEST(standardize_uses_training_statistics) {
     ck_assert_double_eq_tol(r.accuracy, 0.5, 1e-12); /* x = 3 is z = -0.5: class 0 */
     path_of("z.out.csv", out);
     write_ok(&job, ckpt, NULL, NULL, out);
-    ck_assert_double_eq_tol(out_csv.v[0][0], p1[0], 1e-6);
-    ck_assert_double_eq_tol(out_csv.v[1][0], p1[1], 1e-6);
+    ck_assert_double_eq_tol(out_csv.v[0][2], p1[0], 1e-6);
+    ck_assert_double_eq_tol(out_csv.v[1][2], p1[1], 1e-6);
 
     /* "divide" applies too: x / 4. */
     job.data.scale = DT_SCALE_DIVIDE;
@@ -678,7 +727,8 @@ START_TEST(bad_inputs) {
 
     char out[PATH_CAP];
     path_of("no/such/dir/out.csv", out);
-    dt_predict_params p = {&job, ckpt, NULL, NULL, out};
+    dt_predict_params p = {
+        .job = &job, .checkpoint = ckpt, .data = NULL, .labels = NULL, .out = out};
     dt_err err = {0};
     ck_assert_int_lt(dt_predict_write(&p, NULL, &err), 0);
     ck_assert_msg(strstr(err.msg, out) && strstr(err.msg, "cannot open for writing"), "%s",
@@ -867,6 +917,7 @@ Suite *predict_suite(void) {
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, softmax_eval_and_predict);
     tcase_add_test(tc, logistic_eval_and_predict);
+    tcase_add_test(tc, output_modes);
     tcase_add_test(tc, linear_eval_and_predict);
     tcase_add_test(tc, mlp_eval_and_predict);
     tcase_add_test(tc, standardize_uses_training_statistics);
