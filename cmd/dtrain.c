@@ -5,7 +5,8 @@
  * Exit codes (for people and cluster managers):
  *   0    the job is done
  *   1    a permanent runtime failure (bad checkpoint, data error, bug)
- *   2    usage or configuration error
+ *   2    usage or configuration error (also: a job config that does not
+ *        fit its data, e.g. a label column the file lacks)
  *   75   the final checkpoint could not be written in final_save_secs (a full
  *        disk; retryable: restart the job once the log dir has room)
  *   200  a peer stayed unreachable past the retry budget (retryable)
@@ -468,7 +469,7 @@ static int run_tool(int argc, char **argv) {
     int rc = is_predict ? dt_predict_write(&pp, &r, &err) : dt_predict_eval(&pp, &r, &err);
     if (rc < 0) {
         fprintf(stderr, "dtrain: %s\n", err.msg);
-        return 1;
+        return rc == DT_ECONFIG ? EXIT_USAGE : 1; /* the config, not the data, is wrong */
     }
     if (!is_predict) {
         char line[256];
@@ -642,6 +643,7 @@ static int exit_status(int rc, const dt_err *err) {
     case DT_EUNAVAILABLE:
     case DT_EDEADLINE: return EXIT_UNREACHABLE;
     case DT_ESTORAGE: return 75; /* EX_TEMPFAIL */
+    case DT_ECONFIG: return EXIT_USAGE;
     default: return 1;
     }
 }

@@ -439,10 +439,10 @@ int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t
     }
     if (source == SRC_LINE && needs->num_features != 1)
         return dt_err_set(err, DT_EINVAL,
-                          "data: \"num_features\" must be 1 for the line source (got %d)",
+                          "data: \"features\" must be 1 for the line source (got %d)",
                           needs->num_features);
     if (needs->num_features < 1)
-        return dt_err_set(err, DT_EINVAL, "data: \"num_features\" must be >= 1 (got %d)",
+        return dt_err_set(err, DT_EINVAL, "data: \"features\" must be >= 1 (got %d)",
                           needs->num_features);
     if (num_shards < 1 || shard < 0 || shard >= num_shards)
         return dt_err_set(err, DT_EINVAL, "data: shard %d of %d is out of range", shard,
@@ -502,7 +502,7 @@ static int open_held_out(const spec *sp, dt_labels_mode labels, dt_dataset **out
                           "source: csv, libsvm or idx)",
                           source_name(cfg));
     if (sp->needs->num_features < 1)
-        return dt_err_set(err, DT_EINVAL, "data: \"num_features\" must be >= 1 (got %d)",
+        return dt_err_set(err, DT_EINVAL, "data: \"features\" must be >= 1 (got %d)",
                           sp->needs->num_features);
     dt_reader_table t = {0};
     scaling sc;

@@ -59,6 +59,7 @@ const char *dt_err_name(int code) {
     case DT_EINTERNAL: return "internal error";
     case DT_ESTORAGE: return "storage unwritable";
     case DT_EPERM: return "permission denied";
+    case DT_ECONFIG: return "config does not fit the data";
     default: return "unknown error";
     }
 }

@@ -28,6 +28,8 @@ typedef enum {
     DT_EINTERNAL = -11,   /* a bug or an unexpected library failure */
     DT_ESTORAGE = -12,    /* storage stayed unwritable (disk full) past a bound; retryable */
     DT_EPERM = -13,       /* the caller may not do that (another task's index, role) */
+    DT_ECONFIG = -14,     /* the job config does not fit the data (a label column the file
+                             lacks, another feature count): fix the config, not the data */
 } dt_err_code;
 
 #define DT_ERR_MSG_MAX 512

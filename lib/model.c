@@ -82,7 +82,7 @@ static int plan(const dt_model_config *cfg, net_shape *net, dt_err *err) {
     const model_kind *kind = &kinds[cfg->kind];
     const char *name = dt_model_kind_names[cfg->kind];
     if (cfg->num_features < 1)
-        return dt_err_set(err, DT_EINVAL, "model: \"num_features\" must be >= 1 (got %d)",
+        return dt_err_set(err, DT_EINVAL, "model: \"features\" must be >= 1 (got %d)",
                           cfg->num_features);
     if (kind->head == HEAD_SIGMOID && cfg->num_classes != 2)
         return dt_err_set(err, DT_EINVAL,
@@ -617,7 +617,7 @@ static int check_call(const dt_model *m, const dt_tensors *vars, const dt_batch 
         return rc;
     if (b->cols != m->net.dims[0])
         return dt_err_set(err, DT_EINVAL,
-                          "model: %s: batch has %d features, \"num_features\" is %d", name, b->cols,
+                          "model: %s: batch has %d features, \"features\" is %d", name, b->cols,
                           m->net.dims[0]);
     if (b->rows < 1 || !b->x || (labels && !b->y))
         return dt_err_set(err, DT_EINVAL, "model: %s: empty batch (%d rows)", name, b->rows);

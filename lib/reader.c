@@ -248,7 +248,7 @@ static int64_t limit_of(const dt_reader_params *p) {
 
 static int check_params(const char *path, const dt_reader_params *p, dt_err *err) {
     if (p->num_features < 1)
-        return dt_err_set(err, DT_EINVAL, "%s: \"num_features\" must be >= 1 (got %d)", path,
+        return dt_err_set(err, DT_EINVAL, "%s: \"features\" must be >= 1 (got %d)", path,
                           p->num_features);
     if (p->label_kind == DT_LABEL_CLASS && p->num_classes < 2)
         return dt_err_set(err, DT_EINVAL, "%s: \"classes\" must be >= 2 (got %d)", path,
@@ -440,9 +440,9 @@ static int parse_header(const char *path, int64_t line_no, char **fields, int co
                               "read without labels",
                               path, (long long)line_no, named, want);
         if (count != F)
-            return dt_err_set(err, DT_EINVAL,
+            return dt_err_set(err, DT_ECONFIG,
                               "%s:%lld: the header has %d columns, but without labels there is "
-                              "one per feature and \"num_features\" is %d%s",
+                              "one per feature and \"features\" is %d%s",
                               path, (long long)line_no, count, F,
                               count == F + 1 ? " (one more: a label column?)" : "");
         return 0;
@@ -458,7 +458,7 @@ static int parse_header(const char *path, int64_t line_no, char **fields, int co
         errno = 0;
         long long idx = strtoll(want, NULL, 10);
         if (errno || idx >= count)
-            return dt_err_set(err, DT_EINVAL,
+            return dt_err_set(err, DT_ECONFIG,
                               "%s:%lld: label column %s is out of range: the header has %d "
                               "columns (0..%d)",
                               path, (long long)line_no, want, count, count - 1);
@@ -475,15 +475,15 @@ static int parse_header(const char *path, int64_t line_no, char **fields, int co
             h->label = c;
         }
         if (h->label < 0)
-            return dt_err_set(err, DT_EINVAL,
+            return dt_err_set(err, DT_ECONFIG,
                               "%s:%lld: no column named \"%s\" in the header (%d columns; a "
                               "\"label_column\" of digits is an index%s)",
                               path, (long long)line_no, want, count, unlabeled);
     }
     if (count - 1 != F)
-        return dt_err_set(err, DT_EINVAL,
+        return dt_err_set(err, DT_ECONFIG,
                           "%s:%lld: the header has %d feature columns (%d columns less the "
-                          "label), but \"num_features\" is %d%s",
+                          "label), but \"features\" is %d%s",
                           path, (long long)line_no, count - 1, count, F,
                           all_digits(want) ? unlabeled : "");
     return 0;
@@ -809,8 +809,8 @@ int dt_reader_idx(const char *images_path, const char *labels_path, const dt_rea
         goto fail;
     }
     if (R * C != (uint64_t)p->num_features) {
-        rc = dt_err_set(err, DT_EINVAL,
-                        "%s: images of %llu x %llu = %llu features, but \"num_features\" is %d",
+        rc = dt_err_set(err, DT_ECONFIG,
+                        "%s: images of %llu x %llu = %llu features, but \"features\" is %d",
                         images_path, (unsigned long long)R, (unsigned long long)C,
                         (unsigned long long)(R * C), p->num_features);
         goto fail;
@@ -945,7 +945,7 @@ static int detect_csv(const char *path, const dt_reader_params *p, int *labeled,
         snprintf(how, cap, "%s: %d columns for %d features, none of them %s", path, count, F,
                  label);
     } else {
-        rc = dt_err_set(err, DT_EINVAL,
+        rc = dt_err_set(err, DT_ECONFIG,
                         "%s:%lld: the header has %d columns, but the job's %d features make %d "
                         "with %s or %d without labels",
                         path, (long long)src.line_no, count, F, F + 1, label, F);

@@ -389,9 +389,9 @@ START_TEST(test_bad_args) {
     dt_job job = job_of((dt_data_source)9, 1, 10, 0.1, 1); /* dt_job_finish refuses it by name */
     expect_open_error(&job, 0, 1, "\"data\": unknown source 9");
     job = job_of(DT_DATA_LINE, 2, 10, 0.1, 1);
-    expect_open_error(&job, 0, 1, "\"num_features\" must be 1 for the line source (got 2)");
+    expect_open_error(&job, 0, 1, "\"features\" must be 1 for the line source (got 2)");
     job = job_of(DT_DATA_WIDE, 0, 10, 0.1, 1);
-    expect_open_error(&job, 0, 1, "\"num_features\" must be >= 1 (got 0)");
+    expect_open_error(&job, 0, 1, "\"features\" must be >= 1 (got 0)");
     job = job_of(DT_DATA_LINE, 1, 0, 0.1, 1);
     expect_open_error(&job, 0, 1, "\"num_examples\" must be >= 1 (got 0)");
     job = job_of(DT_DATA_LINE, 1, 10, -0.1, 1);
@@ -763,9 +763,9 @@ START_TEST(test_file_errors) {
     ck_assert_int_eq(dt_data_size(ds), 1);
     dt_data_free(ds);
     job.model.num_features = 3;
-    expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL,
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_ECONFIG,
                 "train.csv:1: the header has 2 feature columns (3 columns less the label), but "
-                "\"num_features\" is 3");
+                "\"features\" is 3");
     job = file_job(DT_DATA_CSV, train, 2);
     job.data.scale = (dt_scale)7; /* what dt_job_finish would refuse by name */
     expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL, "data: \"scale\": unknown scaling 7");
@@ -956,9 +956,9 @@ START_TEST(test_unlabeled_errors) {
                 "train.csv:1: column 0 is \"target\", the label column, but the file is read "
                 "without labels");
     strcpy(job.data.label_column, "0");
-    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
+    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_ECONFIG,
                 "train.csv:1: the header has 4 columns, but without labels there is one per "
-                "feature and \"num_features\" is 3 (one more: a label column?)");
+                "feature and \"features\" is 3 (one more: a label column?)");
     /* A row with one field too many: a label? */
     const char *extra = file_in(dir, "extra.csv");
     ck_assert_int_eq(dt_test_write_file(extra, "a,b,c\n1,2,3\n\n4,5,6\n0,7,8,9\n"), 0);
@@ -970,7 +970,7 @@ START_TEST(test_unlabeled_errors) {
     strcpy(job.data.label_column, "target");
     job.data.scale = DT_SCALE_STANDARDIZE;
     snprintf(job.data.train_data, sizeof job.data.train_data, "%s", bare);
-    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL,
+    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_ECONFIG,
                 "bare.csv:1: no column named \"target\" in the header");
     job = file_job(DT_DATA_CSV, train, F);
     expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL, "data: eval: \"eval_data\" is not set");

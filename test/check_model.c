@@ -227,7 +227,7 @@ START_TEST(test_specs_errors) {
     ck_assert_str_eq(buf, "unknown features=5 classes=2 l2=0");
 
     job = job_of("linear", 0, 1);
-    refused(&job, "model: \"num_features\" must be >= 1 (got 0)");
+    refused(&job, "model: \"features\" must be >= 1 (got 0)");
     job = job_of("softmax", 3, 1);
     job.model.num_classes = 1;
     refused(&job, "model: softmax: \"classes\" must be >= 2 (got 1)");
@@ -1007,16 +1007,16 @@ START_TEST(test_loss_errors) {
     double loss = 0, acc = 0;
     dt_err err = {0};
     ck_assert_int_eq(dt_model_loss_grad(m, &v, &b, &g, &loss, &err), DT_EINVAL);
-    ck_assert_str_eq(err.msg, "model: linear: batch has 2 features, \"num_features\" is 3");
+    ck_assert_str_eq(err.msg, "model: linear: batch has 2 features, \"features\" is 3");
     ck_assert(isnan(loss));
     dt_err_clear(&err);
     ck_assert_int_eq(dt_model_evaluate(m, &v, &b, &loss, &acc, &err), DT_EINVAL);
-    ck_assert_str_eq(err.msg, "model: linear: batch has 2 features, \"num_features\" is 3");
+    ck_assert_str_eq(err.msg, "model: linear: batch has 2 features, \"features\" is 3");
     ck_assert(isnan(loss) && isnan(acc));
     float out[3];
     dt_err_clear(&err);
     ck_assert_int_eq(dt_model_predict(m, &v, &b, out, NULL, &err), DT_EINVAL);
-    ck_assert_str_eq(err.msg, "model: linear: batch has 2 features, \"num_features\" is 3");
+    ck_assert_str_eq(err.msg, "model: linear: batch has 2 features, \"features\" is 3");
 
     b.cols = 3;
     b.rows = 0;

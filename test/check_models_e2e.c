@@ -16,8 +16,9 @@
  * Each checks that the eval line of the command matches the chief's own
  * last evaluation (same values, same checkpoint) and that eval's global step
  * is the job's last. The last test runs the commands' bad-input cases: exit
- * status 2 and a message for flag and config errors, 1 for a checkpoint or
- * data file that is missing or of another model.
+ * status 2 and a message for flag and config errors (a config that does not
+ * fit the data included), 1 for a checkpoint or data file that is missing or
+ * of another model.
  *
  * Every process is bounded in time and stopped by the teardown.
  */
@@ -437,8 +438,14 @@ START_TEST(cli_bad_input) {
         "eval",           "--config", job,         "--checkpoint", other,  "--set",
         "model=logistic", "--set",    "classes=2", "--data",       absent, NULL};
     dt_test_job_expect_error(&J, run(args), 1, absent, NULL, NULL);
+    /* The job's feature count does not fit the file: the config is wrong, 2. */
     args[10] = wide;
-    dt_test_job_expect_error(&J, run(args), 1, wide, "feature", NULL);
+    dt_test_job_expect_error(&J, run(args), 2, wide, "feature", NULL);
+    /* So it is for a role: a worker whose label column the file lacks. */
+    const char *worker[] = {"--cluster", J.cluster,  "--job", "worker", "--task",
+                            "1",         "--config", job,     "--set",  "label_column=nope",
+                            NULL};
+    dt_test_job_expect_error(&J, run(worker), 2, "no column named \"nope\"", NULL, NULL);
 }
 END_TEST
 

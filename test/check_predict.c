@@ -718,7 +718,7 @@ START_TEST(bad_inputs) {
     eval_fails(&job, ckpt, bad, NULL, DT_EINVAL, "badlabel.csv:3", NULL);
     /* A file with another number of features. */
     write_tmp("wide.csv", "x1,label,x2,x3\n1,0,1,1\n", bad);
-    eval_fails(&job, ckpt, bad, NULL, DT_EINVAL, "wide.csv", "feature");
+    eval_fails(&job, ckpt, bad, NULL, DT_ECONFIG, "wide.csv", "feature");
 
     dt_job no_eval = job;
     no_eval.data.eval_data[0] = '\0';
@@ -875,12 +875,12 @@ START_TEST(bad_rows_without_labels) {
                 NULL);
     /* A header of neither width. */
     write_tmp("wide.csv", "a,b,c,d\n1,2,3,4\n", bad);
-    write_fails(&job, ckpt, bad, DT_EINVAL, "predict: ",
+    write_fails(&job, ckpt, bad, DT_ECONFIG, "predict: ",
                 "wide.csv:1: the header has 4 columns, but the job's 2 features make 3 with the "
                 "label column \"label\" or 2 without labels");
     /* Two columns, one of them the label: a labeled file short of a feature. */
     write_tmp("half.csv", "x1,label\n1,0\n", bad);
-    write_fails(&job, ckpt, bad, DT_EINVAL, "half.csv:1: the header has 1 feature columns", NULL);
+    write_fails(&job, ckpt, bad, DT_ECONFIG, "half.csv:1: the header has 1 feature columns", NULL);
     /* A labeled file whose row lacks a field is still named. */
     write_tmp("lab.csv", "x1,label,x2\n1,0,1\n1,2\n", bad);
     write_fails(&job, ckpt, bad, DT_EINVAL, "lab.csv:3: 2 fields, but the header has 3", NULL);

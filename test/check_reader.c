@@ -332,11 +332,11 @@ START_TEST(test_csv_errors) {
         {"", DT_EINVAL, "bad.csv: empty file: a header row is required"},
         {"\n  \n", DT_EINVAL, "bad.csv: empty file: a header row is required"},
         {"y,a,b,c\n", DT_EINVAL, "bad.csv: no examples"},
-        {"y,a,b\n0,1,2\n", DT_EINVAL,
+        {"y,a,b\n0,1,2\n", DT_ECONFIG,
          "bad.csv:1: the header has 2 feature columns (3 columns less the label), but "
-         "\"num_features\" is 3"},
-        {"y,a,b,c,d\n", DT_EINVAL, "bad.csv:1: the header has 4 feature columns"},
-        {"z,a,b,c\n0,1,2,3\n", DT_EINVAL, "bad.csv:1: no column named \"y\" in the header"},
+         "\"features\" is 3"},
+        {"y,a,b,c,d\n", DT_ECONFIG, "bad.csv:1: the header has 4 feature columns"},
+        {"z,a,b,c\n0,1,2,3\n", DT_ECONFIG, "bad.csv:1: no column named \"y\" in the header"},
         {"y,a,y,c\n0,1,2,3\n", DT_EINVAL,
          "bad.csv:1: label column \"y\" appears twice in the header (columns 0 and 2)"},
         {"y,\"a,b\",c\n", DT_EINVAL, "bad.csv:1: header column 1: quotes inside a field"},
@@ -367,13 +367,13 @@ START_TEST(test_csv_errors) {
 
     /* The label column by index. */
     static const bad_case by_index[] = {
-        {"a,b,c,d\n1,2,3,4\n", DT_EINVAL,
+        {"a,b,c,d\n1,2,3,4\n", DT_ECONFIG,
          "bad.csv:1: label column 4 is out of range: the header has 4 columns (0..3)"},
     };
     p.label_column = "4";
     run_text_cases("csv", by_index, 1, &p);
     static const bad_case huge_index[] = {
-        {"a,b,c,d\n1,2,3,4\n", DT_EINVAL, "bad.csv:1: label column 99999999999999999999 is out"},
+        {"a,b,c,d\n1,2,3,4\n", DT_ECONFIG, "bad.csv:1: label column 99999999999999999999 is out"},
     };
     p.label_column = "99999999999999999999";
     run_text_cases("csv", huge_index, 1, &p);
@@ -476,7 +476,7 @@ START_TEST(test_files_and_params) {
 
     p = params(0, DT_LABEL_REAL, 0, "y");
     expect_err(dt_reader_csv(images, &p, &t, &err), &err, DT_EINVAL,
-               "\"num_features\" must be >= 1 (got 0)");
+               "\"features\" must be >= 1 (got 0)");
     dt_err_clear(&err);
     p = params(6, DT_LABEL_CLASS, 1, NULL);
     expect_err(dt_reader_idx(images, labels, &p, &t, &err), &err, DT_EINVAL,
@@ -565,8 +565,8 @@ START_TEST(test_idx_errors) {
     write_idx(img, 0x803, zero_rows, 3, NULL, 0);
     expect_idx_err(img, good_lab, &p, DT_ECORRUPT, "img: bad dimensions 3 x 0 x 3");
     p.num_features = 784;
-    expect_idx_err(good_img, good_lab, &p, DT_EINVAL,
-                   "images of 2 x 3 = 6 features, but \"num_features\" is 784");
+    expect_idx_err(good_img, good_lab, &p, DT_ECONFIG,
+                   "images of 2 x 3 = 6 features, but \"features\" is 784");
     p.num_features = 6;
     const uint32_t four[1] = {4};
     write_idx(lab, 0x801, four, 1, (const unsigned char *)"\1\2\3\4", 4);
@@ -763,7 +763,7 @@ START_TEST(test_skip_bad_rows) {
     write_text(path, "a,y\n1,0\n");
     dt_err_clear(&a.err);
     log = capture_stderr(dir, do_load, &a, &rc);
-    expect_err(rc, &a.err, DT_EINVAL, "allbad.csv:1: the header has 1 feature columns");
+    expect_err(rc, &a.err, DT_ECONFIG, "allbad.csv:1: the header has 1 feature columns");
     free(log);
     dt_test_tempdir_free(dir);
 }
@@ -942,10 +942,10 @@ START_TEST(test_without_labels_errors) {
     static const bad_case csv[] = {
         {"a,y,b\n1,2,3\n", DT_EINVAL,
          "bad.csv:1: column 1 is \"y\", the label column, but the file is read without labels"},
-        {"a,b,c,d\n1,2,3,4\n", DT_EINVAL,
+        {"a,b,c,d\n1,2,3,4\n", DT_ECONFIG,
          "bad.csv:1: the header has 4 columns, but without labels there is one per feature and "
-         "\"num_features\" is 3 (one more: a label column?)"},
-        {"a,b\n1,2\n", DT_EINVAL, "bad.csv:1: the header has 2 columns, but without labels"},
+         "\"features\" is 3 (one more: a label column?)"},
+        {"a,b\n1,2\n", DT_ECONFIG, "bad.csv:1: the header has 2 columns, but without labels"},
         {"a,b,c\n1,2,3\n1,2\n", DT_EINVAL,
          "bad.csv:3: 2 fields, but the header has 3: column \"c\" is missing"},
         {"a,b,c\n1,2,3,4\n", DT_EINVAL,
@@ -980,15 +980,15 @@ START_TEST(test_without_labels_errors) {
     p.labels = DT_LABELS_REQUIRED;
     run_text_cases("libsvm", svm_required, 2, &p);
     static const bad_case csv_required[] = {
-        {"a,b,c\n1,2,3\n", DT_EINVAL,
+        {"a,b,c\n1,2,3\n", DT_ECONFIG,
          "bad.csv:1: no column named \"y\" in the header (3 columns; a \"label_column\" of digits "
          "is an index; as many columns as features: a file without labels?)"},
     };
     p = params(3, DT_LABEL_CLASS, 3, "y");
     run_text_cases("csv", csv_required, 1, &p);
     static const bad_case csv_index_required[] = {
-        {"a,b,c\n1,2,3\n", DT_EINVAL,
-         "but \"num_features\" is 3; as many columns as features: a file without labels?"},
+        {"a,b,c\n1,2,3\n", DT_ECONFIG,
+         "but \"features\" is 3; as many columns as features: a file without labels?"},
     };
     p.label_column = "0";
     run_text_cases("csv", csv_index_required, 1, &p);
@@ -1080,7 +1080,7 @@ START_TEST(test_detect_labels) {
     write_text(path, "a,b\n1,2\n");
     p.label_column = "y";
     expect_err(dt_reader_detect_labels("csv", path, NULL, &p, &labeled, NULL, 0, &err), &err,
-               DT_EINVAL,
+               DT_ECONFIG,
                "neither.csv:1: the header has 2 columns, but the job's 3 features make 4 with the "
                "label column \"y\" or 3 without labels");
     dt_err_clear(&err);
