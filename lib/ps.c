@@ -685,6 +685,13 @@ static const float *aligned_grad(ps_var *pv, const dt_tensor *v, const dt_tensor
     return pv->scratch;
 }
 
+/* How many steps behind `applied_at` a gradient computed at step `from`
+ * is. `from` is the caller's word: one from before step 0 or from the
+ * future counts as 0, computed without overflow for any int64. */
+static int64_t staleness_of(int64_t applied_at, int64_t from) {
+    return from < 0 || from > applied_at ? 0 : applied_at - from;
+}
+
 static void record_staleness(dt_ps *ps, int64_t staleness) {
     if (staleness < 0) staleness = 0;
     if (staleness >= DT_STALENESS_BUCKETS) staleness = DT_STALENESS_BUCKETS - 1;
@@ -1001,7 +1008,7 @@ static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, dt_msg_push_
     } else if ((reserved = reserve_step(ps, &resp.global_step))) {
         /* The step is ours: concurrent pushes cannot carry the global step
          * past max_steps, and each applied push counts exactly once. */
-        record_staleness(ps, resp.global_step - 1 - req->step);
+        record_staleness(ps, staleness_of(resp.global_step - 1, req->step));
         apply_now(ps, &req->in, index, resp.global_step - 1);
         if (ps->consistency.mode == DT_MODE_BOUNDED) tick_clock(ps, req->worker);
         atomic_fetch_add(&ps->pushes_applied, 1);
