@@ -263,16 +263,6 @@ static int recover(chief *c, const census *cs, dt_err *err) {
     int64_t step = 0;
     int found = load_latest(c, &step, err);
     if (found < 0) return found;
-    if (found && step >= c->create.max_steps) {
-        /* Every ps is empty and the log dir holds the final model: a job
-         * run again. Recreating it would only end it at once. */
-        dt_log(DT_LOG_INFO,
-               "chief: the latest checkpoint in %s is at global_step %lld, max_steps is %lld: "
-               "the job is already complete, nothing to train (to train on, raise max_steps; "
-               "for a new job, give it a new log_dir)",
-               c->job->log_dir, (long long)step, (long long)c->create.max_steps);
-        return 2;
-    }
     if (!found) {
         dt_log(DT_LOG_WARN, "chief: no checkpoint yet; restoring from the values last pulled");
         c->have_slots = 0;
