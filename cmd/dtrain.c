@@ -186,6 +186,17 @@ static int take_value(int argc, char **argv, int *i, const char *name, const cha
     return 1;
 }
 
+/* --tls-cert, --tls-key, --tls-ca and --token-file, which the roles and
+ * the operator's tools (status, health) take alike. 1 when argv[*i] was
+ * one of them. */
+static int take_security_flag(int argc, char **argv, int *i, options *o, int *missing) {
+    const char *const names[4] = {"--tls-cert", "--tls-key", "--tls-ca", "--token-file"};
+    const char **slots[4] = {&o->tls_cert, &o->tls_key, &o->tls_ca, &o->token_file};
+    for (int k = 0; k < 4; k++)
+        if (take_value(argc, argv, i, names[k], slots[k], missing)) return 1;
+    return 0;
+}
+
 /* TF_CONFIG's text, or NULL when unset or empty. */
 static const char *tf_config(void) {
     const char *v = getenv("TF_CONFIG");
@@ -228,14 +239,8 @@ static int parse_args(int argc, char **argv, options *o) {
             o->max_message_mb = v;
         else if (take_value(argc, argv, &i, "--listen", &v, &missing))
             o->listen = v;
-        else if (take_value(argc, argv, &i, "--tls-cert", &v, &missing))
-            o->tls_cert = v;
-        else if (take_value(argc, argv, &i, "--tls-key", &v, &missing))
-            o->tls_key = v;
-        else if (take_value(argc, argv, &i, "--tls-ca", &v, &missing))
-            o->tls_ca = v;
-        else if (take_value(argc, argv, &i, "--token-file", &v, &missing))
-            o->token_file = v;
+        else if (take_security_flag(argc, argv, &i, o, &missing))
+            ;
         else if (take_value(argc, argv, &i, "--set", &v, &missing)) {
             if (!missing) {
                 if (o->num_sets == MAX_SETS)
@@ -514,14 +519,8 @@ static int parse_monitor_args(int argc, char **argv, int is_health, options *o, 
             m->watch = v;
         else if (take_value(argc, argv, &i, "--timeout-secs", &v, &missing))
             m->timeout = v;
-        else if (take_value(argc, argv, &i, "--tls-cert", &v, &missing))
-            o->tls_cert = v;
-        else if (take_value(argc, argv, &i, "--tls-key", &v, &missing))
-            o->tls_key = v;
-        else if (take_value(argc, argv, &i, "--tls-ca", &v, &missing))
-            o->tls_ca = v;
-        else if (take_value(argc, argv, &i, "--token-file", &v, &missing))
-            o->token_file = v;
+        else if (take_security_flag(argc, argv, &i, o, &missing))
+            ;
         else if (take_value(argc, argv, &i, "--log-level", &v, &missing))
             o->log_level = v;
         else

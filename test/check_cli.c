@@ -307,6 +307,30 @@ START_TEST(tf_config_errors) {
 }
 END_TEST
 
+/* The operator's tools refuse bad flags with exit 2 and say which. */
+START_TEST(monitor_flag_errors) {
+    unsetenv("TF_CONFIG");
+    const char *no_address[] = {"health", NULL};
+    expect_usage_error(run(no_address), "health: missing --address", NULL, NULL);
+    const char *bogus[] = {"health", "--address", "127.0.0.1:1", "--json", NULL};
+    expect_usage_error(run(bogus), "health: unknown flag --json", NULL, NULL);
+    const char *timeout[] = {"health", "--address", "127.0.0.1:1", "--timeout-secs", "0", NULL};
+    expect_usage_error(run(timeout), "--timeout-secs", "\"0\"", NULL);
+    const char *no_cluster[] = {"status", NULL};
+    expect_usage_error(run(no_cluster), "status: missing --cluster", "TF_CONFIG", NULL);
+    const char *serving[] = {"status", "--cluster", J.cluster, "--serving", NULL};
+    expect_usage_error(run(serving), "status: unknown flag --serving", NULL, NULL);
+    const char *watch[] = {"status", "--cluster", J.cluster, "--watch", "x", NULL};
+    expect_usage_error(run(watch), "--watch", "\"x\"", NULL);
+    const char *no_value[] = {"status", "--cluster", NULL};
+    expect_usage_error(run(no_value), "--cluster", "needs a value", NULL);
+    char missing[1100];
+    snprintf(missing, sizeof missing, "%s/none.json", J.dir);
+    const char *no_file[] = {"status", "--cluster", missing, NULL};
+    expect_usage_error(run(no_file), missing, NULL, NULL);
+}
+END_TEST
+
 Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
     TCase *tc = dt_test_job_tcase(s, "usage", 60, setup, teardown);
@@ -336,5 +360,6 @@ Suite *cli_suite(void) {
     tcase_add_test(files, unknown_config_field);
     tcase_add_test(files, missing_config_file);
     tcase_add_test(files, tf_config_errors);
+    tcase_add_test(files, monitor_flag_errors);
     return s;
 }

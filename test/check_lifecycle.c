@@ -150,28 +150,6 @@ static int64_t probe_wait_step(dt_test_probe *sp, int p, int64_t above, int time
     }
 }
 
-/* Bytes in a role's log now. */
-static size_t log_length(const char *log_name) {
-    char *text = dt_test_job_read_log(&w, log_name);
-    size_t n = text ? strlen(text) : 0;
-    free(text);
-    return n;
-}
-
-/* 1 once a role's log holds needle past its first `from` bytes; 0 after
- * JOB_TIMEOUT_MS or once pid has exited. */
-static int wait_log_after(const char *log_name, size_t from, const char *needle, pid_t pid) {
-    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
-    for (;;) {
-        char *text = dt_test_job_read_log(&w, log_name);
-        int found = text && strlen(text) > from && strstr(text + from, needle);
-        free(text);
-        if (found) return 1;
-        if (dt_test_now_ms() >= deadline || !dt_test_alive(pid)) return 0;
-        dt_test_sleep_ms(50);
-    }
-}
-
 /* ---- the tests ------------------------------------------------------------- */
 
 /* A whole job: every role exits 0, the last checkpoint is the fit, the log
@@ -273,7 +251,7 @@ START_TEST(sigterm_ps) {
     for (int round = 0; round < 3; round++) {
         char name[16];
         snprintf(name, sizeof name, "ps%d", round);
-        size_t seen = log_length("chief");
+        size_t seen = dt_test_job_log_length(&w, "chief");
         send_signal(ps, SIGSTOP);
         dt_test_sleep_ms(300);
         send_signal(ps, SIGTERM);
@@ -284,9 +262,10 @@ START_TEST(sigterm_ps) {
         /* A ps that stops is a peer gone away (retryable), not a signal to
          * the workers: they wait for it, not exit as if stopped themselves.
          * The chief says so once its call has failed. */
-        ck_assert_msg(wait_log_after("chief", seen, "waiting for", chief),
-                      "the chief does not say it waits for the ps (round %d); logs:%s", round,
-                      dt_test_job_report(&w));
+        ck_assert_msg(
+            dt_test_job_wait_log_after(&w, "chief", seen, "waiting for", chief, JOB_TIMEOUT_MS),
+            "the chief does not say it waits for the ps (round %d); logs:%s", round,
+            dt_test_job_report(&w));
         ck_assert_msg(dt_test_alive(chief),
                       "the chief exited (%d) when the ps stopped (round %d); logs:%s",
                       dt_test_wait(chief, 0), round, dt_test_job_report(&w));
@@ -609,14 +588,15 @@ START_TEST(ps_restart) {
     probe_wait_step(&sp, 0, dt_test_ckpt_max(w.log_dir) + 100, JOB_TIMEOUT_MS);
     dt_test_probe_close(&sp);
 
-    size_t seen = log_length("chief");
+    size_t seen = dt_test_job_log_length(&w, "chief");
     send_signal(ps, SIGKILL);
     dt_test_job_expect_exit(&w, ps, "killed ps", EXIT_TIMEOUT_MS, -SIGKILL);
     int64_t before = dt_test_ckpt_max(w.log_dir);
     ck_assert_msg(before < max_steps, "the job ended (step %" PRId64 ") before the kill", before);
     /* Restarted once the chief has seen it gone. */
-    ck_assert_msg(wait_log_after("chief", seen, "waiting for", chief),
-                  "the chief does not say it waits for the ps; logs:%s", dt_test_job_report(&w));
+    ck_assert_msg(
+        dt_test_job_wait_log_after(&w, "chief", seen, "waiting for", chief, JOB_TIMEOUT_MS),
+        "the chief does not say it waits for the ps; logs:%s", dt_test_job_report(&w));
     pid_t ps2 = dt_test_job_start(&w, "ps", 0, "ps2");
 
     pid_t pids[3] = {ps2, chief, worker};

@@ -462,10 +462,6 @@ typedef struct {
 /* A progress line: "worker:1 <addr>: step 100 global_step 180 loss ...". */
 #define PROGRESS ": step "
 
-static size_t log_length(const char *log_name);
-static size_t wait_log_after(const char *log_name, size_t from, const char *needle, pid_t pid,
-                             int timeout_ms);
-
 /* Starts the ps and waits until it serves, as its cluster address (its
  * namespace's). */
 static pid_t start_ps(void) {
@@ -500,10 +496,11 @@ static roles start_job(void) {
     send_signal(r.chief, SIGSTOP);
     r.worker = start_role("worker1", "worker", 1, "worker1");
     int trained = dt_test_job_wait_log(&w, "worker1", PROGRESS, JOB_TIMEOUT_MS, r.worker);
-    size_t held = log_length("chief");
+    size_t held = dt_test_job_log_length(&w, "chief");
     send_signal(r.chief, SIGCONT);
     ck_assert_msg(trained, "worker 1 never trained; logs:%s", dt_test_job_report(&w));
-    ck_assert_msg(wait_log_after("chief", held, PROGRESS, r.chief, JOB_TIMEOUT_MS) > 0,
+    ck_assert_msg(dt_test_job_wait_log_after(&w, "chief", held, PROGRESS, r.chief, JOB_TIMEOUT_MS) >
+                      0,
                   "the chief did not train on after its pause; logs:%s", dt_test_job_report(&w));
     return r;
 }
@@ -528,32 +525,6 @@ static void expect_job_complete(void) {
 }
 
 /* ---- reading the logs ------------------------------------------------------ */
-
-static size_t log_length(const char *log_name) {
-    char *text = dt_test_job_read_log(&w, log_name);
-    size_t n = strlen(text);
-    free(text);
-    return n;
-}
-
-/* Waits until a role's log holds needle past its first `from` bytes.
- * Returns the offset just past the line that holds it, or 0 after
- * timeout_ms or once pid has exited. */
-static size_t wait_log_after(const char *log_name, size_t from, const char *needle, pid_t pid,
-                             int timeout_ms) {
-    long long deadline = dt_test_now_ms() + timeout_ms;
-    for (;;) {
-        int gone = !dt_test_alive(pid); /* before reading: a last line is still seen */
-        char *text = dt_test_job_read_log(&w, log_name);
-        char *hit = strlen(text) > from ? strstr(text + from, needle) : NULL;
-        char *eol = hit ? strchr(hit, '\n') : NULL;
-        size_t past = eol ? (size_t)(eol + 1 - text) : 0;
-        free(text);
-        if (past) return past;
-        if (gone || dt_test_now_ms() >= deadline) return 0;
-        dt_test_sleep_ms(50);
-    }
-}
 
 /* 1 when one line of a role's log past `from` holds every non-NULL needle. */
 static int line_after_has(const char *log_name, size_t from, const char *n1, const char *n2,
@@ -618,11 +589,12 @@ static void outage(const char *host_name, const char *const *log_names, const pi
     size_t seen[3];
     ck_assert(n <= 3);
     for (int i = 0; i < n; i++)
-        seen[i] = log_length(log_names[i]);
+        seen[i] = dt_test_job_log_length(&w, log_names[i]);
     link_set(host_name, "down");
     dt_test_sleep_ms(OUTAGE_MS); /* the outage itself, the one deliberate sleep */
     for (int i = 0; i < n; i++) {
-        size_t waited = wait_log_after(log_names[i], seen[i], "waiting for ", pids[i], 10000);
+        size_t waited =
+            dt_test_job_wait_log_after(&w, log_names[i], seen[i], "waiting for ", pids[i], 10000);
         ck_assert_msg(waited > 0, "%s did not say it waits while %s was cut off; logs:%s",
                       log_names[i], host_name, dt_test_job_report(&w));
         expect_waits_for_ps(log_names[i], seen[i]);
@@ -635,7 +607,8 @@ static void outage(const char *host_name, const char *const *log_names, const pi
                       all_names[i], dt_test_wait(all[i], 0), host_name, dt_test_job_report(&w));
     link_set(host_name, "up");
     for (int i = 0; i < n; i++)
-        ck_assert_msg(wait_log_after(log_names[i], seen[i], PROGRESS, pids[i], JOB_TIMEOUT_MS) > 0,
+        ck_assert_msg(dt_test_job_wait_log_after(&w, log_names[i], seen[i], PROGRESS, pids[i],
+                                                 JOB_TIMEOUT_MS) > 0,
                       "%s did not train again once %s was back; logs:%s", log_names[i], host_name,
                       dt_test_job_report(&w));
 }
@@ -783,7 +756,7 @@ START_TEST(partition_outlasts_ready_wait) {
                                         "ready_wait_secs=" SHORT_READY_WAIT_S, NULL};
     if (!job_init("partition_outlasts_ready_wait", extra)) return;
     roles r = start_job();
-    size_t seen = log_length("worker1");
+    size_t seen = dt_test_job_log_length(&w, "worker1");
     link_set("worker1", "down");
     dt_test_job_expect_exit(&w, r.worker, "worker 1 cut off", EXIT_TIMEOUT_MS, 200);
     link_set("worker1", "up");

@@ -238,6 +238,29 @@ int dt_test_job_log_has(const dt_test_job *j, const char *log_name, const char *
     return found;
 }
 
+size_t dt_test_job_log_length(const dt_test_job *j, const char *log_name) {
+    char *text = dt_test_job_read_log(j, log_name);
+    size_t n = strlen(text);
+    free(text);
+    return n;
+}
+
+size_t dt_test_job_wait_log_after(const dt_test_job *j, const char *log_name, size_t from,
+                                  const char *needle, pid_t pid, int timeout_ms) {
+    long long deadline = dt_test_now_ms() + timeout_ms;
+    for (;;) {
+        int gone = !dt_test_alive(pid); /* before reading: a last line is still seen */
+        char *text = dt_test_job_read_log(j, log_name);
+        char *hit = strlen(text) > from ? strstr(text + from, needle) : NULL;
+        char *eol = hit ? strchr(hit, '\n') : NULL;
+        size_t past = eol ? (size_t)(eol + 1 - text) : 0;
+        free(text);
+        if (past) return past;
+        if (gone || dt_test_now_ms() >= deadline) return 0;
+        dt_test_sleep_ms(50); /* the poll interval of a bounded wait */
+    }
+}
+
 int dt_test_job_wait_log(const dt_test_job *j, const char *log_name, const char *needle,
                          int timeout_ms, pid_t pid) {
     char path[1200];

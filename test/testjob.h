@@ -118,6 +118,15 @@ int dt_test_job_log_has(const dt_test_job *j, const char *log_name, const char *
 int dt_test_job_wait_log(const dt_test_job *j, const char *log_name, const char *needle,
                          int timeout_ms, pid_t pid);
 
+/* Bytes in a role's log now (asserts the log exists). */
+size_t dt_test_job_log_length(const dt_test_job *j, const char *log_name);
+/* Waits up to timeout_ms for needle in a role's log past its first `from`
+ * bytes (what was there before an event). Returns the offset just past the
+ * line that holds it, or 0 after the deadline or once pid has exited
+ * without writing it. */
+size_t dt_test_job_wait_log_after(const dt_test_job *j, const char *log_name, size_t from,
+                                  const char *needle, pid_t pid, int timeout_ms);
+
 /* ---- commands ----------------------------------------------------------------- */
 
 /* Runs dt_test_bin() with args (NULL-terminated, without argv[0]) in the
