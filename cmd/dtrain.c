@@ -58,9 +58,9 @@ static void on_signal(int signo) {
 
 static const char usage[] =
     "usage: dtrain [--cluster FILE] [--job-name JOB --task-index N] [options]\n"
-    "       dtrain eval --config FILE [--checkpoint FILE | --log-dir DIR]\n"
+    "       dtrain eval [--config FILE] [--checkpoint FILE | --log-dir DIR]\n"
     "                   [--data FILE [--labels FILE]] [--set FIELD=VALUE]...\n"
-    "       dtrain predict --config FILE [--checkpoint FILE | --log-dir DIR]\n"
+    "       dtrain predict [--config FILE] [--checkpoint FILE | --log-dir DIR]\n"
     "                   --data FILE [--labels FILE] [--out FILE] [--set FIELD=VALUE]...\n"
     "       dtrain status [--cluster FILE] [--json] [--watch SECS] [--timeout-secs N]\n"
     "       dtrain health --address HOST:PORT [--service NAME] [--serving]\n"
@@ -110,7 +110,10 @@ static const char usage[] =
     "eval needs labels; predict reads data with or without them and logs which it\n"
     "found: csv with one column fewer than the training layout (no label column),\n"
     "libsvm rows that start with index:value, idx images without --labels.\n"
-    "  --config FILE        the job config the checkpoint was trained with (required)\n"
+    "A checkpoint carries its job config and scaling statistics, so --checkpoint or\n"
+    "--log-dir alone is enough; a --config given too must agree with it on the\n"
+    "model and its input (exit 2 naming each field otherwise).\n"
+    "  --config FILE        the job config (needed for checkpoints of older versions)\n"
     "  --checkpoint FILE    a checkpoint file; default: the latest in the job's log_dir\n"
     "  --log-dir DIR        take the latest checkpoint of DIR instead\n"
     "  --data FILE          examples in the job's data format (predict: labels\n"
@@ -298,7 +301,10 @@ static int parse_tool_args(int argc, char **argv, int is_predict, options *o) {
         }
         if (missing) return usage_error("flag %s needs a value", a);
     }
-    if (!o->config_path) return usage_error("%s: missing --config FILE (the job config)", argv[1]);
+    if (!o->config_path && !o->checkpoint && !o->log_dir)
+        return usage_error("%s: missing --config FILE (the job config), or --checkpoint FILE or "
+                           "--log-dir DIR of a checkpoint that carries its job",
+                           argv[1]);
     if (is_predict && !o->data) return usage_error("%s: missing --data FILE", argv[1]);
     if (o->labels && !o->data) return usage_error("%s: --labels needs --data FILE", argv[1]);
     if (o->checkpoint && o->log_dir)
@@ -443,6 +449,20 @@ static int predict_output(const options *o, const dt_job *job, int *out) {
     return -1;
 }
 
+/* The job of eval and predict: --config's, else the one the checkpoint was
+ * trained with (ckpt then names that file, so the variables come from the
+ * same one), with --set applied on top either way. */
+static int load_tool_job(const options *o, const char *tool, dt_job *job, char *ckpt, size_t cap,
+                         dt_err *err) {
+    ckpt[0] = '\0';
+    if (o->config_path) return load_job(o, job, err);
+    int rc = dt_predict_job_of(tool, o->checkpoint, o->log_dir, job, ckpt, cap, err);
+    for (int i = 0; rc == 0 && i < o->num_sets; i++)
+        rc = dt_job_set(job, o->sets[i], err);
+    if (rc == 0) rc = dt_job_finish(job, err);
+    return rc;
+}
+
 /* dtrain eval and dtrain predict: a checkpoint, a job and a data file, no
  * cluster; lib/predict does the work. */
 static int run_tool(int argc, char **argv) {
@@ -456,22 +476,26 @@ static int run_tool(int argc, char **argv) {
     dt_err err;
     dt_err_clear(&err);
     dt_job job;
-    if (load_job(&o, &job, &err) < 0) {
+    char ckpt[DT_PATH_MAX + 64];
+    int rc = load_tool_job(&o, tool, &job, ckpt, sizeof ckpt, &err);
+    if (rc < 0) {
         fprintf(stderr, "dtrain: %s\n", err.msg);
-        return EXIT_USAGE;
+        /* A job file that fails is the config's fault; a checkpoint that
+         * cannot be read is not, unless its job is what fails. */
+        return o.config_path || rc == DT_ECONFIG || rc == DT_EINVAL ? EXIT_USAGE : 1;
     }
     if (!o.data && !job.data.eval_data[0])
         return usage_error("eval: no data: give --data FILE, or set \"eval_data\" in %s",
-                           o.config_path);
+                           o.config_path ? o.config_path : "the job config");
     dt_predict_params pp = {.job = &job,
-                            .checkpoint = o.checkpoint,
+                            .checkpoint = ckpt[0] ? ckpt : o.checkpoint,
                             .data = o.data,
                             .labels = o.labels,
                             .out = o.out,
                             .no_header = o.no_header};
     if (o.output && (status = predict_output(&o, &job, &pp.output)) >= 0) return status;
     dt_predict_result r;
-    int rc = is_predict ? dt_predict_write(&pp, &r, &err) : dt_predict_eval(&pp, &r, &err);
+    rc = is_predict ? dt_predict_write(&pp, &r, &err) : dt_predict_eval(&pp, &r, &err);
     if (rc < 0) {
         fprintf(stderr, "dtrain: %s\n", err.msg);
         return rc == DT_ECONFIG ? EXIT_USAGE : 1; /* the config, not the data, is wrong */

@@ -249,6 +249,7 @@ typedef struct {
     dt_ckpt_meta meta;
     int has_step, has_crc;
     uint32_t crc;
+    const char *job; /* the "job" value, borrowed from the parsed header */
 } header_meta;
 
 static int by_name(const void *a, const void *b) {
@@ -266,6 +267,17 @@ static void shape_str(const entry *e, char *buf, size_t cap) {
     for (int d = 0; d < e->ndim && n > 0 && (size_t)n < cap; d++)
         n += snprintf(buf + n, cap - (size_t)n, "%s%lld", d ? ", " : "", (long long)e->shape[d]);
     if (n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "]");
+}
+
+/* 1 when text is a JSON object in valid UTF-8 (an escape in the header can
+ * decode to bytes that are not), as dt_ckpt_save wants it. */
+static int job_text_ok(const char *text) {
+    size_t n = strlen(text);
+    if (utf8_bad_at((const unsigned char *)text, n) < n) return 0;
+    cJSON *job = cJSON_Parse(text);
+    int is_object = cJSON_IsObject(job);
+    cJSON_Delete(job);
+    return is_object;
 }
 
 static int parse_meta(const char *path, const cJSON *obj, header_meta *hm, dt_err *err) {
@@ -302,6 +314,10 @@ static int parse_meta(const char *path, const cJSON *obj, header_meta *hm, dt_er
             snprintf(hm->meta.model, sizeof hm->meta.model, "%s", v);
         } else if (strcmp(kv->string, "format") == 0) {
             format = v;
+        } else if (strcmp(kv->string, "job") == 0) {
+            if (!job_text_ok(v))
+                return corrupt(err, path, "header: __metadata__ job is not a JSON object");
+            hm->job = v;
         }
         /* Other keys belong to other tools; they are kept out of our way. */
     }
@@ -508,6 +524,12 @@ fail:
 
 /* ---- load ----------------------------------------------------------------- */
 
+void dt_ckpt_meta_deinit(dt_ckpt_meta *meta) {
+    if (!meta) return;
+    free(meta->job);
+    meta->job = NULL;
+}
+
 int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *err) {
     DT_ASSERT(path && out);
     memset(out, 0, sizeof *out);
@@ -635,8 +657,14 @@ int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *
         goto fail;
     }
 
+    if (meta) {
+        *meta = hm.meta;
+        if (hm.job && !(meta->job = strdup(hm.job))) {
+            rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory for the job config", path);
+            goto fail;
+        }
+    }
     *out = ts;
-    if (meta) *meta = hm.meta;
     free(specs);
     free(entries);
     cJSON_Delete(root);
@@ -709,6 +737,7 @@ static char *build_header(const dt_tensors *ts, const dt_ckpt_meta *meta, uint32
         goto done;
     snprintf(buf, sizeof buf, "%lld", (long long)meta->max_steps);
     if (meta->max_steps > 0 && add_item(md, "max_steps", cJSON_CreateString(buf)) < 0) goto done;
+    if (meta->job && add_item(md, "job", cJSON_CreateString(meta->job)) < 0) goto done;
     snprintf(buf, sizeof buf, "%u", (unsigned)crc);
     if (add_item(md, "crc32c", cJSON_CreateString(buf)) < 0 ||
         add_item(md, "format", cJSON_CreateString(FORMAT_V1)) < 0)
@@ -752,6 +781,14 @@ static int check_save_args(const char *path, const dt_tensors *ts, const dt_ckpt
         return dt_err_set(err, DT_EINVAL, "%s: save: model is not NUL-terminated", path);
     if (utf8_bad_at((const unsigned char *)meta->model, model_len) < model_len)
         return dt_err_set(err, DT_EINVAL, "%s: save: model is not valid UTF-8", path);
+    if (meta->job) {
+        cJSON *job = cJSON_Parse(meta->job);
+        int is_object = cJSON_IsObject(job);
+        cJSON_Delete(job);
+        if (!is_object ||
+            utf8_bad_at((const unsigned char *)meta->job, strlen(meta->job)) < strlen(meta->job))
+            return dt_err_set(err, DT_EINVAL, "%s: save: job is not a JSON object in UTF-8", path);
+    }
     if (ts->count < 0) return dt_err_set(err, DT_EINVAL, "%s: save: negative tensor count", path);
     for (int i = 0; i < ts->count; i++) {
         const dt_tensor *t = &ts->items[i];

@@ -12,6 +12,18 @@
  *   "max_steps"    decimal int64: the step at which the job that wrote it
  *                  ends (omitted when 0, unknown), so a reader knows the
  *                  final checkpoint when it sees it (the evaluator)
+ *   "job"          the job config it was trained with, as a JSON object of
+ *                  every job field (dt_job_to_json; omitted by older files
+ *                  and by callers that give none), so eval, predict and a
+ *                  resuming chief know the model, its input and its
+ *                  hyperparameters without the job file
+ * A chief's checkpoint also carries the statistics its input was scaled
+ * with, as tensors beside the variables (for "scale": "standardize"):
+ *   "scale/mean"   F64 (F) per-feature mean over the training file
+ *   "scale/std"    F64 (F) per-feature population standard deviation (a
+ *                  constant feature's is 1)
+ * so predictions never read the training file again. numpy reads them as
+ * any tensor: (x - mean) / std is the model's input.
  *
  * In a log dir, checkpoints are named model.ckpt-<global_step>.safetensors.
  * The state file "checkpoint" is text in TF's style:
@@ -36,7 +48,16 @@ typedef struct {
     int64_t global_step;
     char model[DT_CKPT_MODEL_MAX];
     int64_t max_steps; /* 0: unknown (not written, or an older file) */
+    char *job;         /* the "job" key, JSON, or NULL: borrowed by dt_ckpt_save, malloc'd by
+                          the loads (free it with dt_ckpt_meta_deinit) */
 } dt_ckpt_meta;
+
+/* The names of the scaling statistics' tensors (see above). */
+#define DT_CKPT_SCALE_MEAN "scale/mean"
+#define DT_CKPT_SCALE_STD "scale/std"
+
+/* Frees meta->job and sets it NULL. NULL is a no-op. */
+void dt_ckpt_meta_deinit(dt_ckpt_meta *meta);
 
 /* Writes ts and meta to path atomically. DT_EINVAL for a negative step, a
  * model string that is not NUL-terminated UTF-8, or tensors that are not a
@@ -52,7 +73,8 @@ int dt_ckpt_save(const char *path, const dt_tensors *ts, const dt_ckpt_meta *met
  * offset) order. meta may be NULL; it is written only on success. A missing
  * file is DT_ENOTFOUND. Files from other tools load if they hold only F32,
  * F64, I32, I64 tensors of at most 4 dims, each dim >= 1; without a
- * "global_step" the step reads as 0. */
+ * "global_step" the step reads as 0. A "job" that is not a JSON object is
+ * DT_ECORRUPT; its fields are the job module's to check. */
 int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *err) DT_WARN_UNUSED;
 
 /* Saves model.ckpt-<step>.safetensors in log_dir (created if missing), then

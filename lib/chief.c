@@ -53,7 +53,9 @@ typedef struct {
     char job_id[DT_MSG_MODEL_MAX];
     dt_tensors slots;           /* (vars x optimizer slots) "<variable>/<slot>" */
     int have_slots;             /* slots hold values worth sending (from a checkpoint) */
-    dt_tensors snapshot;        /* views of vars then slots, for saving; no slab */
+    dt_tensors recipe;          /* the scaling statistics a checkpoint carries (or none) */
+    char *job_json;             /* the job config a checkpoint carries (dt_job_to_json) */
+    dt_tensors snapshot;        /* views of vars, slots, recipe, for saving; no slab */
     dt_summary_writer *summary; /* NULL while no event file could be opened */
     int64_t summaries_dropped;  /* since the last write that succeeded */
     double summary_logged;      /* when a drop was last logged */
@@ -103,12 +105,42 @@ static int init_slots(chief *c, dt_err *err) {
         for (int64_t e = 0; e < dt_tensor_numel(&c->slots.items[k]); e++)
             x[e] = init;
     }
-    c->snapshot.count = vars->count + c->slots.count;
+    return 0;
+}
+
+/* What a checkpoint carries beside the variables, so that it can be scored
+ * and resumed with no job file and no training file (checkpoint.h): the
+ * job config, and the statistics the chief's data was standardized with
+ * (every worker computes the same ones, over the whole training file). */
+static int init_recipe(chief *c, dt_err *err) {
+    int rc = dt_job_to_json(c->job, &c->job_json, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "chief");
+    dt_data_stats st;
+    dt_data_stats_of(dt_worker_data(c->w), &st);
+    if (st.num_features == 0) return 0;
+    dt_tensor specs[2] = {{.name = DT_CKPT_SCALE_MEAN}, {.name = DT_CKPT_SCALE_STD}};
+    for (int i = 0; i < 2; i++) {
+        specs[i].dtype = DT_DTYPE_F64;
+        specs[i].ndim = 1;
+        specs[i].shape[0] = st.num_features;
+    }
+    if ((rc = dt_tensors_init(&c->recipe, specs, 2, err)) < 0) return rc;
+    memcpy(c->recipe.items[0].data, st.mean, c->recipe.items[0].nbytes);
+    memcpy(c->recipe.items[1].data, st.std, c->recipe.items[1].nbytes);
+    return 0;
+}
+
+/* The list a checkpoint is written from: vars, then slots, then recipe. */
+static int init_snapshot(chief *c, dt_err *err) {
+    const dt_tensors *parts[3] = {dt_worker_vars(c->w), &c->slots, &c->recipe};
+    c->snapshot.count = parts[0]->count + parts[1]->count + parts[2]->count;
     c->snapshot.items = calloc((size_t)c->snapshot.count + 1, sizeof *c->snapshot.items);
     if (!c->snapshot.items) return dt_err_set(err, DT_ENOMEM, "chief: out of memory");
-    memcpy(c->snapshot.items, vars->items, sizeof(dt_tensor) * (size_t)vars->count);
-    memcpy(c->snapshot.items + vars->count, c->slots.items,
-           sizeof(dt_tensor) * (size_t)c->slots.count);
+    int n = 0;
+    for (int p = 0; p < 3; p++) {
+        memcpy(c->snapshot.items + n, parts[p]->items, sizeof(dt_tensor) * (size_t)parts[p]->count);
+        n += parts[p]->count;
+    }
     return 0;
 }
 
@@ -133,6 +165,7 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     memset(&meta, 0, sizeof meta);
     meta.global_step = global_step;
     meta.max_steps = c->create.max_steps; /* the evaluator knows the last one by it */
+    meta.job = c->job_json;
     snprintf(meta.model, sizeof meta.model, "%s", c->model);
     char path[DT_PATH_MAX + 64];
     int rc = dt_ckpt_save_in_dir(c->job->log_dir, &c->snapshot, &meta, c->job->max_to_keep, path,
@@ -170,6 +203,38 @@ static int adopt(const dt_tensors *loaded, dt_tensors *dst, const char *path, dt
     return found;
 }
 
+/* Resuming says what it does: the checkpoint's job (its "job" metadata)
+ * against this one. Another model is a configuration error; any other
+ * field that changed (optimizer, learning rate, max_steps, ...) is listed
+ * in one line and this job's value applies from the restored step on, as a
+ * TF Estimator resumed with new hyperparameters would. A checkpoint with
+ * no job (an older file) or one this build cannot read is only noted. */
+static int compare_resumed(const chief *c, const char *path, const dt_ckpt_meta *meta,
+                           dt_err *err) {
+    if (!meta->job) return 0;
+    dt_job was;
+    dt_job_defaults(&was);
+    dt_err parse_err;
+    dt_err_clear(&parse_err);
+    char source[DT_PATH_MAX + 128], diff[DT_ERR_MSG_MAX];
+    snprintf(source, sizeof source, "%s: __metadata__ job", path);
+    if (dt_job_parse(meta->job, source, &was, &parse_err) < 0) {
+        dt_log(DT_LOG_WARN, "chief: %s; its job is not compared with this one", parse_err.msg);
+        return 0;
+    }
+    if (dt_job_diff(&was, c->job, dt_job_model_fields, diff, sizeof diff) > 0)
+        return dt_err_set(err, DT_ECONFIG,
+                          "chief: %s holds another model than this job's: %s (checkpoint -> "
+                          "job); give this job a new log_dir, or the old values back",
+                          path, diff);
+    if (dt_job_diff(&was, c->job, NULL, diff, sizeof diff) > 0)
+        dt_log(DT_LOG_INFO,
+               "chief: resuming %s (global_step %lld) with a changed job, this job's values "
+               "apply from now on: %s",
+               path, (long long)meta->global_step, diff);
+    return 0;
+}
+
 /* Loads the latest checkpoint into the chief's vars (and slots when it has
  * them all). 1 found, 0 none. */
 static int load_latest(chief *c, int64_t *global_step, dt_err *err) {
@@ -179,8 +244,14 @@ static int load_latest(chief *c, int64_t *global_step, dt_err *err) {
     char path[DT_PATH_MAX + 64];
     int found = dt_ckpt_restore_latest(c->job->log_dir, &loaded, &meta, path, sizeof path, err);
     if (found <= 0) return found;
+    int rc = compare_resumed(c, path, &meta, err);
+    dt_ckpt_meta_deinit(&meta);
+    if (rc < 0) {
+        dt_tensors_deinit(&loaded);
+        return rc;
+    }
     dt_tensors *vars = dt_worker_vars(c->w);
-    int rc = adopt(&loaded, vars, path, err);
+    rc = adopt(&loaded, vars, path, err);
     if (rc >= 0 && rc < vars->count)
         rc = dt_err_set(err, DT_EINVAL,
                         "%s: %d of this model's %d variables missing (was it "
@@ -679,6 +750,8 @@ static void chief_deinit(chief *c) {
     dt_ckpt_unlock_dir(c->lock_fd);
     dt_data_free(c->eval);
     free(c->snapshot.items);
+    free(c->job_json);
+    dt_tensors_deinit(&c->recipe);
     dt_tensors_deinit(&c->slots);
     dt_worker_free(c->w);
 }
@@ -694,7 +767,9 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     if (rc < 0) return rc;
     if ((rc = note_log_dir(&c, err)) < 0) goto out;
     if ((rc = dt_worker_open(params, &c.w, err)) < 0) goto out;
-    if ((rc = init_slots(&c, err)) < 0) goto out;
+    if ((rc = init_slots(&c, err)) < 0 || (rc = init_recipe(&c, err)) < 0 ||
+        (rc = init_snapshot(&c, err)) < 0)
+        goto out;
     if ((rc = creation_params(&c, params->cluster, err)) < 0) goto out;
     if (c.job->data.eval_data[0] && (rc = dt_job_open_eval(c.job, &c.eval, err)) < 0) goto out;
     if ((rc = start_model(&c, stop, err)) < 0) goto out;

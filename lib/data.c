@@ -79,10 +79,12 @@ struct dt_dataset {
     int64_t pos;    /* next position in order */
     int64_t *order; /* (size) shard-local indices, this epoch's order */
 
-    float *mem_x;  /* (size, F) line and files: the shard in index order */
-    float *mem_y;  /* (size) NULL when not labeled */
-    int labeled;   /* 0: a file read without labels */
-    float *true_w; /* (F) wide: w* */
+    float *mem_x;       /* (size, F) line and files: the shard in index order */
+    float *mem_y;       /* (size) NULL when not labeled */
+    int labeled;        /* 0: a file read without labels */
+    float *true_w;      /* (F) wide: w* */
+    double *scale_mean; /* (F) standardize: the statistics x was scaled with; else NULL */
+    double *scale_std;  /* (F) */
 
     float *batch_x; /* (batch_cap, F) reused across calls */
     float *batch_y; /* (batch_cap) */
@@ -261,6 +263,29 @@ static int scaling_fit(scaling *sc, const dt_reader_table *t, dt_err *err) {
     return 0;
 }
 
+/* Takes statistics given by the caller (a checkpoint's) instead of fitting
+ * them, after checking they are usable: F of each, finite, std > 0. */
+static int scaling_take(scaling *sc, const dt_data_stats *given, int F, dt_err *err) {
+    if (sc->kind != DT_SCALE_STANDARDIZE) return 0;
+    if (given->num_features != F)
+        return dt_err_set(err, DT_ECONFIG,
+                          "data: the scaling statistics are for %d features, but \"features\" "
+                          "is %d",
+                          given->num_features, F);
+    for (int j = 0; j < F; j++)
+        if (!isfinite(given->mean[j]) || !isfinite(given->std[j]) || !(given->std[j] > 0))
+            return dt_err_set(err, DT_EINVAL,
+                              "data: scaling statistic %d is not usable (mean %g, std %g)", j,
+                              given->mean[j], given->std[j]);
+    sc->mean = malloc((size_t)F * sizeof *sc->mean);
+    sc->std = malloc((size_t)F * sizeof *sc->std);
+    if (!sc->mean || !sc->std)
+        return dt_err_set(err, DT_ENOMEM, "data: no memory for the statistics of %d features", F);
+    memcpy(sc->mean, given->mean, (size_t)F * sizeof *sc->mean);
+    memcpy(sc->std, given->std, (size_t)F * sizeof *sc->std);
+    return 0;
+}
+
 static void scaling_apply(const scaling *sc, float *x, int64_t rows, int F) {
     if (sc->kind == DT_SCALE_DIVIDE) {
         const double inv = 1.0 / sc->divisor;
@@ -303,6 +328,7 @@ typedef struct {
     const dt_data_config *cfg;
     const dt_data_needs *needs;
     uint64_t seed;
+    const dt_data_stats *stats; /* held-out sets: the statistics to scale with, or NULL */
 } spec;
 
 static int source_of(const dt_data_config *cfg, int *source, dt_err *err) {
@@ -387,6 +413,17 @@ static int from_table(const spec *sp, dt_reader_table *t, const scaling *sc, int
     t->x = t->y = NULL;
     t->rows = 0;
     scaling_apply(sc, ds->mem_x, ds->size, (int)F);
+    if (sc->mean) { /* kept so a checkpoint can carry them (dt_data_stats_of) */
+        ds->scale_mean = malloc((size_t)F * sizeof *ds->scale_mean);
+        ds->scale_std = malloc((size_t)F * sizeof *ds->scale_std);
+        if (!ds->scale_mean || !ds->scale_std) {
+            dt_data_free(ds);
+            return dt_err_set(err, DT_ENOMEM, "data: no memory for the statistics of %lld features",
+                              (long long)F);
+        }
+        memcpy(ds->scale_mean, sc->mean, (size_t)F * sizeof *ds->scale_mean);
+        memcpy(ds->scale_std, sc->std, (size_t)F * sizeof *ds->scale_std);
+    }
     shuffle(ds);
     *out = ds;
     return 0;
@@ -426,7 +463,7 @@ fail:
 int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed, int shard,
                  int num_shards, dt_dataset **out, dt_err *err) {
     *out = NULL;
-    const spec sp = {cfg, needs, seed};
+    const spec sp = {cfg, needs, seed, NULL};
     int source = SRC_FILE, rc;
     if ((rc = source_of(cfg, &source, err)) < 0) return rc;
     if (source != SRC_FILE) {
@@ -511,7 +548,9 @@ static int open_held_out(const spec *sp, dt_labels_mode labels, dt_dataset **out
         rc = dt_err_set(err, DT_EINVAL, "data: eval: \"eval_data\" is not set");
         goto fail;
     }
-    if (sc.kind == DT_SCALE_STANDARDIZE) {
+    if (sp->stats) {
+        if ((rc = scaling_take(&sc, sp->stats, sp->needs->num_features, err)) < 0) goto fail;
+    } else if (sc.kind == DT_SCALE_STANDARDIZE) {
         /* The held-out set is scaled as the training set was; the training
          * file is read with its labels, so the rows are the ones training
          * keeps (skip_bad_rows) whatever the held-out file carries. */
@@ -535,14 +574,28 @@ fail:
 
 int dt_data_open_eval(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed,
                       dt_dataset **out, dt_err *err) {
-    const spec sp = {cfg, needs, seed};
+    const spec sp = {cfg, needs, seed, NULL};
     return open_held_out(&sp, DT_LABELS_REQUIRED, out, err);
 }
 
 int dt_data_open_unlabeled(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed,
                            dt_dataset **out, dt_err *err) {
-    const spec sp = {cfg, needs, seed};
+    const spec sp = {cfg, needs, seed, NULL};
     return open_held_out(&sp, DT_LABELS_NONE, out, err);
+}
+
+int dt_data_open_held_out(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed,
+                          const dt_data_stats *stats, int labeled, dt_dataset **out, dt_err *err) {
+    const spec sp = {cfg, needs, seed, stats};
+    return open_held_out(&sp, labeled ? DT_LABELS_REQUIRED : DT_LABELS_NONE, out, err);
+}
+
+void dt_data_stats_of(const dt_dataset *ds, dt_data_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!ds->scale_mean) return;
+    out->num_features = ds->features;
+    out->mean = ds->scale_mean;
+    out->std = ds->scale_std;
 }
 
 int64_t dt_data_size(const dt_dataset *ds) {
@@ -634,6 +687,8 @@ void dt_data_free(dt_dataset *ds) {
     free(ds->mem_x);
     free(ds->mem_y);
     free(ds->true_w);
+    free(ds->scale_mean);
+    free(ds->scale_std);
     free(ds->batch_x);
     free(ds->batch_y);
     free(ds);

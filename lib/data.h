@@ -120,6 +120,28 @@ int dt_data_open_eval(const dt_data_config *cfg, const dt_data_needs *needs, uin
  * "data: ". */
 int dt_data_open_unlabeled(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed,
                            dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
+/* The statistics "standardize" scales with: per feature, over the whole
+ * training file (views; the owner says how long they live). */
+typedef struct {
+    int num_features;   /* F; 0: none (the data is not standardized) */
+    const double *mean; /* (F) */
+    const double *std;  /* (F) each > 0 */
+} dt_data_stats;
+
+/* The statistics ds was scaled with, borrowed from ds (valid until
+ * dt_data_free); num_features 0 when it was not standardized. For the
+ * chief's checkpoints, which carry them. */
+void dt_data_stats_of(const dt_dataset *ds, dt_data_stats *out);
+
+/* dt_data_open_eval (labeled 1) or dt_data_open_unlabeled (labeled 0), scaled
+ * with stats when given (a checkpoint's: the training file is not read)
+ * instead of statistics taken from cfg->train_data; stats NULL is the same
+ * as those two. Given stats for another feature count are DT_ECONFIG; a
+ * mean or std that is not finite, or a std <= 0, DT_EINVAL. */
+int dt_data_open_held_out(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed,
+                          const dt_data_stats *stats, int labeled, dt_dataset **out,
+                          dt_err *err) DT_WARN_UNUSED;
+
 /* Examples in this shard. */
 int64_t dt_data_size(const dt_dataset *ds);
 /* Examples in the whole data set, all shards together (for files: the rows

@@ -108,6 +108,7 @@ static int look(evaluator *e, int *done, dt_err *err) {
         dt_err_clear(err);
         return 0;
     }
+    dt_ckpt_meta_deinit(&meta);          /* its job is not needed here */
     if (meta.global_step <= e->scored) { /* the newest was unreadable: an older one came */
         dt_tensors_deinit(&vars);
         return 0;

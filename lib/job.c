@@ -769,3 +769,116 @@ int dt_job_finish(dt_job *job, dt_err *err) {
     }
     return 0;
 }
+
+/* ---- the job as data: written into checkpoints, compared on resume ---- */
+
+const char *const dt_job_model_fields[] = {"model", "features", "classes", "hidden", NULL};
+const char *const dt_job_input_fields[] = {"data", "label_column", "scale", "scale_divisor", NULL};
+
+/* A number as raw JSON text that reads back to the same double: cJSON's
+ * own printing rounds to 15 digits when they look close enough, which
+ * would move a 2^53 seed. Values were checked finite. */
+static cJSON *exact_number(double x) {
+    char buf[40];
+    if (x == floor(x) && fabs(x) <= MAX_EXACT_INT)
+        snprintf(buf, sizeof buf, "%.0f", x);
+    else
+        snprintf(buf, sizeof buf, "%.17g", x);
+    return cJSON_CreateRaw(buf);
+}
+
+/* The JSON form of one field's value, as a job file gives it. */
+static cJSON *json_of_value(const field_value *v) {
+    switch (v->kind) {
+    case V_STRING: return cJSON_CreateString(v->str);
+    case V_BOOL: return cJSON_CreateBool(v->boolean);
+    case V_LIST: {
+        cJSON *a = cJSON_CreateArray();
+        for (int k = 0; a && k < v->count; k++) {
+            cJSON *e = exact_number(v->list[k]);
+            if (!e || !cJSON_AddItemToArray(a, e)) {
+                cJSON_Delete(e);
+                cJSON_Delete(a);
+                return NULL;
+            }
+        }
+        return a;
+    }
+    default: return exact_number(v->num);
+    }
+}
+
+int dt_job_to_json(const dt_job *job, char **out, dt_err *err) {
+    *out = NULL;
+    cJSON *root = cJSON_CreateObject();
+    int rc = root ? 0 : dt_err_set(err, DT_ENOMEM, "job: out of memory");
+    for (int i = 0; rc == 0 && i < NUM_FIELDS; i++) {
+        field_value v;
+        if ((rc = value_of_slot(job, &fields[i], &v, err))) break;
+        cJSON *j = json_of_value(&v);
+        if (!j || !cJSON_AddItemToObject(root, fields[i].name, j)) {
+            cJSON_Delete(j);
+            rc = dt_err_set(err, DT_ENOMEM, "job: out of memory");
+        }
+    }
+    if (rc == 0 && !(*out = cJSON_PrintUnformatted(root)))
+        rc = dt_err_set(err, DT_ENOMEM, "job: out of memory");
+    cJSON_Delete(root);
+    return rc;
+}
+
+static int same_value(const field_value *a, const field_value *b) {
+    if (a->kind != b->kind) return 0;
+    switch (a->kind) {
+    case V_STRING: return strcmp(a->str, b->str) == 0;
+    case V_BOOL: return a->boolean == b->boolean;
+    case V_LIST:
+        if (a->count != b->count) return 0;
+        for (int k = 0; k < a->count && k < LIST_MAX; k++)
+            if (a->list[k] != b->list[k]) return 0;
+        return 1;
+    default: return a->num == b->num;
+    }
+}
+
+/* v as a message shows it: "sgd", 0.05, true, [64, 32]. */
+static void show_value(const field_value *v, char *buf, size_t cap) {
+    if (v->kind != V_LIST) {
+        snprintf(buf, cap, "%s", v->got);
+        return;
+    }
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int k = 0; k < v->count && k < LIST_MAX && n < cap; k++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%.17g", k ? ", " : "", v->list[k]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+static int listed(const char *name, const char *const *names) {
+    if (!names) return 1;
+    for (; *names; names++)
+        if (strcmp(*names, name) == 0) return 1;
+    return 0;
+}
+
+int dt_job_diff(const dt_job *was, const dt_job *now, const char *const *names, char *buf,
+                size_t cap) {
+    int differ = 0;
+    size_t n = 0;
+    if (cap) buf[0] = '\0';
+    for (int i = 0; i < NUM_FIELDS; i++) {
+        const field *f = &fields[i];
+        field_value a, b;
+        if (!listed(f->name, names)) continue;
+        /* An unreadable slot (an unterminated string) shows as a difference. */
+        int bad_a = value_of_slot(was, f, &a, NULL), bad_b = value_of_slot(now, f, &b, NULL);
+        if (!bad_a && !bad_b && same_value(&a, &b)) continue;
+        char sa[200], sb[200];
+        show_value(&a, sa, sizeof sa);
+        show_value(&b, sb, sizeof sb);
+        if (n < cap)
+            n += (size_t)snprintf(buf + n, cap - n, "%s\"%s\" %s -> %s", differ ? ", " : "",
+                                  f->name, bad_a ? "?" : sa, bad_b ? "?" : sb);
+        differ++;
+    }
+    return differ;
+}

@@ -88,6 +88,25 @@ int dt_job_open_data(const dt_job *job, int shard, int num_shards, dt_dataset **
 int dt_job_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
 int dt_job_open_unlabeled(const dt_job *job, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
 
+/* The job as a JSON object holding every field, in conf/README.md's order
+ * (*out malloc'd, the caller frees it): a job file that dt_job_parse reads
+ * back to an equal job. Checkpoints carry it (the "job" metadata key), so
+ * a model can be scored and resumed without its config file. */
+int dt_job_to_json(const dt_job *job, char **out, dt_err *err) DT_WARN_UNUSED;
+
+/* The fields that fix the model's variables (their names and shapes), and
+ * the fields that say how a data file becomes the model's input. Each list
+ * is NULL-terminated, for dt_job_diff. */
+extern const char *const dt_job_model_fields[];
+extern const char *const dt_job_input_fields[];
+
+/* Compares the fields of was and now named in names (NULL: every field).
+ * Returns how many differ, and lists them in buf as
+ *   "learning_rate" 0.1 -> 0.05, "optimizer" "sgd" -> "adam"
+ * (was's value first), cut to cap - 1 bytes. */
+int dt_job_diff(const dt_job *was, const dt_job *now, const char *const *names, char *buf,
+                size_t cap);
+
 /* epochs * ceil(num_examples / batch_size), checked for overflow. */
 int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps,
                      dt_err *err) DT_WARN_UNUSED;

@@ -120,7 +120,8 @@ static int match(const char *what, const dt_job *job, const dt_tensor *specs, in
     }
     for (int i = 0; i < loaded->count; i++) {
         const char *name = loaded->items[i].name;
-        int known = is_slot_of(name, specs, count);
+        int known = is_slot_of(name, specs, count) || strcmp(name, DT_CKPT_SCALE_MEAN) == 0 ||
+                    strcmp(name, DT_CKPT_SCALE_STD) == 0;
         for (int k = 0; k < count && !known; k++)
             known = strcmp(name, specs[k].name) == 0;
         if (!known)
@@ -132,10 +133,112 @@ static int match(const char *what, const dt_job *job, const dt_tensor *specs, in
     return 0;
 }
 
-/* dt_predict_load, with messages that start "<what>: ". */
+/* Reads the checkpoint at path, or the latest in log_dir when path is NULL
+ * or "", into *loaded and *m; where (DT_PATH_MAX + 64 bytes) gets its path. */
+static int read_checkpoint(const char *what, const char *path, const char *log_dir,
+                           dt_tensors *loaded, dt_ckpt_meta *m, char *where, size_t cap,
+                           dt_err *err) {
+    if (path && *path) {
+        if (strlen(path) >= cap)
+            return dt_err_set(err, DT_EINVAL, "%s: checkpoint path of %zu bytes is too long", what,
+                              strlen(path));
+        snprintf(where, cap, "%s", path);
+        return dt_ckpt_load(path, loaded, m, err);
+    }
+    int found = dt_ckpt_restore_latest(log_dir, loaded, m, where, cap, err);
+    if (found == 0)
+        return dt_err_set(err, DT_ENOTFOUND,
+                          "%s: no checkpoint in %.*s (train the job first, or name a "
+                          "checkpoint file)",
+                          what, DT_PATH_MAX, log_dir);
+    return found < 0 ? found : 0;
+}
+
+/* The checkpoint's job (its "job" metadata) into *job: the defaults, then
+ * its fields, then dt_job_finish. */
+static int job_of_meta(const char *what, const dt_ckpt_meta *m, const char *where, dt_job *job,
+                       dt_err *err) {
+    char source[DT_PATH_MAX + 128];
+    snprintf(source, sizeof source, "%s: __metadata__ job", where);
+    dt_job_defaults(job);
+    int rc = dt_job_parse(m->job, source, job, err);
+    if (rc == 0) rc = dt_job_finish(job, err);
+    if (rc == 0) return 0;
+    dt_err_wrap(err, rc, "%s", what);
+    if (err) err->code = DT_ECONFIG; /* a config that this build cannot take */
+    return DT_ECONFIG;
+}
+
+/* A job given beside a checkpoint that carries its own must agree with it
+ * on the model and on how data becomes its input: anything else would
+ * score or predict with a model the checkpoint is not. */
+static int check_job(const char *what, const dt_job *job, const dt_ckpt_meta *m, const char *where,
+                     dt_err *err) {
+    if (!m->job) return 0; /* an older checkpoint: the job is all there is */
+    dt_job *trained = malloc(sizeof *trained);
+    if (!trained) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
+    int rc = job_of_meta(what, m, where, trained, err);
+    char diff[DT_ERR_MSG_MAX / 2];
+    int n = 0;
+    if (rc == 0 && ((n = dt_job_diff(trained, job, dt_job_model_fields, diff, sizeof diff)) > 0 ||
+                    (n = dt_job_diff(trained, job, dt_job_input_fields, diff, sizeof diff)) > 0))
+        rc = dt_err_set(err, DT_ECONFIG,
+                        "%s: %s: the job config disagrees with the job the checkpoint was "
+                        "trained with: %s (checkpoint -> config); leave out --config to use "
+                        "the checkpoint's",
+                        what, where, diff);
+    free(trained);
+    return rc;
+}
+
+/* The scaling statistics a checkpoint carries, copied out of it. */
+typedef struct {
+    double *mean, *std; /* (F) owned */
+    dt_data_stats view; /* num_features 0: the checkpoint has none */
+} ckpt_stats;
+
+static void stats_deinit(ckpt_stats *st) {
+    free(st->mean);
+    free(st->std);
+    memset(st, 0, sizeof *st);
+}
+
+/* Takes "scale/mean" and "scale/std" from loaded when the job standardizes
+ * and the checkpoint has both (F64 (F), F the job's features). */
+static int stats_of(const char *what, const dt_job *job, const dt_tensors *loaded,
+                    const char *where, ckpt_stats *st, dt_err *err) {
+    memset(st, 0, sizeof *st);
+    const dt_tensor *mean = dt_tensors_find(loaded, DT_CKPT_SCALE_MEAN);
+    const dt_tensor *std = dt_tensors_find(loaded, DT_CKPT_SCALE_STD);
+    if (job->data.scale != DT_SCALE_STANDARDIZE || !mean || !std) return 0;
+    const int F = job->model.num_features;
+    for (int i = 0; i < 2; i++) {
+        const dt_tensor *t = i ? std : mean;
+        if (t->dtype != DT_DTYPE_F64 || t->ndim != 1 || t->shape[0] != F)
+            return dt_err_set(err, DT_ECONFIG,
+                              "%s: %s: \"%s\" is not F64 (%d), the shape of the scaling "
+                              "statistics of %d features",
+                              what, where, t->name, F, F);
+    }
+    st->mean = malloc(mean->nbytes);
+    st->std = malloc(std->nbytes);
+    if (!st->mean || !st->std) {
+        stats_deinit(st);
+        return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
+    }
+    memcpy(st->mean, mean->data, mean->nbytes);
+    memcpy(st->std, std->data, std->nbytes);
+    st->view = (dt_data_stats){.num_features = F, .mean = st->mean, .std = st->std};
+    return 0;
+}
+
+/* dt_predict_load, with messages that start "<what>: "; stats (may be
+ * NULL) gets the checkpoint's scaling statistics. */
 static int load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
-                dt_ckpt_meta *meta, char *path_out, size_t path_cap, dt_err *err) {
+                dt_ckpt_meta *meta, char *path_out, size_t path_cap, ckpt_stats *stats,
+                dt_err *err) {
     memset(vars, 0, sizeof *vars);
+    if (stats) memset(stats, 0, sizeof *stats);
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int count = 0, rc;
     dt_tensors loaded;
@@ -144,44 +247,62 @@ static int load(const char *what, const dt_job *job, const char *path, dt_tensor
     memset(&m, 0, sizeof m);
     char where[DT_PATH_MAX + 64];
     if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) return rc;
-    if (path && *path) {
-        if (strlen(path) >= sizeof where)
-            return dt_err_set(err, DT_EINVAL, "%s: checkpoint path of %zu bytes is too long", what,
-                              strlen(path));
-        snprintf(where, sizeof where, "%s", path);
-        if ((rc = dt_ckpt_load(path, &loaded, &m, err)) < 0) goto fail;
-    } else {
-        int found = dt_ckpt_restore_latest(job->log_dir, &loaded, &m, where, sizeof where, err);
-        if (found < 0) {
-            rc = found;
-            goto fail;
-        }
-        if (found == 0) {
-            rc = dt_err_set(err, DT_ENOTFOUND,
-                            "%s: no checkpoint in %.*s (train the job first, or name a "
-                            "checkpoint file)",
-                            what, (int)sizeof job->log_dir, job->log_dir);
-            goto fail;
-        }
-    }
+    if ((rc = read_checkpoint(what, path, job->log_dir, &loaded, &m, where, sizeof where, err)) < 0)
+        goto fail;
+    if ((rc = check_job(what, job, &m, where, err)) < 0) goto fail;
     if ((rc = match(what, job, specs, count, &loaded, &m, where, err)) < 0) goto fail;
+    if (stats && (rc = stats_of(what, job, &loaded, where, stats, err)) < 0) goto fail;
     if ((rc = dt_tensors_init(vars, specs, count, err)) < 0) goto fail;
     for (int i = 0; i < count; i++)
         memcpy(vars->items[i].data, dt_tensors_find(&loaded, specs[i].name)->data,
                vars->items[i].nbytes);
-    if (meta) *meta = m;
     if (path_out && path_cap) snprintf(path_out, path_cap, "%s", where);
     dt_log(DT_LOG_INFO, "%s: read %s (global_step %lld, %s)", what, where, (long long)m.global_step,
            m.model[0] ? m.model : "no model description");
+    if (meta) {
+        *meta = m;
+        m.job = NULL; /* the caller's now */
+    }
 fail:
+    dt_ckpt_meta_deinit(&m);
     dt_tensors_deinit(&loaded);
-    if (rc < 0) dt_tensors_deinit(vars);
+    if (rc < 0) {
+        dt_tensors_deinit(vars);
+        if (stats) stats_deinit(stats);
+    }
     return rc;
 }
 
 int dt_predict_load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
                     dt_ckpt_meta *meta, char *path_out, size_t path_cap, dt_err *err) {
-    return load(what, job, path, vars, meta, path_out, path_cap, err);
+    return load(what, job, path, vars, meta, path_out, path_cap, NULL, err);
+}
+
+int dt_predict_job_of(const char *what, const char *path, const char *log_dir, dt_job *job,
+                      char *path_out, size_t path_cap, dt_err *err) {
+    dt_tensors loaded;
+    memset(&loaded, 0, sizeof loaded);
+    dt_ckpt_meta m;
+    memset(&m, 0, sizeof m);
+    char where[DT_PATH_MAX + 64];
+    int rc = read_checkpoint(what, path, log_dir, &loaded, &m, where, sizeof where, err);
+    dt_tensors_deinit(&loaded);
+    if (rc == 0 && !m.job)
+        rc = dt_err_set(err, DT_ECONFIG,
+                        "%s: %s carries no job config (a checkpoint of an older dtrain): give "
+                        "--config FILE, the job it was trained with",
+                        what, where);
+    if (rc == 0) rc = job_of_meta(what, &m, where, job, err);
+    if (rc == 0 && path_out) {
+        if (strlen(where) >= path_cap)
+            rc = dt_err_set(err, DT_EINVAL, "%s: %s: path too long", what, where);
+        else
+            snprintf(path_out, path_cap, "%s", where);
+    }
+    if (rc == 0)
+        dt_log(DT_LOG_INFO, "%s: the job config is the one %s was trained with", what, where);
+    dt_ckpt_meta_deinit(&m);
+    return rc;
 }
 
 /* ---- sessions --------------------------------------------------------- */
@@ -271,17 +392,25 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
     dt_data_needs needs;
     dt_model_data_needs(&p->job->model, &needs);
     dt_ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    ckpt_stats stats;
+    memset(&stats, 0, sizeof stats);
     int rc = data_config(what, p, d, err);
     if (rc == 0)
         rc = load(what, p->job, p->checkpoint, &s->vars, &meta, r->checkpoint, sizeof r->checkpoint,
-                  err);
+                  &stats, err);
     if (rc == 0) rc = dt_model_new(&p->job->model, &s->model, err);
     if (rc == 0) rc = labels_of(what, d, &needs, &s->labeled, err);
+    /* Scaled with the checkpoint's statistics when it has them, so the
+     * training file need not exist; an older checkpoint's job reads it. */
     if (rc == 0)
-        rc = s->labeled ? dt_data_open_eval(d, &needs, p->job->seed, &s->data, err)
-                        : dt_data_open_unlabeled(d, &needs, p->job->seed, &s->data, err);
+        rc = dt_data_open_held_out(d, &needs, p->job->seed,
+                                   stats.view.num_features ? &stats.view : NULL, s->labeled,
+                                   &s->data, err);
     if (rc == 0) rc = dt_data_all(s->data, &s->all, err);
     free(d);
+    stats_deinit(&stats);
+    dt_ckpt_meta_deinit(&meta);
     if (rc < 0) {
         session_close(s);
         return rc;

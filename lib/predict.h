@@ -73,13 +73,28 @@ typedef struct {
  * (the caller deinits it on success; on failure it is left empty). path
  * NULL or "" takes the latest loadable checkpoint of job->log_dir. Every
  * variable of the model must be in the file with its dtype and shape, and
- * every tensor of the file must be a variable of the model or one of its
- * optimizer slots ("<variable>/<slot>", ignored): otherwise DT_EINVAL naming
- * the variable, its two shapes and the two model descriptions. meta and
- * path_out (path_cap bytes) may be NULL. Messages start "<what>: ". */
+ * every tensor of the file must be a variable of the model, one of its
+ * optimizer slots ("<variable>/<slot>", ignored) or the scaling statistics:
+ * otherwise DT_EINVAL naming the variable, its two shapes and the two model
+ * descriptions. When the checkpoint carries the job it was trained with,
+ * the job's model and input fields (dt_job_model_fields,
+ * dt_job_input_fields) must equal its: otherwise DT_ECONFIG naming each
+ * field and both values. meta and path_out (path_cap bytes) may be NULL;
+ * meta->job is the caller's to free (dt_ckpt_meta_deinit). Messages start
+ * "<what>: ". */
 int dt_predict_load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
                     dt_ckpt_meta *meta, char *path_out, size_t path_cap,
                     dt_err *err) DT_WARN_UNUSED;
+
+/* The job a checkpoint was trained with, from its "job" metadata (the
+ * defaults, then its fields, then dt_job_finish), for eval and predict with
+ * no job file: path, or NULL or "" for the latest checkpoint of log_dir;
+ * path_out (path_cap bytes; may be NULL) gets the file read, so the
+ * variables are then read from the same one. A checkpoint without a job
+ * (an older dtrain's), or one whose job this build refuses, is DT_ECONFIG
+ * saying so. Messages start "<what>: ". */
+int dt_predict_job_of(const char *what, const char *path, const char *log_dir, dt_job *job,
+                      char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 
 /* Loss and accuracy of the checkpoint's model on the data, into *out
  * (zeroed first; loss and accuracy NaN on failure). Data without labels is

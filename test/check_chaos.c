@@ -608,6 +608,7 @@ static void check_ckpt_files(void) {
         int rc = dt_ckpt_load(path, &ts, &meta, &err);
         ck_assert_msg(rc == 0, "%s does not load: %s", path, err.msg);
         dt_tensors_deinit(&ts);
+        dt_ckpt_meta_deinit(&meta);
         ck_assert_msg(meta.global_step == step, "%s holds global_step %" PRId64, path,
                       meta.global_step);
         struct stat st;

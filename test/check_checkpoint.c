@@ -241,7 +241,7 @@ static void flip_data_byte(const char *path, size_t index_in_data) {
 START_TEST(test_round_trip) {
     char path[1024];
     tmp_path(path, sizeof path, "rt.safetensors");
-    dt_tensors ts, back;
+    dt_tensors ts, back, again_job;
     build_model(&ts, 7);
     /* Bit patterns a float-by-float copy could lose: a NaN with a payload
      * and a negative zero (already in the weight). */
@@ -261,6 +261,22 @@ START_TEST(test_round_trip) {
     ck_assert_int_eq(back.items[1].ndim, 0);
     ck_assert_int_eq(got.global_step, 1200);
     ck_assert_str_eq(got.model, meta.model);
+    ck_assert_ptr_null(got.job); /* none saved */
+    /* The job config travels as given. */
+    char job[] = "{\"model\":\"linear\",\"learning_rate\":0.05,\"log_dir\":\"runs/\\u00e9\"}";
+    meta.job = job;
+    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_ckpt_load(path, &again_job, &got, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(got.job, job);
+    dt_ckpt_meta_deinit(&got);
+    ck_assert_ptr_null(got.job);
+    dt_tensors_deinit(&again_job);
+    /* One that is not a JSON object is refused before anything is written. */
+    char not_object[] = "[1, 2]";
+    meta.job = not_object;
+    ck_assert_int_eq(dt_ckpt_save(path, &ts, &meta, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "job is not a JSON object"), "%s", err.msg);
+    dt_err_clear(&err);
     /* A NULL meta is allowed. */
     dt_tensors again;
     ck_assert_msg(dt_ckpt_load(path, &again, NULL, &err) == 0, "%s", err.msg);
@@ -618,6 +634,8 @@ static const bad_case bad_headers[] = {
      "unsupported format \"dtrain.checkpoint.v2\""},
     {"{\"__metadata__\":{\"crc32c\":\"0\"}}", 4, "4 bytes after the last tensor"},
     {"{\"__metadata__\":{\"crc32c\":\"1\"}}", 0, "crc32c mismatch: header says 1, data has 0"},
+    {"{\"__metadata__\":{\"job\":\"[1]\"}}", 0, "__metadata__ job is not a JSON object"},
+    {"{\"__metadata__\":{\"job\":\"{\\\"a\\\":\"}}", 0, "__metadata__ job is not a JSON object"},
 };
 
 START_TEST(test_bad_header) {

@@ -697,6 +697,49 @@ START_TEST(test_job_parse_fields) {
 }
 END_TEST
 
+/* A job written as JSON reads back equal, field by field; dt_job_diff
+ * names what differs with both values, and only within the fields asked. */
+START_TEST(test_job_to_json_and_diff) {
+    dt_job job, back;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    const char *text = "{\"model\": \"mlp\", \"hidden\": [64, 32], \"classes\": 10,\n"
+                       " \"features\": 784, \"optimizer\": \"adam\", \"learning_rate\": 0.001,\n"
+                       " \"lr_schedule\": \"piecewise\", \"boundaries\": [100],\n"
+                       " \"lr_values\": [0.1, 0.01], \"seed\": 9007199254740992,\n"
+                       " \"log_dir\": \"runs/\\\"q\\\" b\", \"nesterov\": true, \"max_steps\": 5}";
+    ck_assert_msg(dt_job_parse(text, SRC, &job, &err) == 0, "%s", err.msg);
+    char *json = NULL;
+    ck_assert_msg(dt_job_to_json(&job, &json, &err) == 0, "%s", err.msg);
+    dt_job_defaults(&back);
+    back.batch_size = 999; /* every field is written, so the defaults do not matter */
+    ck_assert_msg(dt_job_parse(json, "ckpt", &back, &err) == 0, "%s: %s", err.msg, json);
+    char diff[512];
+    ck_assert_msg(dt_job_diff(&job, &back, NULL, diff, sizeof diff) == 0, "%s", diff);
+    ck_assert_int_eq(back.batch_size, job.batch_size);
+    ck_assert_str_eq(back.log_dir, "runs/\"q\" b");
+    ck_assert_int_eq(back.model.num_hidden, 2);
+    ck_assert_int_eq(back.model.hidden[1], 32);
+    free(json);
+
+    back.optim.learning_rate = 0.05;
+    back.model.hidden[1] = 16;
+    snprintf(back.optim.name, sizeof back.optim.name, "sgd");
+    ck_assert_int_eq(dt_job_diff(&job, &back, NULL, diff, sizeof diff), 3);
+    ck_assert_str_eq(diff, "\"hidden\" [64, 32] -> [64, 16], \"optimizer\" \"adam\" -> \"sgd\", "
+                           "\"learning_rate\" 0.001 -> 0.05");
+    ck_assert_int_eq(dt_job_diff(&job, &back, dt_job_model_fields, diff, sizeof diff), 1);
+    ck_assert_str_eq(diff, "\"hidden\" [64, 32] -> [64, 16]");
+    ck_assert_int_eq(dt_job_diff(&job, &back, dt_job_input_fields, diff, sizeof diff), 0);
+    ck_assert_str_eq(diff, "");
+    /* A buffer too small is cut, never overrun; the count stays right. */
+    char tiny[8];
+    ck_assert_int_eq(dt_job_diff(&job, &back, NULL, tiny, sizeof tiny), 3);
+    ck_assert_uint_eq(strlen(tiny), sizeof tiny - 1);
+}
+END_TEST
+
 /* ---- job: bad files ---- */
 
 START_TEST(test_job_wrong_type) {
@@ -1114,6 +1157,7 @@ Suite *cluster_suite(void) {
     tcase_add_test(tj, test_job_defaults);
     tcase_add_test(tj, test_job_conf_linear);
     tcase_add_test(tj, test_job_parse_fields);
+    tcase_add_test(tj, test_job_to_json_and_diff);
     tcase_add_test(tj, test_job_wrong_type);
     tcase_add_test(tj, test_job_bad_values);
     tcase_add_test(tj, test_job_unknown_field);

@@ -395,8 +395,8 @@ START_TEST(cli_bad_input) {
     dt_test_job_expect_error(&J, run(bad_level), 2, "loud", NULL, NULL);
     const char *help[] = {"predict", "--help", NULL};
     ck_assert_int_eq(run(help), 0);
-    ck_assert_msg(strstr(J.out, "dtrain eval --config") && strstr(J.out, "dtrain predict"),
-                  "--help: %s", J.out);
+    ck_assert_msg(strstr(J.out, "dtrain eval [--config FILE]") && strstr(J.out, "dtrain predict"),
+                  "--help lacks the tools' usage lines");
 
     /* Missing or wrong files: status 1. */
     const char *no_ckpt[] = {"eval", "--config", job, "--log-dir", empty_dir, NULL};
@@ -599,6 +599,69 @@ START_TEST(evaluator_bad_checkpoints) {
 }
 END_TEST
 
+/* ---- a checkpoint is the whole model -------------------------------------- */
+
+/* A chief's checkpoint carries its job and its scaling statistics: predict
+ * and eval need neither the job file nor the training file; a config that
+ * disagrees with the checkpoint on the input is exit 2 naming the field;
+ * a rerun with changed hyperparameters says what changed, and one with
+ * another model is exit 2 naming it. */
+START_TEST(recipe_travels_with_checkpoint) {
+    char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP], moved[PATH_CAP];
+    write_set(SET_BINARY, 200, 61, "train.csv", train_path, NULL);
+    write_set(SET_BINARY, 50, 62, "eval.csv", eval_path, NULL);
+    write_job("\"model\": \"logistic\", \"classes\": 2", train_path, eval_path,
+              "\"scale\": \"standardize\", \"optimizer\": \"sgd\", \"learning_rate\": 1.0, "
+              "\"batch_size\": 20, \"max_steps\": 100",
+              job);
+    train(job);
+    const char *with_config[] = {"predict", "--config", job,       "--log-dir",
+                                 J.log_dir, "--data",   eval_path, NULL};
+    ck_assert_msg(run(with_config) == 0, "predict: %s", J.err);
+    char *expected = strdup(J.out);
+    ck_assert_ptr_nonnull(expected);
+
+    path_of("train.csv.moved", moved);
+    ck_assert_int_eq(rename(train_path, moved), 0);
+    const char *bare[] = {"predict", "--log-dir", J.log_dir, "--data", eval_path, NULL};
+    ck_assert_msg(run(bare) == 0, "predict without a config: %s", J.err);
+    ck_assert_msg(strcmp(J.out, expected) == 0, "without the files:\n%s\nwith them:\n%s", J.out,
+                  expected);
+    ck_assert_msg(strstr(J.err, "the job config is the one"), "%s", J.err);
+    free(expected);
+    const char *eval_bare[] = {"eval", "--log-dir", J.log_dir, NULL}; /* its eval_data */
+    ck_assert_msg(run(eval_bare) == 0, "eval without a config: %s", J.err);
+    ck_assert_msg(strstr(J.out, "accuracy 1.0000 examples 50 global_step 100"), "%s", J.out);
+    const char *disagree[] = {"predict",   "--config", job,      "--set",   "scale=none",
+                              "--log-dir", J.log_dir,  "--data", eval_path, NULL};
+    dt_test_job_expect_error(&J, run(disagree), 2, "\"scale\" \"standardize\" -> \"none\"",
+                             "checkpoint -> config", NULL);
+    ck_assert_int_eq(rename(moved, train_path), 0);
+
+    /* Rerun on: new hyperparameters are said and applied. */
+    const char *more[] = {"max_steps=140", "learning_rate=0.5"};
+    dt_test_job_set(&J, more, 2);
+    dt_test_job_run(&J, "-more", JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&J, "chief-more",
+                                      "with a changed job, this job's values apply from now on: "
+                                      "\"learning_rate\" 1 -> 0.5, \"max_steps\" 100 -> 140"),
+                  "no resume line:%s", dt_test_job_report(&J));
+    ck_assert_int_eq(dt_test_ckpt_max(J.log_dir), 140);
+
+    /* Another model in the same log dir: the chief refuses it. */
+    const char *other[] = {"max_steps=200", "model=softmax"};
+    dt_test_job_set(&J, other, 2);
+    pid_t ps = dt_test_job_start(&J, "ps", 0, "ps-other");
+    pid_t chief = dt_test_job_start(&J, "worker", 0, "chief-other");
+    dt_test_job_expect_exit(&J, chief, "chief", JOB_TIMEOUT_MS, 2);
+    ck_assert_msg(dt_test_job_log_has(&J, "chief-other",
+                                      "holds another model than this job's: \"model\" "
+                                      "\"logistic\" -> \"softmax\""),
+                  "no refusal:%s", dt_test_job_report(&J));
+    (void)ps; /* stopped by the teardown */
+}
+END_TEST
+
 Suite *models_e2e_suite(void) {
     Suite *s = suite_create("models_e2e");
     TCase *tc = dt_test_job_tcase(s, "models_e2e", TEST_TIMEOUT_S, setup, teardown);
@@ -609,5 +672,6 @@ Suite *models_e2e_suite(void) {
     tcase_add_test(tc, cli_bad_input);
     tcase_add_test(tc, evaluator_follows_training);
     tcase_add_test(tc, evaluator_bad_checkpoints);
+    tcase_add_test(tc, recipe_travels_with_checkpoint);
     return s;
 }

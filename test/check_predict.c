@@ -909,6 +909,132 @@ START_TEST(bad_rows_without_labels) {
 }
 END_TEST
 
+/* ---- the recipe a checkpoint carries ---------------------------------- */
+
+/* Saves the job's model as the chief does: its variables, the job as JSON,
+ * and the scaling statistics of its training data. */
+static void save_with_recipe(const dt_job *job, const float *values, int64_t step, const char *name,
+                             char *path) {
+    dt_tensors vars, all;
+    vars_of(job, values, &vars);
+    dt_err err = {0};
+    dt_dataset *ds = NULL;
+    ck_assert_msg(dt_job_open_data(job, 0, 1, &ds, &err) == 0, "%s", err.msg);
+    dt_data_stats st;
+    dt_data_stats_of(ds, &st);
+    ck_assert_int_eq(st.num_features, job->model.num_features);
+    dt_tensor specs[DT_MODEL_MAX_VARS + 2];
+    int n = vars.count;
+    for (int i = 0; i < n; i++)
+        specs[i] = vars.items[i];
+    specs[n] = (dt_tensor){.name = DT_CKPT_SCALE_MEAN, .dtype = DT_DTYPE_F64, .ndim = 1};
+    specs[n + 1] = (dt_tensor){.name = DT_CKPT_SCALE_STD, .dtype = DT_DTYPE_F64, .ndim = 1};
+    specs[n].shape[0] = specs[n + 1].shape[0] = st.num_features;
+    ck_assert_msg(dt_tensors_init(&all, specs, n + 2, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < n; i++)
+        memcpy(all.items[i].data, vars.items[i].data, vars.items[i].nbytes);
+    memcpy(all.items[n].data, st.mean, all.items[n].nbytes);
+    memcpy(all.items[n + 1].data, st.std, all.items[n + 1].nbytes);
+    dt_data_free(ds);
+    dt_ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.global_step = step;
+    dt_model_describe(&job->model, meta.model, sizeof meta.model);
+    ck_assert_msg(dt_job_to_json(job, &meta.job, &err) == 0, "%s", err.msg);
+    path_of(name, path);
+    ck_assert_msg(dt_ckpt_save(path, &all, &meta, &err) == 0, "%s", err.msg);
+    free(meta.job);
+    dt_tensors_deinit(&all);
+    dt_tensors_deinit(&vars);
+}
+
+/* A standardized model predicts the same with its job file and training
+ * file, and with neither: the checkpoint carries both what the job says
+ * and the statistics the training file gave. */
+START_TEST(recipe_predicts_without_config_or_training_file) {
+    char train[PATH_CAP], data[PATH_CAP], ckpt[PATH_CAP], a[PATH_CAP], b[PATH_CAP];
+    write_tmp("train.csv", "x1,x2,label\n0,10,0\n2,30,0\n4,20,1\n6,60,1\n", train);
+    write_tmp("new.csv", "x1,x2\n3,15\n8,40\n-1,0\n", data);
+    dt_job job = job_of(DT_MODEL_LOGISTIC, 2, 2, data);
+    snprintf(job.data.train_data, sizeof job.data.train_data, "%s", train);
+    job.data.eval_data[0] = '\0';
+    job.data.scale = DT_SCALE_STANDARDIZE;
+    const float w[] = {1.5f, -0.75f, 0.25f};
+    save_with_recipe(&job, w, 7, "r.safetensors", ckpt);
+    path_of("a.csv", a);
+    path_of("b.csv", b);
+    write_ok(&job, ckpt, data, NULL, a);
+    ck_assert_int_eq(out_csv.rows, 3);
+    ck_assert_int_eq(unlink(train), 0); /* the training file is gone */
+
+    dt_job from_ckpt;
+    char where[PATH_CAP];
+    dt_err err = {0};
+    ck_assert_msg(dt_predict_job_of("predict", ckpt, NULL, &from_ckpt, where, sizeof where, &err) ==
+                      0,
+                  "%s", err.msg);
+    ck_assert_str_eq(where, ckpt);
+    char diff[512];
+    ck_assert_msg(dt_job_diff(&job, &from_ckpt, NULL, diff, sizeof diff) == 0, "%s", diff);
+    dt_predict_result r = write_ok(&from_ckpt, ckpt, data, NULL, b);
+    ck_assert_int_eq(r.global_step, 7);
+    char *ta = dt_test_read_file(a, NULL), *tb = dt_test_read_file(b, NULL);
+    ck_assert_ptr_nonnull(ta);
+    ck_assert_ptr_nonnull(tb);
+    ck_assert_msg(strcmp(ta, tb) == 0, "with the files:\n%s\nwithout:\n%s", ta, tb);
+    free(ta);
+    free(tb);
+    /* With the job file too but no training file: the statistics still
+     * come from the checkpoint. */
+    write_ok(&job, ckpt, data, NULL, b);
+    ck_assert_int_eq(out_csv.rows, 3);
+}
+END_TEST
+
+/* A job that disagrees with the checkpoint's on the model or its input is
+ * a configuration error naming the field and both values; one that
+ * differs elsewhere (the learning rate) is not. */
+START_TEST(recipe_refuses_a_disagreeing_config) {
+    char train[PATH_CAP], data[PATH_CAP], ckpt[PATH_CAP];
+    write_tmp("train.csv", "x1,x2,label\n0,10,0\n2,30,0\n4,20,1\n6,60,1\n", train);
+    dt_job job = job_of(DT_MODEL_LOGISTIC, 2, 2, train);
+    job.data.scale = DT_SCALE_STANDARDIZE;
+    const float w[] = {1.5f, -0.75f, 0.25f};
+    save_with_recipe(&job, w, 7, "r.safetensors", ckpt);
+    snprintf(data, sizeof data, "%s", train);
+
+    dt_job other = job;
+    other.data.scale = DT_SCALE_NONE;
+    write_fails(&other, ckpt, data, DT_ECONFIG, "\"scale\" \"standardize\" -> \"none\"",
+                "checkpoint -> config");
+    other = job;
+    snprintf(other.data.label_column, sizeof other.data.label_column, "x1");
+    eval_fails(&other, ckpt, data, NULL, DT_ECONFIG, "\"label_column\" \"label\" -> \"x1\"", NULL);
+    other = job;
+    other.optim.learning_rate = 0.5;
+    dt_predict_result r = eval_ok(&other, ckpt, data, NULL);
+    ck_assert_int_eq(r.examples, 4);
+}
+END_TEST
+
+/* A checkpoint of an older dtrain has no job: without a config that is a
+ * configuration error saying what to give. */
+START_TEST(old_checkpoint_needs_config) {
+    char data[PATH_CAP], ckpt[PATH_CAP];
+    write_tmp("d.csv", "x,label\n1,0\n", data);
+    dt_job job = job_of(DT_MODEL_LOGISTIC, 1, 2, data);
+    const float w[] = {1, 0};
+    save_ckpt(&job, w, 3, "old.safetensors", ckpt);
+    dt_job from_ckpt;
+    dt_err err = {0};
+    int rc = dt_predict_job_of("eval", ckpt, NULL, &from_ckpt, NULL, 0, &err);
+    ck_assert_int_eq(rc, DT_ECONFIG);
+    ck_assert_msg(strstr(err.msg, "carries no job config") && strstr(err.msg, "--config"), "%s",
+                  err.msg);
+    eval_ok(&job, ckpt, NULL, NULL); /* with its config it still works */
+}
+END_TEST
+
 Suite *predict_suite(void) {
     Suite *s = suite_create("predict");
     TCase *tc = tcase_create("predict");
@@ -933,6 +1059,9 @@ Suite *predict_suite(void) {
     tcase_add_test(tc, idx_without_labels);
     tcase_add_test(tc, eval_needs_labels);
     tcase_add_test(tc, bad_rows_without_labels);
+    tcase_add_test(tc, recipe_predicts_without_config_or_training_file);
+    tcase_add_test(tc, recipe_refuses_a_disagreeing_config);
+    tcase_add_test(tc, old_checkpoint_needs_config);
     suite_add_tcase(s, tc);
     return s;
 }

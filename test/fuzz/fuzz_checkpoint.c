@@ -142,6 +142,9 @@ static void load_file(const uint8_t *data, size_t size) {
         abort();
     }
     CHECK(meta.global_step == meta2.global_step && strcmp(meta.model, meta2.model) == 0);
+    CHECK(!meta.job == !meta2.job && (!meta.job || strcmp(meta.job, meta2.job) == 0));
+    dt_ckpt_meta_deinit(&meta);
+    dt_ckpt_meta_deinit(&meta2);
     CHECK(ts.count == ts2.count);
     for (int i = 0; i < ts.count; i++) {
         const dt_tensor *a = &ts.items[i], *b = dt_tensors_find(&ts2, a->name);
@@ -174,6 +177,7 @@ static void restore_with_state(const uint8_t *data, size_t size) {
         check_tensors(&ts);
         CHECK(memchr(found, '\0', sizeof found) != NULL);
         dt_tensors_deinit(&ts);
+        dt_ckpt_meta_deinit(&meta);
     }
 }
 
