@@ -569,14 +569,53 @@ static int evaluate(chief *c, int64_t step, dt_err *err) {
     return 0;
 }
 
-/* The step's summaries: loss and rate, then staleness. */
+/* A histogram of n floats under tag, as tf.summary.histogram writes one;
+ * values that are not finite are left out of it and counted under
+ * "<tag>/nonfinite", written only when there are any. */
+static int summarize_floats(dt_summary_writer *sw, int64_t step, const char *tag,
+                            const float *values, int64_t n, dt_err *err) {
+    int64_t nonfinite = 0;
+    int rc = dt_summary_histogram_floats(sw, step, tag, values, n, &nonfinite, err);
+    if (rc < 0 || nonfinite == 0) return rc;
+    char count_tag[DT_TENSOR_NAME_MAX + 16];
+    snprintf(count_tag, sizeof count_tag, "%s/nonfinite", tag);
+    const char *tags[] = {count_tag};
+    double values_nonfinite[] = {(double)nonfinite};
+    return dt_summary_scalars(sw, step, tags, values_nonfinite, 1, err);
+}
+
+/* TF's tf.summary.histogram(var.op.name, var) for every variable, with the
+ * values the chief holds (those its step pulled, or with fuse_push_pull
+ * those its push brought back: no extra pull), and "output": the model's
+ * outputs on the step's batch (dt_model_output: predictions for linear,
+ * logits for the classifiers). */
+static int summarize_histograms(chief *c, dt_summary_writer *sw, int64_t step, dt_err *err) {
+    const dt_tensors *vars = dt_worker_vars(c->w);
+    int rc = 0;
+    for (int i = 0; i < vars->count && rc == 0; i++)
+        rc = summarize_floats(sw, step, vars->items[i].name, vars->items[i].data,
+                              dt_tensor_numel(&vars->items[i]), err);
+    const dt_model *m = dt_worker_model(c->w);
+    int rows = 0;
+    const float *z = dt_model_output(m, &rows);
+    if (rc == 0 && z)
+        rc = summarize_floats(sw, step, "output", z, (int64_t)rows * dt_model_out_cols(m), err);
+    return rc;
+}
+
+/* The step's summaries: loss, rate and learning rate, the histograms, then
+ * staleness. learning_rate is the rate the ps applies at this global step
+ * (the job's schedule, as the ps computes it). */
 static int summarize(chief *c, const dt_step_result *r, double t, dt_err *err) {
     dt_summary_writer *sw = summary_writer(c, err);
     if (!sw) return err->code;
     double dt = t - c->summary_t > 1e-9 ? t - c->summary_t : 1e-9;
-    const char *tags[] = {"loss", "global_step/sec"};
-    double values[] = {r->loss, (double)(r->global_step - c->summary_step) / dt};
-    int rc = dt_summary_scalars(sw, r->global_step, tags, values, 2, err);
+    const char *tags[] = {"loss", "global_step/sec", "learning_rate"};
+    double values[] = {
+        r->loss, (double)(r->global_step - c->summary_step) / dt,
+        dt_lr_at(&c->create.schedule, c->create.optim.learning_rate, r->global_step)};
+    int rc = dt_summary_scalars(sw, r->global_step, tags, values, 3, err);
+    if (rc == 0) rc = summarize_histograms(c, sw, r->global_step, err);
     if (rc == 0) rc = summarize_staleness(c, sw, r->global_step, err);
     return rc;
 }

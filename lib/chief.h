@@ -7,7 +7,9 @@
  *   2. restore the latest checkpoint in log_dir, global step included;
  *   3. initialize (seeded normal weights, zero biases) at global step 0.
  * Training: like any worker, plus a checkpoint every save_model_secs (keeping
- * max_to_keep) and TensorBoard scalars every summary_steps. A ps that comes
+ * max_to_keep) and TensorBoard summaries every summary_steps: loss,
+ * global_step/sec, learning_rate, a histogram of every variable and of the
+ * model's output on the batch ("output"), staleness (README.md lists them). A ps that comes
  * back empty mid-job is restored from the latest checkpoint.
  * End: final checkpoint, then every ps is told the job is done.
  * Storage faults: see chief.c's opening comment.

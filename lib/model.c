@@ -318,7 +318,9 @@ struct dt_model {
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int cap;                /* rows every buffer below holds */
     float *act[MAX_LAYERS]; /* act[l] (cap, dims[l]) for 1 <= l < num_layers: ReLU outputs A_l */
-    float *out;             /* (cap, O): last layer's outputs, then dloss/dZ_L */
+    float *out;             /* (cap, O): last layer's outputs Z_L */
+    float *dout;            /* (cap, O): dloss/dZ_L, apart so Z_L outlives the step */
+    int out_rows;           /* rows of out from the last dt_model_loss_grad; 0: none */
     float *delta[2];        /* (cap, max H): dloss/dZ of hidden layers, used in turn */
 };
 
@@ -328,10 +330,12 @@ static void free_buffers(dt_model *m) {
         m->act[l] = NULL;
     }
     free(m->out);
+    free(m->dout);
     free(m->delta[0]);
     free(m->delta[1]);
-    m->out = m->delta[0] = m->delta[1] = NULL;
+    m->out = m->dout = m->delta[0] = m->delta[1] = NULL;
     m->cap = 0;
+    m->out_rows = 0;
 }
 
 /* rows x cols floats, or NULL when that overflows or fails. */
@@ -352,6 +356,7 @@ static int grow(dt_model *m, int rows, dt_err *err) {
         ok = ok && (m->act[l] = alloc_floats(rows, n->dims[l])) != NULL;
     }
     ok = ok && (m->out = alloc_floats(rows, out_dim(n))) != NULL;
+    ok = ok && (m->dout = alloc_floats(rows, out_dim(n))) != NULL;
     if (max_hidden > 0) {
         ok = ok && (m->delta[0] = alloc_floats(rows, max_hidden)) != NULL;
         ok = ok && (m->delta[1] = alloc_floats(rows, max_hidden)) != NULL;
@@ -403,6 +408,11 @@ void dt_model_free(dt_model *m) {
 
 int dt_model_out_cols(const dt_model *m) {
     return out_dim(&m->net);
+}
+
+const float *dt_model_output(const dt_model *m, int *rows) {
+    *rows = m->out_rows;
+    return m->out_rows ? m->out : NULL;
 }
 
 /* ---- math -------------------------------------------------------------- */
@@ -467,26 +477,27 @@ static double log_sum_exp(const float *z, int K, int *argmax) {
 
 /* The head on the B rows of m->out with labels y (checked): adds the row
  * losses to *loss_sum and the rows classified right to *correct. With
- * grad_scale > 0, replaces the outputs by grad_scale * dloss/dz. */
+ * grad_scale > 0, writes grad_scale * dloss/dz into m->dout. */
 static void head(dt_model *m, int B, const float *y, double grad_scale, double *loss_sum,
                  int64_t *correct) {
     const int O = out_dim(&m->net);
     double sum = 0;
     int64_t right = 0;
     for (int i = 0; i < B; i++) {
-        float *z = m->out + (size_t)i * O; /* (O) */
+        const float *z = m->out + (size_t)i * O; /* (O) */
+        float *dz = m->dout + (size_t)i * O;     /* (O) */
         switch (m->net.kind->head) {
         case HEAD_MSE: {
             double r = (double)z[0] - y[i];
             sum += r * r;
-            if (grad_scale > 0) z[0] = (float)(grad_scale * 2 * r);
+            if (grad_scale > 0) dz[0] = (float)(grad_scale * 2 * r);
             break;
         }
         case HEAD_SIGMOID: {
             double zi = z[0], yi = y[i];
             sum += softplus(zi) - yi * zi;
             right += (zi > 0) == (yi == 1);
-            if (grad_scale > 0) z[0] = (float)(grad_scale * (sigmoid(zi) - yi));
+            if (grad_scale > 0) dz[0] = (float)(grad_scale * (sigmoid(zi) - yi));
             break;
         }
         case HEAD_SOFTMAX: {
@@ -496,7 +507,7 @@ static void head(dt_model *m, int B, const float *y, double grad_scale, double *
             right += best == label;
             if (grad_scale > 0)
                 for (int k = 0; k < O; k++)
-                    z[k] = (float)(grad_scale * (exp((double)z[k] - lse) - (k == label)));
+                    dz[k] = (float)(grad_scale * (exp((double)z[k] - lse) - (k == label)));
             break;
         }
         }
@@ -525,11 +536,11 @@ static void head_predict(const dt_model *m, int B, float *out) {
     }
 }
 
-/* Gradients of every layer from dZ_L in m->out, after forward on the same x. */
+/* Gradients of every layer from dZ_L in m->dout, after forward on the same x. */
 static void backward(dt_model *m, const dt_tensors *vars, const float *x, int B,
                      dt_tensors *grads) {
     const net_shape *n = &m->net;
-    float *dz = m->out; /* (B, out) */
+    float *dz = m->dout; /* (B, out) */
     int next = 0;
     for (int l = n->num_layers - 1; l >= 0; l--) {
         const int in = n->dims[l], out = n->dims[l + 1];
@@ -616,9 +627,8 @@ static int check_call(const dt_model *m, const dt_tensors *vars, const dt_batch 
     if (grads && (rc = check_layout(name, m->specs, m->num_vars, grads, "gradients", err)) < 0)
         return rc;
     if (b->cols != m->net.dims[0])
-        return dt_err_set(err, DT_EINVAL,
-                          "model: %s: batch has %d features, \"features\" is %d", name, b->cols,
-                          m->net.dims[0]);
+        return dt_err_set(err, DT_EINVAL, "model: %s: batch has %d features, \"features\" is %d",
+                          name, b->cols, m->net.dims[0]);
     if (b->rows < 1 || !b->x || (labels && !b->y))
         return dt_err_set(err, DT_EINVAL, "model: %s: empty batch (%d rows)", name, b->rows);
     return labels ? check_labels(m, b, err) : 0;
@@ -627,6 +637,7 @@ static int check_call(const dt_model *m, const dt_tensors *vars, const dt_batch 
 int dt_model_loss_grad(dt_model *m, const dt_tensors *vars, const dt_batch *b, dt_tensors *grads,
                        double *loss, dt_err *err) {
     *loss = NAN;
+    m->out_rows = 0;
     int rc;
     if ((rc = check_call(m, vars, b, grads, 1, err)) < 0) return rc;
     if ((rc = grow(m, b->rows, err)) < 0) return rc;
@@ -637,6 +648,7 @@ int dt_model_loss_grad(dt_model *m, const dt_tensors *vars, const dt_batch *b, d
     head(m, B, b->y, grads ? 1.0 / B : 0, &sum, &correct);
     if (grads) backward(m, vars, b->x, B, grads);
     *loss = sum / B + l2_term(m, vars, grads);
+    m->out_rows = B;
     return 0;
 }
 
@@ -650,6 +662,7 @@ static int chunk_rows(const dt_model *m, int B) {
 int dt_model_evaluate(dt_model *m, const dt_tensors *vars, const dt_batch *b, double *loss,
                       double *accuracy, dt_err *err) {
     *loss = *accuracy = NAN;
+    m->out_rows = 0; /* its chunks overwrite the step's outputs */
     int rc;
     if ((rc = check_call(m, vars, b, NULL, 1, err)) < 0) return rc;
     const int B = b->rows, chunk = chunk_rows(m, B), F = m->net.dims[0];
@@ -668,6 +681,7 @@ int dt_model_evaluate(dt_model *m, const dt_tensors *vars, const dt_batch *b, do
 
 int dt_model_predict(dt_model *m, const dt_tensors *vars, const dt_batch *b, float *out,
                      int *out_cols, dt_err *err) {
+    m->out_rows = 0; /* as in evaluate */
     int rc;
     if ((rc = check_call(m, vars, b, NULL, 0, err)) < 0) return rc;
     const int B = b->rows, chunk = chunk_rows(m, B), F = m->net.dims[0], O = out_dim(&m->net);

@@ -113,6 +113,17 @@ int dt_model_out_cols(const dt_model *m);
 int dt_model_loss_grad(dt_model *m, const dt_tensors *vars, const dt_batch *b, dt_tensors *grads,
                        double *loss, dt_err *err) DT_WARN_UNUSED;
 
+/* The last layer's outputs Z (rows, O) row-major, O = dt_model_out_cols(m),
+ * that the last dt_model_loss_grad on m computed for its batch, before the
+ * loss head: linear the predictions, logistic the logit z (P(y=1) =
+ * sigmoid(z)), softmax and mlp the K logits of each row (not the
+ * probabilities). Kept apart from the gradient's scratch, so no pass is
+ * redone to see them (the chief's "output" histogram). Borrowed; valid
+ * until the next call on m. NULL and *rows 0 when the last call on m was
+ * not a dt_model_loss_grad that succeeded (evaluate and predict reuse the
+ * buffer). */
+const float *dt_model_output(const dt_model *m, int *rows);
+
 /* Evaluation on b at vars: *loss is the mean data loss (no L2 term), and
  * *accuracy the fraction of rows whose most likely class is the label
  * (logistic: P(y=1) > 0.5 means class 1); NaN for linear. Large batches are

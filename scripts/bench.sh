@@ -13,7 +13,8 @@
 #      skipped, with a note, when the data set is not installed;
 #   7. the cost of mutual TLS: the demo job and pull+push of 1M float32,
 #      each with and without TLS, alternating, and TLS over plaintext, with
-#      certificates made here by scripts/make_certs.sh (127.0.0.1, localhost).
+#      certificates made here by scripts/make_certs.sh (127.0.0.1, localhost);
+#   8. the chief's histogram of one 10M-float variable (bench_histogram).
 # Everything runs on loopback on free ports; every wait is bounded; every
 # process started here is stopped on exit, Ctrl-C included.
 #
@@ -77,7 +78,7 @@ for _n in "BENCH_TRIALS=$TRIALS" "BENCH_PS_TRIALS=$PS_TRIALS" "BENCH_TLS_TRIALS=
 done
 
 for f in "$BIN" "$BUILD/bench_freeport" "$BUILD/bench_pullpush" "$BUILD/bench_rawgrpc" \
-    "$BUILD/bench_compute"; do
+    "$BUILD/bench_compute" "$BUILD/bench_histogram"; do
     if [ ! -x "$f" ]; then
         echo "bench: $f missing; run make bench" >&2
         exit 1
@@ -715,6 +716,17 @@ else
         row "pull+push 1M, mTLS" "$b_tls MB/s" "$(summary "$pp_tls"); the same, $mtls"
         row "pull+push 1M TLS/plaintext" "$(ratio "$b_tls" "$b_plain" %.2f)" "best mTLS MB/s over best plaintext MB/s"
     fi
+fi
+
+# 8. One histogram summary of a 10M-float variable, as the chief writes one
+# per variable every summary_steps (one pass, no copy).
+d=$TMP/histogram
+mkdir -p "$d"
+if timeout -k 5 120 "$BUILD/bench_histogram" --floats 10000000 --rounds 5 >"$d/out" 2>"$d/err"; then
+    out=$(cat "$d/out")
+    row "histogram 10M floats" "$(field "$out" best_ms) ms" "dt_summary_histogram_floats of 10M normal float32 (a 40 MB variable) into an event file, TF's default buckets; best of 5 after 1 untimed, mean $(field "$out" mean_ms) ms, $(field "$out" ns_per_float) ns/float; $(field "$out" entries_bytes) bytes per record"
+else
+    failed "histogram 10M floats" "bench_histogram failed" "$d/err"
 fi
 
 echo

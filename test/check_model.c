@@ -994,6 +994,89 @@ START_TEST(test_buffers_grow) {
 }
 END_TEST
 
+/* The outputs the last loss_grad saw, for the chief's "output" histogram:
+ * linear's predictions X W + b, a classifier's logits (whose softmax is
+ * what predict gives), kept after the gradient is computed; none after
+ * evaluate, predict or a failed step. */
+static void check_output(dt_job job, int K) {
+    const int F = 4, B = 7;
+    dt_tensors v, g;
+    vars_of(&job, &v);
+    vars_of(&job, &g);
+    dt_model_init(&job.model, 8, &v);
+    for (int64_t i = 0; i < dt_tensor_numel(&v.items[1]); i++)
+        bias(&v)[i] = 0.25f * (float)(i + 1); /* biases show in the output */
+    float *x, *y;
+    random_batch(B, F, K, 21, &x, &y);
+    if (job.model.kind == DT_MODEL_LINEAR)
+        for (int i = 0; i < B; i++)
+            y[i] = 0.5f * (float)i;
+    dt_batch b = {.rows = B, .cols = F, .x = x, .y = y};
+    dt_model *m = model_of(&job);
+    int rows = -1;
+    ck_assert_ptr_null(dt_model_output(m, &rows));
+    ck_assert_int_eq(rows, 0);
+    double loss = 0;
+    dt_err err = {0};
+    ck_assert_msg(dt_model_loss_grad(m, &v, &b, &g, &loss, &err) == 0, "%s", err.msg);
+    const float *z = dt_model_output(m, &rows);
+    ck_assert_ptr_nonnull(z);
+    ck_assert_int_eq(rows, B);
+    const int O = dt_model_out_cols(m);
+    float *out = malloc((size_t)B * (size_t)O * sizeof *out);
+    float *kept = malloc((size_t)B * (size_t)O * sizeof *kept);
+    ck_assert(out && kept);
+    memcpy(kept, z, (size_t)B * (size_t)O * sizeof *kept);
+    ck_assert_int_eq(dt_model_predict(m, &v, &b, out, NULL, &err), 0);
+    for (int i = 0; i < B; i++) {
+        if (job.model.kind == DT_MODEL_LINEAR) {
+            double pred = bias(&v)[0];
+            for (int j = 0; j < F; j++)
+                pred += (double)x[i * F + j] * weight(&v)[j];
+            ck_assert_double_eq_tol(kept[i], pred, 1e-5);
+            ck_assert_float_eq(kept[i], out[i]);
+            continue;
+        }
+        double mx = kept[i * O], sum = 0;
+        for (int k = 1; k < O; k++)
+            mx = fmax(mx, kept[i * O + k]);
+        for (int k = 0; k < O; k++)
+            sum += exp(kept[i * O + k] - mx);
+        for (int k = 0; k < O; k++)
+            ck_assert_double_eq_tol(exp(kept[i * O + k] - mx) / sum, out[i * O + k], 1e-6);
+    }
+    /* predict reused the buffer: no output to show now. */
+    ck_assert_ptr_null(dt_model_output(m, &rows));
+    ck_assert_int_eq(rows, 0);
+    ck_assert_int_eq(dt_model_loss_grad(m, &v, &b, &g, &loss, &err), 0);
+    ck_assert_int_eq(memcmp(dt_model_output(m, &rows), kept, (size_t)B * (size_t)O * 4), 0);
+    double accuracy;
+    ck_assert_int_eq(dt_model_evaluate(m, &v, &b, &loss, &accuracy, &err), 0);
+    ck_assert_ptr_null(dt_model_output(m, &rows));
+    ck_assert_int_eq(dt_model_loss_grad(m, &v, &b, &g, &loss, &err), 0);
+    b.cols = F + 1; /* refused */
+    ck_assert_int_eq(dt_model_loss_grad(m, &v, &b, &g, &loss, &err), DT_EINVAL);
+    ck_assert_ptr_null(dt_model_output(m, &rows));
+    ck_assert_int_eq(rows, 0);
+    free(out);
+    free(kept);
+    free(x);
+    free(y);
+    dt_model_free(m);
+    dt_tensors_deinit(&v);
+    dt_tensors_deinit(&g);
+}
+
+START_TEST(test_output_after_step) {
+    check_output(job_of("linear", 4, 1), 1);
+    dt_job softmax = job_of("softmax", 4, 1);
+    softmax.model.num_classes = 3;
+    check_output(softmax, 3);
+    const int hidden[] = {5};
+    check_output(mlp_of(4, 3, 1, hidden, 1), 3);
+}
+END_TEST
+
 /* ---- bad input ---------------------------------------------------------- */
 
 START_TEST(test_loss_errors) {
@@ -1337,6 +1420,7 @@ Suite *model_suite(void) {
     tcase_add_test(tc, test_grad_fd_models);
     tcase_add_test(tc, test_evaluate_chunks);
     tcase_add_test(tc, test_buffers_grow);
+    tcase_add_test(tc, test_output_after_step);
     tcase_add_test(tc, test_loss_errors);
     tcase_add_test(tc, test_label_errors);
     tcase_add_test(tc, test_lstsq);

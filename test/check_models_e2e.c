@@ -24,6 +24,8 @@
  */
 #include <check.h>
 #include <dirent.h>
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,7 @@
 #include <zlib.h>
 
 #include "checkpoint.h"
+#include "eventwire.h"
 #include "job.h"
 #include "model.h"
 #include "proc.h"
@@ -535,6 +538,110 @@ START_TEST(evaluator_follows_training) {
 }
 END_TEST
 
+/* The one event file in dir, decoded by the tests' own wire decoder. */
+static dt_wire_event *load_event_file(const char *dir, size_t *count) {
+    char file[2 * PATH_CAP] = "";
+    int files = 0;
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "cannot open %s", dir);
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0 && ++files == 1)
+            snprintf(file, sizeof file, "%s/%s", dir, de->d_name);
+    closedir(d);
+    ck_assert_msg(files == 1, "%s holds %d event files, want 1", dir, files);
+    dt_wire_event *ev = NULL;
+    char why[512];
+    ck_assert_msg(dt_wire_load_file(file, &ev, count, why, sizeof why) == 0, "%s", why);
+    return ev;
+}
+
+/* The histogram tagged tag among the events at step, or NULL. */
+static const dt_wire_histo *histo_at(const dt_wire_event *ev, size_t count, int64_t step,
+                                     const char *tag) {
+    for (size_t e = 0; e < count; e++) {
+        if (ev[e].step != step) continue;
+        const dt_wire_value *v = dt_wire_find(&ev[e], tag);
+        if (v && v->kind == DT_WIRE_HISTO) return &v->histo;
+    }
+    return NULL;
+}
+
+/* A histogram TensorBoard can draw: num values, buckets summing to it over
+ * ascending limits that end at DBL_MAX, finite statistics in order. */
+static void check_drawable(const dt_wire_histo *h, const char *tag, int64_t step, double num) {
+    ck_assert_msg(h->num == num, "%s at step %lld: num %g, want %g", tag, (long long)step, h->num,
+                  num);
+    ck_assert_uint_eq(h->num_limits, h->num_buckets);
+    ck_assert_uint_gt(h->num_buckets, 0);
+    double total = 0;
+    for (size_t b = 0; b < h->num_buckets; b++) {
+        if (b) ck_assert_msg(h->bucket_limit[b] > h->bucket_limit[b - 1], "%s: limits", tag);
+        total += h->bucket[b];
+    }
+    ck_assert_double_eq(total, num);
+    ck_assert_double_eq(h->bucket_limit[h->num_limits - 1], DBL_MAX);
+    ck_assert_msg(isfinite(h->min) && isfinite(h->max) && h->min <= h->max && isfinite(h->sum) &&
+                      h->sum_squares >= 0,
+                  "%s at step %lld: min %g max %g sum %g", tag, (long long)step, h->min, h->max,
+                  h->sum);
+}
+
+/* What a TensorBoard user looks for in the chief's event file: at every
+ * summary step (where "loss" is written) a histogram of every variable,
+ * named as the variable, one of the model's output on the step's batch
+ * (the logits: 20 rows x 2 classes) and learning_rate, the schedule's rate
+ * at that global step. */
+START_TEST(summaries_for_tensorboard) {
+    char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP];
+    write_set(SET_XOR, 400, 71, "train.csv", train_path, NULL);
+    write_set(SET_XOR, 100, 72, "eval.csv", eval_path, NULL);
+    write_job("\"model\": \"mlp\", \"classes\": 2, \"hidden\": [16]", train_path, eval_path,
+              "\"optimizer\": \"adam\", \"learning_rate\": 0.02, \"lr_schedule\": "
+              "\"exponential\", \"decay_steps\": 40, \"decay_rate\": 0.5, \"batch_size\": 20, "
+              "\"epochs\": 4",
+              job);
+    dt_test_job_add_set(&J, "summary_steps=5");
+    train(job);
+
+    dt_job lj;
+    dt_test_job_config(&J, &lj);
+    dt_tensor specs[DT_MODEL_MAX_VARS];
+    int num_vars = 0;
+    dt_err err = {0};
+    ck_assert_msg(dt_model_specs(&lj.model, specs, &num_vars, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(num_vars, 4); /* layer0/weight, layer0/bias, layer1/... */
+
+    size_t count = 0;
+    dt_wire_event *ev = load_event_file(J.log_dir, &count);
+    int summary_steps = 0;
+    for (size_t e = 0; e < count; e++) {
+        const dt_wire_value *loss = dt_wire_find(&ev[e], "loss");
+        if (!loss) continue;
+        int64_t step = ev[e].step;
+        summary_steps++;
+        const dt_wire_value *lr = dt_wire_find(&ev[e], "learning_rate");
+        ck_assert_msg(lr && lr->kind == DT_WIRE_SIMPLE, "no learning_rate at step %lld",
+                      (long long)step);
+        double want = 0.02 * pow(0.5, (double)step / 40); /* the job's schedule */
+        ck_assert_msg(fabs(lr->simple_value - want) <= 1e-6 * want,
+                      "learning_rate at step %lld: %.9g, want %.9g", (long long)step,
+                      (double)lr->simple_value, want);
+        for (int v = 0; v < num_vars; v++) {
+            const dt_wire_histo *h = histo_at(ev, count, step, specs[v].name);
+            ck_assert_msg(h != NULL, "no histogram \"%s\" at step %lld", specs[v].name,
+                          (long long)step);
+            check_drawable(h, specs[v].name, step, (double)dt_tensor_numel(&specs[v]));
+        }
+        const dt_wire_histo *out = histo_at(ev, count, step, "output");
+        ck_assert_msg(out != NULL, "no histogram \"output\" at step %lld", (long long)step);
+        check_drawable(out, "output", step, 20 * 2);
+    }
+    ck_assert_msg(summary_steps >= 2, "%d summary steps in the chief's event file; logs:%s",
+                  summary_steps, dt_test_job_report(&J));
+    dt_wire_events_free(ev, count);
+}
+END_TEST
+
 /* A checkpoint half there (cut short, as by a copy in progress or a disk
  * that filled) or deleted after the state file named it is skipped with a
  * warning and the evaluator goes on to score
@@ -673,5 +780,6 @@ Suite *models_e2e_suite(void) {
     tcase_add_test(tc, evaluator_follows_training);
     tcase_add_test(tc, evaluator_bad_checkpoints);
     tcase_add_test(tc, recipe_travels_with_checkpoint);
+    tcase_add_test(tc, summaries_for_tensorboard);
     return s;
 }

@@ -13,6 +13,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -27,6 +28,7 @@
 
 #include <pb_decode.h>
 
+#include "eventwire.h"
 #include "proc.h"
 #include "suites.h"
 #include "summary.h"
@@ -729,6 +731,268 @@ START_TEST(histogram_counts_bad_input) {
 }
 END_TEST
 
+/* ---- float histograms, read with the hand-written decoder ---- */
+
+/* TF's default limits, made here as tsl/lib/histogram makes them: 1e-12
+ * times 1.1 until 1e20, mirrored, 0 between, +-DBL_MAX at the ends. */
+#define TF_BUCKETS 1551
+static double tf_limits[TF_BUCKETS];
+
+static void make_tf_limits(void) {
+    double pos[TF_BUCKETS];
+    int n = 0;
+    for (double v = 1e-12; v < 1e20; v *= 1.1)
+        pos[n++] = v;
+    pos[n++] = DBL_MAX;
+    ck_assert_int_eq(2 * n + 1, TF_BUCKETS);
+    for (int i = 0; i < n; i++) {
+        tf_limits[n + 1 + i] = pos[i];
+        tf_limits[n - 1 - i] = -pos[i];
+    }
+    tf_limits[n] = 0;
+}
+
+/* TF's Histogram: counts by std::upper_bound over the limits, then
+ * EncodeToProto(preserve_zero_buckets = false): each run of empty buckets
+ * becomes one entry at the run's last limit. Fills limits/counts (room for
+ * TF_BUCKETS) and returns the entries. */
+static size_t tf_encode(const double *values, int64_t n, double *limits, double *counts) {
+    static double full[TF_BUCKETS];
+    memset(full, 0, sizeof full);
+    for (int64_t i = 0; i < n; i++) {
+        size_t lo = 0, hi = TF_BUCKETS; /* first limit > v */
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (tf_limits[mid] > values[i])
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        full[lo < TF_BUCKETS ? lo : TF_BUCKETS - 1] += 1;
+    }
+    size_t entries = 0;
+    for (size_t i = 0; i < TF_BUCKETS;) {
+        double end = tf_limits[i], count = full[i++];
+        if (count <= 0)
+            while (i < TF_BUCKETS && full[i] <= 0) {
+                end = tf_limits[i];
+                count = full[i++];
+            }
+        limits[entries] = end;
+        counts[entries++] = count;
+    }
+    return entries;
+}
+
+/* A decoded histogram equals TF's of the finite values: statistics as
+ * TF's Histogram::Add sums them (in order, in double), every bucket entry
+ * exactly. */
+static void check_wire_histogram(const dt_wire_histo *h, const double *values, int64_t n) {
+    static double limits[TF_BUCKETS], counts[TF_BUCKETS];
+    double min = DBL_MAX, max = -DBL_MAX, sum = 0, sum_squares = 0;
+    for (int64_t i = 0; i < n; i++) {
+        min = fmin(min, values[i]);
+        max = fmax(max, values[i]);
+        sum += values[i];
+        sum_squares += values[i] * values[i];
+    }
+    ck_assert_double_eq(h->min, min);
+    ck_assert_double_eq(h->max, max);
+    ck_assert_double_eq(h->num, (double)n);
+    ck_assert_double_eq(h->sum, sum);
+    ck_assert_double_eq(h->sum_squares, sum_squares);
+    size_t entries = tf_encode(values, n, limits, counts);
+    ck_assert_uint_eq(h->num_limits, entries);
+    ck_assert_uint_eq(h->num_buckets, entries);
+    for (size_t i = 0; i < entries; i++) {
+        ck_assert_msg(h->bucket_limit[i] == limits[i], "bucket_limit[%zu]: %.17g, want %.17g", i,
+                      h->bucket_limit[i], limits[i]);
+        ck_assert_msg(h->bucket[i] == counts[i], "bucket[%zu] (limit %g): %g, want %g", i,
+                      limits[i], h->bucket[i], counts[i]);
+    }
+}
+
+/* Every record of path, with the hand-written decoder. */
+static dt_wire_event *wire_load(const char *path, size_t *count) {
+    dt_wire_event *ev = NULL;
+    char why[512];
+    ck_assert_msg(dt_wire_load_file(path, &ev, count, why, sizeof why) == 0, "%s", why);
+    return ev;
+}
+
+/* The one histogram of event e, tagged tag. */
+static const dt_wire_histo *wire_histo(const dt_wire_event *ev, size_t count, size_t e,
+                                       int64_t step, const char *tag) {
+    ck_assert_uint_lt(e, count);
+    ck_assert_int_eq(ev[e].step, step);
+    ck_assert_uint_eq(ev[e].num_values, 1);
+    ck_assert_str_eq(ev[e].values[0].tag, tag);
+    ck_assert_int_eq(ev[e].values[0].kind, DT_WIRE_HISTO);
+    return &ev[e].values[0].histo;
+}
+
+START_TEST(histogram_floats_known_values) {
+    make_tf_limits();
+    dt_err err = {0};
+    dt_summary_writer *w = NULL;
+    ck_assert_msg(dt_summary_open(tmp, &w, &err) == 0, "%s", err.msg);
+    /* 1: known values, non-finite ones among them. */
+    const float known[] = {0.0f,
+                           1.0f,
+                           1.0f,
+                           -1.5f,
+                           3.0f,
+                           NAN,
+                           INFINITY,
+                           1e-13f,
+                           2.5e7f,
+                           -INFINITY,
+                           FLT_MAX,
+                           -FLT_MAX,
+                           1e-45f /* denormal */,
+                           -0.0f,
+                           -2.5e-7f};
+    const int n_known = (int)(sizeof known / sizeof *known);
+    int64_t nonfinite = -1;
+    ck_assert_msg(
+        dt_summary_histogram_floats(w, 3, "layer0/weight", known, n_known, &nonfinite, &err) == 0,
+        "%s", err.msg);
+    ck_assert_int_eq(nonfinite, 3);
+    /* 2: nothing finite, and 3: no values: TF's empty histogram. */
+    const float none[] = {NAN, -INFINITY};
+    ck_assert_int_eq(dt_summary_histogram_floats(w, 4, "diverged", none, 2, &nonfinite, &err), 0);
+    ck_assert_int_eq(nonfinite, 2);
+    ck_assert_int_eq(dt_summary_histogram_floats(w, 5, "empty", NULL, 0, NULL, &err), 0);
+    /* 4: 200,000 values of every magnitude and sign, from 1e-30 to 1e30
+     * and zeros: each one's bucket found by the writer's lookup must be
+     * the one a search over TF's limits finds. */
+    const int n_spread = 200000;
+    float *spread = malloc((size_t)n_spread * sizeof *spread);
+    double *spread_d = malloc((size_t)n_spread * sizeof *spread_d);
+    ck_assert(spread && spread_d);
+    uint64_t x = 42;
+    for (int i = 0; i < n_spread; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(x >> 11) * 0x1.0p-53;
+        float v = (float)pow(10.0, -30 + 60 * u);
+        if (i % 2) v = -v;
+        if (i % 97 == 0) v = 0;
+        spread[i] = v;
+        spread_d[i] = v;
+    }
+    ck_assert_int_eq(
+        dt_summary_histogram_floats(w, 6, "spread", spread, n_spread, &nonfinite, &err), 0);
+    ck_assert_int_eq(nonfinite, 0);
+    /* 5: bad input writes nothing. */
+    ck_assert_int_eq(dt_summary_flush(w, &err), 0);
+    long size = file_size(dt_summary_path(w));
+    ck_assert_int_eq(dt_summary_histogram_floats(w, 7, "h", known, -1, &nonfinite, &err),
+                     DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "histogram \"h\": -1 values"), "%s", err.msg);
+    ck_assert_int_eq(nonfinite, 0);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_summary_histogram_floats(w, 7, "", known, 1, NULL, &err), DT_EINVAL);
+    ck_assert_int_eq(file_size(dt_summary_path(w)), size);
+    char path[1200];
+    snprintf(path, sizeof path, "%s", dt_summary_path(w));
+    dt_summary_close(w);
+
+    size_t count = 0;
+    dt_wire_event *ev = wire_load(path, &count);
+    ck_assert_uint_eq(count, 5);
+    ck_assert_str_eq(ev[0].file_version, "brain.Event:2");
+    double finite[16];
+    int n_finite = 0;
+    for (int i = 0; i < n_known; i++)
+        if (isfinite(known[i])) finite[n_finite++] = known[i];
+    const dt_wire_histo *h = wire_histo(ev, count, 1, 3, "layer0/weight");
+    check_wire_histogram(h, finite, n_finite);
+    /* Golden, by hand: 12 values; min -FLT_MAX, max FLT_MAX; -FLT_MAX in
+     * the bucket ending at the last limit below -1e20 ... (the checks above
+     * hold the whole list); sum is FLT_MAX - FLT_MAX + the rest. */
+    ck_assert_double_eq(h->num, 12);
+    ck_assert_double_eq(h->min, -FLT_MAX);
+    ck_assert_double_eq(h->max, FLT_MAX);
+    ck_assert_double_eq(h->bucket_limit[h->num_limits - 1], DBL_MAX);
+    ck_assert_double_eq(h->bucket[h->num_buckets - 1], 1); /* FLT_MAX > 1e20 */
+    for (int e = 2; e <= 3; e++) {
+        h = wire_histo(ev, count, (size_t)e, e + 2, e == 2 ? "diverged" : "empty");
+        ck_assert_double_eq(h->num, 0);
+        ck_assert_double_eq(h->min, DBL_MAX);
+        ck_assert_double_eq(h->max, -DBL_MAX);
+        ck_assert_double_eq(h->sum, 0);
+        ck_assert_uint_eq(h->num_buckets, 1);
+        ck_assert_double_eq(h->bucket_limit[0], DBL_MAX);
+        ck_assert_double_eq(h->bucket[0], 0);
+    }
+    check_wire_histogram(wire_histo(ev, count, 4, 6, "spread"), spread_d, n_spread);
+    dt_wire_events_free(ev, count);
+
+    /* The nanopb decoder of proto/tensorboard.proto reads the small one
+     * the same way. */
+    tensorflow_Event *pb = calloc(MAX_EVENTS, sizeof *pb);
+    ck_assert_ptr_nonnull(pb);
+    ck_assert_int_eq(load_events(path, pb, 4), 5);
+    check_histogram(&pb[1].what.summary.value[0].value.histo, finite, n_finite);
+    free(pb);
+    free(spread);
+    free(spread_d);
+}
+END_TEST
+
+/* The writer's bucket lookup at the edges: each of TF's limits, and the
+ * doubles just below and above it, of both signs, through the double API. */
+START_TEST(histogram_at_every_limit) {
+    make_tf_limits();
+    static double values[6 * TF_BUCKETS];
+    int n = 0;
+    for (int i = 0; i < TF_BUCKETS; i++) {
+        double l = tf_limits[i];
+        values[n++] = l;
+        values[n++] = -l;
+        if (fabs(l) < DBL_MAX) {
+            values[n++] = nextafter(l, -INFINITY);
+            values[n++] = nextafter(l, INFINITY);
+        }
+    }
+    dt_err err = {0};
+    dt_summary_writer *w = NULL;
+    ck_assert_msg(dt_summary_open(tmp, &w, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_summary_histogram(w, 1, "limits", values, n, &err) == 0, "%s", err.msg);
+    char path[1200];
+    snprintf(path, sizeof path, "%s", dt_summary_path(w));
+    dt_summary_close(w);
+    size_t count = 0;
+    dt_wire_event *ev = wire_load(path, &count);
+    check_wire_histogram(wire_histo(ev, count, 1, 1, "limits"), values, n);
+    dt_wire_events_free(ev, count);
+}
+END_TEST
+
+/* The hand-written decoder refuses what is not a well-formed Event. */
+START_TEST(wire_decoder_refuses_bad_bytes) {
+    dt_wire_event ev;
+    char why[256];
+    /* Event{step 5, summary{value{histo{bucket_limit [1, 2] packed}}}} */
+    const uint8_t good[] = {0x10, 0x05, 0x2a, 22,   0x0a, 20, 0x2a, 18, 0x32, 16, 0, 0, 0,
+                            0,    0,    0,    0xf0, 0x3f, 0,  0,    0,  0,    0,  0, 0, 0x40};
+    ck_assert_uint_eq(sizeof good, 26);
+    ck_assert_msg(dt_wire_decode_event(good, sizeof good, &ev, why, sizeof why) == 0, "%s", why);
+    ck_assert_int_eq(ev.step, 5);
+    ck_assert_uint_eq(ev.num_values, 1);
+    ck_assert_uint_eq(ev.values[0].histo.num_limits, 2);
+    ck_assert_double_eq(ev.values[0].histo.bucket_limit[0], 1.0);
+    ck_assert_double_eq(ev.values[0].histo.bucket_limit[1], 2.0);
+    dt_wire_event_free(&ev);
+    for (size_t cut = 3; cut < sizeof good; cut++) /* 2 bytes: a whole Event{step 5} */
+        ck_assert_msg(dt_wire_decode_event(good, cut, &ev, why, sizeof why) < 0,
+                      "%zu of %zu bytes decoded", cut, sizeof good);
+    const uint8_t wrong_wire[] = {0x11, 0, 0, 0, 0, 0, 0, 0, 0}; /* step as fixed64 */
+    ck_assert_int_lt(dt_wire_decode_event(wrong_wire, sizeof wrong_wire, &ev, why, sizeof why), 0);
+    ck_assert_msg(strstr(why, "wrong wire type"), "%s", why);
+}
+END_TEST
+
 /* ---- corruption and truncation ---- */
 
 /* Writes the scalar fixture; returns its bytes and record ends. */
@@ -1098,6 +1362,9 @@ Suite *summary_suite(void) {
     tcase_add_test(tc, histogram_bad_values);
     tcase_add_test(tc, histogram_counts_round_trip);
     tcase_add_test(tc, histogram_counts_bad_input);
+    tcase_add_test(tc, histogram_floats_known_values);
+    tcase_add_test(tc, histogram_at_every_limit);
+    tcase_add_test(tc, wire_decoder_refuses_bad_bytes);
     tcase_add_test(tc, flipped_byte_is_corrupt);
     tcase_add_test(tc, truncated_is_corrupt);
     tcase_add_test(tc, huge_length_is_corrupt);
