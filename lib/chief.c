@@ -138,6 +138,7 @@ static int init_snapshot(chief *c, dt_err *err) {
     if (!c->snapshot.items) return dt_err_set(err, DT_ENOMEM, "chief: out of memory");
     int n = 0;
     for (int p = 0; p < 3; p++) {
+        if (parts[p]->count == 0) continue; /* an empty set's items may be NULL */
         memcpy(c->snapshot.items + n, parts[p]->items, sizeof(dt_tensor) * (size_t)parts[p]->count);
         n += parts[p]->count;
     }
