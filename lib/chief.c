@@ -18,6 +18,12 @@
  * mid-job is recreated, locked again, gets a new event file and at once a
  * checkpoint.
  *
+ * Failures: a permanent failure of the chief's own (dt_worker_report_failure
+ * says which) tells every ps task the job failed, so the ps tasks and the
+ * workers exit 1 with its reason instead of waiting for a chief. A worker's
+ * permanent failure reaches the chief through ps 0's Status: it is logged
+ * once ("worker N is gone") and training goes on.
+ *
  * Threading: runs on the worker loop's thread (hooks), nothing else.
  */
 #include "chief.h"
@@ -39,6 +45,7 @@
 #define STORAGE_LOG_SECS 10.0 /* at most one line per this while summaries drop */
 #define LOG_DIR_CHECK_SECS 1.0
 #define SAVE_BACKOFF_FIRST 1.0 /* seconds; doubles up to save_model_secs */
+#define WORKERS_CHECK_SECS 1.0 /* how often ps 0 is asked which workers failed */
 #define FINAL_BACKOFF_MAX 5.0
 
 typedef struct {
@@ -74,6 +81,9 @@ typedef struct {
     int64_t staleness_seen[DT_STALENESS_BUCKETS]; /* counts already summarized */
     int64_t last_global_step;                     /* highest global step seen */
     int64_t last_pulled_step;                     /* step of the values in the worker's vars */
+    int num_workers;
+    char *gone_logged;      /* (num_workers) a worker's failure was logged */
+    double workers_checked; /* when ps 0 was last asked about the workers */
 } chief;
 
 /* ---- slots ------------------------------------------------------------- */
@@ -621,6 +631,30 @@ static int summarize(chief *c, const dt_step_result *r, double t, dt_err *err) {
     return rc;
 }
 
+/* ---- the other workers ----------------------------------------------------- */
+
+/* A worker that fails permanently tells the ps tasks (dt_worker_report_failure)
+ * and is gone; the job goes on without it. Once a second the chief reads
+ * ps 0's Status and logs each such worker once (again if it came back and
+ * failed anew). A ps that does not answer now is asked next time. */
+static void watch_workers(chief *c, double t) {
+    if (t - c->workers_checked < WORKERS_CHECK_SECS) return;
+    c->workers_checked = t;
+    dt_msg_status_resp st;
+    dt_err ignored;
+    dt_err_clear(&ignored);
+    if (dt_ps_client_status(dt_worker_client(c->w), 0, &st, &ignored) < 0) return;
+    for (int i = 0; i < st.num_workers; i++) {
+        const dt_worker_activity *a = &st.workers[i];
+        if (a->worker < 1 || a->worker >= c->num_workers) continue;
+        char failed = a->failure[0] != '\0';
+        if (failed && !c->gone_logged[a->worker])
+            dt_log(DT_LOG_WARN, "chief: worker %d is gone: %s; training goes on without it",
+                   (int)a->worker, a->failure);
+        c->gone_logged[a->worker] = failed;
+    }
+}
+
 /* ---- the log dir ------------------------------------------------------- */
 
 /* Remembers which directory the lock is in. */
@@ -689,6 +723,7 @@ static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     double t = dt_now_secs();
     int rc = 0;
     check_log_dir(c, t);
+    watch_workers(c, t);
     if (r->local_step % job->summary_steps == 0) {
         dt_err summary_err;
         dt_err_clear(&summary_err);
@@ -792,6 +827,7 @@ static void chief_deinit(chief *c) {
     free(c->snapshot.items);
     free(c->job_json);
     dt_tensors_deinit(&c->recipe);
+    free(c->gone_logged);
     dt_tensors_deinit(&c->slots);
     dt_worker_free(c->w);
 }
@@ -803,15 +839,24 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     c.last_saved_step = -1;
     c.lock_fd = -1;
     dt_model_describe(&c.job->model, c.model, sizeof c.model);
+    c.num_workers = params->cluster->num_workers;
     int rc = dt_ckpt_lock_dir(c.job->log_dir, &c.lock_fd, err);
     if (rc < 0) return rc;
+    c.gone_logged = calloc((size_t)c.num_workers + 1, 1);
+    if (!c.gone_logged) {
+        rc = dt_err_set(err, DT_ENOMEM, "chief: out of memory");
+        goto out;
+    }
     if ((rc = note_log_dir(&c, err)) < 0) goto out;
     if ((rc = dt_worker_open(params, &c.w, err)) < 0) goto out;
     if ((rc = init_slots(&c, err)) < 0 || (rc = init_recipe(&c, err)) < 0 ||
         (rc = init_snapshot(&c, err)) < 0)
         goto out;
     if ((rc = creation_params(&c, params->cluster, err)) < 0) goto out;
-    if (c.job->data.eval_data[0] && (rc = dt_job_open_eval(c.job, &c.eval, err)) < 0) goto out;
+    if (c.job->data.eval_data[0] && (rc = dt_job_open_eval(c.job, &c.eval, err)) < 0) {
+        dt_err_wrap(err, rc, "chief: eval_data");
+        goto out;
+    }
     if ((rc = start_model(&c, stop, err)) < 0) goto out;
     if (rc == 2) { /* complete in the log dir: the ps tasks and workers may go */
         dt_err stop_err;
@@ -851,6 +896,9 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
         if (save(&c, &save_err) < 0) dt_log(DT_LOG_ERROR, "%s", save_err.msg);
     }
 out:
+    /* With the log dir still locked: no other chief starts this job anew
+     * while its ps tasks are told it failed. */
+    if (rc < 0) dt_worker_report_failure(params, rc, err);
     chief_deinit(&c);
     return rc;
 }

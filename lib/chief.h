@@ -27,7 +27,10 @@
  * final checkpoint cannot be written within the job's final_save_secs (a
  * full disk), it tells the ps tasks the job ended and returns DT_ESTORAGE:
  * a restart of the job once the log dir has room completes it from the
- * latest checkpoint. Summary and periodic checkpoint failures never end it. */
+ * latest checkpoint. Summary and periodic checkpoint failures never end it.
+ * Any other failure of its own that is permanent (exit 1 or 2: a missing
+ * eval_data, a log dir holding another model's checkpoint, ...) is sent to
+ * every ps task as the job's failure, bounded in time, before it returns. */
 int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err);
 
 #endif

@@ -337,6 +337,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         const dt_msg_status_req *m = msg;
         pb->status_req.worker = m->worker;
         pb->status_req.done_seen = m->done_seen;
+        copy_str(pb->status_req.failure, sizeof pb->status_req.failure, m->failure);
         break;
     }
     case DT_MSG_STATUS_RESP: {
@@ -373,12 +374,15 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
             s->workers[i].worker = m->workers[i].worker;
             s->workers[i].pushes = m->workers[i].pushes;
             s->workers[i].last_push_ms = m->workers[i].last_push_ms;
+            copy_str(s->workers[i].failure, sizeof s->workers[i].failure, m->workers[i].failure);
         }
+        copy_str(s->failure, sizeof s->failure, m->failure);
         break;
     }
     case DT_MSG_SHUTDOWN_REQ: {
         const dt_msg_shutdown_req *m = msg;
         copy_str(pb->shutdown_req.reason, sizeof pb->shutdown_req.reason, m->reason);
+        copy_str(pb->shutdown_req.failure, sizeof pb->shutdown_req.failure, m->failure);
         break;
     }
     case DT_MSG_HEALTH_REQ:
@@ -593,6 +597,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         dt_msg_status_req *m = msg;
         m->worker = pb->status_req.worker;
         m->done_seen = pb->status_req.done_seen;
+        copy_str(m->failure, sizeof m->failure, pb->status_req.failure);
         break;
     }
     case DT_MSG_STATUS_RESP: {
@@ -624,12 +629,17 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
             m->workers[i].worker = s->workers[i].worker;
             m->workers[i].pushes = s->workers[i].pushes;
             m->workers[i].last_push_ms = s->workers[i].last_push_ms;
+            copy_str(m->workers[i].failure, sizeof m->workers[i].failure, s->workers[i].failure);
         }
+        copy_str(m->failure, sizeof m->failure, s->failure);
         break;
     }
-    case DT_MSG_SHUTDOWN_REQ:
-        copy_str(((dt_msg_shutdown_req *)msg)->reason, DT_MSG_REASON_MAX, pb->shutdown_req.reason);
+    case DT_MSG_SHUTDOWN_REQ: {
+        dt_msg_shutdown_req *m = msg;
+        copy_str(m->reason, sizeof m->reason, pb->shutdown_req.reason);
+        copy_str(m->failure, sizeof m->failure, pb->shutdown_req.failure);
         break;
+    }
     case DT_MSG_HEALTH_REQ:
         copy_str(((dt_msg_health_req *)msg)->service, DT_HEALTH_SERVICE_MAX,
                  pb->health_req.service);
@@ -642,16 +652,36 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
     }
 }
 
+/* A failure's reason, which a ps keeps and echoes to every caller (Status,
+ * the "job failed" answers): nanopb bounded its length; the bytes must be
+ * text (dt_text_check_line), so no strict proto3 decoder chokes on them.
+ * (A Shutdown's `reason` is only logged, and the log escapes it.) */
+static int check_line(const char *s, size_t cap, dt_msg_type type, const char *field, dt_err *err) {
+    char what[64];
+    snprintf(what, sizeof what, "%s: %s", type_names[type], field);
+    return dt_text_check_line(s, strnlen(s, cap), cap - 1, what, err);
+}
+
 /* Values the schema allows but no ps sends, refused here once rather than
  * by each reader of the message. */
 static int check_values(dt_msg_type type, const pb_any *pb, dt_err *err) {
+    if (type == DT_MSG_SHUTDOWN_REQ)
+        return check_line(pb->shutdown_req.failure, sizeof pb->shutdown_req.failure, type,
+                          "failure", err);
+    if (type == DT_MSG_STATUS_REQ)
+        return check_line(pb->status_req.failure, sizeof pb->status_req.failure, type, "failure",
+                          err);
     if (type != DT_MSG_STATUS_RESP) return 0;
     const dtrain_StatusResponse *s = &pb->status_resp;
     for (pb_size_t i = 0; i < s->staleness_counts_count; i++)
         if (s->staleness_counts[i] < 0)
             return dt_err_set(err, DT_EINVAL, "%s: staleness_counts[%u] is negative (%lld)",
                               type_names[type], (unsigned)i, (long long)s->staleness_counts[i]);
-    return 0;
+    int rc = check_line(s->failure, sizeof s->failure, type, "failure", err);
+    for (pb_size_t i = 0; rc == 0 && i < s->workers_count; i++)
+        rc = check_line(s->workers[i].failure, sizeof s->workers[i].failure, type,
+                        "workers[].failure", err);
+    return rc;
 }
 
 int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg, dt_err *err) {

@@ -26,6 +26,9 @@
 
 #define DT_MSG_MODEL_MAX 256
 #define DT_MSG_REASON_MAX 256
+/* A failure's reason on the wire (proto options): at most 255 bytes of
+ * UTF-8 without control characters, checked at decoding. */
+#define DT_MSG_FAILURE_MAX 256
 
 /* Encoding side: a borrowed list of tensors. When lock is set, it is called
  * with acquire=1 before items[i].data is copied and acquire=0 after, so a
@@ -186,7 +189,8 @@ typedef struct {
 
 typedef struct {
     int32_t worker;
-    bool done_seen; /* the caller knows the job is done */
+    bool done_seen;                   /* the caller knows the job is done */
+    char failure[DT_MSG_FAILURE_MAX]; /* non-empty: the caller failed and leaves; why */
 } dt_msg_status_req;
 
 /* Most training tasks one Status reply describes (proto options): the
@@ -196,8 +200,9 @@ typedef struct {
 /* One training task as a ps saw it (proto WorkerActivity). */
 typedef struct {
     int32_t worker;
-    int64_t pushes;       /* taken from it, applied or not */
-    int64_t last_push_ms; /* how long ago its last push came; -1: never */
+    int64_t pushes;                   /* taken from it, applied or not */
+    int64_t last_push_ms;             /* how long ago its last push came; -1: never */
+    char failure[DT_MSG_FAILURE_MAX]; /* non-empty: it failed and left; why */
 } dt_worker_activity;
 
 typedef struct {
@@ -223,10 +228,12 @@ typedef struct {
     int64_t uptime_ms;
     dt_worker_activity workers[DT_STATUS_MAX_WORKERS]; /* (num_workers) by task index */
     int num_workers;
+    char failure[DT_MSG_FAILURE_MAX]; /* non-empty: the job failed; the chief's reason */
 } dt_msg_status_resp;
 
 typedef struct {
     char reason[DT_MSG_REASON_MAX];
+    char failure[DT_MSG_FAILURE_MAX]; /* non-empty: the job failed, and why */
 } dt_msg_shutdown_req;
 
 typedef struct {

@@ -60,6 +60,7 @@ const char *dt_err_name(int code) {
     case DT_ESTORAGE: return "storage unwritable";
     case DT_EPERM: return "permission denied";
     case DT_ECONFIG: return "config does not fit the data";
+    case DT_EABORTED: return "job failed";
     default: return "unknown error";
     }
 }

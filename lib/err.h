@@ -30,6 +30,8 @@ typedef enum {
     DT_EPERM = -13,       /* the caller may not do that (another task's index, role) */
     DT_ECONFIG = -14,     /* the job config does not fit the data (a label column the file
                              lacks, another feature count): fix the config, not the data */
+    DT_EABORTED = -15,    /* the job failed (the chief failed permanently and said so):
+                             nothing for this task to retry */
 } dt_err_code;
 
 #define DT_ERR_MSG_MAX 512

@@ -70,8 +70,9 @@ int dt_health_check(const char *addr, const char *service, const dt_rpc_security
 /* ---- the job's status -------------------------------------------------- */
 
 const char *dt_job_state_name(dt_job_state s) {
-    static const char *const names[] = {"unreachable", "waiting for chief", "training", "done"};
-    return (unsigned)s < 4 ? names[s] : "unknown";
+    static const char *const names[] = {"unreachable", "waiting for chief", "training", "done",
+                                        "failed"};
+    return (unsigned)s < 5 ? names[s] : "unknown";
 }
 
 void dt_job_status_deinit(dt_job_status *st) {
@@ -90,6 +91,8 @@ static void merge_workers(dt_job_status *st, const dt_msg_status_resp *r, dt_wor
         if (a->pushes > w->pushes) w->pushes = a->pushes;
         if (a->last_push_ms >= 0 && (w->last_push_ms < 0 || a->last_push_ms < w->last_push_ms))
             w->last_push_ms = a->last_push_ms;
+        if (a->failure[0] && !w->failure[0])
+            snprintf(w->failure, sizeof w->failure, "%s", a->failure);
     }
 }
 
@@ -102,6 +105,8 @@ static void summarize(dt_job_status *st, dt_worker_seen *all) {
         const dt_msg_status_resp *r = &st->ps[p].resp;
         ready |= r->ready;
         done |= r->done;
+        if (r->failure[0] && !st->failure[0])
+            snprintf(st->failure, sizeof st->failure, "%s", r->failure);
         if (r->global_step > st->global_step) st->global_step = r->global_step;
         if (r->max_steps > st->max_steps) st->max_steps = r->max_steps;
         if (r->steps_per_sec > st->steps_per_sec) st->steps_per_sec = r->steps_per_sec;
@@ -117,6 +122,7 @@ static void summarize(dt_job_status *st, dt_worker_seen *all) {
         merge_workers(st, r, all);
     }
     st->state = !st->num_answered ? DT_JOB_UNREACHABLE
+                : st->failure[0]  ? DT_JOB_FAILED
                 : done            ? DT_JOB_DONE
                 : ready           ? DT_JOB_TRAINING
                                   : DT_JOB_WAITING;
@@ -127,7 +133,7 @@ static void summarize(dt_job_status *st, dt_worker_seen *all) {
     else if (st->state == DT_JOB_DONE)
         st->eta_secs = 0;
     for (int w = 0; w < st->num_workers; w++)
-        if (all[w].pushes > 0) st->workers[st->num_seen++] = all[w];
+        if (all[w].pushes > 0 || all[w].failure[0]) st->workers[st->num_seen++] = all[w];
 }
 
 /* Sends Status to every ps at once; fills st->ps. */
@@ -237,6 +243,7 @@ size_t dt_job_status_text(const dt_job_status *st, const dt_cluster *c, char *bu
             put_duration(&o, st->eta_secs);
         }
     }
+    if (st->state == DT_JOB_FAILED) put(&o, "\nfailure: %s", st->failure);
     put(&o,
         "\npushes: %lld applied, %lld rejected, %lld dropped, %lld non-finite; %lld calls "
         "refused",
@@ -252,9 +259,10 @@ size_t dt_job_status_text(const dt_job_status *st, const dt_cluster *c, char *bu
         }
         const dt_msg_status_resp *r = &s->resp;
         put(&o, "%s, global_step %lld, %d variables, %lld bytes, %s, %lld applied, up ",
-            r->done    ? "done"
-            : r->ready ? "training"
-                       : "waiting for chief",
+            r->failure[0] ? "failed"
+            : r->done     ? "done"
+            : r->ready    ? "training"
+                          : "waiting for chief",
             (long long)r->global_step, r->num_variables, (long long)r->num_bytes,
             r->mode[0] ? r->mode : "no mode", (long long)r->pushes_applied);
         put_duration(&o, (double)r->uptime_ms / 1000.0);
@@ -265,7 +273,11 @@ size_t dt_job_status_text(const dt_job_status *st, const dt_cluster *c, char *bu
         const dt_worker_seen *w = &st->workers[i];
         put(&o, "  ");
         put_worker_name(&o, w->worker);
-        put(&o, ": %lld pushes, the last %.1f s ago\n", w->pushes, (double)w->last_push_ms / 1e3);
+        if (w->failure[0])
+            put(&o, ": failed: %s\n", w->failure);
+        else
+            put(&o, ": %lld pushes, the last %.1f s ago\n", w->pushes,
+                (double)w->last_push_ms / 1e3);
     }
     return o.len;
 }
@@ -273,6 +285,10 @@ size_t dt_job_status_text(const dt_job_status *st, const dt_cluster *c, char *bu
 size_t dt_job_status_json(const dt_job_status *st, const dt_cluster *c, char *buf, size_t cap) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "state", dt_job_state_name(st->state));
+    if (st->state == DT_JOB_FAILED)
+        cJSON_AddStringToObject(root, "failure", st->failure);
+    else
+        cJSON_AddNullToObject(root, "failure");
     cJSON_AddNumberToObject(root, "global_step", (double)st->global_step);
     cJSON_AddNumberToObject(root, "max_steps", (double)st->max_steps);
     cJSON_AddNumberToObject(
@@ -306,6 +322,10 @@ size_t dt_job_status_json(const dt_job_status *st, const dt_cluster *c, char *bu
         const dt_msg_status_resp *r = &s->resp;
         cJSON_AddBoolToObject(e, "ready", r->ready);
         cJSON_AddBoolToObject(e, "done", r->done);
+        if (r->failure[0])
+            cJSON_AddStringToObject(e, "failure", r->failure);
+        else
+            cJSON_AddNullToObject(e, "failure");
         cJSON_AddNumberToObject(e, "global_step", (double)r->global_step);
         cJSON_AddNumberToObject(e, "num_variables", r->num_variables);
         cJSON_AddNumberToObject(e, "num_bytes", (double)r->num_bytes);
@@ -320,7 +340,14 @@ size_t dt_job_status_json(const dt_job_status *st, const dt_cluster *c, char *bu
         cJSON_AddItemToArray(ws, e);
         cJSON_AddNumberToObject(e, "task", st->workers[i].worker);
         cJSON_AddNumberToObject(e, "pushes", (double)st->workers[i].pushes);
-        cJSON_AddNumberToObject(e, "last_push_secs", (double)st->workers[i].last_push_ms / 1e3);
+        if (st->workers[i].last_push_ms >= 0)
+            cJSON_AddNumberToObject(e, "last_push_secs", (double)st->workers[i].last_push_ms / 1e3);
+        else
+            cJSON_AddNullToObject(e, "last_push_secs");
+        if (st->workers[i].failure[0])
+            cJSON_AddStringToObject(e, "failure", st->workers[i].failure);
+        else
+            cJSON_AddNullToObject(e, "failure");
     }
     cJSON_AddNumberToObject(root, "num_workers", st->num_workers);
     char *text = cJSON_PrintUnformatted(root);

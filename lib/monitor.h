@@ -5,8 +5,9 @@
  * grpc_health_probe make it (dtrain health runs it as an exec probe, which
  * can present the mTLS certificate a kubelet probe cannot). dt_job_status
  * asks every ps task for its Status at once and sums the job up for
- * `dtrain status`: its state, the global step against max_steps, the rate,
- * an ETA, each task's figures and the training tasks seen recently.
+ * `dtrain status`: its state (failed, with the chief's reason, when a ps
+ * says so), the global step against max_steps, the rate, an ETA, each
+ * task's figures and the training tasks seen recently (and which failed).
  * Unreachable tasks are part of the answer, not an error.
  *
  * Threading: each call is independent and blocks its caller for at most
@@ -30,8 +31,14 @@ int dt_health_check(const char *addr, const char *service, const dt_rpc_security
 /* "SERVING", "NOT_SERVING", ... */
 const char *dt_health_status_name(dt_health_status s);
 
-typedef enum { DT_JOB_UNREACHABLE, DT_JOB_WAITING, DT_JOB_TRAINING, DT_JOB_DONE } dt_job_state;
-/* "unreachable", "waiting for chief", "training", "done" */
+typedef enum {
+    DT_JOB_UNREACHABLE,
+    DT_JOB_WAITING,
+    DT_JOB_TRAINING,
+    DT_JOB_DONE,
+    DT_JOB_FAILED /* a ps says the chief failed: dt_job_status.failure says why */
+} dt_job_state;
+/* "unreachable", "waiting for chief", "training", "done", "failed" */
 const char *dt_job_state_name(dt_job_state s);
 
 typedef struct {
@@ -46,6 +53,7 @@ typedef struct {
     int worker;
     long long pushes;
     long long last_push_ms;
+    char failure[DT_MSG_FAILURE_MAX]; /* non-empty: it failed and left (a ps says why) */
 } dt_worker_seen;
 
 typedef struct {
@@ -60,6 +68,7 @@ typedef struct {
     int num_workers;         /* the cluster's training tasks */
     dt_worker_seen *workers; /* (num_seen) owned, by task index */
     int num_seen;
+    char failure[DT_MSG_FAILURE_MAX]; /* DT_JOB_FAILED: the chief's reason */
 } dt_job_status;
 
 /* Asks every ps of cluster as a tool, each call with timeout_ms. Fails only

@@ -11,6 +11,14 @@
  *    interleave inside one variable's update.
  *  - The global step advances by exactly one per applied push; once it
  *    reaches max_steps, pushes are answered "done" and no longer applied.
+ *  - The first Shutdown decides how the job ended. One that carries a
+ *    failure (the chief failed permanently) makes the job failed for good:
+ *    every later Create, Pull and Push is answered DT_EABORTED "job failed:
+ *    <reason>", Status carries the reason, and dt_ps_wait returns
+ *    DT_EABORTED once every worker has heard it or the linger is up.
+ *  - A worker's own failure (a Status with failure, for its own task) is
+ *    recorded and counts as "told" for the end of the job; it never ends
+ *    the job. A push from that worker (restarted) clears it.
  *
  * Threading: see ps.h. The lifecycle fields (shutdown, workers told) are
  * under `life_mu`; dt_ps_wait polls them with a short sleep.
@@ -122,7 +130,9 @@ struct dt_ps {
     pthread_mutex_t life_mu;
     int shutdown_requested;
     struct timespec shutdown_at;
-    int *worker_told_done; /* (num_workers) */
+    int *worker_told_done;            /* (num_workers) */
+    char failure[DT_MSG_FAILURE_MAX]; /* non-empty: the job failed (the chief's reason) */
+    char **worker_failure;            /* (num_workers) under stats_mu: why each left, or NULL */
 
     /* While no chief has created the model: the other ps tasks, asked now
      * and then whether the job is already done (a ps restarted after the
@@ -179,13 +189,23 @@ static void raise_step(dt_ps *ps, int64_t seen) {
 
 /* ---- activity, for Status ------------------------------------------------ */
 
-/* Counts a push from worker and when it came, whatever becomes of it. */
+/* Counts a push from worker and when it came, whatever becomes of it. A
+ * worker that said it failed and pushes again was restarted: it is back,
+ * and is to be told the job's end like the others. */
 static void note_push(dt_ps *ps, int32_t worker) {
     if (worker < 0 || worker >= ps->params.cluster->num_workers) return;
     pthread_mutex_lock(&ps->stats_mu);
     ps->pushes_from[worker]++;
     clock_gettime(CLOCK_MONOTONIC, &ps->pushed_at[worker]);
+    char *failure = ps->worker_failure[worker];
+    ps->worker_failure[worker] = NULL;
     pthread_mutex_unlock(&ps->stats_mu);
+    if (!failure) return;
+    pthread_mutex_lock(&ps->life_mu);
+    ps->worker_told_done[worker] = 0;
+    pthread_mutex_unlock(&ps->life_mu);
+    dt_log(DT_LOG_INFO, "%s: worker %d, which had failed, is back", ps->name, (int)worker);
+    free(failure);
 }
 
 /* Takes a sample of the global step once a second (called from dt_ps_wait's
@@ -214,10 +234,13 @@ static void activity_locked(dt_ps *ps, dt_msg_status_resp *resp) {
     }
     int n = 0;
     for (int w = 0; w < ps->params.cluster->num_workers && n < DT_STATUS_MAX_WORKERS; w++) {
-        if (!ps->pushes_from[w]) continue;
+        if (!ps->pushes_from[w] && !ps->worker_failure[w]) continue;
         resp->workers[n].worker = w;
         resp->workers[n].pushes = ps->pushes_from[w];
-        resp->workers[n].last_push_ms = ms_since(&ps->pushed_at[w]);
+        resp->workers[n].last_push_ms = ps->pushes_from[w] ? ms_since(&ps->pushed_at[w]) : -1;
+        if (ps->worker_failure[w])
+            snprintf(resp->workers[n].failure, sizeof resp->workers[n].failure, "%s",
+                     ps->worker_failure[w]);
         n++;
     }
     resp->num_workers = n;
@@ -235,6 +258,29 @@ static int check_done(dt_ps *ps, int32_t worker) {
         ps->worker_told_done[worker] = 1;
     pthread_mutex_unlock(&ps->life_mu);
     return done;
+}
+
+/* DT_EABORTED "job failed: <reason>" once the chief said the job failed
+ * (remembering that `worker` has now heard it), else 0. `what` names the
+ * call in the message. */
+static int check_failed(dt_ps *ps, int32_t worker, const char *what, dt_err *err) {
+    pthread_mutex_lock(&ps->life_mu);
+    int failed = ps->failure[0] != '\0';
+    if (failed && worker >= 0 && worker < ps->params.cluster->num_workers)
+        ps->worker_told_done[worker] = 1;
+    int rc =
+        failed ? dt_err_set(err, DT_EABORTED, "%s: %s: job failed: %s", ps->name, what, ps->failure)
+               : 0;
+    pthread_mutex_unlock(&ps->life_mu);
+    return rc;
+}
+
+/* Whether the chief said the job failed. */
+static int job_failed(dt_ps *ps) {
+    pthread_mutex_lock(&ps->life_mu);
+    int failed = ps->failure[0] != '\0';
+    pthread_mutex_unlock(&ps->life_mu);
+    return failed;
 }
 
 /* A chief or worker identity may speak only for its own task: with a
@@ -459,6 +505,7 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     req->slots_in.cap = MAX_CREATE / 2;
     if ((rc = dt_codec_decode(DT_MSG_CREATE_REQ, request->data, request->len, req, err)) < 0)
         goto fail;
+    if ((rc = check_failed(ps, 0, "create", err)) < 0) goto fail;
     if ((rc = check_create(ps, req, err)) < 0) goto fail;
 
     pthread_rwlock_wrlock(&ps->model_lock);
@@ -556,6 +603,7 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     int rc = dt_codec_decode(DT_MSG_PULL_REQ, request->data, request->len, &req, err);
     if (rc < 0) return rc;
     if ((rc = check_caller(ps, peer, req.worker, "pull", err)) < 0) return rc;
+    if ((rc = check_failed(ps, req.worker, "pull", err)) < 0) return rc;
 
     pthread_rwlock_rdlock(&ps->model_lock);
     if (!ps->ready) {
@@ -1030,8 +1078,10 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     int *index = NULL, rc = 0;
     pthread_rwlock_rdlock(&ps->model_lock);
     if (!ps->ready) {
-        rc = dt_err_set(err, DT_EPRECOND, "%s: push: model not ready (no chief has created it yet)",
-                        ps->name);
+        /* A failed job's answer wins over "not ready", which is retried. */
+        if ((rc = check_failed(ps, -1, "push", err)) == 0)
+            rc = dt_err_set(err, DT_EPRECOND,
+                            "%s: push: model not ready (no chief has created it yet)", ps->name);
         goto done;
     }
     /* A valid push has one gradient per variable held here; one more slot
@@ -1049,6 +1099,7 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     if ((rc = dt_codec_decode(DT_MSG_PUSH_REQ, request->data, request->len, &req, err)) < 0)
         goto done;
     if ((rc = check_caller(ps, peer, req.worker, "push", err)) < 0) goto done;
+    if ((rc = check_failed(ps, req.worker, "push", err)) < 0) goto done;
     note_push(ps, req.worker);
     dt_msg_push_resp resp;
     memset(&resp, 0, sizeof resp);
@@ -1119,6 +1170,38 @@ static int note_done_seen(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker, dt
     return 0;
 }
 
+/* A worker says it failed permanently and leaves (its own task only, as
+ * for done_seen; the chief's failure is a Shutdown, which ends the job):
+ * remembered for Status, and it need not be told the job's end. The text
+ * was checked by the codec. */
+static int note_failed_worker(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker,
+                              const char *failure, dt_err *err) {
+    if (peer->role == DT_PEER_TOOL || peer->role == DT_PEER_PS) {
+        atomic_fetch_add(&ps->calls_refused, 1);
+        return dt_err_set(err, DT_EPERM, "%s: status: %s may not say a worker failed", ps->name,
+                          peer->name);
+    }
+    int rc = check_caller(ps, peer, worker, "status", err);
+    if (rc < 0) return rc;
+    if (worker < 1 || worker >= ps->params.cluster->num_workers)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: status: failure from worker %d: only workers 1..%d report their "
+                          "own (the chief's ends the job: a Shutdown)",
+                          ps->name, (int)worker, ps->params.cluster->num_workers - 1);
+    char *copy = strdup(failure);
+    if (!copy) return dt_err_set(err, DT_ENOMEM, "%s: status: out of memory", ps->name);
+    pthread_mutex_lock(&ps->stats_mu);
+    free(ps->worker_failure[worker]);
+    ps->worker_failure[worker] = copy;
+    pthread_mutex_unlock(&ps->stats_mu);
+    pthread_mutex_lock(&ps->life_mu);
+    ps->worker_told_done[worker] = 1;
+    pthread_mutex_unlock(&ps->life_mu);
+    dt_log(DT_LOG_WARN, "%s: worker %d failed and left: %s; the job goes on without it", ps->name,
+           (int)worker, failure);
+    return 0;
+}
+
 static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request,
                          dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
@@ -1127,6 +1210,8 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     int rc = dt_codec_decode(DT_MSG_STATUS_REQ, request->data, request->len, &req, err);
     if (rc < 0) return rc;
     if (req.done_seen && (rc = note_done_seen(ps, peer, req.worker, err)) < 0) return rc;
+    if (req.failure[0] && (rc = note_failed_worker(ps, peer, req.worker, req.failure, err)) < 0)
+        return rc;
     dt_msg_status_resp resp;
     memset(&resp, 0, sizeof resp);
     pthread_rwlock_rdlock(&ps->model_lock);
@@ -1139,7 +1224,11 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     snprintf(resp.model, sizeof resp.model, "%s", ps->model);
     snprintf(resp.mode, sizeof resp.mode, "%s", dt_mode_name(ps->consistency.mode));
     pthread_rwlock_unlock(&ps->model_lock);
-    resp.done = check_done(ps, req.worker);
+    resp.done = check_done(ps, req.worker); /* a failed job is over, and told so */
+    pthread_mutex_lock(&ps->life_mu);
+    snprintf(resp.failure, sizeof resp.failure, "%s", ps->failure);
+    pthread_mutex_unlock(&ps->life_mu);
+    if (resp.failure[0]) resp.done = false; /* over, but not done: failed */
     resp.uptime_ms = ms_since(&ps->started);
     resp.pushes_applied = atomic_load(&ps->pushes_applied);
     resp.pushes_rejected = atomic_load(&ps->pushes_rejected);
@@ -1167,13 +1256,22 @@ static int handle_shutdown(void *ctx, const dt_rpc_peer *peer __attribute__((unu
     int rc = dt_codec_decode(DT_MSG_SHUTDOWN_REQ, request->data, request->len, &req, err);
     if (rc < 0) return rc;
     pthread_mutex_lock(&ps->life_mu);
-    if (!ps->shutdown_requested) {
+    int first = !ps->shutdown_requested;
+    if (first) {
         ps->shutdown_requested = 1;
         clock_gettime(CLOCK_MONOTONIC, &ps->shutdown_at);
         ps->worker_told_done[0] = 1; /* the chief asked, so it knows */
+        /* The reason is text (the codec checked it): safe to log and echo. */
+        snprintf(ps->failure, sizeof ps->failure, "%s", req.failure);
     }
     pthread_mutex_unlock(&ps->life_mu);
-    dt_log(DT_LOG_INFO, "%s: shutdown requested: %s", ps->name, req.reason);
+    if (first && req.failure[0])
+        dt_log(DT_LOG_ERROR, "%s: job failed: %s (the chief says so); telling the workers",
+               ps->name, req.failure);
+    else
+        dt_log(DT_LOG_INFO, "%s: shutdown requested: %s%s", ps->name,
+               req.failure[0] ? req.failure : req.reason,
+               first ? "" : " (after the job had ended: no change)");
     dt_msg_shutdown_resp resp = {0};
     return encode_reply(DT_MSG_SHUTDOWN_RESP, &resp, reply, err);
 }
@@ -1241,8 +1339,10 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     ps->pushes_from = calloc(nw, sizeof *ps->pushes_from);
     ps->memo = calloc(nw, sizeof *ps->memo);
     ps->pushed_at = calloc(nw, sizeof *ps->pushed_at);
+    ps->worker_failure = calloc(nw, sizeof *ps->worker_failure);
     if (!ps->clock || !ps->last_push || !ps->seen || !ps->acc_from || !ps->pushes_from ||
-        !ps->memo || !ps->pushed_at) {
+        !ps->memo || !ps->pushed_at || !ps->worker_failure) {
+        free(ps->worker_failure);
         free(ps->pushes_from);
         free(ps->memo);
         free(ps->pushed_at);
@@ -1318,14 +1418,15 @@ int dt_ps_call(dt_ps *ps, const char *method, const dt_rpc_peer *peer, const dt_
 static int finished(dt_ps *ps) {
     pthread_mutex_lock(&ps->life_mu);
     int over = ps->shutdown_requested;
+    int failed = ps->failure[0] != '\0';
     int all_told = 1;
     for (int w = 0; w < ps->params.cluster->num_workers; w++)
         all_told &= ps->worker_told_done[w];
     int linger_up = over && ms_since(&ps->shutdown_at) >= ps->params.linger_ms;
     pthread_mutex_unlock(&ps->life_mu);
     if (over && !all_told && linger_up)
-        dt_log(DT_LOG_WARN, "%s: not every worker was told the job is done after %d ms; exiting",
-               ps->name, ps->params.linger_ms);
+        dt_log(DT_LOG_WARN, "%s: not every worker was told the job %s after %d ms; exiting",
+               ps->name, failed ? "failed" : "is done", ps->params.linger_ms);
     return over && (all_told || linger_up);
 }
 
@@ -1443,7 +1544,18 @@ int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
     int announced = 0;
     for (;;) {
         if (stop && *stop) return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", ps->name);
-        if (finished(ps)) {
+        int over = finished(ps);
+        if (over && job_failed(ps)) {
+            if (!ps->params.keep_serving) {
+                pthread_mutex_lock(&ps->life_mu);
+                dt_err_set(err, DT_EABORTED, "%s: job failed: %s; exiting", ps->name, ps->failure);
+                pthread_mutex_unlock(&ps->life_mu);
+                return DT_EABORTED;
+            }
+            if (!announced)
+                dt_log(DT_LOG_INFO, "%s: job failed; --keep-serving: still serving", ps->name);
+            announced = 1;
+        } else if (over) {
             if (!ps->params.keep_serving) {
                 dt_log(DT_LOG_INFO,
                        "%s: job done at global_step %lld after %lld pushes (%lld retries) "
@@ -1487,5 +1599,8 @@ void dt_ps_free(dt_ps *ps) {
     free(ps->pushes_from);
     free(ps->memo);
     free(ps->pushed_at);
+    for (int w = 0; ps->worker_failure && w < ps->params.cluster->num_workers; w++)
+        free(ps->worker_failure[w]);
+    free(ps->worker_failure);
     free(ps);
 }

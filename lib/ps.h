@@ -3,7 +3,8 @@
  * and the global step; applies each pushed gradient atomically per variable;
  * serves dtrain.ParameterServer over gRPC; and, unlike TF's ps, exits when
  * the chief says the job is done (after every worker has been told, or a
- * linger period has passed).
+ * linger period has passed), or, the same way, that it failed: then every
+ * later call of the job's tasks is answered "job failed: <reason>".
  *
  * Sync mode with several ps tasks: ps 0 decides which workers' gradients
  * make each step; the other tasks hold each worker's gradient until a
@@ -57,8 +58,10 @@ typedef struct dt_ps dt_ps;
 int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) DT_WARN_UNUSED;
 
 /*
- * Blocks until the job is finished (0), or until *stop becomes non-zero
- * (DT_ECANCELLED). With keep_serving the job's end does not return.
+ * Blocks until the job is finished (0), until it failed (DT_EABORTED, err
+ * holding the chief's reason: a Shutdown carrying a failure, once every
+ * worker heard it or the linger is up), or until *stop becomes non-zero
+ * (DT_ECANCELLED). With keep_serving neither end of the job returns.
  */
 int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err);
 

@@ -16,6 +16,7 @@
 #include "log.h"
 #include "optim.h"
 #include "rpc_client.h"
+#include "text.h"
 
 typedef struct {
     char name[DT_TENSOR_NAME_MAX]; /* on the ps */
@@ -762,6 +763,41 @@ int dt_ps_client_shutdown(dt_ps_client *c, const char *reason, dt_err *err) {
         if ((rc = prepare(c, p, DT_MSG_SHUTDOWN_REQ, &req, 0, err)) < 0) return rc;
     }
     rc = run(c, 0, c->num_ps, err);
+    release_responses(c);
+    return rc;
+}
+
+/* failure as a ps takes it: text, cut to the field at a whole character. */
+static void failure_text(char *dst, size_t cap, const char *failure) {
+    dt_text_escape(dst, cap, failure ? failure : "", failure ? strlen(failure) : 0);
+}
+
+int dt_ps_client_fail_job(dt_ps_client *c, const char *failure, dt_err *err) {
+    int rc = 0;
+    for (int p = 0; p < c->num_ps; p++) {
+        dt_msg_shutdown_req req;
+        memset(&req, 0, sizeof req);
+        snprintf(req.reason, sizeof req.reason, "the chief failed");
+        failure_text(req.failure, sizeof req.failure, failure);
+        if (!req.failure[0]) snprintf(req.failure, sizeof req.failure, "(no reason given)");
+        if ((rc = prepare(c, p, DT_MSG_SHUTDOWN_REQ, &req, 0, err)) < 0) return rc;
+    }
+    rc = run(c, 0, c->num_ps, err);
+    release_responses(c);
+    return rc;
+}
+
+int dt_ps_client_leave(dt_ps_client *c, const char *failure, dt_err *err) {
+    dt_msg_status_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = c->params.worker;
+    failure_text(req.failure, sizeof req.failure, failure);
+    if (!req.failure[0]) snprintf(req.failure, sizeof req.failure, "(no reason given)");
+    for (int p = 0; p < c->num_ps; p++) {
+        int rc = prepare(c, p, DT_MSG_STATUS_REQ, &req, 0, err);
+        if (rc < 0) return rc;
+    }
+    int rc = run(c, 0, c->num_ps, err);
     release_responses(c);
     return rc;
 }

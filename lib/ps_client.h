@@ -164,4 +164,21 @@ int dt_ps_client_tell_done(dt_ps_client *c, dt_err *err) DT_WARN_UNUSED;
 /* Tells every ps the job is finished. */
 int dt_ps_client_shutdown(dt_ps_client *c, const char *reason, dt_err *err) DT_WARN_UNUSED;
 
+/* Failures. Each call goes to every ps at once, with the client's deadline
+ * and without waiting for a ps that is down (it fails fast), so a caller is
+ * held for at most timeout_ms. `failure` may be any text: it is sent as at
+ * most DT_MSG_FAILURE_MAX - 1 bytes of UTF-8 with control bytes escaped
+ * (dt_text_escape), as a ps accepts it. The first failed call's error is
+ * returned; the others were still made. */
+
+/* The chief: the job failed (a Shutdown carrying `failure`). Every ps
+ * answers every later call of the job's tasks with DT_EABORTED "job failed:
+ * <failure>" and exits 1. */
+int dt_ps_client_fail_job(dt_ps_client *c, const char *failure, dt_err *err) DT_WARN_UNUSED;
+
+/* A worker other than the chief: this task failed permanently and leaves
+ * (a Status carrying `failure`). The job goes on without it; the ps tasks
+ * show it in Status and do not wait to tell it the job's end. */
+int dt_ps_client_leave(dt_ps_client *c, const char *failure, dt_err *err) DT_WARN_UNUSED;
+
 #endif

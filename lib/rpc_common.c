@@ -206,6 +206,7 @@ static const struct {
     {DT_ECANCELLED, GRPC_STATUS_CANCELLED},
     {DT_EINTERNAL, GRPC_STATUS_INTERNAL},
     {DT_EPERM, GRPC_STATUS_PERMISSION_DENIED},
+    {DT_EABORTED, GRPC_STATUS_ABORTED},
 };
 #define STATUS_TABLE_LEN (sizeof status_table / sizeof status_table[0])
 
@@ -224,7 +225,6 @@ int dt_rpc_err_from_status(grpc_status_code status) {
         if (status_table[i].status == status) return status_table[i].code;
     switch (status) {
     case GRPC_STATUS_OUT_OF_RANGE: return DT_EINVAL;
-    case GRPC_STATUS_ABORTED: return DT_EUNAVAILABLE;
     case GRPC_STATUS_UNIMPLEMENTED: return DT_EPRECOND;
     /* A missing or wrong token: as permanent for the caller as a refusal. */
     case GRPC_STATUS_UNAUTHENTICATED: return DT_EPERM;

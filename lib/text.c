@@ -31,24 +31,38 @@ size_t dt_text_utf8_seq(const unsigned char *s, size_t n) {
     return len;
 }
 
+/* Every byte of s valid UTF-8 and no control byte; `kind` says what s is
+ * in the message ("name", "text"). */
+static int check_bytes(const char *s, size_t len, const char *what, const char *kind, dt_err *err) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < len;) {
+        if (u[i] == 0)
+            return dt_err_set(err, DT_EINVAL, "%s: %s contains a NUL byte at %zu", what, kind, i);
+        if (u[i] < 0x20 || u[i] == 0x7F)
+            return dt_err_set(err, DT_EINVAL, "%s: %s contains control byte 0x%02x at %zu", what,
+                              kind, u[i], i);
+        size_t k = dt_text_utf8_seq(u + i, len - i);
+        if (k == 0)
+            return dt_err_set(err, DT_EINVAL, "%s: %s is not valid UTF-8 at byte %zu", what, kind,
+                              i);
+        i += k;
+    }
+    return 0;
+}
+
 int dt_text_check_name(const char *s, size_t len, size_t max_len, const char *what, dt_err *err) {
     if (len == 0) return dt_err_set(err, DT_EINVAL, "%s: empty name", what);
     if (len > max_len)
         return dt_err_set(err, DT_EINVAL, "%s: name of %zu bytes (at most %zu)", what, len,
                           max_len);
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < len;) {
-        if (u[i] == 0)
-            return dt_err_set(err, DT_EINVAL, "%s: name contains a NUL byte at %zu", what, i);
-        if (u[i] < 0x20 || u[i] == 0x7F)
-            return dt_err_set(err, DT_EINVAL, "%s: name contains control byte 0x%02x at %zu", what,
-                              u[i], i);
-        size_t k = dt_text_utf8_seq(u + i, len - i);
-        if (k == 0)
-            return dt_err_set(err, DT_EINVAL, "%s: name is not valid UTF-8 at byte %zu", what, i);
-        i += k;
-    }
-    return 0;
+    return check_bytes(s, len, what, "name", err);
+}
+
+int dt_text_check_line(const char *s, size_t len, size_t max_len, const char *what, dt_err *err) {
+    if (len > max_len)
+        return dt_err_set(err, DT_EINVAL, "%s: text of %zu bytes (at most %zu)", what, len,
+                          max_len);
+    return check_bytes(s, len, what, "text", err);
 }
 
 /* The escape of one byte, or NULL when it is written as it is. */

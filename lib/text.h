@@ -19,6 +19,14 @@
 int dt_text_check_name(const char *s, size_t len, size_t max_len, const char *what,
                        dt_err *err) DT_WARN_UNUSED;
 
+/* Checks the len bytes at s as one line of free text that a ps keeps and
+ * echoes to its callers (a failure's reason): at most max_len bytes of
+ * valid UTF-8 without NUL or other control bytes, so no client that decodes
+ * proto3 strings strictly, or prints them, is broken by it. Empty is fine.
+ * The message names `what` ("ShutdownRequest: failure"). */
+int dt_text_check_line(const char *s, size_t len, size_t max_len, const char *what,
+                       dt_err *err) DT_WARN_UNUSED;
+
 /* Length of the valid UTF-8 sequence starting at s (1-4), or 0 when the
  * bytes there are not one (bad lead, bad continuation, overlong form,
  * surrogate, above U+10FFFF, or cut short by n). */

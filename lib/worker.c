@@ -156,6 +156,9 @@ static int probe_ready(void *arg, dt_err *err) {
         dt_msg_status_resp st;
         int rc = dt_ps_client_status(w->client, p, &st, err);
         if (rc < 0) return rc;
+        if (st.failure[0])
+            return dt_err_set(err, DT_EABORTED, "%s: %s: job failed: %s", w->name,
+                              dt_ps_client_name(w->client, p), st.failure);
         if (st.max_steps > w->max_steps) w->max_steps = st.max_steps;
         if (st.done) {
             pr->done = 1;
@@ -352,10 +355,64 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
     return 0;
 }
 
+/* ---- failures ---------------------------------------------------------- */
+
+/* Deadline of each call that reports a failure: the task is going anyway. */
+#define FAILURE_REPORT_MS 5000
+
+/* Whether rc is this task's own permanent failure, the kind the job must
+ * hear of. Not: a signal (a restart may follow), a peer out of reach past
+ * the retry budget or storage that stayed full (retryable: 200, 75), the
+ * job's failure heard from a ps (not ours), or something another owns (a
+ * log dir another chief holds, a ps holding another job's model, variables
+ * another chief created: ending that job is not this task's to do). */
+static int own_permanent_failure(int rc) {
+    switch (rc) {
+    case DT_ECANCELLED:
+    case DT_EUNAVAILABLE:
+    case DT_EDEADLINE:
+    case DT_ESTORAGE:
+    case DT_EABORTED:
+    case DT_EEXIST: return 0;
+    default: return rc < 0;
+    }
+}
+
+void dt_worker_report_failure(const dt_worker_params *params, int rc, const dt_err *why) {
+    if (!own_permanent_failure(rc)) return;
+    int chief = params->task_index == 0;
+    const char *reason = why && why->msg[0] ? why->msg : dt_err_name(rc);
+    int timeout_ms = params->job->rpc_timeout_secs * 1000;
+    if (timeout_ms > FAILURE_REPORT_MS) timeout_ms = FAILURE_REPORT_MS;
+    /* A client of its own: the caller's may be half made (the failure was
+     * opening it) or mid-call. No variables: none are sent. */
+    dt_tensors none;
+    memset(&none, 0, sizeof none);
+    dt_ps_client_params cp = {params->cluster, params->task_index, timeout_ms,
+                              params->job->placement, params->security};
+    dt_ps_client *c = NULL;
+    dt_err told;
+    dt_err_clear(&told);
+    int trc = dt_ps_client_new(&cp, &none, &c, &told);
+    if (trc == 0)
+        trc =
+            chief ? dt_ps_client_fail_job(c, reason, &told) : dt_ps_client_leave(c, reason, &told);
+    dt_ps_client_free(c);
+    const char *what = chief ? "the job failed" : "this worker failed and leaves";
+    if (trc < 0)
+        dt_log(DT_LOG_WARN, "worker:%d: telling the ps tasks that %s: %s", params->task_index, what,
+               told.msg);
+    else
+        dt_log(DT_LOG_INFO, "worker:%d: told every ps task that %s", params->task_index, what);
+}
+
 int dt_worker_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err) {
     dt_worker *w = NULL;
     int rc = dt_worker_open(params, &w, err);
-    if (rc < 0) return rc;
+    if (rc < 0) {
+        dt_worker_report_failure(params, rc, err);
+        return rc;
+    }
     dt_log(DT_LOG_INFO, "%s: %lld examples in this shard; waiting for the model", w->name,
            (long long)dt_data_size(w->data));
     rc = dt_worker_wait_ready(w, stop, err);
@@ -366,5 +423,6 @@ int dt_worker_run(const dt_worker_params *params, volatile sig_atomic_t *stop, d
         rc = dt_worker_train(w, NULL, stop, err);
     }
     dt_worker_free(w);
+    if (rc < 0) dt_worker_report_failure(params, rc, err);
     return rc;
 }

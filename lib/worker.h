@@ -9,7 +9,8 @@
  * Failures of ps calls (unreachable, deadline, a restarted ps that is not yet
  * ready) are retried with exponential backoff and jitter for up to
  * job->ready_wait_secs, logging who is awaited and for how long; after that
- * the call fails with DT_EUNAVAILABLE.
+ * the call fails with DT_EUNAVAILABLE. A ps's "job failed" answer
+ * (DT_EABORTED) is never retried.
  */
 #ifndef DT_WORKER_H
 #define DT_WORKER_H
@@ -85,7 +86,18 @@ void dt_worker_set_max_steps(dt_worker *w, int64_t max_steps);
 int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_atomic_t *stop,
                     dt_err *err);
 
-/* The worker role: open, wait for the chief, train, close. */
+/* The worker role: open, wait for the chief, train, close. A "job failed"
+ * answer from a ps (the chief failed) ends it with DT_EABORTED and the
+ * chief's reason; its own permanent failure is reported (below). */
 int dt_worker_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err);
+
+/* When rc (< 0, why says why; may be NULL) is this task's own permanent
+ * failure (not a signal, not a retryable 200 or 75 one, not the job's
+ * failure heard from a ps, not DT_EEXIST: something another chief or job
+ * owns), tells every ps task, best effort, each call bounded by
+ * min(rpc_timeout_secs, 5 s) and failing fast on a ps that is down: from
+ * the chief (task 0) that the job failed, which ends it; from another
+ * worker that it leaves, which does not. Logs the outcome; never fails. */
+void dt_worker_report_failure(const dt_worker_params *params, int rc, const dt_err *why);
 
 #endif

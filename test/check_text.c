@@ -48,6 +48,24 @@ START_TEST(test_names) {
 }
 END_TEST
 
+/* Free text a ps keeps and echoes (a failure's reason): empty is fine;
+ * control bytes, invalid UTF-8 and too much are not. */
+START_TEST(test_lines) {
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_text_check_line("", 0, 255, "f", &err), 0);
+    ck_assert_int_eq(dt_text_check_line("chief: caf\xc3\xa9.csv: open", 22, 255, "f", &err), 0);
+    ck_assert_int_eq(dt_text_check_line("a\nb", 3, 255, "f", &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "f: text contains control byte 0x0a at 1"), "%s", err.msg);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_text_check_line("caf\xc3", 4, 255, "f", &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "not valid UTF-8 at byte 3"), "%s", err.msg);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_text_check_line("abcd", 4, 3, "f", &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "4 bytes (at most 3)"), "%s", err.msg);
+}
+END_TEST
+
 START_TEST(test_escape) {
     char out[64];
     const char in[] = "a\nb\\c\x1b[2J\xff\xc3\xa4\t";
@@ -67,6 +85,7 @@ Suite *text_suite(void) {
     Suite *s = suite_create("text");
     TCase *tc = tcase_create("text");
     tcase_add_test(tc, test_names);
+    tcase_add_test(tc, test_lines);
     tcase_add_test(tc, test_escape);
     suite_add_tcase(s, tc);
     return s;

@@ -205,6 +205,11 @@ void dt_test_job_expect_exit(const dt_test_job *j, pid_t pid, const char *name, 
 
 void dt_test_job_expect_done(const dt_test_job *j, const pid_t *pids, const char *const *names,
                              int n, int timeout_ms) {
+    dt_test_job_expect_all(j, pids, names, n, 0, timeout_ms);
+}
+
+void dt_test_job_expect_all(const dt_test_job *j, const pid_t *pids, const char *const *names,
+                            int n, int want, int timeout_ms) {
     long long deadline = dt_test_now_ms() + timeout_ms;
     int done[DT_TEST_JOB_MAX_ROLES] = {0}, left = n;
     ck_assert(n <= DT_TEST_JOB_MAX_ROLES);
@@ -214,7 +219,7 @@ void dt_test_job_expect_done(const dt_test_job *j, const pid_t *pids, const char
         int late = dt_test_now_ms() >= deadline;
         for (int i = 0; i < n; i++) {
             if (done[i] || (!late && dt_test_alive(pids[i]))) continue;
-            check_status(j, names[i], dt_test_wait(pids[i], 0), 0, timeout_ms);
+            check_status(j, names[i], dt_test_wait(pids[i], 0), want, timeout_ms);
             done[i] = 1;
             left--;
         }

@@ -102,6 +102,9 @@ void dt_test_job_expect_exit(const dt_test_job *j, pid_t pid, const char *name, 
  * running (all left are then killed). */
 void dt_test_job_expect_done(const dt_test_job *j, const pid_t *pids, const char *const *names,
                              int n, int timeout_ms);
+/* The same, each one exiting with status want. */
+void dt_test_job_expect_all(const dt_test_job *j, const pid_t *pids, const char *const *names,
+                            int n, int want, int timeout_ms);
 
 /* Prints j->note (when set) and the end of every role log on stderr;
  * returns a short text for a failure message that names the note (see
