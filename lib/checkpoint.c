@@ -25,7 +25,8 @@
  * before the state file names it, and old checkpoints are deleted only after
  * the state file that drops them is durable. A crash at any point leaves a
  * loadable checkpoint behind (possibly an unlisted one, which restore finds
- * by scanning when the state file is missing).
+ * by scanning), and at worst files the state file no longer lists, which
+ * the next save ranks by step with the rest (retention, checkpoint.h).
  *
  * Threading: no globals of its own; calls on different paths may run
  * concurrently (cJSON records its last parse error position in a global of
@@ -39,6 +40,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -874,13 +876,6 @@ static int state_push(ckpt_state *st, const char *name) {
     return 0;
 }
 
-static void state_remove(ckpt_state *st, const char *name) {
-    int j = 0;
-    for (int i = 0; i < st->count; i++)
-        if (strcmp(st->all[i], name) != 0) memmove(st->all[j++], st->all[i], NAME_CAP);
-    st->count = j;
-}
-
 static int join(char *buf, size_t cap, const char *dir, const char *name, dt_err *err) {
     int n = snprintf(buf, cap, "%s/%s", dir, name);
     if (n < 0 || (size_t)n >= cap)
@@ -888,7 +883,10 @@ static int join(char *buf, size_t cap, const char *dir, const char *name, dt_err
     return 0;
 }
 
-/* Step of "model.ckpt-<step>.safetensors", or -1 for any other name. */
+/* Step of "model.ckpt-<step>.safetensors" with the step written as a save
+ * writes it (no leading zero, so one step has one name), or -1 for any
+ * other name: those are not dtrain checkpoints, and retention never
+ * deletes them. */
 static int64_t ckpt_step(const char *name) {
     static const char prefix[] = "model.ckpt-", suffix[] = ".safetensors";
     size_t len = strlen(name), pl = sizeof prefix - 1, sl = sizeof suffix - 1;
@@ -896,7 +894,7 @@ static int64_t ckpt_step(const char *name) {
         return -1;
     char digits[24];
     size_t nd = len - pl - sl;
-    if (nd >= sizeof digits) return -1;
+    if (nd >= sizeof digits || (nd > 1 && name[pl] == '0')) return -1;
     memcpy(digits, name + pl, nd);
     digits[nd] = '\0';
     uint64_t v;
@@ -915,8 +913,9 @@ static int by_step(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-/* Fills st with the dir's model.ckpt-*.safetensors files, by step, oldest
- * first. A missing dir holds none. */
+/* Fills st with the dir's checkpoints, by step, oldest first: the regular
+ * files named model.ckpt-<step>.safetensors (a directory or a symlink of
+ * that name is someone else's). A missing dir holds none. */
 static int state_scan(const char *log_dir, ckpt_state *st, dt_err *err) {
     memset(st, 0, sizeof *st);
     DIR *dir = opendir(log_dir);
@@ -936,6 +935,11 @@ static int state_scan(const char *log_dir, ckpt_state *st, dt_err *err) {
         }
         int64_t step = ckpt_step(de->d_name);
         if (step < 0 || strlen(de->d_name) >= NAME_CAP) continue;
+        char path[JOIN_CAP];
+        struct stat sb;
+        if (join(path, sizeof path, log_dir, de->d_name, NULL) < 0 || lstat(path, &sb) != 0 ||
+            !S_ISREG(sb.st_mode))
+            continue;
         if (count == cap) {
             cap = cap ? cap * 2 : 16;
             void *p = realloc(found, (size_t)cap * sizeof *found);
@@ -1081,41 +1085,6 @@ fail:
     return rc;
 }
 
-/* Makes st list what the dir holds: entries whose file is gone are dropped
- * (a state file never names a missing file), and model.ckpt-* files it does
- * not name (a save that died between the rename and the state update) are
- * appended, oldest step first. The list's own order is kept: it may be
- * hand-edited, and rotation follows it. */
-static int state_reconcile(const char *log_dir, ckpt_state *st, dt_err *err) {
-    int j = 0;
-    for (int i = 0; i < st->count; i++) {
-        char path[JOIN_CAP];
-        struct stat sb;
-        dt_err join_err;
-        dt_err_clear(&join_err);
-        if (join(path, sizeof path, log_dir, st->all[i], &join_err) == 0 && stat(path, &sb) != 0 &&
-            errno == ENOENT) {
-            dt_log(DT_LOG_WARN, "checkpoint: %s is listed but gone; dropping its entry", path);
-            continue;
-        }
-        if (j != i) memmove(st->all[j], st->all[i], NAME_CAP);
-        j++;
-    }
-    st->count = j;
-    ckpt_state present;
-    int rc = state_scan(log_dir, &present, err);
-    if (rc < 0) return rc;
-    for (int i = 0; i < present.count && rc == 0; i++) {
-        int listed = 0;
-        for (int k = 0; k < st->count && !listed; k++)
-            listed = strcmp(st->all[k], present.all[i]) == 0;
-        if (!listed && state_push(st, present.all[i]) < 0)
-            rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory listing checkpoints", log_dir);
-    }
-    state_free(&present);
-    return rc;
-}
-
 static int emit_state(int fd, const void *ctx, const char *tmp, dt_err *err) {
     const ckpt_state *st = ctx;
     char line[NAME_CAP + 64];
@@ -1152,90 +1121,145 @@ static int mkdir_p(const char *dir, dt_err *err) {
     return 0;
 }
 
+/* ---- retention ------------------------------------------------------------ */
+
+/* Test-only fault injection (checkpoint.h): with DT_TEST_CKPT_KILL set to
+ * point, the process SIGKILLs itself here, leaving the dir as a crash at
+ * this moment would. Unset, as in every real run, it is one getenv. */
+static void crash_point(const char *point) {
+    const char *want = getenv("DT_TEST_CKPT_KILL");
+    if (want && strcmp(want, point) == 0) raise(SIGKILL);
+}
+
+/* The new list is built from the files present, not from the old state
+ * file; that is read only to say so when it was unreadable. */
+static void warn_bad_state(const char *log_dir) {
+    ckpt_state old;
+    dt_err state_err;
+    dt_err_clear(&state_err);
+    int rc = state_load(log_dir, &old, &state_err);
+    if (rc == 0)
+        state_free(&old);
+    else if (rc != DT_ENOTFOUND)
+        dt_log(DT_LOG_WARN, "checkpoint: %s; writing a new one from the checkpoint files present",
+               state_err.msg);
+}
+
+/* Makes the dir hold this run's history up to anchor, a checkpoint in it
+ * that is durable (just saved, or just restored). The state file names
+ * anchor as latest and lists the newest max_to_keep (<= 0: all) of the
+ * checkpoints present whose step is at most anchor's, by step. The list is
+ * rebuilt from the files every time: a file an old list lost (a chief killed
+ * between its state update and its deletions) is ranked by its step like any
+ * other, never kept as if it were new. Only once that state file is durable
+ * are the checkpoints it leaves out deleted: the older ones beyond
+ * max_to_keep and, with drop_futures, those above anchor's step. Those are
+ * stale futures: written by an earlier incarnation that got further than the
+ * checkpoint this run restored (one skipped as corrupt, or rolled back from
+ * by editing the state file); kept, they would outrank every new save. Files
+ * that are not checkpoints (state_scan's) are never deleted. On failure
+ * nothing is deleted and the old state file stands. */
+static int retain(const char *log_dir, const char *anchor, int max_to_keep, int drop_futures,
+                  dt_err *err) {
+    int64_t top = ckpt_step(anchor);
+    DT_ASSERT(top >= 0);
+    char state_path[JOIN_CAP];
+    ckpt_state present;
+    int rc = join(state_path, sizeof state_path, log_dir, STATE_FILE, err);
+    if (rc < 0) return rc;
+    if ((rc = state_scan(log_dir, &present, err)) < 0) return rc;
+    /* present is by step: the history is its prefix up to anchor. */
+    int end = 0;
+    while (end < present.count && ckpt_step(present.all[end]) <= top)
+        end++;
+    if (end == 0 || strcmp(present.all[end - 1], anchor) != 0) {
+        rc = dt_err_set(err, DT_EIO,
+                        "%s/%s: gone, or not a regular file, before the state file "
+                        "could name it",
+                        log_dir, anchor);
+        goto fail;
+    }
+    int begin = max_to_keep > 0 && end > max_to_keep ? end - max_to_keep : 0;
+    ckpt_state kept = present; /* a view: no list of its own */
+    snprintf(kept.latest, sizeof kept.latest, "%s", anchor);
+    kept.all += begin;
+    kept.count = end - begin;
+    if ((rc = write_atomic(state_path, emit_state, &kept, err)) < 0) goto fail;
+
+    int futures = drop_futures ? present.count - end : 0;
+    if (begin > 0 || futures > 0) crash_point("before_delete");
+    for (int i = 0; i < present.count; i++) {
+        int future = i >= end;
+        if ((i >= begin && !future) || (future && !drop_futures)) continue;
+        char old[JOIN_CAP];
+        if (join(old, sizeof old, log_dir, present.all[i], NULL) < 0) continue;
+        if (future)
+            dt_log(DT_LOG_INFO,
+                   "checkpoint: deleting %s: a stale future, written before this run went back "
+                   "to an earlier step (%s is now the latest)",
+                   old, anchor);
+        if (unlink(old) != 0 && errno != ENOENT)
+            dt_log(DT_LOG_WARN, "checkpoint: %s: cannot delete old checkpoint: %s", old,
+                   strerror(errno));
+    }
+    rc = 0;
+fail:
+    state_free(&present);
+    return rc;
+}
+
 int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_ckpt_meta *meta,
                         int max_to_keep, char *path_out, size_t path_cap, dt_err *err) {
     DT_ASSERT(log_dir && ts && meta);
-    ckpt_state st;
-    memset(&st, 0, sizeof st);
-    char name[NAME_CAP], path[JOIN_CAP], state_path[JOIN_CAP];
+    char name[NAME_CAP], path[JOIN_CAP];
     int rc;
     if (meta->global_step < 0)
         return dt_err_set(err, DT_EINVAL, "%s: save: global_step %lld is negative", log_dir,
                           (long long)meta->global_step);
     snprintf(name, sizeof name, "model.ckpt-%lld.safetensors", (long long)meta->global_step);
-    if ((rc = join(path, sizeof path, log_dir, name, err)) < 0 ||
-        (rc = join(state_path, sizeof state_path, log_dir, STATE_FILE, err)) < 0)
-        return rc;
+    if ((rc = join(path, sizeof path, log_dir, name, err)) < 0) return rc;
     if (path_out && strlen(path) >= path_cap)
         return dt_err_set(err, DT_EINVAL, "%s: path_out holds %zu bytes, the path needs %zu", path,
                           path_cap, strlen(path) + 1);
     if ((rc = mkdir_p(log_dir, err)) < 0) return rc;
+    /* A file of this step already there (listed, or left by a save cut
+     * short) is replaced by the rename: it is this save's from then on and
+     * stays even if the state file cannot be written. */
+    struct stat sb;
+    int existed = lstat(path, &sb) == 0;
     if ((rc = dt_ckpt_save(path, ts, meta, err)) < 0) return rc;
-
-    dt_err state_err;
-    dt_err_clear(&state_err);
-    rc = state_load(log_dir, &st, &state_err);
-    if (rc == DT_ECORRUPT)
-        dt_log(DT_LOG_WARN, "checkpoint: %s; starting a new list from the checkpoint files present",
-               state_err.msg);
-    if (rc == DT_ENOTFOUND || rc == DT_ECORRUPT) {
-        /* Seed from the files on disk (this one included), so checkpoints
-         * saved before the state file was lost still rotate out. */
-        rc = state_scan(log_dir, &st, err);
-    } else if (rc < 0) {
-        rc = dt_err_set(err, rc, "%s", state_err.msg);
-    }
-    if (rc < 0) goto fail;
-    /* Listed in the old state file: the rename replaced a file it names,
-     * so that file stays even if the new state file cannot be written. */
-    int was_listed = 0;
-    for (int i = 0; i < st.count && state_err.code == DT_OK; i++)
-        was_listed |= strcmp(st.all[i], name) == 0;
-    if ((rc = state_reconcile(log_dir, &st, err)) < 0) goto fail;
-
-    state_remove(&st, name); /* saving a step again replaces its entry */
-    if (state_push(&st, name) < 0) {
-        rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory", state_path);
-        goto fail;
-    }
-    snprintf(st.latest, sizeof st.latest, "%s", name);
-    int drop = max_to_keep > 0 && st.count > max_to_keep ? st.count - max_to_keep : 0;
-    ckpt_state kept = st;
-    kept.all += drop;
-    kept.count -= drop;
-    if ((rc = write_atomic(state_path, emit_state, &kept, err)) < 0) {
-        /* The old state file stands (write_atomic left it untouched); a
-         * checkpoint it does not list would be invisible to tools that read
-         * it and would never rotate out, and it holds space the disk lacks.
-         * The caller retries the whole save. */
-        if (!was_listed && unlink(path) != 0 && errno != ENOENT)
+    crash_point("before_state");
+    warn_bad_state(log_dir);
+    if ((rc = retain(log_dir, name, max_to_keep, 1, err)) < 0) {
+        /* The old state file stands; a new checkpoint it does not list
+         * would be invisible to tools that read it, and it holds space the
+         * disk lacks. The caller retries the whole save. */
+        if (!existed && unlink(path) != 0 && errno != ENOENT)
             dt_log(DT_LOG_WARN, "checkpoint: %s: cannot remove after the state file failed: %s",
                    path, strerror(errno));
-        goto fail;
-    }
-
-    /* The state file no longer names these and is durable: safe to delete. */
-    for (int i = 0; i < drop; i++) {
-        int still_kept = 0; /* a hand-edited list may name a file twice */
-        for (int k = 0; k < kept.count; k++)
-            still_kept |= strcmp(kept.all[k], st.all[i]) == 0;
-        char old[JOIN_CAP];
-        dt_err join_err;
-        dt_err_clear(&join_err);
-        if (still_kept || join(old, sizeof old, log_dir, st.all[i], &join_err) < 0) continue;
-        if (unlink(old) != 0 && errno != ENOENT)
-            dt_log(DT_LOG_WARN, "checkpoint: %s: cannot delete old checkpoint: %s", old,
-                   strerror(errno));
+        return rc;
     }
     if (path_out) snprintf(path_out, path_cap, "%s", path);
-    rc = 0;
-fail:
-    state_free(&st);
-    return rc;
+    return 0;
 }
 
-/* 1 when log_dir/name was modified no earlier than the state file (or
- * there is no state file). */
+int dt_ckpt_retain(const char *log_dir, int max_to_keep, dt_err *err) {
+    DT_ASSERT(log_dir);
+    dt_tensors ts;
+    char path[JOIN_CAP];
+    int rc = dt_ckpt_restore_latest(log_dir, &ts, NULL, path, sizeof path, err);
+    if (rc <= 0) return rc;
+    dt_tensors_deinit(&ts);
+    const char *name = strrchr(path, '/') + 1; /* restore joins "<log_dir>/<name>" */
+    /* A file the state file names by another name anchors nothing: there
+     * is no step to rank the others against. */
+    if (ckpt_step(name) < 0) return 0;
+    /* No newer checkpoint was saved: files above the one restore picked
+     * (corrupt ones it skipped) stay, as restore keeps them. */
+    rc = retain(log_dir, name, max_to_keep, 0, err);
+    return rc < 0 ? rc : 1;
+}
+
 int64_t dt_ckpt_latest_step(const char *log_dir) {
     ckpt_state st;
     int64_t step = -1;
@@ -1254,6 +1278,8 @@ int64_t dt_ckpt_latest_step(const char *log_dir) {
     return step;
 }
 
+/* 1 when log_dir/name was modified no earlier than the state file (or
+ * there is no state file). */
 static int written_after_state(const char *log_dir, const char *name) {
     char state[JOIN_CAP], path[JOIN_CAP];
     struct stat ss, cs;
@@ -1356,14 +1382,28 @@ fail:
 
 /* ---- log-dir lock ------------------------------------------------------ */
 
-/* Removes "<name>.tmp.<pid>" files: left by a writer that died mid-save.
- * Only safe while holding the log-dir lock (no live writer can own one). */
+/* 1 for "<name>.tmp.<pid>" where name is the state file's or a
+ * checkpoint's: the temporaries write_atomic makes in a log dir. Anything
+ * else with ".tmp." in its name is not ours to remove. */
+static int is_our_temp(const char *file) {
+    const char *t = strstr(file, ".tmp.");
+    uint64_t pid;
+    char base[NAME_CAP];
+    if (!t || (size_t)(t - file) >= sizeof base || parse_decimal(t + 5, INT64_MAX, &pid) < 0)
+        return 0;
+    memcpy(base, file, (size_t)(t - file));
+    base[t - file] = '\0';
+    return strcmp(base, STATE_FILE) == 0 || ckpt_step(base) >= 0;
+}
+
+/* Removes the temporaries of a writer that died mid-save. Only safe while
+ * holding the log-dir lock (no live writer can own one). */
 static void remove_stale_temps(const char *log_dir) {
     DIR *d = opendir(log_dir);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (!strstr(e->d_name, ".tmp.")) continue;
+        if (!is_our_temp(e->d_name)) continue;
         char path[JOIN_CAP];
         snprintf(path, sizeof path, "%s/%s", log_dir, e->d_name);
         if (unlink(path) == 0) dt_log(DT_LOG_INFO, "checkpoint: removed stale %s", path);

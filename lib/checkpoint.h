@@ -32,6 +32,31 @@
  *   all_model_checkpoint_paths: "model.ckpt-1200.safetensors"
  * Every write is atomic: temporary file, fsync, rename, fsync of the dir. The
  * state file is rewritten only after the new checkpoint is durable.
+ *
+ * Retention. A dtrain checkpoint is a regular file named as a save names it
+ * (model.ckpt-<step>.safetensors, the step without leading zeros); no other
+ * file is ever deleted, whatever the state file lists. After each save the
+ * dir holds exactly the newest max_to_keep checkpoints of this run's
+ * history, by step, and the state file lists exactly those: the list is
+ * rebuilt from the files present, so a file an old list lost (a chief
+ * killed after a state update, before its deletions) is ranked by its step,
+ * not kept as if new. A step goes back only when a restart restores an
+ * older checkpoint than the newest on disk (the newest corrupt, or the state
+ * file edited to roll back); the files above the restored step are then
+ * stale futures of the dead incarnation, and the first save after the
+ * restore deletes them. Restore itself deletes nothing, so a chief killed
+ * between its restore and its first save restores the same checkpoint
+ * again. Every deletion comes after a newer checkpoint and the state file
+ * that drops the deleted ones are durable; the checkpoint just restored
+ * from is only deleted once a newer save is. To drop a checkpoint by hand,
+ * delete its file: an edited list is not kept.
+ *
+ * Test-only fault injection: DT_TEST_CKPT_KILL makes dt_ckpt_save_in_dir
+ * SIGKILL its own process, as a crash there would: "before_state" once the
+ * new checkpoint is durable, before the state file names it;
+ * "before_delete" once the new state file is durable, before retention
+ * deletes what it drops (only on a save that drops something). Tests set it
+ * for one process; nothing else should.
  */
 #ifndef DT_CHECKPOINT_H
 #define DT_CHECKPOINT_H
@@ -78,19 +103,32 @@ int dt_ckpt_save(const char *path, const dt_tensors *ts, const dt_ckpt_meta *met
 int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *err) DT_WARN_UNUSED;
 
 /* Saves model.ckpt-<step>.safetensors in log_dir (created if missing), then
- * updates the state file, then deletes the oldest checkpoints beyond
- * max_to_keep (<= 0 keeps all). path_out (may be NULL) receives the file's
- * path. Saving a step again replaces that file and its entry. A missing or
- * unparseable state file (the latter logged as a warning) is rebuilt from
- * the model.ckpt-*.safetensors files present, oldest step first. The new
- * list names what the dir holds: entries whose file is gone are dropped and
- * checkpoint files it does not name are added. On failure (a full disk, say:
- * DT_EIO naming the file and errno) no temporary file is left, the old state
- * file stands with all its entries, and the new checkpoint is removed again
- * unless the old state file already named its step. */
+ * applies retention (above): the state file names it as latest and lists
+ * the newest max_to_keep (<= 0: all) checkpoints present with a step no
+ * higher, by step; once that is durable, the others are deleted (those
+ * above its step too: stale futures). path_out (may be NULL) receives the
+ * file's path. Saving a step again replaces that file. The old state file
+ * is not needed (an unparseable one is logged as a warning and replaced).
+ * On failure (a full disk, say: DT_EIO naming the file and errno) nothing
+ * is deleted, no temporary file is left, the old state file stands, and the
+ * new checkpoint is removed again unless a file of its step was there
+ * before (the rename replaced it). */
 int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_ckpt_meta *meta,
                         int max_to_keep, char *path_out, size_t path_cap,
                         dt_err *err) DT_WARN_UNUSED;
+
+/*
+ * Retention without a save, for a chief that finds its job already complete
+ * (it saves nothing more, so no save would tidy the dir): takes the
+ * checkpoint dt_ckpt_restore_latest picks (loading it, so only a good one
+ * anchors), names it latest in the state file with the newest max_to_keep
+ * checkpoints up to its step, and deletes the older rest. Files above its
+ * step stay (no newer checkpoint was made). Returns 1 when done, 0 when
+ * there is no checkpoint or the one picked is not named as dtrain names
+ * them (nothing is deleted), negative as restore fails or when the state
+ * file cannot be written (nothing deleted either).
+ */
+int dt_ckpt_retain(const char *log_dir, int max_to_keep, dt_err *err) DT_WARN_UNUSED;
 
 /*
  * Restores the newest loadable checkpoint named by log_dir's state file: on a
@@ -103,7 +141,8 @@ int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_ckpt
  * when the dir holds no checkpoint, negative on error (including: checkpoints
  * listed but none loadable). Without a state file, the file with the highest
  * step is taken. A malformed state file is DT_ECORRUPT naming its line.
- * Files that fail to load are skipped, never deleted.
+ * Files that fail to load are skipped; restore never deletes anything (the
+ * first save after it drops what retention drops, above).
  */
 int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_ckpt_meta *meta, char *path_out,
                            size_t path_cap, dt_err *err) DT_WARN_UNUSED;
@@ -122,7 +161,9 @@ int64_t dt_ckpt_latest_step(const char *log_dir);
  * log_dir/dtrain.lock, which holds the owner's pid. A second chief gets
  * DT_EEXIST naming that pid. The lock dies with the process, so a killed
  * chief never leaves it stale. While locked, temporary files left by a
- * writer that died mid-save are removed. *fd_out is the lock's descriptor.
+ * writer that died mid-save ("checkpoint.tmp.<pid>",
+ * "model.ckpt-<step>.safetensors.tmp.<pid>"; no other name) are removed.
+ * *fd_out is the lock's descriptor.
  */
 int dt_ckpt_lock_dir(const char *log_dir, int *fd_out, dt_err *err) DT_WARN_UNUSED;
 /* Releases the lock; -1 is a no-op. */

@@ -196,6 +196,16 @@ static int save(chief *c, dt_err *err) {
     return write_checkpoint(c, sp.reply.global_step, err);
 }
 
+/* A job found complete saves nothing more, so no save would apply
+ * retention again: apply it once now, in case a chief killed mid-save left
+ * files behind. Failing that costs only disk space. */
+static void tidy_log_dir(const chief *c) {
+    dt_err tidy_err;
+    dt_err_clear(&tidy_err);
+    if (dt_ckpt_retain(c->job->log_dir, c->job->max_to_keep, &tidy_err) < 0)
+        dt_log(DT_LOG_WARN, "chief: tidying %s: %s", c->job->log_dir, tidy_err.msg);
+}
+
 /* Copies the tensors of a loaded checkpoint called like those of dst,
  * matching dtype and shape. Returns how many were found. */
 static int adopt(const dt_tensors *loaded, dt_tensors *dst, const char *path, dt_err *err) {
@@ -859,6 +869,7 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     }
     if ((rc = start_model(&c, stop, err)) < 0) goto out;
     if (rc == 2) { /* complete in the log dir: the ps tasks and workers may go */
+        tidy_log_dir(&c);
         dt_err stop_err;
         dt_err_clear(&stop_err);
         if (dt_ps_client_shutdown(dt_worker_client(c.w), "the job was already complete",

@@ -572,8 +572,10 @@ static void check_chief_saves(int *num_saves) {
     }
 }
 
-/* Every checkpoint left loads, with its name's step; and every one seen
- * written, in the order of writing, has a step no lower than the last. */
+/* Every checkpoint left loads, with its name's step, and is listed in the
+ * state file, and there are no more than max_to_keep (retention leaves no
+ * orphan behind the chiefs it killed); and every one seen written, in the
+ * order of writing, has a step no lower than the last. */
 static void check_ckpt_files(void) {
     qsort(c.writes, (size_t)c.num_writes, sizeof c.writes[0], write_cmp);
     for (int i = 1; i < c.num_writes; i++)
@@ -588,6 +590,11 @@ static void check_ckpt_files(void) {
         struct timespec mtime;
     } left[64];
     int n = 0;
+    char state_path[1200];
+    snprintf(state_path, sizeof state_path, "%s/checkpoint", job.log_dir);
+    size_t state_len = 0;
+    char *state = dt_test_read_file(state_path, &state_len);
+    ck_assert_msg(state != NULL, "no state file %s", state_path);
     DIR *d = opendir(job.log_dir);
     ck_assert_msg(d != NULL, "no log dir %s", job.log_dir);
     struct dirent *e;
@@ -598,6 +605,10 @@ static void check_ckpt_files(void) {
                       e->d_name);
         int64_t step = dt_test_ckpt_step(e->d_name);
         if (step < 0) continue;
+        char quoted[300];
+        snprintf(quoted, sizeof quoted, "\"%s\"", e->d_name);
+        ck_assert_msg(strstr(state, quoted), "%s is in the log dir, not in the state file:\n%s",
+                      e->d_name, state);
         char path[2048];
         snprintf(path, sizeof path, "%s/%s", job.log_dir, e->d_name);
         dt_tensors ts;
@@ -619,7 +630,12 @@ static void check_ckpt_files(void) {
         n++;
     }
     closedir(d);
+    free(state);
     ck_assert_msg(n >= 1, "no checkpoint left in %s", job.log_dir);
+    dt_job config;
+    dt_test_job_config(&job, &config);
+    ck_assert_msg(n <= config.max_to_keep, "%d checkpoints left in %s, max_to_keep is %d", n,
+                  job.log_dir, config.max_to_keep);
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++)
             ck_assert_msg(

@@ -17,6 +17,7 @@
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -952,10 +953,61 @@ START_TEST(test_save_in_dir_unparseable_state) {
 }
 END_TEST
 
-/* A hand-edited state file that names a kept file twice must not get that
- * file deleted when the older duplicate rotates out. */
+/* Asserts that dir's state file lists exactly steps (n of them,
+ * ascending), the last as latest. */
+static void assert_listed(const char *dir, const int64_t *steps, int n) {
+    char want[4096];
+    int len =
+        snprintf(want, sizeof want, "model_checkpoint_path: \"model.ckpt-%lld.safetensors\"\n",
+                 (long long)steps[n - 1]);
+    for (int i = 0; i < n; i++)
+        len += snprintf(want + len, sizeof want - (size_t)len,
+                        "all_model_checkpoint_paths: \"model.ckpt-%lld.safetensors\"\n",
+                        (long long)steps[i]);
+    char state[1200];
+    snprintf(state, sizeof state, "%s/checkpoint", dir);
+    char *text = read_state_text(state);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_str_eq(text, want);
+    free(text);
+}
+
+/* Asserts that dir holds exactly the checkpoint files of steps (n). */
+static void assert_files(const char *dir, const int64_t *steps, int n) {
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long long step;
+        char canonical[64];
+        if (sscanf(e->d_name, "model.ckpt-%lld", &step) != 1) continue;
+        snprintf(canonical, sizeof canonical, "model.ckpt-%lld.safetensors", step);
+        if (strcmp(e->d_name, canonical) != 0) continue; /* not a name a save writes */
+        char path[1300];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        int listed = 0;
+        for (int i = 0; i < n; i++)
+            listed |= steps[i] == step;
+        ck_assert_msg(listed, "%s/%s is left over", dir, e->d_name);
+        found++;
+    }
+    closedir(d);
+    ck_assert_int_eq(found, n);
+}
+
+/* Both: dir holds exactly the checkpoints of steps, all listed. */
+static void assert_retained(const char *dir, const int64_t *steps, int n) {
+    assert_listed(dir, steps, n);
+    assert_files(dir, steps, n);
+}
+
+/* A hand-edited state file that names a file twice, in any order: the new
+ * list is built from the files, by step, each once. */
 START_TEST(test_save_in_dir_duplicate_entries) {
-    char dir[1024], state[1200], path[1200];
+    char dir[1024], state[1200];
     tmp_path(dir, sizeof dir, "logs");
     save_in_dir(dir, 1, 100, 5);
     save_in_dir(dir, 2, 200, 5);
@@ -965,16 +1017,198 @@ START_TEST(test_save_in_dir_duplicate_entries) {
                       "all_model_checkpoint_paths: \"model.ckpt-200.safetensors\"\n"
                       "all_model_checkpoint_paths: \"model.ckpt-100.safetensors\"\n");
     save_in_dir(dir, 3, 300, 2);
+    assert_retained(dir, (int64_t[]){200, 300}, 2);
+}
+END_TEST
+
+/* A chief killed after a state update, before its deletions, leaves a file
+ * the state file no longer lists. The next save ranks it by its step: it
+ * goes, and the newest stay (not the orphan, as if it were new). */
+START_TEST(test_retention_ranks_orphans_by_step) {
+    char dir[1024], path[1200], state[1200];
+    tmp_path(dir, sizeof dir, "logs");
+    for (int step = 100; step <= 400; step += 100)
+        save_in_dir(dir, step, step, 3);
+    assert_retained(dir, (int64_t[]){200, 300, 400}, 3);
+    ckpt_file(path, sizeof path, dir, 100); /* back, as if never deleted */
+    save_model(path, 100, 100);
+    save_in_dir(dir, 500, 500, 3);
+    assert_retained(dir, (int64_t[]){300, 400, 500}, 3);
+
+    /* Orphans below the list, and a state file that lost every entry but
+     * the latest: the same. */
+    ckpt_file(path, sizeof path, dir, 50);
+    save_model(path, 50, 50);
+    ckpt_file(path, sizeof path, dir, 250);
+    save_model(path, 250, 250);
+    snprintf(state, sizeof state, "%s/checkpoint", dir);
+    write_text(state, "model_checkpoint_path: \"model.ckpt-500.safetensors\"\n"
+                      "all_model_checkpoint_paths: \"model.ckpt-500.safetensors\"\n");
+    save_in_dir(dir, 600, 600, 3);
+    assert_retained(dir, (int64_t[]){400, 500, 600}, 3);
+    ck_assert_int_eq(count_tmp_files(dir), 0);
+}
+END_TEST
+
+/* The newest checkpoints corrupt: restore falls back to 200, deleting
+ * nothing; the first save after it (at 250, the step went back) keeps the
+ * one restored from and deletes the stale futures above the new step, so
+ * they never outrank this run's saves; the next save rotates normally. */
+START_TEST(test_retention_drops_stale_futures) {
+    char dir[1024], path[1200];
+    tmp_path(dir, sizeof dir, "logs");
+    for (int step = 100; step <= 400; step += 100)
+        save_in_dir(dir, step, step, 5);
+    ckpt_file(path, sizeof path, dir, 300);
+    flip_data_byte(path, 2);
+    ckpt_file(path, sizeof path, dir, 400);
+    flip_data_byte(path, 2);
+    dt_tensors out;
+    dt_ckpt_meta meta;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err), 1);
+    dt_tensors_deinit(&out);
+    ck_assert_int_eq(meta.global_step, 200);
+    ck_assert(file_exists(path)); /* restore deletes nothing */
+
+    save_in_dir(dir, 250, 250, 3);
+    assert_retained(dir, (int64_t[]){100, 200, 250}, 3);
+    save_in_dir(dir, 300, 300, 3);
+    assert_retained(dir, (int64_t[]){200, 250, 300}, 3);
+    ck_assert_int_eq(dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err), 1);
+    dt_tensors_deinit(&out);
+    ck_assert_int_eq(meta.global_step, 300);
+}
+END_TEST
+
+/* Only dtrain's checkpoints are deleted: not files the state file lists by
+ * other names, names a save would not write, a directory with a
+ * checkpoint's name, or temporaries of other names at lock time. */
+START_TEST(test_retention_spares_other_files) {
+    char dir[1024], state[1200], path[1300];
+    tmp_path(dir, sizeof dir, "logs");
+    save_in_dir(dir, 1, 100, 1);
+    static const char *const others[] = {"notes.txt", "model.ckpt-007.safetensors",
+                                         "model.ckpt-50.safetensors.bak", "notes.tmp.5",
+                                         "model.ckpt-5.safetensors.tmp.x"};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, others[i]);
+        write_text(path, "not a dtrain checkpoint");
+    }
+    snprintf(path, sizeof path, "%s/model.ckpt-60.safetensors", dir);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    snprintf(state, sizeof state, "%s/checkpoint", dir);
+    write_text(state, "model_checkpoint_path: \"model.ckpt-100.safetensors\"\n"
+                      "all_model_checkpoint_paths: \"notes.txt\"\n"
+                      "all_model_checkpoint_paths: \"model.ckpt-007.safetensors\"\n"
+                      "all_model_checkpoint_paths: \"model.ckpt-60.safetensors\"\n"
+                      "all_model_checkpoint_paths: \"model.ckpt-100.safetensors\"\n");
+    save_in_dir(dir, 2, 200, 1);
+    save_in_dir(dir, 3, 300, 1);
+    int fd = -1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ckpt_lock_dir(dir, &fd, &err) == 0, "%s", err.msg);
+    dt_ckpt_unlock_dir(fd);
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, others[i]);
+        ck_assert_msg(file_exists(path), "%s was deleted", path);
+    }
+    snprintf(path, sizeof path, "%s/model.ckpt-60.safetensors", dir);
+    struct stat sb;
+    ck_assert_msg(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode), "%s was removed", path);
+    assert_retained(dir, (int64_t[]){300}, 1);
+}
+END_TEST
+
+/* Runs a save of step in a child with DT_TEST_CKPT_KILL=point; returns
+ * its wait status. */
+static int save_in_child(const char *dir, int64_t step, int max_to_keep, const char *point) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dt_tensors ts;
+        build_model(&ts, (int)step);
+        dt_ckpt_meta meta = make_meta(step);
+        setenv("DT_TEST_CKPT_KILL", point, 1);
+        dt_err err;
+        dt_err_clear(&err);
+        int rc = dt_ckpt_save_in_dir(dir, &ts, &meta, max_to_keep, NULL, 0, &err);
+        _exit(rc == 0 ? 0 : 1);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+static void save_killed_at(const char *dir, int64_t step, int max_to_keep, const char *point) {
+    int status = save_in_child(dir, step, max_to_keep, point);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+                  "save of %lld was not killed %s (status %d)", (long long)step, point, status);
+}
+
+/* The restore's pick in dir: its step. */
+static int64_t restored_step(const char *dir) {
+    dt_tensors out;
+    dt_ckpt_meta meta;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err);
+    ck_assert_msg(rc == 1, "rc %d: %s", rc, err.msg);
+    dt_tensors_deinit(&out);
+    return meta.global_step;
+}
+
+/* The fault-injection points leave what a crash there would: an orphan the
+ * state file no longer lists (restore ignores it), or an unlisted newer
+ * checkpoint (restore takes it); either way the next save leaves exactly
+ * the newest max_to_keep, all listed. "before_delete" fires only on a save
+ * that deletes something. */
+START_TEST(test_retention_after_kill_points) {
+    char dir[1024];
+    tmp_path(dir, sizeof dir, "logs");
+    int status = save_in_child(dir, 100, 2, "before_delete");
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    save_in_dir(dir, 200, 200, 2);
+    save_killed_at(dir, 300, 2, "before_delete");
+    assert_listed(dir, (int64_t[]){200, 300}, 2);
+    assert_files(dir, (int64_t[]){100, 200, 300}, 3);
+    ck_assert_int_eq(restored_step(dir), 300);
+    save_in_dir(dir, 400, 400, 2);
+    assert_retained(dir, (int64_t[]){300, 400}, 2);
+
+    save_killed_at(dir, 500, 2, "before_state");
+    assert_listed(dir, (int64_t[]){300, 400}, 2);
+    assert_files(dir, (int64_t[]){300, 400, 500}, 3);
+    ck_assert_int_eq(restored_step(dir), 500);
+    save_in_dir(dir, 600, 600, 2);
+    assert_retained(dir, (int64_t[]){500, 600}, 2);
+    ck_assert_int_eq(count_tmp_files(dir), 0);
+}
+END_TEST
+
+/* dt_ckpt_retain, for a job found complete: around the checkpoint restore
+ * picks (an unlisted newer one here), without saving; the corrupt one
+ * above it stays; older orphans go. */
+START_TEST(test_retain_without_save) {
+    char dir[1024], path[1200];
+    tmp_path(dir, sizeof dir, "logs");
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_ckpt_retain(dir, 2, &err), 0); /* nothing there */
+    for (int step = 100; step <= 300; step += 100)
+        save_in_dir(dir, step, step, 2);
     ckpt_file(path, sizeof path, dir, 100);
-    ck_assert(file_exists(path));
-    ckpt_file(path, sizeof path, dir, 200);
-    ck_assert(!file_exists(path));
-    size_t len;
-    char *text = (char *)read_all(state, &len);
-    ck_assert_str_eq(text, "model_checkpoint_path: \"model.ckpt-300.safetensors\"\n"
-                           "all_model_checkpoint_paths: \"model.ckpt-100.safetensors\"\n"
-                           "all_model_checkpoint_paths: \"model.ckpt-300.safetensors\"\n");
-    free(text);
+    save_model(path, 100, 100); /* an orphan */
+    ckpt_file(path, sizeof path, dir, 400);
+    save_model(path, 400, 400); /* a save cut short before its state update */
+    ckpt_file(path, sizeof path, dir, 500);
+    save_model(path, 500, 500);
+    flip_data_byte(path, 1);
+    ck_assert_msg(dt_ckpt_retain(dir, 2, &err) == 1, "%s", err.msg);
+    assert_listed(dir, (int64_t[]){300, 400}, 2);
+    assert_files(dir, (int64_t[]){300, 400, 500}, 3);
 }
 END_TEST
 
@@ -1370,6 +1604,11 @@ Suite *checkpoint_suite(void) {
     tcase_add_test(dir, test_save_in_dir_same_step_replaces);
     tcase_add_test(dir, test_save_in_dir_unparseable_state);
     tcase_add_test(dir, test_save_in_dir_duplicate_entries);
+    tcase_add_test(dir, test_retention_ranks_orphans_by_step);
+    tcase_add_test(dir, test_retention_drops_stale_futures);
+    tcase_add_test(dir, test_retention_spares_other_files);
+    tcase_add_test(dir, test_retention_after_kill_points);
+    tcase_add_test(dir, test_retain_without_save);
     tcase_add_test(dir, test_save_in_dir_bad_args);
     tcase_add_test(dir, test_save_in_dir_state_write_fails);
     tcase_add_test(dir, test_save_in_dir_reconciles);

@@ -12,6 +12,10 @@
  *    back, the job completes (also with two shards, killing ps 0);
  *  - a worker killed and restarted rejoins; a chief restarted after the
  *    other workers finished the job closes it (final checkpoint, ps stop);
+ *  - a chief SIGKILLed in a save after its state update, before its
+ *    deletions (DT_TEST_CKPT_KILL), mid-job or in the final save: once the
+ *    job is done (or rerun), the log dir holds exactly max_to_keep
+ *    checkpoints, the newest, all listed;
  *  - a ps whose descriptors a stranger exhausted listens again;
  *  - a ps's message cap follows its job's model.
  *
@@ -748,6 +752,127 @@ START_TEST(rerun_finished_job) {
 }
 END_TEST
 
+/* Asserts that the log dir holds exactly the checkpoints of steps (n,
+ * ascending) and that the state file lists exactly those, the last as
+ * latest. */
+static void expect_ckpts(const int64_t *steps, int n, const char *when) {
+    char want[2048], state[1200];
+    int len =
+        snprintf(want, sizeof want,
+                 "model_checkpoint_path: \"model.ckpt-%" PRId64 ".safetensors\"\n", steps[n - 1]);
+    for (int i = 0; i < n; i++)
+        len += snprintf(want + len, sizeof want - (size_t)len,
+                        "all_model_checkpoint_paths: \"model.ckpt-%" PRId64 ".safetensors\"\n",
+                        steps[i]);
+    snprintf(state, sizeof state, "%s/checkpoint", w.log_dir);
+    size_t size = 0;
+    char *text = dt_test_read_file(state, &size);
+    ck_assert_msg(text && strcmp(text, want) == 0, "%s: the state file holds\n%s\nnot\n%s\nlogs:%s",
+                  when, text ? text : "(none)", want, dt_test_job_report(&w));
+    free(text);
+    DIR *d = opendir(w.log_dir);
+    ck_assert(d != NULL);
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int64_t step = dt_test_ckpt_step(e->d_name);
+        if (step < 0) continue;
+        int listed = 0;
+        for (int i = 0; i < n; i++)
+            listed |= steps[i] == step;
+        ck_assert_msg(listed, "%s: %s is in the log dir, not in the state file; logs:%s", when,
+                      e->d_name, dt_test_job_report(&w));
+        found++;
+    }
+    closedir(d);
+    ck_assert_msg(found == n, "%s: %d checkpoints in the log dir, want %d; logs:%s", when, found, n,
+                  dt_test_job_report(&w));
+}
+
+/* Starts a chief (logs log_name), lets it train (its first step line),
+ * SIGTERMs it and waits for it to end with want (its save is the last
+ * thing it does). Returns the latest checkpoint's step after. */
+static int64_t chief_saves_on_term(const char *log_name, int want) {
+    pid_t chief = dt_test_job_start(&w, "worker", 0, log_name);
+    ck_assert_msg(dt_test_job_wait_log(&w, log_name, ": step ", JOB_TIMEOUT_MS, chief),
+                  "%s never trained; logs:%s", log_name, dt_test_job_report(&w));
+    send_signal(chief, SIGTERM);
+    dt_test_job_expect_exit(&w, chief, log_name, EXIT_TIMEOUT_MS, want);
+    return dt_test_ckpt_max(w.log_dir);
+}
+
+/* A chief SIGKILLed mid-save, after its state update and before deleting
+ * what it drops (DT_TEST_CKPT_KILL=before_delete), leaves a checkpoint the
+ * state file no longer lists. Restarted, the chief finishes the job, and
+ * its final save leaves exactly max_to_keep checkpoints, the newest by
+ * step, all listed: the orphan is ranked by its step, not kept as new.
+ * Every save here is deterministic: one per SIGTERM (the periodic timer
+ * is an hour), then the final one; the chief is the only worker, so the
+ * step moves only while one runs. */
+START_TEST(chief_killed_mid_save_leaves_no_orphan) {
+    static const char *const extra[] = {"max_steps=20000", "save_model_secs=3600", "max_to_keep=2",
+                                        NULL};
+    world_init(1, 1, extra);
+    const int64_t max_steps = dt_test_job_max_steps(&w);
+    pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
+    int64_t s1 = chief_saves_on_term("chief1", 128 + SIGTERM);
+    int64_t s2 = chief_saves_on_term("chief2", 128 + SIGTERM);
+    ck_assert_int_eq(setenv("DT_TEST_CKPT_KILL", "before_delete", 1), 0);
+    int64_t s3 = chief_saves_on_term("chief3", -SIGKILL);
+    ck_assert_int_eq(unsetenv("DT_TEST_CKPT_KILL"), 0);
+    ck_assert_msg(0 < s1 && s1 < s2 && s2 < s3 && s3 < max_steps,
+                  "saves at %" PRId64 ", %" PRId64 ", %" PRId64 " (max_steps %" PRId64 "); logs:%s",
+                  s1, s2, s3, max_steps, dt_test_job_report(&w));
+    /* The orphan is there: the state file names 2, the dir holds 3. */
+    char orphan[1200];
+    snprintf(orphan, sizeof orphan, "%s/model.ckpt-%" PRId64 ".safetensors", w.log_dir, s1);
+    ck_assert_msg(access(orphan, F_OK) == 0, "the kill left no orphan %s; logs:%s", orphan,
+                  dt_test_job_report(&w));
+
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief4");
+    pid_t pids[2] = {chief, ps};
+    const char *names[2] = {"restarted chief", "ps"};
+    dt_test_job_expect_done(&w, pids, names, 2, JOB_TIMEOUT_MS);
+    expect_ckpts((int64_t[]){s3, max_steps}, 2, "after the job");
+    dt_test_job_check_latest(&w, max_steps, 0);
+}
+END_TEST
+
+/* The same kill in the final save: the job is complete in the log dir, so
+ * the rerun (the ps killed too, everything started again) saves nothing.
+ * Its chief still applies retention once: max_to_keep checkpoints remain,
+ * all listed, the final one latest. */
+START_TEST(rerun_after_kill_in_final_save) {
+    static const char *const extra[] = {"max_steps=6000", "save_model_secs=3600", "max_to_keep=2",
+                                        NULL};
+    world_init(1, 1, extra);
+    const int64_t max_steps = dt_test_job_max_steps(&w);
+    pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
+    int64_t s1 = chief_saves_on_term("chief1", 128 + SIGTERM);
+    int64_t s2 = chief_saves_on_term("chief2", 128 + SIGTERM);
+    ck_assert_int_eq(setenv("DT_TEST_CKPT_KILL", "before_delete", 1), 0);
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief3");
+    ck_assert_int_eq(unsetenv("DT_TEST_CKPT_KILL"), 0);
+    dt_test_job_expect_exit(&w, chief, "chief killed in its final save", JOB_TIMEOUT_MS, -SIGKILL);
+    ck_assert_msg(s1 < s2 && dt_test_ckpt_max(w.log_dir) == max_steps,
+                  "saves at %" PRId64 ", %" PRId64 ", then %" PRId64 " (max_steps %" PRId64
+                  "); logs:%s",
+                  s1, s2, dt_test_ckpt_max(w.log_dir), max_steps, dt_test_job_report(&w));
+    char orphan[1200];
+    snprintf(orphan, sizeof orphan, "%s/model.ckpt-%" PRId64 ".safetensors", w.log_dir, s1);
+    ck_assert_msg(access(orphan, F_OK) == 0, "the kill left no orphan %s; logs:%s", orphan,
+                  dt_test_job_report(&w));
+    send_signal(ps, SIGKILL);
+    dt_test_job_expect_exit(&w, ps, "ps", EXIT_TIMEOUT_MS, -SIGKILL);
+
+    dt_test_job_run(&w, "-again", JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&w, "chief-again", "nothing to train"),
+                  "the rerun's chief did not find the job complete; logs:%s",
+                  dt_test_job_report(&w));
+    expect_ckpts((int64_t[]){s2, max_steps}, 2, "after the rerun");
+}
+END_TEST
+
 /* One case per test, named like it, so one can be run alone
  * (CK_RUN_CASE=sigterm_ps). */
 static void add_case(Suite *s, const char *name, const TTest *test) {
@@ -773,5 +898,7 @@ Suite *lifecycle_suite(void) {
     add_case(s, "ps_restart_two_shards", ps_restart_two_shards);
     add_case(s, "worker_restart", worker_restart);
     add_case(s, "chief_restart_after_job_end", chief_restart_after_job_end);
+    add_case(s, "chief_killed_mid_save_leaves_no_orphan", chief_killed_mid_save_leaves_no_orphan);
+    add_case(s, "rerun_after_kill_in_final_save", rerun_after_kill_in_final_save);
     return s;
 }
