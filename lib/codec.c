@@ -3,9 +3,10 @@
  *
  * Tensor bytes: encoding writes each tensor's bytes with one
  * pb_encode_string (a memcpy into the output); decoding records where the
- * bytes sit in the input buffer instead of copying them. That relies on the
- * input being a nanopb *buffer* stream, whose state is the read position;
- * dt_codec_decode only ever builds such streams.
+ * bytes sit in the input instead of copying them. The input is a nanopb
+ * stream over the message's pieces (piece_read), whose state is the read
+ * position: a tensor's data field notes that position and steps past its
+ * bytes without reading them.
  *
  * Threading: stateless; safe from any thread.
  */
@@ -23,8 +24,7 @@
 /* Per-call decode context, reachable from every callback. */
 typedef struct {
     dt_err *err;
-    const char *what;           /* "variables", "gradients" */
-    const uint8_t *begin, *end; /* the message: views must lie inside it */
+    const char *what; /* "variables", "gradients" */
 } decode_ctx;
 
 typedef struct {
@@ -32,9 +32,10 @@ typedef struct {
     int index;
 } data_arg;
 
+/* Where a tensor's data field lay in the message. */
 typedef struct {
-    const uint8_t *ptr;
-    size_t len;
+    dt_rpc_span span;
+    const uint8_t *ptr; /* the bytes when they lie in one piece, else NULL */
     const decode_ctx *ctx;
 } bytes_view;
 
@@ -431,20 +432,61 @@ int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len,
 
 /* ---- decoding ---------------------------------------------------------- */
 
+/* The read position in a message in pieces: a nanopb input stream. */
+typedef struct {
+    const dt_rpc_piece *piece, *end;
+    size_t offset; /* into *piece */
+} piece_pos;
+
+/* Moves pos past used-up (or empty) pieces. */
+static void pos_settle(piece_pos *pos) {
+    while (pos->piece != pos->end && pos->offset >= pos->piece->len) {
+        pos->piece++;
+        pos->offset = 0;
+    }
+}
+
+/* Moves pos count bytes on, copying them to buf unless it is NULL. nanopb
+ * checked that the message holds them. */
+static bool piece_read(pb_istream_t *stream, pb_byte_t *buf, size_t count) {
+    piece_pos *pos = stream->state;
+    while (count > 0) {
+        pos_settle(pos);
+        if (pos->piece == pos->end) return false;
+        size_t n = pos->piece->len - pos->offset;
+        if (n > count) n = count;
+        if (buf) {
+            memcpy(buf, pos->piece->data + pos->offset, n);
+            buf += n;
+        }
+        pos->offset += n;
+        count -= n;
+    }
+    return true;
+}
+
 static bool decode_data(pb_istream_t *stream, const pb_field_t *field, void **arg) {
     (void)field;
     bytes_view *bv = *arg;
-    bv->ptr = (const uint8_t *)stream->state; /* buffer stream: state is the read position */
-    bv->len = stream->bytes_left;
     /* Sent with another wire type (fixed32, say), the bytes arrive through
      * a copy on nanopb's stack, not the message: refuse, never keep a view. */
-    if (bv->ptr < bv->ctx->begin || bv->ptr > bv->ctx->end ||
-        bv->len > (size_t)(bv->ctx->end - bv->ptr)) {
+    if (stream->callback != piece_read) {
         dt_err_set(bv->ctx->err, DT_EINVAL, "%s: tensor data must be a length-delimited field",
                    bv->ctx->what);
         return false;
     }
-    return pb_read(stream, NULL, stream->bytes_left);
+    piece_pos *pos = stream->state;
+    size_t len = stream->bytes_left;
+    if (len > 0) pos_settle(pos);
+    bv->span.piece = pos->piece;
+    bv->span.offset = pos->offset;
+    bv->span.len = len;
+    bv->ptr =
+        len > 0 && pos->piece->len - pos->offset >= len ? pos->piece->data + pos->offset : NULL;
+    /* Step past the bytes without reading them. */
+    if (!piece_read(stream, NULL, len)) return false;
+    stream->bytes_left = 0;
+    return true;
 }
 
 static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **arg) {
@@ -456,7 +498,7 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
         return false;
     }
     dtrain_Tensor pt = dtrain_Tensor_init_zero;
-    bytes_view bv = {NULL, 0, va->ctx};
+    bytes_view bv = {{NULL, 0, 0}, NULL, va->ctx};
     pt.data.funcs.decode = decode_data;
     pt.data.arg = &bv;
     /* nanopb keeps a fixed-size name as a C string, which hides a NUL sent
@@ -493,12 +535,20 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
         dt_err_wrap(va->ctx->err, DT_EINVAL, "%s[%d]", va->ctx->what, views->count);
         return false;
     }
-    if (bv.len != t->nbytes) {
+    if (bv.span.len != t->nbytes) {
         dt_err_set(va->ctx->err, DT_EINVAL, "%s[%d] %s: %zu data bytes, shape needs %zu",
-                   va->ctx->what, views->count, t->name, bv.len, t->nbytes);
+                   va->ctx->what, views->count, t->name, bv.span.len, t->nbytes);
+        return false;
+    }
+    if (!bv.ptr && !views->spans) {
+        dt_err_set(va->ctx->err, DT_EINTERNAL,
+                   "%s[%d] %s: its bytes cross pieces of the message and the caller gave no "
+                   "span storage",
+                   va->ctx->what, views->count, t->name);
         return false;
     }
     t->data = (void *)bv.ptr;
+    if (views->spans) views->spans[views->count] = bv.span;
     views->count++;
     return true;
 }
@@ -684,20 +734,15 @@ static int check_values(dt_msg_type type, const pb_any *pb, dt_err *err) {
     return rc;
 }
 
-int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg, dt_err *err) {
+/* Decodes the message in pieces[0..n) into msg. */
+static int decode_pieces(dt_msg_type type, const dt_rpc_piece *pieces, int n, size_t len, void *msg,
+                         dt_err *err) {
     const pb_msgdesc_t *fields = descriptor(type);
     if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
-    /* An empty message (every field at its default) arrives as NULL, 0:
-     * bounds below are computed from a real address, as C requires. */
-    static const uint8_t empty[1];
-    if (!buf) {
-        if (len) return dt_err_set(err, DT_EINTERNAL, "codec: NULL buffer of %zu bytes", len);
-        buf = empty;
-    }
     dt_err local;
     dt_err_clear(&local);
-    decode_ctx ctx = {&local, "tensors", buf, buf + len};
-    decode_ctx slots_ctx = {&local, "slots", buf, buf + len};
+    decode_ctx ctx = {&local, "tensors"};
+    decode_ctx slots_ctx = {&local, "slots"};
     views_arg va, sa;
     names_arg na;
     pb_any pb;
@@ -706,14 +751,12 @@ int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
     case DT_MSG_CREATE_REQ:
         ctx.what = "variables";
         set_tensor_decoder(&pb.create_req.variables, &va, &((dt_msg_create_req *)msg)->in, &ctx);
-        slots_ctx.what = "slots";
         set_tensor_decoder(&pb.create_req.slots, &sa, &((dt_msg_create_req *)msg)->slots_in,
                            &slots_ctx);
         break;
     case DT_MSG_PULL_RESP:
         ctx.what = "variables";
         set_tensor_decoder(&pb.pull_resp.variables, &va, &((dt_msg_pull_resp *)msg)->in, &ctx);
-        slots_ctx.what = "slots";
         set_tensor_decoder(&pb.pull_resp.slots, &sa, &((dt_msg_pull_resp *)msg)->slots_in,
                            &slots_ctx);
         break;
@@ -736,7 +779,8 @@ int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
     }
     default: break;
     }
-    pb_istream_t stream = pb_istream_from_buffer(buf, len);
+    piece_pos pos = {pieces, pieces + n, 0};
+    pb_istream_t stream = {.callback = piece_read, .state = &pos, .bytes_left = len};
     if (!pb_decode(&stream, fields, &pb)) {
         if (local.code != DT_OK)
             return dt_err_set(err, local.code, "%s: %s", type_names[type], local.msg);
@@ -747,6 +791,36 @@ int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
     if (rc < 0) return rc;
     from_pb(type, &pb, msg);
     return 0;
+}
+
+int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg, dt_err *err) {
+    if (!buf && len) return dt_err_set(err, DT_EINTERNAL, "codec: NULL buffer of %zu bytes", len);
+    dt_rpc_piece one = {buf, len};
+    return decode_pieces(type, &one, len ? 1 : 0, len, msg, err);
+}
+
+int dt_codec_decode_buf(dt_msg_type type, const dt_rpc_buf *b, void *msg, dt_err *err) {
+    dt_rpc_piece one;
+    const dt_rpc_piece *pieces;
+    int n = dt_rpc_buf_pieces(b, &one, &pieces);
+    return decode_pieces(type, pieces, n, b->len, msg, err);
+}
+
+void dt_codec_view_copy(const dt_tensor_views *views, int i, void *dst) {
+    const dt_tensor *t = &views->items[i];
+    if (t->data)
+        memcpy(dst, t->data, t->nbytes);
+    else
+        dt_rpc_span_copy(&views->spans[i], dst);
+}
+
+void dt_codec_view_reader(const dt_tensor_views *views, int i, dt_rpc_reader *r) {
+    const dt_tensor *t = &views->items[i];
+    size_t elem = dt_dtype_size(t->dtype);
+    if (t->data)
+        dt_rpc_reader_init_flat(r, t->data, t->nbytes, elem);
+    else
+        dt_rpc_reader_init(r, &views->spans[i], elem);
 }
 
 const char *dt_codec_method(dt_msg_type request_type) {

@@ -7,11 +7,15 @@
  *
  * Tensor payloads are never walked per element:
  *  - encoding copies each tensor's bytes once, straight into the output;
- *  - decoding yields *views*: dt_tensor.data points into the message bytes
- *    (valid while they live; possibly unaligned). Decoding allocates nothing:
- *    tensors land in caller-provided storage.
- * Every decoded field is validated (dtype, shape, byte count, name) before the
- * caller sees it.
+ *  - decoding yields *views* and allocates nothing: tensors land in
+ *    caller-provided storage, and a tensor's bytes stay where they are in
+ *    the message (valid while it lives; possibly unaligned). A received
+ *    message may be in pieces (dt_rpc_buf): a tensor within one piece gets
+ *    dt_tensor.data pointing at its bytes; one that crosses pieces gets
+ *    data NULL, and views->spans[i] says where its bytes lie. Either way
+ *    dt_codec_view_copy and dt_codec_view_reader read them.
+ * The message is decoded in one pass, and every decoded field is validated
+ * (dtype, shape, byte count, name) before the caller sees it.
  */
 #ifndef DT_CODEC_H
 #define DT_CODEC_H
@@ -22,6 +26,7 @@
 
 #include "err.h"
 #include "optim.h"
+#include "rpc_common.h"
 #include "tensor.h"
 
 #define DT_MSG_MODEL_MAX 256
@@ -42,9 +47,15 @@ typedef struct {
 
 /* Decoding side: caller storage for up to cap views. */
 typedef struct {
-    dt_tensor *items; /* (cap) caller-owned; data fields become views */
+    dt_tensor *items; /* (cap) caller-owned; data: a view of the bytes when they
+                         lie in one piece of the message, else NULL */
     int count;
     int cap;
+    /* (cap) caller-owned: where each tensor's bytes lie in the message. May
+     * be NULL when the message is in one run (then every data is a view);
+     * decoding a message in pieces without it fails when a tensor crosses
+     * pieces. */
+    dt_rpc_span *spans;
 } dt_tensor_views;
 
 /* Decoding side: caller storage for up to cap names. */
@@ -274,6 +285,15 @@ int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len,
  * contents are unspecified and err says which field was wrong. */
 int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
                     dt_err *err) DT_WARN_UNUSED;
+/* The same for a message in one run or in pieces (as received); views
+ * point into b's bytes, so b must outlive them. */
+int dt_codec_decode_buf(dt_msg_type type, const dt_rpc_buf *b, void *msg,
+                        dt_err *err) DT_WARN_UNUSED;
+
+/* Copies decoded tensor i's bytes (items[i].nbytes of them) to dst. */
+void dt_codec_view_copy(const dt_tensor_views *views, int i, void *dst);
+/* A reader of decoded tensor i's bytes in elements of its dtype. */
+void dt_codec_view_reader(const dt_tensor_views *views, int i, dt_rpc_reader *r);
 
 /* The service's method paths on the wire (proto/dtrain.proto's
  * ParameterServer), the one place they are spelled: the ps's method table

@@ -52,9 +52,12 @@ float dt_optim_slot_init(const dt_optim_config *cfg, int i);
 
 /*
  * Applies one update to w (n floats) from gradient g with learning rate lr
- * (already scheduled by the caller; cfg->learning_rate is not read). `t` is
- * the 1-based count of updates to this variable including this one. slots has
- * dt_optim_num_slots arrays. The rules are TF's training ops:
+ * (already scheduled by the caller; cfg->learning_rate is not read). g is n
+ * float32 values at any alignment (a received message's bytes are read in
+ * place). `t` is the 1-based count of updates to this variable including
+ * this one. slots has dt_optim_num_slots arrays. Element i depends only on
+ * element i, so applying a variable in runs (w + k, slots + k, g + k) gives
+ * the same bits as in one call. The rules are TF's training ops:
  *   sgd       w -= lr*g
  *   momentum  a = mu*a + g; w -= lr*a   (nesterov: w -= lr*g + lr*mu*a)
  *   adagrad   a += g^2; w -= lr*g / (sqrt(a) + eps)   (ApplyAdagradV2)
@@ -62,7 +65,7 @@ float dt_optim_slot_init(const dt_optim_config *cfg, int i);
  *             v = b2*v + (1-b2)*g^2; w -= lr_t*m / (sqrt(v) + eps)
  */
 void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, float *const *slots,
-                    const float *g, int64_t n);
+                    const void *g, int64_t n);
 
 /* ---- learning-rate schedules (TF1's tf.train.*_decay) ----------------- */
 

@@ -62,7 +62,6 @@ typedef struct {
     pthread_mutex_t mu;
     int64_t updates;                  /* applied to this variable, for Adam's t */
     float *slots[DT_OPTIM_MAX_SLOTS]; /* views into dt_ps.slots */
-    float *scratch;                   /* aligned copy of an unaligned gradient */
 } ps_var;
 
 struct dt_ps {
@@ -329,10 +328,8 @@ static void lock_slot(void *ctx, int index, int acquire) {
 
 static void free_model(dt_ps *ps) {
     if (ps->pv) {
-        for (int i = 0; i < ps->vars.count; i++) {
+        for (int i = 0; i < ps->vars.count; i++)
             pthread_mutex_destroy(&ps->pv[i].mu);
-            free(ps->pv[i].scratch);
-        }
         free(ps->pv);
         ps->pv = NULL;
     }
@@ -394,13 +391,9 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
     ps->num_bytes = 0;
     for (int i = 0; i < in->count; i++) {
         dt_tensor *v = &ps->vars.items[i];
-        memcpy(v->data, in->items[i].data, v->nbytes);
+        dt_codec_view_copy(in, i, v->data);
         ps->num_bytes += (int64_t)v->nbytes;
         pthread_mutex_init(&ps->pv[i].mu, NULL);
-        /* Made now so applying a push never fails halfway for memory. */
-        ps->pv[i].scratch = malloc(v->nbytes ? v->nbytes : 1);
-        if (!ps->pv[i].scratch)
-            return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
         int64_t n = dt_tensor_numel(v);
         for (int s = 0; s < nslots; s++) {
             float *slot = ps->slots.items[i * nslots + s].data;
@@ -427,7 +420,7 @@ static int restore_slots(dt_ps *ps, const dt_tensor_views *given, dt_err *err) {
                               "%s: create: slot %s: dtype or shape differs from its "
                               "variable's",
                               ps->name, g->name);
-        memcpy(slot->data, g->data, slot->nbytes);
+        dt_codec_view_copy(given, i, slot->data);
     }
     return 0;
 }
@@ -494,17 +487,19 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     enum { MAX_CREATE = 4096 };
     dt_msg_create_req *req = calloc(1, sizeof *req);
     dt_tensor *views = calloc(MAX_CREATE, sizeof *views);
+    dt_rpc_span *spans = calloc(MAX_CREATE, sizeof *spans);
     int rc = 0;
-    if (!req || !views) {
+    if (!req || !views || !spans) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
         goto fail;
     }
     req->in.items = views;
+    req->in.spans = spans;
     req->in.cap = MAX_CREATE / 2;
     req->slots_in.items = views + MAX_CREATE / 2;
+    req->slots_in.spans = spans + MAX_CREATE / 2;
     req->slots_in.cap = MAX_CREATE / 2;
-    if ((rc = dt_codec_decode(DT_MSG_CREATE_REQ, request->data, request->len, req, err)) < 0)
-        goto fail;
+    if ((rc = dt_codec_decode_buf(DT_MSG_CREATE_REQ, request, req, err)) < 0) goto fail;
     if ((rc = check_failed(ps, 0, "create", err)) < 0) goto fail;
     if ((rc = check_create(ps, req, err)) < 0) goto fail;
 
@@ -556,6 +551,7 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     dt_msg_create_resp resp = {ps->incarnation, req->global_step};
     rc = encode_reply(DT_MSG_CREATE_RESP, &resp, reply, err);
 fail:
+    free(spans);
     free(views);
     free(req);
     return rc;
@@ -600,7 +596,7 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     char names[DT_MODEL_PULL_NAMES_MAX][DT_TENSOR_NAME_MAX];
     req.names.items = names;
     req.names.cap = DT_MODEL_PULL_NAMES_MAX;
-    int rc = dt_codec_decode(DT_MSG_PULL_REQ, request->data, request->len, &req, err);
+    int rc = dt_codec_decode_buf(DT_MSG_PULL_REQ, request, &req, err);
     if (rc < 0) return rc;
     if ((rc = check_caller(ps, peer, req.worker, "pull", err)) < 0) return rc;
     if ((rc = check_failed(ps, req.worker, "pull", err)) < 0) return rc;
@@ -677,9 +673,34 @@ out:
 
 /* ---- Push -------------------------------------------------------------- */
 
+/* The first element of n float32 values at any alignment that is a NaN or
+ * an Inf (exponent all ones), or n. Vectorized in blocks as the optimizer's
+ * rules are (optim.c): every finite push is read to the end. */
+static size_t first_nonfinite(const uint8_t *g, size_t n) {
+    enum { BLOCK = 8 };
+    size_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK) {
+        uint32_t bad = 0;
+        for (int k = 0; k < BLOCK; k++) {
+            uint32_t bits;
+            memcpy(&bits, g + 4 * (i + k), sizeof bits);
+            bad |= (bits & 0x7f800000u) == 0x7f800000u;
+        }
+        if (bad) break;
+    }
+    for (; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, g + 4 * i, sizeof bits);
+        if ((bits & 0x7f800000u) == 0x7f800000u) return i;
+    }
+    return n;
+}
+
 /* Checks every gradient of a push against the variables held; index[i]
  * gets gradient i's variable. A NaN or Inf is DT_EINVAL with *nonfinite
- * set, so the caller can skip it instead when configured to. */
+ * set, so the caller can skip it instead when configured to. The values
+ * are read where they are in the message, as the update reads them next:
+ * this pass comes first so that a bad push changes nothing. */
 static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, int *nonfinite,
                       dt_err *err) {
     *nonfinite = 0;
@@ -703,17 +724,18 @@ static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, int *
                 return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s given twice", ps->name,
                                   g->name);
         index[i] = k;
-        /* Bytes on the wire may be unaligned for floats: check via memcpy. */
-        const uint8_t *p = g->data;
-        int64_t n = dt_tensor_numel(g);
-        for (int64_t e = 0; e < n; e++) {
-            float x;
-            memcpy(&x, p + 4 * e, 4);
-            if (!isfinite(x)) {
+        dt_rpc_reader r;
+        dt_codec_view_reader(grads, i, &r);
+        size_t at = 0, n;
+        const uint8_t *run;
+        while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+            size_t bad = first_nonfinite(run, n);
+            if (bad < n) {
                 *nonfinite = 1;
-                return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s[%lld] is not finite",
-                                  ps->name, g->name, (long long)e);
+                return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s[%zu] is not finite",
+                                  ps->name, g->name, at + bad);
             }
+            at += n;
         }
     }
     /* One push is one step of every variable here: a partial one (or an
@@ -722,15 +744,6 @@ static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, int *
         return dt_err_set(err, DT_EINVAL, "%s: push: %d gradients, the ps holds %d variables",
                           ps->name, grads->count, ps->vars.count);
     return 0;
-}
-
-/* A gradient as aligned floats: in place when the message allows it, else
- * copied once into the variable's scratch buffer. Called with the
- * variable's lock held. */
-static const float *aligned_grad(ps_var *pv, const dt_tensor *v, const dt_tensor *g) {
-    if (((uintptr_t)g->data & 3u) == 0) return g->data;
-    memcpy(pv->scratch, g->data, v->nbytes);
-    return pv->scratch;
 }
 
 /* How many steps behind `applied_at` a gradient computed at step `from`
@@ -760,19 +773,37 @@ static int reserve_step(dt_ps *ps, int64_t *step_after) {
     return 0;
 }
 
-/* async and bounded: apply each gradient at once, under its variable's lock.
- * Cannot fail: the unaligned-gradient scratch buffers were made at Create. */
+/* One update of variable k (its lock held) from the gradient that grads'
+ * reader r reads, straight from the message: run by run (the pieces the
+ * message came in), each run's variable, slots and gradient elements
+ * together. The rules are element-wise, so the bits are those of one call. */
+static void apply_runs(dt_ps *ps, int k, double lr, dt_rpc_reader *r) {
+    ps_var *pv = &ps->pv[k];
+    float *w = ps->vars.items[k].data;
+    int nslots = dt_optim_num_slots(&ps->optim);
+    pv->updates++;
+    size_t at = 0, n;
+    const uint8_t *run;
+    while ((run = dt_rpc_reader_next(r, &n)) != NULL) {
+        float *slots[DT_OPTIM_MAX_SLOTS];
+        for (int s = 0; s < nslots; s++)
+            slots[s] = pv->slots[s] + at;
+        dt_optim_apply(&ps->optim, lr, pv->updates, w + at, slots, run, (int64_t)n);
+        at += n;
+    }
+}
+
+/* async and bounded: apply each gradient at once, under its variable's
+ * lock. Cannot fail. */
 static void apply_now(dt_ps *ps, const dt_tensor_views *grads, const int *index, int64_t step) {
     double lr = dt_lr_at(&ps->schedule, ps->optim.learning_rate, step);
     for (int i = 0; i < grads->count; i++) {
         int k = index[i];
-        ps_var *pv = &ps->pv[k];
-        dt_tensor *v = &ps->vars.items[k];
-        pthread_mutex_lock(&pv->mu);
-        const float *g = aligned_grad(pv, v, &grads->items[i]);
-        pv->updates++;
-        dt_optim_apply(&ps->optim, lr, pv->updates, v->data, pv->slots, g, dt_tensor_numel(v));
-        pthread_mutex_unlock(&pv->mu);
+        dt_rpc_reader r;
+        dt_codec_view_reader(grads, i, &r);
+        pthread_mutex_lock(&ps->pv[k].mu);
+        apply_runs(ps, k, lr, &r);
+        pthread_mutex_unlock(&ps->pv[k].mu);
     }
 }
 
@@ -815,9 +846,10 @@ static void apply_accumulated(dt_ps *ps) {
         int64_t n = dt_tensor_numel(v);
         for (int64_t e = 0; e < n; e++)
             sum[e] *= scale; /* mean = sum / count */
+        dt_rpc_reader r;
+        dt_rpc_reader_init_flat(&r, sum, v->nbytes, sizeof(float));
         pthread_mutex_lock(&pv->mu);
-        pv->updates++;
-        dt_optim_apply(&ps->optim, lr, pv->updates, v->data, pv->slots, sum, n);
+        apply_runs(ps, k, lr, &r);
         pthread_mutex_unlock(&pv->mu);
         memset(sum, 0, v->nbytes);
     }
@@ -830,13 +862,17 @@ static void apply_accumulated(dt_ps *ps) {
     ps->acc_step = atomic_fetch_add(&ps->global_step, 1) + 1;
 }
 
-/* Adds n floats from bytes that may be unaligned (a message's) to sum. */
-static void add_floats(float *sum, const void *bytes, int64_t n) {
-    const uint8_t *g = bytes;
-    for (int64_t e = 0; e < n; e++) {
-        float x;
-        memcpy(&x, g + 4 * e, 4);
-        sum[e] += x;
+/* Adds the floats r reads (a message's, at any alignment) to sum. */
+static void add_floats(float *sum, dt_rpc_reader *r) {
+    size_t n;
+    const uint8_t *run;
+    while ((run = dt_rpc_reader_next(r, &n)) != NULL) {
+        for (size_t e = 0; e < n; e++) {
+            float x;
+            memcpy(&x, run + 4 * e, sizeof x);
+            sum[e] += x;
+        }
+        sum += n;
     }
 }
 
@@ -853,7 +889,7 @@ static int hold_gradient(dt_ps *ps, const dt_msg_push_req *req, const int *index
             return dt_err_wrap(err, rc, "%s: push: holding worker %d's gradient", ps->name, w);
     }
     for (int i = 0; i < req->in.count; i++)
-        memcpy(h->items[index[i]].data, req->in.items[i].data, h->items[index[i]].nbytes);
+        dt_codec_view_copy(&req->in, i, h->items[index[i]].data);
     ps->held[w] = 1;
     return 1;
 }
@@ -881,9 +917,12 @@ static int follow_decision(dt_ps *ps, const dt_sync_decision *d, dt_err *err) {
         if (member && !ps->held[w]) lost++;
         if (!member && ps->held[w]) dropped++;
         if (!member || !ps->held[w]) continue;
-        for (int k = 0; k < ps->acc.count; k++)
-            add_floats(ps->acc.items[k].data, ps->hold[w].items[k].data,
-                       dt_tensor_numel(&ps->acc.items[k]));
+        for (int k = 0; k < ps->acc.count; k++) {
+            dt_rpc_reader r;
+            dt_rpc_reader_init_flat(&r, ps->hold[w].items[k].data, ps->hold[w].items[k].nbytes,
+                                    sizeof(float));
+            add_floats(ps->acc.items[k].data, &r);
+        }
         ps->acc_from[w] = 1;
         ps->acc_count++;
     }
@@ -915,9 +954,11 @@ static int accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index, d
         pthread_mutex_unlock(&ps->sync_mu);
         return 0;
     }
-    for (int i = 0; i < req->in.count; i++)
-        add_floats(ps->acc.items[index[i]].data, req->in.items[i].data,
-                   dt_tensor_numel(&req->in.items[i]));
+    for (int i = 0; i < req->in.count; i++) {
+        dt_rpc_reader r;
+        dt_codec_view_reader(&req->in, i, &r);
+        add_floats(ps->acc.items[index[i]].data, &r);
+    }
     if (known) ps->acc_from[w] = 1;
     if (ps->acc_count++ == 0) clock_gettime(CLOCK_MONOTONIC, &ps->acc_first);
     if (ps->acc_count >= ps->consistency.replicas_to_aggregate) apply_accumulated(ps);
@@ -1075,6 +1116,7 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     dt_msg_push_req req;
     memset(&req, 0, sizeof req);
     dt_tensor *views = NULL;
+    dt_rpc_span *spans = NULL;
     int *index = NULL, rc = 0;
     pthread_rwlock_rdlock(&ps->model_lock);
     if (!ps->ready) {
@@ -1089,15 +1131,16 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
      * never a fixed worst case on a poller thread's stack. */
     int cap = ps->vars.count + 1;
     views = calloc((size_t)cap, sizeof *views);
+    spans = calloc((size_t)cap, sizeof *spans);
     index = calloc((size_t)cap, sizeof *index);
-    if (!views || !index) {
+    if (!views || !spans || !index) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: push: out of memory", ps->name);
         goto done;
     }
     req.in.items = views;
+    req.in.spans = spans;
     req.in.cap = cap;
-    if ((rc = dt_codec_decode(DT_MSG_PUSH_REQ, request->data, request->len, &req, err)) < 0)
-        goto done;
+    if ((rc = dt_codec_decode_buf(DT_MSG_PUSH_REQ, request, &req, err)) < 0) goto done;
     if ((rc = check_caller(ps, peer, req.worker, "push", err)) < 0) goto done;
     if ((rc = check_failed(ps, req.worker, "push", err)) < 0) goto done;
     note_push(ps, req.worker);
@@ -1118,6 +1161,7 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
 done:
     pthread_rwlock_unlock(&ps->model_lock);
     free(views);
+    free(spans);
     free(index);
     if (rc < 0) atomic_fetch_add(&ps->pushes_rejected, 1);
     return rc;
@@ -1207,7 +1251,7 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     dt_ps *ps = ctx;
     dt_msg_status_req req;
     memset(&req, 0, sizeof req);
-    int rc = dt_codec_decode(DT_MSG_STATUS_REQ, request->data, request->len, &req, err);
+    int rc = dt_codec_decode_buf(DT_MSG_STATUS_REQ, request, &req, err);
     if (rc < 0) return rc;
     if (req.done_seen && (rc = note_done_seen(ps, peer, req.worker, err)) < 0) return rc;
     if (req.failure[0] && (rc = note_failed_worker(ps, peer, req.worker, req.failure, err)) < 0)
@@ -1253,7 +1297,7 @@ static int handle_shutdown(void *ctx, const dt_rpc_peer *peer __attribute__((unu
     dt_ps *ps = ctx;
     dt_msg_shutdown_req req;
     memset(&req, 0, sizeof req);
-    int rc = dt_codec_decode(DT_MSG_SHUTDOWN_REQ, request->data, request->len, &req, err);
+    int rc = dt_codec_decode_buf(DT_MSG_SHUTDOWN_REQ, request, &req, err);
     if (rc < 0) return rc;
     pthread_mutex_lock(&ps->life_mu);
     int first = !ps->shutdown_requested;
@@ -1284,7 +1328,7 @@ static int handle_health(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     dt_ps *ps = ctx;
     dt_msg_health_req req;
     memset(&req, 0, sizeof req);
-    int rc = dt_codec_decode(DT_MSG_HEALTH_REQ, request->data, request->len, &req, err);
+    int rc = dt_codec_decode_buf(DT_MSG_HEALTH_REQ, request, &req, err);
     if (rc < 0) return rc;
     if (req.service[0] && strcmp(req.service, DT_HEALTH_SERVICE) != 0)
         return dt_err_set(err, DT_ENOTFOUND,
@@ -1381,7 +1425,8 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
                                .security = params->security,
                                .num_workers = c->num_workers,
                                .num_ps = c->num_ps,
-                               .max_message_bytes = params->max_message_bytes};
+                               .max_message_bytes = params->max_message_bytes,
+                               .in_pieces = 1};
     if (params->no_server) {
         *out = ps;
         return 0;

@@ -322,6 +322,16 @@ long long dt_rpc_server_refused(const dt_rpc_server *s) {
     return atomic_load(&((dt_rpc_server *)s)->refused);
 }
 
+/* The request as the handlers read it: in place, in pieces (the byte
+ * buffer moves into *request), or in one run. */
+static int take_request(call_state *cs, dt_rpc_buf *request, dt_err *err) {
+    if (!cs->owner->server->params.in_pieces)
+        return dt_rpc_buf_from_byte_buffer(cs->request_payload, request, err);
+    grpc_byte_buffer *bb = cs->request_payload;
+    cs->request_payload = NULL;
+    return dt_rpc_buf_from_byte_buffer_pieces(bb, request, err);
+}
+
 /* Runs the handler and starts the reply batch. */
 static void handle(call_state *cs) {
     dt_rpc_server *s = cs->owner->server;
@@ -342,13 +352,19 @@ static void handle(call_state *cs) {
         dt_rpc_slice_to_str(cs->details.method, path, sizeof path);
         dt_err_set(&err, DT_EPRECOND, "unknown method %s", path);
         status = GRPC_STATUS_UNIMPLEMENTED;
-    } else if (dt_rpc_buf_from_byte_buffer(cs->request_payload, &request, &err) < 0) {
+    } else if (take_request(cs, &request, &err) < 0) {
         status = dt_rpc_status_from_err(err.code);
     } else if (m->handler(s->params.ctx, &peer, &request, &reply, &err) < 0) {
         status = dt_rpc_status_from_err(err.code);
         dt_rpc_buf_release(&reply);
     }
+    /* The request's bytes are not needed once handled: freed now, not
+     * after the reply is sent. */
     dt_rpc_buf_release(&request);
+    if (cs->request_payload) {
+        grpc_byte_buffer_destroy(cs->request_payload);
+        cs->request_payload = NULL;
+    }
 
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);

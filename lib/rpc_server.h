@@ -47,6 +47,10 @@ typedef struct {
     const dt_rpc_method *methods; /* (num_methods) borrowed for the server's life */
     int num_methods;
     void *ctx; /* passed to every handler */
+    /* 1: handlers read requests in place, in the pieces gRPC received them
+     * in (request->pieces; dt_codec_decode_buf reads either form); 0: in
+     * one run (request->data), copied together when it came in pieces. */
+    int in_pieces;
     /* Optional (NULL: plaintext, no authentication, one warning logged).
      * cert_file + key_file: TLS; ca_file too: clients must present a
      * certificate from that CA (mTLS), whose CN or a SAN is the identity;

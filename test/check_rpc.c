@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pieces.h"
 #include "proc.h"
 #include "rpc_client.h"
 #include "rpc_internal.h" /* dt_rpc_accept_failures */
@@ -1039,6 +1040,164 @@ START_TEST(test_listens_again_after_emfile) {
 }
 END_TEST
 
+/* ---- messages read in pieces ------------------------------------------- */
+
+/* The bytes of a span, read element by element, with how many runs came
+ * from the reader's carry (an element split between pieces). */
+static size_t read_span(const dt_rpc_span *sp, size_t elem, uint8_t *out, int *carried) {
+    dt_rpc_reader r;
+    dt_rpc_reader_init(&r, sp, elem);
+    size_t n, total = 0;
+    const uint8_t *run;
+    *carried = 0;
+    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+        ck_assert_uint_gt(n, 0);
+        if (run == r.carry) {
+            ck_assert_uint_eq(n, 1);
+            (*carried)++;
+        }
+        memcpy(out + total, run, n * elem);
+        total += n * elem;
+    }
+    ck_assert_uint_eq(n, 0);
+    return total;
+}
+
+/* A message of 1..7-byte pieces (a real gRPC byte buffer, read in place):
+ * its pieces are the bytes in order, and a reader of any span of it, in
+ * elements of 1, 4 or 8 bytes from any offset, yields exactly those bytes,
+ * an element split between pieces put back together. */
+START_TEST(test_reader_over_tiny_pieces) {
+    enum { LEN = 4099 };
+    uint8_t *bytes = malloc(LEN), *out = malloc(LEN);
+    ck_assert(bytes && out);
+    for (int i = 0; i < LEN; i++)
+        bytes[i] = (uint8_t)(i * 131 + 7);
+    dt_rpc_buf b;
+    dt_test_in_pieces(bytes, LEN, 12345, &b);
+    ck_assert_uint_eq(b.len, LEN);
+    ck_assert_ptr_null(b.data);
+    ck_assert_int_gt(b.num_pieces, LEN / 7);
+    dt_rpc_piece one;
+    const dt_rpc_piece *pieces;
+    int n = dt_rpc_buf_pieces(&b, &one, &pieces);
+    ck_assert_int_eq(n, b.num_pieces);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        ck_assert(pieces[i].len >= 1 && pieces[i].len <= 7);
+        ck_assert(memcmp(pieces[i].data, bytes + at, pieces[i].len) == 0);
+        at += pieces[i].len;
+    }
+    ck_assert_uint_eq(at, LEN);
+    /* Spans from several offsets, each read in elements of 1, 4 and 8. */
+    const size_t starts[] = {0, 1, 3, 5, 1000, 2051};
+    const size_t elems[] = {1, 4, 8};
+    for (size_t s = 0; s < sizeof starts / sizeof starts[0]; s++) {
+        size_t piece = 0, offset = starts[s];
+        while (offset >= pieces[piece].len)
+            offset -= pieces[piece++].len;
+        for (size_t e = 0; e < sizeof elems / sizeof elems[0]; e++) {
+            size_t len = (LEN - starts[s]) / elems[e] * elems[e];
+            dt_rpc_span sp = {&pieces[piece], offset, len};
+            int carried = 0;
+            memset(out, 0, LEN);
+            ck_assert_uint_eq(read_span(&sp, elems[e], out, &carried), len);
+            ck_assert_msg(memcmp(out, bytes + starts[s], len) == 0, "span at %zu, elem %zu",
+                          starts[s], elems[e]);
+            if (elems[e] > 1) ck_assert_msg(carried > 0, "no element crossed pieces");
+            memset(out, 0, LEN);
+            dt_rpc_span_copy(&sp, out);
+            ck_assert(memcmp(out, bytes + starts[s], len) == 0);
+        }
+    }
+    /* A reader over one run of memory at an odd address. */
+    dt_rpc_reader r;
+    dt_rpc_reader_init_flat(&r, bytes + 3, 4000, 4);
+    size_t count;
+    const uint8_t *run = dt_rpc_reader_next(&r, &count);
+    ck_assert_ptr_eq(run, bytes + 3);
+    ck_assert_uint_eq(count, 1000);
+    ck_assert_ptr_null(dt_rpc_reader_next(&r, &count));
+    dt_rpc_buf_release(&b);
+    dt_rpc_buf_release(&b); /* twice is harmless */
+    /* No pieces at all: an empty message. */
+    dt_test_in_pieces(bytes, 0, 1, &b);
+    ck_assert(b.len == 0 && b.data == NULL && b.num_pieces == 0);
+    ck_assert_int_eq(dt_rpc_buf_pieces(&b, &one, &pieces), 0);
+    dt_rpc_buf_release(&b);
+    free(bytes);
+    free(out);
+}
+END_TEST
+
+/* Echo that reads the request in place, piece by piece; the first four
+ * bytes of the reply count the pieces. */
+static int handle_echo_pieces(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                              const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    (void)ctx;
+    dt_rpc_piece one;
+    const dt_rpc_piece *pieces;
+    int n = dt_rpc_buf_pieces(request, &one, &pieces);
+    int rc = dt_rpc_buf_alloc(reply, request->len + 4, err);
+    if (rc < 0) return rc;
+    uint32_t count = (uint32_t)n;
+    memcpy(reply->data, &count, 4);
+    size_t at = 4;
+    for (int i = 0; i < n; i++) {
+        memcpy(reply->data + at, pieces[i].data, pieces[i].len);
+        at += pieces[i].len;
+    }
+    return at == reply->len ? 0 : dt_err_set(err, DT_EINTERNAL, "pieces hold %zu bytes", at - 4);
+}
+
+/* Over the network: a server that reads requests in place hands the
+ * handler a 100 kB request in the pieces gRPC read it in (several), and a
+ * client that takes its response in pieces gets every byte. */
+START_TEST(test_server_reads_in_pieces) {
+    static const dt_rpc_method echo[] = {{"/test.T/EchoPieces", handle_echo_pieces, 0, 0}};
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port(NULL));
+    dt_rpc_server_params p = {
+        .addr = addr, .num_threads = 2, .methods = echo, .num_methods = 1, .in_pieces = 1};
+    dt_err err;
+    dt_err_clear(&err);
+    dt_rpc_server *server = NULL;
+    dt_rpc_channel *ch = NULL;
+    ck_assert_msg(dt_rpc_server_start(&p, &server, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_rpc_channel_new(addr, &ch, &err) == 0, "%s", err.msg);
+    enum { LEN = 100003 };
+    dt_rpc_buf req;
+    ck_assert_int_eq(dt_rpc_buf_alloc(&req, LEN, &err), 0);
+    for (size_t i = 0; i < LEN; i++)
+        req.data[i] = (uint8_t)((i * 2654435761u) >> 11);
+    dt_rpc_call c;
+    call_init(&c, ch, "/test.T/EchoPieces", &req);
+    c.wait_for_ready = 1;
+    c.in_pieces = 1;
+    ck_assert_msg(dt_rpc_call_all(&c, 1, 20000, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(c.response.len, LEN + 4);
+    uint8_t *got = malloc(LEN + 4);
+    ck_assert_ptr_nonnull(got);
+    dt_rpc_span all;
+    dt_rpc_piece one;
+    const dt_rpc_piece *pieces;
+    ck_assert_int_gt(dt_rpc_buf_pieces(&c.response, &one, &pieces), 0);
+    all.piece = pieces;
+    all.offset = 0;
+    all.len = c.response.len;
+    dt_rpc_span_copy(&all, got);
+    uint32_t count;
+    memcpy(&count, got, 4);
+    ck_assert_msg(count > 1, "%d bytes in %u piece", LEN, count);
+    ck_assert(memcmp(got + 4, req.data, LEN) == 0);
+    free(got);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    dt_rpc_channel_free(ch);
+    dt_rpc_server_stop(server, 1000);
+}
+END_TEST
+
 Suite *rpc_suite(void) {
     Suite *s = suite_create("rpc");
     TCase *tc = tcase_create("rpc");
@@ -1066,5 +1225,10 @@ Suite *rpc_suite(void) {
     tcase_add_test(tc, test_fd_limit_raised);
     tcase_add_test(tc, test_listens_again_after_emfile);
     suite_add_tcase(s, tc);
+    TCase *pieces = tcase_create("pieces");
+    tcase_set_timeout(pieces, 60);
+    tcase_add_test(pieces, test_reader_over_tiny_pieces);
+    tcase_add_test(pieces, test_server_reads_in_pieces);
+    suite_add_tcase(s, pieces);
     return s;
 }
