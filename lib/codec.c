@@ -76,10 +76,50 @@ static int host_is_little_endian(void) {
 
 /* ---- encoding ---------------------------------------------------------- */
 
+/* dt_codec_encode_buf's output: the message's own bytes, written in order,
+ * with runs of tensor bytes put between them in *out. */
+typedef struct {
+    uint8_t *own;
+    size_t own_len, own_at;
+    dt_rpc_buf *out;
+    dt_err *err;
+} builder;
+
+static bool builder_write(pb_ostream_t *stream, const pb_byte_t *buf, size_t count) {
+    builder *bd = stream->state;
+    if (count > bd->own_len - bd->own_at) return false;
+    memcpy(bd->own + bd->own_at, buf, count);
+    bd->own_at += count;
+    return true;
+}
+
+/* Whether tensor t of list goes by reference. */
+static int by_ref(const dt_tensor_list *list, const dt_tensor *t) {
+    return list->ref && t->nbytes >= DT_CODEC_REF_MIN_BYTES;
+}
+
+/* The length prefix of a tensor's data, then the data as a run of *out
+ * (dt_codec_encode_buf's writing pass only). */
+static bool encode_data_ref(pb_ostream_t *stream, const data_arg *da, const dt_tensor *t) {
+    builder *bd = stream->state;
+    if (!pb_encode_varint(stream, t->nbytes)) return false;
+    dt_rpc_ref r;
+    if (da->list->ref(da->list->ref_ctx, da->index, &r, bd->err) < 0)
+        PB_RETURN_ERROR(stream, "tensor reference failed");
+    DT_ASSERT(r.len == t->nbytes);
+    if (dt_rpc_buf_add_ref(bd->out, bd->own_at, &r, bd->err) < 0)
+        PB_RETURN_ERROR(stream, "out of memory");
+    /* The bytes are in the message, though not written by this stream. */
+    stream->bytes_written += t->nbytes;
+    return true;
+}
+
 static bool encode_data(pb_ostream_t *stream, const pb_field_t *field, void *const *arg) {
     const data_arg *da = *arg;
     const dt_tensor *t = &da->list->items[da->index];
     if (!pb_encode_tag_for_field(stream, field)) return false;
+    if (stream->callback == builder_write && by_ref(da->list, t))
+        return encode_data_ref(stream, da, t);
     /* A sizing stream (no callback) copies nothing, so it needs no lock. */
     int locking = da->list->lock && stream->callback != NULL;
     if (locking) da->list->lock(da->list->lock_ctx, da->index, 1);
@@ -428,6 +468,57 @@ int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len,
         return dt_err_set(err, DT_EINTERNAL, "codec: %s: encoded %zu bytes into a %zu-byte buffer",
                           type_names[type], stream.bytes_written, len);
     return 0;
+}
+
+/* The tensor lists msg encodes. */
+static int lists_of(dt_msg_type type, const void *msg, const dt_tensor_list *lists[2]) {
+    switch (type) {
+    case DT_MSG_CREATE_REQ:
+        lists[0] = &((const dt_msg_create_req *)msg)->out;
+        lists[1] = &((const dt_msg_create_req *)msg)->slots_out;
+        return 2;
+    case DT_MSG_PULL_RESP:
+        lists[0] = &((const dt_msg_pull_resp *)msg)->out;
+        lists[1] = &((const dt_msg_pull_resp *)msg)->slots_out;
+        return 2;
+    case DT_MSG_PUSH_REQ: lists[0] = &((const dt_msg_push_req *)msg)->out; return 1;
+    case DT_MSG_PUSH_RESP: lists[0] = &((const dt_msg_push_resp *)msg)->out; return 1;
+    default: return 0;
+    }
+}
+
+int dt_codec_encode_buf(dt_msg_type type, const void *msg, dt_rpc_buf *out, dt_err *err) {
+    DT_ASSERT(host_is_little_endian());
+    memset(out, 0, sizeof *out);
+    int64_t size = dt_codec_size(type, msg, err);
+    if (size < 0) return (int)size;
+    /* The bytes sent in place are not the message's own. */
+    const dt_tensor_list *lists[2];
+    size_t refs = 0;
+    for (int l = lists_of(type, msg, lists) - 1; l >= 0; l--)
+        for (int i = 0; i < lists[l]->count; i++)
+            if (by_ref(lists[l], &lists[l]->items[i])) refs += lists[l]->items[i].nbytes;
+    DT_ASSERT(refs <= (uint64_t)size);
+    size_t own_len = (size_t)size - refs;
+    int rc = dt_rpc_buf_alloc(out, own_len, err);
+    if (rc < 0) return rc;
+    dt_err local;
+    dt_err_clear(&local);
+    builder bd = {out->data, own_len, 0, out, &local};
+    pb_any pb;
+    out_names_arg names;
+    to_pb(type, msg, &pb, &names);
+    pb_ostream_t stream = {.callback = builder_write, .state = &bd, .max_size = (size_t)size};
+    if (!pb_encode(&stream, descriptor(type), &pb))
+        rc = local.code != DT_OK
+                 ? dt_err_set(err, local.code, "codec: %s: encode: %s", type_names[type], local.msg)
+                 : dt_err_set(err, DT_EINVAL, "codec: %s: encode: %s", type_names[type],
+                              PB_GET_ERROR(&stream));
+    else if (stream.bytes_written != (size_t)size || bd.own_at != own_len)
+        rc = dt_err_set(err, DT_EINTERNAL, "codec: %s: encoded %zu bytes (%zu own), sized %lld",
+                        type_names[type], stream.bytes_written, bd.own_at, (long long)size);
+    if (rc < 0) dt_rpc_buf_release(out);
+    return rc;
 }
 
 /* ---- decoding ---------------------------------------------------------- */

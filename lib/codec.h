@@ -37,13 +37,24 @@
 
 /* Encoding side: a borrowed list of tensors. When lock is set, it is called
  * with acquire=1 before items[i].data is copied and acquire=0 after, so a
- * variable can be read under its own lock. */
+ * variable can be read under its own lock. When ref is set,
+ * dt_codec_encode_buf sends the bytes of every tensor of at least
+ * DT_CODEC_REF_MIN_BYTES without copying them: ref(ref_ctx, i, &r) gives
+ * the run to send (items[i].nbytes bytes, and its release; see dt_rpc_ref)
+ * or fails with a negative code and err set; lock is then not called for
+ * that tensor. */
 typedef struct {
     const dt_tensor *items; /* (count) borrowed */
     int count;
     void (*lock)(void *ctx, int index, int acquire);
     void *lock_ctx;
+    int (*ref)(void *ctx, int index, dt_rpc_ref *out, dt_err *err);
+    void *ref_ctx;
 } dt_tensor_list;
+
+/* Tensors smaller than this are copied into the message even from a list
+ * with a ref hook: a copy of a few kB costs less than a slice of its own. */
+#define DT_CODEC_REF_MIN_BYTES (32 * 1024)
 
 /* Decoding side: caller storage for up to cap views. */
 typedef struct {
@@ -279,6 +290,12 @@ int64_t dt_codec_size(dt_msg_type type, const void *msg, dt_err *err);
 /* Encodes msg into buf, which must hold exactly dt_codec_size bytes. */
 int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len,
                     dt_err *err) DT_WARN_UNUSED;
+/* Sizes msg and encodes it into a new buffer *out to send: the tensors of
+ * lists with a ref hook (of DT_CODEC_REF_MIN_BYTES or more) as runs sent in
+ * place, the rest copied. On failure *out is empty and every run taken so
+ * far released. */
+int dt_codec_encode_buf(dt_msg_type type, const void *msg, dt_rpc_buf *out,
+                        dt_err *err) DT_WARN_UNUSED;
 
 /* Decodes len bytes into msg. The caller zeroes msg and sets up the `in` /
  * `names` storage first. Tensor views point into buf. On error msg's

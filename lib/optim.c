@@ -127,66 +127,98 @@ static inline float grad_at(const uint8_t *g, int64_t i) {
  * beside each one. */
 #define BLOCK 8
 
-/* w -= lr * g */
-static void apply_sgd(float *restrict w, const uint8_t *restrict g, int64_t n, float lr) {
-    int64_t i = 0;
-    for (; i + BLOCK <= n; i += BLOCK)
-        for (int k = 0; k < BLOCK; k++)
-            w[i + k] -= lr * grad_at(g, i + k);
-    for (; i < n; i++)
-        w[i] -= lr * grad_at(g, i);
+/* Each rule reads w and writes out, which is w or does not overlap it. The
+ * vectorized ones come twice (SIMD_RULES): in place, and to another array,
+ * each with restrict pointers, which is what lets GCC vectorize them; one
+ * macro body keeps the two the same arithmetic. */
+
+/* out = w - lr * g */
+#define SGD_BODY(i) out[i] = w[i] - lr * grad_at(g, i)
+/* a = mu*a + g; out = w - lr*a */
+#define MOMENTUM_BODY(i)                                                                           \
+    a[i] = mu * a[i] + grad_at(g, i);                                                              \
+    out[i] = w[i] - lr * a[i]
+/* a = mu*a + g; out = w - (lr*g + lr*mu*a) */
+#define NESTEROV_BODY(i)                                                                           \
+    const float gi = grad_at(g, i);                                                                \
+    a[i] = mu * a[i] + gi;                                                                         \
+    out[i] = w[i] - (lr * gi + lr * mu * a[i])
+
+#define BLOCKED(BODY)                                                                              \
+    int64_t i = 0;                                                                                 \
+    for (; i + BLOCK <= n; i += BLOCK)                                                             \
+        for (int k = 0; k < BLOCK; k++) {                                                          \
+            BODY(i + k);                                                                           \
+        }                                                                                          \
+    for (; i < n; i++) {                                                                           \
+        BODY(i);                                                                                   \
+    }
+
+static void sgd_in_place(float *restrict w, const uint8_t *restrict g, int64_t n, float lr) {
+    float *out = w;
+    BLOCKED(SGD_BODY)
 }
 
-/* a = mu*a + g; w -= lr*a */
-static void apply_momentum(float *restrict w, float *restrict a, const uint8_t *restrict g,
-                           int64_t n, float lr, float mu) {
-    int64_t i = 0;
-    for (; i + BLOCK <= n; i += BLOCK)
-        for (int k = 0; k < BLOCK; k++) {
-            a[i + k] = mu * a[i + k] + grad_at(g, i + k);
-            w[i + k] -= lr * a[i + k];
-        }
-    for (; i < n; i++) {
-        a[i] = mu * a[i] + grad_at(g, i);
-        w[i] -= lr * a[i];
-    }
+static void sgd_to(const float *restrict w, float *restrict out, const uint8_t *restrict g,
+                   int64_t n, float lr) {
+    BLOCKED(SGD_BODY)
 }
 
-/* a = mu*a + g; w -= lr*g + lr*mu*a */
-static void apply_nesterov(float *restrict w, float *restrict a, const uint8_t *restrict g,
-                           int64_t n, float lr, float mu) {
-    int64_t i = 0;
-    for (; i + BLOCK <= n; i += BLOCK)
-        for (int k = 0; k < BLOCK; k++) {
-            const float gi = grad_at(g, i + k);
-            a[i + k] = mu * a[i + k] + gi;
-            w[i + k] -= lr * gi + lr * mu * a[i + k];
-        }
-    for (; i < n; i++) {
-        const float gi = grad_at(g, i);
-        a[i] = mu * a[i] + gi;
-        w[i] -= lr * gi + lr * mu * a[i];
-    }
+static void momentum_in_place(float *restrict w, float *restrict a, const uint8_t *restrict g,
+                              int64_t n, float lr, float mu) {
+    float *out = w;
+    BLOCKED(MOMENTUM_BODY)
+}
+
+static void momentum_to(const float *restrict w, float *restrict out, float *restrict a,
+                        const uint8_t *restrict g, int64_t n, float lr, float mu) {
+    BLOCKED(MOMENTUM_BODY)
+}
+
+static void nesterov_in_place(float *restrict w, float *restrict a, const uint8_t *restrict g,
+                              int64_t n, float lr, float mu) {
+    float *out = w;
+    BLOCKED(NESTEROV_BODY)
+}
+
+static void nesterov_to(const float *restrict w, float *restrict out, float *restrict a,
+                        const uint8_t *restrict g, int64_t n, float lr, float mu) {
+    BLOCKED(NESTEROV_BODY)
 }
 
 void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, float *const *slots,
-                    const void *grad, int64_t n) {
+                    const void *g, int64_t n) {
+    dt_optim_apply_to(cfg, lr, t, w, w, slots, g, n);
+}
+
+void dt_optim_apply_to(const dt_optim_config *cfg, double lr, int64_t t, const float *w, float *out,
+                       float *const *slots, const void *grad, int64_t n) {
     DT_ASSERT(t >= 1 && n >= 0);
     const uint8_t *g = grad;
     const float lr_f = (float)lr;
+    int in_place = out == w;
     switch (known_kind(cfg)) {
     case OPT_SGD:
         /* ApplyGradientDescent: w -= lr * g */
-        apply_sgd(w, g, n, lr_f);
+        if (in_place)
+            sgd_in_place(out, g, n, lr_f);
+        else
+            sgd_to(w, out, g, n, lr_f);
         break;
-    case OPT_MOMENTUM:
+    case OPT_MOMENTUM: {
         /* ApplyMomentum: accum = mu*accum + g; w -= lr*accum; with
          * use_nesterov: w -= lr*g + lr*mu*accum */
-        if (cfg->nesterov)
-            apply_nesterov(w, slots[0], g, n, lr_f, (float)cfg->momentum);
+        const float mu = (float)cfg->momentum;
+        if (cfg->nesterov && in_place)
+            nesterov_in_place(out, slots[0], g, n, lr_f, mu);
+        else if (cfg->nesterov)
+            nesterov_to(w, out, slots[0], g, n, lr_f, mu);
+        else if (in_place)
+            momentum_in_place(out, slots[0], g, n, lr_f, mu);
         else
-            apply_momentum(w, slots[0], g, n, lr_f, (float)cfg->momentum);
+            momentum_to(w, out, slots[0], g, n, lr_f, mu);
         break;
+    }
     case OPT_ADAGRAD: {
         /* ApplyAdagradV2: accum += g^2; w -= lr * g / (sqrt(accum) + eps).
          * TF1's AdagradOptimizer uses ApplyAdagrad, the same rule without
@@ -197,7 +229,7 @@ void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, 
         for (int64_t i = 0; i < n; i++) {
             const float gi = grad_at(g, i);
             accum[i] += gi * gi;
-            w[i] -= lr_f * gi / (sqrtf(accum[i]) + eps);
+            out[i] = w[i] - lr_f * gi / (sqrtf(accum[i]) + eps);
         }
         break;
     }
@@ -214,7 +246,7 @@ void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, 
             const float gi = grad_at(g, i);
             m[i] = b1_f * m[i] + one_b1 * gi;
             v[i] = b2_f * v[i] + one_b2 * gi * gi;
-            w[i] -= lr_t * m[i] / (sqrtf(v[i]) + eps);
+            out[i] = w[i] - lr_t * m[i] / (sqrtf(v[i]) + eps);
         }
         break;
     }

@@ -66,6 +66,12 @@ float dt_optim_slot_init(const dt_optim_config *cfg, int i);
  */
 void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, float *const *slots,
                     const void *g, int64_t n);
+/* The same update with the new values written to `out` (n floats) instead
+ * of over w: the same bits. out is w, or does not overlap it; slots are
+ * updated in place either way. (A ps writes a variable elsewhere while a
+ * message being sent still reads its current values.) */
+void dt_optim_apply_to(const dt_optim_config *cfg, double lr, int64_t t, const float *w, float *out,
+                       float *const *slots, const void *g, int64_t n);
 
 /* ---- learning-rate schedules (TF1's tf.train.*_decay) ----------------- */
 

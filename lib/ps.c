@@ -58,10 +58,25 @@ typedef struct {
 #define DEFAULT_LINGER_MS 10000
 #define RATE_SAMPLES 11 /* one a second: Status's steps/s is over the last 10 s */
 
+/* One buffer of a variable's values, or a snapshot of a slot being sent.
+ * refs counts the ps's own reference (a variable's current or spare
+ * buffer) and one per message being sent from it (dt_rpc_ref); at zero it
+ * is freed, so a message may outlive the ps's use of it. A buffer some
+ * message reads never changes: the next update of its variable writes
+ * elsewhere (see writable). */
+typedef struct {
+    atomic_int refs;
+    size_t nbytes;
+    float *data; /* (nbytes / 4), 64-byte aligned, in the same allocation */
+} var_buf;
+
 typedef struct {
     pthread_mutex_t mu;
     int64_t updates;                  /* applied to this variable, for Adam's t */
     float *slots[DT_OPTIM_MAX_SLOTS]; /* views into dt_ps.slots */
+    var_buf *cur;                     /* the values (vars.items[k].data points in it) */
+    var_buf *spare;                   /* the values before, kept for the next update to
+                                         write into once no message reads them; or NULL */
 } ps_var;
 
 struct dt_ps {
@@ -295,11 +310,76 @@ static int check_caller(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker, cons
                       peer->name, (int)worker);
 }
 
+/* Replies carry large variables as runs of their buffers (no copy; see
+ * ref_var), small ones copied under the variable's lock. */
 static int encode_reply(dt_msg_type type, const void *msg, dt_rpc_buf *reply, dt_err *err) {
-    int64_t size = dt_codec_size(type, msg, err);
-    if (size < 0) return (int)size;
-    if (dt_rpc_buf_alloc(reply, (size_t)size, err) < 0) return err ? err->code : DT_ENOMEM;
-    return dt_codec_encode(type, msg, reply->data, reply->len, err);
+    return dt_codec_encode_buf(type, msg, reply, err);
+}
+
+/* ---- variable buffers ------------------------------------------------------ */
+
+static var_buf *var_buf_new(size_t nbytes) {
+    enum { HEAD = 64 }; /* the header, padded so the values stay 64-byte aligned */
+    size_t total = HEAD + (nbytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, total);
+    if (!p) return NULL;
+    var_buf *b = p;
+    atomic_init(&b->refs, 1);
+    b->nbytes = nbytes;
+    b->data = (float *)((char *)p + HEAD);
+    return b;
+}
+
+/* Drops one reference (the release of a run in a sent message, from any
+ * thread, or the ps's own). */
+static void var_buf_unref(void *arg) {
+    var_buf *b = arg;
+    if (b && atomic_fetch_sub(&b->refs, 1) == 1) free(b);
+}
+
+/* Whether a message being sent reads b (more references than the ps's). */
+static int var_buf_read(var_buf *b) {
+    return atomic_load(&b->refs) > 1;
+}
+
+#define WRITABLE_WAIT_MS 10000
+
+/* Where the next values of variable k go (its lock held): its current
+ * buffer when no message reads it, else the spare once no message reads
+ * that, else a new buffer, which becomes the spare's place. Without memory
+ * for one it waits for the messages to be sent (the update cannot fail
+ * halfway through a push), then as a last resort writes in place. */
+static var_buf *writable(dt_ps *ps, int k) {
+    ps_var *pv = &ps->pv[k];
+    if (!var_buf_read(pv->cur)) return pv->cur;
+    if (pv->spare && !var_buf_read(pv->spare)) {
+        var_buf *to = pv->spare;
+        pv->spare = NULL;
+        return to;
+    }
+    var_buf *to = var_buf_new(pv->cur->nbytes);
+    if (to) {
+        var_buf_unref(pv->spare); /* freed once its messages are sent */
+        pv->spare = NULL;
+        return to;
+    }
+    for (int ms = 0; var_buf_read(pv->cur) && ms < WRITABLE_WAIT_MS; ms++)
+        nanosleep(&(struct timespec){0, 1000000L}, NULL);
+    if (var_buf_read(pv->cur))
+        dt_log(DT_LOG_WARN, "%s: %s: no memory for new values, updated in place under a reply",
+               ps->name, ps->vars.items[k].name);
+    return pv->cur;
+}
+
+/* Makes `to` variable k's current buffer after an update wrote it (its
+ * lock held); the old one becomes the spare. */
+static void make_current(dt_ps *ps, int k, var_buf *to) {
+    ps_var *pv = &ps->pv[k];
+    if (to == pv->cur) return;
+    DT_ASSERT(!pv->spare);
+    pv->spare = pv->cur;
+    pv->cur = to;
+    ps->vars.items[k].data = to->data;
 }
 
 static void lock_var(void *ctx, int index, int acquire) {
@@ -310,14 +390,39 @@ static void lock_var(void *ctx, int index, int acquire) {
         pthread_mutex_unlock(&ps->pv[index].mu);
 }
 
+/* The dt_tensor_list ref hook of variables: the current buffer, sent in
+ * place; an update meanwhile writes elsewhere. */
+static int ref_var(void *ctx, int index, dt_rpc_ref *out, dt_err *err) {
+    (void)err;
+    dt_ps *ps = ctx;
+    ps_var *pv = &ps->pv[index];
+    pthread_mutex_lock(&pv->mu);
+    var_buf *b = pv->cur;
+    atomic_fetch_add(&b->refs, 1);
+    pthread_mutex_unlock(&pv->mu);
+    *out = (dt_rpc_ref){b->data, b->nbytes, var_buf_unref, b};
+    return 0;
+}
+
+/* A named subset of the variables: items are copies of their views, and
+ * index maps a position back to its variable. */
 typedef struct {
     dt_ps *ps;
+    dt_tensor *items;
     int index[DT_MODEL_PULL_NAMES_MAX];
 } subset_lock;
 
+/* Under the variable's lock the copy's data is its current buffer again:
+ * an update since the copy may have moved it. */
 static void lock_subset_var(void *ctx, int index, int acquire) {
     subset_lock *sl = ctx;
     lock_var(sl->ps, sl->index[index], acquire);
+    if (acquire) sl->items[index].data = sl->ps->vars.items[sl->index[index]].data;
+}
+
+static int ref_subset_var(void *ctx, int index, dt_rpc_ref *out, dt_err *err) {
+    subset_lock *sl = ctx;
+    return ref_var(sl->ps, sl->index[index], out, err);
 }
 
 /* Slot k belongs to variable k / num_slots: read it under that lock. */
@@ -326,10 +431,29 @@ static void lock_slot(void *ctx, int index, int acquire) {
     lock_var(ps, index / dt_optim_num_slots(&ps->optim), acquire);
 }
 
+/* The ref hook of slots: slots change in place, so a snapshot is copied
+ * under the variable's lock and sent in place, freed once sent. (Only the
+ * chief's checkpoint pull asks for slots.) */
+static int ref_slot(void *ctx, int index, dt_rpc_ref *out, dt_err *err) {
+    dt_ps *ps = ctx;
+    const dt_tensor *slot = &ps->slots.items[index];
+    var_buf *b = var_buf_new(slot->nbytes);
+    if (!b)
+        return dt_err_set(err, DT_ENOMEM, "%s: pull: out of memory for %s", ps->name, slot->name);
+    lock_slot(ps, index, 1);
+    memcpy(b->data, slot->data, slot->nbytes);
+    lock_slot(ps, index, 0);
+    *out = (dt_rpc_ref){b->data, b->nbytes, var_buf_unref, b};
+    return 0;
+}
+
 static void free_model(dt_ps *ps) {
     if (ps->pv) {
-        for (int i = 0; i < ps->vars.count; i++)
+        for (int i = 0; i < ps->vars.count; i++) {
             pthread_mutex_destroy(&ps->pv[i].mu);
+            var_buf_unref(ps->pv[i].cur); /* a buffer a message reads lives on */
+            var_buf_unref(ps->pv[i].spare);
+        }
         free(ps->pv);
         ps->pv = NULL;
     }
@@ -349,7 +473,14 @@ static void free_model(dt_ps *ps) {
 /* Builds the variable and slot stores from validated views; ps->optim set. */
 static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
     int rc;
-    if ((rc = dt_tensors_init(&ps->vars, in->items, in->count, err)) < 0) return rc;
+    /* The variables' specs; their values live in var_bufs (below). */
+    ps->vars.items = calloc(in->count ? (size_t)in->count : 1, sizeof *ps->vars.items);
+    if (!ps->vars.items) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
+    ps->vars.count = in->count;
+    for (int i = 0; i < in->count; i++) {
+        ps->vars.items[i] = in->items[i];
+        ps->vars.items[i].data = NULL;
+    }
     if (ps->consistency.mode == DT_MODE_SYNC &&
         (rc = dt_tensors_init(&ps->acc, in->items, in->count, err)) < 0)
         return rc;
@@ -391,9 +522,12 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
     ps->num_bytes = 0;
     for (int i = 0; i < in->count; i++) {
         dt_tensor *v = &ps->vars.items[i];
+        pthread_mutex_init(&ps->pv[i].mu, NULL);
+        if (!(ps->pv[i].cur = var_buf_new(v->nbytes)))
+            return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
+        v->data = ps->pv[i].cur->data;
         dt_codec_view_copy(in, i, v->data);
         ps->num_bytes += (int64_t)v->nbytes;
-        pthread_mutex_init(&ps->pv[i].mu, NULL);
         int64_t n = dt_tensor_numel(v);
         for (int s = 0; s < nslots; s++) {
             float *slot = ps->slots.items[i * nslots + s].data;
@@ -610,11 +744,13 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     dt_msg_pull_resp resp;
     memset(&resp, 0, sizeof resp);
     dt_tensor subset[DT_MODEL_PULL_NAMES_MAX];
-    subset_lock lock_ctx = {ps, {0}};
+    subset_lock lock_ctx = {ps, subset, {0}};
     resp.out.items = ps->vars.items;
     resp.out.count = ps->vars.count;
     resp.out.lock = lock_var;
     resp.out.lock_ctx = ps;
+    resp.out.ref = ref_var;
+    resp.out.ref_ctx = ps;
     if (req.names.count > 0) {
         /* A named subset: copies of the chosen variables' views; the lock
          * callback maps subset positions back to variable indexes. */
@@ -639,6 +775,8 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
         resp.out.count = req.names.count;
         resp.out.lock = lock_subset_var;
         resp.out.lock_ctx = &lock_ctx;
+        resp.out.ref = ref_subset_var;
+        resp.out.ref_ctx = &lock_ctx;
     }
     if (ps->sync_role == SYNC_FOLLOWER && req.decision.has &&
         (rc = follow_decision(ps, &req.decision, err)) < 0)
@@ -654,6 +792,8 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
         resp.slots_out.count = ps->slots.count;
         resp.slots_out.lock = lock_slot;
         resp.slots_out.lock_ctx = ps;
+        resp.slots_out.ref = ref_slot;
+        resp.slots_out.ref_ctx = ps;
     }
     resp.incarnation = ps->incarnation;
     resp.global_step = atomic_load(&ps->global_step);
@@ -779,7 +919,8 @@ static int reserve_step(dt_ps *ps, int64_t *step_after) {
  * together. The rules are element-wise, so the bits are those of one call. */
 static void apply_runs(dt_ps *ps, int k, double lr, dt_rpc_reader *r) {
     ps_var *pv = &ps->pv[k];
-    float *w = ps->vars.items[k].data;
+    const float *w = pv->cur->data;
+    var_buf *to = writable(ps, k);
     int nslots = dt_optim_num_slots(&ps->optim);
     pv->updates++;
     size_t at = 0, n;
@@ -788,9 +929,11 @@ static void apply_runs(dt_ps *ps, int k, double lr, dt_rpc_reader *r) {
         float *slots[DT_OPTIM_MAX_SLOTS];
         for (int s = 0; s < nslots; s++)
             slots[s] = pv->slots[s] + at;
-        dt_optim_apply(&ps->optim, lr, pv->updates, w + at, slots, run, (int64_t)n);
+        dt_optim_apply_to(&ps->optim, lr, pv->updates, w + at, to->data + at, slots, run,
+                          (int64_t)n);
         at += n;
     }
+    make_current(ps, k, to);
 }
 
 /* async and bounded: apply each gradient at once, under its variable's
@@ -1050,6 +1193,8 @@ static void attach_variables(dt_ps *ps, const dt_msg_push_req *req, dt_msg_push_
     resp->out.count = ps->vars.count;
     resp->out.lock = lock_var;
     resp->out.lock_ctx = ps;
+    resp->out.ref = ref_var;
+    resp->out.ref_ctx = ps;
 }
 
 /* A decoded push from an allowed caller, with model_lock held for reading

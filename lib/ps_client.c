@@ -8,15 +8,29 @@
  */
 #include "ps_client.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "auth.h"
 #include "log.h"
 #include "optim.h"
 #include "rpc_client.h"
 #include "text.h"
+
+/* Gradients sent in place (no copy into the request): one count per run
+ * gRPC may still read, and one for the client itself. Whoever drops the
+ * last frees it: a stuck connection can release a run after the client
+ * is gone. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int runs;
+    int owned; /* the client still holds it */
+} pins;
 
 typedef struct {
     char name[DT_TENSOR_NAME_MAX]; /* on the ps */
@@ -53,6 +67,7 @@ struct dt_ps_client {
     dt_rpc_call *calls;             /* (num_ps) ps p's call; its response, once run */
     dt_rpc_buf *requests;           /* (num_ps) */
     dt_rpc_call *batch;             /* (num_ps) scratch: the calls of one round */
+    pins *pins;                     /* the caller's gradients gRPC may still read */
     /* A push that failed on some ps tasks: the retry goes only to those that
      * did not apply it, so no task applies one gradient twice. */
     int push_pending;
@@ -266,13 +281,17 @@ int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout
     c->push_pulled = calloc(np, sizeof *c->push_pulled);
     c->push_replies = calloc(np, sizeof *c->push_replies);
     c->pull_replies = calloc(np, sizeof *c->pull_replies);
+    c->pins = calloc(1, sizeof *c->pins);
     int rc = 0;
     if (!c->channels || !c->names || !c->incarnation || !c->seen_step || !c->layout ||
         !c->first_on || !c->count_on || !c->calls || !c->requests || !c->batch || !c->push_acked ||
-        !c->push_pulled || !c->push_replies || !c->pull_replies) {
+        !c->push_pulled || !c->push_replies || !c->pull_replies || !c->pins) {
         rc = dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
         goto fail;
     }
+    pthread_mutex_init(&c->pins->mu, NULL);
+    pthread_cond_init(&c->pins->cv, NULL);
+    c->pins->owned = 1;
     for (int i = 0; i < c->num_vars; i++) {
         c->layout[i] = layout->items[i];
         c->layout[i].data = NULL;
@@ -299,8 +318,11 @@ fail:
     return rc;
 }
 
+static void pins_drop(pins *pn, int run);
+
 void dt_ps_client_free(dt_ps_client *c) {
     if (!c) return;
+    if (c->pins && c->pins->owned) pins_drop(c->pins, 0);
     for (int p = 0; p < c->num_ps; p++) {
         if (c->channels) dt_rpc_channel_free(c->channels[p]);
         if (c->requests) dt_rpc_buf_release(&c->requests[p]);
@@ -337,12 +359,8 @@ void dt_ps_client_free(dt_ps_client *c) {
 static int prepare(dt_ps_client *c, int p, dt_msg_type type, const void *msg, int wait_for_ready,
                    dt_err *err) {
     dt_rpc_buf_release(&c->requests[p]);
-    int64_t size = dt_codec_size(type, msg, err);
-    if (size < 0) return (int)size;
-    int rc = dt_rpc_buf_alloc(&c->requests[p], (size_t)size, err);
+    int rc = dt_codec_encode_buf(type, msg, &c->requests[p], err);
     if (rc < 0) return rc;
-    if ((rc = dt_codec_encode(type, msg, c->requests[p].data, c->requests[p].len, err)) < 0)
-        return rc;
     dt_rpc_call *call = &c->calls[p];
     memset(call, 0, sizeof *call);
     call->channel = c->channels[p];
@@ -681,6 +699,64 @@ static int take_pushed_variables(dt_ps_client *c, int p, const push_pull *pp,
     return rc;
 }
 
+/* Drops one reference of pn: a run gRPC released (run 1), or the client's
+ * own (run 0). The last one frees it. */
+static void pins_drop(pins *pn, int run) {
+    pthread_mutex_lock(&pn->mu);
+    if (run)
+        pn->runs--;
+    else
+        pn->owned = 0;
+    int last = pn->runs == 0 && !pn->owned;
+    pthread_cond_broadcast(&pn->cv);
+    pthread_mutex_unlock(&pn->mu);
+    if (!last) return;
+    pthread_mutex_destroy(&pn->mu);
+    pthread_cond_destroy(&pn->cv);
+    free(pn);
+}
+
+static void unpin(void *arg) {
+    pins_drop(arg, 1);
+}
+
+/* The ref hook of a push's gradients: the caller's memory, sent in place. */
+static int ref_grad(void *ctx, int index, dt_rpc_ref *out, dt_err *err) {
+    (void)err;
+    dt_ps_client *c = ctx;
+    const dt_tensor *t = &c->out_views[index];
+    pthread_mutex_lock(&c->pins->mu);
+    c->pins->runs++;
+    pthread_mutex_unlock(&c->pins->mu);
+    *out = (dt_rpc_ref){t->data, t->nbytes, unpin, c->pins};
+    return 0;
+}
+
+/* Waits until gRPC reads none of the caller's gradients (the calls are
+ * over, so only a transport still flushing holds them), at most the
+ * client's deadline: the caller may write them again once this returns 0. */
+static int wait_unpinned(dt_ps_client *c, dt_err *err) {
+    pins *pn = c->pins;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += c->params.timeout_ms / 1000;
+    deadline.tv_nsec += (long)(c->params.timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&pn->mu);
+    while (pn->runs > 0)
+        if (pthread_cond_timedwait(&pn->cv, &pn->mu, &deadline) == ETIMEDOUT) break;
+    int runs = pn->runs;
+    pthread_mutex_unlock(&pn->mu);
+    if (runs > 0)
+        return dt_err_set(err, DT_EINTERNAL,
+                          "ps client: gRPC still reads %d gradient run(s) %d ms after the push",
+                          runs, c->params.timeout_ms);
+    return 0;
+}
+
 /* Pushes to the tasks in [first, last) that have not acknowledged this
  * push yet, all at once; records each acknowledgement. */
 static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, const push_pull *pp,
@@ -698,7 +774,9 @@ static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, co
         req.min_global_step = pp->min_global_step;
         req.out.items = c->out_views;
         req.out.count = unit_views(c, p, grads, c->out_views);
-        /* Encoding copies the views' bytes, so the scratch is free again. */
+        /* Large gradients go in place, the rest are copied. */
+        req.out.ref = ref_grad;
+        req.out.ref_ctx = c;
         if ((rc = prepare(c, p, DT_MSG_PUSH_REQ, &req, 0, err)) < 0) return rc;
         tasks[n++] = p;
     }
@@ -748,6 +826,7 @@ static int push(dt_ps_client *c, const dt_tensors *grads, int64_t step, const pu
         rc = push_round(c, grads, step, pp, 0, c->num_ps, err);
     }
     if (rc < 0) return rc; /* the pending push is retried on the next call */
+    if ((rc = wait_unpinned(c, err)) < 0) return rc;
     c->push_pending = 0;
     r->pulled = pp->into != NULL;
     for (int p = 0; p < c->num_ps; p++) {

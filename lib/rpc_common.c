@@ -129,11 +129,16 @@ void dt_rpc_shutdown(void) {
     pthread_mutex_unlock(&init_mu);
 }
 
-/* What a dt_rpc_buf owns: one slice (a buffer in one run), or a received
- * byte buffer read in place through a reader (which holds it decompressed
- * when it came compressed), with the pieces over the reader's slices. */
+/* What a dt_rpc_buf owns: one slice (a buffer in one run, or the own bytes
+ * of a message built with runs, whose slices to send are `parts`: pieces
+ * of the own bytes and the runs, in order), or a received byte buffer read
+ * in place through a reader (which holds it decompressed when it came
+ * compressed), with the pieces over the reader's slices. */
 typedef struct {
     grpc_slice slice;
+    grpc_slice *parts;
+    size_t num_parts, cap_parts;
+    size_t own_done; /* own bytes already in parts */
     grpc_byte_buffer *bb;
     grpc_byte_buffer_reader reader;
     int reading; /* reader initialised */
@@ -152,6 +157,9 @@ static void impl_free(buf_impl *im) {
     if (im->reading) grpc_byte_buffer_reader_destroy(&im->reader);
     if (im->bb) grpc_byte_buffer_destroy(im->bb);
     if (im->pieces != im->few) free(im->pieces);
+    for (size_t i = 0; i < im->num_parts; i++)
+        grpc_slice_unref(im->parts[i]); /* a run's release, once no message holds it */
+    free(im->parts);
     grpc_slice_unref(im->slice);
     free(im);
 }
@@ -185,12 +193,95 @@ int dt_rpc_buf_pieces(const dt_rpc_buf *b, dt_rpc_piece *one, const dt_rpc_piece
     return b->len > 0 ? 1 : 0;
 }
 
+/* Appends s to im's parts (taking over the reference); 0, or -1 with s
+ * unreferenced when there is no memory. */
+static int add_part(buf_impl *im, grpc_slice s) {
+    if (im->num_parts == im->cap_parts) {
+        size_t cap = im->cap_parts ? 2 * im->cap_parts : 8;
+        grpc_slice *parts = realloc(im->parts, cap * sizeof *parts);
+        if (!parts) {
+            grpc_slice_unref(s);
+            return -1;
+        }
+        im->parts = parts;
+        im->cap_parts = cap;
+    }
+    im->parts[im->num_parts++] = s;
+    return 0;
+}
+
+int dt_rpc_buf_add_ref(dt_rpc_buf *b, size_t own_at, const dt_rpc_ref *ref, dt_err *err) {
+    if (ref->len == 0) {
+        ref->release(ref->arg);
+        return 0;
+    }
+    buf_impl *im = b->impl;
+    if (!im && (b->impl = im = impl_new()) == NULL) {
+        ref->release(ref->arg);
+        return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    }
+    DT_ASSERT(!im->bb && own_at >= im->own_done && own_at <= GRPC_SLICE_LENGTH(im->slice));
+    /* gRPC calls release(arg) when the slice's last reference goes. */
+    grpc_slice run =
+        grpc_slice_new_with_user_data((void *)ref->data, ref->len, ref->release, ref->arg);
+    if (own_at > im->own_done &&
+        add_part(im, grpc_slice_sub(im->slice, im->own_done, own_at)) < 0) {
+        grpc_slice_unref(run);
+        return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    }
+    im->own_done = own_at;
+    if (add_part(im, run) < 0) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    /* The message as pieces: the parts, then the own bytes after the last
+     * run (written by the caller later; the pieces only point at them). */
+    size_t cap = im->num_parts + 1;
+    dt_rpc_piece *pieces = im->pieces == im->few ? NULL : im->pieces;
+    if (cap > sizeof im->few / sizeof im->few[0]) {
+        if (!(pieces = realloc(pieces, cap * sizeof *pieces)))
+            return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    } else {
+        pieces = im->few;
+    }
+    im->pieces = pieces;
+    size_t n = 0;
+    for (; n < im->num_parts; n++)
+        pieces[n] =
+            (dt_rpc_piece){GRPC_SLICE_START_PTR(im->parts[n]), GRPC_SLICE_LENGTH(im->parts[n])};
+    size_t own = GRPC_SLICE_LENGTH(im->slice);
+    if (own > own_at)
+        pieces[n++] = (dt_rpc_piece){GRPC_SLICE_START_PTR(im->slice) + own_at, own - own_at};
+    b->data = NULL;
+    b->len += ref->len;
+    b->pieces = pieces;
+    b->num_pieces = (int)n;
+    return 0;
+}
+
 grpc_byte_buffer *dt_rpc_buf_to_byte_buffer(const dt_rpc_buf *b) {
     const buf_impl *im = b->impl;
     if (!im) return grpc_raw_byte_buffer_create(NULL, 0);
     /* The new byte buffer takes its own references to the slices. */
     if (im->bb) return grpc_byte_buffer_copy(im->bb);
-    return grpc_raw_byte_buffer_create((grpc_slice *)&im->slice, 1);
+    if (!im->num_parts) return grpc_raw_byte_buffer_create((grpc_slice *)&im->slice, 1);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(im->parts, im->num_parts);
+    size_t own = GRPC_SLICE_LENGTH(im->slice);
+    if (im->own_done < own) {
+        /* The own bytes after the last run. */
+        grpc_slice tail = grpc_slice_sub(im->slice, im->own_done, own);
+        grpc_slice_buffer_add(&bb->data.raw.slice_buffer, tail);
+    }
+    return bb;
+}
+
+int dt_rpc_buf_flatten(dt_rpc_buf *b, dt_err *err) {
+    if (b->data || b->len == 0) return 0;
+    grpc_byte_buffer *bb = dt_rpc_buf_to_byte_buffer(b);
+    dt_rpc_buf flat;
+    int rc = dt_rpc_buf_from_byte_buffer(bb, &flat, err);
+    grpc_byte_buffer_destroy(bb);
+    if (rc < 0) return rc;
+    dt_rpc_buf_release(b);
+    *b = flat;
+    return 0;
 }
 
 int dt_rpc_buf_from_byte_buffer(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_err *err) {

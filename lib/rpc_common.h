@@ -27,12 +27,24 @@ typedef struct {
                       in pieces (then pieces holds it) */
     size_t len;    /* the message's bytes in all */
     void *impl;    /* owned storage; NULL for an empty buffer */
-    /* A received message read in place: its bytes are pieces[0..num_pieces)
-     * in order, and data is NULL. (num_pieces is 0 for a buffer in one run.)
+    /* A received message read in place, or one built with runs of other
+     * memory (dt_rpc_buf_add_ref): its bytes are pieces[0..num_pieces) in
+     * order, and data is NULL. (num_pieces is 0 for a buffer in one run.)
      * Read it with dt_rpc_buf_pieces. */
     const dt_rpc_piece *pieces;
     int num_pieces;
 } dt_rpc_buf;
+
+/* A run of memory a message sends without copying it. The RPC layer calls
+ * release(arg) exactly once, from any thread, when gRPC no longer needs
+ * the bytes (they were written, or the message was dropped); until then
+ * they must not change. */
+typedef struct {
+    const void *data;
+    size_t len;
+    void (*release)(void *arg);
+    void *arg;
+} dt_rpc_ref;
 
 /* Where a run of bytes lies in a message in pieces: len bytes from
  * `offset` into *piece, going on into the pieces after it. Borrowed. */
@@ -108,6 +120,22 @@ typedef struct {
 int dt_rpc_buf_alloc(dt_rpc_buf *b, size_t len, dt_err *err) DT_WARN_UNUSED;
 /* Releases b's storage and empties it; safe on an empty buffer. */
 void dt_rpc_buf_release(dt_rpc_buf *b);
+
+/* Building a message to send from its own bytes and runs of other memory
+ * sent in place (dt_rpc_ref). dt_rpc_buf_alloc(b, own_len) gives the own
+ * bytes (b->data: the caller keeps that pointer to write them); each
+ * dt_rpc_buf_add_ref puts a run after the first `own_at` of them (own_at
+ * never decreasing). With a run added, b->data is NULL, b->len counts
+ * every byte of the message and b->pieces holds them (the own bytes after
+ * the last run as written later). The run's release is called once the
+ * buffer and every message sent from it are done with it, also when
+ * adding fails. */
+int dt_rpc_buf_add_ref(dt_rpc_buf *b, size_t own_at, const dt_rpc_ref *ref,
+                       dt_err *err) DT_WARN_UNUSED;
+/* Makes b one run of memory: a copy of every byte of a message built with
+ * runs or received in pieces (their storage released); nothing for a
+ * buffer that is one run already. */
+int dt_rpc_buf_flatten(dt_rpc_buf *b, dt_err *err) DT_WARN_UNUSED;
 
 /* Makes b the way the RPC layer hands over a message received in pieces:
  * a gRPC byte buffer of one slice per given piece (copied), read in place.

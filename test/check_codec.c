@@ -1282,6 +1282,98 @@ START_TEST(test_decode_unaligned) {
 }
 END_TEST
 
+/* ---- tensors sent in place ------------------------------------------------- */
+
+/* A ref hook that hands out the list's own bytes and counts what it gave
+ * and what came back; it fails at call number fail_at (0: never). */
+typedef struct {
+    const dt_tensor *items;
+    int given, released, calls, fail_at;
+} ref_count;
+
+static void count_release(void *arg) {
+    ((ref_count *)arg)->released++;
+}
+
+static int give_ref(void *ctx, int index, dt_rpc_ref *out, dt_err *err) {
+    ref_count *rc = ctx;
+    if (++rc->calls == rc->fail_at) return dt_err_set(err, DT_ENOMEM, "no snapshot");
+    rc->given++;
+    *out = (dt_rpc_ref){rc->items[index].data, rc->items[index].nbytes, count_release, rc};
+    return 0;
+}
+
+/* dt_codec_encode_buf: tensors of DT_CODEC_REF_MIN_BYTES or more from a
+ * list with a ref hook go as runs of the caller's memory (a change to it
+ * after encoding is in the message: no copy was made), smaller ones are
+ * copied; the pieces decode, and flattened they are the bytes
+ * dt_codec_encode writes. Every run is released once, when the buffer is
+ * released; a failing hook fails the encode and releases what it took. */
+START_TEST(test_encode_in_place) {
+    enum { BIG = DT_CODEC_REF_MIN_BYTES / 4 + 3 };
+    static float big[BIG], big2[BIG];
+    for (int i = 0; i < BIG; i++) {
+        big[i] = (float)i * 0.25f;
+        big2[i] = -(float)i;
+    }
+    make_tensors();
+    dt_tensor items[3] = {t_items[0], t_items[0], t_items[0]};
+    snprintf(items[0].name, sizeof items[0].name, "big");
+    items[0].ndim = 1;
+    items[0].shape[0] = BIG;
+    items[0].data = big;
+    items[0].nbytes = sizeof big;
+    items[2] = items[0];
+    snprintf(items[2].name, sizeof items[2].name, "big2");
+    items[2].data = big2;
+    ref_count counts = {items, 0, 0, 0, 0};
+    dt_msg_pull_resp m;
+    memset(&m, 0, sizeof m);
+    m.global_step = 9;
+    m.out = (dt_tensor_list){.items = items, .count = 3, .ref = give_ref, .ref_ctx = &counts};
+    dt_rpc_buf b;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_codec_encode_buf(DT_MSG_PULL_RESP, &m, &b, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(counts.given, 2); /* the two big ones; the weight was copied */
+    ck_assert_ptr_null(b.data);
+    ck_assert_int_ge(b.num_pieces, 4);
+    big[7] = 1234.5f; /* after encoding: sent in place, so it is in the message */
+    size_t len;
+    uint8_t *want = encode_new(DT_MSG_PULL_RESP, &m, &len);
+    ck_assert_uint_eq(b.len, len);
+    dt_msg_pull_resp d;
+    dt_tensor views[4];
+    dt_rpc_span spans[4];
+    memset(&d, 0, sizeof d);
+    d.in = (dt_tensor_views){views, 0, 4, spans};
+    ck_assert_msg(dt_codec_decode_buf(DT_MSG_PULL_RESP, &b, &d, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(d.in.count, 3);
+    ck_assert_ptr_eq(views[0].data, big); /* the run is the caller's memory */
+    ck_assert_int_eq(counts.released, 0);
+    ck_assert_int_eq(dt_rpc_buf_flatten(&b, &err), 0);
+    ck_assert_uint_eq(b.len, len);
+    ck_assert(memcmp(b.data, want, len) == 0);
+    ck_assert_int_eq(counts.released, 2);
+    dt_rpc_buf_release(&b);
+    ck_assert_int_eq(counts.released, 2);
+    free(want);
+    /* Released with the buffer when it is never sent. */
+    counts = (ref_count){items, 0, 0, 0, 0};
+    ck_assert_int_eq(dt_codec_encode_buf(DT_MSG_PULL_RESP, &m, &b, &err), 0);
+    dt_rpc_buf_release(&b);
+    ck_assert_int_eq(counts.released, 2);
+    /* The second run cannot be had: nothing built, the first released. */
+    counts = (ref_count){items, 0, 0, 0, 2};
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_encode_buf(DT_MSG_PULL_RESP, &m, &b, &err), DT_ENOMEM);
+    ck_assert_msg(strstr(err.msg, "no snapshot") != NULL, "%s", err.msg);
+    ck_assert(b.data == NULL && b.len == 0 && b.impl == NULL);
+    ck_assert_int_eq(counts.given, 1);
+    ck_assert_int_eq(counts.released, 1);
+}
+END_TEST
+
 Suite *codec_suite(void) {
     Suite *s = suite_create("codec");
     TCase *tc = tcase_create("roundtrip");
@@ -1320,6 +1412,7 @@ Suite *codec_suite(void) {
     tcase_add_test(pieces, test_decode_in_pieces);
     tcase_add_test(pieces, test_decode_pieces_need_spans);
     tcase_add_test(pieces, test_decode_unaligned);
+    tcase_add_test(pieces, test_encode_in_place);
     suite_add_tcase(s, pieces);
     return s;
 }

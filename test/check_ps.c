@@ -2045,6 +2045,134 @@ START_TEST(test_pieces_momentum_sync) {
 }
 END_TEST
 
+/* ---- variables sent in place ---------------------------------------------- */
+
+#define NBIG 20000 /* 80 kB: sent in place (DT_CODEC_REF_MIN_BYTES) */
+
+/* Calls ps's handler for msg and keeps the reply as it is built (pieces
+ * that are the variables' own buffers). */
+static dt_rpc_buf call_keep(dt_ps *ps, dt_msg_type type, const void *msg) {
+    dt_err err;
+    dt_err_clear(&err);
+    int64_t size = dt_codec_size(type, msg, &err);
+    ck_assert(size > 0);
+    dt_rpc_buf req, reply;
+    ck_assert_int_eq(dt_rpc_buf_alloc(&req, (size_t)size, &err), 0);
+    ck_assert_int_eq(dt_codec_encode(type, msg, req.data, req.len, &err), 0);
+    dt_rpc_peer anyone = {.role = DT_PEER_ANY, .task = -1, .name = "anonymous"};
+    ck_assert_msg(dt_ps_call(ps, dt_codec_method(type), &anyone, &req, &reply, &err) == 0, "%s",
+                  err.msg);
+    dt_rpc_buf_release(&req);
+    return reply;
+}
+
+static dt_rpc_buf pull_keep(dt_ps *ps, int with_slots, const char *only) {
+    dt_msg_pull_req req = {.worker = -1, .include_slots = with_slots};
+    const char *names[1] = {only};
+    if (only) {
+        req.out_names = names;
+        req.out_count = 1;
+    }
+    return call_keep(ps, DT_MSG_PULL_REQ, &req);
+}
+
+/* The first element of every tensor of a kept pull reply, and how many
+ * elements of each equal want(i) for the rule checked by want. */
+static void check_reply(const dt_rpc_buf *reply, const char *name, float base, float step) {
+    dt_msg_pull_resp r;
+    dt_tensor views[4], slot_views[4];
+    dt_rpc_span spans[4], slot_spans[4];
+    memset(&r, 0, sizeof r);
+    r.in = (dt_tensor_views){views, 0, 4, spans};
+    r.slots_in = (dt_tensor_views){slot_views, 0, 4, slot_spans};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_codec_decode_buf(DT_MSG_PULL_RESP, reply, &r, &err) == 0, "%s", err.msg);
+    const dt_tensor_views *v = strchr(name, '/') ? &r.slots_in : &r.in;
+    int k = -1;
+    for (int i = 0; i < v->count; i++)
+        if (strcmp(v->items[i].name, name) == 0) k = i;
+    ck_assert_msg(k >= 0, "%s not in the reply", name);
+    ck_assert_uint_eq(v->items[k].nbytes, NBIG * 4);
+    static float got[NBIG];
+    dt_codec_view_copy(v, k, got);
+    for (int i = 0; i < NBIG; i++)
+        if (got[i] != base + step * (float)i)
+            ck_abort_msg("%s[%d] = %g, want %g", name, i, (double)got[i],
+                         (double)(base + step * (float)i));
+}
+
+static void push_ones(twin *t, uint64_t id) {
+    static float g[NBIG];
+    for (int i = 0; i < NBIG; i++)
+        g[i] = 1.0f;
+    dt_tensor item;
+    make_tensor(&item, "big", DT_DTYPE_F32, 1, NBIG, 0, g);
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = 0;
+    req.push_id = id;
+    req.out = (dt_tensor_list){.items = &item, .count = 1};
+    dt_rpc_buf reply = call_keep(t->flat, DT_MSG_PUSH_REQ, &req);
+    dt_rpc_buf_release(&reply);
+}
+
+/* A pull's reply carries a large variable as its buffer itself, not a
+ * copy: while it is (as if) being sent, pushes write the next values
+ * elsewhere, so every reply says what the variable was when it was made,
+ * whole pulls, named pulls and slots (a snapshot) alike; once the replies
+ * are gone the buffers are used again. Exact values: sgd and momentum with
+ * power-of-two rates on small integers. */
+START_TEST(test_reply_buffers_unchanged) {
+    const char *optimizers[2] = {"sgd", "momentum"};
+    for (int o = 0; o < 2; o++) {
+        twin t;
+        twin_start(&t);
+        static float w[NBIG];
+        for (int i = 0; i < NBIG; i++)
+            w[i] = (float)i;
+        dt_tensor item;
+        make_tensor(&item, "big", DT_DTYPE_F32, 1, NBIG, 0, w);
+        dt_msg_create_req c;
+        memset(&c, 0, sizeof c);
+        c.out = (dt_tensor_list){.items = &item, .count = 1};
+        dt_optim_defaults(&c.optim);
+        snprintf(c.optim.name, sizeof c.optim.name, "%s", optimizers[o]);
+        c.optim.learning_rate = 0.5;
+        c.optim.momentum = 0.5;
+        c.max_steps = 100;
+        dt_rpc_buf r = call_keep(t.flat, DT_MSG_CREATE_REQ, &c);
+        dt_rpc_buf_release(&r);
+        int slots = o == 1;
+        /* w0 = i; each push of 1: sgd w -= 0.5; momentum a = 0.5a + 1, w -= 0.5a. */
+        const float w_after[4] = {0.0f, -0.5f, slots ? -1.25f : -1.0f, slots ? -2.125f : -1.5f};
+        const float a_after[4] = {0.0f, 1.0f, 1.5f, 1.75f};
+        dt_rpc_buf r0 = pull_keep(t.flat, slots, NULL);
+        push_ones(&t, 1);
+        dt_rpc_buf r1 = pull_keep(t.flat, slots, NULL);
+        dt_rpc_buf named = pull_keep(t.flat, 0, "big");
+        push_ones(&t, 2); /* both buffers read: a third one */
+        check_reply(&r0, "big", w_after[0], 1.0f);
+        check_reply(&r1, "big", w_after[1], 1.0f);
+        check_reply(&named, "big", w_after[1], 1.0f);
+        if (slots) {
+            check_reply(&r0, "big/momentum", a_after[0], 0.0f);
+            check_reply(&r1, "big/momentum", a_after[1], 0.0f);
+        }
+        dt_rpc_buf_release(&r0);
+        dt_rpc_buf_release(&r1);
+        dt_rpc_buf_release(&named);
+        push_ones(&t, 3); /* none read now: in place */
+        dt_rpc_buf r3 = pull_keep(t.flat, slots, NULL);
+        check_reply(&r3, "big", w_after[3], 1.0f);
+        if (slots) check_reply(&r3, "big/momentum", a_after[3], 0.0f);
+        twin_stop(&t); /* the reply outlives the ps that made it */
+        check_reply(&r3, "big", w_after[3], 1.0f);
+        dt_rpc_buf_release(&r3);
+    }
+}
+END_TEST
+
 Suite *ps_suite(void) {
     Suite *s = suite_create("ps");
     TCase *life = tcase_create("lifecycle");
@@ -2097,6 +2225,7 @@ Suite *ps_suite(void) {
     tcase_add_test(pieces, test_pieces_sgd_async);
     tcase_add_test(pieces, test_pieces_adam_async);
     tcase_add_test(pieces, test_pieces_momentum_sync);
+    tcase_add_test(pieces, test_reply_buffers_unchanged);
     suite_add_tcase(s, pieces);
     return s;
 }

@@ -144,7 +144,7 @@ static void decode_in_pieces(dt_msg_type type, const uint8_t *msg, size_t len, i
 }
 
 static dt_tensor_list as_list(const dt_tensor_views *v) {
-    return (dt_tensor_list){v->items, v->count, NULL, NULL};
+    return (dt_tensor_list){.items = v->items, .count = v->count};
 }
 
 /* Turns the decoded (`in`) side of s into the encoding (`out`) side. */
