@@ -301,79 +301,194 @@ static const char *const type_names[DT_MSG_COUNT] = {
     "ShutdownRequest", "ShutdownResponse", "HealthCheckRequest", "HealthCheckResponse",
 };
 
+/* Each message with more than a field or two, both ways, field by field. */
+static void create_req_to_pb(const dt_msg_create_req *m, dtrain_CreateRequest *out) {
+    set_tensor_encoder(&out->variables, &m->out);
+    out->global_step = m->global_step;
+    out->has_optimizer = true;
+    optim_to_pb(&m->optim, &out->optimizer);
+    out->max_steps = m->max_steps;
+    copy_str(out->model, sizeof out->model, m->model);
+    set_tensor_encoder(&out->slots, &m->slots_out);
+    out->has_schedule = true;
+    schedule_to_pb(&m->schedule, &out->schedule);
+    out->has_consistency = true;
+    consistency_to_pb(&m->consistency, &out->consistency);
+    out->skip_nonfinite = m->skip_nonfinite;
+    out->step_ceiling = m->step_ceiling;
+}
+
+static void create_req_from_pb(const dtrain_CreateRequest *in, dt_msg_create_req *m) {
+    m->global_step = in->global_step;
+    optim_from_pb(&in->optimizer, &m->optim);
+    m->max_steps = in->max_steps;
+    copy_str(m->model, sizeof m->model, in->model);
+    schedule_from_pb(&in->schedule, &m->schedule);
+    consistency_from_pb(&in->consistency, &m->consistency);
+    m->skip_nonfinite = in->skip_nonfinite;
+    m->step_ceiling = in->step_ceiling;
+}
+
+static void pull_req_to_pb(const dt_msg_pull_req *m, dtrain_PullRequest *out,
+                           out_names_arg *names_storage) {
+    names_storage->names = m->out_names;
+    names_storage->count = m->out_count;
+    out->names.funcs.encode = encode_names;
+    out->names.arg = names_storage;
+    out->worker = m->worker;
+    out->include_slots = m->include_slots;
+    out->min_global_step = m->min_global_step;
+    out->seen_step = m->seen_step;
+    decision_to_pb(&m->decision, &out->has_decision, &out->decision);
+}
+
+static void pull_req_from_pb(const dtrain_PullRequest *in, dt_msg_pull_req *m) {
+    m->worker = in->worker;
+    m->include_slots = in->include_slots;
+    m->min_global_step = in->min_global_step;
+    m->seen_step = in->seen_step;
+    decision_from_pb(in->has_decision, &in->decision, &m->decision);
+}
+
+static void pull_resp_to_pb(const dt_msg_pull_resp *m, dtrain_PullResponse *out) {
+    out->incarnation = m->incarnation;
+    out->global_step = m->global_step;
+    out->done = m->done;
+    out->wait = m->wait;
+    decision_to_pb(&m->decided, &out->has_decided, &out->decided);
+    set_tensor_encoder(&out->variables, &m->out);
+    set_tensor_encoder(&out->slots, &m->slots_out);
+}
+
+static void pull_resp_from_pb(const dtrain_PullResponse *in, dt_msg_pull_resp *m) {
+    m->incarnation = in->incarnation;
+    m->global_step = in->global_step;
+    m->done = in->done;
+    m->wait = in->wait;
+    decision_from_pb(in->has_decided, &in->decided, &m->decided);
+}
+
+static void push_req_to_pb(const dt_msg_push_req *m, dtrain_PushRequest *out) {
+    out->worker = m->worker;
+    out->step = m->step;
+    out->seen_step = m->seen_step;
+    out->pull = m->pull;
+    out->min_global_step = m->min_global_step;
+    out->push_id = m->push_id;
+    set_tensor_encoder(&out->gradients, &m->out);
+}
+
+static void push_req_from_pb(const dtrain_PushRequest *in, dt_msg_push_req *m) {
+    m->worker = in->worker;
+    m->step = in->step;
+    m->seen_step = in->seen_step;
+    m->pull = in->pull;
+    m->min_global_step = in->min_global_step;
+    m->push_id = in->push_id;
+}
+
+static void push_resp_to_pb(const dt_msg_push_resp *m, dtrain_PushResponse *out) {
+    out->incarnation = m->incarnation;
+    out->global_step = m->global_step;
+    out->done = m->done;
+    out->dropped = m->dropped;
+    out->wait = m->wait;
+    set_tensor_encoder(&out->variables, &m->out);
+}
+
+static void push_resp_from_pb(const dtrain_PushResponse *in, dt_msg_push_resp *m) {
+    m->incarnation = in->incarnation;
+    m->global_step = in->global_step;
+    m->done = in->done;
+    m->dropped = in->dropped;
+    m->wait = in->wait;
+}
+
+static void status_resp_to_pb(const dt_msg_status_resp *m, dtrain_StatusResponse *s) {
+    s->incarnation = m->incarnation;
+    s->ready = m->ready;
+    s->global_step = m->global_step;
+    s->max_steps = m->max_steps;
+    s->done = m->done;
+    s->num_variables = m->num_variables;
+    s->num_bytes = m->num_bytes;
+    copy_str(s->model, sizeof s->model, m->model);
+    s->pushes_applied = m->pushes_applied;
+    s->pushes_rejected = m->pushes_rejected;
+    s->pushes_dropped = m->pushes_dropped;
+    int n = m->num_staleness_counts;
+    if (n < 0) n = 0;
+    if (n > DT_STALENESS_BUCKETS) n = DT_STALENESS_BUCKETS;
+    s->staleness_counts_count = (pb_size_t)n;
+    memcpy(s->staleness_counts, m->staleness_counts, sizeof(int64_t) * (size_t)n);
+    s->max_lead = m->max_lead;
+    copy_str(s->mode, sizeof s->mode, m->mode);
+    s->pushes_nonfinite = m->pushes_nonfinite;
+    s->calls_refused = m->calls_refused;
+    s->sync_digest = m->sync_digest;
+    s->steps_per_sec = m->steps_per_sec;
+    s->uptime_ms = m->uptime_ms;
+    int nw = m->num_workers < 0                       ? 0
+             : m->num_workers > DT_STATUS_MAX_WORKERS ? DT_STATUS_MAX_WORKERS
+                                                      : m->num_workers;
+    s->workers_count = (pb_size_t)nw;
+    for (int i = 0; i < nw; i++) {
+        s->workers[i].worker = m->workers[i].worker;
+        s->workers[i].pushes = m->workers[i].pushes;
+        s->workers[i].last_push_ms = m->workers[i].last_push_ms;
+        copy_str(s->workers[i].failure, sizeof s->workers[i].failure, m->workers[i].failure);
+    }
+    copy_str(s->failure, sizeof s->failure, m->failure);
+}
+
+static void status_resp_from_pb(const dtrain_StatusResponse *s, dt_msg_status_resp *m) {
+    m->incarnation = s->incarnation;
+    m->ready = s->ready;
+    m->global_step = s->global_step;
+    m->max_steps = s->max_steps;
+    m->done = s->done;
+    m->num_variables = s->num_variables;
+    m->num_bytes = s->num_bytes;
+    copy_str(m->model, sizeof m->model, s->model);
+    m->pushes_applied = s->pushes_applied;
+    m->pushes_rejected = s->pushes_rejected;
+    m->pushes_dropped = s->pushes_dropped;
+    m->num_staleness_counts = (int)s->staleness_counts_count;
+    memcpy(m->staleness_counts, s->staleness_counts,
+           sizeof(int64_t) * (size_t)s->staleness_counts_count);
+    m->max_lead = s->max_lead;
+    copy_str(m->mode, sizeof m->mode, s->mode);
+    m->pushes_nonfinite = s->pushes_nonfinite;
+    m->calls_refused = s->calls_refused;
+    m->sync_digest = s->sync_digest;
+    m->steps_per_sec = s->steps_per_sec;
+    m->uptime_ms = s->uptime_ms;
+    m->num_workers = (int)s->workers_count;
+    for (pb_size_t i = 0; i < s->workers_count; i++) {
+        m->workers[i].worker = s->workers[i].worker;
+        m->workers[i].pushes = s->workers[i].pushes;
+        m->workers[i].last_push_ms = s->workers[i].last_push_ms;
+        copy_str(m->workers[i].failure, sizeof m->workers[i].failure, s->workers[i].failure);
+    }
+    copy_str(m->failure, sizeof m->failure, s->failure);
+}
+
 /* Fills the nanopb struct from a dtrain message; `names_storage` backs the
  * out-names callback argument for the duration of the encode. */
 static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *names_storage) {
     memset(pb, 0, sizeof *pb);
     switch (type) {
-    case DT_MSG_CREATE_REQ: {
-        const dt_msg_create_req *m = msg;
-        set_tensor_encoder(&pb->create_req.variables, &m->out);
-        pb->create_req.global_step = m->global_step;
-        pb->create_req.has_optimizer = true;
-        optim_to_pb(&m->optim, &pb->create_req.optimizer);
-        pb->create_req.max_steps = m->max_steps;
-        copy_str(pb->create_req.model, sizeof pb->create_req.model, m->model);
-        set_tensor_encoder(&pb->create_req.slots, &m->slots_out);
-        pb->create_req.has_schedule = true;
-        schedule_to_pb(&m->schedule, &pb->create_req.schedule);
-        pb->create_req.has_consistency = true;
-        consistency_to_pb(&m->consistency, &pb->create_req.consistency);
-        pb->create_req.skip_nonfinite = m->skip_nonfinite;
-        pb->create_req.step_ceiling = m->step_ceiling;
-        break;
-    }
+    case DT_MSG_CREATE_REQ: create_req_to_pb(msg, &pb->create_req); break;
     case DT_MSG_CREATE_RESP: {
         const dt_msg_create_resp *m = msg;
         pb->create_resp.incarnation = m->incarnation;
         pb->create_resp.global_step = m->global_step;
         break;
     }
-    case DT_MSG_PULL_REQ: {
-        const dt_msg_pull_req *m = msg;
-        names_storage->names = m->out_names;
-        names_storage->count = m->out_count;
-        pb->pull_req.names.funcs.encode = encode_names;
-        pb->pull_req.names.arg = names_storage;
-        pb->pull_req.worker = m->worker;
-        pb->pull_req.include_slots = m->include_slots;
-        pb->pull_req.min_global_step = m->min_global_step;
-        pb->pull_req.seen_step = m->seen_step;
-        decision_to_pb(&m->decision, &pb->pull_req.has_decision, &pb->pull_req.decision);
-        break;
-    }
-    case DT_MSG_PULL_RESP: {
-        const dt_msg_pull_resp *m = msg;
-        pb->pull_resp.incarnation = m->incarnation;
-        pb->pull_resp.global_step = m->global_step;
-        pb->pull_resp.done = m->done;
-        pb->pull_resp.wait = m->wait;
-        decision_to_pb(&m->decided, &pb->pull_resp.has_decided, &pb->pull_resp.decided);
-        set_tensor_encoder(&pb->pull_resp.variables, &m->out);
-        set_tensor_encoder(&pb->pull_resp.slots, &m->slots_out);
-        break;
-    }
-    case DT_MSG_PUSH_REQ: {
-        const dt_msg_push_req *m = msg;
-        pb->push_req.worker = m->worker;
-        pb->push_req.step = m->step;
-        pb->push_req.seen_step = m->seen_step;
-        pb->push_req.pull = m->pull;
-        pb->push_req.min_global_step = m->min_global_step;
-        pb->push_req.push_id = m->push_id;
-        set_tensor_encoder(&pb->push_req.gradients, &m->out);
-        break;
-    }
-    case DT_MSG_PUSH_RESP: {
-        const dt_msg_push_resp *m = msg;
-        pb->push_resp.incarnation = m->incarnation;
-        pb->push_resp.global_step = m->global_step;
-        pb->push_resp.done = m->done;
-        pb->push_resp.dropped = m->dropped;
-        pb->push_resp.wait = m->wait;
-        set_tensor_encoder(&pb->push_resp.variables, &m->out);
-        break;
-    }
+    case DT_MSG_PULL_REQ: pull_req_to_pb(msg, &pb->pull_req, names_storage); break;
+    case DT_MSG_PULL_RESP: pull_resp_to_pb(msg, &pb->pull_resp); break;
+    case DT_MSG_PUSH_REQ: push_req_to_pb(msg, &pb->push_req); break;
+    case DT_MSG_PUSH_RESP: push_resp_to_pb(msg, &pb->push_resp); break;
     case DT_MSG_STATUS_REQ: {
         const dt_msg_status_req *m = msg;
         pb->status_req.worker = m->worker;
@@ -381,45 +496,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         copy_str(pb->status_req.failure, sizeof pb->status_req.failure, m->failure);
         break;
     }
-    case DT_MSG_STATUS_RESP: {
-        const dt_msg_status_resp *m = msg;
-        dtrain_StatusResponse *s = &pb->status_resp;
-        s->incarnation = m->incarnation;
-        s->ready = m->ready;
-        s->global_step = m->global_step;
-        s->max_steps = m->max_steps;
-        s->done = m->done;
-        s->num_variables = m->num_variables;
-        s->num_bytes = m->num_bytes;
-        copy_str(s->model, sizeof s->model, m->model);
-        s->pushes_applied = m->pushes_applied;
-        s->pushes_rejected = m->pushes_rejected;
-        s->pushes_dropped = m->pushes_dropped;
-        int n = m->num_staleness_counts;
-        if (n < 0) n = 0;
-        if (n > DT_STALENESS_BUCKETS) n = DT_STALENESS_BUCKETS;
-        s->staleness_counts_count = (pb_size_t)n;
-        memcpy(s->staleness_counts, m->staleness_counts, sizeof(int64_t) * (size_t)n);
-        s->max_lead = m->max_lead;
-        copy_str(s->mode, sizeof s->mode, m->mode);
-        s->pushes_nonfinite = m->pushes_nonfinite;
-        s->calls_refused = m->calls_refused;
-        s->sync_digest = m->sync_digest;
-        s->steps_per_sec = m->steps_per_sec;
-        s->uptime_ms = m->uptime_ms;
-        int nw = m->num_workers < 0                       ? 0
-                 : m->num_workers > DT_STATUS_MAX_WORKERS ? DT_STATUS_MAX_WORKERS
-                                                          : m->num_workers;
-        s->workers_count = (pb_size_t)nw;
-        for (int i = 0; i < nw; i++) {
-            s->workers[i].worker = m->workers[i].worker;
-            s->workers[i].pushes = m->workers[i].pushes;
-            s->workers[i].last_push_ms = m->workers[i].last_push_ms;
-            copy_str(s->workers[i].failure, sizeof s->workers[i].failure, m->workers[i].failure);
-        }
-        copy_str(s->failure, sizeof s->failure, m->failure);
-        break;
-    }
+    case DT_MSG_STATUS_RESP: status_resp_to_pb(msg, &pb->status_resp); break;
     case DT_MSG_SHUTDOWN_REQ: {
         const dt_msg_shutdown_req *m = msg;
         copy_str(pb->shutdown_req.reason, sizeof pb->shutdown_req.reason, m->reason);
@@ -679,61 +756,17 @@ static void set_tensor_decoder(pb_callback_t *cb, views_arg *va, dt_tensor_views
 
 static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
     switch (type) {
-    case DT_MSG_CREATE_REQ: {
-        dt_msg_create_req *m = msg;
-        m->global_step = pb->create_req.global_step;
-        optim_from_pb(&pb->create_req.optimizer, &m->optim);
-        m->max_steps = pb->create_req.max_steps;
-        copy_str(m->model, sizeof m->model, pb->create_req.model);
-        schedule_from_pb(&pb->create_req.schedule, &m->schedule);
-        consistency_from_pb(&pb->create_req.consistency, &m->consistency);
-        m->skip_nonfinite = pb->create_req.skip_nonfinite;
-        m->step_ceiling = pb->create_req.step_ceiling;
-        break;
-    }
+    case DT_MSG_CREATE_REQ: create_req_from_pb(&pb->create_req, msg); break;
     case DT_MSG_CREATE_RESP: {
         dt_msg_create_resp *m = msg;
         m->incarnation = pb->create_resp.incarnation;
         m->global_step = pb->create_resp.global_step;
         break;
     }
-    case DT_MSG_PULL_REQ: {
-        dt_msg_pull_req *m = msg;
-        m->worker = pb->pull_req.worker;
-        m->include_slots = pb->pull_req.include_slots;
-        m->min_global_step = pb->pull_req.min_global_step;
-        m->seen_step = pb->pull_req.seen_step;
-        decision_from_pb(pb->pull_req.has_decision, &pb->pull_req.decision, &m->decision);
-        break;
-    }
-    case DT_MSG_PULL_RESP: {
-        dt_msg_pull_resp *m = msg;
-        m->incarnation = pb->pull_resp.incarnation;
-        m->global_step = pb->pull_resp.global_step;
-        m->done = pb->pull_resp.done;
-        m->wait = pb->pull_resp.wait;
-        decision_from_pb(pb->pull_resp.has_decided, &pb->pull_resp.decided, &m->decided);
-        break;
-    }
-    case DT_MSG_PUSH_REQ: {
-        dt_msg_push_req *m = msg;
-        m->worker = pb->push_req.worker;
-        m->step = pb->push_req.step;
-        m->seen_step = pb->push_req.seen_step;
-        m->pull = pb->push_req.pull;
-        m->min_global_step = pb->push_req.min_global_step;
-        m->push_id = pb->push_req.push_id;
-        break;
-    }
-    case DT_MSG_PUSH_RESP: {
-        dt_msg_push_resp *m = msg;
-        m->incarnation = pb->push_resp.incarnation;
-        m->global_step = pb->push_resp.global_step;
-        m->done = pb->push_resp.done;
-        m->dropped = pb->push_resp.dropped;
-        m->wait = pb->push_resp.wait;
-        break;
-    }
+    case DT_MSG_PULL_REQ: pull_req_from_pb(&pb->pull_req, msg); break;
+    case DT_MSG_PULL_RESP: pull_resp_from_pb(&pb->pull_resp, msg); break;
+    case DT_MSG_PUSH_REQ: push_req_from_pb(&pb->push_req, msg); break;
+    case DT_MSG_PUSH_RESP: push_resp_from_pb(&pb->push_resp, msg); break;
     case DT_MSG_STATUS_REQ: {
         dt_msg_status_req *m = msg;
         m->worker = pb->status_req.worker;
@@ -741,40 +774,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         copy_str(m->failure, sizeof m->failure, pb->status_req.failure);
         break;
     }
-    case DT_MSG_STATUS_RESP: {
-        dt_msg_status_resp *m = msg;
-        const dtrain_StatusResponse *s = &pb->status_resp;
-        m->incarnation = s->incarnation;
-        m->ready = s->ready;
-        m->global_step = s->global_step;
-        m->max_steps = s->max_steps;
-        m->done = s->done;
-        m->num_variables = s->num_variables;
-        m->num_bytes = s->num_bytes;
-        copy_str(m->model, sizeof m->model, s->model);
-        m->pushes_applied = s->pushes_applied;
-        m->pushes_rejected = s->pushes_rejected;
-        m->pushes_dropped = s->pushes_dropped;
-        m->num_staleness_counts = (int)s->staleness_counts_count;
-        memcpy(m->staleness_counts, s->staleness_counts,
-               sizeof(int64_t) * (size_t)s->staleness_counts_count);
-        m->max_lead = s->max_lead;
-        copy_str(m->mode, sizeof m->mode, s->mode);
-        m->pushes_nonfinite = s->pushes_nonfinite;
-        m->calls_refused = s->calls_refused;
-        m->sync_digest = s->sync_digest;
-        m->steps_per_sec = s->steps_per_sec;
-        m->uptime_ms = s->uptime_ms;
-        m->num_workers = (int)s->workers_count;
-        for (pb_size_t i = 0; i < s->workers_count; i++) {
-            m->workers[i].worker = s->workers[i].worker;
-            m->workers[i].pushes = s->workers[i].pushes;
-            m->workers[i].last_push_ms = s->workers[i].last_push_ms;
-            copy_str(m->workers[i].failure, sizeof m->workers[i].failure, s->workers[i].failure);
-        }
-        copy_str(m->failure, sizeof m->failure, s->failure);
-        break;
-    }
+    case DT_MSG_STATUS_RESP: status_resp_from_pb(&pb->status_resp, msg); break;
     case DT_MSG_SHUTDOWN_REQ: {
         dt_msg_shutdown_req *m = msg;
         copy_str(m->reason, sizeof m->reason, pb->shutdown_req.reason);
