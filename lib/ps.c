@@ -38,6 +38,7 @@
 #include "codec.h"
 #include "job.h" /* DT_PATH_MAX: log_dir comes from the job */
 #include "log.h"
+#include "memstat.h"
 #include "optim.h"
 #include "rpc_client.h"
 #include "rpc_server.h"
@@ -72,11 +73,13 @@ typedef struct {
 
 typedef struct {
     pthread_mutex_t mu;
-    int64_t updates;                  /* applied to this variable, for Adam's t */
-    float *slots[DT_OPTIM_MAX_SLOTS]; /* views into dt_ps.slots */
-    var_buf *cur;                     /* the values (vars.items[k].data points in it) */
-    var_buf *spare;                   /* the values before, kept for the next update to
-                                         write into once no message reads them; or NULL */
+    int64_t updates;                       /* applied to this variable, for Adam's t */
+    float *slots[DT_OPTIM_MAX_SLOTS];      /* slot_buf[s]->data (slots.items' too) */
+    var_buf *slot_buf[DT_OPTIM_MAX_SLOTS]; /* updated in place: a checkpoint's pull
+                                              sending one holds updates back */
+    var_buf *cur;                          /* the values (vars.items[k].data points in it) */
+    var_buf *spare;                        /* the values before, kept for the next update to
+                                              write into once no message reads them; or NULL */
 } ps_var;
 
 struct dt_ps {
@@ -371,6 +374,42 @@ static var_buf *writable(dt_ps *ps, int k) {
     return pv->cur;
 }
 
+#define SLOT_WAIT_MS 250
+
+/* Whether a message being sent reads one of pv's slots. */
+static int slots_read(ps_var *pv, int nslots) {
+    for (int s = 0; s < nslots; s++)
+        if (var_buf_read(pv->slot_buf[s])) return 1;
+    return 0;
+}
+
+/* Makes variable k's slots safe to update in place (its lock held): while
+ * a message being sent reads one (a checkpoint's pull), waits for it to be
+ * sent, letting go of the lock meanwhile (so the rest of that pull can be
+ * made), for up to SLOT_WAIT_MS; past that the slot is copied and the copy
+ * updated instead (a slow reader costs memory, not time). */
+static void slots_writable(dt_ps *ps, int k) {
+    ps_var *pv = &ps->pv[k];
+    int nslots = dt_optim_num_slots(&ps->optim);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (slots_read(pv, nslots) && ms_since(&t0) < SLOT_WAIT_MS) {
+        pthread_mutex_unlock(&pv->mu);
+        nanosleep(&(struct timespec){0, 200000L}, NULL);
+        pthread_mutex_lock(&pv->mu);
+    }
+    for (int s = 0; s < nslots; s++) {
+        var_buf *old = pv->slot_buf[s];
+        var_buf *copy = var_buf_read(old) ? var_buf_new(old->nbytes) : NULL;
+        if (!copy) continue; /* not read; or no memory: in place after all */
+        memcpy(copy->data, old->data, old->nbytes);
+        pv->slot_buf[s] = copy;
+        pv->slots[s] = copy->data;
+        ps->slots.items[k * nslots + s].data = copy->data;
+        var_buf_unref(old); /* freed once sent */
+    }
+}
+
 /* Makes `to` variable k's current buffer after an update wrote it (its
  * lock held); the old one becomes the spare. */
 static void make_current(dt_ps *ps, int k, var_buf *to) {
@@ -431,18 +470,19 @@ static void lock_slot(void *ctx, int index, int acquire) {
     lock_var(ps, index / dt_optim_num_slots(&ps->optim), acquire);
 }
 
-/* The ref hook of slots: slots change in place, so a snapshot is copied
- * under the variable's lock and sent in place, freed once sent. (Only the
- * chief's checkpoint pull asks for slots.) */
+/* The ref hook of slots (only the chief's checkpoint pull asks for them):
+ * the slot's own buffer, sent in place, no copy. Slots are updated in
+ * place, so an update of the variable waits until the message is sent
+ * (slots_writable). */
 static int ref_slot(void *ctx, int index, dt_rpc_ref *out, dt_err *err) {
+    (void)err;
     dt_ps *ps = ctx;
-    const dt_tensor *slot = &ps->slots.items[index];
-    var_buf *b = var_buf_new(slot->nbytes);
-    if (!b)
-        return dt_err_set(err, DT_ENOMEM, "%s: pull: out of memory for %s", ps->name, slot->name);
-    lock_slot(ps, index, 1);
-    memcpy(b->data, slot->data, slot->nbytes);
-    lock_slot(ps, index, 0);
+    int nslots = dt_optim_num_slots(&ps->optim);
+    ps_var *pv = &ps->pv[index / nslots];
+    pthread_mutex_lock(&pv->mu);
+    var_buf *b = pv->slot_buf[index % nslots];
+    atomic_fetch_add(&b->refs, 1);
+    pthread_mutex_unlock(&pv->mu);
     *out = (dt_rpc_ref){b->data, b->nbytes, var_buf_unref, b};
     return 0;
 }
@@ -453,6 +493,8 @@ static void free_model(dt_ps *ps) {
             pthread_mutex_destroy(&ps->pv[i].mu);
             var_buf_unref(ps->pv[i].cur); /* a buffer a message reads lives on */
             var_buf_unref(ps->pv[i].spare);
+            for (int s = 0; s < DT_OPTIM_MAX_SLOTS; s++)
+                var_buf_unref(ps->pv[i].slot_buf[s]);
         }
         free(ps->pv);
         ps->pv = NULL;
@@ -492,14 +534,14 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
         if (!ps->hold || !ps->held)
             return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
     }
+    /* The slots' specs, "<variable>/<slot>"; their values live in var_bufs
+     * too (below), which a checkpoint's pull sends in place. */
     int nslots = dt_optim_num_slots(&ps->optim);
-    dt_tensor slot_specs[DT_OPTIM_MAX_SLOTS * 64];
-    dt_tensor *specs = slot_specs;
     int nspecs = in->count * nslots;
-    if (nspecs > (int)(sizeof slot_specs / sizeof slot_specs[0])) {
-        specs = calloc((size_t)nspecs, sizeof *specs);
-        if (!specs) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
-    }
+    dt_tensor *specs = calloc(nspecs ? (size_t)nspecs : 1, sizeof *specs);
+    if (!specs) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
+    ps->slots.items = specs;
+    ps->slots.count = nspecs;
     for (int i = 0; i < in->count; i++)
         for (int s = 0; s < nslots; s++) {
             dt_tensor *sp = &specs[i * nslots + s];
@@ -513,9 +555,6 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
             sp->name[n] = '/';
             memcpy(sp->name + n + 1, slot, m + 1);
         }
-    rc = dt_tensors_init(&ps->slots, specs, nspecs, err);
-    if (specs != slot_specs) free(specs);
-    if (rc < 0) return rc;
 
     ps->pv = calloc(in->count ? (size_t)in->count : 1, sizeof *ps->pv);
     if (!ps->pv) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
@@ -530,11 +569,14 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
         ps->num_bytes += (int64_t)v->nbytes;
         int64_t n = dt_tensor_numel(v);
         for (int s = 0; s < nslots; s++) {
-            float *slot = ps->slots.items[i * nslots + s].data;
+            var_buf *b = var_buf_new(v->nbytes);
+            if (!b) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
+            ps->pv[i].slot_buf[s] = b;
             float init = dt_optim_slot_init(&ps->optim, s);
             for (int64_t k = 0; k < n; k++)
-                slot[k] = init;
-            ps->pv[i].slots[s] = slot;
+                b->data[k] = init;
+            ps->pv[i].slots[s] = b->data;
+            ps->slots.items[i * nslots + s].data = b->data;
         }
     }
     return 0;
@@ -919,6 +961,7 @@ static int reserve_step(dt_ps *ps, int64_t *step_after) {
  * together. The rules are element-wise, so the bits are those of one call. */
 static void apply_runs(dt_ps *ps, int k, double lr, dt_rpc_reader *r) {
     ps_var *pv = &ps->pv[k];
+    slots_writable(ps, k);
     const float *w = pv->cur->data;
     var_buf *to = writable(ps, k);
     int nslots = dt_optim_num_slots(&ps->optim);
@@ -1507,6 +1550,16 @@ static const dt_rpc_method ps_methods[] = {
     {DT_METHOD_HEALTH_CHECK, handle_health, 0, 1}, /* open: probes carry no token */
 };
 
+/* The requests a ps reads at once: while they hold less than half its
+ * largest message, another is read; past that, the others wait their turn
+ * (as many large pushes arriving together would otherwise all sit in
+ * memory). Requests in flight so stay under 1.5 largest messages. */
+static long long inflight_bound(const dt_ps_params *params) {
+    long long max =
+        params->max_message_bytes ? params->max_message_bytes : DT_RPC_DEFAULT_MAX_MESSAGE_BYTES;
+    return max / 2 > 0 ? max / 2 : 1;
+}
+
 int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     *out = NULL;
     const dt_cluster *c = params->cluster;
@@ -1571,7 +1624,8 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
                                .num_workers = c->num_workers,
                                .num_ps = c->num_ps,
                                .max_message_bytes = params->max_message_bytes,
-                               .in_pieces = 1};
+                               .in_pieces = 1,
+                               .inflight_bytes = inflight_bound(params)};
     if (params->no_server) {
         *out = ps;
         return 0;
@@ -1730,6 +1784,17 @@ static void ask_whether_done(dt_ps *ps) {
     ask_peers(ps);
 }
 
+/* The ps's peak resident memory against its model's, at its end. */
+static void log_peak_rss(dt_ps *ps) {
+    int64_t peak = dt_mem_peak_rss();
+    pthread_rwlock_rdlock(&ps->model_lock);
+    int64_t model = ps->num_bytes * (1 + (ps->ready ? dt_optim_num_slots(&ps->optim) : 0));
+    pthread_rwlock_unlock(&ps->model_lock);
+    if (peak >= 0)
+        dt_log(DT_LOG_INFO, "%s: peak RSS %.1f MB (VmHWM); variables and slots %.1f MB", ps->name,
+               (double)peak / 1e6, (double)model / 1e6);
+}
+
 int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
     int announced = 0;
     for (;;) {
@@ -1754,6 +1819,7 @@ int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
                        (long long)atomic_load(&ps->pushes_applied),
                        (long long)atomic_load(&ps->pushes_retried),
                        (long long)atomic_load(&ps->pulls_served));
+                log_peak_rss(ps);
                 return 0;
             }
             if (!announced)

@@ -18,6 +18,7 @@
 
 #include "data.h"
 #include "log.h"
+#include "memstat.h"
 #include "model.h"
 
 struct dt_worker {
@@ -344,6 +345,11 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_ato
     }
     dt_log(DT_LOG_INFO, "%s: training done after %lld local steps", w->name,
            (long long)r.local_step);
+    int64_t peak = dt_mem_peak_rss();
+    if (peak >= 0)
+        dt_log(DT_LOG_INFO, "%s: peak RSS %.1f MB (VmHWM); model %.1f MB, gradient %.1f MB",
+               w->name, (double)peak / 1e6, (double)w->vars.slab_bytes / 1e6,
+               (double)w->grads.slab_bytes / 1e6);
     /* The ps task that said "done" knows we know; the others would wait
      * for us until their linger is up. Best effort: a task that is down
      * now has nothing to wait for. */

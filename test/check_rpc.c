@@ -1278,6 +1278,115 @@ START_TEST(test_send_in_place) {
 }
 END_TEST
 
+/* ---- requests in flight -------------------------------------------------- */
+
+/* Holds its request until released, counting who is in. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int running, done, open;
+} gate;
+
+static int handle_hold(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                       const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    gate *g = ctx;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 20;
+    pthread_mutex_lock(&g->mu);
+    g->running++;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &deadline) != 0) break;
+    g->running--;
+    g->done++;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return reply_bytes(reply, &request->len, sizeof request->len, err);
+}
+
+typedef struct {
+    dt_rpc_channel *ch;
+    const dt_rpc_buf *req;
+    int rc;
+} caller;
+
+static void *call_hold(void *arg) {
+    caller *c = arg;
+    dt_rpc_call call;
+    call_init(&call, c->ch, "/test.T/Hold", c->req);
+    call.wait_for_ready = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    c->rc = dt_rpc_call_all(&call, 1, 30000, &err);
+    dt_rpc_buf_release(&call.response);
+    return NULL;
+}
+
+/* A server bounding its requests in flight reads one large request, and
+ * while its handler holds it the other two calls wait their turn unread
+ * (the server says so); let go, they are read one after the other, and
+ * all three complete. */
+START_TEST(test_requests_in_flight_bounded) {
+    static const dt_rpc_method hold[] = {{"/test.T/Hold", handle_hold, 0, 0}};
+    gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port(NULL));
+    enum { LEN = 2 << 20 };
+    dt_rpc_server_params p = {.addr = addr,
+                              .num_threads = 4,
+                              .methods = hold,
+                              .num_methods = 1,
+                              .ctx = &g,
+                              .inflight_bytes = LEN / 2};
+    dt_err err;
+    dt_err_clear(&err);
+    dt_rpc_server *server = NULL;
+    dt_rpc_channel *ch = NULL;
+    ck_assert_msg(dt_rpc_server_start(&p, &server, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_rpc_channel_new(addr, &ch, &err) == 0, "%s", err.msg);
+    dt_rpc_buf req;
+    ck_assert_int_eq(dt_rpc_buf_alloc(&req, LEN, &err), 0);
+    memset(req.data, 7, LEN);
+    caller callers[3];
+    pthread_t threads[3];
+    for (int i = 0; i < 3; i++) {
+        callers[i] = (caller){ch, &req, -1};
+        ck_assert_int_eq(pthread_create(&threads[i], NULL, call_hold, &callers[i]), 0);
+    }
+    /* One handler holds its request; the two others wait, unread. (Polls
+     * the server's and the handler's state: the events themselves.) */
+    long long deadline = now_ms() + 20000, inflight = 0;
+    int waiting = 0, running = 0;
+    for (;;) {
+        waiting = dt_rpc_server_waiting(server, &inflight);
+        pthread_mutex_lock(&g.mu);
+        running = g.running;
+        pthread_mutex_unlock(&g.mu);
+        if ((waiting == 2 && running == 1) || now_ms() > deadline) break;
+        sleep_ms(5);
+    }
+    ck_assert_int_eq(waiting, 2);
+    ck_assert_int_eq(running, 1);
+    ck_assert_int_eq(inflight, LEN);
+    pthread_mutex_lock(&g.mu);
+    ck_assert_int_eq(g.running, 1);
+    g.open = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(threads[i], NULL);
+        ck_assert_int_eq(callers[i].rc, 0);
+    }
+    ck_assert_int_eq(g.done, 3);
+    ck_assert_int_eq(dt_rpc_server_waiting(server, &inflight), 0);
+    ck_assert_int_eq(inflight, 0);
+    dt_rpc_buf_release(&req);
+    dt_rpc_channel_free(ch);
+    dt_rpc_server_stop(server, 1000);
+}
+END_TEST
+
 Suite *rpc_suite(void) {
     Suite *s = suite_create("rpc");
     TCase *tc = tcase_create("rpc");
@@ -1310,6 +1419,7 @@ Suite *rpc_suite(void) {
     tcase_add_test(pieces, test_reader_over_tiny_pieces);
     tcase_add_test(pieces, test_server_reads_in_pieces);
     tcase_add_test(pieces, test_send_in_place);
+    tcase_add_test(pieces, test_requests_in_flight_bounded);
     suite_add_tcase(s, pieces);
     return s;
 }
