@@ -457,6 +457,7 @@ for nw in 1 2; do
             --clients-as processes --clients "$nw" --floats 4 --rounds 20000 \
             >"$TMP/echo16-$nw.out" 2>"$ERR_LOGS"; then
         calls=$(field "$(cat "$TMP/echo16-$nw.out")" rounds_per_s)
+        eval "ECHO16_$nw=$calls"
         row "raw echo 16 B, $nw in flight" "$calls calls/s" "bench_rawgrpc echo, $nw client process(es), one call in flight each, 16 B each way"
         eval "fused=\${TINY_${nw}_true:-}"
         [ -n "$fused" ] && row "tiny $nw worker / raw echo" "$(ratio "$fused" "$calls" %.2f)" "fused steps/s over raw echo calls/s (goal: >= 0.9 with 1 worker)"
@@ -466,6 +467,20 @@ for nw in 1 2; do
 done
 if [ -n "${TINY_1_true:-}" ] && [ -n "${TINY_2_true:-}" ]; then
     row "tiny 2 workers / 1 worker" "$(ratio "$TINY_2_true" "$TINY_1_true" %.2f)" "fused (goal: >= 1.8)"
+fi
+# 1e. pipeline_push: one worker computes its next gradient while its push
+# is in flight, so compute and a call overlap as two calls in flight would.
+# Also how well each fits: the demo's w* is 2.
+# "w= loss=" of the last progress line of log $1.
+fit_of() {
+    awk '/ loss [0-9.]+ / { for (i = 1; i < NF; i++) { if ($i == "loss") l = $(i + 1); if ($i ~ /^linear\/weight=/) w = substr($i, 15) } } END { printf "weight %s, loss %s", w, l }' "$1"
+}
+d=$TMP/pipeline-1
+run_job "$d" 90 1 "$CONFIG" --set max_steps=$DEMO_STEPS --set log_steps=1000 --set pipeline_push=true
+if job_rate "$d" $? "tiny model, 1 worker, pipelined"; then
+    rate=$(ratio "$RATE_G" "$RATE_S" %.0f)
+    row "tiny model, 1 worker, pipelined" "$rate steps/s" "demo job, 1 ps + 1 worker, pipeline_push=true (one round trip per step); global_step $RATE_G in $RATE_S s; fit: $(fit_of "$d/chief.log") (not pipelined: $(fit_of "$TMP/fuse-1-true/chief.log"))"
+    [ -n "${ECHO16_2:-}" ] && row "tiny pipelined / raw echo x2" "$(ratio "$rate" "$ECHO16_2" %.2f)" "pipelined steps/s over the raw echo with 2 calls in flight ($ECHO16_2 calls/s)"
 fi
 
 # 2 and 3. Pull+push against a real ps, then the raw ceiling, per size.
@@ -706,15 +721,20 @@ if [ ! -f "$FASHION_DATA/train-images-idx3-ubyte.gz" ] ||
 else
     model="784-256-128-10 mlp, adam, batch $FASHION_BATCH"
     fashion_rates=""
-    for nw in 1 2; do
+    for run in 1 2 2p; do
+        nw=${run%p}
+        pipe=false
+        [ "$run" = 2p ] && pipe=true
         if [ $nw = 1 ]; then label="fashion mlp, 1 worker"; else label="fashion mlp, $nw workers"; fi
-        d=$TMP/fashion-$nw
+        [ $pipe = true ] && label="$label, pipelined"
+        d=$TMP/fashion-$run
         run_job "$d" 120 $nw "$FASHION_CONFIG" --set max_steps=$FASHION_STEPS \
-            --set batch_size=$FASHION_BATCH --set log_steps=100
+            --set batch_size=$FASHION_BATCH --set log_steps=100 --set pipeline_push=$pipe
         if job_rate "$d" $? "$label"; then
             rate=$(ratio $((RATE_G * FASHION_BATCH)) "$RATE_S" %.0f)
-            fashion_rates="$fashion_rates $nw:$rate"
-            row "$label" "$rate ex/s" "$model, $FASHION_CONFIG, 1 ps + $nw worker process(es), async; global_step $RATE_G x $FASHION_BATCH examples in $RATE_S s (chief log: model init to end of its training loop; whole job with data loading ${JOB_SECS} s)"
+            [ $pipe = true ] || fashion_rates="$fashion_rates $nw:$rate"
+            acc=$(sed -n 's/.*: eval at global_step [0-9]*: .*accuracy \([0-9.]*\).*/\1/p' "$d/chief.log" | tail -n 1)
+            row "$label" "$rate ex/s" "$model, $FASHION_CONFIG, 1 ps + $nw worker process(es), async, pipeline_push=$pipe; global_step $RATE_G x $FASHION_BATCH examples in $RATE_S s (chief log: model init to end of its training loop; whole job with data loading ${JOB_SECS} s); test accuracy ${acc:-?} after $FASHION_STEPS steps"
         fi
     done
     d=$TMP/compute

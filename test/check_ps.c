@@ -30,6 +30,7 @@
 #include "rpc_client.h"
 #include "suites.h"
 #include "testjob.h"
+#include "worker.h"
 
 #define CALL_TIMEOUT_MS 10000
 #define NW 6 /* elements of w */
@@ -2173,6 +2174,64 @@ START_TEST(test_reply_buffers_unchanged) {
 }
 END_TEST
 
+/* ---- pipelined pushes ------------------------------------------------------- */
+
+/* The demo job (linear, line data) trained by one in-process worker (task
+ * 1, so no chief hooks) against the fixture's ps, 300 steps, pipelined or
+ * not; st gets the ps's Status after, w_out the weight the worker ends with. */
+static void train_one(int pipeline, dt_msg_status_resp *st, float *w_out) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_job job;
+    dt_job_defaults(&job);
+    job.max_steps = 300;
+    job.log_steps = 1000;
+    job.pipeline_push = pipeline;
+    job.rpc_timeout_secs = CALL_TIMEOUT_MS / 1000;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+    dt_worker_params wp = {.cluster = &f.cluster, .job = &job, .task_index = 1};
+    dt_worker *w = NULL;
+    ck_assert_msg(dt_worker_open(&wp, &w, &err) == 0, "%s", err.msg);
+    dt_ps_model model;
+    memset(&model, 0, sizeof model);
+    model.vars = dt_worker_vars(w); /* zeros */
+    model.max_steps = job.max_steps;
+    model.optim = job.optim;
+    model.model = "pipeline test";
+    ck_assert_msg(dt_ps_client_create(dt_worker_client(w), &model, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_worker_train(w, NULL, NULL, &err) == 0, "%s", err.msg);
+    memset(st, 0, sizeof *st);
+    ck_assert_int_eq(dt_ps_client_status(dt_worker_client(w), 0, st, &err), 0);
+    const dt_tensor *weight = dt_tensors_find(dt_worker_vars(w), "linear/weight");
+    ck_assert_ptr_nonnull(weight);
+    memcpy(w_out, weight->data, sizeof *w_out);
+    dt_worker_free(w);
+    fixture_stop(&f);
+}
+
+/* pipeline_push: a lone worker's every gradient but its first is exactly
+ * one step stale (it was computed while the previous push was in flight),
+ * where without pipelining none is; every push is applied once, and both
+ * fit the demo's line (w* = 2). */
+START_TEST(test_pipelined_pushes_one_step_stale) {
+    dt_msg_status_resp plain, piped;
+    float w_plain, w_piped;
+    train_one(0, &plain, &w_plain);
+    train_one(1, &piped, &w_piped);
+    ck_assert_int_eq(plain.global_step, 300);
+    ck_assert_int_eq(piped.global_step, 300);
+    ck_assert_int_eq(plain.pushes_applied, 300);
+    ck_assert_int_eq(piped.pushes_applied, 300);
+    ck_assert_int_eq(plain.staleness_counts[0], 300);
+    ck_assert_int_eq(piped.staleness_counts[0], 1);
+    ck_assert_int_eq(piped.staleness_counts[1], 299);
+    ck_assert_msg(fabsf(w_plain - 2.0f) < 0.3f && fabsf(w_piped - 2.0f) < 0.3f,
+                  "weights %g and %g, want about 2", (double)w_plain, (double)w_piped);
+}
+END_TEST
+
 Suite *ps_suite(void) {
     Suite *s = suite_create("ps");
     TCase *life = tcase_create("lifecycle");
@@ -2226,6 +2285,7 @@ Suite *ps_suite(void) {
     tcase_add_test(pieces, test_pieces_adam_async);
     tcase_add_test(pieces, test_pieces_momentum_sync);
     tcase_add_test(pieces, test_reply_buffers_unchanged);
+    tcase_add_test(pieces, test_pipelined_pushes_one_step_stale);
     suite_add_tcase(s, pieces);
     return s;
 }
