@@ -114,38 +114,75 @@ static bool encode_data_ref(pb_ostream_t *stream, const data_arg *da, const dt_t
     return true;
 }
 
-static bool encode_data(pb_ostream_t *stream, const pb_field_t *field, void *const *arg) {
-    const data_arg *da = *arg;
-    const dt_tensor *t = &da->list->items[da->index];
-    if (!pb_encode_tag_for_field(stream, field)) return false;
-    if (stream->callback == builder_write && by_ref(da->list, t))
-        return encode_data_ref(stream, da, t);
-    /* A sizing stream (no callback) copies nothing, so it needs no lock. */
-    int locking = da->list->lock && stream->callback != NULL;
-    if (locking) da->list->lock(da->list->lock_ctx, da->index, 1);
+/* Tensor i's data field's value (its tag written): by reference, or copied
+ * under the list's lock. */
+static bool encode_data(pb_ostream_t *stream, const dt_tensor_list *list, int i) {
+    const dt_tensor *t = &list->items[i];
+    data_arg da = {list, i};
+    if (stream->callback == builder_write && by_ref(list, t))
+        return encode_data_ref(stream, &da, t);
+    if (list->lock) list->lock(list->lock_ctx, i, 1);
     bool ok = pb_encode_string(stream, t->data, t->nbytes);
-    if (locking) da->list->lock(da->list->lock_ctx, da->index, 0);
+    if (list->lock) list->lock(list->lock_ctx, i, 0);
     return ok;
 }
 
+static size_t varint_len(uint64_t v) {
+    size_t n = 1;
+    for (; v >= 0x80; v >>= 7)
+        n++;
+    return n;
+}
+
+/* The length of a Tensor message, written as nanopb would write it (proto3:
+ * default values left out; shape packed), and of its packed shape. */
+static size_t tensor_len(const dt_tensor *t, size_t name_len, size_t *shape_len) {
+    size_t n = 0, sl = 0;
+    for (int d = 0; d < t->ndim; d++)
+        sl += varint_len((uint64_t)t->shape[d]);
+    if (name_len) n += 1 + varint_len(name_len) + name_len;
+    if (t->dtype) n += 1 + varint_len((uint64_t)(int64_t)t->dtype);
+    if (t->ndim) n += 1 + varint_len(sl) + sl;
+    n += 1 + varint_len(t->nbytes) + t->nbytes;
+    *shape_len = sl;
+    return n;
+}
+
+/* The repeated Tensor field, written by hand rather than through nanopb's
+ * submessage encoder, which encodes each tensor twice (to size it, then to
+ * write it) and that again for the message's own sizing: the largest cost
+ * of a small model's push. The bytes are the same (test_wire_format_by_hand
+ * builds them independently): Tensor = name (1) dtype (2) shape (3, packed)
+ * data (4). A sizing stream gets the length alone. */
 static bool encode_tensors(pb_ostream_t *stream, const pb_field_t *field, void *const *arg) {
     const dt_tensor_list *list = *arg;
     for (int i = 0; i < list->count; i++) {
         const dt_tensor *t = &list->items[i];
-        dtrain_Tensor pt = dtrain_Tensor_init_zero;
         size_t name_len = strnlen(t->name, sizeof t->name);
-        if (name_len >= sizeof pt.name) PB_RETURN_ERROR(stream, "tensor name too long");
-        memcpy(pt.name, t->name, name_len + 1);
-        pt.dtype = (dtrain_DataType)t->dtype;
+        if (name_len >= DT_TENSOR_NAME_MAX) PB_RETURN_ERROR(stream, "tensor name too long");
         if (t->ndim < 0 || t->ndim > DT_TENSOR_MAX_DIMS) PB_RETURN_ERROR(stream, "bad ndim");
-        pt.shape_count = (pb_size_t)t->ndim;
-        for (int d = 0; d < t->ndim; d++)
-            pt.shape[d] = t->shape[d];
-        data_arg da = {list, i};
-        pt.data.funcs.encode = encode_data;
-        pt.data.arg = &da;
-        if (!pb_encode_tag_for_field(stream, field)) return false;
-        if (!pb_encode_submessage(stream, dtrain_Tensor_fields, &pt)) return false;
+        size_t shape_len;
+        size_t len = tensor_len(t, name_len, &shape_len);
+        if (!pb_encode_tag_for_field(stream, field) || !pb_encode_varint(stream, len)) return false;
+        if (!stream->callback) {
+            if (!pb_write(stream, NULL, len)) return false;
+            continue;
+        }
+        size_t start = stream->bytes_written;
+        if (name_len && (!pb_encode_tag(stream, PB_WT_STRING, 1) ||
+                         !pb_encode_string(stream, (const pb_byte_t *)t->name, name_len)))
+            return false;
+        if (t->dtype && (!pb_encode_tag(stream, PB_WT_VARINT, 2) ||
+                         !pb_encode_varint(stream, (uint64_t)(int64_t)t->dtype)))
+            return false;
+        if (t->ndim) {
+            if (!pb_encode_tag(stream, PB_WT_STRING, 3) || !pb_encode_varint(stream, shape_len))
+                return false;
+            for (int d = 0; d < t->ndim; d++)
+                if (!pb_encode_varint(stream, (uint64_t)t->shape[d])) return false;
+        }
+        if (!pb_encode_tag(stream, PB_WT_STRING, 4) || !encode_data(stream, list, i)) return false;
+        if (stream->bytes_written - start != len) PB_RETURN_ERROR(stream, "tensor length changed");
     }
     return true;
 }
@@ -292,6 +329,28 @@ static const pb_msgdesc_t *descriptor(dt_msg_type type) {
     case DT_MSG_HEALTH_REQ: return grpc_health_v1_HealthCheckRequest_fields;
     case DT_MSG_HEALTH_RESP: return grpc_health_v1_HealthCheckResponse_fields;
     default: return NULL;
+    }
+}
+
+/* The bytes of type's member of pb_any: what zeroing it takes. The union is
+ * as large as its largest member (a StatusResponse, ~20 kB with its
+ * workers' failure texts); zeroing all of it for every small push was the
+ * largest single cost of a tiny model's step. */
+static size_t pb_size(dt_msg_type type) {
+    switch (type) {
+    case DT_MSG_CREATE_REQ: return sizeof(dtrain_CreateRequest);
+    case DT_MSG_CREATE_RESP: return sizeof(dtrain_CreateResponse);
+    case DT_MSG_PULL_REQ: return sizeof(dtrain_PullRequest);
+    case DT_MSG_PULL_RESP: return sizeof(dtrain_PullResponse);
+    case DT_MSG_PUSH_REQ: return sizeof(dtrain_PushRequest);
+    case DT_MSG_PUSH_RESP: return sizeof(dtrain_PushResponse);
+    case DT_MSG_STATUS_REQ: return sizeof(dtrain_StatusRequest);
+    case DT_MSG_STATUS_RESP: return sizeof(dtrain_StatusResponse);
+    case DT_MSG_SHUTDOWN_REQ: return sizeof(dtrain_ShutdownRequest);
+    case DT_MSG_SHUTDOWN_RESP: return sizeof(dtrain_ShutdownResponse);
+    case DT_MSG_HEALTH_REQ: return sizeof(grpc_health_v1_HealthCheckRequest);
+    case DT_MSG_HEALTH_RESP: return sizeof(grpc_health_v1_HealthCheckResponse);
+    default: return sizeof(pb_any);
     }
 }
 
@@ -476,7 +535,7 @@ static void status_resp_from_pb(const dtrain_StatusResponse *s, dt_msg_status_re
 /* Fills the nanopb struct from a dtrain message; `names_storage` backs the
  * out-names callback argument for the duration of the encode. */
 static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *names_storage) {
-    memset(pb, 0, sizeof *pb);
+    memset(pb, 0, pb_size(type));
     switch (type) {
     case DT_MSG_CREATE_REQ: create_req_to_pb(msg, &pb->create_req); break;
     case DT_MSG_CREATE_RESP: {
@@ -517,17 +576,27 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
     }
 }
 
-int64_t dt_codec_size(dt_msg_type type, const void *msg, dt_err *err) {
+/* msg as nanopb's struct in *pb (names backs a pull request's names) and
+ * its encoded size; a negative code for an unknown type or a message that
+ * cannot be sized. */
+static int sized_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *names,
+                    size_t *size, dt_err *err) {
     const pb_msgdesc_t *fields = descriptor(type);
     if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
+    to_pb(type, msg, pb, names);
+    *size = 0;
+    if (!pb_get_encoded_size(size, fields, pb))
+        return dt_err_set(err, DT_EINVAL, "codec: %s: cannot size: invalid message",
+                          type_names[type]);
+    return 0;
+}
+
+int64_t dt_codec_size(dt_msg_type type, const void *msg, dt_err *err) {
     pb_any pb;
     out_names_arg names;
-    to_pb(type, msg, &pb, &names);
-    size_t size = 0;
-    if (!pb_get_encoded_size(&size, fields, &pb))
-        return dt_err_set(err, DT_EINVAL, "codec: %s: cannot size: %s", type_names[type],
-                          "invalid message");
-    return (int64_t)size;
+    size_t size;
+    int rc = sized_pb(type, msg, &pb, &names, &size, err);
+    return rc < 0 ? rc : (int64_t)size;
 }
 
 int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len, dt_err *err) {
@@ -567,33 +636,32 @@ static int lists_of(dt_msg_type type, const void *msg, const dt_tensor_list *lis
 int dt_codec_encode_buf(dt_msg_type type, const void *msg, dt_rpc_buf *out, dt_err *err) {
     DT_ASSERT(host_is_little_endian());
     memset(out, 0, sizeof *out);
-    int64_t size = dt_codec_size(type, msg, err);
-    if (size < 0) return (int)size;
+    pb_any pb;
+    out_names_arg names;
+    size_t size;
+    int rc = sized_pb(type, msg, &pb, &names, &size, err);
+    if (rc < 0) return rc;
     /* The bytes sent in place are not the message's own. */
     const dt_tensor_list *lists[2];
     size_t refs = 0;
     for (int l = lists_of(type, msg, lists) - 1; l >= 0; l--)
         for (int i = 0; i < lists[l]->count; i++)
             if (by_ref(lists[l], &lists[l]->items[i])) refs += lists[l]->items[i].nbytes;
-    DT_ASSERT(refs <= (uint64_t)size);
-    size_t own_len = (size_t)size - refs;
-    int rc = dt_rpc_buf_alloc(out, own_len, err);
-    if (rc < 0) return rc;
+    DT_ASSERT(refs <= size);
+    size_t own_len = size - refs;
+    if ((rc = dt_rpc_buf_alloc(out, own_len, err)) < 0) return rc;
     dt_err local;
     dt_err_clear(&local);
     builder bd = {out->data, own_len, 0, out, &local};
-    pb_any pb;
-    out_names_arg names;
-    to_pb(type, msg, &pb, &names);
-    pb_ostream_t stream = {.callback = builder_write, .state = &bd, .max_size = (size_t)size};
+    pb_ostream_t stream = {.callback = builder_write, .state = &bd, .max_size = size};
     if (!pb_encode(&stream, descriptor(type), &pb))
         rc = local.code != DT_OK
                  ? dt_err_set(err, local.code, "codec: %s: encode: %s", type_names[type], local.msg)
                  : dt_err_set(err, DT_EINVAL, "codec: %s: encode: %s", type_names[type],
                               PB_GET_ERROR(&stream));
-    else if (stream.bytes_written != (size_t)size || bd.own_at != own_len)
-        rc = dt_err_set(err, DT_EINTERNAL, "codec: %s: encoded %zu bytes (%zu own), sized %lld",
-                        type_names[type], stream.bytes_written, bd.own_at, (long long)size);
+    else if (stream.bytes_written != size || bd.own_at != own_len)
+        rc = dt_err_set(err, DT_EINTERNAL, "codec: %s: encoded %zu bytes (%zu own), sized %zu",
+                        type_names[type], stream.bytes_written, bd.own_at, size);
     if (rc < 0) dt_rpc_buf_release(out);
     return rc;
 }
@@ -633,16 +701,9 @@ static bool piece_read(pb_istream_t *stream, pb_byte_t *buf, size_t count) {
     return true;
 }
 
-static bool decode_data(pb_istream_t *stream, const pb_field_t *field, void **arg) {
-    (void)field;
-    bytes_view *bv = *arg;
-    /* Sent with another wire type (fixed32, say), the bytes arrive through
-     * a copy on nanopb's stack, not the message: refuse, never keep a view. */
-    if (stream->callback != piece_read) {
-        dt_err_set(bv->ctx->err, DT_EINVAL, "%s: tensor data must be a length-delimited field",
-                   bv->ctx->what);
-        return false;
-    }
+/* A tensor's data field (its length read: stream is the substream of its
+ * bytes): where they lie, stepped past without reading them. */
+static bool decode_data(pb_istream_t *stream, bytes_view *bv) {
     piece_pos *pos = stream->state;
     size_t len = stream->bytes_left;
     if (len > 0) pos_settle(pos);
@@ -651,12 +712,92 @@ static bool decode_data(pb_istream_t *stream, const pb_field_t *field, void **ar
     bv->span.len = len;
     bv->ptr =
         len > 0 && pos->piece->len - pos->offset >= len ? pos->piece->data + pos->offset : NULL;
-    /* Step past the bytes without reading them. */
     if (!piece_read(stream, NULL, len)) return false;
     stream->bytes_left = 0;
     return true;
 }
 
+/* What a Tensor message said, before it is checked. */
+typedef struct {
+    char name[DT_TENSOR_NAME_MAX];
+    size_t name_len; /* as on the wire; 0: none came */
+    int64_t dtype;
+    int64_t shape[DT_TENSOR_MAX_DIMS];
+    int ndim;
+    bytes_view data;
+} tensor_fields;
+
+/* Reads one field of a Tensor message into tf; an error names the field
+ * (why), or is nanopb's. The rules are protobuf's, as nanopb applies them:
+ * fields in any order, the last of a repeated scalar wins, shape packed or
+ * not, unknown fields skipped. */
+static bool decode_tensor_field(pb_istream_t *stream, pb_wire_type_t wt, uint32_t tag,
+                                tensor_fields *tf, const char **why) {
+    uint64_t v;
+    pb_istream_t sub;
+    switch (tag) {
+    case 1: { /* name */
+        uint32_t n;
+        if (wt != PB_WT_STRING) PB_RETURN_ERROR(stream, "wrong wire type");
+        if (!pb_decode_varint32(stream, &n)) return false;
+        if (n >= DT_TENSOR_NAME_MAX) {
+            *why = "name longer than 127 bytes";
+            return false;
+        }
+        if (!pb_read(stream, (pb_byte_t *)tf->name, n)) return false;
+        tf->name[n] = '\0';
+        tf->name_len = n;
+        return true;
+    }
+    case 2: /* dtype: an enum, an int32 varint */
+        if (wt != PB_WT_VARINT) PB_RETURN_ERROR(stream, "wrong wire type");
+        if (!pb_decode_varint(stream, &v)) return false;
+        tf->dtype = (int32_t)v;
+        return true;
+    case 3: /* shape: packed, or one value per occurrence */
+        if (wt == PB_WT_VARINT) {
+            if (tf->ndim == DT_TENSOR_MAX_DIMS) break;
+            if (!pb_decode_varint(stream, &v)) return false;
+            tf->shape[tf->ndim++] = (int64_t)v;
+            return true;
+        }
+        if (wt != PB_WT_STRING) PB_RETURN_ERROR(stream, "wrong wire type");
+        if (!pb_make_string_substream(stream, &sub)) return false;
+        while (sub.bytes_left > 0) {
+            if (tf->ndim == DT_TENSOR_MAX_DIMS) break;
+            if (!pb_decode_varint(&sub, &v)) return false;
+            tf->shape[tf->ndim++] = (int64_t)v;
+        }
+        if (sub.bytes_left > 0) break;
+        return pb_close_string_substream(stream, &sub);
+    case 4: /* data: its place in the message, never a copy */
+        /* Sent with another wire type (fixed32, say), or inside a Tensor
+         * that itself was, the bytes would come through a copy on nanopb's
+         * stack, not the message: refuse, never keep a view. */
+        if (wt != PB_WT_STRING || stream->callback != piece_read) {
+            *why = "tensor data must be a length-delimited field";
+            return false;
+        }
+        if (!pb_make_string_substream(stream, &sub)) return false;
+        if (!decode_data(&sub, &tf->data)) return false;
+        return pb_close_string_substream(stream, &sub);
+    default: return pb_skip_field(stream, wt);
+    }
+    *why = "shape has more than 4 dimensions";
+    return false;
+}
+
+/* 1 when s is 1 to 127 bytes of printable ASCII: a name dt_text_check_name
+ * accepts, known without its UTF-8 walk (every name a dtrain job makes). */
+static int printable_ascii(const char *s, size_t len) {
+    if (len == 0 || len >= DT_TENSOR_NAME_MAX) return 0;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e) return 0;
+    return 1;
+}
+
+/* The repeated Tensor field, read by hand (see encode_tensors): one
+ * tensor, checked, into the next view. */
 static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **arg) {
     (void)field;
     views_arg *va = *arg;
@@ -665,58 +806,60 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
         dt_err_set(va->ctx->err, DT_EINVAL, "%s: more than %d tensors", va->ctx->what, views->cap);
         return false;
     }
-    dtrain_Tensor pt = dtrain_Tensor_init_zero;
-    bytes_view bv = {{NULL, 0, 0}, NULL, va->ctx};
-    pt.data.funcs.decode = decode_data;
-    pt.data.arg = &bv;
-    /* nanopb keeps a fixed-size name as a C string, which hides a NUL sent
-     * inside it ("w\0x" would read as "w"). Prefill with a byte no decoded
-     * name leaves after its terminator, decode without re-initializing, and
-     * the last NUL then marks the length that was on the wire. */
-    memset(pt.name, 0xFF, sizeof pt.name);
-    if (!pb_decode_ex(stream, dtrain_Tensor_fields, &pt, PB_DECODE_NOINIT)) {
-        /* Say which tensor, in the words of this schema's limits. */
-        const char *why = PB_GET_ERROR(stream);
-        if (strcmp(why, "string overflow") == 0) why = "name longer than 127 bytes";
-        if (strcmp(why, "array overflow") == 0) why = "shape has more than 4 dimensions";
-        dt_err_set(va->ctx->err, DT_EINVAL, "%s[%d]: %s", va->ctx->what, views->count, why);
-        return false;
+    tensor_fields tf;
+    tf.name_len = 0;
+    tf.name[0] = '\0';
+    tf.dtype = 0;
+    tf.ndim = 0;
+    tf.data = (bytes_view){{NULL, 0, 0}, NULL, va->ctx};
+    while (stream->bytes_left > 0) {
+        pb_wire_type_t wt;
+        uint32_t tag;
+        bool eof;
+        const char *why = NULL;
+        if (!pb_decode_tag(stream, &wt, &tag, &eof) ||
+            !decode_tensor_field(stream, wt, tag, &tf, &why)) {
+            if (!why) why = PB_GET_ERROR(stream);
+            dt_err_set(va->ctx->err, DT_EINVAL, "%s[%d]: %s", va->ctx->what, views->count, why);
+            return false;
+        }
     }
-
-    size_t name_len = sizeof pt.name;
-    while (name_len > 0 && pt.name[name_len - 1] != '\0')
-        name_len--;
-    name_len = name_len ? name_len - 1 : 0; /* no terminator: the field never came */
-    if (name_len == 0) pt.name[0] = '\0';
-    char what[64];
-    snprintf(what, sizeof what, "%s[%d]", va->ctx->what, views->count);
-    if (dt_text_check_name(pt.name, name_len, DT_TENSOR_NAME_MAX - 1, what, va->ctx->err) < 0)
-        return false;
+    if (!printable_ascii(tf.name, tf.name_len) &&
+        dt_text_check_name(tf.name, tf.name_len, DT_TENSOR_NAME_MAX - 1, "", NULL) < 0) {
+        /* Formatted only when it fails: it costs more than the check. */
+        char what[64];
+        snprintf(what, sizeof what, "%s[%d]", va->ctx->what, views->count);
+        return dt_text_check_name(tf.name, tf.name_len, DT_TENSOR_NAME_MAX - 1, what,
+                                  va->ctx->err) == 0;
+    }
     dt_tensor *t = &views->items[views->count];
-    memset(t, 0, sizeof *t);
-    copy_str(t->name, sizeof t->name, pt.name);
-    t->dtype = (int)pt.dtype;
-    t->ndim = (int)pt.shape_count;
+    memcpy(t->name, tf.name, tf.name_len + 1);
+    t->dtype = (int)tf.dtype;
+    t->ndim = tf.ndim;
+    memset(t->shape, 0, sizeof t->shape);
     for (int d = 0; d < t->ndim; d++)
-        t->shape[d] = pt.shape[d];
+        t->shape[d] = tf.shape[d];
+    t->data = NULL;
+    t->nbytes = 0;
     if (dt_tensor_check_spec(t, va->ctx->err) < 0) {
         dt_err_wrap(va->ctx->err, DT_EINVAL, "%s[%d]", va->ctx->what, views->count);
         return false;
     }
-    if (bv.span.len != t->nbytes) {
+    const bytes_view *bv = &tf.data;
+    if (bv->span.len != t->nbytes) {
         dt_err_set(va->ctx->err, DT_EINVAL, "%s[%d] %s: %zu data bytes, shape needs %zu",
-                   va->ctx->what, views->count, t->name, bv.span.len, t->nbytes);
+                   va->ctx->what, views->count, t->name, bv->span.len, t->nbytes);
         return false;
     }
-    if (!bv.ptr && !views->spans) {
+    if (!bv->ptr && !views->spans) {
         dt_err_set(va->ctx->err, DT_EINTERNAL,
                    "%s[%d] %s: its bytes cross pieces of the message and the caller gave no "
                    "span storage",
                    va->ctx->what, views->count, t->name);
         return false;
     }
-    t->data = (void *)bv.ptr;
-    if (views->spans) views->spans[views->count] = bv.span;
+    t->data = (void *)bv->ptr;
+    if (views->spans) views->spans[views->count] = bv->span;
     views->count++;
     return true;
 }
@@ -837,7 +980,7 @@ static int decode_pieces(dt_msg_type type, const dt_rpc_piece *pieces, int n, si
     views_arg va, sa;
     names_arg na;
     pb_any pb;
-    memset(&pb, 0, sizeof pb);
+    memset(&pb, 0, pb_size(type));
     switch (type) {
     case DT_MSG_CREATE_REQ:
         ctx.what = "variables";
