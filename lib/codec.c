@@ -154,8 +154,7 @@ static size_t tensor_len(const dt_tensor *t, size_t name_len, size_t *shape_len)
  * of a small model's push. The bytes are the same (test_wire_format_by_hand
  * builds them independently): Tensor = name (1) dtype (2) shape (3, packed)
  * data (4). A sizing stream gets the length alone. */
-static bool encode_tensors(pb_ostream_t *stream, const pb_field_t *field, void *const *arg) {
-    const dt_tensor_list *list = *arg;
+static bool write_tensors(pb_ostream_t *stream, const dt_tensor_list *list, uint32_t number) {
     for (int i = 0; i < list->count; i++) {
         const dt_tensor *t = &list->items[i];
         size_t name_len = strnlen(t->name, sizeof t->name);
@@ -163,7 +162,8 @@ static bool encode_tensors(pb_ostream_t *stream, const pb_field_t *field, void *
         if (t->ndim < 0 || t->ndim > DT_TENSOR_MAX_DIMS) PB_RETURN_ERROR(stream, "bad ndim");
         size_t shape_len;
         size_t len = tensor_len(t, name_len, &shape_len);
-        if (!pb_encode_tag_for_field(stream, field) || !pb_encode_varint(stream, len)) return false;
+        if (!pb_encode_tag(stream, PB_WT_STRING, number) || !pb_encode_varint(stream, len))
+            return false;
         if (!stream->callback) {
             if (!pb_write(stream, NULL, len)) return false;
             continue;
@@ -185,6 +185,11 @@ static bool encode_tensors(pb_ostream_t *stream, const pb_field_t *field, void *
         if (stream->bytes_written - start != len) PB_RETURN_ERROR(stream, "tensor length changed");
     }
     return true;
+}
+
+/* The nanopb callback of a repeated Tensor field. */
+static bool encode_tensors(pb_ostream_t *stream, const pb_field_t *field, void *const *arg) {
+    return write_tensors(stream, *arg, field->tag);
 }
 
 static bool encode_names(pb_ostream_t *stream, const pb_field_t *field, void *const *arg) {
@@ -427,42 +432,6 @@ static void pull_resp_from_pb(const dtrain_PullResponse *in, dt_msg_pull_resp *m
     decision_from_pb(in->has_decided, &in->decided, &m->decided);
 }
 
-static void push_req_to_pb(const dt_msg_push_req *m, dtrain_PushRequest *out) {
-    out->worker = m->worker;
-    out->step = m->step;
-    out->seen_step = m->seen_step;
-    out->pull = m->pull;
-    out->min_global_step = m->min_global_step;
-    out->push_id = m->push_id;
-    set_tensor_encoder(&out->gradients, &m->out);
-}
-
-static void push_req_from_pb(const dtrain_PushRequest *in, dt_msg_push_req *m) {
-    m->worker = in->worker;
-    m->step = in->step;
-    m->seen_step = in->seen_step;
-    m->pull = in->pull;
-    m->min_global_step = in->min_global_step;
-    m->push_id = in->push_id;
-}
-
-static void push_resp_to_pb(const dt_msg_push_resp *m, dtrain_PushResponse *out) {
-    out->incarnation = m->incarnation;
-    out->global_step = m->global_step;
-    out->done = m->done;
-    out->dropped = m->dropped;
-    out->wait = m->wait;
-    set_tensor_encoder(&out->variables, &m->out);
-}
-
-static void push_resp_from_pb(const dtrain_PushResponse *in, dt_msg_push_resp *m) {
-    m->incarnation = in->incarnation;
-    m->global_step = in->global_step;
-    m->done = in->done;
-    m->dropped = in->dropped;
-    m->wait = in->wait;
-}
-
 static void status_resp_to_pb(const dt_msg_status_resp *m, dtrain_StatusResponse *s) {
     s->incarnation = m->incarnation;
     s->ready = m->ready;
@@ -546,8 +515,8 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
     }
     case DT_MSG_PULL_REQ: pull_req_to_pb(msg, &pb->pull_req, names_storage); break;
     case DT_MSG_PULL_RESP: pull_resp_to_pb(msg, &pb->pull_resp); break;
-    case DT_MSG_PUSH_REQ: push_req_to_pb(msg, &pb->push_req); break;
-    case DT_MSG_PUSH_RESP: push_resp_to_pb(msg, &pb->push_resp); break;
+    case DT_MSG_PUSH_REQ: /* by hand: hand_write */
+    case DT_MSG_PUSH_RESP: break;
     case DT_MSG_STATUS_REQ: {
         const dt_msg_status_req *m = msg;
         pb->status_req.worker = m->worker;
@@ -576,6 +545,149 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
     }
 }
 
+/* ---- the push messages, by hand ---------------------------------------- */
+
+/* PushRequest and PushResponse, a step's messages, are written and read
+ * without nanopb's field iteration: a table of their scalar fields (each
+ * with a 1-byte tag: numbers below 16) and the number of their Tensor
+ * field. The bytes are nanopb's (proto3: a field at its default is left
+ * out; fields in number order), and reading follows nanopb's rules (any
+ * order, the last value wins, unknown fields skipped, "wrong wire type",
+ * "integer too large" for an int32 that is not one). */
+typedef enum { HAND_INT32, HAND_INT64, HAND_BOOL, HAND_FIXED64 } hand_kind;
+
+typedef struct {
+    uint32_t number;
+    hand_kind kind;
+    size_t offset; /* in the dt_msg_* struct */
+} hand_field;
+
+typedef struct {
+    const hand_field *fields;
+    int count;
+    uint32_t tensors;  /* the repeated Tensor field's number */
+    size_t out_offset; /* dt_tensor_list in the struct */
+    size_t in_offset;  /* dt_tensor_views in the struct */
+    const char *what;  /* the tensors, in errors */
+} hand_msg;
+
+static const hand_field push_req_fields[] = {
+    {1, HAND_INT32, offsetof(dt_msg_push_req, worker)},
+    {2, HAND_INT64, offsetof(dt_msg_push_req, step)},
+    {4, HAND_INT64, offsetof(dt_msg_push_req, seen_step)},
+    {5, HAND_BOOL, offsetof(dt_msg_push_req, pull)},
+    {6, HAND_INT64, offsetof(dt_msg_push_req, min_global_step)},
+    {7, HAND_FIXED64, offsetof(dt_msg_push_req, push_id)},
+};
+static const hand_field push_resp_fields[] = {
+    {1, HAND_FIXED64, offsetof(dt_msg_push_resp, incarnation)},
+    {2, HAND_INT64, offsetof(dt_msg_push_resp, global_step)},
+    {3, HAND_BOOL, offsetof(dt_msg_push_resp, done)},
+    {4, HAND_BOOL, offsetof(dt_msg_push_resp, dropped)},
+    {6, HAND_BOOL, offsetof(dt_msg_push_resp, wait)},
+};
+static const hand_msg hand_push_req = {
+    push_req_fields, 6, 3, offsetof(dt_msg_push_req, out), offsetof(dt_msg_push_req, in),
+    "gradients"};
+static const hand_msg hand_push_resp = {
+    push_resp_fields, 5, 5, offsetof(dt_msg_push_resp, out), offsetof(dt_msg_push_resp, in),
+    "variables"};
+
+static const hand_msg *hand_of(dt_msg_type type) {
+    if (type == DT_MSG_PUSH_REQ) return &hand_push_req;
+    if (type == DT_MSG_PUSH_RESP) return &hand_push_resp;
+    return NULL;
+}
+
+/* Field f of msg as its wire value (a varint's, or the fixed64's bits). */
+static uint64_t hand_value(const hand_field *f, const void *msg) {
+    const char *at = (const char *)msg + f->offset;
+    switch (f->kind) {
+    case HAND_INT32: return (uint64_t)(int64_t) * (const int32_t *)at;
+    case HAND_INT64: return (uint64_t) * (const int64_t *)at;
+    case HAND_BOOL: return *(const bool *)at ? 1 : 0;
+    default: return *(const uint64_t *)at;
+    }
+}
+
+/* Writes msg by hand; a sizing stream (no callback) only counts. */
+static bool hand_write(pb_ostream_t *stream, const hand_msg *h, const void *msg) {
+    const dt_tensor_list *out = (const dt_tensor_list *)((const char *)msg + h->out_offset);
+    int tensors_done = 0;
+    for (int i = 0; i < h->count; i++) {
+        const hand_field *f = &h->fields[i];
+        if (!tensors_done && f->number > h->tensors) {
+            if (!write_tensors(stream, out, h->tensors)) return false;
+            tensors_done = 1;
+        }
+        uint64_t v = hand_value(f, msg);
+        if (v == 0) continue; /* proto3: the default is not sent */
+        if (f->kind == HAND_FIXED64) {
+            if (!pb_encode_tag(stream, PB_WT_64BIT, f->number) || !pb_encode_fixed64(stream, &v))
+                return false;
+        } else if (!pb_encode_tag(stream, PB_WT_VARINT, f->number) ||
+                   !pb_encode_varint(stream, v)) {
+            return false;
+        }
+    }
+    return tensors_done || write_tensors(stream, out, h->tensors);
+}
+
+/* Reads field f's value into msg. */
+static bool hand_read_field(pb_istream_t *stream, pb_wire_type_t wt, const hand_field *f,
+                            void *msg) {
+    char *at = (char *)msg + f->offset;
+    uint64_t v;
+    if (f->kind == HAND_FIXED64) {
+        if (wt != PB_WT_64BIT) PB_RETURN_ERROR(stream, "wrong wire type");
+        return pb_decode_fixed64(stream, at);
+    }
+    if (wt != PB_WT_VARINT) PB_RETURN_ERROR(stream, "wrong wire type");
+    if (f->kind == HAND_BOOL) return pb_decode_bool(stream, (bool *)at);
+    if (!pb_decode_varint(stream, &v)) return false;
+    if (f->kind == HAND_INT64) {
+        *(int64_t *)at = (int64_t)v;
+        return true;
+    }
+    int32_t clamped = (int32_t)v;
+    if ((int64_t)clamped != (int64_t)v) PB_RETURN_ERROR(stream, "integer too large");
+    *(int32_t *)at = clamped;
+    return true;
+}
+
+static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **arg);
+
+/* Reads msg by hand from stream (views into the message's pieces). */
+static bool hand_read(pb_istream_t *stream, const hand_msg *h, void *msg, decode_ctx *ctx) {
+    views_arg va = {ctx, (dt_tensor_views *)((char *)msg + h->in_offset)};
+    va.views->count = 0;
+    void *arg = &va;
+    while (stream->bytes_left > 0) {
+        pb_wire_type_t wt;
+        uint32_t tag;
+        bool eof;
+        if (!pb_decode_tag(stream, &wt, &tag, &eof)) return false;
+        if (tag == h->tensors) {
+            pb_istream_t sub;
+            if (wt != PB_WT_STRING) PB_RETURN_ERROR(stream, "wrong wire type");
+            if (!pb_make_string_substream(stream, &sub)) return false;
+            if (!decode_tensor(&sub, NULL, &arg)) {
+                /* The tensor's own error is in ctx->err; a substream error
+                 * in its stream. */
+                if (ctx->err->code == DT_OK) PB_RETURN_ERROR(stream, PB_GET_ERROR(&sub));
+                return false;
+            }
+            if (!pb_close_string_substream(stream, &sub)) return false;
+            continue;
+        }
+        const hand_field *f = NULL;
+        for (int i = 0; i < h->count && !f; i++)
+            if (h->fields[i].number == tag) f = &h->fields[i];
+        if (f ? !hand_read_field(stream, wt, f, msg) : !pb_skip_field(stream, wt)) return false;
+    }
+    return true;
+}
+
 /* msg as nanopb's struct in *pb (names backs a pull request's names) and
  * its encoded size; a negative code for an unknown type or a message that
  * cannot be sized. */
@@ -592,6 +704,14 @@ static int sized_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg
 }
 
 int64_t dt_codec_size(dt_msg_type type, const void *msg, dt_err *err) {
+    const hand_msg *h = hand_of(type);
+    if (h) {
+        pb_ostream_t sizing = PB_OSTREAM_SIZING;
+        if (!hand_write(&sizing, h, msg))
+            return dt_err_set(err, DT_EINVAL, "codec: %s: cannot size: %s", type_names[type],
+                              PB_GET_ERROR(&sizing));
+        return (int64_t)sizing.bytes_written;
+    }
     pb_any pb;
     out_names_arg names;
     size_t size;
@@ -605,9 +725,10 @@ int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len,
     if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
     pb_any pb;
     out_names_arg names;
-    to_pb(type, msg, &pb, &names);
+    const hand_msg *h = hand_of(type);
+    if (!h) to_pb(type, msg, &pb, &names);
     pb_ostream_t stream = pb_ostream_from_buffer(buf, len);
-    if (!pb_encode(&stream, fields, &pb))
+    if (h ? !hand_write(&stream, h, msg) : !pb_encode(&stream, fields, &pb))
         return dt_err_set(err, DT_EINVAL, "codec: %s: encode: %s", type_names[type],
                           PB_GET_ERROR(&stream));
     if (stream.bytes_written != len)
@@ -639,8 +760,15 @@ int dt_codec_encode_buf(dt_msg_type type, const void *msg, dt_rpc_buf *out, dt_e
     pb_any pb;
     out_names_arg names;
     size_t size;
-    int rc = sized_pb(type, msg, &pb, &names, &size, err);
-    if (rc < 0) return rc;
+    const hand_msg *h = hand_of(type);
+    int rc = 0;
+    if (h) {
+        int64_t n = dt_codec_size(type, msg, err);
+        if (n < 0) return (int)n;
+        size = (size_t)n;
+    } else if ((rc = sized_pb(type, msg, &pb, &names, &size, err)) < 0) {
+        return rc;
+    }
     /* The bytes sent in place are not the message's own. */
     const dt_tensor_list *lists[2];
     size_t refs = 0;
@@ -654,7 +782,7 @@ int dt_codec_encode_buf(dt_msg_type type, const void *msg, dt_rpc_buf *out, dt_e
     dt_err_clear(&local);
     builder bd = {out->data, own_len, 0, out, &local};
     pb_ostream_t stream = {.callback = builder_write, .state = &bd, .max_size = size};
-    if (!pb_encode(&stream, descriptor(type), &pb))
+    if (h ? !hand_write(&stream, h, msg) : !pb_encode(&stream, descriptor(type), &pb))
         rc = local.code != DT_OK
                  ? dt_err_set(err, local.code, "codec: %s: encode: %s", type_names[type], local.msg)
                  : dt_err_set(err, DT_EINVAL, "codec: %s: encode: %s", type_names[type],
@@ -908,8 +1036,8 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
     }
     case DT_MSG_PULL_REQ: pull_req_from_pb(&pb->pull_req, msg); break;
     case DT_MSG_PULL_RESP: pull_resp_from_pb(&pb->pull_resp, msg); break;
-    case DT_MSG_PUSH_REQ: push_req_from_pb(&pb->push_req, msg); break;
-    case DT_MSG_PUSH_RESP: push_resp_from_pb(&pb->push_resp, msg); break;
+    case DT_MSG_PUSH_REQ: /* by hand: hand_read */
+    case DT_MSG_PUSH_RESP: break;
     case DT_MSG_STATUS_REQ: {
         dt_msg_status_req *m = msg;
         m->worker = pb->status_req.worker;
@@ -975,6 +1103,17 @@ static int decode_pieces(dt_msg_type type, const dt_rpc_piece *pieces, int n, si
     if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
     dt_err local;
     dt_err_clear(&local);
+    piece_pos pos = {pieces, pieces + n, 0};
+    pb_istream_t stream = {.callback = piece_read, .state = &pos, .bytes_left = len};
+    const hand_msg *h = hand_of(type);
+    if (h) {
+        decode_ctx hctx = {&local, h->what};
+        if (hand_read(&stream, h, msg, &hctx)) return 0;
+        if (local.code != DT_OK)
+            return dt_err_set(err, local.code, "%s: %s", type_names[type], local.msg);
+        return dt_err_set(err, DT_EINVAL, "%s: malformed message: %s", type_names[type],
+                          PB_GET_ERROR(&stream));
+    }
     decode_ctx ctx = {&local, "tensors"};
     decode_ctx slots_ctx = {&local, "slots"};
     views_arg va, sa;
@@ -994,14 +1133,6 @@ static int decode_pieces(dt_msg_type type, const dt_rpc_piece *pieces, int n, si
         set_tensor_decoder(&pb.pull_resp.slots, &sa, &((dt_msg_pull_resp *)msg)->slots_in,
                            &slots_ctx);
         break;
-    case DT_MSG_PUSH_REQ:
-        ctx.what = "gradients";
-        set_tensor_decoder(&pb.push_req.gradients, &va, &((dt_msg_push_req *)msg)->in, &ctx);
-        break;
-    case DT_MSG_PUSH_RESP:
-        ctx.what = "variables";
-        set_tensor_decoder(&pb.push_resp.variables, &va, &((dt_msg_push_resp *)msg)->in, &ctx);
-        break;
     case DT_MSG_PULL_REQ: {
         dt_msg_pull_req *m = msg;
         m->names.count = 0;
@@ -1013,8 +1144,6 @@ static int decode_pieces(dt_msg_type type, const dt_rpc_piece *pieces, int n, si
     }
     default: break;
     }
-    piece_pos pos = {pieces, pieces + n, 0};
-    pb_istream_t stream = {.callback = piece_read, .state = &pos, .bytes_left = len};
     if (!pb_decode(&stream, fields, &pb)) {
         if (local.code != DT_OK)
             return dt_err_set(err, local.code, "%s: %s", type_names[type], local.msg);
