@@ -848,7 +848,6 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     c.job = params->job;
     c.last_saved_step = -1;
     c.lock_fd = -1;
-    dt_model_describe(&c.job->model, c.model, sizeof c.model);
     c.num_workers = params->cluster->num_workers;
     int rc = dt_ckpt_lock_dir(c.job->log_dir, &c.lock_fd, err);
     if (rc < 0) return rc;
@@ -859,12 +858,14 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     }
     if ((rc = note_log_dir(&c, err)) < 0) goto out;
     if ((rc = dt_worker_open(params, &c.w, err)) < 0) goto out;
+    c.job = dt_worker_job(c.w); /* with the shapes the training file gave */
+    dt_model_describe(&c.job->model, c.model, sizeof c.model);
     if ((rc = init_slots(&c, err)) < 0 || (rc = init_recipe(&c, err)) < 0 ||
         (rc = init_snapshot(&c, err)) < 0)
         goto out;
     if ((rc = creation_params(&c, params->cluster, err)) < 0) goto out;
     if (c.job->data.eval_data[0] && (rc = dt_job_open_eval(c.job, &c.eval, err)) < 0) {
-        dt_err_wrap(err, rc, "chief: eval_data");
+        dt_err_wrap(err, rc, "chief"); /* the data module names the field */
         goto out;
     }
     if ((rc = start_model(&c, stop, err)) < 0) goto out;

@@ -44,10 +44,12 @@
  */
 #include "data.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "log.h"
 #include "reader.h"
@@ -372,16 +374,65 @@ static int new_dataset(const spec *sp, int source, int64_t num_examples, int sha
     return 0;
 }
 
+/* DT_ECONFIG "<prefix>: <name>: no such file: <path>" when path is not
+ * there; 0 otherwise (any other failure is the read's to report). */
+static int check_file(const char *prefix, const char *name, const char *path, dt_err *err) {
+    struct stat st;
+    if (stat(path, &st) == 0 || (errno != ENOENT && errno != ENOTDIR)) return 0;
+    return dt_err_set(err, DT_ECONFIG, "%s: %s: no such file: %s", prefix, name, path);
+}
+
+int dt_data_check_files(const char *prefix, const char *data_name, const char *data,
+                        const char *labels_name, const char *labels, dt_err *err) {
+    int rc = check_file(prefix, data_name, data, err);
+    if (rc == 0 && labels && labels[0]) rc = check_file(prefix, labels_name, labels, err);
+    return rc;
+}
+
+/* The labels field beside a data field: "train_labels" for "train_data". */
+static const char *labels_field(const char *what) {
+    return strcmp(what, "train_data") == 0 ? "train_labels" : "eval_labels";
+}
+
 static int read_table(const spec *sp, const char *what, const char *data, const char *labels,
                       dt_labels_mode mode, dt_reader_table *t, dt_err *err) {
     if (!data[0])
         return dt_err_set(err, DT_EINVAL, "data: \"%s\" is not set: the \"%s\" source reads a file",
                           what, source_name(sp->cfg));
+    char data_name[32], labels_name[32];
+    snprintf(data_name, sizeof data_name, "\"%s\"", what);
+    snprintf(labels_name, sizeof labels_name, "\"%s\"", labels_field(what));
+    int rc = dt_data_check_files("data", data_name, data, labels_name,
+                                 sp->cfg->source == DT_DATA_IDX ? labels : NULL, err);
+    if (rc < 0) return rc;
     dt_reader_params p;
     dt_data_reader_params(sp->cfg, sp->needs, &p);
     p.labels = mode;
     /* The reader's format names are the file sources' names. */
-    int rc = dt_reader_load(source_name(sp->cfg), data, labels, &p, t, err);
+    rc = dt_reader_load(source_name(sp->cfg), data, labels, &p, t, err);
+    return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
+}
+
+int dt_data_infer(const dt_data_config *cfg, const dt_data_needs *needs, int want_classes,
+                  dt_reader_shape *out, dt_err *err) {
+    memset(out, 0, sizeof *out);
+    if (!dt_data_reads_files(cfg))
+        return dt_err_set(err, DT_EINVAL,
+                          "data: the \"%s\" source has no file to take \"features\" or "
+                          "\"classes\" from",
+                          source_name(cfg));
+    if (!cfg->train_data[0])
+        return dt_err_set(err, DT_EINVAL,
+                          "data: \"train_data\" is not set: the \"%s\" source "
+                          "reads a file",
+                          source_name(cfg));
+    const char *labels = cfg->source == DT_DATA_IDX ? cfg->train_labels : NULL;
+    int rc = dt_data_check_files("data", "\"train_data\"", cfg->train_data, "\"train_labels\"",
+                                 labels, err);
+    if (rc < 0) return rc;
+    dt_reader_params p;
+    dt_data_reader_params(cfg, needs, &p);
+    rc = dt_reader_infer(source_name(cfg), cfg->train_data, labels, &p, want_classes, out, err);
     return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
 }
 

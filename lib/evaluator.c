@@ -140,9 +140,14 @@ static int nap(int ms, volatile sig_atomic_t *stop) {
     return *stop != 0;
 }
 
-int dt_evaluator_run(const dt_job *job, volatile sig_atomic_t *stop, dt_err *err) {
+int dt_evaluator_run(const dt_job *given, volatile sig_atomic_t *stop, dt_err *err) {
+    /* Shapes the job leaves to the data come from the training file, as
+     * the chief's and the workers' do. */
+    dt_job job = *given;
+    int rc = dt_job_infer(&job, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "evaluator");
     evaluator e;
-    int rc = open_evaluator(job, &e, err);
+    rc = open_evaluator(&job, &e, err);
     if (rc < 0) return rc;
     int done = 0;
     while (rc == 0 && !done) {

@@ -709,13 +709,15 @@ START_TEST(bad_inputs) {
     path_of("nope.safetensors", missing);
     eval_fails(&job, missing, NULL, NULL, DT_ENOTFOUND, missing, NULL);
     path_of("nope.csv", missing);
-    eval_fails(&job, ckpt, missing, NULL, DT_ENOTFOUND, missing, NULL);
+    eval_fails(&job, ckpt, missing, NULL, DT_ECONFIG, "eval: --data: no such file: ", missing);
     write_tmp("garbage.safetensors", "not a checkpoint at all", bad);
     eval_fails(&job, bad, NULL, NULL, DT_ECORRUPT, bad, NULL);
 
     /* A label outside the 3 classes: the reader names the line. */
     write_tmp("badlabel.csv", "x1,label,x2\n1,0,1\n1,5,1\n", bad);
-    eval_fails(&job, ckpt, bad, NULL, DT_EINVAL, "badlabel.csv:3", NULL);
+    eval_fails(&job, ckpt, bad, NULL, DT_ECONFIG, "badlabel.csv:3", "\"classes\" is 3");
+    write_tmp("fraction.csv", "x1,label,x2\n1,0,1\n1,0.5,1\n", bad);
+    eval_fails(&job, ckpt, bad, NULL, DT_EINVAL, "fraction.csv:3", "not a whole number");
     /* A file with another number of features. */
     write_tmp("wide.csv", "x1,label,x2,x3\n1,0,1,1\n", bad);
     eval_fails(&job, ckpt, bad, NULL, DT_ECONFIG, "wide.csv", "feature");
@@ -895,8 +897,8 @@ START_TEST(bad_rows_without_labels) {
     write_tmp("junk.svm", "1:1\n2:x\n", bad);
     write_fails(&job, ckpt, bad, DT_EINVAL, "junk.svm:2: feature 2: not a number: \"x\"", NULL);
     write_tmp("range.svm", "1:1\n3:1\n", bad);
-    write_fails(&job, ckpt, bad, DT_EINVAL, "range.svm:2: feature index 3 is out of range 1..2",
-                NULL);
+    write_fails(&job, ckpt, bad, DT_ECONFIG, "range.svm:2: feature index 3 is out of range 1..2",
+                "\"features\" is 2");
 
     /* idx images alone that are damaged: the reader's error. */
     const unsigned char px[] = {1, 2, 3};
