@@ -421,6 +421,20 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     return 0;
 }
 
+/* Says why a job run again on its finished log dir ends at once: its
+ * latest checkpoint (at step) is at or past max_steps. */
+static void nothing_to_train(const chief *c, const char *why, int64_t step) {
+    char at[96];
+    if (step == c->create.max_steps)
+        snprintf(at, sizeof at, "at max_steps %lld", (long long)step);
+    else
+        snprintf(at, sizeof at, "at global_step %lld, past max_steps %lld", (long long)step,
+                 (long long)c->create.max_steps);
+    dt_log(DT_LOG_INFO,
+           "chief: %sthe checkpoint is %s: nothing to train; raise max_steps or use a new log_dir",
+           why, at);
+}
+
 /* Puts a model on the ps tasks: the one they hold, a recovery, the latest
  * checkpoint or a fresh one. 0: train it; 1: the ps tasks say the job is
  * done; 2: the log dir's latest checkpoint is already at max_steps. */
@@ -438,14 +452,11 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
                           "give this one its own ps tasks)",
                           dt_ps_client_name(dt_worker_client(c->w), cs.foreign_ps), cs.foreign,
                           c->job_id);
-    if (cs.done && cs.num_ready < num_ps &&
-        dt_ckpt_latest_step(c->job->log_dir) >= c->create.max_steps) {
+    int64_t latest = cs.done && cs.num_ready < num_ps ? dt_ckpt_latest_step(c->job->log_dir) : -1;
+    if (latest >= c->create.max_steps) {
         /* A ps restarted after the end says "done" with no model to give:
          * the final one is the log dir's. */
-        dt_log(DT_LOG_INFO,
-               "chief: the ps tasks say the job is done and %s holds its final checkpoint: "
-               "nothing to train (for a new job, give it a new log_dir)",
-               c->job->log_dir);
+        nothing_to_train(c, "the ps tasks say the job is done, and ", latest);
         return 2;
     }
     if (cs.done) return 1;
@@ -464,11 +475,7 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     if (found && step >= c->create.max_steps) {
         /* Every ps is empty and the log dir holds the final model: a job
          * run again. Recreating it would only end it at once. */
-        dt_log(DT_LOG_INFO,
-               "chief: the latest checkpoint in %s is at global_step %lld, max_steps is %lld: "
-               "the job is already complete, nothing to train (to train on, raise max_steps; "
-               "for a new job, give it a new log_dir)",
-               c->job->log_dir, (long long)step, (long long)c->create.max_steps);
+        nothing_to_train(c, "", step);
         return 2;
     }
     if (!found) {

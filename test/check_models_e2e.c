@@ -797,6 +797,32 @@ END_TEST
 
 /* ---- a checkpoint is the whole model -------------------------------------- */
 
+/* How many learning_rate scalars the event files of dir hold at steps
+ * above after; each must be want. */
+static int learning_rates_after(const char *dir, int64_t after, double want) {
+    int n = 0;
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "cannot open %s", dir);
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        if (strncmp(de->d_name, "events.out.tfevents.", 20) != 0) continue;
+        char file[2 * PATH_CAP], why[512];
+        snprintf(file, sizeof file, "%s/%s", dir, de->d_name);
+        dt_wire_event *ev = NULL;
+        size_t count = 0;
+        ck_assert_msg(dt_wire_load_file(file, &ev, &count, why, sizeof why) == 0, "%s", why);
+        for (size_t e = 0; e < count; e++) {
+            const dt_wire_value *lr = dt_wire_find(&ev[e], "learning_rate");
+            if (!lr || ev[e].step <= after) continue;
+            ck_assert_msg(lr->simple_value == (float)want, "learning_rate %g at step %lld, want %g",
+                          (double)lr->simple_value, (long long)ev[e].step, want);
+            n++;
+        }
+        dt_wire_events_free(ev, count);
+    }
+    closedir(d);
+    return n;
+}
+
 /* A chief's checkpoint carries its job and its scaling statistics: predict
  * and eval need neither the job file nor the training file; a config that
  * disagrees with the checkpoint on the input is exit 2 naming the field;
@@ -834,14 +860,34 @@ START_TEST(recipe_travels_with_checkpoint) {
                              "checkpoint -> config", NULL);
     ck_assert_int_eq(rename(moved, train_path), 0);
 
-    /* Rerun on: new hyperparameters are said and applied. */
-    const char *more[] = {"max_steps=140", "learning_rate=0.5"};
-    dt_test_job_set(&J, more, 2);
+    /* Rerun on: new hyperparameters are said in one line, old -> new, and
+     * applied: the ps runs the new optimizer (whose slots start afresh),
+     * the summaries show the new rate from the restored step on, and the
+     * job ends at the new max_steps. */
+    const char *more[] = {"optimizer=momentum", "max_steps=140", "learning_rate=0.5",
+                          "summary_steps=2"};
+    dt_test_job_set(&J, more, 4);
     dt_test_job_run(&J, "-more", JOB_TIMEOUT_MS);
     ck_assert_msg(dt_test_job_log_has(&J, "chief-more",
                                       "with a changed job, this job's values apply from now on: "
-                                      "\"learning_rate\" 1 -> 0.5, \"max_steps\" 100 -> 140"),
+                                      "\"optimizer\" \"sgd\" -> \"momentum\", \"learning_rate\" "
+                                      "1 -> 0.5, \"max_steps\" 100 -> 140, \"summary_steps\" 50 -> "
+                                      "2\n"),
                   "no resume line:%s", dt_test_job_report(&J));
+    ck_assert_msg(dt_test_job_log_has(&J, "ps0-more", "global_step 100, optimizer momentum"),
+                  "the ps was not created with the new optimizer:%s", dt_test_job_report(&J));
+    ck_assert_msg(dt_test_job_log_has(&J, "chief-more", "has no momentum slots"),
+                  "no word of the new optimizer's slots:%s", dt_test_job_report(&J));
+    ck_assert_int_eq(dt_test_ckpt_max(J.log_dir), 140);
+    ck_assert_msg(learning_rates_after(J.log_dir, 100, 0.5) > 0,
+                  "no learning_rate summary after the restored step:%s", dt_test_job_report(&J));
+
+    /* Once more as it is: the checkpoint is at max_steps; every role ends 0. */
+    dt_test_job_run(&J, "-done", JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&J, "chief-done",
+                                      "the checkpoint is at max_steps 140: nothing to train; "
+                                      "raise max_steps or use a new log_dir"),
+                  "the chief did not say why it trains nothing:%s", dt_test_job_report(&J));
     ck_assert_int_eq(dt_test_ckpt_max(J.log_dir), 140);
 
     /* Another model in the same log dir: the chief refuses it. */
