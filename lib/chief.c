@@ -62,6 +62,8 @@ typedef struct {
     int have_slots;             /* slots hold values worth sending (from a checkpoint) */
     dt_tensors recipe;          /* the scaling statistics a checkpoint carries (or none) */
     char *job_json;             /* the job config a checkpoint carries (dt_job_to_json) */
+    char *feature_names;        /* csv: the training file's feature columns, which a
+                                   checkpoint carries too (NULL for other data) */
     dt_tensors snapshot;        /* views of vars, slots, recipe, for saving; no slab */
     dt_summary_writer *summary; /* NULL while no event file could be opened */
     int64_t summaries_dropped;  /* since the last write that succeeded */
@@ -120,10 +122,16 @@ static int init_slots(chief *c, dt_err *err) {
 
 /* What a checkpoint carries beside the variables, so that it can be scored
  * and resumed with no job file and no training file (checkpoint.h): the
- * job config, and the statistics the chief's data was standardized with
- * (every worker computes the same ones, over the whole training file). */
+ * job config, a csv training file's feature names, and the statistics the
+ * chief's data was standardized with (every worker computes the same ones,
+ * over the whole training file). */
 static int init_recipe(chief *c, dt_err *err) {
     int rc = dt_job_to_json(c->job, &c->job_json, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "chief");
+    dt_data_needs needs;
+    dt_model_data_needs(&c->job->model, &needs);
+    rc = dt_data_feature_names(&c->job->data, &needs, c->job->data.train_data, 1, &c->feature_names,
+                               err);
     if (rc < 0) return dt_err_wrap(err, rc, "chief");
     dt_data_stats st;
     dt_data_stats_of(dt_worker_data(c->w), &st);
@@ -177,6 +185,7 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     meta.global_step = global_step;
     meta.max_steps = c->create.max_steps; /* the evaluator knows the last one by it */
     meta.job = c->job_json;
+    meta.feature_names = c->feature_names;
     snprintf(meta.model, sizeof meta.model, "%s", c->model);
     char path[DT_PATH_MAX + 64];
     int rc = dt_ckpt_save_in_dir(c->job->log_dir, &c->snapshot, &meta, c->job->max_to_keep, path,
@@ -843,6 +852,7 @@ static void chief_deinit(chief *c) {
     dt_data_free(c->eval);
     free(c->snapshot.items);
     free(c->job_json);
+    free(c->feature_names);
     dt_tensors_deinit(&c->recipe);
     free(c->gone_logged);
     dt_tensors_deinit(&c->slots);

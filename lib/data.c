@@ -413,6 +413,17 @@ static int read_table(const spec *sp, const char *what, const char *data, const 
     return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
 }
 
+int dt_data_feature_names(const dt_data_config *cfg, const dt_data_needs *needs, const char *path,
+                          int labeled, char **out, dt_err *err) {
+    *out = NULL;
+    if (cfg->source != DT_DATA_CSV) return 0;
+    dt_reader_params p;
+    dt_data_reader_params(cfg, needs, &p);
+    p.labels = labeled ? DT_LABELS_REQUIRED : DT_LABELS_NONE;
+    int rc = dt_reader_csv_names(path, &p, out, err);
+    return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
+}
+
 int dt_data_infer(const dt_data_config *cfg, const dt_data_needs *needs, int want_classes,
                   dt_reader_shape *out, dt_err *err) {
     memset(out, 0, sizeof *out);

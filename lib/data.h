@@ -153,6 +153,14 @@ int dt_data_open_held_out(const dt_data_config *cfg, const dt_data_needs *needs,
 int dt_data_infer(const dt_data_config *cfg, const dt_data_needs *needs, int want_classes,
                   dt_reader_shape *out, dt_err *err) DT_WARN_UNUSED;
 
+/* The names of the feature columns of path, a file in cfg's format, in
+ * order, joined by commas (dt_reader_csv_names), with its label column left
+ * out when labeled; *out malloc'd, the caller frees it. Only csv names its
+ * columns: for the other sources *out is NULL. Errors: the reader's about
+ * the file's header, prefixed "data: ". */
+int dt_data_feature_names(const dt_data_config *cfg, const dt_data_needs *needs, const char *path,
+                          int labeled, char **out, dt_err *err) DT_WARN_UNUSED;
+
 /* 0 when data (and labels, when not NULL or "") exist, or fail to stat
  * for another reason, which reading them reports; DT_ECONFIG
  * "<prefix>: <name>: no such file: <path>" for one that does not, so the

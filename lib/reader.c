@@ -1051,6 +1051,39 @@ int dt_reader_detect_labels(const char *format, const char *data_path, const cha
     return unknown_format(format, err);
 }
 
+/* ---- a csv file's feature names -------------------------------------------- */
+
+int dt_reader_csv_names(const char *path, const dt_reader_params *p, char **out, dt_err *err) {
+    *out = NULL;
+    line_src src = {.path = path};
+    char **fields = NULL;
+    int fields_cap = 0, count = 0, label = -1, rc;
+    if ((rc = csv_open(path, &src, &fields, &fields_cap, &count, err)) < 0) goto fail;
+    if (p->labels != DT_LABELS_NONE &&
+        (rc = find_label(path, src.line_no, fields, count, p, "", &label, err)) < 0)
+        goto fail;
+    size_t n = 1;
+    for (int c = 0; c < count; c++)
+        n += strlen(fields[c]) + 1;
+    char *names = malloc(n);
+    if (!names) {
+        rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for the header", path);
+        goto fail;
+    }
+    size_t at = 0;
+    for (int c = 0; c < count; c++) {
+        if (c == label) continue;
+        at += (size_t)snprintf(names + at, n - at, "%s%s", at ? "," : "", fields[c]);
+    }
+    names[at] = '\0';
+    *out = names;
+fail:
+    if (src.gz) gzclose_r(src.gz);
+    free(src.buf);
+    free(fields);
+    return rc;
+}
+
 /* ---- a training file's own shape ------------------------------------------- */
 
 /* The labels seen while inferring "classes": which whole numbers in

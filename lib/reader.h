@@ -143,6 +143,14 @@ int dt_reader_detect_labels(const char *format, const char *data_path, const cha
                             const dt_reader_params *p, int *labeled, char *how, size_t cap,
                             dt_err *err) DT_WARN_UNUSED;
 
+/* csv: the names of path's feature columns, in order, trimmed and unquoted
+ * as the read takes them (the label column, named by p->label_column, left
+ * out unless p->labels is DT_LABELS_NONE), joined by commas (no csv name
+ * holds one) into *out (malloc'd; the caller frees it). Reads the header
+ * alone. Errors as dt_reader_csv's about a header. */
+int dt_reader_csv_names(const char *path, const dt_reader_params *p, char **out,
+                        dt_err *err) DT_WARN_UNUSED;
+
 /* The most classes dt_reader_infer infers (a label of this or more is
  * more likely a value than a class index). */
 #define DT_READER_MAX_CLASSES 65536

@@ -350,8 +350,8 @@ START_TEST(fashion_slice) {
     check_matches_chief(&e);
     /* The job leaves the shapes out: the idx header and labels say them. */
     char *log = dt_test_job_read_log(&J, "chief");
-    int found = dt_test_line_has(log, "\"features\" 784 (", "images of 28 x 28",
-                                 "\"classes\" 10 (", "train-labels.idx: labels 0..9)");
+    int found = dt_test_line_has(log, "\"features\" 784 (", "images of 28 x 28", "\"classes\" 10 (",
+                                 "train-labels.idx: labels 0..9)");
     free(log);
     ck_assert_msg(found, "the chief did not read the shapes from the idx files; logs:%s",
                   dt_test_job_report(&J));
@@ -368,8 +368,8 @@ END_TEST
  * labels that do not say the classes, are exit 2 naming the file. */
 START_TEST(shapes_from_data) {
     enum { EVAL_ROWS = 60 };
-    char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP], moved[PATH_CAP],
-        gap[PATH_CAP], text[4096], bad_file[PATH_CAP + 16];
+    char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP], moved[PATH_CAP], gap[PATH_CAP],
+        text[4096], bad_file[PATH_CAP + 16];
     write_set(SET_THREE, 300, 81, "train.csv", train_path, NULL);
     write_set(SET_THREE, EVAL_ROWS, 82, "eval.csv", eval_path, NULL);
     snprintf(text, sizeof text,
@@ -385,14 +385,15 @@ START_TEST(shapes_from_data) {
     for (int r = 0; r < 2; r++) {
         char *log = dt_test_job_read_log(&J, readers[r]);
         int found = dt_test_line_has(log, "job: from the training data: \"features\" 2 (",
-                                     "3 columns less the label column \"label\"",
-                                     "\"classes\" 3 (", "train.csv: labels 0..2)");
+                                     "3 columns less the label column \"label\"", "\"classes\" 3 (",
+                                     "train.csv: labels 0..2)");
         free(log);
         ck_assert_msg(found, "%s did not take the shapes from the data; logs:%s", readers[r],
                       dt_test_job_report(&J));
     }
-    ck_assert_msg(dt_test_job_log_has(&J, "ps0", "the job leaves \"features\" or \"classes\" to "
-                                                 "the training data, which the ps does not read"),
+    ck_assert_msg(dt_test_job_log_has(&J, "ps0",
+                                      "the job leaves \"features\" or \"classes\" to "
+                                      "the training data, which the ps does not read"),
                   "the ps did not say why its message cap is the largest; logs:%s",
                   dt_test_job_report(&J));
     eval_line e = eval_job(job);
@@ -406,6 +407,16 @@ START_TEST(shapes_from_data) {
     const char *bare[] = {"predict", "--log-dir", J.log_dir, "--data", eval_path, NULL};
     ck_assert_msg(run(bare) == 0, "predict from the checkpoint alone: %s", J.err);
     ck_assert_msg(strncmp(J.out, "class,p0,p1,p2\n", 15) == 0, "header: %.40s", J.out);
+    /* It carries the training file's column names: columns in another
+     * order are refused, not scored on the wrong inputs. */
+    char swapped[PATH_CAP];
+    path_of("swapped.csv", swapped);
+    ck_assert_int_eq(dt_test_write_file(swapped, "x2,x1\n0.5,2\n"), 0);
+    const char *swap[] = {"predict", "--log-dir", J.log_dir, "--data", swapped, NULL};
+    dt_test_job_expect_error(&J, run(swap), 2,
+                             "feature column 1 is \"x2\", but the model was "
+                             "trained with \"x1\" there",
+                             NULL, NULL);
     /* A config that leaves them out takes the checkpoint's. */
     eval_line again = eval_job(job);
     ck_assert_str_eq(again.line, e.line);
@@ -413,26 +424,26 @@ START_TEST(shapes_from_data) {
     ck_assert_int_eq(rename(moved, train_path), 0);
 
     /* A value the job sets is held to the file: both numbers, exit 2. */
-    const char *set_features[] = {"--cluster", J.cluster,  "--job", "worker", "--task",
-                                  "1",         "--config", job,     "--set",  "features=3",
-                                  NULL};
-    dt_test_job_expect_error(&J, run(set_features), 2, "train.csv:1: the header has 2 feature "
+    const char *set_features[] = {"--cluster", J.cluster, "--job", "worker",     "--task", "1",
+                                  "--config",  job,       "--set", "features=3", NULL};
+    dt_test_job_expect_error(&J, run(set_features), 2,
+                             "train.csv:1: the header has 2 feature "
                              "columns (3 columns less the label), but \"features\" is 3",
                              NULL, NULL);
-    const char *set_classes[] = {"--cluster", J.cluster,  "--job", "worker", "--task",
-                                 "1",         "--config", job,     "--set",  "classes=2",
-                                 NULL};
-    dt_test_job_expect_error(&J, run(set_classes), 2, "train.csv:",
-                             "is not a class of 0..1: \"classes\" is 2", NULL);
+    const char *set_classes[] = {"--cluster", J.cluster, "--job", "worker",    "--task", "1",
+                                 "--config",  job,       "--set", "classes=2", NULL};
+    dt_test_job_expect_error(&J, run(set_classes), 2,
+                             "train.csv:", "is not a class of 0..1: \"classes\" is 2", NULL);
     /* Labels 1 and 2 with no 0: the number of classes is not clear. */
     path_of("gap.csv", gap);
     ck_assert_int_eq(dt_test_write_file(gap, "x1,x2,label\n0,0,1\n1,1,2\n"), 0);
     snprintf(bad_file, sizeof bad_file, "train_data=%s", gap);
-    const char *unclear[] = {"--cluster", J.cluster,  "--job", "worker", "--task",
-                             "1",         "--config", job,     "--set",  bad_file,
-                             NULL};
-    dt_test_job_expect_error(&J, run(unclear), 2, "gap.csv: the labels run up to 2, but no row "
-                             "has class 0", "set \"classes\"", NULL);
+    const char *unclear[] = {"--cluster", J.cluster, "--job", "worker", "--task", "1",
+                             "--config",  job,       "--set", bad_file, NULL};
+    dt_test_job_expect_error(&J, run(unclear), 2,
+                             "gap.csv: the labels run up to 2, but no row "
+                             "has class 0",
+                             "set \"classes\"", NULL);
 }
 END_TEST
 

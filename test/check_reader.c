@@ -1245,6 +1245,35 @@ START_TEST(test_infer_shape) {
 }
 END_TEST
 
+/* A csv's feature names, in order, as the read takes them: trimmed and
+ * unquoted, the label column out unless the file is read without labels. */
+START_TEST(test_csv_names) {
+    char *dir = dt_test_tempdir();
+    char path[1024], *names = NULL;
+    path_in(path, sizeof path, dir, "n.csv");
+    write_text(path, "\n a ,\"y\",\"b c\",d\n1,0,2,3\n");
+    dt_reader_params p = params(3, DT_LABEL_CLASS, 3, "y");
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_csv_names(path, &p, &names, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(names, "a,b c,d");
+    free(names);
+    p.label_column = "3";
+    ck_assert_msg(dt_reader_csv_names(path, &p, &names, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(names, "a,y,b c");
+    free(names);
+    p.labels = DT_LABELS_NONE;
+    ck_assert_msg(dt_reader_csv_names(path, &p, &names, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(names, "a,y,b c,d");
+    free(names);
+    p.labels = DT_LABELS_REQUIRED;
+    p.label_column = "z";
+    expect_err(dt_reader_csv_names(path, &p, &names, &err), &err, DT_ECONFIG,
+               "n.csv:2: no column named \"z\"");
+    ck_assert_ptr_null(names);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
 static void suite_setup(void) {
     if (dt_test_tmp_begin() != 0) fprintf(stderr, "reader: no suite temp dir; using $TMPDIR\n");
 }
@@ -1271,6 +1300,7 @@ Suite *reader_suite(void) {
     tcase_add_test(tc, test_without_labels_skip);
     tcase_add_test(tc, test_detect_labels);
     tcase_add_test(tc, test_infer_shape);
+    tcase_add_test(tc, test_csv_names);
     suite_add_tcase(s, tc);
     return s;
 }
