@@ -846,6 +846,21 @@ static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
 
 /* ---- the role ---------------------------------------------------------- */
 
+/* The held-out set, scaled with the statistics the chief's training data
+ * took (every worker's are the same): the training file is not read a
+ * second time, nor its skipped rows reported twice. A csv's feature
+ * columns must be the training file's, in order. */
+static int open_eval(chief *c, dt_err *err) {
+    dt_data_stats st;
+    dt_data_stats_of(dt_worker_data(c->w), &st);
+    dt_data_needs needs;
+    dt_model_data_needs(&c->job->model, &needs);
+    const dt_data_config *d = &c->job->data;
+    int rc = dt_data_open_held_out(d, &needs, c->job->seed, st.num_features ? &st : NULL, 1,
+                                   &c->eval, err);
+    return rc < 0 ? rc : dt_data_check_names(d, &needs, d->eval_data, 1, c->feature_names, err);
+}
+
 static void chief_deinit(chief *c) {
     dt_summary_close(c->summary);
     dt_ckpt_unlock_dir(c->lock_fd);
@@ -881,7 +896,7 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
         (rc = init_snapshot(&c, err)) < 0)
         goto out;
     if ((rc = creation_params(&c, params->cluster, err)) < 0) goto out;
-    if (c.job->data.eval_data[0] && (rc = dt_job_open_eval(c.job, &c.eval, err)) < 0) {
+    if (c.job->data.eval_data[0] && (rc = open_eval(&c, err)) < 0) {
         dt_err_wrap(err, rc, "chief"); /* the data module names the field */
         goto out;
     }

@@ -424,6 +424,51 @@ int dt_data_feature_names(const dt_data_config *cfg, const dt_data_needs *needs,
     return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
 }
 
+/* The number of names in a comma-joined list. */
+static int count_names(const char *names) {
+    int n = 1;
+    for (; *names; names++)
+        n += *names == ',';
+    return n;
+}
+
+/* Name c (0-based, below count_names) of a comma-joined list: its start,
+ * and its length in *len. */
+static const char *name_at(const char *names, int c, int *len) {
+    for (; c > 0; c--)
+        names = strchr(names, ',') + 1;
+    *len = (int)strcspn(names, ",");
+    return names;
+}
+
+/* The model knows its inputs by position: a file with two columns swapped
+ * would be scored on the wrong ones without a word. */
+int dt_data_check_names(const dt_data_config *cfg, const dt_data_needs *needs, const char *path,
+                        int labeled, const char *want, dt_err *err) {
+    if (!want) return 0;
+    char *have = NULL;
+    int rc = dt_data_feature_names(cfg, needs, path, labeled, &have, err);
+    if (rc < 0) return rc;
+    const int n = have ? count_names(have) : 0;
+    if (have && n == count_names(want) && strcmp(have, want) != 0) {
+        int c = 0, la = 0, lb = 0;
+        const char *a = have, *b = want;
+        for (; c < n; c++) { /* the lists differ, so some column does */
+            a = name_at(have, c, &la);
+            b = name_at(want, c, &lb);
+            if (la != lb || strncmp(a, b, (size_t)la) != 0) break;
+        }
+        rc = dt_err_set(err, DT_ECONFIG,
+                        "%s: feature column %d is \"%.*s\", but the model was trained with "
+                        "\"%.*s\" there: the columns must be the training file's, in its order "
+                        "(%.200s%s)",
+                        path, c + 1, la > 80 ? 80 : la, a, lb > 80 ? 80 : lb, b, want,
+                        strlen(want) > 200 ? "..." : "");
+    }
+    free(have);
+    return rc;
+}
+
 int dt_data_infer(const dt_data_config *cfg, const dt_data_needs *needs, int want_classes,
                   dt_reader_shape *out, dt_err *err) {
     memset(out, 0, sizeof *out);

@@ -161,6 +161,15 @@ int dt_data_infer(const dt_data_config *cfg, const dt_data_needs *needs, int wan
 int dt_data_feature_names(const dt_data_config *cfg, const dt_data_needs *needs, const char *path,
                           int labeled, char **out, dt_err *err) DT_WARN_UNUSED;
 
+/* csv: DT_ECONFIG when the feature columns of path (dt_data_feature_names)
+ * are not want, the training file's (a checkpoint's "feature_names"),
+ * naming the first that differs, by name and position; 0 when they are, when
+ * want is NULL, when the source names no columns, or when their count
+ * differs (the read reports that). Errors of the header as
+ * dt_data_feature_names. */
+int dt_data_check_names(const dt_data_config *cfg, const dt_data_needs *needs, const char *path,
+                        int labeled, const char *want, dt_err *err) DT_WARN_UNUSED;
+
 /* 0 when data (and labels, when not NULL or "") exist, or fail to stat
  * for another reason, which reading them reports; DT_ECONFIG
  * "<prefix>: <name>: no such file: <path>" for one that does not, so the

@@ -411,54 +411,6 @@ static int labels_of(const char *what, const dt_data_config *d, const dt_data_ne
     return 0;
 }
 
-/* The number of names in a comma-joined list. */
-static int count_names(const char *names) {
-    int n = 1;
-    for (; *names; names++)
-        n += *names == ',';
-    return n;
-}
-
-/* Name c (0-based, below count_names) of a comma-joined list: its start,
- * and its length in *len. */
-static const char *name_at(const char *names, int c, int *len) {
-    for (; c > 0; c--)
-        names = strchr(names, ',') + 1;
-    *len = (int)strcspn(names, ",");
-    return names;
-}
-
-/* A csv's feature columns must be the training file's, in its order (the
- * checkpoint's "feature_names"): the model knows its inputs by position,
- * so a file with two columns swapped would be scored on the wrong ones
- * without a word. Another count is the read's to report. */
-static int check_columns(const char *what, const dt_data_config *d, const dt_data_needs *needs,
-                         int labeled, const dt_ckpt_meta *meta, dt_err *err) {
-    const char *want = meta->feature_names;
-    if (!want) return 0;
-    char *have = NULL;
-    int rc = dt_data_feature_names(d, needs, d->eval_data, labeled, &have, err);
-    if (rc < 0) return dt_err_wrap(err, rc, "%s", what);
-    const int n = have ? count_names(have) : 0;
-    if (have && n == count_names(want) && strcmp(have, want) != 0) {
-        int c = 0, la = 0, lb = 0;
-        const char *a = have, *b = want;
-        for (; c < n; c++) { /* the lists differ, so some column does */
-            a = name_at(have, c, &la);
-            b = name_at(want, c, &lb);
-            if (la != lb || strncmp(a, b, (size_t)la) != 0) break;
-        }
-        rc = dt_err_set(err, DT_ECONFIG,
-                        "%s: %s: feature column %d is \"%.*s\", but the model was trained with "
-                        "\"%.*s\" there: the columns must be the training file's, in its order "
-                        "(%.200s%s)",
-                        what, d->eval_data, c + 1, la > 80 ? 80 : la, a, lb > 80 ? 80 : lb, b, want,
-                        strlen(want) > 200 ? "..." : "");
-    }
-    free(have);
-    return rc;
-}
-
 /* Opens the session of command `what` ("eval" or "predict", the prefix of
  * its messages). */
 static int session_open(const char *what, const dt_predict_params *p, session *s,
@@ -480,7 +432,9 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
                   &stats, err);
     if (rc == 0) rc = dt_model_new(&p->job->model, &s->model, err);
     if (rc == 0) rc = labels_of(what, d, &needs, &s->labeled, err);
-    if (rc == 0) rc = check_columns(what, d, &needs, s->labeled, &meta, err);
+    if (rc == 0 && (rc = dt_data_check_names(d, &needs, d->eval_data, s->labeled,
+                                             meta.feature_names, err)) < 0)
+        dt_err_wrap(err, rc, "%s", what);
     /* Scaled with the checkpoint's statistics when it has them, so the
      * training file need not exist; an older checkpoint's job reads it. */
     if (rc == 0)

@@ -422,6 +422,21 @@ START_TEST(shapes_from_data) {
     ck_assert_str_eq(again.line, e.line);
     ck_assert_msg(strstr(J.err, "\"features\" and \"classes\" from the job"), "%s", J.err);
     ck_assert_int_eq(rename(moved, train_path), 0);
+    /* So are the chief's and the evaluator's eval_data. */
+    path_of("swapped-labeled.csv", swapped);
+    ck_assert_int_eq(dt_test_write_file(swapped, "x2,label,x1\n0.5,0,2\n"), 0);
+    char eval_swapped[PATH_CAP + 16];
+    snprintf(eval_swapped, sizeof eval_swapped, "eval_data=%s", swapped);
+    const char *const roles[] = {"worker", "evaluator"};
+    for (int r = 0; r < 2; r++) {
+        const char *role[] = {"--cluster", J.cluster,    "--job", roles[r],    "--task",
+                              "0",         "--config",   job,     "--log-dir", J.log_dir,
+                              "--set",     eval_swapped, NULL};
+        dt_test_job_expect_error(&J, run(role), 2,
+                                 "swapped-labeled.csv: feature column 1 is "
+                                 "\"x2\", but the model was trained with \"x1\" there",
+                                 NULL, NULL);
+    }
 
     /* A value the job sets is held to the file: both numbers, exit 2. */
     const char *set_features[] = {"--cluster", J.cluster, "--job", "worker",     "--task", "1",
@@ -843,11 +858,24 @@ START_TEST(recipe_travels_with_checkpoint) {
     char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP], moved[PATH_CAP];
     write_set(SET_BINARY, 200, 61, "train.csv", train_path, NULL);
     write_set(SET_BINARY, 50, 62, "eval.csv", eval_path, NULL);
+    FILE *f = fopen(train_path, "a"); /* one malformed row, skipped */
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_gt(fprintf(f, "0.5,abc,1\n"), 0);
+    ck_assert_int_eq(fclose(f), 0);
     write_job("\"model\": \"logistic\", \"classes\": 2", train_path, eval_path,
               "\"scale\": \"standardize\", \"optimizer\": \"sgd\", \"learning_rate\": 1.0, "
-              "\"batch_size\": 20, \"max_steps\": 100",
+              "\"batch_size\": 20, \"max_steps\": 100, \"skip_bad_rows\": true",
               job);
     train(job);
+    /* The chief reads the training file once: its evaluations scale with
+     * the statistics it has, so the skipped row is reported once. */
+    char *log = dt_test_job_read_log(&J, "chief");
+    int said = 0;
+    for (const char *p = log; (p = strstr(p, "skipped 1 malformed rows (skip_bad_rows)")); p++)
+        said++;
+    free(log);
+    ck_assert_msg(said == 1, "the chief reported the skipped row %d times; logs:%s", said,
+                  dt_test_job_report(&J));
     const char *with_config[] = {"predict", "--config", job,       "--log-dir",
                                  J.log_dir, "--data",   eval_path, NULL};
     ck_assert_msg(run(with_config) == 0, "predict: %s", J.err);
