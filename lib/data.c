@@ -575,7 +575,7 @@ int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t
     if ((rc = source_of(cfg, &source, err)) < 0) return rc;
     if (source != SRC_FILE) {
         if (cfg->num_examples < 1)
-            return dt_err_set(err, DT_EINVAL, "data: \"num_examples\" must be >= 1 (got %lld)",
+            return dt_err_set(err, DT_EINVAL, "data: \"examples\" must be >= 1 (got %lld)",
                               (long long)cfg->num_examples);
         if (!(cfg->noise >= 0 && isfinite(cfg->noise)))
             return dt_err_set(err, DT_EINVAL, "data: \"noise\" must be a number >= 0 (got %g)",
@@ -594,7 +594,7 @@ int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t
     if (source == SRC_FILE) return open_file(&sp, shard, num_shards, out, err);
     if (shard >= cfg->num_examples)
         return dt_err_set(err, DT_EINVAL,
-                          "data: shard %d of %d is empty: only %lld examples in \"num_examples\"",
+                          "data: shard %d of %d is empty: only %lld examples in \"examples\"",
                           shard, num_shards, (long long)cfg->num_examples);
 
     dt_dataset *ds = NULL;

@@ -741,7 +741,7 @@ int dt_job_infer(dt_job *job, dt_err *err) {
     int rc = dt_data_infer(&job->data, &needs, want_classes, &shape, err);
     if (rc < 0)
         return dt_err_wrap(err, rc, "job: taking %s from the training data",
-                           !want_classes    ? "\"features\""
+                           !want_classes   ? "\"features\""
                            : want_features ? "\"features\" and \"classes\""
                                            : "\"classes\"");
     /* A set value is checked by the read itself, which names the file and

@@ -393,7 +393,7 @@ START_TEST(test_bad_args) {
     job = job_of(DT_DATA_WIDE, 0, 10, 0.1, 1);
     expect_open_error(&job, 0, 1, "\"features\" must be >= 1 (got 0)");
     job = job_of(DT_DATA_LINE, 1, 0, 0.1, 1);
-    expect_open_error(&job, 0, 1, "\"num_examples\" must be >= 1 (got 0)");
+    expect_open_error(&job, 0, 1, "\"examples\" must be >= 1 (got 0)");
     job = job_of(DT_DATA_LINE, 1, 10, -0.1, 1);
     expect_open_error(&job, 0, 1, "\"noise\"");
     job = job_of(DT_DATA_LINE, 1, 10, NAN, 1);

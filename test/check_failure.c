@@ -203,10 +203,10 @@ START_TEST(status_shows_failed) {
     const char *json[] = {"status", "--cluster", w.cluster, "--json", NULL};
     ck_assert_int_eq(dt_test_job_command(&w, json, 30000), 0);
     ck_assert_msg(strstr(w.out, "\"state\":\"failed\""), "not failed in: %s", w.out);
-    ck_assert_msg(
-        dt_test_line_has(w.out, "\"failure\":\"chief: data: \\\"eval_data\\\": no such file: ",
-                         "missing.csv", NULL, NULL),
-        "no failure with the reason in: %s", w.out);
+    ck_assert_msg(dt_test_line_has(w.out,
+                                   "\"failure\":\"chief: data: \\\"eval_data\\\": no such file: ",
+                                   "missing.csv", NULL, NULL),
+                  "no failure with the reason in: %s", w.out);
     ck_assert_msg(dt_test_line_has(w.out, "\"task\":1", "nothing.csv", NULL, NULL),
                   "worker 1's failure not in: %s", w.out);
 }
