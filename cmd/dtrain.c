@@ -6,7 +6,8 @@
  *   0    the job is done
  *   1    a permanent runtime failure (bad checkpoint, data error, bug)
  *   2    usage or configuration error (also: a job config that does not
- *        fit its data, e.g. a label column the file lacks)
+ *        fit its data, e.g. a label column the file lacks, or that names a
+ *        data file that is not there)
  *   75   the final checkpoint could not be written in final_save_secs (a full
  *        disk; retryable: restart the job once the log dir has room)
  *   200  a peer stayed unreachable past the retry budget (retryable)
@@ -112,7 +113,8 @@ static const char usage[] =
     "libsvm rows that start with index:value, idx images without --labels.\n"
     "A checkpoint carries its job config and scaling statistics, so --checkpoint or\n"
     "--log-dir alone is enough; a --config given too must agree with it on the\n"
-    "model and its input (exit 2 naming each field otherwise).\n"
+    "model and its input (exit 2 naming each field otherwise). A csv must have the\n"
+    "training file's feature columns, by name and in order (exit 2 otherwise).\n"
     "  --config FILE        the job config (needed for checkpoints of older versions)\n"
     "  --checkpoint FILE    a checkpoint file; default: the latest in the job's log_dir\n"
     "  --log-dir DIR        take the latest checkpoint of DIR instead\n"
@@ -455,7 +457,10 @@ static int predict_output(const options *o, const dt_job *job, int *out) {
 static int load_tool_job(const options *o, const char *tool, dt_job *job, char *ckpt, size_t cap,
                          dt_err *err) {
     ckpt[0] = '\0';
-    if (o->config_path) return load_job(o, job, err);
+    if (o->config_path) {
+        int rc = load_job(o, job, err);
+        return rc < 0 ? rc : dt_predict_fill_shape(tool, o->checkpoint, job, err);
+    }
     int rc = dt_predict_job_of(tool, o->checkpoint, o->log_dir, job, ckpt, cap, err);
     for (int i = 0; rc == 0 && i < o->num_sets; i++)
         rc = dt_job_set(job, o->sets[i], err);
@@ -682,6 +687,16 @@ static int exit_status(int rc, const dt_err *err) {
 #define MESSAGE_HEADROOM (1LL << 20)
 
 static int derived_message_cap(const dt_job *job, long long *cap, dt_err *err) {
+    if (dt_job_shape_unset(job)) {
+        /* The shapes are the data's, which a ps does not read. */
+        *cap = INT_MAX;
+        dt_log(DT_LOG_INFO,
+               "ps: largest message %lld bytes, the most gRPC takes: the job leaves \"features\" "
+               "or \"classes\" to the training data, which the ps does not read, so the model's "
+               "size is not known here; --max-message-mb narrows it",
+               *cap);
+        return 0;
+    }
     long long vars = 0;
     int rc = dt_model_bytes(&job->model, &vars, err);
     if (rc < 0) return rc;

@@ -251,7 +251,8 @@ typedef struct {
     dt_ckpt_meta meta;
     int has_step, has_crc;
     uint32_t crc;
-    const char *job; /* the "job" value, borrowed from the parsed header */
+    const char *job;           /* the "job" value, borrowed from the parsed header */
+    const char *feature_names; /* the "feature_names" value, borrowed */
 } header_meta;
 
 static int by_name(const void *a, const void *b) {
@@ -320,6 +321,10 @@ static int parse_meta(const char *path, const cJSON *obj, header_meta *hm, dt_er
             if (!job_text_ok(v))
                 return corrupt(err, path, "header: __metadata__ job is not a JSON object");
             hm->job = v;
+        } else if (strcmp(kv->string, "feature_names") == 0) {
+            if (utf8_bad_at((const unsigned char *)v, strlen(v)) < strlen(v))
+                return corrupt(err, path, "header: __metadata__ feature_names is not UTF-8");
+            hm->feature_names = v;
         }
         /* Other keys belong to other tools; they are kept out of our way. */
     }
@@ -529,7 +534,8 @@ fail:
 void dt_ckpt_meta_deinit(dt_ckpt_meta *meta) {
     if (!meta) return;
     free(meta->job);
-    meta->job = NULL;
+    free(meta->feature_names);
+    meta->job = meta->feature_names = NULL;
 }
 
 int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *err) {
@@ -661,7 +667,10 @@ int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *
 
     if (meta) {
         *meta = hm.meta;
-        if (hm.job && !(meta->job = strdup(hm.job))) {
+        meta->job = meta->feature_names = NULL;
+        if ((hm.job && !(meta->job = strdup(hm.job))) ||
+            (hm.feature_names && !(meta->feature_names = strdup(hm.feature_names)))) {
+            dt_ckpt_meta_deinit(meta);
             rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory for the job config", path);
             goto fail;
         }
@@ -740,6 +749,9 @@ static char *build_header(const dt_tensors *ts, const dt_ckpt_meta *meta, uint32
     snprintf(buf, sizeof buf, "%lld", (long long)meta->max_steps);
     if (meta->max_steps > 0 && add_item(md, "max_steps", cJSON_CreateString(buf)) < 0) goto done;
     if (meta->job && add_item(md, "job", cJSON_CreateString(meta->job)) < 0) goto done;
+    if (meta->feature_names &&
+        add_item(md, "feature_names", cJSON_CreateString(meta->feature_names)) < 0)
+        goto done;
     snprintf(buf, sizeof buf, "%u", (unsigned)crc);
     if (add_item(md, "crc32c", cJSON_CreateString(buf)) < 0 ||
         add_item(md, "format", cJSON_CreateString(FORMAT_V1)) < 0)
@@ -791,6 +803,10 @@ static int check_save_args(const char *path, const dt_tensors *ts, const dt_ckpt
             utf8_bad_at((const unsigned char *)meta->job, strlen(meta->job)) < strlen(meta->job))
             return dt_err_set(err, DT_EINVAL, "%s: save: job is not a JSON object in UTF-8", path);
     }
+    if (meta->feature_names &&
+        utf8_bad_at((const unsigned char *)meta->feature_names, strlen(meta->feature_names)) <
+            strlen(meta->feature_names))
+        return dt_err_set(err, DT_EINVAL, "%s: save: feature_names is not UTF-8", path);
     if (ts->count < 0) return dt_err_set(err, DT_EINVAL, "%s: save: negative tensor count", path);
     for (int i = 0; i < ts->count; i++) {
         const dt_tensor *t = &ts->items[i];

@@ -17,6 +17,10 @@
  *                  and by callers that give none), so eval, predict and a
  *                  resuming chief know the model, its input and its
  *                  hyperparameters without the job file
+ *   "feature_names"  csv training data: the names of its feature columns,
+ *                  in order, joined by commas (a csv name holds none), so
+ *                  eval and predict can refuse a file whose columns are in
+ *                  another order (omitted for other data)
  * A chief's checkpoint also carries the statistics its input was scaled
  * with, as tensors beside the variables (for "scale": "standardize"):
  *   "scale/mean"   F64 (F) per-feature mean over the training file
@@ -72,16 +76,18 @@
 typedef struct {
     int64_t global_step;
     char model[DT_CKPT_MODEL_MAX];
-    int64_t max_steps; /* 0: unknown (not written, or an older file) */
-    char *job;         /* the "job" key, JSON, or NULL: borrowed by dt_ckpt_save, malloc'd by
-                          the loads (free it with dt_ckpt_meta_deinit) */
+    int64_t max_steps;   /* 0: unknown (not written, or an older file) */
+    char *job;           /* the "job" key, JSON, or NULL: borrowed by dt_ckpt_save, malloc'd by
+                            the loads (free it with dt_ckpt_meta_deinit) */
+    char *feature_names; /* the "feature_names" key, UTF-8, or NULL: owned as job */
 } dt_ckpt_meta;
 
 /* The names of the scaling statistics' tensors (see above). */
 #define DT_CKPT_SCALE_MEAN "scale/mean"
 #define DT_CKPT_SCALE_STD "scale/std"
 
-/* Frees meta->job and sets it NULL. NULL is a no-op. */
+/* Frees meta->job and meta->feature_names and sets them NULL. NULL is a
+ * no-op. */
 void dt_ckpt_meta_deinit(dt_ckpt_meta *meta);
 
 /* Writes ts and meta to path atomically. DT_EINVAL for a negative step, a

@@ -62,6 +62,8 @@ typedef struct {
     int have_slots;             /* slots hold values worth sending (from a checkpoint) */
     dt_tensors recipe;          /* the scaling statistics a checkpoint carries (or none) */
     char *job_json;             /* the job config a checkpoint carries (dt_job_to_json) */
+    char *feature_names;        /* csv: the training file's feature columns, which a
+                                   checkpoint carries too (NULL for other data) */
     dt_tensors snapshot;        /* views of vars, slots, recipe, for saving; no slab */
     dt_summary_writer *summary; /* NULL while no event file could be opened */
     int64_t summaries_dropped;  /* since the last write that succeeded */
@@ -120,10 +122,16 @@ static int init_slots(chief *c, dt_err *err) {
 
 /* What a checkpoint carries beside the variables, so that it can be scored
  * and resumed with no job file and no training file (checkpoint.h): the
- * job config, and the statistics the chief's data was standardized with
- * (every worker computes the same ones, over the whole training file). */
+ * job config, a csv training file's feature names, and the statistics the
+ * chief's data was standardized with (every worker computes the same ones,
+ * over the whole training file). */
 static int init_recipe(chief *c, dt_err *err) {
     int rc = dt_job_to_json(c->job, &c->job_json, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "chief");
+    dt_data_needs needs;
+    dt_model_data_needs(&c->job->model, &needs);
+    rc = dt_data_feature_names(&c->job->data, &needs, c->job->data.train_data, 1, &c->feature_names,
+                               err);
     if (rc < 0) return dt_err_wrap(err, rc, "chief");
     dt_data_stats st;
     dt_data_stats_of(dt_worker_data(c->w), &st);
@@ -177,6 +185,7 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     meta.global_step = global_step;
     meta.max_steps = c->create.max_steps; /* the evaluator knows the last one by it */
     meta.job = c->job_json;
+    meta.feature_names = c->feature_names;
     snprintf(meta.model, sizeof meta.model, "%s", c->model);
     char path[DT_PATH_MAX + 64];
     int rc = dt_ckpt_save_in_dir(c->job->log_dir, &c->snapshot, &meta, c->job->max_to_keep, path,
@@ -421,6 +430,20 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     return 0;
 }
 
+/* Says why a job run again on its finished log dir ends at once: its
+ * latest checkpoint (at step) is at or past max_steps. */
+static void nothing_to_train(const chief *c, const char *why, int64_t step) {
+    char at[96];
+    if (step == c->create.max_steps)
+        snprintf(at, sizeof at, "at max_steps %lld", (long long)step);
+    else
+        snprintf(at, sizeof at, "at global_step %lld, past max_steps %lld", (long long)step,
+                 (long long)c->create.max_steps);
+    dt_log(DT_LOG_INFO,
+           "chief: %sthe checkpoint is %s: nothing to train; raise max_steps or use a new log_dir",
+           why, at);
+}
+
 /* Puts a model on the ps tasks: the one they hold, a recovery, the latest
  * checkpoint or a fresh one. 0: train it; 1: the ps tasks say the job is
  * done; 2: the log dir's latest checkpoint is already at max_steps. */
@@ -438,14 +461,11 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
                           "give this one its own ps tasks)",
                           dt_ps_client_name(dt_worker_client(c->w), cs.foreign_ps), cs.foreign,
                           c->job_id);
-    if (cs.done && cs.num_ready < num_ps &&
-        dt_ckpt_latest_step(c->job->log_dir) >= c->create.max_steps) {
+    int64_t latest = cs.done && cs.num_ready < num_ps ? dt_ckpt_latest_step(c->job->log_dir) : -1;
+    if (latest >= c->create.max_steps) {
         /* A ps restarted after the end says "done" with no model to give:
          * the final one is the log dir's. */
-        dt_log(DT_LOG_INFO,
-               "chief: the ps tasks say the job is done and %s holds its final checkpoint: "
-               "nothing to train (for a new job, give it a new log_dir)",
-               c->job->log_dir);
+        nothing_to_train(c, "the ps tasks say the job is done, and ", latest);
         return 2;
     }
     if (cs.done) return 1;
@@ -464,11 +484,7 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     if (found && step >= c->create.max_steps) {
         /* Every ps is empty and the log dir holds the final model: a job
          * run again. Recreating it would only end it at once. */
-        dt_log(DT_LOG_INFO,
-               "chief: the latest checkpoint in %s is at global_step %lld, max_steps is %lld: "
-               "the job is already complete, nothing to train (to train on, raise max_steps; "
-               "for a new job, give it a new log_dir)",
-               c->job->log_dir, (long long)step, (long long)c->create.max_steps);
+        nothing_to_train(c, "", step);
         return 2;
     }
     if (!found) {
@@ -830,12 +846,28 @@ static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
 
 /* ---- the role ---------------------------------------------------------- */
 
+/* The held-out set, scaled with the statistics the chief's training data
+ * took (every worker's are the same): the training file is not read a
+ * second time, nor its skipped rows reported twice. A csv's feature
+ * columns must be the training file's, in order. */
+static int open_eval(chief *c, dt_err *err) {
+    dt_data_stats st;
+    dt_data_stats_of(dt_worker_data(c->w), &st);
+    dt_data_needs needs;
+    dt_model_data_needs(&c->job->model, &needs);
+    const dt_data_config *d = &c->job->data;
+    int rc = dt_data_open_held_out(d, &needs, c->job->seed, st.num_features ? &st : NULL, 1,
+                                   &c->eval, err);
+    return rc < 0 ? rc : dt_data_check_names(d, &needs, d->eval_data, 1, c->feature_names, err);
+}
+
 static void chief_deinit(chief *c) {
     dt_summary_close(c->summary);
     dt_ckpt_unlock_dir(c->lock_fd);
     dt_data_free(c->eval);
     free(c->snapshot.items);
     free(c->job_json);
+    free(c->feature_names);
     dt_tensors_deinit(&c->recipe);
     free(c->gone_logged);
     dt_tensors_deinit(&c->slots);
@@ -848,7 +880,6 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     c.job = params->job;
     c.last_saved_step = -1;
     c.lock_fd = -1;
-    dt_model_describe(&c.job->model, c.model, sizeof c.model);
     c.num_workers = params->cluster->num_workers;
     int rc = dt_ckpt_lock_dir(c.job->log_dir, &c.lock_fd, err);
     if (rc < 0) return rc;
@@ -859,12 +890,14 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     }
     if ((rc = note_log_dir(&c, err)) < 0) goto out;
     if ((rc = dt_worker_open(params, &c.w, err)) < 0) goto out;
+    c.job = dt_worker_job(c.w); /* with the shapes the training file gave */
+    dt_model_describe(&c.job->model, c.model, sizeof c.model);
     if ((rc = init_slots(&c, err)) < 0 || (rc = init_recipe(&c, err)) < 0 ||
         (rc = init_snapshot(&c, err)) < 0)
         goto out;
     if ((rc = creation_params(&c, params->cluster, err)) < 0) goto out;
-    if (c.job->data.eval_data[0] && (rc = dt_job_open_eval(c.job, &c.eval, err)) < 0) {
-        dt_err_wrap(err, rc, "chief: eval_data");
+    if (c.job->data.eval_data[0] && (rc = open_eval(&c, err)) < 0) {
+        dt_err_wrap(err, rc, "chief"); /* the data module names the field */
         goto out;
     }
     if ((rc = start_model(&c, stop, err)) < 0) goto out;

@@ -44,10 +44,12 @@
  */
 #include "data.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "log.h"
 #include "reader.h"
@@ -372,16 +374,121 @@ static int new_dataset(const spec *sp, int source, int64_t num_examples, int sha
     return 0;
 }
 
+/* DT_ECONFIG "<prefix>: <name>: no such file: <path>" when path is not
+ * there; 0 otherwise (any other failure is the read's to report). */
+static int check_file(const char *prefix, const char *name, const char *path, dt_err *err) {
+    struct stat st;
+    if (stat(path, &st) == 0 || (errno != ENOENT && errno != ENOTDIR)) return 0;
+    return dt_err_set(err, DT_ECONFIG, "%s: %s: no such file: %s", prefix, name, path);
+}
+
+int dt_data_check_files(const char *prefix, const char *data_name, const char *data,
+                        const char *labels_name, const char *labels, dt_err *err) {
+    int rc = check_file(prefix, data_name, data, err);
+    if (rc == 0 && labels && labels[0]) rc = check_file(prefix, labels_name, labels, err);
+    return rc;
+}
+
+/* The labels field beside a data field: "train_labels" for "train_data". */
+static const char *labels_field(const char *what) {
+    return strcmp(what, "train_data") == 0 ? "train_labels" : "eval_labels";
+}
+
 static int read_table(const spec *sp, const char *what, const char *data, const char *labels,
                       dt_labels_mode mode, dt_reader_table *t, dt_err *err) {
     if (!data[0])
         return dt_err_set(err, DT_EINVAL, "data: \"%s\" is not set: the \"%s\" source reads a file",
                           what, source_name(sp->cfg));
+    char data_name[32], labels_name[32];
+    snprintf(data_name, sizeof data_name, "\"%s\"", what);
+    snprintf(labels_name, sizeof labels_name, "\"%s\"", labels_field(what));
+    int rc = dt_data_check_files("data", data_name, data, labels_name,
+                                 sp->cfg->source == DT_DATA_IDX ? labels : NULL, err);
+    if (rc < 0) return rc;
     dt_reader_params p;
     dt_data_reader_params(sp->cfg, sp->needs, &p);
     p.labels = mode;
     /* The reader's format names are the file sources' names. */
-    int rc = dt_reader_load(source_name(sp->cfg), data, labels, &p, t, err);
+    rc = dt_reader_load(source_name(sp->cfg), data, labels, &p, t, err);
+    return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
+}
+
+int dt_data_feature_names(const dt_data_config *cfg, const dt_data_needs *needs, const char *path,
+                          int labeled, char **out, dt_err *err) {
+    *out = NULL;
+    if (cfg->source != DT_DATA_CSV) return 0;
+    dt_reader_params p;
+    dt_data_reader_params(cfg, needs, &p);
+    p.labels = labeled ? DT_LABELS_REQUIRED : DT_LABELS_NONE;
+    int rc = dt_reader_csv_names(path, &p, out, err);
+    return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
+}
+
+/* The number of names in a comma-joined list. */
+static int count_names(const char *names) {
+    int n = 1;
+    for (; *names; names++)
+        n += *names == ',';
+    return n;
+}
+
+/* Name c (0-based, below count_names) of a comma-joined list: its start,
+ * and its length in *len. */
+static const char *name_at(const char *names, int c, int *len) {
+    for (; c > 0; c--)
+        names = strchr(names, ',') + 1;
+    *len = (int)strcspn(names, ",");
+    return names;
+}
+
+/* The model knows its inputs by position: a file with two columns swapped
+ * would be scored on the wrong ones without a word. */
+int dt_data_check_names(const dt_data_config *cfg, const dt_data_needs *needs, const char *path,
+                        int labeled, const char *want, dt_err *err) {
+    if (!want) return 0;
+    char *have = NULL;
+    int rc = dt_data_feature_names(cfg, needs, path, labeled, &have, err);
+    if (rc < 0) return rc;
+    const int n = have ? count_names(have) : 0;
+    if (have && n == count_names(want) && strcmp(have, want) != 0) {
+        int c = 0, la = 0, lb = 0;
+        const char *a = have, *b = want;
+        for (; c < n; c++) { /* the lists differ, so some column does */
+            a = name_at(have, c, &la);
+            b = name_at(want, c, &lb);
+            if (la != lb || strncmp(a, b, (size_t)la) != 0) break;
+        }
+        rc = dt_err_set(err, DT_ECONFIG,
+                        "%s: feature column %d is \"%.*s\", but the model was trained with "
+                        "\"%.*s\" there: the columns must be the training file's, in its order "
+                        "(%.200s%s)",
+                        path, c + 1, la > 80 ? 80 : la, a, lb > 80 ? 80 : lb, b, want,
+                        strlen(want) > 200 ? "..." : "");
+    }
+    free(have);
+    return rc;
+}
+
+int dt_data_infer(const dt_data_config *cfg, const dt_data_needs *needs, int want_classes,
+                  dt_reader_shape *out, dt_err *err) {
+    memset(out, 0, sizeof *out);
+    if (!dt_data_reads_files(cfg))
+        return dt_err_set(err, DT_EINVAL,
+                          "data: the \"%s\" source has no file to take \"features\" or "
+                          "\"classes\" from",
+                          source_name(cfg));
+    if (!cfg->train_data[0])
+        return dt_err_set(err, DT_EINVAL,
+                          "data: \"train_data\" is not set: the \"%s\" source "
+                          "reads a file",
+                          source_name(cfg));
+    const char *labels = cfg->source == DT_DATA_IDX ? cfg->train_labels : NULL;
+    int rc = dt_data_check_files("data", "\"train_data\"", cfg->train_data, "\"train_labels\"",
+                                 labels, err);
+    if (rc < 0) return rc;
+    dt_reader_params p;
+    dt_data_reader_params(cfg, needs, &p);
+    rc = dt_reader_infer(source_name(cfg), cfg->train_data, labels, &p, want_classes, out, err);
     return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
 }
 
@@ -468,7 +575,7 @@ int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t
     if ((rc = source_of(cfg, &source, err)) < 0) return rc;
     if (source != SRC_FILE) {
         if (cfg->num_examples < 1)
-            return dt_err_set(err, DT_EINVAL, "data: \"num_examples\" must be >= 1 (got %lld)",
+            return dt_err_set(err, DT_EINVAL, "data: \"examples\" must be >= 1 (got %lld)",
                               (long long)cfg->num_examples);
         if (!(cfg->noise >= 0 && isfinite(cfg->noise)))
             return dt_err_set(err, DT_EINVAL, "data: \"noise\" must be a number >= 0 (got %g)",
@@ -487,7 +594,7 @@ int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t
     if (source == SRC_FILE) return open_file(&sp, shard, num_shards, out, err);
     if (shard >= cfg->num_examples)
         return dt_err_set(err, DT_EINVAL,
-                          "data: shard %d of %d is empty: only %lld examples in \"num_examples\"",
+                          "data: shard %d of %d is empty: only %lld examples in \"examples\"",
                           shard, num_shards, (long long)cfg->num_examples);
 
     dt_dataset *ds = NULL;

@@ -261,7 +261,7 @@ static int load(const char *what, const dt_job *job, const char *path, dt_tensor
            m.model[0] ? m.model : "no model description");
     if (meta) {
         *meta = m;
-        m.job = NULL; /* the caller's now */
+        m.job = m.feature_names = NULL; /* the caller's now */
     }
 fail:
     dt_ckpt_meta_deinit(&m);
@@ -305,6 +305,35 @@ int dt_predict_job_of(const char *what, const char *path, const char *log_dir, d
     return rc;
 }
 
+int dt_predict_fill_shape(const char *what, const char *path, dt_job *job, dt_err *err) {
+    if (!dt_job_shape_unset(job)) return 0;
+    dt_tensors loaded;
+    memset(&loaded, 0, sizeof loaded);
+    dt_ckpt_meta m;
+    memset(&m, 0, sizeof m);
+    char where[DT_PATH_MAX + 64];
+    dt_err quiet;
+    dt_err_clear(&quiet);
+    /* A checkpoint that cannot be read here fails the command soon with
+     * its own error; until then the training file may still say the shape. */
+    int rc = read_checkpoint(what, path, job->log_dir, &loaded, &m, where, sizeof where, &quiet);
+    dt_tensors_deinit(&loaded);
+    dt_job *trained = rc == 0 && m.job ? malloc(sizeof *trained) : NULL;
+    if (trained && job_of_meta(what, &m, where, trained, &quiet) == 0) {
+        dt_model_config *mc = &job->model;
+        const int F = mc->num_features, K = mc->num_classes;
+        if (!F) mc->num_features = trained->model.num_features;
+        if (!K) mc->num_classes = trained->model.num_classes;
+        dt_log(DT_LOG_INFO, "%s: %s%s%s from the job %s was trained with: features %d classes %d",
+               what, !F ? "\"features\"" : "", !F && !K ? " and " : "", !K ? "\"classes\"" : "",
+               where, mc->num_features, mc->num_classes);
+    }
+    free(trained);
+    dt_ckpt_meta_deinit(&m);
+    rc = dt_job_infer(job, err); /* an older checkpoint, without its job */
+    return rc < 0 ? dt_err_wrap(err, rc, "%s", what) : 0;
+}
+
 /* ---- sessions --------------------------------------------------------- */
 
 typedef struct {
@@ -322,7 +351,8 @@ static void session_close(session *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* The job with its held-out set replaced by the params' data, when given. */
+/* The job with its held-out set replaced by the params' data, when given;
+ * a file that is not there is an error naming its flag or field. */
 static int data_config(const char *what, const dt_predict_params *p, dt_data_config *d,
                        dt_err *err) {
     *d = p->job->data;
@@ -337,7 +367,8 @@ static int data_config(const char *what, const dt_predict_params *p, dt_data_con
                               "%s: no data: the job has no \"eval_data\" and no data file "
                               "was given",
                               what);
-        return 0;
+        return dt_data_check_files(what, "\"eval_data\"", d->eval_data, "\"eval_labels\"",
+                                   d->source == DT_DATA_IDX ? d->eval_labels : NULL, err);
     }
     if (strlen(p->data) >= sizeof d->eval_data ||
         (have_labels && strlen(p->labels) >= sizeof d->eval_labels))
@@ -345,7 +376,7 @@ static int data_config(const char *what, const dt_predict_params *p, dt_data_con
                           sizeof d->eval_data - 1);
     snprintf(d->eval_data, sizeof d->eval_data, "%s", p->data);
     snprintf(d->eval_labels, sizeof d->eval_labels, "%s", have_labels ? p->labels : "");
-    return 0;
+    return dt_data_check_files(what, "--data", d->eval_data, "--labels", d->eval_labels, err);
 }
 
 /* Whether the data of d carries labels (*labeled), told from the file's
@@ -401,6 +432,9 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
                   &stats, err);
     if (rc == 0) rc = dt_model_new(&p->job->model, &s->model, err);
     if (rc == 0) rc = labels_of(what, d, &needs, &s->labeled, err);
+    if (rc == 0 && (rc = dt_data_check_names(d, &needs, d->eval_data, s->labeled,
+                                             meta.feature_names, err)) < 0)
+        dt_err_wrap(err, rc, "%s", what);
     /* Scaled with the checkpoint's statistics when it has them, so the
      * training file need not exist; an older checkpoint's job reads it. */
     if (rc == 0)

@@ -96,6 +96,16 @@ int dt_predict_load(const char *what, const dt_job *job, const char *path, dt_te
 int dt_predict_job_of(const char *what, const char *path, const char *log_dir, dt_job *job,
                       char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 
+/* For a job config given to eval or predict that leaves "features" or
+ * "classes" unset: takes them from the job the checkpoint (path, or NULL
+ * or "" for the latest of job->log_dir) was trained with, so the training
+ * file need not exist; from the training file (dt_job_infer) when the
+ * checkpoint carries no job or cannot be read (its own error comes when
+ * the command loads it). Nothing to do when both are set. Errors:
+ * dt_job_infer's, prefixed "<what>: ". */
+int dt_predict_fill_shape(const char *what, const char *path, dt_job *job,
+                          dt_err *err) DT_WARN_UNUSED;
+
 /* Loss and accuracy of the checkpoint's model on the data, into *out
  * (zeroed first; loss and accuracy NaN on failure). Data without labels is
  * DT_EINVAL, saying what showed it. */

@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -219,7 +220,19 @@ static int parse_num(const char *s, double *out) {
     return NUM_OK;
 }
 
-/* A label's stored value, or a reason in why (returns 0 when good). */
+/* What check_label and parse_svm_row return for a row that is well formed
+ * but does not fit the job's config: a class past "classes", a feature
+ * index past "features". Without skip_bad_rows that is the config's fault
+ * (DT_ECONFIG), not the data's. */
+#define MISFIT (-2)
+
+/* The error code of a row refused with r (-1 or MISFIT). */
+static int row_code(int r) {
+    return r == MISFIT ? DT_ECONFIG : DT_EINVAL;
+}
+
+/* A label's stored value, or a reason in why (returns 0 when good; -1 for
+ * a label that is no class index, MISFIT for a class past "classes"). */
 static int check_label(const dt_reader_params *p, int svm, double v, float *out, char *why,
                        size_t cap) {
     if (p->label_kind == DT_LABEL_REAL) {
@@ -231,10 +244,15 @@ static int check_label(const dt_reader_params *p, int svm, double v, float *out,
         snprintf(why, cap, "label %g is not a whole number (a class index is wanted)", v);
         return -1;
     }
-    if (v < 0 || v >= p->num_classes) {
-        snprintf(why, cap, "label %g is not a class of 0..%d%s", v, p->num_classes - 1,
-                 svm && p->svm_signed_labels ? " (or -1)" : "");
+    const char *alt = svm && p->svm_signed_labels ? " (or -1)" : "";
+    if (v < 0) {
+        snprintf(why, cap, "label %g is not a class of 0..%d%s", v, p->num_classes - 1, alt);
         return -1;
+    }
+    if (v >= p->num_classes) {
+        snprintf(why, cap, "label %g is not a class of 0..%d%s: \"classes\" is %d", v,
+                 p->num_classes - 1, alt, p->num_classes);
+        return MISFIT;
     }
     *out = (float)v;
     return 0;
@@ -310,16 +328,17 @@ typedef struct {
     char first[DT_ERR_MSG_MAX]; /* the first skipped row's reason */
 } bad_rows;
 
-/* A malformed row: skipped and counted (returns 0) with skip_bad_rows,
- * otherwise the error (DT_EINVAL). */
-__attribute__((format(printf, 3, 4))) static int bad_row(bad_rows *b, dt_err *err, const char *fmt,
-                                                         ...) {
+/* A malformed row, or one that does not fit the config (MISFIT): skipped
+ * and counted (returns 0) with skip_bad_rows, otherwise the error, with
+ * code (DT_EINVAL, or DT_ECONFIG for a misfit). */
+__attribute__((format(printf, 4, 5))) static int bad_row(bad_rows *b, int code, dt_err *err,
+                                                         const char *fmt, ...) {
     char msg[DT_ERR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (!b->skip) return dt_err_set(err, DT_EINVAL, "%s", msg);
+    if (!b->skip) return dt_err_set(err, code, "%s", msg);
     if (b->skipped++ == 0) snprintf(b->first, sizeof b->first, "%s", msg);
     return 0;
 }
@@ -421,6 +440,44 @@ static int label_named(char *const *fields, int count, const dt_reader_params *p
     return *want && !all_digits(want) ? column_named(fields, count, want) : -1;
 }
 
+/* The label's column in a header of count fields (*label), as
+ * p->label_column names it: all digits an index, anything else a name that
+ * must appear once. hint ends the message of a name not found. */
+static int find_label(const char *path, int64_t line_no, char *const *fields, int count,
+                      const dt_reader_params *p, const char *hint, int *label, dt_err *err) {
+    const char *want = p->label_column ? p->label_column : "";
+    *label = -1;
+    if (!*want)
+        return dt_err_set(err, DT_EINVAL, "%s: \"label_column\" is empty: name the label column",
+                          path);
+    if (all_digits(want)) {
+        errno = 0;
+        long long idx = strtoll(want, NULL, 10);
+        if (errno || idx >= count)
+            return dt_err_set(err, DT_ECONFIG,
+                              "%s:%lld: label column %s is out of range: the header has %d "
+                              "columns (0..%d)",
+                              path, (long long)line_no, want, count, count - 1);
+        *label = (int)idx;
+        return 0;
+    }
+    for (int c = 0; c < count; c++) {
+        if (strcmp(fields[c], want) != 0) continue;
+        if (*label >= 0)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s:%lld: label column \"%s\" appears twice in the header "
+                              "(columns %d and %d)",
+                              path, (long long)line_no, want, *label, c);
+        *label = c;
+    }
+    if (*label < 0)
+        return dt_err_set(err, DT_ECONFIG,
+                          "%s:%lld: no column named \"%s\" in the header (%d columns; a "
+                          "\"label_column\" of digits is an index%s)",
+                          path, (long long)line_no, want, count, hint);
+    return 0;
+}
+
 static int parse_header(const char *path, int64_t line_no, char **fields, int count,
                         const dt_reader_params *p, csv_header *h, dt_err *err) {
     h->ncols = count;
@@ -451,35 +508,8 @@ static int parse_header(const char *path, int64_t line_no, char **fields, int co
      * since the usual cause is a file meant for predictions. */
     const char *unlabeled =
         count == F ? "; as many columns as features: a file without labels?" : "";
-    if (!*want)
-        return dt_err_set(err, DT_EINVAL, "%s: \"label_column\" is empty: name the label column",
-                          path);
-    if (all_digits(want)) {
-        errno = 0;
-        long long idx = strtoll(want, NULL, 10);
-        if (errno || idx >= count)
-            return dt_err_set(err, DT_ECONFIG,
-                              "%s:%lld: label column %s is out of range: the header has %d "
-                              "columns (0..%d)",
-                              path, (long long)line_no, want, count, count - 1);
-        h->label = (int)idx;
-    } else {
-        h->label = -1;
-        for (int c = 0; c < count; c++) {
-            if (strcmp(h->name[c], want) != 0) continue;
-            if (h->label >= 0)
-                return dt_err_set(err, DT_EINVAL,
-                                  "%s:%lld: label column \"%s\" appears twice in the header "
-                                  "(columns %d and %d)",
-                                  path, (long long)line_no, want, h->label, c);
-            h->label = c;
-        }
-        if (h->label < 0)
-            return dt_err_set(err, DT_ECONFIG,
-                              "%s:%lld: no column named \"%s\" in the header (%d columns; a "
-                              "\"label_column\" of digits is an index%s)",
-                              path, (long long)line_no, want, count, unlabeled);
-    }
+    int rc = find_label(path, line_no, fields, count, p, unlabeled, &h->label, err);
+    if (rc < 0) return rc;
     if (count - 1 != F)
         return dt_err_set(err, DT_ECONFIG,
                           "%s:%lld: the header has %d feature columns (%d columns less the "
@@ -542,7 +572,7 @@ int dt_reader_csv(const char *path, const dt_reader_params *p, dt_reader_table *
         if (rc == 0) break;
         const long long ln = (long long)src.line_no;
         if (why) {
-            if ((rc = bad_row(&bad, err, "%s:%lld: %s", path, ln, why)) < 0) goto fail;
+            if ((rc = bad_row(&bad, DT_EINVAL, err, "%s:%lld: %s", path, ln, why)) < 0) goto fail;
             continue;
         }
         if (blank(line)) continue;
@@ -550,19 +580,19 @@ int dt_reader_csv(const char *path, const dt_reader_params *p, dt_reader_table *
         if (rc < 0) goto fail;
         if (count != head.ncols) {
             if (count < head.ncols)
-                rc = bad_row(&bad, err,
+                rc = bad_row(&bad, DT_EINVAL, err,
                              "%s:%lld: %d fields, but the header has %d: column \"%s\" is missing",
                              path, ln, count, head.ncols, head.name[count]);
             else
                 rc = bad_row(
-                    &bad, err,
+                    &bad, DT_EINVAL, err,
                     "%s:%lld: %d fields, but the header has %d: extra fields after column \"%s\"",
                     path, ln, count, head.ncols, head.name[head.ncols - 1]);
             if (rc < 0) goto fail;
             continue;
         }
         if (quoting >= 0) {
-            if ((rc = bad_row(&bad, err,
+            if ((rc = bad_row(&bad, DT_EINVAL, err,
                               "%s:%lld: column \"%s\": quotes inside a field are not supported",
                               path, ln, head.name[quoting])) < 0)
                 goto fail;
@@ -575,14 +605,15 @@ int dt_reader_csv(const char *path, const dt_reader_params *p, dt_reader_table *
             double v = 0;
             int status = parse_num(fields[c], &v);
             if (status != NUM_OK) {
-                rc = bad_row(&bad, err, "%s:%lld: column \"%s\": %s: \"%.40s\"", path, ln,
-                             head.name[c], num_problem(status), fields[c]);
+                rc = bad_row(&bad, DT_EINVAL, err, "%s:%lld: column \"%s\": %s: \"%.40s\"", path,
+                             ln, head.name[c], num_problem(status), fields[c]);
                 ok = 0;
             } else if (c == head.label) {
                 char reason[128];
-                if (check_label(p, 0, v, &t.y[t.rows], reason, sizeof reason) < 0) {
-                    rc = bad_row(&bad, err, "%s:%lld: column \"%s\": %s", path, ln, head.name[c],
-                                 reason);
+                int lr = check_label(p, 0, v, &t.y[t.rows], reason, sizeof reason);
+                if (lr < 0) {
+                    rc = bad_row(&bad, row_code(lr), err, "%s:%lld: column \"%s\": %s", path, ln,
+                                 head.name[c], reason);
                     ok = 0;
                 }
             } else {
@@ -634,7 +665,8 @@ static int next_svm_row(line_src *s, char **line, const char **bad, dt_err *err)
 }
 
 /* Parses one non-empty libsvm line into x (F, zeroed here) and *y (y NULL:
- * the row has no label). Returns 0, or -1 with the reason in why. */
+ * the row has no label). Returns 0, or -1 (malformed) or MISFIT (a class
+ * or feature index past the config's) with the reason in why. */
 static int parse_svm_row(char *line, const dt_reader_params *p, float *x, float *y, char *why,
                          size_t cap) {
     const int F = p->num_features;
@@ -658,7 +690,8 @@ static int parse_svm_row(char *line, const dt_reader_params *p, float *x, float 
                 snprintf(why, cap, "label: %s: \"%.40s\"", num_problem(status), tok);
                 return -1;
             }
-            if (check_label(p, 1, v, y, why, cap) < 0) return -1;
+            int lr = check_label(p, 1, v, y, why, cap);
+            if (lr < 0) return lr;
             continue;
         }
         if (ntok == qid_at && strncmp(tok, "qid:", 4) == 0) {
@@ -681,9 +714,14 @@ static int parse_svm_row(char *line, const dt_reader_params *p, float *x, float 
             snprintf(why, cap, "feature index \"%.40s\" is not an integer", tok);
             return -1;
         }
-        if (idx < 1 || idx > F) {
+        if (idx < 1) {
             snprintf(why, cap, "feature index %lld is out of range 1..%d", idx, F);
             return -1;
+        }
+        if (idx > F) {
+            snprintf(why, cap, "feature index %lld is out of range 1..%d: \"features\" is %d", idx,
+                     F, F);
+            return MISFIT;
         }
         if (idx <= prev) {
             snprintf(why, cap, "feature index %lld after %lld: indices must increase", idx, prev);
@@ -717,14 +755,16 @@ int dt_reader_libsvm(const char *path, const dt_reader_params *p, dt_reader_tabl
         if (rc == 0) break;
         const long long ln = (long long)src.line_no;
         if (why) {
-            if ((rc = bad_row(&bad, err, "%s:%lld: %s", path, ln, why)) < 0) goto fail;
+            if ((rc = bad_row(&bad, DT_EINVAL, err, "%s:%lld: %s", path, ln, why)) < 0) goto fail;
             continue;
         }
         if ((rc = reserve_row(&t, &row_cap, p, path, err)) < 0) goto fail;
         char reason[DT_ERR_MSG_MAX / 2];
-        if (parse_svm_row(line, p, t.x + (size_t)t.rows * (size_t)t.cols,
-                          t.labeled ? &t.y[t.rows] : NULL, reason, sizeof reason) < 0) {
-            if ((rc = bad_row(&bad, err, "%s:%lld: %s", path, ln, reason)) < 0) goto fail;
+        int pr = parse_svm_row(line, p, t.x + (size_t)t.rows * (size_t)t.cols,
+                               t.labeled ? &t.y[t.rows] : NULL, reason, sizeof reason);
+        if (pr < 0) {
+            if ((rc = bad_row(&bad, row_code(pr), err, "%s:%lld: %s", path, ln, reason)) < 0)
+                goto fail;
             continue;
         }
         t.rows++;
@@ -875,9 +915,11 @@ int dt_reader_idx(const char *images_path, const char *labels_path, const dt_rea
         for (uint64_t r = 0; r < count; r++) {
             uint64_t i = first + r;
             char reason[128];
-            if (labeled &&
-                check_label(p, 0, label_bytes[i], &t.y[t.rows], reason, sizeof reason) < 0) {
-                if ((rc = bad_row(&bad, err, "%s: record %llu: %s", labels_path,
+            int lr = labeled
+                         ? check_label(p, 0, label_bytes[i], &t.y[t.rows], reason, sizeof reason)
+                         : 0;
+            if (lr < 0) {
+                if ((rc = bad_row(&bad, row_code(lr), err, "%s: record %llu: %s", labels_path,
                                   (unsigned long long)i, reason)) < 0)
                     goto fail;
                 continue;
@@ -1007,4 +1049,242 @@ int dt_reader_detect_labels(const char *format, const char *data_path, const cha
         return 0;
     }
     return unknown_format(format, err);
+}
+
+/* ---- a csv file's feature names -------------------------------------------- */
+
+int dt_reader_csv_names(const char *path, const dt_reader_params *p, char **out, dt_err *err) {
+    *out = NULL;
+    line_src src = {.path = path};
+    char **fields = NULL;
+    int fields_cap = 0, count = 0, label = -1, rc;
+    if ((rc = csv_open(path, &src, &fields, &fields_cap, &count, err)) < 0) goto fail;
+    if (p->labels != DT_LABELS_NONE &&
+        (rc = find_label(path, src.line_no, fields, count, p, "", &label, err)) < 0)
+        goto fail;
+    size_t n = 1;
+    for (int c = 0; c < count; c++)
+        n += strlen(fields[c]) + 1;
+    char *names = malloc(n);
+    if (!names) {
+        rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for the header", path);
+        goto fail;
+    }
+    size_t at = 0;
+    for (int c = 0; c < count; c++) {
+        if (c == label) continue;
+        at += (size_t)snprintf(names + at, n - at, "%s%s", at ? "," : "", fields[c]);
+    }
+    names[at] = '\0';
+    *out = names;
+fail:
+    if (src.gz) gzclose_r(src.gz);
+    free(src.buf);
+    free(fields);
+    return rc;
+}
+
+/* ---- a training file's own shape ------------------------------------------- */
+
+/* The labels seen while inferring "classes": which whole numbers in
+ * [0, DT_READER_MAX_CLASSES) occur, and the largest. */
+typedef struct {
+    unsigned char *seen; /* (DT_READER_MAX_CLASSES) */
+    int max;             /* the largest class seen, or -1 */
+    double beyond;       /* a whole label >= DT_READER_MAX_CLASSES, or -1 */
+    const char *where;   /* the labels' file, for messages */
+} class_tally;
+
+static int tally_init(class_tally *c, const char *where, dt_err *err) {
+    memset(c, 0, sizeof *c);
+    c->max = -1;
+    c->beyond = -1;
+    c->where = where;
+    c->seen = calloc(DT_READER_MAX_CLASSES, 1);
+    return c->seen ? 0 : dt_err_set(err, DT_ENOMEM, "%s: no memory to count classes", where);
+}
+
+/* Counts a label. What is no class index (not a number, a fraction, a
+ * negative) is passed over: the read that follows refuses or skips it. */
+static void tally(class_tally *c, double v) {
+    if (!(v >= 0) || v != floor(v)) return;
+    if (v >= DT_READER_MAX_CLASSES) {
+        if (v > c->beyond) c->beyond = v;
+        return;
+    }
+    c->seen[(int)v] = 1;
+    if ((int)v > c->max) c->max = (int)v;
+}
+
+/* K = the largest label + 1 when every class 0..K-1 occurs and K >= 2;
+ * otherwise the labels do not say K, and the config must (DT_ECONFIG). */
+static int tally_classes(const class_tally *c, int *classes, char *how, size_t cap, dt_err *err) {
+    static const char fix[] = "set \"classes\" (labels are class indices 0..K-1)";
+    if (c->beyond >= 0)
+        return dt_err_set(err, DT_ECONFIG,
+                          "%s: label %.0f: more than %d classes are not inferred; %s", c->where,
+                          c->beyond, DT_READER_MAX_CLASSES, fix);
+    if (c->max < 0)
+        return dt_err_set(err, DT_ECONFIG, "%s: no label is a class index 0, 1, ...; %s", c->where,
+                          fix);
+    if (c->max == 0)
+        return dt_err_set(err, DT_ECONFIG, "%s: every label is 0: one class; %s", c->where, fix);
+    for (int k = 0; k <= c->max; k++)
+        if (!c->seen[k])
+            return dt_err_set(err, DT_ECONFIG,
+                              "%s: the labels run up to %d, but no row has class %d, so the "
+                              "number of classes is not clear; %s",
+                              c->where, c->max, k, fix);
+    *classes = c->max + 1;
+    snprintf(how, cap, "%s: labels 0..%d", c->where, c->max);
+    return 0;
+}
+
+/* csv: the header's columns less the label column; the label column of
+ * every row when classes are wanted. */
+static int infer_csv(const char *path, const dt_reader_params *p, class_tally *ct,
+                     dt_reader_shape *out, dt_err *err) {
+    line_src src = {.path = path};
+    char **fields = NULL;
+    int fields_cap = 0, count = 0, label = -1, rc;
+    if ((rc = csv_open(path, &src, &fields, &fields_cap, &count, err)) < 0) goto fail;
+    if ((rc = find_label(path, src.line_no, fields, count, p, "", &label, err)) < 0) goto fail;
+    if (count < 2) {
+        rc = dt_err_set(err, DT_EINVAL, "%s:%lld: the header has no column besides the label", path,
+                        (long long)src.line_no);
+        goto fail;
+    }
+    out->num_features = count - 1;
+    snprintf(out->features_how, sizeof out->features_how,
+             "%s: %d columns less the label column \"%.64s\"", path, count, fields[label]);
+    const int ncols = count;
+    while (ct) {
+        char *line;
+        size_t len;
+        const char *why;
+        if ((rc = next_line(&src, &line, &len, &why, err)) < 0) goto fail;
+        if (rc == 0) break;
+        if (why || blank(line)) continue;
+        split_csv(line, &fields, &fields_cap, &count, err, &rc);
+        if (rc < 0) goto fail;
+        double v;
+        if (count == ncols && parse_num(fields[label], &v) == NUM_OK) tally(ct, v);
+    }
+    rc = 0;
+fail:
+    if (src.gz) gzclose_r(src.gz);
+    free(src.buf);
+    free(fields);
+    return rc;
+}
+
+/* libsvm: the largest feature index of any row, and the first token of
+ * each row as its label. */
+static int infer_libsvm(const char *path, class_tally *ct, dt_reader_shape *out, dt_err *err) {
+    line_src src = {.path = path};
+    long long largest = 0;
+    int64_t rows = 0;
+    int rc = open_gz(path, &src.gz, err);
+    while (rc == 0) {
+        char *line;
+        const char *why;
+        if ((rc = next_svm_row(&src, &line, &why, err)) <= 0) break;
+        rc = 0;
+        if (why) continue;
+        rows++;
+        char *save = NULL;
+        int first = 1;
+        for (char *tok = strtok_r(line, " \t", &save); tok;
+             tok = strtok_r(NULL, " \t", &save), first = 0) {
+            char *colon = strchr(tok, ':');
+            double v;
+            long long idx;
+            if (first && !colon && ct && parse_num(tok, &v) == NUM_OK) tally(ct, v);
+            if (!colon || strncmp(tok, "qid:", 4) == 0) continue;
+            *colon = '\0';
+            if (parse_int(tok, &idx) == 0 && idx > largest) largest = idx;
+        }
+    }
+    if (src.gz) gzclose_r(src.gz);
+    free(src.buf);
+    if (rc < 0) return rc;
+    if (largest < 1)
+        return dt_err_set(err, DT_EINVAL, "%s: no feature index in %lld rows", path,
+                          (long long)rows);
+    if (largest > INT_MAX)
+        return dt_err_set(err, DT_EINVAL, "%s: feature index %lld is past the largest model", path,
+                          largest);
+    out->num_features = (int)largest;
+    snprintf(out->features_how, sizeof out->features_how,
+             "%s: the largest feature index of %lld rows", path, (long long)rows);
+    return 0;
+}
+
+/* idx: rows x cols from the images' header; every byte of the labels file
+ * when classes are wanted. */
+static int infer_idx(const char *images_path, const char *labels_path, class_tally *ct,
+                     dt_reader_shape *out, dt_err *err) {
+    gzFile gz = NULL;
+    unsigned char *chunk = NULL;
+    uint32_t dims[3];
+    int rc = open_gz(images_path, &gz, err);
+    if (rc == 0) rc = idx_header(gz, images_path, 3, dims, "images", err);
+    if (gz) gzclose_r(gz);
+    gz = NULL;
+    if (rc < 0) return rc;
+    const uint64_t F = (uint64_t)dims[1] * dims[2];
+    if (F == 0 || F > INT_MAX)
+        return dt_err_set(err, DT_ECORRUPT, "%s: bad dimensions %u x %u x %u", images_path, dims[0],
+                          dims[1], dims[2]);
+    out->num_features = (int)F;
+    snprintf(out->features_how, sizeof out->features_how, "%s: images of %u x %u", images_path,
+             dims[1], dims[2]);
+    if (!ct) return 0;
+    if (!labels_path || !*labels_path)
+        return dt_err_set(err, DT_EINVAL, "%s: idx images need a labels file", images_path);
+    uint32_t n;
+    if ((rc = open_gz(labels_path, &gz, err)) < 0) return rc;
+    if ((rc = idx_header(gz, labels_path, 1, &n, "labels", err)) < 0) goto fail;
+    if (!(chunk = malloc(IDX_CHUNK_BYTES))) {
+        rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory", labels_path);
+        goto fail;
+    }
+    for (uint64_t done = 0; done < n;) {
+        size_t want = n - done < IDX_CHUNK_BYTES ? (size_t)(n - done) : IDX_CHUNK_BYTES, got;
+        if ((rc = read_full(gz, labels_path, chunk, want, &got, err)) < 0) goto fail;
+        for (size_t i = 0; i < got; i++)
+            tally(ct, chunk[i]);
+        done += got;
+        if (got < want) break; /* truncated: the read says so */
+    }
+fail:
+    if (gz) gzclose_r(gz);
+    free(chunk);
+    return rc;
+}
+
+int dt_reader_infer(const char *format, const char *data_path, const char *labels_path,
+                    const dt_reader_params *p, int want_classes, dt_reader_shape *out,
+                    dt_err *err) {
+    memset(out, 0, sizeof *out);
+    class_tally ct;
+    memset(&ct, 0, sizeof ct);
+    int is_idx = strcmp(format, "idx") == 0, rc;
+    if (!is_idx && strcmp(format, "csv") != 0 && strcmp(format, "libsvm") != 0)
+        return unknown_format(format, err);
+    if (want_classes &&
+        (rc = tally_init(&ct, is_idx && labels_path && *labels_path ? labels_path : data_path,
+                         err)) < 0)
+        return rc;
+    class_tally *classes = want_classes ? &ct : NULL;
+    if (is_idx)
+        rc = infer_idx(data_path, labels_path, classes, out, err);
+    else if (strcmp(format, "csv") == 0)
+        rc = infer_csv(data_path, p, classes, out, err);
+    else
+        rc = infer_libsvm(data_path, classes, out, err);
+    if (rc == 0 && want_classes)
+        rc = tally_classes(&ct, &out->num_classes, out->classes_how, sizeof out->classes_how, err);
+    free(ct.seen);
+    return rc;
 }

@@ -21,7 +21,8 @@
 #include "model.h"
 
 struct dt_worker {
-    dt_worker_params params;
+    dt_worker_params params; /* params.job points to job */
+    dt_job job;              /* the caller's, with the shapes it leaves unset read from the data */
     char name[96];
     dt_dataset *data;
     dt_tensors vars;  /* last pulled values */
@@ -54,6 +55,9 @@ dt_dataset *dt_worker_data(dt_worker *w) {
 dt_model *dt_worker_model(dt_worker *w) {
     return w->model;
 }
+const dt_job *dt_worker_job(const dt_worker *w) {
+    return &w->job;
+}
 
 int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err) {
     *out = NULL;
@@ -65,12 +69,15 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     dt_worker *w = calloc(1, sizeof *w);
     if (!w) return dt_err_set(err, DT_ENOMEM, "worker: out of memory");
     w->params = *params;
+    w->job = *params->job;
+    w->params.job = &w->job;
     snprintf(w->name, sizeof w->name, "worker:%d %.60s", params->task_index,
              cl->workers[params->task_index].addr);
     w->rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)params->task_index ^ (uint64_t)time(NULL);
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int count = 0, rc;
-    const dt_job *job = params->job;
+    const dt_job *job = &w->job;
+    if ((rc = dt_job_infer(&w->job, err)) < 0) goto fail;
     if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) goto fail;
     if ((rc = dt_tensors_init(&w->vars, specs, count, err)) < 0) goto fail;
     if ((rc = dt_tensors_init(&w->grads, specs, count, err)) < 0) goto fail;

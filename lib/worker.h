@@ -54,7 +54,9 @@ typedef struct {
 typedef struct dt_worker dt_worker;
 
 /* Opens this worker's data shard, allocates variables and gradients, and
- * creates the ps client (no network traffic yet). */
+ * creates the ps client (no network traffic yet). A job that leaves
+ * "features" or "classes" unset takes them from the training file first
+ * (dt_job_infer, on the worker's own copy of the job: dt_worker_job). */
 int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err) DT_WARN_UNUSED;
 void dt_worker_free(dt_worker *w);
 
@@ -63,6 +65,8 @@ dt_ps_client *dt_worker_client(dt_worker *w);
 dt_tensors *dt_worker_vars(dt_worker *w);
 dt_dataset *dt_worker_data(dt_worker *w);
 dt_model *dt_worker_model(dt_worker *w);
+/* The job the worker runs: params->job with its shapes set. */
+const dt_job *dt_worker_job(const dt_worker *w);
 
 /*
  * Waits until every ps answers and reports the model ready. Returns 0 when

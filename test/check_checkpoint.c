@@ -272,6 +272,22 @@ START_TEST(test_round_trip) {
     dt_ckpt_meta_deinit(&got);
     ck_assert_ptr_null(got.job);
     dt_tensors_deinit(&again_job);
+    /* So do a csv's feature names. */
+    char names[] = "x1,\xc3\xa9,x 3";
+    meta.feature_names = names;
+    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_ckpt_load(path, &again_job, &got, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(got.feature_names, names);
+    ck_assert_str_eq(got.job, job);
+    dt_ckpt_meta_deinit(&got);
+    ck_assert_ptr_null(got.feature_names);
+    dt_tensors_deinit(&again_job);
+    char not_utf8[] = "x1,\xff";
+    meta.feature_names = not_utf8;
+    ck_assert_int_eq(dt_ckpt_save(path, &ts, &meta, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "feature_names is not UTF-8"), "%s", err.msg);
+    dt_err_clear(&err);
+    meta.feature_names = NULL;
     /* One that is not a JSON object is refused before anything is written. */
     char not_object[] = "[1, 2]";
     meta.job = not_object;
@@ -637,6 +653,8 @@ static const bad_case bad_headers[] = {
     {"{\"__metadata__\":{\"crc32c\":\"1\"}}", 0, "crc32c mismatch: header says 1, data has 0"},
     {"{\"__metadata__\":{\"job\":\"[1]\"}}", 0, "__metadata__ job is not a JSON object"},
     {"{\"__metadata__\":{\"job\":\"{\\\"a\\\":\"}}", 0, "__metadata__ job is not a JSON object"},
+    {"{\"__metadata__\":{\"feature_names\":[\"a\"]}}", 0,
+     "__metadata__ \"feature_names\" is not a string"},
 };
 
 START_TEST(test_bad_header) {

@@ -561,7 +561,8 @@ START_TEST(test_job_defaults) {
     memset(&job, 0x5a, sizeof job);
     dt_job_defaults(&job);
     ck_assert_int_eq(job.model.kind, DT_MODEL_LINEAR);
-    ck_assert_int_eq(job.model.num_features, 1);
+    ck_assert_int_eq(job.model.num_features, 0); /* not set: the data's */
+    ck_assert_int_eq(job.model.num_classes, 0);
     ck_assert_int_eq(job.data.source, DT_DATA_LINE);
     ck_assert_int_eq(job.data.num_examples, 100);
     ck_assert_double_eq(job.data.noise, 0.3);
@@ -583,6 +584,10 @@ START_TEST(test_job_defaults) {
     dt_err_clear(&err);
     ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(job.max_steps, 2000); /* 200 epochs of 100 / 10 */
+    /* The line has one feature; a linear model, two classes it never uses. */
+    ck_assert_int_eq(job.model.num_features, 1);
+    ck_assert_int_eq(job.model.num_classes, 2);
+    ck_assert(!dt_job_shape_unset(&job));
 }
 END_TEST
 
@@ -596,8 +601,9 @@ START_TEST(test_job_conf_linear) {
     ck_assert_msg(dt_job_load("conf/linear.json", &job, &err) == 0, "%s", err.msg);
     dt_job_defaults(&want);
     ck_assert_int_eq(job.model.kind, want.model.kind);
-    ck_assert_int_eq(job.model.num_features, want.model.num_features);
-    ck_assert_int_eq(job.model.num_classes, want.model.num_classes);
+    /* Not set by default; the line's and the linear model's values. */
+    ck_assert_int_eq(job.model.num_features, 1);
+    ck_assert_int_eq(job.model.num_classes, 2);
     ck_assert_int_eq(job.model.num_hidden, want.model.num_hidden);
     ck_assert_int_eq(job.model.hidden[0], want.model.hidden[0]);
     ck_assert_double_eq(job.model.l2, want.model.l2);

@@ -729,7 +729,9 @@ START_TEST(rerun_finished_job) {
     int64_t last = dt_test_ckpt_max(w.log_dir);
     ck_assert_int_eq(last, dt_test_job_max_steps(&w));
     dt_test_job_run(&w, "-again", JOB_TIMEOUT_MS);
-    ck_assert_msg(dt_test_job_log_has(&w, "chief-again", "nothing to train"),
+    static const char said[] = "the checkpoint is at max_steps 1500: nothing to train; raise "
+                               "max_steps or use a new log_dir";
+    ck_assert_msg(dt_test_job_log_has(&w, "chief-again", said),
                   "the chief did not say the job was complete; logs:%s", dt_test_job_report(&w));
     ck_assert_msg(!dt_test_job_log_has(&w, "chief-again", "final pull"),
                   "the chief waited for a final pull; logs:%s", dt_test_job_report(&w));
@@ -746,7 +748,7 @@ START_TEST(rerun_finished_job) {
     const pid_t pids[] = {ps, chief, worker};
     const char *const names[] = {"ps", "chief", "worker 1"};
     dt_test_job_expect_done(&w, pids, names, 3, JOB_TIMEOUT_MS);
-    ck_assert_msg(dt_test_job_log_has(&w, "chief-blind", "nothing to train"),
+    ck_assert_msg(dt_test_job_log_has(&w, "chief-blind", said),
                   "the chief did not say the job was complete; logs:%s", dt_test_job_report(&w));
     ck_assert_int_eq(dt_test_ckpt_max(w.log_dir), last);
 }
