@@ -12,6 +12,7 @@
 #define DT_SUITES(X)                                                                               \
     X(err)                                                                                         \
     X(text)                                                                                        \
+    X(hash)                                                                                        \
     X(tensor)                                                                                      \
     X(cluster)                                                                                     \
     X(optim)                                                                                       \
