@@ -240,7 +240,7 @@ void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, 
 }
 
 void dt_optim_apply_rows(const dt_optim_config *cfg, double lr, int64_t t, float *const *rows,
-                         const float *g, int64_t n, int dim) {
+                         const float *const *grads, int64_t n, int dim) {
     DT_ASSERT(n >= 0 && dim >= 1);
     step st = step_of(cfg, lr, t);
     const int nslots = dt_optim_num_slots(cfg);
@@ -249,7 +249,7 @@ void dt_optim_apply_rows(const dt_optim_config *cfg, double lr, int64_t t, float
         float *w = rows[k], *slots[DT_OPTIM_MAX_SLOTS] = {NULL};
         for (int s = 0; s < nslots; s++)
             slots[s] = w + (size_t)(s + 1) * (size_t)dim;
-        apply_step(&st, w, slots, g + (size_t)k * (size_t)dim, dim);
+        apply_step(&st, w, slots, grads[k], dim);
     }
 }
 

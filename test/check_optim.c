@@ -473,6 +473,7 @@ static int lazy_vs_dense(const dt_optim_config *cfg) {
         const int *touched = t % 2 ? odd : even, count = t % 2 ? 3 : 2;
         float dense_g[R * D] = {0}, rows_g[3 * D];
         float *rows[3];
+        const float *grads[3] = {rows_g, rows_g + D, rows_g + 2 * D};
         for (int k = 0; k < count; k++) {
             rows[k] = rec + (size_t)touched[k] * (size_t)(1 + S) * D;
             for (int j = 0; j < D; j++) {
@@ -482,7 +483,7 @@ static int lazy_vs_dense(const dt_optim_config *cfg) {
             }
         }
         memcpy(before, rec, sizeof rec);
-        dt_optim_apply_rows(cfg, 0.05, t, rows, rows_g, count, D);
+        dt_optim_apply_rows(cfg, 0.05, t, rows, grads, count, D);
         float *slots[2] = {s0, s1};
         dt_optim_apply(cfg, 0.05, t, w, slots, dense_g, R * D);
         for (int r = 0; r < R; r++) {
@@ -547,13 +548,14 @@ START_TEST(test_apply_rows_lazy_adam) {
         if (t % 2) touched[count++] = 1;
         if (t == 5) touched[count++] = 3;
         float *rows[3], g[3 * DIM];
+        const float *grads[3] = {g, g + DIM, g + 2 * DIM};
         for (int k = 0; k < count; k++) {
             rows[k] = rec + touched[k] * 3 * DIM;
             for (int j = 0; j < DIM; j++)
                 g[k * DIM + j] = (float)grad_at(t, touched[k] * DIM + j);
         }
         const double lr = 0.01, lr_t = lr * sqrt(1 - pow(0.9, t)) / (1 - pow(0.8, t));
-        dt_optim_apply_rows(&cfg, lr, t, rows, g, count, DIM);
+        dt_optim_apply_rows(&cfg, lr, t, rows, grads, count, DIM);
         for (int k = 0; k < count; k++)
             for (int j = 0; j < DIM; j++) {
                 int i = touched[k] * DIM + j;
