@@ -16,6 +16,7 @@
     X(tensor)                                                                                      \
     X(cluster)                                                                                     \
     X(optim)                                                                                       \
+    X(table)                                                                                       \
     X(data)                                                                                        \
     X(reader)                                                                                      \
     X(model)                                                                                       \
