@@ -19,6 +19,7 @@
     X(table)                                                                                       \
     X(data)                                                                                        \
     X(reader)                                                                                      \
+    X(sparse)                                                                                      \
     X(model)                                                                                       \
     X(codec)                                                                                       \
     X(checkpoint)                                                                                  \
