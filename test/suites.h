@@ -20,6 +20,7 @@
     X(data)                                                                                        \
     X(reader)                                                                                      \
     X(sparse)                                                                                      \
+    X(criteo_gen)                                                                                  \
     X(model)                                                                                       \
     X(codec)                                                                                       \
     X(checkpoint)                                                                                  \
