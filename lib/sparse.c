@@ -63,7 +63,7 @@ static int by_key(const void *a, const void *b) {
 }
 
 int dt_sparse_index_build(dt_sparse_index *ix, const dt_sparse_batch *b, dt_err *err) {
-    ix->n = 0;
+    ix->n = ix->nnz = 0;
     const int64_t nnz = dt_sparse_nnz(b);
     if (nnz < 0 || nnz >= ((int64_t)1 << ENTRY_BITS))
         return dt_err_set(err, DT_EINVAL, "sparse: %lld entries in one batch (fewer than 2^%d)",
@@ -87,7 +87,7 @@ int dt_sparse_index_build(dt_sparse_index *ix, const dt_sparse_batch *b, dt_err 
                               (long long)e, (long long)id);
         ix->keys[e] = (uint64_t)id << ENTRY_BITS | (uint64_t)e;
     }
-    qsort(ix->keys, (size_t)nnz, sizeof *ix->keys, by_key);
+    if (nnz > 1) qsort(ix->keys, (size_t)nnz, sizeof *ix->keys, by_key);
     int64_t n = 0;
     for (int64_t k = 0; k < nnz; k++) {
         const int64_t id = (int64_t)(ix->keys[k] >> ENTRY_BITS);
@@ -95,6 +95,7 @@ int dt_sparse_index_build(dt_sparse_index *ix, const dt_sparse_batch *b, dt_err 
         ix->pos[ix->keys[k] & ((1u << ENTRY_BITS) - 1)] = n - 1;
     }
     ix->n = n;
+    ix->nnz = nnz;
     return 0;
 }
 
@@ -181,9 +182,13 @@ int dt_sparse_gather(const dt_sparse_set *s, const int64_t *rows, int count, dt_
     buf->offsets[0] = 0;
     for (int i = 0; i < count; i++) {
         const int64_t r = rows[i], from = s->offsets[r], n = s->offsets[r + 1] - from;
-        memcpy(buf->ids + e, s->ids + from, (size_t)n * sizeof *buf->ids);
-        if (s->values) memcpy(buf->values + e, s->values + from, (size_t)n * sizeof *buf->values);
-        if (s->fields) memcpy(buf->fields + e, s->fields + from, (size_t)n * sizeof *buf->fields);
+        if (n > 0) { /* a set without entries may have no arrays for them */
+            memcpy(buf->ids + e, s->ids + from, (size_t)n * sizeof *buf->ids);
+            if (s->values)
+                memcpy(buf->values + e, s->values + from, (size_t)n * sizeof *buf->values);
+            if (s->fields)
+                memcpy(buf->fields + e, s->fields + from, (size_t)n * sizeof *buf->fields);
+        }
         e += n;
         buf->offsets[i + 1] = e;
         if (Dd) memcpy(buf->dense + (size_t)i * Dd, s->dense + (size_t)r * Dd, Dd * sizeof(float));

@@ -66,6 +66,7 @@ int dt_sparse_check(const dt_sparse_batch *b, dt_err *err) DT_WARN_UNUSED;
  * reused. */
 typedef struct {
     int64_t n;    /* U */
+    int64_t nnz;  /* entries of the batch it was built from */
     int64_t *ids; /* (U) sorted, distinct */
     int64_t *pos; /* (nnz) ids[pos[e]] is entry e's id (e counted from offsets[0]) */
     /* scratch */

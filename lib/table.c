@@ -794,7 +794,7 @@ static int held_ids(dt_table *t, int shard, int num_shards, int64_t **ids_out, i
         free(ids);
         return rc;
     }
-    qsort(ids, (size_t)n, sizeof *ids, by_id);
+    if (n > 1) qsort(ids, (size_t)n, sizeof *ids, by_id);
     *ids_out = ids;
     *n_out = n;
     return 0;

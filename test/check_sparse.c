@@ -245,10 +245,10 @@ START_TEST(test_criteo_unlabeled_and_shards) {
     ck_assert(memcmp(s0.ids + 25, a.ids + 25, 25 * sizeof *a.ids) == 0);
     ck_assert_int_eq(s1.offsets[1], 0);
     ck_assert(s0.y[0] == 1 && s0.y[1] == 0 && s1.y[0] == 0);
-    p.shard = 2;
-    ck_assert_int_eq(dt_sparse_read_criteo(path, &p, &s1, &err), DT_EINVAL);
     dt_sparse_set_deinit(&s0);
     dt_sparse_set_deinit(&s1);
+    p.shard = 2;
+    ck_assert_int_eq(dt_sparse_read_criteo(path, &p, &s1, &err), DT_EINVAL);
     dt_sparse_set_deinit(&a);
 }
 END_TEST
