@@ -22,6 +22,7 @@
     X(sparse)                                                                                      \
     X(criteo_gen)                                                                                  \
     X(model)                                                                                       \
+    X(sparse_model)                                                                                \
     X(codec)                                                                                       \
     X(checkpoint)                                                                                  \
     X(summary)                                                                                     \
