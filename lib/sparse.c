@@ -134,7 +134,7 @@ void dt_sparse_set_slice(const dt_sparse_set *s, int64_t first, int count, dt_sp
     out->dense = s->dense ? s->dense + (size_t)first * (size_t)s->dense_cols : NULL;
     out->y = s->y ? s->y + first : NULL;
     out->offsets = s->offsets + first;
-    out->ids = s->ids + e0;
+    out->ids = s->ids ? s->ids + e0 : NULL; /* a set without entries may have no array */
     out->values = s->values ? s->values + e0 : NULL;
     out->fields = s->fields ? s->fields + e0 : NULL;
 }

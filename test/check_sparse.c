@@ -397,8 +397,23 @@ START_TEST(test_libsvm_large_indices) {
     ck_assert_ptr_null(s.y);
     ck_assert_int_eq(s.offsets[2], 3);
     dt_sparse_set_deinit(&s);
-    path = file_of("a.txt", "-2.5 1:1\n");
+    /* Rows without a single entry (found by fuzzing: a slice of a set
+     * with no entry arrays offset a NULL pointer). */
+    path = file_of("a.txt", "1\n-1 qid:2\n");
     p.labels = DT_LABELS_REQUIRED;
+    p.label_kind = DT_LABEL_CLASS;
+    ck_assert_int_eq(dt_sparse_read_libsvm(path, &p, &s, &err), 0);
+    ck_assert_int_eq(s.rows, 2);
+    ck_assert_int_eq(s.offsets[2], 0);
+    dt_sparse_batch empty;
+    dt_sparse_set_slice(&s, 0, 2, &empty);
+    ck_assert_int_eq(dt_sparse_check(&empty, NULL), 0);
+    dt_sparse_index ix = {0};
+    ck_assert_int_eq(dt_sparse_index_build(&ix, &empty, NULL), 0);
+    ck_assert_int_eq(ix.n, 0);
+    dt_sparse_index_deinit(&ix);
+    dt_sparse_set_deinit(&s);
+    path = file_of("a.txt", "-2.5 1:1\n");
     p.label_kind = DT_LABEL_REAL;
     ck_assert_int_eq(dt_sparse_read_libsvm(path, &p, &s, &err), 0);
     ck_assert_float_eq(s.y[0], -2.5f);
