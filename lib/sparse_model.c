@@ -371,7 +371,7 @@ static double wide_loss_grad(dt_sparse_model *m, const dt_tensors *vars, const d
             const float *dz = m->dz + (size_t)i * O;
             for (int o = 0; o < O; o++)
                 gb[o] += dz[o];
-            for (int d = 0; d < Dd; d++)
+            for (int d = 0; gwd && d < Dd; d++)
                 for (int o = 0; o < O; o++)
                     gwd[(size_t)d * O + o] += b->dense[(size_t)i * Dd + d] * dz[o];
             for (int64_t e = b->offsets[i] - base; e < b->offsets[i + 1] - base; e++) {

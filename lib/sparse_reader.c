@@ -77,7 +77,7 @@ static int add_entry(builder *b, int64_t id, int32_t field, float value, dt_err 
     dt_sparse_set *s = &b->set;
     int64_t *end = &s->offsets[s->rows + 1];
     if (*end + (s->rows + 1) * (int64_t)s->dense_cols >= b->max_values) return too_many(b, err);
-    if (*end == b->cap_entries) {
+    if (*end >= b->cap_entries || !s->ids) {
         int64_t cap = b->cap_entries ? b->cap_entries * 2 : 16384;
         int ok = grow((void **)&s->ids, cap, sizeof *s->ids) == 0 &&
                  (!b->has_values || grow((void **)&s->values, cap, sizeof *s->values) == 0) &&

@@ -292,11 +292,11 @@ static int alloc_chunk(const dt_table *t, chunk *ch, int c, int64_t *bytes) {
         __builtin_add_overflow(rec_bytes, meta_bytes, &total) || total > SIZE_MAX - 64)
         return -1;
     total = (total + 63) / 64 * 64;
-    char *block = aligned_alloc(64, total);
+    void *block = aligned_alloc(64, total);
     if (!block) return -1;
-    ch->recs = (float *)block;
-    ch->last = (int64_t *)(block + rec_bytes); /* rec_bytes is a multiple of 4 * 16 */
-    ch->touches = (uint32_t *)(block + rec_bytes + (size_t)rows * sizeof(int64_t));
+    ch->recs = block;
+    ch->last = (void *)((char *)block + rec_bytes); /* rec_bytes is a multiple of 4 * 16 */
+    ch->touches = (void *)((char *)block + rec_bytes + (size_t)rows * sizeof(int64_t));
     *bytes = (int64_t)total;
     return 0;
 }
@@ -402,7 +402,7 @@ static int grow_batch(const dt_table *t, dt_table_batch *b, int64_t n, dt_err *e
                               (long long)n);
         b->cap = n;
     }
-    if (b->nstripes != t->nstripes) {
+    if (b->nstripes != t->nstripes || !b->start) {
         int64_t *start = realloc(b->start, (size_t)(t->nstripes + 1) * sizeof *start);
         if (!start) return dt_err_set(err, DT_ENOMEM, "table %s: no memory", t->cfg.name);
         b->start = start;
@@ -772,21 +772,22 @@ static int held_ids(dt_table *t, int shard, int num_shards, int64_t **ids_out, i
     for (int si = 0; si < t->nstripes && rc == 0; si++) {
         stripe *s = &t->stripes[si];
         pthread_mutex_lock(&s->mu);
-        if (n + s->count > cap) {
-            int64_t grow = (n + s->count) * 2;
-            int64_t *bigger = realloc(ids, (size_t)grow * sizeof *ids);
-            if (bigger) {
-                ids = bigger;
-                cap = grow;
-            } else {
-                rc = dt_err_set(err, DT_ENOMEM, "table %s: export: no memory for %lld ids",
-                                t->cfg.name, (long long)grow);
-            }
-        }
         for (int64_t i = 0; i < s->cap && rc == 0; i++) {
             const int64_t id = s->index[i].id;
-            if (id != EMPTY && (num_shards == 1 || dt_table_shard_of(id, num_shards) == shard))
-                ids[n++] = id;
+            if (id == EMPTY || (num_shards > 1 && dt_table_shard_of(id, num_shards) != shard))
+                continue;
+            if (n == cap) {
+                const int64_t grow = cap ? cap * 2 : 1024;
+                int64_t *bigger = realloc(ids, (size_t)grow * sizeof *ids);
+                if (!bigger) {
+                    rc = dt_err_set(err, DT_ENOMEM, "table %s: export: no memory for %lld ids",
+                                    t->cfg.name, (long long)grow);
+                    break;
+                }
+                ids = bigger;
+                cap = grow;
+            }
+            ids[n++] = id;
         }
         pthread_mutex_unlock(&s->mu);
     }
