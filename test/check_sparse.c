@@ -13,30 +13,29 @@
 #include <zlib.h>
 
 #include "hash.h"
+#include "proc.h"
 #include "sparse.h"
 #include "sparse_reader.h"
 #include "suites.h"
 
-static char dir[64];
+static char *dir;
 
 static void setup(void) {
-    snprintf(dir, sizeof dir, "/tmp/dt_sparse_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    dir = dt_test_tempdir();
+    ck_assert_ptr_nonnull(dir);
 }
 
 static void teardown(void) {
-    static const char *const files[] = {"a.txt", "b.txt", "c.txt.gz", "d.txt", NULL};
-    char path[128];
-    for (int i = 0; files[i]; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    dt_test_tempdir_free(dir);
+}
+
+static void tmp_begin(void) {
+    if (dt_test_tmp_begin() != 0) fprintf(stderr, "sparse: no suite temp dir; using $TMPDIR\n");
 }
 
 /* Writes text to dir/name and returns the path (static storage). */
 static const char *file_of(const char *name, const char *text) {
-    static char path[128];
+    static char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     if (strstr(name, ".gz")) {
         gzFile gz = gzopen(path, "wb");
@@ -424,6 +423,7 @@ END_TEST
 Suite *sparse_suite(void) {
     Suite *s = suite_create("sparse");
     TCase *tc = tcase_create("sparse");
+    tcase_add_unchecked_fixture(tc, tmp_begin, dt_test_tmp_end);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_batch_check_and_index);
     tcase_add_test(tc, test_criteo_read);

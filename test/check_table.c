@@ -16,6 +16,7 @@
 
 #include "checkpoint.h"
 #include "hash.h"
+#include "proc.h"
 #include "suites.h"
 #include "table.h"
 
@@ -543,20 +544,6 @@ END_TEST
 
 /* ---- checkpoints ---- */
 
-static char tmp_dir[64];
-
-static void make_tmp(void) {
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/dt_table_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
-}
-
-static void remove_tmp(const char *file) {
-    char path[128];
-    snprintf(path, sizeof path, "%s/%s", tmp_dir, file);
-    unlink(path);
-    rmdir(tmp_dir);
-}
-
 /* A table of R rows with adam slots, some rows pushed. */
 static dt_table *trained(const char *name, int stripes, int64_t *held) {
     enum { R = 3000, D = 4 };
@@ -616,9 +603,9 @@ START_TEST(test_checkpoint_round_trip) {
         ck_assert(ids[k] > ids[k - 1]);
 
     /* Through a real safetensors file, as a checkpoint carries it. */
-    make_tmp();
-    char path[128];
-    snprintf(path, sizeof path, "%s/t.safetensors", tmp_dir);
+    char *dir = dt_test_tempdir(), path[512];
+    ck_assert_ptr_nonnull(dir);
+    snprintf(path, sizeof path, "%s/t.safetensors", dir);
     dt_ckpt_meta meta = {.global_step = 5};
     snprintf(meta.model, sizeof meta.model, "test");
     ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
@@ -657,7 +644,7 @@ START_TEST(test_checkpoint_round_trip) {
 
     dt_tensors_deinit(&ts);
     dt_tensors_deinit(&loaded);
-    remove_tmp("t.safetensors");
+    dt_test_tempdir_free(dir);
     dt_table_free(t), dt_table_free(back), dt_table_free(fresh), dt_table_free(empty);
 }
 END_TEST
@@ -812,10 +799,16 @@ START_TEST(test_nonzero_with_ftrl) {
 }
 END_TEST
 
+static void tmp_begin(void) {
+    if (dt_test_tmp_begin() != 0) fprintf(stderr, "table: no suite temp dir; using $TMPDIR\n");
+}
+
 Suite *table_suite(void) {
     Suite *s = suite_create("table");
     TCase *tc = tcase_create("table");
     tcase_set_timeout(tc, 60);
+    /* the runner's temp dir: a failed test's files go with it */
+    tcase_add_unchecked_fixture(tc, tmp_begin, dt_test_tmp_end);
     tcase_add_test(tc, test_config_errors);
     tcase_add_test(tc, test_placement);
     tcase_add_test(tc, test_init_rule);
