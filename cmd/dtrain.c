@@ -26,6 +26,7 @@
 
 #include "chief.h"
 #include "cluster.h"
+#include "criteo_gen.h"
 #include "err.h"
 #include "evaluator.h"
 #include "job.h"
@@ -66,6 +67,8 @@ static const char usage[] =
     "       dtrain status [--cluster FILE] [--json] [--watch SECS] [--timeout-secs N]\n"
     "       dtrain health --address HOST:PORT [--service NAME] [--serving]\n"
     "                   [--timeout-secs N]\n"
+    "       dtrain gen-criteo --out FILE [--rows N] [--seed S] [--vocab-scale X]\n"
+    "                   [--no-labels]\n"
     "\n"
     "Runs one task of a dtrain cluster: a ps, the chief, a worker or the evaluator.\n"
     "\n"
@@ -133,6 +136,12 @@ static const char usage[] =
     "ps answers, with --serving only when it is SERVING (it has a model and the job is\n"
     "not done), 1 otherwise, 200 when unreachable. Both take the --tls-* and\n"
     "--token-file flags (or their environment variables).\n"
+    "\n"
+    "gen-criteo writes synthetic click logs in the Criteo layout (label, I1-I13,\n"
+    "C1-C26, tab-separated; FILE.gz is gzip, - is standard output) from a hidden\n"
+    "logistic model, N rows (default 100000) of seed S (default 1), categorical\n"
+    "vocabularies of the real data times X (default 0.01), and prints the rows,\n"
+    "positives and the hidden model's log loss on them to stderr.\n"
     "\n"
     "Exit status: 0 done; 1 failure; 2 usage or config error; 75 final checkpoint\n"
     "unwritable (retryable); 200 peer unreachable (retryable); 128+N stopped by signal N.\n";
@@ -722,6 +731,64 @@ static void tune_allocator(void) {
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
+/* A whole number of N >= 1 from text; -1 when it is not one. */
+static long long parse_count(const char *text) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    return *text && !*end && !errno && v >= 0 ? v : -1;
+}
+
+/* dtrain gen-criteo: flags in, lib/criteo_gen does the work. */
+static int run_gen_criteo(int argc, char **argv) {
+    dt_criteo_gen_params p;
+    dt_criteo_gen_defaults(&p);
+    const char *out = NULL, *v = NULL;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        int missing = 0;
+        if (strcmp(a, "--help") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        } else if (take_value(argc, argv, &i, "--out", &out, &missing)) {
+        } else if (take_value(argc, argv, &i, "--rows", &v, &missing)) {
+            if (!missing && (p.rows = parse_count(v)) < 1)
+                return usage_error("gen-criteo: --rows: \"%s\" is not a whole number >= 1", v);
+        } else if (take_value(argc, argv, &i, "--seed", &v, &missing)) {
+            long long seed = missing ? 0 : parse_count(v);
+            if (!missing && seed < 0)
+                return usage_error("gen-criteo: --seed: \"%s\" is not a whole number >= 0", v);
+            p.seed = (uint64_t)seed;
+        } else if (take_value(argc, argv, &i, "--vocab-scale", &v, &missing)) {
+            char *end = NULL;
+            p.vocab_scale = missing ? 0 : strtod(v, &end);
+            if (!missing && (!*v || *end || !(p.vocab_scale > 0 && p.vocab_scale <= 1)))
+                return usage_error("gen-criteo: --vocab-scale: \"%s\" is not a number in (0, 1]",
+                                   v);
+        } else if (strcmp(a, "--no-labels") == 0) {
+            p.labels = 0;
+        } else {
+            return usage_error("gen-criteo: unknown flag %s", a);
+        }
+        if (missing) return usage_error("flag %s needs a value", a);
+    }
+    if (!out) return usage_error("gen-criteo: missing --out FILE (- for standard output)%s", "");
+    dt_err err;
+    dt_err_clear(&err);
+    dt_criteo_gen_report rep;
+    if (dt_criteo_gen_write(&p, out, &rep, &err) < 0) {
+        fprintf(stderr, "dtrain: %s\n", err.msg);
+        return err.code == DT_EINVAL ? EXIT_USAGE : EXIT_FAILURE;
+    }
+    fprintf(stderr,
+            "gen-criteo: %lld rows to %s (seed %llu, %lld categorical values): %lld positives "
+            "(%.2f%%), hidden model log loss %.6f (constant rate: %.6f; bias %.4f)\n",
+            (long long)rep.rows, out, (unsigned long long)p.seed, (long long)rep.vocabulary,
+            (long long)rep.positives, 100.0 * (double)rep.positives / (double)rep.rows,
+            rep.log_loss, rep.base_log_loss, rep.bias);
+    return 0;
+}
+
 /* The flags that only some roles take. Returns -1 to go on, or an exit
  * status. */
 static int check_role_flags(const options *o, const dt_role *role) {
@@ -750,6 +817,7 @@ int main(int argc, char **argv) {
         return run_tool(argc, argv);
     if (argc > 1 && (strcmp(argv[1], "health") == 0 || strcmp(argv[1], "status") == 0))
         return run_monitor(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "gen-criteo") == 0) return run_gen_criteo(argc, argv);
     options o;
     memset(&o, 0, sizeof o);
     int status = parse_args(argc, argv, &o);

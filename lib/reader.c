@@ -1288,3 +1288,44 @@ int dt_reader_infer(const char *format, const char *data_path, const char *label
     free(ct.seen);
     return rc;
 }
+
+/* ---- lines, for the readers of other text formats ------------------------- */
+
+struct dt_reader_lines {
+    line_src src;
+};
+
+int dt_reader_lines_open(const char *path, dt_reader_lines **out, dt_err *err) {
+    *out = NULL;
+    dt_reader_lines *l = calloc(1, sizeof *l);
+    if (!l) return dt_err_set(err, DT_ENOMEM, "%s: no memory for a reader", path);
+    l->src.path = path;
+    int rc = open_gz(path, &l->src.gz, err);
+    if (rc < 0) {
+        free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+int dt_reader_lines_next(dt_reader_lines *l, char **line, size_t *len, int64_t *line_no,
+                         const char **bad, dt_err *err) {
+    int rc = next_line(&l->src, line, len, bad, err);
+    *line_no = l->src.line_no;
+    return rc;
+}
+
+int dt_reader_parse_int64(const char *s, int64_t *out) {
+    long long v;
+    if (parse_int(s, &v) < 0) return -1;
+    *out = v;
+    return 0;
+}
+
+void dt_reader_lines_close(dt_reader_lines *l) {
+    if (!l) return;
+    if (l->src.gz) gzclose_r(l->src.gz);
+    free(l->src.buf);
+    free(l);
+}

@@ -179,4 +179,25 @@ int dt_reader_infer(const char *format, const char *data_path, const char *label
 /* Releases the table's buffers and zeroes it. NULL is a no-op. */
 void dt_reader_table_deinit(dt_reader_table *t);
 
+/* ---- lines, for the readers of other text formats (lib/sparse_reader) ----
+ * The same line splitting the csv and libsvm readers use: plain or gzip
+ * files, lines up to 256 MiB, a trailing CR dropped. */
+typedef struct dt_reader_lines dt_reader_lines; /* opaque; owns the file */
+
+/* Opens path. Errors as the readers' (DT_ENOTFOUND, DT_EIO, DT_EINVAL for a
+ * directory); *out stays NULL. */
+int dt_reader_lines_open(const char *path, dt_reader_lines **out, dt_err *err) DT_WARN_UNUSED;
+/* The next line without its newline, NUL-terminated (*line, borrowed until
+ * the next call; the caller may write into it), its length and 1-based
+ * number. Returns 1 for a line, 0 at the end of the file, or an error
+ * (DT_EIO, DT_ECORRUPT for a damaged gzip stream, DT_EINVAL for a line
+ * past 256 MiB). *bad is set, with 1 returned, for a line holding a NUL
+ * byte (a binary file?), which the caller refuses or skips. */
+int dt_reader_lines_next(dt_reader_lines *l, char **line, size_t *len, int64_t *line_no,
+                         const char **bad, dt_err *err) DT_WARN_UNUSED;
+void dt_reader_lines_close(dt_reader_lines *l); /* NULL is a no-op */
+/* A whole field of decimal digits with an optional sign that fits int64,
+ * as libsvm indices are read: 0, or -1 when s is anything else. */
+int dt_reader_parse_int64(const char *s, int64_t *out) DT_WARN_UNUSED;
+
 #endif

@@ -627,6 +627,9 @@ START_TEST(test_job_conf_linear) {
     ck_assert_double_eq(job.optim.beta2, 0.999);
     ck_assert_double_eq(job.optim.epsilon, 1e-7);
     ck_assert_double_eq(job.optim.initial_accumulator, 0.1);
+    ck_assert_double_eq(job.optim.ftrl_l1, 0);
+    ck_assert_double_eq(job.optim.ftrl_l2, 0);
+    ck_assert_double_eq(job.optim.ftrl_beta, 0);
     ck_assert_int_eq(job.batch_size, want.batch_size);
     ck_assert_int_eq(job.max_steps, want.max_steps);
     ck_assert_int_eq(job.epochs, want.epochs);
@@ -791,6 +794,9 @@ START_TEST(test_job_bad_values) {
         {"beta2", "true", "must be a number in [0, 1) (got true)"},
         {"epsilon", "0", "must be a positive number (got 0)"},
         {"initial_accumulator", "-0.1", "must be a number >= 0 (got -0.1)"},
+        {"l1_regularization_strength", "-1", "must be a number >= 0 (got -1)"},
+        {"l2_regularization_strength", "\"0.1\"", "must be a number >= 0 (got \"0.1\")"},
+        {"ftrl_beta", "-0.5", "must be a number >= 0 (got -0.5)"},
         {"noise", "-0.25", "must be a number >= 0 (got -0.25)"},
         {"features", "0", "must be an integer >= 1 (got 0)"},
         {"features", "2.5", "must be an integer >= 1 (got 2.5)"},
@@ -810,9 +816,9 @@ START_TEST(test_job_bad_values) {
         {"nesterov", "\"yes\"", "must be true or false (got \"yes\")"},
         {"nesterov", "1", "must be true or false (got 1)"},
         {"optimizer", "\"rmsprop\"",
-         "must be \"sgd\", \"momentum\", \"adagrad\" or \"adam\" (got \"rmsprop\")"},
+         "must be \"sgd\", \"momentum\", \"adagrad\", \"adam\" or \"ftrl\" (got \"rmsprop\")"},
         {"optimizer", "\"SGD\"",
-         "must be \"sgd\", \"momentum\", \"adagrad\" or \"adam\" (got "
+         "must be \"sgd\", \"momentum\", \"adagrad\", \"adam\" or \"ftrl\" (got "
          "\"SGD\")"},
         {"model", "\"cnn\"",
          "must be \"linear\", \"logistic\", \"softmax\" or \"mlp\" (got \"cnn\")"},
@@ -944,10 +950,11 @@ START_TEST(test_job_set_errors) {
               "--set nesterov=yes: \"nesterov\" must be true or false (got \"yes\")");
     set_fails("batch_size=2.5",
               "--set batch_size=2.5: \"batch_size\" must be an integer >= 1 (got 2.5)");
-    set_fails("optimizer=rmsprop", "--set optimizer=rmsprop: \"optimizer\" must be \"sgd\", "
-                                   "\"momentum\", \"adagrad\" or \"adam\" (got \"rmsprop\")");
+    set_fails("optimizer=rmsprop",
+              "--set optimizer=rmsprop: \"optimizer\" must be \"sgd\", \"momentum\", "
+              "\"adagrad\", \"adam\" or \"ftrl\" (got \"rmsprop\")");
     set_fails("optimizer=\"sgd", "--set optimizer=\"sgd: \"optimizer\" must be \"sgd\", "
-                                 "\"momentum\", \"adagrad\" or \"adam\" (got \"\"sgd\")");
+                                 "\"momentum\", \"adagrad\", \"adam\" or \"ftrl\" (got \"\"sgd\")");
     set_fails("log_dir=", "--set log_dir=: \"log_dir\" must be a non-empty string shorter than "
                           "1024 bytes (got \"\")");
     set_fails("learnig_rate=0.1",
@@ -1000,6 +1007,19 @@ START_TEST(test_job_finish_files) {
     dt_err_clear(&err);
     ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "\"classes\" must be 2 (got 3)"));
+
+    /* ftrl parses, with its fields, but the ps cannot run it yet. */
+    dt_job_defaults(&job);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_job_set(&job, "optimizer=ftrl", &err), 0);
+    ck_assert_int_eq(dt_job_set(&job, "l1_regularization_strength=0.5", &err), 0);
+    ck_assert_int_eq(dt_job_set(&job, "l2_regularization_strength=0.25", &err), 0);
+    ck_assert_int_eq(dt_job_set(&job, "ftrl_beta=1", &err), 0);
+    ck_assert_double_eq(job.optim.ftrl_l1, 0.5);
+    ck_assert_double_eq(job.optim.ftrl_l2, 0.25);
+    ck_assert_double_eq(job.optim.ftrl_beta, 1);
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "\"ftrl\" is not served by the ps yet"));
 
     dt_job_defaults(&job);
     snprintf(job.data.eval_data, sizeof job.data.eval_data, "test.csv");

@@ -12,12 +12,17 @@
 #define DT_SUITES(X)                                                                               \
     X(err)                                                                                         \
     X(text)                                                                                        \
+    X(hash)                                                                                        \
     X(tensor)                                                                                      \
     X(cluster)                                                                                     \
     X(optim)                                                                                       \
+    X(table)                                                                                       \
     X(data)                                                                                        \
     X(reader)                                                                                      \
+    X(sparse)                                                                                      \
+    X(criteo_gen)                                                                                  \
     X(model)                                                                                       \
+    X(sparse_model)                                                                                \
     X(codec)                                                                                       \
     X(checkpoint)                                                                                  \
     X(summary)                                                                                     \
