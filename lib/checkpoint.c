@@ -49,6 +49,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "crc32c.h"
 #include "log.h"
 
@@ -467,7 +468,7 @@ static int parse_header(const char *path, const char *header, size_t len, uint64
         }
         if ((rc = parse_meta(path, item, hm, err)) < 0) goto fail;
     }
-    entries = calloc(count ? (size_t)count : 1, sizeof *entries);
+    entries = dt_calloc(count ? (size_t)count : 1, sizeof *entries);
     if (!entries) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory for %d tensor entries", path, count);
         goto fail;
@@ -591,7 +592,7 @@ int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *
     }
     uint64_t data_size = file_size - 8 - header_len;
 
-    header = malloc((size_t)header_len + 1);
+    header = dt_malloc((size_t)header_len + 1);
     if (!header) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory for a %llu-byte header", path,
                         (unsigned long long)header_len);
@@ -613,7 +614,7 @@ int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *
                            &hm, err)) < 0)
         goto fail;
 
-    specs = calloc(count ? (size_t)count : 1, sizeof *specs);
+    specs = dt_calloc(count ? (size_t)count : 1, sizeof *specs);
     if (!specs) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
         goto fail;
@@ -661,7 +662,7 @@ int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *
 
     if (meta) {
         *meta = hm.meta;
-        if (hm.job && !(meta->job = strdup(hm.job))) {
+        if (hm.job && !(meta->job = dt_strdup(hm.job))) {
             rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory for the job config", path);
             goto fail;
         }
@@ -818,7 +819,7 @@ int dt_ckpt_save(const char *path, const dt_tensors *ts, const dt_ckpt_meta *met
     char *json = NULL;
     if ((rc = check_save_args(path, ts, meta, err)) < 0) return rc;
 
-    names = malloc((ts->count ? (size_t)ts->count : 1) * sizeof *names);
+    names = dt_malloc((ts->count ? (size_t)ts->count : 1) * sizeof *names);
     if (!names) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: save: out of memory", path);
         goto fail;
@@ -867,7 +868,7 @@ static void state_free(ckpt_state *st) {
 static int state_push(ckpt_state *st, const char *name) {
     if (st->count == st->cap) {
         int cap = st->cap ? st->cap * 2 : 16;
-        void *p = realloc(st->all, (size_t)cap * sizeof *st->all);
+        void *p = dt_realloc(st->all, (size_t)cap * sizeof *st->all);
         if (!p) return -1;
         st->all = p;
         st->cap = cap;
@@ -942,7 +943,7 @@ static int state_scan(const char *log_dir, ckpt_state *st, dt_err *err) {
             continue;
         if (count == cap) {
             cap = cap ? cap * 2 : 16;
-            void *p = realloc(found, (size_t)cap * sizeof *found);
+            void *p = dt_realloc(found, (size_t)cap * sizeof *found);
             if (!p) {
                 rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory listing checkpoints", log_dir);
                 break;
@@ -1014,7 +1015,7 @@ static int state_load(const char *log_dir, ckpt_state *st, dt_err *err) {
                         strerror(errno));
         goto fail;
     }
-    text = malloc(STATE_MAX + 1);
+    text = dt_malloc(STATE_MAX + 1);
     if (!text) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
         goto fail;
@@ -1323,7 +1324,7 @@ int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_ckpt_meta *m
      * end. One older than the state file is not: the file was edited after
      * it (an operator rolling back), and the state file is obeyed. */
     if ((rc = state_scan(log_dir, &disk, err)) < 0) goto fail;
-    candidates = malloc(((size_t)st.count + (size_t)disk.count + 1) * sizeof *candidates);
+    candidates = dt_malloc(((size_t)st.count + (size_t)disk.count + 1) * sizeof *candidates);
     if (!candidates) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: restore: out of memory", log_dir);
         goto fail;

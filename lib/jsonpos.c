@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+
 #define MAX_FILE_BYTES (16L << 20)
 #define MAX_NESTING 1000 /* cJSON's CJSON_NESTING_LIMIT */
 #define WHY_MAX 400
@@ -413,7 +415,7 @@ int dt_json_read_file(const char *path, char **out, dt_err *err) {
     for (;;) {
         if (cap - len < 4096) {
             size_t want = cap ? cap * 2 : 8192;
-            char *grown = realloc(buf, want + 1);
+            char *grown = dt_realloc(buf, want + 1);
             if (!grown) {
                 rc = dt_err_set(err, DT_ENOMEM, "%s: read: out of memory", path);
                 goto fail;

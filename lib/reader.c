@@ -36,6 +36,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "alloc.h"
 #include "log.h"
 
 #define MAX_LINE ((size_t)1 << 28) /* 256 MiB: a csv row of ~20M features */
@@ -131,7 +132,7 @@ static int fill(line_src *s, dt_err *err) {
             return dt_err_set(err, DT_EINVAL, "%s:%lld: line longer than %zu MiB", s->path,
                               (long long)s->line_no + 1, MAX_LINE >> 20);
         size_t cap = s->cap ? s->cap * 2 : FIRST_LINE_CAP;
-        char *grown = realloc(s->buf, cap);
+        char *grown = dt_realloc(s->buf, cap);
         if (!grown)
             return dt_err_set(err, DT_ENOMEM, "%s:%lld: no memory for a line of %zu bytes", s->path,
                               (long long)s->line_no + 1, cap);
@@ -268,13 +269,13 @@ static int reserve_row(dt_reader_table *t, int64_t *cap, const dt_reader_params 
                           where, (long long)max_rows, (long long)F, (long long)limit_of(p));
     int64_t grow = *cap ? *cap * 2 : 256;
     if (grow > max_rows) grow = max_rows;
-    float *x = realloc(t->x, (size_t)grow * (size_t)F * sizeof(float));
+    float *x = dt_realloc(t->x, (size_t)grow * (size_t)F * sizeof(float));
     if (!x)
         return dt_err_set(err, DT_ENOMEM, "%s: no memory for %lld examples", where,
                           (long long)grow);
     t->x = x;
     if (t->labeled) {
-        float *y = realloc(t->y, (size_t)grow * sizeof(float));
+        float *y = dt_realloc(t->y, (size_t)grow * sizeof(float));
         if (!y)
             return dt_err_set(err, DT_ENOMEM, "%s: no memory for %lld examples", where,
                               (long long)grow);
@@ -288,10 +289,10 @@ static int reserve_row(dt_reader_table *t, int64_t *cap, const dt_reader_params 
  * larger (valid) buffers. */
 static void shrink(dt_reader_table *t) {
     if (t->rows == 0) return;
-    float *x = realloc(t->x, (size_t)t->rows * (size_t)t->cols * sizeof(float));
+    float *x = dt_realloc(t->x, (size_t)t->rows * (size_t)t->cols * sizeof(float));
     if (x) t->x = x;
     if (!t->labeled) return;
-    float *y = realloc(t->y, (size_t)t->rows * sizeof(float));
+    float *y = dt_realloc(t->y, (size_t)t->rows * sizeof(float));
     if (y) t->y = y;
 }
 
@@ -363,7 +364,7 @@ static int split_csv(char *line, char ***fields, int *cap, int *count, dt_err *e
         if (comma) *comma = '\0';
         if (*count == *cap) {
             int grow = *cap ? *cap * 2 : 64;
-            char **f = realloc(*fields, (size_t)grow * sizeof *f);
+            char **f = dt_realloc(*fields, (size_t)grow * sizeof *f);
             if (!f) {
                 *rc = dt_err_set(err, DT_ENOMEM, "csv: no memory for %d fields", grow);
                 return -1;
@@ -424,10 +425,10 @@ static int label_named(char *const *fields, int count, const dt_reader_params *p
 static int parse_header(const char *path, int64_t line_no, char **fields, int count,
                         const dt_reader_params *p, csv_header *h, dt_err *err) {
     h->ncols = count;
-    h->name = calloc((size_t)count, sizeof *h->name);
+    h->name = dt_calloc((size_t)count, sizeof *h->name);
     if (!h->name) return dt_err_set(err, DT_ENOMEM, "%s: no memory for the header", path);
     for (int c = 0; c < count; c++)
-        if (!(h->name[c] = strdup(fields[c])))
+        if (!(h->name[c] = dt_strdup(fields[c])))
             return dt_err_set(err, DT_ENOMEM, "%s: no memory for the header", path);
     const char *want = p->label_column ? p->label_column : "";
     const int F = p->num_features;
@@ -836,7 +837,7 @@ int dt_reader_idx(const char *images_path, const char *labels_path, const dt_rea
     /* Labels first, so images of bad records can be passed over. */
     size_t got;
     if (labeled) {
-        if (!(label_bytes = malloc((size_t)N))) {
+        if (!(label_bytes = dt_malloc((size_t)N))) {
             rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu labels", labels_path,
                             (unsigned long long)N);
             goto fail;
@@ -851,11 +852,11 @@ int dt_reader_idx(const char *images_path, const char *labels_path, const dt_rea
         if ((rc = idx_trailing(labels, labels_path, 8 + N, err)) < 0) goto fail;
     }
 
-    t.x = malloc((size_t)N * (size_t)F * sizeof(float));
-    if (labeled) t.y = malloc((size_t)N * sizeof(float));
+    t.x = dt_malloc((size_t)N * (size_t)F * sizeof(float));
+    if (labeled) t.y = dt_malloc((size_t)N * sizeof(float));
     uint64_t per_chunk = IDX_CHUNK_BYTES / F ? IDX_CHUNK_BYTES / F : 1;
     if (per_chunk > N) per_chunk = N;
-    chunk = malloc((size_t)(per_chunk * F));
+    chunk = dt_malloc((size_t)(per_chunk * F));
     if (!t.x || (labeled && !t.y) || !chunk) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu images of %llu values", images_path,
                         (unsigned long long)N, (unsigned long long)F);
