@@ -54,7 +54,7 @@ TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 BENCH_SRC := $(filter-out bench/common.c,$(wildcard bench/*.c))
 BENCH_OBJ := $(BUILD)/obj/bench/common.o
 
-.PHONY: all test asan check bench chaos fmt lint clean deps deploy-check
+.PHONY: all test asan check bench chaos coverage fmt lint clean deps deploy-check
 all: $(BUILD)/dtrain
 
 $(BUILD)/gen/%.pb.c $(BUILD)/gen/%.pb.h: proto/%.proto $(wildcard proto/*.options)
@@ -96,6 +96,15 @@ ASAN_MAKE := $(MAKE) BUILD=build-asan OPT=-O1 \
 # skips at exit; the roles the tests start inherit the setting.
 asan:
 	LSAN_OPTIONS=suppressions=$(abspath test/lsan.supp) $(ASAN_MAKE) test
+
+# Line and branch coverage of lib/, per file: its own tree built -O0 with
+# --coverage, the whole suite over it (DT_SUITES narrows it), then gcovr's
+# figures as a table (scripts/coverage.sh). Not part of check: it is the
+# suite once more, slower.
+COV_MAKE := $(MAKE) BUILD=build-cov OPT=-O0 SANITIZE=--coverage
+coverage:
+	$(COV_MAKE) -j2 build-cov/dtrain build-cov/check_all
+	sh scripts/coverage.sh build-cov
 
 # Everything CI runs: the bench programs built (not run: they time things),
 # the suite, the deploy files' check, the suite under the sanitizers, then each
@@ -143,7 +152,7 @@ deps:
 	sh scripts/install_deps.sh
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-cov
 
 # Fuzz targets (libFuzzer, clang) live in their own makefile.
 -include test/fuzz/fuzz.mk
