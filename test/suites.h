@@ -21,6 +21,7 @@
     X(codec)                                                                                       \
     X(checkpoint)                                                                                  \
     X(summary)                                                                                     \
+    X(alloc)                                                                                       \
     X(rpc)                                                                                         \
     X(tls)                                                                                         \
     X(ps)                                                                                          \
