@@ -179,6 +179,17 @@ static void fail_every_allocation(const entry *e) {
 
 /* ---- files and directories ----------------------------------------------- */
 
+static void write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void write_text(const char *path, const char *text) {
+    write_file(path, text, strlen(text));
+}
+
 static void gzip_file(const char *src, const char *dst) {
     size_t len = 0;
     char *data = dt_test_read_file(src, &len);
@@ -189,6 +200,152 @@ static void gzip_file(const char *src, const char *dst) {
     ck_assert_int_eq(gzclose(gz), Z_OK);
     free(data);
 }
+
+/* ---- job and cluster files ----------------------------------------------- */
+
+/* Every kind of field: numbers, strings, arrays, a nested schedule. */
+static const char job_text[] =
+    "{\n"
+    "  \"model\": \"mlp\", \"features\": 4, \"classes\": 3, \"hidden\": [8, 6], \"l2\": 0.01,\n"
+    "  \"data\": \"csv\", \"train_data\": \"train.csv\", \"label_column\": \"y\",\n"
+    "  \"scale\": \"standardize\", \"seed\": 7,\n"
+    "  \"optimizer\": \"adam\", \"learning_rate\": 0.01,\n"
+    "  \"lr_schedule\": \"piecewise\", \"boundaries\": [100, 200],\n"
+    "  \"lr_values\": [0.01, 0.005, 0.001],\n"
+    "  \"mode\": \"sync\", \"batch_size\": 32, \"max_steps\": 400,\n"
+    "  \"log_dir\": \"logs/alloc\", \"max_to_keep\": 3\n"
+    "}\n";
+
+typedef struct {
+    char path[1024];
+    dt_job before; /* the defaults the file is applied to */
+    dt_job want;   /* the job a run without failures makes */
+    dt_job job;
+    int from_file;
+} job_ctx;
+
+static int run_job(void *ctx, dt_err *err) {
+    job_ctx *c = ctx;
+    c->job = c->before;
+    return c->from_file ? dt_job_load(c->path, &c->job, err)
+                        : dt_job_parse(job_text, "alloc-job.json", &c->job, err);
+}
+
+static void job_clean(void *ctx) {
+    job_ctx *c = ctx;
+    ck_assert_msg(memcmp(&c->job, &c->before, sizeof c->job) == 0,
+                  "a failed job load changed the job");
+}
+
+static void job_done(void *ctx) {
+    job_ctx *c = ctx;
+    ck_assert_msg(memcmp(&c->job, &c->want, sizeof c->job) == 0,
+                  "the job differs from the one read without failures");
+}
+
+static void job_setup(job_ctx *c, int from_file) {
+    memset(c, 0, sizeof *c);
+    dt_job_defaults(&c->before);
+    c->from_file = from_file;
+    path_in(c->path, sizeof c->path, "alloc-job.json");
+    write_text(c->path, job_text);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(run_job(c, &err) == 0, "%s", err.msg);
+    c->want = c->job;
+    ck_assert_int_eq(c->want.model.hidden[1], 6);
+    ck_assert_int_eq(c->want.batch_size, 32);
+    ck_assert_int_eq(c->want.num_lr_values, 3);
+    ck_assert_str_eq(c->want.log_dir, "logs/alloc");
+}
+
+START_TEST(test_job_parse) {
+    job_ctx c;
+    job_setup(&c, 0);
+    entry e = {"dt_job_parse", {"alloc-job.json", NULL}, run_job, job_clean, job_done, &c};
+    fail_every_allocation(&e);
+}
+END_TEST
+
+START_TEST(test_job_load) {
+    job_ctx c;
+    job_setup(&c, 1);
+    entry e = {"dt_job_load", {c.path, NULL}, run_job, job_clean, job_done, &c};
+    fail_every_allocation(&e);
+}
+END_TEST
+
+/* A TF_CONFIG-style file: a chief, workers, ps, an evaluator, the task and
+ * a job section. */
+static const char cluster_text[] = "{\"cluster\": {\"chief\": [\"host0:2222\"],\n"
+                                   "              \"worker\": [\"host1:2222\", \"host2:2222\"],\n"
+                                   "              \"ps\": [\"[::1]:2223\", \"10.0.0.4:2224\"],\n"
+                                   "              \"evaluator\": [\"host5:2222\"]},\n"
+                                   " \"task\": {\"type\": \"worker\", \"index\": 1},\n"
+                                   " \"job\": {\"batch_size\": 8}}\n";
+
+typedef struct {
+    char path[1024];
+    dt_cluster want; /* read without failures */
+    dt_cluster cluster;
+} cluster_ctx;
+
+static int run_cluster(void *ctx, dt_err *err) {
+    cluster_ctx *c = ctx;
+    memset(&c->cluster, 0xA5, sizeof c->cluster);
+    return dt_cluster_load(c->path, &c->cluster, err);
+}
+
+static void cluster_clean(void *ctx) {
+    cluster_ctx *c = ctx;
+    ck_assert_msg(c->cluster.ps == NULL && c->cluster.workers == NULL &&
+                      c->cluster.evaluators == NULL && c->cluster.num_ps == 0 &&
+                      c->cluster.num_workers == 0 && c->cluster.num_evaluators == 0,
+                  "a failed cluster load left tasks behind");
+}
+
+static void assert_same_addrs(const dt_addr *want, const dt_addr *got, int n) {
+    for (int i = 0; i < n; i++) {
+        ck_assert_str_eq(got[i].addr, want[i].addr);
+        ck_assert_str_eq(got[i].host, want[i].host);
+        ck_assert_int_eq(got[i].port, want[i].port);
+    }
+}
+
+static void cluster_done(void *ctx) {
+    cluster_ctx *c = ctx;
+    const dt_cluster *w = &c->want, *g = &c->cluster;
+    ck_assert_int_eq(g->num_ps, w->num_ps);
+    ck_assert_int_eq(g->num_workers, w->num_workers);
+    ck_assert_int_eq(g->num_evaluators, w->num_evaluators);
+    ck_assert_int_eq(g->has_chief, w->has_chief);
+    ck_assert_int_eq(g->has_task, w->has_task);
+    ck_assert_int_eq(g->task_type, w->task_type);
+    ck_assert_int_eq(g->task_index, w->task_index);
+    assert_same_addrs(w->ps, g->ps, w->num_ps);
+    assert_same_addrs(w->workers, g->workers, w->num_workers);
+    assert_same_addrs(w->evaluators, g->evaluators, w->num_evaluators);
+    dt_cluster_deinit(&c->cluster);
+}
+
+START_TEST(test_cluster_load) {
+    cluster_ctx c;
+    memset(&c, 0, sizeof c);
+    path_in(c.path, sizeof c.path, "alloc-cluster.json");
+    write_text(c.path, cluster_text);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_cluster_load(c.path, &c.want, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(c.want.num_ps, 2);
+    ck_assert_int_eq(c.want.num_workers, 3);
+    ck_assert_int_eq(c.want.num_evaluators, 1);
+    ck_assert_str_eq(c.want.ps[0].addr, "[::1]:2223");
+    ck_assert_int_eq(c.want.task_index, 1);
+    entry e = {"dt_cluster_load", {c.path, NULL}, run_cluster, cluster_clean, cluster_done, &c};
+    fail_every_allocation(&e);
+    dt_cluster_deinit(&c.want);
+}
+END_TEST
 
 /* ---- readers ------------------------------------------------------------- */
 
@@ -486,6 +643,9 @@ Suite *alloc_suite(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_countdown);
     tcase_add_test(tc, test_codec_allocates_nothing);
+    tcase_add_test(tc, test_job_parse);
+    tcase_add_test(tc, test_job_load);
+    tcase_add_test(tc, test_cluster_load);
     tcase_add_test(tc, test_reader_libsvm);
     tcase_add_test(tc, test_reader_idx);
     tcase_add_test(tc, test_reader_idx_gz);
