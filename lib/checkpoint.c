@@ -51,6 +51,7 @@
 
 #include "alloc.h"
 #include "crc32c.h"
+#include "jsonpos.h"
 #include "log.h"
 
 /* The data section is copied verbatim to and from memory, and tensor.h
@@ -273,11 +274,14 @@ static void shape_str(const entry *e, char *buf, size_t cap) {
 }
 
 /* 1 when text is a JSON object in valid UTF-8 (an escape in the header can
- * decode to bytes that are not), as dt_ckpt_save wants it. */
+ * decode to bytes that are not), as dt_ckpt_save wants it; 0 when it is
+ * not; DT_ENOMEM when cJSON ran out of memory on text that is JSON (so a
+ * good checkpoint is never judged corrupt for want of memory). */
 static int job_text_ok(const char *text) {
     size_t n = strlen(text);
     if (utf8_bad_at((const unsigned char *)text, n) < n) return 0;
     cJSON *job = cJSON_Parse(text);
+    if (!job) return dt_json_valid(text) ? DT_ENOMEM : 0;
     int is_object = cJSON_IsObject(job);
     cJSON_Delete(job);
     return is_object;
@@ -318,8 +322,11 @@ static int parse_meta(const char *path, const cJSON *obj, header_meta *hm, dt_er
         } else if (strcmp(kv->string, "format") == 0) {
             format = v;
         } else if (strcmp(kv->string, "job") == 0) {
-            if (!job_text_ok(v))
-                return corrupt(err, path, "header: __metadata__ job is not a JSON object");
+            int ok = job_text_ok(v);
+            if (ok == DT_ENOMEM)
+                return dt_err_set(err, DT_ENOMEM, "%s: header: out of memory parsing the job",
+                                  path);
+            if (!ok) return corrupt(err, path, "header: __metadata__ job is not a JSON object");
             hm->job = v;
         }
         /* Other keys belong to other tools; they are kept out of our way. */
@@ -438,6 +445,10 @@ static int parse_header(const char *path, const char *header, size_t len, uint64
     }
     const char *end = NULL;
     root = cJSON_ParseWithLengthOpts(header, len, &end, 0);
+    if (!root && dt_json_valid(header)) { /* the text is JSON: memory ran out */
+        rc = dt_err_set(err, DT_ENOMEM, "%s: header: out of memory parsing its JSON", path);
+        goto fail;
+    }
     if (!root) {
         rc = corrupt(err, path, "header: not valid JSON (error near byte %td of %zu)",
                      end ? end - header : (ptrdiff_t)0, len);
@@ -785,11 +796,10 @@ static int check_save_args(const char *path, const dt_tensors *ts, const dt_ckpt
     if (utf8_bad_at((const unsigned char *)meta->model, model_len) < model_len)
         return dt_err_set(err, DT_EINVAL, "%s: save: model is not valid UTF-8", path);
     if (meta->job) {
-        cJSON *job = cJSON_Parse(meta->job);
-        int is_object = cJSON_IsObject(job);
-        cJSON_Delete(job);
-        if (!is_object ||
-            utf8_bad_at((const unsigned char *)meta->job, strlen(meta->job)) < strlen(meta->job))
+        int ok = job_text_ok(meta->job);
+        if (ok == DT_ENOMEM)
+            return dt_err_set(err, DT_ENOMEM, "%s: save: out of memory parsing the job", path);
+        if (!ok)
             return dt_err_set(err, DT_EINVAL, "%s: save: job is not a JSON object in UTF-8", path);
     }
     if (ts->count < 0) return dt_err_set(err, DT_EINVAL, "%s: save: negative tensor count", path);

@@ -385,6 +385,12 @@ int dt_json_parse(const dt_json_doc *d, cJSON **out, dt_err *err) {
     return dt_err_set(err, DT_EINVAL, "%s:%d:%d: invalid JSON: %s", d->source, line, col, why);
 }
 
+int dt_json_valid(const char *text) {
+    size_t at;
+    char why[8];
+    return !diagnose(text, &at, why, sizeof why);
+}
+
 int dt_json_parse_object(const dt_json_doc *d, const char *kind, const char *shape, cJSON **out,
                          dt_err *err) {
     int rc = dt_json_parse(d, out, err);

@@ -32,6 +32,12 @@ int dt_json_read_file(const char *path, char **out, dt_err *err) DT_WARN_UNUSED;
  * memory runs out. */
 int dt_json_parse(const dt_json_doc *d, cJSON **out, dt_err *err) DT_WARN_UNUSED;
 
+/* 1 when text (NUL-terminated) is one strict JSON value, as dt_json_parse
+ * wants it (a BOM and whitespace around it allowed), else 0. For a caller
+ * of cJSON's parser to tell a failure for want of memory (the text passes)
+ * from one on the text. */
+int dt_json_valid(const char *text);
+
 /* dt_json_parse for a file whose root must be an object; otherwise err
  * reads "source:1:1: a <kind> file holds an object<shape> (got ...)". */
 int dt_json_parse_object(const dt_json_doc *d, const char *kind, const char *shape, cJSON **out,

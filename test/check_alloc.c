@@ -201,6 +201,236 @@ static void gzip_file(const char *src, const char *dst) {
     free(data);
 }
 
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* "name size\n" for every entry of dir, sorted: what a failed call must
+ * leave as it found it. Caller frees. */
+static char *dir_listing(const char *dir) {
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "%s: %s", dir, strerror(errno));
+    char *names[64];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        ck_assert_int_lt(n, 64);
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        struct stat st;
+        ck_assert_int_eq(lstat(path, &st), 0);
+        char line[512];
+        snprintf(line, sizeof line, "%s %lld\n", de->d_name, (long long)st.st_size);
+        names[n] = strdup(line);
+        ck_assert_ptr_nonnull(names[n]);
+        n++;
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, by_name);
+    size_t cap = 1;
+    for (int i = 0; i < n; i++)
+        cap += strlen(names[i]);
+    char *all = calloc(1, cap);
+    ck_assert_ptr_nonnull(all);
+    for (int i = 0; i < n; i++) {
+        strcat(all, names[i]);
+        free(names[i]);
+    }
+    return all;
+}
+
+static void assert_listing(const char *dir, const char *want, const char *what) {
+    char *now = dir_listing(dir);
+    ck_assert_msg(strcmp(now, want) == 0, "%s, %s: %s holds\n%swhere it held\n%s", what, trial, dir,
+                  now, want);
+    free(now);
+}
+
+/* ---- checkpoints --------------------------------------------------------- */
+
+/* A model's variables and statistics: a 2-D F32, an F64 vector, an I64
+ * scalar, with values that tell them apart. */
+static void make_tensors(dt_tensors *ts) {
+    dt_tensor specs[3] = {tensor("mlp/hidden0/weight", DT_DTYPE_F32, 4, 3, NULL),
+                          tensor(DT_CKPT_SCALE_MEAN, DT_DTYPE_F64, 4, -1, NULL),
+                          tensor("global_step", DT_DTYPE_I64, -1, -1, NULL)};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_tensors_init(ts, specs, 3, &err) == 0, "%s", err.msg);
+    float *w = ts->items[0].data;
+    for (int i = 0; i < 12; i++)
+        w[i] = 0.25f * (float)i - 1.0f;
+    double *mean = ts->items[1].data;
+    for (int i = 0; i < 4; i++)
+        mean[i] = 1.0 / (i + 1);
+    *(int64_t *)ts->items[2].data = 1234;
+}
+
+static void assert_same_tensors(const dt_tensors *want, const dt_tensors *got) {
+    ck_assert_int_eq(got->count, want->count);
+    for (int i = 0; i < want->count; i++) {
+        const dt_tensor *w = NULL;
+        for (int j = 0; j < want->count; j++)
+            if (strcmp(want->items[j].name, got->items[i].name) == 0) w = &want->items[j];
+        ck_assert_msg(w != NULL, "unexpected tensor %s", got->items[i].name);
+        ck_assert_uint_eq(got->items[i].nbytes, w->nbytes);
+        ck_assert_msg(memcmp(got->items[i].data, w->data, w->nbytes) == 0, "%s differs", w->name);
+    }
+}
+
+static const char job_json[] = "{\"model\": \"mlp\", \"features\": 3, \"hidden\": [4]}";
+
+typedef struct {
+    char path[1100];
+    char dir[1024];
+    dt_tensors ts;
+    dt_ckpt_meta meta;
+    char *before; /* the dir's listing before the call */
+    unsigned char *old_bytes;
+    size_t old_len;
+    dt_tensors loaded;
+    dt_ckpt_meta loaded_meta;
+    char restored[1024];
+} ckpt_ctx;
+
+static void ckpt_ctx_init(ckpt_ctx *c, const char *dir_name) {
+    memset(c, 0, sizeof *c);
+    path_in(c->dir, sizeof c->dir, dir_name);
+    ck_assert_int_eq(mkdir(c->dir, 0755), 0);
+    make_tensors(&c->ts);
+    c->meta.global_step = 1234;
+    c->meta.max_steps = 5000;
+    snprintf(c->meta.model, sizeof c->meta.model, "mlp F=3 H=4 K=1");
+    c->meta.job = (char *)job_json;
+}
+
+static void ckpt_ctx_deinit(ckpt_ctx *c) {
+    dt_tensors_deinit(&c->ts);
+    free(c->before);
+    free(c->old_bytes);
+}
+
+static void save_meta(ckpt_ctx *c, int64_t step, const char *name) {
+    dt_err err;
+    dt_err_clear(&err);
+    dt_ckpt_meta m = c->meta;
+    m.global_step = step;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/%s", c->dir, name);
+    ck_assert_msg(dt_ckpt_save(path, &c->ts, &m, &err) == 0, "%s", err.msg);
+}
+
+/* dt_ckpt_save over an older checkpoint: a failure keeps the old bytes and
+ * leaves no temporary file. */
+static int run_save(void *ctx, dt_err *err) {
+    ckpt_ctx *c = ctx;
+    return dt_ckpt_save(c->path, &c->ts, &c->meta, err);
+}
+
+static void save_clean(void *ctx) {
+    ckpt_ctx *c = ctx;
+    assert_listing(c->dir, c->before, "save");
+    size_t len = 0;
+    char *now = dt_test_read_file(c->path, &len);
+    ck_assert_msg(now && len == c->old_len && memcmp(now, c->old_bytes, len) == 0,
+                  "save: %s changed by a failed save", c->path);
+    free(now);
+}
+
+static void save_done(void *ctx) {
+    ckpt_ctx *c = ctx;
+    dt_tensors back;
+    dt_ckpt_meta meta = {0};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ckpt_load(c->path, &back, &meta, &err) == 0, "%s", err.msg);
+    assert_same_tensors(&c->ts, &back);
+    ck_assert_int_eq(meta.global_step, 1234);
+    ck_assert_str_eq(meta.model, c->meta.model);
+    ck_assert_ptr_nonnull(meta.job);
+    dt_tensors_deinit(&back);
+    dt_ckpt_meta_deinit(&meta);
+    write_file(c->path, c->old_bytes, c->old_len); /* the next run saves over it again */
+}
+
+START_TEST(test_ckpt_save) {
+    ckpt_ctx c;
+    ckpt_ctx_init(&c, "save");
+    save_meta(&c, 7, "model.ckpt-1234.safetensors");
+    snprintf(c.path, sizeof c.path, "%s/model.ckpt-1234.safetensors", c.dir);
+    c.old_bytes = (unsigned char *)dt_test_read_file(c.path, &c.old_len);
+    c.before = dir_listing(c.dir);
+    entry e = {"dt_ckpt_save", {c.path, NULL}, run_save, save_clean, save_done, &c};
+    fail_every_allocation(&e);
+    ckpt_ctx_deinit(&c);
+}
+END_TEST
+
+/* A log dir with checkpoints 100 and 200 and the state file naming both. */
+static void make_log_dir(ckpt_ctx *c) {
+    dt_err err;
+    dt_err_clear(&err);
+    for (int64_t step = 100; step <= 200; step += 100) {
+        c->meta.global_step = step;
+        ck_assert_msg(dt_ckpt_save_in_dir(c->dir, &c->ts, &c->meta, 2, NULL, 0, &err) == 0, "%s",
+                      err.msg);
+    }
+    char state[1100];
+    snprintf(state, sizeof state, "%s/checkpoint", c->dir);
+    free(c->old_bytes);
+    free(c->before);
+    c->old_bytes = (unsigned char *)dt_test_read_file(state, &c->old_len);
+    ck_assert_ptr_nonnull(c->old_bytes);
+    c->before = dir_listing(c->dir);
+}
+
+/* dt_ckpt_save_in_dir into a log dir holding two checkpoints and their
+ * state file, keeping 2: a failure leaves the dir as it was (no new
+ * checkpoint, the old state file, nothing deleted, no temporary file). */
+static int run_save_in_dir(void *ctx, dt_err *err) {
+    ckpt_ctx *c = ctx;
+    c->meta.global_step = 300;
+    return dt_ckpt_save_in_dir(c->dir, &c->ts, &c->meta, 2, c->restored, sizeof c->restored, err);
+}
+
+static void save_in_dir_clean(void *ctx) {
+    ckpt_ctx *c = ctx;
+    assert_listing(c->dir, c->before, "save in dir");
+    size_t len = 0;
+    char state[1100];
+    snprintf(state, sizeof state, "%s/checkpoint", c->dir);
+    char *now = dt_test_read_file(state, &len);
+    ck_assert_msg(now && len == c->old_len && memcmp(now, c->old_bytes, len) == 0,
+                  "save in dir: the state file changed by a failed save:\n%s", now ? now : "");
+    free(now);
+}
+
+static void save_in_dir_done(void *ctx) {
+    ckpt_ctx *c = ctx;
+    ck_assert_int_eq(dt_ckpt_latest_step(c->dir), 300);
+    ck_assert_msg(strstr(c->restored, "model.ckpt-300.safetensors"), "%s", c->restored);
+    /* Retention kept 200 and 300; 100 is gone. */
+    char old[1100];
+    snprintf(old, sizeof old, "%s/model.ckpt-100.safetensors", c->dir);
+    ck_assert_int_ne(access(old, F_OK), 0);
+    /* The next run starts from the same log dir. */
+    ck_assert_int_eq(dt_test_rmtree(c->dir), 0);
+    ck_assert_int_eq(mkdir(c->dir, 0755), 0);
+    make_log_dir(c);
+}
+
+START_TEST(test_ckpt_save_in_dir) {
+    ckpt_ctx c;
+    ckpt_ctx_init(&c, "logdir");
+    make_log_dir(&c);
+    entry e = {"dt_ckpt_save_in_dir", {c.dir, NULL},    run_save_in_dir,
+               save_in_dir_clean,     save_in_dir_done, &c};
+    fail_every_allocation(&e);
+    ckpt_ctx_deinit(&c);
+}
+END_TEST
+
 /* ---- job and cluster files ----------------------------------------------- */
 
 /* Every kind of field: numbers, strings, arrays, a nested schedule. */
@@ -643,6 +873,8 @@ Suite *alloc_suite(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_countdown);
     tcase_add_test(tc, test_codec_allocates_nothing);
+    tcase_add_test(tc, test_ckpt_save);
+    tcase_add_test(tc, test_ckpt_save_in_dir);
     tcase_add_test(tc, test_job_parse);
     tcase_add_test(tc, test_job_load);
     tcase_add_test(tc, test_cluster_load);
