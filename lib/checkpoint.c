@@ -672,11 +672,14 @@ int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *
     }
 
     if (meta) {
-        *meta = hm.meta;
-        if (hm.job && !(meta->job = dt_strdup(hm.job))) {
+        /* meta is written only on success: the copy is made first. */
+        char *job = NULL;
+        if (hm.job && !(job = dt_strdup(hm.job))) {
             rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory for the job config", path);
             goto fail;
         }
+        *meta = hm.meta;
+        meta->job = job;
     }
     *out = ts;
     free(specs);

@@ -279,6 +279,11 @@ static void assert_same_tensors(const dt_tensors *want, const dt_tensors *got) {
     }
 }
 
+static void assert_empty_tensors(const dt_tensors *ts, const char *what) {
+    ck_assert_msg(ts->count == 0 && ts->items == NULL && ts->slab == NULL,
+                  "%s: a failed call left %d tensors", what, ts->count);
+}
+
 static const char job_json[] = "{\"model\": \"mlp\", \"features\": 3, \"hidden\": [4]}";
 
 typedef struct {
@@ -367,6 +372,45 @@ START_TEST(test_ckpt_save) {
 }
 END_TEST
 
+/* dt_ckpt_load: a failure allocates nothing for the caller and leaves meta
+ * as it was (it is written only on success). */
+static int run_load(void *ctx, dt_err *err) {
+    ckpt_ctx *c = ctx;
+    memset(&c->loaded, 0xA5, sizeof c->loaded); /* the call must set it */
+    c->loaded_meta.global_step = -77;
+    c->loaded_meta.job = NULL;
+    return dt_ckpt_load(c->path, &c->loaded, &c->loaded_meta, err);
+}
+
+static void load_clean(void *ctx) {
+    ckpt_ctx *c = ctx;
+    assert_empty_tensors(&c->loaded, "load");
+    ck_assert_int_eq(c->loaded_meta.global_step, -77);
+    ck_assert_ptr_null(c->loaded_meta.job);
+}
+
+static void load_done(void *ctx) {
+    ckpt_ctx *c = ctx;
+    assert_same_tensors(&c->ts, &c->loaded);
+    ck_assert_int_eq(c->loaded_meta.global_step, 1234);
+    ck_assert_int_eq(c->loaded_meta.max_steps, 5000);
+    ck_assert_msg(c->loaded_meta.job && strstr(c->loaded_meta.job, "\"mlp\""), "job: %s",
+                  c->loaded_meta.job ? c->loaded_meta.job : "(none)");
+    dt_tensors_deinit(&c->loaded);
+    dt_ckpt_meta_deinit(&c->loaded_meta);
+}
+
+START_TEST(test_ckpt_load) {
+    ckpt_ctx c;
+    ckpt_ctx_init(&c, "load");
+    save_meta(&c, 1234, "model.ckpt-1234.safetensors");
+    snprintf(c.path, sizeof c.path, "%s/model.ckpt-1234.safetensors", c.dir);
+    entry e = {"dt_ckpt_load", {c.path, NULL}, run_load, load_clean, load_done, &c};
+    fail_every_allocation(&e);
+    ckpt_ctx_deinit(&c);
+}
+END_TEST
+
 /* A log dir with checkpoints 100 and 200 and the state file naming both. */
 static void make_log_dir(ckpt_ctx *c) {
     dt_err err;
@@ -426,6 +470,44 @@ START_TEST(test_ckpt_save_in_dir) {
     make_log_dir(&c);
     entry e = {"dt_ckpt_save_in_dir", {c.dir, NULL},    run_save_in_dir,
                save_in_dir_clean,     save_in_dir_done, &c};
+    fail_every_allocation(&e);
+    ckpt_ctx_deinit(&c);
+}
+END_TEST
+
+/* dt_ckpt_restore_latest: running out of memory is no reason to fall back
+ * to an older checkpoint; it fails, and the dir is untouched. */
+static int run_restore(void *ctx, dt_err *err) {
+    ckpt_ctx *c = ctx;
+    memset(&c->loaded, 0xA5, sizeof c->loaded);
+    c->loaded_meta.global_step = -77;
+    c->loaded_meta.job = NULL;
+    c->restored[0] = '\0';
+    return dt_ckpt_restore_latest(c->dir, &c->loaded, &c->loaded_meta, c->restored,
+                                  sizeof c->restored, err);
+}
+
+static void restore_clean(void *ctx) {
+    ckpt_ctx *c = ctx;
+    load_clean(c);
+    assert_listing(c->dir, c->before, "restore");
+}
+
+static void restore_done(void *ctx) {
+    ckpt_ctx *c = ctx;
+    ck_assert_int_eq(c->loaded_meta.global_step, 200);
+    ck_assert_msg(strstr(c->restored, "model.ckpt-200.safetensors"), "%s", c->restored);
+    assert_same_tensors(&c->ts, &c->loaded);
+    dt_tensors_deinit(&c->loaded);
+    dt_ckpt_meta_deinit(&c->loaded_meta);
+}
+
+START_TEST(test_ckpt_restore_latest) {
+    ckpt_ctx c;
+    ckpt_ctx_init(&c, "restore");
+    make_log_dir(&c);
+    entry e = {
+        "dt_ckpt_restore_latest", {c.dir, NULL}, run_restore, restore_clean, restore_done, &c};
     fail_every_allocation(&e);
     ckpt_ctx_deinit(&c);
 }
@@ -874,7 +956,9 @@ Suite *alloc_suite(void) {
     tcase_add_test(tc, test_countdown);
     tcase_add_test(tc, test_codec_allocates_nothing);
     tcase_add_test(tc, test_ckpt_save);
+    tcase_add_test(tc, test_ckpt_load);
     tcase_add_test(tc, test_ckpt_save_in_dir);
+    tcase_add_test(tc, test_ckpt_restore_latest);
     tcase_add_test(tc, test_job_parse);
     tcase_add_test(tc, test_job_load);
     tcase_add_test(tc, test_cluster_load);
