@@ -352,9 +352,10 @@ static char *trim(char *s) {
     return s;
 }
 
-/* Cuts line at commas into (*fields)[0..*count), trimmed and unquoted.
- * Returns the index of a field with unsupported quoting, or -1. */
-static int split_csv(char *line, char ***fields, int *cap, int *count, dt_err *err, int *rc) {
+/* Cuts line (src's last) at commas into (*fields)[0..*count), trimmed and
+ * unquoted. Returns the index of a field with unsupported quoting, or -1. */
+static int split_csv(const line_src *src, char *line, char ***fields, int *cap, int *count,
+                     dt_err *err, int *rc) {
     *count = 0;
     *rc = 0;
     int bad = -1;
@@ -366,7 +367,8 @@ static int split_csv(char *line, char ***fields, int *cap, int *count, dt_err *e
             int grow = *cap ? *cap * 2 : 64;
             char **f = dt_realloc(*fields, (size_t)grow * sizeof *f);
             if (!f) {
-                *rc = dt_err_set(err, DT_ENOMEM, "csv: no memory for %d fields", grow);
+                *rc = dt_err_set(err, DT_ENOMEM, "%s:%lld: no memory for %d fields", src->path,
+                                 (long long)src->line_no, grow);
                 return -1;
             }
             *fields = f;
@@ -509,7 +511,7 @@ static int csv_open(const char *path, line_src *src, char ***fields, int *fields
                               why);
         if (!blank(line)) break;
     }
-    int quoting = split_csv(line, fields, fields_cap, count, err, &rc);
+    int quoting = split_csv(src, line, fields, fields_cap, count, err, &rc);
     if (rc < 0) return rc;
     if (quoting >= 0)
         return dt_err_set(err, DT_EINVAL,
@@ -547,7 +549,7 @@ int dt_reader_csv(const char *path, const dt_reader_params *p, dt_reader_table *
             continue;
         }
         if (blank(line)) continue;
-        quoting = split_csv(line, &fields, &fields_cap, &count, err, &rc);
+        quoting = split_csv(&src, line, &fields, &fields_cap, &count, err, &rc);
         if (rc < 0) goto fail;
         if (count != head.ncols) {
             if (count < head.ncols)

@@ -693,6 +693,17 @@ static void reader_done(void *ctx) {
     dt_reader_table_deinit(&c->table);
 }
 
+/* A csv of rows x (F = 3, label "y" last), large enough that the reader's
+ * buffers grow several times. */
+static void write_big_csv(const char *path, int rows) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "a,b,c,y\n");
+    for (int i = 0; i < rows; i++)
+        fprintf(f, "%d.5,%d,-%d.25,%d\n", i, i * 3, i, i % 3);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
 static void fixture(char *buf, size_t cap, const char *name) {
     const char *root = getenv("DT_TEST_DATA");
     snprintf(buf, cap, "%s/readers/%s", root && *root ? root : "test/data", name);
@@ -725,6 +736,29 @@ static void run_reader_entry(reader_ctx *c, const char *what, int64_t rows, floa
     fail_every_allocation(&e);
     dt_reader_table_deinit(&c->want);
 }
+
+START_TEST(test_reader_csv) {
+    reader_ctx c;
+    memset(&c, 0, sizeof c);
+    reader_params(&c, "csv", 3, 3, "y");
+    path_in(c.data, sizeof c.data, "big.csv");
+    write_big_csv(c.data, 2000);
+    run_reader_entry(&c, "csv reader", 2000, 0);
+}
+END_TEST
+
+START_TEST(test_reader_csv_gz) {
+    reader_ctx c;
+    memset(&c, 0, sizeof c);
+    reader_params(&c, "csv", 3, 3, "y");
+    char plain[1024];
+    path_in(plain, sizeof plain, "big.csv");
+    write_big_csv(plain, 500);
+    path_in(c.data, sizeof c.data, "big.csv.gz");
+    gzip_file(plain, c.data);
+    run_reader_entry(&c, "csv.gz reader", 500, 0);
+}
+END_TEST
 
 START_TEST(test_reader_libsvm) {
     reader_ctx c;
@@ -962,6 +996,8 @@ Suite *alloc_suite(void) {
     tcase_add_test(tc, test_job_parse);
     tcase_add_test(tc, test_job_load);
     tcase_add_test(tc, test_cluster_load);
+    tcase_add_test(tc, test_reader_csv);
+    tcase_add_test(tc, test_reader_csv_gz);
     tcase_add_test(tc, test_reader_libsvm);
     tcase_add_test(tc, test_reader_idx);
     tcase_add_test(tc, test_reader_idx_gz);
