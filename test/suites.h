@@ -28,6 +28,7 @@
     X(placement)                                                                                   \
     X(consistency)                                                                                 \
     X(predict)                                                                                     \
+    X(evaluator)                                                                                   \
     X(cli)                                                                                         \
     X(e2e)                                                                                         \
     X(models_e2e)                                                                                  \
