@@ -101,7 +101,7 @@ asan:
 # --coverage, the whole suite over it (DT_SUITES narrows it), then gcovr's
 # figures as a table (scripts/coverage.sh). Not part of check: it is the
 # suite once more, slower.
-COV_MAKE := $(MAKE) BUILD=build-cov OPT=-O0 SANITIZE=--coverage
+COV_MAKE := $(MAKE) BUILD=build-cov OPT=-O0 SANITIZE="--coverage -fprofile-update=atomic"
 coverage:
 	$(COV_MAKE) -j2 build-cov/dtrain build-cov/check_all
 	sh scripts/coverage.sh build-cov
