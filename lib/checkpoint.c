@@ -764,10 +764,10 @@ static char *build_header(const dt_tensors *ts, const dt_ckpt_meta *meta, uint32
         const dt_tensor *t = &ts->items[i];
         cJSON *obj = cJSON_CreateObject();
         if (add_item(root, t->name, obj) < 0) goto done;
+        if (add_item(obj, "dtype", cJSON_CreateString(dt_dtype_name(t->dtype))) < 0) goto done;
+        /* Made only once it can be handed to obj at once: add_item owns it. */
         cJSON *shape = cJSON_CreateArray();
-        if (add_item(obj, "dtype", cJSON_CreateString(dt_dtype_name(t->dtype))) < 0 ||
-            add_item(obj, "shape", shape) < 0)
-            goto done;
+        if (add_item(obj, "shape", shape) < 0) goto done;
         for (int d = 0; d < t->ndim; d++)
             if (add_uint(shape, (uint64_t)t->shape[d]) < 0) goto done;
         cJSON *offs = cJSON_CreateArray();
