@@ -54,7 +54,7 @@ TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 BENCH_SRC := $(filter-out bench/common.c,$(wildcard bench/*.c))
 BENCH_OBJ := $(BUILD)/obj/bench/common.o
 
-.PHONY: all test asan check bench chaos fmt lint clean deps deploy-check
+.PHONY: all test asan check bench chaos coverage fmt lint clean deps deploy-check
 all: $(BUILD)/dtrain
 
 $(BUILD)/gen/%.pb.c $(BUILD)/gen/%.pb.h: proto/%.proto $(wildcard proto/*.options)
@@ -96,6 +96,24 @@ ASAN_MAKE := $(MAKE) BUILD=build-asan OPT=-O1 \
 # skips at exit; the roles the tests start inherit the setting.
 asan:
 	LSAN_OPTIONS=suppressions=$(abspath test/lsan.supp) $(ASAN_MAKE) test
+
+# Line and branch coverage of lib/, per file: its own tree built -O0 with
+# --coverage, the whole suite over it (DT_SUITES narrows it), then gcovr's
+# figures as a table (scripts/coverage.sh). Not part of check: it is the
+# suite once more, slower.
+COV_MAKE := $(MAKE) BUILD=build-cov OPT=-O0 SANITIZE="--coverage -fprofile-update=atomic"
+# Counters are updated atomically: several threads run the same code (a
+# ps's pollers, the RPC layer and all they call), and racing counters read
+# back negative, which gcovr refuses. Not in the numeric loops that one
+# thread runs (a worker's data and model, the readers, the chief's
+# histograms): atomic counts there made the tree's integration jobs many
+# times slower, past their deadlines.
+COV_PLAIN := lib/data.c lib/model.c lib/reader.c lib/summary.c
+$(patsubst %.c,build-cov/obj/%.o,$(COV_PLAIN)): CFLAGS += -fprofile-update=single
+
+coverage:
+	$(COV_MAKE) -j2 build-cov/dtrain build-cov/check_all
+	sh scripts/coverage.sh build-cov
 
 # Everything CI runs: the bench programs built (not run: they time things),
 # the suite, the deploy files' check, the suite under the sanitizers, then each
@@ -143,7 +161,7 @@ deps:
 	sh scripts/install_deps.sh
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-cov
 
 # Fuzz targets (libFuzzer, clang) live in their own makefile.
 -include test/fuzz/fuzz.mk

@@ -49,7 +49,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "crc32c.h"
+#include "jsonpos.h"
 #include "log.h"
 
 /* The data section is copied verbatim to and from memory, and tensor.h
@@ -273,11 +275,14 @@ static void shape_str(const entry *e, char *buf, size_t cap) {
 }
 
 /* 1 when text is a JSON object in valid UTF-8 (an escape in the header can
- * decode to bytes that are not), as dt_ckpt_save wants it. */
+ * decode to bytes that are not), as dt_ckpt_save wants it; 0 when it is
+ * not; DT_ENOMEM when cJSON ran out of memory on text that is JSON (so a
+ * good checkpoint is never judged corrupt for want of memory). */
 static int job_text_ok(const char *text) {
     size_t n = strlen(text);
     if (utf8_bad_at((const unsigned char *)text, n) < n) return 0;
     cJSON *job = cJSON_Parse(text);
+    if (!job) return dt_json_valid(text) ? DT_ENOMEM : 0;
     int is_object = cJSON_IsObject(job);
     cJSON_Delete(job);
     return is_object;
@@ -318,8 +323,11 @@ static int parse_meta(const char *path, const cJSON *obj, header_meta *hm, dt_er
         } else if (strcmp(kv->string, "format") == 0) {
             format = v;
         } else if (strcmp(kv->string, "job") == 0) {
-            if (!job_text_ok(v))
-                return corrupt(err, path, "header: __metadata__ job is not a JSON object");
+            int ok = job_text_ok(v);
+            if (ok == DT_ENOMEM)
+                return dt_err_set(err, DT_ENOMEM, "%s: header: out of memory parsing the job",
+                                  path);
+            if (!ok) return corrupt(err, path, "header: __metadata__ job is not a JSON object");
             hm->job = v;
         } else if (strcmp(kv->string, "feature_names") == 0) {
             if (utf8_bad_at((const unsigned char *)v, strlen(v)) < strlen(v))
@@ -442,6 +450,10 @@ static int parse_header(const char *path, const char *header, size_t len, uint64
     }
     const char *end = NULL;
     root = cJSON_ParseWithLengthOpts(header, len, &end, 0);
+    if (!root && dt_json_valid(header)) { /* the text is JSON: memory ran out */
+        rc = dt_err_set(err, DT_ENOMEM, "%s: header: out of memory parsing its JSON", path);
+        goto fail;
+    }
     if (!root) {
         rc = corrupt(err, path, "header: not valid JSON (error near byte %td of %zu)",
                      end ? end - header : (ptrdiff_t)0, len);
@@ -472,7 +484,7 @@ static int parse_header(const char *path, const char *header, size_t len, uint64
         }
         if ((rc = parse_meta(path, item, hm, err)) < 0) goto fail;
     }
-    entries = calloc(count ? (size_t)count : 1, sizeof *entries);
+    entries = dt_calloc(count ? (size_t)count : 1, sizeof *entries);
     if (!entries) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory for %d tensor entries", path, count);
         goto fail;
@@ -597,7 +609,7 @@ int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *
     }
     uint64_t data_size = file_size - 8 - header_len;
 
-    header = malloc((size_t)header_len + 1);
+    header = dt_malloc((size_t)header_len + 1);
     if (!header) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory for a %llu-byte header", path,
                         (unsigned long long)header_len);
@@ -619,7 +631,7 @@ int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *
                            &hm, err)) < 0)
         goto fail;
 
-    specs = calloc(count ? (size_t)count : 1, sizeof *specs);
+    specs = dt_calloc(count ? (size_t)count : 1, sizeof *specs);
     if (!specs) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
         goto fail;
@@ -666,14 +678,17 @@ int dt_ckpt_load(const char *path, dt_tensors *out, dt_ckpt_meta *meta, dt_err *
     }
 
     if (meta) {
-        *meta = hm.meta;
-        meta->job = meta->feature_names = NULL;
-        if ((hm.job && !(meta->job = strdup(hm.job))) ||
-            (hm.feature_names && !(meta->feature_names = strdup(hm.feature_names)))) {
-            dt_ckpt_meta_deinit(meta);
+        /* meta is written only on success: the copies are made first. */
+        char *job = NULL, *names = NULL;
+        if ((hm.job && !(job = dt_strdup(hm.job))) ||
+            (hm.feature_names && !(names = dt_strdup(hm.feature_names)))) {
+            free(job);
             rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory for the job config", path);
             goto fail;
         }
+        *meta = hm.meta;
+        meta->job = job;
+        meta->feature_names = names;
     }
     *out = ts;
     free(specs);
@@ -761,10 +776,10 @@ static char *build_header(const dt_tensors *ts, const dt_ckpt_meta *meta, uint32
         const dt_tensor *t = &ts->items[i];
         cJSON *obj = cJSON_CreateObject();
         if (add_item(root, t->name, obj) < 0) goto done;
+        if (add_item(obj, "dtype", cJSON_CreateString(dt_dtype_name(t->dtype))) < 0) goto done;
+        /* Made only once it can be handed to obj at once: add_item owns it. */
         cJSON *shape = cJSON_CreateArray();
-        if (add_item(obj, "dtype", cJSON_CreateString(dt_dtype_name(t->dtype))) < 0 ||
-            add_item(obj, "shape", shape) < 0)
-            goto done;
+        if (add_item(obj, "shape", shape) < 0) goto done;
         for (int d = 0; d < t->ndim; d++)
             if (add_uint(shape, (uint64_t)t->shape[d]) < 0) goto done;
         cJSON *offs = cJSON_CreateArray();
@@ -796,11 +811,10 @@ static int check_save_args(const char *path, const dt_tensors *ts, const dt_ckpt
     if (utf8_bad_at((const unsigned char *)meta->model, model_len) < model_len)
         return dt_err_set(err, DT_EINVAL, "%s: save: model is not valid UTF-8", path);
     if (meta->job) {
-        cJSON *job = cJSON_Parse(meta->job);
-        int is_object = cJSON_IsObject(job);
-        cJSON_Delete(job);
-        if (!is_object ||
-            utf8_bad_at((const unsigned char *)meta->job, strlen(meta->job)) < strlen(meta->job))
+        int ok = job_text_ok(meta->job);
+        if (ok == DT_ENOMEM)
+            return dt_err_set(err, DT_ENOMEM, "%s: save: out of memory parsing the job", path);
+        if (!ok)
             return dt_err_set(err, DT_EINVAL, "%s: save: job is not a JSON object in UTF-8", path);
     }
     if (meta->feature_names &&
@@ -834,7 +848,7 @@ int dt_ckpt_save(const char *path, const dt_tensors *ts, const dt_ckpt_meta *met
     char *json = NULL;
     if ((rc = check_save_args(path, ts, meta, err)) < 0) return rc;
 
-    names = malloc((ts->count ? (size_t)ts->count : 1) * sizeof *names);
+    names = dt_malloc((ts->count ? (size_t)ts->count : 1) * sizeof *names);
     if (!names) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: save: out of memory", path);
         goto fail;
@@ -883,7 +897,7 @@ static void state_free(ckpt_state *st) {
 static int state_push(ckpt_state *st, const char *name) {
     if (st->count == st->cap) {
         int cap = st->cap ? st->cap * 2 : 16;
-        void *p = realloc(st->all, (size_t)cap * sizeof *st->all);
+        void *p = dt_realloc(st->all, (size_t)cap * sizeof *st->all);
         if (!p) return -1;
         st->all = p;
         st->cap = cap;
@@ -958,7 +972,7 @@ static int state_scan(const char *log_dir, ckpt_state *st, dt_err *err) {
             continue;
         if (count == cap) {
             cap = cap ? cap * 2 : 16;
-            void *p = realloc(found, (size_t)cap * sizeof *found);
+            void *p = dt_realloc(found, (size_t)cap * sizeof *found);
             if (!p) {
                 rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory listing checkpoints", log_dir);
                 break;
@@ -1030,7 +1044,7 @@ static int state_load(const char *log_dir, ckpt_state *st, dt_err *err) {
                         strerror(errno));
         goto fail;
     }
-    text = malloc(STATE_MAX + 1);
+    text = dt_malloc(STATE_MAX + 1);
     if (!text) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
         goto fail;
@@ -1339,7 +1353,7 @@ int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_ckpt_meta *m
      * end. One older than the state file is not: the file was edited after
      * it (an operator rolling back), and the state file is obeyed. */
     if ((rc = state_scan(log_dir, &disk, err)) < 0) goto fail;
-    candidates = malloc(((size_t)st.count + (size_t)disk.count + 1) * sizeof *candidates);
+    candidates = dt_malloc(((size_t)st.count + (size_t)disk.count + 1) * sizeof *candidates);
     if (!candidates) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: restore: out of memory", log_dir);
         goto fail;

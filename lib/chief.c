@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "checkpoint.h"
 #include "log.h"
 #include "model.h"
@@ -96,7 +97,7 @@ static int init_slots(chief *c, dt_err *err) {
     const dt_tensors *vars = dt_worker_vars(c->w);
     const dt_optim_config *o = &c->job->optim;
     int nslots = dt_optim_num_slots(o), n = vars->count * nslots;
-    dt_tensor *specs = calloc((size_t)(n ? n : 1), sizeof *specs);
+    dt_tensor *specs = dt_calloc((size_t)(n ? n : 1), sizeof *specs);
     if (!specs) return dt_err_set(err, DT_ENOMEM, "chief: out of memory");
     int rc = 0;
     for (int i = 0; i < vars->count; i++)
@@ -152,7 +153,7 @@ static int init_recipe(chief *c, dt_err *err) {
 static int init_snapshot(chief *c, dt_err *err) {
     const dt_tensors *parts[3] = {dt_worker_vars(c->w), &c->slots, &c->recipe};
     c->snapshot.count = parts[0]->count + parts[1]->count + parts[2]->count;
-    c->snapshot.items = calloc((size_t)c->snapshot.count + 1, sizeof *c->snapshot.items);
+    c->snapshot.items = dt_calloc((size_t)c->snapshot.count + 1, sizeof *c->snapshot.items);
     if (!c->snapshot.items) return dt_err_set(err, DT_ENOMEM, "chief: out of memory");
     int n = 0;
     for (int p = 0; p < 3; p++) {
@@ -883,7 +884,7 @@ int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt
     c.num_workers = params->cluster->num_workers;
     int rc = dt_ckpt_lock_dir(c.job->log_dir, &c.lock_fd, err);
     if (rc < 0) return rc;
-    c.gone_logged = calloc((size_t)c.num_workers + 1, 1);
+    c.gone_logged = dt_calloc((size_t)c.num_workers + 1, 1);
     if (!c.gone_logged) {
         rc = dt_err_set(err, DT_ENOMEM, "chief: out of memory");
         goto out;

@@ -51,6 +51,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "alloc.h"
 #include "log.h"
 #include "reader.h"
 
@@ -238,8 +239,8 @@ static int scaling_of(const dt_data_config *cfg, scaling *sc, dt_err *err) {
 static int scaling_fit(scaling *sc, const dt_reader_table *t, dt_err *err) {
     if (sc->kind != DT_SCALE_STANDARDIZE) return 0;
     const int F = t->cols;
-    sc->mean = calloc((size_t)F, sizeof *sc->mean);
-    sc->std = calloc((size_t)F, sizeof *sc->std);
+    sc->mean = dt_calloc((size_t)F, sizeof *sc->mean);
+    sc->std = dt_calloc((size_t)F, sizeof *sc->std);
     if (!sc->mean || !sc->std)
         return dt_err_set(err, DT_ENOMEM, "data: no memory for the statistics of %d features", F);
     for (int64_t i = 0; i < t->rows; i++) {
@@ -279,8 +280,8 @@ static int scaling_take(scaling *sc, const dt_data_stats *given, int F, dt_err *
             return dt_err_set(err, DT_EINVAL,
                               "data: scaling statistic %d is not usable (mean %g, std %g)", j,
                               given->mean[j], given->std[j]);
-    sc->mean = malloc((size_t)F * sizeof *sc->mean);
-    sc->std = malloc((size_t)F * sizeof *sc->std);
+    sc->mean = dt_malloc((size_t)F * sizeof *sc->mean);
+    sc->std = dt_malloc((size_t)F * sizeof *sc->std);
     if (!sc->mean || !sc->std)
         return dt_err_set(err, DT_ENOMEM, "data: no memory for the statistics of %d features", F);
     memcpy(sc->mean, given->mean, (size_t)F * sizeof *sc->mean);
@@ -352,7 +353,7 @@ static const char *source_name(const dt_data_config *cfg) {
 static int new_dataset(const spec *sp, int source, int64_t num_examples, int shard, int num_shards,
                        dt_dataset **out, dt_err *err) {
     *out = NULL;
-    dt_dataset *ds = calloc(1, sizeof *ds);
+    dt_dataset *ds = dt_calloc(1, sizeof *ds);
     if (!ds) return dt_err_set(err, DT_ENOMEM, "data: out of memory");
     ds->source = source;
     ds->features = sp->needs->num_features;
@@ -364,7 +365,7 @@ static int new_dataset(const spec *sp, int source, int64_t num_examples, int sha
     ds->noise = sp->cfg->noise;
     ds->labeled = 1;
     if ((uint64_t)ds->size > SIZE_MAX / sizeof *ds->order ||
-        !(ds->order = malloc((size_t)ds->size * sizeof *ds->order))) {
+        !(ds->order = dt_malloc((size_t)ds->size * sizeof *ds->order))) {
         int64_t size = ds->size;
         dt_data_free(ds);
         return dt_err_set(err, DT_ENOMEM, "data: cannot hold the order of %lld examples",
@@ -509,9 +510,9 @@ static int from_table(const spec *sp, dt_reader_table *t, const scaling *sc, int
         if (t->y) t->y[k] = t->y[i];
     }
     if (ds->size < t->rows) { /* give the other shards' rows back; a failed shrink is harmless */
-        float *x = realloc(t->x, (size_t)(ds->size * F) * sizeof(float));
+        float *x = dt_realloc(t->x, (size_t)(ds->size * F) * sizeof(float));
         if (x) t->x = x;
-        float *y = t->y ? realloc(t->y, (size_t)ds->size * sizeof(float)) : NULL;
+        float *y = t->y ? dt_realloc(t->y, (size_t)ds->size * sizeof(float)) : NULL;
         if (y) t->y = y;
     }
     ds->mem_x = t->x;
@@ -521,8 +522,8 @@ static int from_table(const spec *sp, dt_reader_table *t, const scaling *sc, int
     t->rows = 0;
     scaling_apply(sc, ds->mem_x, ds->size, (int)F);
     if (sc->mean) { /* kept so a checkpoint can carry them (dt_data_stats_of) */
-        ds->scale_mean = malloc((size_t)F * sizeof *ds->scale_mean);
-        ds->scale_std = malloc((size_t)F * sizeof *ds->scale_std);
+        ds->scale_mean = dt_malloc((size_t)F * sizeof *ds->scale_mean);
+        ds->scale_std = dt_malloc((size_t)F * sizeof *ds->scale_std);
         if (!ds->scale_mean || !ds->scale_std) {
             dt_data_free(ds);
             return dt_err_set(err, DT_ENOMEM, "data: no memory for the statistics of %lld features",
@@ -601,8 +602,8 @@ int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t
     if ((rc = new_dataset(&sp, source, cfg->num_examples, shard, num_shards, &ds, err)) < 0)
         return rc;
     if (source == SRC_LINE) {
-        ds->mem_x = malloc((size_t)ds->size * sizeof *ds->mem_x);
-        ds->mem_y = malloc((size_t)ds->size * sizeof *ds->mem_y);
+        ds->mem_x = dt_malloc((size_t)ds->size * sizeof *ds->mem_x);
+        ds->mem_y = dt_malloc((size_t)ds->size * sizeof *ds->mem_y);
         if (!ds->mem_x || !ds->mem_y) {
             rc = dt_err_set(err, DT_ENOMEM, "data: cannot hold %lld examples", (long long)ds->size);
             goto fail;
@@ -617,7 +618,7 @@ int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t
             ds->mem_y[k] = (float)(2.0 * x + noise_of(ds, i));
         }
     } else {
-        ds->true_w = malloc((size_t)ds->features * sizeof *ds->true_w);
+        ds->true_w = dt_malloc((size_t)ds->features * sizeof *ds->true_w);
         if (!ds->true_w) {
             rc = dt_err_set(err, DT_ENOMEM, "data: cannot hold %d true weights", ds->features);
             goto fail;
@@ -731,8 +732,8 @@ static int reserve(dt_dataset *ds, int rows, dt_err *err) {
     free(ds->batch_x);
     free(ds->batch_y);
     ds->batch_cap = 0;
-    ds->batch_x = malloc((size_t)rows * (size_t)ds->features * sizeof(float));
-    ds->batch_y = malloc((size_t)rows * sizeof(float));
+    ds->batch_x = dt_malloc((size_t)rows * (size_t)ds->features * sizeof(float));
+    ds->batch_y = dt_malloc((size_t)rows * sizeof(float));
     if (!ds->batch_x || !ds->batch_y)
         return dt_err_set(err, DT_ENOMEM, "data: cannot allocate a batch of %d x %d floats", rows,
                           ds->features);

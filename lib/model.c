@@ -39,6 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+
 /* Keeps the initial weights apart from the data set's random streams, which
  * hash the same seed with other constants. */
 #define INIT_STREAM 0x6d6f64656c696e69ULL
@@ -342,7 +344,7 @@ static void free_buffers(dt_model *m) {
 static float *alloc_floats(int rows, int cols) {
     if (cols == 0) return NULL;
     if ((size_t)rows > SIZE_MAX / sizeof(float) / (size_t)cols) return NULL;
-    return malloc((size_t)rows * (size_t)cols * sizeof(float));
+    return dt_malloc((size_t)rows * (size_t)cols * sizeof(float));
 }
 
 /* Grows every buffer to hold rows rows; contents are not kept. */
@@ -378,7 +380,7 @@ static void set_blas_threads(void) {
 
 int dt_model_new(const dt_model_config *cfg, dt_model **out, dt_err *err) {
     *out = NULL;
-    dt_model *m = calloc(1, sizeof *m);
+    dt_model *m = dt_calloc(1, sizeof *m);
     if (!m) return dt_err_set(err, DT_ENOMEM, "model: no memory for a handle");
     int rc = plan(cfg, &m->net, err);
     if (rc == 0) rc = net_specs(&m->net, m->specs, &m->num_vars, err);

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "data.h"
 #include "log.h"
 #include "model.h"
@@ -175,7 +176,7 @@ static int job_of_meta(const char *what, const dt_ckpt_meta *m, const char *wher
 static int check_job(const char *what, const dt_job *job, const dt_ckpt_meta *m, const char *where,
                      dt_err *err) {
     if (!m->job) return 0; /* an older checkpoint: the job is all there is */
-    dt_job *trained = malloc(sizeof *trained);
+    dt_job *trained = dt_malloc(sizeof *trained);
     if (!trained) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
     int rc = job_of_meta(what, m, where, trained, err);
     char diff[DT_ERR_MSG_MAX / 2];
@@ -220,8 +221,8 @@ static int stats_of(const char *what, const dt_job *job, const dt_tensors *loade
                               "statistics of %d features",
                               what, where, t->name, F, F);
     }
-    st->mean = malloc(mean->nbytes);
-    st->std = malloc(std->nbytes);
+    st->mean = dt_malloc(mean->nbytes);
+    st->std = dt_malloc(std->nbytes);
     if (!st->mean || !st->std) {
         stats_deinit(st);
         return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
@@ -318,7 +319,7 @@ int dt_predict_fill_shape(const char *what, const char *path, dt_job *job, dt_er
      * its own error; until then the training file may still say the shape. */
     int rc = read_checkpoint(what, path, job->log_dir, &loaded, &m, where, sizeof where, &quiet);
     dt_tensors_deinit(&loaded);
-    dt_job *trained = rc == 0 && m.job ? malloc(sizeof *trained) : NULL;
+    dt_job *trained = rc == 0 && m.job ? dt_malloc(sizeof *trained) : NULL;
     if (trained && job_of_meta(what, &m, where, trained, &quiet) == 0) {
         dt_model_config *mc = &job->model;
         const int F = mc->num_features, K = mc->num_classes;
@@ -418,7 +419,7 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
     memset(s, 0, sizeof *s);
     memset(r, 0, sizeof *r);
     r->loss = r->accuracy = NAN;
-    dt_data_config *d = malloc(sizeof *d); /* several KB of paths: not on the stack */
+    dt_data_config *d = dt_malloc(sizeof *d); /* several KB of paths: not on the stack */
     if (!d) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
     dt_data_needs needs;
     dt_model_data_needs(&p->job->model, &needs);
@@ -526,7 +527,7 @@ int dt_predict_write(const dt_predict_params *p, dt_predict_result *out, dt_err 
     const int cols = dt_model_out_cols(s.model), F = s.all.cols;
     const int linear = p->job->model.kind == DT_MODEL_LINEAR;
     FILE *f = NULL;
-    float *pred = malloc((size_t)CHUNK_ROWS * (size_t)cols * sizeof *pred);
+    float *pred = dt_malloc((size_t)CHUNK_ROWS * (size_t)cols * sizeof *pred);
     if (!pred) {
         rc = dt_err_set(err, DT_ENOMEM, "predict: out of memory");
         goto fail;

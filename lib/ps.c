@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "checkpoint.h"
 #include "codec.h"
 #include "job.h" /* DT_PATH_MAX: log_dir comes from the job */
@@ -359,8 +360,8 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
     if (ps->sync_role == SYNC_FOLLOWER) {
         /* The gradients themselves come at each worker's first push. */
         size_t nw = (size_t)ps->params.cluster->num_workers;
-        ps->hold = calloc(nw + 1, sizeof *ps->hold);
-        ps->held = calloc(nw + 1, sizeof *ps->held);
+        ps->hold = dt_calloc(nw + 1, sizeof *ps->hold);
+        ps->held = dt_calloc(nw + 1, sizeof *ps->held);
         if (!ps->hold || !ps->held)
             return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
     }
@@ -369,7 +370,7 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
     dt_tensor *specs = slot_specs;
     int nspecs = in->count * nslots;
     if (nspecs > (int)(sizeof slot_specs / sizeof slot_specs[0])) {
-        specs = calloc((size_t)nspecs, sizeof *specs);
+        specs = dt_calloc((size_t)nspecs, sizeof *specs);
         if (!specs) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
     }
     for (int i = 0; i < in->count; i++)
@@ -389,7 +390,7 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
     if (specs != slot_specs) free(specs);
     if (rc < 0) return rc;
 
-    ps->pv = calloc(in->count ? (size_t)in->count : 1, sizeof *ps->pv);
+    ps->pv = dt_calloc(in->count ? (size_t)in->count : 1, sizeof *ps->pv);
     if (!ps->pv) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
     ps->num_bytes = 0;
     for (int i = 0; i < in->count; i++) {
@@ -398,7 +399,7 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
         ps->num_bytes += (int64_t)v->nbytes;
         pthread_mutex_init(&ps->pv[i].mu, NULL);
         /* Made now so applying a push never fails halfway for memory. */
-        ps->pv[i].scratch = malloc(v->nbytes ? v->nbytes : 1);
+        ps->pv[i].scratch = dt_malloc(v->nbytes ? v->nbytes : 1);
         if (!ps->pv[i].scratch)
             return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
         int64_t n = dt_tensor_numel(v);
@@ -492,8 +493,8 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
                          const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
     enum { MAX_CREATE = 4096 };
-    dt_msg_create_req *req = calloc(1, sizeof *req);
-    dt_tensor *views = calloc(MAX_CREATE, sizeof *views);
+    dt_msg_create_req *req = dt_calloc(1, sizeof *req);
+    dt_tensor *views = dt_calloc(MAX_CREATE, sizeof *views);
     int rc = 0;
     if (!req || !views) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
@@ -1088,8 +1089,8 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
      * lets check_push name the extra. Sized by the model and on the heap,
      * never a fixed worst case on a poller thread's stack. */
     int cap = ps->vars.count + 1;
-    views = calloc((size_t)cap, sizeof *views);
-    index = calloc((size_t)cap, sizeof *index);
+    views = dt_calloc((size_t)cap, sizeof *views);
+    index = dt_calloc((size_t)cap, sizeof *index);
     if (!views || !index) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: push: out of memory", ps->name);
         goto done;
@@ -1188,7 +1189,7 @@ static int note_failed_worker(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker
                           "%s: status: failure from worker %d: only workers 1..%d report their "
                           "own (the chief's ends the job: a Shutdown)",
                           ps->name, (int)worker, ps->params.cluster->num_workers - 1);
-    char *copy = strdup(failure);
+    char *copy = dt_strdup(failure);
     if (!copy) return dt_err_set(err, DT_ENOMEM, "%s: status: out of memory", ps->name);
     pthread_mutex_lock(&ps->stats_mu);
     free(ps->worker_failure[worker]);
@@ -1324,22 +1325,22 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     if (params->task_index < 0 || params->task_index >= c->num_ps)
         return dt_err_set(err, DT_EINVAL, "ps: task index %d out of range (cluster has %d ps)",
                           params->task_index, c->num_ps);
-    dt_ps *ps = calloc(1, sizeof *ps);
+    dt_ps *ps = dt_calloc(1, sizeof *ps);
     if (!ps) return dt_err_set(err, DT_ENOMEM, "ps: out of memory");
-    ps->worker_told_done = calloc((size_t)c->num_workers + 1, sizeof *ps->worker_told_done);
+    ps->worker_told_done = dt_calloc((size_t)c->num_workers + 1, sizeof *ps->worker_told_done);
     if (!ps->worker_told_done) {
         free(ps);
         return dt_err_set(err, DT_ENOMEM, "ps: out of memory");
     }
     size_t nw = (size_t)c->num_workers + 1;
-    ps->clock = calloc(nw, sizeof *ps->clock);
-    ps->last_push = calloc(nw, sizeof *ps->last_push);
-    ps->seen = calloc(nw, sizeof *ps->seen);
-    ps->acc_from = calloc(nw, sizeof *ps->acc_from);
-    ps->pushes_from = calloc(nw, sizeof *ps->pushes_from);
-    ps->memo = calloc(nw, sizeof *ps->memo);
-    ps->pushed_at = calloc(nw, sizeof *ps->pushed_at);
-    ps->worker_failure = calloc(nw, sizeof *ps->worker_failure);
+    ps->clock = dt_calloc(nw, sizeof *ps->clock);
+    ps->last_push = dt_calloc(nw, sizeof *ps->last_push);
+    ps->seen = dt_calloc(nw, sizeof *ps->seen);
+    ps->acc_from = dt_calloc(nw, sizeof *ps->acc_from);
+    ps->pushes_from = dt_calloc(nw, sizeof *ps->pushes_from);
+    ps->memo = dt_calloc(nw, sizeof *ps->memo);
+    ps->pushed_at = dt_calloc(nw, sizeof *ps->pushed_at);
+    ps->worker_failure = dt_calloc(nw, sizeof *ps->worker_failure);
     if (!ps->clock || !ps->last_push || !ps->seen || !ps->acc_from || !ps->pushes_from ||
         !ps->memo || !ps->pushed_at || !ps->worker_failure) {
         free(ps->worker_failure);
@@ -1473,9 +1474,9 @@ static void ask_peers(dt_ps *ps) {
     if (c->num_ps < 2) return;
     /* Made at the first ask (most ps tasks never need them); what a short
      * allocation left NULL is tried again next time, freed by dt_ps_free. */
-    if (!ps->peers) ps->peers = calloc((size_t)c->num_ps, sizeof *ps->peers);
-    if (!ps->peer_calls) ps->peer_calls = calloc((size_t)c->num_ps, sizeof *ps->peer_calls);
-    if (!ps->peer_of) ps->peer_of = calloc((size_t)c->num_ps, sizeof *ps->peer_of);
+    if (!ps->peers) ps->peers = dt_calloc((size_t)c->num_ps, sizeof *ps->peers);
+    if (!ps->peer_calls) ps->peer_calls = dt_calloc((size_t)c->num_ps, sizeof *ps->peer_calls);
+    if (!ps->peer_of) ps->peer_of = dt_calloc((size_t)c->num_ps, sizeof *ps->peer_of);
     if (!ps->peers || !ps->peer_calls || !ps->peer_of) return;
     dt_rpc_call *calls = ps->peer_calls;
     int *who = ps->peer_of, k = 0;

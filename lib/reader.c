@@ -37,6 +37,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "alloc.h"
 #include "log.h"
 
 #define MAX_LINE ((size_t)1 << 28) /* 256 MiB: a csv row of ~20M features */
@@ -132,7 +133,7 @@ static int fill(line_src *s, dt_err *err) {
             return dt_err_set(err, DT_EINVAL, "%s:%lld: line longer than %zu MiB", s->path,
                               (long long)s->line_no + 1, MAX_LINE >> 20);
         size_t cap = s->cap ? s->cap * 2 : FIRST_LINE_CAP;
-        char *grown = realloc(s->buf, cap);
+        char *grown = dt_realloc(s->buf, cap);
         if (!grown)
             return dt_err_set(err, DT_ENOMEM, "%s:%lld: no memory for a line of %zu bytes", s->path,
                               (long long)s->line_no + 1, cap);
@@ -286,13 +287,13 @@ static int reserve_row(dt_reader_table *t, int64_t *cap, const dt_reader_params 
                           where, (long long)max_rows, (long long)F, (long long)limit_of(p));
     int64_t grow = *cap ? *cap * 2 : 256;
     if (grow > max_rows) grow = max_rows;
-    float *x = realloc(t->x, (size_t)grow * (size_t)F * sizeof(float));
+    float *x = dt_realloc(t->x, (size_t)grow * (size_t)F * sizeof(float));
     if (!x)
         return dt_err_set(err, DT_ENOMEM, "%s: no memory for %lld examples", where,
                           (long long)grow);
     t->x = x;
     if (t->labeled) {
-        float *y = realloc(t->y, (size_t)grow * sizeof(float));
+        float *y = dt_realloc(t->y, (size_t)grow * sizeof(float));
         if (!y)
             return dt_err_set(err, DT_ENOMEM, "%s: no memory for %lld examples", where,
                               (long long)grow);
@@ -306,10 +307,10 @@ static int reserve_row(dt_reader_table *t, int64_t *cap, const dt_reader_params 
  * larger (valid) buffers. */
 static void shrink(dt_reader_table *t) {
     if (t->rows == 0) return;
-    float *x = realloc(t->x, (size_t)t->rows * (size_t)t->cols * sizeof(float));
+    float *x = dt_realloc(t->x, (size_t)t->rows * (size_t)t->cols * sizeof(float));
     if (x) t->x = x;
     if (!t->labeled) return;
-    float *y = realloc(t->y, (size_t)t->rows * sizeof(float));
+    float *y = dt_realloc(t->y, (size_t)t->rows * sizeof(float));
     if (y) t->y = y;
 }
 
@@ -370,9 +371,10 @@ static char *trim(char *s) {
     return s;
 }
 
-/* Cuts line at commas into (*fields)[0..*count), trimmed and unquoted.
- * Returns the index of a field with unsupported quoting, or -1. */
-static int split_csv(char *line, char ***fields, int *cap, int *count, dt_err *err, int *rc) {
+/* Cuts line (src's last) at commas into (*fields)[0..*count), trimmed and
+ * unquoted. Returns the index of a field with unsupported quoting, or -1. */
+static int split_csv(const line_src *src, char *line, char ***fields, int *cap, int *count,
+                     dt_err *err, int *rc) {
     *count = 0;
     *rc = 0;
     int bad = -1;
@@ -382,9 +384,10 @@ static int split_csv(char *line, char ***fields, int *cap, int *count, dt_err *e
         if (comma) *comma = '\0';
         if (*count == *cap) {
             int grow = *cap ? *cap * 2 : 64;
-            char **f = realloc(*fields, (size_t)grow * sizeof *f);
+            char **f = dt_realloc(*fields, (size_t)grow * sizeof *f);
             if (!f) {
-                *rc = dt_err_set(err, DT_ENOMEM, "csv: no memory for %d fields", grow);
+                *rc = dt_err_set(err, DT_ENOMEM, "%s:%lld: no memory for %d fields", src->path,
+                                 (long long)src->line_no, grow);
                 return -1;
             }
             *fields = f;
@@ -481,10 +484,10 @@ static int find_label(const char *path, int64_t line_no, char *const *fields, in
 static int parse_header(const char *path, int64_t line_no, char **fields, int count,
                         const dt_reader_params *p, csv_header *h, dt_err *err) {
     h->ncols = count;
-    h->name = calloc((size_t)count, sizeof *h->name);
+    h->name = dt_calloc((size_t)count, sizeof *h->name);
     if (!h->name) return dt_err_set(err, DT_ENOMEM, "%s: no memory for the header", path);
     for (int c = 0; c < count; c++)
-        if (!(h->name[c] = strdup(fields[c])))
+        if (!(h->name[c] = dt_strdup(fields[c])))
             return dt_err_set(err, DT_ENOMEM, "%s: no memory for the header", path);
     const char *want = p->label_column ? p->label_column : "";
     const int F = p->num_features;
@@ -538,7 +541,7 @@ static int csv_open(const char *path, line_src *src, char ***fields, int *fields
                               why);
         if (!blank(line)) break;
     }
-    int quoting = split_csv(line, fields, fields_cap, count, err, &rc);
+    int quoting = split_csv(src, line, fields, fields_cap, count, err, &rc);
     if (rc < 0) return rc;
     if (quoting >= 0)
         return dt_err_set(err, DT_EINVAL,
@@ -576,7 +579,7 @@ int dt_reader_csv(const char *path, const dt_reader_params *p, dt_reader_table *
             continue;
         }
         if (blank(line)) continue;
-        quoting = split_csv(line, &fields, &fields_cap, &count, err, &rc);
+        quoting = split_csv(&src, line, &fields, &fields_cap, &count, err, &rc);
         if (rc < 0) goto fail;
         if (count != head.ncols) {
             if (count < head.ncols)
@@ -876,7 +879,7 @@ int dt_reader_idx(const char *images_path, const char *labels_path, const dt_rea
     /* Labels first, so images of bad records can be passed over. */
     size_t got;
     if (labeled) {
-        if (!(label_bytes = malloc((size_t)N))) {
+        if (!(label_bytes = dt_malloc((size_t)N))) {
             rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu labels", labels_path,
                             (unsigned long long)N);
             goto fail;
@@ -891,11 +894,11 @@ int dt_reader_idx(const char *images_path, const char *labels_path, const dt_rea
         if ((rc = idx_trailing(labels, labels_path, 8 + N, err)) < 0) goto fail;
     }
 
-    t.x = malloc((size_t)N * (size_t)F * sizeof(float));
-    if (labeled) t.y = malloc((size_t)N * sizeof(float));
+    t.x = dt_malloc((size_t)N * (size_t)F * sizeof(float));
+    if (labeled) t.y = dt_malloc((size_t)N * sizeof(float));
     uint64_t per_chunk = IDX_CHUNK_BYTES / F ? IDX_CHUNK_BYTES / F : 1;
     if (per_chunk > N) per_chunk = N;
-    chunk = malloc((size_t)(per_chunk * F));
+    chunk = dt_malloc((size_t)(per_chunk * F));
     if (!t.x || (labeled && !t.y) || !chunk) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu images of %llu values", images_path,
                         (unsigned long long)N, (unsigned long long)F);
@@ -1065,7 +1068,7 @@ int dt_reader_csv_names(const char *path, const dt_reader_params *p, char **out,
     size_t n = 1;
     for (int c = 0; c < count; c++)
         n += strlen(fields[c]) + 1;
-    char *names = malloc(n);
+    char *names = dt_malloc(n);
     if (!names) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for the header", path);
         goto fail;
@@ -1100,7 +1103,7 @@ static int tally_init(class_tally *c, const char *where, dt_err *err) {
     c->max = -1;
     c->beyond = -1;
     c->where = where;
-    c->seen = calloc(DT_READER_MAX_CLASSES, 1);
+    c->seen = dt_calloc(DT_READER_MAX_CLASSES, 1);
     return c->seen ? 0 : dt_err_set(err, DT_ENOMEM, "%s: no memory to count classes", where);
 }
 
@@ -1165,7 +1168,7 @@ static int infer_csv(const char *path, const dt_reader_params *p, class_tally *c
         if ((rc = next_line(&src, &line, &len, &why, err)) < 0) goto fail;
         if (rc == 0) break;
         if (why || blank(line)) continue;
-        split_csv(line, &fields, &fields_cap, &count, err, &rc);
+        split_csv(&src, line, &fields, &fields_cap, &count, err, &rc);
         if (rc < 0) goto fail;
         double v;
         if (count == ncols && parse_num(fields[label], &v) == NUM_OK) tally(ct, v);
@@ -1245,7 +1248,7 @@ static int infer_idx(const char *images_path, const char *labels_path, class_tal
     uint32_t n;
     if ((rc = open_gz(labels_path, &gz, err)) < 0) return rc;
     if ((rc = idx_header(gz, labels_path, 1, &n, "labels", err)) < 0) goto fail;
-    if (!(chunk = malloc(IDX_CHUNK_BYTES))) {
+    if (!(chunk = dt_malloc(IDX_CHUNK_BYTES))) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory", labels_path);
         goto fail;
     }
@@ -1297,7 +1300,7 @@ struct dt_reader_lines {
 
 int dt_reader_lines_open(const char *path, dt_reader_lines **out, dt_err *err) {
     *out = NULL;
-    dt_reader_lines *l = calloc(1, sizeof *l);
+    dt_reader_lines *l = dt_calloc(1, sizeof *l);
     if (!l) return dt_err_set(err, DT_ENOMEM, "%s: no memory for a reader", path);
     l->src.path = path;
     int rc = open_gz(path, &l->src.gz, err);

@@ -4,6 +4,7 @@
  */
 #include "rpc_internal.h"
 
+#include "alloc.h"
 #include "log.h"
 
 #include <errno.h>
@@ -38,7 +39,7 @@ int dt_rpc_read_pem(const char *path, const char *what, char **out, dt_err *err)
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return dt_err_set(err, DT_EIO, "%s %s: cannot open: %s", what, path, strerror(errno));
-    char *buf = malloc(PEM_MAX + 1);
+    char *buf = dt_malloc(PEM_MAX + 1);
     if (!buf) {
         fclose(f);
         return dt_err_set(err, DT_ENOMEM, "%s %s: out of memory", what, path);
@@ -131,7 +132,7 @@ void dt_rpc_shutdown(void) {
 int dt_rpc_buf_alloc(dt_rpc_buf *b, size_t len, dt_err *err) {
     memset(b, 0, sizeof *b);
     if (len == 0) return 0;
-    grpc_slice *s = malloc(sizeof *s);
+    grpc_slice *s = dt_malloc(sizeof *s);
     if (!s) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
     *s = grpc_slice_malloc(len);
     b->impl = s;
@@ -169,7 +170,7 @@ int dt_rpc_buf_from_byte_buffer(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_err *err
         grpc_slice_unref(all);
         return 0;
     }
-    grpc_slice *s = malloc(sizeof *s);
+    grpc_slice *s = dt_malloc(sizeof *s);
     if (!s) {
         grpc_slice_unref(all);
         return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");

@@ -56,6 +56,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "auth.h"
 #include "log.h"
 #include "rpc_internal.h"
@@ -152,7 +153,7 @@ static void call_free(call_state *cs) {
 }
 
 static void arm(poller *p) {
-    call_state *cs = calloc(1, sizeof *cs);
+    call_state *cs = dt_calloc(1, sizeof *cs);
     if (!cs) {
         dt_log(DT_LOG_ERROR, "rpc server %s: out of memory arming a call", p->server->addr);
         return;
@@ -514,7 +515,7 @@ static int make_server_creds(dt_rpc_server *s, grpc_server_credentials **out, dt
     }
     if (!sec->cert_file || !sec->key_file)
         return dt_err_set(err, DT_EINVAL, "TLS needs both --tls-cert and --tls-key");
-    tls_files *t = calloc(1, sizeof *t);
+    tls_files *t = dt_calloc(1, sizeof *t);
     if (!t) return dt_err_set(err, DT_ENOMEM, "out of memory");
     pthread_mutex_init(&t->mu, NULL);
     snprintf(t->addr, sizeof t->addr, "%s", s->addr);
@@ -814,7 +815,7 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     if (params->num_threads < 1 || params->num_threads > MAX_THREADS)
         return dt_err_set(err, DT_EINVAL, "rpc server: %d threads (1..%d)", params->num_threads,
                           MAX_THREADS);
-    dt_rpc_server *s = calloc(1, sizeof *s);
+    dt_rpc_server *s = dt_calloc(1, sizeof *s);
     if (!s) return dt_err_set(err, DT_ENOMEM, "rpc server: out of memory");
     dt_rpc_init();
     int rc = 0;

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+
 #define ENTRY_BITS 24
 #define MAX_ID ((int64_t)1 << 40)
 
@@ -69,11 +71,11 @@ int dt_sparse_index_build(dt_sparse_index *ix, const dt_sparse_batch *b, dt_err 
         return dt_err_set(err, DT_EINVAL, "sparse: %lld entries in one batch (fewer than 2^%d)",
                           (long long)nnz, ENTRY_BITS);
     if (nnz > ix->cap) {
-        int64_t *ids = realloc(ix->ids, (size_t)nnz * sizeof *ids);
+        int64_t *ids = dt_realloc(ix->ids, (size_t)nnz * sizeof *ids);
         if (ids) ix->ids = ids;
-        int64_t *pos = realloc(ix->pos, (size_t)nnz * sizeof *pos);
+        int64_t *pos = dt_realloc(ix->pos, (size_t)nnz * sizeof *pos);
         if (pos) ix->pos = pos;
-        uint64_t *keys = realloc(ix->keys, (size_t)nnz * sizeof *keys);
+        uint64_t *keys = dt_realloc(ix->keys, (size_t)nnz * sizeof *keys);
         if (keys) ix->keys = keys;
         if (!ids || !pos || !keys)
             return dt_err_set(err, DT_ENOMEM, "sparse: no memory to index %lld entries",
@@ -139,10 +141,10 @@ void dt_sparse_set_slice(const dt_sparse_set *s, int64_t first, int count, dt_sp
     out->fields = s->fields ? s->fields + e0 : NULL;
 }
 
-/* p = realloc(p, n * size), keeping p when that fails; 0 or -1. */
+/* p = dt_realloc(p, n * size), keeping p when that fails; 0 or -1. */
 static int resize(void **p, size_t n, size_t size) {
     if (n > SIZE_MAX / size) return -1;
-    void *q = realloc(*p, n > 0 ? n * size : 1);
+    void *q = dt_realloc(*p, n > 0 ? n * size : 1);
     if (!q) return -1;
     *p = q;
     return 0;

@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+
 #define EVAL_CHUNK 1024 /* rows of the embedding's input built at a time */
 
 const char *const dt_sparse_model_kind_names[] = {"wide", "embedding", NULL};
@@ -183,7 +185,7 @@ static void free_scratch(dt_sparse_model *m) {
 
 int dt_sparse_model_new(const dt_sparse_model_config *cfg, dt_sparse_model **out, dt_err *err) {
     *out = NULL;
-    dt_sparse_model *m = calloc(1, sizeof *m);
+    dt_sparse_model *m = dt_calloc(1, sizeof *m);
     if (!m) return dt_err_set(err, DT_ENOMEM, "sparse model: no memory for a handle");
     m->cfg = *cfg;
     dt_table_config table;
@@ -223,8 +225,8 @@ static int grow(dt_sparse_model *m, int rows, dt_err *err) {
     int ok = 1;
     if ((size_t)rows > SIZE_MAX / sizeof(float) / width) ok = 0;
     const size_t bytes = ok ? (size_t)rows * width * sizeof(float) : 0;
-    if (ok && wide) ok = (m->z = malloc(bytes)) && (m->dz = malloc(bytes));
-    if (ok && !wide) ok = (m->a = malloc(bytes)) && (m->da = malloc(bytes));
+    if (ok && wide) ok = (m->z = dt_malloc(bytes)) && (m->dz = dt_malloc(bytes));
+    if (ok && !wide) ok = (m->a = dt_malloc(bytes)) && (m->da = dt_malloc(bytes));
     if (!ok) {
         free_scratch(m);
         return dt_err_set(err, DT_ENOMEM, "sparse model: %s: no memory for %d rows", m->name, rows);

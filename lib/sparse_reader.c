@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "hash.h"
 #include "log.h"
 
@@ -44,7 +45,7 @@ typedef struct {
 
 static int grow(void **p, int64_t n, size_t size) {
     if ((uint64_t)n > SIZE_MAX / size) return -1;
-    void *q = realloc(*p, (size_t)n * size);
+    void *q = dt_realloc(*p, (size_t)n * size);
     if (!q) return -1;
     *p = q;
     return 0;

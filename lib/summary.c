@@ -38,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "crc32c.h"
 #include "log.h"
 
@@ -194,7 +195,7 @@ static int record_begin(dt_summary_writer *w, size_t event_size, dt_err *err) {
         size_t cap = w->record_cap ? w->record_cap : 256;
         while (cap < need)
             cap *= 2;
-        uint8_t *grown = realloc(w->record, cap);
+        uint8_t *grown = dt_realloc(w->record, cap);
         if (!grown)
             return dt_err_set(err, DT_ENOMEM, "summary: %s: record buffer of %zu bytes", w->path,
                               cap);
@@ -422,9 +423,9 @@ static uint32_t hist_key(double v) {
 }
 
 static int hist_init(dt_summary_writer *w, dt_err *err) {
-    double *limits = malloc(HIST_BUCKETS * sizeof *limits);
-    double *counts = malloc(HIST_BUCKETS * sizeof *counts);
-    uint16_t *guess = malloc(HIST_KEYS * sizeof *guess);
+    double *limits = dt_malloc(HIST_BUCKETS * sizeof *limits);
+    double *counts = dt_malloc(HIST_BUCKETS * sizeof *counts);
+    uint16_t *guess = dt_malloc(HIST_KEYS * sizeof *guess);
     if (!limits || !counts || !guess) {
         free(limits);
         free(counts);
@@ -630,7 +631,7 @@ int dt_summary_histogram_floats(dt_summary_writer *w, int64_t step, const char *
 static int make_dirs(const char *dir, dt_err *err) {
     int rc = 0;
     size_t n = strlen(dir);
-    char *path = malloc(n + 1);
+    char *path = dt_malloc(n + 1);
     if (!path) return dt_err_set(err, DT_ENOMEM, "summary: %s: path", dir);
     memcpy(path, dir, n + 1);
     for (size_t i = 1; i <= n; i++) {
@@ -675,11 +676,11 @@ int dt_summary_open(const char *log_dir, dt_summary_writer **out, dt_err *err) {
     host[sizeof host - 1] = '\0'; /* gethostname may truncate without a NUL */
     long long secs = (long long)time(NULL);
 
-    w = calloc(1, sizeof *w);
+    w = dt_calloc(1, sizeof *w);
     if (!w) return dt_err_set(err, DT_ENOMEM, "summary: %s: writer", log_dir);
     w->fd = -1;
     size_t cap = strlen(log_dir) + strlen(host) + 64;
-    w->path = malloc(cap);
+    w->path = dt_malloc(cap);
     if (!w->path) {
         rc = dt_err_set(err, DT_ENOMEM, "summary: %s: path", log_dir);
         goto fail;
@@ -789,7 +790,7 @@ int dt_tfrecord_read(FILE *f, uint8_t **data, size_t *len, dt_err *err) {
         return dt_err_set(err, DT_ECORRUPT, "tfrecord: %s: length %llu exceeds %zu", where,
                           (unsigned long long)length, EVENT_MAX);
 
-    uint8_t *grown = realloc(*data, length ? (size_t)length : 1);
+    uint8_t *grown = dt_realloc(*data, length ? (size_t)length : 1);
     if (!grown)
         return dt_err_set(err, DT_ENOMEM, "tfrecord: %s: %llu bytes", where,
                           (unsigned long long)length);

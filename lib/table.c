@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "data.h"
 #include "hash.h"
 #include "text.h"
@@ -177,7 +178,7 @@ static void stripe_release(stripe *s) {
 /* A fresh index of cap EMPTY slots, or NULL. */
 static entry *new_index(int64_t cap) {
     if ((uint64_t)cap > SIZE_MAX / sizeof(entry)) return NULL;
-    entry *index = malloc((size_t)cap * sizeof *index);
+    entry *index = dt_malloc((size_t)cap * sizeof *index);
     if (!index) return NULL;
     for (int64_t i = 0; i < cap; i++)
         index[i].id = EMPTY;
@@ -188,7 +189,7 @@ int dt_table_new(const dt_table_config *cfg, dt_table **out, dt_err *err) {
     *out = NULL;
     int rc = check_config(cfg, err);
     if (rc < 0) return rc;
-    dt_table *t = calloc(1, sizeof *t);
+    dt_table *t = dt_calloc(1, sizeof *t);
     if (!t) return dt_err_set(err, DT_ENOMEM, "table %s: no memory", cfg->name);
     t->cfg = *cfg;
     t->nstripes = cfg->stripes ? cfg->stripes : DT_TABLE_DEFAULT_STRIPES;
@@ -197,7 +198,7 @@ int dt_table_new(const dt_table_config *cfg, dt_table **out, dt_err *err) {
     t->rec = (1 + cfg->num_slots) * cfg->dim; /* <= 3 * 65536 */
     t->name_key = name_key_of(cfg);
     atomic_init(&t->updates, 0);
-    t->stripes = calloc((size_t)t->nstripes, sizeof *t->stripes);
+    t->stripes = dt_calloc((size_t)t->nstripes, sizeof *t->stripes);
     if (!t->stripes || pthread_rwlock_init(&t->evict_lock, NULL) != 0) {
         free(t->stripes);
         free(t);
@@ -292,7 +293,7 @@ static int alloc_chunk(const dt_table *t, chunk *ch, int c, int64_t *bytes) {
         __builtin_add_overflow(rec_bytes, meta_bytes, &total) || total > SIZE_MAX - 64)
         return -1;
     total = (total + 63) / 64 * 64;
-    void *block = aligned_alloc(64, total);
+    void *block = dt_aligned_alloc(64, total);
     if (!block) return -1;
     ch->recs = block;
     ch->last = (void *)((char *)block + rec_bytes); /* rec_bytes is a multiple of 4 * 16 */
@@ -389,13 +390,13 @@ static int check_count(const dt_table *t, int64_t n, int code, dt_err *err) {
 static int grow_batch(const dt_table *t, dt_table_batch *b, int64_t n, dt_err *err) {
     if (n > b->cap) {
         /* n <= 2^38 (check_count), so the products fit size_t. */
-        int64_t *order = realloc(b->order, (size_t)n * sizeof *order);
+        int64_t *order = dt_realloc(b->order, (size_t)n * sizeof *order);
         if (order) b->order = order;
-        int64_t *row = realloc(b->row, (size_t)n * sizeof *row);
+        int64_t *row = dt_realloc(b->row, (size_t)n * sizeof *row);
         if (row) b->row = row;
-        float **recs = realloc(b->recs, (size_t)n * sizeof *recs);
+        float **recs = dt_realloc(b->recs, (size_t)n * sizeof *recs);
         if (recs) b->recs = recs;
-        const float **grads = realloc(b->grads, (size_t)n * sizeof *grads);
+        const float **grads = dt_realloc(b->grads, (size_t)n * sizeof *grads);
         if (grads) b->grads = grads;
         if (!order || !row || !recs || !grads)
             return dt_err_set(err, DT_ENOMEM, "table %s: no memory to plan %lld ids", t->cfg.name,
@@ -403,7 +404,7 @@ static int grow_batch(const dt_table *t, dt_table_batch *b, int64_t n, dt_err *e
         b->cap = n;
     }
     if (b->nstripes != t->nstripes || !b->start) {
-        int64_t *start = realloc(b->start, (size_t)(t->nstripes + 1) * sizeof *start);
+        int64_t *start = dt_realloc(b->start, (size_t)(t->nstripes + 1) * sizeof *start);
         if (!start) return dt_err_set(err, DT_ENOMEM, "table %s: no memory", t->cfg.name);
         b->start = start;
         b->nstripes = t->nstripes;
@@ -778,7 +779,7 @@ static int held_ids(dt_table *t, int shard, int num_shards, int64_t **ids_out, i
                 continue;
             if (n == cap) {
                 const int64_t grow = cap ? cap * 2 : 1024;
-                int64_t *bigger = realloc(ids, (size_t)grow * sizeof *ids);
+                int64_t *bigger = dt_realloc(ids, (size_t)grow * sizeof *ids);
                 if (!bigger) {
                     rc = dt_err_set(err, DT_ENOMEM, "table %s: export: no memory for %lld ids",
                                     t->cfg.name, (long long)grow);
@@ -911,8 +912,8 @@ int dt_table_import(dt_table *t, const dt_tensors *ts, int shard, int num_shards
         for (int64_t k = 0; k < n; k++)
             m += dt_table_shard_of(ids[k], num_shards) == shard;
         /* m <= 2^38 rows of (1 + S) D floats within 2^40 bytes each: fits. */
-        sel_ids = malloc((m ? (size_t)m : 1) * sizeof *sel_ids);
-        sel = malloc((m ? (size_t)m : 1) * D * (size_t)(1 + cfg->num_slots) * sizeof *sel);
+        sel_ids = dt_malloc((m ? (size_t)m : 1) * sizeof *sel_ids);
+        sel = dt_malloc((m ? (size_t)m : 1) * D * (size_t)(1 + cfg->num_slots) * sizeof *sel);
         if (!sel_ids || !sel) {
             rc = dt_err_set(err, DT_ENOMEM, "table %s: import: no memory for %lld rows", cfg->name,
                             (long long)m);

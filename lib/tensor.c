@@ -3,6 +3,7 @@
  */
 #include "tensor.h"
 
+#include "alloc.h"
 #include "text.h"
 
 #include <stdlib.h>
@@ -81,7 +82,7 @@ static size_t round_up(size_t n) {
 int dt_tensors_init(dt_tensors *ts, const dt_tensor *specs, int count, dt_err *err) {
     memset(ts, 0, sizeof *ts);
     if (count < 0) return dt_err_set(err, DT_EINVAL, "tensors: negative count");
-    dt_tensor *items = calloc(count ? (size_t)count : 1, sizeof *items);
+    dt_tensor *items = dt_calloc(count ? (size_t)count : 1, sizeof *items);
     if (!items) return dt_err_set(err, DT_ENOMEM, "tensors: out of memory");
     int rc = 0;
     size_t total = 0;
@@ -96,7 +97,7 @@ int dt_tensors_init(dt_tensors *ts, const dt_tensor *specs, int count, dt_err *e
             }
         total += round_up(items[i].nbytes);
     }
-    void *slab = aligned_alloc(SLAB_ALIGN, total ? total : SLAB_ALIGN);
+    void *slab = dt_aligned_alloc(SLAB_ALIGN, total ? total : SLAB_ALIGN);
     if (!slab) {
         rc = dt_err_set(err, DT_ENOMEM, "tensors: cannot allocate %zu bytes", total);
         goto fail;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "data.h"
 #include "log.h"
 #include "model.h"
@@ -66,7 +67,7 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         return dt_err_set(err, DT_EINVAL,
                           "worker: task index %d out of range (cluster has %d workers)",
                           params->task_index, cl->num_workers);
-    dt_worker *w = calloc(1, sizeof *w);
+    dt_worker *w = dt_calloc(1, sizeof *w);
     if (!w) return dt_err_set(err, DT_ENOMEM, "worker: out of memory");
     w->params = *params;
     w->job = *params->job;

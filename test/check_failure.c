@@ -95,6 +95,11 @@ static void expect_chief_failure_ends_job(const char *reason, int chief_exit) {
     ck_assert_msg(
         dt_test_job_wait_log(&w, "worker1", "waiting for the model", JOB_TIMEOUT_MS, worker),
         "worker 1 never waited for the model; logs:%s", dt_test_job_report(&w));
+    /* The chief's word to the ps is best effort and fails fast on a ps not
+     * yet listening (dt_worker_report_failure), and worker 1 waits for the
+     * model whether or not the ps is up: the ps must be serving first. */
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps", "serving on", JOB_TIMEOUT_MS, ps),
+                  "ps 0 never served; logs:%s", dt_test_job_report(&w));
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
     dt_test_job_expect_exit(&w, chief, "chief", FAIL_BOUND_MS, chief_exit);
     const pid_t pids[] = {ps, worker};

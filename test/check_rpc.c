@@ -1039,6 +1039,103 @@ START_TEST(test_listens_again_after_emfile) {
 }
 END_TEST
 
+/* The one table between dtrain's codes and gRPC's: every code a handler
+ * may return reaches the caller as itself, except those that share a
+ * status (the first in the table wins: DT_ECORRUPT arrives as DT_EIO) and
+ * those gRPC has no status for (UNKNOWN, arriving as DT_EINTERNAL). A
+ * CANCELLED call is the peer gone, retryable; statuses only gRPC makes map
+ * to the nearest code. */
+START_TEST(test_status_table) {
+    for (int code = DT_EABORTED; code <= DT_OK; code++) {
+        grpc_status_code status = dt_rpc_status_from_err(code);
+        int back = dt_rpc_err_from_status(status);
+        if (code == DT_ECORRUPT) {
+            ck_assert_int_eq(status, GRPC_STATUS_DATA_LOSS);
+            ck_assert_int_eq(back, DT_EIO);
+        } else if (code == DT_ESTORAGE || code == DT_ECONFIG) {
+            ck_assert_int_eq(status, GRPC_STATUS_UNKNOWN);
+            ck_assert_int_eq(back, DT_EINTERNAL);
+        } else if (code == DT_ECANCELLED) {
+            ck_assert_int_eq(status, GRPC_STATUS_CANCELLED);
+            ck_assert_int_eq(back, DT_EUNAVAILABLE);
+        } else {
+            ck_assert_msg(back == code, "%s -> %s -> %s", dt_err_name(code),
+                          dt_rpc_status_name(status), dt_err_name(back));
+        }
+    }
+    ck_assert_int_eq(dt_rpc_err_from_status(GRPC_STATUS_OUT_OF_RANGE), DT_EINVAL);
+    ck_assert_int_eq(dt_rpc_err_from_status(GRPC_STATUS_UNIMPLEMENTED), DT_EPRECOND);
+    ck_assert_int_eq(dt_rpc_err_from_status(GRPC_STATUS_UNAUTHENTICATED), DT_EPERM);
+    ck_assert_int_eq(dt_rpc_err_from_status(GRPC_STATUS_UNKNOWN), DT_EINTERNAL);
+    ck_assert_str_eq(dt_rpc_status_name(GRPC_STATUS_UNAUTHENTICATED), "UNAUTHENTICATED");
+    ck_assert_str_eq(dt_rpc_status_name(GRPC_STATUS_OK), "OK");
+    ck_assert_str_eq(dt_rpc_status_name((grpc_status_code)17), "UNKNOWN");
+    ck_assert_str_eq(dt_rpc_status_name((grpc_status_code)-1), "UNKNOWN");
+}
+END_TEST
+
+/* What dt_rpc_read_pem refuses, each named with the flag and the path: a
+ * missing file, a directory (the read fails), an empty file, one without a
+ * -----BEGIN line, one over the 1 MiB cap. */
+START_TEST(test_read_pem_refusals) {
+    char *dir = dt_test_tempdir();
+    ck_assert_ptr_nonnull(dir);
+    char path[1024];
+    char *pem = (char *)"untouched";
+    dt_err err;
+
+    snprintf(path, sizeof path, "%s/missing.pem", dir);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_read_pem(path, "--tls-cert", &pem, &err), DT_EIO);
+    ck_assert_ptr_null(pem);
+    ck_assert_msg(strstr(err.msg, "--tls-cert") && strstr(err.msg, path) &&
+                      strstr(err.msg, "cannot open"),
+                  "%s", err.msg);
+
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_read_pem(dir, "--tls-ca", &pem, &err), DT_EIO);
+    ck_assert_msg(strstr(err.msg, "--tls-ca") && strstr(err.msg, "read failed"), "%s", err.msg);
+
+    snprintf(path, sizeof path, "%s/empty.pem", dir);
+    ck_assert_int_eq(dt_test_write_file(path, ""), 0);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_read_pem(path, "--tls-key", &pem, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, path) && strstr(err.msg, "not a PEM file"), "%s", err.msg);
+
+    ck_assert_int_eq(dt_test_write_file(path, "MIIB...\n-----END CERTIFICATE-----\n"), 0);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_read_pem(path, "--tls-key", &pem, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "no -----BEGIN line"), "%s", err.msg);
+
+    snprintf(path, sizeof path, "%s/huge.pem", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("-----BEGIN CERTIFICATE-----\n", f);
+    for (int i = 0; i < (1 << 20) / 64 + 1; i++)
+        fprintf(f, "%063d\n", i);
+    ck_assert_int_eq(fclose(f), 0);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_read_pem(path, "--tls-cert", &pem, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, path) && strstr(err.msg, "larger than 1048576 bytes"), "%s",
+                  err.msg);
+    ck_assert_ptr_null(pem);
+
+    dt_test_rmtree(dir);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* A SIGHUP's reload request is a new generation the TLS servers compare
+ * with theirs. */
+START_TEST(test_reload_bumps_generation) {
+    int before = dt_rpc_cert_generation();
+    dt_rpc_reload_certs();
+    ck_assert_int_eq(dt_rpc_cert_generation(), before + 1);
+    dt_rpc_reload_certs();
+    ck_assert_int_eq(dt_rpc_cert_generation(), before + 2);
+}
+END_TEST
+
 Suite *rpc_suite(void) {
     Suite *s = suite_create("rpc");
     TCase *tc = tcase_create("rpc");
@@ -1065,6 +1162,9 @@ Suite *rpc_suite(void) {
     tcase_add_test(tc, test_memory_quota);
     tcase_add_test(tc, test_fd_limit_raised);
     tcase_add_test(tc, test_listens_again_after_emfile);
+    tcase_add_test(tc, test_status_table);
+    tcase_add_test(tc, test_read_pem_refusals);
+    tcase_add_test(tc, test_reload_bumps_generation);
     suite_add_tcase(s, tc);
     return s;
 }

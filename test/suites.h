@@ -26,12 +26,14 @@
     X(codec)                                                                                       \
     X(checkpoint)                                                                                  \
     X(summary)                                                                                     \
+    X(alloc)                                                                                       \
     X(rpc)                                                                                         \
     X(tls)                                                                                         \
     X(ps)                                                                                          \
     X(placement)                                                                                   \
     X(consistency)                                                                                 \
     X(predict)                                                                                     \
+    X(evaluator)                                                                                   \
     X(cli)                                                                                         \
     X(e2e)                                                                                         \
     X(models_e2e)                                                                                  \
