@@ -41,8 +41,8 @@
 #include "model.h"
 #include "proc.h"
 #include "suites.h"
-#include "summary.h"
 #include "testjob.h"
+#include "tfrecord.h"
 
 #define JOB_TIMEOUT_MS 90000 /* one job: a few s, up to ~30 s under ASan on 2 cores */
 #define RUN_TIMEOUT_MS 60000 /* one eval or predict */
@@ -603,7 +603,7 @@ static int count_tag_records(const char *dir, const char *tag) {
     size_t len = 0;
     int n = 0, rc;
     dt_err err = {0};
-    while ((rc = dt_tfrecord_read(f, &data, &len, &err)) == 1)
+    while ((rc = dt_test_tfrecord_read(f, &data, &len, &err)) == 1)
         n += holds(data, len, tag);
     ck_assert_msg(rc == 0, "%s: %s", file, err.msg);
     free(data);
