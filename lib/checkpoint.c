@@ -188,6 +188,46 @@ static int parse_state_line(char *line, const char **key, const char **value, co
     return 0;
 }
 
+/* Adds one parsed line of path (line line_no) to st. Entries are file
+ * names in the log dir; anything else could point deletion or loading
+ * outside it. */
+static int state_add(ckpt_state *st, const char *path, int line_no, const char *key,
+                     const char *value, dt_err *err) {
+    size_t vlen = strlen(value);
+    if (vlen == 0 || vlen >= NAME_CAP || strchr(value, '/') || strcmp(value, ".") == 0 ||
+        strcmp(value, "..") == 0)
+        return dt_err_set(err, DT_ECORRUPT, "%s:%d: \"%.60s\" is not a file name in the log dir",
+                          path, line_no, value);
+    if (strcmp(key, "model_checkpoint_path") == 0) {
+        if (st->latest[0])
+            return dt_err_set(err, DT_ECORRUPT, "%s:%d: model_checkpoint_path given twice", path,
+                              line_no);
+        snprintf(st->latest, sizeof st->latest, "%s", value);
+        return 0;
+    }
+    if (strcmp(key, "all_model_checkpoint_paths") == 0)
+        return state_push(st, value) < 0 ? dt_err_set(err, DT_ENOMEM, "%s: out of memory", path)
+                                         : 0;
+    return dt_err_set(err, DT_ECORRUPT, "%s:%d: unknown key \"%s\"", path, line_no, key);
+}
+
+/* Parses the state file's text (read from path, NUL-terminated; its lines
+ * are cut in place) into st. */
+static int state_parse(char *text, const char *path, ckpt_state *st, dt_err *err) {
+    int line_no = 0;
+    for (char *line = text; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        line_no++;
+        const char *key = NULL, *value = NULL, *why = NULL;
+        int r = parse_state_line(line, &key, &value, &why);
+        if (r < 0) return dt_err_set(err, DT_ECORRUPT, "%s:%d: %s", path, line_no, why);
+        if (r == 0 && (r = state_add(st, path, line_no, key, value, err)) < 0) return r;
+        line = nl ? nl + 1 : NULL;
+    }
+    return 0;
+}
+
 /* Reads "<log_dir>/checkpoint". DT_ENOTFOUND when absent, DT_ECORRUPT
  * naming the line when malformed. */
 static int state_load(const char *log_dir, ckpt_state *st, dt_err *err) {
@@ -221,55 +261,11 @@ static int state_load(const char *log_dir, ckpt_state *st, dt_err *err) {
         goto fail;
     }
     text[got] = '\0';
-
-    int line_no = 0;
-    for (char *line = text; line && *line;) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = '\0';
-        line_no++;
-        const char *key = NULL, *value = NULL, *why = NULL;
-        int r = parse_state_line(line, &key, &value, &why);
-        if (r < 0) {
-            rc = dt_err_set(err, DT_ECORRUPT, "%s:%d: %s", path, line_no, why);
-            goto fail;
-        }
-        if (r == 0) {
-            /* Entries are file names in the log dir; anything else could
-             * point deletion or loading outside it. */
-            size_t vlen = strlen(value);
-            if (vlen == 0 || vlen >= NAME_CAP || strchr(value, '/') || strcmp(value, ".") == 0 ||
-                strcmp(value, "..") == 0) {
-                rc = dt_err_set(err, DT_ECORRUPT,
-                                "%s:%d: \"%.60s\" is not a file name in the log dir", path, line_no,
-                                value);
-                goto fail;
-            }
-            if (strcmp(key, "model_checkpoint_path") == 0) {
-                if (st->latest[0]) {
-                    rc = dt_err_set(err, DT_ECORRUPT, "%s:%d: model_checkpoint_path given twice",
-                                    path, line_no);
-                    goto fail;
-                }
-                snprintf(st->latest, sizeof st->latest, "%s", value);
-            } else if (strcmp(key, "all_model_checkpoint_paths") == 0) {
-                if (state_push(st, value) < 0) {
-                    rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
-                    goto fail;
-                }
-            } else {
-                rc = dt_err_set(err, DT_ECORRUPT, "%s:%d: unknown key \"%s\"", path, line_no, key);
-                goto fail;
-            }
-        }
-        line = nl ? nl + 1 : NULL;
-    }
-    free(text);
-    close(fd);
-    return 0;
+    rc = state_parse(text, path, st, err);
 fail:
     free(text);
     if (fd >= 0) close(fd);
-    state_free(st);
+    if (rc < 0) state_free(st);
     return rc;
 }
 
@@ -457,13 +453,80 @@ static int written_after_state(const char *log_dir, const char *name) {
            (cs.st_mtim.tv_sec == ss.st_mtim.tv_sec && cs.st_mtim.tv_nsec >= ss.st_mtim.tv_nsec);
 }
 
+/* The order in which restore tries the checkpoints of st (the state file,
+ * or the scan standing in for it) and disk (the files present), into
+ * *out (malloc'd; the names are borrowed from st and disk) and *count.
+ *
+ * A save writes its checkpoint (fsynced, renamed into place) before it
+ * names it in the state file; a kill between the two leaves a complete
+ * checkpoint newer than the state file's latest, and written after the
+ * state file. It is the job's last durable work, so it comes first (newest
+ * first), then model_checkpoint_path, then the list from its end. One
+ * older than the state file is not: the file was edited after it (an
+ * operator rolling back), and the state file is obeyed. */
+static int restore_order(const char *log_dir, const ckpt_state *st, const ckpt_state *disk,
+                         const char ***out, int *count, dt_err *err) {
+    const char **order = dt_malloc(((size_t)st->count + (size_t)disk->count + 1) * sizeof *order);
+    if (!order) return dt_err_set(err, DT_ENOMEM, "%s: restore: out of memory", log_dir);
+    int n = 0;
+    int64_t listed = st->latest[0] ? ckpt_step(st->latest) : -1;
+    for (int i = disk->count - 1; i >= 0 && ckpt_step(disk->all[i]) > listed; i--) {
+        if (!written_after_state(log_dir, disk->all[i])) continue;
+        if (n == 0)
+            dt_log(DT_LOG_WARN,
+                   "checkpoint: %s/%s is newer than the state file's latest (%s): a save was cut "
+                   "short before naming it; taking it",
+                   log_dir, disk->all[i], st->latest[0] ? st->latest : "none");
+        order[n++] = disk->all[i];
+    }
+    if (st->latest[0]) order[n++] = st->latest;
+    for (int i = st->count - 1; i >= 0; i--)
+        if (strcmp(st->all[i], st->latest) != 0) order[n++] = st->all[i];
+    *out = order;
+    *count = n;
+    return 0;
+}
+
+/* Loads the first of the n names in log_dir that loads, skipping (and
+ * logging) those that are corrupt or gone. 1 with *out, *meta and
+ * path_out filled; negative when one fails otherwise (I/O, memory), or
+ * when none loads. */
+static int load_first(const char *log_dir, const char *const *names, int n, dt_tensors *out,
+                      dt_safetensors_meta *meta, char *path_out, size_t path_cap, dt_err *err) {
+    int corrupt_seen = 0, rc;
+    char last_msg[DT_ERR_MSG_MAX] = "";
+    for (int i = 0; i < n; i++) {
+        char path[JOIN_CAP];
+        if ((rc = join(path, sizeof path, log_dir, names[i], err)) < 0) return rc;
+        if (path_out && strlen(path) >= path_cap)
+            return dt_err_set(err, DT_EINVAL, "%s: path_out holds %zu bytes, the path needs %zu",
+                              path, path_cap, strlen(path) + 1);
+        dt_err load_err;
+        dt_err_clear(&load_err);
+        rc = dt_safetensors_load(path, out, meta, &load_err);
+        if (rc == 0) {
+            if (path_out) snprintf(path_out, path_cap, "%s", path);
+            return 1;
+        }
+        if (rc != DT_ECORRUPT && rc != DT_ENOTFOUND) return dt_err_set(err, rc, "%s", load_err.msg);
+        /* Keep the bad file as evidence; just move on to an older one. */
+        corrupt_seen |= rc == DT_ECORRUPT;
+        snprintf(last_msg, sizeof last_msg, "%s", load_err.msg);
+        dt_log(DT_LOG_WARN, "checkpoint: skipping %s: %s", path, load_err.msg);
+    }
+    return dt_err_set(err, corrupt_seen ? DT_ECORRUPT : DT_ENOTFOUND,
+                      "%s: restore: none of the %d checkpoints loads (the oldest: %s)", log_dir, n,
+                      last_msg);
+}
+
 int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_safetensors_meta *meta,
                            char *path_out, size_t path_cap, dt_err *err) {
     DT_ASSERT(log_dir && out);
     memset(out, 0, sizeof *out);
     ckpt_state st, disk;
     memset(&disk, 0, sizeof disk);
-    const char **candidates = NULL;
+    const char **order = NULL;
+    int n = 0;
     dt_err state_err;
     dt_err_clear(&state_err);
     int rc = state_load(log_dir, &st, &state_err);
@@ -480,67 +543,10 @@ int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_safetensors_
         state_free(&st); /* already empty; keeps ownership obvious */
         return dt_err_set(err, rc, "%s", state_err.msg);
     }
-
-    /* A save writes its checkpoint (fsynced, renamed into place) before it
-     * names it in the state file; a kill between the two leaves a complete
-     * checkpoint newer than the state file's latest, and written after the
-     * state file. It is the job's last durable work, so it comes first
-     * (newest first), then model_checkpoint_path, then the list from its
-     * end. One older than the state file is not: the file was edited after
-     * it (an operator rolling back), and the state file is obeyed. */
-    if ((rc = state_scan(log_dir, &disk, err)) < 0) goto fail;
-    candidates = dt_malloc(((size_t)st.count + (size_t)disk.count + 1) * sizeof *candidates);
-    if (!candidates) {
-        rc = dt_err_set(err, DT_ENOMEM, "%s: restore: out of memory", log_dir);
-        goto fail;
-    }
-    int n = 0;
-    int64_t listed = st.latest[0] ? ckpt_step(st.latest) : -1;
-    for (int i = disk.count - 1; i >= 0 && ckpt_step(disk.all[i]) > listed; i--) {
-        if (!written_after_state(log_dir, disk.all[i])) continue;
-        if (n == 0)
-            dt_log(DT_LOG_WARN,
-                   "checkpoint: %s/%s is newer than the state file's latest (%s): a save was cut "
-                   "short before naming it; taking it",
-                   log_dir, disk.all[i], st.latest[0] ? st.latest : "none");
-        candidates[n++] = disk.all[i];
-    }
-    if (st.latest[0]) candidates[n++] = st.latest;
-    for (int i = st.count - 1; i >= 0; i--)
-        if (strcmp(st.all[i], st.latest) != 0) candidates[n++] = st.all[i];
-
-    int corrupt_seen = 0;
-    char last_msg[DT_ERR_MSG_MAX] = "";
-    for (int i = 0; i < n; i++) {
-        char path[JOIN_CAP];
-        if ((rc = join(path, sizeof path, log_dir, candidates[i], err)) < 0) goto fail;
-        if (path_out && strlen(path) >= path_cap) {
-            rc = dt_err_set(err, DT_EINVAL, "%s: path_out holds %zu bytes, the path needs %zu",
-                            path, path_cap, strlen(path) + 1);
-            goto fail;
-        }
-        dt_err load_err;
-        dt_err_clear(&load_err);
-        int lrc = dt_safetensors_load(path, out, meta, &load_err);
-        if (lrc == 0) {
-            if (path_out) snprintf(path_out, path_cap, "%s", path);
-            rc = 1;
-            goto fail; /* success shares the cleanup */
-        }
-        if (lrc != DT_ECORRUPT && lrc != DT_ENOTFOUND) {
-            rc = dt_err_set(err, lrc, "%s", load_err.msg);
-            goto fail;
-        }
-        /* Keep the bad file as evidence; just move on to an older one. */
-        corrupt_seen |= lrc == DT_ECORRUPT;
-        snprintf(last_msg, sizeof last_msg, "%s", load_err.msg);
-        dt_log(DT_LOG_WARN, "checkpoint: skipping %s: %s", path, load_err.msg);
-    }
-    rc = dt_err_set(err, corrupt_seen ? DT_ECORRUPT : DT_ENOTFOUND,
-                    "%s: restore: none of the %d checkpoints loads (the oldest: %s)", log_dir, n,
-                    last_msg);
-fail:
-    free(candidates);
+    if ((rc = state_scan(log_dir, &disk, err)) == 0 &&
+        (rc = restore_order(log_dir, &st, &disk, &order, &n, err)) == 0)
+        rc = load_first(log_dir, order, n, out, meta, path_out, path_cap, err);
+    free(order);
     state_free(&disk);
     state_free(&st);
     return rc;
