@@ -41,6 +41,7 @@
 #include <zlib.h>
 
 #include "alloc.h"
+#include "anymsg.h"
 #include "checkpoint.h"
 #include "cluster.h"
 #include "codec.h"
@@ -805,26 +806,11 @@ static void codec_tensors(dt_tensor items[2]) {
     items[1] = tensor("linear/weight/m", DT_DTYPE_I64, 2, -1, c_longs);
 }
 
-/* A message of every type with its fields set (tensors for the types that
- * carry them), and storage to decode it into. Large enough for any. */
-typedef union {
-    dt_msg_create_req create_req;
-    dt_msg_create_resp create_resp;
-    dt_msg_pull_req pull_req;
-    dt_msg_pull_resp pull_resp;
-    dt_msg_push_req push_req;
-    dt_msg_push_resp push_resp;
-    dt_msg_status_req status_req;
-    dt_msg_status_resp status_resp;
-    dt_msg_shutdown_req shutdown_req;
-    dt_msg_shutdown_resp shutdown_resp;
-    dt_msg_health_req health_req;
-    dt_msg_health_resp health_resp;
-} any_msg;
-
 static const char *const pull_names[] = {"linear/weight", "linear/bias"};
 
-static void make_msg(dt_msg_type type, any_msg *m, dt_tensor items[2]) {
+/* A message of type with its fields set (tensors for the types that carry
+ * them). */
+static void make_msg(dt_msg_type type, dt_test_any_msg *m, dt_tensor items[2]) {
     memset(m, 0, sizeof *m);
     codec_tensors(items);
     dt_tensor_list list = {.items = items, .count = 2};
@@ -875,7 +861,7 @@ static void make_msg(dt_msg_type type, any_msg *m, dt_tensor items[2]) {
 }
 
 /* Zeroes d and points its decoding storage at views and names. */
-static void decode_storage(dt_msg_type type, any_msg *d, dt_tensor views[4],
+static void decode_storage(dt_msg_type type, dt_test_any_msg *d, dt_tensor views[4],
                            char (*names)[DT_TENSOR_NAME_MAX]) {
     memset(d, 0, sizeof *d);
     dt_tensor_views v = {.items = views, .cap = 4};
@@ -893,7 +879,7 @@ static void decode_storage(dt_msg_type type, any_msg *d, dt_tensor views[4],
 }
 
 /* What a decoded message carries, to compare with what was sent. */
-static int decoded_count(dt_msg_type type, const any_msg *d) {
+static int decoded_count(dt_msg_type type, const dt_test_any_msg *d) {
     switch (type) {
     case DT_MSG_CREATE_REQ: return d->create_req.in.count;
     case DT_MSG_PULL_REQ: return d->pull_req.names.count;
@@ -914,7 +900,7 @@ static int carries_two(dt_msg_type type) {
  * straight into the caller's buffer and decoded as views into it). */
 START_TEST(test_codec_allocates_nothing) {
     for (int type = 0; type < DT_MSG_COUNT; type++) {
-        any_msg m, d;
+        dt_test_any_msg m, d;
         dt_tensor items[2], views[4];
         char names[4][DT_TENSOR_NAME_MAX];
         make_msg((dt_msg_type)type, &m, items);
