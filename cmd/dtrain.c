@@ -870,7 +870,7 @@ int main(int argc, char **argv) {
     dt_err err;
     dt_err_clear(&err);
     dt_cluster cluster;
-    dt_role role;
+    dt_role role = {0}; /* set by resolve_role when it returns -1 */
     if (load_cluster(&o, &cluster, &err) < 0) {
         fprintf(stderr, "dtrain: %s\n", err.msg);
         return EXIT_USAGE;

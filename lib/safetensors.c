@@ -353,6 +353,7 @@ static int parse_header(const char *path, const char *header, size_t len, uint64
     cJSON *root = NULL;
     int rc = parse_header_text(path, header, len, &root, err);
     if (rc < 0) return rc;
+    DT_ASSERT(root); /* set whenever it returns 0 */
 
     int count = 0, seen_meta = 0;
     for (const cJSON *item = root->child; item; item = item->next) {
