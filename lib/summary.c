@@ -41,6 +41,7 @@
 #include "alloc.h"
 #include "crc32c.h"
 #include "log.h"
+#include "text.h"
 
 #define FILE_VERSION "brain.Event:2"
 #define FRAME_HEADER 12 /* uint64 length, uint32 masked crc of those 8 bytes */
@@ -274,42 +275,6 @@ static int write_file_version(dt_summary_writer *w, dt_err *err) {
 
 /* ---- tags ---- */
 
-/* Well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF),
- * which proto3 requires of strings. */
-static int utf8_valid(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t more;
-        unsigned lo = 0x80, hi = 0xBF; /* allowed range of the first continuation byte */
-        if (c < 0x80)
-            more = 0;
-        else if (c >= 0xC2 && c <= 0xDF)
-            more = 1;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            more = 2;
-            if (c == 0xE0)
-                lo = 0xA0; /* overlong */
-            else if (c == 0xED)
-                hi = 0x9F; /* surrogates */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            more = 3;
-            if (c == 0xF0)
-                lo = 0x90; /* overlong */
-            else if (c == 0xF4)
-                hi = 0x8F; /* past U+10FFFF */
-        } else
-            return 0;
-        if (n - i - 1 < more) return 0;
-        for (size_t k = 1; k <= more; k++) {
-            unsigned b = s[i + k];
-            if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return 0;
-        }
-        i += more + 1;
-    }
-    return 1;
-}
-
 /* Sets *len to the tag's length after checking it. index is the tag's place
  * in a scalars call, or -1 for a histogram's tag. */
 static int check_tag(const dt_summary_writer *w, const char *tag, int index, size_t *len,
@@ -325,7 +290,9 @@ static int check_tag(const dt_summary_writer *w, const char *tag, int index, siz
     if (n > DT_SUMMARY_TAG_MAX)
         return dt_err_set(err, DT_EINVAL, "summary: %s: %s \"%.32s...\" is longer than %d bytes",
                           w->path, what, tag, DT_SUMMARY_TAG_MAX);
-    if (!utf8_valid((const unsigned char *)tag, n))
+    /* Well-formed UTF-8 (no overlongs, surrogates or code points past
+     * U+10FFFF), which proto3 requires of strings. */
+    if (dt_text_utf8_prefix((const unsigned char *)tag, n) < n)
         return dt_err_set(err, DT_EINVAL, "summary: %s: %s is not valid UTF-8", w->path, what);
     *len = n;
     return 0;

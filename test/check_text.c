@@ -99,6 +99,9 @@ START_TEST(test_utf8_prefix) {
         {"\xf4\x90\x80\x80", 4, 0},  /* U+110000 */
         {"\xf0\x9f\x98\x80x", 5, 5}, /* U+1F600 */
         {"xy\xe2\x82", 4, 2},        /* cut short */
+        {"\xe0\x9f\xbf", 3, 0},      /* overlong U+07FF */
+        {"a\xf0\x8f\xbf\xbf", 5, 1}, /* overlong U+FFFF */
+        {"\xf4\x8f\xbf\xbf", 4, 4},  /* U+10FFFF */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         ck_assert_msg(dt_text_utf8_prefix((const unsigned char *)cases[i].s, cases[i].n) ==
