@@ -58,6 +58,22 @@ static void on_signal(int signo) {
     stop_signal = signo;
 }
 
+/* SIGINT and SIGTERM ask the process to stop (on_signal); SIGPIPE is
+ * ignored (a peer gone is the call's error); with hangup, SIGHUP re-reads
+ * the TLS certificates (on_hangup). */
+static void catch_signals(int hangup) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (!hangup) return;
+    sa.sa_handler = on_hangup;
+    sigaction(SIGHUP, &sa, NULL);
+}
+
 static const char usage[] =
     "usage: dtrain [--cluster FILE] [--job-name JOB --task-index N] [options]\n"
     "       dtrain eval [--config FILE] [--checkpoint FILE | --log-dir DIR]\n"
@@ -661,13 +677,7 @@ static int run_monitor(int argc, char **argv) {
         return EXIT_USAGE;
     if (m.timeout) timeout_ms *= 1000;
     if (m.watch && (watch = parse_secs("--watch", m.watch, 86400)) < 0) return EXIT_USAGE;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    catch_signals(0);
     dt_rpc_init();
     return is_health ? run_health(&o, &m, timeout_ms) : run_status(&o, &m, timeout_ms, watch);
 }
@@ -811,6 +821,39 @@ static int check_role_flags(const options *o, const dt_role *role) {
     return -1;
 }
 
+/* Runs this process's role (ps, evaluator, chief or worker) until it ends
+ * or a signal stops it; the role's code, with err set when negative. */
+static int run_role(const options *o, const dt_cluster *cluster, const dt_role *role,
+                    const dt_job *job, const dt_rpc_security *security, long long max_message_bytes,
+                    dt_err *err) {
+    int task = role->index;
+    if (role->type == DT_TASK_PS) {
+        dt_log_set_role('P');
+        dt_ps_params pp = {.cluster = cluster,
+                           .task_index = task,
+                           .keep_serving = o->keep_serving,
+                           .security = security,
+                           .max_message_bytes = max_message_bytes,
+                           .log_dir = job->log_dir,
+                           .max_steps = job->max_steps,
+                           .listen_addr = o->listen};
+        dt_ps *ps = NULL;
+        int rc = max_message_bytes ? 0 : derived_message_cap(job, &pp.max_message_bytes, err);
+        if (rc == 0) rc = dt_ps_start(&pp, &ps, err);
+        if (rc == 0) rc = dt_ps_wait(ps, &stop_signal, err);
+        dt_ps_free(ps);
+        return rc;
+    }
+    if (role->type == DT_TASK_EVALUATOR) {
+        dt_log_set_role('E');
+        return dt_evaluator_run(job, &stop_signal, err);
+    }
+    dt_log_set_role(task == 0 ? 'C' : 'W');
+    dt_worker_params wp = {
+        .cluster = cluster, .job = job, .task_index = task, .security = security};
+    return task == 0 ? dt_chief_run(&wp, &stop_signal, err) : dt_worker_run(&wp, &stop_signal, err);
+}
+
 int main(int argc, char **argv) {
     tune_allocator();
     if (argc > 1 && (strcmp(argv[1], "eval") == 0 || strcmp(argv[1], "predict") == 0))
@@ -827,7 +870,7 @@ int main(int argc, char **argv) {
     dt_err err;
     dt_err_clear(&err);
     dt_cluster cluster;
-    dt_role role;
+    dt_role role = {0}; /* set by resolve_role when it returns -1 */
     if (load_cluster(&o, &cluster, &err) < 0) {
         fprintf(stderr, "dtrain: %s\n", err.msg);
         return EXIT_USAGE;
@@ -837,7 +880,7 @@ int main(int argc, char **argv) {
         dt_cluster_deinit(&cluster);
         return status;
     }
-    int is_ps = role.type == DT_TASK_PS, task = role.index;
+    int is_ps = role.type == DT_TASK_PS;
     long long max_message_bytes = o.max_message_mb ? atoll(o.max_message_mb) << 20 : 0;
     dt_rpc_security security;
     dt_job job;
@@ -857,48 +900,14 @@ int main(int argc, char **argv) {
                            "");
     }
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    sa.sa_handler = on_hangup;
-    sigaction(SIGHUP, &sa, NULL);
-
+    catch_signals(1);
     /* The process keeps one reference to the RPC runtime and exits without
      * the final grpc_shutdown: that call joins gRPC's executor threads, and
      * after a write larger than the socket buffer one of them sits out a
      * 10 s poll, so a ps that served big tensors took 10 s to exit. Nothing
      * durable is left to gRPC by then; the kernel closes the sockets. */
     dt_rpc_init();
-    int rc;
-    if (is_ps) {
-        dt_log_set_role('P');
-        dt_ps_params pp = {.cluster = &cluster,
-                           .task_index = task,
-                           .keep_serving = o.keep_serving,
-                           .security = &security,
-                           .max_message_bytes = max_message_bytes,
-                           .log_dir = job.log_dir,
-                           .max_steps = job.max_steps,
-                           .listen_addr = o.listen};
-        dt_ps *ps = NULL;
-        rc = max_message_bytes ? 0 : derived_message_cap(&job, &pp.max_message_bytes, &err);
-        if (rc == 0) rc = dt_ps_start(&pp, &ps, &err);
-        if (rc == 0) rc = dt_ps_wait(ps, &stop_signal, &err);
-        dt_ps_free(ps);
-    } else if (role.type == DT_TASK_EVALUATOR) {
-        dt_log_set_role('E');
-        rc = dt_evaluator_run(&job, &stop_signal, &err);
-    } else {
-        dt_log_set_role(task == 0 ? 'C' : 'W');
-        dt_worker_params wp = {
-            .cluster = &cluster, .job = &job, .task_index = task, .security = &security};
-        rc = task == 0 ? dt_chief_run(&wp, &stop_signal, &err)
-                       : dt_worker_run(&wp, &stop_signal, &err);
-    }
+    int rc = run_role(&o, &cluster, &role, &job, &security, max_message_bytes, &err);
     dt_cluster_deinit(&cluster);
     return exit_status(rc, &err);
 }

@@ -54,7 +54,7 @@ typedef struct {
     const dt_job *job;
     dt_ps_model create;     /* what the ps tasks are created with */
     int64_t catch_up_steps; /* how far a restored ps may be raised past step */
-    char model[DT_CKPT_MODEL_MAX];
+    char model[DT_SAFETENSORS_MODEL_MAX];
     /* The model plus what else makes this job this job (optimizer, max_steps,
      * consistency): each ps echoes it in Status, so a chief that finds a live
      * model can tell whether its own job created it. */
@@ -122,10 +122,10 @@ static int init_slots(chief *c, dt_err *err) {
 }
 
 /* What a checkpoint carries beside the variables, so that it can be scored
- * and resumed with no job file and no training file (checkpoint.h): the
- * job config, a csv training file's feature names, and the statistics the
- * chief's data was standardized with (every worker computes the same ones,
- * over the whole training file). */
+ * and resumed with no job file and no training file (safetensors.h,
+ * checkpoint.h): the job config, a csv training file's feature names, and
+ * the statistics the chief's data was standardized with (every worker
+ * computes the same ones, over the whole training file). */
 static int init_recipe(chief *c, dt_err *err) {
     int rc = dt_job_to_json(c->job, &c->job_json, err);
     if (rc < 0) return dt_err_wrap(err, rc, "chief");
@@ -181,7 +181,7 @@ static int do_snapshot_pull(void *arg, dt_err *err) {
 /* Writes the chief's vars and slots as they are, at global_step. */
 static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     if (global_step == c->last_saved_step) return 0;
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = global_step;
     meta.max_steps = c->create.max_steps; /* the evaluator knows the last one by it */
@@ -240,7 +240,7 @@ static int adopt(const dt_tensors *loaded, dt_tensors *dst, const char *path, dt
  * in one line and this job's value applies from the restored step on, as a
  * TF Estimator resumed with new hyperparameters would. A checkpoint with
  * no job (an older file) or one this build cannot read is only noted. */
-static int compare_resumed(const chief *c, const char *path, const dt_ckpt_meta *meta,
+static int compare_resumed(const chief *c, const char *path, const dt_safetensors_meta *meta,
                            dt_err *err) {
     if (!meta->job) return 0;
     dt_job was;
@@ -271,12 +271,12 @@ static int compare_resumed(const chief *c, const char *path, const dt_ckpt_meta 
 static int load_latest(chief *c, int64_t *global_step, dt_err *err) {
     dt_tensors loaded;
     memset(&loaded, 0, sizeof loaded);
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     char path[DT_PATH_MAX + 64];
     int found = dt_ckpt_restore_latest(c->job->log_dir, &loaded, &meta, path, sizeof path, err);
     if (found <= 0) return found;
     int rc = compare_resumed(c, path, &meta, err);
-    dt_ckpt_meta_deinit(&meta);
+    dt_safetensors_meta_deinit(&meta);
     if (rc < 0) {
         dt_tensors_deinit(&loaded);
         return rc;

@@ -87,7 +87,7 @@ static void write_summary(evaluator *e, int64_t step, double loss, double accura
 }
 
 /* The step at which the job that wrote meta ends; 0 when nobody says. */
-static int64_t final_step(const evaluator *e, const dt_ckpt_meta *meta) {
+static int64_t final_step(const evaluator *e, const dt_safetensors_meta *meta) {
     return meta->max_steps > 0 ? meta->max_steps : e->job->max_steps;
 }
 
@@ -99,7 +99,7 @@ static int look(evaluator *e, int *done, dt_err *err) {
     if (named <= e->tried) return 0;
     e->tried = named;
     dt_tensors vars;
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     char path[DT_PATH_MAX + 64];
     int rc = dt_predict_load("evaluator", e->job, NULL, &vars, &meta, path, sizeof path, err);
     /* Another model's checkpoint, or one whose job disagrees with this one
@@ -115,7 +115,7 @@ static int look(evaluator *e, int *done, dt_err *err) {
     dt_model_data_needs(&e->job->model, &needs);
     rc = dt_data_check_names(&e->job->data, &needs, e->job->data.eval_data, 1, meta.feature_names,
                              err);
-    dt_ckpt_meta_deinit(&meta); /* its job is not needed here */
+    dt_safetensors_meta_deinit(&meta); /* its job is not needed here */
     if (rc < 0) {
         dt_tensors_deinit(&vars);
         return dt_err_wrap(err, rc, "evaluator");

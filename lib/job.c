@@ -724,12 +724,6 @@ int dt_job_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) {
     return dt_data_open_eval(&job->data, &needs, job->seed, out, err);
 }
 
-int dt_job_open_unlabeled(const dt_job *job, dt_dataset **out, dt_err *err) {
-    dt_data_needs needs;
-    dt_model_data_needs(&job->model, &needs);
-    return dt_data_open_unlabeled(&job->data, &needs, job->seed, out, err);
-}
-
 int dt_job_shape_unset(const dt_job *job) {
     return job->model.num_features == 0 || job->model.num_classes == 0;
 }

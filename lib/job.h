@@ -85,13 +85,12 @@ int dt_job_schedule(const dt_job *job, dt_lr_schedule *out, dt_err *err) DT_WARN
  * dt_job_finish leaves max_steps 0 when epochs are given: the size of the
  * data is known only once it is read. */
 int dt_job_reads_files(const dt_job *job);
-/* The job's data opened as its model needs it: dt_data_open,
- * dt_data_open_eval and dt_data_open_unlabeled with job->data, the model's
- * dt_data_needs and job->seed. */
+/* The job's data opened as its model needs it: dt_data_open and
+ * dt_data_open_eval with job->data, the model's dt_data_needs and
+ * job->seed. */
 int dt_job_open_data(const dt_job *job, int shard, int num_shards, dt_dataset **out,
                      dt_err *err) DT_WARN_UNUSED;
 int dt_job_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
-int dt_job_open_unlabeled(const dt_job *job, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
 
 /* 1 while "features" or "classes" is not set (0): a job of file data that
  * leaves them to the data, after dt_job_finish, until dt_job_infer. A ps,

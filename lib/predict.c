@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "checkpoint.h"
 #include "data.h"
 #include "log.h"
 #include "model.h"
@@ -95,9 +96,9 @@ static int is_slot_of(const char *name, const dt_tensor *specs, int count) {
 /* Checks that loaded holds exactly the model's variables (slots aside),
  * each with the spec's dtype and shape. */
 static int match(const char *what, const dt_job *job, const dt_tensor *specs, int count,
-                 const dt_tensors *loaded, const dt_ckpt_meta *meta, const char *path,
+                 const dt_tensors *loaded, const dt_safetensors_meta *meta, const char *path,
                  dt_err *err) {
-    char want[DT_CKPT_MODEL_MAX], have[NAMES_MAX], a[96], b[96];
+    char want[DT_SAFETENSORS_MODEL_MAX], have[NAMES_MAX], a[96], b[96];
     dt_model_describe(&job->model, want, sizeof want);
     const char *written = meta->model[0] ? meta->model : "(no model description)";
     for (int i = 0; i < count; i++) {
@@ -137,14 +138,14 @@ static int match(const char *what, const dt_job *job, const dt_tensor *specs, in
 /* Reads the checkpoint at path, or the latest in log_dir when path is NULL
  * or "", into *loaded and *m; where (DT_PATH_MAX + 64 bytes) gets its path. */
 static int read_checkpoint(const char *what, const char *path, const char *log_dir,
-                           dt_tensors *loaded, dt_ckpt_meta *m, char *where, size_t cap,
+                           dt_tensors *loaded, dt_safetensors_meta *m, char *where, size_t cap,
                            dt_err *err) {
     if (path && *path) {
         if (strlen(path) >= cap)
             return dt_err_set(err, DT_EINVAL, "%s: checkpoint path of %zu bytes is too long", what,
                               strlen(path));
         snprintf(where, cap, "%s", path);
-        return dt_ckpt_load(path, loaded, m, err);
+        return dt_safetensors_load(path, loaded, m, err);
     }
     int found = dt_ckpt_restore_latest(log_dir, loaded, m, where, cap, err);
     if (found == 0)
@@ -157,8 +158,8 @@ static int read_checkpoint(const char *what, const char *path, const char *log_d
 
 /* The checkpoint's job (its "job" metadata) into *job: the defaults, then
  * its fields, then dt_job_finish. */
-static int job_of_meta(const char *what, const dt_ckpt_meta *m, const char *where, dt_job *job,
-                       dt_err *err) {
+static int job_of_meta(const char *what, const dt_safetensors_meta *m, const char *where,
+                       dt_job *job, dt_err *err) {
     char source[DT_PATH_MAX + 128];
     snprintf(source, sizeof source, "%s: __metadata__ job", where);
     dt_job_defaults(job);
@@ -173,16 +174,15 @@ static int job_of_meta(const char *what, const dt_ckpt_meta *m, const char *wher
 /* A job given beside a checkpoint that carries its own must agree with it
  * on the model and on how data becomes its input: anything else would
  * score or predict with a model the checkpoint is not. */
-static int check_job(const char *what, const dt_job *job, const dt_ckpt_meta *m, const char *where,
-                     dt_err *err) {
+static int check_job(const char *what, const dt_job *job, const dt_safetensors_meta *m,
+                     const char *where, dt_err *err) {
     if (!m->job) return 0; /* an older checkpoint: the job is all there is */
     dt_job *trained = dt_malloc(sizeof *trained);
     if (!trained) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
     int rc = job_of_meta(what, m, where, trained, err);
     char diff[DT_ERR_MSG_MAX / 2];
-    int n = 0;
-    if (rc == 0 && ((n = dt_job_diff(trained, job, dt_job_model_fields, diff, sizeof diff)) > 0 ||
-                    (n = dt_job_diff(trained, job, dt_job_input_fields, diff, sizeof diff)) > 0))
+    if (rc == 0 && (dt_job_diff(trained, job, dt_job_model_fields, diff, sizeof diff) > 0 ||
+                    dt_job_diff(trained, job, dt_job_input_fields, diff, sizeof diff) > 0))
         rc = dt_err_set(err, DT_ECONFIG,
                         "%s: %s: the job config disagrees with the job the checkpoint was "
                         "trained with: %s (checkpoint -> config); leave out --config to use "
@@ -236,7 +236,7 @@ static int stats_of(const char *what, const dt_job *job, const dt_tensors *loade
 /* dt_predict_load, with messages that start "<what>: "; stats (may be
  * NULL) gets the checkpoint's scaling statistics. */
 static int load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
-                dt_ckpt_meta *meta, char *path_out, size_t path_cap, ckpt_stats *stats,
+                dt_safetensors_meta *meta, char *path_out, size_t path_cap, ckpt_stats *stats,
                 dt_err *err) {
     memset(vars, 0, sizeof *vars);
     if (stats) memset(stats, 0, sizeof *stats);
@@ -244,7 +244,7 @@ static int load(const char *what, const dt_job *job, const char *path, dt_tensor
     int count = 0, rc;
     dt_tensors loaded;
     memset(&loaded, 0, sizeof loaded);
-    dt_ckpt_meta m;
+    dt_safetensors_meta m;
     memset(&m, 0, sizeof m);
     char where[DT_PATH_MAX + 64];
     if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) return rc;
@@ -265,7 +265,7 @@ static int load(const char *what, const dt_job *job, const char *path, dt_tensor
         m.job = m.feature_names = NULL; /* the caller's now */
     }
 fail:
-    dt_ckpt_meta_deinit(&m);
+    dt_safetensors_meta_deinit(&m);
     dt_tensors_deinit(&loaded);
     if (rc < 0) {
         dt_tensors_deinit(vars);
@@ -275,7 +275,7 @@ fail:
 }
 
 int dt_predict_load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
-                    dt_ckpt_meta *meta, char *path_out, size_t path_cap, dt_err *err) {
+                    dt_safetensors_meta *meta, char *path_out, size_t path_cap, dt_err *err) {
     return load(what, job, path, vars, meta, path_out, path_cap, NULL, err);
 }
 
@@ -283,7 +283,7 @@ int dt_predict_job_of(const char *what, const char *path, const char *log_dir, d
                       char *path_out, size_t path_cap, dt_err *err) {
     dt_tensors loaded;
     memset(&loaded, 0, sizeof loaded);
-    dt_ckpt_meta m;
+    dt_safetensors_meta m;
     memset(&m, 0, sizeof m);
     char where[DT_PATH_MAX + 64];
     int rc = read_checkpoint(what, path, log_dir, &loaded, &m, where, sizeof where, err);
@@ -302,7 +302,7 @@ int dt_predict_job_of(const char *what, const char *path, const char *log_dir, d
     }
     if (rc == 0)
         dt_log(DT_LOG_INFO, "%s: the job config is the one %s was trained with", what, where);
-    dt_ckpt_meta_deinit(&m);
+    dt_safetensors_meta_deinit(&m);
     return rc;
 }
 
@@ -310,7 +310,7 @@ int dt_predict_fill_shape(const char *what, const char *path, dt_job *job, dt_er
     if (!dt_job_shape_unset(job)) return 0;
     dt_tensors loaded;
     memset(&loaded, 0, sizeof loaded);
-    dt_ckpt_meta m;
+    dt_safetensors_meta m;
     memset(&m, 0, sizeof m);
     char where[DT_PATH_MAX + 64];
     dt_err quiet;
@@ -330,7 +330,7 @@ int dt_predict_fill_shape(const char *what, const char *path, dt_job *job, dt_er
                where, mc->num_features, mc->num_classes);
     }
     free(trained);
-    dt_ckpt_meta_deinit(&m);
+    dt_safetensors_meta_deinit(&m);
     rc = dt_job_infer(job, err); /* an older checkpoint, without its job */
     return rc < 0 ? dt_err_wrap(err, rc, "%s", what) : 0;
 }
@@ -423,7 +423,7 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
     if (!d) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
     dt_data_needs needs;
     dt_model_data_needs(&p->job->model, &needs);
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     ckpt_stats stats;
     memset(&stats, 0, sizeof stats);
@@ -445,7 +445,7 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
     if (rc == 0) rc = dt_data_all(s->data, &s->all, err);
     free(d);
     stats_deinit(&stats);
-    dt_ckpt_meta_deinit(&meta);
+    dt_safetensors_meta_deinit(&meta);
     if (rc < 0) {
         session_close(s);
         return rc;

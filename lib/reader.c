@@ -823,6 +823,112 @@ static int idx_trailing(gzFile gz, const char *path, uint64_t expect, dt_err *er
     return 0;
 }
 
+/* Checks the dimensions of the headers: images N x R x C with R * C the
+ * job's features, as many labels as images (ldims NULL: no labels file),
+ * at least one image, and N * R * C within the reader's bound. *n and *f
+ * get N and R * C. */
+static int idx_shape(const char *images_path, const char *labels_path, const dt_reader_params *p,
+                     const uint32_t idims[3], const uint32_t *ldims, uint64_t *n, uint64_t *f,
+                     dt_err *err) {
+    const uint64_t N = idims[0], R = idims[1], C = idims[2];
+    if (R == 0 || C == 0)
+        return dt_err_set(err, DT_ECORRUPT, "%s: bad dimensions %llu x %llu x %llu", images_path,
+                          (unsigned long long)N, (unsigned long long)R, (unsigned long long)C);
+    if (R * C != (uint64_t)p->num_features)
+        return dt_err_set(err, DT_ECONFIG,
+                          "%s: images of %llu x %llu = %llu features, but \"features\" is %d",
+                          images_path, (unsigned long long)R, (unsigned long long)C,
+                          (unsigned long long)(R * C), p->num_features);
+    if (ldims && ldims[0] != N)
+        return dt_err_set(err, DT_EINVAL, "%s: %llu labels, but %s has %llu images", labels_path,
+                          (unsigned long long)ldims[0], images_path, (unsigned long long)N);
+    if (N == 0) return dt_err_set(err, DT_EINVAL, "%s: no examples", images_path);
+    /* N, R, C < 2^32, so N * R * C needs the division to stay exact. */
+    const uint64_t F = R * C;
+    if (N > (uint64_t)limit_of(p) / F)
+        return dt_err_set(
+            err, DT_EINVAL, "%s: %llu images of %llu values pass the bound of %lld values",
+            images_path, (unsigned long long)N, (unsigned long long)F, (long long)limit_of(p));
+    *n = N;
+    *f = F;
+    return 0;
+}
+
+/* Reads the N label bytes after the labels file's header into *out
+ * (malloc'd), and checks that nothing follows them. */
+static int idx_labels(gzFile gz, const char *path, uint64_t N, unsigned char **out, dt_err *err) {
+    unsigned char *bytes = dt_malloc((size_t)N);
+    if (!bytes)
+        return dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu labels", path,
+                          (unsigned long long)N);
+    size_t got;
+    int rc = read_full(gz, path, bytes, (size_t)N, &got, err);
+    if (rc == 0 && got < N)
+        rc = dt_err_set(err, DT_ECORRUPT, "%s: truncated: expected %llu bytes, got %llu", path,
+                        (unsigned long long)(8 + N), (unsigned long long)(8 + got));
+    if (rc == 0) rc = idx_trailing(gz, path, 8 + N, err);
+    if (rc < 0) {
+        free(bytes);
+        return rc;
+    }
+    *out = bytes;
+    return 0;
+}
+
+/* Reads the N images of F bytes after the images file's header into t (x,
+ * and y from label_bytes when t->labeled), a chunk of images at a time; a
+ * record whose label the params refuse is a bad row. Checks that nothing
+ * follows the last image. */
+static int idx_images(gzFile gz, const char *path, const char *labels_path,
+                      const dt_reader_params *p, uint64_t N, uint64_t F,
+                      const unsigned char *label_bytes, bad_rows *bad, dt_reader_table *t,
+                      dt_err *err) {
+    int rc = 0;
+    t->x = dt_malloc((size_t)N * (size_t)F * sizeof(float));
+    if (t->labeled) t->y = dt_malloc((size_t)N * sizeof(float));
+    uint64_t per_chunk = IDX_CHUNK_BYTES / F ? IDX_CHUNK_BYTES / F : 1;
+    if (per_chunk > N) per_chunk = N;
+    unsigned char *chunk = dt_malloc((size_t)(per_chunk * F));
+    if (!t->x || (t->labeled && !t->y) || !chunk) {
+        rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu images of %llu values", path,
+                        (unsigned long long)N, (unsigned long long)F);
+        goto fail;
+    }
+    const uint64_t expect = 16 + N * F;
+    for (uint64_t first = 0; first < N; first += per_chunk) {
+        uint64_t count = N - first < per_chunk ? N - first : per_chunk;
+        size_t got;
+        if ((rc = read_full(gz, path, chunk, (size_t)(count * F), &got, err)) < 0) goto fail;
+        if (got < count * F) {
+            rc = dt_err_set(err, DT_ECORRUPT, "%s: truncated: expected %llu bytes, got %llu", path,
+                            (unsigned long long)expect, (unsigned long long)(16 + first * F + got));
+            goto fail;
+        }
+        for (uint64_t r = 0; r < count; r++) {
+            uint64_t i = first + r;
+            char reason[128];
+            int lr = t->labeled
+                         ? check_label(p, 0, label_bytes[i], &t->y[t->rows], reason, sizeof reason)
+                         : 0;
+            if (lr < 0) {
+                if ((rc = bad_row(bad, row_code(lr), err, "%s: record %llu: %s", labels_path,
+                                  (unsigned long long)i, reason)) < 0)
+                    goto fail;
+                continue;
+            }
+            float *x = t->x + (size_t)t->rows * F;
+            const unsigned char *px = chunk + r * F;
+            for (uint64_t j = 0; j < F; j++)
+                x[j] = (float)px[j];
+            t->rows++;
+        }
+    }
+    rc = idx_trailing(gz, path, expect, err);
+fail:
+    free(chunk);
+    return rc;
+}
+
 int dt_reader_idx(const char *images_path, const char *labels_path, const dt_reader_params *p,
                   dt_reader_table *out, dt_err *err) {
     memset(out, 0, sizeof *out);
@@ -836,106 +942,25 @@ int dt_reader_idx(const char *images_path, const char *labels_path, const dt_rea
                           "%s: labels file %s given, but the images are read without labels",
                           images_path, labels_path);
     gzFile images = NULL, labels = NULL;
-    unsigned char *label_bytes = NULL, *chunk = NULL;
+    unsigned char *label_bytes = NULL;
     bad_rows bad = {.skip = p->skip_bad_rows};
     dt_reader_table t = {.cols = p->num_features, .labeled = labeled};
 
     uint32_t idims[3], ldims[1];
+    uint64_t N = 0, F = 0;
     if ((rc = open_gz(images_path, &images, err)) < 0) goto fail;
     if (labeled && (rc = open_gz(labels_path, &labels, err)) < 0) goto fail;
     if ((rc = idx_header(images, images_path, 3, idims, "images", err)) < 0) goto fail;
     if (labeled && (rc = idx_header(labels, labels_path, 1, ldims, "labels", err)) < 0) goto fail;
-    const uint64_t N = idims[0], R = idims[1], C = idims[2];
-    if (R == 0 || C == 0) {
-        rc = dt_err_set(err, DT_ECORRUPT, "%s: bad dimensions %llu x %llu x %llu", images_path,
-                        (unsigned long long)N, (unsigned long long)R, (unsigned long long)C);
+    if ((rc = idx_shape(images_path, labels_path, p, idims, labeled ? ldims : NULL, &N, &F, err)) <
+        0)
         goto fail;
-    }
-    if (R * C != (uint64_t)p->num_features) {
-        rc = dt_err_set(err, DT_ECONFIG,
-                        "%s: images of %llu x %llu = %llu features, but \"features\" is %d",
-                        images_path, (unsigned long long)R, (unsigned long long)C,
-                        (unsigned long long)(R * C), p->num_features);
-        goto fail;
-    }
-    if (labeled && ldims[0] != N) {
-        rc = dt_err_set(err, DT_EINVAL, "%s: %llu labels, but %s has %llu images", labels_path,
-                        (unsigned long long)ldims[0], images_path, (unsigned long long)N);
-        goto fail;
-    }
-    if (N == 0) {
-        rc = dt_err_set(err, DT_EINVAL, "%s: no examples", images_path);
-        goto fail;
-    }
-    /* N, R, C < 2^32, so N * R * C needs the division to stay exact. */
-    const uint64_t F = R * C;
-    if (N > (uint64_t)limit_of(p) / F) {
-        rc = dt_err_set(err, DT_EINVAL,
-                        "%s: %llu images of %llu values pass the bound of %lld values", images_path,
-                        (unsigned long long)N, (unsigned long long)F, (long long)limit_of(p));
-        goto fail;
-    }
-
     /* Labels first, so images of bad records can be passed over. */
-    size_t got;
-    if (labeled) {
-        if (!(label_bytes = dt_malloc((size_t)N))) {
-            rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu labels", labels_path,
-                            (unsigned long long)N);
-            goto fail;
-        }
-        if ((rc = read_full(labels, labels_path, label_bytes, (size_t)N, &got, err)) < 0) goto fail;
-        if (got < N) {
-            rc =
-                dt_err_set(err, DT_ECORRUPT, "%s: truncated: expected %llu bytes, got %llu",
-                           labels_path, (unsigned long long)(8 + N), (unsigned long long)(8 + got));
-            goto fail;
-        }
-        if ((rc = idx_trailing(labels, labels_path, 8 + N, err)) < 0) goto fail;
-    }
-
-    t.x = dt_malloc((size_t)N * (size_t)F * sizeof(float));
-    if (labeled) t.y = dt_malloc((size_t)N * sizeof(float));
-    uint64_t per_chunk = IDX_CHUNK_BYTES / F ? IDX_CHUNK_BYTES / F : 1;
-    if (per_chunk > N) per_chunk = N;
-    chunk = dt_malloc((size_t)(per_chunk * F));
-    if (!t.x || (labeled && !t.y) || !chunk) {
-        rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu images of %llu values", images_path,
-                        (unsigned long long)N, (unsigned long long)F);
+    if (labeled && (rc = idx_labels(labels, labels_path, N, &label_bytes, err)) < 0) goto fail;
+    if ((rc = idx_images(images, images_path, labels_path, p, N, F, label_bytes, &bad, &t, err)) <
+            0 ||
+        (rc = finish(images_path, &bad, &t, err)) < 0)
         goto fail;
-    }
-    const uint64_t expect = 16 + N * F;
-    for (uint64_t first = 0; first < N; first += per_chunk) {
-        uint64_t count = N - first < per_chunk ? N - first : per_chunk;
-        if ((rc = read_full(images, images_path, chunk, (size_t)(count * F), &got, err)) < 0)
-            goto fail;
-        if (got < count * F) {
-            rc = dt_err_set(err, DT_ECORRUPT, "%s: truncated: expected %llu bytes, got %llu",
-                            images_path, (unsigned long long)expect,
-                            (unsigned long long)(16 + first * F + got));
-            goto fail;
-        }
-        for (uint64_t r = 0; r < count; r++) {
-            uint64_t i = first + r;
-            char reason[128];
-            int lr = labeled
-                         ? check_label(p, 0, label_bytes[i], &t.y[t.rows], reason, sizeof reason)
-                         : 0;
-            if (lr < 0) {
-                if ((rc = bad_row(&bad, row_code(lr), err, "%s: record %llu: %s", labels_path,
-                                  (unsigned long long)i, reason)) < 0)
-                    goto fail;
-                continue;
-            }
-            float *x = t.x + (size_t)t.rows * F;
-            const unsigned char *px = chunk + r * F;
-            for (uint64_t j = 0; j < F; j++)
-                x[j] = (float)px[j];
-            t.rows++;
-        }
-    }
-    if ((rc = idx_trailing(images, images_path, expect, err)) < 0) goto fail;
-    if ((rc = finish(images_path, &bad, &t, err)) < 0) goto fail;
     *out = t;
     t = (dt_reader_table){0};
     rc = 0;
@@ -943,7 +968,6 @@ fail:
     if (images) gzclose_r(images);
     if (labels) gzclose_r(labels);
     free(label_bytes);
-    free(chunk);
     dt_reader_table_deinit(&t);
     return rc;
 }

@@ -130,14 +130,3 @@ dt_tensor *dt_tensors_find(const dt_tensors *ts, const char *name) {
         if (strcmp(ts->items[i].name, name) == 0) return &ts->items[i];
     return NULL;
 }
-
-int dt_tensors_same_layout(const dt_tensors *a, const dt_tensors *b) {
-    if (a->count != b->count) return 0;
-    for (int i = 0; i < a->count; i++) {
-        const dt_tensor *x = &a->items[i], *y = &b->items[i];
-        if (strcmp(x->name, y->name) != 0 || x->dtype != y->dtype || x->ndim != y->ndim) return 0;
-        for (int d = 0; d < x->ndim; d++)
-            if (x->shape[d] != y->shape[d]) return 0;
-    }
-    return 1;
-}

@@ -41,6 +41,7 @@
 #include <zlib.h>
 
 #include "alloc.h"
+#include "anymsg.h"
 #include "checkpoint.h"
 #include "cluster.h"
 #include "codec.h"
@@ -290,12 +291,12 @@ typedef struct {
     char path[1100];
     char dir[1024];
     dt_tensors ts;
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     char *before; /* the dir's listing before the call */
     unsigned char *old_bytes;
     size_t old_len;
     dt_tensors loaded;
-    dt_ckpt_meta loaded_meta;
+    dt_safetensors_meta loaded_meta;
     char restored[1024];
 } ckpt_ctx;
 
@@ -319,18 +320,18 @@ static void ckpt_ctx_deinit(ckpt_ctx *c) {
 static void save_meta(ckpt_ctx *c, int64_t step, const char *name) {
     dt_err err;
     dt_err_clear(&err);
-    dt_ckpt_meta m = c->meta;
+    dt_safetensors_meta m = c->meta;
     m.global_step = step;
     char path[1100];
     snprintf(path, sizeof path, "%s/%s", c->dir, name);
-    ck_assert_msg(dt_ckpt_save(path, &c->ts, &m, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(path, &c->ts, &m, &err) == 0, "%s", err.msg);
 }
 
-/* dt_ckpt_save over an older checkpoint: a failure keeps the old bytes and
+/* dt_safetensors_save over an older checkpoint: a failure keeps the old bytes and
  * leaves no temporary file. */
 static int run_save(void *ctx, dt_err *err) {
     ckpt_ctx *c = ctx;
-    return dt_ckpt_save(c->path, &c->ts, &c->meta, err);
+    return dt_safetensors_save(c->path, &c->ts, &c->meta, err);
 }
 
 static void save_clean(void *ctx) {
@@ -346,16 +347,16 @@ static void save_clean(void *ctx) {
 static void save_done(void *ctx) {
     ckpt_ctx *c = ctx;
     dt_tensors back;
-    dt_ckpt_meta meta = {0};
+    dt_safetensors_meta meta = {0};
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(dt_ckpt_load(c->path, &back, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_load(c->path, &back, &meta, &err) == 0, "%s", err.msg);
     assert_same_tensors(&c->ts, &back);
     ck_assert_int_eq(meta.global_step, 1234);
     ck_assert_str_eq(meta.model, c->meta.model);
     ck_assert_ptr_nonnull(meta.job);
     dt_tensors_deinit(&back);
-    dt_ckpt_meta_deinit(&meta);
+    dt_safetensors_meta_deinit(&meta);
     write_file(c->path, c->old_bytes, c->old_len); /* the next run saves over it again */
 }
 
@@ -366,20 +367,20 @@ START_TEST(test_ckpt_save) {
     snprintf(c.path, sizeof c.path, "%s/model.ckpt-1234.safetensors", c.dir);
     c.old_bytes = (unsigned char *)dt_test_read_file(c.path, &c.old_len);
     c.before = dir_listing(c.dir);
-    entry e = {"dt_ckpt_save", {c.path, NULL}, run_save, save_clean, save_done, &c};
+    entry e = {"dt_safetensors_save", {c.path, NULL}, run_save, save_clean, save_done, &c};
     fail_every_allocation(&e);
     ckpt_ctx_deinit(&c);
 }
 END_TEST
 
-/* dt_ckpt_load: a failure allocates nothing for the caller and leaves meta
+/* dt_safetensors_load: a failure allocates nothing for the caller and leaves meta
  * as it was (it is written only on success). */
 static int run_load(void *ctx, dt_err *err) {
     ckpt_ctx *c = ctx;
     memset(&c->loaded, 0xA5, sizeof c->loaded); /* the call must set it */
     c->loaded_meta.global_step = -77;
     c->loaded_meta.job = NULL;
-    return dt_ckpt_load(c->path, &c->loaded, &c->loaded_meta, err);
+    return dt_safetensors_load(c->path, &c->loaded, &c->loaded_meta, err);
 }
 
 static void load_clean(void *ctx) {
@@ -397,7 +398,7 @@ static void load_done(void *ctx) {
     ck_assert_msg(c->loaded_meta.job && strstr(c->loaded_meta.job, "\"mlp\""), "job: %s",
                   c->loaded_meta.job ? c->loaded_meta.job : "(none)");
     dt_tensors_deinit(&c->loaded);
-    dt_ckpt_meta_deinit(&c->loaded_meta);
+    dt_safetensors_meta_deinit(&c->loaded_meta);
 }
 
 START_TEST(test_ckpt_load) {
@@ -405,7 +406,7 @@ START_TEST(test_ckpt_load) {
     ckpt_ctx_init(&c, "load");
     save_meta(&c, 1234, "model.ckpt-1234.safetensors");
     snprintf(c.path, sizeof c.path, "%s/model.ckpt-1234.safetensors", c.dir);
-    entry e = {"dt_ckpt_load", {c.path, NULL}, run_load, load_clean, load_done, &c};
+    entry e = {"dt_safetensors_load", {c.path, NULL}, run_load, load_clean, load_done, &c};
     fail_every_allocation(&e);
     ckpt_ctx_deinit(&c);
 }
@@ -499,7 +500,7 @@ static void restore_done(void *ctx) {
     ck_assert_msg(strstr(c->restored, "model.ckpt-200.safetensors"), "%s", c->restored);
     assert_same_tensors(&c->ts, &c->loaded);
     dt_tensors_deinit(&c->loaded);
-    dt_ckpt_meta_deinit(&c->loaded_meta);
+    dt_safetensors_meta_deinit(&c->loaded_meta);
 }
 
 START_TEST(test_ckpt_restore_latest) {
@@ -805,26 +806,11 @@ static void codec_tensors(dt_tensor items[2]) {
     items[1] = tensor("linear/weight/m", DT_DTYPE_I64, 2, -1, c_longs);
 }
 
-/* A message of every type with its fields set (tensors for the types that
- * carry them), and storage to decode it into. Large enough for any. */
-typedef union {
-    dt_msg_create_req create_req;
-    dt_msg_create_resp create_resp;
-    dt_msg_pull_req pull_req;
-    dt_msg_pull_resp pull_resp;
-    dt_msg_push_req push_req;
-    dt_msg_push_resp push_resp;
-    dt_msg_status_req status_req;
-    dt_msg_status_resp status_resp;
-    dt_msg_shutdown_req shutdown_req;
-    dt_msg_shutdown_resp shutdown_resp;
-    dt_msg_health_req health_req;
-    dt_msg_health_resp health_resp;
-} any_msg;
-
 static const char *const pull_names[] = {"linear/weight", "linear/bias"};
 
-static void make_msg(dt_msg_type type, any_msg *m, dt_tensor items[2]) {
+/* A message of type with its fields set (tensors for the types that carry
+ * them). */
+static void make_msg(dt_msg_type type, dt_test_any_msg *m, dt_tensor items[2]) {
     memset(m, 0, sizeof *m);
     codec_tensors(items);
     dt_tensor_list list = {.items = items, .count = 2};
@@ -875,7 +861,7 @@ static void make_msg(dt_msg_type type, any_msg *m, dt_tensor items[2]) {
 }
 
 /* Zeroes d and points its decoding storage at views and names. */
-static void decode_storage(dt_msg_type type, any_msg *d, dt_tensor views[4],
+static void decode_storage(dt_msg_type type, dt_test_any_msg *d, dt_tensor views[4],
                            char (*names)[DT_TENSOR_NAME_MAX]) {
     memset(d, 0, sizeof *d);
     dt_tensor_views v = {.items = views, .cap = 4};
@@ -893,7 +879,7 @@ static void decode_storage(dt_msg_type type, any_msg *d, dt_tensor views[4],
 }
 
 /* What a decoded message carries, to compare with what was sent. */
-static int decoded_count(dt_msg_type type, const any_msg *d) {
+static int decoded_count(dt_msg_type type, const dt_test_any_msg *d) {
     switch (type) {
     case DT_MSG_CREATE_REQ: return d->create_req.in.count;
     case DT_MSG_PULL_REQ: return d->pull_req.names.count;
@@ -914,7 +900,7 @@ static int carries_two(dt_msg_type type) {
  * straight into the caller's buffer and decoded as views into it). */
 START_TEST(test_codec_allocates_nothing) {
     for (int type = 0; type < DT_MSG_COUNT; type++) {
-        any_msg m, d;
+        dt_test_any_msg m, d;
         dt_tensor items[2], views[4];
         char names[4][DT_TENSOR_NAME_MAX];
         make_msg((dt_msg_type)type, &m, items);

@@ -730,6 +730,15 @@ END_TEST
 
 enum { OPEN_TRAIN, OPEN_EVAL, OPEN_UNLABELED };
 
+/* The job's held-out data without its labels, as dt_job_open_eval opens it
+ * with them: dt_data_open_unlabeled with the model's needs. (dtrain itself
+ * opens it through dt_data_open_held_out, with a checkpoint's statistics.) */
+static int open_unlabeled(const dt_job *job, dt_dataset **out, dt_err *err) {
+    dt_data_needs needs;
+    dt_model_data_needs(&job->model, &needs);
+    return dt_data_open_unlabeled(&job->data, &needs, job->seed, out, err);
+}
+
 /* Opens with dt_data_open (OPEN_TRAIN, shard of num_shards),
  * dt_data_open_eval or dt_data_open_unlabeled, expecting code and a message
  * "data: ..." holding want. */
@@ -738,7 +747,7 @@ static void expect_code(const dt_job *job, int shard, int num_shards, int open, 
     dt_dataset *ds = (dt_dataset *)&ds;
     dt_err err = {0};
     int rc = open == OPEN_EVAL        ? dt_job_open_eval(job, &ds, &err)
-             : open == OPEN_UNLABELED ? dt_job_open_unlabeled(job, &ds, &err)
+             : open == OPEN_UNLABELED ? open_unlabeled(job, &ds, &err)
                                       : dt_job_open_data(job, shard, num_shards, &ds, &err);
     ck_assert_msg(rc == code, "rc %d, want %d: %s", rc, code, err.msg);
     ck_assert_int_eq(err.code, code);
@@ -843,7 +852,7 @@ static void same_features_as(const dt_job *job, const char *bare, int rows) {
     dt_err err = {0};
     ck_assert_msg(dt_job_open_eval(job, &with, &err) == 0, "%s: %s",
                   dt_scale_names[job->data.scale], err.msg);
-    ck_assert_msg(dt_job_open_unlabeled(&unlabeled, &without, &err) == 0, "%s: %s",
+    ck_assert_msg(open_unlabeled(&unlabeled, &without, &err) == 0, "%s: %s",
                   dt_scale_names[job->data.scale], err.msg);
     ck_assert_int_eq(dt_data_total(without), rows);
     ck_assert_int_eq(dt_data_size(without), rows); /* not sharded */
@@ -878,7 +887,7 @@ static void same_features_as(const dt_job *job, const char *bare, int rows) {
 static dt_dataset *unlabeled_ok(const dt_job *job, dt_batch *all) {
     dt_dataset *ds = NULL;
     dt_err err = {0};
-    ck_assert_msg(dt_job_open_unlabeled(job, &ds, &err) == 0, "%s", err.msg);
+    ck_assert_msg(open_unlabeled(job, &ds, &err) == 0, "%s", err.msg);
     ck_assert_msg(dt_data_all(ds, all, &err) == 0, "%s", err.msg);
     ck_assert_ptr_null(all->y);
     return ds;

@@ -86,7 +86,7 @@ static void save(const char *dir, int64_t step) {
     ck_assert_msg(dt_model_specs(&job.model, specs, &count, &err) == 0, "%s", err.msg);
     dt_tensors ts;
     ck_assert_msg(dt_tensors_init(&ts, specs, count, &err) == 0, "%s", err.msg);
-    dt_ckpt_meta meta = {.global_step = step, .max_steps = job.max_steps};
+    dt_safetensors_meta meta = {.global_step = step, .max_steps = job.max_steps};
     dt_model_describe(&job.model, meta.model, sizeof meta.model);
     ck_assert_msg(dt_ckpt_save_in_dir(dir, &ts, &meta, 0, NULL, 0, &err) == 0, "%s", err.msg);
     dt_tensors_deinit(&ts);

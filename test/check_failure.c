@@ -137,7 +137,7 @@ START_TEST(chief_foreign_checkpoint) {
     dt_err err;
     dt_err_clear(&err);
     ck_assert_msg(dt_tensors_init(&ts, &spec, 1, &err) == 0, "%s", err.msg);
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = 7;
     snprintf(meta.model, sizeof meta.model, "some other model");

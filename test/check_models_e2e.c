@@ -41,8 +41,8 @@
 #include "model.h"
 #include "proc.h"
 #include "suites.h"
-#include "summary.h"
 #include "testjob.h"
+#include "tfrecord.h"
 
 #define JOB_TIMEOUT_MS 90000 /* one job: a few s, up to ~30 s under ASan on 2 cores */
 #define RUN_TIMEOUT_MS 60000 /* one eval or predict */
@@ -533,10 +533,10 @@ START_TEST(cli_bad_input) {
     ck_assert_msg(dt_model_specs(&lj.model, specs, &count, &err) == 0, "%s", err.msg);
     dt_tensors ts;
     ck_assert_msg(dt_tensors_init(&ts, specs, count, &err) == 0, "%s", err.msg);
-    dt_ckpt_meta meta = {.global_step = 5};
+    dt_safetensors_meta meta = {.global_step = 5};
     dt_model_describe(&lj.model, meta.model, sizeof meta.model);
     path_of("logistic.safetensors", other);
-    ck_assert_msg(dt_ckpt_save(other, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(other, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_tensors_deinit(&ts);
     const char *wrong_model[] = {"eval", "--config", job, "--checkpoint", other, NULL};
     dt_test_job_expect_error(&J, run(wrong_model), 1, "no variable \"softmax/weight\"", "logistic",
@@ -603,7 +603,7 @@ static int count_tag_records(const char *dir, const char *tag) {
     size_t len = 0;
     int n = 0, rc;
     dt_err err = {0};
-    while ((rc = dt_tfrecord_read(f, &data, &len, &err)) == 1)
+    while ((rc = dt_test_tfrecord_read(f, &data, &len, &err)) == 1)
         n += holds(data, len, tag);
     ck_assert_msg(rc == 0, "%s: %s", file, err.msg);
     free(data);
@@ -776,7 +776,7 @@ START_TEST(evaluator_bad_checkpoints) {
     ck_assert_msg(dt_model_specs(&lj.model, specs, &count, &err) == 0, "%s", err.msg);
     dt_tensors ts;
     ck_assert_msg(dt_tensors_init(&ts, specs, count, &err) == 0, "%s", err.msg);
-    dt_ckpt_meta meta = {.global_step = 5, .max_steps = 10};
+    dt_safetensors_meta meta = {.global_step = 5, .max_steps = 10};
     dt_model_describe(&lj.model, meta.model, sizeof meta.model);
     ck_assert_msg(dt_ckpt_save_in_dir(J.log_dir, &ts, &meta, 0, cut, sizeof cut, &err) == 0, "%s",
                   err.msg);

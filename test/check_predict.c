@@ -1,7 +1,7 @@
 /*
  * Suite "predict": evaluation and prediction from a checkpoint (lib/predict)
  * in-process. Each test writes a tiny data file and a checkpoint with weights
- * chosen by hand (dt_ckpt_save), then checks dt_predict_eval's loss,
+ * chosen by hand (dt_safetensors_save), then checks dt_predict_eval's loss,
  * accuracy, example count and global step against the same model computed
  * here in double, and every value dt_predict_write puts in its CSV. Covered:
  * all four models, idx and csv data, scaling with the training file's
@@ -99,13 +99,13 @@ static void save_ckpt(const dt_job *job, const float *values, int64_t step, cons
                       char *path) {
     dt_tensors ts;
     vars_of(job, values, &ts);
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = step;
     dt_model_describe(&job->model, meta.model, sizeof meta.model);
     path_of(name, path);
     dt_err err = {0};
-    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_tensors_deinit(&ts);
 }
 
@@ -547,7 +547,7 @@ START_TEST(latest_checkpoint_of_log_dir) {
     for (int step = 10; step <= 20; step += 10) {
         dt_tensors ts;
         vars_of(&job, step == 10 ? zero : softmax_w, &ts);
-        dt_ckpt_meta meta = {.global_step = step};
+        dt_safetensors_meta meta = {.global_step = step};
         ck_assert_msg(dt_ckpt_save_in_dir(job.log_dir, &ts, &meta, 5, ckpt, sizeof ckpt, &err) == 0,
                       "%s", err.msg);
         dt_tensors_deinit(&ts);
@@ -645,9 +645,9 @@ START_TEST(mismatched_checkpoints) {
     dt_tensors ts;
     dt_err err = {0};
     ck_assert_msg(dt_tensors_init(&ts, specs, 2, &err) == 0, "%s", err.msg);
-    dt_ckpt_meta meta = {.global_step = 1};
+    dt_safetensors_meta meta = {.global_step = 1};
     path_of("f64.safetensors", ckpt);
-    ck_assert_msg(dt_ckpt_save(ckpt, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(ckpt, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_tensors_deinit(&ts);
     eval_fails(&job, ckpt, NULL, NULL, DT_EINVAL, "is F64 (2, 3) in the checkpoint but F32 (2, 3)",
                "(no model description)");
@@ -681,9 +681,9 @@ START_TEST(slots_are_ignored) {
     memcpy(ts.items[1].data, softmax_w + 6, 3 * sizeof(float));
     for (int k = 0; k < 6; k++)
         ((float *)ts.items[2].data)[k] = 100; /* would change every answer if read */
-    dt_ckpt_meta meta = {.global_step = 2};
+    dt_safetensors_meta meta = {.global_step = 2};
     path_of("slots.safetensors", ckpt);
-    ck_assert_msg(dt_ckpt_save(ckpt, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(ckpt, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_tensors_deinit(&ts);
     dt_predict_result r = eval_ok(&job, ckpt, NULL, NULL);
     ck_assert_double_eq_tol(r.accuracy, 0.75, 1e-12);
@@ -938,13 +938,13 @@ static void save_with_recipe(const dt_job *job, const float *values, int64_t ste
     memcpy(all.items[n].data, st.mean, all.items[n].nbytes);
     memcpy(all.items[n + 1].data, st.std, all.items[n + 1].nbytes);
     dt_data_free(ds);
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = step;
     dt_model_describe(&job->model, meta.model, sizeof meta.model);
     ck_assert_msg(dt_job_to_json(job, &meta.job, &err) == 0, "%s", err.msg);
     path_of(name, path);
-    ck_assert_msg(dt_ckpt_save(path, &all, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(path, &all, &meta, &err) == 0, "%s", err.msg);
     free(meta.job);
     dt_tensors_deinit(&all);
     dt_tensors_deinit(&vars);
@@ -1043,7 +1043,7 @@ static void save_named(const dt_job *job, const float *values, const char *names
                        char *path) {
     dt_tensors ts;
     vars_of(job, values, &ts);
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = 1;
     dt_model_describe(&job->model, meta.model, sizeof meta.model);
@@ -1051,7 +1051,7 @@ static void save_named(const dt_job *job, const float *values, const char *names
     ck_assert_msg(dt_job_to_json(job, &meta.job, &err) == 0, "%s", err.msg);
     meta.feature_names = (char *)names;
     path_of(name, path);
-    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
     free(meta.job);
     dt_tensors_deinit(&ts);
 }

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
 #include "hash.h"
 #include "proc.h"
+#include "safetensors.h"
 #include "suites.h"
 #include "table.h"
 
@@ -606,11 +606,11 @@ START_TEST(test_checkpoint_round_trip) {
     char *dir = dt_test_tempdir(), path[512];
     ck_assert_ptr_nonnull(dir);
     snprintf(path, sizeof path, "%s/t.safetensors", dir);
-    dt_ckpt_meta meta = {.global_step = 5};
+    dt_safetensors_meta meta = {.global_step = 5};
     snprintf(meta.model, sizeof meta.model, "test");
-    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_tensors loaded;
-    ck_assert_msg(dt_ckpt_load(path, &loaded, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_load(path, &loaded, NULL, &err) == 0, "%s", err.msg);
 
     dt_table_config cfg = *dt_table_config_of(t);
     cfg.stripes = 32; /* another stripe count: storage, not meaning */
