@@ -796,6 +796,7 @@ int main(int argc, char **argv) {
         dt_ps_params pp = {.cluster = &cluster,
                            .task_index = task,
                            .keep_serving = o.keep_serving,
+                           .linger_ms = job.ps_linger_secs * 1000,
                            .security = &security,
                            .max_message_bytes = max_message_bytes,
                            .log_dir = job.log_dir,
