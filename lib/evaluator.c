@@ -132,7 +132,7 @@ static int look(evaluator *e, int *done, dt_err *err) {
 }
 
 /* Sleeps ms in short slices; 1 when *stop was set meanwhile. */
-static int nap(int ms, volatile sig_atomic_t *stop) {
+static int nap(int ms, const atomic_int *stop) {
     for (int t = 0; t < ms && !*stop; t += 50) {
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
@@ -140,7 +140,7 @@ static int nap(int ms, volatile sig_atomic_t *stop) {
     return *stop != 0;
 }
 
-int dt_evaluator_run(const dt_job *job, volatile sig_atomic_t *stop, dt_err *err) {
+int dt_evaluator_run(const dt_job *job, const atomic_int *stop, dt_err *err) {
     evaluator e;
     int rc = open_evaluator(job, &e, err);
     if (rc < 0) return rc;

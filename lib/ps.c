@@ -1540,7 +1540,7 @@ static void ask_whether_done(dt_ps *ps) {
     ask_peers(ps);
 }
 
-int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
+int dt_ps_wait(dt_ps *ps, const atomic_int *stop, dt_err *err) {
     int announced = 0;
     for (;;) {
         if (stop && *stop) return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", ps->name);

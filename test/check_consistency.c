@@ -29,6 +29,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +99,7 @@ static void world_stop(world *w) {
  * stop flag a signal handler would set. */
 typedef struct {
     dt_ps *ps;
-    volatile sig_atomic_t stop;
+    atomic_int stop;
     int rc;
     dt_err err;
     pthread_t thread;

@@ -21,6 +21,7 @@
 #include <check.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,7 +437,7 @@ START_TEST(ps_failure_rules) {
 
     /* The chief asked, worker 1 left, worker 2 heard: the ps is done with
      * the job, and returns its failure. */
-    volatile sig_atomic_t stop = 0;
+    atomic_int stop = 0;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_ps_wait(ps, &stop, &err), DT_EABORTED);
     ck_assert_msg(strstr(err.msg, "job failed: chief: eval_data: e.csv"), "%s", err.msg);

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1158,7 +1159,7 @@ END_TEST
 
 typedef struct {
     dt_ps *ps;
-    volatile sig_atomic_t stop;
+    atomic_int stop;
     int rc;
     dt_err err;
     volatile int returned;
@@ -1256,7 +1257,7 @@ END_TEST
 START_TEST(test_wait_stop_flag) {
     fixture f;
     fixture_start(&f, 0);
-    volatile sig_atomic_t stop = 1;
+    atomic_int stop = 1;
     dt_err err;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_ps_wait(f.ps, &stop, &err), DT_ECANCELLED);
