@@ -767,9 +767,8 @@ static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
 /* Sleeps secs in slices of 100 ms, and no longer once *stop is set (the
  * signal is taken on another thread: it does not cut a sleep short). */
 static void sleep_secs(double secs, const atomic_int *stop) {
-    for (double left = secs; left > 0 && !*stop; left -= 0.1) {
-        double nap = fmin(left, 0.1);
-        struct timespec ts = {0, (long)(nap * 1e9)};
+    for (long ms = (long)(secs * 1000); ms > 0 && !*stop; ms -= 100) {
+        struct timespec ts = {0, (ms < 100 ? ms : 100) * 1000000L};
         nanosleep(&ts, NULL);
     }
 }

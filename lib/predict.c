@@ -179,9 +179,8 @@ static int check_job(const char *what, const dt_job *job, const dt_ckpt_meta *m,
     if (!trained) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
     int rc = job_of_meta(what, m, where, trained, err);
     char diff[DT_ERR_MSG_MAX / 2];
-    int n = 0;
-    if (rc == 0 && ((n = dt_job_diff(trained, job, dt_job_model_fields, diff, sizeof diff)) > 0 ||
-                    (n = dt_job_diff(trained, job, dt_job_input_fields, diff, sizeof diff)) > 0))
+    if (rc == 0 && (dt_job_diff(trained, job, dt_job_model_fields, diff, sizeof diff) > 0 ||
+                    dt_job_diff(trained, job, dt_job_input_fields, diff, sizeof diff) > 0))
         rc = dt_err_set(err, DT_ECONFIG,
                         "%s: %s: the job config disagrees with the job the checkpoint was "
                         "trained with: %s (checkpoint -> config); leave out --config to use "

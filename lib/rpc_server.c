@@ -321,7 +321,7 @@ static void note_refusal(dt_rpc_server *s, grpc_status_code status, const char *
 }
 
 long long dt_rpc_server_refused(const dt_rpc_server *s) {
-    return atomic_load(&((dt_rpc_server *)s)->refused);
+    return atomic_load(&s->refused);
 }
 
 /* Runs the handler and starts the reply batch. */
