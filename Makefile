@@ -102,19 +102,21 @@ asan:
 	LSAN_OPTIONS=suppressions=$(abspath test/lsan.supp) $(ASAN_MAKE) test
 
 # ThreadSanitizer, its own tree: the unit suites and the ones whose
-# processes and in-process servers run threads (TSAN_SUITES), each role they
-# start built the same way. halt_on_error: a race fails the test that made
-# it. ignore_noninstrumented_modules: gRPC, absl, OpenSSL and OpenBLAS are
-# not built with TSan, so it sees their memcpy, malloc and epoll calls but
-# none of their locks and atomics, and every report from them (thousands a
-# run) is noise; with the flag it checks only what dtrain compiled, where
-# the completion queue's handoffs are annotated (rpc_internal.h).
-# test/tsan.supp lists what remains in gRPC's own code, each one explained.
+# processes and in-process servers run threads (TSAN_SUITES; lifecycle and
+# restart are check_lifecycle.c), each role they start built the same way.
+# halt_on_error: a race fails the test that made it.
+# ignore_noninstrumented_modules: gRPC, absl, OpenSSL and OpenBLAS are not
+# built with TSan, so it sees their memcpy, malloc and epoll calls but none
+# of their locks and atomics, and every report from them (thousands a run)
+# is noise; with the flag it checks only what dtrain compiled, where the
+# completion queue's handoffs are annotated (rpc_internal.h). test/tsan.supp
+# lists what remains in gRPC's own code, each one explained.
 # OPENBLAS_NUM_THREADS=1: OpenBLAS would otherwise start a thread when it
 # loads, before main blocks the stop signals, and a signal it took would
 # wait, under TSan, until that thread calls into the runtime (never).
 TSAN_MAKE := $(MAKE) BUILD=build-tsan OPT=-O1 SANITIZE="-fsanitize=thread"
-TSAN_SUITES ?= err,text,tensor,cluster,optim,data,reader,model,codec,checkpoint,summary,placement,predict,rpc,ps,consistency,lifecycle
+UNIT_SUITES := err,text,tensor,cluster,optim,data,reader,model,codec,checkpoint,summary,placement
+TSAN_SUITES ?= $(UNIT_SUITES),predict,rpc,ps,consistency,lifecycle,restart
 tsan:
 	TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 \
 	  suppressions=$(abspath test/tsan.supp) $(TSAN_OPTIONS)" OPENBLAS_NUM_THREADS=1 \

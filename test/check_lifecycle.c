@@ -1,7 +1,10 @@
 /*
- * Suite "lifecycle": how dtrain's processes start, stop and come back, one
- * case per test, with real processes ($DTRAIN_BIN) on free loopback ports
- * and a temp log dir:
+ * Suites "lifecycle" and "restart": how dtrain's processes start, stop and
+ * come back, one case per test, with real processes ($DTRAIN_BIN) on free
+ * loopback ports and a temp log dir. Two suites so that the runner can run
+ * them side by side (DT_JOBS): "restart" holds the roles killed and
+ * restarted mid-job, whose jobs run long enough to be mid-job when killed;
+ * "lifecycle" the rest:
  *  - a clean job: every role exits 0, the log-dir lock is released;
  *  - a first SIGTERM/SIGINT: the chief saves and exits 143, a worker exits
  *    130, a ps exits 143; a second signal exits at once even while the role
@@ -923,6 +926,11 @@ Suite *lifecycle_suite(void) {
     add_case(s, "foreign_model_refused", foreign_model_refused);
     add_case(s, "ps_accepts_after_fds_run_out", ps_accepts_after_fds_run_out);
     add_case(s, "ps_message_cap_from_job", ps_message_cap_from_job);
+    return s;
+}
+
+Suite *restart_suite(void) {
+    Suite *s = suite_create("restart");
     add_case(s, "ps_restart", ps_restart);
     add_case(s, "ps_restart_two_shards", ps_restart_two_shards);
     add_case(s, "worker_restart", worker_restart);

@@ -31,6 +31,7 @@
     X(e2e)                                                                                         \
     X(models_e2e)                                                                                  \
     X(lifecycle)                                                                                   \
+    X(restart)                                                                                     \
     X(failure)                                                                                     \
     X(storage)                                                                                     \
     X(netns)                                                                                       \
