@@ -133,7 +133,7 @@ lint: $(GEN_H)
 	  xargs -P2 -n8 sh -c 'clang-tidy --quiet "$$@" -- $(CFLAGS)' clang-tidy
 	clang-format --dry-run -Werror $(FMT_SRC)
 
-# Everything CI runs, in stages that each print their wall time: the trees
+# Everything CI runs, in stages that each print their wall and CPU time: the trees
 # built two jobs wide (the bench programs too: built, not run, they time
 # things), lint, the suite, the deploy files' check, the suite under ASan and
 # UBSan, the threaded suites under TSan, then each fuzz target over its

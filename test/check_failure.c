@@ -91,6 +91,11 @@ static void expect_log(const char *log_name, const char *n1, const char *n2) {
 static void expect_chief_failure_ends_job(const char *reason) {
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
+    /* The chief tells the ps tasks once, failing fast on one that is down:
+     * it starts once the ps serves (worker 1 says it waits for the model
+     * even while the ps is not up yet). */
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps", "serving on", JOB_TIMEOUT_MS, ps),
+                  "the ps never served; logs:%s", dt_test_job_report(&w));
     ck_assert_msg(
         dt_test_job_wait_log(&w, "worker1", "waiting for the model", JOB_TIMEOUT_MS, worker),
         "worker 1 never waited for the model; logs:%s", dt_test_job_report(&w));

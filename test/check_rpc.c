@@ -79,8 +79,9 @@ typedef struct {
     int b_ran;         /* set by B, awaited by A */
     int sleep_started; /* set by Sleep when it begins */
     int sleep_done;
-    int block_done; /* set by Block when it returns */
-    int released;   /* set by the test: Block may return */
+    int block_done;               /* set by Block when it returns */
+    int released;                 /* set by the test: Block may return */
+    dt_rpc_server *const *server; /* where dt_rpc_server_start puts the server */
 } test_ctx;
 
 static int reply_bytes(dt_rpc_buf *reply, const void *data, size_t len, dt_err *err) {
@@ -150,6 +151,16 @@ static int handle_block(void *ctx, const dt_rpc_peer *peer __attribute__((unused
     return reply_bytes(reply, "released", 8, err);
 }
 
+/* Answers "set" when the server the handler belongs to is already where
+ * dt_rpc_server_start puts it, as a handler that reaches its server
+ * through its ctx (the ps's Status) expects. */
+static int handle_self(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                       const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    (void)request;
+    const test_ctx *t = ctx;
+    return *t->server ? reply_bytes(reply, "set", 3, err) : reply_bytes(reply, "unset", 5, err);
+}
+
 static void release_blocked(test_ctx *t) {
     pthread_mutex_lock(&t->mu);
     t->released = 1;
@@ -187,6 +198,7 @@ static const dt_rpc_method methods[] = {
     {"/test.T/Echo", handle_echo, 0, 0},   {"/test.T/Fail", handle_fail, 0, 0},
     {"/test.T/Sleep", handle_sleep, 0, 0}, {"/test.T/A", handle_a, 0, 0},
     {"/test.T/B", handle_b, 0, 0},         {"/test.T/Block", handle_block, 0, 0},
+    {"/test.T/Self", handle_self, 0, 0},
 };
 #define NUM_METHODS ((int)(sizeof methods / sizeof methods[0]))
 
@@ -203,6 +215,7 @@ static void fixture_start_limited(fixture *f, int threads, const dt_rpc_server_p
     memset(f, 0, sizeof *f);
     pthread_mutex_init(&f->ctx.mu, NULL);
     pthread_cond_init(&f->ctx.cv, NULL);
+    f->ctx.server = &f->server;
     snprintf(f->addr, sizeof f->addr, "127.0.0.1:%d", free_port(NULL));
     dt_rpc_server_params p;
     memset(&p, 0, sizeof p);
@@ -490,6 +503,29 @@ START_TEST(test_deadline) {
     dt_rpc_buf_release(&req);
     release_blocked(&f.ctx);
     fixture_stop(&f); /* waits for the handler */
+}
+END_TEST
+
+/* dt_rpc_server_start stores the server before any poller runs, so a
+ * handler reading it through its ctx finds it set (and, under TSan, the
+ * write and the read are ordered: before the fix they raced whenever a
+ * call came in, the ps's Status among them). */
+START_TEST(test_server_set_before_handlers) {
+    fixture f;
+    fixture_start(&f, 2);
+    dt_rpc_buf req;
+    buf_from_str(&req, "-");
+    dt_rpc_call c;
+    call_init(&c, f.channel, "/test.T/Self", &req);
+    c.wait_for_ready = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_rpc_call_all(&c, 1, 5000, &err) == 0, "self: %s", err.msg);
+    ck_assert_msg(c.response.len == 3 && memcmp(c.response.data, "set", 3) == 0,
+                  "the handler found no server in its ctx");
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    fixture_stop(&f);
 }
 END_TEST
 
@@ -1070,6 +1106,7 @@ Suite *rpc_suite(void) {
     tcase_add_test(tc, test_unknown_method);
     tcase_add_test(tc, test_unreachable);
     tcase_add_test(tc, test_deadline);
+    tcase_add_test(tc, test_server_set_before_handlers);
     tcase_add_test(tc, test_concurrent_handlers);
     tcase_add_test(tc, test_concurrent_handlers_staggered);
     tcase_add_test(tc, test_address_in_use);
