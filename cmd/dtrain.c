@@ -16,8 +16,10 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +46,14 @@
 #define EXIT_UNREACHABLE 200
 #define MAX_SETS 64
 
-static volatile sig_atomic_t stop_signal;
+/* The first SIGINT/SIGTERM asks the role to stop (its loops poll this);
+ * a second one exits at once. Set on another thread than the main one
+ * (below), hence an atomic: lock-free, so a handler may set it too. */
+static atomic_int stop_signal;
+
+static void on_stop_signal(int signo) {
+    if (atomic_exchange(&stop_signal, signo)) _exit(128 + signo);
+}
 
 /* SIGHUP: re-read the TLS certificate files at the next handshake. */
 static void on_hangup(int signo) {
@@ -52,26 +61,60 @@ static void on_hangup(int signo) {
     dt_rpc_reload_certs();
 }
 
-/* First signal: ask the role to stop cleanly. Second: exit at once. */
-static void on_signal(int signo) {
-    if (stop_signal) _exit(128 + signo);
-    stop_signal = signo;
+static sigset_t taken_signals;
+
+static void *take_signals(void *arg) {
+    (void)arg;
+    for (;;) {
+        int signo = 0;
+        if (sigwait(&taken_signals, &signo) != 0) continue;
+        if (signo == SIGHUP)
+            on_hangup(signo);
+        else
+            on_stop_signal(signo);
+    }
+    return NULL;
 }
 
-/* SIGINT and SIGTERM ask the process to stop (on_signal); SIGPIPE is
- * ignored (a peer gone is the call's error); with hangup, SIGHUP re-reads
- * the TLS certificates (on_hangup). */
-static void catch_signals(int hangup) {
+/* Signals are taken by a thread of their own (sigwait) and blocked in
+ * every thread the process starts after this call (gRPC's, the pollers),
+ * which inherit the main thread's mask: a process-directed signal could
+ * otherwise land on any of them, and one parked in an uninstrumented
+ * library never runs its handler under ThreadSanitizer. The handlers stay
+ * installed for a thread started before main (OpenBLAS starts one when it
+ * loads, unless OPENBLAS_NUM_THREADS=1). hangup: SIGHUP too. Call before
+ * anything starts a thread (dt_rpc_init). Without the thread (it cannot
+ * start), the handlers alone take the signals, on any thread. */
+static void take_signals_on_a_thread(int hangup) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
+    sa.sa_handler = on_stop_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigemptyset(&taken_signals);
+    sigaddset(&taken_signals, SIGINT);
+    sigaddset(&taken_signals, SIGTERM);
+    if (hangup) {
+        sa.sa_handler = on_hangup;
+        sigaction(SIGHUP, &sa, NULL);
+        sigaddset(&taken_signals, SIGHUP);
+    }
     signal(SIGPIPE, SIG_IGN);
-    if (!hangup) return;
-    sa.sa_handler = on_hangup;
-    sigaction(SIGHUP, &sa, NULL);
+    pthread_sigmask(SIG_BLOCK, &taken_signals, NULL);
+    pthread_attr_t attr;
+    pthread_t thread;
+    int rc = pthread_attr_init(&attr);
+    if (rc == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&thread, &attr, take_signals, NULL);
+        pthread_attr_destroy(&attr);
+    }
+    if (rc != 0) {
+        pthread_sigmask(SIG_UNBLOCK, &taken_signals, NULL);
+        dt_log(DT_LOG_WARN, "cannot start the signal thread (%s): signals run on any thread",
+               strerror(rc));
+    }
 }
 
 static const char usage[] =
@@ -677,7 +720,7 @@ static int run_monitor(int argc, char **argv) {
         return EXIT_USAGE;
     if (m.timeout) timeout_ms *= 1000;
     if (m.watch && (watch = parse_secs("--watch", m.watch, 86400)) < 0) return EXIT_USAGE;
-    catch_signals(0);
+    take_signals_on_a_thread(0);
     dt_rpc_init();
     return is_health ? run_health(&o, &m, timeout_ms) : run_status(&o, &m, timeout_ms, watch);
 }
@@ -832,6 +875,7 @@ static int run_role(const options *o, const dt_cluster *cluster, const dt_role *
         dt_ps_params pp = {.cluster = cluster,
                            .task_index = task,
                            .keep_serving = o->keep_serving,
+                           .linger_ms = job->ps_linger_secs * 1000,
                            .security = security,
                            .max_message_bytes = max_message_bytes,
                            .log_dir = job->log_dir,
@@ -870,7 +914,9 @@ int main(int argc, char **argv) {
     dt_err err;
     dt_err_clear(&err);
     dt_cluster cluster;
-    dt_role role = {0}; /* set by resolve_role when it returns -1 */
+    /* Zeroed: resolve_role sets it unless it fails, which the static
+     * analyzer cannot tell (it does not follow usage_error, variadic). */
+    dt_role role = {0};
     if (load_cluster(&o, &cluster, &err) < 0) {
         fprintf(stderr, "dtrain: %s\n", err.msg);
         return EXIT_USAGE;
@@ -900,7 +946,8 @@ int main(int argc, char **argv) {
                            "");
     }
 
-    catch_signals(1);
+    take_signals_on_a_thread(1);
+
     /* The process keeps one reference to the RPC runtime and exits without
      * the final grpc_shutdown: that call joins gRPC's executor threads, and
      * after a write larger than the socket buffer one of them sits out a

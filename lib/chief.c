@@ -448,7 +448,7 @@ static void nothing_to_train(const chief *c, const char *why, int64_t step) {
 /* Puts a model on the ps tasks: the one they hold, a recovery, the latest
  * checkpoint or a fresh one. 0: train it; 1: the ps tasks say the job is
  * done; 2: the log dir's latest checkpoint is already at max_steps. */
-static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
+static int start_model(chief *c, const atomic_int *stop, dt_err *err) {
     census cs = {.c = c};
     int rc = dt_worker_retry(c->w, "every ps to answer", take_census, &cs, NULL, stop, err);
     if (rc < 0) return rc;
@@ -781,14 +781,18 @@ static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     return 0;
 }
 
-static void sleep_secs(double secs) {
-    struct timespec ts = {(time_t)secs, (long)((secs - floor(secs)) * 1e9)};
-    nanosleep(&ts, NULL); /* a signal cuts it short; the caller checks *stop */
+/* Sleeps secs in slices of 100 ms, and no longer once *stop is set (the
+ * signal is taken on another thread: it does not cut a sleep short). */
+static void sleep_secs(double secs, const atomic_int *stop) {
+    for (long ms = (long)(secs * 1000); ms > 0 && !*stop; ms -= 100) {
+        struct timespec ts = {0, (ms < 100 ? ms : 100) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* Writes the final checkpoint, retrying for final_save_secs: a full disk
  * may be cleared by then. DT_ESTORAGE once the bound is up. */
-static int write_final(chief *c, int64_t global_step, volatile sig_atomic_t *stop, dt_err *err) {
+static int write_final(chief *c, int64_t global_step, const atomic_int *stop, dt_err *err) {
     double start = dt_now_secs(), backoff = SAVE_BACKOFF_FIRST;
     int bound = c->job->final_save_secs;
     for (int attempt = 1;; attempt++) {
@@ -811,12 +815,12 @@ static int write_final(chief *c, int64_t global_step, volatile sig_atomic_t *sto
                               save_err.msg, (long long)global_step, attempt, bound);
         dt_log(DT_LOG_WARN, "%s; final checkpoint: attempt %d failed, retrying for %.0f s more",
                save_err.msg, attempt, left);
-        sleep_secs(fmin(backoff, left));
+        sleep_secs(fmin(backoff, left), stop);
         backoff = fmin(backoff * 2, FINAL_BACKOFF_MAX);
     }
 }
 
-static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
+static int finish(chief *c, const atomic_int *stop, dt_err *err) {
     snapshot_pull sp = {.c = c};
     dt_worker_hooks hooks = {c, NULL, on_not_ready};
     int rc = dt_worker_retry(c->w, "final pull", do_snapshot_pull, &sp, &hooks, stop, err);
@@ -875,7 +879,7 @@ static void chief_deinit(chief *c) {
     dt_worker_free(c->w);
 }
 
-int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err) {
+int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err *err) {
     chief c;
     memset(&c, 0, sizeof c);
     c.job = params->job;

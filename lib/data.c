@@ -155,13 +155,15 @@ static inline float unit_float(uint32_t bits24) {
  * 64-bit mix serves two columns. No loop-carried state: it vectorises. */
 static void wide_fill(float *x, int len, uint64_t key, int64_t c0) {
     uint64_t base = key + ((uint64_t)c0 / 2 + 1) * GOLDEN;
-    int pairs = len / 2;
-    for (int p = 0; p < pairs; p++) {
-        uint64_t h = mix64(base + (uint64_t)p * GOLDEN);
-        x[2 * p] = unit_float((uint32_t)(h >> 40));
-        x[2 * p + 1] = unit_float((uint32_t)(h >> 8) & 0xffffffu);
+    /* The odd column left over is the one past the loop's last j (the
+     * static analyzer can follow that, not len / 2 and len & 1). */
+    int j = 0;
+    for (; j + 2 <= len; j += 2) {
+        uint64_t h = mix64(base + (uint64_t)(j / 2) * GOLDEN);
+        x[j] = unit_float((uint32_t)(h >> 40));
+        x[j + 1] = unit_float((uint32_t)(h >> 8) & 0xffffffu);
     }
-    if (len & 1) x[len - 1] = unit_float((uint32_t)(mix64(base + (uint64_t)pairs * GOLDEN) >> 40));
+    if (j < len) x[j] = unit_float((uint32_t)(mix64(base + (uint64_t)(j / 2) * GOLDEN) >> 40));
 }
 
 /* Dot product in double with eight fixed lanes: the summation order is fixed

@@ -143,7 +143,7 @@ static int look(evaluator *e, int *done, dt_err *err) {
 }
 
 /* Sleeps ms in short slices; 1 when *stop was set meanwhile. */
-static int nap(int ms, volatile sig_atomic_t *stop) {
+static int nap(int ms, const atomic_int *stop) {
     for (int t = 0; t < ms && !*stop; t += 50) {
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
@@ -151,7 +151,7 @@ static int nap(int ms, volatile sig_atomic_t *stop) {
     return *stop != 0;
 }
 
-int dt_evaluator_run(const dt_job *given, volatile sig_atomic_t *stop, dt_err *err) {
+int dt_evaluator_run(const dt_job *given, const atomic_int *stop, dt_err *err) {
     /* Shapes the job leaves to the data come from the training file, as
      * the chief's and the workers' do. */
     dt_job job = *given;

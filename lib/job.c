@@ -165,6 +165,8 @@ static const field fields[] = {
     {.name = "fuse_push_pull", .type = F_BOOL, AT(fuse_push_pull)},
     INT_FIELD("ready_wait_secs", ready_wait_secs, 1),
     INT_FIELD("rpc_timeout_secs", rpc_timeout_secs, 1),
+    /* At most a day: the ps counts it in milliseconds, in an int. */
+    {.name = "ps_linger_secs", .type = F_INT, AT(ps_linger_secs), .min = 1, .max = 86400},
 };
 #define NUM_FIELDS ((int)(sizeof fields / sizeof fields[0]))
 
@@ -587,6 +589,7 @@ void dt_job_defaults(dt_job *job) {
     job->fuse_push_pull = 1;
     job->ready_wait_secs = 120;
     job->rpc_timeout_secs = 10;
+    job->ps_linger_secs = 10;
 }
 
 int dt_job_parse(const char *text, const char *source, dt_job *job, dt_err *err) {

@@ -54,6 +54,9 @@ typedef struct {
                              trip per step); 0: Pull then Push */
     int ready_wait_secs;  /* how long a worker waits for the model to be ready */
     int rpc_timeout_secs; /* deadline of one RPC */
+
+    /* ps */
+    int ps_linger_secs; /* after the job's end, longest wait for every worker to be told */
 } dt_job;
 
 /* The demo's defaults (documented in README and conf/). "features" and

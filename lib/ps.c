@@ -785,9 +785,9 @@ static void fold_digest(dt_ps *ps) {
     for (int w = -1; w < ps->params.cluster->num_workers; w++) {
         if (w >= 0 && !ps->acc_from[w]) continue;
         words[1] = (uint64_t)(int64_t)w;
-        const uint8_t *b = (const uint8_t *)words;
-        for (size_t i = 0; i < sizeof words; i++)
-            h = (h ^ b[i]) * 0x100000001b3ull;
+        /* Byte by byte, low byte first, whatever the machine's order. */
+        for (int i = 0; i < 16; i++)
+            h = (h ^ ((words[i / 8] >> (8 * (i % 8))) & 0xffu)) * 0x100000001b3ull;
     }
     ps->sync_digest = h;
 }
@@ -1541,7 +1541,7 @@ static void ask_whether_done(dt_ps *ps) {
     ask_peers(ps);
 }
 
-int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
+int dt_ps_wait(dt_ps *ps, const atomic_int *stop, dt_err *err) {
     int announced = 0;
     for (;;) {
         if (stop && *stop) return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", ps->name);

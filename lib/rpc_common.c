@@ -21,14 +21,16 @@
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int init_count;
-static volatile sig_atomic_t cert_generation;
+/* Bumped by a signal handler on any thread, read by gRPC's handshake
+ * threads: atomic (lock-free, so safe in a handler). */
+static atomic_int cert_generation;
 
 void dt_rpc_reload_certs(void) {
-    cert_generation = (sig_atomic_t)(cert_generation + 1);
+    atomic_fetch_add(&cert_generation, 1);
 }
 
 int dt_rpc_cert_generation(void) {
-    return (int)cert_generation;
+    return atomic_load(&cert_generation);
 }
 
 /* PEM files are small; a cap keeps a wrong path (a device, a huge file)

@@ -171,6 +171,7 @@ static void arm(poller *p) {
     s->live_calls++;
     cs->gen->live_calls++;
     pthread_mutex_unlock(&s->mu);
+    DT_RPC_TAG_RELEASE(cs);
     grpc_call_error e = grpc_server_request_call(cs->gen->grpc, &cs->call, &cs->details,
                                                  &cs->request_md, s->cq, s->cq, cs);
     if (e != GRPC_CALL_OK) call_free(cs); /* the server is shutting down */
@@ -188,6 +189,7 @@ static void start_receive(call_state *cs) {
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &cs->request_payload;
     cs->phase = CALL_RECEIVED;
+    DT_RPC_TAG_RELEASE(cs);
     if (grpc_call_start_batch(cs->call, &op, 1, cs, NULL) != GRPC_CALL_OK) {
         dt_log(DT_LOG_ERROR, "rpc server: cannot start receive batch");
         call_free(cs);
@@ -320,7 +322,7 @@ static void note_refusal(dt_rpc_server *s, grpc_status_code status, const char *
 }
 
 long long dt_rpc_server_refused(const dt_rpc_server *s) {
-    return atomic_load(&((dt_rpc_server *)s)->refused);
+    return atomic_load(&s->refused);
 }
 
 /* Runs the handler and starts the reply batch. */
@@ -370,6 +372,7 @@ static void handle(call_state *cs) {
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[n++].data.recv_close_on_server.cancelled = &cs->cancelled;
     cs->phase = CALL_DONE;
+    DT_RPC_TAG_RELEASE(cs);
     if (grpc_call_start_batch(cs->call, ops, n, cs, NULL) != GRPC_CALL_OK) {
         dt_log(DT_LOG_ERROR, "rpc server: cannot start reply batch");
         call_free(cs);
@@ -412,6 +415,7 @@ static void *poll_loop(void *arg) {
         grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type != GRPC_OP_COMPLETE) continue;
+        DT_RPC_TAG_ACQUIRE(ev.tag);
         server_gen *g = gen_of_tag(s, ev.tag);
         if (g) {
             pthread_mutex_lock(&s->mu);
@@ -859,10 +863,14 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     }
     grpc_server_start(s->current->grpc);
     arm_all(s);
+    /* Set before the first poller starts: a handler may read it (through
+     * its ctx) as soon as a call comes, which can be before we return. */
+    *out = s;
     for (int i = 0; i < s->num_pollers; i++) {
         if (pthread_create(&s->pollers[i].thread, NULL, poll_loop, &s->pollers[i]) != 0) {
             dt_err_set(err, DT_EINTERNAL, "rpc server %s: cannot start thread", params->addr);
             dt_rpc_server_stop(s, 0);
+            *out = NULL;
             return DT_EINTERNAL;
         }
         s->pollers[i].started = 1;
@@ -870,10 +878,10 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     if (pthread_create(&s->watchdog, NULL, watch_listener, s) != 0) {
         dt_err_set(err, DT_EINTERNAL, "rpc server %s: cannot start thread", params->addr);
         dt_rpc_server_stop(s, 0);
+        *out = NULL;
         return DT_EINTERNAL;
     }
     s->watchdog_started = 1;
-    *out = s;
     return 0;
 
 fail_unstarted:

@@ -113,7 +113,7 @@ static int retryable(int code) {
 }
 
 int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err *err), void *arg,
-                    const dt_worker_hooks *hooks, volatile sig_atomic_t *stop, dt_err *err) {
+                    const dt_worker_hooks *hooks, const atomic_int *stop, dt_err *err) {
     double start = dt_now_secs(), last_log = 0;
     int budget_s = w->params.job->ready_wait_secs;
     int backoff_ms = 100;
@@ -180,7 +180,7 @@ static int probe_ready(void *arg, dt_err *err) {
     return 0;
 }
 
-int dt_worker_wait_ready(dt_worker *w, volatile sig_atomic_t *stop, dt_err *err) {
+int dt_worker_wait_ready(dt_worker *w, const atomic_int *stop, dt_err *err) {
     ready_probe pr = {w, 0, 0};
     int rc = dt_worker_retry(w, "the model to be ready", probe_ready, &pr, NULL, stop, err);
     if (rc < 0) return rc;
@@ -225,7 +225,7 @@ static int do_push(void *arg, dt_err *err) {
  * sync_timeout_secs); this loop gives up only well past that.
  */
 static int pull_when_ready(dt_worker *w, pull_state *pull, const dt_worker_hooks *hooks,
-                           volatile sig_atomic_t *stop, dt_err *err) {
+                           const atomic_int *stop, dt_err *err) {
     const dt_job *job = w->params.job;
     double start = dt_now_secs(), last_log = start;
     int nap_us = 200;
@@ -300,7 +300,7 @@ void dt_worker_set_max_steps(dt_worker *w, int64_t max_steps) {
     w->max_steps = max_steps;
 }
 
-int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_atomic_t *stop,
+int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *stop,
                     dt_err *err) {
     const dt_job *job = w->params.job;
     dt_step_result r;
@@ -414,7 +414,7 @@ void dt_worker_report_failure(const dt_worker_params *params, int rc, const dt_e
         dt_log(DT_LOG_INFO, "worker:%d: told every ps task that %s", params->task_index, what);
 }
 
-int dt_worker_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err) {
+int dt_worker_run(const dt_worker_params *params, const atomic_int *stop, dt_err *err) {
     dt_worker *w = NULL;
     int rc = dt_worker_open(params, &w, err);
     if (rc < 0) {

@@ -579,6 +579,7 @@ START_TEST(test_job_defaults) {
     ck_assert_int_eq(job.log_steps, 100);
     ck_assert_int_eq(job.ready_wait_secs, 120);
     ck_assert_int_eq(job.rpc_timeout_secs, 10);
+    ck_assert_int_eq(job.ps_linger_secs, 10);
 
     dt_err err;
     dt_err_clear(&err);
@@ -640,6 +641,7 @@ START_TEST(test_job_conf_linear) {
     ck_assert_int_eq(job.log_steps, want.log_steps);
     ck_assert_int_eq(job.ready_wait_secs, want.ready_wait_secs);
     ck_assert_int_eq(job.rpc_timeout_secs, want.rpc_timeout_secs);
+    ck_assert_int_eq(job.ps_linger_secs, want.ps_linger_secs);
 
     /* The demo cluster file has no job section: nothing changes. */
     dt_job before = job;
@@ -843,6 +845,8 @@ START_TEST(test_job_bad_values) {
         {"log_steps", "-5", "must be an integer >= 1 (got -5)"},
         {"ready_wait_secs", "0", "must be an integer >= 1 (got 0)"},
         {"rpc_timeout_secs", "{}", "must be an integer >= 1 (got an object)"},
+        {"ps_linger_secs", "0", "must be an integer >= 1 (got 0)"},
+        {"ps_linger_secs", "86401", "must be an integer from 1 to 86400 (got 86401)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[256], msg[400];

@@ -103,7 +103,7 @@ static int log_count(const char *needle) {
 
 START_TEST(test_needs_eval_data) {
     job.data.eval_data[0] = '\0';
-    volatile sig_atomic_t stop = 0;
+    atomic_int stop = 0;
     dt_err err;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_evaluator_run(&job, &stop, &err), DT_EINVAL);
@@ -115,7 +115,7 @@ END_TEST
  * config error (exit 2) whose message names the field and the file. */
 START_TEST(test_eval_data_missing) {
     path_in(job.data.eval_data, sizeof job.data.eval_data, "gone.csv");
-    volatile sig_atomic_t stop = 0;
+    atomic_int stop = 0;
     dt_err err;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_evaluator_run(&job, &stop, &err), DT_ECONFIG);
@@ -127,7 +127,7 @@ START_TEST(test_eval_data_missing) {
 END_TEST
 
 START_TEST(test_stop) {
-    volatile sig_atomic_t stop = 1;
+    atomic_int stop = 1;
     dt_err err;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_evaluator_run(&job, &stop, &err), DT_ECANCELLED);
@@ -136,7 +136,7 @@ START_TEST(test_stop) {
 END_TEST
 
 typedef struct {
-    volatile sig_atomic_t stop;
+    atomic_int stop;
     atomic_int finished;
     int rc;
     dt_err err;

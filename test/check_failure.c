@@ -22,6 +22,7 @@
 #include <check.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,11 @@ static void expect_log(const char *log_name, const char *n1, const char *n2) {
 static void expect_chief_failure_ends_job(const char *reason, int chief_exit) {
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
+    /* The chief tells the ps tasks once, failing fast on one that is down:
+     * it starts once the ps serves (worker 1 says it waits for the model
+     * even while the ps is not up yet). */
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps", "serving on", JOB_TIMEOUT_MS, ps),
+                  "the ps never served; logs:%s", dt_test_job_report(&w));
     ck_assert_msg(
         dt_test_job_wait_log(&w, "worker1", "waiting for the model", JOB_TIMEOUT_MS, worker),
         "worker 1 never waited for the model; logs:%s", dt_test_job_report(&w));
@@ -447,7 +453,7 @@ START_TEST(ps_failure_rules) {
 
     /* The chief asked, worker 1 left, worker 2 heard: the ps is done with
      * the job, and returns its failure. */
-    volatile sig_atomic_t stop = 0;
+    atomic_int stop = 0;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_ps_wait(ps, &stop, &err), DT_EABORTED);
     ck_assert_msg(strstr(err.msg, "job failed: chief: eval_data: e.csv"), "%s", err.msg);

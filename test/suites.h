@@ -38,6 +38,7 @@
     X(e2e)                                                                                         \
     X(models_e2e)                                                                                  \
     X(lifecycle)                                                                                   \
+    X(restart)                                                                                     \
     X(failure)                                                                                     \
     X(storage)                                                                                     \
     X(netns)                                                                                       \
