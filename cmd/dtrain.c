@@ -6,7 +6,8 @@
  *   0    the job is done
  *   1    a permanent runtime failure (bad checkpoint, data error, bug)
  *   2    usage or configuration error (also: a job config that does not
- *        fit its data, e.g. a label column the file lacks)
+ *        fit its data, e.g. a label column the file lacks, or that names a
+ *        data file that is not there)
  *   75   the final checkpoint could not be written in final_save_secs (a full
  *        disk; retryable: restart the job once the log dir has room)
  *   200  a peer stayed unreachable past the retry budget (retryable)
@@ -15,8 +16,10 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,7 @@
 
 #include "chief.h"
 #include "cluster.h"
+#include "criteo_gen.h"
 #include "err.h"
 #include "evaluator.h"
 #include "job.h"
@@ -42,7 +46,14 @@
 #define EXIT_UNREACHABLE 200
 #define MAX_SETS 64
 
-static volatile sig_atomic_t stop_signal;
+/* The first SIGINT/SIGTERM asks the role to stop (its loops poll this);
+ * a second one exits at once. Set on another thread than the main one
+ * (below), hence an atomic: lock-free, so a handler may set it too. */
+static atomic_int stop_signal;
+
+static void on_stop_signal(int signo) {
+    if (atomic_exchange(&stop_signal, signo)) _exit(128 + signo);
+}
 
 /* SIGHUP: re-read the TLS certificate files at the next handshake. */
 static void on_hangup(int signo) {
@@ -50,10 +61,60 @@ static void on_hangup(int signo) {
     dt_rpc_reload_certs();
 }
 
-/* First signal: ask the role to stop cleanly. Second: exit at once. */
-static void on_signal(int signo) {
-    if (stop_signal) _exit(128 + signo);
-    stop_signal = signo;
+static sigset_t taken_signals;
+
+static void *take_signals(void *arg) {
+    (void)arg;
+    for (;;) {
+        int signo = 0;
+        if (sigwait(&taken_signals, &signo) != 0) continue;
+        if (signo == SIGHUP)
+            on_hangup(signo);
+        else
+            on_stop_signal(signo);
+    }
+    return NULL;
+}
+
+/* Signals are taken by a thread of their own (sigwait) and blocked in
+ * every thread the process starts after this call (gRPC's, the pollers),
+ * which inherit the main thread's mask: a process-directed signal could
+ * otherwise land on any of them, and one parked in an uninstrumented
+ * library never runs its handler under ThreadSanitizer. The handlers stay
+ * installed for a thread started before main (OpenBLAS starts one when it
+ * loads, unless OPENBLAS_NUM_THREADS=1). hangup: SIGHUP too. Call before
+ * anything starts a thread (dt_rpc_init). Without the thread (it cannot
+ * start), the handlers alone take the signals, on any thread. */
+static void take_signals_on_a_thread(int hangup) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = on_stop_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigemptyset(&taken_signals);
+    sigaddset(&taken_signals, SIGINT);
+    sigaddset(&taken_signals, SIGTERM);
+    if (hangup) {
+        sa.sa_handler = on_hangup;
+        sigaction(SIGHUP, &sa, NULL);
+        sigaddset(&taken_signals, SIGHUP);
+    }
+    signal(SIGPIPE, SIG_IGN);
+    pthread_sigmask(SIG_BLOCK, &taken_signals, NULL);
+    pthread_attr_t attr;
+    pthread_t thread;
+    int rc = pthread_attr_init(&attr);
+    if (rc == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&thread, &attr, take_signals, NULL);
+        pthread_attr_destroy(&attr);
+    }
+    if (rc != 0) {
+        pthread_sigmask(SIG_UNBLOCK, &taken_signals, NULL);
+        dt_log(DT_LOG_WARN, "cannot start the signal thread (%s): signals run on any thread",
+               strerror(rc));
+    }
 }
 
 static const char usage[] =
@@ -65,6 +126,8 @@ static const char usage[] =
     "       dtrain status [--cluster FILE] [--json] [--watch SECS] [--timeout-secs N]\n"
     "       dtrain health --address HOST:PORT [--service NAME] [--serving]\n"
     "                   [--timeout-secs N]\n"
+    "       dtrain gen-criteo --out FILE [--rows N] [--seed S] [--vocab-scale X]\n"
+    "                   [--no-labels]\n"
     "\n"
     "Runs one task of a dtrain cluster: a ps, the chief, a worker or the evaluator.\n"
     "\n"
@@ -112,7 +175,8 @@ static const char usage[] =
     "libsvm rows that start with index:value, idx images without --labels.\n"
     "A checkpoint carries its job config and scaling statistics, so --checkpoint or\n"
     "--log-dir alone is enough; a --config given too must agree with it on the\n"
-    "model and its input (exit 2 naming each field otherwise).\n"
+    "model and its input (exit 2 naming each field otherwise). A csv must have the\n"
+    "training file's feature columns, by name and in order (exit 2 otherwise).\n"
     "  --config FILE        the job config (needed for checkpoints of older versions)\n"
     "  --checkpoint FILE    a checkpoint file; default: the latest in the job's log_dir\n"
     "  --log-dir DIR        take the latest checkpoint of DIR instead\n"
@@ -131,6 +195,12 @@ static const char usage[] =
     "ps answers, with --serving only when it is SERVING (it has a model and the job is\n"
     "not done), 1 otherwise, 200 when unreachable. Both take the --tls-* and\n"
     "--token-file flags (or their environment variables).\n"
+    "\n"
+    "gen-criteo writes synthetic click logs in the Criteo layout (label, I1-I13,\n"
+    "C1-C26, tab-separated; FILE.gz is gzip, - is standard output) from a hidden\n"
+    "logistic model, N rows (default 100000) of seed S (default 1), categorical\n"
+    "vocabularies of the real data times X (default 0.01), and prints the rows,\n"
+    "positives and the hidden model's log loss on them to stderr.\n"
     "\n"
     "Exit status: 0 done; 1 failure; 2 usage or config error; 75 final checkpoint\n"
     "unwritable (retryable); 200 peer unreachable (retryable); 128+N stopped by signal N.\n";
@@ -455,7 +525,10 @@ static int predict_output(const options *o, const dt_job *job, int *out) {
 static int load_tool_job(const options *o, const char *tool, dt_job *job, char *ckpt, size_t cap,
                          dt_err *err) {
     ckpt[0] = '\0';
-    if (o->config_path) return load_job(o, job, err);
+    if (o->config_path) {
+        int rc = load_job(o, job, err);
+        return rc < 0 ? rc : dt_predict_fill_shape(tool, o->checkpoint, job, err);
+    }
     int rc = dt_predict_job_of(tool, o->checkpoint, o->log_dir, job, ckpt, cap, err);
     for (int i = 0; rc == 0 && i < o->num_sets; i++)
         rc = dt_job_set(job, o->sets[i], err);
@@ -647,13 +720,7 @@ static int run_monitor(int argc, char **argv) {
         return EXIT_USAGE;
     if (m.timeout) timeout_ms *= 1000;
     if (m.watch && (watch = parse_secs("--watch", m.watch, 86400)) < 0) return EXIT_USAGE;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    take_signals_on_a_thread(0);
     dt_rpc_init();
     return is_health ? run_health(&o, &m, timeout_ms) : run_status(&o, &m, timeout_ms, watch);
 }
@@ -682,6 +749,16 @@ static int exit_status(int rc, const dt_err *err) {
 #define MESSAGE_HEADROOM (1LL << 20)
 
 static int derived_message_cap(const dt_job *job, long long *cap, dt_err *err) {
+    if (dt_job_shape_unset(job)) {
+        /* The shapes are the data's, which a ps does not read. */
+        *cap = INT_MAX;
+        dt_log(DT_LOG_INFO,
+               "ps: largest message %lld bytes, the most gRPC takes: the job leaves \"features\" "
+               "or \"classes\" to the training data, which the ps does not read, so the model's "
+               "size is not known here; --max-message-mb narrows it",
+               *cap);
+        return 0;
+    }
     long long vars = 0;
     int rc = dt_model_bytes(&job->model, &vars, err);
     if (rc < 0) return rc;
@@ -715,6 +792,64 @@ static void tune_allocator(void) {
     mallopt(M_ARENA_MAX, 1);
 }
 
+/* A whole number of N >= 1 from text; -1 when it is not one. */
+static long long parse_count(const char *text) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    return *text && !*end && !errno && v >= 0 ? v : -1;
+}
+
+/* dtrain gen-criteo: flags in, lib/criteo_gen does the work. */
+static int run_gen_criteo(int argc, char **argv) {
+    dt_criteo_gen_params p;
+    dt_criteo_gen_defaults(&p);
+    const char *out = NULL, *v = NULL;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        int missing = 0;
+        if (strcmp(a, "--help") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        } else if (take_value(argc, argv, &i, "--out", &out, &missing)) {
+        } else if (take_value(argc, argv, &i, "--rows", &v, &missing)) {
+            if (!missing && (p.rows = parse_count(v)) < 1)
+                return usage_error("gen-criteo: --rows: \"%s\" is not a whole number >= 1", v);
+        } else if (take_value(argc, argv, &i, "--seed", &v, &missing)) {
+            long long seed = missing ? 0 : parse_count(v);
+            if (!missing && seed < 0)
+                return usage_error("gen-criteo: --seed: \"%s\" is not a whole number >= 0", v);
+            p.seed = (uint64_t)seed;
+        } else if (take_value(argc, argv, &i, "--vocab-scale", &v, &missing)) {
+            char *end = NULL;
+            p.vocab_scale = missing ? 0 : strtod(v, &end);
+            if (!missing && (!*v || *end || !(p.vocab_scale > 0 && p.vocab_scale <= 1)))
+                return usage_error("gen-criteo: --vocab-scale: \"%s\" is not a number in (0, 1]",
+                                   v);
+        } else if (strcmp(a, "--no-labels") == 0) {
+            p.labels = 0;
+        } else {
+            return usage_error("gen-criteo: unknown flag %s", a);
+        }
+        if (missing) return usage_error("flag %s needs a value", a);
+    }
+    if (!out) return usage_error("gen-criteo: missing --out FILE (- for standard output)%s", "");
+    dt_err err;
+    dt_err_clear(&err);
+    dt_criteo_gen_report rep;
+    if (dt_criteo_gen_write(&p, out, &rep, &err) < 0) {
+        fprintf(stderr, "dtrain: %s\n", err.msg);
+        return err.code == DT_EINVAL ? EXIT_USAGE : EXIT_FAILURE;
+    }
+    fprintf(stderr,
+            "gen-criteo: %lld rows to %s (seed %llu, %lld categorical values): %lld positives "
+            "(%.2f%%), hidden model log loss %.6f (constant rate: %.6f; bias %.4f)\n",
+            (long long)rep.rows, out, (unsigned long long)p.seed, (long long)rep.vocabulary,
+            (long long)rep.positives, 100.0 * (double)rep.positives / (double)rep.rows,
+            rep.log_loss, rep.base_log_loss, rep.bias);
+    return 0;
+}
+
 /* The flags that only some roles take. Returns -1 to go on, or an exit
  * status. */
 static int check_role_flags(const options *o, const dt_role *role) {
@@ -737,12 +872,47 @@ static int check_role_flags(const options *o, const dt_role *role) {
     return -1;
 }
 
+/* Runs this process's role (ps, evaluator, chief or worker) until it ends
+ * or a signal stops it; the role's code, with err set when negative. */
+static int run_role(const options *o, const dt_cluster *cluster, const dt_role *role,
+                    const dt_job *job, const dt_rpc_security *security, long long max_message_bytes,
+                    dt_err *err) {
+    int task = role->index;
+    if (role->type == DT_TASK_PS) {
+        dt_log_set_role('P');
+        dt_ps_params pp = {.cluster = cluster,
+                           .task_index = task,
+                           .keep_serving = o->keep_serving,
+                           .linger_ms = job->ps_linger_secs * 1000,
+                           .security = security,
+                           .max_message_bytes = max_message_bytes,
+                           .log_dir = job->log_dir,
+                           .max_steps = job->max_steps,
+                           .listen_addr = o->listen};
+        dt_ps *ps = NULL;
+        int rc = max_message_bytes ? 0 : derived_message_cap(job, &pp.max_message_bytes, err);
+        if (rc == 0) rc = dt_ps_start(&pp, &ps, err);
+        if (rc == 0) rc = dt_ps_wait(ps, &stop_signal, err);
+        dt_ps_free(ps);
+        return rc;
+    }
+    if (role->type == DT_TASK_EVALUATOR) {
+        dt_log_set_role('E');
+        return dt_evaluator_run(job, &stop_signal, err);
+    }
+    dt_log_set_role(task == 0 ? 'C' : 'W');
+    dt_worker_params wp = {
+        .cluster = cluster, .job = job, .task_index = task, .security = security};
+    return task == 0 ? dt_chief_run(&wp, &stop_signal, err) : dt_worker_run(&wp, &stop_signal, err);
+}
+
 int main(int argc, char **argv) {
     tune_allocator();
     if (argc > 1 && (strcmp(argv[1], "eval") == 0 || strcmp(argv[1], "predict") == 0))
         return run_tool(argc, argv);
     if (argc > 1 && (strcmp(argv[1], "health") == 0 || strcmp(argv[1], "status") == 0))
         return run_monitor(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "gen-criteo") == 0) return run_gen_criteo(argc, argv);
     options o;
     memset(&o, 0, sizeof o);
     int status = parse_args(argc, argv, &o);
@@ -752,7 +922,9 @@ int main(int argc, char **argv) {
     dt_err err;
     dt_err_clear(&err);
     dt_cluster cluster;
-    dt_role role;
+    /* Zeroed: resolve_role sets it unless it fails, which the static
+     * analyzer cannot tell (it does not follow usage_error, variadic). */
+    dt_role role = {0};
     if (load_cluster(&o, &cluster, &err) < 0) {
         fprintf(stderr, "dtrain: %s\n", err.msg);
         return EXIT_USAGE;
@@ -762,7 +934,7 @@ int main(int argc, char **argv) {
         dt_cluster_deinit(&cluster);
         return status;
     }
-    int is_ps = role.type == DT_TASK_PS, task = role.index;
+    int is_ps = role.type == DT_TASK_PS;
     long long max_message_bytes = o.max_message_mb ? atoll(o.max_message_mb) << 20 : 0;
     dt_rpc_security security;
     dt_job job;
@@ -782,15 +954,7 @@ int main(int argc, char **argv) {
                            "");
     }
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    sa.sa_handler = on_hangup;
-    sigaction(SIGHUP, &sa, NULL);
+    take_signals_on_a_thread(1);
 
     /* The process keeps one reference to the RPC runtime and exits without
      * the final grpc_shutdown: that call joins gRPC's executor threads, and
@@ -798,32 +962,7 @@ int main(int argc, char **argv) {
      * 10 s poll, so a ps that served big tensors took 10 s to exit. Nothing
      * durable is left to gRPC by then; the kernel closes the sockets. */
     dt_rpc_init();
-    int rc;
-    if (is_ps) {
-        dt_log_set_role('P');
-        dt_ps_params pp = {.cluster = &cluster,
-                           .task_index = task,
-                           .keep_serving = o.keep_serving,
-                           .security = &security,
-                           .max_message_bytes = max_message_bytes,
-                           .log_dir = job.log_dir,
-                           .max_steps = job.max_steps,
-                           .listen_addr = o.listen};
-        dt_ps *ps = NULL;
-        rc = max_message_bytes ? 0 : derived_message_cap(&job, &pp.max_message_bytes, &err);
-        if (rc == 0) rc = dt_ps_start(&pp, &ps, &err);
-        if (rc == 0) rc = dt_ps_wait(ps, &stop_signal, &err);
-        dt_ps_free(ps);
-    } else if (role.type == DT_TASK_EVALUATOR) {
-        dt_log_set_role('E');
-        rc = dt_evaluator_run(&job, &stop_signal, &err);
-    } else {
-        dt_log_set_role(task == 0 ? 'C' : 'W');
-        dt_worker_params wp = {
-            .cluster = &cluster, .job = &job, .task_index = task, .security = &security};
-        rc = task == 0 ? dt_chief_run(&wp, &stop_signal, &err)
-                       : dt_worker_run(&wp, &stop_signal, &err);
-    }
+    int rc = run_role(&o, &cluster, &role, &job, &security, max_message_bytes, &err);
     dt_cluster_deinit(&cluster);
     return exit_status(rc, &err);
 }

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+
 typedef struct {
     char identity[DT_PEER_NAME_MAX];
     char token[DT_AUTH_TOKEN_MAX];
@@ -109,8 +111,8 @@ int dt_auth_tokens_load(const char *path, dt_auth_tokens **out, dt_err *err) {
     int rc = 0;
     FILE *f = fopen(path, "r");
     if (!f) return dt_err_set(err, DT_EIO, "%s: cannot open token file: %s", path, strerror(errno));
-    dt_auth_tokens *t = calloc(1, sizeof *t);
-    if (t) t->entries = calloc(DT_AUTH_MAX_ENTRIES, sizeof *t->entries);
+    dt_auth_tokens *t = dt_calloc(1, sizeof *t);
+    if (t) t->entries = dt_calloc(DT_AUTH_MAX_ENTRIES, sizeof *t->entries);
     if (!t || !t->entries) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory", path);
         goto fail;

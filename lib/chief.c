@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "checkpoint.h"
 #include "log.h"
 #include "model.h"
@@ -53,7 +54,7 @@ typedef struct {
     const dt_job *job;
     dt_ps_model create;     /* what the ps tasks are created with */
     int64_t catch_up_steps; /* how far a restored ps may be raised past step */
-    char model[DT_CKPT_MODEL_MAX];
+    char model[DT_SAFETENSORS_MODEL_MAX];
     /* The model plus what else makes this job this job (optimizer, max_steps,
      * consistency): each ps echoes it in Status, so a chief that finds a live
      * model can tell whether its own job created it. */
@@ -62,6 +63,8 @@ typedef struct {
     int have_slots;             /* slots hold values worth sending (from a checkpoint) */
     dt_tensors recipe;          /* the scaling statistics a checkpoint carries (or none) */
     char *job_json;             /* the job config a checkpoint carries (dt_job_to_json) */
+    char *feature_names;        /* csv: the training file's feature columns, which a
+                                   checkpoint carries too (NULL for other data) */
     dt_tensors snapshot;        /* views of vars, slots, recipe, for saving; no slab */
     dt_summary_writer *summary; /* NULL while no event file could be opened */
     int64_t summaries_dropped;  /* since the last write that succeeded */
@@ -94,7 +97,7 @@ static int init_slots(chief *c, dt_err *err) {
     const dt_tensors *vars = dt_worker_vars(c->w);
     const dt_optim_config *o = &c->job->optim;
     int nslots = dt_optim_num_slots(o), n = vars->count * nslots;
-    dt_tensor *specs = calloc((size_t)(n ? n : 1), sizeof *specs);
+    dt_tensor *specs = dt_calloc((size_t)(n ? n : 1), sizeof *specs);
     if (!specs) return dt_err_set(err, DT_ENOMEM, "chief: out of memory");
     int rc = 0;
     for (int i = 0; i < vars->count; i++)
@@ -119,11 +122,17 @@ static int init_slots(chief *c, dt_err *err) {
 }
 
 /* What a checkpoint carries beside the variables, so that it can be scored
- * and resumed with no job file and no training file (checkpoint.h): the
- * job config, and the statistics the chief's data was standardized with
- * (every worker computes the same ones, over the whole training file). */
+ * and resumed with no job file and no training file (safetensors.h,
+ * checkpoint.h): the job config, a csv training file's feature names, and
+ * the statistics the chief's data was standardized with (every worker
+ * computes the same ones, over the whole training file). */
 static int init_recipe(chief *c, dt_err *err) {
     int rc = dt_job_to_json(c->job, &c->job_json, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "chief");
+    dt_data_needs needs;
+    dt_model_data_needs(&c->job->model, &needs);
+    rc = dt_data_feature_names(&c->job->data, &needs, c->job->data.train_data, 1, &c->feature_names,
+                               err);
     if (rc < 0) return dt_err_wrap(err, rc, "chief");
     dt_data_stats st;
     dt_data_stats_of(dt_worker_data(c->w), &st);
@@ -144,7 +153,7 @@ static int init_recipe(chief *c, dt_err *err) {
 static int init_snapshot(chief *c, dt_err *err) {
     const dt_tensors *parts[3] = {dt_worker_vars(c->w), &c->slots, &c->recipe};
     c->snapshot.count = parts[0]->count + parts[1]->count + parts[2]->count;
-    c->snapshot.items = calloc((size_t)c->snapshot.count + 1, sizeof *c->snapshot.items);
+    c->snapshot.items = dt_calloc((size_t)c->snapshot.count + 1, sizeof *c->snapshot.items);
     if (!c->snapshot.items) return dt_err_set(err, DT_ENOMEM, "chief: out of memory");
     int n = 0;
     for (int p = 0; p < 3; p++) {
@@ -172,11 +181,12 @@ static int do_snapshot_pull(void *arg, dt_err *err) {
 /* Writes the chief's vars and slots as they are, at global_step. */
 static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     if (global_step == c->last_saved_step) return 0;
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = global_step;
     meta.max_steps = c->create.max_steps; /* the evaluator knows the last one by it */
     meta.job = c->job_json;
+    meta.feature_names = c->feature_names;
     snprintf(meta.model, sizeof meta.model, "%s", c->model);
     char path[DT_PATH_MAX + 64];
     int rc = dt_ckpt_save_in_dir(c->job->log_dir, &c->snapshot, &meta, c->job->max_to_keep, path,
@@ -230,7 +240,7 @@ static int adopt(const dt_tensors *loaded, dt_tensors *dst, const char *path, dt
  * in one line and this job's value applies from the restored step on, as a
  * TF Estimator resumed with new hyperparameters would. A checkpoint with
  * no job (an older file) or one this build cannot read is only noted. */
-static int compare_resumed(const chief *c, const char *path, const dt_ckpt_meta *meta,
+static int compare_resumed(const chief *c, const char *path, const dt_safetensors_meta *meta,
                            dt_err *err) {
     if (!meta->job) return 0;
     dt_job was;
@@ -261,12 +271,12 @@ static int compare_resumed(const chief *c, const char *path, const dt_ckpt_meta 
 static int load_latest(chief *c, int64_t *global_step, dt_err *err) {
     dt_tensors loaded;
     memset(&loaded, 0, sizeof loaded);
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     char path[DT_PATH_MAX + 64];
     int found = dt_ckpt_restore_latest(c->job->log_dir, &loaded, &meta, path, sizeof path, err);
     if (found <= 0) return found;
     int rc = compare_resumed(c, path, &meta, err);
-    dt_ckpt_meta_deinit(&meta);
+    dt_safetensors_meta_deinit(&meta);
     if (rc < 0) {
         dt_tensors_deinit(&loaded);
         return rc;
@@ -421,10 +431,24 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     return 0;
 }
 
+/* Says why a job run again on its finished log dir ends at once: its
+ * latest checkpoint (at step) is at or past max_steps. */
+static void nothing_to_train(const chief *c, const char *why, int64_t step) {
+    char at[96];
+    if (step == c->create.max_steps)
+        snprintf(at, sizeof at, "at max_steps %lld", (long long)step);
+    else
+        snprintf(at, sizeof at, "at global_step %lld, past max_steps %lld", (long long)step,
+                 (long long)c->create.max_steps);
+    dt_log(DT_LOG_INFO,
+           "chief: %sthe checkpoint is %s: nothing to train; raise max_steps or use a new log_dir",
+           why, at);
+}
+
 /* Puts a model on the ps tasks: the one they hold, a recovery, the latest
  * checkpoint or a fresh one. 0: train it; 1: the ps tasks say the job is
  * done; 2: the log dir's latest checkpoint is already at max_steps. */
-static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
+static int start_model(chief *c, const atomic_int *stop, dt_err *err) {
     census cs = {.c = c};
     int rc = dt_worker_retry(c->w, "every ps to answer", take_census, &cs, NULL, stop, err);
     if (rc < 0) return rc;
@@ -438,14 +462,11 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
                           "give this one its own ps tasks)",
                           dt_ps_client_name(dt_worker_client(c->w), cs.foreign_ps), cs.foreign,
                           c->job_id);
-    if (cs.done && cs.num_ready < num_ps &&
-        dt_ckpt_latest_step(c->job->log_dir) >= c->create.max_steps) {
+    int64_t latest = cs.done && cs.num_ready < num_ps ? dt_ckpt_latest_step(c->job->log_dir) : -1;
+    if (latest >= c->create.max_steps) {
         /* A ps restarted after the end says "done" with no model to give:
          * the final one is the log dir's. */
-        dt_log(DT_LOG_INFO,
-               "chief: the ps tasks say the job is done and %s holds its final checkpoint: "
-               "nothing to train (for a new job, give it a new log_dir)",
-               c->job->log_dir);
+        nothing_to_train(c, "the ps tasks say the job is done, and ", latest);
         return 2;
     }
     if (cs.done) return 1;
@@ -464,11 +485,7 @@ static int start_model(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
     if (found && step >= c->create.max_steps) {
         /* Every ps is empty and the log dir holds the final model: a job
          * run again. Recreating it would only end it at once. */
-        dt_log(DT_LOG_INFO,
-               "chief: the latest checkpoint in %s is at global_step %lld, max_steps is %lld: "
-               "the job is already complete, nothing to train (to train on, raise max_steps; "
-               "for a new job, give it a new log_dir)",
-               c->job->log_dir, (long long)step, (long long)c->create.max_steps);
+        nothing_to_train(c, "", step);
         return 2;
     }
     if (!found) {
@@ -764,14 +781,18 @@ static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     return 0;
 }
 
-static void sleep_secs(double secs) {
-    struct timespec ts = {(time_t)secs, (long)((secs - floor(secs)) * 1e9)};
-    nanosleep(&ts, NULL); /* a signal cuts it short; the caller checks *stop */
+/* Sleeps secs in slices of 100 ms, and no longer once *stop is set (the
+ * signal is taken on another thread: it does not cut a sleep short). */
+static void sleep_secs(double secs, const atomic_int *stop) {
+    for (long ms = (long)(secs * 1000); ms > 0 && !*stop; ms -= 100) {
+        struct timespec ts = {0, (ms < 100 ? ms : 100) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* Writes the final checkpoint, retrying for final_save_secs: a full disk
  * may be cleared by then. DT_ESTORAGE once the bound is up. */
-static int write_final(chief *c, int64_t global_step, volatile sig_atomic_t *stop, dt_err *err) {
+static int write_final(chief *c, int64_t global_step, const atomic_int *stop, dt_err *err) {
     double start = dt_now_secs(), backoff = SAVE_BACKOFF_FIRST;
     int bound = c->job->final_save_secs;
     for (int attempt = 1;; attempt++) {
@@ -794,12 +815,12 @@ static int write_final(chief *c, int64_t global_step, volatile sig_atomic_t *sto
                               save_err.msg, (long long)global_step, attempt, bound);
         dt_log(DT_LOG_WARN, "%s; final checkpoint: attempt %d failed, retrying for %.0f s more",
                save_err.msg, attempt, left);
-        sleep_secs(fmin(backoff, left));
+        sleep_secs(fmin(backoff, left), stop);
         backoff = fmin(backoff * 2, FINAL_BACKOFF_MAX);
     }
 }
 
-static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
+static int finish(chief *c, const atomic_int *stop, dt_err *err) {
     snapshot_pull sp = {.c = c};
     dt_worker_hooks hooks = {c, NULL, on_not_ready};
     int rc = dt_worker_retry(c->w, "final pull", do_snapshot_pull, &sp, &hooks, stop, err);
@@ -830,41 +851,58 @@ static int finish(chief *c, volatile sig_atomic_t *stop, dt_err *err) {
 
 /* ---- the role ---------------------------------------------------------- */
 
+/* The held-out set, scaled with the statistics the chief's training data
+ * took (every worker's are the same): the training file is not read a
+ * second time, nor its skipped rows reported twice. A csv's feature
+ * columns must be the training file's, in order. */
+static int open_eval(chief *c, dt_err *err) {
+    dt_data_stats st;
+    dt_data_stats_of(dt_worker_data(c->w), &st);
+    dt_data_needs needs;
+    dt_model_data_needs(&c->job->model, &needs);
+    const dt_data_config *d = &c->job->data;
+    int rc = dt_data_open_held_out(d, &needs, c->job->seed, st.num_features ? &st : NULL, 1,
+                                   &c->eval, err);
+    return rc < 0 ? rc : dt_data_check_names(d, &needs, d->eval_data, 1, c->feature_names, err);
+}
+
 static void chief_deinit(chief *c) {
     dt_summary_close(c->summary);
     dt_ckpt_unlock_dir(c->lock_fd);
     dt_data_free(c->eval);
     free(c->snapshot.items);
     free(c->job_json);
+    free(c->feature_names);
     dt_tensors_deinit(&c->recipe);
     free(c->gone_logged);
     dt_tensors_deinit(&c->slots);
     dt_worker_free(c->w);
 }
 
-int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err) {
+int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err *err) {
     chief c;
     memset(&c, 0, sizeof c);
     c.job = params->job;
     c.last_saved_step = -1;
     c.lock_fd = -1;
-    dt_model_describe(&c.job->model, c.model, sizeof c.model);
     c.num_workers = params->cluster->num_workers;
     int rc = dt_ckpt_lock_dir(c.job->log_dir, &c.lock_fd, err);
     if (rc < 0) return rc;
-    c.gone_logged = calloc((size_t)c.num_workers + 1, 1);
+    c.gone_logged = dt_calloc((size_t)c.num_workers + 1, 1);
     if (!c.gone_logged) {
         rc = dt_err_set(err, DT_ENOMEM, "chief: out of memory");
         goto out;
     }
     if ((rc = note_log_dir(&c, err)) < 0) goto out;
     if ((rc = dt_worker_open(params, &c.w, err)) < 0) goto out;
+    c.job = dt_worker_job(c.w); /* with the shapes the training file gave */
+    dt_model_describe(&c.job->model, c.model, sizeof c.model);
     if ((rc = init_slots(&c, err)) < 0 || (rc = init_recipe(&c, err)) < 0 ||
         (rc = init_snapshot(&c, err)) < 0)
         goto out;
     if ((rc = creation_params(&c, params->cluster, err)) < 0) goto out;
-    if (c.job->data.eval_data[0] && (rc = dt_job_open_eval(c.job, &c.eval, err)) < 0) {
-        dt_err_wrap(err, rc, "chief: eval_data");
+    if (c.job->data.eval_data[0] && (rc = open_eval(&c, err)) < 0) {
+        dt_err_wrap(err, rc, "chief"); /* the data module names the field */
         goto out;
     }
     if ((rc = start_model(&c, stop, err)) < 0) goto out;

@@ -17,7 +17,7 @@
 #ifndef DT_CHIEF_H
 #define DT_CHIEF_H
 
-#include <signal.h>
+#include <stdatomic.h>
 
 #include "err.h"
 #include "worker.h"
@@ -31,6 +31,6 @@
  * Any other failure of its own that is permanent (exit 1 or 2: a missing
  * eval_data, a log dir holding another model's checkpoint, ...) is sent to
  * every ps task as the job's failure, bounded in time, before it returns. */
-int dt_chief_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err);
+int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err *err);
 
 #endif

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "alloc.h"
+
 #define MAX_TASKS 4096 /* per job; keeps the duplicate check cheap */
 
 /* TF_CONFIG's "environment" and "rpc_layer" are skipped (cluster.h). */
@@ -154,7 +156,7 @@ static int parse_list(const dt_json_doc *d, const cJSON *cl, int ci, job_list *j
         return dt_json_fail_at(d, path, 2, 0, err, "\"%s\" lists %d addresses; %s", job->name, n,
                                max_why);
     if (n == 0) return 0;
-    dt_addr *addrs = calloc((size_t)n, sizeof *addrs);
+    dt_addr *addrs = dt_calloc((size_t)n, sizeof *addrs);
     if (!addrs)
         return dt_err_set(err, DT_ENOMEM, "%s: \"%s\": out of memory", d->source, job->name);
     int k = 0;
@@ -244,7 +246,7 @@ static int check_jobs(const dt_json_doc *d, const cJSON *cl, int ci, const char 
 /* The training tasks, chief first (cluster.h). */
 static int join_workers(const dt_json_doc *d, const job_list *lists, dt_cluster *c, dt_err *err) {
     int n = lists[L_CHIEF].n + lists[L_WORKER].n;
-    c->workers = calloc((size_t)n, sizeof *c->workers);
+    c->workers = dt_calloc((size_t)n, sizeof *c->workers);
     if (!c->workers) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", d->source);
     if (lists[L_CHIEF].n) c->workers[0] = lists[L_CHIEF].addrs[0];
     for (int i = 0; i < lists[L_WORKER].n; i++)

@@ -44,11 +44,14 @@
  */
 #include "data.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "alloc.h"
 #include "log.h"
 #include "reader.h"
 
@@ -152,13 +155,15 @@ static inline float unit_float(uint32_t bits24) {
  * 64-bit mix serves two columns. No loop-carried state: it vectorises. */
 static void wide_fill(float *x, int len, uint64_t key, int64_t c0) {
     uint64_t base = key + ((uint64_t)c0 / 2 + 1) * GOLDEN;
-    int pairs = len / 2;
-    for (int p = 0; p < pairs; p++) {
-        uint64_t h = mix64(base + (uint64_t)p * GOLDEN);
-        x[2 * p] = unit_float((uint32_t)(h >> 40));
-        x[2 * p + 1] = unit_float((uint32_t)(h >> 8) & 0xffffffu);
+    /* The odd column left over is the one past the loop's last j (the
+     * static analyzer can follow that, not len / 2 and len & 1). */
+    int j = 0;
+    for (; j + 2 <= len; j += 2) {
+        uint64_t h = mix64(base + (uint64_t)(j / 2) * GOLDEN);
+        x[j] = unit_float((uint32_t)(h >> 40));
+        x[j + 1] = unit_float((uint32_t)(h >> 8) & 0xffffffu);
     }
-    if (len & 1) x[len - 1] = unit_float((uint32_t)(mix64(base + (uint64_t)pairs * GOLDEN) >> 40));
+    if (j < len) x[j] = unit_float((uint32_t)(mix64(base + (uint64_t)(j / 2) * GOLDEN) >> 40));
 }
 
 /* Dot product in double with eight fixed lanes: the summation order is fixed
@@ -236,8 +241,8 @@ static int scaling_of(const dt_data_config *cfg, scaling *sc, dt_err *err) {
 static int scaling_fit(scaling *sc, const dt_reader_table *t, dt_err *err) {
     if (sc->kind != DT_SCALE_STANDARDIZE) return 0;
     const int F = t->cols;
-    sc->mean = calloc((size_t)F, sizeof *sc->mean);
-    sc->std = calloc((size_t)F, sizeof *sc->std);
+    sc->mean = dt_calloc((size_t)F, sizeof *sc->mean);
+    sc->std = dt_calloc((size_t)F, sizeof *sc->std);
     if (!sc->mean || !sc->std)
         return dt_err_set(err, DT_ENOMEM, "data: no memory for the statistics of %d features", F);
     for (int64_t i = 0; i < t->rows; i++) {
@@ -277,8 +282,8 @@ static int scaling_take(scaling *sc, const dt_data_stats *given, int F, dt_err *
             return dt_err_set(err, DT_EINVAL,
                               "data: scaling statistic %d is not usable (mean %g, std %g)", j,
                               given->mean[j], given->std[j]);
-    sc->mean = malloc((size_t)F * sizeof *sc->mean);
-    sc->std = malloc((size_t)F * sizeof *sc->std);
+    sc->mean = dt_malloc((size_t)F * sizeof *sc->mean);
+    sc->std = dt_malloc((size_t)F * sizeof *sc->std);
     if (!sc->mean || !sc->std)
         return dt_err_set(err, DT_ENOMEM, "data: no memory for the statistics of %d features", F);
     memcpy(sc->mean, given->mean, (size_t)F * sizeof *sc->mean);
@@ -350,7 +355,7 @@ static const char *source_name(const dt_data_config *cfg) {
 static int new_dataset(const spec *sp, int source, int64_t num_examples, int shard, int num_shards,
                        dt_dataset **out, dt_err *err) {
     *out = NULL;
-    dt_dataset *ds = calloc(1, sizeof *ds);
+    dt_dataset *ds = dt_calloc(1, sizeof *ds);
     if (!ds) return dt_err_set(err, DT_ENOMEM, "data: out of memory");
     ds->source = source;
     ds->features = sp->needs->num_features;
@@ -362,7 +367,7 @@ static int new_dataset(const spec *sp, int source, int64_t num_examples, int sha
     ds->noise = sp->cfg->noise;
     ds->labeled = 1;
     if ((uint64_t)ds->size > SIZE_MAX / sizeof *ds->order ||
-        !(ds->order = malloc((size_t)ds->size * sizeof *ds->order))) {
+        !(ds->order = dt_malloc((size_t)ds->size * sizeof *ds->order))) {
         int64_t size = ds->size;
         dt_data_free(ds);
         return dt_err_set(err, DT_ENOMEM, "data: cannot hold the order of %lld examples",
@@ -372,16 +377,121 @@ static int new_dataset(const spec *sp, int source, int64_t num_examples, int sha
     return 0;
 }
 
+/* DT_ECONFIG "<prefix>: <name>: no such file: <path>" when path is not
+ * there; 0 otherwise (any other failure is the read's to report). */
+static int check_file(const char *prefix, const char *name, const char *path, dt_err *err) {
+    struct stat st;
+    if (stat(path, &st) == 0 || (errno != ENOENT && errno != ENOTDIR)) return 0;
+    return dt_err_set(err, DT_ECONFIG, "%s: %s: no such file: %s", prefix, name, path);
+}
+
+int dt_data_check_files(const char *prefix, const char *data_name, const char *data,
+                        const char *labels_name, const char *labels, dt_err *err) {
+    int rc = check_file(prefix, data_name, data, err);
+    if (rc == 0 && labels && labels[0]) rc = check_file(prefix, labels_name, labels, err);
+    return rc;
+}
+
+/* The labels field beside a data field: "train_labels" for "train_data". */
+static const char *labels_field(const char *what) {
+    return strcmp(what, "train_data") == 0 ? "train_labels" : "eval_labels";
+}
+
 static int read_table(const spec *sp, const char *what, const char *data, const char *labels,
                       dt_labels_mode mode, dt_reader_table *t, dt_err *err) {
     if (!data[0])
         return dt_err_set(err, DT_EINVAL, "data: \"%s\" is not set: the \"%s\" source reads a file",
                           what, source_name(sp->cfg));
+    char data_name[32], labels_name[32];
+    snprintf(data_name, sizeof data_name, "\"%s\"", what);
+    snprintf(labels_name, sizeof labels_name, "\"%s\"", labels_field(what));
+    int rc = dt_data_check_files("data", data_name, data, labels_name,
+                                 sp->cfg->source == DT_DATA_IDX ? labels : NULL, err);
+    if (rc < 0) return rc;
     dt_reader_params p;
     dt_data_reader_params(sp->cfg, sp->needs, &p);
     p.labels = mode;
     /* The reader's format names are the file sources' names. */
-    int rc = dt_reader_load(source_name(sp->cfg), data, labels, &p, t, err);
+    rc = dt_reader_load(source_name(sp->cfg), data, labels, &p, t, err);
+    return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
+}
+
+int dt_data_feature_names(const dt_data_config *cfg, const dt_data_needs *needs, const char *path,
+                          int labeled, char **out, dt_err *err) {
+    *out = NULL;
+    if (cfg->source != DT_DATA_CSV) return 0;
+    dt_reader_params p;
+    dt_data_reader_params(cfg, needs, &p);
+    p.labels = labeled ? DT_LABELS_REQUIRED : DT_LABELS_NONE;
+    int rc = dt_reader_csv_names(path, &p, out, err);
+    return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
+}
+
+/* The number of names in a comma-joined list. */
+static int count_names(const char *names) {
+    int n = 1;
+    for (; *names; names++)
+        n += *names == ',';
+    return n;
+}
+
+/* Name c (0-based, below count_names) of a comma-joined list: its start,
+ * and its length in *len. */
+static const char *name_at(const char *names, int c, int *len) {
+    for (; c > 0; c--)
+        names = strchr(names, ',') + 1;
+    *len = (int)strcspn(names, ",");
+    return names;
+}
+
+/* The model knows its inputs by position: a file with two columns swapped
+ * would be scored on the wrong ones without a word. */
+int dt_data_check_names(const dt_data_config *cfg, const dt_data_needs *needs, const char *path,
+                        int labeled, const char *want, dt_err *err) {
+    if (!want) return 0;
+    char *have = NULL;
+    int rc = dt_data_feature_names(cfg, needs, path, labeled, &have, err);
+    if (rc < 0) return rc;
+    const int n = have ? count_names(have) : 0;
+    if (have && n == count_names(want) && strcmp(have, want) != 0) {
+        int c = 0, la = 0, lb = 0;
+        const char *a = have, *b = want;
+        for (; c < n; c++) { /* the lists differ, so some column does */
+            a = name_at(have, c, &la);
+            b = name_at(want, c, &lb);
+            if (la != lb || strncmp(a, b, (size_t)la) != 0) break;
+        }
+        rc = dt_err_set(err, DT_ECONFIG,
+                        "%s: feature column %d is \"%.*s\", but the model was trained with "
+                        "\"%.*s\" there: the columns must be the training file's, in its order "
+                        "(%.200s%s)",
+                        path, c + 1, la > 80 ? 80 : la, a, lb > 80 ? 80 : lb, b, want,
+                        strlen(want) > 200 ? "..." : "");
+    }
+    free(have);
+    return rc;
+}
+
+int dt_data_infer(const dt_data_config *cfg, const dt_data_needs *needs, int want_classes,
+                  dt_reader_shape *out, dt_err *err) {
+    memset(out, 0, sizeof *out);
+    if (!dt_data_reads_files(cfg))
+        return dt_err_set(err, DT_EINVAL,
+                          "data: the \"%s\" source has no file to take \"features\" or "
+                          "\"classes\" from",
+                          source_name(cfg));
+    if (!cfg->train_data[0])
+        return dt_err_set(err, DT_EINVAL,
+                          "data: \"train_data\" is not set: the \"%s\" source "
+                          "reads a file",
+                          source_name(cfg));
+    const char *labels = cfg->source == DT_DATA_IDX ? cfg->train_labels : NULL;
+    int rc = dt_data_check_files("data", "\"train_data\"", cfg->train_data, "\"train_labels\"",
+                                 labels, err);
+    if (rc < 0) return rc;
+    dt_reader_params p;
+    dt_data_reader_params(cfg, needs, &p);
+    rc = dt_reader_infer(source_name(cfg), cfg->train_data, labels, &p, want_classes, out, err);
     return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
 }
 
@@ -402,9 +512,9 @@ static int from_table(const spec *sp, dt_reader_table *t, const scaling *sc, int
         if (t->y) t->y[k] = t->y[i];
     }
     if (ds->size < t->rows) { /* give the other shards' rows back; a failed shrink is harmless */
-        float *x = realloc(t->x, (size_t)(ds->size * F) * sizeof(float));
+        float *x = dt_realloc(t->x, (size_t)(ds->size * F) * sizeof(float));
         if (x) t->x = x;
-        float *y = t->y ? realloc(t->y, (size_t)ds->size * sizeof(float)) : NULL;
+        float *y = t->y ? dt_realloc(t->y, (size_t)ds->size * sizeof(float)) : NULL;
         if (y) t->y = y;
     }
     ds->mem_x = t->x;
@@ -414,8 +524,8 @@ static int from_table(const spec *sp, dt_reader_table *t, const scaling *sc, int
     t->rows = 0;
     scaling_apply(sc, ds->mem_x, ds->size, (int)F);
     if (sc->mean) { /* kept so a checkpoint can carry them (dt_data_stats_of) */
-        ds->scale_mean = malloc((size_t)F * sizeof *ds->scale_mean);
-        ds->scale_std = malloc((size_t)F * sizeof *ds->scale_std);
+        ds->scale_mean = dt_malloc((size_t)F * sizeof *ds->scale_mean);
+        ds->scale_std = dt_malloc((size_t)F * sizeof *ds->scale_std);
         if (!ds->scale_mean || !ds->scale_std) {
             dt_data_free(ds);
             return dt_err_set(err, DT_ENOMEM, "data: no memory for the statistics of %lld features",
@@ -468,7 +578,7 @@ int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t
     if ((rc = source_of(cfg, &source, err)) < 0) return rc;
     if (source != SRC_FILE) {
         if (cfg->num_examples < 1)
-            return dt_err_set(err, DT_EINVAL, "data: \"num_examples\" must be >= 1 (got %lld)",
+            return dt_err_set(err, DT_EINVAL, "data: \"examples\" must be >= 1 (got %lld)",
                               (long long)cfg->num_examples);
         if (!(cfg->noise >= 0 && isfinite(cfg->noise)))
             return dt_err_set(err, DT_EINVAL, "data: \"noise\" must be a number >= 0 (got %g)",
@@ -487,15 +597,15 @@ int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t
     if (source == SRC_FILE) return open_file(&sp, shard, num_shards, out, err);
     if (shard >= cfg->num_examples)
         return dt_err_set(err, DT_EINVAL,
-                          "data: shard %d of %d is empty: only %lld examples in \"num_examples\"",
+                          "data: shard %d of %d is empty: only %lld examples in \"examples\"",
                           shard, num_shards, (long long)cfg->num_examples);
 
     dt_dataset *ds = NULL;
     if ((rc = new_dataset(&sp, source, cfg->num_examples, shard, num_shards, &ds, err)) < 0)
         return rc;
     if (source == SRC_LINE) {
-        ds->mem_x = malloc((size_t)ds->size * sizeof *ds->mem_x);
-        ds->mem_y = malloc((size_t)ds->size * sizeof *ds->mem_y);
+        ds->mem_x = dt_malloc((size_t)ds->size * sizeof *ds->mem_x);
+        ds->mem_y = dt_malloc((size_t)ds->size * sizeof *ds->mem_y);
         if (!ds->mem_x || !ds->mem_y) {
             rc = dt_err_set(err, DT_ENOMEM, "data: cannot hold %lld examples", (long long)ds->size);
             goto fail;
@@ -510,7 +620,7 @@ int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t
             ds->mem_y[k] = (float)(2.0 * x + noise_of(ds, i));
         }
     } else {
-        ds->true_w = malloc((size_t)ds->features * sizeof *ds->true_w);
+        ds->true_w = dt_malloc((size_t)ds->features * sizeof *ds->true_w);
         if (!ds->true_w) {
             rc = dt_err_set(err, DT_ENOMEM, "data: cannot hold %d true weights", ds->features);
             goto fail;
@@ -624,8 +734,8 @@ static int reserve(dt_dataset *ds, int rows, dt_err *err) {
     free(ds->batch_x);
     free(ds->batch_y);
     ds->batch_cap = 0;
-    ds->batch_x = malloc((size_t)rows * (size_t)ds->features * sizeof(float));
-    ds->batch_y = malloc((size_t)rows * sizeof(float));
+    ds->batch_x = dt_malloc((size_t)rows * (size_t)ds->features * sizeof(float));
+    ds->batch_y = dt_malloc((size_t)rows * sizeof(float));
     if (!ds->batch_x || !ds->batch_y)
         return dt_err_set(err, DT_ENOMEM, "data: cannot allocate a batch of %d x %d floats", rows,
                           ds->features);

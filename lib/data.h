@@ -97,8 +97,10 @@ typedef struct dt_dataset dt_dataset; /* opaque; owns its buffers */
  * the synthetic values and the shuffling. Errors (*out stays NULL): unknown
  * source or scaling, a field out of range (named in the message), shard out
  * of range, an empty shard (more shards than examples), no memory, and the
- * reader's errors about the file, prefixed "data: " (DT_ENOTFOUND for a
- * missing file, DT_ECORRUPT for a damaged one, DT_EINVAL for bad content). */
+ * reader's errors about the file, prefixed "data: " (DT_ECORRUPT for a
+ * damaged one, DT_EINVAL for bad content, DT_ECONFIG for content that does
+ * not fit the config). A missing file is DT_ECONFIG naming its job field:
+ * "data: \"train_data\": no such file: x.csv" (dt_data_check_files). */
 int dt_data_open(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed, int shard,
                  int num_shards, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
 /* Opens the held-out set (cfg->eval_data, and eval_labels for idx) whole,
@@ -141,6 +143,41 @@ void dt_data_stats_of(const dt_dataset *ds, dt_data_stats *out);
 int dt_data_open_held_out(const dt_data_config *cfg, const dt_data_needs *needs, uint64_t seed,
                           const dt_data_stats *stats, int labeled, dt_dataset **out,
                           dt_err *err) DT_WARN_UNUSED;
+
+/* What the training file says of the model's shape, for a job that leaves
+ * "features" (and with want_classes "classes") to the data:
+ * dt_reader_infer on cfg->train_data (idx: and train_labels), with
+ * label_column from cfg. Errors as dt_reader_infer's, prefixed "data: ";
+ * a synthetic source or an empty train_data is DT_EINVAL, a missing file
+ * as dt_data_check_files says. */
+int dt_data_infer(const dt_data_config *cfg, const dt_data_needs *needs, int want_classes,
+                  dt_reader_shape *out, dt_err *err) DT_WARN_UNUSED;
+
+/* The names of the feature columns of path, a file in cfg's format, in
+ * order, joined by commas (dt_reader_csv_names), with its label column left
+ * out when labeled; *out malloc'd, the caller frees it. Only csv names its
+ * columns: for the other sources *out is NULL. Errors: the reader's about
+ * the file's header, prefixed "data: ". */
+int dt_data_feature_names(const dt_data_config *cfg, const dt_data_needs *needs, const char *path,
+                          int labeled, char **out, dt_err *err) DT_WARN_UNUSED;
+
+/* csv: DT_ECONFIG when the feature columns of path (dt_data_feature_names)
+ * are not want, the training file's (a checkpoint's "feature_names"),
+ * naming the first that differs, by name and position; 0 when they are, when
+ * want is NULL, when the source names no columns, or when their count
+ * differs (the read reports that). Errors of the header as
+ * dt_data_feature_names. */
+int dt_data_check_names(const dt_data_config *cfg, const dt_data_needs *needs, const char *path,
+                        int labeled, const char *want, dt_err *err) DT_WARN_UNUSED;
+
+/* 0 when data (and labels, when not NULL or "") exist, or fail to stat
+ * for another reason, which reading them reports; DT_ECONFIG
+ * "<prefix>: <name>: no such file: <path>" for one that does not, so the
+ * message names the config field or flag that points to it (prefix
+ * "data", name "\"eval_data\""; prefix "predict", name "--data"). Every
+ * data set this module opens checks its files so. */
+int dt_data_check_files(const char *prefix, const char *data_name, const char *data,
+                        const char *labels_name, const char *labels, dt_err *err) DT_WARN_UNUSED;
 
 /* Examples in this shard. */
 int64_t dt_data_size(const dt_dataset *ds);

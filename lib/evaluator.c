@@ -87,7 +87,7 @@ static void write_summary(evaluator *e, int64_t step, double loss, double accura
 }
 
 /* The step at which the job that wrote meta ends; 0 when nobody says. */
-static int64_t final_step(const evaluator *e, const dt_ckpt_meta *meta) {
+static int64_t final_step(const evaluator *e, const dt_safetensors_meta *meta) {
     return meta->max_steps > 0 ? meta->max_steps : e->job->max_steps;
 }
 
@@ -99,16 +99,27 @@ static int look(evaluator *e, int *done, dt_err *err) {
     if (named <= e->tried) return 0;
     e->tried = named;
     dt_tensors vars;
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     char path[DT_PATH_MAX + 64];
     int rc = dt_predict_load("evaluator", e->job, NULL, &vars, &meta, path, sizeof path, err);
-    if (rc == DT_EINVAL) return rc; /* another model's checkpoint: not ours to score */
+    /* Another model's checkpoint, or one whose job disagrees with this one
+     * on the model's input: not ours to score, now or later. */
+    if (rc == DT_EINVAL || rc == DT_ECONFIG) return rc;
     if (rc < 0) {
         dt_log(DT_LOG_WARN, "%s; waiting for the next checkpoint", err->msg);
         dt_err_clear(err);
         return 0;
     }
-    dt_ckpt_meta_deinit(&meta);          /* its job is not needed here */
+    /* The held-out csv's columns must be those the model was trained on. */
+    dt_data_needs needs;
+    dt_model_data_needs(&e->job->model, &needs);
+    rc = dt_data_check_names(&e->job->data, &needs, e->job->data.eval_data, 1, meta.feature_names,
+                             err);
+    dt_safetensors_meta_deinit(&meta); /* its job is not needed here */
+    if (rc < 0) {
+        dt_tensors_deinit(&vars);
+        return dt_err_wrap(err, rc, "evaluator");
+    }
     if (meta.global_step <= e->scored) { /* the newest was unreadable: an older one came */
         dt_tensors_deinit(&vars);
         return 0;
@@ -132,7 +143,7 @@ static int look(evaluator *e, int *done, dt_err *err) {
 }
 
 /* Sleeps ms in short slices; 1 when *stop was set meanwhile. */
-static int nap(int ms, volatile sig_atomic_t *stop) {
+static int nap(int ms, const atomic_int *stop) {
     for (int t = 0; t < ms && !*stop; t += 50) {
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
@@ -140,9 +151,14 @@ static int nap(int ms, volatile sig_atomic_t *stop) {
     return *stop != 0;
 }
 
-int dt_evaluator_run(const dt_job *job, volatile sig_atomic_t *stop, dt_err *err) {
+int dt_evaluator_run(const dt_job *given, const atomic_int *stop, dt_err *err) {
+    /* Shapes the job leaves to the data come from the training file, as
+     * the chief's and the workers' do. */
+    dt_job job = *given;
+    int rc = dt_job_infer(&job, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "evaluator");
     evaluator e;
-    int rc = open_evaluator(job, &e, err);
+    rc = open_evaluator(&job, &e, err);
     if (rc < 0) return rc;
     int done = 0;
     while (rc == 0 && !done) {

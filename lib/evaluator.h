@@ -21,7 +21,7 @@
 #ifndef DT_EVALUATOR_H
 #define DT_EVALUATOR_H
 
-#include <signal.h>
+#include <stdatomic.h>
 
 #include "err.h"
 #include "job.h"
@@ -29,7 +29,9 @@
 /* How often log_dir is looked at, in milliseconds. */
 #define DT_EVAL_POLL_MS 500
 
-/* The evaluator's loop. The job needs "eval_data" (DT_EINVAL without). */
-int dt_evaluator_run(const dt_job *job, volatile sig_atomic_t *stop, dt_err *err) DT_WARN_UNUSED;
+/* The evaluator's loop. The job needs "eval_data" (DT_EINVAL without); a
+ * job that leaves "features" or "classes" unset takes them from its
+ * training file first (dt_job_infer), as the chief does. */
+int dt_evaluator_run(const dt_job *job, const atomic_int *stop, dt_err *err) DT_WARN_UNUSED;
 
 #endif

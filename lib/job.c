@@ -18,6 +18,7 @@
 
 #include "cluster.h"
 #include "jsonpos.h"
+#include "log.h"
 
 #define MAX_EXACT_INT 9007199254740992.0 /* 2^53: JSON numbers are doubles */
 #define WHY_MAX 400
@@ -51,6 +52,8 @@ typedef struct {
     num_rule rule;       /* F_NUM, F_NUM_LIST */
     size_t count_offset; /* lists: the int that holds the count */
     int max_count;       /* lists */
+    int zero_unset;      /* F_INT: 0 in the struct is "not set", to be read from the data
+                            (dt_job_infer); a file cannot say 0 */
 } field;
 
 /* An enum stored through an int slot must be an int. */
@@ -70,8 +73,18 @@ _Static_assert(sizeof(dt_nonfinite) == sizeof(int), "enum size");
 /* The job fields, in the order conf/README.md lists them. */
 static const field fields[] = {
     CHOICE("model", model.kind, dt_model_kind_names),
-    INT_FIELD("features", model.num_features, 1),
-    INT_FIELD("classes", model.num_classes, 2),
+    {.name = "features",
+     .type = F_INT,
+     AT(model.num_features),
+     .min = 1,
+     .max = INT_MAX,
+     .zero_unset = 1},
+    {.name = "classes",
+     .type = F_INT,
+     AT(model.num_classes),
+     .min = 2,
+     .max = INT_MAX,
+     .zero_unset = 1},
     {.name = "hidden",
      .type = F_INT_LIST,
      AT(model.hidden),
@@ -104,6 +117,9 @@ static const field fields[] = {
      .type = F_NUM,
      AT(optim.initial_accumulator),
      .rule = NUM_NONNEG},
+    {.name = "l1_regularization_strength", .type = F_NUM, AT(optim.ftrl_l1), .rule = NUM_NONNEG},
+    {.name = "l2_regularization_strength", .type = F_NUM, AT(optim.ftrl_l2), .rule = NUM_NONNEG},
+    {.name = "ftrl_beta", .type = F_NUM, AT(optim.ftrl_beta), .rule = NUM_NONNEG},
     CHOICE("lr_schedule", schedule.kind, dt_lr_kind_names),
     {.name = "decay_steps",
      .type = F_INT64,
@@ -150,6 +166,8 @@ static const field fields[] = {
     {.name = "pipeline_push", .type = F_BOOL, AT(pipeline_push)},
     INT_FIELD("ready_wait_secs", ready_wait_secs, 1),
     INT_FIELD("rpc_timeout_secs", rpc_timeout_secs, 1),
+    /* At most a day: the ps counts it in milliseconds, in an int. */
+    {.name = "ps_linger_secs", .type = F_INT, AT(ps_linger_secs), .min = 1, .max = 86400},
 };
 #define NUM_FIELDS ((int)(sizeof fields / sizeof fields[0]))
 
@@ -538,8 +556,8 @@ static int apply_object(const dt_json_doc *d, const cJSON *obj, int *path, int n
 void dt_job_defaults(dt_job *job) {
     memset(job, 0, sizeof *job);
     job->model.kind = DT_MODEL_LINEAR;
-    job->model.num_features = 1;
-    job->model.num_classes = 2;
+    job->model.num_features = 0; /* not set: dt_job_finish or dt_job_infer decides */
+    job->model.num_classes = 0;
     job->model.hidden[0] = 128;
     job->model.num_hidden = 1;
     job->data.source = DT_DATA_LINE;
@@ -573,6 +591,7 @@ void dt_job_defaults(dt_job *job) {
     job->pipeline_push = 0;
     job->ready_wait_secs = 120;
     job->rpc_timeout_secs = 10;
+    job->ps_linger_secs = 10;
 }
 
 int dt_job_parse(const char *text, const char *source, dt_job *job, dt_err *err) {
@@ -665,6 +684,11 @@ int dt_job_set(dt_job *job, const char *assignment, dt_err *err) {
     return rc;
 }
 
+/* 1 when v, f's value in a job, is "not set" (to be read from the data). */
+static int is_unset(const field *f, const field_value *v) {
+    return f->zero_unset && v->kind == V_NUMBER && v->num == 0;
+}
+
 /* Holds every field of job to the rule a file's value would meet, so
  * fields set directly in the struct are held to them too. */
 static int check_fields(const dt_job *job, dt_err *err) {
@@ -673,7 +697,7 @@ static int check_fields(const dt_job *job, dt_err *err) {
         field_value v;
         int rc = value_of_slot(job, &fields[i], &v, err);
         if (rc) return rc;
-        if (check_value(&fields[i], &v, why, sizeof why))
+        if (!is_unset(&fields[i], &v) && check_value(&fields[i], &v, why, sizeof why))
             return dt_err_set(err, DT_EINVAL, "job: %s", why);
     }
     return 0;
@@ -705,10 +729,38 @@ int dt_job_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) {
     return dt_data_open_eval(&job->data, &needs, job->seed, out, err);
 }
 
-int dt_job_open_unlabeled(const dt_job *job, dt_dataset **out, dt_err *err) {
+int dt_job_shape_unset(const dt_job *job) {
+    return job->model.num_features == 0 || job->model.num_classes == 0;
+}
+
+int dt_job_infer(dt_job *job, dt_err *err) {
+    dt_model_config *m = &job->model;
+    const int want_features = m->num_features == 0, want_classes = m->num_classes == 0;
+    if (!want_features && !want_classes) return 0;
     dt_data_needs needs;
-    dt_model_data_needs(&job->model, &needs);
-    return dt_data_open_unlabeled(&job->data, &needs, job->seed, out, err);
+    dt_model_data_needs(m, &needs);
+    dt_reader_shape shape;
+    int rc = dt_data_infer(&job->data, &needs, want_classes, &shape, err);
+    if (rc < 0)
+        return dt_err_wrap(err, rc, "job: taking %s from the training data",
+                           !want_classes   ? "\"features\""
+                           : want_features ? "\"features\" and \"classes\""
+                                           : "\"classes\"");
+    /* A set value is checked by the read itself, which names the file and
+     * both numbers; only what is not set is taken here. */
+    char said[DT_ERR_MSG_MAX] = "";
+    if (want_features) {
+        m->num_features = shape.num_features;
+        snprintf(said, sizeof said, "\"features\" %d (%s)", shape.num_features, shape.features_how);
+    }
+    if (want_classes) {
+        m->num_classes = shape.num_classes;
+        size_t n = strlen(said);
+        snprintf(said + n, sizeof said - n, "%s\"classes\" %d (%s)", n ? ", " : "",
+                 shape.num_classes, shape.classes_how);
+    }
+    dt_log(DT_LOG_INFO, "job: from the training data: %s", said);
+    return 0;
 }
 
 int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps, dt_err *err) {
@@ -724,12 +776,32 @@ int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps, dt
     return 0;
 }
 
+/* The ftrl rule is in lib/optim, but the wire's OptimizerConfig does not
+ * carry its l1, l2 and beta yet (sparse models, phase 2): a ps would run it
+ * without them. Refused until it does. */
+static int ftrl_not_served(const dt_job *job, dt_err *err) {
+    if (strcmp(job->optim.name, "ftrl") != 0) return 0;
+    return dt_err_set(err, DT_EINVAL,
+                      "job: \"optimizer\": \"ftrl\" is not served by the ps yet (its "
+                      "regularization does not reach the ps); use sgd, momentum, adagrad or adam");
+}
+
 int dt_job_finish(dt_job *job, dt_err *err) {
     DT_ASSERT(job);
     int rc = check_fields(job, err);
     if (rc) return rc;
     if ((rc = dt_optim_check(&job->optim, err))) return rc;
+    if ((rc = ftrl_not_served(job, err))) return rc;
     const dt_data_config *data = &job->data;
+    int from_file = dt_job_reads_files(job);
+    /* Shapes not set: the synthetic sources keep their old defaults (one
+     * feature, two classes); a file says its own (dt_job_infer), except
+     * that a binary model has two classes and a linear one none to say. */
+    dt_model_config *m = &job->model;
+    if (m->num_features == 0 && !from_file) m->num_features = 1;
+    if (m->num_classes == 0 &&
+        (!from_file || m->kind == DT_MODEL_LINEAR || m->kind == DT_MODEL_LOGISTIC))
+        m->num_classes = 2;
     if (data->source == DT_DATA_LINE && job->model.num_features != 1)
         return dt_err_set(err, DT_EINVAL,
                           "job: \"data\": \"line\" has 1 feature, but \"features\" is %d (use "
@@ -737,7 +809,6 @@ int dt_job_finish(dt_job *job, dt_err *err) {
                           job->model.num_features);
     dt_lr_schedule schedule;
     if ((rc = dt_job_schedule(job, &schedule, err))) return rc;
-    int from_file = dt_job_reads_files(job);
     if (from_file && data->train_data[0] == '\0')
         return dt_err_set(err, DT_EINVAL, "job: \"data\": \"%s\" needs \"train_data\" (a file)",
                           dt_data_source_names[data->source]);
@@ -817,6 +888,7 @@ int dt_job_to_json(const dt_job *job, char **out, dt_err *err) {
     for (int i = 0; rc == 0 && i < NUM_FIELDS; i++) {
         field_value v;
         if ((rc = value_of_slot(job, &fields[i], &v, err))) break;
+        if (is_unset(&fields[i], &v)) continue; /* read back, it is unset again */
         cJSON *j = json_of_value(&v);
         if (!j || !cJSON_AddItemToObject(root, fields[i].name, j)) {
             cJSON_Delete(j);
@@ -843,8 +915,12 @@ static int same_value(const field_value *a, const field_value *b) {
     }
 }
 
-/* v as a message shows it: "sgd", 0.05, true, [64, 32]. */
-static void show_value(const field_value *v, char *buf, size_t cap) {
+/* v, f's value, as a message shows it: "sgd", 0.05, true, [64, 32]. */
+static void show_value(const field *f, const field_value *v, char *buf, size_t cap) {
+    if (is_unset(f, v)) {
+        snprintf(buf, cap, "(not set)");
+        return;
+    }
     if (v->kind != V_LIST) {
         snprintf(buf, cap, "%s", v->got);
         return;
@@ -875,8 +951,8 @@ int dt_job_diff(const dt_job *was, const dt_job *now, const char *const *names, 
         int bad_a = value_of_slot(was, f, &a, NULL), bad_b = value_of_slot(now, f, &b, NULL);
         if (!bad_a && !bad_b && same_value(&a, &b)) continue;
         char sa[200], sb[200];
-        show_value(&a, sa, sizeof sa);
-        show_value(&b, sb, sizeof sb);
+        show_value(f, &a, sa, sizeof sa);
+        show_value(f, &b, sb, sizeof sb);
         if (n < cap)
             n += (size_t)snprintf(buf + n, cap - n, "%s\"%s\" %s -> %s", differ ? ", " : "",
                                   f->name, bad_a ? "?" : sa, bad_b ? "?" : sb);

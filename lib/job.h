@@ -56,9 +56,15 @@ typedef struct {
                              flight (one more step stale); not in sync mode */
     int ready_wait_secs;  /* how long a worker waits for the model to be ready */
     int rpc_timeout_secs; /* deadline of one RPC */
+
+    /* ps */
+    int ps_linger_secs; /* after the job's end, longest wait for every worker to be told */
 } dt_job;
 
-/* The demo's defaults (documented in README and conf/). */
+/* The demo's defaults (documented in README and conf/). "features" and
+ * "classes" start not set (0): dt_job_finish gives the synthetic sources
+ * their 1 feature and 2 classes, a binary or linear model its 2 classes,
+ * and leaves the rest to dt_job_infer. */
 void dt_job_defaults(dt_job *job);
 /* Applies the job fields found in a file (top level, or under "job") on top
  * of job's current values. Unknown fields are errors. On failure job is
@@ -70,9 +76,11 @@ int dt_job_parse(const char *text, const char *source, dt_job *job, dt_err *err)
  * "--set field=value: why". */
 int dt_job_set(dt_job *job, const char *assignment, dt_err *err) DT_WARN_UNUSED;
 /* Checks every field again (so values set in the struct obey the file
- * rules), then across fields, then dt_optim_check; and sets max_steps to
- * epochs * ceil(examples / batch_size) when it is 0. Call once after all
- * files and overrides are applied. Errors read "job: ...". */
+ * rules), then across fields, then dt_optim_check; sets max_steps to
+ * epochs * ceil(examples / batch_size) when it is 0, and "features" and
+ * "classes" when they are not set and the data cannot say them (see
+ * dt_job_defaults). Call once after all files and overrides are applied.
+ * Errors read "job: ...". */
 int dt_job_finish(dt_job *job, dt_err *err) DT_WARN_UNUSED;
 
 /* The job's learning-rate schedule (job->schedule), checked. */
@@ -82,13 +90,28 @@ int dt_job_schedule(const dt_job *job, dt_lr_schedule *out, dt_err *err) DT_WARN
  * dt_job_finish leaves max_steps 0 when epochs are given: the size of the
  * data is known only once it is read. */
 int dt_job_reads_files(const dt_job *job);
-/* The job's data opened as its model needs it: dt_data_open,
- * dt_data_open_eval and dt_data_open_unlabeled with job->data, the model's
- * dt_data_needs and job->seed. */
+/* The job's data opened as its model needs it: dt_data_open and
+ * dt_data_open_eval with job->data, the model's dt_data_needs and
+ * job->seed. */
 int dt_job_open_data(const dt_job *job, int shard, int num_shards, dt_dataset **out,
                      dt_err *err) DT_WARN_UNUSED;
 int dt_job_open_eval(const dt_job *job, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
-int dt_job_open_unlabeled(const dt_job *job, dt_dataset **out, dt_err *err) DT_WARN_UNUSED;
+
+/* 1 while "features" or "classes" is not set (0): a job of file data that
+ * leaves them to the data, after dt_job_finish, until dt_job_infer. A ps,
+ * which reads no data, runs with them unset (the chief's Create brings the
+ * shapes). */
+int dt_job_shape_unset(const dt_job *job);
+/* Sets "features" and "classes" that are not set from the training file
+ * (dt_data_infer: the csv header less the label column, the largest libsvm
+ * index, the idx header; the classes when the labels are 0..K-1, each
+ * present) and logs what it took and from where. Every role that reads
+ * data calls it before opening it: they read the same file, so they agree.
+ * Does nothing when both are set; a set value the data disagrees with is
+ * refused by the read (DT_ECONFIG naming the file and both numbers).
+ * Errors: dt_data_infer's, prefixed "job: taking \"features\" from the
+ * training data" (or "classes"). */
+int dt_job_infer(dt_job *job, dt_err *err) DT_WARN_UNUSED;
 
 /* The job as a JSON object holding every field, in conf/README.md's order
  * (*out malloc'd, the caller frees it): a job file that dt_job_parse reads

@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+
 #define MAX_FILE_BYTES (16L << 20)
 #define MAX_NESTING 1000 /* cJSON's CJSON_NESTING_LIMIT */
 #define WHY_MAX 400
@@ -367,21 +369,26 @@ void dt_json_where(const dt_json_doc *d, const int *path, int n, int want_key, c
 
 /* Our scanner judges the syntax first: it is strict JSON (cJSON lets "1."
  * and "\u12G4" through) and says what is wrong where. cJSON then builds the
- * tree; should it still fail, it ran out of memory. */
+ * tree; should it still fail, it ran out of memory (what it accepts is a
+ * superset of what the scanner does, nesting limit included). */
 int dt_json_parse(const dt_json_doc *d, cJSON **out, dt_err *err) {
     size_t at = 0;
     char why[200];
     int line, col;
     *out = NULL;
     if (!diagnose(d->text, &at, why, sizeof why)) {
-        const char *end = NULL;
-        *out = cJSON_ParseWithOpts(d->text, &end, 1);
+        *out = cJSON_ParseWithOpts(d->text, NULL, 1);
         if (*out) return 0;
-        at = end ? (size_t)(end - d->text) : 0;
-        snprintf(why, sizeof why, "cannot parse (out of memory?)");
+        return dt_err_set(err, DT_ENOMEM, "%s: out of memory parsing its JSON", d->source);
     }
     line_col(d->text, at, &line, &col);
     return dt_err_set(err, DT_EINVAL, "%s:%d:%d: invalid JSON: %s", d->source, line, col, why);
+}
+
+int dt_json_valid(const char *text) {
+    size_t at;
+    char why[8];
+    return !diagnose(text, &at, why, sizeof why);
 }
 
 int dt_json_parse_object(const dt_json_doc *d, const char *kind, const char *shape, cJSON **out,
@@ -413,7 +420,7 @@ int dt_json_read_file(const char *path, char **out, dt_err *err) {
     for (;;) {
         if (cap - len < 4096) {
             size_t want = cap ? cap * 2 : 8192;
-            char *grown = realloc(buf, want + 1);
+            char *grown = dt_realloc(buf, want + 1);
             if (!grown) {
                 rc = dt_err_set(err, DT_ENOMEM, "%s: read: out of memory", path);
                 goto fail;

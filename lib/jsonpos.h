@@ -27,9 +27,16 @@ typedef struct {
 /* Reads a whole file (at most 16 MiB, no NUL bytes) as a C string; *out is
  * the caller's to free. */
 int dt_json_read_file(const char *path, char **out, dt_err *err) DT_WARN_UNUSED;
-/* Parses d->text; *out is the caller's to cJSON_Delete. On failure err reads
- * "source:line:col: invalid JSON: what". */
+/* Parses d->text; *out is the caller's to cJSON_Delete. On bad text err
+ * reads "source:line:col: invalid JSON: what" (DT_EINVAL); DT_ENOMEM when
+ * memory runs out. */
 int dt_json_parse(const dt_json_doc *d, cJSON **out, dt_err *err) DT_WARN_UNUSED;
+
+/* 1 when text (NUL-terminated) is one strict JSON value, as dt_json_parse
+ * wants it (a BOM and whitespace around it allowed), else 0. For a caller
+ * of cJSON's parser to tell a failure for want of memory (the text passes)
+ * from one on the text. */
+int dt_json_valid(const char *text);
 
 /* dt_json_parse for a file whose root must be an object; otherwise err
  * reads "source:1:1: a <kind> file holds an object<shape> (got ...)". */

@@ -39,6 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+
 /* Keeps the initial weights apart from the data set's random streams, which
  * hash the same seed with other constants. */
 #define INIT_STREAM 0x6d6f64656c696e69ULL
@@ -339,10 +341,13 @@ static void free_buffers(dt_model *m) {
 }
 
 /* rows x cols floats, or NULL when that overflows or fails. */
+/* Zeroed: the passes write every row they read, but the static analyzer
+ * cannot follow that through the BLAS calls; buffers grow rarely, so
+ * the zeroing costs nothing per step. */
 static float *alloc_floats(int rows, int cols) {
     if (cols == 0) return NULL;
     if ((size_t)rows > SIZE_MAX / sizeof(float) / (size_t)cols) return NULL;
-    return malloc((size_t)rows * (size_t)cols * sizeof(float));
+    return dt_calloc((size_t)rows * (size_t)cols, sizeof(float));
 }
 
 /* Grows every buffer to hold rows rows; contents are not kept. */
@@ -378,7 +383,7 @@ static void set_blas_threads(void) {
 
 int dt_model_new(const dt_model_config *cfg, dt_model **out, dt_err *err) {
     *out = NULL;
-    dt_model *m = calloc(1, sizeof *m);
+    dt_model *m = dt_calloc(1, sizeof *m);
     if (!m) return dt_err_set(err, DT_ENOMEM, "model: no memory for a handle");
     int rc = plan(cfg, &m->net, err);
     if (rc == 0) rc = net_specs(&m->net, m->specs, &m->num_vars, err);
@@ -475,29 +480,28 @@ static double log_sum_exp(const float *z, int K, int *argmax) {
     return mx + log(s);
 }
 
-/* The head on the B rows of m->out with labels y (checked): adds the row
- * losses to *loss_sum and the rows classified right to *correct. With
- * grad_scale > 0, writes grad_scale * dloss/dz into m->dout. */
-static void head(dt_model *m, int B, const float *y, double grad_scale, double *loss_sum,
-                 int64_t *correct) {
-    const int O = out_dim(&m->net);
+/* The head h on B rows of outputs z (B, O) with labels y (checked): adds
+ * the row losses to *loss_sum and the rows classified right to *correct.
+ * With grad_scale > 0, writes grad_scale * dloss/dz into dz (B, O). */
+static void head_rows(head_kind h, int O, const float *zs, float *dzs, int B, const float *y,
+                      double grad_scale, double *loss_sum, int64_t *correct) {
     double sum = 0;
     int64_t right = 0;
     for (int i = 0; i < B; i++) {
-        const float *z = m->out + (size_t)i * O; /* (O) */
-        float *dz = m->dout + (size_t)i * O;     /* (O) */
-        switch (m->net.kind->head) {
+        const float *z = zs + (size_t)i * O;                     /* (O) */
+        float *dz = grad_scale > 0 ? dzs + (size_t)i * O : NULL; /* (O) */
+        switch (h) {
         case HEAD_MSE: {
             double r = (double)z[0] - y[i];
             sum += r * r;
-            if (grad_scale > 0) dz[0] = (float)(grad_scale * 2 * r);
+            if (dz) dz[0] = (float)(grad_scale * 2 * r);
             break;
         }
         case HEAD_SIGMOID: {
             double zi = z[0], yi = y[i];
             sum += softplus(zi) - yi * zi;
             right += (zi > 0) == (yi == 1);
-            if (grad_scale > 0) dz[0] = (float)(grad_scale * (sigmoid(zi) - yi));
+            if (dz) dz[0] = (float)(grad_scale * (sigmoid(zi) - yi));
             break;
         }
         case HEAD_SOFTMAX: {
@@ -505,7 +509,7 @@ static void head(dt_model *m, int B, const float *y, double grad_scale, double *
             double lse = log_sum_exp(z, O, &best);
             sum += lse - z[label];
             right += best == label;
-            if (grad_scale > 0)
+            if (dz)
                 for (int k = 0; k < O; k++)
                     dz[k] = (float)(grad_scale * (exp((double)z[k] - lse) - (k == label)));
             break;
@@ -516,13 +520,19 @@ static void head(dt_model *m, int B, const float *y, double grad_scale, double *
     *correct += right;
 }
 
-/* Predictions of the B rows of m->out into out (B, O). */
-static void head_predict(const dt_model *m, int B, float *out) {
-    const int O = out_dim(&m->net);
+/* The head on the B rows of m->out, gradients into m->dout. */
+static void head(dt_model *m, int B, const float *y, double grad_scale, double *loss_sum,
+                 int64_t *correct) {
+    head_rows(m->net.kind->head, out_dim(&m->net), m->out, m->dout, B, y, grad_scale, loss_sum,
+              correct);
+}
+
+/* Predictions of head h for B rows of outputs z (B, O) into out (B, O). */
+static void predict_rows(head_kind h, int O, const float *zs, int B, float *out) {
     for (int i = 0; i < B; i++) {
-        const float *z = m->out + (size_t)i * O;
+        const float *z = zs + (size_t)i * O;
         float *p = out + (size_t)i * O;
-        switch (m->net.kind->head) {
+        switch (h) {
         case HEAD_MSE: p[0] = z[0]; break;
         case HEAD_SIGMOID: p[0] = (float)sigmoid(z[0]); break;
         case HEAD_SOFTMAX: {
@@ -536,9 +546,14 @@ static void head_predict(const dt_model *m, int B, float *out) {
     }
 }
 
-/* Gradients of every layer from dZ_L in m->dout, after forward on the same x. */
-static void backward(dt_model *m, const dt_tensors *vars, const float *x, int B,
-                     dt_tensors *grads) {
+static void head_predict(const dt_model *m, int B, float *out) {
+    predict_rows(m->net.kind->head, out_dim(&m->net), m->out, B, out);
+}
+
+/* Gradients of every layer from dZ_L in m->dout, after forward on the same
+ * x; with dx, also dloss/dx = dZ_0 W_0^T (B, F). */
+static void backward(dt_model *m, const dt_tensors *vars, const float *x, int B, dt_tensors *grads,
+                     float *dx) {
     const net_shape *n = &m->net;
     float *dz = m->dout; /* (B, out) */
     int next = 0;
@@ -558,7 +573,13 @@ static void backward(dt_model *m, const dt_tensors *vars, const float *x, int B,
         for (int i = 0; i < B; i++)
             for (int j = 0; j < out; j++)
                 gb[j] += dz[(size_t)i * out + j];
-        if (l == 0) break;
+        if (l == 0) {
+            /* dX = dZ_0 W_0^T: the input is not a ReLU output, no mask */
+            if (dx)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, in, out, 1.0f, dz, out,
+                            weight_of(vars, 0), out, 0.0f, dx, in);
+            break;
+        }
         /* dZ_{l-1} = (dZ W^T) * [A_l > 0] */
         float *da = m->delta[next]; /* (B, in) */
         next ^= 1;
@@ -589,12 +610,10 @@ static double l2_term(const dt_model *m, const dt_tensors *vars, dt_tensors *gra
 
 /* Row i's label is one the head can take: a finite target (mse), 0 or 1
  * (sigmoid), an integer class in 0..K-1 (softmax). */
-static int check_labels(const dt_model *m, const dt_batch *b, dt_err *err) {
-    const char *name = m->net.name;
-    const int K = out_dim(&m->net);
-    for (int i = 0; i < b->rows; i++) {
-        const float y = b->y[i];
-        switch (m->net.kind->head) {
+static int labels_ok(head_kind h, int K, const float *ys, int B, const char *name, dt_err *err) {
+    for (int i = 0; i < B; i++) {
+        const float y = ys[i];
+        switch (h) {
         case HEAD_MSE:
             if (!isfinite(y))
                 return dt_err_set(err, DT_EINVAL,
@@ -618,6 +637,10 @@ static int check_labels(const dt_model *m, const dt_batch *b, dt_err *err) {
     return 0;
 }
 
+static int check_labels(const dt_model *m, const dt_batch *b, dt_err *err) {
+    return labels_ok(m->net.kind->head, out_dim(&m->net), b->y, b->rows, m->net.name, err);
+}
+
 /* What every entry point checks before any math. */
 static int check_call(const dt_model *m, const dt_tensors *vars, const dt_batch *b,
                       const dt_tensors *grads, int labels, dt_err *err) {
@@ -634,8 +657,8 @@ static int check_call(const dt_model *m, const dt_tensors *vars, const dt_batch 
     return labels ? check_labels(m, b, err) : 0;
 }
 
-int dt_model_loss_grad(dt_model *m, const dt_tensors *vars, const dt_batch *b, dt_tensors *grads,
-                       double *loss, dt_err *err) {
+static int loss_grad(dt_model *m, const dt_tensors *vars, const dt_batch *b, dt_tensors *grads,
+                     float *dx, double *loss, dt_err *err) {
     *loss = NAN;
     m->out_rows = 0;
     int rc;
@@ -646,10 +669,48 @@ int dt_model_loss_grad(dt_model *m, const dt_tensors *vars, const dt_batch *b, d
     int64_t correct = 0;
     forward(m, vars, b->x, B);
     head(m, B, b->y, grads ? 1.0 / B : 0, &sum, &correct);
-    if (grads) backward(m, vars, b->x, B, grads);
+    if (grads) backward(m, vars, b->x, B, grads, dx);
     *loss = sum / B + l2_term(m, vars, grads);
     m->out_rows = B;
     return 0;
+}
+
+int dt_model_loss_grad(dt_model *m, const dt_tensors *vars, const dt_batch *b, dt_tensors *grads,
+                       double *loss, dt_err *err) {
+    return loss_grad(m, vars, b, grads, NULL, loss, err);
+}
+
+int dt_model_loss_grad_input(dt_model *m, const dt_tensors *vars, const dt_batch *b,
+                             dt_tensors *grads, float *dx, double *loss, dt_err *err) {
+    DT_ASSERT(grads && dx);
+    return loss_grad(m, vars, b, grads, dx, loss, err);
+}
+
+/* ---- heads for other models (lib/sparse_model) -------------------------- */
+
+static head_kind head_of(dt_model_kind kind) {
+    DT_ASSERT((unsigned)kind < sizeof kinds / sizeof kinds[0]);
+    return kinds[kind].head;
+}
+
+int dt_model_head_outputs(dt_model_kind kind, int num_classes) {
+    return head_of(kind) == HEAD_SOFTMAX ? num_classes : 1;
+}
+
+int dt_model_head_check_labels(dt_model_kind kind, int num_classes, const float *y, int B,
+                               dt_err *err) {
+    return labels_ok(head_of(kind), dt_model_head_outputs(kind, num_classes), y, B,
+                     dt_model_kind_names[kind], err);
+}
+
+void dt_model_head_loss(dt_model_kind kind, int num_classes, const float *z, const float *y, int B,
+                        double grad_scale, float *dz, double *loss_sum, int64_t *correct) {
+    head_rows(head_of(kind), dt_model_head_outputs(kind, num_classes), z, dz, B, y, grad_scale,
+              loss_sum, correct);
+}
+
+void dt_model_head_predict(dt_model_kind kind, int num_classes, const float *z, int B, float *out) {
+    predict_rows(head_of(kind), dt_model_head_outputs(kind, num_classes), z, B, out);
 }
 
 /* Rows per forward pass for a call on B rows: the whole batch when the

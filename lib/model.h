@@ -113,6 +113,32 @@ int dt_model_out_cols(const dt_model *m);
 int dt_model_loss_grad(dt_model *m, const dt_tensors *vars, const dt_batch *b, dt_tensors *grads,
                        double *loss, dt_err *err) DT_WARN_UNUSED;
 
+/* As dt_model_loss_grad (grads required), and also the gradient of the
+ * loss with respect to the batch's features into dx (B, F) row-major:
+ * dloss/dX = dZ_0 W_0^T, for models whose input is itself trained
+ * (embedding rows, lib/sparse_model). dx is unspecified on failure. */
+int dt_model_loss_grad_input(dt_model *m, const dt_tensors *vars, const dt_batch *b,
+                             dt_tensors *grads, float *dx, double *loss,
+                             dt_err *err) DT_WARN_UNUSED;
+
+/* The loss heads on their own, for models that make their outputs another
+ * way (lib/sparse_model): the head of kind (linear mse, logistic sigmoid,
+ * softmax or mlp softmax of num_classes) on B rows of outputs z (B, O),
+ * O = dt_model_head_outputs(kind, num_classes). Labels go through
+ * dt_model_head_check_labels first (its errors name the kind and the batch
+ * row, as dt_model_loss_grad's). dt_model_head_loss adds the rows' losses
+ * to *loss_sum and the rows classified right to *correct, and with
+ * grad_scale > 0 writes grad_scale * dloss/dz into dz (B, O) (dz unused
+ * otherwise, may be NULL). dt_model_head_predict writes what
+ * dt_model_predict would for those outputs. A kind out of range is a bug
+ * (aborts). */
+int dt_model_head_outputs(dt_model_kind kind, int num_classes);
+int dt_model_head_check_labels(dt_model_kind kind, int num_classes, const float *y, int B,
+                               dt_err *err) DT_WARN_UNUSED;
+void dt_model_head_loss(dt_model_kind kind, int num_classes, const float *z, const float *y, int B,
+                        double grad_scale, float *dz, double *loss_sum, int64_t *correct);
+void dt_model_head_predict(dt_model_kind kind, int num_classes, const float *z, int B, float *out);
+
 /* The last layer's outputs Z (rows, O) row-major, O = dt_model_out_cols(m),
  * that the last dt_model_loss_grad on m computed for its batch, before the
  * loss head: linear the predictions, logistic the logit z (P(y=1) =

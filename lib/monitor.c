@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "log.h"
 #include "rpc_client.h"
 
@@ -140,8 +141,8 @@ static void summarize(dt_job_status *st, dt_worker_seen *all) {
 static int ask_all(const dt_cluster *c, const dt_rpc_security *sec, int timeout_ms,
                    dt_job_status *st, dt_err *err) {
     int n = c->num_ps, rc = 0;
-    dt_rpc_channel **ch = calloc((size_t)n, sizeof *ch);
-    dt_rpc_call *calls = calloc((size_t)n, sizeof *calls);
+    dt_rpc_channel **ch = dt_calloc((size_t)n, sizeof *ch);
+    dt_rpc_call *calls = dt_calloc((size_t)n, sizeof *calls);
     dt_rpc_buf request = {0};
     dt_msg_status_req req = {.worker = -1};
     if (!ch || !calls) rc = dt_err_set(err, DT_ENOMEM, "status: out of memory");
@@ -181,9 +182,9 @@ int dt_job_status_get(const dt_cluster *c, const dt_rpc_security *sec, int timeo
     memset(st, 0, sizeof *st);
     st->num_ps = c->num_ps;
     st->num_workers = c->num_workers;
-    st->ps = calloc((size_t)c->num_ps, sizeof *st->ps);
-    st->workers = calloc((size_t)c->num_workers, sizeof *st->workers);
-    dt_worker_seen *all = calloc((size_t)c->num_workers, sizeof *all);
+    st->ps = dt_calloc((size_t)c->num_ps, sizeof *st->ps);
+    st->workers = dt_calloc((size_t)c->num_workers, sizeof *st->workers);
+    dt_worker_seen *all = dt_calloc((size_t)c->num_workers, sizeof *all);
     int rc = st->ps && st->workers && all ? 0 : dt_err_set(err, DT_ENOMEM, "status: out of memory");
     for (int w = 0; rc == 0 && w < c->num_workers; w++)
         all[w] = (dt_worker_seen){.worker = w, .pushes = 0, .last_push_ms = -1};

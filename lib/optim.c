@@ -2,7 +2,7 @@
  * optim: TensorFlow 1.x update rules on float arrays.
  *
  * Each rule is the one TF's training ops apply (ApplyGradientDescent,
- * ApplyMomentum, ApplyAdagradV2, ApplyAdam), element by element, in float
+ * ApplyMomentum, ApplyAdagradV2, ApplyAdam, ApplyFtrl), element by element, in float
  * arithmetic like TF's float32 kernels; only the per-call scalars (Adam's
  * bias-corrected step) are worked out in double. The loops carry no
  * dependence between elements so the compiler can vectorise them.
@@ -17,9 +17,9 @@
 #include <math.h>
 #include <string.h>
 
-typedef enum { OPT_SGD, OPT_MOMENTUM, OPT_ADAGRAD, OPT_ADAM, OPT_UNKNOWN } opt_kind;
+typedef enum { OPT_SGD, OPT_MOMENTUM, OPT_ADAGRAD, OPT_ADAM, OPT_FTRL, OPT_UNKNOWN } opt_kind;
 
-const char *const dt_optim_names[] = {"sgd", "momentum", "adagrad", "adam", NULL};
+const char *const dt_optim_names[] = {"sgd", "momentum", "adagrad", "adam", "ftrl", NULL};
 
 static opt_kind kind_of(const dt_optim_config *cfg) {
     /* A name that fills the buffer without a NUL is not a name we know. */
@@ -45,6 +45,9 @@ void dt_optim_defaults(dt_optim_config *cfg) {
     cfg->beta2 = 0.999;
     cfg->epsilon = 1e-7;
     cfg->initial_accumulator = 0.1;
+    cfg->ftrl_l1 = 0;
+    cfg->ftrl_l2 = 0;
+    cfg->ftrl_beta = 0;
 }
 
 /* 1 when v lies in [lo, hi) (hi_open) or [lo, hi]; NaN fails both. */
@@ -55,7 +58,8 @@ static int in_range(double v, double lo, double hi, int hi_open) {
 int dt_optim_check(const dt_optim_config *cfg, dt_err *err) {
     if (kind_of(cfg) == OPT_UNKNOWN)
         return dt_err_set(err, DT_EINVAL,
-                          "optimizer: unknown name \"%.*s\" (want sgd, momentum, adagrad or adam)",
+                          "optimizer: unknown name \"%.*s\" (want sgd, momentum, adagrad, adam "
+                          "or ftrl)",
                           DT_OPTIM_NAME_MAX, cfg->name);
     if (!(cfg->learning_rate > 0 && isfinite(cfg->learning_rate)))
         return dt_err_set(err, DT_EINVAL,
@@ -83,6 +87,16 @@ int dt_optim_check(const dt_optim_config *cfg, dt_err *err) {
         return dt_err_set(err, DT_EINVAL,
                           "optimizer: \"initial_accumulator\" must be a number >= 0 (got %g)",
                           cfg->initial_accumulator);
+    const struct {
+        const char *name;
+        double value;
+    } ftrl[] = {{"l1_regularization_strength", cfg->ftrl_l1},
+                {"l2_regularization_strength", cfg->ftrl_l2},
+                {"ftrl_beta", cfg->ftrl_beta}};
+    for (size_t i = 0; i < sizeof ftrl / sizeof ftrl[0]; i++)
+        if (!(ftrl[i].value >= 0 && isfinite(ftrl[i].value)))
+            return dt_err_set(err, DT_EINVAL, "optimizer: \"%s\" must be a number >= 0 (got %g)",
+                              ftrl[i].name, ftrl[i].value);
     return 0;
 }
 
@@ -92,6 +106,7 @@ int dt_optim_num_slots(const dt_optim_config *cfg) {
     case OPT_MOMENTUM: return 1;
     case OPT_ADAGRAD: return 1;
     case OPT_ADAM: return 2;
+    case OPT_FTRL: return 2;
     default: return 0;
     }
 }
@@ -102,13 +117,16 @@ const char *dt_optim_slot_name(const dt_optim_config *cfg, int i) {
     case OPT_MOMENTUM: return "momentum";
     case OPT_ADAGRAD: return "accumulator";
     case OPT_ADAM: return i == 0 ? "m" : "v";
+    case OPT_FTRL: return i == 0 ? "accumulator" : "linear";
     default: return NULL;
     }
 }
 
 float dt_optim_slot_init(const dt_optim_config *cfg, int i) {
     DT_ASSERT(i >= 0 && i < dt_optim_num_slots(cfg));
-    return known_kind(cfg) == OPT_ADAGRAD ? (float)cfg->initial_accumulator : 0.0f;
+    opt_kind k = known_kind(cfg);
+    int accumulator = k == OPT_ADAGRAD || (k == OPT_FTRL && i == 0);
+    return accumulator ? (float)cfg->initial_accumulator : 0.0f;
 }
 
 /* Gradient element i of bytes at any alignment: a memcpy load, which the
@@ -186,18 +204,45 @@ static void nesterov_to(const float *restrict w, float *restrict out, float *res
     BLOCKED(NESTEROV_BODY)
 }
 
-void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, float *const *slots,
-                    const void *g, int64_t n) {
-    dt_optim_apply_to(cfg, lr, t, w, w, slots, g, n);
+/* The scalars of one update, worked out once per call (in double, then
+ * rounded to float like TF's float32 kernels), so dt_optim_apply_rows pays
+ * for them once and not per row. */
+typedef struct {
+    opt_kind kind;
+    float lr;
+    float mu;                           /* momentum */
+    float eps;                          /* adagrad, adam */
+    float b1, b2, one_b1, one_b2, lr_t; /* adam */
+    float l1, l2_twice;                 /* ftrl: l1, 2*l2 + beta/lr */
+    int nesterov;
+} step;
+
+static step step_of(const dt_optim_config *cfg, double lr, int64_t t) {
+    DT_ASSERT(t >= 1);
+    step st = {.kind = known_kind(cfg), .lr = (float)lr};
+    st.mu = (float)cfg->momentum;
+    st.nesterov = cfg->nesterov;
+    st.eps = (float)cfg->epsilon;
+    const double b1 = cfg->beta1, b2 = cfg->beta2;
+    st.b1 = (float)b1;
+    st.b2 = (float)b2;
+    st.one_b1 = (float)(1.0 - b1);
+    st.one_b2 = (float)(1.0 - b2);
+    st.lr_t = (float)(lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t)));
+    st.l1 = (float)cfg->ftrl_l1;
+    /* Keras folds beta into TF's l2 as l2 + beta/(2*lr); the kernel's
+     * quadratic term is sqrt(n)/lr + 2*l2. */
+    st.l2_twice = (float)(2.0 * cfg->ftrl_l2 + cfg->ftrl_beta / lr);
+    return st;
 }
 
-void dt_optim_apply_to(const dt_optim_config *cfg, double lr, int64_t t, const float *w, float *out,
-                       float *const *slots, const void *grad, int64_t n) {
-    DT_ASSERT(t >= 1 && n >= 0);
-    const uint8_t *g = grad;
-    const float lr_f = (float)lr;
-    int in_place = out == w;
-    switch (known_kind(cfg)) {
+/* One update of n elements: w read, the new values written to out (w, or
+ * not overlapping it), slots in place; g is n floats at any alignment. */
+static void apply_step(const step *st, const float *w, float *out, float *const *slots,
+                       const uint8_t *g, int64_t n) {
+    const float lr_f = st->lr;
+    const int in_place = out == w;
+    switch (st->kind) {
     case OPT_SGD:
         /* ApplyGradientDescent: w -= lr * g */
         if (in_place)
@@ -208,10 +253,10 @@ void dt_optim_apply_to(const dt_optim_config *cfg, double lr, int64_t t, const f
     case OPT_MOMENTUM: {
         /* ApplyMomentum: accum = mu*accum + g; w -= lr*accum; with
          * use_nesterov: w -= lr*g + lr*mu*accum */
-        const float mu = (float)cfg->momentum;
-        if (cfg->nesterov && in_place)
+        const float mu = st->mu;
+        if (st->nesterov && in_place)
             nesterov_in_place(out, slots[0], g, n, lr_f, mu);
-        else if (cfg->nesterov)
+        else if (st->nesterov)
             nesterov_to(w, out, slots[0], g, n, lr_f, mu);
         else if (in_place)
             momentum_in_place(out, slots[0], g, n, lr_f, mu);
@@ -225,7 +270,7 @@ void dt_optim_apply_to(const dt_optim_config *cfg, double lr, int64_t t, const f
          * eps; the tiny eps (1e-7 by default) only matters when accum is 0,
          * where it turns a 0/0 NaN into no step. */
         float *accum = slots[0];
-        const float eps = (float)cfg->epsilon;
+        const float eps = st->eps;
         for (int64_t i = 0; i < n; i++) {
             const float gi = grad_at(g, i);
             accum[i] += gi * gi;
@@ -237,11 +282,8 @@ void dt_optim_apply_to(const dt_optim_config *cfg, double lr, int64_t t, const f
         /* ApplyAdam: lr_t = lr*sqrt(1-b2^t)/(1-b1^t); m = b1*m + (1-b1)*g;
          * v = b2*v + (1-b2)*g^2; w -= lr_t * m / (sqrt(v) + eps) */
         float *m = slots[0], *v = slots[1];
-        const double b1 = cfg->beta1, b2 = cfg->beta2;
-        const float lr_t =
-            (float)(lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t)));
-        const float b1_f = (float)b1, b2_f = (float)b2, eps = (float)cfg->epsilon;
-        const float one_b1 = (float)(1.0 - b1), one_b2 = (float)(1.0 - b2);
+        const float b1_f = st->b1, b2_f = st->b2, eps = st->eps, lr_t = st->lr_t;
+        const float one_b1 = st->one_b1, one_b2 = st->one_b2;
         for (int64_t i = 0; i < n; i++) {
             const float gi = grad_at(g, i);
             m[i] = b1_f * m[i] + one_b1 * gi;
@@ -250,7 +292,49 @@ void dt_optim_apply_to(const dt_optim_config *cfg, double lr, int64_t t, const f
         }
         break;
     }
+    case OPT_FTRL: {
+        /* ApplyFtrl, lr_power -0.5: n' = n + g^2;
+         * z += g - (sqrt(n') - sqrt(n))/lr * w;
+         * w = |z| > l1 ? (sign(z)*l1 - z) / (sqrt(n')/lr + 2*l2) : 0; n = n' */
+        float *accum = slots[0], *linear = slots[1];
+        const float l1 = st->l1, l2_twice = st->l2_twice;
+        for (int64_t i = 0; i < n; i++) {
+            const float gi = grad_at(g, i);
+            const float n_new = accum[i] + gi * gi, root = sqrtf(n_new);
+            linear[i] += gi - (root - sqrtf(accum[i])) / lr_f * w[i];
+            const float z = linear[i];
+            out[i] = fabsf(z) > l1 ? (copysignf(l1, z) - z) / (root / lr_f + l2_twice) : 0.0f;
+            accum[i] = n_new;
+        }
+        break;
+    }
     default: break;
+    }
+}
+
+void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, float *const *slots,
+                    const void *g, int64_t n) {
+    dt_optim_apply_to(cfg, lr, t, w, w, slots, g, n);
+}
+
+void dt_optim_apply_to(const dt_optim_config *cfg, double lr, int64_t t, const float *w, float *out,
+                       float *const *slots, const void *g, int64_t n) {
+    DT_ASSERT(n >= 0);
+    step st = step_of(cfg, lr, t);
+    apply_step(&st, w, out, slots, g, n);
+}
+
+void dt_optim_apply_rows(const dt_optim_config *cfg, double lr, int64_t t, float *const *rows,
+                         const float *const *grads, int64_t n, int dim) {
+    DT_ASSERT(n >= 0 && dim >= 1);
+    step st = step_of(cfg, lr, t);
+    const int nslots = dt_optim_num_slots(cfg);
+    for (int64_t k = 0; k < n; k++) {
+        /* The record: dim weights, then each slot's dim values. */
+        float *w = rows[k], *slots[DT_OPTIM_MAX_SLOTS] = {NULL};
+        for (int s = 0; s < nslots; s++)
+            slots[s] = w + (size_t)(s + 1) * (size_t)dim;
+        apply_step(&st, w, w, slots, (const uint8_t *)grads[k], dim);
     }
 }
 

@@ -5,6 +5,23 @@
  * the slot arrays (one per dt_optim_num_slots, each as long as the variable,
  * zero-initialised unless dt_optim_slot_init says otherwise) and counts the
  * updates applied to the variable (for Adam's bias correction).
+ *
+ * Sparse variables (tables of rows, lib/table.h) are updated lazily, as
+ * TF's sparse apply ops and LazyAdam do: dt_optim_apply_rows changes the
+ * rows a gradient names and no other. A row's weights and its slots are one
+ * record (below). For sgd, adagrad and ftrl a row the gradient does not
+ * name would not move under the dense rule either (its gradient is 0: sgd
+ * and adagrad subtract 0, ftrl's n and z stay, and w = f(z, n) with them),
+ * so lazy and dense updates agree to the bit on every row (for ftrl, on
+ * every row updated once: the first dense update sets every weight to
+ * w = f(z, n), 0 for a row never seen, while a lazy one leaves a row's
+ * initial weights until its first gradient; with the usual zero init both
+ * read 0). Momentum and
+ * adam differ: dense, a row with g = 0 still moves by its momentum (m, v
+ * decay and w -= lr_t m / (sqrt(v) + eps)); lazy, it stays put, m and v
+ * keep their values until the row's next gradient, and the bias correction
+ * of that step uses t, the count of updates of the whole variable (TF's
+ * beta1_power and beta2_power), not the count of updates of the row.
  */
 #ifndef DT_OPTIM_H
 #define DT_OPTIM_H
@@ -21,19 +38,23 @@
 extern const char *const dt_optim_names[];
 
 typedef struct {
-    char name[DT_OPTIM_NAME_MAX]; /* "sgd", "momentum", "adagrad", "adam" */
-    double learning_rate;         /* > 0 */
+    char name[DT_OPTIM_NAME_MAX]; /* "sgd", "momentum", "adagrad", "adam", "ftrl" */
+    double learning_rate;         /* > 0; ftrl: alpha */
     double momentum;              /* momentum: in [0, 1) */
     int nesterov;                 /* momentum: 0 or 1 */
     double beta1, beta2;          /* adam: in [0, 1) */
     double epsilon;               /* adam, adagrad: > 0 */
-    double initial_accumulator;   /* adagrad: >= 0 */
+    double initial_accumulator;   /* adagrad, ftrl (n's start): >= 0 */
+    double ftrl_l1;               /* ftrl: l1_regularization_strength, >= 0 */
+    double ftrl_l2;               /* ftrl: l2_regularization_strength, >= 0 */
+    double ftrl_beta;             /* ftrl: beta, >= 0 */
 } dt_optim_config;
 
 /* Defaults: sgd, learning_rate 0.01, momentum 0.9, nesterov 0, beta1 0.9,
- * beta2 0.999, epsilon 1e-7, initial_accumulator 0.1. These are TF1's, except
- * epsilon: TF1's AdamOptimizer defaults to 1e-8 and its AdagradOptimizer has
- * none; 1e-7 is the later Keras default for both. */
+ * beta2 0.999, epsilon 1e-7, initial_accumulator 0.1, ftrl_l1, ftrl_l2 and
+ * ftrl_beta 0. These are TF1's, except epsilon: TF1's AdamOptimizer defaults
+ * to 1e-8 and its AdagradOptimizer has none; 1e-7 is the later Keras default
+ * for both. */
 void dt_optim_defaults(dt_optim_config *cfg);
 
 /* Checks the name and the ranges above (every field, whatever the name);
@@ -43,11 +64,13 @@ int dt_optim_check(const dt_optim_config *cfg, dt_err *err) DT_WARN_UNUSED;
 /* The functions below take a config that passed dt_optim_check; an unknown
  * name or a slot index out of range is a bug and aborts. */
 
-/* Slots per variable: sgd 0, momentum 1, adagrad 1, adam 2. */
+/* Slots per variable: sgd 0, momentum 1, adagrad 1, adam 2, ftrl 2. */
 int dt_optim_num_slots(const dt_optim_config *cfg);
-/* Slot i's name as saved in checkpoints ("momentum", "accumulator", "m", "v"). */
+/* Slot i's name as saved in checkpoints ("momentum", "accumulator", "m",
+ * "v"; ftrl: "accumulator" (n), "linear" (z), TF's names). */
 const char *dt_optim_slot_name(const dt_optim_config *cfg, int i);
-/* Initial value of every element of slot i (adagrad: initial_accumulator). */
+/* Initial value of every element of slot i (adagrad and ftrl's n:
+ * initial_accumulator). */
 float dt_optim_slot_init(const dt_optim_config *cfg, int i);
 
 /*
@@ -63,6 +86,15 @@ float dt_optim_slot_init(const dt_optim_config *cfg, int i);
  *   adagrad   a += g^2; w -= lr*g / (sqrt(a) + eps)   (ApplyAdagradV2)
  *   adam      lr_t = lr*sqrt(1-b2^t)/(1-b1^t); m = b1*m + (1-b1)*g;
  *             v = b2*v + (1-b2)*g^2; w -= lr_t*m / (sqrt(v) + eps)
+ *   ftrl      FTRL-Proximal (McMahan et al., "Ad Click Prediction: a View
+ *             from the Trenches", KDD 2013, Algorithm 1) as TF's ApplyFtrl
+ *             computes it with learning_rate_power -0.5:
+ *             n' = n + g^2; z += g - (sqrt(n') - sqrt(n))/lr * w; n = n';
+ *             w = |z| <= l1 ? 0 : (sign(z)*l1 - z) / ((beta + sqrt(n))/lr + 2*l2)
+ *             (the paper's alpha = lr, beta = beta, lambda1 = l1,
+ *             lambda2 = 2*l2: TF's l2_regularization_strength, beta folded
+ *             into it as Keras does, l2 + beta/(2*lr)). w is a function of
+ *             z and n; it is stored so pulls read it without the slots.
  */
 void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, float *const *slots,
                     const void *g, int64_t n);
@@ -72,6 +104,18 @@ void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, 
  * message being sent still reads its current values.) */
 void dt_optim_apply_to(const dt_optim_config *cfg, double lr, int64_t t, const float *w, float *out,
                        float *const *slots, const void *g, int64_t n);
+
+/*
+ * The lazy update of rows of a sparse variable: rows[k] is row k's record,
+ * its dim weights followed by dt_optim_num_slots slots of dim floats each
+ * (slot 0 first), and grads[k] its gradient (dim floats), for k < n. Each
+ * record is updated by the rule above as a variable of dim floats, with the
+ * same lr and t for all of them; no other row changes. Records must not
+ * overlap (one row named twice would be updated twice: a caller sums
+ * duplicate ids first).
+ */
+void dt_optim_apply_rows(const dt_optim_config *cfg, double lr, int64_t t, float *const *rows,
+                         const float *const *grads, int64_t n, int dim);
 
 /* ---- learning-rate schedules (TF1's tf.train.*_decay) ----------------- */
 

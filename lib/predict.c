@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
+#include "checkpoint.h"
 #include "data.h"
 #include "log.h"
 #include "model.h"
@@ -94,9 +96,9 @@ static int is_slot_of(const char *name, const dt_tensor *specs, int count) {
 /* Checks that loaded holds exactly the model's variables (slots aside),
  * each with the spec's dtype and shape. */
 static int match(const char *what, const dt_job *job, const dt_tensor *specs, int count,
-                 const dt_tensors *loaded, const dt_ckpt_meta *meta, const char *path,
+                 const dt_tensors *loaded, const dt_safetensors_meta *meta, const char *path,
                  dt_err *err) {
-    char want[DT_CKPT_MODEL_MAX], have[NAMES_MAX], a[96], b[96];
+    char want[DT_SAFETENSORS_MODEL_MAX], have[NAMES_MAX], a[96], b[96];
     dt_model_describe(&job->model, want, sizeof want);
     const char *written = meta->model[0] ? meta->model : "(no model description)";
     for (int i = 0; i < count; i++) {
@@ -136,14 +138,14 @@ static int match(const char *what, const dt_job *job, const dt_tensor *specs, in
 /* Reads the checkpoint at path, or the latest in log_dir when path is NULL
  * or "", into *loaded and *m; where (DT_PATH_MAX + 64 bytes) gets its path. */
 static int read_checkpoint(const char *what, const char *path, const char *log_dir,
-                           dt_tensors *loaded, dt_ckpt_meta *m, char *where, size_t cap,
+                           dt_tensors *loaded, dt_safetensors_meta *m, char *where, size_t cap,
                            dt_err *err) {
     if (path && *path) {
         if (strlen(path) >= cap)
             return dt_err_set(err, DT_EINVAL, "%s: checkpoint path of %zu bytes is too long", what,
                               strlen(path));
         snprintf(where, cap, "%s", path);
-        return dt_ckpt_load(path, loaded, m, err);
+        return dt_safetensors_load(path, loaded, m, err);
     }
     int found = dt_ckpt_restore_latest(log_dir, loaded, m, where, cap, err);
     if (found == 0)
@@ -156,8 +158,8 @@ static int read_checkpoint(const char *what, const char *path, const char *log_d
 
 /* The checkpoint's job (its "job" metadata) into *job: the defaults, then
  * its fields, then dt_job_finish. */
-static int job_of_meta(const char *what, const dt_ckpt_meta *m, const char *where, dt_job *job,
-                       dt_err *err) {
+static int job_of_meta(const char *what, const dt_safetensors_meta *m, const char *where,
+                       dt_job *job, dt_err *err) {
     char source[DT_PATH_MAX + 128];
     snprintf(source, sizeof source, "%s: __metadata__ job", where);
     dt_job_defaults(job);
@@ -172,16 +174,15 @@ static int job_of_meta(const char *what, const dt_ckpt_meta *m, const char *wher
 /* A job given beside a checkpoint that carries its own must agree with it
  * on the model and on how data becomes its input: anything else would
  * score or predict with a model the checkpoint is not. */
-static int check_job(const char *what, const dt_job *job, const dt_ckpt_meta *m, const char *where,
-                     dt_err *err) {
+static int check_job(const char *what, const dt_job *job, const dt_safetensors_meta *m,
+                     const char *where, dt_err *err) {
     if (!m->job) return 0; /* an older checkpoint: the job is all there is */
-    dt_job *trained = malloc(sizeof *trained);
+    dt_job *trained = dt_malloc(sizeof *trained);
     if (!trained) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
     int rc = job_of_meta(what, m, where, trained, err);
     char diff[DT_ERR_MSG_MAX / 2];
-    int n = 0;
-    if (rc == 0 && ((n = dt_job_diff(trained, job, dt_job_model_fields, diff, sizeof diff)) > 0 ||
-                    (n = dt_job_diff(trained, job, dt_job_input_fields, diff, sizeof diff)) > 0))
+    if (rc == 0 && (dt_job_diff(trained, job, dt_job_model_fields, diff, sizeof diff) > 0 ||
+                    dt_job_diff(trained, job, dt_job_input_fields, diff, sizeof diff) > 0))
         rc = dt_err_set(err, DT_ECONFIG,
                         "%s: %s: the job config disagrees with the job the checkpoint was "
                         "trained with: %s (checkpoint -> config); leave out --config to use "
@@ -220,8 +221,8 @@ static int stats_of(const char *what, const dt_job *job, const dt_tensors *loade
                               "statistics of %d features",
                               what, where, t->name, F, F);
     }
-    st->mean = malloc(mean->nbytes);
-    st->std = malloc(std->nbytes);
+    st->mean = dt_malloc(mean->nbytes);
+    st->std = dt_malloc(std->nbytes);
     if (!st->mean || !st->std) {
         stats_deinit(st);
         return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
@@ -235,7 +236,7 @@ static int stats_of(const char *what, const dt_job *job, const dt_tensors *loade
 /* dt_predict_load, with messages that start "<what>: "; stats (may be
  * NULL) gets the checkpoint's scaling statistics. */
 static int load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
-                dt_ckpt_meta *meta, char *path_out, size_t path_cap, ckpt_stats *stats,
+                dt_safetensors_meta *meta, char *path_out, size_t path_cap, ckpt_stats *stats,
                 dt_err *err) {
     memset(vars, 0, sizeof *vars);
     if (stats) memset(stats, 0, sizeof *stats);
@@ -243,7 +244,7 @@ static int load(const char *what, const dt_job *job, const char *path, dt_tensor
     int count = 0, rc;
     dt_tensors loaded;
     memset(&loaded, 0, sizeof loaded);
-    dt_ckpt_meta m;
+    dt_safetensors_meta m;
     memset(&m, 0, sizeof m);
     char where[DT_PATH_MAX + 64];
     if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) return rc;
@@ -261,10 +262,10 @@ static int load(const char *what, const dt_job *job, const char *path, dt_tensor
            m.model[0] ? m.model : "no model description");
     if (meta) {
         *meta = m;
-        m.job = NULL; /* the caller's now */
+        m.job = m.feature_names = NULL; /* the caller's now */
     }
 fail:
-    dt_ckpt_meta_deinit(&m);
+    dt_safetensors_meta_deinit(&m);
     dt_tensors_deinit(&loaded);
     if (rc < 0) {
         dt_tensors_deinit(vars);
@@ -274,7 +275,7 @@ fail:
 }
 
 int dt_predict_load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
-                    dt_ckpt_meta *meta, char *path_out, size_t path_cap, dt_err *err) {
+                    dt_safetensors_meta *meta, char *path_out, size_t path_cap, dt_err *err) {
     return load(what, job, path, vars, meta, path_out, path_cap, NULL, err);
 }
 
@@ -282,7 +283,7 @@ int dt_predict_job_of(const char *what, const char *path, const char *log_dir, d
                       char *path_out, size_t path_cap, dt_err *err) {
     dt_tensors loaded;
     memset(&loaded, 0, sizeof loaded);
-    dt_ckpt_meta m;
+    dt_safetensors_meta m;
     memset(&m, 0, sizeof m);
     char where[DT_PATH_MAX + 64];
     int rc = read_checkpoint(what, path, log_dir, &loaded, &m, where, sizeof where, err);
@@ -301,8 +302,37 @@ int dt_predict_job_of(const char *what, const char *path, const char *log_dir, d
     }
     if (rc == 0)
         dt_log(DT_LOG_INFO, "%s: the job config is the one %s was trained with", what, where);
-    dt_ckpt_meta_deinit(&m);
+    dt_safetensors_meta_deinit(&m);
     return rc;
+}
+
+int dt_predict_fill_shape(const char *what, const char *path, dt_job *job, dt_err *err) {
+    if (!dt_job_shape_unset(job)) return 0;
+    dt_tensors loaded;
+    memset(&loaded, 0, sizeof loaded);
+    dt_safetensors_meta m;
+    memset(&m, 0, sizeof m);
+    char where[DT_PATH_MAX + 64];
+    dt_err quiet;
+    dt_err_clear(&quiet);
+    /* A checkpoint that cannot be read here fails the command soon with
+     * its own error; until then the training file may still say the shape. */
+    int rc = read_checkpoint(what, path, job->log_dir, &loaded, &m, where, sizeof where, &quiet);
+    dt_tensors_deinit(&loaded);
+    dt_job *trained = rc == 0 && m.job ? dt_malloc(sizeof *trained) : NULL;
+    if (trained && job_of_meta(what, &m, where, trained, &quiet) == 0) {
+        dt_model_config *mc = &job->model;
+        const int F = mc->num_features, K = mc->num_classes;
+        if (!F) mc->num_features = trained->model.num_features;
+        if (!K) mc->num_classes = trained->model.num_classes;
+        dt_log(DT_LOG_INFO, "%s: %s%s%s from the job %s was trained with: features %d classes %d",
+               what, !F ? "\"features\"" : "", !F && !K ? " and " : "", !K ? "\"classes\"" : "",
+               where, mc->num_features, mc->num_classes);
+    }
+    free(trained);
+    dt_safetensors_meta_deinit(&m);
+    rc = dt_job_infer(job, err); /* an older checkpoint, without its job */
+    return rc < 0 ? dt_err_wrap(err, rc, "%s", what) : 0;
 }
 
 /* ---- sessions --------------------------------------------------------- */
@@ -322,7 +352,8 @@ static void session_close(session *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* The job with its held-out set replaced by the params' data, when given. */
+/* The job with its held-out set replaced by the params' data, when given;
+ * a file that is not there is an error naming its flag or field. */
 static int data_config(const char *what, const dt_predict_params *p, dt_data_config *d,
                        dt_err *err) {
     *d = p->job->data;
@@ -337,7 +368,8 @@ static int data_config(const char *what, const dt_predict_params *p, dt_data_con
                               "%s: no data: the job has no \"eval_data\" and no data file "
                               "was given",
                               what);
-        return 0;
+        return dt_data_check_files(what, "\"eval_data\"", d->eval_data, "\"eval_labels\"",
+                                   d->source == DT_DATA_IDX ? d->eval_labels : NULL, err);
     }
     if (strlen(p->data) >= sizeof d->eval_data ||
         (have_labels && strlen(p->labels) >= sizeof d->eval_labels))
@@ -345,7 +377,7 @@ static int data_config(const char *what, const dt_predict_params *p, dt_data_con
                           sizeof d->eval_data - 1);
     snprintf(d->eval_data, sizeof d->eval_data, "%s", p->data);
     snprintf(d->eval_labels, sizeof d->eval_labels, "%s", have_labels ? p->labels : "");
-    return 0;
+    return dt_data_check_files(what, "--data", d->eval_data, "--labels", d->eval_labels, err);
 }
 
 /* Whether the data of d carries labels (*labeled), told from the file's
@@ -387,11 +419,11 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
     memset(s, 0, sizeof *s);
     memset(r, 0, sizeof *r);
     r->loss = r->accuracy = NAN;
-    dt_data_config *d = malloc(sizeof *d); /* several KB of paths: not on the stack */
+    dt_data_config *d = dt_malloc(sizeof *d); /* several KB of paths: not on the stack */
     if (!d) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
     dt_data_needs needs;
     dt_model_data_needs(&p->job->model, &needs);
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     ckpt_stats stats;
     memset(&stats, 0, sizeof stats);
@@ -401,6 +433,9 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
                   &stats, err);
     if (rc == 0) rc = dt_model_new(&p->job->model, &s->model, err);
     if (rc == 0) rc = labels_of(what, d, &needs, &s->labeled, err);
+    if (rc == 0 && (rc = dt_data_check_names(d, &needs, d->eval_data, s->labeled,
+                                             meta.feature_names, err)) < 0)
+        dt_err_wrap(err, rc, "%s", what);
     /* Scaled with the checkpoint's statistics when it has them, so the
      * training file need not exist; an older checkpoint's job reads it. */
     if (rc == 0)
@@ -410,7 +445,7 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
     if (rc == 0) rc = dt_data_all(s->data, &s->all, err);
     free(d);
     stats_deinit(&stats);
-    dt_ckpt_meta_deinit(&meta);
+    dt_safetensors_meta_deinit(&meta);
     if (rc < 0) {
         session_close(s);
         return rc;
@@ -492,7 +527,7 @@ int dt_predict_write(const dt_predict_params *p, dt_predict_result *out, dt_err 
     const int cols = dt_model_out_cols(s.model), F = s.all.cols;
     const int linear = p->job->model.kind == DT_MODEL_LINEAR;
     FILE *f = NULL;
-    float *pred = malloc((size_t)CHUNK_ROWS * (size_t)cols * sizeof *pred);
+    float *pred = dt_malloc((size_t)CHUNK_ROWS * (size_t)cols * sizeof *pred);
     if (!pred) {
         rc = dt_err_set(err, DT_ENOMEM, "predict: out of memory");
         goto fail;

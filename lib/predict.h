@@ -35,9 +35,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "checkpoint.h"
 #include "err.h"
 #include "job.h"
+#include "safetensors.h"
 #include "tensor.h"
 
 typedef struct {
@@ -60,13 +60,13 @@ typedef enum { DT_PREDICT_BOTH = 0, DT_PREDICT_CLASS, DT_PREDICT_PROBA } dt_pred
 extern const char *const dt_predict_output_names[];
 
 typedef struct {
-    int64_t global_step;               /* the checkpoint's */
-    int64_t examples;                  /* N: rows read (and written by predict) */
-    int labeled;                       /* 1: the data carried labels; 0: loss and accuracy NaN */
-    double loss;                       /* mean data loss over the N rows, no L2 term */
-    double accuracy;                   /* fraction classified right; NaN for linear */
-    char checkpoint[DT_PATH_MAX + 64]; /* the file that was read */
-    char model[DT_CKPT_MODEL_MAX];     /* the checkpoint's model description */
+    int64_t global_step;                  /* the checkpoint's */
+    int64_t examples;                     /* N: rows read (and written by predict) */
+    int labeled;                          /* 1: the data carried labels; 0: loss and accuracy NaN */
+    double loss;                          /* mean data loss over the N rows, no L2 term */
+    double accuracy;                      /* fraction classified right; NaN for linear */
+    char checkpoint[DT_PATH_MAX + 64];    /* the file that was read */
+    char model[DT_SAFETENSORS_MODEL_MAX]; /* the checkpoint's model description */
 } dt_predict_result;
 
 /* Loads a checkpoint into *vars, a new set laid out by dt_model_specs(job)
@@ -80,10 +80,10 @@ typedef struct {
  * the job's model and input fields (dt_job_model_fields,
  * dt_job_input_fields) must equal its: otherwise DT_ECONFIG naming each
  * field and both values. meta and path_out (path_cap bytes) may be NULL;
- * meta->job is the caller's to free (dt_ckpt_meta_deinit). Messages start
+ * meta->job is the caller's to free (dt_safetensors_meta_deinit). Messages start
  * "<what>: ". */
 int dt_predict_load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
-                    dt_ckpt_meta *meta, char *path_out, size_t path_cap,
+                    dt_safetensors_meta *meta, char *path_out, size_t path_cap,
                     dt_err *err) DT_WARN_UNUSED;
 
 /* The job a checkpoint was trained with, from its "job" metadata (the
@@ -95,6 +95,16 @@ int dt_predict_load(const char *what, const dt_job *job, const char *path, dt_te
  * saying so. Messages start "<what>: ". */
 int dt_predict_job_of(const char *what, const char *path, const char *log_dir, dt_job *job,
                       char *path_out, size_t path_cap, dt_err *err) DT_WARN_UNUSED;
+
+/* For a job config given to eval or predict that leaves "features" or
+ * "classes" unset: takes them from the job the checkpoint (path, or NULL
+ * or "" for the latest of job->log_dir) was trained with, so the training
+ * file need not exist; from the training file (dt_job_infer) when the
+ * checkpoint carries no job or cannot be read (its own error comes when
+ * the command loads it). Nothing to do when both are set. Errors:
+ * dt_job_infer's, prefixed "<what>: ". */
+int dt_predict_fill_shape(const char *what, const char *path, dt_job *job,
+                          dt_err *err) DT_WARN_UNUSED;
 
 /* Loss and accuracy of the checkpoint's model on the data, into *out
  * (zeroed first; loss and accuracy NaN on failure). Data without labels is

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "checkpoint.h"
 #include "codec.h"
 #include "job.h" /* DT_PATH_MAX: log_dir comes from the job */
@@ -324,7 +325,7 @@ static int encode_reply(dt_msg_type type, const void *msg, dt_rpc_buf *reply, dt
 static var_buf *var_buf_new(size_t nbytes) {
     enum { HEAD = 64 }; /* the header, padded so the values stay 64-byte aligned */
     size_t total = HEAD + (nbytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, total);
+    void *p = dt_aligned_alloc(64, total);
     if (!p) return NULL;
     var_buf *b = p;
     atomic_init(&b->refs, 1);
@@ -516,7 +517,7 @@ static void free_model(dt_ps *ps) {
 static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
     int rc;
     /* The variables' specs; their values live in var_bufs (below). */
-    ps->vars.items = calloc(in->count ? (size_t)in->count : 1, sizeof *ps->vars.items);
+    ps->vars.items = dt_calloc(in->count ? (size_t)in->count : 1, sizeof *ps->vars.items);
     if (!ps->vars.items) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
     ps->vars.count = in->count;
     for (int i = 0; i < in->count; i++) {
@@ -529,8 +530,8 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
     if (ps->sync_role == SYNC_FOLLOWER) {
         /* The gradients themselves come at each worker's first push. */
         size_t nw = (size_t)ps->params.cluster->num_workers;
-        ps->hold = calloc(nw + 1, sizeof *ps->hold);
-        ps->held = calloc(nw + 1, sizeof *ps->held);
+        ps->hold = dt_calloc(nw + 1, sizeof *ps->hold);
+        ps->held = dt_calloc(nw + 1, sizeof *ps->held);
         if (!ps->hold || !ps->held)
             return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
     }
@@ -538,7 +539,7 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
      * too (below), which a checkpoint's pull sends in place. */
     int nslots = dt_optim_num_slots(&ps->optim);
     int nspecs = in->count * nslots;
-    dt_tensor *specs = calloc(nspecs ? (size_t)nspecs : 1, sizeof *specs);
+    dt_tensor *specs = dt_calloc(nspecs ? (size_t)nspecs : 1, sizeof *specs);
     if (!specs) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
     ps->slots.items = specs;
     ps->slots.count = nspecs;
@@ -556,7 +557,7 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
             memcpy(sp->name + n + 1, slot, m + 1);
         }
 
-    ps->pv = calloc(in->count ? (size_t)in->count : 1, sizeof *ps->pv);
+    ps->pv = dt_calloc(in->count ? (size_t)in->count : 1, sizeof *ps->pv);
     if (!ps->pv) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
     ps->num_bytes = 0;
     for (int i = 0; i < in->count; i++) {
@@ -661,9 +662,9 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
                          const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
     enum { MAX_CREATE = 4096 };
-    dt_msg_create_req *req = calloc(1, sizeof *req);
-    dt_tensor *views = calloc(MAX_CREATE, sizeof *views);
-    dt_rpc_span *spans = calloc(MAX_CREATE, sizeof *spans);
+    dt_msg_create_req *req = dt_calloc(1, sizeof *req);
+    dt_tensor *views = dt_calloc(MAX_CREATE, sizeof *views);
+    dt_rpc_span *spans = dt_calloc(MAX_CREATE, sizeof *spans);
     int rc = 0;
     if (!req || !views || !spans) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
@@ -1001,9 +1002,9 @@ static void fold_digest(dt_ps *ps) {
     for (int w = -1; w < ps->params.cluster->num_workers; w++) {
         if (w >= 0 && !ps->acc_from[w]) continue;
         words[1] = (uint64_t)(int64_t)w;
-        const uint8_t *b = (const uint8_t *)words;
-        for (size_t i = 0; i < sizeof words; i++)
-            h = (h ^ b[i]) * 0x100000001b3ull;
+        /* Byte by byte, low byte first, whatever the machine's order. */
+        for (int i = 0; i < 16; i++)
+            h = (h ^ ((words[i / 8] >> (8 * (i % 8))) & 0xffu)) * 0x100000001b3ull;
     }
     ps->sync_digest = h;
 }
@@ -1318,9 +1319,9 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
      * lets check_push name the extra. Sized by the model and on the heap,
      * never a fixed worst case on a poller thread's stack. */
     int cap = ps->vars.count + 1;
-    views = calloc((size_t)cap, sizeof *views);
-    spans = calloc((size_t)cap, sizeof *spans);
-    index = calloc((size_t)cap, sizeof *index);
+    views = dt_calloc((size_t)cap, sizeof *views);
+    spans = dt_calloc((size_t)cap, sizeof *spans);
+    index = dt_calloc((size_t)cap, sizeof *index);
     if (!views || !spans || !index) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: push: out of memory", ps->name);
         goto done;
@@ -1420,7 +1421,7 @@ static int note_failed_worker(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker
                           "%s: status: failure from worker %d: only workers 1..%d report their "
                           "own (the chief's ends the job: a Shutdown)",
                           ps->name, (int)worker, ps->params.cluster->num_workers - 1);
-    char *copy = strdup(failure);
+    char *copy = dt_strdup(failure);
     if (!copy) return dt_err_set(err, DT_ENOMEM, "%s: status: out of memory", ps->name);
     pthread_mutex_lock(&ps->stats_mu);
     free(ps->worker_failure[worker]);
@@ -1566,22 +1567,22 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     if (params->task_index < 0 || params->task_index >= c->num_ps)
         return dt_err_set(err, DT_EINVAL, "ps: task index %d out of range (cluster has %d ps)",
                           params->task_index, c->num_ps);
-    dt_ps *ps = calloc(1, sizeof *ps);
+    dt_ps *ps = dt_calloc(1, sizeof *ps);
     if (!ps) return dt_err_set(err, DT_ENOMEM, "ps: out of memory");
-    ps->worker_told_done = calloc((size_t)c->num_workers + 1, sizeof *ps->worker_told_done);
+    ps->worker_told_done = dt_calloc((size_t)c->num_workers + 1, sizeof *ps->worker_told_done);
     if (!ps->worker_told_done) {
         free(ps);
         return dt_err_set(err, DT_ENOMEM, "ps: out of memory");
     }
     size_t nw = (size_t)c->num_workers + 1;
-    ps->clock = calloc(nw, sizeof *ps->clock);
-    ps->last_push = calloc(nw, sizeof *ps->last_push);
-    ps->seen = calloc(nw, sizeof *ps->seen);
-    ps->acc_from = calloc(nw, sizeof *ps->acc_from);
-    ps->pushes_from = calloc(nw, sizeof *ps->pushes_from);
-    ps->memo = calloc(nw, sizeof *ps->memo);
-    ps->pushed_at = calloc(nw, sizeof *ps->pushed_at);
-    ps->worker_failure = calloc(nw, sizeof *ps->worker_failure);
+    ps->clock = dt_calloc(nw, sizeof *ps->clock);
+    ps->last_push = dt_calloc(nw, sizeof *ps->last_push);
+    ps->seen = dt_calloc(nw, sizeof *ps->seen);
+    ps->acc_from = dt_calloc(nw, sizeof *ps->acc_from);
+    ps->pushes_from = dt_calloc(nw, sizeof *ps->pushes_from);
+    ps->memo = dt_calloc(nw, sizeof *ps->memo);
+    ps->pushed_at = dt_calloc(nw, sizeof *ps->pushed_at);
+    ps->worker_failure = dt_calloc(nw, sizeof *ps->worker_failure);
     if (!ps->clock || !ps->last_push || !ps->seen || !ps->acc_from || !ps->pushes_from ||
         !ps->memo || !ps->pushed_at || !ps->worker_failure) {
         free(ps->worker_failure);
@@ -1717,9 +1718,9 @@ static void ask_peers(dt_ps *ps) {
     if (c->num_ps < 2) return;
     /* Made at the first ask (most ps tasks never need them); what a short
      * allocation left NULL is tried again next time, freed by dt_ps_free. */
-    if (!ps->peers) ps->peers = calloc((size_t)c->num_ps, sizeof *ps->peers);
-    if (!ps->peer_calls) ps->peer_calls = calloc((size_t)c->num_ps, sizeof *ps->peer_calls);
-    if (!ps->peer_of) ps->peer_of = calloc((size_t)c->num_ps, sizeof *ps->peer_of);
+    if (!ps->peers) ps->peers = dt_calloc((size_t)c->num_ps, sizeof *ps->peers);
+    if (!ps->peer_calls) ps->peer_calls = dt_calloc((size_t)c->num_ps, sizeof *ps->peer_calls);
+    if (!ps->peer_of) ps->peer_of = dt_calloc((size_t)c->num_ps, sizeof *ps->peer_of);
     if (!ps->peers || !ps->peer_calls || !ps->peer_of) return;
     dt_rpc_call *calls = ps->peer_calls;
     int *who = ps->peer_of, k = 0;
@@ -1795,7 +1796,7 @@ static void log_peak_rss(dt_ps *ps) {
                (double)peak / 1e6, (double)model / 1e6);
 }
 
-int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err) {
+int dt_ps_wait(dt_ps *ps, const atomic_int *stop, dt_err *err) {
     int announced = 0;
     for (;;) {
         if (stop && *stop) return dt_err_set(err, DT_ECANCELLED, "%s: stopped by signal", ps->name);

@@ -19,7 +19,7 @@
 #ifndef DT_PS_H
 #define DT_PS_H
 
-#include <signal.h>
+#include <stdatomic.h>
 
 #include "cluster.h"
 #include "err.h"
@@ -63,7 +63,7 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) DT_WARN_UN
  * worker heard it or the linger is up), or until *stop becomes non-zero
  * (DT_ECANCELLED). With keep_serving neither end of the job returns.
  */
-int dt_ps_wait(dt_ps *ps, volatile sig_atomic_t *stop, dt_err *err);
+int dt_ps_wait(dt_ps *ps, const atomic_int *stop, dt_err *err);
 
 /* Runs one request through the handler of method ("/dtrain.ParameterServer/
  * Push") as if peer had sent it over gRPC, role check included, without the

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "auth.h"
 #include "log.h"
 #include "optim.h"
@@ -114,7 +115,7 @@ static int make_units(dt_ps_client *c, dt_err *err) {
     int n = 0;
     for (int i = 0; i < c->num_vars; i++)
         n += (int)num_parts(c, &c->layout[i]);
-    c->units = calloc((size_t)(n ? n : 1), sizeof *c->units);
+    c->units = dt_calloc((size_t)(n ? n : 1), sizeof *c->units);
     if (!c->units) return dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
     c->num_units = n;
     int k = 0;
@@ -186,15 +187,15 @@ static int place(dt_ps_client *c, dt_err *err) {
     int rc = make_units(c, err);
     if (rc < 0) return rc;
     size_t nu = (size_t)(c->num_units ? c->num_units : 1);
-    c->order = calloc(nu, sizeof *c->order);
-    c->seen = calloc(nu, sizeof *c->seen);
+    c->order = dt_calloc(nu, sizeof *c->order);
+    c->seen = dt_calloc(nu, sizeof *c->seen);
     size_t np = (size_t)c->num_ps, ns = nu * DT_OPTIM_MAX_SLOTS;
-    c->views = calloc(nu + np, sizeof *c->views);
-    c->spans = calloc(nu + np, sizeof *c->spans);
-    c->slot_views = calloc(ns + np, sizeof *c->slot_views);
-    c->slot_spans = calloc(ns + np, sizeof *c->slot_spans);
-    c->out_views = calloc(nu + 1, sizeof *c->out_views);
-    c->out_slot_views = calloc(ns + 1, sizeof *c->out_slot_views);
+    c->views = dt_calloc(nu + np, sizeof *c->views);
+    c->spans = dt_calloc(nu + np, sizeof *c->spans);
+    c->slot_views = dt_calloc(ns + np, sizeof *c->slot_views);
+    c->slot_spans = dt_calloc(ns + np, sizeof *c->slot_spans);
+    c->out_views = dt_calloc(nu + 1, sizeof *c->out_views);
+    c->out_slot_views = dt_calloc(ns + 1, sizeof *c->out_slot_views);
     if (!c->order || !c->seen || !c->views || !c->spans || !c->slot_views || !c->slot_spans ||
         !c->out_views || !c->out_slot_views)
         return dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
@@ -258,7 +259,7 @@ int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout
     const dt_cluster *cl = params->cluster;
     if (cl->num_ps < 1 || cl->num_ps > DT_MAX_PS)
         return dt_err_set(err, DT_EINVAL, "ps client: %d ps tasks (1..%d)", cl->num_ps, DT_MAX_PS);
-    dt_ps_client *c = calloc(1, sizeof *c);
+    dt_ps_client *c = dt_calloc(1, sizeof *c);
     if (!c) return dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
     c->params = *params;
     /* A random start: a restarted worker's pushes are not taken for
@@ -267,21 +268,21 @@ int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout
     c->num_ps = cl->num_ps;
     c->num_vars = layout->count;
     size_t np = (size_t)c->num_ps, nv = (size_t)(c->num_vars ? c->num_vars : 1);
-    c->channels = calloc(np, sizeof *c->channels);
-    c->names = calloc(np, sizeof *c->names);
-    c->incarnation = calloc(np, sizeof *c->incarnation);
-    c->seen_step = calloc(np, sizeof *c->seen_step);
-    c->layout = calloc(nv, sizeof *c->layout);
-    c->first_on = calloc(np, sizeof *c->first_on);
-    c->count_on = calloc(np, sizeof *c->count_on);
-    c->calls = calloc(np, sizeof *c->calls);
-    c->requests = calloc(np, sizeof *c->requests);
-    c->batch = calloc(np, sizeof *c->batch);
-    c->push_acked = calloc(np, sizeof *c->push_acked);
-    c->push_pulled = calloc(np, sizeof *c->push_pulled);
-    c->push_replies = calloc(np, sizeof *c->push_replies);
-    c->pull_replies = calloc(np, sizeof *c->pull_replies);
-    c->pins = calloc(1, sizeof *c->pins);
+    c->channels = dt_calloc(np, sizeof *c->channels);
+    c->names = dt_calloc(np, sizeof *c->names);
+    c->incarnation = dt_calloc(np, sizeof *c->incarnation);
+    c->seen_step = dt_calloc(np, sizeof *c->seen_step);
+    c->layout = dt_calloc(nv, sizeof *c->layout);
+    c->first_on = dt_calloc(np, sizeof *c->first_on);
+    c->count_on = dt_calloc(np, sizeof *c->count_on);
+    c->calls = dt_calloc(np, sizeof *c->calls);
+    c->requests = dt_calloc(np, sizeof *c->requests);
+    c->batch = dt_calloc(np, sizeof *c->batch);
+    c->push_acked = dt_calloc(np, sizeof *c->push_acked);
+    c->push_pulled = dt_calloc(np, sizeof *c->push_pulled);
+    c->push_replies = dt_calloc(np, sizeof *c->push_replies);
+    c->pull_replies = dt_calloc(np, sizeof *c->pull_replies);
+    c->pins = dt_calloc(1, sizeof *c->pins);
     int rc = 0;
     if (!c->channels || !c->names || !c->incarnation || !c->seen_step || !c->layout ||
         !c->first_on || !c->count_on || !c->calls || !c->requests || !c->batch || !c->push_acked ||

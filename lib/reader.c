@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "alloc.h"
 #include "log.h"
 
 #define MAX_LINE ((size_t)1 << 28) /* 256 MiB: a csv row of ~20M features */
@@ -131,7 +133,7 @@ static int fill(line_src *s, dt_err *err) {
             return dt_err_set(err, DT_EINVAL, "%s:%lld: line longer than %zu MiB", s->path,
                               (long long)s->line_no + 1, MAX_LINE >> 20);
         size_t cap = s->cap ? s->cap * 2 : FIRST_LINE_CAP;
-        char *grown = realloc(s->buf, cap);
+        char *grown = dt_realloc(s->buf, cap);
         if (!grown)
             return dt_err_set(err, DT_ENOMEM, "%s:%lld: no memory for a line of %zu bytes", s->path,
                               (long long)s->line_no + 1, cap);
@@ -219,7 +221,19 @@ static int parse_num(const char *s, double *out) {
     return NUM_OK;
 }
 
-/* A label's stored value, or a reason in why (returns 0 when good). */
+/* What check_label and parse_svm_row return for a row that is well formed
+ * but does not fit the job's config: a class past "classes", a feature
+ * index past "features". Without skip_bad_rows that is the config's fault
+ * (DT_ECONFIG), not the data's. */
+#define MISFIT (-2)
+
+/* The error code of a row refused with r (-1 or MISFIT). */
+static int row_code(int r) {
+    return r == MISFIT ? DT_ECONFIG : DT_EINVAL;
+}
+
+/* A label's stored value, or a reason in why (returns 0 when good; -1 for
+ * a label that is no class index, MISFIT for a class past "classes"). */
 static int check_label(const dt_reader_params *p, int svm, double v, float *out, char *why,
                        size_t cap) {
     if (p->label_kind == DT_LABEL_REAL) {
@@ -231,10 +245,15 @@ static int check_label(const dt_reader_params *p, int svm, double v, float *out,
         snprintf(why, cap, "label %g is not a whole number (a class index is wanted)", v);
         return -1;
     }
-    if (v < 0 || v >= p->num_classes) {
-        snprintf(why, cap, "label %g is not a class of 0..%d%s", v, p->num_classes - 1,
-                 svm && p->svm_signed_labels ? " (or -1)" : "");
+    const char *alt = svm && p->svm_signed_labels ? " (or -1)" : "";
+    if (v < 0) {
+        snprintf(why, cap, "label %g is not a class of 0..%d%s", v, p->num_classes - 1, alt);
         return -1;
+    }
+    if (v >= p->num_classes) {
+        snprintf(why, cap, "label %g is not a class of 0..%d%s: \"classes\" is %d", v,
+                 p->num_classes - 1, alt, p->num_classes);
+        return MISFIT;
     }
     *out = (float)v;
     return 0;
@@ -268,13 +287,13 @@ static int reserve_row(dt_reader_table *t, int64_t *cap, const dt_reader_params 
                           where, (long long)max_rows, (long long)F, (long long)limit_of(p));
     int64_t grow = *cap ? *cap * 2 : 256;
     if (grow > max_rows) grow = max_rows;
-    float *x = realloc(t->x, (size_t)grow * (size_t)F * sizeof(float));
+    float *x = dt_realloc(t->x, (size_t)grow * (size_t)F * sizeof(float));
     if (!x)
         return dt_err_set(err, DT_ENOMEM, "%s: no memory for %lld examples", where,
                           (long long)grow);
     t->x = x;
     if (t->labeled) {
-        float *y = realloc(t->y, (size_t)grow * sizeof(float));
+        float *y = dt_realloc(t->y, (size_t)grow * sizeof(float));
         if (!y)
             return dt_err_set(err, DT_ENOMEM, "%s: no memory for %lld examples", where,
                               (long long)grow);
@@ -288,10 +307,10 @@ static int reserve_row(dt_reader_table *t, int64_t *cap, const dt_reader_params 
  * larger (valid) buffers. */
 static void shrink(dt_reader_table *t) {
     if (t->rows == 0) return;
-    float *x = realloc(t->x, (size_t)t->rows * (size_t)t->cols * sizeof(float));
+    float *x = dt_realloc(t->x, (size_t)t->rows * (size_t)t->cols * sizeof(float));
     if (x) t->x = x;
     if (!t->labeled) return;
-    float *y = realloc(t->y, (size_t)t->rows * sizeof(float));
+    float *y = dt_realloc(t->y, (size_t)t->rows * sizeof(float));
     if (y) t->y = y;
 }
 
@@ -310,16 +329,17 @@ typedef struct {
     char first[DT_ERR_MSG_MAX]; /* the first skipped row's reason */
 } bad_rows;
 
-/* A malformed row: skipped and counted (returns 0) with skip_bad_rows,
- * otherwise the error (DT_EINVAL). */
-__attribute__((format(printf, 3, 4))) static int bad_row(bad_rows *b, dt_err *err, const char *fmt,
-                                                         ...) {
+/* A malformed row, or one that does not fit the config (MISFIT): skipped
+ * and counted (returns 0) with skip_bad_rows, otherwise the error, with
+ * code (DT_EINVAL, or DT_ECONFIG for a misfit). */
+__attribute__((format(printf, 4, 5))) static int bad_row(bad_rows *b, int code, dt_err *err,
+                                                         const char *fmt, ...) {
     char msg[DT_ERR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (!b->skip) return dt_err_set(err, DT_EINVAL, "%s", msg);
+    if (!b->skip) return dt_err_set(err, code, "%s", msg);
     if (b->skipped++ == 0) snprintf(b->first, sizeof b->first, "%s", msg);
     return 0;
 }
@@ -351,9 +371,10 @@ static char *trim(char *s) {
     return s;
 }
 
-/* Cuts line at commas into (*fields)[0..*count), trimmed and unquoted.
- * Returns the index of a field with unsupported quoting, or -1. */
-static int split_csv(char *line, char ***fields, int *cap, int *count, dt_err *err, int *rc) {
+/* Cuts line (src's last) at commas into (*fields)[0..*count), trimmed and
+ * unquoted. Returns the index of a field with unsupported quoting, or -1. */
+static int split_csv(const line_src *src, char *line, char ***fields, int *cap, int *count,
+                     dt_err *err, int *rc) {
     *count = 0;
     *rc = 0;
     int bad = -1;
@@ -363,9 +384,10 @@ static int split_csv(char *line, char ***fields, int *cap, int *count, dt_err *e
         if (comma) *comma = '\0';
         if (*count == *cap) {
             int grow = *cap ? *cap * 2 : 64;
-            char **f = realloc(*fields, (size_t)grow * sizeof *f);
+            char **f = dt_realloc(*fields, (size_t)grow * sizeof *f);
             if (!f) {
-                *rc = dt_err_set(err, DT_ENOMEM, "csv: no memory for %d fields", grow);
+                *rc = dt_err_set(err, DT_ENOMEM, "%s:%lld: no memory for %d fields", src->path,
+                                 (long long)src->line_no, grow);
                 return -1;
             }
             *fields = f;
@@ -421,13 +443,51 @@ static int label_named(char *const *fields, int count, const dt_reader_params *p
     return *want && !all_digits(want) ? column_named(fields, count, want) : -1;
 }
 
+/* The label's column in a header of count fields (*label), as
+ * p->label_column names it: all digits an index, anything else a name that
+ * must appear once. hint ends the message of a name not found. */
+static int find_label(const char *path, int64_t line_no, char *const *fields, int count,
+                      const dt_reader_params *p, const char *hint, int *label, dt_err *err) {
+    const char *want = p->label_column ? p->label_column : "";
+    *label = -1;
+    if (!*want)
+        return dt_err_set(err, DT_EINVAL, "%s: \"label_column\" is empty: name the label column",
+                          path);
+    if (all_digits(want)) {
+        errno = 0;
+        long long idx = strtoll(want, NULL, 10);
+        if (errno || idx >= count)
+            return dt_err_set(err, DT_ECONFIG,
+                              "%s:%lld: label column %s is out of range: the header has %d "
+                              "columns (0..%d)",
+                              path, (long long)line_no, want, count, count - 1);
+        *label = (int)idx;
+        return 0;
+    }
+    for (int c = 0; c < count; c++) {
+        if (strcmp(fields[c], want) != 0) continue;
+        if (*label >= 0)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s:%lld: label column \"%s\" appears twice in the header "
+                              "(columns %d and %d)",
+                              path, (long long)line_no, want, *label, c);
+        *label = c;
+    }
+    if (*label < 0)
+        return dt_err_set(err, DT_ECONFIG,
+                          "%s:%lld: no column named \"%s\" in the header (%d columns; a "
+                          "\"label_column\" of digits is an index%s)",
+                          path, (long long)line_no, want, count, hint);
+    return 0;
+}
+
 static int parse_header(const char *path, int64_t line_no, char **fields, int count,
                         const dt_reader_params *p, csv_header *h, dt_err *err) {
     h->ncols = count;
-    h->name = calloc((size_t)count, sizeof *h->name);
+    h->name = dt_calloc((size_t)count, sizeof *h->name);
     if (!h->name) return dt_err_set(err, DT_ENOMEM, "%s: no memory for the header", path);
     for (int c = 0; c < count; c++)
-        if (!(h->name[c] = strdup(fields[c])))
+        if (!(h->name[c] = dt_strdup(fields[c])))
             return dt_err_set(err, DT_ENOMEM, "%s: no memory for the header", path);
     const char *want = p->label_column ? p->label_column : "";
     const int F = p->num_features;
@@ -451,35 +511,8 @@ static int parse_header(const char *path, int64_t line_no, char **fields, int co
      * since the usual cause is a file meant for predictions. */
     const char *unlabeled =
         count == F ? "; as many columns as features: a file without labels?" : "";
-    if (!*want)
-        return dt_err_set(err, DT_EINVAL, "%s: \"label_column\" is empty: name the label column",
-                          path);
-    if (all_digits(want)) {
-        errno = 0;
-        long long idx = strtoll(want, NULL, 10);
-        if (errno || idx >= count)
-            return dt_err_set(err, DT_ECONFIG,
-                              "%s:%lld: label column %s is out of range: the header has %d "
-                              "columns (0..%d)",
-                              path, (long long)line_no, want, count, count - 1);
-        h->label = (int)idx;
-    } else {
-        h->label = -1;
-        for (int c = 0; c < count; c++) {
-            if (strcmp(h->name[c], want) != 0) continue;
-            if (h->label >= 0)
-                return dt_err_set(err, DT_EINVAL,
-                                  "%s:%lld: label column \"%s\" appears twice in the header "
-                                  "(columns %d and %d)",
-                                  path, (long long)line_no, want, h->label, c);
-            h->label = c;
-        }
-        if (h->label < 0)
-            return dt_err_set(err, DT_ECONFIG,
-                              "%s:%lld: no column named \"%s\" in the header (%d columns; a "
-                              "\"label_column\" of digits is an index%s)",
-                              path, (long long)line_no, want, count, unlabeled);
-    }
+    int rc = find_label(path, line_no, fields, count, p, unlabeled, &h->label, err);
+    if (rc < 0) return rc;
     if (count - 1 != F)
         return dt_err_set(err, DT_ECONFIG,
                           "%s:%lld: the header has %d feature columns (%d columns less the "
@@ -508,7 +541,7 @@ static int csv_open(const char *path, line_src *src, char ***fields, int *fields
                               why);
         if (!blank(line)) break;
     }
-    int quoting = split_csv(line, fields, fields_cap, count, err, &rc);
+    int quoting = split_csv(src, line, fields, fields_cap, count, err, &rc);
     if (rc < 0) return rc;
     if (quoting >= 0)
         return dt_err_set(err, DT_EINVAL,
@@ -542,27 +575,27 @@ int dt_reader_csv(const char *path, const dt_reader_params *p, dt_reader_table *
         if (rc == 0) break;
         const long long ln = (long long)src.line_no;
         if (why) {
-            if ((rc = bad_row(&bad, err, "%s:%lld: %s", path, ln, why)) < 0) goto fail;
+            if ((rc = bad_row(&bad, DT_EINVAL, err, "%s:%lld: %s", path, ln, why)) < 0) goto fail;
             continue;
         }
         if (blank(line)) continue;
-        quoting = split_csv(line, &fields, &fields_cap, &count, err, &rc);
+        quoting = split_csv(&src, line, &fields, &fields_cap, &count, err, &rc);
         if (rc < 0) goto fail;
         if (count != head.ncols) {
             if (count < head.ncols)
-                rc = bad_row(&bad, err,
+                rc = bad_row(&bad, DT_EINVAL, err,
                              "%s:%lld: %d fields, but the header has %d: column \"%s\" is missing",
                              path, ln, count, head.ncols, head.name[count]);
             else
                 rc = bad_row(
-                    &bad, err,
+                    &bad, DT_EINVAL, err,
                     "%s:%lld: %d fields, but the header has %d: extra fields after column \"%s\"",
                     path, ln, count, head.ncols, head.name[head.ncols - 1]);
             if (rc < 0) goto fail;
             continue;
         }
         if (quoting >= 0) {
-            if ((rc = bad_row(&bad, err,
+            if ((rc = bad_row(&bad, DT_EINVAL, err,
                               "%s:%lld: column \"%s\": quotes inside a field are not supported",
                               path, ln, head.name[quoting])) < 0)
                 goto fail;
@@ -575,14 +608,15 @@ int dt_reader_csv(const char *path, const dt_reader_params *p, dt_reader_table *
             double v = 0;
             int status = parse_num(fields[c], &v);
             if (status != NUM_OK) {
-                rc = bad_row(&bad, err, "%s:%lld: column \"%s\": %s: \"%.40s\"", path, ln,
-                             head.name[c], num_problem(status), fields[c]);
+                rc = bad_row(&bad, DT_EINVAL, err, "%s:%lld: column \"%s\": %s: \"%.40s\"", path,
+                             ln, head.name[c], num_problem(status), fields[c]);
                 ok = 0;
             } else if (c == head.label) {
                 char reason[128];
-                if (check_label(p, 0, v, &t.y[t.rows], reason, sizeof reason) < 0) {
-                    rc = bad_row(&bad, err, "%s:%lld: column \"%s\": %s", path, ln, head.name[c],
-                                 reason);
+                int lr = check_label(p, 0, v, &t.y[t.rows], reason, sizeof reason);
+                if (lr < 0) {
+                    rc = bad_row(&bad, row_code(lr), err, "%s:%lld: column \"%s\": %s", path, ln,
+                                 head.name[c], reason);
                     ok = 0;
                 }
             } else {
@@ -634,7 +668,8 @@ static int next_svm_row(line_src *s, char **line, const char **bad, dt_err *err)
 }
 
 /* Parses one non-empty libsvm line into x (F, zeroed here) and *y (y NULL:
- * the row has no label). Returns 0, or -1 with the reason in why. */
+ * the row has no label). Returns 0, or -1 (malformed) or MISFIT (a class
+ * or feature index past the config's) with the reason in why. */
 static int parse_svm_row(char *line, const dt_reader_params *p, float *x, float *y, char *why,
                          size_t cap) {
     const int F = p->num_features;
@@ -658,7 +693,8 @@ static int parse_svm_row(char *line, const dt_reader_params *p, float *x, float 
                 snprintf(why, cap, "label: %s: \"%.40s\"", num_problem(status), tok);
                 return -1;
             }
-            if (check_label(p, 1, v, y, why, cap) < 0) return -1;
+            int lr = check_label(p, 1, v, y, why, cap);
+            if (lr < 0) return lr;
             continue;
         }
         if (ntok == qid_at && strncmp(tok, "qid:", 4) == 0) {
@@ -681,9 +717,14 @@ static int parse_svm_row(char *line, const dt_reader_params *p, float *x, float 
             snprintf(why, cap, "feature index \"%.40s\" is not an integer", tok);
             return -1;
         }
-        if (idx < 1 || idx > F) {
+        if (idx < 1) {
             snprintf(why, cap, "feature index %lld is out of range 1..%d", idx, F);
             return -1;
+        }
+        if (idx > F) {
+            snprintf(why, cap, "feature index %lld is out of range 1..%d: \"features\" is %d", idx,
+                     F, F);
+            return MISFIT;
         }
         if (idx <= prev) {
             snprintf(why, cap, "feature index %lld after %lld: indices must increase", idx, prev);
@@ -717,14 +758,16 @@ int dt_reader_libsvm(const char *path, const dt_reader_params *p, dt_reader_tabl
         if (rc == 0) break;
         const long long ln = (long long)src.line_no;
         if (why) {
-            if ((rc = bad_row(&bad, err, "%s:%lld: %s", path, ln, why)) < 0) goto fail;
+            if ((rc = bad_row(&bad, DT_EINVAL, err, "%s:%lld: %s", path, ln, why)) < 0) goto fail;
             continue;
         }
         if ((rc = reserve_row(&t, &row_cap, p, path, err)) < 0) goto fail;
         char reason[DT_ERR_MSG_MAX / 2];
-        if (parse_svm_row(line, p, t.x + (size_t)t.rows * (size_t)t.cols,
-                          t.labeled ? &t.y[t.rows] : NULL, reason, sizeof reason) < 0) {
-            if ((rc = bad_row(&bad, err, "%s:%lld: %s", path, ln, reason)) < 0) goto fail;
+        int pr = parse_svm_row(line, p, t.x + (size_t)t.rows * (size_t)t.cols,
+                               t.labeled ? &t.y[t.rows] : NULL, reason, sizeof reason);
+        if (pr < 0) {
+            if ((rc = bad_row(&bad, row_code(pr), err, "%s:%lld: %s", path, ln, reason)) < 0)
+                goto fail;
             continue;
         }
         t.rows++;
@@ -780,6 +823,112 @@ static int idx_trailing(gzFile gz, const char *path, uint64_t expect, dt_err *er
     return 0;
 }
 
+/* Checks the dimensions of the headers: images N x R x C with R * C the
+ * job's features, as many labels as images (ldims NULL: no labels file),
+ * at least one image, and N * R * C within the reader's bound. *n and *f
+ * get N and R * C. */
+static int idx_shape(const char *images_path, const char *labels_path, const dt_reader_params *p,
+                     const uint32_t idims[3], const uint32_t *ldims, uint64_t *n, uint64_t *f,
+                     dt_err *err) {
+    const uint64_t N = idims[0], R = idims[1], C = idims[2];
+    if (R == 0 || C == 0)
+        return dt_err_set(err, DT_ECORRUPT, "%s: bad dimensions %llu x %llu x %llu", images_path,
+                          (unsigned long long)N, (unsigned long long)R, (unsigned long long)C);
+    if (R * C != (uint64_t)p->num_features)
+        return dt_err_set(err, DT_ECONFIG,
+                          "%s: images of %llu x %llu = %llu features, but \"features\" is %d",
+                          images_path, (unsigned long long)R, (unsigned long long)C,
+                          (unsigned long long)(R * C), p->num_features);
+    if (ldims && ldims[0] != N)
+        return dt_err_set(err, DT_EINVAL, "%s: %llu labels, but %s has %llu images", labels_path,
+                          (unsigned long long)ldims[0], images_path, (unsigned long long)N);
+    if (N == 0) return dt_err_set(err, DT_EINVAL, "%s: no examples", images_path);
+    /* N, R, C < 2^32, so N * R * C needs the division to stay exact. */
+    const uint64_t F = R * C;
+    if (N > (uint64_t)limit_of(p) / F)
+        return dt_err_set(
+            err, DT_EINVAL, "%s: %llu images of %llu values pass the bound of %lld values",
+            images_path, (unsigned long long)N, (unsigned long long)F, (long long)limit_of(p));
+    *n = N;
+    *f = F;
+    return 0;
+}
+
+/* Reads the N label bytes after the labels file's header into *out
+ * (malloc'd), and checks that nothing follows them. */
+static int idx_labels(gzFile gz, const char *path, uint64_t N, unsigned char **out, dt_err *err) {
+    unsigned char *bytes = dt_malloc((size_t)N);
+    if (!bytes)
+        return dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu labels", path,
+                          (unsigned long long)N);
+    size_t got;
+    int rc = read_full(gz, path, bytes, (size_t)N, &got, err);
+    if (rc == 0 && got < N)
+        rc = dt_err_set(err, DT_ECORRUPT, "%s: truncated: expected %llu bytes, got %llu", path,
+                        (unsigned long long)(8 + N), (unsigned long long)(8 + got));
+    if (rc == 0) rc = idx_trailing(gz, path, 8 + N, err);
+    if (rc < 0) {
+        free(bytes);
+        return rc;
+    }
+    *out = bytes;
+    return 0;
+}
+
+/* Reads the N images of F bytes after the images file's header into t (x,
+ * and y from label_bytes when t->labeled), a chunk of images at a time; a
+ * record whose label the params refuse is a bad row. Checks that nothing
+ * follows the last image. */
+static int idx_images(gzFile gz, const char *path, const char *labels_path,
+                      const dt_reader_params *p, uint64_t N, uint64_t F,
+                      const unsigned char *label_bytes, bad_rows *bad, dt_reader_table *t,
+                      dt_err *err) {
+    int rc = 0;
+    t->x = dt_malloc((size_t)N * (size_t)F * sizeof(float));
+    if (t->labeled) t->y = dt_malloc((size_t)N * sizeof(float));
+    uint64_t per_chunk = IDX_CHUNK_BYTES / F ? IDX_CHUNK_BYTES / F : 1;
+    if (per_chunk > N) per_chunk = N;
+    unsigned char *chunk = dt_malloc((size_t)(per_chunk * F));
+    if (!t->x || (t->labeled && !t->y) || !chunk) {
+        rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu images of %llu values", path,
+                        (unsigned long long)N, (unsigned long long)F);
+        goto fail;
+    }
+    const uint64_t expect = 16 + N * F;
+    for (uint64_t first = 0; first < N; first += per_chunk) {
+        uint64_t count = N - first < per_chunk ? N - first : per_chunk;
+        size_t got;
+        if ((rc = read_full(gz, path, chunk, (size_t)(count * F), &got, err)) < 0) goto fail;
+        if (got < count * F) {
+            rc = dt_err_set(err, DT_ECORRUPT, "%s: truncated: expected %llu bytes, got %llu", path,
+                            (unsigned long long)expect, (unsigned long long)(16 + first * F + got));
+            goto fail;
+        }
+        for (uint64_t r = 0; r < count; r++) {
+            uint64_t i = first + r;
+            char reason[128];
+            int lr = t->labeled
+                         ? check_label(p, 0, label_bytes[i], &t->y[t->rows], reason, sizeof reason)
+                         : 0;
+            if (lr < 0) {
+                if ((rc = bad_row(bad, row_code(lr), err, "%s: record %llu: %s", labels_path,
+                                  (unsigned long long)i, reason)) < 0)
+                    goto fail;
+                continue;
+            }
+            float *x = t->x + (size_t)t->rows * F;
+            const unsigned char *px = chunk + r * F;
+            for (uint64_t j = 0; j < F; j++)
+                x[j] = (float)px[j];
+            t->rows++;
+        }
+    }
+    rc = idx_trailing(gz, path, expect, err);
+fail:
+    free(chunk);
+    return rc;
+}
+
 int dt_reader_idx(const char *images_path, const char *labels_path, const dt_reader_params *p,
                   dt_reader_table *out, dt_err *err) {
     memset(out, 0, sizeof *out);
@@ -793,104 +942,25 @@ int dt_reader_idx(const char *images_path, const char *labels_path, const dt_rea
                           "%s: labels file %s given, but the images are read without labels",
                           images_path, labels_path);
     gzFile images = NULL, labels = NULL;
-    unsigned char *label_bytes = NULL, *chunk = NULL;
+    unsigned char *label_bytes = NULL;
     bad_rows bad = {.skip = p->skip_bad_rows};
     dt_reader_table t = {.cols = p->num_features, .labeled = labeled};
 
     uint32_t idims[3], ldims[1];
+    uint64_t N = 0, F = 0;
     if ((rc = open_gz(images_path, &images, err)) < 0) goto fail;
     if (labeled && (rc = open_gz(labels_path, &labels, err)) < 0) goto fail;
     if ((rc = idx_header(images, images_path, 3, idims, "images", err)) < 0) goto fail;
     if (labeled && (rc = idx_header(labels, labels_path, 1, ldims, "labels", err)) < 0) goto fail;
-    const uint64_t N = idims[0], R = idims[1], C = idims[2];
-    if (R == 0 || C == 0) {
-        rc = dt_err_set(err, DT_ECORRUPT, "%s: bad dimensions %llu x %llu x %llu", images_path,
-                        (unsigned long long)N, (unsigned long long)R, (unsigned long long)C);
+    if ((rc = idx_shape(images_path, labels_path, p, idims, labeled ? ldims : NULL, &N, &F, err)) <
+        0)
         goto fail;
-    }
-    if (R * C != (uint64_t)p->num_features) {
-        rc = dt_err_set(err, DT_ECONFIG,
-                        "%s: images of %llu x %llu = %llu features, but \"features\" is %d",
-                        images_path, (unsigned long long)R, (unsigned long long)C,
-                        (unsigned long long)(R * C), p->num_features);
-        goto fail;
-    }
-    if (labeled && ldims[0] != N) {
-        rc = dt_err_set(err, DT_EINVAL, "%s: %llu labels, but %s has %llu images", labels_path,
-                        (unsigned long long)ldims[0], images_path, (unsigned long long)N);
-        goto fail;
-    }
-    if (N == 0) {
-        rc = dt_err_set(err, DT_EINVAL, "%s: no examples", images_path);
-        goto fail;
-    }
-    /* N, R, C < 2^32, so N * R * C needs the division to stay exact. */
-    const uint64_t F = R * C;
-    if (N > (uint64_t)limit_of(p) / F) {
-        rc = dt_err_set(err, DT_EINVAL,
-                        "%s: %llu images of %llu values pass the bound of %lld values", images_path,
-                        (unsigned long long)N, (unsigned long long)F, (long long)limit_of(p));
-        goto fail;
-    }
-
     /* Labels first, so images of bad records can be passed over. */
-    size_t got;
-    if (labeled) {
-        if (!(label_bytes = malloc((size_t)N))) {
-            rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu labels", labels_path,
-                            (unsigned long long)N);
-            goto fail;
-        }
-        if ((rc = read_full(labels, labels_path, label_bytes, (size_t)N, &got, err)) < 0) goto fail;
-        if (got < N) {
-            rc =
-                dt_err_set(err, DT_ECORRUPT, "%s: truncated: expected %llu bytes, got %llu",
-                           labels_path, (unsigned long long)(8 + N), (unsigned long long)(8 + got));
-            goto fail;
-        }
-        if ((rc = idx_trailing(labels, labels_path, 8 + N, err)) < 0) goto fail;
-    }
-
-    t.x = malloc((size_t)N * (size_t)F * sizeof(float));
-    if (labeled) t.y = malloc((size_t)N * sizeof(float));
-    uint64_t per_chunk = IDX_CHUNK_BYTES / F ? IDX_CHUNK_BYTES / F : 1;
-    if (per_chunk > N) per_chunk = N;
-    chunk = malloc((size_t)(per_chunk * F));
-    if (!t.x || (labeled && !t.y) || !chunk) {
-        rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for %llu images of %llu values", images_path,
-                        (unsigned long long)N, (unsigned long long)F);
+    if (labeled && (rc = idx_labels(labels, labels_path, N, &label_bytes, err)) < 0) goto fail;
+    if ((rc = idx_images(images, images_path, labels_path, p, N, F, label_bytes, &bad, &t, err)) <
+            0 ||
+        (rc = finish(images_path, &bad, &t, err)) < 0)
         goto fail;
-    }
-    const uint64_t expect = 16 + N * F;
-    for (uint64_t first = 0; first < N; first += per_chunk) {
-        uint64_t count = N - first < per_chunk ? N - first : per_chunk;
-        if ((rc = read_full(images, images_path, chunk, (size_t)(count * F), &got, err)) < 0)
-            goto fail;
-        if (got < count * F) {
-            rc = dt_err_set(err, DT_ECORRUPT, "%s: truncated: expected %llu bytes, got %llu",
-                            images_path, (unsigned long long)expect,
-                            (unsigned long long)(16 + first * F + got));
-            goto fail;
-        }
-        for (uint64_t r = 0; r < count; r++) {
-            uint64_t i = first + r;
-            char reason[128];
-            if (labeled &&
-                check_label(p, 0, label_bytes[i], &t.y[t.rows], reason, sizeof reason) < 0) {
-                if ((rc = bad_row(&bad, err, "%s: record %llu: %s", labels_path,
-                                  (unsigned long long)i, reason)) < 0)
-                    goto fail;
-                continue;
-            }
-            float *x = t.x + (size_t)t.rows * F;
-            const unsigned char *px = chunk + r * F;
-            for (uint64_t j = 0; j < F; j++)
-                x[j] = (float)px[j];
-            t.rows++;
-        }
-    }
-    if ((rc = idx_trailing(images, images_path, expect, err)) < 0) goto fail;
-    if ((rc = finish(images_path, &bad, &t, err)) < 0) goto fail;
     *out = t;
     t = (dt_reader_table){0};
     rc = 0;
@@ -898,7 +968,6 @@ fail:
     if (images) gzclose_r(images);
     if (labels) gzclose_r(labels);
     free(label_bytes);
-    free(chunk);
     dt_reader_table_deinit(&t);
     return rc;
 }
@@ -1007,4 +1076,283 @@ int dt_reader_detect_labels(const char *format, const char *data_path, const cha
         return 0;
     }
     return unknown_format(format, err);
+}
+
+/* ---- a csv file's feature names -------------------------------------------- */
+
+int dt_reader_csv_names(const char *path, const dt_reader_params *p, char **out, dt_err *err) {
+    *out = NULL;
+    line_src src = {.path = path};
+    char **fields = NULL;
+    int fields_cap = 0, count = 0, label = -1, rc;
+    if ((rc = csv_open(path, &src, &fields, &fields_cap, &count, err)) < 0) goto fail;
+    if (p->labels != DT_LABELS_NONE &&
+        (rc = find_label(path, src.line_no, fields, count, p, "", &label, err)) < 0)
+        goto fail;
+    size_t n = 1;
+    for (int c = 0; c < count; c++)
+        n += strlen(fields[c]) + 1;
+    char *names = dt_malloc(n);
+    if (!names) {
+        rc = dt_err_set(err, DT_ENOMEM, "%s: no memory for the header", path);
+        goto fail;
+    }
+    size_t at = 0;
+    for (int c = 0; c < count; c++) {
+        if (c == label) continue;
+        at += (size_t)snprintf(names + at, n - at, "%s%s", at ? "," : "", fields[c]);
+    }
+    names[at] = '\0';
+    *out = names;
+fail:
+    if (src.gz) gzclose_r(src.gz);
+    free(src.buf);
+    free(fields);
+    return rc;
+}
+
+/* ---- a training file's own shape ------------------------------------------- */
+
+/* The labels seen while inferring "classes": which whole numbers in
+ * [0, DT_READER_MAX_CLASSES) occur, and the largest. */
+typedef struct {
+    unsigned char *seen; /* (DT_READER_MAX_CLASSES) */
+    int max;             /* the largest class seen, or -1 */
+    double beyond;       /* a whole label >= DT_READER_MAX_CLASSES, or -1 */
+    const char *where;   /* the labels' file, for messages */
+} class_tally;
+
+static int tally_init(class_tally *c, const char *where, dt_err *err) {
+    memset(c, 0, sizeof *c);
+    c->max = -1;
+    c->beyond = -1;
+    c->where = where;
+    c->seen = dt_calloc(DT_READER_MAX_CLASSES, 1);
+    return c->seen ? 0 : dt_err_set(err, DT_ENOMEM, "%s: no memory to count classes", where);
+}
+
+/* Counts a label. What is no class index (not a number, a fraction, a
+ * negative) is passed over: the read that follows refuses or skips it. */
+static void tally(class_tally *c, double v) {
+    if (!(v >= 0) || v != floor(v)) return;
+    if (v >= DT_READER_MAX_CLASSES) {
+        if (v > c->beyond) c->beyond = v;
+        return;
+    }
+    c->seen[(int)v] = 1;
+    if ((int)v > c->max) c->max = (int)v;
+}
+
+/* K = the largest label + 1 when every class 0..K-1 occurs and K >= 2;
+ * otherwise the labels do not say K, and the config must (DT_ECONFIG). */
+static int tally_classes(const class_tally *c, int *classes, char *how, size_t cap, dt_err *err) {
+    static const char fix[] = "set \"classes\" (labels are class indices 0..K-1)";
+    if (c->beyond >= 0)
+        return dt_err_set(err, DT_ECONFIG,
+                          "%s: label %.0f: more than %d classes are not inferred; %s", c->where,
+                          c->beyond, DT_READER_MAX_CLASSES, fix);
+    if (c->max < 0)
+        return dt_err_set(err, DT_ECONFIG, "%s: no label is a class index 0, 1, ...; %s", c->where,
+                          fix);
+    if (c->max == 0)
+        return dt_err_set(err, DT_ECONFIG, "%s: every label is 0: one class; %s", c->where, fix);
+    for (int k = 0; k <= c->max; k++)
+        if (!c->seen[k])
+            return dt_err_set(err, DT_ECONFIG,
+                              "%s: the labels run up to %d, but no row has class %d, so the "
+                              "number of classes is not clear; %s",
+                              c->where, c->max, k, fix);
+    *classes = c->max + 1;
+    snprintf(how, cap, "%s: labels 0..%d", c->where, c->max);
+    return 0;
+}
+
+/* csv: the header's columns less the label column; the label column of
+ * every row when classes are wanted. */
+static int infer_csv(const char *path, const dt_reader_params *p, class_tally *ct,
+                     dt_reader_shape *out, dt_err *err) {
+    line_src src = {.path = path};
+    char **fields = NULL;
+    int fields_cap = 0, count = 0, label = -1, rc;
+    if ((rc = csv_open(path, &src, &fields, &fields_cap, &count, err)) < 0) goto fail;
+    if ((rc = find_label(path, src.line_no, fields, count, p, "", &label, err)) < 0) goto fail;
+    if (count < 2) {
+        rc = dt_err_set(err, DT_EINVAL, "%s:%lld: the header has no column besides the label", path,
+                        (long long)src.line_no);
+        goto fail;
+    }
+    out->num_features = count - 1;
+    snprintf(out->features_how, sizeof out->features_how,
+             "%s: %d columns less the label column \"%.64s\"", path, count, fields[label]);
+    const int ncols = count;
+    while (ct) {
+        char *line;
+        size_t len;
+        const char *why;
+        if ((rc = next_line(&src, &line, &len, &why, err)) < 0) goto fail;
+        if (rc == 0) break;
+        if (why || blank(line)) continue;
+        split_csv(&src, line, &fields, &fields_cap, &count, err, &rc);
+        if (rc < 0) goto fail;
+        double v;
+        if (count == ncols && parse_num(fields[label], &v) == NUM_OK) tally(ct, v);
+    }
+    rc = 0;
+fail:
+    if (src.gz) gzclose_r(src.gz);
+    free(src.buf);
+    free(fields);
+    return rc;
+}
+
+/* libsvm: the largest feature index of any row, and the first token of
+ * each row as its label. */
+static int infer_libsvm(const char *path, class_tally *ct, dt_reader_shape *out, dt_err *err) {
+    line_src src = {.path = path};
+    long long largest = 0;
+    int64_t rows = 0;
+    int rc = open_gz(path, &src.gz, err);
+    while (rc == 0) {
+        char *line;
+        const char *why;
+        if ((rc = next_svm_row(&src, &line, &why, err)) <= 0) break;
+        rc = 0;
+        if (why) continue;
+        rows++;
+        char *save = NULL;
+        int first = 1;
+        for (char *tok = strtok_r(line, " \t", &save); tok;
+             tok = strtok_r(NULL, " \t", &save), first = 0) {
+            char *colon = strchr(tok, ':');
+            double v;
+            long long idx;
+            if (first && !colon && ct && parse_num(tok, &v) == NUM_OK) tally(ct, v);
+            if (!colon || strncmp(tok, "qid:", 4) == 0) continue;
+            *colon = '\0';
+            if (parse_int(tok, &idx) == 0 && idx > largest) largest = idx;
+        }
+    }
+    if (src.gz) gzclose_r(src.gz);
+    free(src.buf);
+    if (rc < 0) return rc;
+    if (largest < 1)
+        return dt_err_set(err, DT_EINVAL, "%s: no feature index in %lld rows", path,
+                          (long long)rows);
+    if (largest > INT_MAX)
+        return dt_err_set(err, DT_EINVAL, "%s: feature index %lld is past the largest model", path,
+                          largest);
+    out->num_features = (int)largest;
+    snprintf(out->features_how, sizeof out->features_how,
+             "%s: the largest feature index of %lld rows", path, (long long)rows);
+    return 0;
+}
+
+/* idx: rows x cols from the images' header; every byte of the labels file
+ * when classes are wanted. */
+static int infer_idx(const char *images_path, const char *labels_path, class_tally *ct,
+                     dt_reader_shape *out, dt_err *err) {
+    gzFile gz = NULL;
+    unsigned char *chunk = NULL;
+    uint32_t dims[3];
+    int rc = open_gz(images_path, &gz, err);
+    if (rc == 0) rc = idx_header(gz, images_path, 3, dims, "images", err);
+    if (gz) gzclose_r(gz);
+    gz = NULL;
+    if (rc < 0) return rc;
+    const uint64_t F = (uint64_t)dims[1] * dims[2];
+    if (F == 0 || F > INT_MAX)
+        return dt_err_set(err, DT_ECORRUPT, "%s: bad dimensions %u x %u x %u", images_path, dims[0],
+                          dims[1], dims[2]);
+    out->num_features = (int)F;
+    snprintf(out->features_how, sizeof out->features_how, "%s: images of %u x %u", images_path,
+             dims[1], dims[2]);
+    if (!ct) return 0;
+    if (!labels_path || !*labels_path)
+        return dt_err_set(err, DT_EINVAL, "%s: idx images need a labels file", images_path);
+    uint32_t n;
+    if ((rc = open_gz(labels_path, &gz, err)) < 0) return rc;
+    if ((rc = idx_header(gz, labels_path, 1, &n, "labels", err)) < 0) goto fail;
+    if (!(chunk = dt_malloc(IDX_CHUNK_BYTES))) {
+        rc = dt_err_set(err, DT_ENOMEM, "%s: out of memory", labels_path);
+        goto fail;
+    }
+    for (uint64_t done = 0; done < n;) {
+        size_t want = n - done < IDX_CHUNK_BYTES ? (size_t)(n - done) : IDX_CHUNK_BYTES, got;
+        if ((rc = read_full(gz, labels_path, chunk, want, &got, err)) < 0) goto fail;
+        for (size_t i = 0; i < got; i++)
+            tally(ct, chunk[i]);
+        done += got;
+        if (got < want) break; /* truncated: the read says so */
+    }
+fail:
+    if (gz) gzclose_r(gz);
+    free(chunk);
+    return rc;
+}
+
+int dt_reader_infer(const char *format, const char *data_path, const char *labels_path,
+                    const dt_reader_params *p, int want_classes, dt_reader_shape *out,
+                    dt_err *err) {
+    memset(out, 0, sizeof *out);
+    class_tally ct;
+    memset(&ct, 0, sizeof ct);
+    int is_idx = strcmp(format, "idx") == 0, rc;
+    if (!is_idx && strcmp(format, "csv") != 0 && strcmp(format, "libsvm") != 0)
+        return unknown_format(format, err);
+    if (want_classes &&
+        (rc = tally_init(&ct, is_idx && labels_path && *labels_path ? labels_path : data_path,
+                         err)) < 0)
+        return rc;
+    class_tally *classes = want_classes ? &ct : NULL;
+    if (is_idx)
+        rc = infer_idx(data_path, labels_path, classes, out, err);
+    else if (strcmp(format, "csv") == 0)
+        rc = infer_csv(data_path, p, classes, out, err);
+    else
+        rc = infer_libsvm(data_path, classes, out, err);
+    if (rc == 0 && want_classes)
+        rc = tally_classes(&ct, &out->num_classes, out->classes_how, sizeof out->classes_how, err);
+    free(ct.seen);
+    return rc;
+}
+
+/* ---- lines, for the readers of other text formats ------------------------- */
+
+struct dt_reader_lines {
+    line_src src;
+};
+
+int dt_reader_lines_open(const char *path, dt_reader_lines **out, dt_err *err) {
+    *out = NULL;
+    dt_reader_lines *l = dt_calloc(1, sizeof *l);
+    if (!l) return dt_err_set(err, DT_ENOMEM, "%s: no memory for a reader", path);
+    l->src.path = path;
+    int rc = open_gz(path, &l->src.gz, err);
+    if (rc < 0) {
+        free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+int dt_reader_lines_next(dt_reader_lines *l, char **line, size_t *len, int64_t *line_no,
+                         const char **bad, dt_err *err) {
+    int rc = next_line(&l->src, line, len, bad, err);
+    *line_no = l->src.line_no;
+    return rc;
+}
+
+int dt_reader_parse_int64(const char *s, int64_t *out) {
+    long long v;
+    if (parse_int(s, &v) < 0) return -1;
+    *out = v;
+    return 0;
+}
+
+void dt_reader_lines_close(dt_reader_lines *l) {
+    if (!l) return;
+    if (l->src.gz) gzclose_r(l->src.gz);
+    free(l->src.buf);
+    free(l);
 }

@@ -2,8 +2,8 @@
  * reader: whole data files parsed into memory as a table of examples,
  * x (N, F) float features and y (N) float labels, for the data module.
  *
- * Letters: N examples (rows kept), F features (fixed by the job, never
- * guessed from the file), K classes.
+ * Letters: N examples (rows kept), F features (fixed by the job; a job
+ * that leaves it unset takes dt_reader_infer's), K classes.
  *
  * Every file is read through zlib, so "x.csv" and "x.csv.gz" read alike (a
  * plain file passes through unchanged).
@@ -32,7 +32,10 @@
  *
  * Labels: for classification (DT_LABEL_CLASS) a label must be an integral
  * value in [0, K); for regression (DT_LABEL_REAL) any finite number. Every
- * feature must be a finite number that fits a float.
+ * feature must be a finite number that fits a float. A row that is well
+ * formed but does not fit the job (a label >= K, a libsvm index > F) is a
+ * configuration error, DT_ECONFIG, with the message naming "classes" or
+ * "features" and its value.
  *
  * Files without labels (labels = DT_LABELS_NONE, for predictions): a csv
  * has exactly F columns, all features, and none of them may be the named
@@ -41,6 +44,16 @@
  * reads the images alone and no labels file may be given. The table's y is
  * then NULL. dt_reader_detect_labels tells the two layouts apart from the
  * start of a file.
+ *
+ * Shape: dt_reader_infer reads what a training file says of F and K, for
+ * a job that leaves "features" or "classes" to the data: F from the csv
+ * header (its columns less the label column), from the largest libsvm
+ * feature index of any row, or from the idx header (rows x cols); K as the
+ * largest label + 1, only when the labels are the class indices 0..K-1,
+ * each one present at least once (otherwise the number of classes is not
+ * clear and the job must say it). Rows the read would refuse do not stop
+ * the scan: their tokens that do not parse are passed over, and the read
+ * that follows reports them (or skips them) as usual.
  *
  * Errors say where: "path:line: column \"name\": reason" for csv,
  * "path:line: reason" for libsvm, "path: record i: reason" for idx (i is the
@@ -130,7 +143,61 @@ int dt_reader_detect_labels(const char *format, const char *data_path, const cha
                             const dt_reader_params *p, int *labeled, char *how, size_t cap,
                             dt_err *err) DT_WARN_UNUSED;
 
+/* csv: the names of path's feature columns, in order, trimmed and unquoted
+ * as the read takes them (the label column, named by p->label_column, left
+ * out unless p->labels is DT_LABELS_NONE), joined by commas (no csv name
+ * holds one) into *out (malloc'd; the caller frees it). Reads the header
+ * alone. Errors as dt_reader_csv's about a header. */
+int dt_reader_csv_names(const char *path, const dt_reader_params *p, char **out,
+                        dt_err *err) DT_WARN_UNUSED;
+
+/* The most classes dt_reader_infer infers (a label of this or more is
+ * more likely a value than a class index). */
+#define DT_READER_MAX_CLASSES 65536
+
+/* What a training file says of its shape (dt_reader_infer). */
+typedef struct {
+    int num_features;       /* F */
+    int num_classes;        /* K, when asked for; else 0 */
+    char features_how[200]; /* what told F, naming the file, for a log line */
+    char classes_how[200];  /* what told K ("path: labels 0..9"); "" when not asked */
+} dt_reader_shape;
+
+/* Reads F (and with want_classes K) from the training file data_path (idx:
+ * the images; labels_path its labels, read for K only) of format "csv",
+ * "libsvm" or "idx" into *out (zeroed first). p gives label_column (csv);
+ * p->num_features is not read. One pass over the file, except that a csv
+ * without want_classes and idx images are read no further than their
+ * header. Errors: the file's (DT_ENOTFOUND, DT_EIO, DT_ECORRUPT), a csv
+ * header without the label column (DT_ECONFIG) or with nothing else, a
+ * libsvm file with no feature index (DT_EINVAL), labels that do not say K
+ * (DT_ECONFIG, naming the file, why and "set \"classes\""). */
+int dt_reader_infer(const char *format, const char *data_path, const char *labels_path,
+                    const dt_reader_params *p, int want_classes, dt_reader_shape *out,
+                    dt_err *err) DT_WARN_UNUSED;
+
 /* Releases the table's buffers and zeroes it. NULL is a no-op. */
 void dt_reader_table_deinit(dt_reader_table *t);
+
+/* ---- lines, for the readers of other text formats (lib/sparse_reader) ----
+ * The same line splitting the csv and libsvm readers use: plain or gzip
+ * files, lines up to 256 MiB, a trailing CR dropped. */
+typedef struct dt_reader_lines dt_reader_lines; /* opaque; owns the file */
+
+/* Opens path. Errors as the readers' (DT_ENOTFOUND, DT_EIO, DT_EINVAL for a
+ * directory); *out stays NULL. */
+int dt_reader_lines_open(const char *path, dt_reader_lines **out, dt_err *err) DT_WARN_UNUSED;
+/* The next line without its newline, NUL-terminated (*line, borrowed until
+ * the next call; the caller may write into it), its length and 1-based
+ * number. Returns 1 for a line, 0 at the end of the file, or an error
+ * (DT_EIO, DT_ECORRUPT for a damaged gzip stream, DT_EINVAL for a line
+ * past 256 MiB). *bad is set, with 1 returned, for a line holding a NUL
+ * byte (a binary file?), which the caller refuses or skips. */
+int dt_reader_lines_next(dt_reader_lines *l, char **line, size_t *len, int64_t *line_no,
+                         const char **bad, dt_err *err) DT_WARN_UNUSED;
+void dt_reader_lines_close(dt_reader_lines *l); /* NULL is a no-op */
+/* A whole field of decimal digits with an optional sign that fits int64,
+ * as libsvm indices are read: 0, or -1 when s is anything else. */
+int dt_reader_parse_int64(const char *s, int64_t *out) DT_WARN_UNUSED;
 
 #endif

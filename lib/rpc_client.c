@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "auth.h"
 #include "rpc_internal.h"
 
@@ -88,7 +89,7 @@ int dt_rpc_channel_new(const char *addr, dt_rpc_channel **out, dt_err *err) {
 int dt_rpc_channel_new_secure(const char *addr, const dt_rpc_security *sec, dt_rpc_channel **out,
                               dt_err *err) {
     *out = NULL;
-    dt_rpc_channel *ch = calloc(1, sizeof *ch);
+    dt_rpc_channel *ch = dt_calloc(1, sizeof *ch);
     if (!ch) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
     dt_rpc_init();
     snprintf(ch->addr, sizeof ch->addr, "%s", addr);
@@ -213,7 +214,7 @@ static void release_slot(call_slot *slot) {
 
 int dt_rpc_call_all(dt_rpc_call *calls, int n, int timeout_ms, dt_err *err) {
     if (n <= 0) return 0;
-    call_slot *slots = calloc((size_t)n, sizeof *slots);
+    call_slot *slots = dt_calloc((size_t)n, sizeof *slots);
     if (!slots) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
     gpr_timespec deadline =

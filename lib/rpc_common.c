@@ -4,6 +4,7 @@
  */
 #include "rpc_internal.h"
 
+#include "alloc.h"
 #include "log.h"
 
 #include <errno.h>
@@ -21,14 +22,16 @@
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int init_count;
-static volatile sig_atomic_t cert_generation;
+/* Bumped by a signal handler on any thread, read by gRPC's handshake
+ * threads: atomic (lock-free, so safe in a handler). */
+static atomic_int cert_generation;
 
 void dt_rpc_reload_certs(void) {
-    cert_generation = (sig_atomic_t)(cert_generation + 1);
+    atomic_fetch_add(&cert_generation, 1);
 }
 
 int dt_rpc_cert_generation(void) {
-    return (int)cert_generation;
+    return atomic_load(&cert_generation);
 }
 
 /* PEM files are small; a cap keeps a wrong path (a device, a huge file)
@@ -39,7 +42,7 @@ int dt_rpc_read_pem(const char *path, const char *what, char **out, dt_err *err)
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return dt_err_set(err, DT_EIO, "%s %s: cannot open: %s", what, path, strerror(errno));
-    char *buf = malloc(PEM_MAX + 1);
+    char *buf = dt_malloc(PEM_MAX + 1);
     if (!buf) {
         fclose(f);
         return dt_err_set(err, DT_ENOMEM, "%s %s: out of memory", what, path);
@@ -147,7 +150,7 @@ typedef struct {
 } buf_impl;
 
 static buf_impl *impl_new(void) {
-    buf_impl *im = calloc(1, sizeof *im);
+    buf_impl *im = dt_calloc(1, sizeof *im);
     if (im) im->slice = grpc_empty_slice();
     return im;
 }
@@ -198,7 +201,7 @@ int dt_rpc_buf_pieces(const dt_rpc_buf *b, dt_rpc_piece *one, const dt_rpc_piece
 static int add_part(buf_impl *im, grpc_slice s) {
     if (im->num_parts == im->cap_parts) {
         size_t cap = im->cap_parts ? 2 * im->cap_parts : 8;
-        grpc_slice *parts = realloc(im->parts, cap * sizeof *parts);
+        grpc_slice *parts = dt_realloc(im->parts, cap * sizeof *parts);
         if (!parts) {
             grpc_slice_unref(s);
             return -1;
@@ -236,7 +239,7 @@ int dt_rpc_buf_add_ref(dt_rpc_buf *b, size_t own_at, const dt_rpc_ref *ref, dt_e
     size_t cap = im->num_parts + 1;
     dt_rpc_piece *pieces = im->pieces == im->few ? NULL : im->pieces;
     if (cap > sizeof im->few / sizeof im->few[0]) {
-        if (!(pieces = realloc(pieces, cap * sizeof *pieces)))
+        if (!(pieces = dt_realloc(pieces, cap * sizeof *pieces)))
             return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
     } else {
         pieces = im->few;
@@ -331,7 +334,7 @@ int dt_rpc_buf_from_byte_buffer_pieces(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_e
         return dt_err_set(err, DT_EINVAL, "rpc: message in %zu pieces", cap);
     }
     im->pieces =
-        cap <= sizeof im->few / sizeof im->few[0] ? im->few : calloc(cap, sizeof *im->pieces);
+        cap <= sizeof im->few / sizeof im->few[0] ? im->few : dt_calloc(cap, sizeof *im->pieces);
     if (!im->pieces) {
         impl_free(im);
         return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
@@ -363,7 +366,7 @@ int dt_rpc_buf_from_byte_buffer_pieces(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_e
 
 int dt_rpc_buf_received(dt_rpc_buf *b, const dt_rpc_piece *pieces, int n, dt_err *err) {
     memset(b, 0, sizeof *b);
-    grpc_slice *slices = calloc(n > 0 ? (size_t)n : 1, sizeof *slices);
+    grpc_slice *slices = dt_calloc(n > 0 ? (size_t)n : 1, sizeof *slices);
     if (!slices) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
     /* Each piece in its own exactly-sized allocation (a sanitizer sees a
      * read past it), as a slice gRPC does not merge with its neighbours
@@ -371,7 +374,7 @@ int dt_rpc_buf_received(dt_rpc_buf *b, const dt_rpc_piece *pieces, int n, dt_err
     int made = 0, rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         if (pieces[i].len == 0) continue;
-        void *copy = malloc(pieces[i].len);
+        void *copy = dt_malloc(pieces[i].len);
         if (!copy) {
             rc = dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
             break;

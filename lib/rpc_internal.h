@@ -46,4 +46,29 @@ int dt_rpc_accept_failures(void);
 /* A slice's bytes as a NUL-terminated string, truncated to cap. */
 void dt_rpc_slice_to_str(grpc_slice s, char *out, size_t cap);
 
+/* ThreadSanitizer and the completion queue. gRPC's libraries are not built
+ * with TSan, so it cannot see the synchronization inside them (absl::Mutex,
+ * the queue's own atomics): a call's state written by the thread that hands
+ * its tag to gRPC (grpc_call_start_batch, grpc_server_request_call) and read
+ * by the poller that gets the tag back from grpc_completion_queue_next would
+ * look like a race. The handing thread releases the tag just before the
+ * call that may complete it elsewhere; the poller acquires it as it takes
+ * it. Empty in other builds. */
+#if defined(__SANITIZE_THREAD__)
+#define DT_RPC_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DT_RPC_TSAN 1
+#endif
+#endif
+#ifdef DT_RPC_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define DT_RPC_TAG_RELEASE(tag) __tsan_release(tag)
+#define DT_RPC_TAG_ACQUIRE(tag) __tsan_acquire(tag)
+#else
+#define DT_RPC_TAG_RELEASE(tag) ((void)(tag))
+#define DT_RPC_TAG_ACQUIRE(tag) ((void)(tag))
+#endif
+
 #endif

@@ -63,6 +63,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "auth.h"
 #include "log.h"
 #include "rpc_internal.h"
@@ -169,7 +170,7 @@ static void call_free(call_state *cs) {
 }
 
 static void arm(poller *p) {
-    call_state *cs = calloc(1, sizeof *cs);
+    call_state *cs = dt_calloc(1, sizeof *cs);
     if (!cs) {
         dt_log(DT_LOG_ERROR, "rpc server %s: out of memory arming a call", p->server->addr);
         return;
@@ -187,6 +188,7 @@ static void arm(poller *p) {
     s->live_calls++;
     cs->gen->live_calls++;
     pthread_mutex_unlock(&s->mu);
+    DT_RPC_TAG_RELEASE(cs);
     grpc_call_error e = grpc_server_request_call(cs->gen->grpc, &cs->call, &cs->details,
                                                  &cs->request_md, s->cq, s->cq, cs);
     if (e != GRPC_CALL_OK) call_free(cs); /* the server is shutting down */
@@ -205,6 +207,7 @@ static void start_receive(call_state *cs) {
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &cs->request_payload;
     cs->phase = CALL_RECEIVED;
+    DT_RPC_TAG_RELEASE(cs);
     if (grpc_call_start_batch(cs->call, &op, 1, cs, NULL) != GRPC_CALL_OK) {
         dt_log(DT_LOG_ERROR, "rpc server: cannot start receive batch");
         call_free(cs);
@@ -457,7 +460,7 @@ int dt_rpc_server_waiting(dt_rpc_server *s, long long *inflight) {
 }
 
 long long dt_rpc_server_refused(const dt_rpc_server *s) {
-    return atomic_load(&((dt_rpc_server *)s)->refused);
+    return atomic_load(&s->refused);
 }
 
 /* The request as the handlers read it: in place, in pieces (the byte
@@ -524,6 +527,7 @@ static void handle(call_state *cs) {
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[n++].data.recv_close_on_server.cancelled = &cs->cancelled;
     cs->phase = CALL_DONE;
+    DT_RPC_TAG_RELEASE(cs);
     if (grpc_call_start_batch(cs->call, ops, n, cs, NULL) != GRPC_CALL_OK) {
         dt_log(DT_LOG_ERROR, "rpc server: cannot start reply batch");
         call_free(cs);
@@ -567,6 +571,7 @@ static void *poll_loop(void *arg) {
         grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type != GRPC_OP_COMPLETE) continue;
+        DT_RPC_TAG_ACQUIRE(ev.tag);
         server_gen *g = gen_of_tag(s, ev.tag);
         if (g) {
             pthread_mutex_lock(&s->mu);
@@ -670,7 +675,7 @@ static int make_server_creds(dt_rpc_server *s, grpc_server_credentials **out, dt
     }
     if (!sec->cert_file || !sec->key_file)
         return dt_err_set(err, DT_EINVAL, "TLS needs both --tls-cert and --tls-key");
-    tls_files *t = calloc(1, sizeof *t);
+    tls_files *t = dt_calloc(1, sizeof *t);
     if (!t) return dt_err_set(err, DT_ENOMEM, "out of memory");
     pthread_mutex_init(&t->mu, NULL);
     snprintf(t->addr, sizeof t->addr, "%s", s->addr);
@@ -975,7 +980,7 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     if (params->num_threads < 1 || params->num_threads > MAX_THREADS)
         return dt_err_set(err, DT_EINVAL, "rpc server: %d threads (1..%d)", params->num_threads,
                           MAX_THREADS);
-    dt_rpc_server *s = calloc(1, sizeof *s);
+    dt_rpc_server *s = dt_calloc(1, sizeof *s);
     if (!s) return dt_err_set(err, DT_ENOMEM, "rpc server: out of memory");
     dt_rpc_init();
     int rc = 0;
@@ -1022,10 +1027,14 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     }
     grpc_server_start(s->current->grpc);
     arm_all(s);
+    /* Set before the first poller starts: a handler may read it (through
+     * its ctx) as soon as a call comes, which can be before we return. */
+    *out = s;
     for (int i = 0; i < s->num_pollers; i++) {
         if (pthread_create(&s->pollers[i].thread, NULL, poll_loop, &s->pollers[i]) != 0) {
             dt_err_set(err, DT_EINTERNAL, "rpc server %s: cannot start thread", params->addr);
             dt_rpc_server_stop(s, 0);
+            *out = NULL;
             return DT_EINTERNAL;
         }
         s->pollers[i].started = 1;
@@ -1033,10 +1042,10 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     if (pthread_create(&s->watchdog, NULL, watch_listener, s) != 0) {
         dt_err_set(err, DT_EINTERNAL, "rpc server %s: cannot start thread", params->addr);
         dt_rpc_server_stop(s, 0);
+        *out = NULL;
         return DT_EINTERNAL;
     }
     s->watchdog_started = 1;
-    *out = s;
     return 0;
 
 fail_unstarted:

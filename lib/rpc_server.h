@@ -97,7 +97,8 @@ typedef struct dt_rpc_server dt_rpc_server;
  * out of range, (DT_EUNAVAILABLE) when
  * the address cannot be bound, e.g. it is in use; DT_EIO or DT_EINVAL (the
  * message names the file) when a certificate, key or token file cannot be
- * read or parsed. */
+ * read or parsed. *out is set before the first handler runs, so a handler
+ * may use it (through its ctx); it is NULL after a failure. */
 int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
                         dt_err *err) DT_WARN_UNUSED;
 

@@ -23,8 +23,7 @@
  * the file_version record is on disk (in the page cache) when open returns
  * and a chief killed at any moment leaves a valid file.
  *
- * Threading: a writer is used by one thread at a time. dt_tfrecord_read has
- * no state of its own.
+ * Threading: a writer is used by one thread at a time.
  */
 #include "summary.h"
 
@@ -32,14 +31,17 @@
 #include <fcntl.h>
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "crc32c.h"
 #include "log.h"
+#include "text.h"
 
 #define FILE_VERSION "brain.Event:2"
 #define FRAME_HEADER 12 /* uint64 length, uint32 masked crc of those 8 bytes */
@@ -132,14 +134,6 @@ static void store_le64(uint8_t *p, uint64_t v) {
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint32_t load_le32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t load_le64(const uint8_t *p) {
-    return (uint64_t)load_le32(p) | (uint64_t)load_le32(p + 4) << 32;
-}
-
 /* Bare double (no key): packed repeated elements. */
 static void put_double_bits(dt_summary_writer *w, double v) {
     uint64_t bits;
@@ -194,7 +188,7 @@ static int record_begin(dt_summary_writer *w, size_t event_size, dt_err *err) {
         size_t cap = w->record_cap ? w->record_cap : 256;
         while (cap < need)
             cap *= 2;
-        uint8_t *grown = realloc(w->record, cap);
+        uint8_t *grown = dt_realloc(w->record, cap);
         if (!grown)
             return dt_err_set(err, DT_ENOMEM, "summary: %s: record buffer of %zu bytes", w->path,
                               cap);
@@ -281,42 +275,6 @@ static int write_file_version(dt_summary_writer *w, dt_err *err) {
 
 /* ---- tags ---- */
 
-/* Well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF),
- * which proto3 requires of strings. */
-static int utf8_valid(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t more;
-        unsigned lo = 0x80, hi = 0xBF; /* allowed range of the first continuation byte */
-        if (c < 0x80)
-            more = 0;
-        else if (c >= 0xC2 && c <= 0xDF)
-            more = 1;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            more = 2;
-            if (c == 0xE0)
-                lo = 0xA0; /* overlong */
-            else if (c == 0xED)
-                hi = 0x9F; /* surrogates */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            more = 3;
-            if (c == 0xF0)
-                lo = 0x90; /* overlong */
-            else if (c == 0xF4)
-                hi = 0x8F; /* past U+10FFFF */
-        } else
-            return 0;
-        if (n - i - 1 < more) return 0;
-        for (size_t k = 1; k <= more; k++) {
-            unsigned b = s[i + k];
-            if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return 0;
-        }
-        i += more + 1;
-    }
-    return 1;
-}
-
 /* Sets *len to the tag's length after checking it. index is the tag's place
  * in a scalars call, or -1 for a histogram's tag. */
 static int check_tag(const dt_summary_writer *w, const char *tag, int index, size_t *len,
@@ -332,7 +290,9 @@ static int check_tag(const dt_summary_writer *w, const char *tag, int index, siz
     if (n > DT_SUMMARY_TAG_MAX)
         return dt_err_set(err, DT_EINVAL, "summary: %s: %s \"%.32s...\" is longer than %d bytes",
                           w->path, what, tag, DT_SUMMARY_TAG_MAX);
-    if (!utf8_valid((const unsigned char *)tag, n))
+    /* Well-formed UTF-8 (no overlongs, surrogates or code points past
+     * U+10FFFF), which proto3 requires of strings. */
+    if (dt_text_utf8_prefix((const unsigned char *)tag, n) < n)
         return dt_err_set(err, DT_EINVAL, "summary: %s: %s is not valid UTF-8", w->path, what);
     *len = n;
     return 0;
@@ -422,9 +382,9 @@ static uint32_t hist_key(double v) {
 }
 
 static int hist_init(dt_summary_writer *w, dt_err *err) {
-    double *limits = malloc(HIST_BUCKETS * sizeof *limits);
-    double *counts = malloc(HIST_BUCKETS * sizeof *counts);
-    uint16_t *guess = malloc(HIST_KEYS * sizeof *guess);
+    double *limits = dt_malloc(HIST_BUCKETS * sizeof *limits);
+    double *counts = dt_malloc(HIST_BUCKETS * sizeof *counts);
+    uint16_t *guess = dt_malloc(HIST_KEYS * sizeof *guess);
     if (!limits || !counts || !guess) {
         free(limits);
         free(counts);
@@ -630,7 +590,7 @@ int dt_summary_histogram_floats(dt_summary_writer *w, int64_t step, const char *
 static int make_dirs(const char *dir, dt_err *err) {
     int rc = 0;
     size_t n = strlen(dir);
-    char *path = malloc(n + 1);
+    char *path = dt_malloc(n + 1);
     if (!path) return dt_err_set(err, DT_ENOMEM, "summary: %s: path", dir);
     memcpy(path, dir, n + 1);
     for (size_t i = 1; i <= n; i++) {
@@ -675,11 +635,11 @@ int dt_summary_open(const char *log_dir, dt_summary_writer **out, dt_err *err) {
     host[sizeof host - 1] = '\0'; /* gethostname may truncate without a NUL */
     long long secs = (long long)time(NULL);
 
-    w = calloc(1, sizeof *w);
+    w = dt_calloc(1, sizeof *w);
     if (!w) return dt_err_set(err, DT_ENOMEM, "summary: %s: writer", log_dir);
     w->fd = -1;
     size_t cap = strlen(log_dir) + strlen(host) + 64;
-    w->path = malloc(cap);
+    w->path = dt_malloc(cap);
     if (!w->path) {
         rc = dt_err_set(err, DT_ENOMEM, "summary: %s: path", log_dir);
         goto fail;
@@ -734,77 +694,4 @@ void dt_summary_close(dt_summary_writer *w) {
     free(w->hist_counts);
     free(w->hist_guess);
     free(w);
-}
-
-/* ---- reading ---- */
-
-/* "record at byte N", or without N when f cannot tell its position. */
-static void record_where(char *buf, size_t cap, off_t at) {
-    if (at < 0)
-        snprintf(buf, cap, "record at unknown offset");
-    else
-        snprintf(buf, cap, "record at byte %lld", (long long)at);
-}
-
-/* A short fread: an I/O error, or a file that ends inside the record. */
-static int short_read(FILE *f, const char *where, const char *part, size_t got, uint64_t want,
-                      dt_err *err) {
-    if (ferror(f))
-        return dt_err_set(err, DT_EIO, "tfrecord: %s: read %s: %s", where, part, strerror(errno));
-    return dt_err_set(err, DT_ECORRUPT, "tfrecord: %s: truncated %s: %zu of %llu bytes", where,
-                      part, got, (unsigned long long)want);
-}
-
-int dt_tfrecord_read(FILE *f, uint8_t **data, size_t *len, dt_err *err) {
-    DT_ASSERT(f && data && len);
-    *len = 0;
-    off_t at = ftello(f);
-    char where[64];
-    record_where(where, sizeof where, at);
-
-    uint8_t header[FRAME_HEADER];
-    size_t got = fread(header, 1, sizeof header, f);
-    if (got == 0 && !ferror(f)) return 0; /* clean end between records */
-    if (got < sizeof header) return short_read(f, where, "header", got, sizeof header, err);
-    uint32_t stored = load_le32(header + 8), computed = dt_crc32c_mask(dt_crc32c(header, 8));
-    if (stored != computed)
-        return dt_err_set(err, DT_ECORRUPT,
-                          "tfrecord: %s: length crc mismatch (stored 0x%08x, computed 0x%08x)",
-                          where, stored, computed);
-    uint64_t length = load_le64(header);
-    /* The crc vouches for the length; still refuse to allocate more than the
-     * file could hold. */
-    struct stat st;
-    if (at >= 0 && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)) {
-        off_t data_at = at + FRAME_HEADER;
-        uint64_t left = st.st_size > data_at ? (uint64_t)(st.st_size - data_at) : 0;
-        if (length > left || left - length < FRAME_FOOTER)
-            return dt_err_set(err, DT_ECORRUPT,
-                              "tfrecord: %s: truncated: length %llu plus %d-byte crc, but %llu "
-                              "bytes are left",
-                              where, (unsigned long long)length, FRAME_FOOTER,
-                              (unsigned long long)left);
-    }
-    if (length > EVENT_MAX)
-        return dt_err_set(err, DT_ECORRUPT, "tfrecord: %s: length %llu exceeds %zu", where,
-                          (unsigned long long)length, EVENT_MAX);
-
-    uint8_t *grown = realloc(*data, length ? (size_t)length : 1);
-    if (!grown)
-        return dt_err_set(err, DT_ENOMEM, "tfrecord: %s: %llu bytes", where,
-                          (unsigned long long)length);
-    *data = grown;
-    got = fread(*data, 1, (size_t)length, f);
-    if (got < length) return short_read(f, where, "data", got, length, err);
-    uint8_t footer[FRAME_FOOTER];
-    got = fread(footer, 1, sizeof footer, f);
-    if (got < sizeof footer) return short_read(f, where, "data crc", got, sizeof footer, err);
-    stored = load_le32(footer);
-    computed = dt_crc32c_mask(dt_crc32c(*data, (size_t)length));
-    if (stored != computed)
-        return dt_err_set(err, DT_ECORRUPT,
-                          "tfrecord: %s: data crc mismatch (stored 0x%08x, computed 0x%08x)", where,
-                          stored, computed);
-    *len = (size_t)length;
-    return 1;
 }

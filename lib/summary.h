@@ -19,7 +19,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include "err.h"
 
@@ -77,13 +76,5 @@ int dt_summary_flush(dt_summary_writer *w, dt_err *err) DT_WARN_UNUSED;
 const char *dt_summary_path(const dt_summary_writer *w);
 /* Flushes and closes; NULL is a no-op. */
 void dt_summary_close(dt_summary_writer *w);
-
-/*
- * Reads the next TFRecord from f into *data (grown with realloc; caller
- * frees) and its length into *len, verifying both CRCs. Returns 1 on a
- * record, 0 at a clean end of file, DT_ECORRUPT on a bad CRC or a truncated
- * record.
- */
-int dt_tfrecord_read(FILE *f, uint8_t **data, size_t *len, dt_err *err) DT_WARN_UNUSED;
 
 #endif

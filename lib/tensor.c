@@ -3,6 +3,7 @@
  */
 #include "tensor.h"
 
+#include "alloc.h"
 #include "text.h"
 
 #include <stdlib.h>
@@ -81,7 +82,7 @@ static size_t round_up(size_t n) {
 int dt_tensors_init(dt_tensors *ts, const dt_tensor *specs, int count, dt_err *err) {
     memset(ts, 0, sizeof *ts);
     if (count < 0) return dt_err_set(err, DT_EINVAL, "tensors: negative count");
-    dt_tensor *items = calloc(count ? (size_t)count : 1, sizeof *items);
+    dt_tensor *items = dt_calloc(count ? (size_t)count : 1, sizeof *items);
     if (!items) return dt_err_set(err, DT_ENOMEM, "tensors: out of memory");
     int rc = 0;
     size_t total = 0;
@@ -96,7 +97,7 @@ int dt_tensors_init(dt_tensors *ts, const dt_tensor *specs, int count, dt_err *e
             }
         total += round_up(items[i].nbytes);
     }
-    void *slab = aligned_alloc(SLAB_ALIGN, total ? total : SLAB_ALIGN);
+    void *slab = dt_aligned_alloc(SLAB_ALIGN, total ? total : SLAB_ALIGN);
     if (!slab) {
         rc = dt_err_set(err, DT_ENOMEM, "tensors: cannot allocate %zu bytes", total);
         goto fail;
@@ -128,15 +129,4 @@ dt_tensor *dt_tensors_find(const dt_tensors *ts, const char *name) {
     for (int i = 0; i < ts->count; i++)
         if (strcmp(ts->items[i].name, name) == 0) return &ts->items[i];
     return NULL;
-}
-
-int dt_tensors_same_layout(const dt_tensors *a, const dt_tensors *b) {
-    if (a->count != b->count) return 0;
-    for (int i = 0; i < a->count; i++) {
-        const dt_tensor *x = &a->items[i], *y = &b->items[i];
-        if (strcmp(x->name, y->name) != 0 || x->dtype != y->dtype || x->ndim != y->ndim) return 0;
-        for (int d = 0; d < x->ndim; d++)
-            if (x->shape[d] != y->shape[d]) return 0;
-    }
-    return 1;
 }

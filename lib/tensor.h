@@ -67,7 +67,5 @@ int dt_tensors_init(dt_tensors *ts, const dt_tensor *specs, int count, dt_err *e
 void dt_tensors_deinit(dt_tensors *ts);
 /* Borrowed pointer to the tensor called name, or NULL. */
 dt_tensor *dt_tensors_find(const dt_tensors *ts, const char *name);
-/* 1 when both sets have the same names, dtypes and shapes in the same order. */
-int dt_tensors_same_layout(const dt_tensors *a, const dt_tensors *b);
 
 #endif

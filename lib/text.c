@@ -1,5 +1,6 @@
 /*
- * text: name validation and log escaping. Pure functions, no state.
+ * text: name validation, UTF-8 and decimal checks, log escaping. Pure
+ * functions, no state.
  */
 #include "text.h"
 
@@ -29,6 +30,29 @@ size_t dt_text_utf8_seq(const unsigned char *s, size_t n) {
     }
     if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
     return len;
+}
+
+size_t dt_text_utf8_prefix(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        size_t k = s[i] < 0x80 ? 1 : dt_text_utf8_seq(s + i, n - i);
+        if (k == 0) break;
+        i += k;
+    }
+    return i;
+}
+
+int dt_text_parse_decimal(const char *s, uint64_t max, uint64_t *out) {
+    if (!*s) return -1;
+    uint64_t v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return -1;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (max - d) / 10) return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
 }
 
 /* Every byte of s valid UTF-8 and no control byte; `kind` says what s is

@@ -1,6 +1,7 @@
 /*
- * text: the one rule for names that come from the wire or from files, and
- * the escaping that keeps every log record on one line.
+ * text: the one rule for names that come from the wire or from files, the
+ * UTF-8 and plain-decimal checks of text read from files, and the escaping
+ * that keeps every log record on one line.
  *
  * A tensor name crosses C strings, log lines, checkpoint headers and file
  * names, so it must be a non-empty, valid UTF-8 string without NUL or other
@@ -11,6 +12,7 @@
 #define DT_TEXT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "err.h"
 
@@ -31,6 +33,16 @@ int dt_text_check_line(const char *s, size_t len, size_t max_len, const char *wh
  * bytes there are not one (bad lead, bad continuation, overlong form,
  * surrogate, above U+10FFFF, or cut short by n). */
 size_t dt_text_utf8_seq(const unsigned char *s, size_t n);
+
+/* Length of the longest prefix of s[0..n) that is valid UTF-8 by
+ * dt_text_utf8_seq's rules (control bytes count as valid): the index of the
+ * first bad byte, or n when there is none. */
+size_t dt_text_utf8_prefix(const unsigned char *s, size_t n);
+
+/* Parses a plain decimal ("0", "1200": digits only, no sign, space or
+ * exponent; leading zeros allowed) no larger than max into *out. 0, or -1
+ * with *out untouched when s is empty, holds anything else or exceeds max. */
+int dt_text_parse_decimal(const char *s, uint64_t max, uint64_t *out);
 
 /* Copies the n bytes of src into dst (cap bytes, always NUL-terminated),
  * writing control bytes, backslashes and bytes that are not valid UTF-8 as

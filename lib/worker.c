@@ -22,13 +22,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloc.h"
 #include "data.h"
 #include "log.h"
 #include "memstat.h"
 #include "model.h"
 
 struct dt_worker {
-    dt_worker_params params;
+    dt_worker_params params; /* params.job points to job */
+    dt_job job;              /* the caller's, with the shapes it leaves unset read from the data */
     char name[96];
     dt_dataset *data;
     dt_tensors vars;  /* last pulled values */
@@ -65,6 +67,9 @@ dt_dataset *dt_worker_data(dt_worker *w) {
 dt_model *dt_worker_model(dt_worker *w) {
     return w->model;
 }
+const dt_job *dt_worker_job(const dt_worker *w) {
+    return &w->job;
+}
 
 /* Whether this job's workers pipeline their pushes (never in sync mode: a
  * gradient there must be for the step being made). */
@@ -79,15 +84,18 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         return dt_err_set(err, DT_EINVAL,
                           "worker: task index %d out of range (cluster has %d workers)",
                           params->task_index, cl->num_workers);
-    dt_worker *w = calloc(1, sizeof *w);
+    dt_worker *w = dt_calloc(1, sizeof *w);
     if (!w) return dt_err_set(err, DT_ENOMEM, "worker: out of memory");
     w->params = *params;
+    w->job = *params->job;
+    w->params.job = &w->job;
     snprintf(w->name, sizeof w->name, "worker:%d %.60s", params->task_index,
              cl->workers[params->task_index].addr);
     w->rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)params->task_index ^ (uint64_t)time(NULL);
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int count = 0, rc;
-    const dt_job *job = params->job;
+    const dt_job *job = &w->job;
+    if ((rc = dt_job_infer(&w->job, err)) < 0) goto fail;
     if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) goto fail;
     if ((rc = dt_tensors_init(&w->vars, specs, count, err)) < 0) goto fail;
     if ((rc = dt_tensors_init(&w->grads, specs, count, err)) < 0) goto fail;
@@ -127,7 +135,7 @@ static int retryable(int code) {
 }
 
 int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err *err), void *arg,
-                    const dt_worker_hooks *hooks, volatile sig_atomic_t *stop, dt_err *err) {
+                    const dt_worker_hooks *hooks, const atomic_int *stop, dt_err *err) {
     double start = dt_now_secs(), last_log = 0;
     int budget_s = w->params.job->ready_wait_secs;
     int backoff_ms = 100;
@@ -194,7 +202,7 @@ static int probe_ready(void *arg, dt_err *err) {
     return 0;
 }
 
-int dt_worker_wait_ready(dt_worker *w, volatile sig_atomic_t *stop, dt_err *err) {
+int dt_worker_wait_ready(dt_worker *w, const atomic_int *stop, dt_err *err) {
     ready_probe pr = {w, 0, 0};
     int rc = dt_worker_retry(w, "the model to be ready", probe_ready, &pr, NULL, stop, err);
     if (rc < 0) return rc;
@@ -241,7 +249,7 @@ static int do_push(void *arg, dt_err *err) {
  * sync_timeout_secs); this loop gives up only well past that.
  */
 static int pull_when_ready(dt_worker *w, pull_state *pull, const dt_worker_hooks *hooks,
-                           volatile sig_atomic_t *stop, dt_err *err) {
+                           const atomic_int *stop, dt_err *err) {
     const dt_job *job = w->params.job;
     double start = dt_now_secs(), last_log = start;
     int nap_us = 200;
@@ -323,7 +331,7 @@ typedef struct {
     dt_worker *w;
     push_state *push;
     const dt_worker_hooks *hooks;
-    volatile sig_atomic_t *stop;
+    const atomic_int *stop;
     int rc;
     dt_err err;
 } sender;
@@ -371,7 +379,7 @@ static int after_step(dt_worker *w, dt_step_result *r, double *t_last, int64_t *
  * than it would have been (the ps counts the staleness). A push that
  * brings no values (a ps said "not yet", or restarted) is followed by a
  * pull, as without pipelining. */
-static int train_pipelined(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_atomic_t *stop,
+static int train_pipelined(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *stop,
                            dt_err *err) {
     dt_step_result r;
     memset(&r, 0, sizeof r);
@@ -422,7 +430,7 @@ static int train_pipelined(dt_worker *w, const dt_worker_hooks *hooks, volatile 
     return 0;
 }
 
-int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_atomic_t *stop,
+int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *stop,
                     dt_err *err) {
     const dt_job *job = w->params.job;
     if (pipelined(job)) {
@@ -548,7 +556,7 @@ void dt_worker_report_failure(const dt_worker_params *params, int rc, const dt_e
         dt_log(DT_LOG_INFO, "worker:%d: told every ps task that %s", params->task_index, what);
 }
 
-int dt_worker_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err) {
+int dt_worker_run(const dt_worker_params *params, const atomic_int *stop, dt_err *err) {
     dt_worker *w = NULL;
     int rc = dt_worker_open(params, &w, err);
     if (rc < 0) {

@@ -15,7 +15,7 @@
 #ifndef DT_WORKER_H
 #define DT_WORKER_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "cluster.h"
@@ -54,7 +54,9 @@ typedef struct {
 typedef struct dt_worker dt_worker;
 
 /* Opens this worker's data shard, allocates variables and gradients, and
- * creates the ps client (no network traffic yet). */
+ * creates the ps client (no network traffic yet). A job that leaves
+ * "features" or "classes" unset takes them from the training file first
+ * (dt_job_infer, on the worker's own copy of the job: dt_worker_job). */
 int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err) DT_WARN_UNUSED;
 void dt_worker_free(dt_worker *w);
 
@@ -63,18 +65,20 @@ dt_ps_client *dt_worker_client(dt_worker *w);
 dt_tensors *dt_worker_vars(dt_worker *w);
 dt_dataset *dt_worker_data(dt_worker *w);
 dt_model *dt_worker_model(dt_worker *w);
+/* The job the worker runs: params->job with its shapes set. */
+const dt_job *dt_worker_job(const dt_worker *w);
 
 /*
  * Waits until every ps answers and reports the model ready. Returns 0 when
  * ready, 1 when the job is already done, DT_EUNAVAILABLE after
  * ready_wait_secs, DT_ECANCELLED when *stop is set.
  */
-int dt_worker_wait_ready(dt_worker *w, volatile sig_atomic_t *stop, dt_err *err);
+int dt_worker_wait_ready(dt_worker *w, const atomic_int *stop, dt_err *err);
 
 /* Retries fn (a ps call) per the policy above. `what` names the call in
  * logs; hooks->on_not_ready (may be NULL) runs on a "not ready" answer. */
 int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err *err), void *arg,
-                    const dt_worker_hooks *hooks, volatile sig_atomic_t *stop, dt_err *err);
+                    const dt_worker_hooks *hooks, const atomic_int *stop, dt_err *err);
 
 /* Trains until the job is done (0) or *stop is set after a finished step
  * (DT_ECANCELLED). hooks may be NULL. */
@@ -83,13 +87,13 @@ int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err 
  * chief, which decides it, says it here). */
 void dt_worker_set_max_steps(dt_worker *w, int64_t max_steps);
 
-int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, volatile sig_atomic_t *stop,
+int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *stop,
                     dt_err *err);
 
 /* The worker role: open, wait for the chief, train, close. A "job failed"
  * answer from a ps (the chief failed) ends it with DT_EABORTED and the
  * chief's reason; its own permanent failure is reported (below). */
-int dt_worker_run(const dt_worker_params *params, volatile sig_atomic_t *stop, dt_err *err);
+int dt_worker_run(const dt_worker_params *params, const atomic_int *stop, dt_err *err);
 
 /* When rc (< 0, why says why; may be NULL) is this task's own permanent
  * failure (not a signal, not a retryable 200 or 75 one, not the job's

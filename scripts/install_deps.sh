@@ -6,10 +6,11 @@ set -eu
 # clang and its runtime build the libFuzzer targets (make fuzz);
 # dataset-fashion-mnist is the real-data example and its tests; openssl makes
 # the TLS certificates (scripts/make_certs.sh, the tls suite); shellcheck
-# lints the deploy scripts (test/deploy_check.sh).
+# lints the deploy scripts (test/deploy_check.sh); gcovr reports make
+# coverage's figures.
 PKGS="build-essential pkg-config libgrpc-dev nanopb libnanopb-dev libcjson-dev check \
 libopenblas-dev zlib1g-dev python3 dataset-fashion-mnist clang libclang-rt-14-dev openssl \
-shellcheck"
+shellcheck gcovr"
 
 missing=""
 for p in $PKGS; do

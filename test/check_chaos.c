@@ -50,9 +50,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
 #include "proc.h"
 #include "ps_client.h"
+#include "safetensors.h"
 #include "suites.h"
 #include "testjob.h"
 
@@ -612,14 +612,14 @@ static void check_ckpt_files(void) {
         char path[2048];
         snprintf(path, sizeof path, "%s/%s", job.log_dir, e->d_name);
         dt_tensors ts;
-        dt_ckpt_meta meta;
+        dt_safetensors_meta meta;
         dt_err err;
         dt_err_clear(&err);
         memset(&ts, 0, sizeof ts);
-        int rc = dt_ckpt_load(path, &ts, &meta, &err);
+        int rc = dt_safetensors_load(path, &ts, &meta, &err);
         ck_assert_msg(rc == 0, "%s does not load: %s", path, err.msg);
         dt_tensors_deinit(&ts);
-        dt_ckpt_meta_deinit(&meta);
+        dt_safetensors_meta_deinit(&meta);
         ck_assert_msg(meta.global_step == step, "%s holds global_step %" PRId64, path,
                       meta.global_step);
         struct stat st;

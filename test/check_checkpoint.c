@@ -1,9 +1,14 @@
 /*
- * checkpoint suite: safetensors round trips (bit-exact), the file read back
- * by an independent header parse (and by numpy when it is installed),
- * refusal of damaged files (truncation at every byte, every flipped data
- * byte, hand-made bad headers), write faults at every byte of a save, and the
- * log dir's rotation, state file and restore fallbacks.
+ * checkpoint suite: the checkpoint file and the log dir that holds them.
+ *
+ * "file" (lib/safetensors.c): round trips (bit-exact), the file read back by
+ * an independent header parse (and by numpy when it is installed), refusal
+ * of damaged files (truncation at every byte, every flipped data byte,
+ * hand-made bad headers), write faults at every byte of a save.
+ * "log_dir" (lib/checkpoint.c, lib/dirlock.c): rotation, the state file,
+ * restore fallbacks, kills at the save's crash points, the log dir's lock.
+ * One suite: both halves share the temp dir, the test model and the file
+ * helpers below.
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -22,6 +27,7 @@
 
 #include "checkpoint.h"
 #include "crc32c.h"
+#include "dirlock.h"
 #include "log.h"
 #include "suites.h"
 
@@ -175,18 +181,23 @@ static void build_model(dt_tensors *ts, int seed) {
     v[0] = 1.0 / 3.0, v[1] = -1e300 * seed;
 }
 
+/* The same names, dtypes, shapes and bytes, in the same order. */
 static void assert_same_tensors(const dt_tensors *a, const dt_tensors *b) {
     ck_assert_int_eq(a->count, b->count);
-    ck_assert(dt_tensors_same_layout(a, b));
     for (int i = 0; i < a->count; i++) {
-        ck_assert_uint_eq(a->items[i].nbytes, b->items[i].nbytes);
-        ck_assert_msg(memcmp(a->items[i].data, b->items[i].data, a->items[i].nbytes) == 0,
-                      "tensor %s differs", a->items[i].name);
+        const dt_tensor *x = &a->items[i], *y = &b->items[i];
+        ck_assert_str_eq(x->name, y->name);
+        ck_assert_int_eq(x->dtype, y->dtype);
+        ck_assert_int_eq(x->ndim, y->ndim);
+        for (int d = 0; d < x->ndim; d++)
+            ck_assert_int_eq(x->shape[d], y->shape[d]);
+        ck_assert_uint_eq(x->nbytes, y->nbytes);
+        ck_assert_msg(memcmp(x->data, y->data, x->nbytes) == 0, "tensor %s differs", x->name);
     }
 }
 
-static dt_ckpt_meta make_meta(int64_t step) {
-    dt_ckpt_meta meta;
+static dt_safetensors_meta make_meta(int64_t step) {
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = step;
     snprintf(meta.model, sizeof meta.model, "linear F=3 K=2 \"quoted\" \xc3\xa9");
@@ -197,17 +208,17 @@ static dt_ckpt_meta make_meta(int64_t step) {
 static void save_model(const char *path, int seed, int64_t step) {
     dt_tensors ts;
     build_model(&ts, seed);
-    dt_ckpt_meta meta = make_meta(step);
+    dt_safetensors_meta meta = make_meta(step);
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_tensors_deinit(&ts);
 }
 
 static void save_in_dir(const char *dir, int seed, int64_t step, int max_to_keep) {
     dt_tensors ts;
     build_model(&ts, seed);
-    dt_ckpt_meta meta = make_meta(step);
+    dt_safetensors_meta meta = make_meta(step);
     dt_err err;
     dt_err_clear(&err);
     char out[1024];
@@ -248,13 +259,13 @@ START_TEST(test_round_trip) {
      * and a negative zero (already in the weight). */
     uint32_t nan_bits = 0x7fc01234u;
     memcpy(ts.items[1].data, &nan_bits, 4);
-    dt_ckpt_meta meta = make_meta(1200), got;
+    dt_safetensors_meta meta = make_meta(1200), got;
     memset(&got, 0x55, sizeof got);
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(count_tmp_files(tmpdir), 0);
-    ck_assert_msg(dt_ckpt_load(path, &back, &got, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_load(path, &back, &got, &err) == 0, "%s", err.msg);
     assert_same_tensors(&ts, &back);
     /* Same order as saved. */
     ck_assert_str_eq(back.items[0].name, "linear/weight");
@@ -266,21 +277,37 @@ START_TEST(test_round_trip) {
     /* The job config travels as given. */
     char job[] = "{\"model\":\"linear\",\"learning_rate\":0.05,\"log_dir\":\"runs/\\u00e9\"}";
     meta.job = job;
-    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
-    ck_assert_msg(dt_ckpt_load(path, &again_job, &got, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_load(path, &again_job, &got, &err) == 0, "%s", err.msg);
     ck_assert_str_eq(got.job, job);
-    dt_ckpt_meta_deinit(&got);
+    dt_safetensors_meta_deinit(&got);
     ck_assert_ptr_null(got.job);
     dt_tensors_deinit(&again_job);
+    /* So do a csv's feature names. */
+    char names[] = "x1,\xc3\xa9,x 3";
+    meta.feature_names = names;
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_load(path, &again_job, &got, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(got.feature_names, names);
+    ck_assert_str_eq(got.job, job);
+    dt_safetensors_meta_deinit(&got);
+    ck_assert_ptr_null(got.feature_names);
+    dt_tensors_deinit(&again_job);
+    char not_utf8[] = "x1,\xff";
+    meta.feature_names = not_utf8;
+    ck_assert_int_eq(dt_safetensors_save(path, &ts, &meta, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "feature_names is not UTF-8"), "%s", err.msg);
+    dt_err_clear(&err);
+    meta.feature_names = NULL;
     /* One that is not a JSON object is refused before anything is written. */
     char not_object[] = "[1, 2]";
     meta.job = not_object;
-    ck_assert_int_eq(dt_ckpt_save(path, &ts, &meta, &err), DT_EINVAL);
+    ck_assert_int_eq(dt_safetensors_save(path, &ts, &meta, &err), DT_EINVAL);
     ck_assert_msg(strstr(err.msg, "job is not a JSON object"), "%s", err.msg);
     dt_err_clear(&err);
     /* A NULL meta is allowed. */
     dt_tensors again;
-    ck_assert_msg(dt_ckpt_load(path, &again, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_load(path, &again, NULL, &err) == 0, "%s", err.msg);
     assert_same_tensors(&ts, &again);
     dt_tensors_deinit(&again);
     dt_tensors_deinit(&back);
@@ -295,33 +322,33 @@ START_TEST(test_round_trip_empty_and_overwrite) {
     dt_err err;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_tensors_init(&none, NULL, 0, &err), 0);
-    dt_ckpt_meta meta = make_meta(0), got;
-    ck_assert_msg(dt_ckpt_save(path, &none, &meta, &err) == 0, "%s", err.msg);
+    dt_safetensors_meta meta = make_meta(0), got;
+    ck_assert_msg(dt_safetensors_save(path, &none, &meta, &err) == 0, "%s", err.msg);
     dt_tensors back;
-    ck_assert_msg(dt_ckpt_load(path, &back, &got, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_load(path, &back, &got, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(back.count, 0);
     ck_assert_int_eq(got.global_step, 0);
     dt_tensors_deinit(&back);
     dt_tensors_deinit(&none);
     /* Saving over an existing checkpoint replaces it whole. */
     save_model(path, 3, (int64_t)1 << 40);
-    ck_assert_msg(dt_ckpt_load(path, &back, &got, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_load(path, &back, &got, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(back.count, 5);
     ck_assert_int_eq(got.global_step, (int64_t)1 << 40);
     dt_tensors_deinit(&back);
 }
 END_TEST
 
-/* Reads the file as any safetensors reader would, without checkpoint.c. */
+/* Reads the file as any safetensors reader would, without safetensors.c. */
 START_TEST(test_file_is_valid_safetensors) {
     char path[1024];
     tmp_path(path, sizeof path, "st.safetensors");
     dt_tensors ts;
     build_model(&ts, 2);
-    dt_ckpt_meta meta = make_meta(1200);
+    dt_safetensors_meta meta = make_meta(1200);
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
 
     size_t len;
     unsigned char *buf = read_all(path, &len);
@@ -394,12 +421,12 @@ START_TEST(test_data_aligned) {
     for (int pad = 0; pad < 8; pad++) {
         dt_tensors ts;
         build_model(&ts, 1);
-        dt_ckpt_meta meta = make_meta(5);
+        dt_safetensors_meta meta = make_meta(5);
         memset(meta.model, 'x', (size_t)pad);
         meta.model[pad] = '\0';
         dt_err err;
         dt_err_clear(&err);
-        ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+        ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
         size_t len;
         unsigned char *buf = read_all(path, &len);
         size_t start = data_start(buf);
@@ -412,7 +439,7 @@ START_TEST(test_data_aligned) {
         ck_assert_uint_eq(len - start, 6 * 4 + 4 + 3 * 8 + 4 * 4 + 2 * 8);
         free(buf);
         dt_tensors back;
-        ck_assert_msg(dt_ckpt_load(path, &back, &meta, &err) == 0, "%s", err.msg);
+        ck_assert_msg(dt_safetensors_load(path, &back, &meta, &err) == 0, "%s", err.msg);
         ck_assert_int_eq((int)strlen(meta.model), pad);
         dt_tensors_deinit(&back);
         dt_tensors_deinit(&ts);
@@ -429,11 +456,11 @@ START_TEST(test_numpy_reads_checkpoint) {
     tmp_path(path, sizeof path, "np.safetensors");
     dt_tensors ts;
     build_model(&ts, 5);
-    dt_ckpt_meta meta = make_meta(1200);
+    dt_safetensors_meta meta = make_meta(1200);
     snprintf(meta.model, sizeof meta.model, "linear");
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
 
     static const char script[] =
         "import json, struct, sys\n"
@@ -506,7 +533,7 @@ START_TEST(test_missing_file) {
     dt_tensors out;
     dt_err err;
     dt_err_clear(&err);
-    int rc = dt_ckpt_load(path, &out, NULL, &err);
+    int rc = dt_safetensors_load(path, &out, NULL, &err);
     assert_err(rc, &err, DT_ENOTFOUND, "nope.safetensors: open");
     assert_empty(&out);
 }
@@ -523,10 +550,10 @@ START_TEST(test_truncated_at_every_byte) {
     for (size_t cut = 0; cut < len; cut++) {
         write_all_file(cut_path, buf, cut);
         dt_tensors out;
-        dt_ckpt_meta meta = make_meta(77);
+        dt_safetensors_meta meta = make_meta(77);
         dt_err err;
         dt_err_clear(&err);
-        int rc = dt_ckpt_load(cut_path, &out, &meta, &err);
+        int rc = dt_safetensors_load(cut_path, &out, &meta, &err);
         ck_assert_msg(rc == DT_ECORRUPT, "cut at %zu: rc %d (%s)", cut, rc, err.msg);
         ck_assert_msg(strstr(err.msg, cut_path) == err.msg, "cut at %zu: %s", cut, err.msg);
         ck_assert_msg(strstr(err.msg, "truncated") != NULL, "cut at %zu: %s", cut, err.msg);
@@ -551,7 +578,7 @@ START_TEST(test_every_flipped_data_byte) {
         dt_tensors out;
         dt_err err;
         dt_err_clear(&err);
-        int rc = dt_ckpt_load(path, &out, NULL, &err);
+        int rc = dt_safetensors_load(path, &out, NULL, &err);
         assert_err(rc, &err, DT_ECORRUPT, "crc32c mismatch");
         assert_empty(&out);
     }
@@ -637,6 +664,8 @@ static const bad_case bad_headers[] = {
     {"{\"__metadata__\":{\"crc32c\":\"1\"}}", 0, "crc32c mismatch: header says 1, data has 0"},
     {"{\"__metadata__\":{\"job\":\"[1]\"}}", 0, "__metadata__ job is not a JSON object"},
     {"{\"__metadata__\":{\"job\":\"{\\\"a\\\":\"}}", 0, "__metadata__ job is not a JSON object"},
+    {"{\"__metadata__\":{\"feature_names\":[\"a\"]}}", 0,
+     "__metadata__ \"feature_names\" is not a string"},
 };
 
 START_TEST(test_bad_header) {
@@ -647,7 +676,7 @@ START_TEST(test_bad_header) {
     dt_tensors out;
     dt_err err;
     dt_err_clear(&err);
-    int rc = dt_ckpt_load(path, &out, NULL, &err);
+    int rc = dt_safetensors_load(path, &out, NULL, &err);
     ck_assert_msg(rc == DT_ECORRUPT, "case %d (%s): rc %d: %s", _i, c->header, rc, err.msg);
     ck_assert_msg(strstr(err.msg, path) == err.msg, "case %d: %s", _i, err.msg);
     ck_assert_msg(strstr(err.msg, c->needle) != NULL, "case %d: \"%s\" lacks \"%s\"", _i, err.msg,
@@ -668,7 +697,8 @@ START_TEST(test_model_too_long) {
     dt_tensors out;
     dt_err err;
     dt_err_clear(&err);
-    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT, "model is longer than 255");
+    assert_err(dt_safetensors_load(path, &out, NULL, &err), &err, DT_ECORRUPT,
+               "model is longer than 255");
 
     /* A tensor name longer than DT_TENSOR_NAME_MAX - 1. */
     char name[200];
@@ -678,7 +708,8 @@ START_TEST(test_model_too_long) {
              "{\"%s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", name);
     write_raw(path, header, strlen(header), 4);
     dt_err_clear(&err);
-    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT, "name longer than 127");
+    assert_err(dt_safetensors_load(path, &out, NULL, &err), &err, DT_ECORRUPT,
+               "name longer than 127");
 }
 END_TEST
 
@@ -690,37 +721,39 @@ START_TEST(test_bad_header_length) {
 
     write_all_file(path, "abc", 3);
     dt_err_clear(&err);
-    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT,
+    assert_err(dt_safetensors_load(path, &out, NULL, &err), &err, DT_ECORRUPT,
                "file is 3 bytes, too short for the 8-byte header length");
 
     const char *h = "{}";
     write_raw(path, h, (uint64_t)1 << 40, 0);
     dt_err_clear(&err);
-    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT,
+    assert_err(dt_safetensors_load(path, &out, NULL, &err), &err, DT_ECORRUPT,
                "header length 1099511627776 exceeds the 100 MB limit");
 
     write_raw(path, h, UINT64_MAX, 0);
     dt_err_clear(&err);
-    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT, "exceeds the 100 MB limit");
+    assert_err(dt_safetensors_load(path, &out, NULL, &err), &err, DT_ECORRUPT,
+               "exceeds the 100 MB limit");
 
     write_raw(path, h, 3, 0);
     dt_err_clear(&err);
-    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT,
+    assert_err(dt_safetensors_load(path, &out, NULL, &err), &err, DT_ECORRUPT,
                "header length 3 exceeds the 2 bytes after it");
 
     write_raw(path, h, 0, 0);
     dt_err_clear(&err);
-    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT, "not valid JSON");
+    assert_err(dt_safetensors_load(path, &out, NULL, &err), &err, DT_ECORRUPT, "not valid JSON");
 
     /* The length cuts the JSON short: the rest is taken as data. */
     write_raw(path, "{\"__metadata__\":{}}", 10, 0);
     dt_err_clear(&err);
-    assert_err(dt_ckpt_load(path, &out, NULL, &err), &err, DT_ECORRUPT, "not valid JSON");
+    assert_err(dt_safetensors_load(path, &out, NULL, &err), &err, DT_ECORRUPT, "not valid JSON");
     assert_empty(&out);
 
     /* A directory is not a checkpoint. */
     dt_err_clear(&err);
-    assert_err(dt_ckpt_load(tmpdir, &out, NULL, &err), &err, DT_ECORRUPT, "not a regular file");
+    assert_err(dt_safetensors_load(tmpdir, &out, NULL, &err), &err, DT_ECORRUPT,
+               "not a regular file");
 }
 END_TEST
 
@@ -732,10 +765,10 @@ START_TEST(test_foreign_file_loads) {
                     "\"w\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[0,8]}}   ";
     write_raw(path, h, strlen(h), 8);
     dt_tensors out;
-    dt_ckpt_meta meta = make_meta(99);
+    dt_safetensors_meta meta = make_meta(99);
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(dt_ckpt_load(path, &out, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_load(path, &out, &meta, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(out.count, 1);
     ck_assert_int_eq(meta.global_step, 0);
     ck_assert_str_eq(meta.model, "");
@@ -748,7 +781,7 @@ START_TEST(test_foreign_file_loads) {
     h = "{\"b\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[8,12]},"
         "\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}";
     write_raw(path, h, strlen(h), 12);
-    ck_assert_msg(dt_ckpt_load(path, &out, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_load(path, &out, &meta, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(out.count, 2);
     ck_assert_str_eq(out.items[0].name, "a"); /* ordered by data offset */
     ck_assert_str_eq(out.items[1].name, "b");
@@ -771,7 +804,7 @@ START_TEST(test_save_fails_at_every_byte) {
     ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
     dt_tensors ts;
     build_model(&ts, 2);
-    dt_ckpt_meta meta = make_meta(2);
+    dt_safetensors_meta meta = make_meta(2);
     for (size_t limit = 0; limit < len; limit++) {
         /* No assertions while the limit is on: the test framework writes
          * files of its own. */
@@ -779,25 +812,26 @@ START_TEST(test_save_fails_at_every_byte) {
         int set = setrlimit(RLIMIT_FSIZE, &rl);
         dt_err err;
         dt_err_clear(&err);
-        int rc = dt_ckpt_save(path, &ts, &meta, &err);
+        int rc = dt_safetensors_save(path, &ts, &meta, &err);
         int reset = setrlimit(RLIMIT_FSIZE, &old);
         ck_assert_int_eq(set, 0);
         ck_assert_int_eq(reset, 0);
         assert_err(rc, &err, DT_EIO, ": write: ");
         ck_assert_int_eq(count_tmp_files(tmpdir), 0);
         dt_tensors back;
-        dt_ckpt_meta got;
-        ck_assert_msg(dt_ckpt_load(path, &back, &got, &err) == 0, "limit %zu: %s", limit, err.msg);
+        dt_safetensors_meta got;
+        ck_assert_msg(dt_safetensors_load(path, &back, &got, &err) == 0, "limit %zu: %s", limit,
+                      err.msg);
         ck_assert_int_eq(got.global_step, 1);
         dt_tensors_deinit(&back);
     }
     /* With room to write, the same save goes through. */
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_tensors back;
-    dt_ckpt_meta got;
-    ck_assert_msg(dt_ckpt_load(path, &back, &got, &err) == 0, "%s", err.msg);
+    dt_safetensors_meta got;
+    ck_assert_msg(dt_safetensors_load(path, &back, &got, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(got.global_step, 2);
     assert_same_tensors(&ts, &back);
     dt_tensors_deinit(&back);
@@ -814,17 +848,17 @@ START_TEST(test_save_rename_fails) {
     write_text(inner, "x");
     dt_tensors ts;
     build_model(&ts, 1);
-    dt_ckpt_meta meta = make_meta(1);
+    dt_safetensors_meta meta = make_meta(1);
     dt_err err;
     dt_err_clear(&err);
-    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EIO, "rename");
+    assert_err(dt_safetensors_save(path, &ts, &meta, &err), &err, DT_EIO, "rename");
     ck_assert_int_eq(count_tmp_files(tmpdir), 0);
     ck_assert(file_exists(inner));
 
     /* A directory that does not exist: nothing to create the file in. */
     tmp_path(path, sizeof path, "no/such/dir/x.safetensors");
     dt_err_clear(&err);
-    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EIO, "create");
+    assert_err(dt_safetensors_save(path, &ts, &meta, &err), &err, DT_EIO, "create");
     dt_tensors_deinit(&ts);
 }
 END_TEST
@@ -834,30 +868,33 @@ START_TEST(test_save_rejects_bad_input) {
     tmp_path(path, sizeof path, "arg.safetensors");
     dt_tensors ts;
     build_model(&ts, 1);
-    dt_ckpt_meta meta = make_meta(-1);
+    dt_safetensors_meta meta = make_meta(-1);
     dt_err err;
     dt_err_clear(&err);
-    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EINVAL, "global_step -1 is negative");
+    assert_err(dt_safetensors_save(path, &ts, &meta, &err), &err, DT_EINVAL,
+               "global_step -1 is negative");
 
     meta = make_meta(1);
     memset(meta.model, 'x', sizeof meta.model); /* no NUL */
     dt_err_clear(&err);
-    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EINVAL, "not NUL-terminated");
+    assert_err(dt_safetensors_save(path, &ts, &meta, &err), &err, DT_EINVAL, "not NUL-terminated");
 
     meta = make_meta(1);
     snprintf(ts.items[2].name, DT_TENSOR_NAME_MAX, "linear/weight");
     dt_err_clear(&err);
-    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EINVAL,
+    assert_err(dt_safetensors_save(path, &ts, &meta, &err), &err, DT_EINVAL,
                "linear/weight appears twice");
 
     snprintf(ts.items[2].name, DT_TENSOR_NAME_MAX, "__metadata__");
     dt_err_clear(&err);
-    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EINVAL, "\"__metadata__\" cannot");
+    assert_err(dt_safetensors_save(path, &ts, &meta, &err), &err, DT_EINVAL,
+               "\"__metadata__\" cannot");
 
     snprintf(ts.items[2].name, DT_TENSOR_NAME_MAX, "step_counts");
     ts.items[2].nbytes = 4;
     dt_err_clear(&err);
-    assert_err(dt_ckpt_save(path, &ts, &meta, &err), &err, DT_EINVAL, "nbytes does not match");
+    assert_err(dt_safetensors_save(path, &ts, &meta, &err), &err, DT_EINVAL,
+               "nbytes does not match");
     ck_assert(!file_exists(path));
     ck_assert_int_eq(count_tmp_files(tmpdir), 0);
     ts.items[2].nbytes = 24;
@@ -922,7 +959,7 @@ START_TEST(test_save_in_dir_same_step_replaces) {
     free(text);
     /* The second save at 200 is what restore sees. */
     dt_tensors out, want;
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     dt_err err;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err), 1);
@@ -1064,7 +1101,7 @@ START_TEST(test_retention_drops_stale_futures) {
     ckpt_file(path, sizeof path, dir, 400);
     flip_data_byte(path, 2);
     dt_tensors out;
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     dt_err err;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err), 1);
@@ -1130,7 +1167,7 @@ static int save_in_child(const char *dir, int64_t step, int max_to_keep, const c
     if (pid == 0) {
         dt_tensors ts;
         build_model(&ts, (int)step);
-        dt_ckpt_meta meta = make_meta(step);
+        dt_safetensors_meta meta = make_meta(step);
         setenv("DT_TEST_CKPT_KILL", point, 1);
         dt_err err;
         dt_err_clear(&err);
@@ -1151,7 +1188,7 @@ static void save_killed_at(const char *dir, int64_t step, int max_to_keep, const
 /* The restore's pick in dir: its step. */
 static int64_t restored_step(const char *dir) {
     dt_tensors out;
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     dt_err err;
     dt_err_clear(&err);
     int rc = dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err);
@@ -1216,7 +1253,7 @@ END_TEST
 static int try_save_in_dir(const char *dir, int seed, int64_t step, dt_err *err) {
     dt_tensors ts;
     build_model(&ts, seed);
-    dt_ckpt_meta meta = make_meta(step);
+    dt_safetensors_meta meta = make_meta(step);
     dt_err_clear(err);
     int rc = dt_ckpt_save_in_dir(dir, &ts, &meta, 5, NULL, 0, err);
     dt_tensors_deinit(&ts);
@@ -1340,7 +1377,7 @@ START_TEST(test_save_in_dir_bad_args) {
     snprintf(dir, sizeof dir, "%s/sub", file); /* parent is a file */
     dt_tensors ts;
     build_model(&ts, 1);
-    dt_ckpt_meta meta = make_meta(5);
+    dt_safetensors_meta meta = make_meta(5);
     dt_err err;
     dt_err_clear(&err);
     assert_err(dt_ckpt_save_in_dir(dir, &ts, &meta, 3, NULL, 0, &err), &err, DT_EIO, "mkdir");
@@ -1363,7 +1400,7 @@ START_TEST(test_restore_falls_back) {
     flip_data_byte(path, 5);
 
     dt_tensors out, want;
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     dt_err err;
     dt_err_clear(&err);
     int rc = dt_ckpt_restore_latest(dir, &out, &meta, got_path, sizeof got_path, &err);
@@ -1398,7 +1435,7 @@ END_TEST
 
 START_TEST(test_restore_empty_dir) {
     dt_tensors out;
-    dt_ckpt_meta meta = make_meta(42);
+    dt_safetensors_meta meta = make_meta(42);
     dt_err err;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_ckpt_restore_latest(tmpdir, &out, &meta, NULL, 0, &err), 0);
@@ -1435,7 +1472,7 @@ START_TEST(test_restore_without_state_file) {
     write_text(path, "junk");
 
     dt_tensors out;
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     dt_err err;
     dt_err_clear(&err);
     int rc = dt_ckpt_restore_latest(dir, &out, &meta, got_path, sizeof got_path, &err);
@@ -1469,7 +1506,7 @@ START_TEST(test_restore_newer_than_state) {
     save_model(path, 300, 300);
 
     dt_tensors out, want;
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     dt_err err;
     dt_err_clear(&err);
     int rc = dt_ckpt_restore_latest(dir, &out, &meta, got_path, sizeof got_path, &err);
@@ -1536,7 +1573,7 @@ START_TEST(test_restore_tolerates_crlf_and_comments) {
                "# rolled back\r\n  model_checkpoint_path : \"model.ckpt-100.safetensors\"\r\n"
                "all_model_checkpoint_paths: \"model.ckpt-100.safetensors\"");
     dt_tensors out;
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     dt_err err;
     dt_err_clear(&err);
     int rc = dt_ckpt_restore_latest(dir, &out, &meta, NULL, 0, &err);
@@ -1572,6 +1609,42 @@ START_TEST(test_lock_dir) {
     ck_assert_int_eq(dt_ckpt_lock_dir(dir, &fd2, &err), 0);
     ck_assert_int_ne(access(stale, F_OK), 0);
     dt_ckpt_unlock_dir(fd2);
+}
+END_TEST
+
+/* The lock by itself: it makes the dir and its parents, the lock file
+ * names the holder's pid, a second descriptor of the same process is
+ * refused, a release lets it be taken again, and a dir that cannot be made
+ * is DT_EIO naming it. */
+START_TEST(test_dirlock) {
+    char dir[600], lock[700], blocker[600], below[700];
+    tmp_path(dir, sizeof dir, "a/b/logs");
+    snprintf(lock, sizeof lock, "%s/dtrain.lock", dir);
+    int fd1 = -1, fd2 = -1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_dirlock_acquire(dir, &fd1, &err) == 0, "%s", err.msg);
+    ck_assert_int_ge(fd1, 0);
+    size_t len;
+    unsigned char *text = read_all(lock, &len);
+    char pid[32];
+    snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    ck_assert_str_eq((const char *)text, pid);
+    free(text);
+    assert_err(dt_dirlock_acquire(dir, &fd2, &err), &err, DT_EEXIST, "locked by another chief");
+    ck_assert_int_eq(fd2, -1);
+    dt_dirlock_release(fd1);
+    dt_dirlock_release(-1); /* a no-op */
+    dt_err_clear(&err);
+    ck_assert_msg(dt_dirlock_acquire(dir, &fd2, &err) == 0, "%s", err.msg);
+    dt_dirlock_release(fd2);
+
+    tmp_path(blocker, sizeof blocker, "file");
+    write_text(blocker, "not a dir");
+    snprintf(below, sizeof below, "%s/logs", blocker);
+    dt_err_clear(&err);
+    assert_err(dt_dirlock_acquire(below, &fd1, &err), &err, DT_EIO, below);
+    ck_assert_int_eq(fd1, -1);
 }
 END_TEST
 
@@ -1615,6 +1688,7 @@ Suite *checkpoint_suite(void) {
     tcase_add_test(dir, test_save_in_dir_disk_full);
     tcase_add_test(dir, test_restore_falls_back);
     tcase_add_test(dir, test_lock_dir);
+    tcase_add_test(dir, test_dirlock);
     tcase_add_test(dir, test_restore_empty_dir);
     tcase_add_test(dir, test_restore_without_state_file);
     tcase_add_test(dir, test_restore_newer_than_state);

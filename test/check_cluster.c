@@ -561,7 +561,8 @@ START_TEST(test_job_defaults) {
     memset(&job, 0x5a, sizeof job);
     dt_job_defaults(&job);
     ck_assert_int_eq(job.model.kind, DT_MODEL_LINEAR);
-    ck_assert_int_eq(job.model.num_features, 1);
+    ck_assert_int_eq(job.model.num_features, 0); /* not set: the data's */
+    ck_assert_int_eq(job.model.num_classes, 0);
     ck_assert_int_eq(job.data.source, DT_DATA_LINE);
     ck_assert_int_eq(job.data.num_examples, 100);
     ck_assert_double_eq(job.data.noise, 0.3);
@@ -578,11 +579,16 @@ START_TEST(test_job_defaults) {
     ck_assert_int_eq(job.log_steps, 100);
     ck_assert_int_eq(job.ready_wait_secs, 120);
     ck_assert_int_eq(job.rpc_timeout_secs, 10);
+    ck_assert_int_eq(job.ps_linger_secs, 10);
 
     dt_err err;
     dt_err_clear(&err);
     ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(job.max_steps, 2000); /* 200 epochs of 100 / 10 */
+    /* The line has one feature; a linear model, two classes it never uses. */
+    ck_assert_int_eq(job.model.num_features, 1);
+    ck_assert_int_eq(job.model.num_classes, 2);
+    ck_assert(!dt_job_shape_unset(&job));
 }
 END_TEST
 
@@ -596,8 +602,9 @@ START_TEST(test_job_conf_linear) {
     ck_assert_msg(dt_job_load("conf/linear.json", &job, &err) == 0, "%s", err.msg);
     dt_job_defaults(&want);
     ck_assert_int_eq(job.model.kind, want.model.kind);
-    ck_assert_int_eq(job.model.num_features, want.model.num_features);
-    ck_assert_int_eq(job.model.num_classes, want.model.num_classes);
+    /* Not set by default; the line's and the linear model's values. */
+    ck_assert_int_eq(job.model.num_features, 1);
+    ck_assert_int_eq(job.model.num_classes, 2);
     ck_assert_int_eq(job.model.num_hidden, want.model.num_hidden);
     ck_assert_int_eq(job.model.hidden[0], want.model.hidden[0]);
     ck_assert_double_eq(job.model.l2, want.model.l2);
@@ -621,6 +628,9 @@ START_TEST(test_job_conf_linear) {
     ck_assert_double_eq(job.optim.beta2, 0.999);
     ck_assert_double_eq(job.optim.epsilon, 1e-7);
     ck_assert_double_eq(job.optim.initial_accumulator, 0.1);
+    ck_assert_double_eq(job.optim.ftrl_l1, 0);
+    ck_assert_double_eq(job.optim.ftrl_l2, 0);
+    ck_assert_double_eq(job.optim.ftrl_beta, 0);
     ck_assert_int_eq(job.batch_size, want.batch_size);
     ck_assert_int_eq(job.max_steps, want.max_steps);
     ck_assert_int_eq(job.epochs, want.epochs);
@@ -631,6 +641,7 @@ START_TEST(test_job_conf_linear) {
     ck_assert_int_eq(job.log_steps, want.log_steps);
     ck_assert_int_eq(job.ready_wait_secs, want.ready_wait_secs);
     ck_assert_int_eq(job.rpc_timeout_secs, want.rpc_timeout_secs);
+    ck_assert_int_eq(job.ps_linger_secs, want.ps_linger_secs);
 
     /* The demo cluster file has no job section: nothing changes. */
     dt_job before = job;
@@ -785,6 +796,9 @@ START_TEST(test_job_bad_values) {
         {"beta2", "true", "must be a number in [0, 1) (got true)"},
         {"epsilon", "0", "must be a positive number (got 0)"},
         {"initial_accumulator", "-0.1", "must be a number >= 0 (got -0.1)"},
+        {"l1_regularization_strength", "-1", "must be a number >= 0 (got -1)"},
+        {"l2_regularization_strength", "\"0.1\"", "must be a number >= 0 (got \"0.1\")"},
+        {"ftrl_beta", "-0.5", "must be a number >= 0 (got -0.5)"},
         {"noise", "-0.25", "must be a number >= 0 (got -0.25)"},
         {"features", "0", "must be an integer >= 1 (got 0)"},
         {"features", "2.5", "must be an integer >= 1 (got 2.5)"},
@@ -804,9 +818,9 @@ START_TEST(test_job_bad_values) {
         {"nesterov", "\"yes\"", "must be true or false (got \"yes\")"},
         {"nesterov", "1", "must be true or false (got 1)"},
         {"optimizer", "\"rmsprop\"",
-         "must be \"sgd\", \"momentum\", \"adagrad\" or \"adam\" (got \"rmsprop\")"},
+         "must be \"sgd\", \"momentum\", \"adagrad\", \"adam\" or \"ftrl\" (got \"rmsprop\")"},
         {"optimizer", "\"SGD\"",
-         "must be \"sgd\", \"momentum\", \"adagrad\" or \"adam\" (got "
+         "must be \"sgd\", \"momentum\", \"adagrad\", \"adam\" or \"ftrl\" (got "
          "\"SGD\")"},
         {"model", "\"cnn\"",
          "must be \"linear\", \"logistic\", \"softmax\" or \"mlp\" (got \"cnn\")"},
@@ -831,6 +845,8 @@ START_TEST(test_job_bad_values) {
         {"log_steps", "-5", "must be an integer >= 1 (got -5)"},
         {"ready_wait_secs", "0", "must be an integer >= 1 (got 0)"},
         {"rpc_timeout_secs", "{}", "must be an integer >= 1 (got an object)"},
+        {"ps_linger_secs", "0", "must be an integer >= 1 (got 0)"},
+        {"ps_linger_secs", "86401", "must be an integer from 1 to 86400 (got 86401)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[256], msg[400];
@@ -938,10 +954,11 @@ START_TEST(test_job_set_errors) {
               "--set nesterov=yes: \"nesterov\" must be true or false (got \"yes\")");
     set_fails("batch_size=2.5",
               "--set batch_size=2.5: \"batch_size\" must be an integer >= 1 (got 2.5)");
-    set_fails("optimizer=rmsprop", "--set optimizer=rmsprop: \"optimizer\" must be \"sgd\", "
-                                   "\"momentum\", \"adagrad\" or \"adam\" (got \"rmsprop\")");
+    set_fails("optimizer=rmsprop",
+              "--set optimizer=rmsprop: \"optimizer\" must be \"sgd\", \"momentum\", "
+              "\"adagrad\", \"adam\" or \"ftrl\" (got \"rmsprop\")");
     set_fails("optimizer=\"sgd", "--set optimizer=\"sgd: \"optimizer\" must be \"sgd\", "
-                                 "\"momentum\", \"adagrad\" or \"adam\" (got \"\"sgd\")");
+                                 "\"momentum\", \"adagrad\", \"adam\" or \"ftrl\" (got \"\"sgd\")");
     set_fails("log_dir=", "--set log_dir=: \"log_dir\" must be a non-empty string shorter than "
                           "1024 bytes (got \"\")");
     set_fails("learnig_rate=0.1",
@@ -994,6 +1011,19 @@ START_TEST(test_job_finish_files) {
     dt_err_clear(&err);
     ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "\"classes\" must be 2 (got 3)"));
+
+    /* ftrl parses, with its fields, but the ps cannot run it yet. */
+    dt_job_defaults(&job);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_job_set(&job, "optimizer=ftrl", &err), 0);
+    ck_assert_int_eq(dt_job_set(&job, "l1_regularization_strength=0.5", &err), 0);
+    ck_assert_int_eq(dt_job_set(&job, "l2_regularization_strength=0.25", &err), 0);
+    ck_assert_int_eq(dt_job_set(&job, "ftrl_beta=1", &err), 0);
+    ck_assert_double_eq(job.optim.ftrl_l1, 0.5);
+    ck_assert_double_eq(job.optim.ftrl_l2, 0.25);
+    ck_assert_double_eq(job.optim.ftrl_beta, 1);
+    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "\"ftrl\" is not served by the ps yet"));
 
     dt_job_defaults(&job);
     snprintf(job.data.eval_data, sizeof job.data.eval_data, "test.csv");

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anymsg.h"
 #include "codec.h"
 #include "pieces.h"
 #include "suites.h"
@@ -945,24 +946,11 @@ static uint64_t rng_next(void) { /* xorshift64* */
     return rng_state * 2685821657736338717ull;
 }
 
-typedef union {
-    dt_msg_create_req create_req;
-    dt_msg_create_resp create_resp;
-    dt_msg_pull_req pull_req;
-    dt_msg_pull_resp pull_resp;
-    dt_msg_push_req push_req;
-    dt_msg_push_resp push_resp;
-    dt_msg_status_req status_req;
-    dt_msg_status_resp status_resp;
-    dt_msg_shutdown_req shutdown_req;
-    dt_msg_shutdown_resp shutdown_resp;
-} any_msg;
-
 #define FUZZ_CAP 4
 
 /* Decodes in as type and checks what a successful decode promises. */
 static void decode_checked(dt_msg_type type, const uint8_t *in, size_t len) {
-    any_msg msg;
+    dt_test_any_msg msg;
     memset(&msg, 0, sizeof msg);
     dt_tensor views[FUZZ_CAP];
     char names[FUZZ_CAP][DT_TENSOR_NAME_MAX];

@@ -393,7 +393,7 @@ START_TEST(test_bad_args) {
     job = job_of(DT_DATA_WIDE, 0, 10, 0.1, 1);
     expect_open_error(&job, 0, 1, "\"features\" must be >= 1 (got 0)");
     job = job_of(DT_DATA_LINE, 1, 0, 0.1, 1);
-    expect_open_error(&job, 0, 1, "\"num_examples\" must be >= 1 (got 0)");
+    expect_open_error(&job, 0, 1, "\"examples\" must be >= 1 (got 0)");
     job = job_of(DT_DATA_LINE, 1, 10, -0.1, 1);
     expect_open_error(&job, 0, 1, "\"noise\"");
     job = job_of(DT_DATA_LINE, 1, 10, NAN, 1);
@@ -730,6 +730,15 @@ END_TEST
 
 enum { OPEN_TRAIN, OPEN_EVAL, OPEN_UNLABELED };
 
+/* The job's held-out data without its labels, as dt_job_open_eval opens it
+ * with them: dt_data_open_unlabeled with the model's needs. (dtrain itself
+ * opens it through dt_data_open_held_out, with a checkpoint's statistics.) */
+static int open_unlabeled(const dt_job *job, dt_dataset **out, dt_err *err) {
+    dt_data_needs needs;
+    dt_model_data_needs(&job->model, &needs);
+    return dt_data_open_unlabeled(&job->data, &needs, job->seed, out, err);
+}
+
 /* Opens with dt_data_open (OPEN_TRAIN, shard of num_shards),
  * dt_data_open_eval or dt_data_open_unlabeled, expecting code and a message
  * "data: ..." holding want. */
@@ -738,7 +747,7 @@ static void expect_code(const dt_job *job, int shard, int num_shards, int open, 
     dt_dataset *ds = (dt_dataset *)&ds;
     dt_err err = {0};
     int rc = open == OPEN_EVAL        ? dt_job_open_eval(job, &ds, &err)
-             : open == OPEN_UNLABELED ? dt_job_open_unlabeled(job, &ds, &err)
+             : open == OPEN_UNLABELED ? open_unlabeled(job, &ds, &err)
                                       : dt_job_open_data(job, shard, num_shards, &ds, &err);
     ck_assert_msg(rc == code, "rc %d, want %d: %s", rc, code, err.msg);
     ck_assert_int_eq(err.code, code);
@@ -753,7 +762,9 @@ START_TEST(test_file_errors) {
     const char *train = file_in(dir, "train.csv"), *missing = file_in(dir, "missing.csv");
     write_csv(train, 3, 2, -1, 0);
     dt_job job = file_job(DT_DATA_CSV, missing, 2);
-    expect_code(&job, 0, 1, OPEN_TRAIN, DT_ENOTFOUND, "missing.csv: open:");
+    /* A missing file is the config's error, named by the field that gives it. */
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_ECONFIG, "data: \"train_data\": no such file: ");
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_ECONFIG, "missing.csv");
     job.data.train_data[0] = '\0';
     expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL, "data: \"train_data\" is not set");
     job = file_job(DT_DATA_CSV, train, 2);
@@ -775,8 +786,10 @@ START_TEST(test_file_errors) {
                 "data: \"scale_divisor\" must be a number > 0 (got 0)");
     job = file_job(DT_DATA_CSV, train, 2);
     job.model.kind = DT_MODEL_SOFTMAX; /* the label is the row index: 0, 1, 2 */
-    expect_code(&job, 0, 1, OPEN_TRAIN, DT_EINVAL,
-                "train.csv:4: column \"target\": label 2 is not a class of 0..1");
+    /* A class past "classes" is the config's error (exit 2), not the data's. */
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_ECONFIG,
+                "train.csv:4: column \"target\": label 2 is not a class of 0..1: \"classes\" is "
+                "2");
     job.data.skip_bad_rows = 1; /* the rest still trains */
     ds = open_ok(&job, 0, 1);
     ck_assert_int_eq(dt_data_total(ds), 2);
@@ -786,7 +799,7 @@ START_TEST(test_file_errors) {
     job = file_job(DT_DATA_CSV, train, 2);
     expect_code(&job, 0, 1, OPEN_EVAL, DT_EINVAL, "data: eval: \"eval_data\" is not set");
     snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", missing);
-    expect_code(&job, 0, 1, OPEN_EVAL, DT_ENOTFOUND, "missing.csv: open:");
+    expect_code(&job, 0, 1, OPEN_EVAL, DT_ECONFIG, "data: \"eval_data\": no such file: ");
     job.data.scale = DT_SCALE_STANDARDIZE; /* the training file is read first */
     job.data.train_data[0] = '\0';
     expect_code(&job, 0, 1, OPEN_EVAL, DT_EINVAL, "data: \"train_data\" is not set");
@@ -839,7 +852,7 @@ static void same_features_as(const dt_job *job, const char *bare, int rows) {
     dt_err err = {0};
     ck_assert_msg(dt_job_open_eval(job, &with, &err) == 0, "%s: %s",
                   dt_scale_names[job->data.scale], err.msg);
-    ck_assert_msg(dt_job_open_unlabeled(&unlabeled, &without, &err) == 0, "%s: %s",
+    ck_assert_msg(open_unlabeled(&unlabeled, &without, &err) == 0, "%s: %s",
                   dt_scale_names[job->data.scale], err.msg);
     ck_assert_int_eq(dt_data_total(without), rows);
     ck_assert_int_eq(dt_data_size(without), rows); /* not sharded */
@@ -874,7 +887,7 @@ static void same_features_as(const dt_job *job, const char *bare, int rows) {
 static dt_dataset *unlabeled_ok(const dt_job *job, dt_batch *all) {
     dt_dataset *ds = NULL;
     dt_err err = {0};
-    ck_assert_msg(dt_job_open_unlabeled(job, &ds, &err) == 0, "%s", err.msg);
+    ck_assert_msg(open_unlabeled(job, &ds, &err) == 0, "%s", err.msg);
     ck_assert_msg(dt_data_all(ds, all, &err) == 0, "%s", err.msg);
     ck_assert_ptr_null(all->y);
     return ds;
@@ -975,7 +988,7 @@ START_TEST(test_unlabeled_errors) {
     job = file_job(DT_DATA_CSV, train, F);
     expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL, "data: eval: \"eval_data\" is not set");
     snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", file_in(dir, "missing.csv"));
-    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_ENOTFOUND, "missing.csv: open:");
+    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_ECONFIG, "\"eval_data\": no such file: ");
     dt_job line = job_of(DT_DATA_LINE, 1, 10, 0, 1);
     expect_code(&line, 0, 1, OPEN_UNLABELED, DT_EINVAL,
                 "data: eval: the \"line\" source has no held-out set");
@@ -1012,6 +1025,137 @@ START_TEST(test_unlabeled_errors) {
 }
 END_TEST
 
+/* One role's job from a job file's text: the defaults, the text, finish. */
+static void job_from(const char *text, dt_job *job) {
+    dt_err err = {0};
+    dt_job_defaults(job);
+    ck_assert_msg(dt_job_parse(text, "t.json", job, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_job_finish(job, &err) == 0, "%s", err.msg);
+}
+
+static void expect_infer_error(dt_job *job, int code, const char *n1, const char *n2) {
+    dt_err err = {0};
+    int rc = dt_job_infer(job, &err);
+    ck_assert_msg(rc == code, "rc %d (%s), want %d: %s", rc, dt_err_name(rc), code, err.msg);
+    ck_assert_msg(strstr(err.msg, n1) && (!n2 || strstr(err.msg, n2)),
+                  "want \"%s\" and \"%s\" in \"%s\"", n1, n2 ? n2 : "", err.msg);
+}
+
+/* A job of file data that leaves "features" and "classes" unset takes them
+ * from its training file, the same for every role that reads it, and
+ * carries them from then on; a value it sets is held to the data by the
+ * read, naming the file and both numbers; a missing file names its field. */
+START_TEST(test_job_infer) {
+    dt_log_set_level(DT_LOG_ERROR);
+    char *dir = dt_test_tempdir();
+    const char *train = file_in(dir, "t.csv");
+    ck_assert_int_eq(dt_test_write_file(train, "a,label,b,c\n1,0,1,1\n2,2,1,1\n3,1,1,1\n4,2,0,0\n"),
+                     0);
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"model\": \"softmax\", \"data\": \"csv\", \"train_data\": \"%s\", "
+             "\"label_column\": \"label\", \"max_steps\": 10}",
+             train);
+    dt_job job, other;
+    job_from(text, &job);
+    ck_assert_int_eq(job.model.num_features, 0);
+    ck_assert_int_eq(job.model.num_classes, 0);
+    ck_assert(dt_job_shape_unset(&job)); /* what a ps runs with */
+    /* Written out, an unset field stays unset when read back. */
+    char *json = NULL;
+    dt_err err = {0};
+    ck_assert_msg(dt_job_to_json(&job, &json, &err) == 0, "%s", err.msg);
+    ck_assert_msg(strstr(json, "\"features\"") == NULL && strstr(json, "\"classes\"") == NULL, "%s",
+                  json);
+    dt_job_defaults(&other);
+    ck_assert_msg(dt_job_parse(json, "json", &other, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(other.model.num_features, 0);
+    free(json);
+
+    dt_job unset = job;
+    ck_assert_msg(dt_job_infer(&job, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.model.num_features, 3);
+    ck_assert_int_eq(job.model.num_classes, 3);
+    ck_assert(!dt_job_shape_unset(&job));
+    job_from(text, &other); /* another role: the same file, the same shape */
+    ck_assert_msg(dt_job_infer(&other, &err) == 0, "%s", err.msg);
+    ck_assert(memcmp(&other.model, &job.model, sizeof job.model) == 0);
+    dt_dataset *ds = open_ok(&job, 0, 1);
+    ck_assert_int_eq(dt_data_total(ds), 4);
+    dt_data_free(ds);
+    ck_assert_msg(dt_job_to_json(&job, &json, &err) == 0, "%s", err.msg);
+    ck_assert_msg(strstr(json, "\"features\":3,\"classes\":3"), "%s", json);
+    free(json);
+    char diff[256];
+    ck_assert_int_eq(dt_job_diff(&unset, &job, dt_job_model_fields, diff, sizeof diff), 2);
+    ck_assert_str_eq(diff, "\"features\" (not set) -> 3, \"classes\" (not set) -> 3");
+
+    /* Binary and linear models have their classes; only features are read. */
+    snprintf(text, sizeof text,
+             "{\"model\": \"logistic\", \"data\": \"csv\", \"train_data\": \"%s\", "
+             "\"label_column\": \"label\", \"max_steps\": 10}",
+             train);
+    job_from(text, &job);
+    ck_assert_int_eq(job.model.num_classes, 2);
+    ck_assert_msg(dt_job_infer(&job, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.model.num_features, 3);
+
+    /* libsvm: the largest index of any row; -1/+1 labels for a binary model. */
+    const char *svm = file_in(dir, "t.svm");
+    ck_assert_int_eq(dt_test_write_file(svm, "-1 1:1 3:1\n+1 2:1 7:0.5\n-1 4:2\n"), 0);
+    snprintf(text, sizeof text,
+             "{\"model\": \"logistic\", \"data\": \"libsvm\", \"train_data\": \"%s\", "
+             "\"max_steps\": 10}",
+             svm);
+    job_from(text, &job);
+    ck_assert_msg(dt_job_infer(&job, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.model.num_features, 7);
+    ds = open_ok(&job, 0, 1);
+    ck_assert_int_eq(dt_data_total(ds), 3);
+    dt_data_free(ds);
+
+    /* Set values are not replaced; the read holds them to the file. */
+    snprintf(text, sizeof text,
+             "{\"model\": \"softmax\", \"features\": 5, \"classes\": 2, \"data\": \"csv\", "
+             "\"train_data\": \"%s\", \"label_column\": \"label\", \"max_steps\": 10}",
+             train);
+    job_from(text, &job);
+    ck_assert_msg(dt_job_infer(&job, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.model.num_features, 5);
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_ECONFIG,
+                "t.csv:1: the header has 3 feature columns (4 columns less the label), but "
+                "\"features\" is 5");
+    job.model.num_features = 0;
+    ck_assert_msg(dt_job_infer(&job, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.model.num_classes, 2);
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_ECONFIG,
+                "t.csv:3: column \"label\": label 2 is not a class of 0..1: \"classes\" is 2");
+
+    /* Labels that do not say the classes; a missing file, by its field. */
+    const char *gap = file_in(dir, "gap.csv");
+    ck_assert_int_eq(dt_test_write_file(gap, "label,a\n1,0\n2,0\n"), 0);
+    job.model.num_classes = 0;
+    snprintf(job.data.train_data, sizeof job.data.train_data, "%s", gap);
+    expect_infer_error(&job, DT_ECONFIG, "job: taking \"classes\" from the training data: data: ",
+                       "gap.csv: the labels run up to 2, but no row has class 0");
+    job.model.num_features = 0;
+    snprintf(job.data.train_data, sizeof job.data.train_data, "%s", file_in(dir, "none.csv"));
+    expect_infer_error(&job, DT_ECONFIG,
+                       "job: taking \"features\" and \"classes\" from the training data: data: "
+                       "\"train_data\": no such file: ",
+                       "none.csv");
+    job.data.source = DT_DATA_IDX;
+    char images[1024];
+    snprintf(images, sizeof images, "%s/readers/small-images-idx3-ubyte",
+             getenv("DT_TEST_DATA") && *getenv("DT_TEST_DATA") ? getenv("DT_TEST_DATA")
+                                                               : "test/data");
+    snprintf(job.data.train_data, sizeof job.data.train_data, "%s", images);
+    snprintf(job.data.train_labels, sizeof job.data.train_labels, "%s", file_in(dir, "no-labels"));
+    expect_infer_error(&job, DT_ECONFIG, "data: \"train_labels\": no such file: ", "no-labels");
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
 Suite *data_suite(void) {
     Suite *s = suite_create("data");
     TCase *tc = tcase_create("data");
@@ -1038,6 +1182,7 @@ Suite *data_suite(void) {
     tcase_add_test(files, test_file_errors);
     tcase_add_test(files, test_unlabeled_same_features);
     tcase_add_test(files, test_unlabeled_errors);
+    tcase_add_test(files, test_job_infer);
     suite_add_tcase(s, files);
     return s;
 }

@@ -24,8 +24,8 @@
 
 #include "proc.h"
 #include "suites.h"
-#include "summary.h"
 #include "testjob.h"
+#include "tfrecord.h"
 
 #define JOB_TIMEOUT_MS 60000 /* one short job (a few s), 2 cores, maybe under ASan */
 #define LONG_JOB_TIMEOUT_MS 180000
@@ -157,7 +157,7 @@ static int check_event_files(void) {
         dt_err err;
         dt_err_clear(&err);
         int rc;
-        while ((rc = dt_tfrecord_read(f, &data, &len, &err)) == 1)
+        while ((rc = dt_test_tfrecord_read(f, &data, &len, &err)) == 1)
             records++;
         free(data);
         fclose(f);

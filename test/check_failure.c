@@ -1,10 +1,11 @@
 /*
  * Suite "failure": a permanent failure is an event of the job, not a wait.
- *  - the chief fails for good (eval_data names a missing file; the log dir
- *    holds a checkpoint of another model) with 1 ps and 2 workers: every
- *    process exits 1 long before ready_wait_secs (120 s), and the ps's and
+ *  - the chief fails for good (eval_data names a missing file: a config
+ *    error, exit 2; the log dir holds a checkpoint of another model: exit
+ *    1) with 1 ps and 2 workers: every process exits long before
+ *    ready_wait_secs (120 s), the ps and worker 1 with 1, and the ps's and
  *    worker 1's logs carry the chief's reason;
- *  - worker 1 fails for good (its train_data is missing): it exits 1, the
+ *  - worker 1 fails for good (its train_data is missing: exit 2): the
  *    chief logs that worker 1 is gone, and the chief and the ps exit 0;
  *  - `dtrain status` (text and --json) against a ps whose job failed says
  *    failed, with the reason, and which worker failed;
@@ -21,6 +22,7 @@
 #include <check.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,18 +87,30 @@ static void expect_log(const char *log_name, const char *n1, const char *n2) {
 }
 
 /* The ps and worker 1 (waiting for the model) are up, then the chief,
- * which fails for good: all three exit 1 within FAIL_BOUND_MS, and the ps
- * and worker 1 say "job failed" with `reason` (a piece of the chief's). */
-static void expect_chief_failure_ends_job(const char *reason) {
+ * which fails for good: it exits chief_exit, the other two 1, all within
+ * FAIL_BOUND_MS, and the ps and worker 1 say "job failed" with `reason` (a
+ * piece of the chief's). */
+static void expect_chief_failure_ends_job(const char *reason, int chief_exit) {
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
+    /* The chief tells the ps tasks once, failing fast on one that is down:
+     * it starts once the ps serves (worker 1 says it waits for the model
+     * even while the ps is not up yet). */
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps", "serving on", JOB_TIMEOUT_MS, ps),
+                  "the ps never served; logs:%s", dt_test_job_report(&w));
     ck_assert_msg(
         dt_test_job_wait_log(&w, "worker1", "waiting for the model", JOB_TIMEOUT_MS, worker),
         "worker 1 never waited for the model; logs:%s", dt_test_job_report(&w));
+    /* The chief's word to the ps is best effort and fails fast on a ps not
+     * yet listening (dt_worker_report_failure), and worker 1 waits for the
+     * model whether or not the ps is up: the ps must be serving first. */
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps", "serving on", JOB_TIMEOUT_MS, ps),
+                  "ps 0 never served; logs:%s", dt_test_job_report(&w));
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
-    const pid_t pids[] = {ps, chief, worker};
-    const char *const names[] = {"ps 0", "chief", "worker 1"};
-    dt_test_job_expect_all(&w, pids, names, 3, 1, FAIL_BOUND_MS);
+    dt_test_job_expect_exit(&w, chief, "chief", FAIL_BOUND_MS, chief_exit);
+    const pid_t pids[] = {ps, worker};
+    const char *const names[] = {"ps 0", "worker 1"};
+    dt_test_job_expect_all(&w, pids, names, 2, 1, FAIL_BOUND_MS);
     expect_log("chief", reason, NULL);
     expect_log("ps", "job failed: ", reason);
     expect_log("worker1", "job failed: ", reason);
@@ -110,8 +124,9 @@ START_TEST(chief_bad_eval_data) {
     snprintf(eval_set, sizeof eval_set, "eval_data=%s/missing.csv", w.dir);
     snprintf(missing, sizeof missing, "%s/missing.csv", w.dir);
     dt_test_job_add_set(&w, eval_set);
-    expect_chief_failure_ends_job(missing);
-    expect_log("chief", "chief: eval_data: ", missing);
+    /* A missing file is a config error, named by the field that gives it. */
+    expect_chief_failure_ends_job(missing, 2);
+    expect_log("chief", "chief: data: \"eval_data\": no such file: ", missing);
 }
 END_TEST
 
@@ -128,7 +143,7 @@ START_TEST(chief_foreign_checkpoint) {
     dt_err err;
     dt_err_clear(&err);
     ck_assert_msg(dt_tensors_init(&ts, &spec, 1, &err) == 0, "%s", err.msg);
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = 7;
     snprintf(meta.model, sizeof meta.model, "some other model");
@@ -136,7 +151,7 @@ START_TEST(chief_foreign_checkpoint) {
     int rc = dt_ckpt_save_in_dir(w.log_dir, &ts, &meta, 5, path, sizeof path, &err);
     dt_tensors_deinit(&ts);
     ck_assert_msg(rc == 0, "saving the foreign checkpoint: %s", err.msg);
-    expect_chief_failure_ends_job("was it written for another model?");
+    expect_chief_failure_ends_job("was it written for another model?", 1);
 }
 END_TEST
 
@@ -153,8 +168,9 @@ START_TEST(worker_failure_job_goes_on) {
     snprintf(bad, sizeof bad, "train_data=%s", missing);
     dt_test_job_add_set(&w, bad);
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
-    dt_test_job_expect_exit(&w, worker, "worker 1", FAIL_BOUND_MS, 1);
+    dt_test_job_expect_exit(&w, worker, "worker 1", FAIL_BOUND_MS, 2);
     expect_log("ps", "worker 1 failed and left", missing);
+    expect_log("worker1", "\"train_data\": no such file: ", missing);
     /* The chief, with the good file (the bad one was the last --set),
      * trains alone and ends the job. */
     w.num_sets--;
@@ -179,11 +195,11 @@ START_TEST(status_shows_failed) {
     snprintf(bad, sizeof bad, "train_data=%s/nothing.csv", w.dir);
     dt_test_job_add_set(&w, bad);
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
-    dt_test_job_expect_exit(&w, worker, "worker 1", FAIL_BOUND_MS, 1);
+    dt_test_job_expect_exit(&w, worker, "worker 1", FAIL_BOUND_MS, 2);
     w.num_sets--;
     dt_test_job_add_set(&w, eval_set);
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
-    dt_test_job_expect_exit(&w, chief, "chief", FAIL_BOUND_MS, 1);
+    dt_test_job_expect_exit(&w, chief, "chief", FAIL_BOUND_MS, 2);
     /* --keep-serving: the ps stays to be asked. */
     ck_assert_msg(dt_test_job_wait_log(&w, "ps", "job failed; --keep-serving", FAIL_BOUND_MS, ps),
                   "the ps did not take the failure; logs:%s", dt_test_job_report(&w));
@@ -198,9 +214,10 @@ START_TEST(status_shows_failed) {
     const char *json[] = {"status", "--cluster", w.cluster, "--json", NULL};
     ck_assert_int_eq(dt_test_job_command(&w, json, 30000), 0);
     ck_assert_msg(strstr(w.out, "\"state\":\"failed\""), "not failed in: %s", w.out);
-    ck_assert_msg(
-        dt_test_line_has(w.out, "\"failure\":\"chief: eval_data: ", "missing.csv", NULL, NULL),
-        "no failure with the reason in: %s", w.out);
+    ck_assert_msg(dt_test_line_has(w.out,
+                                   "\"failure\":\"chief: data: \\\"eval_data\\\": no such file: ",
+                                   "missing.csv", NULL, NULL),
+                  "no failure with the reason in: %s", w.out);
     ck_assert_msg(dt_test_line_has(w.out, "\"task\":1", "nothing.csv", NULL, NULL),
                   "worker 1's failure not in: %s", w.out);
 }
@@ -436,7 +453,7 @@ START_TEST(ps_failure_rules) {
 
     /* The chief asked, worker 1 left, worker 2 heard: the ps is done with
      * the job, and returns its failure. */
-    volatile sig_atomic_t stop = 0;
+    atomic_int stop = 0;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_ps_wait(ps, &stop, &err), DT_EABORTED);
     ck_assert_msg(strstr(err.msg, "job failed: chief: eval_data: e.csv"), "%s", err.msg);

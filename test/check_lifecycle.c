@@ -1,7 +1,10 @@
 /*
- * Suite "lifecycle": how dtrain's processes start, stop and come back, one
- * case per test, with real processes ($DTRAIN_BIN) on free loopback ports
- * and a temp log dir:
+ * Suites "lifecycle" and "restart": how dtrain's processes start, stop and
+ * come back, one case per test, with real processes ($DTRAIN_BIN) on free
+ * loopback ports and a temp log dir. Two suites so that the runner can run
+ * them side by side (DT_JOBS): "restart" holds the roles killed and
+ * restarted mid-job, whose jobs run long enough to be mid-job when killed;
+ * "lifecycle" the rest:
  *  - a clean job: every role exits 0, the log-dir lock is released;
  *  - a first SIGTERM/SIGINT: the chief saves and exits 143, a worker exits
  *    130, a ps exits 143; a second signal exits at once even while the role
@@ -54,6 +57,10 @@
 #define PROMPT_MS 3000        /* "at once": after a second signal */
 #define TEST_TIMEOUT_S 300
 #define FOREVER "max_steps=100000000" /* a job that outlives the test */
+/* For the tests whose ps waits its linger out by design (a worker that is
+ * never told, a ps restarted after the end): what they test is that it
+ * ends, not the default's 10 s. */
+#define SHORT_LINGER "ps_linger_secs=1"
 
 /* As in the e2e suite: checkpoints every second, a data set whose two
  * shards agree closely, and a rate that keeps SGD's jitter small. */
@@ -85,6 +92,20 @@ static void send_signal(pid_t pid, int sig) {
     ck_assert_msg(dt_test_alive(pid), "pid %d is gone before signal %d; logs:%s", (int)pid, sig,
                   dt_test_job_report(&w));
     ck_assert_msg(kill(pid, sig) == 0, "kill(%d, %d) failed", (int)pid, sig);
+}
+
+/* Asserts that a request reaches the (frozen) server on port unread: the
+ * roles train on, so one comes at once. */
+static void expect_call_waiting(int port) {
+    ck_assert_msg(dt_test_wait_tcp_unread(port, EXIT_TIMEOUT_MS),
+                  "no call reached the frozen ps on port %d (unread bytes: %ld); logs:%s", port,
+                  dt_test_tcp_unread(port), dt_test_job_report(&w));
+}
+
+/* Asserts that pid takes signal sig (sent with send_signal) promptly. */
+static void expect_signal_taken(pid_t pid, const char *name, int sig) {
+    ck_assert_msg(dt_test_wait_signal_taken(pid, sig, EXIT_TIMEOUT_MS),
+                  "%s never took signal %d; logs:%s", name, sig, dt_test_job_report(&w));
 }
 
 /* A job that outlives the test (1 ps, the chief, worker 1, logs "ps",
@@ -218,7 +239,7 @@ END_TEST
 /* First SIGINT to a worker: it exits 130; the job still completes without
  * it (the ps stops after its linger). */
 START_TEST(sigint_worker) {
-    static const char *const extra[] = {"max_steps=8000", NULL};
+    static const char *const extra[] = {"max_steps=8000", SHORT_LINGER, NULL};
     world_init(1, 2, extra);
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
@@ -249,15 +270,14 @@ START_TEST(sigterm_ps) {
     dt_test_job_expect_ckpt_after(&w, 0, chief, JOB_TIMEOUT_MS);
     dt_test_probe sp;
     dt_test_probe_open(&sp, w.cluster, 2000);
-    /* Whether a worker has a call in flight when the ps stops is a race;
-     * freezing the ps first piles calls up, and three rounds make missing
-     * them all unlikely. */
+    /* The ps stops with calls in flight: it is frozen first, and stopped
+     * once a request has reached it unread. */
     for (int round = 0; round < 3; round++) {
         char name[16];
         snprintf(name, sizeof name, "ps%d", round);
         size_t seen = dt_test_job_log_length(&w, "chief");
         send_signal(ps, SIGSTOP);
-        dt_test_sleep_ms(300);
+        expect_call_waiting(w.ports[0]);
         send_signal(ps, SIGTERM);
         send_signal(ps, SIGCONT);
         dt_test_job_expect_exit(&w, ps, "ps after SIGTERM", EXIT_TIMEOUT_MS, 128 + SIGTERM);
@@ -300,10 +320,11 @@ START_TEST(second_signal_exits_at_once) {
                   "worker 1 never trained; logs:%s", dt_test_job_report(&w));
 
     send_signal(ps, SIGSTOP);
-    dt_test_sleep_ms(500);
+    expect_call_waiting(w.ports[0]);
     send_signal(chief, SIGTERM);
     send_signal(worker, SIGINT);
-    dt_test_sleep_ms(1000);
+    expect_signal_taken(chief, "the chief", SIGTERM);
+    expect_signal_taken(worker, "worker 1", SIGINT);
     ck_assert_msg(dt_test_alive(chief) && dt_test_alive(worker),
                   "a first signal cut an RPC short (chief %d, worker %d): it should finish the "
                   "step",
@@ -315,6 +336,14 @@ START_TEST(second_signal_exits_at_once) {
     send_signal(worker, SIGINT);
     dt_test_job_expect_exit(&w, chief, "chief after a second SIGTERM", PROMPT_MS, 128 + SIGTERM);
     dt_test_job_expect_exit(&w, worker, "worker 1 after a second SIGINT", PROMPT_MS, 128 + SIGINT);
+    /* Both exits were the second signal's, at once: a role that acted on
+     * the first one (its RPC cut short) would have stopped cleanly and
+     * said so. */
+    static const char *const stopped[] = {"chief", "worker1"};
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(!dt_test_job_log_has(&w, stopped[i], "stopped by signal"),
+                      "%s stopped on the first signal, cutting its RPC short; logs:%s", stopped[i],
+                      dt_test_job_report(&w));
 
     /* The ps too: two SIGTERMs in a row. */
     send_signal(ps, SIGCONT);
@@ -329,13 +358,10 @@ END_TEST
 START_TEST(ps_never_up) {
     static const char *const extra[] = {"ready_wait_secs=2", NULL};
     world_init(1, 2, extra);
-    long long t0 = dt_test_now_ms();
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
     dt_test_job_expect_exit(&w, worker, "worker 1 without a ps", EXIT_TIMEOUT_MS, 200);
     dt_test_job_expect_exit(&w, chief, "chief without a ps", EXIT_TIMEOUT_MS, 200);
-    long long took = dt_test_now_ms() - t0;
-    ck_assert_msg(took >= 1800, "gave up after %lld ms, before the 2 s budget", took);
     ck_assert_msg(dt_test_job_log_has(&w, "worker1", "gave up after 2 s"),
                   "worker 1 does not name its budget; "
                   "logs:%s",
@@ -492,9 +518,10 @@ END_TEST
  * features it takes 4 MiB, so a chief whose job has 2,000,000 (8 MB of
  * variables) is refused, exit 1, with a message that names the settings
  * that disagree; a ps given the chief's job takes the model and the job
- * completes. */
+ * completes (a few steps: each one moves 8 MB each way, slow under the
+ * sanitizers). */
 START_TEST(ps_message_cap_from_job) {
-    static const char *const extra[] = {"data=wide", "features=1000", "max_steps=20", NULL};
+    static const char *const extra[] = {"data=wide", "features=1000", "max_steps=3", NULL};
     world_init(1, 1, extra);
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
     ck_assert_msg(
@@ -523,11 +550,11 @@ START_TEST(ps_message_cap_from_job) {
 END_TEST
 
 /* Starts ps `task` again after the job's end, logging to log_name: it
- * must exit 0 by itself (default linger of 10 s plus a second between
- * looks, with room) and say, with `how`, how it knew. */
+ * must exit 0 by itself (after its linger) and say, with `how`, how it
+ * knew. */
 static void expect_late_ps_exits(int task, const char *log_name, const char *how) {
     pid_t late = dt_test_job_start(&w, "ps", task, log_name);
-    dt_test_job_expect_exit(&w, late, "a ps started after the end", 30000, 0);
+    dt_test_job_expect_exit(&w, late, "a ps started after the end", EXIT_TIMEOUT_MS, 0);
     ck_assert_msg(dt_test_job_log_has(&w, log_name, how),
                   "the late ps did not say how it knew (\"%s\"); logs:%s", how,
                   dt_test_job_report(&w));
@@ -538,7 +565,7 @@ static void expect_late_ps_exits(int task, const char *log_name, const char *how
  * waiting for a chief that will never come. ps 0 keeps serving after the
  * end, so it is there to ask. */
 START_TEST(ps_started_after_done) {
-    static const char *const extra[] = {"max_steps=3000", NULL};
+    static const char *const extra[] = {"max_steps=3000", SHORT_LINGER, NULL};
     world_init(2, 1, extra);
     pid_t ps0 = dt_test_job_start_serving(&w, "ps", 0, "ps0");
     pid_t ps1 = dt_test_job_start(&w, "ps", 1, "ps1");
@@ -561,7 +588,7 @@ END_TEST
  * ask: it learns the end from the log dir's final checkpoint (at
  * max_steps) and exits 0 once its linger since start is up. */
 START_TEST(lone_ps_started_after_done) {
-    static const char *const extra[] = {"max_steps=3000", NULL};
+    static const char *const extra[] = {"max_steps=3000", SHORT_LINGER, NULL};
     world_init(1, 1, extra);
     pid_t ps = dt_test_job_start(&w, "ps", 0, "ps0");
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
@@ -634,13 +661,18 @@ START_TEST(ps_restart_two_shards) {
     dt_test_probe sp;
     dt_test_probe_open(&sp, w.cluster, 2000);
     send_signal(chief, SIGSTOP);
-    dt_test_sleep_ms(1000); /* worker 1 trains on alone */
+    /* Worker 1 trains on alone: 100 steps past the chief's pause. */
+    probe_wait_step(&sp, 1, probe_step(&sp, 1) + 100, JOB_TIMEOUT_MS);
     int64_t live = probe_step(&sp, 1);
+    size_t seen = dt_test_job_log_length(&w, "worker1");
     send_signal(ps0, SIGKILL);
     dt_test_job_expect_exit(&w, ps0, "killed ps 0", EXIT_TIMEOUT_MS, -SIGKILL);
     dt_test_probe_close(&sp);
     ck_assert_msg(live < max_steps, "the job ended (step %" PRId64 ") before the kill", live);
-    dt_test_sleep_ms(300);
+    /* Restarted once worker 1 has found it gone. */
+    ck_assert_msg(
+        dt_test_job_wait_log_after(&w, "worker1", seen, "waiting for", worker, JOB_TIMEOUT_MS),
+        "worker 1 does not say it waits for ps 0; logs:%s", dt_test_job_report(&w));
     pid_t ps0b = dt_test_job_start(&w, "ps", 0, "ps0b");
     send_signal(chief, SIGCONT);
 
@@ -729,7 +761,9 @@ START_TEST(rerun_finished_job) {
     int64_t last = dt_test_ckpt_max(w.log_dir);
     ck_assert_int_eq(last, dt_test_job_max_steps(&w));
     dt_test_job_run(&w, "-again", JOB_TIMEOUT_MS);
-    ck_assert_msg(dt_test_job_log_has(&w, "chief-again", "nothing to train"),
+    static const char said[] = "the checkpoint is at max_steps 1500: nothing to train; raise "
+                               "max_steps or use a new log_dir";
+    ck_assert_msg(dt_test_job_log_has(&w, "chief-again", said),
                   "the chief did not say the job was complete; logs:%s", dt_test_job_report(&w));
     ck_assert_msg(!dt_test_job_log_has(&w, "chief-again", "final pull"),
                   "the chief waited for a final pull; logs:%s", dt_test_job_report(&w));
@@ -746,7 +780,7 @@ START_TEST(rerun_finished_job) {
     const pid_t pids[] = {ps, chief, worker};
     const char *const names[] = {"ps", "chief", "worker 1"};
     dt_test_job_expect_done(&w, pids, names, 3, JOB_TIMEOUT_MS);
-    ck_assert_msg(dt_test_job_log_has(&w, "chief-blind", "nothing to train"),
+    ck_assert_msg(dt_test_job_log_has(&w, "chief-blind", said),
                   "the chief did not say the job was complete; logs:%s", dt_test_job_report(&w));
     ck_assert_int_eq(dt_test_ckpt_max(w.log_dir), last);
 }
@@ -894,6 +928,11 @@ Suite *lifecycle_suite(void) {
     add_case(s, "foreign_model_refused", foreign_model_refused);
     add_case(s, "ps_accepts_after_fds_run_out", ps_accepts_after_fds_run_out);
     add_case(s, "ps_message_cap_from_job", ps_message_cap_from_job);
+    return s;
+}
+
+Suite *restart_suite(void) {
+    Suite *s = suite_create("restart");
     add_case(s, "ps_restart", ps_restart);
     add_case(s, "ps_restart_two_shards", ps_restart_two_shards);
     add_case(s, "worker_restart", worker_restart);

@@ -2,13 +2,32 @@
  * The one test runner. Runs every linked suite, or only those named in
  * DT_SUITES (comma-separated, e.g. DT_SUITES=cluster,ps) when set, less
  * those named in DT_SKIP_SUITES.
+ *
+ * DT_JOBS=N (default 1) runs up to N suites at once, each in a process of
+ * its own whose output is held back and printed whole when it ends, so
+ * suites do not interleave. The integration suites spend most of their
+ * time waiting on the processes they start, so two of them share a 2-core
+ * machine well; every test waits on events with deadlines, never on a
+ * duration, so it stays correct under that load. Suites are independent:
+ * each makes its own temp dir and picks free ports at run time.
+ *
+ * Each suite's wall time is printed when it ends (information, not a
+ * check), to see where the run's time goes.
  * Exit status: 0 when every test passed and some ran.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "suites.h"
+
+#define MAX_JOBS 16
+#define MAX_SUITES 64
 
 /* 1 when the comma-separated list names `name`. */
 static int listed(const char *list, const char *name) {
@@ -24,30 +43,192 @@ static int wanted(const char *name) {
     return !only || !*only || listed(only, name);
 }
 
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The outcome of one suite. */
+typedef struct {
+    int ran, failed;
+} outcome;
+
 /* Runs one suite in its own runner, so a suite that runs no test (its
  * cases were left out by mistake) is a failure, not a silent pass. When
  * CK_RUN_CASE or CK_RUN_SUITE narrows the run, empty suites are expected. */
-static int run_suite(const char *name, Suite *suite, int *ran) {
-    SRunner *runner = srunner_create(suite);
+static outcome run_suite(const char *name, Suite *(*make)(void)) {
+    long long start = now_ms();
+    SRunner *runner = srunner_create(make());
     srunner_run_all(runner, CK_NORMAL);
-    int n = srunner_ntests_run(runner), failed = srunner_ntests_failed(runner);
+    outcome o = {srunner_ntests_run(runner), srunner_ntests_failed(runner)};
     srunner_free(runner);
-    *ran += n;
     const char *narrowed_case = getenv("CK_RUN_CASE"), *narrowed_suite = getenv("CK_RUN_SUITE");
     int narrowed = (narrowed_case && *narrowed_case) || (narrowed_suite && *narrowed_suite);
-    if (n == 0 && !narrowed) {
+    if (o.ran == 0 && !narrowed) {
         fprintf(stderr, "check_all: suite %s ran no tests\n", name);
-        return 1;
+        o.failed++;
     }
-    return failed;
+    printf("check_all: suite %s: %d checks, %d failed, %.1f s\n", name, o.ran, o.failed,
+           (double)(now_ms() - start) / 1000.0);
+    fflush(stdout);
+    fflush(stderr);
+    return o;
+}
+
+typedef struct {
+    const char *name;
+    Suite *(*make)(void);
+} suite_entry;
+
+/* A suite running in a child process: its output goes to `out` (an
+ * unlinked temp file), its outcome comes back through a pipe. */
+typedef struct {
+    pid_t pid;
+    const char *name;
+    FILE *out;
+    int result_fd;
+} running;
+
+static int start_child(const suite_entry *e, running *r) {
+    r->name = e->name;
+    r->out = tmpfile();
+    int fds[2];
+    if (!r->out || pipe(fds) != 0) {
+        fprintf(stderr, "check_all: suite %s: %s\n", e->name, strerror(errno));
+        if (r->out) fclose(r->out);
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    r->pid = fork();
+    if (r->pid < 0) {
+        fprintf(stderr, "check_all: suite %s: fork: %s\n", e->name, strerror(errno));
+        close(fds[0]);
+        close(fds[1]);
+        fclose(r->out);
+        return -1;
+    }
+    if (r->pid == 0) {
+        close(fds[0]);
+        int fd = fileno(r->out);
+        if (dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0) _exit(2);
+        outcome o = run_suite(e->name, e->make);
+        ssize_t n = write(fds[1], &o, sizeof o);
+        _exit(n == (ssize_t)sizeof o ? 0 : 2);
+    }
+    close(fds[1]);
+    r->result_fd = fds[0];
+    return 0;
+}
+
+/* Reaps a finished child: copies its output to ours and adds its outcome
+ * (a child that died without reporting is one failure). */
+static void finish_child(running *r, int status, outcome *total) {
+    outcome o = {0, 0};
+    ssize_t n = read(r->result_fd, &o, sizeof o);
+    close(r->result_fd);
+    if (n != (ssize_t)sizeof o || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        o.failed++;
+        fprintf(stderr, "check_all: suite %s: its runner died (status 0x%x)\n", r->name, status);
+    }
+    rewind(r->out);
+    char buf[8192];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, r->out)) > 0)
+        fwrite(buf, 1, got, stdout);
+    fclose(r->out);
+    fflush(stdout);
+    total->ran += o.ran;
+    total->failed += o.failed;
+}
+
+/* The longest suites, longest first, as this runner's times show them (on
+ * 2 cores, in every build): started first when suites run in parallel, so
+ * that the short ones fill the gaps instead of one long suite running
+ * alone at the end. Only the order changes; a suite left out of this list
+ * still runs. */
+static const char *const long_first[] = {"restart", "lifecycle", "chaos",
+                                         "netns",   "e2e",       "consistency"};
+
+/* suites reordered: those of long_first first, in its order, then the
+ * rest in table order. */
+static void order_long_first(suite_entry *suites, int n) {
+    suite_entry sorted[MAX_SUITES];
+    int k = 0;
+    for (size_t l = 0; l < sizeof long_first / sizeof long_first[0]; l++)
+        for (int i = 0; i < n; i++)
+            if (strcmp(suites[i].name, long_first[l]) == 0) sorted[k++] = suites[i];
+    for (int i = 0; i < n; i++) {
+        int listed_long = 0;
+        for (size_t l = 0; l < sizeof long_first / sizeof long_first[0]; l++)
+            listed_long |= strcmp(suites[i].name, long_first[l]) == 0;
+        if (!listed_long) sorted[k++] = suites[i];
+    }
+    memcpy(suites, sorted, (size_t)n * sizeof *suites);
+}
+
+/* Runs the suites `jobs` at a time, as slots free up. */
+static void run_parallel(const suite_entry *suites, int n, int jobs, outcome *total) {
+    running slots[MAX_JOBS];
+    int busy = 0, next = 0;
+    while (next < n || busy > 0) {
+        while (busy < jobs && next < n) {
+            if (start_child(&suites[next], &slots[busy]) == 0)
+                busy++;
+            else
+                total->failed++;
+            next++;
+        }
+        int status = 0;
+        pid_t pid = waitpid(-1, &status, 0);
+        if (pid < 0) {
+            if (errno == EINTR) continue;
+            fprintf(stderr, "check_all: waitpid: %s\n", strerror(errno));
+            total->failed += busy;
+            return;
+        }
+        for (int i = 0; i < busy; i++) {
+            if (slots[i].pid != pid) continue;
+            finish_child(&slots[i], status, total);
+            slots[i] = slots[--busy];
+            break;
+        }
+    }
 }
 
 int main(void) {
-    int failed = 0, ran = 0;
-#define DT_RUN_SUITE(name)                                                                         \
-    if (wanted(#name)) failed += run_suite(#name, name##_suite(), &ran);
-    DT_SUITES(DT_RUN_SUITE)
-#undef DT_RUN_SUITE
-    printf("check_all: %d checks, %d failed\n", ran, failed);
-    return failed == 0 && ran > 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    static const suite_entry all[] = {
+#define DT_SUITE_ENTRY(name) {#name, name##_suite},
+        DT_SUITES(DT_SUITE_ENTRY)
+#undef DT_SUITE_ENTRY
+    };
+    _Static_assert(sizeof all / sizeof all[0] <= MAX_SUITES, "raise MAX_SUITES");
+    suite_entry chosen[sizeof all / sizeof all[0]];
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (wanted(all[i].name)) chosen[n++] = all[i];
+
+    const char *jobs_text = getenv("DT_JOBS");
+    int jobs = jobs_text && *jobs_text ? atoi(jobs_text) : 1;
+    if (jobs < 1 || jobs > MAX_JOBS) {
+        fprintf(stderr, "check_all: DT_JOBS=%s: want 1..%d\n", jobs_text, MAX_JOBS);
+        return EXIT_FAILURE;
+    }
+
+    long long start = now_ms();
+    outcome total = {0, 0};
+    if (jobs == 1) {
+        for (int i = 0; i < n; i++) {
+            outcome o = run_suite(chosen[i].name, chosen[i].make);
+            total.ran += o.ran;
+            total.failed += o.failed;
+        }
+    } else {
+        order_long_first(chosen, n);
+        run_parallel(chosen, n, jobs, &total);
+    }
+    printf("check_all: %d checks, %d failed, %.1f s\n", total.ran, total.failed,
+           (double)(now_ms() - start) / 1000.0);
+    return total.failed == 0 && total.ran > 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

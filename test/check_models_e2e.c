@@ -17,8 +17,10 @@
  * last evaluation (same values, same checkpoint) and that eval's global step
  * is the job's last. The last test runs the commands' bad-input cases: exit
  * status 2 and a message for flag and config errors (a config that does not
- * fit the data included), 1 for a checkpoint or data file that is missing or
- * of another model.
+ * fit the data, or names a data file that is not there, included), 1 for a
+ * checkpoint that is missing or of another model. Jobs that leave
+ * "features" and "classes" out (shapes_from_data, fashion_slice) take them
+ * from the training file.
  *
  * Every process is bounded in time and stopped by the teardown.
  */
@@ -39,8 +41,8 @@
 #include "model.h"
 #include "proc.h"
 #include "suites.h"
-#include "summary.h"
 #include "testjob.h"
+#include "tfrecord.h"
 
 #define JOB_TIMEOUT_MS 90000 /* one job: a few s, up to ~30 s under ASan on 2 cores */
 #define RUN_TIMEOUT_MS 60000 /* one eval or predict */
@@ -326,7 +328,7 @@ START_TEST(fashion_slice) {
     idx_slice(FASHION_DIR "/train-images-idx3-ubyte.gz", images, 16, 784, FASHION_SLICE);
     idx_slice(FASHION_DIR "/train-labels-idx1-ubyte.gz", labels, 8, 1, FASHION_SLICE);
     snprintf(text, sizeof text,
-             "{\"model\": \"softmax\", \"features\": 784, \"classes\": 10, \"data\": \"idx\",\n"
+             "{\"model\": \"softmax\", \"data\": \"idx\",\n"
              " \"train_data\": \"%s\", \"train_labels\": \"%s\",\n"
              " \"eval_data\": \"" FASHION_DIR "/t10k-images-idx3-ubyte.gz\",\n"
              " \"eval_labels\": \"" FASHION_DIR "/t10k-labels-idx1-ubyte.gz\",\n"
@@ -346,6 +348,117 @@ START_TEST(fashion_slice) {
     ck_assert_msg(e.accuracy >= FASHION_MIN_ACCURACY, "test accuracy %.4f < %.2f (loss %.4f)",
                   e.accuracy, FASHION_MIN_ACCURACY, e.loss);
     check_matches_chief(&e);
+    /* The job leaves the shapes out: the idx header and labels say them. */
+    char *log = dt_test_job_read_log(&J, "chief");
+    int found = dt_test_line_has(log, "\"features\" 784 (", "images of 28 x 28", "\"classes\" 10 (",
+                                 "train-labels.idx: labels 0..9)");
+    free(log);
+    ck_assert_msg(found, "the chief did not read the shapes from the idx files; logs:%s",
+                  dt_test_job_report(&J));
+}
+END_TEST
+
+/* ---- shapes from the data ------------------------------------------------------- */
+
+/* A job that leaves "features" and "classes" out takes them from its
+ * training file (csv, the label last): the chief and worker 1 log the same
+ * values, the ps (which reads no data) runs without them, the checkpoint
+ * carries them, and eval and predict need neither the values nor the
+ * training file. A value the job sets that the file disagrees with, and
+ * labels that do not say the classes, are exit 2 naming the file. */
+START_TEST(shapes_from_data) {
+    enum { EVAL_ROWS = 60 };
+    char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP], moved[PATH_CAP], gap[PATH_CAP],
+        text[4096], bad_file[PATH_CAP + 16];
+    write_set(SET_THREE, 300, 81, "train.csv", train_path, NULL);
+    write_set(SET_THREE, EVAL_ROWS, 82, "eval.csv", eval_path, NULL);
+    snprintf(text, sizeof text,
+             "{\"model\": \"softmax\", \"data\": \"csv\", \"train_data\": \"%s\",\n"
+             " \"eval_data\": \"%s\", \"label_column\": \"label\", \"seed\": 3,\n"
+             " \"optimizer\": \"momentum\", \"learning_rate\": 0.05, \"batch_size\": 10,\n"
+             " \"epochs\": 10, \"save_model_secs\": 30, \"log_steps\": 200}\n",
+             train_path, eval_path);
+    path_of("shapes.json", job);
+    ck_assert_int_eq(dt_test_write_file(job, text), 0);
+    train(job);
+    const char *const readers[] = {"chief", "worker1"};
+    for (int r = 0; r < 2; r++) {
+        char *log = dt_test_job_read_log(&J, readers[r]);
+        int found = dt_test_line_has(log, "job: from the training data: \"features\" 2 (",
+                                     "3 columns less the label column \"label\"", "\"classes\" 3 (",
+                                     "train.csv: labels 0..2)");
+        free(log);
+        ck_assert_msg(found, "%s did not take the shapes from the data; logs:%s", readers[r],
+                      dt_test_job_report(&J));
+    }
+    ck_assert_msg(dt_test_job_log_has(&J, "ps0",
+                                      "the job leaves \"features\" or \"classes\" to "
+                                      "the training data, which the ps does not read"),
+                  "the ps did not say why its message cap is the largest; logs:%s",
+                  dt_test_job_report(&J));
+    eval_line e = eval_job(job);
+    ck_assert_msg(e.accuracy == 1.0, "accuracy %.4f (loss %.4f), want 1", e.accuracy, e.loss);
+    ck_assert_int_eq(e.examples, EVAL_ROWS);
+    check_matches_chief(&e);
+
+    /* The checkpoint carries the shapes: no config, no training file. */
+    path_of("train.csv.moved", moved);
+    ck_assert_int_eq(rename(train_path, moved), 0);
+    const char *bare[] = {"predict", "--log-dir", J.log_dir, "--data", eval_path, NULL};
+    ck_assert_msg(run(bare) == 0, "predict from the checkpoint alone: %s", J.err);
+    ck_assert_msg(strncmp(J.out, "class,p0,p1,p2\n", 15) == 0, "header: %.40s", J.out);
+    /* It carries the training file's column names: columns in another
+     * order are refused, not scored on the wrong inputs. */
+    char swapped[PATH_CAP];
+    path_of("swapped.csv", swapped);
+    ck_assert_int_eq(dt_test_write_file(swapped, "x2,x1\n0.5,2\n"), 0);
+    const char *swap[] = {"predict", "--log-dir", J.log_dir, "--data", swapped, NULL};
+    dt_test_job_expect_error(&J, run(swap), 2,
+                             "feature column 1 is \"x2\", but the model was "
+                             "trained with \"x1\" there",
+                             NULL, NULL);
+    /* A config that leaves them out takes the checkpoint's. */
+    eval_line again = eval_job(job);
+    ck_assert_str_eq(again.line, e.line);
+    ck_assert_msg(strstr(J.err, "\"features\" and \"classes\" from the job"), "%s", J.err);
+    ck_assert_int_eq(rename(moved, train_path), 0);
+    /* So are the chief's and the evaluator's eval_data. */
+    path_of("swapped-labeled.csv", swapped);
+    ck_assert_int_eq(dt_test_write_file(swapped, "x2,label,x1\n0.5,0,2\n"), 0);
+    char eval_swapped[PATH_CAP + 16];
+    snprintf(eval_swapped, sizeof eval_swapped, "eval_data=%s", swapped);
+    const char *const roles[] = {"worker", "evaluator"};
+    for (int r = 0; r < 2; r++) {
+        const char *role[] = {"--cluster", J.cluster,    "--job", roles[r],    "--task",
+                              "0",         "--config",   job,     "--log-dir", J.log_dir,
+                              "--set",     eval_swapped, NULL};
+        dt_test_job_expect_error(&J, run(role), 2,
+                                 "swapped-labeled.csv: feature column 1 is "
+                                 "\"x2\", but the model was trained with \"x1\" there",
+                                 NULL, NULL);
+    }
+
+    /* A value the job sets is held to the file: both numbers, exit 2. */
+    const char *set_features[] = {"--cluster", J.cluster, "--job", "worker",     "--task", "1",
+                                  "--config",  job,       "--set", "features=3", NULL};
+    dt_test_job_expect_error(&J, run(set_features), 2,
+                             "train.csv:1: the header has 2 feature "
+                             "columns (3 columns less the label), but \"features\" is 3",
+                             NULL, NULL);
+    const char *set_classes[] = {"--cluster", J.cluster, "--job", "worker",    "--task", "1",
+                                 "--config",  job,       "--set", "classes=2", NULL};
+    dt_test_job_expect_error(&J, run(set_classes), 2,
+                             "train.csv:", "is not a class of 0..1: \"classes\" is 2", NULL);
+    /* Labels 1 and 2 with no 0: the number of classes is not clear. */
+    path_of("gap.csv", gap);
+    ck_assert_int_eq(dt_test_write_file(gap, "x1,x2,label\n0,0,1\n1,1,2\n"), 0);
+    snprintf(bad_file, sizeof bad_file, "train_data=%s", gap);
+    const char *unclear[] = {"--cluster", J.cluster, "--job", "worker", "--task", "1",
+                             "--config",  job,       "--set", bad_file, NULL};
+    dt_test_job_expect_error(&J, run(unclear), 2,
+                             "gap.csv: the labels run up to 2, but no row "
+                             "has class 0",
+                             "set \"classes\"", NULL);
 }
 END_TEST
 
@@ -413,16 +526,17 @@ START_TEST(cli_bad_input) {
     dt_job_defaults(&lj);
     lj.model.kind = DT_MODEL_LOGISTIC;
     lj.model.num_features = 2;
+    lj.model.num_classes = 2;
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int count = 0;
     dt_err err = {0};
     ck_assert_msg(dt_model_specs(&lj.model, specs, &count, &err) == 0, "%s", err.msg);
     dt_tensors ts;
     ck_assert_msg(dt_tensors_init(&ts, specs, count, &err) == 0, "%s", err.msg);
-    dt_ckpt_meta meta = {.global_step = 5};
+    dt_safetensors_meta meta = {.global_step = 5};
     dt_model_describe(&lj.model, meta.model, sizeof meta.model);
     path_of("logistic.safetensors", other);
-    ck_assert_msg(dt_ckpt_save(other, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(other, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_tensors_deinit(&ts);
     const char *wrong_model[] = {"eval", "--config", job, "--checkpoint", other, NULL};
     dt_test_job_expect_error(&J, run(wrong_model), 1, "no variable \"softmax/weight\"", "logistic",
@@ -432,7 +546,8 @@ START_TEST(cli_bad_input) {
     dt_test_job_expect_error(&J, run(wrong_predict), 1, "softmax/weight", other, NULL);
     ck_assert_str_eq(J.out, "");
 
-    /* A missing data file, and a data file of another shape. */
+    /* A missing data file (a config error naming the flag that gives it),
+     * and a data file of another shape. */
     char absent[PATH_CAP], wide[PATH_CAP];
     path_of("absent.csv", absent);
     path_of("wide.csv", wide);
@@ -440,7 +555,7 @@ START_TEST(cli_bad_input) {
     const char *args[] = {
         "eval",           "--config", job,         "--checkpoint", other,  "--set",
         "model=logistic", "--set",    "classes=2", "--data",       absent, NULL};
-    dt_test_job_expect_error(&J, run(args), 1, absent, NULL, NULL);
+    dt_test_job_expect_error(&J, run(args), 2, "eval: --data: no such file: ", absent, NULL);
     /* The job's feature count does not fit the file: the config is wrong, 2. */
     args[10] = wide;
     dt_test_job_expect_error(&J, run(args), 2, wide, "feature", NULL);
@@ -488,7 +603,7 @@ static int count_tag_records(const char *dir, const char *tag) {
     size_t len = 0;
     int n = 0, rc;
     dt_err err = {0};
-    while ((rc = dt_tfrecord_read(f, &data, &len, &err)) == 1)
+    while ((rc = dt_test_tfrecord_read(f, &data, &len, &err)) == 1)
         n += holds(data, len, tag);
     ck_assert_msg(rc == 0, "%s: %s", file, err.msg);
     free(data);
@@ -661,7 +776,7 @@ START_TEST(evaluator_bad_checkpoints) {
     ck_assert_msg(dt_model_specs(&lj.model, specs, &count, &err) == 0, "%s", err.msg);
     dt_tensors ts;
     ck_assert_msg(dt_tensors_init(&ts, specs, count, &err) == 0, "%s", err.msg);
-    dt_ckpt_meta meta = {.global_step = 5, .max_steps = 10};
+    dt_safetensors_meta meta = {.global_step = 5, .max_steps = 10};
     dt_model_describe(&lj.model, meta.model, sizeof meta.model);
     ck_assert_msg(dt_ckpt_save_in_dir(J.log_dir, &ts, &meta, 0, cut, sizeof cut, &err) == 0, "%s",
                   err.msg);
@@ -708,6 +823,32 @@ END_TEST
 
 /* ---- a checkpoint is the whole model -------------------------------------- */
 
+/* How many learning_rate scalars the event files of dir hold at steps
+ * above after; each must be want. */
+static int learning_rates_after(const char *dir, int64_t after, double want) {
+    int n = 0;
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "cannot open %s", dir);
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        if (strncmp(de->d_name, "events.out.tfevents.", 20) != 0) continue;
+        char file[2 * PATH_CAP], why[512];
+        snprintf(file, sizeof file, "%s/%s", dir, de->d_name);
+        dt_wire_event *ev = NULL;
+        size_t count = 0;
+        ck_assert_msg(dt_wire_load_file(file, &ev, &count, why, sizeof why) == 0, "%s", why);
+        for (size_t e = 0; e < count; e++) {
+            const dt_wire_value *lr = dt_wire_find(&ev[e], "learning_rate");
+            if (!lr || ev[e].step <= after) continue;
+            ck_assert_msg(lr->simple_value == (float)want, "learning_rate %g at step %lld, want %g",
+                          (double)lr->simple_value, (long long)ev[e].step, want);
+            n++;
+        }
+        dt_wire_events_free(ev, count);
+    }
+    closedir(d);
+    return n;
+}
+
 /* A chief's checkpoint carries its job and its scaling statistics: predict
  * and eval need neither the job file nor the training file; a config that
  * disagrees with the checkpoint on the input is exit 2 naming the field;
@@ -717,11 +858,24 @@ START_TEST(recipe_travels_with_checkpoint) {
     char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP], moved[PATH_CAP];
     write_set(SET_BINARY, 200, 61, "train.csv", train_path, NULL);
     write_set(SET_BINARY, 50, 62, "eval.csv", eval_path, NULL);
+    FILE *f = fopen(train_path, "a"); /* one malformed row, skipped */
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_gt(fprintf(f, "0.5,abc,1\n"), 0);
+    ck_assert_int_eq(fclose(f), 0);
     write_job("\"model\": \"logistic\", \"classes\": 2", train_path, eval_path,
               "\"scale\": \"standardize\", \"optimizer\": \"sgd\", \"learning_rate\": 1.0, "
-              "\"batch_size\": 20, \"max_steps\": 100",
+              "\"batch_size\": 20, \"max_steps\": 100, \"skip_bad_rows\": true",
               job);
     train(job);
+    /* The chief reads the training file once: its evaluations scale with
+     * the statistics it has, so the skipped row is reported once. */
+    char *log = dt_test_job_read_log(&J, "chief");
+    int said = 0;
+    for (const char *p = log; (p = strstr(p, "skipped 1 malformed rows (skip_bad_rows)")); p++)
+        said++;
+    free(log);
+    ck_assert_msg(said == 1, "the chief reported the skipped row %d times; logs:%s", said,
+                  dt_test_job_report(&J));
     const char *with_config[] = {"predict", "--config", job,       "--log-dir",
                                  J.log_dir, "--data",   eval_path, NULL};
     ck_assert_msg(run(with_config) == 0, "predict: %s", J.err);
@@ -745,14 +899,34 @@ START_TEST(recipe_travels_with_checkpoint) {
                              "checkpoint -> config", NULL);
     ck_assert_int_eq(rename(moved, train_path), 0);
 
-    /* Rerun on: new hyperparameters are said and applied. */
-    const char *more[] = {"max_steps=140", "learning_rate=0.5"};
-    dt_test_job_set(&J, more, 2);
+    /* Rerun on: new hyperparameters are said in one line, old -> new, and
+     * applied: the ps runs the new optimizer (whose slots start afresh),
+     * the summaries show the new rate from the restored step on, and the
+     * job ends at the new max_steps. */
+    const char *more[] = {"optimizer=momentum", "max_steps=140", "learning_rate=0.5",
+                          "summary_steps=2"};
+    dt_test_job_set(&J, more, 4);
     dt_test_job_run(&J, "-more", JOB_TIMEOUT_MS);
     ck_assert_msg(dt_test_job_log_has(&J, "chief-more",
                                       "with a changed job, this job's values apply from now on: "
-                                      "\"learning_rate\" 1 -> 0.5, \"max_steps\" 100 -> 140"),
+                                      "\"optimizer\" \"sgd\" -> \"momentum\", \"learning_rate\" "
+                                      "1 -> 0.5, \"max_steps\" 100 -> 140, \"summary_steps\" 50 -> "
+                                      "2\n"),
                   "no resume line:%s", dt_test_job_report(&J));
+    ck_assert_msg(dt_test_job_log_has(&J, "ps0-more", "global_step 100, optimizer momentum"),
+                  "the ps was not created with the new optimizer:%s", dt_test_job_report(&J));
+    ck_assert_msg(dt_test_job_log_has(&J, "chief-more", "has no momentum slots"),
+                  "no word of the new optimizer's slots:%s", dt_test_job_report(&J));
+    ck_assert_int_eq(dt_test_ckpt_max(J.log_dir), 140);
+    ck_assert_msg(learning_rates_after(J.log_dir, 100, 0.5) > 0,
+                  "no learning_rate summary after the restored step:%s", dt_test_job_report(&J));
+
+    /* Once more as it is: the checkpoint is at max_steps; every role ends 0. */
+    dt_test_job_run(&J, "-done", JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&J, "chief-done",
+                                      "the checkpoint is at max_steps 140: nothing to train; "
+                                      "raise max_steps or use a new log_dir"),
+                  "the chief did not say why it trains nothing:%s", dt_test_job_report(&J));
     ck_assert_int_eq(dt_test_ckpt_max(J.log_dir), 140);
 
     /* Another model in the same log dir: the chief refuses it. */
@@ -780,6 +954,7 @@ Suite *models_e2e_suite(void) {
     tcase_add_test(tc, evaluator_follows_training);
     tcase_add_test(tc, evaluator_bad_checkpoints);
     tcase_add_test(tc, recipe_travels_with_checkpoint);
+    tcase_add_test(tc, shapes_from_data);
     tcase_add_test(tc, summaries_for_tensorboard);
     return s;
 }

@@ -104,6 +104,20 @@ static void ref_adam(const dt_optim_config *cfg, double lr, int t, double *w, do
     *w -= lr_t * *m / (sqrt(*v) + cfg->epsilon);
 }
 
+/* FTRL-Proximal as McMahan et al. write it (Algorithm 1), in TF's terms:
+ * lambda2 = 2*l2, and beta in the denominator. s0 is n, s1 is z. */
+static void ref_ftrl(const dt_optim_config *cfg, double lr, int t, double *w, double *n, double *z,
+                     double g, int i) {
+    (void)t, (void)i;
+    double n_new = *n + g * g;
+    double sigma = (sqrt(n_new) - sqrt(*n)) / lr;
+    *z += g - sigma * *w;
+    *n = n_new;
+    double l1 = cfg->ftrl_l1, lambda2 = 2 * cfg->ftrl_l2;
+    *w = fabs(*z) <= l1 ? 0.0
+                        : -(*z - copysign(l1, *z)) / ((cfg->ftrl_beta + sqrt(*n)) / lr + lambda2);
+}
+
 /* A config whose learning_rate must never be read by dt_optim_apply. */
 static dt_optim_config config(const char *name) {
     dt_optim_config cfg;
@@ -125,6 +139,9 @@ START_TEST(test_defaults) {
     ck_assert_double_eq(cfg.beta2, 0.999);
     ck_assert_double_eq(cfg.epsilon, 1e-7);
     ck_assert_double_eq(cfg.initial_accumulator, 0.1);
+    ck_assert_double_eq(cfg.ftrl_l1, 0);
+    ck_assert_double_eq(cfg.ftrl_l2, 0);
+    ck_assert_double_eq(cfg.ftrl_beta, 0);
     dt_err err = {0};
     ck_assert_int_eq(dt_optim_check(&cfg, &err), 0);
 }
@@ -148,6 +165,10 @@ START_TEST(test_check_errors) {
         {"beta2", NAN, "\"beta2\""},
         {"epsilon", 0, "optimizer: \"epsilon\" must be a positive number (got 0)"},
         {"initial_accumulator", -1e-3, "\"initial_accumulator\""},
+        {"ftrl_l1", -1e-3,
+         "optimizer: \"l1_regularization_strength\" must be a number >= 0 (got -0.001)"},
+        {"ftrl_l2", NAN, "\"l2_regularization_strength\""},
+        {"ftrl_beta", INFINITY, "\"ftrl_beta\""},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         dt_optim_config cfg;
@@ -162,6 +183,9 @@ START_TEST(test_check_errors) {
         if (!strcmp(f, "beta2")) cfg.beta2 = v;
         if (!strcmp(f, "epsilon")) cfg.epsilon = v;
         if (!strcmp(f, "initial_accumulator")) cfg.initial_accumulator = v;
+        if (!strcmp(f, "ftrl_l1")) cfg.ftrl_l1 = v;
+        if (!strcmp(f, "ftrl_l2")) cfg.ftrl_l2 = v;
+        if (!strcmp(f, "ftrl_beta")) cfg.ftrl_beta = v;
         dt_err err = {0};
         ck_assert_int_eq(dt_optim_check(&cfg, &err), DT_EINVAL);
         ck_assert_int_eq(err.code, DT_EINVAL);
@@ -179,8 +203,8 @@ START_TEST(test_check_name) {
     dt_err err = {0};
     strcpy(cfg.name, "rmsprop");
     ck_assert_int_eq(dt_optim_check(&cfg, &err), DT_EINVAL);
-    ck_assert_str_eq(err.msg,
-                     "optimizer: unknown name \"rmsprop\" (want sgd, momentum, adagrad or adam)");
+    ck_assert_str_eq(
+        err.msg, "optimizer: unknown name \"rmsprop\" (want sgd, momentum, adagrad, adam or ftrl)");
     /* No NUL inside the buffer: refused, not read past. */
     memset(cfg.name, 'a', sizeof cfg.name);
     dt_err_clear(&err);
@@ -192,8 +216,8 @@ START_TEST(test_check_name) {
     /* Prefixes of known names are not names. */
     strcpy(cfg.name, "ada");
     ck_assert_int_eq(dt_optim_check(&cfg, NULL), DT_EINVAL);
-    static const char *const good[] = {"sgd", "momentum", "adagrad", "adam"};
-    for (int k = 0; k < 4; k++) {
+    static const char *const good[] = {"sgd", "momentum", "adagrad", "adam", "ftrl"};
+    for (int k = 0; k < 5; k++) {
         strcpy(cfg.name, good[k]);
         ck_assert_int_eq(dt_optim_check(&cfg, NULL), 0);
     }
@@ -221,6 +245,14 @@ START_TEST(test_slots) {
     ck_assert_str_eq(dt_optim_slot_name(&cfg, 0), "m");
     ck_assert_str_eq(dt_optim_slot_name(&cfg, 1), "v");
     ck_assert_float_eq(dt_optim_slot_init(&cfg, 0), 0.0f);
+    ck_assert_float_eq(dt_optim_slot_init(&cfg, 1), 0.0f);
+
+    cfg = config("ftrl");
+    cfg.initial_accumulator = 0.5;
+    ck_assert_int_eq(dt_optim_num_slots(&cfg), 2);
+    ck_assert_str_eq(dt_optim_slot_name(&cfg, 0), "accumulator");
+    ck_assert_str_eq(dt_optim_slot_name(&cfg, 1), "linear");
+    ck_assert_float_eq(dt_optim_slot_init(&cfg, 0), 0.5f);
     ck_assert_float_eq(dt_optim_slot_init(&cfg, 1), 0.0f);
 }
 END_TEST
@@ -312,6 +344,240 @@ START_TEST(test_adam) {
 }
 END_TEST
 
+START_TEST(test_ftrl) {
+    dt_optim_config cfg = config("ftrl");
+    cfg.ftrl_l1 = 0.01;
+    cfg.ftrl_l2 = 0.1;
+    cfg.ftrl_beta = 0.5;
+    run_and_compare(&cfg, ref_ftrl);
+    cfg.ftrl_l1 = 0.3;
+    cfg.ftrl_l2 = 0;
+    cfg.ftrl_beta = 0;
+    cfg.initial_accumulator = 0.01;
+    run_and_compare(&cfg, ref_ftrl);
+    /* Golden, worked by hand: alpha 0.5, beta 1, l1 0.1, l2 0.25, n from 0.
+     * g = 1:     n = 1,    z = 1,           w = (0.1 - 1) / ((1 + 1)/0.5 + 0.5) = -0.2
+     * g = -0.5:  n = 1.25, z = 0.5 + sigma*0.2 with sigma = (sqrt(1.25) - 1)/0.5,
+     *            w = (0.1 - z) / ((1 + sqrt(1.25))/0.5 + 0.5)
+     * g = 0.25:  the same once more. */
+    cfg = config("ftrl");
+    cfg.ftrl_l1 = 0.1;
+    cfg.ftrl_l2 = 0.25;
+    cfg.ftrl_beta = 1;
+    cfg.initial_accumulator = 0;
+    float w = 0.0f, n = dt_optim_slot_init(&cfg, 0), z = dt_optim_slot_init(&cfg, 1);
+    float *slots[2] = {&n, &z};
+    const float g[3] = {1.0f, -0.5f, 0.25f};
+    const double want_w[3] = {-0.2, -0.09442719099991588, -0.1466052291304359};
+    const double want_z[3] = {1.0, 0.547213595499958, 0.8024278527093733};
+    for (int k = 0; k < 3; k++) {
+        dt_optim_apply(&cfg, 0.5, k + 1, &w, slots, &g[k], 1);
+        ck_assert_msg(fabs(w - want_w[k]) < 1e-6, "step %d: w %.9g", k + 1, w);
+        ck_assert_msg(fabs(z - want_z[k]) < 1e-6, "step %d: z %.9g", k + 1, z);
+    }
+    ck_assert_float_eq(n, 1.3125f);
+    /* |z| <= l1 is exactly 0, not a small number. */
+    w = 0.7f;
+    n = 0.0f;
+    z = 0.0f;
+    float tiny = 0.05f;
+    dt_optim_apply(&cfg, 0.5, 1, &w, slots, &tiny, 1);
+    ck_assert(w == 0.0f);
+}
+END_TEST
+
+/* With L1, FTRL keeps the weights of features that carry no signal at
+ * exactly 0: 200 coordinates with zero-mean noise as gradient and 10 with a
+ * steady push. Without L1 almost none is 0. */
+static int ftrl_zeros(double l1, float *w_signal_min) {
+    enum { COORDS = 210, SIGNAL = 10, STEPS_L1 = 400 };
+    static float w[COORDS], n[COORDS], z[COORDS], g[COORDS];
+    dt_optim_config cfg = config("ftrl");
+    cfg.ftrl_l1 = l1;
+    cfg.ftrl_l2 = 0.01;
+    cfg.ftrl_beta = 1;
+    for (int i = 0; i < COORDS; i++) {
+        w[i] = z[i] = 0.0f;
+        n[i] = dt_optim_slot_init(&cfg, 0);
+    }
+    float *slots[2] = {n, z};
+    for (int t = 1; t <= STEPS_L1; t++) {
+        for (int i = 0; i < COORDS; i++) {
+            /* uniform in [-1, 1): zero-mean noise, a hash of (t, i) */
+            uint32_t h = (uint32_t)(t * 7919 + i * 104729 + 5) * 2654435761u;
+            double noise = (double)(h >> 8) / 8388608.0 - 1.0;
+            g[i] = (float)(noise + (i < SIGNAL ? -0.8 : 0.0)); /* the signal pulls w up */
+        }
+        dt_optim_apply(&cfg, 0.1, t, w, slots, g, COORDS);
+    }
+    int zeros = 0;
+    *w_signal_min = w[0];
+    for (int i = 0; i < COORDS; i++) {
+        zeros += w[i] == 0.0f;
+        if (i < SIGNAL && w[i] < *w_signal_min) *w_signal_min = w[i];
+    }
+    return zeros;
+}
+
+START_TEST(test_ftrl_l1_sparsity) {
+    float signal_min;
+    /* The noise's z is a random walk of sd sqrt(400 / 3) = 11.5: an l1 of
+     * 25 (2.2 sd) keeps all but a few percent at 0. */
+    int zeros = ftrl_zeros(25.0, &signal_min);
+    ck_assert_msg(zeros >= 180, "with l1: %d of 210 weights are 0", zeros);
+    ck_assert_msg(signal_min > 0.1f, "with l1: a signal weight is %g", signal_min);
+    zeros = ftrl_zeros(0.0, &signal_min);
+    ck_assert_msg(zeros <= 10, "without l1: %d of 210 weights are 0", zeros);
+    ck_assert_msg(signal_min > 0.1f, "without l1: a signal weight is %g", signal_min);
+}
+END_TEST
+
+/* A sparse variable of R rows of D floats: dense arrays (weights, slots)
+ * and the same values as records for dt_optim_apply_rows. */
+enum { R = 9, D = 3 };
+
+static void fill_rows(const dt_optim_config *cfg, float *w, float *s0, float *s1, float *rec) {
+    const int S = dt_optim_num_slots(cfg);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < D; j++) {
+            int i = r * D + j;
+            w[i] = (float)(0.1 * i - 1.0);
+            s0[i] = S > 0 ? dt_optim_slot_init(cfg, 0) + 0.01f * (float)i : 0.0f;
+            s1[i] = S > 1 ? dt_optim_slot_init(cfg, 1) + 0.02f * (float)j : 0.0f;
+            float *record = rec + (size_t)r * (size_t)(1 + S) * D;
+            record[j] = w[i];
+            if (S > 0) record[D + j] = s0[i];
+            if (S > 1) record[2 * D + j] = s1[i];
+        }
+}
+
+/* Applies 5 steps to rows {1, 4, 8} (then {0, 4}, alternating), lazily to
+ * the records and densely (zero gradient elsewhere) to the arrays. Returns
+ * 1 when the two agree bit for bit on every row, and checks that untouched
+ * records never changed. */
+static int lazy_vs_dense(const dt_optim_config *cfg) {
+    const int S = dt_optim_num_slots(cfg);
+    float w[R * D], s0[R * D], s1[R * D], rec[R * 3 * D], before[R * 3 * D];
+    fill_rows(cfg, w, s0, s1, rec);
+    if (strcmp(cfg->name, "ftrl") == 0) {
+        /* ftrl's w is a function of z and n once a row has been updated;
+         * start from that state (a zero gradient step sets it). */
+        float zero[R * D] = {0}, *slots[2] = {s0, s1};
+        dt_optim_apply(cfg, 0.05, 1, w, slots, zero, R * D);
+        for (int i = 0; i < R * D; i++)
+            rec[(size_t)(i / D) * (1 + S) * D + i % D] = w[i];
+    }
+    int same = 1;
+    for (int t = 1; t <= 5; t++) {
+        static const int odd[] = {1, 4, 8}, even[] = {0, 4};
+        const int *touched = t % 2 ? odd : even, count = t % 2 ? 3 : 2;
+        float dense_g[R * D] = {0}, rows_g[3 * D];
+        float *rows[3];
+        const float *grads[3] = {rows_g, rows_g + D, rows_g + 2 * D};
+        for (int k = 0; k < count; k++) {
+            rows[k] = rec + (size_t)touched[k] * (size_t)(1 + S) * D;
+            for (int j = 0; j < D; j++) {
+                float gv = (float)grad_at(t, touched[k] * D + j);
+                rows_g[k * D + j] = gv;
+                dense_g[touched[k] * D + j] = gv;
+            }
+        }
+        memcpy(before, rec, sizeof rec);
+        dt_optim_apply_rows(cfg, 0.05, t, rows, grads, count, D);
+        float *slots[2] = {s0, s1};
+        dt_optim_apply(cfg, 0.05, t, w, slots, dense_g, R * D);
+        for (int r = 0; r < R; r++) {
+            int hit = 0;
+            for (int k = 0; k < count; k++)
+                hit |= touched[k] == r;
+            const float *record = rec + (size_t)r * (size_t)(1 + S) * D;
+            if (!hit)
+                ck_assert_msg(memcmp(record, before + (record - rec),
+                                     (size_t)(1 + S) * D * sizeof(float)) == 0,
+                              "%s: step %d: untouched row %d changed", cfg->name, t, r);
+            for (int j = 0; j < D; j++) {
+                int i = r * D + j;
+                same &= record[j] == w[i];
+                if (S > 0) same &= record[D + j] == s0[i];
+                if (S > 1) same &= record[2 * D + j] == s1[i];
+            }
+        }
+    }
+    return same;
+}
+
+START_TEST(test_apply_rows_lazy) {
+    /* sgd, adagrad and ftrl: a row without gradient would not move under
+     * the dense rule either, so lazy and dense agree to the bit. */
+    dt_optim_config cfg = config("sgd");
+    ck_assert(lazy_vs_dense(&cfg));
+    cfg = config("adagrad");
+    ck_assert(lazy_vs_dense(&cfg));
+    cfg = config("ftrl");
+    cfg.ftrl_l1 = 0.05;
+    cfg.ftrl_l2 = 0.1;
+    cfg.ftrl_beta = 1;
+    ck_assert(lazy_vs_dense(&cfg));
+    /* momentum and adam: dense moves rows by their momentum, lazy does not
+     * (lazy_vs_dense checks that untouched rows stay put). */
+    cfg = config("momentum");
+    ck_assert(!lazy_vs_dense(&cfg));
+    cfg = config("adam");
+    ck_assert(!lazy_vs_dense(&cfg));
+}
+END_TEST
+
+/* LazyAdam against a per-coordinate loop: each step updates m and v of the
+ * touched rows only, with the bias correction of the step count t of the
+ * whole variable; a row untouched at step t keeps w, m and v. */
+START_TEST(test_apply_rows_lazy_adam) {
+    dt_optim_config cfg = config("adam");
+    cfg.beta1 = 0.8;
+    cfg.beta2 = 0.9;
+    enum { ROWS = 4, DIM = 2, T = 7 };
+    float rec[ROWS * 3 * DIM] = {0};
+    double w[ROWS * DIM], m[ROWS * DIM] = {0}, v[ROWS * DIM] = {0};
+    for (int i = 0; i < ROWS * DIM; i++) {
+        w[i] = 0.3 * i - 1;
+        rec[(i / DIM) * 3 * DIM + i % DIM] = (float)w[i];
+    }
+    for (int t = 1; t <= T; t++) {
+        /* Row 0 every step, row 1 on odd steps, row 3 only at step 5. */
+        int touched[3], count = 0;
+        touched[count++] = 0;
+        if (t % 2) touched[count++] = 1;
+        if (t == 5) touched[count++] = 3;
+        float *rows[3], g[3 * DIM];
+        const float *grads[3] = {g, g + DIM, g + 2 * DIM};
+        for (int k = 0; k < count; k++) {
+            rows[k] = rec + touched[k] * 3 * DIM;
+            for (int j = 0; j < DIM; j++)
+                g[k * DIM + j] = (float)grad_at(t, touched[k] * DIM + j);
+        }
+        const double lr = 0.01, lr_t = lr * sqrt(1 - pow(0.9, t)) / (1 - pow(0.8, t));
+        dt_optim_apply_rows(&cfg, lr, t, rows, grads, count, DIM);
+        for (int k = 0; k < count; k++)
+            for (int j = 0; j < DIM; j++) {
+                int i = touched[k] * DIM + j;
+                double gi = g[k * DIM + j];
+                m[i] = 0.8 * m[i] + 0.2 * gi;
+                v[i] = 0.9 * v[i] + 0.1 * gi * gi;
+                w[i] -= lr_t * m[i] / (sqrt(v[i]) + cfg.epsilon);
+            }
+    }
+    for (int i = 0; i < ROWS * DIM; i++) {
+        const float *record = rec + (i / DIM) * 3 * DIM;
+        int j = i % DIM;
+        ck_assert_msg(fabs(record[j] - w[i]) < 1e-5, "w[%d] %.8g vs %.8g", i, record[j], w[i]);
+        ck_assert_msg(fabs(record[DIM + j] - m[i]) < 1e-6, "m[%d]", i);
+        ck_assert_msg(fabs(record[2 * DIM + j] - v[i]) < 1e-6, "v[%d]", i);
+    }
+    /* Row 2 never had a gradient: its record is as it started. */
+    ck_assert_float_eq(rec[2 * 3 * DIM], (float)(0.3 * 4 - 1));
+    ck_assert_float_eq(rec[2 * 3 * DIM + DIM], 0.0f);
+}
+END_TEST
+
 START_TEST(test_large_n) {
     /* Long arrays go through the same (vectorised) loops: spot-check both
      * ends against the short-array result. */
@@ -396,6 +662,10 @@ Suite *optim_suite(void) {
     tcase_add_test(tc, test_nesterov);
     tcase_add_test(tc, test_adagrad);
     tcase_add_test(tc, test_adam);
+    tcase_add_test(tc, test_ftrl);
+    tcase_add_test(tc, test_ftrl_l1_sparsity);
+    tcase_add_test(tc, test_apply_rows_lazy);
+    tcase_add_test(tc, test_apply_rows_lazy_adam);
     tcase_add_test(tc, test_schedules);
     tcase_add_test(tc, test_large_n);
     suite_add_tcase(s, tc);

@@ -1,7 +1,7 @@
 /*
  * Suite "predict": evaluation and prediction from a checkpoint (lib/predict)
  * in-process. Each test writes a tiny data file and a checkpoint with weights
- * chosen by hand (dt_ckpt_save), then checks dt_predict_eval's loss,
+ * chosen by hand (dt_safetensors_save), then checks dt_predict_eval's loss,
  * accuracy, example count and global step against the same model computed
  * here in double, and every value dt_predict_write puts in its CSV. Covered:
  * all four models, idx and csv data, scaling with the training file's
@@ -99,13 +99,13 @@ static void save_ckpt(const dt_job *job, const float *values, int64_t step, cons
                       char *path) {
     dt_tensors ts;
     vars_of(job, values, &ts);
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = step;
     dt_model_describe(&job->model, meta.model, sizeof meta.model);
     path_of(name, path);
     dt_err err = {0};
-    ck_assert_msg(dt_ckpt_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_tensors_deinit(&ts);
 }
 
@@ -547,7 +547,7 @@ START_TEST(latest_checkpoint_of_log_dir) {
     for (int step = 10; step <= 20; step += 10) {
         dt_tensors ts;
         vars_of(&job, step == 10 ? zero : softmax_w, &ts);
-        dt_ckpt_meta meta = {.global_step = step};
+        dt_safetensors_meta meta = {.global_step = step};
         ck_assert_msg(dt_ckpt_save_in_dir(job.log_dir, &ts, &meta, 5, ckpt, sizeof ckpt, &err) == 0,
                       "%s", err.msg);
         dt_tensors_deinit(&ts);
@@ -645,9 +645,9 @@ START_TEST(mismatched_checkpoints) {
     dt_tensors ts;
     dt_err err = {0};
     ck_assert_msg(dt_tensors_init(&ts, specs, 2, &err) == 0, "%s", err.msg);
-    dt_ckpt_meta meta = {.global_step = 1};
+    dt_safetensors_meta meta = {.global_step = 1};
     path_of("f64.safetensors", ckpt);
-    ck_assert_msg(dt_ckpt_save(ckpt, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(ckpt, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_tensors_deinit(&ts);
     eval_fails(&job, ckpt, NULL, NULL, DT_EINVAL, "is F64 (2, 3) in the checkpoint but F32 (2, 3)",
                "(no model description)");
@@ -681,9 +681,9 @@ START_TEST(slots_are_ignored) {
     memcpy(ts.items[1].data, softmax_w + 6, 3 * sizeof(float));
     for (int k = 0; k < 6; k++)
         ((float *)ts.items[2].data)[k] = 100; /* would change every answer if read */
-    dt_ckpt_meta meta = {.global_step = 2};
+    dt_safetensors_meta meta = {.global_step = 2};
     path_of("slots.safetensors", ckpt);
-    ck_assert_msg(dt_ckpt_save(ckpt, &ts, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(ckpt, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_tensors_deinit(&ts);
     dt_predict_result r = eval_ok(&job, ckpt, NULL, NULL);
     ck_assert_double_eq_tol(r.accuracy, 0.75, 1e-12);
@@ -709,13 +709,15 @@ START_TEST(bad_inputs) {
     path_of("nope.safetensors", missing);
     eval_fails(&job, missing, NULL, NULL, DT_ENOTFOUND, missing, NULL);
     path_of("nope.csv", missing);
-    eval_fails(&job, ckpt, missing, NULL, DT_ENOTFOUND, missing, NULL);
+    eval_fails(&job, ckpt, missing, NULL, DT_ECONFIG, "eval: --data: no such file: ", missing);
     write_tmp("garbage.safetensors", "not a checkpoint at all", bad);
     eval_fails(&job, bad, NULL, NULL, DT_ECORRUPT, bad, NULL);
 
     /* A label outside the 3 classes: the reader names the line. */
     write_tmp("badlabel.csv", "x1,label,x2\n1,0,1\n1,5,1\n", bad);
-    eval_fails(&job, ckpt, bad, NULL, DT_EINVAL, "badlabel.csv:3", NULL);
+    eval_fails(&job, ckpt, bad, NULL, DT_ECONFIG, "badlabel.csv:3", "\"classes\" is 3");
+    write_tmp("fraction.csv", "x1,label,x2\n1,0,1\n1,0.5,1\n", bad);
+    eval_fails(&job, ckpt, bad, NULL, DT_EINVAL, "fraction.csv:3", "not a whole number");
     /* A file with another number of features. */
     write_tmp("wide.csv", "x1,label,x2,x3\n1,0,1,1\n", bad);
     eval_fails(&job, ckpt, bad, NULL, DT_ECONFIG, "wide.csv", "feature");
@@ -895,8 +897,8 @@ START_TEST(bad_rows_without_labels) {
     write_tmp("junk.svm", "1:1\n2:x\n", bad);
     write_fails(&job, ckpt, bad, DT_EINVAL, "junk.svm:2: feature 2: not a number: \"x\"", NULL);
     write_tmp("range.svm", "1:1\n3:1\n", bad);
-    write_fails(&job, ckpt, bad, DT_EINVAL, "range.svm:2: feature index 3 is out of range 1..2",
-                NULL);
+    write_fails(&job, ckpt, bad, DT_ECONFIG, "range.svm:2: feature index 3 is out of range 1..2",
+                "\"features\" is 2");
 
     /* idx images alone that are damaged: the reader's error. */
     const unsigned char px[] = {1, 2, 3};
@@ -936,13 +938,13 @@ static void save_with_recipe(const dt_job *job, const float *values, int64_t ste
     memcpy(all.items[n].data, st.mean, all.items[n].nbytes);
     memcpy(all.items[n + 1].data, st.std, all.items[n + 1].nbytes);
     dt_data_free(ds);
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = step;
     dt_model_describe(&job->model, meta.model, sizeof meta.model);
     ck_assert_msg(dt_job_to_json(job, &meta.job, &err) == 0, "%s", err.msg);
     path_of(name, path);
-    ck_assert_msg(dt_ckpt_save(path, &all, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save(path, &all, &meta, &err) == 0, "%s", err.msg);
     free(meta.job);
     dt_tensors_deinit(&all);
     dt_tensors_deinit(&vars);
@@ -1035,6 +1037,93 @@ START_TEST(old_checkpoint_needs_config) {
 }
 END_TEST
 
+/* A checkpoint of job (values, at step 1) that carries its job config and
+ * the feature names given (NULL: none). */
+static void save_named(const dt_job *job, const float *values, const char *names, const char *name,
+                       char *path) {
+    dt_tensors ts;
+    vars_of(job, values, &ts);
+    dt_safetensors_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.global_step = 1;
+    dt_model_describe(&job->model, meta.model, sizeof meta.model);
+    dt_err err = {0};
+    ck_assert_msg(dt_job_to_json(job, &meta.job, &err) == 0, "%s", err.msg);
+    meta.feature_names = (char *)names;
+    path_of(name, path);
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    free(meta.job);
+    dt_tensors_deinit(&ts);
+}
+
+/* The model knows its inputs by position: a csv whose feature columns are
+ * not the training file's, in its order (the checkpoint's feature_names),
+ * is refused naming the first column that differs, where the label column
+ * sits does not matter, and a checkpoint without names checks nothing. */
+START_TEST(columns_in_training_order) {
+    char data[PATH_CAP], ckpt[PATH_CAP], old[PATH_CAP], other[PATH_CAP];
+    write_tmp("s.csv", softmax_csv, data); /* x1,label,x2 */
+    dt_job job = job_of(DT_MODEL_SOFTMAX, 2, 3, data);
+    save_named(&job, softmax_w, "x1,x2", "named.safetensors", ckpt);
+    dt_predict_result r = eval_ok(&job, ckpt, NULL, NULL);
+    ck_assert_double_eq_tol(r.accuracy, 0.75, 1e-12);
+    write_tmp("last.csv", "x1,x2,label\n2,0,0\n", other);
+    ck_assert_int_eq(eval_ok(&job, ckpt, other, NULL).examples, 1);
+    write_tmp("swapped.csv", "x2,x1\n0,2\n", other);
+    write_fails(&job, ckpt, other, DT_ECONFIG,
+                "swapped.csv: feature column 1 is \"x2\", but the model was trained with \"x1\" "
+                "there",
+                "in its order (x1,x2)");
+    write_tmp("renamed.csv", "label, x1 ,\"y2\"\n0,2,0\n", other);
+    eval_fails(&job, ckpt, other, NULL, DT_ECONFIG,
+               "feature column 2 is \"y2\", but the model was trained with \"x2\"", NULL);
+    /* Another count is the read's to say. */
+    write_tmp("wide.csv", "x1,x2,x3,x4\n0,2,1,1\n", other);
+    write_fails(&job, ckpt, other, DT_ECONFIG, "wide.csv:1: the header has 4 columns", NULL);
+    save_named(&job, softmax_w, NULL, "old.safetensors", old);
+    write_tmp("swapped.csv", "x2,x1\n0,2\n", other);
+    char out[PATH_CAP];
+    path_of("old.out.csv", out);
+    write_ok(&job, old, other, NULL, out);
+    ck_assert_int_eq(out_csv.rows, 1);
+}
+END_TEST
+
+/* A config that leaves "features" and "classes" out takes the values of
+ * the job the checkpoint was trained with; with a checkpoint that carries
+ * no job, the training file's. */
+START_TEST(shape_from_checkpoint_or_data) {
+    char data[PATH_CAP], ckpt[PATH_CAP], old[PATH_CAP];
+    write_tmp("s.csv", softmax_csv, data);
+    dt_job job = job_of(DT_MODEL_SOFTMAX, 2, 3, data);
+    save_named(&job, softmax_w, "x1,x2", "named.safetensors", ckpt);
+    save_ckpt(&job, softmax_w, 1, "old.safetensors", old);
+    dt_job unset = job_of(DT_MODEL_SOFTMAX, 0, 0, data);
+    ck_assert(dt_job_shape_unset(&unset));
+    snprintf(unset.data.train_data, sizeof unset.data.train_data, "%s/gone.csv", tmp);
+    dt_job filled = unset;
+    dt_err err = {0};
+    ck_assert_msg(dt_predict_fill_shape("eval", ckpt, &filled, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(filled.model.num_features, 2);
+    ck_assert_int_eq(filled.model.num_classes, 3);
+    ck_assert_double_eq_tol(eval_ok(&filled, ckpt, NULL, NULL).accuracy, 0.75, 1e-12);
+    /* No job in the checkpoint: the training file says it, or is named. */
+    filled = unset;
+    ck_assert_int_eq(dt_predict_fill_shape("eval", old, &filled, &err), DT_ECONFIG);
+    ck_assert_msg(strstr(err.msg, "\"train_data\": no such file: ") && strstr(err.msg, "gone.csv"),
+                  "%s", err.msg);
+    filled = unset;
+    snprintf(filled.data.train_data, sizeof filled.data.train_data, "%s", data);
+    dt_err_clear(&err);
+    ck_assert_msg(dt_predict_fill_shape("eval", old, &filled, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(filled.model.num_features, 2);
+    ck_assert_int_eq(filled.model.num_classes, 3);
+    /* Set values are left as they are. */
+    ck_assert_msg(dt_predict_fill_shape("eval", old, &job, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.model.num_features, 2);
+}
+END_TEST
+
 Suite *predict_suite(void) {
     Suite *s = suite_create("predict");
     TCase *tc = tcase_create("predict");
@@ -1054,6 +1143,8 @@ Suite *predict_suite(void) {
     tcase_add_test(tc, mismatched_checkpoints);
     tcase_add_test(tc, slots_are_ignored);
     tcase_add_test(tc, bad_inputs);
+    tcase_add_test(tc, columns_in_training_order);
+    tcase_add_test(tc, shape_from_checkpoint_or_data);
     tcase_add_test(tc, csv_without_labels);
     tcase_add_test(tc, libsvm_without_labels);
     tcase_add_test(tc, idx_without_labels);

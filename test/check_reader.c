@@ -6,7 +6,8 @@
  * when the Fashion-MNIST files are installed, the real 10k test set. Files
  * without labels (DT_LABELS_NONE) read to the same features as with them,
  * with y NULL; their bad layouts and rows are named; dt_reader_detect_labels
- * tells the two layouts apart, or says why it cannot.
+ * tells the two layouts apart, or says why it cannot; dt_reader_infer reads
+ * F and K from a training file, or says why the labels do not tell K.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -354,8 +355,8 @@ START_TEST(test_csv_errors) {
          "bad.csv:4: 3 fields, but the header has 4: column \"c\" is missing"},
         {"a,y,b,c\n1,0,2,3,4\n", DT_EINVAL,
          "bad.csv:2: 5 fields, but the header has 4: extra fields after column \"c\""},
-        {"a,y,b,c\n1,3,2,3\n", DT_EINVAL,
-         "bad.csv:2: column \"y\": label 3 is not a class of 0..2"},
+        {"a,y,b,c\n1,3,2,3\n", DT_ECONFIG,
+         "bad.csv:2: column \"y\": label 3 is not a class of 0..2: \"classes\" is 3"},
         {"a,y,b,c\n1,-1,2,3\n", DT_EINVAL, "bad.csv:2: column \"y\": label -1 is not a class"},
         {"a,y,b,c\n1,1.5,2,3\n", DT_EINVAL,
          "bad.csv:2: column \"y\": label 1.5 is not a whole number"},
@@ -403,7 +404,8 @@ START_TEST(test_libsvm_errors) {
         {"", DT_EINVAL, "bad.libsvm: no examples"},
         {"# only a comment\n\n", DT_EINVAL, "bad.libsvm: no examples"},
         {"1 1:1\n0 0:1\n", DT_EINVAL, "bad.libsvm:2: feature index 0 is out of range 1..4"},
-        {"1 5:1\n", DT_EINVAL, "bad.libsvm:1: feature index 5 is out of range 1..4"},
+        {"1 5:1\n", DT_ECONFIG,
+         "bad.libsvm:1: feature index 5 is out of range 1..4: \"features\" is 4"},
         {"1 -2:1\n", DT_EINVAL, "bad.libsvm:1: feature index -2 is out of range 1..4"},
         {"1 3:1 2:1\n", DT_EINVAL, "bad.libsvm:1: feature index 2 after 3: indices must increase"},
         {"1 2:1 2:1\n", DT_EINVAL, "bad.libsvm:1: feature index 2 after 2: indices must increase"},
@@ -418,8 +420,8 @@ START_TEST(test_libsvm_errors) {
         {"1 qid:x 2:1\n", DT_EINVAL, "bad.libsvm:1: bad query id \"qid:x\""},
         {"yes 1:1\n", DT_EINVAL, "bad.libsvm:1: label: not a number: \"yes\""},
         {"inf 1:1\n", DT_EINVAL, "bad.libsvm:1: label: not a finite number"},
-        {"0 1:1\n\n# c\n2 1:1\n", DT_EINVAL,
-         "bad.libsvm:4: label 2 is not a class of 0..1 (or -1)"},
+        {"0 1:1\n\n# c\n2 1:1\n", DT_ECONFIG,
+         "bad.libsvm:4: label 2 is not a class of 0..1 (or -1): \"classes\" is 2"},
         {"-2 1:1\n", DT_EINVAL, "bad.libsvm:1: label -2 is not a class of 0..1 (or -1)"},
         {"0.5 1:1\n", DT_EINVAL, "bad.libsvm:1: label 0.5 is not a whole number"},
     };
@@ -579,8 +581,9 @@ START_TEST(test_idx_errors) {
 
     /* Labels out of range name the record (0-based). */
     p.num_classes = 9;
-    expect_idx_err(good_img, good_lab, &p, DT_EINVAL,
-                   "small-labels-idx1-ubyte: record 2: label 9 is not a class of 0..8");
+    expect_idx_err(good_img, good_lab, &p, DT_ECONFIG,
+                   "small-labels-idx1-ubyte: record 2: label 9 is not a class of 0..8: "
+                   "\"classes\" is 9");
 
     /* A file claiming more than the bound is refused from its header alone:
      * 3,000,000 images of 28 x 28 are 2.35e9 values. */
@@ -964,7 +967,7 @@ START_TEST(test_without_labels_errors) {
         {"1:1 qid:3\n", DT_EINVAL, "bad.libsvm:1: feature index \"qid\" is not an integer"},
         {"qid:x 1:1\n", DT_EINVAL, "bad.libsvm:1: bad query id \"qid:x\""},
         {"2:1 1:1\n", DT_EINVAL, "bad.libsvm:1: feature index 1 after 2: indices must increase"},
-        {"5:1\n", DT_EINVAL, "bad.libsvm:1: feature index 5 is out of range 1..4"},
+        {"5:1\n", DT_ECONFIG, "bad.libsvm:1: feature index 5 is out of range 1..4: \"features\""},
         {"1:z\n", DT_EINVAL, "bad.libsvm:1: feature 1: not a number: \"z\""},
     };
     p = params(4, DT_LABEL_CLASS, 2, NULL);
@@ -1126,6 +1129,151 @@ START_TEST(test_detect_labels) {
 }
 END_TEST
 
+/* dt_reader_infer on text written to dir/name: F (and K when want_classes
+ * is set) as given, and how F (or K) was told holding how. */
+static void infer_ok(const char *dir, const char *name, const char *text, const char *format,
+                     const dt_reader_params *p, int want_classes, int F, int K, const char *how) {
+    char path[1024];
+    path_in(path, sizeof path, dir, name);
+    write_text(path, text);
+    dt_reader_shape shape;
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_infer(format, path, NULL, p, want_classes, &shape, &err) == 0, "%s: %s",
+                  name, err.msg);
+    ck_assert_int_eq(shape.num_features, F);
+    ck_assert_int_eq(shape.num_classes, K);
+    ck_assert_msg(strstr(shape.features_how, path) != NULL, "%s", shape.features_how);
+    ck_assert_msg(strstr(shape.features_how, how) || strstr(shape.classes_how, how),
+                  "%s: no \"%s\" in \"%s\" / \"%s\"", name, how, shape.features_how,
+                  shape.classes_how);
+}
+
+static void infer_fails(const char *dir, const char *name, const char *text, const char *format,
+                        const dt_reader_params *p, int code, const char *want) {
+    char path[1024];
+    path_in(path, sizeof path, dir, name);
+    write_text(path, text);
+    dt_reader_shape shape;
+    dt_err err = {0};
+    expect_err(dt_reader_infer(format, path, NULL, p, 1, &shape, &err), &err, code, want);
+    ck_assert_msg(strstr(err.msg, name) != NULL, "the message names no file: %s", err.msg);
+}
+
+/* A training file says its own F, and K when its labels are 0..K-1. */
+START_TEST(test_infer_shape) {
+    char *dir = dt_test_tempdir();
+    dt_reader_params p = params(0, DT_LABEL_CLASS, 0, "y"); /* F and K not read */
+    /* csv: the header's columns less the label's, wherever it is. */
+    infer_ok(dir, "a.csv", "a, y ,b,c\n1,2,0,0\n1,0,0,0\n\n1,1,0,0\n", "csv", &p, 1, 3, 3,
+             "4 columns less the label column \"y\"");
+    infer_ok(dir, "a.csv", "a, y ,b,c\n1,2,0,0\n1,0,0,0\n\n1,1,0,0\n", "csv", &p, 1, 3, 3,
+             "a.csv: labels 0..2");
+    /* Without classes only the header is read: a bad row further on is
+     * the read's to report. */
+    infer_ok(dir, "h.csv", "y,a\n0,1\nnot,a,row\n", "csv", &p, 0, 1, 0, "2 columns less");
+    p.label_column = "0";
+    infer_ok(dir, "i.csv", "t,a,b\n1,0,0\n0,0,0\n", "csv", &p, 1, 2, 2,
+             "less the label column \"t\"");
+    /* What cannot be a class index is passed over (the read refuses or
+     * skips those rows); the classes are those that are. */
+    infer_ok(dir, "skip.csv", "t,a\n0,1\nx,1\n1.5,1\n-1,1\n1,1\n1,2,3\n", "csv", &p, 1, 1, 2,
+             "labels 0..1");
+    infer_fails(dir, "gap.csv", "t,a\n1,0\n3,0\n2,0\n", "csv", &p, DT_ECONFIG,
+                "the labels run up to 3, but no row has class 0");
+    infer_fails(dir, "gap.csv", "t,a\n1,0\n3,0\n2,0\n", "csv", &p, DT_ECONFIG,
+                "set \"classes\" (labels are class indices 0..K-1)");
+    infer_fails(dir, "one.csv", "t,a\n0,0\n0,1\n", "csv", &p, DT_ECONFIG,
+                "every label is 0: one class");
+    infer_fails(dir, "real.csv", "t,a\n0.5,0\n-2,1\n", "csv", &p, DT_ECONFIG,
+                "no label is a class index");
+    infer_fails(dir, "big.csv", "t,a\n0,0\n70000,1\n", "csv", &p, DT_ECONFIG,
+                "label 70000: more than 65536 classes are not inferred");
+    p.label_column = "y";
+    infer_fails(dir, "nolabel.csv", "a,b\n0,0\n", "csv", &p, DT_ECONFIG,
+                "nolabel.csv:1: no column named \"y\" in the header");
+    infer_fails(dir, "alone.csv", "y\n0\n1\n", "csv", &p, DT_EINVAL,
+                "alone.csv:1: the header has no column besides the label");
+
+    /* libsvm: the largest index of any row, not the first row's. */
+    dt_reader_params s = params(0, DT_LABEL_CLASS, 0, NULL);
+    infer_ok(dir, "a.libsvm", "# c\n1 qid:4 1:1 3:2\n0 2:1 9:1 # 12:1\n2 4:1\n\n", "libsvm", &s, 1,
+             9, 3, "the largest feature index of 3 rows");
+    infer_ok(dir, "a.libsvm", "# c\n1 qid:4 1:1 3:2\n0 2:1 9:1 # 12:1\n2 4:1\n\n", "libsvm", &s, 1,
+             9, 3, "labels 0..2");
+    infer_ok(dir, "b.libsvm", "1 1:1\n0 5:1\n", "libsvm", &s, 0, 5, 0, "of 2 rows");
+    /* svmlight's -1/+1 say two classes only to a binary model: not here. */
+    infer_fails(dir, "pm.libsvm", "-1 1:1\n+1 2:1\n", "libsvm", &s, DT_ECONFIG,
+                "pm.libsvm: the labels run up to 1, but no row has class 0");
+    infer_fails(dir, "noidx.libsvm", "1\n0 # 3:1\n", "libsvm", &s, DT_EINVAL,
+                "noidx.libsvm: no feature index in 2 rows");
+
+    /* idx: rows x cols from the header, the classes from the labels file
+     * (3 labels: 7, 0, 9, so classes 1..6 and 8 are missing). */
+    char images[1024], labels[1024], path[1024];
+    fixture(images, sizeof images, "small-images-idx3-ubyte");
+    fixture(labels, sizeof labels, "small-labels-idx1-ubyte");
+    dt_reader_shape shape;
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_infer("idx", images, labels, &s, 0, &shape, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(shape.num_features, 6);
+    ck_assert_msg(strstr(shape.features_how, "images of 2 x 3") != NULL, "%s", shape.features_how);
+    expect_err(dt_reader_infer("idx", images, labels, &s, 1, &shape, &err), &err, DT_ECONFIG,
+               "small-labels-idx1-ubyte: the labels run up to 9, but no row has class 1");
+    path_in(path, sizeof path, dir, "labels");
+    write_bytes(path, "\0\0\x08\x01\0\0\0\x03\x01\x00\x02", 11);
+    dt_err_clear(&err);
+    ck_assert_msg(dt_reader_infer("idx", images, path, &s, 1, &shape, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(shape.num_classes, 3);
+    ck_assert_msg(strstr(shape.classes_how, "labels 0..2") != NULL, "%s", shape.classes_how);
+
+    /* A gzip copy says the same; a missing file is the reader's error. */
+    char gz[1024];
+    path_in(path, sizeof path, dir, "a.csv");
+    path_in(gz, sizeof gz, dir, "a.csv.gz");
+    gzip_copy(path, gz);
+    p.label_column = "y";
+    ck_assert_msg(dt_reader_infer("csv", gz, NULL, &p, 1, &shape, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(shape.num_features, 3);
+    ck_assert_int_eq(shape.num_classes, 3);
+    path_in(path, sizeof path, dir, "missing.csv");
+    expect_err(dt_reader_infer("csv", path, NULL, &p, 1, &shape, &err), &err, DT_ENOTFOUND,
+               "missing.csv: open:");
+    dt_err_clear(&err);
+    expect_err(dt_reader_infer("tsv", path, NULL, &p, 1, &shape, &err), &err, DT_EINVAL,
+               "unknown format \"tsv\"");
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* A csv's feature names, in order, as the read takes them: trimmed and
+ * unquoted, the label column out unless the file is read without labels. */
+START_TEST(test_csv_names) {
+    char *dir = dt_test_tempdir();
+    char path[1024], *names = NULL;
+    path_in(path, sizeof path, dir, "n.csv");
+    write_text(path, "\n a ,\"y\",\"b c\",d\n1,0,2,3\n");
+    dt_reader_params p = params(3, DT_LABEL_CLASS, 3, "y");
+    dt_err err = {0};
+    ck_assert_msg(dt_reader_csv_names(path, &p, &names, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(names, "a,b c,d");
+    free(names);
+    p.label_column = "3";
+    ck_assert_msg(dt_reader_csv_names(path, &p, &names, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(names, "a,y,b c");
+    free(names);
+    p.labels = DT_LABELS_NONE;
+    ck_assert_msg(dt_reader_csv_names(path, &p, &names, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(names, "a,y,b c,d");
+    free(names);
+    p.labels = DT_LABELS_REQUIRED;
+    p.label_column = "z";
+    expect_err(dt_reader_csv_names(path, &p, &names, &err), &err, DT_ECONFIG,
+               "n.csv:2: no column named \"z\"");
+    ck_assert_ptr_null(names);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
 static void suite_setup(void) {
     if (dt_test_tmp_begin() != 0) fprintf(stderr, "reader: no suite temp dir; using $TMPDIR\n");
 }
@@ -1151,6 +1299,8 @@ Suite *reader_suite(void) {
     tcase_add_test(tc, test_without_labels_errors);
     tcase_add_test(tc, test_without_labels_skip);
     tcase_add_test(tc, test_detect_labels);
+    tcase_add_test(tc, test_infer_shape);
+    tcase_add_test(tc, test_csv_names);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -80,6 +80,9 @@ typedef struct {
     int b_ran;         /* set by B, awaited by A */
     int sleep_started; /* set by Sleep when it begins */
     int sleep_done;
+    int block_done;               /* set by Block when it returns */
+    int released;                 /* set by the test: Block may return */
+    dt_rpc_server *const *server; /* where dt_rpc_server_start puts the server */
 } test_ctx;
 
 static int reply_bytes(dt_rpc_buf *reply, const void *data, size_t len, dt_err *err) {
@@ -124,21 +127,58 @@ static int handle_sleep(void *ctx, const dt_rpc_peer *peer __attribute__((unused
     return reply_bytes(reply, "slept", 5, err);
 }
 
+/* With t->mu held: waits until *flag is set or secs have passed; returns
+ * *flag. */
+static int wait_flag_locked(test_ctx *t, const int *flag, int secs) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += secs;
+    while (!*flag)
+        if (pthread_cond_timedwait(&t->cv, &t->mu, &deadline) != 0) break;
+    return *flag;
+}
+
+/* Returns once the test sets `released` (or after 20 s, so that a test
+ * that failed before releasing it still stops): a handler still running
+ * for as long as the test needs. */
+static int handle_block(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                        const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    (void)request;
+    test_ctx *t = ctx;
+    pthread_mutex_lock(&t->mu);
+    wait_flag_locked(t, &t->released, 20);
+    t->block_done = 1;
+    pthread_mutex_unlock(&t->mu);
+    return reply_bytes(reply, "released", 8, err);
+}
+
+/* Answers "set" when the server the handler belongs to is already where
+ * dt_rpc_server_start puts it, as a handler that reaches its server
+ * through its ctx (the ps's Status) expects. */
+static int handle_self(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                       const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    (void)request;
+    const test_ctx *t = ctx;
+    return *t->server ? reply_bytes(reply, "set", 3, err) : reply_bytes(reply, "unset", 5, err);
+}
+
+static void release_blocked(test_ctx *t) {
+    pthread_mutex_lock(&t->mu);
+    t->released = 1;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
 /* A waits (at most 3 s) for B to have run: it succeeds only when B ran
  * while A was still inside its handler, i.e. concurrently. */
 static int handle_a(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
                     const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     (void)request;
     test_ctx *t = ctx;
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 3;
     pthread_mutex_lock(&t->mu);
     t->a_started = 1;
     pthread_cond_broadcast(&t->cv);
-    while (!t->b_ran)
-        if (pthread_cond_timedwait(&t->cv, &t->mu, &deadline) != 0) break;
-    int ran = t->b_ran;
+    int ran = wait_flag_locked(t, &t->b_ran, 3);
     pthread_mutex_unlock(&t->mu);
     if (!ran) return dt_err_set(err, DT_EINTERNAL, "A: B did not run while A waited 3 s");
     return reply_bytes(reply, "A", 1, err);
@@ -158,7 +198,8 @@ static int handle_b(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
 static const dt_rpc_method methods[] = {
     {"/test.T/Echo", handle_echo, 0, 0},   {"/test.T/Fail", handle_fail, 0, 0},
     {"/test.T/Sleep", handle_sleep, 0, 0}, {"/test.T/A", handle_a, 0, 0},
-    {"/test.T/B", handle_b, 0, 0},
+    {"/test.T/B", handle_b, 0, 0},         {"/test.T/Block", handle_block, 0, 0},
+    {"/test.T/Self", handle_self, 0, 0},
 };
 #define NUM_METHODS ((int)(sizeof methods / sizeof methods[0]))
 
@@ -175,6 +216,7 @@ static void fixture_start_limited(fixture *f, int threads, const dt_rpc_server_p
     memset(f, 0, sizeof *f);
     pthread_mutex_init(&f->ctx.mu, NULL);
     pthread_cond_init(&f->ctx.cv, NULL);
+    f->ctx.server = &f->server;
     snprintf(f->addr, sizeof f->addr, "127.0.0.1:%d", free_port(NULL));
     dt_rpc_server_params p;
     memset(&p, 0, sizeof p);
@@ -442,17 +484,17 @@ START_TEST(test_deadline) {
     fixture f;
     fixture_start(&f, 2);
     dt_rpc_buf req;
-    buf_from_str(&req, "2000");
+    buf_from_str(&req, "-");
     dt_rpc_call c;
-    call_init(&c, f.channel, "/test.T/Sleep", &req);
+    call_init(&c, f.channel, "/test.T/Block", &req);
     c.wait_for_ready = 1;
     dt_err err;
     dt_err_clear(&err);
     int rc = dt_rpc_call_all(&c, 1, 300, &err);
     /* The client gave up at its deadline, not when the handler returned:
-     * the 2 s handler is still sleeping. */
+     * the handler returns only once released, below. */
     pthread_mutex_lock(&f.ctx.mu);
-    int handler_done = f.ctx.sleep_done;
+    int handler_done = f.ctx.block_done;
     pthread_mutex_unlock(&f.ctx.mu);
     ck_assert_msg(!handler_done, "the call returned only after its handler finished");
     ck_assert_msg(rc == DT_EDEADLINE, "rc %d (%s)", rc, err.msg);
@@ -460,7 +502,31 @@ START_TEST(test_deadline) {
                   "message: %s", err.msg);
     dt_rpc_buf_release(&c.response);
     dt_rpc_buf_release(&req);
-    fixture_stop(&f); /* waits for the sleeping handler, bounded */
+    release_blocked(&f.ctx);
+    fixture_stop(&f); /* waits for the handler */
+}
+END_TEST
+
+/* dt_rpc_server_start stores the server before any poller runs, so a
+ * handler reading it through its ctx finds it set (and, under TSan, the
+ * write and the read are ordered: before the fix they raced whenever a
+ * call came in, the ps's Status among them). */
+START_TEST(test_server_set_before_handlers) {
+    fixture f;
+    fixture_start(&f, 2);
+    dt_rpc_buf req;
+    buf_from_str(&req, "-");
+    dt_rpc_call c;
+    call_init(&c, f.channel, "/test.T/Self", &req);
+    c.wait_for_ready = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_rpc_call_all(&c, 1, 5000, &err) == 0, "self: %s", err.msg);
+    ck_assert_msg(c.response.len == 3 && memcmp(c.response.data, "set", 3) == 0,
+                  "the handler found no server in its ctx");
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    fixture_stop(&f);
 }
 END_TEST
 
@@ -523,13 +589,8 @@ START_TEST(test_concurrent_handlers_staggered) {
     a.channel = f.channel;
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, call_a, &a), 0);
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 10;
     pthread_mutex_lock(&f.ctx.mu);
-    while (!f.ctx.a_started)
-        if (pthread_cond_timedwait(&f.ctx.cv, &f.ctx.mu, &deadline) != 0) break;
-    int started = f.ctx.a_started;
+    int started = wait_flag_locked(&f.ctx, &f.ctx.a_started, 10);
     pthread_mutex_unlock(&f.ctx.mu);
     ck_assert_msg(started, "handler A never started");
     dt_rpc_buf req;
@@ -632,13 +693,8 @@ START_TEST(test_stop_with_call_in_flight) {
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, call_sleep, &s), 0);
     /* Wait (bounded) until the handler is running. */
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 10;
     pthread_mutex_lock(&f.ctx.mu);
-    while (!f.ctx.sleep_started)
-        if (pthread_cond_timedwait(&f.ctx.cv, &f.ctx.mu, &deadline) != 0) break;
-    int started = f.ctx.sleep_started;
+    int started = wait_flag_locked(&f.ctx, &f.ctx.sleep_started, 10);
     pthread_mutex_unlock(&f.ctx.mu);
     ck_assert_msg(started, "the Sleep handler never started");
 
@@ -911,13 +967,13 @@ START_TEST(test_memory_quota) {
      * that meets it fails UNAVAILABLE and the channel reconnects, as any
      * client does. The server must serve again within seconds. */
     int after = -1;
-    for (int tries = 0; tries < 50 && after != 0; tries++) {
+    for (long long deadline = now_ms() + 10000; after != 0 && now_ms() < deadline;) {
         dt_err_clear(&err);
         after = echo_len(&f, 5, &err);
         if (after != 0 && err.code != DT_EUNAVAILABLE) break;
-        if (after != 0) dt_test_sleep_ms(100);
+        if (after != 0) sleep_ms(100); /* the poll interval of a bounded wait */
     }
-    ck_assert_msg(after == 0, "after: %s", err.msg);
+    ck_assert_msg(after == 0, "10 s after: %s", err.msg);
     fixture_stop(&f);
 }
 END_TEST
@@ -1014,7 +1070,7 @@ START_TEST(test_listens_again_after_emfile) {
     /* A new connection (channels to one address share gRPC's connection,
      * so a raw one): the server answers the preface with its SETTINGS. */
     int answered = 0;
-    for (int tries = 0; tries < 10 && !answered; tries++) {
+    for (long long until = now_ms() + 20000; !answered && now_ms() < until;) {
         /* One made before the server listens again waits in the old
          * socket's queue and is reset when that closes: try again. */
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -1022,7 +1078,7 @@ START_TEST(test_listens_again_after_emfile) {
         unsigned char frame[9];
         if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) { /* between the two */
             close(fd);
-            sleep_ms(200);
+            sleep_ms(200); /* the poll interval of a bounded wait */
             continue;
         }
         answered = send(fd, PREFACE, strlen(PREFACE), MSG_NOSIGNAL) == (ssize_t)strlen(PREFACE) &&
@@ -1030,8 +1086,8 @@ START_TEST(test_listens_again_after_emfile) {
                    read_within(fd, frame, sizeof frame, 2000) == 9 && frame[3] == 4;
         close(fd);
     }
-    ck_assert_msg(answered, "no new connection got a SETTINGS frame in 10 tries of 2 s after "
-                            "the descriptors ran out");
+    ck_assert_msg(answered, "no new connection got a SETTINGS frame within 20 s after the "
+                            "descriptors ran out");
     int served = -1;
     for (int tries = 0; tries < 3 && served != 0; tries++)
         served = echo_len(&f, 5, &err);
@@ -1387,6 +1443,103 @@ START_TEST(test_requests_in_flight_bounded) {
 }
 END_TEST
 
+/* The one table between dtrain's codes and gRPC's: every code a handler
+ * may return reaches the caller as itself, except those that share a
+ * status (the first in the table wins: DT_ECORRUPT arrives as DT_EIO) and
+ * those gRPC has no status for (UNKNOWN, arriving as DT_EINTERNAL). A
+ * CANCELLED call is the peer gone, retryable; statuses only gRPC makes map
+ * to the nearest code. */
+START_TEST(test_status_table) {
+    for (int code = DT_EABORTED; code <= DT_OK; code++) {
+        grpc_status_code status = dt_rpc_status_from_err(code);
+        int back = dt_rpc_err_from_status(status);
+        if (code == DT_ECORRUPT) {
+            ck_assert_int_eq(status, GRPC_STATUS_DATA_LOSS);
+            ck_assert_int_eq(back, DT_EIO);
+        } else if (code == DT_ESTORAGE || code == DT_ECONFIG) {
+            ck_assert_int_eq(status, GRPC_STATUS_UNKNOWN);
+            ck_assert_int_eq(back, DT_EINTERNAL);
+        } else if (code == DT_ECANCELLED) {
+            ck_assert_int_eq(status, GRPC_STATUS_CANCELLED);
+            ck_assert_int_eq(back, DT_EUNAVAILABLE);
+        } else {
+            ck_assert_msg(back == code, "%s -> %s -> %s", dt_err_name(code),
+                          dt_rpc_status_name(status), dt_err_name(back));
+        }
+    }
+    ck_assert_int_eq(dt_rpc_err_from_status(GRPC_STATUS_OUT_OF_RANGE), DT_EINVAL);
+    ck_assert_int_eq(dt_rpc_err_from_status(GRPC_STATUS_UNIMPLEMENTED), DT_EPRECOND);
+    ck_assert_int_eq(dt_rpc_err_from_status(GRPC_STATUS_UNAUTHENTICATED), DT_EPERM);
+    ck_assert_int_eq(dt_rpc_err_from_status(GRPC_STATUS_UNKNOWN), DT_EINTERNAL);
+    ck_assert_str_eq(dt_rpc_status_name(GRPC_STATUS_UNAUTHENTICATED), "UNAUTHENTICATED");
+    ck_assert_str_eq(dt_rpc_status_name(GRPC_STATUS_OK), "OK");
+    ck_assert_str_eq(dt_rpc_status_name((grpc_status_code)17), "UNKNOWN");
+    ck_assert_str_eq(dt_rpc_status_name((grpc_status_code)-1), "UNKNOWN");
+}
+END_TEST
+
+/* What dt_rpc_read_pem refuses, each named with the flag and the path: a
+ * missing file, a directory (the read fails), an empty file, one without a
+ * -----BEGIN line, one over the 1 MiB cap. */
+START_TEST(test_read_pem_refusals) {
+    char *dir = dt_test_tempdir();
+    ck_assert_ptr_nonnull(dir);
+    char path[1024];
+    char *pem = (char *)"untouched";
+    dt_err err;
+
+    snprintf(path, sizeof path, "%s/missing.pem", dir);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_read_pem(path, "--tls-cert", &pem, &err), DT_EIO);
+    ck_assert_ptr_null(pem);
+    ck_assert_msg(strstr(err.msg, "--tls-cert") && strstr(err.msg, path) &&
+                      strstr(err.msg, "cannot open"),
+                  "%s", err.msg);
+
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_read_pem(dir, "--tls-ca", &pem, &err), DT_EIO);
+    ck_assert_msg(strstr(err.msg, "--tls-ca") && strstr(err.msg, "read failed"), "%s", err.msg);
+
+    snprintf(path, sizeof path, "%s/empty.pem", dir);
+    ck_assert_int_eq(dt_test_write_file(path, ""), 0);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_read_pem(path, "--tls-key", &pem, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, path) && strstr(err.msg, "not a PEM file"), "%s", err.msg);
+
+    ck_assert_int_eq(dt_test_write_file(path, "MIIB...\n-----END CERTIFICATE-----\n"), 0);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_read_pem(path, "--tls-key", &pem, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "no -----BEGIN line"), "%s", err.msg);
+
+    snprintf(path, sizeof path, "%s/huge.pem", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("-----BEGIN CERTIFICATE-----\n", f);
+    for (int i = 0; i < (1 << 20) / 64 + 1; i++)
+        fprintf(f, "%063d\n", i);
+    ck_assert_int_eq(fclose(f), 0);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_rpc_read_pem(path, "--tls-cert", &pem, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, path) && strstr(err.msg, "larger than 1048576 bytes"), "%s",
+                  err.msg);
+    ck_assert_ptr_null(pem);
+
+    dt_test_rmtree(dir);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* A SIGHUP's reload request is a new generation the TLS servers compare
+ * with theirs. */
+START_TEST(test_reload_bumps_generation) {
+    int before = dt_rpc_cert_generation();
+    dt_rpc_reload_certs();
+    ck_assert_int_eq(dt_rpc_cert_generation(), before + 1);
+    dt_rpc_reload_certs();
+    ck_assert_int_eq(dt_rpc_cert_generation(), before + 2);
+}
+END_TEST
+
 Suite *rpc_suite(void) {
     Suite *s = suite_create("rpc");
     TCase *tc = tcase_create("rpc");
@@ -1398,6 +1551,7 @@ Suite *rpc_suite(void) {
     tcase_add_test(tc, test_unknown_method);
     tcase_add_test(tc, test_unreachable);
     tcase_add_test(tc, test_deadline);
+    tcase_add_test(tc, test_server_set_before_handlers);
     tcase_add_test(tc, test_concurrent_handlers);
     tcase_add_test(tc, test_concurrent_handlers_staggered);
     tcase_add_test(tc, test_address_in_use);
@@ -1413,6 +1567,9 @@ Suite *rpc_suite(void) {
     tcase_add_test(tc, test_memory_quota);
     tcase_add_test(tc, test_fd_limit_raised);
     tcase_add_test(tc, test_listens_again_after_emfile);
+    tcase_add_test(tc, test_status_table);
+    tcase_add_test(tc, test_read_pem_refusals);
+    tcase_add_test(tc, test_reload_bumps_generation);
     suite_add_tcase(s, tc);
     TCase *pieces = tcase_create("pieces");
     tcase_set_timeout(pieces, 60);

@@ -34,9 +34,9 @@
 
 #include "proc.h"
 #include "suites.h"
-#include "summary.h"
 #include "tensorboard.pb.h"
 #include "testjob.h"
+#include "tfrecord.h"
 
 #define JOB_TIMEOUT_MS 90000
 #define EVENT_MS 30000 /* a log line or file the roles are expected to produce */
@@ -133,7 +133,7 @@ static int check_event_files(const char *dir) {
         size_t len = 0;
         dt_err err = {0};
         int rc, records = 0;
-        while ((rc = dt_tfrecord_read(f, &data, &len, &err)) == 1) {
+        while ((rc = dt_test_tfrecord_read(f, &data, &len, &err)) == 1) {
             tensorflow_Event ev = tensorflow_Event_init_zero;
             pb_istream_t in = pb_istream_from_buffer(data, len);
             ck_assert_msg(pb_decode(&in, tensorflow_Event_fields, &ev), "%s: record %d: %s", path,

@@ -4,7 +4,7 @@
  * The writer encodes Events by hand; these tests read its files back two
  * independent ways: the TFRecord framing with a bit-at-a-time CRC-32C written
  * here (not lib/crc32c), and the Events with a nanopb decoder generated from
- * proto/tensorboard.proto (TensorFlow's field numbers). dt_tfrecord_read is
+ * proto/tensorboard.proto (TensorFlow's field numbers). dt_test_tfrecord_read is
  * checked against every single-byte corruption and every truncation of a
  * file, and the writer against a file-size limit hit after every few bytes.
  * When the tensorboard Python package is installed, its own loader must read
@@ -33,6 +33,7 @@
 #include "suites.h"
 #include "summary.h"
 #include "tensorboard.pb.h"
+#include "tfrecord.h"
 
 #define MAX_RECORDS 256
 #define MAX_EVENTS 8 /* decoded Events are ~26 KB each */
@@ -105,7 +106,7 @@ static int check_framing(const uint8_t *file, size_t size, size_t *ends, int max
 
 /* ---- reading events back ---- */
 
-/* Reads every record of path with dt_tfrecord_read and decodes the first
+/* Reads every record of path with dt_test_tfrecord_read and decodes the first
  * `max` with nanopb. Returns the record count; fails the test on any error. */
 static int load_events(const char *path, tensorflow_Event *events, int max) {
     FILE *f = fopen(path, "rb");
@@ -114,7 +115,7 @@ static int load_events(const char *path, tensorflow_Event *events, int max) {
     size_t len = 0;
     dt_err err = {0};
     int count = 0, rc;
-    while ((rc = dt_tfrecord_read(f, &data, &len, &err)) == 1) {
+    while ((rc = dt_test_tfrecord_read(f, &data, &len, &err)) == 1) {
         if (count < max) {
             pb_istream_t in = pb_istream_from_buffer(data, len);
             ck_assert_msg(pb_decode(&in, tensorflow_Event_fields, &events[count]),
@@ -134,7 +135,7 @@ static int read_until_error(FILE *f, int *rc, dt_err *err) {
     uint8_t *data = NULL;
     size_t len = 0;
     int count = 0;
-    while ((*rc = dt_tfrecord_read(f, &data, &len, err)) == 1)
+    while ((*rc = dt_test_tfrecord_read(f, &data, &len, err)) == 1)
         count++;
     free(data);
     return count;
@@ -1105,14 +1106,14 @@ START_TEST(huge_length_is_corrupt) {
     size_t len = 7;
     dt_err err = {0};
     FILE *f = fopen(path, "rb");
-    ck_assert_int_eq(dt_tfrecord_read(f, &data, &len, &err), DT_ECORRUPT);
+    ck_assert_int_eq(dt_test_tfrecord_read(f, &data, &len, &err), DT_ECORRUPT);
     ck_assert_msg(strstr(err.msg, "record at byte 0: truncated: length 1099511627776"), "%s",
                   err.msg);
     ck_assert_uint_eq(len, 0);
     fclose(f);
     dt_err_clear(&err);
     f = fmemopen(rec, sizeof rec, "rb");
-    ck_assert_int_eq(dt_tfrecord_read(f, &data, &len, &err), DT_ECORRUPT);
+    ck_assert_int_eq(dt_test_tfrecord_read(f, &data, &len, &err), DT_ECORRUPT);
     ck_assert_msg(strstr(err.msg, "exceeds"), "%s", err.msg);
     fclose(f);
     free(data);

@@ -136,18 +136,6 @@ START_TEST(test_sets) {
     }
     ck_assert_ptr_eq(dt_tensors_find(&ts, "b"), &ts.items[1]);
     ck_assert_ptr_null(dt_tensors_find(&ts, "d"));
-
-    dt_tensors same;
-    ck_assert_int_eq(dt_tensors_init(&same, specs, 3, &err), 0);
-    ck_assert(dt_tensors_same_layout(&ts, &same));
-    dt_tensors_deinit(&same);
-    specs[1].shape[0] = 8;
-    ck_assert_int_eq(dt_tensors_init(&same, specs, 3, &err), 0);
-    ck_assert(!dt_tensors_same_layout(&ts, &same));
-    dt_tensors_deinit(&same);
-    ck_assert_int_eq(dt_tensors_init(&same, specs, 2, &err), 0);
-    ck_assert(!dt_tensors_same_layout(&ts, &same));
-    dt_tensors_deinit(&same);
     dt_tensors_deinit(&ts);
     dt_tensors_deinit(&ts); /* safe twice */
 

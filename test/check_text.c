@@ -2,6 +2,7 @@
  * text: the name rule shared by every message and file, and log escaping.
  */
 #include <check.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "suites.h"
@@ -81,12 +82,74 @@ START_TEST(test_escape) {
 }
 END_TEST
 
+/* The valid prefix stops at the first byte of a bad sequence: a stray
+ * continuation, an overlong form, a surrogate, a code point past U+10FFFF,
+ * a sequence cut short. Control bytes and NUL are valid UTF-8. */
+START_TEST(test_utf8_prefix) {
+    static const struct {
+        const char *s;
+        size_t n, want;
+    } cases[] = {
+        {"", 0, 0},
+        {"caf\xc3\xa9 \t\x01", 8, 8},
+        {"a\0b", 3, 3},
+        {"ab\x80", 3, 2},
+        {"a\xc0\xafz", 4, 1},        /* overlong "/" */
+        {"ab\xed\xa0\x80", 5, 2},    /* U+D800 */
+        {"\xf4\x90\x80\x80", 4, 0},  /* U+110000 */
+        {"\xf0\x9f\x98\x80x", 5, 5}, /* U+1F600 */
+        {"xy\xe2\x82", 4, 2},        /* cut short */
+        {"\xe0\x9f\xbf", 3, 0},      /* overlong U+07FF */
+        {"a\xf0\x8f\xbf\xbf", 5, 1}, /* overlong U+FFFF */
+        {"\xf4\x8f\xbf\xbf", 4, 4},  /* U+10FFFF */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_msg(dt_text_utf8_prefix((const unsigned char *)cases[i].s, cases[i].n) ==
+                          cases[i].want,
+                      "case %zu", i);
+}
+END_TEST
+
+/* Digits only, within max; nothing is written on a refusal. */
+START_TEST(test_parse_decimal) {
+    uint64_t v = 7;
+    ck_assert_int_eq(dt_text_parse_decimal("0", 10, &v), 0);
+    ck_assert_uint_eq(v, 0);
+    ck_assert_int_eq(dt_text_parse_decimal("0012", 100, &v), 0);
+    ck_assert_uint_eq(v, 12);
+    ck_assert_int_eq(dt_text_parse_decimal("9223372036854775807", INT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, INT64_MAX);
+    ck_assert_int_eq(dt_text_parse_decimal("18446744073709551615", UINT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, UINT64_MAX);
+    v = 7;
+    static const char *const bad[] = {"",
+                                      "-1",
+                                      "+1",
+                                      " 1",
+                                      "1 ",
+                                      "1e3",
+                                      "0x10",
+                                      "1.0",
+                                      "9223372036854775808",
+                                      "18446744073709551616"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t max = i == sizeof bad / sizeof bad[0] - 1 ? UINT64_MAX : INT64_MAX;
+        ck_assert_msg(dt_text_parse_decimal(bad[i], max, &v) == -1, "\"%s\"", bad[i]);
+    }
+    ck_assert_int_eq(dt_text_parse_decimal("11", 10, &v), -1);
+    ck_assert_int_eq(dt_text_parse_decimal("4294967296", UINT32_MAX, &v), -1);
+    ck_assert_uint_eq(v, 7);
+}
+END_TEST
+
 Suite *text_suite(void) {
     Suite *s = suite_create("text");
     TCase *tc = tcase_create("text");
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_lines);
     tcase_add_test(tc, test_escape);
+    tcase_add_test(tc, test_utf8_prefix);
+    tcase_add_test(tc, test_parse_decimal);
     suite_add_tcase(s, tc);
     return s;
 }

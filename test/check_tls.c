@@ -590,6 +590,36 @@ START_TEST(token_file_parsing) {
         ck_assert_int_eq(dt_auth_tokens_load(path, &t, &err), DT_EINVAL);
         ck_assert_msg(strstr(err.msg, bad[i][1]), "\"%s\" lacks \"%s\"", err.msg, bad[i][1]);
     }
+    /* What the table cannot hold: a line over 1023 bytes, a token too long
+     * for DT_AUTH_TOKEN_MAX or with a control byte, one entry too many. */
+    char *text = malloc(64 * (DT_AUTH_MAX_ENTRIES + 1) + 1);
+    ck_assert_ptr_nonnull(text);
+    memset(text, 'x', 1100);
+    text[1100] = '\n';
+    text[1101] = '\0';
+    const char *const why[] = {":1: line too long", ":1: a token is 1..255 printable characters",
+                               ":2: a token is 1..255 printable characters",
+                               ":1025: more than 1024 entries"};
+    for (int i = 0; i < 4; i++) {
+        if (i == 1) snprintf(text, 1101, "chief %0300d\n", 7);
+        if (i == 2) snprintf(text, 1101, "chief a\nworker:1 b\001c\n");
+        if (i == 3) {
+            size_t n = 0;
+            for (int e = 0; e <= DT_AUTH_MAX_ENTRIES; e++)
+                n += (size_t)sprintf(text + n, "worker:%d token%d\n", e, e);
+        }
+        ck_assert_int_eq(dt_test_write_file(path, text), 0);
+        dt_err_clear(&err);
+        ck_assert_int_eq(dt_auth_tokens_load(path, &t, &err), DT_EINVAL);
+        ck_assert_msg(strstr(err.msg, path) && strstr(err.msg, why[i]), "\"%s\" lacks \"%s\"",
+                      err.msg, why[i]);
+        ck_assert_ptr_null(t);
+    }
+    free(text);
+    /* A directory opens but does not read. */
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_auth_tokens_load(w.dir, &t, &err), DT_EIO);
+    ck_assert_msg(strstr(err.msg, "read failed"), "%s", err.msg);
     ck_assert_int_eq(dt_auth_parse_identity("worker:x", &peer), -1);
     ck_assert_int_eq(dt_auth_parse_identity("chief", &peer), 0);
     ck_assert_int_eq(peer.task, 0);

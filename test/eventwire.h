@@ -53,7 +53,7 @@ void dt_wire_event_free(dt_wire_event *ev);
 const dt_wire_value *dt_wire_find(const dt_wire_event *ev, const char *tag);
 
 /* Every record of an event file (TFRecord framing, CRCs not checked here:
- * dt_tfrecord_read or the tests' own check does that) decoded into
+ * dt_test_tfrecord_read or the tests' own check does that) decoded into
  * *events (heap, *count of them). 0, or -1 with a message in why. */
 int dt_wire_load_file(const char *path, dt_wire_event **events, size_t *count, char *why,
                       size_t cap);

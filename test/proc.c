@@ -419,6 +419,74 @@ int dt_test_wait_log(const char *log_path, const char *needle, int timeout_ms, p
     }
 }
 
+/* The hex mask after `key` ("ShdPnd:") in /proc/<pid>/status; -1 when the
+ * file or the line cannot be read. */
+static int proc_status_mask(pid_t pid, const char *key, unsigned long long *mask) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int rc = -1;
+    size_t n = strlen(key);
+    while (rc < 0 && fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0 && sscanf(line + n, "%llx", mask) == 1) rc = 0;
+    fclose(f);
+    return rc;
+}
+
+int dt_test_wait_signal_taken(pid_t pid, int sig, int timeout_ms) {
+    long long deadline = dt_test_now_ms() + timeout_ms;
+    for (;;) {
+        unsigned long long pending = 0;
+        if (!dt_test_alive(pid) || proc_status_mask(pid, "ShdPnd:", &pending) < 0) return 1;
+        if (!(pending & (1ull << (sig - 1)))) return 1;
+        if (dt_test_now_ms() >= deadline) return 0;
+        dt_test_sleep_ms(10); /* the poll interval of a bounded wait */
+    }
+}
+
+/* Adds the unread bytes of port's established connections listed in one
+ * /proc/net file to *total; -1 when it cannot be read. */
+static int tcp_unread_in(const char *path, int port, long *total) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[512];
+    if (!fgets(line, sizeof line, f)) { /* the header */
+        fclose(f);
+        return -1;
+    }
+    while (fgets(line, sizeof line, f)) {
+        /* "  sl  local_address rem_address   st tx_queue:rx_queue ..." with
+         * addresses as HEXADDR:HEXPORT */
+        char local[64], remote[64];
+        unsigned state = 0;
+        unsigned long tx = 0, rx = 0;
+        if (sscanf(line, "%*s %63s %63s %x %lx:%lx", local, remote, &state, &tx, &rx) != 5)
+            continue;
+        const char *colon = strrchr(local, ':');
+        if (state == 1 /* ESTABLISHED */ && colon && strtol(colon + 1, NULL, 16) == port)
+            *total += (long)rx;
+    }
+    fclose(f);
+    return 0;
+}
+
+long dt_test_tcp_unread(int port) {
+    long total = 0;
+    int v4 = tcp_unread_in("/proc/net/tcp", port, &total);
+    int v6 = tcp_unread_in("/proc/net/tcp6", port, &total);
+    return v4 < 0 && v6 < 0 ? -1 : total;
+}
+
+int dt_test_wait_tcp_unread(int port, int timeout_ms) {
+    long long deadline = dt_test_now_ms() + timeout_ms;
+    for (;;) {
+        if (dt_test_tcp_unread(port) > 0) return 1;
+        if (dt_test_now_ms() >= deadline) return 0;
+        dt_test_sleep_ms(10); /* the poll interval of a bounded wait */
+    }
+}
+
 int dt_test_line_has(const char *text, const char *n1, const char *n2, const char *n3,
                      const char *n4) {
     const char *needles[4] = {n1, n2, n3, n4};

@@ -78,6 +78,20 @@ void dt_test_kill_all(void);
  * timeout_ms, or as soon as pid (when > 0) has exited without writing it. */
 int dt_test_wait_log(const char *log_path, const char *needle, int timeout_ms, pid_t pid);
 
+/* Waits up to timeout_ms until pid has taken signal sig sent to it with
+ * kill(pid): it is no longer pending for the process (Linux: ShdPnd in
+ * /proc/<pid>/status), i.e. its handler or signal thread has it. 1 once
+ * taken (or pid is gone), 0 after the deadline. */
+int dt_test_wait_signal_taken(pid_t pid, int sig, int timeout_ms);
+
+/* Bytes received and not yet read on the established TCP connections
+ * whose local port is `port` (Linux: /proc/net/tcp and tcp6), or -1 when
+ * they cannot be read. A frozen server's unread requests show here. */
+long dt_test_tcp_unread(int port);
+/* Waits up to timeout_ms until dt_test_tcp_unread(port) > 0: a request
+ * reached a server that does not read it. 1 then, else 0. */
+int dt_test_wait_tcp_unread(int port, int timeout_ms);
+
 /* 1 when one line of text contains every non-NULL needle (up to 4). */
 int dt_test_line_has(const char *text, const char *n1, const char *n2, const char *n3,
                      const char *n4);

@@ -12,25 +12,33 @@
 #define DT_SUITES(X)                                                                               \
     X(err)                                                                                         \
     X(text)                                                                                        \
+    X(hash)                                                                                        \
     X(tensor)                                                                                      \
     X(cluster)                                                                                     \
     X(optim)                                                                                       \
+    X(table)                                                                                       \
     X(data)                                                                                        \
     X(reader)                                                                                      \
+    X(sparse)                                                                                      \
+    X(criteo_gen)                                                                                  \
     X(model)                                                                                       \
+    X(sparse_model)                                                                                \
     X(codec)                                                                                       \
     X(checkpoint)                                                                                  \
     X(summary)                                                                                     \
+    X(alloc)                                                                                       \
     X(rpc)                                                                                         \
     X(tls)                                                                                         \
     X(ps)                                                                                          \
     X(placement)                                                                                   \
     X(consistency)                                                                                 \
     X(predict)                                                                                     \
+    X(evaluator)                                                                                   \
     X(cli)                                                                                         \
     X(e2e)                                                                                         \
     X(models_e2e)                                                                                  \
     X(lifecycle)                                                                                   \
+    X(restart)                                                                                     \
     X(failure)                                                                                     \
     X(storage)                                                                                     \
     X(netns)                                                                                       \

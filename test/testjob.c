@@ -422,7 +422,7 @@ double dt_test_scalar(const dt_tensors *ts, const char *name, const char *path) 
 
 int64_t dt_test_job_load_latest(const dt_test_job *j, int64_t min_step, dt_tensors *ts, char *path,
                                 size_t path_cap) {
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     dt_err err;
     char where[2048];
     memset(ts, 0, sizeof *ts);
@@ -430,7 +430,7 @@ int64_t dt_test_job_load_latest(const dt_test_job *j, int64_t min_step, dt_tenso
     int rc = dt_ckpt_restore_latest(j->log_dir, ts, &meta, where, sizeof where, &err);
     ck_assert_msg(rc == 1, "no loadable checkpoint in %s (rc %d: %s); logs:%s", j->log_dir, rc,
                   err.msg, dt_test_job_report(j));
-    dt_ckpt_meta_deinit(&meta);
+    dt_safetensors_meta_deinit(&meta);
     ck_assert_msg(meta.global_step >= min_step,
                   "latest checkpoint %s: global_step %" PRId64 " < %" PRId64 "; logs:%s", where,
                   meta.global_step, min_step, dt_test_job_report(j));

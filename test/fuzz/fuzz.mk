@@ -44,11 +44,22 @@ $(FUZZ_DIR)/obj/gen/%.o: $(BUILD)/gen/%.c $(GEN_H)
 $(FUZZ_DIR)/libdtrain.a: $(FUZZ_LIB_OBJ)
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
-# The targets themselves keep -Werror.
+# Test-side code a target links beside lib/, compiled as lib/ is: the
+# summary target runs the tests' own TFRecord reader (dtrain only writes
+# event files).
+$(FUZZ_DIR)/obj/test/%.o: test/%.c $(GEN_H)
+	@mkdir -p $(dir $@)
+	@echo "  FZCC  $<"
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_DIR)/fuzz_summary: $(FUZZ_DIR)/obj/test/tfrecord.o
+
+# The targets themselves keep -Werror; they see test/'s headers (a target's
+# test-side objects are the obj/test/ prerequisites given above).
 $(FUZZ_DIR)/fuzz_%: test/fuzz/fuzz_%.c $(FUZZ_DIR)/libdtrain.a
 	@echo "  FZLD  $@"
-	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -fsanitize=fuzzer $< $(FUZZ_DIR)/libdtrain.a \
-	  $(LDLIBS) -o $@
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -Itest -fsanitize=fuzzer $< \
+	  $(filter $(FUZZ_DIR)/obj/test/%.o,$^) $(FUZZ_DIR)/libdtrain.a $(LDLIBS) -o $@
 
 # New inputs go to a work corpus in the build dir; the committed corpus is
 # read only (`make fuzz-merge` adds the ones that bring new coverage). A

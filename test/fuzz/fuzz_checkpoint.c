@@ -1,9 +1,9 @@
 /*
  * Fuzz target: the checkpoint readers. The first input byte picks one:
- *  - even: the rest is a safetensors file, read by dt_ckpt_load;
+ *  - even: the rest is a safetensors file, read by dt_safetensors_load;
  *  - odd: the rest is a log dir's "checkpoint" state file, next to one good
  *    checkpoint (model.ckpt-5.safetensors), read by dt_ckpt_restore_latest.
- * dt_ckpt_load reads by path, so the input is written to a file in a temp
+ * dt_safetensors_load reads by path, so the input is written to a file in a temp
  * dir (made once, removed at exit).
  *
  * Beyond "no crash, no sanitizer report": a failure has a negative code
@@ -83,7 +83,7 @@ static void init_once(void) {
     dt_err err;
     dt_err_clear(&err);
     CHECK(dt_tensors_init(&ts, specs, 2, &err) == 0);
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = 5;
     snprintf(meta.model, sizeof meta.model, "linear features=1");
@@ -117,10 +117,10 @@ static void load_file(const uint8_t *data, size_t size) {
     snprintf(again, sizeof again, "%s/again.safetensors", dir);
     write_file(path, data, size);
     dt_tensors ts, ts2;
-    dt_ckpt_meta meta, meta2;
+    dt_safetensors_meta meta, meta2;
     dt_err err;
     dt_err_clear(&err);
-    int rc = dt_ckpt_load(path, &ts, &meta, &err);
+    int rc = dt_safetensors_load(path, &ts, &meta, &err);
     if (rc < 0) {
         CHECK(err.code == rc && err.msg[0] != '\0');
         CHECK(ts.count == 0 && ts.items == NULL && ts.slab == NULL); /* nothing allocated */
@@ -131,20 +131,20 @@ static void load_file(const uint8_t *data, size_t size) {
     CHECK(memchr(meta.model, '\0', sizeof meta.model) != NULL);
 
     /* What loads saves, and loads back the same. */
-    rc = dt_ckpt_save(again, &ts, &meta, &err);
+    rc = dt_safetensors_save(again, &ts, &meta, &err);
     if (rc < 0) {
         fprintf(stderr, "fuzz_checkpoint: loaded, but cannot save it again: %s\n", err.msg);
         abort();
     }
-    rc = dt_ckpt_load(again, &ts2, &meta2, &err);
+    rc = dt_safetensors_load(again, &ts2, &meta2, &err);
     if (rc < 0) {
         fprintf(stderr, "fuzz_checkpoint: its own save does not load: %s\n", err.msg);
         abort();
     }
     CHECK(meta.global_step == meta2.global_step && strcmp(meta.model, meta2.model) == 0);
     CHECK(!meta.job == !meta2.job && (!meta.job || strcmp(meta.job, meta2.job) == 0));
-    dt_ckpt_meta_deinit(&meta);
-    dt_ckpt_meta_deinit(&meta2);
+    dt_safetensors_meta_deinit(&meta);
+    dt_safetensors_meta_deinit(&meta2);
     CHECK(ts.count == ts2.count);
     for (int i = 0; i < ts.count; i++) {
         const dt_tensor *a = &ts.items[i], *b = dt_tensors_find(&ts2, a->name);
@@ -162,7 +162,7 @@ static void restore_with_state(const uint8_t *data, size_t size) {
     snprintf(path, sizeof path, "%s/checkpoint", state_dir);
     write_file(path, data, size);
     dt_tensors ts;
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     char found[512];
     dt_err err;
     dt_err_clear(&err);
@@ -177,7 +177,7 @@ static void restore_with_state(const uint8_t *data, size_t size) {
         check_tensors(&ts);
         CHECK(memchr(found, '\0', sizeof found) != NULL);
         dt_tensors_deinit(&ts);
-        dt_ckpt_meta_deinit(&meta);
+        dt_safetensors_meta_deinit(&meta);
     }
 }
 

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "anymsg.h"
 #include "../pieces.h"
 #include "codec.h"
 #include "optim.h"
@@ -44,18 +45,7 @@ typedef struct {
     dt_rpc_span slot_spans[CAP];
     char names[CAP][DT_TENSOR_NAME_MAX];
     const char *name_ptrs[CAP];
-    union {
-        dt_msg_create_req create_req;
-        dt_msg_create_resp create_resp;
-        dt_msg_pull_req pull_req;
-        dt_msg_pull_resp pull_resp;
-        dt_msg_push_req push_req;
-        dt_msg_push_resp push_resp;
-        dt_msg_status_req status_req;
-        dt_msg_status_resp status_resp;
-        dt_msg_shutdown_req shutdown_req;
-        dt_msg_shutdown_resp shutdown_resp;
-    } m;
+    dt_test_any_msg m;
 } slot;
 
 static slot first, second, cut;

@@ -29,7 +29,12 @@
  * through dt_reader_detect_labels, which fails with a code and a message or
  * answers 0 or 1 with a line that names the file; and when a read without
  * skip_bad_rows succeeds, detection must have told its mode: a file that
- * reads whole as labeled (or unlabeled) starts like one.
+ * reads whole as labeled (or unlabeled) starts like one. A labeled input
+ * also goes through dt_reader_infer (classes too for class labels), which
+ * fails with a code and a message or says F >= 1 (and 2 <= K <= the most it
+ * infers) with lines that name the file; when the read succeeds too, the
+ * shape it read agrees with the one inferred (csv and idx: the same F;
+ * libsvm without skip_bad_rows: no index past F; every class below K).
  */
 #include <dirent.h>
 #include <math.h>
@@ -100,6 +105,30 @@ static int detect(const char *format, const char *data_path, const char *labels_
     return 0;
 }
 
+/* dt_reader_infer on the input's files (classes for class labels); checks
+ * its contract and returns its rc, with *shape. */
+static int infer(const char *format, const char *data_path, const char *labels_path,
+                 const dt_reader_params *p, dt_reader_shape *shape) {
+    dt_err err;
+    dt_err_clear(&err);
+    memset(shape, 0xAB, sizeof *shape);
+    const int want_classes = p->label_kind == DT_LABEL_CLASS;
+    int rc = dt_reader_infer(format, data_path, labels_path, p, want_classes, shape, &err);
+    if (rc < 0) {
+        CHECK(err.code == rc && err.msg[0] != '\0');
+        return rc;
+    }
+    CHECK(rc == 0);
+    CHECK(shape->num_features >= 1);
+    CHECK(want_classes ? shape->num_classes >= 2 && shape->num_classes <= DT_READER_MAX_CLASSES
+                       : shape->num_classes == 0);
+    CHECK(memchr(shape->features_how, '\0', sizeof shape->features_how) != NULL);
+    CHECK(strstr(shape->features_how, data_path) == shape->features_how);
+    CHECK(memchr(shape->classes_how, '\0', sizeof shape->classes_how) != NULL);
+    CHECK(!want_classes || shape->classes_how[0] != '\0');
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     if (!dir[0]) {
@@ -160,6 +189,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             use_detect && detect_rc == 0 && labeled_found ? DT_LABELS_REQUIRED : DT_LABELS_NONE;
     const int labeled = p.labels == DT_LABELS_REQUIRED;
 
+    dt_reader_shape shape;
+    int infer_rc = labeled ? infer(names[format], data_path, labels_arg, &p, &shape) : -1;
+
     dt_reader_table t;
     dt_err err;
     dt_err_clear(&err);
@@ -184,6 +216,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* A file read whole in one layout starts in it (a skipped first row
      * could start in the other). */
     if (!p.skip_bad_rows) CHECK(detect_rc == 0 && labeled_found == labeled);
+    if (infer_rc == 0) {
+        /* libsvm: a row skipped for an index past F still counts there. */
+        if (format != 1)
+            CHECK(shape.num_features == p.num_features);
+        else if (!p.skip_bad_rows)
+            CHECK(shape.num_features <= p.num_features);
+        /* Every label read is a class the labels said, when they said one. */
+        for (int64_t i = 0; i < t.rows && shape.num_classes; i++)
+            CHECK(t.y[i] < shape.num_classes);
+    }
     for (int64_t i = 0; i < t.rows * t.cols; i++)
         CHECK(isfinite(t.x[i]));
     for (int64_t i = 0; i < t.rows && labeled; i++) {

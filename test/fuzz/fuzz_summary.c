@@ -1,6 +1,8 @@
 /*
- * Fuzz target: dt_tfrecord_read over the input as an event file (read
- * through fmemopen), record after record until the end or an error.
+ * Fuzz target: dt_test_tfrecord_read (test/tfrecord.c, the TFRecord reader
+ * the tests check dtrain's event files with) over the input as an event
+ * file (read through fmemopen), record after record until the end or an
+ * error.
  *
  * Beyond "no crash, no sanitizer report": every call returns 1 (a record),
  * 0 (clean end) or a negative code with a message; a record's length fits
@@ -12,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "summary.h"
+#include "tfrecord.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -41,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dt_err err;
     for (;;) {
         dt_err_clear(&err);
-        rc = dt_tfrecord_read(f, &record, &len, &err);
+        rc = dt_test_tfrecord_read(f, &record, &len, &err);
         if (rc != 1) break;
         consumed += len + 16; /* length, its CRC, the data, its CRC */
         CHECK(consumed <= size);

@@ -20,8 +20,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "checkpoint.h"
 #include "codec.h"
+#include "safetensors.h"
 #include "summary.h"
 #include "tensor.h"
 
@@ -236,7 +236,7 @@ static void codec_seeds(void) {
 static void checkpoint_seeds(const char *tmp) {
     dt_tensors vars;
     model_vars(&vars);
-    dt_ckpt_meta meta;
+    dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = 1200;
     snprintf(meta.model, sizeof meta.model, "linear features=1 l2=0");
@@ -244,7 +244,7 @@ static void checkpoint_seeds(const char *tmp) {
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     dt_err err;
     dt_err_clear(&err);
-    if (dt_ckpt_save(path, &vars, &meta, &err) < 0) die("checkpoint", &err);
+    if (dt_safetensors_save(path, &vars, &meta, &err) < 0) die("checkpoint", &err);
     size_t len = 0;
     void *bytes = slurp(path, &len);
     put("checkpoint", "linear", 0, bytes, len);

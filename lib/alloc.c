@@ -1,0 +1,72 @@
+/*
+ * alloc: the C library's allocators behind a countdown a test can arm.
+ *
+ * Invariant: with the countdown unarmed (fail_at == 0) every function is its
+ * libc namesake. Armed, allocation number fail_at (counted from the arming)
+ * fails, and with persistent so do all after it. The counters are atomics so
+ * that threads the code under test did not start (a gRPC poller, a ps
+ * handler) cannot tear them; the numbering is only deterministic for the
+ * single-threaded calls the tests arm it around.
+ */
+#include "alloc.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_long fail_at;    /* 0: unarmed */
+static atomic_int persistent_; /* fail every allocation from fail_at on */
+static atomic_long count;      /* allocations since the arming */
+static atomic_long failed;     /* of which failed */
+
+/* 1 when this allocation is to fail. */
+static int inject(void) {
+    long at = atomic_load_explicit(&fail_at, memory_order_relaxed);
+    if (at == 0) return 0;
+    long n = atomic_fetch_add_explicit(&count, 1, memory_order_relaxed) + 1;
+    int fail = n == at || (n > at && atomic_load_explicit(&persistent_, memory_order_relaxed));
+    if (fail) atomic_fetch_add_explicit(&failed, 1, memory_order_relaxed);
+    return fail;
+}
+
+void *dt_malloc(size_t n) {
+    return inject() ? NULL : malloc(n);
+}
+
+void *dt_calloc(size_t count_, size_t size) {
+    return inject() ? NULL : calloc(count_, size);
+}
+
+void *dt_realloc(void *p, size_t n) {
+    return inject() ? NULL : realloc(p, n);
+}
+
+char *dt_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *copy = dt_malloc(n);
+    if (copy) memcpy(copy, s, n);
+    return copy;
+}
+
+void *dt_aligned_alloc(size_t align, size_t n) {
+    if (inject()) return NULL;
+    size_t rounded = n + (align - 1);
+    if (rounded < n) return NULL; /* n near SIZE_MAX: no such block */
+    return aligned_alloc(align, rounded & ~(align - 1));
+}
+
+void dt_alloc_fail_at(long n, int persistent) {
+    atomic_store(&fail_at, 0);
+    atomic_store(&count, 0);
+    atomic_store(&failed, 0);
+    atomic_store(&persistent_, persistent != 0);
+    atomic_store(&fail_at, n > 0 ? n : 0);
+}
+
+long dt_alloc_count(void) {
+    return atomic_load(&count);
+}
+
+long dt_alloc_failed(void) {
+    return atomic_load(&failed);
+}

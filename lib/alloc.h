@@ -1,0 +1,40 @@
+/*
+ * alloc: the one door through which lib/ takes heap memory.
+ *
+ * dt_malloc, dt_calloc, dt_realloc, dt_strdup and dt_aligned_alloc behave as
+ * the C library's functions of the same name, and what they return is
+ * released with free(). lib/ calls no other allocator of its own (the
+ * libraries it uses allocate for themselves: cJSON through the hooks a
+ * caller may install, zlib's gz* files and gRPC never through these).
+ *
+ * The door exists so that a test can make any one allocation fail, as
+ * SQLite's test allocator does: dt_alloc_fail_at arms a countdown, and the
+ * allocation it reaches returns NULL as an exhausted heap would. An unarmed
+ * door costs one relaxed atomic load per allocation.
+ *
+ * Threads: every function may be called from any thread. The countdown is
+ * process-wide, so a test that arms it runs the code under test alone.
+ */
+#ifndef DT_ALLOC_H
+#define DT_ALLOC_H
+
+#include <stddef.h>
+
+void *dt_malloc(size_t n);
+void *dt_calloc(size_t count, size_t size);
+void *dt_realloc(void *p, size_t n);
+char *dt_strdup(const char *s);
+/* align: a power of two that is a multiple of sizeof(void *); n need not be a
+ * multiple of align (it is rounded up here, as C11 asks of the caller). */
+void *dt_aligned_alloc(size_t align, size_t n);
+
+/* Test hook. Makes the nth allocation from now (n >= 1; dt_realloc and
+ * dt_strdup count as one) return NULL; with persistent set, every one after it
+ * as well, until the next call. n == 0 disarms. */
+void dt_alloc_fail_at(long n, int persistent);
+/* Allocations made since the last dt_alloc_fail_at, failed ones included. */
+long dt_alloc_count(void);
+/* Allocations failed since the last dt_alloc_fail_at. */
+long dt_alloc_failed(void);
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * safetensors: dtrain's checkpoint file, one tensor set and its metadata in
+ * a standard safetensors file.
+ *
+ * The layout is safetensors' own (8-byte little-endian header length, JSON
+ * header with dtype/shape/data_offsets per tensor and a "__metadata__" map
+ * of strings, then the raw little-endian data), so numpy, PyTorch and the
+ * Hugging Face tools open it. dtrain's metadata keys:
+ *   "global_step"  decimal int64
+ *   "model"        the model description
+ *   "crc32c"       decimal CRC-32C of the data section (checked on load)
+ *   "format"       "dtrain.checkpoint.v1"
+ *   "max_steps"    decimal int64: the step at which the job that wrote it
+ *                  ends (omitted when 0, unknown), so a reader knows the
+ *                  final checkpoint when it sees it (the evaluator)
+ *   "job"          the job config it was trained with, as a JSON object of
+ *                  every job field (dt_job_to_json; omitted by older files
+ *                  and by callers that give none), so eval, predict and a
+ *                  resuming chief know the model, its input and its
+ *                  hyperparameters without the job file
+ *   "feature_names"  csv training data: the names of its feature columns,
+ *                  in order, joined by commas (a csv name holds none), so
+ *                  eval and predict can refuse a file whose columns are in
+ *                  another order (omitted for other data)
+ * What the tensors are (variables, slots, the scaling statistics) is the
+ * writer's business (checkpoint.h); this module reads and writes any valid
+ * set. A save is atomic: temporary file, fsync, rename, fsync of the dir
+ * (fileio.h).
+ */
+#ifndef DT_SAFETENSORS_H
+#define DT_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "tensor.h"
+
+#define DT_SAFETENSORS_MODEL_MAX 256
+
+typedef struct {
+    int64_t global_step;
+    char model[DT_SAFETENSORS_MODEL_MAX];
+    int64_t max_steps;   /* 0: unknown (not written, or an older file) */
+    char *job;           /* the "job" key, JSON, or NULL: borrowed by dt_safetensors_save,
+                            malloc'd by the loads (free it with dt_safetensors_meta_deinit) */
+    char *feature_names; /* the "feature_names" key, UTF-8, or NULL: owned as job */
+} dt_safetensors_meta;
+
+/* Frees meta->job and meta->feature_names and sets them NULL. NULL is a
+ * no-op. */
+void dt_safetensors_meta_deinit(dt_safetensors_meta *meta);
+
+/* Writes ts and meta to path atomically. DT_EINVAL for a negative step, a
+ * model string that is not NUL-terminated UTF-8, or tensors that are not a
+ * valid set; DT_EIO when a write, fsync or rename fails (the temporary file
+ * is removed and path keeps its old content). */
+int dt_safetensors_save(const char *path, const dt_tensors *ts, const dt_safetensors_meta *meta,
+                        dt_err *err) DT_WARN_UNUSED;
+
+/* Reads a whole checkpoint into a new set *out (caller deinits). Refuses,
+ * with DT_ECORRUPT and nothing allocated, a file that is truncated, has a bad
+ * header, offsets that overlap or leave gaps, sizes that do not match the
+ * shapes, or a crc32c that does not match. Tensors come back in file (data
+ * offset) order. meta may be NULL; it is written only on success. A missing
+ * file is DT_ENOTFOUND. Files from other tools load if they hold only F32,
+ * F64, I32, I64 tensors of at most 4 dims, each dim >= 1; without a
+ * "global_step" the step reads as 0. A "job" that is not a JSON object is
+ * DT_ECORRUPT; its fields are the job module's to check. */
+int dt_safetensors_load(const char *path, dt_tensors *out, dt_safetensors_meta *meta,
+                        dt_err *err) DT_WARN_UNUSED;
+
+#endif

@@ -1,0 +1,435 @@
+/*
+ * sparse suite: CSR batches (checks, distinct ids, slices, gathers) and
+ * the sparse readers: the Criteo layout (dense transform, hashed ids and
+ * fields, missing values, files without labels, gzip, sharding, every
+ * malformed row named by file, line and column, skip_bad_rows) and libsvm
+ * with indices up to 2^40, as they are or hashed.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "hash.h"
+#include "proc.h"
+#include "sparse.h"
+#include "sparse_reader.h"
+#include "suites.h"
+
+static char *dir;
+
+static void setup(void) {
+    dir = dt_test_tempdir();
+    ck_assert_ptr_nonnull(dir);
+}
+
+static void teardown(void) {
+    dt_test_tempdir_free(dir);
+}
+
+static void tmp_begin(void) {
+    if (dt_test_tmp_begin() != 0) fprintf(stderr, "sparse: no suite temp dir; using $TMPDIR\n");
+}
+
+/* Writes text to dir/name and returns the path (static storage). */
+static const char *file_of(const char *name, const char *text) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (strstr(name, ".gz")) {
+        gzFile gz = gzopen(path, "wb");
+        ck_assert_ptr_nonnull(gz);
+        ck_assert_int_eq(gzputs(gz, text), (int)strlen(text));
+        gzclose(gz);
+    } else {
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs(text, f);
+        fclose(f);
+    }
+    return path;
+}
+
+/* ---- batches ---- */
+
+START_TEST(test_batch_check_and_index) {
+    /* 3 rows: {5, 2, 5}, {}, {9, 2}; a view starting at entry 10 of a
+     * larger set (offsets from 10). */
+    int64_t offsets[4] = {10, 13, 13, 15};
+    int64_t ids[5] = {5, 2, 5, 9, 2};
+    float values[5] = {1, 2, 3, 4, 5};
+    int32_t fields[5] = {0, 1, 0, 2, 1};
+    dt_sparse_batch b = {.rows = 3,
+                         .offsets = offsets,
+                         .ids = ids,
+                         .values = values,
+                         .fields = fields,
+                         .num_ids = 10,
+                         .num_fields = 3};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_sparse_check(&b, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(dt_sparse_nnz(&b), 5);
+    dt_sparse_index ix = {0};
+    ck_assert_int_eq(dt_sparse_index_build(&ix, &b, &err), 0);
+    ck_assert_int_eq(ix.n, 3);
+    ck_assert(ix.ids[0] == 2 && ix.ids[1] == 5 && ix.ids[2] == 9);
+    const int64_t want_pos[5] = {1, 0, 1, 2, 0};
+    for (int e = 0; e < 5; e++)
+        ck_assert_int_eq(ix.pos[e], want_pos[e]);
+    /* Reused for a bigger batch. */
+    int64_t offsets2[2] = {0, 5};
+    int64_t ids2[5] = {4, 3, 2, 1, 0};
+    dt_sparse_batch b2 = {.rows = 1, .offsets = offsets2, .ids = ids2, .num_ids = 5};
+    ck_assert_int_eq(dt_sparse_index_build(&ix, &b2, &err), 0);
+    ck_assert_int_eq(ix.n, 5);
+    for (int e = 0; e < 5; e++)
+        ck_assert_int_eq(ix.pos[e], 4 - e);
+    dt_sparse_index_deinit(&ix);
+
+    /* Each rule of the check. */
+    ids[4] = 10;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_sparse_check(&b, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, "sparse: row 2 entry 4: id 10 is out of range [0, 10)");
+    ids[4] = 2;
+    fields[1] = 3;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_sparse_check(&b, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "field 3 is out of range [0, 3)"));
+    fields[1] = 1;
+    values[3] = NAN;
+    ck_assert_int_eq(dt_sparse_check(&b, NULL), DT_EINVAL);
+    values[3] = 4;
+    offsets[2] = 12;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_sparse_check(&b, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "row 1: offsets go back"));
+    offsets[2] = 13;
+    b.dense_cols = 2;
+    ck_assert_int_eq(dt_sparse_check(&b, NULL), DT_EINVAL);
+    b.rows = 0;
+    ck_assert_int_eq(dt_sparse_check(&b, NULL), DT_EINVAL);
+}
+END_TEST
+
+/* ---- criteo ---- */
+
+/* Three good rows: every kind of field, missing ones, a negative integer. */
+static const char criteo3[] =
+    "1\t5\t\t-1\t0\t100\t1\t2\t3\t4\t5\t6\t7\t8\t68fd1e64\t80e26c9b\tfb936136\t7b4723c4\t25c83c98\t"
+    "7e0ccccf\tde7995b8\t1f89b562\ta73ee510\ta8cd5504\tb2cb9c98\t37c9c164\t2824a5f6\t1adce6ef\t"
+    "8ba8b39a\t891b62e7\te5ba7672\tf54016b9\t21ddcdc9\tb1252a9d\t07b5194c\t\t3a171ecb\tc5c50484\t"
+    "e8b83407\t9727dd16\n"
+    "0\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n"
+    "0\t2\t0\t44\t1\t102\t8\t2\t2\t4\t4\t1\t\t4\t68fd1e64\tf0cf0024\t6f67f7e5\t41274cd7\t25c83c98\t"
+    "fe6b92e5\t922afcc0\t0b153874\ta73ee510\t2b53e5fb\t4f1b46f3\t623049e6\td7020589\tb28479f6\t"
+    "e6c5b5cd\tc92f3b61\t07c540c4\tb04e4670\t21ddcdc9\t5840adea\t60f6221e\t\t3a171ecb\t43f13e8b\t"
+    "e8b83407\t731c3655\n";
+
+static dt_sparse_read_params criteo_params(void) {
+    dt_sparse_read_params p;
+    memset(&p, 0, sizeof p);
+    p.hash_bits = 20;
+    return p;
+}
+
+START_TEST(test_criteo_read) {
+    const char *path = file_of("a.txt", criteo3);
+    dt_sparse_read_params p = criteo_params();
+    dt_sparse_set s;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_sparse_read_criteo(path, &p, &s, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(s.rows, 3);
+    ck_assert_int_eq(s.file_rows, 3);
+    ck_assert_int_eq(s.dense_cols, 13);
+    ck_assert_int_eq(s.num_ids, 1 << 20);
+    ck_assert_int_eq(s.num_fields, 26);
+    ck_assert_ptr_null(s.values);
+    ck_assert(s.y[0] == 1 && s.y[1] == 0 && s.y[2] == 0);
+    /* Row 0: I1 = 5, I2 missing, I3 = -1 (clipped), I4 = 0, I5 = 100. */
+    ck_assert_float_eq(s.dense[0], (float)log1p(5.0));
+    ck_assert_float_eq(s.dense[1], 0.0f);
+    ck_assert_float_eq(s.dense[2], 0.0f);
+    ck_assert_float_eq(s.dense[3], 0.0f);
+    ck_assert_float_eq(s.dense[4], (float)log(101.0));
+    /* Row 0 has 25 categoricals (C22 is empty), row 1 none, row 2 25. */
+    ck_assert_int_eq(s.offsets[1], 25);
+    ck_assert_int_eq(s.offsets[2], 25);
+    ck_assert_int_eq(s.offsets[3], 50);
+    ck_assert_int_eq(s.fields[0], 0);
+    ck_assert_int_eq(s.fields[20], 20);
+    ck_assert_int_eq(s.fields[21], 22); /* C22 (field 21) skipped */
+    ck_assert_int_eq(s.ids[0], dt_hash_feature(14, "68fd1e64", 8, 20));
+    ck_assert_int_eq(s.ids[24], dt_hash_feature(39, "9727dd16", 8, 20));
+    /* The same string in the same column: the same id in every row. */
+    ck_assert_int_eq(s.ids[0], s.ids[25]);
+    for (int i = 0; i < 13; i++)
+        ck_assert_float_eq(s.dense[13 + i], 0.0f);
+
+    /* gzip reads alike; so does a second read. */
+    dt_sparse_set z;
+    const char *gz = file_of("c.txt.gz", criteo3);
+    ck_assert_msg(dt_sparse_read_criteo(gz, &p, &z, &err) == 0, "%s", err.msg);
+    ck_assert(memcmp(z.ids, s.ids, 50 * sizeof *s.ids) == 0);
+    ck_assert(memcmp(z.dense, s.dense, 39 * sizeof *s.dense) == 0);
+    dt_sparse_set_deinit(&z);
+
+    /* Slices and gathers of the set. */
+    dt_sparse_batch b;
+    dt_sparse_set_slice(&s, 2, 1, &b);
+    ck_assert_int_eq(dt_sparse_nnz(&b), 25);
+    ck_assert_int_eq(b.ids[0], s.ids[25]);
+    ck_assert_float_eq(b.dense[0], (float)log1p(2.0));
+    ck_assert_int_eq(dt_sparse_check(&b, &err), 0);
+    dt_sparse_buffer buf = {0};
+    int64_t rows[3] = {2, 0, 1};
+    ck_assert_int_eq(dt_sparse_gather(&s, rows, 3, &buf, &b, &err), 0);
+    ck_assert_int_eq(b.rows, 3);
+    ck_assert_int_eq(b.offsets[1], 25);
+    ck_assert_int_eq(b.offsets[3], 50);
+    ck_assert_int_eq(b.ids[25], s.ids[0]);
+    ck_assert(b.y[0] == 0 && b.y[1] == 1);
+    ck_assert_int_eq(b.fields[25 + 21], 22);
+    ck_assert_int_eq(dt_sparse_check(&b, &err), 0);
+    rows[1] = 3;
+    ck_assert_int_eq(dt_sparse_gather(&s, rows, 3, &buf, &b, NULL), DT_EINVAL);
+    dt_sparse_buffer_deinit(&buf);
+    dt_sparse_set_deinit(&s);
+    dt_sparse_set_deinit(NULL);
+}
+END_TEST
+
+START_TEST(test_criteo_unlabeled_and_shards) {
+    /* The same rows without their labels: the same ids and features. */
+    dt_sparse_read_params p = criteo_params();
+    dt_sparse_set a, u;
+    const char *path = file_of("a.txt", criteo3);
+    ck_assert_int_eq(dt_sparse_read_criteo(path, &p, &a, NULL), 0);
+    char unlabeled[sizeof criteo3];
+    const char *src = criteo3;
+    char *dst = unlabeled;
+    while (*src) { /* drop "label\t" at each line start */
+        src = strchr(src, '\t') + 1;
+        const char *nl = strchr(src, '\n');
+        memcpy(dst, src, (size_t)(nl - src + 1));
+        dst += nl - src + 1;
+        src = nl + 1;
+    }
+    *dst = '\0';
+    path = file_of("b.txt", unlabeled);
+    p.labels = DT_LABELS_NONE;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_sparse_read_criteo(path, &p, &u, &err) == 0, "%s", err.msg);
+    ck_assert_ptr_null(u.y);
+    ck_assert_int_eq(u.offsets[3], a.offsets[3]);
+    ck_assert(memcmp(u.ids, a.ids, 50 * sizeof *u.ids) == 0);
+    ck_assert(memcmp(u.dense, a.dense, 39 * sizeof *u.dense) == 0);
+    dt_sparse_set_deinit(&u);
+
+    /* Two shards: rows 0 and 2, then row 1; together the file. */
+    p = criteo_params();
+    path = file_of("a.txt", criteo3);
+    dt_sparse_set s0, s1;
+    p.num_shards = 2;
+    ck_assert_int_eq(dt_sparse_read_criteo(path, &p, &s0, NULL), 0);
+    p.shard = 1;
+    ck_assert_int_eq(dt_sparse_read_criteo(path, &p, &s1, NULL), 0);
+    ck_assert_int_eq(s0.rows, 2);
+    ck_assert_int_eq(s1.rows, 1);
+    ck_assert_int_eq(s0.file_rows, 3);
+    ck_assert(memcmp(s0.ids + 25, a.ids + 25, 25 * sizeof *a.ids) == 0);
+    ck_assert_int_eq(s1.offsets[1], 0);
+    ck_assert(s0.y[0] == 1 && s0.y[1] == 0 && s1.y[0] == 0);
+    dt_sparse_set_deinit(&s0);
+    dt_sparse_set_deinit(&s1);
+    p.shard = 2;
+    ck_assert_int_eq(dt_sparse_read_criteo(path, &p, &s1, &err), DT_EINVAL);
+    dt_sparse_set_deinit(&a);
+}
+END_TEST
+
+/* The second row of criteo3 (all missing) with one field replaced. */
+static void criteo_row_with(char *out, size_t cap, int field, const char *value) {
+    size_t n = 0;
+    for (int f = 0; f < DT_CRITEO_FIELDS; f++) {
+        const char *v = f == field ? value : f == 0 ? "0" : "";
+        n += (size_t)snprintf(out + n, cap - n, "%s%s", f ? "\t" : "", v);
+    }
+    snprintf(out + n, cap - n, "\n");
+}
+
+START_TEST(test_criteo_errors) {
+    static const struct {
+        int field;
+        const char *value;
+        const char *want;
+    } cases[] = {
+        {0, "2", ":2: column \"label\": \"2\" is not 0 or 1"},
+        {0, "", ":2: column \"label\": \"\" is not 0 or 1"},
+        {5, "1.5", ":2: column \"I5\": not an integer: \"1.5\""},
+        {13, "abc", ":2: column \"I13\": not an integer: \"abc\""},
+        {1, "99999999999999999999", "column \"I1\": not an integer"},
+    };
+    char row[512], text[1024];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        criteo_row_with(row, sizeof row, 14, "aa");
+        snprintf(text, sizeof text, "%s", row);
+        criteo_row_with(row, sizeof row, cases[k].field, cases[k].value);
+        strncat(text, row, sizeof text - strlen(text) - 1);
+        const char *path = file_of("d.txt", text);
+        dt_sparse_read_params p = criteo_params();
+        dt_sparse_set s;
+        dt_err err;
+        dt_err_clear(&err);
+        ck_assert_int_eq(dt_sparse_read_criteo(path, &p, &s, &err), DT_EINVAL);
+        ck_assert_msg(strstr(err.msg, cases[k].want) && strstr(err.msg, "d.txt:2:"), "%zu: %s", k,
+                      err.msg);
+        /* skip_bad_rows keeps the good row and counts the bad one. */
+        p.skip_bad_rows = 1;
+        ck_assert_int_eq(dt_sparse_read_criteo(path, &p, &s, &err), 0);
+        ck_assert_int_eq(s.rows, 1);
+        ck_assert_int_eq(s.skipped, 1);
+        dt_sparse_set_deinit(&s);
+    }
+    /* Field counts name the column that is missing, or say what is extra. */
+    dt_sparse_read_params p = criteo_params();
+    dt_sparse_set s;
+    dt_err err;
+    dt_err_clear(&err);
+    const char *path = file_of("d.txt", "1\t2\t3\n");
+    ck_assert_int_eq(dt_sparse_read_criteo(path, &p, &s, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "d.txt:1: 3 fields, but the Criteo layout has 40 (label, "
+                                  "I1-I13, C1-C26): column I3 is missing"),
+                  "%s", err.msg);
+    criteo_row_with(row, sizeof row, 14, "aa");
+    row[strlen(row) - 1] = '\0';
+    snprintf(text, sizeof text, "%s\tx\n", row);
+    path = file_of("d.txt", text);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_sparse_read_criteo(path, &p, &s, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "41 fields, but the Criteo layout has 40 (label, I1-I13, "
+                                  "C1-C26): extra fields after column C26"),
+                  "%s", err.msg);
+    /* Every row bad: no examples. hash_bits out of range. A missing file. */
+    p.skip_bad_rows = 1;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_sparse_read_criteo(path, &p, &s, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no examples: every row was malformed"));
+    p.hash_bits = 41;
+    ck_assert_int_eq(dt_sparse_read_criteo(path, &p, &s, NULL), DT_EINVAL);
+    p.hash_bits = 20;
+    ck_assert_int_eq(dt_sparse_read_criteo("/nonexistent/x.txt", &p, &s, NULL), DT_ENOTFOUND);
+    /* A bound on values the file passes. */
+    p.max_values = 20;
+    path = file_of("a.txt", criteo3);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_sparse_read_criteo(path, &p, &s, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "more than 20 values"));
+}
+END_TEST
+
+/* ---- libsvm ---- */
+
+START_TEST(test_libsvm_large_indices) {
+    const char *path = file_of("a.txt", "1 3:0.5 1099511627776:2\n"
+                                        "-1 qid:4 1:1 7:0 # a comment\n"
+                                        "\n"
+                                        "+1\n");
+    dt_sparse_read_params p;
+    memset(&p, 0, sizeof p);
+    p.num_features = (int64_t)1 << 40;
+    p.label_kind = DT_LABEL_CLASS;
+    p.num_classes = 2;
+    p.svm_signed_labels = 1;
+    dt_sparse_set s;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_sparse_read_libsvm(path, &p, &s, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(s.rows, 3);
+    ck_assert_int_eq(s.num_ids, (int64_t)1 << 40);
+    ck_assert_int_eq(s.dense_cols, 0);
+    ck_assert_ptr_null(s.fields);
+    ck_assert(s.y[0] == 1 && s.y[1] == 0 && s.y[2] == 1);
+    ck_assert(s.offsets[1] == 2 && s.offsets[2] == 4 && s.offsets[3] == 4);
+    ck_assert_int_eq(s.ids[0], 2);
+    ck_assert_int_eq(s.ids[1], ((int64_t)1 << 40) - 1);
+    ck_assert_int_eq(s.ids[2], 0);
+    ck_assert_int_eq(s.ids[3], 6);
+    ck_assert(s.values[0] == 0.5f && s.values[1] == 2.0f && s.values[3] == 0.0f);
+    dt_sparse_set_deinit(&s);
+
+    /* Hashed into 2^12 buckets: the same index, the same id. */
+    p.hash_bits = 12;
+    ck_assert_int_eq(dt_sparse_read_libsvm(path, &p, &s, &err), 0);
+    ck_assert_int_eq(s.num_ids, 4096);
+    ck_assert_int_eq(s.ids[0], dt_hash_index(3, 12));
+    ck_assert_int_eq(s.ids[1], dt_hash_index((int64_t)1 << 40, 12));
+    dt_sparse_set_deinit(&s);
+
+    /* Errors name the line. */
+    static const struct {
+        const char *text, *want;
+    } cases[] = {
+        {"1 1:1\n0 5:1 4:1\n", "a.txt:2: feature index 4 after 5: indices must increase"},
+        {"1 0:1\n", "a.txt:1: feature index 0 is out of range 1..1099511627776"},
+        {"1 1099511627777:1\n", "feature index 1099511627777 is out of range"},
+        {"2 1:1\n", "a.txt:1: label 2 is not a class of 0..1 (or -1)"},
+        {"1 1:nan\n", "feature 1: not a finite float: \"nan\""},
+        {"1 x:1\n", "feature index \"x\" is not an integer"},
+        {"1:1 2:1\n", "no label: the row starts with \"1:1\""},
+    };
+    p.hash_bits = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        path = file_of("a.txt", cases[k].text);
+        dt_err_clear(&err);
+        ck_assert_int_eq(dt_sparse_read_libsvm(path, &p, &s, &err), DT_EINVAL);
+        ck_assert_msg(strstr(err.msg, cases[k].want) != NULL, "%zu: %s", k, err.msg);
+    }
+    /* Without labels: index:value first; real targets for regression. */
+    path = file_of("a.txt", "1:1 9:2.5\nqid:3 2:1\n");
+    p.labels = DT_LABELS_NONE;
+    ck_assert_int_eq(dt_sparse_read_libsvm(path, &p, &s, &err), 0);
+    ck_assert_ptr_null(s.y);
+    ck_assert_int_eq(s.offsets[2], 3);
+    dt_sparse_set_deinit(&s);
+    /* Rows without a single entry (found by fuzzing: a slice of a set
+     * with no entry arrays offset a NULL pointer). */
+    path = file_of("a.txt", "1\n-1 qid:2\n");
+    p.labels = DT_LABELS_REQUIRED;
+    p.label_kind = DT_LABEL_CLASS;
+    ck_assert_int_eq(dt_sparse_read_libsvm(path, &p, &s, &err), 0);
+    ck_assert_int_eq(s.rows, 2);
+    ck_assert_int_eq(s.offsets[2], 0);
+    dt_sparse_batch empty;
+    dt_sparse_set_slice(&s, 0, 2, &empty);
+    ck_assert_int_eq(dt_sparse_check(&empty, NULL), 0);
+    dt_sparse_index ix = {0};
+    ck_assert_int_eq(dt_sparse_index_build(&ix, &empty, NULL), 0);
+    ck_assert_int_eq(ix.n, 0);
+    dt_sparse_index_deinit(&ix);
+    dt_sparse_set_deinit(&s);
+    path = file_of("a.txt", "-2.5 1:1\n");
+    p.label_kind = DT_LABEL_REAL;
+    ck_assert_int_eq(dt_sparse_read_libsvm(path, &p, &s, &err), 0);
+    ck_assert_float_eq(s.y[0], -2.5f);
+    dt_sparse_set_deinit(&s);
+}
+END_TEST
+
+Suite *sparse_suite(void) {
+    Suite *s = suite_create("sparse");
+    TCase *tc = tcase_create("sparse");
+    tcase_add_unchecked_fixture(tc, tmp_begin, dt_test_tmp_end);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_batch_check_and_index);
+    tcase_add_test(tc, test_criteo_read);
+    tcase_add_test(tc, test_criteo_unlabeled_and_shards);
+    tcase_add_test(tc, test_criteo_errors);
+    tcase_add_test(tc, test_libsvm_large_indices);
+    suite_add_tcase(s, tc);
+    return s;
+}
