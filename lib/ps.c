@@ -69,7 +69,8 @@ typedef struct {
 typedef struct {
     atomic_int refs;
     size_t nbytes;
-    float *data; /* (nbytes / 4), 64-byte aligned, in the same allocation */
+    float *data; /* values: (nbytes / 4) floats */
+    _Alignas(64) float values[];
 } var_buf;
 
 typedef struct {
@@ -323,14 +324,14 @@ static int encode_reply(dt_msg_type type, const void *msg, dt_rpc_buf *reply, dt
 /* ---- variable buffers ------------------------------------------------------ */
 
 static var_buf *var_buf_new(size_t nbytes) {
-    enum { HEAD = 64 }; /* the header, padded so the values stay 64-byte aligned */
-    size_t total = HEAD + (nbytes + 63) / 64 * 64;
-    void *p = dt_aligned_alloc(64, total);
-    if (!p) return NULL;
-    var_buf *b = p;
+    /* The values follow the header, 64-byte aligned like the header itself
+     * (sizeof rounds up to the values' alignment). */
+    size_t total = sizeof(var_buf) + (nbytes + 63) / 64 * 64;
+    var_buf *b = dt_aligned_alloc(64, total);
+    if (!b) return NULL;
     atomic_init(&b->refs, 1);
     b->nbytes = nbytes;
-    b->data = (float *)((char *)p + HEAD);
+    b->data = b->values;
     return b;
 }
 
