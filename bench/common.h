@@ -23,9 +23,13 @@ void dt_bench_sleep_ms(int ms);
  * overflow or a value out of range. */
 int dt_bench_parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out);
 
-/* The allocator settings of cmd/dtrain.c, so a bench process handles
- * message buffers as dtrain's roles do. Call first thing in main. */
+/* Large buffers kept on the heap (bench_rawgrpc: a fresh payload-sized
+ * reply per call, reused rather than mapped each time). Call first thing in
+ * main. */
 void dt_bench_tune_allocator(void);
+/* The allocator settings of cmd/dtrain.c, so a process standing in for a
+ * worker allocates as one does. Call first thing in main. */
+void dt_bench_allocate_as_dtrain(void);
 
 /* 1 when pid has exited and is reaped (*status set; -1 when it cannot be
  * known), 0 while it runs. Never blocks. */

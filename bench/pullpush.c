@@ -7,7 +7,9 @@
  * tasks (sgd, max_steps huge, so no push is ever refused as "done"), then W
  * worker processes, each with its own dt_ps_client, run R rounds of
  *   pull(weight) -> push(grad)
- * where grad is the constant 2^-10, so the ps does its real work per push
+ * or, with --fuse, of one push whose reply brings the next values back
+ * (dt_ps_client_push_pull, what a worker does with fuse_push_pull), where
+ * grad is the constant 2^-10, so the ps does its real work per push
  * (decode, finiteness check, sgd update) and the final value is exact.
  * With --partition-min-bytes B the variable is split by rows across the ps
  * tasks as a job's would be (ps_client.h: min(ps tasks, N*4 / B) slices when
@@ -28,8 +30,8 @@
  * Payload: 2 * N * 4 bytes per round per worker (the tensor bytes pulled and
  * pushed), summed over workers; MB is 10^6 bytes. The time runs from the
  * moment every worker is connected and has done one warm-up pull to the
- * moment the last one finishes. Large buffers stay on the heap (mallopt, as
- * cmd/dtrain.c does), so the worker processes allocate as dtrain's do.
+ * moment the last one finishes. The allocator is set up as cmd/dtrain.c
+ * sets it, so the worker processes allocate as dtrain's do.
  *
  * Processes, not threads, because that is what a real job looks like: each
  * worker has its own gRPC runtime. They (and the ps tasks started here) are
@@ -43,8 +45,8 @@
  * other than 0 is a failure; one still running then is killed and counted.
  *
  * Output (stdout), one line:
- *   pullpush floats=N rounds=R workers=W ps=P units=U tls=T seconds=S mb_per_s=X
- *     rounds_per_s=Y [ps_exited=K]
+ *   pullpush floats=N rounds=R workers=W ps=P units=U tls=T fuse=F seconds=S
+ *     mb_per_s=X rounds_per_s=Y [ps_exited=K]
  * (U: the variable's slices, 1 when it is not split; K, with --dtrain: the
  * ps tasks that exited by themselves within --ps-exit-secs, the others were
  * killed).
@@ -93,6 +95,7 @@ typedef struct {
     const char *ps_log_dir;      /* started ps i logs to <dir>/ps<i>.log */
     double ps_exit_secs;         /* wait for a started ps to exit after the job */
     const char *tls_dir;         /* make_certs.sh output: mutual TLS; NULL: plaintext */
+    int fuse;                    /* 1: a round is one push that brings the values back */
 } options;
 
 /* One identity's certificate files under --tls-dir, and the security
@@ -109,13 +112,16 @@ static const char usage[] =
     "         [--timeout-secs S] [--partition-min-bytes B]\n"
     "         [--placement greedy|round_robin]\n"
     "         [--dtrain BIN [--ps-log-dir DIR] [--ps-exit-secs S]] [--tls-dir DIR]\n"
+    "         [--fuse 0|1]\n"
     "  Runs W worker processes (default 2) doing R rounds of pull+push of one\n"
     "  variable of N float32 against the ps tasks of FILE: running ones, or\n"
     "  with --dtrain, one `BIN --job ps` per task started here (logs in DIR,\n"
     "  else on stderr; after the job each gets S seconds, default 15, to exit\n"
     "  by itself before it is killed). B > 0 splits the variable across the ps\n"
     "  tasks as a job's partition_min_bytes does (default 0: never split).\n"
-    "  --tls-dir: mutual TLS with scripts/make_certs.sh's files in DIR.\n";
+    "  --tls-dir: mutual TLS with scripts/make_certs.sh's files in DIR.\n"
+    "  --fuse 1: each round is one push whose reply carries the next values\n"
+    "  (fuse_push_pull); 0 (default): a pull, then a push.\n";
 
 static int parse_args(int argc, char **argv, options *o) {
     o->workers = 2;
@@ -160,6 +166,8 @@ static int parse_args(int argc, char **argv, options *o) {
             o->workers = (int)n;
         else if (strcmp(a, "--timeout-secs") == 0 && dt_bench_parse_int(v, 1, 3600, &n) == 0)
             o->timeout_ms = (int)n * 1000;
+        else if (strcmp(a, "--fuse") == 0 && dt_bench_parse_int(v, 0, 1, &n) == 0)
+            o->fuse = (int)n;
         else {
             fprintf(stderr, "bench_pullpush: bad flag or value: %s %s\n%s", a, v, usage);
             return -1;
@@ -267,15 +275,21 @@ static void worker_run(const void *arg, int index, dt_bench_start_fn start, void
     if (rc == 0) rc = dt_ps_client_pull(client, &vars, NULL, 0, &reply, &err);
     if (start(start_ctx, rc == 0) && rc == 0) {
         double t0 = dt_bench_now_secs();
+        int have = o->fuse; /* fused: the warm-up pull brought the first values */
         for (int r = 0; r < o->rounds && rc == 0; r++) {
-            rc = dt_ps_client_pull(client, &vars, NULL, 0, &reply, &err);
+            if (!have) rc = dt_ps_client_pull(client, &vars, NULL, 0, &reply, &err);
             if (rc == 0 && reply.wait)
                 rc = dt_err_set(&err, DT_EPRECOND, "the ps says wait (not an async job?)");
-            if (rc == 0) rc = dt_ps_client_push(client, &grads, reply.global_step, &reply, &err);
+            if (rc == 0 && o->fuse)
+                rc = dt_ps_client_push_pull(client, &grads, reply.global_step, &vars, 0, &reply,
+                                            &err);
+            else if (rc == 0)
+                rc = dt_ps_client_push(client, &grads, reply.global_step, &reply, &err);
             if (rc == 0 && (reply.done || reply.dropped))
                 rc = dt_err_set(&err, DT_EPRECOND, "the ps %s at global_step %lld",
                                 reply.done ? "says the job is done" : "dropped a gradient",
                                 (long long)reply.global_step);
+            have = o->fuse && reply.pulled; /* else the next round pulls */
             if (rc == 0) res->rounds++;
         }
         res->seconds = dt_bench_now_secs() - t0;
@@ -529,7 +543,7 @@ static void print_placement(dt_ps_client *client) {
 }
 
 int main(int argc, char **argv) {
-    dt_bench_tune_allocator();
+    dt_bench_allocate_as_dtrain();
     options o;
     memset(&o, 0, sizeof o);
     if (parse_args(argc, argv, &o) < 0) return 2;
@@ -605,8 +619,9 @@ int main(int argc, char **argv) {
     /* Those still running have told us the job is done: nothing to lose. */
     stop_ps(ps_pids, cluster.num_ps, 0);
 
-    printf("pullpush floats=%lld rounds=%d workers=%d ps=%d units=%d tls=%d", (long long)o.floats,
-           o.rounds, o.workers, cluster.num_ps, units, o.tls_dir ? 1 : 0);
+    printf("pullpush floats=%lld rounds=%d workers=%d ps=%d units=%d tls=%d fuse=%d",
+           (long long)o.floats, o.rounds, o.workers, cluster.num_ps, units, o.tls_dir ? 1 : 0,
+           o.fuse);
     dt_bench_print_rates((double)o.workers * o.rounds, o.floats, seconds);
     if (o.dtrain_bin) printf(" ps_exited=%d", ps_exited);
     printf("\n");

@@ -19,8 +19,8 @@
  * and re-sent (the RPC layer only reads them); every reply is a fresh buffer,
  * as in the ps. The clock runs from the moment every client has warmed up to
  * the moment the last one finishes. Large buffers stay on the heap
- * (mallopt, as cmd/dtrain.c does), so the ceiling and dtrain are measured
- * with the same allocator.
+ * (mallopt): the fresh payload-sized reply of every call is reused, not
+ * mapped and faulted in each time, so the ceiling is measured at its best.
  *
  * Threading: the server's pollers run the handlers; each client owns its
  * channel and buffers; the main thread only starts, times and joins. Client

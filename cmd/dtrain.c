@@ -775,13 +775,21 @@ static int derived_message_cap(const dt_job *job, long long *cap, dt_err *err) {
     return 0;
 }
 
-/* Message buffers are as large as the model (40 MB for 10M floats) and
- * come and go every step. Above glibc's default 32 MB threshold each one is
- * a fresh mmap, page-faulted in and unmapped again; keeping them on the
- * heap lets the allocator reuse the same pages. */
+/* No buffer as large as the model comes and goes per step any more
+ * (messages are read in gRPC's slices and tensors sent from their own
+ * buffers), so large blocks are better mapped: a fixed 1 MiB threshold maps
+ * every one and gives it back when freed. glibc's default threshold grows
+ * with the blocks freed, up to 32 MB, after which such blocks stay on the
+ * heap of the thread that freed them (a ps has one per poller), and a
+ * checkpoint's pulls left hundreds of MB resident; the 1 GiB thresholds
+ * this replaced kept every size ever seen. 8 MiB of free heap top is kept
+ * for the small blocks gRPC's reads come and go in, in one arena: with one
+ * per thread each kept its own (a ps: 20-40 MB free in all), for no speed
+ * measured (bench/README.md). */
 static void tune_allocator(void) {
-    mallopt(M_MMAP_THRESHOLD, 1 << 30);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    mallopt(M_TRIM_THRESHOLD, 8 << 20);
+    mallopt(M_ARENA_MAX, 1);
 }
 
 /* A whole number of N >= 1 from text; -1 when it is not one. */

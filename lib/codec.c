@@ -3,9 +3,10 @@
  *
  * Tensor bytes: encoding writes each tensor's bytes with one
  * pb_encode_string (a memcpy into the output); decoding records where the
- * bytes sit in the input buffer instead of copying them. That relies on the
- * input being a nanopb *buffer* stream, whose state is the read position;
- * dt_codec_decode only ever builds such streams.
+ * bytes sit in the input instead of copying them. The input is a nanopb
+ * stream over the message's pieces (piece_read), whose state is the read
+ * position: a tensor's data field notes that position and steps past its
+ * bytes without reading them.
  *
  * Threading: stateless; safe from any thread.
  */
@@ -23,8 +24,7 @@
 /* Per-call decode context, reachable from every callback. */
 typedef struct {
     dt_err *err;
-    const char *what;           /* "variables", "gradients" */
-    const uint8_t *begin, *end; /* the message: views must lie inside it */
+    const char *what; /* "variables", "gradients" */
 } decode_ctx;
 
 typedef struct {
@@ -32,9 +32,10 @@ typedef struct {
     int index;
 } data_arg;
 
+/* Where a tensor's data field lay in the message. */
 typedef struct {
-    const uint8_t *ptr;
-    size_t len;
+    dt_rpc_span span;
+    const uint8_t *ptr; /* the bytes when they lie in one piece, else NULL */
     const decode_ctx *ctx;
 } bytes_view;
 
@@ -75,38 +76,120 @@ static int host_is_little_endian(void) {
 
 /* ---- encoding ---------------------------------------------------------- */
 
-static bool encode_data(pb_ostream_t *stream, const pb_field_t *field, void *const *arg) {
-    const data_arg *da = *arg;
-    const dt_tensor *t = &da->list->items[da->index];
-    if (!pb_encode_tag_for_field(stream, field)) return false;
-    /* A sizing stream (no callback) copies nothing, so it needs no lock. */
-    int locking = da->list->lock && stream->callback != NULL;
-    if (locking) da->list->lock(da->list->lock_ctx, da->index, 1);
+/* dt_codec_encode_buf's output: the message's own bytes, written in order,
+ * with runs of tensor bytes put between them in *out. */
+typedef struct {
+    uint8_t *own;
+    size_t own_len, own_at;
+    dt_rpc_buf *out;
+    dt_err *err;
+} builder;
+
+static bool builder_write(pb_ostream_t *stream, const pb_byte_t *buf, size_t count) {
+    builder *bd = stream->state;
+    if (count > bd->own_len - bd->own_at) return false;
+    memcpy(bd->own + bd->own_at, buf, count);
+    bd->own_at += count;
+    return true;
+}
+
+/* Whether tensor t of list goes by reference. */
+static int by_ref(const dt_tensor_list *list, const dt_tensor *t) {
+    return list->ref && t->nbytes >= DT_CODEC_REF_MIN_BYTES;
+}
+
+/* The length prefix of a tensor's data, then the data as a run of *out
+ * (dt_codec_encode_buf's writing pass only). */
+static bool encode_data_ref(pb_ostream_t *stream, const data_arg *da, const dt_tensor *t) {
+    builder *bd = stream->state;
+    if (!pb_encode_varint(stream, t->nbytes)) return false;
+    dt_rpc_ref r;
+    if (da->list->ref(da->list->ref_ctx, da->index, &r, bd->err) < 0)
+        PB_RETURN_ERROR(stream, "tensor reference failed");
+    DT_ASSERT(r.len == t->nbytes);
+    if (dt_rpc_buf_add_ref(bd->out, bd->own_at, &r, bd->err) < 0)
+        PB_RETURN_ERROR(stream, "out of memory");
+    /* The bytes are in the message, though not written by this stream. */
+    stream->bytes_written += t->nbytes;
+    return true;
+}
+
+/* Tensor i's data field's value (its tag written): by reference, or copied
+ * under the list's lock. */
+static bool encode_data(pb_ostream_t *stream, const dt_tensor_list *list, int i) {
+    const dt_tensor *t = &list->items[i];
+    data_arg da = {list, i};
+    if (stream->callback == builder_write && by_ref(list, t))
+        return encode_data_ref(stream, &da, t);
+    if (list->lock) list->lock(list->lock_ctx, i, 1);
     bool ok = pb_encode_string(stream, t->data, t->nbytes);
-    if (locking) da->list->lock(da->list->lock_ctx, da->index, 0);
+    if (list->lock) list->lock(list->lock_ctx, i, 0);
     return ok;
 }
 
-static bool encode_tensors(pb_ostream_t *stream, const pb_field_t *field, void *const *arg) {
-    const dt_tensor_list *list = *arg;
+static size_t varint_len(uint64_t v) {
+    size_t n = 1;
+    for (; v >= 0x80; v >>= 7)
+        n++;
+    return n;
+}
+
+/* The length of a Tensor message, written as nanopb would write it (proto3:
+ * default values left out; shape packed), and of its packed shape. */
+static size_t tensor_len(const dt_tensor *t, size_t name_len, size_t *shape_len) {
+    size_t n = 0, sl = 0;
+    for (int d = 0; d < t->ndim; d++)
+        sl += varint_len((uint64_t)t->shape[d]);
+    if (name_len) n += 1 + varint_len(name_len) + name_len;
+    if (t->dtype) n += 1 + varint_len((uint64_t)(int64_t)t->dtype);
+    if (t->ndim) n += 1 + varint_len(sl) + sl;
+    n += 1 + varint_len(t->nbytes) + t->nbytes;
+    *shape_len = sl;
+    return n;
+}
+
+/* The repeated Tensor field, written by hand rather than through nanopb's
+ * submessage encoder, which encodes each tensor twice (to size it, then to
+ * write it) and that again for the message's own sizing: the largest cost
+ * of a small model's push. The bytes are the same (test_wire_format_by_hand
+ * builds them independently): Tensor = name (1) dtype (2) shape (3, packed)
+ * data (4). A sizing stream gets the length alone. */
+static bool write_tensors(pb_ostream_t *stream, const dt_tensor_list *list, uint32_t number) {
     for (int i = 0; i < list->count; i++) {
         const dt_tensor *t = &list->items[i];
-        dtrain_Tensor pt = dtrain_Tensor_init_zero;
         size_t name_len = strnlen(t->name, sizeof t->name);
-        if (name_len >= sizeof pt.name) PB_RETURN_ERROR(stream, "tensor name too long");
-        memcpy(pt.name, t->name, name_len + 1);
-        pt.dtype = (dtrain_DataType)t->dtype;
+        if (name_len >= DT_TENSOR_NAME_MAX) PB_RETURN_ERROR(stream, "tensor name too long");
         if (t->ndim < 0 || t->ndim > DT_TENSOR_MAX_DIMS) PB_RETURN_ERROR(stream, "bad ndim");
-        pt.shape_count = (pb_size_t)t->ndim;
-        for (int d = 0; d < t->ndim; d++)
-            pt.shape[d] = t->shape[d];
-        data_arg da = {list, i};
-        pt.data.funcs.encode = encode_data;
-        pt.data.arg = &da;
-        if (!pb_encode_tag_for_field(stream, field)) return false;
-        if (!pb_encode_submessage(stream, dtrain_Tensor_fields, &pt)) return false;
+        size_t shape_len;
+        size_t len = tensor_len(t, name_len, &shape_len);
+        if (!pb_encode_tag(stream, PB_WT_STRING, number) || !pb_encode_varint(stream, len))
+            return false;
+        if (!stream->callback) {
+            if (!pb_write(stream, NULL, len)) return false;
+            continue;
+        }
+        size_t start = stream->bytes_written;
+        if (name_len && (!pb_encode_tag(stream, PB_WT_STRING, 1) ||
+                         !pb_encode_string(stream, (const pb_byte_t *)t->name, name_len)))
+            return false;
+        if (t->dtype && (!pb_encode_tag(stream, PB_WT_VARINT, 2) ||
+                         !pb_encode_varint(stream, (uint64_t)(int64_t)t->dtype)))
+            return false;
+        if (t->ndim) {
+            if (!pb_encode_tag(stream, PB_WT_STRING, 3) || !pb_encode_varint(stream, shape_len))
+                return false;
+            for (int d = 0; d < t->ndim; d++)
+                if (!pb_encode_varint(stream, (uint64_t)t->shape[d])) return false;
+        }
+        if (!pb_encode_tag(stream, PB_WT_STRING, 4) || !encode_data(stream, list, i)) return false;
+        if (stream->bytes_written - start != len) PB_RETURN_ERROR(stream, "tensor length changed");
     }
     return true;
+}
+
+/* The nanopb callback of a repeated Tensor field. */
+static bool encode_tensors(pb_ostream_t *stream, const pb_field_t *field, void *const *arg) {
+    return write_tensors(stream, *arg, field->tag);
 }
 
 static bool encode_names(pb_ostream_t *stream, const pb_field_t *field, void *const *arg) {
@@ -254,85 +337,186 @@ static const pb_msgdesc_t *descriptor(dt_msg_type type) {
     }
 }
 
+/* The bytes of type's member of pb_any: what zeroing it takes. The union is
+ * as large as its largest member (a StatusResponse, ~20 kB with its
+ * workers' failure texts); zeroing all of it for every small push was the
+ * largest single cost of a tiny model's step. */
+static size_t pb_size(dt_msg_type type) {
+    switch (type) {
+    case DT_MSG_CREATE_REQ: return sizeof(dtrain_CreateRequest);
+    case DT_MSG_CREATE_RESP: return sizeof(dtrain_CreateResponse);
+    case DT_MSG_PULL_REQ: return sizeof(dtrain_PullRequest);
+    case DT_MSG_PULL_RESP: return sizeof(dtrain_PullResponse);
+    case DT_MSG_PUSH_REQ: return sizeof(dtrain_PushRequest);
+    case DT_MSG_PUSH_RESP: return sizeof(dtrain_PushResponse);
+    case DT_MSG_STATUS_REQ: return sizeof(dtrain_StatusRequest);
+    case DT_MSG_STATUS_RESP: return sizeof(dtrain_StatusResponse);
+    case DT_MSG_SHUTDOWN_REQ: return sizeof(dtrain_ShutdownRequest);
+    case DT_MSG_SHUTDOWN_RESP: return sizeof(dtrain_ShutdownResponse);
+    case DT_MSG_HEALTH_REQ: return sizeof(grpc_health_v1_HealthCheckRequest);
+    case DT_MSG_HEALTH_RESP: return sizeof(grpc_health_v1_HealthCheckResponse);
+    default: return sizeof(pb_any);
+    }
+}
+
 static const char *const type_names[DT_MSG_COUNT] = {
     "CreateRequest",   "CreateResponse",   "PullRequest",        "PullResponse",
     "PushRequest",     "PushResponse",     "StatusRequest",      "StatusResponse",
     "ShutdownRequest", "ShutdownResponse", "HealthCheckRequest", "HealthCheckResponse",
 };
 
+/* Each message with more than a field or two, both ways, field by field. */
+static void create_req_to_pb(const dt_msg_create_req *m, dtrain_CreateRequest *out) {
+    set_tensor_encoder(&out->variables, &m->out);
+    out->global_step = m->global_step;
+    out->has_optimizer = true;
+    optim_to_pb(&m->optim, &out->optimizer);
+    out->max_steps = m->max_steps;
+    copy_str(out->model, sizeof out->model, m->model);
+    set_tensor_encoder(&out->slots, &m->slots_out);
+    out->has_schedule = true;
+    schedule_to_pb(&m->schedule, &out->schedule);
+    out->has_consistency = true;
+    consistency_to_pb(&m->consistency, &out->consistency);
+    out->skip_nonfinite = m->skip_nonfinite;
+    out->step_ceiling = m->step_ceiling;
+}
+
+static void create_req_from_pb(const dtrain_CreateRequest *in, dt_msg_create_req *m) {
+    m->global_step = in->global_step;
+    optim_from_pb(&in->optimizer, &m->optim);
+    m->max_steps = in->max_steps;
+    copy_str(m->model, sizeof m->model, in->model);
+    schedule_from_pb(&in->schedule, &m->schedule);
+    consistency_from_pb(&in->consistency, &m->consistency);
+    m->skip_nonfinite = in->skip_nonfinite;
+    m->step_ceiling = in->step_ceiling;
+}
+
+static void pull_req_to_pb(const dt_msg_pull_req *m, dtrain_PullRequest *out,
+                           out_names_arg *names_storage) {
+    names_storage->names = m->out_names;
+    names_storage->count = m->out_count;
+    out->names.funcs.encode = encode_names;
+    out->names.arg = names_storage;
+    out->worker = m->worker;
+    out->include_slots = m->include_slots;
+    out->min_global_step = m->min_global_step;
+    out->seen_step = m->seen_step;
+    decision_to_pb(&m->decision, &out->has_decision, &out->decision);
+}
+
+static void pull_req_from_pb(const dtrain_PullRequest *in, dt_msg_pull_req *m) {
+    m->worker = in->worker;
+    m->include_slots = in->include_slots;
+    m->min_global_step = in->min_global_step;
+    m->seen_step = in->seen_step;
+    decision_from_pb(in->has_decision, &in->decision, &m->decision);
+}
+
+static void pull_resp_to_pb(const dt_msg_pull_resp *m, dtrain_PullResponse *out) {
+    out->incarnation = m->incarnation;
+    out->global_step = m->global_step;
+    out->done = m->done;
+    out->wait = m->wait;
+    decision_to_pb(&m->decided, &out->has_decided, &out->decided);
+    set_tensor_encoder(&out->variables, &m->out);
+    set_tensor_encoder(&out->slots, &m->slots_out);
+}
+
+static void pull_resp_from_pb(const dtrain_PullResponse *in, dt_msg_pull_resp *m) {
+    m->incarnation = in->incarnation;
+    m->global_step = in->global_step;
+    m->done = in->done;
+    m->wait = in->wait;
+    decision_from_pb(in->has_decided, &in->decided, &m->decided);
+}
+
+static void status_resp_to_pb(const dt_msg_status_resp *m, dtrain_StatusResponse *s) {
+    s->incarnation = m->incarnation;
+    s->ready = m->ready;
+    s->global_step = m->global_step;
+    s->max_steps = m->max_steps;
+    s->done = m->done;
+    s->num_variables = m->num_variables;
+    s->num_bytes = m->num_bytes;
+    copy_str(s->model, sizeof s->model, m->model);
+    s->pushes_applied = m->pushes_applied;
+    s->pushes_rejected = m->pushes_rejected;
+    s->pushes_dropped = m->pushes_dropped;
+    int n = m->num_staleness_counts;
+    if (n < 0) n = 0;
+    if (n > DT_STALENESS_BUCKETS) n = DT_STALENESS_BUCKETS;
+    s->staleness_counts_count = (pb_size_t)n;
+    memcpy(s->staleness_counts, m->staleness_counts, sizeof(int64_t) * (size_t)n);
+    s->max_lead = m->max_lead;
+    copy_str(s->mode, sizeof s->mode, m->mode);
+    s->pushes_nonfinite = m->pushes_nonfinite;
+    s->calls_refused = m->calls_refused;
+    s->sync_digest = m->sync_digest;
+    s->steps_per_sec = m->steps_per_sec;
+    s->uptime_ms = m->uptime_ms;
+    int nw = m->num_workers < 0                       ? 0
+             : m->num_workers > DT_STATUS_MAX_WORKERS ? DT_STATUS_MAX_WORKERS
+                                                      : m->num_workers;
+    s->workers_count = (pb_size_t)nw;
+    for (int i = 0; i < nw; i++) {
+        s->workers[i].worker = m->workers[i].worker;
+        s->workers[i].pushes = m->workers[i].pushes;
+        s->workers[i].last_push_ms = m->workers[i].last_push_ms;
+        copy_str(s->workers[i].failure, sizeof s->workers[i].failure, m->workers[i].failure);
+    }
+    copy_str(s->failure, sizeof s->failure, m->failure);
+}
+
+static void status_resp_from_pb(const dtrain_StatusResponse *s, dt_msg_status_resp *m) {
+    m->incarnation = s->incarnation;
+    m->ready = s->ready;
+    m->global_step = s->global_step;
+    m->max_steps = s->max_steps;
+    m->done = s->done;
+    m->num_variables = s->num_variables;
+    m->num_bytes = s->num_bytes;
+    copy_str(m->model, sizeof m->model, s->model);
+    m->pushes_applied = s->pushes_applied;
+    m->pushes_rejected = s->pushes_rejected;
+    m->pushes_dropped = s->pushes_dropped;
+    m->num_staleness_counts = (int)s->staleness_counts_count;
+    memcpy(m->staleness_counts, s->staleness_counts,
+           sizeof(int64_t) * (size_t)s->staleness_counts_count);
+    m->max_lead = s->max_lead;
+    copy_str(m->mode, sizeof m->mode, s->mode);
+    m->pushes_nonfinite = s->pushes_nonfinite;
+    m->calls_refused = s->calls_refused;
+    m->sync_digest = s->sync_digest;
+    m->steps_per_sec = s->steps_per_sec;
+    m->uptime_ms = s->uptime_ms;
+    m->num_workers = (int)s->workers_count;
+    for (pb_size_t i = 0; i < s->workers_count; i++) {
+        m->workers[i].worker = s->workers[i].worker;
+        m->workers[i].pushes = s->workers[i].pushes;
+        m->workers[i].last_push_ms = s->workers[i].last_push_ms;
+        copy_str(m->workers[i].failure, sizeof m->workers[i].failure, s->workers[i].failure);
+    }
+    copy_str(m->failure, sizeof m->failure, s->failure);
+}
+
 /* Fills the nanopb struct from a dtrain message; `names_storage` backs the
  * out-names callback argument for the duration of the encode. */
 static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *names_storage) {
-    memset(pb, 0, sizeof *pb);
+    memset(pb, 0, pb_size(type));
     switch (type) {
-    case DT_MSG_CREATE_REQ: {
-        const dt_msg_create_req *m = msg;
-        set_tensor_encoder(&pb->create_req.variables, &m->out);
-        pb->create_req.global_step = m->global_step;
-        pb->create_req.has_optimizer = true;
-        optim_to_pb(&m->optim, &pb->create_req.optimizer);
-        pb->create_req.max_steps = m->max_steps;
-        copy_str(pb->create_req.model, sizeof pb->create_req.model, m->model);
-        set_tensor_encoder(&pb->create_req.slots, &m->slots_out);
-        pb->create_req.has_schedule = true;
-        schedule_to_pb(&m->schedule, &pb->create_req.schedule);
-        pb->create_req.has_consistency = true;
-        consistency_to_pb(&m->consistency, &pb->create_req.consistency);
-        pb->create_req.skip_nonfinite = m->skip_nonfinite;
-        pb->create_req.step_ceiling = m->step_ceiling;
-        break;
-    }
+    case DT_MSG_CREATE_REQ: create_req_to_pb(msg, &pb->create_req); break;
     case DT_MSG_CREATE_RESP: {
         const dt_msg_create_resp *m = msg;
         pb->create_resp.incarnation = m->incarnation;
         pb->create_resp.global_step = m->global_step;
         break;
     }
-    case DT_MSG_PULL_REQ: {
-        const dt_msg_pull_req *m = msg;
-        names_storage->names = m->out_names;
-        names_storage->count = m->out_count;
-        pb->pull_req.names.funcs.encode = encode_names;
-        pb->pull_req.names.arg = names_storage;
-        pb->pull_req.worker = m->worker;
-        pb->pull_req.include_slots = m->include_slots;
-        pb->pull_req.min_global_step = m->min_global_step;
-        pb->pull_req.seen_step = m->seen_step;
-        decision_to_pb(&m->decision, &pb->pull_req.has_decision, &pb->pull_req.decision);
-        break;
-    }
-    case DT_MSG_PULL_RESP: {
-        const dt_msg_pull_resp *m = msg;
-        pb->pull_resp.incarnation = m->incarnation;
-        pb->pull_resp.global_step = m->global_step;
-        pb->pull_resp.done = m->done;
-        pb->pull_resp.wait = m->wait;
-        decision_to_pb(&m->decided, &pb->pull_resp.has_decided, &pb->pull_resp.decided);
-        set_tensor_encoder(&pb->pull_resp.variables, &m->out);
-        set_tensor_encoder(&pb->pull_resp.slots, &m->slots_out);
-        break;
-    }
-    case DT_MSG_PUSH_REQ: {
-        const dt_msg_push_req *m = msg;
-        pb->push_req.worker = m->worker;
-        pb->push_req.step = m->step;
-        pb->push_req.seen_step = m->seen_step;
-        pb->push_req.pull = m->pull;
-        pb->push_req.min_global_step = m->min_global_step;
-        pb->push_req.push_id = m->push_id;
-        set_tensor_encoder(&pb->push_req.gradients, &m->out);
-        break;
-    }
-    case DT_MSG_PUSH_RESP: {
-        const dt_msg_push_resp *m = msg;
-        pb->push_resp.incarnation = m->incarnation;
-        pb->push_resp.global_step = m->global_step;
-        pb->push_resp.done = m->done;
-        pb->push_resp.dropped = m->dropped;
-        pb->push_resp.wait = m->wait;
-        set_tensor_encoder(&pb->push_resp.variables, &m->out);
-        break;
-    }
+    case DT_MSG_PULL_REQ: pull_req_to_pb(msg, &pb->pull_req, names_storage); break;
+    case DT_MSG_PULL_RESP: pull_resp_to_pb(msg, &pb->pull_resp); break;
+    case DT_MSG_PUSH_REQ: /* by hand: hand_write */
+    case DT_MSG_PUSH_RESP: break;
     case DT_MSG_STATUS_REQ: {
         const dt_msg_status_req *m = msg;
         pb->status_req.worker = m->worker;
@@ -340,45 +524,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         copy_str(pb->status_req.failure, sizeof pb->status_req.failure, m->failure);
         break;
     }
-    case DT_MSG_STATUS_RESP: {
-        const dt_msg_status_resp *m = msg;
-        dtrain_StatusResponse *s = &pb->status_resp;
-        s->incarnation = m->incarnation;
-        s->ready = m->ready;
-        s->global_step = m->global_step;
-        s->max_steps = m->max_steps;
-        s->done = m->done;
-        s->num_variables = m->num_variables;
-        s->num_bytes = m->num_bytes;
-        copy_str(s->model, sizeof s->model, m->model);
-        s->pushes_applied = m->pushes_applied;
-        s->pushes_rejected = m->pushes_rejected;
-        s->pushes_dropped = m->pushes_dropped;
-        int n = m->num_staleness_counts;
-        if (n < 0) n = 0;
-        if (n > DT_STALENESS_BUCKETS) n = DT_STALENESS_BUCKETS;
-        s->staleness_counts_count = (pb_size_t)n;
-        memcpy(s->staleness_counts, m->staleness_counts, sizeof(int64_t) * (size_t)n);
-        s->max_lead = m->max_lead;
-        copy_str(s->mode, sizeof s->mode, m->mode);
-        s->pushes_nonfinite = m->pushes_nonfinite;
-        s->calls_refused = m->calls_refused;
-        s->sync_digest = m->sync_digest;
-        s->steps_per_sec = m->steps_per_sec;
-        s->uptime_ms = m->uptime_ms;
-        int nw = m->num_workers < 0                       ? 0
-                 : m->num_workers > DT_STATUS_MAX_WORKERS ? DT_STATUS_MAX_WORKERS
-                                                          : m->num_workers;
-        s->workers_count = (pb_size_t)nw;
-        for (int i = 0; i < nw; i++) {
-            s->workers[i].worker = m->workers[i].worker;
-            s->workers[i].pushes = m->workers[i].pushes;
-            s->workers[i].last_push_ms = m->workers[i].last_push_ms;
-            copy_str(s->workers[i].failure, sizeof s->workers[i].failure, m->workers[i].failure);
-        }
-        copy_str(s->failure, sizeof s->failure, m->failure);
-        break;
-    }
+    case DT_MSG_STATUS_RESP: status_resp_to_pb(msg, &pb->status_resp); break;
     case DT_MSG_SHUTDOWN_REQ: {
         const dt_msg_shutdown_req *m = msg;
         copy_str(pb->shutdown_req.reason, sizeof pb->shutdown_req.reason, m->reason);
@@ -399,17 +545,178 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
     }
 }
 
-int64_t dt_codec_size(dt_msg_type type, const void *msg, dt_err *err) {
+/* ---- the push messages, by hand ---------------------------------------- */
+
+/* PushRequest and PushResponse, a step's messages, are written and read
+ * without nanopb's field iteration: a table of their scalar fields (each
+ * with a 1-byte tag: numbers below 16) and the number of their Tensor
+ * field. The bytes are nanopb's (proto3: a field at its default is left
+ * out; fields in number order), and reading follows nanopb's rules (any
+ * order, the last value wins, unknown fields skipped, "wrong wire type",
+ * "integer too large" for an int32 that is not one). */
+typedef enum { HAND_INT32, HAND_INT64, HAND_BOOL, HAND_FIXED64 } hand_kind;
+
+typedef struct {
+    uint32_t number;
+    hand_kind kind;
+    size_t offset; /* in the dt_msg_* struct */
+} hand_field;
+
+typedef struct {
+    const hand_field *fields;
+    int count;
+    uint32_t tensors;  /* the repeated Tensor field's number */
+    size_t out_offset; /* dt_tensor_list in the struct */
+    size_t in_offset;  /* dt_tensor_views in the struct */
+    const char *what;  /* the tensors, in errors */
+} hand_msg;
+
+static const hand_field push_req_fields[] = {
+    {1, HAND_INT32, offsetof(dt_msg_push_req, worker)},
+    {2, HAND_INT64, offsetof(dt_msg_push_req, step)},
+    {4, HAND_INT64, offsetof(dt_msg_push_req, seen_step)},
+    {5, HAND_BOOL, offsetof(dt_msg_push_req, pull)},
+    {6, HAND_INT64, offsetof(dt_msg_push_req, min_global_step)},
+    {7, HAND_FIXED64, offsetof(dt_msg_push_req, push_id)},
+};
+static const hand_field push_resp_fields[] = {
+    {1, HAND_FIXED64, offsetof(dt_msg_push_resp, incarnation)},
+    {2, HAND_INT64, offsetof(dt_msg_push_resp, global_step)},
+    {3, HAND_BOOL, offsetof(dt_msg_push_resp, done)},
+    {4, HAND_BOOL, offsetof(dt_msg_push_resp, dropped)},
+    {6, HAND_BOOL, offsetof(dt_msg_push_resp, wait)},
+};
+static const hand_msg hand_push_req = {
+    push_req_fields, 6, 3, offsetof(dt_msg_push_req, out), offsetof(dt_msg_push_req, in),
+    "gradients"};
+static const hand_msg hand_push_resp = {
+    push_resp_fields, 5, 5, offsetof(dt_msg_push_resp, out), offsetof(dt_msg_push_resp, in),
+    "variables"};
+
+static const hand_msg *hand_of(dt_msg_type type) {
+    if (type == DT_MSG_PUSH_REQ) return &hand_push_req;
+    if (type == DT_MSG_PUSH_RESP) return &hand_push_resp;
+    return NULL;
+}
+
+/* Field f of msg as its wire value (a varint's, or the fixed64's bits). */
+static uint64_t hand_value(const hand_field *f, const void *msg) {
+    const char *at = (const char *)msg + f->offset;
+    switch (f->kind) {
+    case HAND_INT32: return (uint64_t)(int64_t) * (const int32_t *)at;
+    case HAND_INT64: return (uint64_t) * (const int64_t *)at;
+    case HAND_BOOL: return *(const bool *)at ? 1 : 0;
+    default: return *(const uint64_t *)at;
+    }
+}
+
+/* Writes msg by hand; a sizing stream (no callback) only counts. */
+static bool hand_write(pb_ostream_t *stream, const hand_msg *h, const void *msg) {
+    const dt_tensor_list *out = (const dt_tensor_list *)((const char *)msg + h->out_offset);
+    int tensors_done = 0;
+    for (int i = 0; i < h->count; i++) {
+        const hand_field *f = &h->fields[i];
+        if (!tensors_done && f->number > h->tensors) {
+            if (!write_tensors(stream, out, h->tensors)) return false;
+            tensors_done = 1;
+        }
+        uint64_t v = hand_value(f, msg);
+        if (v == 0) continue; /* proto3: the default is not sent */
+        if (f->kind == HAND_FIXED64) {
+            if (!pb_encode_tag(stream, PB_WT_64BIT, f->number) || !pb_encode_fixed64(stream, &v))
+                return false;
+        } else if (!pb_encode_tag(stream, PB_WT_VARINT, f->number) ||
+                   !pb_encode_varint(stream, v)) {
+            return false;
+        }
+    }
+    return tensors_done || write_tensors(stream, out, h->tensors);
+}
+
+/* Reads field f's value into msg. */
+static bool hand_read_field(pb_istream_t *stream, pb_wire_type_t wt, const hand_field *f,
+                            void *msg) {
+    char *at = (char *)msg + f->offset;
+    uint64_t v;
+    if (f->kind == HAND_FIXED64) {
+        if (wt != PB_WT_64BIT) PB_RETURN_ERROR(stream, "wrong wire type");
+        return pb_decode_fixed64(stream, at);
+    }
+    if (wt != PB_WT_VARINT) PB_RETURN_ERROR(stream, "wrong wire type");
+    if (f->kind == HAND_BOOL) return pb_decode_bool(stream, (bool *)at);
+    if (!pb_decode_varint(stream, &v)) return false;
+    if (f->kind == HAND_INT64) {
+        *(int64_t *)at = (int64_t)v;
+        return true;
+    }
+    int32_t clamped = (int32_t)v;
+    if ((int64_t)clamped != (int64_t)v) PB_RETURN_ERROR(stream, "integer too large");
+    *(int32_t *)at = clamped;
+    return true;
+}
+
+static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **arg);
+
+/* Reads msg by hand from stream (views into the message's pieces). */
+static bool hand_read(pb_istream_t *stream, const hand_msg *h, void *msg, decode_ctx *ctx) {
+    views_arg va = {ctx, (dt_tensor_views *)((char *)msg + h->in_offset)};
+    va.views->count = 0;
+    void *arg = &va;
+    while (stream->bytes_left > 0) {
+        pb_wire_type_t wt;
+        uint32_t tag;
+        bool eof;
+        if (!pb_decode_tag(stream, &wt, &tag, &eof)) return false;
+        if (tag == h->tensors) {
+            pb_istream_t sub;
+            if (wt != PB_WT_STRING) PB_RETURN_ERROR(stream, "wrong wire type");
+            if (!pb_make_string_substream(stream, &sub)) return false;
+            if (!decode_tensor(&sub, NULL, &arg)) {
+                /* The tensor's own error is in ctx->err; a substream error
+                 * in its stream. */
+                if (ctx->err->code == DT_OK) PB_RETURN_ERROR(stream, PB_GET_ERROR(&sub));
+                return false;
+            }
+            if (!pb_close_string_substream(stream, &sub)) return false;
+            continue;
+        }
+        const hand_field *f = NULL;
+        for (int i = 0; i < h->count && !f; i++)
+            if (h->fields[i].number == tag) f = &h->fields[i];
+        if (f ? !hand_read_field(stream, wt, f, msg) : !pb_skip_field(stream, wt)) return false;
+    }
+    return true;
+}
+
+/* msg as nanopb's struct in *pb (names backs a pull request's names) and
+ * its encoded size; a negative code for an unknown type or a message that
+ * cannot be sized. */
+static int sized_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *names,
+                    size_t *size, dt_err *err) {
     const pb_msgdesc_t *fields = descriptor(type);
     if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
+    to_pb(type, msg, pb, names);
+    *size = 0;
+    if (!pb_get_encoded_size(size, fields, pb))
+        return dt_err_set(err, DT_EINVAL, "codec: %s: cannot size: invalid message",
+                          type_names[type]);
+    return 0;
+}
+
+int64_t dt_codec_size(dt_msg_type type, const void *msg, dt_err *err) {
+    const hand_msg *h = hand_of(type);
+    if (h) {
+        pb_ostream_t sizing = PB_OSTREAM_SIZING;
+        if (!hand_write(&sizing, h, msg))
+            return dt_err_set(err, DT_EINVAL, "codec: %s: cannot size: %s", type_names[type],
+                              PB_GET_ERROR(&sizing));
+        return (int64_t)sizing.bytes_written;
+    }
     pb_any pb;
     out_names_arg names;
-    to_pb(type, msg, &pb, &names);
-    size_t size = 0;
-    if (!pb_get_encoded_size(&size, fields, &pb))
-        return dt_err_set(err, DT_EINVAL, "codec: %s: cannot size: %s", type_names[type],
-                          "invalid message");
-    return (int64_t)size;
+    size_t size;
+    int rc = sized_pb(type, msg, &pb, &names, &size, err);
+    return rc < 0 ? rc : (int64_t)size;
 }
 
 int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len, dt_err *err) {
@@ -418,9 +725,10 @@ int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len,
     if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
     pb_any pb;
     out_names_arg names;
-    to_pb(type, msg, &pb, &names);
+    const hand_msg *h = hand_of(type);
+    if (!h) to_pb(type, msg, &pb, &names);
     pb_ostream_t stream = pb_ostream_from_buffer(buf, len);
-    if (!pb_encode(&stream, fields, &pb))
+    if (h ? !hand_write(&stream, h, msg) : !pb_encode(&stream, fields, &pb))
         return dt_err_set(err, DT_EINVAL, "codec: %s: encode: %s", type_names[type],
                           PB_GET_ERROR(&stream));
     if (stream.bytes_written != len)
@@ -429,24 +737,195 @@ int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len,
     return 0;
 }
 
-/* ---- decoding ---------------------------------------------------------- */
-
-static bool decode_data(pb_istream_t *stream, const pb_field_t *field, void **arg) {
-    (void)field;
-    bytes_view *bv = *arg;
-    bv->ptr = (const uint8_t *)stream->state; /* buffer stream: state is the read position */
-    bv->len = stream->bytes_left;
-    /* Sent with another wire type (fixed32, say), the bytes arrive through
-     * a copy on nanopb's stack, not the message: refuse, never keep a view. */
-    if (bv->ptr < bv->ctx->begin || bv->ptr > bv->ctx->end ||
-        bv->len > (size_t)(bv->ctx->end - bv->ptr)) {
-        dt_err_set(bv->ctx->err, DT_EINVAL, "%s: tensor data must be a length-delimited field",
-                   bv->ctx->what);
-        return false;
+/* The tensor lists msg encodes. */
+static int lists_of(dt_msg_type type, const void *msg, const dt_tensor_list *lists[2]) {
+    switch (type) {
+    case DT_MSG_CREATE_REQ:
+        lists[0] = &((const dt_msg_create_req *)msg)->out;
+        lists[1] = &((const dt_msg_create_req *)msg)->slots_out;
+        return 2;
+    case DT_MSG_PULL_RESP:
+        lists[0] = &((const dt_msg_pull_resp *)msg)->out;
+        lists[1] = &((const dt_msg_pull_resp *)msg)->slots_out;
+        return 2;
+    case DT_MSG_PUSH_REQ: lists[0] = &((const dt_msg_push_req *)msg)->out; return 1;
+    case DT_MSG_PUSH_RESP: lists[0] = &((const dt_msg_push_resp *)msg)->out; return 1;
+    default: return 0;
     }
-    return pb_read(stream, NULL, stream->bytes_left);
 }
 
+int dt_codec_encode_buf(dt_msg_type type, const void *msg, dt_rpc_buf *out, dt_err *err) {
+    DT_ASSERT(host_is_little_endian());
+    memset(out, 0, sizeof *out);
+    pb_any pb;
+    out_names_arg names;
+    size_t size;
+    const hand_msg *h = hand_of(type);
+    int rc = 0;
+    if (h) {
+        int64_t n = dt_codec_size(type, msg, err);
+        if (n < 0) return (int)n;
+        size = (size_t)n;
+    } else if ((rc = sized_pb(type, msg, &pb, &names, &size, err)) < 0) {
+        return rc;
+    }
+    /* The bytes sent in place are not the message's own. */
+    const dt_tensor_list *lists[2];
+    size_t refs = 0;
+    for (int l = lists_of(type, msg, lists) - 1; l >= 0; l--)
+        for (int i = 0; i < lists[l]->count; i++)
+            if (by_ref(lists[l], &lists[l]->items[i])) refs += lists[l]->items[i].nbytes;
+    DT_ASSERT(refs <= size);
+    size_t own_len = size - refs;
+    if ((rc = dt_rpc_buf_alloc(out, own_len, err)) < 0) return rc;
+    dt_err local;
+    dt_err_clear(&local);
+    builder bd = {out->data, own_len, 0, out, &local};
+    pb_ostream_t stream = {.callback = builder_write, .state = &bd, .max_size = size};
+    if (h ? !hand_write(&stream, h, msg) : !pb_encode(&stream, descriptor(type), &pb))
+        rc = local.code != DT_OK
+                 ? dt_err_set(err, local.code, "codec: %s: encode: %s", type_names[type], local.msg)
+                 : dt_err_set(err, DT_EINVAL, "codec: %s: encode: %s", type_names[type],
+                              PB_GET_ERROR(&stream));
+    else if (stream.bytes_written != size || bd.own_at != own_len)
+        rc = dt_err_set(err, DT_EINTERNAL, "codec: %s: encoded %zu bytes (%zu own), sized %zu",
+                        type_names[type], stream.bytes_written, bd.own_at, size);
+    if (rc < 0) dt_rpc_buf_release(out);
+    return rc;
+}
+
+/* ---- decoding ---------------------------------------------------------- */
+
+/* The read position in a message in pieces: a nanopb input stream. */
+typedef struct {
+    const dt_rpc_piece *piece, *end;
+    size_t offset; /* into *piece */
+} piece_pos;
+
+/* Moves pos past used-up (or empty) pieces. */
+static void pos_settle(piece_pos *pos) {
+    while (pos->piece != pos->end && pos->offset >= pos->piece->len) {
+        pos->piece++;
+        pos->offset = 0;
+    }
+}
+
+/* Moves pos count bytes on, copying them to buf unless it is NULL. nanopb
+ * checked that the message holds them. */
+static bool piece_read(pb_istream_t *stream, pb_byte_t *buf, size_t count) {
+    piece_pos *pos = stream->state;
+    while (count > 0) {
+        pos_settle(pos);
+        if (pos->piece == pos->end) return false;
+        size_t n = pos->piece->len - pos->offset;
+        if (n > count) n = count;
+        if (buf) {
+            memcpy(buf, pos->piece->data + pos->offset, n);
+            buf += n;
+        }
+        pos->offset += n;
+        count -= n;
+    }
+    return true;
+}
+
+/* A tensor's data field (its length read: stream is the substream of its
+ * bytes): where they lie, stepped past without reading them. */
+static bool decode_data(pb_istream_t *stream, bytes_view *bv) {
+    piece_pos *pos = stream->state;
+    size_t len = stream->bytes_left;
+    if (len > 0) pos_settle(pos);
+    bv->span.piece = pos->piece;
+    bv->span.offset = pos->offset;
+    bv->span.len = len;
+    bv->ptr =
+        len > 0 && pos->piece->len - pos->offset >= len ? pos->piece->data + pos->offset : NULL;
+    if (!piece_read(stream, NULL, len)) return false;
+    stream->bytes_left = 0;
+    return true;
+}
+
+/* What a Tensor message said, before it is checked. */
+typedef struct {
+    char name[DT_TENSOR_NAME_MAX];
+    size_t name_len; /* as on the wire; 0: none came */
+    int64_t dtype;
+    int64_t shape[DT_TENSOR_MAX_DIMS];
+    int ndim;
+    bytes_view data;
+} tensor_fields;
+
+/* Reads one field of a Tensor message into tf; an error names the field
+ * (why), or is nanopb's. The rules are protobuf's, as nanopb applies them:
+ * fields in any order, the last of a repeated scalar wins, shape packed or
+ * not, unknown fields skipped. */
+static bool decode_tensor_field(pb_istream_t *stream, pb_wire_type_t wt, uint32_t tag,
+                                tensor_fields *tf, const char **why) {
+    uint64_t v;
+    pb_istream_t sub;
+    switch (tag) {
+    case 1: { /* name */
+        uint32_t n;
+        if (wt != PB_WT_STRING) PB_RETURN_ERROR(stream, "wrong wire type");
+        if (!pb_decode_varint32(stream, &n)) return false;
+        if (n >= DT_TENSOR_NAME_MAX) {
+            *why = "name longer than 127 bytes";
+            return false;
+        }
+        if (!pb_read(stream, (pb_byte_t *)tf->name, n)) return false;
+        tf->name[n] = '\0';
+        tf->name_len = n;
+        return true;
+    }
+    case 2: /* dtype: an enum, an int32 varint */
+        if (wt != PB_WT_VARINT) PB_RETURN_ERROR(stream, "wrong wire type");
+        if (!pb_decode_varint(stream, &v)) return false;
+        tf->dtype = (int32_t)v;
+        return true;
+    case 3: /* shape: packed, or one value per occurrence */
+        if (wt == PB_WT_VARINT) {
+            if (tf->ndim == DT_TENSOR_MAX_DIMS) break;
+            if (!pb_decode_varint(stream, &v)) return false;
+            tf->shape[tf->ndim++] = (int64_t)v;
+            return true;
+        }
+        if (wt != PB_WT_STRING) PB_RETURN_ERROR(stream, "wrong wire type");
+        if (!pb_make_string_substream(stream, &sub)) return false;
+        while (sub.bytes_left > 0) {
+            if (tf->ndim == DT_TENSOR_MAX_DIMS) break;
+            if (!pb_decode_varint(&sub, &v)) return false;
+            tf->shape[tf->ndim++] = (int64_t)v;
+        }
+        if (sub.bytes_left > 0) break;
+        return pb_close_string_substream(stream, &sub);
+    case 4: /* data: its place in the message, never a copy */
+        /* Sent with another wire type (fixed32, say), or inside a Tensor
+         * that itself was, the bytes would come through a copy on nanopb's
+         * stack, not the message: refuse, never keep a view. */
+        if (wt != PB_WT_STRING || stream->callback != piece_read) {
+            *why = "tensor data must be a length-delimited field";
+            return false;
+        }
+        if (!pb_make_string_substream(stream, &sub)) return false;
+        if (!decode_data(&sub, &tf->data)) return false;
+        return pb_close_string_substream(stream, &sub);
+    default: return pb_skip_field(stream, wt);
+    }
+    *why = "shape has more than 4 dimensions";
+    return false;
+}
+
+/* 1 when s is 1 to 127 bytes of printable ASCII: a name dt_text_check_name
+ * accepts, known without its UTF-8 walk (every name a dtrain job makes). */
+static int printable_ascii(const char *s, size_t len) {
+    if (len == 0 || len >= DT_TENSOR_NAME_MAX) return 0;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e) return 0;
+    return 1;
+}
+
+/* The repeated Tensor field, read by hand (see encode_tensors): one
+ * tensor, checked, into the next view. */
 static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **arg) {
     (void)field;
     views_arg *va = *arg;
@@ -455,50 +934,60 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
         dt_err_set(va->ctx->err, DT_EINVAL, "%s: more than %d tensors", va->ctx->what, views->cap);
         return false;
     }
-    dtrain_Tensor pt = dtrain_Tensor_init_zero;
-    bytes_view bv = {NULL, 0, va->ctx};
-    pt.data.funcs.decode = decode_data;
-    pt.data.arg = &bv;
-    /* nanopb keeps a fixed-size name as a C string, which hides a NUL sent
-     * inside it ("w\0x" would read as "w"). Prefill with a byte no decoded
-     * name leaves after its terminator, decode without re-initializing, and
-     * the last NUL then marks the length that was on the wire. */
-    memset(pt.name, 0xFF, sizeof pt.name);
-    if (!pb_decode_ex(stream, dtrain_Tensor_fields, &pt, PB_DECODE_NOINIT)) {
-        /* Say which tensor, in the words of this schema's limits. */
-        const char *why = PB_GET_ERROR(stream);
-        if (strcmp(why, "string overflow") == 0) why = "name longer than 127 bytes";
-        if (strcmp(why, "array overflow") == 0) why = "shape has more than 4 dimensions";
-        dt_err_set(va->ctx->err, DT_EINVAL, "%s[%d]: %s", va->ctx->what, views->count, why);
-        return false;
+    tensor_fields tf;
+    tf.name_len = 0;
+    tf.name[0] = '\0';
+    tf.dtype = 0;
+    tf.ndim = 0;
+    tf.data = (bytes_view){{NULL, 0, 0}, NULL, va->ctx};
+    while (stream->bytes_left > 0) {
+        pb_wire_type_t wt;
+        uint32_t tag;
+        bool eof;
+        const char *why = NULL;
+        if (!pb_decode_tag(stream, &wt, &tag, &eof) ||
+            !decode_tensor_field(stream, wt, tag, &tf, &why)) {
+            if (!why) why = PB_GET_ERROR(stream);
+            dt_err_set(va->ctx->err, DT_EINVAL, "%s[%d]: %s", va->ctx->what, views->count, why);
+            return false;
+        }
     }
-
-    size_t name_len = sizeof pt.name;
-    while (name_len > 0 && pt.name[name_len - 1] != '\0')
-        name_len--;
-    name_len = name_len ? name_len - 1 : 0; /* no terminator: the field never came */
-    if (name_len == 0) pt.name[0] = '\0';
-    char what[64];
-    snprintf(what, sizeof what, "%s[%d]", va->ctx->what, views->count);
-    if (dt_text_check_name(pt.name, name_len, DT_TENSOR_NAME_MAX - 1, what, va->ctx->err) < 0)
-        return false;
+    if (!printable_ascii(tf.name, tf.name_len) &&
+        dt_text_check_name(tf.name, tf.name_len, DT_TENSOR_NAME_MAX - 1, "", NULL) < 0) {
+        /* Formatted only when it fails: it costs more than the check. */
+        char what[64];
+        snprintf(what, sizeof what, "%s[%d]", va->ctx->what, views->count);
+        return dt_text_check_name(tf.name, tf.name_len, DT_TENSOR_NAME_MAX - 1, what,
+                                  va->ctx->err) == 0;
+    }
     dt_tensor *t = &views->items[views->count];
-    memset(t, 0, sizeof *t);
-    copy_str(t->name, sizeof t->name, pt.name);
-    t->dtype = (int)pt.dtype;
-    t->ndim = (int)pt.shape_count;
+    memcpy(t->name, tf.name, tf.name_len + 1);
+    t->dtype = (int)tf.dtype;
+    t->ndim = tf.ndim;
+    memset(t->shape, 0, sizeof t->shape);
     for (int d = 0; d < t->ndim; d++)
-        t->shape[d] = pt.shape[d];
+        t->shape[d] = tf.shape[d];
+    t->data = NULL;
+    t->nbytes = 0;
     if (dt_tensor_check_spec(t, va->ctx->err) < 0) {
         dt_err_wrap(va->ctx->err, DT_EINVAL, "%s[%d]", va->ctx->what, views->count);
         return false;
     }
-    if (bv.len != t->nbytes) {
+    const bytes_view *bv = &tf.data;
+    if (bv->span.len != t->nbytes) {
         dt_err_set(va->ctx->err, DT_EINVAL, "%s[%d] %s: %zu data bytes, shape needs %zu",
-                   va->ctx->what, views->count, t->name, bv.len, t->nbytes);
+                   va->ctx->what, views->count, t->name, bv->span.len, t->nbytes);
         return false;
     }
-    t->data = (void *)bv.ptr;
+    if (!bv->ptr && !views->spans) {
+        dt_err_set(va->ctx->err, DT_EINTERNAL,
+                   "%s[%d] %s: its bytes cross pieces of the message and the caller gave no "
+                   "span storage",
+                   va->ctx->what, views->count, t->name);
+        return false;
+    }
+    t->data = (void *)bv->ptr;
+    if (views->spans) views->spans[views->count] = bv->span;
     views->count++;
     return true;
 }
@@ -538,61 +1027,17 @@ static void set_tensor_decoder(pb_callback_t *cb, views_arg *va, dt_tensor_views
 
 static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
     switch (type) {
-    case DT_MSG_CREATE_REQ: {
-        dt_msg_create_req *m = msg;
-        m->global_step = pb->create_req.global_step;
-        optim_from_pb(&pb->create_req.optimizer, &m->optim);
-        m->max_steps = pb->create_req.max_steps;
-        copy_str(m->model, sizeof m->model, pb->create_req.model);
-        schedule_from_pb(&pb->create_req.schedule, &m->schedule);
-        consistency_from_pb(&pb->create_req.consistency, &m->consistency);
-        m->skip_nonfinite = pb->create_req.skip_nonfinite;
-        m->step_ceiling = pb->create_req.step_ceiling;
-        break;
-    }
+    case DT_MSG_CREATE_REQ: create_req_from_pb(&pb->create_req, msg); break;
     case DT_MSG_CREATE_RESP: {
         dt_msg_create_resp *m = msg;
         m->incarnation = pb->create_resp.incarnation;
         m->global_step = pb->create_resp.global_step;
         break;
     }
-    case DT_MSG_PULL_REQ: {
-        dt_msg_pull_req *m = msg;
-        m->worker = pb->pull_req.worker;
-        m->include_slots = pb->pull_req.include_slots;
-        m->min_global_step = pb->pull_req.min_global_step;
-        m->seen_step = pb->pull_req.seen_step;
-        decision_from_pb(pb->pull_req.has_decision, &pb->pull_req.decision, &m->decision);
-        break;
-    }
-    case DT_MSG_PULL_RESP: {
-        dt_msg_pull_resp *m = msg;
-        m->incarnation = pb->pull_resp.incarnation;
-        m->global_step = pb->pull_resp.global_step;
-        m->done = pb->pull_resp.done;
-        m->wait = pb->pull_resp.wait;
-        decision_from_pb(pb->pull_resp.has_decided, &pb->pull_resp.decided, &m->decided);
-        break;
-    }
-    case DT_MSG_PUSH_REQ: {
-        dt_msg_push_req *m = msg;
-        m->worker = pb->push_req.worker;
-        m->step = pb->push_req.step;
-        m->seen_step = pb->push_req.seen_step;
-        m->pull = pb->push_req.pull;
-        m->min_global_step = pb->push_req.min_global_step;
-        m->push_id = pb->push_req.push_id;
-        break;
-    }
-    case DT_MSG_PUSH_RESP: {
-        dt_msg_push_resp *m = msg;
-        m->incarnation = pb->push_resp.incarnation;
-        m->global_step = pb->push_resp.global_step;
-        m->done = pb->push_resp.done;
-        m->dropped = pb->push_resp.dropped;
-        m->wait = pb->push_resp.wait;
-        break;
-    }
+    case DT_MSG_PULL_REQ: pull_req_from_pb(&pb->pull_req, msg); break;
+    case DT_MSG_PULL_RESP: pull_resp_from_pb(&pb->pull_resp, msg); break;
+    case DT_MSG_PUSH_REQ: /* by hand: hand_read */
+    case DT_MSG_PUSH_RESP: break;
     case DT_MSG_STATUS_REQ: {
         dt_msg_status_req *m = msg;
         m->worker = pb->status_req.worker;
@@ -600,40 +1045,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         copy_str(m->failure, sizeof m->failure, pb->status_req.failure);
         break;
     }
-    case DT_MSG_STATUS_RESP: {
-        dt_msg_status_resp *m = msg;
-        const dtrain_StatusResponse *s = &pb->status_resp;
-        m->incarnation = s->incarnation;
-        m->ready = s->ready;
-        m->global_step = s->global_step;
-        m->max_steps = s->max_steps;
-        m->done = s->done;
-        m->num_variables = s->num_variables;
-        m->num_bytes = s->num_bytes;
-        copy_str(m->model, sizeof m->model, s->model);
-        m->pushes_applied = s->pushes_applied;
-        m->pushes_rejected = s->pushes_rejected;
-        m->pushes_dropped = s->pushes_dropped;
-        m->num_staleness_counts = (int)s->staleness_counts_count;
-        memcpy(m->staleness_counts, s->staleness_counts,
-               sizeof(int64_t) * (size_t)s->staleness_counts_count);
-        m->max_lead = s->max_lead;
-        copy_str(m->mode, sizeof m->mode, s->mode);
-        m->pushes_nonfinite = s->pushes_nonfinite;
-        m->calls_refused = s->calls_refused;
-        m->sync_digest = s->sync_digest;
-        m->steps_per_sec = s->steps_per_sec;
-        m->uptime_ms = s->uptime_ms;
-        m->num_workers = (int)s->workers_count;
-        for (pb_size_t i = 0; i < s->workers_count; i++) {
-            m->workers[i].worker = s->workers[i].worker;
-            m->workers[i].pushes = s->workers[i].pushes;
-            m->workers[i].last_push_ms = s->workers[i].last_push_ms;
-            copy_str(m->workers[i].failure, sizeof m->workers[i].failure, s->workers[i].failure);
-        }
-        copy_str(m->failure, sizeof m->failure, s->failure);
-        break;
-    }
+    case DT_MSG_STATUS_RESP: status_resp_from_pb(&pb->status_resp, msg); break;
     case DT_MSG_SHUTDOWN_REQ: {
         dt_msg_shutdown_req *m = msg;
         copy_str(m->reason, sizeof m->reason, pb->shutdown_req.reason);
@@ -684,46 +1096,42 @@ static int check_values(dt_msg_type type, const pb_any *pb, dt_err *err) {
     return rc;
 }
 
-int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg, dt_err *err) {
+/* Decodes the message in pieces[0..n) into msg. */
+static int decode_pieces(dt_msg_type type, const dt_rpc_piece *pieces, int n, size_t len, void *msg,
+                         dt_err *err) {
     const pb_msgdesc_t *fields = descriptor(type);
     if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
-    /* An empty message (every field at its default) arrives as NULL, 0:
-     * bounds below are computed from a real address, as C requires. */
-    static const uint8_t empty[1];
-    if (!buf) {
-        if (len) return dt_err_set(err, DT_EINTERNAL, "codec: NULL buffer of %zu bytes", len);
-        buf = empty;
-    }
     dt_err local;
     dt_err_clear(&local);
-    decode_ctx ctx = {&local, "tensors", buf, buf + len};
-    decode_ctx slots_ctx = {&local, "slots", buf, buf + len};
+    piece_pos pos = {pieces, pieces + n, 0};
+    pb_istream_t stream = {.callback = piece_read, .state = &pos, .bytes_left = len};
+    const hand_msg *h = hand_of(type);
+    if (h) {
+        decode_ctx hctx = {&local, h->what};
+        if (hand_read(&stream, h, msg, &hctx)) return 0;
+        if (local.code != DT_OK)
+            return dt_err_set(err, local.code, "%s: %s", type_names[type], local.msg);
+        return dt_err_set(err, DT_EINVAL, "%s: malformed message: %s", type_names[type],
+                          PB_GET_ERROR(&stream));
+    }
+    decode_ctx ctx = {&local, "tensors"};
+    decode_ctx slots_ctx = {&local, "slots"};
     views_arg va, sa;
     names_arg na;
     pb_any pb;
-    memset(&pb, 0, sizeof pb);
+    memset(&pb, 0, pb_size(type));
     switch (type) {
     case DT_MSG_CREATE_REQ:
         ctx.what = "variables";
         set_tensor_decoder(&pb.create_req.variables, &va, &((dt_msg_create_req *)msg)->in, &ctx);
-        slots_ctx.what = "slots";
         set_tensor_decoder(&pb.create_req.slots, &sa, &((dt_msg_create_req *)msg)->slots_in,
                            &slots_ctx);
         break;
     case DT_MSG_PULL_RESP:
         ctx.what = "variables";
         set_tensor_decoder(&pb.pull_resp.variables, &va, &((dt_msg_pull_resp *)msg)->in, &ctx);
-        slots_ctx.what = "slots";
         set_tensor_decoder(&pb.pull_resp.slots, &sa, &((dt_msg_pull_resp *)msg)->slots_in,
                            &slots_ctx);
-        break;
-    case DT_MSG_PUSH_REQ:
-        ctx.what = "gradients";
-        set_tensor_decoder(&pb.push_req.gradients, &va, &((dt_msg_push_req *)msg)->in, &ctx);
-        break;
-    case DT_MSG_PUSH_RESP:
-        ctx.what = "variables";
-        set_tensor_decoder(&pb.push_resp.variables, &va, &((dt_msg_push_resp *)msg)->in, &ctx);
         break;
     case DT_MSG_PULL_REQ: {
         dt_msg_pull_req *m = msg;
@@ -736,7 +1144,6 @@ int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
     }
     default: break;
     }
-    pb_istream_t stream = pb_istream_from_buffer(buf, len);
     if (!pb_decode(&stream, fields, &pb)) {
         if (local.code != DT_OK)
             return dt_err_set(err, local.code, "%s: %s", type_names[type], local.msg);
@@ -747,6 +1154,36 @@ int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
     if (rc < 0) return rc;
     from_pb(type, &pb, msg);
     return 0;
+}
+
+int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg, dt_err *err) {
+    if (!buf && len) return dt_err_set(err, DT_EINTERNAL, "codec: NULL buffer of %zu bytes", len);
+    dt_rpc_piece one = {buf, len};
+    return decode_pieces(type, &one, len ? 1 : 0, len, msg, err);
+}
+
+int dt_codec_decode_buf(dt_msg_type type, const dt_rpc_buf *b, void *msg, dt_err *err) {
+    dt_rpc_piece one;
+    const dt_rpc_piece *pieces;
+    int n = dt_rpc_buf_pieces(b, &one, &pieces);
+    return decode_pieces(type, pieces, n, b->len, msg, err);
+}
+
+void dt_codec_view_copy(const dt_tensor_views *views, int i, void *dst) {
+    const dt_tensor *t = &views->items[i];
+    if (t->data)
+        memcpy(dst, t->data, t->nbytes);
+    else
+        dt_rpc_span_copy(&views->spans[i], dst);
+}
+
+void dt_codec_view_reader(const dt_tensor_views *views, int i, dt_rpc_reader *r) {
+    const dt_tensor *t = &views->items[i];
+    size_t elem = dt_dtype_size(t->dtype);
+    if (t->data)
+        dt_rpc_reader_init_flat(r, t->data, t->nbytes, elem);
+    else
+        dt_rpc_reader_init(r, &views->spans[i], elem);
 }
 
 const char *dt_codec_method(dt_msg_type request_type) {

@@ -7,11 +7,15 @@
  *
  * Tensor payloads are never walked per element:
  *  - encoding copies each tensor's bytes once, straight into the output;
- *  - decoding yields *views*: dt_tensor.data points into the message bytes
- *    (valid while they live; possibly unaligned). Decoding allocates nothing:
- *    tensors land in caller-provided storage.
- * Every decoded field is validated (dtype, shape, byte count, name) before the
- * caller sees it.
+ *  - decoding yields *views* and allocates nothing: tensors land in
+ *    caller-provided storage, and a tensor's bytes stay where they are in
+ *    the message (valid while it lives; possibly unaligned). A received
+ *    message may be in pieces (dt_rpc_buf): a tensor within one piece gets
+ *    dt_tensor.data pointing at its bytes; one that crosses pieces gets
+ *    data NULL, and views->spans[i] says where its bytes lie. Either way
+ *    dt_codec_view_copy and dt_codec_view_reader read them.
+ * The message is decoded in one pass, and every decoded field is validated
+ * (dtype, shape, byte count, name) before the caller sees it.
  */
 #ifndef DT_CODEC_H
 #define DT_CODEC_H
@@ -22,6 +26,7 @@
 
 #include "err.h"
 #include "optim.h"
+#include "rpc_common.h"
 #include "tensor.h"
 
 #define DT_MSG_MODEL_MAX 256
@@ -32,19 +37,36 @@
 
 /* Encoding side: a borrowed list of tensors. When lock is set, it is called
  * with acquire=1 before items[i].data is copied and acquire=0 after, so a
- * variable can be read under its own lock. */
+ * variable can be read under its own lock. When ref is set,
+ * dt_codec_encode_buf sends the bytes of every tensor of at least
+ * DT_CODEC_REF_MIN_BYTES without copying them: ref(ref_ctx, i, &r) gives
+ * the run to send (items[i].nbytes bytes, and its release; see dt_rpc_ref)
+ * or fails with a negative code and err set; lock is then not called for
+ * that tensor. */
 typedef struct {
     const dt_tensor *items; /* (count) borrowed */
     int count;
     void (*lock)(void *ctx, int index, int acquire);
     void *lock_ctx;
+    int (*ref)(void *ctx, int index, dt_rpc_ref *out, dt_err *err);
+    void *ref_ctx;
 } dt_tensor_list;
+
+/* Tensors smaller than this are copied into the message even from a list
+ * with a ref hook: a copy of a few kB costs less than a slice of its own. */
+#define DT_CODEC_REF_MIN_BYTES (32 * 1024)
 
 /* Decoding side: caller storage for up to cap views. */
 typedef struct {
-    dt_tensor *items; /* (cap) caller-owned; data fields become views */
+    dt_tensor *items; /* (cap) caller-owned; data: a view of the bytes when they
+                         lie in one piece of the message, else NULL */
     int count;
     int cap;
+    /* (cap) caller-owned: where each tensor's bytes lie in the message. May
+     * be NULL when the message is in one run (then every data is a view);
+     * decoding a message in pieces without it fails when a tensor crosses
+     * pieces. */
+    dt_rpc_span *spans;
 } dt_tensor_views;
 
 /* Decoding side: caller storage for up to cap names. */
@@ -268,12 +290,27 @@ int64_t dt_codec_size(dt_msg_type type, const void *msg, dt_err *err);
 /* Encodes msg into buf, which must hold exactly dt_codec_size bytes. */
 int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len,
                     dt_err *err) DT_WARN_UNUSED;
+/* Sizes msg and encodes it into a new buffer *out to send: the tensors of
+ * lists with a ref hook (of DT_CODEC_REF_MIN_BYTES or more) as runs sent in
+ * place, the rest copied. On failure *out is empty and every run taken so
+ * far released. */
+int dt_codec_encode_buf(dt_msg_type type, const void *msg, dt_rpc_buf *out,
+                        dt_err *err) DT_WARN_UNUSED;
 
 /* Decodes len bytes into msg. The caller zeroes msg and sets up the `in` /
  * `names` storage first. Tensor views point into buf. On error msg's
  * contents are unspecified and err says which field was wrong. */
 int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg,
                     dt_err *err) DT_WARN_UNUSED;
+/* The same for a message in one run or in pieces (as received); views
+ * point into b's bytes, so b must outlive them. */
+int dt_codec_decode_buf(dt_msg_type type, const dt_rpc_buf *b, void *msg,
+                        dt_err *err) DT_WARN_UNUSED;
+
+/* Copies decoded tensor i's bytes (items[i].nbytes of them) to dst. */
+void dt_codec_view_copy(const dt_tensor_views *views, int i, void *dst);
+/* A reader of decoded tensor i's bytes in elements of its dtype. */
+void dt_codec_view_reader(const dt_tensor_views *views, int i, dt_rpc_reader *r);
 
 /* The service's method paths on the wire (proto/dtrain.proto's
  * ParameterServer), the one place they are spelled: the ps's method table

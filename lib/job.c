@@ -163,6 +163,7 @@ static const field fields[] = {
     INT_FIELD("summary_steps", summary_steps, 1),
     INT_FIELD("log_steps", log_steps, 1),
     {.name = "fuse_push_pull", .type = F_BOOL, AT(fuse_push_pull)},
+    {.name = "pipeline_push", .type = F_BOOL, AT(pipeline_push)},
     INT_FIELD("ready_wait_secs", ready_wait_secs, 1),
     INT_FIELD("rpc_timeout_secs", rpc_timeout_secs, 1),
     /* At most a day: the ps counts it in milliseconds, in an int. */
@@ -587,6 +588,7 @@ void dt_job_defaults(dt_job *job) {
     job->summary_steps = 10;
     job->log_steps = 100;
     job->fuse_push_pull = 1;
+    job->pipeline_push = 0;
     job->ready_wait_secs = 120;
     job->rpc_timeout_secs = 10;
     job->ps_linger_secs = 10;

@@ -52,6 +52,8 @@ typedef struct {
     int log_steps;        /* progress line every this many local steps, >= 1 */
     int fuse_push_pull;   /* 1: a push also returns the next step's variables (one round
                              trip per step); 0: Pull then Push */
+    int pipeline_push;    /* 1: the next gradient is computed while the push is in
+                             flight (one more step stale); not in sync mode */
     int ready_wait_secs;  /* how long a worker waits for the model to be ready */
     int rpc_timeout_secs; /* deadline of one RPC */
 

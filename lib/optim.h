@@ -75,9 +75,12 @@ float dt_optim_slot_init(const dt_optim_config *cfg, int i);
 
 /*
  * Applies one update to w (n floats) from gradient g with learning rate lr
- * (already scheduled by the caller; cfg->learning_rate is not read). `t` is
- * the 1-based count of updates to this variable including this one. slots has
- * dt_optim_num_slots arrays. The rules are TF's training ops:
+ * (already scheduled by the caller; cfg->learning_rate is not read). g is n
+ * float32 values at any alignment (a received message's bytes are read in
+ * place). `t` is the 1-based count of updates to this variable including
+ * this one. slots has dt_optim_num_slots arrays. Element i depends only on
+ * element i, so applying a variable in runs (w + k, slots + k, g + k) gives
+ * the same bits as in one call. The rules are TF's training ops:
  *   sgd       w -= lr*g
  *   momentum  a = mu*a + g; w -= lr*a   (nesterov: w -= lr*g + lr*mu*a)
  *   adagrad   a += g^2; w -= lr*g / (sqrt(a) + eps)   (ApplyAdagradV2)
@@ -94,7 +97,13 @@ float dt_optim_slot_init(const dt_optim_config *cfg, int i);
  *             z and n; it is stored so pulls read it without the slots.
  */
 void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, float *const *slots,
-                    const float *g, int64_t n);
+                    const void *g, int64_t n);
+/* The same update with the new values written to `out` (n floats) instead
+ * of over w: the same bits. out is w, or does not overlap it; slots are
+ * updated in place either way. (A ps writes a variable elsewhere while a
+ * message being sent still reads its current values.) */
+void dt_optim_apply_to(const dt_optim_config *cfg, double lr, int64_t t, const float *w, float *out,
+                       float *const *slots, const void *g, int64_t n);
 
 /*
  * The lazy update of rows of a sparse variable: rows[k] is row k's record,

@@ -39,6 +39,7 @@
 #include "codec.h"
 #include "job.h" /* DT_PATH_MAX: log_dir comes from the job */
 #include "log.h"
+#include "memstat.h"
 #include "optim.h"
 #include "rpc_client.h"
 #include "rpc_server.h"
@@ -59,11 +60,28 @@ typedef struct {
 #define DEFAULT_LINGER_MS 10000
 #define RATE_SAMPLES 11 /* one a second: Status's steps/s is over the last 10 s */
 
+/* One buffer of a variable's values, or a snapshot of a slot being sent.
+ * refs counts the ps's own reference (a variable's current or spare
+ * buffer) and one per message being sent from it (dt_rpc_ref); at zero it
+ * is freed, so a message may outlive the ps's use of it. A buffer some
+ * message reads never changes: the next update of its variable writes
+ * elsewhere (see writable). */
+typedef struct {
+    atomic_int refs;
+    size_t nbytes;
+    float *data; /* values: (nbytes / 4) floats */
+    _Alignas(64) float values[];
+} var_buf;
+
 typedef struct {
     pthread_mutex_t mu;
-    int64_t updates;                  /* applied to this variable, for Adam's t */
-    float *slots[DT_OPTIM_MAX_SLOTS]; /* views into dt_ps.slots */
-    float *scratch;                   /* aligned copy of an unaligned gradient */
+    int64_t updates;                       /* applied to this variable, for Adam's t */
+    float *slots[DT_OPTIM_MAX_SLOTS];      /* slot_buf[s]->data (slots.items' too) */
+    var_buf *slot_buf[DT_OPTIM_MAX_SLOTS]; /* updated in place: a checkpoint's pull
+                                              sending one holds updates back */
+    var_buf *cur;                          /* the values (vars.items[k].data points in it) */
+    var_buf *spare;                        /* the values before, kept for the next update to
+                                              write into once no message reads them; or NULL */
 } ps_var;
 
 struct dt_ps {
@@ -297,11 +315,112 @@ static int check_caller(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker, cons
                       peer->name, (int)worker);
 }
 
+/* Replies carry large variables as runs of their buffers (no copy; see
+ * ref_var), small ones copied under the variable's lock. */
 static int encode_reply(dt_msg_type type, const void *msg, dt_rpc_buf *reply, dt_err *err) {
-    int64_t size = dt_codec_size(type, msg, err);
-    if (size < 0) return (int)size;
-    if (dt_rpc_buf_alloc(reply, (size_t)size, err) < 0) return err ? err->code : DT_ENOMEM;
-    return dt_codec_encode(type, msg, reply->data, reply->len, err);
+    return dt_codec_encode_buf(type, msg, reply, err);
+}
+
+/* ---- variable buffers ------------------------------------------------------ */
+
+static var_buf *var_buf_new(size_t nbytes) {
+    /* The values follow the header, 64-byte aligned like the header itself
+     * (sizeof rounds up to the values' alignment). */
+    size_t total = sizeof(var_buf) + (nbytes + 63) / 64 * 64;
+    var_buf *b = dt_aligned_alloc(64, total);
+    if (!b) return NULL;
+    atomic_init(&b->refs, 1);
+    b->nbytes = nbytes;
+    b->data = b->values;
+    return b;
+}
+
+/* Drops one reference (the release of a run in a sent message, from any
+ * thread, or the ps's own). */
+static void var_buf_unref(void *arg) {
+    var_buf *b = arg;
+    if (b && atomic_fetch_sub(&b->refs, 1) == 1) free(b);
+}
+
+/* Whether a message being sent reads b (more references than the ps's). */
+static int var_buf_read(var_buf *b) {
+    return atomic_load(&b->refs) > 1;
+}
+
+#define WRITABLE_WAIT_MS 10000
+
+/* Where the next values of variable k go (its lock held): its current
+ * buffer when no message reads it, else the spare once no message reads
+ * that, else a new buffer, which becomes the spare's place. Without memory
+ * for one it waits for the messages to be sent (the update cannot fail
+ * halfway through a push), then as a last resort writes in place. */
+static var_buf *writable(dt_ps *ps, int k) {
+    ps_var *pv = &ps->pv[k];
+    if (!var_buf_read(pv->cur)) return pv->cur;
+    if (pv->spare && !var_buf_read(pv->spare)) {
+        var_buf *to = pv->spare;
+        pv->spare = NULL;
+        return to;
+    }
+    var_buf *to = var_buf_new(pv->cur->nbytes);
+    if (to) {
+        var_buf_unref(pv->spare); /* freed once its messages are sent */
+        pv->spare = NULL;
+        return to;
+    }
+    for (int ms = 0; var_buf_read(pv->cur) && ms < WRITABLE_WAIT_MS; ms++)
+        nanosleep(&(struct timespec){0, 1000000L}, NULL);
+    if (var_buf_read(pv->cur))
+        dt_log(DT_LOG_WARN, "%s: %s: no memory for new values, updated in place under a reply",
+               ps->name, ps->vars.items[k].name);
+    return pv->cur;
+}
+
+#define SLOT_WAIT_MS 250
+
+/* Whether a message being sent reads one of pv's slots. */
+static int slots_read(ps_var *pv, int nslots) {
+    for (int s = 0; s < nslots; s++)
+        if (var_buf_read(pv->slot_buf[s])) return 1;
+    return 0;
+}
+
+/* Makes variable k's slots safe to update in place (its lock held): while
+ * a message being sent reads one (a checkpoint's pull), waits for it to be
+ * sent, letting go of the lock meanwhile (so the rest of that pull can be
+ * made), for up to SLOT_WAIT_MS; past that the slot is copied and the copy
+ * updated instead (a slow reader costs memory, not time). */
+static void slots_writable(dt_ps *ps, int k) {
+    ps_var *pv = &ps->pv[k];
+    int nslots = dt_optim_num_slots(&ps->optim);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (slots_read(pv, nslots) && ms_since(&t0) < SLOT_WAIT_MS) {
+        pthread_mutex_unlock(&pv->mu);
+        nanosleep(&(struct timespec){0, 200000L}, NULL);
+        pthread_mutex_lock(&pv->mu);
+    }
+    for (int s = 0; s < nslots; s++) {
+        var_buf *old = pv->slot_buf[s];
+        var_buf *copy = var_buf_read(old) ? var_buf_new(old->nbytes) : NULL;
+        if (!copy) continue; /* not read; or no memory: in place after all */
+        memcpy(copy->data, old->data, old->nbytes);
+        pv->slot_buf[s] = copy;
+        pv->slots[s] = copy->data;
+        ps->slots.items[k * nslots + s].data = copy->data;
+        var_buf_unref(old); /* freed once sent */
+    }
+}
+
+/* Makes `to` variable k's current buffer after an update wrote it (its
+ * lock held); the old one becomes the spare. */
+static void make_current(dt_ps *ps, int k, var_buf *to) {
+    ps_var *pv = &ps->pv[k];
+    if (to == pv->cur) return;
+    DT_ASSERT(!pv->spare);
+    pv->spare = pv->cur;
+    pv->cur = to;
+    ps->vars.items[k].data = to->data;
 }
 
 static void lock_var(void *ctx, int index, int acquire) {
@@ -312,14 +431,39 @@ static void lock_var(void *ctx, int index, int acquire) {
         pthread_mutex_unlock(&ps->pv[index].mu);
 }
 
+/* The dt_tensor_list ref hook of variables: the current buffer, sent in
+ * place; an update meanwhile writes elsewhere. */
+static int ref_var(void *ctx, int index, dt_rpc_ref *out, dt_err *err) {
+    (void)err;
+    dt_ps *ps = ctx;
+    ps_var *pv = &ps->pv[index];
+    pthread_mutex_lock(&pv->mu);
+    var_buf *b = pv->cur;
+    atomic_fetch_add(&b->refs, 1);
+    pthread_mutex_unlock(&pv->mu);
+    *out = (dt_rpc_ref){b->data, b->nbytes, var_buf_unref, b};
+    return 0;
+}
+
+/* A named subset of the variables: items are copies of their views, and
+ * index maps a position back to its variable. */
 typedef struct {
     dt_ps *ps;
+    dt_tensor *items;
     int index[DT_MODEL_PULL_NAMES_MAX];
 } subset_lock;
 
+/* Under the variable's lock the copy's data is its current buffer again:
+ * an update since the copy may have moved it. */
 static void lock_subset_var(void *ctx, int index, int acquire) {
     subset_lock *sl = ctx;
     lock_var(sl->ps, sl->index[index], acquire);
+    if (acquire) sl->items[index].data = sl->ps->vars.items[sl->index[index]].data;
+}
+
+static int ref_subset_var(void *ctx, int index, dt_rpc_ref *out, dt_err *err) {
+    subset_lock *sl = ctx;
+    return ref_var(sl->ps, sl->index[index], out, err);
 }
 
 /* Slot k belongs to variable k / num_slots: read it under that lock. */
@@ -328,11 +472,31 @@ static void lock_slot(void *ctx, int index, int acquire) {
     lock_var(ps, index / dt_optim_num_slots(&ps->optim), acquire);
 }
 
+/* The ref hook of slots (only the chief's checkpoint pull asks for them):
+ * the slot's own buffer, sent in place, no copy. Slots are updated in
+ * place, so an update of the variable waits until the message is sent
+ * (slots_writable). */
+static int ref_slot(void *ctx, int index, dt_rpc_ref *out, dt_err *err) {
+    (void)err;
+    dt_ps *ps = ctx;
+    int nslots = dt_optim_num_slots(&ps->optim);
+    ps_var *pv = &ps->pv[index / nslots];
+    pthread_mutex_lock(&pv->mu);
+    var_buf *b = pv->slot_buf[index % nslots];
+    atomic_fetch_add(&b->refs, 1);
+    pthread_mutex_unlock(&pv->mu);
+    *out = (dt_rpc_ref){b->data, b->nbytes, var_buf_unref, b};
+    return 0;
+}
+
 static void free_model(dt_ps *ps) {
     if (ps->pv) {
         for (int i = 0; i < ps->vars.count; i++) {
             pthread_mutex_destroy(&ps->pv[i].mu);
-            free(ps->pv[i].scratch);
+            var_buf_unref(ps->pv[i].cur); /* a buffer a message reads lives on */
+            var_buf_unref(ps->pv[i].spare);
+            for (int s = 0; s < DT_OPTIM_MAX_SLOTS; s++)
+                var_buf_unref(ps->pv[i].slot_buf[s]);
         }
         free(ps->pv);
         ps->pv = NULL;
@@ -353,7 +517,14 @@ static void free_model(dt_ps *ps) {
 /* Builds the variable and slot stores from validated views; ps->optim set. */
 static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
     int rc;
-    if ((rc = dt_tensors_init(&ps->vars, in->items, in->count, err)) < 0) return rc;
+    /* The variables' specs; their values live in var_bufs (below). */
+    ps->vars.items = dt_calloc(in->count ? (size_t)in->count : 1, sizeof *ps->vars.items);
+    if (!ps->vars.items) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
+    ps->vars.count = in->count;
+    for (int i = 0; i < in->count; i++) {
+        ps->vars.items[i] = in->items[i];
+        ps->vars.items[i].data = NULL;
+    }
     if (ps->consistency.mode == DT_MODE_SYNC &&
         (rc = dt_tensors_init(&ps->acc, in->items, in->count, err)) < 0)
         return rc;
@@ -365,14 +536,14 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
         if (!ps->hold || !ps->held)
             return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
     }
+    /* The slots' specs, "<variable>/<slot>"; their values live in var_bufs
+     * too (below), which a checkpoint's pull sends in place. */
     int nslots = dt_optim_num_slots(&ps->optim);
-    dt_tensor slot_specs[DT_OPTIM_MAX_SLOTS * 64];
-    dt_tensor *specs = slot_specs;
     int nspecs = in->count * nslots;
-    if (nspecs > (int)(sizeof slot_specs / sizeof slot_specs[0])) {
-        specs = dt_calloc((size_t)nspecs, sizeof *specs);
-        if (!specs) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
-    }
+    dt_tensor *specs = dt_calloc(nspecs ? (size_t)nspecs : 1, sizeof *specs);
+    if (!specs) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
+    ps->slots.items = specs;
+    ps->slots.count = nspecs;
     for (int i = 0; i < in->count; i++)
         for (int s = 0; s < nslots; s++) {
             dt_tensor *sp = &specs[i * nslots + s];
@@ -386,29 +557,28 @@ static int build_model(dt_ps *ps, const dt_tensor_views *in, dt_err *err) {
             sp->name[n] = '/';
             memcpy(sp->name + n + 1, slot, m + 1);
         }
-    rc = dt_tensors_init(&ps->slots, specs, nspecs, err);
-    if (specs != slot_specs) free(specs);
-    if (rc < 0) return rc;
 
     ps->pv = dt_calloc(in->count ? (size_t)in->count : 1, sizeof *ps->pv);
     if (!ps->pv) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
     ps->num_bytes = 0;
     for (int i = 0; i < in->count; i++) {
         dt_tensor *v = &ps->vars.items[i];
-        memcpy(v->data, in->items[i].data, v->nbytes);
-        ps->num_bytes += (int64_t)v->nbytes;
         pthread_mutex_init(&ps->pv[i].mu, NULL);
-        /* Made now so applying a push never fails halfway for memory. */
-        ps->pv[i].scratch = dt_malloc(v->nbytes ? v->nbytes : 1);
-        if (!ps->pv[i].scratch)
+        if (!(ps->pv[i].cur = var_buf_new(v->nbytes)))
             return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
+        v->data = ps->pv[i].cur->data;
+        dt_codec_view_copy(in, i, v->data);
+        ps->num_bytes += (int64_t)v->nbytes;
         int64_t n = dt_tensor_numel(v);
         for (int s = 0; s < nslots; s++) {
-            float *slot = ps->slots.items[i * nslots + s].data;
+            var_buf *b = var_buf_new(v->nbytes);
+            if (!b) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
+            ps->pv[i].slot_buf[s] = b;
             float init = dt_optim_slot_init(&ps->optim, s);
             for (int64_t k = 0; k < n; k++)
-                slot[k] = init;
-            ps->pv[i].slots[s] = slot;
+                b->data[k] = init;
+            ps->pv[i].slots[s] = b->data;
+            ps->slots.items[i * nslots + s].data = b->data;
         }
     }
     return 0;
@@ -428,7 +598,7 @@ static int restore_slots(dt_ps *ps, const dt_tensor_views *given, dt_err *err) {
                               "%s: create: slot %s: dtype or shape differs from its "
                               "variable's",
                               ps->name, g->name);
-        memcpy(slot->data, g->data, slot->nbytes);
+        dt_codec_view_copy(given, i, slot->data);
     }
     return 0;
 }
@@ -495,17 +665,19 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     enum { MAX_CREATE = 4096 };
     dt_msg_create_req *req = dt_calloc(1, sizeof *req);
     dt_tensor *views = dt_calloc(MAX_CREATE, sizeof *views);
+    dt_rpc_span *spans = dt_calloc(MAX_CREATE, sizeof *spans);
     int rc = 0;
-    if (!req || !views) {
+    if (!req || !views || !spans) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
         goto fail;
     }
     req->in.items = views;
+    req->in.spans = spans;
     req->in.cap = MAX_CREATE / 2;
     req->slots_in.items = views + MAX_CREATE / 2;
+    req->slots_in.spans = spans + MAX_CREATE / 2;
     req->slots_in.cap = MAX_CREATE / 2;
-    if ((rc = dt_codec_decode(DT_MSG_CREATE_REQ, request->data, request->len, req, err)) < 0)
-        goto fail;
+    if ((rc = dt_codec_decode_buf(DT_MSG_CREATE_REQ, request, req, err)) < 0) goto fail;
     if ((rc = check_failed(ps, 0, "create", err)) < 0) goto fail;
     if ((rc = check_create(ps, req, err)) < 0) goto fail;
 
@@ -557,6 +729,7 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     dt_msg_create_resp resp = {ps->incarnation, req->global_step};
     rc = encode_reply(DT_MSG_CREATE_RESP, &resp, reply, err);
 fail:
+    free(spans);
     free(views);
     free(req);
     return rc;
@@ -601,7 +774,7 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     char names[DT_MODEL_PULL_NAMES_MAX][DT_TENSOR_NAME_MAX];
     req.names.items = names;
     req.names.cap = DT_MODEL_PULL_NAMES_MAX;
-    int rc = dt_codec_decode(DT_MSG_PULL_REQ, request->data, request->len, &req, err);
+    int rc = dt_codec_decode_buf(DT_MSG_PULL_REQ, request, &req, err);
     if (rc < 0) return rc;
     if ((rc = check_caller(ps, peer, req.worker, "pull", err)) < 0) return rc;
     if ((rc = check_failed(ps, req.worker, "pull", err)) < 0) return rc;
@@ -615,11 +788,13 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     dt_msg_pull_resp resp;
     memset(&resp, 0, sizeof resp);
     dt_tensor subset[DT_MODEL_PULL_NAMES_MAX];
-    subset_lock lock_ctx = {ps, {0}};
+    subset_lock lock_ctx = {ps, subset, {0}};
     resp.out.items = ps->vars.items;
     resp.out.count = ps->vars.count;
     resp.out.lock = lock_var;
     resp.out.lock_ctx = ps;
+    resp.out.ref = ref_var;
+    resp.out.ref_ctx = ps;
     if (req.names.count > 0) {
         /* A named subset: copies of the chosen variables' views; the lock
          * callback maps subset positions back to variable indexes. */
@@ -644,6 +819,8 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
         resp.out.count = req.names.count;
         resp.out.lock = lock_subset_var;
         resp.out.lock_ctx = &lock_ctx;
+        resp.out.ref = ref_subset_var;
+        resp.out.ref_ctx = &lock_ctx;
     }
     if (ps->sync_role == SYNC_FOLLOWER && req.decision.has &&
         (rc = follow_decision(ps, &req.decision, err)) < 0)
@@ -659,6 +836,8 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
         resp.slots_out.count = ps->slots.count;
         resp.slots_out.lock = lock_slot;
         resp.slots_out.lock_ctx = ps;
+        resp.slots_out.ref = ref_slot;
+        resp.slots_out.ref_ctx = ps;
     }
     resp.incarnation = ps->incarnation;
     resp.global_step = atomic_load(&ps->global_step);
@@ -678,9 +857,34 @@ out:
 
 /* ---- Push -------------------------------------------------------------- */
 
+/* The first element of n float32 values at any alignment that is a NaN or
+ * an Inf (exponent all ones), or n. Vectorized in blocks as the optimizer's
+ * rules are (optim.c): every finite push is read to the end. */
+static size_t first_nonfinite(const uint8_t *g, size_t n) {
+    enum { BLOCK = 8 };
+    size_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK) {
+        uint32_t bad = 0;
+        for (int k = 0; k < BLOCK; k++) {
+            uint32_t bits;
+            memcpy(&bits, g + 4 * (i + k), sizeof bits);
+            bad |= (bits & 0x7f800000u) == 0x7f800000u;
+        }
+        if (bad) break;
+    }
+    for (; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, g + 4 * i, sizeof bits);
+        if ((bits & 0x7f800000u) == 0x7f800000u) return i;
+    }
+    return n;
+}
+
 /* Checks every gradient of a push against the variables held; index[i]
  * gets gradient i's variable. A NaN or Inf is DT_EINVAL with *nonfinite
- * set, so the caller can skip it instead when configured to. */
+ * set, so the caller can skip it instead when configured to. The values
+ * are read where they are in the message, as the update reads them next:
+ * this pass comes first so that a bad push changes nothing. */
 static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, int *nonfinite,
                       dt_err *err) {
     *nonfinite = 0;
@@ -704,17 +908,18 @@ static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, int *
                 return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s given twice", ps->name,
                                   g->name);
         index[i] = k;
-        /* Bytes on the wire may be unaligned for floats: check via memcpy. */
-        const uint8_t *p = g->data;
-        int64_t n = dt_tensor_numel(g);
-        for (int64_t e = 0; e < n; e++) {
-            float x;
-            memcpy(&x, p + 4 * e, 4);
-            if (!isfinite(x)) {
+        dt_rpc_reader r;
+        dt_codec_view_reader(grads, i, &r);
+        size_t at = 0, n;
+        const uint8_t *run;
+        while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+            size_t bad = first_nonfinite(run, n);
+            if (bad < n) {
                 *nonfinite = 1;
-                return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s[%lld] is not finite",
-                                  ps->name, g->name, (long long)e);
+                return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s[%zu] is not finite",
+                                  ps->name, g->name, at + bad);
             }
+            at += n;
         }
     }
     /* One push is one step of every variable here: a partial one (or an
@@ -723,15 +928,6 @@ static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, int *
         return dt_err_set(err, DT_EINVAL, "%s: push: %d gradients, the ps holds %d variables",
                           ps->name, grads->count, ps->vars.count);
     return 0;
-}
-
-/* A gradient as aligned floats: in place when the message allows it, else
- * copied once into the variable's scratch buffer. Called with the
- * variable's lock held. */
-static const float *aligned_grad(ps_var *pv, const dt_tensor *v, const dt_tensor *g) {
-    if (((uintptr_t)g->data & 3u) == 0) return g->data;
-    memcpy(pv->scratch, g->data, v->nbytes);
-    return pv->scratch;
 }
 
 /* How many steps behind `applied_at` a gradient computed at step `from`
@@ -761,19 +957,41 @@ static int reserve_step(dt_ps *ps, int64_t *step_after) {
     return 0;
 }
 
-/* async and bounded: apply each gradient at once, under its variable's lock.
- * Cannot fail: the unaligned-gradient scratch buffers were made at Create. */
+/* One update of variable k (its lock held) from the gradient that grads'
+ * reader r reads, straight from the message: run by run (the pieces the
+ * message came in), each run's variable, slots and gradient elements
+ * together. The rules are element-wise, so the bits are those of one call. */
+static void apply_runs(dt_ps *ps, int k, double lr, dt_rpc_reader *r) {
+    ps_var *pv = &ps->pv[k];
+    slots_writable(ps, k);
+    const float *w = pv->cur->data;
+    var_buf *to = writable(ps, k);
+    int nslots = dt_optim_num_slots(&ps->optim);
+    pv->updates++;
+    size_t at = 0, n;
+    const uint8_t *run;
+    while ((run = dt_rpc_reader_next(r, &n)) != NULL) {
+        float *slots[DT_OPTIM_MAX_SLOTS];
+        for (int s = 0; s < nslots; s++)
+            slots[s] = pv->slots[s] + at;
+        dt_optim_apply_to(&ps->optim, lr, pv->updates, w + at, to->data + at, slots, run,
+                          (int64_t)n);
+        at += n;
+    }
+    make_current(ps, k, to);
+}
+
+/* async and bounded: apply each gradient at once, under its variable's
+ * lock. Cannot fail. */
 static void apply_now(dt_ps *ps, const dt_tensor_views *grads, const int *index, int64_t step) {
     double lr = dt_lr_at(&ps->schedule, ps->optim.learning_rate, step);
     for (int i = 0; i < grads->count; i++) {
         int k = index[i];
-        ps_var *pv = &ps->pv[k];
-        dt_tensor *v = &ps->vars.items[k];
-        pthread_mutex_lock(&pv->mu);
-        const float *g = aligned_grad(pv, v, &grads->items[i]);
-        pv->updates++;
-        dt_optim_apply(&ps->optim, lr, pv->updates, v->data, pv->slots, g, dt_tensor_numel(v));
-        pthread_mutex_unlock(&pv->mu);
+        dt_rpc_reader r;
+        dt_codec_view_reader(grads, i, &r);
+        pthread_mutex_lock(&ps->pv[k].mu);
+        apply_runs(ps, k, lr, &r);
+        pthread_mutex_unlock(&ps->pv[k].mu);
     }
 }
 
@@ -816,9 +1034,10 @@ static void apply_accumulated(dt_ps *ps) {
         int64_t n = dt_tensor_numel(v);
         for (int64_t e = 0; e < n; e++)
             sum[e] *= scale; /* mean = sum / count */
+        dt_rpc_reader r;
+        dt_rpc_reader_init_flat(&r, sum, v->nbytes, sizeof(float));
         pthread_mutex_lock(&pv->mu);
-        pv->updates++;
-        dt_optim_apply(&ps->optim, lr, pv->updates, v->data, pv->slots, sum, n);
+        apply_runs(ps, k, lr, &r);
         pthread_mutex_unlock(&pv->mu);
         memset(sum, 0, v->nbytes);
     }
@@ -831,13 +1050,17 @@ static void apply_accumulated(dt_ps *ps) {
     ps->acc_step = atomic_fetch_add(&ps->global_step, 1) + 1;
 }
 
-/* Adds n floats from bytes that may be unaligned (a message's) to sum. */
-static void add_floats(float *sum, const void *bytes, int64_t n) {
-    const uint8_t *g = bytes;
-    for (int64_t e = 0; e < n; e++) {
-        float x;
-        memcpy(&x, g + 4 * e, 4);
-        sum[e] += x;
+/* Adds the floats r reads (a message's, at any alignment) to sum. */
+static void add_floats(float *sum, dt_rpc_reader *r) {
+    size_t n;
+    const uint8_t *run;
+    while ((run = dt_rpc_reader_next(r, &n)) != NULL) {
+        for (size_t e = 0; e < n; e++) {
+            float x;
+            memcpy(&x, run + 4 * e, sizeof x);
+            sum[e] += x;
+        }
+        sum += n;
     }
 }
 
@@ -854,7 +1077,7 @@ static int hold_gradient(dt_ps *ps, const dt_msg_push_req *req, const int *index
             return dt_err_wrap(err, rc, "%s: push: holding worker %d's gradient", ps->name, w);
     }
     for (int i = 0; i < req->in.count; i++)
-        memcpy(h->items[index[i]].data, req->in.items[i].data, h->items[index[i]].nbytes);
+        dt_codec_view_copy(&req->in, i, h->items[index[i]].data);
     ps->held[w] = 1;
     return 1;
 }
@@ -882,9 +1105,12 @@ static int follow_decision(dt_ps *ps, const dt_sync_decision *d, dt_err *err) {
         if (member && !ps->held[w]) lost++;
         if (!member && ps->held[w]) dropped++;
         if (!member || !ps->held[w]) continue;
-        for (int k = 0; k < ps->acc.count; k++)
-            add_floats(ps->acc.items[k].data, ps->hold[w].items[k].data,
-                       dt_tensor_numel(&ps->acc.items[k]));
+        for (int k = 0; k < ps->acc.count; k++) {
+            dt_rpc_reader r;
+            dt_rpc_reader_init_flat(&r, ps->hold[w].items[k].data, ps->hold[w].items[k].nbytes,
+                                    sizeof(float));
+            add_floats(ps->acc.items[k].data, &r);
+        }
         ps->acc_from[w] = 1;
         ps->acc_count++;
     }
@@ -916,9 +1142,11 @@ static int accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index, d
         pthread_mutex_unlock(&ps->sync_mu);
         return 0;
     }
-    for (int i = 0; i < req->in.count; i++)
-        add_floats(ps->acc.items[index[i]].data, req->in.items[i].data,
-                   dt_tensor_numel(&req->in.items[i]));
+    for (int i = 0; i < req->in.count; i++) {
+        dt_rpc_reader r;
+        dt_codec_view_reader(&req->in, i, &r);
+        add_floats(ps->acc.items[index[i]].data, &r);
+    }
     if (known) ps->acc_from[w] = 1;
     if (ps->acc_count++ == 0) clock_gettime(CLOCK_MONOTONIC, &ps->acc_first);
     if (ps->acc_count >= ps->consistency.replicas_to_aggregate) apply_accumulated(ps);
@@ -1010,6 +1238,8 @@ static void attach_variables(dt_ps *ps, const dt_msg_push_req *req, dt_msg_push_
     resp->out.count = ps->vars.count;
     resp->out.lock = lock_var;
     resp->out.lock_ctx = ps;
+    resp->out.ref = ref_var;
+    resp->out.ref_ctx = ps;
 }
 
 /* A decoded push from an allowed caller, with model_lock held for reading
@@ -1076,6 +1306,7 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     dt_msg_push_req req;
     memset(&req, 0, sizeof req);
     dt_tensor *views = NULL;
+    dt_rpc_span *spans = NULL;
     int *index = NULL, rc = 0;
     pthread_rwlock_rdlock(&ps->model_lock);
     if (!ps->ready) {
@@ -1090,15 +1321,16 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
      * never a fixed worst case on a poller thread's stack. */
     int cap = ps->vars.count + 1;
     views = dt_calloc((size_t)cap, sizeof *views);
+    spans = dt_calloc((size_t)cap, sizeof *spans);
     index = dt_calloc((size_t)cap, sizeof *index);
-    if (!views || !index) {
+    if (!views || !spans || !index) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: push: out of memory", ps->name);
         goto done;
     }
     req.in.items = views;
+    req.in.spans = spans;
     req.in.cap = cap;
-    if ((rc = dt_codec_decode(DT_MSG_PUSH_REQ, request->data, request->len, &req, err)) < 0)
-        goto done;
+    if ((rc = dt_codec_decode_buf(DT_MSG_PUSH_REQ, request, &req, err)) < 0) goto done;
     if ((rc = check_caller(ps, peer, req.worker, "push", err)) < 0) goto done;
     if ((rc = check_failed(ps, req.worker, "push", err)) < 0) goto done;
     note_push(ps, req.worker);
@@ -1119,6 +1351,7 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
 done:
     pthread_rwlock_unlock(&ps->model_lock);
     free(views);
+    free(spans);
     free(index);
     if (rc < 0) atomic_fetch_add(&ps->pushes_rejected, 1);
     return rc;
@@ -1208,7 +1441,7 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     dt_ps *ps = ctx;
     dt_msg_status_req req;
     memset(&req, 0, sizeof req);
-    int rc = dt_codec_decode(DT_MSG_STATUS_REQ, request->data, request->len, &req, err);
+    int rc = dt_codec_decode_buf(DT_MSG_STATUS_REQ, request, &req, err);
     if (rc < 0) return rc;
     if (req.done_seen && (rc = note_done_seen(ps, peer, req.worker, err)) < 0) return rc;
     if (req.failure[0] && (rc = note_failed_worker(ps, peer, req.worker, req.failure, err)) < 0)
@@ -1254,7 +1487,7 @@ static int handle_shutdown(void *ctx, const dt_rpc_peer *peer __attribute__((unu
     dt_ps *ps = ctx;
     dt_msg_shutdown_req req;
     memset(&req, 0, sizeof req);
-    int rc = dt_codec_decode(DT_MSG_SHUTDOWN_REQ, request->data, request->len, &req, err);
+    int rc = dt_codec_decode_buf(DT_MSG_SHUTDOWN_REQ, request, &req, err);
     if (rc < 0) return rc;
     pthread_mutex_lock(&ps->life_mu);
     int first = !ps->shutdown_requested;
@@ -1285,7 +1518,7 @@ static int handle_health(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     dt_ps *ps = ctx;
     dt_msg_health_req req;
     memset(&req, 0, sizeof req);
-    int rc = dt_codec_decode(DT_MSG_HEALTH_REQ, request->data, request->len, &req, err);
+    int rc = dt_codec_decode_buf(DT_MSG_HEALTH_REQ, request, &req, err);
     if (rc < 0) return rc;
     if (req.service[0] && strcmp(req.service, DT_HEALTH_SERVICE) != 0)
         return dt_err_set(err, DT_ENOTFOUND,
@@ -1318,6 +1551,16 @@ static const dt_rpc_method ps_methods[] = {
     {DT_METHOD_SHUTDOWN, handle_shutdown, ROLES_CHIEF, 0},
     {DT_METHOD_HEALTH_CHECK, handle_health, 0, 1}, /* open: probes carry no token */
 };
+
+/* The requests a ps reads at once: while they hold less than half its
+ * largest message, another is read; past that, the others wait their turn
+ * (as many large pushes arriving together would otherwise all sit in
+ * memory). Requests in flight so stay under 1.5 largest messages. */
+static long long inflight_bound(const dt_ps_params *params) {
+    long long max =
+        params->max_message_bytes ? params->max_message_bytes : DT_RPC_DEFAULT_MAX_MESSAGE_BYTES;
+    return max / 2 > 0 ? max / 2 : 1;
+}
 
 int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     *out = NULL;
@@ -1382,7 +1625,9 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
                                .security = params->security,
                                .num_workers = c->num_workers,
                                .num_ps = c->num_ps,
-                               .max_message_bytes = params->max_message_bytes};
+                               .max_message_bytes = params->max_message_bytes,
+                               .in_pieces = 1,
+                               .inflight_bytes = inflight_bound(params)};
     if (params->no_server) {
         *out = ps;
         return 0;
@@ -1541,6 +1786,17 @@ static void ask_whether_done(dt_ps *ps) {
     ask_peers(ps);
 }
 
+/* The ps's peak resident memory against its model's, at its end. */
+static void log_peak_rss(dt_ps *ps) {
+    int64_t peak = dt_mem_peak_rss();
+    pthread_rwlock_rdlock(&ps->model_lock);
+    int64_t model = ps->num_bytes * (1 + (ps->ready ? dt_optim_num_slots(&ps->optim) : 0));
+    pthread_rwlock_unlock(&ps->model_lock);
+    if (peak >= 0)
+        dt_log(DT_LOG_INFO, "%s: peak RSS %.1f MB (VmHWM); variables and slots %.1f MB", ps->name,
+               (double)peak / 1e6, (double)model / 1e6);
+}
+
 int dt_ps_wait(dt_ps *ps, const atomic_int *stop, dt_err *err) {
     int announced = 0;
     for (;;) {
@@ -1565,6 +1821,7 @@ int dt_ps_wait(dt_ps *ps, const atomic_int *stop, dt_err *err) {
                        (long long)atomic_load(&ps->pushes_applied),
                        (long long)atomic_load(&ps->pushes_retried),
                        (long long)atomic_load(&ps->pulls_served));
+                log_peak_rss(ps);
                 return 0;
             }
             if (!announced)

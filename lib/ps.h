@@ -67,8 +67,11 @@ int dt_ps_wait(dt_ps *ps, const atomic_int *stop, dt_err *err);
 
 /* Runs one request through the handler of method ("/dtrain.ParameterServer/
  * Push") as if peer had sent it over gRPC, role check included, without the
- * network: for fuzzing the handlers and for in-process tools. On success
- * *reply holds the encoded answer (caller releases it). */
+ * network: for fuzzing the handlers and for in-process tools. request may
+ * be in pieces (dt_rpc_buf_received). On success *reply holds the encoded
+ * answer (caller releases it): in one run, or, when it carries variables
+ * of DT_CODEC_REF_MIN_BYTES or more, in pieces that are the variables'
+ * buffers themselves (read it with dt_codec_decode_buf, or flatten it). */
 int dt_ps_call(dt_ps *ps, const char *method, const dt_rpc_peer *peer, const dt_rpc_buf *request,
                dt_rpc_buf *reply, dt_err *err) DT_WARN_UNUSED;
 

@@ -8,9 +8,12 @@
  */
 #include "ps_client.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "alloc.h"
 #include "auth.h"
@@ -18,6 +21,17 @@
 #include "optim.h"
 #include "rpc_client.h"
 #include "text.h"
+
+/* Gradients sent in place (no copy into the request): one count per run
+ * gRPC may still read, and one for the client itself. Whoever drops the
+ * last frees it: a stuck connection can release a run after the client
+ * is gone. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int runs;
+    int owned; /* the client still holds it */
+} pins;
 
 typedef struct {
     char name[DT_TENSOR_NAME_MAX]; /* on the ps */
@@ -41,11 +55,20 @@ struct dt_ps_client {
     int *order;               /* (num_units) unit indexes grouped by ps */
     int *first_on, *count_on; /* (num_ps) each ps's group in order */
     int *seen;                /* (num_units) scratch: unit answered */
-    dt_tensor *views;         /* (num_units + 1) scratch for messages */
-    dt_tensor *slot_views;    /* (num_units * DT_OPTIM_MAX_SLOTS + 1) */
-    dt_rpc_call *calls;       /* (num_ps) */
-    dt_rpc_buf *requests;     /* (num_ps) */
-    dt_rpc_call *batch;       /* (num_ps) scratch: the calls of one partial round */
+    /* Decoded replies, views into their responses, each ps in its own part
+     * (reply_views): room for its units and one more (which names an extra
+     * a reply should not carry), spans beside the views. */
+    dt_tensor *views;               /* (num_units + num_ps) */
+    dt_rpc_span *spans;             /* (num_units + num_ps) */
+    dt_tensor *slot_views;          /* (num_units * DT_OPTIM_MAX_SLOTS + num_ps) */
+    dt_rpc_span *slot_spans;        /* (num_units * DT_OPTIM_MAX_SLOTS + num_ps) */
+    dt_msg_pull_resp *pull_replies; /* (num_ps) decoded once each */
+    dt_tensor *out_views;           /* (num_units + 1) scratch: one request's units */
+    dt_tensor *out_slot_views;      /* (num_units * DT_OPTIM_MAX_SLOTS + 1) */
+    dt_rpc_call *calls;             /* (num_ps) ps p's call; its response, once run */
+    dt_rpc_buf *requests;           /* (num_ps) */
+    dt_rpc_call *batch;             /* (num_ps) scratch: the calls of one round */
+    pins *pins;                     /* the caller's gradients gRPC may still read */
     /* A push that failed on some ps tasks: the retry goes only to those that
      * did not apply it, so no task applies one gradient twice. */
     int push_pending;
@@ -166,9 +189,15 @@ static int place(dt_ps_client *c, dt_err *err) {
     size_t nu = (size_t)(c->num_units ? c->num_units : 1);
     c->order = dt_calloc(nu, sizeof *c->order);
     c->seen = dt_calloc(nu, sizeof *c->seen);
-    c->views = dt_calloc(nu + 1, sizeof *c->views);
-    c->slot_views = dt_calloc(nu * DT_OPTIM_MAX_SLOTS + 1, sizeof *c->slot_views);
-    if (!c->order || !c->seen || !c->views || !c->slot_views)
+    size_t np = (size_t)c->num_ps, ns = nu * DT_OPTIM_MAX_SLOTS;
+    c->views = dt_calloc(nu + np, sizeof *c->views);
+    c->spans = dt_calloc(nu + np, sizeof *c->spans);
+    c->slot_views = dt_calloc(ns + np, sizeof *c->slot_views);
+    c->slot_spans = dt_calloc(ns + np, sizeof *c->slot_spans);
+    c->out_views = dt_calloc(nu + 1, sizeof *c->out_views);
+    c->out_slot_views = dt_calloc(ns + 1, sizeof *c->out_slot_views);
+    if (!c->order || !c->seen || !c->views || !c->spans || !c->slot_views || !c->slot_spans ||
+        !c->out_views || !c->out_slot_views)
         return dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
     if (c->params.placement.kind == DT_PLACE_ROUND_ROBIN)
         place_round_robin(c);
@@ -252,13 +281,18 @@ int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout
     c->push_acked = dt_calloc(np, sizeof *c->push_acked);
     c->push_pulled = dt_calloc(np, sizeof *c->push_pulled);
     c->push_replies = dt_calloc(np, sizeof *c->push_replies);
+    c->pull_replies = dt_calloc(np, sizeof *c->pull_replies);
+    c->pins = dt_calloc(1, sizeof *c->pins);
     int rc = 0;
     if (!c->channels || !c->names || !c->incarnation || !c->seen_step || !c->layout ||
         !c->first_on || !c->count_on || !c->calls || !c->requests || !c->batch || !c->push_acked ||
-        !c->push_pulled || !c->push_replies) {
+        !c->push_pulled || !c->push_replies || !c->pull_replies || !c->pins) {
         rc = dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
         goto fail;
     }
+    pthread_mutex_init(&c->pins->mu, NULL);
+    pthread_cond_init(&c->pins->cv, NULL);
+    c->pins->owned = 1;
     for (int i = 0; i < c->num_vars; i++) {
         c->layout[i] = layout->items[i];
         c->layout[i].data = NULL;
@@ -285,8 +319,11 @@ fail:
     return rc;
 }
 
+static void pins_drop(pins *pn, int run);
+
 void dt_ps_client_free(dt_ps_client *c) {
     if (!c) return;
+    if (c->pins && c->pins->owned) pins_drop(c->pins, 0);
     for (int p = 0; p < c->num_ps; p++) {
         if (c->channels) dt_rpc_channel_free(c->channels[p]);
         if (c->requests) dt_rpc_buf_release(&c->requests[p]);
@@ -302,7 +339,12 @@ void dt_ps_client_free(dt_ps_client *c) {
     free(c->count_on);
     free(c->seen);
     free(c->views);
+    free(c->spans);
     free(c->slot_views);
+    free(c->slot_spans);
+    free(c->out_views);
+    free(c->out_slot_views);
+    free(c->pull_replies);
     free(c->calls);
     free(c->requests);
     free(c->batch);
@@ -318,39 +360,47 @@ void dt_ps_client_free(dt_ps_client *c) {
 static int prepare(dt_ps_client *c, int p, dt_msg_type type, const void *msg, int wait_for_ready,
                    dt_err *err) {
     dt_rpc_buf_release(&c->requests[p]);
-    int64_t size = dt_codec_size(type, msg, err);
-    if (size < 0) return (int)size;
-    int rc = dt_rpc_buf_alloc(&c->requests[p], (size_t)size, err);
+    int rc = dt_codec_encode_buf(type, msg, &c->requests[p], err);
     if (rc < 0) return rc;
-    if ((rc = dt_codec_encode(type, msg, c->requests[p].data, c->requests[p].len, err)) < 0)
-        return rc;
     dt_rpc_call *call = &c->calls[p];
     memset(call, 0, sizeof *call);
     call->channel = c->channels[p];
     call->method = dt_codec_method(type);
     call->request = &c->requests[p];
     call->wait_for_ready = wait_for_ready;
+    call->in_pieces = 1; /* every reply is read with dt_codec_decode_buf */
     return 0;
 }
 
-/* Prefixes the error of the first failed call of calls[0..n) (the one
- * dt_rpc_call_all reports) with its task, "ps:1", so a wait names whom it
- * waits for. ps_of maps a call to its task (NULL: call i is ps first + i). */
-static int name_failed(const dt_rpc_call *calls, int n, int first, const int *ps_of, int rc,
-                       dt_err *err) {
-    for (int i = 0; i < n; i++)
-        if (calls[i].err.code != DT_OK)
-            return dt_err_wrap(err, rc, "ps:%d", ps_of ? ps_of[i] : first + i);
+/* The one way calls run: the prepared calls of the ps tasks in
+ * tasks[0..n), all at once with the client's deadline. Each task's outcome
+ * and response land in c->calls[p]; the requests are released. Returns 0,
+ * or the first failure's code with err prefixed by its task ("ps:1"), so a
+ * wait names whom it waits for. */
+static int run_on(dt_ps_client *c, const int *tasks, int n, dt_err *err) {
+    if (n <= 0) return 0;
+    for (int k = 0; k < n; k++)
+        c->batch[k] = c->calls[tasks[k]];
+    int rc = dt_rpc_call_all(c->batch, n, c->params.timeout_ms, err);
+    int named = 0;
+    for (int k = 0; k < n; k++) {
+        int p = tasks[k];
+        c->calls[p] = c->batch[k];
+        dt_rpc_buf_release(&c->requests[p]);
+        if (rc < 0 && !named && c->calls[p].err.code != DT_OK) {
+            rc = dt_err_wrap(err, rc, "ps:%d", p);
+            named = 1;
+        }
+    }
     return rc;
 }
 
-/* Runs calls [first, first+n) and releases their requests. */
-static int run(dt_ps_client *c, int first, int n, dt_err *err) {
-    int rc = dt_rpc_call_all(&c->calls[first], n, c->params.timeout_ms, err);
-    for (int p = first; p < first + n; p++)
-        dt_rpc_buf_release(&c->requests[p]);
-    if (rc < 0) rc = name_failed(&c->calls[first], n, first, NULL, rc, err);
-    return rc;
+/* Runs the calls of ps tasks [first, last). */
+static int run(dt_ps_client *c, int first, int last, dt_err *err) {
+    int tasks[DT_MAX_PS] = {0}, n = 0;
+    for (int p = first; p < last; p++)
+        tasks[n++] = p;
+    return run_on(c, tasks, n, err);
 }
 
 static void release_responses(dt_ps_client *c) {
@@ -417,10 +467,9 @@ int dt_ps_client_status(dt_ps_client *c, int p, dt_msg_status_resp *out, dt_err 
     dt_msg_status_req req = {.worker = c->params.worker};
     int rc = prepare(c, p, DT_MSG_STATUS_REQ, &req, 0, err);
     if (rc < 0) return rc;
-    if ((rc = run(c, p, 1, err)) == 0) {
+    if ((rc = run(c, p, p + 1, err)) == 0) {
         memset(out, 0, sizeof *out);
-        rc = dt_codec_decode(DT_MSG_STATUS_RESP, c->calls[p].response.data,
-                             c->calls[p].response.len, out, err);
+        rc = dt_codec_decode_buf(DT_MSG_STATUS_RESP, &c->calls[p].response, out, err);
         if (rc < 0) dt_err_wrap(err, rc, "%s: status", c->names[p]);
     }
     dt_rpc_buf_release(&c->calls[p].response);
@@ -436,12 +485,12 @@ int dt_ps_client_create(dt_ps_client *c, const dt_ps_model *m, const int *only, 
         if (only && !only[p]) continue;
         dt_msg_create_req req;
         memset(&req, 0, sizeof req);
-        req.out.items = c->views;
-        req.out.count = unit_views(c, p, m->vars, c->views);
+        req.out.items = c->out_views;
+        req.out.count = unit_views(c, p, m->vars, c->out_views);
         if (m->slots) {
-            int n = slot_views(c, p, &m->optim, m->slots, c->slot_views, err);
+            int n = slot_views(c, p, &m->optim, m->slots, c->out_slot_views, err);
             if (n < 0) return n;
-            req.slots_out.items = c->slot_views;
+            req.slots_out.items = c->out_slot_views;
             req.slots_out.count = n;
         }
         req.global_step = m->global_step;
@@ -454,12 +503,11 @@ int dt_ps_client_create(dt_ps_client *c, const dt_ps_model *m, const int *only, 
         if (m->consistency.mode == DT_MODE_SYNC && c->num_ps > 1) c->two_phase = 1;
         snprintf(req.model, sizeof req.model, "%s", m->model ? m->model : "");
         int rc = prepare(c, p, DT_MSG_CREATE_REQ, &req, 1, err);
-        if (rc == 0) rc = run(c, p, 1, err);
+        if (rc == 0) rc = run(c, p, p + 1, err);
         if (rc == 0) {
             dt_msg_create_resp resp;
             memset(&resp, 0, sizeof resp);
-            rc = dt_codec_decode(DT_MSG_CREATE_RESP, c->calls[p].response.data,
-                                 c->calls[p].response.len, &resp, err);
+            rc = dt_codec_decode_buf(DT_MSG_CREATE_RESP, &c->calls[p].response, &resp, err);
             if (rc == 0) c->incarnation[p] = resp.incarnation;
         }
         dt_rpc_buf_release(&c->calls[p].response);
@@ -477,11 +525,14 @@ static int find_unit(const dt_ps_client *c, int p, const char *name, size_t len)
     return -1;
 }
 
-/* Checks a pulled view against its unit and copies it into dst (the whole
- * tensor, shaped like the unit's variable). */
-static int take(dt_ps_client *c, int p, int ui, const dt_tensor *got, dt_tensor *dst, dt_err *err) {
+/* Checks decoded tensor i of `in` (from ps p) against unit ui and copies
+ * its bytes, wherever they lie in the reply, straight into dst (the whole
+ * tensor, shaped like the unit's variable): the one copy of a pulled value. */
+static int take(dt_ps_client *c, int p, int ui, const dt_tensor_views *in, int i, dt_tensor *dst,
+                dt_err *err) {
     const unit *u = &c->units[ui];
     const dt_tensor *v = &c->layout[u->var];
+    const dt_tensor *got = &in->items[i];
     int ok = got->dtype == v->dtype && got->ndim == v->ndim && got->nbytes == u->nbytes;
     for (int d = 0; ok && d < v->ndim; d++)
         ok = got->shape[d] == (d == 0 ? u->rows : v->shape[d]);
@@ -490,7 +541,7 @@ static int take(dt_ps_client *c, int p, int ui, const dt_tensor *got, dt_tensor 
                           "%s: pull: %s has another dtype or shape than this "
                           "model's (was the ps created by another job?)",
                           c->names[p], got->name);
-    memcpy((char *)dst->data + u->offset, got->data, u->nbytes);
+    dt_codec_view_copy(in, i, (char *)dst->data + u->offset);
     return 0;
 }
 
@@ -506,7 +557,7 @@ static int take_variables(dt_ps_client *c, int p, const dt_tensor_views *in, dt_
         if (ui < 0 || c->seen[ui]++)
             return dt_err_set(err, DT_EINVAL, "%s: pull: unexpected variable %s", c->names[p],
                               got->name);
-        int rc = take(c, p, ui, got, &vars->items[c->units[ui].var], err);
+        int rc = take(c, p, ui, in, i, &vars->items[c->units[ui].var], err);
         if (rc < 0) return rc;
     }
     return 0;
@@ -529,10 +580,24 @@ static int take_slots(dt_ps_client *c, int p, const dt_tensor_views *in, dt_tens
         if (!dst)
             return dt_err_set(err, DT_EINVAL, "%s: pull: unexpected slot %s", c->names[p],
                               got->name);
-        int rc = take(c, p, ui, got, dst, err);
+        int rc = take(c, p, ui, in, i, dst, err);
         if (rc < 0) return rc;
     }
     return 0;
+}
+
+/* Where ps p's decoded variables (and slots) go: its own part of the view
+ * storage, so every reply of a round stays decoded until all are taken. */
+static void reply_views(dt_ps_client *c, int p, int with_vars, int with_slots,
+                        dt_tensor_views *vars, dt_tensor_views *slots) {
+    int base = c->first_on[p] + p;
+    *vars =
+        (dt_tensor_views){c->views + base, 0, with_vars ? c->count_on[p] + 1 : 0, c->spans + base};
+    if (!slots) return;
+    base = c->first_on[p] * DT_OPTIM_MAX_SLOTS + p;
+    *slots = (dt_tensor_views){c->slot_views + base, 0,
+                               with_slots ? c->count_on[p] * DT_OPTIM_MAX_SLOTS + 1 : 0,
+                               c->slot_spans + base};
 }
 
 /* Prepares and runs pulls to ps tasks [first, last); the others (p > 0)
@@ -550,21 +615,20 @@ static int pull_round(dt_ps_client *c, int first, int last, int with_slots, int6
         int rc = prepare(c, p, DT_MSG_PULL_REQ, &req, 0, err);
         if (rc < 0) return rc;
     }
-    return run(c, first, last - first, err);
+    return run(c, first, last, err);
 }
 
-/* Decodes ps p's pull reply (views into its response) into *resp. */
-static int decode_pull(dt_ps_client *c, int p, int with_slots, dt_msg_pull_resp *resp,
-                       dt_err *err) {
-    memset(resp, 0, sizeof *resp);
-    resp->in.items = c->views;
-    resp->in.cap = c->num_units + 1;
-    resp->slots_in.items = c->slot_views;
-    resp->slots_in.cap = with_slots ? c->num_units * DT_OPTIM_MAX_SLOTS + 1 : 0;
-    int rc = dt_codec_decode(DT_MSG_PULL_RESP, c->calls[p].response.data, c->calls[p].response.len,
-                             resp, err);
-    if (rc < 0) dt_err_wrap(err, rc, "%s: pull", c->names[p]);
-    return rc;
+/* Decodes the pull replies of ps tasks [first, last), once each, into
+ * c->pull_replies (views into the responses). */
+static int decode_pulls(dt_ps_client *c, int first, int last, int with_slots, dt_err *err) {
+    for (int p = first; p < last; p++) {
+        dt_msg_pull_resp *resp = &c->pull_replies[p];
+        memset(resp, 0, sizeof *resp);
+        reply_views(c, p, 1, with_slots, &resp->in, &resp->slots_in);
+        int rc = dt_codec_decode_buf(DT_MSG_PULL_RESP, &c->calls[p].response, resp, err);
+        if (rc < 0) return dt_err_wrap(err, rc, "%s: pull", c->names[p]);
+    }
+    return 0;
 }
 
 /* Keeps ps 0's decision from its reply; 1 when it is the first this client
@@ -581,44 +645,38 @@ int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots, int6
                       dt_ps_reply *r, dt_err *err) {
     memset(r, 0, sizeof *r);
     int with_slots = slots != NULL, rc;
-    dt_msg_pull_resp resp;
     /* Two-phase: ps 0 alone first; while it says "wait" the others could
      * not answer either. */
     int asked = c->two_phase && c->num_ps > 1 ? 1 : c->num_ps;
-    if ((rc = pull_round(c, 0, asked, with_slots, min_global_step, err)) < 0) goto out;
-    if (asked == 1 && c->num_ps > 1) {
-        if ((rc = decode_pull(c, 0, with_slots, &resp, err)) < 0) goto out;
-        note_decision(c, &resp);
-        if (!resp.wait) {
-            if ((rc = pull_round(c, 1, c->num_ps, with_slots, min_global_step, err)) < 0) goto out;
-            asked = c->num_ps;
-        }
+    if ((rc = pull_round(c, 0, asked, with_slots, min_global_step, err)) < 0 ||
+        (rc = decode_pulls(c, 0, asked, with_slots, err)) < 0)
+        goto out;
+    /* The others are asked (again) with ps 0's decision: in two phases, or
+     * when this reply brought the first decision this client has seen. */
+    int first_decision = note_decision(c, &c->pull_replies[0]);
+    if (c->num_ps > 1 && !c->pull_replies[0].wait && (asked == 1 || first_decision)) {
+        for (int q = 1; q < c->num_ps; q++)
+            dt_rpc_buf_release(&c->calls[q].response);
+        asked = c->num_ps;
+        if ((rc = pull_round(c, 1, asked, with_slots, min_global_step, err)) < 0 ||
+            (rc = decode_pulls(c, 1, asked, with_slots, err)) < 0)
+            goto out;
     }
-    /* Decode every reply before copying any, so a "wait" from one ps leaves
-     * the caller's variables as they were. */
-    for (int pass = 0; pass < 2; pass++) {
-        for (int p = 0; p < asked; p++) {
-            if ((rc = decode_pull(c, p, with_slots, &resp, err)) < 0) goto out;
-            if (pass == 1) {
-                if ((rc = take_variables(c, p, &resp.in, vars, err)) < 0) goto out;
-                if (slots && (rc = take_slots(c, p, &resp.slots_in, slots, err)) < 0) goto out;
-                continue;
-            }
-            if (p == 0 && note_decision(c, &resp) && !resp.wait) {
-                /* The others were asked without ps 0's decision: again, with it. */
-                for (int q = 1; q < c->num_ps; q++)
-                    dt_rpc_buf_release(&c->calls[q].response);
-                if ((rc = pull_round(c, 1, c->num_ps, with_slots, min_global_step, err)) < 0)
-                    goto out;
-            }
-            if ((rc = note_incarnation(c, p, resp.incarnation, err)) < 0) goto out;
-            if (p == 0) r->global_step = resp.global_step;
-            if (resp.global_step > r->max_step) r->max_step = resp.global_step;
-            if (resp.global_step > c->seen_step[p]) c->seen_step[p] = resp.global_step;
-            r->done |= resp.done;
-            r->wait |= resp.wait;
-        }
-        if (r->wait) break;
+    /* Every reply is checked before any is copied, so a "wait" from one ps
+     * leaves the caller's variables as they were. */
+    for (int p = 0; p < asked; p++) {
+        const dt_msg_pull_resp *resp = &c->pull_replies[p];
+        if ((rc = note_incarnation(c, p, resp->incarnation, err)) < 0) goto out;
+        if (p == 0) r->global_step = resp->global_step;
+        if (resp->global_step > r->max_step) r->max_step = resp->global_step;
+        if (resp->global_step > c->seen_step[p]) c->seen_step[p] = resp->global_step;
+        r->done |= resp->done;
+        r->wait |= resp->wait;
+    }
+    for (int p = 0; p < asked && !r->wait; p++) {
+        const dt_msg_pull_resp *resp = &c->pull_replies[p];
+        if ((rc = take_variables(c, p, &resp->in, vars, err)) < 0) goto out;
+        if (slots && (rc = take_slots(c, p, &resp->slots_in, slots, err)) < 0) goto out;
     }
 out:
     release_responses(c);
@@ -642,11 +700,69 @@ static int take_pushed_variables(dt_ps_client *c, int p, const push_pull *pp,
     return rc;
 }
 
+/* Drops one reference of pn: a run gRPC released (run 1), or the client's
+ * own (run 0). The last one frees it. */
+static void pins_drop(pins *pn, int run) {
+    pthread_mutex_lock(&pn->mu);
+    if (run)
+        pn->runs--;
+    else
+        pn->owned = 0;
+    int last = pn->runs == 0 && !pn->owned;
+    pthread_cond_broadcast(&pn->cv);
+    pthread_mutex_unlock(&pn->mu);
+    if (!last) return;
+    pthread_mutex_destroy(&pn->mu);
+    pthread_cond_destroy(&pn->cv);
+    free(pn);
+}
+
+static void unpin(void *arg) {
+    pins_drop(arg, 1);
+}
+
+/* The ref hook of a push's gradients: the caller's memory, sent in place. */
+static int ref_grad(void *ctx, int index, dt_rpc_ref *out, dt_err *err) {
+    (void)err;
+    dt_ps_client *c = ctx;
+    const dt_tensor *t = &c->out_views[index];
+    pthread_mutex_lock(&c->pins->mu);
+    c->pins->runs++;
+    pthread_mutex_unlock(&c->pins->mu);
+    *out = (dt_rpc_ref){t->data, t->nbytes, unpin, c->pins};
+    return 0;
+}
+
+/* Waits until gRPC reads none of the caller's gradients (the calls are
+ * over, so only a transport still flushing holds them), at most the
+ * client's deadline: the caller may write them again once this returns 0. */
+static int wait_unpinned(dt_ps_client *c, dt_err *err) {
+    pins *pn = c->pins;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += c->params.timeout_ms / 1000;
+    deadline.tv_nsec += (long)(c->params.timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&pn->mu);
+    while (pn->runs > 0)
+        if (pthread_cond_timedwait(&pn->cv, &pn->mu, &deadline) == ETIMEDOUT) break;
+    int runs = pn->runs;
+    pthread_mutex_unlock(&pn->mu);
+    if (runs > 0)
+        return dt_err_set(err, DT_EINTERNAL,
+                          "ps client: gRPC still reads %d gradient run(s) %d ms after the push",
+                          runs, c->params.timeout_ms);
+    return 0;
+}
+
 /* Pushes to the tasks in [first, last) that have not acknowledged this
  * push yet, all at once; records each acknowledgement. */
 static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, const push_pull *pp,
                       int first, int last, dt_err *err) {
-    int rc = 0, n = 0, slot[DT_MAX_PS];
+    int rc = 0, n = 0, tasks[DT_MAX_PS] = {0};
     for (int p = first; p < last; p++) {
         if (c->push_acked[p]) continue;
         dt_msg_push_req req;
@@ -657,26 +773,22 @@ static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, co
         req.pull = pp->into != NULL;
         req.push_id = c->push_id;
         req.min_global_step = pp->min_global_step;
-        req.out.items = c->views;
-        req.out.count = unit_views(c, p, grads, c->views);
-        /* Encoding copies the views' bytes, so the scratch is free again. */
+        req.out.items = c->out_views;
+        req.out.count = unit_views(c, p, grads, c->out_views);
+        /* Large gradients go in place, the rest are copied. */
+        req.out.ref = ref_grad;
+        req.out.ref_ctx = c;
         if ((rc = prepare(c, p, DT_MSG_PUSH_REQ, &req, 0, err)) < 0) return rc;
-        c->batch[n] = c->calls[p];
-        slot[n++] = p;
+        tasks[n++] = p;
     }
-    if (n == 0) return 0;
-    rc = dt_rpc_call_all(c->batch, n, c->params.timeout_ms, err);
-    if (rc < 0) rc = name_failed(c->batch, n, 0, slot, rc, err);
+    rc = run_on(c, tasks, n, err);
     for (int k = 0; k < n; k++) {
-        int p = slot[k];
-        dt_rpc_buf_release(&c->requests[p]);
-        if (c->batch[k].err.code != DT_OK) continue;
+        int p = tasks[k];
+        if (c->calls[p].err.code != DT_OK) continue;
         dt_msg_push_resp *resp = &c->push_replies[p];
         memset(resp, 0, sizeof *resp);
-        resp->in.items = c->views;
-        resp->in.cap = pp->into ? c->num_units + 1 : 0;
-        int drc = dt_codec_decode(DT_MSG_PUSH_RESP, c->batch[k].response.data,
-                                  c->batch[k].response.len, resp, err);
+        reply_views(c, p, pp->into != NULL, 0, &resp->in, NULL);
+        int drc = dt_codec_decode_buf(DT_MSG_PUSH_RESP, &c->calls[p].response, resp, err);
         if (drc == 0) {
             /* Applied, even by a ps restarted since the pull: never resend. */
             c->push_acked[p] = 1;
@@ -690,7 +802,7 @@ static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, co
         if (drc < 0 && rc == 0) rc = drc;
     }
     for (int k = 0; k < n; k++)
-        dt_rpc_buf_release(&c->batch[k].response);
+        dt_rpc_buf_release(&c->calls[tasks[k]].response);
     return rc;
 }
 
@@ -715,6 +827,7 @@ static int push(dt_ps_client *c, const dt_tensors *grads, int64_t step, const pu
         rc = push_round(c, grads, step, pp, 0, c->num_ps, err);
     }
     if (rc < 0) return rc; /* the pending push is retried on the next call */
+    if ((rc = wait_unpinned(c, err)) < 0) return rc;
     c->push_pending = 0;
     r->pulled = pp->into != NULL;
     for (int p = 0; p < c->num_ps; p++) {

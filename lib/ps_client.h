@@ -142,7 +142,9 @@ int dt_ps_client_pull(dt_ps_client *c, dt_tensors *vars, dt_tensors *slots, int6
 /* Sends grads (laid out as at _new), computed at global step `step`. When
  * some ps tasks fail, the push stays pending: the next call (the retry, with
  * the same gradients) goes only to the tasks that have not applied it, so
- * no task applies one gradient twice. */
+ * no task applies one gradient twice. Large gradients are sent in place,
+ * not copied: grads must not change during the call, and when it returns
+ * 0 gRPC reads them no more. */
 int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_ps_reply *r,
                       dt_err *err) DT_WARN_UNUSED;
 

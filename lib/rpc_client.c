@@ -182,8 +182,14 @@ static int start_call(dt_rpc_call *c, call_slot *slot, grpc_completion_queue *cq
 
 static void finish_call(dt_rpc_call *c, call_slot *slot, int timeout_ms) {
     if (slot->status == GRPC_STATUS_OK) {
-        if (dt_rpc_buf_from_byte_buffer(slot->recv, &c->response, &c->err) < 0)
-            dt_err_wrap(&c->err, c->err.code, "%s %s", c->channel->addr, c->method);
+        int rc;
+        if (c->in_pieces) {
+            rc = dt_rpc_buf_from_byte_buffer_pieces(slot->recv, &c->response, &c->err);
+            slot->recv = NULL; /* the response holds it now */
+        } else {
+            rc = dt_rpc_buf_from_byte_buffer(slot->recv, &c->response, &c->err);
+        }
+        if (rc < 0) dt_err_wrap(&c->err, c->err.code, "%s %s", c->channel->addr, c->method);
         return;
     }
     char details[400];

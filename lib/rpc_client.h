@@ -41,6 +41,8 @@ typedef struct {
     const dt_rpc_buf *request; /* borrowed */
     int wait_for_ready;        /* 1: wait for the peer until the deadline instead of
                                   failing fast when it is down */
+    int in_pieces;             /* 1: the response may be in pieces (read in place);
+                                  0: it comes in one run (response.data) */
     dt_rpc_buf response;       /* out: the reply on success; caller releases */
     dt_err err;                /* out: this call's outcome */
 } dt_rpc_call;

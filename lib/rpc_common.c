@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <grpc/slice.h>
 #include <grpc/support/log.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -131,32 +132,159 @@ void dt_rpc_shutdown(void) {
     pthread_mutex_unlock(&init_mu);
 }
 
+/* What a dt_rpc_buf owns: one slice (a buffer in one run, or the own bytes
+ * of a message built with runs, whose slices to send are `parts`: pieces
+ * of the own bytes and the runs, in order), or a received byte buffer read
+ * in place through a reader (which holds it decompressed when it came
+ * compressed), with the pieces over the reader's slices. */
+typedef struct {
+    grpc_slice slice;
+    grpc_slice *parts;
+    size_t num_parts, cap_parts;
+    size_t own_done; /* own bytes already in parts */
+    grpc_byte_buffer *bb;
+    grpc_byte_buffer_reader reader;
+    int reading; /* reader initialised */
+    dt_rpc_piece *pieces;
+    dt_rpc_piece few[4]; /* pieces of a short message */
+} buf_impl;
+
+static buf_impl *impl_new(void) {
+    buf_impl *im = dt_calloc(1, sizeof *im);
+    if (im) im->slice = grpc_empty_slice();
+    return im;
+}
+
+static void impl_free(buf_impl *im) {
+    if (!im) return;
+    if (im->reading) grpc_byte_buffer_reader_destroy(&im->reader);
+    if (im->bb) grpc_byte_buffer_destroy(im->bb);
+    if (im->pieces != im->few) free(im->pieces);
+    for (size_t i = 0; i < im->num_parts; i++)
+        grpc_slice_unref(im->parts[i]); /* a run's release, once no message holds it */
+    free(im->parts);
+    grpc_slice_unref(im->slice);
+    free(im);
+}
+
 int dt_rpc_buf_alloc(dt_rpc_buf *b, size_t len, dt_err *err) {
     memset(b, 0, sizeof *b);
     if (len == 0) return 0;
-    grpc_slice *s = dt_malloc(sizeof *s);
-    if (!s) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
-    *s = grpc_slice_malloc(len);
-    b->impl = s;
-    b->data = GRPC_SLICE_START_PTR(*s);
+    buf_impl *im = impl_new();
+    if (!im) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    im->slice = grpc_slice_malloc(len);
+    b->impl = im;
+    b->data = GRPC_SLICE_START_PTR(im->slice);
     b->len = len;
     return 0;
 }
 
 void dt_rpc_buf_release(dt_rpc_buf *b) {
     if (!b) return;
-    if (b->impl) {
-        grpc_slice *s = b->impl;
-        grpc_slice_unref(*s);
-        free(s);
-    }
+    impl_free(b->impl);
     memset(b, 0, sizeof *b);
 }
 
+int dt_rpc_buf_pieces(const dt_rpc_buf *b, dt_rpc_piece *one, const dt_rpc_piece **out) {
+    if (b->pieces) {
+        *out = b->pieces;
+        return b->num_pieces;
+    }
+    one->data = b->data;
+    one->len = b->len;
+    *out = one;
+    return b->len > 0 ? 1 : 0;
+}
+
+/* Appends s to im's parts (taking over the reference); 0, or -1 with s
+ * unreferenced when there is no memory. */
+static int add_part(buf_impl *im, grpc_slice s) {
+    if (im->num_parts == im->cap_parts) {
+        size_t cap = im->cap_parts ? 2 * im->cap_parts : 8;
+        grpc_slice *parts = dt_realloc(im->parts, cap * sizeof *parts);
+        if (!parts) {
+            grpc_slice_unref(s);
+            return -1;
+        }
+        im->parts = parts;
+        im->cap_parts = cap;
+    }
+    im->parts[im->num_parts++] = s;
+    return 0;
+}
+
+int dt_rpc_buf_add_ref(dt_rpc_buf *b, size_t own_at, const dt_rpc_ref *ref, dt_err *err) {
+    if (ref->len == 0) {
+        ref->release(ref->arg);
+        return 0;
+    }
+    buf_impl *im = b->impl;
+    if (!im && (b->impl = im = impl_new()) == NULL) {
+        ref->release(ref->arg);
+        return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    }
+    DT_ASSERT(!im->bb && own_at >= im->own_done && own_at <= GRPC_SLICE_LENGTH(im->slice));
+    /* gRPC calls release(arg) when the slice's last reference goes. */
+    grpc_slice run =
+        grpc_slice_new_with_user_data((void *)ref->data, ref->len, ref->release, ref->arg);
+    if (own_at > im->own_done &&
+        add_part(im, grpc_slice_sub(im->slice, im->own_done, own_at)) < 0) {
+        grpc_slice_unref(run);
+        return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    }
+    im->own_done = own_at;
+    if (add_part(im, run) < 0) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    /* The message as pieces: the parts, then the own bytes after the last
+     * run (written by the caller later; the pieces only point at them). */
+    size_t cap = im->num_parts + 1;
+    dt_rpc_piece *pieces = im->pieces == im->few ? NULL : im->pieces;
+    if (cap > sizeof im->few / sizeof im->few[0]) {
+        if (!(pieces = dt_realloc(pieces, cap * sizeof *pieces)))
+            return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    } else {
+        pieces = im->few;
+    }
+    im->pieces = pieces;
+    size_t n = 0;
+    for (; n < im->num_parts; n++)
+        pieces[n] =
+            (dt_rpc_piece){GRPC_SLICE_START_PTR(im->parts[n]), GRPC_SLICE_LENGTH(im->parts[n])};
+    size_t own = GRPC_SLICE_LENGTH(im->slice);
+    if (own > own_at)
+        pieces[n++] = (dt_rpc_piece){GRPC_SLICE_START_PTR(im->slice) + own_at, own - own_at};
+    b->data = NULL;
+    b->len += ref->len;
+    b->pieces = pieces;
+    b->num_pieces = (int)n;
+    return 0;
+}
+
 grpc_byte_buffer *dt_rpc_buf_to_byte_buffer(const dt_rpc_buf *b) {
-    if (!b->impl) return grpc_raw_byte_buffer_create(NULL, 0);
-    /* The byte buffer takes its own reference to the slice. */
-    return grpc_raw_byte_buffer_create((grpc_slice *)b->impl, 1);
+    const buf_impl *im = b->impl;
+    if (!im) return grpc_raw_byte_buffer_create(NULL, 0);
+    /* The new byte buffer takes its own references to the slices. */
+    if (im->bb) return grpc_byte_buffer_copy(im->bb);
+    if (!im->num_parts) return grpc_raw_byte_buffer_create((grpc_slice *)&im->slice, 1);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(im->parts, im->num_parts);
+    size_t own = GRPC_SLICE_LENGTH(im->slice);
+    if (im->own_done < own) {
+        /* The own bytes after the last run. */
+        grpc_slice tail = grpc_slice_sub(im->slice, im->own_done, own);
+        grpc_slice_buffer_add(&bb->data.raw.slice_buffer, tail);
+    }
+    return bb;
+}
+
+int dt_rpc_buf_flatten(dt_rpc_buf *b, dt_err *err) {
+    if (b->data || b->len == 0) return 0;
+    grpc_byte_buffer *bb = dt_rpc_buf_to_byte_buffer(b);
+    dt_rpc_buf flat;
+    int rc = dt_rpc_buf_from_byte_buffer(bb, &flat, err);
+    grpc_byte_buffer_destroy(bb);
+    if (rc < 0) return rc;
+    dt_rpc_buf_release(b);
+    *b = flat;
+    return 0;
 }
 
 int dt_rpc_buf_from_byte_buffer(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_err *err) {
@@ -172,16 +300,159 @@ int dt_rpc_buf_from_byte_buffer(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_err *err
         grpc_slice_unref(all);
         return 0;
     }
-    grpc_slice *s = dt_malloc(sizeof *s);
-    if (!s) {
+    buf_impl *im = impl_new();
+    if (!im) {
         grpc_slice_unref(all);
         return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
     }
-    *s = all;
-    b->impl = s;
-    b->data = GRPC_SLICE_START_PTR(*s);
+    im->slice = all;
+    b->impl = im;
+    b->data = GRPC_SLICE_START_PTR(im->slice);
     b->len = len;
     return 0;
+}
+
+int dt_rpc_buf_from_byte_buffer_pieces(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_err *err) {
+    memset(b, 0, sizeof *b);
+    if (!bb) return 0;
+    buf_impl *im = impl_new();
+    if (!im) {
+        grpc_byte_buffer_destroy(bb);
+        return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    }
+    im->bb = bb;
+    if (!grpc_byte_buffer_reader_init(&im->reader, bb)) {
+        impl_free(im);
+        return dt_err_set(err, DT_EINVAL, "rpc: cannot read message (bad compression?)");
+    }
+    im->reading = 1;
+    /* The reader walks the slices of its output buffer (the input itself
+     * unless it was compressed): at most that many pieces. */
+    size_t cap = im->reader.buffer_out->data.raw.slice_buffer.count;
+    if (cap > (size_t)INT_MAX) {
+        impl_free(im);
+        return dt_err_set(err, DT_EINVAL, "rpc: message in %zu pieces", cap);
+    }
+    im->pieces =
+        cap <= sizeof im->few / sizeof im->few[0] ? im->few : dt_calloc(cap, sizeof *im->pieces);
+    if (!im->pieces) {
+        impl_free(im);
+        return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    }
+    grpc_slice *slice;
+    size_t n = 0, len = 0;
+    while (n < cap && grpc_byte_buffer_reader_peek(&im->reader, &slice)) {
+        size_t piece_len = GRPC_SLICE_LENGTH(*slice);
+        if (piece_len == 0) continue;
+        im->pieces[n].data = GRPC_SLICE_START_PTR(*slice);
+        im->pieces[n++].len = piece_len;
+        len += piece_len;
+    }
+    if (len == 0) {
+        impl_free(im);
+        return 0;
+    }
+    b->impl = im;
+    b->len = len;
+    if (n == 1) {
+        /* One run: as a whole buffer, so no reader has to walk pieces. */
+        b->data = (uint8_t *)im->pieces[0].data;
+    } else {
+        b->pieces = im->pieces;
+        b->num_pieces = (int)n;
+    }
+    return 0;
+}
+
+int dt_rpc_buf_received(dt_rpc_buf *b, const dt_rpc_piece *pieces, int n, dt_err *err) {
+    memset(b, 0, sizeof *b);
+    grpc_slice *slices = dt_calloc(n > 0 ? (size_t)n : 1, sizeof *slices);
+    if (!slices) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+    /* Each piece in its own exactly-sized allocation (a sanitizer sees a
+     * read past it), as a slice gRPC does not merge with its neighbours
+     * (it would fold short copied slices together). */
+    int made = 0, rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (pieces[i].len == 0) continue;
+        void *copy = dt_malloc(pieces[i].len);
+        if (!copy) {
+            rc = dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
+            break;
+        }
+        memcpy(copy, pieces[i].data, pieces[i].len);
+        slices[made++] = grpc_slice_new(copy, pieces[i].len, free);
+    }
+    grpc_byte_buffer *bb = rc == 0 ? grpc_raw_byte_buffer_create(slices, (size_t)made) : NULL;
+    for (int i = 0; i < made; i++)
+        grpc_slice_unref(slices[i]);
+    free(slices);
+    if (rc < 0) return rc;
+    return dt_rpc_buf_from_byte_buffer_pieces(bb, b, err);
+}
+
+/* ---- reading runs of a message in pieces ---------------------------------- */
+
+void dt_rpc_reader_init(dt_rpc_reader *r, const dt_rpc_span *s, size_t elem) {
+    DT_ASSERT(elem >= 1 && elem <= sizeof r->carry && s->len % elem == 0);
+    r->piece = s->piece;
+    r->offset = s->offset;
+    r->left = s->len;
+    r->elem = elem;
+}
+
+void dt_rpc_reader_init_flat(dt_rpc_reader *r, const void *data, size_t len, size_t elem) {
+    r->one.data = data;
+    r->one.len = len;
+    dt_rpc_span s = {&r->one, 0, len};
+    dt_rpc_reader_init(r, &s, elem);
+}
+
+/* Moves past used-up (or empty) pieces; the span goes on, so one follows. */
+static void reader_settle(dt_rpc_reader *r) {
+    while (r->offset >= r->piece->len) {
+        r->piece++;
+        r->offset = 0;
+    }
+}
+
+const uint8_t *dt_rpc_reader_next(dt_rpc_reader *r, size_t *count) {
+    *count = 0;
+    if (r->left == 0) return NULL;
+    reader_settle(r);
+    size_t avail = r->piece->len - r->offset;
+    if (avail > r->left) avail = r->left;
+    if (avail >= r->elem) {
+        size_t n = avail / r->elem;
+        const uint8_t *run = r->piece->data + r->offset;
+        r->offset += n * r->elem;
+        r->left -= n * r->elem;
+        *count = n;
+        return run;
+    }
+    /* An element split between pieces: put it together. */
+    for (size_t got = 0; got < r->elem;) {
+        reader_settle(r);
+        size_t take = r->piece->len - r->offset;
+        if (take > r->elem - got) take = r->elem - got;
+        memcpy(r->carry + got, r->piece->data + r->offset, take);
+        got += take;
+        r->offset += take;
+    }
+    r->left -= r->elem;
+    *count = 1;
+    return r->carry;
+}
+
+void dt_rpc_span_copy(const dt_rpc_span *s, void *dst) {
+    dt_rpc_reader r;
+    dt_rpc_reader_init(&r, s, 1);
+    uint8_t *out = dst;
+    size_t n;
+    const uint8_t *run;
+    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+        memcpy(out, run, n);
+        out += n;
+    }
 }
 
 void dt_rpc_slice_to_str(grpc_slice s, char *out, size_t cap) {

@@ -2,7 +2,11 @@
  * rpc_common: what the RPC server and client share, without gRPC types.
  *
  * dt_rpc_buf is a message's bytes in storage the RPC layer can send or has
- * received without another copy (a gRPC slice underneath).
+ * received without another copy (gRPC slices underneath). A received
+ * message may be read in place, in the pieces gRPC holds it in (its
+ * slices: as short as a byte, at any alignment); dt_rpc_span and
+ * dt_rpc_reader read a run of such a message element by element, putting
+ * an element split between two pieces back together.
  */
 #ifndef DT_RPC_COMMON_H
 #define DT_RPC_COMMON_H
@@ -12,11 +16,71 @@
 
 #include "err.h"
 
+/* A run of a message's bytes. Borrowed from the message. */
 typedef struct {
-    uint8_t *data; /* (len) bytes; NULL when len is 0 */
+    const uint8_t *data;
     size_t len;
-    void *impl; /* owned storage; NULL for an empty buffer */
+} dt_rpc_piece;
+
+typedef struct {
+    uint8_t *data; /* (len) bytes in one run; NULL when len is 0 or the message is
+                      in pieces (then pieces holds it) */
+    size_t len;    /* the message's bytes in all */
+    void *impl;    /* owned storage; NULL for an empty buffer */
+    /* A received message read in place, or one built with runs of other
+     * memory (dt_rpc_buf_add_ref): its bytes are pieces[0..num_pieces) in
+     * order, and data is NULL. (num_pieces is 0 for a buffer in one run.)
+     * Read it with dt_rpc_buf_pieces. */
+    const dt_rpc_piece *pieces;
+    int num_pieces;
 } dt_rpc_buf;
+
+/* A run of memory a message sends without copying it. The RPC layer calls
+ * release(arg) exactly once, from any thread, when gRPC no longer needs
+ * the bytes (they were written, or the message was dropped); until then
+ * they must not change. */
+typedef struct {
+    const void *data;
+    size_t len;
+    void (*release)(void *arg);
+    void *arg;
+} dt_rpc_ref;
+
+/* Where a run of bytes lies in a message in pieces: len bytes from
+ * `offset` into *piece, going on into the pieces after it. Borrowed. */
+typedef struct {
+    const dt_rpc_piece *piece;
+    size_t offset;
+    size_t len;
+} dt_rpc_span;
+
+/* Reads a span in runs of whole elements of `elem` bytes (1..8): each
+ * dt_rpc_reader_next returns where the next run's bytes are (possibly
+ * unaligned: load them with memcpy) and how many elements it holds. An
+ * element split between two pieces is put together in `carry` and returned
+ * as a run of one. */
+typedef struct {
+    const dt_rpc_piece *piece; /* the piece being read */
+    size_t offset;             /* into it */
+    size_t left;               /* bytes of the span not yet returned */
+    size_t elem;
+    dt_rpc_piece one; /* the piece of a reader over one run of memory */
+    uint8_t carry[8];
+} dt_rpc_reader;
+
+/* b's bytes as pieces: the message's own when it is in pieces, else its
+ * data as one piece stored in *one (none when b is empty). Returns how
+ * many; *out points at them. */
+int dt_rpc_buf_pieces(const dt_rpc_buf *b, dt_rpc_piece *one, const dt_rpc_piece **out);
+
+/* A reader of span s (its len a multiple of elem), or of len bytes at data. */
+void dt_rpc_reader_init(dt_rpc_reader *r, const dt_rpc_span *s, size_t elem);
+void dt_rpc_reader_init_flat(dt_rpc_reader *r, const void *data, size_t len, size_t elem);
+/* The next run: *count elements at the returned address; NULL (and 0) once
+ * the span is read. */
+const uint8_t *dt_rpc_reader_next(dt_rpc_reader *r, size_t *count);
+/* Copies span s's bytes to dst (s->len bytes). */
+void dt_rpc_span_copy(const dt_rpc_span *s, void *dst);
 
 /* Who called, as the server established it (see README "Security").
  * Identities: "chief" (worker 0), "worker:N", "ps:N", "tool". */
@@ -56,6 +120,29 @@ typedef struct {
 int dt_rpc_buf_alloc(dt_rpc_buf *b, size_t len, dt_err *err) DT_WARN_UNUSED;
 /* Releases b's storage and empties it; safe on an empty buffer. */
 void dt_rpc_buf_release(dt_rpc_buf *b);
+
+/* Building a message to send from its own bytes and runs of other memory
+ * sent in place (dt_rpc_ref). dt_rpc_buf_alloc(b, own_len) gives the own
+ * bytes (b->data: the caller keeps that pointer to write them); each
+ * dt_rpc_buf_add_ref puts a run after the first `own_at` of them (own_at
+ * never decreasing). With a run added, b->data is NULL, b->len counts
+ * every byte of the message and b->pieces holds them (the own bytes after
+ * the last run as written later). The run's release is called once the
+ * buffer and every message sent from it are done with it, also when
+ * adding fails. */
+int dt_rpc_buf_add_ref(dt_rpc_buf *b, size_t own_at, const dt_rpc_ref *ref,
+                       dt_err *err) DT_WARN_UNUSED;
+/* Makes b one run of memory: a copy of every byte of a message built with
+ * runs or received in pieces (their storage released); nothing for a
+ * buffer that is one run already. */
+int dt_rpc_buf_flatten(dt_rpc_buf *b, dt_err *err) DT_WARN_UNUSED;
+
+/* Makes b the way the RPC layer hands over a message received in pieces:
+ * a gRPC byte buffer of one slice per given piece (copied), read in place.
+ * For tests of code that reads messages in pieces (gRPC itself splits a
+ * message where its socket reads ended). */
+int dt_rpc_buf_received(dt_rpc_buf *b, const dt_rpc_piece *pieces, int n,
+                        dt_err *err) DT_WARN_UNUSED;
 
 /* Process-wide start and stop of the RPC runtime; each call to _init must be
  * matched by one to _shutdown, except that a process about to exit may keep

@@ -19,9 +19,13 @@ const char *dt_rpc_status_name(grpc_status_code status);
 
 /* A byte buffer that references b's storage (no copy); caller destroys it. */
 grpc_byte_buffer *dt_rpc_buf_to_byte_buffer(const dt_rpc_buf *b);
-/* Moves a received byte buffer's bytes into b (one copy only when gRPC
- * holds them in several slices). bb may be NULL (empty message). */
+/* Moves a received byte buffer's bytes into b in one run (one copy only
+ * when gRPC holds them in several slices). bb may be NULL (empty message);
+ * the caller still destroys it. */
 int dt_rpc_buf_from_byte_buffer(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_err *err);
+/* Makes b the received message bb read in place, in pieces (b->data when
+ * it is one run). Takes bb over, also on failure. bb may be NULL. */
+int dt_rpc_buf_from_byte_buffer_pieces(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_err *err);
 
 /* Reads a whole PEM file into a NUL-terminated heap string (*out, caller
  * frees). what names the file's purpose in errors ("--tls-cert"). */

@@ -24,6 +24,13 @@
  * token; then the cluster's bounds and the method's allowed roles. A
  * refusal is counted and logged (at most one line a second).
  *
+ * Requests in flight (inflight_bytes): a new call's message is read only
+ * while the requests read and not yet handled hold less than the bound;
+ * otherwise the call waits in a queue (gRPC's flow control then keeps its
+ * bytes with the client, bar one window) and is read when a handler lets
+ * go of its request. The bound holds what many large pushes arriving at
+ * once would otherwise keep in memory together.
+ *
  * Resource limits (limits_to_args): a message cap, a handshake deadline,
  * an idle timeout, keepalive pings that also run without calls, a cap on
  * calls per connection and optionally a memory quota for the whole server, so no client can make
@@ -80,7 +87,7 @@ typedef struct {
 
 #define MAX_GENS 4
 
-typedef struct {
+typedef struct call_state {
     call_phase phase;
     poller *owner;
     server_gen *gen; /* the grpc_server it was requested on */
@@ -91,6 +98,9 @@ typedef struct {
     grpc_byte_buffer *reply_payload;
     grpc_slice status_details;
     int cancelled;
+    int receiving;                   /* counted in the server's receiving */
+    long long charged;               /* request bytes counted in the server's inflight */
+    struct call_state *next_waiting; /* in the queue of calls waiting to be read */
 } call_state;
 
 struct poller {
@@ -124,20 +134,27 @@ struct dt_rpc_server {
     pthread_cond_t cv;
     pthread_t watchdog;
     int watchdog_started;
-    int stopping;               /* tells the watchdog to end, under mu */
-    int accept_failures;        /* dt_rpc_accept_failures() last acted on */
-    int live_calls;             /* call_states allocated and not yet freed, under mu */
-    tls_files *tls;             /* NULL: plaintext */
-    int mtls;                   /* client certificates required and verified */
-    dt_auth_tokens *tokens;     /* NULL: no token required */
-    grpc_resource_quota *quota; /* NULL: none of ours */
+    int stopping;                       /* tells the watchdog to end, under mu */
+    int accept_failures;                /* dt_rpc_accept_failures() last acted on */
+    int live_calls;                     /* call_states allocated and not yet freed, under mu */
+    long long inflight;                 /* bytes of requests read and not yet handled, under mu */
+    int receiving;                      /* calls whose request is being read, under mu */
+    long long largest;                  /* the largest request read so far, under mu */
+    call_state *waiting, *waiting_last; /* calls not yet read (inflight_bytes), under mu */
+    tls_files *tls;                     /* NULL: plaintext */
+    int mtls;                           /* client certificates required and verified */
+    dt_auth_tokens *tokens;             /* NULL: no token required */
+    grpc_resource_quota *quota;         /* NULL: none of ours */
     atomic_llong refused;
     atomic_llong refusal_log_ms; /* last refusal log line, monotonic ms */
     atomic_llong refusals_unlogged;
 };
 
+static void uncharge(call_state *cs);
+
 static void call_free(call_state *cs) {
     dt_rpc_server *s = cs->owner->server;
+    uncharge(cs);
     pthread_mutex_lock(&s->mu);
     s->live_calls--;
     cs->gen->live_calls--;
@@ -184,6 +201,7 @@ static const dt_rpc_method *find_method(const dt_rpc_server *s, grpc_slice path)
 }
 
 static void start_receive(call_state *cs) {
+    cs->next_waiting = NULL;
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
@@ -193,6 +211,116 @@ static void start_receive(call_state *cs) {
     if (grpc_call_start_batch(cs->call, &op, 1, cs, NULL) != GRPC_CALL_OK) {
         dt_log(DT_LOG_ERROR, "rpc server: cannot start receive batch");
         call_free(cs);
+    }
+}
+
+/* ---- requests in flight --------------------------------------------------- */
+
+/* Whether one more request may be read now (under mu): nothing is in
+ * flight, or the requests read and those being read (each counted as the
+ * largest request seen so far, so none is read beside another before one
+ * was seen) stay under the bound. */
+static int fits(const dt_rpc_server *s) {
+    if (s->inflight == 0 && s->receiving == 0) return 1;
+    return s->largest > 0 &&
+           s->inflight + (long long)(s->receiving + 1) * s->largest < s->params.inflight_bytes;
+}
+
+/* The waiting calls that may be read now, taken off the queue (at most
+ * cap, each counted as being read); under mu. */
+static int take_admitted(dt_rpc_server *s, call_state **out, int cap) {
+    int n = 0;
+    while (n < cap && s->waiting && fits(s)) {
+        call_state *cs = s->waiting;
+        s->waiting = cs->next_waiting;
+        if (!s->waiting) s->waiting_last = NULL;
+        cs->receiving = 1;
+        s->receiving++;
+        out[n++] = cs;
+    }
+    return n;
+}
+
+/* Reads cs's request now, or queues it behind the others waiting. */
+static void admit(call_state *cs) {
+    dt_rpc_server *s = cs->owner->server;
+    if (s->params.inflight_bytes > 0) {
+        pthread_mutex_lock(&s->mu);
+        if (s->waiting || !fits(s)) {
+            cs->next_waiting = NULL;
+            if (s->waiting_last)
+                s->waiting_last->next_waiting = cs;
+            else
+                s->waiting = cs;
+            s->waiting_last = cs;
+            pthread_mutex_unlock(&s->mu);
+            return;
+        }
+        cs->receiving = 1;
+        s->receiving++;
+        pthread_mutex_unlock(&s->mu);
+    }
+    start_receive(cs);
+}
+
+/* Reads the waiting calls that fit now. */
+static void admit_waiting(dt_rpc_server *s) {
+    call_state *ready[16];
+    int n;
+    do {
+        pthread_mutex_lock(&s->mu);
+        n = take_admitted(s, ready, (int)(sizeof ready / sizeof ready[0]));
+        pthread_mutex_unlock(&s->mu);
+        for (int i = 0; i < n; i++)
+            start_receive(ready[i]);
+    } while (n == (int)(sizeof ready / sizeof ready[0]));
+}
+
+/* cs's request has been read (or its read ended without one): it counts
+ * with its real size from now on. */
+static void charge(call_state *cs) {
+    dt_rpc_server *s = cs->owner->server;
+    if (!cs->receiving) return;
+    long long size =
+        cs->request_payload ? (long long)grpc_byte_buffer_length(cs->request_payload) : 0;
+    pthread_mutex_lock(&s->mu);
+    cs->receiving = 0;
+    s->receiving--;
+    cs->charged = size;
+    s->inflight += size;
+    if (size > s->largest) s->largest = size;
+    pthread_mutex_unlock(&s->mu);
+    if (size == 0) admit_waiting(s);
+}
+
+/* cs's request was handled (or never will be): its bytes leave the count,
+ * and the calls waiting that now fit are read. */
+static void uncharge(call_state *cs) {
+    dt_rpc_server *s = cs->owner->server;
+    if (cs->receiving) charge(cs);
+    if (cs->charged == 0) return;
+    pthread_mutex_lock(&s->mu);
+    s->inflight -= cs->charged;
+    cs->charged = 0;
+    pthread_mutex_unlock(&s->mu);
+    admit_waiting(s);
+}
+
+/* At stop: every waiting call is read (and so ends, as the server shuts
+ * down). */
+static void admit_all(dt_rpc_server *s) {
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        call_state *cs = s->waiting;
+        if (cs) {
+            s->waiting = cs->next_waiting;
+            if (!s->waiting) s->waiting_last = NULL;
+            cs->receiving = 1;
+            s->receiving++;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!cs) return;
+        start_receive(cs);
     }
 }
 
@@ -321,8 +449,28 @@ static void note_refusal(dt_rpc_server *s, grpc_status_code status, const char *
            dt_rpc_status_name(status), msg, (long long)atomic_load(&s->refused), unlogged);
 }
 
+int dt_rpc_server_waiting(dt_rpc_server *s, long long *inflight) {
+    pthread_mutex_lock(&s->mu);
+    int n = 0;
+    for (const call_state *cs = s->waiting; cs; cs = cs->next_waiting)
+        n++;
+    if (inflight) *inflight = s->inflight;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 long long dt_rpc_server_refused(const dt_rpc_server *s) {
     return atomic_load(&s->refused);
+}
+
+/* The request as the handlers read it: in place, in pieces (the byte
+ * buffer moves into *request), or in one run. */
+static int take_request(call_state *cs, dt_rpc_buf *request, dt_err *err) {
+    if (!cs->owner->server->params.in_pieces)
+        return dt_rpc_buf_from_byte_buffer(cs->request_payload, request, err);
+    grpc_byte_buffer *bb = cs->request_payload;
+    cs->request_payload = NULL;
+    return dt_rpc_buf_from_byte_buffer_pieces(bb, request, err);
 }
 
 /* Runs the handler and starts the reply batch. */
@@ -345,13 +493,20 @@ static void handle(call_state *cs) {
         dt_rpc_slice_to_str(cs->details.method, path, sizeof path);
         dt_err_set(&err, DT_EPRECOND, "unknown method %s", path);
         status = GRPC_STATUS_UNIMPLEMENTED;
-    } else if (dt_rpc_buf_from_byte_buffer(cs->request_payload, &request, &err) < 0) {
+    } else if (take_request(cs, &request, &err) < 0) {
         status = dt_rpc_status_from_err(err.code);
     } else if (m->handler(s->params.ctx, &peer, &request, &reply, &err) < 0) {
         status = dt_rpc_status_from_err(err.code);
         dt_rpc_buf_release(&reply);
     }
+    /* The request's bytes are not needed once handled: freed now, not
+     * after the reply is sent. */
     dt_rpc_buf_release(&request);
+    if (cs->request_payload) {
+        grpc_byte_buffer_destroy(cs->request_payload);
+        cs->request_payload = NULL;
+    }
+    uncharge(cs);
 
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);
@@ -387,13 +542,14 @@ static void on_event(call_state *cs, int success) {
             return;
         }
         arm(cs->owner);
-        start_receive(cs);
+        admit(cs);
         return;
     case CALL_RECEIVED:
         if (!success) {
             call_free(cs);
             return;
         }
+        charge(cs);
         handle(cs);
         return;
     case CALL_DONE: call_free(cs); return;
@@ -644,6 +800,11 @@ static int limits_to_args(const dt_rpc_server_params *params, grpc_resource_quot
     int_arg(&args[n++], GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
     int_arg(&args[n++], GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, keepalive);
     int_arg(&args[n++], GRPC_ARG_MAX_CONCURRENT_STREAMS, streams);
+    /* With requests in flight bounded, a call waiting its turn must not
+     * have its message pile up in gRPC regardless: without BDP probing a
+     * stream's window stays at gRPC's 64 kB until its message is asked for
+     * (then it opens to the whole message, so reading is no slower). */
+    if (params->inflight_bytes > 0) int_arg(&args[n++], GRPC_ARG_HTTP2_BDP_PROBE, 0);
     if (quota) {
         args[n].type = GRPC_ARG_POINTER;
         args[n].key = GRPC_ARG_RESOURCE_QUOTA;
@@ -831,6 +992,9 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     if (params->memory_quota_bytes < 0)
         rc = dt_err_set(err, DT_EINVAL, "rpc server %s: memory_quota_bytes %lld < 0", params->addr,
                         params->memory_quota_bytes);
+    if (params->inflight_bytes < 0)
+        rc = dt_err_set(err, DT_EINVAL, "rpc server %s: inflight_bytes %lld < 0", params->addr,
+                        params->inflight_bytes);
     if (rc == 0 && params->memory_quota_bytes > 0) {
         s->quota = grpc_resource_quota_create(s->addr);
         grpc_resource_quota_resize(s->quota, (size_t)params->memory_quota_bytes);
@@ -926,6 +1090,7 @@ void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
         pthread_join(s->watchdog, NULL);
     }
     shut_gen(s, s->current);
+    admit_all(s);
     int all_started = 1;
     for (int i = 0; i < s->num_pollers; i++)
         all_started &= s->pollers[i].started;

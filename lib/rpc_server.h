@@ -47,6 +47,10 @@ typedef struct {
     const dt_rpc_method *methods; /* (num_methods) borrowed for the server's life */
     int num_methods;
     void *ctx; /* passed to every handler */
+    /* 1: handlers read requests in place, in the pieces gRPC received them
+     * in (request->pieces; dt_codec_decode_buf reads either form); 0: in
+     * one run (request->data), copied together when it came in pieces. */
+    int in_pieces;
     /* Optional (NULL: plaintext, no authentication, one warning logged).
      * cert_file + key_file: TLS; ca_file too: clients must present a
      * certificate from that CA (mTLS), whose CN or a SAN is the identity;
@@ -67,6 +71,10 @@ typedef struct {
     int keepalive_timeout_ms;     /* ... and closes it when the ping is not answered
                                      in time (half-open peers) */
     int max_concurrent_streams;   /* calls in flight on one connection */
+    long long inflight_bytes;     /* > 0: a call's request is read only while the requests
+                                     read and not yet handled hold fewer bytes than this
+                                     (others wait their turn, in order), so their memory
+                                     stays under it plus one message; 0: no bound */
     long long memory_quota_bytes; /* > 0: gRPC's buffers for all connections and calls of
                                      this server stay under this; near it gRPC drops new
                                      connections and cancels calls (RESOURCE_EXHAUSTED).
@@ -96,6 +104,10 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
 
 /* Calls refused so far (unauthenticated or not allowed). Thread-safe. */
 long long dt_rpc_server_refused(const dt_rpc_server *server);
+
+/* Calls whose request waits its turn (inflight_bytes), and the bytes of
+ * the requests read and not yet handled. Thread-safe. */
+int dt_rpc_server_waiting(dt_rpc_server *server, long long *inflight);
 
 /* Stops accepting calls, lets in-flight calls finish for up to grace_ms, then
  * cancels the rest, joins the threads and frees the server. NULL is a no-op.

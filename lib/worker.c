@@ -3,14 +3,20 @@
  *
  * The loop reads top to bottom like the algorithm:
  *   pull(vars) -> next_batch -> loss_grad(vars, batch) -> push(grads)
+ * With pipeline_push the push of one gradient runs on a second thread while
+ * this one computes the next, from the values it has:
+ *   push(grads) || loss_grad(vars, next batch) -> grads'; vars' from the push
  * vars and grads are two slabs laid out by the model's specs; the dataset
  * owns the batch buffers; the ps client reuses its call state. Nothing that
  * grows with the model is allocated per step except the messages themselves.
  *
- * Threading: one thread.
+ * Threading: one thread; with pipeline_push a second one makes each push
+ * (the ps client, the push's gradient and the values it brings back are
+ * its own meanwhile; hooks run when no push is in flight).
  */
 #include "worker.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +25,7 @@
 #include "alloc.h"
 #include "data.h"
 #include "log.h"
+#include "memstat.h"
 #include "model.h"
 
 struct dt_worker {
@@ -28,10 +35,14 @@ struct dt_worker {
     dt_dataset *data;
     dt_tensors vars;  /* last pulled values */
     dt_tensors grads; /* same layout */
-    dt_model *model;  /* scratch of the forward/backward pass */
+    /* pipeline_push: the values a push in flight brings back, and the
+     * gradient computed meanwhile (swapped with vars and grads after). */
+    dt_tensors vars_next, grads_next;
+    dt_model *model; /* scratch of the forward/backward pass */
     dt_ps_client *client;
-    uint64_t rng;      /* jitter */
-    int64_t max_steps; /* the job's end as the ps tasks said it; 0: not known yet */
+    uint64_t rng;        /* jitter */
+    int64_t max_steps;   /* the job's end as the ps tasks said it; 0: not known yet */
+    int64_t local_steps; /* pushed by the last dt_worker_train */
 };
 
 static void sleep_us(long us) {
@@ -60,6 +71,12 @@ const dt_job *dt_worker_job(const dt_worker *w) {
     return &w->job;
 }
 
+/* Whether this job's workers pipeline their pushes (never in sync mode: a
+ * gradient there must be for the step being made). */
+static int pipelined(const dt_job *job) {
+    return job->pipeline_push && job->consistency.mode != DT_MODE_SYNC;
+}
+
 int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err) {
     *out = NULL;
     const dt_cluster *cl = params->cluster;
@@ -82,6 +99,9 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) goto fail;
     if ((rc = dt_tensors_init(&w->vars, specs, count, err)) < 0) goto fail;
     if ((rc = dt_tensors_init(&w->grads, specs, count, err)) < 0) goto fail;
+    if (pipelined(job) && ((rc = dt_tensors_init(&w->vars_next, specs, count, err)) < 0 ||
+                           (rc = dt_tensors_init(&w->grads_next, specs, count, err)) < 0))
+        goto fail;
     if ((rc = dt_model_new(&job->model, &w->model, err)) < 0) goto fail;
     if ((rc = dt_job_open_data(job, params->task_index, cl->num_workers, &w->data, err)) < 0)
         goto fail;
@@ -102,6 +122,8 @@ void dt_worker_free(dt_worker *w) {
     dt_data_free(w->data);
     dt_tensors_deinit(&w->vars);
     dt_tensors_deinit(&w->grads);
+    dt_tensors_deinit(&w->vars_next);
+    dt_tensors_deinit(&w->grads_next);
     dt_model_free(w->model);
     free(w);
 }
@@ -206,15 +228,17 @@ typedef struct {
     int64_t step;
     int fuse;                /* also take the next step's variables (job's fuse_push_pull) */
     int64_t min_global_step; /* with fuse: as the next pull's */
+    const dt_tensors *grads; /* what is pushed */
+    dt_tensors *into;        /* with fuse: where the variables go */
     dt_ps_reply reply;
 } push_state;
 
 static int do_push(void *arg, dt_err *err) {
     push_state *ps = arg;
     if (ps->fuse)
-        return dt_ps_client_push_pull(ps->w->client, &ps->w->grads, ps->step, &ps->w->vars,
+        return dt_ps_client_push_pull(ps->w->client, ps->grads, ps->step, ps->into,
                                       ps->min_global_step, &ps->reply, err);
-    return dt_ps_client_push(ps->w->client, &ps->w->grads, ps->step, &ps->reply, err);
+    return dt_ps_client_push(ps->w->client, ps->grads, ps->step, &ps->reply, err);
 }
 
 /*
@@ -300,9 +324,120 @@ void dt_worker_set_max_steps(dt_worker *w, int64_t max_steps) {
     w->max_steps = max_steps;
 }
 
+static int training_done(dt_worker *w);
+
+/* A push on its own thread (pipeline_push). */
+typedef struct {
+    dt_worker *w;
+    push_state *push;
+    const dt_worker_hooks *hooks;
+    const atomic_int *stop;
+    int rc;
+    dt_err err;
+} sender;
+
+static void *send_push(void *arg) {
+    sender *s = arg;
+    dt_err_clear(&s->err);
+    s->rc = dt_worker_retry(s->w, "push", do_push, s->push, s->hooks, s->stop, &s->err);
+    return NULL;
+}
+
+/* The next batch's loss and gradient, from vars into grads. */
+static int compute(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, double *loss,
+                   dt_err *err) {
+    dt_batch batch;
+    int rc = dt_data_next(w->data, w->params.job->batch_size, &batch, err);
+    if (rc == 0) rc = dt_model_loss_grad(w->model, vars, &batch, grads, loss, err);
+    return rc;
+}
+
+static void swap_tensors(dt_tensors *a, dt_tensors *b) {
+    dt_tensors t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* The progress line and the hooks after step r (none of them while a push
+ * is in flight). */
+static int after_step(dt_worker *w, dt_step_result *r, double *t_last, int64_t *step_last,
+                      int64_t *global_last, const dt_worker_hooks *hooks, dt_err *err) {
+    const dt_job *job = w->params.job;
+    if (r->local_step % job->log_steps == 0 || r->done) {
+        log_progress(w, r, *t_last, *step_last, *global_last);
+        *t_last = dt_now_secs();
+        *step_last = r->local_step;
+        *global_last = r->global_step;
+    }
+    if (hooks && hooks->after_step) return hooks->after_step(hooks->ctx, r, err);
+    return 0;
+}
+
+/* pipeline_push: each push (one round trip, bringing the values back) runs
+ * on its own thread while this one computes the next gradient from the
+ * values it has; that gradient is pushed next, computed one step earlier
+ * than it would have been (the ps counts the staleness). A push that
+ * brings no values (a ps said "not yet", or restarted) is followed by a
+ * pull, as without pipelining. */
+static int train_pipelined(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *stop,
+                           dt_err *err) {
+    dt_step_result r;
+    memset(&r, 0, sizeof r);
+    double t_last = dt_now_secs(), loss = 0, next_loss = 0;
+    int64_t step_last = 0, global_last = -1;
+    pull_state pull = {.w = w};
+    int rc = pull_when_ready(w, &pull, hooks, stop, err);
+    if (rc < 0) return rc;
+    int64_t vars_step = pull.reply.global_step; /* of the values in w->vars */
+    int done = pull.reply.done;
+    if (!done && (rc = compute(w, &w->vars, &w->grads, &loss, err)) < 0) return rc;
+    int64_t grad_step = vars_step; /* of the values w->grads was computed from */
+    while (!done) {
+        if (stop && *stop) return stopped(w, err);
+        push_state push = {
+            .w = w, .step = grad_step, .fuse = 1, .grads = &w->grads, .into = &w->vars_next};
+        sender s = {.w = w, .push = &push, .hooks = hooks, .stop = stop};
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, send_push, &s) != 0)
+            return dt_err_set(err, DT_EINTERNAL, "%s: cannot start the push thread", w->name);
+        int crc = compute(w, &w->vars, &w->grads_next, &next_loss, err);
+        pthread_join(thread, NULL);
+        if (s.rc < 0) return dt_err_set(err, s.rc, "%s", s.err.msg);
+        if (crc < 0) return crc;
+        r.local_step++;
+        r.pulled_step = grad_step;
+        r.global_step = push.reply.global_step;
+        r.done = done = push.reply.done;
+        r.dropped += push.reply.dropped;
+        r.loss = loss;
+        /* The gradient computed meanwhile goes next; the values the push
+         * brought are the next one's. */
+        swap_tensors(&w->grads, &w->grads_next);
+        grad_step = vars_step;
+        loss = next_loss;
+        if (push.reply.pulled) {
+            swap_tensors(&w->vars, &w->vars_next);
+            vars_step = push.reply.global_step;
+        } else if (!done) {
+            pull = (pull_state){.w = w};
+            if ((rc = pull_when_ready(w, &pull, hooks, stop, err)) < 0) return rc;
+            vars_step = pull.reply.global_step;
+            r.done = done = pull.reply.done;
+        }
+        if ((rc = after_step(w, &r, &t_last, &step_last, &global_last, hooks, err)) < 0) return rc;
+    }
+    w->local_steps = r.local_step;
+    return 0;
+}
+
 int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *stop,
                     dt_err *err) {
     const dt_job *job = w->params.job;
+    if (pipelined(job)) {
+        int rc = train_pipelined(w, hooks, stop, err);
+        if (rc < 0) return rc;
+        return training_done(w);
+    }
     dt_step_result r;
     memset(&r, 0, sizeof r);
     double t_last = dt_now_secs();
@@ -331,7 +466,9 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
         push_state push = {.w = w,
                            .step = pull.reply.global_step,
                            .fuse = job->fuse_push_pull,
-                           .min_global_step = min_global_step};
+                           .min_global_step = min_global_step,
+                           .grads = &w->grads,
+                           .into = &w->vars};
         if ((rc = dt_worker_retry(w, "push", do_push, &push, hooks, stop, err)) < 0) return rc;
         fused = push.reply;
         r.local_step++;
@@ -340,18 +477,23 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
         r.done = push.reply.done;
         r.dropped += push.reply.dropped;
 
-        if (r.local_step % job->log_steps == 0 || r.done) {
-            log_progress(w, &r, t_last, step_last, global_last);
-            t_last = dt_now_secs();
-            step_last = r.local_step;
-            global_last = r.global_step;
-        }
-        if (hooks && hooks->after_step && (rc = hooks->after_step(hooks->ctx, &r, err)) < 0)
-            return rc;
+        if ((rc = after_step(w, &r, &t_last, &step_last, &global_last, hooks, err)) < 0) return rc;
         if (r.done) break;
     }
+    w->local_steps = r.local_step;
+    return training_done(w);
+}
+
+/* The end of training: logged, with this process's peak memory, and told
+ * to every ps task. */
+static int training_done(dt_worker *w) {
     dt_log(DT_LOG_INFO, "%s: training done after %lld local steps", w->name,
-           (long long)r.local_step);
+           (long long)w->local_steps);
+    int64_t peak = dt_mem_peak_rss();
+    if (peak >= 0)
+        dt_log(DT_LOG_INFO, "%s: peak RSS %.1f MB (VmHWM); model %.1f MB, gradient %.1f MB",
+               w->name, (double)peak / 1e6, (double)w->vars.slab_bytes / 1e6,
+               (double)w->grads.slab_bytes / 1e6);
     /* The ps task that said "done" knows we know; the others would wait
      * for us until their linger is up. Best effort: a task that is down
      * now has nothing to wait for. */

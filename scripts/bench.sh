@@ -2,12 +2,20 @@
 # The figures behind `make bench`, printed as a plain-text table:
 #   1. demo steps/s: the 1-feature linear job, 1 ps + 2 workers (processes),
 #      then the same job async and sync (mode=sync) at equal max_steps;
-#   2. pull+push MB/s of 1M and 10M float32 (bench_pullpush vs a real ps);
-#   3. the raw RPC ceiling for the same payloads (bench_rawgrpc) and the
-#      dtrain/raw ratio;
+#   2. pull+push MB/s of 1M and 10M float32 (bench_pullpush vs a real ps),
+#      one round trip per step (fuse_push_pull), with 1 and 2 workers, and
+#      once as a pull then a push;
+#   3. the raw RPC ceiling for the same payloads (bench_rawgrpc echo with 1
+#      and 2 clients) and the dtrain/raw ratios;
 #   4. pull+push MB/s of 10M float32 split across 1, 2 and 3 ps tasks (one
 #      machine: the cost of the fan-out, not scaling);
-#   5. wide-model training steps/s (1M features) through the real binary;
+#   5. wide-model training (1M features) through the real binary: steps/s
+#      and MB/s of payload against the raw echo of 1M floats, and the
+#      same model in one process without RPC (bench_compute);
+#   5b. peak memory (VmHWM, as each role logs it) of a ps and its workers in
+#      a 4M-feature Adam job with checkpoints every second, against
+#      1.1 x (variables + slots) + 50 MB and, for a worker, 1.1 x (model +
+#      gradient + its data) + 50 MB;
 #   6. Fashion-MNIST MLP examples/s with 1 and 2 workers through the real
 #      binary, against the single-process compute-only rate (bench_compute);
 #      skipped, with a note, when the data set is not installed;
@@ -22,10 +30,10 @@
 #   (make bench sets both and builds $BUILD/bench_* first).
 #   BENCH_KEEP_TMP=1 keeps the logs in the temp dir it names;
 #   BENCH_TRIALS=N sets the pull+push and raw runs per size (default 3);
-#   BENCH_PS_TRIALS=N the runs per ps count of figure 4 (default 2);
+#   BENCH_PS_TRIALS=N the runs per ps count of figure 4 (default 1);
 #   BENCH_CONFIG=FILE replaces conf/linear.json as the jobs' base config;
 #   BENCH_TLS_TRIALS=N the runs per figure and security of figure 7
-#      (default 3).
+#      (default 1).
 # Exit status: 0 when every figure was measured, 1 when something failed to
 # run (its line says FAILED and its log is shown on stderr).
 set -u
@@ -38,6 +46,8 @@ CONFIG=${BENCH_CONFIG:-conf/linear.json}
 
 # Sizes and lengths: each run takes 2-10 s on a 2-core machine.
 DEMO_STEPS=20000
+# The tiny-model runs (one round trip per step against the 16-byte echo).
+TINY_STEPS=10000
 PP_SMALL=1000000
 PP_SMALL_ROUNDS=100
 PP_LARGE=10000000
@@ -51,16 +61,21 @@ WIDE_STEPS=200
 # 1M features of x in [-1, 1): the demo's learning rate (0.05) diverges; the
 # largest stable sgd rate is about 3/F.
 WIDE_LR=1e-6
+# The memory figure's job: 4M features with Adam (16 MB of variables, 32 MB
+# of slots), long enough for a few checkpoints a second apart.
+MEM_FEATURES=4000000
+MEM_STEPS=60
 # Async against sync: global steps of the demo job for each (sync makes both
 # workers wait for each other, so each does about max_steps local steps).
-MODE_STEPS=10000
+MODE_STEPS=6000
 # 10M float32 (40 MB) across 1..PS_MAX ps tasks: split when it is at least
 # twice this, into min(ps tasks, 40 MB / this) slices, so into one per task.
 PS_MAX=3
 PS_PARTITION_MIN_BYTES=1048576
-PS_TRIALS=${BENCH_PS_TRIALS:-2}
-# Mutual TLS against plaintext: runs of each, alternating.
-TLS_TRIALS=${BENCH_TLS_TRIALS:-3}
+PS_TRIALS=${BENCH_PS_TRIALS:-1}
+# Mutual TLS against plaintext: runs of each, alternating (1 by default, so
+# the whole bench stays under 3 minutes; BENCH_TLS_TRIALS=3 for best-of-3).
+TLS_TRIALS=${BENCH_TLS_TRIALS:-1}
 # Fashion-MNIST: steps of the MLP job (batch 100) through the binary, and
 # of the compute-only run.
 FASHION_CONFIG=conf/fashion_mlp.json
@@ -423,12 +438,14 @@ fi
 
 # 1d. One round trip per step: the tiny demo model on 1 ps with 1 and 2
 # workers, the push bringing back the next step's variables
-# (fuse_push_pull, the default) and Pull then Push, alternating, against
-# the raw ceiling of one 16-byte echo call in flight per client.
+# (fuse_push_pull, the default), and with 1 worker Pull then Push too,
+# against the raw ceiling of one 16-byte echo call in flight per client.
 for nw in 1 2; do
-    for fuse in true false; do
+    fuses="true false"
+    [ $nw = 1 ] || fuses=true
+    for fuse in $fuses; do
         d=$TMP/fuse-$nw-$fuse
-        run_job "$d" 90 "$nw" "$CONFIG" --set max_steps=$DEMO_STEPS --set log_steps=1000 \
+        run_job "$d" 90 "$nw" "$CONFIG" --set max_steps=$TINY_STEPS --set log_steps=1000 \
             --set fuse_push_pull=$fuse
         if job_rate "$d" $? "tiny model, $nw worker(s), fuse $fuse"; then
             rate=$(ratio "$RATE_G" "$RATE_S" %.0f)
@@ -442,6 +459,7 @@ for nw in 1 2; do
             --clients-as processes --clients "$nw" --floats 4 --rounds 20000 \
             >"$TMP/echo16-$nw.out" 2>"$ERR_LOGS"; then
         calls=$(field "$(cat "$TMP/echo16-$nw.out")" rounds_per_s)
+        eval "ECHO16_$nw=$calls"
         row "raw echo 16 B, $nw in flight" "$calls calls/s" "bench_rawgrpc echo, $nw client process(es), one call in flight each, 16 B each way"
         eval "fused=\${TINY_${nw}_true:-}"
         [ -n "$fused" ] && row "tiny $nw worker / raw echo" "$(ratio "$fused" "$calls" %.2f)" "fused steps/s over raw echo calls/s (goal: >= 0.9 with 1 worker)"
@@ -452,12 +470,28 @@ done
 if [ -n "${TINY_1_true:-}" ] && [ -n "${TINY_2_true:-}" ]; then
     row "tiny 2 workers / 1 worker" "$(ratio "$TINY_2_true" "$TINY_1_true" %.2f)" "fused (goal: >= 1.8)"
 fi
+# 1e. pipeline_push: one worker computes its next gradient while its push
+# is in flight, so compute and a call overlap as two calls in flight would.
+# Also how well each fits: the demo's w* is 2.
+# "w= loss=" of the last progress line of log $1.
+fit_of() {
+    awk '/ loss [0-9.]+ / { for (i = 1; i < NF; i++) { if ($i == "loss") l = $(i + 1); if ($i ~ /^linear\/weight=/) w = substr($i, 15) } } END { printf "weight %s, loss %s", w, l }' "$1"
+}
+d=$TMP/pipeline-1
+run_job "$d" 90 1 "$CONFIG" --set max_steps=$TINY_STEPS --set log_steps=1000 --set pipeline_push=true
+if job_rate "$d" $? "tiny model, 1 worker, pipelined"; then
+    rate=$(ratio "$RATE_G" "$RATE_S" %.0f)
+    row "tiny model, 1 worker, pipelined" "$rate steps/s" "demo job, 1 ps + 1 worker, pipeline_push=true (one round trip per step); global_step $RATE_G in $RATE_S s; fit: $(fit_of "$d/chief.log") (not pipelined: $(fit_of "$TMP/fuse-1-true/chief.log"))"
+    [ -n "${ECHO16_2:-}" ] && row "tiny pipelined / raw echo x2" "$(ratio "$rate" "$ECHO16_2" %.2f)" "pipelined steps/s over the raw echo with 2 calls in flight ($ECHO16_2 calls/s)"
+fi
 
 # 2 and 3. Pull+push against a real ps, then the raw ceiling, per size.
 # Trials of the two alternate, so a busy spell of the machine hits both.
 
 # One bench_pullpush run of $1 floats, $2 rounds, in dir $3 against a fresh
-# ps. VAL is its MB/s; on failure ERR says why and ERR_LOGS where to look.
+# ps, with PP_WORKERS workers (default 2), one round trip per round when
+# PP_FUSE is 1 (default 0: a pull, then a push). VAL is its MB/s; on
+# failure ERR says why and ERR_LOGS where to look.
 pullpush_once() {
     mkdir -p "$3"
     VAL=""
@@ -471,7 +505,8 @@ pullpush_once() {
         return 1
     fi
     if ! timeout -k 5 150 "$BUILD/bench_pullpush" --cluster "$3/cluster.json" --floats "$1" \
-        --rounds "$2" ${TLS_DIR:+--tls-dir "$TLS_DIR"} >"$3/out" 2>"$3/err"; then
+        --rounds "$2" --workers "${PP_WORKERS:-2}" --fuse "${PP_FUSE:-0}" \
+        ${TLS_DIR:+--tls-dir "$TLS_DIR"} >"$3/out" 2>"$3/err"; then
         ERR="bench_pullpush failed"
         stop_pid "$PS_PID" 3
         return 1
@@ -485,14 +520,15 @@ pullpush_once() {
     VAL=$(field "$(cat "$3/out")" mb_per_s)
 }
 
-# One bench_rawgrpc run: $1 floats, $2 rounds, clients as $3, dir $4.
+# One bench_rawgrpc run: $1 floats, $2 rounds, $3 client processes, dir $4.
 raw_once() {
     mkdir -p "$4"
     VAL=""
     ERR_LOGS="$4/raw-$3.err"
     if ! port=$("$BUILD/bench_freeport" 1) ||
         ! timeout -k 5 150 "$BUILD/bench_rawgrpc" --addr "127.0.0.1:$port" --mode echo \
-            --clients-as "$3" --floats "$1" --rounds "$2" >"$4/raw-$3.out" 2>"$4/raw-$3.err"; then
+            --clients-as processes --clients "$3" --floats "$1" --rounds "$2" \
+            >"$4/raw-$3.out" 2>"$4/raw-$3.err"; then
         ERR="bench_rawgrpc failed"
         return 1
     fi
@@ -514,35 +550,41 @@ summary() {
 
 for label in 1M 10M; do
     if [ $label = 1M ]; then n=$PP_SMALL rounds=$PP_SMALL_ROUNDS; else n=$PP_LARGE rounds=$PP_LARGE_ROUNDS; fi
-    pp_vals="" raw_vals="" ok=1 trial=1
-    while [ $trial -le "$TRIALS" ] && [ $ok = 1 ]; do
-        d=$TMP/$label-$trial
-        if pullpush_once "$n" "$rounds" "$d"; then
-            pp_vals="$pp_vals $VAL"
-        else
-            failed "pull+push $label floats" "$ERR" "$ERR_LOGS"
-            ok=0
-        fi
-        if raw_once "$n" "$rounds" processes "$d"; then
-            raw_vals="$raw_vals $VAL"
-        else
-            failed "raw rpc $label floats" "$ERR" "$ERR_LOGS"
-            ok=0
-        fi
-        trial=$((trial + 1))
-    done
-    [ $ok = 1 ] || continue
     payload="2 x $n x 4 B per round per worker"
-    pp=$(best "$pp_vals")
-    rps=$(awk -v m="$pp" -v n="$n" 'BEGIN { printf "%.1f", m * 1e6 / (8 * n) }')
-    row "pull+push $label floats" "$pp MB/s" "$(summary "$pp_vals"); $rps rounds/s in all; 1 ps + 2 worker processes, $rounds rounds each, $payload"
-    raw=$(best "$raw_vals")
-    row "raw rpc $label floats" "$raw MB/s" "$(summary "$raw_vals"); echo server (2 pollers) + 2 client processes, $rounds rounds each, N*4 B each way per call"
-    row "dtrain/raw $label floats" "$(ratio "$pp" "$raw" %.2f)" "best pull+push over best raw"
-    if raw_once "$n" "$rounds" threads "$TMP/$label-threads"; then
-        row "raw rpc $label, client threads" "$VAL MB/s" "1 run; the raw run with the 2 clients as threads of the server's process"
+    for nw in 1 2; do
+        pp_vals="" raw_vals="" ok=1 trial=1
+        while [ $trial -le "$TRIALS" ] && [ $ok = 1 ]; do
+            d=$TMP/$label-$nw-$trial
+            if PP_WORKERS=$nw PP_FUSE=1 pullpush_once "$n" "$rounds" "$d"; then
+                pp_vals="$pp_vals $VAL"
+            else
+                failed "pull+push $label, $nw worker(s)" "$ERR" "$ERR_LOGS"
+                ok=0
+            fi
+            if raw_once "$n" "$rounds" $nw "$d"; then
+                raw_vals="$raw_vals $VAL"
+            else
+                failed "raw echo $label, $nw client(s)" "$ERR" "$ERR_LOGS"
+                ok=0
+            fi
+            trial=$((trial + 1))
+        done
+        [ $ok = 1 ] || continue
+        pp=$(best "$pp_vals")
+        raw=$(best "$raw_vals")
+        eval "RAW_${label}_$nw=$raw"
+        if [ $nw = 1 ]; then w="1 worker"; else w="$nw workers"; fi
+        rps=$(awk -v m="$pp" -v n="$n" 'BEGIN { printf "%.1f", m * 1e6 / (8 * n) }')
+        row "pull+push $label, $w" "$pp MB/s" "$(summary "$pp_vals"); $rps rounds/s in all; one round trip each (a push whose reply brings the values back: fuse_push_pull); 1 ps + $nw worker process(es), $rounds rounds each, $payload"
+        row "raw echo $label, $nw client(s)" "$raw MB/s" "$(summary "$raw_vals"); echo server (2 pollers) + $nw client process(es), $rounds rounds each, N*4 B each way per call"
+        row "dtrain/raw $label, $w" "$(ratio "$pp" "$raw" %.2f)" "best pull+push over best raw echo (goal: >= 0.85)"
+    done
+    # The same as a pull then a push (two round trips), once, at 1M.
+    [ $label = 1M ] || continue
+    if PP_WORKERS=2 PP_FUSE=0 pullpush_once "$n" "$rounds" "$TMP/$label-separate"; then
+        row "pull then push $label" "$VAL MB/s" "1 run; 2 workers, a Pull and then a Push per round (fuse_push_pull=false), $payload"
     else
-        failed "raw rpc $label, client threads" "$ERR" "$ERR_LOGS"
+        failed "pull then push $label" "$ERR" "$ERR_LOGS"
     fi
 done
 
@@ -609,13 +651,68 @@ if [ $split_ok = 1 ]; then
     done
 fi
 
-# 5. Wide-model training through the real binary.
+# 5. Wide-model training through the real binary: steps/s, and the payload
+# (each step pulls the 1M-float model and pushes its gradient) against the
+# raw echo of 1M floats with as many clients as workers; then the same
+# model in one process, which bounds what any RPC could reach.
 d=$TMP/wide
 run_job "$d" 120 2 "$CONFIG" --set data=wide --set features=$WIDE_FEATURES --set batch_size=$WIDE_BATCH \
     --set learning_rate=$WIDE_LR --set examples=100000 --set max_steps=$WIDE_STEPS \
     --set log_steps=20
 if job_rate "$d" $? "wide training"; then
-    row "wide training" "$(ratio "$RATE_G" "$RATE_S" %.1f) steps/s" "linear F=$WIDE_FEATURES B=$WIDE_BATCH sgd lr $WIDE_LR, data=wide, 1 ps + 2 worker processes, global_step $RATE_G in $RATE_S s (chief log; whole job ${JOB_SECS} s)"
+    wide_rate=$(ratio "$RATE_G" "$RATE_S" %.1f)
+    row "wide training" "$wide_rate steps/s" "linear F=$WIDE_FEATURES B=$WIDE_BATCH sgd lr $WIDE_LR, data=wide, 1 ps + 2 worker processes, global_step $RATE_G in $RATE_S s (chief log; whole job ${JOB_SECS} s)"
+    wide_mb=$(awk -v r="$wide_rate" -v f=$WIDE_FEATURES 'BEGIN { printf "%.1f", r * 2 * f * 4 / 1e6 }')
+    row "wide training payload" "$wide_mb MB/s" "steps/s x 2 x $WIDE_FEATURES x 4 B (the model pulled, its gradient pushed)"
+    if [ -n "${RAW_1M_2:-}" ] && [ "$WIDE_FEATURES" = "$PP_SMALL" ]; then
+        row "wide/raw echo" "$(ratio "$wide_mb" "$RAW_1M_2" %.2f)" "wide payload over the raw echo of 1M floats, 2 clients ($RAW_1M_2 MB/s; goal: >= 0.85)"
+    fi
+fi
+d=$TMP/wide-compute
+mkdir -p "$d"
+if timeout -k 5 120 "$BUILD/bench_compute" --config "$CONFIG" --set data=wide \
+    --set features=$WIDE_FEATURES --set batch_size=$WIDE_BATCH --set learning_rate=$WIDE_LR \
+    --set examples=100000 --steps 40 >"$d/out" 2>"$d/err"; then
+    out=$(cat "$d/out")
+    steps=$(field "$out" steps_per_s)
+    row "wide, compute only" "$steps steps/s" "the same model in one process, no RPC (bench_compute): 40 steps of next batch + loss and gradient + sgd; $(field "$out" grad_share) of the time in loss+gradient, the rest making the batch; 2 such workers could move at most $(awk -v r="$steps" -v f=$WIDE_FEATURES 'BEGIN { printf "%.0f", 2 * r * 2 * f * 4 / 1e6 }') MB/s"
+else
+    failed "wide, compute only" "bench_compute failed" "$d/err"
+fi
+
+# 5b. Peak memory of each role in the 4M-feature Adam job (16 MB of
+# variables, 32 MB of slots) with 2 workers pushing and checkpoints every
+# second, as each role logs its VmHWM at its end.
+d=$TMP/memory
+run_job "$d" 120 2 "$CONFIG" --set data=wide --set features=$MEM_FEATURES --set batch_size=$WIDE_BATCH \
+    --set optimizer=adam --set learning_rate=$WIDE_LR --set examples=2000 \
+    --set max_steps=$MEM_STEPS --set save_model_secs=1 --set log_steps=20
+mem_rc=$?
+# "peak RSS X MB ..." from log $1; "" when absent.
+peak_of() {
+    sed -n 's/.*: peak RSS \([0-9.]*\) MB.*/\1/p' "$1" 2>/dev/null | tail -n 1
+}
+if [ $mem_rc != 0 ]; then
+    failed "ps peak memory" "${JOB_ERR:-ps did not start}" "$(job_logs "$d")"
+else
+    ps_peak=$(peak_of "$d/ps.log")
+    model=$(sed -n 's/.*variables and slots \([0-9.]*\) MB.*/\1/p' "$d/ps.log" | tail -n 1)
+    w_peak=$(peak_of "$d/worker1.log")
+    c_peak=$(peak_of "$d/chief.log")
+    w_model=$(sed -n 's/.*; model \([0-9.]*\) MB, gradient \([0-9.]*\) MB.*/\1 \2/p' "$d/worker1.log" | tail -n 1)
+    ckpts=$(grep -c ": saved " "$d/chief.log")
+    if [ -z "$ps_peak" ] || [ -z "$model" ] || [ -z "$w_peak" ] || [ -z "$w_model" ]; then
+        failed "ps peak memory" "no peak RSS line in the logs" "$(job_logs "$d")"
+    else
+        # The data a wide worker holds: its batch (B x F floats) and w* (F).
+        data=$(awk -v f=$MEM_FEATURES -v b=$WIDE_BATCH 'BEGIN { printf "%.1f", 4 * f * (b + 1) / 1e6 }')
+        ps_goal=$(awk -v m="$model" 'BEGIN { printf "%.1f", 1.1 * m + 50 }')
+        set -- $w_model
+        w_goal=$(awk -v m="$1" -v g="$2" -v d="$data" 'BEGIN { printf "%.1f", 1.1 * (m + g + d) + 50 }')
+        row "ps peak RSS" "$ps_peak MB" "VmHWM at its end; goal <= 1.1 x $model MB of variables and slots + 50 MB = $ps_goal MB; linear F=$MEM_FEATURES adam, data=wide B=$WIDE_BATCH, 1 ps + 2 workers, $MEM_STEPS steps, $ckpts checkpoints (save_model_secs=1)"
+        row "worker 1 peak RSS" "$w_peak MB" "goal <= 1.1 x ($1 MB model + $2 MB gradient + $data MB data: its batch and w*) + 50 MB = $w_goal MB"
+        row "chief peak RSS" "${c_peak:-?} MB" "the chief is worker 0 and also pulls variables and slots for each checkpoint and writes it (no goal set)"
+    fi
 fi
 
 # 6. Fashion-MNIST MLP: examples/s through the real binary with 1 and 2
@@ -627,15 +724,20 @@ if [ ! -f "$FASHION_DATA/train-images-idx3-ubyte.gz" ] ||
 else
     model="784-256-128-10 mlp, adam, batch $FASHION_BATCH"
     fashion_rates=""
-    for nw in 1 2; do
+    for run in 1 2 2p; do
+        nw=${run%p}
+        pipe=false
+        [ "$run" = 2p ] && pipe=true
         if [ $nw = 1 ]; then label="fashion mlp, 1 worker"; else label="fashion mlp, $nw workers"; fi
-        d=$TMP/fashion-$nw
+        [ $pipe = true ] && label="$label, pipelined"
+        d=$TMP/fashion-$run
         run_job "$d" 120 $nw "$FASHION_CONFIG" --set max_steps=$FASHION_STEPS \
-            --set batch_size=$FASHION_BATCH --set log_steps=100
+            --set batch_size=$FASHION_BATCH --set log_steps=100 --set pipeline_push=$pipe
         if job_rate "$d" $? "$label"; then
             rate=$(ratio $((RATE_G * FASHION_BATCH)) "$RATE_S" %.0f)
-            fashion_rates="$fashion_rates $nw:$rate"
-            row "$label" "$rate ex/s" "$model, $FASHION_CONFIG, 1 ps + $nw worker process(es), async; global_step $RATE_G x $FASHION_BATCH examples in $RATE_S s (chief log: model init to end of its training loop; whole job with data loading ${JOB_SECS} s)"
+            [ $pipe = true ] || fashion_rates="$fashion_rates $nw:$rate"
+            acc=$(sed -n 's/.*: eval at global_step [0-9]*: .*accuracy \([0-9.]*\).*/\1/p' "$d/chief.log" | tail -n 1)
+            row "$label" "$rate ex/s" "$model, $FASHION_CONFIG, 1 ps + $nw worker process(es), async, pipeline_push=$pipe; global_step $RATE_G x $FASHION_BATCH examples in $RATE_S s (chief log: model init to end of its training loop; whole job with data loading ${JOB_SECS} s); test accuracy ${acc:-?} after $FASHION_STEPS steps"
         fi
     done
     d=$TMP/compute

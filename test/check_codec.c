@@ -17,6 +17,7 @@
 
 #include "anymsg.h"
 #include "codec.h"
+#include "pieces.h"
 #include "suites.h"
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -1098,6 +1099,269 @@ START_TEST(test_data_wrong_wire_type) {
 }
 END_TEST
 
+/* ---- messages in pieces -------------------------------------------------- */
+
+/* A pull reply with the test tensors, a long float variable and its slots:
+ * tensors that cross many pieces, elements split between them. */
+static float t_long[1031];
+static dt_tensor t_more[2];
+
+static uint8_t *encode_pull_reply(size_t *len) {
+    make_tensors();
+    for (int i = 0; i < 1031; i++)
+        t_long[i] = (float)i * 0.37f - 100.0f;
+    memset(t_more, 0, sizeof t_more);
+    snprintf(t_more[0].name, sizeof t_more[0].name, "long");
+    t_more[0].dtype = DT_DTYPE_F32;
+    t_more[0].ndim = 1;
+    t_more[0].shape[0] = 1031;
+    t_more[0].data = t_long;
+    t_more[0].nbytes = sizeof t_long;
+    t_more[1] = t_more[0];
+    snprintf(t_more[1].name, sizeof t_more[1].name, "long/m");
+    dt_msg_pull_resp m;
+    memset(&m, 0, sizeof m);
+    m.incarnation = 0x0123456789abcdefull;
+    m.global_step = 4242;
+    m.decided.has = true;
+    m.decided.step = 4241;
+    m.decided.members_len = 2;
+    m.decided.members[1] = 0x81;
+    dt_tensor vars[5];
+    memcpy(vars, t_items, sizeof t_items);
+    vars[4] = t_more[0];
+    m.out = (dt_tensor_list){.items = vars, .count = 5};
+    m.slots_out = (dt_tensor_list){.items = &t_more[1], .count = 1};
+    return encode_new(DT_MSG_PULL_RESP, &m, len);
+}
+
+/* Decodes a pull reply from b into *d with views (and spans) in storage. */
+static int decode_pull_reply(const dt_rpc_buf *b, dt_msg_pull_resp *d, dt_tensor *views,
+                             dt_rpc_span *spans, dt_tensor *slot_views, dt_rpc_span *slot_spans,
+                             dt_err *err) {
+    memset(d, 0, sizeof *d);
+    d->in = (dt_tensor_views){views, 0, 8, spans};
+    d->slots_in = (dt_tensor_views){slot_views, 0, 8, slot_spans};
+    return dt_codec_decode_buf(DT_MSG_PULL_RESP, b, d, err);
+}
+
+/* Tensor i of views, as one run of bytes read element by element. */
+static void read_view(const dt_tensor_views *v, int i, uint8_t *out) {
+    dt_rpc_reader r;
+    dt_codec_view_reader(v, i, &r);
+    size_t n, at = 0, elem = dt_dtype_size(v->items[i].dtype);
+    const uint8_t *run;
+    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+        memcpy(out + at, run, n * elem);
+        at += n * elem;
+    }
+    ck_assert_uint_eq(at, v->items[i].nbytes);
+}
+
+static void assert_same_views(const dt_tensor_views *want, const dt_tensor_views *got) {
+    static uint8_t a[8192], b[8192], c[8192];
+    ck_assert_int_eq(got->count, want->count);
+    for (int i = 0; i < want->count; i++) {
+        const dt_tensor *w = &want->items[i], *g = &got->items[i];
+        ck_assert_str_eq(g->name, w->name);
+        ck_assert_int_eq(g->dtype, w->dtype);
+        ck_assert_int_eq(g->ndim, w->ndim);
+        for (int d = 0; d < w->ndim; d++)
+            ck_assert_int_eq(g->shape[d], w->shape[d]);
+        ck_assert_uint_eq(g->nbytes, w->nbytes);
+        ck_assert(w->nbytes <= sizeof a);
+        memcpy(a, w->data, w->nbytes);
+        dt_codec_view_copy(got, i, b);
+        read_view(got, i, c);
+        ck_assert_msg(memcmp(a, b, w->nbytes) == 0, "%s: copied bytes differ", w->name);
+        ck_assert_msg(memcmp(a, c, w->nbytes) == 0, "%s: bytes read by runs differ", w->name);
+        if (g->data) ck_assert(memcmp(g->data, a, w->nbytes) == 0);
+    }
+}
+
+/* The same message decoded from one run and from pieces of 1 to 7 bytes
+ * (a real gRPC byte buffer read in place, every piece in its own
+ * allocation): every field, name, shape and tensor byte agrees, a tensor
+ * inside one piece is a view, and one that crosses pieces is read from its
+ * span, elements split between pieces included. */
+START_TEST(test_decode_in_pieces) {
+    size_t len;
+    uint8_t *flat = encode_pull_reply(&len);
+    dt_rpc_buf whole = {.data = flat, .len = len};
+    dt_tensor fv[8], fsv[8], pv[8], psv[8];
+    dt_rpc_span fs[8], fss[8], ps[8], pss[8];
+    dt_msg_pull_resp want, got;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(decode_pull_reply(&whole, &want, fv, fs, fsv, fss, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(want.in.count, 5);
+    ck_assert_int_eq(want.slots_in.count, 1);
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        dt_rpc_buf b;
+        dt_test_in_pieces(flat, len, seed, &b);
+        ck_assert_msg(decode_pull_reply(&b, &got, pv, ps, psv, pss, &err) == 0, "seed %llu: %s",
+                      (unsigned long long)seed, err.msg);
+        ck_assert(got.incarnation == want.incarnation);
+        ck_assert_int_eq(got.global_step, want.global_step);
+        ck_assert(got.decided.has && got.decided.step == 4241 && got.decided.members_len == 2);
+        ck_assert_int_eq(got.decided.members[1], 0x81);
+        assert_same_views(&want.in, &got.in);
+        assert_same_views(&want.slots_in, &got.slots_in);
+        /* 4124 bytes of "long" in pieces of at most 7: never one view. */
+        ck_assert_ptr_null(got.in.items[4].data);
+        ck_assert_uint_eq(got.in.spans[4].len, sizeof t_long);
+        dt_rpc_buf_release(&b);
+    }
+    free(flat);
+}
+END_TEST
+
+/* Pieces without span storage: a tensor that crosses them cannot be
+ * described, and decoding says so instead of handing out a bad view. */
+START_TEST(test_decode_pieces_need_spans) {
+    size_t len;
+    uint8_t *flat = encode_pull_reply(&len);
+    dt_rpc_buf b;
+    dt_test_in_pieces(flat, len, 7, &b);
+    dt_msg_pull_resp d;
+    memset(&d, 0, sizeof d);
+    dt_tensor views[8], slot_views[8];
+    d.in = (dt_tensor_views){views, 0, 8, NULL};
+    d.slots_in = (dt_tensor_views){slot_views, 0, 8, NULL};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_decode_buf(DT_MSG_PULL_RESP, &b, &d, &err), DT_EINTERNAL);
+    ck_assert_msg(strstr(err.msg, "span") != NULL, "message: %s", err.msg);
+    dt_rpc_buf_release(&b);
+    free(flat);
+}
+END_TEST
+
+/* A message at every alignment: views point at unaligned bytes, and
+ * reading them (by copy or by runs of elements) gives the values sent. */
+START_TEST(test_decode_unaligned) {
+    size_t len;
+    uint8_t *flat = encode_pull_reply(&len);
+    uint8_t *room = malloc(len + 8);
+    ck_assert_ptr_nonnull(room);
+    int misaligned = 0;
+    for (size_t shift = 0; shift < 8; shift++) {
+        memcpy(room + shift, flat, len);
+        dt_rpc_buf b = {.data = room + shift, .len = len};
+        dt_tensor views[8], slot_views[8];
+        dt_msg_pull_resp d;
+        dt_err err;
+        dt_err_clear(&err);
+        ck_assert_msg(decode_pull_reply(&b, &d, views, NULL, slot_views, NULL, &err) == 0, "%s",
+                      err.msg);
+        const dt_tensor *t = &d.in.items[4];
+        ck_assert_ptr_nonnull(t->data);
+        misaligned += ((uintptr_t)t->data & 3u) != 0;
+        dt_tensor_views one = {d.in.items + 4, 1, 1, NULL};
+        float got[1031];
+        read_view(&one, 0, (uint8_t *)got);
+        ck_assert(memcmp(got, t_long, sizeof t_long) == 0);
+        dt_codec_view_copy(&one, 0, got);
+        ck_assert(memcmp(got, t_long, sizeof t_long) == 0);
+    }
+    ck_assert_int_ge(misaligned, 4);
+    free(room);
+    free(flat);
+}
+END_TEST
+
+/* ---- tensors sent in place ------------------------------------------------- */
+
+/* A ref hook that hands out the list's own bytes and counts what it gave
+ * and what came back; it fails at call number fail_at (0: never). */
+typedef struct {
+    const dt_tensor *items;
+    int given, released, calls, fail_at;
+} ref_count;
+
+static void count_release(void *arg) {
+    ((ref_count *)arg)->released++;
+}
+
+static int give_ref(void *ctx, int index, dt_rpc_ref *out, dt_err *err) {
+    ref_count *rc = ctx;
+    if (++rc->calls == rc->fail_at) return dt_err_set(err, DT_ENOMEM, "no snapshot");
+    rc->given++;
+    *out = (dt_rpc_ref){rc->items[index].data, rc->items[index].nbytes, count_release, rc};
+    return 0;
+}
+
+/* dt_codec_encode_buf: tensors of DT_CODEC_REF_MIN_BYTES or more from a
+ * list with a ref hook go as runs of the caller's memory (a change to it
+ * after encoding is in the message: no copy was made), smaller ones are
+ * copied; the pieces decode, and flattened they are the bytes
+ * dt_codec_encode writes. Every run is released once, when the buffer is
+ * released; a failing hook fails the encode and releases what it took. */
+START_TEST(test_encode_in_place) {
+    enum { BIG = DT_CODEC_REF_MIN_BYTES / 4 + 3 };
+    static float big[BIG], big2[BIG];
+    for (int i = 0; i < BIG; i++) {
+        big[i] = (float)i * 0.25f;
+        big2[i] = -(float)i;
+    }
+    make_tensors();
+    dt_tensor items[3] = {t_items[0], t_items[0], t_items[0]};
+    snprintf(items[0].name, sizeof items[0].name, "big");
+    items[0].ndim = 1;
+    items[0].shape[0] = BIG;
+    items[0].data = big;
+    items[0].nbytes = sizeof big;
+    items[2] = items[0];
+    snprintf(items[2].name, sizeof items[2].name, "big2");
+    items[2].data = big2;
+    ref_count counts = {items, 0, 0, 0, 0};
+    dt_msg_pull_resp m;
+    memset(&m, 0, sizeof m);
+    m.global_step = 9;
+    m.out = (dt_tensor_list){.items = items, .count = 3, .ref = give_ref, .ref_ctx = &counts};
+    dt_rpc_buf b;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_codec_encode_buf(DT_MSG_PULL_RESP, &m, &b, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(counts.given, 2); /* the two big ones; the weight was copied */
+    ck_assert_ptr_null(b.data);
+    ck_assert_int_ge(b.num_pieces, 4);
+    big[7] = 1234.5f; /* after encoding: sent in place, so it is in the message */
+    size_t len;
+    uint8_t *want = encode_new(DT_MSG_PULL_RESP, &m, &len);
+    ck_assert_uint_eq(b.len, len);
+    dt_msg_pull_resp d;
+    dt_tensor views[4];
+    dt_rpc_span spans[4];
+    memset(&d, 0, sizeof d);
+    d.in = (dt_tensor_views){views, 0, 4, spans};
+    ck_assert_msg(dt_codec_decode_buf(DT_MSG_PULL_RESP, &b, &d, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(d.in.count, 3);
+    ck_assert_ptr_eq(views[0].data, big); /* the run is the caller's memory */
+    ck_assert_int_eq(counts.released, 0);
+    ck_assert_int_eq(dt_rpc_buf_flatten(&b, &err), 0);
+    ck_assert_uint_eq(b.len, len);
+    ck_assert(memcmp(b.data, want, len) == 0);
+    ck_assert_int_eq(counts.released, 2);
+    dt_rpc_buf_release(&b);
+    ck_assert_int_eq(counts.released, 2);
+    free(want);
+    /* Released with the buffer when it is never sent. */
+    counts = (ref_count){items, 0, 0, 0, 0};
+    ck_assert_int_eq(dt_codec_encode_buf(DT_MSG_PULL_RESP, &m, &b, &err), 0);
+    dt_rpc_buf_release(&b);
+    ck_assert_int_eq(counts.released, 2);
+    /* The second run cannot be had: nothing built, the first released. */
+    counts = (ref_count){items, 0, 0, 0, 2};
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_encode_buf(DT_MSG_PULL_RESP, &m, &b, &err), DT_ENOMEM);
+    ck_assert_msg(strstr(err.msg, "no snapshot") != NULL, "%s", err.msg);
+    ck_assert(b.data == NULL && b.len == 0 && b.impl == NULL);
+    ck_assert_int_eq(counts.given, 1);
+    ck_assert_int_eq(counts.released, 1);
+}
+END_TEST
+
 Suite *codec_suite(void) {
     Suite *s = suite_create("codec");
     TCase *tc = tcase_create("roundtrip");
@@ -1130,5 +1394,13 @@ Suite *codec_suite(void) {
     tcase_add_test(bad, test_data_wrong_wire_type);
     tcase_add_test(bad, test_fuzz_mutations);
     suite_add_tcase(s, bad);
+
+    TCase *pieces = tcase_create("pieces");
+    tcase_set_timeout(pieces, 30);
+    tcase_add_test(pieces, test_decode_in_pieces);
+    tcase_add_test(pieces, test_decode_pieces_need_spans);
+    tcase_add_test(pieces, test_decode_unaligned);
+    tcase_add_test(pieces, test_encode_in_place);
+    suite_add_tcase(s, pieces);
     return s;
 }

@@ -25,12 +25,14 @@
 
 #include "codec.h"
 #include "optim.h"
+#include "pieces.h"
 #include "proc.h"
 #include "ps.h"
 #include "ps_client.h"
 #include "rpc_client.h"
 #include "suites.h"
 #include "testjob.h"
+#include "worker.h"
 
 #define CALL_TIMEOUT_MS 10000
 #define NW 6 /* elements of w */
@@ -1776,6 +1778,462 @@ START_TEST(test_reason_escaped_in_log) {
 }
 END_TEST
 
+/* ---- requests in pieces ------------------------------------------------- */
+
+/* Two in-process ps tasks (no port) of the same 1-ps, 2-worker cluster:
+ * `flat` takes every request in one run, `cut` the same bytes in pieces
+ * of 1 to 7 bytes, as gRPC may hand them over. */
+#define PR 37 /* the piece tests' model: big (PR, PC) and b (PC) */
+#define PC 11
+typedef struct {
+    dt_addr ps_addr[1], worker_addr[2];
+    dt_cluster cluster;
+    dt_ps *flat, *cut;
+    uint64_t seed;
+} twin;
+
+static void twin_start(twin *t) {
+    memset(t, 0, sizeof *t);
+    dt_test_loopback_addr(&t->ps_addr[0], 1);
+    dt_test_loopback_addr(&t->worker_addr[0], 2);
+    dt_test_loopback_addr(&t->worker_addr[1], 3);
+    t->cluster =
+        (dt_cluster){.num_ps = 1, .ps = t->ps_addr, .num_workers = 2, .workers = t->worker_addr};
+    dt_ps_params p = {.cluster = &t->cluster, .no_server = 1, .linger_ms = 600000};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ps_start(&p, &t->flat, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_ps_start(&p, &t->cut, &err) == 0, "%s", err.msg);
+}
+
+static void twin_stop(twin *t) {
+    dt_ps_free(t->flat);
+    dt_ps_free(t->cut);
+}
+
+/* Sends msg to one twin as one run or, with cut, in pieces. Returns the
+ * handler's code; on success *reply (when not NULL) gets a heap copy of
+ * the reply's bytes and *reply_len their number. */
+static int send_to(twin *t, int cut, dt_msg_type type, const void *msg, uint8_t **reply,
+                   size_t *reply_len, dt_err *err) {
+    dt_err local;
+    dt_err_clear(&local);
+    int64_t size = dt_codec_size(type, msg, &local);
+    ck_assert_msg(size > 0, "%s", local.msg);
+    uint8_t *bytes = malloc((size_t)size);
+    ck_assert_ptr_nonnull(bytes);
+    ck_assert_int_eq(dt_codec_encode(type, msg, bytes, (size_t)size, &local), 0);
+    dt_rpc_buf req = {.data = bytes, .len = (size_t)size}, out;
+    if (cut) dt_test_in_pieces(bytes, (size_t)size, ++t->seed, &req);
+    dt_rpc_peer anyone = {.role = DT_PEER_ANY, .task = -1, .name = "anonymous"};
+    dt_err_clear(err);
+    int rc = dt_ps_call(cut ? t->cut : t->flat, dt_codec_method(type), &anyone, &req, &out, err);
+    if (rc == 0 && reply) {
+        *reply = malloc(out.len ? out.len : 1);
+        ck_assert_ptr_nonnull(*reply);
+        if (out.len) memcpy(*reply, out.data, out.len);
+        *reply_len = out.len;
+    }
+    if (rc == 0) dt_rpc_buf_release(&out);
+    if (cut) dt_rpc_buf_release(&req);
+    free(bytes);
+    return rc;
+}
+
+/* Sends msg to both; both must answer alike (code, and the reply's step). */
+static int send_both(twin *t, dt_msg_type type, const void *msg, dt_err *err) {
+    dt_err cut_err;
+    int rc = send_to(t, 0, type, msg, NULL, NULL, err);
+    int rc_cut = send_to(t, 1, type, msg, NULL, NULL, &cut_err);
+    ck_assert_msg(rc == rc_cut, "one run: %d (%s); in pieces: %d (%s)", rc, err->msg, rc_cut,
+                  cut_err.msg);
+    return rc;
+}
+
+/* The model's tensors over caller arrays. */
+static void twin_tensors(dt_tensor items[2], float *big, float *b) {
+    make_tensor(&items[0], "big", DT_DTYPE_F32, 2, PR, PC, big);
+    make_tensor(&items[1], "b", DT_DTYPE_F32, 1, PC, 0, b);
+}
+
+/* A value that does not come out exact in float: updates of it differ in
+ * their last bits when anything in the arithmetic differs. */
+static float odd_value(uint64_t *x) {
+    *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(*x >> 11) / 9007199254740992.0 * 2.0 - 1.0) * 0.37f;
+}
+
+/* One push of fresh odd gradients from worker w with id, to both. */
+static int push_both(twin *t, uint64_t *x, int w, uint64_t id, int64_t step, float nan_at_end,
+                     dt_err *err) {
+    float gbig[PR * PC], gb[PC];
+    for (int i = 0; i < PR * PC; i++)
+        gbig[i] = odd_value(x);
+    for (int i = 0; i < PC; i++)
+        gb[i] = odd_value(x);
+    if (nan_at_end != 0) gbig[PR * PC - 1] = nan_at_end;
+    dt_tensor items[2];
+    twin_tensors(items, gbig, gb);
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = w;
+    req.step = step;
+    req.push_id = id;
+    req.out = (dt_tensor_list){.items = items, .count = 2};
+    return send_both(t, DT_MSG_PUSH_REQ, &req, err);
+}
+
+/* Every variable and slot of both, pulled: the same bits; *step gets the
+ * global step (the same on both). */
+static void assert_twins_equal(twin *t, int64_t *step) {
+    dt_msg_pull_req req = {.worker = -1, .include_slots = true};
+    dt_msg_pull_resp r[2];
+    dt_tensor views[2][4], slots[2][8];
+    for (int k = 0; k < 2; k++) {
+        memset(&r[k], 0, sizeof r[k]);
+        r[k].in = (dt_tensor_views){views[k], 0, 4, NULL};
+        r[k].slots_in = (dt_tensor_views){slots[k], 0, 8, NULL};
+    }
+    /* Each reply is decoded while its bytes live: pull, compare, release. */
+    dt_err err;
+    dt_err_clear(&err);
+    dt_rpc_buf req_buf, reply[2];
+    int64_t size = dt_codec_size(DT_MSG_PULL_REQ, &req, &err);
+    ck_assert_int_eq(dt_rpc_buf_alloc(&req_buf, (size_t)size, &err), 0);
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_PULL_REQ, &req, req_buf.data, req_buf.len, &err), 0);
+    dt_rpc_peer anyone = {.role = DT_PEER_ANY, .task = -1, .name = "anonymous"};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(dt_ps_call(k ? t->cut : t->flat, DT_METHOD_PULL, &anyone, &req_buf, &reply[k],
+                                 &err) == 0,
+                      "%s", err.msg);
+        ck_assert_msg(dt_codec_decode(DT_MSG_PULL_RESP, reply[k].data, reply[k].len, &r[k], &err) ==
+                          0,
+                      "%s", err.msg);
+    }
+    ck_assert_int_eq(r[0].global_step, r[1].global_step);
+    ck_assert_int_eq(r[0].in.count, 2);
+    ck_assert_int_eq(r[1].in.count, 2);
+    ck_assert_int_eq(r[0].slots_in.count, r[1].slots_in.count);
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(memcmp(views[0][i].data, views[1][i].data, views[0][i].nbytes) == 0,
+                      "variable %s differs", views[0][i].name);
+    for (int i = 0; i < r[0].slots_in.count; i++)
+        ck_assert_msg(memcmp(slots[0][i].data, slots[1][i].data, slots[0][i].nbytes) == 0,
+                      "slot %s differs", slots[0][i].name);
+    *step = r[0].global_step;
+    for (int k = 0; k < 2; k++)
+        dt_rpc_buf_release(&reply[k]);
+    dt_rpc_buf_release(&req_buf);
+}
+
+/* A job run on both twins, its requests cut into pieces for one: create
+ * (variables and slots given), pushes of odd gradients from two workers, a
+ * push with a NaN in its last piece (refused, nothing changed), a retry of
+ * an applied push (not applied again), a push that brings the variables
+ * back. The twins end bit-identical. */
+static void run_twins(const char *optimizer, int mode) {
+    twin t;
+    twin_start(&t);
+    uint64_t x = 99;
+    float big[PR * PC], b[PC], sbig[PR * PC], sb[PC];
+    for (int i = 0; i < PR * PC; i++) {
+        big[i] = odd_value(&x);
+        sbig[i] = 0.5f + odd_value(&x) * odd_value(&x); /* a positive slot value */
+    }
+    for (int i = 0; i < PC; i++) {
+        b[i] = odd_value(&x);
+        sb[i] = 0.25f;
+    }
+    dt_tensor items[2], slot_items[2];
+    twin_tensors(items, big, b);
+    dt_msg_create_req c;
+    memset(&c, 0, sizeof c);
+    c.out = (dt_tensor_list){.items = items, .count = 2};
+    dt_optim_defaults(&c.optim);
+    snprintf(c.optim.name, sizeof c.optim.name, "%s", optimizer);
+    c.optim.learning_rate = 0.0173;
+    c.max_steps = 1000;
+    c.consistency.mode = mode;
+    c.consistency.replicas_to_aggregate = 2;
+    c.consistency.total_num_replicas = 2;
+    c.consistency.timeout_ms = 600000;
+    if (dt_optim_num_slots(&c.optim) > 0) {
+        /* The first slot given, the others at their initial value. */
+        twin_tensors(slot_items, sbig, sb);
+        snprintf(slot_items[0].name, sizeof slot_items[0].name, "big/%s",
+                 dt_optim_slot_name(&c.optim, 0));
+        snprintf(slot_items[1].name, sizeof slot_items[1].name, "b/%s",
+                 dt_optim_slot_name(&c.optim, 0));
+        c.slots_out = (dt_tensor_list){.items = slot_items, .count = 2};
+    }
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(send_both(&t, DT_MSG_CREATE_REQ, &c, &err) == 0, "create: %s", err.msg);
+    int64_t step = 0;
+    uint64_t id = 1000;
+    for (int k = 0; k < 6; k++) {
+        ck_assert_msg(push_both(&t, &x, k % 2, ++id, step, 0, &err) == 0, "push %d: %s", k,
+                      err.msg);
+        if (mode != DT_MODE_SYNC || k % 2 == 1) step++;
+    }
+    int64_t before;
+    assert_twins_equal(&t, &before);
+    ck_assert_int_eq(before, step);
+    /* A NaN in the last element, so in the last piece: refused by both,
+     * and nothing of it applied. */
+    ck_assert_int_eq(push_both(&t, &x, 0, ++id, step, NAN, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "not finite") != NULL, "%s", err.msg);
+    int64_t after;
+    assert_twins_equal(&t, &after);
+    ck_assert_int_eq(after, before);
+    /* The last applied push again, same id: answered, not applied. */
+    uint64_t replay = x;
+    ck_assert_int_eq(push_both(&t, &x, 1, ++id, step, 0, &err), 0);
+    if (mode != DT_MODE_SYNC) step++;
+    assert_twins_equal(&t, &before);
+    x = replay;
+    ck_assert_int_eq(push_both(&t, &x, 1, id, step, 0, &err), 0);
+    assert_twins_equal(&t, &after);
+    ck_assert_int_eq(after, before);
+    /* A push that asks for the variables: the same reply from both. */
+    float gbig[PR * PC], gb[PC];
+    for (int i = 0; i < PR * PC; i++)
+        gbig[i] = odd_value(&x);
+    for (int i = 0; i < PC; i++)
+        gb[i] = odd_value(&x);
+    twin_tensors(items, gbig, gb);
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = 0;
+    req.step = step;
+    req.push_id = ++id;
+    req.pull = true;
+    req.out = (dt_tensor_list){.items = items, .count = 2};
+    uint8_t *reply[2];
+    size_t reply_len[2];
+    dt_msg_push_resp r[2];
+    dt_tensor views[2][4];
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(send_to(&t, k, DT_MSG_PUSH_REQ, &req, &reply[k], &reply_len[k], &err), 0);
+        memset(&r[k], 0, sizeof r[k]);
+        r[k].in = (dt_tensor_views){views[k], 0, 4, NULL};
+        ck_assert_msg(dt_codec_decode(DT_MSG_PUSH_RESP, reply[k], reply_len[k], &r[k], &err) == 0,
+                      "%s", err.msg);
+    }
+    ck_assert_int_eq(r[0].global_step, r[1].global_step);
+    ck_assert_int_eq(r[0].wait, r[1].wait);
+    ck_assert_int_eq(r[0].in.count, r[1].in.count);
+    ck_assert_int_eq(r[0].in.count, 2); /* sync: this gradient completed the step */
+    for (int i = 0; i < r[0].in.count; i++)
+        ck_assert_msg(memcmp(views[0][i].data, views[1][i].data, views[0][i].nbytes) == 0,
+                      "pushed-back variable %s differs", views[0][i].name);
+    free(reply[0]);
+    free(reply[1]);
+    assert_twins_equal(&t, &after);
+    twin_stop(&t);
+}
+
+START_TEST(test_pieces_sgd_async) {
+    run_twins("sgd", DT_MODE_ASYNC);
+}
+END_TEST
+
+START_TEST(test_pieces_adam_async) {
+    run_twins("adam", DT_MODE_ASYNC);
+}
+END_TEST
+
+START_TEST(test_pieces_momentum_sync) {
+    run_twins("momentum", DT_MODE_SYNC);
+}
+END_TEST
+
+/* ---- variables sent in place ---------------------------------------------- */
+
+#define NBIG 20000 /* 80 kB: sent in place (DT_CODEC_REF_MIN_BYTES) */
+
+/* Calls ps's handler for msg and keeps the reply as it is built (pieces
+ * that are the variables' own buffers). */
+static dt_rpc_buf call_keep(dt_ps *ps, dt_msg_type type, const void *msg) {
+    dt_err err;
+    dt_err_clear(&err);
+    int64_t size = dt_codec_size(type, msg, &err);
+    ck_assert(size > 0);
+    dt_rpc_buf req, reply;
+    ck_assert_int_eq(dt_rpc_buf_alloc(&req, (size_t)size, &err), 0);
+    ck_assert_int_eq(dt_codec_encode(type, msg, req.data, req.len, &err), 0);
+    dt_rpc_peer anyone = {.role = DT_PEER_ANY, .task = -1, .name = "anonymous"};
+    ck_assert_msg(dt_ps_call(ps, dt_codec_method(type), &anyone, &req, &reply, &err) == 0, "%s",
+                  err.msg);
+    dt_rpc_buf_release(&req);
+    return reply;
+}
+
+static dt_rpc_buf pull_keep(dt_ps *ps, int with_slots, const char *only) {
+    dt_msg_pull_req req = {.worker = -1, .include_slots = with_slots};
+    const char *names[1] = {only};
+    if (only) {
+        req.out_names = names;
+        req.out_count = 1;
+    }
+    return call_keep(ps, DT_MSG_PULL_REQ, &req);
+}
+
+/* The first element of every tensor of a kept pull reply, and how many
+ * elements of each equal want(i) for the rule checked by want. */
+static void check_reply(const dt_rpc_buf *reply, const char *name, float base, float step) {
+    dt_msg_pull_resp r;
+    dt_tensor views[4], slot_views[4];
+    dt_rpc_span spans[4], slot_spans[4];
+    memset(&r, 0, sizeof r);
+    r.in = (dt_tensor_views){views, 0, 4, spans};
+    r.slots_in = (dt_tensor_views){slot_views, 0, 4, slot_spans};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_codec_decode_buf(DT_MSG_PULL_RESP, reply, &r, &err) == 0, "%s", err.msg);
+    const dt_tensor_views *v = strchr(name, '/') ? &r.slots_in : &r.in;
+    int k = -1;
+    for (int i = 0; i < v->count; i++)
+        if (strcmp(v->items[i].name, name) == 0) k = i;
+    ck_assert_msg(k >= 0, "%s not in the reply", name);
+    ck_assert_uint_eq(v->items[k].nbytes, NBIG * 4);
+    static float got[NBIG];
+    dt_codec_view_copy(v, k, got);
+    for (int i = 0; i < NBIG; i++)
+        if (got[i] != base + step * (float)i)
+            ck_abort_msg("%s[%d] = %g, want %g", name, i, (double)got[i],
+                         (double)(base + step * (float)i));
+}
+
+static void push_ones(twin *t, uint64_t id) {
+    static float g[NBIG];
+    for (int i = 0; i < NBIG; i++)
+        g[i] = 1.0f;
+    dt_tensor item;
+    make_tensor(&item, "big", DT_DTYPE_F32, 1, NBIG, 0, g);
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = 0;
+    req.push_id = id;
+    req.out = (dt_tensor_list){.items = &item, .count = 1};
+    dt_rpc_buf reply = call_keep(t->flat, DT_MSG_PUSH_REQ, &req);
+    dt_rpc_buf_release(&reply);
+}
+
+/* A pull's reply carries a large variable as its buffer itself, not a
+ * copy: while it is (as if) being sent, pushes write the next values
+ * elsewhere, so every reply says what the variable was when it was made,
+ * whole pulls, named pulls and slots (a snapshot) alike; once the replies
+ * are gone the buffers are used again. Exact values: sgd and momentum with
+ * power-of-two rates on small integers. */
+START_TEST(test_reply_buffers_unchanged) {
+    const char *optimizers[2] = {"sgd", "momentum"};
+    for (int o = 0; o < 2; o++) {
+        twin t;
+        twin_start(&t);
+        static float w[NBIG];
+        for (int i = 0; i < NBIG; i++)
+            w[i] = (float)i;
+        dt_tensor item;
+        make_tensor(&item, "big", DT_DTYPE_F32, 1, NBIG, 0, w);
+        dt_msg_create_req c;
+        memset(&c, 0, sizeof c);
+        c.out = (dt_tensor_list){.items = &item, .count = 1};
+        dt_optim_defaults(&c.optim);
+        snprintf(c.optim.name, sizeof c.optim.name, "%s", optimizers[o]);
+        c.optim.learning_rate = 0.5;
+        c.optim.momentum = 0.5;
+        c.max_steps = 100;
+        dt_rpc_buf r = call_keep(t.flat, DT_MSG_CREATE_REQ, &c);
+        dt_rpc_buf_release(&r);
+        int slots = o == 1;
+        /* w0 = i; each push of 1: sgd w -= 0.5; momentum a = 0.5a + 1, w -= 0.5a. */
+        const float w_after[4] = {0.0f, -0.5f, slots ? -1.25f : -1.0f, slots ? -2.125f : -1.5f};
+        const float a_after[4] = {0.0f, 1.0f, 1.5f, 1.75f};
+        dt_rpc_buf r0 = pull_keep(t.flat, slots, NULL);
+        push_ones(&t, 1);
+        dt_rpc_buf r1 = pull_keep(t.flat, slots, NULL);
+        dt_rpc_buf named = pull_keep(t.flat, 0, "big");
+        push_ones(&t, 2); /* both buffers read: a third one */
+        check_reply(&r0, "big", w_after[0], 1.0f);
+        check_reply(&r1, "big", w_after[1], 1.0f);
+        check_reply(&named, "big", w_after[1], 1.0f);
+        if (slots) {
+            check_reply(&r0, "big/momentum", a_after[0], 0.0f);
+            check_reply(&r1, "big/momentum", a_after[1], 0.0f);
+        }
+        dt_rpc_buf_release(&r0);
+        dt_rpc_buf_release(&r1);
+        dt_rpc_buf_release(&named);
+        push_ones(&t, 3); /* none read now: in place */
+        dt_rpc_buf r3 = pull_keep(t.flat, slots, NULL);
+        check_reply(&r3, "big", w_after[3], 1.0f);
+        if (slots) check_reply(&r3, "big/momentum", a_after[3], 0.0f);
+        twin_stop(&t); /* the reply outlives the ps that made it */
+        check_reply(&r3, "big", w_after[3], 1.0f);
+        dt_rpc_buf_release(&r3);
+    }
+}
+END_TEST
+
+/* ---- pipelined pushes ------------------------------------------------------- */
+
+/* The demo job (linear, line data) trained by one in-process worker (task
+ * 1, so no chief hooks) against the fixture's ps, 300 steps, pipelined or
+ * not; st gets the ps's Status after, w_out the weight the worker ends with. */
+static void train_one(int pipeline, dt_msg_status_resp *st, float *w_out) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_job job;
+    dt_job_defaults(&job);
+    job.max_steps = 300;
+    job.log_steps = 1000;
+    job.pipeline_push = pipeline;
+    job.rpc_timeout_secs = CALL_TIMEOUT_MS / 1000;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+    dt_worker_params wp = {.cluster = &f.cluster, .job = &job, .task_index = 1};
+    dt_worker *w = NULL;
+    ck_assert_msg(dt_worker_open(&wp, &w, &err) == 0, "%s", err.msg);
+    dt_ps_model model;
+    memset(&model, 0, sizeof model);
+    model.vars = dt_worker_vars(w); /* zeros */
+    model.max_steps = job.max_steps;
+    model.optim = job.optim;
+    model.model = "pipeline test";
+    ck_assert_msg(dt_ps_client_create(dt_worker_client(w), &model, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_worker_train(w, NULL, NULL, &err) == 0, "%s", err.msg);
+    memset(st, 0, sizeof *st);
+    ck_assert_int_eq(dt_ps_client_status(dt_worker_client(w), 0, st, &err), 0);
+    const dt_tensor *weight = dt_tensors_find(dt_worker_vars(w), "linear/weight");
+    ck_assert_ptr_nonnull(weight);
+    memcpy(w_out, weight->data, sizeof *w_out);
+    dt_worker_free(w);
+    fixture_stop(&f);
+}
+
+/* pipeline_push: a lone worker's every gradient but its first is exactly
+ * one step stale (it was computed while the previous push was in flight),
+ * where without pipelining none is; every push is applied once, and both
+ * fit the demo's line (w* = 2). */
+START_TEST(test_pipelined_pushes_one_step_stale) {
+    dt_msg_status_resp plain, piped;
+    float w_plain, w_piped;
+    train_one(0, &plain, &w_plain);
+    train_one(1, &piped, &w_piped);
+    ck_assert_int_eq(plain.global_step, 300);
+    ck_assert_int_eq(piped.global_step, 300);
+    ck_assert_int_eq(plain.pushes_applied, 300);
+    ck_assert_int_eq(piped.pushes_applied, 300);
+    ck_assert_int_eq(plain.staleness_counts[0], 300);
+    ck_assert_int_eq(piped.staleness_counts[0], 1);
+    ck_assert_int_eq(piped.staleness_counts[1], 299);
+    ck_assert_msg(fabsf(w_plain - 2.0f) < 0.3f && fabsf(w_piped - 2.0f) < 0.3f,
+                  "weights %g and %g, want about 2", (double)w_plain, (double)w_piped);
+}
+END_TEST
+
 Suite *ps_suite(void) {
     Suite *s = suite_create("ps");
     TCase *life = tcase_create("lifecycle");
@@ -1822,5 +2280,14 @@ Suite *ps_suite(void) {
     tcase_add_test(hostile, test_reason_escaped_in_log);
     tcase_add_test(hostile, test_push_as_another_task);
     suite_add_tcase(s, hostile);
+
+    TCase *pieces = tcase_create("pieces");
+    tcase_set_timeout(pieces, 60);
+    tcase_add_test(pieces, test_pieces_sgd_async);
+    tcase_add_test(pieces, test_pieces_adam_async);
+    tcase_add_test(pieces, test_pieces_momentum_sync);
+    tcase_add_test(pieces, test_reply_buffers_unchanged);
+    tcase_add_test(pieces, test_pipelined_pushes_one_step_stale);
+    suite_add_tcase(s, pieces);
     return s;
 }

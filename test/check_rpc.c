@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pieces.h"
 #include "proc.h"
 #include "rpc_client.h"
 #include "rpc_internal.h" /* dt_rpc_accept_failures */
@@ -1095,6 +1096,353 @@ START_TEST(test_listens_again_after_emfile) {
 }
 END_TEST
 
+/* ---- messages read in pieces ------------------------------------------- */
+
+/* The bytes of a span, read element by element, with how many runs came
+ * from the reader's carry (an element split between pieces). */
+static size_t read_span(const dt_rpc_span *sp, size_t elem, uint8_t *out, int *carried) {
+    dt_rpc_reader r;
+    dt_rpc_reader_init(&r, sp, elem);
+    size_t n, total = 0;
+    const uint8_t *run;
+    *carried = 0;
+    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+        ck_assert_uint_gt(n, 0);
+        if (run == r.carry) {
+            ck_assert_uint_eq(n, 1);
+            (*carried)++;
+        }
+        memcpy(out + total, run, n * elem);
+        total += n * elem;
+    }
+    ck_assert_uint_eq(n, 0);
+    return total;
+}
+
+/* A message of 1..7-byte pieces (a real gRPC byte buffer, read in place):
+ * its pieces are the bytes in order, and a reader of any span of it, in
+ * elements of 1, 4 or 8 bytes from any offset, yields exactly those bytes,
+ * an element split between pieces put back together. */
+START_TEST(test_reader_over_tiny_pieces) {
+    enum { LEN = 4099 };
+    uint8_t *bytes = malloc(LEN), *out = malloc(LEN);
+    ck_assert(bytes && out);
+    for (int i = 0; i < LEN; i++)
+        bytes[i] = (uint8_t)(i * 131 + 7);
+    dt_rpc_buf b;
+    dt_test_in_pieces(bytes, LEN, 12345, &b);
+    ck_assert_uint_eq(b.len, LEN);
+    ck_assert_ptr_null(b.data);
+    ck_assert_int_gt(b.num_pieces, LEN / 7);
+    dt_rpc_piece one;
+    const dt_rpc_piece *pieces;
+    int n = dt_rpc_buf_pieces(&b, &one, &pieces);
+    ck_assert_int_eq(n, b.num_pieces);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        ck_assert(pieces[i].len >= 1 && pieces[i].len <= 7);
+        ck_assert(memcmp(pieces[i].data, bytes + at, pieces[i].len) == 0);
+        at += pieces[i].len;
+    }
+    ck_assert_uint_eq(at, LEN);
+    /* Spans from several offsets, each read in elements of 1, 4 and 8. */
+    const size_t starts[] = {0, 1, 3, 5, 1000, 2051};
+    const size_t elems[] = {1, 4, 8};
+    for (size_t s = 0; s < sizeof starts / sizeof starts[0]; s++) {
+        size_t piece = 0, offset = starts[s];
+        while (offset >= pieces[piece].len)
+            offset -= pieces[piece++].len;
+        for (size_t e = 0; e < sizeof elems / sizeof elems[0]; e++) {
+            size_t len = (LEN - starts[s]) / elems[e] * elems[e];
+            dt_rpc_span sp = {&pieces[piece], offset, len};
+            int carried = 0;
+            memset(out, 0, LEN);
+            ck_assert_uint_eq(read_span(&sp, elems[e], out, &carried), len);
+            ck_assert_msg(memcmp(out, bytes + starts[s], len) == 0, "span at %zu, elem %zu",
+                          starts[s], elems[e]);
+            if (elems[e] > 1) ck_assert_msg(carried > 0, "no element crossed pieces");
+            memset(out, 0, LEN);
+            dt_rpc_span_copy(&sp, out);
+            ck_assert(memcmp(out, bytes + starts[s], len) == 0);
+        }
+    }
+    /* A reader over one run of memory at an odd address. */
+    dt_rpc_reader r;
+    dt_rpc_reader_init_flat(&r, bytes + 3, 4000, 4);
+    size_t count;
+    const uint8_t *run = dt_rpc_reader_next(&r, &count);
+    ck_assert_ptr_eq(run, bytes + 3);
+    ck_assert_uint_eq(count, 1000);
+    ck_assert_ptr_null(dt_rpc_reader_next(&r, &count));
+    dt_rpc_buf_release(&b);
+    dt_rpc_buf_release(&b); /* twice is harmless */
+    /* No pieces at all: an empty message. */
+    dt_test_in_pieces(bytes, 0, 1, &b);
+    ck_assert(b.len == 0 && b.data == NULL && b.num_pieces == 0);
+    ck_assert_int_eq(dt_rpc_buf_pieces(&b, &one, &pieces), 0);
+    dt_rpc_buf_release(&b);
+    free(bytes);
+    free(out);
+}
+END_TEST
+
+/* Echo that reads the request in place, piece by piece; the first four
+ * bytes of the reply count the pieces. */
+static int handle_echo_pieces(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                              const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    (void)ctx;
+    dt_rpc_piece one;
+    const dt_rpc_piece *pieces;
+    int n = dt_rpc_buf_pieces(request, &one, &pieces);
+    int rc = dt_rpc_buf_alloc(reply, request->len + 4, err);
+    if (rc < 0) return rc;
+    uint32_t count = (uint32_t)n;
+    memcpy(reply->data, &count, 4);
+    size_t at = 4;
+    for (int i = 0; i < n; i++) {
+        memcpy(reply->data + at, pieces[i].data, pieces[i].len);
+        at += pieces[i].len;
+    }
+    return at == reply->len ? 0 : dt_err_set(err, DT_EINTERNAL, "pieces hold %zu bytes", at - 4);
+}
+
+/* A server whose handlers read requests in place, serving EchoPieces, and
+ * a channel to it. */
+static void start_echo_pieces(dt_rpc_server **server, dt_rpc_channel **ch) {
+    static const dt_rpc_method echo[] = {{"/test.T/EchoPieces", handle_echo_pieces, 0, 0}};
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port(NULL));
+    dt_rpc_server_params p = {
+        .addr = addr, .num_threads = 2, .methods = echo, .num_methods = 1, .in_pieces = 1};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_rpc_server_start(&p, server, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_rpc_channel_new(addr, ch, &err) == 0, "%s", err.msg);
+}
+
+/* Over the network: a server that reads requests in place hands the
+ * handler a 100 kB request in the pieces gRPC read it in (several), and a
+ * client that takes its response in pieces gets every byte. */
+START_TEST(test_server_reads_in_pieces) {
+    dt_rpc_server *server = NULL;
+    dt_rpc_channel *ch = NULL;
+    start_echo_pieces(&server, &ch);
+    dt_err err;
+    dt_err_clear(&err);
+    enum { LEN = 100003 };
+    dt_rpc_buf req;
+    ck_assert_int_eq(dt_rpc_buf_alloc(&req, LEN, &err), 0);
+    for (size_t i = 0; i < LEN; i++)
+        req.data[i] = (uint8_t)((i * 2654435761u) >> 11);
+    dt_rpc_call c;
+    call_init(&c, ch, "/test.T/EchoPieces", &req);
+    c.wait_for_ready = 1;
+    c.in_pieces = 1;
+    ck_assert_msg(dt_rpc_call_all(&c, 1, 20000, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(c.response.len, LEN + 4);
+    uint8_t *got = malloc(LEN + 4);
+    ck_assert_ptr_nonnull(got);
+    dt_rpc_span all;
+    dt_rpc_piece one;
+    const dt_rpc_piece *pieces;
+    ck_assert_int_gt(dt_rpc_buf_pieces(&c.response, &one, &pieces), 0);
+    all.piece = pieces;
+    all.offset = 0;
+    all.len = c.response.len;
+    dt_rpc_span_copy(&all, got);
+    uint32_t count;
+    memcpy(&count, got, 4);
+    ck_assert_msg(count > 1, "%d bytes in %u piece", LEN, count);
+    ck_assert(memcmp(got + 4, req.data, LEN) == 0);
+    free(got);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    dt_rpc_channel_free(ch);
+    dt_rpc_server_stop(server, 1000);
+}
+END_TEST
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int released;
+} release_count;
+
+static void count_release(void *arg) {
+    release_count *rc = arg;
+    pthread_mutex_lock(&rc->mu);
+    rc->released++;
+    pthread_cond_broadcast(&rc->cv);
+    pthread_mutex_unlock(&rc->mu);
+}
+
+/* A request built from its own bytes and two runs of other memory sent in
+ * place (no copy) arrives whole and in order; each run's release comes
+ * once, when gRPC is done with it (awaited with a deadline: a transport may
+ * let go of a written slice a moment after the call ends). */
+START_TEST(test_send_in_place) {
+    dt_rpc_server *server = NULL;
+    dt_rpc_channel *ch = NULL;
+    start_echo_pieces(&server, &ch);
+    dt_err err;
+    dt_err_clear(&err);
+    enum { RUN = 300000 };
+    uint8_t *a = malloc(RUN), *b = malloc(RUN), *want = malloc(2 * RUN + 10);
+    ck_assert(a && b && want);
+    for (int i = 0; i < RUN; i++) {
+        a[i] = (uint8_t)(i * 7);
+        b[i] = (uint8_t)(i * 13 + 1);
+    }
+    release_count counts = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    /* own "head" | run a | own "mid" | run b | own "!!" */
+    dt_rpc_buf req;
+    ck_assert_int_eq(dt_rpc_buf_alloc(&req, 10, &err), 0);
+    uint8_t *own = req.data;
+    memcpy(own, "headmid!!!", 10);
+    dt_rpc_ref ra = {a, RUN, count_release, &counts}, rb = {b, RUN, count_release, &counts};
+    ck_assert_int_eq(dt_rpc_buf_add_ref(&req, 4, &ra, &err), 0);
+    ck_assert_int_eq(dt_rpc_buf_add_ref(&req, 7, &rb, &err), 0);
+    ck_assert_uint_eq(req.len, 2 * RUN + 10);
+    memcpy(want, "head", 4);
+    memcpy(want + 4, a, RUN);
+    memcpy(want + 4 + RUN, "mid", 3);
+    memcpy(want + 7 + RUN, b, RUN);
+    memcpy(want + 7 + 2 * RUN, "!!!", 3);
+    dt_rpc_call c;
+    call_init(&c, ch, "/test.T/EchoPieces", &req);
+    c.wait_for_ready = 1;
+    ck_assert_msg(dt_rpc_call_all(&c, 1, 20000, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(c.response.len, req.len + 4);
+    ck_assert(memcmp(c.response.data + 4, want, req.len) == 0);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&req);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    pthread_mutex_lock(&counts.mu);
+    while (counts.released < 2)
+        if (pthread_cond_timedwait(&counts.cv, &counts.mu, &deadline) != 0) break;
+    int released = counts.released;
+    pthread_mutex_unlock(&counts.mu);
+    ck_assert_int_eq(released, 2);
+    dt_rpc_channel_free(ch);
+    dt_rpc_server_stop(server, 1000);
+    ck_assert_int_eq(counts.released, 2); /* and never again */
+    free(a);
+    free(b);
+    free(want);
+}
+END_TEST
+
+/* ---- requests in flight -------------------------------------------------- */
+
+/* Holds its request until released, counting who is in. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int running, done, open;
+} gate;
+
+static int handle_hold(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                       const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    gate *g = ctx;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 20;
+    pthread_mutex_lock(&g->mu);
+    g->running++;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &deadline) != 0) break;
+    g->running--;
+    g->done++;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return reply_bytes(reply, &request->len, sizeof request->len, err);
+}
+
+typedef struct {
+    dt_rpc_channel *ch;
+    const dt_rpc_buf *req;
+    int rc;
+} caller;
+
+static void *call_hold(void *arg) {
+    caller *c = arg;
+    dt_rpc_call call;
+    call_init(&call, c->ch, "/test.T/Hold", c->req);
+    call.wait_for_ready = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    c->rc = dt_rpc_call_all(&call, 1, 30000, &err);
+    dt_rpc_buf_release(&call.response);
+    return NULL;
+}
+
+/* A server bounding its requests in flight reads one large request, and
+ * while its handler holds it the other two calls wait their turn unread
+ * (the server says so); let go, they are read one after the other, and
+ * all three complete. */
+START_TEST(test_requests_in_flight_bounded) {
+    static const dt_rpc_method hold[] = {{"/test.T/Hold", handle_hold, 0, 0}};
+    gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port(NULL));
+    enum { LEN = 2 << 20 };
+    dt_rpc_server_params p = {.addr = addr,
+                              .num_threads = 4,
+                              .methods = hold,
+                              .num_methods = 1,
+                              .ctx = &g,
+                              .inflight_bytes = LEN / 2};
+    dt_err err;
+    dt_err_clear(&err);
+    dt_rpc_server *server = NULL;
+    dt_rpc_channel *ch = NULL;
+    ck_assert_msg(dt_rpc_server_start(&p, &server, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_rpc_channel_new(addr, &ch, &err) == 0, "%s", err.msg);
+    dt_rpc_buf req;
+    ck_assert_int_eq(dt_rpc_buf_alloc(&req, LEN, &err), 0);
+    memset(req.data, 7, LEN);
+    caller callers[3];
+    pthread_t threads[3];
+    for (int i = 0; i < 3; i++) {
+        callers[i] = (caller){ch, &req, -1};
+        ck_assert_int_eq(pthread_create(&threads[i], NULL, call_hold, &callers[i]), 0);
+    }
+    /* One handler holds its request; the two others wait, unread. (Polls
+     * the server's and the handler's state: the events themselves.) */
+    long long deadline = now_ms() + 20000, inflight = 0;
+    int waiting = 0, running = 0;
+    for (;;) {
+        waiting = dt_rpc_server_waiting(server, &inflight);
+        pthread_mutex_lock(&g.mu);
+        running = g.running;
+        pthread_mutex_unlock(&g.mu);
+        if ((waiting == 2 && running == 1) || now_ms() > deadline) break;
+        sleep_ms(5);
+    }
+    ck_assert_int_eq(waiting, 2);
+    ck_assert_int_eq(running, 1);
+    ck_assert_int_eq(inflight, LEN);
+    pthread_mutex_lock(&g.mu);
+    ck_assert_int_eq(g.running, 1);
+    g.open = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(threads[i], NULL);
+        ck_assert_int_eq(callers[i].rc, 0);
+    }
+    ck_assert_int_eq(g.done, 3);
+    ck_assert_int_eq(dt_rpc_server_waiting(server, &inflight), 0);
+    ck_assert_int_eq(inflight, 0);
+    dt_rpc_buf_release(&req);
+    dt_rpc_channel_free(ch);
+    dt_rpc_server_stop(server, 1000);
+}
+END_TEST
+
 /* The one table between dtrain's codes and gRPC's: every code a handler
  * may return reaches the caller as itself, except those that share a
  * status (the first in the table wins: DT_ECORRUPT arrives as DT_EIO) and
@@ -1223,5 +1571,12 @@ Suite *rpc_suite(void) {
     tcase_add_test(tc, test_read_pem_refusals);
     tcase_add_test(tc, test_reload_bumps_generation);
     suite_add_tcase(s, tc);
+    TCase *pieces = tcase_create("pieces");
+    tcase_set_timeout(pieces, 60);
+    tcase_add_test(pieces, test_reader_over_tiny_pieces);
+    tcase_add_test(pieces, test_server_reads_in_pieces);
+    tcase_add_test(pieces, test_send_in_place);
+    tcase_add_test(pieces, test_requests_in_flight_bounded);
+    suite_add_tcase(s, pieces);
     return s;
 }

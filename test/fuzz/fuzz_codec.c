@@ -7,7 +7,11 @@
  *  - every decoded tensor view lies inside the input, has a valid spec
  *    (name, dtype, 0..4 dims) and exactly numel * dtype-size bytes;
  *  - what decodes re-encodes (sized exactly) and decodes again to the same
- *    message: names, dtypes, shapes, bytes and every scalar field.
+ *    message: names, dtypes, shapes, bytes and every scalar field;
+ *  - the input received in pieces of 1 to 16 bytes (a real gRPC byte buffer
+ *    read in place, lengths drawn from the input itself) decodes exactly as
+ *    in one run: the same code and message, or the same message fields and
+ *    tensor bytes, read through their spans.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +20,7 @@
 #include <string.h>
 
 #include "anymsg.h"
+#include "../pieces.h"
 #include "codec.h"
 #include "optim.h"
 #include "tensor.h"
@@ -36,30 +41,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 typedef struct {
     dt_tensor in[CAP];
     dt_tensor slots[CAP];
+    dt_rpc_span in_spans[CAP];
+    dt_rpc_span slot_spans[CAP];
     char names[CAP][DT_TENSOR_NAME_MAX];
     const char *name_ptrs[CAP];
     dt_test_any_msg m;
 } slot;
 
-static slot first, second;
+static slot first, second, cut;
 
 /* Zeroes s and points the message's decode storage at it. */
 static void prepare(dt_msg_type type, slot *s) {
     memset(s, 0, sizeof *s);
     switch (type) {
     case DT_MSG_CREATE_REQ:
-        s->m.create_req.in = (dt_tensor_views){s->in, 0, CAP};
-        s->m.create_req.slots_in = (dt_tensor_views){s->slots, 0, CAP};
+        s->m.create_req.in = (dt_tensor_views){s->in, 0, CAP, s->in_spans};
+        s->m.create_req.slots_in = (dt_tensor_views){s->slots, 0, CAP, s->slot_spans};
         break;
     case DT_MSG_PULL_REQ:
         s->m.pull_req.names.items = s->names;
         s->m.pull_req.names.cap = CAP;
         break;
     case DT_MSG_PULL_RESP:
-        s->m.pull_resp.in = (dt_tensor_views){s->in, 0, CAP};
-        s->m.pull_resp.slots_in = (dt_tensor_views){s->slots, 0, CAP};
+        s->m.pull_resp.in = (dt_tensor_views){s->in, 0, CAP, s->in_spans};
+        s->m.pull_resp.slots_in = (dt_tensor_views){s->slots, 0, CAP, s->slot_spans};
         break;
-    case DT_MSG_PUSH_REQ: s->m.push_req.in = (dt_tensor_views){s->in, 0, CAP}; break;
+    case DT_MSG_PUSH_REQ: s->m.push_req.in = (dt_tensor_views){s->in, 0, CAP, s->in_spans}; break;
     default: break;
     }
 }
@@ -80,6 +87,10 @@ static void check_views(const dt_tensor_views *v, const uint8_t *buf, size_t len
     }
 }
 
+static void same_message(dt_msg_type type, const slot *a, const slot *b);
+
+/* Tensor bytes of either form (a view, or a span across pieces) compared
+ * through copies. */
 static void same_views(const dt_tensor_views *a, const dt_tensor_views *b) {
     CHECK(a->count == b->count);
     for (int i = 0; i < a->count; i++) {
@@ -87,12 +98,43 @@ static void same_views(const dt_tensor_views *a, const dt_tensor_views *b) {
         CHECK(strcmp(x->name, y->name) == 0);
         CHECK(x->dtype == y->dtype && x->ndim == y->ndim && x->nbytes == y->nbytes);
         CHECK(memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->ndim) == 0);
-        CHECK(memcmp(x->data, y->data, x->nbytes) == 0);
+        uint8_t *u = malloc(x->nbytes), *v = malloc(x->nbytes);
+        CHECK(u != NULL && v != NULL);
+        dt_codec_view_copy(a, i, u);
+        dt_codec_view_copy(b, i, v);
+        CHECK(memcmp(u, v, x->nbytes) == 0);
+        free(u);
+        free(v);
     }
 }
 
+/* The input received in pieces of 1..16 bytes, their lengths drawn from
+ * the input: decodes as it did in one run (rc, err, message). */
+static void decode_in_pieces(dt_msg_type type, const uint8_t *msg, size_t len, int flat_rc,
+                             const dt_err *flat_err) {
+    dt_rpc_piece *pieces = calloc(len ? len : 1, sizeof *pieces);
+    CHECK(pieces != NULL);
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ msg[i]) * 1099511628211ull;
+    int n = dt_test_cut(msg, len, h, 16, pieces);
+    dt_rpc_buf b;
+    dt_err err;
+    dt_err_clear(&err);
+    CHECK(dt_rpc_buf_received(&b, pieces, n, &err) == 0);
+    free(pieces);
+    prepare(type, &cut);
+    int rc = dt_codec_decode_buf(type, &b, &cut.m, &err);
+    CHECK(rc == flat_rc);
+    if (rc < 0)
+        CHECK(strcmp(err.msg, flat_err->msg) == 0);
+    else
+        same_message(type, &first, &cut);
+    dt_rpc_buf_release(&b);
+}
+
 static dt_tensor_list as_list(const dt_tensor_views *v) {
-    return (dt_tensor_list){v->items, v->count, NULL, NULL};
+    return (dt_tensor_list){.items = v->items, .count = v->count};
 }
 
 /* Turns the decoded (`in`) side of s into the encoding (`out`) side. */
@@ -191,6 +233,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dt_err err;
     dt_err_clear(&err);
     int rc = dt_codec_decode(type, msg, len, &first.m, &err);
+    decode_in_pieces(type, msg, len, rc, &err);
     if (rc < 0) {
         CHECK(err.code == rc && err.msg[0] != '\0');
         return 0;

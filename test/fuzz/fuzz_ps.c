@@ -6,6 +6,9 @@
  * seen_step and one flipped byte), a caller byte (anonymous, chief,
  * worker:1, tool) and, for raw ops, a length byte and that many bytes.
  * The first byte chooses whether the chief created the model first.
+ * Requests longer than 8 bytes reach the handlers in pieces of 1 to 8
+ * bytes (lengths drawn from their bytes), as gRPC hands over a message it
+ * read in several chunks, so the handlers read them in place.
  *
  * Beyond "no crash, no sanitizer report", after every call:
  *  - the global step never goes down;
@@ -18,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../pieces.h"
 #include "codec.h"
 #include "optim.h"
 #include "ps.h"
@@ -28,16 +32,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_ps: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);     \
+            fprintf(stderr, "fuzz_ps: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);      \
             abort();                                                                               \
         }                                                                                          \
     } while (0)
 
-#define METHOD(name) "/dtrain.ParameterServer/" name
 #define SNAP_MAX 4096 /* bytes of variables and slots: the model here is tiny */
 
-static const char *const methods[] = {METHOD("Create"), METHOD("Pull"), METHOD("Push"),
-                                      METHOD("Status"), METHOD("Shutdown")};
+static const char *const methods[] = {DT_METHOD_CREATE, DT_METHOD_PULL, DT_METHOD_PUSH,
+                                      DT_METHOD_STATUS, DT_METHOD_SHUTDOWN};
 static const dt_msg_type types[] = {DT_MSG_CREATE_REQ, DT_MSG_PULL_REQ, DT_MSG_PUSH_REQ,
                                     DT_MSG_STATUS_REQ, DT_MSG_SHUTDOWN_REQ};
 
@@ -46,8 +49,19 @@ static int call(dt_ps *ps, int op, const dt_rpc_peer *peer, const void *bytes, s
     dt_rpc_buf req = {0};
     dt_err err;
     dt_err_clear(&err);
-    if (dt_rpc_buf_alloc(&req, n, &err) < 0) abort();
-    if (n) memcpy(req.data, bytes, n);
+    if (n > 8) {
+        dt_rpc_piece pieces[1024];
+        const uint8_t *b = bytes;
+        uint64_t h = 14695981039346656037ull;
+        for (size_t i = 0; i < n; i++)
+            h = (h ^ b[i]) * 1099511628211ull;
+        CHECK(n <= sizeof pieces / sizeof pieces[0]);
+        int k = dt_test_cut(b, n, h, 8, pieces);
+        if (dt_rpc_buf_received(&req, pieces, k, &err) < 0) abort();
+    } else {
+        if (dt_rpc_buf_alloc(&req, n, &err) < 0) abort();
+        if (n) memcpy(req.data, bytes, n);
+    }
     int rc = dt_ps_call(ps, methods[op], peer, &req, reply, &err);
     CHECK(rc == 0 || (err.code == rc && err.msg[0])); /* a refusal always says why */
     dt_rpc_buf_release(&req);

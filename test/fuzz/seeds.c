@@ -151,7 +151,7 @@ static void ps_seeds(void) {
 static void codec_seeds(void) {
     dt_tensors vars;
     model_vars(&vars);
-    dt_tensor_list list = {vars.items, vars.count, NULL, NULL};
+    dt_tensor_list list = {.items = vars.items, .count = vars.count};
 
     dt_msg_create_req create;
     memset(&create, 0, sizeof create);
