@@ -146,7 +146,8 @@ static const char usage[] =
     "  --listen HOST:PORT   ps only: listen there (default: every interface at the\n"
     "                       port of its cluster address, as TF's server does)\n"
     "  --max-message-mb N   ps only: largest message accepted or sent, in MiB (default:\n"
-    "                       the job's variables and optimizer slots plus 1 MiB, >= 4)\n"
+    "                       the job's variables and optimizer slots plus 1 MiB, >= 4;\n"
+    "                       256 when the ps cannot know the model's size)\n"
     "  --tls-cert FILE      PEM certificate of this task (env DTRAIN_TLS_CERT); the ps\n"
     "                       serves TLS, workers present it to the ps (mutual TLS)\n"
     "  --tls-key FILE       PEM private key of --tls-cert (env DTRAIN_TLS_KEY)\n"
@@ -748,16 +749,33 @@ static int exit_status(int rc, const dt_err *err) {
 #define MIN_MESSAGE_CAP (4LL << 20)
 #define MESSAGE_HEADROOM (1LL << 20)
 
-static int derived_message_cap(const dt_job *job, long long *cap, dt_err *err) {
-    if (dt_job_shape_unset(job)) {
-        /* The shapes are the data's, which a ps does not read. */
-        *cap = INT_MAX;
-        dt_log(DT_LOG_INFO,
-               "ps: largest message %lld bytes, the most gRPC takes: the job leaves \"features\" "
-               "or \"classes\" to the training data, which the ps does not read, so the model's "
-               "size is not known here; --max-message-mb narrows it",
-               *cap);
-        return 0;
+/* The cap when the model's size cannot be known: a job that leaves its
+ * shapes to a training file this ps cannot read (it runs elsewhere). Not
+ * gRPC's 2 GiB: every byte of a request is held until it is whole, so a cap
+ * is also how much one stranger's message costs the ps. 256 MiB fits a
+ * model of 21M floats with Adam's two slots; larger jobs say "features" and
+ * "classes" or give --max-message-mb. */
+#define UNKNOWN_MODEL_CAP (256LL << 20)
+
+static int derived_message_cap(const dt_job *given, long long *cap, dt_err *err) {
+    dt_job shaped;
+    const dt_job *job = given;
+    if (dt_job_shape_unset(given)) {
+        /* The shapes are the data's: read as the chief reads them, when
+         * the file is here too. */
+        shaped = *given;
+        dt_err why;
+        dt_err_clear(&why);
+        if (dt_job_infer(&shaped, &why) < 0) {
+            *cap = UNKNOWN_MODEL_CAP;
+            dt_log(DT_LOG_WARN,
+                   "ps: largest message %lld bytes (256 MiB): the job leaves \"features\" or "
+                   "\"classes\" to the training data, which this ps cannot read (%s); set them "
+                   "in the job, or --max-message-mb, for a larger model",
+                   *cap, why.msg);
+            return 0;
+        }
+        job = &shaped;
     }
     long long vars = 0;
     int rc = dt_model_bytes(&job->model, &vars, err);

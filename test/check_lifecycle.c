@@ -549,6 +549,34 @@ START_TEST(ps_message_cap_from_job) {
 }
 END_TEST
 
+/* A job that leaves "features" and "classes" to a training file the ps
+ * cannot read (here: not there; in a cluster: on the workers' machines
+ * only): the ps cannot size the model, so it takes 256 MiB, not gRPC's
+ * 2 GiB, and says why and what to set. (A ps that can read the file sizes
+ * its cap from it: models_e2e's shapes_from_data.) */
+START_TEST(ps_message_cap_without_the_data) {
+    char job[1200], text[1400];
+    snprintf(job, sizeof job, "%s/unshaped.json", w.dir);
+    snprintf(text, sizeof text,
+             "{\"model\": \"logistic\", \"data\": \"csv\", \"train_data\": \"%s/absent.csv\"}\n",
+             w.dir);
+    ck_assert_int_eq(dt_test_write_file(job, text), 0);
+    w.config = job;
+    world_init(1, 1, NULL);
+    pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps", "largest message 268435456 bytes (256 MiB)",
+                                       EXIT_TIMEOUT_MS, ps),
+                  "the ps did not take 256 MiB; logs:%s", dt_test_job_report(&w));
+    char *log = dt_test_job_read_log(&w, "ps");
+    int named = dt_test_line_has(log, "which this ps cannot read", "absent.csv", "--max-message-mb",
+                                 "set them in the job");
+    free(log);
+    ck_assert_msg(named, "the ps did not say why or what to set; logs:%s", dt_test_job_report(&w));
+    dt_test_kill(ps, SIGKILL);
+    dt_test_wait(ps, EXIT_TIMEOUT_MS);
+}
+END_TEST
+
 /* Starts ps `task` again after the job's end, logging to log_name: it
  * must exit 0 by itself (after its linger) and say, with `how`, how it
  * knew. */
@@ -928,6 +956,7 @@ Suite *lifecycle_suite(void) {
     add_case(s, "foreign_model_refused", foreign_model_refused);
     add_case(s, "ps_accepts_after_fds_run_out", ps_accepts_after_fds_run_out);
     add_case(s, "ps_message_cap_from_job", ps_message_cap_from_job);
+    add_case(s, "ps_message_cap_without_the_data", ps_message_cap_without_the_data);
     return s;
 }
 

@@ -391,11 +391,12 @@ START_TEST(shapes_from_data) {
         ck_assert_msg(found, "%s did not take the shapes from the data; logs:%s", readers[r],
                       dt_test_job_report(&J));
     }
-    ck_assert_msg(dt_test_job_log_has(&J, "ps0",
-                                      "the job leaves \"features\" or \"classes\" to "
-                                      "the training data, which the ps does not read"),
-                  "the ps did not say why its message cap is the largest; logs:%s",
-                  dt_test_job_report(&J));
+    /* The ps reads the shapes too, to size its message cap from the model
+     * (4 MiB, the floor, for 2x3 weights and 3 biases with momentum). */
+    ck_assert_msg(
+        dt_test_job_log_has(&J, "ps0", "job: from the training data: \"features\" 2 (") &&
+            dt_test_job_log_has(&J, "ps0", "largest message 4194304 bytes: the job's model"),
+        "the ps did not size its message cap from the data; logs:%s", dt_test_job_report(&J));
     eval_line e = eval_job(job);
     ck_assert_msg(e.accuracy == 1.0, "accuracy %.4f (loss %.4f), want 1", e.accuracy, e.loss);
     ck_assert_int_eq(e.examples, EVAL_ROWS);
