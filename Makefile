@@ -153,7 +153,8 @@ lint: $(GEN_H)
 
 # Everything CI runs, in stages that each print their wall and CPU time: the trees
 # built two jobs wide (the bench programs too: built, not run, they time
-# things), lint, the suite, the deploy files' check, the suite under ASan and
+# things), the deploy files' check (seconds, so a mismatch fails first),
+# lint, the suite, the suite under ASan and
 # UBSan, the threaded suites under TSan, then each fuzz target over its
 # corpus and for FUZZ_SECONDS of new inputs, two at a time. The suites run
 # CHECK_JOBS at once (DT_JOBS): most of their time is spent waiting on the
@@ -163,9 +164,9 @@ STAGE := sh scripts/stage.sh
 check:
 	$(STAGE) build $(MAKE) -j2 $(BUILD)/dtrain $(BUILD)/check_all \
 	  $(patsubst bench/%.c,$(BUILD)/bench_%,$(BENCH_SRC))
+	$(STAGE) deploy-check $(MAKE) deploy-check
 	$(STAGE) lint $(MAKE) lint
 	$(STAGE) test env DT_JOBS=$(CHECK_JOBS) $(MAKE) test
-	$(STAGE) deploy-check $(MAKE) deploy-check
 	$(STAGE) asan-build $(ASAN_MAKE) -j2 build-asan/dtrain build-asan/check_all
 	$(STAGE) asan env DT_JOBS=$(CHECK_JOBS) $(MAKE) asan
 	$(STAGE) tsan-build $(TSAN_MAKE) -j2 build-tsan/dtrain build-tsan/check_all
