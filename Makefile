@@ -141,10 +141,13 @@ tsan:
 	  DT_SUITES=$(TSAN_SUITES) $(TSAN_MAKE) test
 
 # The static checks; any finding fails: cppcheck, clang-tidy (the checks
-# and the reasons in .clang-tidy; two files at a time) and the format
-# (clang-format, as `make fmt` writes it).
+# and the reasons in .clang-tidy; two files at a time), the format
+# (clang-format, as `make fmt` writes it) and no allocation in lib/ or cmd/
+# but through lib/alloc, where the alloc suite can make it fail
+# (scripts/lint_alloc.sh).
 FMT_SRC := cmd/*.c lib/*.c lib/*.h test/*.c test/*.h
 lint: $(GEN_H)
+	sh scripts/lint_alloc.sh
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem -Ilib cmd lib
 	printf '%s\n' lib/*.c cmd/*.c | \
