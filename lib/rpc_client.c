@@ -136,10 +136,6 @@ void dt_rpc_channel_free(dt_rpc_channel *ch) {
     dt_rpc_shutdown();
 }
 
-const char *dt_rpc_channel_addr(const dt_rpc_channel *ch) {
-    return ch->addr;
-}
-
 static int start_call(dt_rpc_call *c, call_slot *slot, grpc_completion_queue *cq,
                       gpr_timespec deadline) {
     grpc_metadata_array_init(&slot->initial_md);
