@@ -663,7 +663,7 @@ END_TEST
 /* ---- readers ------------------------------------------------------------- */
 
 typedef struct {
-    const char *format;
+    dt_reader_format format;
     char data[1024];
     char labels[1024];
     dt_reader_params params;
@@ -713,7 +713,7 @@ static void fixture(char *buf, size_t cap, const char *name) {
                   strerror(errno));
 }
 
-static void reader_params(reader_ctx *c, const char *format, int F, int K, const char *label) {
+static void reader_params(reader_ctx *c, dt_reader_format format, int F, int K, const char *label) {
     c->format = format;
     c->params.num_features = F;
     c->params.label_kind = DT_LABEL_CLASS;
@@ -741,7 +741,7 @@ static void run_reader_entry(reader_ctx *c, const char *what, int64_t rows, floa
 START_TEST(test_reader_csv) {
     reader_ctx c;
     memset(&c, 0, sizeof c);
-    reader_params(&c, "csv", 3, 3, "y");
+    reader_params(&c, DT_READER_CSV, 3, 3, "y");
     path_in(c.data, sizeof c.data, "big.csv");
     write_big_csv(c.data, 2000);
     run_reader_entry(&c, "csv reader", 2000, 0);
@@ -751,7 +751,7 @@ END_TEST
 START_TEST(test_reader_csv_gz) {
     reader_ctx c;
     memset(&c, 0, sizeof c);
-    reader_params(&c, "csv", 3, 3, "y");
+    reader_params(&c, DT_READER_CSV, 3, 3, "y");
     char plain[1024];
     path_in(plain, sizeof plain, "big.csv");
     write_big_csv(plain, 500);
@@ -764,7 +764,7 @@ END_TEST
 START_TEST(test_reader_libsvm) {
     reader_ctx c;
     memset(&c, 0, sizeof c);
-    reader_params(&c, "libsvm", 4, 2, NULL);
+    reader_params(&c, DT_READER_LIBSVM, 4, 2, NULL);
     c.params.svm_signed_labels = 1;
     fixture(c.data, sizeof c.data, "small.libsvm");
     run_reader_entry(&c, "libsvm reader", 4, 1);
@@ -774,7 +774,7 @@ END_TEST
 START_TEST(test_reader_idx) {
     reader_ctx c;
     memset(&c, 0, sizeof c);
-    reader_params(&c, "idx", 6, 10, NULL);
+    reader_params(&c, DT_READER_IDX, 6, 10, NULL);
     fixture(c.data, sizeof c.data, "small-images-idx3-ubyte");
     fixture(c.labels, sizeof c.labels, "small-labels-idx1-ubyte");
     run_reader_entry(&c, "idx reader", 3, 7);
@@ -784,7 +784,7 @@ END_TEST
 START_TEST(test_reader_idx_gz) {
     reader_ctx c;
     memset(&c, 0, sizeof c);
-    reader_params(&c, "idx", 6, 10, NULL);
+    reader_params(&c, DT_READER_IDX, 6, 10, NULL);
     char src[1024];
     fixture(src, sizeof src, "small-images-idx3-ubyte");
     path_in(c.data, sizeof c.data, "images.gz");
