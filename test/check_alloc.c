@@ -2,8 +2,9 @@
  * alloc suite: allocation-failure injection, as SQLite's test allocator does
  * it. Each entry point that takes a file or a config (checkpoint save, load,
  * save in a log dir and restore; the job and cluster files; each reader,
- * plain and gzip) runs once with allocation n failing, for n = 1, 2, ...
- * until a run meets no failure: that run must succeed. A run that meets
+ * plain and gzip; a csv's shape, labels and feature names) runs once
+ * with allocation n failing, for n = 1, 2, ... until a run meets no
+ * failure: that run must succeed. A run that meets
  * one ends in DT_ENOMEM with a message naming the file and leaves nothing
  * behind (no new checkpoint or temporary file, the old state file, the job
  * unchanged, the output empty), or it succeeds with exactly the result of a
@@ -796,6 +797,81 @@ START_TEST(test_reader_idx_gz) {
 }
 END_TEST
 
+/* The reader's other entry points over one csv: its shape (F and K, the
+ * classes counted over every row), whether it has labels, and its feature
+ * names. Each leaves nothing in its output on a failure. */
+typedef struct {
+    char path[1024];
+    dt_reader_params params;
+    dt_reader_shape shape;
+    int labeled;
+    char *names;
+} csv_facts;
+
+static int run_infer(void *ctx, dt_err *err) {
+    csv_facts *c = ctx;
+    return dt_reader_infer(DT_READER_CSV, c->path, NULL, &c->params, 1, &c->shape, err);
+}
+
+static void infer_done(void *ctx) {
+    csv_facts *c = ctx;
+    ck_assert_int_eq(c->shape.num_features, 3);
+    ck_assert_int_eq(c->shape.num_classes, 3);
+}
+
+static int run_detect(void *ctx, dt_err *err) {
+    csv_facts *c = ctx;
+    c->labeled = -1;
+    return dt_reader_detect_labels(DT_READER_CSV, c->path, NULL, &c->params, &c->labeled, NULL, 0,
+                                   err);
+}
+
+static void detect_done(void *ctx) {
+    ck_assert_int_eq(((csv_facts *)ctx)->labeled, 1);
+}
+
+static int run_names(void *ctx, dt_err *err) {
+    csv_facts *c = ctx;
+    c->names = (char *)trial; /* the call must set it, to NULL on failure */
+    return dt_reader_csv_names(c->path, &c->params, &c->names, err);
+}
+
+static void names_clean(void *ctx) {
+    ck_assert_msg(((csv_facts *)ctx)->names == NULL, "names left set after %s", trial);
+}
+
+static void names_done(void *ctx) {
+    csv_facts *c = ctx;
+    ck_assert_str_eq(c->names, "a,b,c");
+    free(c->names);
+    c->names = NULL;
+}
+
+/* What infer and detect fill in (a shape, a flag) is the caller's storage,
+ * not memory: the driver's checks (DT_ENOMEM naming the file, no leak) are
+ * all there is to see after a failure. */
+static void nothing_to_clean(void *ctx) {
+    (void)ctx;
+}
+
+START_TEST(test_reader_csv_facts) {
+    csv_facts c;
+    memset(&c, 0, sizeof c);
+    c.params.num_features = 3;
+    c.params.label_kind = DT_LABEL_CLASS;
+    c.params.num_classes = 3;
+    c.params.label_column = "y";
+    path_in(c.path, sizeof c.path, "facts.csv");
+    write_big_csv(c.path, 300);
+    entry infer = {"csv shape", {c.path, NULL}, run_infer, nothing_to_clean, infer_done, &c};
+    entry detect = {"csv labels", {c.path, NULL}, run_detect, nothing_to_clean, detect_done, &c};
+    entry names = {"csv names", {c.path, NULL}, run_names, names_clean, names_done, &c};
+    fail_every_allocation(&infer);
+    fail_every_allocation(&detect);
+    fail_every_allocation(&names);
+}
+END_TEST
+
 /* ---- codec --------------------------------------------------------------- */
 
 static float c_weight[2][3] = {{-0.0f, 1.0e-40f, 3.0f}, {0.1f, -2.5f, 1.0f / 3.0f}};
@@ -987,6 +1063,7 @@ Suite *alloc_suite(void) {
     tcase_add_test(tc, test_reader_libsvm);
     tcase_add_test(tc, test_reader_idx);
     tcase_add_test(tc, test_reader_idx_gz);
+    tcase_add_test(tc, test_reader_csv_facts);
     suite_add_tcase(s, tc);
     return s;
 }
