@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "chief.h"
 #include "cluster.h"
 #include "criteo_gen.h"
@@ -676,7 +677,7 @@ static int run_status(const options *o, const monitor_flags *m, int timeout_ms, 
         fprintf(stderr, "dtrain: %s\n", err.msg);
         return EXIT_USAGE;
     }
-    char *text = malloc(1 << 16);
+    char *text = dt_malloc(1 << 16);
     int rc = text ? 0 : dt_err_set(&err, DT_ENOMEM, "status: out of memory");
     while (rc == 0) {
         dt_job_status st;

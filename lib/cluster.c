@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "alloc.h"
+#include "jsonpos.h"
 
 #define MAX_TASKS 4096 /* per job; keeps the duplicate check cheap */
 

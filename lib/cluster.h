@@ -17,7 +17,6 @@
 #define DT_CLUSTER_H
 
 #include "err.h"
-#include "jsonpos.h"
 
 #define DT_HOST_MAX 256
 
@@ -75,7 +74,12 @@ int dt_cluster_parse(const char *text, const char *source, dt_cluster *c,
 void dt_cluster_deinit(dt_cluster *c);
 
 /* The top level of a file that holds "cluster" or "job" may hold only
- * those and "task"; root is d's root object. Shared with the job reader. */
-int dt_cluster_check_top(const dt_json_doc *d, const cJSON *root, dt_err *err) DT_WARN_UNUSED;
+ * those and "task"; root is d's root object. Shared with the job reader
+ * (lib/jsonpos.h defines both types; declared here only by name, so that
+ * cJSON stays in the config code and out of the roles that include this). */
+struct dt_json_doc;
+struct cJSON;
+int dt_cluster_check_top(const struct dt_json_doc *d, const struct cJSON *root,
+                         dt_err *err) DT_WARN_UNUSED;
 
 #endif

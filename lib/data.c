@@ -315,6 +315,12 @@ int dt_data_reads_files(const dt_data_config *cfg) {
            cfg->source == DT_DATA_IDX;
 }
 
+dt_reader_format dt_data_reader_format(const dt_data_config *cfg) {
+    DT_ASSERT(dt_data_reads_files(cfg));
+    if (cfg->source == DT_DATA_CSV) return DT_READER_CSV;
+    return cfg->source == DT_DATA_LIBSVM ? DT_READER_LIBSVM : DT_READER_IDX;
+}
+
 void dt_data_reader_params(const dt_data_config *cfg, const dt_data_needs *needs,
                            dt_reader_params *out) {
     memset(out, 0, sizeof *out);
@@ -411,8 +417,7 @@ static int read_table(const spec *sp, const char *what, const char *data, const 
     dt_reader_params p;
     dt_data_reader_params(sp->cfg, sp->needs, &p);
     p.labels = mode;
-    /* The reader's format names are the file sources' names. */
-    rc = dt_reader_load(source_name(sp->cfg), data, labels, &p, t, err);
+    rc = dt_reader_load(dt_data_reader_format(sp->cfg), data, labels, &p, t, err);
     return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
 }
 
@@ -491,7 +496,8 @@ int dt_data_infer(const dt_data_config *cfg, const dt_data_needs *needs, int wan
     if (rc < 0) return rc;
     dt_reader_params p;
     dt_data_reader_params(cfg, needs, &p);
-    rc = dt_reader_infer(source_name(cfg), cfg->train_data, labels, &p, want_classes, out, err);
+    rc = dt_reader_infer(dt_data_reader_format(cfg), cfg->train_data, labels, &p, want_classes, out,
+                         err);
     return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
 }
 

@@ -78,6 +78,8 @@ typedef struct {
 
 /* 1 when the source is a file (csv, libsvm, idx). */
 int dt_data_reads_files(const dt_data_config *cfg);
+/* The reader's format of a source that reads files (a bug otherwise). */
+dt_reader_format dt_data_reader_format(const dt_data_config *cfg);
 /* The reader parameters for cfg's files: F, labels and K from needs,
  * label_column (borrowed from cfg) and skip_bad_rows; default max_values;
  * labels required. */

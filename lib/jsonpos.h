@@ -19,7 +19,7 @@
 #include "err.h"
 
 /* A document: its text and the name messages give it. */
-typedef struct {
+typedef struct dt_json_doc {
     const char *text;   /* NUL-terminated; borrowed */
     const char *source; /* file name, for messages; borrowed */
 } dt_json_doc;

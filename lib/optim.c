@@ -100,8 +100,8 @@ int dt_optim_check(const dt_optim_config *cfg, dt_err *err) {
     return 0;
 }
 
-int dt_optim_num_slots(const dt_optim_config *cfg) {
-    switch (known_kind(cfg)) {
+static int slots_of(opt_kind k) {
+    switch (k) {
     case OPT_SGD: return 0;
     case OPT_MOMENTUM: return 1;
     case OPT_ADAGRAD: return 1;
@@ -109,6 +109,10 @@ int dt_optim_num_slots(const dt_optim_config *cfg) {
     case OPT_FTRL: return 2;
     default: return 0;
     }
+}
+
+int dt_optim_num_slots(const dt_optim_config *cfg) {
+    return slots_of(known_kind(cfg));
 }
 
 const char *dt_optim_slot_name(const dt_optim_config *cfg, int i) {
@@ -332,7 +336,9 @@ void dt_optim_apply_rows(const dt_optim_config *cfg, double lr, int64_t t, float
                          const float *const *grads, int64_t n, int dim) {
     DT_ASSERT(n >= 0 && dim >= 1);
     step st = step_of(cfg, lr, t);
-    const int nslots = dt_optim_num_slots(cfg);
+    /* From the step's own kind, so the static analyzer sees the slots
+     * apply_step reads for that kind set here. */
+    const int nslots = slots_of(st.kind);
     for (int64_t k = 0; k < n; k++) {
         /* The record: dim weights, then each slot's dim values. */
         float *w = rows[k], *slots[DT_OPTIM_MAX_SLOTS] = {NULL};

@@ -391,8 +391,8 @@ static int labels_of(const char *what, const dt_data_config *d, const dt_data_ne
     dt_reader_params rp;
     dt_data_reader_params(d, needs, &rp);
     char how[DT_ERR_MSG_MAX / 2];
-    int rc = dt_reader_detect_labels(dt_data_source_names[d->source], d->eval_data, d->eval_labels,
-                                     &rp, labeled, how, sizeof how, err);
+    int rc = dt_reader_detect_labels(dt_data_reader_format(d), d->eval_data, d->eval_labels, &rp,
+                                     labeled, how, sizeof how, err);
     if (rc < 0) return dt_err_wrap(err, rc, "%s", what);
     if (*labeled) {
         /* Only predict had a choice to report. */

@@ -974,17 +974,19 @@ fail:
 
 /* ---- by name -------------------------------------------------------------- */
 
-static int unknown_format(const char *format, dt_err *err) {
-    return dt_err_set(err, DT_EINVAL, "reader: unknown format \"%s\" (want csv, libsvm or idx)",
-                      format);
+static int unknown_format(dt_reader_format format, dt_err *err) {
+    return dt_err_set(err, DT_EINVAL, "reader: unknown format %d (want csv, libsvm or idx)",
+                      (int)format);
 }
 
-int dt_reader_load(const char *format, const char *data_path, const char *labels_path,
+int dt_reader_load(dt_reader_format format, const char *data_path, const char *labels_path,
                    const dt_reader_params *p, dt_reader_table *out, dt_err *err) {
     memset(out, 0, sizeof *out);
-    if (strcmp(format, "csv") == 0) return dt_reader_csv(data_path, p, out, err);
-    if (strcmp(format, "libsvm") == 0) return dt_reader_libsvm(data_path, p, out, err);
-    if (strcmp(format, "idx") == 0) return dt_reader_idx(data_path, labels_path, p, out, err);
+    switch (format) {
+    case DT_READER_CSV: return dt_reader_csv(data_path, p, out, err);
+    case DT_READER_LIBSVM: return dt_reader_libsvm(data_path, p, out, err);
+    case DT_READER_IDX: return dt_reader_idx(data_path, labels_path, p, out, err);
+    }
     return unknown_format(format, err);
 }
 
@@ -1053,7 +1055,7 @@ static int detect_libsvm(const char *path, int *labeled, char *how, size_t cap, 
     return rc;
 }
 
-int dt_reader_detect_labels(const char *format, const char *data_path, const char *labels_path,
+int dt_reader_detect_labels(dt_reader_format format, const char *data_path, const char *labels_path,
                             const dt_reader_params *p, int *labeled, char *how, size_t cap,
                             dt_err *err) {
     char scratch[8];
@@ -1065,9 +1067,10 @@ int dt_reader_detect_labels(const char *format, const char *data_path, const cha
     *labeled = 1;
     int rc = check_params(data_path, p, err);
     if (rc < 0) return rc;
-    if (strcmp(format, "csv") == 0) return detect_csv(data_path, p, labeled, how, cap, err);
-    if (strcmp(format, "libsvm") == 0) return detect_libsvm(data_path, labeled, how, cap, err);
-    if (strcmp(format, "idx") == 0) {
+    switch (format) {
+    case DT_READER_CSV: return detect_csv(data_path, p, labeled, how, cap, err);
+    case DT_READER_LIBSVM: return detect_libsvm(data_path, labeled, how, cap, err);
+    case DT_READER_IDX:
         *labeled = labels_path && *labels_path;
         if (*labeled)
             snprintf(how, cap, "%s: with the labels file %s", data_path, labels_path);
@@ -1290,15 +1293,15 @@ fail:
     return rc;
 }
 
-int dt_reader_infer(const char *format, const char *data_path, const char *labels_path,
+int dt_reader_infer(dt_reader_format format, const char *data_path, const char *labels_path,
                     const dt_reader_params *p, int want_classes, dt_reader_shape *out,
                     dt_err *err) {
     memset(out, 0, sizeof *out);
     class_tally ct;
     memset(&ct, 0, sizeof ct);
-    int is_idx = strcmp(format, "idx") == 0, rc;
-    if (!is_idx && strcmp(format, "csv") != 0 && strcmp(format, "libsvm") != 0)
+    if (format != DT_READER_CSV && format != DT_READER_LIBSVM && format != DT_READER_IDX)
         return unknown_format(format, err);
+    int is_idx = format == DT_READER_IDX, rc;
     if (want_classes &&
         (rc = tally_init(&ct, is_idx && labels_path && *labels_path ? labels_path : data_path,
                          err)) < 0)
@@ -1306,7 +1309,7 @@ int dt_reader_infer(const char *format, const char *data_path, const char *label
     class_tally *classes = want_classes ? &ct : NULL;
     if (is_idx)
         rc = infer_idx(data_path, labels_path, classes, out, err);
-    else if (strcmp(format, "csv") == 0)
+    else if (format == DT_READER_CSV)
         rc = infer_csv(data_path, p, classes, out, err);
     else
         rc = infer_libsvm(data_path, classes, out, err);

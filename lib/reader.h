@@ -83,6 +83,10 @@
  * holding more is refused before it exhausts memory. */
 #define DT_READER_MAX_VALUES ((int64_t)1 << 31)
 
+/* The formats above. The reader knows no job: data maps its sources to
+ * these (dt_data_reader_format). */
+typedef enum { DT_READER_CSV = 0, DT_READER_LIBSVM, DT_READER_IDX } dt_reader_format;
+
 typedef enum {
     DT_LABEL_REAL = 0, /* regression: any finite number */
     DT_LABEL_CLASS,    /* a class index in [0, num_classes) */
@@ -123,10 +127,10 @@ int dt_reader_libsvm(const char *path, const dt_reader_params *p, dt_reader_tabl
 int dt_reader_idx(const char *images_path, const char *labels_path, const dt_reader_params *p,
                   dt_reader_table *out, dt_err *err) DT_WARN_UNUSED;
 
-/* Reads by format name ("csv", "libsvm" or "idx"; labels_path is used by idx
- * only, and must be NULL or "" with DT_LABELS_NONE). An unknown format is
- * DT_EINVAL. */
-int dt_reader_load(const char *format, const char *data_path, const char *labels_path,
+/* Reads a file of the given format (labels_path is used by idx only, and
+ * must be NULL or "" with DT_LABELS_NONE). A value outside dt_reader_format
+ * is DT_EINVAL. */
+int dt_reader_load(dt_reader_format format, const char *data_path, const char *labels_path,
                    const dt_reader_params *p, dt_reader_table *out, dt_err *err) DT_WARN_UNUSED;
 
 /* Whether a file carries labels, told from its start alone (p->labels is
@@ -138,8 +142,8 @@ int dt_reader_load(const char *format, const char *data_path, const char *labels
  * told, naming the file ("x.csv: 3 columns for 3 features, none of them the
  * label column \"y\""). Errors: the file's (DT_ENOTFOUND, DT_EIO,
  * DT_ECORRUPT), an empty csv or a header of neither width (DT_EINVAL,
- * "path:line: ..."), an unknown format. */
-int dt_reader_detect_labels(const char *format, const char *data_path, const char *labels_path,
+ * "path:line: ..."), a value outside dt_reader_format. */
+int dt_reader_detect_labels(dt_reader_format format, const char *data_path, const char *labels_path,
                             const dt_reader_params *p, int *labeled, char *how, size_t cap,
                             dt_err *err) DT_WARN_UNUSED;
 
@@ -164,15 +168,16 @@ typedef struct {
 } dt_reader_shape;
 
 /* Reads F (and with want_classes K) from the training file data_path (idx:
- * the images; labels_path its labels, read for K only) of format "csv",
- * "libsvm" or "idx" into *out (zeroed first). p gives label_column (csv);
+ * the images; labels_path its labels, read for K only) of the given format
+ * into *out (zeroed first). p gives label_column (csv);
  * p->num_features is not read. One pass over the file, except that a csv
  * without want_classes and idx images are read no further than their
  * header. Errors: the file's (DT_ENOTFOUND, DT_EIO, DT_ECORRUPT), a csv
  * header without the label column (DT_ECONFIG) or with nothing else, a
  * libsvm file with no feature index (DT_EINVAL), labels that do not say K
- * (DT_ECONFIG, naming the file, why and "set \"classes\""). */
-int dt_reader_infer(const char *format, const char *data_path, const char *labels_path,
+ * (DT_ECONFIG, naming the file, why and "set \"classes\""), a value outside
+ * dt_reader_format (DT_EINVAL). */
+int dt_reader_infer(dt_reader_format format, const char *data_path, const char *labels_path,
                     const dt_reader_params *p, int want_classes, dt_reader_shape *out,
                     dt_err *err) DT_WARN_UNUSED;
 

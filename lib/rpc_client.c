@@ -106,13 +106,15 @@ int dt_rpc_channel_new_secure(const char *addr, const dt_rpc_security *sec, dt_r
      * restarted ps is found again quickly. */
     grpc_arg args[5];
     memset(args, 0, sizeof args);
-    const char *keys[5] = {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
-                           GRPC_ARG_ENABLE_RETRIES, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
-                           GRPC_ARG_MAX_RECONNECT_BACKOFF_MS};
+    /* grpc_arg's key is a char *, which gRPC only reads; a string literal is
+     * one in C. */
+    char *keys[5] = {GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+                     GRPC_ARG_ENABLE_RETRIES, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                     GRPC_ARG_MAX_RECONNECT_BACKOFF_MS};
     const int values[5] = {-1, -1, 0, 100, 1000};
     for (int i = 0; i < 5; i++) {
         args[i].type = GRPC_ARG_INTEGER;
-        args[i].key = (char *)keys[i];
+        args[i].key = keys[i];
         args[i].value.integer = values[i];
     }
     grpc_channel_args channel_args = {5, args};
@@ -132,10 +134,6 @@ void dt_rpc_channel_free(dt_rpc_channel *ch) {
     grpc_channel_destroy(ch->grpc);
     free(ch);
     dt_rpc_shutdown();
-}
-
-const char *dt_rpc_channel_addr(const dt_rpc_channel *ch) {
-    return ch->addr;
 }
 
 static int start_call(dt_rpc_call *c, call_slot *slot, grpc_completion_queue *cq,

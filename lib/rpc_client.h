@@ -32,8 +32,6 @@ int dt_rpc_channel_new(const char *addr, dt_rpc_channel **out, dt_err *err) DT_W
 int dt_rpc_channel_new_secure(const char *addr, const dt_rpc_security *sec, dt_rpc_channel **out,
                               dt_err *err) DT_WARN_UNUSED;
 void dt_rpc_channel_free(dt_rpc_channel *ch); /* NULL is a no-op */
-/* The address given at creation (borrowed). */
-const char *dt_rpc_channel_addr(const dt_rpc_channel *ch);
 
 typedef struct {
     dt_rpc_channel *channel;   /* borrowed */

@@ -260,11 +260,11 @@ int dt_rpc_buf_add_ref(dt_rpc_buf *b, size_t own_at, const dt_rpc_ref *ref, dt_e
 }
 
 grpc_byte_buffer *dt_rpc_buf_to_byte_buffer(const dt_rpc_buf *b) {
-    const buf_impl *im = b->impl;
+    buf_impl *im = b->impl;
     if (!im) return grpc_raw_byte_buffer_create(NULL, 0);
     /* The new byte buffer takes its own references to the slices. */
     if (im->bb) return grpc_byte_buffer_copy(im->bb);
-    if (!im->num_parts) return grpc_raw_byte_buffer_create((grpc_slice *)&im->slice, 1);
+    if (!im->num_parts) return grpc_raw_byte_buffer_create(&im->slice, 1);
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(im->parts, im->num_parts);
     size_t own = GRPC_SLICE_LENGTH(im->slice);
     if (im->own_done < own) {
@@ -340,10 +340,12 @@ int dt_rpc_buf_from_byte_buffer_pieces(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_e
         return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
     }
     grpc_slice *slice;
+    uint8_t *first = NULL; /* the first piece, as b->data holds it (not const) */
     size_t n = 0, len = 0;
     while (n < cap && grpc_byte_buffer_reader_peek(&im->reader, &slice)) {
         size_t piece_len = GRPC_SLICE_LENGTH(*slice);
         if (piece_len == 0) continue;
+        if (n == 0) first = GRPC_SLICE_START_PTR(*slice);
         im->pieces[n].data = GRPC_SLICE_START_PTR(*slice);
         im->pieces[n++].len = piece_len;
         len += piece_len;
@@ -356,7 +358,7 @@ int dt_rpc_buf_from_byte_buffer_pieces(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_e
     b->len = len;
     if (n == 1) {
         /* One run: as a whole buffer, so no reader has to walk pieces. */
-        b->data = (uint8_t *)im->pieces[0].data;
+        b->data = first;
     } else {
         b->pieces = im->pieces;
         b->num_pieces = (int)n;

@@ -746,9 +746,11 @@ static void server_free(dt_rpc_server *s) {
 
 /* ---- resource limits ------------------------------------------------- */
 
-static void int_arg(grpc_arg *a, const char *key, int value) {
+/* key: a GRPC_ARG_ name (a string literal, so a char * in C, as grpc_arg
+ * wants; gRPC only reads it). */
+static void int_arg(grpc_arg *a, char *key, int value) {
     a->type = GRPC_ARG_INTEGER;
-    a->key = (char *)key;
+    a->key = key;
     a->value.integer = value;
 }
 

@@ -7,10 +7,11 @@ set -eu
 # dataset-fashion-mnist is the real-data example and its tests; openssl makes
 # the TLS certificates (scripts/make_certs.sh, the tls suite); shellcheck
 # lints the deploy scripts (test/deploy_check.sh); gcovr reports make
-# coverage's figures.
+# coverage's figures; python3-numpy reads a checkpoint back in the
+# checkpoint suite, as a user's numpy would.
 PKGS="build-essential pkg-config libgrpc-dev nanopb libnanopb-dev libcjson-dev check \
-libopenblas-dev zlib1g-dev python3 dataset-fashion-mnist clang libclang-rt-14-dev openssl \
-shellcheck gcovr"
+libopenblas-dev zlib1g-dev python3 python3-numpy dataset-fashion-mnist clang libclang-rt-14-dev \
+openssl shellcheck gcovr"
 
 missing=""
 for p in $PKGS; do

@@ -2,8 +2,9 @@
  * alloc suite: allocation-failure injection, as SQLite's test allocator does
  * it. Each entry point that takes a file or a config (checkpoint save, load,
  * save in a log dir and restore; the job and cluster files; each reader,
- * plain and gzip) runs once with allocation n failing, for n = 1, 2, ...
- * until a run meets no failure: that run must succeed. A run that meets
+ * plain and gzip; a csv's shape, labels and feature names) runs once
+ * with allocation n failing, for n = 1, 2, ... until a run meets no
+ * failure: that run must succeed. A run that meets
  * one ends in DT_ENOMEM with a message naming the file and leaves nothing
  * behind (no new checkpoint or temporary file, the old state file, the job
  * unchanged, the output empty), or it succeeds with exactly the result of a
@@ -663,7 +664,7 @@ END_TEST
 /* ---- readers ------------------------------------------------------------- */
 
 typedef struct {
-    const char *format;
+    dt_reader_format format;
     char data[1024];
     char labels[1024];
     dt_reader_params params;
@@ -713,7 +714,7 @@ static void fixture(char *buf, size_t cap, const char *name) {
                   strerror(errno));
 }
 
-static void reader_params(reader_ctx *c, const char *format, int F, int K, const char *label) {
+static void reader_params(reader_ctx *c, dt_reader_format format, int F, int K, const char *label) {
     c->format = format;
     c->params.num_features = F;
     c->params.label_kind = DT_LABEL_CLASS;
@@ -741,7 +742,7 @@ static void run_reader_entry(reader_ctx *c, const char *what, int64_t rows, floa
 START_TEST(test_reader_csv) {
     reader_ctx c;
     memset(&c, 0, sizeof c);
-    reader_params(&c, "csv", 3, 3, "y");
+    reader_params(&c, DT_READER_CSV, 3, 3, "y");
     path_in(c.data, sizeof c.data, "big.csv");
     write_big_csv(c.data, 2000);
     run_reader_entry(&c, "csv reader", 2000, 0);
@@ -751,7 +752,7 @@ END_TEST
 START_TEST(test_reader_csv_gz) {
     reader_ctx c;
     memset(&c, 0, sizeof c);
-    reader_params(&c, "csv", 3, 3, "y");
+    reader_params(&c, DT_READER_CSV, 3, 3, "y");
     char plain[1024];
     path_in(plain, sizeof plain, "big.csv");
     write_big_csv(plain, 500);
@@ -764,7 +765,7 @@ END_TEST
 START_TEST(test_reader_libsvm) {
     reader_ctx c;
     memset(&c, 0, sizeof c);
-    reader_params(&c, "libsvm", 4, 2, NULL);
+    reader_params(&c, DT_READER_LIBSVM, 4, 2, NULL);
     c.params.svm_signed_labels = 1;
     fixture(c.data, sizeof c.data, "small.libsvm");
     run_reader_entry(&c, "libsvm reader", 4, 1);
@@ -774,7 +775,7 @@ END_TEST
 START_TEST(test_reader_idx) {
     reader_ctx c;
     memset(&c, 0, sizeof c);
-    reader_params(&c, "idx", 6, 10, NULL);
+    reader_params(&c, DT_READER_IDX, 6, 10, NULL);
     fixture(c.data, sizeof c.data, "small-images-idx3-ubyte");
     fixture(c.labels, sizeof c.labels, "small-labels-idx1-ubyte");
     run_reader_entry(&c, "idx reader", 3, 7);
@@ -784,7 +785,7 @@ END_TEST
 START_TEST(test_reader_idx_gz) {
     reader_ctx c;
     memset(&c, 0, sizeof c);
-    reader_params(&c, "idx", 6, 10, NULL);
+    reader_params(&c, DT_READER_IDX, 6, 10, NULL);
     char src[1024];
     fixture(src, sizeof src, "small-images-idx3-ubyte");
     path_in(c.data, sizeof c.data, "images.gz");
@@ -793,6 +794,81 @@ START_TEST(test_reader_idx_gz) {
     path_in(c.labels, sizeof c.labels, "labels.gz");
     gzip_file(src, c.labels);
     run_reader_entry(&c, "idx.gz reader", 3, 7);
+}
+END_TEST
+
+/* The reader's other entry points over one csv: its shape (F and K, the
+ * classes counted over every row), whether it has labels, and its feature
+ * names. Each leaves nothing in its output on a failure. */
+typedef struct {
+    char path[1024];
+    dt_reader_params params;
+    dt_reader_shape shape;
+    int labeled;
+    char *names;
+} csv_facts;
+
+static int run_infer(void *ctx, dt_err *err) {
+    csv_facts *c = ctx;
+    return dt_reader_infer(DT_READER_CSV, c->path, NULL, &c->params, 1, &c->shape, err);
+}
+
+static void infer_done(void *ctx) {
+    csv_facts *c = ctx;
+    ck_assert_int_eq(c->shape.num_features, 3);
+    ck_assert_int_eq(c->shape.num_classes, 3);
+}
+
+static int run_detect(void *ctx, dt_err *err) {
+    csv_facts *c = ctx;
+    c->labeled = -1;
+    return dt_reader_detect_labels(DT_READER_CSV, c->path, NULL, &c->params, &c->labeled, NULL, 0,
+                                   err);
+}
+
+static void detect_done(void *ctx) {
+    ck_assert_int_eq(((csv_facts *)ctx)->labeled, 1);
+}
+
+static int run_names(void *ctx, dt_err *err) {
+    csv_facts *c = ctx;
+    c->names = (char *)trial; /* the call must set it, to NULL on failure */
+    return dt_reader_csv_names(c->path, &c->params, &c->names, err);
+}
+
+static void names_clean(void *ctx) {
+    ck_assert_msg(((csv_facts *)ctx)->names == NULL, "names left set after %s", trial);
+}
+
+static void names_done(void *ctx) {
+    csv_facts *c = ctx;
+    ck_assert_str_eq(c->names, "a,b,c");
+    free(c->names);
+    c->names = NULL;
+}
+
+/* What infer and detect fill in (a shape, a flag) is the caller's storage,
+ * not memory: the driver's checks (DT_ENOMEM naming the file, no leak) are
+ * all there is to see after a failure. */
+static void nothing_to_clean(void *ctx) {
+    (void)ctx;
+}
+
+START_TEST(test_reader_csv_facts) {
+    csv_facts c;
+    memset(&c, 0, sizeof c);
+    c.params.num_features = 3;
+    c.params.label_kind = DT_LABEL_CLASS;
+    c.params.num_classes = 3;
+    c.params.label_column = "y";
+    path_in(c.path, sizeof c.path, "facts.csv");
+    write_big_csv(c.path, 300);
+    entry infer = {"csv shape", {c.path, NULL}, run_infer, nothing_to_clean, infer_done, &c};
+    entry detect = {"csv labels", {c.path, NULL}, run_detect, nothing_to_clean, detect_done, &c};
+    entry names = {"csv names", {c.path, NULL}, run_names, names_clean, names_done, &c};
+    fail_every_allocation(&infer);
+    fail_every_allocation(&detect);
+    fail_every_allocation(&names);
 }
 END_TEST
 
@@ -987,6 +1063,7 @@ Suite *alloc_suite(void) {
     tcase_add_test(tc, test_reader_libsvm);
     tcase_add_test(tc, test_reader_idx);
     tcase_add_test(tc, test_reader_idx_gz);
+    tcase_add_test(tc, test_reader_csv_facts);
     suite_add_tcase(s, tc);
     return s;
 }

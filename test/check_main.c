@@ -21,9 +21,9 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "proc.h" /* dt_test_now_ms */
 #include "suites.h"
 
 #define MAX_JOBS 16
@@ -43,12 +43,6 @@ static int wanted(const char *name) {
     return !only || !*only || listed(only, name);
 }
 
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The outcome of one suite. */
 typedef struct {
     int ran, failed;
@@ -58,7 +52,7 @@ typedef struct {
  * cases were left out by mistake) is a failure, not a silent pass. When
  * CK_RUN_CASE or CK_RUN_SUITE narrows the run, empty suites are expected. */
 static outcome run_suite(const char *name, Suite *(*make)(void)) {
-    long long start = now_ms();
+    long long start = dt_test_now_ms();
     SRunner *runner = srunner_create(make());
     srunner_run_all(runner, CK_NORMAL);
     outcome o = {srunner_ntests_run(runner), srunner_ntests_failed(runner)};
@@ -70,7 +64,7 @@ static outcome run_suite(const char *name, Suite *(*make)(void)) {
         o.failed++;
     }
     printf("check_all: suite %s: %d checks, %d failed, %.1f s\n", name, o.ran, o.failed,
-           (double)(now_ms() - start) / 1000.0);
+           (double)(dt_test_now_ms() - start) / 1000.0);
     fflush(stdout);
     fflush(stderr);
     return o;
@@ -216,7 +210,7 @@ int main(void) {
         return EXIT_FAILURE;
     }
 
-    long long start = now_ms();
+    long long start = dt_test_now_ms();
     outcome total = {0, 0};
     if (jobs == 1) {
         for (int i = 0; i < n; i++) {
@@ -229,6 +223,6 @@ int main(void) {
         run_parallel(chosen, n, jobs, &total);
     }
     printf("check_all: %d checks, %d failed, %.1f s\n", total.ran, total.failed,
-           (double)(now_ms() - start) / 1000.0);
+           (double)(dt_test_now_ms() - start) / 1000.0);
     return total.failed == 0 && total.ran > 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -183,8 +183,9 @@ static int create_restored(fixture *f, const float *w, const float *b, const dt_
     req.optim = *cfg;
     snprintf(req.model, sizeof req.model, "linear test");
     dt_msg_create_resp local;
-    memset(&local, 0, sizeof local);
-    return call_msg(f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, resp ? resp : &local, err);
+    if (!resp) resp = &local;
+    memset(resp, 0, sizeof *resp); /* dt_codec_decode fills a zeroed message */
+    return call_msg(f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, resp, err);
 }
 
 static int create(fixture *f, const float *w, const float *b, const dt_optim_config *cfg,
@@ -235,8 +236,9 @@ static int push_items(fixture *f, dt_tensor *items, int count, int worker, dt_ms
     req.out.items = items;
     req.out.count = count;
     dt_msg_push_resp local;
-    memset(&local, 0, sizeof local);
-    return call_msg(f, DT_MSG_PUSH_REQ, &req, DT_MSG_PUSH_RESP, resp ? resp : &local, err);
+    if (!resp) resp = &local;
+    memset(resp, 0, sizeof *resp); /* dt_codec_decode fills a zeroed message */
+    return call_msg(f, DT_MSG_PUSH_REQ, &req, DT_MSG_PUSH_RESP, resp, err);
 }
 
 static int push(fixture *f, const float *gw, const float *gb, int worker, dt_msg_push_resp *resp,
@@ -263,6 +265,7 @@ static int shutdown_ps(fixture *f, const char *reason, dt_err *err) {
     memset(&req, 0, sizeof req);
     snprintf(req.reason, sizeof req.reason, "%s", reason);
     dt_msg_shutdown_resp resp;
+    memset(&resp, 0, sizeof resp);
     return call_msg(f, DT_MSG_SHUTDOWN_REQ, &req, DT_MSG_SHUTDOWN_RESP, &resp, err);
 }
 
@@ -754,6 +757,7 @@ START_TEST(test_skip_nonfinite) {
     sgd_config(&req.optim, 0.5);
     req.skip_nonfinite = true;
     dt_msg_create_resp created;
+    memset(&created, 0, sizeof created);
     dt_err err;
     dt_err_clear(&err);
     ck_assert_msg(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &created, &err) == 0,
@@ -1140,6 +1144,7 @@ START_TEST(test_long_names_with_slots) {
     dt_err err;
     dt_err_clear(&err);
     dt_msg_create_resp cr;
+    memset(&cr, 0, sizeof cr);
     int rc = call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &cr, &err);
     if (rc != 0) {
         ck_assert_msg(rc == DT_EINVAL, "create: rc %d (%s)", rc, err.msg);
@@ -1531,6 +1536,7 @@ static int create_shaped(fixture *f, int64_t d0, int64_t d1, dt_err *err) {
     req.max_steps = 100;
     sgd_config(&req.optim, 0.5);
     dt_msg_create_resp resp;
+    memset(&resp, 0, sizeof resp);
     return call_msg(f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &resp, err);
 }
 
@@ -1600,6 +1606,7 @@ START_TEST(test_seen_step_not_believed) {
     req.out.items = items;
     req.out.count = 2;
     dt_msg_push_resp resp;
+    memset(&resp, 0, sizeof resp);
     ck_assert_int_eq(call_msg(&f, DT_MSG_PUSH_REQ, &req, DT_MSG_PUSH_RESP, &resp, &err), 0);
     ck_assert_int_eq(resp.global_step, 5);
     dt_msg_status_resp st;

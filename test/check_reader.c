@@ -199,15 +199,15 @@ START_TEST(test_idx_values) {
     ck_assert_float_eq(t.y[2], 9);
     dt_reader_table_deinit(&t);
 
-    /* By name, as the data module calls it. */
-    ck_assert_msg(dt_reader_load("idx", images, labels, &p, &t, &err) == 0, "%s", err.msg);
+    /* By format, as the data module calls it. */
+    ck_assert_msg(dt_reader_load(DT_READER_IDX, images, labels, &p, &t, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(t.rows, 3);
     dt_reader_table_deinit(&t);
-    expect_err(dt_reader_load("idx", images, "", &p, &t, &err), &err, DT_EINVAL,
+    expect_err(dt_reader_load(DT_READER_IDX, images, "", &p, &t, &err), &err, DT_EINVAL,
                "idx images need a labels file");
     dt_err_clear(&err);
-    expect_err(dt_reader_load("parquet", images, NULL, &p, &t, &err), &err, DT_EINVAL,
-               "reader: unknown format \"parquet\"");
+    expect_err(dt_reader_load((dt_reader_format)7, images, NULL, &p, &t, &err), &err, DT_EINVAL,
+               "reader: unknown format 7");
 }
 END_TEST
 
@@ -304,13 +304,13 @@ typedef struct {
     const char *want; /* in the message, after the file's directory */
 } bad_case;
 
-static void run_text_cases(const char *format, const bad_case *cases, int count,
+static void run_text_cases(dt_reader_format format, const bad_case *cases, int count,
                            const dt_reader_params *p) {
     char *dir = dt_test_tempdir();
     ck_assert_ptr_nonnull(dir);
     for (int c = 0; c < count; c++) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/bad.%s", dir, format);
+        snprintf(path, sizeof path, "%s/bad.%s", dir, format == DT_READER_CSV ? "csv" : "libsvm");
         write_text(path, cases[c].text);
         dt_reader_table t = {.rows = 99};
         dt_err err = {0};
@@ -364,7 +364,7 @@ START_TEST(test_csv_errors) {
         {"a,y,b,c\n1,0,2\"\"x,3\n", DT_EINVAL, "bad.csv:2: column \"b\": quotes inside a field"},
     };
     dt_reader_params p = params(3, DT_LABEL_CLASS, 3, "y");
-    run_text_cases("csv", cases, (int)(sizeof cases / sizeof cases[0]), &p);
+    run_text_cases(DT_READER_CSV, cases, (int)(sizeof cases / sizeof cases[0]), &p);
 
     /* The label column by index. */
     static const bad_case by_index[] = {
@@ -372,17 +372,17 @@ START_TEST(test_csv_errors) {
          "bad.csv:1: label column 4 is out of range: the header has 4 columns (0..3)"},
     };
     p.label_column = "4";
-    run_text_cases("csv", by_index, 1, &p);
+    run_text_cases(DT_READER_CSV, by_index, 1, &p);
     static const bad_case huge_index[] = {
         {"a,b,c,d\n1,2,3,4\n", DT_ECONFIG, "bad.csv:1: label column 99999999999999999999 is out"},
     };
     p.label_column = "99999999999999999999";
-    run_text_cases("csv", huge_index, 1, &p);
+    run_text_cases(DT_READER_CSV, huge_index, 1, &p);
     p.label_column = "";
     static const bad_case empty_label[] = {
         {"a,b,c,d\n1,2,3,4\n", DT_EINVAL, "bad.csv: \"label_column\" is empty"},
     };
-    run_text_cases("csv", empty_label, 1, &p);
+    run_text_cases(DT_READER_CSV, empty_label, 1, &p);
 
     /* The NUL case's text stops at the NUL for strlen: write it by hand. */
     char *dir = dt_test_tempdir();
@@ -427,14 +427,14 @@ START_TEST(test_libsvm_errors) {
     };
     dt_reader_params p = params(4, DT_LABEL_CLASS, 2, NULL);
     p.svm_signed_labels = 1;
-    run_text_cases("libsvm", cases, (int)(sizeof cases / sizeof cases[0]), &p);
+    run_text_cases(DT_READER_LIBSVM, cases, (int)(sizeof cases / sizeof cases[0]), &p);
 
     /* Regression takes any finite label, still not a NaN. */
     static const bad_case real[] = {
         {"nan 1:1\n", DT_EINVAL, "bad.libsvm:1: label: not a finite number: \"nan\""},
     };
     p = params(4, DT_LABEL_REAL, 0, NULL);
-    run_text_cases("libsvm", real, 1, &p);
+    run_text_cases(DT_READER_LIBSVM, real, 1, &p);
     char *dir = dt_test_tempdir();
     char path[1024];
     path_in(path, sizeof path, dir, "real.libsvm");
@@ -651,7 +651,8 @@ static char *capture_stderr(const char *dir, int (*fn)(void *), void *arg, int *
 }
 
 typedef struct {
-    const char *format, *path, *labels;
+    dt_reader_format format;
+    const char *path, *labels;
     dt_reader_params p;
     dt_reader_table t;
     dt_err err;
@@ -677,7 +678,7 @@ START_TEST(test_skip_bad_rows) {
     /* csv: two bad rows of five, both counted and logged once. */
     path_in(path, sizeof path, dir, "skip.csv");
     write_text(path, "a,y,b\n1,0,2\n3,1,x\n5,0,6\n7,0\n9,1,10\n");
-    load_call c = {.format = "csv", .path = path, .p = params(2, DT_LABEL_CLASS, 2, "y")};
+    load_call c = {.format = DT_READER_CSV, .path = path, .p = params(2, DT_LABEL_CLASS, 2, "y")};
     c.p.skip_bad_rows = 1;
     int rc;
     char *log = capture_stderr(dir, do_load, &c, &rc);
@@ -703,7 +704,7 @@ START_TEST(test_skip_bad_rows) {
     /* A clean file logs nothing. */
     char clean[1024];
     fixture(clean, sizeof clean, "small.csv");
-    load_call ok = {.format = "csv", .path = clean, .p = params(3, DT_LABEL_CLASS, 3, "y")};
+    load_call ok = {.format = DT_READER_CSV, .path = clean, .p = params(3, DT_LABEL_CLASS, 3, "y")};
     ok.p.skip_bad_rows = 1;
     log = capture_stderr(dir, do_load, &ok, &rc);
     ck_assert_int_eq(rc, 0);
@@ -715,7 +716,8 @@ START_TEST(test_skip_bad_rows) {
     /* libsvm. */
     path_in(path, sizeof path, dir, "skip.libsvm");
     write_text(path, "1 1:1\n1 3:1\n0 2:2\n7 1:1\n");
-    load_call s = {.format = "libsvm", .path = path, .p = params(2, DT_LABEL_CLASS, 2, NULL)};
+    load_call s = {
+        .format = DT_READER_LIBSVM, .path = path, .p = params(2, DT_LABEL_CLASS, 2, NULL)};
     s.p.skip_bad_rows = 1;
     log = capture_stderr(dir, do_load, &s, &rc);
     ck_assert_msg(rc == 0, "%s", s.err.msg);
@@ -734,7 +736,7 @@ START_TEST(test_skip_bad_rows) {
     char img[1024], lab[1024];
     fixture(img, sizeof img, "small-images-idx3-ubyte");
     fixture(lab, sizeof lab, "small-labels-idx1-ubyte");
-    load_call i = {.format = "idx",
+    load_call i = {.format = DT_READER_IDX,
                    .path = img,
                    .labels = lab,
                    .p = params(6, DT_LABEL_CLASS, 8, NULL)}; /* label 9 is out */
@@ -755,7 +757,7 @@ START_TEST(test_skip_bad_rows) {
     /* Nothing left: an error that says so. */
     path_in(path, sizeof path, dir, "allbad.csv");
     write_text(path, "a,y,b\n1,0,q\n1,5,2\n");
-    load_call a = {.format = "csv", .path = path, .p = params(2, DT_LABEL_CLASS, 2, "y")};
+    load_call a = {.format = DT_READER_CSV, .path = path, .p = params(2, DT_LABEL_CLASS, 2, "y")};
     a.p.skip_bad_rows = 1;
     log = capture_stderr(dir, do_load, &a, &rc);
     expect_err(rc, &a.err, DT_EINVAL, "allbad.csv: no examples: all 2 rows were malformed");
@@ -858,7 +860,7 @@ END_TEST
 /* ---- files without labels ------------------------------------------------ */
 
 /* Reads text written to dir/name with p (labels as given). */
-static void read_text(const char *dir, const char *name, const char *text, const char *format,
+static void read_text(const char *dir, const char *name, const char *text, dt_reader_format format,
                       const dt_reader_params *p, dt_reader_table *t) {
     char path[1024];
     path_in(path, sizeof path, dir, name);
@@ -885,24 +887,26 @@ START_TEST(test_without_labels_values) {
 
     /* csv: the label column left out; its name or index no longer matters. */
     dt_reader_params p = params(3, DT_LABEL_CLASS, 3, "y");
-    read_text(dir, "with.csv", "a,y,b,c\n1,0,2,3\n\n4,2,5.5,-6\n", "csv", &p, &with);
+    read_text(dir, "with.csv", "a,y,b,c\n1,0,2,3\n\n4,2,5.5,-6\n", DT_READER_CSV, &p, &with);
     p.labels = DT_LABELS_NONE;
-    read_text(dir, "without.csv", "a, b ,c\r\n1,2,3\r\n\r\n4,\"5.5\",-6\r\n", "csv", &p, &without);
+    read_text(dir, "without.csv", "a, b ,c\r\n1,2,3\r\n\r\n4,\"5.5\",-6\r\n", DT_READER_CSV, &p,
+              &without);
     assert_same_x(&with, &without);
     ck_assert_float_eq(without.x[4], 5.5f);
     dt_reader_table_deinit(&without);
     p.label_column = "";
-    read_text(dir, "nolabel.csv", "a,b,c\n1,2,3\n4,5.5,-6\n", "csv", &p, &without);
+    read_text(dir, "nolabel.csv", "a,b,c\n1,2,3\n4,5.5,-6\n", DT_READER_CSV, &p, &without);
     assert_same_x(&with, &without);
     dt_reader_table_deinit(&without);
     dt_reader_table_deinit(&with);
 
     /* libsvm: index:value first; a qid may lead; comments and empty lines. */
     p = params(4, DT_LABEL_CLASS, 2, NULL);
-    read_text(dir, "with.libsvm", "1 qid:3 1:0.5 3:-2\n0 2:1.25\n1 4:7 # c\n", "libsvm", &p, &with);
+    read_text(dir, "with.libsvm", "1 qid:3 1:0.5 3:-2\n0 2:1.25\n1 4:7 # c\n", DT_READER_LIBSVM, &p,
+              &with);
     p.labels = DT_LABELS_NONE;
-    read_text(dir, "without.libsvm", "# none\nqid:3 1:0.5 3:-2\n\n\t2:1.25\n4:7 # c\n", "libsvm",
-              &p, &without);
+    read_text(dir, "without.libsvm", "# none\nqid:3 1:0.5 3:-2\n\n\t2:1.25\n4:7 # c\n",
+              DT_READER_LIBSVM, &p, &without);
     assert_same_x(&with, &without);
     dt_reader_table_deinit(&without);
     dt_reader_table_deinit(&with);
@@ -913,9 +917,11 @@ START_TEST(test_without_labels_values) {
     fixture(labels, sizeof labels, "small-labels-idx1-ubyte");
     p = params(6, DT_LABEL_CLASS, 10, NULL);
     dt_err err = {0};
-    ck_assert_msg(dt_reader_load("idx", images, labels, &p, &with, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_reader_load(DT_READER_IDX, images, labels, &p, &with, &err) == 0, "%s",
+                  err.msg);
     p.labels = DT_LABELS_NONE;
-    ck_assert_msg(dt_reader_load("idx", images, "", &p, &without, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_reader_load(DT_READER_IDX, images, "", &p, &without, &err) == 0, "%s",
+                  err.msg);
     assert_same_x(&with, &without);
     dt_reader_table_deinit(&without);
     ck_assert_msg(dt_reader_idx(images, NULL, &p, &without, &err) == 0, "%s", err.msg);
@@ -959,7 +965,7 @@ START_TEST(test_without_labels_errors) {
     };
     dt_reader_params p = params(3, DT_LABEL_CLASS, 3, "y");
     p.labels = DT_LABELS_NONE;
-    run_text_cases("csv", csv, (int)(sizeof csv / sizeof csv[0]), &p);
+    run_text_cases(DT_READER_CSV, csv, (int)(sizeof csv / sizeof csv[0]), &p);
 
     static const bad_case svm[] = {
         {"1:1\n1 2:1\n", DT_EINVAL,
@@ -972,7 +978,7 @@ START_TEST(test_without_labels_errors) {
     };
     p = params(4, DT_LABEL_CLASS, 2, NULL);
     p.labels = DT_LABELS_NONE;
-    run_text_cases("libsvm", svm, (int)(sizeof svm / sizeof svm[0]), &p);
+    run_text_cases(DT_READER_LIBSVM, svm, (int)(sizeof svm / sizeof svm[0]), &p);
 
     /* With labels required, the layout without them is named as such. */
     static const bad_case svm_required[] = {
@@ -981,20 +987,20 @@ START_TEST(test_without_labels_errors) {
         {"qid:1 1:1\n", DT_EINVAL, "bad.libsvm:1: no label: the row starts with \"qid:1\""},
     };
     p.labels = DT_LABELS_REQUIRED;
-    run_text_cases("libsvm", svm_required, 2, &p);
+    run_text_cases(DT_READER_LIBSVM, svm_required, 2, &p);
     static const bad_case csv_required[] = {
         {"a,b,c\n1,2,3\n", DT_ECONFIG,
          "bad.csv:1: no column named \"y\" in the header (3 columns; a \"label_column\" of digits "
          "is an index; as many columns as features: a file without labels?)"},
     };
     p = params(3, DT_LABEL_CLASS, 3, "y");
-    run_text_cases("csv", csv_required, 1, &p);
+    run_text_cases(DT_READER_CSV, csv_required, 1, &p);
     static const bad_case csv_index_required[] = {
         {"a,b,c\n1,2,3\n", DT_ECONFIG,
          "but \"features\" is 3; as many columns as features: a file without labels?"},
     };
     p.label_column = "0";
-    run_text_cases("csv", csv_index_required, 1, &p);
+    run_text_cases(DT_READER_CSV, csv_index_required, 1, &p);
 
     /* idx: no labels file may come with images read without labels; one
      * must come with labels required. */
@@ -1028,7 +1034,7 @@ START_TEST(test_without_labels_skip) {
     p.labels = DT_LABELS_NONE;
     p.skip_bad_rows = 1;
     dt_reader_table t;
-    read_text(dir, "skip.csv", "a,b\n1,2\n3,x\n5,6\n7\n", "csv", &p, &t);
+    read_text(dir, "skip.csv", "a,b\n1,2\n3,x\n5,6\n7\n", DT_READER_CSV, &p, &t);
     ck_assert_int_eq(t.rows, 2);
     ck_assert_int_eq(t.skipped, 2);
     static const float want[4] = {1, 2, 5, 6};
@@ -1036,7 +1042,7 @@ START_TEST(test_without_labels_skip) {
         ck_assert_float_eq(t.x[k], want[k]);
     ck_assert_ptr_null(t.y);
     dt_reader_table_deinit(&t);
-    read_text(dir, "skip.libsvm", "1:1\n0 2:1\n2:3\n", "libsvm", &p, &t);
+    read_text(dir, "skip.libsvm", "1:1\n0 2:1\n2:3\n", DT_READER_LIBSVM, &p, &t);
     ck_assert_int_eq(t.rows, 2);
     ck_assert_int_eq(t.skipped, 1);
     ck_assert_float_eq(t.x[3], 3);
@@ -1047,7 +1053,7 @@ START_TEST(test_without_labels_skip) {
 END_TEST
 
 /* Detects labels in dir/name holding text; returns how, checks *labeled. */
-static void detect_ok(const char *dir, const char *name, const char *text, const char *format,
+static void detect_ok(const char *dir, const char *name, const char *text, dt_reader_format format,
                       const dt_reader_params *p, int want, const char *how_part) {
     char path[1024], how[256];
     path_in(path, sizeof path, dir, name);
@@ -1065,16 +1071,18 @@ static void detect_ok(const char *dir, const char *name, const char *text, const
 START_TEST(test_detect_labels) {
     char *dir = dt_test_tempdir();
     dt_reader_params p = params(3, DT_LABEL_CLASS, 3, "y");
-    detect_ok(dir, "l.csv", "\n a ,y,b,c\n1,0,2,3\n", "csv", &p, 1,
+    detect_ok(dir, "l.csv", "\n a ,y,b,c\n1,0,2,3\n", DT_READER_CSV, &p, 1,
               ": 4 columns: 3 features and the label column \"y\"");
-    detect_ok(dir, "u.csv", "a,b,c\n1,2,3\n", "csv", &p, 0,
+    detect_ok(dir, "u.csv", "a,b,c\n1,2,3\n", DT_READER_CSV, &p, 0,
               "u.csv: 3 columns for 3 features, none of them the label column \"y\"");
     /* The label named in a header of F columns: labeled, short a feature
      * (the read says so). */
-    detect_ok(dir, "short.csv", "a,y,c\n", "csv", &p, 1, "3 columns: 2 features");
+    detect_ok(dir, "short.csv", "a,y,c\n", DT_READER_CSV, &p, 1, "3 columns: 2 features");
     p.label_column = "2";
-    detect_ok(dir, "i.csv", "a,b,c\n", "csv", &p, 0, "none of them a label column (column 2)");
-    detect_ok(dir, "il.csv", "a,b,c,d\n", "csv", &p, 1, "3 features and a label column (column 2)");
+    detect_ok(dir, "i.csv", "a,b,c\n", DT_READER_CSV, &p, 0,
+              "none of them a label column (column 2)");
+    detect_ok(dir, "il.csv", "a,b,c,d\n", DT_READER_CSV, &p, 1,
+              "3 features and a label column (column 2)");
 
     char path[1024];
     int labeled = -1;
@@ -1082,36 +1090,38 @@ START_TEST(test_detect_labels) {
     path_in(path, sizeof path, dir, "neither.csv");
     write_text(path, "a,b\n1,2\n");
     p.label_column = "y";
-    expect_err(dt_reader_detect_labels("csv", path, NULL, &p, &labeled, NULL, 0, &err), &err,
-               DT_ECONFIG,
+    expect_err(dt_reader_detect_labels(DT_READER_CSV, path, NULL, &p, &labeled, NULL, 0, &err),
+               &err, DT_ECONFIG,
                "neither.csv:1: the header has 2 columns, but the job's 3 features make 4 with the "
                "label column \"y\" or 3 without labels");
     dt_err_clear(&err);
     write_text(path, "\n\n");
-    expect_err(dt_reader_detect_labels("csv", path, NULL, &p, &labeled, NULL, 0, &err), &err,
-               DT_EINVAL, "neither.csv: empty file");
+    expect_err(dt_reader_detect_labels(DT_READER_CSV, path, NULL, &p, &labeled, NULL, 0, &err),
+               &err, DT_EINVAL, "neither.csv: empty file");
     dt_err_clear(&err);
     path_in(path, sizeof path, dir, "missing.csv");
-    expect_err(dt_reader_detect_labels("csv", path, NULL, &p, &labeled, NULL, 0, &err), &err,
-               DT_ENOTFOUND, "missing.csv: open:");
+    expect_err(dt_reader_detect_labels(DT_READER_CSV, path, NULL, &p, &labeled, NULL, 0, &err),
+               &err, DT_ENOTFOUND, "missing.csv: open:");
     dt_err_clear(&err);
-    expect_err(dt_reader_detect_labels("tsv", path, NULL, &p, &labeled, NULL, 0, &err), &err,
-               DT_EINVAL, "unknown format \"tsv\"");
+    expect_err(
+        dt_reader_detect_labels((dt_reader_format)-1, path, NULL, &p, &labeled, NULL, 0, &err),
+        &err, DT_EINVAL, "unknown format -1");
     dt_err_clear(&err);
 
     p = params(4, DT_LABEL_CLASS, 2, NULL);
-    detect_ok(dir, "l.libsvm", "# c\n\n1 qid:2 1:1\n2:1\n", "libsvm", &p, 1,
+    detect_ok(dir, "l.libsvm", "# c\n\n1 qid:2 1:1\n2:1\n", DT_READER_LIBSVM, &p, 1,
               "l.libsvm:3: the first row starts with the label \"1\"");
-    detect_ok(dir, "u.libsvm", "  # c\n \t 1:0.5 2:1\n", "libsvm", &p, 0,
+    detect_ok(dir, "u.libsvm", "  # c\n \t 1:0.5 2:1\n", DT_READER_LIBSVM, &p, 0,
               "u.libsvm:2: the first row starts with the index:value pair \"1:0.5\"");
-    detect_ok(dir, "q.libsvm", "qid:4 3:1\n", "libsvm", &p, 0, "pair \"qid:4\"");
-    detect_ok(dir, "e.libsvm", "# nothing\n", "libsvm", &p, 1, "e.libsvm: no rows");
+    detect_ok(dir, "q.libsvm", "qid:4 3:1\n", DT_READER_LIBSVM, &p, 0, "pair \"qid:4\"");
+    detect_ok(dir, "e.libsvm", "# nothing\n", DT_READER_LIBSVM, &p, 1, "e.libsvm: no rows");
     /* A line the read refuses is passed over: the next row tells. */
     path_in(path, sizeof path, dir, "nul.libsvm");
     static const char nul[] = "1 1\0:1\n3:1\n";
     write_bytes(path, nul, sizeof nul - 1);
-    ck_assert_msg(dt_reader_detect_labels("libsvm", path, NULL, &p, &labeled, NULL, 0, &err) == 0,
-                  "%s", err.msg);
+    ck_assert_msg(
+        dt_reader_detect_labels(DT_READER_LIBSVM, path, NULL, &p, &labeled, NULL, 0, &err) == 0,
+        "%s", err.msg);
     ck_assert_int_eq(labeled, 0);
 
     char images[1024], labels[1024], how[256];
@@ -1119,10 +1129,11 @@ START_TEST(test_detect_labels) {
     fixture(labels, sizeof labels, "small-labels-idx1-ubyte");
     p = params(6, DT_LABEL_CLASS, 10, NULL);
     ck_assert_int_eq(
-        dt_reader_detect_labels("idx", images, labels, &p, &labeled, how, sizeof how, &err), 0);
+        dt_reader_detect_labels(DT_READER_IDX, images, labels, &p, &labeled, how, sizeof how, &err),
+        0);
     ck_assert_int_eq(labeled, 1);
     ck_assert_int_eq(
-        dt_reader_detect_labels("idx", images, "", &p, &labeled, how, sizeof how, &err), 0);
+        dt_reader_detect_labels(DT_READER_IDX, images, "", &p, &labeled, how, sizeof how, &err), 0);
     ck_assert_int_eq(labeled, 0);
     ck_assert_msg(strstr(how, "no labels file") != NULL, "%s", how);
     dt_test_tempdir_free(dir);
@@ -1131,7 +1142,7 @@ END_TEST
 
 /* dt_reader_infer on text written to dir/name: F (and K when want_classes
  * is set) as given, and how F (or K) was told holding how. */
-static void infer_ok(const char *dir, const char *name, const char *text, const char *format,
+static void infer_ok(const char *dir, const char *name, const char *text, dt_reader_format format,
                      const dt_reader_params *p, int want_classes, int F, int K, const char *how) {
     char path[1024];
     path_in(path, sizeof path, dir, name);
@@ -1148,8 +1159,9 @@ static void infer_ok(const char *dir, const char *name, const char *text, const 
                   shape.classes_how);
 }
 
-static void infer_fails(const char *dir, const char *name, const char *text, const char *format,
-                        const dt_reader_params *p, int code, const char *want) {
+static void infer_fails(const char *dir, const char *name, const char *text,
+                        dt_reader_format format, const dt_reader_params *p, int code,
+                        const char *want) {
     char path[1024];
     path_in(path, sizeof path, dir, name);
     write_text(path, text);
@@ -1164,47 +1176,47 @@ START_TEST(test_infer_shape) {
     char *dir = dt_test_tempdir();
     dt_reader_params p = params(0, DT_LABEL_CLASS, 0, "y"); /* F and K not read */
     /* csv: the header's columns less the label's, wherever it is. */
-    infer_ok(dir, "a.csv", "a, y ,b,c\n1,2,0,0\n1,0,0,0\n\n1,1,0,0\n", "csv", &p, 1, 3, 3,
+    infer_ok(dir, "a.csv", "a, y ,b,c\n1,2,0,0\n1,0,0,0\n\n1,1,0,0\n", DT_READER_CSV, &p, 1, 3, 3,
              "4 columns less the label column \"y\"");
-    infer_ok(dir, "a.csv", "a, y ,b,c\n1,2,0,0\n1,0,0,0\n\n1,1,0,0\n", "csv", &p, 1, 3, 3,
+    infer_ok(dir, "a.csv", "a, y ,b,c\n1,2,0,0\n1,0,0,0\n\n1,1,0,0\n", DT_READER_CSV, &p, 1, 3, 3,
              "a.csv: labels 0..2");
     /* Without classes only the header is read: a bad row further on is
      * the read's to report. */
-    infer_ok(dir, "h.csv", "y,a\n0,1\nnot,a,row\n", "csv", &p, 0, 1, 0, "2 columns less");
+    infer_ok(dir, "h.csv", "y,a\n0,1\nnot,a,row\n", DT_READER_CSV, &p, 0, 1, 0, "2 columns less");
     p.label_column = "0";
-    infer_ok(dir, "i.csv", "t,a,b\n1,0,0\n0,0,0\n", "csv", &p, 1, 2, 2,
+    infer_ok(dir, "i.csv", "t,a,b\n1,0,0\n0,0,0\n", DT_READER_CSV, &p, 1, 2, 2,
              "less the label column \"t\"");
     /* What cannot be a class index is passed over (the read refuses or
      * skips those rows); the classes are those that are. */
-    infer_ok(dir, "skip.csv", "t,a\n0,1\nx,1\n1.5,1\n-1,1\n1,1\n1,2,3\n", "csv", &p, 1, 1, 2,
-             "labels 0..1");
-    infer_fails(dir, "gap.csv", "t,a\n1,0\n3,0\n2,0\n", "csv", &p, DT_ECONFIG,
+    infer_ok(dir, "skip.csv", "t,a\n0,1\nx,1\n1.5,1\n-1,1\n1,1\n1,2,3\n", DT_READER_CSV, &p, 1, 1,
+             2, "labels 0..1");
+    infer_fails(dir, "gap.csv", "t,a\n1,0\n3,0\n2,0\n", DT_READER_CSV, &p, DT_ECONFIG,
                 "the labels run up to 3, but no row has class 0");
-    infer_fails(dir, "gap.csv", "t,a\n1,0\n3,0\n2,0\n", "csv", &p, DT_ECONFIG,
+    infer_fails(dir, "gap.csv", "t,a\n1,0\n3,0\n2,0\n", DT_READER_CSV, &p, DT_ECONFIG,
                 "set \"classes\" (labels are class indices 0..K-1)");
-    infer_fails(dir, "one.csv", "t,a\n0,0\n0,1\n", "csv", &p, DT_ECONFIG,
+    infer_fails(dir, "one.csv", "t,a\n0,0\n0,1\n", DT_READER_CSV, &p, DT_ECONFIG,
                 "every label is 0: one class");
-    infer_fails(dir, "real.csv", "t,a\n0.5,0\n-2,1\n", "csv", &p, DT_ECONFIG,
+    infer_fails(dir, "real.csv", "t,a\n0.5,0\n-2,1\n", DT_READER_CSV, &p, DT_ECONFIG,
                 "no label is a class index");
-    infer_fails(dir, "big.csv", "t,a\n0,0\n70000,1\n", "csv", &p, DT_ECONFIG,
+    infer_fails(dir, "big.csv", "t,a\n0,0\n70000,1\n", DT_READER_CSV, &p, DT_ECONFIG,
                 "label 70000: more than 65536 classes are not inferred");
     p.label_column = "y";
-    infer_fails(dir, "nolabel.csv", "a,b\n0,0\n", "csv", &p, DT_ECONFIG,
+    infer_fails(dir, "nolabel.csv", "a,b\n0,0\n", DT_READER_CSV, &p, DT_ECONFIG,
                 "nolabel.csv:1: no column named \"y\" in the header");
-    infer_fails(dir, "alone.csv", "y\n0\n1\n", "csv", &p, DT_EINVAL,
+    infer_fails(dir, "alone.csv", "y\n0\n1\n", DT_READER_CSV, &p, DT_EINVAL,
                 "alone.csv:1: the header has no column besides the label");
 
     /* libsvm: the largest index of any row, not the first row's. */
     dt_reader_params s = params(0, DT_LABEL_CLASS, 0, NULL);
-    infer_ok(dir, "a.libsvm", "# c\n1 qid:4 1:1 3:2\n0 2:1 9:1 # 12:1\n2 4:1\n\n", "libsvm", &s, 1,
-             9, 3, "the largest feature index of 3 rows");
-    infer_ok(dir, "a.libsvm", "# c\n1 qid:4 1:1 3:2\n0 2:1 9:1 # 12:1\n2 4:1\n\n", "libsvm", &s, 1,
-             9, 3, "labels 0..2");
-    infer_ok(dir, "b.libsvm", "1 1:1\n0 5:1\n", "libsvm", &s, 0, 5, 0, "of 2 rows");
+    infer_ok(dir, "a.libsvm", "# c\n1 qid:4 1:1 3:2\n0 2:1 9:1 # 12:1\n2 4:1\n\n", DT_READER_LIBSVM,
+             &s, 1, 9, 3, "the largest feature index of 3 rows");
+    infer_ok(dir, "a.libsvm", "# c\n1 qid:4 1:1 3:2\n0 2:1 9:1 # 12:1\n2 4:1\n\n", DT_READER_LIBSVM,
+             &s, 1, 9, 3, "labels 0..2");
+    infer_ok(dir, "b.libsvm", "1 1:1\n0 5:1\n", DT_READER_LIBSVM, &s, 0, 5, 0, "of 2 rows");
     /* svmlight's -1/+1 say two classes only to a binary model: not here. */
-    infer_fails(dir, "pm.libsvm", "-1 1:1\n+1 2:1\n", "libsvm", &s, DT_ECONFIG,
+    infer_fails(dir, "pm.libsvm", "-1 1:1\n+1 2:1\n", DT_READER_LIBSVM, &s, DT_ECONFIG,
                 "pm.libsvm: the labels run up to 1, but no row has class 0");
-    infer_fails(dir, "noidx.libsvm", "1\n0 # 3:1\n", "libsvm", &s, DT_EINVAL,
+    infer_fails(dir, "noidx.libsvm", "1\n0 # 3:1\n", DT_READER_LIBSVM, &s, DT_EINVAL,
                 "noidx.libsvm: no feature index in 2 rows");
 
     /* idx: rows x cols from the header, the classes from the labels file
@@ -1214,15 +1226,18 @@ START_TEST(test_infer_shape) {
     fixture(labels, sizeof labels, "small-labels-idx1-ubyte");
     dt_reader_shape shape;
     dt_err err = {0};
-    ck_assert_msg(dt_reader_infer("idx", images, labels, &s, 0, &shape, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_reader_infer(DT_READER_IDX, images, labels, &s, 0, &shape, &err) == 0, "%s",
+                  err.msg);
     ck_assert_int_eq(shape.num_features, 6);
     ck_assert_msg(strstr(shape.features_how, "images of 2 x 3") != NULL, "%s", shape.features_how);
-    expect_err(dt_reader_infer("idx", images, labels, &s, 1, &shape, &err), &err, DT_ECONFIG,
+    expect_err(dt_reader_infer(DT_READER_IDX, images, labels, &s, 1, &shape, &err), &err,
+               DT_ECONFIG,
                "small-labels-idx1-ubyte: the labels run up to 9, but no row has class 1");
     path_in(path, sizeof path, dir, "labels");
     write_bytes(path, "\0\0\x08\x01\0\0\0\x03\x01\x00\x02", 11);
     dt_err_clear(&err);
-    ck_assert_msg(dt_reader_infer("idx", images, path, &s, 1, &shape, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_reader_infer(DT_READER_IDX, images, path, &s, 1, &shape, &err) == 0, "%s",
+                  err.msg);
     ck_assert_int_eq(shape.num_classes, 3);
     ck_assert_msg(strstr(shape.classes_how, "labels 0..2") != NULL, "%s", shape.classes_how);
 
@@ -1232,15 +1247,16 @@ START_TEST(test_infer_shape) {
     path_in(gz, sizeof gz, dir, "a.csv.gz");
     gzip_copy(path, gz);
     p.label_column = "y";
-    ck_assert_msg(dt_reader_infer("csv", gz, NULL, &p, 1, &shape, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_reader_infer(DT_READER_CSV, gz, NULL, &p, 1, &shape, &err) == 0, "%s",
+                  err.msg);
     ck_assert_int_eq(shape.num_features, 3);
     ck_assert_int_eq(shape.num_classes, 3);
     path_in(path, sizeof path, dir, "missing.csv");
-    expect_err(dt_reader_infer("csv", path, NULL, &p, 1, &shape, &err), &err, DT_ENOTFOUND,
+    expect_err(dt_reader_infer(DT_READER_CSV, path, NULL, &p, 1, &shape, &err), &err, DT_ENOTFOUND,
                "missing.csv: open:");
     dt_err_clear(&err);
-    expect_err(dt_reader_infer("tsv", path, NULL, &p, 1, &shape, &err), &err, DT_EINVAL,
-               "unknown format \"tsv\"");
+    expect_err(dt_reader_infer((dt_reader_format)-1, path, NULL, &p, 1, &shape, &err), &err,
+               DT_EINVAL, "unknown format -1");
     dt_test_tempdir_free(dir);
 }
 END_TEST

@@ -86,6 +86,22 @@ int dt_test_free_port(void) {
     return port;
 }
 
+int dt_test_free_addr(char *addr, size_t cap) {
+    int port = dt_test_free_port();
+    if (port < 0) return -1;
+    snprintf(addr, cap, "127.0.0.1:%d", port);
+    return port;
+}
+
+int dt_test_listen_port(int *port) {
+    int fd = dt_test_bind_port(port);
+    if (fd >= 0 && listen(fd, 4) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 int dt_test_free_ports(int *ports, int n) {
     int fds[MAX_PROCS];
     int rc = 0, opened = 0;

@@ -25,6 +25,12 @@ const char *dt_test_bin(void);
 int dt_test_bind_port(int *port);
 /* A TCP port on 127.0.0.1 that was free a moment ago, or -1. */
 int dt_test_free_port(void);
+/* As dt_test_free_port, written as "127.0.0.1:PORT" into addr (cap bytes);
+ * the port, or -1. */
+int dt_test_free_addr(char *addr, size_t cap);
+/* A socket listening on 127.0.0.1, on a port the kernel chose (*port), to
+ * hold a port taken; the fd, or -1. */
+int dt_test_listen_port(int *port);
 /* n distinct free ports (all held open while choosing), 0 or -1. */
 int dt_test_free_ports(int *ports, int n);
 

@@ -85,7 +85,7 @@ static void write_file(const char *path, const uint8_t *data, size_t size) {
 
 /* dt_reader_detect_labels on the input's files; checks its contract and
  * returns its rc, with *labeled. */
-static int detect(const char *format, const char *data_path, const char *labels_path,
+static int detect(dt_reader_format format, const char *data_path, const char *labels_path,
                   const dt_reader_params *p, int *labeled) {
     char how[512];
     dt_err err;
@@ -107,7 +107,7 @@ static int detect(const char *format, const char *data_path, const char *labels_
 
 /* dt_reader_infer on the input's files (classes for class labels); checks
  * its contract and returns its rc, with *shape. */
-static int infer(const char *format, const char *data_path, const char *labels_path,
+static int infer(dt_reader_format format, const char *data_path, const char *labels_path,
                  const dt_reader_params *p, dt_reader_shape *shape) {
     dt_err err;
     dt_err_clear(&err);
@@ -170,7 +170,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     snprintf(data_path, sizeof data_path, "%s/data", dir);
     snprintf(labels_path, sizeof labels_path, "%s/labels", dir);
     const char *labels_arg = labels_path;
-    static const char *const names[] = {"csv", "libsvm", "idx"};
     if (format == 2) {
         if (left < 2) return 0;
         size_t split = (size_t)rest[0] | (size_t)rest[1] << 8;
@@ -183,14 +182,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
         write_file(data_path, rest, left);
     }
-    int labeled_found, detect_rc = detect(names[format], data_path, labels_arg, &p, &labeled_found);
+    int labeled_found,
+        detect_rc = detect((dt_reader_format)format, data_path, labels_arg, &p, &labeled_found);
     if (choose_mode)
         p.labels =
             use_detect && detect_rc == 0 && labeled_found ? DT_LABELS_REQUIRED : DT_LABELS_NONE;
     const int labeled = p.labels == DT_LABELS_REQUIRED;
 
     dt_reader_shape shape;
-    int infer_rc = labeled ? infer(names[format], data_path, labels_arg, &p, &shape) : -1;
+    int infer_rc =
+        labeled ? infer((dt_reader_format)format, data_path, labels_arg, &p, &shape) : -1;
 
     dt_reader_table t;
     dt_err err;
