@@ -246,10 +246,6 @@ static void apply_step(const step *st, const float *w, float *out, float *const 
                        const uint8_t *g, int64_t n) {
     const float lr_f = st->lr;
     const int in_place = out == w;
-    /* Every rule but sgd has a slot, adam and ftrl two (what the callers'
-     * dt_optim_num_slots gave them; said here for the static analyzer). */
-    DT_ASSERT(st->kind == OPT_SGD || slots[0]);
-    DT_ASSERT(!(st->kind == OPT_ADAM || st->kind == OPT_FTRL) || slots[1]);
     switch (st->kind) {
     case OPT_SGD:
         /* ApplyGradientDescent: w -= lr * g */
