@@ -188,19 +188,20 @@ void dt_test_job_run(dt_test_job *j, const char *tag, int timeout_ms) {
 }
 
 /* Asserts that a role named name ended with status want (dt_test_wait's
- * result after up to timeout_ms). */
+ * result after `waited`, which says how long: "after 20 s"). */
 static void check_status(const dt_test_job *j, const char *name, int status, int want,
-                         int timeout_ms) {
+                         const char *waited) {
     if (status == DT_TEST_TIMEOUT)
-        ck_abort_msg("%s still running after %d s (killed); logs:%s", name, timeout_ms / 1000,
-                     dt_test_job_report(j));
+        ck_abort_msg("%s still running %s (killed); logs:%s", name, waited, dt_test_job_report(j));
     ck_assert_msg(status == want, "%s exited with %d, want %d (negative: signal); logs:%s", name,
                   status, want, dt_test_job_report(j));
 }
 
 void dt_test_job_expect_exit(const dt_test_job *j, pid_t pid, const char *name, int timeout_ms,
                              int want) {
-    check_status(j, name, dt_test_wait(pid, timeout_ms), want, timeout_ms);
+    char waited[64];
+    snprintf(waited, sizeof waited, "after %d s", timeout_ms / 1000);
+    check_status(j, name, dt_test_wait(pid, timeout_ms), want, waited);
 }
 
 void dt_test_job_expect_done(const dt_test_job *j, const pid_t *pids, const char *const *names,
@@ -212,14 +213,22 @@ void dt_test_job_expect_all(const dt_test_job *j, const pid_t *pids, const char 
                             int n, int want, int timeout_ms) {
     long long deadline = dt_test_now_ms() + timeout_ms;
     int done[DT_TEST_JOB_MAX_ROLES] = {0}, left = n;
+    int64_t newest = dt_test_ckpt_max(j->log_dir);
+    char waited[64];
+    snprintf(waited, sizeof waited, "%d s after the last new checkpoint", timeout_ms / 1000);
     ck_assert(n <= DT_TEST_JOB_MAX_ROLES);
     while (left > 0) {
         if (j->poll) j->poll(j->poll_arg);
+        int64_t step = dt_test_ckpt_max(j->log_dir);
+        if (step > newest) {
+            newest = step;
+            deadline = dt_test_now_ms() + timeout_ms;
+        }
         /* Past the deadline dt_test_wait kills what still runs. */
         int late = dt_test_now_ms() >= deadline;
         for (int i = 0; i < n; i++) {
             if (done[i] || (!late && dt_test_alive(pids[i]))) continue;
-            check_status(j, names[i], dt_test_wait(pids[i], 0), want, timeout_ms);
+            check_status(j, names[i], dt_test_wait(pids[i], 0), want, waited);
             done[i] = 1;
             left--;
         }

@@ -99,7 +99,11 @@ void dt_test_job_expect_exit(const dt_test_job *j, pid_t pid, const char *name, 
                              int want);
 /* Waits for every pid to exit 0 within one deadline of timeout_ms; fails as
  * soon as one exits otherwise, or at the deadline naming the first one still
- * running (all left are then killed). */
+ * running (all left are then killed). A new checkpoint in the job's log dir
+ * moves the deadline to timeout_ms from then: a job still saving newer
+ * steps is training, however slowly the machine runs it (a sanitizer build
+ * under load); one that stops making them is what the deadline catches. The
+ * test case's own timeout bounds the whole. */
 void dt_test_job_expect_done(const dt_test_job *j, const pid_t *pids, const char *const *names,
                              int n, int timeout_ms);
 /* The same, each one exiting with status want. */
