@@ -854,6 +854,12 @@ static void pos_settle(piece_pos *pos) {
  * checked that the message holds them. */
 static bool piece_read(pb_istream_t *stream, pb_byte_t *buf, size_t count) {
     piece_pos *pos = stream->state;
+    /* Most reads are a byte of a varint or tag inside the current piece. */
+    if (count == 1 && pos->piece != pos->end && pos->offset < pos->piece->len) {
+        if (buf) *buf = pos->piece->data[pos->offset];
+        pos->offset++;
+        return true;
+    }
     while (count > 0) {
         pos_settle(pos);
         if (pos->piece == pos->end) return false;
