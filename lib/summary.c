@@ -79,10 +79,13 @@ struct dt_summary_writer {
     double *hist_counts;  /* (hist_buckets) scratch counts for one histogram */
     uint16_t *hist_guess; /* (HIST_KEYS) a bucket near each range of magnitudes */
     size_t hist_buckets;  /* 0 until the first histogram */
-    /* The buckets the current histogram touched are [hist_lo, hist_hi]
-     * (none: hist_lo > hist_hi); every other count is 0. A histogram of a
-     * few values is then written, and cleared, without walking all 1551. */
+    /* The buckets the histogram being written touched: [hist_lo, hist_hi]
+     * (none: hist_lo > hist_hi), the buckets of its min and max; every
+     * other count is 0. A histogram of a few values is then written, and
+     * cleared, without walking all 1551. hist_unknown: one was begun and
+     * not written (a bad value), so which counts it left is not known. */
     size_t hist_lo, hist_hi;
+    int hist_unknown;
 };
 
 /* ---- protobuf sizing: bytes each piece takes on the wire ---- */
@@ -474,21 +477,19 @@ typedef struct {
 static int hist_begin(dt_summary_writer *w, hist_stats *s, dt_err *err) {
     int rc;
     if (!w->hist_buckets && (rc = hist_init(w, err)) < 0) return rc;
-    if (w->hist_lo <= w->hist_hi)
+    if (w->hist_unknown)
+        memset(w->hist_counts, 0, w->hist_buckets * sizeof *w->hist_counts);
+    else if (w->hist_lo <= w->hist_hi)
         memset(w->hist_counts + w->hist_lo, 0,
                (w->hist_hi - w->hist_lo + 1) * sizeof *w->hist_counts);
-    w->hist_lo = w->hist_buckets;
-    w->hist_hi = 0;
+    w->hist_unknown = 1;
     *s = (hist_stats){DBL_MAX, -DBL_MAX, 0.0, 0.0, 0.0};
     return 0;
 }
 
 /* Adds count > 0 occurrences of the finite value v. */
 static void hist_add(dt_summary_writer *w, hist_stats *s, double v, double count) {
-    size_t b = hist_bucket(w, v);
-    w->hist_counts[b] += count;
-    if (b < w->hist_lo) w->hist_lo = b;
-    if (b > w->hist_hi) w->hist_hi = b;
+    w->hist_counts[hist_bucket(w, v)] += count;
     if (v < s->min) s->min = v;
     if (v > s->max) s->max = v;
     s->num += count;
@@ -504,6 +505,12 @@ static int hist_write(dt_summary_writer *w, int64_t step, const char *tag, size_
                       const hist_stats *s, dt_err *err) {
     const double *limits = w->hist_limits, *counts = w->hist_counts;
     size_t nbuckets = w->hist_buckets;
+    /* Buckets grow with the value: min's and max's bound every one used.
+     * (The search, not hist_bucket: a third caller of that one kept GCC
+     * from inlining it into the adding loop, 4% more instructions.) */
+    w->hist_lo = s->num > 0 ? hist_bucket_search(limits, nbuckets, s->min) : nbuckets;
+    w->hist_hi = s->num > 0 ? hist_bucket_search(limits, nbuckets, s->max) : 0;
+    w->hist_unknown = 0;
     size_t entries = 0;
     for (size_t i = 0; i < nbuckets; entries++)
         (void)hist_entry(w, &i);
