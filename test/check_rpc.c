@@ -1511,7 +1511,11 @@ START_TEST(test_requests_in_flight_bounded) {
         pthread_join(threads[i], NULL);
         ck_assert_int_eq(callers[i].rc, 0);
     }
-    ck_assert_int_eq(g.done, 3);
+    /* Under the lock: the handlers wrote it on the server's threads. */
+    pthread_mutex_lock(&g.mu);
+    int done = g.done;
+    pthread_mutex_unlock(&g.mu);
+    ck_assert_int_eq(done, 3);
     ck_assert_int_eq(dt_rpc_server_waiting(server, &inflight), 0);
     ck_assert_int_eq(inflight, 0);
     dt_rpc_buf_release(&req);
