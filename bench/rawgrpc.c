@@ -9,12 +9,19 @@
  * the shape of bench_pullpush, one server process and one process per
  * worker), or threads of the server's process (--clients-as threads; on a
  * 2-core machine this is markedly slower, the runtime being shared).
- * Two shapes of round:
- *   echo   one call: N*4 bytes in, the same N*4 bytes copied back out;
+ * Three shapes of round:
+ *   echo-ref one call: N*4 bytes in, the same bytes back out without a copy
+ *          on either side: the reply references the slices the request came
+ *          in (dt_rpc_buf_share), and the client reads the reply in place,
+ *          in its pieces, as dtrain's ps and ps client read and send. The
+ *          reference dtrain's figures are compared with;
+ *   echo   one call: N*4 bytes in, the same N*4 bytes copied back out (the
+ *          request put together in one run first, and the client's reply
+ *          too): the reference before dtrain read and sent in place;
  *   split  two calls, shaped like Pull then Push: an 8-byte request answered
  *          with N*4 bytes (copied from a server-held buffer, as a Pull copies
  *          the variable), then N*4 bytes answered with 8 bytes.
- * Both move 2 * N * 4 payload bytes per round per client, the count
+ * All move 2 * N * 4 payload bytes per round per client, the count
  * bench_pullpush uses; MB is 10^6 bytes. The request buffers are made once
  * and re-sent (the RPC layer only reads them); every reply is a fresh buffer,
  * as in the ps. The clock runs from the moment every client has warmed up to
@@ -51,12 +58,16 @@
 #define SMALL_BYTES 8
 
 #define METHOD_ECHO "/dtrain.Bench/Echo"
+#define METHOD_ECHO_REF "/dtrain.Bench/EchoRef"
 #define METHOD_GET "/dtrain.Bench/Get"
 #define METHOD_PUT "/dtrain.Bench/Put"
 
+typedef enum { MODE_ECHO, MODE_SPLIT, MODE_ECHO_REF } round_mode;
+static const char *const mode_names[] = {"echo", "split", "echo-ref"};
+
 typedef struct {
     const char *addr;
-    int split;      /* 0 echo, 1 split */
+    int mode;       /* round_mode */
     int64_t floats; /* N */
     int rounds;     /* R per client */
     int clients;    /* C */
@@ -92,6 +103,14 @@ static int handle_echo(void *ctx, const dt_rpc_peer *peer __attribute__((unused)
     return 0;
 }
 
+/* The reply is the request's own slices, referenced (the server reads
+ * requests in place for this mode). */
+static int handle_echo_ref(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                           const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    (void)ctx;
+    return dt_rpc_buf_share(reply, request, err);
+}
+
 static int handle_get(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
                       const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     const server_ctx *s = ctx;
@@ -118,14 +137,16 @@ static int handle_put(void *ctx, const dt_rpc_peer *peer __attribute__((unused))
 
 /* ---- clients --------------------------------------------------------------- */
 
-/* One call; checks the reply's size; releases it. */
+/* One call; checks the reply's size; releases it. With in_pieces the reply
+ * is read in place, in the pieces it came in (no copy). */
 static int call_once(dt_rpc_channel *ch, const char *method, const dt_rpc_buf *request,
-                     size_t want_reply, int timeout_ms, dt_err *err) {
+                     size_t want_reply, int in_pieces, int timeout_ms, dt_err *err) {
     dt_rpc_call call;
     memset(&call, 0, sizeof call);
     call.channel = ch;
     call.method = method;
     call.request = request;
+    call.in_pieces = in_pieces;
     int rc = dt_rpc_call_all(&call, 1, timeout_ms, err);
     if (rc == 0 && call.response.len != want_reply)
         rc = dt_err_set(err, DT_EINTERNAL, "%s: reply of %zu bytes, want %zu", method,
@@ -137,9 +158,12 @@ static int call_once(dt_rpc_channel *ch, const char *method, const dt_rpc_buf *r
 static int one_round(const options *o, dt_rpc_channel *ch, const dt_rpc_buf *big,
                      const dt_rpc_buf *small, dt_err *err) {
     size_t payload = (size_t)o->floats * 4;
-    if (!o->split) return call_once(ch, METHOD_ECHO, big, payload, o->timeout_ms, err);
-    int rc = call_once(ch, METHOD_GET, small, payload, o->timeout_ms, err);
-    if (rc == 0) rc = call_once(ch, METHOD_PUT, big, SMALL_BYTES, o->timeout_ms, err);
+    if (o->mode == MODE_ECHO)
+        return call_once(ch, METHOD_ECHO, big, payload, 0, o->timeout_ms, err);
+    if (o->mode == MODE_ECHO_REF)
+        return call_once(ch, METHOD_ECHO_REF, big, payload, 1, o->timeout_ms, err);
+    int rc = call_once(ch, METHOD_GET, small, payload, 0, o->timeout_ms, err);
+    if (rc == 0) rc = call_once(ch, METHOD_PUT, big, SMALL_BYTES, 0, o->timeout_ms, err);
     return rc;
 }
 
@@ -242,11 +266,18 @@ static int run_threads(const options *o, dt_bench_result *res, double *seconds, 
 /* ---- main ------------------------------------------------------------------ */
 
 static const char usage[] =
-    "usage: bench_rawgrpc --addr HOST:PORT --floats N --rounds R [--mode echo|split]\n"
+    "usage: bench_rawgrpc --addr HOST:PORT --floats N --rounds R\n"
+    "                     [--mode echo-ref|echo|split]\n"
     "                     [--clients C] [--clients-as threads|processes]\n"
     "                     [--threads T] [--timeout-secs S]\n"
     "  Serves on HOST:PORT (must be free) and runs C clients (default 2 processes)\n"
     "  doing R rounds of N*4 bytes each way; T server poller threads (default 2).\n";
+
+static int mode_of(const char *name) {
+    for (int m = 0; m <= MODE_ECHO_REF; m++)
+        if (strcmp(name, mode_names[m]) == 0) return m;
+    return -1;
+}
 
 static int parse_args(int argc, char **argv, options *o) {
     o->clients = 2;
@@ -263,8 +294,8 @@ static int parse_args(int argc, char **argv, options *o) {
         int64_t n = 0;
         if (strcmp(a, "--addr") == 0)
             o->addr = v;
-        else if (strcmp(a, "--mode") == 0 && (strcmp(v, "echo") == 0 || strcmp(v, "split") == 0))
-            o->split = strcmp(v, "split") == 0;
+        else if (strcmp(a, "--mode") == 0 && mode_of(v) >= 0)
+            o->mode = mode_of(v);
         else if (strcmp(a, "--floats") == 0 && dt_bench_parse_int(v, 1, (int64_t)1 << 30, &n) == 0)
             o->floats = n;
         else if (strcmp(a, "--rounds") == 0 && dt_bench_parse_int(v, 1, 1000000, &n) == 0)
@@ -324,9 +355,16 @@ int main(int argc, char **argv) {
         {METHOD_ECHO, handle_echo, 0, 0},
         {METHOD_GET, handle_get, 0, 0},
         {METHOD_PUT, handle_put, 0, 0},
+        {METHOD_ECHO_REF, handle_echo_ref, 0, 0},
     };
-    dt_rpc_server_params sp = {.addr = o.addr, .num_threads = o.threads, .methods = methods,
-                               .num_methods = 3, .ctx = &sctx};
+    /* Requests read in place only for echo-ref: the other handlers read
+     * request->data, one run. */
+    dt_rpc_server_params sp = {.addr = o.addr,
+                               .num_threads = o.threads,
+                               .methods = methods,
+                               .num_methods = 4,
+                               .ctx = &sctx,
+                               .in_pieces = o.mode == MODE_ECHO_REF};
     if ((rc = dt_rpc_server_start(&sp, &server, &err)) < 0) goto fail;
 
     rc = o.processes ? dt_bench_children_run(kids, o.clients, "client", res, &seconds, &err)
@@ -336,8 +374,8 @@ int main(int argc, char **argv) {
     if (rc < 0) goto fail;
 
     printf("rawgrpc mode=%s clients_as=%s floats=%lld rounds=%d clients=%d threads=%d",
-           o.split ? "split" : "echo", o.processes ? "processes" : "threads", (long long)o.floats,
-           o.rounds, o.clients, o.threads);
+           mode_names[o.mode], o.processes ? "processes" : "threads", (long long)o.floats, o.rounds,
+           o.clients, o.threads);
     dt_bench_print_rates((double)o.clients * o.rounds, o.floats, seconds);
     printf("\n");
 fail:

@@ -87,6 +87,10 @@ typedef struct {
     int num_workers;
     char *gone_logged;      /* (num_workers) a worker's failure was logged */
     double workers_checked; /* when ps 0 was last asked about the workers */
+    /* ps 0's Status as last read (once a second, watch_workers), and
+     * whether its staleness counts await a summary. */
+    dt_msg_status_resp status;
+    int status_unsummarized;
 } chief;
 
 /* ---- slots ------------------------------------------------------------- */
@@ -547,25 +551,28 @@ static void summary_outcome(chief *c, int rc, const dt_err *err) {
  * histogram (bucket i: staleness i; the last bucket: that or more), and its
  * mean. The counts come from ps 0 and only grow there; a count below the one
  * already seen means ps 0 restarted with fresh counters, and then all it
- * holds is new. */
+ * holds is new. They come with the Status watch_workers reads once a
+ * second, not a Status of their own each summary_steps: that was a round
+ * trip to ps 0 every 10 steps by default, a tenth more calls there and an
+ * eighth of a tiny model's instructions per step on both sides (a Status
+ * reply is large). So staleness is summarized at most once a second. */
 static int summarize_staleness(chief *c, dt_summary_writer *w, int64_t step, dt_err *err) {
-    dt_msg_status_resp st;
-    dt_err ignored;
-    dt_err_clear(&ignored);
-    if (dt_ps_client_status(dt_worker_client(c->w), 0, &st, &ignored) < 0) return 0;
-    int nb = st.num_staleness_counts < DT_STALENESS_BUCKETS ? st.num_staleness_counts
-                                                            : DT_STALENESS_BUCKETS;
+    if (!c->status_unsummarized) return 0;
+    c->status_unsummarized = 0;
+    const dt_msg_status_resp *st = &c->status;
+    int nb = st->num_staleness_counts < DT_STALENESS_BUCKETS ? st->num_staleness_counts
+                                                             : DT_STALENESS_BUCKETS;
     int restarted = 0;
     for (int b = 0; b < nb; b++) /* the codec refused negative counts */
-        restarted |= st.staleness_counts[b] < c->staleness_seen[b];
+        restarted |= st->staleness_counts[b] < c->staleness_seen[b];
     double staleness[DT_STALENESS_BUCKETS];
     int64_t fresh[DT_STALENESS_BUCKETS];
     int64_t n = 0;
     double sum = 0;
     for (int b = 0; b < nb; b++) {
         staleness[b] = b;
-        fresh[b] = st.staleness_counts[b] - (restarted ? 0 : c->staleness_seen[b]);
-        c->staleness_seen[b] = st.staleness_counts[b];
+        fresh[b] = st->staleness_counts[b] - (restarted ? 0 : c->staleness_seen[b]);
+        c->staleness_seen[b] = st->staleness_counts[b];
         n += fresh[b];
         sum += (double)b * (double)fresh[b];
     }
@@ -573,7 +580,7 @@ static int summarize_staleness(chief *c, dt_summary_writer *w, int64_t step, dt_
     int rc = dt_summary_histogram_counts(w, step, "staleness", staleness, fresh, nb, err);
     if (rc < 0) return rc;
     const char *tags[] = {"staleness/mean", "pushes_dropped"};
-    double scalars[] = {sum / (double)n, (double)st.pushes_dropped};
+    double scalars[] = {sum / (double)n, (double)st->pushes_dropped};
     return dt_summary_scalars(w, step, tags, scalars, 2, err);
 }
 
@@ -667,12 +674,13 @@ static int summarize(chief *c, const dt_step_result *r, double t, dt_err *err) {
 static void watch_workers(chief *c, double t) {
     if (t - c->workers_checked < WORKERS_CHECK_SECS) return;
     c->workers_checked = t;
-    dt_msg_status_resp st;
     dt_err ignored;
     dt_err_clear(&ignored);
-    if (dt_ps_client_status(dt_worker_client(c->w), 0, &st, &ignored) < 0) return;
-    for (int i = 0; i < st.num_workers; i++) {
-        const dt_worker_activity *a = &st.workers[i];
+    if (dt_ps_client_status(dt_worker_client(c->w), 0, &c->status, &ignored) < 0) return;
+    c->status_unsummarized = 1;
+    const dt_msg_status_resp *st = &c->status;
+    for (int i = 0; i < st->num_workers; i++) {
+        const dt_worker_activity *a = &st->workers[i];
         if (a->worker < 1 || a->worker >= c->num_workers) continue;
         char failed = a->failure[0] != '\0';
         if (failed && !c->gone_logged[a->worker])

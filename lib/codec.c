@@ -552,8 +552,10 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
  * with a 1-byte tag: numbers below 16) and the number of their Tensor
  * field. The bytes are nanopb's (proto3: a field at its default is left
  * out; fields in number order), and reading follows nanopb's rules (any
- * order, the last value wins, unknown fields skipped, "wrong wire type",
- * "integer too large" for an int32 that is not one). */
+ * order, the last value wins, unknown fields skipped, field number 0
+ * refused, "wrong wire type", an int32 sent as a wider varint cut to its low
+ * 32 bits, as protobuf's C++ parser and nanopb do). test/pbref.c holds both
+ * directions to nanopb's. */
 typedef enum { HAND_INT32, HAND_INT64, HAND_BOOL, HAND_FIXED64 } hand_kind;
 
 typedef struct {
@@ -571,27 +573,57 @@ typedef struct {
     const char *what;  /* the tensors, in errors */
 } hand_msg;
 
+/* The tables are made from nanopb's own field lists (the generated
+ * <Message>_FIELDLIST), so a field added to the .proto cannot be left out
+ * of them: a scalar of a kind this codec knows becomes a row (and the
+ * dt_msg_* struct needs a member of its name and C type, or this file does
+ * not compile); a scalar of another kind names an enum constant that does
+ * not exist (HAND_UINT32, say) and does not compile either; a second
+ * callback field (another repeated message) fails the assertions below.
+ * The one callback field, the tensors, is the table's `tensors`, not a row. */
+#define HAND_ROW(msg, atype, htype, ltype, name, number) HAND_ROW_##atype(msg, ltype, name, number)
+#define HAND_ROW_STATIC(msg, ltype, name, number) {number, HAND_##ltype, offsetof(msg, name)},
+#define HAND_ROW_CALLBACK(msg, ltype, name, number)
+/* && 1 when a row's member has the C type hand_value reads for its kind. */
+#define HAND_TYPE_OK(msg, atype, htype, ltype, name, number)                                       \
+    &&HAND_TYPE_OK_##atype(msg, ltype, name)
+#define HAND_TYPE_OK_STATIC(msg, ltype, name)                                                      \
+    _Generic(((msg *)0)->name, int32_t                                                             \
+             : HAND_##ltype == HAND_INT32, int64_t                                                 \
+             : HAND_##ltype == HAND_INT64, bool                                                    \
+             : HAND_##ltype == HAND_BOOL, uint64_t                                                 \
+             : HAND_##ltype == HAND_FIXED64, default : 0)
+#define HAND_TYPE_OK_CALLBACK(msg, ltype, name) 1
+/* + 1 for each callback field. */
+#define HAND_IS_CB(msg, atype, htype, ltype, name, number) +HAND_CB_##atype
+#define HAND_CB_STATIC 0
+#define HAND_CB_CALLBACK 1
+
 static const hand_field push_req_fields[] = {
-    {1, HAND_INT32, offsetof(dt_msg_push_req, worker)},
-    {2, HAND_INT64, offsetof(dt_msg_push_req, step)},
-    {4, HAND_INT64, offsetof(dt_msg_push_req, seen_step)},
-    {5, HAND_BOOL, offsetof(dt_msg_push_req, pull)},
-    {6, HAND_INT64, offsetof(dt_msg_push_req, min_global_step)},
-    {7, HAND_FIXED64, offsetof(dt_msg_push_req, push_id)},
-};
+    dtrain_PushRequest_FIELDLIST(HAND_ROW, dt_msg_push_req)};
 static const hand_field push_resp_fields[] = {
-    {1, HAND_FIXED64, offsetof(dt_msg_push_resp, incarnation)},
-    {2, HAND_INT64, offsetof(dt_msg_push_resp, global_step)},
-    {3, HAND_BOOL, offsetof(dt_msg_push_resp, done)},
-    {4, HAND_BOOL, offsetof(dt_msg_push_resp, dropped)},
-    {6, HAND_BOOL, offsetof(dt_msg_push_resp, wait)},
-};
-static const hand_msg hand_push_req = {
-    push_req_fields, 6, 3, offsetof(dt_msg_push_req, out), offsetof(dt_msg_push_req, in),
-    "gradients"};
-static const hand_msg hand_push_resp = {
-    push_resp_fields, 5, 5, offsetof(dt_msg_push_resp, out), offsetof(dt_msg_push_resp, in),
-    "variables"};
+    dtrain_PushResponse_FIELDLIST(HAND_ROW, dt_msg_push_resp)};
+_Static_assert(1 dtrain_PushRequest_FIELDLIST(HAND_TYPE_OK, dt_msg_push_req),
+               "PushRequest: a field's C type in dt_msg_push_req is not its wire kind's");
+_Static_assert(1 dtrain_PushResponse_FIELDLIST(HAND_TYPE_OK, dt_msg_push_resp),
+               "PushResponse: a field's C type in dt_msg_push_resp is not its wire kind's");
+_Static_assert((0 dtrain_PushRequest_FIELDLIST(HAND_IS_CB, x)) == 1,
+               "PushRequest: the hand-written codec knows one callback field, the gradients");
+_Static_assert((0 dtrain_PushResponse_FIELDLIST(HAND_IS_CB, x)) == 1,
+               "PushResponse: the hand-written codec knows one callback field, the variables");
+#define HAND_COUNT(fields) ((int)(sizeof fields / sizeof fields[0]))
+static const hand_msg hand_push_req = {push_req_fields,
+                                       HAND_COUNT(push_req_fields),
+                                       dtrain_PushRequest_gradients_tag,
+                                       offsetof(dt_msg_push_req, out),
+                                       offsetof(dt_msg_push_req, in),
+                                       "gradients"};
+static const hand_msg hand_push_resp = {push_resp_fields,
+                                        HAND_COUNT(push_resp_fields),
+                                        dtrain_PushResponse_variables_tag,
+                                        offsetof(dt_msg_push_resp, out),
+                                        offsetof(dt_msg_push_resp, in),
+                                        "variables"};
 
 static const hand_msg *hand_of(dt_msg_type type) {
     if (type == DT_MSG_PUSH_REQ) return &hand_push_req;
@@ -649,13 +681,12 @@ static bool hand_read_field(pb_istream_t *stream, pb_wire_type_t wt, const hand_
         *(int64_t *)at = (int64_t)v;
         return true;
     }
-    int32_t clamped = (int32_t)v;
-    if ((int64_t)clamped != (int64_t)v) PB_RETURN_ERROR(stream, "integer too large");
-    *(int32_t *)at = clamped;
+    *(int32_t *)at = (int32_t)v;
     return true;
 }
 
 static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **arg);
+static bool next_tag(pb_istream_t *stream, pb_wire_type_t *wt, uint32_t *number);
 
 /* Reads msg by hand from stream (views into the message's pieces). */
 static bool hand_read(pb_istream_t *stream, const hand_msg *h, void *msg, decode_ctx *ctx) {
@@ -665,8 +696,7 @@ static bool hand_read(pb_istream_t *stream, const hand_msg *h, void *msg, decode
     while (stream->bytes_left > 0) {
         pb_wire_type_t wt;
         uint32_t tag;
-        bool eof;
-        if (!pb_decode_tag(stream, &wt, &tag, &eof)) return false;
+        if (!next_tag(stream, &wt, &tag)) return false;
         if (tag == h->tensors) {
             pb_istream_t sub;
             if (wt != PB_WT_STRING) PB_RETURN_ERROR(stream, "wrong wire type");
@@ -796,6 +826,16 @@ int dt_codec_encode_buf(dt_msg_type type, const void *msg, dt_rpc_buf *out, dt_e
 
 /* ---- decoding ---------------------------------------------------------- */
 
+/* The next field's tag, refused when its number is 0, as pb_decode refuses
+ * it (no field has number 0; pb_decode_tag itself lets one through when its
+ * wire type is not 0). */
+static bool next_tag(pb_istream_t *stream, pb_wire_type_t *wt, uint32_t *number) {
+    bool eof;
+    if (!pb_decode_tag(stream, wt, number, &eof)) return false;
+    if (*number == 0) PB_RETURN_ERROR(stream, "zero tag");
+    return true;
+}
+
 /* The read position in a message in pieces: a nanopb input stream. */
 typedef struct {
     const dt_rpc_piece *piece, *end;
@@ -814,6 +854,12 @@ static void pos_settle(piece_pos *pos) {
  * checked that the message holds them. */
 static bool piece_read(pb_istream_t *stream, pb_byte_t *buf, size_t count) {
     piece_pos *pos = stream->state;
+    /* Most reads are a byte of a varint or tag inside the current piece. */
+    if (count == 1 && pos->piece != pos->end && pos->offset < pos->piece->len) {
+        if (buf) *buf = pos->piece->data[pos->offset];
+        pos->offset++;
+        return true;
+    }
     while (count > 0) {
         pos_settle(pos);
         if (pos->piece == pos->end) return false;
@@ -943,10 +989,8 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
     while (stream->bytes_left > 0) {
         pb_wire_type_t wt;
         uint32_t tag;
-        bool eof;
         const char *why = NULL;
-        if (!pb_decode_tag(stream, &wt, &tag, &eof) ||
-            !decode_tensor_field(stream, wt, tag, &tf, &why)) {
+        if (!next_tag(stream, &wt, &tag) || !decode_tensor_field(stream, wt, tag, &tf, &why)) {
             if (!why) why = PB_GET_ERROR(stream);
             dt_err_set(va->ctx->err, DT_EINVAL, "%s[%d]: %s", va->ctx->what, views->count, why);
             return false;

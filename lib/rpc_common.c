@@ -275,6 +275,13 @@ grpc_byte_buffer *dt_rpc_buf_to_byte_buffer(const dt_rpc_buf *b) {
     return bb;
 }
 
+int dt_rpc_buf_share(dt_rpc_buf *dst, const dt_rpc_buf *src, dt_err *err) {
+    memset(dst, 0, sizeof *dst);
+    if (src->len == 0) return 0;
+    /* A byte buffer of new references to src's slices, read in place. */
+    return dt_rpc_buf_from_byte_buffer_pieces(dt_rpc_buf_to_byte_buffer(src), dst, err);
+}
+
 int dt_rpc_buf_flatten(dt_rpc_buf *b, dt_err *err) {
     if (b->data || b->len == 0) return 0;
     grpc_byte_buffer *bb = dt_rpc_buf_to_byte_buffer(b);

@@ -132,6 +132,12 @@ void dt_rpc_buf_release(dt_rpc_buf *b);
  * adding fails. */
 int dt_rpc_buf_add_ref(dt_rpc_buf *b, size_t own_at, const dt_rpc_ref *ref,
                        dt_err *err) DT_WARN_UNUSED;
+/* Makes dst a message of src's bytes without copying them: it holds its
+ * own references to src's storage (gRPC's slices: the received message's,
+ * or src's own), so it may be sent, and outlive src. Reads like a received
+ * message (dst->data when one run, else dst->pieces). An echo answers with
+ * the request this way. */
+int dt_rpc_buf_share(dt_rpc_buf *dst, const dt_rpc_buf *src, dt_err *err) DT_WARN_UNUSED;
 /* Makes b one run of memory: a copy of every byte of a message built with
  * runs or received in pieces (their storage released); nothing for a
  * buffer that is one run already. */

@@ -2,9 +2,11 @@
  * rpc_server: a multi-threaded unary gRPC server over the gRPC core.
  *
  * Poller threads share one completion queue with request calls always armed
- * on it; each event of a call is handled by whichever thread takes it, one
- * at a time, so handlers for different calls run concurrently on different
- * threads. Handlers run on poller threads: they must not block for long.
+ * on it, one of them (the leader) waiting on it at a time: it runs the
+ * handlers of small requests itself, and hands the queue to another poller
+ * before the handler of a large one, so handlers of large requests run
+ * concurrently on different threads. Handlers run on poller threads: they
+ * must not block for long (a small request's handler holds up the queue).
  */
 #ifndef DT_RPC_SERVER_H
 #define DT_RPC_SERVER_H

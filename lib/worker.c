@@ -10,9 +10,9 @@
  * owns the batch buffers; the ps client reuses its call state. Nothing that
  * grows with the model is allocated per step except the messages themselves.
  *
- * Threading: one thread; with pipeline_push a second one makes each push
- * (the ps client, the push's gradient and the values it brings back are
- * its own meanwhile; hooks run when no push is in flight).
+ * Threading: one thread; with pipeline_push a second one, started once,
+ * makes each push (the ps client, the push's gradient and the values it
+ * brings back are its own meanwhile; hooks run when no push is in flight).
  */
 #include "worker.h"
 
@@ -326,21 +326,91 @@ void dt_worker_set_max_steps(dt_worker *w, int64_t max_steps) {
 
 static int training_done(dt_worker *w);
 
-/* A push on its own thread (pipeline_push). */
+/* pipeline_push's sender: one thread for the whole training, handed one
+ * push at a time (sender_post) and giving its outcome back (sender_take),
+ * a condition variable each way. (A thread per push cost more than the
+ * overlap won: 1,796 steps/s against 3,820 unpipelined, tiny model.) */
 typedef struct {
     dt_worker *w;
-    push_state *push;
     const dt_worker_hooks *hooks;
     const atomic_int *stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    push_state *push; /* posted, not yet made; under mu */
+    int made;         /* the posted push was made: rc and err hold how */
+    int quit;         /* end the thread (no push posted) */
     int rc;
     dt_err err;
+    pthread_t thread;
 } sender;
 
-static void *send_push(void *arg) {
+static void *sender_main(void *arg) {
     sender *s = arg;
-    dt_err_clear(&s->err);
-    s->rc = dt_worker_retry(s->w, "push", do_push, s->push, s->hooks, s->stop, &s->err);
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->push && !s->quit)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->push) break;
+        push_state *push = s->push;
+        pthread_mutex_unlock(&s->mu);
+        dt_err err;
+        dt_err_clear(&err);
+        int rc = dt_worker_retry(s->w, "push", do_push, push, s->hooks, s->stop, &err);
+        pthread_mutex_lock(&s->mu);
+        s->push = NULL;
+        s->rc = rc;
+        s->err = err;
+        s->made = 1;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+static int sender_start(sender *s, dt_worker *w, const dt_worker_hooks *hooks,
+                        const atomic_int *stop, dt_err *err) {
+    memset(s, 0, sizeof *s);
+    s->w = w;
+    s->hooks = hooks;
+    s->stop = stop;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, sender_main, s) != 0) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        return dt_err_set(err, DT_EINTERNAL, "%s: cannot start the push thread", w->name);
+    }
+    return 0;
+}
+
+static void sender_post(sender *s, push_state *push) {
+    pthread_mutex_lock(&s->mu);
+    s->push = push;
+    s->made = 0;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Waits for the posted push; its outcome, with err set on failure. */
+static int sender_take(sender *s, dt_err *err) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->made)
+        pthread_cond_wait(&s->cv, &s->mu);
+    int rc = s->rc;
+    if (rc < 0) dt_err_set(err, rc, "%s", s->err.msg);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* Ends the thread; no push may be posted and not taken. */
+static void sender_stop(sender *s) {
+    pthread_mutex_lock(&s->mu);
+    s->quit = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
 }
 
 /* The next batch's loss and gradient, from vars into grads. */
@@ -374,13 +444,13 @@ static int after_step(dt_worker *w, dt_step_result *r, double *t_last, int64_t *
 }
 
 /* pipeline_push: each push (one round trip, bringing the values back) runs
- * on its own thread while this one computes the next gradient from the
- * values it has; that gradient is pushed next, computed one step earlier
- * than it would have been (the ps counts the staleness). A push that
- * brings no values (a ps said "not yet", or restarted) is followed by a
- * pull, as without pipelining. */
-static int train_pipelined(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *stop,
-                           dt_err *err) {
+ * on the sender's thread while this one computes the next gradient from
+ * the values it has; that gradient is pushed next, computed one step
+ * earlier than it would have been (the ps counts the staleness). A push
+ * that brings no values (a ps said "not yet", or restarted) is followed by
+ * a pull, as without pipelining. */
+static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
+                         const atomic_int *stop, dt_err *err) {
     dt_step_result r;
     memset(&r, 0, sizeof r);
     double t_last = dt_now_secs(), loss = 0, next_loss = 0;
@@ -396,13 +466,9 @@ static int train_pipelined(dt_worker *w, const dt_worker_hooks *hooks, const ato
         if (stop && *stop) return stopped(w, err);
         push_state push = {
             .w = w, .step = grad_step, .fuse = 1, .grads = &w->grads, .into = &w->vars_next};
-        sender s = {.w = w, .push = &push, .hooks = hooks, .stop = stop};
-        pthread_t thread;
-        if (pthread_create(&thread, NULL, send_push, &s) != 0)
-            return dt_err_set(err, DT_EINTERNAL, "%s: cannot start the push thread", w->name);
+        sender_post(s, &push);
         int crc = compute(w, &w->vars, &w->grads_next, &next_loss, err);
-        pthread_join(thread, NULL);
-        if (s.rc < 0) return dt_err_set(err, s.rc, "%s", s.err.msg);
+        if ((rc = sender_take(s, err)) < 0) return rc;
         if (crc < 0) return crc;
         r.local_step++;
         r.pulled_step = grad_step;
@@ -428,6 +494,16 @@ static int train_pipelined(dt_worker *w, const dt_worker_hooks *hooks, const ato
     }
     w->local_steps = r.local_step;
     return 0;
+}
+
+static int train_pipelined(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *stop,
+                           dt_err *err) {
+    sender s;
+    int rc = sender_start(&s, w, hooks, stop, err);
+    if (rc < 0) return rc;
+    rc = run_pipelined(w, &s, hooks, stop, err);
+    sender_stop(&s);
+    return rc;
 }
 
 int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *stop,

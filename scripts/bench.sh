@@ -5,8 +5,9 @@
 #   2. pull+push MB/s of 1M and 10M float32 (bench_pullpush vs a real ps),
 #      one round trip per step (fuse_push_pull), with 1 and 2 workers, and
 #      once as a pull then a push;
-#   3. the raw RPC ceiling for the same payloads (bench_rawgrpc echo with 1
-#      and 2 clients) and the dtrain/raw ratios;
+#   3. the raw RPC ceiling for the same payloads (bench_rawgrpc echo-ref, the
+#      reply the request's own slices and read in place, with 1 and 2
+#      clients) and the dtrain/raw ratios; the copying echo beside it;
 #   4. pull+push MB/s of 10M float32 split across 1, 2 and 3 ps tasks (one
 #      machine: the cost of the fan-out, not scaling);
 #   5. wide-model training (1M features) through the real binary: steps/s
@@ -453,19 +454,27 @@ for nw in 1 2; do
             row "tiny model, $nw worker, fuse $fuse" "$rate steps/s" "demo job, 1 ps + $nw worker process(es), fuse_push_pull=$fuse; global_step $RATE_G in $RATE_S s"
         fi
     done
-    ERR_LOGS="$TMP/echo16-$nw.err"
-    if port=$("$BUILD/bench_freeport" 1) &&
-        timeout -k 5 150 "$BUILD/bench_rawgrpc" --addr "127.0.0.1:$port" --mode echo \
-            --clients-as processes --clients "$nw" --floats 4 --rounds 20000 \
-            >"$TMP/echo16-$nw.out" 2>"$ERR_LOGS"; then
-        calls=$(field "$(cat "$TMP/echo16-$nw.out")" rounds_per_s)
-        eval "ECHO16_$nw=$calls"
-        row "raw echo 16 B, $nw in flight" "$calls calls/s" "bench_rawgrpc echo, $nw client process(es), one call in flight each, 16 B each way"
-        eval "fused=\${TINY_${nw}_true:-}"
-        [ -n "$fused" ] && row "tiny $nw worker / raw echo" "$(ratio "$fused" "$calls" %.2f)" "fused steps/s over raw echo calls/s (goal: >= 0.9 with 1 worker)"
-    else
-        failed "raw echo 16 B, $nw in flight" "bench_rawgrpc failed" "$ERR_LOGS"
-    fi
+    # The reference: the zero-copy echo (echo-ref); the copying echo
+    # (echo), the reference before, beside it.
+    for mode in echo-ref echo; do
+        ERR_LOGS="$TMP/echo16-$nw-$mode.err"
+        if port=$("$BUILD/bench_freeport" 1) &&
+            timeout -k 5 150 "$BUILD/bench_rawgrpc" --addr "127.0.0.1:$port" --mode $mode \
+                --clients-as processes --clients "$nw" --floats 4 --rounds 20000 \
+                >"$TMP/echo16-$nw-$mode.out" 2>"$ERR_LOGS"; then
+            calls=$(field "$(cat "$TMP/echo16-$nw-$mode.out")" rounds_per_s)
+            if [ $mode = echo ]; then
+                row "raw echo 16 B, copying, $nw in flight" "$calls calls/s" "bench_rawgrpc echo (request and reply copied together), $nw client process(es): the reference before echo-ref"
+                continue
+            fi
+            eval "ECHO16_$nw=$calls"
+            row "raw echo 16 B, $nw in flight" "$calls calls/s" "bench_rawgrpc echo-ref (no copy on either side), $nw client process(es), one call in flight each, 16 B each way"
+            eval "fused=\${TINY_${nw}_true:-}"
+            [ -n "$fused" ] && row "tiny $nw worker / raw echo" "$(ratio "$fused" "$calls" %.2f)" "fused steps/s over raw echo-ref calls/s (goal: >= 0.9 with 1 worker)"
+        else
+            failed "raw echo 16 B ($mode), $nw in flight" "bench_rawgrpc failed" "$ERR_LOGS"
+        fi
+    done
 done
 if [ -n "${TINY_1_true:-}" ] && [ -n "${TINY_2_true:-}" ]; then
     row "tiny 2 workers / 1 worker" "$(ratio "$TINY_2_true" "$TINY_1_true" %.2f)" "fused (goal: >= 1.8)"
@@ -520,19 +529,20 @@ pullpush_once() {
     VAL=$(field "$(cat "$3/out")" mb_per_s)
 }
 
-# One bench_rawgrpc run: $1 floats, $2 rounds, $3 client processes, dir $4.
+# One bench_rawgrpc run: $1 floats, $2 rounds, $3 client processes, dir $4,
+# mode $5 (echo-ref, the reference: no copy on either side; echo: copied).
 raw_once() {
     mkdir -p "$4"
     VAL=""
-    ERR_LOGS="$4/raw-$3.err"
+    ERR_LOGS="$4/raw-$3-$5.err"
     if ! port=$("$BUILD/bench_freeport" 1) ||
-        ! timeout -k 5 150 "$BUILD/bench_rawgrpc" --addr "127.0.0.1:$port" --mode echo \
+        ! timeout -k 5 150 "$BUILD/bench_rawgrpc" --addr "127.0.0.1:$port" --mode "$5" \
             --clients-as processes --clients "$3" --floats "$1" --rounds "$2" \
-            >"$4/raw-$3.out" 2>"$4/raw-$3.err"; then
+            >"$4/raw-$3-$5.out" 2>"$ERR_LOGS"; then
         ERR="bench_rawgrpc failed"
         return 1
     fi
-    VAL=$(field "$(cat "$4/raw-$3.out")" mb_per_s)
+    VAL=$(field "$(cat "$4/raw-$3-$5.out")" mb_per_s)
 }
 
 # The largest of the numbers in $1: other load on the machine only ever
@@ -552,7 +562,7 @@ for label in 1M 10M; do
     if [ $label = 1M ]; then n=$PP_SMALL rounds=$PP_SMALL_ROUNDS; else n=$PP_LARGE rounds=$PP_LARGE_ROUNDS; fi
     payload="2 x $n x 4 B per round per worker"
     for nw in 1 2; do
-        pp_vals="" raw_vals="" ok=1 trial=1
+        pp_vals="" raw_vals="" copy_vals="" ok=1 trial=1
         while [ $trial -le "$TRIALS" ] && [ $ok = 1 ]; do
             d=$TMP/$label-$nw-$trial
             if PP_WORKERS=$nw PP_FUSE=1 pullpush_once "$n" "$rounds" "$d"; then
@@ -561,10 +571,16 @@ for label in 1M 10M; do
                 failed "pull+push $label, $nw worker(s)" "$ERR" "$ERR_LOGS"
                 ok=0
             fi
-            if raw_once "$n" "$rounds" $nw "$d"; then
+            if raw_once "$n" "$rounds" $nw "$d" echo-ref; then
                 raw_vals="$raw_vals $VAL"
             else
                 failed "raw echo $label, $nw client(s)" "$ERR" "$ERR_LOGS"
+                ok=0
+            fi
+            if raw_once "$n" "$rounds" $nw "$d" echo; then
+                copy_vals="$copy_vals $VAL"
+            else
+                failed "raw echo $label, copying, $nw client(s)" "$ERR" "$ERR_LOGS"
                 ok=0
             fi
             trial=$((trial + 1))
@@ -576,8 +592,10 @@ for label in 1M 10M; do
         if [ $nw = 1 ]; then w="1 worker"; else w="$nw workers"; fi
         rps=$(awk -v m="$pp" -v n="$n" 'BEGIN { printf "%.1f", m * 1e6 / (8 * n) }')
         row "pull+push $label, $w" "$pp MB/s" "$(summary "$pp_vals"); $rps rounds/s in all; one round trip each (a push whose reply brings the values back: fuse_push_pull); 1 ps + $nw worker process(es), $rounds rounds each, $payload"
-        row "raw echo $label, $nw client(s)" "$raw MB/s" "$(summary "$raw_vals"); echo server (2 pollers) + $nw client process(es), $rounds rounds each, N*4 B each way per call"
-        row "dtrain/raw $label, $w" "$(ratio "$pp" "$raw" %.2f)" "best pull+push over best raw echo (goal: >= 0.85)"
+        row "raw echo $label, $nw client(s)" "$raw MB/s" "$(summary "$raw_vals"); echo-ref server (2 pollers; the reply the request's slices, no copy) + $nw client process(es) reading replies in place, $rounds rounds each, N*4 B each way per call"
+        copy=$(best "$copy_vals")
+        row "raw echo $label, copying, $nw client(s)" "$copy MB/s" "$(summary "$copy_vals"); echo (request and reply copied together): the reference before echo-ref; dtrain over it $(ratio "$pp" "$copy" %.2f)"
+        row "dtrain/raw $label, $w" "$(ratio "$pp" "$raw" %.2f)" "best pull+push over best raw echo-ref (goal: >= 0.85)"
     done
     # The same as a pull then a push (two round trips), once, at 1M.
     [ $label = 1M ] || continue

@@ -17,6 +17,7 @@
 
 #include "anymsg.h"
 #include "codec.h"
+#include "pbref.h"
 #include "pieces.h"
 #include "suites.h"
 
@@ -1017,6 +1018,27 @@ START_TEST(test_fuzz_random_bytes) {
 }
 END_TEST
 
+/* 1..max_flips random changes to the len bytes at b, each one of `kinds`
+ * (3: a bit flipped, a byte replaced, the message cut short there; 4: also
+ * a byte made 0x80 or 0xff, the stuff of long varints). Returns the length
+ * left. */
+static size_t mutate(uint8_t *b, size_t len, int max_flips, int kinds) {
+    int flips = 1 + (int)(rng_next() % (uint64_t)max_flips);
+    for (int f = 0; f < flips && len > 0; f++) {
+        size_t at = (size_t)(rng_next() % len);
+        uint64_t k = rng_next() % (uint64_t)kinds;
+        if (k == 0)
+            b[at] ^= (uint8_t)(1u << (rng_next() % 8));
+        else if (k == 1)
+            b[at] = (uint8_t)rng_next();
+        else if (k == 2 && kinds == 4)
+            b[at] = (uint8_t)(rng_next() % 2 ? 0x80 : 0xff);
+        else
+            len = at;
+    }
+    return len;
+}
+
 /* Random bytes rarely get past the first tag; mutations of valid messages
  * reach the tensor and name callbacks. */
 START_TEST(test_fuzz_mutations) {
@@ -1063,15 +1085,7 @@ START_TEST(test_fuzz_mutations) {
         size_t len = enc_len[s];
         ck_assert_uint_le(len, sizeof work);
         memcpy(work, enc[s], len);
-        int flips = 1 + (int)(rng_next() % 4);
-        for (int f = 0; f < flips && len > 0; f++) {
-            size_t at = (size_t)(rng_next() % len);
-            switch (rng_next() % 3) {
-            case 0: work[at] ^= (uint8_t)(1u << (rng_next() % 8)); break;
-            case 1: work[at] = (uint8_t)rng_next(); break;
-            default: len = at; break; /* truncate */
-            }
-        }
+        len = mutate(work, len, 4, 3);
         decode_everywhere(work, len);
     }
     for (int s = 0; s < 4; s++)
@@ -1362,6 +1376,301 @@ START_TEST(test_encode_in_place) {
 }
 END_TEST
 
+/* ---- against nanopb ---------------------------------------------------- */
+
+/* PushRequest and PushResponse are written and read by hand (lib/codec.c);
+ * nanopb, from the generated struct and descriptor (test/pbref.c), is the
+ * reference: the same bytes for the same values, and each decoder takes
+ * the other's bytes to the same values. */
+
+#define DIFF_CAP 8 /* tensors a decoded message may hold here */
+
+/* A random int64 of any magnitude and either sign, never 0. */
+static int64_t rand_i64(void) {
+    uint64_t v = rng_next() >> (rng_next() % 64);
+    if (rng_next() & 1) v = ~v;
+    return v ? (int64_t)v : 1;
+}
+
+/* A random name of 1..127 bytes: printable ASCII, now and then a two- or
+ * three-byte UTF-8 character. */
+static void rand_name(char *name) {
+    size_t len = 1 + (size_t)(rng_next() % (DT_TENSOR_NAME_MAX - 1)), n = 0;
+    if (rng_next() % 4) len = 1 + len % 24; /* mostly short, as a model's are */
+    while (n < len) {
+        unsigned r = (unsigned)(rng_next() % 40);
+        if (r == 0 && len - n >= 2) {
+            memcpy(name + n, "\xc3\xa9", 2); /* é */
+            n += 2;
+        } else if (r == 1 && len - n >= 3) {
+            memcpy(name + n, "\xe5\x90\x8d", 3); /* 名 */
+            n += 3;
+        } else {
+            name[n++] = (char)(0x20 + rng_next() % 95);
+        }
+    }
+    name[n] = '\0';
+}
+
+static const int diff_dtypes[4] = {DT_DTYPE_F32, DT_DTYPE_F64, DT_DTYPE_I32, DT_DTYPE_I64};
+
+/* count random tensors (0..4 dims of 1..5, random bytes) into items, their
+ * bytes in data (room for DIFF_CAP * 5^4 * 8 bytes). */
+static void rand_tensors(dt_tensor *items, int count, uint8_t *data) {
+    for (int i = 0; i < count; i++) {
+        dt_tensor *t = &items[i];
+        memset(t, 0, sizeof *t);
+        rand_name(t->name);
+        t->dtype = diff_dtypes[rng_next() % 4];
+        t->ndim = (int)(rng_next() % 5);
+        size_t nbytes = dt_dtype_size(t->dtype);
+        for (int d = 0; d < t->ndim; d++) {
+            t->shape[d] = 1 + (int64_t)(rng_next() % 5);
+            nbytes *= (size_t)t->shape[d];
+        }
+        for (size_t b = 0; b < nbytes; b++)
+            data[b] = (uint8_t)(rng_next() >> 56);
+        t->data = data;
+        t->nbytes = nbytes;
+        data += nbytes;
+    }
+}
+
+/* Decode storage for a push message of either type. */
+typedef struct {
+    dt_test_any_msg m;
+    dt_tensor views[DIFF_CAP];
+    dt_rpc_span spans[DIFF_CAP];
+} diff_slot;
+
+static void *diff_prepare(dt_msg_type type, diff_slot *s, int with_spans) {
+    memset(s, 0, sizeof *s);
+    dt_tensor_views v = {s->views, 0, DIFF_CAP, with_spans ? s->spans : NULL};
+    if (type == DT_MSG_PUSH_REQ) {
+        s->m.push_req.in = v;
+        return &s->m.push_req;
+    }
+    s->m.push_resp.in = v;
+    return &s->m.push_resp;
+}
+
+/* The fields of each message this test sets, in number order; the last
+ * one is its tensors. A field nanopb's descriptor has and this list lacks
+ * fails test_diff_covers_every_field. */
+static const uint32_t push_req_numbers[] = {1, 2, 4, 5, 6, 7, 3};
+static const uint32_t push_resp_numbers[] = {1, 2, 3, 4, 6, 5};
+
+/* A random message of type with every field away from its default but
+ * `skip` (a field number; 0: none), tensors in items/data. */
+static void rand_push(dt_msg_type type, uint32_t skip, void *msg, dt_tensor *items, uint8_t *data) {
+    int count = 1 + (int)(rng_next() % 4);
+    rand_tensors(items, count, data);
+    dt_tensor_list out = {.items = items, .count = count};
+    if (type == DT_MSG_PUSH_REQ) {
+        dt_msg_push_req *m = msg;
+        memset(m, 0, sizeof *m);
+        m->worker = (int32_t)rand_i64();
+        if (m->worker == 0) m->worker = -1;
+        m->step = rand_i64();
+        m->seen_step = rand_i64();
+        m->pull = true;
+        m->min_global_step = rand_i64();
+        m->push_id = (uint64_t)rand_i64();
+        m->out = out;
+        switch (skip) {
+        case 1: m->worker = 0; break;
+        case 2: m->step = 0; break;
+        case 3: m->out.count = 0; break;
+        case 4: m->seen_step = 0; break;
+        case 5: m->pull = false; break;
+        case 6: m->min_global_step = 0; break;
+        case 7: m->push_id = 0; break;
+        default: break;
+        }
+        return;
+    }
+    dt_msg_push_resp *m = msg;
+    memset(m, 0, sizeof *m);
+    m->incarnation = (uint64_t)rand_i64();
+    m->global_step = rand_i64();
+    m->done = true;
+    m->dropped = true;
+    m->out = out;
+    m->wait = true;
+    switch (skip) {
+    case 1: m->incarnation = 0; break;
+    case 2: m->global_step = 0; break;
+    case 3: m->done = false; break;
+    case 4: m->dropped = false; break;
+    case 5: m->out.count = 0; break;
+    case 6: m->wait = false; break;
+    default: break;
+    }
+}
+
+/* Both decoders on the len bytes at in (an exact heap copy): the same
+ * verdict, and on success the same values; the hand-written one also in
+ * pieces of 1..7 bytes. Returns the verdict. */
+static int decode_both(dt_msg_type type, const uint8_t *in, size_t len) {
+    static diff_slot hand, ref, cut;
+    void *h = diff_prepare(type, &hand, 0), *r = diff_prepare(type, &ref, 0);
+    dt_err he, re;
+    dt_err_clear(&he);
+    dt_err_clear(&re);
+    int hrc = dt_codec_decode(type, in, len, h, &he);
+    int rrc = dt_test_pb_decode(type, in, len, r, &re);
+    ck_assert_msg((hrc == 0) == (rrc == 0), "type %d, %zu bytes: by hand %d (%s), nanopb %d (%s)",
+                  (int)type, len, hrc, he.msg, rrc, re.msg);
+    if (hrc < 0) return hrc;
+    char why[256];
+    ck_assert_msg(dt_test_push_same(type, h, r, why, sizeof why) == 0, "by hand vs nanopb: %s",
+                  why);
+    dt_rpc_buf b;
+    dt_test_in_pieces(in, len, len * 31 + 7, &b);
+    void *c = diff_prepare(type, &cut, 1);
+    ck_assert_msg(dt_codec_decode_buf(type, &b, c, &he) == 0, "in pieces: %s", he.msg);
+    ck_assert_msg(dt_test_push_same(type, c, r, why, sizeof why) == 0, "in pieces vs nanopb: %s",
+                  why);
+    dt_rpc_buf_release(&b);
+    return 0;
+}
+
+static void diff_random(dt_msg_type type, const uint32_t *numbers, int nfields) {
+    static uint8_t data[DIFF_CAP * 625 * 8];
+    dt_tensor items[4];
+    dt_test_any_msg m;
+    for (int iter = 0; iter < 3000; iter++) {
+        /* Every field set, then each left at its default in turn. */
+        uint32_t skip = iter % (nfields + 1) == 0 ? 0 : numbers[iter % (nfields + 1) - 1];
+        rand_push(type, skip, &m, items, data);
+        size_t hand_len, ref_len;
+        uint8_t *hand = encode_new(type, &m, &hand_len), *ref = NULL;
+        dt_err err;
+        dt_err_clear(&err);
+        ck_assert_msg(dt_test_pb_encode(type, &m, &ref, &ref_len, &err) == 0, "%s", err.msg);
+        ck_assert_msg(hand_len == ref_len && memcmp(hand, ref, ref_len) == 0,
+                      "iteration %d (field %u default): %zu bytes by hand, nanopb's %zu differ",
+                      iter, skip, hand_len, ref_len);
+        /* nanopb's bytes read by hand, and by nanopb, give what was sent. */
+        uint8_t *in = copy_exact(ref, ref_len);
+        diff_slot got;
+        void *g = diff_prepare(type, &got, 0);
+        ck_assert_msg(dt_codec_decode(type, in, ref_len, g, &err) == 0, "%s", err.msg);
+        char why[256];
+        ck_assert_msg(dt_test_push_same_as_sent(type, &m, g, why, sizeof why) == 0,
+                      "iteration %d: by hand: %s", iter, why);
+        g = diff_prepare(type, &got, 0);
+        ck_assert_msg(dt_test_pb_decode(type, in, ref_len, g, &err) == 0, "%s", err.msg);
+        ck_assert_msg(dt_test_push_same_as_sent(type, &m, g, why, sizeof why) == 0,
+                      "iteration %d: nanopb: %s", iter, why);
+        ck_assert_int_eq(decode_both(type, in, ref_len), 0);
+        free(in);
+        free(hand);
+        free(ref);
+    }
+}
+
+START_TEST(test_diff_push_req) {
+    rng_state = 0x243F6A8885A308D3ull;
+    diff_random(DT_MSG_PUSH_REQ, push_req_numbers, 7);
+}
+END_TEST
+
+START_TEST(test_diff_push_resp) {
+    rng_state = 0x13198A2E03707344ull;
+    diff_random(DT_MSG_PUSH_RESP, push_resp_numbers, 6);
+}
+END_TEST
+
+/* The test above sets every field nanopb's descriptor has (a field added
+ * to the .proto fails here until the test sets it too); and each field,
+ * alone away from its default in nanopb's bytes, survives a decode and
+ * re-encode by hand: a field the hand-written codec did not know would be
+ * skipped on reading and missing from the bytes written. */
+START_TEST(test_diff_covers_every_field) {
+    const dt_msg_type types[2] = {DT_MSG_PUSH_REQ, DT_MSG_PUSH_RESP};
+    const uint32_t *known[2] = {push_req_numbers, push_resp_numbers};
+    const int nknown[2] = {7, 6};
+    for (int k = 0; k < 2; k++) {
+        dt_msg_type type = types[k];
+        uint32_t numbers[64];
+        int n = dt_test_pb_fields(type, numbers, 64);
+        ck_assert_int_le(n, 64);
+        ck_assert_msg(n == nknown[k], "type %d: nanopb has %d fields, this test sets %d", (int)type,
+                      n, nknown[k]);
+        for (int i = 0; i < n; i++) {
+            int found = 0;
+            for (int j = 0; j < nknown[k]; j++)
+                found |= known[k][j] == numbers[i];
+            ck_assert_msg(found, "type %d: field %u is not set by test_diff_push_*", (int)type,
+                          numbers[i]);
+        }
+        for (int i = 0;; i++) {
+            uint32_t number = 0;
+            uint8_t *ref = NULL;
+            size_t len = 0;
+            dt_err err;
+            dt_err_clear(&err);
+            int rc = dt_test_pb_encode_one(type, i, &number, &ref, &len, &err);
+            if (rc == 1) {
+                ck_assert_int_eq(i, n);
+                break;
+            }
+            ck_assert_msg(rc == 0, "field %u: %s", number, err.msg);
+            ck_assert_uint_gt(len, 0);
+            uint8_t *in = copy_exact(ref, len);
+            diff_slot got;
+            void *g = diff_prepare(type, &got, 0);
+            ck_assert_msg(dt_codec_decode(type, in, len, g, &err) == 0,
+                          "type %d field %u: the hand-written decoder refuses nanopb's bytes: %s",
+                          (int)type, number, err.msg);
+            if (type == DT_MSG_PUSH_REQ)
+                got.m.push_req.out =
+                    (dt_tensor_list){.items = got.views, .count = got.m.push_req.in.count};
+            else
+                got.m.push_resp.out =
+                    (dt_tensor_list){.items = got.views, .count = got.m.push_resp.in.count};
+            size_t hand_len;
+            uint8_t *hand = encode_new(type, g, &hand_len);
+            ck_assert_msg(hand_len == len && memcmp(hand, ref, len) == 0,
+                          "type %d field %u: read and written again by hand it is lost (%zu "
+                          "bytes of %zu): add it to lib/codec.c's hand-written tables",
+                          (int)type, number, hand_len, len);
+            free(hand);
+            free(in);
+            free(ref);
+        }
+    }
+}
+END_TEST
+
+/* Mutated nanopb bytes of random messages: both decoders accept or both
+ * refuse, and what they accept is the same. */
+START_TEST(test_diff_mutations) {
+    rng_state = 0xA4093822299F31D0ull;
+    static uint8_t data[DIFF_CAP * 625 * 8];
+    dt_tensor items[4];
+    dt_test_any_msg m;
+    int accepted = 0;
+    for (int iter = 0; iter < 4000; iter++) {
+        dt_msg_type type = iter % 2 ? DT_MSG_PUSH_RESP : DT_MSG_PUSH_REQ;
+        rand_push(type, (uint32_t)(rng_next() % 8), &m, items, data);
+        uint8_t *ref = NULL;
+        size_t len;
+        dt_err err;
+        dt_err_clear(&err);
+        ck_assert_msg(dt_test_pb_encode(type, &m, &ref, &len, &err) == 0, "%s", err.msg);
+        len = mutate(ref, len, 3, 4);
+        uint8_t *in = copy_exact(ref, len);
+        if (decode_both(type, in, len) == 0) accepted++;
+        free(in);
+        free(ref);
+    }
+    /* Some mutations leave a valid message (a flipped data byte). */
+    ck_assert_int_gt(accepted, 100);
+}
+END_TEST
+
 Suite *codec_suite(void) {
     Suite *s = suite_create("codec");
     TCase *tc = tcase_create("roundtrip");
@@ -1402,5 +1711,13 @@ Suite *codec_suite(void) {
     tcase_add_test(pieces, test_decode_unaligned);
     tcase_add_test(pieces, test_encode_in_place);
     suite_add_tcase(s, pieces);
+
+    TCase *diff = tcase_create("nanopb");
+    tcase_set_timeout(diff, 60);
+    tcase_add_test(diff, test_diff_push_req);
+    tcase_add_test(diff, test_diff_push_resp);
+    tcase_add_test(diff, test_diff_covers_every_field);
+    tcase_add_test(diff, test_diff_mutations);
+    suite_add_tcase(s, diff);
     return s;
 }

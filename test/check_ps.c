@@ -235,9 +235,11 @@ static int push_items(fixture *f, dt_tensor *items, int count, int worker, dt_ms
     req.step = 0;
     req.out.items = items;
     req.out.count = count;
+    /* Zeroed, as the decoder wants: a field the ps leaves at its default
+     * (global_step 0 after a Shutdown) is not on the wire. */
     dt_msg_push_resp local;
     if (!resp) resp = &local;
-    memset(resp, 0, sizeof *resp); /* dt_codec_decode fills a zeroed message */
+    memset(resp, 0, sizeof *resp);
     return call_msg(f, DT_MSG_PUSH_REQ, &req, DT_MSG_PUSH_RESP, resp, err);
 }
 

@@ -1182,14 +1182,22 @@ static int handle_echo_pieces(void *ctx, const dt_rpc_peer *peer __attribute__((
     return at == reply->len ? 0 : dt_err_set(err, DT_EINTERNAL, "pieces hold %zu bytes", at - 4);
 }
 
-/* A server whose handlers read requests in place, serving EchoPieces, and
- * a channel to it. */
+/* Echo whose reply is the request's own storage, shared (no copy). */
+static int handle_echo_share(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                             const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    (void)ctx;
+    return dt_rpc_buf_share(reply, request, err);
+}
+
+/* A server whose handlers read requests in place, serving EchoPieces and
+ * EchoShare, and a channel to it. */
 static void start_echo_pieces(dt_rpc_server **server, dt_rpc_channel **ch) {
-    static const dt_rpc_method echo[] = {{"/test.T/EchoPieces", handle_echo_pieces, 0, 0}};
+    static const dt_rpc_method echo[] = {{"/test.T/EchoPieces", handle_echo_pieces, 0, 0},
+                                         {"/test.T/EchoShare", handle_echo_share, 0, 0}};
     char addr[64];
     ck_assert_int_gt(dt_test_free_addr(addr, sizeof addr), 0);
     dt_rpc_server_params p = {
-        .addr = addr, .num_threads = 2, .methods = echo, .num_methods = 1, .in_pieces = 1};
+        .addr = addr, .num_threads = 2, .methods = echo, .num_methods = 2, .in_pieces = 1};
     dt_err err;
     dt_err_clear(&err);
     ck_assert_msg(dt_rpc_server_start(&p, server, &err) == 0, "%s", err.msg);
@@ -1235,6 +1243,75 @@ START_TEST(test_server_reads_in_pieces) {
     dt_rpc_buf_release(&req);
     dt_rpc_channel_free(ch);
     dt_rpc_server_stop(server, 1000);
+}
+END_TEST
+
+/* The bytes of b (in one run or in pieces) equal the len bytes at want. */
+static void assert_buf_bytes(const dt_rpc_buf *b, const uint8_t *want, size_t len) {
+    ck_assert_uint_eq(b->len, len);
+    dt_rpc_piece one;
+    const dt_rpc_piece *pieces;
+    int n = dt_rpc_buf_pieces(b, &one, &pieces);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        ck_assert_uint_le(pieces[i].len, len - at);
+        ck_assert(memcmp(pieces[i].data, want + at, pieces[i].len) == 0);
+        at += pieces[i].len;
+    }
+    ck_assert_uint_eq(at, len);
+}
+
+/* dt_rpc_buf_share: the same bytes at the same addresses (no copy), which
+ * outlive the buffer shared (ASan sees any read of freed storage): a
+ * message received in pieces, one in one run, an empty one; and over the
+ * network, an echo that answers with the request shared. */
+START_TEST(test_share) {
+    enum { LEN = 100003 };
+    uint8_t *bytes = malloc(LEN);
+    ck_assert_ptr_nonnull(bytes);
+    for (size_t i = 0; i < LEN; i++)
+        bytes[i] = (uint8_t)((i * 2654435761u) >> 13);
+    dt_err err;
+    dt_err_clear(&err);
+    dt_rpc_buf src, dst;
+    dt_test_in_pieces(bytes, LEN, 77, &src);
+    ck_assert_int_gt(src.num_pieces, 1);
+    ck_assert_int_eq(dt_rpc_buf_share(&dst, &src, &err), 0);
+    ck_assert_int_eq(dst.num_pieces, src.num_pieces);
+    for (int i = 0; i < src.num_pieces; i++)
+        ck_assert_ptr_eq(dst.pieces[i].data, src.pieces[i].data);
+    dt_rpc_buf_release(&src);
+    assert_buf_bytes(&dst, bytes, LEN);
+    dt_rpc_buf_release(&dst);
+
+    ck_assert_int_eq(dt_rpc_buf_alloc(&src, LEN, &err), 0);
+    memcpy(src.data, bytes, LEN);
+    ck_assert_int_eq(dt_rpc_buf_share(&dst, &src, &err), 0);
+    ck_assert_ptr_eq(dst.data, src.data);
+    dt_rpc_buf_release(&src);
+    assert_buf_bytes(&dst, bytes, LEN);
+    dt_rpc_buf_release(&dst);
+
+    memset(&src, 0, sizeof src);
+    ck_assert_int_eq(dt_rpc_buf_share(&dst, &src, &err), 0);
+    ck_assert(dst.len == 0 && dst.impl == NULL && dst.data == NULL);
+
+    dt_rpc_server *server = NULL;
+    dt_rpc_channel *ch = NULL;
+    start_echo_pieces(&server, &ch);
+    ck_assert_int_eq(dt_rpc_buf_alloc(&src, LEN, &err), 0);
+    memcpy(src.data, bytes, LEN);
+    dt_rpc_call c;
+    call_init(&c, ch, "/test.T/EchoShare", &src);
+    c.wait_for_ready = 1;
+    c.in_pieces = 1;
+    ck_assert_msg(dt_rpc_call_all(&c, 1, 20000, &err) == 0, "%s", err.msg);
+    assert_buf_bytes(&c.response, bytes, LEN);
+    dt_rpc_buf_release(&c.response);
+    dt_rpc_buf_release(&src);
+    dt_rpc_channel_free(ch);
+    dt_rpc_server_stop(server, 1000);
+    free(bytes);
 }
 END_TEST
 
@@ -1557,6 +1634,7 @@ Suite *rpc_suite(void) {
     tcase_add_test(pieces, test_reader_over_tiny_pieces);
     tcase_add_test(pieces, test_server_reads_in_pieces);
     tcase_add_test(pieces, test_send_in_place);
+    tcase_add_test(pieces, test_share);
     tcase_add_test(pieces, test_requests_in_flight_bounded);
     suite_add_tcase(s, pieces);
     return s;

@@ -46,13 +46,16 @@ $(FUZZ_DIR)/libdtrain.a: $(FUZZ_LIB_OBJ)
 
 # Test-side code a target links beside lib/, compiled as lib/ is: the
 # summary target runs the tests' own TFRecord reader (dtrain only writes
-# event files).
+# event files), the codec target nanopb's reference codec.
 $(FUZZ_DIR)/obj/test/%.o: test/%.c $(GEN_H)
 	@mkdir -p $(dir $@)
 	@echo "  FZCC  $<"
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
 $(FUZZ_DIR)/fuzz_summary: $(FUZZ_DIR)/obj/test/tfrecord.o
+# The codec target holds the hand-written push messages to nanopb's own
+# decoding of them (test/pbref.c).
+$(FUZZ_DIR)/fuzz_codec: $(FUZZ_DIR)/obj/test/pbref.o
 
 # The targets themselves keep -Werror; they see test/'s headers (a target's
 # test-side objects are the obj/test/ prerequisites given above).

@@ -11,7 +11,11 @@
  *  - the input received in pieces of 1 to 16 bytes (a real gRPC byte buffer
  *    read in place, lengths drawn from the input itself) decodes exactly as
  *    in one run: the same code and message, or the same message fields and
- *    tensor bytes, read through their spans.
+ *    tensor bytes, read through their spans;
+ *  - a PushRequest or PushResponse (written and read by hand in lib/codec.c)
+ *    decodes as nanopb decodes it (test/pbref.c, from the generated
+ *    descriptors): both accept or both refuse, and what they accept holds
+ *    the same values, every scalar field and tensor.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -19,8 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "anymsg.h"
+#include "../pbref.h"
 #include "../pieces.h"
+#include "anymsg.h"
 #include "codec.h"
 #include "optim.h"
 #include "tensor.h"
@@ -48,7 +53,7 @@ typedef struct {
     dt_test_any_msg m;
 } slot;
 
-static slot first, second, cut;
+static slot first, second, cut, ref;
 
 /* Zeroes s and points the message's decode storage at it. */
 static void prepare(dt_msg_type type, slot *s) {
@@ -67,7 +72,26 @@ static void prepare(dt_msg_type type, slot *s) {
         s->m.pull_resp.slots_in = (dt_tensor_views){s->slots, 0, CAP, s->slot_spans};
         break;
     case DT_MSG_PUSH_REQ: s->m.push_req.in = (dt_tensor_views){s->in, 0, CAP, s->in_spans}; break;
+    case DT_MSG_PUSH_RESP: s->m.push_resp.in = (dt_tensor_views){s->in, 0, CAP, s->in_spans}; break;
     default: break;
+    }
+}
+
+/* The hand-written decoder (rc, first) and nanopb's agree on msg. */
+static void same_as_nanopb(dt_msg_type type, const uint8_t *msg, size_t len, int rc) {
+    if (type != DT_MSG_PUSH_REQ && type != DT_MSG_PUSH_RESP) return;
+    prepare(type, &ref);
+    dt_err err;
+    dt_err_clear(&err);
+    int ref_rc = dt_test_pb_decode(type, msg, len, &ref.m, &err);
+    if ((rc == 0) != (ref_rc == 0)) {
+        fprintf(stderr, "fuzz_codec: by hand %d, nanopb %d (%s)\n", rc, ref_rc, err.msg);
+        abort();
+    }
+    char why[256];
+    if (rc == 0 && dt_test_push_same(type, &first.m, &ref.m, why, sizeof why) < 0) {
+        fprintf(stderr, "fuzz_codec: by hand and nanopb differ: %s\n", why);
+        abort();
     }
 }
 
@@ -155,6 +179,7 @@ static void to_out(dt_msg_type type, slot *s) {
         s->m.pull_resp.slots_out = as_list(&s->m.pull_resp.slots_in);
         break;
     case DT_MSG_PUSH_REQ: s->m.push_req.out = as_list(&s->m.push_req.in); break;
+    case DT_MSG_PUSH_RESP: s->m.push_resp.out = as_list(&s->m.push_resp.in); break;
     default: break;
     }
 }
@@ -210,10 +235,13 @@ static void same_message(dt_msg_type type, const slot *a, const slot *b) {
         CHECK(x->done == y->done && x->wait == y->wait);
         break;
     }
-    case DT_MSG_PUSH_REQ: {
-        const dt_msg_push_req *x = &a->m.push_req, *y = &b->m.push_req;
-        same_views(&x->in, &y->in);
-        CHECK(x->worker == y->worker && x->step == y->step);
+    case DT_MSG_PUSH_REQ:
+    case DT_MSG_PUSH_RESP: {
+        char why[256];
+        if (dt_test_push_same(type, &a->m, &b->m, why, sizeof why) < 0) {
+            fprintf(stderr, "fuzz_codec: decodes differ: %s\n", why);
+            abort();
+        }
         break;
     }
     default:
@@ -233,6 +261,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dt_err err;
     dt_err_clear(&err);
     int rc = dt_codec_decode(type, msg, len, &first.m, &err);
+    same_as_nanopb(type, msg, len, rc);
     decode_in_pieces(type, msg, len, rc, &err);
     if (rc < 0) {
         CHECK(err.code == rc && err.msg[0] != '\0');
@@ -249,6 +278,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_views(&first.m.pull_resp.slots_in, msg, len);
         break;
     case DT_MSG_PUSH_REQ: check_views(&first.m.push_req.in, msg, len); break;
+    case DT_MSG_PUSH_RESP: check_views(&first.m.push_resp.in, msg, len); break;
     case DT_MSG_PULL_REQ:
         CHECK(first.m.pull_req.names.count >= 0 && first.m.pull_req.names.count <= CAP);
         for (int i = 0; i < first.m.pull_req.names.count; i++)
