@@ -776,22 +776,11 @@ int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps, dt
     return 0;
 }
 
-/* The ftrl rule is in lib/optim, but the wire's OptimizerConfig does not
- * carry its l1, l2 and beta yet (sparse models, phase 2): a ps would run it
- * without them. Refused until it does. */
-static int ftrl_not_served(const dt_job *job, dt_err *err) {
-    if (strcmp(job->optim.name, "ftrl") != 0) return 0;
-    return dt_err_set(err, DT_EINVAL,
-                      "job: \"optimizer\": \"ftrl\" is not served by the ps yet (its "
-                      "regularization does not reach the ps); use sgd, momentum, adagrad or adam");
-}
-
 int dt_job_finish(dt_job *job, dt_err *err) {
     DT_ASSERT(job);
     int rc = check_fields(job, err);
     if (rc) return rc;
     if ((rc = dt_optim_check(&job->optim, err))) return rc;
-    if ((rc = ftrl_not_served(job, err))) return rc;
     const dt_data_config *data = &job->data;
     int from_file = dt_job_reads_files(job);
     /* Shapes not set: the synthetic sources keep their old defaults (one

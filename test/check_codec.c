@@ -650,6 +650,204 @@ START_TEST(test_wire_format_by_hand) {
 }
 END_TEST
 
+/* The sparse fields of a PushRequest (8 and 9, after push_id) are written
+ * as proto3 writes them, and read back as views. */
+START_TEST(test_wire_sparse_push_by_hand) {
+    float bias[1] = {0.25f};
+    int64_t ids[3] = {2, 9, 1099511627775};
+    float rows[3][2] = {{1, 2}, {3, 4}, {5, 6}};
+    int64_t bs[1] = {1}, is[1] = {3}, rs[2] = {3, 2};
+    wbuf hand;
+    hand.n = 0;
+    put_tag(&hand, 2, 0);
+    put_varint(&hand, 5); /* step */
+    put_tensor(&hand, 3, "wide/bias", DT_DTYPE_F32, bs, 1, bias, sizeof bias);
+    put_tensor(&hand, 8, "wide/weight", DT_DTYPE_I64, is, 1, ids, sizeof ids);
+    put_tensor(&hand, 9, "wide/weight", DT_DTYPE_F32, rs, 2, rows, sizeof rows);
+
+    dt_tensor items[3];
+    items[0] = (dt_tensor){
+        .dtype = DT_DTYPE_F32, .ndim = 1, .shape = {1}, .data = bias, .nbytes = sizeof bias};
+    snprintf(items[0].name, sizeof items[0].name, "wide/bias");
+    items[1] = (dt_tensor){
+        .dtype = DT_DTYPE_I64, .ndim = 1, .shape = {3}, .data = ids, .nbytes = sizeof ids};
+    snprintf(items[1].name, sizeof items[1].name, "wide/weight");
+    items[2] = (dt_tensor){
+        .dtype = DT_DTYPE_F32, .ndim = 2, .shape = {3, 2}, .data = rows, .nbytes = sizeof rows};
+    snprintf(items[2].name, sizeof items[2].name, "wide/weight");
+    dt_msg_push_req m;
+    memset(&m, 0, sizeof m);
+    m.step = 5;
+    m.out = (dt_tensor_list){.items = items, .count = 1};
+    m.sparse_ids_out = (dt_tensor_list){.items = items + 1, .count = 1};
+    m.sparse_grads_out = (dt_tensor_list){.items = items + 2, .count = 1};
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_PUSH_REQ, &m, &len);
+    ck_assert_uint_eq(len, hand.n);
+    ck_assert_msg(memcmp(buf, hand.b, len) == 0, "encoder bytes differ from proto3's");
+
+    dt_msg_push_req d;
+    memset(&d, 0, sizeof d);
+    dt_tensor views[3];
+    d.in = (dt_tensor_views){.items = views, .cap = 1};
+    d.sparse_ids_in = (dt_tensor_views){.items = views + 1, .cap = 1};
+    d.sparse_grads_in = (dt_tensor_views){.items = views + 2, .cap = 1};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_codec_decode(DT_MSG_PUSH_REQ, buf, len, &d, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(d.step, 5);
+    ck_assert_int_eq(d.in.count, 1);
+    ck_assert_int_eq(d.sparse_ids_in.count, 1);
+    ck_assert_int_eq(d.sparse_grads_in.count, 1);
+    assert_same_tensor(&items[0], &d.in.items[0], buf, len);
+    assert_same_tensor(&items[1], &d.sparse_ids_in.items[0], buf, len);
+    assert_same_tensor(&items[2], &d.sparse_grads_in.items[0], buf, len);
+
+    /* A decoder that gave no room for sparse gradients refuses them, naming
+     * the field. */
+    memset(&d, 0, sizeof d);
+    d.in = (dt_tensor_views){.items = views, .cap = 1};
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_PUSH_REQ, buf, len, &d, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "sparse_ids: more than 0 tensors"), "%s", err.msg);
+    free(buf);
+}
+END_TEST
+
+/* The sparse messages and the new fields of the old ones survive a round
+ * trip: tables and FTRL's fields in Create, tables in Status, SparsePull's
+ * ids and values, an export page, an import page. */
+START_TEST(test_roundtrip_sparse) {
+    dt_err err;
+    size_t len;
+    dt_msg_create_req c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.optim.name, sizeof c.optim.name, "ftrl");
+    c.optim.ftrl_l1 = 0.5;
+    c.optim.ftrl_l2 = 0.25;
+    c.optim.ftrl_beta = 1.5;
+    c.num_tables = 2;
+    c.tables[0] = (dt_msg_table){"wide/weight", (int64_t)1 << 40, 1, DT_TABLE_INIT_ZEROS, 0, 7};
+    c.tables[1] = (dt_msg_table){"embedding/table",    1000, 16,
+                                 DT_TABLE_INIT_NORMAL, 0.25, 0xFFFFFFFFFFFFFFFFull};
+    c.tables_pending = true;
+    uint8_t *buf = encode_new(DT_MSG_CREATE_REQ, &c, &len);
+    dt_msg_create_req cd;
+    memset(&cd, 0, sizeof cd);
+    dt_err_clear(&err);
+    ck_assert_msg(dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, &cd, &err) == 0, "%s", err.msg);
+    ck_assert(cd.optim.ftrl_l1 == 0.5 && cd.optim.ftrl_l2 == 0.25 && cd.optim.ftrl_beta == 1.5);
+    ck_assert_int_eq(cd.num_tables, 2);
+    ck_assert(cd.tables_pending);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_str_eq(cd.tables[i].name, c.tables[i].name);
+        ck_assert_int_eq(cd.tables[i].rows, c.tables[i].rows);
+        ck_assert_int_eq(cd.tables[i].dim, c.tables[i].dim);
+        ck_assert_int_eq(cd.tables[i].init, c.tables[i].init);
+        ck_assert(cd.tables[i].init_scale == c.tables[i].init_scale);
+        ck_assert(cd.tables[i].seed == c.tables[i].seed);
+    }
+    free(buf);
+    dt_msg_status_resp st;
+    memset(&st, 0, sizeof st);
+    st.num_tables = 1;
+    st.tables[0] = (dt_msg_table_status){"wide/weight", 12345, 678, 9999999};
+    buf = encode_new(DT_MSG_STATUS_RESP, &st, &len);
+    dt_msg_status_resp sd;
+    memset(&sd, 0, sizeof sd);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_STATUS_RESP, buf, len, &sd, &err), 0);
+    ck_assert_int_eq(sd.num_tables, 1);
+    ck_assert_str_eq(sd.tables[0].name, "wide/weight");
+    ck_assert_int_eq(sd.tables[0].rows_held, 12345);
+    ck_assert_int_eq(sd.tables[0].nonzero, 678);
+    ck_assert_int_eq(sd.tables[0].bytes, 9999999);
+    free(buf);
+
+    int64_t ids[3] = {0, 5, 77};
+    float vals[3][2] = {{1, 2}, {3, 4}, {5, 6}};
+    dt_tensor it = {
+        .dtype = DT_DTYPE_I64, .ndim = 1, .shape = {3}, .data = ids, .nbytes = sizeof ids};
+    snprintf(it.name, sizeof it.name, "wide/weight");
+    dt_tensor vt = {
+        .dtype = DT_DTYPE_F32, .ndim = 2, .shape = {3, 2}, .data = vals, .nbytes = sizeof vals};
+    snprintf(vt.name, sizeof vt.name, "wide/weight");
+    dt_msg_sparse_pull_req pr;
+    memset(&pr, 0, sizeof pr);
+    pr.worker = 3;
+    pr.seen_step = 44;
+    snprintf(pr.table, sizeof pr.table, "wide/weight");
+    pr.ids_out = (dt_tensor_list){.items = &it, .count = 1};
+    buf = encode_new(DT_MSG_SPARSE_PULL_REQ, &pr, &len);
+    dt_msg_sparse_pull_req prd;
+    memset(&prd, 0, sizeof prd);
+    dt_tensor view;
+    prd.ids_in = (dt_tensor_views){.items = &view, .cap = 1};
+    ck_assert_msg(dt_codec_decode(DT_MSG_SPARSE_PULL_REQ, buf, len, &prd, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(prd.worker, 3);
+    ck_assert_int_eq(prd.seen_step, 44);
+    ck_assert_str_eq(prd.table, "wide/weight");
+    ck_assert_int_eq(prd.ids_in.count, 1);
+    assert_same_tensor(&it, &view, buf, len);
+    free(buf);
+    /* Two ids tensors: the second has no room. */
+    wbuf two;
+    two.n = 0;
+    int64_t is[1] = {3};
+    put_tensor(&two, 3, "t", DT_DTYPE_I64, is, 1, ids, sizeof ids);
+    put_tensor(&two, 3, "t", DT_DTYPE_I64, is, 1, ids, sizeof ids);
+    uint8_t *in = copy_exact(two.b, two.n);
+    memset(&prd, 0, sizeof prd);
+    prd.ids_in = (dt_tensor_views){.items = &view, .cap = 1};
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_SPARSE_PULL_REQ, in, two.n, &prd, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "SparsePullRequest: ids: more than 1 tensors"), "%s", err.msg);
+    free(in);
+
+    dt_msg_sparse_pull_resp pp;
+    memset(&pp, 0, sizeof pp);
+    pp.incarnation = 0xABCDEF0123456789ull;
+    pp.global_step = 9;
+    pp.done = true;
+    pp.values_out = (dt_tensor_list){.items = &vt, .count = 1};
+    buf = encode_new(DT_MSG_SPARSE_PULL_RESP, &pp, &len);
+    dt_msg_sparse_pull_resp ppd;
+    memset(&ppd, 0, sizeof ppd);
+    ppd.values_in = (dt_tensor_views){.items = &view, .cap = 1};
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_SPARSE_PULL_RESP, buf, len, &ppd, &err), 0);
+    ck_assert(ppd.incarnation == pp.incarnation && ppd.global_step == 9 && ppd.done);
+    assert_same_tensor(&vt, &view, buf, len);
+    free(buf);
+
+    dt_msg_sparse_export_req er = {"wide/weight", 41, 1000, true};
+    buf = encode_new(DT_MSG_SPARSE_EXPORT_REQ, &er, &len);
+    dt_msg_sparse_export_req erd;
+    memset(&erd, 0, sizeof erd);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_SPARSE_EXPORT_REQ, buf, len, &erd, &err), 0);
+    ck_assert_str_eq(erd.table, "wide/weight");
+    ck_assert(erd.after_id == 41 && erd.max_rows == 1000 && erd.include_slots);
+    free(buf);
+
+    dt_tensor page[2] = {it, vt};
+    dt_msg_sparse_import_req ir;
+    memset(&ir, 0, sizeof ir);
+    snprintf(ir.table, sizeof ir.table, "wide/weight");
+    ir.last = true;
+    ir.out = (dt_tensor_list){.items = page, .count = 2};
+    buf = encode_new(DT_MSG_SPARSE_IMPORT_REQ, &ir, &len);
+    dt_msg_sparse_import_req ird;
+    memset(&ird, 0, sizeof ird);
+    dt_tensor pv[2];
+    ird.in = (dt_tensor_views){.items = pv, .cap = 2};
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_SPARSE_IMPORT_REQ, buf, len, &ird, &err), 0);
+    ck_assert(ird.last && ird.in.count == 2);
+    assert_same_tensor(&it, &pv[0], buf, len);
+    assert_same_tensor(&vt, &pv[1], buf, len);
+    free(buf);
+    ck_assert_str_eq(dt_codec_method(DT_MSG_SPARSE_PULL_REQ), "/dtrain.ParameterServer/SparsePull");
+}
+END_TEST
+
 /* ---- bad bytes --------------------------------------------------------- */
 
 /* Decodes hand-built bytes as a PushRequest (cap views); returns the code
@@ -1379,6 +1577,8 @@ Suite *codec_suite(void) {
     tcase_add_test(tc, test_methods_and_types);
     tcase_add_test(tc, test_lock_callback_pairs);
     tcase_add_test(tc, test_wire_format_by_hand);
+    tcase_add_test(tc, test_wire_sparse_push_by_hand);
+    tcase_add_test(tc, test_roundtrip_sparse);
     suite_add_tcase(s, tc);
 
     TCase *bad = tcase_create("bad_bytes");
