@@ -1997,6 +1997,151 @@ START_TEST(test_two_ps_count_apart) {
 }
 END_TEST
 
+/* A table through dt_ps_client over two ps tasks: pulled rows are the
+ * initial ones, a push splits rows by placement and updates them with the
+ * dense variables as one step (adagrad, to the bit of a dense update of
+ * each row), the export gives every row in id order with its slot, and
+ * the export restored onto three tasks (a re-shard, pages of 16 rows)
+ * reads back the same. */
+static dt_ps_client *tables_client(dt_cluster *cl, const dt_tensors *vars) {
+    dt_ps_client *c = NULL;
+    dt_ps_client_params cp = {.cluster = cl, .worker = 0, .timeout_ms = CALL_TIMEOUT_MS};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ps_client_new(&cp, vars, &c, &err) == 0, "%s", err.msg);
+    return c;
+}
+
+START_TEST(test_client_tables_reshard) {
+    enum { N = 40, D = T_DIM };
+    dt_addr ps_addr[3], worker_addr[2];
+    for (int i = 0; i < 3; i++)
+        free_addr(&ps_addr[i]);
+    for (int i = 0; i < 2; i++)
+        free_addr(&worker_addr[i]);
+    dt_cluster cl2 = {.num_ps = 2, .ps = ps_addr, .num_workers = 2, .workers = worker_addr};
+    dt_ps *ps[3];
+    start_ps(&cl2, 0, &ps[0]);
+    start_ps(&cl2, 1, &ps[1]);
+    dt_tensors vars, grads;
+    client_tensors(&vars, &grads);
+    dt_ps_client *c = tables_client(&cl2, &vars);
+    dt_msg_table spec = table_spec();
+    dt_ps_model model;
+    memset(&model, 0, sizeof model);
+    model.vars = &vars;
+    sgd_config(&model.optim, 0.5);
+    snprintf(model.optim.name, sizeof model.optim.name, "adagrad");
+    model.max_steps = 100;
+    model.tables = &spec;
+    model.num_tables = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ps_client_create(c, &model, NULL, &err) == 0, "create: %s", err.msg);
+
+    int64_t ids[N];
+    for (int k = 0; k < N; k++)
+        ids[k] = (int64_t)k * 7919 * 104729 + (k % 3); /* spread, increasing */
+    float rows[N][D], want[N][D], acc[N][D], g[N][D];
+    dt_table_config tc;
+    memset(&tc, 0, sizeof tc);
+    snprintf(tc.name, sizeof tc.name, T_NAME);
+    tc.rows = T_ROWS;
+    tc.dim = D;
+    tc.init = DT_TABLE_INIT_NORMAL;
+    tc.init_scale = 0.5;
+    tc.seed = 42;
+    for (int k = 0; k < N; k++) {
+        dt_table_init_row(&tc, ids[k], want[k]);
+        for (int d = 0; d < D; d++) {
+            g[k][d] = (float)((k * 3 + d) % 7) - 3.0f;
+            acc[k][d] = (float)model.optim.initial_accumulator;
+        }
+    }
+    dt_ps_sparse sp = {T_NAME, D, N, ids, &rows[0][0]};
+    dt_ps_reply r;
+    ck_assert_msg(dt_ps_client_sparse_pull(c, &sp, &r, &err) == 0, "sparse pull: %s", err.msg);
+    assert_floats_eq(&rows[0][0], &want[0][0], N * D, "initial rows via the client");
+
+    dt_ps_sparse gp = {T_NAME, D, N, ids, &g[0][0]};
+    ck_assert_msg(dt_ps_client_push_sparse(c, &grads, &gp, 1, 0, &vars, 0, &r, &err) == 0,
+                  "push: %s", err.msg);
+    ck_assert(r.pulled);
+    for (int k = 0; k < N; k++) {
+        float *slots[1] = {acc[k]};
+        dt_optim_apply(&model.optim, model.optim.learning_rate, 1, want[k], slots, g[k], D);
+    }
+    ck_assert_msg(dt_ps_client_sparse_pull(c, &sp, &r, &err) == 0, "sparse pull: %s", err.msg);
+    assert_floats_eq(&rows[0][0], &want[0][0], N * D, "rows after the push");
+    ck_assert_int_eq(r.global_step, 1);
+    int64_t held = 0;
+    for (int p = 0; p < 2; p++) {
+        dt_msg_status_resp st;
+        ck_assert_int_eq(dt_ps_client_status(c, p, &st, &err), 0);
+        held += st.tables[0].rows_held;
+    }
+    ck_assert_int_eq(held, N);
+
+    dt_tensors saved;
+    ck_assert_msg(dt_ps_client_sparse_export(c, T_NAME, D, 1, 7, &saved, &err) == 0, "export: %s",
+                  err.msg);
+    ck_assert_int_eq(saved.count, 3);
+    ck_assert_str_eq(saved.items[2].name, T_NAME "/accumulator");
+    ck_assert(memcmp(saved.items[0].data, ids, sizeof ids) == 0);
+    assert_floats_eq(saved.items[1].data, &want[0][0], N * D, "exported values");
+    assert_floats_eq(saved.items[2].data, &acc[0][0], N * D, "exported accumulators");
+    dt_ps_client_free(c);
+    for (int p = 0; p < 2; p++)
+        dt_ps_free(ps[p]);
+
+    /* Three tasks, restored from the export. */
+    dt_cluster cl3 = {.num_ps = 3, .ps = ps_addr, .num_workers = 2, .workers = worker_addr};
+    for (int p = 0; p < 3; p++)
+        start_ps(&cl3, p, &ps[p]);
+    c = tables_client(&cl3, &vars);
+    model.tables_pending = 1;
+    model.global_step = 1;
+    ck_assert_msg(dt_ps_client_create(c, &model, NULL, &err) == 0, "create: %s", err.msg);
+    ck_assert_int_eq(dt_ps_client_sparse_pull(c, &sp, &r, &err), DT_EPRECOND);
+    for (int first = 0; first < N; first += 16) {
+        int n = N - first < 16 ? N - first : 16;
+        dt_tensor page[3];
+        for (int i = 0; i < 3; i++) {
+            page[i] = saved.items[i];
+            size_t row = saved.items[i].nbytes / N;
+            page[i].shape[0] = n;
+            page[i].data = (char *)saved.items[i].data + row * (size_t)first;
+            page[i].nbytes = row * (size_t)n;
+        }
+        ck_assert_msg(dt_ps_client_sparse_import(c, T_NAME, page, 3, first + n == N, &err) == 0,
+                      "import: %s", err.msg);
+    }
+    memset(rows, 0, sizeof rows);
+    ck_assert_msg(dt_ps_client_sparse_pull(c, &sp, &r, &err) == 0, "sparse pull: %s", err.msg);
+    assert_floats_eq(&rows[0][0], &want[0][0], N * D, "rows restored onto three tasks");
+    held = 0;
+    for (int p = 0; p < 3; p++) {
+        dt_msg_status_resp st;
+        ck_assert_int_eq(dt_ps_client_status(c, p, &st, &err), 0);
+        ck_assert_int_lt(st.tables[0].rows_held, N); /* each its own share */
+        held += st.tables[0].rows_held;
+    }
+    ck_assert_int_eq(held, N);
+    dt_tensors again;
+    ck_assert_int_eq(dt_ps_client_sparse_export(c, T_NAME, D, 1, 1000, &again, &err), 0);
+    ck_assert_int_eq(again.count, 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert(memcmp(again.items[i].data, saved.items[i].data, saved.items[i].nbytes) == 0);
+    dt_tensors_deinit(&again);
+    dt_tensors_deinit(&saved);
+    dt_ps_client_free(c);
+    for (int p = 0; p < 3; p++)
+        dt_ps_free(ps[p]);
+    dt_tensors_deinit(&vars);
+    dt_tensors_deinit(&grads);
+}
+END_TEST
+
 /* ---- hostile clients --------------------------------------------------- */
 
 /* Encodes msg, replaces the first `from` in its bytes by `to` (same length:
@@ -2797,6 +2942,7 @@ Suite *ps_suite(void) {
     tcase_add_test(tables, test_table_create_invalid);
     tcase_add_test(tables, test_table_import_export);
     tcase_add_test(tables, test_ftrl_over_the_wire);
+    tcase_add_test(tables, test_client_tables_reshard);
     suite_add_tcase(s, tables);
 
     TCase *pieces = tcase_create("pieces");
