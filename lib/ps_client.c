@@ -1058,16 +1058,19 @@ out:
 }
 
 int dt_ps_client_sparse_import(dt_ps_client *c, const char *table, const dt_tensor *page, int count,
-                               int last, dt_err *err) {
+                               int last, const int *only, dt_err *err) {
     dt_msg_sparse_import_req req;
     memset(&req, 0, sizeof req);
     snprintf(req.table, sizeof req.table, "%s", table);
     req.out = (dt_tensor_list){.items = page, .count = count};
     req.last = last;
-    int rc = 0;
-    for (int p = 0; p < c->num_ps && rc == 0; p++)
+    int rc = 0, tasks[DT_MAX_PS], n = 0;
+    for (int p = 0; p < c->num_ps && rc == 0; p++) {
+        if (only && !only[p]) continue;
         rc = prepare(c, p, DT_MSG_SPARSE_IMPORT_REQ, &req, 1, err);
-    if (rc == 0) rc = run(c, 0, c->num_ps, err);
+        tasks[n++] = p;
+    }
+    if (rc == 0) rc = run_on(c, tasks, n, err);
     release_responses(c);
     return rc;
 }

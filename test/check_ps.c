@@ -2113,7 +2113,8 @@ START_TEST(test_client_tables_reshard) {
             page[i].data = (char *)saved.items[i].data + row * (size_t)first;
             page[i].nbytes = row * (size_t)n;
         }
-        ck_assert_msg(dt_ps_client_sparse_import(c, T_NAME, page, 3, first + n == N, &err) == 0,
+        ck_assert_msg(dt_ps_client_sparse_import(c, T_NAME, page, 3, first + n == N, NULL, &err) ==
+                          0,
                       "import: %s", err.msg);
     }
     memset(rows, 0, sizeof rows);
