@@ -132,6 +132,11 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
             (rc = dt_job_open_sparse(job, 0, params->task_index, cl->num_workers, &w->set, err)) <
                 0)
             goto fail;
+        if (w->set.rows == 0) {
+            rc = dt_err_set(err, DT_ECONFIG, "%s has no rows for worker %d of %d",
+                            job->data.train_data, params->task_index, cl->num_workers);
+            goto fail;
+        }
     } else if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) {
         goto fail;
     }
@@ -672,7 +677,7 @@ int dt_worker_run(const dt_worker_params *params, const atomic_int *stop, dt_err
         return rc;
     }
     dt_log(DT_LOG_INFO, "%s: %lld examples in this shard; waiting for the model", w->name,
-           (long long)dt_data_size(w->data));
+           (long long)(w->sparse ? w->set.rows : dt_data_size(w->data)));
     rc = dt_worker_wait_ready(w, stop, err);
     if (rc == 1) {
         dt_log(DT_LOG_INFO, "%s: the job is already done", w->name);

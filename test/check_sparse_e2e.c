@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "hash.h"
 #include "model.h"
 #include "proc.h"
 #include "suites.h"
@@ -29,7 +30,8 @@
 #define JOB_TIMEOUT_MS 120000
 #define EXIT_TIMEOUT_MS 20000
 #define N_ROWS 64
-#define N_FEATURES 8
+#define N_FEATURES 8     /* sparse_matches_dense's */
+#define WIDE_FEATURES 60 /* the other tests': hashed into a table of 2^20 rows */
 
 static dt_test_job J;
 
@@ -41,25 +43,31 @@ static void teardown(void) {
     dt_test_job_teardown(&J);
 }
 
-/* A libsvm file of N_ROWS rows over N_FEATURES features, each row holding
- * some of them, labels -1/+1 from a fixed linear rule; into path. */
-static void write_libsvm(char *path, size_t cap) {
-    static const double w[N_FEATURES] = {1.5, -2, 0.5, 1, -0.75, 2.5, -1, 0.25};
+/* Whether row i of the test files holds feature j (0-based). */
+static int row_has(int i, int j) {
+    return (i + j) % 3 != 0;
+}
+
+/* A libsvm file of N_ROWS rows over `features` features, row i holding
+ * feature j when row_has(i, j), labels -1/+1 from a fixed linear rule;
+ * into path. */
+static void write_libsvm(int features, char *path, size_t cap) {
     snprintf(path, cap, "%s/train.svm", J.dir);
-    char *text = malloc(64 * 1024);
+    enum { CAP = 256 * 1024 };
+    char *text = malloc(CAP);
     ck_assert_ptr_nonnull(text);
     size_t off = 0;
     for (int i = 0; i < N_ROWS; i++) {
-        char row[512];
+        char row[4096];
         size_t r = 0;
         double z = 0.1;
-        for (int j = 0; j < N_FEATURES; j++) {
-            if ((i + j) % 3 == 0) continue;
+        for (int j = 0; j < features; j++) {
+            if (!row_has(i, j)) continue;
             double x = (double)((i * 7 + j * 3) % 11) / 10.0 - 0.5;
-            z += w[j] * x;
+            z += (double)((j * 5) % 9 - 4) / 2.0 * x;
             r += (size_t)snprintf(row + r, sizeof row - r, " %d:%.1f", j + 1, x);
         }
-        off += (size_t)snprintf(text + off, 64 * 1024 - off, "%s%s\n", z > 0 ? "+1" : "-1", row);
+        off += (size_t)snprintf(text + off, CAP - off, "%s%s\n", z > 0 ? "+1" : "-1", row);
     }
     ck_assert_int_eq(dt_test_write_file(path, text), 0);
     free(text);
@@ -117,7 +125,7 @@ static void zero_start(const char *log_dir) {
  * the same gradients each step, so the same weights within rounding. */
 START_TEST(sparse_matches_dense) {
     char train[1100];
-    write_libsvm(train, sizeof train);
+    write_libsvm(N_FEATURES, train, sizeof train);
     double dense_w[N_FEATURES], dense_b;
     for (int pass = 0; pass < 2; pass++) {
         static char log_dir[1200];
@@ -172,9 +180,125 @@ START_TEST(sparse_matches_dense) {
 }
 END_TEST
 
+/* The rows (ids, values, slot) of table "logistic/weight" in a loaded
+ * checkpoint; n 0 when it holds none. */
+typedef struct {
+    int64_t n;
+    const int64_t *ids;
+    const float *values, *acc;
+} table_rows;
+
+static table_rows rows_of(const dt_tensors *ts) {
+    table_rows r = {0, NULL, NULL, NULL};
+    const dt_tensor *ids = dt_tensors_find(ts, "logistic/weight/ids");
+    const dt_tensor *v = dt_tensors_find(ts, "logistic/weight/values");
+    const dt_tensor *a = dt_tensors_find(ts, "logistic/weight/accumulator");
+    ck_assert_msg(ids && v && a, "the checkpoint lacks the table's ids, values or accumulator");
+    r.n = ids->shape[0];
+    r.ids = ids->data;
+    r.values = v->data;
+    r.acc = a->data;
+    return r;
+}
+
+/* A table saved by three ps tasks restores onto two: the chief sends the
+ * rows, each task keeps its own, with adagrad's accumulator. One step
+ * later (a batch of file row 0) every row that step did not touch is the
+ * saved one to the bit, slot included, and the touched ones moved. */
+START_TEST(reshard_three_to_two) {
+    char train[1100];
+    write_libsvm(WIDE_FEATURES, train, sizeof train);
+    const char *first[] = {"hash_bits=20", "batch_size=1", "optimizer=adagrad", "max_steps=20",
+                           NULL};
+    job_sets(train, first);
+    dt_test_job_cluster(&J, 3, 1);
+    dt_test_job_run(&J, "-three", JOB_TIMEOUT_MS);
+    dt_tensors a, b;
+    char pa[2048], pb[2048];
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 20, &a, pa, sizeof pa), 20);
+    table_rows ra = rows_of(&a);
+    ck_assert_int_eq(ra.n, WIDE_FEATURES); /* every feature seen in 20 rows */
+
+    const char *second[] = {"hash_bits=20", "batch_size=1", "optimizer=adagrad", "max_steps=21",
+                            NULL};
+    job_sets(train, second);
+    dt_test_job_cluster(&J, 2, 1);
+    dt_test_job_run(&J, "-two", JOB_TIMEOUT_MS);
+    char want[96];
+    snprintf(want, sizeof want, "restored %d rows of table logistic/weight", WIDE_FEATURES);
+    ck_assert_msg(dt_test_job_log_has(&J, "chief-two", want), "no \"%s\"; logs:%s", want,
+                  dt_test_job_report(&J));
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 21, &b, pb, sizeof pb), 21);
+    table_rows rb = rows_of(&b);
+    ck_assert_int_eq(rb.n, ra.n);
+    int touched = 0, kept = 0;
+    for (int j = 0; j < WIDE_FEATURES; j++) {
+        int64_t id = (int64_t)dt_hash_index(j + 1, 20);
+        int64_t ka = -1, kb = -1;
+        for (int64_t k = 0; k < ra.n; k++) {
+            if (ra.ids[k] == id) ka = k;
+            if (rb.ids[k] == id) kb = k;
+        }
+        ck_assert_msg(ka >= 0 && kb >= 0, "feature %d (id %lld) missing", j + 1, (long long)id);
+        int same = ra.values[ka] == rb.values[kb] && ra.acc[ka] == rb.acc[kb];
+        if (row_has(0, j)) {
+            touched += !same;
+        } else {
+            ck_assert_msg(same, "feature %d, untouched by step 21, changed: %.9g -> %.9g", j + 1,
+                          ra.values[ka], rb.values[kb]);
+            kept++;
+        }
+    }
+    ck_assert_int_eq(kept, WIDE_FEATURES / 3);
+    ck_assert_int_gt(touched, 0);
+    dt_tensors_deinit(&a);
+    dt_tensors_deinit(&b);
+}
+END_TEST
+
+/* A ps SIGKILLed mid-job comes back empty; the chief restores its rows
+ * from the latest checkpoint and the job completes. */
+START_TEST(ps_killed_restored) {
+    char train[1100];
+    write_libsvm(WIDE_FEATURES, train, sizeof train);
+    const char *sets[] = {"hash_bits=20",    "batch_size=4",      "optimizer=adagrad",
+                          "max_steps=15000", "save_model_secs=1", NULL};
+    job_sets(train, sets);
+    dt_test_job_cluster(&J, 2, 2);
+    pid_t ps0 = dt_test_job_start(&J, "ps", 0, "ps0");
+    pid_t ps1 = dt_test_job_start(&J, "ps", 1, "ps1");
+    pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
+    pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
+    int64_t saved = dt_test_job_expect_ckpt_after(&J, 0, chief, JOB_TIMEOUT_MS);
+    ck_assert_msg(saved < 15000, "the job ended before the kill; logs:%s", dt_test_job_report(&J));
+    size_t seen = dt_test_job_log_length(&J, "chief");
+    ck_assert_int_eq(kill(ps1, SIGKILL), 0);
+    dt_test_job_expect_exit(&J, ps1, "killed ps 1", EXIT_TIMEOUT_MS, -SIGKILL);
+    ck_assert_msg(
+        dt_test_job_wait_log_after(&J, "chief", seen, "waiting for", chief, JOB_TIMEOUT_MS),
+        "the chief does not say it waits for ps 1; logs:%s", dt_test_job_report(&J));
+    pid_t ps1b = dt_test_job_start(&J, "ps", 1, "ps1b");
+    pid_t pids[4] = {ps0, ps1b, chief, worker};
+    const char *names[4] = {"ps 0", "restarted ps 1", "chief", "worker 1"};
+    dt_test_job_expect_done(&J, pids, names, 4, JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&J, "chief", "lost its model; restoring it") &&
+                      dt_test_job_log_has(&J, "chief", "rows of table logistic/weight"),
+                  "the chief did not restore ps 1's rows; logs:%s", dt_test_job_report(&J));
+    ck_assert_msg(dt_test_job_log_has(&J, "ps1b", "tables restored; serving"),
+                  "ps 1 did not take its rows back; logs:%s", dt_test_job_report(&J));
+    dt_tensors ts;
+    char path[2048];
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 15000, &ts, path, sizeof path), 15000);
+    ck_assert_int_eq(rows_of(&ts).n, WIDE_FEATURES);
+    dt_tensors_deinit(&ts);
+}
+END_TEST
+
 Suite *sparse_e2e_suite(void) {
     Suite *s = suite_create("sparse_e2e");
     TCase *tc = dt_test_job_tcase(s, "jobs", 300, setup, teardown);
     tcase_add_test(tc, sparse_matches_dense);
+    tcase_add_test(tc, reshard_three_to_two);
+    tcase_add_test(tc, ps_killed_restored);
     return s;
 }
