@@ -631,6 +631,8 @@ START_TEST(test_job_conf_linear) {
     ck_assert_double_eq(job.optim.ftrl_l1, 0);
     ck_assert_double_eq(job.optim.ftrl_l2, 0);
     ck_assert_double_eq(job.optim.ftrl_beta, 0);
+    ck_assert_int_eq(job.sparse, want.sparse);
+    ck_assert_int_eq(job.hash_bits, want.hash_bits);
     ck_assert_int_eq(job.batch_size, want.batch_size);
     ck_assert_int_eq(job.max_steps, want.max_steps);
     ck_assert_int_eq(job.epochs, want.epochs);
