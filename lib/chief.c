@@ -525,6 +525,7 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
         c->table.seed = t->seed;
         m->tables = &c->table;
         m->num_tables = 1;
+        m->eviction = job->eviction;
     }
     dt_worker_set_max_steps(c->w, m->max_steps);
     int rc = dt_job_schedule(job, &m->schedule, err);

@@ -436,6 +436,11 @@ static void create_req_to_pb(const dt_msg_create_req *m, dtrain_CreateRequest *o
     for (int i = 0; i < nt; i++)
         table_to_pb(&m->tables[i], &out->tables[i]);
     out->tables_pending = m->tables_pending;
+    const dt_table_evict_policy *e = &m->eviction;
+    out->has_eviction = e->idle_steps || e->min_touches || e->touch_window_steps;
+    out->eviction.idle_steps = e->idle_steps;
+    out->eviction.min_touches = e->min_touches;
+    out->eviction.touch_window_steps = e->touch_window_steps;
 }
 
 static void create_req_from_pb(const dtrain_CreateRequest *in, dt_msg_create_req *m) {
@@ -451,6 +456,9 @@ static void create_req_from_pb(const dtrain_CreateRequest *in, dt_msg_create_req
     for (pb_size_t i = 0; i < in->tables_count; i++)
         table_from_pb(&in->tables[i], &m->tables[i]);
     m->tables_pending = in->tables_pending;
+    m->eviction.idle_steps = in->eviction.idle_steps;
+    m->eviction.min_touches = in->eviction.min_touches;
+    m->eviction.touch_window_steps = in->eviction.touch_window_steps;
 }
 
 static void pull_req_to_pb(const dt_msg_pull_req *m, dtrain_PullRequest *out,

@@ -182,7 +182,8 @@ typedef struct {
     char model[DT_MSG_MODEL_MAX];
     dt_msg_table tables[DT_MAX_TABLES]; /* (num_tables) the sparse variables */
     int num_tables;
-    bool tables_pending; /* rows follow (SparseImport); not ready before the last page */
+    bool tables_pending;            /* rows follow (SparseImport); not ready before the last page */
+    dt_table_evict_policy eviction; /* all 0: off */
 } dt_msg_create_req;
 
 typedef struct {

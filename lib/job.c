@@ -157,6 +157,21 @@ static const field fields[] = {
     CHOICE("nonfinite", consistency.nonfinite, dt_nonfinite_names),
     CHOICE("sparse", sparse, dt_sparse_mode_names),
     {.name = "hash_bits", .type = F_INT, AT(hash_bits), .min = 0, .max = 40},
+    {.name = "evict_idle_steps",
+     .type = F_INT64,
+     AT(eviction.idle_steps),
+     .min = 0,
+     .max = MAX_EXACT_INT},
+    {.name = "evict_min_touches",
+     .type = F_INT64,
+     AT(eviction.min_touches),
+     .min = 0,
+     .max = MAX_EXACT_INT},
+    {.name = "evict_touch_window_steps",
+     .type = F_INT64,
+     AT(eviction.touch_window_steps),
+     .min = 0,
+     .max = MAX_EXACT_INT},
     INT_FIELD("batch_size", batch_size, 1),
     {.name = "max_steps", .type = F_INT64, AT(max_steps), .min = 0, .max = MAX_EXACT_INT},
     INT_FIELD("epochs", epochs, 0),
@@ -792,6 +807,14 @@ int dt_job_is_sparse(const dt_job *job) {
 /* What a sparse model takes (and what it does not yet), by field. */
 static int check_sparse(const dt_job *job, dt_err *err) {
     const dt_data_config *d = &job->data;
+    const dt_table_evict_policy *e = &job->eviction;
+    if (e->min_touches > 0 && e->touch_window_steps < 1)
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"evict_min_touches\" needs \"evict_touch_window_steps\" >= 1");
+    if (!dt_job_is_sparse(job) && (e->idle_steps || e->min_touches || e->touch_window_steps))
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"evict_*\" drop rows of a sparse model's table: the model is "
+                          "not sparse (\"sparse\")");
     if (!dt_job_is_sparse(job)) {
         if (d->source == DT_DATA_CRITEO)
             return dt_err_set(err, DT_EINVAL,

@@ -41,6 +41,8 @@ typedef struct {
     dt_sparse_mode sparse;             /* "sparse": the weight as a table of rows on the ps */
     int hash_bits;                     /* "hash_bits": ids hashed into 2^hash_bits rows; 0: libsvm
                                           indices as written */
+    dt_table_evict_policy eviction;    /* "evict_idle_steps", "evict_min_touches",
+                                          "evict_touch_window_steps": all 0 (off) by default */
 
     /* training */
     int batch_size;    /* B >= 1 */

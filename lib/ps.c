@@ -102,6 +102,8 @@ struct dt_ps {
      * placed on it (dt_table_shard_of(id, num_ps) == task_index). */
     dt_table *tables[DT_MAX_TABLES]; /* (num_tables) */
     int num_tables;
+    dt_table_evict_policy eviction;  /* all 0: rows are never dropped */
+    _Atomic int64_t next_evict_step; /* the step of the next sweep */
     dt_optim_config optim;
     int64_t max_steps;
     int64_t step_ceiling; /* seen_step never raises global_step past it */
@@ -636,9 +638,25 @@ static int check_consistency(dt_ps *ps, const dt_consistency *c, dt_err *err) {
     return 0;
 }
 
+/* Steps between sweeps: half the shorter window, so a row is dropped at
+ * most half a window late; at least 1. */
+static int64_t evict_interval(const dt_table_evict_policy *e) {
+    int64_t w = INT64_MAX;
+    if (e->idle_steps > 0) w = e->idle_steps;
+    if (e->min_touches > 0 && e->touch_window_steps < w) w = e->touch_window_steps;
+    return w == INT64_MAX || w < 2 ? 1 : w / 2;
+}
+
 /* The tables of a Create, every field checked before anything is built:
  * errors name the table by its place and the field. */
 static int check_tables(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
+    const dt_table_evict_policy *e = &req->eviction;
+    if (e->idle_steps < 0 || e->min_touches < 0 || e->touch_window_steps < 0 ||
+        (e->min_touches > 0 && e->touch_window_steps < 1))
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: create: eviction: idle_steps, min_touches and touch_window_steps "
+                          "must be >= 0, touch_window_steps >= 1 with min_touches",
+                          ps->name);
     if (req->num_tables > 0 && req->consistency.mode == DT_MODE_SYNC)
         return dt_err_set(err, DT_EINVAL,
                           "%s: create: tables: sync mode does not aggregate sparse gradients "
@@ -646,7 +664,7 @@ static int check_tables(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
                           ps->name);
     for (int i = 0; i < req->num_tables; i++) {
         const dt_msg_table *t = &req->tables[i];
-        char what[96];
+        char what[160];
         snprintf(what, sizeof what, "%s: create: tables[%d].name", ps->name, i);
         if (dt_text_check_name(t->name, strnlen(t->name, sizeof t->name), DT_TABLE_NAME_MAX - 1,
                                what, err) < 0)
@@ -796,6 +814,8 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     ps->decided.all_held = true;
     ps->built = 1;
     ps->ready = !(req->tables_pending && ps->num_tables > 0);
+    ps->eviction = req->eviction;
+    atomic_store(&ps->next_evict_step, req->global_step + evict_interval(&ps->eviction));
     /* A new model: no push of the old one is a retry of one of it. */
     pthread_mutex_lock(&ps->stats_mu);
     memset(ps->memo, 0, sizeof *ps->memo * ((size_t)ps->params.cluster->num_workers + 1));
@@ -1133,6 +1153,29 @@ static int check_sparse(dt_ps *ps, const dt_msg_push_req *req, sparse_part *part
         if (rc < 0) return rc;
     }
     return 0;
+}
+
+/* Eviction, when the job asks for it: the push that makes global step
+ * `step` reach the next sweep's step sweeps every table (the CAS picks one
+ * pusher; the others go on, waiting only for the stripes a sweep holds). */
+static void maybe_evict(dt_ps *ps, int64_t step) {
+    const dt_table_evict_policy *e = &ps->eviction;
+    if (ps->num_tables == 0 || (e->idle_steps == 0 && e->min_touches == 0)) return;
+    int64_t due = atomic_load(&ps->next_evict_step);
+    if (step < due ||
+        !atomic_compare_exchange_strong(&ps->next_evict_step, &due, step + evict_interval(e)))
+        return;
+    for (int i = 0; i < ps->num_tables; i++) {
+        int64_t evicted = 0;
+        dt_err why;
+        dt_err_clear(&why);
+        if (dt_table_evict(ps->tables[i], step, e, &evicted, &why) < 0)
+            dt_log(DT_LOG_WARN, "%s: evicting at step %lld: %s", ps->name, (long long)step,
+                   why.msg);
+        if (evicted > 0)
+            dt_log(DT_LOG_DEBUG, "%s: table %s: %lld rows evicted at step %lld", ps->name,
+                   dt_table_config_of(ps->tables[i])->name, (long long)evicted, (long long)step);
+    }
 }
 
 /* Applies a checked push's rows, lazily (only the rows named), at the
@@ -1703,6 +1746,7 @@ static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, sparse_part 
         record_staleness(ps, staleness_of(resp.global_step - 1, req->step));
         apply_now(ps, &req->in, index, resp.global_step - 1);
         apply_sparse(ps, parts, nparts, resp.global_step - 1);
+        maybe_evict(ps, resp.global_step);
         if (ps->consistency.mode == DT_MODE_BOUNDED) tick_clock(ps, req->worker);
         atomic_fetch_add(&ps->pushes_applied, 1);
     } else {
@@ -2215,6 +2259,15 @@ static void log_peak_rss(dt_ps *ps) {
     int64_t peak = dt_mem_peak_rss();
     pthread_rwlock_rdlock(&ps->model_lock);
     int64_t model = ps->num_bytes * (1 + (ps->ready ? dt_optim_num_slots(&ps->optim) : 0));
+    /* A table's rows held, their non-zero weights and memory (the rows'
+     * share of the peak). */
+    for (int i = 0; i < ps->num_tables; i++) {
+        dt_table_stats st;
+        dt_table_stats_of(ps->tables[i], &st);
+        dt_log(DT_LOG_INFO, "%s: table %s: %lld rows held, %lld weights non-zero, %.1f MB",
+               ps->name, dt_table_config_of(ps->tables[i])->name, (long long)st.rows_held,
+               (long long)dt_table_count_nonzero(ps->tables[i]), (double)st.bytes / 1e6);
+    }
     pthread_rwlock_unlock(&ps->model_lock);
     if (peak >= 0)
         dt_log(DT_LOG_INFO, "%s: peak RSS %.1f MB (VmHWM); variables and slots %.1f MB", ps->name,

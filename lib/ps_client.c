@@ -526,6 +526,7 @@ int dt_ps_client_create(dt_ps_client *c, const dt_ps_model *m, const int *only, 
             req.tables[t] = m->tables[t];
         req.num_tables = m->num_tables;
         req.tables_pending = m->tables_pending && m->num_tables > 0;
+        req.eviction = m->eviction;
         if (m->consistency.mode == DT_MODE_SYNC && c->num_ps > 1) c->two_phase = 1;
         snprintf(req.model, sizeof req.model, "%s", m->model ? m->model : "");
         int rc = prepare(c, p, DT_MSG_CREATE_REQ, &req, 1, err);

@@ -121,6 +121,7 @@ typedef struct {
     const dt_msg_table *tables; /* (num_tables) borrowed */
     int num_tables;
     int tables_pending;
+    dt_table_evict_policy eviction; /* the tables' rows dropped; all 0: none */
 } dt_ps_model;
 
 /* Creates the model on every ps, or only on those with only[p] != 0 when

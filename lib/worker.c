@@ -61,6 +61,8 @@ struct dt_worker {
     float *rows;           /* (U, D) the batch's rows, as pulled */
     float *row_grads;      /* (U, D) their gradient */
     int64_t rows_cap;      /* floats each holds */
+    int64_t rows_moved;    /* rows pulled (and pushed) over all steps, for the end's log */
+    int64_t sparse_steps;  /* steps those were for */
 };
 
 static void sleep_us(long us) {
@@ -445,6 +447,8 @@ static int sparse_grad(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, 
                                         loss, err)) < 0)
         return rc;
     *out = (dt_ps_sparse){w->table.name, w->table.dim, w->ix.n, w->ix.ids, w->row_grads};
+    w->rows_moved += w->ix.n;
+    w->sparse_steps++;
     return 0;
 }
 
@@ -607,6 +611,15 @@ static int training_done(dt_worker *w) {
         dt_log(DT_LOG_INFO, "%s: peak RSS %.1f MB (VmHWM); model %.1f MB, gradient %.1f MB",
                w->name, (double)peak / 1e6, (double)w->vars.slab_bytes / 1e6,
                (double)w->grads.slab_bytes / 1e6);
+    if (w->sparse && w->sparse_steps > 0) {
+        /* Each row goes as its id (8 bytes) and dim floats, pulled, then
+         * its gradient pushed the same way. */
+        double rows = (double)w->rows_moved / (double)w->sparse_steps;
+        dt_log(DT_LOG_INFO,
+               "%s: sparse: %.1f rows a step (the batch's distinct ids), %.1f kB a step of ids "
+               "and rows on the wire",
+               w->name, rows, rows * 2.0 * (8.0 + 4.0 * w->table.dim) / 1e3);
+    }
     /* The ps task that said "done" knows we know; the others would wait
      * for us until their linger is up. Best effort: a task that is down
      * now has nothing to wait for. */

@@ -335,9 +335,11 @@ static dt_msg_table table_spec(void) {
     return (dt_msg_table){T_NAME, T_ROWS, T_DIM, DT_TABLE_INIT_NORMAL, 0.5, 42};
 }
 
-/* Create of (W0, B0) and the tables, as the chief sends it. */
-static int create_tables(fixture *f, const dt_optim_config *cfg, const dt_msg_table *tables, int n,
-                         bool pending, int mode, dt_err *err) {
+/* Create of (W0, B0) and the tables, as the chief sends it, dropping rows
+ * as eviction says. */
+static int create_evicting(fixture *f, const dt_optim_config *cfg, const dt_msg_table *tables,
+                           int n, bool pending, int mode, const dt_table_evict_policy *eviction,
+                           dt_err *err) {
     float wc[NW], bc[NB];
     memcpy(wc, W0, sizeof wc);
     memcpy(bc, B0, sizeof bc);
@@ -356,8 +358,15 @@ static int create_tables(fixture *f, const dt_optim_config *cfg, const dt_msg_ta
         req.tables[i] = tables[i];
     req.num_tables = n;
     req.tables_pending = pending;
+    req.eviction = *eviction;
     dt_msg_create_resp resp;
     return call_msg(f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &resp, err);
+}
+
+static int create_tables(fixture *f, const dt_optim_config *cfg, const dt_msg_table *tables, int n,
+                         bool pending, int mode, dt_err *err) {
+    const dt_table_evict_policy none = {0, 0, 0};
+    return create_evicting(f, cfg, tables, n, pending, mode, &none, err);
 }
 
 /* A SparsePull of ids (any tensor: the hostile tests shape their own)
@@ -663,6 +672,54 @@ START_TEST(test_table_create_invalid) {
     status(&f, -1, &st);
     ck_assert(!st.ready);
     ck_assert_int_eq(st.num_tables, 0);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* Eviction from the Create: a row untouched for more than idle_steps is
+ * dropped by a later push's sweep (Status's rows held fall) and reads as
+ * its initial value again; a row pushed every step stays. */
+START_TEST(test_table_eviction) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_msg_table spec = table_spec();
+    dt_err err;
+    dt_table_evict_policy ev = {.idle_steps = -1};
+    ASSERT_FAILS(create_evicting(&f, &cfg, &spec, 1, false, DT_MODE_ASYNC, &ev, &err), DT_EINVAL,
+                 "eviction");
+    ev = (dt_table_evict_policy){.min_touches = 3};
+    ASSERT_FAILS(create_evicting(&f, &cfg, &spec, 1, false, DT_MODE_ASYNC, &ev, &err), DT_EINVAL,
+                 "touch_window_steps >= 1 with min_touches");
+    ev = (dt_table_evict_policy){.idle_steps = 2};
+    dt_err_clear(&err);
+    ck_assert_msg(create_evicting(&f, &cfg, &spec, 1, false, DT_MODE_ASYNC, &ev, &err) == 0, "%s",
+                  err.msg);
+    int64_t a = 5, b = 9;
+    float g[T_DIM] = {1, 1}, init_a[T_DIM], got[T_DIM];
+    dt_tensor it, gt;
+    ck_assert_int_eq(sparse_pull(&f, &a, 1, init_a, &err), 0);
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 1, 0, &a);
+    make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, 1, T_DIM, g);
+    ck_assert_msg(push_sparse(&f, &it, &gt, 1, 1, &err) == 0, "%s", err.msg); /* step 1 */
+    ck_assert_int_eq(sparse_pull(&f, &a, 1, got, &err), 0);
+    ck_assert(got[0] != init_a[0]);
+    /* Row b every step; row a's last touch was step 0. */
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 1, 0, &b);
+    int64_t step = 1;
+    dt_msg_table_status ts = table_status_of(&f, &step);
+    ck_assert_int_eq(ts.rows_held, 1);
+    while (ts.rows_held != 1 || step < 4) {
+        ck_assert_msg(step < 10, "row %lld never evicted (%lld held at step %lld)", (long long)a,
+                      (long long)ts.rows_held, (long long)step);
+        ck_assert_msg(push_sparse(&f, &it, &gt, 1, 1, &err) == 0, "%s", err.msg);
+        ts = table_status_of(&f, &step);
+    }
+    ck_assert_int_eq(sparse_pull(&f, &a, 1, got, &err), 0);
+    assert_floats_eq(got, init_a, T_DIM, "an evicted row");
+    ck_assert_int_eq(sparse_pull(&f, &b, 1, got, &err), 0);
+    ck_assert(got[0] != 0); /* kept */
     fixture_stop(&f);
 }
 END_TEST
@@ -2944,6 +3001,7 @@ Suite *ps_suite(void) {
     tcase_add_test(tables, test_table_import_export);
     tcase_add_test(tables, test_ftrl_over_the_wire);
     tcase_add_test(tables, test_client_tables_reshard);
+    tcase_add_test(tables, test_table_eviction);
     suite_add_tcase(s, tables);
 
     TCase *pieces = tcase_create("pieces");
