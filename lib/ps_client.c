@@ -1058,19 +1058,84 @@ out:
     return rc;
 }
 
+/* Task p's rows of an import page (ids first, each tensor n rows) into
+ * *out (count tensors, the data in *scratch, grown as needed); 0 tensors
+ * when p holds none. A page of another layout goes whole: the ps checks it
+ * and refuses it by name. */
+static int page_for(const dt_ps_client *c, int p, const dt_tensor *page, int count, dt_tensor *out,
+                    char **scratch, size_t *cap, dt_err *err) {
+    if (count < 2 || page[0].dtype != DT_DTYPE_I64 || page[0].ndim != 1 || page[0].shape[0] < 1) {
+        memcpy(out, page, sizeof *page * (size_t)count);
+        return count;
+    }
+    const int64_t n = page[0].shape[0], *ids = page[0].data;
+    size_t row_bytes = 0;
+    for (int i = 0; i < count; i++) {
+        if (page[i].ndim < 1 || page[i].shape[0] != n) {
+            memcpy(out, page, sizeof *page * (size_t)count);
+            return count;
+        }
+        row_bytes += page[i].nbytes / (size_t)n;
+    }
+    /* Ids a checkpoint should not hold: the page goes whole, for every
+     * task to refuse naming the id. */
+    for (int64_t k = 0; k < n; k++)
+        if (ids[k] < 0 || (k > 0 && ids[k] <= ids[k - 1])) {
+            memcpy(out, page, sizeof *page * (size_t)count);
+            return count;
+        }
+    int64_t m = 0;
+    for (int64_t k = 0; k < n; k++)
+        m += dt_table_shard_of(ids[k], c->num_ps) == p;
+    if (m == 0) return 0;
+    if ((size_t)m * row_bytes > *cap) {
+        char *bigger = dt_realloc(*scratch, (size_t)m * row_bytes);
+        if (!bigger) return dt_err_set(err, DT_ENOMEM, "ps client: import: out of memory");
+        *scratch = bigger;
+        *cap = (size_t)m * row_bytes;
+    }
+    char *at = *scratch;
+    for (int i = 0; i < count; i++) {
+        size_t rb = page[i].nbytes / (size_t)n;
+        out[i] = page[i];
+        out[i].shape[0] = m;
+        out[i].data = at;
+        out[i].nbytes = rb * (size_t)m;
+        for (int64_t k = 0; k < n; k++)
+            if (dt_table_shard_of(ids[k], c->num_ps) == p) {
+                memcpy(at, (const char *)page[i].data + rb * (size_t)k, rb);
+                at += rb;
+            }
+    }
+    return count;
+}
+
 int dt_ps_client_sparse_import(dt_ps_client *c, const char *table, const dt_tensor *page, int count,
                                int last, const int *only, dt_err *err) {
+    if (count < 0 || count > 2 + DT_OPTIM_MAX_SLOTS)
+        return dt_err_set(err, DT_EINVAL, "ps client: import: %d tensors a page", count);
     dt_msg_sparse_import_req req;
     memset(&req, 0, sizeof req);
     snprintf(req.table, sizeof req.table, "%s", table);
-    req.out = (dt_tensor_list){.items = page, .count = count};
     req.last = last;
+    dt_tensor mine[2 + DT_OPTIM_MAX_SLOTS];
+    char *scratch = NULL;
+    size_t cap = 0;
     int rc = 0, tasks[DT_MAX_PS], n = 0;
+    /* Each task gets the rows placed on it, not the page: a restore moves
+     * the table once, whatever the number of tasks. */
     for (int p = 0; p < c->num_ps && rc == 0; p++) {
         if (only && !only[p]) continue;
+        int k = page_for(c, p, page, count, mine, &scratch, &cap, err);
+        if (k < 0) {
+            rc = k;
+            break;
+        }
+        req.out = (dt_tensor_list){.items = mine, .count = k};
         rc = prepare(c, p, DT_MSG_SPARSE_IMPORT_REQ, &req, 1, err);
         tasks[n++] = p;
     }
+    free(scratch);
     if (rc == 0) rc = run_on(c, tasks, n, err);
     release_responses(c);
     return rc;

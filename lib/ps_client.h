@@ -197,11 +197,11 @@ int dt_ps_client_push_sparse(dt_ps_client *c, const dt_tensors *grads, const dt_
                              dt_ps_reply *r, dt_err *err) DT_WARN_UNUSED;
 
 /* A page of a checkpoint's rows of table ("<table>/ids", "<table>/values"
- * and the slots, as dt_table_export makes them; count tensors) to every ps
- * task (or those with only[p] != 0), after a Create with tables_pending;
- * each keeps the rows placed on it (so any number of tasks restores any
- * checkpoint). last: the restore's final page, after which the tasks
- * serve. */
+ * and the slots, as dt_table_export makes them; count tensors) to the ps
+ * tasks (those with only[p] != 0 when only is not NULL), after a Create
+ * with tables_pending: each task gets the rows placed on it (so any number
+ * of tasks restores any checkpoint, and the table crosses the wire once).
+ * last: the restore's final page, after which the tasks serve. */
 int dt_ps_client_sparse_import(dt_ps_client *c, const char *table, const dt_tensor *page, int count,
                                int last, const int *only, dt_err *err) DT_WARN_UNUSED;
 
