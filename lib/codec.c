@@ -906,7 +906,7 @@ int64_t dt_codec_size(dt_msg_type type, const void *msg, dt_err *err) {
 
 int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len, dt_err *err) {
     DT_ASSERT(host_is_little_endian()); /* tensor bytes are sent as they are in memory */
-    const pb_msgdesc_t *fields = descriptor(type);
+    const pb_msgdesc_t *fields = (unsigned)type < DT_MSG_COUNT ? descriptor(type) : NULL;
     if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
     pb_any pb;
     out_names_arg names;
@@ -1140,6 +1140,7 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
     tf.name[0] = '\0';
     tf.dtype = 0;
     tf.ndim = 0;
+    memset(tf.shape, 0, sizeof tf.shape);
     tf.data = (bytes_view){{NULL, 0, 0}, NULL, va->ctx};
     while (stream->bytes_left > 0) {
         pb_wire_type_t wt;

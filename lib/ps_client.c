@@ -1077,6 +1077,10 @@ static int page_for(const dt_ps_client *c, int p, const dt_tensor *page, int cou
         }
         row_bytes += page[i].nbytes / (size_t)n;
     }
+    if (row_bytes == 0) { /* no bytes to split */
+        memcpy(out, page, sizeof *page * (size_t)count);
+        return count;
+    }
     /* Ids a checkpoint should not hold: the page goes whole, for every
      * task to refuse naming the id. */
     for (int64_t k = 0; k < n; k++)
@@ -1088,7 +1092,7 @@ static int page_for(const dt_ps_client *c, int p, const dt_tensor *page, int cou
     for (int64_t k = 0; k < n; k++)
         m += dt_table_shard_of(ids[k], c->num_ps) == p;
     if (m == 0) return 0;
-    if ((size_t)m * row_bytes > *cap) {
+    if (!*scratch || (size_t)m * row_bytes > *cap) {
         char *bigger = dt_realloc(*scratch, (size_t)m * row_bytes);
         if (!bigger) return dt_err_set(err, DT_ENOMEM, "ps client: import: out of memory");
         *scratch = bigger;
