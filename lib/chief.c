@@ -7,6 +7,13 @@
  * global step of that pull. Whole variables (slices joined by the ps client)
  * restore onto any number of ps tasks, placed anew.
  *
+ * A sparse model's table is saved beside them as the rows the ps tasks
+ * hold ("<table>/ids", "<table>/values", its slots: lib/table.h's layout),
+ * asked for a page at a time (SparseExport) and put in id order; a restore
+ * creates the tasks with tables_pending and sends the checkpoint's rows in
+ * pages (SparseImport), each task keeping those placed on it, so a table
+ * saved by any number of tasks restores onto any other.
+ *
  * Storage faults never end training: a summary that cannot be written (a
  * full disk) is dropped and counted, logged once per STORAGE_LOG_SECS, and
  * summaries resume when writes succeed; a periodic checkpoint that fails is
@@ -41,7 +48,12 @@
 #include "log.h"
 #include "model.h"
 #include "optim.h"
+#include "sparse_model.h"
 #include "summary.h"
+
+/* Rows a page of a table's save or restore carries: 64k rows of a wide
+ * model's one float (with FTRL's two slots) are 1.3 MB a message. */
+#define TABLE_PAGE_ROWS 65536
 
 #define STORAGE_LOG_SECS 10.0 /* at most one line per this while summaries drop */
 #define LOG_DIR_CHECK_SECS 1.0
@@ -91,6 +103,11 @@ typedef struct {
      * whether its staleness counts await a summary. */
     dt_msg_status_resp status;
     int status_unsummarized;
+    /* A sparse model's table: what Create carries, and the rows of the
+     * checkpoint last restored (ids, values, slots; empty: none), which a
+     * Create of restored tasks sends after it. */
+    dt_msg_table table;
+    dt_tensors table_rows;
 } chief;
 
 /* ---- slots ------------------------------------------------------------- */
@@ -138,6 +155,7 @@ static int init_recipe(chief *c, dt_err *err) {
     rc = dt_data_feature_names(&c->job->data, &needs, c->job->data.train_data, 1, &c->feature_names,
                                err);
     if (rc < 0) return dt_err_wrap(err, rc, "chief");
+    if (!dt_worker_data(c->w)) return 0; /* a sparse model: its data is not scaled */
     dt_data_stats st;
     dt_data_stats_of(dt_worker_data(c->w), &st);
     if (st.num_features == 0) return 0;
@@ -182,9 +200,38 @@ static int do_snapshot_pull(void *arg, dt_err *err) {
                              err);
 }
 
-/* Writes the chief's vars and slots as they are, at global_step. */
+/* The snapshot (vars, slots, recipe) and the table's rows, as one list of
+ * views into *all (items malloc'd; the table's in *rows, the caller's to
+ * deinit). A dense model's is the snapshot's list. */
+static int with_table(chief *c, dt_tensors *rows, dt_tensors *all, dt_err *err) {
+    *all = c->snapshot;
+    memset(rows, 0, sizeof *rows);
+    const dt_table_config *t = dt_worker_table(c->w);
+    if (!t) return 0;
+    int rc = dt_ps_client_sparse_export(dt_worker_client(c->w), t->name, t->dim, 1, TABLE_PAGE_ROWS,
+                                        rows, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "chief: saving table %s", t->name);
+    all->count = c->snapshot.count + rows->count;
+    all->items = dt_calloc((size_t)all->count + 1, sizeof *all->items);
+    if (!all->items) {
+        dt_tensors_deinit(rows);
+        return dt_err_set(err, DT_ENOMEM, "chief: out of memory");
+    }
+    memcpy(all->items, c->snapshot.items, sizeof(dt_tensor) * (size_t)c->snapshot.count);
+    if (rows->count)
+        memcpy(all->items + c->snapshot.count, rows->items,
+               sizeof(dt_tensor) * (size_t)rows->count);
+    all->slab = NULL;
+    return 0;
+}
+
+/* Writes the chief's vars and slots as they are, at global_step, and a
+ * sparse model's table as the ps tasks hold it now. */
 static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     if (global_step == c->last_saved_step) return 0;
+    dt_tensors rows, all;
+    int rc = with_table(c, &rows, &all, err);
+    if (rc < 0) return rc;
     dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = global_step;
@@ -193,8 +240,10 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     meta.feature_names = c->feature_names;
     snprintf(meta.model, sizeof meta.model, "%s", c->model);
     char path[DT_PATH_MAX + 64];
-    int rc = dt_ckpt_save_in_dir(c->job->log_dir, &c->snapshot, &meta, c->job->max_to_keep, path,
-                                 sizeof path, err);
+    rc = dt_ckpt_save_in_dir(c->job->log_dir, &all, &meta, c->job->max_to_keep, path, sizeof path,
+                             err);
+    if (all.items != c->snapshot.items) free(all.items);
+    dt_tensors_deinit(&rows);
     if (rc < 0) return dt_err_wrap(err, rc, "chief: checkpoint");
     c->last_saved_step = global_step;
     dt_log(DT_LOG_INFO, "chief: saved %s (global_step %lld)", path, (long long)global_step);
@@ -270,6 +319,64 @@ static int compare_resumed(const chief *c, const char *path, const dt_safetensor
     return 0;
 }
 
+/* A sparse model's table in a loaded checkpoint: its tensors ("<table>/ids",
+ * "/values" and the slots it has) copied into c->table_rows for the
+ * Create that follows; none (an empty table) leaves it empty. The rows are
+ * checked by each ps task as it imports them. */
+static int keep_table_rows(chief *c, const dt_tensors *loaded, dt_err *err) {
+    dt_tensors_deinit(&c->table_rows);
+    const dt_table_config *t = dt_worker_table(c->w);
+    if (!t) return 0;
+    dt_tensor specs[2 + DT_OPTIM_MAX_SLOTS];
+    const dt_tensor *found[2 + DT_OPTIM_MAX_SLOTS];
+    int n = 0;
+    for (int i = 0; i < 2 + t->num_slots; i++) {
+        char name[DT_TENSOR_NAME_MAX + 32];
+        snprintf(name, sizeof name, "%s/%s", t->name,
+                 i == 0   ? "ids"
+                 : i == 1 ? "values"
+                          : t->slot_names[i - 2]);
+        const dt_tensor *x = dt_tensors_find(loaded, name);
+        if (!x) continue;
+        found[n] = x;
+        specs[n++] = *x;
+    }
+    if (n == 0) return 0;
+    int rc = dt_tensors_init(&c->table_rows, specs, n, err);
+    if (rc < 0) return rc;
+    for (int i = 0; i < n; i++)
+        memcpy(c->table_rows.items[i].data, found[i]->data, found[i]->nbytes);
+    return 0;
+}
+
+/* Sends the restored table rows to the ps tasks flagged in only (NULL:
+ * all), a page at a time, the last page ending their restore. */
+static int import_table(chief *c, const int *only, dt_err *err) {
+    const dt_tensors *rows = &c->table_rows;
+    const dt_table_config *t = dt_worker_table(c->w);
+    int64_t n = rows->items[0].shape[0]; /* ids first, then values and slots (n, D) */
+    int64_t sent = 0;
+    int rc = 0;
+    for (int64_t first = 0; first < n && rc == 0; first += TABLE_PAGE_ROWS) {
+        int64_t m = n - first < TABLE_PAGE_ROWS ? n - first : TABLE_PAGE_ROWS;
+        dt_tensor page[2 + DT_OPTIM_MAX_SLOTS];
+        for (int i = 0; i < rows->count; i++) {
+            const dt_tensor *x = &rows->items[i];
+            size_t row_bytes = x->nbytes / (size_t)n;
+            page[i] = *x;
+            page[i].shape[0] = m;
+            page[i].data = (char *)x->data + row_bytes * (size_t)first;
+            page[i].nbytes = row_bytes * (size_t)m;
+        }
+        rc = dt_ps_client_sparse_import(dt_worker_client(c->w), t->name, page, rows->count,
+                                        first + m == n, only, err);
+        sent += m;
+    }
+    if (rc < 0) return dt_err_wrap(err, rc, "chief: restoring table %s", t->name);
+    dt_log(DT_LOG_INFO, "chief: restored %lld rows of table %s", (long long)sent, t->name);
+    return 0;
+}
+
 /* Loads the latest checkpoint into the chief's vars (and slots when it has
  * them all). 1 found, 0 none. */
 static int load_latest(chief *c, int64_t *global_step, dt_err *err) {
@@ -293,6 +400,7 @@ static int load_latest(chief *c, int64_t *global_step, dt_err *err) {
                         "written for another model?)",
                         path, vars->count - rc, vars->count);
     int nslots = rc < 0 ? 0 : adopt(&loaded, &c->slots, path, err);
+    if (rc >= 0 && nslots >= 0) rc = keep_table_rows(c, &loaded, err);
     dt_tensors_deinit(&loaded);
     if (rc < 0) return rc;
     if (nslots < 0) return nslots;
@@ -346,7 +454,9 @@ static int create(chief *c, int64_t global_step, const int *only, dt_err *err) {
     c->create.vars = dt_worker_vars(c->w);
     c->create.slots = c->have_slots ? &c->slots : NULL;
     c->create.global_step = global_step;
+    c->create.tables_pending = c->table_rows.count > 0;
     int rc = dt_ps_client_create(dt_worker_client(c->w), &c->create, only, err);
+    if (rc == 0 && c->create.tables_pending) rc = import_table(c, only, err);
     /* gRPC's words for a request over the ps's cap, which a ps derives from
      * its own job config: say which setting disagrees. */
     if (rc < 0 && strstr(err->msg, "Received message larger than max"))
@@ -372,6 +482,7 @@ static int recover(chief *c, const census *cs, dt_err *err) {
     if (!found) {
         dt_log(DT_LOG_WARN, "chief: no checkpoint yet; restoring from the values last pulled");
         c->have_slots = 0;
+        dt_tensors_deinit(&c->table_rows); /* the lost task's rows start over */
     }
     /* The global step never goes backwards. */
     if (c->last_global_step > step) step = c->last_global_step;
@@ -403,10 +514,22 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     m->max_steps = job->max_steps;
     c->catch_up_steps = (int64_t)DT_PS_CATCH_UP_STEPS * cluster->num_workers;
     if (m->max_steps == 0) { /* epochs of a file: its size is known now */
-        int rc = dt_job_steps_for(job, dt_data_total(dt_worker_data(c->w)), &m->max_steps, err);
+        int rc = dt_job_steps_for(job, dt_worker_examples(c->w), &m->max_steps, err);
         if (rc < 0) return rc;
         dt_log(DT_LOG_INFO, "chief: %d epochs of %lld examples: max_steps %lld", job->epochs,
-               (long long)dt_data_total(dt_worker_data(c->w)), (long long)m->max_steps);
+               (long long)dt_worker_examples(c->w), (long long)m->max_steps);
+    }
+    const dt_table_config *t = dt_worker_table(c->w);
+    if (t) {
+        snprintf(c->table.name, sizeof c->table.name, "%s", t->name);
+        c->table.rows = t->rows;
+        c->table.dim = t->dim;
+        c->table.init = (int)t->init;
+        c->table.init_scale = t->init_scale;
+        c->table.seed = t->seed;
+        m->tables = &c->table;
+        m->num_tables = 1;
+        m->eviction = job->eviction;
     }
     dt_worker_set_max_steps(c->w, m->max_steps);
     int rc = dt_job_schedule(job, &m->schedule, err);
@@ -492,7 +615,14 @@ static int start_model(chief *c, const atomic_int *stop, dt_err *err) {
         nothing_to_train(c, "", step);
         return 2;
     }
-    if (!found) {
+    if (!found && dt_worker_table(c->w)) {
+        dt_sparse_model_config smc;
+        dt_table_config table;
+        if ((rc = dt_job_sparse_model(c->job, &smc, &table, err)) < 0) return rc;
+        dt_sparse_model_init(&smc, c->job->seed, dt_worker_vars(c->w));
+        dt_log(DT_LOG_INFO, "chief: no checkpoint in %s; initialized %s", c->job->log_dir,
+               c->model);
+    } else if (!found) {
         dt_model_init(&c->job->model, c->job->seed, dt_worker_vars(c->w));
         dt_log(DT_LOG_INFO, "chief: no checkpoint in %s; initialized %s", c->job->log_dir,
                c->model);
@@ -642,7 +772,7 @@ static int summarize_histograms(chief *c, dt_summary_writer *sw, int64_t step, d
                               dt_tensor_numel(&vars->items[i]), err);
     const dt_model *m = dt_worker_model(c->w);
     int rows = 0;
-    const float *z = dt_model_output(m, &rows);
+    const float *z = m ? dt_model_output(m, &rows) : NULL;
     if (rc == 0 && z)
         rc = summarize_floats(sw, step, "output", z, (int64_t)rows * dt_model_out_cols(m), err);
     return rc;
@@ -884,6 +1014,7 @@ static void chief_deinit(chief *c) {
     dt_tensors_deinit(&c->recipe);
     free(c->gone_logged);
     dt_tensors_deinit(&c->slots);
+    dt_tensors_deinit(&c->table_rows);
     dt_worker_free(c->w);
 }
 
@@ -905,6 +1036,11 @@ int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err 
     if ((rc = dt_worker_open(params, &c.w, err)) < 0) goto out;
     c.job = dt_worker_job(c.w); /* with the shapes the training file gave */
     dt_model_describe(&c.job->model, c.model, sizeof c.model);
+    if (dt_worker_table(c.w)) {
+        size_t n = strlen(c.model);
+        snprintf(c.model + n, sizeof c.model - n, " sparse: table %s of %lld rows",
+                 dt_worker_table(c.w)->name, (long long)dt_worker_table(c.w)->rows);
+    }
     if ((rc = init_slots(&c, err)) < 0 || (rc = init_recipe(&c, err)) < 0 ||
         (rc = init_snapshot(&c, err)) < 0)
         goto out;

@@ -222,6 +222,9 @@ static void optim_to_pb(const dt_optim_config *in, dtrain_OptimizerConfig *out) 
     out->beta2 = in->beta2;
     out->epsilon = in->epsilon;
     out->initial_accumulator = in->initial_accumulator;
+    out->l1_regularization_strength = in->ftrl_l1;
+    out->l2_regularization_strength = in->ftrl_l2;
+    out->ftrl_beta = in->ftrl_beta;
 }
 
 static void optim_from_pb(const dtrain_OptimizerConfig *in, dt_optim_config *out) {
@@ -233,6 +236,34 @@ static void optim_from_pb(const dtrain_OptimizerConfig *in, dt_optim_config *out
     out->beta2 = in->beta2;
     out->epsilon = in->epsilon;
     out->initial_accumulator = in->initial_accumulator;
+    out->ftrl_l1 = in->l1_regularization_strength;
+    out->ftrl_l2 = in->l2_regularization_strength;
+    out->ftrl_beta = in->ftrl_beta;
+}
+
+/* Unknown init names decode as -1, so the ps's check names them. */
+static void table_to_pb(const dt_msg_table *in, dtrain_TableSpec *out) {
+    copy_str(out->name, sizeof out->name, in->name);
+    out->rows = in->rows;
+    out->dim = in->dim;
+    int init = in->init;
+    copy_str(out->init, sizeof out->init,
+             init >= DT_TABLE_INIT_ZEROS && init <= DT_TABLE_INIT_UNIFORM
+                 ? dt_table_init_names[init]
+                 : "");
+    out->init_scale = in->init_scale;
+    out->seed = in->seed;
+}
+
+static void table_from_pb(const dtrain_TableSpec *in, dt_msg_table *out) {
+    copy_str(out->name, sizeof out->name, in->name);
+    out->rows = in->rows;
+    out->dim = in->dim;
+    out->init = in->init[0] ? -1 : DT_TABLE_INIT_ZEROS;
+    for (int i = 0; dt_table_init_names[i]; i++)
+        if (strcmp(in->init, dt_table_init_names[i]) == 0) out->init = i;
+    out->init_scale = in->init_scale;
+    out->seed = in->seed;
 }
 
 static void schedule_to_pb(const dt_lr_schedule *in, dtrain_LearningRateSchedule *out) {
@@ -317,6 +348,12 @@ typedef union {
     dtrain_ShutdownResponse shutdown_resp;
     grpc_health_v1_HealthCheckRequest health_req;
     grpc_health_v1_HealthCheckResponse health_resp;
+    dtrain_SparsePullRequest sparse_pull_req;
+    dtrain_SparsePullResponse sparse_pull_resp;
+    dtrain_SparseExportRequest sparse_export_req;
+    dtrain_SparseExportResponse sparse_export_resp;
+    dtrain_SparseImportRequest sparse_import_req;
+    dtrain_SparseImportResponse sparse_import_resp;
 } pb_any;
 
 static const pb_msgdesc_t *descriptor(dt_msg_type type) {
@@ -333,6 +370,12 @@ static const pb_msgdesc_t *descriptor(dt_msg_type type) {
     case DT_MSG_SHUTDOWN_RESP: return dtrain_ShutdownResponse_fields;
     case DT_MSG_HEALTH_REQ: return grpc_health_v1_HealthCheckRequest_fields;
     case DT_MSG_HEALTH_RESP: return grpc_health_v1_HealthCheckResponse_fields;
+    case DT_MSG_SPARSE_PULL_REQ: return dtrain_SparsePullRequest_fields;
+    case DT_MSG_SPARSE_PULL_RESP: return dtrain_SparsePullResponse_fields;
+    case DT_MSG_SPARSE_EXPORT_REQ: return dtrain_SparseExportRequest_fields;
+    case DT_MSG_SPARSE_EXPORT_RESP: return dtrain_SparseExportResponse_fields;
+    case DT_MSG_SPARSE_IMPORT_REQ: return dtrain_SparseImportRequest_fields;
+    case DT_MSG_SPARSE_IMPORT_RESP: return dtrain_SparseImportResponse_fields;
     default: return NULL;
     }
 }
@@ -355,14 +398,22 @@ static size_t pb_size(dt_msg_type type) {
     case DT_MSG_SHUTDOWN_RESP: return sizeof(dtrain_ShutdownResponse);
     case DT_MSG_HEALTH_REQ: return sizeof(grpc_health_v1_HealthCheckRequest);
     case DT_MSG_HEALTH_RESP: return sizeof(grpc_health_v1_HealthCheckResponse);
+    case DT_MSG_SPARSE_PULL_REQ: return sizeof(dtrain_SparsePullRequest);
+    case DT_MSG_SPARSE_PULL_RESP: return sizeof(dtrain_SparsePullResponse);
+    case DT_MSG_SPARSE_EXPORT_REQ: return sizeof(dtrain_SparseExportRequest);
+    case DT_MSG_SPARSE_EXPORT_RESP: return sizeof(dtrain_SparseExportResponse);
+    case DT_MSG_SPARSE_IMPORT_REQ: return sizeof(dtrain_SparseImportRequest);
+    case DT_MSG_SPARSE_IMPORT_RESP: return sizeof(dtrain_SparseImportResponse);
     default: return sizeof(pb_any);
     }
 }
 
 static const char *const type_names[DT_MSG_COUNT] = {
-    "CreateRequest",   "CreateResponse",   "PullRequest",        "PullResponse",
-    "PushRequest",     "PushResponse",     "StatusRequest",      "StatusResponse",
-    "ShutdownRequest", "ShutdownResponse", "HealthCheckRequest", "HealthCheckResponse",
+    "CreateRequest",       "CreateResponse",       "PullRequest",         "PullResponse",
+    "PushRequest",         "PushResponse",         "StatusRequest",       "StatusResponse",
+    "ShutdownRequest",     "ShutdownResponse",     "HealthCheckRequest",  "HealthCheckResponse",
+    "SparsePullRequest",   "SparsePullResponse",   "SparseExportRequest", "SparseExportResponse",
+    "SparseImportRequest", "SparseImportResponse",
 };
 
 /* Each message with more than a field or two, both ways, field by field. */
@@ -380,6 +431,16 @@ static void create_req_to_pb(const dt_msg_create_req *m, dtrain_CreateRequest *o
     consistency_to_pb(&m->consistency, &out->consistency);
     out->skip_nonfinite = m->skip_nonfinite;
     out->step_ceiling = m->step_ceiling;
+    int nt = m->num_tables < 0 ? 0 : m->num_tables > DT_MAX_TABLES ? DT_MAX_TABLES : m->num_tables;
+    out->tables_count = (pb_size_t)nt;
+    for (int i = 0; i < nt; i++)
+        table_to_pb(&m->tables[i], &out->tables[i]);
+    out->tables_pending = m->tables_pending;
+    const dt_table_evict_policy *e = &m->eviction;
+    out->has_eviction = e->idle_steps || e->min_touches || e->touch_window_steps;
+    out->eviction.idle_steps = e->idle_steps;
+    out->eviction.min_touches = e->min_touches;
+    out->eviction.touch_window_steps = e->touch_window_steps;
 }
 
 static void create_req_from_pb(const dtrain_CreateRequest *in, dt_msg_create_req *m) {
@@ -391,6 +452,13 @@ static void create_req_from_pb(const dtrain_CreateRequest *in, dt_msg_create_req
     consistency_from_pb(&in->consistency, &m->consistency);
     m->skip_nonfinite = in->skip_nonfinite;
     m->step_ceiling = in->step_ceiling;
+    m->num_tables = (int)in->tables_count;
+    for (pb_size_t i = 0; i < in->tables_count; i++)
+        table_from_pb(&in->tables[i], &m->tables[i]);
+    m->tables_pending = in->tables_pending;
+    m->eviction.idle_steps = in->eviction.idle_steps;
+    m->eviction.min_touches = in->eviction.min_touches;
+    m->eviction.touch_window_steps = in->eviction.touch_window_steps;
 }
 
 static void pull_req_to_pb(const dt_msg_pull_req *m, dtrain_PullRequest *out,
@@ -467,6 +535,14 @@ static void status_resp_to_pb(const dt_msg_status_resp *m, dtrain_StatusResponse
         copy_str(s->workers[i].failure, sizeof s->workers[i].failure, m->workers[i].failure);
     }
     copy_str(s->failure, sizeof s->failure, m->failure);
+    int nt = m->num_tables < 0 ? 0 : m->num_tables > DT_MAX_TABLES ? DT_MAX_TABLES : m->num_tables;
+    s->tables_count = (pb_size_t)nt;
+    for (int i = 0; i < nt; i++) {
+        copy_str(s->tables[i].name, sizeof s->tables[i].name, m->tables[i].name);
+        s->tables[i].rows_held = m->tables[i].rows_held;
+        s->tables[i].nonzero = m->tables[i].nonzero;
+        s->tables[i].bytes = m->tables[i].bytes;
+    }
 }
 
 static void status_resp_from_pb(const dtrain_StatusResponse *s, dt_msg_status_resp *m) {
@@ -499,6 +575,105 @@ static void status_resp_from_pb(const dtrain_StatusResponse *s, dt_msg_status_re
         copy_str(m->workers[i].failure, sizeof m->workers[i].failure, s->workers[i].failure);
     }
     copy_str(m->failure, sizeof m->failure, s->failure);
+    m->num_tables = (int)s->tables_count;
+    for (pb_size_t i = 0; i < s->tables_count; i++) {
+        copy_str(m->tables[i].name, sizeof m->tables[i].name, s->tables[i].name);
+        m->tables[i].rows_held = s->tables[i].rows_held;
+        m->tables[i].nonzero = s->tables[i].nonzero;
+        m->tables[i].bytes = s->tables[i].bytes;
+    }
+}
+
+static void sparse_to_pb(dt_msg_type type, const void *msg, pb_any *pb) {
+    switch (type) {
+    case DT_MSG_SPARSE_PULL_REQ: {
+        const dt_msg_sparse_pull_req *m = msg;
+        pb->sparse_pull_req.worker = m->worker;
+        copy_str(pb->sparse_pull_req.table, sizeof pb->sparse_pull_req.table, m->table);
+        set_tensor_encoder(&pb->sparse_pull_req.ids, &m->ids_out);
+        pb->sparse_pull_req.seen_step = m->seen_step;
+        break;
+    }
+    case DT_MSG_SPARSE_PULL_RESP: {
+        const dt_msg_sparse_pull_resp *m = msg;
+        pb->sparse_pull_resp.incarnation = m->incarnation;
+        pb->sparse_pull_resp.global_step = m->global_step;
+        pb->sparse_pull_resp.done = m->done;
+        set_tensor_encoder(&pb->sparse_pull_resp.values, &m->values_out);
+        break;
+    }
+    case DT_MSG_SPARSE_EXPORT_REQ: {
+        const dt_msg_sparse_export_req *m = msg;
+        copy_str(pb->sparse_export_req.table, sizeof pb->sparse_export_req.table, m->table);
+        pb->sparse_export_req.after_id = m->after_id;
+        pb->sparse_export_req.max_rows = m->max_rows;
+        pb->sparse_export_req.include_slots = m->include_slots;
+        break;
+    }
+    case DT_MSG_SPARSE_EXPORT_RESP: {
+        const dt_msg_sparse_export_resp *m = msg;
+        pb->sparse_export_resp.incarnation = m->incarnation;
+        pb->sparse_export_resp.global_step = m->global_step;
+        set_tensor_encoder(&pb->sparse_export_resp.tensors, &m->out);
+        pb->sparse_export_resp.more = m->more;
+        break;
+    }
+    case DT_MSG_SPARSE_IMPORT_REQ: {
+        const dt_msg_sparse_import_req *m = msg;
+        copy_str(pb->sparse_import_req.table, sizeof pb->sparse_import_req.table, m->table);
+        set_tensor_encoder(&pb->sparse_import_req.tensors, &m->out);
+        pb->sparse_import_req.last = m->last;
+        break;
+    }
+    case DT_MSG_SPARSE_IMPORT_RESP:
+        pb->sparse_import_resp.rows_held = ((const dt_msg_sparse_import_resp *)msg)->rows_held;
+        break;
+    default: break;
+    }
+}
+
+static void sparse_from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
+    switch (type) {
+    case DT_MSG_SPARSE_PULL_REQ: {
+        dt_msg_sparse_pull_req *m = msg;
+        m->worker = pb->sparse_pull_req.worker;
+        copy_str(m->table, sizeof m->table, pb->sparse_pull_req.table);
+        m->seen_step = pb->sparse_pull_req.seen_step;
+        break;
+    }
+    case DT_MSG_SPARSE_PULL_RESP: {
+        dt_msg_sparse_pull_resp *m = msg;
+        m->incarnation = pb->sparse_pull_resp.incarnation;
+        m->global_step = pb->sparse_pull_resp.global_step;
+        m->done = pb->sparse_pull_resp.done;
+        break;
+    }
+    case DT_MSG_SPARSE_EXPORT_REQ: {
+        dt_msg_sparse_export_req *m = msg;
+        copy_str(m->table, sizeof m->table, pb->sparse_export_req.table);
+        m->after_id = pb->sparse_export_req.after_id;
+        m->max_rows = pb->sparse_export_req.max_rows;
+        m->include_slots = pb->sparse_export_req.include_slots;
+        break;
+    }
+    case DT_MSG_SPARSE_EXPORT_RESP: {
+        dt_msg_sparse_export_resp *m = msg;
+        m->incarnation = pb->sparse_export_resp.incarnation;
+        m->global_step = pb->sparse_export_resp.global_step;
+        m->more = pb->sparse_export_resp.more;
+        break;
+    }
+    case DT_MSG_SPARSE_IMPORT_REQ: {
+        dt_msg_sparse_import_req *m = msg;
+        copy_str(m->table, sizeof m->table, pb->sparse_import_req.table);
+        m->last = pb->sparse_import_req.last;
+        break;
+    }
+    case DT_MSG_SPARSE_IMPORT_RESP:
+        ((dt_msg_sparse_import_resp *)msg)->rows_held = pb->sparse_import_resp.rows_held;
+        break;
+    default: break;
+    }
 }
 
 /* Fills the nanopb struct from a dtrain message; `names_storage` backs the
@@ -542,35 +717,34 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         break;
     case DT_MSG_SHUTDOWN_RESP:
     case DT_MSG_COUNT: break;
+    default: sparse_to_pb(type, msg, pb); break;
     }
 }
 
 /* ---- the push messages, by hand ---------------------------------------- */
 
 /* PushRequest and PushResponse, a step's messages, are written and read
- * without nanopb's field iteration: a table of their scalar fields (each
- * with a 1-byte tag: numbers below 16) and the number of their Tensor
- * field. The bytes are nanopb's (proto3: a field at its default is left
- * out; fields in number order), and reading follows nanopb's rules (any
- * order, the last value wins, unknown fields skipped, field number 0
+ * without nanopb's field iteration: a table of their fields, in number
+ * order (each with a 1-byte tag: numbers below 16), the repeated Tensor
+ * fields among them. The bytes are nanopb's (proto3: a field at its default
+ * is left out; fields in number order), and reading follows nanopb's rules
+ * (any order, the last value wins, unknown fields skipped, field number 0
  * refused, "wrong wire type", an int32 sent as a wider varint cut to its low
  * 32 bits, as protobuf's C++ parser and nanopb do). test/pbref.c holds both
  * directions to nanopb's. */
-typedef enum { HAND_INT32, HAND_INT64, HAND_BOOL, HAND_FIXED64 } hand_kind;
+typedef enum { HAND_INT32, HAND_INT64, HAND_BOOL, HAND_FIXED64, HAND_TENSORS } hand_kind;
 
 typedef struct {
     uint32_t number;
     hand_kind kind;
-    size_t offset; /* in the dt_msg_* struct */
+    size_t offset;    /* in the dt_msg_* struct; tensors: its dt_tensor_list */
+    size_t in_offset; /* tensors: its dt_tensor_views */
+    const char *what; /* tensors: their name in errors */
 } hand_field;
 
 typedef struct {
     const hand_field *fields;
     int count;
-    uint32_t tensors;  /* the repeated Tensor field's number */
-    size_t out_offset; /* dt_tensor_list in the struct */
-    size_t in_offset;  /* dt_tensor_views in the struct */
-    const char *what;  /* the tensors, in errors */
 } hand_msg;
 
 /* The tables are made from nanopb's own field lists (the generated
@@ -578,12 +752,23 @@ typedef struct {
  * of them: a scalar of a kind this codec knows becomes a row (and the
  * dt_msg_* struct needs a member of its name and C type, or this file does
  * not compile); a scalar of another kind names an enum constant that does
- * not exist (HAND_UINT32, say) and does not compile either; a second
- * callback field (another repeated message) fails the assertions below.
- * The one callback field, the tensors, is the table's `tensors`, not a row. */
+ * not exist (HAND_UINT32, say) and does not compile either; a callback field
+ * (a repeated Tensor) needs its HAND_TENSORS_<struct>_<field> below, naming
+ * its list and views in the struct, or it does not compile. */
 #define HAND_ROW(msg, atype, htype, ltype, name, number) HAND_ROW_##atype(msg, ltype, name, number)
-#define HAND_ROW_STATIC(msg, ltype, name, number) {number, HAND_##ltype, offsetof(msg, name)},
-#define HAND_ROW_CALLBACK(msg, ltype, name, number)
+#define HAND_ROW_STATIC(msg, ltype, name, number)                                                  \
+    {number, HAND_##ltype, offsetof(msg, name), 0, NULL},
+#define HAND_ROW_CALLBACK(msg, ltype, name, number) {number, HAND_TENSORS_##msg##_##name},
+#define HAND_TENSORS_AT(type, out, in, what)                                                       \
+    HAND_TENSORS, offsetof(type, out), offsetof(type, in), what
+#define HAND_TENSORS_dt_msg_push_req_gradients                                                     \
+    HAND_TENSORS_AT(dt_msg_push_req, out, in, "gradients")
+#define HAND_TENSORS_dt_msg_push_req_sparse_ids                                                    \
+    HAND_TENSORS_AT(dt_msg_push_req, sparse_ids_out, sparse_ids_in, "sparse_ids")
+#define HAND_TENSORS_dt_msg_push_req_sparse_grads                                                  \
+    HAND_TENSORS_AT(dt_msg_push_req, sparse_grads_out, sparse_grads_in, "sparse_grads")
+#define HAND_TENSORS_dt_msg_push_resp_variables                                                    \
+    HAND_TENSORS_AT(dt_msg_push_resp, out, in, "variables")
 /* && 1 when a row's member has the C type hand_value reads for its kind. */
 #define HAND_TYPE_OK(msg, atype, htype, ltype, name, number)                                       \
     &&HAND_TYPE_OK_##atype(msg, ltype, name)
@@ -594,10 +779,6 @@ typedef struct {
              : HAND_##ltype == HAND_BOOL, uint64_t                                                 \
              : HAND_##ltype == HAND_FIXED64, default : 0)
 #define HAND_TYPE_OK_CALLBACK(msg, ltype, name) 1
-/* + 1 for each callback field. */
-#define HAND_IS_CB(msg, atype, htype, ltype, name, number) +HAND_CB_##atype
-#define HAND_CB_STATIC 0
-#define HAND_CB_CALLBACK 1
 
 static const hand_field push_req_fields[] = {
     dtrain_PushRequest_FIELDLIST(HAND_ROW, dt_msg_push_req)};
@@ -607,23 +788,9 @@ _Static_assert(1 dtrain_PushRequest_FIELDLIST(HAND_TYPE_OK, dt_msg_push_req),
                "PushRequest: a field's C type in dt_msg_push_req is not its wire kind's");
 _Static_assert(1 dtrain_PushResponse_FIELDLIST(HAND_TYPE_OK, dt_msg_push_resp),
                "PushResponse: a field's C type in dt_msg_push_resp is not its wire kind's");
-_Static_assert((0 dtrain_PushRequest_FIELDLIST(HAND_IS_CB, x)) == 1,
-               "PushRequest: the hand-written codec knows one callback field, the gradients");
-_Static_assert((0 dtrain_PushResponse_FIELDLIST(HAND_IS_CB, x)) == 1,
-               "PushResponse: the hand-written codec knows one callback field, the variables");
 #define HAND_COUNT(fields) ((int)(sizeof fields / sizeof fields[0]))
-static const hand_msg hand_push_req = {push_req_fields,
-                                       HAND_COUNT(push_req_fields),
-                                       dtrain_PushRequest_gradients_tag,
-                                       offsetof(dt_msg_push_req, out),
-                                       offsetof(dt_msg_push_req, in),
-                                       "gradients"};
-static const hand_msg hand_push_resp = {push_resp_fields,
-                                        HAND_COUNT(push_resp_fields),
-                                        dtrain_PushResponse_variables_tag,
-                                        offsetof(dt_msg_push_resp, out),
-                                        offsetof(dt_msg_push_resp, in),
-                                        "variables"};
+static const hand_msg hand_push_req = {push_req_fields, HAND_COUNT(push_req_fields)};
+static const hand_msg hand_push_resp = {push_resp_fields, HAND_COUNT(push_resp_fields)};
 
 static const hand_msg *hand_of(dt_msg_type type) {
     if (type == DT_MSG_PUSH_REQ) return &hand_push_req;
@@ -644,13 +811,12 @@ static uint64_t hand_value(const hand_field *f, const void *msg) {
 
 /* Writes msg by hand; a sizing stream (no callback) only counts. */
 static bool hand_write(pb_ostream_t *stream, const hand_msg *h, const void *msg) {
-    const dt_tensor_list *out = (const dt_tensor_list *)((const char *)msg + h->out_offset);
-    int tensors_done = 0;
     for (int i = 0; i < h->count; i++) {
         const hand_field *f = &h->fields[i];
-        if (!tensors_done && f->number > h->tensors) {
-            if (!write_tensors(stream, out, h->tensors)) return false;
-            tensors_done = 1;
+        if (f->kind == HAND_TENSORS) {
+            const dt_tensor_list *out = (const dt_tensor_list *)((const char *)msg + f->offset);
+            if (!write_tensors(stream, out, f->number)) return false;
+            continue;
         }
         uint64_t v = hand_value(f, msg);
         if (v == 0) continue; /* proto3: the default is not sent */
@@ -662,7 +828,7 @@ static bool hand_write(pb_ostream_t *stream, const hand_msg *h, const void *msg)
             return false;
         }
     }
-    return tensors_done || write_tensors(stream, out, h->tensors);
+    return true;
 }
 
 /* Reads field f's value into msg. */
@@ -688,32 +854,40 @@ static bool hand_read_field(pb_istream_t *stream, pb_wire_type_t wt, const hand_
 static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **arg);
 static bool next_tag(pb_istream_t *stream, pb_wire_type_t *wt, uint32_t *number);
 
+/* One Tensor of field f (its tag read) into f's views. */
+static bool hand_read_tensor(pb_istream_t *stream, pb_wire_type_t wt, const hand_field *f,
+                             void *msg, decode_ctx *ctx) {
+    decode_ctx fctx = {ctx->err, f->what};
+    views_arg va = {&fctx, (dt_tensor_views *)((char *)msg + f->in_offset)};
+    void *arg = &va;
+    pb_istream_t sub;
+    if (wt != PB_WT_STRING) PB_RETURN_ERROR(stream, "wrong wire type");
+    if (!pb_make_string_substream(stream, &sub)) return false;
+    if (!decode_tensor(&sub, NULL, &arg)) {
+        /* The tensor's own error is in ctx->err; a substream error in its
+         * stream. */
+        if (ctx->err->code == DT_OK) PB_RETURN_ERROR(stream, PB_GET_ERROR(&sub));
+        return false;
+    }
+    return pb_close_string_substream(stream, &sub);
+}
+
 /* Reads msg by hand from stream (views into the message's pieces). */
 static bool hand_read(pb_istream_t *stream, const hand_msg *h, void *msg, decode_ctx *ctx) {
-    views_arg va = {ctx, (dt_tensor_views *)((char *)msg + h->in_offset)};
-    va.views->count = 0;
-    void *arg = &va;
+    for (int i = 0; i < h->count; i++)
+        if (h->fields[i].kind == HAND_TENSORS)
+            ((dt_tensor_views *)((char *)msg + h->fields[i].in_offset))->count = 0;
     while (stream->bytes_left > 0) {
         pb_wire_type_t wt;
         uint32_t tag;
         if (!next_tag(stream, &wt, &tag)) return false;
-        if (tag == h->tensors) {
-            pb_istream_t sub;
-            if (wt != PB_WT_STRING) PB_RETURN_ERROR(stream, "wrong wire type");
-            if (!pb_make_string_substream(stream, &sub)) return false;
-            if (!decode_tensor(&sub, NULL, &arg)) {
-                /* The tensor's own error is in ctx->err; a substream error
-                 * in its stream. */
-                if (ctx->err->code == DT_OK) PB_RETURN_ERROR(stream, PB_GET_ERROR(&sub));
-                return false;
-            }
-            if (!pb_close_string_substream(stream, &sub)) return false;
-            continue;
-        }
         const hand_field *f = NULL;
         for (int i = 0; i < h->count && !f; i++)
             if (h->fields[i].number == tag) f = &h->fields[i];
-        if (f ? !hand_read_field(stream, wt, f, msg) : !pb_skip_field(stream, wt)) return false;
+        bool ok = !f                        ? pb_skip_field(stream, wt)
+                  : f->kind == HAND_TENSORS ? hand_read_tensor(stream, wt, f, msg, ctx)
+                                            : hand_read_field(stream, wt, f, msg);
+        if (!ok) return false;
     }
     return true;
 }
@@ -751,7 +925,7 @@ int64_t dt_codec_size(dt_msg_type type, const void *msg, dt_err *err) {
 
 int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len, dt_err *err) {
     DT_ASSERT(host_is_little_endian()); /* tensor bytes are sent as they are in memory */
-    const pb_msgdesc_t *fields = descriptor(type);
+    const pb_msgdesc_t *fields = (unsigned)type < DT_MSG_COUNT ? descriptor(type) : NULL;
     if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
     pb_any pb;
     out_names_arg names;
@@ -768,7 +942,7 @@ int dt_codec_encode(dt_msg_type type, const void *msg, uint8_t *buf, size_t len,
 }
 
 /* The tensor lists msg encodes. */
-static int lists_of(dt_msg_type type, const void *msg, const dt_tensor_list *lists[2]) {
+static int lists_of(dt_msg_type type, const void *msg, const dt_tensor_list *lists[3]) {
     switch (type) {
     case DT_MSG_CREATE_REQ:
         lists[0] = &((const dt_msg_create_req *)msg)->out;
@@ -778,7 +952,23 @@ static int lists_of(dt_msg_type type, const void *msg, const dt_tensor_list *lis
         lists[0] = &((const dt_msg_pull_resp *)msg)->out;
         lists[1] = &((const dt_msg_pull_resp *)msg)->slots_out;
         return 2;
-    case DT_MSG_PUSH_REQ: lists[0] = &((const dt_msg_push_req *)msg)->out; return 1;
+    case DT_MSG_PUSH_REQ:
+        lists[0] = &((const dt_msg_push_req *)msg)->out;
+        lists[1] = &((const dt_msg_push_req *)msg)->sparse_ids_out;
+        lists[2] = &((const dt_msg_push_req *)msg)->sparse_grads_out;
+        return 3;
+    case DT_MSG_SPARSE_PULL_REQ:
+        lists[0] = &((const dt_msg_sparse_pull_req *)msg)->ids_out;
+        return 1;
+    case DT_MSG_SPARSE_PULL_RESP:
+        lists[0] = &((const dt_msg_sparse_pull_resp *)msg)->values_out;
+        return 1;
+    case DT_MSG_SPARSE_EXPORT_RESP:
+        lists[0] = &((const dt_msg_sparse_export_resp *)msg)->out;
+        return 1;
+    case DT_MSG_SPARSE_IMPORT_REQ:
+        lists[0] = &((const dt_msg_sparse_import_req *)msg)->out;
+        return 1;
     case DT_MSG_PUSH_RESP: lists[0] = &((const dt_msg_push_resp *)msg)->out; return 1;
     default: return 0;
     }
@@ -800,7 +990,7 @@ int dt_codec_encode_buf(dt_msg_type type, const void *msg, dt_rpc_buf *out, dt_e
         return rc;
     }
     /* The bytes sent in place are not the message's own. */
-    const dt_tensor_list *lists[2];
+    const dt_tensor_list *lists[3];
     size_t refs = 0;
     for (int l = lists_of(type, msg, lists) - 1; l >= 0; l--)
         for (int i = 0; i < lists[l]->count; i++)
@@ -985,6 +1175,7 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
     tf.name[0] = '\0';
     tf.dtype = 0;
     tf.ndim = 0;
+    memset(tf.shape, 0, sizeof tf.shape);
     tf.data = (bytes_view){{NULL, 0, 0}, NULL, va->ctx};
     while (stream->bytes_left > 0) {
         pb_wire_type_t wt;
@@ -1105,6 +1296,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         break;
     case DT_MSG_SHUTDOWN_RESP:
     case DT_MSG_COUNT: break;
+    default: sparse_from_pb(type, pb, msg); break;
     }
 }
 
@@ -1151,7 +1343,7 @@ static int decode_pieces(dt_msg_type type, const dt_rpc_piece *pieces, int n, si
     pb_istream_t stream = {.callback = piece_read, .state = &pos, .bytes_left = len};
     const hand_msg *h = hand_of(type);
     if (h) {
-        decode_ctx hctx = {&local, h->what};
+        decode_ctx hctx = {&local, "tensors"};
         if (hand_read(&stream, h, msg, &hctx)) return 0;
         if (local.code != DT_OK)
             return dt_err_set(err, local.code, "%s: %s", type_names[type], local.msg);
@@ -1176,6 +1368,24 @@ static int decode_pieces(dt_msg_type type, const dt_rpc_piece *pieces, int n, si
         set_tensor_decoder(&pb.pull_resp.variables, &va, &((dt_msg_pull_resp *)msg)->in, &ctx);
         set_tensor_decoder(&pb.pull_resp.slots, &sa, &((dt_msg_pull_resp *)msg)->slots_in,
                            &slots_ctx);
+        break;
+    case DT_MSG_SPARSE_PULL_REQ:
+        ctx.what = "ids";
+        set_tensor_decoder(&pb.sparse_pull_req.ids, &va, &((dt_msg_sparse_pull_req *)msg)->ids_in,
+                           &ctx);
+        break;
+    case DT_MSG_SPARSE_PULL_RESP:
+        ctx.what = "values";
+        set_tensor_decoder(&pb.sparse_pull_resp.values, &va,
+                           &((dt_msg_sparse_pull_resp *)msg)->values_in, &ctx);
+        break;
+    case DT_MSG_SPARSE_EXPORT_RESP:
+        set_tensor_decoder(&pb.sparse_export_resp.tensors, &va,
+                           &((dt_msg_sparse_export_resp *)msg)->in, &ctx);
+        break;
+    case DT_MSG_SPARSE_IMPORT_REQ:
+        set_tensor_decoder(&pb.sparse_import_req.tensors, &va,
+                           &((dt_msg_sparse_import_req *)msg)->in, &ctx);
         break;
     case DT_MSG_PULL_REQ: {
         dt_msg_pull_req *m = msg;
@@ -1238,6 +1448,9 @@ const char *dt_codec_method(dt_msg_type request_type) {
     case DT_MSG_STATUS_REQ: return DT_METHOD_STATUS;
     case DT_MSG_SHUTDOWN_REQ: return DT_METHOD_SHUTDOWN;
     case DT_MSG_HEALTH_REQ: return DT_METHOD_HEALTH_CHECK;
+    case DT_MSG_SPARSE_PULL_REQ: return DT_METHOD_SPARSE_PULL;
+    case DT_MSG_SPARSE_EXPORT_REQ: return DT_METHOD_SPARSE_EXPORT;
+    case DT_MSG_SPARSE_IMPORT_REQ: return DT_METHOD_SPARSE_IMPORT;
     default: return NULL;
     }
 }

@@ -27,6 +27,7 @@
 #include "err.h"
 #include "optim.h"
 #include "rpc_common.h"
+#include "table.h"
 #include "tensor.h"
 
 #define DT_MSG_MODEL_MAX 256
@@ -89,6 +90,12 @@ typedef enum {
     DT_MSG_SHUTDOWN_RESP,
     DT_MSG_HEALTH_REQ, /* grpc.health.v1 (proto/health.proto) */
     DT_MSG_HEALTH_RESP,
+    DT_MSG_SPARSE_PULL_REQ,
+    DT_MSG_SPARSE_PULL_RESP,
+    DT_MSG_SPARSE_EXPORT_REQ,
+    DT_MSG_SPARSE_EXPORT_RESP,
+    DT_MSG_SPARSE_IMPORT_REQ,
+    DT_MSG_SPARSE_IMPORT_RESP,
     DT_MSG_COUNT
 } dt_msg_type;
 
@@ -145,6 +152,21 @@ typedef struct {
     uint8_t members[DT_SYNC_MAX_WORKERS / 8]; /* bit w % 8 of byte w / 8: worker w */
 } dt_sync_decision;
 
+/* Most tables (sparse variables) one job has (proto options). */
+#define DT_MAX_TABLES 16
+
+/* A table as the wire describes it (proto TableSpec). init is a
+ * dt_table_init, or -1 for a name the decoder did not know (the ps's check
+ * names it). */
+typedef struct {
+    char name[DT_TABLE_NAME_MAX];
+    int64_t rows;
+    int32_t dim;
+    int init;
+    double init_scale;
+    uint64_t seed;
+} dt_msg_table;
+
 typedef struct {
     dt_tensor_list out;
     dt_tensor_views in;
@@ -158,6 +180,10 @@ typedef struct {
     bool skip_nonfinite;
     int64_t step_ceiling;
     char model[DT_MSG_MODEL_MAX];
+    dt_msg_table tables[DT_MAX_TABLES]; /* (num_tables) the sparse variables */
+    int num_tables;
+    bool tables_pending;            /* rows follow (SparseImport); not ready before the last page */
+    dt_table_evict_policy eviction; /* all 0: off */
 } dt_msg_create_req;
 
 typedef struct {
@@ -197,6 +223,10 @@ typedef struct {
     bool pull;               /* also return the variables after the push */
     int64_t min_global_step; /* with pull: as a Pull's */
     uint64_t push_id;        /* non-zero: a retry carries the same; never applied twice */
+    /* Sparse gradients: pair i is table sparse_*[i].name's ids (I64 (n))
+     * and rows (F32 (n, dim)). Decoding: a cap of 0 refuses them. */
+    dt_tensor_list sparse_ids_out, sparse_grads_out;
+    dt_tensor_views sparse_ids_in, sparse_grads_in;
 } dt_msg_push_req;
 
 typedef struct {
@@ -227,6 +257,14 @@ typedef struct {
     char failure[DT_MSG_FAILURE_MAX]; /* non-empty: it failed and left; why */
 } dt_worker_activity;
 
+/* One table on one ps (proto TableStatus). */
+typedef struct {
+    char name[DT_TABLE_NAME_MAX];
+    int64_t rows_held;
+    int64_t nonzero;
+    int64_t bytes;
+} dt_msg_table_status;
+
 typedef struct {
     uint64_t incarnation;
     bool ready;
@@ -250,7 +288,9 @@ typedef struct {
     int64_t uptime_ms;
     dt_worker_activity workers[DT_STATUS_MAX_WORKERS]; /* (num_workers) by task index */
     int num_workers;
-    char failure[DT_MSG_FAILURE_MAX]; /* non-empty: the job failed; the chief's reason */
+    char failure[DT_MSG_FAILURE_MAX];          /* non-empty: the job failed; the chief's reason */
+    dt_msg_table_status tables[DT_MAX_TABLES]; /* (num_tables) the sparse variables held */
+    int num_tables;
 } dt_msg_status_resp;
 
 typedef struct {
@@ -283,6 +323,53 @@ typedef struct {
 typedef struct {
     int status; /* dt_health_status */
 } dt_msg_health_resp;
+
+/* SparsePull: rows of one table. ids travel as a Tensor (I64 (n)); the
+ * reply's values as one (F32 (n, dim)). Decoding: cap 1 storage each. */
+typedef struct {
+    int32_t worker;
+    char table[DT_TABLE_NAME_MAX];
+    int64_t seen_step;
+    dt_tensor_list ids_out;
+    dt_tensor_views ids_in;
+} dt_msg_sparse_pull_req;
+
+typedef struct {
+    uint64_t incarnation;
+    int64_t global_step;
+    bool done;
+    dt_tensor_list values_out;
+    dt_tensor_views values_in;
+} dt_msg_sparse_pull_resp;
+
+/* Most rows one SparseExport page may ask for. */
+#define DT_SPARSE_EXPORT_MAX_ROWS (1 << 20)
+
+typedef struct {
+    char table[DT_TABLE_NAME_MAX];
+    int64_t after_id; /* rows with a greater id; -1: from the first */
+    int32_t max_rows; /* 1..DT_SPARSE_EXPORT_MAX_ROWS */
+    bool include_slots;
+} dt_msg_sparse_export_req;
+
+typedef struct {
+    uint64_t incarnation;
+    int64_t global_step;
+    bool more;          /* rows remain past this page */
+    dt_tensor_list out; /* "<table>/ids", "<table>/values", slots */
+    dt_tensor_views in;
+} dt_msg_sparse_export_resp;
+
+typedef struct {
+    char table[DT_TABLE_NAME_MAX];
+    bool last;          /* the restore's last page: the ps is ready after it */
+    dt_tensor_list out; /* as dt_msg_sparse_export_resp's */
+    dt_tensor_views in;
+} dt_msg_sparse_import_req;
+
+typedef struct {
+    int64_t rows_held;
+} dt_msg_sparse_import_resp;
 
 /* Exact encoded size of msg (a dt_msg_* matching type), or a negative code. */
 int64_t dt_codec_size(dt_msg_type type, const void *msg, dt_err *err);
@@ -321,6 +408,9 @@ void dt_codec_view_reader(const dt_tensor_views *views, int i, dt_rpc_reader *r)
 #define DT_METHOD_STATUS "/dtrain.ParameterServer/Status"
 #define DT_METHOD_SHUTDOWN "/dtrain.ParameterServer/Shutdown"
 #define DT_METHOD_HEALTH_CHECK "/grpc.health.v1.Health/Check"
+#define DT_METHOD_SPARSE_PULL "/dtrain.ParameterServer/SparsePull"
+#define DT_METHOD_SPARSE_EXPORT "/dtrain.ParameterServer/SparseExport"
+#define DT_METHOD_SPARSE_IMPORT "/dtrain.ParameterServer/SparseImport"
 
 /* Method path for a request type (DT_METHOD_PULL for DT_MSG_PULL_REQ), or
  * NULL for a type that is not a request. */

@@ -307,12 +307,12 @@ static void scaling_apply(const scaling *sc, float *x, int64_t rows, int F) {
 
 /* ---- opening -------------------------------------------------------------- */
 
-const char *const dt_data_source_names[] = {"line", "wide", "csv", "libsvm", "idx", NULL};
+const char *const dt_data_source_names[] = {"line", "wide", "csv", "libsvm", "idx", "criteo", NULL};
 const char *const dt_scale_names[] = {"none", "standardize", "divide", NULL};
 
 int dt_data_reads_files(const dt_data_config *cfg) {
     return cfg->source == DT_DATA_CSV || cfg->source == DT_DATA_LIBSVM ||
-           cfg->source == DT_DATA_IDX;
+           cfg->source == DT_DATA_IDX || cfg->source == DT_DATA_CRITEO;
 }
 
 dt_reader_format dt_data_reader_format(const dt_data_config *cfg) {
@@ -349,12 +349,15 @@ static int source_of(const dt_data_config *cfg, int *source, dt_err *err) {
     case DT_DATA_CSV:
     case DT_DATA_LIBSVM:
     case DT_DATA_IDX: *source = SRC_FILE; return 0;
+    case DT_DATA_CRITEO:
+        return dt_err_set(err, DT_EINVAL,
+                          "data: \"data\": \"criteo\" is read by sparse models only (\"sparse\")");
     }
     return dt_err_set(err, DT_EINVAL, "data: \"data\": unknown source %d", (int)cfg->source);
 }
 
 static const char *source_name(const dt_data_config *cfg) {
-    return (unsigned)cfg->source <= DT_DATA_IDX ? dt_data_source_names[cfg->source] : "?";
+    return (unsigned)cfg->source <= DT_DATA_CRITEO ? dt_data_source_names[cfg->source] : "?";
 }
 
 /* A new dataset with its shard geometry, order and the shard's size. */

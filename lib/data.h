@@ -43,7 +43,8 @@ typedef enum {
     DT_DATA_WIDE,
     DT_DATA_CSV,
     DT_DATA_LIBSVM,
-    DT_DATA_IDX
+    DT_DATA_IDX,
+    DT_DATA_CRITEO /* sparse models only (lib/sparse_reader): no dense dataset reads it */
 } dt_data_source;
 /* The job's names of the sources, indexed by dt_data_source, NULL-terminated. */
 extern const char *const dt_data_source_names[];

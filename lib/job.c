@@ -19,6 +19,7 @@
 #include "cluster.h"
 #include "jsonpos.h"
 #include "log.h"
+#include "sparse_reader.h"
 
 #define MAX_EXACT_INT 9007199254740992.0 /* 2^53: JSON numbers are doubles */
 #define WHY_MAX 400
@@ -63,6 +64,7 @@ _Static_assert(sizeof(dt_scale) == sizeof(int), "enum size");
 _Static_assert(sizeof(dt_placement) == sizeof(int), "enum size");
 _Static_assert(sizeof(dt_mode) == sizeof(int), "enum size");
 _Static_assert(sizeof(dt_nonfinite) == sizeof(int), "enum size");
+_Static_assert(sizeof(dt_sparse_mode) == sizeof(int), "enum size");
 
 #define AT(m) .offset = offsetof(dt_job, m), .size = sizeof(((dt_job *)0)->m)
 #define INT_FIELD(n, m, lo)                                                                        \
@@ -153,6 +155,23 @@ static const field fields[] = {
     INT_FIELD("staleness", consistency.staleness, 0),
     INT_FIELD("sync_timeout_secs", consistency.sync_timeout_secs, 1),
     CHOICE("nonfinite", consistency.nonfinite, dt_nonfinite_names),
+    CHOICE("sparse", sparse, dt_sparse_mode_names),
+    {.name = "hash_bits", .type = F_INT, AT(hash_bits), .min = 0, .max = 40},
+    {.name = "evict_idle_steps",
+     .type = F_INT64,
+     AT(eviction.idle_steps),
+     .min = 0,
+     .max = MAX_EXACT_INT},
+    {.name = "evict_min_touches",
+     .type = F_INT64,
+     AT(eviction.min_touches),
+     .min = 0,
+     .max = MAX_EXACT_INT},
+    {.name = "evict_touch_window_steps",
+     .type = F_INT64,
+     AT(eviction.touch_window_steps),
+     .min = 0,
+     .max = MAX_EXACT_INT},
     INT_FIELD("batch_size", batch_size, 1),
     {.name = "max_steps", .type = F_INT64, AT(max_steps), .min = 0, .max = MAX_EXACT_INT},
     INT_FIELD("epochs", epochs, 0),
@@ -776,14 +795,106 @@ int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps, dt
     return 0;
 }
 
-/* The ftrl rule is in lib/optim, but the wire's OptimizerConfig does not
- * carry its l1, l2 and beta yet (sparse models, phase 2): a ps would run it
- * without them. Refused until it does. */
-static int ftrl_not_served(const dt_job *job, dt_err *err) {
-    if (strcmp(job->optim.name, "ftrl") != 0) return 0;
-    return dt_err_set(err, DT_EINVAL,
-                      "job: \"optimizer\": \"ftrl\" is not served by the ps yet (its "
-                      "regularization does not reach the ps); use sgd, momentum, adagrad or adam");
+/* ---- sparse models ------------------------------------------------------ */
+
+int dt_job_is_sparse(const dt_job *job) {
+    if (job->sparse != DT_SPARSE_AUTO) return job->sparse == DT_SPARSE_ON;
+    if (job->data.source == DT_DATA_CRITEO) return 1;
+    return job->data.source == DT_DATA_LIBSVM &&
+           (job->hash_bits > 0 || job->model.num_features > DT_SPARSE_AUTO_FEATURES);
+}
+
+/* What a sparse model takes (and what it does not yet), by field. */
+static int check_sparse(const dt_job *job, dt_err *err) {
+    const dt_data_config *d = &job->data;
+    const dt_table_evict_policy *e = &job->eviction;
+    if (e->min_touches > 0 && e->touch_window_steps < 1)
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"evict_min_touches\" needs \"evict_touch_window_steps\" >= 1");
+    if (!dt_job_is_sparse(job) && (e->idle_steps || e->min_touches || e->touch_window_steps))
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"evict_*\" drop rows of a sparse model's table: the model is "
+                          "not sparse (\"sparse\")");
+    if (!dt_job_is_sparse(job)) {
+        if (d->source == DT_DATA_CRITEO)
+            return dt_err_set(err, DT_EINVAL,
+                              "job: \"data\": \"criteo\" needs a sparse model (\"sparse\": "
+                              "\"auto\" or \"on\")");
+        if (job->hash_bits > 0)
+            return dt_err_set(err, DT_EINVAL,
+                              "job: \"hash_bits\" %d needs a sparse model (\"sparse\" is \"off\")",
+                              job->hash_bits);
+        return 0;
+    }
+    if (d->source != DT_DATA_LIBSVM && d->source != DT_DATA_CRITEO)
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"sparse\": a sparse model reads \"data\": \"libsvm\" or "
+                          "\"criteo\" (got \"%s\")",
+                          dt_data_source_names[d->source]);
+    if (job->model.kind == DT_MODEL_MLP)
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"sparse\": \"model\": \"mlp\" has no sparse form yet (use "
+                          "\"linear\", \"logistic\" or \"softmax\")");
+    if (d->source == DT_DATA_CRITEO && job->hash_bits < 1)
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"data\": \"criteo\" hashes its categories: \"hash_bits\" must "
+                          "be 1..40");
+    if (job->consistency.mode == DT_MODE_SYNC)
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"sparse\": \"mode\": \"sync\" does not aggregate a table's rows "
+                          "yet; train sparse models \"async\" or \"bounded\"");
+    if (job->pipeline_push)
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"sparse\": \"pipeline_push\" is not built for sparse models yet");
+    if (d->scale != DT_SCALE_NONE)
+        return dt_err_set(err, DT_EINVAL, "job: \"sparse\": \"scale\" must be \"none\"");
+    if (d->eval_data[0])
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"sparse\": \"eval_data\" is not scored for sparse models yet");
+    return 0;
+}
+
+int dt_job_sparse_model(const dt_job *job, dt_sparse_model_config *model, dt_table_config *table,
+                        dt_err *err) {
+    int rc = check_sparse(job, err);
+    if (rc < 0) return rc;
+    if (!dt_job_is_sparse(job))
+        return dt_err_set(err, DT_EINVAL, "job: not a sparse model (\"sparse\")");
+    memset(model, 0, sizeof *model);
+    model->kind = DT_SPARSE_WIDE;
+    model->head = job->model.kind;
+    model->num_ids = job->hash_bits ? (int64_t)1 << job->hash_bits : job->model.num_features;
+    model->dense_features = job->data.source == DT_DATA_CRITEO ? DT_CRITEO_INT_COLUMNS : 0;
+    model->num_classes = job->model.num_classes;
+    model->l2 = job->model.l2;
+    dt_tensor specs[DT_SPARSE_MODEL_MAX_VARS];
+    int count = 0;
+    if ((rc = dt_sparse_model_specs(model, specs, &count, table, err)) < 0)
+        return dt_err_wrap(err, rc, "job");
+    table->seed = job->seed;
+    dt_table_config_slots(table, &job->optim);
+    return 0;
+}
+
+int dt_job_open_sparse(const dt_job *job, int eval, int shard, int num_shards, dt_sparse_set *out,
+                       dt_err *err) {
+    dt_data_needs needs;
+    dt_model_data_needs(&job->model, &needs);
+    dt_sparse_read_params p;
+    memset(&p, 0, sizeof p);
+    p.hash_bits = job->hash_bits;
+    p.num_features = job->model.num_features;
+    p.label_kind = needs.label_kind;
+    p.num_classes = needs.num_classes;
+    p.svm_signed_labels = needs.svm_signed_labels;
+    p.labels = DT_LABELS_REQUIRED;
+    p.skip_bad_rows = job->data.skip_bad_rows;
+    p.shard = shard;
+    p.num_shards = num_shards;
+    const char *path = eval ? job->data.eval_data : job->data.train_data;
+    int rc = job->data.source == DT_DATA_CRITEO ? dt_sparse_read_criteo(path, &p, out, err)
+                                                : dt_sparse_read_libsvm(path, &p, out, err);
+    return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
 }
 
 int dt_job_finish(dt_job *job, dt_err *err) {
@@ -791,7 +902,6 @@ int dt_job_finish(dt_job *job, dt_err *err) {
     int rc = check_fields(job, err);
     if (rc) return rc;
     if ((rc = dt_optim_check(&job->optim, err))) return rc;
-    if ((rc = ftrl_not_served(job, err))) return rc;
     const dt_data_config *data = &job->data;
     int from_file = dt_job_reads_files(job);
     /* Shapes not set: the synthetic sources keep their old defaults (one
@@ -799,6 +909,14 @@ int dt_job_finish(dt_job *job, dt_err *err) {
      * that a binary model has two classes and a linear one none to say. */
     dt_model_config *m = &job->model;
     if (m->num_features == 0 && !from_file) m->num_features = 1;
+    /* Criteo rows have 13 dense features and hashed ids; hashed libsvm
+     * indices need no feature count either. */
+    if (data->source == DT_DATA_CRITEO) m->num_features = DT_CRITEO_INT_COLUMNS;
+    if (m->num_features == 0 && data->source == DT_DATA_LIBSVM && job->hash_bits > 0 &&
+        job->sparse != DT_SPARSE_OFF)
+        m->num_features = 1;
+    if (m->num_classes == 0 && data->source == DT_DATA_CRITEO) m->num_classes = 2;
+    if ((rc = check_sparse(job, err))) return rc;
     if (m->num_classes == 0 &&
         (!from_file || m->kind == DT_MODEL_LINEAR || m->kind == DT_MODEL_LOGISTIC))
         m->num_classes = 2;
@@ -845,7 +963,8 @@ int dt_job_finish(dt_job *job, dt_err *err) {
 
 /* ---- the job as data: written into checkpoints, compared on resume ---- */
 
-const char *const dt_job_model_fields[] = {"model", "features", "classes", "hidden", NULL};
+const char *const dt_job_model_fields[] = {"model",  "features",  "classes", "hidden",
+                                           "sparse", "hash_bits", NULL};
 const char *const dt_job_input_fields[] = {"data", "label_column", "scale", "scale_divisor", NULL};
 
 /* A number as raw JSON text that reads back to the same double: cJSON's

@@ -20,6 +20,9 @@
 #include "model.h"
 #include "optim.h"
 #include "ps_client.h"
+#include "sparse.h"
+#include "sparse_model.h"
+#include "table.h"
 
 /* Every field of a job. Each module owns the config of its part (model,
  * data, optimizer, placement, consistency) and the job embeds them; every
@@ -35,6 +38,11 @@ typedef struct {
     int num_lr_values;                 /* piecewise: entries of schedule.values given */
     dt_placement_config placement;     /* "placement", "partition_min_bytes" */
     dt_consistency_config consistency; /* "mode", ..., "sync_timeout_secs", "nonfinite" */
+    dt_sparse_mode sparse;             /* "sparse": the weight as a table of rows on the ps */
+    int hash_bits;                     /* "hash_bits": ids hashed into 2^hash_bits rows; 0: libsvm
+                                          indices as written */
+    dt_table_evict_policy eviction;    /* "evict_idle_steps", "evict_min_touches",
+                                          "evict_touch_window_steps": all 0 (off) by default */
 
     /* training */
     int batch_size;    /* B >= 1 */
@@ -131,6 +139,25 @@ extern const char *const dt_job_input_fields[];
  * (was's value first), cut to cap - 1 bytes. */
 int dt_job_diff(const dt_job *was, const dt_job *now, const char *const *names, char *buf,
                 size_t cap);
+
+/* 1 when the job trains a sparse model, its weight a table of rows on the
+ * ps: "sparse" on, or auto with Criteo data, hashed libsvm indices
+ * ("hash_bits" > 0) or more than DT_SPARSE_AUTO_FEATURES features. (With
+ * "features" not yet taken from the data, auto decides once it is.) */
+int dt_job_is_sparse(const dt_job *job);
+
+/* The sparse model of a job that is sparse (the wide form of its linear,
+ * logistic or softmax model) and its table: rows 2^hash_bits, or
+ * "features" for libsvm indices as written; seeded by "seed", with the
+ * optimizer's slots. Errors (DT_EINVAL, naming the field): a job whose
+ * model, data, mode or options a sparse model does not take. */
+int dt_job_sparse_model(const dt_job *job, dt_sparse_model_config *model, dt_table_config *table,
+                        dt_err *err) DT_WARN_UNUSED;
+
+/* The training data (eval: "eval_data") of a sparse job, shard `shard` of
+ * num_shards, read into *out (lib/sparse_reader; the caller deinits it). */
+int dt_job_open_sparse(const dt_job *job, int eval, int shard, int num_shards, dt_sparse_set *out,
+                       dt_err *err) DT_WARN_UNUSED;
 
 /* epochs * ceil(num_examples / batch_size), checked for overflow. */
 int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps,

@@ -268,6 +268,10 @@ size_t dt_job_status_text(const dt_job_status *st, const dt_cluster *c, char *bu
             r->mode[0] ? r->mode : "no mode", (long long)r->pushes_applied);
         put_duration(&o, (double)r->uptime_ms / 1000.0);
         put(&o, "\n");
+        for (int t = 0; t < r->num_tables; t++)
+            put(&o, "  table %s: %lld rows held, %lld weights non-zero, %lld bytes\n",
+                r->tables[t].name, (long long)r->tables[t].rows_held,
+                (long long)r->tables[t].nonzero, (long long)r->tables[t].bytes);
     }
     put(&o, "workers seen: %d of %d\n", st->num_seen, st->num_workers);
     for (int i = 0; i < st->num_seen; i++) {
@@ -334,6 +338,15 @@ size_t dt_job_status_json(const dt_job_status *st, const dt_cluster *c, char *bu
         cJSON_AddNumberToObject(e, "pushes_applied", (double)r->pushes_applied);
         cJSON_AddNumberToObject(e, "steps_per_sec", r->steps_per_sec);
         cJSON_AddNumberToObject(e, "uptime_secs", (double)r->uptime_ms / 1000.0);
+        cJSON *tables = cJSON_AddArrayToObject(e, "tables");
+        for (int t = 0; tables && t < r->num_tables; t++) {
+            cJSON *te = cJSON_CreateObject();
+            cJSON_AddItemToArray(tables, te);
+            cJSON_AddStringToObject(te, "name", r->tables[t].name);
+            cJSON_AddNumberToObject(te, "rows_held", (double)r->tables[t].rows_held);
+            cJSON_AddNumberToObject(te, "nonzero", (double)r->tables[t].nonzero);
+            cJSON_AddNumberToObject(te, "bytes", (double)r->tables[t].bytes);
+        }
     }
     cJSON *ws = cJSON_AddArrayToObject(root, "workers");
     for (int i = 0; ws && i < st->num_seen; i++) {

@@ -43,7 +43,9 @@
 #include "optim.h"
 #include "rpc_client.h"
 #include "rpc_server.h"
+#include "table.h"
 #include "tensor.h"
+#include "text.h"
 
 #define DEFAULT_THREADS 4
 
@@ -91,10 +93,17 @@ struct dt_ps {
     dt_rpc_server *server;
 
     pthread_rwlock_t model_lock; /* write: Create; read: everything else */
-    int ready;
+    int built;                   /* a model exists: ready, or its tables' rows are being restored */
+    int ready;        /* built, and no restore of rows pending: Pull and Push are served */
     dt_tensors vars;  /* the model's variables on this ps */
     dt_tensors slots; /* optimizer slots, num_slots per variable */
     ps_var *pv;       /* (vars.count) */
+    /* The sparse variables: every ps task has each table, holding the rows
+     * placed on it (dt_table_shard_of(id, num_ps) == task_index). */
+    dt_table *tables[DT_MAX_TABLES]; /* (num_tables) */
+    int num_tables;
+    dt_table_evict_policy eviction;  /* all 0: rows are never dropped */
+    _Atomic int64_t next_evict_step; /* the step of the next sweep */
     dt_optim_config optim;
     int64_t max_steps;
     int64_t step_ceiling; /* seen_step never raises global_step past it */
@@ -510,6 +519,10 @@ static void free_model(dt_ps *ps) {
     free(ps->held);
     ps->hold = NULL;
     ps->held = NULL;
+    for (int i = 0; i < ps->num_tables; i++)
+        dt_table_free(ps->tables[i]);
+    ps->num_tables = 0;
+    ps->built = 0;
 }
 
 /* ---- Create ------------------------------------------------------------ */
@@ -625,6 +638,86 @@ static int check_consistency(dt_ps *ps, const dt_consistency *c, dt_err *err) {
     return 0;
 }
 
+/* Steps between sweeps: half the shorter window, so a row is dropped at
+ * most half a window late; at least 1. */
+static int64_t evict_interval(const dt_table_evict_policy *e) {
+    int64_t w = INT64_MAX;
+    if (e->idle_steps > 0) w = e->idle_steps;
+    if (e->min_touches > 0 && e->touch_window_steps < w) w = e->touch_window_steps;
+    return w == INT64_MAX || w < 2 ? 1 : w / 2;
+}
+
+/* The tables of a Create, every field checked before anything is built:
+ * errors name the table by its place and the field. */
+static int check_tables(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
+    const dt_table_evict_policy *e = &req->eviction;
+    if (e->idle_steps < 0 || e->min_touches < 0 || e->touch_window_steps < 0 ||
+        (e->min_touches > 0 && e->touch_window_steps < 1))
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: create: eviction: idle_steps, min_touches and touch_window_steps "
+                          "must be >= 0, touch_window_steps >= 1 with min_touches",
+                          ps->name);
+    if (req->num_tables > 0 && req->consistency.mode == DT_MODE_SYNC)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: create: tables: sync mode does not aggregate sparse gradients "
+                          "(train tables async or bounded)",
+                          ps->name);
+    for (int i = 0; i < req->num_tables; i++) {
+        const dt_msg_table *t = &req->tables[i];
+        char what[160];
+        snprintf(what, sizeof what, "%s: create: tables[%d].name", ps->name, i);
+        if (dt_text_check_name(t->name, strnlen(t->name, sizeof t->name), DT_TABLE_NAME_MAX - 1,
+                               what, err) < 0)
+            return dt_err_wrap(err, DT_EINVAL, "%s: create", ps->name);
+        if (t->rows < 1 || t->rows > DT_TABLE_MAX_ROWS)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: create: tables[%d] %s: rows %lld is out of range 1..2^40",
+                              ps->name, i, t->name, (long long)t->rows);
+        if (t->dim < 1 || t->dim > DT_TABLE_MAX_DIM)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: create: tables[%d] %s: dim %d is out of range 1..%d", ps->name,
+                              i, t->name, (int)t->dim, DT_TABLE_MAX_DIM);
+        if (t->init < 0)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: create: tables[%d] %s: init: unknown (zeros, normal, uniform)",
+                              ps->name, i, t->name);
+        if (t->init != DT_TABLE_INIT_ZEROS && !(isfinite(t->init_scale) && t->init_scale > 0))
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: create: tables[%d] %s: init_scale %g must be finite and > 0",
+                              ps->name, i, t->name, t->init_scale);
+        for (int j = 0; j < i; j++)
+            if (strcmp(req->tables[j].name, t->name) == 0)
+                return dt_err_set(err, DT_EINVAL, "%s: create: tables[%d] %s given twice", ps->name,
+                                  i, t->name);
+        for (int v = 0; v < req->in.count; v++)
+            if (strcmp(req->in.items[v].name, t->name) == 0)
+                return dt_err_set(err, DT_EINVAL,
+                                  "%s: create: tables[%d] %s: a dense variable has its name",
+                                  ps->name, i, t->name);
+    }
+    return 0;
+}
+
+/* The (checked) tables of a Create, empty, with the optimizer's slots. */
+static int build_tables(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
+    for (int i = 0; i < req->num_tables; i++) {
+        const dt_msg_table *t = &req->tables[i];
+        dt_table_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        snprintf(cfg.name, sizeof cfg.name, "%s", t->name);
+        cfg.rows = t->rows;
+        cfg.dim = t->dim;
+        cfg.init = (dt_table_init)t->init;
+        cfg.init_scale = t->init_scale;
+        cfg.seed = t->seed;
+        dt_table_config_slots(&cfg, &ps->optim);
+        int rc = dt_table_new(&cfg, &ps->tables[i], err);
+        if (rc < 0) return dt_err_wrap(err, rc, "%s: create", ps->name);
+        ps->num_tables = i + 1;
+    }
+    return 0;
+}
+
 static int check_create(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
     /* No variables is fine: with more ps tasks than units of the model, a
      * task holds none and just keeps the step. */
@@ -636,6 +729,7 @@ static int check_create(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
     if (dt_lr_check(&req->schedule, err) < 0)
         return dt_err_wrap(err, DT_EINVAL, "%s: create", ps->name);
     int rc = check_consistency(ps, &req->consistency, err);
+    if (rc == 0) rc = check_tables(ps, req, err);
     if (rc < 0) return rc;
     int nslots = dt_optim_num_slots(&req->optim);
     for (int i = 0; i < req->in.count; i++) {
@@ -690,6 +784,9 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
                         ps->name);
         goto fail;
     }
+    /* A model whose rows were being restored: the chief that sent it died
+     * and another starts over. */
+    if (ps->built) free_model(ps);
     ps->optim = req->optim;
     ps->schedule = req->schedule;
     ps->consistency = req->consistency;
@@ -698,7 +795,8 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     if (ps->consistency.mode == DT_MODE_SYNC && ps->params.cluster->num_ps > 1)
         ps->sync_role = ps->params.task_index == 0 ? SYNC_DECIDER : SYNC_FOLLOWER;
     if ((rc = build_model(ps, &req->in, err)) < 0 ||
-        (rc = restore_slots(ps, &req->slots_in, err)) < 0) {
+        (rc = restore_slots(ps, &req->slots_in, err)) < 0 ||
+        (rc = build_tables(ps, req, err)) < 0) {
         free_model(ps);
         pthread_rwlock_unlock(&ps->model_lock);
         goto fail;
@@ -714,17 +812,21 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     ps->decided.has = ps->sync_role == SYNC_DECIDER;
     ps->decided.step = req->global_step - 1;
     ps->decided.all_held = true;
-    ps->ready = 1;
+    ps->built = 1;
+    ps->ready = !(req->tables_pending && ps->num_tables > 0);
+    ps->eviction = req->eviction;
+    atomic_store(&ps->next_evict_step, req->global_step + evict_interval(&ps->eviction));
     /* A new model: no push of the old one is a retry of one of it. */
     pthread_mutex_lock(&ps->stats_mu);
     memset(ps->memo, 0, sizeof *ps->memo * ((size_t)ps->params.cluster->num_workers + 1));
     pthread_mutex_unlock(&ps->stats_mu);
     pthread_rwlock_unlock(&ps->model_lock);
     dt_log(DT_LOG_INFO,
-           "%s: created %d variables (%lld bytes, %d slots given), global_step %lld, "
-           "optimizer %s, %s",
-           ps->name, ps->vars.count, (long long)ps->num_bytes, req->slots_in.count,
-           (long long)req->global_step, ps->optim.name, dt_mode_name(ps->consistency.mode));
+           "%s: created %d variables (%lld bytes, %d slots given) and %d tables%s, global_step "
+           "%lld, optimizer %s, %s",
+           ps->name, ps->vars.count, (long long)ps->num_bytes, req->slots_in.count, ps->num_tables,
+           ps->ready ? "" : " (their rows to be restored)", (long long)req->global_step,
+           ps->optim.name, dt_mode_name(ps->consistency.mode));
 
     dt_msg_create_resp resp = {ps->incarnation, req->global_step};
     rc = encode_reply(DT_MSG_CREATE_RESP, &resp, reply, err);
@@ -928,6 +1030,359 @@ static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, int *
         return dt_err_set(err, DT_EINVAL, "%s: push: %d gradients, the ps holds %d variables",
                           ps->name, grads->count, ps->vars.count);
     return 0;
+}
+
+/* ---- tables: sparse rows on the wire --------------------------------------- */
+
+/* Most bytes of rows one SparsePull reply may carry: past gRPC's own cap on
+ * a message (an int), with room for the framing. */
+#define SPARSE_PULL_MAX_BYTES ((int64_t)2047 << 20)
+
+/* One table's part of a push, checked and copied out of the message
+ * (aligned, contiguous: what dt_table_apply reads). */
+typedef struct {
+    int table;    /* index in ps->tables */
+    int64_t n;    /* rows */
+    int64_t *ids; /* (n) sorted, unique, owned by this task */
+    float *rows;  /* (n, D): gradients of a push */
+    dt_table_batch batch;
+} sparse_part;
+
+static void sparse_parts_free(sparse_part *parts, int count) {
+    for (int i = 0; parts && i < count; i++) {
+        free(parts[i].ids);
+        free(parts[i].rows);
+        dt_table_batch_deinit(&parts[i].batch);
+    }
+    free(parts);
+}
+
+static int find_table(const dt_ps *ps, const char *name) {
+    for (int i = 0; i < ps->num_tables; i++)
+        if (strcmp(dt_table_config_of(ps->tables[i])->name, name) == 0) return i;
+    return -1;
+}
+
+/* Ids tensor i of v for table part->table, as a ps takes ids from the
+ * wire: I64 (n), copied out of the message, strictly increasing, in
+ * [0, rows), each placed on this task; planned into part->batch. `what`
+ * names the call and the field ("push: sparse_ids[0]"). */
+static int take_ids(dt_ps *ps, const char *what, const dt_tensor_views *v, int i, sparse_part *part,
+                    dt_err *err) {
+    const dt_tensor *x = &v->items[i];
+    dt_table *t = ps->tables[part->table];
+    const char *table = dt_table_config_of(t)->name;
+    if (x->dtype != DT_DTYPE_I64 || x->ndim != 1)
+        return dt_err_set(
+            err, DT_EINVAL, "%s: %s %s: ids must be I64 (n) (got %s with %d dimensions)", ps->name,
+            what, table, dt_dtype_name(x->dtype) ? dt_dtype_name(x->dtype) : "?", x->ndim);
+    part->n = x->shape[0];
+    part->ids = dt_malloc(x->nbytes ? x->nbytes : 1);
+    if (!part->ids) return dt_err_set(err, DT_ENOMEM, "%s: %s: out of memory", ps->name, what);
+    dt_codec_view_copy(v, i, part->ids);
+    int rc = dt_table_plan(t, part->ids, part->n, &part->batch, err);
+    if (rc < 0) return dt_err_wrap(err, DT_EINVAL, "%s: %s", ps->name, what);
+    const int num_ps = ps->params.cluster->num_ps;
+    for (int64_t k = 0; k < part->n; k++)
+        if (dt_table_shard_of(part->ids[k], num_ps) != ps->params.task_index)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: %s %s: ids[%lld] = %lld is not held here: it belongs to ps "
+                              "%d of %d",
+                              ps->name, what, table, (long long)k, (long long)part->ids[k],
+                              dt_table_shard_of(part->ids[k], num_ps), num_ps);
+    return 0;
+}
+
+/* The gradient rows of part (tensor i of v): F32 (n, D), named after its
+ * table, all finite (else *nonfinite is set too); copied out. */
+static int take_grads(dt_ps *ps, const dt_tensor_views *v, int i, sparse_part *part, int *nonfinite,
+                      dt_err *err) {
+    const dt_tensor *g = &v->items[i];
+    const dt_table_config *cfg = dt_table_config_of(ps->tables[part->table]);
+    if (strcmp(g->name, cfg->name) != 0)
+        return dt_err_set(err, DT_EINVAL, "%s: push: sparse_grads[%d] is %s, its sparse_ids[%d] %s",
+                          ps->name, i, g->name, i, cfg->name);
+    if (g->dtype != DT_DTYPE_F32 || g->ndim != 2 || g->shape[0] != part->n ||
+        g->shape[1] != cfg->dim)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: push: sparse_grads[%d] %s: must be F32 (%lld, %d), one row per "
+                          "id",
+                          ps->name, i, cfg->name, (long long)part->n, cfg->dim);
+    part->rows = dt_malloc(g->nbytes ? g->nbytes : 1);
+    if (!part->rows) return dt_err_set(err, DT_ENOMEM, "%s: push: out of memory", ps->name);
+    dt_codec_view_copy(v, i, part->rows);
+    size_t count = g->nbytes / sizeof(float);
+    size_t bad = first_nonfinite((const uint8_t *)part->rows, count);
+    if (bad < count) {
+        *nonfinite = 1;
+        size_t row = bad / (size_t)cfg->dim;
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: push: sparse_grads[%d] %s: row %zu (id %lld) is not finite",
+                          ps->name, i, cfg->name, row, (long long)part->ids[row]);
+    }
+    return 0;
+}
+
+/* Checks the sparse half of a push (parts: one per table this ps holds,
+ * zeroed) before anything is applied: as many ids as gradient tensors,
+ * each pair for a known table named once, ids and rows as above. *count
+ * gets the pairs. */
+static int check_sparse(dt_ps *ps, const dt_msg_push_req *req, sparse_part *parts, int *count,
+                        int *nonfinite, dt_err *err) {
+    const dt_tensor_views *iv = &req->sparse_ids_in, *gv = &req->sparse_grads_in;
+    *count = 0;
+    if (iv->count != gv->count)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: push: %d sparse_ids and %d sparse_grads: one of each per table",
+                          ps->name, iv->count, gv->count);
+    for (int i = 0; i < iv->count; i++) {
+        int k = find_table(ps, iv->items[i].name);
+        if (k < 0)
+            return dt_err_set(err, DT_ENOTFOUND, "%s: push: sparse_ids[%d]: unknown table %s",
+                              ps->name, i, iv->items[i].name);
+        for (int j = 0; j < i; j++)
+            if (parts[j].table == k)
+                return dt_err_set(err, DT_EINVAL, "%s: push: sparse_ids[%d]: table %s given twice",
+                                  ps->name, i, iv->items[i].name);
+        parts[i].table = k;
+        *count = i + 1;
+        char what[48];
+        snprintf(what, sizeof what, "push: sparse_ids[%d]", i);
+        int rc = take_ids(ps, what, iv, i, &parts[i], err);
+        if (rc == 0) rc = take_grads(ps, gv, i, &parts[i], nonfinite, err);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* Eviction, when the job asks for it: the push that makes global step
+ * `step` reach the next sweep's step sweeps every table (the CAS picks one
+ * pusher; the others go on, waiting only for the stripes a sweep holds). */
+static void maybe_evict(dt_ps *ps, int64_t step) {
+    const dt_table_evict_policy *e = &ps->eviction;
+    if (ps->num_tables == 0 || (e->idle_steps == 0 && e->min_touches == 0)) return;
+    int64_t due = atomic_load(&ps->next_evict_step);
+    if (step < due ||
+        !atomic_compare_exchange_strong(&ps->next_evict_step, &due, step + evict_interval(e)))
+        return;
+    for (int i = 0; i < ps->num_tables; i++) {
+        int64_t evicted = 0;
+        dt_err why;
+        dt_err_clear(&why);
+        if (dt_table_evict(ps->tables[i], step, e, &evicted, &why) < 0)
+            dt_log(DT_LOG_WARN, "%s: evicting at step %lld: %s", ps->name, (long long)step,
+                   why.msg);
+        if (evicted > 0)
+            dt_log(DT_LOG_DEBUG, "%s: table %s: %lld rows evicted at step %lld", ps->name,
+                   dt_table_config_of(ps->tables[i])->name, (long long)evicted, (long long)step);
+    }
+}
+
+/* Applies a checked push's rows, lazily (only the rows named), at the
+ * step's learning rate. A table without memory for new rows keeps its old
+ * ones (dt_table_apply changes nothing then); the dense part is applied
+ * regardless, so the failure is logged rather than returned. */
+static void apply_sparse(dt_ps *ps, sparse_part *parts, int count, int64_t step) {
+    double lr = dt_lr_at(&ps->schedule, ps->optim.learning_rate, step);
+    for (int i = 0; i < count; i++) {
+        dt_err why;
+        dt_err_clear(&why);
+        if (dt_table_apply(ps->tables[parts[i].table], &parts[i].batch, &ps->optim, lr,
+                           parts[i].rows, step, &why) < 0)
+            dt_log(DT_LOG_ERROR, "%s: push at step %lld: %s", ps->name, (long long)step, why.msg);
+    }
+}
+
+/* SparsePull: rows of one table, as they are now (a row never pushed
+ * reads as its initial value and is not stored). */
+static int handle_sparse_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request,
+                              dt_rpc_buf *reply, dt_err *err) {
+    dt_ps *ps = ctx;
+    dt_msg_sparse_pull_req req;
+    memset(&req, 0, sizeof req);
+    dt_tensor view;
+    dt_rpc_span span;
+    req.ids_in = (dt_tensor_views){&view, 0, 1, &span};
+    sparse_part part;
+    memset(&part, 0, sizeof part);
+    float *values = NULL;
+    int rc = dt_codec_decode_buf(DT_MSG_SPARSE_PULL_REQ, request, &req, err);
+    if (rc < 0) return rc;
+    if ((rc = check_caller(ps, peer, req.worker, "sparse pull", err)) < 0) return rc;
+    if ((rc = check_failed(ps, req.worker, "sparse pull", err)) < 0) return rc;
+    pthread_rwlock_rdlock(&ps->model_lock);
+    if (!ps->ready) {
+        rc = dt_err_set(err, DT_EPRECOND,
+                        "%s: sparse pull: model not ready (no chief has created it yet)", ps->name);
+        goto out;
+    }
+    if ((part.table = find_table(ps, req.table)) < 0) {
+        rc = dt_err_set(err, DT_ENOTFOUND, "%s: sparse pull: unknown table \"%s\"", ps->name,
+                        req.table);
+        goto out;
+    }
+    if (req.ids_in.count != 1) {
+        rc = dt_err_set(err, DT_EINVAL, "%s: sparse pull: ids: none given", ps->name);
+        goto out;
+    }
+    if ((rc = take_ids(ps, "sparse pull: ids", &req.ids_in, 0, &part, err)) < 0) goto out;
+    const dt_table_config *cfg = dt_table_config_of(ps->tables[part.table]);
+    /* n <= 2^37 (the request's bytes); n D 4 fits int64, and is bounded. */
+    int64_t bytes = part.n * (int64_t)cfg->dim * (int64_t)sizeof(float);
+    if (bytes > SPARSE_PULL_MAX_BYTES) {
+        rc = dt_err_set(err, DT_EINVAL,
+                        "%s: sparse pull: ids: %lld rows of %d floats are %lld bytes, more than "
+                        "a reply carries (%lld)",
+                        ps->name, (long long)part.n, cfg->dim, (long long)bytes,
+                        (long long)SPARSE_PULL_MAX_BYTES);
+        goto out;
+    }
+    if (!(values = dt_malloc(bytes ? (size_t)bytes : 1))) {
+        rc = dt_err_set(err, DT_ENOMEM, "%s: sparse pull: out of memory", ps->name);
+        goto out;
+    }
+    raise_step(ps, req.seen_step);
+    dt_table_read(ps->tables[part.table], &part.batch, values, NULL);
+    dt_tensor out = {.dtype = DT_DTYPE_F32,
+                     .ndim = 2,
+                     .shape = {part.n, cfg->dim},
+                     .data = values,
+                     .nbytes = (size_t)bytes};
+    snprintf(out.name, sizeof out.name, "%s", cfg->name);
+    dt_msg_sparse_pull_resp resp;
+    memset(&resp, 0, sizeof resp);
+    resp.incarnation = ps->incarnation;
+    resp.global_step = atomic_load(&ps->global_step);
+    resp.done = check_done(ps, req.worker);
+    resp.values_out = (dt_tensor_list){.items = &out, .count = 1};
+    rc = encode_reply(DT_MSG_SPARSE_PULL_RESP, &resp, reply, err);
+out:
+    pthread_rwlock_unlock(&ps->model_lock);
+    free(values);
+    free(part.ids);
+    dt_table_batch_deinit(&part.batch);
+    return rc;
+}
+
+/* SparseExport: a page of a table's held rows, for the chief's save. */
+static int handle_sparse_export(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                                const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    dt_ps *ps = ctx;
+    dt_msg_sparse_export_req req;
+    memset(&req, 0, sizeof req);
+    dt_tensors page;
+    memset(&page, 0, sizeof page);
+    int rc = dt_codec_decode_buf(DT_MSG_SPARSE_EXPORT_REQ, request, &req, err);
+    if (rc < 0) return rc;
+    if (req.max_rows < 1 || req.max_rows > DT_SPARSE_EXPORT_MAX_ROWS || req.after_id < -1)
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: sparse export: max_rows %d must be in 1..%d and after_id %lld "
+                          ">= -1",
+                          ps->name, (int)req.max_rows, DT_SPARSE_EXPORT_MAX_ROWS,
+                          (long long)req.after_id);
+    pthread_rwlock_rdlock(&ps->model_lock);
+    int k = ps->ready ? find_table(ps, req.table) : -1;
+    if (!ps->ready)
+        rc = dt_err_set(err, DT_EPRECOND, "%s: sparse export: model not ready", ps->name);
+    else if (k < 0)
+        rc = dt_err_set(err, DT_ENOTFOUND, "%s: sparse export: unknown table \"%s\"", ps->name,
+                        req.table);
+    int more = 0;
+    if (rc == 0)
+        rc = dt_table_export_page(ps->tables[k], 0, 1, req.after_id, req.max_rows, &page, &more,
+                                  err);
+    if (rc == 0) {
+        dt_msg_sparse_export_resp resp;
+        memset(&resp, 0, sizeof resp);
+        resp.incarnation = ps->incarnation;
+        resp.global_step = atomic_load(&ps->global_step);
+        resp.more = more;
+        resp.out.items = page.items;
+        /* ids and values first, then the slots when asked for. */
+        resp.out.count = req.include_slots || page.count < 2 ? page.count : 2;
+        rc = encode_reply(DT_MSG_SPARSE_EXPORT_RESP, &resp, reply, err);
+    }
+    pthread_rwlock_unlock(&ps->model_lock);
+    dt_tensors_deinit(&page);
+    return rc;
+}
+
+/* The tensors of an import page, copied out of the message (dt_table_import
+ * reads aligned, contiguous arrays). */
+static int copy_views(dt_ps *ps, const dt_tensor_views *v, dt_tensors *out, dt_err *err) {
+    memset(out, 0, sizeof *out);
+    if (v->count == 0) return 0;
+    int rc = dt_tensors_init(out, v->items, v->count, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "%s: sparse import", ps->name);
+    for (int i = 0; i < v->count; i++)
+        dt_codec_view_copy(v, i, out->items[i].data);
+    return 0;
+}
+
+/* SparseImport: a page of a checkpoint's rows for a model created with
+ * tables_pending; the last page makes the ps ready. */
+static int handle_sparse_import(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                                const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    dt_ps *ps = ctx;
+    enum { CAP = 2 + DT_OPTIM_MAX_SLOTS };
+    dt_msg_sparse_import_req req;
+    memset(&req, 0, sizeof req);
+    dt_tensor views[CAP];
+    dt_rpc_span spans[CAP];
+    req.in = (dt_tensor_views){views, 0, CAP, spans};
+    dt_tensors page;
+    memset(&page, 0, sizeof page);
+    int rc = dt_codec_decode_buf(DT_MSG_SPARSE_IMPORT_REQ, request, &req, err);
+    if (rc < 0) return rc;
+    pthread_rwlock_wrlock(&ps->model_lock);
+    int k = ps->built && !ps->ready ? find_table(ps, req.table) : -1;
+    int64_t imported = 0;
+    if (!ps->built || ps->ready)
+        rc = dt_err_set(err, DT_EPRECOND,
+                        "%s: sparse import: no restore in progress (a Create with "
+                        "tables_pending comes first)",
+                        ps->name);
+    else if (k < 0)
+        rc = dt_err_set(err, DT_ENOTFOUND, "%s: sparse import: unknown table \"%s\"", ps->name,
+                        req.table);
+    if (rc == 0) rc = copy_views(ps, &req.in, &page, err);
+    if (rc == 0 && (rc = dt_table_import(ps->tables[k], &page, ps->params.task_index,
+                                         ps->params.cluster->num_ps, atomic_load(&ps->global_step),
+                                         &imported, err)) < 0) {
+        /* The table calls a bad page corrupt, as it would a file; from a
+         * caller it is a bad argument. */
+        dt_err_wrap(err, rc, "%s: sparse import", ps->name);
+        if (err && rc == DT_ECORRUPT) err->code = DT_EINVAL;
+        if (rc == DT_ECORRUPT) rc = DT_EINVAL;
+    }
+    dt_msg_sparse_import_resp resp = {0};
+    if (rc == 0) {
+        dt_table_stats st;
+        dt_table_stats_of(ps->tables[k], &st);
+        resp.rows_held = st.rows_held;
+        if (req.last) {
+            ps->ready = 1;
+            dt_log(DT_LOG_INFO, "%s: tables restored; serving", ps->name);
+        }
+    }
+    pthread_rwlock_unlock(&ps->model_lock);
+    dt_tensors_deinit(&page);
+    if (rc < 0) return rc;
+    return encode_reply(DT_MSG_SPARSE_IMPORT_RESP, &resp, reply, err);
+}
+
+/* Status's rows held and non-zero weights per table (a scan of each). */
+static void table_status(dt_ps *ps, dt_msg_status_resp *resp) {
+    resp->num_tables = ps->num_tables;
+    for (int i = 0; i < ps->num_tables; i++) {
+        dt_table_stats st;
+        dt_table_stats_of(ps->tables[i], &st);
+        dt_msg_table_status *out = &resp->tables[i];
+        snprintf(out->name, sizeof out->name, "%s", dt_table_config_of(ps->tables[i])->name);
+        out->rows_held = st.rows_held;
+        out->bytes = st.bytes;
+        out->nonzero = dt_table_count_nonzero(ps->tables[i]);
+    }
 }
 
 /* How many steps behind `applied_at` a gradient computed at step `from`
@@ -1245,15 +1700,16 @@ static void attach_variables(dt_ps *ps, const dt_msg_push_req *req, dt_msg_push_
 /* A decoded push from an allowed caller, with model_lock held for reading
  * and the model ready: checks it and applies, accumulates or drops it; *out
  * gets the reply's step and flags. */
-static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, dt_msg_push_resp *out,
-                       dt_err *err) {
+static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, sparse_part *parts,
+                       dt_msg_push_resp *out, dt_err *err) {
     raise_step(ps, req->seen_step);
     dt_msg_push_resp resp;
     memset(&resp, 0, sizeof resp);
     dt_err why;
     dt_err_clear(&why);
-    int nonfinite = 0;
+    int nonfinite = 0, nparts = 0;
     int rc = check_push(ps, &req->in, index, &nonfinite, &why);
+    if (rc == 0) rc = check_sparse(ps, req, parts, &nparts, &nonfinite, &why);
     if (rc < 0 && nonfinite && ps->skip_nonfinite) {
         /* Configured to survive a diverging worker: skip it, count it. */
         atomic_fetch_add(&ps->pushes_nonfinite, 1);
@@ -1289,6 +1745,8 @@ static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, dt_msg_push_
          * past max_steps, and each applied push counts exactly once. */
         record_staleness(ps, staleness_of(resp.global_step - 1, req->step));
         apply_now(ps, &req->in, index, resp.global_step - 1);
+        apply_sparse(ps, parts, nparts, resp.global_step - 1);
+        maybe_evict(ps, resp.global_step);
         if (ps->consistency.mode == DT_MODE_BOUNDED) tick_clock(ps, req->worker);
         atomic_fetch_add(&ps->pushes_applied, 1);
     } else {
@@ -1307,7 +1765,8 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     memset(&req, 0, sizeof req);
     dt_tensor *views = NULL;
     dt_rpc_span *spans = NULL;
-    int *index = NULL, rc = 0;
+    sparse_part *parts = NULL;
+    int *index = NULL, rc = 0, tcap = 0;
     pthread_rwlock_rdlock(&ps->model_lock);
     if (!ps->ready) {
         /* A failed job's answer wins over "not ready", which is retried. */
@@ -1320,16 +1779,20 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
      * lets check_push name the extra. Sized by the model and on the heap,
      * never a fixed worst case on a poller thread's stack. */
     int cap = ps->vars.count + 1;
-    views = dt_calloc((size_t)cap, sizeof *views);
-    spans = dt_calloc((size_t)cap, sizeof *spans);
+    tcap = ps->num_tables + 1;
+    size_t nviews = (size_t)cap + 2 * (size_t)tcap;
+    views = dt_calloc(nviews, sizeof *views);
+    spans = dt_calloc(nviews, sizeof *spans);
     index = dt_calloc((size_t)cap, sizeof *index);
-    if (!views || !spans || !index) {
+    parts = dt_calloc((size_t)tcap, sizeof *parts);
+    if (!views || !spans || !index || !parts) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: push: out of memory", ps->name);
         goto done;
     }
-    req.in.items = views;
-    req.in.spans = spans;
-    req.in.cap = cap;
+    req.in = (dt_tensor_views){views, 0, cap, spans};
+    /* Tables: one pair each, and one more so check_sparse names an extra. */
+    req.sparse_ids_in = (dt_tensor_views){views + cap, 0, tcap, spans + cap};
+    req.sparse_grads_in = (dt_tensor_views){views + cap + tcap, 0, tcap, spans + cap + tcap};
     if ((rc = dt_codec_decode_buf(DT_MSG_PUSH_REQ, request, &req, err)) < 0) goto done;
     if ((rc = check_caller(ps, peer, req.worker, "push", err)) < 0) goto done;
     if ((rc = check_failed(ps, req.worker, "push", err)) < 0) goto done;
@@ -1340,7 +1803,7 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
         atomic_fetch_add(&ps->pushes_retried, 1);
         resp.done = check_done(ps, req.worker);
     } else {
-        rc = push_locked(ps, &req, index, &resp, err);
+        rc = push_locked(ps, &req, index, parts, &resp, err);
         remember_push(ps, &req, &resp, rc);
     }
     if (rc == 0) {
@@ -1353,6 +1816,7 @@ done:
     free(views);
     free(spans);
     free(index);
+    sparse_parts_free(parts, tcap);
     if (rc < 0) atomic_fetch_add(&ps->pushes_rejected, 1);
     return rc;
 }
@@ -1457,6 +1921,7 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     resp.num_bytes = ps->num_bytes;
     snprintf(resp.model, sizeof resp.model, "%s", ps->model);
     snprintf(resp.mode, sizeof resp.mode, "%s", dt_mode_name(ps->consistency.mode));
+    table_status(ps, &resp);
     pthread_rwlock_unlock(&ps->model_lock);
     resp.done = check_done(ps, req.worker); /* a failed job is over, and told so */
     pthread_mutex_lock(&ps->life_mu);
@@ -1549,6 +2014,9 @@ static const dt_rpc_method ps_methods[] = {
     {DT_METHOD_STATUS, handle_status,
      ROLES_TRAINERS | DT_PEER_MASK(DT_PEER_TOOL) | DT_PEER_MASK(DT_PEER_PS), 0},
     {DT_METHOD_SHUTDOWN, handle_shutdown, ROLES_CHIEF, 0},
+    {DT_METHOD_SPARSE_PULL, handle_sparse_pull, ROLES_TRAINERS, 0},
+    {DT_METHOD_SPARSE_EXPORT, handle_sparse_export, ROLES_CHIEF, 0},
+    {DT_METHOD_SPARSE_IMPORT, handle_sparse_import, ROLES_CHIEF, 0},
     {DT_METHOD_HEALTH_CHECK, handle_health, 0, 1}, /* open: probes carry no token */
 };
 
@@ -1791,6 +2259,15 @@ static void log_peak_rss(dt_ps *ps) {
     int64_t peak = dt_mem_peak_rss();
     pthread_rwlock_rdlock(&ps->model_lock);
     int64_t model = ps->num_bytes * (1 + (ps->ready ? dt_optim_num_slots(&ps->optim) : 0));
+    /* A table's rows held, their non-zero weights and memory (the rows'
+     * share of the peak). */
+    for (int i = 0; i < ps->num_tables; i++) {
+        dt_table_stats st;
+        dt_table_stats_of(ps->tables[i], &st);
+        dt_log(DT_LOG_INFO, "%s: table %s: %lld rows held, %lld weights non-zero, %.1f MB",
+               ps->name, dt_table_config_of(ps->tables[i])->name, (long long)st.rows_held,
+               (long long)dt_table_count_nonzero(ps->tables[i]), (double)st.bytes / 1e6);
+    }
     pthread_rwlock_unlock(&ps->model_lock);
     if (peak >= 0)
         dt_log(DT_LOG_INFO, "%s: peak RSS %.1f MB (VmHWM); variables and slots %.1f MB", ps->name,

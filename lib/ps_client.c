@@ -20,6 +20,7 @@
 #include "log.h"
 #include "optim.h"
 #include "rpc_client.h"
+#include "table.h"
 #include "text.h"
 
 /* Gradients sent in place (no copy into the request): one count per run
@@ -32,6 +33,17 @@ typedef struct {
     int runs;
     int owned; /* the client still holds it */
 } pins;
+
+/* One table's ids of a call split by placement: task p holds ids[start[p]
+ * .. start[p + 1]) (still sorted), which are the caller's ids[pos[k]]; a
+ * push's rows beside them. Grown to the largest batch and reused. */
+typedef struct {
+    int64_t cap;
+    int64_t *ids, *pos;
+    float *rows; /* (cap, dim) */
+    int64_t rows_cap;
+    int64_t start[DT_MAX_PS + 1];
+} sparse_split;
 
 typedef struct {
     char name[DT_TENSOR_NAME_MAX]; /* on the ps */
@@ -88,7 +100,9 @@ struct dt_ps_client {
      * gradient ps 0 counts is already held by every task. Set at Create in
      * sync mode, or at the first pull reply carrying a decision. */
     int two_phase;
-    dt_sync_decision decision; /* ps 0's latest */
+    dt_sync_decision decision;               /* ps 0's latest */
+    sparse_split split[DT_MAX_TABLES];       /* the current call's tables */
+    dt_tensor sparse_out[2 * DT_MAX_TABLES]; /* one request's ids, then its rows */
 };
 
 const char *const dt_placement_names[] = {"greedy", "round_robin", NULL};
@@ -351,6 +365,11 @@ void dt_ps_client_free(dt_ps_client *c) {
     free(c->push_acked);
     free(c->push_pulled);
     free(c->push_replies);
+    for (int t = 0; t < DT_MAX_TABLES; t++) {
+        free(c->split[t].ids);
+        free(c->split[t].pos);
+        free(c->split[t].rows);
+    }
     free(c);
 }
 
@@ -500,6 +519,14 @@ int dt_ps_client_create(dt_ps_client *c, const dt_ps_model *m, const int *only, 
         req.consistency = m->consistency;
         req.skip_nonfinite = m->skip_nonfinite;
         req.step_ceiling = m->step_ceiling;
+        if (m->num_tables < 0 || m->num_tables > DT_MAX_TABLES)
+            return dt_err_set(err, DT_EINVAL, "ps client: create: %d tables (0..%d)", m->num_tables,
+                              DT_MAX_TABLES);
+        for (int t = 0; t < m->num_tables; t++)
+            req.tables[t] = m->tables[t];
+        req.num_tables = m->num_tables;
+        req.tables_pending = m->tables_pending && m->num_tables > 0;
+        req.eviction = m->eviction;
         if (m->consistency.mode == DT_MODE_SYNC && c->num_ps > 1) c->two_phase = 1;
         snprintf(req.model, sizeof req.model, "%s", m->model ? m->model : "");
         int rc = prepare(c, p, DT_MSG_CREATE_REQ, &req, 1, err);
@@ -760,8 +787,11 @@ static int wait_unpinned(dt_ps_client *c, dt_err *err) {
 
 /* Pushes to the tasks in [first, last) that have not acknowledged this
  * push yet, all at once; records each acknowledgement. */
-static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, const push_pull *pp,
-                      int first, int last, dt_err *err) {
+static int sparse_views(dt_ps_client *c, int p, const dt_ps_sparse *sparse, int nsparse);
+
+static int push_round(dt_ps_client *c, const dt_tensors *grads, const dt_ps_sparse *sparse,
+                      int nsparse, int64_t step, const push_pull *pp, int first, int last,
+                      dt_err *err) {
     int rc = 0, n = 0, tasks[DT_MAX_PS] = {0};
     for (int p = first; p < last; p++) {
         if (c->push_acked[p]) continue;
@@ -778,6 +808,11 @@ static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, co
         /* Large gradients go in place, the rest are copied. */
         req.out.ref = ref_grad;
         req.out.ref_ctx = c;
+        /* The rows placed on p, copied into the request. */
+        int pairs = sparse_views(c, p, sparse, nsparse);
+        req.sparse_ids_out = (dt_tensor_list){.items = c->sparse_out, .count = pairs};
+        req.sparse_grads_out =
+            (dt_tensor_list){.items = c->sparse_out + DT_MAX_TABLES, .count = pairs};
         if ((rc = prepare(c, p, DT_MSG_PUSH_REQ, &req, 0, err)) < 0) return rc;
         tasks[n++] = p;
     }
@@ -806,12 +841,22 @@ static int push_round(dt_ps_client *c, const dt_tensors *grads, int64_t step, co
     return rc;
 }
 
-static int push(dt_ps_client *c, const dt_tensors *grads, int64_t step, const push_pull *pp,
-                dt_ps_reply *r, dt_err *err) {
+static int split_sparse(dt_ps_client *c, int t, const dt_ps_sparse *s, int with_rows, dt_err *err);
+
+static int push(dt_ps_client *c, const dt_tensors *grads, const dt_ps_sparse *sparse, int nsparse,
+                int64_t step, const push_pull *pp, dt_ps_reply *r, dt_err *err) {
     memset(r, 0, sizeof *r);
     if (grads->count != c->num_vars)
         return dt_err_set(err, DT_EINVAL, "ps client: push: %d gradients, expected %d",
                           grads->count, c->num_vars);
+    if (nsparse < 0 || nsparse > DT_MAX_TABLES)
+        return dt_err_set(err, DT_EINVAL, "ps client: push: %d tables (0..%d)", nsparse,
+                          DT_MAX_TABLES);
+    /* The same split every try: a retry sends each task the same rows. */
+    for (int t = 0; t < nsparse; t++) {
+        int rc = split_sparse(c, t, &sparse[t], 1, err);
+        if (rc < 0) return rc;
+    }
     if (!c->push_pending) {
         if (++c->push_id == 0) c->push_id = 1;
         memset(c->push_acked, 0, sizeof(int) * (size_t)c->num_ps);
@@ -821,10 +866,10 @@ static int push(dt_ps_client *c, const dt_tensors *grads, int64_t step, const pu
     int rc;
     if (c->two_phase && c->num_ps > 1) {
         /* The others hold it first; then ps 0 may count it in a step. */
-        if ((rc = push_round(c, grads, step, pp, 1, c->num_ps, err)) == 0)
-            rc = push_round(c, grads, step, pp, 0, 1, err);
+        if ((rc = push_round(c, grads, sparse, nsparse, step, pp, 1, c->num_ps, err)) == 0)
+            rc = push_round(c, grads, sparse, nsparse, step, pp, 0, 1, err);
     } else {
-        rc = push_round(c, grads, step, pp, 0, c->num_ps, err);
+        rc = push_round(c, grads, sparse, nsparse, step, pp, 0, c->num_ps, err);
     }
     if (rc < 0) return rc; /* the pending push is retried on the next call */
     if ((rc = wait_unpinned(c, err)) < 0) return rc;
@@ -846,7 +891,7 @@ static int push(dt_ps_client *c, const dt_tensors *grads, int64_t step, const pu
 int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_ps_reply *r,
                       dt_err *err) {
     const push_pull none = {NULL, 0};
-    return push(c, grads, step, &none, r, err);
+    return push(c, grads, NULL, 0, step, &none, r, err);
 }
 
 int dt_ps_client_push_pull(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_tensors *vars,
@@ -854,7 +899,391 @@ int dt_ps_client_push_pull(dt_ps_client *c, const dt_tensors *grads, int64_t ste
     /* Sync with several ps tasks: the others learn ps 0's decision from a
      * Pull only, so that stays two calls. */
     const push_pull pp = {c->two_phase && c->num_ps > 1 ? NULL : vars, min_global_step};
-    return push(c, grads, step, &pp, r, err);
+    return push(c, grads, NULL, 0, step, &pp, r, err);
+}
+
+int dt_ps_client_push_sparse(dt_ps_client *c, const dt_tensors *grads, const dt_ps_sparse *sparse,
+                             int nsparse, int64_t step, dt_tensors *vars, int64_t min_global_step,
+                             dt_ps_reply *r, dt_err *err) {
+    const push_pull pp = {c->two_phase && c->num_ps > 1 ? NULL : vars, min_global_step};
+    return push(c, grads, sparse, nsparse, step, &pp, r, err);
+}
+
+/* ---- tables ------------------------------------------------------------- */
+
+/* Splits s's ids (and with_rows its rows) into c->split[t] by task. */
+static int split_sparse(dt_ps_client *c, int t, const dt_ps_sparse *s, int with_rows, dt_err *err) {
+    sparse_split *sp = &c->split[t];
+    if (s->n < 0 || s->dim < 1 || s->n > INT64_MAX / 8 / s->dim)
+        return dt_err_set(err, DT_EINVAL, "ps client: table %s: %lld rows of %d", s->table,
+                          (long long)s->n, s->dim);
+    if (s->n > sp->cap) {
+        int64_t *ids = dt_realloc(sp->ids, (size_t)s->n * sizeof *ids);
+        if (ids) sp->ids = ids;
+        int64_t *pos = ids ? dt_realloc(sp->pos, (size_t)s->n * sizeof *pos) : NULL;
+        if (pos) sp->pos = pos;
+        if (!ids || !pos) return dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
+        sp->cap = s->n;
+    }
+    int64_t want = with_rows ? s->n * s->dim : 0;
+    if (want > sp->rows_cap) {
+        float *rows = dt_realloc(sp->rows, (size_t)want * sizeof *rows);
+        if (!rows) return dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
+        sp->rows = rows;
+        sp->rows_cap = want;
+    }
+    /* A counting sort by task keeps each task's ids in order. */
+    int64_t count[DT_MAX_PS] = {0};
+    for (int64_t k = 0; k < s->n; k++) {
+        if (s->ids[k] < 0 || (k > 0 && s->ids[k] <= s->ids[k - 1]))
+            return dt_err_set(err, DT_EINVAL,
+                              "ps client: table %s: ids[%lld] = %lld: ids must be >= 0, sorted "
+                              "and unique",
+                              s->table, (long long)k, (long long)s->ids[k]);
+        count[dt_table_shard_of(s->ids[k], c->num_ps)]++;
+    }
+    sp->start[0] = 0;
+    for (int p = 0; p < c->num_ps; p++)
+        sp->start[p + 1] = sp->start[p] + count[p];
+    int64_t at[DT_MAX_PS];
+    memcpy(at, sp->start, sizeof(int64_t) * (size_t)c->num_ps);
+    size_t row_bytes = (size_t)s->dim * sizeof(float);
+    for (int64_t k = 0; k < s->n; k++) {
+        int64_t i = at[dt_table_shard_of(s->ids[k], c->num_ps)]++;
+        sp->ids[i] = s->ids[k];
+        sp->pos[i] = k;
+        if (with_rows) memcpy(sp->rows + i * s->dim, s->rows + k * s->dim, row_bytes);
+    }
+    return 0;
+}
+
+/* Tensor views of table t's ids (and rows) on task p into *ids (*rows). */
+static void split_views(const dt_ps_client *c, int t, const dt_ps_sparse *s, int p, dt_tensor *ids,
+                        dt_tensor *rows) {
+    const sparse_split *sp = &c->split[t];
+    int64_t first = sp->start[p], m = sp->start[p + 1] - first;
+    memset(ids, 0, sizeof *ids);
+    snprintf(ids->name, sizeof ids->name, "%s", s->table);
+    ids->dtype = DT_DTYPE_I64;
+    ids->ndim = 1;
+    ids->shape[0] = m;
+    ids->data = sp->ids + first;
+    ids->nbytes = (size_t)m * sizeof(int64_t);
+    if (!rows) return;
+    *rows = *ids;
+    rows->dtype = DT_DTYPE_F32;
+    rows->ndim = 2;
+    rows->shape[1] = s->dim;
+    rows->data = sp->rows + first * s->dim;
+    rows->nbytes = (size_t)m * (size_t)s->dim * sizeof(float);
+}
+
+/* The pairs of a push to task p into c->sparse_out (ids) and
+ * c->sparse_out + DT_MAX_TABLES (rows): the tables it holds rows of. */
+static int sparse_views(dt_ps_client *c, int p, const dt_ps_sparse *sparse, int nsparse) {
+    int pairs = 0;
+    for (int t = 0; t < nsparse; t++) {
+        if (c->split[t].start[p + 1] == c->split[t].start[p]) continue;
+        split_views(c, t, &sparse[t], p, &c->sparse_out[pairs],
+                    &c->sparse_out[DT_MAX_TABLES + pairs]);
+        pairs++;
+    }
+    return pairs;
+}
+
+int dt_ps_client_sparse_pull(dt_ps_client *c, const dt_ps_sparse *s, dt_ps_reply *r, dt_err *err) {
+    memset(r, 0, sizeof *r);
+    int rc = split_sparse(c, 0, s, 0, err);
+    if (rc < 0) return rc;
+    int tasks[DT_MAX_PS], n = 0;
+    for (int p = 0; p < c->num_ps; p++) {
+        if (c->split[0].start[p + 1] == c->split[0].start[p]) continue;
+        dt_tensor ids;
+        split_views(c, 0, s, p, &ids, NULL);
+        dt_msg_sparse_pull_req req;
+        memset(&req, 0, sizeof req);
+        req.worker = c->params.worker;
+        snprintf(req.table, sizeof req.table, "%s", s->table);
+        req.seen_step = c->seen_step[p];
+        req.ids_out = (dt_tensor_list){.items = &ids, .count = 1};
+        if ((rc = prepare(c, p, DT_MSG_SPARSE_PULL_REQ, &req, 0, err)) < 0) return rc;
+        tasks[n++] = p;
+    }
+    if ((rc = run_on(c, tasks, n, err)) < 0) goto out;
+    const sparse_split *sp = &c->split[0];
+    for (int k = 0; k < n; k++) {
+        int p = tasks[k];
+        int64_t first = sp->start[p], m = sp->start[p + 1] - first;
+        dt_tensor view;
+        dt_rpc_span span;
+        dt_msg_sparse_pull_resp resp;
+        memset(&resp, 0, sizeof resp);
+        resp.values_in = (dt_tensor_views){&view, 0, 1, &span};
+        if ((rc = dt_codec_decode_buf(DT_MSG_SPARSE_PULL_RESP, &c->calls[p].response, &resp, err)) <
+            0) {
+            dt_err_wrap(err, rc, "%s: sparse pull", c->names[p]);
+            goto out;
+        }
+        if ((rc = note_incarnation(c, p, resp.incarnation, err)) < 0) goto out;
+        if (resp.values_in.count != 1 || view.dtype != DT_DTYPE_F32 || view.ndim != 2 ||
+            view.shape[0] != m || view.shape[1] != s->dim) {
+            rc = dt_err_set(err, DT_EINVAL,
+                            "%s: sparse pull: %s: the reply's rows are not F32 (%lld, %d)",
+                            c->names[p], s->table, (long long)m, s->dim);
+            goto out;
+        }
+        if (resp.global_step > c->seen_step[p]) c->seen_step[p] = resp.global_step;
+        if (p == 0 || k == 0) r->global_step = resp.global_step;
+        if (resp.global_step > r->max_step) r->max_step = resp.global_step;
+        r->done |= resp.done;
+        /* Received in pieces or not: read it out run by run, into place. */
+        dt_rpc_reader rd;
+        dt_codec_view_reader(&resp.values_in, 0, &rd);
+        int64_t at = 0; /* floats so far */
+        size_t got;
+        const uint8_t *run;
+        while ((run = dt_rpc_reader_next(&rd, &got)) != NULL) {
+            for (size_t e = 0; e < got;) {
+                int64_t row = (at + (int64_t)e) / s->dim, col = (at + (int64_t)e) % s->dim;
+                size_t take_n = (size_t)(s->dim - col);
+                if (take_n > got - e) take_n = got - e;
+                memcpy(s->rows + sp->pos[first + row] * s->dim + col, run + 4 * e, 4 * take_n);
+                e += take_n;
+            }
+            at += (int64_t)got;
+        }
+    }
+out:
+    release_responses(c);
+    return rc;
+}
+
+/* Task p's rows of an import page (ids first, each tensor n rows) into
+ * *out (count tensors, the data in *scratch, grown as needed); 0 tensors
+ * when p holds none. A page of another layout goes whole: the ps checks it
+ * and refuses it by name. */
+static int page_for(const dt_ps_client *c, int p, const dt_tensor *page, int count, dt_tensor *out,
+                    char **scratch, size_t *cap, dt_err *err) {
+    if (count < 2 || page[0].dtype != DT_DTYPE_I64 || page[0].ndim != 1 || page[0].shape[0] < 1) {
+        memcpy(out, page, sizeof *page * (size_t)count);
+        return count;
+    }
+    const int64_t n = page[0].shape[0], *ids = page[0].data;
+    size_t row_bytes = 0;
+    for (int i = 0; i < count; i++) {
+        if (page[i].ndim < 1 || page[i].shape[0] != n) {
+            memcpy(out, page, sizeof *page * (size_t)count);
+            return count;
+        }
+        row_bytes += page[i].nbytes / (size_t)n;
+    }
+    if (row_bytes == 0) { /* no bytes to split */
+        memcpy(out, page, sizeof *page * (size_t)count);
+        return count;
+    }
+    /* Ids a checkpoint should not hold: the page goes whole, for every
+     * task to refuse naming the id. */
+    for (int64_t k = 0; k < n; k++)
+        if (ids[k] < 0 || (k > 0 && ids[k] <= ids[k - 1])) {
+            memcpy(out, page, sizeof *page * (size_t)count);
+            return count;
+        }
+    int64_t m = 0;
+    for (int64_t k = 0; k < n; k++)
+        m += dt_table_shard_of(ids[k], c->num_ps) == p;
+    if (m == 0) return 0;
+    if (!*scratch || (size_t)m * row_bytes > *cap) {
+        char *bigger = dt_realloc(*scratch, (size_t)m * row_bytes);
+        if (!bigger) return dt_err_set(err, DT_ENOMEM, "ps client: import: out of memory");
+        *scratch = bigger;
+        *cap = (size_t)m * row_bytes;
+    }
+    char *at = *scratch;
+    for (int i = 0; i < count; i++) {
+        size_t rb = page[i].nbytes / (size_t)n;
+        out[i] = page[i];
+        out[i].shape[0] = m;
+        out[i].data = at;
+        out[i].nbytes = rb * (size_t)m;
+        for (int64_t k = 0; k < n; k++)
+            if (dt_table_shard_of(ids[k], c->num_ps) == p) {
+                memcpy(at, (const char *)page[i].data + rb * (size_t)k, rb);
+                at += rb;
+            }
+    }
+    return count;
+}
+
+int dt_ps_client_sparse_import(dt_ps_client *c, const char *table, const dt_tensor *page, int count,
+                               int last, const int *only, dt_err *err) {
+    if (count < 0 || count > 2 + DT_OPTIM_MAX_SLOTS)
+        return dt_err_set(err, DT_EINVAL, "ps client: import: %d tensors a page", count);
+    dt_msg_sparse_import_req req;
+    memset(&req, 0, sizeof req);
+    snprintf(req.table, sizeof req.table, "%s", table);
+    req.last = last;
+    dt_tensor mine[2 + DT_OPTIM_MAX_SLOTS];
+    char *scratch = NULL;
+    size_t cap = 0;
+    int rc = 0, tasks[DT_MAX_PS], n = 0;
+    /* Each task gets the rows placed on it, not the page: a restore moves
+     * the table once, whatever the number of tasks. */
+    for (int p = 0; p < c->num_ps && rc == 0; p++) {
+        if (only && !only[p]) continue;
+        int k = page_for(c, p, page, count, mine, &scratch, &cap, err);
+        if (k < 0) {
+            rc = k;
+            break;
+        }
+        req.out = (dt_tensor_list){.items = mine, .count = k};
+        rc = prepare(c, p, DT_MSG_SPARSE_IMPORT_REQ, &req, 1, err);
+        tasks[n++] = p;
+    }
+    free(scratch);
+    if (rc == 0) rc = run_on(c, tasks, n, err);
+    release_responses(c);
+    return rc;
+}
+
+/* Rows gathered from every task for a save, before they are put in id
+ * order. */
+typedef struct {
+    int64_t n, cap;
+    int nparts;                           /* values and slots: 1 + slots */
+    int64_t *ids;                         /* (cap) */
+    float *parts[1 + DT_OPTIM_MAX_SLOTS]; /* each (cap, dim) */
+    char names[1 + DT_OPTIM_MAX_SLOTS][DT_TENSOR_NAME_MAX];
+} gathered;
+
+static void gathered_free(gathered *g) {
+    free(g->ids);
+    for (int i = 0; i < 1 + DT_OPTIM_MAX_SLOTS; i++)
+        free(g->parts[i]);
+}
+
+/* Appends a page (ids, values, slots: checked) to g. */
+static int gather_page(dt_ps_client *c, int p, const char *table, int dim,
+                       const dt_tensor_views *in, gathered *g, dt_err *err) {
+    if (in->count == 0) return 0;
+    const dt_tensor *ids = &in->items[0];
+    int64_t m = ids->ndim == 1 ? ids->shape[0] : -1;
+    char want[DT_TENSOR_NAME_MAX + 8];
+    snprintf(want, sizeof want, "%s/ids", table);
+    int ok = ids->dtype == DT_DTYPE_I64 && m >= 1 && strcmp(ids->name, want) == 0 &&
+             in->count >= 2 && in->count <= 1 + 1 + DT_OPTIM_MAX_SLOTS &&
+             (g->nparts == 0 || g->nparts == in->count - 1);
+    for (int i = 1; ok && i < in->count; i++)
+        ok = in->items[i].dtype == DT_DTYPE_F32 && in->items[i].ndim == 2 &&
+             in->items[i].shape[0] == m && in->items[i].shape[1] == dim &&
+             (g->nparts == 0 || strcmp(in->items[i].name, g->names[i - 1]) == 0);
+    if (!ok)
+        return dt_err_set(err, DT_EINVAL, "%s: sparse export: %s: a page of another layout",
+                          c->names[p], table);
+    if (g->nparts == 0) {
+        g->nparts = in->count - 1;
+        for (int i = 1; i < in->count; i++)
+            snprintf(g->names[i - 1], sizeof g->names[i - 1], "%s", in->items[i].name);
+    }
+    if (g->n + m > g->cap) {
+        int64_t cap = g->cap ? g->cap : 1024;
+        while (cap < g->n + m)
+            cap *= 2;
+        int64_t *nids = dt_realloc(g->ids, (size_t)cap * sizeof *nids);
+        if (!nids) return dt_err_set(err, DT_ENOMEM, "ps client: export: out of memory");
+        g->ids = nids;
+        for (int i = 0; i < g->nparts; i++) {
+            float *np = dt_realloc(g->parts[i], (size_t)cap * (size_t)dim * sizeof *np);
+            if (!np) return dt_err_set(err, DT_ENOMEM, "ps client: export: out of memory");
+            g->parts[i] = np;
+        }
+        g->cap = cap;
+    }
+    dt_codec_view_copy(in, 0, g->ids + g->n);
+    for (int i = 0; i < g->nparts; i++)
+        dt_codec_view_copy(in, i + 1, g->parts[i] + g->n * dim);
+    g->n += m;
+    return 0;
+}
+
+/* A gathered row: its id and where it is in the gathered arrays. */
+typedef struct {
+    int64_t id, at;
+} id_at;
+
+static int by_id(const void *a, const void *b) {
+    int64_t x = ((const id_at *)a)->id, y = ((const id_at *)b)->id;
+    return (x > y) - (x < y);
+}
+
+int dt_ps_client_sparse_export(dt_ps_client *c, const char *table, int dim, int with_slots,
+                               int page_rows, dt_tensors *out, dt_err *err) {
+    memset(out, 0, sizeof *out);
+    gathered g;
+    memset(&g, 0, sizeof g);
+    id_at *order = NULL;
+    int rc = 0;
+    for (int p = 0; p < c->num_ps && rc == 0; p++) {
+        int64_t after = -1;
+        for (int more = 1; more && rc == 0;) {
+            dt_msg_sparse_export_req req;
+            memset(&req, 0, sizeof req);
+            snprintf(req.table, sizeof req.table, "%s", table);
+            req.after_id = after;
+            req.max_rows = page_rows;
+            req.include_slots = with_slots;
+            if ((rc = prepare(c, p, DT_MSG_SPARSE_EXPORT_REQ, &req, 0, err)) < 0 ||
+                (rc = run(c, p, p + 1, err)) < 0)
+                break;
+            dt_tensor views[2 + DT_OPTIM_MAX_SLOTS];
+            dt_rpc_span spans[2 + DT_OPTIM_MAX_SLOTS];
+            dt_msg_sparse_export_resp resp;
+            memset(&resp, 0, sizeof resp);
+            resp.in = (dt_tensor_views){views, 0, 2 + DT_OPTIM_MAX_SLOTS, spans};
+            rc = dt_codec_decode_buf(DT_MSG_SPARSE_EXPORT_RESP, &c->calls[p].response, &resp, err);
+            int64_t before = g.n;
+            if (rc == 0) rc = gather_page(c, p, table, dim, &resp.in, &g, err);
+            dt_rpc_buf_release(&c->calls[p].response);
+            if (rc < 0) break;
+            more = resp.more && g.n > before;
+            if (g.n > before) after = g.ids[g.n - 1];
+        }
+    }
+    if (rc < 0 || g.n == 0) goto done;
+    /* Pages of each task come in id order; the tasks' rows interleave. */
+    if (!(order = dt_malloc((size_t)g.n * sizeof *order))) {
+        rc = dt_err_set(err, DT_ENOMEM, "ps client: export: out of memory");
+        goto done;
+    }
+    for (int64_t k = 0; k < g.n; k++)
+        order[k] = (id_at){g.ids[k], k};
+    qsort(order, (size_t)g.n, sizeof *order, by_id);
+    dt_tensor specs[1 + 1 + DT_OPTIM_MAX_SLOTS];
+    memset(specs, 0, sizeof specs);
+    snprintf(specs[0].name, sizeof specs[0].name, "%s/ids", table);
+    specs[0].dtype = DT_DTYPE_I64;
+    specs[0].ndim = 1;
+    specs[0].shape[0] = g.n;
+    for (int i = 0; i < g.nparts; i++) {
+        snprintf(specs[i + 1].name, sizeof specs[i + 1].name, "%s", g.names[i]);
+        specs[i + 1].dtype = DT_DTYPE_F32;
+        specs[i + 1].ndim = 2;
+        specs[i + 1].shape[0] = g.n;
+        specs[i + 1].shape[1] = dim;
+    }
+    if ((rc = dt_tensors_init(out, specs, 1 + g.nparts, err)) < 0) goto done;
+    int64_t *ids = out->items[0].data;
+    size_t row_bytes = (size_t)dim * sizeof(float);
+    for (int64_t k = 0; k < g.n; k++) {
+        ids[k] = order[k].id;
+        for (int i = 0; i < g.nparts; i++)
+            memcpy((float *)out->items[i + 1].data + k * dim, g.parts[i] + order[k].at * dim,
+                   row_bytes);
+    }
+done:
+    free(order);
+    gathered_free(&g);
+    if (rc < 0) dt_tensors_deinit(out);
+    return rc;
 }
 
 int dt_ps_client_tell_done(dt_ps_client *c, dt_err *err) {

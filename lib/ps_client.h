@@ -115,6 +115,13 @@ typedef struct {
     int64_t step_ceiling; /* a restore: callers' seen_step may raise the ps up to
                              this step; 0: never (a fresh model) */
     const char *model;
+    /* The sparse variables: every ps task holds each table's rows placed on
+     * it. tables_pending: their rows follow (dt_ps_client_sparse_import);
+     * the ps tasks serve once the last page is in. */
+    const dt_msg_table *tables; /* (num_tables) borrowed */
+    int num_tables;
+    int tables_pending;
+    dt_table_evict_policy eviction; /* the tables' rows dropped; all 0: none */
 } dt_ps_model;
 
 /* Creates the model on every ps, or only on those with only[p] != 0 when
@@ -158,6 +165,53 @@ int dt_ps_client_push(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt
  * pulls as usual. min_global_step as for dt_ps_client_pull. */
 int dt_ps_client_push_pull(dt_ps_client *c, const dt_tensors *grads, int64_t step, dt_tensors *vars,
                            int64_t min_global_step, dt_ps_reply *r, dt_err *err) DT_WARN_UNUSED;
+
+/* ---- tables (sparse variables) -------------------------------------------
+ *
+ * A batch's rows of one table: ids sorted and unique (a dt_sparse_index's),
+ * rows (n, dim) row k for ids[k]. Calls split the ids by the placement rule
+ * (dt_table_shard_of) and go to the tasks that hold some, all at once. */
+typedef struct {
+    const char *table; /* borrowed */
+    int dim;
+    int64_t n;
+    const int64_t *ids; /* (n) borrowed */
+    float *rows;        /* (n, dim): a pull writes them; a push reads them (the
+                           gradient, every occurrence of an id summed) */
+} dt_ps_sparse;
+
+/* The rows of s->ids into s->rows, as the ps tasks hold them (a row never
+ * pushed reads as its initial value). r gets the replies' steps and done.
+ * Errors: a ps's refusal (ids out of range, unknown table: DT_EINVAL,
+ * DT_ENOTFOUND), a reply of another shape (DT_EINVAL), a restarted ps
+ * (DT_EUNAVAILABLE, as for dt_ps_client_pull), the RPC's. */
+int dt_ps_client_sparse_pull(dt_ps_client *c, const dt_ps_sparse *s, dt_ps_reply *r,
+                             dt_err *err) DT_WARN_UNUSED;
+
+/* dt_ps_client_push_pull (vars NULL: dt_ps_client_push) with the sparse
+ * gradients of nsparse tables (at most DT_MAX_TABLES) in the same pushes:
+ * each ps gets its dense units and the rows placed on it, as one step. A
+ * retry after a failure must pass the same gradients. */
+int dt_ps_client_push_sparse(dt_ps_client *c, const dt_tensors *grads, const dt_ps_sparse *sparse,
+                             int nsparse, int64_t step, dt_tensors *vars, int64_t min_global_step,
+                             dt_ps_reply *r, dt_err *err) DT_WARN_UNUSED;
+
+/* A page of a checkpoint's rows of table ("<table>/ids", "<table>/values"
+ * and the slots, as dt_table_export makes them; count tensors) to the ps
+ * tasks (those with only[p] != 0 when only is not NULL), after a Create
+ * with tables_pending: each task gets the rows placed on it (so any number
+ * of tasks restores any checkpoint, and the table crosses the wire once).
+ * last: the restore's final page, after which the tasks serve. */
+int dt_ps_client_sparse_import(dt_ps_client *c, const char *table, const dt_tensor *page, int count,
+                               int last, const int *only, dt_err *err) DT_WARN_UNUSED;
+
+/* Every row the ps tasks hold of table (dim floats, nslots slots), in id
+ * order, into a new set *out (the caller deinits it): "<table>/ids",
+ * "<table>/values", and with_slots the slots, as a checkpoint holds them;
+ * empty when no task holds a row. Pages of at most page_rows rows a call
+ * (1..DT_SPARSE_EXPORT_MAX_ROWS), so no message holds a whole table. */
+int dt_ps_client_sparse_export(dt_ps_client *c, const char *table, int dim, int with_slots,
+                               int page_rows, dt_tensors *out, dt_err *err) DT_WARN_UNUSED;
 
 /* Tells every ps that this worker knows the job is done (a Status with
  * done_seen), so none waits out its linger to tell it. */

@@ -34,6 +34,7 @@
 
 #define EVAL_CHUNK 1024 /* rows of the embedding's input built at a time */
 
+const char *const dt_sparse_mode_names[] = {"auto", "on", "off", NULL};
 const char *const dt_sparse_model_kind_names[] = {"wide", "embedding", NULL};
 const char *const dt_sparse_combiner_names[] = {"sum", "concat", NULL};
 

@@ -52,6 +52,16 @@
 #include "tensor.h"
 
 typedef enum { DT_SPARSE_WIDE = 0, DT_SPARSE_EMBEDDING } dt_sparse_model_kind;
+
+/* The job's "sparse": whether the model's weight is a table of rows on the
+ * ps (on), a dense variable (off), or decided by the data (auto: a table
+ * for Criteo data, hashed libsvm indices, or more than
+ * DT_SPARSE_AUTO_FEATURES features). */
+typedef enum { DT_SPARSE_AUTO = 0, DT_SPARSE_ON, DT_SPARSE_OFF } dt_sparse_mode;
+extern const char *const dt_sparse_mode_names[]; /* indexed by dt_sparse_mode, NULL-terminated */
+/* 2^20 features: a dense weight of 4 MiB a class, and a batch touches a
+ * few thousand of them; above it a table's rows cost less to move and hold. */
+#define DT_SPARSE_AUTO_FEATURES (1 << 20)
 typedef enum { DT_COMBINE_SUM = 0, DT_COMBINE_CONCAT } dt_sparse_combiner;
 /* "wide", "embedding"; "sum", "concat". NULL-terminated. */
 extern const char *const dt_sparse_model_kind_names[];

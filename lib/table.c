@@ -764,10 +764,10 @@ static void tensor_name(const dt_table *t, const char *what, char *out) {
     snprintf(out, DT_TENSOR_NAME_MAX, "%s/%s", t->cfg.name, what);
 }
 
-/* The ids of the held rows of a shard, sorted (*ids malloc'd). The caller
- * holds evict_lock. */
-static int held_ids(dt_table *t, int shard, int num_shards, int64_t **ids_out, int64_t *n_out,
-                    dt_err *err) {
+/* The ids above after_id of the held rows of a shard, sorted (*ids
+ * malloc'd). The caller holds evict_lock. */
+static int held_ids(dt_table *t, int shard, int num_shards, int64_t after_id, int64_t **ids_out,
+                    int64_t *n_out, dt_err *err) {
     int64_t *ids = NULL, n = 0, cap = 0;
     int rc = 0;
     for (int si = 0; si < t->nstripes && rc == 0; si++) {
@@ -775,7 +775,8 @@ static int held_ids(dt_table *t, int shard, int num_shards, int64_t **ids_out, i
         pthread_mutex_lock(&s->mu);
         for (int64_t i = 0; i < s->cap && rc == 0; i++) {
             const int64_t id = s->index[i].id;
-            if (id == EMPTY || (num_shards > 1 && dt_table_shard_of(id, num_shards) != shard))
+            if (id == EMPTY || id <= after_id ||
+                (num_shards > 1 && dt_table_shard_of(id, num_shards) != shard))
                 continue;
             if (n == cap) {
                 const int64_t grow = cap ? cap * 2 : 1024;
@@ -803,15 +804,28 @@ static int held_ids(dt_table *t, int shard, int num_shards, int64_t **ids_out, i
 }
 
 int dt_table_export(dt_table *t, int shard, int num_shards, dt_tensors *out, dt_err *err) {
+    return dt_table_export_page(t, shard, num_shards, -1, INT64_MAX, out, NULL, err);
+}
+
+int dt_table_export_page(dt_table *t, int shard, int num_shards, int64_t after_id, int64_t max_rows,
+                         dt_tensors *out, int *more, dt_err *err) {
     memset(out, 0, sizeof *out);
+    if (more) *more = 0;
     int rc = check_shard(t, shard, num_shards, err);
     if (rc < 0) return rc;
+    if (max_rows < 1)
+        return dt_err_set(err, DT_EINVAL, "table %s: export: max_rows %lld < 1", t->cfg.name,
+                          (long long)max_rows);
     const dt_table_config *cfg = &t->cfg;
     int64_t *ids = NULL, n = 0;
     dt_table_batch b;
     memset(&b, 0, sizeof b);
     pthread_rwlock_rdlock(&t->evict_lock);
-    if ((rc = held_ids(t, shard, num_shards, &ids, &n, err)) < 0 || n == 0) goto done;
+    if ((rc = held_ids(t, shard, num_shards, after_id, &ids, &n, err)) < 0 || n == 0) goto done;
+    if (n > max_rows) {
+        n = max_rows;
+        if (more) *more = 1;
+    }
     dt_tensor specs[2 + DT_OPTIM_MAX_SLOTS];
     memset(specs, 0, sizeof specs);
     tensor_name(t, "ids", specs[0].name);

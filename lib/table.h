@@ -238,6 +238,16 @@ int dt_table_evict(dt_table *t, int64_t step, const dt_table_evict_policy *polic
 int dt_table_export(dt_table *t, int shard, int num_shards, dt_tensors *out,
                     dt_err *err) DT_WARN_UNUSED;
 
+/* One page of dt_table_export: the held rows of the shard whose id is
+ * above after_id (-1: from the first), the max_rows (>= 1) lowest of them;
+ * *more (may be NULL) says whether rows remain past the page. A save of a
+ * large table asks page after page (the chief, through the ps), never
+ * building the whole table as one message. Each page scans the table's
+ * index (O(rows held) + the page's sort). Errors as dt_table_export's, and
+ * max_rows < 1 (DT_EINVAL). */
+int dt_table_export_page(dt_table *t, int shard, int num_shards, int64_t after_id, int64_t max_rows,
+                         dt_tensors *out, int *more, dt_err *err) DT_WARN_UNUSED;
+
 /*
  * Restores rows from ts (a loaded checkpoint: other tensors are left
  * alone), keeping those of shard `shard` of num_shards: the re-shard of a

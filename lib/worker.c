@@ -10,6 +10,13 @@
  * owns the batch buffers; the ps client reuses its call state. Nothing that
  * grows with the model is allocated per step except the messages themselves.
  *
+ * A sparse model (job "sparse") takes the same loop: its batch comes from
+ * a CSR set of this worker's shard, its table's rows for the batch's
+ * distinct ids are pulled before the gradient (SparsePull, fanned out by
+ * placement), and the push carries their gradient, one row per distinct id
+ * with every occurrence summed, beside the dense variables':
+ *   pull(vars) -> next_batch -> pull_rows(ids) -> loss_grad -> push(grads, rows)
+ *
  * Threading: one thread; with pipeline_push a second one, started once,
  * makes each push (the ps client, the push's gradient and the values it
  * brings back are its own meanwhile; hooks run when no push is in flight).
@@ -27,6 +34,7 @@
 #include "log.h"
 #include "memstat.h"
 #include "model.h"
+#include "sparse_model.h"
 
 struct dt_worker {
     dt_worker_params params; /* params.job points to job */
@@ -43,6 +51,18 @@ struct dt_worker {
     uint64_t rng;        /* jitter */
     int64_t max_steps;   /* the job's end as the ps tasks said it; 0: not known yet */
     int64_t local_steps; /* pushed by the last dt_worker_train */
+    /* A sparse model (dt_job_is_sparse); data and model above are NULL. */
+    int sparse;
+    dt_sparse_set set; /* this worker's shard of the training file */
+    int64_t cursor;    /* the next batch's first row of set */
+    dt_sparse_model *smodel;
+    dt_sparse_index ix;    /* the batch's distinct ids */
+    dt_table_config table; /* the model's table */
+    float *rows;           /* (U, D) the batch's rows, as pulled */
+    float *row_grads;      /* (U, D) their gradient */
+    int64_t rows_cap;      /* floats each holds */
+    int64_t rows_moved;    /* rows pulled (and pushed) over all steps, for the end's log */
+    int64_t sparse_steps;  /* steps those were for */
 };
 
 static void sleep_us(long us) {
@@ -66,6 +86,12 @@ dt_dataset *dt_worker_data(dt_worker *w) {
 }
 dt_model *dt_worker_model(dt_worker *w) {
     return w->model;
+}
+const dt_table_config *dt_worker_table(const dt_worker *w) {
+    return w->sparse ? &w->table : NULL;
+}
+int64_t dt_worker_examples(const dt_worker *w) {
+    return w->sparse ? w->set.file_rows : dt_data_total(w->data);
 }
 const dt_job *dt_worker_job(const dt_worker *w) {
     return &w->job;
@@ -96,14 +122,34 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     int count = 0, rc;
     const dt_job *job = &w->job;
     if ((rc = dt_job_infer(&w->job, err)) < 0) goto fail;
-    if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) goto fail;
+    w->sparse = dt_job_is_sparse(job);
+    if (w->sparse) {
+        /* The dense variables (bias, dense weight) live here; the weight
+         * is the table's rows, pulled a batch at a time. */
+        dt_sparse_model_config smc;
+        dt_table_config spec_table;
+        if ((rc = dt_job_sparse_model(job, &smc, &w->table, err)) < 0 ||
+            (rc = dt_sparse_model_specs(&smc, specs, &count, &spec_table, err)) < 0 ||
+            (rc = dt_sparse_model_new(&smc, &w->smodel, err)) < 0 ||
+            (rc = dt_job_open_sparse(job, 0, params->task_index, cl->num_workers, &w->set, err)) <
+                0)
+            goto fail;
+        if (w->set.rows == 0) {
+            rc = dt_err_set(err, DT_ECONFIG, "%s has no rows for worker %d of %d",
+                            job->data.train_data, params->task_index, cl->num_workers);
+            goto fail;
+        }
+    } else if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) {
+        goto fail;
+    }
     if ((rc = dt_tensors_init(&w->vars, specs, count, err)) < 0) goto fail;
     if ((rc = dt_tensors_init(&w->grads, specs, count, err)) < 0) goto fail;
     if (pipelined(job) && ((rc = dt_tensors_init(&w->vars_next, specs, count, err)) < 0 ||
                            (rc = dt_tensors_init(&w->grads_next, specs, count, err)) < 0))
         goto fail;
-    if ((rc = dt_model_new(&job->model, &w->model, err)) < 0) goto fail;
-    if ((rc = dt_job_open_data(job, params->task_index, cl->num_workers, &w->data, err)) < 0)
+    if (!w->sparse &&
+        ((rc = dt_model_new(&job->model, &w->model, err)) < 0 ||
+         (rc = dt_job_open_data(job, params->task_index, cl->num_workers, &w->data, err)) < 0))
         goto fail;
     dt_ps_client_params cp = {cl, params->task_index, job->rpc_timeout_secs * 1000, job->placement,
                               params->security};
@@ -125,6 +171,11 @@ void dt_worker_free(dt_worker *w) {
     dt_tensors_deinit(&w->vars_next);
     dt_tensors_deinit(&w->grads_next);
     dt_model_free(w->model);
+    dt_sparse_set_deinit(&w->set);
+    dt_sparse_model_free(w->smodel);
+    dt_sparse_index_deinit(&w->ix);
+    free(w->rows);
+    free(w->row_grads);
     free(w);
 }
 
@@ -226,15 +277,20 @@ static int do_pull(void *arg, dt_err *err) {
 typedef struct {
     dt_worker *w;
     int64_t step;
-    int fuse;                /* also take the next step's variables (job's fuse_push_pull) */
-    int64_t min_global_step; /* with fuse: as the next pull's */
-    const dt_tensors *grads; /* what is pushed */
-    dt_tensors *into;        /* with fuse: where the variables go */
+    int fuse;                 /* also take the next step's variables (job's fuse_push_pull) */
+    int64_t min_global_step;  /* with fuse: as the next pull's */
+    const dt_tensors *grads;  /* what is pushed */
+    dt_tensors *into;         /* with fuse: where the variables go */
+    const dt_ps_sparse *rows; /* a sparse model: its table's rows' gradient; else NULL */
     dt_ps_reply reply;
 } push_state;
 
 static int do_push(void *arg, dt_err *err) {
     push_state *ps = arg;
+    if (ps->rows)
+        return dt_ps_client_push_sparse(ps->w->client, ps->grads, ps->rows, 1, ps->step,
+                                        ps->fuse ? ps->into : NULL, ps->min_global_step, &ps->reply,
+                                        err);
     if (ps->fuse)
         return dt_ps_client_push_pull(ps->w->client, ps->grads, ps->step, ps->into,
                                       ps->min_global_step, &ps->reply, err);
@@ -413,6 +469,59 @@ static void sender_stop(sender *s) {
     pthread_cond_destroy(&s->cv);
 }
 
+/* ---- sparse models ---------------------------------------------------------- */
+
+typedef struct {
+    dt_worker *w;
+    dt_ps_sparse rows;
+    dt_ps_reply reply;
+} rows_pull;
+
+static int do_pull_rows(void *arg, dt_err *err) {
+    rows_pull *rp = arg;
+    return dt_ps_client_sparse_pull(rp->w->client, &rp->rows, &rp->reply, err);
+}
+
+/* The next batch of this worker's shard, in file order, wrapping round at
+ * its end (a last short batch is a batch, as for dense data). */
+static void next_sparse_batch(dt_worker *w, dt_sparse_batch *b) {
+    int64_t left = w->set.rows - w->cursor;
+    int count = left < w->params.job->batch_size ? (int)left : w->params.job->batch_size;
+    dt_sparse_set_slice(&w->set, w->cursor, count, b);
+    w->cursor = (w->cursor + count) % w->set.rows;
+}
+
+/* A sparse model's step up to its push: the batch, its rows from the ps
+ * tasks, the loss and the gradients (dense into grads, the rows' into
+ * *out). 1: a ps said the job is done. */
+static int sparse_grad(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, double *loss,
+                       dt_ps_sparse *out, const dt_worker_hooks *hooks, const atomic_int *stop,
+                       dt_err *err) {
+    dt_sparse_batch b;
+    next_sparse_batch(w, &b);
+    int rc = dt_sparse_index_build(&w->ix, &b, err);
+    if (rc < 0) return rc;
+    const int64_t want = w->ix.n * w->table.dim; /* U <= entries < 2^24: no overflow */
+    if (want > w->rows_cap) {
+        float *rows = dt_realloc(w->rows, (size_t)want * sizeof *rows);
+        if (rows) w->rows = rows;
+        float *row_grads = rows ? dt_realloc(w->row_grads, (size_t)want * sizeof *row_grads) : NULL;
+        if (row_grads) w->row_grads = row_grads;
+        if (!rows || !row_grads) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", w->name);
+        w->rows_cap = want;
+    }
+    rows_pull rp = {.w = w, .rows = {w->table.name, w->table.dim, w->ix.n, w->ix.ids, w->rows}};
+    if ((rc = dt_worker_retry(w, "pull rows", do_pull_rows, &rp, hooks, stop, err)) < 0) return rc;
+    if (rp.reply.done) return 1;
+    if ((rc = dt_sparse_model_loss_grad(w->smodel, vars, &b, &w->ix, w->rows, grads, w->row_grads,
+                                        loss, err)) < 0)
+        return rc;
+    *out = (dt_ps_sparse){w->table.name, w->table.dim, w->ix.n, w->ix.ids, w->row_grads};
+    w->rows_moved += w->ix.n;
+    w->sparse_steps++;
+    return 0;
+}
+
 /* The next batch's loss and gradient, from vars into grads. */
 static int compute(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, double *loss,
                    dt_err *err) {
@@ -532,10 +641,17 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
             return rc;
         if (pull.reply.done) break;
 
-        dt_batch batch;
-        if ((rc = dt_data_next(w->data, job->batch_size, &batch, err)) < 0) return rc;
-        if ((rc = dt_model_loss_grad(w->model, &w->vars, &batch, &w->grads, &r.loss, err)) < 0)
-            return rc;
+        dt_ps_sparse rows = {0};
+        if (w->sparse) {
+            if ((rc = sparse_grad(w, &w->vars, &w->grads, &r.loss, &rows, hooks, stop, err)) < 0)
+                return rc;
+            if (rc == 1) break; /* done */
+        } else {
+            dt_batch batch;
+            if ((rc = dt_data_next(w->data, job->batch_size, &batch, err)) < 0) return rc;
+            if ((rc = dt_model_loss_grad(w->model, &w->vars, &batch, &w->grads, &r.loss, err)) < 0)
+                return rc;
+        }
 
         /* sync: the next pull must see the step this gradient was for. */
         if (sync) min_global_step = pull.reply.global_step + 1;
@@ -544,7 +660,8 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
                            .fuse = job->fuse_push_pull,
                            .min_global_step = min_global_step,
                            .grads = &w->grads,
-                           .into = &w->vars};
+                           .into = &w->vars,
+                           .rows = w->sparse ? &rows : NULL};
         if ((rc = dt_worker_retry(w, "push", do_push, &push, hooks, stop, err)) < 0) return rc;
         fused = push.reply;
         r.local_step++;
@@ -570,6 +687,15 @@ static int training_done(dt_worker *w) {
         dt_log(DT_LOG_INFO, "%s: peak RSS %.1f MB (VmHWM); model %.1f MB, gradient %.1f MB",
                w->name, (double)peak / 1e6, (double)w->vars.slab_bytes / 1e6,
                (double)w->grads.slab_bytes / 1e6);
+    if (w->sparse && w->sparse_steps > 0) {
+        /* Each row goes as its id (8 bytes) and dim floats, pulled, then
+         * its gradient pushed the same way. */
+        double rows = (double)w->rows_moved / (double)w->sparse_steps;
+        dt_log(DT_LOG_INFO,
+               "%s: sparse: %.1f rows a step (the batch's distinct ids), %.1f kB a step of ids "
+               "and rows on the wire",
+               w->name, rows, rows * 2.0 * (8.0 + 4.0 * w->table.dim) / 1e3);
+    }
     /* The ps task that said "done" knows we know; the others would wait
      * for us until their linger is up. Best effort: a task that is down
      * now has nothing to wait for. */
@@ -640,7 +766,7 @@ int dt_worker_run(const dt_worker_params *params, const atomic_int *stop, dt_err
         return rc;
     }
     dt_log(DT_LOG_INFO, "%s: %lld examples in this shard; waiting for the model", w->name,
-           (long long)dt_data_size(w->data));
+           (long long)(w->sparse ? w->set.rows : dt_data_size(w->data)));
     rc = dt_worker_wait_ready(w, stop, err);
     if (rc == 1) {
         dt_log(DT_LOG_INFO, "%s: the job is already done", w->name);

@@ -24,6 +24,7 @@
 #include "job.h"
 #include "model.h"
 #include "ps_client.h"
+#include "table.h"
 #include "tensor.h"
 
 typedef struct {
@@ -63,8 +64,12 @@ void dt_worker_free(dt_worker *w);
 /* Borrowed accessors for the chief. vars hold the last pulled values. */
 dt_ps_client *dt_worker_client(dt_worker *w);
 dt_tensors *dt_worker_vars(dt_worker *w);
-dt_dataset *dt_worker_data(dt_worker *w);
-dt_model *dt_worker_model(dt_worker *w);
+dt_dataset *dt_worker_data(dt_worker *w); /* NULL for a sparse model */
+dt_model *dt_worker_model(dt_worker *w);  /* NULL for a sparse model */
+/* A sparse model's table (its rows on the ps), or NULL for a dense one. */
+const dt_table_config *dt_worker_table(const dt_worker *w);
+/* Examples in the training file, every worker's shard together. */
+int64_t dt_worker_examples(const dt_worker *w);
 /* The job the worker runs: params->job with its shapes set. */
 const dt_job *dt_worker_job(const dt_worker *w);
 

@@ -23,7 +23,11 @@
 #   7. the cost of mutual TLS: the demo job and pull+push of 1M float32,
 #      each with and without TLS, alternating, and TLS over plaintext, with
 #      certificates made here by scripts/make_certs.sh (127.0.0.1, localhost);
-#   8. the chief's histogram of one 10M-float variable (bench_histogram).
+#   8. the chief's histogram of one 10M-float variable (bench_histogram);
+#   9. sparse logistic regression over a table of 2^28 rows on Criteo-layout
+#      data (gen-criteo), 1 and 2 workers and with L1: steps/s, examples/s,
+#      bytes a step, ps peak RSS, held-out log loss against the generating
+#      model's (bench_sparse_eval); a dense 2^20 model's steps beside it.
 # Everything runs on loopback on free ports; every wait is bounded; every
 # process started here is stopped on exit, Ctrl-C included.
 #
@@ -79,6 +83,14 @@ PS_TRIALS=${BENCH_PS_TRIALS:-1}
 TLS_TRIALS=${BENCH_TLS_TRIALS:-1}
 # Fashion-MNIST: steps of the MLP job (batch 100) through the binary, and
 # of the compute-only run.
+# Sparse logistic (figure 9): Criteo-layout rows, a table of 2^28 rows.
+SPARSE_TRAIN=300000
+SPARSE_EVAL=100000
+SPARSE_BITS=28
+SPARSE_EPOCHS=1
+SPARSE_BATCH=256
+SPARSE_L1=0.05
+SPARSE_DENSE_STEPS=100
 FASHION_CONFIG=conf/fashion_mlp.json
 FASHION_DATA=/usr/share/datasets/fashion-mnist
 FASHION_STEPS=600
@@ -94,7 +106,7 @@ for _n in "BENCH_TRIALS=$TRIALS" "BENCH_PS_TRIALS=$PS_TRIALS" "BENCH_TLS_TRIALS=
 done
 
 for f in "$BIN" "$BUILD/bench_freeport" "$BUILD/bench_pullpush" "$BUILD/bench_rawgrpc" \
-    "$BUILD/bench_compute" "$BUILD/bench_histogram"; do
+    "$BUILD/bench_compute" "$BUILD/bench_histogram" "$BUILD/bench_sparse_eval"; do
     if [ ! -x "$f" ]; then
         echo "bench: $f missing; run make bench" >&2
         exit 1
@@ -847,6 +859,66 @@ if timeout -k 5 120 "$BUILD/bench_histogram" --floats 10000000 --rounds 5 >"$d/o
     row "histogram 10M floats" "$(field "$out" best_ms) ms" "dt_summary_histogram_floats of 10M normal float32 (a 40 MB variable) into an event file, TF's default buckets; best of 5 after 1 untimed, mean $(field "$out" mean_ms) ms, $(field "$out" ns_per_float) ns/float; $(field "$out" entries_bytes) bytes per record"
 else
     failed "histogram 10M floats" "bench_histogram failed" "$d/err"
+fi
+
+# 9. Sparse logistic regression on Criteo-layout data (dtrain gen-criteo,
+# the first SPARSE_TRAIN rows to train on, the next SPARSE_EVAL held out):
+# the weight a table of 2^SPARSE_BITS rows on the ps (conf/sparse_criteo.json,
+# FTRL), with 1 and 2 workers; the same with L1; and a dense model of 2^20
+# features (data=wide) for what a dense weight of that size costs a step.
+# Quality: bench_sparse_eval scores each final checkpoint on the held-out
+# rows against the generating model's own log loss on them.
+sparse_cfg=conf/sparse_criteo.json
+d=$TMP/criteo
+mkdir -p "$d"
+if ! timeout -k 5 120 "$BIN" gen-criteo --out "$d/all.txt" --rows $((SPARSE_TRAIN + SPARSE_EVAL)) \
+    --seed 7 --vocab-scale 0.01 >"$d/gen.out" 2>&1; then
+    failed "sparse logistic" "gen-criteo failed" "$d/gen.out"
+else
+    head -n $SPARSE_TRAIN "$d/all.txt" >"$d/train.txt"
+    tail -n $SPARSE_EVAL "$d/all.txt" >"$d/eval.txt"
+    rm -f "$d/all.txt"
+    dense_mb=$(awk -v b=$SPARSE_BITS 'BEGIN { printf "%.0f", 2 ^ b * 4 * 3 / 1e6 }')
+    sparse_loss=""
+    for run in 1 2 l1; do
+        nw=${run%l1}
+        [ -n "$nw" ] || nw=1
+        l1=0
+        [ "$run" = l1 ] && l1=$SPARSE_L1
+        label="sparse logistic 2^$SPARSE_BITS, $nw worker(s)"
+        [ "$run" = l1 ] && label="sparse logistic, L1 $l1"
+        sd=$TMP/sparse-$run
+        sets="--set train_data=$d/train.txt --set hash_bits=$SPARSE_BITS --set epochs=$SPARSE_EPOCHS --set l1_regularization_strength=$l1 --set l2_regularization_strength=0 --set save_model_secs=600 --set log_steps=100000"
+        # shellcheck disable=SC2086 # sets splits into flags
+        run_job "$sd" 150 $nw "$sparse_cfg" $sets
+        job_rate "$sd" $? "$label" || continue
+        ex=$(ratio $((RATE_G * SPARSE_BATCH)) "$RATE_S" %.0f)
+        kb=$(sed -n 's/.*rows a step (the batch.s distinct ids), \([0-9.]*\) kB a step.*/\1/p' "$sd/chief.log" | tail -n 1)
+        rows=$(sed -n 's/.*sparse: \([0-9.]*\) rows a step.*/\1/p' "$sd/chief.log" | tail -n 1)
+        ps_peak=$(peak_of "$sd/ps.log")
+        # shellcheck disable=SC2086
+        if ! out=$(timeout -k 5 120 "$BUILD/bench_sparse_eval" --config "$sparse_cfg" $sets \
+            --set log_dir="$sd/logs" --data "$d/eval.txt" --hidden "7,$SPARSE_TRAIN,0.01" 2>"$sd/eval.err"); then
+            failed "$label" "bench_sparse_eval failed" "$sd/eval.err"
+            continue
+        fi
+        loss=$(field "$out" log_loss)
+        hidden=$(field "$out" hidden_log_loss)
+        nz=$(field "$out" nonzero)
+        held=$(field "$out" rows)
+        row "$label" "$(ratio "$RATE_G" "$RATE_S" %.0f) steps/s" "$ex examples/s; batch $SPARSE_BATCH, $SPARSE_EPOCHS epoch(s) of $SPARSE_TRAIN rows, 1 ps + $nw worker process(es), ftrl (alpha 1, beta 1), L1 $l1; ${rows:-?} rows a step, ${kb:-?} kB a step of ids and rows on the wire; ps peak RSS ${ps_peak:-?} MB against $dense_mb MB for the dense weight and its two slots (goal < 10%: $(ratio "${ps_peak:-0}" "$dense_mb" %.4f))"
+        row "  held-out log loss" "$loss" "on $SPARSE_EVAL rows; the generating model's $hidden (goal within 2%: $(ratio "$loss" "$hidden" %.4f)x); $nz of $held rows held non-zero ($(ratio "$nz" "$held" %.3f))"
+        [ "$run" = 1 ] && sparse_loss=$loss
+        [ "$run" = l1 ] && [ -n "$sparse_loss" ] &&
+            row "  L1 / no L1 log loss" "$(ratio "$loss" "$sparse_loss" %.4f)" "goal: within 1% (<= 1.01) with < 20% of the rows non-zero"
+    done
+    # A dense weight of 2^20 floats: every step pulls and pushes all of it.
+    dd=$TMP/dense-2e20
+    run_job "$dd" 120 1 "$CONFIG" --set data=wide --set features=1048576 --set batch_size=8 \
+        --set learning_rate=1e-6 --set max_steps=$SPARSE_DENSE_STEPS --set log_steps=100000
+    if job_rate "$dd" $? "dense logistic 2^20"; then
+        row "dense linear 2^20, 1 worker" "$(ratio "$RATE_G" "$RATE_S" %.0f) steps/s" "$(ratio $((RATE_G * 8)) "$RATE_S" %.0f) examples/s; data=wide features=1048576 batch 8, 1 ps + 1 worker, $SPARSE_DENSE_STEPS steps: 8.4 MB a step on the wire (the weight pulled and its gradient pushed); ps peak RSS $(peak_of "$dd/ps.log") MB"
+    fi
 fi
 
 echo

@@ -22,10 +22,16 @@ typedef union {
     dt_msg_shutdown_resp shutdown_resp;
     dt_msg_health_req health_req;
     dt_msg_health_resp health_resp;
+    dt_msg_sparse_pull_req sparse_pull_req;
+    dt_msg_sparse_pull_resp sparse_pull_resp;
+    dt_msg_sparse_export_req sparse_export_req;
+    dt_msg_sparse_export_resp sparse_export_resp;
+    dt_msg_sparse_import_req sparse_import_req;
+    dt_msg_sparse_import_resp sparse_import_resp;
 } dt_test_any_msg;
 
 /* One member per type: a type added to dt_msg_type needs its member here,
  * or decoding it into this union could write past the end. */
-_Static_assert(DT_MSG_COUNT == 12, "dt_test_any_msg: add the new message type's member");
+_Static_assert(DT_MSG_COUNT == 18, "dt_test_any_msg: add the new message type's member");
 
 #endif

@@ -932,6 +932,17 @@ static void make_msg(dt_msg_type type, dt_test_any_msg *m, dt_tensor items[2]) {
         snprintf(m->health_req.service, sizeof m->health_req.service, DT_HEALTH_SERVICE);
         break;
     case DT_MSG_HEALTH_RESP: m->health_resp.status = DT_HEALTH_SERVING; break;
+    case DT_MSG_SPARSE_PULL_REQ:
+        m->sparse_pull_req.ids_out = (dt_tensor_list){.items = items + 1, .count = 1};
+        snprintf(m->sparse_pull_req.table, sizeof m->sparse_pull_req.table, "wide/weight");
+        break;
+    case DT_MSG_SPARSE_PULL_RESP:
+        m->sparse_pull_resp.values_out = (dt_tensor_list){.items = items, .count = 1};
+        break;
+    case DT_MSG_SPARSE_EXPORT_REQ: m->sparse_export_req.max_rows = 5; break;
+    case DT_MSG_SPARSE_EXPORT_RESP: m->sparse_export_resp.out = list; break;
+    case DT_MSG_SPARSE_IMPORT_REQ: m->sparse_import_req.out = list; break;
+    case DT_MSG_SPARSE_IMPORT_RESP: m->sparse_import_resp.rows_held = 3; break;
     case DT_MSG_COUNT: break;
     }
 }
@@ -950,6 +961,10 @@ static void decode_storage(dt_msg_type type, dt_test_any_msg *d, dt_tensor views
     case DT_MSG_PULL_RESP: d->pull_resp.in = v; break;
     case DT_MSG_PUSH_REQ: d->push_req.in = v; break;
     case DT_MSG_PUSH_RESP: d->push_resp.in = v; break;
+    case DT_MSG_SPARSE_PULL_REQ: d->sparse_pull_req.ids_in = v; break;
+    case DT_MSG_SPARSE_PULL_RESP: d->sparse_pull_resp.values_in = v; break;
+    case DT_MSG_SPARSE_EXPORT_RESP: d->sparse_export_resp.in = v; break;
+    case DT_MSG_SPARSE_IMPORT_REQ: d->sparse_import_req.in = v; break;
     default: break;
     }
 }
@@ -962,13 +977,20 @@ static int decoded_count(dt_msg_type type, const dt_test_any_msg *d) {
     case DT_MSG_PULL_RESP: return d->pull_resp.in.count;
     case DT_MSG_PUSH_REQ: return d->push_req.in.count;
     case DT_MSG_PUSH_RESP: return d->push_resp.in.count;
+    case DT_MSG_SPARSE_PULL_REQ: return 2 * d->sparse_pull_req.ids_in.count;
+    case DT_MSG_SPARSE_PULL_RESP: return 2 * d->sparse_pull_resp.values_in.count;
+    case DT_MSG_SPARSE_EXPORT_RESP: return d->sparse_export_resp.in.count;
+    case DT_MSG_SPARSE_IMPORT_REQ: return d->sparse_import_req.in.count;
     default: return 0;
     }
 }
 
 static int carries_two(dt_msg_type type) {
+    /* The sparse pull's one tensor counts twice (decoded_count). */
     return type == DT_MSG_CREATE_REQ || type == DT_MSG_PULL_REQ || type == DT_MSG_PULL_RESP ||
-           type == DT_MSG_PUSH_REQ || type == DT_MSG_PUSH_RESP;
+           type == DT_MSG_PUSH_REQ || type == DT_MSG_PUSH_RESP || type == DT_MSG_SPARSE_PULL_REQ ||
+           type == DT_MSG_SPARSE_PULL_RESP || type == DT_MSG_SPARSE_EXPORT_RESP ||
+           type == DT_MSG_SPARSE_IMPORT_REQ;
 }
 
 /* Sizing, encoding and decoding every message with every allocation

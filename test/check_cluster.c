@@ -631,6 +631,11 @@ START_TEST(test_job_conf_linear) {
     ck_assert_double_eq(job.optim.ftrl_l1, 0);
     ck_assert_double_eq(job.optim.ftrl_l2, 0);
     ck_assert_double_eq(job.optim.ftrl_beta, 0);
+    ck_assert_int_eq(job.sparse, want.sparse);
+    ck_assert_int_eq(job.hash_bits, want.hash_bits);
+    ck_assert_int_eq(job.eviction.idle_steps, 0);
+    ck_assert_int_eq(job.eviction.min_touches, 0);
+    ck_assert_int_eq(job.eviction.touch_window_steps, 0);
     ck_assert_int_eq(job.batch_size, want.batch_size);
     ck_assert_int_eq(job.max_steps, want.max_steps);
     ck_assert_int_eq(job.epochs, want.epochs);
@@ -825,8 +830,9 @@ START_TEST(test_job_bad_values) {
         {"model", "\"cnn\"",
          "must be \"linear\", \"logistic\", \"softmax\" or \"mlp\" (got \"cnn\")"},
         {"data", "\"tall\"",
-         "must be \"line\", \"wide\", \"csv\", \"libsvm\" or \"idx\" (got \"tall\")"},
-        {"data", "1", "must be \"line\", \"wide\", \"csv\", \"libsvm\" or \"idx\" (got 1)"},
+         "must be \"line\", \"wide\", \"csv\", \"libsvm\", \"idx\" or \"criteo\" (got \"tall\")"},
+        {"data", "1",
+         "must be \"line\", \"wide\", \"csv\", \"libsvm\", \"idx\" or \"criteo\" (got 1)"},
         {"log_dir", "\"\"", "must be a non-empty string shorter than 1024 bytes (got \"\")"},
         {"log_dir", "[\"a\"]", "must be a non-empty string shorter than 1024 bytes (got a list)"},
         {"save_model_secs", "0", "must be an integer >= 1 (got 0)"},
@@ -1012,7 +1018,7 @@ START_TEST(test_job_finish_files) {
     ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "\"classes\" must be 2 (got 3)"));
 
-    /* ftrl parses, with its fields, but the ps cannot run it yet. */
+    /* ftrl parses, with its fields, which reach the ps (OptimizerConfig). */
     dt_job_defaults(&job);
     dt_err_clear(&err);
     ck_assert_int_eq(dt_job_set(&job, "optimizer=ftrl", &err), 0);
@@ -1022,8 +1028,7 @@ START_TEST(test_job_finish_files) {
     ck_assert_double_eq(job.optim.ftrl_l1, 0.5);
     ck_assert_double_eq(job.optim.ftrl_l2, 0.25);
     ck_assert_double_eq(job.optim.ftrl_beta, 1);
-    ck_assert_int_eq(dt_job_finish(&job, &err), DT_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err.msg, "\"ftrl\" is not served by the ps yet"));
+    ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
 
     dt_job_defaults(&job);
     snprintf(job.data.eval_data, sizeof job.data.eval_data, "test.csv");
@@ -1057,6 +1062,69 @@ START_TEST(test_job_finish_files) {
     ck_assert_int_eq(job.model.num_hidden, 2);
     ck_assert_int_eq(job.model.hidden[1], 128);
     ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+}
+END_TEST
+
+/* What a sparse job takes, decided once "features" and the data are
+ * known; every refusal names its field. */
+static int finish_with(const char *const *sets, dt_err *err) {
+    dt_job job;
+    dt_job_defaults(&job);
+    dt_err_clear(err);
+    for (int i = 0; sets[i]; i++)
+        ck_assert_msg(dt_job_set(&job, sets[i], err) == 0, "%s: %s", sets[i], err->msg);
+    return dt_job_finish(&job, err);
+}
+
+START_TEST(test_job_sparse_rules) {
+    dt_err err;
+    struct {
+        const char *sets[8];
+        const char *needle; /* NULL: accepted */
+    } cases[] = {
+        {{"data=criteo", "train_data=c.txt", "model=logistic", "hash_bits=20", NULL}, NULL},
+        {{"data=criteo", "train_data=c.txt", "model=logistic", NULL},
+         "\"hash_bits\" must be 1..40"},
+        {{"data=criteo", "train_data=c.txt", "sparse=off", "hash_bits=20", NULL},
+         "\"criteo\" needs a sparse model"},
+        {{"data=criteo", "train_data=c.txt", "hash_bits=20", "mode=sync", NULL},
+         "\"sync\" does not aggregate a table's rows"},
+        {{"data=criteo", "train_data=c.txt", "hash_bits=20", "model=mlp", NULL},
+         "\"mlp\" has no sparse form"},
+        {{"data=criteo", "train_data=c.txt", "hash_bits=20", "pipeline_push=true", NULL},
+         "\"pipeline_push\""},
+        {{"data=criteo", "train_data=c.txt", "hash_bits=20", "eval_data=e.txt", NULL},
+         "\"eval_data\""},
+        {{"data=libsvm", "train_data=t.svm", "hash_bits=20", "model=logistic", NULL}, NULL},
+        {{"data=wide", "sparse=on", NULL}, "a sparse model reads"},
+        {{"data=wide", "hash_bits=3", NULL}, "\"hash_bits\" 3 needs a sparse model"},
+        {{"data=wide", "evict_idle_steps=10", NULL}, "the model is not sparse"},
+        {{"data=criteo", "train_data=c.txt", "hash_bits=20", "evict_min_touches=2", NULL},
+         "\"evict_touch_window_steps\" >= 1"},
+        {{"data=criteo", "train_data=c.txt", "hash_bits=20", "evict_min_touches=2",
+          "evict_touch_window_steps=100", NULL},
+         NULL},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int rc = finish_with(cases[c].sets, &err);
+        if (!cases[c].needle) {
+            ck_assert_msg(rc == 0, "case %zu: %s", c, err.msg);
+        } else {
+            ck_assert_msg(rc == DT_EINVAL, "case %zu: rc %d (%s)", c, rc, err.msg);
+            ck_assert_msg(strstr(err.msg, cases[c].needle), "case %zu: \"%s\" lacks \"%s\"", c,
+                          err.msg, cases[c].needle);
+        }
+    }
+    /* auto: a table for Criteo, hashed libsvm, or more than 2^20 features. */
+    dt_job job;
+    dt_job_defaults(&job);
+    job.data.source = DT_DATA_LIBSVM;
+    job.model.num_features = DT_SPARSE_AUTO_FEATURES;
+    ck_assert(!dt_job_is_sparse(&job));
+    job.model.num_features = DT_SPARSE_AUTO_FEATURES + 1;
+    ck_assert(dt_job_is_sparse(&job));
+    job.sparse = DT_SPARSE_OFF;
+    ck_assert(!dt_job_is_sparse(&job));
 }
 END_TEST
 
@@ -1195,6 +1263,7 @@ Suite *cluster_suite(void) {
     tcase_add_test(tj, test_job_set);
     tcase_add_test(tj, test_job_set_errors);
     tcase_add_test(tj, test_job_finish);
+    tcase_add_test(tj, test_job_sparse_rules);
     tcase_add_test(tj, test_job_finish_files);
     suite_add_tcase(s, tj);
     return s;

@@ -651,6 +651,204 @@ START_TEST(test_wire_format_by_hand) {
 }
 END_TEST
 
+/* The sparse fields of a PushRequest (8 and 9, after push_id) are written
+ * as proto3 writes them, and read back as views. */
+START_TEST(test_wire_sparse_push_by_hand) {
+    float bias[1] = {0.25f};
+    int64_t ids[3] = {2, 9, 1099511627775};
+    float rows[3][2] = {{1, 2}, {3, 4}, {5, 6}};
+    int64_t bs[1] = {1}, is[1] = {3}, rs[2] = {3, 2};
+    wbuf hand;
+    hand.n = 0;
+    put_tag(&hand, 2, 0);
+    put_varint(&hand, 5); /* step */
+    put_tensor(&hand, 3, "wide/bias", DT_DTYPE_F32, bs, 1, bias, sizeof bias);
+    put_tensor(&hand, 8, "wide/weight", DT_DTYPE_I64, is, 1, ids, sizeof ids);
+    put_tensor(&hand, 9, "wide/weight", DT_DTYPE_F32, rs, 2, rows, sizeof rows);
+
+    dt_tensor items[3];
+    items[0] = (dt_tensor){
+        .dtype = DT_DTYPE_F32, .ndim = 1, .shape = {1}, .data = bias, .nbytes = sizeof bias};
+    snprintf(items[0].name, sizeof items[0].name, "wide/bias");
+    items[1] = (dt_tensor){
+        .dtype = DT_DTYPE_I64, .ndim = 1, .shape = {3}, .data = ids, .nbytes = sizeof ids};
+    snprintf(items[1].name, sizeof items[1].name, "wide/weight");
+    items[2] = (dt_tensor){
+        .dtype = DT_DTYPE_F32, .ndim = 2, .shape = {3, 2}, .data = rows, .nbytes = sizeof rows};
+    snprintf(items[2].name, sizeof items[2].name, "wide/weight");
+    dt_msg_push_req m;
+    memset(&m, 0, sizeof m);
+    m.step = 5;
+    m.out = (dt_tensor_list){.items = items, .count = 1};
+    m.sparse_ids_out = (dt_tensor_list){.items = items + 1, .count = 1};
+    m.sparse_grads_out = (dt_tensor_list){.items = items + 2, .count = 1};
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_PUSH_REQ, &m, &len);
+    ck_assert_uint_eq(len, hand.n);
+    ck_assert_msg(memcmp(buf, hand.b, len) == 0, "encoder bytes differ from proto3's");
+
+    dt_msg_push_req d;
+    memset(&d, 0, sizeof d);
+    dt_tensor views[3];
+    d.in = (dt_tensor_views){.items = views, .cap = 1};
+    d.sparse_ids_in = (dt_tensor_views){.items = views + 1, .cap = 1};
+    d.sparse_grads_in = (dt_tensor_views){.items = views + 2, .cap = 1};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_codec_decode(DT_MSG_PUSH_REQ, buf, len, &d, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(d.step, 5);
+    ck_assert_int_eq(d.in.count, 1);
+    ck_assert_int_eq(d.sparse_ids_in.count, 1);
+    ck_assert_int_eq(d.sparse_grads_in.count, 1);
+    assert_same_tensor(&items[0], &d.in.items[0], buf, len);
+    assert_same_tensor(&items[1], &d.sparse_ids_in.items[0], buf, len);
+    assert_same_tensor(&items[2], &d.sparse_grads_in.items[0], buf, len);
+
+    /* A decoder that gave no room for sparse gradients refuses them, naming
+     * the field. */
+    memset(&d, 0, sizeof d);
+    d.in = (dt_tensor_views){.items = views, .cap = 1};
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_PUSH_REQ, buf, len, &d, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "sparse_ids: more than 0 tensors"), "%s", err.msg);
+    free(buf);
+}
+END_TEST
+
+/* The sparse messages and the new fields of the old ones survive a round
+ * trip: tables and FTRL's fields in Create, tables in Status, SparsePull's
+ * ids and values, an export page, an import page. */
+START_TEST(test_roundtrip_sparse) {
+    dt_err err;
+    size_t len;
+    dt_msg_create_req c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.optim.name, sizeof c.optim.name, "ftrl");
+    c.optim.ftrl_l1 = 0.5;
+    c.optim.ftrl_l2 = 0.25;
+    c.optim.ftrl_beta = 1.5;
+    c.num_tables = 2;
+    c.tables[0] = (dt_msg_table){"wide/weight", (int64_t)1 << 40, 1, DT_TABLE_INIT_ZEROS, 0, 7};
+    c.tables[1] = (dt_msg_table){"embedding/table",    1000, 16,
+                                 DT_TABLE_INIT_NORMAL, 0.25, 0xFFFFFFFFFFFFFFFFull};
+    c.tables_pending = true;
+    uint8_t *buf = encode_new(DT_MSG_CREATE_REQ, &c, &len);
+    dt_msg_create_req cd;
+    memset(&cd, 0, sizeof cd);
+    dt_err_clear(&err);
+    ck_assert_msg(dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, &cd, &err) == 0, "%s", err.msg);
+    ck_assert(cd.optim.ftrl_l1 == 0.5 && cd.optim.ftrl_l2 == 0.25 && cd.optim.ftrl_beta == 1.5);
+    ck_assert_int_eq(cd.num_tables, 2);
+    ck_assert(cd.tables_pending);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_str_eq(cd.tables[i].name, c.tables[i].name);
+        ck_assert_int_eq(cd.tables[i].rows, c.tables[i].rows);
+        ck_assert_int_eq(cd.tables[i].dim, c.tables[i].dim);
+        ck_assert_int_eq(cd.tables[i].init, c.tables[i].init);
+        ck_assert(cd.tables[i].init_scale == c.tables[i].init_scale);
+        ck_assert(cd.tables[i].seed == c.tables[i].seed);
+    }
+    free(buf);
+    dt_msg_status_resp st;
+    memset(&st, 0, sizeof st);
+    st.num_tables = 1;
+    st.tables[0] = (dt_msg_table_status){"wide/weight", 12345, 678, 9999999};
+    buf = encode_new(DT_MSG_STATUS_RESP, &st, &len);
+    dt_msg_status_resp sd;
+    memset(&sd, 0, sizeof sd);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_STATUS_RESP, buf, len, &sd, &err), 0);
+    ck_assert_int_eq(sd.num_tables, 1);
+    ck_assert_str_eq(sd.tables[0].name, "wide/weight");
+    ck_assert_int_eq(sd.tables[0].rows_held, 12345);
+    ck_assert_int_eq(sd.tables[0].nonzero, 678);
+    ck_assert_int_eq(sd.tables[0].bytes, 9999999);
+    free(buf);
+
+    int64_t ids[3] = {0, 5, 77};
+    float vals[3][2] = {{1, 2}, {3, 4}, {5, 6}};
+    dt_tensor it = {
+        .dtype = DT_DTYPE_I64, .ndim = 1, .shape = {3}, .data = ids, .nbytes = sizeof ids};
+    snprintf(it.name, sizeof it.name, "wide/weight");
+    dt_tensor vt = {
+        .dtype = DT_DTYPE_F32, .ndim = 2, .shape = {3, 2}, .data = vals, .nbytes = sizeof vals};
+    snprintf(vt.name, sizeof vt.name, "wide/weight");
+    dt_msg_sparse_pull_req pr;
+    memset(&pr, 0, sizeof pr);
+    pr.worker = 3;
+    pr.seen_step = 44;
+    snprintf(pr.table, sizeof pr.table, "wide/weight");
+    pr.ids_out = (dt_tensor_list){.items = &it, .count = 1};
+    buf = encode_new(DT_MSG_SPARSE_PULL_REQ, &pr, &len);
+    dt_msg_sparse_pull_req prd;
+    memset(&prd, 0, sizeof prd);
+    dt_tensor view;
+    prd.ids_in = (dt_tensor_views){.items = &view, .cap = 1};
+    ck_assert_msg(dt_codec_decode(DT_MSG_SPARSE_PULL_REQ, buf, len, &prd, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(prd.worker, 3);
+    ck_assert_int_eq(prd.seen_step, 44);
+    ck_assert_str_eq(prd.table, "wide/weight");
+    ck_assert_int_eq(prd.ids_in.count, 1);
+    assert_same_tensor(&it, &view, buf, len);
+    free(buf);
+    /* Two ids tensors: the second has no room. */
+    wbuf two;
+    two.n = 0;
+    int64_t is[1] = {3};
+    put_tensor(&two, 3, "t", DT_DTYPE_I64, is, 1, ids, sizeof ids);
+    put_tensor(&two, 3, "t", DT_DTYPE_I64, is, 1, ids, sizeof ids);
+    uint8_t *in = copy_exact(two.b, two.n);
+    memset(&prd, 0, sizeof prd);
+    prd.ids_in = (dt_tensor_views){.items = &view, .cap = 1};
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_SPARSE_PULL_REQ, in, two.n, &prd, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "SparsePullRequest: ids: more than 1 tensors"), "%s", err.msg);
+    free(in);
+
+    dt_msg_sparse_pull_resp pp;
+    memset(&pp, 0, sizeof pp);
+    pp.incarnation = 0xABCDEF0123456789ull;
+    pp.global_step = 9;
+    pp.done = true;
+    pp.values_out = (dt_tensor_list){.items = &vt, .count = 1};
+    buf = encode_new(DT_MSG_SPARSE_PULL_RESP, &pp, &len);
+    dt_msg_sparse_pull_resp ppd;
+    memset(&ppd, 0, sizeof ppd);
+    ppd.values_in = (dt_tensor_views){.items = &view, .cap = 1};
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_SPARSE_PULL_RESP, buf, len, &ppd, &err), 0);
+    ck_assert(ppd.incarnation == pp.incarnation && ppd.global_step == 9 && ppd.done);
+    assert_same_tensor(&vt, &view, buf, len);
+    free(buf);
+
+    dt_msg_sparse_export_req er = {"wide/weight", 41, 1000, true};
+    buf = encode_new(DT_MSG_SPARSE_EXPORT_REQ, &er, &len);
+    dt_msg_sparse_export_req erd;
+    memset(&erd, 0, sizeof erd);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_SPARSE_EXPORT_REQ, buf, len, &erd, &err), 0);
+    ck_assert_str_eq(erd.table, "wide/weight");
+    ck_assert(erd.after_id == 41 && erd.max_rows == 1000 && erd.include_slots);
+    free(buf);
+
+    dt_tensor page[2] = {it, vt};
+    dt_msg_sparse_import_req ir;
+    memset(&ir, 0, sizeof ir);
+    snprintf(ir.table, sizeof ir.table, "wide/weight");
+    ir.last = true;
+    ir.out = (dt_tensor_list){.items = page, .count = 2};
+    buf = encode_new(DT_MSG_SPARSE_IMPORT_REQ, &ir, &len);
+    dt_msg_sparse_import_req ird;
+    memset(&ird, 0, sizeof ird);
+    dt_tensor pv[2];
+    ird.in = (dt_tensor_views){.items = pv, .cap = 2};
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_SPARSE_IMPORT_REQ, buf, len, &ird, &err), 0);
+    ck_assert(ird.last && ird.in.count == 2);
+    assert_same_tensor(&it, &pv[0], buf, len);
+    assert_same_tensor(&vt, &pv[1], buf, len);
+    free(buf);
+    ck_assert_str_eq(dt_codec_method(DT_MSG_SPARSE_PULL_REQ), "/dtrain.ParameterServer/SparsePull");
+}
+END_TEST
+
 /* ---- bad bytes --------------------------------------------------------- */
 
 /* Decodes hand-built bytes as a PushRequest (cap views); returns the code
@@ -1439,33 +1637,45 @@ static void rand_tensors(dt_tensor *items, int count, uint8_t *data) {
 /* Decode storage for a push message of either type. */
 typedef struct {
     dt_test_any_msg m;
-    dt_tensor views[DIFF_CAP];
-    dt_rpc_span spans[DIFF_CAP];
+    dt_tensor views[3][DIFF_CAP]; /* a request's gradients, sparse_ids, sparse_grads */
+    dt_rpc_span spans[3][DIFF_CAP];
 } diff_slot;
 
 static void *diff_prepare(dt_msg_type type, diff_slot *s, int with_spans) {
     memset(s, 0, sizeof *s);
-    dt_tensor_views v = {s->views, 0, DIFF_CAP, with_spans ? s->spans : NULL};
+    dt_tensor_views v[3];
+    for (int i = 0; i < 3; i++)
+        v[i] = (dt_tensor_views){s->views[i], 0, DIFF_CAP, with_spans ? s->spans[i] : NULL};
     if (type == DT_MSG_PUSH_REQ) {
-        s->m.push_req.in = v;
+        s->m.push_req.in = v[0];
+        s->m.push_req.sparse_ids_in = v[1];
+        s->m.push_req.sparse_grads_in = v[2];
         return &s->m.push_req;
     }
-    s->m.push_resp.in = v;
+    s->m.push_resp.in = v[0];
     return &s->m.push_resp;
 }
 
-/* The fields of each message this test sets, in number order; the last
- * one is its tensors. A field nanopb's descriptor has and this list lacks
+/* The fields of each message this test sets: the scalars, then the
+ * repeated tensors. A field nanopb's descriptor has and this list lacks
  * fails test_diff_covers_every_field. */
-static const uint32_t push_req_numbers[] = {1, 2, 4, 5, 6, 7, 3};
+static const uint32_t push_req_numbers[] = {1, 2, 4, 5, 6, 7, 3, 8, 9};
 static const uint32_t push_resp_numbers[] = {1, 2, 3, 4, 6, 5};
 
-/* A random message of type with every field away from its default but
- * `skip` (a field number; 0: none), tensors in items/data. */
-static void rand_push(dt_msg_type type, uint32_t skip, void *msg, dt_tensor *items, uint8_t *data) {
+/* Up to 4 random tensors into items (4) and data (4 * 5^4 * 8 bytes). */
+static dt_tensor_list rand_list(dt_tensor *items, uint8_t *data) {
     int count = 1 + (int)(rng_next() % 4);
     rand_tensors(items, count, data);
-    dt_tensor_list out = {.items = items, .count = count};
+    return (dt_tensor_list){.items = items, .count = count};
+}
+
+#define DIFF_LIST_BYTES (4 * 625 * 8)
+
+/* A random message of type with every field away from its default but
+ * `skip` (a field number; 0: none), tensors in items (12) and data (3
+ * DIFF_LIST_BYTES). */
+static void rand_push(dt_msg_type type, uint32_t skip, void *msg, dt_tensor *items, uint8_t *data) {
+    dt_tensor_list out = rand_list(items, data);
     if (type == DT_MSG_PUSH_REQ) {
         dt_msg_push_req *m = msg;
         memset(m, 0, sizeof *m);
@@ -1477,6 +1687,8 @@ static void rand_push(dt_msg_type type, uint32_t skip, void *msg, dt_tensor *ite
         m->min_global_step = rand_i64();
         m->push_id = (uint64_t)rand_i64();
         m->out = out;
+        m->sparse_ids_out = rand_list(items + 4, data + DIFF_LIST_BYTES);
+        m->sparse_grads_out = rand_list(items + 8, data + 2 * DIFF_LIST_BYTES);
         switch (skip) {
         case 1: m->worker = 0; break;
         case 2: m->step = 0; break;
@@ -1485,6 +1697,8 @@ static void rand_push(dt_msg_type type, uint32_t skip, void *msg, dt_tensor *ite
         case 5: m->pull = false; break;
         case 6: m->min_global_step = 0; break;
         case 7: m->push_id = 0; break;
+        case 8: m->sparse_ids_out.count = 0; break;
+        case 9: m->sparse_grads_out.count = 0; break;
         default: break;
         }
         return;
@@ -1536,8 +1750,8 @@ static int decode_both(dt_msg_type type, const uint8_t *in, size_t len) {
 }
 
 static void diff_random(dt_msg_type type, const uint32_t *numbers, int nfields) {
-    static uint8_t data[DIFF_CAP * 625 * 8];
-    dt_tensor items[4];
+    static uint8_t data[3 * DIFF_LIST_BYTES];
+    dt_tensor items[12];
     dt_test_any_msg m;
     for (int iter = 0; iter < 3000; iter++) {
         /* Every field set, then each left at its default in turn. */
@@ -1572,7 +1786,7 @@ static void diff_random(dt_msg_type type, const uint32_t *numbers, int nfields) 
 
 START_TEST(test_diff_push_req) {
     rng_state = 0x243F6A8885A308D3ull;
-    diff_random(DT_MSG_PUSH_REQ, push_req_numbers, 7);
+    diff_random(DT_MSG_PUSH_REQ, push_req_numbers, 9);
 }
 END_TEST
 
@@ -1590,7 +1804,7 @@ END_TEST
 START_TEST(test_diff_covers_every_field) {
     const dt_msg_type types[2] = {DT_MSG_PUSH_REQ, DT_MSG_PUSH_RESP};
     const uint32_t *known[2] = {push_req_numbers, push_resp_numbers};
-    const int nknown[2] = {7, 6};
+    const int nknown[2] = {9, 6};
     for (int k = 0; k < 2; k++) {
         dt_msg_type type = types[k];
         uint32_t numbers[64];
@@ -1624,12 +1838,17 @@ START_TEST(test_diff_covers_every_field) {
             ck_assert_msg(dt_codec_decode(type, in, len, g, &err) == 0,
                           "type %d field %u: the hand-written decoder refuses nanopb's bytes: %s",
                           (int)type, number, err.msg);
-            if (type == DT_MSG_PUSH_REQ)
-                got.m.push_req.out =
-                    (dt_tensor_list){.items = got.views, .count = got.m.push_req.in.count};
-            else
+            if (type == DT_MSG_PUSH_REQ) {
+                dt_msg_push_req *q = &got.m.push_req;
+                q->out = (dt_tensor_list){.items = got.views[0], .count = q->in.count};
+                q->sparse_ids_out =
+                    (dt_tensor_list){.items = got.views[1], .count = q->sparse_ids_in.count};
+                q->sparse_grads_out =
+                    (dt_tensor_list){.items = got.views[2], .count = q->sparse_grads_in.count};
+            } else {
                 got.m.push_resp.out =
-                    (dt_tensor_list){.items = got.views, .count = got.m.push_resp.in.count};
+                    (dt_tensor_list){.items = got.views[0], .count = got.m.push_resp.in.count};
+            }
             size_t hand_len;
             uint8_t *hand = encode_new(type, g, &hand_len);
             ck_assert_msg(hand_len == len && memcmp(hand, ref, len) == 0,
@@ -1648,8 +1867,8 @@ END_TEST
  * refuse, and what they accept is the same. */
 START_TEST(test_diff_mutations) {
     rng_state = 0xA4093822299F31D0ull;
-    static uint8_t data[DIFF_CAP * 625 * 8];
-    dt_tensor items[4];
+    static uint8_t data[3 * DIFF_LIST_BYTES];
+    dt_tensor items[12];
     dt_test_any_msg m;
     int accepted = 0;
     for (int iter = 0; iter < 4000; iter++) {
@@ -1688,6 +1907,8 @@ Suite *codec_suite(void) {
     tcase_add_test(tc, test_methods_and_types);
     tcase_add_test(tc, test_lock_callback_pairs);
     tcase_add_test(tc, test_wire_format_by_hand);
+    tcase_add_test(tc, test_wire_sparse_push_by_hand);
+    tcase_add_test(tc, test_roundtrip_sparse);
     suite_add_tcase(s, tc);
 
     TCase *bad = tcase_create("bad_bytes");

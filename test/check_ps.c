@@ -49,35 +49,43 @@ static void free_addr(dt_addr *a) {
 
 /* A ps task and a raw channel to it. */
 typedef struct {
-    dt_addr ps_addr[1];
+    dt_addr ps_addr[2];
     dt_addr worker_addr[2];
     dt_cluster cluster;
     dt_ps *ps;
     dt_rpc_channel *ch;
 } fixture;
 
-/* server secures the ps (NULL: plaintext, no auth); client, the raw channel. */
-static void fixture_start_secure(fixture *f, int linger_ms, const dt_rpc_security *server,
-                                 const dt_rpc_security *client) {
+/* Task `task` of num_ps (1 or 2; only this one runs) for the cluster's
+ * placement of table rows. server secures the ps (NULL: plaintext, no
+ * auth); client, the raw channel. */
+static void fixture_start_task(fixture *f, int num_ps, int task, int linger_ms,
+                               const dt_rpc_security *server, const dt_rpc_security *client) {
     memset(f, 0, sizeof *f);
-    free_addr(&f->ps_addr[0]);
+    for (int p = 0; p < num_ps; p++)
+        free_addr(&f->ps_addr[p]);
     free_addr(&f->worker_addr[0]);
     free_addr(&f->worker_addr[1]);
-    f->cluster.num_ps = 1;
+    f->cluster.num_ps = num_ps;
     f->cluster.ps = f->ps_addr;
     f->cluster.num_workers = 2;
     f->cluster.workers = f->worker_addr;
     dt_ps_params p = {.cluster = &f->cluster,
-                      .task_index = 0,
+                      .task_index = task,
                       .num_threads = 4,
                       .linger_ms = linger_ms,
                       .security = server};
     dt_err err;
     dt_err_clear(&err);
     int rc = dt_ps_start(&p, &f->ps, &err);
-    ck_assert_msg(rc == 0, "ps start on %s: %s", f->ps_addr[0].addr, err.msg);
-    rc = dt_rpc_channel_new_secure(f->ps_addr[0].addr, client, &f->ch, &err);
+    ck_assert_msg(rc == 0, "ps start on %s: %s", f->ps_addr[task].addr, err.msg);
+    rc = dt_rpc_channel_new_secure(f->ps_addr[task].addr, client, &f->ch, &err);
     ck_assert_msg(rc == 0, "channel: %s", err.msg);
+}
+
+static void fixture_start_secure(fixture *f, int linger_ms, const dt_rpc_security *server,
+                                 const dt_rpc_security *client) {
+    fixture_start_task(f, 1, 0, linger_ms, server, client);
 }
 
 static void fixture_start(fixture *f, int linger_ms) {
@@ -321,6 +329,563 @@ static void fixture_start_sgd(fixture *f, int linger_ms, double lr, int64_t step
     dt_err_clear(&err);
     ck_assert_msg(create(f, W0, B0, &cfg, step, max_steps, cr, &err) == 0, "create: %s", err.msg);
 }
+
+/* ---- tables (sparse variables) ------------------------------------------- */
+
+#define T_NAME "wide/weight"
+#define T_DIM 2
+#define T_ROWS ((int64_t)1 << 40)
+
+static dt_msg_table table_spec(void) {
+    return (dt_msg_table){T_NAME, T_ROWS, T_DIM, DT_TABLE_INIT_NORMAL, 0.5, 42};
+}
+
+/* Create of (W0, B0) and the tables, as the chief sends it, dropping rows
+ * as eviction says. */
+static int create_evicting(fixture *f, const dt_optim_config *cfg, const dt_msg_table *tables,
+                           int n, bool pending, int mode, const dt_table_evict_policy *eviction,
+                           dt_err *err) {
+    float wc[NW], bc[NB];
+    memcpy(wc, W0, sizeof wc);
+    memcpy(bc, B0, sizeof bc);
+    dt_tensor items[2];
+    model_tensors(items, wc, bc);
+    dt_msg_create_req req;
+    memset(&req, 0, sizeof req);
+    req.out = (dt_tensor_list){.items = items, .count = 2};
+    req.max_steps = 100;
+    req.optim = *cfg;
+    req.consistency.mode = mode;
+    req.consistency.replicas_to_aggregate = 1;
+    req.consistency.total_num_replicas = 1;
+    req.consistency.timeout_ms = 1000;
+    for (int i = 0; i < n; i++)
+        req.tables[i] = tables[i];
+    req.num_tables = n;
+    req.tables_pending = pending;
+    req.eviction = *eviction;
+    dt_msg_create_resp resp;
+    return call_msg(f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &resp, err);
+}
+
+static int create_tables(fixture *f, const dt_optim_config *cfg, const dt_msg_table *tables, int n,
+                         bool pending, int mode, dt_err *err) {
+    const dt_table_evict_policy none = {0, 0, 0};
+    return create_evicting(f, cfg, tables, n, pending, mode, &none, err);
+}
+
+/* A SparsePull of ids (any tensor: the hostile tests shape their own)
+ * from table; the rows (n, T_DIM) into out when it is not NULL. */
+static int sparse_pull_tensor(fixture *f, const char *table, dt_tensor *ids, float *out,
+                              dt_err *err) {
+    dt_msg_sparse_pull_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = 1;
+    snprintf(req.table, sizeof req.table, "%s", table);
+    req.ids_out = (dt_tensor_list){.items = ids, .count = ids ? 1 : 0};
+    dt_msg_sparse_pull_resp resp;
+    memset(&resp, 0, sizeof resp);
+    dt_tensor view;
+    resp.values_in = (dt_tensor_views){.items = &view, .cap = 1};
+    dt_err local;
+    dt_err_clear(&local);
+    int64_t size = dt_codec_size(DT_MSG_SPARSE_PULL_REQ, &req, &local);
+    ck_assert_msg(size >= 0, "%s", local.msg);
+    uint8_t *bytes = malloc((size_t)size + 1);
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_SPARSE_PULL_REQ, &req, bytes, (size_t)size, &local), 0);
+    dt_rpc_buf reply;
+    int rc = call_raw(f, DT_MSG_SPARSE_PULL_REQ, bytes, (size_t)size, &reply, err);
+    free(bytes);
+    if (rc < 0) return rc;
+    ck_assert_msg(dt_codec_decode(DT_MSG_SPARSE_PULL_RESP, reply.data, reply.len, &resp, &local) ==
+                      0,
+                  "%s", local.msg);
+    ck_assert_int_eq(resp.values_in.count, 1);
+    ck_assert_str_eq(view.name, table);
+    ck_assert_int_eq(view.dtype, DT_DTYPE_F32);
+    ck_assert_int_eq(view.shape[0], ids->shape[0]);
+    ck_assert_int_eq(view.shape[1], T_DIM);
+    if (out) memcpy(out, view.data, view.nbytes);
+    dt_rpc_buf_release(&reply);
+    return 0;
+}
+
+static int sparse_pull(fixture *f, const int64_t *ids, int64_t n, float *out, dt_err *err) {
+    int64_t copy[16];
+    ck_assert(n <= 16);
+    memcpy(copy, ids, (size_t)n * sizeof *ids);
+    dt_tensor t;
+    make_tensor(&t, T_NAME, DT_DTYPE_I64, 1, n, 0, copy);
+    return sparse_pull_tensor(f, T_NAME, &t, out, err);
+}
+
+/* A push of (GW, GB) and `pairs` sparse pairs (ids[i], grads[i]). */
+static int push_sparse(fixture *f, dt_tensor *ids, dt_tensor *grads, int npairs, int ngrads,
+                       dt_err *err) {
+    float gw[NW], gb[NB];
+    memcpy(gw, GW, sizeof gw);
+    memcpy(gb, GB, sizeof gb);
+    dt_tensor items[2];
+    model_tensors(items, gw, gb);
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = 1;
+    req.out = (dt_tensor_list){.items = items, .count = 2};
+    req.sparse_ids_out = (dt_tensor_list){.items = ids, .count = npairs};
+    req.sparse_grads_out = (dt_tensor_list){.items = grads, .count = ngrads};
+    dt_msg_push_resp resp;
+    memset(&resp, 0, sizeof resp);
+    return call_msg(f, DT_MSG_PUSH_REQ, &req, DT_MSG_PUSH_RESP, &resp, err);
+}
+
+static dt_msg_table_status table_status_of(fixture *f, int64_t *global_step) {
+    dt_msg_status_resp st;
+    status(f, -1, &st);
+    ck_assert_int_eq(st.num_tables, 1);
+    ck_assert_str_eq(st.tables[0].name, T_NAME);
+    if (global_step) *global_step = st.global_step;
+    return st.tables[0];
+}
+
+/* Rows never pushed read as their initial value (seeded per id) and are
+ * not stored; a push updates the rows it names, lazily, with the dense
+ * variables, as one step; Status counts the rows held and non-zero. */
+START_TEST(test_table_pull_push) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_msg_table spec = table_spec();
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(create_tables(&f, &cfg, &spec, 1, false, DT_MODE_ASYNC, &err) == 0, "%s",
+                  err.msg);
+    dt_table_config tc;
+    memset(&tc, 0, sizeof tc);
+    snprintf(tc.name, sizeof tc.name, T_NAME);
+    tc.rows = T_ROWS;
+    tc.dim = T_DIM;
+    tc.init = DT_TABLE_INIT_NORMAL;
+    tc.init_scale = 0.5;
+    tc.seed = 42;
+    const int64_t ids[3] = {3, 10, T_ROWS - 1};
+    float want[3][T_DIM], got[3][T_DIM];
+    for (int k = 0; k < 3; k++)
+        dt_table_init_row(&tc, ids[k], want[k]);
+    ck_assert_msg(sparse_pull(&f, ids, 3, &got[0][0], &err) == 0, "%s", err.msg);
+    assert_floats_eq(&got[0][0], &want[0][0], 3 * T_DIM, "initial rows");
+    dt_msg_table_status ts = table_status_of(&f, NULL);
+    ck_assert_int_eq(ts.rows_held, 0); /* a pull stores nothing */
+
+    int64_t pid[2] = {3, T_ROWS - 1};
+    float g[2][T_DIM] = {{1, -2}, {0.5f, 4}};
+    dt_tensor it, gt;
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 2, 0, pid);
+    make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, 2, T_DIM, g);
+    ck_assert_msg(push_sparse(&f, &it, &gt, 1, 1, &err) == 0, "%s", err.msg);
+    for (int d = 0; d < T_DIM; d++) {
+        want[0][d] = want[0][d] - 0.5f * g[0][d];
+        want[2][d] = want[2][d] - 0.5f * g[1][d];
+    }
+    ck_assert_msg(sparse_pull(&f, ids, 3, &got[0][0], &err) == 0, "%s", err.msg);
+    assert_floats_eq(&got[0][0], &want[0][0], 3 * T_DIM, "rows after a push");
+    float w[NW], b[NB];
+    for (int i = 0; i < NW; i++)
+        w[i] = W0[i] - 0.5f * GW[i];
+    for (int i = 0; i < NB; i++)
+        b[i] = B0[i] - 0.5f * GB[i];
+    assert_state(&f, w, b, 1, "the dense part of the push");
+    ts = table_status_of(&f, NULL);
+    ck_assert_int_eq(ts.rows_held, 2);
+    int nonzero = 0;
+    for (int k = 0; k < 3; k += 2)
+        for (int d = 0; d < T_DIM; d++)
+            nonzero += want[k][d] != 0;
+    ck_assert_int_eq(ts.nonzero, nonzero);
+    ck_assert_int_gt(ts.bytes, 0);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* Every bad sparse input is an RPC error naming the field, and leaves
+ * the ps as it was: rows, held count and global step. */
+START_TEST(test_table_bad_inputs) {
+    fixture f;
+    fixture_start_task(&f, 2, 0, 0, NULL, NULL); /* task 0 of 2: some ids are not its own */
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_msg_table spec = table_spec();
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(create_tables(&f, &cfg, &spec, 1, false, DT_MODE_ASYNC, &err) == 0, "%s",
+                  err.msg);
+    /* Ids of this task, and one of the other's. */
+    int64_t mine[4], theirs = -1;
+    int nm = 0;
+    for (int64_t id = 0; nm < 4 || theirs < 0; id++) {
+        if (dt_table_shard_of(id, 2) == 0 && nm < 4)
+            mine[nm++] = id;
+        else if (dt_table_shard_of(id, 2) == 1 && theirs < 0 && nm > 0)
+            theirs = id; /* above mine[0] */
+    }
+    float g[4][T_DIM] = {{1, 2}, {3, 4}, {5, 6}, {7, 8}};
+    dt_tensor it, gt;
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 2, 0, mine);
+    make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, 2, T_DIM, g);
+    ck_assert_msg(push_sparse(&f, &it, &gt, 1, 1, &err) == 0, "%s", err.msg);
+    float before[4][T_DIM];
+    ck_assert_int_eq(sparse_pull(&f, mine, 4, &before[0][0], &err), 0);
+    int64_t step0;
+    ck_assert_int_eq(table_status_of(&f, &step0).rows_held, 2);
+
+    struct {
+        int64_t ids[3];
+        int n;
+        const char *needle;
+    } bad_ids[] = {
+        {{mine[1], mine[0], 0}, 2, "ids must increase"},
+        {{mine[0], mine[0], 0}, 2, "ids must increase"},
+        {{mine[0], T_ROWS, 0}, 2, "out of range"},
+        {{-5, mine[0], 0}, 2, "out of range"},
+        {{mine[0], theirs, 0}, 2, "not held here: it belongs to ps 1 of 2"},
+    };
+    for (size_t c = 0; c < sizeof bad_ids / sizeof *bad_ids; c++) {
+        /* The same rule for a pull and a push. */
+        ASSERT_FAILS(sparse_pull(&f, bad_ids[c].ids, bad_ids[c].n, NULL, &err), DT_EINVAL,
+                     bad_ids[c].needle);
+        ck_assert_msg(strstr(err.msg, "sparse pull: ids"), "%s", err.msg);
+        int64_t copy[3];
+        memcpy(copy, bad_ids[c].ids, sizeof copy);
+        make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, bad_ids[c].n, 0, copy);
+        make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, bad_ids[c].n, T_DIM, g);
+        ASSERT_FAILS(push_sparse(&f, &it, &gt, 1, 1, &err), DT_EINVAL, bad_ids[c].needle);
+        ck_assert_msg(strstr(err.msg, "push: sparse_ids[0]"), "%s", err.msg);
+    }
+    /* Rows of the wrong size: (2, 3) and (3, 2) for 2 ids of dim 2. */
+    float g3[3][3] = {{0}};
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 2, 0, mine);
+    make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, 2, 3, g3);
+    ASSERT_FAILS(push_sparse(&f, &it, &gt, 1, 1, &err), DT_EINVAL,
+                 "sparse_grads[0] wide/weight: must be F32 (2, 2)");
+    make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, 3, 2, g3);
+    ASSERT_FAILS(push_sparse(&f, &it, &gt, 1, 1, &err), DT_EINVAL, "one row per id");
+    /* A NaN, and an Inf in the last row. */
+    float gn[2][T_DIM] = {{1, NAN}, {2, 3}};
+    make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, 2, T_DIM, gn);
+    ASSERT_FAILS(push_sparse(&f, &it, &gt, 1, 1, &err), DT_EINVAL, "row 0 (id");
+    gn[0][1] = 1;
+    gn[1][0] = INFINITY;
+    ASSERT_FAILS(push_sparse(&f, &it, &gt, 1, 1, &err), DT_EINVAL, "row 1 (id");
+    /* Pairs that do not pair, an unknown table, one named twice, ids of
+     * another dtype. */
+    make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, 2, T_DIM, g);
+    ASSERT_FAILS(push_sparse(&f, &it, &gt, 1, 0, &err), DT_EINVAL,
+                 "1 sparse_ids and 0 sparse_grads");
+    dt_tensor its[2] = {it, it}, gts[2] = {gt, gt};
+    ASSERT_FAILS(push_sparse(&f, its, gts, 2, 2, &err), DT_EINVAL, "table wide/weight given twice");
+    make_tensor(&its[0], "nope", DT_DTYPE_I64, 1, 2, 0, mine);
+    ASSERT_FAILS(push_sparse(&f, its, gts, 1, 1, &err), DT_ENOTFOUND, "unknown table nope");
+    make_tensor(&gts[0], "other", DT_DTYPE_F32, 2, 2, T_DIM, g);
+    ASSERT_FAILS(push_sparse(&f, &it, gts, 1, 1, &err), DT_EINVAL, "sparse_grads[0] is other");
+    float fids[2] = {1, 2};
+    make_tensor(&its[0], T_NAME, DT_DTYPE_F32, 1, 2, 0, fids);
+    ASSERT_FAILS(push_sparse(&f, its, &gt, 1, 1, &err), DT_EINVAL, "ids must be I64 (n)");
+    ASSERT_FAILS(sparse_pull_tensor(&f, T_NAME, &its[0], NULL, &err), DT_EINVAL,
+                 "ids must be I64 (n)");
+    /* A pull of an unknown table; one without ids; one whose reply would
+     * be huge (a claim the ps must not try to meet). */
+    ASSERT_FAILS(sparse_pull_tensor(&f, "nope", &it, NULL, &err), DT_ENOTFOUND,
+                 "unknown table \"nope\"");
+    ASSERT_FAILS(sparse_pull_tensor(&f, T_NAME, NULL, NULL, &err), DT_EINVAL, "ids: none given");
+    /* A shape that claims more ids than the bytes sent: the codec's rule. */
+    int64_t few[2] = {mine[0], mine[1]};
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 2, 0, few);
+    it.shape[0] = (int64_t)1 << 30;
+    ASSERT_FAILS(sparse_pull_tensor(&f, T_NAME, &it, NULL, &err), DT_EINVAL,
+                 "16 data bytes, shape needs 8589934592");
+    it.shape[0] = (int64_t)1 << 40;
+    ASSERT_FAILS(sparse_pull_tensor(&f, T_NAME, &it, NULL, &err), DT_EINVAL,
+                 "ids[0]: tensor wide/weight: larger than 2^40 bytes");
+
+    /* Nothing changed: the rows, the count held, the step. */
+    float after[4][T_DIM];
+    ck_assert_int_eq(sparse_pull(&f, mine, 4, &after[0][0], &err), 0);
+    assert_floats_eq(&after[0][0], &before[0][0], 4 * T_DIM, "rows after bad inputs");
+    int64_t step1;
+    ck_assert_int_eq(table_status_of(&f, &step1).rows_held, 2);
+    ck_assert_int_eq(step1, step0);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* A table's rows bigger than a reply: dim 65536, 10^4 ids would be 2.4 GiB. */
+START_TEST(test_table_pull_too_large) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_msg_table spec = {"big", 1 << 20, DT_TABLE_MAX_DIM, DT_TABLE_INIT_ZEROS, 0, 1};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(create_tables(&f, &cfg, &spec, 1, false, DT_MODE_ASYNC, &err) == 0, "%s",
+                  err.msg);
+    enum { N = 10000 };
+    int64_t *ids = malloc(N * sizeof *ids);
+    for (int k = 0; k < N; k++)
+        ids[k] = k;
+    dt_tensor it;
+    make_tensor(&it, "big", DT_DTYPE_I64, 1, N, 0, ids);
+    ASSERT_FAILS(sparse_pull_tensor(&f, "big", &it, NULL, &err), DT_EINVAL,
+                 "more than a reply carries");
+    free(ids);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* A Create's tables are checked field by field, by name. */
+START_TEST(test_table_create_invalid) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_err err;
+    dt_msg_table t[2] = {table_spec(), table_spec()};
+    t[0].rows = 0;
+    ASSERT_FAILS(create_tables(&f, &cfg, t, 1, false, DT_MODE_ASYNC, &err), DT_EINVAL,
+                 "tables[0] wide/weight: rows 0 is out of range 1..2^40");
+    t[0].rows = T_ROWS + 1;
+    ASSERT_FAILS(create_tables(&f, &cfg, t, 1, false, DT_MODE_ASYNC, &err), DT_EINVAL, "rows");
+    t[0] = table_spec();
+    t[0].dim = 0;
+    ASSERT_FAILS(create_tables(&f, &cfg, t, 1, false, DT_MODE_ASYNC, &err), DT_EINVAL, "dim 0");
+    t[0] = table_spec();
+    t[0].init_scale = 0;
+    ASSERT_FAILS(create_tables(&f, &cfg, t, 1, false, DT_MODE_ASYNC, &err), DT_EINVAL,
+                 "init_scale");
+    t[0] = table_spec();
+    ASSERT_FAILS(create_tables(&f, &cfg, t, 2, false, DT_MODE_ASYNC, &err), DT_EINVAL,
+                 "tables[1] wide/weight given twice");
+    snprintf(t[1].name, sizeof t[1].name, "w");
+    ASSERT_FAILS(create_tables(&f, &cfg, t, 2, false, DT_MODE_ASYNC, &err), DT_EINVAL,
+                 "a dense variable has its name");
+    t[1].name[0] = '\0';
+    ASSERT_FAILS(create_tables(&f, &cfg, t, 2, false, DT_MODE_ASYNC, &err), DT_EINVAL,
+                 "tables[1].name");
+    ASSERT_FAILS(create_tables(&f, &cfg, t, 1, false, DT_MODE_SYNC, &err), DT_EINVAL,
+                 "sync mode does not aggregate sparse gradients");
+    dt_msg_status_resp st;
+    status(&f, -1, &st);
+    ck_assert(!st.ready);
+    ck_assert_int_eq(st.num_tables, 0);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* Eviction from the Create: a row untouched for more than idle_steps is
+ * dropped by a later push's sweep (Status's rows held fall) and reads as
+ * its initial value again; a row pushed every step stays. */
+START_TEST(test_table_eviction) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_msg_table spec = table_spec();
+    dt_err err;
+    dt_table_evict_policy ev = {.idle_steps = -1};
+    ASSERT_FAILS(create_evicting(&f, &cfg, &spec, 1, false, DT_MODE_ASYNC, &ev, &err), DT_EINVAL,
+                 "eviction");
+    ev = (dt_table_evict_policy){.min_touches = 3};
+    ASSERT_FAILS(create_evicting(&f, &cfg, &spec, 1, false, DT_MODE_ASYNC, &ev, &err), DT_EINVAL,
+                 "touch_window_steps >= 1 with min_touches");
+    ev = (dt_table_evict_policy){.idle_steps = 2};
+    dt_err_clear(&err);
+    ck_assert_msg(create_evicting(&f, &cfg, &spec, 1, false, DT_MODE_ASYNC, &ev, &err) == 0, "%s",
+                  err.msg);
+    int64_t a = 5, b = 9;
+    float g[T_DIM] = {1, 1}, init_a[T_DIM], got[T_DIM];
+    dt_tensor it, gt;
+    ck_assert_int_eq(sparse_pull(&f, &a, 1, init_a, &err), 0);
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 1, 0, &a);
+    make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, 1, T_DIM, g);
+    ck_assert_msg(push_sparse(&f, &it, &gt, 1, 1, &err) == 0, "%s", err.msg); /* step 1 */
+    ck_assert_int_eq(sparse_pull(&f, &a, 1, got, &err), 0);
+    ck_assert(got[0] != init_a[0]);
+    /* Row b every step; row a's last touch was step 0. */
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 1, 0, &b);
+    int64_t step = 1;
+    dt_msg_table_status ts = table_status_of(&f, &step);
+    ck_assert_int_eq(ts.rows_held, 1);
+    while (ts.rows_held != 1 || step < 4) {
+        ck_assert_msg(step < 10, "row %lld never evicted (%lld held at step %lld)", (long long)a,
+                      (long long)ts.rows_held, (long long)step);
+        ck_assert_msg(push_sparse(&f, &it, &gt, 1, 1, &err) == 0, "%s", err.msg);
+        ts = table_status_of(&f, &step);
+    }
+    ck_assert_int_eq(sparse_pull(&f, &a, 1, got, &err), 0);
+    assert_floats_eq(got, init_a, T_DIM, "an evicted row");
+    ck_assert_int_eq(sparse_pull(&f, &b, 1, got, &err), 0);
+    ck_assert(got[0] != 0); /* kept */
+    fixture_stop(&f);
+}
+END_TEST
+
+/* Pages of an export, for a table's rows in id order. */
+static int export_page(fixture *f, int64_t after, int max_rows, bool slots,
+                       dt_msg_sparse_export_resp *resp, dt_tensor *views, dt_rpc_buf *keep,
+                       dt_err *err) {
+    dt_msg_sparse_export_req req = {T_NAME, after, max_rows, slots};
+    dt_err local;
+    dt_err_clear(&local);
+    uint8_t bytes[256];
+    int64_t size = dt_codec_size(DT_MSG_SPARSE_EXPORT_REQ, &req, &local);
+    ck_assert(size >= 0 && size <= (int64_t)sizeof bytes);
+    ck_assert_int_eq(dt_codec_encode(DT_MSG_SPARSE_EXPORT_REQ, &req, bytes, (size_t)size, &local),
+                     0);
+    int rc = call_raw(f, DT_MSG_SPARSE_EXPORT_REQ, bytes, (size_t)size, keep, err);
+    if (rc < 0) return rc;
+    memset(resp, 0, sizeof *resp);
+    resp->in = (dt_tensor_views){.items = views, .cap = 4};
+    ck_assert_msg(dt_codec_decode(DT_MSG_SPARSE_EXPORT_RESP, keep->data, keep->len, resp, &local) ==
+                      0,
+                  "%s", local.msg);
+    return 0;
+}
+
+static int import_page(fixture *f, dt_tensor *items, int count, bool last, dt_err *err) {
+    dt_msg_sparse_import_req req;
+    memset(&req, 0, sizeof req);
+    snprintf(req.table, sizeof req.table, T_NAME);
+    req.out = (dt_tensor_list){.items = items, .count = count};
+    req.last = last;
+    dt_msg_sparse_import_resp resp;
+    return call_msg(f, DT_MSG_SPARSE_IMPORT_REQ, &req, DT_MSG_SPARSE_IMPORT_RESP, &resp, err);
+}
+
+/* A restore: Create with tables_pending, pages of rows (with adagrad's
+ * slot), the last one makes the ps ready; the export gives them back a
+ * page at a time, in id order. On task 0 of 2 only its own rows stay: the
+ * re-shard. */
+START_TEST(test_table_import_export) {
+    for (int num_ps = 1; num_ps <= 2; num_ps++) {
+        fixture f;
+        fixture_start_task(&f, num_ps, 0, 0, NULL, NULL);
+        dt_optim_config cfg;
+        sgd_config(&cfg, 0.5);
+        snprintf(cfg.name, sizeof cfg.name, "adagrad");
+        dt_msg_table spec = table_spec();
+        dt_err err;
+        dt_err_clear(&err);
+        ck_assert_msg(create_tables(&f, &cfg, &spec, 1, true, DT_MODE_ASYNC, &err) == 0, "%s",
+                      err.msg);
+        int64_t probe = 1;
+        ASSERT_FAILS(sparse_pull(&f, &probe, 1, NULL, &err), DT_EPRECOND, "not ready");
+        enum { N = 7 };
+        int64_t ids[N] = {1, 2, 3, 50, 51, 1000, T_ROWS - 2};
+        float vals[N][T_DIM], acc[N][T_DIM];
+        for (int k = 0; k < N; k++)
+            for (int d = 0; d < T_DIM; d++) {
+                vals[k][d] = (float)(k * 10 + d) - 20.5f;
+                acc[k][d] = 0.25f * (float)(k + d + 1);
+            }
+        /* Two pages: rows 0..3, then 4..6. */
+        for (int page = 0; page < 2; page++) {
+            int first = page ? 4 : 0, n = page ? 3 : 4;
+            dt_tensor items[3];
+            make_tensor(&items[0], T_NAME "/ids", DT_DTYPE_I64, 1, n, 0, ids + first);
+            make_tensor(&items[1], T_NAME "/values", DT_DTYPE_F32, 2, n, T_DIM, vals[first]);
+            make_tensor(&items[2], T_NAME "/accumulator", DT_DTYPE_F32, 2, n, T_DIM, acc[first]);
+            if (page == 1) {
+                /* A bad page (a NaN) is refused and changes nothing. */
+                float keep = vals[5][1];
+                vals[5][1] = NAN;
+                ASSERT_FAILS(import_page(&f, items, 3, true, &err), DT_EINVAL, "not a finite");
+                vals[5][1] = keep;
+            }
+            ck_assert_msg(import_page(&f, items, 3, page == 1, &err) == 0, "%s", err.msg);
+        }
+        ASSERT_FAILS(import_page(&f, NULL, 0, true, &err), DT_EPRECOND, "no restore in progress");
+        int held = 0;
+        for (int k = 0; k < N; k++)
+            held += dt_table_shard_of(ids[k], num_ps) == 0;
+        ck_assert_int_eq(table_status_of(&f, NULL).rows_held, held);
+
+        /* Export two rows a page, with the slot, until no more. */
+        int64_t after = -1;
+        int got = 0, more = 1;
+        while (more) {
+            dt_msg_sparse_export_resp resp;
+            dt_tensor views[4];
+            dt_rpc_buf keep;
+            ck_assert_msg(export_page(&f, after, 2, true, &resp, views, &keep, &err) == 0, "%s",
+                          err.msg);
+            more = resp.more;
+            if (resp.in.count == 0) {
+                ck_assert(!more);
+                dt_rpc_buf_release(&keep);
+                break;
+            }
+            ck_assert_int_eq(resp.in.count, 3);
+            ck_assert_str_eq(views[2].name, T_NAME "/accumulator");
+            int64_t n = views[0].shape[0];
+            ck_assert(n >= 1 && n <= 2);
+            for (int64_t r = 0; r < n; r++) {
+                int64_t id;
+                memcpy(&id, (const uint8_t *)views[0].data + 8 * r, 8);
+                int k = 0;
+                while (k < N && ids[k] != id)
+                    k++;
+                ck_assert_msg(k < N && id > after, "exported id %lld", (long long)id);
+                ck_assert_int_eq(dt_table_shard_of(id, num_ps), 0);
+                ck_assert(
+                    memcmp((const float *)views[1].data + r * T_DIM, vals[k], sizeof vals[k]) == 0);
+                ck_assert(memcmp((const float *)views[2].data + r * T_DIM, acc[k], sizeof acc[k]) ==
+                          0);
+                after = id;
+                got++;
+            }
+            dt_rpc_buf_release(&keep);
+        }
+        ck_assert_int_eq(got, held);
+        fixture_stop(&f);
+    }
+}
+END_TEST
+
+/* FTRL's fields reach the ps: with a large L1 every weight a gradient
+ * touches is exactly 0. */
+START_TEST(test_ftrl_over_the_wire) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    dt_optim_defaults(&cfg);
+    snprintf(cfg.name, sizeof cfg.name, "ftrl");
+    cfg.learning_rate = 0.5;
+    cfg.ftrl_l1 = 100;
+    dt_msg_table spec = table_spec();
+    spec.init = DT_TABLE_INIT_ZEROS;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(create_tables(&f, &cfg, &spec, 1, false, DT_MODE_ASYNC, &err) == 0, "%s",
+                  err.msg);
+    int64_t ids[2] = {5, 6};
+    float g[2][T_DIM] = {{1, -2}, {0.5f, 4}};
+    dt_tensor it, gt;
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 2, 0, ids);
+    make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, 2, T_DIM, g);
+    ck_assert_msg(push_sparse(&f, &it, &gt, 1, 1, &err) == 0, "%s", err.msg);
+    float rows[2][T_DIM], w[NW], b[NB];
+    ck_assert_int_eq(sparse_pull(&f, ids, 2, &rows[0][0], &err), 0);
+    for (int d = 0; d < 2 * T_DIM; d++)
+        ck_assert_float_eq((&rows[0][0])[d], 0);
+    ck_assert_int_eq(pull(&f, w, b, NULL, NULL, &err), 0);
+    for (int i = 0; i < NW; i++)
+        ck_assert_float_eq(w[i], 0);
+    dt_msg_table_status ts = table_status_of(&f, NULL);
+    ck_assert_int_eq(ts.rows_held, 2);
+    ck_assert_int_eq(ts.nonzero, 0);
+    fixture_stop(&f);
+}
+END_TEST
 
 /* ---- lifecycle --------------------------------------------------------- */
 
@@ -1496,6 +2061,152 @@ START_TEST(test_two_ps_count_apart) {
 }
 END_TEST
 
+/* A table through dt_ps_client over two ps tasks: pulled rows are the
+ * initial ones, a push splits rows by placement and updates them with the
+ * dense variables as one step (adagrad, to the bit of a dense update of
+ * each row), the export gives every row in id order with its slot, and
+ * the export restored onto three tasks (a re-shard, pages of 16 rows)
+ * reads back the same. */
+static dt_ps_client *tables_client(dt_cluster *cl, const dt_tensors *vars) {
+    dt_ps_client *c = NULL;
+    dt_ps_client_params cp = {.cluster = cl, .worker = 0, .timeout_ms = CALL_TIMEOUT_MS};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ps_client_new(&cp, vars, &c, &err) == 0, "%s", err.msg);
+    return c;
+}
+
+START_TEST(test_client_tables_reshard) {
+    enum { N = 40, D = T_DIM };
+    dt_addr ps_addr[3], worker_addr[2];
+    for (int i = 0; i < 3; i++)
+        free_addr(&ps_addr[i]);
+    for (int i = 0; i < 2; i++)
+        free_addr(&worker_addr[i]);
+    dt_cluster cl2 = {.num_ps = 2, .ps = ps_addr, .num_workers = 2, .workers = worker_addr};
+    dt_ps *ps[3];
+    start_ps(&cl2, 0, &ps[0]);
+    start_ps(&cl2, 1, &ps[1]);
+    dt_tensors vars, grads;
+    client_tensors(&vars, &grads);
+    dt_ps_client *c = tables_client(&cl2, &vars);
+    dt_msg_table spec = table_spec();
+    dt_ps_model model;
+    memset(&model, 0, sizeof model);
+    model.vars = &vars;
+    sgd_config(&model.optim, 0.5);
+    snprintf(model.optim.name, sizeof model.optim.name, "adagrad");
+    model.max_steps = 100;
+    model.tables = &spec;
+    model.num_tables = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ps_client_create(c, &model, NULL, &err) == 0, "create: %s", err.msg);
+
+    int64_t ids[N];
+    for (int k = 0; k < N; k++)
+        ids[k] = (int64_t)k * 7919 * 104729 + (k % 3); /* spread, increasing */
+    float rows[N][D], want[N][D], acc[N][D], g[N][D];
+    dt_table_config tc;
+    memset(&tc, 0, sizeof tc);
+    snprintf(tc.name, sizeof tc.name, T_NAME);
+    tc.rows = T_ROWS;
+    tc.dim = D;
+    tc.init = DT_TABLE_INIT_NORMAL;
+    tc.init_scale = 0.5;
+    tc.seed = 42;
+    for (int k = 0; k < N; k++) {
+        dt_table_init_row(&tc, ids[k], want[k]);
+        for (int d = 0; d < D; d++) {
+            g[k][d] = (float)((k * 3 + d) % 7) - 3.0f;
+            acc[k][d] = (float)model.optim.initial_accumulator;
+        }
+    }
+    dt_ps_sparse sp = {T_NAME, D, N, ids, &rows[0][0]};
+    dt_ps_reply r;
+    ck_assert_msg(dt_ps_client_sparse_pull(c, &sp, &r, &err) == 0, "sparse pull: %s", err.msg);
+    assert_floats_eq(&rows[0][0], &want[0][0], N * D, "initial rows via the client");
+
+    dt_ps_sparse gp = {T_NAME, D, N, ids, &g[0][0]};
+    ck_assert_msg(dt_ps_client_push_sparse(c, &grads, &gp, 1, 0, &vars, 0, &r, &err) == 0,
+                  "push: %s", err.msg);
+    ck_assert(r.pulled);
+    for (int k = 0; k < N; k++) {
+        float *slots[1] = {acc[k]};
+        dt_optim_apply(&model.optim, model.optim.learning_rate, 1, want[k], slots, g[k], D);
+    }
+    ck_assert_msg(dt_ps_client_sparse_pull(c, &sp, &r, &err) == 0, "sparse pull: %s", err.msg);
+    assert_floats_eq(&rows[0][0], &want[0][0], N * D, "rows after the push");
+    ck_assert_int_eq(r.global_step, 1);
+    int64_t held = 0;
+    for (int p = 0; p < 2; p++) {
+        dt_msg_status_resp st;
+        ck_assert_int_eq(dt_ps_client_status(c, p, &st, &err), 0);
+        held += st.tables[0].rows_held;
+    }
+    ck_assert_int_eq(held, N);
+
+    dt_tensors saved;
+    ck_assert_msg(dt_ps_client_sparse_export(c, T_NAME, D, 1, 7, &saved, &err) == 0, "export: %s",
+                  err.msg);
+    ck_assert_int_eq(saved.count, 3);
+    ck_assert_str_eq(saved.items[2].name, T_NAME "/accumulator");
+    ck_assert(memcmp(saved.items[0].data, ids, sizeof ids) == 0);
+    assert_floats_eq(saved.items[1].data, &want[0][0], N * D, "exported values");
+    assert_floats_eq(saved.items[2].data, &acc[0][0], N * D, "exported accumulators");
+    dt_ps_client_free(c);
+    for (int p = 0; p < 2; p++)
+        dt_ps_free(ps[p]);
+
+    /* Three tasks, restored from the export. */
+    dt_cluster cl3 = {.num_ps = 3, .ps = ps_addr, .num_workers = 2, .workers = worker_addr};
+    for (int p = 0; p < 3; p++)
+        start_ps(&cl3, p, &ps[p]);
+    c = tables_client(&cl3, &vars);
+    model.tables_pending = 1;
+    model.global_step = 1;
+    ck_assert_msg(dt_ps_client_create(c, &model, NULL, &err) == 0, "create: %s", err.msg);
+    ck_assert_int_eq(dt_ps_client_sparse_pull(c, &sp, &r, &err), DT_EPRECOND);
+    for (int first = 0; first < N; first += 16) {
+        int n = N - first < 16 ? N - first : 16;
+        dt_tensor page[3];
+        for (int i = 0; i < 3; i++) {
+            page[i] = saved.items[i];
+            size_t row = saved.items[i].nbytes / N;
+            page[i].shape[0] = n;
+            page[i].data = (char *)saved.items[i].data + row * (size_t)first;
+            page[i].nbytes = row * (size_t)n;
+        }
+        ck_assert_msg(dt_ps_client_sparse_import(c, T_NAME, page, 3, first + n == N, NULL, &err) ==
+                          0,
+                      "import: %s", err.msg);
+    }
+    memset(rows, 0, sizeof rows);
+    ck_assert_msg(dt_ps_client_sparse_pull(c, &sp, &r, &err) == 0, "sparse pull: %s", err.msg);
+    assert_floats_eq(&rows[0][0], &want[0][0], N * D, "rows restored onto three tasks");
+    held = 0;
+    for (int p = 0; p < 3; p++) {
+        dt_msg_status_resp st;
+        ck_assert_int_eq(dt_ps_client_status(c, p, &st, &err), 0);
+        ck_assert_int_lt(st.tables[0].rows_held, N); /* each its own share */
+        held += st.tables[0].rows_held;
+    }
+    ck_assert_int_eq(held, N);
+    dt_tensors again;
+    ck_assert_int_eq(dt_ps_client_sparse_export(c, T_NAME, D, 1, 1000, &again, &err), 0);
+    ck_assert_int_eq(again.count, 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert(memcmp(again.items[i].data, saved.items[i].data, saved.items[i].nbytes) == 0);
+    dt_tensors_deinit(&again);
+    dt_tensors_deinit(&saved);
+    dt_ps_client_free(c);
+    for (int p = 0; p < 3; p++)
+        dt_ps_free(ps[p]);
+    dt_tensors_deinit(&vars);
+    dt_tensors_deinit(&grads);
+}
+END_TEST
+
 /* ---- hostile clients --------------------------------------------------- */
 
 /* Encodes msg, replaces the first `from` in its bytes by `to` (same length:
@@ -2289,6 +3000,18 @@ Suite *ps_suite(void) {
     tcase_add_test(hostile, test_reason_escaped_in_log);
     tcase_add_test(hostile, test_push_as_another_task);
     suite_add_tcase(s, hostile);
+
+    TCase *tables = tcase_create("tables");
+    tcase_set_timeout(tables, 60);
+    tcase_add_test(tables, test_table_pull_push);
+    tcase_add_test(tables, test_table_bad_inputs);
+    tcase_add_test(tables, test_table_pull_too_large);
+    tcase_add_test(tables, test_table_create_invalid);
+    tcase_add_test(tables, test_table_import_export);
+    tcase_add_test(tables, test_ftrl_over_the_wire);
+    tcase_add_test(tables, test_client_tables_reshard);
+    tcase_add_test(tables, test_table_eviction);
+    suite_add_tcase(s, tables);
 
     TCase *pieces = tcase_create("pieces");
     tcase_set_timeout(pieces, 60);

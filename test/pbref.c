@@ -82,6 +82,10 @@ static void to_pb(dt_msg_type type, const void *msg, pb_push *pb) {
         dtrain_PushRequest_FIELDLIST(TO_PB, x);
         p->gradients.funcs.encode = encode_tensors;
         p->gradients.arg = (void *)&m->out;
+        p->sparse_ids.funcs.encode = encode_tensors;
+        p->sparse_ids.arg = (void *)&m->sparse_ids_out;
+        p->sparse_grads.funcs.encode = encode_tensors;
+        p->sparse_grads.arg = (void *)&m->sparse_grads_out;
     } else {
         const dt_msg_push_resp *m = msg;
         dtrain_PushResponse *p = &pb->resp;
@@ -219,19 +223,31 @@ int dt_test_pb_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *ms
     dt_err_clear(&local);
     pb_push pb;
     memset(&pb, 0, sizeof pb);
-    decode_ctx ctx = {buf, len, NULL, NULL, &local};
+    /* One context per repeated Tensor field: its views and its name. */
+    decode_ctx ctx[3];
+    for (int i = 0; i < 3; i++)
+        ctx[i] = (decode_ctx){buf, len, NULL, NULL, &local};
     if (type == DT_MSG_PUSH_REQ) {
-        ctx.views = &((dt_msg_push_req *)msg)->in;
-        ctx.what = "gradients";
-        pb.req.gradients.funcs.decode = decode_tensor;
-        pb.req.gradients.arg = &ctx;
+        dt_msg_push_req *m = msg;
+        ctx[0].views = &m->in;
+        ctx[0].what = "gradients";
+        ctx[1].views = &m->sparse_ids_in;
+        ctx[1].what = "sparse_ids";
+        ctx[2].views = &m->sparse_grads_in;
+        ctx[2].what = "sparse_grads";
+        pb_callback_t *cbs[3] = {&pb.req.gradients, &pb.req.sparse_ids, &pb.req.sparse_grads};
+        for (int i = 0; i < 3; i++) {
+            cbs[i]->funcs.decode = decode_tensor;
+            cbs[i]->arg = &ctx[i];
+            ctx[i].views->count = 0;
+        }
     } else {
-        ctx.views = &((dt_msg_push_resp *)msg)->in;
-        ctx.what = "variables";
+        ctx[0].views = &((dt_msg_push_resp *)msg)->in;
+        ctx[0].what = "variables";
         pb.resp.variables.funcs.decode = decode_tensor;
-        pb.resp.variables.arg = &ctx;
+        pb.resp.variables.arg = &ctx[0];
+        ctx[0].views->count = 0;
     }
-    ctx.views->count = 0;
     pb_istream_t stream = pb_istream_from_buffer(buf ? buf : (const uint8_t *)"", len);
     if (!pb_decode(&stream, desc, &pb)) {
         if (local.code != DT_OK) return dt_err_set(err, local.code, "nanopb: %s", local.msg);
@@ -421,7 +437,11 @@ static const dt_tensor_views *in_of(dt_msg_type type, const void *m) {
 
 int dt_test_push_same(dt_msg_type type, const void *a, const void *b, char *why, size_t cap) {
     if (same_scalars(type, a, b, why, cap) < 0) return -1;
-    return same_tensors(NULL, in_of(type, a), in_of(type, b), why, cap);
+    if (same_tensors(NULL, in_of(type, a), in_of(type, b), why, cap) < 0) return -1;
+    if (type != DT_MSG_PUSH_REQ) return 0;
+    const dt_msg_push_req *x = a, *y = b;
+    if (same_tensors(NULL, &x->sparse_ids_in, &y->sparse_ids_in, why, cap) < 0) return -1;
+    return same_tensors(NULL, &x->sparse_grads_in, &y->sparse_grads_in, why, cap);
 }
 
 int dt_test_push_same_as_sent(dt_msg_type type, const void *sent, const void *got, char *why,
@@ -429,5 +449,9 @@ int dt_test_push_same_as_sent(dt_msg_type type, const void *sent, const void *go
     if (same_scalars(type, sent, got, why, cap) < 0) return -1;
     const dt_tensor_list *out = type == DT_MSG_PUSH_REQ ? &((const dt_msg_push_req *)sent)->out
                                                         : &((const dt_msg_push_resp *)sent)->out;
-    return same_tensors(out, NULL, in_of(type, got), why, cap);
+    if (same_tensors(out, NULL, in_of(type, got), why, cap) < 0) return -1;
+    if (type != DT_MSG_PUSH_REQ) return 0;
+    const dt_msg_push_req *x = sent, *y = got;
+    if (same_tensors(&x->sparse_ids_out, NULL, &y->sparse_ids_in, why, cap) < 0) return -1;
+    return same_tensors(&x->sparse_grads_out, NULL, &y->sparse_grads_in, why, cap);
 }

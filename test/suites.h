@@ -37,6 +37,7 @@
     X(cli)                                                                                         \
     X(e2e)                                                                                         \
     X(models_e2e)                                                                                  \
+    X(sparse_e2e)                                                                                  \
     X(lifecycle)                                                                                   \
     X(restart)                                                                                     \
     X(failure)                                                                                     \

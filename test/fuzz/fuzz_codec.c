@@ -71,7 +71,24 @@ static void prepare(dt_msg_type type, slot *s) {
         s->m.pull_resp.in = (dt_tensor_views){s->in, 0, CAP, s->in_spans};
         s->m.pull_resp.slots_in = (dt_tensor_views){s->slots, 0, CAP, s->slot_spans};
         break;
-    case DT_MSG_PUSH_REQ: s->m.push_req.in = (dt_tensor_views){s->in, 0, CAP, s->in_spans}; break;
+    case DT_MSG_PUSH_REQ:
+        s->m.push_req.in = (dt_tensor_views){s->in, 0, CAP, s->in_spans};
+        s->m.push_req.sparse_ids_in = (dt_tensor_views){s->slots, 0, CAP / 2, s->slot_spans};
+        s->m.push_req.sparse_grads_in =
+            (dt_tensor_views){s->slots + CAP / 2, 0, CAP - CAP / 2, s->slot_spans + CAP / 2};
+        break;
+    case DT_MSG_SPARSE_PULL_REQ:
+        s->m.sparse_pull_req.ids_in = (dt_tensor_views){s->in, 0, 1, s->in_spans};
+        break;
+    case DT_MSG_SPARSE_PULL_RESP:
+        s->m.sparse_pull_resp.values_in = (dt_tensor_views){s->in, 0, 1, s->in_spans};
+        break;
+    case DT_MSG_SPARSE_EXPORT_RESP:
+        s->m.sparse_export_resp.in = (dt_tensor_views){s->in, 0, CAP, s->in_spans};
+        break;
+    case DT_MSG_SPARSE_IMPORT_REQ:
+        s->m.sparse_import_req.in = (dt_tensor_views){s->in, 0, CAP, s->in_spans};
+        break;
     case DT_MSG_PUSH_RESP: s->m.push_resp.in = (dt_tensor_views){s->in, 0, CAP, s->in_spans}; break;
     default: break;
     }
@@ -178,7 +195,23 @@ static void to_out(dt_msg_type type, slot *s) {
         s->m.pull_resp.out = as_list(&s->m.pull_resp.in);
         s->m.pull_resp.slots_out = as_list(&s->m.pull_resp.slots_in);
         break;
-    case DT_MSG_PUSH_REQ: s->m.push_req.out = as_list(&s->m.push_req.in); break;
+    case DT_MSG_PUSH_REQ:
+        s->m.push_req.out = as_list(&s->m.push_req.in);
+        s->m.push_req.sparse_ids_out = as_list(&s->m.push_req.sparse_ids_in);
+        s->m.push_req.sparse_grads_out = as_list(&s->m.push_req.sparse_grads_in);
+        break;
+    case DT_MSG_SPARSE_PULL_REQ:
+        s->m.sparse_pull_req.ids_out = as_list(&s->m.sparse_pull_req.ids_in);
+        break;
+    case DT_MSG_SPARSE_PULL_RESP:
+        s->m.sparse_pull_resp.values_out = as_list(&s->m.sparse_pull_resp.values_in);
+        break;
+    case DT_MSG_SPARSE_EXPORT_RESP:
+        s->m.sparse_export_resp.out = as_list(&s->m.sparse_export_resp.in);
+        break;
+    case DT_MSG_SPARSE_IMPORT_REQ:
+        s->m.sparse_import_req.out = as_list(&s->m.sparse_import_req.in);
+        break;
     case DT_MSG_PUSH_RESP: s->m.push_resp.out = as_list(&s->m.push_resp.in); break;
     default: break;
     }
@@ -216,6 +249,12 @@ static void same_message(dt_msg_type type, const slot *a, const slot *b) {
         if (dt_mode_name(x->consistency.mode))
             CHECK(memcmp(&x->consistency, &y->consistency, sizeof x->consistency) == 0);
         CHECK(strcmp(x->model, y->model) == 0);
+        CHECK(x->num_tables == y->num_tables && x->tables_pending == y->tables_pending);
+        for (int i = 0; i < x->num_tables; i++)
+            /* An unknown init decodes as -1 and is sent as none (zeros). */
+            CHECK(strcmp(x->tables[i].name, y->tables[i].name) == 0 &&
+                  x->tables[i].rows == y->tables[i].rows && x->tables[i].dim == y->tables[i].dim &&
+                  (x->tables[i].init < 0 || x->tables[i].init == y->tables[i].init));
         break;
     }
     case DT_MSG_PULL_REQ: {
@@ -235,13 +274,47 @@ static void same_message(dt_msg_type type, const slot *a, const slot *b) {
         CHECK(x->done == y->done && x->wait == y->wait);
         break;
     }
-    case DT_MSG_PUSH_REQ:
     case DT_MSG_PUSH_RESP: {
         char why[256];
         if (dt_test_push_same(type, &a->m, &b->m, why, sizeof why) < 0) {
             fprintf(stderr, "fuzz_codec: decodes differ: %s\n", why);
             abort();
         }
+        break;
+    }
+    case DT_MSG_PUSH_REQ: {
+        const dt_msg_push_req *x = &a->m.push_req, *y = &b->m.push_req;
+        same_views(&x->in, &y->in);
+        same_views(&x->sparse_ids_in, &y->sparse_ids_in);
+        same_views(&x->sparse_grads_in, &y->sparse_grads_in);
+        CHECK(x->worker == y->worker && x->step == y->step);
+        break;
+    }
+    case DT_MSG_SPARSE_PULL_REQ: {
+        const dt_msg_sparse_pull_req *x = &a->m.sparse_pull_req, *y = &b->m.sparse_pull_req;
+        same_views(&x->ids_in, &y->ids_in);
+        CHECK(x->worker == y->worker && x->seen_step == y->seen_step);
+        CHECK(strcmp(x->table, y->table) == 0);
+        break;
+    }
+    case DT_MSG_SPARSE_PULL_RESP: {
+        const dt_msg_sparse_pull_resp *x = &a->m.sparse_pull_resp, *y = &b->m.sparse_pull_resp;
+        same_views(&x->values_in, &y->values_in);
+        CHECK(x->incarnation == y->incarnation && x->global_step == y->global_step &&
+              x->done == y->done);
+        break;
+    }
+    case DT_MSG_SPARSE_EXPORT_RESP: {
+        const dt_msg_sparse_export_resp *x = &a->m.sparse_export_resp,
+                                        *y = &b->m.sparse_export_resp;
+        same_views(&x->in, &y->in);
+        CHECK(x->global_step == y->global_step && x->more == y->more);
+        break;
+    }
+    case DT_MSG_SPARSE_IMPORT_REQ: {
+        const dt_msg_sparse_import_req *x = &a->m.sparse_import_req, *y = &b->m.sparse_import_req;
+        same_views(&x->in, &y->in);
+        CHECK(strcmp(x->table, y->table) == 0 && x->last == y->last);
         break;
     }
     default:

@@ -2,9 +2,11 @@
  * Fuzz target: the ps's request handlers themselves (dt_ps_call, the path a
  * gRPC call takes after the server's checks), on an in-process ps with no
  * port. The input is a run of calls, each: an op byte (Create, Pull, Push,
- * Status or Shutdown with raw bytes, or a valid Push with fuzzed values,
- * seen_step and one flipped byte), a caller byte (anonymous, chief,
- * worker:1, tool) and, for raw ops, a length byte and that many bytes.
+ * Status, Shutdown, SparsePull, SparseExport or SparseImport with raw
+ * bytes, or a valid Push with fuzzed values, seen_step, sparse ids and rows
+ * of the model's table and one flipped byte), a caller byte (anonymous,
+ * chief, worker:1, tool) and, for raw ops, a length byte and that many
+ * bytes.
  * The first byte chooses whether the chief created the model first.
  * Requests longer than 8 bytes reach the handlers in pieces of 1 to 8
  * bytes (lengths drawn from their bytes), as gRPC hands over a message it
@@ -14,7 +16,8 @@
  *  - the global step never goes down;
  *  - with the chief's model: the step moves by exactly the pushes applied
  *    (no claim, name or size moves it), and a refused call, or any call but
- *    an applied push, leaves every variable and slot byte as it was.
+ *    an applied push, leaves every variable and slot byte as it was, and
+ *    every row of the table (ids, values and slots, as exported).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -37,12 +40,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         }                                                                                          \
     } while (0)
 
-#define SNAP_MAX 4096 /* bytes of variables and slots: the model here is tiny */
+#define SNAP_MAX 65536 /* bytes of variables, slots and table rows: the model here is tiny */
+#define TABLE_ROWS 1000
 
-static const char *const methods[] = {DT_METHOD_CREATE, DT_METHOD_PULL, DT_METHOD_PUSH,
-                                      DT_METHOD_STATUS, DT_METHOD_SHUTDOWN};
-static const dt_msg_type types[] = {DT_MSG_CREATE_REQ, DT_MSG_PULL_REQ, DT_MSG_PUSH_REQ,
-                                    DT_MSG_STATUS_REQ, DT_MSG_SHUTDOWN_REQ};
+static const char *const methods[] = {
+    DT_METHOD_CREATE,   DT_METHOD_PULL,        DT_METHOD_PUSH,          DT_METHOD_STATUS,
+    DT_METHOD_SHUTDOWN, DT_METHOD_SPARSE_PULL, DT_METHOD_SPARSE_EXPORT, DT_METHOD_SPARSE_IMPORT};
+static const dt_msg_type types[] = {DT_MSG_CREATE_REQ,        DT_MSG_PULL_REQ,
+                                    DT_MSG_PUSH_REQ,          DT_MSG_STATUS_REQ,
+                                    DT_MSG_SHUTDOWN_REQ,      DT_MSG_SPARSE_PULL_REQ,
+                                    DT_MSG_SPARSE_EXPORT_REQ, DT_MSG_SPARSE_IMPORT_REQ};
+#define NUM_RAW_OPS 8
 
 static int call(dt_ps *ps, int op, const dt_rpc_peer *peer, const void *bytes, size_t n,
                 dt_rpc_buf *reply) {
@@ -119,6 +127,22 @@ static void take(dt_ps *ps, snapshot *s) {
         s->len += t->nbytes;
     }
     dt_rpc_buf_release(&reply);
+    /* The table's rows, all in one page (it holds at most TABLE_ROWS). */
+    static const dt_rpc_peer chief = {DT_PEER_CHIEF, 0, 1, "chief"};
+    dt_msg_sparse_export_req eq = {"t", -1, TABLE_ROWS, true};
+    CHECK(encode_call(ps, 6, &chief, &eq, -1, 0, &reply) == 0);
+    dt_msg_sparse_export_resp er;
+    memset(&er, 0, sizeof er);
+    er.in.items = in;
+    er.in.cap = 16;
+    CHECK(dt_codec_decode_buf(DT_MSG_SPARSE_EXPORT_RESP, &reply, &er, &err) == 0);
+    CHECK(!er.more);
+    for (int i = 0; i < er.in.count; i++) {
+        CHECK(s->len + in[i].nbytes <= SNAP_MAX);
+        memcpy(s->bytes + s->len, in[i].data, in[i].nbytes);
+        s->len += in[i].nbytes;
+    }
+    dt_rpc_buf_release(&reply);
 }
 
 /* The chief's model: w (2, 3) and b (3), momentum (so slots change too). */
@@ -148,18 +172,24 @@ static void create_model(dt_ps *ps) {
     req.optim.learning_rate = 0.5;
     req.optim.momentum = 0.9;
     strcpy(req.model, "fuzz");
+    req.num_tables = 1;
+    req.tables[0] = (dt_msg_table){"t", TABLE_ROWS, 2, DT_TABLE_INIT_NORMAL, 0.1, 3};
     dt_rpc_buf reply;
     CHECK(encode_call(ps, 0, &chief, &req, -1, 0, &reply) == 0);
     dt_rpc_buf_release(&reply);
 }
 
-/* A valid Push from the input's bytes: gradient values, step, seen_step. */
+#define FUZZED_PUSH_BYTES (36 + 16 + 2 + 4 + 16)
+
+/* A valid Push from the input's bytes: gradient values, step, seen_step,
+ * two ids of the table (in the order given, up to 20% past its end) and
+ * their rows. */
 static int fuzzed_push(dt_ps *ps, const dt_rpc_peer *peer, const uint8_t *p, size_t n) {
-    uint8_t raw[36 + 16 + 2] = {0};
+    uint8_t raw[FUZZED_PUSH_BYTES] = {0};
     memcpy(raw, p, n < sizeof raw ? n : sizeof raw);
-    float g[9];
+    float g[9], rows[4];
     memcpy(g, raw, sizeof g);
-    dt_tensor t[2];
+    dt_tensor t[4];
     tensors(t, g, g + 6);
     dt_msg_push_req req;
     memset(&req, 0, sizeof req);
@@ -168,6 +198,23 @@ static int fuzzed_push(dt_ps *ps, const dt_rpc_peer *peer, const uint8_t *p, siz
     memcpy(&req.seen_step, raw + 44, 8);
     req.out.items = t;
     req.out.count = 2;
+    int64_t ids[2];
+    uint16_t id16[2];
+    memcpy(id16, raw + 54, sizeof id16);
+    for (int k = 0; k < 2; k++)
+        ids[k] = id16[k] % (TABLE_ROWS + TABLE_ROWS / 5);
+    memcpy(rows, raw + 58, sizeof rows);
+    memset(t + 2, 0, 2 * sizeof *t);
+    strcpy(t[2].name, "t");
+    t[2].dtype = DT_DTYPE_I64, t[2].ndim = 1, t[2].shape[0] = 2;
+    t[2].data = ids, t[2].nbytes = sizeof ids;
+    strcpy(t[3].name, "t");
+    t[3].dtype = DT_DTYPE_F32, t[3].ndim = 2, t[3].shape[0] = 2, t[3].shape[1] = 2;
+    t[3].data = rows, t[3].nbytes = sizeof rows;
+    req.sparse_ids_out.items = t + 2;
+    req.sparse_ids_out.count = 1;
+    req.sparse_grads_out.items = t + 3;
+    req.sparse_grads_out.count = 1;
     dt_rpc_buf reply;
     int flip_at = raw[53] ? raw[52] : -1;
     int rc = encode_call(ps, 2, peer, &req, flip_at, raw[53], &reply);
@@ -201,13 +248,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     take(ps, before);
     size_t i = 1;
     while (i + 2 <= size) {
-        int op = data[i] % 6;
+        int op = data[i] % (NUM_RAW_OPS + 1);
         const dt_rpc_peer *peer = &peers[data[i + 1] % 4];
         i += 2;
         dt_rpc_buf reply = {0};
         int rc;
-        if (op == 5) {
-            size_t n = size - i < 54 ? size - i : 54;
+        if (op == NUM_RAW_OPS) {
+            size_t n = size - i < FUZZED_PUSH_BYTES ? size - i : FUZZED_PUSH_BYTES;
             rc = fuzzed_push(ps, peer, data + i, n);
             i += n;
         } else {
@@ -222,7 +269,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (chiefs_model) {
             int64_t pushes = after->applied - before->applied;
             CHECK(after->step - before->step == pushes);
-            int may_change = rc == 0 && (op == 2 || op == 5) && pushes > 0;
+            int may_change = rc == 0 && (op == 2 || op == NUM_RAW_OPS) && pushes > 0;
             if (!may_change)
                 CHECK(after->len == before->len &&
                       memcmp(after->bytes, before->bytes, before->len) == 0);
