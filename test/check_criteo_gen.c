@@ -29,10 +29,6 @@ static void teardown(void) {
     dt_test_tempdir_free(dir);
 }
 
-static void tmp_begin(void) {
-    if (dt_test_tmp_begin() != 0) fprintf(stderr, "criteo_gen: no suite temp dir; using $TMPDIR\n");
-}
-
 static const char *path_in(const char *name) {
     static char path[2][256];
     static int k;
@@ -273,7 +269,7 @@ Suite *criteo_gen_suite(void) {
     Suite *s = suite_create("criteo_gen");
     TCase *tc = tcase_create("criteo_gen");
     tcase_set_timeout(tc, 120);
-    tcase_add_unchecked_fixture(tc, tmp_begin, dt_test_tmp_end);
+    tcase_add_unchecked_fixture(tc, dt_test_tmp_fixture, dt_test_tmp_end);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_deterministic);
     tcase_add_test(tc, test_reads_back);

@@ -29,10 +29,6 @@ static void teardown(void) {
     dt_test_tempdir_free(dir);
 }
 
-static void tmp_begin(void) {
-    if (dt_test_tmp_begin() != 0) fprintf(stderr, "sparse: no suite temp dir; using $TMPDIR\n");
-}
-
 /* Writes text to dir/name and returns the path (static storage). */
 static const char *file_of(const char *name, const char *text) {
     static char path[512];
@@ -423,7 +419,7 @@ END_TEST
 Suite *sparse_suite(void) {
     Suite *s = suite_create("sparse");
     TCase *tc = tcase_create("sparse");
-    tcase_add_unchecked_fixture(tc, tmp_begin, dt_test_tmp_end);
+    tcase_add_unchecked_fixture(tc, dt_test_tmp_fixture, dt_test_tmp_end);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_batch_check_and_index);
     tcase_add_test(tc, test_criteo_read);

@@ -688,16 +688,11 @@ START_TEST(test_learns_generated_data) {
 }
 END_TEST
 
-static void tmp_begin(void) {
-    if (dt_test_tmp_begin() != 0)
-        fprintf(stderr, "sparse_model: no suite temp dir; using $TMPDIR\n");
-}
-
 Suite *sparse_model_suite(void) {
     Suite *s = suite_create("sparse_model");
     TCase *tc = tcase_create("sparse_model");
     tcase_set_timeout(tc, 300);
-    tcase_add_unchecked_fixture(tc, tmp_begin, dt_test_tmp_end);
+    tcase_add_unchecked_fixture(tc, dt_test_tmp_fixture, dt_test_tmp_end);
     tcase_add_test(tc, test_specs);
     tcase_add_test(tc, test_grad_fd);
     tcase_add_test(tc, test_wide_equals_dense);

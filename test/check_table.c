@@ -799,16 +799,12 @@ START_TEST(test_nonzero_with_ftrl) {
 }
 END_TEST
 
-static void tmp_begin(void) {
-    if (dt_test_tmp_begin() != 0) fprintf(stderr, "table: no suite temp dir; using $TMPDIR\n");
-}
-
 Suite *table_suite(void) {
     Suite *s = suite_create("table");
     TCase *tc = tcase_create("table");
     tcase_set_timeout(tc, 60);
     /* the runner's temp dir: a failed test's files go with it */
-    tcase_add_unchecked_fixture(tc, tmp_begin, dt_test_tmp_end);
+    tcase_add_unchecked_fixture(tc, dt_test_tmp_fixture, dt_test_tmp_end);
     tcase_add_test(tc, test_config_errors);
     tcase_add_test(tc, test_placement);
     tcase_add_test(tc, test_init_rule);

@@ -136,6 +136,10 @@ int dt_test_tmp_begin(void) {
     return 0;
 }
 
+void dt_test_tmp_fixture(void) {
+    if (dt_test_tmp_begin() != 0) fprintf(stderr, "test: no suite temp dir; using $TMPDIR\n");
+}
+
 static int keep_tmp(void) {
     const char *keep = getenv("DT_KEEP_TMP");
     return keep && *keep && strcmp(keep, "0") != 0;

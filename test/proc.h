@@ -40,6 +40,9 @@ int dt_test_free_ports(int *ports, int n);
  * (non-empty, not "0"), to read the tests' logs. 0 or -1. */
 int dt_test_tmp_begin(void);
 void dt_test_tmp_end(void);
+/* dt_test_tmp_begin as an unchecked fixture (Check's void signature): on
+ * failure it says so on stderr, and the suite's dirs go to $TMPDIR. */
+void dt_test_tmp_fixture(void);
 
 /* Creates a fresh directory in the suite's temp dir (or in $TMPDIR, /tmp
  * without one). Returns a heap path the caller frees, or NULL. */
