@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE /* memmem */
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -2768,6 +2769,108 @@ START_TEST(test_pieces_momentum_sync) {
 }
 END_TEST
 
+/* ---- finiteness of large gradients ------------------------------------------ */
+
+/* A Create of one float32 variable `name` of n values w (item holds its
+ * tensor), with optimizer at rate 0.5 (momentum 0.5: exact on small
+ * integers) and 100 steps. */
+static void one_var_create(dt_msg_create_req *c, dt_tensor *item, const char *name, float *w,
+                           int64_t n, const char *optimizer) {
+    make_tensor(item, name, DT_DTYPE_F32, 1, n, 0, w);
+    memset(c, 0, sizeof *c);
+    c->out = (dt_tensor_list){.items = item, .count = 1};
+    dt_optim_defaults(&c->optim);
+    snprintf(c->optim.name, sizeof c->optim.name, "%s", optimizer);
+    c->optim.learning_rate = 0.5;
+    c->optim.momentum = 0.5;
+    c->max_steps = 100;
+}
+
+#define NF 1037 /* 16 blocks of the finiteness test's 64, and a tail of 13 */
+
+/* Variable "f" of one twin (cut: the one taking requests in pieces), pulled
+ * into out (NF floats); the global step is returned. */
+static int64_t twin_pull_f(twin *t, int cut, float *out) {
+    dt_msg_pull_req req = {.worker = -1};
+    uint8_t *reply = NULL;
+    size_t len = 0;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(send_to(t, cut, DT_MSG_PULL_REQ, &req, &reply, &len, &err) == 0, "%s", err.msg);
+    dt_msg_pull_resp r;
+    dt_tensor views[2];
+    memset(&r, 0, sizeof r);
+    r.in = (dt_tensor_views){views, 0, 2, NULL};
+    ck_assert_msg(dt_codec_decode(DT_MSG_PULL_RESP, reply, len, &r, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(r.in.count, 1);
+    ck_assert_uint_eq(views[0].nbytes, NF * 4);
+    memcpy(out, views[0].data, NF * 4);
+    free(reply);
+    return r.global_step;
+}
+
+/* A NaN or an Inf anywhere in a gradient of many blocks (first, last,
+ * either side of a block's edge, the tail; quiet, signalling, negative
+ * NaNs with payloads) is refused by name and index, in one run and in
+ * pieces of 1 to 7 bytes (runs at every alignment), and changes nothing;
+ * the largest and smallest finite values, denormals and -0 pass, and the
+ * update is exact. */
+START_TEST(test_nonfinite_anywhere) {
+    twin t;
+    twin_start(&t);
+    static float w0[NF], g[NF], got[NF];
+    for (int i = 0; i < NF; i++)
+        w0[i] = (float)(i % 97) - 48.0f;
+    dt_tensor item;
+    dt_msg_create_req c;
+    one_var_create(&c, &item, "f", w0, NF, "sgd");
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(send_both(&t, DT_MSG_CREATE_REQ, &c, &err) == 0, "create: %s", err.msg);
+    const uint32_t bad[5] = {0x7fc00000u, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc12345u};
+    const int at[] = {0, 1, 62, 63, 64, 65, 127, 128, 511, 512, 700, 1023, 1024, 1030, NF - 1};
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = 0;
+    req.out = (dt_tensor_list){.items = &item, .count = 1};
+    make_tensor(&item, "f", DT_DTYPE_F32, 1, NF, 0, g);
+    int refused = 0;
+    for (size_t a = 0; a < sizeof at / sizeof at[0]; a++)
+        for (int b = 0; b < 5; b++) {
+            for (int i = 0; i < NF; i++)
+                g[i] = 1.0f;
+            memcpy(&g[at[a]], &bad[b], sizeof bad[b]);
+            req.push_id = (uint64_t)(1 + refused);
+            char want[64];
+            snprintf(want, sizeof want, "f[%d] is not finite", at[a]);
+            for (int cut = 0; cut < 2; cut++) {
+                ck_assert_int_eq(send_to(&t, cut, DT_MSG_PUSH_REQ, &req, NULL, NULL, &err),
+                                 DT_EINVAL);
+                ck_assert_msg(strstr(err.msg, want) != NULL, "want \"%s\" in: %s", want, err.msg);
+                ck_assert_int_eq(twin_pull_f(&t, cut, got), 0);
+                ck_assert_msg(memcmp(got, w0, sizeof got) == 0, "bad at %d changed the variable",
+                              at[a]);
+            }
+            refused++;
+        }
+    /* Finite extremes pass; w - 0.5 * g is exact for each of them. */
+    const float extremes[6] = {FLT_MAX, -FLT_MAX, FLT_MIN, 1e-45f, -0.0f, 3.0f};
+    for (int i = 0; i < NF; i++)
+        g[i] = extremes[i % 6];
+    req.push_id = 9999;
+    ck_assert_msg(send_both(&t, DT_MSG_PUSH_REQ, &req, &err) == 0, "extremes: %s", err.msg);
+    for (int cut = 0; cut < 2; cut++) {
+        ck_assert_int_eq(twin_pull_f(&t, cut, got), 1);
+        for (int i = 0; i < NF; i++) {
+            float want = w0[i] - 0.5f * g[i];
+            ck_assert_msg(memcmp(&got[i], &want, sizeof want) == 0, "f[%d] = %a, want %a", i,
+                          (double)got[i], (double)want);
+        }
+    }
+    twin_stop(&t);
+}
+END_TEST
+
 /* ---- variables sent in place ---------------------------------------------- */
 
 #define NBIG 20000 /* 80 kB: sent in place (DT_CODEC_REF_MIN_BYTES) */
@@ -2855,15 +2958,8 @@ START_TEST(test_reply_buffers_unchanged) {
         for (int i = 0; i < NBIG; i++)
             w[i] = (float)i;
         dt_tensor item;
-        make_tensor(&item, "big", DT_DTYPE_F32, 1, NBIG, 0, w);
         dt_msg_create_req c;
-        memset(&c, 0, sizeof c);
-        c.out = (dt_tensor_list){.items = &item, .count = 1};
-        dt_optim_defaults(&c.optim);
-        snprintf(c.optim.name, sizeof c.optim.name, "%s", optimizers[o]);
-        c.optim.learning_rate = 0.5;
-        c.optim.momentum = 0.5;
-        c.max_steps = 100;
+        one_var_create(&c, &item, "big", w, NBIG, optimizers[o]);
         dt_rpc_buf r = call_keep(t.flat, DT_MSG_CREATE_REQ, &c);
         dt_rpc_buf_release(&r);
         int slots = o == 1;
@@ -3019,6 +3115,7 @@ Suite *ps_suite(void) {
     tcase_add_test(pieces, test_pieces_adam_async);
     tcase_add_test(pieces, test_pieces_momentum_sync);
     tcase_add_test(pieces, test_reply_buffers_unchanged);
+    tcase_add_test(pieces, test_nonfinite_anywhere);
     tcase_add_test(pieces, test_pipelined_pushes_one_step_stale);
     suite_add_tcase(s, pieces);
     return s;
