@@ -232,7 +232,11 @@ static step step_of(const dt_optim_config *cfg, double lr, int64_t t) {
     st.b2 = (float)b2;
     st.one_b1 = (float)(1.0 - b1);
     st.one_b2 = (float)(1.0 - b2);
-    st.lr_t = (float)(lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t)));
+    /* Only Adam reads lr_t; the two pow calls cost more than an sgd update
+     * of a run of a few thousand elements (a ps applies a gradient run by
+     * run, each as the message's slices hold it). */
+    if (st.kind == OPT_ADAM)
+        st.lr_t = (float)(lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t)));
     st.l1 = (float)cfg->ftrl_l1;
     /* Keras folds beta into TF's l2 as l2 + beta/(2*lr); the kernel's
      * quadratic term is sqrt(n)/lr + 2*l2. */
