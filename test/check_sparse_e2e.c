@@ -8,7 +8,9 @@
  *  - a checkpoint of three ps tasks restored onto two (a re-shard): every
  *    row the step after the restore did not touch reads back to the bit;
  *  - a ps SIGKILLed mid-job and restarted: the chief restores its table
- *    rows from the latest checkpoint and the job completes.
+ *    rows from the latest checkpoint and the job completes;
+ *  - a table whose rows outweigh a ps's message cap (softmax, Adam) saved
+ *    and restored in pages under the cap.
  * Every wait is on an event (an exit, a log line, a checkpoint) with a
  * deadline.
  */
@@ -294,11 +296,70 @@ START_TEST(ps_killed_restored) {
 }
 END_TEST
 
+/* A softmax table of 10 classes with Adam: a row is 8 + 10 * 4 * 3 = 128
+ * bytes with its id and slots, so 64k of them were an 8 MiB page, over a
+ * ps's 4 MiB cap: the final save failed for as long as it retried. Pages
+ * are sized in bytes now: a ps held to 4 MiB saves and restores every row
+ * (more than 4 MiB of them). */
+#define WIDE_ROWS 2000
+#define WIDE_PER_ROW 30
+START_TEST(wide_rows_paged_under_cap) {
+    char train[1100];
+    snprintf(train, sizeof train, "%s/wide.svm", J.dir);
+    FILE *f = fopen(train, "w");
+    ck_assert_ptr_nonnull(f);
+    uint64_t x = 12345;
+    for (int i = 0; i < WIDE_ROWS; i++) {
+        fprintf(f, "%d", i % 10);
+        for (int k = 0; k < WIDE_PER_ROW; k++) { /* ascending, distinct */
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            fprintf(f, " %d:1", 1 + k * 30000 + (int)((x >> 33) % 30000));
+        }
+        fputc('\n', f);
+    }
+    ck_assert_int_eq(fclose(f), 0);
+    static const char *const cap[] = {"--max-message-mb", "4", NULL};
+    J.ps_flags = cap;
+    const char *first[] = {
+        "model=softmax", "classes=10", "hash_bits=20", "optimizer=adam", "batch_size=100",
+        "max_steps=20",  NULL};
+    job_sets(train, first);
+    dt_test_job_cluster(&J, 1, 1);
+    dt_test_job_run(&J, "-save", JOB_TIMEOUT_MS);
+    dt_tensors a, b;
+    char pa[2048], pb[2048];
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 20, &a, pa, sizeof pa), 20);
+    const dt_tensor *ids = dt_tensors_find(&a, "softmax/weight/ids");
+    ck_assert_ptr_nonnull(ids);
+    const int64_t held = ids->shape[0];
+    ck_assert_msg(held * 128 > (4 << 20), "%lld rows fit one 4 MiB message: no paging tested",
+                  (long long)held);
+    ck_assert_ptr_nonnull(dt_tensors_find(&a, "softmax/weight/v"));
+
+    const char *second[] = {
+        "model=softmax", "classes=10", "hash_bits=20", "optimizer=adam", "batch_size=100",
+        "max_steps=21",  NULL};
+    job_sets(train, second);
+    dt_test_job_run(&J, "-restore", JOB_TIMEOUT_MS);
+    char want[96];
+    snprintf(want, sizeof want, "restored %lld rows of table softmax/weight", (long long)held);
+    ck_assert_msg(dt_test_job_log_has(&J, "chief-restore", want), "no \"%s\"; logs:%s", want,
+                  dt_test_job_report(&J));
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 21, &b, pb, sizeof pb), 21);
+    const dt_tensor *ids_b = dt_tensors_find(&b, "softmax/weight/ids");
+    ck_assert_ptr_nonnull(ids_b);
+    ck_assert_int_ge(ids_b->shape[0], held);
+    dt_tensors_deinit(&a);
+    dt_tensors_deinit(&b);
+}
+END_TEST
+
 Suite *sparse_e2e_suite(void) {
     Suite *s = suite_create("sparse_e2e");
     TCase *tc = dt_test_job_tcase(s, "jobs", 300, setup, teardown);
     tcase_add_test(tc, sparse_matches_dense);
     tcase_add_test(tc, reshard_three_to_two);
     tcase_add_test(tc, ps_killed_restored);
+    tcase_add_test(tc, wide_rows_paged_under_cap);
     return s;
 }

@@ -6,7 +6,7 @@
  * bytes, or a valid Push with fuzzed values, seen_step, sparse ids and rows
  * of the model's table and one flipped byte), a caller byte (anonymous,
  * chief, worker:1, tool) and, for raw ops, a length byte and that many
- * bytes.
+ * bytes: fuzz_ps.h has the layout, which the seed writer shares.
  * The first byte chooses whether the chief created the model first.
  * Requests longer than 8 bytes reach the handlers in pieces of 1 to 8
  * bytes (lengths drawn from their bytes), as gRPC hands over a message it
@@ -26,6 +26,7 @@
 
 #include "../pieces.h"
 #include "codec.h"
+#include "fuzz_ps.h"
 #include "optim.h"
 #include "ps.h"
 #include "rpc_common.h"
@@ -41,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     } while (0)
 
 #define SNAP_MAX 65536 /* bytes of variables, slots and table rows: the model here is tiny */
-#define TABLE_ROWS 1000
+#define TABLE_ROWS FUZZ_PS_TABLE_ROWS
 
 static const char *const methods[] = {
     DT_METHOD_CREATE,   DT_METHOD_PULL,        DT_METHOD_PUSH,          DT_METHOD_STATUS,
@@ -50,7 +51,9 @@ static const dt_msg_type types[] = {DT_MSG_CREATE_REQ,        DT_MSG_PULL_REQ,
                                     DT_MSG_PUSH_REQ,          DT_MSG_STATUS_REQ,
                                     DT_MSG_SHUTDOWN_REQ,      DT_MSG_SPARSE_PULL_REQ,
                                     DT_MSG_SPARSE_EXPORT_REQ, DT_MSG_SPARSE_IMPORT_REQ};
-#define NUM_RAW_OPS 8
+#define NUM_RAW_OPS FUZZ_PS_FUZZED_PUSH
+_Static_assert(sizeof methods / sizeof methods[0] == NUM_RAW_OPS, "a method per raw op");
+_Static_assert(sizeof types / sizeof types[0] == NUM_RAW_OPS, "a message type per raw op");
 
 static int call(dt_ps *ps, int op, const dt_rpc_peer *peer, const void *bytes, size_t n,
                 dt_rpc_buf *reply) {
@@ -99,7 +102,7 @@ static void take(dt_ps *ps, snapshot *s) {
     static const dt_rpc_peer anyone = {DT_PEER_ANY, -1, 0, "anonymous"};
     dt_rpc_buf reply;
     dt_msg_status_req sq = {.worker = -1};
-    CHECK(encode_call(ps, 3, &anyone, &sq, -1, 0, &reply) == 0);
+    CHECK(encode_call(ps, FUZZ_PS_STATUS, &anyone, &sq, -1, 0, &reply) == 0);
     dt_msg_status_resp st;
     dt_err err;
     dt_err_clear(&err);
@@ -111,7 +114,7 @@ static void take(dt_ps *ps, snapshot *s) {
     s->len = 0;
     if (!s->ready) return;
     dt_msg_pull_req pq = {.worker = -1, .include_slots = true};
-    CHECK(encode_call(ps, 1, &anyone, &pq, -1, 0, &reply) == 0);
+    CHECK(encode_call(ps, FUZZ_PS_PULL, &anyone, &pq, -1, 0, &reply) == 0);
     dt_tensor in[16], slots[32];
     dt_msg_pull_resp pr;
     memset(&pr, 0, sizeof pr);
@@ -130,7 +133,7 @@ static void take(dt_ps *ps, snapshot *s) {
     /* The table's rows, all in one page (it holds at most TABLE_ROWS). */
     static const dt_rpc_peer chief = {DT_PEER_CHIEF, 0, 1, "chief"};
     dt_msg_sparse_export_req eq = {"t", -1, TABLE_ROWS, true};
-    CHECK(encode_call(ps, 6, &chief, &eq, -1, 0, &reply) == 0);
+    CHECK(encode_call(ps, FUZZ_PS_SPARSE_EXPORT, &chief, &eq, -1, 0, &reply) == 0);
     dt_msg_sparse_export_resp er;
     memset(&er, 0, sizeof er);
     er.in.items = in;
@@ -175,11 +178,11 @@ static void create_model(dt_ps *ps) {
     req.num_tables = 1;
     req.tables[0] = (dt_msg_table){"t", TABLE_ROWS, 2, DT_TABLE_INIT_NORMAL, 0.1, 3};
     dt_rpc_buf reply;
-    CHECK(encode_call(ps, 0, &chief, &req, -1, 0, &reply) == 0);
+    CHECK(encode_call(ps, FUZZ_PS_CREATE, &chief, &req, -1, 0, &reply) == 0);
     dt_rpc_buf_release(&reply);
 }
 
-#define FUZZED_PUSH_BYTES (36 + 16 + 2 + 4 + 16)
+#define FUZZED_PUSH_BYTES FUZZ_PS_PUSH_BYTES
 
 /* A valid Push from the input's bytes: gradient values, step, seen_step,
  * two ids of the table (in the order given, up to 20% past its end) and
@@ -188,22 +191,22 @@ static int fuzzed_push(dt_ps *ps, const dt_rpc_peer *peer, const uint8_t *p, siz
     uint8_t raw[FUZZED_PUSH_BYTES] = {0};
     memcpy(raw, p, n < sizeof raw ? n : sizeof raw);
     float g[9], rows[4];
-    memcpy(g, raw, sizeof g);
+    memcpy(g, raw + FUZZ_PS_PUSH_GRADS, sizeof g);
     dt_tensor t[4];
     tensors(t, g, g + 6);
     dt_msg_push_req req;
     memset(&req, 0, sizeof req);
     req.worker = peer->task;
-    memcpy(&req.step, raw + 36, 8);
-    memcpy(&req.seen_step, raw + 44, 8);
+    memcpy(&req.step, raw + FUZZ_PS_PUSH_STEP, 8);
+    memcpy(&req.seen_step, raw + FUZZ_PS_PUSH_SEEN, 8);
     req.out.items = t;
     req.out.count = 2;
     int64_t ids[2];
     uint16_t id16[2];
-    memcpy(id16, raw + 54, sizeof id16);
+    memcpy(id16, raw + FUZZ_PS_PUSH_IDS, sizeof id16);
     for (int k = 0; k < 2; k++)
         ids[k] = id16[k] % (TABLE_ROWS + TABLE_ROWS / 5);
-    memcpy(rows, raw + 58, sizeof rows);
+    memcpy(rows, raw + FUZZ_PS_PUSH_ROWS, sizeof rows);
     memset(t + 2, 0, 2 * sizeof *t);
     strcpy(t[2].name, "t");
     t[2].dtype = DT_DTYPE_I64, t[2].ndim = 1, t[2].shape[0] = 2;
@@ -216,8 +219,8 @@ static int fuzzed_push(dt_ps *ps, const dt_rpc_peer *peer, const uint8_t *p, siz
     req.sparse_grads_out.items = t + 3;
     req.sparse_grads_out.count = 1;
     dt_rpc_buf reply;
-    int flip_at = raw[53] ? raw[52] : -1;
-    int rc = encode_call(ps, 2, peer, &req, flip_at, raw[53], &reply);
+    int flip_at = raw[FUZZ_PS_PUSH_FLIP] ? raw[FUZZ_PS_PUSH_FLIP_AT] : -1;
+    int rc = encode_call(ps, FUZZ_PS_PUSH, peer, &req, flip_at, raw[FUZZ_PS_PUSH_FLIP], &reply);
     dt_rpc_buf_release(&reply);
     return rc;
 }
@@ -248,7 +251,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     take(ps, before);
     size_t i = 1;
     while (i + 2 <= size) {
-        int op = data[i] % (NUM_RAW_OPS + 1);
+        int op = data[i] % FUZZ_PS_OPS;
         const dt_rpc_peer *peer = &peers[data[i + 1] % 4];
         i += 2;
         dt_rpc_buf reply = {0};
@@ -269,7 +272,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (chiefs_model) {
             int64_t pushes = after->applied - before->applied;
             CHECK(after->step - before->step == pushes);
-            int may_change = rc == 0 && (op == 2 || op == NUM_RAW_OPS) && pushes > 0;
+            int may_change = rc == 0 && (op == FUZZ_PS_PUSH || op == NUM_RAW_OPS) && pushes > 0;
             if (!may_change)
                 CHECK(after->len == before->len &&
                       memcmp(after->bytes, before->bytes, before->len) == 0);

@@ -21,6 +21,7 @@
 #include <zlib.h>
 
 #include "codec.h"
+#include "fuzz_ps.h"
 #include "safetensors.h"
 #include "summary.h"
 #include "tensor.h"
@@ -93,23 +94,63 @@ static void put_msg(const char *name, dt_msg_type type, const void *msg) {
     free(buf);
 }
 
-/* ps: runs of calls in fuzz_ps's layout (see there): after the chief's
- * model, a fuzzed Push whose seen_step claims step 100 and a Status; raw
- * Pull and Shutdown messages; and a Push to a ps no chief created. */
+/* Appends one raw call of fuzz_ps's layout (fuzz_ps.h) to run: op, caller,
+ * the encoded message's length (a byte) and the message. */
+static void raw_call(uint8_t *run, size_t *n, size_t cap, int op, int caller, dt_msg_type type,
+                     const void *msg) {
+    dt_err err;
+    dt_err_clear(&err);
+    int64_t len = dt_codec_size(type, msg, &err);
+    if (len < 0 || len > 255 || *n + 3 + (size_t)len > cap ||
+        dt_codec_encode(type, msg, run + *n + 3, (size_t)len, &err) < 0)
+        die("ps seed", &err);
+    run[*n] = (uint8_t)op, run[*n + 1] = (uint8_t)caller, run[*n + 2] = (uint8_t)len;
+    *n += 3 + (size_t)len;
+}
+
+/* Appends a fuzzed push (fuzz_ps.h): gradients g, step, seen_step, two
+ * table ids and their rows, no flipped byte. */
+static void fuzzed_push(uint8_t *run, size_t *n, int caller, const float g[9], int64_t step,
+                        int64_t seen, const uint16_t ids[2], const float rows[4]) {
+    uint8_t *p = run + *n + 2;
+    run[*n] = FUZZ_PS_FUZZED_PUSH, run[*n + 1] = (uint8_t)caller;
+    memset(p, 0, FUZZ_PS_PUSH_BYTES);
+    memcpy(p + FUZZ_PS_PUSH_GRADS, g, 9 * sizeof *g);
+    memcpy(p + FUZZ_PS_PUSH_STEP, &step, 8);
+    memcpy(p + FUZZ_PS_PUSH_SEEN, &seen, 8);
+    memcpy(p + FUZZ_PS_PUSH_IDS, ids, 2 * sizeof *ids);
+    memcpy(p + FUZZ_PS_PUSH_ROWS, rows, 4 * sizeof *rows);
+    *n += 2 + FUZZ_PS_PUSH_BYTES;
+}
+
+static void one_tensor(dt_tensor *t, const char *name, dt_dtype dtype, int64_t rows, int64_t cols,
+                       void *data, size_t nbytes) {
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dtype = dtype;
+    t->ndim = cols ? 2 : 1;
+    t->shape[0] = rows;
+    t->shape[1] = cols;
+    t->data = data;
+    t->nbytes = nbytes;
+}
+
+/* ps: runs of calls in fuzz_ps's layout (fuzz_ps.h): after the chief's
+ * model, a fuzzed Push (dense and table rows) whose seen_step claims step
+ * 100, and a Status; raw Pull and Shutdown messages; a Push to a ps no
+ * chief created; and the table's calls: SparsePull of rows (one past the
+ * table's end), SparseExport from the chief and a tool, a SparseImport
+ * after the model is ready. */
 static void ps_seeds(void) {
-    uint8_t run[128];
+    uint8_t run[1024];
     size_t n = 0;
-    run[n++] = 0;       /* the chief's model */
-    run[n++] = 5;       /* a fuzzed push */
-    run[n++] = 2;       /* from worker:1 */
-    float g[9] = {0.5f, -1, 2, 0.25f, 0, 1, -0.5f, 1, 3};
-    memcpy(run + n, g, sizeof g);
-    int64_t step = 7, seen = 100;
-    memcpy(run + n + 36, &step, 8);
-    memcpy(run + n + 44, &seen, 8);
-    run[n + 52] = 0, run[n + 53] = 0; /* no flipped byte */
-    n += 54;
-    run[n++] = 3, run[n++] = 3, run[n++] = 0; /* Status from a tool, empty */
+    const float g[9] = {0.5f, -1, 2, 0.25f, 0, 1, -0.5f, 1, 3}, rows[4] = {0.5f, -2, 1, 0.125f};
+    const uint16_t ids[2] = {3, 999};
+    dt_msg_status_req status = {.worker = -1};
+
+    run[n++] = 0; /* the chief's model */
+    fuzzed_push(run, &n, FUZZ_PS_WORKER1, g, 7, 100, ids, rows);
+    raw_call(run, &n, sizeof run, FUZZ_PS_STATUS, FUZZ_PS_TOOL, DT_MSG_STATUS_REQ, &status);
     put("ps", "push-claims-step", -1, run, n);
 
     const char *names[2] = {"w", "b"};
@@ -119,33 +160,118 @@ static void ps_seeds(void) {
     pull.seen_step = 1000;
     pull.out_names = names;
     pull.out_count = 2;
-    dt_err err;
-    dt_err_clear(&err);
-    n = 0;
-    run[n++] = 0, run[n++] = 1, run[n++] = 2; /* the chief's model; a Pull from worker:1 */
-    int64_t len = dt_codec_size(DT_MSG_PULL_REQ, &pull, &err);
-    if (len < 0 || len > 64 || dt_codec_encode(DT_MSG_PULL_REQ, &pull, run + n + 1, (size_t)len,
-                                               &err) < 0)
-        die("ps pull seed", &err);
-    run[n++] = (uint8_t)len;
-    n += (size_t)len;
     dt_msg_shutdown_req bye;
     memset(&bye, 0, sizeof bye);
     snprintf(bye.reason, sizeof bye.reason, "bye\nforged");
-    run[n++] = 4, run[n++] = 0; /* Shutdown from anyone */
-    len = dt_codec_size(DT_MSG_SHUTDOWN_REQ, &bye, &err);
-    if (len < 0 || len > 64 || dt_codec_encode(DT_MSG_SHUTDOWN_REQ, &bye, run + n + 1, (size_t)len,
-                                               &err) < 0)
-        die("ps shutdown seed", &err);
-    run[n++] = (uint8_t)len;
-    n += (size_t)len;
+    n = 0;
+    run[n++] = 0;
+    raw_call(run, &n, sizeof run, FUZZ_PS_PULL, FUZZ_PS_WORKER1, DT_MSG_PULL_REQ, &pull);
+    raw_call(run, &n, sizeof run, FUZZ_PS_SHUTDOWN, FUZZ_PS_ANYONE, DT_MSG_SHUTDOWN_REQ, &bye);
     put("ps", "pull-shutdown", -1, run, n);
 
     n = 0;
-    run[n++] = 1, run[n++] = 5, run[n++] = 0; /* no model; a fuzzed push from anyone */
-    memset(run + n, 0, 54);
-    n += 54;
+    run[n++] = 1; /* no model */
+    fuzzed_push(run, &n, FUZZ_PS_ANYONE, g, 0, 0, ids, rows);
     put("ps", "push-not-ready", -1, run, n);
+
+    int64_t want[3] = {1, 3, FUZZ_PS_TABLE_ROWS};
+    dt_tensor ids_t;
+    one_tensor(&ids_t, "t", DT_DTYPE_I64, 3, 0, want, sizeof want);
+    dt_msg_sparse_pull_req sp;
+    memset(&sp, 0, sizeof sp);
+    sp.worker = 1;
+    snprintf(sp.table, sizeof sp.table, "t");
+    sp.ids_out = (dt_tensor_list){.items = &ids_t, .count = 1};
+    dt_msg_sparse_export_req ex = {"t", -1, 2, true};
+    int64_t held[2] = {3, 7};
+    float values[4] = {1, -1, 0.5f, 2};
+    dt_tensor page[2];
+    one_tensor(&page[0], "t/ids", DT_DTYPE_I64, 2, 0, held, sizeof held);
+    one_tensor(&page[1], "t/values", DT_DTYPE_F32, 2, 2, values, sizeof values);
+    dt_msg_sparse_import_req im;
+    memset(&im, 0, sizeof im);
+    snprintf(im.table, sizeof im.table, "t");
+    im.last = true;
+    im.out = (dt_tensor_list){.items = page, .count = 2};
+    n = 0;
+    run[n++] = 0;
+    fuzzed_push(run, &n, FUZZ_PS_WORKER1, g, 7, 7, ids, rows);
+    raw_call(run, &n, sizeof run, FUZZ_PS_SPARSE_PULL, FUZZ_PS_WORKER1, DT_MSG_SPARSE_PULL_REQ,
+             &sp);
+    raw_call(run, &n, sizeof run, FUZZ_PS_SPARSE_EXPORT, FUZZ_PS_CHIEF, DT_MSG_SPARSE_EXPORT_REQ,
+             &ex);
+    raw_call(run, &n, sizeof run, FUZZ_PS_SPARSE_EXPORT, FUZZ_PS_TOOL, DT_MSG_SPARSE_EXPORT_REQ,
+             &ex);
+    raw_call(run, &n, sizeof run, FUZZ_PS_SPARSE_IMPORT, FUZZ_PS_CHIEF, DT_MSG_SPARSE_IMPORT_REQ,
+             &im);
+    put("ps", "table-calls", -1, run, n);
+}
+
+/* The table messages: a Create with a table, a Push with rows, and
+ * SparsePull, SparseExport and SparseImport with their replies. */
+static void table_seeds(void) {
+    int64_t ids[3] = {2, 40, 1000003};
+    float rows[6] = {0.5f, -1, 0.25f, 2, -0.125f, 1};
+    dt_tensor t[4];
+    one_tensor(&t[0], "wide/weight", DT_DTYPE_I64, 3, 0, ids, sizeof ids);
+    one_tensor(&t[1], "wide/weight", DT_DTYPE_F32, 3, 2, rows, sizeof rows);
+    one_tensor(&t[2], "wide/weight/ids", DT_DTYPE_I64, 3, 0, ids, sizeof ids);
+    one_tensor(&t[3], "wide/weight/values", DT_DTYPE_F32, 3, 2, rows, sizeof rows);
+
+    dt_msg_create_req create;
+    memset(&create, 0, sizeof create);
+    dt_optim_defaults(&create.optim);
+    snprintf(create.optim.name, sizeof create.optim.name, "ftrl");
+    create.max_steps = 1000;
+    snprintf(create.model, sizeof create.model, "logistic sparse");
+    create.num_tables = 1;
+    create.tables[0] =
+        (dt_msg_table){"wide/weight", (int64_t)1 << 40, 2, DT_TABLE_INIT_NORMAL, 0.01, 7};
+    create.eviction.idle_steps = 100;
+    create.tables_pending = true;
+    put_msg("create_req_table", DT_MSG_CREATE_REQ, &create);
+
+    dt_msg_push_req push;
+    memset(&push, 0, sizeof push);
+    push.worker = 1;
+    push.step = 12;
+    push.push_id = 99;
+    push.sparse_ids_out = (dt_tensor_list){.items = &t[0], .count = 1};
+    push.sparse_grads_out = (dt_tensor_list){.items = &t[1], .count = 1};
+    put_msg("push_req_rows", DT_MSG_PUSH_REQ, &push);
+
+    dt_msg_sparse_pull_req pull;
+    memset(&pull, 0, sizeof pull);
+    pull.worker = 1;
+    pull.seen_step = 12;
+    snprintf(pull.table, sizeof pull.table, "wide/weight");
+    pull.ids_out = (dt_tensor_list){.items = &t[0], .count = 1};
+    put_msg("sparse_pull_req", DT_MSG_SPARSE_PULL_REQ, &pull);
+    dt_msg_sparse_pull_resp pull_resp;
+    memset(&pull_resp, 0, sizeof pull_resp);
+    pull_resp.incarnation = 42;
+    pull_resp.global_step = 13;
+    pull_resp.values_out = (dt_tensor_list){.items = &t[1], .count = 1};
+    put_msg("sparse_pull_resp", DT_MSG_SPARSE_PULL_RESP, &pull_resp);
+
+    dt_msg_sparse_export_req ex = {"wide/weight", 40, 1024, true};
+    put_msg("sparse_export_req", DT_MSG_SPARSE_EXPORT_REQ, &ex);
+    dt_msg_sparse_export_resp ex_resp;
+    memset(&ex_resp, 0, sizeof ex_resp);
+    ex_resp.incarnation = 42;
+    ex_resp.global_step = 13;
+    ex_resp.more = true;
+    ex_resp.out = (dt_tensor_list){.items = &t[2], .count = 2};
+    put_msg("sparse_export_resp", DT_MSG_SPARSE_EXPORT_RESP, &ex_resp);
+
+    dt_msg_sparse_import_req im;
+    memset(&im, 0, sizeof im);
+    snprintf(im.table, sizeof im.table, "wide/weight");
+    im.last = true;
+    im.out = ex_resp.out;
+    put_msg("sparse_import_req", DT_MSG_SPARSE_IMPORT_REQ, &im);
+    dt_msg_sparse_import_resp im_resp = {3};
+    put_msg("sparse_import_resp", DT_MSG_SPARSE_IMPORT_RESP, &im_resp);
 }
 
 static void codec_seeds(void) {
@@ -231,6 +357,7 @@ static void codec_seeds(void) {
     dt_msg_shutdown_resp shutdown_resp = {0};
     put_msg("shutdown_resp", DT_MSG_SHUTDOWN_RESP, &shutdown_resp);
     dt_tensors_deinit(&vars);
+    table_seeds();
 }
 
 static void checkpoint_seeds(const char *tmp) {
@@ -367,7 +494,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     out_dir = argv[1];
-    static const char *const targets[] = {"codec", "checkpoint", "config", "summary", "reader", "ps"};
+    static const char *const targets[] = {"codec",   "checkpoint", "config",
+                                          "summary", "reader",     "ps"};
     for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++)
         make_dir(targets[i]);
     char tmp[] = "/tmp/dtrain-seeds-XXXXXX";
