@@ -839,10 +839,6 @@ static int check_sparse(const dt_job *job, dt_err *err) {
         return dt_err_set(err, DT_EINVAL,
                           "job: \"data\": \"criteo\" hashes its categories: \"hash_bits\" must "
                           "be 1..40");
-    if (job->consistency.mode == DT_MODE_SYNC)
-        return dt_err_set(err, DT_EINVAL,
-                          "job: \"sparse\": \"mode\": \"sync\" does not aggregate a table's rows "
-                          "yet; train sparse models \"async\" or \"bounded\"");
     if (job->pipeline_push)
         return dt_err_set(err, DT_EINVAL,
                           "job: \"sparse\": \"pipeline_push\" is not built for sparse models yet");
