@@ -3,8 +3,9 @@
  * workers on loopback ports): the weight a table of rows on the ps tasks.
  *
  *  - the same logistic model on the same libsvm file, dense ("sparse":
- *    "off") and sparse ("on"), one worker, full batches: the weights agree
- *    within rounding (the sums run in another order), not to the bit;
+ *    "off") and sparse ("on"), one worker async and two workers sync,
+ *    full batches: the weights agree within rounding (each worker sums a
+ *    batch in another order), not to the bit;
  *  - a checkpoint of three ps tasks restored onto two (a re-shard): every
  *    row the step after the restore did not touch reads back to the bit;
  *  - a ps SIGKILLed mid-job and restarted: the chief restores its table
@@ -124,26 +125,41 @@ static void zero_start(const char *log_dir) {
     dt_tensors_deinit(&ts);
 }
 
-/* Dense and sparse, one worker, the whole file a batch, both from zeros:
- * the same gradients each step, so the same weights within rounding. */
-START_TEST(sparse_matches_dense) {
+/* The same logistic model trained dense ("sparse": "off") and sparse
+ * ("on") on the same file from zeros, by `workers` workers, each step a
+ * batch of batch_size rows of each worker's shard (the whole shard, so
+ * every step's gradients are the same in both), with the extra --set
+ * (mode); the final weights must agree within rounding: each worker sums
+ * a batch's gradient in another order in the two forms, so not to the bit.
+ * The ps's sums agree to the bit (sparse_acc), and with two workers the
+ * order their pushes come in does not matter (a + b is b + a). */
+static void matches_dense(int num_ps, int workers, const char *batch, const char *mode,
+                          const char *tag) {
     char train[1100];
     write_libsvm(N_FEATURES, train, sizeof train);
-    double dense_w[N_FEATURES], dense_b;
+    double dense_w[N_FEATURES], dense_b = 0;
     for (int pass = 0; pass < 2; pass++) {
         static char log_dir[1200];
         snprintf(log_dir, sizeof log_dir, "log_dir=%s/%s", J.dir, pass ? "sparse" : "dense");
         snprintf(J.log_dir, sizeof J.log_dir, "%s/%s", J.dir, pass ? "sparse" : "dense");
         const char *extra[] = {pass ? "sparse=on" : "sparse=off",
                                "features=8",
-                               "batch_size=64",
+                               batch,
                                "max_steps=40",
                                log_dir,
+                               mode,
                                NULL};
         if (pass == 0) zero_start(J.log_dir);
         job_sets(train, extra);
-        dt_test_job_cluster(&J, 1, 1);
-        dt_test_job_run(&J, pass ? "-sparse" : "-dense", JOB_TIMEOUT_MS);
+        dt_test_job_cluster(&J, num_ps, workers);
+        char run_tag[64];
+        snprintf(run_tag, sizeof run_tag, "%s-%s", tag, pass ? "sparse" : "dense");
+        dt_test_job_run(&J, run_tag, JOB_TIMEOUT_MS);
+        char ps_log[80], created[64];
+        snprintf(ps_log, sizeof ps_log, "ps0%s", run_tag);
+        snprintf(created, sizeof created, "optimizer sgd, %s", strchr(mode, '=') + 1);
+        ck_assert_msg(dt_test_job_log_has(&J, ps_log, created),
+                      "the ps did not run \"%s\"; logs:%s", created, dt_test_job_report(&J));
         dt_tensors ts;
         char path[2048];
         int64_t step = dt_test_job_load_latest(&J, 40, &ts, path, sizeof path);
@@ -157,7 +173,9 @@ START_TEST(sparse_matches_dense) {
             dense_b = b;
         } else {
             ck_assert_ptr_null(dt_tensors_find(&ts, "logistic/weight"));
-            ck_assert_msg(dt_test_job_log_has(&J, "chief-sparse", "sparse: table logistic/weight"),
+            char chief_log[80];
+            snprintf(chief_log, sizeof chief_log, "chief%s", run_tag);
+            ck_assert_msg(dt_test_job_log_has(&J, chief_log, "sparse: table logistic/weight"),
                           "the chief does not say the model is sparse; logs:%s",
                           dt_test_job_report(&J));
             /* Within rounding: float sums in another order, 40 steps. */
@@ -173,13 +191,33 @@ START_TEST(sparse_matches_dense) {
                               "weight %d: sparse %.9g, dense %.9g", j, sw, dense_w[j]);
             }
             ck_assert(fabs(dense_w[0]) > 0.01); /* it learned something */
-            fprintf(stderr,
-                    "sparse_e2e: sparse vs dense after 40 steps: %d of %d values equal to the "
-                    "bit, largest difference %.3g\n",
-                    same, N_FEATURES + 1, worst);
+            fprintf(
+                stderr,
+                "sparse_e2e: %s %d ps: sparse vs dense after 40 steps: %d of %d values equal to "
+                "the bit, largest difference %.3g\n",
+                mode, num_ps, same, N_FEATURES + 1, worst);
         }
         dt_tensors_deinit(&ts);
     }
+}
+
+/* One worker, async, the whole file a batch. */
+START_TEST(sparse_matches_dense) {
+    matches_dense(1, 1, "batch_size=64", "mode=async", "");
+}
+END_TEST
+
+/* Sync, two workers: each step the ps averages the two workers' pushes,
+ * dense tensors and table rows alike (rows summed by id). */
+START_TEST(sparse_matches_dense_sync) {
+    matches_dense(1, 2, "batch_size=32", "mode=sync", "-sync");
+}
+END_TEST
+
+/* The same on two ps tasks: ps 0 decides each step's pushes, ps 1 holds
+ * each worker's rows until it is told, then sums them in worker order. */
+START_TEST(sparse_matches_dense_sync_two_ps) {
+    matches_dense(2, 2, "batch_size=32", "mode=sync", "-sync2");
 }
 END_TEST
 
@@ -574,6 +612,8 @@ Suite *sparse_e2e_suite(void) {
     Suite *s = suite_create("sparse_e2e");
     TCase *tc = dt_test_job_tcase(s, "jobs", 300, setup, teardown);
     tcase_add_test(tc, sparse_matches_dense);
+    tcase_add_test(tc, sparse_matches_dense_sync);
+    tcase_add_test(tc, sparse_matches_dense_sync_two_ps);
     tcase_add_test(tc, reshard_three_to_two);
     tcase_add_test(tc, ps_killed_restored);
     tcase_add_test(tc, eval_predict_checkpoint);
