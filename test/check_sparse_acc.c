@@ -3,11 +3,12 @@
  * held to a dense sum of the same pushes (each scattered into zeros and
  * added in turn, then scaled) to the bit, for rows named by one push, by
  * several, and by none; empty pushes and steps; reuse after a clear; the
- * bound on pushes and ids.
+ * bound on ids; each allocation failing in turn.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "sparse_acc.h"
 #include "suites.h"
 
@@ -86,10 +87,52 @@ START_TEST(test_sum_matches_dense) {
 }
 END_TEST
 
+/* Allocation n failing, for n = 1, 2, ... (alone, then from n on): an add
+ * or the sum ends in DT_ENOMEM (an add frees the push it could not take;
+ * under ASan nothing leaks), the accumulator stays usable, and once no
+ * allocation fails the sum is the one of a run without failures. */
+START_TEST(test_sum_out_of_memory) {
+    static const int64_t a[] = {2, 9}, b[] = {1, 9, 30};
+    for (int persistent = 0; persistent < 2; persistent++) {
+        for (long n = 1;; n++) {
+            dt_sparse_acc acc;
+            dt_sparse_acc_init(&acc, DIM);
+            dt_err err;
+            dt_err_clear(&err);
+            dt_sparse_grad ga = push_of(a, 2, 1), gb = push_of(b, 3, 2);
+            dt_alloc_fail_at(n, persistent);
+            int rc = dt_sparse_acc_add(&acc, &ga, &err);
+            if (rc == 0) rc = dt_sparse_acc_add(&acc, &gb, &err);
+            int64_t count = 0;
+            const int64_t *ids = NULL;
+            const float *rows = NULL;
+            if (rc == 0) rc = dt_sparse_acc_sum(&acc, 0.5f, &count, &ids, &rows, &err);
+            long failed = dt_alloc_failed();
+            dt_alloc_fail_at(0, 0);
+            if (rc < 0) {
+                ck_assert_int_eq(rc, DT_ENOMEM);
+                ck_assert_ptr_nonnull(strstr(err.msg, "out of memory"));
+                ck_assert_int_gt(failed, 0);
+            }
+            dt_sparse_grad_deinit(&ga); /* what an add did not take */
+            dt_sparse_grad_deinit(&gb);
+            dt_sparse_acc_deinit(&acc);
+            if (failed == 0) {
+                ck_assert_int_eq(rc, 0);
+                ck_assert_int_eq(count, 4); /* 1, 2, 9, 30 */
+                break;
+            }
+            ck_assert_int_lt(n, 100);
+        }
+    }
+}
+END_TEST
+
 Suite *sparse_acc_suite(void) {
     Suite *s = suite_create("sparse_acc");
     TCase *tc = tcase_create("sum");
     tcase_add_test(tc, test_sum_matches_dense);
+    tcase_add_test(tc, test_sum_out_of_memory);
     suite_add_tcase(s, tc);
     return s;
 }
