@@ -130,7 +130,7 @@ coverage:
 # loads, before main blocks the stop signals, and a signal it took would
 # wait, under TSan, until that thread calls into the runtime (never).
 TSAN_MAKE := $(MAKE) BUILD=build-tsan OPT=-O1 SANITIZE="-fsanitize=thread"
-UNIT_SUITES := err,text,hash,tensor,cluster,optim,table,data,reader,sparse,criteo_gen,model,sparse_model,codec,checkpoint,summary,placement
+UNIT_SUITES := err,text,hash,tensor,cluster,optim,table,data,reader,sparse,sparse_acc,criteo_gen,model,sparse_model,codec,checkpoint,summary,placement
 TSAN_SUITES ?= $(UNIT_SUITES),predict,rpc,ps,consistency,lifecycle,restart
 tsan:
 	TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 \

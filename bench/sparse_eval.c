@@ -1,15 +1,15 @@
 /*
  * bench_sparse_eval: the held-out log loss of a sparse job's latest
- * checkpoint, for the quality figures of make bench (dtrain eval does not
- * score sparse models yet).
+ * checkpoint, for the quality figures of make bench: dtrain eval's loss,
+ * with the rows held and the generating model's loss beside it.
  *
  * It loads the job as dtrain does (defaults, --config, then each --set),
  * restores the log dir's latest checkpoint (dense variables and the
  * table's rows, "<table>/ids", "/values"), puts the rows in a table of one
  * shard (rows never trained read as their initial value), reads --data as
- * the job reads its training file (dt_sparse_read_*), and scores it in
- * batches of 4096: mean log loss (the model's data loss, no l2) and
- * accuracy.
+ * the job reads its training file (dt_sparse_read_*), and scores it as
+ * dtrain eval does (lib/sparse_eval): mean log loss (the model's data
+ * loss, no l2) and accuracy.
  *
  * With --hidden SEED,FIRST,VOCAB_SCALE the file is taken for rows FIRST..
  * of `dtrain gen-criteo --seed SEED --vocab-scale VOCAB_SCALE` (a tail of
@@ -37,11 +37,9 @@
 #include "err.h"
 #include "job.h"
 #include "sparse.h"
-#include "sparse_model.h"
-#include "table.h"
+#include "sparse_eval.h"
 
 #define MAX_SETS 64
-#define EVAL_BATCH 4096
 
 static const char usage[] =
     "usage: bench_sparse_eval --config FILE [--set FIELD=VALUE]... --data FILE\n"
@@ -68,46 +66,6 @@ static int parse_args(int argc, char **argv, options *o) {
             return -1;
     }
     return o->config_path && o->data && argc % 2 == 1 ? 0 : -1;
-}
-
-/* Scores ds with the model's dense variables vars and table t. */
-static int score(dt_sparse_model *m, const dt_tensors *vars, dt_table *t, const dt_sparse_set *ds,
-                 double *loss, double *accuracy, dt_err *err) {
-    dt_sparse_index ix;
-    memset(&ix, 0, sizeof ix);
-    dt_table_batch tb;
-    memset(&tb, 0, sizeof tb);
-    float *rows = NULL;
-    int64_t cap = 0;
-    double sum_loss = 0, sum_acc = 0;
-    int rc = 0;
-    const int dim = dt_table_config_of(t)->dim;
-    for (int64_t first = 0; first < ds->rows && rc == 0; first += EVAL_BATCH) {
-        int count = ds->rows - first < EVAL_BATCH ? (int)(ds->rows - first) : EVAL_BATCH;
-        dt_sparse_batch b;
-        dt_sparse_set_slice(ds, first, count, &b);
-        if ((rc = dt_sparse_index_build(&ix, &b, err)) < 0) break;
-        if (ix.n * dim > cap) {
-            cap = ix.n * dim;
-            free(rows);
-            if (!(rows = malloc((size_t)cap * sizeof *rows))) {
-                rc = dt_err_set(err, DT_ENOMEM, "out of memory");
-                break;
-            }
-        }
-        if ((rc = dt_table_plan(t, ix.ids, ix.n, &tb, err)) < 0) break;
-        dt_table_read(t, &tb, rows, NULL);
-        double l = 0, a = 0;
-        if ((rc = dt_sparse_model_evaluate(m, vars, &b, &ix, rows, &l, &a, err)) < 0) break;
-        sum_loss += l * count;
-        sum_acc += a * count;
-    }
-    *loss = sum_loss / (double)ds->rows;
-    *accuracy = sum_acc / (double)ds->rows;
-    free(rows);
-    dt_table_batch_deinit(&tb);
-    dt_sparse_index_deinit(&ix);
-    return rc;
 }
 
 /* The hidden model's mean log loss on rows first..first+n of the
@@ -145,59 +103,35 @@ static int run(const options *o, dt_err *err) {
     for (int i = 0; i < o->num_sets && rc == 0; i++)
         rc = dt_job_set(&job, o->sets[i], err);
     if (rc == 0) rc = dt_job_finish(&job, err);
-    dt_sparse_model_config mc;
-    dt_table_config tc;
-    if (rc == 0) rc = dt_job_sparse_model(&job, &mc, &tc, err);
     if (rc < 0) return rc;
-    dt_tensors loaded, vars;
+    dt_tensors loaded;
     memset(&loaded, 0, sizeof loaded);
-    memset(&vars, 0, sizeof vars);
     dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     char path[DT_PATH_MAX + 64];
-    dt_table *t = NULL;
-    dt_sparse_model *m = NULL;
+    dt_sparse_ckpt *ck = NULL;
     dt_sparse_set ds;
     memset(&ds, 0, sizeof ds);
-    dt_tensor specs[DT_SPARSE_MODEL_MAX_VARS];
-    int count = 0;
-    dt_table_config unused;
     int found = dt_ckpt_restore_latest(job.log_dir, &loaded, &meta, path, sizeof path, err);
     if (found == 0) rc = dt_err_set(err, DT_ENOTFOUND, "no checkpoint in %s", job.log_dir);
     if (found < 0) rc = found;
-    if (rc == 0) rc = dt_sparse_model_specs(&mc, specs, &count, &unused, err);
-    if (rc == 0) rc = dt_tensors_init(&vars, specs, count, err);
-    for (int i = 0; rc == 0 && i < vars.count; i++) {
-        const dt_tensor *x = dt_tensors_find(&loaded, vars.items[i].name);
-        if (!x || x->nbytes != vars.items[i].nbytes)
-            rc = dt_err_set(err, DT_ECORRUPT, "%s: no %s of its shape", path, vars.items[i].name);
-        else
-            memcpy(vars.items[i].data, x->data, x->nbytes);
-    }
-    int64_t held = 0;
-    if (rc == 0) rc = dt_table_new(&tc, &t, err);
-    if (rc == 0) rc = dt_table_import(t, &loaded, 0, 1, meta.global_step, &held, err);
-    if (rc == 0) rc = dt_sparse_model_new(&mc, &m, err);
-    if (rc == 0) {
-        snprintf(job.data.eval_data, sizeof job.data.eval_data, "%s", o->data);
-        rc = dt_job_open_sparse(&job, 1, 0, 1, &ds, err);
-    }
+    if (rc == 0) rc = dt_sparse_ckpt_open("bench_sparse_eval", &job, &loaded, path, &ck, err);
+    dt_tensors_deinit(&loaded);
+    if (rc == 0) rc = dt_job_read_sparse(&job, o->data, 1, 0, 1, &ds, err);
     double loss = NAN, accuracy = NAN;
-    if (rc == 0) rc = score(m, &vars, t, &ds, &loss, &accuracy, err);
+    if (rc == 0) rc = dt_sparse_scorer_evaluate(dt_sparse_ckpt_scorer(ck), &ds, &loss, &accuracy, err);
     double hidden = NAN;
     if (rc == 0 && o->hidden) rc = hidden_loss(o->hidden, ds.rows, &hidden, err);
     if (rc == 0) {
         printf("sparse_eval step=%" PRId64 " examples=%" PRId64
                " log_loss=%.6f accuracy=%.4f rows=%" PRId64 " nonzero=%" PRId64,
-               meta.global_step, ds.rows, loss, accuracy, held, dt_table_count_nonzero(t));
+               meta.global_step, ds.rows, loss, accuracy, dt_sparse_ckpt_rows(ck),
+               dt_sparse_ckpt_nonzero(ck));
         if (o->hidden) printf(" hidden_log_loss=%.6f", hidden);
         printf("\n");
     }
     dt_sparse_set_deinit(&ds);
-    dt_sparse_model_free(m);
-    dt_table_free(t);
-    dt_tensors_deinit(&vars);
-    dt_tensors_deinit(&loaded);
+    dt_sparse_ckpt_free(ck);
     dt_safetensors_meta_deinit(&meta);
     return rc;
 }

@@ -48,6 +48,7 @@
 #include "log.h"
 #include "model.h"
 #include "optim.h"
+#include "sparse_eval.h"
 #include "sparse_model.h"
 #include "summary.h"
 
@@ -90,6 +91,11 @@ typedef struct {
     double next_save;      /* when the periodic checkpoint is due */
     double save_backoff;   /* seconds until a failed one is tried again */
     dt_dataset *eval;      /* held-out set, or NULL */
+    /* A sparse model's held-out set (rows 0 when none), scored by a model
+     * of the chief's own with the rows its ids pull from the ps tasks. */
+    dt_sparse_set eval_set;
+    dt_sparse_model *eval_model;
+    dt_sparse_scorer eval_scorer;
     int64_t last_saved_step;
     double summary_t;
     int64_t summary_step;
@@ -714,16 +720,62 @@ static int summarize_staleness(chief *c, dt_summary_writer *w, int64_t step, dt_
     return dt_summary_scalars(w, step, tags, scalars, 2, err);
 }
 
+/* The scorer's row source: the rows as the ps tasks hold them now. */
+static int pull_eval_rows(void *ctx, const int64_t *ids, int64_t n, float *rows, dt_err *err) {
+    chief *c = ctx;
+    const dt_table_config *t = dt_worker_table(c->w);
+    dt_ps_sparse s = {t->name, t->dim, n, ids, rows};
+    dt_ps_reply reply;
+    return dt_ps_client_sparse_pull(dt_worker_client(c->w), &s, &reply, err);
+}
+
+/* A sparse model's loss (and accuracy) on the held-out set: the dense
+ * variables and the rows as the ps tasks hold them now, pulled one after
+ * the other (the rows are not the chief's: a step's pull fetched its
+ * batch's alone), *step the global step of the dense pull. A ps that
+ * cannot answer now costs this evaluation, not the job: *skipped is set. */
+static int evaluate_sparse(chief *c, int64_t *step, double *loss, double *accuracy, int *skipped,
+                           dt_err *err) {
+    *skipped = 0;
+    dt_err pull_err;
+    dt_err_clear(&pull_err);
+    dt_ps_reply reply;
+    memset(&reply, 0, sizeof reply);
+    int rc =
+        dt_ps_client_pull(dt_worker_client(c->w), dt_worker_vars(c->w), NULL, 0, &reply, &pull_err);
+    if (rc == 0 && reply.wait)
+        rc = dt_err_set(&pull_err, DT_EUNAVAILABLE, "a ps said not yet (bounded staleness)");
+    if (rc == 0) {
+        *step = reply.global_step;
+        rc = dt_sparse_scorer_evaluate(&c->eval_scorer, &c->eval_set, loss, accuracy, &pull_err);
+    }
+    if (rc == 0) return 0;
+    if (rc == DT_EINVAL || rc == DT_ENOMEM) /* the set or the model: a bug or a bad file */
+        return dt_err_set(err, rc, "%s", pull_err.msg);
+    dt_log(DT_LOG_WARN, "chief: evaluate: pulling the held-out set's rows: %s; skipped",
+           pull_err.msg);
+    *skipped = 1;
+    return 0;
+}
+
 /* Loss (and accuracy) of the current variables on the held-out set. */
 static int evaluate(chief *c, int64_t step, dt_err *err) {
-    if (!c->eval) return 0;
+    if (!c->eval && c->eval_set.rows == 0) return 0;
     dt_batch all;
+    memset(&all, 0, sizeof all);
     double loss = NAN, accuracy = NAN;
-    int rc = dt_data_all(c->eval, &all, err);
-    if (rc == 0)
-        rc = dt_model_evaluate(dt_worker_model(c->w), dt_worker_vars(c->w), &all, &loss, &accuracy,
-                               err);
+    int rc = 0, skipped = 0;
+    if (c->eval_set.rows > 0) {
+        rc = evaluate_sparse(c, &step, &loss, &accuracy, &skipped, err);
+        all.rows = (int)c->eval_set.rows;
+    } else {
+        rc = dt_data_all(c->eval, &all, err);
+        if (rc == 0)
+            rc = dt_model_evaluate(dt_worker_model(c->w), dt_worker_vars(c->w), &all, &loss,
+                                   &accuracy, err);
+    }
     if (rc < 0) return dt_err_wrap(err, rc, "chief: evaluate");
+    if (skipped) return 0;
     if (isnan(accuracy)) {
         dt_log(DT_LOG_INFO, "chief: eval at global_step %lld: loss %.6f on %d examples",
                (long long)step, loss, all.rows);
@@ -994,6 +1046,26 @@ static int finish(chief *c, const atomic_int *stop, dt_err *err) {
  * second time, nor its skipped rows reported twice. A csv's feature
  * columns must be the training file's, in order. */
 static int open_eval(chief *c, dt_err *err) {
+    if (dt_worker_table(c->w)) {
+        /* A sparse set is not scaled; its rows come from the ps tasks. */
+        dt_sparse_model_config smc;
+        dt_table_config table;
+        int rc = dt_job_open_sparse(c->job, 1, 0, 1, &c->eval_set, err);
+        if (rc == 0) rc = dt_job_sparse_model(c->job, &smc, &table, err);
+        if (rc == 0) rc = dt_sparse_model_new(&smc, &c->eval_model, err);
+        if (rc == 0 && c->eval_set.rows > INT32_MAX)
+            rc = dt_err_set(err, DT_EINVAL, "data: \"eval_data\": %lld rows (at most %d)",
+                            (long long)c->eval_set.rows, INT32_MAX);
+        if (rc < 0) return rc;
+        c->eval_scorer = (dt_sparse_scorer){.model = c->eval_model,
+                                            .vars = dt_worker_vars(c->w),
+                                            .dim = table.dim,
+                                            .rows = pull_eval_rows,
+                                            .ctx = c};
+        dt_log(DT_LOG_INFO, "chief: %lld held-out examples from %s", (long long)c->eval_set.rows,
+               c->job->data.eval_data);
+        return rc;
+    }
     dt_data_stats st;
     dt_data_stats_of(dt_worker_data(c->w), &st);
     dt_data_needs needs;
@@ -1008,6 +1080,9 @@ static void chief_deinit(chief *c) {
     dt_summary_close(c->summary);
     dt_ckpt_unlock_dir(c->lock_fd);
     dt_data_free(c->eval);
+    dt_sparse_scorer_deinit(&c->eval_scorer);
+    dt_sparse_model_free(c->eval_model);
+    dt_sparse_set_deinit(&c->eval_set);
     free(c->snapshot.items);
     free(c->job_json);
     free(c->feature_names);

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "model.h"
 #include "predict.h"
+#include "sparse_eval.h"
 #include "summary.h"
 
 #define STORAGE_LOG_SECS 10.0 /* at most one line per this while summaries drop */
@@ -23,6 +24,7 @@ typedef struct {
     dt_dataset *data;
     dt_batch all; /* every held-out example, borrowed from data */
     dt_model *model;
+    dt_sparse_set set;         /* a sparse model's held-out set (data and model NULL) */
     char dir[DT_PATH_MAX + 8]; /* log_dir/eval */
     dt_summary_writer *summary;
     long long summaries_dropped;
@@ -33,6 +35,7 @@ typedef struct {
 
 static void close_evaluator(evaluator *e) {
     dt_summary_close(e->summary);
+    dt_sparse_set_deinit(&e->set);
     dt_model_free(e->model);
     dt_data_free(e->data);
 }
@@ -46,9 +49,19 @@ static int open_evaluator(const dt_job *job, evaluator *e, dt_err *err) {
                           "evaluator: the job has no \"eval_data\" to score checkpoints on "
                           "(the evaluator reads files: set \"eval_data\")");
     snprintf(e->dir, sizeof e->dir, "%s/eval", job->log_dir);
-    int rc = dt_job_open_eval(job, &e->data, err);
-    if (rc == 0) rc = dt_data_all(e->data, &e->all, err);
-    if (rc == 0) rc = dt_model_new(&job->model, &e->model, err);
+    int rc = 0;
+    if (dt_job_is_sparse(job)) {
+        /* The model comes with each checkpoint (its table's rows). */
+        rc = dt_job_open_sparse(job, 1, 0, 1, &e->set, err);
+        if (rc == 0 && e->set.rows > INT32_MAX)
+            rc = dt_err_set(err, DT_EINVAL, "data: \"eval_data\": %lld rows (at most %d)",
+                            (long long)e->set.rows, INT32_MAX);
+        e->all.rows = (int)e->set.rows;
+    } else {
+        rc = dt_job_open_eval(job, &e->data, err);
+        if (rc == 0) rc = dt_data_all(e->data, &e->all, err);
+        if (rc == 0) rc = dt_model_new(&job->model, &e->model, err);
+    }
     if (rc < 0) {
         close_evaluator(e);
         return dt_err_wrap(err, rc, "evaluator");
@@ -91,6 +104,44 @@ static int64_t final_step(const evaluator *e, const dt_safetensors_meta *meta) {
     return meta->max_steps > 0 ? meta->max_steps : e->job->max_steps;
 }
 
+/* Logs and writes the scores of the checkpoint at path (step), the job's
+ * last being `last`; *done once it is. */
+static int scored(evaluator *e, int64_t step, int64_t last, double loss, double accuracy,
+                  const char *path, int *done) {
+    e->scored = step;
+    if (isnan(accuracy))
+        dt_log(DT_LOG_INFO, "evaluator: global_step %lld: loss %.6f on %d examples (%s)",
+               (long long)step, loss, e->all.rows, path);
+    else
+        dt_log(DT_LOG_INFO,
+               "evaluator: global_step %lld: loss %.6f accuracy %.4f on %d examples (%s)",
+               (long long)step, loss, accuracy, e->all.rows, path);
+    write_summary(e, step, loss, accuracy);
+    *done = last > 0 && step >= last;
+    return 0;
+}
+
+/* look() for a sparse model: the checkpoint's dense variables and table
+ * rows, scored on the held-out set. Returns as dt_predict_load_sparse;
+ * *step gets the checkpoint's step, *last the step the job ends at. */
+static int score_sparse(evaluator *e, int64_t *step, int64_t *last, double *loss, double *accuracy,
+                        char *path, size_t cap, dt_err *err) {
+    dt_sparse_ckpt *ck = NULL;
+    dt_safetensors_meta meta;
+    int rc = dt_predict_load_sparse("evaluator", e->job, NULL, &ck, &meta, path, cap, err);
+    if (rc < 0) return rc;
+    *step = meta.global_step;
+    *last = final_step(e, &meta);
+    dt_safetensors_meta_deinit(&meta);
+    if (*step > e->scored) {
+        rc = dt_sparse_scorer_evaluate(dt_sparse_ckpt_scorer(ck), &e->set, loss, accuracy, err);
+        if (rc < 0) rc = dt_err_wrap(err, rc, "evaluator: evaluate");
+    }
+    dt_sparse_ckpt_free(ck);
+    /* A failure to score is the held-out set's or the model's: final. */
+    return rc < 0 ? DT_EINVAL : 0;
+}
+
 /* Scores the latest checkpoint when it is newer than the last look. *done
  * is set once the final one is scored. A checkpoint that cannot be read
  * now (gone, damaged, half there) is logged and waited past. */
@@ -98,10 +149,24 @@ static int look(evaluator *e, int *done, dt_err *err) {
     int64_t named = dt_ckpt_latest_step(e->job->log_dir);
     if (named <= e->tried) return 0;
     e->tried = named;
+    int64_t step = -1, last = 0;
+    double loss = NAN, accuracy = NAN;
+    char path[DT_PATH_MAX + 64];
+    int rc = 0;
+    if (e->set.rows > 0) {
+        rc = score_sparse(e, &step, &last, &loss, &accuracy, path, sizeof path, err);
+        if (rc == DT_EINVAL || rc == DT_ECONFIG) return rc;
+        if (rc < 0) {
+            dt_log(DT_LOG_WARN, "%s; waiting for the next checkpoint", err->msg);
+            dt_err_clear(err);
+            return 0;
+        }
+        if (step <= e->scored) return 0;
+        return scored(e, step, last, loss, accuracy, path, done);
+    }
     dt_tensors vars;
     dt_safetensors_meta meta;
-    char path[DT_PATH_MAX + 64];
-    int rc = dt_predict_load("evaluator", e->job, NULL, &vars, &meta, path, sizeof path, err);
+    rc = dt_predict_load("evaluator", e->job, NULL, &vars, &meta, path, sizeof path, err);
     /* Another model's checkpoint, or one whose job disagrees with this one
      * on the model's input: not ours to score, now or later. */
     if (rc == DT_EINVAL || rc == DT_ECONFIG) return rc;
@@ -124,22 +189,10 @@ static int look(evaluator *e, int *done, dt_err *err) {
         dt_tensors_deinit(&vars);
         return 0;
     }
-    double loss = NAN, accuracy = NAN;
     rc = dt_model_evaluate(e->model, &vars, &e->all, &loss, &accuracy, err);
     dt_tensors_deinit(&vars);
     if (rc < 0) return dt_err_wrap(err, rc, "evaluator: evaluate");
-    e->scored = meta.global_step;
-    int64_t last = final_step(e, &meta);
-    if (isnan(accuracy))
-        dt_log(DT_LOG_INFO, "evaluator: global_step %lld: loss %.6f on %d examples (%s)",
-               (long long)meta.global_step, loss, e->all.rows, path);
-    else
-        dt_log(DT_LOG_INFO,
-               "evaluator: global_step %lld: loss %.6f accuracy %.4f on %d examples (%s)",
-               (long long)meta.global_step, loss, accuracy, e->all.rows, path);
-    write_summary(e, meta.global_step, loss, accuracy);
-    *done = last > 0 && meta.global_step >= last;
-    return 0;
+    return scored(e, meta.global_step, final_step(e, &meta), loss, accuracy, path, done);
 }
 
 /* Sleeps ms in short slices; 1 when *stop was set meanwhile. */

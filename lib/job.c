@@ -839,18 +839,11 @@ static int check_sparse(const dt_job *job, dt_err *err) {
         return dt_err_set(err, DT_EINVAL,
                           "job: \"data\": \"criteo\" hashes its categories: \"hash_bits\" must "
                           "be 1..40");
-    if (job->consistency.mode == DT_MODE_SYNC)
-        return dt_err_set(err, DT_EINVAL,
-                          "job: \"sparse\": \"mode\": \"sync\" does not aggregate a table's rows "
-                          "yet; train sparse models \"async\" or \"bounded\"");
     if (job->pipeline_push)
         return dt_err_set(err, DT_EINVAL,
                           "job: \"sparse\": \"pipeline_push\" is not built for sparse models yet");
     if (d->scale != DT_SCALE_NONE)
         return dt_err_set(err, DT_EINVAL, "job: \"sparse\": \"scale\" must be \"none\"");
-    if (d->eval_data[0])
-        return dt_err_set(err, DT_EINVAL,
-                          "job: \"sparse\": \"eval_data\" is not scored for sparse models yet");
     return 0;
 }
 
@@ -878,6 +871,12 @@ int dt_job_sparse_model(const dt_job *job, dt_sparse_model_config *model, dt_tab
 
 int dt_job_open_sparse(const dt_job *job, int eval, int shard, int num_shards, dt_sparse_set *out,
                        dt_err *err) {
+    return dt_job_read_sparse(job, eval ? job->data.eval_data : job->data.train_data, 1, shard,
+                              num_shards, out, err);
+}
+
+int dt_job_read_sparse(const dt_job *job, const char *path, int labeled, int shard, int num_shards,
+                       dt_sparse_set *out, dt_err *err) {
     dt_data_needs needs;
     dt_model_data_needs(&job->model, &needs);
     dt_sparse_read_params p;
@@ -887,11 +886,10 @@ int dt_job_open_sparse(const dt_job *job, int eval, int shard, int num_shards, d
     p.label_kind = needs.label_kind;
     p.num_classes = needs.num_classes;
     p.svm_signed_labels = needs.svm_signed_labels;
-    p.labels = DT_LABELS_REQUIRED;
+    p.labels = labeled ? DT_LABELS_REQUIRED : DT_LABELS_NONE;
     p.skip_bad_rows = job->data.skip_bad_rows;
     p.shard = shard;
     p.num_shards = num_shards;
-    const char *path = eval ? job->data.eval_data : job->data.train_data;
     int rc = job->data.source == DT_DATA_CRITEO ? dt_sparse_read_criteo(path, &p, out, err)
                                                 : dt_sparse_read_libsvm(path, &p, out, err);
     return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;

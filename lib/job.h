@@ -158,6 +158,11 @@ int dt_job_sparse_model(const dt_job *job, dt_sparse_model_config *model, dt_tab
  * num_shards, read into *out (lib/sparse_reader; the caller deinits it). */
 int dt_job_open_sparse(const dt_job *job, int eval, int shard, int num_shards, dt_sparse_set *out,
                        dt_err *err) DT_WARN_UNUSED;
+/* The same for any file of the job's format: path (eval's --data, say),
+ * with labels (labeled 1) or without them (0: features only, for
+ * predictions). */
+int dt_job_read_sparse(const dt_job *job, const char *path, int labeled, int shard, int num_shards,
+                       dt_sparse_set *out, dt_err *err) DT_WARN_UNUSED;
 
 /* epochs * ceil(num_examples / batch_size), checked for overflow. */
 int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps,

@@ -35,22 +35,10 @@
 #include "log.h"
 #include "model.h"
 #include "reader.h"
+#include "sparse_eval.h"
 
 #define CHUNK_ROWS 1024
 #define NAMES_MAX 200 /* bytes of the checkpoint's variable names quoted in an error */
-
-/* "F32 (784, 10)"; "F32 ()" for a scalar. */
-static void shape_text(const dt_tensor *t, char *buf, size_t cap) {
-    const char *dtype = dt_dtype_name(t->dtype);
-    size_t off = 0;
-    int n = snprintf(buf, cap, "%s (", dtype ? dtype : "?");
-    off = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
-    for (int d = 0; d < t->ndim && off < cap - 1; d++) {
-        n = snprintf(buf + off, cap - off, d ? ", %lld" : "%lld", (long long)t->shape[d]);
-        off = n < 0 ? off : (size_t)n < cap - off ? off + (size_t)n : cap - 1;
-    }
-    if (off < cap - 1) snprintf(buf + off, cap - off, ")");
-}
 
 /* 1 when name is "<another tensor of ts>/<something>": an optimizer slot. */
 static int is_slot_in(const char *name, const dt_tensors *ts) {
@@ -110,10 +98,9 @@ static int match(const char *what, const dt_job *job, const dt_tensor *specs, in
                               "checkpoint holds %s (written for \"%s\")",
                               what, path, specs[i].name, want, have, written);
         }
-        if (t->dtype != specs[i].dtype || t->ndim != specs[i].ndim ||
-            memcmp(t->shape, specs[i].shape, sizeof(int64_t) * (size_t)t->ndim) != 0) {
-            shape_text(t, a, sizeof a);
-            shape_text(&specs[i], b, sizeof b);
+        if (!dt_tensor_same_layout(t, &specs[i])) {
+            dt_tensor_layout_text(t, a, sizeof a);
+            dt_tensor_layout_text(&specs[i], b, sizeof b);
             return dt_err_set(err, DT_EINVAL,
                               "%s: %s: variable \"%s\" is %s in the checkpoint but %s in the "
                               "job's model \"%s\" (the checkpoint was written for \"%s\")",
@@ -233,6 +220,62 @@ static int stats_of(const char *what, const dt_job *job, const dt_tensors *loade
     return 0;
 }
 
+/* A dense model's variable that the checkpoint holds as a table's rows
+ * ("<name>/ids"): a sparse job's checkpoint, named before the job's
+ * fields are compared, so the message says which tensor. */
+static int check_not_table(const char *what, const dt_tensor *specs, int count,
+                           const dt_tensors *loaded, const char *where, dt_err *err) {
+    for (int i = 0; i < count; i++) {
+        char ids[DT_TENSOR_NAME_MAX + 8];
+        snprintf(ids, sizeof ids, "%.*s/ids", DT_TENSOR_NAME_MAX, specs[i].name);
+        if (!dt_tensors_find(loaded, specs[i].name) && dt_tensors_find(loaded, ids))
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: %s: \"%s\" is a table's rows (\"%s\", a sparse model's), but "
+                              "the job's model is dense and wants the variable \"%s\" (a "
+                              "checkpoint of a \"sparse\": \"on\" job?)",
+                              what, where, specs[i].name, ids, specs[i].name);
+    }
+    return 0;
+}
+
+/* A sparse job's model from the checkpoint at path (or the latest of
+ * log_dir) into *out; meta and where as load's. */
+static int load_sparse(const char *what, const dt_job *job, const char *path, dt_sparse_ckpt **out,
+                       dt_safetensors_meta *meta, char *where, size_t cap, dt_err *err) {
+    dt_tensors loaded;
+    memset(&loaded, 0, sizeof loaded);
+    memset(meta, 0, sizeof *meta);
+    int rc = read_checkpoint(what, path, job->log_dir, &loaded, meta, where, cap, err);
+    if (rc == 0) rc = dt_sparse_ckpt_open(what, job, &loaded, where, out, err);
+    dt_tensors_deinit(&loaded); /* the model holds its own copy of what it needs */
+    if (rc == 0 && (rc = check_job(what, job, meta, where, err)) < 0) {
+        dt_sparse_ckpt_free(*out);
+        *out = NULL;
+    }
+    if (rc == 0)
+        dt_log(DT_LOG_INFO, "%s: read %s (global_step %lld, %lld rows of the table, %s)", what,
+               where, (long long)meta->global_step, (long long)dt_sparse_ckpt_rows(*out),
+               meta->model[0] ? meta->model : "no model description");
+    if (rc < 0) dt_safetensors_meta_deinit(meta);
+    return rc;
+}
+
+int dt_predict_load_sparse(const char *what, const dt_job *job, const char *path,
+                           dt_sparse_ckpt **out, dt_safetensors_meta *meta, char *path_out,
+                           size_t path_cap, dt_err *err) {
+    char where[DT_PATH_MAX + 64];
+    dt_safetensors_meta m;
+    *out = NULL;
+    int rc = load_sparse(what, job, path, out, &m, where, sizeof where, err);
+    if (rc < 0) return rc;
+    if (path_out && path_cap) snprintf(path_out, path_cap, "%s", where);
+    if (meta)
+        *meta = m;
+    else
+        dt_safetensors_meta_deinit(&m);
+    return 0;
+}
+
 /* dt_predict_load, with messages that start "<what>: "; stats (may be
  * NULL) gets the checkpoint's scaling statistics. */
 static int load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
@@ -250,6 +293,7 @@ static int load(const char *what, const dt_job *job, const char *path, dt_tensor
     if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) return rc;
     if ((rc = read_checkpoint(what, path, job->log_dir, &loaded, &m, where, sizeof where, err)) < 0)
         goto fail;
+    if ((rc = check_not_table(what, specs, count, &loaded, where, err)) < 0) goto fail;
     if ((rc = check_job(what, job, &m, where, err)) < 0) goto fail;
     if ((rc = match(what, job, specs, count, &loaded, &m, where, err)) < 0) goto fail;
     if (stats && (rc = stats_of(what, job, &loaded, where, stats, err)) < 0) goto fail;
@@ -343,9 +387,14 @@ typedef struct {
     int labeled;      /* 1: the data carries labels */
     dt_dataset *data; /* read as the chief reads its held-out set */
     dt_batch all;     /* every example, borrowed from data; y NULL without labels */
+    /* A sparse model: vars, model and data above stay empty. */
+    dt_sparse_ckpt *sparse;
+    dt_sparse_set set; /* every example, in file order */
 } session;
 
 static void session_close(session *s) {
+    dt_sparse_ckpt_free(s->sparse);
+    dt_sparse_set_deinit(&s->set);
     dt_data_free(s->data);
     dt_model_free(s->model);
     dt_tensors_deinit(&s->vars);
@@ -412,6 +461,41 @@ static int labels_of(const char *what, const dt_data_config *d, const dt_data_ne
     return 0;
 }
 
+/* Whether a sparse job's data file carries labels: a libsvm file tells by
+ * its first row, as for dense data; Criteo rows are read with them. */
+static int sparse_labels_of(const char *what, const dt_data_config *d, const dt_data_needs *needs,
+                            int *labeled, dt_err *err) {
+    if (d->source == DT_DATA_LIBSVM) return labels_of(what, d, needs, labeled, err);
+    *labeled = 1;
+    return 0;
+}
+
+/* session_open for a sparse job: its model from the checkpoint, then the
+ * whole data file as a CSR set. */
+static int session_open_sparse(const char *what, const dt_predict_params *p,
+                               const dt_data_config *d, session *s, dt_predict_result *r,
+                               dt_err *err) {
+    dt_data_needs needs;
+    dt_model_data_needs(&p->job->model, &needs);
+    dt_safetensors_meta meta;
+    int rc = load_sparse(what, p->job, p->checkpoint, &s->sparse, &meta, r->checkpoint,
+                         sizeof r->checkpoint, err);
+    if (rc < 0) return rc;
+    if ((rc = sparse_labels_of(what, d, &needs, &s->labeled, err)) == 0 &&
+        (rc = dt_job_read_sparse(p->job, d->eval_data, s->labeled, 0, 1, &s->set, err)) < 0)
+        dt_err_wrap(err, rc, "%s", what);
+    if (rc == 0 && s->set.rows < 1)
+        rc = dt_err_set(err, DT_EINVAL, "%s: %s: no examples", what, d->eval_data);
+    if (rc == 0) {
+        r->global_step = meta.global_step;
+        snprintf(r->model, sizeof r->model, "%s", meta.model);
+        r->examples = s->set.rows;
+        r->labeled = s->labeled;
+    }
+    dt_safetensors_meta_deinit(&meta);
+    return rc;
+}
+
 /* Opens the session of command `what` ("eval" or "predict", the prefix of
  * its messages). */
 static int session_open(const char *what, const dt_predict_params *p, session *s,
@@ -419,6 +503,15 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
     memset(s, 0, sizeof *s);
     memset(r, 0, sizeof *r);
     r->loss = r->accuracy = NAN;
+    if (dt_job_is_sparse(p->job)) {
+        dt_data_config *d = dt_malloc(sizeof *d);
+        if (!d) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
+        int rc = data_config(what, p, d, err);
+        if (rc == 0) rc = session_open_sparse(what, p, d, s, r, err);
+        free(d);
+        if (rc < 0) session_close(s);
+        return rc;
+    }
     dt_data_config *d = dt_malloc(sizeof *d); /* several KB of paths: not on the stack */
     if (!d) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
     dt_data_needs needs;
@@ -458,7 +551,10 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
 }
 
 static int session_evaluate(const char *what, session *s, dt_predict_result *r, dt_err *err) {
-    int rc = dt_model_evaluate(s->model, &s->vars, &s->all, &r->loss, &r->accuracy, err);
+    int rc = s->sparse
+                 ? dt_sparse_scorer_evaluate(dt_sparse_ckpt_scorer(s->sparse), &s->set, &r->loss,
+                                             &r->accuracy, err)
+                 : dt_model_evaluate(s->model, &s->vars, &s->all, &r->loss, &r->accuracy, err);
     return rc < 0 ? dt_err_wrap(err, rc, "%s: evaluate", what) : 0;
 }
 
@@ -524,7 +620,9 @@ int dt_predict_write(const dt_predict_params *p, dt_predict_result *out, dt_err 
     if (rc < 0) return rc;
     int to_stdout = !p->out || !*p->out || strcmp(p->out, "-") == 0;
     const char *name = to_stdout ? "standard output" : p->out;
-    const int cols = dt_model_out_cols(s.model), F = s.all.cols;
+    const int cols = s.sparse ? dt_sparse_ckpt_out_cols(s.sparse) : dt_model_out_cols(s.model);
+    const int F = s.all.cols;
+    const int64_t rows = s.sparse ? s.set.rows : s.all.rows;
     const int linear = p->job->model.kind == DT_MODEL_LINEAR;
     FILE *f = NULL;
     float *pred = dt_malloc((size_t)CHUNK_ROWS * (size_t)cols * sizeof *pred);
@@ -542,16 +640,23 @@ int dt_predict_write(const dt_predict_params *p, dt_predict_result *out, dt_err 
     errno = 0; /* so a failed write without errno does not show a stale reason */
     const int classes = cols == 1 ? 2 : cols;
     if (!p->no_header && write_header(f, linear, classes, p->output) < 0) goto write_failed;
-    for (int start = 0; start < s.all.rows; start += CHUNK_ROWS) {
-        dt_batch b = s.all;
-        b.rows = s.all.rows - start < CHUNK_ROWS ? s.all.rows - start : CHUNK_ROWS;
-        b.x = s.all.x + (size_t)start * (size_t)F;
-        b.y = NULL;
-        if ((rc = dt_model_predict(s.model, &s.vars, &b, pred, NULL, err)) < 0) {
+    for (int64_t start = 0; start < rows; start += CHUNK_ROWS) {
+        int n = rows - start < CHUNK_ROWS ? (int)(rows - start) : CHUNK_ROWS;
+        if (s.sparse) {
+            rc = dt_sparse_scorer_predict(dt_sparse_ckpt_scorer(s.sparse), &s.set, start, n, pred,
+                                          err);
+        } else {
+            dt_batch b = s.all;
+            b.rows = n;
+            b.x = s.all.x + (size_t)start * (size_t)F;
+            b.y = NULL;
+            rc = dt_model_predict(s.model, &s.vars, &b, pred, NULL, err);
+        }
+        if (rc < 0) {
             rc = dt_err_wrap(err, rc, "predict");
             goto fail;
         }
-        if (write_rows(f, pred, b.rows, cols, linear, p->output) < 0) goto write_failed;
+        if (write_rows(f, pred, n, cols, linear, p->output) < 0) goto write_failed;
     }
     if (fflush(f) != 0 || ferror(f)) goto write_failed;
     if (!to_stdout) {
@@ -559,7 +664,7 @@ int dt_predict_write(const dt_predict_params *p, dt_predict_result *out, dt_err 
         f = NULL;
         if (fclose(closing) != 0) goto write_failed;
     }
-    dt_log(DT_LOG_INFO, "predict: wrote %lld rows to %s", (long long)s.all.rows, name);
+    dt_log(DT_LOG_INFO, "predict: wrote %lld rows to %s", (long long)rows, name);
     goto fail;
 
 write_failed:

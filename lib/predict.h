@@ -38,6 +38,7 @@
 #include "err.h"
 #include "job.h"
 #include "safetensors.h"
+#include "sparse_eval.h"
 #include "tensor.h"
 
 typedef struct {
@@ -85,6 +86,14 @@ typedef struct {
 int dt_predict_load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
                     dt_safetensors_meta *meta, char *path_out, size_t path_cap,
                     dt_err *err) DT_WARN_UNUSED;
+
+/* dt_predict_load for a sparse job (dt_job_is_sparse): the dense
+ * variables and the table's rows into *out (lib/sparse_eval; the caller
+ * frees it), checked as dt_sparse_ckpt_open checks them, then the job as
+ * dt_predict_load compares it. *out is NULL on failure. */
+int dt_predict_load_sparse(const char *what, const dt_job *job, const char *path,
+                           dt_sparse_ckpt **out, dt_safetensors_meta *meta, char *path_out,
+                           size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 
 /* The job a checkpoint was trained with, from its "job" metadata (the
  * defaults, then its fields, then dt_job_finish), for eval and predict with

@@ -43,6 +43,7 @@
 #include "optim.h"
 #include "rpc_client.h"
 #include "rpc_server.h"
+#include "sparse_acc.h"
 #include "table.h"
 #include "tensor.h"
 #include "text.h"
@@ -154,6 +155,13 @@ struct dt_ps {
     dt_tensors *hold;         /* follower: (num_workers) made at a worker's first push */
     int *held;                /* follower: (num_workers) hold[w] is for acc_step */
     uint64_t sync_digest;     /* FNV-1a over (step, members) of every step applied */
+    /* sync with tables: each table's rows pushed for the current step (the
+     * dense acc's counterpart), summed by id when the step is applied; a
+     * follower holds each worker's rows apart as it holds its dense
+     * gradient: row_hold[w * DT_MAX_TABLES + t]. */
+    dt_sparse_acc row_acc[DT_MAX_TABLES];
+    dt_sparse_grad *row_hold; /* follower: (num_workers * DT_MAX_TABLES) */
+    dt_table_batch row_batch; /* the summed ids, planned */
 
     pthread_mutex_t life_mu;
     int shutdown_requested;
@@ -181,6 +189,16 @@ static int64_t ms_since(const struct timespec *t0) {
     return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
+/* sync: the tables' rows of the current step, and a follower's held ones,
+ * dropped. */
+static void drop_rows_locked(dt_ps *ps) {
+    for (int t = 0; t < ps->num_tables; t++)
+        dt_sparse_acc_clear(&ps->row_acc[t]);
+    for (size_t i = 0; ps->row_hold && i < (size_t)ps->params.cluster->num_workers * DT_MAX_TABLES;
+         i++)
+        dt_sparse_grad_deinit(&ps->row_hold[i]);
+}
+
 /* sync: the step being aggregated becomes `step`, with nothing in it yet.
  * Called with sync_mu held (or before the model is ready). */
 static void reset_step_locked(dt_ps *ps, int64_t step) {
@@ -189,6 +207,7 @@ static void reset_step_locked(dt_ps *ps, int64_t step) {
     size_t nw = (size_t)ps->params.cluster->num_workers;
     memset(ps->acc_from, 0, sizeof(int) * nw);
     if (ps->held) memset(ps->held, 0, sizeof(int) * nw);
+    drop_rows_locked(ps);
     ps->acc_count = 0;
     ps->acc_step = step;
 }
@@ -519,8 +538,14 @@ static void free_model(dt_ps *ps) {
     free(ps->held);
     ps->hold = NULL;
     ps->held = NULL;
-    for (int i = 0; i < ps->num_tables; i++)
+    drop_rows_locked(ps);
+    for (int i = 0; i < ps->num_tables; i++) {
+        dt_sparse_acc_deinit(&ps->row_acc[i]);
         dt_table_free(ps->tables[i]);
+    }
+    free(ps->row_hold);
+    ps->row_hold = NULL;
+    dt_table_batch_deinit(&ps->row_batch);
     ps->num_tables = 0;
     ps->built = 0;
 }
@@ -657,11 +682,6 @@ static int check_tables(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
                           "%s: create: eviction: idle_steps, min_touches and touch_window_steps "
                           "must be >= 0, touch_window_steps >= 1 with min_touches",
                           ps->name);
-    if (req->num_tables > 0 && req->consistency.mode == DT_MODE_SYNC)
-        return dt_err_set(err, DT_EINVAL,
-                          "%s: create: tables: sync mode does not aggregate sparse gradients "
-                          "(train tables async or bounded)",
-                          ps->name);
     for (int i = 0; i < req->num_tables; i++) {
         const dt_msg_table *t = &req->tables[i];
         char what[160];
@@ -713,7 +733,13 @@ static int build_tables(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
         dt_table_config_slots(&cfg, &ps->optim);
         int rc = dt_table_new(&cfg, &ps->tables[i], err);
         if (rc < 0) return dt_err_wrap(err, rc, "%s: create", ps->name);
+        dt_sparse_acc_init(&ps->row_acc[i], cfg.dim);
         ps->num_tables = i + 1;
+    }
+    if (ps->num_tables > 0 && ps->sync_role == SYNC_FOLLOWER) {
+        ps->row_hold = dt_calloc((size_t)ps->params.cluster->num_workers * DT_MAX_TABLES,
+                                 sizeof *ps->row_hold);
+        if (!ps->row_hold) return dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);
     }
     return 0;
 }
@@ -1473,6 +1499,30 @@ static void fold_digest(dt_ps *ps) {
     ps->sync_digest = h;
 }
 
+/* sync: each table's rows of the step, summed by id over its pushes and
+ * scaled as the dense sums are (the mean over the step's pushes, a row a
+ * push did not name counting as 0), applied lazily to the rows named.
+ * Like apply_sparse, a failure (no memory) is logged: the dense half of
+ * the step is applied regardless. Called with sync_mu held. */
+static void apply_rows_locked(dt_ps *ps, float scale, double lr) {
+    for (int t = 0; t < ps->num_tables; t++) {
+        dt_err why;
+        dt_err_clear(&why);
+        int64_t n = 0;
+        const int64_t *ids = NULL;
+        const float *rows = NULL;
+        int rc = dt_sparse_acc_sum(&ps->row_acc[t], scale, &n, &ids, &rows, &why);
+        if (rc == 0 && n > 0) rc = dt_table_plan(ps->tables[t], ids, n, &ps->row_batch, &why);
+        if (rc == 0 && n > 0)
+            rc = dt_table_apply(ps->tables[t], &ps->row_batch, &ps->optim, lr, rows, ps->acc_step,
+                                &why);
+        if (rc < 0)
+            dt_log(DT_LOG_ERROR, "%s: sync step %lld: table %s: %s", ps->name,
+                   (long long)ps->acc_step, dt_table_config_of(ps->tables[t])->name, why.msg);
+        dt_sparse_acc_clear(&ps->row_acc[t]);
+    }
+}
+
 /* sync: apply the mean of the accumulated gradients as one step, and move
  * to the next. Called with sync_mu held. acc_count may be 0 only on a
  * follower told of a step whose gradients it lost (restarted since): the
@@ -1504,13 +1554,16 @@ static void apply_accumulated(dt_ps *ps) {
         pthread_mutex_unlock(&pv->mu);
         memset(sum, 0, v->nbytes);
     }
+    if (ps->acc_count > 0) apply_rows_locked(ps, scale, lr);
     for (int i = 0; i < ps->acc_count; i++)
         record_staleness(ps, 0);
     atomic_fetch_add(&ps->pushes_applied, ps->acc_count);
     ps->acc_count = 0;
     memset(ps->acc_from, 0, sizeof(int) * (size_t)ps->params.cluster->num_workers);
     if (ps->held) memset(ps->held, 0, sizeof(int) * (size_t)ps->params.cluster->num_workers);
+    drop_rows_locked(ps);
     ps->acc_step = atomic_fetch_add(&ps->global_step, 1) + 1;
+    maybe_evict(ps, ps->acc_step);
 }
 
 /* Adds the floats r reads (a message's, at any alignment) to sum. */
@@ -1530,7 +1583,8 @@ static void add_floats(float *sum, dt_rpc_reader *r) {
 /* sync follower: keep worker w's gradient for the current step until ps 0's
  * decision names (or leaves out) w. 1 when held, 0 when stale or a
  * duplicate, or a negative code (no memory for the worker's buffer). */
-static int hold_gradient(dt_ps *ps, const dt_msg_push_req *req, const int *index, dt_err *err) {
+static int hold_gradient(dt_ps *ps, const dt_msg_push_req *req, const int *index,
+                         sparse_part *parts, int nparts, dt_err *err) {
     int w = req->worker;
     if (req->step != ps->acc_step || ps->held[w]) return 0;
     dt_tensors *h = &ps->hold[w];
@@ -1541,8 +1595,27 @@ static int hold_gradient(dt_ps *ps, const dt_msg_push_req *req, const int *index
     }
     for (int i = 0; i < req->in.count; i++)
         dt_codec_view_copy(&req->in, i, h->items[index[i]].data);
+    /* The rows: the push's arrays, taken as they are. */
+    for (int i = 0; i < nparts; i++) {
+        dt_sparse_grad *g = &ps->row_hold[(size_t)w * DT_MAX_TABLES + (size_t)parts[i].table];
+        dt_sparse_grad_deinit(g);
+        *g = (dt_sparse_grad){parts[i].n, parts[i].ids, parts[i].rows};
+        parts[i].ids = NULL;
+        parts[i].rows = NULL;
+    }
     ps->held[w] = 1;
     return 1;
+}
+
+/* sync: the rows of a push (or of one a follower held) join the step's,
+ * after those that came before it. The arrays are taken, not copied. On
+ * failure (no memory) the step goes on without them, logged. */
+static void add_rows_locked(dt_ps *ps, int table, dt_sparse_grad *g) {
+    dt_err why;
+    dt_err_clear(&why);
+    if (dt_sparse_acc_add(&ps->row_acc[table], g, &why) < 0)
+        dt_log(DT_LOG_ERROR, "%s: sync step %lld: table %s: %s", ps->name, (long long)ps->acc_step,
+               dt_table_config_of(ps->tables[table])->name, why.msg);
 }
 
 /* sync follower: apply the step ps 0 decided, with exactly the gradients it
@@ -1574,6 +1647,8 @@ static int follow_decision(dt_ps *ps, const dt_sync_decision *d, dt_err *err) {
                                     sizeof(float));
             add_floats(ps->acc.items[k].data, &r);
         }
+        for (int t = 0; t < ps->num_tables; t++)
+            add_rows_locked(ps, t, &ps->row_hold[(size_t)w * DT_MAX_TABLES + (size_t)t]);
         ps->acc_from[w] = 1;
         ps->acc_count++;
     }
@@ -1592,12 +1667,13 @@ static int follow_decision(dt_ps *ps, const dt_sync_decision *d, dt_err *err) {
 /* sync: add one worker's gradient to the current step (a follower holds it
  * instead); 1 when used, 0 when stale (computed for another step, or this
  * worker already gave one), or a negative code. */
-static int accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index, dt_err *err) {
+static int accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index, sparse_part *parts,
+                      int nparts, dt_err *err) {
     pthread_mutex_lock(&ps->sync_mu);
     int w = req->worker;
     int known = w >= 0 && w < ps->params.cluster->num_workers;
     if (ps->sync_role == SYNC_FOLLOWER) {
-        int rc = hold_gradient(ps, req, index, err);
+        int rc = hold_gradient(ps, req, index, parts, nparts, err);
         pthread_mutex_unlock(&ps->sync_mu);
         return rc;
     }
@@ -1609,6 +1685,12 @@ static int accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index, d
         dt_rpc_reader r;
         dt_codec_view_reader(&req->in, i, &r);
         add_floats(ps->acc.items[index[i]].data, &r);
+    }
+    for (int i = 0; i < nparts; i++) {
+        dt_sparse_grad g = {parts[i].n, parts[i].ids, parts[i].rows};
+        parts[i].ids = NULL;
+        parts[i].rows = NULL;
+        add_rows_locked(ps, parts[i].table, &g);
     }
     if (known) ps->acc_from[w] = 1;
     if (ps->acc_count++ == 0) clock_gettime(CLOCK_MONOTONIC, &ps->acc_first);
@@ -1742,7 +1824,7 @@ static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, sparse_part 
                               "workers)",
                               ps->name, (int)req->worker, ps->params.cluster->num_workers);
         else
-            used = accumulate(ps, req, index, err);
+            used = accumulate(ps, req, index, parts, nparts, err);
         if (used < 0) return used;
         if (used == 0) {
             atomic_fetch_add(&ps->pushes_dropped, 1);

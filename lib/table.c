@@ -866,12 +866,23 @@ static int find_part(const dt_table *t, const dt_tensors *ts, const char *what, 
     int is_ids = dtype == DT_DTYPE_I64;
     int ok = x->dtype == dtype && x->ndim == (is_ids ? 1 : 2) &&
              (is_ids || (x->shape[0] == n && x->shape[1] == t->cfg.dim));
-    if (!ok)
+    if (ok) return 0;
+    const char *got = dt_dtype_name(x->dtype) ? dt_dtype_name(x->dtype) : "?";
+    if (is_ids)
         return dt_err_set(err, DT_ECORRUPT,
-                          "table %s: tensor %s must be %s (%s) (got %s with %d dimensions)",
-                          t->cfg.name, name, dt_dtype_name(dtype), is_ids ? "n" : "n, dim",
-                          dt_dtype_name(x->dtype) ? dt_dtype_name(x->dtype) : "?", x->ndim);
-    return 0;
+                          "table %s: tensor %s must be I64 (n) (got %s with %d dimensions)",
+                          t->cfg.name, name, got, x->ndim);
+    /* Values or a slot: one row of dim per id, so a count that differs
+     * from the ids' says which of the two was cut short. */
+    if (x->ndim == 2)
+        return dt_err_set(err, DT_ECORRUPT,
+                          "table %s: tensor %s is %s (%lld, %lld), but %s/ids has %lld ids of "
+                          "dim %d: it must be F32 (%lld, %d)",
+                          t->cfg.name, name, got, (long long)x->shape[0], (long long)x->shape[1],
+                          t->cfg.name, (long long)n, t->cfg.dim, (long long)n, t->cfg.dim);
+    return dt_err_set(err, DT_ECORRUPT,
+                      "table %s: tensor %s must be F32 (n, dim) (got %s with %d dimensions)",
+                      t->cfg.name, name, got, x->ndim);
 }
 
 static int check_finite(const dt_table *t, const dt_tensor *x, dt_err *err) {

@@ -6,6 +6,7 @@
 #include "alloc.h"
 #include "text.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,23 @@ int64_t dt_tensor_numel(const dt_tensor *t) {
     for (int i = 0; i < t->ndim; i++)
         n *= t->shape[i];
     return n;
+}
+
+int dt_tensor_same_layout(const dt_tensor *a, const dt_tensor *b) {
+    return a->dtype == b->dtype && a->ndim == b->ndim &&
+           memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0;
+}
+
+void dt_tensor_layout_text(const dt_tensor *t, char *buf, size_t cap) {
+    const char *dtype = dt_dtype_name(t->dtype);
+    size_t off = 0;
+    int n = snprintf(buf, cap, "%s (", dtype ? dtype : "?");
+    off = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+    for (int d = 0; d < t->ndim && off < cap - 1; d++) {
+        n = snprintf(buf + off, cap - off, d ? ", %lld" : "%lld", (long long)t->shape[d]);
+        off = n < 0 ? off : (size_t)n < cap - off ? off + (size_t)n : cap - 1;
+    }
+    if (off < cap - 1) snprintf(buf + off, cap - off, ")");
 }
 
 int dt_tensor_check_spec(dt_tensor *spec, dt_err *err) {

@@ -56,6 +56,11 @@ int dt_dtype_from_name(const char *name);
 /* Number of elements (1 for a scalar). */
 int64_t dt_tensor_numel(const dt_tensor *t);
 
+/* 1 when a and b have the same dtype and shape (names aside). */
+int dt_tensor_same_layout(const dt_tensor *a, const dt_tensor *b);
+/* "F32 (784, 10)" ("F32 ()" for a scalar) into buf, cut to cap - 1 bytes. */
+void dt_tensor_layout_text(const dt_tensor *t, char *buf, size_t cap);
+
 /* Checks a spec: a non-empty name that fits, a known dtype, 0..4 dims, each
  * dim >= 1, and a byte size that does not overflow. Sets spec->nbytes. */
 int dt_tensor_check_spec(dt_tensor *spec, dt_err *err) DT_WARN_UNUSED;

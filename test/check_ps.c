@@ -357,9 +357,10 @@ static int create_evicting(fixture *f, const dt_optim_config *cfg, const dt_msg_
     req.max_steps = 100;
     req.optim = *cfg;
     req.consistency.mode = mode;
-    req.consistency.replicas_to_aggregate = 1;
-    req.consistency.total_num_replicas = 1;
-    req.consistency.timeout_ms = 1000;
+    /* sync: a step is both workers' pushes. */
+    req.consistency.replicas_to_aggregate = mode == DT_MODE_SYNC ? 2 : 1;
+    req.consistency.total_num_replicas = req.consistency.replicas_to_aggregate;
+    req.consistency.timeout_ms = mode == DT_MODE_SYNC ? 60000 : 1000;
     for (int i = 0; i < n; i++)
         req.tables[i] = tables[i];
     req.num_tables = n;
@@ -420,9 +421,10 @@ static int sparse_pull(fixture *f, const int64_t *ids, int64_t n, float *out, dt
     return sparse_pull_tensor(f, T_NAME, &t, out, err);
 }
 
-/* A push of (GW, GB) and `pairs` sparse pairs (ids[i], grads[i]). */
-static int push_sparse(fixture *f, dt_tensor *ids, dt_tensor *grads, int npairs, int ngrads,
-                       dt_err *err) {
+/* A push from worker, computed at step, of (GW, GB) and `pairs` sparse
+ * pairs (ids[i], grads[i]); *resp (may be NULL) gets the reply. */
+static int push_sparse_from(fixture *f, int worker, int64_t step, dt_tensor *ids, dt_tensor *grads,
+                            int npairs, int ngrads, dt_msg_push_resp *resp, dt_err *err) {
     float gw[NW], gb[NB];
     memcpy(gw, GW, sizeof gw);
     memcpy(gb, GB, sizeof gb);
@@ -430,13 +432,21 @@ static int push_sparse(fixture *f, dt_tensor *ids, dt_tensor *grads, int npairs,
     model_tensors(items, gw, gb);
     dt_msg_push_req req;
     memset(&req, 0, sizeof req);
-    req.worker = 1;
+    req.worker = worker;
+    req.step = step;
     req.out = (dt_tensor_list){.items = items, .count = 2};
     req.sparse_ids_out = (dt_tensor_list){.items = ids, .count = npairs};
     req.sparse_grads_out = (dt_tensor_list){.items = grads, .count = ngrads};
-    dt_msg_push_resp resp;
-    memset(&resp, 0, sizeof resp);
-    return call_msg(f, DT_MSG_PUSH_REQ, &req, DT_MSG_PUSH_RESP, &resp, err);
+    dt_msg_push_resp local;
+    if (!resp) resp = &local;
+    memset(resp, 0, sizeof *resp);
+    return call_msg(f, DT_MSG_PUSH_REQ, &req, DT_MSG_PUSH_RESP, resp, err);
+}
+
+/* A push of (GW, GB) and `pairs` sparse pairs (ids[i], grads[i]). */
+static int push_sparse(fixture *f, dt_tensor *ids, dt_tensor *grads, int npairs, int ngrads,
+                       dt_err *err) {
+    return push_sparse_from(f, 1, 0, ids, grads, npairs, ngrads, NULL, err);
 }
 
 static dt_msg_table_status table_status_of(fixture *f, int64_t *global_step) {
@@ -448,27 +458,34 @@ static dt_msg_table_status table_status_of(fixture *f, int64_t *global_step) {
     return st.tables[0];
 }
 
-/* Rows never pushed read as their initial value (seeded per id) and are
- * not stored; a push updates the rows it names, lazily, with the dense
- * variables, as one step; Status counts the rows held and non-zero. */
-START_TEST(test_table_pull_push) {
-    fixture f;
-    fixture_start(&f, 0);
+/* A ps with (W0, B0) and table_spec()'s table, SGD at 0.5, in mode; *tc
+ * gets the table's config as the ps holds it (for its initial rows). */
+static void start_with_table(fixture *f, int mode, dt_table_config *tc) {
+    fixture_start(f, 0);
     dt_optim_config cfg;
     sgd_config(&cfg, 0.5);
     dt_msg_table spec = table_spec();
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(create_tables(&f, &cfg, &spec, 1, false, DT_MODE_ASYNC, &err) == 0, "%s",
-                  err.msg);
+    ck_assert_msg(create_tables(f, &cfg, &spec, 1, false, mode, &err) == 0, "%s", err.msg);
+    memset(tc, 0, sizeof *tc);
+    snprintf(tc->name, sizeof tc->name, "%s", spec.name);
+    tc->rows = spec.rows;
+    tc->dim = spec.dim;
+    tc->init = (dt_table_init)spec.init;
+    tc->init_scale = spec.init_scale;
+    tc->seed = spec.seed;
+}
+
+/* Rows never pushed read as their initial value (seeded per id) and are
+ * not stored; a push updates the rows it names, lazily, with the dense
+ * variables, as one step; Status counts the rows held and non-zero. */
+START_TEST(test_table_pull_push) {
+    fixture f;
     dt_table_config tc;
-    memset(&tc, 0, sizeof tc);
-    snprintf(tc.name, sizeof tc.name, T_NAME);
-    tc.rows = T_ROWS;
-    tc.dim = T_DIM;
-    tc.init = DT_TABLE_INIT_NORMAL;
-    tc.init_scale = 0.5;
-    tc.seed = 42;
+    start_with_table(&f, DT_MODE_ASYNC, &tc);
+    dt_err err;
+    dt_err_clear(&err);
     const int64_t ids[3] = {3, 10, T_ROWS - 1};
     float want[3][T_DIM], got[3][T_DIM];
     for (int k = 0; k < 3; k++)
@@ -672,12 +689,70 @@ START_TEST(test_table_create_invalid) {
     t[1].name[0] = '\0';
     ASSERT_FAILS(create_tables(&f, &cfg, t, 2, false, DT_MODE_ASYNC, &err), DT_EINVAL,
                  "tables[1].name");
-    ASSERT_FAILS(create_tables(&f, &cfg, t, 1, false, DT_MODE_SYNC, &err), DT_EINVAL,
-                 "sync mode does not aggregate sparse gradients");
     dt_msg_status_resp st;
     status(&f, -1, &st);
     ck_assert(!st.ready);
     ck_assert_int_eq(st.num_tables, 0);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* sync: a step's sparse pushes are summed by id and applied once, as the
+ * mean over the step's pushes (a row one push does not name counts as 0
+ * in it), with the dense mean; nothing moves before the step is whole,
+ * and a push for a past step is dropped. */
+START_TEST(test_table_sync_mean) {
+    fixture f;
+    dt_table_config tc;
+    start_with_table(&f, DT_MODE_SYNC, &tc);
+    dt_err err;
+    dt_err_clear(&err);
+    const int64_t ids[3] = {3, 10, 20};
+    float init[3][T_DIM], got[3][T_DIM], want[3][T_DIM];
+    for (int k = 0; k < 3; k++)
+        dt_table_init_row(&tc, ids[k], init[k]);
+    /* Worker 0 names 3 and 10, worker 1 names 10 and 20. */
+    int64_t id0[2] = {3, 10}, id1[2] = {10, 20};
+    float g0[2][T_DIM] = {{1, -2}, {0.25f, 3}}, g1[2][T_DIM] = {{0.5f, -1}, {4, 0.75f}};
+    dt_tensor it, gt;
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 2, 0, id0);
+    make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, 2, T_DIM, g0);
+    dt_msg_push_resp resp;
+    ck_assert_msg(push_sparse_from(&f, 0, 0, &it, &gt, 1, 1, &resp, &err) == 0, "%s", err.msg);
+    ck_assert(!resp.dropped);
+    ck_assert_msg(sparse_pull(&f, ids, 3, &got[0][0], &err) == 0, "%s", err.msg);
+    assert_floats_eq(&got[0][0], &init[0][0], 3 * T_DIM, "rows before the step is whole");
+    ck_assert_int_eq(table_status_of(&f, NULL).rows_held, 0);
+
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 2, 0, id1);
+    make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, 2, T_DIM, g1);
+    ck_assert_msg(push_sparse_from(&f, 1, 0, &it, &gt, 1, 1, &resp, &err) == 0, "%s", err.msg);
+    ck_assert(!resp.dropped);
+    for (int d = 0; d < T_DIM; d++) {
+        /* mean = (sum in arrival order) * (1 / 2) */
+        float m3 = (0.0f + g0[0][d]) * 0.5f, m10 = (0.0f + g0[1][d] + g1[0][d]) * 0.5f,
+              m20 = (0.0f + g1[1][d]) * 0.5f;
+        want[0][d] = init[0][d] - 0.5f * m3;
+        want[1][d] = init[1][d] - 0.5f * m10;
+        want[2][d] = init[2][d] - 0.5f * m20;
+    }
+    ck_assert_msg(sparse_pull(&f, ids, 3, &got[0][0], &err) == 0, "%s", err.msg);
+    assert_floats_eq(&got[0][0], &want[0][0], 3 * T_DIM, "rows after the step");
+    float w[NW], b[NB];
+    for (int i = 0; i < NW; i++)
+        w[i] = W0[i] - 0.5f * ((GW[i] + GW[i]) * 0.5f);
+    for (int i = 0; i < NB; i++)
+        b[i] = B0[i] - 0.5f * ((GB[i] + GB[i]) * 0.5f);
+    assert_state(&f, w, b, 1, "the dense mean of the step");
+    ck_assert_int_eq(table_status_of(&f, NULL).rows_held, 3);
+
+    /* A push computed at step 0, now past: dropped, nothing changes. */
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 2, 0, id0);
+    make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, 2, T_DIM, g0);
+    ck_assert_msg(push_sparse_from(&f, 0, 0, &it, &gt, 1, 1, &resp, &err) == 0, "%s", err.msg);
+    ck_assert(resp.dropped);
+    ck_assert_msg(sparse_pull(&f, ids, 3, &got[0][0], &err) == 0, "%s", err.msg);
+    assert_floats_eq(&got[0][0], &want[0][0], 3 * T_DIM, "rows after a stale push");
     fixture_stop(&f);
 }
 END_TEST
@@ -3103,6 +3178,7 @@ Suite *ps_suite(void) {
     tcase_add_test(tables, test_table_bad_inputs);
     tcase_add_test(tables, test_table_pull_too_large);
     tcase_add_test(tables, test_table_create_invalid);
+    tcase_add_test(tables, test_table_sync_mean);
     tcase_add_test(tables, test_table_import_export);
     tcase_add_test(tables, test_ftrl_over_the_wire);
     tcase_add_test(tables, test_client_tables_reshard);

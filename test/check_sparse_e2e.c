@@ -3,14 +3,13 @@
  * workers on loopback ports): the weight a table of rows on the ps tasks.
  *
  *  - the same logistic model on the same libsvm file, dense ("sparse":
- *    "off") and sparse ("on"), one worker, full batches: the weights agree
- *    within rounding (the sums run in another order), not to the bit;
+ *    "off") and sparse ("on"), one worker async and two workers sync,
+ *    full batches: the weights agree within rounding (each worker sums a
+ *    batch in another order), not to the bit;
  *  - a checkpoint of three ps tasks restored onto two (a re-shard): every
  *    row the step after the restore did not touch reads back to the bit;
  *  - a ps SIGKILLed mid-job and restarted: the chief restores its table
- *    rows from the latest checkpoint and the job completes;
- *  - a table whose rows outweigh a ps's message cap (softmax, Adam) saved
- *    and restored in pages under the cap.
+ *    rows from the latest checkpoint and the job completes.
  * Every wait is on an event (an exit, a log line, a checkpoint) with a
  * deadline.
  */
@@ -20,11 +19,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint.h"
 #include "hash.h"
 #include "model.h"
 #include "proc.h"
+#include "safetensors.h"
+#include "sparse_model.h"
 #include "suites.h"
 #include "table.h"
 #include "testjob.h"
@@ -123,26 +125,41 @@ static void zero_start(const char *log_dir) {
     dt_tensors_deinit(&ts);
 }
 
-/* Dense and sparse, one worker, the whole file a batch, both from zeros:
- * the same gradients each step, so the same weights within rounding. */
-START_TEST(sparse_matches_dense) {
+/* The same logistic model trained dense ("sparse": "off") and sparse
+ * ("on") on the same file from zeros, by `workers` workers, each step a
+ * batch of batch_size rows of each worker's shard (the whole shard, so
+ * every step's gradients are the same in both), with the extra --set
+ * (mode); the final weights must agree within rounding: each worker sums
+ * a batch's gradient in another order in the two forms, so not to the bit.
+ * The ps's sums agree to the bit (sparse_acc), and with two workers the
+ * order their pushes come in does not matter (a + b is b + a). */
+static void matches_dense(int num_ps, int workers, const char *batch, const char *mode,
+                          const char *tag) {
     char train[1100];
     write_libsvm(N_FEATURES, train, sizeof train);
-    double dense_w[N_FEATURES], dense_b;
+    double dense_w[N_FEATURES], dense_b = 0;
     for (int pass = 0; pass < 2; pass++) {
         static char log_dir[1200];
         snprintf(log_dir, sizeof log_dir, "log_dir=%s/%s", J.dir, pass ? "sparse" : "dense");
         snprintf(J.log_dir, sizeof J.log_dir, "%s/%s", J.dir, pass ? "sparse" : "dense");
         const char *extra[] = {pass ? "sparse=on" : "sparse=off",
                                "features=8",
-                               "batch_size=64",
+                               batch,
                                "max_steps=40",
                                log_dir,
+                               mode,
                                NULL};
         if (pass == 0) zero_start(J.log_dir);
         job_sets(train, extra);
-        dt_test_job_cluster(&J, 1, 1);
-        dt_test_job_run(&J, pass ? "-sparse" : "-dense", JOB_TIMEOUT_MS);
+        dt_test_job_cluster(&J, num_ps, workers);
+        char run_tag[64];
+        snprintf(run_tag, sizeof run_tag, "%s-%s", tag, pass ? "sparse" : "dense");
+        dt_test_job_run(&J, run_tag, JOB_TIMEOUT_MS);
+        char ps_log[80], created[64];
+        snprintf(ps_log, sizeof ps_log, "ps0%s", run_tag);
+        snprintf(created, sizeof created, "optimizer sgd, %s", strchr(mode, '=') + 1);
+        ck_assert_msg(dt_test_job_log_has(&J, ps_log, created),
+                      "the ps did not run \"%s\"; logs:%s", created, dt_test_job_report(&J));
         dt_tensors ts;
         char path[2048];
         int64_t step = dt_test_job_load_latest(&J, 40, &ts, path, sizeof path);
@@ -156,7 +173,9 @@ START_TEST(sparse_matches_dense) {
             dense_b = b;
         } else {
             ck_assert_ptr_null(dt_tensors_find(&ts, "logistic/weight"));
-            ck_assert_msg(dt_test_job_log_has(&J, "chief-sparse", "sparse: table logistic/weight"),
+            char chief_log[80];
+            snprintf(chief_log, sizeof chief_log, "chief%s", run_tag);
+            ck_assert_msg(dt_test_job_log_has(&J, chief_log, "sparse: table logistic/weight"),
                           "the chief does not say the model is sparse; logs:%s",
                           dt_test_job_report(&J));
             /* Within rounding: float sums in another order, 40 steps. */
@@ -172,13 +191,33 @@ START_TEST(sparse_matches_dense) {
                               "weight %d: sparse %.9g, dense %.9g", j, sw, dense_w[j]);
             }
             ck_assert(fabs(dense_w[0]) > 0.01); /* it learned something */
-            fprintf(stderr,
-                    "sparse_e2e: sparse vs dense after 40 steps: %d of %d values equal to the "
-                    "bit, largest difference %.3g\n",
-                    same, N_FEATURES + 1, worst);
+            fprintf(
+                stderr,
+                "sparse_e2e: %s %d ps: sparse vs dense after 40 steps: %d of %d values equal to "
+                "the bit, largest difference %.3g\n",
+                mode, num_ps, same, N_FEATURES + 1, worst);
         }
         dt_tensors_deinit(&ts);
     }
+}
+
+/* One worker, async, the whole file a batch. */
+START_TEST(sparse_matches_dense) {
+    matches_dense(1, 1, "batch_size=64", "mode=async", "");
+}
+END_TEST
+
+/* Sync, two workers: each step the ps averages the two workers' pushes,
+ * dense tensors and table rows alike (rows summed by id). */
+START_TEST(sparse_matches_dense_sync) {
+    matches_dense(1, 2, "batch_size=32", "mode=sync", "-sync");
+}
+END_TEST
+
+/* The same on two ps tasks: ps 0 decides each step's pushes, ps 1 holds
+ * each worker's rows until it is told, then sums them in worker order. */
+START_TEST(sparse_matches_dense_sync_two_ps) {
+    matches_dense(2, 2, "batch_size=32", "mode=sync", "-sync2");
 }
 END_TEST
 
@@ -296,61 +335,276 @@ START_TEST(ps_killed_restored) {
 }
 END_TEST
 
-/* A softmax table of 10 classes with Adam: a row is 8 + 10 * 4 * 3 = 128
- * bytes with its id and slots, so 64k of them were an 8 MiB page, over a
- * ps's 4 MiB cap: the final save failed for as long as it retried. Pages
- * are sized in bytes now: a ps held to 4 MiB saves and restores every row
- * (more than 4 MiB of them). */
-#define WIDE_ROWS 2000
-#define WIDE_PER_ROW 30
-START_TEST(wide_rows_paged_under_cap) {
-    char train[1100];
-    snprintf(train, sizeof train, "%s/wide.svm", J.dir);
-    FILE *f = fopen(train, "w");
-    ck_assert_ptr_nonnull(f);
-    uint64_t x = 12345;
-    for (int i = 0; i < WIDE_ROWS; i++) {
-        fprintf(f, "%d", i % 10);
-        for (int k = 0; k < WIDE_PER_ROW; k++) { /* ascending, distinct */
-            x = x * 6364136223846793005ull + 1442695040888963407ull;
-            fprintf(f, " %d:1", 1 + k * 30000 + (int)((x >> 33) % 30000));
-        }
-        fputc('\n', f);
+/* ---- eval, predict and eval_data on a sparse model's checkpoint --------- */
+
+/* Held-out rows: the training file's features and one (99) no training
+ * row has, whose row the checkpoint does not hold (it reads as 0). With
+ * labeled 0 the same rows without their labels. */
+static void write_held_out(const char *path, int labeled) {
+    static const char *const rows[] = {"+1 1:0.5 2:-0.3 99:1.0", "-1 3:0.2 4:0.4 7:-0.1",
+                                       "+1 2:0.9 5:0.1",         "-1 6:-0.6 8:0.3 99:-2",
+                                       "+1 1:-0.2 3:0.7 60:0.5", "-1 10:0.4 20:0.1 30:-0.9"};
+    char text[1024];
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        const char *row = labeled ? rows[i] : strchr(rows[i], ' ') + 1;
+        off += (size_t)snprintf(text + off, sizeof text - off, "%s\n", row);
     }
-    ck_assert_int_eq(fclose(f), 0);
-    static const char *const cap[] = {"--max-message-mb", "4", NULL};
-    J.ps_flags = cap;
-    const char *first[] = {
-        "model=softmax", "classes=10", "hash_bits=20", "optimizer=adam", "batch_size=100",
-        "max_steps=20",  NULL};
-    job_sets(train, first);
-    dt_test_job_cluster(&J, 1, 1);
-    dt_test_job_run(&J, "-save", JOB_TIMEOUT_MS);
-    dt_tensors a, b;
-    char pa[2048], pb[2048];
-    ck_assert_int_eq(dt_test_job_load_latest(&J, 20, &a, pa, sizeof pa), 20);
-    const dt_tensor *ids = dt_tensors_find(&a, "softmax/weight/ids");
+    ck_assert_int_eq(dt_test_write_file(path, text), 0);
+}
+
+/* The model of a loaded checkpoint computed in this process from its rows
+ * (lib/sparse_model): the held-out file's loss and accuracy, and each
+ * row's P(y = 1) into p1 (room for the file's rows). */
+static void expected_scores(const dt_job *job, const dt_tensors *ts, const char *held_out,
+                            double *loss, double *accuracy, float *p1, int64_t *rows) {
+    dt_err err;
+    dt_err_clear(&err);
+    dt_sparse_model_config mc;
+    dt_table_config tc;
+    ck_assert_msg(dt_job_sparse_model(job, &mc, &tc, &err) == 0, "%s", err.msg);
+    dt_tensor specs[DT_SPARSE_MODEL_MAX_VARS];
+    int count = 0;
+    ck_assert_int_eq(dt_sparse_model_specs(&mc, specs, &count, &tc, &err), 0);
+    dt_tensors vars;
+    ck_assert_int_eq(dt_tensors_init(&vars, specs, count, &err), 0);
+    for (int i = 0; i < count; i++) {
+        const dt_tensor *x = dt_tensors_find(ts, vars.items[i].name);
+        ck_assert_msg(x && x->nbytes == vars.items[i].nbytes, "no %s", vars.items[i].name);
+        memcpy(vars.items[i].data, x->data, x->nbytes);
+    }
+    dt_sparse_set set;
+    memset(&set, 0, sizeof set);
+    ck_assert_msg(dt_job_read_sparse(job, held_out, 1, 0, 1, &set, &err) == 0, "%s", err.msg);
+    dt_sparse_batch b;
+    dt_sparse_set_slice(&set, 0, (int)set.rows, &b);
+    dt_sparse_index ix;
+    memset(&ix, 0, sizeof ix);
+    ck_assert_int_eq(dt_sparse_index_build(&ix, &b, &err), 0);
+    float *rows_of_ids = calloc((size_t)ix.n, sizeof *rows_of_ids);
+    ck_assert_ptr_nonnull(rows_of_ids);
+    for (int64_t k = 0; k < ix.n; k++) {
+        double w = table_weight(ts, ix.ids[k]);
+        rows_of_ids[k] = isnan(w) ? 0.0f : (float)w; /* a row never pushed: zeros */
+    }
+    dt_sparse_model *m = NULL;
+    ck_assert_int_eq(dt_sparse_model_new(&mc, &m, &err), 0);
+    ck_assert_msg(dt_sparse_model_evaluate(m, &vars, &b, &ix, rows_of_ids, loss, accuracy, &err) ==
+                      0,
+                  "%s", err.msg);
+    ck_assert_int_eq(dt_sparse_model_predict(m, &vars, &b, &ix, rows_of_ids, p1, &err), 0);
+    *rows = set.rows;
+    dt_sparse_model_free(m);
+    free(rows_of_ids);
+    dt_sparse_index_deinit(&ix);
+    dt_sparse_set_deinit(&set);
+    dt_tensors_deinit(&vars);
+}
+
+/* predict's CSV "class,p0,p1" lines: each row's p1 into p1; returns the
+ * rows read. */
+static int64_t read_predictions(const char *path, float *p1, int64_t cap) {
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "no %s", path);
+    char line[256];
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    ck_assert_str_eq(line, "class,p0,p1\n");
+    int64_t n = 0;
+    while (fgets(line, sizeof line, f)) {
+        int cls;
+        float p0, q;
+        ck_assert_msg(sscanf(line, "%d,%g,%g", &cls, &p0, &q) == 3, "%s: %s", path, line);
+        ck_assert_int_lt(n, cap);
+        ck_assert_int_eq(cls, q > 0.5f);
+        p1[n++] = q;
+    }
+    fclose(f);
+    return n;
+}
+
+/* A copy of ts into path (with meta), tensor `name` replaced by count
+ * elements of data (shape (count) or (count, dim)); name NULL: unchanged. */
+static void save_edited(const dt_tensors *ts, const dt_safetensors_meta *meta, const char *path,
+                        const char *name, const void *data, int64_t count) {
+    dt_tensor specs[32];
+    ck_assert_int_le(ts->count, 32);
+    for (int i = 0; i < ts->count; i++) {
+        specs[i] = ts->items[i];
+        specs[i].data = NULL;
+        if (name && strcmp(specs[i].name, name) == 0) {
+            specs[i].shape[0] = count;
+            specs[i].nbytes = (size_t)dt_tensor_numel(&specs[i]) * 8; /* I64 ids */
+        }
+    }
+    dt_err err;
+    dt_err_clear(&err);
+    dt_tensors out;
+    ck_assert_int_eq(dt_tensors_init(&out, specs, ts->count, &err), 0);
+    for (int i = 0; i < ts->count; i++) {
+        int edited = name && strcmp(specs[i].name, name) == 0;
+        memcpy(out.items[i].data, edited ? data : ts->items[i].data, out.items[i].nbytes);
+    }
+    ck_assert_msg(dt_safetensors_save(path, &out, meta, &err) == 0, "%s", err.msg);
+    dt_tensors_deinit(&out);
+}
+
+/* Runs `dtrain eval --checkpoint path` and expects exit status want_status
+ * with a line of stderr naming the file and each needle. */
+static void expect_eval_fails(const char *path, const char *held_out, const char *n1,
+                              const char *n2) {
+    const char *args[] = {"eval", "--checkpoint", path, "--data", held_out, NULL};
+    int status = dt_test_job_command(&J, args, JOB_TIMEOUT_MS);
+    ck_assert_msg(status != 0, "eval of %s exited 0: %s", path, J.out);
+    dt_test_job_expect_error(&J, status, status, path, n1, n2);
+}
+
+/* A sparse job trained by real processes (2 ps tasks, hashed ids, adagrad
+ * so the file carries slots too) with eval_data: the chief's evaluations,
+ * dtrain eval and dtrain predict on its final checkpoint give the loss and
+ * predictions this process computes from the checkpoint's rows; broken
+ * checkpoints are refused naming the file and the tensor. */
+START_TEST(eval_predict_checkpoint) {
+    char train[1100], held_out[1200], unlabeled[1200], eval_set[1300];
+    write_libsvm(WIDE_FEATURES, train, sizeof train);
+    snprintf(held_out, sizeof held_out, "%s/held_out.svm", J.dir);
+    snprintf(unlabeled, sizeof unlabeled, "%s/unlabeled.svm", J.dir);
+    write_held_out(held_out, 1);
+    write_held_out(unlabeled, 0);
+    snprintf(eval_set, sizeof eval_set, "eval_data=%s", held_out);
+    const char *sets[] = {"hash_bits=20",
+                          "batch_size=4",
+                          "optimizer=adagrad",
+                          "max_steps=30",
+                          "eval_steps=10",
+                          eval_set,
+                          NULL};
+    job_sets(train, sets);
+    dt_test_job_cluster(&J, 2, 1);
+    pid_t ev = dt_test_job_start(&J, "evaluator", 0, "evaluator");
+    ck_assert_msg(dt_test_job_wait_log(&J, "evaluator", "watching", JOB_TIMEOUT_MS, ev),
+                  "the evaluator did not start; logs:%s", dt_test_job_report(&J));
+    dt_test_job_run(&J, "", JOB_TIMEOUT_MS);
+    dt_test_job_expect_exit(&J, ev, "evaluator", JOB_TIMEOUT_MS, 0);
+    dt_tensors ts;
+    char path[2048];
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 30, &ts, path, sizeof path), 30);
+    dt_job job;
+    dt_test_job_config(&J, &job);
+    double loss = NAN, accuracy = NAN;
+    float p1[16], got[16];
+    int64_t n = 0;
+    expected_scores(&job, &ts, held_out, &loss, &accuracy, p1, &n);
+    ck_assert_int_eq(n, 6);
+    ck_assert(loss > 0.01 && loss < 5); /* a model, not zeros: log 2 would be 0.693147 */
+    ck_assert(fabs(loss - log(2.0)) > 1e-3);
+
+    /* The chief scored the same model at the end (its pull of the final step). */
+    char want[160];
+    snprintf(want, sizeof want,
+             "chief: eval at global_step 30: loss %.6f accuracy %.4f on 6 examples", loss,
+             accuracy);
+    ck_assert_msg(dt_test_job_log_has(&J, "chief", want), "no \"%s\"; logs:%s", want,
+                  dt_test_job_report(&J));
+    ck_assert_msg(dt_test_job_log_has(&J, "chief", "chief: eval at global_step 10: loss"),
+                  "no evaluation at step 10; logs:%s", dt_test_job_report(&J));
+    /* So did the evaluator, from the checkpoint. */
+    snprintf(want, sizeof want, "evaluator: global_step 30: loss %.6f accuracy %.4f on 6 examples",
+             loss, accuracy);
+    ck_assert_msg(dt_test_job_log_has(&J, "evaluator", want), "no \"%s\"; logs:%s", want,
+                  dt_test_job_report(&J));
+
+    /* dtrain eval, with the job from the checkpoint. */
+    const char *eval_args[] = {"eval", "--log-dir", J.log_dir, NULL};
+    ck_assert_msg(dt_test_job_command(&J, eval_args, JOB_TIMEOUT_MS) == 0, "eval: %s", J.err);
+    snprintf(want, sizeof want, "loss %.6f accuracy %.4f examples 6 global_step 30", loss,
+             accuracy);
+    ck_assert_msg(strstr(J.out, want), "eval printed \"%s\", not \"%s\"", J.out, want);
+
+    /* dtrain predict, with labels and without: the model's P(y = 1) to the bit. */
+    for (int pass = 0; pass < 2; pass++) {
+        char out[1300];
+        snprintf(out, sizeof out, "%s/pred%d.csv", J.dir, pass);
+        const char *args[] = {
+            "predict", "--checkpoint", path, "--data", pass ? unlabeled : held_out, "--out", out,
+            NULL};
+        ck_assert_msg(dt_test_job_command(&J, args, JOB_TIMEOUT_MS) == 0, "predict: %s", J.err);
+        ck_assert_int_eq(read_predictions(out, got, 16), 6);
+        for (int i = 0; i < 6; i++)
+            ck_assert_msg(got[i] == p1[i], "row %d: predict %.9g, in-process %.9g", i, got[i],
+                          p1[i]);
+    }
+
+    /* Broken checkpoints, each refused naming the file and the tensor. */
+    dt_safetensors_meta meta;
+    memset(&meta, 0, sizeof meta);
+    dt_tensors again;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_safetensors_load(path, &again, &meta, &err), 0);
+    dt_tensors_deinit(&again);
+    const dt_tensor *ids = dt_tensors_find(&ts, "logistic/weight/ids");
     ck_assert_ptr_nonnull(ids);
     const int64_t held = ids->shape[0];
-    ck_assert_msg(held * 128 > (4 << 20), "%lld rows fit one 4 MiB message: no paging tested",
-                  (long long)held);
-    ck_assert_ptr_nonnull(dt_tensors_find(&a, "softmax/weight/v"));
+    int64_t *edited = malloc((size_t)held * sizeof *edited);
+    ck_assert_ptr_nonnull(edited);
+    char bad[1300];
 
-    const char *second[] = {
-        "model=softmax", "classes=10", "hash_bits=20", "optimizer=adam", "batch_size=100",
-        "max_steps=21",  NULL};
-    job_sets(train, second);
-    dt_test_job_run(&J, "-restore", JOB_TIMEOUT_MS);
-    char want[96];
-    snprintf(want, sizeof want, "restored %lld rows of table softmax/weight", (long long)held);
-    ck_assert_msg(dt_test_job_log_has(&J, "chief-restore", want), "no \"%s\"; logs:%s", want,
-                  dt_test_job_report(&J));
-    ck_assert_int_eq(dt_test_job_load_latest(&J, 21, &b, pb, sizeof pb), 21);
-    const dt_tensor *ids_b = dt_tensors_find(&b, "softmax/weight/ids");
-    ck_assert_ptr_nonnull(ids_b);
-    ck_assert_int_ge(ids_b->shape[0], held);
-    dt_tensors_deinit(&a);
-    dt_tensors_deinit(&b);
+    snprintf(bad, sizeof bad, "%s/truncated.safetensors", J.dir);
+    save_edited(&ts, &meta, bad, "logistic/weight/ids", ids->data, held - 1);
+    expect_eval_fails(bad, held_out, "logistic/weight/values", "but logistic/weight/ids has");
+
+    memcpy(edited, ids->data, (size_t)held * sizeof *edited);
+    edited[held - 1] = (int64_t)1 << 20; /* the table has 2^20 rows */
+    snprintf(bad, sizeof bad, "%s/range.safetensors", J.dir);
+    save_edited(&ts, &meta, bad, "logistic/weight/ids", edited, held);
+    expect_eval_fails(bad, held_out, "logistic/weight/ids", "out of range");
+
+    memcpy(edited, ids->data, (size_t)held * sizeof *edited);
+    edited[1] = edited[0]; /* a duplicate */
+    snprintf(bad, sizeof bad, "%s/duplicate.safetensors", J.dir);
+    save_edited(&ts, &meta, bad, "logistic/weight/ids", edited, held);
+    expect_eval_fails(bad, held_out, "logistic/weight/ids", "must increase");
+
+    memcpy(edited, ids->data, (size_t)held * sizeof *edited);
+    int64_t first = edited[0];
+    edited[0] = edited[2];
+    edited[2] = first; /* unsorted */
+    snprintf(bad, sizeof bad, "%s/unsorted.safetensors", J.dir);
+    save_edited(&ts, &meta, bad, "logistic/weight/ids", edited, held);
+    expect_eval_fails(bad, held_out, "logistic/weight/ids", "must increase");
+    free(edited);
+
+    /* A dense job's checkpoint given to the sparse job, and the sparse
+     * checkpoint to a dense job. */
+    char dense_dir[1300], sparse_cfg[1300];
+    snprintf(dense_dir, sizeof dense_dir, "%s/dense", J.dir);
+    ck_assert_int_eq(mkdir(dense_dir, 0755), 0);
+    zero_start(dense_dir);
+    char dense_ckpt[1400];
+    snprintf(dense_ckpt, sizeof dense_ckpt, "%s/model.ckpt-0.safetensors", dense_dir);
+    snprintf(sparse_cfg, sizeof sparse_cfg, "%s/sparse.json", J.dir);
+    char cfg_text[1600];
+    snprintf(cfg_text, sizeof cfg_text,
+             "{\"model\": \"logistic\", \"data\": \"libsvm\", \"sparse\": \"on\", \"hash_bits\": "
+             "20, \"train_data\": \"%s\", \"max_steps\": 30}",
+             train);
+    ck_assert_int_eq(dt_test_write_file(sparse_cfg, cfg_text), 0);
+    const char *dense_args[] = {"eval",     "--config", sparse_cfg, "--checkpoint",
+                                dense_ckpt, "--data",   held_out,   NULL};
+    int status = dt_test_job_command(&J, dense_args, JOB_TIMEOUT_MS);
+    dt_test_job_expect_error(&J, status, status, dense_ckpt, "\"logistic/weight\" is a dense",
+                             "sparse");
+    ck_assert_int_ne(status, 0);
+
+    const char *to_dense[] = {"eval",        "--checkpoint", path,          "--set",
+                              "sparse=off",  "--set",        "hash_bits=0", "--set",
+                              "features=60", "--data",       train,         NULL};
+    status = dt_test_job_command(&J, to_dense, JOB_TIMEOUT_MS);
+    dt_test_job_expect_error(&J, status, status, path, "logistic/weight/ids",
+                             "the job's model is dense");
+    ck_assert_int_ne(status, 0);
+    dt_safetensors_meta_deinit(&meta);
+    dt_tensors_deinit(&ts);
 }
 END_TEST
 
@@ -358,8 +612,10 @@ Suite *sparse_e2e_suite(void) {
     Suite *s = suite_create("sparse_e2e");
     TCase *tc = dt_test_job_tcase(s, "jobs", 300, setup, teardown);
     tcase_add_test(tc, sparse_matches_dense);
+    tcase_add_test(tc, sparse_matches_dense_sync);
+    tcase_add_test(tc, sparse_matches_dense_sync_two_ps);
     tcase_add_test(tc, reshard_three_to_two);
     tcase_add_test(tc, ps_killed_restored);
-    tcase_add_test(tc, wide_rows_paged_under_cap);
+    tcase_add_test(tc, eval_predict_checkpoint);
     return s;
 }

@@ -737,7 +737,7 @@ START_TEST(test_import_refuses_bad_files) {
         case 3: m[n * 4 - 1] = INFINITY, want = "w/m["; break;
         case 4:
             bad.items[1].shape[1] = 3, bad.items[1].shape[0] = n * 4 / 3,
-            want = "w/values must be F32 (n, dim)";
+            want = "ids of dim 4: it must be F32 (";
             break;
         case 5: bad.items[0].dtype = DT_DTYPE_I32, want = "w/ids must be I64"; break;
         case 6:

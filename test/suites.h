@@ -20,6 +20,7 @@
     X(data)                                                                                        \
     X(reader)                                                                                      \
     X(sparse)                                                                                      \
+    X(sparse_acc)                                                                                  \
     X(criteo_gen)                                                                                  \
     X(model)                                                                                       \
     X(sparse_model)                                                                                \

@@ -41,7 +41,6 @@ typedef struct {
     int ports[DT_TEST_JOB_MAX_ROLES];       /* the cluster's: ps first, then workers */
     const char *sets[DT_TEST_JOB_MAX_SETS]; /* --set overrides (borrowed) */
     int num_sets;
-    const char *const *ps_flags; /* more flags for the ps roles (NULL-ended, borrowed), or NULL */
     /* When set, called between polls while dt_test_job_expect_done (and
      * so dt_test_job_run) waits, and once after: e.g. to watch the log dir
      * while the roles run. */
