@@ -71,45 +71,6 @@ static int parse_args(int argc, char **argv, options *o) {
 }
 
 /* Scores ds with the model's dense variables vars and table t. */
-static int score(dt_sparse_model *m, const dt_tensors *vars, dt_table *t, const dt_sparse_set *ds,
-                 double *loss, double *accuracy, dt_err *err) {
-    dt_sparse_index ix;
-    memset(&ix, 0, sizeof ix);
-    dt_table_batch tb;
-    memset(&tb, 0, sizeof tb);
-    float *rows = NULL;
-    int64_t cap = 0;
-    double sum_loss = 0, sum_acc = 0;
-    int rc = 0;
-    const int dim = dt_table_config_of(t)->dim;
-    for (int64_t first = 0; first < ds->rows && rc == 0; first += EVAL_BATCH) {
-        int count = ds->rows - first < EVAL_BATCH ? (int)(ds->rows - first) : EVAL_BATCH;
-        dt_sparse_batch b;
-        dt_sparse_set_slice(ds, first, count, &b);
-        if ((rc = dt_sparse_index_build(&ix, &b, err)) < 0) break;
-        if (ix.n * dim > cap) {
-            cap = ix.n * dim;
-            free(rows);
-            if (!(rows = malloc((size_t)cap * sizeof *rows))) {
-                rc = dt_err_set(err, DT_ENOMEM, "out of memory");
-                break;
-            }
-        }
-        if ((rc = dt_table_plan(t, ix.ids, ix.n, &tb, err)) < 0) break;
-        dt_table_read(t, &tb, rows, NULL);
-        double l = 0, a = 0;
-        if ((rc = dt_sparse_model_evaluate(m, vars, &b, &ix, rows, &l, &a, err)) < 0) break;
-        sum_loss += l * count;
-        sum_acc += a * count;
-    }
-    *loss = sum_loss / (double)ds->rows;
-    *accuracy = sum_acc / (double)ds->rows;
-    free(rows);
-    dt_table_batch_deinit(&tb);
-    dt_sparse_index_deinit(&ix);
-    return rc;
-}
-
 /* The hidden model's mean log loss on rows first..first+n of the
  * generator's output for spec "SEED,FIRST,VOCAB_SCALE". */
 static int hidden_loss(const char *spec, int64_t n, double *out, dt_err *err) {
@@ -183,7 +144,7 @@ static int run(const options *o, dt_err *err) {
         rc = dt_job_open_sparse(&job, 1, 0, 1, &ds, err);
     }
     double loss = NAN, accuracy = NAN;
-    if (rc == 0) rc = score(m, &vars, t, &ds, &loss, &accuracy, err);
+    if (rc == 0) rc = dt_sparse_model_score(m, &vars, t, &ds, EVAL_BATCH, &loss, &accuracy, err);
     double hidden = NAN;
     if (rc == 0 && o->hidden) rc = hidden_loss(o->hidden, ds.rows, &hidden, err);
     if (rc == 0) {

@@ -517,3 +517,53 @@ int dt_sparse_model_predict(dt_sparse_model *m, const dt_tensors *vars, const dt
     }
     return 0;
 }
+
+int dt_sparse_model_score(dt_sparse_model *m, const dt_tensors *vars, dt_table *t,
+                          const dt_sparse_set *set, int batch_rows, double *loss, double *accuracy,
+                          dt_err *err) {
+    *loss = *accuracy = NAN;
+    DT_ASSERT(batch_rows >= 1);
+    const int D = dt_table_config_of(t)->dim;
+    if (D != m->D)
+        return dt_err_set(err, DT_EINVAL,
+                          "sparse model: %s: the table's rows are %d floats, not %d", m->name, D,
+                          m->D);
+    if (set->rows == 0) return 0;
+    dt_sparse_index ix;
+    memset(&ix, 0, sizeof ix);
+    dt_table_batch tb;
+    memset(&tb, 0, sizeof tb);
+    float *rows = NULL;
+    int64_t cap = 0;
+    double sum_loss = 0, sum_acc = 0;
+    int rc = 0;
+    for (int64_t first = 0; first < set->rows && rc == 0; first += batch_rows) {
+        const int count = set->rows - first < batch_rows ? (int)(set->rows - first) : batch_rows;
+        dt_sparse_batch b;
+        dt_sparse_set_slice(set, first, count, &b);
+        if ((rc = dt_sparse_index_build(&ix, &b, err)) < 0) break;
+        if (ix.n * D > cap) { /* U <= entries of a batch < 2^31, D <= 2^16 */
+            float *grown = dt_realloc(rows, (size_t)(ix.n * D) * sizeof *rows);
+            if (!grown) {
+                rc = dt_err_set(err, DT_ENOMEM, "sparse model: %s: out of memory", m->name);
+                break;
+            }
+            rows = grown;
+            cap = ix.n * D;
+        }
+        if ((rc = dt_table_plan(t, ix.ids, ix.n, &tb, err)) < 0) break;
+        dt_table_read(t, &tb, rows, NULL);
+        double l = 0, a = 0;
+        if ((rc = dt_sparse_model_evaluate(m, vars, &b, &ix, rows, &l, &a, err)) < 0) break;
+        sum_loss += l * count;
+        sum_acc += a * count;
+    }
+    if (rc == 0) {
+        *loss = sum_loss / (double)set->rows;
+        *accuracy = sum_acc / (double)set->rows;
+    }
+    free(rows);
+    dt_table_batch_deinit(&tb);
+    dt_sparse_index_deinit(&ix);
+    return rc;
+}

@@ -132,4 +132,14 @@ int dt_sparse_model_predict(dt_sparse_model *m, const dt_tensors *vars, const dt
                             const dt_sparse_index *ix, const float *rows, float *out,
                             dt_err *err) DT_WARN_UNUSED;
 
+/* Mean data loss and accuracy (as dt_sparse_model_evaluate's) of every row
+ * of set, in batches of up to batch_rows (>= 1), the table rows read from
+ * t (rows it does not hold read as their initial value): how a trained
+ * model's checkpoint, its rows imported into t, scores on held-out data.
+ * NaN for an empty set. Errors: dt_sparse_model_evaluate's, and t's rows
+ * not of the model's width (DT_EINVAL); DT_ENOMEM. */
+int dt_sparse_model_score(dt_sparse_model *m, const dt_tensors *vars, dt_table *t,
+                          const dt_sparse_set *set, int batch_rows, double *loss, double *accuracy,
+                          dt_err *err) DT_WARN_UNUSED;
+
 #endif
