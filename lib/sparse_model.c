@@ -542,14 +542,17 @@ int dt_sparse_model_score(dt_sparse_model *m, const dt_tensors *vars, dt_table *
         dt_sparse_batch b;
         dt_sparse_set_slice(set, first, count, &b);
         if ((rc = dt_sparse_index_build(&ix, &b, err)) < 0) break;
-        if (ix.n * D > cap) { /* U <= entries of a batch < 2^31, D <= 2^16 */
-            float *grown = dt_realloc(rows, (size_t)(ix.n * D) * sizeof *rows);
+        /* U <= entries of a batch < 2^31, D <= 2^16; at least one row, so
+         * rows is never NULL (a batch of no entries reads none). */
+        if (ix.n * D > cap || !rows) {
+            const int64_t want = ix.n > 1 ? ix.n * D : D;
+            float *grown = dt_realloc(rows, (size_t)want * sizeof *rows);
             if (!grown) {
                 rc = dt_err_set(err, DT_ENOMEM, "sparse model: %s: out of memory", m->name);
                 break;
             }
             rows = grown;
-            cap = ix.n * D;
+            cap = want;
         }
         if ((rc = dt_table_plan(t, ix.ids, ix.n, &tb, err)) < 0) break;
         dt_table_read(t, &tb, rows, NULL);
