@@ -638,6 +638,24 @@ static double train_wide(const criteo_data *d, const dt_optim_config *o, int epo
     dt_table_read(table, &tb, test_rows, NULL);
     double loss, acc;
     ck_assert_int_eq(dt_sparse_model_evaluate(m, &v, &b, &ix, test_rows, &loss, &acc, NULL), 0);
+    /* dt_sparse_model_score, in batches of another size, agrees; a table
+     * of other rows is refused. */
+    double score_loss, score_acc;
+    ck_assert_int_eq(
+        dt_sparse_model_score(m, &v, table, &d->test, 777, &score_loss, &score_acc, NULL), 0);
+    ck_assert_msg(fabs(score_loss - loss) <= 1e-6 * loss && fabs(score_acc - acc) <= 1e-9,
+                  "score %.9g %.9g, evaluate %.9g %.9g", score_loss, score_acc, loss, acc);
+    dt_table_config wide_rows = tc;
+    wide_rows.dim = 2;
+    dt_table *other = NULL;
+    ck_assert_int_eq(dt_table_new(&wide_rows, &other, NULL), 0);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(
+        dt_sparse_model_score(m, &v, other, &d->test, 777, &score_loss, &score_acc, &err),
+        DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "rows are 2 floats, not 1"), "%s", err.msg);
+    dt_table_free(other);
     *nonzero = dt_table_count_nonzero(table);
     dt_table_stats st;
     dt_table_stats_of(table, &st);
