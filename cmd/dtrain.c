@@ -743,7 +743,8 @@ static int exit_status(int rc, const dt_err *err) {
 /* The ps's message cap when --max-message-mb is not given, derived from the
  * job's model: the largest request a ps must take is the chief's Create of
  * the whole model with its optimizer slots (a restore), so the variables
- * times (1 + slots), plus 1 MiB for names, shapes and framing; at least
+ * times (1 + slots) (a sparse model's dense variables, plus a step's table
+ * rows: dt_job_sparse_bytes), plus 1 MiB for names, shapes and framing; at least
  * 4 MiB (gRPC's own default), at most the int gRPC keeps it in. A ps
  * holding one shard of several could do with less; the whole model is the
  * bound every shard fits under. */
@@ -778,16 +779,20 @@ static int derived_message_cap(const dt_job *given, long long *cap, dt_err *err)
         }
         job = &shaped;
     }
-    long long vars = 0;
-    int rc = dt_model_bytes(&job->model, &vars, err);
+    long long vars = 0, step_rows = 0;
+    int rc = dt_job_is_sparse(job) ? dt_job_sparse_bytes(job, &vars, &step_rows, err)
+                                   : dt_model_bytes(&job->model, &vars, err);
     if (rc < 0) return rc;
-    long long need = vars * (1 + dt_optim_num_slots(&job->optim)) + MESSAGE_HEADROOM;
+    /* A sparse model's table is never sent whole: its rows come a batch
+     * (SparsePull, Push) or a page (the chief's save and restore) at a time. */
+    long long need = vars * (1 + dt_optim_num_slots(&job->optim)) + step_rows + MESSAGE_HEADROOM;
     *cap = need < MIN_MESSAGE_CAP ? MIN_MESSAGE_CAP : need > INT_MAX ? INT_MAX : need;
     dt_log(need > INT_MAX ? DT_LOG_WARN : DT_LOG_INFO,
            "ps: largest message %lld bytes: the job's model (%lld bytes of variables, %d "
-           "optimizer slot%s each) plus 1 MiB%s; --max-message-mb overrides",
+           "optimizer slot%s each%s) plus 1 MiB%s; --max-message-mb overrides",
            *cap, vars, dt_optim_num_slots(&job->optim),
            dt_optim_num_slots(&job->optim) == 1 ? "" : "s",
+           step_rows ? ", and a step's table rows" : "",
            need > INT_MAX ? ", cut to the most one gRPC message can carry: keep every ps's "
                             "shard under it"
                           : "");

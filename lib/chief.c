@@ -52,9 +52,13 @@
 #include "sparse_model.h"
 #include "summary.h"
 
-/* Rows a page of a table's save or restore carries: 64k rows of a wide
- * model's one float (with FTRL's two slots) are 1.3 MB a message. */
+/* Rows a page of a table's save or restore carries: at most 64k (a wide
+ * model's one float with FTRL's two slots: 1.3 MB a message), fewer for
+ * wider rows, so a page stays near TABLE_PAGE_BYTES whatever the row: under
+ * the 4 MiB the smallest ps message cap allows (an embedding table of 8
+ * floats with adagrad's slot would be 4.7 MB at 64k rows). */
 #define TABLE_PAGE_ROWS 65536
+#define TABLE_PAGE_BYTES (2 << 20)
 
 #define STORAGE_LOG_SECS 10.0 /* at most one line per this while summaries drop */
 #define LOG_DIR_CHECK_SECS 1.0
@@ -209,12 +213,20 @@ static int do_snapshot_pull(void *arg, dt_err *err) {
 /* The snapshot (vars, slots, recipe) and the table's rows, as one list of
  * views into *all (items malloc'd; the table's in *rows, the caller's to
  * deinit). A dense model's is the snapshot's list. */
+/* Rows a page of table t carries: TABLE_PAGE_BYTES of ids, values and
+ * slots, 1 to TABLE_PAGE_ROWS. */
+static int64_t page_rows(const dt_table_config *t) {
+    const int64_t row_bytes = 8 + 4 * (int64_t)t->dim * (1 + t->num_slots);
+    const int64_t rows = TABLE_PAGE_BYTES / row_bytes;
+    return rows < 1 ? 1 : rows > TABLE_PAGE_ROWS ? TABLE_PAGE_ROWS : rows;
+}
+
 static int with_table(chief *c, dt_tensors *rows, dt_tensors *all, dt_err *err) {
     *all = c->snapshot;
     memset(rows, 0, sizeof *rows);
     const dt_table_config *t = dt_worker_table(c->w);
     if (!t) return 0;
-    int rc = dt_ps_client_sparse_export(dt_worker_client(c->w), t->name, t->dim, 1, TABLE_PAGE_ROWS,
+    int rc = dt_ps_client_sparse_export(dt_worker_client(c->w), t->name, t->dim, 1, page_rows(t),
                                         rows, err);
     if (rc < 0) return dt_err_wrap(err, rc, "chief: saving table %s", t->name);
     all->count = c->snapshot.count + rows->count;
@@ -361,10 +373,11 @@ static int import_table(chief *c, const int *only, dt_err *err) {
     const dt_tensors *rows = &c->table_rows;
     const dt_table_config *t = dt_worker_table(c->w);
     int64_t n = rows->items[0].shape[0]; /* ids first, then values and slots (n, D) */
+    const int64_t per_page = page_rows(t);
     int64_t sent = 0;
     int rc = 0;
-    for (int64_t first = 0; first < n && rc == 0; first += TABLE_PAGE_ROWS) {
-        int64_t m = n - first < TABLE_PAGE_ROWS ? n - first : TABLE_PAGE_ROWS;
+    for (int64_t first = 0; first < n && rc == 0; first += per_page) {
+        int64_t m = n - first < per_page ? n - first : per_page;
         dt_tensor page[2 + DT_OPTIM_MAX_SLOTS];
         for (int i = 0; i < rows->count; i++) {
             const dt_tensor *x = &rows->items[i];

@@ -22,7 +22,8 @@
  *             k is written as 8 hex digits, a bijection of k keyed by
  *             (seed, c), so distinct values never share a string.
  * The hidden model: P(y = 1) = sigmoid(b + sum_d a_d (f_d - mu_d) +
- * sum_c w_c(k_c)) over the columns present, with a_d ~ N(0, 0.15^2) and
+ * sum_c w_c(k_c)), the sum over d on every row (f_d 0 when missing, as the
+ * model sees it) and over c the columns present, with a_d ~ N(0, 0.15^2) and
  * w_c(k) ~ N(0, sigma_c^2) / sqrt(1 + k / 100), sigma_c 0.2 to 0.6 by
  * column: rare values matter less, as in real logs, so a model that learns
  * the frequent ones can come close to the hidden one. Weights are hashes

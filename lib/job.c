@@ -65,6 +65,7 @@ _Static_assert(sizeof(dt_placement) == sizeof(int), "enum size");
 _Static_assert(sizeof(dt_mode) == sizeof(int), "enum size");
 _Static_assert(sizeof(dt_nonfinite) == sizeof(int), "enum size");
 _Static_assert(sizeof(dt_sparse_mode) == sizeof(int), "enum size");
+_Static_assert(sizeof(dt_sparse_combiner) == sizeof(int), "enum size");
 
 #define AT(m) .offset = offsetof(dt_job, m), .size = sizeof(((dt_job *)0)->m)
 #define INT_FIELD(n, m, lo)                                                                        \
@@ -157,6 +158,12 @@ static const field fields[] = {
     CHOICE("nonfinite", consistency.nonfinite, dt_nonfinite_names),
     CHOICE("sparse", sparse, dt_sparse_mode_names),
     {.name = "hash_bits", .type = F_INT, AT(hash_bits), .min = 0, .max = 40},
+    {.name = "embedding_dim",
+     .type = F_INT,
+     AT(embedding_dim),
+     .min = 1,
+     .max = DT_JOB_MAX_EMBEDDING_DIM},
+    CHOICE("embedding_combiner", embedding_combiner, dt_sparse_combiner_names),
     {.name = "evict_idle_steps",
      .type = F_INT64,
      AT(eviction.idle_steps),
@@ -611,6 +618,8 @@ void dt_job_defaults(dt_job *job) {
     job->ready_wait_secs = 120;
     job->rpc_timeout_secs = 10;
     job->ps_linger_secs = 10;
+    job->embedding_dim = 16;
+    job->embedding_combiner = DT_COMBINE_CONCAT;
 }
 
 int dt_job_parse(const char *text, const char *source, dt_job *job, dt_err *err) {
@@ -831,10 +840,13 @@ static int check_sparse(const dt_job *job, dt_err *err) {
                           "job: \"sparse\": a sparse model reads \"data\": \"libsvm\" or "
                           "\"criteo\" (got \"%s\")",
                           dt_data_source_names[d->source]);
-    if (job->model.kind == DT_MODEL_MLP)
+    if (job->model.kind == DT_MODEL_MLP && job->embedding_combiner == DT_COMBINE_CONCAT &&
+        d->source != DT_DATA_CRITEO)
         return dt_err_set(err, DT_EINVAL,
-                          "job: \"sparse\": \"model\": \"mlp\" has no sparse form yet (use "
-                          "\"linear\", \"logistic\" or \"softmax\")");
+                          "job: \"embedding_combiner\": \"concat\" gives each field its own "
+                          "slot, and \"%s\" rows have no fields (use \"sum\", or \"data\": "
+                          "\"criteo\")",
+                          dt_data_source_names[d->source]);
     if (d->source == DT_DATA_CRITEO && job->hash_bits < 1)
         return dt_err_set(err, DT_EINVAL,
                           "job: \"data\": \"criteo\" hashes its categories: \"hash_bits\" must "
@@ -856,6 +868,14 @@ int dt_job_sparse_model(const dt_job *job, dt_sparse_model_config *model, dt_tab
     memset(model, 0, sizeof *model);
     model->kind = DT_SPARSE_WIDE;
     model->head = job->model.kind;
+    if (job->model.kind == DT_MODEL_MLP) {
+        model->kind = DT_SPARSE_EMBEDDING;
+        model->dim = job->embedding_dim;
+        model->combiner = job->embedding_combiner;
+        model->num_fields = job->data.source == DT_DATA_CRITEO ? DT_CRITEO_CAT_COLUMNS : 0;
+        model->num_hidden = job->model.num_hidden;
+        memcpy(model->hidden, job->model.hidden, sizeof model->hidden);
+    }
     model->num_ids = job->hash_bits ? (int64_t)1 << job->hash_bits : job->model.num_features;
     model->dense_features = job->data.source == DT_DATA_CRITEO ? DT_CRITEO_INT_COLUMNS : 0;
     model->num_classes = job->model.num_classes;
@@ -866,6 +886,25 @@ int dt_job_sparse_model(const dt_job *job, dt_sparse_model_config *model, dt_tab
         return dt_err_wrap(err, rc, "job");
     table->seed = job->seed;
     dt_table_config_slots(table, &job->optim);
+    return 0;
+}
+
+int dt_job_sparse_bytes(const dt_job *job, long long *dense, long long *step_rows, dt_err *err) {
+    *dense = *step_rows = 0;
+    dt_sparse_model_config mc;
+    dt_table_config tc;
+    dt_tensor specs[DT_SPARSE_MODEL_MAX_VARS];
+    int count = 0;
+    int rc = dt_job_sparse_model(job, &mc, &tc, err);
+    if (rc == 0) rc = dt_sparse_model_specs(&mc, specs, &count, &tc, err);
+    if (rc < 0) return rc;
+    for (int i = 0; i < count; i++)
+        *dense += (long long)specs[i].nbytes;
+    /* batch_size < 2^31, entries <= 256, row bytes <= 8 + 4 * 65536:
+     * under 2^56, no overflow. */
+    const long long entries =
+        job->data.source == DT_DATA_CRITEO ? DT_CRITEO_CAT_COLUMNS : DT_JOB_LIBSVM_ROW_ENTRIES;
+    *step_rows = (long long)job->batch_size * entries * (8 + 4LL * tc.dim);
     return 0;
 }
 
@@ -961,8 +1000,9 @@ int dt_job_finish(dt_job *job, dt_err *err) {
 
 /* ---- the job as data: written into checkpoints, compared on resume ---- */
 
-const char *const dt_job_model_fields[] = {"model",  "features",  "classes", "hidden",
-                                           "sparse", "hash_bits", NULL};
+const char *const dt_job_model_fields[] = {
+    "model",         "features",           "classes", "hidden", "sparse", "hash_bits",
+    "embedding_dim", "embedding_combiner", NULL};
 const char *const dt_job_input_fields[] = {"data", "label_column", "scale", "scale_divisor", NULL};
 
 /* A number as raw JSON text that reads back to the same double: cJSON's

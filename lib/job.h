@@ -43,6 +43,10 @@ typedef struct {
                                           indices as written */
     dt_table_evict_policy eviction;    /* "evict_idle_steps", "evict_min_touches",
                                           "evict_touch_window_steps": all 0 (off) by default */
+    int embedding_dim;                 /* "embedding_dim": floats per embedding row, a sparse
+                                          mlp's (1..DT_JOB_MAX_EMBEDDING_DIM) */
+    dt_sparse_combiner embedding_combiner; /* "embedding_combiner": how a row's embeddings
+                                              meet the mlp (sum or concat by field) */
 
     /* training */
     int batch_size;    /* B >= 1 */
@@ -68,6 +72,11 @@ typedef struct {
     /* ps */
     int ps_linger_secs; /* after the job's end, longest wait for every worker to be told */
 } dt_job;
+
+/* The widest embedding row a job may ask for: a concat of Criteo's 26
+ * fields is then an mlp input of 26,637 features, and every row a batch
+ * touches moves 4 KiB each way a step. */
+#define DT_JOB_MAX_EMBEDDING_DIM 1024
 
 /* The demo's defaults (documented in README and conf/). "features" and
  * "classes" start not set (0): dt_job_finish gives the synthetic sources
@@ -146,12 +155,25 @@ int dt_job_diff(const dt_job *was, const dt_job *now, const char *const *names, 
  * "features" not yet taken from the data, auto decides once it is.) */
 int dt_job_is_sparse(const dt_job *job);
 
-/* The sparse model of a job that is sparse (the wide form of its linear,
- * logistic or softmax model) and its table: rows 2^hash_bits, or
- * "features" for libsvm indices as written; seeded by "seed", with the
+/* The sparse model of a job that is sparse and its table: the wide form of
+ * its linear, logistic or softmax model (a table of one float a class a
+ * row), or for "mlp" the embedding model (a table of "embedding_dim" floats
+ * a row, combined by "embedding_combiner" into the mlp's input; concat
+ * takes Criteo's 26 categorical columns as its fields). Rows 2^hash_bits,
+ * or "features" for libsvm indices as written; seeded by "seed", with the
  * optimizer's slots. Errors (DT_EINVAL, naming the field): a job whose
  * model, data, mode or options a sparse model does not take. */
 int dt_job_sparse_model(const dt_job *job, dt_sparse_model_config *model, dt_table_config *table,
+                        dt_err *err) DT_WARN_UNUSED;
+
+/* What a sparse job moves in its largest messages, for the ps's message
+ * cap: *dense the bytes of its dense variables (the Create carries them
+ * with their slots), *step_rows the most a step's SparsePull reply or
+ * row gradient carries (batch_size rows of at most 26 entries for Criteo,
+ * an assumed DT_JOB_LIBSVM_ROW_ENTRIES for libsvm; each entry an id and
+ * a row of its table's floats). Errors: dt_job_sparse_model's. */
+#define DT_JOB_LIBSVM_ROW_ENTRIES 256
+int dt_job_sparse_bytes(const dt_job *job, long long *dense, long long *step_rows,
                         dt_err *err) DT_WARN_UNUSED;
 
 /* The training data (eval: "eval_data") of a sparse job, shard `shard` of

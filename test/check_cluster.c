@@ -633,6 +633,8 @@ START_TEST(test_job_conf_linear) {
     ck_assert_double_eq(job.optim.ftrl_beta, 0);
     ck_assert_int_eq(job.sparse, want.sparse);
     ck_assert_int_eq(job.hash_bits, want.hash_bits);
+    ck_assert_int_eq(job.embedding_dim, want.embedding_dim);
+    ck_assert_int_eq(job.embedding_combiner, want.embedding_combiner);
     ck_assert_int_eq(job.eviction.idle_steps, 0);
     ck_assert_int_eq(job.eviction.min_touches, 0);
     ck_assert_int_eq(job.eviction.touch_window_steps, 0);
@@ -1088,8 +1090,13 @@ START_TEST(test_job_sparse_rules) {
         {{"data=criteo", "train_data=c.txt", "sparse=off", "hash_bits=20", NULL},
          "\"criteo\" needs a sparse model"},
         {{"data=criteo", "train_data=c.txt", "hash_bits=20", "mode=sync", NULL}, NULL},
-        {{"data=criteo", "train_data=c.txt", "hash_bits=20", "model=mlp", NULL},
-         "\"mlp\" has no sparse form"},
+        {{"data=criteo", "train_data=c.txt", "hash_bits=20", "model=mlp", NULL}, NULL},
+        {{"data=libsvm", "train_data=t.svm", "hash_bits=20", "model=mlp", NULL},
+         "\"embedding_combiner\": \"concat\" gives each field its own slot, and \"libsvm\" "
+         "rows have no fields"},
+        {{"data=libsvm", "train_data=t.svm", "hash_bits=20", "model=mlp", "classes=3",
+          "embedding_combiner=sum", NULL},
+         NULL},
         {{"data=criteo", "train_data=c.txt", "hash_bits=20", "pipeline_push=true", NULL},
          "\"pipeline_push\""},
         {{"data=criteo", "train_data=c.txt", "hash_bits=20", "eval_data=e.txt", NULL}, NULL},
@@ -1123,6 +1130,75 @@ START_TEST(test_job_sparse_rules) {
     ck_assert(dt_job_is_sparse(&job));
     job.sparse = DT_SPARSE_OFF;
     ck_assert(!dt_job_is_sparse(&job));
+}
+END_TEST
+
+/* "model": "mlp" with a sparse job is the embedding model: its dim,
+ * combiner, fields and hidden layers from the job; bad values name the
+ * field, from --set and from a file alike. */
+START_TEST(test_job_sparse_embedding) {
+    dt_err err;
+    dt_job job;
+    dt_job_defaults(&job);
+    ck_assert_int_eq(job.embedding_dim, 16);
+    ck_assert_int_eq(job.embedding_combiner, DT_COMBINE_CONCAT);
+    const char *sets[] = {"data=criteo",   "train_data=c.txt", "hash_bits=20",     "model=mlp",
+                          "hidden=[32,8]", "embedding_dim=4",  "optimizer=adagrad"};
+    dt_err_clear(&err);
+    for (size_t i = 0; i < sizeof sets / sizeof *sets; i++)
+        ck_assert_msg(dt_job_set(&job, sets[i], &err) == 0, "%s: %s", sets[i], err.msg);
+    ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+    dt_sparse_model_config mc;
+    dt_table_config tc;
+    ck_assert_msg(dt_job_sparse_model(&job, &mc, &tc, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(mc.kind, DT_SPARSE_EMBEDDING);
+    ck_assert_int_eq(mc.dim, 4);
+    ck_assert_int_eq(mc.combiner, DT_COMBINE_CONCAT);
+    ck_assert_int_eq(mc.num_fields, 26);
+    ck_assert_int_eq(mc.dense_features, 13);
+    ck_assert_int_eq(mc.num_classes, 2);
+    ck_assert_int_eq(mc.num_hidden, 2);
+    ck_assert_int_eq(mc.hidden[0], 32);
+    ck_assert_int_eq(mc.hidden[1], 8);
+    ck_assert_str_eq(tc.name, "embedding/table");
+    ck_assert_int_eq(tc.rows, 1 << 20);
+    ck_assert_int_eq(tc.dim, 4);
+    ck_assert_int_eq(tc.init, DT_TABLE_INIT_NORMAL);
+    ck_assert_uint_eq(tc.seed, job.seed);
+    ck_assert_int_eq(tc.num_slots, 1); /* adagrad's accumulator */
+    /* The ps's cap: the mlp (13 + 26*4 = 117 -> 32 -> 8 -> 2 floats) and a
+     * batch of 10 rows of 26 entries, each an id and 4 floats. */
+    long long dense = 0, step_rows = 0;
+    ck_assert_msg(dt_job_sparse_bytes(&job, &dense, &step_rows, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(dense, 4 * (117 * 32 + 32 + 32 * 8 + 8 + 8 * 2 + 2));
+    ck_assert_int_eq(step_rows, 10LL * 26 * (8 + 4 * 4));
+    /* The wide model of the same job is untouched by the embedding fields. */
+    ck_assert_int_eq(dt_job_set(&job, "model=logistic", &err), 0);
+    ck_assert_msg(dt_job_sparse_model(&job, &mc, &tc, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(mc.kind, DT_SPARSE_WIDE);
+    ck_assert_int_eq(tc.dim, 1);
+
+    struct {
+        const char *set, *needle;
+    } bad[] = {
+        {"embedding_dim=0", "\"embedding_dim\" must be an integer >= 1 (got 0)"},
+        {"embedding_dim=1025", "\"embedding_dim\" must be an integer from 1 to 1024 (got 1025)"},
+        {"embedding_dim=-3", "\"embedding_dim\""},
+        {"embedding_dim=2.5", "\"embedding_dim\""},
+        {"embedding_combiner=mean", "\"embedding_combiner\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        dt_err_clear(&err);
+        ck_assert_int_eq(dt_job_set(&job, bad[i].set, &err), DT_EINVAL);
+        ck_assert_msg(strstr(err.msg, bad[i].needle), "%s: \"%s\" lacks \"%s\"", bad[i].set,
+                      err.msg, bad[i].needle);
+    }
+    dt_err_clear(&err);
+    ck_assert_int_eq(
+        dt_job_parse("{\"model\": \"mlp\",\n  \"embedding_dim\": 0}", "e.json", &job, &err),
+        DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "e.json:2:") && strstr(err.msg, "\"embedding_dim\""), "%s",
+                  err.msg);
 }
 END_TEST
 
@@ -1262,6 +1338,7 @@ Suite *cluster_suite(void) {
     tcase_add_test(tj, test_job_set_errors);
     tcase_add_test(tj, test_job_finish);
     tcase_add_test(tj, test_job_sparse_rules);
+    tcase_add_test(tj, test_job_sparse_embedding);
     tcase_add_test(tj, test_job_finish_files);
     suite_add_tcase(s, tj);
     return s;

@@ -9,7 +9,16 @@
  *  - a checkpoint of three ps tasks restored onto two (a re-shard): every
  *    row the step after the restore did not touch reads back to the bit;
  *  - a ps SIGKILLed mid-job and restarted: the chief restores its table
- *    rows from the latest checkpoint and the job completes.
+ *    rows from the latest checkpoint and the job completes;
+ *  - eval_data, the evaluator, dtrain eval and dtrain predict on a sparse
+ *    model's checkpoint agree with the model computed here from its rows,
+ *    and broken checkpoints are refused naming the file and the tensor;
+ *  - the embedding model ("model": "mlp") on `dtrain gen-criteo` data, 2
+ *    ps and 2 workers: its held-out log loss falls clearly below the
+ *    base rate's, the checkpoint holds the table's ids, rows and slot, and
+ *    a new chief (on 1 ps: a re-shard) restores every row of it; rows
+ *    of 64 floats, a table over a ps's smallest message cap, saved and
+ *    restored in pages.
  * Every wait is on an event (an exit, a log line, a checkpoint) with a
  * deadline.
  */
@@ -26,6 +35,8 @@
 #include "model.h"
 #include "proc.h"
 #include "safetensors.h"
+#include "sparse.h"
+#include "sparse_eval.h"
 #include "sparse_model.h"
 #include "suites.h"
 #include "table.h"
@@ -608,6 +619,188 @@ START_TEST(eval_predict_checkpoint) {
 }
 END_TEST
 
+/* The embedding job's data: rows 0..EMB_TRAIN-1 of the generator to train
+ * on, the next EMB_EVAL held out. A small vocabulary (vocab-scale 0.001:
+ * 3,376 values) so that 20k rows see most values many times. */
+#define EMB_TRAIN 20000
+#define EMB_EVAL 4000
+#define EMB_DIM 4
+
+/* Splits the generator's file at path into train and eval (train_rows
+ * rows, the rest), returning the training rows' share of clicks. */
+static double split_criteo(const char *path, int train_rows, const char *train, const char *eval) {
+    size_t len = 0;
+    char *text = dt_test_read_file(path, &len);
+    ck_assert_ptr_nonnull(text);
+    size_t cut = 0;
+    int64_t rows = 0, clicks = 0;
+    for (; cut < len && rows < train_rows; cut++) {
+        if (cut == 0 || text[cut - 1] == '\n') clicks += text[cut] == '1';
+        rows += text[cut] == '\n';
+    }
+    ck_assert_int_eq(rows, train_rows);
+    ck_assert_int_eq(dt_test_write_file(eval, text + cut), 0);
+    text[cut] = '\0';
+    ck_assert_int_eq(dt_test_write_file(train, text), 0);
+    free(text);
+    return (double)clicks / train_rows;
+}
+
+/* The held-out log loss of the embedding job's checkpoint ts: its mlp and
+ * table rows put back as bench_sparse_eval does, scored on eval. */
+static double embedding_loss(const dt_tensors *ts, const char *eval) {
+    dt_job job;
+    dt_test_job_config(&J, &job);
+    dt_err err;
+    dt_err_clear(&err);
+    dt_sparse_model_config mc;
+    dt_table_config tc;
+    ck_assert_msg(dt_job_sparse_model(&job, &mc, &tc, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(mc.kind, DT_SPARSE_EMBEDDING);
+    dt_sparse_ckpt *ck = NULL;
+    dt_sparse_set set;
+    memset(&set, 0, sizeof set);
+    double loss = NAN, accuracy = NAN;
+    int rc = dt_sparse_ckpt_open("sparse_e2e", &job, ts, "the checkpoint", &ck, &err);
+    if (rc == 0) rc = dt_job_read_sparse(&job, eval, 1, 0, 1, &set, &err);
+    if (rc == 0)
+        rc = dt_sparse_scorer_evaluate(dt_sparse_ckpt_scorer(ck), &set, &loss, &accuracy, &err);
+    ck_assert_msg(rc == 0, "%s", err.msg);
+    ck_assert_int_eq(set.rows, EMB_EVAL);
+    dt_sparse_set_deinit(&set);
+    dt_sparse_ckpt_free(ck);
+    return loss;
+}
+
+/* Generated Criteo rows, train_rows then eval_rows, into train and eval
+ * in the job's dir, by `dtrain gen-criteo`; returns the training rows'
+ * share of clicks. */
+static double gen_criteo(int train_rows, int eval_rows, char *train, char *eval, size_t cap) {
+    char all[1100], rows_arg[32];
+    snprintf(all, sizeof all, "%s/all.txt", J.dir);
+    snprintf(train, cap, "%s/train.txt", J.dir);
+    snprintf(eval, cap, "%s/eval.txt", J.dir);
+    snprintf(rows_arg, sizeof rows_arg, "%d", train_rows + eval_rows);
+    const char *gen[] = {"gen-criteo", "--out",         all,     "--rows", rows_arg, "--seed",
+                         "3",          "--vocab-scale", "0.001", NULL};
+    ck_assert_msg(dt_test_job_command(&J, gen, JOB_TIMEOUT_MS) == 0, "gen-criteo failed: %s",
+                  J.err);
+    return split_criteo(all, train_rows, train, eval);
+}
+
+/* The embedding model's job: common sets, train_data, then extra. */
+static void embedding_sets(const char *train, const char *const *extra) {
+    static char data_set[1200];
+    snprintf(data_set, sizeof data_set, "train_data=%s", train);
+    const char *common[] = {
+        "model=mlp",           "data=criteo",   "hash_bits=18",  "optimizer=adam",
+        "learning_rate=0.005", "batch_size=64", "log_steps=100", "save_model_secs=3600",
+        "ps_linger_secs=2",    "seed=5",        data_set};
+    J.num_sets = 0;
+    for (size_t i = 0; i < sizeof common / sizeof *common; i++)
+        dt_test_job_add_set(&J, common[i]);
+    for (int i = 0; extra[i]; i++)
+        dt_test_job_add_set(&J, extra[i]);
+}
+
+/* The embedding model trained by real processes on generated Criteo rows:
+ * it learns (held-out log loss well under the base rate's), its checkpoint
+ * holds the table, and a new chief restores every row of it. */
+START_TEST(embedding_criteo) {
+    char train[1100], eval[1100];
+    const double rate = gen_criteo(EMB_TRAIN, EMB_EVAL, train, eval, sizeof train);
+    ck_assert(rate > 0.1 && rate < 0.4);
+    /* ~3 epochs of 20k rows in batches of 64 */
+    const char *first[] = {"embedding_dim=4", "hidden=[16]", "max_steps=900", NULL};
+    embedding_sets(train, first);
+    dt_test_job_cluster(&J, 2, 2);
+    dt_test_job_run(&J, "-train", JOB_TIMEOUT_MS);
+
+    dt_tensors a;
+    char pa[2048];
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 900, &a, pa, sizeof pa), 900);
+    const dt_tensor *ids = dt_tensors_find(&a, "embedding/table/ids");
+    const dt_tensor *values = dt_tensors_find(&a, "embedding/table/values");
+    const dt_tensor *acc = dt_tensors_find(&a, "embedding/table/m");
+    ck_assert_msg(ids && values && acc && dt_tensors_find(&a, "embedding/table/v"),
+                  "%s lacks the table's ids, values or Adam's slots", pa);
+    const int64_t n = ids->shape[0];
+    ck_assert_int_gt(n, 1000); /* most of the 3,376 values were pushed */
+    ck_assert_int_le(n, 1 << 18);
+    ck_assert(values->ndim == 2 && values->shape[0] == n && values->shape[1] == EMB_DIM);
+    ck_assert(acc->ndim == 2 && acc->shape[0] == n && acc->shape[1] == EMB_DIM);
+    for (int64_t k = 1; k < n; k++)
+        ck_assert(((const int64_t *)ids->data)[k - 1] < ((const int64_t *)ids->data)[k]);
+    const dt_tensor *w0 = dt_tensors_find(&a, "layer0/weight");
+    ck_assert_msg(w0 && w0->shape[0] == 13 + 26 * EMB_DIM && w0->shape[1] == 16,
+                  "%s: no layer0/weight (117, 16)", pa);
+
+    /* The constant rate's log loss on the held-out rows is what a model
+     * that learned nothing scores (adagrad's, which did not learn here,
+     * scored 0.559 to 0.579 against 0.562); the trained one must be
+     * clearly under. Measured: 0.499 to 0.52 (asynchronous workers: another
+     * order of pushes each run; 0.542 once on the generator before its
+     * integer columns were centred on every row). */
+    const double base = -(rate * log(rate) + (1 - rate) * log(1 - rate));
+    const double loss = embedding_loss(&a, eval);
+    fprintf(stderr,
+            "sparse_e2e: embedding model, 900 steps on %d rows: held-out log loss %.4f, the "
+            "base rate's %.4f; %lld rows held\n",
+            EMB_TRAIN, loss, base, (long long)n);
+    ck_assert_msg(loss < base - 0.01, "held-out log loss %.4f, base rate's %.4f", loss, base);
+
+    /* A new chief, on 1 ps: every row comes back from the checkpoint. */
+    const char *again[] = {"embedding_dim=4", "hidden=[16]", "max_steps=920", NULL};
+    embedding_sets(train, again);
+    dt_test_job_cluster(&J, 1, 2);
+    dt_test_job_run(&J, "-again", JOB_TIMEOUT_MS);
+    char want[96];
+    snprintf(want, sizeof want, "restored %lld rows of table embedding/table", (long long)n);
+    ck_assert_msg(dt_test_job_log_has(&J, "chief-again", want), "no \"%s\"; logs:%s", want,
+                  dt_test_job_report(&J));
+    dt_tensors b;
+    char pb[2048];
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 920, &b, pb, sizeof pb), 920);
+    ck_assert_int_ge(dt_tensors_find(&b, "embedding/table/ids")->shape[0], n);
+    /* 20 more steps do not undo what 900 learned. */
+    ck_assert_double_lt(embedding_loss(&b, eval), base - 0.01);
+    dt_tensors_deinit(&a);
+    dt_tensors_deinit(&b);
+}
+END_TEST
+
+/* Rows of 64 floats with Adam's two slots are 776 bytes: a table of more
+ * than 5,405 of them is over the 4 MiB a ps's message cap can be, so the
+ * chief's save and restore must page it by bytes (one page of 64k rows
+ * failed every save). */
+START_TEST(embedding_wide_rows) {
+    char train[1100], eval[1100];
+    gen_criteo(4000, 100, train, eval, sizeof train);
+    const char *first[] = {"embedding_dim=64", "hidden=[8]", "max_steps=40", NULL};
+    embedding_sets(train, first);
+    dt_test_job_cluster(&J, 1, 1);
+    dt_test_job_run(&J, "-first", JOB_TIMEOUT_MS);
+    dt_tensors a;
+    char pa[2048];
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 40, &a, pa, sizeof pa), 40);
+    const dt_tensor *values = dt_tensors_find(&a, "embedding/table/values");
+    ck_assert_msg(values && values->ndim == 2 && values->shape[1] == 64, "%s: no (n, 64) rows", pa);
+    const int64_t n = values->shape[0];
+    ck_assert_msg(n * (8 + 64 * 4 * 3) > (4 << 20), "%lld rows: under 4 MiB, proving nothing",
+                  (long long)n);
+    const char *again[] = {"embedding_dim=64", "hidden=[8]", "max_steps=41", NULL};
+    embedding_sets(train, again);
+    dt_test_job_cluster(&J, 1, 1);
+    dt_test_job_run(&J, "-again", JOB_TIMEOUT_MS);
+    char want[96];
+    snprintf(want, sizeof want, "restored %lld rows of table embedding/table", (long long)n);
+    ck_assert_msg(dt_test_job_log_has(&J, "chief-again", want), "no \"%s\"; logs:%s", want,
+                  dt_test_job_report(&J));
+    ck_assert_int_eq(dt_test_ckpt_max(J.log_dir), 41);
+    dt_tensors_deinit(&a);
+}
+END_TEST
+
 Suite *sparse_e2e_suite(void) {
     Suite *s = suite_create("sparse_e2e");
     TCase *tc = dt_test_job_tcase(s, "jobs", 300, setup, teardown);
@@ -617,5 +810,7 @@ Suite *sparse_e2e_suite(void) {
     tcase_add_test(tc, reshard_three_to_two);
     tcase_add_test(tc, ps_killed_restored);
     tcase_add_test(tc, eval_predict_checkpoint);
+    tcase_add_test(tc, embedding_criteo);
+    tcase_add_test(tc, embedding_wide_rows);
     return s;
 }

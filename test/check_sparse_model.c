@@ -652,8 +652,8 @@ static double train_wide(const criteo_data *d, const dt_optim_config *o, int epo
 }
 
 /* The issue's quality goals at a unit test's scale (100k rows; bench/
- * measures them on more): within 8% of the hidden model's log loss (3% at
- * 400k rows, measured), and FTRL with L1 keeping under 20% of the touched
+ * measures them on more): within 8% of the hidden model's log loss
+ * (measured: adagrad 3.4%, FTRL 4.9%), and FTRL with L1 keeping under 20% of the touched
  * weights non-zero at a log loss within 1% of FTRL without it. */
 START_TEST(test_learns_generated_data) {
     criteo_data d;
