@@ -786,6 +786,19 @@ static int derived_message_cap(const dt_job *given, long long *cap, dt_err *err)
     /* A sparse model's table is never sent whole: its rows come a batch
      * (SparsePull, Push) or a page (the chief's save and restore) at a time. */
     long long need = vars * (1 + dt_optim_num_slots(&job->optim)) + step_rows + MESSAGE_HEADROOM;
+    /* A libsvm row holds what its file holds (a document's words: often
+     * more than the 256 entries step_rows assumes), and a step over the
+     * cap fails the job, so such a job's ps takes at least what one of
+     * unknown size does. */
+    if (dt_job_is_sparse(job) && job->data.source == DT_DATA_LIBSVM && need < UNKNOWN_MODEL_CAP) {
+        *cap = UNKNOWN_MODEL_CAP;
+        dt_log(DT_LOG_INFO,
+               "ps: largest message %lld bytes (256 MiB): a libsvm row's features are its "
+               "file's, so a batch's table rows have no bound the job states; "
+               "--max-message-mb overrides",
+               *cap);
+        return 0;
+    }
     *cap = need < MIN_MESSAGE_CAP ? MIN_MESSAGE_CAP : need > INT_MAX ? INT_MAX : need;
     dt_log(need > INT_MAX ? DT_LOG_WARN : DT_LOG_INFO,
            "ps: largest message %lld bytes: the job's model (%lld bytes of variables, %d "

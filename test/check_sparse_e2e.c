@@ -265,6 +265,10 @@ START_TEST(reshard_three_to_two) {
     job_sets(train, first);
     dt_test_job_cluster(&J, 3, 1);
     dt_test_job_run(&J, "-three", JOB_TIMEOUT_MS);
+    /* A libsvm row's width is its file's: the ps's cap does not guess it. */
+    ck_assert_msg(dt_test_job_log_has(&J, "ps0-three", "largest message 268435456 bytes (256 MiB)"),
+                  "the ps's cap is not 256 MiB for a libsvm sparse job; logs:%s",
+                  dt_test_job_report(&J));
     dt_tensors a, b;
     char pa[2048], pb[2048];
     ck_assert_int_eq(dt_test_job_load_latest(&J, 20, &a, pa, sizeof pa), 20);
