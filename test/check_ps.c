@@ -148,6 +148,27 @@ static int call_msg(fixture *f, dt_msg_type type, const void *msg, dt_msg_type o
     return rc;
 }
 
+/* Encodes msg, replaces the first `from` in its bytes by `to` (same length:
+ * a name with a NUL or control byte the encoder would not write), sends. */
+static int call_patched(fixture *f, dt_msg_type type, const void *msg, const char *from,
+                        const char *to, size_t n, dt_err *err) {
+    dt_err local;
+    dt_err_clear(&local);
+    int64_t size = dt_codec_size(type, msg, &local);
+    ck_assert_msg(size > 0, "size: %s", local.msg);
+    uint8_t *bytes = malloc((size_t)size);
+    ck_assert_ptr_nonnull(bytes);
+    ck_assert_int_eq(dt_codec_encode(type, msg, bytes, (size_t)size, &local), 0);
+    uint8_t *at = memmem(bytes, (size_t)size, from, n);
+    ck_assert_msg(at != NULL, "%s not in the encoded message", from);
+    memcpy(at, to, n);
+    dt_rpc_buf resp;
+    int rc = call_raw(f, type, bytes, (size_t)size, &resp, err);
+    free(bytes);
+    dt_rpc_buf_release(&resp);
+    return rc;
+}
+
 static void make_tensor(dt_tensor *t, const char *name, int dtype, int ndim, int64_t d0, int64_t d1,
                         void *data) {
     memset(t, 0, sizeof *t);
@@ -168,7 +189,7 @@ static void model_tensors(dt_tensor items[2], float *w, float *b) {
 
 static void sgd_config(dt_optim_config *cfg, double lr) {
     dt_optim_defaults(cfg);
-    snprintf(cfg->name, sizeof cfg->name, "sgd");
+    cfg->kind = DT_OPTIM_SGD;
     cfg->learning_rate = lr;
 }
 
@@ -771,7 +792,7 @@ START_TEST(test_table_import_export) {
         fixture_start_task(&f, num_ps, 0, 0, NULL, NULL);
         dt_optim_config cfg;
         sgd_config(&cfg, 0.5);
-        snprintf(cfg.name, sizeof cfg.name, "adagrad");
+        cfg.kind = DT_OPTIM_ADAGRAD;
         dt_msg_table spec = table_spec();
         dt_err err;
         dt_err_clear(&err);
@@ -858,7 +879,7 @@ START_TEST(test_ftrl_over_the_wire) {
     fixture_start(&f, 0);
     dt_optim_config cfg;
     dt_optim_defaults(&cfg);
-    snprintf(cfg.name, sizeof cfg.name, "ftrl");
+    cfg.kind = DT_OPTIM_FTRL;
     cfg.learning_rate = 0.5;
     cfg.ftrl_l1 = 100;
     dt_msg_table spec = table_spec();
@@ -987,9 +1008,6 @@ START_TEST(test_create_invalid) {
     sgd_config(&cfg, 0.5);
     dt_err err;
     dt_optim_config bad = cfg;
-    snprintf(bad.name, sizeof bad.name, "rmsprop");
-    ASSERT_FAILS(create(&f, W0, B0, &bad, 0, 100, NULL, &err), DT_EINVAL, "rmsprop");
-    bad = cfg;
     bad.learning_rate = -1;
     ASSERT_FAILS(create(&f, W0, B0, &bad, 0, 100, NULL, &err), DT_EINVAL, "learning_rate");
     ASSERT_FAILS(create(&f, W0, B0, &cfg, -1, 100, NULL, &err), DT_EINVAL, "negative");
@@ -1005,6 +1023,20 @@ START_TEST(test_create_invalid) {
     req.out.count = 2;
     req.max_steps = 10;
     req.optim = cfg;
+    /* The optimizer travels by name: one this ps does not know is the
+     * caller's error, naming the field, before anything else is read. */
+    req.optim.kind = DT_OPTIM_ADAGRAD;
+    ASSERT_FAILS(call_patched(&f, DT_MSG_CREATE_REQ, &req, "adagrad", "rmsprop", 7, &err),
+                 DT_EINVAL,
+                 "CreateRequest: optimizer.name: unknown name \"rmsprop\" (want sgd, momentum, "
+                 "adagrad, adam or ftrl)");
+    /* A name with a control byte is shown escaped. */
+    ASSERT_FAILS(call_patched(&f, DT_MSG_CREATE_REQ, &req, "adagrad",
+                              "adagr\x01"
+                              "d",
+                              7, &err),
+                 DT_EINVAL, "unknown name \"adagr\\x01d\"");
+    req.optim = cfg;
     snprintf(items[1].name, sizeof items[1].name, "w"); /* twice */
     ASSERT_FAILS(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, NULL, &err), DT_EINVAL,
                  "given twice");
@@ -1014,13 +1046,16 @@ START_TEST(test_create_invalid) {
     ASSERT_FAILS(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, NULL, &err), DT_EINVAL,
                  "only F32");
     /* An empty Create is a ps with no units of the model, which is fine;
-     * an empty message is still refused, for its missing optimizer. */
+     * an empty message is still refused, for its missing optimizer, and a
+     * zeroed optimizer (sgd) for its learning rate. */
     req.out.count = 0;
     memset(&req.optim, 0, sizeof req.optim);
     ASSERT_FAILS(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, NULL, &err), DT_EINVAL,
-                 "optimizer");
-    const uint8_t garbage[6] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+                 "optimizer: \"learning_rate\"");
     dt_rpc_buf resp;
+    ASSERT_FAILS(call_raw(&f, DT_MSG_CREATE_REQ, NULL, 0, &resp, &err), DT_EINVAL,
+                 "CreateRequest: optimizer.name: unknown name \"\"");
+    const uint8_t garbage[6] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
     ASSERT_FAILS(call_raw(&f, DT_MSG_CREATE_REQ, garbage, sizeof garbage, &resp, &err), DT_EINVAL,
                  "CreateRequest");
 
@@ -1600,13 +1635,13 @@ static void run_optimizer(const dt_optim_config *cfg) {
     fixture_start(&f, 0);
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(create(&f, W0, B0, cfg, 0, 100, NULL, &err) == 0, "create %s: %s", cfg->name,
-                  err.msg);
+    ck_assert_msg(create(&f, W0, B0, cfg, 0, 100, NULL, &err) == 0, "create %s: %s",
+                  dt_optim_name(cfg->kind), err.msg);
     const int n = NW + NB;
     double w[NW + NB], s0[NW + NB], s1[NW + NB];
     for (int i = 0; i < n; i++) {
         w[i] = i < NW ? W0[i] : B0[i - NW];
-        s0[i] = strcmp(cfg->name, "adagrad") == 0 ? cfg->initial_accumulator : 0;
+        s0[i] = cfg->kind == DT_OPTIM_ADAGRAD ? cfg->initial_accumulator : 0;
         s1[i] = 0;
     }
     const double lr = cfg->learning_rate, mu = cfg->momentum, b1 = cfg->beta1, b2 = cfg->beta2,
@@ -1620,10 +1655,10 @@ static void run_optimizer(const dt_optim_config *cfg) {
         ck_assert_msg(push(&f, gw, gb, 1, NULL, &err) == 0, "push: %s", err.msg);
         for (int i = 0; i < n; i++) {
             double g = i < NW ? gw[i] : gb[i - NW];
-            if (strcmp(cfg->name, "momentum") == 0) {
+            if (cfg->kind == DT_OPTIM_MOMENTUM) {
                 s0[i] = mu * s0[i] + g; /* a = mu*a + g */
                 w[i] -= cfg->nesterov ? lr * g + lr * mu * s0[i] : lr * s0[i];
-            } else if (strcmp(cfg->name, "adagrad") == 0) {
+            } else if (cfg->kind == DT_OPTIM_ADAGRAD) {
                 s0[i] += g * g; /* a += g^2; w -= lr*g / (sqrt(a) + eps) */
                 w[i] -= lr * g / (sqrt(s0[i]) + eps);
             } else { /* adam */
@@ -1642,9 +1677,10 @@ static void run_optimizer(const dt_optim_config *cfg) {
         double got = i < NW ? gotw[i] : gotb[i - NW];
         double start = i < NW ? W0[i] : B0[i - NW];
         ck_assert_msg(fabs(got - w[i]) <= 1e-6 + 1e-5 * fabs(w[i]),
-                      "%s%s: element %d = %.9g, reference %.9g", cfg->name,
+                      "%s%s: element %d = %.9g, reference %.9g", dt_optim_name(cfg->kind),
                       cfg->nesterov ? " (nesterov)" : "", i, got, w[i]);
-        ck_assert_msg(fabs(w[i] - start) > 1e-3, "%s: element %d did not move", cfg->name, i);
+        ck_assert_msg(fabs(w[i] - start) > 1e-3, "%s: element %d did not move",
+                      dt_optim_name(cfg->kind), i);
     }
     fixture_stop(&f);
 }
@@ -1652,7 +1688,7 @@ static void run_optimizer(const dt_optim_config *cfg) {
 START_TEST(test_momentum) {
     dt_optim_config cfg;
     dt_optim_defaults(&cfg);
-    snprintf(cfg.name, sizeof cfg.name, "momentum");
+    cfg.kind = DT_OPTIM_MOMENTUM;
     cfg.learning_rate = 0.1;
     cfg.momentum = 0.9;
     run_optimizer(&cfg);
@@ -1664,7 +1700,7 @@ END_TEST
 START_TEST(test_adagrad) {
     dt_optim_config cfg;
     dt_optim_defaults(&cfg);
-    snprintf(cfg.name, sizeof cfg.name, "adagrad");
+    cfg.kind = DT_OPTIM_ADAGRAD;
     cfg.learning_rate = 0.1;
     cfg.initial_accumulator = 0.1;
     run_optimizer(&cfg);
@@ -1674,7 +1710,7 @@ END_TEST
 START_TEST(test_adam) {
     dt_optim_config cfg;
     dt_optim_defaults(&cfg);
-    snprintf(cfg.name, sizeof cfg.name, "adam");
+    cfg.kind = DT_OPTIM_ADAM;
     cfg.learning_rate = 0.01;
     cfg.beta1 = 0.9;
     cfg.beta2 = 0.999;
@@ -1693,7 +1729,7 @@ START_TEST(test_long_names_with_slots) {
     fixture_start(&f, 0);
     dt_optim_config cfg;
     dt_optim_defaults(&cfg);
-    snprintf(cfg.name, sizeof cfg.name, "adam");
+    cfg.kind = DT_OPTIM_ADAM;
     float a[2] = {1, 2}, b[2] = {3, 4};
     dt_tensor items[2];
     char name[DT_TENSOR_NAME_MAX];
@@ -2095,7 +2131,7 @@ START_TEST(test_client_tables_reshard) {
     memset(&model, 0, sizeof model);
     model.vars = &vars;
     sgd_config(&model.optim, 0.5);
-    snprintf(model.optim.name, sizeof model.optim.name, "adagrad");
+    model.optim.kind = DT_OPTIM_ADAGRAD;
     model.max_steps = 100;
     model.tables = &spec;
     model.num_tables = 1;
@@ -2208,27 +2244,6 @@ START_TEST(test_client_tables_reshard) {
 END_TEST
 
 /* ---- hostile clients --------------------------------------------------- */
-
-/* Encodes msg, replaces the first `from` in its bytes by `to` (same length:
- * a name with a NUL or control byte the encoder would not write), sends. */
-static int call_patched(fixture *f, dt_msg_type type, const void *msg, const char *from,
-                        const char *to, size_t n, dt_err *err) {
-    dt_err local;
-    dt_err_clear(&local);
-    int64_t size = dt_codec_size(type, msg, &local);
-    ck_assert_msg(size > 0, "size: %s", local.msg);
-    uint8_t *bytes = malloc((size_t)size);
-    ck_assert_ptr_nonnull(bytes);
-    ck_assert_int_eq(dt_codec_encode(type, msg, bytes, (size_t)size, &local), 0);
-    uint8_t *at = memmem(bytes, (size_t)size, from, n);
-    ck_assert_msg(at != NULL, "%s not in the encoded message", from);
-    memcpy(at, to, n);
-    dt_rpc_buf resp;
-    int rc = call_raw(f, type, bytes, (size_t)size, &resp, err);
-    free(bytes);
-    dt_rpc_buf_release(&resp);
-    return rc;
-}
 
 /* A Create whose one tensor is shaped [d0, d1] but carries no data: sizes
  * that wrap 64 bits once passed as 0 bytes and crashed the next Push. */
@@ -2651,7 +2666,7 @@ static void assert_twins_equal(twin *t, int64_t *step) {
  * push with a NaN in its last piece (refused, nothing changed), a retry of
  * an applied push (not applied again), a push that brings the variables
  * back. The twins end bit-identical. */
-static void run_twins(const char *optimizer, int mode) {
+static void run_twins(dt_optim_kind optimizer, int mode) {
     twin t;
     twin_start(&t);
     uint64_t x = 99;
@@ -2670,7 +2685,7 @@ static void run_twins(const char *optimizer, int mode) {
     memset(&c, 0, sizeof c);
     c.out = (dt_tensor_list){.items = items, .count = 2};
     dt_optim_defaults(&c.optim);
-    snprintf(c.optim.name, sizeof c.optim.name, "%s", optimizer);
+    c.optim.kind = optimizer;
     c.optim.learning_rate = 0.0173;
     c.max_steps = 1000;
     c.consistency.mode = mode;
@@ -2754,17 +2769,17 @@ static void run_twins(const char *optimizer, int mode) {
 }
 
 START_TEST(test_pieces_sgd_async) {
-    run_twins("sgd", DT_MODE_ASYNC);
+    run_twins(DT_OPTIM_SGD, DT_MODE_ASYNC);
 }
 END_TEST
 
 START_TEST(test_pieces_adam_async) {
-    run_twins("adam", DT_MODE_ASYNC);
+    run_twins(DT_OPTIM_ADAM, DT_MODE_ASYNC);
 }
 END_TEST
 
 START_TEST(test_pieces_momentum_sync) {
-    run_twins("momentum", DT_MODE_SYNC);
+    run_twins(DT_OPTIM_MOMENTUM, DT_MODE_SYNC);
 }
 END_TEST
 
@@ -2847,7 +2862,7 @@ static void push_ones(twin *t, uint64_t id) {
  * are gone the buffers are used again. Exact values: sgd and momentum with
  * power-of-two rates on small integers. */
 START_TEST(test_reply_buffers_unchanged) {
-    const char *optimizers[2] = {"sgd", "momentum"};
+    const dt_optim_kind optimizers[2] = {DT_OPTIM_SGD, DT_OPTIM_MOMENTUM};
     for (int o = 0; o < 2; o++) {
         twin t;
         twin_start(&t);
@@ -2860,7 +2875,7 @@ START_TEST(test_reply_buffers_unchanged) {
         memset(&c, 0, sizeof c);
         c.out = (dt_tensor_list){.items = &item, .count = 1};
         dt_optim_defaults(&c.optim);
-        snprintf(c.optim.name, sizeof c.optim.name, "%s", optimizers[o]);
+        c.optim.kind = optimizers[o];
         c.optim.learning_rate = 0.5;
         c.optim.momentum = 0.5;
         c.max_steps = 100;

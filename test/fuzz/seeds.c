@@ -159,7 +159,7 @@ static void codec_seeds(void) {
     create.global_step = 1200;
     create.max_steps = 2000;
     dt_optim_defaults(&create.optim);
-    snprintf(create.optim.name, sizeof create.optim.name, "adam");
+    create.optim.kind = DT_OPTIM_ADAM;
     create.schedule.kind = DT_LR_EXPONENTIAL;
     create.schedule.decay_steps = 1000;
     create.schedule.decay_rate = 0.96;
