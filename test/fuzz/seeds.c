@@ -277,9 +277,10 @@ static void summary_seeds(const char *tmp) {
     if (dt_summary_open(tmp, &w, &err) < 0) die("summary", &err);
     const char *tags[] = {"loss", "global_step/sec"};
     double values[] = {0.25, 1500.0};
-    double hist[] = {-1.5, 0, 0.001, 2, 2, 3.5};
+    double hist[] = {-1.5, 0, 0.001, 2, 3.5};
+    int64_t hist_counts[] = {1, 1, 1, 2, 1};
     if (dt_summary_scalars(w, 10, tags, values, 2, &err) < 0 ||
-        dt_summary_histogram(w, 20, "linear/weight", hist, 6, &err) < 0)
+        dt_summary_histogram_counts(w, 20, "linear/weight", hist, hist_counts, 5, &err) < 0)
         die("summary", &err);
     char path[1024];
     snprintf(path, sizeof path, "%s", dt_summary_path(w));
