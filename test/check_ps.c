@@ -126,9 +126,9 @@ static int call_raw(fixture *f, dt_msg_type type, const uint8_t *bytes, size_t l
     return rc;
 }
 
-/* Encodes msg and sends it; decodes the reply into out (of out_type). */
-static int call_msg(fixture *f, dt_msg_type type, const void *msg, dt_msg_type out_type, void *out,
-                    dt_err *err) {
+/* msg encoded, in a heap buffer of *len bytes (at least 1 allocated) that
+ * the caller frees. */
+static uint8_t *encode_msg(dt_msg_type type, const void *msg, size_t *len) {
     dt_err local;
     dt_err_clear(&local);
     int64_t size = dt_codec_size(type, msg, &local);
@@ -137,8 +137,17 @@ static int call_msg(fixture *f, dt_msg_type type, const void *msg, dt_msg_type o
     ck_assert_ptr_nonnull(bytes);
     ck_assert_msg(dt_codec_encode(type, msg, bytes, (size_t)size, &local) == 0, "encode: %s",
                   local.msg);
+    *len = (size_t)size;
+    return bytes;
+}
+
+/* Encodes msg and sends it; decodes the reply into out (of out_type). */
+static int call_msg(fixture *f, dt_msg_type type, const void *msg, dt_msg_type out_type, void *out,
+                    dt_err *err) {
+    size_t size;
+    uint8_t *bytes = encode_msg(type, msg, &size);
     dt_rpc_buf resp;
-    int rc = call_raw(f, type, bytes, (size_t)size, &resp, err);
+    int rc = call_raw(f, type, bytes, size, &resp, err);
     free(bytes);
     if (rc == 0 && out) {
         rc = dt_codec_decode(out_type, resp.data, resp.len, out, err);
@@ -152,18 +161,13 @@ static int call_msg(fixture *f, dt_msg_type type, const void *msg, dt_msg_type o
  * a name with a NUL or control byte the encoder would not write), sends. */
 static int call_patched(fixture *f, dt_msg_type type, const void *msg, const char *from,
                         const char *to, size_t n, dt_err *err) {
-    dt_err local;
-    dt_err_clear(&local);
-    int64_t size = dt_codec_size(type, msg, &local);
-    ck_assert_msg(size > 0, "size: %s", local.msg);
-    uint8_t *bytes = malloc((size_t)size);
-    ck_assert_ptr_nonnull(bytes);
-    ck_assert_int_eq(dt_codec_encode(type, msg, bytes, (size_t)size, &local), 0);
-    uint8_t *at = memmem(bytes, (size_t)size, from, n);
+    size_t size;
+    uint8_t *bytes = encode_msg(type, msg, &size);
+    uint8_t *at = memmem(bytes, size, from, n);
     ck_assert_msg(at != NULL, "%s not in the encoded message", from);
     memcpy(at, to, n);
     dt_rpc_buf resp;
-    int rc = call_raw(f, type, bytes, (size_t)size, &resp, err);
+    int rc = call_raw(f, type, bytes, size, &resp, err);
     free(bytes);
     dt_rpc_buf_release(&resp);
     return rc;
@@ -187,6 +191,51 @@ static void model_tensors(dt_tensor items[2], float *w, float *b) {
     make_tensor(&items[1], "b", DT_DTYPE_F32, 1, 3, 0, b);
 }
 
+/* The model's two tensors over a copy of (w, b), for a request that must
+ * not write the caller's arrays. Holds pointers into itself: not copied. */
+typedef struct {
+    float w[NW], b[NB];
+    dt_tensor items[2];
+} model_copy;
+
+static void copy_model(model_copy *m, const float *w, const float *b) {
+    memcpy(m->w, w, sizeof m->w);
+    memcpy(m->b, b, sizeof m->b);
+    model_tensors(m->items, m->w, m->b);
+}
+
+/* The requests as most tests send them; each test sets only what differs. */
+
+/* Create the `count` variables of items (borrowed) for cfg, done at
+ * max_steps: step 0, async, no slots, tables or model text. */
+static dt_msg_create_req create_req(dt_tensor *items, int count, const dt_optim_config *cfg,
+                                    int64_t max_steps) {
+    dt_msg_create_req req;
+    memset(&req, 0, sizeof req);
+    req.out = (dt_tensor_list){.items = items, .count = count};
+    req.optim = *cfg;
+    req.max_steps = max_steps;
+    return req;
+}
+
+/* The `count` gradients of items (borrowed) from worker, computed at step
+ * 0: no id, no pull, no sparse pairs. */
+static dt_msg_push_req push_req(dt_tensor *items, int count, int worker) {
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = worker;
+    req.out = (dt_tensor_list){.items = items, .count = count};
+    return req;
+}
+
+/* A pull of every variable by worker (-1: a tool). */
+static dt_msg_pull_req pull_req(int worker) {
+    dt_msg_pull_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = worker;
+    return req;
+}
+
 static void sgd_config(dt_optim_config *cfg, double lr) {
     dt_optim_defaults(cfg);
     cfg->kind = DT_OPTIM_SGD;
@@ -197,19 +246,11 @@ static void sgd_config(dt_optim_config *cfg, double lr) {
 static int create_restored(fixture *f, const float *w, const float *b, const dt_optim_config *cfg,
                            int64_t global_step, int64_t step_ceiling, int64_t max_steps,
                            dt_msg_create_resp *resp, dt_err *err) {
-    float wc[NW], bc[NB];
-    memcpy(wc, w, sizeof wc);
-    memcpy(bc, b, sizeof bc);
-    dt_tensor items[2];
-    model_tensors(items, wc, bc);
-    dt_msg_create_req req;
-    memset(&req, 0, sizeof req);
-    req.out.items = items;
-    req.out.count = 2;
+    model_copy m;
+    copy_model(&m, w, b);
+    dt_msg_create_req req = create_req(m.items, 2, cfg, max_steps);
     req.global_step = global_step;
     req.step_ceiling = step_ceiling;
-    req.max_steps = max_steps;
-    req.optim = *cfg;
     snprintf(req.model, sizeof req.model, "linear test");
     dt_msg_create_resp local;
     if (!resp) resp = &local;
@@ -224,17 +265,14 @@ static int create(fixture *f, const float *w, const float *b, const dt_optim_con
 
 /* Pulls every variable into w, b; *global_step, *done from the reply. */
 static int pull(fixture *f, float *w, float *b, int64_t *global_step, int *done, dt_err *err) {
-    dt_msg_pull_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = -1;
+    dt_msg_pull_req req = pull_req(-1);
     dt_err local;
     dt_err_clear(&local);
-    uint8_t bytes[64];
-    int64_t size = dt_codec_size(DT_MSG_PULL_REQ, &req, &local);
-    ck_assert(size >= 0 && size <= (int64_t)sizeof bytes);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_PULL_REQ, &req, bytes, (size_t)size, &local), 0);
+    size_t size;
+    uint8_t *bytes = encode_msg(DT_MSG_PULL_REQ, &req, &size);
     dt_rpc_buf resp;
-    int rc = call_raw(f, DT_MSG_PULL_REQ, bytes, (size_t)size, &resp, err);
+    int rc = call_raw(f, DT_MSG_PULL_REQ, bytes, size, &resp, err);
+    free(bytes);
     if (rc < 0) return rc;
     dt_msg_pull_resp pr;
     memset(&pr, 0, sizeof pr);
@@ -258,12 +296,7 @@ static int pull(fixture *f, float *w, float *b, int64_t *global_step, int *done,
 
 static int push_items(fixture *f, dt_tensor *items, int count, int worker, dt_msg_push_resp *resp,
                       dt_err *err) {
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = worker;
-    req.step = 0;
-    req.out.items = items;
-    req.out.count = count;
+    dt_msg_push_req req = push_req(items, count, worker);
     /* Zeroed, as the decoder wants: a field the ps leaves at its default
      * (global_step 0 after a Shutdown) is not on the wire. */
     dt_msg_push_resp local;
@@ -274,12 +307,9 @@ static int push_items(fixture *f, dt_tensor *items, int count, int worker, dt_ms
 
 static int push(fixture *f, const float *gw, const float *gb, int worker, dt_msg_push_resp *resp,
                 dt_err *err) {
-    float wc[NW], bc[NB];
-    memcpy(wc, gw, sizeof wc);
-    memcpy(bc, gb, sizeof bc);
-    dt_tensor items[2];
-    model_tensors(items, wc, bc);
-    return push_items(f, items, 2, worker, resp, err);
+    model_copy m;
+    copy_model(&m, gw, gb);
+    return push_items(f, m.items, 2, worker, resp, err);
 }
 
 static void status(fixture *f, int worker, dt_msg_status_resp *st) {
@@ -366,16 +396,9 @@ static dt_msg_table table_spec(void) {
 static int create_evicting(fixture *f, const dt_optim_config *cfg, const dt_msg_table *tables,
                            int n, bool pending, int mode, const dt_table_evict_policy *eviction,
                            dt_err *err) {
-    float wc[NW], bc[NB];
-    memcpy(wc, W0, sizeof wc);
-    memcpy(bc, B0, sizeof bc);
-    dt_tensor items[2];
-    model_tensors(items, wc, bc);
-    dt_msg_create_req req;
-    memset(&req, 0, sizeof req);
-    req.out = (dt_tensor_list){.items = items, .count = 2};
-    req.max_steps = 100;
-    req.optim = *cfg;
+    model_copy m;
+    copy_model(&m, W0, B0);
+    dt_msg_create_req req = create_req(m.items, 2, cfg, 100);
     req.consistency.mode = mode;
     req.consistency.replicas_to_aggregate = 1;
     req.consistency.total_num_replicas = 1;
@@ -410,12 +433,10 @@ static int sparse_pull_tensor(fixture *f, const char *table, dt_tensor *ids, flo
     resp.values_in = (dt_tensor_views){.items = &view, .cap = 1};
     dt_err local;
     dt_err_clear(&local);
-    int64_t size = dt_codec_size(DT_MSG_SPARSE_PULL_REQ, &req, &local);
-    ck_assert_msg(size >= 0, "%s", local.msg);
-    uint8_t *bytes = malloc((size_t)size + 1);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_SPARSE_PULL_REQ, &req, bytes, (size_t)size, &local), 0);
+    size_t size;
+    uint8_t *bytes = encode_msg(DT_MSG_SPARSE_PULL_REQ, &req, &size);
     dt_rpc_buf reply;
-    int rc = call_raw(f, DT_MSG_SPARSE_PULL_REQ, bytes, (size_t)size, &reply, err);
+    int rc = call_raw(f, DT_MSG_SPARSE_PULL_REQ, bytes, size, &reply, err);
     free(bytes);
     if (rc < 0) return rc;
     ck_assert_msg(dt_codec_decode(DT_MSG_SPARSE_PULL_RESP, reply.data, reply.len, &resp, &local) ==
@@ -443,15 +464,9 @@ static int sparse_pull(fixture *f, const int64_t *ids, int64_t n, float *out, dt
 /* A push of (GW, GB) and `pairs` sparse pairs (ids[i], grads[i]). */
 static int push_sparse(fixture *f, dt_tensor *ids, dt_tensor *grads, int npairs, int ngrads,
                        dt_err *err) {
-    float gw[NW], gb[NB];
-    memcpy(gw, GW, sizeof gw);
-    memcpy(gb, GB, sizeof gb);
-    dt_tensor items[2];
-    model_tensors(items, gw, gb);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = 1;
-    req.out = (dt_tensor_list){.items = items, .count = 2};
+    model_copy m;
+    copy_model(&m, GW, GB);
+    dt_msg_push_req req = push_req(m.items, 2, 1);
     req.sparse_ids_out = (dt_tensor_list){.items = ids, .count = npairs};
     req.sparse_grads_out = (dt_tensor_list){.items = grads, .count = ngrads};
     dt_msg_push_resp resp;
@@ -757,12 +772,10 @@ static int export_page(fixture *f, int64_t after, int max_rows, bool slots,
     dt_msg_sparse_export_req req = {T_NAME, after, max_rows, slots};
     dt_err local;
     dt_err_clear(&local);
-    uint8_t bytes[256];
-    int64_t size = dt_codec_size(DT_MSG_SPARSE_EXPORT_REQ, &req, &local);
-    ck_assert(size >= 0 && size <= (int64_t)sizeof bytes);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_SPARSE_EXPORT_REQ, &req, bytes, (size_t)size, &local),
-                     0);
-    int rc = call_raw(f, DT_MSG_SPARSE_EXPORT_REQ, bytes, (size_t)size, keep, err);
+    size_t size;
+    uint8_t *bytes = encode_msg(DT_MSG_SPARSE_EXPORT_REQ, &req, &size);
+    int rc = call_raw(f, DT_MSG_SPARSE_EXPORT_REQ, bytes, size, keep, err);
+    free(bytes);
     if (rc < 0) return rc;
     memset(resp, 0, sizeof *resp);
     resp->in = (dt_tensor_views){.items = views, .cap = 4};
@@ -953,16 +966,14 @@ START_TEST(test_create_then_pull) {
 
     /* A named subset, and an unknown name. */
     const char *names[1] = {"b"};
-    dt_msg_pull_req req;
-    memset(&req, 0, sizeof req);
+    dt_msg_pull_req req = pull_req(0);
     req.out_names = names;
     req.out_count = 1;
-    req.worker = 0;
-    uint8_t bytes[64];
-    int64_t size = dt_codec_size(DT_MSG_PULL_REQ, &req, NULL);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_PULL_REQ, &req, bytes, (size_t)size, NULL), 0);
+    size_t size;
+    uint8_t *bytes = encode_msg(DT_MSG_PULL_REQ, &req, &size);
     dt_rpc_buf resp;
-    ck_assert_int_eq(call_raw(&f, DT_MSG_PULL_REQ, bytes, (size_t)size, &resp, &err), 0);
+    ck_assert_int_eq(call_raw(&f, DT_MSG_PULL_REQ, bytes, size, &resp, &err), 0);
+    free(bytes);
     dt_msg_pull_resp pr;
     memset(&pr, 0, sizeof pr);
     dt_tensor views[2];
@@ -977,11 +988,8 @@ START_TEST(test_create_then_pull) {
     dt_rpc_buf_release(&resp);
 
     names[0] = "nope";
-    size = dt_codec_size(DT_MSG_PULL_REQ, &req, NULL);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_PULL_REQ, &req, bytes, (size_t)size, NULL), 0);
-    ASSERT_FAILS(call_raw(&f, DT_MSG_PULL_REQ, bytes, (size_t)size, &resp, &err), DT_ENOTFOUND,
+    ASSERT_FAILS(call_msg(&f, DT_MSG_PULL_REQ, &req, DT_MSG_PULL_RESP, NULL, &err), DT_ENOTFOUND,
                  "unknown variable nope");
-    dt_rpc_buf_release(&resp);
     fixture_stop(&f);
 }
 END_TEST
@@ -1017,12 +1025,7 @@ START_TEST(test_create_invalid) {
     memcpy(b, B0, sizeof b);
     dt_tensor items[2];
     model_tensors(items, w, b);
-    dt_msg_create_req req;
-    memset(&req, 0, sizeof req);
-    req.out.items = items;
-    req.out.count = 2;
-    req.max_steps = 10;
-    req.optim = cfg;
+    dt_msg_create_req req = create_req(items, 2, &cfg, 10);
     /* The optimizer travels by name: one this ps does not know is the
      * caller's error, naming the field, before anything else is read. */
     req.optim.kind = DT_OPTIM_ADAGRAD;
@@ -1104,16 +1107,10 @@ END_TEST
 /* A push with an id, optionally asking for the variables back (pull). */
 static int push_with_id(fixture *f, const float *gw, const float *gb, int worker, uint64_t id,
                         int want_vars, dt_msg_push_resp *resp, float *w, float *b, dt_err *err) {
-    float wc[NW], bc[NB];
-    memcpy(wc, gw, sizeof wc);
-    memcpy(bc, gb, sizeof bc);
-    dt_tensor items[2], views[4];
-    model_tensors(items, wc, bc);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = worker;
-    req.out.items = items;
-    req.out.count = 2;
+    model_copy m;
+    copy_model(&m, gw, gb);
+    dt_tensor views[4];
+    dt_msg_push_req req = push_req(m.items, 2, worker);
     req.push_id = id;
     req.pull = want_vars;
     memset(resp, 0, sizeof *resp);
@@ -1122,12 +1119,10 @@ static int push_with_id(fixture *f, const float *gw, const float *gb, int worker
     /* A raw call: the variables' views point into the reply, read here. */
     dt_err local;
     dt_err_clear(&local);
-    int64_t size = dt_codec_size(DT_MSG_PUSH_REQ, &req, &local);
-    ck_assert(size > 0);
-    uint8_t *bytes = malloc((size_t)size);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_PUSH_REQ, &req, bytes, (size_t)size, &local), 0);
+    size_t size;
+    uint8_t *bytes = encode_msg(DT_MSG_PUSH_REQ, &req, &size);
     dt_rpc_buf raw;
-    int rc = call_raw(f, DT_MSG_PUSH_REQ, bytes, (size_t)size, &raw, err);
+    int rc = call_raw(f, DT_MSG_PUSH_REQ, bytes, size, &raw, err);
     free(bytes);
     if (rc < 0) return rc;
     rc = dt_codec_decode(DT_MSG_PUSH_RESP, raw.data, raw.len, resp, &local);
@@ -1350,13 +1345,10 @@ START_TEST(test_skip_nonfinite) {
     memcpy(bc, B0, sizeof bc);
     dt_tensor model[2];
     model_tensors(model, wc, bc);
-    dt_msg_create_req req;
-    memset(&req, 0, sizeof req);
-    req.out.items = model;
-    req.out.count = 2;
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_msg_create_req req = create_req(model, 2, &cfg, 100);
     req.global_step = 4;
-    req.max_steps = 100;
-    sgd_config(&req.optim, 0.5);
     req.skip_nonfinite = true;
     dt_msg_create_resp created;
     memset(&created, 0, sizeof created);
@@ -1425,22 +1417,16 @@ START_TEST(test_truncated_pushes) {
     memcpy(gb, GB, sizeof gb);
     dt_tensor items[2];
     model_tensors(items, gw, gb);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = 1;
+    dt_msg_push_req req = push_req(items, 2, 1);
     req.step = 4;
-    req.out.items = items;
-    req.out.count = 2;
-    int64_t size = dt_codec_size(DT_MSG_PUSH_REQ, &req, NULL);
-    ck_assert_int_gt(size, 0);
-    uint8_t *full = malloc((size_t)size);
-    ck_assert_ptr_nonnull(full);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_PUSH_REQ, &req, full, (size_t)size, NULL), 0);
+    size_t size;
+    uint8_t *full = encode_msg(DT_MSG_PUSH_REQ, &req, &size);
+    ck_assert_uint_gt(size, 0);
     char when[64];
-    for (int64_t cut = 0; cut < size; cut++) {
+    for (size_t cut = 0; cut < size; cut++) {
         dt_rpc_buf resp;
         dt_err_clear(&err);
-        int rc = call_raw(&f, DT_MSG_PUSH_REQ, full, (size_t)cut, &resp, &err);
+        int rc = call_raw(&f, DT_MSG_PUSH_REQ, full, cut, &resp, &err);
         dt_rpc_buf_release(&resp);
         ck_assert_msg(rc == DT_EINVAL, "push cut at %lld of %lld: rc %d (%s)", (long long)cut,
                       (long long)size, rc, err.msg);
@@ -1585,12 +1571,7 @@ START_TEST(test_max_steps_under_concurrency) {
         fixture_start(&f, 0);
         dt_optim_config cfg;
         sgd_config(&cfg, 1.0 / 1024);
-        dt_msg_create_req req;
-        memset(&req, 0, sizeof req);
-        req.out.items = init.items;
-        req.out.count = 1;
-        req.max_steps = MAX_STEPS;
-        req.optim = cfg;
+        dt_msg_create_req req = create_req(init.items, 1, &cfg, MAX_STEPS);
         int rc = call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, NULL, &err);
         ck_assert_msg(rc == 0, "create: %s", err.msg);
         pusher p[THREADS];
@@ -1738,12 +1719,7 @@ START_TEST(test_long_names_with_slots) {
     make_tensor(&items[0], name, DT_DTYPE_F32, 1, 2, 0, a);
     name[DT_TENSOR_NAME_MAX - 2] = 'w';
     make_tensor(&items[1], name, DT_DTYPE_F32, 1, 2, 0, b);
-    dt_msg_create_req req;
-    memset(&req, 0, sizeof req);
-    req.out.items = items;
-    req.out.count = 2;
-    req.max_steps = 10;
-    req.optim = cfg;
+    dt_msg_create_req req = create_req(items, 2, &cfg, 10);
     dt_err err;
     dt_err_clear(&err);
     dt_msg_create_resp cr;
@@ -2257,12 +2233,9 @@ static int create_shaped(fixture *f, int64_t d0, int64_t d1, dt_err *err) {
     t.shape[1] = d1;
     t.data = "";
     t.nbytes = 0;
-    dt_msg_create_req req;
-    memset(&req, 0, sizeof req);
-    req.out.items = &t;
-    req.out.count = 1;
-    req.max_steps = 100;
-    sgd_config(&req.optim, 0.5);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_msg_create_req req = create_req(&t, 1, &cfg, 100);
     dt_msg_create_resp resp;
     memset(&resp, 0, sizeof resp);
     return call_msg(f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &resp, err);
@@ -2293,9 +2266,7 @@ START_TEST(test_overflowing_shapes) {
 END_TEST
 
 static int pull_seen(fixture *f, int64_t seen_step, dt_msg_pull_resp *pr, dt_err *err) {
-    dt_msg_pull_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = 1;
+    dt_msg_pull_req req = pull_req(1);
     req.seen_step = seen_step;
     dt_tensor views[4];
     memset(pr, 0, sizeof *pr);
@@ -2321,18 +2292,11 @@ START_TEST(test_seen_step_not_believed) {
                       (long long)pr.global_step);
     }
     /* Push: the step moves by exactly the one applied push. */
-    float wc[NW], bc[NB];
-    memcpy(wc, GW, sizeof wc);
-    memcpy(bc, GB, sizeof bc);
-    dt_tensor items[2];
-    model_tensors(items, wc, bc);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = 1;
+    model_copy m;
+    copy_model(&m, GW, GB);
+    dt_msg_push_req req = push_req(m.items, 2, 1);
     req.step = 4;
     req.seen_step = 4 + 1000000;
-    req.out.items = items;
-    req.out.count = 2;
     dt_msg_push_resp resp;
     memset(&resp, 0, sizeof resp);
     ck_assert_int_eq(call_msg(&f, DT_MSG_PUSH_REQ, &req, DT_MSG_PUSH_RESP, &resp, &err), 0);
@@ -2379,12 +2343,7 @@ START_TEST(test_hostile_names) {
     dt_tensor items[2];
     model_tensors(items, wc, bc);
     make_tensor(&items[0], "wQx", DT_DTYPE_F32, 2, 2, 3, wc);
-    dt_msg_create_req creq;
-    memset(&creq, 0, sizeof creq);
-    creq.out.items = items;
-    creq.out.count = 2;
-    creq.max_steps = 100;
-    creq.optim = cfg;
+    dt_msg_create_req creq = create_req(items, 2, &cfg, 100);
     ASSERT_FAILS(call_patched(&f, DT_MSG_CREATE_REQ, &creq, "wQx", "w\0x", 3, &err), DT_EINVAL,
                  "NUL");
     dt_msg_status_resp st;
@@ -2407,20 +2366,14 @@ START_TEST(test_hostile_names) {
         memcpy(bc, GB, sizeof bc);
         model_tensors(items, wc, bc);
         make_tensor(&items[0], "wXanythin", DT_DTYPE_F32, 2, 2, 3, wc);
-        dt_msg_push_req preq;
-        memset(&preq, 0, sizeof preq);
-        preq.worker = 1;
-        preq.out.items = items;
-        preq.out.count = 2;
+        dt_msg_push_req preq = push_req(items, 2, 1);
         ASSERT_FAILS(call_patched(&f, DT_MSG_PUSH_REQ, &preq, "wXanythin", bad[i].bytes, 9, &err),
                      DT_EINVAL, bad[i].needle);
         assert_state(&f, W0, B0, 4, bad[i].needle);
     }
     /* Pull: the same rule, and a name given twice. */
     const char *names[2] = {"wX", "b"};
-    dt_msg_pull_req pq;
-    memset(&pq, 0, sizeof pq);
-    pq.worker = 1;
+    dt_msg_pull_req pq = pull_req(1);
     pq.out_names = names;
     pq.out_count = 2;
     ASSERT_FAILS(call_patched(&f, DT_MSG_PULL_REQ, &pq, "wX", "w\x01", 2, &err), DT_EINVAL,
@@ -2457,9 +2410,7 @@ START_TEST(test_push_as_another_task) {
     fixture_reconnect(&f, &as_w1);
 
     ASSERT_FAILS(push(&f, GW, GB, 0, NULL, &err), DT_EPERM, "worker:1 may not call as worker 0");
-    dt_msg_pull_req pq;
-    memset(&pq, 0, sizeof pq);
-    pq.worker = 0;
+    dt_msg_pull_req pq = pull_req(0);
     ASSERT_FAILS(call_msg(&f, DT_MSG_PULL_REQ, &pq, DT_MSG_PULL_RESP, NULL, &err), DT_EPERM,
                  "worker:1 may not call as worker 0");
     dt_msg_status_resp st;
@@ -2551,15 +2502,11 @@ static void twin_stop(twin *t) {
  * the reply's bytes and *reply_len their number. */
 static int send_to(twin *t, int cut, dt_msg_type type, const void *msg, uint8_t **reply,
                    size_t *reply_len, dt_err *err) {
-    dt_err local;
-    dt_err_clear(&local);
-    int64_t size = dt_codec_size(type, msg, &local);
-    ck_assert_msg(size > 0, "%s", local.msg);
-    uint8_t *bytes = malloc((size_t)size);
-    ck_assert_ptr_nonnull(bytes);
-    ck_assert_int_eq(dt_codec_encode(type, msg, bytes, (size_t)size, &local), 0);
-    dt_rpc_buf req = {.data = bytes, .len = (size_t)size}, out;
-    if (cut) dt_test_in_pieces(bytes, (size_t)size, ++t->seed, &req);
+    size_t size;
+    uint8_t *bytes = encode_msg(type, msg, &size);
+    ck_assert_uint_gt(size, 0);
+    dt_rpc_buf req = {.data = bytes, .len = size}, out;
+    if (cut) dt_test_in_pieces(bytes, size, ++t->seed, &req);
     dt_rpc_peer anyone = {.role = DT_PEER_ANY, .task = -1, .name = "anonymous"};
     dt_err_clear(err);
     int rc = dt_ps_call(cut ? t->cut : t->flat, dt_codec_method(type), &anyone, &req, &out, err);
@@ -2609,12 +2556,9 @@ static int push_both(twin *t, uint64_t *x, int w, uint64_t id, int64_t step, flo
     if (nan_at_end != 0) gbig[PR * PC - 1] = nan_at_end;
     dt_tensor items[2];
     twin_tensors(items, gbig, gb);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = w;
+    dt_msg_push_req req = push_req(items, 2, w);
     req.step = step;
     req.push_id = id;
-    req.out = (dt_tensor_list){.items = items, .count = 2};
     return send_both(t, DT_MSG_PUSH_REQ, &req, err);
 }
 
@@ -2681,13 +2625,11 @@ static void run_twins(dt_optim_kind optimizer, int mode) {
     }
     dt_tensor items[2], slot_items[2];
     twin_tensors(items, big, b);
-    dt_msg_create_req c;
-    memset(&c, 0, sizeof c);
-    c.out = (dt_tensor_list){.items = items, .count = 2};
-    dt_optim_defaults(&c.optim);
-    c.optim.kind = optimizer;
-    c.optim.learning_rate = 0.0173;
-    c.max_steps = 1000;
+    dt_optim_config cfg;
+    dt_optim_defaults(&cfg);
+    cfg.kind = optimizer;
+    cfg.learning_rate = 0.0173;
+    dt_msg_create_req c = create_req(items, 2, &cfg, 1000);
     c.consistency.mode = mode;
     c.consistency.replicas_to_aggregate = 2;
     c.consistency.total_num_replicas = 2;
@@ -2737,13 +2679,10 @@ static void run_twins(dt_optim_kind optimizer, int mode) {
     for (int i = 0; i < PC; i++)
         gb[i] = odd_value(&x);
     twin_tensors(items, gbig, gb);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = 0;
+    dt_msg_push_req req = push_req(items, 2, 0);
     req.step = step;
     req.push_id = ++id;
     req.pull = true;
-    req.out = (dt_tensor_list){.items = items, .count = 2};
     uint8_t *reply[2];
     size_t reply_len[2];
     dt_msg_push_resp r[2];
@@ -2846,11 +2785,8 @@ static void push_ones(twin *t, uint64_t id) {
         g[i] = 1.0f;
     dt_tensor item;
     make_tensor(&item, "big", DT_DTYPE_F32, 1, NBIG, 0, g);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = 0;
+    dt_msg_push_req req = push_req(&item, 1, 0);
     req.push_id = id;
-    req.out = (dt_tensor_list){.items = &item, .count = 1};
     dt_rpc_buf reply = call_keep(t->flat, DT_MSG_PUSH_REQ, &req);
     dt_rpc_buf_release(&reply);
 }
@@ -2871,14 +2807,12 @@ START_TEST(test_reply_buffers_unchanged) {
             w[i] = (float)i;
         dt_tensor item;
         make_tensor(&item, "big", DT_DTYPE_F32, 1, NBIG, 0, w);
-        dt_msg_create_req c;
-        memset(&c, 0, sizeof c);
-        c.out = (dt_tensor_list){.items = &item, .count = 1};
-        dt_optim_defaults(&c.optim);
-        c.optim.kind = optimizers[o];
-        c.optim.learning_rate = 0.5;
-        c.optim.momentum = 0.5;
-        c.max_steps = 100;
+        dt_optim_config cfg;
+        dt_optim_defaults(&cfg);
+        cfg.kind = optimizers[o];
+        cfg.learning_rate = 0.5;
+        cfg.momentum = 0.5;
+        dt_msg_create_req c = create_req(&item, 1, &cfg, 100);
         dt_rpc_buf r = call_keep(t.flat, DT_MSG_CREATE_REQ, &c);
         dt_rpc_buf_release(&r);
         int slots = o == 1;
