@@ -595,7 +595,7 @@ int main(int argc, char **argv) {
     if (o.dtrain_bin && (rc = wait_ps_ready(&o, &cluster, ps_pids, &err)) < 0) goto fail;
     dt_optim_config optim;
     dt_optim_defaults(&optim);
-    snprintf(optim.name, sizeof optim.name, "sgd");
+    optim.kind = DT_OPTIM_SGD;
     optim.learning_rate = LEARNING_RATE;
     dt_ps_model model;
     memset(&model, 0, sizeof model); /* constant schedule, async, no slots */

@@ -203,10 +203,6 @@ void dt_auth_tokens_free(dt_auth_tokens *t) {
     free(t);
 }
 
-int dt_auth_tokens_shared(const dt_auth_tokens *t) {
-    return t->shared;
-}
-
 const char *dt_auth_tokens_for(const dt_auth_tokens *t, const char *identity) {
     if (t->shared) return t->entries[0].token;
     for (int i = 0; i < t->n; i++)

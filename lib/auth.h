@@ -34,9 +34,6 @@ typedef struct dt_auth_tokens dt_auth_tokens;
 int dt_auth_tokens_load(const char *path, dt_auth_tokens **out, dt_err *err) DT_WARN_UNUSED;
 void dt_auth_tokens_free(dt_auth_tokens *t); /* NULL is a no-op; wipes the tokens */
 
-/* 1 in shared mode (one bare token). */
-int dt_auth_tokens_shared(const dt_auth_tokens *t);
-
 /* The token a client with `identity` sends (borrowed), or NULL when the
  * file has none for it. In shared mode, the shared token. */
 const char *dt_auth_tokens_for(const dt_auth_tokens *t, const char *identity);

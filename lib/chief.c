@@ -426,7 +426,7 @@ static int load_latest(chief *c, int64_t *global_step, dt_err *err) {
     c->have_slots = nslots == c->slots.count;
     if (!c->have_slots && c->slots.count > 0)
         dt_log(DT_LOG_WARN, "chief: %s has no %s slots; they start from their initial values", path,
-               c->job->optim.name);
+               dt_optim_name(c->job->optim.kind));
     *global_step = meta.global_step;
     dt_log(DT_LOG_INFO, "chief: restored %s (global_step %lld)", path, (long long)meta.global_step);
     return 1;
@@ -570,7 +570,7 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     /* The short fields first: a very long model description is what a cut
      * drops, the same way on every run of this job. */
     int n = snprintf(c->job_id, sizeof c->job_id, "optimizer=%s lr=%g max_steps=%lld mode=%s %s",
-                     m->optim.name, m->optim.learning_rate, (long long)m->max_steps,
+                     dt_optim_name(m->optim.kind), m->optim.learning_rate, (long long)m->max_steps,
                      dt_mode_name(jc->mode), c->model);
     if (n >= (int)sizeof c->job_id)
         dt_log(DT_LOG_DEBUG, "chief: job description cut to %zu bytes", sizeof c->job_id - 1);

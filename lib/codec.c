@@ -284,8 +284,10 @@ static void copy_str(char *dst, size_t cap, const char *src) {
     dst[n] = '\0';
 }
 
+/* An unknown kind goes as "", which the receiver refuses. */
 static void optim_to_pb(const dt_optim_config *in, dtrain_OptimizerConfig *out) {
-    copy_str(out->name, sizeof out->name, in->name);
+    const char *name = dt_optim_name(in->kind);
+    copy_str(out->name, sizeof out->name, name ? name : "");
     out->learning_rate = in->learning_rate;
     out->momentum = in->momentum;
     out->nesterov = in->nesterov != 0;
@@ -298,8 +300,11 @@ static void optim_to_pb(const dt_optim_config *in, dtrain_OptimizerConfig *out) 
     out->ftrl_beta = in->ftrl_beta;
 }
 
+/* The name passed check_values. */
 static void optim_from_pb(const dtrain_OptimizerConfig *in, dt_optim_config *out) {
-    copy_str(out->name, sizeof out->name, in->name);
+    int kind = dt_optim_from_name(in->name);
+    DT_ASSERT(kind >= 0);
+    out->kind = (dt_optim_kind)kind;
     out->learning_rate = in->learning_rate;
     out->momentum = in->momentum;
     out->nesterov = in->nesterov;
@@ -1381,9 +1386,23 @@ static int check_line(const char *s, size_t cap, dt_msg_type type, const char *f
     return dt_text_check_line(s, strnlen(s, cap), cap - 1, what, err);
 }
 
+/* The optimizer travels by name (the proto's string); it becomes the enum
+ * here, where the message enters, and an unknown name is the caller's
+ * INVALID_ARGUMENT naming the field. nanopb has checked the length. */
+static int check_optimizer(const dtrain_OptimizerConfig *o, dt_err *err) {
+    if (dt_optim_from_name(o->name) >= 0) return 0;
+    char shown[4 * sizeof o->name];
+    dt_text_escape(shown, sizeof shown, o->name, strnlen(o->name, sizeof o->name));
+    return dt_err_set(err, DT_EINVAL,
+                      "%s: optimizer.name: unknown name \"%s\" (want sgd, momentum, adagrad, adam "
+                      "or ftrl)",
+                      type_names[DT_MSG_CREATE_REQ], shown);
+}
+
 /* Values the schema allows but no ps sends, refused here once rather than
  * by each reader of the message. */
 static int check_values(dt_msg_type type, const pb_any *pb, dt_err *err) {
+    if (type == DT_MSG_CREATE_REQ) return check_optimizer(&pb->create_req.optimizer, err);
     if (type == DT_MSG_SHUTDOWN_REQ)
         return check_line(pb->shutdown_req.failure, sizeof pb->shutdown_req.failure, type,
                           "failure", err);

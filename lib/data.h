@@ -187,7 +187,8 @@ int64_t dt_data_size(const dt_dataset *ds);
 /* Examples in the whole data set, all shards together (for files: the rows
  * kept from the file; for synthetic sources: num_examples). */
 int64_t dt_data_total(const dt_dataset *ds);
-/* Completed passes over the shard so far. */
+/* Completed passes over the shard so far. For tests: the count is the
+ * dataset's own (dt_dataset is opaque); training counts steps, not epochs. */
 int dt_data_epoch(const dt_dataset *ds);
 /* Fills out with the next min(batch_size, examples left in this epoch)
  * examples, then wraps into the next (reshuffled) epoch once the pass is used
@@ -202,7 +203,8 @@ int dt_data_next(dt_dataset *ds, int batch_size, dt_batch *out, dt_err *err) DT_
 int dt_data_all(dt_dataset *ds, dt_batch *out, dt_err *err) DT_WARN_UNUSED;
 void dt_data_free(dt_dataset *ds); /* NULL is a no-op */
 
-/* "wide": the true weights w* (F), borrowed from ds; NULL for other sources. */
+/* "wide": the true weights w* (F), borrowed from ds; NULL for other sources.
+ * For tests (what a model should learn): w* is drawn inside the dataset. */
 const float *dt_data_true_weights(const dt_dataset *ds);
 
 /* A standard normal from a splitmix64 stream: advances *state by two steps

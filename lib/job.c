@@ -28,7 +28,6 @@
 
 typedef enum {
     F_CHOICE, /* one of choices, stored as its index (an enum) */
-    F_NAME,   /* one of choices, stored as the string (optimizer) */
     F_PATH,
     F_OPT_PATH,
     F_INT,
@@ -46,8 +45,8 @@ typedef enum { NUM_POSITIVE, NUM_NONNEG, NUM_UNIT } num_rule;
 typedef struct {
     const char *name;
     size_t offset;
-    size_t size;                /* F_CHOICE: sizeof(int); F_NAME, F_PATH: the buffer */
-    const char *const *choices; /* F_CHOICE, F_NAME: NULL-terminated, owned by their module */
+    size_t size;                /* F_CHOICE: sizeof(int); F_PATH: the buffer */
+    const char *const *choices; /* F_CHOICE: NULL-terminated, owned by their module */
     double min, max;            /* F_INT, F_INT64, F_SEED, integer lists: inclusive */
     field_type type;
     num_rule rule;       /* F_NUM, F_NUM_LIST */
@@ -66,6 +65,7 @@ _Static_assert(sizeof(dt_mode) == sizeof(int), "enum size");
 _Static_assert(sizeof(dt_nonfinite) == sizeof(int), "enum size");
 _Static_assert(sizeof(dt_sparse_mode) == sizeof(int), "enum size");
 _Static_assert(sizeof(dt_sparse_combiner) == sizeof(int), "enum size");
+_Static_assert(sizeof(dt_optim_kind) == sizeof(int), "enum size");
 
 #define AT(m) .offset = offsetof(dt_job, m), .size = sizeof(((dt_job *)0)->m)
 #define INT_FIELD(n, m, lo)                                                                        \
@@ -109,7 +109,7 @@ static const field fields[] = {
     {.name = "scale_divisor", .type = F_NUM, AT(data.scale_divisor), .rule = NUM_POSITIVE},
     {.name = "skip_bad_rows", .type = F_BOOL, AT(data.skip_bad_rows)},
     INT_FIELD("eval_steps", eval_steps, 0),
-    {.name = "optimizer", .type = F_NAME, AT(optim.name), .choices = dt_optim_names},
+    CHOICE("optimizer", optim.kind, dt_optim_names),
     {.name = "learning_rate", .type = F_NUM, AT(optim.learning_rate), .rule = NUM_POSITIVE},
     {.name = "momentum", .type = F_NUM, AT(optim.momentum), .rule = NUM_UNIT},
     {.name = "nesterov", .type = F_BOOL, AT(optim.nesterov)},
@@ -341,7 +341,6 @@ static int value_of_slot(const dt_job *job, const field *f, field_value *out, dt
         }
         break;
     }
-    case F_NAME:
     case F_PATH:
     case F_OPT_PATH:
         if (strnlen(slot, f->size) == f->size)
@@ -429,8 +428,7 @@ static int check_value(const field *f, const field_value *v, char *why, size_t c
     const char *got = v->got;
     int is_num = v->kind == V_NUMBER && isfinite(v->num);
     switch (f->type) {
-    case F_CHOICE:
-    case F_NAME: {
+    case F_CHOICE: {
         if (choice_of(f, v) >= 0) return 0;
         size_t n = (size_t)snprintf(why, cap, "\"%s\" must be", f->name);
         for (const char *const *c = f->choices; *c && n < cap; c++)
@@ -504,7 +502,6 @@ static void store_value(dt_job *job, const field *f, const field_value *v) {
         memcpy(slot, &index, sizeof index);
         return;
     }
-    case F_NAME:
     case F_PATH:
     case F_OPT_PATH: memmove(slot, v->str, strlen(v->str) + 1); return;
     case F_INT_LIST:
@@ -594,7 +591,6 @@ void dt_job_defaults(dt_job *job) {
     job->data.noise = 0.3;
     job->seed = 1;
     dt_optim_defaults(&job->optim);
-    snprintf(job->optim.name, sizeof job->optim.name, "sgd");
     job->optim.learning_rate = 0.05;
     job->schedule.kind = DT_LR_CONSTANT;
     job->schedule.decay_steps = 1000;
@@ -697,8 +693,7 @@ int dt_job_set(dt_job *job, const char *assignment, dt_err *err) {
      * string, so the field's own rule names what it wants. */
     const char *value = eq + 1;
     cJSON *v = NULL;
-    if ((f->type != F_CHOICE && f->type != F_NAME && f->type != F_PATH && f->type != F_OPT_PATH) ||
-        value[0] == '"')
+    if ((f->type != F_CHOICE && f->type != F_PATH && f->type != F_OPT_PATH) || value[0] == '"')
         v = cJSON_ParseWithOpts(value, NULL, 1);
     if (!v) v = cJSON_CreateString(value);
     if (!v) return dt_err_set(err, DT_ENOMEM, "--set %s: out of memory", assignment);

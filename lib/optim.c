@@ -7,7 +7,7 @@
  * bias-corrected step) are worked out in double. The loops carry no
  * dependence between elements so the compiler can vectorise them.
  *
- * Invariants: the config has passed dt_optim_check (an unknown name here is a
+ * Invariants: the config has passed dt_optim_check (an unknown kind here is a
  * bug and aborts); slots are as long as w and hold dt_optim_num_slots arrays.
  * Threading: no state of its own; the caller serialises updates of one
  * variable (the ps holds its lock).
@@ -17,27 +17,29 @@
 #include <math.h>
 #include <string.h>
 
-typedef enum { OPT_SGD, OPT_MOMENTUM, OPT_ADAGRAD, OPT_ADAM, OPT_FTRL, OPT_UNKNOWN } opt_kind;
-
 const char *const dt_optim_names[] = {"sgd", "momentum", "adagrad", "adam", "ftrl", NULL};
 
-static opt_kind kind_of(const dt_optim_config *cfg) {
-    /* A name that fills the buffer without a NUL is not a name we know. */
-    if (strnlen(cfg->name, DT_OPTIM_NAME_MAX) == DT_OPTIM_NAME_MAX) return OPT_UNKNOWN;
-    for (int k = 0; k < OPT_UNKNOWN; k++)
-        if (strcmp(cfg->name, dt_optim_names[k]) == 0) return (opt_kind)k;
-    return OPT_UNKNOWN;
+#define NUM_KINDS ((int)(sizeof dt_optim_names / sizeof dt_optim_names[0]) - 1)
+_Static_assert(NUM_KINDS == DT_OPTIM_FTRL + 1, "dt_optim_names: one name per dt_optim_kind");
+
+const char *dt_optim_name(int kind) {
+    return kind >= 0 && kind < NUM_KINDS ? dt_optim_names[kind] : NULL;
 }
 
-static opt_kind known_kind(const dt_optim_config *cfg) {
-    opt_kind k = kind_of(cfg);
-    DT_ASSERT(k != OPT_UNKNOWN); /* dt_optim_check rejects it first */
-    return k;
+int dt_optim_from_name(const char *name) {
+    for (int k = 0; name && k < NUM_KINDS; k++)
+        if (strcmp(name, dt_optim_names[k]) == 0) return k;
+    return -1;
+}
+
+static dt_optim_kind known_kind(const dt_optim_config *cfg) {
+    DT_ASSERT(dt_optim_name(cfg->kind)); /* dt_optim_check rejects it first */
+    return cfg->kind;
 }
 
 void dt_optim_defaults(dt_optim_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    strcpy(cfg->name, "sgd");
+    cfg->kind = DT_OPTIM_SGD;
     cfg->learning_rate = 0.01;
     cfg->momentum = 0.9;
     cfg->nesterov = 0;
@@ -56,16 +58,17 @@ static int in_range(double v, double lo, double hi, int hi_open) {
 }
 
 int dt_optim_check(const dt_optim_config *cfg, dt_err *err) {
-    if (kind_of(cfg) == OPT_UNKNOWN)
+    /* The name was parsed where it entered; a kind out of range here is a
+     * caller's config built by hand. */
+    if (!dt_optim_name(cfg->kind))
         return dt_err_set(err, DT_EINVAL,
-                          "optimizer: unknown name \"%.*s\" (want sgd, momentum, adagrad, adam "
-                          "or ftrl)",
-                          DT_OPTIM_NAME_MAX, cfg->name);
+                          "optimizer: unknown kind %d (want sgd, momentum, adagrad, adam or ftrl)",
+                          (int)cfg->kind);
     if (!(cfg->learning_rate > 0 && isfinite(cfg->learning_rate)))
         return dt_err_set(err, DT_EINVAL,
                           "optimizer: \"learning_rate\" must be a positive number (got %g)",
                           cfg->learning_rate);
-    /* Every field is checked whatever the name, so a bad value never waits
+    /* Every field is checked whatever the kind, so a bad value never waits
      * silently for the day someone switches optimizers. */
     if (!in_range(cfg->momentum, 0, 1, 1))
         return dt_err_set(err, DT_EINVAL, "optimizer: \"momentum\" must be in [0, 1) (got %g)",
@@ -100,13 +103,13 @@ int dt_optim_check(const dt_optim_config *cfg, dt_err *err) {
     return 0;
 }
 
-static int slots_of(opt_kind k) {
+static int slots_of(dt_optim_kind k) {
     switch (k) {
-    case OPT_SGD: return 0;
-    case OPT_MOMENTUM: return 1;
-    case OPT_ADAGRAD: return 1;
-    case OPT_ADAM: return 2;
-    case OPT_FTRL: return 2;
+    case DT_OPTIM_SGD: return 0;
+    case DT_OPTIM_MOMENTUM: return 1;
+    case DT_OPTIM_ADAGRAD: return 1;
+    case DT_OPTIM_ADAM: return 2;
+    case DT_OPTIM_FTRL: return 2;
     default: return 0;
     }
 }
@@ -118,18 +121,18 @@ int dt_optim_num_slots(const dt_optim_config *cfg) {
 const char *dt_optim_slot_name(const dt_optim_config *cfg, int i) {
     DT_ASSERT(i >= 0 && i < dt_optim_num_slots(cfg));
     switch (known_kind(cfg)) {
-    case OPT_MOMENTUM: return "momentum";
-    case OPT_ADAGRAD: return "accumulator";
-    case OPT_ADAM: return i == 0 ? "m" : "v";
-    case OPT_FTRL: return i == 0 ? "accumulator" : "linear";
+    case DT_OPTIM_MOMENTUM: return "momentum";
+    case DT_OPTIM_ADAGRAD: return "accumulator";
+    case DT_OPTIM_ADAM: return i == 0 ? "m" : "v";
+    case DT_OPTIM_FTRL: return i == 0 ? "accumulator" : "linear";
     default: return NULL;
     }
 }
 
 float dt_optim_slot_init(const dt_optim_config *cfg, int i) {
     DT_ASSERT(i >= 0 && i < dt_optim_num_slots(cfg));
-    opt_kind k = known_kind(cfg);
-    int accumulator = k == OPT_ADAGRAD || (k == OPT_FTRL && i == 0);
+    dt_optim_kind k = known_kind(cfg);
+    int accumulator = k == DT_OPTIM_ADAGRAD || (k == DT_OPTIM_FTRL && i == 0);
     return accumulator ? (float)cfg->initial_accumulator : 0.0f;
 }
 
@@ -212,7 +215,7 @@ static void nesterov_to(const float *restrict w, float *restrict out, float *res
  * rounded to float like TF's float32 kernels), so dt_optim_apply_rows pays
  * for them once and not per row. */
 typedef struct {
-    opt_kind kind;
+    dt_optim_kind kind;
     float lr;
     float mu;                           /* momentum */
     float eps;                          /* adagrad, adam */
@@ -235,7 +238,7 @@ static step step_of(const dt_optim_config *cfg, double lr, int64_t t) {
     /* Only Adam reads lr_t; the two pow calls cost more than an sgd update
      * of a run of a few thousand elements (a ps applies a gradient run by
      * run, each as the message's slices hold it). */
-    if (st.kind == OPT_ADAM)
+    if (st.kind == DT_OPTIM_ADAM)
         st.lr_t = (float)(lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t)));
     st.l1 = (float)cfg->ftrl_l1;
     /* Keras folds beta into TF's l2 as l2 + beta/(2*lr); the kernel's
@@ -251,14 +254,14 @@ static void apply_step(const step *st, const float *w, float *out, float *const 
     const float lr_f = st->lr;
     const int in_place = out == w;
     switch (st->kind) {
-    case OPT_SGD:
+    case DT_OPTIM_SGD:
         /* ApplyGradientDescent: w -= lr * g */
         if (in_place)
             sgd_in_place(out, g, n, lr_f);
         else
             sgd_to(w, out, g, n, lr_f);
         break;
-    case OPT_MOMENTUM: {
+    case DT_OPTIM_MOMENTUM: {
         /* ApplyMomentum: accum = mu*accum + g; w -= lr*accum; with
          * use_nesterov: w -= lr*g + lr*mu*accum */
         const float mu = st->mu;
@@ -272,7 +275,7 @@ static void apply_step(const step *st, const float *w, float *out, float *const 
             momentum_to(w, out, slots[0], g, n, lr_f, mu);
         break;
     }
-    case OPT_ADAGRAD: {
+    case DT_OPTIM_ADAGRAD: {
         /* ApplyAdagradV2: accum += g^2; w -= lr * g / (sqrt(accum) + eps).
          * TF1's AdagradOptimizer uses ApplyAdagrad, the same rule without
          * eps; the tiny eps (1e-7 by default) only matters when accum is 0,
@@ -286,7 +289,7 @@ static void apply_step(const step *st, const float *w, float *out, float *const 
         }
         break;
     }
-    case OPT_ADAM: {
+    case DT_OPTIM_ADAM: {
         /* ApplyAdam: lr_t = lr*sqrt(1-b2^t)/(1-b1^t); m = b1*m + (1-b1)*g;
          * v = b2*v + (1-b2)*g^2; w -= lr_t * m / (sqrt(v) + eps) */
         float *m = slots[0], *v = slots[1];
@@ -300,7 +303,7 @@ static void apply_step(const step *st, const float *w, float *out, float *const 
         }
         break;
     }
-    case OPT_FTRL: {
+    case DT_OPTIM_FTRL: {
         /* ApplyFtrl, lr_power -0.5: n' = n + g^2;
          * z += g - (sqrt(n') - sqrt(n))/lr * w;
          * w = |z| > l1 ? (sign(z)*l1 - z) / (sqrt(n')/lr + 2*l2) : 0; n = n' */

@@ -31,23 +31,39 @@
 #include "err.h"
 
 #define DT_OPTIM_MAX_SLOTS 2
+/* Room for a slot's name with its NUL (table.h keeps them per table). */
 #define DT_OPTIM_NAME_MAX 16
 
-/* The update rules' names, NULL-terminated. The config keeps the name, not
- * an enum: it is what checkpoints and the wire carry. */
+/* The update rules. A config holds one of these; the name is parsed where it
+ * enters (a job file, a CreateRequest) and only turned back into text (logs,
+ * the wire, a checkpoint's recipe) through dt_optim_name. */
+typedef enum {
+    DT_OPTIM_SGD = 0,
+    DT_OPTIM_MOMENTUM,
+    DT_OPTIM_ADAGRAD,
+    DT_OPTIM_ADAM,
+    DT_OPTIM_FTRL
+} dt_optim_kind;
+
+/* The rules' names, indexed by dt_optim_kind, NULL-terminated: the one
+ * table for both directions. */
 extern const char *const dt_optim_names[];
+/* "sgd", "momentum", "adagrad", "adam", "ftrl"; NULL for an unknown kind. */
+const char *dt_optim_name(int kind);
+/* Inverse of dt_optim_name; -1 when unknown (also for "" and NULL). */
+int dt_optim_from_name(const char *name);
 
 typedef struct {
-    char name[DT_OPTIM_NAME_MAX]; /* "sgd", "momentum", "adagrad", "adam", "ftrl" */
-    double learning_rate;         /* > 0; ftrl: alpha */
-    double momentum;              /* momentum: in [0, 1) */
-    int nesterov;                 /* momentum: 0 or 1 */
-    double beta1, beta2;          /* adam: in [0, 1) */
-    double epsilon;               /* adam, adagrad: > 0 */
-    double initial_accumulator;   /* adagrad, ftrl (n's start): >= 0 */
-    double ftrl_l1;               /* ftrl: l1_regularization_strength, >= 0 */
-    double ftrl_l2;               /* ftrl: l2_regularization_strength, >= 0 */
-    double ftrl_beta;             /* ftrl: beta, >= 0 */
+    dt_optim_kind kind;         /* DT_OPTIM_SGD, ... (dt_optim_names) */
+    double learning_rate;       /* > 0; ftrl: alpha */
+    double momentum;            /* momentum: in [0, 1) */
+    int nesterov;               /* momentum: 0 or 1 */
+    double beta1, beta2;        /* adam: in [0, 1) */
+    double epsilon;             /* adam, adagrad: > 0 */
+    double initial_accumulator; /* adagrad, ftrl (n's start): >= 0 */
+    double ftrl_l1;             /* ftrl: l1_regularization_strength, >= 0 */
+    double ftrl_l2;             /* ftrl: l2_regularization_strength, >= 0 */
+    double ftrl_beta;           /* ftrl: beta, >= 0 */
 } dt_optim_config;
 
 /* Defaults: sgd, learning_rate 0.01, momentum 0.9, nesterov 0, beta1 0.9,
@@ -57,12 +73,12 @@ typedef struct {
  * for both. */
 void dt_optim_defaults(dt_optim_config *cfg);
 
-/* Checks the name and the ranges above (every field, whatever the name);
+/* Checks the kind and the ranges above (every field, whatever the kind);
  * errors read "optimizer: \"field\" must be ... (got v)". */
 int dt_optim_check(const dt_optim_config *cfg, dt_err *err) DT_WARN_UNUSED;
 
 /* The functions below take a config that passed dt_optim_check; an unknown
- * name or a slot index out of range is a bug and aborts. */
+ * kind or a slot index out of range is a bug and aborts. */
 
 /* Slots per variable: sgd 0, momentum 1, adagrad 1, adam 2, ftrl 2. */
 int dt_optim_num_slots(const dt_optim_config *cfg);

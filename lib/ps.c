@@ -629,7 +629,7 @@ static int restore_slots(dt_ps *ps, const dt_tensor_views *given, dt_err *err) {
         dt_tensor *slot = dt_tensors_find(&ps->slots, g->name);
         if (!slot)
             return dt_err_set(err, DT_EINVAL, "%s: create: slot %s matches no variable's %s slots",
-                              ps->name, g->name, ps->optim.name);
+                              ps->name, g->name, dt_optim_name(ps->optim.kind));
         if (g->dtype != slot->dtype || g->nbytes != slot->nbytes || g->ndim != slot->ndim ||
             memcmp(g->shape, slot->shape, sizeof(int64_t) * (size_t)slot->ndim) != 0)
             return dt_err_set(err, DT_EINVAL,
@@ -766,7 +766,7 @@ static int check_create(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
                 return dt_err_set(err, DT_EINVAL,
                                   "%s: create: variable name %.40s... too long "
                                   "for its %s slot names",
-                                  ps->name, req->in.items[i].name, req->optim.name);
+                                  ps->name, req->in.items[i].name, dt_optim_name(req->optim.kind));
         if (req->in.items[i].dtype != DT_DTYPE_F32)
             return dt_err_set(err, DT_EINVAL,
                               "%s: create: variable %s: dtype %s, only F32 is trained", ps->name,
@@ -852,7 +852,7 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
            "%lld, optimizer %s, %s",
            ps->name, ps->vars.count, (long long)ps->num_bytes, req->slots_in.count, ps->num_tables,
            ps->ready ? "" : " (their rows to be restored)", (long long)req->global_step,
-           ps->optim.name, dt_mode_name(ps->consistency.mode));
+           dt_optim_name(ps->optim.kind), dt_mode_name(ps->consistency.mode));
 
     dt_msg_create_resp resp = {ps->incarnation, req->global_step};
     rc = encode_reply(DT_MSG_CREATE_RESP, &resp, reply, err);

@@ -67,7 +67,8 @@ int dt_ps_wait(dt_ps *ps, const atomic_int *stop, dt_err *err);
 
 /* Runs one request through the handler of method ("/dtrain.ParameterServer/
  * Push") as if peer had sent it over gRPC, role check included, without the
- * network: for fuzzing the handlers and for in-process tools. request may
+ * network. For tests and fuzzing (no role calls it): it needs the ps's own
+ * method table. request may
  * be in pieces (dt_rpc_buf_received). On success *reply holds the encoded
  * answer (caller releases it): in one run, or, when it carries variables
  * of DT_CODEC_REF_MIN_BYTES or more, in pieces that are the variables'

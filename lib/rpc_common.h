@@ -140,7 +140,8 @@ int dt_rpc_buf_add_ref(dt_rpc_buf *b, size_t own_at, const dt_rpc_ref *ref,
 int dt_rpc_buf_share(dt_rpc_buf *dst, const dt_rpc_buf *src, dt_err *err) DT_WARN_UNUSED;
 /* Makes b one run of memory: a copy of every byte of a message built with
  * runs or received in pieces (their storage released); nothing for a
- * buffer that is one run already. */
+ * buffer that is one run already. For tests: it goes through gRPC's byte
+ * buffer, which only rpc_* code may touch. */
 int dt_rpc_buf_flatten(dt_rpc_buf *b, dt_err *err) DT_WARN_UNUSED;
 
 /* Makes b the way the RPC layer hands over a message received in pieces:

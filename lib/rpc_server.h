@@ -108,7 +108,8 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
 long long dt_rpc_server_refused(const dt_rpc_server *server);
 
 /* Calls whose request waits its turn (inflight_bytes), and the bytes of
- * the requests read and not yet handled. Thread-safe. */
+ * the requests read and not yet handled. Thread-safe. For tests: the
+ * server's own queue, which no role reads. */
 int dt_rpc_server_waiting(dt_rpc_server *server, long long *inflight);
 
 /* Stops accepting calls, lets in-flight calls finish for up to grace_ms, then

@@ -544,19 +544,17 @@ static int hist_write(dt_summary_writer *w, int64_t step, const char *tag, size_
     return record_end(w, event_size, err);
 }
 
-/* Both public histogram writers: values[i] occurs counts[i] times, or once
- * each when counts is NULL; n must be at least `least`. */
-static int histogram(dt_summary_writer *w, int64_t step, const char *tag, const double *values,
-                     const int64_t *counts, int64_t n, int64_t least, dt_err *err) {
-    DT_ASSERT(w && (n <= 0 || values));
+int dt_summary_histogram_counts(dt_summary_writer *w, int64_t step, const char *tag,
+                                const double *values, const int64_t *counts, int64_t n,
+                                dt_err *err) {
+    DT_ASSERT(w && (n <= 0 || (values && counts)));
     if (w->failed) return fail_sticky(w, err);
     size_t tag_len = 0;
     int rc = check_tag(w, tag, -1, &tag_len, err);
     if (rc < 0) return rc;
-    if (n < least)
-        return dt_err_set(err, DT_EINVAL,
-                          "summary: %s: histogram \"%s\": %lld values, need >= %lld", w->path, tag,
-                          (long long)n, (long long)least);
+    if (n < 0)
+        return dt_err_set(err, DT_EINVAL, "summary: %s: histogram \"%s\": %lld values, need >= 0",
+                          w->path, tag, (long long)n);
     hist_stats s;
     if ((rc = hist_begin(w, &s, err)) < 0) return rc;
     for (int64_t i = 0; i < n; i++) {
@@ -564,7 +562,7 @@ static int histogram(dt_summary_writer *w, int64_t step, const char *tag, const 
             return dt_err_set(err, DT_EINVAL,
                               "summary: %s: histogram \"%s\": values[%lld] is not finite", w->path,
                               tag, (long long)i);
-        int64_t count = counts ? counts[i] : 1;
+        int64_t count = counts[i];
         if (count < 0)
             return dt_err_set(err, DT_EINVAL,
                               "summary: %s: histogram \"%s\": counts[%lld] is negative (%lld)",
@@ -573,20 +571,6 @@ static int histogram(dt_summary_writer *w, int64_t step, const char *tag, const 
         if (count > 0) hist_add(w, &s, values[i], (double)count);
     }
     return hist_write(w, step, tag, tag_len, &s, err);
-}
-
-int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag, const double *values,
-                         int64_t n, dt_err *err) {
-    /* A sample of no values is more likely a caller's slip than a
-     * measurement; counts can say "none this time" plainly. */
-    return histogram(w, step, tag, values, NULL, n, 1, err);
-}
-
-int dt_summary_histogram_counts(dt_summary_writer *w, int64_t step, const char *tag,
-                                const double *values, const int64_t *counts, int64_t n,
-                                dt_err *err) {
-    DT_ASSERT(n <= 0 || counts);
-    return histogram(w, step, tag, values, counts, n, 0, err);
 }
 
 int dt_summary_histogram_floats(dt_summary_writer *w, int64_t step, const char *tag,

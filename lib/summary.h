@@ -39,22 +39,16 @@ int dt_summary_open(const char *log_dir, dt_summary_writer **out, dt_err *err) D
  * a NULL, empty, too long or non-UTF-8 tag, with nothing written. */
 int dt_summary_scalars(dt_summary_writer *w, int64_t step, const char *const *tags,
                        const double *values, int n, dt_err *err) DT_WARN_UNUSED;
-/* Appends one Event at step holding a histogram of values[0..n-1] under tag,
- * bucketed as TensorFlow does (limits growing 10% per bucket from 1e-12 to
- * 1e20, mirrored for negatives, plus 0 and +-DBL_MAX; runs of empty buckets
- * merged). DT_EINVAL, with nothing written, for a bad tag, n < 1 or a value
- * that is not finite. */
-int dt_summary_histogram(dt_summary_writer *w, int64_t step, const char *tag, const double *values,
-                         int64_t n, dt_err *err) DT_WARN_UNUSED;
-/* The same Event for a sample given as counts: values[i] occurs counts[i]
- * times (i < n), without the caller expanding it (a staleness histogram,
- * say, is a few buckets holding millions). Statistics and buckets equal
- * those of dt_summary_histogram on the expanded sample; values with count 0
- * affect nothing. No occurrences at all (n == 0, or every count 0) write
- * TensorFlow's empty histogram: num 0, sum and sum_squares 0, min DBL_MAX,
- * max -DBL_MAX, and the single bucket (limit DBL_MAX, count 0). DT_EINVAL,
- * with nothing written, for a bad tag, n < 0, a negative count or a value
- * that is not finite. values and counts are borrowed. */
+/* Appends one Event at step holding a histogram under tag of a sample given
+ * as counts: values[i] occurs counts[i] times (i < n), without the caller
+ * expanding it (a staleness histogram, say, is a few buckets holding
+ * millions). Bucketed as TensorFlow does (limits growing 10% per bucket
+ * from 1e-12 to 1e20, mirrored for negatives, plus 0 and +-DBL_MAX; runs of
+ * empty buckets merged); statistics and buckets are those of the expanded
+ * sample, and values with count 0 affect nothing. No occurrences at all (n == 0, or every count 0)
+ * write TensorFlow's empty histogram: num 0, sum and sum_squares 0, min DBL_MAX, max -DBL_MAX, and
+ * the single bucket (limit DBL_MAX, count 0). DT_EINVAL, with nothing written, for a bad tag, n <
+ * 0, a negative count or a value that is not finite. values and counts are borrowed. */
 int dt_summary_histogram_counts(dt_summary_writer *w, int64_t step, const char *tag,
                                 const double *values, const int64_t *counts, int64_t n,
                                 dt_err *err) DT_WARN_UNUSED;

@@ -603,7 +603,8 @@ int dt_table_apply(dt_table *t, dt_table_batch *b, const dt_optim_config *optim,
     const dt_table_config *cfg = &t->cfg;
     if (dt_optim_num_slots(optim) != cfg->num_slots)
         return dt_err_set(err, DT_EINVAL, "table %s: optimizer %s has %d slots, the table %d",
-                          cfg->name, optim->name, dt_optim_num_slots(optim), cfg->num_slots);
+                          cfg->name, dt_optim_name(optim->kind), dt_optim_num_slots(optim),
+                          cfg->num_slots);
     pass ps = {
         .fn = apply_stripe, .t = t, .b = b, .step = step, .in = grads, .optim = optim, .lr = lr};
     return update(&ps, err);

@@ -894,7 +894,7 @@ static void make_msg(dt_msg_type type, dt_test_any_msg *m, dt_tensor items[2]) {
     case DT_MSG_CREATE_REQ:
         m->create_req.out = list;
         m->create_req.global_step = 12;
-        snprintf(m->create_req.optim.name, sizeof m->create_req.optim.name, "adam");
+        m->create_req.optim.kind = DT_OPTIM_ADAM;
         m->create_req.optim.learning_rate = 0.5;
         snprintf(m->create_req.model, sizeof m->create_req.model, "linear F=3");
         break;

@@ -10,6 +10,7 @@
  * Inputs to the decoder always sit in exactly-sized heap copies, so ASan
  * flags any read beyond them.
  */
+#define _GNU_SOURCE /* memmem */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -130,7 +131,7 @@ START_TEST(test_roundtrip_create_req) {
     m.out = all_tensors();
     m.global_step = 123456789012345;
     m.max_steps = 987654321;
-    snprintf(m.optim.name, sizeof m.optim.name, "adam");
+    m.optim.kind = DT_OPTIM_ADAM;
     m.optim.learning_rate = 0.125;
     m.optim.momentum = 0.875;
     m.optim.nesterov = 1;
@@ -155,7 +156,7 @@ START_TEST(test_roundtrip_create_req) {
         assert_same_tensor(&t_items[i], &d.in.items[i], buf, len);
     ck_assert_int_eq(d.global_step, m.global_step);
     ck_assert_int_eq(d.max_steps, m.max_steps);
-    ck_assert_str_eq(d.optim.name, "adam");
+    ck_assert_int_eq(d.optim.kind, DT_OPTIM_ADAM);
     ck_assert(d.optim.learning_rate == m.optim.learning_rate);
     ck_assert(d.optim.momentum == m.optim.momentum);
     ck_assert_int_eq(d.optim.nesterov, 1);
@@ -172,6 +173,63 @@ START_TEST(test_roundtrip_create_req) {
     ck_assert(signbit(w0) && w0 == 0.0f);
     ck_assert(w1 == 1.0e-40f);
     free(buf);
+}
+END_TEST
+
+/* The optimizer goes by its name on the wire (the proto's string) and is
+ * the enum on each side; a name the receiver does not know is refused where
+ * the message is decoded, naming the field. */
+START_TEST(test_optimizer_by_name) {
+    for (int k = DT_OPTIM_SGD; k <= DT_OPTIM_FTRL; k++) {
+        dt_msg_create_req m;
+        memset(&m, 0, sizeof m);
+        dt_optim_defaults(&m.optim);
+        m.optim.kind = (dt_optim_kind)k;
+        size_t len;
+        uint8_t *buf = encode_new(DT_MSG_CREATE_REQ, &m, &len);
+        const char *name = dt_optim_name(k);
+        /* OptimizerConfig (field 3) holds name (field 1) as a string. */
+        const uint8_t want[2] = {0x0a, (uint8_t)strlen(name)};
+        uint8_t *at = memmem(buf, len, want, sizeof want);
+        ck_assert_msg(at && memcmp(at + 2, name, strlen(name)) == 0, "%s not on the wire", name);
+        dt_msg_create_req d;
+        memset(&d, 0, sizeof d);
+        dt_err err;
+        dt_err_clear(&err);
+        ck_assert_msg(dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, &d, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(d.optim.kind, k);
+        /* The same length, unknown: refused. */
+        memset(at + 2, 'x', strlen(name));
+        memset(&d, 0, sizeof d);
+        dt_err_clear(&err);
+        ck_assert_int_eq(dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, &d, &err), DT_EINVAL);
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "CreateRequest: optimizer.name: unknown name \"%.*s\" (want sgd, momentum, "
+                 "adagrad, adam or ftrl)",
+                 (int)strlen(name), "xxxxxxxx");
+        ck_assert_str_eq(err.msg, msg);
+        free(buf);
+    }
+    /* A kind out of range is sent as "" (no name), which is refused too:
+     * a Create without an optimizer is not a default one. */
+    dt_msg_create_req m;
+    memset(&m, 0, sizeof m);
+    dt_optim_defaults(&m.optim);
+    m.optim.kind = (dt_optim_kind)9;
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_CREATE_REQ, &m, &len);
+    dt_msg_create_req d;
+    memset(&d, 0, sizeof d);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, &d, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "optimizer.name: unknown name \"\""));
+    free(buf);
+    uint8_t none[1];
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_CREATE_REQ, none, 0, &d, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "optimizer.name: unknown name \"\""));
 }
 END_TEST
 
@@ -723,7 +781,7 @@ START_TEST(test_roundtrip_sparse) {
     size_t len;
     dt_msg_create_req c;
     memset(&c, 0, sizeof c);
-    snprintf(c.optim.name, sizeof c.optim.name, "ftrl");
+    c.optim.kind = DT_OPTIM_FTRL;
     c.optim.ftrl_l1 = 0.5;
     c.optim.ftrl_l2 = 0.25;
     c.optim.ftrl_beta = 1.5;
@@ -1193,7 +1251,7 @@ static void decode_checked(dt_msg_type type, const uint8_t *in, size_t len) {
         }
     if (type == DT_MSG_CREATE_REQ) {
         ck_assert(strnlen(msg.create_req.model, DT_MSG_MODEL_MAX) < DT_MSG_MODEL_MAX);
-        ck_assert(strnlen(msg.create_req.optim.name, DT_OPTIM_NAME_MAX) < DT_OPTIM_NAME_MAX);
+        ck_assert(dt_optim_name(msg.create_req.optim.kind) != NULL);
     }
 }
 
@@ -1246,7 +1304,7 @@ START_TEST(test_fuzz_mutations) {
     c.out = all_tensors();
     c.global_step = 3;
     c.max_steps = 10;
-    snprintf(c.optim.name, sizeof c.optim.name, "sgd");
+    c.optim.kind = DT_OPTIM_SGD;
     c.optim.learning_rate = 0.5;
     snprintf(c.model, sizeof c.model, "linear");
     const char *names[2] = {"linear/weight", "scalar"};
@@ -1895,6 +1953,7 @@ Suite *codec_suite(void) {
     TCase *tc = tcase_create("roundtrip");
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_roundtrip_create_req);
+    tcase_add_test(tc, test_optimizer_by_name);
     tcase_add_test(tc, test_roundtrip_create_resp);
     tcase_add_test(tc, test_roundtrip_pull_req);
     tcase_add_test(tc, test_roundtrip_pull_resp);

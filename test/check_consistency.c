@@ -236,7 +236,7 @@ static void assert_same(const dt_tensors *got, const dt_tensors *want, const cha
 
 static void sgd(dt_optim_config *o, double lr) {
     dt_optim_defaults(o);
-    snprintf(o->name, sizeof o->name, "sgd");
+    o->kind = DT_OPTIM_SGD;
     o->learning_rate = lr;
 }
 
@@ -426,7 +426,7 @@ END_TEST
 
 static void momentum(dt_optim_config *o) {
     sgd(o, LR);
-    snprintf(o->name, sizeof o->name, "momentum");
+    o->kind = DT_OPTIM_MOMENTUM;
     o->momentum = 0.5;
 }
 

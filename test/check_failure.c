@@ -442,7 +442,7 @@ START_TEST(ps_failure_rules) {
                   err.msg);
     dt_msg_create_req create;
     memset(&create, 0, sizeof create);
-    snprintf(create.optim.name, sizeof create.optim.name, "sgd");
+    create.optim.kind = DT_OPTIM_SGD;
     dt_err_clear(&err);
     ck_assert_int_eq(call(ps, DT_MSG_CREATE_REQ, &create, &chief, DT_MSG_CREATE_RESP, NULL, &err),
                      DT_EABORTED);

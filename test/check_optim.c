@@ -54,11 +54,14 @@ static void run_and_compare(const dt_optim_config *cfg, ref_fn ref) {
     }
     for (int i = 0; i < N; i++) {
         ck_assert_msg(fabs(wf[i] - wd[i]) <= 1e-5 + 1e-5 * fabs(wd[i]),
-                      "%s: w[%d] = %.9g, reference %.9g", cfg->name, i, wf[i], wd[i]);
+                      "%s: w[%d] = %.9g, reference %.9g", dt_optim_name(cfg->kind), i, wf[i],
+                      wd[i]);
         ck_assert_msg(fabs(s0f[i] - s0d[i]) <= 1e-5 + 1e-5 * fabs(s0d[i]),
-                      "%s: slot0[%d] = %.9g, reference %.9g", cfg->name, i, s0f[i], s0d[i]);
+                      "%s: slot0[%d] = %.9g, reference %.9g", dt_optim_name(cfg->kind), i, s0f[i],
+                      s0d[i]);
         ck_assert_msg(fabs(s1f[i] - s1d[i]) <= 1e-5 + 1e-5 * fabs(s1d[i]),
-                      "%s: slot1[%d] = %.9g, reference %.9g", cfg->name, i, s1f[i], s1d[i]);
+                      "%s: slot1[%d] = %.9g, reference %.9g", dt_optim_name(cfg->kind), i, s1f[i],
+                      s1d[i]);
     }
     /* The weights moved: a rule that did nothing would pass the slot checks
      * for sgd trivially, so make sure the comparison means something. */
@@ -119,10 +122,10 @@ static void ref_ftrl(const dt_optim_config *cfg, double lr, int t, double *w, do
 }
 
 /* A config whose learning_rate must never be read by dt_optim_apply. */
-static dt_optim_config config(const char *name) {
+static dt_optim_config config(dt_optim_kind kind) {
     dt_optim_config cfg;
     dt_optim_defaults(&cfg);
-    strcpy(cfg.name, name);
+    cfg.kind = kind;
     cfg.learning_rate = 1000.0;
     return cfg;
 }
@@ -131,7 +134,7 @@ START_TEST(test_defaults) {
     dt_optim_config cfg;
     memset(&cfg, 0x5a, sizeof cfg);
     dt_optim_defaults(&cfg);
-    ck_assert_str_eq(cfg.name, "sgd");
+    ck_assert_int_eq(cfg.kind, DT_OPTIM_SGD);
     ck_assert_double_eq(cfg.learning_rate, 0.01);
     ck_assert_double_eq(cfg.momentum, 0.9);
     ck_assert_int_eq(cfg.nesterov, 0);
@@ -173,7 +176,7 @@ START_TEST(test_check_errors) {
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         dt_optim_config cfg;
         dt_optim_defaults(&cfg);
-        strcpy(cfg.name, "adam");
+        cfg.kind = DT_OPTIM_ADAM;
         const char *f = cases[k].field;
         double v = cases[k].value;
         if (!strcmp(f, "learning_rate")) cfg.learning_rate = v;
@@ -198,48 +201,53 @@ START_TEST(test_check_errors) {
 END_TEST
 
 START_TEST(test_check_name) {
+    /* One table both ways: every kind's name parses back to the kind. */
+    static const char *const good[] = {"sgd", "momentum", "adagrad", "adam", "ftrl"};
+    for (int k = 0; k < 5; k++) {
+        ck_assert_str_eq(dt_optim_name(k), good[k]);
+        ck_assert_str_eq(dt_optim_names[k], good[k]);
+        ck_assert_int_eq(dt_optim_from_name(good[k]), k);
+        dt_optim_config cfg = config((dt_optim_kind)k);
+        ck_assert_int_eq(dt_optim_check(&cfg, NULL), 0);
+    }
+    ck_assert_ptr_null(dt_optim_names[5]);
+    ck_assert_ptr_null(dt_optim_name(5));
+    ck_assert_ptr_null(dt_optim_name(-1));
+    /* Unknown names, the empty one and prefixes of known ones are not names. */
+    ck_assert_int_eq(dt_optim_from_name("rmsprop"), -1);
+    ck_assert_int_eq(dt_optim_from_name(""), -1);
+    ck_assert_int_eq(dt_optim_from_name("ada"), -1);
+    ck_assert_int_eq(dt_optim_from_name("SGD"), -1);
+    ck_assert_int_eq(dt_optim_from_name(NULL), -1);
+    /* A kind out of range (a config built by hand) is refused, not used. */
     dt_optim_config cfg;
     dt_optim_defaults(&cfg);
     dt_err err = {0};
-    strcpy(cfg.name, "rmsprop");
+    cfg.kind = (dt_optim_kind)5;
     ck_assert_int_eq(dt_optim_check(&cfg, &err), DT_EINVAL);
-    ck_assert_str_eq(
-        err.msg, "optimizer: unknown name \"rmsprop\" (want sgd, momentum, adagrad, adam or ftrl)");
-    /* No NUL inside the buffer: refused, not read past. */
-    memset(cfg.name, 'a', sizeof cfg.name);
-    dt_err_clear(&err);
-    ck_assert_int_eq(dt_optim_check(&cfg, &err), DT_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err.msg, "unknown name"));
-    strcpy(cfg.name, "");
-    dt_err_clear(&err);
-    ck_assert_int_eq(dt_optim_check(&cfg, &err), DT_EINVAL);
-    /* Prefixes of known names are not names. */
-    strcpy(cfg.name, "ada");
+    ck_assert_str_eq(err.msg,
+                     "optimizer: unknown kind 5 (want sgd, momentum, adagrad, adam or ftrl)");
+    cfg.kind = (dt_optim_kind)-1;
     ck_assert_int_eq(dt_optim_check(&cfg, NULL), DT_EINVAL);
-    static const char *const good[] = {"sgd", "momentum", "adagrad", "adam", "ftrl"};
-    for (int k = 0; k < 5; k++) {
-        strcpy(cfg.name, good[k]);
-        ck_assert_int_eq(dt_optim_check(&cfg, NULL), 0);
-    }
 }
 END_TEST
 
 START_TEST(test_slots) {
-    dt_optim_config cfg = config("sgd");
+    dt_optim_config cfg = config(DT_OPTIM_SGD);
     ck_assert_int_eq(dt_optim_num_slots(&cfg), 0);
 
-    cfg = config("momentum");
+    cfg = config(DT_OPTIM_MOMENTUM);
     ck_assert_int_eq(dt_optim_num_slots(&cfg), 1);
     ck_assert_str_eq(dt_optim_slot_name(&cfg, 0), "momentum");
     ck_assert_float_eq(dt_optim_slot_init(&cfg, 0), 0.0f);
 
-    cfg = config("adagrad");
+    cfg = config(DT_OPTIM_ADAGRAD);
     cfg.initial_accumulator = 0.25;
     ck_assert_int_eq(dt_optim_num_slots(&cfg), 1);
     ck_assert_str_eq(dt_optim_slot_name(&cfg, 0), "accumulator");
     ck_assert_float_eq(dt_optim_slot_init(&cfg, 0), 0.25f);
 
-    cfg = config("adam");
+    cfg = config(DT_OPTIM_ADAM);
     ck_assert_int_eq(dt_optim_num_slots(&cfg), 2);
     ck_assert_int_le(dt_optim_num_slots(&cfg), DT_OPTIM_MAX_SLOTS);
     ck_assert_str_eq(dt_optim_slot_name(&cfg, 0), "m");
@@ -247,7 +255,7 @@ START_TEST(test_slots) {
     ck_assert_float_eq(dt_optim_slot_init(&cfg, 0), 0.0f);
     ck_assert_float_eq(dt_optim_slot_init(&cfg, 1), 0.0f);
 
-    cfg = config("ftrl");
+    cfg = config(DT_OPTIM_FTRL);
     cfg.initial_accumulator = 0.5;
     ck_assert_int_eq(dt_optim_num_slots(&cfg), 2);
     ck_assert_str_eq(dt_optim_slot_name(&cfg, 0), "accumulator");
@@ -258,7 +266,7 @@ START_TEST(test_slots) {
 END_TEST
 
 START_TEST(test_sgd) {
-    dt_optim_config cfg = config("sgd");
+    dt_optim_config cfg = config(DT_OPTIM_SGD);
     run_and_compare(&cfg, ref_sgd);
     /* Golden single step: w -= lr * g. */
     float w[2] = {1.0f, -2.0f};
@@ -270,7 +278,7 @@ START_TEST(test_sgd) {
 END_TEST
 
 START_TEST(test_momentum) {
-    dt_optim_config cfg = config("momentum");
+    dt_optim_config cfg = config(DT_OPTIM_MOMENTUM);
     run_and_compare(&cfg, ref_momentum);
     cfg.momentum = 0.5;
     run_and_compare(&cfg, ref_momentum);
@@ -286,7 +294,7 @@ START_TEST(test_momentum) {
 END_TEST
 
 START_TEST(test_nesterov) {
-    dt_optim_config cfg = config("momentum");
+    dt_optim_config cfg = config(DT_OPTIM_MOMENTUM);
     cfg.nesterov = 1;
     run_and_compare(&cfg, ref_momentum);
     /* Golden: g = 1, mu = 0.9, lr = 0.1: step 1 moves lr*(1 + 0.9*1) = 0.19,
@@ -301,7 +309,7 @@ START_TEST(test_nesterov) {
 END_TEST
 
 START_TEST(test_adagrad) {
-    dt_optim_config cfg = config("adagrad");
+    dt_optim_config cfg = config(DT_OPTIM_ADAGRAD);
     run_and_compare(&cfg, ref_adagrad);
     /* A large eps shows where it goes: outside the square root. */
     cfg.epsilon = 0.5;
@@ -323,7 +331,7 @@ START_TEST(test_adagrad) {
 END_TEST
 
 START_TEST(test_adam) {
-    dt_optim_config cfg = config("adam");
+    dt_optim_config cfg = config(DT_OPTIM_ADAM);
     run_and_compare(&cfg, ref_adam);
     cfg.beta1 = 0.5;
     cfg.beta2 = 0.75;
@@ -331,7 +339,7 @@ START_TEST(test_adam) {
     run_and_compare(&cfg, ref_adam);
     /* Golden: Adam's first step moves every weight by about lr against the
      * sign of its gradient, whatever the gradient's size (bias correction). */
-    cfg = config("adam");
+    cfg = config(DT_OPTIM_ADAM);
     float w[3] = {0.0f, 0.0f, 0.0f}, m[3] = {0}, v[3] = {0};
     const float g[3] = {1e-2f, -3.0f, 40.0f};
     float *slots[2] = {m, v};
@@ -345,7 +353,7 @@ START_TEST(test_adam) {
 END_TEST
 
 START_TEST(test_ftrl) {
-    dt_optim_config cfg = config("ftrl");
+    dt_optim_config cfg = config(DT_OPTIM_FTRL);
     cfg.ftrl_l1 = 0.01;
     cfg.ftrl_l2 = 0.1;
     cfg.ftrl_beta = 0.5;
@@ -360,7 +368,7 @@ START_TEST(test_ftrl) {
      * g = -0.5:  n = 1.25, z = 0.5 + sigma*0.2 with sigma = (sqrt(1.25) - 1)/0.5,
      *            w = (0.1 - z) / ((1 + sqrt(1.25))/0.5 + 0.5)
      * g = 0.25:  the same once more. */
-    cfg = config("ftrl");
+    cfg = config(DT_OPTIM_FTRL);
     cfg.ftrl_l1 = 0.1;
     cfg.ftrl_l2 = 0.25;
     cfg.ftrl_beta = 1;
@@ -392,7 +400,7 @@ END_TEST
 static int ftrl_zeros(double l1, float *w_signal_min) {
     enum { COORDS = 210, SIGNAL = 10, STEPS_L1 = 400 };
     static float w[COORDS], n[COORDS], z[COORDS], g[COORDS];
-    dt_optim_config cfg = config("ftrl");
+    dt_optim_config cfg = config(DT_OPTIM_FTRL);
     cfg.ftrl_l1 = l1;
     cfg.ftrl_l2 = 0.01;
     cfg.ftrl_beta = 1;
@@ -459,7 +467,7 @@ static int lazy_vs_dense(const dt_optim_config *cfg) {
     const int S = dt_optim_num_slots(cfg);
     float w[R * D], s0[R * D], s1[R * D], rec[R * 3 * D], before[R * 3 * D];
     fill_rows(cfg, w, s0, s1, rec);
-    if (strcmp(cfg->name, "ftrl") == 0) {
+    if (cfg->kind == DT_OPTIM_FTRL) {
         /* ftrl's w is a function of z and n once a row has been updated;
          * start from that state (a zero gradient step sets it). */
         float zero[R * D] = {0}, *slots[2] = {s0, s1};
@@ -494,7 +502,8 @@ static int lazy_vs_dense(const dt_optim_config *cfg) {
             if (!hit)
                 ck_assert_msg(memcmp(record, before + (record - rec),
                                      (size_t)(1 + S) * D * sizeof(float)) == 0,
-                              "%s: step %d: untouched row %d changed", cfg->name, t, r);
+                              "%s: step %d: untouched row %d changed", dt_optim_name(cfg->kind), t,
+                              r);
             for (int j = 0; j < D; j++) {
                 int i = r * D + j;
                 same &= record[j] == w[i];
@@ -509,20 +518,20 @@ static int lazy_vs_dense(const dt_optim_config *cfg) {
 START_TEST(test_apply_rows_lazy) {
     /* sgd, adagrad and ftrl: a row without gradient would not move under
      * the dense rule either, so lazy and dense agree to the bit. */
-    dt_optim_config cfg = config("sgd");
+    dt_optim_config cfg = config(DT_OPTIM_SGD);
     ck_assert(lazy_vs_dense(&cfg));
-    cfg = config("adagrad");
+    cfg = config(DT_OPTIM_ADAGRAD);
     ck_assert(lazy_vs_dense(&cfg));
-    cfg = config("ftrl");
+    cfg = config(DT_OPTIM_FTRL);
     cfg.ftrl_l1 = 0.05;
     cfg.ftrl_l2 = 0.1;
     cfg.ftrl_beta = 1;
     ck_assert(lazy_vs_dense(&cfg));
     /* momentum and adam: dense moves rows by their momentum, lazy does not
      * (lazy_vs_dense checks that untouched rows stay put). */
-    cfg = config("momentum");
+    cfg = config(DT_OPTIM_MOMENTUM);
     ck_assert(!lazy_vs_dense(&cfg));
-    cfg = config("adam");
+    cfg = config(DT_OPTIM_ADAM);
     ck_assert(!lazy_vs_dense(&cfg));
 }
 END_TEST
@@ -531,7 +540,7 @@ END_TEST
  * touched rows only, with the bias correction of the step count t of the
  * whole variable; a row untouched at step t keeps w, m and v. */
 START_TEST(test_apply_rows_lazy_adam) {
-    dt_optim_config cfg = config("adam");
+    dt_optim_config cfg = config(DT_OPTIM_ADAM);
     cfg.beta1 = 0.8;
     cfg.beta2 = 0.9;
     enum { ROWS = 4, DIM = 2, T = 7 };
@@ -583,7 +592,7 @@ START_TEST(test_large_n) {
      * ends against the short-array result. */
     enum { LONG = 100003 };
     static float w[LONG], m[LONG], v[LONG], g[LONG];
-    dt_optim_config cfg = config("adam");
+    dt_optim_config cfg = config(DT_OPTIM_ADAM);
     for (int i = 0; i < LONG; i++) {
         w[i] = 0.5f;
         m[i] = v[i] = 0.0f;

@@ -127,9 +127,9 @@ static int call_raw(fixture *f, dt_msg_type type, const uint8_t *bytes, size_t l
     return rc;
 }
 
-/* Encodes msg and sends it; decodes the reply into out (of out_type). */
-static int call_msg(fixture *f, dt_msg_type type, const void *msg, dt_msg_type out_type, void *out,
-                    dt_err *err) {
+/* msg encoded, in a heap buffer of *len bytes (at least 1 allocated) that
+ * the caller frees. */
+static uint8_t *encode_msg(dt_msg_type type, const void *msg, size_t *len) {
     dt_err local;
     dt_err_clear(&local);
     int64_t size = dt_codec_size(type, msg, &local);
@@ -138,13 +138,38 @@ static int call_msg(fixture *f, dt_msg_type type, const void *msg, dt_msg_type o
     ck_assert_ptr_nonnull(bytes);
     ck_assert_msg(dt_codec_encode(type, msg, bytes, (size_t)size, &local) == 0, "encode: %s",
                   local.msg);
+    *len = (size_t)size;
+    return bytes;
+}
+
+/* Encodes msg and sends it; decodes the reply into out (of out_type). */
+static int call_msg(fixture *f, dt_msg_type type, const void *msg, dt_msg_type out_type, void *out,
+                    dt_err *err) {
+    size_t size;
+    uint8_t *bytes = encode_msg(type, msg, &size);
     dt_rpc_buf resp;
-    int rc = call_raw(f, type, bytes, (size_t)size, &resp, err);
+    int rc = call_raw(f, type, bytes, size, &resp, err);
     free(bytes);
     if (rc == 0 && out) {
         rc = dt_codec_decode(out_type, resp.data, resp.len, out, err);
         ck_assert_msg(rc == 0, "reply decode: %s", err ? err->msg : "");
     }
+    dt_rpc_buf_release(&resp);
+    return rc;
+}
+
+/* Encodes msg, replaces the first `from` in its bytes by `to` (same length:
+ * a name with a NUL or control byte the encoder would not write), sends. */
+static int call_patched(fixture *f, dt_msg_type type, const void *msg, const char *from,
+                        const char *to, size_t n, dt_err *err) {
+    size_t size;
+    uint8_t *bytes = encode_msg(type, msg, &size);
+    uint8_t *at = memmem(bytes, size, from, n);
+    ck_assert_msg(at != NULL, "%s not in the encoded message", from);
+    memcpy(at, to, n);
+    dt_rpc_buf resp;
+    int rc = call_raw(f, type, bytes, size, &resp, err);
+    free(bytes);
     dt_rpc_buf_release(&resp);
     return rc;
 }
@@ -167,9 +192,54 @@ static void model_tensors(dt_tensor items[2], float *w, float *b) {
     make_tensor(&items[1], "b", DT_DTYPE_F32, 1, 3, 0, b);
 }
 
+/* The model's two tensors over a copy of (w, b), for a request that must
+ * not write the caller's arrays. Holds pointers into itself: not copied. */
+typedef struct {
+    float w[NW], b[NB];
+    dt_tensor items[2];
+} model_copy;
+
+static void copy_model(model_copy *m, const float *w, const float *b) {
+    memcpy(m->w, w, sizeof m->w);
+    memcpy(m->b, b, sizeof m->b);
+    model_tensors(m->items, m->w, m->b);
+}
+
+/* The requests as most tests send them; each test sets only what differs. */
+
+/* Create the `count` variables of items (borrowed) for cfg, done at
+ * max_steps: step 0, async, no slots, tables or model text. */
+static dt_msg_create_req create_req(dt_tensor *items, int count, const dt_optim_config *cfg,
+                                    int64_t max_steps) {
+    dt_msg_create_req req;
+    memset(&req, 0, sizeof req);
+    req.out = (dt_tensor_list){.items = items, .count = count};
+    req.optim = *cfg;
+    req.max_steps = max_steps;
+    return req;
+}
+
+/* The `count` gradients of items (borrowed) from worker, computed at step
+ * 0: no id, no pull, no sparse pairs. */
+static dt_msg_push_req push_req(dt_tensor *items, int count, int worker) {
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = worker;
+    req.out = (dt_tensor_list){.items = items, .count = count};
+    return req;
+}
+
+/* A pull of every variable by worker (-1: a tool). */
+static dt_msg_pull_req pull_req(int worker) {
+    dt_msg_pull_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = worker;
+    return req;
+}
+
 static void sgd_config(dt_optim_config *cfg, double lr) {
     dt_optim_defaults(cfg);
-    snprintf(cfg->name, sizeof cfg->name, "sgd");
+    cfg->kind = DT_OPTIM_SGD;
     cfg->learning_rate = lr;
 }
 
@@ -177,19 +247,11 @@ static void sgd_config(dt_optim_config *cfg, double lr) {
 static int create_restored(fixture *f, const float *w, const float *b, const dt_optim_config *cfg,
                            int64_t global_step, int64_t step_ceiling, int64_t max_steps,
                            dt_msg_create_resp *resp, dt_err *err) {
-    float wc[NW], bc[NB];
-    memcpy(wc, w, sizeof wc);
-    memcpy(bc, b, sizeof bc);
-    dt_tensor items[2];
-    model_tensors(items, wc, bc);
-    dt_msg_create_req req;
-    memset(&req, 0, sizeof req);
-    req.out.items = items;
-    req.out.count = 2;
+    model_copy m;
+    copy_model(&m, w, b);
+    dt_msg_create_req req = create_req(m.items, 2, cfg, max_steps);
     req.global_step = global_step;
     req.step_ceiling = step_ceiling;
-    req.max_steps = max_steps;
-    req.optim = *cfg;
     snprintf(req.model, sizeof req.model, "linear test");
     dt_msg_create_resp local;
     if (!resp) resp = &local;
@@ -204,17 +266,14 @@ static int create(fixture *f, const float *w, const float *b, const dt_optim_con
 
 /* Pulls every variable into w, b; *global_step, *done from the reply. */
 static int pull(fixture *f, float *w, float *b, int64_t *global_step, int *done, dt_err *err) {
-    dt_msg_pull_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = -1;
+    dt_msg_pull_req req = pull_req(-1);
     dt_err local;
     dt_err_clear(&local);
-    uint8_t bytes[64];
-    int64_t size = dt_codec_size(DT_MSG_PULL_REQ, &req, &local);
-    ck_assert(size >= 0 && size <= (int64_t)sizeof bytes);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_PULL_REQ, &req, bytes, (size_t)size, &local), 0);
+    size_t size;
+    uint8_t *bytes = encode_msg(DT_MSG_PULL_REQ, &req, &size);
     dt_rpc_buf resp;
-    int rc = call_raw(f, DT_MSG_PULL_REQ, bytes, (size_t)size, &resp, err);
+    int rc = call_raw(f, DT_MSG_PULL_REQ, bytes, size, &resp, err);
+    free(bytes);
     if (rc < 0) return rc;
     dt_msg_pull_resp pr;
     memset(&pr, 0, sizeof pr);
@@ -238,12 +297,7 @@ static int pull(fixture *f, float *w, float *b, int64_t *global_step, int *done,
 
 static int push_items(fixture *f, dt_tensor *items, int count, int worker, dt_msg_push_resp *resp,
                       dt_err *err) {
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = worker;
-    req.step = 0;
-    req.out.items = items;
-    req.out.count = count;
+    dt_msg_push_req req = push_req(items, count, worker);
     /* Zeroed, as the decoder wants: a field the ps leaves at its default
      * (global_step 0 after a Shutdown) is not on the wire. */
     dt_msg_push_resp local;
@@ -254,12 +308,9 @@ static int push_items(fixture *f, dt_tensor *items, int count, int worker, dt_ms
 
 static int push(fixture *f, const float *gw, const float *gb, int worker, dt_msg_push_resp *resp,
                 dt_err *err) {
-    float wc[NW], bc[NB];
-    memcpy(wc, gw, sizeof wc);
-    memcpy(bc, gb, sizeof bc);
-    dt_tensor items[2];
-    model_tensors(items, wc, bc);
-    return push_items(f, items, 2, worker, resp, err);
+    model_copy m;
+    copy_model(&m, gw, gb);
+    return push_items(f, m.items, 2, worker, resp, err);
 }
 
 static void status(fixture *f, int worker, dt_msg_status_resp *st) {
@@ -346,16 +397,9 @@ static dt_msg_table table_spec(void) {
 static int create_evicting(fixture *f, const dt_optim_config *cfg, const dt_msg_table *tables,
                            int n, bool pending, int mode, const dt_table_evict_policy *eviction,
                            dt_err *err) {
-    float wc[NW], bc[NB];
-    memcpy(wc, W0, sizeof wc);
-    memcpy(bc, B0, sizeof bc);
-    dt_tensor items[2];
-    model_tensors(items, wc, bc);
-    dt_msg_create_req req;
-    memset(&req, 0, sizeof req);
-    req.out = (dt_tensor_list){.items = items, .count = 2};
-    req.max_steps = 100;
-    req.optim = *cfg;
+    model_copy m;
+    copy_model(&m, W0, B0);
+    dt_msg_create_req req = create_req(m.items, 2, cfg, 100);
     req.consistency.mode = mode;
     /* sync: a step is both workers' pushes. */
     req.consistency.replicas_to_aggregate = mode == DT_MODE_SYNC ? 2 : 1;
@@ -391,12 +435,10 @@ static int sparse_pull_tensor(fixture *f, const char *table, dt_tensor *ids, flo
     resp.values_in = (dt_tensor_views){.items = &view, .cap = 1};
     dt_err local;
     dt_err_clear(&local);
-    int64_t size = dt_codec_size(DT_MSG_SPARSE_PULL_REQ, &req, &local);
-    ck_assert_msg(size >= 0, "%s", local.msg);
-    uint8_t *bytes = malloc((size_t)size + 1);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_SPARSE_PULL_REQ, &req, bytes, (size_t)size, &local), 0);
+    size_t size;
+    uint8_t *bytes = encode_msg(DT_MSG_SPARSE_PULL_REQ, &req, &size);
     dt_rpc_buf reply;
-    int rc = call_raw(f, DT_MSG_SPARSE_PULL_REQ, bytes, (size_t)size, &reply, err);
+    int rc = call_raw(f, DT_MSG_SPARSE_PULL_REQ, bytes, size, &reply, err);
     free(bytes);
     if (rc < 0) return rc;
     ck_assert_msg(dt_codec_decode(DT_MSG_SPARSE_PULL_RESP, reply.data, reply.len, &resp, &local) ==
@@ -425,16 +467,10 @@ static int sparse_pull(fixture *f, const int64_t *ids, int64_t n, float *out, dt
  * pairs (ids[i], grads[i]); *resp (may be NULL) gets the reply. */
 static int push_sparse_from(fixture *f, int worker, int64_t step, dt_tensor *ids, dt_tensor *grads,
                             int npairs, int ngrads, dt_msg_push_resp *resp, dt_err *err) {
-    float gw[NW], gb[NB];
-    memcpy(gw, GW, sizeof gw);
-    memcpy(gb, GB, sizeof gb);
-    dt_tensor items[2];
-    model_tensors(items, gw, gb);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = worker;
+    model_copy m;
+    copy_model(&m, GW, GB);
+    dt_msg_push_req req = push_req(m.items, 2, worker);
     req.step = step;
-    req.out = (dt_tensor_list){.items = items, .count = 2};
     req.sparse_ids_out = (dt_tensor_list){.items = ids, .count = npairs};
     req.sparse_grads_out = (dt_tensor_list){.items = grads, .count = ngrads};
     dt_msg_push_resp local;
@@ -812,12 +848,10 @@ static int export_page(fixture *f, int64_t after, int max_rows, bool slots,
     dt_msg_sparse_export_req req = {T_NAME, after, max_rows, slots};
     dt_err local;
     dt_err_clear(&local);
-    uint8_t bytes[256];
-    int64_t size = dt_codec_size(DT_MSG_SPARSE_EXPORT_REQ, &req, &local);
-    ck_assert(size >= 0 && size <= (int64_t)sizeof bytes);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_SPARSE_EXPORT_REQ, &req, bytes, (size_t)size, &local),
-                     0);
-    int rc = call_raw(f, DT_MSG_SPARSE_EXPORT_REQ, bytes, (size_t)size, keep, err);
+    size_t size;
+    uint8_t *bytes = encode_msg(DT_MSG_SPARSE_EXPORT_REQ, &req, &size);
+    int rc = call_raw(f, DT_MSG_SPARSE_EXPORT_REQ, bytes, size, keep, err);
+    free(bytes);
     if (rc < 0) return rc;
     memset(resp, 0, sizeof *resp);
     resp->in = (dt_tensor_views){.items = views, .cap = 4};
@@ -847,7 +881,7 @@ START_TEST(test_table_import_export) {
         fixture_start_task(&f, num_ps, 0, 0, NULL, NULL);
         dt_optim_config cfg;
         sgd_config(&cfg, 0.5);
-        snprintf(cfg.name, sizeof cfg.name, "adagrad");
+        cfg.kind = DT_OPTIM_ADAGRAD;
         dt_msg_table spec = table_spec();
         dt_err err;
         dt_err_clear(&err);
@@ -934,7 +968,7 @@ START_TEST(test_ftrl_over_the_wire) {
     fixture_start(&f, 0);
     dt_optim_config cfg;
     dt_optim_defaults(&cfg);
-    snprintf(cfg.name, sizeof cfg.name, "ftrl");
+    cfg.kind = DT_OPTIM_FTRL;
     cfg.learning_rate = 0.5;
     cfg.ftrl_l1 = 100;
     dt_msg_table spec = table_spec();
@@ -1008,16 +1042,14 @@ START_TEST(test_create_then_pull) {
 
     /* A named subset, and an unknown name. */
     const char *names[1] = {"b"};
-    dt_msg_pull_req req;
-    memset(&req, 0, sizeof req);
+    dt_msg_pull_req req = pull_req(0);
     req.out_names = names;
     req.out_count = 1;
-    req.worker = 0;
-    uint8_t bytes[64];
-    int64_t size = dt_codec_size(DT_MSG_PULL_REQ, &req, NULL);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_PULL_REQ, &req, bytes, (size_t)size, NULL), 0);
+    size_t size;
+    uint8_t *bytes = encode_msg(DT_MSG_PULL_REQ, &req, &size);
     dt_rpc_buf resp;
-    ck_assert_int_eq(call_raw(&f, DT_MSG_PULL_REQ, bytes, (size_t)size, &resp, &err), 0);
+    ck_assert_int_eq(call_raw(&f, DT_MSG_PULL_REQ, bytes, size, &resp, &err), 0);
+    free(bytes);
     dt_msg_pull_resp pr;
     memset(&pr, 0, sizeof pr);
     dt_tensor views[2];
@@ -1032,11 +1064,8 @@ START_TEST(test_create_then_pull) {
     dt_rpc_buf_release(&resp);
 
     names[0] = "nope";
-    size = dt_codec_size(DT_MSG_PULL_REQ, &req, NULL);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_PULL_REQ, &req, bytes, (size_t)size, NULL), 0);
-    ASSERT_FAILS(call_raw(&f, DT_MSG_PULL_REQ, bytes, (size_t)size, &resp, &err), DT_ENOTFOUND,
+    ASSERT_FAILS(call_msg(&f, DT_MSG_PULL_REQ, &req, DT_MSG_PULL_RESP, NULL, &err), DT_ENOTFOUND,
                  "unknown variable nope");
-    dt_rpc_buf_release(&resp);
     fixture_stop(&f);
 }
 END_TEST
@@ -1063,9 +1092,6 @@ START_TEST(test_create_invalid) {
     sgd_config(&cfg, 0.5);
     dt_err err;
     dt_optim_config bad = cfg;
-    snprintf(bad.name, sizeof bad.name, "rmsprop");
-    ASSERT_FAILS(create(&f, W0, B0, &bad, 0, 100, NULL, &err), DT_EINVAL, "rmsprop");
-    bad = cfg;
     bad.learning_rate = -1;
     ASSERT_FAILS(create(&f, W0, B0, &bad, 0, 100, NULL, &err), DT_EINVAL, "learning_rate");
     ASSERT_FAILS(create(&f, W0, B0, &cfg, -1, 100, NULL, &err), DT_EINVAL, "negative");
@@ -1075,11 +1101,20 @@ START_TEST(test_create_invalid) {
     memcpy(b, B0, sizeof b);
     dt_tensor items[2];
     model_tensors(items, w, b);
-    dt_msg_create_req req;
-    memset(&req, 0, sizeof req);
-    req.out.items = items;
-    req.out.count = 2;
-    req.max_steps = 10;
+    dt_msg_create_req req = create_req(items, 2, &cfg, 10);
+    /* The optimizer travels by name: one this ps does not know is the
+     * caller's error, naming the field, before anything else is read. */
+    req.optim.kind = DT_OPTIM_ADAGRAD;
+    ASSERT_FAILS(call_patched(&f, DT_MSG_CREATE_REQ, &req, "adagrad", "rmsprop", 7, &err),
+                 DT_EINVAL,
+                 "CreateRequest: optimizer.name: unknown name \"rmsprop\" (want sgd, momentum, "
+                 "adagrad, adam or ftrl)");
+    /* A name with a control byte is shown escaped. */
+    ASSERT_FAILS(call_patched(&f, DT_MSG_CREATE_REQ, &req, "adagrad",
+                              "adagr\x01"
+                              "d",
+                              7, &err),
+                 DT_EINVAL, "unknown name \"adagr\\x01d\"");
     req.optim = cfg;
     snprintf(items[1].name, sizeof items[1].name, "w"); /* twice */
     ASSERT_FAILS(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, NULL, &err), DT_EINVAL,
@@ -1090,13 +1125,16 @@ START_TEST(test_create_invalid) {
     ASSERT_FAILS(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, NULL, &err), DT_EINVAL,
                  "only F32");
     /* An empty Create is a ps with no units of the model, which is fine;
-     * an empty message is still refused, for its missing optimizer. */
+     * an empty message is still refused, for its missing optimizer, and a
+     * zeroed optimizer (sgd) for its learning rate. */
     req.out.count = 0;
     memset(&req.optim, 0, sizeof req.optim);
     ASSERT_FAILS(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, NULL, &err), DT_EINVAL,
-                 "optimizer");
-    const uint8_t garbage[6] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+                 "optimizer: \"learning_rate\"");
     dt_rpc_buf resp;
+    ASSERT_FAILS(call_raw(&f, DT_MSG_CREATE_REQ, NULL, 0, &resp, &err), DT_EINVAL,
+                 "CreateRequest: optimizer.name: unknown name \"\"");
+    const uint8_t garbage[6] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
     ASSERT_FAILS(call_raw(&f, DT_MSG_CREATE_REQ, garbage, sizeof garbage, &resp, &err), DT_EINVAL,
                  "CreateRequest");
 
@@ -1145,16 +1183,10 @@ END_TEST
 /* A push with an id, optionally asking for the variables back (pull). */
 static int push_with_id(fixture *f, const float *gw, const float *gb, int worker, uint64_t id,
                         int want_vars, dt_msg_push_resp *resp, float *w, float *b, dt_err *err) {
-    float wc[NW], bc[NB];
-    memcpy(wc, gw, sizeof wc);
-    memcpy(bc, gb, sizeof bc);
-    dt_tensor items[2], views[4];
-    model_tensors(items, wc, bc);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = worker;
-    req.out.items = items;
-    req.out.count = 2;
+    model_copy m;
+    copy_model(&m, gw, gb);
+    dt_tensor views[4];
+    dt_msg_push_req req = push_req(m.items, 2, worker);
     req.push_id = id;
     req.pull = want_vars;
     memset(resp, 0, sizeof *resp);
@@ -1163,12 +1195,10 @@ static int push_with_id(fixture *f, const float *gw, const float *gb, int worker
     /* A raw call: the variables' views point into the reply, read here. */
     dt_err local;
     dt_err_clear(&local);
-    int64_t size = dt_codec_size(DT_MSG_PUSH_REQ, &req, &local);
-    ck_assert(size > 0);
-    uint8_t *bytes = malloc((size_t)size);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_PUSH_REQ, &req, bytes, (size_t)size, &local), 0);
+    size_t size;
+    uint8_t *bytes = encode_msg(DT_MSG_PUSH_REQ, &req, &size);
     dt_rpc_buf raw;
-    int rc = call_raw(f, DT_MSG_PUSH_REQ, bytes, (size_t)size, &raw, err);
+    int rc = call_raw(f, DT_MSG_PUSH_REQ, bytes, size, &raw, err);
     free(bytes);
     if (rc < 0) return rc;
     rc = dt_codec_decode(DT_MSG_PUSH_RESP, raw.data, raw.len, resp, &local);
@@ -1391,13 +1421,10 @@ START_TEST(test_skip_nonfinite) {
     memcpy(bc, B0, sizeof bc);
     dt_tensor model[2];
     model_tensors(model, wc, bc);
-    dt_msg_create_req req;
-    memset(&req, 0, sizeof req);
-    req.out.items = model;
-    req.out.count = 2;
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_msg_create_req req = create_req(model, 2, &cfg, 100);
     req.global_step = 4;
-    req.max_steps = 100;
-    sgd_config(&req.optim, 0.5);
     req.skip_nonfinite = true;
     dt_msg_create_resp created;
     memset(&created, 0, sizeof created);
@@ -1466,22 +1493,16 @@ START_TEST(test_truncated_pushes) {
     memcpy(gb, GB, sizeof gb);
     dt_tensor items[2];
     model_tensors(items, gw, gb);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = 1;
+    dt_msg_push_req req = push_req(items, 2, 1);
     req.step = 4;
-    req.out.items = items;
-    req.out.count = 2;
-    int64_t size = dt_codec_size(DT_MSG_PUSH_REQ, &req, NULL);
-    ck_assert_int_gt(size, 0);
-    uint8_t *full = malloc((size_t)size);
-    ck_assert_ptr_nonnull(full);
-    ck_assert_int_eq(dt_codec_encode(DT_MSG_PUSH_REQ, &req, full, (size_t)size, NULL), 0);
+    size_t size;
+    uint8_t *full = encode_msg(DT_MSG_PUSH_REQ, &req, &size);
+    ck_assert_uint_gt(size, 0);
     char when[64];
-    for (int64_t cut = 0; cut < size; cut++) {
+    for (size_t cut = 0; cut < size; cut++) {
         dt_rpc_buf resp;
         dt_err_clear(&err);
-        int rc = call_raw(&f, DT_MSG_PUSH_REQ, full, (size_t)cut, &resp, &err);
+        int rc = call_raw(&f, DT_MSG_PUSH_REQ, full, cut, &resp, &err);
         dt_rpc_buf_release(&resp);
         ck_assert_msg(rc == DT_EINVAL, "push cut at %lld of %lld: rc %d (%s)", (long long)cut,
                       (long long)size, rc, err.msg);
@@ -1626,12 +1647,7 @@ START_TEST(test_max_steps_under_concurrency) {
         fixture_start(&f, 0);
         dt_optim_config cfg;
         sgd_config(&cfg, 1.0 / 1024);
-        dt_msg_create_req req;
-        memset(&req, 0, sizeof req);
-        req.out.items = init.items;
-        req.out.count = 1;
-        req.max_steps = MAX_STEPS;
-        req.optim = cfg;
+        dt_msg_create_req req = create_req(init.items, 1, &cfg, MAX_STEPS);
         int rc = call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, NULL, &err);
         ck_assert_msg(rc == 0, "create: %s", err.msg);
         pusher p[THREADS];
@@ -1676,13 +1692,13 @@ static void run_optimizer(const dt_optim_config *cfg) {
     fixture_start(&f, 0);
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(create(&f, W0, B0, cfg, 0, 100, NULL, &err) == 0, "create %s: %s", cfg->name,
-                  err.msg);
+    ck_assert_msg(create(&f, W0, B0, cfg, 0, 100, NULL, &err) == 0, "create %s: %s",
+                  dt_optim_name(cfg->kind), err.msg);
     const int n = NW + NB;
     double w[NW + NB], s0[NW + NB], s1[NW + NB];
     for (int i = 0; i < n; i++) {
         w[i] = i < NW ? W0[i] : B0[i - NW];
-        s0[i] = strcmp(cfg->name, "adagrad") == 0 ? cfg->initial_accumulator : 0;
+        s0[i] = cfg->kind == DT_OPTIM_ADAGRAD ? cfg->initial_accumulator : 0;
         s1[i] = 0;
     }
     const double lr = cfg->learning_rate, mu = cfg->momentum, b1 = cfg->beta1, b2 = cfg->beta2,
@@ -1696,10 +1712,10 @@ static void run_optimizer(const dt_optim_config *cfg) {
         ck_assert_msg(push(&f, gw, gb, 1, NULL, &err) == 0, "push: %s", err.msg);
         for (int i = 0; i < n; i++) {
             double g = i < NW ? gw[i] : gb[i - NW];
-            if (strcmp(cfg->name, "momentum") == 0) {
+            if (cfg->kind == DT_OPTIM_MOMENTUM) {
                 s0[i] = mu * s0[i] + g; /* a = mu*a + g */
                 w[i] -= cfg->nesterov ? lr * g + lr * mu * s0[i] : lr * s0[i];
-            } else if (strcmp(cfg->name, "adagrad") == 0) {
+            } else if (cfg->kind == DT_OPTIM_ADAGRAD) {
                 s0[i] += g * g; /* a += g^2; w -= lr*g / (sqrt(a) + eps) */
                 w[i] -= lr * g / (sqrt(s0[i]) + eps);
             } else { /* adam */
@@ -1718,9 +1734,10 @@ static void run_optimizer(const dt_optim_config *cfg) {
         double got = i < NW ? gotw[i] : gotb[i - NW];
         double start = i < NW ? W0[i] : B0[i - NW];
         ck_assert_msg(fabs(got - w[i]) <= 1e-6 + 1e-5 * fabs(w[i]),
-                      "%s%s: element %d = %.9g, reference %.9g", cfg->name,
+                      "%s%s: element %d = %.9g, reference %.9g", dt_optim_name(cfg->kind),
                       cfg->nesterov ? " (nesterov)" : "", i, got, w[i]);
-        ck_assert_msg(fabs(w[i] - start) > 1e-3, "%s: element %d did not move", cfg->name, i);
+        ck_assert_msg(fabs(w[i] - start) > 1e-3, "%s: element %d did not move",
+                      dt_optim_name(cfg->kind), i);
     }
     fixture_stop(&f);
 }
@@ -1728,7 +1745,7 @@ static void run_optimizer(const dt_optim_config *cfg) {
 START_TEST(test_momentum) {
     dt_optim_config cfg;
     dt_optim_defaults(&cfg);
-    snprintf(cfg.name, sizeof cfg.name, "momentum");
+    cfg.kind = DT_OPTIM_MOMENTUM;
     cfg.learning_rate = 0.1;
     cfg.momentum = 0.9;
     run_optimizer(&cfg);
@@ -1740,7 +1757,7 @@ END_TEST
 START_TEST(test_adagrad) {
     dt_optim_config cfg;
     dt_optim_defaults(&cfg);
-    snprintf(cfg.name, sizeof cfg.name, "adagrad");
+    cfg.kind = DT_OPTIM_ADAGRAD;
     cfg.learning_rate = 0.1;
     cfg.initial_accumulator = 0.1;
     run_optimizer(&cfg);
@@ -1750,7 +1767,7 @@ END_TEST
 START_TEST(test_adam) {
     dt_optim_config cfg;
     dt_optim_defaults(&cfg);
-    snprintf(cfg.name, sizeof cfg.name, "adam");
+    cfg.kind = DT_OPTIM_ADAM;
     cfg.learning_rate = 0.01;
     cfg.beta1 = 0.9;
     cfg.beta2 = 0.999;
@@ -1769,7 +1786,7 @@ START_TEST(test_long_names_with_slots) {
     fixture_start(&f, 0);
     dt_optim_config cfg;
     dt_optim_defaults(&cfg);
-    snprintf(cfg.name, sizeof cfg.name, "adam");
+    cfg.kind = DT_OPTIM_ADAM;
     float a[2] = {1, 2}, b[2] = {3, 4};
     dt_tensor items[2];
     char name[DT_TENSOR_NAME_MAX];
@@ -1778,12 +1795,7 @@ START_TEST(test_long_names_with_slots) {
     make_tensor(&items[0], name, DT_DTYPE_F32, 1, 2, 0, a);
     name[DT_TENSOR_NAME_MAX - 2] = 'w';
     make_tensor(&items[1], name, DT_DTYPE_F32, 1, 2, 0, b);
-    dt_msg_create_req req;
-    memset(&req, 0, sizeof req);
-    req.out.items = items;
-    req.out.count = 2;
-    req.max_steps = 10;
-    req.optim = cfg;
+    dt_msg_create_req req = create_req(items, 2, &cfg, 10);
     dt_err err;
     dt_err_clear(&err);
     dt_msg_create_resp cr;
@@ -2171,7 +2183,7 @@ START_TEST(test_client_tables_reshard) {
     memset(&model, 0, sizeof model);
     model.vars = &vars;
     sgd_config(&model.optim, 0.5);
-    snprintf(model.optim.name, sizeof model.optim.name, "adagrad");
+    model.optim.kind = DT_OPTIM_ADAGRAD;
     model.max_steps = 100;
     model.tables = &spec;
     model.num_tables = 1;
@@ -2285,27 +2297,6 @@ END_TEST
 
 /* ---- hostile clients --------------------------------------------------- */
 
-/* Encodes msg, replaces the first `from` in its bytes by `to` (same length:
- * a name with a NUL or control byte the encoder would not write), sends. */
-static int call_patched(fixture *f, dt_msg_type type, const void *msg, const char *from,
-                        const char *to, size_t n, dt_err *err) {
-    dt_err local;
-    dt_err_clear(&local);
-    int64_t size = dt_codec_size(type, msg, &local);
-    ck_assert_msg(size > 0, "size: %s", local.msg);
-    uint8_t *bytes = malloc((size_t)size);
-    ck_assert_ptr_nonnull(bytes);
-    ck_assert_int_eq(dt_codec_encode(type, msg, bytes, (size_t)size, &local), 0);
-    uint8_t *at = memmem(bytes, (size_t)size, from, n);
-    ck_assert_msg(at != NULL, "%s not in the encoded message", from);
-    memcpy(at, to, n);
-    dt_rpc_buf resp;
-    int rc = call_raw(f, type, bytes, (size_t)size, &resp, err);
-    free(bytes);
-    dt_rpc_buf_release(&resp);
-    return rc;
-}
-
 /* A Create whose one tensor is shaped [d0, d1] but carries no data: sizes
  * that wrap 64 bits once passed as 0 bytes and crashed the next Push. */
 static int create_shaped(fixture *f, int64_t d0, int64_t d1, dt_err *err) {
@@ -2318,12 +2309,9 @@ static int create_shaped(fixture *f, int64_t d0, int64_t d1, dt_err *err) {
     t.shape[1] = d1;
     t.data = "";
     t.nbytes = 0;
-    dt_msg_create_req req;
-    memset(&req, 0, sizeof req);
-    req.out.items = &t;
-    req.out.count = 1;
-    req.max_steps = 100;
-    sgd_config(&req.optim, 0.5);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_msg_create_req req = create_req(&t, 1, &cfg, 100);
     dt_msg_create_resp resp;
     memset(&resp, 0, sizeof resp);
     return call_msg(f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &resp, err);
@@ -2354,9 +2342,7 @@ START_TEST(test_overflowing_shapes) {
 END_TEST
 
 static int pull_seen(fixture *f, int64_t seen_step, dt_msg_pull_resp *pr, dt_err *err) {
-    dt_msg_pull_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = 1;
+    dt_msg_pull_req req = pull_req(1);
     req.seen_step = seen_step;
     dt_tensor views[4];
     memset(pr, 0, sizeof *pr);
@@ -2382,18 +2368,11 @@ START_TEST(test_seen_step_not_believed) {
                       (long long)pr.global_step);
     }
     /* Push: the step moves by exactly the one applied push. */
-    float wc[NW], bc[NB];
-    memcpy(wc, GW, sizeof wc);
-    memcpy(bc, GB, sizeof bc);
-    dt_tensor items[2];
-    model_tensors(items, wc, bc);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = 1;
+    model_copy m;
+    copy_model(&m, GW, GB);
+    dt_msg_push_req req = push_req(m.items, 2, 1);
     req.step = 4;
     req.seen_step = 4 + 1000000;
-    req.out.items = items;
-    req.out.count = 2;
     dt_msg_push_resp resp;
     memset(&resp, 0, sizeof resp);
     ck_assert_int_eq(call_msg(&f, DT_MSG_PUSH_REQ, &req, DT_MSG_PUSH_RESP, &resp, &err), 0);
@@ -2440,12 +2419,7 @@ START_TEST(test_hostile_names) {
     dt_tensor items[2];
     model_tensors(items, wc, bc);
     make_tensor(&items[0], "wQx", DT_DTYPE_F32, 2, 2, 3, wc);
-    dt_msg_create_req creq;
-    memset(&creq, 0, sizeof creq);
-    creq.out.items = items;
-    creq.out.count = 2;
-    creq.max_steps = 100;
-    creq.optim = cfg;
+    dt_msg_create_req creq = create_req(items, 2, &cfg, 100);
     ASSERT_FAILS(call_patched(&f, DT_MSG_CREATE_REQ, &creq, "wQx", "w\0x", 3, &err), DT_EINVAL,
                  "NUL");
     dt_msg_status_resp st;
@@ -2468,20 +2442,14 @@ START_TEST(test_hostile_names) {
         memcpy(bc, GB, sizeof bc);
         model_tensors(items, wc, bc);
         make_tensor(&items[0], "wXanythin", DT_DTYPE_F32, 2, 2, 3, wc);
-        dt_msg_push_req preq;
-        memset(&preq, 0, sizeof preq);
-        preq.worker = 1;
-        preq.out.items = items;
-        preq.out.count = 2;
+        dt_msg_push_req preq = push_req(items, 2, 1);
         ASSERT_FAILS(call_patched(&f, DT_MSG_PUSH_REQ, &preq, "wXanythin", bad[i].bytes, 9, &err),
                      DT_EINVAL, bad[i].needle);
         assert_state(&f, W0, B0, 4, bad[i].needle);
     }
     /* Pull: the same rule, and a name given twice. */
     const char *names[2] = {"wX", "b"};
-    dt_msg_pull_req pq;
-    memset(&pq, 0, sizeof pq);
-    pq.worker = 1;
+    dt_msg_pull_req pq = pull_req(1);
     pq.out_names = names;
     pq.out_count = 2;
     ASSERT_FAILS(call_patched(&f, DT_MSG_PULL_REQ, &pq, "wX", "w\x01", 2, &err), DT_EINVAL,
@@ -2518,9 +2486,7 @@ START_TEST(test_push_as_another_task) {
     fixture_reconnect(&f, &as_w1);
 
     ASSERT_FAILS(push(&f, GW, GB, 0, NULL, &err), DT_EPERM, "worker:1 may not call as worker 0");
-    dt_msg_pull_req pq;
-    memset(&pq, 0, sizeof pq);
-    pq.worker = 0;
+    dt_msg_pull_req pq = pull_req(0);
     ASSERT_FAILS(call_msg(&f, DT_MSG_PULL_REQ, &pq, DT_MSG_PULL_RESP, NULL, &err), DT_EPERM,
                  "worker:1 may not call as worker 0");
     dt_msg_status_resp st;
@@ -2612,15 +2578,11 @@ static void twin_stop(twin *t) {
  * the reply's bytes and *reply_len their number. */
 static int send_to(twin *t, int cut, dt_msg_type type, const void *msg, uint8_t **reply,
                    size_t *reply_len, dt_err *err) {
-    dt_err local;
-    dt_err_clear(&local);
-    int64_t size = dt_codec_size(type, msg, &local);
-    ck_assert_msg(size > 0, "%s", local.msg);
-    uint8_t *bytes = malloc((size_t)size);
-    ck_assert_ptr_nonnull(bytes);
-    ck_assert_int_eq(dt_codec_encode(type, msg, bytes, (size_t)size, &local), 0);
-    dt_rpc_buf req = {.data = bytes, .len = (size_t)size}, out;
-    if (cut) dt_test_in_pieces(bytes, (size_t)size, ++t->seed, &req);
+    size_t size;
+    uint8_t *bytes = encode_msg(type, msg, &size);
+    ck_assert_uint_gt(size, 0);
+    dt_rpc_buf req = {.data = bytes, .len = size}, out;
+    if (cut) dt_test_in_pieces(bytes, size, ++t->seed, &req);
     dt_rpc_peer anyone = {.role = DT_PEER_ANY, .task = -1, .name = "anonymous"};
     dt_err_clear(err);
     int rc = dt_ps_call(cut ? t->cut : t->flat, dt_codec_method(type), &anyone, &req, &out, err);
@@ -2670,12 +2632,9 @@ static int push_both(twin *t, uint64_t *x, int w, uint64_t id, int64_t step, flo
     if (nan_at_end != 0) gbig[PR * PC - 1] = nan_at_end;
     dt_tensor items[2];
     twin_tensors(items, gbig, gb);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = w;
+    dt_msg_push_req req = push_req(items, 2, w);
     req.step = step;
     req.push_id = id;
-    req.out = (dt_tensor_list){.items = items, .count = 2};
     return send_both(t, DT_MSG_PUSH_REQ, &req, err);
 }
 
@@ -2727,7 +2686,7 @@ static void assert_twins_equal(twin *t, int64_t *step) {
  * push with a NaN in its last piece (refused, nothing changed), a retry of
  * an applied push (not applied again), a push that brings the variables
  * back. The twins end bit-identical. */
-static void run_twins(const char *optimizer, int mode) {
+static void run_twins(dt_optim_kind optimizer, int mode) {
     twin t;
     twin_start(&t);
     uint64_t x = 99;
@@ -2742,13 +2701,11 @@ static void run_twins(const char *optimizer, int mode) {
     }
     dt_tensor items[2], slot_items[2];
     twin_tensors(items, big, b);
-    dt_msg_create_req c;
-    memset(&c, 0, sizeof c);
-    c.out = (dt_tensor_list){.items = items, .count = 2};
-    dt_optim_defaults(&c.optim);
-    snprintf(c.optim.name, sizeof c.optim.name, "%s", optimizer);
-    c.optim.learning_rate = 0.0173;
-    c.max_steps = 1000;
+    dt_optim_config cfg;
+    dt_optim_defaults(&cfg);
+    cfg.kind = optimizer;
+    cfg.learning_rate = 0.0173;
+    dt_msg_create_req c = create_req(items, 2, &cfg, 1000);
     c.consistency.mode = mode;
     c.consistency.replicas_to_aggregate = 2;
     c.consistency.total_num_replicas = 2;
@@ -2798,13 +2755,10 @@ static void run_twins(const char *optimizer, int mode) {
     for (int i = 0; i < PC; i++)
         gb[i] = odd_value(&x);
     twin_tensors(items, gbig, gb);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = 0;
+    dt_msg_push_req req = push_req(items, 2, 0);
     req.step = step;
     req.push_id = ++id;
     req.pull = true;
-    req.out = (dt_tensor_list){.items = items, .count = 2};
     uint8_t *reply[2];
     size_t reply_len[2];
     dt_msg_push_resp r[2];
@@ -2830,17 +2784,17 @@ static void run_twins(const char *optimizer, int mode) {
 }
 
 START_TEST(test_pieces_sgd_async) {
-    run_twins("sgd", DT_MODE_ASYNC);
+    run_twins(DT_OPTIM_SGD, DT_MODE_ASYNC);
 }
 END_TEST
 
 START_TEST(test_pieces_adam_async) {
-    run_twins("adam", DT_MODE_ASYNC);
+    run_twins(DT_OPTIM_ADAM, DT_MODE_ASYNC);
 }
 END_TEST
 
 START_TEST(test_pieces_momentum_sync) {
-    run_twins("momentum", DT_MODE_SYNC);
+    run_twins(DT_OPTIM_MOMENTUM, DT_MODE_SYNC);
 }
 END_TEST
 
@@ -2850,15 +2804,14 @@ END_TEST
  * tensor), with optimizer at rate 0.5 (momentum 0.5: exact on small
  * integers) and 100 steps. */
 static void one_var_create(dt_msg_create_req *c, dt_tensor *item, const char *name, float *w,
-                           int64_t n, const char *optimizer) {
+                           int64_t n, dt_optim_kind optimizer) {
     make_tensor(item, name, DT_DTYPE_F32, 1, n, 0, w);
-    memset(c, 0, sizeof *c);
-    c->out = (dt_tensor_list){.items = item, .count = 1};
-    dt_optim_defaults(&c->optim);
-    snprintf(c->optim.name, sizeof c->optim.name, "%s", optimizer);
-    c->optim.learning_rate = 0.5;
-    c->optim.momentum = 0.5;
-    c->max_steps = 100;
+    dt_optim_config cfg;
+    dt_optim_defaults(&cfg);
+    cfg.kind = optimizer;
+    cfg.learning_rate = 0.5;
+    cfg.momentum = 0.5;
+    *c = create_req(item, 1, &cfg, 100);
 }
 
 #define NF 1037 /* 16 blocks of the finiteness test's 64, and a tail of 13 */
@@ -2898,7 +2851,7 @@ START_TEST(test_nonfinite_anywhere) {
         w0[i] = (float)(i % 97) - 48.0f;
     dt_tensor item;
     dt_msg_create_req c;
-    one_var_create(&c, &item, "f", w0, NF, "sgd");
+    one_var_create(&c, &item, "f", w0, NF, DT_OPTIM_SGD);
     dt_err err;
     dt_err_clear(&err);
     ck_assert_msg(send_both(&t, DT_MSG_CREATE_REQ, &c, &err) == 0, "create: %s", err.msg);
@@ -3009,11 +2962,8 @@ static void push_ones(twin *t, uint64_t id) {
         g[i] = 1.0f;
     dt_tensor item;
     make_tensor(&item, "big", DT_DTYPE_F32, 1, NBIG, 0, g);
-    dt_msg_push_req req;
-    memset(&req, 0, sizeof req);
-    req.worker = 0;
+    dt_msg_push_req req = push_req(&item, 1, 0);
     req.push_id = id;
-    req.out = (dt_tensor_list){.items = &item, .count = 1};
     dt_rpc_buf reply = call_keep(t->flat, DT_MSG_PUSH_REQ, &req);
     dt_rpc_buf_release(&reply);
 }
@@ -3025,7 +2975,7 @@ static void push_ones(twin *t, uint64_t id) {
  * are gone the buffers are used again. Exact values: sgd and momentum with
  * power-of-two rates on small integers. */
 START_TEST(test_reply_buffers_unchanged) {
-    const char *optimizers[2] = {"sgd", "momentum"};
+    const dt_optim_kind optimizers[2] = {DT_OPTIM_SGD, DT_OPTIM_MOMENTUM};
     for (int o = 0; o < 2; o++) {
         twin t;
         twin_start(&t);

@@ -660,11 +660,11 @@ START_TEST(test_learns_generated_data) {
     make_data(&d, 100000, 20000, 22);
     dt_optim_config o;
     dt_optim_defaults(&o);
-    snprintf(o.name, sizeof o.name, "adagrad");
+    o.kind = DT_OPTIM_ADAGRAD;
     o.learning_rate = 1;
     int64_t nonzero, held;
     double adagrad = train_wide(&d, &o, 3, &nonzero, &held);
-    snprintf(o.name, sizeof o.name, "ftrl");
+    o.kind = DT_OPTIM_FTRL;
     o.ftrl_beta = 1;
     int64_t nz0, held0;
     double ftrl = train_wide(&d, &o, 3, &nz0, &held0);

@@ -318,6 +318,19 @@ END_TEST
 
 /* ---- bad tags and values write nothing ---- */
 
+/* A histogram of values[0..n), each once: the counts writer with every
+ * count 1. */
+static int histogram_once(dt_summary_writer *w, int64_t step, const char *tag, const double *values,
+                          int64_t n, dt_err *err) {
+    int64_t *ones = malloc(sizeof *ones * (size_t)(n > 0 ? n : 1));
+    ck_assert_ptr_nonnull(ones);
+    for (int64_t i = 0; i < n; i++)
+        ones[i] = 1;
+    int rc = dt_summary_histogram_counts(w, step, tag, values, ones, n, err);
+    free(ones);
+    return rc;
+}
+
 static long file_size(const char *path) {
     struct stat st;
     ck_assert_int_eq(stat(path, &st), 0);
@@ -355,7 +368,7 @@ START_TEST(bad_tags) {
                       "case %zu: %s", i, err.msg);
     }
     dt_err_clear(&err);
-    ck_assert_int_eq(dt_summary_histogram(w, 5, "", values, 2, &err), DT_EINVAL);
+    ck_assert_int_eq(histogram_once(w, 5, "", values, 2, &err), DT_EINVAL);
     ck_assert_msg(strstr(err.msg, "histogram tag is empty"), "%s", err.msg);
     dt_err_clear(&err);
     ck_assert_int_eq(dt_summary_scalars(w, 5, NULL, NULL, -1, &err), DT_EINVAL);
@@ -435,16 +448,14 @@ START_TEST(histogram_round_trip) {
     ck_assert_msg(dt_summary_open(tmp, &w, &err) == 0, "%s", err.msg);
     static const double small[] = {0, 1, 1, 2, 3, 5, 8, 13, -1.5, 0, 1e-13, -2.5e7};
     int n_small = (int)(sizeof small / sizeof *small);
-    ck_assert_msg(dt_summary_histogram(w, 7, "staleness", small, n_small, &err) == 0, "%s",
-                  err.msg);
+    ck_assert_msg(histogram_once(w, 7, "staleness", small, n_small, &err) == 0, "%s", err.msg);
     /* A staleness-like spread: 1000 integers in 0..49. */
     double spread[1000];
     for (int i = 0; i < 1000; i++)
         spread[i] = (double)((i * 37) % 50);
-    ck_assert_msg(dt_summary_histogram(w, 8, "ps/staleness", spread, 1000, &err) == 0, "%s",
-                  err.msg);
+    ck_assert_msg(histogram_once(w, 8, "ps/staleness", spread, 1000, &err) == 0, "%s", err.msg);
     double one = 1.0;
-    ck_assert_msg(dt_summary_histogram(w, 9, "one", &one, 1, &err) == 0, "%s", err.msg);
+    ck_assert_msg(histogram_once(w, 9, "one", &one, 1, &err) == 0, "%s", err.msg);
     char path[1200];
     snprintf(path, sizeof path, "%s", dt_summary_path(w));
     dt_summary_close(w);
@@ -485,14 +496,14 @@ START_TEST(histogram_bad_values) {
     ck_assert_int_eq(dt_summary_flush(w, &err), 0);
     long size = file_size(dt_summary_path(w));
     double values[4] = {1, 2, 3, NAN};
-    ck_assert_int_eq(dt_summary_histogram(w, 1, "h", values, 4, &err), DT_EINVAL);
+    ck_assert_int_eq(histogram_once(w, 1, "h", values, 4, &err), DT_EINVAL);
     ck_assert_msg(strstr(err.msg, "histogram \"h\": values[3] is not finite"), "%s", err.msg);
     values[3] = -INFINITY;
     dt_err_clear(&err);
-    ck_assert_int_eq(dt_summary_histogram(w, 1, "h", values, 4, &err), DT_EINVAL);
+    ck_assert_int_eq(histogram_once(w, 1, "h", values, 4, &err), DT_EINVAL);
     dt_err_clear(&err);
-    ck_assert_int_eq(dt_summary_histogram(w, 1, "h", values, 0, &err), DT_EINVAL);
-    ck_assert_msg(strstr(err.msg, "0 values"), "%s", err.msg);
+    ck_assert_int_eq(histogram_once(w, 1, "h", values, -1, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "-1 values, need >= 0"), "%s", err.msg);
     ck_assert_int_eq(dt_summary_flush(w, &err), 0);
     ck_assert_int_eq(file_size(dt_summary_path(w)), size);
     dt_summary_close(w);
@@ -574,7 +585,7 @@ START_TEST(histogram_counts_round_trip) {
     ck_assert_msg(dt_summary_open(tmp, &w, &err) == 0, "%s", err.msg);
 
     /* 1: staleness buckets 0..31 as the chief sends them, and 2: the same
-     * sample expanded, through dt_summary_histogram. */
+     * sample expanded, each value once. */
     double staleness[32];
     int64_t fresh[32];
     for (int b = 0; b < 32; b++) {
@@ -586,7 +597,7 @@ START_TEST(histogram_counts_round_trip) {
     int n_expanded = expand(staleness, fresh, 32, expanded, 200);
     ck_assert_int_eq(n_expanded, 81);
     write_counts(w, 1, "staleness", staleness, fresh, 32);
-    ck_assert_msg(dt_summary_histogram(w, 2, "staleness", expanded, n_expanded, &err) == 0, "%s",
+    ck_assert_msg(histogram_once(w, 2, "staleness", expanded, n_expanded, &err) == 0, "%s",
                   err.msg);
     /* 3: non-integers, negatives, two values that may share a bucket. */
     static const double mixed[] = {-2.5, 0.5, 0.51, 1e6, 7e-13};
@@ -959,7 +970,7 @@ START_TEST(histogram_at_every_limit) {
     dt_err err = {0};
     dt_summary_writer *w = NULL;
     ck_assert_msg(dt_summary_open(tmp, &w, &err) == 0, "%s", err.msg);
-    ck_assert_msg(dt_summary_histogram(w, 1, "limits", values, n, &err) == 0, "%s", err.msg);
+    ck_assert_msg(histogram_once(w, 1, "limits", values, n, &err) == 0, "%s", err.msg);
     char path[1200];
     snprintf(path, sizeof path, "%s", dt_summary_path(w));
     dt_summary_close(w);

@@ -30,10 +30,10 @@ static dt_table_config config(const char *name, int64_t rows, int dim) {
     return cfg;
 }
 
-static dt_optim_config optim(const char *name) {
+static dt_optim_config optim(dt_optim_kind kind) {
     dt_optim_config o;
     dt_optim_defaults(&o);
-    snprintf(o.name, sizeof o.name, "%s", name);
+    o.kind = kind;
     return o;
 }
 
@@ -232,14 +232,14 @@ START_TEST(test_plan_errors) {
     ck_assert_int_eq(dt_table_plan(t, cases[0].ids, (int64_t)1 << 40, &b, NULL), DT_EINVAL);
     /* An empty batch is fine, and applies nothing. */
     plan(t, NULL, 0, &b);
-    dt_optim_config o = optim("sgd");
+    dt_optim_config o = optim(DT_OPTIM_SGD);
     ck_assert_int_eq(dt_table_apply(t, &b, &o, 0.1, NULL, 1, NULL), 0);
     ck_assert_int_eq(rows_held(t), 0);
     /* An optimizer with other slots than the table's. */
     int64_t one = 4;
     float g[2] = {1, 1};
     plan(t, &one, 1, &b);
-    dt_optim_config adam = optim("adam");
+    dt_optim_config adam = optim(DT_OPTIM_ADAM);
     dt_err err;
     dt_err_clear(&err);
     ck_assert_int_eq(dt_table_apply(t, &b, &adam, 0.1, g, 1, &err), DT_EINVAL);
@@ -254,9 +254,10 @@ END_TEST
 /* Pushes of several optimizers against a dense reference of the same
  * rule: a dense array per row, updated with dt_optim_apply per touched row
  * (the rule's reference is check_optim's), and untouched rows never. */
-static void lazy_against_dense(const char *name) {
+static void lazy_against_dense(dt_optim_kind kind) {
     enum { R = 5000, D = 3, PUSHES = 40 };
-    dt_optim_config o = optim(name);
+    const char *name = dt_optim_name(kind);
+    dt_optim_config o = optim(kind);
     o.ftrl_l1 = 0.01;
     dt_table_config cfg = config("t", R, D);
     cfg.init = DT_TABLE_INIT_NORMAL;
@@ -323,11 +324,11 @@ static void lazy_against_dense(const char *name) {
 }
 
 START_TEST(test_lazy_updates) {
-    lazy_against_dense("sgd");
-    lazy_against_dense("momentum");
-    lazy_against_dense("adagrad");
-    lazy_against_dense("adam");
-    lazy_against_dense("ftrl");
+    lazy_against_dense(DT_OPTIM_SGD);
+    lazy_against_dense(DT_OPTIM_MOMENTUM);
+    lazy_against_dense(DT_OPTIM_ADAGRAD);
+    lazy_against_dense(DT_OPTIM_ADAM);
+    lazy_against_dense(DT_OPTIM_FTRL);
 }
 END_TEST
 
@@ -385,7 +386,7 @@ typedef struct {
 
 static void *push_loop(void *arg) {
     pusher *p = arg;
-    dt_optim_config o = optim("sgd");
+    dt_optim_config o = optim(DT_OPTIM_SGD);
     dt_table_batch b = {0};
     int64_t ids[TR];
     float g[TR];
@@ -483,7 +484,7 @@ START_TEST(test_evict_rules) {
     dt_table_config cfg = config("e", 100, 2);
     cfg.init = DT_TABLE_INIT_UNIFORM;
     cfg.init_scale = 1;
-    dt_optim_config o = optim("sgd");
+    dt_optim_config o = optim(DT_OPTIM_SGD);
     dt_table *t = new_table(&cfg);
     /* Row 1: pushed 5 times up to step 10. Row 2: once at step 10. Row 3:
      * once at step 90. Row 4: 5 times up to step 90. */
@@ -547,7 +548,7 @@ END_TEST
 /* A table of R rows with adam slots, some rows pushed. */
 static dt_table *trained(const char *name, int stripes, int64_t *held) {
     enum { R = 3000, D = 4 };
-    dt_optim_config o = optim("adam");
+    dt_optim_config o = optim(DT_OPTIM_ADAM);
     dt_table_config cfg = config(name, R, D);
     cfg.init = DT_TABLE_INIT_NORMAL;
     cfg.init_scale = 0.05;
@@ -770,7 +771,7 @@ START_TEST(test_nonzero_with_ftrl) {
     /* FTRL with L1 on a table: rows pushed with noise stay exactly 0, rows
      * with a steady gradient do not; the count says so. */
     enum { R = 2000, SIGNAL = 50 };
-    dt_optim_config o = optim("ftrl");
+    dt_optim_config o = optim(DT_OPTIM_FTRL);
     o.learning_rate = 0.1;
     o.ftrl_l1 = 8;
     o.ftrl_beta = 1;

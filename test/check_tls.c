@@ -559,8 +559,9 @@ START_TEST(token_file_parsing) {
     dt_auth_tokens *t = NULL;
     ck_assert_int_eq(dt_test_write_file(path, "  # comment\n\nshared-secret  # trailing\n"), 0);
     ck_assert_int_eq(dt_auth_tokens_load(path, &t, &err), 0);
-    ck_assert(dt_auth_tokens_shared(t));
+    /* Shared mode: every identity sends the one token. */
     ck_assert_str_eq(dt_auth_tokens_for(t, "worker:7"), "shared-secret");
+    ck_assert_str_eq(dt_auth_tokens_for(t, "tool"), "shared-secret");
     dt_rpc_peer peer;
     ck_assert_int_eq(dt_auth_tokens_check(t, "shared-secret", 13, "worker:7", &peer), 0);
     ck_assert_int_eq(peer.role, DT_PEER_WORKER);
@@ -571,7 +572,8 @@ START_TEST(token_file_parsing) {
 
     ck_assert_int_eq(dt_test_write_file(path, "chief a\nworker:2 b\n"), 0);
     ck_assert_int_eq(dt_auth_tokens_load(path, &t, &err), 0);
-    ck_assert(!dt_auth_tokens_shared(t));
+    /* Identity mode: an identity the file does not list has no token. */
+    ck_assert_str_eq(dt_auth_tokens_for(t, "worker:2"), "b");
     ck_assert_ptr_null(dt_auth_tokens_for(t, "tool"));
     ck_assert_int_eq(dt_auth_tokens_check(t, "b", 1, "chief", &peer), 0);
     ck_assert_str_eq(peer.name, "worker:2"); /* the token decides, not the claim */

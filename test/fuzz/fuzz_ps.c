@@ -171,7 +171,7 @@ static void create_model(dt_ps *ps) {
     req.global_step = 7;
     req.max_steps = 1000000000;
     dt_optim_defaults(&req.optim);
-    strcpy(req.optim.name, "momentum");
+    req.optim.kind = DT_OPTIM_MOMENTUM;
     req.optim.learning_rate = 0.5;
     req.optim.momentum = 0.9;
     strcpy(req.model, "fuzz");

@@ -221,7 +221,7 @@ static void table_seeds(void) {
     dt_msg_create_req create;
     memset(&create, 0, sizeof create);
     dt_optim_defaults(&create.optim);
-    snprintf(create.optim.name, sizeof create.optim.name, "ftrl");
+    create.optim.kind = DT_OPTIM_FTRL;
     create.max_steps = 1000;
     snprintf(create.model, sizeof create.model, "logistic sparse");
     create.num_tables = 1;
@@ -285,7 +285,7 @@ static void codec_seeds(void) {
     create.global_step = 1200;
     create.max_steps = 2000;
     dt_optim_defaults(&create.optim);
-    snprintf(create.optim.name, sizeof create.optim.name, "adam");
+    create.optim.kind = DT_OPTIM_ADAM;
     create.schedule.kind = DT_LR_EXPONENTIAL;
     create.schedule.decay_steps = 1000;
     create.schedule.decay_rate = 0.96;
@@ -404,9 +404,10 @@ static void summary_seeds(const char *tmp) {
     if (dt_summary_open(tmp, &w, &err) < 0) die("summary", &err);
     const char *tags[] = {"loss", "global_step/sec"};
     double values[] = {0.25, 1500.0};
-    double hist[] = {-1.5, 0, 0.001, 2, 2, 3.5};
+    double hist[] = {-1.5, 0, 0.001, 2, 3.5};
+    int64_t hist_counts[] = {1, 1, 1, 2, 1};
     if (dt_summary_scalars(w, 10, tags, values, 2, &err) < 0 ||
-        dt_summary_histogram(w, 20, "linear/weight", hist, 6, &err) < 0)
+        dt_summary_histogram_counts(w, 20, "linear/weight", hist, hist_counts, 5, &err) < 0)
         die("summary", &err);
     char path[1024];
     snprintf(path, sizeof path, "%s", dt_summary_path(w));
