@@ -14,8 +14,10 @@ TESTPKGS := check
 # installs them). clean, deps and fmt need none of them.
 DEP_DEBS := grpc:libgrpc-dev gpr:libgrpc-dev libcjson:libcjson-dev openblas:libopenblas-dev \
             zlib:zlib1g-dev check:check
+# Checked once: the makes that `make check` and the sanitizer targets start
+# inherit DT_DEPS_CHECKED (pkg-config takes a second for gRPC alone).
 ifeq ($(filter-out clean deps fmt,$(or $(MAKECMDGOALS),all)),)
-else
+else ifeq ($(DT_DEPS_CHECKED),)
   MISSING := $(sort $(foreach d,$(DEP_DEBS),$(if $(shell pkg-config --exists $(firstword \
                $(subst :, ,$(d))) && echo y),,$(lastword $(subst :, ,$(d))))) \
                $(if $(shell command -v nanopb_generator.py),,nanopb) \
@@ -23,6 +25,7 @@ else
   ifneq ($(strip $(MISSING)),)
     $(error missing Debian packages: $(strip $(MISSING)); run scripts/install_deps.sh (or make deps) first)
   endif
+  export DT_DEPS_CHECKED := 1
 endif
 
 # Quiet by default; `make V=1` prints full command lines.
@@ -37,9 +40,17 @@ OPT      ?= -O2
 # testing", says which and why).
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
             -Werror
+# pkg-config takes a second of CPU for gRPC (it walks absl's hundred .pc
+# files): asked once per make run, on first use (the eval makes each a
+# plain variable then), not once per compile, where it ran in make's own
+# process, one at a time, and cost more CPU than the build's compiles.
+PKG_CFLAGS = $(eval PKG_CFLAGS := $$(shell pkg-config --cflags $(PKGS)))$(PKG_CFLAGS)
+PKG_LIBS   = $(eval PKG_LIBS := $$(shell pkg-config --libs $(PKGS)))$(PKG_LIBS)
+TEST_CFLAGS = $(eval TEST_CFLAGS := $$(shell pkg-config --cflags $(TESTPKGS)))$(TEST_CFLAGS)
+TEST_LIBS  = $(eval TEST_LIBS := $$(shell pkg-config --libs $(TESTPKGS)))$(TEST_LIBS)
 CFLAGS   += -std=c11 $(OPT) -g $(WARN) -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
-            -Ilib -I$(BUILD)/gen $(shell pkg-config --cflags $(PKGS))
-LDLIBS   += -lprotobuf-nanopb $(shell pkg-config --libs $(PKGS)) -lpthread -lm
+            -Ilib -I$(BUILD)/gen $(PKG_CFLAGS)
+LDLIBS   += -lprotobuf-nanopb $(PKG_LIBS) -lpthread -lm
 SANITIZE ?=
 CFLAGS   += $(SANITIZE)
 LDFLAGS  += $(SANITIZE)
@@ -82,9 +93,9 @@ $(BUILD)/dtrain: $(BUILD)/obj/cmd/dtrain.o $(BUILD)/libdtrain.a
 
 $(BUILD)/check_all: $(TEST_OBJ) $(BUILD)/libdtrain.a
 	@echo "  LD    $@"
-	$(Q)$(CC) $(LDFLAGS) $^ $(LDLIBS) $(shell pkg-config --libs $(TESTPKGS)) -o $@
+	$(Q)$(CC) $(LDFLAGS) $^ $(LDLIBS) $(TEST_LIBS) -o $@
 
-$(BUILD)/obj/test/%.o: CFLAGS += $(shell pkg-config --cflags $(TESTPKGS)) -Itest
+$(BUILD)/obj/test/%.o: CFLAGS += $(TEST_CFLAGS) -Itest
 
 # The whole suite: unit and integration (real processes on loopback).
 test: $(BUILD)/dtrain $(BUILD)/check_all
