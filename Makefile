@@ -98,8 +98,11 @@ $(BUILD)/check_all: $(TEST_OBJ) $(BUILD)/libdtrain.a
 $(BUILD)/obj/test/%.o: CFLAGS += $(TEST_CFLAGS) -Itest
 
 # The whole suite: unit and integration (real processes on loopback).
+# DT_XML_DIR=DIR: each case's time in DIR/$(BUILD)/<suite>.xml
+# (scripts/slowest.sh DIR/$(BUILD) lists the slowest).
 test: $(BUILD)/dtrain $(BUILD)/check_all
-	DTRAIN_BIN=$(abspath $(BUILD)/dtrain) $(BUILD)/check_all
+	$(if $(DT_XML_DIR),mkdir -p $(DT_XML_DIR)/$(BUILD) && DT_XML_DIR=$(abspath $(DT_XML_DIR)/$(BUILD))) \
+	  DTRAIN_BIN=$(abspath $(BUILD)/dtrain) $(BUILD)/check_all
 
 # Same suite, separate build tree, under AddressSanitizer and UBSan.
 ASAN_MAKE := $(MAKE) BUILD=build-asan OPT=-O1 \
