@@ -174,6 +174,11 @@ lint: $(GEN_H)
 # CHECK_JOBS at once (DT_JOBS): most of their time is spent waiting on the
 # processes they start, and every wait is on an event with a deadline.
 CHECK_JOBS ?= 2
+# New-input fuzzing in check is a smoke test, CHECK_FUZZ_SECONDS per target
+# (10: a few hundred thousand runs of a parser target, enough to catch what a
+# change breaks at once); the regression guard is fuzz-check, every committed
+# input and kept reproducer. Long runs are by hand: make fuzz FUZZ_SECONDS=600.
+CHECK_FUZZ_SECONDS ?= 10
 STAGE := sh scripts/stage.sh
 check:
 	$(STAGE) build $(MAKE) -j2 $(BUILD)/dtrain $(BUILD)/check_all \
@@ -187,7 +192,7 @@ check:
 	$(STAGE) tsan env DT_JOBS=$(CHECK_JOBS) $(MAKE) tsan
 	$(STAGE) fuzz-build $(MAKE) -j2 fuzz-build
 	$(STAGE) fuzz-check $(MAKE) fuzz-check
-	$(STAGE) fuzz $(MAKE) -j2 fuzz
+	$(STAGE) fuzz $(MAKE) -j2 fuzz FUZZ_SECONDS=$(CHECK_FUZZ_SECONDS)
 
 $(BUILD)/bench_%: bench/%.c bench/common.h $(BENCH_OBJ) $(BUILD)/libdtrain.a
 	@echo "  LD    $@"
