@@ -130,9 +130,15 @@ coverage:
 	$(COV_MAKE) -j2 build-cov/dtrain build-cov/check_all
 	sh scripts/coverage.sh build-cov
 
-# ThreadSanitizer, its own tree: the unit suites and the ones whose
-# processes and in-process servers run threads (TSAN_SUITES; lifecycle and
-# restart are check_lifecycle.c), each role they start built the same way.
+# ThreadSanitizer, its own tree: the suites whose code runs on more than
+# one thread (TSAN_SUITES), each role they start built the same way. table:
+# pushes and the eviction sweep on threads of the test's own; rpc, ps and
+# consistency: in-process servers (pollers, the listener's watchdog) and
+# callers on threads; lifecycle and restart (check_lifecycle.c): whole jobs,
+# a ps's pollers, a worker's sender thread, roles stopped and restarted
+# under them. Not the other unit suites, predict or criteo_gen: one thread
+# runs their numeric loops, parsers and codecs (TSan has nothing to compare
+# there; it only made them several times slower), and ASan runs them.
 # halt_on_error: a race fails the test that made it.
 # ignore_noninstrumented_modules: gRPC, absl, OpenSSL and OpenBLAS are not
 # built with TSan, so it sees their memcpy, malloc and epoll calls but none
@@ -144,8 +150,7 @@ coverage:
 # loads, before main blocks the stop signals, and a signal it took would
 # wait, under TSan, until that thread calls into the runtime (never).
 TSAN_MAKE := $(MAKE) BUILD=build-tsan OPT=-O1 SANITIZE="-fsanitize=thread"
-UNIT_SUITES := err,text,hash,tensor,cluster,optim,table,data,reader,sparse,criteo_gen,model,sparse_model,codec,checkpoint,summary,placement
-TSAN_SUITES ?= $(UNIT_SUITES),predict,rpc,ps,consistency,lifecycle,restart
+TSAN_SUITES ?= table,rpc,ps,consistency,lifecycle,restart
 tsan:
 	TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 \
 	  suppressions=$(abspath test/tsan.supp) $(TSAN_OPTIONS)" OPENBLAS_NUM_THREADS=1 \
