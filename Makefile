@@ -157,17 +157,18 @@ tsan:
 	  DT_SUITES=$(TSAN_SUITES) $(TSAN_MAKE) test
 
 # The static checks; any finding fails: cppcheck, clang-tidy (the checks
-# and the reasons in .clang-tidy; two files at a time), the format
+# and the reasons in .clang-tidy; two files at a time, one per process, the
+# largest first, so that no long file runs alone at the end), the format
 # (clang-format, as `make fmt` writes it) and no allocation in lib/ or cmd/
 # but through lib/alloc, where the alloc suite can make it fail
 # (scripts/lint_alloc.sh).
 FMT_SRC := cmd/*.c lib/*.c lib/*.h test/*.c test/*.h
 lint: $(GEN_H)
 	sh scripts/lint_alloc.sh
-	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	cppcheck -j2 --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem -Ilib cmd lib
-	printf '%s\n' lib/*.c cmd/*.c | \
-	  xargs -P2 -n8 sh -c 'clang-tidy --quiet "$$@" -- $(CFLAGS)' clang-tidy
+	ls -S lib/*.c cmd/*.c | \
+	  xargs -P2 -n1 sh -c 'clang-tidy --quiet "$$@" -- $(CFLAGS)' clang-tidy
 	clang-format --dry-run -Werror $(FMT_SRC)
 
 # Everything CI runs, in stages that each print their wall and CPU time: the trees
