@@ -181,9 +181,10 @@ lint: $(GEN_H)
 # processes they start, and every wait is on an event with a deadline.
 CHECK_JOBS ?= 2
 # New-input fuzzing in check is a smoke test, CHECK_FUZZ_SECONDS per target
-# (10: a few hundred thousand runs of a parser target, enough to catch what a
-# change breaks at once); the regression guard is fuzz-check, every committed
-# input and kept reproducer. Long runs are by hand: make fuzz FUZZ_SECONDS=600.
+# (10: from a thousand inputs of the ps target to a hundred thousand of the
+# summary parser on a loaded machine, enough to catch what a change breaks
+# at once); the regression guard is fuzz-check, every committed input and
+# kept reproducer. Long runs are by hand: make fuzz FUZZ_SECONDS=600.
 CHECK_FUZZ_SECONDS ?= 10
 STAGE := sh scripts/stage.sh
 check:
