@@ -583,14 +583,18 @@ static void expect_waits_for_ps(const char *log_name, size_t from) {
  * (log_names[i], pids[i]) has said it waits, to be sure that each noticed:
  * a role that did not would prove nothing by resuming. Every role of the
  * job must still run then. Heals the link and waits until each of the
- * roles trains again (or ends the job: the last line is a progress line). */
+ * roles trains again (or ends the job: the last line is a progress line).
+ * paused: the roles were stopped (SIGSTOP) before; they go on once the
+ * link is down. */
 static void outage(const char *host_name, const char *const *log_names, const pid_t *pids, int n,
-                   const roles *r) {
+                   const roles *r, int paused) {
     size_t seen[3];
     ck_assert(n <= 3);
     for (int i = 0; i < n; i++)
         seen[i] = dt_test_job_log_length(&w, log_names[i]);
     link_set(host_name, "down");
+    for (int i = 0; paused && i < n; i++)
+        send_signal(pids[i], SIGCONT);
     dt_test_sleep_ms(OUTAGE_MS); /* the outage itself, the one deliberate sleep */
     for (int i = 0; i < n; i++) {
         size_t waited =
@@ -716,7 +720,7 @@ START_TEST(worker_partition_heals) {
     if (!job_init("worker_partition_heals", extra)) return;
     roles r = start_job();
     static const char *const logs[] = {"worker1"};
-    outage("worker1", logs, &r.worker, 1, &r);
+    outage("worker1", logs, &r.worker, 1, &r, 0);
     expect_all_done(&r);
     expect_job_complete();
     expect_step_never_back("worker1", PROGRESS, "global_step ");
@@ -737,7 +741,15 @@ START_TEST(ps_partition_heals) {
     roles r = start_job();
     static const char *const logs[] = {"chief", "worker1"};
     pid_t pids[2] = {r.chief, r.worker};
-    outage("ps0", logs, pids, 2, &r);
+    /* Both paused until the link is down, so the job cannot end before the
+     * cut however fast the machine (8,000 steps took 1.5 s once): they
+     * find the ps gone at their next call. */
+    send_signal(r.chief, SIGSTOP);
+    send_signal(r.worker, SIGSTOP);
+    ck_assert_msg(!dt_test_job_log_has(&w, "chief", "job done") &&
+                      !dt_test_job_log_has(&w, "worker1", "training done"),
+                  "the job ended before the cut; logs:%s", dt_test_job_report(&w));
+    outage("ps0", logs, pids, 2, &r, 1);
     expect_all_done(&r);
     expect_job_complete();
     expect_step_never_back("chief", PROGRESS, "global_step ");
