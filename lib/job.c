@@ -76,11 +76,13 @@ _Static_assert(sizeof(dt_optim_kind) == sizeof(int), "enum size");
 /* The job fields, in the order conf/README.md lists them. */
 static const field fields[] = {
     CHOICE("model", model.kind, dt_model_kind_names),
+    /* Up to 2^40 for a sparse model's table rows (libsvm indices as they
+     * are); a dense model's at most INT_MAX (dt_job_finish). */
     {.name = "features",
-     .type = F_INT,
+     .type = F_INT64,
      AT(model.num_features),
      .min = 1,
-     .max = INT_MAX,
+     .max = (double)DT_TABLE_MAX_ROWS,
      .zero_unset = 1},
     {.name = "classes",
      .type = F_INT,
@@ -820,6 +822,11 @@ static int check_sparse(const dt_job *job, dt_err *err) {
                           "job: \"evict_*\" drop rows of a sparse model's table: the model is "
                           "not sparse (\"sparse\")");
     if (!dt_job_is_sparse(job)) {
+        if (job->model.num_features > INT_MAX)
+            return dt_err_set(err, DT_EINVAL,
+                              "job: \"features\" %lld: a dense model takes at most %d; a sparse "
+                              "one (\"sparse\", libsvm data) up to 2^40",
+                              (long long)job->model.num_features, INT_MAX);
         if (d->source == DT_DATA_CRITEO)
             return dt_err_set(err, DT_EINVAL,
                               "job: \"data\": \"criteo\" needs a sparse model (\"sparse\": "
@@ -954,9 +961,9 @@ int dt_job_finish(dt_job *job, dt_err *err) {
         m->num_classes = 2;
     if (data->source == DT_DATA_LINE && job->model.num_features != 1)
         return dt_err_set(err, DT_EINVAL,
-                          "job: \"data\": \"line\" has 1 feature, but \"features\" is %d (use "
+                          "job: \"data\": \"line\" has 1 feature, but \"features\" is %lld (use "
                           "\"features\": 1, or \"data\": \"wide\")",
-                          job->model.num_features);
+                          (long long)job->model.num_features);
     dt_lr_schedule schedule;
     if ((rc = dt_job_schedule(job, &schedule, err))) return rc;
     if (from_file && data->train_data[0] == '\0')

@@ -83,9 +83,10 @@ static int plan(const dt_model_config *cfg, net_shape *net, dt_err *err) {
                           (int)cfg->kind);
     const model_kind *kind = &kinds[cfg->kind];
     const char *name = dt_model_kind_names[cfg->kind];
-    if (cfg->num_features < 1)
-        return dt_err_set(err, DT_EINVAL, "model: \"features\" must be >= 1 (got %d)",
-                          cfg->num_features);
+    if (cfg->num_features < 1 || cfg->num_features > INT_MAX)
+        return dt_err_set(err, DT_EINVAL,
+                          "model: \"features\" must be 1 to %d for a dense model (got %lld)",
+                          INT_MAX, (long long)cfg->num_features);
     if (kind->head == HEAD_SIGMOID && cfg->num_classes != 2)
         return dt_err_set(err, DT_EINVAL,
                           "model: logistic: \"classes\" must be 2, logistic regression is "
@@ -291,7 +292,7 @@ void dt_model_describe(const dt_model_config *cfg, char *buf, int cap) {
     const char *name = (unsigned)cfg->kind < sizeof kinds / sizeof kinds[0]
                            ? dt_model_kind_names[cfg->kind]
                            : "unknown";
-    append(buf, c, &off, "%s features=%d", name, cfg->num_features);
+    append(buf, c, &off, "%s features=%lld", name, (long long)cfg->num_features);
     if (cfg->kind == DT_MODEL_MLP) {
         int nh = cfg->num_hidden < 0               ? 0
                  : cfg->num_hidden > DT_MAX_HIDDEN ? DT_MAX_HIDDEN
@@ -306,7 +307,10 @@ void dt_model_describe(const dt_model_config *cfg, char *buf, int cap) {
 
 void dt_model_data_needs(const dt_model_config *cfg, dt_data_needs *out) {
     memset(out, 0, sizeof *out);
-    out->num_features = cfg->num_features;
+    /* A dense model's F fits an int (plan). A sparse job's may not: its
+     * rows are read with F from the job (dt_job_read_sparse), never by the
+     * dense readers, which see it only to tell whether a file has labels. */
+    out->num_features = cfg->num_features <= INT_MAX ? (int)cfg->num_features : INT_MAX;
     out->label_kind = cfg->kind == DT_MODEL_LINEAR ? DT_LABEL_REAL : DT_LABEL_CLASS;
     out->num_classes = cfg->kind == DT_MODEL_LINEAR ? 0 : cfg->num_classes;
     out->svm_signed_labels = cfg->kind == DT_MODEL_LOGISTIC;

@@ -52,7 +52,7 @@ extern const char *const dt_model_kind_names[];
 /* The job's model fields (conf/README.md), owned here; dt_job embeds them. */
 typedef struct {
     dt_model_kind kind;
-    int num_features;          /* F >= 1 (the job's "features") */
+    int64_t num_features;      /* F >= 1 (the job's "features"); a dense model's <= INT_MAX */
     int num_classes;           /* K: 2 for logistic, >= 2 for softmax and mlp; unused by linear */
     int hidden[DT_MAX_HIDDEN]; /* mlp: units per hidden layer */
     int num_hidden;            /* mlp: number of hidden layers, >= 1 */

@@ -199,7 +199,7 @@ static int stats_of(const char *what, const dt_job *job, const dt_tensors *loade
     const dt_tensor *mean = dt_tensors_find(loaded, DT_CKPT_SCALE_MEAN);
     const dt_tensor *std = dt_tensors_find(loaded, DT_CKPT_SCALE_STD);
     if (job->data.scale != DT_SCALE_STANDARDIZE || !mean || !std) return 0;
-    const int F = job->model.num_features;
+    const int F = (int)job->model.num_features; /* standardized: a dense model's */
     for (int i = 0; i < 2; i++) {
         const dt_tensor *t = i ? std : mean;
         if (t->dtype != DT_DTYPE_F64 || t->ndim != 1 || t->shape[0] != F)
@@ -366,12 +366,13 @@ int dt_predict_fill_shape(const char *what, const char *path, dt_job *job, dt_er
     dt_job *trained = rc == 0 && m.job ? dt_malloc(sizeof *trained) : NULL;
     if (trained && job_of_meta(what, &m, where, trained, &quiet) == 0) {
         dt_model_config *mc = &job->model;
-        const int F = mc->num_features, K = mc->num_classes;
+        const int64_t F = mc->num_features;
+        const int K = mc->num_classes;
         if (!F) mc->num_features = trained->model.num_features;
         if (!K) mc->num_classes = trained->model.num_classes;
-        dt_log(DT_LOG_INFO, "%s: %s%s%s from the job %s was trained with: features %d classes %d",
+        dt_log(DT_LOG_INFO, "%s: %s%s%s from the job %s was trained with: features %lld classes %d",
                what, !F ? "\"features\"" : "", !F && !K ? " and " : "", !K ? "\"classes\"" : "",
-               where, mc->num_features, mc->num_classes);
+               where, (long long)mc->num_features, mc->num_classes);
     }
     free(trained);
     dt_safetensors_meta_deinit(&m);

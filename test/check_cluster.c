@@ -809,7 +809,8 @@ START_TEST(test_job_bad_values) {
         {"noise", "-0.25", "must be a number >= 0 (got -0.25)"},
         {"features", "0", "must be an integer >= 1 (got 0)"},
         {"features", "2.5", "must be an integer >= 1 (got 2.5)"},
-        {"features", "3000000000", "must be an integer from 1 to 2147483647 (got 3000000000)"},
+        {"features", "1099511627777",
+         "must be an integer from 1 to 1099511627776 (got 1099511627777)"},
         {"examples", "1e20", "must be an integer from 1 to 9007199254740992 (got 1e+20)"},
         {"examples", "0", "must be an integer >= 1 (got 0)"},
         {"seed", "-1", "must be an integer >= 0 (got -1)"},
@@ -1109,6 +1110,13 @@ START_TEST(test_job_sparse_rules) {
         {{"data=criteo", "train_data=c.txt", "hash_bits=20", "evict_min_touches=2",
           "evict_touch_window_steps=100", NULL},
          NULL},
+        /* libsvm indices as written, up to 2^40: a table's rows, never a
+         * dense weight */
+        {{"data=libsvm", "train_data=t.svm", "features=1099511627776", NULL}, NULL},
+        {{"data=libsvm", "train_data=t.svm", "features=2147483648", "sparse=off", NULL},
+         "\"features\" 2147483648: a dense model takes at most 2147483647"},
+        {{"data=csv", "train_data=t.csv", "features=34359738368", NULL},
+         "a dense model takes at most"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         int rc = finish_with(cases[c].sets, &err);

@@ -227,7 +227,10 @@ START_TEST(test_specs_errors) {
     ck_assert_str_eq(buf, "unknown features=5 classes=2 l2=0");
 
     job = job_of("linear", 0, 1);
-    refused(&job, "model: \"features\" must be >= 1 (got 0)");
+    refused(&job, "model: \"features\" must be 1 to 2147483647 for a dense model (got 0)");
+    job = job_of("linear", 1, 1);
+    job.model.num_features = (int64_t)1 << 31; /* a sparse model's table may be this wide */
+    refused(&job, "model: \"features\" must be 1 to 2147483647 for a dense model (got 2147483648)");
     job = job_of("softmax", 3, 1);
     job.model.num_classes = 1;
     refused(&job, "model: softmax: \"classes\" must be >= 2 (got 1)");

@@ -805,6 +805,40 @@ START_TEST(embedding_wide_rows) {
 }
 END_TEST
 
+/* libsvm indices as written, past what an int holds: "features" 2^36, a
+ * table of that many rows (sparse by "auto": more than 2^20 features),
+ * rows made for the indices the file uses, saved under their ids (index -
+ * 1), and dtrain eval scores the checkpoint. */
+START_TEST(feature_ids_past_int) {
+    static const int64_t idx[4] = {1, 3000000000LL, ((int64_t)1 << 33) + 7, (int64_t)1 << 36};
+    char train[1100];
+    snprintf(train, sizeof train, "%s/huge.svm", J.dir);
+    char text[2048];
+    size_t off = 0;
+    for (int i = 0; i < 8; i++)
+        off += (size_t)snprintf(text + off, sizeof text - off, "%s %lld:1 %lld:0.5 %lld:-1\n",
+                                i % 2 ? "+1" : "-1", (long long)idx[i % 2], (long long)idx[2],
+                                (long long)idx[3]);
+    ck_assert_int_eq(dt_test_write_file(train, text), 0);
+    const char *sets[] = {"features=68719476736", "batch_size=4", "optimizer=adagrad",
+                          "max_steps=6", NULL};
+    job_sets(train, sets);
+    dt_test_job_cluster(&J, 2, 1);
+    dt_test_job_run(&J, "", JOB_TIMEOUT_MS);
+    dt_tensors ts;
+    char path[2048];
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 6, &ts, path, sizeof path), 6);
+    const dt_tensor *ids = dt_tensors_find(&ts, "logistic/weight/ids");
+    ck_assert_msg(ids && ids->shape[0] == 4, "%s: want the 4 rows the file uses", path);
+    for (int k = 0; k < 4; k++)
+        ck_assert_int_eq(((const int64_t *)ids->data)[k], idx[k] - 1);
+    dt_tensors_deinit(&ts);
+    const char *eval[] = {"eval", "--log-dir", J.log_dir, "--data", train, NULL};
+    ck_assert_msg(dt_test_job_command(&J, eval, JOB_TIMEOUT_MS) == 0, "eval: %s", J.err);
+    ck_assert_msg(strstr(J.out, "examples 8 global_step 6"), "eval printed \"%s\"", J.out);
+}
+END_TEST
+
 Suite *sparse_e2e_suite(void) {
     Suite *s = suite_create("sparse_e2e");
     TCase *tc = dt_test_job_tcase(s, "jobs", 300, setup, teardown);
@@ -816,5 +850,6 @@ Suite *sparse_e2e_suite(void) {
     tcase_add_test(tc, eval_predict_checkpoint);
     tcase_add_test(tc, embedding_criteo);
     tcase_add_test(tc, embedding_wide_rows);
+    tcase_add_test(tc, feature_ids_past_int);
     return s;
 }
