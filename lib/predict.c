@@ -36,6 +36,7 @@
 #include "model.h"
 #include "reader.h"
 #include "sparse_eval.h"
+#include "sparse_reader.h"
 
 #define CHUNK_ROWS 1024
 #define NAMES_MAX 200 /* bytes of the checkpoint's variable names quoted in an error */
@@ -430,21 +431,11 @@ static int data_config(const char *what, const dt_predict_params *p, dt_data_con
     return dt_data_check_files(what, "--data", d->eval_data, "--labels", d->eval_labels, err);
 }
 
-/* Whether the data of d carries labels (*labeled), told from the file's
- * start; logs what it went by. */
-static int labels_of(const char *what, const dt_data_config *d, const dt_data_needs *needs,
-                     int *labeled, dt_err *err) {
+/* Logs whether the data carries labels (labeled) and what that was told
+ * by (how); eval refuses data without them. */
+static int report_labels(const char *what, int labeled, const char *how, dt_err *err) {
     const int eval = strcmp(what, "eval") == 0;
-    *labeled = 1;
-    /* The synthetic sources have no held-out set: the data module says so. */
-    if (!dt_data_reads_files(d)) return 0;
-    dt_reader_params rp;
-    dt_data_reader_params(d, needs, &rp);
-    char how[DT_ERR_MSG_MAX / 2];
-    int rc = dt_reader_detect_labels(dt_data_reader_format(d), d->eval_data, d->eval_labels, &rp,
-                                     labeled, how, sizeof how, err);
-    if (rc < 0) return dt_err_wrap(err, rc, "%s", what);
-    if (*labeled) {
+    if (labeled) {
         /* Only predict had a choice to report. */
         dt_log(eval ? DT_LOG_DEBUG : DT_LOG_INFO,
                "%s: labels in the data (%s): checked and scored, not written", what, how);
@@ -462,13 +453,31 @@ static int labels_of(const char *what, const dt_data_config *d, const dt_data_ne
     return 0;
 }
 
+/* Whether the data of d carries labels (*labeled), told from the file's
+ * start; logs what it went by. */
+static int labels_of(const char *what, const dt_data_config *d, const dt_data_needs *needs,
+                     int *labeled, dt_err *err) {
+    *labeled = 1;
+    /* The synthetic sources have no held-out set: the data module says so. */
+    if (!dt_data_reads_files(d)) return 0;
+    dt_reader_params rp;
+    dt_data_reader_params(d, needs, &rp);
+    char how[DT_ERR_MSG_MAX / 2];
+    int rc = dt_reader_detect_labels(dt_data_reader_format(d), d->eval_data, d->eval_labels, &rp,
+                                     labeled, how, sizeof how, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "%s", what);
+    return report_labels(what, *labeled, how, err);
+}
+
 /* Whether a sparse job's data file carries labels: a libsvm file tells by
- * its first row, as for dense data; Criteo rows are read with them. */
+ * its first row, as for dense data; a Criteo file by its count of fields. */
 static int sparse_labels_of(const char *what, const dt_data_config *d, const dt_data_needs *needs,
                             int *labeled, dt_err *err) {
     if (d->source == DT_DATA_LIBSVM) return labels_of(what, d, needs, labeled, err);
-    *labeled = 1;
-    return 0;
+    char how[DT_ERR_MSG_MAX / 2];
+    int rc = dt_sparse_detect_criteo_labels(d->eval_data, labeled, how, sizeof how, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "%s", what);
+    return report_labels(what, *labeled, how, err);
 }
 
 /* session_open for a sparse job: its model from the checkpoint, then the

@@ -296,6 +296,39 @@ static int criteo_row(builder *b, char *line, const dt_sparse_read_params *p, ch
     return 0;
 }
 
+int dt_sparse_detect_criteo_labels(const char *path, int *labeled, char *how, size_t cap,
+                                   dt_err *err) {
+    *labeled = 1;
+    snprintf(how, cap, "%s: no rows", path);
+    dt_reader_lines *lines = NULL;
+    int rc = dt_reader_lines_open(path, &lines, err);
+    if (rc < 0) return rc;
+    char *line;
+    size_t len;
+    int64_t line_no;
+    const char *nul;
+    rc = dt_reader_lines_next(lines, &line, &len, &line_no, &nul, err);
+    if (rc == 1) {
+        int fields = 1;
+        for (size_t k = 0; k < len; k++)
+            fields += line[k] == '\t';
+        rc = 0;
+        if (fields == DT_CRITEO_FIELDS || fields == DT_CRITEO_FIELDS - 1) {
+            *labeled = fields == DT_CRITEO_FIELDS;
+            snprintf(how, cap, "%s:%lld: %d tab-separated fields", path, (long long)line_no,
+                     fields);
+        } else {
+            rc = dt_err_set(err, DT_EINVAL,
+                            "%s:%lld: %d tab-separated fields: the Criteo layout has %d (a label, "
+                            "then the features) or %d (the features alone)",
+                            path, (long long)line_no, fields, DT_CRITEO_FIELDS,
+                            DT_CRITEO_FIELDS - 1);
+        }
+    }
+    dt_reader_lines_close(lines);
+    return rc < 0 ? rc : 0;
+}
+
 int dt_sparse_read_criteo(const char *path, const dt_sparse_read_params *p, dt_sparse_set *out,
                           dt_err *err) {
     memset(out, 0, sizeof *out);

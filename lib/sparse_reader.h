@@ -74,6 +74,16 @@ typedef struct {
     int64_t max_values;    /* bound on the shard's entries + N * Dd; 0: 2^31 */
 } dt_sparse_read_params;
 
+/* Whether a Criteo-layout file carries labels, by its first line: 40
+ * tab-separated fields (a label first) or 39 (the features alone, as
+ * Kaggle's test.txt and `dtrain gen-criteo --no-labels` write them). how
+ * gets what it went by ("<path>:1: 39 fields"). A file with no lines reads
+ * as labeled (the read then says it has no examples). Errors: another
+ * count of fields, naming the file, the line and the count (DT_EINVAL);
+ * the file's (DT_EIO, DT_ENOTFOUND). */
+int dt_sparse_detect_criteo_labels(const char *path, int *labeled, char *how, size_t cap,
+                                   dt_err *err) DT_WARN_UNUSED;
+
 int dt_sparse_read_criteo(const char *path, const dt_sparse_read_params *p, dt_sparse_set *out,
                           dt_err *err) DT_WARN_UNUSED;
 int dt_sparse_read_libsvm(const char *path, const dt_sparse_read_params *p, dt_sparse_set *out,

@@ -225,6 +225,25 @@ START_TEST(test_criteo_unlabeled_and_shards) {
     ck_assert(memcmp(u.ids, a.ids, 50 * sizeof *u.ids) == 0);
     ck_assert(memcmp(u.dense, a.dense, 39 * sizeof *u.dense) == 0);
     dt_sparse_set_deinit(&u);
+    /* Told apart by their first line's fields: 40 with labels, 39 without;
+     * another count is refused naming the line. */
+    int labeled = -1;
+    char how[256];
+    ck_assert_int_eq(dt_sparse_detect_criteo_labels(path, &labeled, how, sizeof how, NULL), 0);
+    ck_assert_int_eq(labeled, 0);
+    ck_assert_ptr_nonnull(strstr(how, ":1: 39 tab-separated fields"));
+    ck_assert_int_eq(
+        dt_sparse_detect_criteo_labels(file_of("a.txt", criteo3), &labeled, how, sizeof how, NULL),
+        0);
+    ck_assert_int_eq(labeled, 1);
+    ck_assert_int_eq(dt_sparse_detect_criteo_labels(file_of("c.txt", "1\t2\t3\n"), &labeled, how,
+                                                    sizeof how, &err),
+                     DT_EINVAL);
+    ck_assert_ptr_nonnull(
+        strstr(err.msg, "c.txt:1: 3 tab-separated fields: the Criteo layout has 40"));
+    ck_assert_int_eq(
+        dt_sparse_detect_criteo_labels(file_of("d.txt", ""), &labeled, how, sizeof how, NULL), 0);
+    ck_assert_int_eq(labeled, 1);
 
     /* Two shards: rows 0 and 2, then row 1; together the file. */
     p = criteo_params();

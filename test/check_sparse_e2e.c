@@ -707,6 +707,50 @@ static void embedding_sets(const char *train, const char *const *extra) {
         dt_test_job_add_set(&J, extra[i]);
 }
 
+/* dtrain predict on Criteo rows with their labels and without (39 fields,
+ * the label dropped from each line): the same predictions, byte for byte,
+ * a line per row. */
+static void expect_same_predictions(const char *ckpt, const char *eval) {
+    size_t len = 0;
+    char *text = dt_test_read_file(eval, &len);
+    ck_assert_ptr_nonnull(text);
+    char *bare = malloc(len + 1);
+    ck_assert_ptr_nonnull(bare);
+    size_t n = 0, rows = 0;
+    for (const char *line = text; *line; rows++) {
+        const char *tab = strchr(line, '\t'), *nl = strchr(line, '\n');
+        ck_assert(tab && nl && tab < nl);
+        memcpy(bare + n, tab + 1, (size_t)(nl - tab));
+        n += (size_t)(nl - tab);
+        line = nl + 1;
+    }
+    bare[n] = '\0';
+    char unlabeled[1200], out[2][1200];
+    snprintf(unlabeled, sizeof unlabeled, "%s/eval-unlabeled.txt", J.dir);
+    ck_assert_int_eq(dt_test_write_file(unlabeled, bare), 0);
+    char *got[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(out[k], sizeof out[k], "%s/pred%d.csv", J.dir, k);
+        const char *args[] = {"predict", "--checkpoint", ckpt, "--data", k ? unlabeled : eval,
+                              "--out",   out[k],         NULL};
+        ck_assert_msg(dt_test_job_command(&J, args, JOB_TIMEOUT_MS) == 0, "predict: %s", J.err);
+        ck_assert_msg(strstr(J.err, k ? "no labels in the data" : "labels in the data"),
+                      "predict did not say what it read: %s", J.err);
+        size_t got_len = 0;
+        got[k] = dt_test_read_file(out[k], &got_len);
+        ck_assert_ptr_nonnull(got[k]);
+    }
+    ck_assert_str_eq(got[0], got[1]);
+    size_t lines = 0;
+    for (const char *c = got[0]; *c; c++)
+        lines += *c == '\n';
+    ck_assert_uint_eq(lines, rows + 1); /* the header, then a line per row */
+    free(got[0]);
+    free(got[1]);
+    free(bare);
+    free(text);
+}
+
 /* The embedding model trained by real processes on generated Criteo rows:
  * it learns (held-out log loss well under the base rate's), its checkpoint
  * holds the table, and a new chief restores every row of it. */
@@ -752,6 +796,7 @@ START_TEST(embedding_criteo) {
             "base rate's %.4f; %lld rows held\n",
             EMB_TRAIN, loss, base, (long long)n);
     ck_assert_msg(loss < base - 0.01, "held-out log loss %.4f, base rate's %.4f", loss, base);
+    expect_same_predictions(pa, eval);
 
     /* A new chief, on 1 ps: every row comes back from the checkpoint. */
     const char *again[] = {"embedding_dim=4", "hidden=[16]", "max_steps=920", NULL};
