@@ -861,8 +861,8 @@ static int check_sparse(const dt_job *job, dt_err *err) {
     return 0;
 }
 
-int dt_job_sparse_model(const dt_job *job, dt_sparse_model_config *model, dt_table_config *table,
-                        dt_err *err) {
+int dt_job_sparse_vars(const dt_job *job, dt_sparse_model_config *model, dt_table_config *table,
+                       dt_tensor *specs, int *count, dt_err *err) {
     int rc = check_sparse(job, err);
     if (rc < 0) return rc;
     if (!dt_job_is_sparse(job))
@@ -882,13 +882,18 @@ int dt_job_sparse_model(const dt_job *job, dt_sparse_model_config *model, dt_tab
     model->dense_features = job->data.source == DT_DATA_CRITEO ? DT_CRITEO_INT_COLUMNS : 0;
     model->num_classes = job->model.num_classes;
     model->l2 = job->model.l2;
-    dt_tensor specs[DT_SPARSE_MODEL_MAX_VARS];
-    int count = 0;
-    if ((rc = dt_sparse_model_specs(model, specs, &count, table, err)) < 0)
+    if ((rc = dt_sparse_model_specs(model, specs, count, table, err)) < 0)
         return dt_err_wrap(err, rc, "job");
     table->seed = job->seed;
     dt_table_config_slots(table, &job->optim);
     return 0;
+}
+
+int dt_job_sparse_model(const dt_job *job, dt_sparse_model_config *model, dt_table_config *table,
+                        dt_err *err) {
+    dt_tensor specs[DT_SPARSE_MODEL_MAX_VARS];
+    int count = 0;
+    return dt_job_sparse_vars(job, model, table, specs, &count, err);
 }
 
 int dt_job_sparse_bytes(const dt_job *job, long long *dense, long long *step_rows, dt_err *err) {
@@ -897,8 +902,7 @@ int dt_job_sparse_bytes(const dt_job *job, long long *dense, long long *step_row
     dt_table_config tc;
     dt_tensor specs[DT_SPARSE_MODEL_MAX_VARS];
     int count = 0;
-    int rc = dt_job_sparse_model(job, &mc, &tc, err);
-    if (rc == 0) rc = dt_sparse_model_specs(&mc, specs, &count, &tc, err);
+    int rc = dt_job_sparse_vars(job, &mc, &tc, specs, &count, err);
     if (rc < 0) return rc;
     for (int i = 0; i < count; i++)
         *dense += (long long)specs[i].nbytes;

@@ -165,6 +165,11 @@ int dt_job_is_sparse(const dt_job *job);
  * model, data, mode or options a sparse model does not take. */
 int dt_job_sparse_model(const dt_job *job, dt_sparse_model_config *model, dt_table_config *table,
                         dt_err *err) DT_WARN_UNUSED;
+/* The same, and the model's dense variables' specs into specs (room for
+ * DT_SPARSE_MODEL_MAX_VARS), *count of them: one reading of the job for
+ * the roles and tools that make or check those variables. */
+int dt_job_sparse_vars(const dt_job *job, dt_sparse_model_config *model, dt_table_config *table,
+                       dt_tensor *specs, int *count, dt_err *err) DT_WARN_UNUSED;
 
 /* What a sparse job moves in its largest messages, for the ps's message
  * cap: *dense the bytes of its dense variables (the Create carries them

@@ -126,10 +126,8 @@ int dt_sparse_ckpt_open(const char *what, const dt_job *job, const dt_tensors *l
     dt_table_config tc;
     dt_tensor specs[DT_SPARSE_MODEL_MAX_VARS];
     int count = 0;
-    int rc = dt_job_sparse_model(job, &mc, &tc, err);
-    if (rc == 0) rc = dt_sparse_model_specs(&mc, specs, &count, &tc, err);
+    int rc = dt_job_sparse_vars(job, &mc, &tc, specs, &count, err);
     if (rc < 0) return dt_err_wrap(err, rc, "%s", what);
-    tc.seed = job->seed;
     tc.num_slots = 0; /* scoring reads the weights alone */
     /* A dense model's checkpoint holds the table's name as one variable. */
     const dt_tensor *dense = dt_tensors_find(loaded, tc.name);

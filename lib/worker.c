@@ -127,9 +127,7 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         /* The dense variables (bias, dense weight) live here; the weight
          * is the table's rows, pulled a batch at a time. */
         dt_sparse_model_config smc;
-        dt_table_config spec_table;
-        if ((rc = dt_job_sparse_model(job, &smc, &w->table, err)) < 0 ||
-            (rc = dt_sparse_model_specs(&smc, specs, &count, &spec_table, err)) < 0 ||
+        if ((rc = dt_job_sparse_vars(job, &smc, &w->table, specs, &count, err)) < 0 ||
             (rc = dt_sparse_model_new(&smc, &w->smodel, err)) < 0 ||
             (rc = dt_job_open_sparse(job, 0, params->task_index, cl->num_workers, &w->set, err)) <
                 0)
