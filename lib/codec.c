@@ -317,7 +317,6 @@ static void optim_from_pb(const dtrain_OptimizerConfig *in, dt_optim_config *out
     out->ftrl_beta = in->ftrl_beta;
 }
 
-/* Unknown init names decode as -1, so the ps's check names them. */
 static void table_to_pb(const dt_msg_table *in, dtrain_TableSpec *out) {
     copy_str(out->name, sizeof out->name, in->name);
     out->rows = in->rows;
@@ -331,6 +330,8 @@ static void table_to_pb(const dt_msg_table *in, dtrain_TableSpec *out) {
     out->seed = in->seed;
 }
 
+/* check_create has refused unknown init names; -1 stays for a caller that
+ * decodes without it. */
 static void table_from_pb(const dtrain_TableSpec *in, dt_msg_table *out) {
     copy_str(out->name, sizeof out->name, in->name);
     out->rows = in->rows;
@@ -357,7 +358,9 @@ static void schedule_to_pb(const dt_lr_schedule *in, dtrain_LearningRateSchedule
     memcpy(out->values, in->values, sizeof(double) * out->values_count);
 }
 
-/* Unknown kinds decode as -1, so the receiver's check names them. */
+/* check_create has refused unknown kinds; a piecewise schedule whose value
+ * count does not match its boundaries decodes with num_boundaries -1, which
+ * the receiver's dt_lr_check names. */
 static void schedule_from_pb(const dtrain_LearningRateSchedule *in, dt_lr_schedule *out) {
     memset(out, 0, sizeof *out);
     out->kind = in->kind[0] ? dt_lr_kind_from_name(in->kind) : DT_LR_CONSTANT;
@@ -1386,23 +1389,45 @@ static int check_line(const char *s, size_t cap, dt_msg_type type, const char *f
     return dt_text_check_line(s, strnlen(s, cap), cap - 1, what, err);
 }
 
-/* The optimizer travels by name (the proto's string); it becomes the enum
- * here, where the message enters, and an unknown name is the caller's
- * INVALID_ARGUMENT naming the field. nanopb has checked the length. */
-static int check_optimizer(const dtrain_OptimizerConfig *o, dt_err *err) {
-    if (dt_optim_from_name(o->name) >= 0) return 0;
-    char shown[4 * sizeof o->name];
-    dt_text_escape(shown, sizeof shown, o->name, strnlen(o->name, sizeof o->name));
-    return dt_err_set(err, DT_EINVAL,
-                      "%s: optimizer.name: unknown name \"%s\" (want sgd, momentum, adagrad, adam "
-                      "or ftrl)",
-                      type_names[DT_MSG_CREATE_REQ], shown);
+/* Choices travel by name (the proto's strings); each becomes its enum where
+ * the message enters, and an unknown name is the caller's INVALID_ARGUMENT
+ * quoting it and the field. Empty means the default, except for the
+ * optimizer, which has none. nanopb has checked the lengths. */
+static int check_name(const char *name, size_t cap, const char *const *names, int empty_ok,
+                      const char *field, dt_err *err) {
+    size_t len = strnlen(name, cap);
+    if (len == 0 && empty_ok) return 0;
+    for (int i = 0; names[i]; i++)
+        if (strcmp(name, names[i]) == 0) return 0;
+    char shown[4 * 64], want[128];
+    dt_text_escape(shown, sizeof shown, name, len);
+    return dt_err_set(err, DT_EINVAL, "%s: %s: unknown name \"%s\" (want %s)",
+                      type_names[DT_MSG_CREATE_REQ], field, shown,
+                      dt_text_choices(want, sizeof want, names, 0));
+}
+
+static int check_create(const dtrain_CreateRequest *c, dt_err *err) {
+    int rc = check_name(c->optimizer.name, sizeof c->optimizer.name, dt_optim_names, 0,
+                        "optimizer.name", err);
+    if (rc == 0)
+        rc = check_name(c->schedule.kind, sizeof c->schedule.kind, dt_lr_kind_names, 1,
+                        "schedule.kind", err);
+    if (rc == 0)
+        rc = check_name(c->consistency.mode, sizeof c->consistency.mode, dt_mode_names, 1,
+                        "consistency.mode", err);
+    for (pb_size_t i = 0; rc == 0 && i < c->tables_count; i++) {
+        char field[32];
+        snprintf(field, sizeof field, "tables[%u].init", (unsigned)i);
+        rc = check_name(c->tables[i].init, sizeof c->tables[i].init, dt_table_init_names, 1, field,
+                        err);
+    }
+    return rc;
 }
 
 /* Values the schema allows but no ps sends, refused here once rather than
  * by each reader of the message. */
 static int check_values(dt_msg_type type, const pb_any *pb, dt_err *err) {
-    if (type == DT_MSG_CREATE_REQ) return check_optimizer(&pb->create_req.optimizer, err);
+    if (type == DT_MSG_CREATE_REQ) return check_create(&pb->create_req, err);
     if (type == DT_MSG_SHUTDOWN_REQ)
         return check_line(pb->shutdown_req.failure, sizeof pb->shutdown_req.failure, type,
                           "failure", err);

@@ -156,8 +156,7 @@ typedef struct {
 #define DT_MAX_TABLES 16
 
 /* A table as the wire describes it (proto TableSpec). init is a
- * dt_table_init, or -1 for a name the decoder did not know (the ps's check
- * names it). */
+ * dt_table_init; the decoder refuses a name it does not know, quoting it. */
 typedef struct {
     char name[DT_TABLE_NAME_MAX];
     int64_t rows;

@@ -20,6 +20,7 @@
 #include "jsonpos.h"
 #include "log.h"
 #include "sparse_reader.h"
+#include "text.h"
 
 #define MAX_EXACT_INT 9007199254740992.0 /* 2^53: JSON numbers are doubles */
 #define WHY_MAX 400
@@ -432,14 +433,9 @@ static int check_value(const field *f, const field_value *v, char *why, size_t c
     switch (f->type) {
     case F_CHOICE: {
         if (choice_of(f, v) >= 0) return 0;
-        size_t n = (size_t)snprintf(why, cap, "\"%s\" must be", f->name);
-        for (const char *const *c = f->choices; *c && n < cap; c++)
-            n += (size_t)snprintf(why + n, cap - n, "%s\"%s\"",
-                                  c == f->choices ? " "
-                                  : c[1]          ? ", "
-                                                  : " or ",
-                                  *c);
-        if (n < cap) snprintf(why + n, cap - n, " (got %s)", got);
+        char names[256];
+        snprintf(why, cap, "\"%s\" must be %s (got %s)", f->name,
+                 dt_text_choices(names, sizeof names, f->choices, 1), got);
         return -1;
     }
     case F_PATH:

@@ -17,6 +17,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "text.h"
+
 const char *const dt_optim_names[] = {"sgd", "momentum", "adagrad", "adam", "ftrl", NULL};
 
 #define NUM_KINDS ((int)(sizeof dt_optim_names / sizeof dt_optim_names[0]) - 1)
@@ -60,10 +62,11 @@ static int in_range(double v, double lo, double hi, int hi_open) {
 int dt_optim_check(const dt_optim_config *cfg, dt_err *err) {
     /* The name was parsed where it entered; a kind out of range here is a
      * caller's config built by hand. */
-    if (!dt_optim_name(cfg->kind))
-        return dt_err_set(err, DT_EINVAL,
-                          "optimizer: unknown kind %d (want sgd, momentum, adagrad, adam or ftrl)",
-                          (int)cfg->kind);
+    if (!dt_optim_name(cfg->kind)) {
+        char names[128];
+        return dt_err_set(err, DT_EINVAL, "optimizer: unknown kind %d (want %s)", (int)cfg->kind,
+                          dt_text_choices(names, sizeof names, dt_optim_names, 0));
+    }
     if (!(cfg->learning_rate > 0 && isfinite(cfg->learning_rate)))
         return dt_err_set(err, DT_EINVAL,
                           "optimizer: \"learning_rate\" must be a positive number (got %g)",

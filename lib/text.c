@@ -128,3 +128,17 @@ size_t dt_text_escape(char *dst, size_t cap, const char *src, size_t n) {
     dst[out] = '\0';
     return out;
 }
+
+const char *dt_text_choices(char *buf, size_t cap, const char *const *names, int quote) {
+    if (cap == 0) return buf;
+    buf[0] = '\0';
+    const char *q = quote ? "\"" : "";
+    size_t n = 0;
+    for (const char *const *c = names; *c && n < cap; c++) {
+        const char *sep = c == names ? "" : c[1] ? ", " : " or ";
+        int w = snprintf(buf + n, cap - n, "%s%s%s%s", sep, q, *c, q);
+        if (w < 0) break;
+        n += (size_t)w;
+    }
+    return buf;
+}

@@ -50,4 +50,10 @@ int dt_text_parse_decimal(const char *s, uint64_t max, uint64_t *out);
  * the length written. */
 size_t dt_text_escape(char *dst, size_t cap, const char *src, size_t n);
 
+/* Writes the NULL-terminated names into buf (cap bytes, always
+ * NUL-terminated) as `a, b or c`, each in double quotes when quote is set:
+ * the list a message refusing a name offers instead, written from the names
+ * table itself so the two never disagree. Returns buf. */
+const char *dt_text_choices(char *buf, size_t cap, const char *const *names, int quote);
+
 #endif

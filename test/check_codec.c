@@ -233,6 +233,66 @@ START_TEST(test_optimizer_by_name) {
 }
 END_TEST
 
+/* A Create whose encoding holds the name `have`, with one byte of it
+ * changed on the wire: refused at decode with `want` as the message. */
+static void assert_name_refused(const dt_msg_create_req *m, const char *have, const char *want) {
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_CREATE_REQ, m, &len);
+    uint8_t *at = memmem(buf, len, have, strlen(have));
+    ck_assert_msg(at != NULL, "\"%s\" not on the wire", have);
+    at[strlen(have) - 1] = 'X';
+    dt_msg_create_req d;
+    memset(&d, 0, sizeof d);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, &d, &err), DT_EINVAL);
+    ck_assert_str_eq(err.msg, want);
+    free(buf);
+}
+
+/* The schedule's kind, the consistency mode and a table's init travel by
+ * name too: an unknown one is refused where the Create is decoded, quoting
+ * it, the field and the names it could have been (empty is the default). */
+START_TEST(test_choice_names_refused) {
+    dt_msg_create_req m;
+    memset(&m, 0, sizeof m);
+    dt_optim_defaults(&m.optim);
+    m.schedule.kind = DT_LR_EXPONENTIAL;
+    m.schedule.decay_steps = 10;
+    m.schedule.decay_rate = 0.5;
+    m.consistency.mode = DT_MODE_BOUNDED;
+    m.num_tables = 2;
+    for (int i = 0; i < 2; i++) {
+        snprintf(m.tables[i].name, sizeof m.tables[i].name, "t%d", i);
+        m.tables[i].rows = 10;
+        m.tables[i].dim = 1;
+    }
+    m.tables[1].init = DT_TABLE_INIT_UNIFORM;
+    assert_name_refused(&m, "exponential",
+                        "CreateRequest: schedule.kind: unknown name \"exponentiaX\" (want "
+                        "constant, exponential or piecewise)");
+    assert_name_refused(&m, "bounded",
+                        "CreateRequest: consistency.mode: unknown name \"boundeX\" (want async, "
+                        "sync or bounded)");
+    assert_name_refused(&m, "uniform",
+                        "CreateRequest: tables[1].init: unknown name \"uniforX\" (want zeros, "
+                        "normal or uniform)");
+    /* The same message unpatched decodes, every name to its enum. */
+    size_t len;
+    uint8_t *buf = encode_new(DT_MSG_CREATE_REQ, &m, &len);
+    dt_msg_create_req d;
+    memset(&d, 0, sizeof d);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, &d, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(d.schedule.kind, DT_LR_EXPONENTIAL);
+    ck_assert_int_eq(d.consistency.mode, DT_MODE_BOUNDED);
+    ck_assert_int_eq(d.tables[0].init, DT_TABLE_INIT_ZEROS);
+    ck_assert_int_eq(d.tables[1].init, DT_TABLE_INIT_UNIFORM);
+    free(buf);
+}
+END_TEST
+
 START_TEST(test_roundtrip_create_resp) {
     dt_msg_create_resp m = {.incarnation = 0xFEEDFACECAFEBEEFull, .global_step = 77};
     size_t len;
@@ -1954,6 +2014,7 @@ Suite *codec_suite(void) {
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_roundtrip_create_req);
     tcase_add_test(tc, test_optimizer_by_name);
+    tcase_add_test(tc, test_choice_names_refused);
     tcase_add_test(tc, test_roundtrip_create_resp);
     tcase_add_test(tc, test_roundtrip_pull_req);
     tcase_add_test(tc, test_roundtrip_pull_resp);

@@ -111,6 +111,26 @@ START_TEST(test_utf8_prefix) {
 END_TEST
 
 /* Digits only, within max; nothing is written on a refusal. */
+/* The "want ..." list of a refusal: one name, two, three; quoted or not;
+ * cut short (never past the buffer) when it does not fit. */
+START_TEST(test_choices) {
+    const char *const none[] = {NULL};
+    const char *const one[] = {"sgd", NULL};
+    const char *const two[] = {"sum", "concat", NULL};
+    const char *const three[] = {"async", "sync", "bounded", NULL};
+    char buf[64];
+    ck_assert_str_eq(dt_text_choices(buf, sizeof buf, none, 0), "");
+    ck_assert_str_eq(dt_text_choices(buf, sizeof buf, one, 1), "\"sgd\"");
+    ck_assert_str_eq(dt_text_choices(buf, sizeof buf, two, 0), "sum or concat");
+    ck_assert_str_eq(dt_text_choices(buf, sizeof buf, three, 0), "async, sync or bounded");
+    ck_assert_str_eq(dt_text_choices(buf, sizeof buf, three, 1),
+                     "\"async\", \"sync\" or \"bounded\"");
+    char small[10];
+    memset(small, '#', sizeof small);
+    ck_assert_str_eq(dt_text_choices(small, sizeof small, three, 0), "async, sy");
+}
+END_TEST
+
 START_TEST(test_parse_decimal) {
     uint64_t v = 7;
     ck_assert_int_eq(dt_text_parse_decimal("0", 10, &v), 0);
@@ -150,6 +170,7 @@ Suite *text_suite(void) {
     tcase_add_test(tc, test_escape);
     tcase_add_test(tc, test_utf8_prefix);
     tcase_add_test(tc, test_parse_decimal);
+    tcase_add_test(tc, test_choices);
     suite_add_tcase(s, tc);
     return s;
 }
