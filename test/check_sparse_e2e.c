@@ -1066,7 +1066,8 @@ Suite *sparse_e2e_suite(void) {
     tcase_add_test(tc, embedding_criteo);
     tcase_add_test(tc, embedding_wide_rows);
     tcase_add_test(tc, feature_ids_past_int);
-    tcase_add_test(tc, sparse_pipelined);
-    tcase_add_test(tc, sparse_pipelined_worker_killed);
+    TCase *piped = dt_test_job_tcase(s, "pipeline", 300, setup, teardown);
+    tcase_add_test(piped, sparse_pipelined);
+    tcase_add_test(piped, sparse_pipelined_worker_killed);
     return s;
 }
