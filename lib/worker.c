@@ -620,6 +620,8 @@ static int grad_in_flight(dt_worker *w, const dt_tensors *vars, dt_tensors *grad
     dt_err_clear(&attempt);
     if ((rc = do_pull_rows(&rp, &attempt)) < 0) {
         if (!retryable(rc)) return dt_err_set(err, rc, "%s", attempt.msg);
+        dt_log(DT_LOG_INFO, "%s: pull rows beside the push in flight: %s; again after it", w->name,
+               attempt.msg);
         g->rows_wanted = 1;
         return 0;
     }

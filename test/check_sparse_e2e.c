@@ -22,7 +22,9 @@
  *  - pipeline_push (the next batch's rows pulled and its gradient made
  *    while the push is in flight): the same embedding job learns as well
  *    with it as without, every push but a worker's first one step staler;
- *    a pipelined worker SIGKILLed mid-job restarts and the job ends.
+ *    a pipelined worker SIGKILLed mid-job restarts and the job ends, as
+ *    does a job whose ps is SIGKILLed and restarted under pipelined
+ *    workers.
  * Every wait is on an event (an exit, a log line, a checkpoint) with a
  * deadline.
  */
@@ -318,13 +320,19 @@ START_TEST(reshard_three_to_two) {
 END_TEST
 
 /* The logistic model on WIDE_FEATURES features, 15000 steps of 4 rows,
- * with the extra --set, started on 2 ps and 2 workers: pids get ps 0,
- * ps 1, the chief and worker 1 (logs ps0, ps1, chief, worker1). */
-static void start_wide_job(const char *extra, pid_t pids[4]) {
+ * with the extra --set (and extra2, when not NULL), started on 2 ps and 2
+ * workers: pids get ps 0, ps 1, the chief and worker 1 (logs ps0, ps1,
+ * chief, worker1). */
+static void start_wide_job(const char *extra, const char *extra2, pid_t pids[4]) {
     char train[1100];
     write_libsvm(WIDE_FEATURES, train, sizeof train);
-    const char *sets[] = {"hash_bits=20",    "batch_size=4", "optimizer=adagrad",
-                          "max_steps=15000", extra,          NULL};
+    const char *sets[] = {"hash_bits=20",
+                          "batch_size=4",
+                          "optimizer=adagrad",
+                          "max_steps=15000",
+                          extra,
+                          extra2,
+                          NULL};
     job_sets(train, sets);
     dt_test_job_cluster(&J, 2, 2);
     pids[0] = dt_test_job_start(&J, "ps", 0, "ps0");
@@ -345,10 +353,11 @@ static void expect_wide_done(const pid_t pids[4], const char *const names[4]) {
 }
 
 /* A ps SIGKILLed mid-job comes back empty; the chief restores its rows
- * from the latest checkpoint and the job completes. */
-START_TEST(ps_killed_restored) {
+ * from the latest checkpoint and the job completes. extra: a --set more,
+ * or NULL. */
+static void ps_killed(const char *extra) {
     pid_t started[4];
-    start_wide_job("save_model_secs=1", started);
+    start_wide_job("save_model_secs=1", extra, started);
     pid_t ps0 = started[0], ps1 = started[1], chief = started[2], worker = started[3];
     int64_t saved = dt_test_job_expect_ckpt_after(&J, 0, chief, JOB_TIMEOUT_MS);
     ck_assert_msg(saved < 15000, "the job ended before the kill; logs:%s", dt_test_job_report(&J));
@@ -367,6 +376,10 @@ START_TEST(ps_killed_restored) {
                   "the chief did not restore ps 1's rows; logs:%s", dt_test_job_report(&J));
     ck_assert_msg(dt_test_job_log_has(&J, "ps1b", "tables restored; serving"),
                   "ps 1 did not take its rows back; logs:%s", dt_test_job_report(&J));
+}
+
+START_TEST(ps_killed_restored) {
+    ps_killed(NULL);
 }
 END_TEST
 
@@ -1058,12 +1071,20 @@ START_TEST(sparse_pipelined_one_worker) {
 }
 END_TEST
 
+/* ps_killed_restored with pipelined workers: a row pull made while a push
+ * is in flight may meet the dead or restarted ps (its new incarnation),
+ * and is made again, with retries, once the push is back. */
+START_TEST(sparse_pipelined_ps_killed) {
+    ps_killed("pipeline_push=true");
+}
+END_TEST
+
 /* A pipelined worker SIGKILLed mid-job (maybe with a push in flight)
  * restarts, rejoins and trains, and the job ends with every step and the
  * table's rows. */
 START_TEST(sparse_pipelined_worker_killed) {
     pid_t started[4];
-    start_wide_job("pipeline_push=true", started);
+    start_wide_job("pipeline_push=true", NULL, started);
     pid_t chief = started[2], worker = started[3];
     ck_assert_msg(dt_test_job_wait_log(&J, "worker1", ": step ", JOB_TIMEOUT_MS, worker),
                   "worker 1 never trained; logs:%s", dt_test_job_report(&J));
@@ -1098,6 +1119,7 @@ Suite *sparse_e2e_suite(void) {
     TCase *piped = dt_test_job_tcase(s, "pipeline", 300, setup, teardown);
     tcase_add_test(piped, sparse_pipelined);
     tcase_add_test(piped, sparse_pipelined_one_worker);
+    tcase_add_test(piped, sparse_pipelined_ps_killed);
     tcase_add_test(piped, sparse_pipelined_worker_killed);
     return s;
 }
