@@ -849,9 +849,6 @@ static int check_sparse(const dt_job *job, dt_err *err) {
         return dt_err_set(err, DT_EINVAL,
                           "job: \"data\": \"criteo\" hashes its categories: \"hash_bits\" must "
                           "be 1..40");
-    if (job->pipeline_push)
-        return dt_err_set(err, DT_EINVAL,
-                          "job: \"sparse\": \"pipeline_push\" is not built for sparse models yet");
     if (d->scale != DT_SCALE_NONE)
         return dt_err_set(err, DT_EINVAL, "job: \"sparse\": \"scale\" must be \"none\"");
     return 0;

@@ -20,6 +20,9 @@
  * Threading: one thread; with pipeline_push a second one, started once,
  * makes each push (the ps client, the push's gradient and the values it
  * brings back are its own meanwhile; hooks run when no push is in flight).
+ * A sparse model's rows are then pulled through a second client of the
+ * main thread's, into the other of two batch buffers: the push in flight
+ * reads its batch's ids and rows' gradient from its own.
  */
 #include "worker.h"
 
@@ -35,6 +38,14 @@
 #include "memstat.h"
 #include "model.h"
 #include "sparse_model.h"
+
+/* One batch's sparse state (U distinct ids, D floats a row). */
+typedef struct {
+    dt_sparse_index ix; /* the batch's distinct ids */
+    float *rows;        /* (U, D) the batch's rows, as pulled */
+    float *row_grads;   /* (U, D) their gradient */
+    int64_t cap;        /* floats each holds */
+} sparse_buf;
 
 struct dt_worker {
     dt_worker_params params; /* params.job points to job */
@@ -56,13 +67,17 @@ struct dt_worker {
     dt_sparse_set set; /* this worker's shard of the training file */
     int64_t cursor;    /* the next batch's first row of set */
     dt_sparse_model *smodel;
-    dt_sparse_index ix;    /* the batch's distinct ids */
     dt_table_config table; /* the model's table */
-    float *rows;           /* (U, D) the batch's rows, as pulled */
-    float *row_grads;      /* (U, D) their gradient */
-    int64_t rows_cap;      /* floats each holds */
-    int64_t rows_moved;    /* rows pulled (and pushed) over all steps, for the end's log */
-    int64_t sparse_steps;  /* steps those were for */
+    /* A batch's rows: one, or with pipeline_push two, swapped each step
+     * (the push in flight reads one's ids and gradient while the next
+     * batch fills the other). cur: the one of the gradient pushed next. */
+    sparse_buf bufs[2];
+    int cur;
+    /* pipeline_push: the client of the row pulls, made while the push
+     * thread uses client (a client serves one thread at a time). */
+    dt_ps_client *rows_client;
+    int64_t rows_moved;   /* rows pulled (and pushed) over all steps, for the end's log */
+    int64_t sparse_steps; /* steps those were for */
 };
 
 static void sleep_us(long us) {
@@ -152,6 +167,9 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     dt_ps_client_params cp = {cl, params->task_index, job->rpc_timeout_secs * 1000, job->placement,
                               params->security};
     if ((rc = dt_ps_client_new(&cp, &w->vars, &w->client, err)) < 0) goto fail;
+    if (w->sparse && pipelined(job) &&
+        (rc = dt_ps_client_new(&cp, &w->vars, &w->rows_client, err)) < 0)
+        goto fail;
     *out = w;
     return 0;
 fail:
@@ -163,6 +181,7 @@ fail:
 void dt_worker_free(dt_worker *w) {
     if (!w) return;
     dt_ps_client_free(w->client);
+    dt_ps_client_free(w->rows_client);
     dt_data_free(w->data);
     dt_tensors_deinit(&w->vars);
     dt_tensors_deinit(&w->grads);
@@ -171,9 +190,11 @@ void dt_worker_free(dt_worker *w) {
     dt_model_free(w->model);
     dt_sparse_set_deinit(&w->set);
     dt_sparse_model_free(w->smodel);
-    dt_sparse_index_deinit(&w->ix);
-    free(w->rows);
-    free(w->row_grads);
+    for (int k = 0; k < 2; k++) {
+        dt_sparse_index_deinit(&w->bufs[k].ix);
+        free(w->bufs[k].rows);
+        free(w->bufs[k].row_grads);
+    }
     free(w);
 }
 
@@ -470,14 +491,14 @@ static void sender_stop(sender *s) {
 /* ---- sparse models ---------------------------------------------------------- */
 
 typedef struct {
-    dt_worker *w;
+    dt_ps_client *client;
     dt_ps_sparse rows;
     dt_ps_reply reply;
 } rows_pull;
 
 static int do_pull_rows(void *arg, dt_err *err) {
     rows_pull *rp = arg;
-    return dt_ps_client_sparse_pull(rp->w->client, &rp->rows, &rp->reply, err);
+    return dt_ps_client_sparse_pull(rp->client, &rp->rows, &rp->reply, err);
 }
 
 /* The next batch of this worker's shard, in file order, wrapping round at
@@ -489,35 +510,58 @@ static void next_sparse_batch(dt_worker *w, dt_sparse_batch *b) {
     w->cursor = (w->cursor + count) % w->set.rows;
 }
 
-/* A sparse model's step up to its push: the batch, its rows from the ps
- * tasks, the loss and the gradients (dense into grads, the rows' into
- * *out). 1: a ps said the job is done. */
-static int sparse_grad(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, double *loss,
-                       dt_ps_sparse *out, const dt_worker_hooks *hooks, const atomic_int *stop,
-                       dt_err *err) {
-    dt_sparse_batch b;
-    next_sparse_batch(w, &b);
-    int rc = dt_sparse_index_build(&w->ix, &b, err);
+/* The next batch into *b, its distinct ids into buf, and buf's rows grown
+ * to hold them. */
+static int sparse_batch(dt_worker *w, sparse_buf *buf, dt_sparse_batch *b, dt_err *err) {
+    next_sparse_batch(w, b);
+    int rc = dt_sparse_index_build(&buf->ix, b, err);
     if (rc < 0) return rc;
-    const int64_t want = w->ix.n * w->table.dim; /* U <= entries < 2^24: no overflow */
-    if (want > w->rows_cap) {
-        float *rows = dt_realloc(w->rows, (size_t)want * sizeof *rows);
-        if (rows) w->rows = rows;
-        float *row_grads = rows ? dt_realloc(w->row_grads, (size_t)want * sizeof *row_grads) : NULL;
-        if (row_grads) w->row_grads = row_grads;
+    const int64_t want = buf->ix.n * w->table.dim; /* U <= entries < 2^24: no overflow */
+    if (want > buf->cap) {
+        float *rows = dt_realloc(buf->rows, (size_t)want * sizeof *rows);
+        if (rows) buf->rows = rows;
+        float *row_grads =
+            rows ? dt_realloc(buf->row_grads, (size_t)want * sizeof *row_grads) : NULL;
+        if (row_grads) buf->row_grads = row_grads;
         if (!rows || !row_grads) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", w->name);
-        w->rows_cap = want;
+        buf->cap = want;
     }
-    rows_pull rp = {.w = w, .rows = {w->table.name, w->table.dim, w->ix.n, w->ix.ids, w->rows}};
-    if ((rc = dt_worker_retry(w, "pull rows", do_pull_rows, &rp, hooks, stop, err)) < 0) return rc;
-    if (rp.reply.done) return 1;
-    if ((rc = dt_sparse_model_loss_grad(w->smodel, vars, &b, &w->ix, w->rows, grads, w->row_grads,
-                                        loss, err)) < 0)
-        return rc;
-    *out = (dt_ps_sparse){w->table.name, w->table.dim, w->ix.n, w->ix.ids, w->row_grads};
-    w->rows_moved += w->ix.n;
+    return 0;
+}
+
+/* The pull of buf's rows (its ids in, its rows out) through client. */
+static rows_pull rows_request(const dt_worker *w, dt_ps_client *client, sparse_buf *buf) {
+    return (rows_pull){.client = client,
+                       .rows = {w->table.name, w->table.dim, buf->ix.n, buf->ix.ids, buf->rows}};
+}
+
+/* Batch b's loss and gradients from vars and buf's pulled rows: dense into
+ * grads, the rows' into buf, described by *out for the push. */
+static int sparse_loss_grad(dt_worker *w, const dt_tensors *vars, const dt_sparse_batch *b,
+                            sparse_buf *buf, dt_tensors *grads, double *loss, dt_ps_sparse *out,
+                            dt_err *err) {
+    int rc = dt_sparse_model_loss_grad(w->smodel, vars, b, &buf->ix, buf->rows, grads,
+                                       buf->row_grads, loss, err);
+    if (rc < 0) return rc;
+    *out = (dt_ps_sparse){w->table.name, w->table.dim, buf->ix.n, buf->ix.ids, buf->row_grads};
+    w->rows_moved += buf->ix.n;
     w->sparse_steps++;
     return 0;
+}
+
+/* A sparse model's step up to its push, in buf: the batch, its rows from
+ * the ps tasks through client, the loss and the gradients (dense into
+ * grads, the rows' into *out). 1: a ps said the job is done. */
+static int sparse_grad(dt_worker *w, dt_ps_client *client, sparse_buf *buf, const dt_tensors *vars,
+                       dt_tensors *grads, double *loss, dt_ps_sparse *out,
+                       const dt_worker_hooks *hooks, const atomic_int *stop, dt_err *err) {
+    dt_sparse_batch b;
+    int rc = sparse_batch(w, buf, &b, err);
+    if (rc < 0) return rc;
+    rows_pull rp = rows_request(w, client, buf);
+    if ((rc = dt_worker_retry(w, "pull rows", do_pull_rows, &rp, hooks, stop, err)) < 0) return rc;
+    if (rp.reply.done) return 1;
+    return sparse_loss_grad(w, vars, &b, buf, grads, loss, out, err);
 }
 
 /* The next batch's loss and gradient, from vars into grads. */
@@ -550,44 +594,126 @@ static int after_step(dt_worker *w, dt_step_result *r, double *t_last, int64_t *
     return 0;
 }
 
+/* pipeline_push: a gradient made while a push is in flight. */
+typedef struct {
+    double loss;
+    dt_sparse_batch batch; /* sparse: its batch */
+    dt_ps_sparse rows;     /* sparse: its rows' gradient, in w->bufs[!w->cur] */
+    int rows_wanted;       /* sparse: its rows are still to pull (after the push) */
+    int done;              /* a ps said the job is done: there is no gradient */
+} next_grad;
+
+/* The next gradient, from vars into grads, while a push is in flight. The
+ * push thread owns w->client, w->rng and the hooks meanwhile, so a sparse
+ * model's rows are pulled through w->rows_client in one try, without the
+ * hooks: a retryable failure (a ps restarting, not ready) leaves them to
+ * finish_grad once the push is back, with retries and hooks as ever. */
+static int grad_in_flight(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, next_grad *g,
+                          dt_err *err) {
+    memset(g, 0, sizeof *g);
+    if (!w->sparse) return compute(w, vars, grads, &g->loss, err);
+    sparse_buf *buf = &w->bufs[!w->cur];
+    int rc = sparse_batch(w, buf, &g->batch, err);
+    if (rc < 0) return rc;
+    rows_pull rp = rows_request(w, w->rows_client, buf);
+    dt_err attempt;
+    dt_err_clear(&attempt);
+    if ((rc = do_pull_rows(&rp, &attempt)) < 0) {
+        if (!retryable(rc)) return dt_err_set(err, rc, "%s", attempt.msg);
+        dt_log(DT_LOG_INFO, "%s: pull rows beside the push in flight: %s; again after it", w->name,
+               attempt.msg);
+        g->rows_wanted = 1;
+        return 0;
+    }
+    if (rp.reply.done) {
+        g->done = 1;
+        return 0;
+    }
+    return sparse_loss_grad(w, vars, &g->batch, buf, grads, &g->loss, &g->rows, err);
+}
+
+/* With no push in flight: the rows grad_in_flight could not pull, and the
+ * gradient from them. */
+static int finish_grad(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, next_grad *g,
+                       const dt_worker_hooks *hooks, const atomic_int *stop, dt_err *err) {
+    if (!g->rows_wanted) return 0;
+    sparse_buf *buf = &w->bufs[!w->cur];
+    rows_pull rp = rows_request(w, w->rows_client, buf);
+    int rc = dt_worker_retry(w, "pull rows", do_pull_rows, &rp, hooks, stop, err);
+    if (rc < 0) return rc;
+    g->rows_wanted = 0;
+    if (rp.reply.done) {
+        g->done = 1;
+        return 0;
+    }
+    return sparse_loss_grad(w, vars, &g->batch, buf, grads, &g->loss, &g->rows, err);
+}
+
+/* The first gradient, from w->vars into w->grads (no push in flight). 1:
+ * a ps said the job is done. */
+static int first_grad(dt_worker *w, double *loss, dt_ps_sparse *rows, const dt_worker_hooks *hooks,
+                      const atomic_int *stop, dt_err *err) {
+    if (!w->sparse) return compute(w, &w->vars, &w->grads, loss, err);
+    return sparse_grad(w, w->rows_client, &w->bufs[w->cur], &w->vars, &w->grads, loss, rows, hooks,
+                       stop, err);
+}
+
 /* pipeline_push: each push (one round trip, bringing the values back) runs
  * on the sender's thread while this one computes the next gradient from
  * the values it has; that gradient is pushed next, computed one step
  * earlier than it would have been (the ps counts the staleness). A push
  * that brings no values (a ps said "not yet", or restarted) is followed by
- * a pull, as without pipelining. */
+ * a pull, as without pipelining. A sparse model's next batch pulls its
+ * rows meanwhile too (as they are before the push in flight lands: rows,
+ * like the dense values, one step staler), into the other of its two
+ * buffers; the push in flight reads its own. */
 static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
                          const atomic_int *stop, dt_err *err) {
     dt_step_result r;
     memset(&r, 0, sizeof r);
-    double t_last = dt_now_secs(), loss = 0, next_loss = 0;
+    double t_last = dt_now_secs(), loss = 0;
     int64_t step_last = 0, global_last = -1;
     pull_state pull = {.w = w};
     int rc = pull_when_ready(w, &pull, hooks, stop, err);
     if (rc < 0) return rc;
     int64_t vars_step = pull.reply.global_step; /* of the values in w->vars */
     int done = pull.reply.done;
-    if (!done && (rc = compute(w, &w->vars, &w->grads, &loss, err)) < 0) return rc;
+    dt_ps_sparse rows = {0}; /* sparse: the rows' gradient beside w->grads */
+    if (!done && (rc = first_grad(w, &loss, &rows, hooks, stop, err)) < 0) return rc;
+    if (rc == 1) done = 1;
     int64_t grad_step = vars_step; /* of the values w->grads was computed from */
     while (!done) {
         if (stop && *stop) return stopped(w, err);
-        push_state push = {
-            .w = w, .step = grad_step, .fuse = 1, .grads = &w->grads, .into = &w->vars_next};
+        push_state push = {.w = w,
+                           .step = grad_step,
+                           .fuse = 1,
+                           .grads = &w->grads,
+                           .into = &w->vars_next,
+                           .rows = w->sparse ? &rows : NULL};
         sender_post(s, &push);
-        int crc = compute(w, &w->vars, &w->grads_next, &next_loss, err);
+        next_grad next;
+        dt_err next_err;
+        dt_err_clear(&next_err);
+        int crc = grad_in_flight(w, &w->vars, &w->grads_next, &next, &next_err);
         if ((rc = sender_take(s, err)) < 0) return rc;
-        if (crc < 0) return crc;
+        if (crc < 0) return dt_err_set(err, crc, "%s", next_err.msg);
+        /* Before the values move: the gradient is of the ones it began on. */
+        if (!push.reply.done &&
+            (rc = finish_grad(w, &w->vars, &w->grads_next, &next, hooks, stop, err)) < 0)
+            return rc;
         r.local_step++;
         r.pulled_step = grad_step;
         r.global_step = push.reply.global_step;
-        r.done = done = push.reply.done;
+        r.done = done = push.reply.done || next.done;
         r.dropped += push.reply.dropped;
         r.loss = loss;
         /* The gradient computed meanwhile goes next; the values the push
          * brought are the next one's. */
         swap_tensors(&w->grads, &w->grads_next);
+        w->cur = !w->cur;
+        rows = next.rows;
         grad_step = vars_step;
-        loss = next_loss;
+        loss = next.loss;
         if (push.reply.pulled) {
             swap_tensors(&w->vars, &w->vars_next);
             vars_step = push.reply.global_step;
@@ -641,7 +767,8 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
 
         dt_ps_sparse rows = {0};
         if (w->sparse) {
-            if ((rc = sparse_grad(w, &w->vars, &w->grads, &r.loss, &rows, hooks, stop, err)) < 0)
+            if ((rc = sparse_grad(w, w->client, &w->bufs[0], &w->vars, &w->grads, &r.loss, &rows,
+                                  hooks, stop, err)) < 0)
                 return rc;
             if (rc == 1) break; /* done */
         } else {

@@ -25,7 +25,8 @@
 #      certificates made here by scripts/make_certs.sh (127.0.0.1, localhost);
 #   8. the chief's histogram of one 10M-float variable (bench_histogram);
 #   9. sparse logistic regression over a table of 2^28 rows on Criteo-layout
-#      data (gen-criteo), 1 and 2 workers and with L1: steps/s, examples/s,
+#      data (gen-criteo), 1 worker (not pipelined and pipelined), 2 workers
+#      and 1 worker with L1: steps/s, examples/s,
 #      bytes a step, ps peak RSS, held-out log loss against the generating
 #      model's (bench_sparse_eval); a dense 2^20 model's steps beside it.
 # Everything runs on loopback on free ports; every wait is bounded; every
@@ -38,7 +39,8 @@
 #   BENCH_PS_TRIALS=N the runs per ps count of figure 4 (default 1);
 #   BENCH_CONFIG=FILE replaces conf/linear.json as the jobs' base config;
 #   BENCH_TLS_TRIALS=N the runs per figure and security of figure 7
-#      (default 1).
+#      (default 1);
+#   BENCH_ONLY=sparse runs figure 9 alone.
 # Exit status: 0 when every figure was measured, 1 when something failed to
 # run (its line says FAILED and its log is shown on stderr).
 set -u
@@ -81,6 +83,14 @@ PS_TRIALS=${BENCH_PS_TRIALS:-1}
 # Mutual TLS against plaintext: runs of each, alternating (1 by default, so
 # the whole bench stays under 3 minutes; BENCH_TLS_TRIALS=3 for best-of-3).
 TLS_TRIALS=${BENCH_TLS_TRIALS:-1}
+ONLY=${BENCH_ONLY:-}
+case "$ONLY" in
+    '' | sparse) ;;
+    *)
+        echo "bench: BENCH_ONLY must be sparse or unset (got \"$ONLY\")" >&2
+        exit 1
+        ;;
+esac
 # Fashion-MNIST: steps of the MLP job (batch 100) through the binary, and
 # of the compute-only run.
 # Sparse logistic (figure 9): Criteo-layout rows, a table of 2^28 rows.
@@ -411,6 +421,14 @@ job_rate() {
     RATE_S=$2
 }
 
+# "peak RSS X MB ..." from log $1; "" when absent.
+peak_of() {
+    sed -n 's/.*: peak RSS \([0-9.]*\) MB.*/\1/p' "$1" 2>/dev/null | tail -n 1
+}
+
+# BENCH_ONLY=sparse: figure 9 alone (the sections before it are skipped).
+if [ "$ONLY" != sparse ]; then
+
 # 1. Demo steps/s.
 d=$TMP/demo
 run_job "$d" 90 2 "$CONFIG" --set max_steps=$DEMO_STEPS --set log_steps=1000
@@ -721,10 +739,6 @@ run_job "$d" 120 2 "$CONFIG" --set data=wide --set features=$MEM_FEATURES --set 
     --set optimizer=adam --set learning_rate=$WIDE_LR --set examples=2000 \
     --set max_steps=$MEM_STEPS --set save_model_secs=1 --set log_steps=20
 mem_rc=$?
-# "peak RSS X MB ..." from log $1; "" when absent.
-peak_of() {
-    sed -n 's/.*: peak RSS \([0-9.]*\) MB.*/\1/p' "$1" 2>/dev/null | tail -n 1
-}
 if [ $mem_rc != 0 ]; then
     failed "ps peak memory" "${JOB_ERR:-ps did not start}" "$(job_logs "$d")"
 else
@@ -864,6 +878,8 @@ else
     failed "histogram 10M floats" "bench_histogram failed" "$d/err"
 fi
 
+fi # BENCH_ONLY
+
 # 9. Sparse logistic regression on Criteo-layout data (dtrain gen-criteo,
 # the first SPARSE_TRAIN rows to train on, the next SPARSE_EVAL held out):
 # the weight a table of 2^SPARSE_BITS rows on the ps (conf/sparse_criteo.json,
@@ -886,17 +902,23 @@ else
     rm -f "$d/all.txt"
     dense_mb=$(awk -v b=$SPARSE_BITS 'BEGIN { printf "%.0f", 2 ^ b * 4 * 3 / 1e6 }')
     sparse_loss=""
-    runs="1 2 l1"
+    # p: 1 worker with pipeline_push (its next batch's rows pulled and
+    # gradient made while its push is in flight).
+    runs="1 p 2 l1"
     [ "$SPARSE_QUALITY_TRAIN" -gt 0 ] && runs="$runs q"
     for run in $runs; do
         nw=${run%l1}
         nw=${nw%q}
+        nw=${nw%p}
         [ -n "$nw" ] || nw=1
         l1=0
         [ "$run" = l1 ] && l1=$SPARSE_L1
+        pipe=false
+        [ "$run" = p ] && pipe=true
         train=$d/train.txt
         rows_n=$SPARSE_TRAIN
         label="sparse logistic 2^$SPARSE_BITS, $nw worker(s)"
+        [ "$run" = p ] && label="sparse logistic 2^$SPARSE_BITS, 1 worker, pipelined"
         [ "$run" = l1 ] && label="sparse logistic, L1 $l1"
         if [ "$run" = q ]; then
             train=$d/train-quality.txt
@@ -904,7 +926,7 @@ else
             label="sparse logistic, $rows_n rows"
         fi
         sd=$TMP/sparse-$run
-        sets="--set train_data=$train --set hash_bits=$SPARSE_BITS --set epochs=$SPARSE_EPOCHS --set l1_regularization_strength=$l1 --set l2_regularization_strength=0 --set save_model_secs=600 --set log_steps=100000"
+        sets="--set train_data=$train --set hash_bits=$SPARSE_BITS --set epochs=$SPARSE_EPOCHS --set l1_regularization_strength=$l1 --set l2_regularization_strength=0 --set save_model_secs=600 --set log_steps=100000 --set pipeline_push=$pipe"
         # shellcheck disable=SC2086 # sets splits into flags
         run_job "$sd" 150 $nw "$sparse_cfg" $sets
         job_rate "$sd" $? "$label" || continue
@@ -922,7 +944,7 @@ else
         hidden=$(field "$out" hidden_log_loss)
         nz=$(field "$out" nonzero)
         held=$(field "$out" rows)
-        row "$label" "$(ratio "$RATE_G" "$RATE_S" %.0f) steps/s" "$ex examples/s; batch $SPARSE_BATCH, $SPARSE_EPOCHS epoch(s) of $rows_n rows, 1 ps + $nw worker process(es), ftrl (alpha 1, beta 1), L1 $l1; ${rows:-?} rows a step, ${kb:-?} kB a step of ids and rows on the wire; ps peak RSS ${ps_peak:-?} MB against $dense_mb MB for the dense weight and its two slots (goal < 10%: $(ratio "${ps_peak:-0}" "$dense_mb" %.4f))"
+        row "$label" "$(ratio "$RATE_G" "$RATE_S" %.0f) steps/s" "$ex examples/s; batch $SPARSE_BATCH, $SPARSE_EPOCHS epoch(s) of $rows_n rows, 1 ps + $nw worker process(es), pipeline_push=$pipe, ftrl (alpha 1, beta 1), L1 $l1; ${rows:-?} rows a step, ${kb:-?} kB a step of ids and rows on the wire; ps peak RSS ${ps_peak:-?} MB against $dense_mb MB for the dense weight and its two slots (goal < 10%: $(ratio "${ps_peak:-0}" "$dense_mb" %.4f))"
         row "  held-out log loss" "$loss" "on $SPARSE_EVAL rows (rows $sparse_rows.. of the generator), after $rows_n rows; the generating model's $hidden (goal within 2%: $(ratio "$loss" "$hidden" %.4f)x); $nz of $held rows held non-zero ($(ratio "$nz" "$held" %.3f))"
         [ "$run" = 1 ] && sparse_loss=$loss
         [ "$run" = l1 ] && [ -n "$sparse_loss" ] &&

@@ -1098,8 +1098,12 @@ START_TEST(test_job_sparse_rules) {
         {{"data=libsvm", "train_data=t.svm", "hash_bits=20", "model=mlp", "classes=3",
           "embedding_combiner=sum", NULL},
          NULL},
-        {{"data=criteo", "train_data=c.txt", "hash_bits=20", "pipeline_push=true", NULL},
-         "\"pipeline_push\""},
+        /* pipelined pushes for sparse models as for dense ones; in sync
+         * mode accepted and without effect, as for dense ones */
+        {{"data=criteo", "train_data=c.txt", "hash_bits=20", "pipeline_push=true", NULL}, NULL},
+        {{"data=libsvm", "train_data=t.svm", "hash_bits=20", "pipeline_push=true", "mode=sync",
+          NULL},
+         NULL},
         {{"data=criteo", "train_data=c.txt", "hash_bits=20", "eval_data=e.txt", NULL}, NULL},
         {{"data=libsvm", "train_data=t.svm", "hash_bits=20", "model=logistic", NULL}, NULL},
         {{"data=wide", "sparse=on", NULL}, "a sparse model reads"},
