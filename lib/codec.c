@@ -885,6 +885,31 @@ static uint64_t hand_value(const hand_field *f, const void *msg) {
     }
 }
 
+/* Scalar field f of value v, sized (a sizing stream) or put straight into
+ * a builder's bytes, as build_tensor puts a tensor's head: the bytes of
+ * pb_encode_tag and pb_encode_varint (or pb_encode_fixed64), without their
+ * call, write callback and memcpy per piece. */
+static bool put_scalar(pb_ostream_t *stream, const hand_field *f, uint64_t v) {
+    int fixed = f->kind == HAND_FIXED64;
+    uint64_t key = ((uint64_t)f->number << 3) | (fixed ? PB_WT_64BIT : PB_WT_VARINT);
+    size_t len = varint_len(key) + (fixed ? 8 : varint_len(v));
+    if (stream->callback) { /* as pb_write, a sizing stream has no bound */
+        builder *bd = stream->state;
+        if (len > stream->max_size - stream->bytes_written || len > bd->own_len - bd->own_at)
+            PB_RETURN_ERROR(stream, "stream full");
+        uint8_t *p = put_varint(bd->own + bd->own_at, key);
+        if (fixed) {
+            for (int b = 0; b < 8; b++) /* little-endian, as pb_encode_fixed64 */
+                *p++ = (uint8_t)(v >> (8 * b));
+        } else {
+            put_varint(p, v);
+        }
+        bd->own_at += len;
+    }
+    stream->bytes_written += len;
+    return true;
+}
+
 /* Writes msg by hand; a sizing stream (no callback) only counts. */
 static bool hand_write(pb_ostream_t *stream, const hand_msg *h, const void *msg) {
     for (int i = 0; i < h->count; i++) {
@@ -896,6 +921,10 @@ static bool hand_write(pb_ostream_t *stream, const hand_msg *h, const void *msg)
         }
         uint64_t v = hand_value(f, msg);
         if (v == 0) continue; /* proto3: the default is not sent */
+        if (!stream->callback || stream->callback == builder_write) {
+            if (!put_scalar(stream, f, v)) return false;
+            continue;
+        }
         if (f->kind == HAND_FIXED64) {
             if (!pb_encode_tag(stream, PB_WT_64BIT, f->number) || !pb_encode_fixed64(stream, &v))
                 return false;
