@@ -1367,7 +1367,7 @@ static bool decode_tensor(pb_istream_t *stream, const pb_field_t *field, void **
         t->shape[d] = tf.shape[d];
     t->data = NULL;
     t->nbytes = 0;
-    if (dt_tensor_check_spec(t, va->ctx->err) < 0) {
+    if (dt_tensor_check_layout(t, va->ctx->err) < 0) { /* its name was checked above */
         dt_err_wrap(va->ctx->err, DT_EINVAL, "%s[%d]", va->ctx->what, views->count);
         return false;
     }
