@@ -1082,13 +1082,13 @@ typedef struct {
     dt_table_batch batch;
 } sparse_part;
 
-static void sparse_parts_free(sparse_part *parts, int count) {
+/* The parts' own buffers; the array itself is the caller's. */
+static void sparse_parts_deinit(sparse_part *parts, int count) {
     for (int i = 0; parts && i < count; i++) {
         free(parts[i].ids);
         free(parts[i].rows);
         dt_table_batch_deinit(&parts[i].batch);
     }
-    free(parts);
 }
 
 static int find_table(const dt_ps *ps, const char *name) {
@@ -1848,6 +1848,11 @@ static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, sparse_part 
     return 0;
 }
 
+/* Views (gradients, then a table's ids and rows each) and tables a push of
+ * a small model finds room for on the handler's stack (about 2 kB). */
+#define PUSH_SMALL_VIEWS 8
+#define PUSH_SMALL_TABLES 2
+
 static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request,
                        dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
@@ -1856,7 +1861,13 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     dt_tensor *views = NULL;
     dt_rpc_span *spans = NULL;
     sparse_part *parts = NULL;
-    int *index = NULL, rc = 0, tcap = 0;
+    int *index = NULL, rc = 0, tcap = 0, heap = 0;
+    /* A small model's push takes its storage from here: four callocs and
+     * frees per push were a tenth of a tiny push's instructions on the ps. */
+    dt_tensor small_views[PUSH_SMALL_VIEWS];
+    dt_rpc_span small_spans[PUSH_SMALL_VIEWS];
+    int small_index[PUSH_SMALL_VIEWS];
+    sparse_part small_parts[PUSH_SMALL_TABLES];
     pthread_rwlock_rdlock(&ps->model_lock);
     if (!ps->ready) {
         /* A failed job's answer wins over "not ready", which is retried. */
@@ -1866,18 +1877,31 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
         goto done;
     }
     /* A valid push has one gradient per variable held here; one more slot
-     * lets check_push name the extra. Sized by the model and on the heap,
-     * never a fixed worst case on a poller thread's stack. */
+     * lets check_push name the extra. Sized by the model: on the heap past
+     * the small arrays above, never a fixed worst case on a poller
+     * thread's stack. */
     int cap = ps->vars.count + 1;
     tcap = ps->num_tables + 1;
     size_t nviews = (size_t)cap + 2 * (size_t)tcap;
-    views = dt_calloc(nviews, sizeof *views);
-    spans = dt_calloc(nviews, sizeof *spans);
-    index = dt_calloc((size_t)cap, sizeof *index);
-    parts = dt_calloc((size_t)tcap, sizeof *parts);
-    if (!views || !spans || !index || !parts) {
-        rc = dt_err_set(err, DT_ENOMEM, "%s: push: out of memory", ps->name);
-        goto done;
+    if (nviews <= PUSH_SMALL_VIEWS && tcap <= PUSH_SMALL_TABLES) {
+        views = small_views;
+        spans = small_spans;
+        index = small_index;
+        parts = small_parts;
+        memset(views, 0, nviews * sizeof *views);
+        memset(spans, 0, nviews * sizeof *spans);
+        memset(index, 0, (size_t)cap * sizeof *index);
+        memset(parts, 0, (size_t)tcap * sizeof *parts);
+    } else {
+        heap = 1;
+        views = dt_calloc(nviews, sizeof *views);
+        spans = dt_calloc(nviews, sizeof *spans);
+        index = dt_calloc((size_t)cap, sizeof *index);
+        parts = dt_calloc((size_t)tcap, sizeof *parts);
+        if (!views || !spans || !index || !parts) {
+            rc = dt_err_set(err, DT_ENOMEM, "%s: push: out of memory", ps->name);
+            goto done;
+        }
     }
     req.in = (dt_tensor_views){views, 0, cap, spans};
     /* Tables: one pair each, and one more so check_sparse names an extra. */
@@ -1903,10 +1927,13 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     }
 done:
     pthread_rwlock_unlock(&ps->model_lock);
-    free(views);
-    free(spans);
-    free(index);
-    sparse_parts_free(parts, tcap);
+    sparse_parts_deinit(parts, tcap);
+    if (heap) {
+        free(views);
+        free(spans);
+        free(index);
+        free(parts);
+    }
     if (rc < 0) atomic_fetch_add(&ps->pushes_rejected, 1);
     return rc;
 }

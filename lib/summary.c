@@ -78,6 +78,7 @@ struct dt_summary_writer {
     double *hist_limits;  /* (hist_buckets) TF's default bucket limits, ascending */
     double *hist_counts;  /* (hist_buckets) scratch counts for one histogram */
     uint16_t *hist_guess; /* (HIST_KEYS) a bucket near each range of magnitudes */
+    uint16_t *hist_entry; /* (hist_buckets) the entries of the one being written */
     size_t hist_buckets;  /* 0 until the first histogram */
     /* The buckets the histogram being written touched: [hist_lo, hist_hi]
      * (none: hist_lo > hist_hi), the buckets of its min and max; every
@@ -392,10 +393,12 @@ static int hist_init(dt_summary_writer *w, dt_err *err) {
     double *limits = dt_malloc(HIST_BUCKETS * sizeof *limits);
     double *counts = dt_malloc(HIST_BUCKETS * sizeof *counts);
     uint16_t *guess = dt_malloc(HIST_KEYS * sizeof *guess);
-    if (!limits || !counts || !guess) {
+    uint16_t *entry = dt_malloc(HIST_BUCKETS * sizeof *entry);
+    if (!limits || !counts || !guess || !entry) {
         free(limits);
         free(counts);
         free(guess);
+        free(entry);
         return dt_err_set(err, DT_ENOMEM, "summary: %s: histogram buckets", w->path);
     }
     const size_t zero = HIST_POSITIVE + 1; /* index of the 0 limit */
@@ -421,6 +424,7 @@ static int hist_init(dt_summary_writer *w, dt_err *err) {
     w->hist_limits = limits;
     w->hist_counts = counts;
     w->hist_guess = guess;
+    w->hist_entry = entry;
     w->hist_buckets = HIST_BUCKETS;
     w->hist_lo = HIST_BUCKETS;
     w->hist_hi = 0;
@@ -511,9 +515,12 @@ static int hist_write(dt_summary_writer *w, int64_t step, const char *tag, size_
     w->hist_lo = s->num > 0 ? hist_bucket_search(limits, nbuckets, s->min) : nbuckets;
     w->hist_hi = s->num > 0 ? hist_bucket_search(limits, nbuckets, s->max) : 0;
     w->hist_unknown = 0;
+    /* One walk; the limits and the counts are then written from its list
+     * (three walks were most of a small model's summaries: the empty
+     * buckets between the min and max of its outputs). */
     size_t entries = 0;
     for (size_t i = 0; i < nbuckets; entries++)
-        (void)hist_entry(w, &i);
+        w->hist_entry[entries] = (uint16_t)hist_entry(w, &i);
 
     size_t packed_size = entries * 8;
     size_t histo_size = 5 * (1 + 8) /* min, max, num, sum, sum_squares */ +
@@ -536,11 +543,11 @@ static int hist_write(dt_summary_writer *w, int64_t step, const char *tag, size_
     put_double(w, HISTO_SUM, s->sum);
     put_double(w, HISTO_SUM_SQUARES, s->sum_squares);
     put_len(w, HISTO_BUCKET_LIMIT, packed_size);
-    for (size_t i = 0; i < nbuckets;)
-        put_double_bits(w, limits[hist_entry(w, &i)]);
+    for (size_t e = 0; e < entries; e++)
+        put_double_bits(w, limits[w->hist_entry[e]]);
     put_len(w, HISTO_BUCKET, packed_size);
-    for (size_t i = 0; i < nbuckets;)
-        put_double_bits(w, counts[hist_entry(w, &i)]);
+    for (size_t e = 0; e < entries; e++)
+        put_double_bits(w, counts[w->hist_entry[e]]);
     return record_end(w, event_size, err);
 }
 
@@ -709,5 +716,6 @@ void dt_summary_close(dt_summary_writer *w) {
     free(w->hist_limits);
     free(w->hist_counts);
     free(w->hist_guess);
+    free(w->hist_entry);
     free(w);
 }

@@ -70,6 +70,10 @@ int dt_tensor_check_spec(dt_tensor *spec, dt_err *err) {
                           DT_TENSOR_NAME_MAX - 1);
     int rc = dt_text_check_name(spec->name, len, DT_TENSOR_NAME_MAX - 1, "tensor", err);
     if (rc < 0) return rc;
+    return dt_tensor_check_layout(spec, err);
+}
+
+int dt_tensor_check_layout(dt_tensor *spec, dt_err *err) {
     size_t esize = dt_dtype_size(spec->dtype);
     if (esize == 0)
         return dt_err_set(err, DT_EINVAL, "tensor %s: unknown dtype %d", spec->name, spec->dtype);

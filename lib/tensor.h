@@ -64,6 +64,10 @@ void dt_tensor_layout_text(const dt_tensor *t, char *buf, size_t cap);
 /* Checks a spec: a non-empty name that fits, a known dtype, 0..4 dims, each
  * dim >= 1, and a byte size that does not overflow. Sets spec->nbytes. */
 int dt_tensor_check_spec(dt_tensor *spec, dt_err *err) DT_WARN_UNUSED;
+/* The same without the name, for a caller that has just checked it (the
+ * codec, as a tensor comes off the wire): dtype, dims and size; sets
+ * spec->nbytes. */
+int dt_tensor_check_layout(dt_tensor *spec, dt_err *err) DT_WARN_UNUSED;
 
 /* Allocates a set shaped like specs (names, dtypes, shapes are copied; data
  * is ignored) with a zeroed slab. On failure ts is left empty. */
