@@ -29,7 +29,10 @@
  * Every random number comes from a counter-based hash (splitmix64's
  * finaliser) of the seed, a stream constant and an index, so example i is the
  * same on every worker and in every epoch, whatever the sharding, and no
- * state has to be replayed to reach it. Normals are Box-Muller.
+ * state has to be replayed to reach it. Normals are Box-Muller. The wide
+ * source's x, F numbers an example, take the example's 64-bit key from it
+ * and a 32-bit hash per column from the key (wide_value), so the columns are
+ * made eight or four at a time in vector registers.
  *
  * Shuffling: at the start of each epoch the shard's order is reset to index
  * order and Fisher-Yates-shuffled with a generator seeded by (seed, shard,
@@ -69,6 +72,13 @@
 
 enum { SRC_LINE, SRC_WIDE, SRC_FILE };
 
+/* One row of a wide batch being made. */
+typedef struct {
+    int64_t index;   /* i, the global example index */
+    uint32_t lo, hi; /* key_of(seed, STREAM_X, i), halved */
+    double dot;      /* sum_j x_ij w*_j so far */
+} wide_row;
+
 struct dt_dataset {
     int source;           /* SRC_LINE, SRC_WIDE or SRC_FILE */
     int features;         /* F */
@@ -89,8 +99,9 @@ struct dt_dataset {
     double *scale_mean; /* (F) standardize: the statistics x was scaled with; else NULL */
     double *scale_std;  /* (F) */
 
-    float *batch_x; /* (batch_cap, F) reused across calls */
-    float *batch_y; /* (batch_cap) */
+    float *batch_x;       /* (batch_cap, F) reused across calls */
+    float *batch_y;       /* (batch_cap) */
+    wide_row *batch_rows; /* (batch_cap) wide: the rows being made */
     int batch_cap;
 };
 
@@ -145,53 +156,97 @@ static double noise_of(const dt_dataset *ds, int64_t i) {
     return ds->noise * dt_data_normal(&state);
 }
 
-/* 24 random bits to a float in [-1, 1); exact, since 24 bits fit a float. */
-static inline float unit_float(uint32_t bits24) {
-    return (float)bits24 * (1.0f / 8388608.0f) - 1.0f;
+/* The wide rows' columns are made WIDE_LANES at a time into fixed lanes, so
+ * the loops below vectorise (with 128-bit vectors on any x86-64, 256-bit
+ * ones where the CPU has AVX2) and give the same bits whichever runs: the
+ * lanes' order is fixed by the source and no step is fused or reordered. */
+#define WIDE_LANES 16
+
+/* AVX2 doubles the lanes of the integer hash. GCC and clang compile the
+ * function for both and pick one when the program loads; elsewhere it is
+ * compiled once, for the target. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define WIDE_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define WIDE_CLONES
+#endif
+
+/* lowbias32 (Wellons' hash prospector): a bijective 32-bit mix with two
+ * multiplies. 32-bit lanes, where splitmix64's 64-bit multiplies have no
+ * vector instruction before AVX-512. */
+static inline uint32_t mix32(uint32_t z) {
+    z = (z ^ (z >> 16)) * 0x7feb352dU;
+    z = (z ^ (z >> 15)) * 0x846ca68bU;
+    return z ^ (z >> 16);
 }
 
-/* Columns [c0, c0 + len) of a wide row with key `key`; c0 is even. Column j
- * takes the high (j even) or low (j odd) 24-bit half of hash pair j/2, so one
- * 64-bit mix serves two columns. No loop-carried state: it vectorises. */
-static void wide_fill(float *x, int len, uint64_t key, int64_t c0) {
-    uint64_t base = key + ((uint64_t)c0 / 2 + 1) * GOLDEN;
-    /* The odd column left over is the one past the loop's last j (the
-     * static analyzer can follow that, not len / 2 and len & 1). */
-    int j = 0;
-    for (; j + 2 <= len; j += 2) {
-        uint64_t h = mix64(base + (uint64_t)(j / 2) * GOLDEN);
-        x[j] = unit_float((uint32_t)(h >> 40));
-        x[j + 1] = unit_float((uint32_t)(h >> 8) & 0xffffffu);
+#define GOLDEN32 0x9e3779b9U
+
+/* x_ij of the row whose key is (lo, hi), given jg = j * GOLDEN32 (mod 2^32),
+ * column j's Weyl point: the hash's top 24 bits as a float in [-1, 1),
+ * (h >> 8) * 2^-23 - 1, exact (24 bits fit a float). The Weyl point spreads
+ * the columns over all 32 bits before the row's key is mixed in, so two rows
+ * share a value only where their columns' maps collide (about F^2 / 2^32
+ * of them: 233 of 10^6 columns), and hi then flips those values too. */
+static inline float wide_value(uint32_t jg, uint32_t lo, uint32_t hi) {
+    uint32_t h = mix32(jg ^ lo) ^ hi;
+    return (float)(h >> 8) * 0x1.0p-23f - 1.0f;
+}
+
+/* Writes the rows' x (rows, F) and adds their dot products with w (F) into
+ * row[r].dot, one WIDE_CHUNK of columns at a time across all rows, so each
+ * chunk of w is read from memory once a batch and each chunk of x is dotted
+ * while still in cache. Within a chunk the products are summed in float in
+ * WIDE_LANES lanes (x w < 5 in size, 4096 / 16 terms a lane), the lanes and
+ * chunks in double. */
+WIDE_CLONES
+static void wide_rows(wide_row *row, int rows, const float *w, int64_t F, float *x) {
+    /* The Weyl points are added lane by lane (a multiply costs more than
+     * the hash's shifts and xors): lane k of a group is k * GOLDEN32 on. */
+    uint32_t weyl[WIDE_LANES];
+    for (int k = 0; k < WIDE_LANES; k++)
+        weyl[k] = (uint32_t)k * GOLDEN32;
+    int64_t c0 = 0;
+    for (; c0 + WIDE_CHUNK <= F; c0 += WIDE_CHUNK) {
+        const float *wc = w + c0;
+        for (int r = 0; r < rows; r++) {
+            float *xc = x + (size_t)r * (size_t)F + (size_t)c0;
+            const uint32_t lo = row[r].lo, hi = row[r].hi;
+            for (int j = 0; j < WIDE_CHUNK; j += WIDE_LANES) {
+                const uint32_t jg = (uint32_t)(c0 + j) * GOLDEN32;
+                for (int k = 0; k < WIDE_LANES; k++)
+                    xc[j + k] = wide_value(jg + weyl[k], lo, hi);
+            }
+            float lane[WIDE_LANES] = {0};
+            for (int j = 0; j < WIDE_CHUNK; j += WIDE_LANES)
+                for (int k = 0; k < WIDE_LANES; k++)
+                    lane[k] += xc[j + k] * wc[j + k];
+            double sum = 0;
+            for (int k = 0; k < WIDE_LANES; k++)
+                sum += lane[k];
+            row[r].dot += sum;
+        }
     }
-    if (j < len) x[j] = unit_float((uint32_t)(mix64(base + (uint64_t)(j / 2) * GOLDEN) >> 40));
+    for (int r = 0; r < rows; r++) /* the last, partial chunk */
+        for (int64_t j = c0; j < F; j++) {
+            float *xr = x + (size_t)r * (size_t)F;
+            xr[j] = wide_value((uint32_t)j * GOLDEN32, row[r].lo, row[r].hi);
+            row[r].dot += (double)xr[j] * (double)w[j];
+        }
 }
 
-/* Dot product in double with eight fixed lanes: the summation order is fixed
- * by the source, so the result does not depend on how it is vectorised. */
-static double dot_f64(const float *a, const float *b, int n) {
-    double lane[8] = {0};
-    int j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int k = 0; k < 8; k++)
-            lane[k] += (double)a[j + k] * (double)b[j + k];
-    double sum = 0;
-    for (; j < n; j++)
-        sum += (double)a[j] * (double)b[j];
-    for (int k = 0; k < 8; k++)
-        sum += lane[k];
-    return sum;
-}
-
-/* Writes wide example i: x (F) and its label. */
-static void wide_example(const dt_dataset *ds, int64_t i, float *x, float *y) {
-    uint64_t key = key_of(ds->seed, STREAM_X, (uint64_t)i);
-    double acc = 0;
-    for (int64_t c0 = 0; c0 < ds->features; c0 += WIDE_CHUNK) {
-        int len = (int)(ds->features - c0 < WIDE_CHUNK ? ds->features - c0 : WIDE_CHUNK);
-        wide_fill(x + c0, len, key, c0);
-        acc += dot_f64(x + c0, ds->true_w + c0, len);
+/* Writes the wide examples row[0..rows).index into the batch buffers. */
+static void wide_batch(dt_dataset *ds, wide_row *row, int rows) {
+    for (int r = 0; r < rows; r++) {
+        uint64_t key = key_of(ds->seed, STREAM_X, (uint64_t)row[r].index);
+        row[r].lo = (uint32_t)key;
+        row[r].hi = (uint32_t)(key >> 32);
+        row[r].dot = 0;
     }
-    *y = (float)(acc / sqrt((double)ds->features) + noise_of(ds, i));
+    wide_rows(row, rows, ds->true_w, ds->features, ds->batch_x);
+    for (int r = 0; r < rows; r++)
+        ds->batch_y[r] =
+            (float)(row[r].dot / sqrt((double)ds->features) + noise_of(ds, row[r].index));
 }
 
 /* Resets the order to index order and shuffles it for ds->epoch. */
@@ -742,10 +797,12 @@ static int reserve(dt_dataset *ds, int rows, dt_err *err) {
                           ds->features);
     free(ds->batch_x);
     free(ds->batch_y);
+    free(ds->batch_rows);
     ds->batch_cap = 0;
     ds->batch_x = dt_malloc((size_t)rows * (size_t)ds->features * sizeof(float));
     ds->batch_y = dt_malloc((size_t)rows * sizeof(float));
-    if (!ds->batch_x || !ds->batch_y)
+    ds->batch_rows = dt_malloc((size_t)rows * sizeof *ds->batch_rows);
+    if (!ds->batch_x || !ds->batch_y || !ds->batch_rows)
         return dt_err_set(err, DT_ENOMEM, "data: cannot allocate a batch of %d x %d floats", rows,
                           ds->features);
     ds->batch_cap = rows;
@@ -766,12 +823,13 @@ int dt_data_next(dt_dataset *ds, int batch_size, dt_batch *out, dt_err *err) {
     for (int r = 0; r < rows; r++) {
         int64_t k = ds->order[ds->pos + r];
         if (ds->source == SRC_WIDE) {
-            wide_example(ds, ds->shard + k * ds->num_shards, ds->batch_x + r * F, &ds->batch_y[r]);
+            ds->batch_rows[r].index = ds->shard + k * ds->num_shards;
         } else {
             memcpy(ds->batch_x + r * F, ds->mem_x + k * F, (size_t)F * sizeof(float));
             if (ds->labeled) ds->batch_y[r] = ds->mem_y[k];
         }
     }
+    if (ds->source == SRC_WIDE) wide_batch(ds, ds->batch_rows, rows);
     ds->pos += rows;
     if (ds->pos == ds->size) {
         ds->epoch++;
@@ -810,5 +868,6 @@ void dt_data_free(dt_dataset *ds) {
     free(ds->scale_std);
     free(ds->batch_x);
     free(ds->batch_y);
+    free(ds->batch_rows);
     free(ds);
 }

@@ -274,7 +274,6 @@ static int criteo_row(builder *b, char *line, const dt_sparse_read_params *p, ch
         const int field = first + k;
         const char *v = fields[k];
         int64_t x = 0;
-        column_name(field, col, sizeof col);
         if (field == 0) {
             if (dt_reader_parse_int64(v, &x) < 0 || (x != 0 && x != 1)) {
                 snprintf(why, WHY_MAX, "column \"label\": \"%.40s\" is not 0 or 1", v);
@@ -283,6 +282,7 @@ static int criteo_row(builder *b, char *line, const dt_sparse_read_params *p, ch
             s->y[s->rows] = (float)x;
         } else if (field <= DT_CRITEO_INT_COLUMNS) {
             if (*v && dt_reader_parse_int64(v, &x) < 0) {
+                column_name(field, col, sizeof col); /* only here: snprintf is most of a row */
                 snprintf(why, WHY_MAX, "column \"%s\": not an integer: \"%.40s\"", col, v);
                 return 1;
             }

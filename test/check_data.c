@@ -291,6 +291,23 @@ static void check_wide(int F) {
     ck_assert_msg(fabs(mean) < 5 * sqrt(1.0 / 3 / cnt), "mean %g", mean);
     ck_assert_msg(fabs(var - 1.0 / 3) < 5 * sqrt((0.2 - 1.0 / 9) / cnt) + 5 * sqrt(1.0 / 3 / cnt),
                   "var %g", var);
+    /* Neighbouring columns, and the same column of neighbouring rows, are
+     * uncorrelated: the mean of x x' is 0 with a standard error of
+     * 1/3 / sqrt(pairs). */
+    if (F > 1) {
+        double along = 0, across = 0;
+        for (int r = 0; r < n; r++)
+            for (int j = 0; j + 1 < F; j++)
+                along += (double)b.x[(size_t)r * F + j] * b.x[(size_t)r * F + j + 1];
+        for (int r = 0; r + 1 < n; r++)
+            for (int j = 0; j < F; j++)
+                across += (double)b.x[(size_t)r * F + j] * b.x[(size_t)(r + 1) * F + j];
+        double pairs_along = (double)n * (F - 1), pairs_across = (double)(n - 1) * F;
+        ck_assert_msg(fabs(along / pairs_along) < 5.0 / 3 / sqrt(pairs_along), "F %d: along %g", F,
+                      along / pairs_along);
+        ck_assert_msg(fabs(across / pairs_across) < 5.0 / 3 / sqrt(pairs_across), "F %d: across %g",
+                      F, across / pairs_across);
+    }
 
     /* Next epoch: reshuffled, but the very same examples. */
     const float *first_buf = b.x;
@@ -326,6 +343,37 @@ START_TEST(test_wide) {
     check_wide(1);
     check_wide(37);   /* odd: the last column takes half a hash pair */
     check_wide(9001); /* spans several generation chunks */
+}
+END_TEST
+
+/* Golden values of the wide source (seed 99, F = 9001, no noise): examples
+ * 0..2 at columns in the first chunk, around the chunk and lane boundaries and
+ * in the scalar tail. Computed by a scalar implementation of the generator
+ * (key_of, lowbias32 of the column's Weyl point, top 24 bits) in exact
+ * integer arithmetic, apart from this code: the data must be the same on
+ * every machine, whichever vector width the CPU gives the generator. y is
+ * summed in float lanes, so it is held to 1e-6 of the exact sum. */
+START_TEST(test_wide_golden) {
+    static const int cols[9] = {0, 1, 15, 16, 4095, 4096, 8191, 8192, 9000};
+    static const float want_x[3][9] = {
+        {0.666592956f, -0.543506265f, -0.703332663f, -0.773482442f, 0.0098682642f, 0.749778271f,
+         0.667818546f, 0.967083216f, 0.541206837f},
+        {0.508399606f, -0.735332131f, -0.719538689f, -0.393439293f, -0.0453664064f, 0.165424228f,
+         0.0407217741f, 0.671767354f, 0.987244964f},
+        {-0.823999286f, 0.303304791f, 0.970528841f, 0.456031203f, 0.30287981f, -0.725236416f,
+         -0.424845815f, -0.262657523f, -0.39517343f}};
+    static const double want_y[3] = {-0.0490424074, -0.429303229, -0.123992607};
+    for (int i = 0; i < 3; i++) {
+        dt_job job = job_of(DT_DATA_WIDE, 9001, 20, 0.0, 99);
+        dt_dataset *ds = open_ok(&job, i, 20); /* shard i of 20 holds example i alone */
+        dt_batch b;
+        ck_assert_int_eq(dt_data_next(ds, 1, &b, NULL), 0);
+        for (int c = 0; c < 9; c++)
+            ck_assert_msg(b.x[cols[c]] == want_x[i][c], "example %d column %d: %.9g, want %.9g", i,
+                          cols[c], b.x[cols[c]], want_x[i][c]);
+        ck_assert_double_eq_tol(b.y[0], want_y[i], 1e-6);
+        dt_data_free(ds);
+    }
 }
 END_TEST
 
@@ -1166,6 +1214,7 @@ Suite *data_suite(void) {
     tcase_add_test(tc, test_shuffle);
     tcase_add_test(tc, test_epochs_and_short_batch);
     tcase_add_test(tc, test_wide);
+    tcase_add_test(tc, test_wide_golden);
     tcase_add_test(tc, test_wide_noise_and_weights);
     tcase_add_test(tc, test_bad_args);
     tcase_add_test(tc, test_normal);
