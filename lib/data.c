@@ -249,15 +249,22 @@ static void wide_batch(dt_dataset *ds, wide_row *row, int rows) {
             (float)(row[r].dot / sqrt((double)ds->features) + noise_of(ds, row[r].index));
 }
 
+uint64_t dt_data_shuffle_start(uint64_t seed, int shard, int epoch) {
+    return mix64(mix64(mix64(seed ^ STREAM_SHUFFLE) + (uint64_t)shard) + (uint64_t)epoch);
+}
+
+/* The modulo bias is below (k + 1) / 2^64: negligible. */
+int64_t dt_data_shuffle_draw(uint64_t *state, int64_t k) {
+    return (int64_t)(next_u64(state) % (uint64_t)(k + 1));
+}
+
 /* Resets the order to index order and shuffles it for ds->epoch. */
 static void shuffle(dt_dataset *ds) {
     for (int64_t k = 0; k < ds->size; k++)
         ds->order[k] = k;
-    uint64_t state =
-        mix64(mix64(mix64(ds->seed ^ STREAM_SHUFFLE) + (uint64_t)ds->shard) + (uint64_t)ds->epoch);
-    /* Fisher-Yates. The modulo bias is below size / 2^64: negligible. */
-    for (int64_t k = ds->size - 1; k > 0; k--) {
-        int64_t r = (int64_t)(next_u64(&state) % (uint64_t)(k + 1));
+    uint64_t state = dt_data_shuffle_start(ds->seed, ds->shard, ds->epoch);
+    for (int64_t k = ds->size - 1; k > 0; k--) { /* Fisher-Yates */
+        int64_t r = dt_data_shuffle_draw(&state, k);
         int64_t tmp = ds->order[k];
         ds->order[k] = ds->order[r];
         ds->order[r] = tmp;

@@ -207,6 +207,17 @@ void dt_data_free(dt_dataset *ds); /* NULL is a no-op */
  * For tests (what a model should learn): w* is drawn inside the dataset. */
 const float *dt_data_true_weights(const dt_dataset *ds);
 
+/* The shuffling rule of every training set, dense (dt_data_next) and
+ * sparse (lib/sparse.h, dt_sparse_feed): epoch e of shard s's n examples
+ * is 0..n-1 Fisher-Yates-shuffled, position k from n - 1 down to 1
+ * swapped with position dt_data_shuffle_draw(&state, k), state starting
+ * at dt_data_shuffle_start(seed, s, e). Both sides draw the same numbers,
+ * so a dense and a sparse job on one file visit its rows in one order.
+ * The start depends on (seed, shard, epoch) alone; a draw is in [0, k]
+ * (k >= 1) and advances *state. */
+uint64_t dt_data_shuffle_start(uint64_t seed, int shard, int epoch);
+int64_t dt_data_shuffle_draw(uint64_t *state, int64_t k);
+
 /* A standard normal from a splitmix64 stream: advances *state by two steps
  * (Box-Muller). Deterministic for a given state. */
 double dt_data_normal(uint64_t *state);

@@ -849,8 +849,15 @@ static int check_sparse(const dt_job *job, dt_err *err) {
         return dt_err_set(err, DT_EINVAL,
                           "job: \"data\": \"criteo\" hashes its categories: \"hash_bits\" must "
                           "be 1..40");
+    /* Not "not yet": scaling does not fit sparse rows (conf/README.md,
+     * "Sparse models", says why at length). */
     if (d->scale != DT_SCALE_NONE)
-        return dt_err_set(err, DT_EINVAL, "job: \"sparse\": \"scale\" must be \"none\"");
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"scale\": \"%s\" is for dense models; a sparse model takes "
+                          "its values as read (\"none\"): Criteo's integer columns come as "
+                          "log(1 + x) and its categories as ids of value 1, and standardizing "
+                          "would make every libsvm row dense",
+                          dt_scale_names[d->scale]);
     return 0;
 }
 

@@ -7,6 +7,11 @@
  * entry's id went; ids are below 2^40 and a batch has fewer than 2^24
  * entries, so the key is exact.
  *
+ * A feed shuffles a set's rows with lib/data.c's draws (dt_data_shuffle_*)
+ * into a uint32_t order, half of a dense data set's int64_t one: a set's
+ * rows are small (a Criteo row is about 376 bytes, a libsvm row 12 bytes
+ * and 12 an entry), so the order is a visible share of them.
+ *
  * Threading: none; see sparse.h.
  */
 #include "sparse.h"
@@ -16,6 +21,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "data.h"
 
 #define ENTRY_BITS 24
 #define MAX_ID ((int64_t)1 << 40)
@@ -170,11 +176,13 @@ int dt_sparse_gather(const dt_sparse_set *s, const int64_t *rows, int count, dt_
         if (ok) buf->cap_rows = count;
     }
     if (ok && entries > buf->cap_entries) {
-        const size_t n = (size_t)entries;
+        /* At least doubled: batches of one size vary in entries, and each
+         * new largest one would otherwise cost a step an allocation. */
+        const size_t n = (size_t)(entries > 2 * buf->cap_entries ? entries : 2 * buf->cap_entries);
         ok = resize((void **)&buf->ids, n, sizeof *buf->ids) == 0 &&
              resize((void **)&buf->values, n, sizeof *buf->values) == 0 &&
              resize((void **)&buf->fields, n, sizeof *buf->fields) == 0;
-        if (ok) buf->cap_entries = entries;
+        if (ok) buf->cap_entries = (int64_t)n;
     }
     if (!ok)
         return dt_err_set(err, DT_ENOMEM, "sparse: no memory for a batch of %d rows, %lld entries",
@@ -215,4 +223,73 @@ void dt_sparse_buffer_deinit(dt_sparse_buffer *buf) {
     free(buf->ids);
     free(buf->fields);
     memset(buf, 0, sizeof *buf);
+}
+
+/* ---- shuffled batches ------------------------------------------------------ */
+
+/* Resets the order to row order and shuffles it for f->epoch by the rule of
+ * lib/data.h, so the draws are those of a dense data set of N examples. */
+static void feed_shuffle(dt_sparse_feed *f) {
+    const int64_t n = f->set->rows;
+    for (int64_t k = 0; k < n; k++)
+        f->order[k] = (uint32_t)k;
+    uint64_t state = dt_data_shuffle_start(f->seed, f->shard, f->epoch);
+    for (int64_t k = n - 1; k > 0; k--) {
+        const int64_t r = dt_data_shuffle_draw(&state, k);
+        const uint32_t moved = f->order[k];
+        f->order[k] = f->order[r];
+        f->order[r] = moved;
+    }
+}
+
+int dt_sparse_feed_init(dt_sparse_feed *f, const dt_sparse_set *s, uint64_t seed, int shard,
+                        dt_err *err) {
+    memset(f, 0, sizeof *f);
+    if (s->rows < 1 || s->rows > (int64_t)UINT32_MAX)
+        return dt_err_set(err, DT_EINVAL,
+                          "sparse: shuffling a shard of %lld rows: it must have 1 to 2^32 - 1 "
+                          "(more workers make smaller shards)",
+                          (long long)s->rows);
+    f->order = dt_malloc((size_t)s->rows * sizeof *f->order);
+    if (!f->order)
+        return dt_err_set(err, DT_ENOMEM, "sparse: no memory for the order of %lld rows",
+                          (long long)s->rows);
+    f->set = s;
+    f->seed = seed;
+    f->shard = shard;
+    feed_shuffle(f);
+    return 0;
+}
+
+int dt_sparse_feed_next(dt_sparse_feed *f, int batch_size, dt_sparse_batch *out, dt_err *err) {
+    memset(out, 0, sizeof *out);
+    if (batch_size < 1)
+        return dt_err_set(err, DT_EINVAL, "sparse: next: batch size must be >= 1 (got %d)",
+                          batch_size);
+    const int64_t left = f->set->rows - f->pos;
+    const int count = left < batch_size ? (int)left : batch_size;
+    if (count > f->rows_cap) {
+        if (resize((void **)&f->rows, (size_t)count, sizeof *f->rows) < 0)
+            return dt_err_set(err, DT_ENOMEM, "sparse: no memory for a batch of %d rows", count);
+        f->rows_cap = count;
+    }
+    for (int i = 0; i < count; i++)
+        f->rows[i] = f->order[f->pos + i];
+    int rc = dt_sparse_gather(f->set, f->rows, count, &f->buf, out, err);
+    if (rc < 0) return rc;
+    f->pos += count;
+    if (f->pos == f->set->rows) {
+        f->epoch++;
+        f->pos = 0;
+        feed_shuffle(f);
+    }
+    return 0;
+}
+
+void dt_sparse_feed_deinit(dt_sparse_feed *f) {
+    if (!f) return;
+    free(f->order);
+    free(f->rows);
+    dt_sparse_buffer_deinit(&f->buf);
+    memset(f, 0, sizeof *f);
 }

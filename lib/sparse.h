@@ -107,7 +107,8 @@ void dt_sparse_set_deinit(dt_sparse_set *s);
 void dt_sparse_set_slice(const dt_sparse_set *s, int64_t first, int count, dt_sparse_batch *out);
 
 /* Owned copies of chosen rows, for shuffled minibatches. Zero it first;
- * it grows to the largest batch and is reused. */
+ * it grows to the largest batch (its entries at least doubling) and is
+ * reused. */
 typedef struct {
     int cap_rows;
     int64_t cap_entries;
@@ -121,5 +122,40 @@ typedef struct {
 int dt_sparse_gather(const dt_sparse_set *s, const int64_t *rows, int count, dt_sparse_buffer *buf,
                      dt_sparse_batch *out, dt_err *err) DT_WARN_UNUSED;
 void dt_sparse_buffer_deinit(dt_sparse_buffer *buf);
+
+/* A worker's training batches from its shard: each epoch every row of
+ * the set once, in the order a dense data set of as many examples takes
+ * (lib/data.h, dt_data_shuffle_start: seeded by (seed, shard, epoch)
+ * alone, so every run, and a worker started again, sees the same order),
+ * batch_size rows at a time gathered into buffers owned here. A batch
+ * never spans two epochs: the last of a pass is short when batch_size
+ * does not divide N. The order is 4 bytes a row (uint32_t: a set of
+ * 2^32 rows or more is refused); the buffers grow to the largest batch
+ * and are then reused, so a step allocates nothing once they have. */
+typedef struct {
+    const dt_sparse_set *set; /* borrowed: outlives the feed */
+    uint64_t seed;
+    int shard;
+    int epoch;       /* completed passes */
+    int64_t pos;     /* next position in order */
+    uint32_t *order; /* (N) this epoch's order of the set's rows */
+    int64_t *rows;   /* (rows_cap) the batch's rows, as dt_sparse_gather takes them */
+    int rows_cap;
+    dt_sparse_buffer buf;
+} dt_sparse_feed;
+
+/* Starts f at epoch 0, position 0, over s (N >= 1 rows), for shard
+ * `shard` of a job seeded `seed`. Errors: an empty set or one of 2^32
+ * rows or more (DT_EINVAL), DT_ENOMEM; f is then zeroed. */
+int dt_sparse_feed_init(dt_sparse_feed *f, const dt_sparse_set *s, uint64_t seed, int shard,
+                        dt_err *err) DT_WARN_UNUSED;
+/* The next min(batch_size, rows left in this epoch) rows, gathered into
+ * f's buffers (valid until the next call); at the end of a pass the next
+ * epoch's order is drawn. Errors: batch_size < 1 (DT_EINVAL), DT_ENOMEM;
+ * the position is then unchanged. */
+int dt_sparse_feed_next(dt_sparse_feed *f, int batch_size, dt_sparse_batch *out,
+                        dt_err *err) DT_WARN_UNUSED;
+/* Releases f's order and buffers and zeroes it. NULL is a no-op. */
+void dt_sparse_feed_deinit(dt_sparse_feed *f);
 
 #endif

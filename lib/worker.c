@@ -10,8 +10,9 @@
  * owns the batch buffers; the ps client reuses its call state. Nothing that
  * grows with the model is allocated per step except the messages themselves.
  *
- * A sparse model (job "sparse") takes the same loop: its batch comes from
- * a CSR set of this worker's shard, its table's rows for the batch's
+ * A sparse model (job "sparse") takes the same loop: its batch is gathered
+ * from a CSR set of this worker's shard, shuffled each epoch by the dense
+ * data's rule (dt_sparse_feed), its table's rows for the batch's
  * distinct ids are pulled before the gradient (SparsePull, fanned out by
  * placement), and the push carries their gradient, one row per distinct id
  * with every occurrence summed, beside the dense variables':
@@ -64,8 +65,8 @@ struct dt_worker {
     int64_t local_steps; /* pushed by the last dt_worker_train */
     /* A sparse model (dt_job_is_sparse); data and model above are NULL. */
     int sparse;
-    dt_sparse_set set; /* this worker's shard of the training file */
-    int64_t cursor;    /* the next batch's first row of set */
+    dt_sparse_set set;   /* this worker's shard of the training file */
+    dt_sparse_feed feed; /* set's rows shuffled each epoch, as dense data's */
     dt_sparse_model *smodel;
     dt_table_config table; /* the model's table */
     /* A batch's rows: one, or with pipeline_push two, swapped each step
@@ -152,6 +153,8 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
                             job->data.train_data, params->task_index, cl->num_workers);
             goto fail;
         }
+        if ((rc = dt_sparse_feed_init(&w->feed, &w->set, job->seed, params->task_index, err)) < 0)
+            goto fail;
     } else if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) {
         goto fail;
     }
@@ -188,6 +191,7 @@ void dt_worker_free(dt_worker *w) {
     dt_tensors_deinit(&w->vars_next);
     dt_tensors_deinit(&w->grads_next);
     dt_model_free(w->model);
+    dt_sparse_feed_deinit(&w->feed);
     dt_sparse_set_deinit(&w->set);
     dt_sparse_model_free(w->smodel);
     for (int k = 0; k < 2; k++) {
@@ -501,21 +505,19 @@ static int do_pull_rows(void *arg, dt_err *err) {
     return dt_ps_client_sparse_pull(rp->client, &rp->rows, &rp->reply, err);
 }
 
-/* The next batch of this worker's shard, in file order, wrapping round at
- * its end (a last short batch is a batch, as for dense data). */
-static void next_sparse_batch(dt_worker *w, dt_sparse_batch *b) {
-    int64_t left = w->set.rows - w->cursor;
-    int count = left < w->params.job->batch_size ? (int)left : w->params.job->batch_size;
-    dt_sparse_set_slice(&w->set, w->cursor, count, b);
-    w->cursor = (w->cursor + count) % w->set.rows;
+/* The next batch of this worker's shard: the next batch_size rows of this
+ * epoch's shuffled order, copied into the feed's buffers (valid until the
+ * next call). */
+static int next_sparse_batch(dt_worker *w, dt_sparse_batch *b, dt_err *err) {
+    return dt_sparse_feed_next(&w->feed, w->params.job->batch_size, b, err);
 }
 
 /* The next batch into *b, its distinct ids into buf, and buf's rows grown
  * to hold them. */
 static int sparse_batch(dt_worker *w, sparse_buf *buf, dt_sparse_batch *b, dt_err *err) {
-    next_sparse_batch(w, b);
-    int rc = dt_sparse_index_build(&buf->ix, b, err);
+    int rc = next_sparse_batch(w, b, err);
     if (rc < 0) return rc;
+    if ((rc = dt_sparse_index_build(&buf->ix, b, err)) < 0) return rc;
     const int64_t want = buf->ix.n * w->table.dim; /* U <= entries < 2^24: no overflow */
     if (want > buf->cap) {
         float *rows = dt_realloc(buf->rows, (size_t)want * sizeof *rows);

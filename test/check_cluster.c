@@ -1121,6 +1121,12 @@ START_TEST(test_job_sparse_rules) {
          "\"features\" 2147483648: a dense model takes at most 2147483647"},
         {{"data=csv", "train_data=t.csv", "features=34359738368", NULL},
          "a dense model takes at most"},
+        /* scaling does not apply to sparse rows, whatever the source */
+        {{"data=criteo", "train_data=c.txt", "hash_bits=20", "scale=standardize", NULL},
+         "\"scale\": \"standardize\" is for dense models"},
+        {{"data=libsvm", "train_data=t.svm", "hash_bits=20", "scale=divide", NULL},
+         "\"scale\": \"divide\" is for dense models"},
+        {{"data=libsvm", "train_data=t.svm", "hash_bits=20", "scale=none", NULL}, NULL},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         int rc = finish_with(cases[c].sets, &err);

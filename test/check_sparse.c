@@ -1,5 +1,9 @@
 /*
- * sparse suite: CSR batches (checks, distinct ids, slices, gathers) and
+ * sparse suite: CSR batches (checks, distinct ids, slices, gathers), the
+ * shuffled feed of a worker's shard (every row once an epoch, reshuffled
+ * each epoch, per shard and seed, the same on every run and as a dense
+ * data set's order, gathered rows equal to the rows they name, no
+ * allocation a step once warm, out-of-memory at every allocation) and
  * the sparse readers: the Criteo layout (dense transform, hashed ids and
  * fields, missing values, files without labels, gzip, sharding, every
  * malformed row named by file, line and column, skip_bad_rows) and libsvm
@@ -12,6 +16,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "alloc.h"
+#include "data.h"
 #include "hash.h"
 #include "proc.h"
 #include "sparse.h"
@@ -435,6 +441,253 @@ START_TEST(test_libsvm_large_indices) {
 }
 END_TEST
 
+/* ---- shuffled feeds ---- */
+
+/* A set of n rows whose row i is recognisable: label i, dense (i, -i),
+ * entries(i) entries e with id 10 i + e, value i + e / 8, field e. */
+static void feed_set(dt_sparse_set *s, int64_t n, int (*entries)(int64_t)) {
+    memset(s, 0, sizeof *s);
+    int64_t nnz = 0;
+    for (int64_t i = 0; i < n; i++)
+        nnz += entries(i);
+    s->rows = n;
+    s->dense_cols = 2;
+    s->dense = malloc((size_t)n * 2 * sizeof *s->dense);
+    s->y = malloc((size_t)n * sizeof *s->y);
+    s->offsets = malloc((size_t)(n + 1) * sizeof *s->offsets);
+    s->ids = malloc((size_t)nnz * sizeof *s->ids);
+    s->values = malloc((size_t)nnz * sizeof *s->values);
+    s->fields = malloc((size_t)nnz * sizeof *s->fields);
+    ck_assert(s->dense && s->y && s->offsets && s->ids && s->values && s->fields);
+    s->num_ids = 10 * n + 10;
+    s->num_fields = 4;
+    s->offsets[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s->y[i] = (float)i;
+        s->dense[2 * i] = (float)i;
+        s->dense[2 * i + 1] = -(float)i;
+        int64_t e0 = s->offsets[i];
+        for (int e = 0; e < entries(i); e++) {
+            s->ids[e0 + e] = 10 * i + e;
+            s->values[e0 + e] = (float)i + (float)e / 8;
+            s->fields[e0 + e] = e;
+        }
+        s->offsets[i + 1] = e0 + entries(i);
+    }
+}
+
+static int entries_varied(int64_t i) {
+    return (int)(i % 4); /* 0 to 3: rows without entries too */
+}
+
+static int entries_three(int64_t i) {
+    (void)i;
+    return 3;
+}
+
+/* Row r of batch b is, in every array, row `row` of s. */
+static void assert_row_is(const dt_sparse_batch *b, int r, const dt_sparse_set *s, int64_t row) {
+    ck_assert_int_eq(b->dense_cols, s->dense_cols);
+    ck_assert_float_eq(b->y[r], s->y[row]);
+    for (int j = 0; j < s->dense_cols; j++)
+        ck_assert_float_eq(b->dense[r * b->dense_cols + j], s->dense[row * s->dense_cols + j]);
+    const int64_t n = b->offsets[r + 1] - b->offsets[r], e0 = s->offsets[row];
+    ck_assert_int_eq(n, s->offsets[row + 1] - e0);
+    for (int64_t e = 0; e < n; e++) {
+        const int64_t be = b->offsets[r] - b->offsets[0] + e;
+        ck_assert_int_eq(b->ids[be], s->ids[e0 + e]);
+        ck_assert_float_eq(b->values[be], s->values[e0 + e]);
+        ck_assert_int_eq(b->fields[be], s->fields[e0 + e]);
+    }
+}
+
+/* One epoch of f in batches of bs: the rows in the order drawn (out, n of
+ * them), each batch's rows checked against the set; the batches are full
+ * but for the last. */
+static void feed_epoch(dt_sparse_feed *f, int bs, int64_t *out) {
+    const int start = f->epoch;
+    const int64_t n = f->set->rows;
+    int64_t k = 0;
+    while (f->epoch == start) {
+        dt_sparse_batch b;
+        dt_err err;
+        dt_err_clear(&err);
+        ck_assert_msg(dt_sparse_feed_next(f, bs, &b, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(b.rows, n - k < bs ? n - k : bs);
+        ck_assert_int_eq(dt_sparse_check(&b, &err), 0);
+        for (int r = 0; r < b.rows; r++) {
+            const int64_t row = (int64_t)b.y[r];
+            ck_assert(row >= 0 && row < n);
+            assert_row_is(&b, r, f->set, row);
+            out[k++] = row;
+        }
+    }
+    ck_assert_int_eq(k, n);
+}
+
+/* order is a permutation of 0..n-1, and not 0..n-1 itself. */
+static void assert_shuffled(const int64_t *order, int64_t n) {
+    int seen[64] = {0}, in_order = 1;
+    ck_assert_int_le(n, 64);
+    for (int64_t k = 0; k < n; k++) {
+        ck_assert(order[k] >= 0 && order[k] < n);
+        seen[order[k]]++;
+        in_order &= order[k] == k;
+    }
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(seen[i] == 1, "row %lld drawn %d times in an epoch", (long long)i, seen[i]);
+    ck_assert_int_eq(in_order, 0);
+}
+
+START_TEST(test_feed_epochs) {
+    enum { N = 50 };
+    dt_sparse_set s;
+    feed_set(&s, N, entries_varied);
+    dt_sparse_feed a, b, c, d;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_sparse_feed_init(&a, &s, 11, 1, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(dt_sparse_feed_init(&b, &s, 11, 1, NULL), 0);
+    ck_assert_int_eq(dt_sparse_feed_init(&c, &s, 11, 0, NULL), 0);
+    ck_assert_int_eq(dt_sparse_feed_init(&d, &s, 12, 1, NULL), 0);
+    int64_t a0[N], a1[N], a2[N], b0[N], b1[N], b2[N], c0[N], d0[N];
+    feed_epoch(&a, 7, a0); /* 7 x 7 and a short batch of 1 */
+    feed_epoch(&a, 7, a1);
+    feed_epoch(&a, 7, a2);
+    ck_assert_int_eq(a.epoch, 3);
+    assert_shuffled(a0, N);
+    assert_shuffled(a1, N);
+    assert_shuffled(a2, N);
+    /* Reshuffled each epoch. */
+    ck_assert_int_ne(memcmp(a0, a1, sizeof a0), 0);
+    ck_assert_int_ne(memcmp(a1, a2, sizeof a1), 0);
+    /* A feed started again (a worker restarted, another run) draws the
+     * same epochs, whatever its batch size. */
+    feed_epoch(&b, 50, b0);
+    feed_epoch(&b, 3, b1);
+    feed_epoch(&b, 64, b2);
+    ck_assert_int_eq(memcmp(a0, b0, sizeof a0), 0);
+    ck_assert_int_eq(memcmp(a1, b1, sizeof a1), 0);
+    ck_assert_int_eq(memcmp(a2, b2, sizeof a2), 0);
+    /* Another shard, another seed: another order. */
+    feed_epoch(&c, 7, c0);
+    feed_epoch(&d, 7, d0);
+    assert_shuffled(c0, N);
+    assert_shuffled(d0, N);
+    ck_assert_int_ne(memcmp(a0, c0, sizeof a0), 0);
+    ck_assert_int_ne(memcmp(a0, d0, sizeof a0), 0);
+    /* Errors leave the feed where it was. */
+    dt_sparse_batch batch;
+    ck_assert_int_eq(dt_sparse_feed_next(&a, 0, &batch, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "batch size must be >= 1"));
+    ck_assert_int_eq(a.pos, 0);
+    dt_sparse_feed_deinit(&a);
+    dt_sparse_feed_deinit(&b);
+    dt_sparse_feed_deinit(&c);
+    dt_sparse_feed_deinit(&d);
+    dt_sparse_feed_deinit(&a); /* zeroed: again is harmless */
+    dt_sparse_feed_deinit(NULL);
+    dt_sparse_set_deinit(&s);
+}
+END_TEST
+
+/* The order of a sparse shard is the order of a dense data set's shard of
+ * as many examples (lib/data.h's rule): a dense and a sparse job on one
+ * file take the same batches. The dense "line" source's example i has x_i
+ * = -1 + 2 i / (n - 1), which names it. */
+START_TEST(test_feed_order_is_dense_order) {
+    enum { N = 40, SHARDS = 3 };
+    for (int shard = 0; shard < SHARDS; shard++) {
+        dt_data_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.source = DT_DATA_LINE;
+        cfg.num_examples = N;
+        dt_data_needs needs = {.num_features = 1, .label_kind = DT_LABEL_REAL};
+        dt_dataset *ds = NULL;
+        dt_err err;
+        dt_err_clear(&err);
+        ck_assert_msg(dt_data_open(&cfg, &needs, 5, shard, SHARDS, &ds, &err) == 0, "%s", err.msg);
+        const int64_t size = dt_data_size(ds);
+        dt_sparse_set s;
+        feed_set(&s, size, entries_varied);
+        dt_sparse_feed f;
+        ck_assert_int_eq(dt_sparse_feed_init(&f, &s, 5, shard, NULL), 0);
+        for (int epoch = 0; epoch < 3; epoch++) {
+            int64_t sparse[N];
+            feed_epoch(&f, 4, sparse);
+            for (int64_t k = 0; k < size;) {
+                dt_batch b;
+                ck_assert_int_eq(dt_data_next(ds, 4, &b, NULL), 0);
+                for (int r = 0; r < b.rows; r++, k++) {
+                    const int64_t i = llround(((double)b.x[r] + 1.0) * (N - 1) / 2.0);
+                    ck_assert_int_eq(i % SHARDS, shard);
+                    ck_assert_msg(sparse[k] == i / SHARDS,
+                                  "shard %d epoch %d position %lld: sparse row %lld, dense %lld",
+                                  shard, epoch, (long long)k, (long long)sparse[k],
+                                  (long long)(i / SHARDS));
+                }
+            }
+            ck_assert_int_eq(dt_data_epoch(ds), epoch + 1);
+        }
+        dt_sparse_feed_deinit(&f);
+        dt_sparse_set_deinit(&s);
+        dt_data_free(ds);
+    }
+}
+END_TEST
+
+START_TEST(test_feed_memory) {
+    dt_sparse_set s;
+    feed_set(&s, 30, entries_three);
+    dt_sparse_feed f;
+    dt_sparse_batch b;
+    dt_err err;
+    /* Out of memory at each allocation of the start and of a first batch:
+     * an error, the feed usable afterwards, and nothing leaked (ASan). */
+    for (long n = 1;; n++) {
+        dt_err_clear(&err);
+        dt_alloc_fail_at(n, 0);
+        int rc = dt_sparse_feed_init(&f, &s, 3, 0, &err);
+        if (rc == 0) rc = dt_sparse_feed_next(&f, 8, &b, &err);
+        const long failed = dt_alloc_failed();
+        dt_alloc_fail_at(0, 0);
+        if (failed == 0) {
+            ck_assert_int_eq(rc, 0);
+            dt_sparse_feed_deinit(&f);
+            break;
+        }
+        ck_assert_int_eq(rc, DT_ENOMEM);
+        ck_assert_ptr_nonnull(strstr(err.msg, "no memory"));
+        if (f.set) { /* the start went through: the batch failed */
+            ck_assert_int_eq(f.pos, 0);
+            ck_assert_int_eq(dt_sparse_feed_next(&f, 8, &b, NULL), 0);
+            ck_assert_int_eq(f.pos, 8);
+        }
+        dt_sparse_feed_deinit(&f);
+    }
+    /* Rows of one size: once the first batch has sized the buffers, no
+     * step allocates, the short last batch and the reshuffles included. */
+    ck_assert_int_eq(dt_sparse_feed_init(&f, &s, 3, 0, NULL), 0);
+    ck_assert_int_eq(dt_sparse_feed_next(&f, 8, &b, NULL), 0);
+    dt_alloc_fail_at(0, 0);
+    for (int step = 0; step < 20; step++) /* 5 epochs of 8 + 8 + 8 + 6 rows */
+        ck_assert_int_eq(dt_sparse_feed_next(&f, 8, &b, NULL), 0);
+    ck_assert_int_eq(dt_alloc_count(), 0);
+    ck_assert_int_eq(f.epoch, 5);
+    ck_assert_int_eq(f.pos, 8);
+    dt_sparse_feed_deinit(&f);
+    /* An empty set has no order; one past 2^32 - 1 rows is refused before
+     * its arrays are read. */
+    dt_sparse_set empty = {0}, huge = {.rows = (int64_t)1 << 32};
+    ck_assert_int_eq(dt_sparse_feed_init(&f, &empty, 3, 0, &err), DT_EINVAL);
+    ck_assert_ptr_null(f.order);
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_sparse_feed_init(&f, &huge, 3, 0, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "4294967296 rows"));
+    dt_sparse_set_deinit(&s);
+}
+END_TEST
+
 Suite *sparse_suite(void) {
     Suite *s = suite_create("sparse");
     TCase *tc = tcase_create("sparse");
@@ -445,6 +698,9 @@ Suite *sparse_suite(void) {
     tcase_add_test(tc, test_criteo_unlabeled_and_shards);
     tcase_add_test(tc, test_criteo_errors);
     tcase_add_test(tc, test_libsvm_large_indices);
+    tcase_add_test(tc, test_feed_epochs);
+    tcase_add_test(tc, test_feed_order_is_dense_order);
+    tcase_add_test(tc, test_feed_memory);
     suite_add_tcase(s, tc);
     return s;
 }
