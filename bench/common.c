@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <malloc.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "criteo_gen.h"
 
 double dt_bench_now_secs(void) {
     struct timespec ts;
@@ -234,4 +237,41 @@ void dt_bench_print_rates(double rounds, int64_t floats, double seconds) {
     double bytes = rounds * 2.0 * (double)floats * 4.0; /* pulled + pushed */
     printf(" seconds=%.3f mb_per_s=%.1f rounds_per_s=%.2f", seconds, bytes / seconds / 1e6,
            rounds / seconds);
+}
+
+/* The hidden model's mean log loss on rows first..first+n of the
+ * generator's output for spec "SEED,FIRST,VOCAB_SCALE". */
+int dt_bench_hidden_log_loss(const char *spec, int64_t n, double *out, dt_err *err) {
+    unsigned long long seed = 0;
+    long long first = 0;
+    double vocab = 0;
+    if (sscanf(spec, "%llu,%lld,%lf", &seed, &first, &vocab) != 3 || first < 0)
+        return dt_err_set(err, DT_EINVAL, "--hidden %s: want SEED,FIRST,VOCAB_SCALE", spec);
+    dt_criteo_gen_params p;
+    dt_criteo_gen_defaults(&p);
+    p.seed = seed;
+    p.vocab_scale = vocab;
+    p.rows = first + n;
+    dt_criteo_gen_model m;
+    int rc = dt_criteo_gen_init(&p, &m, err);
+    if (rc < 0) return rc;
+    double sum = 0;
+    char line[1024];
+    for (int64_t i = first; i < first + n; i++) {
+        double p1;
+        int label;
+        dt_criteo_gen_row(&m, i, line, sizeof line, &p1, &label);
+        sum -= log(label ? p1 : 1 - p1);
+    }
+    *out = sum / (double)n;
+    return 0;
+}
+
+int dt_bench_load_job(const char *config, const char *const *sets, int num_sets, dt_job *job,
+                      dt_err *err) {
+    dt_job_defaults(job);
+    int rc = dt_job_load(config, job, err);
+    for (int i = 0; i < num_sets && rc == 0; i++)
+        rc = dt_job_set(job, sets[i], err);
+    return rc == 0 ? dt_job_finish(job, err) : rc;
 }

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "err.h"
+#include "job.h"
 
 /* Seconds on the monotonic clock (for differences only). */
 double dt_bench_now_secs(void);
@@ -105,5 +106,16 @@ void dt_bench_stop_children(dt_bench_child *kids, int n);
 /* Prints " seconds=S mb_per_s=X rounds_per_s=Y" (no newline) for `rounds`
  * rounds in all, each moving 2 * floats * 4 payload bytes (MB = 10^6). */
 void dt_bench_print_rates(double rounds, int64_t floats, double seconds);
+
+/* The generating model's mean log loss on rows FIRST..FIRST+n-1 of
+ * `dtrain gen-criteo` for spec "SEED,FIRST,VOCAB_SCALE" (the best a model
+ * trained on its rows can reach there) into *out. DT_EINVAL for a bad
+ * spec. */
+/* The job as dtrain loads it: the defaults, the config file, then each
+ * "field=value" of sets, checked (dt_job_finish). Errors: the config's. */
+int dt_bench_load_job(const char *config, const char *const *sets, int num_sets, dt_job *job,
+                      dt_err *err);
+
+int dt_bench_hidden_log_loss(const char *spec, int64_t n, double *out, dt_err *err);
 
 #endif

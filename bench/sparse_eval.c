@@ -33,7 +33,6 @@
 
 #include "checkpoint.h"
 #include "common.h"
-#include "criteo_gen.h"
 #include "err.h"
 #include "job.h"
 #include "sparse.h"
@@ -68,41 +67,9 @@ static int parse_args(int argc, char **argv, options *o) {
     return o->config_path && o->data && argc % 2 == 1 ? 0 : -1;
 }
 
-/* The hidden model's mean log loss on rows first..first+n of the
- * generator's output for spec "SEED,FIRST,VOCAB_SCALE". */
-static int hidden_loss(const char *spec, int64_t n, double *out, dt_err *err) {
-    unsigned long long seed = 0;
-    long long first = 0;
-    double vocab = 0;
-    if (sscanf(spec, "%llu,%lld,%lf", &seed, &first, &vocab) != 3 || first < 0)
-        return dt_err_set(err, DT_EINVAL, "--hidden %s: want SEED,FIRST,VOCAB_SCALE", spec);
-    dt_criteo_gen_params p;
-    dt_criteo_gen_defaults(&p);
-    p.seed = seed;
-    p.vocab_scale = vocab;
-    p.rows = first + n;
-    dt_criteo_gen_model m;
-    int rc = dt_criteo_gen_init(&p, &m, err);
-    if (rc < 0) return rc;
-    double sum = 0;
-    char line[1024];
-    for (int64_t i = first; i < first + n; i++) {
-        double p1;
-        int label;
-        dt_criteo_gen_row(&m, i, line, sizeof line, &p1, &label);
-        sum -= log(label ? p1 : 1 - p1);
-    }
-    *out = sum / (double)n;
-    return 0;
-}
-
 static int run(const options *o, dt_err *err) {
     dt_job job;
-    dt_job_defaults(&job);
-    int rc = dt_job_load(o->config_path, &job, err);
-    for (int i = 0; i < o->num_sets && rc == 0; i++)
-        rc = dt_job_set(&job, o->sets[i], err);
-    if (rc == 0) rc = dt_job_finish(&job, err);
+    int rc = dt_bench_load_job(o->config_path, o->sets, o->num_sets, &job, err);
     if (rc < 0) return rc;
     dt_tensors loaded;
     memset(&loaded, 0, sizeof loaded);
@@ -119,9 +86,10 @@ static int run(const options *o, dt_err *err) {
     dt_tensors_deinit(&loaded);
     if (rc == 0) rc = dt_job_read_sparse(&job, o->data, 1, 0, 1, &ds, err);
     double loss = NAN, accuracy = NAN;
-    if (rc == 0) rc = dt_sparse_scorer_evaluate(dt_sparse_ckpt_scorer(ck), &ds, &loss, &accuracy, err);
+    if (rc == 0)
+        rc = dt_sparse_scorer_evaluate(dt_sparse_ckpt_scorer(ck), &ds, &loss, &accuracy, err);
     double hidden = NAN;
-    if (rc == 0 && o->hidden) rc = hidden_loss(o->hidden, ds.rows, &hidden, err);
+    if (rc == 0 && o->hidden) rc = dt_bench_hidden_log_loss(o->hidden, ds.rows, &hidden, err);
     if (rc == 0) {
         printf("sparse_eval step=%" PRId64 " examples=%" PRId64
                " log_loss=%.6f accuracy=%.4f rows=%" PRId64 " nonzero=%" PRId64,

@@ -535,8 +535,17 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     if (m->max_steps == 0) { /* epochs of a file: its size is known now */
         int rc = dt_job_steps_for(job, dt_worker_examples(c->w), &m->max_steps, err);
         if (rc < 0) return rc;
-        dt_log(DT_LOG_INFO, "chief: %d epochs of %lld examples: max_steps %lld", job->epochs,
-               (long long)dt_worker_examples(c->w), (long long)m->max_steps);
+        /* A sync step takes replicas_to_aggregate batches, one a worker:
+         * the epochs' batches make that many times fewer steps. */
+        int per_step = 1;
+        if (job->consistency.mode == DT_MODE_SYNC)
+            per_step = job->consistency.replicas_to_aggregate
+                           ? job->consistency.replicas_to_aggregate
+                           : cluster->num_workers;
+        m->max_steps = (m->max_steps + per_step - 1) / per_step;
+        dt_log(DT_LOG_INFO,
+               "chief: %d epochs of %lld examples, %d batch(es) a step: max_steps %lld",
+               job->epochs, (long long)dt_worker_examples(c->w), per_step, (long long)m->max_steps);
     }
     const dt_table_config *t = dt_worker_table(c->w);
     if (t) {

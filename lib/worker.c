@@ -63,6 +63,10 @@ struct dt_worker {
     uint64_t rng;        /* jitter */
     int64_t max_steps;   /* the job's end as the ps tasks said it; 0: not known yet */
     int64_t local_steps; /* pushed by the last dt_worker_train */
+    /* async, bounded with "epochs": the local steps of `epochs` passes over
+     * this worker's shard, after which it waits for the others (0: no
+     * bound; see dt_worker_train). */
+    int64_t shard_steps;
     /* A sparse model (dt_job_is_sparse); data and model above are NULL. */
     int sparse;
     dt_sparse_set set;   /* this worker's shard of the training file */
@@ -167,6 +171,14 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         ((rc = dt_model_new(&job->model, &w->model, err)) < 0 ||
          (rc = dt_job_open_data(job, params->task_index, cl->num_workers, &w->data, err)) < 0))
         goto fail;
+    /* max_steps from epochs covers every shard's passes together; each
+     * worker keeps to its own, so how fast one starts or runs does not
+     * decide which rows are seen (sync runs the workers in step anyway;
+     * pipeline_push's loop does not stop early yet). */
+    if (job->max_steps == 0 && job->consistency.mode != DT_MODE_SYNC && !pipelined(job) &&
+        (rc = dt_job_steps_for(job, w->sparse ? w->set.rows : dt_data_size(w->data),
+                               &w->shard_steps, err)) < 0)
+        goto fail;
     dt_ps_client_params cp = {cl, params->task_index, job->rpc_timeout_secs * 1000, job->placement,
                               params->security};
     if ((rc = dt_ps_client_new(&cp, &w->vars, &w->client, err)) < 0) goto fail;
@@ -250,6 +262,7 @@ typedef struct {
     dt_worker *w;
     int ready;
     int done;
+    int64_t global_step; /* the highest of the ps tasks' */
 } ready_probe;
 
 /* One round of Status calls: fails while any ps is down or not ready. */
@@ -264,6 +277,7 @@ static int probe_ready(void *arg, dt_err *err) {
             return dt_err_set(err, DT_EABORTED, "%s: %s: job failed: %s", w->name,
                               dt_ps_client_name(w->client, p), st.failure);
         if (st.max_steps > w->max_steps) w->max_steps = st.max_steps;
+        if (st.global_step > pr->global_step) pr->global_step = st.global_step;
         if (st.done) {
             pr->done = 1;
             return 0;
@@ -277,7 +291,7 @@ static int probe_ready(void *arg, dt_err *err) {
 }
 
 int dt_worker_wait_ready(dt_worker *w, const atomic_int *stop, dt_err *err) {
-    ready_probe pr = {w, 0, 0};
+    ready_probe pr = {w, 0, 0, 0};
     int rc = dt_worker_retry(w, "the model to be ready", probe_ready, &pr, NULL, stop, err);
     if (rc < 0) return rc;
     return pr.done ? 1 : 0;
@@ -566,6 +580,46 @@ static int sparse_grad(dt_worker *w, dt_ps_client *client, sparse_buf *buf, cons
     return sparse_loss_grad(w, vars, &b, buf, grads, loss, out, err);
 }
 
+/*
+ * After this worker's passes over its shard (shard_steps), while the other
+ * workers make the rest of max_steps: Status every ps task until one says
+ * the job is done (1). TF1's workers stop at the end of their input the
+ * same way. A global step that stands still for sync_timeout_secs means
+ * the others are gone: 0, and this worker finishes the job on its own
+ * shard again (a job never hangs on a lost worker).
+ */
+static int wait_for_others(dt_worker *w, const dt_step_result *r, const atomic_int *stop,
+                           dt_err *err) {
+    const dt_job *job = w->params.job;
+    dt_log(DT_LOG_INFO,
+           "%s: %d epoch(s) of this shard done after %lld local steps (global step %lld); "
+           "waiting for the other workers to finish theirs",
+           w->name, job->epochs, (long long)r->local_step, (long long)r->global_step);
+    int64_t last_step = -1;
+    double moved_at = dt_now_secs();
+    int nap_us = 1000;
+    for (;;) {
+        ready_probe pr = {w, 0, 0, 0};
+        int rc = dt_worker_retry(w, "the other workers", probe_ready, &pr, NULL, stop, err);
+        if (rc < 0) return rc;
+        if (pr.done) return 1;
+        const double now = dt_now_secs();
+        if (pr.global_step != last_step) {
+            last_step = pr.global_step;
+            moved_at = now;
+        } else if (now - moved_at >= job->consistency.sync_timeout_secs) {
+            dt_log(DT_LOG_WARN,
+                   "%s: global step %lld for %.0f s: the other workers are gone; training on "
+                   "this shard again until the job is done",
+                   w->name, (long long)last_step, now - moved_at);
+            return 0;
+        }
+        if (stop && *stop) return stopped(w, err);
+        sleep_us(nap_us);
+        if (nap_us < 50000) nap_us *= 2;
+    }
+}
+
 /* The next batch's loss and gradient, from vars into grads. */
 static int compute(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, double *loss,
                    dt_err *err) {
@@ -759,6 +813,12 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
     int rc = 0;
     for (;;) {
         if (stop && *stop) return stopped(w, err);
+        if (w->shard_steps > 0 && r.local_step >= w->shard_steps) {
+            if ((rc = wait_for_others(w, &r, stop, err)) < 0) return rc;
+            if (rc == 1) break;
+            w->shard_steps = 0;
+            memset(&fused, 0, sizeof fused); /* the values are old: pull */
+        }
 
         pull_state pull = {.w = w, .min_global_step = min_global_step};
         if (fused.pulled) /* the last push brought this step's variables */

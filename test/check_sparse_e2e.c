@@ -1129,6 +1129,93 @@ START_TEST(sparse_pipelined_worker_killed) {
 }
 END_TEST
 
+/* ---- epochs: each worker's shard, each row `epochs` times ------------------ */
+
+/* The local steps a worker's log says it pushed ("training done after N
+ * local steps"); asserts the line is there. */
+static int64_t local_steps_of(const char *log_name) {
+    char *log = dt_test_job_read_log(&J, log_name);
+    const char *at = strstr(log, "training done after ");
+    long long n = -1;
+    if (at) sscanf(at, "training done after %lld local steps", &n);
+    free(log);
+    ck_assert_msg(n >= 0, "%s: no \"training done after\" line; logs:%s", log_name,
+                  dt_test_job_report(&J));
+    return n;
+}
+
+/* The 64-row file in batches of 8 for 2 epochs, 2 workers of 32 rows each:
+ * max_steps 16, 4 batches a pass over a shard. */
+static void epoch_sets(const char *const *extra) {
+    static char train[1100];
+    write_libsvm(N_FEATURES, train, sizeof train);
+    const char *sets[8] = {"sparse=on", "features=8", "batch_size=8", "epochs=2"};
+    int n = 4;
+    for (int i = 0; extra && extra[i] && n < 7; i++)
+        sets[n++] = extra[i];
+    sets[n] = NULL;
+    job_sets(train, sets);
+    dt_test_job_cluster(&J, 1, 2);
+}
+
+/* async with "epochs": the chief, started alone, makes its shard's 2
+ * passes (8 steps) and waits instead of making all 16 global steps on its
+ * own rows; worker 1, started only then, makes its 8. Before, the first
+ * worker to start trained on its shard again and again, and the other's
+ * rows were seen less or never (2 workers on 2M generated Criteo rows:
+ * 1.6% to 3% worse held-out log loss, by how far apart they started). */
+START_TEST(epochs_per_shard) {
+    const char *extra[] = {"sync_timeout_secs=120", NULL};
+    epoch_sets(extra);
+    pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
+    ck_assert_msg(
+        dt_test_job_wait_log(&J, "chief", "waiting for the other workers to finish theirs",
+                             JOB_TIMEOUT_MS, chief),
+        "the chief did not stop after its shard's epochs; logs:%s", dt_test_job_report(&J));
+    pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
+    pid_t pids[3] = {ps, chief, worker};
+    const char *names[3] = {"ps 0", "chief", "worker 1"};
+    dt_test_job_expect_done(&J, pids, names, 3, JOB_TIMEOUT_MS);
+    ck_assert_int_eq(local_steps_of("chief"), 8);
+    ck_assert_int_eq(local_steps_of("worker1"), 8);
+    dt_tensors ts;
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 16, &ts, NULL, 0), 16);
+    dt_tensors_deinit(&ts);
+}
+END_TEST
+
+/* A worker that never comes does not hold the job: once the global step
+ * stands still for sync_timeout_secs, the chief trains on its shard again
+ * until max_steps. */
+START_TEST(epochs_worker_missing) {
+    const char *extra[] = {"sync_timeout_secs=1", NULL};
+    epoch_sets(extra);
+    pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
+    pid_t pids[2] = {ps, chief};
+    const char *names[2] = {"ps 0", "chief"};
+    dt_test_job_expect_done(&J, pids, names, 2, JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&J, "chief", "the other workers are gone"),
+                  "the chief does not say it went on alone; logs:%s", dt_test_job_report(&J));
+    ck_assert_int_eq(local_steps_of("chief"), 16);
+}
+END_TEST
+
+/* sync with "epochs": a step takes a batch from each of the 2 workers, so
+ * 2 epochs are 8 steps, not the 16 that made each worker pass over its
+ * shard 4 times. */
+START_TEST(epochs_sync) {
+    const char *extra[] = {"mode=sync", NULL};
+    epoch_sets(extra);
+    dt_test_job_run(&J, "", JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&J, "chief", "2 batch(es) a step: max_steps 8"),
+                  "the chief did not count 2 batches a step; logs:%s", dt_test_job_report(&J));
+    ck_assert_int_eq(local_steps_of("chief"), 8);
+    ck_assert_int_eq(local_steps_of("worker1"), 8);
+}
+END_TEST
+
 Suite *sparse_e2e_suite(void) {
     Suite *s = suite_create("sparse_e2e");
     TCase *tc = dt_test_job_tcase(s, "jobs", 300, setup, teardown);
@@ -1143,6 +1230,9 @@ Suite *sparse_e2e_suite(void) {
     tcase_add_test(tc, embedding_criteo);
     tcase_add_test(tc, embedding_wide_rows);
     tcase_add_test(tc, feature_ids_past_int);
+    tcase_add_test(tc, epochs_per_shard);
+    tcase_add_test(tc, epochs_worker_missing);
+    tcase_add_test(tc, epochs_sync);
     TCase *piped = dt_test_job_tcase(s, "pipeline", 300, setup, teardown);
     tcase_add_test(piped, sparse_pipelined);
     tcase_add_test(piped, sparse_pipelined_one_worker);
