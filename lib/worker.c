@@ -720,9 +720,9 @@ static int first_grad(dt_worker *w, double *loss, dt_ps_sparse *rows, const dt_w
  * earlier than it would have been (the ps counts the staleness). A push
  * that brings no values (a ps said "not yet", or restarted) is followed by
  * a pull, as without pipelining. A sparse model's next batch pulls its
- * rows meanwhile too (as they are before the push in flight lands: rows,
- * like the dense values, one step staler), into the other of its two
- * buffers; the push in flight reads its own. */
+ * rows meanwhile too, into the other of its two buffers (the push in
+ * flight reads its own): as they are while that push lands, before or
+ * after it, so at most one step staler, as the dense values are. */
 static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
                          const atomic_int *stop, dt_err *err) {
     dt_step_result r;
@@ -735,8 +735,10 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
     int64_t vars_step = pull.reply.global_step; /* of the values in w->vars */
     int done = pull.reply.done;
     dt_ps_sparse rows = {0}; /* sparse: the rows' gradient beside w->grads */
-    if (!done && (rc = first_grad(w, &loss, &rows, hooks, stop, err)) < 0) return rc;
-    if (rc == 1) done = 1;
+    if (!done) {
+        if ((rc = first_grad(w, &loss, &rows, hooks, stop, err)) < 0) return rc;
+        done = rc == 1;
+    }
     int64_t grad_step = vars_step; /* of the values w->grads was computed from */
     while (!done) {
         if (stop && *stop) return stopped(w, err);
