@@ -11,6 +11,10 @@
  *    1)) at offset r - 16 (2^c - 1), and chunks 0..nchunks-1 hold at
  *    least count rows. Exactly one index slot names each row.
  *  - bytes is what index and chunks take.
+ *  - nonzero is the count of weights (not slots) of rows 0..count-1 that
+ *    are not 0: every change of a row's weights (insert, apply, write,
+ *    compact) adjusts it by the row's count after less its count before,
+ *    so Status reads it in O(stripes) instead of scanning every row.
  * Rows move only in dt_table_evict, which holds evict_lock for writing;
  * every other call holds it for reading, so a row number found in one pass
  * is still valid in the next.
@@ -59,6 +63,7 @@ typedef struct {
     chunk chunks[MAX_CHUNKS];
     int nchunks;
     int64_t bytes;
+    int64_t nonzero; /* weights != 0 over the held rows (invariants above) */
 } stripe;
 
 struct dt_table {
@@ -172,7 +177,7 @@ static void stripe_release(stripe *s) {
         free(s->chunks[c].recs);
     s->index = NULL;
     s->nchunks = 0;
-    s->cap = s->count = s->bytes = 0;
+    s->cap = s->count = s->bytes = s->nonzero = 0;
 }
 
 /* A fresh index of cap EMPTY slots, or NULL. */
@@ -317,6 +322,14 @@ static int grow_index(stripe *s) {
     return 0;
 }
 
+/* The weights (the first D floats of a record) that are not 0. */
+static int64_t row_nonzero(const float *w, int dim) {
+    int64_t n = 0;
+    for (int j = 0; j < dim; j++)
+        n += w[j] != 0.0f;
+    return n;
+}
+
 /* Makes row id in s at its initial value (slots at theirs), untouched. */
 static int insert(const dt_table *t, stripe *s, int64_t id, int64_t step, int64_t *row_out,
                   dt_err *err) {
@@ -336,6 +349,7 @@ static int insert(const dt_table *t, stripe *s, int64_t id, int64_t step, int64_
     const int64_t row = s->count++;
     float *rec = record_of(t, s, row);
     init_row_keyed(cfg, t->name_key, id, rec);
+    s->nonzero += row_nonzero(rec, cfg->dim);
     for (int k = 0; k < cfg->num_slots; k++)
         for (int j = 0; j < cfg->dim; j++)
             rec[(size_t)(k + 1) * (size_t)cfg->dim + (size_t)j] = cfg->slot_init[k];
@@ -541,14 +555,19 @@ static int apply_stripe(const pass *ps, stripe *s, int64_t begin, int64_t end, d
     (void)err;
     dt_table_batch *b = ps->b;
     const int dim = ps->t->cfg.dim;
+    int64_t before = 0, after = 0;
     for (int64_t p = begin; p < end; p++) {
         const int64_t k = b->order[p];
         b->recs[p] = record_of(ps->t, s, b->row[k]);
         b->grads[p] = ps->in + (size_t)k * (size_t)dim;
+        before += row_nonzero(b->recs[p], dim);
         touch(s, b->row[k], ps->step);
     }
     dt_optim_apply_rows(ps->optim, ps->lr, ps->updates, b->recs + begin, b->grads + begin,
                         end - begin, dim);
+    for (int64_t p = begin; p < end; p++)
+        after += row_nonzero(b->recs[p], dim);
+    s->nonzero += after - before;
     return 0;
 }
 
@@ -559,7 +578,9 @@ static int write_stripe(const pass *ps, stripe *s, int64_t begin, int64_t end, d
     for (int64_t p = begin; p < end; p++) {
         const int64_t k = ps->b->order[p];
         float *rec = record_of(ps->t, s, ps->b->row[k]);
+        s->nonzero -= row_nonzero(rec, cfg->dim);
         memcpy(rec, ps->in + (size_t)k * D, D * sizeof *rec);
+        s->nonzero += row_nonzero(rec, cfg->dim);
         for (int j = 0; j < cfg->num_slots; j++) {
             float *sd = rec + (size_t)(j + 1) * D;
             if (ps->slots && ps->slots[j])
@@ -636,16 +657,11 @@ void dt_table_stats_of(dt_table *t, dt_table_stats *out) {
 
 int64_t dt_table_count_nonzero(dt_table *t) {
     int64_t nonzero = 0;
-    const int D = t->cfg.dim;
     pthread_rwlock_rdlock(&t->evict_lock);
     for (int si = 0; si < t->nstripes; si++) {
         stripe *s = &t->stripes[si];
         pthread_mutex_lock(&s->mu);
-        for (int64_t row = 0; row < s->count; row++) {
-            const float *w = record_of(t, s, row);
-            for (int j = 0; j < D; j++)
-                nonzero += w[j] != 0.0f;
-        }
+        nonzero += s->nonzero;
         pthread_mutex_unlock(&s->mu);
     }
     pthread_rwlock_unlock(&t->evict_lock);
@@ -702,7 +718,9 @@ static int compact(dt_table *t, stripe *s, int64_t step, const dt_table_evict_po
         if (evicted_row(p, step, s->chunks[c].last[off], s->chunks[c].touches[off])) continue;
         const int64_t row = fresh.count++;
         locate(row, &fc, &foff);
-        memcpy(record_of(t, &fresh, row), record_of(t, s, e.row), (size_t)t->rec * sizeof(float));
+        float *rec = record_of(t, &fresh, row);
+        memcpy(rec, record_of(t, s, e.row), (size_t)t->rec * sizeof(float));
+        fresh.nonzero += row_nonzero(rec, t->cfg.dim);
         fresh.chunks[fc].last[foff] = s->chunks[c].last[off];
         fresh.chunks[fc].touches[foff] = s->chunks[c].touches[off];
         place(fresh.index, fresh.cap, e.id, row);
@@ -715,6 +733,7 @@ static int compact(dt_table *t, stripe *s, int64_t step, const dt_table_evict_po
     memcpy(s->chunks, fresh.chunks, sizeof s->chunks);
     s->nchunks = fresh.nchunks;
     s->bytes = fresh.bytes;
+    s->nonzero = fresh.nonzero;
     return 0;
 }
 
