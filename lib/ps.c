@@ -1405,7 +1405,8 @@ static int handle_sparse_import(void *ctx, const dt_rpc_peer *peer __attribute__
     return encode_reply(DT_MSG_SPARSE_IMPORT_RESP, &resp, reply, err);
 }
 
-/* Status's rows held and non-zero weights per table (a scan of each). */
+/* Status's rows held and non-zero weights per table (counts each table
+ * keeps: no scan of the rows). */
 static void table_status(dt_ps *ps, dt_msg_status_resp *resp) {
     resp->num_tables = ps->num_tables;
     for (int i = 0; i < ps->num_tables; i++) {
