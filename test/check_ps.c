@@ -31,6 +31,7 @@
 #include "ps.h"
 #include "ps_client.h"
 #include "rpc_client.h"
+#include "safetensors.h"
 #include "suites.h"
 #include "testjob.h"
 #include "worker.h"
@@ -2164,6 +2165,66 @@ static dt_ps_client *tables_client(dt_cluster *cl, const dt_tensors *vars) {
     return c;
 }
 
+/* A streamed save (the chief's, dt_ps_client_sparse_save) of T_NAME on c's
+ * tasks writes the file a save of the whole export in memory writes. */
+static void streamed_save_same_bytes(dt_ps_client *c, const dt_tensors *whole, int page_rows) {
+    char *dir = dt_test_tempdir(), a[512], b[512];
+    ck_assert_ptr_nonnull(dir);
+    snprintf(a, sizeof a, "%s/whole.safetensors", dir);
+    snprintf(b, sizeof b, "%s/streamed.safetensors", dir);
+    dt_safetensors_meta meta = {.global_step = 3};
+    snprintf(meta.model, sizeof meta.model, "tables");
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_safetensors_save(a, whole, &meta, &err) == 0, "%s", err.msg);
+    dt_safetensors_rows *rows = NULL;
+    ck_assert_msg(dt_ps_client_sparse_save(c, T_NAME, T_DIM, 1, page_rows, dir, &rows, &err) == 0,
+                  "streamed save: %s", err.msg);
+    ck_assert_ptr_nonnull(rows);
+    dt_tensors none = {0};
+    ck_assert_msg(dt_safetensors_save_rows(b, &none, rows, &meta, &err) == 0, "%s", err.msg);
+    dt_safetensors_rows_free(rows);
+    size_t la = 0, lb = 0;
+    char *fa = dt_test_read_file(a, &la), *fb = dt_test_read_file(b, &lb);
+    ck_assert(fa && fb);
+    ck_assert_uint_eq(la, lb);
+    ck_assert_msg(memcmp(fa, fb, la) == 0, "pages of %d: the files differ", page_rows);
+    free(fa), free(fb);
+    dt_test_tempdir_free(dir);
+}
+
+/* Rows pushed by another client while an export runs: on its first run,
+ * rows new at ids `fresh` (the export holds none of them yet). */
+typedef struct {
+    dt_ps_client *other;
+    dt_tensors *grads, *vars;
+    const int64_t *fresh;
+    int nfresh;
+    int runs;
+    int64_t got[64];
+    int ngot;
+} push_during;
+
+static int push_during_run(void *ctx, const dt_ps_rows *rows, dt_err *err) {
+    push_during *pd = ctx;
+    if (pd->runs++ == 0) {
+        float g[8 * T_DIM] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+        dt_ps_sparse gp = {T_NAME, T_DIM, pd->nfresh, pd->fresh, g};
+        dt_ps_reply r;
+        int rc = dt_ps_client_push_sparse(pd->other, pd->grads, &gp, 1, 1, pd->vars, 0, &r, err);
+        if (rc < 0) return rc;
+    }
+    for (int64_t k = 0; k < rows->n && pd->ngot < 64; k++)
+        pd->got[pd->ngot++] = rows->ids[k];
+    return 0;
+}
+
+static int has_id(const int64_t *ids, int n, int64_t id) {
+    for (int k = 0; k < n; k++)
+        if (ids[k] == id) return 1;
+    return 0;
+}
+
 START_TEST(test_client_tables_reshard) {
     enum { N = 40, D = T_DIM };
     dt_addr ps_addr[3], worker_addr[2];
@@ -2285,7 +2346,43 @@ START_TEST(test_client_tables_reshard) {
     ck_assert_int_eq(again.count, 3);
     for (int i = 0; i < 3; i++)
         ck_assert(memcmp(again.items[i].data, saved.items[i].data, saved.items[i].nbytes) == 0);
+    /* Streamed to disk in runs of 1, 7 and all rows, merged from three
+     * tasks: the same file as the export saved whole. */
+    streamed_save_same_bytes(c, &again, 1);
+    streamed_save_same_bytes(c, &again, 7);
+    streamed_save_same_bytes(c, &again, 1000);
     dt_tensors_deinit(&again);
+
+    /* Rows made while a save reads the tasks (pages of 1 row): a row whose
+     * id is above what its task has sent is in the save; one below, not
+     * (its task is past it). After the first page of each task, a task's
+     * mark is its lowest id. */
+    int64_t low_mark[3] = {INT64_MAX, INT64_MAX, INT64_MAX};
+    for (int k = 0; k < N; k++) {
+        int p = dt_table_shard_of(ids[k], 3);
+        if (ids[k] < low_mark[p]) low_mark[p] = ids[k];
+    }
+    int64_t fresh[2] = {-1, ids[N - 1] + 1}; /* below a mark, above every id */
+    for (int64_t x = 1; fresh[0] < 0; x++)
+        if (!has_id(ids, N, x) && x < low_mark[dt_table_shard_of(x, 3)]) fresh[0] = x;
+    ck_assert_int_lt(fresh[0], fresh[1]);
+    dt_ps_client *other = tables_client(&cl3, &vars);
+    push_during pd = {.other = other, .grads = &grads, .vars = &vars, .fresh = fresh, .nfresh = 2};
+    ck_assert_msg(dt_ps_client_sparse_export_each(c, T_NAME, D, 1, 1, push_during_run, &pd, &err) ==
+                      0,
+                  "export during pushes: %s", err.msg);
+    ck_assert_int_eq(pd.ngot, N + 1);
+    for (int k = 1; k < pd.ngot; k++)
+        ck_assert(pd.got[k] > pd.got[k - 1]);
+    for (int k = 0; k < N; k++)
+        ck_assert(has_id(pd.got, pd.ngot, ids[k]));
+    ck_assert(!has_id(pd.got, pd.ngot, fresh[0]));
+    ck_assert(has_id(pd.got, pd.ngot, fresh[1]));
+    /* Both rows were made: the next save has them. */
+    ck_assert_int_eq(dt_ps_client_sparse_export(c, T_NAME, D, 1, 1000, &again, &err), 0);
+    ck_assert_int_eq(again.items[0].shape[0], N + 2);
+    dt_tensors_deinit(&again);
+    dt_ps_client_free(other);
     dt_tensors_deinit(&saved);
     dt_ps_client_free(c);
     for (int p = 0; p < 3; p++)
