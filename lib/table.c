@@ -372,6 +372,7 @@ void dt_table_batch_deinit(dt_table_batch *b) {
     free(b->start);
     free(b->recs);
     free(b->grads);
+    free(b->carry);
     memset(b, 0, sizeof *b);
 }
 
@@ -410,7 +411,7 @@ static int grow_batch(const dt_table *t, dt_table_batch *b, int64_t n, dt_err *e
         if (row) b->row = row;
         float **recs = dt_realloc(b->recs, (size_t)n * sizeof *recs);
         if (recs) b->recs = recs;
-        const float **grads = dt_realloc(b->grads, (size_t)n * sizeof *grads);
+        const void **grads = dt_realloc(b->grads, (size_t)n * sizeof *grads);
         if (grads) b->grads = grads;
         if (!order || !row || !recs || !grads)
             return dt_err_set(err, DT_ENOMEM, "table %s: no memory to plan %lld ids", t->cfg.name,
@@ -468,7 +469,8 @@ struct pass {
     int64_t step;
     float *values;             /* read: out */
     float *const *slots_out;   /* read: out, may be NULL */
-    const float *in;           /* write: values; apply: gradients */
+    const float *in;           /* write: values */
+    const dt_rpc_span *grads;  /* apply: (n, D) floats in a message's pieces */
     const float *const *slots; /* write: may be NULL */
     const dt_optim_config *optim;
     double lr;
@@ -551,21 +553,55 @@ static int materialize_stripe(const pass *ps, stripe *s, int64_t begin, int64_t 
     return 0;
 }
 
+/* Where row k of the gradient lies: in place when its bytes are in one
+ * piece, else put together in b's carry. *piece and *base (the offset of
+ * *piece's first byte in the span's first piece) only move forward, so a
+ * stripe's rows, visited in increasing k, walk the pieces once. */
+static const void *grad_row(const dt_rpc_span *g, size_t row_bytes, int64_t k,
+                            const dt_rpc_piece **piece, size_t *base, float *carry) {
+    const size_t at = g->offset + (size_t)k * row_bytes;
+    while (at >= *base + (*piece)->len) {
+        *base += (*piece)->len;
+        (*piece)++;
+    }
+    if (at + row_bytes <= *base + (*piece)->len) return (*piece)->data + (at - *base);
+    const dt_rpc_piece *p = *piece;
+    size_t off = at - *base;
+    for (size_t got = 0; got < row_bytes; p++, off = 0) {
+        size_t take = p->len - off < row_bytes - got ? p->len - off : row_bytes - got;
+        memcpy((uint8_t *)carry + got, p->data + off, take);
+        got += take;
+    }
+    return carry;
+}
+
 static int apply_stripe(const pass *ps, stripe *s, int64_t begin, int64_t end, dt_err *err) {
     (void)err;
     dt_table_batch *b = ps->b;
     const int dim = ps->t->cfg.dim;
-    int64_t before = 0, after = 0;
+    const size_t row_bytes = (size_t)dim * sizeof(float);
+    const dt_rpc_piece *piece = ps->grads->piece;
+    size_t base = 0;
+    int64_t before = 0, after = 0, m = begin;
     for (int64_t p = begin; p < end; p++) {
         const int64_t k = b->order[p];
-        b->recs[p] = record_of(ps->t, s, b->row[k]);
-        b->grads[p] = ps->in + (size_t)k * (size_t)dim;
-        before += row_nonzero(b->recs[p], dim);
+        float *rec = record_of(ps->t, s, b->row[k]);
+        const void *g = grad_row(ps->grads, row_bytes, k, &piece, &base, b->carry);
         touch(s, b->row[k], ps->step);
+        before += row_nonzero(rec, dim);
+        if (g == b->carry) {
+            /* The carry holds one row: apply it now (rows are independent). */
+            dt_optim_apply_rows(ps->optim, ps->lr, ps->updates, &rec, &g, 1, dim);
+            after += row_nonzero(rec, dim);
+        } else {
+            /* Read in place, applied together below. */
+            b->recs[m] = rec;
+            b->grads[m++] = g;
+        }
     }
     dt_optim_apply_rows(ps->optim, ps->lr, ps->updates, b->recs + begin, b->grads + begin,
-                        end - begin, dim);
-    for (int64_t p = begin; p < end; p++)
+                        m - begin, dim);
+    for (int64_t p = begin; p < m; p++)
         after += row_nonzero(b->recs[p], dim);
     s->nonzero += after - before;
     return 0;
@@ -618,17 +654,32 @@ static int update(pass *ps, dt_err *err) {
     return rc;
 }
 
-int dt_table_apply(dt_table *t, dt_table_batch *b, const dt_optim_config *optim, double lr,
-                   const float *grads, int64_t step, dt_err *err) {
+int dt_table_apply_span(dt_table *t, dt_table_batch *b, const dt_optim_config *optim, double lr,
+                        const dt_rpc_span *grads, int64_t step, dt_err *err) {
     batch_matches(t, b);
     const dt_table_config *cfg = &t->cfg;
     if (dt_optim_num_slots(optim) != cfg->num_slots)
         return dt_err_set(err, DT_EINVAL, "table %s: optimizer %s has %d slots, the table %d",
                           cfg->name, dt_optim_name(optim->kind), dt_optim_num_slots(optim),
                           cfg->num_slots);
+    if (b->carry_dim < cfg->dim) {
+        float *carry = dt_realloc(b->carry, (size_t)cfg->dim * sizeof *carry);
+        if (!carry) return dt_err_set(err, DT_ENOMEM, "table %s: no memory", cfg->name);
+        b->carry = carry;
+        b->carry_dim = cfg->dim;
+    }
     pass ps = {
-        .fn = apply_stripe, .t = t, .b = b, .step = step, .in = grads, .optim = optim, .lr = lr};
+        .fn = apply_stripe, .t = t, .b = b, .step = step, .grads = grads, .optim = optim, .lr = lr};
     return update(&ps, err);
+}
+
+int dt_table_apply(dt_table *t, dt_table_batch *b, const dt_optim_config *optim, double lr,
+                   const float *grads, int64_t step, dt_err *err) {
+    /* n * D floats fit: dt_table_plan checked n * D * 4 <= 2^40. */
+    const dt_rpc_piece one = {(const uint8_t *)grads,
+                              (size_t)b->n * (size_t)t->cfg.dim * sizeof(float)};
+    const dt_rpc_span span = {&one, 0, one.len};
+    return dt_table_apply_span(t, b, optim, lr, &span, step, err);
 }
 
 int dt_table_write(dt_table *t, dt_table_batch *b, const float *values, const float *const *slots,

@@ -2783,6 +2783,21 @@ static void assert_twins_equal(twin *t, int64_t *step) {
  * push with a NaN in its last piece (refused, nothing changed), a retry of
  * an applied push (not applied again), a push that brings the variables
  * back. The twins end bit-identical. */
+/* The twins' Create of items (big, b) with optimizer at 0.0173, in mode
+ * (sync: both workers' pushes make a step). */
+static dt_msg_create_req twin_create(dt_tensor *items, dt_optim_kind optimizer, int mode) {
+    dt_optim_config cfg;
+    dt_optim_defaults(&cfg);
+    cfg.kind = optimizer;
+    cfg.learning_rate = 0.0173;
+    dt_msg_create_req c = create_req(items, 2, &cfg, 1000);
+    c.consistency.mode = mode;
+    c.consistency.replicas_to_aggregate = 2;
+    c.consistency.total_num_replicas = 2;
+    c.consistency.timeout_ms = 600000;
+    return c;
+}
+
 static void run_twins(dt_optim_kind optimizer, int mode) {
     twin t;
     twin_start(&t);
@@ -2798,15 +2813,7 @@ static void run_twins(dt_optim_kind optimizer, int mode) {
     }
     dt_tensor items[2], slot_items[2];
     twin_tensors(items, big, b);
-    dt_optim_config cfg;
-    dt_optim_defaults(&cfg);
-    cfg.kind = optimizer;
-    cfg.learning_rate = 0.0173;
-    dt_msg_create_req c = create_req(items, 2, &cfg, 1000);
-    c.consistency.mode = mode;
-    c.consistency.replicas_to_aggregate = 2;
-    c.consistency.total_num_replicas = 2;
-    c.consistency.timeout_ms = 600000;
+    dt_msg_create_req c = twin_create(items, optimizer, mode);
     if (dt_optim_num_slots(&c.optim) > 0) {
         /* The first slot given, the others at their initial value. */
         twin_tensors(slot_items, sbig, sb);
@@ -2892,6 +2899,110 @@ END_TEST
 
 START_TEST(test_pieces_momentum_sync) {
     run_twins(DT_OPTIM_MOMENTUM, DT_MODE_SYNC);
+}
+END_TEST
+
+/* Twins' rows of T_NAME at ids (n <= 64) compared, bit for bit. */
+static void assert_twin_rows_equal(twin *t, const int64_t *ids, int n) {
+    int64_t copy[64];
+    ck_assert(n <= 64);
+    memcpy(copy, ids, (size_t)n * sizeof *ids);
+    dt_tensor it;
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, n, 0, copy);
+    dt_msg_sparse_pull_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = -1;
+    snprintf(req.table, sizeof req.table, "%s", T_NAME);
+    req.ids_out = (dt_tensor_list){.items = &it, .count = 1};
+    uint8_t *reply[2];
+    size_t len[2];
+    dt_tensor view[2];
+    dt_err err;
+    for (int k = 0; k < 2; k++) { /* k picks the twin: flat, then cut */
+        ck_assert_msg(send_to(t, k, DT_MSG_SPARSE_PULL_REQ, &req, &reply[k], &len[k], &err) == 0,
+                      "%s", err.msg);
+        dt_msg_sparse_pull_resp resp;
+        memset(&resp, 0, sizeof resp);
+        resp.values_in = (dt_tensor_views){.items = &view[k], .cap = 1};
+        ck_assert_msg(dt_codec_decode(DT_MSG_SPARSE_PULL_RESP, reply[k], len[k], &resp, &err) == 0,
+                      "%s", err.msg);
+        ck_assert_int_eq(resp.values_in.count, 1);
+    }
+    ck_assert_uint_eq(view[0].nbytes, (size_t)n * T_DIM * sizeof(float));
+    ck_assert_msg(memcmp(view[0].data, view[1].data, view[0].nbytes) == 0, "rows differ");
+    free(reply[0]);
+    free(reply[1]);
+}
+
+/* Sparse pushes (and their dense half) to both twins: the rows read in
+ * place from pieces of 1..7 bytes (rows and floats split between them)
+ * give the bits of one run; a NaN in the last row is refused by both and
+ * nothing of that push applied. async reads the rows where they lie, sync
+ * copies them into its accumulators. */
+static void run_sparse_twins(dt_optim_kind optimizer, int mode) {
+    enum { N = 48 };
+    twin t;
+    twin_start(&t);
+    uint64_t x = 7;
+    float big[PR * PC], b[PC];
+    for (int i = 0; i < PR * PC; i++)
+        big[i] = odd_value(&x);
+    for (int i = 0; i < PC; i++)
+        b[i] = odd_value(&x);
+    dt_tensor items[2];
+    twin_tensors(items, big, b);
+    dt_msg_create_req c = twin_create(items, optimizer, mode);
+    c.tables[0] = table_spec();
+    c.num_tables = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(send_both(&t, DT_MSG_CREATE_REQ, &c, &err) == 0, "create: %s", err.msg);
+    int64_t ids[N], step = 0;
+    uint64_t push_id = 1;
+    for (int k = 0; k <= 6; k++) {
+        int n = 0;
+        for (int64_t id = k; n < N; id += 1 + (id * 5 + k) % 9)
+            ids[n++] = id * 1000003;
+        float g[N * T_DIM], gbig[PR * PC], gb[PC];
+        for (int i = 0; i < N * T_DIM; i++)
+            g[i] = odd_value(&x);
+        for (int i = 0; i < PR * PC; i++)
+            gbig[i] = odd_value(&x);
+        for (int i = 0; i < PC; i++)
+            gb[i] = odd_value(&x);
+        if (k == 6) g[N * T_DIM - 1] = NAN;
+        dt_tensor dense[2], it, gt;
+        twin_tensors(dense, gbig, gb);
+        make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, N, 0, ids);
+        make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, N, T_DIM, g);
+        dt_msg_push_req req = push_req(dense, 2, k % 2);
+        req.step = step;
+        req.push_id = push_id++;
+        req.sparse_ids_out = (dt_tensor_list){.items = &it, .count = 1};
+        req.sparse_grads_out = (dt_tensor_list){.items = &gt, .count = 1};
+        int rc = send_both(&t, DT_MSG_PUSH_REQ, &req, &err);
+        if (k == 6) {
+            ck_assert_int_eq(rc, DT_EINVAL);
+            ck_assert_msg(strstr(err.msg, "not finite") != NULL, "%s", err.msg);
+        } else {
+            ck_assert_msg(rc == 0, "push %d: %s", k, err.msg);
+            if (mode != DT_MODE_SYNC || k % 2 == 1) step++;
+        }
+        assert_twin_rows_equal(&t, ids, N);
+    }
+    int64_t now;
+    assert_twins_equal(&t, &now);
+    ck_assert_int_eq(now, step);
+    twin_stop(&t);
+}
+
+START_TEST(test_pieces_sparse_async) {
+    run_sparse_twins(DT_OPTIM_ADAGRAD, DT_MODE_ASYNC);
+}
+END_TEST
+
+START_TEST(test_pieces_sparse_sync) {
+    run_sparse_twins(DT_OPTIM_FTRL, DT_MODE_SYNC);
 }
 END_TEST
 
@@ -3237,6 +3348,8 @@ Suite *ps_suite(void) {
     tcase_add_test(pieces, test_pieces_sgd_async);
     tcase_add_test(pieces, test_pieces_adam_async);
     tcase_add_test(pieces, test_pieces_momentum_sync);
+    tcase_add_test(pieces, test_pieces_sparse_async);
+    tcase_add_test(pieces, test_pieces_sparse_sync);
     tcase_add_test(pieces, test_reply_buffers_unchanged);
     tcase_add_test(pieces, test_nonfinite_anywhere);
     tcase_add_test(pieces, test_pipelined_pushes_one_step_stale);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "hash.h"
+#include "pieces.h"
 #include "proc.h"
 #include "safetensors.h"
 #include "suites.h"
@@ -923,6 +924,61 @@ START_TEST(test_nonzero_kept_exact) {
 }
 END_TEST
 
+START_TEST(test_apply_in_pieces) {
+    /* Gradient rows read where a message left them: at an odd address, cut
+     * into pieces of 1..7 bytes (a float split between pieces, rows
+     * straddling them), give the bits of dt_table_apply on an aligned copy,
+     * for every rule with slots and without, and the kept non-zero count
+     * still matches a scan. */
+    enum { R = 3000, D = 5, N = 400 };
+    const dt_optim_kind kinds[] = {DT_OPTIM_SGD, DT_OPTIM_ADAGRAD, DT_OPTIM_ADAM, DT_OPTIM_FTRL};
+    static int64_t ids[N];
+    static float g[N * D];
+    static uint8_t bytes[N * D * 4 + 1];
+    static dt_rpc_piece pieces[N * D * 4];
+    static float wa[N * D], wb[N * D], sa[2][N * D], sb[2][N * D];
+    for (size_t q = 0; q < sizeof kinds / sizeof kinds[0]; q++) {
+        dt_optim_config o = optim(kinds[q]);
+        o.ftrl_l1 = 0.5;
+        dt_table *a = normal_table("t", R, D, &o), *b = normal_table("t", R, D, &o);
+        for (int push = 1; push <= 3; push++) {
+            int64_t n = 0;
+            for (int64_t id = push; id < R && n < N; id += 1 + (id * 7 + push) % 13)
+                ids[n++] = id;
+            for (int64_t k = 0; k < n * D; k++)
+                g[k] = (float)sin((double)(k * 3 + push)) * 2.0f;
+            apply(a, &o, 0.1, ids, n, g, push);
+            /* b: the same bytes one past an aligned address, in pieces. */
+            memcpy(bytes + 1, g, (size_t)n * D * sizeof(float));
+            int np = dt_test_cut(bytes + 1, (size_t)n * D * sizeof(float), (uint64_t)push * 31 + q,
+                                 7, pieces);
+            dt_rpc_span span = {pieces, 0, (size_t)n * D * sizeof(float)};
+            dt_table_batch tb = {0};
+            plan(b, ids, n, &tb);
+            dt_err err;
+            dt_err_clear(&err);
+            ck_assert_msg(dt_table_apply_span(b, &tb, &o, 0.1, &span, push, &err) == 0, "%s",
+                          err.msg);
+            ck_assert_int_gt(np, n); /* rows did straddle pieces */
+            dt_table_batch_deinit(&tb);
+        }
+        for (int64_t k = 0; k < N; k++)
+            ids[k] = k;
+        float *slots_a[2] = {sa[0], sa[1]}, *slots_b[2] = {sb[0], sb[1]};
+        const int S = dt_optim_num_slots(&o);
+        read_rows(a, ids, N, wa, S ? slots_a : NULL);
+        read_rows(b, ids, N, wb, S ? slots_b : NULL);
+        ck_assert_msg(memcmp(wa, wb, sizeof wa) == 0, "%s: weights differ", dt_optim_name(o.kind));
+        for (int j = 0; j < S; j++)
+            ck_assert_msg(memcmp(sa[j], sb[j], sizeof sa[j]) == 0, "%s: slot %d differs",
+                          dt_optim_name(o.kind), j);
+        ck_assert_int_eq(dt_table_count_nonzero(a), dt_table_count_nonzero(b));
+        nonzero_matches_scan(b, dt_optim_name(o.kind));
+        dt_table_free(a), dt_table_free(b);
+    }
+}
+END_TEST
+
 Suite *table_suite(void) {
     Suite *s = suite_create("table");
     TCase *tc = tcase_create("table");
@@ -942,6 +998,7 @@ Suite *table_suite(void) {
     tcase_add_test(tc, test_import_refuses_bad_files);
     tcase_add_test(tc, test_nonzero_with_ftrl);
     tcase_add_test(tc, test_nonzero_kept_exact);
+    tcase_add_test(tc, test_apply_in_pieces);
     suite_add_tcase(s, tc);
     return s;
 }
