@@ -370,8 +370,10 @@ fail:
     return rc;
 }
 
-int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_safetensors_meta *meta,
-                        int max_to_keep, char *path_out, size_t path_cap, dt_err *err) {
+/* dt_ckpt_save_in_dir, with rows (may be NULL) streamed after ts. */
+static int save_in_dir(const char *log_dir, const dt_tensors *ts, dt_safetensors_rows *rows,
+                       const dt_safetensors_meta *meta, int max_to_keep, char *path_out,
+                       size_t path_cap, dt_err *err) {
     DT_ASSERT(log_dir && ts && meta);
     char name[NAME_CAP], path[JOIN_CAP];
     int rc;
@@ -389,7 +391,9 @@ int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_safe
      * stays even if the state file cannot be written. */
     struct stat sb;
     int existed = lstat(path, &sb) == 0;
-    if ((rc = dt_safetensors_save(path, ts, meta, err)) < 0) return rc;
+    rc = rows ? dt_safetensors_save_rows(path, ts, rows, meta, err)
+              : dt_safetensors_save(path, ts, meta, err);
+    if (rc < 0) return rc;
     crash_point("before_state");
     warn_bad_state(log_dir);
     if ((rc = retain(log_dir, name, max_to_keep, 1, err)) < 0) {
@@ -403,6 +407,18 @@ int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_safe
     }
     if (path_out) snprintf(path_out, path_cap, "%s", path);
     return 0;
+}
+
+int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_safetensors_meta *meta,
+                        int max_to_keep, char *path_out, size_t path_cap, dt_err *err) {
+    return save_in_dir(log_dir, ts, NULL, meta, max_to_keep, path_out, path_cap, err);
+}
+
+int dt_ckpt_save_rows_in_dir(const char *log_dir, const dt_tensors *ts, dt_safetensors_rows *rows,
+                             const dt_safetensors_meta *meta, int max_to_keep, char *path_out,
+                             size_t path_cap, dt_err *err) {
+    DT_ASSERT(rows);
+    return save_in_dir(log_dir, ts, rows, meta, max_to_keep, path_out, path_cap, err);
 }
 
 int dt_ckpt_retain(const char *log_dir, int max_to_keep, dt_err *err) {

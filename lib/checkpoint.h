@@ -73,6 +73,13 @@ int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_safe
                         int max_to_keep, char *path_out, size_t path_cap,
                         dt_err *err) DT_WARN_UNUSED;
 
+/* dt_ckpt_save_in_dir of ts followed by rows' parts (safetensors.h's rows
+ * writer, made in log_dir; borrowed): a sparse table's save that never
+ * holds the table in memory. Same file, same rules, same errors. */
+int dt_ckpt_save_rows_in_dir(const char *log_dir, const dt_tensors *ts, dt_safetensors_rows *rows,
+                             const dt_safetensors_meta *meta, int max_to_keep, char *path_out,
+                             size_t path_cap, dt_err *err) DT_WARN_UNUSED;
+
 /*
  * Retention without a save, for a chief that finds its job already complete
  * (it saves nothing more, so no save would tidy the dir): takes the

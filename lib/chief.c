@@ -9,7 +9,9 @@
  *
  * A sparse model's table is saved beside them as the rows the ps tasks
  * hold ("<table>/ids", "<table>/values", its slots: lib/table.h's layout),
- * asked for a page at a time (SparseExport) and put in id order; a restore
+ * asked for a page at a time (SparseExport), merged in id order and
+ * streamed to disk as the pages come (never the whole table in memory); a
+ * restore
  * creates the tasks with tables_pending and sends the checkpoint's rows in
  * pages (SparseImport), each task keeping those placed on it, so a table
  * saved by any number of tasks restores onto any other.
@@ -45,6 +47,7 @@
 
 #include "alloc.h"
 #include "checkpoint.h"
+#include "fileio.h"
 #include "log.h"
 #include "model.h"
 #include "optim.h"
@@ -210,9 +213,6 @@ static int do_snapshot_pull(void *arg, dt_err *err) {
                              err);
 }
 
-/* The snapshot (vars, slots, recipe) and the table's rows, as one list of
- * views into *all (items malloc'd; the table's in *rows, the caller's to
- * deinit). A dense model's is the snapshot's list. */
 /* Rows a page of table t carries: TABLE_PAGE_BYTES of ids, values and
  * slots, 1 to TABLE_PAGE_ROWS. */
 static int64_t page_rows(const dt_table_config *t) {
@@ -221,35 +221,25 @@ static int64_t page_rows(const dt_table_config *t) {
     return rows < 1 ? 1 : rows > TABLE_PAGE_ROWS ? TABLE_PAGE_ROWS : rows;
 }
 
-static int with_table(chief *c, dt_tensors *rows, dt_tensors *all, dt_err *err) {
-    *all = c->snapshot;
-    memset(rows, 0, sizeof *rows);
-    const dt_table_config *t = dt_worker_table(c->w);
-    if (!t) return 0;
-    int rc = dt_ps_client_sparse_export(dt_worker_client(c->w), t->name, t->dim, 1, page_rows(t),
-                                        rows, err);
-    if (rc < 0) return dt_err_wrap(err, rc, "chief: saving table %s", t->name);
-    all->count = c->snapshot.count + rows->count;
-    all->items = dt_calloc((size_t)all->count + 1, sizeof *all->items);
-    if (!all->items) {
-        dt_tensors_deinit(rows);
-        return dt_err_set(err, DT_ENOMEM, "chief: out of memory");
-    }
-    memcpy(all->items, c->snapshot.items, sizeof(dt_tensor) * (size_t)c->snapshot.count);
-    if (rows->count)
-        memcpy(all->items + c->snapshot.count, rows->items,
-               sizeof(dt_tensor) * (size_t)rows->count);
-    all->slab = NULL;
-    return 0;
-}
-
 /* Writes the chief's vars and slots as they are, at global_step, and a
- * sparse model's table as the ps tasks hold it now. */
+ * sparse model's table as the ps tasks hold it while it is read: page by
+ * page from each task, straight to files in the log dir and from them into
+ * the checkpoint, so the chief holds a page per task, never the table (the
+ * file is the one a save of the whole table in memory writes). Training
+ * goes on meanwhile, as it does while the dense variables are pulled: a
+ * row pushed first during the save is in it when its id is above what its
+ * task has sent so far (ps_client.h has the rule). */
 static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     if (global_step == c->last_saved_step) return 0;
-    dt_tensors rows, all;
-    int rc = with_table(c, &rows, &all, err);
-    if (rc < 0) return rc;
+    const dt_table_config *t = dt_worker_table(c->w);
+    dt_safetensors_rows *rows = NULL;
+    int rc = 0;
+    if (t) {
+        if ((rc = dt_fileio_mkdir_p(c->job->log_dir, err)) < 0 ||
+            (rc = dt_ps_client_sparse_save(dt_worker_client(c->w), t->name, t->dim, 1,
+                                           (int)page_rows(t), c->job->log_dir, &rows, err)) < 0)
+            return dt_err_wrap(err, rc, "chief: saving table %s", t->name);
+    }
     dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = global_step;
@@ -258,10 +248,12 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     meta.feature_names = c->feature_names;
     snprintf(meta.model, sizeof meta.model, "%s", c->model);
     char path[DT_PATH_MAX + 64];
-    rc = dt_ckpt_save_in_dir(c->job->log_dir, &all, &meta, c->job->max_to_keep, path, sizeof path,
-                             err);
-    if (all.items != c->snapshot.items) free(all.items);
-    dt_tensors_deinit(&rows);
+    const int keep = c->job->max_to_keep;
+    rc = rows ? dt_ckpt_save_rows_in_dir(c->job->log_dir, &c->snapshot, rows, &meta, keep, path,
+                                         sizeof path, err)
+              : dt_ckpt_save_in_dir(c->job->log_dir, &c->snapshot, &meta, keep, path, sizeof path,
+                                    err);
+    dt_safetensors_rows_free(rows);
     if (rc < 0) return dt_err_wrap(err, rc, "chief: checkpoint");
     c->last_saved_step = global_step;
     dt_log(DT_LOG_INFO, "chief: saved %s (global_step %lld)", path, (long long)global_step);

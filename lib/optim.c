@@ -339,7 +339,7 @@ void dt_optim_apply_to(const dt_optim_config *cfg, double lr, int64_t t, const f
 }
 
 void dt_optim_apply_rows(const dt_optim_config *cfg, double lr, int64_t t, float *const *rows,
-                         const float *const *grads, int64_t n, int dim) {
+                         const void *const *grads, int64_t n, int dim) {
     DT_ASSERT(n >= 0 && dim >= 1);
     step st = step_of(cfg, lr, t);
     /* From the step's own kind, so the static analyzer sees the slots
@@ -350,7 +350,7 @@ void dt_optim_apply_rows(const dt_optim_config *cfg, double lr, int64_t t, float
         float *w = rows[k], *slots[DT_OPTIM_MAX_SLOTS] = {NULL};
         for (int s = 0; s < nslots; s++)
             slots[s] = w + (size_t)(s + 1) * (size_t)dim;
-        apply_step(&st, w, w, slots, (const uint8_t *)grads[k], dim);
+        apply_step(&st, w, w, slots, grads[k], dim);
     }
 }
 

@@ -124,14 +124,15 @@ void dt_optim_apply_to(const dt_optim_config *cfg, double lr, int64_t t, const f
 /*
  * The lazy update of rows of a sparse variable: rows[k] is row k's record,
  * its dim weights followed by dt_optim_num_slots slots of dim floats each
- * (slot 0 first), and grads[k] its gradient (dim floats), for k < n. Each
+ * (slot 0 first), and grads[k] its gradient (dim floats at any alignment,
+ * as they lie in a received message), for k < n. Each
  * record is updated by the rule above as a variable of dim floats, with the
  * same lr and t for all of them; no other row changes. Records must not
  * overlap (one row named twice would be updated twice: a caller sums
  * duplicate ids first).
  */
 void dt_optim_apply_rows(const dt_optim_config *cfg, double lr, int64_t t, float *const *rows,
-                         const float *const *grads, int64_t n, int dim);
+                         const void *const *grads, int64_t n, int dim);
 
 /* ---- learning-rate schedules (TF1's tf.train.*_decay) ----------------- */
 

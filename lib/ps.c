@@ -1072,13 +1072,17 @@ static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, int *
  * a message (an int), with room for the framing. */
 #define SPARSE_PULL_MAX_BYTES ((int64_t)2047 << 20)
 
-/* One table's part of a push, checked and copied out of the message
- * (aligned, contiguous: what dt_table_apply reads). */
+/* One table's part of a push, checked: its ids copied out of the message
+ * (the plan and the stripes' lookups read them many times), its gradient
+ * rows left where they arrived and applied from there (dt_table_apply_span),
+ * copied only when they must outlive the message (sync's accumulators). */
 typedef struct {
-    int table;    /* index in ps->tables */
-    int64_t n;    /* rows */
-    int64_t *ids; /* (n) sorted, unique, owned by this task */
-    float *rows;  /* (n, D): gradients of a push */
+    int table;          /* index in ps->tables */
+    int64_t n;          /* rows */
+    int64_t *ids;       /* (n) sorted, unique, owned by this task */
+    dt_rpc_span grads;  /* (n, D) floats in the message */
+    dt_rpc_piece whole; /* grads' one piece when the tensor lies in one */
+    float *rows;        /* (n, D): a copy of grads, once taken (sync) */
     dt_table_batch batch;
 } sparse_part;
 
@@ -1128,7 +1132,8 @@ static int take_ids(dt_ps *ps, const char *what, const dt_tensor_views *v, int i
 }
 
 /* The gradient rows of part (tensor i of v): F32 (n, D), named after its
- * table, all finite (else *nonfinite is set too); copied out. */
+ * table, all finite (else *nonfinite is set too); read in place, as the
+ * dense path reads its gradients, and kept as a span. */
 static int take_grads(dt_ps *ps, const dt_tensor_views *v, int i, sparse_part *part, int *nonfinite,
                       dt_err *err) {
     const dt_tensor *g = &v->items[i];
@@ -1142,18 +1147,36 @@ static int take_grads(dt_ps *ps, const dt_tensor_views *v, int i, sparse_part *p
                           "%s: push: sparse_grads[%d] %s: must be F32 (%lld, %d), one row per "
                           "id",
                           ps->name, i, cfg->name, (long long)part->n, cfg->dim);
-    part->rows = dt_malloc(g->nbytes ? g->nbytes : 1);
-    if (!part->rows) return dt_err_set(err, DT_ENOMEM, "%s: push: out of memory", ps->name);
-    dt_codec_view_copy(v, i, part->rows);
-    size_t count = g->nbytes / sizeof(float);
-    size_t bad = first_nonfinite((const uint8_t *)part->rows, count);
-    if (bad < count) {
-        *nonfinite = 1;
-        size_t row = bad / (size_t)cfg->dim;
-        return dt_err_set(err, DT_EINVAL,
-                          "%s: push: sparse_grads[%d] %s: row %zu (id %lld) is not finite",
-                          ps->name, i, cfg->name, row, (long long)part->ids[row]);
+    if (g->data) {
+        part->whole = (dt_rpc_piece){g->data, g->nbytes};
+        part->grads = (dt_rpc_span){&part->whole, 0, g->nbytes};
+    } else {
+        part->grads = v->spans[i];
     }
+    dt_rpc_reader r;
+    dt_rpc_reader_init(&r, &part->grads, sizeof(float));
+    size_t at = 0, n;
+    const uint8_t *run;
+    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+        size_t bad = first_nonfinite(run, n);
+        if (bad < n) {
+            *nonfinite = 1;
+            size_t row = (at + bad) / (size_t)cfg->dim;
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: push: sparse_grads[%d] %s: row %zu (id %lld) is not finite",
+                              ps->name, i, cfg->name, row, (long long)part->ids[row]);
+        }
+        at += n;
+    }
+    return 0;
+}
+
+/* Copies part's gradient rows out of the message into part->rows, for
+ * sync, whose accumulators keep them past the call. */
+static int take_rows(dt_ps *ps, sparse_part *part, dt_err *err) {
+    part->rows = dt_malloc(part->grads.len ? part->grads.len : 1);
+    if (!part->rows) return dt_err_set(err, DT_ENOMEM, "%s: push: out of memory", ps->name);
+    dt_rpc_span_copy(&part->grads, part->rows);
     return 0;
 }
 
@@ -1221,8 +1244,8 @@ static void apply_sparse(dt_ps *ps, sparse_part *parts, int count, int64_t step)
     for (int i = 0; i < count; i++) {
         dt_err why;
         dt_err_clear(&why);
-        if (dt_table_apply(ps->tables[parts[i].table], &parts[i].batch, &ps->optim, lr,
-                           parts[i].rows, step, &why) < 0)
+        if (dt_table_apply_span(ps->tables[parts[i].table], &parts[i].batch, &ps->optim, lr,
+                                &parts[i].grads, step, &why) < 0)
             dt_log(DT_LOG_ERROR, "%s: push at step %lld: %s", ps->name, (long long)step, why.msg);
     }
 }
@@ -1405,7 +1428,8 @@ static int handle_sparse_import(void *ctx, const dt_rpc_peer *peer __attribute__
     return encode_reply(DT_MSG_SPARSE_IMPORT_RESP, &resp, reply, err);
 }
 
-/* Status's rows held and non-zero weights per table (a scan of each). */
+/* Status's rows held and non-zero weights per table (counts each table
+ * keeps: no scan of the rows). */
 static void table_status(dt_ps *ps, dt_msg_status_resp *resp) {
     resp->num_tables = ps->num_tables;
     for (int i = 0; i < ps->num_tables; i++) {
@@ -1593,6 +1617,10 @@ static int hold_gradient(dt_ps *ps, const dt_msg_push_req *req, const int *index
         if (rc < 0)
             return dt_err_wrap(err, rc, "%s: push: holding worker %d's gradient", ps->name, w);
     }
+    for (int i = 0; i < nparts; i++) {
+        int rc = take_rows(ps, &parts[i], err);
+        if (rc < 0) return rc;
+    }
     for (int i = 0; i < req->in.count; i++)
         dt_codec_view_copy(&req->in, i, h->items[index[i]].data);
     /* The rows: the push's arrays, taken as they are. */
@@ -1680,6 +1708,13 @@ static int accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index, s
     if (req->step != ps->acc_step || (known && ps->acc_from[w])) {
         pthread_mutex_unlock(&ps->sync_mu);
         return 0;
+    }
+    for (int i = 0; i < nparts; i++) {
+        int rc = take_rows(ps, &parts[i], err);
+        if (rc < 0) {
+            pthread_mutex_unlock(&ps->sync_mu);
+            return rc;
+        }
     }
     for (int i = 0; i < req->in.count; i++) {
         dt_rpc_reader r;

@@ -1145,74 +1145,216 @@ int dt_ps_client_sparse_import(dt_ps_client *c, const char *table, const dt_tens
     return rc;
 }
 
-/* Rows gathered from every task for a save, before they are put in id
- * order. */
+/* A streamed export: each task's current page, copied out of its message,
+ * and the run of merged rows handed to the caller. */
 typedef struct {
-    int64_t n, cap;
-    int nparts;                           /* values and slots: 1 + slots */
-    int64_t *ids;                         /* (cap) */
-    float *parts[1 + DT_OPTIM_MAX_SLOTS]; /* each (cap, dim) */
-    char names[1 + DT_OPTIM_MAX_SLOTS][DT_TENSOR_NAME_MAX];
-} gathered;
+    int64_t *ids;                         /* (page_rows) */
+    float *parts[1 + DT_OPTIM_MAX_SLOTS]; /* each (page_rows, dim) */
+    int64_t m, at;                        /* rows in the page, the next one to merge */
+    int64_t after;                        /* the last id received: the next page's start */
+    int more;                             /* the task has rows past this page */
+} task_page;
 
-static void gathered_free(gathered *g) {
-    free(g->ids);
+typedef struct {
+    dt_ps_client *c;
+    const char *table;
+    int dim, with_slots;
+    int64_t page_rows;
+    int nparts; /* values and slots: 1 + slots; 0 until the first page */
+    char names[1 + DT_OPTIM_MAX_SLOTS][DT_TENSOR_NAME_MAX];
+    task_page pages[DT_MAX_PS];
+    task_page run; /* merged rows not yet handed over (m of them) */
+} export_merge;
+
+static void task_page_free(task_page *tp) {
+    free(tp->ids);
     for (int i = 0; i < 1 + DT_OPTIM_MAX_SLOTS; i++)
-        free(g->parts[i]);
+        free(tp->parts[i]);
 }
 
-/* Appends a page (ids, values, slots: checked) to g. */
-static int gather_page(dt_ps_client *c, int p, const char *table, int dim,
-                       const dt_tensor_views *in, gathered *g, dt_err *err) {
+/* tp's ids (page_rows) and nparts parts (page_rows, dim), once. */
+static int page_arrays(export_merge *x, task_page *tp, dt_err *err) {
+    if (!tp->ids && !(tp->ids = dt_malloc((size_t)x->page_rows * sizeof *tp->ids))) goto oom;
+    for (int i = 0; i < x->nparts; i++)
+        if (!tp->parts[i] &&
+            !(tp->parts[i] = dt_malloc((size_t)x->page_rows * (size_t)x->dim * sizeof(float))))
+            goto oom;
+    return 0;
+oom:
+    return dt_err_set(err, DT_ENOMEM, "ps client: export: out of memory");
+}
+
+/* Checks a page from task p (ids, values, slots; the layout of the pages
+ * before it; at most page_rows rows; ids increasing past the task's last)
+ * and copies it into the task's arrays. */
+static int take_page(export_merge *x, int p, const dt_tensor_views *in, dt_err *err) {
+    dt_ps_client *c = x->c;
+    task_page *tp = &x->pages[p];
+    tp->m = tp->at = 0;
     if (in->count == 0) return 0;
     const dt_tensor *ids = &in->items[0];
     int64_t m = ids->ndim == 1 ? ids->shape[0] : -1;
     char want[DT_TENSOR_NAME_MAX + 8];
-    snprintf(want, sizeof want, "%s/ids", table);
-    int ok = ids->dtype == DT_DTYPE_I64 && m >= 1 && strcmp(ids->name, want) == 0 &&
-             in->count >= 2 && in->count <= 1 + 1 + DT_OPTIM_MAX_SLOTS &&
-             (g->nparts == 0 || g->nparts == in->count - 1);
+    snprintf(want, sizeof want, "%s/ids", x->table);
+    int ok = ids->dtype == DT_DTYPE_I64 && m >= 1 && m <= x->page_rows &&
+             strcmp(ids->name, want) == 0 && in->count >= 2 &&
+             in->count <= 1 + 1 + DT_OPTIM_MAX_SLOTS &&
+             (x->nparts == 0 || x->nparts == in->count - 1);
     for (int i = 1; ok && i < in->count; i++)
         ok = in->items[i].dtype == DT_DTYPE_F32 && in->items[i].ndim == 2 &&
-             in->items[i].shape[0] == m && in->items[i].shape[1] == dim &&
-             (g->nparts == 0 || strcmp(in->items[i].name, g->names[i - 1]) == 0);
+             in->items[i].shape[0] == m && in->items[i].shape[1] == x->dim &&
+             (x->nparts == 0 || strcmp(in->items[i].name, x->names[i - 1]) == 0);
     if (!ok)
         return dt_err_set(err, DT_EINVAL, "%s: sparse export: %s: a page of another layout",
-                          c->names[p], table);
-    if (g->nparts == 0) {
-        g->nparts = in->count - 1;
+                          c->names[p], x->table);
+    if (x->nparts == 0) {
+        x->nparts = in->count - 1;
         for (int i = 1; i < in->count; i++)
-            snprintf(g->names[i - 1], sizeof g->names[i - 1], "%s", in->items[i].name);
+            snprintf(x->names[i - 1], sizeof x->names[i - 1], "%s", in->items[i].name);
     }
-    if (g->n + m > g->cap) {
+    int rc = page_arrays(x, tp, err);
+    if (rc < 0) return rc;
+    dt_codec_view_copy(in, 0, tp->ids);
+    for (int64_t k = 0; k < m; k++)
+        if (tp->ids[k] <= (k ? tp->ids[k - 1] : tp->after))
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: sparse export: %s: id %lld after %lld: ids must increase",
+                              c->names[p], x->table, (long long)tp->ids[k],
+                              (long long)(k ? tp->ids[k - 1] : tp->after));
+    for (int i = 0; i < x->nparts; i++)
+        dt_codec_view_copy(in, i + 1, tp->parts[i]);
+    tp->m = m;
+    tp->after = tp->ids[m - 1];
+    return 0;
+}
+
+/* Task p's next page, if it has one (tp->m stays 0 when not). */
+static int next_page(export_merge *x, int p, dt_err *err) {
+    dt_ps_client *c = x->c;
+    task_page *tp = &x->pages[p];
+    tp->m = tp->at = 0;
+    if (!tp->more) return 0;
+    dt_msg_sparse_export_req req;
+    memset(&req, 0, sizeof req);
+    snprintf(req.table, sizeof req.table, "%s", x->table);
+    req.after_id = tp->after;
+    req.max_rows = x->page_rows;
+    req.include_slots = x->with_slots;
+    int rc = prepare(c, p, DT_MSG_SPARSE_EXPORT_REQ, &req, 0, err);
+    if (rc == 0) rc = run(c, p, p + 1, err);
+    if (rc < 0) return rc;
+    dt_tensor views[2 + DT_OPTIM_MAX_SLOTS];
+    dt_rpc_span spans[2 + DT_OPTIM_MAX_SLOTS];
+    dt_msg_sparse_export_resp resp;
+    memset(&resp, 0, sizeof resp);
+    resp.in = (dt_tensor_views){views, 0, 2 + DT_OPTIM_MAX_SLOTS, spans};
+    rc = dt_codec_decode_buf(DT_MSG_SPARSE_EXPORT_RESP, &c->calls[p].response, &resp, err);
+    if (rc == 0) rc = take_page(x, p, &resp.in, err);
+    dt_rpc_buf_release(&c->calls[p].response);
+    tp->more = rc == 0 && resp.more && tp->m > 0;
+    return rc;
+}
+
+/* Hands the merged run to fn and empties it. */
+static int flush_run(export_merge *x, dt_ps_rows_fn fn, void *ctx, dt_err *err) {
+    if (x->run.m == 0) return 0;
+    dt_ps_rows rows = {.n = x->run.m, .ids = x->run.ids, .nparts = x->nparts};
+    for (int i = 0; i < x->nparts; i++) {
+        rows.parts[i] = x->run.parts[i];
+        rows.names[i] = x->names[i];
+    }
+    x->run.m = 0;
+    return fn(ctx, &rows, err);
+}
+
+int dt_ps_client_sparse_export_each(dt_ps_client *c, const char *table, int dim, int with_slots,
+                                    int page_rows, dt_ps_rows_fn fn, void *ctx, dt_err *err) {
+    export_merge *x = dt_calloc(1, sizeof *x);
+    if (!x) return dt_err_set(err, DT_ENOMEM, "ps client: export: out of memory");
+    *x = (export_merge){.c = c,
+                        .table = table,
+                        .dim = dim,
+                        .with_slots = with_slots,
+                        .page_rows = page_rows < 1 ? 1 : page_rows};
+    int rc = 0;
+    for (int p = 0; p < c->num_ps && rc == 0; p++) {
+        x->pages[p].after = -1;
+        x->pages[p].more = 1;
+        rc = next_page(x, p, err);
+    }
+    const size_t row_bytes = (size_t)dim * sizeof(float);
+    int64_t last = -1;
+    /* Each task's pages come in id order; the tasks' rows interleave, so
+     * the lowest id among the tasks' current rows goes next. */
+    while (rc == 0) {
+        int low = -1;
+        for (int p = 0; p < c->num_ps; p++) {
+            const task_page *tp = &x->pages[p];
+            if (tp->at < tp->m &&
+                (low < 0 || tp->ids[tp->at] < x->pages[low].ids[x->pages[low].at]))
+                low = p;
+        }
+        if (low < 0) break;
+        task_page *tp = &x->pages[low];
+        const int64_t id = tp->ids[tp->at];
+        if (id == last) {
+            rc = dt_err_set(err, DT_EINVAL, "%s: sparse export: %s: row %lld held by two tasks",
+                            c->names[low], table, (long long)id);
+            break;
+        }
+        task_page *run = &x->run;
+        if ((rc = page_arrays(x, run, err)) < 0) break;
+        run->ids[run->m] = id;
+        for (int i = 0; i < x->nparts; i++)
+            memcpy(run->parts[i] + run->m * dim, tp->parts[i] + tp->at * dim, row_bytes);
+        last = id;
+        if (++run->m == x->page_rows) rc = flush_run(x, fn, ctx, err);
+        if (rc == 0 && ++tp->at == tp->m) rc = next_page(x, low, err);
+    }
+    if (rc == 0) rc = flush_run(x, fn, ctx, err);
+    for (int p = 0; p < DT_MAX_PS; p++)
+        task_page_free(&x->pages[p]);
+    task_page_free(&x->run);
+    free(x);
+    return rc;
+}
+
+/* A whole export in memory: the runs appended. */
+typedef struct {
+    int64_t n, cap;
+    int nparts;
+    int64_t *ids;                         /* (cap) */
+    float *parts[1 + DT_OPTIM_MAX_SLOTS]; /* each (cap, dim) */
+    char names[1 + DT_OPTIM_MAX_SLOTS][DT_TENSOR_NAME_MAX];
+    int dim;
+} gathered;
+
+static int gather_run(void *ctx, const dt_ps_rows *rows, dt_err *err) {
+    gathered *g = ctx;
+    const int dim = g->dim;
+    if (g->n + rows->n > g->cap) {
         int64_t cap = g->cap ? g->cap : 1024;
-        while (cap < g->n + m)
+        while (cap < g->n + rows->n)
             cap *= 2;
         int64_t *nids = dt_realloc(g->ids, (size_t)cap * sizeof *nids);
         if (!nids) return dt_err_set(err, DT_ENOMEM, "ps client: export: out of memory");
         g->ids = nids;
-        for (int i = 0; i < g->nparts; i++) {
+        for (int i = 0; i < rows->nparts; i++) {
             float *np = dt_realloc(g->parts[i], (size_t)cap * (size_t)dim * sizeof *np);
             if (!np) return dt_err_set(err, DT_ENOMEM, "ps client: export: out of memory");
             g->parts[i] = np;
         }
         g->cap = cap;
     }
-    dt_codec_view_copy(in, 0, g->ids + g->n);
-    for (int i = 0; i < g->nparts; i++)
-        dt_codec_view_copy(in, i + 1, g->parts[i] + g->n * dim);
-    g->n += m;
+    g->nparts = rows->nparts;
+    for (int i = 0; i < rows->nparts; i++)
+        snprintf(g->names[i], sizeof g->names[i], "%s", rows->names[i]);
+    memcpy(g->ids + g->n, rows->ids, (size_t)rows->n * sizeof *g->ids);
+    for (int i = 0; i < rows->nparts; i++)
+        memcpy(g->parts[i] + g->n * dim, rows->parts[i],
+               (size_t)rows->n * (size_t)dim * sizeof(float));
+    g->n += rows->n;
     return 0;
-}
-
-/* A gathered row: its id and where it is in the gathered arrays. */
-typedef struct {
-    int64_t id, at;
-} id_at;
-
-static int by_id(const void *a, const void *b) {
-    int64_t x = ((const id_at *)a)->id, y = ((const id_at *)b)->id;
-    return (x > y) - (x < y);
 }
 
 int dt_ps_client_sparse_export(dt_ps_client *c, const char *table, int dim, int with_slots,
@@ -1220,43 +1362,10 @@ int dt_ps_client_sparse_export(dt_ps_client *c, const char *table, int dim, int 
     memset(out, 0, sizeof *out);
     gathered g;
     memset(&g, 0, sizeof g);
-    id_at *order = NULL;
-    int rc = 0;
-    for (int p = 0; p < c->num_ps && rc == 0; p++) {
-        int64_t after = -1;
-        for (int more = 1; more && rc == 0;) {
-            dt_msg_sparse_export_req req;
-            memset(&req, 0, sizeof req);
-            snprintf(req.table, sizeof req.table, "%s", table);
-            req.after_id = after;
-            req.max_rows = page_rows;
-            req.include_slots = with_slots;
-            if ((rc = prepare(c, p, DT_MSG_SPARSE_EXPORT_REQ, &req, 0, err)) < 0 ||
-                (rc = run(c, p, p + 1, err)) < 0)
-                break;
-            dt_tensor views[2 + DT_OPTIM_MAX_SLOTS];
-            dt_rpc_span spans[2 + DT_OPTIM_MAX_SLOTS];
-            dt_msg_sparse_export_resp resp;
-            memset(&resp, 0, sizeof resp);
-            resp.in = (dt_tensor_views){views, 0, 2 + DT_OPTIM_MAX_SLOTS, spans};
-            rc = dt_codec_decode_buf(DT_MSG_SPARSE_EXPORT_RESP, &c->calls[p].response, &resp, err);
-            int64_t before = g.n;
-            if (rc == 0) rc = gather_page(c, p, table, dim, &resp.in, &g, err);
-            dt_rpc_buf_release(&c->calls[p].response);
-            if (rc < 0) break;
-            more = resp.more && g.n > before;
-            if (g.n > before) after = g.ids[g.n - 1];
-        }
-    }
+    g.dim = dim;
+    int rc =
+        dt_ps_client_sparse_export_each(c, table, dim, with_slots, page_rows, gather_run, &g, err);
     if (rc < 0 || g.n == 0) goto done;
-    /* Pages of each task come in id order; the tasks' rows interleave. */
-    if (!(order = dt_malloc((size_t)g.n * sizeof *order))) {
-        rc = dt_err_set(err, DT_ENOMEM, "ps client: export: out of memory");
-        goto done;
-    }
-    for (int64_t k = 0; k < g.n; k++)
-        order[k] = (id_at){g.ids[k], k};
-    qsort(order, (size_t)g.n, sizeof *order, by_id);
     dt_tensor specs[1 + 1 + DT_OPTIM_MAX_SLOTS];
     memset(specs, 0, sizeof specs);
     snprintf(specs[0].name, sizeof specs[0].name, "%s/ids", table);
@@ -1271,18 +1380,59 @@ int dt_ps_client_sparse_export(dt_ps_client *c, const char *table, int dim, int 
         specs[i + 1].shape[1] = dim;
     }
     if ((rc = dt_tensors_init(out, specs, 1 + g.nparts, err)) < 0) goto done;
-    int64_t *ids = out->items[0].data;
-    size_t row_bytes = (size_t)dim * sizeof(float);
-    for (int64_t k = 0; k < g.n; k++) {
-        ids[k] = order[k].id;
-        for (int i = 0; i < g.nparts; i++)
-            memcpy((float *)out->items[i + 1].data + k * dim, g.parts[i] + order[k].at * dim,
-                   row_bytes);
-    }
+    memcpy(out->items[0].data, g.ids, (size_t)g.n * sizeof *g.ids);
+    for (int i = 0; i < g.nparts; i++)
+        memcpy(out->items[i + 1].data, g.parts[i], (size_t)g.n * (size_t)dim * sizeof(float));
 done:
-    free(order);
-    gathered_free(&g);
+    free(g.ids);
+    for (int i = 0; i < 1 + DT_OPTIM_MAX_SLOTS; i++)
+        free(g.parts[i]);
     if (rc < 0) dt_tensors_deinit(out);
+    return rc;
+}
+
+/* The rows writer of a streamed save, made at the first run, when the
+ * parts' names are known. */
+typedef struct {
+    const char *dir, *table;
+    int dim;
+    dt_safetensors_rows *rows;
+} save_rows;
+
+static int save_run(void *ctx, const dt_ps_rows *run, dt_err *err) {
+    save_rows *sr = ctx;
+    if (!sr->rows) {
+        dt_tensor specs[1 + 1 + DT_OPTIM_MAX_SLOTS];
+        memset(specs, 0, sizeof specs);
+        snprintf(specs[0].name, sizeof specs[0].name, "%s/ids", sr->table);
+        specs[0].dtype = DT_DTYPE_I64;
+        specs[0].ndim = 1;
+        for (int i = 0; i < run->nparts; i++) {
+            snprintf(specs[i + 1].name, sizeof specs[i + 1].name, "%s", run->names[i]);
+            specs[i + 1].dtype = DT_DTYPE_F32;
+            specs[i + 1].ndim = 2;
+            specs[i + 1].shape[1] = sr->dim;
+        }
+        int rc = dt_safetensors_rows_new(sr->dir, specs, 1 + run->nparts, &sr->rows, err);
+        if (rc < 0) return rc;
+    }
+    const void *parts[1 + 1 + DT_OPTIM_MAX_SLOTS] = {run->ids};
+    for (int i = 0; i < run->nparts; i++)
+        parts[i + 1] = run->parts[i];
+    return dt_safetensors_rows_append(sr->rows, run->n, parts, err);
+}
+
+int dt_ps_client_sparse_save(dt_ps_client *c, const char *table, int dim, int with_slots,
+                             int page_rows, const char *dir, dt_safetensors_rows **out,
+                             dt_err *err) {
+    save_rows sr = {.dir = dir, .table = table, .dim = dim};
+    int rc =
+        dt_ps_client_sparse_export_each(c, table, dim, with_slots, page_rows, save_run, &sr, err);
+    if (rc < 0) {
+        dt_safetensors_rows_free(sr.rows);
+        sr.rows = NULL;
+    }
+    *out = sr.rows;
     return rc;
 }
 

@@ -36,6 +36,7 @@
 #include "codec.h"
 #include "err.h"
 #include "rpc_common.h"
+#include "safetensors.h"
 #include "tensor.h"
 
 /* Most ps tasks a cluster may have. */
@@ -212,6 +213,43 @@ int dt_ps_client_sparse_import(dt_ps_client *c, const char *table, const dt_tens
  * (1..DT_SPARSE_EXPORT_MAX_ROWS), so no message holds a whole table. */
 int dt_ps_client_sparse_export(dt_ps_client *c, const char *table, int dim, int with_slots,
                                int page_rows, dt_tensors *out, dt_err *err) DT_WARN_UNUSED;
+
+/* A run of a table's rows, in id order, as dt_ps_client_sparse_export_each
+ * hands them over: everything borrowed for the time of the call. */
+typedef struct {
+    int64_t n;          /* rows: 1..page_rows */
+    const int64_t *ids; /* (n) increasing, above every id of the runs before */
+    int nparts;         /* values, then each slot asked for */
+    const float *parts[1 + DT_OPTIM_MAX_SLOTS]; /* each (n, dim) */
+    const char *names[1 + DT_OPTIM_MAX_SLOTS];  /* "<table>/values", "<table>/<slot>" */
+} dt_ps_rows;
+
+/* Takes a run; a negative return (with err set) stops the export. */
+typedef int (*dt_ps_rows_fn)(void *ctx, const dt_ps_rows *rows, dt_err *err);
+
+/*
+ * dt_ps_client_sparse_export without the set: the rows go to fn in runs of
+ * at most page_rows, in id order, as the tasks' pages come in, so memory is
+ * a page per task and a run whatever the table (a checkpoint streams them
+ * to disk). Each task is read page by page, each page the rows the task
+ * holds above the last id it sent when the page is asked for: rows made
+ * meanwhile are in the export when their id is above that mark, rows
+ * evicted meanwhile are missing when theirs is; every row is whole, and
+ * there once. Pages are checked as they come (layout, at most
+ * page_rows, ids increasing; a row sent by two tasks is an error). fn is
+ * never called for a table with no row.
+ */
+int dt_ps_client_sparse_export_each(dt_ps_client *c, const char *table, int dim, int with_slots,
+                                    int page_rows, dt_ps_rows_fn fn, void *ctx,
+                                    dt_err *err) DT_WARN_UNUSED;
+
+/* dt_ps_client_sparse_export_each into a rows writer (safetensors.h) made
+ * in dir, the table's tensors as dt_ps_client_sparse_export names them:
+ * *out gets it (the caller frees it), or NULL when no task holds a row.
+ * On failure *out is NULL and nothing is left in dir. */
+int dt_ps_client_sparse_save(dt_ps_client *c, const char *table, int dim, int with_slots,
+                             int page_rows, const char *dir, dt_safetensors_rows **out,
+                             dt_err *err) DT_WARN_UNUSED;
 
 /* Tells every ps that this worker knows the job is done (a Status with
  * done_seen), so none waits out its linger to tell it. */

@@ -543,12 +543,36 @@ fail:
 
 /* ---- save ----------------------------------------------------------------- */
 
+#define COPY_BUF (1 << 20) /* bytes a part's file is copied by */
+#define ROWS_DIR_MAX 4096  /* a rows writer's directory, with its file names */
+
 typedef struct {
-    const dt_tensors *ts;
+    const dt_tensors *ts; /* every tensor of the file, in file order */
+    int in_memory;        /* ts->items[0, in_memory) have their data */
+    const int *part_fds;  /* the others are in these files, from offset 0 */
+    unsigned char *buf;   /* COPY_BUF bytes to copy them by */
     const char *json;
     size_t json_len;
     size_t header_len; /* json_len padded to a multiple of 8 */
 } file_emit;
+
+/* Copies nbytes from the start of fd to out. -1 with errno set, EIO for a
+ * file shorter than nbytes. */
+static int copy_part(int fd, size_t nbytes, unsigned char *buf, int out) {
+    for (off_t at = 0; nbytes > 0;) {
+        size_t want = nbytes < COPY_BUF ? nbytes : COPY_BUF;
+        ssize_t got = pread(fd, buf, want, at);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            if (got == 0) errno = EIO;
+            return -1;
+        }
+        if (dt_fileio_write_all(out, buf, (size_t)got) < 0) return -1;
+        at += got;
+        nbytes -= (size_t)got;
+    }
+    return 0;
+}
 
 static int emit_file(int fd, const void *ctx, const char *tmp, dt_err *err) {
     const file_emit *ce = ctx;
@@ -562,7 +586,10 @@ static int emit_file(int fd, const void *ctx, const char *tmp, dt_err *err) {
     if (dt_fileio_write_all(fd, prefix, ce->header_len - ce->json_len) < 0) goto io;
     for (int i = 0; i < ce->ts->count; i++) {
         const dt_tensor *t = &ce->ts->items[i];
-        if (dt_fileio_write_all(fd, t->data, t->nbytes) < 0) goto io;
+        if (i < ce->in_memory
+                ? dt_fileio_write_all(fd, t->data, t->nbytes) < 0
+                : copy_part(ce->part_fds[i - ce->in_memory], t->nbytes, ce->buf, fd) < 0)
+            goto io;
     }
     return 0;
 io:
@@ -635,9 +662,10 @@ static int by_str(const void *a, const void *b) {
 }
 
 /* What a caller hands in is checked as strictly as what a file holds: the
- * saved file must pass dt_safetensors_load. */
-static int check_save_args(const char *path, const dt_tensors *ts, const dt_safetensors_meta *meta,
-                           dt_err *err) {
+ * saved file must pass dt_safetensors_load. Tensors from in_memory on are
+ * streamed parts: no data in memory. */
+static int check_save_args(const char *path, const dt_tensors *ts, int in_memory,
+                           const dt_safetensors_meta *meta, dt_err *err) {
     if (meta->global_step < 0)
         return dt_err_set(err, DT_EINVAL, "%s: save: global_step %lld is negative", path,
                           (long long)meta->global_step);
@@ -664,7 +692,7 @@ static int check_save_args(const char *path, const dt_tensors *ts, const dt_safe
         dt_err_clear(&spec_err);
         if (dt_tensor_check_spec(&spec, &spec_err) < 0)
             return dt_err_set(err, DT_EINVAL, "%s: save: %s", path, spec_err.msg);
-        if (spec.nbytes != t->nbytes || !t->data)
+        if (spec.nbytes != t->nbytes || (i < in_memory && !t->data))
             return dt_err_set(err, DT_EINVAL, "%s: save: tensor %s: %s", path, t->name,
                               t->data ? "nbytes does not match its shape" : "no data");
         size_t len = strlen(t->name);
@@ -675,13 +703,15 @@ static int check_save_args(const char *path, const dt_tensors *ts, const dt_safe
     return 0;
 }
 
-int dt_safetensors_save(const char *path, const dt_tensors *ts, const dt_safetensors_meta *meta,
-                        dt_err *err) {
-    DT_ASSERT(path && ts && meta);
+/* Writes ts: its first in_memory tensors from memory, the others from
+ * part_fds (copied by buf), with crc the data section's CRC-32C. */
+static int save_set(const char *path, const dt_tensors *ts, int in_memory, const int *part_fds,
+                    unsigned char *buf, uint32_t crc, const dt_safetensors_meta *meta,
+                    dt_err *err) {
     int rc;
     const char **names = NULL;
     char *json = NULL;
-    if ((rc = check_save_args(path, ts, meta, err)) < 0) return rc;
+    if ((rc = check_save_args(path, ts, in_memory, meta, err)) < 0) return rc;
 
     names = dt_malloc((ts->count ? (size_t)ts->count : 1) * sizeof *names);
     if (!names) {
@@ -697,21 +727,173 @@ int dt_safetensors_save(const char *path, const dt_tensors *ts, const dt_safeten
             goto fail;
         }
 
-    /* The checksum goes in the header, ahead of the data: one extra read
-     * pass over the tensors, no copy of them. */
-    uint32_t crc = 0;
-    for (int i = 0; i < ts->count; i++)
-        crc = dt_crc32c_extend(crc, ts->items[i].data, ts->items[i].nbytes);
     json = build_header(ts, meta, crc);
     if (!json) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: save: out of memory building the header", path);
         goto fail;
     }
-    file_emit ce = {.ts = ts, .json = json, .json_len = strlen(json)};
+    file_emit ce = {.ts = ts,
+                    .in_memory = in_memory,
+                    .part_fds = part_fds,
+                    .buf = buf,
+                    .json = json,
+                    .json_len = strlen(json)};
     ce.header_len = (ce.json_len + 7) / 8 * 8;
     rc = dt_fileio_write_atomic(path, emit_file, &ce, err);
 fail:
     cJSON_free(json);
     free(names);
+    return rc;
+}
+
+/* The CRC-32C of ts's first n tensors, as they lie in the data section. */
+static uint32_t crc_in_memory(const dt_tensors *ts, int n) {
+    uint32_t crc = 0;
+    for (int i = 0; i < n; i++)
+        crc = dt_crc32c_extend(crc, ts->items[i].data, ts->items[i].nbytes);
+    return crc;
+}
+
+int dt_safetensors_save(const char *path, const dt_tensors *ts, const dt_safetensors_meta *meta,
+                        dt_err *err) {
+    DT_ASSERT(path && ts && meta);
+    /* The checksum goes in the header, ahead of the data: one extra read
+     * pass over the tensors, no copy of them. check_save_args has not run
+     * yet, so only tensors with data are summed (a set without is refused). */
+    int with_data = 0;
+    while (with_data < ts->count && ts->items[with_data].data)
+        with_data++;
+    return save_set(path, ts, ts->count, NULL, NULL, crc_in_memory(ts, with_data), meta, err);
+}
+
+/* ---- rows streamed to a save ---------------------------------------------- */
+
+struct dt_safetensors_rows {
+    int nparts;
+    dt_tensor specs[DT_SAFETENSORS_MAX_ROW_PARTS]; /* shape[0] = rows */
+    size_t row_bytes[DT_SAFETENSORS_MAX_ROW_PARTS];
+    int fds[DT_SAFETENSORS_MAX_ROW_PARTS]; /* unlinked files; -1 when not open */
+    uint32_t crcs[DT_SAFETENSORS_MAX_ROW_PARTS];
+    int64_t rows;
+    int broken; /* an append failed midway: the files disagree */
+    char dir[ROWS_DIR_MAX];
+};
+
+void dt_safetensors_rows_free(dt_safetensors_rows *r) {
+    if (!r) return;
+    for (int i = 0; i < r->nparts; i++)
+        if (r->fds[i] >= 0) close(r->fds[i]);
+    free(r);
+}
+
+int dt_safetensors_rows_new(const char *dir, const dt_tensor *specs, int nparts,
+                            dt_safetensors_rows **out, dt_err *err) {
+    *out = NULL;
+    if (nparts < 1 || nparts > DT_SAFETENSORS_MAX_ROW_PARTS)
+        return dt_err_set(err, DT_EINVAL, "%s: checkpoint rows: %d parts (1 to %d)", dir, nparts,
+                          DT_SAFETENSORS_MAX_ROW_PARTS);
+    if (strlen(dir) + 16 > ROWS_DIR_MAX)
+        return dt_err_set(err, DT_EINVAL, "%s: checkpoint rows: path too long", dir);
+    dt_safetensors_rows *r = dt_calloc(1, sizeof *r);
+    if (!r) return dt_err_set(err, DT_ENOMEM, "%s: checkpoint rows: out of memory", dir);
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    int rc = 0;
+    for (int i = 0; i < nparts; i++) {
+        r->fds[i] = -1;
+        r->nparts = i + 1;
+        r->specs[i] = specs[i];
+        r->specs[i].shape[0] = 1; /* one row's bytes, checked as any tensor */
+        r->specs[i].data = NULL;
+        dt_err spec_err;
+        dt_err_clear(&spec_err);
+        if (specs[i].ndim < 1 || dt_tensor_check_spec(&r->specs[i], &spec_err) < 0) {
+            rc = dt_err_set(err, DT_EINVAL, "%s: checkpoint rows: part %d: %s", dir, i,
+                            specs[i].ndim < 1 ? "a scalar has no rows" : spec_err.msg);
+            goto fail;
+        }
+        r->row_bytes[i] = r->specs[i].nbytes;
+        char path[ROWS_DIR_MAX];
+        snprintf(path, sizeof path, "%s/.rows.XXXXXX", dir);
+        r->fds[i] = mkstemp(path);
+        if (r->fds[i] < 0 || unlink(path) != 0) {
+            rc = dt_err_set(err, DT_EIO, "%s: checkpoint rows: temporary file: %s", dir,
+                            strerror(errno));
+            goto fail;
+        }
+    }
+    *out = r;
+    return 0;
+fail:
+    dt_safetensors_rows_free(r);
+    return rc;
+}
+
+int dt_safetensors_rows_append(dt_safetensors_rows *r, int64_t n, const void *const *parts,
+                               dt_err *err) {
+    if (r->broken) return dt_err_set(err, DT_EIO, "%s: checkpoint rows: an append failed", r->dir);
+    int64_t total;
+    if (n < 0 || __builtin_add_overflow(r->rows, n, &total) || total > DIM_MAX)
+        return dt_err_set(err, DT_EINVAL, "%s: checkpoint rows: %lld more rows after %lld", r->dir,
+                          (long long)n, (long long)r->rows);
+    for (int i = 0; i < r->nparts; i++) {
+        size_t bytes;
+        if (__builtin_mul_overflow((size_t)n, r->row_bytes[i], &bytes)) {
+            r->broken = 1;
+            return dt_err_set(err, DT_EINVAL, "%s: checkpoint rows: %lld rows of %s overflow",
+                              r->dir, (long long)n, r->specs[i].name);
+        }
+        if (dt_fileio_write_all(r->fds[i], parts[i], bytes) < 0) {
+            r->broken = 1;
+            return dt_err_set(err, DT_EIO, "%s: checkpoint rows: write: %s", r->dir,
+                              strerror(errno));
+        }
+        r->crcs[i] = dt_crc32c_extend(r->crcs[i], parts[i], bytes);
+    }
+    r->rows = total;
+    return 0;
+}
+
+int64_t dt_safetensors_rows_count(const dt_safetensors_rows *r) {
+    return r->rows;
+}
+
+int dt_safetensors_save_rows(const char *path, const dt_tensors *ts, dt_safetensors_rows *r,
+                             const dt_safetensors_meta *meta, dt_err *err) {
+    DT_ASSERT(path && ts && r && meta);
+    if (r->broken) return dt_err_set(err, DT_EIO, "%s: save: an append of rows failed", path);
+    if (ts->count < 0 || ts->count > INT32_MAX - DT_SAFETENSORS_MAX_ROW_PARTS)
+        return dt_err_set(err, DT_EINVAL, "%s: save: %d tensors", path, ts->count);
+    /* No rows: no parts, as a table with no row saves as no tensor. */
+    const int nparts = r->rows > 0 ? r->nparts : 0;
+    dt_tensors all = {.count = ts->count + nparts};
+    unsigned char *buf = NULL;
+    int rc = 0;
+    all.items = dt_malloc(((size_t)all.count + 1) * sizeof *all.items);
+    buf = dt_malloc(COPY_BUF);
+    if (!all.items || !buf) {
+        rc = dt_err_set(err, DT_ENOMEM, "%s: save: out of memory", path);
+        goto fail;
+    }
+    if (ts->count) memcpy(all.items, ts->items, (size_t)ts->count * sizeof *all.items);
+    /* The data section's CRC: the tensors in memory, then each part's. */
+    int with_data = 0;
+    while (with_data < ts->count && ts->items[with_data].data)
+        with_data++;
+    uint32_t crc = crc_in_memory(ts, with_data);
+    for (int i = 0; i < nparts; i++) {
+        dt_tensor *t = &all.items[ts->count + i];
+        *t = r->specs[i];
+        t->shape[0] = r->rows;
+        if (__builtin_mul_overflow((size_t)r->rows, r->row_bytes[i], &t->nbytes)) {
+            rc = dt_err_set(err, DT_EINVAL, "%s: save: %lld rows of %s overflow", path,
+                            (long long)r->rows, t->name);
+            goto fail;
+        }
+        crc = dt_crc32c_combine(crc, r->crcs[i], t->nbytes);
+    }
+    rc = save_set(path, &all, ts->count, r->fds, buf, crc, meta, err);
+fail:
+    free(all.items);
+    free(buf);
     return rc;
 }

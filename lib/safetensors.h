@@ -58,6 +58,48 @@ void dt_safetensors_meta_deinit(dt_safetensors_meta *meta);
 int dt_safetensors_save(const char *path, const dt_tensors *ts, const dt_safetensors_meta *meta,
                         dt_err *err) DT_WARN_UNUSED;
 
+/*
+ * Rows streamed to a checkpoint. A sparse table's tensors ("<t>/ids",
+ * "<t>/values", its slots) share their first dimension, the rows held, and
+ * come from the ps tasks a page at a time; holding all of them before the
+ * save would double the saver's memory. A rows writer takes the pages as
+ * they come: each part (one future tensor) is appended to its own
+ * temporary file in dir, created and unlinked at once so a process that
+ * dies leaves nothing behind, and its CRC-32C kept as it grows.
+ * dt_safetensors_save_rows then writes the file dt_safetensors_save would
+ * write for ts followed by the parts (each with its first dimension the
+ * rows appended; no part at all when no row was), byte for byte, copying
+ * the parts from their files: memory is one copy buffer, whatever the
+ * table; the table's bytes go to disk twice.
+ */
+#define DT_SAFETENSORS_MAX_ROW_PARTS 8
+
+typedef struct dt_safetensors_rows dt_safetensors_rows; /* opaque; owns its files */
+
+/* A writer of nparts (1..DT_SAFETENSORS_MAX_ROW_PARTS) parts shaped as
+ * specs[i] (name, dtype, ndim >= 1, shape[1..ndim-1]; shape[0] ignored;
+ * copied), its files in the existing directory dir. Errors (*out stays
+ * NULL): a bad spec (DT_EINVAL), no file (DT_EIO naming dir), DT_ENOMEM. */
+int dt_safetensors_rows_new(const char *dir, const dt_tensor *specs, int nparts,
+                            dt_safetensors_rows **out, dt_err *err) DT_WARN_UNUSED;
+
+/* Appends n (>= 0) rows: parts[i] holds n rows of part i (borrowed). DT_EIO
+ * when a write fails, DT_EINVAL when the rows would exceed a tensor's
+ * limits; the writer is then unusable (free it). */
+int dt_safetensors_rows_append(dt_safetensors_rows *r, int64_t n, const void *const *parts,
+                               dt_err *err) DT_WARN_UNUSED;
+
+/* Rows appended so far. */
+int64_t dt_safetensors_rows_count(const dt_safetensors_rows *r);
+
+/* As dt_safetensors_save(path, ts + r's parts, meta), atomic the same way;
+ * r is left as it was (free it after). Errors as dt_safetensors_save's, and
+ * DT_EIO when a part's file cannot be read back whole. */
+int dt_safetensors_save_rows(const char *path, const dt_tensors *ts, dt_safetensors_rows *r,
+                             const dt_safetensors_meta *meta, dt_err *err) DT_WARN_UNUSED;
+
+void dt_safetensors_rows_free(dt_safetensors_rows *r); /* NULL is a no-op; closes its files */
+
 /* Reads a whole checkpoint into a new set *out (caller deinits). Refuses,
  * with DT_ECORRUPT and nothing allocated, a file that is truncated, has a bad
  * header, offsets that overlap or leave gaps, sizes that do not match the

@@ -11,6 +11,10 @@
  *    1)) at offset r - 16 (2^c - 1), and chunks 0..nchunks-1 hold at
  *    least count rows. Exactly one index slot names each row.
  *  - bytes is what index and chunks take.
+ *  - nonzero is the count of weights (not slots) of rows 0..count-1 that
+ *    are not 0: every change of a row's weights (insert, apply, write,
+ *    compact) adjusts it by the row's count after less its count before,
+ *    so Status reads it in O(stripes) instead of scanning every row.
  * Rows move only in dt_table_evict, which holds evict_lock for writing;
  * every other call holds it for reading, so a row number found in one pass
  * is still valid in the next.
@@ -59,6 +63,7 @@ typedef struct {
     chunk chunks[MAX_CHUNKS];
     int nchunks;
     int64_t bytes;
+    int64_t nonzero; /* weights != 0 over the held rows (invariants above) */
 } stripe;
 
 struct dt_table {
@@ -172,7 +177,7 @@ static void stripe_release(stripe *s) {
         free(s->chunks[c].recs);
     s->index = NULL;
     s->nchunks = 0;
-    s->cap = s->count = s->bytes = 0;
+    s->cap = s->count = s->bytes = s->nonzero = 0;
 }
 
 /* A fresh index of cap EMPTY slots, or NULL. */
@@ -317,6 +322,14 @@ static int grow_index(stripe *s) {
     return 0;
 }
 
+/* The weights (the first D floats of a record) that are not 0. */
+static int64_t row_nonzero(const float *w, int dim) {
+    int64_t n = 0;
+    for (int j = 0; j < dim; j++)
+        n += w[j] != 0.0f;
+    return n;
+}
+
 /* Makes row id in s at its initial value (slots at theirs), untouched. */
 static int insert(const dt_table *t, stripe *s, int64_t id, int64_t step, int64_t *row_out,
                   dt_err *err) {
@@ -336,6 +349,7 @@ static int insert(const dt_table *t, stripe *s, int64_t id, int64_t step, int64_
     const int64_t row = s->count++;
     float *rec = record_of(t, s, row);
     init_row_keyed(cfg, t->name_key, id, rec);
+    s->nonzero += row_nonzero(rec, cfg->dim);
     for (int k = 0; k < cfg->num_slots; k++)
         for (int j = 0; j < cfg->dim; j++)
             rec[(size_t)(k + 1) * (size_t)cfg->dim + (size_t)j] = cfg->slot_init[k];
@@ -358,6 +372,7 @@ void dt_table_batch_deinit(dt_table_batch *b) {
     free(b->start);
     free(b->recs);
     free(b->grads);
+    free(b->carry);
     memset(b, 0, sizeof *b);
 }
 
@@ -396,7 +411,7 @@ static int grow_batch(const dt_table *t, dt_table_batch *b, int64_t n, dt_err *e
         if (row) b->row = row;
         float **recs = dt_realloc(b->recs, (size_t)n * sizeof *recs);
         if (recs) b->recs = recs;
-        const float **grads = dt_realloc(b->grads, (size_t)n * sizeof *grads);
+        const void **grads = dt_realloc(b->grads, (size_t)n * sizeof *grads);
         if (grads) b->grads = grads;
         if (!order || !row || !recs || !grads)
             return dt_err_set(err, DT_ENOMEM, "table %s: no memory to plan %lld ids", t->cfg.name,
@@ -454,7 +469,8 @@ struct pass {
     int64_t step;
     float *values;             /* read: out */
     float *const *slots_out;   /* read: out, may be NULL */
-    const float *in;           /* write: values; apply: gradients */
+    const float *in;           /* write: values */
+    const dt_rpc_span *grads;  /* apply: (n, D) floats in a message's pieces */
     const float *const *slots; /* write: may be NULL */
     const dt_optim_config *optim;
     double lr;
@@ -537,18 +553,57 @@ static int materialize_stripe(const pass *ps, stripe *s, int64_t begin, int64_t 
     return 0;
 }
 
+/* Where row k of the gradient lies: in place when its bytes are in one
+ * piece, else put together in b's carry. *piece and *base (the offset of
+ * *piece's first byte in the span's first piece) only move forward, so a
+ * stripe's rows, visited in increasing k, walk the pieces once. */
+static const void *grad_row(const dt_rpc_span *g, size_t row_bytes, int64_t k,
+                            const dt_rpc_piece **piece, size_t *base, float *carry) {
+    const size_t at = g->offset + (size_t)k * row_bytes;
+    while (at >= *base + (*piece)->len) {
+        *base += (*piece)->len;
+        (*piece)++;
+    }
+    if (at + row_bytes <= *base + (*piece)->len) return (*piece)->data + (at - *base);
+    const dt_rpc_piece *p = *piece;
+    size_t off = at - *base;
+    for (size_t got = 0; got < row_bytes; p++, off = 0) {
+        size_t take = p->len - off < row_bytes - got ? p->len - off : row_bytes - got;
+        memcpy((uint8_t *)carry + got, p->data + off, take);
+        got += take;
+    }
+    return carry;
+}
+
 static int apply_stripe(const pass *ps, stripe *s, int64_t begin, int64_t end, dt_err *err) {
     (void)err;
     dt_table_batch *b = ps->b;
     const int dim = ps->t->cfg.dim;
+    const size_t row_bytes = (size_t)dim * sizeof(float);
+    const dt_rpc_piece *piece = ps->grads->piece;
+    size_t base = 0;
+    int64_t before = 0, after = 0, m = begin;
     for (int64_t p = begin; p < end; p++) {
         const int64_t k = b->order[p];
-        b->recs[p] = record_of(ps->t, s, b->row[k]);
-        b->grads[p] = ps->in + (size_t)k * (size_t)dim;
+        float *rec = record_of(ps->t, s, b->row[k]);
+        const void *g = grad_row(ps->grads, row_bytes, k, &piece, &base, b->carry);
         touch(s, b->row[k], ps->step);
+        before += row_nonzero(rec, dim);
+        if (g == b->carry) {
+            /* The carry holds one row: apply it now (rows are independent). */
+            dt_optim_apply_rows(ps->optim, ps->lr, ps->updates, &rec, &g, 1, dim);
+            after += row_nonzero(rec, dim);
+        } else {
+            /* Read in place, applied together below. */
+            b->recs[m] = rec;
+            b->grads[m++] = g;
+        }
     }
     dt_optim_apply_rows(ps->optim, ps->lr, ps->updates, b->recs + begin, b->grads + begin,
-                        end - begin, dim);
+                        m - begin, dim);
+    for (int64_t p = begin; p < m; p++)
+        after += row_nonzero(b->recs[p], dim);
+    s->nonzero += after - before;
     return 0;
 }
 
@@ -559,7 +614,9 @@ static int write_stripe(const pass *ps, stripe *s, int64_t begin, int64_t end, d
     for (int64_t p = begin; p < end; p++) {
         const int64_t k = ps->b->order[p];
         float *rec = record_of(ps->t, s, ps->b->row[k]);
+        s->nonzero -= row_nonzero(rec, cfg->dim);
         memcpy(rec, ps->in + (size_t)k * D, D * sizeof *rec);
+        s->nonzero += row_nonzero(rec, cfg->dim);
         for (int j = 0; j < cfg->num_slots; j++) {
             float *sd = rec + (size_t)(j + 1) * D;
             if (ps->slots && ps->slots[j])
@@ -597,17 +654,32 @@ static int update(pass *ps, dt_err *err) {
     return rc;
 }
 
-int dt_table_apply(dt_table *t, dt_table_batch *b, const dt_optim_config *optim, double lr,
-                   const float *grads, int64_t step, dt_err *err) {
+int dt_table_apply_span(dt_table *t, dt_table_batch *b, const dt_optim_config *optim, double lr,
+                        const dt_rpc_span *grads, int64_t step, dt_err *err) {
     batch_matches(t, b);
     const dt_table_config *cfg = &t->cfg;
     if (dt_optim_num_slots(optim) != cfg->num_slots)
         return dt_err_set(err, DT_EINVAL, "table %s: optimizer %s has %d slots, the table %d",
                           cfg->name, dt_optim_name(optim->kind), dt_optim_num_slots(optim),
                           cfg->num_slots);
+    if (b->carry_dim < cfg->dim) {
+        float *carry = dt_realloc(b->carry, (size_t)cfg->dim * sizeof *carry);
+        if (!carry) return dt_err_set(err, DT_ENOMEM, "table %s: no memory", cfg->name);
+        b->carry = carry;
+        b->carry_dim = cfg->dim;
+    }
     pass ps = {
-        .fn = apply_stripe, .t = t, .b = b, .step = step, .in = grads, .optim = optim, .lr = lr};
+        .fn = apply_stripe, .t = t, .b = b, .step = step, .grads = grads, .optim = optim, .lr = lr};
     return update(&ps, err);
+}
+
+int dt_table_apply(dt_table *t, dt_table_batch *b, const dt_optim_config *optim, double lr,
+                   const float *grads, int64_t step, dt_err *err) {
+    /* n * D floats fit: dt_table_plan checked n * D * 4 <= 2^40. */
+    const dt_rpc_piece one = {(const uint8_t *)grads,
+                              (size_t)b->n * (size_t)t->cfg.dim * sizeof(float)};
+    const dt_rpc_span span = {&one, 0, one.len};
+    return dt_table_apply_span(t, b, optim, lr, &span, step, err);
 }
 
 int dt_table_write(dt_table *t, dt_table_batch *b, const float *values, const float *const *slots,
@@ -636,16 +708,11 @@ void dt_table_stats_of(dt_table *t, dt_table_stats *out) {
 
 int64_t dt_table_count_nonzero(dt_table *t) {
     int64_t nonzero = 0;
-    const int D = t->cfg.dim;
     pthread_rwlock_rdlock(&t->evict_lock);
     for (int si = 0; si < t->nstripes; si++) {
         stripe *s = &t->stripes[si];
         pthread_mutex_lock(&s->mu);
-        for (int64_t row = 0; row < s->count; row++) {
-            const float *w = record_of(t, s, row);
-            for (int j = 0; j < D; j++)
-                nonzero += w[j] != 0.0f;
-        }
+        nonzero += s->nonzero;
         pthread_mutex_unlock(&s->mu);
     }
     pthread_rwlock_unlock(&t->evict_lock);
@@ -702,7 +769,9 @@ static int compact(dt_table *t, stripe *s, int64_t step, const dt_table_evict_po
         if (evicted_row(p, step, s->chunks[c].last[off], s->chunks[c].touches[off])) continue;
         const int64_t row = fresh.count++;
         locate(row, &fc, &foff);
-        memcpy(record_of(t, &fresh, row), record_of(t, s, e.row), (size_t)t->rec * sizeof(float));
+        float *rec = record_of(t, &fresh, row);
+        memcpy(rec, record_of(t, s, e.row), (size_t)t->rec * sizeof(float));
+        fresh.nonzero += row_nonzero(rec, t->cfg.dim);
         fresh.chunks[fc].last[foff] = s->chunks[c].last[off];
         fresh.chunks[fc].touches[foff] = s->chunks[c].touches[off];
         place(fresh.index, fresh.cap, e.id, row);
@@ -715,6 +784,7 @@ static int compact(dt_table *t, stripe *s, int64_t step, const dt_table_evict_po
     memcpy(s->chunks, fresh.chunks, sizeof s->chunks);
     s->nchunks = fresh.nchunks;
     s->bytes = fresh.bytes;
+    s->nonzero = fresh.nonzero;
     return 0;
 }
 

@@ -85,6 +85,7 @@
 
 #include "err.h"
 #include "optim.h"
+#include "rpc_common.h"
 #include "tensor.h"
 
 #define DT_TABLE_MAX_ROWS ((int64_t)1 << 40)
@@ -147,8 +148,10 @@ typedef struct {
     int64_t *row;   /* (n) row of ids[k] in its stripe, while an apply runs */
     int64_t *start; /* (stripes + 1) stripe s owns order[start[s] .. start[s+1]) */
     int nstripes;
-    float **recs;        /* (n) records, in order[] order */
-    const float **grads; /* (n) gradient rows, in order[] order */
+    float **recs;       /* (n) records, in order[] order */
+    const void **grads; /* (n) gradient rows, in order[] order, any alignment */
+    float *carry;       /* (carry_dim) a gradient row split between pieces, put together */
+    int carry_dim;
 } dt_table_batch;
 
 void dt_table_batch_deinit(dt_table_batch *b);
@@ -183,6 +186,14 @@ void dt_table_read(dt_table *t, const dt_table_batch *b, float *values, float *c
 int dt_table_apply(dt_table *t, dt_table_batch *b, const dt_optim_config *optim, double lr,
                    const float *grads, int64_t step, dt_err *err) DT_WARN_UNUSED;
 
+/* dt_table_apply with the gradient read where it arrived: grads is a span
+ * of a received message (rpc_common.h) of n * D floats, at any alignment,
+ * in pieces of any length. Rows are read in place; a row split between two
+ * pieces is put together in b's carry (D floats, the one allocation, made
+ * before any row changes). The same bits as dt_table_apply of a copy. */
+int dt_table_apply_span(dt_table *t, dt_table_batch *b, const dt_optim_config *optim, double lr,
+                        const dt_rpc_span *grads, int64_t step, dt_err *err) DT_WARN_UNUSED;
+
 /* Sets b's rows to values (n, D) and, when slots is not NULL, each slot s
  * to slots[s] (n, D) (NULL entries: the initial value), making rows as
  * needed; last touch step, touch count 1 for a new row. For restores.
@@ -199,7 +210,9 @@ typedef struct {
 
 void dt_table_stats_of(dt_table *t, dt_table_stats *out);
 /* Weights (of D per held row) that are not 0, for Status and checkpoints
- * (FTRL with L1 keeps most at 0). A scan of every held row. */
+ * (FTRL with L1 keeps most at 0). Exact, and no scan: each stripe keeps its
+ * count as rows change (made, applied, written, evicted), so this costs one
+ * short lock per stripe however many rows are held. */
 int64_t dt_table_count_nonzero(dt_table *t);
 
 typedef struct {

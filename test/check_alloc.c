@@ -299,6 +299,7 @@ typedef struct {
     dt_tensors loaded;
     dt_safetensors_meta loaded_meta;
     char restored[1024];
+    dt_safetensors_rows *rows; /* a table's rows streamed after ts */
 } ckpt_ctx;
 
 static void ckpt_ctx_init(ckpt_ctx *c, const char *dir_name) {
@@ -314,6 +315,7 @@ static void ckpt_ctx_init(ckpt_ctx *c, const char *dir_name) {
 
 static void ckpt_ctx_deinit(ckpt_ctx *c) {
     dt_tensors_deinit(&c->ts);
+    dt_safetensors_rows_free(c->rows);
     free(c->before);
     free(c->old_bytes);
 }
@@ -361,14 +363,61 @@ static void save_done(void *ctx) {
     write_file(c->path, c->old_bytes, c->old_len); /* the next run saves over it again */
 }
 
+/* c for a save over the checkpoint of step 7 in dir_name, its bytes kept. */
+static void save_over_old(ckpt_ctx *c, const char *dir_name) {
+    ckpt_ctx_init(c, dir_name);
+    save_meta(c, 7, "model.ckpt-1234.safetensors");
+    snprintf(c->path, sizeof c->path, "%s/model.ckpt-1234.safetensors", c->dir);
+    c->old_bytes = (unsigned char *)dt_test_read_file(c->path, &c->old_len);
+}
+
 START_TEST(test_ckpt_save) {
     ckpt_ctx c;
-    ckpt_ctx_init(&c, "save");
-    save_meta(&c, 7, "model.ckpt-1234.safetensors");
-    snprintf(c.path, sizeof c.path, "%s/model.ckpt-1234.safetensors", c.dir);
-    c.old_bytes = (unsigned char *)dt_test_read_file(c.path, &c.old_len);
+    save_over_old(&c, "save");
     c.before = dir_listing(c.dir);
     entry e = {"dt_safetensors_save", {c.path, NULL}, run_save, save_clean, save_done, &c};
+    fail_every_allocation(&e);
+    ckpt_ctx_deinit(&c);
+}
+END_TEST
+
+/* dt_safetensors_save_rows: the same promises as dt_safetensors_save, with
+ * a table's rows streamed after the tensors. */
+static int run_save_rows(void *ctx, dt_err *err) {
+    ckpt_ctx *c = ctx;
+    return dt_safetensors_save_rows(c->path, &c->ts, c->rows, &c->meta, err);
+}
+
+static void save_rows_done(void *ctx) {
+    ckpt_ctx *c = ctx;
+    dt_tensors back;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_safetensors_load(c->path, &back, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(back.count, c->ts.count + 2);
+    const dt_tensor *ids = dt_tensors_find(&back, "t/ids");
+    ck_assert_ptr_nonnull(ids);
+    ck_assert_int_eq(ids->shape[0], 5);
+    ck_assert_int_eq(((const int64_t *)ids->data)[4], 40);
+    dt_tensors_deinit(&back);
+    write_file(c->path, c->old_bytes, c->old_len); /* the next run saves over it again */
+}
+
+START_TEST(test_ckpt_save_rows) {
+    ckpt_ctx c;
+    save_over_old(&c, "save_rows");
+    dt_tensor specs[2] = {tensor("t/ids", DT_DTYPE_I64, 1, -1, NULL),
+                          tensor("t/values", DT_DTYPE_F32, 1, 2, NULL)};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_safetensors_rows_new(c.dir, specs, 2, &c.rows, &err) == 0, "%s", err.msg);
+    const int64_t ids[5] = {0, 10, 20, 30, 40};
+    const float values[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    const void *parts[2] = {ids, values};
+    ck_assert_msg(dt_safetensors_rows_append(c.rows, 5, parts, &err) == 0, "%s", err.msg);
+    c.before = dir_listing(c.dir);
+    entry e = {
+        "dt_safetensors_save_rows", {c.path, NULL}, run_save_rows, save_clean, save_rows_done, &c};
     fail_every_allocation(&e);
     ckpt_ctx_deinit(&c);
 }
@@ -1074,6 +1123,7 @@ Suite *alloc_suite(void) {
     tcase_add_test(tc, test_countdown);
     tcase_add_test(tc, test_codec_allocates_nothing);
     tcase_add_test(tc, test_ckpt_save);
+    tcase_add_test(tc, test_ckpt_save_rows);
     tcase_add_test(tc, test_ckpt_load);
     tcase_add_test(tc, test_ckpt_save_in_dir);
     tcase_add_test(tc, test_ckpt_restore_latest);

@@ -5,7 +5,9 @@
  * an independent header parse and by numpy (python3-numpy, which
  * scripts/install_deps.sh installs: the test fails without it), refusal
  * of damaged files (truncation at every byte, every flipped data byte,
- * hand-made bad headers), write faults at every byte of a save.
+ * hand-made bad headers), write faults at every byte of a save; rows
+ * streamed to a save (safetensors.h's rows writer) against a save of the
+ * same set in memory, byte for byte, and CRC-32C's combine.
  * "log_dir" (lib/checkpoint.c, lib/dirlock.c): rotation, the state file,
  * restore fallbacks, kills at the save's crash points, the log dir's lock.
  * One suite: both halves share the temp dir, the test model and the file
@@ -131,15 +133,21 @@ static int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-static int count_tmp_files(const char *dir_path) {
+/* The entries of a dir whose name holds needle (NULL: all but . and ..). */
+static int count_files_with(const char *dir_path, const char *needle) {
     DIR *dir = opendir(dir_path);
     ck_assert_ptr_nonnull(dir);
     int n = 0;
     struct dirent *de;
     while ((de = readdir(dir)) != NULL)
-        if (strstr(de->d_name, ".tmp.")) n++;
+        n += needle ? strstr(de->d_name, needle) != NULL
+                    : strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
     closedir(dir);
     return n;
+}
+
+static int count_tmp_files(const char *dir_path) {
+    return count_files_with(dir_path, ".tmp.");
 }
 
 static void assert_err(int rc, const dt_err *err, int code, const char *needle) {
@@ -791,27 +799,25 @@ END_TEST
 
 /* Fault injection on save: the write fails after every possible byte count;
  * each save reports it, leaves no temporary, and the old file survives. */
-START_TEST(test_save_fails_at_every_byte) {
-    char path[1024];
-    tmp_path(path, sizeof path, "fi.safetensors");
-    save_model(path, 1, 1);
-    size_t len;
-    free(read_all(path, &len));
+/* A save to run under a file size limit. */
+typedef int (*save_fn)(void *ctx, dt_err *err);
 
+/* Runs save under a file size limit of every stride-th byte below len:
+ * each run fails with DT_EIO, leaves no temporary file, and leaves path
+ * holding the checkpoint of step 1 it held before. */
+static void save_fails_under_limits(const char *path, size_t len, size_t stride, save_fn save,
+                                    void *ctx) {
     signal(SIGXFSZ, SIG_IGN); /* over-limit writes fail with EFBIG instead */
     struct rlimit old;
     ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
-    dt_tensors ts;
-    build_model(&ts, 2);
-    dt_safetensors_meta meta = make_meta(2);
-    for (size_t limit = 0; limit < len; limit++) {
+    for (size_t limit = 0; limit < len; limit += stride) {
         /* No assertions while the limit is on: the test framework writes
          * files of its own. */
         struct rlimit rl = {.rlim_cur = limit, .rlim_max = old.rlim_max};
         int set = setrlimit(RLIMIT_FSIZE, &rl);
         dt_err err;
         dt_err_clear(&err);
-        int rc = dt_safetensors_save(path, &ts, &meta, &err);
+        int rc = save(ctx, &err);
         int reset = setrlimit(RLIMIT_FSIZE, &old);
         ck_assert_int_eq(set, 0);
         ck_assert_int_eq(reset, 0);
@@ -824,6 +830,32 @@ START_TEST(test_save_fails_at_every_byte) {
         ck_assert_int_eq(got.global_step, 1);
         dt_tensors_deinit(&back);
     }
+    signal(SIGXFSZ, SIG_DFL);
+}
+
+typedef struct {
+    const char *path;
+    const dt_tensors *ts;
+    const dt_safetensors_meta *meta;
+} plain_save;
+
+static int run_plain_save(void *ctx, dt_err *err) {
+    const plain_save *ps = ctx;
+    return dt_safetensors_save(ps->path, ps->ts, ps->meta, err);
+}
+
+START_TEST(test_save_fails_at_every_byte) {
+    char path[1024];
+    tmp_path(path, sizeof path, "fi.safetensors");
+    save_model(path, 1, 1);
+    size_t len;
+    free(read_all(path, &len));
+
+    dt_tensors ts;
+    build_model(&ts, 2);
+    dt_safetensors_meta meta = make_meta(2);
+    plain_save ps = {path, &ts, &meta};
+    save_fails_under_limits(path, len, 1, run_plain_save, &ps);
     /* With room to write, the same save goes through. */
     dt_err err;
     dt_err_clear(&err);
@@ -835,7 +867,6 @@ START_TEST(test_save_fails_at_every_byte) {
     assert_same_tensors(&ts, &back);
     dt_tensors_deinit(&back);
     dt_tensors_deinit(&ts);
-    signal(SIGXFSZ, SIG_DFL);
 }
 END_TEST
 
@@ -1647,6 +1678,216 @@ START_TEST(test_dirlock) {
 }
 END_TEST
 
+/* ---- rows streamed to a save ---- */
+
+START_TEST(test_crc_combine) {
+    /* CRC(A B) from CRC(A), CRC(B) and |B|, at every kind of split, and
+     * over a long run of zeros (the shift by x^(8n) for a large n). */
+    enum { N = 5000 };
+    static unsigned char buf[N];
+    for (int i = 0; i < N; i++)
+        buf[i] = (unsigned char)(i * 131 + (i >> 7));
+    const uint32_t whole = dt_crc32c(buf, N);
+    const size_t cuts[] = {0, 1, 7, 8, 9, 100, 4096, N - 1, N};
+    for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+        size_t a = cuts[k];
+        ck_assert_uint_eq(dt_crc32c_combine(dt_crc32c(buf, a), dt_crc32c(buf + a, N - a), N - a),
+                          whole);
+    }
+    const size_t big = ((size_t)1 << 22) + 3;
+    unsigned char *zeros = calloc(big, 1);
+    ck_assert_ptr_nonnull(zeros);
+    ck_assert_uint_eq(dt_crc32c_combine(whole, dt_crc32c(zeros, big), big),
+                      dt_crc32c_extend(whole, zeros, big));
+    free(zeros);
+}
+END_TEST
+
+/* The test model followed by a table of n rows as a checkpoint holds it:
+ * "t/ids" I64 (n), "t/values" and "t/m" F32 (n, 3). */
+static void build_model_and_table(dt_tensors *ts, int64_t n) {
+    dt_tensors model;
+    build_model(&model, 3);
+    dt_tensor specs[8];
+    memset(specs, 0, sizeof specs);
+    for (int i = 0; i < model.count; i++) {
+        specs[i] = model.items[i];
+        specs[i].data = NULL;
+    }
+    dt_tensor *t = specs + model.count;
+    t[0] = (dt_tensor){.name = "t/ids", .dtype = DT_DTYPE_I64, .ndim = 1, .shape = {n}};
+    t[1] = (dt_tensor){.name = "t/values", .dtype = DT_DTYPE_F32, .ndim = 2, .shape = {n, 3}};
+    t[2] = (dt_tensor){.name = "t/m", .dtype = DT_DTYPE_F32, .ndim = 2, .shape = {n, 3}};
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_tensors_init(ts, specs, model.count + (n > 0 ? 3 : 0), &err) == 0, "%s",
+                  err.msg);
+    for (int i = 0; i < model.count; i++)
+        memcpy(ts->items[i].data, model.items[i].data, model.items[i].nbytes);
+    for (int64_t k = 0; n > 0 && k < n; k++) {
+        ((int64_t *)ts->items[model.count].data)[k] = 5 + 3 * k;
+        for (int j = 0; j < 3; j++) {
+            ((float *)ts->items[model.count + 1].data)[k * 3 + j] = (float)k * 0.25f - (float)j;
+            ((float *)ts->items[model.count + 2].data)[k * 3 + j] = 1.0f / (float)(k + j + 1);
+        }
+    }
+    dt_tensors_deinit(&model);
+}
+
+/* A rows writer in tmpdir holding the first n rows of the table part of
+ * full (from tensor `first` on), appended in runs of 0, 1, 2, ... rows. */
+static dt_safetensors_rows *stream_rows(const dt_tensors *full, int first, int64_t n) {
+    dt_tensor specs[3];
+    for (int i = 0; i < 3; i++) {
+        specs[i] = full->items[first + i];
+        specs[i].data = NULL;
+    }
+    dt_safetensors_rows *r = NULL;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_safetensors_rows_new(tmpdir, specs, 3, &r, &err) == 0, "%s", err.msg);
+    const size_t rows = (size_t)full->items[first].shape[0];
+    for (int64_t at = 0, run = 0; at < n; at += run, run++) {
+        int64_t m = run < n - at ? run : n - at;
+        const void *parts[3];
+        for (int i = 0; i < 3; i++)
+            parts[i] = (const char *)full->items[first + i].data +
+                       (size_t)at * (full->items[first + i].nbytes / rows);
+        ck_assert_msg(dt_safetensors_rows_append(r, m, parts, &err) == 0, "%s", err.msg);
+    }
+    ck_assert_int_eq(dt_safetensors_rows_count(r), n);
+    return r;
+}
+
+START_TEST(test_rows_streamed_same_bytes) {
+    /* A table's rows streamed through a rows writer give the file a save of
+     * the whole set in memory gives, byte for byte; with no rows, the file
+     * of the model alone. The writer's files never show in its dir. */
+    dt_safetensors_meta meta = make_meta(9);
+    dt_err err;
+    dt_err_clear(&err);
+    const int64_t sizes[] = {1, 2, 37, 1000};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        dt_tensors full, model;
+        build_model_and_table(&full, sizes[k]);
+        build_model(&model, 3);
+        char whole[1024], streamed[1024];
+        tmp_path(whole, sizeof whole, "whole.safetensors");
+        tmp_path(streamed, sizeof streamed, "streamed.safetensors");
+        ck_assert_msg(dt_safetensors_save(whole, &full, &meta, &err) == 0, "%s", err.msg);
+        dt_safetensors_rows *r = stream_rows(&full, model.count, sizes[k]);
+        ck_assert_int_eq(count_files_with(tmpdir, NULL),
+                         k == 0 ? 1 : 2); /* the saves, not the rows */
+        ck_assert_msg(dt_safetensors_save_rows(streamed, &model, r, &meta, &err) == 0, "%s",
+                      err.msg);
+        dt_safetensors_rows_free(r);
+        size_t la, lb;
+        unsigned char *a = read_all(whole, &la), *b = read_all(streamed, &lb);
+        ck_assert_uint_eq(la, lb);
+        ck_assert_msg(memcmp(a, b, la) == 0, "%lld rows: the files differ", (long long)sizes[k]);
+        free(a), free(b);
+        dt_tensors back;
+        ck_assert_msg(dt_safetensors_load(streamed, &back, NULL, &err) == 0, "%s", err.msg);
+        assert_same_tensors(&full, &back);
+        dt_tensors_deinit(&back), dt_tensors_deinit(&full), dt_tensors_deinit(&model);
+        ck_assert_int_eq(count_files_with(tmpdir, NULL), 2);
+    }
+    /* No rows: no table tensors, as a table with no row saves. */
+    dt_tensors model, one;
+    build_model(&model, 3);
+    build_model_and_table(&one, 1);
+    dt_safetensors_rows *r = stream_rows(&one, model.count, 0);
+    dt_tensors_deinit(&one);
+    char whole[1024], streamed[1024];
+    tmp_path(whole, sizeof whole, "model.safetensors");
+    tmp_path(streamed, sizeof streamed, "empty.safetensors");
+    ck_assert_int_eq(dt_safetensors_save(whole, &model, &meta, &err), 0);
+    ck_assert_int_eq(dt_safetensors_save_rows(streamed, &model, r, &meta, &err), 0);
+    dt_safetensors_rows_free(r);
+    size_t la, lb;
+    unsigned char *a = read_all(whole, &la), *b = read_all(streamed, &lb);
+    ck_assert(la == lb && memcmp(a, b, la) == 0);
+    free(a), free(b);
+    dt_tensors_deinit(&model);
+}
+END_TEST
+
+typedef struct {
+    const char *path;
+    const dt_tensors *ts;
+    dt_safetensors_rows *rows;
+    const dt_safetensors_meta *meta;
+} rows_save;
+
+static int run_rows_save(void *ctx, dt_err *err) {
+    const rows_save *rs = ctx;
+    return dt_safetensors_save_rows(rs->path, rs->ts, rs->rows, rs->meta, err);
+}
+
+START_TEST(test_rows_save_fails_at_every_byte) {
+    /* A streamed save cut short at every 7th byte (its parts copied from
+     * their files included) fails with DT_EIO and leaves the old file whole. */
+    dt_tensors full, model;
+    build_model_and_table(&full, 20);
+    build_model(&model, 3);
+    char path[1024];
+    tmp_path(path, sizeof path, "rows.safetensors");
+    save_model(path, 1, 1);
+    dt_safetensors_rows *r = stream_rows(&full, model.count, 20);
+    dt_safetensors_meta meta = make_meta(2);
+    dt_err err;
+    dt_err_clear(&err);
+    char whole[1024];
+    tmp_path(whole, sizeof whole, "whole.safetensors");
+    ck_assert_int_eq(dt_safetensors_save(whole, &full, &meta, &err), 0);
+    size_t len;
+    free(read_all(whole, &len));
+    unlink(whole);
+
+    rows_save rs = {path, &model, r, &meta};
+    save_fails_under_limits(path, len, 7, run_rows_save, &rs);
+    ck_assert_msg(dt_safetensors_save_rows(path, &model, r, &meta, &err) == 0, "%s", err.msg);
+    dt_tensors back;
+    ck_assert_int_eq(dt_safetensors_load(path, &back, NULL, &err), 0);
+    assert_same_tensors(&full, &back);
+    dt_tensors_deinit(&back);
+    dt_safetensors_rows_free(r);
+    dt_tensors_deinit(&full), dt_tensors_deinit(&model);
+}
+END_TEST
+
+START_TEST(test_rows_bad_input) {
+    dt_tensor specs[2] = {
+        {.name = "t/ids", .dtype = DT_DTYPE_I64, .ndim = 1},
+        {.name = "t/values", .dtype = DT_DTYPE_F32, .ndim = 0},
+    };
+    dt_safetensors_rows *r = (dt_safetensors_rows *)1;
+    dt_err err;
+    dt_err_clear(&err);
+    assert_err(dt_safetensors_rows_new(tmpdir, specs, 0, &r, &err), &err, DT_EINVAL, "0 parts");
+    ck_assert_ptr_null(r);
+    dt_err_clear(&err);
+    assert_err(dt_safetensors_rows_new(tmpdir, specs, 2, &r, &err), &err, DT_EINVAL,
+               "a scalar has no rows");
+    dt_err_clear(&err);
+    char missing[1100];
+    snprintf(missing, sizeof missing, "%s/no/such/dir", tmpdir);
+    assert_err(dt_safetensors_rows_new(missing, specs, 1, &r, &err), &err, DT_EIO,
+               "temporary file");
+    ck_assert_ptr_null(r);
+    ck_assert_int_eq(count_files_with(tmpdir, NULL), 0);
+    /* Rows past a tensor's limit. */
+    ck_assert_int_eq(dt_safetensors_rows_new(tmpdir, specs, 1, &r, &err), 0);
+    const void *parts[1] = {specs};
+    dt_err_clear(&err);
+    assert_err(dt_safetensors_rows_append(r, ((int64_t)1 << 40) + 1, parts, &err), &err, DT_EINVAL,
+               "more rows");
+    assert_err(dt_safetensors_rows_append(r, -1, parts, &err), &err, DT_EINVAL, "more rows");
+    dt_safetensors_rows_free(r);
+    dt_safetensors_rows_free(NULL);
+}
+END_TEST
+
 Suite *checkpoint_suite(void) {
     Suite *s = suite_create("checkpoint");
     TCase *tc = tcase_create("file");
@@ -1667,6 +1908,10 @@ Suite *checkpoint_suite(void) {
     tcase_add_test(tc, test_save_fails_at_every_byte);
     tcase_add_test(tc, test_save_rename_fails);
     tcase_add_test(tc, test_save_rejects_bad_input);
+    tcase_add_test(tc, test_crc_combine);
+    tcase_add_test(tc, test_rows_streamed_same_bytes);
+    tcase_add_test(tc, test_rows_save_fails_at_every_byte);
+    tcase_add_test(tc, test_rows_bad_input);
     suite_add_tcase(s, tc);
 
     TCase *dir = tcase_create("log_dir");

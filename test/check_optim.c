@@ -481,7 +481,7 @@ static int lazy_vs_dense(const dt_optim_config *cfg) {
         const int *touched = t % 2 ? odd : even, count = t % 2 ? 3 : 2;
         float dense_g[R * D] = {0}, rows_g[3 * D];
         float *rows[3];
-        const float *grads[3] = {rows_g, rows_g + D, rows_g + 2 * D};
+        const void *grads[3] = {rows_g, rows_g + D, rows_g + 2 * D};
         for (int k = 0; k < count; k++) {
             rows[k] = rec + (size_t)touched[k] * (size_t)(1 + S) * D;
             for (int j = 0; j < D; j++) {
@@ -557,7 +557,7 @@ START_TEST(test_apply_rows_lazy_adam) {
         if (t % 2) touched[count++] = 1;
         if (t == 5) touched[count++] = 3;
         float *rows[3], g[3 * DIM];
-        const float *grads[3] = {g, g + DIM, g + 2 * DIM};
+        const void *grads[3] = {g, g + DIM, g + 2 * DIM};
         for (int k = 0; k < count; k++) {
             rows[k] = rec + touched[k] * 3 * DIM;
             for (int j = 0; j < DIM; j++)

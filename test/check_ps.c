@@ -31,6 +31,7 @@
 #include "ps.h"
 #include "ps_client.h"
 #include "rpc_client.h"
+#include "safetensors.h"
 #include "suites.h"
 #include "testjob.h"
 #include "worker.h"
@@ -2164,6 +2165,66 @@ static dt_ps_client *tables_client(dt_cluster *cl, const dt_tensors *vars) {
     return c;
 }
 
+/* A streamed save (the chief's, dt_ps_client_sparse_save) of T_NAME on c's
+ * tasks writes the file a save of the whole export in memory writes. */
+static void streamed_save_same_bytes(dt_ps_client *c, const dt_tensors *whole, int page_rows) {
+    char *dir = dt_test_tempdir(), a[512], b[512];
+    ck_assert_ptr_nonnull(dir);
+    snprintf(a, sizeof a, "%s/whole.safetensors", dir);
+    snprintf(b, sizeof b, "%s/streamed.safetensors", dir);
+    dt_safetensors_meta meta = {.global_step = 3};
+    snprintf(meta.model, sizeof meta.model, "tables");
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_safetensors_save(a, whole, &meta, &err) == 0, "%s", err.msg);
+    dt_safetensors_rows *rows = NULL;
+    ck_assert_msg(dt_ps_client_sparse_save(c, T_NAME, T_DIM, 1, page_rows, dir, &rows, &err) == 0,
+                  "streamed save: %s", err.msg);
+    ck_assert_ptr_nonnull(rows);
+    dt_tensors none = {0};
+    ck_assert_msg(dt_safetensors_save_rows(b, &none, rows, &meta, &err) == 0, "%s", err.msg);
+    dt_safetensors_rows_free(rows);
+    size_t la = 0, lb = 0;
+    char *fa = dt_test_read_file(a, &la), *fb = dt_test_read_file(b, &lb);
+    ck_assert(fa && fb);
+    ck_assert_uint_eq(la, lb);
+    ck_assert_msg(memcmp(fa, fb, la) == 0, "pages of %d: the files differ", page_rows);
+    free(fa), free(fb);
+    dt_test_tempdir_free(dir);
+}
+
+/* Rows pushed by another client while an export runs: on its first run,
+ * rows new at ids `fresh` (the export holds none of them yet). */
+typedef struct {
+    dt_ps_client *other;
+    dt_tensors *grads, *vars;
+    const int64_t *fresh;
+    int nfresh;
+    int runs;
+    int64_t got[64];
+    int ngot;
+} push_during;
+
+static int push_during_run(void *ctx, const dt_ps_rows *rows, dt_err *err) {
+    push_during *pd = ctx;
+    if (pd->runs++ == 0) {
+        float g[8 * T_DIM] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+        dt_ps_sparse gp = {T_NAME, T_DIM, pd->nfresh, pd->fresh, g};
+        dt_ps_reply r;
+        int rc = dt_ps_client_push_sparse(pd->other, pd->grads, &gp, 1, 1, pd->vars, 0, &r, err);
+        if (rc < 0) return rc;
+    }
+    for (int64_t k = 0; k < rows->n && pd->ngot < 64; k++)
+        pd->got[pd->ngot++] = rows->ids[k];
+    return 0;
+}
+
+static int has_id(const int64_t *ids, int n, int64_t id) {
+    for (int k = 0; k < n; k++)
+        if (ids[k] == id) return 1;
+    return 0;
+}
+
 START_TEST(test_client_tables_reshard) {
     enum { N = 40, D = T_DIM };
     dt_addr ps_addr[3], worker_addr[2];
@@ -2285,7 +2346,43 @@ START_TEST(test_client_tables_reshard) {
     ck_assert_int_eq(again.count, 3);
     for (int i = 0; i < 3; i++)
         ck_assert(memcmp(again.items[i].data, saved.items[i].data, saved.items[i].nbytes) == 0);
+    /* Streamed to disk in runs of 1, 7 and all rows, merged from three
+     * tasks: the same file as the export saved whole. */
+    streamed_save_same_bytes(c, &again, 1);
+    streamed_save_same_bytes(c, &again, 7);
+    streamed_save_same_bytes(c, &again, 1000);
     dt_tensors_deinit(&again);
+
+    /* Rows made while a save reads the tasks (pages of 1 row): a row whose
+     * id is above what its task has sent is in the save; one below, not
+     * (its task is past it). After the first page of each task, a task's
+     * mark is its lowest id. */
+    int64_t low_mark[3] = {INT64_MAX, INT64_MAX, INT64_MAX};
+    for (int k = 0; k < N; k++) {
+        int p = dt_table_shard_of(ids[k], 3);
+        if (ids[k] < low_mark[p]) low_mark[p] = ids[k];
+    }
+    int64_t fresh[2] = {-1, ids[N - 1] + 1}; /* below a mark, above every id */
+    for (int64_t x = 1; fresh[0] < 0; x++)
+        if (!has_id(ids, N, x) && x < low_mark[dt_table_shard_of(x, 3)]) fresh[0] = x;
+    ck_assert_int_lt(fresh[0], fresh[1]);
+    dt_ps_client *other = tables_client(&cl3, &vars);
+    push_during pd = {.other = other, .grads = &grads, .vars = &vars, .fresh = fresh, .nfresh = 2};
+    ck_assert_msg(dt_ps_client_sparse_export_each(c, T_NAME, D, 1, 1, push_during_run, &pd, &err) ==
+                      0,
+                  "export during pushes: %s", err.msg);
+    ck_assert_int_eq(pd.ngot, N + 1);
+    for (int k = 1; k < pd.ngot; k++)
+        ck_assert(pd.got[k] > pd.got[k - 1]);
+    for (int k = 0; k < N; k++)
+        ck_assert(has_id(pd.got, pd.ngot, ids[k]));
+    ck_assert(!has_id(pd.got, pd.ngot, fresh[0]));
+    ck_assert(has_id(pd.got, pd.ngot, fresh[1]));
+    /* Both rows were made: the next save has them. */
+    ck_assert_int_eq(dt_ps_client_sparse_export(c, T_NAME, D, 1, 1000, &again, &err), 0);
+    ck_assert_int_eq(again.items[0].shape[0], N + 2);
+    dt_tensors_deinit(&again);
+    dt_ps_client_free(other);
     dt_tensors_deinit(&saved);
     dt_ps_client_free(c);
     for (int p = 0; p < 3; p++)
@@ -2686,6 +2783,21 @@ static void assert_twins_equal(twin *t, int64_t *step) {
  * push with a NaN in its last piece (refused, nothing changed), a retry of
  * an applied push (not applied again), a push that brings the variables
  * back. The twins end bit-identical. */
+/* The twins' Create of items (big, b) with optimizer at 0.0173, in mode
+ * (sync: both workers' pushes make a step). */
+static dt_msg_create_req twin_create(dt_tensor *items, dt_optim_kind optimizer, int mode) {
+    dt_optim_config cfg;
+    dt_optim_defaults(&cfg);
+    cfg.kind = optimizer;
+    cfg.learning_rate = 0.0173;
+    dt_msg_create_req c = create_req(items, 2, &cfg, 1000);
+    c.consistency.mode = mode;
+    c.consistency.replicas_to_aggregate = 2;
+    c.consistency.total_num_replicas = 2;
+    c.consistency.timeout_ms = 600000;
+    return c;
+}
+
 static void run_twins(dt_optim_kind optimizer, int mode) {
     twin t;
     twin_start(&t);
@@ -2701,15 +2813,7 @@ static void run_twins(dt_optim_kind optimizer, int mode) {
     }
     dt_tensor items[2], slot_items[2];
     twin_tensors(items, big, b);
-    dt_optim_config cfg;
-    dt_optim_defaults(&cfg);
-    cfg.kind = optimizer;
-    cfg.learning_rate = 0.0173;
-    dt_msg_create_req c = create_req(items, 2, &cfg, 1000);
-    c.consistency.mode = mode;
-    c.consistency.replicas_to_aggregate = 2;
-    c.consistency.total_num_replicas = 2;
-    c.consistency.timeout_ms = 600000;
+    dt_msg_create_req c = twin_create(items, optimizer, mode);
     if (dt_optim_num_slots(&c.optim) > 0) {
         /* The first slot given, the others at their initial value. */
         twin_tensors(slot_items, sbig, sb);
@@ -2795,6 +2899,110 @@ END_TEST
 
 START_TEST(test_pieces_momentum_sync) {
     run_twins(DT_OPTIM_MOMENTUM, DT_MODE_SYNC);
+}
+END_TEST
+
+/* Twins' rows of T_NAME at ids (n <= 64) compared, bit for bit. */
+static void assert_twin_rows_equal(twin *t, const int64_t *ids, int n) {
+    int64_t copy[64];
+    ck_assert(n <= 64);
+    memcpy(copy, ids, (size_t)n * sizeof *ids);
+    dt_tensor it;
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, n, 0, copy);
+    dt_msg_sparse_pull_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = -1;
+    snprintf(req.table, sizeof req.table, "%s", T_NAME);
+    req.ids_out = (dt_tensor_list){.items = &it, .count = 1};
+    uint8_t *reply[2];
+    size_t len[2];
+    dt_tensor view[2];
+    dt_err err;
+    for (int k = 0; k < 2; k++) { /* k picks the twin: flat, then cut */
+        ck_assert_msg(send_to(t, k, DT_MSG_SPARSE_PULL_REQ, &req, &reply[k], &len[k], &err) == 0,
+                      "%s", err.msg);
+        dt_msg_sparse_pull_resp resp;
+        memset(&resp, 0, sizeof resp);
+        resp.values_in = (dt_tensor_views){.items = &view[k], .cap = 1};
+        ck_assert_msg(dt_codec_decode(DT_MSG_SPARSE_PULL_RESP, reply[k], len[k], &resp, &err) == 0,
+                      "%s", err.msg);
+        ck_assert_int_eq(resp.values_in.count, 1);
+    }
+    ck_assert_uint_eq(view[0].nbytes, (size_t)n * T_DIM * sizeof(float));
+    ck_assert_msg(memcmp(view[0].data, view[1].data, view[0].nbytes) == 0, "rows differ");
+    free(reply[0]);
+    free(reply[1]);
+}
+
+/* Sparse pushes (and their dense half) to both twins: the rows read in
+ * place from pieces of 1..7 bytes (rows and floats split between them)
+ * give the bits of one run; a NaN in the last row is refused by both and
+ * nothing of that push applied. async reads the rows where they lie, sync
+ * copies them into its accumulators. */
+static void run_sparse_twins(dt_optim_kind optimizer, int mode) {
+    enum { N = 48 };
+    twin t;
+    twin_start(&t);
+    uint64_t x = 7;
+    float big[PR * PC], b[PC];
+    for (int i = 0; i < PR * PC; i++)
+        big[i] = odd_value(&x);
+    for (int i = 0; i < PC; i++)
+        b[i] = odd_value(&x);
+    dt_tensor items[2];
+    twin_tensors(items, big, b);
+    dt_msg_create_req c = twin_create(items, optimizer, mode);
+    c.tables[0] = table_spec();
+    c.num_tables = 1;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(send_both(&t, DT_MSG_CREATE_REQ, &c, &err) == 0, "create: %s", err.msg);
+    int64_t ids[N], step = 0;
+    uint64_t push_id = 1;
+    for (int k = 0; k <= 6; k++) {
+        int n = 0;
+        for (int64_t id = k; n < N; id += 1 + (id * 5 + k) % 9)
+            ids[n++] = id * 1000003;
+        float g[N * T_DIM], gbig[PR * PC], gb[PC];
+        for (int i = 0; i < N * T_DIM; i++)
+            g[i] = odd_value(&x);
+        for (int i = 0; i < PR * PC; i++)
+            gbig[i] = odd_value(&x);
+        for (int i = 0; i < PC; i++)
+            gb[i] = odd_value(&x);
+        if (k == 6) g[N * T_DIM - 1] = NAN;
+        dt_tensor dense[2], it, gt;
+        twin_tensors(dense, gbig, gb);
+        make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, N, 0, ids);
+        make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, N, T_DIM, g);
+        dt_msg_push_req req = push_req(dense, 2, k % 2);
+        req.step = step;
+        req.push_id = push_id++;
+        req.sparse_ids_out = (dt_tensor_list){.items = &it, .count = 1};
+        req.sparse_grads_out = (dt_tensor_list){.items = &gt, .count = 1};
+        int rc = send_both(&t, DT_MSG_PUSH_REQ, &req, &err);
+        if (k == 6) {
+            ck_assert_int_eq(rc, DT_EINVAL);
+            ck_assert_msg(strstr(err.msg, "not finite") != NULL, "%s", err.msg);
+        } else {
+            ck_assert_msg(rc == 0, "push %d: %s", k, err.msg);
+            if (mode != DT_MODE_SYNC || k % 2 == 1) step++;
+        }
+        assert_twin_rows_equal(&t, ids, N);
+    }
+    int64_t now;
+    assert_twins_equal(&t, &now);
+    ck_assert_int_eq(now, step);
+    twin_stop(&t);
+}
+
+START_TEST(test_pieces_sparse_async) {
+    run_sparse_twins(DT_OPTIM_ADAGRAD, DT_MODE_ASYNC);
+}
+END_TEST
+
+START_TEST(test_pieces_sparse_sync) {
+    run_sparse_twins(DT_OPTIM_FTRL, DT_MODE_SYNC);
 }
 END_TEST
 
@@ -3140,6 +3348,8 @@ Suite *ps_suite(void) {
     tcase_add_test(pieces, test_pieces_sgd_async);
     tcase_add_test(pieces, test_pieces_adam_async);
     tcase_add_test(pieces, test_pieces_momentum_sync);
+    tcase_add_test(pieces, test_pieces_sparse_async);
+    tcase_add_test(pieces, test_pieces_sparse_sync);
     tcase_add_test(pieces, test_reply_buffers_unchanged);
     tcase_add_test(pieces, test_nonfinite_anywhere);
     tcase_add_test(pieces, test_pipelined_pushes_one_step_stale);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "hash.h"
+#include "pieces.h"
 #include "proc.h"
 #include "safetensors.h"
 #include "suites.h"
@@ -251,6 +252,17 @@ START_TEST(test_plan_errors) {
 }
 END_TEST
 
+/* A table of R rows of D at a normal init (0.1) over 8 stripes, with o's
+ * slots: the tables the update tests push to. */
+static dt_table *normal_table(const char *name, int64_t R, int D, const dt_optim_config *o) {
+    dt_table_config cfg = config(name, R, D);
+    cfg.init = DT_TABLE_INIT_NORMAL;
+    cfg.init_scale = 0.1;
+    cfg.stripes = 8;
+    dt_table_config_slots(&cfg, o);
+    return new_table(&cfg);
+}
+
 /* Pushes of several optimizers against a dense reference of the same
  * rule: a dense array per row, updated with dt_optim_apply per touched row
  * (the rule's reference is check_optim's), and untouched rows never. */
@@ -259,12 +271,8 @@ static void lazy_against_dense(dt_optim_kind kind) {
     const char *name = dt_optim_name(kind);
     dt_optim_config o = optim(kind);
     o.ftrl_l1 = 0.01;
-    dt_table_config cfg = config("t", R, D);
-    cfg.init = DT_TABLE_INIT_NORMAL;
-    cfg.init_scale = 0.1;
-    cfg.stripes = 8;
-    dt_table_config_slots(&cfg, &o);
-    dt_table *t = new_table(&cfg);
+    dt_table *t = normal_table("t", R, D, &o);
+    const dt_table_config cfg = *dt_table_config_of(t);
     const int S = cfg.num_slots;
     float *ref = malloc((size_t)R * (1 + S) * D * sizeof *ref);
     int *held = calloc(R, sizeof *held);
@@ -800,6 +808,177 @@ START_TEST(test_nonzero_with_ftrl) {
 }
 END_TEST
 
+/* The non-zero weights of t by a full scan of an export: the reference
+ * the kept count is held to. */
+static int64_t scanned_nonzero(dt_table *t) {
+    dt_tensors ts;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_table_export(t, 0, 1, &ts, &err) == 0, "%s", err.msg);
+    int64_t n = 0;
+    if (ts.count > 0) {
+        const float *w = ts.items[1].data;
+        for (int64_t i = 0; i < dt_tensor_numel(&ts.items[1]); i++)
+            n += w[i] != 0.0f;
+    }
+    dt_tensors_deinit(&ts);
+    return n;
+}
+
+static void nonzero_matches_scan(dt_table *t, const char *when) {
+    int64_t kept = dt_table_count_nonzero(t), scanned = scanned_nonzero(t);
+    ck_assert_msg(kept == scanned, "%s: count %lld, scan %lld", when, (long long)kept,
+                  (long long)scanned);
+}
+
+START_TEST(test_nonzero_kept_exact) {
+    /* The count kept as rows change equals a full scan after each kind of
+     * change: random pushes on a normal init, FTRL with L1 (weights going to 0
+     * and back as the gradient's sign turns), writes that zero weights, an import over held and new
+     * rows, an eviction, and a restore into a fresh table. */
+    enum { R = 5000, D = 3, PUSHES = 40 };
+    dt_optim_config o = optim(DT_OPTIM_FTRL);
+    o.learning_rate = 0.1;
+    o.ftrl_l1 = 2;
+    o.ftrl_beta = 1;
+    dt_table *t = normal_table("nz", R, D, &o);
+    const dt_table_config cfg = *dt_table_config_of(t);
+    nonzero_matches_scan(t, "empty");
+    static int64_t ids[R];
+    static float g[R * D], w[R * D];
+    uint64_t rng = 42;
+    int64_t went_to_zero = 0, came_back = 0, before = 0;
+    for (int p = 1; p <= PUSHES; p++) {
+        /* A random sorted subset of the ids. */
+        int64_t n = 0;
+        for (int64_t id = 0; id < R; id++)
+            if (dt_hash_mix64(rng += 0x9e3779b97f4a7c15ULL) % 4 == 0) ids[n++] = id;
+        /* Phases of 10 pushes: the rows' gradient sign flips, so FTRL's
+         * weights leave 0 and come back to it. */
+        const double sign = (p / 10) % 2 ? 1.0 : -1.0;
+        for (int64_t k = 0; k < n * D; k++) {
+            double u = (double)(dt_hash_mix64(rng += 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
+            g[k] = (float)(sign * 3 + (2 * u - 1));
+        }
+        if (p % 7 == 0) {
+            /* A write (as a restore does) that zeroes every other weight. */
+            read_rows(t, ids, n, w, NULL);
+            for (int64_t k = 0; k < n * D; k += 2)
+                w[k] = 0.0f;
+            dt_table_batch b = {0};
+            plan(t, ids, n, &b);
+            ck_assert_int_eq(dt_table_write(t, &b, w, NULL, p, NULL), 0);
+            dt_table_batch_deinit(&b);
+        } else {
+            apply(t, &o, 0.1, ids, n, g, p);
+        }
+        int64_t now = dt_table_count_nonzero(t);
+        went_to_zero += now < before;
+        came_back += now > before && p > 1;
+        before = now;
+        nonzero_matches_scan(t, "push");
+    }
+    /* Both directions happened, or the test proved nothing. */
+    ck_assert_int_gt(went_to_zero, 0);
+    ck_assert_int_gt(came_back, 0);
+
+    /* An import over held rows and new ones. */
+    dt_table *src = new_table(&cfg);
+    int64_t n = 0;
+    for (int64_t id = 1; id < R; id += 5)
+        ids[n++] = id;
+    for (int64_t k = 0; k < n * D; k++)
+        g[k] = k % 3 == 0 ? 0.0f : (float)k;
+    dt_table_batch b = {0};
+    plan(src, ids, n, &b);
+    ck_assert_int_eq(dt_table_write(src, &b, g, NULL, 1, NULL), 0);
+    dt_table_batch_deinit(&b);
+    dt_tensors part;
+    ck_assert_int_eq(dt_table_export(src, 0, 1, &part, NULL), 0);
+    ck_assert_int_eq(dt_table_import(t, &part, 0, 1, PUSHES, NULL, NULL), 0);
+    dt_tensors_deinit(&part);
+    dt_table_free(src);
+    nonzero_matches_scan(t, "import");
+
+    /* Eviction of the rows untouched in the last 20 steps. */
+    dt_table_evict_policy idle = {.idle_steps = 20};
+    int64_t evicted = 0;
+    ck_assert_int_eq(dt_table_evict(t, PUSHES + 15, &idle, &evicted, NULL), 0);
+    ck_assert_int_gt(evicted, 0);
+    nonzero_matches_scan(t, "evict");
+
+    /* A restore into a fresh table, onto 2 shards. */
+    dt_tensors all;
+    ck_assert_int_eq(dt_table_export(t, 0, 1, &all, NULL), 0);
+    dt_table *shard[2];
+    int64_t sum = 0;
+    for (int i = 0; i < 2; i++) {
+        shard[i] = new_table(&cfg);
+        ck_assert_int_eq(dt_table_import(shard[i], &all, i, 2, PUSHES, NULL, NULL), 0);
+        nonzero_matches_scan(shard[i], "restore");
+        sum += dt_table_count_nonzero(shard[i]);
+    }
+    ck_assert_int_eq(sum, dt_table_count_nonzero(t));
+    dt_tensors_deinit(&all);
+    dt_table_free(shard[0]), dt_table_free(shard[1]), dt_table_free(t);
+}
+END_TEST
+
+START_TEST(test_apply_in_pieces) {
+    /* Gradient rows read where a message left them: at an odd address, cut
+     * into pieces of 1..7 bytes (a float split between pieces, rows
+     * straddling them), give the bits of dt_table_apply on an aligned copy,
+     * for every rule with slots and without, and the kept non-zero count
+     * still matches a scan. */
+    enum { R = 3000, D = 5, N = 400 };
+    const dt_optim_kind kinds[] = {DT_OPTIM_SGD, DT_OPTIM_ADAGRAD, DT_OPTIM_ADAM, DT_OPTIM_FTRL};
+    static int64_t ids[N];
+    static float g[N * D];
+    static uint8_t bytes[N * D * 4 + 1];
+    static dt_rpc_piece pieces[N * D * 4];
+    static float wa[N * D], wb[N * D], sa[2][N * D], sb[2][N * D];
+    for (size_t q = 0; q < sizeof kinds / sizeof kinds[0]; q++) {
+        dt_optim_config o = optim(kinds[q]);
+        o.ftrl_l1 = 0.5;
+        dt_table *a = normal_table("t", R, D, &o), *b = normal_table("t", R, D, &o);
+        for (int push = 1; push <= 3; push++) {
+            int64_t n = 0;
+            for (int64_t id = push; id < R && n < N; id += 1 + (id * 7 + push) % 13)
+                ids[n++] = id;
+            for (int64_t k = 0; k < n * D; k++)
+                g[k] = (float)sin((double)(k * 3 + push)) * 2.0f;
+            apply(a, &o, 0.1, ids, n, g, push);
+            /* b: the same bytes one past an aligned address, in pieces. */
+            memcpy(bytes + 1, g, (size_t)n * D * sizeof(float));
+            int np = dt_test_cut(bytes + 1, (size_t)n * D * sizeof(float), (uint64_t)push * 31 + q,
+                                 7, pieces);
+            dt_rpc_span span = {pieces, 0, (size_t)n * D * sizeof(float)};
+            dt_table_batch tb = {0};
+            plan(b, ids, n, &tb);
+            dt_err err;
+            dt_err_clear(&err);
+            ck_assert_msg(dt_table_apply_span(b, &tb, &o, 0.1, &span, push, &err) == 0, "%s",
+                          err.msg);
+            ck_assert_int_gt(np, n); /* rows did straddle pieces */
+            dt_table_batch_deinit(&tb);
+        }
+        for (int64_t k = 0; k < N; k++)
+            ids[k] = k;
+        float *slots_a[2] = {sa[0], sa[1]}, *slots_b[2] = {sb[0], sb[1]};
+        const int S = dt_optim_num_slots(&o);
+        read_rows(a, ids, N, wa, S ? slots_a : NULL);
+        read_rows(b, ids, N, wb, S ? slots_b : NULL);
+        ck_assert_msg(memcmp(wa, wb, sizeof wa) == 0, "%s: weights differ", dt_optim_name(o.kind));
+        for (int j = 0; j < S; j++)
+            ck_assert_msg(memcmp(sa[j], sb[j], sizeof sa[j]) == 0, "%s: slot %d differs",
+                          dt_optim_name(o.kind), j);
+        ck_assert_int_eq(dt_table_count_nonzero(a), dt_table_count_nonzero(b));
+        nonzero_matches_scan(b, dt_optim_name(o.kind));
+        dt_table_free(a), dt_table_free(b);
+    }
+}
+END_TEST
+
 Suite *table_suite(void) {
     Suite *s = suite_create("table");
     TCase *tc = tcase_create("table");
@@ -818,6 +997,8 @@ Suite *table_suite(void) {
     tcase_add_test(tc, test_reshard);
     tcase_add_test(tc, test_import_refuses_bad_files);
     tcase_add_test(tc, test_nonzero_with_ftrl);
+    tcase_add_test(tc, test_nonzero_kept_exact);
+    tcase_add_test(tc, test_apply_in_pieces);
     suite_add_tcase(s, tc);
     return s;
 }
