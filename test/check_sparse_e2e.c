@@ -1070,9 +1070,12 @@ END_TEST
 
 /* One worker: pipelined, every push but its first exactly one step stale
  * (its previous push landed between the values it began on and it), none
- * unpipelined; the two learn the same within what the race of a row pull
- * and the push in flight changes (measured 0.0006 apart): a batch's rows'
- * gradient pushed with another batch's ids would not. */
+ * unpipelined; the two learn alike: a batch's rows' gradient pushed with
+ * another batch's ids would not. How alike depends on the order the
+ * batches come in: over the shuffle seeds 1, 2, 3 and 5 the pipelined loss
+ * was 0.0005, 0.020, 0.0013 and 0.013 above the unpipelined one (Adam,
+ * 900 steps, each gradient one step staler), so the bound is 0.03, where
+ * a mismatched push ends near the base rate's 0.56. */
 START_TEST(sparse_pipelined_one_worker) {
     char train[1100], eval[1100];
     gen_criteo(EMB_TRAIN, EMB_EVAL, train, eval, sizeof train);
@@ -1091,7 +1094,7 @@ START_TEST(sparse_pipelined_one_worker) {
     ck_assert_int_eq(piped.staleness_counts[1], 899);
     ck_assert_int_eq(piped.pushes_applied, 900);
     ck_assert_int_eq(piped_rows, plain_rows); /* the same batches' ids */
-    ck_assert_msg(fabs(piped_loss - plain_loss) < 0.01, "pipelined log loss %.4f against %.4f",
+    ck_assert_msg(fabs(piped_loss - plain_loss) < 0.03, "pipelined log loss %.4f against %.4f",
                   piped_loss, plain_loss);
 }
 END_TEST
