@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "criteo_gen.h"
+#include "rpc_common.h"
 
 double dt_bench_now_secs(void) {
     struct timespec ts;
@@ -137,6 +138,12 @@ static void child_main(dt_bench_client_fn run, const void *arg, int index, int t
     int status = 3; /* the parent went away */
     if (expect_byte(from_parent, 'C') == 0) {
         child_pipes cp = {to_parent, from_parent};
+        /* The child keeps a reference to the RPC runtime until it exits, as
+         * dtrain does: the last dt_rpc_shutdown (freeing its channel) joins
+         * gRPC's threads, and after a write larger than the socket buffer
+         * one of them sits out a 10 s poll, which the result would wait for
+         * and the parent's clock would count. */
+        dt_rpc_init();
         run(arg, index, pipe_start, &cp, &res);
         status = res.rc == 0 ? 0 : 1;
         if (write_full(to_parent, &res, sizeof res) < 0) status = 3;

@@ -586,7 +586,10 @@ int main(int argc, char **argv) {
         rc = dt_err_set(&err, DT_EINTERNAL, "cannot start worker processes: %s", strerror(errno));
         goto fail;
     }
-    /* gRPC starts only now, in the parent, after every fork. */
+    /* gRPC starts only now, in the parent, after every fork, and this
+     * process keeps a reference until it exits (see child_main in
+     * common.c: the final grpc_shutdown can take 10 s). */
+    dt_rpc_init();
     if ((rc = init_layout(&vars, o.floats, &err)) < 0) goto fail;
     tls_files tf;
     dt_ps_client_params cp = client_params(&o, &cluster, -1, &tf);

@@ -345,7 +345,10 @@ int main(int argc, char **argv) {
         rc = dt_err_set(&err, DT_EINTERNAL, "cannot start client processes: %s", strerror(errno));
         goto fail;
     }
-    /* gRPC starts only now, after every fork. */
+    /* gRPC starts only now, after every fork, and this process keeps a
+     * reference until it exits (see child_main in common.c: the final
+     * grpc_shutdown can take 10 s). */
+    dt_rpc_init();
     if (!(held = calloc(sctx.payload, 1))) {
         rc = dt_err_set(&err, DT_ENOMEM, "cannot hold %zu bytes", sctx.payload);
         goto fail;

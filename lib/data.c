@@ -165,7 +165,16 @@ static double noise_of(const dt_dataset *ds, int64_t i) {
 /* AVX2 doubles the lanes of the integer hash. GCC and clang compile the
  * function for both and pick one when the program loads; elsewhere it is
  * compiled once, for the target. */
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__SANITIZE_THREAD__)
+#define WIDE_TSAN 1 /* gcc */
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WIDE_TSAN 1 /* clang */
+#endif
+#endif
+/* Not under ThreadSanitizer: the clones' resolver runs before its runtime is
+ * up, and the instrumented resolver crashes the program at load. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(WIDE_TSAN)
 #define WIDE_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define WIDE_CLONES

@@ -36,6 +36,8 @@
 #   (make bench sets both and builds $BUILD/bench_* first).
 #   BENCH_KEEP_TMP=1 keeps the logs in the temp dir it names;
 #   BENCH_TRIALS=N sets the pull+push and raw runs per size (default 3);
+#   BENCH_COPY_TRIALS=N the copying echo's runs per size (default 1, at most
+#      BENCH_TRIALS);
 #   BENCH_PS_TRIALS=N the runs per ps count of figure 4 (default 1);
 #   BENCH_CONFIG=FILE replaces conf/linear.json as the jobs' base config;
 #   BENCH_TLS_TRIALS=N the runs per figure and security of figure 7
@@ -62,6 +64,9 @@ PP_LARGE_ROUNDS=12
 # Pull+push and raw runs per size: the best is reported, with the median and
 # range (on a shared 2-core VM one run can be half as fast as the next).
 TRIALS=${BENCH_TRIALS:-3}
+# The copying echo (the reference before echo-ref, printed for comparison
+# with older runs, no goal's reference): runs per size, at most TRIALS.
+COPY_TRIALS=${BENCH_COPY_TRIALS:-1}
 WIDE_FEATURES=1000000
 WIDE_BATCH=8
 WIDE_STEPS=200
@@ -109,7 +114,8 @@ FASHION_DATA=/usr/share/datasets/fashion-mnist
 FASHION_STEPS=600
 FASHION_BATCH=100
 
-for _n in "BENCH_TRIALS=$TRIALS" "BENCH_PS_TRIALS=$PS_TRIALS" "BENCH_TLS_TRIALS=$TLS_TRIALS"; do
+for _n in "BENCH_TRIALS=$TRIALS" "BENCH_PS_TRIALS=$PS_TRIALS" "BENCH_TLS_TRIALS=$TLS_TRIALS" \
+    "BENCH_COPY_TRIALS=$COPY_TRIALS"; do
     case "${_n#*=}" in
         '' | *[!0-9]* | 0)
             echo "bench: ${_n%%=*} must be a positive integer (got \"${_n#*=}\")" >&2
@@ -217,6 +223,18 @@ now_ms() {
         *N|'') echo $(($(date +%s) * 1000)) ;;
         *) echo "${_t%??????}" ;;
     esac
+}
+
+# The wall time of each piece of the bench, printed at the end, so a change
+# of lengths can be weighed against what a piece costs. piece NAME ends the
+# piece running (if any) and starts NAME.
+PIECE_NAME="" PIECE_T0=0 PIECE_TIMES="" BENCH_T0=$(now_ms)
+piece() {
+    if [ -n "$PIECE_NAME" ]; then
+        PIECE_TIMES="$PIECE_TIMES${PIECE_TIMES:+, }$PIECE_NAME $(awk -v a="$PIECE_T0" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }')"
+    fi
+    PIECE_NAME=$1
+    PIECE_T0=$(now_ms)
 }
 
 # Writes a cluster file $1 with $2 ps tasks (default 1) and $3 workers
@@ -429,6 +447,7 @@ peak_of() {
 # BENCH_ONLY=sparse: figure 9 alone (the sections before it are skipped).
 if [ "$ONLY" != sparse ]; then
 
+piece demo
 # 1. Demo steps/s.
 d=$TMP/demo
 run_job "$d" 90 2 "$CONFIG" --set max_steps=$DEMO_STEPS --set log_steps=1000
@@ -437,6 +456,7 @@ if job_rate "$d" $? "demo training"; then
     row "demo training" "$rate steps/s" "linear F=1 B=10 sgd, 1 ps + 2 worker processes, global_step $RATE_G in $RATE_S s (chief log: model init to end of its training loop; whole job with start-up ${JOB_SECS} s)"
 fi
 
+piece "async/sync"
 # 1b. The same job async, then sync (both workers' gradients averaged into
 # each global step), back to back at the same max_steps.
 mode_rates=""
@@ -470,6 +490,7 @@ if job_rate "$d" $_rc "demo sync, 2 ps"; then
     row "demo sync, 2 ps" "$(ratio "$RATE_G" "$RATE_S" %.0f) steps/s" "as demo sync on 2 ps tasks: one decision per step for both shards (ps 0's), two round trips in a row per push and per pull; global_step $RATE_G in $RATE_S s"
 fi
 
+piece "tiny+echo16"
 # 1d. One round trip per step: the tiny demo model on 1 ps with 1 and 2
 # workers, the push bringing back the next step's variables
 # (fuse_push_pull, the default), and with 1 worker Pull then Push too,
@@ -512,6 +533,7 @@ done
 if [ -n "${TINY_1_true:-}" ] && [ -n "${TINY_2_true:-}" ]; then
     row "tiny 2 workers / 1 worker" "$(ratio "$TINY_2_true" "$TINY_1_true" %.2f)" "fused (goal: >= 1.8)"
 fi
+piece pipelined
 # 1e. pipeline_push: one worker computes its next gradient while its push
 # is in flight, so compute and a call overlap as two calls in flight would.
 # Also how well each fits: the demo's w* is 2.
@@ -592,6 +614,7 @@ summary() {
 }
 
 for label in 1M 10M; do
+    piece "pull+push/raw $label"
     if [ $label = 1M ]; then n=$PP_SMALL rounds=$PP_SMALL_ROUNDS; else n=$PP_LARGE rounds=$PP_LARGE_ROUNDS; fi
     payload="2 x $n x 4 B per round per worker"
     for nw in 1 2; do
@@ -610,7 +633,9 @@ for label in 1M 10M; do
                 failed "raw echo $label, $nw client(s)" "$ERR" "$ERR_LOGS"
                 ok=0
             fi
-            if raw_once "$n" "$rounds" $nw "$d" echo; then
+            if [ $trial -gt "$COPY_TRIALS" ]; then
+                : # the copying echo is no goal's reference: fewer runs
+            elif raw_once "$n" "$rounds" $nw "$d" echo; then
                 copy_vals="$copy_vals $VAL"
             else
                 failed "raw echo $label, copying, $nw client(s)" "$ERR" "$ERR_LOGS"
@@ -671,6 +696,7 @@ pullpush_split_once() {
     return 1
 }
 
+piece "split ps"
 split_ok=1
 trial=1
 while [ $trial -le "$PS_TRIALS" ] && [ $split_ok = 1 ]; do
@@ -702,6 +728,7 @@ if [ $split_ok = 1 ]; then
     done
 fi
 
+piece wide
 # 5. Wide-model training through the real binary: steps/s, and the payload
 # (each step pulls the 1M-float model and pushes its gradient) against the
 # raw echo of 1M floats with as many clients as workers; then the same
@@ -719,6 +746,7 @@ if job_rate "$d" $? "wide training"; then
         row "wide/raw echo" "$(ratio "$wide_mb" "$RAW_1M_2" %.2f)" "wide payload over the raw echo of 1M floats, 2 clients ($RAW_1M_2 MB/s; goal: >= 0.85)"
     fi
 fi
+piece "wide compute"
 d=$TMP/wide-compute
 mkdir -p "$d"
 if timeout -k 5 120 "$BUILD/bench_compute" --config "$CONFIG" --set data=wide \
@@ -731,6 +759,7 @@ else
     failed "wide, compute only" "bench_compute failed" "$d/err"
 fi
 
+piece memory
 # 5b. Peak memory of each role in the 4M-feature Adam job (16 MB of
 # variables, 32 MB of slots) with 2 workers pushing and checkpoints every
 # second, as each role logs its VmHWM at its end.
@@ -762,6 +791,7 @@ else
     fi
 fi
 
+piece fashion
 # 6. Fashion-MNIST MLP: examples/s through the real binary with 1 and 2
 # workers (global_step * batch / training seconds from the chief's log),
 # and the same model trained in one process without RPC.
@@ -804,6 +834,7 @@ else
     fi
 fi
 
+piece tls
 # 7. The cost of mutual TLS. Certificates for 127.0.0.1 and localhost are
 # made now, in the temp dir. The demo job (as figure 1) and pull+push of 1M
 # floats (as figure 2) run TLS_TRIALS times each way, plaintext then TLS in
@@ -867,6 +898,7 @@ else
     fi
 fi
 
+piece histogram
 # 8. One histogram summary of a 10M-float variable, as the chief writes one
 # per variable every summary_steps (one pass, no copy).
 d=$TMP/histogram
@@ -880,6 +912,7 @@ fi
 
 fi # BENCH_ONLY
 
+piece gen-criteo
 # 9. Sparse logistic regression on Criteo-layout data (dtrain gen-criteo,
 # the first SPARSE_TRAIN rows to train on, the next SPARSE_EVAL held out):
 # the weight a table of 2^SPARSE_BITS rows on the ps (conf/sparse_criteo.json,
@@ -925,6 +958,7 @@ else
             rows_n=$SPARSE_QUALITY_TRAIN
             label="sparse logistic, $rows_n rows"
         fi
+        piece "sparse $run"
         sd=$TMP/sparse-$run
         sets="--set train_data=$train --set hash_bits=$SPARSE_BITS --set epochs=$SPARSE_EPOCHS --set l1_regularization_strength=$l1 --set l2_regularization_strength=0 --set save_model_secs=600 --set log_steps=100000 --set pipeline_push=$pipe"
         # shellcheck disable=SC2086 # sets splits into flags
@@ -950,6 +984,7 @@ else
         [ "$run" = l1 ] && [ -n "$sparse_loss" ] &&
             row "  L1 / no L1 log loss" "$(ratio "$loss" "$sparse_loss" %.4f)" "goal: within 1% (<= 1.01) with < 20% of the rows non-zero"
     done
+    piece "dense 2^20"
     # A dense weight of 2^20 floats: every step pulls and pushes all of it.
     dd=$TMP/dense-2e20
     run_job "$dd" 120 1 "$CONFIG" --set data=wide --set features=1048576 --set batch_size=8 \
@@ -959,6 +994,8 @@ else
     fi
 fi
 
+piece ""
 echo
 echo "load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null) at the end"
+echo "seconds per piece: $PIECE_TIMES; $(awk -v a="$BENCH_T0" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }') in all"
 exit $FAILED
