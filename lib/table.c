@@ -835,7 +835,47 @@ static void tensor_name(const dt_table *t, const char *what, char *out) {
     snprintf(out, DT_TENSOR_NAME_MAX, "%s/%s", t->cfg.name, what);
 }
 
-/* The ids above after_id of the held rows of a shard, sorted (*ids
+static void swap_ids(int64_t *a, int64_t *b) {
+    const int64_t t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Puts the k smallest of the n distinct ids a holds first, in no order
+ * (0 < k < n): a quickselect, so that a page of an export costs a pass over
+ * the held ids instead of a sort of all of them, which made a save of
+ * millions of rows take (pages x rows x log rows). After 2 log2(n) rounds
+ * without an end (pivots that kept splitting badly) it sorts the rest. */
+static void smallest_first(int64_t *a, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1; /* the k-th smallest (index k) is in [lo, hi] */
+    int rounds = 2 * (64 - __builtin_clzll((unsigned long long)n));
+    while (hi - lo > 16 && rounds-- > 0) {
+        /* The median of the first, middle and last as pivot. */
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (a[mid] < a[lo]) swap_ids(&a[mid], &a[lo]);
+        if (a[hi] < a[lo]) swap_ids(&a[hi], &a[lo]);
+        if (a[hi] < a[mid]) swap_ids(&a[hi], &a[mid]);
+        const int64_t pivot = a[mid];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] < pivot)
+                i++;
+            while (a[j] > pivot)
+                j--;
+            if (i <= j) swap_ids(&a[i++], &a[j--]);
+        }
+        /* Now [lo, j] <= pivot <= [i, hi], and what lies between is the pivot. */
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            return;
+    }
+    if (hi > lo) qsort(a + lo, (size_t)(hi - lo + 1), sizeof *a, by_id);
+}
+
+/* The ids above after_id of the held rows of a shard, in no order (*ids
  * malloc'd). The caller holds evict_lock. */
 static int held_ids(dt_table *t, int shard, int num_shards, int64_t after_id, int64_t **ids_out,
                     int64_t *n_out, dt_err *err) {
@@ -868,7 +908,6 @@ static int held_ids(dt_table *t, int shard, int num_shards, int64_t after_id, in
         free(ids);
         return rc;
     }
-    if (n > 1) qsort(ids, (size_t)n, sizeof *ids, by_id);
     *ids_out = ids;
     *n_out = n;
     return 0;
@@ -894,9 +933,11 @@ int dt_table_export_page(dt_table *t, int shard, int num_shards, int64_t after_i
     pthread_rwlock_rdlock(&t->evict_lock);
     if ((rc = held_ids(t, shard, num_shards, after_id, &ids, &n, err)) < 0 || n == 0) goto done;
     if (n > max_rows) {
+        smallest_first(ids, n, max_rows);
         n = max_rows;
         if (more) *more = 1;
     }
+    if (n > 1) qsort(ids, (size_t)n, sizeof *ids, by_id);
     dt_tensor specs[2 + DT_OPTIM_MAX_SLOTS];
     memset(specs, 0, sizeof specs);
     tensor_name(t, "ids", specs[0].name);

@@ -340,6 +340,80 @@ START_TEST(test_lazy_updates) {
 }
 END_TEST
 
+static int cmp_i64(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* An export a page at a time, at page sizes from 1 row to more than all:
+ * the pages together are every held id once, increasing, whatever order
+ * the ids were made in (ids scattered over 2^40, pages picked out of them
+ * by selection, not by sorting all of them each time), with each row's
+ * values; a shard's pages hold only its ids. */
+START_TEST(test_export_pages) {
+    enum { N = 5003, D = 2 };
+    dt_table_config cfg = config("paged", DT_TABLE_MAX_ROWS, D);
+    cfg.stripes = 4;
+    dt_table *t = new_table(&cfg);
+    int64_t *ids = malloc(N * sizeof *ids);
+    uint64_t x = 88172645463325252ull;
+    for (int64_t i = 0; i < N; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ids[i] = (int64_t)(x % (uint64_t)DT_TABLE_MAX_ROWS);
+    }
+    /* Distinct, sorted for the plan, then the held set is checked against it. */
+    qsort(ids, N, sizeof *ids, cmp_i64);
+    int64_t n = 0;
+    for (int64_t i = 0; i < N; i++)
+        if (n == 0 || ids[i] != ids[n - 1]) ids[n++] = ids[i];
+    float *v = malloc((size_t)n * D * sizeof *v);
+    for (int64_t i = 0; i < n * D; i++)
+        v[i] = (float)(ids[i / D] % 1000) + (float)(i % D) / 4;
+    dt_table_batch b = {0};
+    plan(t, ids, n, &b);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_table_write(t, &b, v, NULL, 1, &err) == 0, "%s", err.msg);
+    const int64_t pages[] = {1, 3, 16, 17, 18, 333, 4096, n - 1, n, n + 5};
+    for (size_t p = 0; p < sizeof pages / sizeof *pages; p++) {
+        for (int shards = 1; shards <= 3; shards += 2) {
+            int64_t seen = 0; /* over the shards */
+            for (int shard = 0; shard < shards; shard++) {
+                int64_t after = -1, calls = 0;
+                int more = 1;
+                while (more) {
+                    dt_tensors page;
+                    dt_err_clear(&err);
+                    ck_assert_msg(dt_table_export_page(t, shard, shards, after, pages[p], &page,
+                                                       &more, &err) == 0,
+                                  "%s", err.msg);
+                    calls++;
+                    const int64_t k = page.count ? page.items[0].shape[0] : 0;
+                    ck_assert_int_le(k, pages[p]);
+                    const int64_t *got = k ? page.items[0].data : NULL;
+                    const float *vals = k ? page.items[1].data : NULL;
+                    for (int64_t r = 0; r < k; r++) {
+                        ck_assert_int_gt(got[r], after);
+                        after = got[r];
+                        if (shards > 1) ck_assert_int_eq(dt_table_shard_of(got[r], shards), shard);
+                        const int64_t *at = bsearch(&got[r], ids, (size_t)n, sizeof *ids, cmp_i64);
+                        ck_assert_ptr_nonnull(at);
+                        ck_assert(memcmp(vals + r * D, v + (at - ids) * D, D * sizeof *vals) == 0);
+                        seen++;
+                    }
+                    dt_tensors_deinit(&page);
+                    ck_assert_int_le(calls, n + 2);
+                }
+            }
+            ck_assert_int_eq(seen, n);
+        }
+    }
+    dt_table_batch_deinit(&b);
+    free(ids), free(v);
+    dt_table_free(t);
+}
+END_TEST
+
 START_TEST(test_growth) {
     /* 300k rows written in batches, on 4 stripes, then read back. Ids are
      * spread over 2^40 so the index sees every kind of key. */
@@ -991,6 +1065,7 @@ Suite *table_suite(void) {
     tcase_add_test(tc, test_plan_errors);
     tcase_add_test(tc, test_lazy_updates);
     tcase_add_test(tc, test_growth);
+    tcase_add_test(tc, test_export_pages);
     tcase_add_test(tc, test_concurrent_pushes);
     tcase_add_test(tc, test_evict_rules);
     tcase_add_test(tc, test_checkpoint_round_trip);
