@@ -173,9 +173,8 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         goto fail;
     /* max_steps from epochs covers every shard's passes together; each
      * worker keeps to its own, so how fast one starts or runs does not
-     * decide which rows are seen (sync runs the workers in step anyway;
-     * pipeline_push's loop does not stop early yet). */
-    if (job->max_steps == 0 && job->consistency.mode != DT_MODE_SYNC && !pipelined(job) &&
+     * decide which rows are seen (sync runs the workers in step anyway). */
+    if (job->max_steps == 0 && job->consistency.mode != DT_MODE_SYNC &&
         (rc = dt_job_steps_for(job, w->sparse ? w->set.rows : dt_data_size(w->data),
                                &w->shard_steps, err)) < 0)
         goto fail;
@@ -714,6 +713,24 @@ static int first_grad(dt_worker *w, double *loss, dt_ps_sparse *rows, const dt_w
                        stop, err);
 }
 
+/* pipeline_push's start, and its start again after waiting for the other
+ * workers: the values pulled into w->vars (*vars_step their step), then the
+ * first gradient from them, with no push in flight. *done: a ps said the
+ * job is done. */
+static int pipelined_start(dt_worker *w, double *loss, dt_ps_sparse *rows, int64_t *vars_step,
+                           int *done, const dt_worker_hooks *hooks, const atomic_int *stop,
+                           dt_err *err) {
+    pull_state pull = {.w = w};
+    int rc = pull_when_ready(w, &pull, hooks, stop, err);
+    if (rc < 0) return rc;
+    *vars_step = pull.reply.global_step;
+    *done = pull.reply.done;
+    if (*done) return 0;
+    if ((rc = first_grad(w, loss, rows, hooks, stop, err)) < 0) return rc;
+    *done = rc == 1;
+    return 0;
+}
+
 /* pipeline_push: each push (one round trip, bringing the values back) runs
  * on the sender's thread while this one computes the next gradient from
  * the values it has; that gradient is pushed next, computed one step
@@ -730,18 +747,17 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
     double t_last = dt_now_secs(), loss = 0;
     int64_t step_last = 0, global_last = -1;
     pull_state pull = {.w = w};
-    int rc = pull_when_ready(w, &pull, hooks, stop, err);
-    if (rc < 0) return rc;
-    int64_t vars_step = pull.reply.global_step; /* of the values in w->vars */
-    int done = pull.reply.done;
+    int64_t vars_step = 0;   /* of the values in w->vars */
     dt_ps_sparse rows = {0}; /* sparse: the rows' gradient beside w->grads */
-    if (!done) {
-        if ((rc = first_grad(w, &loss, &rows, hooks, stop, err)) < 0) return rc;
-        done = rc == 1;
-    }
+    int done = 0;
+    int rc = pipelined_start(w, &loss, &rows, &vars_step, &done, hooks, stop, err);
+    if (rc < 0) return rc;
     int64_t grad_step = vars_step; /* of the values w->grads was computed from */
     while (!done) {
         if (stop && *stop) return stopped(w, err);
+        /* The last push of this worker's epochs over its shard: nothing is
+         * computed beside it (the next batch would be the next epoch's). */
+        const int last = w->shard_steps > 0 && r.local_step + 1 >= w->shard_steps;
         push_state push = {.w = w,
                            .step = grad_step,
                            .fuse = 1,
@@ -750,13 +766,14 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
                            .rows = w->sparse ? &rows : NULL};
         sender_post(s, &push);
         next_grad next;
+        memset(&next, 0, sizeof next);
         dt_err next_err;
         dt_err_clear(&next_err);
-        int crc = grad_in_flight(w, &w->vars, &w->grads_next, &next, &next_err);
+        int crc = last ? 0 : grad_in_flight(w, &w->vars, &w->grads_next, &next, &next_err);
         if ((rc = sender_take(s, err)) < 0) return rc;
         if (crc < 0) return dt_err_set(err, crc, "%s", next_err.msg);
         /* Before the values move: the gradient is of the ones it began on. */
-        if (!push.reply.done &&
+        if (!push.reply.done && !last &&
             (rc = finish_grad(w, &w->vars, &w->grads_next, &next, hooks, stop, err)) < 0)
             return rc;
         r.local_step++;
@@ -782,6 +799,16 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
             r.done = done = pull.reply.done;
         }
         if ((rc = after_step(w, &r, &t_last, &step_last, &global_last, hooks, err)) < 0) return rc;
+        if (last && !done) {
+            if ((rc = wait_for_others(w, &r, stop, err)) < 0) return rc;
+            if (rc == 1) break;
+            /* The others are gone: on round this shard again, from values
+             * pulled now (those of before the wait are old). */
+            w->shard_steps = 0;
+            if ((rc = pipelined_start(w, &loss, &rows, &vars_step, &done, hooks, stop, err)) < 0)
+                return rc;
+            grad_step = vars_step;
+        }
     }
     w->local_steps = r.local_step;
     return 0;

@@ -1169,8 +1169,8 @@ static void epoch_sets(const char *const *extra) {
  * worker to start trained on its shard again and again, and the other's
  * rows were seen less or never (2 workers on 2M generated Criteo rows:
  * 1.6% to 3% worse held-out log loss, by how far apart they started). */
-START_TEST(epochs_per_shard) {
-    const char *extra[] = {"sync_timeout_secs=120", NULL};
+static void per_shard_run(const char *pipeline) {
+    const char *extra[] = {"sync_timeout_secs=120", pipeline, NULL};
     epoch_sets(extra);
     pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
     pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
@@ -1188,13 +1188,24 @@ START_TEST(epochs_per_shard) {
     ck_assert_int_eq(dt_test_job_load_latest(&J, 16, &ts, NULL, 0), 16);
     dt_tensors_deinit(&ts);
 }
+
+START_TEST(epochs_per_shard) {
+    per_shard_run("pipeline_push=false");
+}
+END_TEST
+
+/* The same with pipeline_push: the shard's last push goes with nothing
+ * computed beside it, and the worker waits as an unpipelined one does. */
+START_TEST(epochs_per_shard_pipelined) {
+    per_shard_run("pipeline_push=true");
+}
 END_TEST
 
 /* A worker that never comes does not hold the job: once the global step
  * stands still for sync_timeout_secs, the chief trains on its shard again
  * until max_steps. */
-START_TEST(epochs_worker_missing) {
-    const char *extra[] = {"sync_timeout_secs=1", NULL};
+static void worker_missing_run(const char *pipeline) {
+    const char *extra[] = {"sync_timeout_secs=1", pipeline, NULL};
     epoch_sets(extra);
     pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
     pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
@@ -1204,6 +1215,16 @@ START_TEST(epochs_worker_missing) {
     ck_assert_msg(dt_test_job_log_has(&J, "chief", "the other workers are gone"),
                   "the chief does not say it went on alone; logs:%s", dt_test_job_report(&J));
     ck_assert_int_eq(local_steps_of("chief"), 16);
+}
+
+START_TEST(epochs_worker_missing) {
+    worker_missing_run("pipeline_push=false");
+}
+END_TEST
+
+/* Pipelined, the chief starts again from values it pulls after the wait. */
+START_TEST(epochs_worker_missing_pipelined) {
+    worker_missing_run("pipeline_push=true");
 }
 END_TEST
 
@@ -1236,7 +1257,9 @@ Suite *sparse_e2e_suite(void) {
     tcase_add_test(tc, embedding_wide_rows);
     tcase_add_test(tc, feature_ids_past_int);
     tcase_add_test(tc, epochs_per_shard);
+    tcase_add_test(tc, epochs_per_shard_pipelined);
     tcase_add_test(tc, epochs_worker_missing);
+    tcase_add_test(tc, epochs_worker_missing_pipelined);
     tcase_add_test(tc, epochs_sync);
     TCase *piped = dt_test_job_tcase(s, "pipeline", 300, setup, teardown);
     tcase_add_test(piped, sparse_pipelined);
