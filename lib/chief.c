@@ -946,6 +946,40 @@ static void check_log_dir(chief *c, double t) {
     c->save_backoff = SAVE_BACKOFF_FIRST;
 }
 
+/* A checkpoint when one is due, after a step or while the chief waits. */
+static void save_when_due(chief *c, double t) {
+    const dt_job *job = c->job;
+    if (t < c->next_save) return;
+    dt_err save_err;
+    dt_err_clear(&save_err);
+    /* A ps that is down now is waited for by the next step's retries;
+     * a full disk may have room again soon. Either way training goes
+     * on and the save is tried again, backing off to save_model_secs. */
+    if (save(c, &save_err) < 0) {
+        dt_log(DT_LOG_WARN, "%s; training goes on, retrying in %.0f s", save_err.msg,
+               c->save_backoff);
+        c->next_save = t + c->save_backoff;
+        c->save_backoff = fmin(c->save_backoff * 2, job->save_model_secs);
+    } else {
+        c->next_save = t + job->save_model_secs;
+        c->save_backoff = SAVE_BACKOFF_FIRST;
+    }
+}
+
+/* While the chief's own passes are done and the other workers make
+ * theirs: what after_step does on a clock goes on (summaries and
+ * evaluation follow local steps, which stand still). */
+static int waiting(void *ctx, int64_t global_step, dt_err *err) {
+    (void)err;
+    chief *c = ctx;
+    if (global_step > c->last_global_step) c->last_global_step = global_step;
+    const double t = dt_now_secs();
+    check_log_dir(c, t);
+    watch_workers(c, t);
+    save_when_due(c, t);
+    return 0;
+}
+
 static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     chief *c = ctx;
     const dt_job *job = c->job;
@@ -966,22 +1000,7 @@ static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     if (job->eval_steps > 0 && r->local_step % job->eval_steps == 0 &&
         (rc = evaluate(c, r->pulled_step, err)) < 0)
         return rc;
-    if (t >= c->next_save) {
-        dt_err save_err;
-        dt_err_clear(&save_err);
-        /* A ps that is down now is waited for by the next step's retries;
-         * a full disk may have room again soon. Either way training goes
-         * on and the save is tried again, backing off to save_model_secs. */
-        if (save(c, &save_err) < 0) {
-            dt_log(DT_LOG_WARN, "%s; training goes on, retrying in %.0f s", save_err.msg,
-                   c->save_backoff);
-            c->next_save = t + c->save_backoff;
-            c->save_backoff = fmin(c->save_backoff * 2, job->save_model_secs);
-        } else {
-            c->next_save = t + job->save_model_secs;
-            c->save_backoff = SAVE_BACKOFF_FIRST;
-        }
-    }
+    save_when_due(c, t);
     return 0;
 }
 
@@ -1026,7 +1045,7 @@ static int write_final(chief *c, int64_t global_step, const atomic_int *stop, dt
 
 static int finish(chief *c, const atomic_int *stop, dt_err *err) {
     snapshot_pull sp = {.c = c};
-    dt_worker_hooks hooks = {c, NULL, on_not_ready};
+    dt_worker_hooks hooks = {c, NULL, on_not_ready, NULL};
     int rc = dt_worker_retry(c->w, "final pull", do_snapshot_pull, &sp, &hooks, stop, err);
     if (rc < 0) return rc;
     c->have_slots = 1;
@@ -1167,7 +1186,7 @@ int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err 
     c.save_backoff = SAVE_BACKOFF_FIRST;
     c.summary_step = c.last_global_step;
 
-    dt_worker_hooks hooks = {&c, after_step, on_not_ready};
+    dt_worker_hooks hooks = {&c, after_step, on_not_ready, waiting};
     rc = dt_worker_train(c.w, &hooks, stop, err);
     if (rc == 0) {
         rc = finish(&c, stop, err);

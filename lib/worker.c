@@ -587,8 +587,8 @@ static int sparse_grad(dt_worker *w, dt_ps_client *client, sparse_buf *buf, cons
  * the others are gone: 0, and this worker finishes the job on its own
  * shard again (a job never hangs on a lost worker).
  */
-static int wait_for_others(dt_worker *w, const dt_step_result *r, const atomic_int *stop,
-                           dt_err *err) {
+static int wait_for_others(dt_worker *w, const dt_step_result *r, const dt_worker_hooks *hooks,
+                           const atomic_int *stop, dt_err *err) {
     const dt_job *job = w->params.job;
     dt_log(DT_LOG_INFO,
            "%s: %d epoch(s) of this shard done after %lld local steps (global step %lld); "
@@ -599,9 +599,13 @@ static int wait_for_others(dt_worker *w, const dt_step_result *r, const atomic_i
     int nap_us = 1000;
     for (;;) {
         ready_probe pr = {w, 0, 0, 0};
-        int rc = dt_worker_retry(w, "the other workers", probe_ready, &pr, NULL, stop, err);
+        /* With the hooks: a ps that restarts meanwhile is restored by the
+         * chief, as it is while training. */
+        int rc = dt_worker_retry(w, "the other workers", probe_ready, &pr, hooks, stop, err);
         if (rc < 0) return rc;
         if (pr.done) return 1;
+        if (hooks && hooks->waiting && (rc = hooks->waiting(hooks->ctx, pr.global_step, err)) < 0)
+            return rc;
         const double now = dt_now_secs();
         if (pr.global_step != last_step) {
             last_step = pr.global_step;
@@ -800,7 +804,7 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
         }
         if ((rc = after_step(w, &r, &t_last, &step_last, &global_last, hooks, err)) < 0) return rc;
         if (last && !done) {
-            if ((rc = wait_for_others(w, &r, stop, err)) < 0) return rc;
+            if ((rc = wait_for_others(w, &r, hooks, stop, err)) < 0) return rc;
             if (rc == 1) break;
             /* The others are gone: on round this shard again, from values
              * pulled now (those of before the wait are old). */
@@ -843,7 +847,7 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
     for (;;) {
         if (stop && *stop) return stopped(w, err);
         if (w->shard_steps > 0 && r.local_step >= w->shard_steps) {
-            if ((rc = wait_for_others(w, &r, stop, err)) < 0) return rc;
+            if ((rc = wait_for_others(w, &r, hooks, stop, err)) < 0) return rc;
             if (rc == 1) break;
             w->shard_steps = 0;
             memset(&fused, 0, sizeof fused); /* the values are old: pull */

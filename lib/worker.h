@@ -50,6 +50,10 @@ typedef struct {
     /* When a ps answers "not ready" mid-training (it restarted empty); the
      * chief restores it. Workers leave this NULL and wait. */
     int (*on_not_ready)(void *ctx, dt_err *err);
+    /* While this worker, its shard's epochs done, waits for the others
+     * (global_step: what the ps tasks last said); the chief keeps its
+     * checkpoint timer and its watch of the workers going. May be NULL. */
+    int (*waiting)(void *ctx, int64_t global_step, dt_err *err);
 } dt_worker_hooks;
 
 typedef struct dt_worker dt_worker;

@@ -1201,6 +1201,42 @@ START_TEST(epochs_per_shard_pipelined) {
 }
 END_TEST
 
+/* A chief whose passes are done keeps its clock while it waits for the
+ * others: a checkpoint is saved during the wait, and a ps SIGKILLed then
+ * and restarted empty is restored by the chief, so the other worker, come
+ * only then, trains on it and the job ends. */
+START_TEST(epochs_chief_waits_on_duty) {
+    const char *extra[] = {"sync_timeout_secs=120", "save_model_secs=1", NULL};
+    epoch_sets(extra);
+    pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
+    size_t waited =
+        dt_test_job_wait_log(&J, "chief", "waiting for the other workers to finish theirs",
+                             JOB_TIMEOUT_MS, chief)
+            ? dt_test_job_log_length(&J, "chief")
+            : 0;
+    ck_assert_msg(waited, "the chief did not stop after its shard's epochs; logs:%s",
+                  dt_test_job_report(&J));
+    size_t seen =
+        dt_test_job_wait_log_after(&J, "chief", waited, "chief: saved", chief, JOB_TIMEOUT_MS);
+    ck_assert_msg(seen, "the chief saved no checkpoint while it waited; logs:%s",
+                  dt_test_job_report(&J));
+    ck_assert_int_eq(kill(ps, SIGKILL), 0);
+    dt_test_job_expect_exit(&J, ps, "killed ps 0", EXIT_TIMEOUT_MS, -SIGKILL);
+    pid_t ps_b = dt_test_job_start(&J, "ps", 0, "ps0b");
+    ck_assert_msg(dt_test_job_wait_log_after(&J, "chief", seen, "lost its model; restoring it",
+                                             chief, JOB_TIMEOUT_MS),
+                  "the chief did not restore the restarted ps while it waited; logs:%s",
+                  dt_test_job_report(&J));
+    pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
+    pid_t pids[3] = {ps_b, chief, worker};
+    const char *names[3] = {"restarted ps 0", "chief", "worker 1"};
+    dt_test_job_expect_done(&J, pids, names, 3, JOB_TIMEOUT_MS);
+    ck_assert_int_eq(local_steps_of("chief"), 8);
+    ck_assert_int_eq(local_steps_of("worker1"), 8);
+}
+END_TEST
+
 /* A worker that never comes does not hold the job: once the global step
  * stands still for sync_timeout_secs, the chief trains on its shard again
  * until max_steps. */
@@ -1260,6 +1296,7 @@ Suite *sparse_e2e_suite(void) {
     tcase_add_test(tc, epochs_per_shard_pipelined);
     tcase_add_test(tc, epochs_worker_missing);
     tcase_add_test(tc, epochs_worker_missing_pipelined);
+    tcase_add_test(tc, epochs_chief_waits_on_duty);
     tcase_add_test(tc, epochs_sync);
     TCase *piped = dt_test_job_tcase(s, "pipeline", 300, setup, teardown);
     tcase_add_test(piped, sparse_pipelined);
