@@ -262,15 +262,7 @@ int dt_bench_hidden_log_loss(const char *spec, int64_t n, double *out, dt_err *e
     dt_criteo_gen_model m;
     int rc = dt_criteo_gen_init(&p, &m, err);
     if (rc < 0) return rc;
-    double sum = 0;
-    char line[1024];
-    for (int64_t i = first; i < first + n; i++) {
-        double p1;
-        int label;
-        dt_criteo_gen_row(&m, i, line, sizeof line, &p1, &label);
-        sum -= log(label ? p1 : 1 - p1);
-    }
-    *out = sum / (double)n;
+    *out = dt_criteo_gen_log_loss(&m, first, n);
     return 0;
 }
 

@@ -224,6 +224,18 @@ void dt_criteo_gen_row(const dt_criteo_gen_model *m, int64_t i, char *line, size
     *label = y;
 }
 
+double dt_criteo_gen_log_loss(const dt_criteo_gen_model *m, int64_t first, int64_t n) {
+    double loss = 0;
+    char line[1024];
+    for (int64_t i = first; i < first + n; i++) {
+        double p1;
+        int y;
+        dt_criteo_gen_row(m, i, line, sizeof line, &p1, &y);
+        loss -= log(y ? p1 : 1 - p1);
+    }
+    return loss / (double)n;
+}
+
 static int write_failed(const char *path, gzFile gz, dt_err *err) {
     int errnum = Z_OK;
     const char *msg = gzerror(gz, &errnum);

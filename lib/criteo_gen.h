@@ -92,4 +92,9 @@ int dt_criteo_gen_init(const dt_criteo_gen_params *p, dt_criteo_gen_model *out,
 void dt_criteo_gen_row(const dt_criteo_gen_model *m, int64_t i, char *line, size_t cap, double *p1,
                        int *label);
 
+/* The hidden model's mean log loss on rows first..first+n-1 (n >= 1) of
+ * the generator's output: what a perfect fit scores on those rows, which
+ * the quality figures of tests and the bench are measured against. */
+double dt_criteo_gen_log_loss(const dt_criteo_gen_model *m, int64_t first, int64_t n);
+
 #endif

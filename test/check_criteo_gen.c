@@ -164,6 +164,17 @@ START_TEST(test_labels_follow_the_model) {
     ck_assert_int_eq(dt_criteo_gen_write(&p, path_in("d.txt"), &rep, NULL), 0);
     ck_assert_int_eq(rep.positives, positives);
     ck_assert_double_eq_tol(rep.log_loss, loss / p.rows, 1e-12);
+    ck_assert_double_eq_tol(dt_criteo_gen_log_loss(&m, 0, p.rows), loss / p.rows, 1e-12);
+    /* A range of rows: the same rows' losses, not the file's first ones. */
+    double tail = 0;
+    for (int64_t i = p.rows / 2; i < p.rows; i++) {
+        double p1;
+        int y;
+        dt_criteo_gen_row(&m, i, line, sizeof line, &p1, &y);
+        tail -= log(y ? p1 : 1 - p1);
+    }
+    const int64_t half = p.rows - p.rows / 2;
+    ck_assert_double_eq_tol(dt_criteo_gen_log_loss(&m, p.rows / 2, half), tail / half, 1e-12);
 }
 END_TEST
 

@@ -537,15 +537,7 @@ static void make_data(criteo_data *d, int64_t rows, int64_t test_rows, int hash_
     /* the last test_rows rows are held out */
     dt_criteo_gen_model gm;
     ck_assert_int_eq(dt_criteo_gen_init(&p, &gm, NULL), 0);
-    double loss = 0;
-    char line[1024];
-    for (int64_t i = rows; i < rows + test_rows; i++) {
-        double p1;
-        int y;
-        dt_criteo_gen_row(&gm, i, line, sizeof line, &p1, &y);
-        loss -= log(y ? p1 : 1 - p1);
-    }
-    d->hidden_test_loss = loss / (double)test_rows;
+    d->hidden_test_loss = dt_criteo_gen_log_loss(&gm, rows, test_rows);
     dt_sparse_buffer buf = {0};
     dt_sparse_batch b;
     int64_t *idx = malloc((size_t)(rows + test_rows) * sizeof *idx);
