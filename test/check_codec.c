@@ -176,6 +176,13 @@ START_TEST(test_roundtrip_create_req) {
 }
 END_TEST
 
+/* buf decoded as a CreateRequest into a zeroed *d; err cleared first. */
+static int decode_create(const uint8_t *buf, size_t len, dt_msg_create_req *d, dt_err *err) {
+    memset(d, 0, sizeof *d);
+    dt_err_clear(err);
+    return dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, d, err);
+}
+
 /* The optimizer goes by its name on the wire (the proto's string) and is
  * the enum on each side; a name the receiver does not know is refused where
  * the message is decoded, naming the field. */
@@ -193,16 +200,12 @@ START_TEST(test_optimizer_by_name) {
         uint8_t *at = memmem(buf, len, want, sizeof want);
         ck_assert_msg(at && memcmp(at + 2, name, strlen(name)) == 0, "%s not on the wire", name);
         dt_msg_create_req d;
-        memset(&d, 0, sizeof d);
         dt_err err;
-        dt_err_clear(&err);
-        ck_assert_msg(dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, &d, &err) == 0, "%s", err.msg);
+        ck_assert_msg(decode_create(buf, len, &d, &err) == 0, "%s", err.msg);
         ck_assert_int_eq(d.optim.kind, k);
         /* The same length, unknown: refused. */
         memset(at + 2, 'x', strlen(name));
-        memset(&d, 0, sizeof d);
-        dt_err_clear(&err);
-        ck_assert_int_eq(dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, &d, &err), DT_EINVAL);
+        ck_assert_int_eq(decode_create(buf, len, &d, &err), DT_EINVAL);
         char msg[160];
         snprintf(msg, sizeof msg,
                  "CreateRequest: optimizer.name: unknown name \"%.*s\" (want sgd, momentum, "
@@ -220,15 +223,12 @@ START_TEST(test_optimizer_by_name) {
     size_t len;
     uint8_t *buf = encode_new(DT_MSG_CREATE_REQ, &m, &len);
     dt_msg_create_req d;
-    memset(&d, 0, sizeof d);
     dt_err err;
-    dt_err_clear(&err);
-    ck_assert_int_eq(dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, &d, &err), DT_EINVAL);
+    ck_assert_int_eq(decode_create(buf, len, &d, &err), DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "optimizer.name: unknown name \"\""));
     free(buf);
     uint8_t none[1];
-    dt_err_clear(&err);
-    ck_assert_int_eq(dt_codec_decode(DT_MSG_CREATE_REQ, none, 0, &d, &err), DT_EINVAL);
+    ck_assert_int_eq(decode_create(none, 0, &d, &err), DT_EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "optimizer.name: unknown name \"\""));
 }
 END_TEST
@@ -242,10 +242,8 @@ static void assert_name_refused(const dt_msg_create_req *m, const char *have, co
     ck_assert_msg(at != NULL, "\"%s\" not on the wire", have);
     at[strlen(have) - 1] = 'X';
     dt_msg_create_req d;
-    memset(&d, 0, sizeof d);
     dt_err err;
-    dt_err_clear(&err);
-    ck_assert_int_eq(dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, &d, &err), DT_EINVAL);
+    ck_assert_int_eq(decode_create(buf, len, &d, &err), DT_EINVAL);
     ck_assert_str_eq(err.msg, want);
     free(buf);
 }
@@ -281,10 +279,8 @@ START_TEST(test_choice_names_refused) {
     size_t len;
     uint8_t *buf = encode_new(DT_MSG_CREATE_REQ, &m, &len);
     dt_msg_create_req d;
-    memset(&d, 0, sizeof d);
     dt_err err;
-    dt_err_clear(&err);
-    ck_assert_msg(dt_codec_decode(DT_MSG_CREATE_REQ, buf, len, &d, &err) == 0, "%s", err.msg);
+    ck_assert_msg(decode_create(buf, len, &d, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(d.schedule.kind, DT_LR_EXPONENTIAL);
     ck_assert_int_eq(d.consistency.mode, DT_MODE_BOUNDED);
     ck_assert_int_eq(d.tables[0].init, DT_TABLE_INIT_ZEROS);
