@@ -584,8 +584,9 @@ static int sparse_grad(dt_worker *w, dt_ps_client *client, sparse_buf *buf, cons
  * workers make the rest of max_steps: Status every ps task until one says
  * the job is done (1). TF1's workers stop at the end of their input the
  * same way. A global step that stands still for sync_timeout_secs means
- * the others are gone: 0, and this worker finishes the job on its own
- * shard again (a job never hangs on a lost worker).
+ * the others are gone: 0, with shard_steps cleared, and this worker
+ * finishes the job on its own shard again (a job never hangs on a lost
+ * worker).
  */
 static int wait_for_others(dt_worker *w, const dt_step_result *r, const dt_worker_hooks *hooks,
                            const atomic_int *stop, dt_err *err) {
@@ -615,6 +616,7 @@ static int wait_for_others(dt_worker *w, const dt_step_result *r, const dt_worke
                    "%s: global step %lld for %.0f s: the other workers are gone; training on "
                    "this shard again until the job is done",
                    w->name, (long long)last_step, now - moved_at);
+            w->shard_steps = 0; /* no bound from here on */
             return 0;
         }
         if (stop && *stop) return stopped(w, err);
@@ -808,7 +810,6 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
             if (rc == 1) break;
             /* The others are gone: on round this shard again, from values
              * pulled now (those of before the wait are old). */
-            w->shard_steps = 0;
             if ((rc = pipelined_start(w, &loss, &rows, &vars_step, &done, hooks, stop, err)) < 0)
                 return rc;
             grad_step = vars_step;
@@ -849,7 +850,6 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
         if (w->shard_steps > 0 && r.local_step >= w->shard_steps) {
             if ((rc = wait_for_others(w, &r, hooks, stop, err)) < 0) return rc;
             if (rc == 1) break;
-            w->shard_steps = 0;
             memset(&fused, 0, sizeof fused); /* the values are old: pull */
         }
 
