@@ -524,16 +524,26 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     m->skip_nonfinite = job->consistency.nonfinite == DT_NONFINITE_SKIP;
     m->max_steps = job->max_steps;
     c->catch_up_steps = (int64_t)DT_PS_CATCH_UP_STEPS * cluster->num_workers;
+    const dt_consistency_config *jc = &job->consistency;
+    dt_consistency *k = &m->consistency;
+    k->mode = jc->mode;
+    k->replicas_to_aggregate =
+        jc->replicas_to_aggregate ? jc->replicas_to_aggregate : cluster->num_workers;
+    k->total_num_replicas = jc->total_num_replicas ? jc->total_num_replicas : cluster->num_workers;
+    k->staleness = jc->staleness;
+    k->timeout_ms = jc->sync_timeout_secs * 1000;
+    if (k->mode == DT_MODE_SYNC && (k->replicas_to_aggregate > k->total_num_replicas ||
+                                    k->total_num_replicas > cluster->num_workers))
+        return dt_err_set(err, DT_EINVAL,
+                          "job: sync needs replicas_to_aggregate (%d) <= "
+                          "total_num_replicas (%d) <= workers (%d)",
+                          k->replicas_to_aggregate, k->total_num_replicas, cluster->num_workers);
     if (m->max_steps == 0) { /* epochs of a file: its size is known now */
         int rc = dt_job_steps_for(job, dt_worker_examples(c->w), &m->max_steps, err);
         if (rc < 0) return rc;
         /* A sync step takes replicas_to_aggregate batches, one a worker:
          * the epochs' batches make that many times fewer steps. */
-        int per_step = 1;
-        if (job->consistency.mode == DT_MODE_SYNC)
-            per_step = job->consistency.replicas_to_aggregate
-                           ? job->consistency.replicas_to_aggregate
-                           : cluster->num_workers;
+        const int per_step = k->mode == DT_MODE_SYNC ? k->replicas_to_aggregate : 1;
         m->max_steps = (m->max_steps + per_step - 1) / per_step;
         dt_log(DT_LOG_INFO,
                "chief: %d epochs of %lld examples, %d batch(es) a step: max_steps %lld",
@@ -554,20 +564,6 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     dt_worker_set_max_steps(c->w, m->max_steps);
     int rc = dt_job_schedule(job, &m->schedule, err);
     if (rc < 0) return rc;
-    const dt_consistency_config *jc = &job->consistency;
-    dt_consistency *k = &m->consistency;
-    k->mode = jc->mode;
-    k->replicas_to_aggregate =
-        jc->replicas_to_aggregate ? jc->replicas_to_aggregate : cluster->num_workers;
-    k->total_num_replicas = jc->total_num_replicas ? jc->total_num_replicas : cluster->num_workers;
-    k->staleness = jc->staleness;
-    k->timeout_ms = jc->sync_timeout_secs * 1000;
-    if (k->mode == DT_MODE_SYNC && (k->replicas_to_aggregate > k->total_num_replicas ||
-                                    k->total_num_replicas > cluster->num_workers))
-        return dt_err_set(err, DT_EINVAL,
-                          "job: sync needs replicas_to_aggregate (%d) <= "
-                          "total_num_replicas (%d) <= workers (%d)",
-                          k->replicas_to_aggregate, k->total_num_replicas, cluster->num_workers);
     /* The short fields first: a very long model description is what a cut
      * drops, the same way on every run of this job. */
     int n = snprintf(c->job_id, sizeof c->job_id, "optimizer=%s lr=%g max_steps=%lld mode=%s %s",
