@@ -206,8 +206,9 @@ int dt_ps_client_push_sparse(dt_ps_client *c, const dt_tensors *grads, const dt_
 int dt_ps_client_sparse_import(dt_ps_client *c, const char *table, const dt_tensor *page, int count,
                                int last, const int *only, dt_err *err) DT_WARN_UNUSED;
 
-/* Every row the ps tasks hold of table (dim floats, nslots slots), in id
- * order, into a new set *out (the caller deinits it): "<table>/ids",
+/* For tests (the chief streams its saves: dt_ps_client_sparse_save), which
+ * compare a whole table at once. Every row the ps tasks hold of table (dim
+ * floats, nslots slots), in id order, into a new set *out (the caller deinits it): "<table>/ids",
  * "<table>/values", and with_slots the slots, as a checkpoint holds them;
  * empty when no task holds a row. Pages of at most page_rows rows a call
  * (1..DT_SPARSE_EXPORT_MAX_ROWS), so no message holds a whole table. */
