@@ -939,13 +939,16 @@ START_TEST(test_memory_quota) {
     ck_assert_msg(refused > 0, "%d calls of 3 MiB all served within a 4 MiB quota", ok);
     /* Near the quota gRPC may also end the connection (GOAWAY): a call
      * that meets it fails UNAVAILABLE and the channel reconnects, as any
-     * client does. The server must serve again within seconds. */
+     * client does; and until the storm's buffers are given back, a small
+     * call may still meet the quota (RESOURCE_EXHAUSTED, seen once in a
+     * loaded run). The server must serve again within seconds. */
     int after = -1;
     for (long long deadline = dt_test_now_ms() + 10000;
          after != 0 && dt_test_now_ms() < deadline;) {
         dt_err_clear(&err);
         after = echo_len(&f, 5, &err);
-        if (after != 0 && err.code != DT_EUNAVAILABLE) break;
+        if (after != 0 && err.code != DT_EUNAVAILABLE && !strstr(err.msg, "RESOURCE_EXHAUSTED"))
+            break;
         if (after != 0) dt_test_sleep_ms(100); /* the poll interval of a bounded wait */
     }
     ck_assert_msg(after == 0, "10 s after: %s", err.msg);
