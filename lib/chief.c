@@ -236,8 +236,8 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     int rc = 0;
     if (t) {
         if ((rc = dt_fileio_mkdir_p(c->job->log_dir, err)) < 0 ||
-            (rc = dt_ps_client_sparse_save(dt_worker_client(c->w), t->name, t->dim, 1,
-                                           (int)page_rows(t), c->job->log_dir, &rows, err)) < 0)
+            (rc = dt_ps_client_sparse_save(dt_worker_client(c->w), t, 1, (int)page_rows(t),
+                                           c->job->log_dir, &rows, err)) < 0)
             return dt_err_wrap(err, rc, "chief: saving table %s", t->name);
     }
     dt_safetensors_meta meta;

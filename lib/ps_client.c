@@ -1157,10 +1157,12 @@ typedef struct {
 
 typedef struct {
     dt_ps_client *c;
-    const char *table;
-    int dim, with_slots;
+    const dt_table_config *t;
+    const char *table; /* t->name */
+    int dim;           /* t->dim */
+    int with_slots;
     int64_t page_rows;
-    int nparts; /* values and slots: 1 + slots; 0 until the first page */
+    int nparts; /* values, then the slots asked for */
     char names[1 + DT_OPTIM_MAX_SLOTS][DT_TENSOR_NAME_MAX];
     task_page pages[DT_MAX_PS];
     task_page run; /* merged rows not yet handed over (m of them) */
@@ -1184,43 +1186,58 @@ oom:
     return dt_err_set(err, DT_ENOMEM, "ps client: export: out of memory");
 }
 
-/* Checks a page from task p (ids, values, slots; the layout of the pages
- * before it; at most page_rows rows; ids increasing past the task's last)
- * and copies it into the task's arrays. */
+/* Whether a page from task p has the layout the table's config says: ids,
+ * values and the slots asked for, by name, each of m rows (1..page_rows). */
+static int page_layout_ok(const export_merge *x, const dt_tensor_views *in, int64_t m) {
+    const dt_tensor *ids = &in->items[0];
+    char want[DT_TENSOR_NAME_MAX + 8];
+    snprintf(want, sizeof want, "%s/ids", x->table);
+    if (ids->dtype != DT_DTYPE_I64 || m < 1 || m > x->page_rows || strcmp(ids->name, want) != 0 ||
+        in->count != 1 + x->nparts)
+        return 0;
+    for (int i = 1; i < in->count; i++)
+        if (in->items[i].dtype != DT_DTYPE_F32 || in->items[i].ndim != 2 ||
+            in->items[i].shape[0] != m || in->items[i].shape[1] != x->dim ||
+            strcmp(in->items[i].name, x->names[i - 1]) != 0)
+            return 0;
+    return 1;
+}
+
+/*
+ * Checks a page from task p and copies it into the task's arrays. A ps is
+ * a peer like any other: its page must have the table's layout (ids,
+ * values, the slots asked for, at most page_rows rows) and hold only ids
+ * of the table (0..rows-1), placed on p, increasing past the task's last;
+ * else the export fails naming the task, before any of its rows is used.
+ */
 static int take_page(export_merge *x, int p, const dt_tensor_views *in, dt_err *err) {
     dt_ps_client *c = x->c;
     task_page *tp = &x->pages[p];
     tp->m = tp->at = 0;
     if (in->count == 0) return 0;
-    const dt_tensor *ids = &in->items[0];
-    int64_t m = ids->ndim == 1 ? ids->shape[0] : -1;
-    char want[DT_TENSOR_NAME_MAX + 8];
-    snprintf(want, sizeof want, "%s/ids", x->table);
-    int ok = ids->dtype == DT_DTYPE_I64 && m >= 1 && m <= x->page_rows &&
-             strcmp(ids->name, want) == 0 && in->count >= 2 &&
-             in->count <= 1 + 1 + DT_OPTIM_MAX_SLOTS &&
-             (x->nparts == 0 || x->nparts == in->count - 1);
-    for (int i = 1; ok && i < in->count; i++)
-        ok = in->items[i].dtype == DT_DTYPE_F32 && in->items[i].ndim == 2 &&
-             in->items[i].shape[0] == m && in->items[i].shape[1] == x->dim &&
-             (x->nparts == 0 || strcmp(in->items[i].name, x->names[i - 1]) == 0);
-    if (!ok)
+    const int64_t m = in->items[0].ndim == 1 ? in->items[0].shape[0] : -1;
+    if (!page_layout_ok(x, in, m))
         return dt_err_set(err, DT_EINVAL, "%s: sparse export: %s: a page of another layout",
                           c->names[p], x->table);
-    if (x->nparts == 0) {
-        x->nparts = in->count - 1;
-        for (int i = 1; i < in->count; i++)
-            snprintf(x->names[i - 1], sizeof x->names[i - 1], "%s", in->items[i].name);
-    }
     int rc = page_arrays(x, tp, err);
     if (rc < 0) return rc;
     dt_codec_view_copy(in, 0, tp->ids);
-    for (int64_t k = 0; k < m; k++)
-        if (tp->ids[k] <= (k ? tp->ids[k - 1] : tp->after))
+    for (int64_t k = 0; k < m; k++) {
+        const int64_t id = tp->ids[k], before = k ? tp->ids[k - 1] : tp->after;
+        if (id <= before)
             return dt_err_set(err, DT_EINVAL,
                               "%s: sparse export: %s: id %lld after %lld: ids must increase",
-                              c->names[p], x->table, (long long)tp->ids[k],
-                              (long long)(k ? tp->ids[k - 1] : tp->after));
+                              c->names[p], x->table, (long long)id, (long long)before);
+        if (id >= x->t->rows)
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: sparse export: %s: id %lld is not a row of the table "
+                              "(0..%lld)",
+                              c->names[p], x->table, (long long)id, (long long)x->t->rows - 1);
+        if (dt_table_shard_of(id, c->num_ps) != p)
+            return dt_err_set(
+                err, DT_EINVAL, "%s: sparse export: %s: row %lld belongs to ps task %d, not %d",
+                c->names[p], x->table, (long long)id, dt_table_shard_of(id, c->num_ps), p);
+    }
     for (int i = 0; i < x->nparts; i++)
         dt_codec_view_copy(in, i + 1, tp->parts[i]);
     tp->m = m;
@@ -1267,15 +1284,22 @@ static int flush_run(export_merge *x, dt_ps_rows_fn fn, void *ctx, dt_err *err) 
     return fn(ctx, &rows, err);
 }
 
-int dt_ps_client_sparse_export_each(dt_ps_client *c, const char *table, int dim, int with_slots,
+int dt_ps_client_sparse_export_each(dt_ps_client *c, const dt_table_config *t, int with_slots,
                                     int page_rows, dt_ps_rows_fn fn, void *ctx, dt_err *err) {
     export_merge *x = dt_calloc(1, sizeof *x);
     if (!x) return dt_err_set(err, DT_ENOMEM, "ps client: export: out of memory");
     *x = (export_merge){.c = c,
-                        .table = table,
-                        .dim = dim,
+                        .t = t,
+                        .table = t->name,
+                        .dim = t->dim,
                         .with_slots = with_slots,
-                        .page_rows = page_rows < 1 ? 1 : page_rows};
+                        .page_rows = page_rows < 1 ? 1 : page_rows,
+                        .nparts = 1 + (with_slots ? t->num_slots : 0)};
+    const char *table = t->name;
+    const int dim = t->dim;
+    snprintf(x->names[0], sizeof x->names[0], "%s/values", table);
+    for (int s = 0; s < x->nparts - 1; s++)
+        snprintf(x->names[s + 1], sizeof x->names[s + 1], "%s/%s", table, t->slot_names[s]);
     int rc = 0;
     for (int p = 0; p < c->num_ps && rc == 0; p++) {
         x->pages[p].after = -1;
@@ -1357,18 +1381,18 @@ static int gather_run(void *ctx, const dt_ps_rows *rows, dt_err *err) {
     return 0;
 }
 
-int dt_ps_client_sparse_export(dt_ps_client *c, const char *table, int dim, int with_slots,
+int dt_ps_client_sparse_export(dt_ps_client *c, const dt_table_config *t, int with_slots,
                                int page_rows, dt_tensors *out, dt_err *err) {
     memset(out, 0, sizeof *out);
     gathered g;
     memset(&g, 0, sizeof g);
+    const int dim = t->dim;
     g.dim = dim;
-    int rc =
-        dt_ps_client_sparse_export_each(c, table, dim, with_slots, page_rows, gather_run, &g, err);
+    int rc = dt_ps_client_sparse_export_each(c, t, with_slots, page_rows, gather_run, &g, err);
     if (rc < 0 || g.n == 0) goto done;
     dt_tensor specs[1 + 1 + DT_OPTIM_MAX_SLOTS];
     memset(specs, 0, sizeof specs);
-    snprintf(specs[0].name, sizeof specs[0].name, "%s/ids", table);
+    snprintf(specs[0].name, sizeof specs[0].name, "%s/ids", t->name);
     specs[0].dtype = DT_DTYPE_I64;
     specs[0].ndim = 1;
     specs[0].shape[0] = g.n;
@@ -1422,12 +1446,11 @@ static int save_run(void *ctx, const dt_ps_rows *run, dt_err *err) {
     return dt_safetensors_rows_append(sr->rows, run->n, parts, err);
 }
 
-int dt_ps_client_sparse_save(dt_ps_client *c, const char *table, int dim, int with_slots,
+int dt_ps_client_sparse_save(dt_ps_client *c, const dt_table_config *t, int with_slots,
                              int page_rows, const char *dir, dt_safetensors_rows **out,
                              dt_err *err) {
-    save_rows sr = {.dir = dir, .table = table, .dim = dim};
-    int rc =
-        dt_ps_client_sparse_export_each(c, table, dim, with_slots, page_rows, save_run, &sr, err);
+    save_rows sr = {.dir = dir, .table = t->name, .dim = t->dim};
+    int rc = dt_ps_client_sparse_export_each(c, t, with_slots, page_rows, save_run, &sr, err);
     if (rc < 0) {
         dt_safetensors_rows_free(sr.rows);
         sr.rows = NULL;

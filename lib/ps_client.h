@@ -212,7 +212,7 @@ int dt_ps_client_sparse_import(dt_ps_client *c, const char *table, const dt_tens
  * "<table>/values", and with_slots the slots, as a checkpoint holds them;
  * empty when no task holds a row. Pages of at most page_rows rows a call
  * (1..DT_SPARSE_EXPORT_MAX_ROWS), so no message holds a whole table. */
-int dt_ps_client_sparse_export(dt_ps_client *c, const char *table, int dim, int with_slots,
+int dt_ps_client_sparse_export(dt_ps_client *c, const dt_table_config *table, int with_slots,
                                int page_rows, dt_tensors *out, dt_err *err) DT_WARN_UNUSED;
 
 /* A run of a table's rows, in id order, as dt_ps_client_sparse_export_each
@@ -236,11 +236,14 @@ typedef int (*dt_ps_rows_fn)(void *ctx, const dt_ps_rows *rows, dt_err *err);
  * holds above the last id it sent when the page is asked for: rows made
  * meanwhile are in the export when their id is above that mark, rows
  * evicted meanwhile are missing when theirs is; every row is whole, and
- * there once. Pages are checked as they come (layout, at most
- * page_rows, ids increasing; a row sent by two tasks is an error). fn is
- * never called for a table with no row.
+ * there once. Pages are checked as they come, for the table's layout
+ * (ids, values, the slots asked for: table's num_slots and slot_names,
+ * dim), at most page_rows rows, ids of the table (0..rows-1) placed on
+ * the task that sent them (dt_table_shard_of) and increasing; a row sent by
+ * two tasks is an error too (DT_EINVAL naming the task). fn is never
+ * called for a table with no row.
  */
-int dt_ps_client_sparse_export_each(dt_ps_client *c, const char *table, int dim, int with_slots,
+int dt_ps_client_sparse_export_each(dt_ps_client *c, const dt_table_config *table, int with_slots,
                                     int page_rows, dt_ps_rows_fn fn, void *ctx,
                                     dt_err *err) DT_WARN_UNUSED;
 
@@ -248,7 +251,7 @@ int dt_ps_client_sparse_export_each(dt_ps_client *c, const char *table, int dim,
  * in dir, the table's tensors as dt_ps_client_sparse_export names them:
  * *out gets it (the caller frees it), or NULL when no task holds a row.
  * On failure *out is NULL and nothing is left in dir. */
-int dt_ps_client_sparse_save(dt_ps_client *c, const char *table, int dim, int with_slots,
+int dt_ps_client_sparse_save(dt_ps_client *c, const dt_table_config *table, int with_slots,
                              int page_rows, const char *dir, dt_safetensors_rows **out,
                              dt_err *err) DT_WARN_UNUSED;
 

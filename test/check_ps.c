@@ -31,6 +31,7 @@
 #include "ps.h"
 #include "ps_client.h"
 #include "rpc_client.h"
+#include "rpc_server.h"
 #include "safetensors.h"
 #include "suites.h"
 #include "testjob.h"
@@ -2167,7 +2168,8 @@ static dt_ps_client *tables_client(dt_cluster *cl, const dt_tensors *vars) {
 
 /* A streamed save (the chief's, dt_ps_client_sparse_save) of T_NAME on c's
  * tasks writes the file a save of the whole export in memory writes. */
-static void streamed_save_same_bytes(dt_ps_client *c, const dt_tensors *whole, int page_rows) {
+static void streamed_save_same_bytes(dt_ps_client *c, const dt_table_config *tc,
+                                     const dt_tensors *whole, int page_rows) {
     char *dir = dt_test_tempdir(), a[512], b[512];
     ck_assert_ptr_nonnull(dir);
     snprintf(a, sizeof a, "%s/whole.safetensors", dir);
@@ -2178,7 +2180,7 @@ static void streamed_save_same_bytes(dt_ps_client *c, const dt_tensors *whole, i
     dt_err_clear(&err);
     ck_assert_msg(dt_safetensors_save(a, whole, &meta, &err) == 0, "%s", err.msg);
     dt_safetensors_rows *rows = NULL;
-    ck_assert_msg(dt_ps_client_sparse_save(c, T_NAME, T_DIM, 1, page_rows, dir, &rows, &err) == 0,
+    ck_assert_msg(dt_ps_client_sparse_save(c, tc, 1, page_rows, dir, &rows, &err) == 0,
                   "streamed save: %s", err.msg);
     ck_assert_ptr_nonnull(rows);
     dt_tensors none = {0};
@@ -2264,6 +2266,7 @@ START_TEST(test_client_tables_reshard) {
     tc.init = DT_TABLE_INIT_NORMAL;
     tc.init_scale = 0.5;
     tc.seed = 42;
+    dt_table_config_slots(&tc, &model.optim);
     for (int k = 0; k < N; k++) {
         dt_table_init_row(&tc, ids[k], want[k]);
         for (int d = 0; d < D; d++) {
@@ -2296,7 +2299,7 @@ START_TEST(test_client_tables_reshard) {
     ck_assert_int_eq(held, N);
 
     dt_tensors saved;
-    ck_assert_msg(dt_ps_client_sparse_export(c, T_NAME, D, 1, 7, &saved, &err) == 0, "export: %s",
+    ck_assert_msg(dt_ps_client_sparse_export(c, &tc, 1, 7, &saved, &err) == 0, "export: %s",
                   err.msg);
     ck_assert_int_eq(saved.count, 3);
     ck_assert_str_eq(saved.items[2].name, T_NAME "/accumulator");
@@ -2342,15 +2345,15 @@ START_TEST(test_client_tables_reshard) {
     }
     ck_assert_int_eq(held, N);
     dt_tensors again;
-    ck_assert_int_eq(dt_ps_client_sparse_export(c, T_NAME, D, 1, 1000, &again, &err), 0);
+    ck_assert_int_eq(dt_ps_client_sparse_export(c, &tc, 1, 1000, &again, &err), 0);
     ck_assert_int_eq(again.count, 3);
     for (int i = 0; i < 3; i++)
         ck_assert(memcmp(again.items[i].data, saved.items[i].data, saved.items[i].nbytes) == 0);
     /* Streamed to disk in runs of 1, 7 and all rows, merged from three
      * tasks: the same file as the export saved whole. */
-    streamed_save_same_bytes(c, &again, 1);
-    streamed_save_same_bytes(c, &again, 7);
-    streamed_save_same_bytes(c, &again, 1000);
+    streamed_save_same_bytes(c, &tc, &again, 1);
+    streamed_save_same_bytes(c, &tc, &again, 7);
+    streamed_save_same_bytes(c, &tc, &again, 1000);
     dt_tensors_deinit(&again);
 
     /* Rows made while a save reads the tasks (pages of 1 row): a row whose
@@ -2368,8 +2371,7 @@ START_TEST(test_client_tables_reshard) {
     ck_assert_int_lt(fresh[0], fresh[1]);
     dt_ps_client *other = tables_client(&cl3, &vars);
     push_during pd = {.other = other, .grads = &grads, .vars = &vars, .fresh = fresh, .nfresh = 2};
-    ck_assert_msg(dt_ps_client_sparse_export_each(c, T_NAME, D, 1, 1, push_during_run, &pd, &err) ==
-                      0,
+    ck_assert_msg(dt_ps_client_sparse_export_each(c, &tc, 1, 1, push_during_run, &pd, &err) == 0,
                   "export during pushes: %s", err.msg);
     ck_assert_int_eq(pd.ngot, N + 1);
     for (int k = 1; k < pd.ngot; k++)
@@ -2379,7 +2381,7 @@ START_TEST(test_client_tables_reshard) {
     ck_assert(!has_id(pd.got, pd.ngot, fresh[0]));
     ck_assert(has_id(pd.got, pd.ngot, fresh[1]));
     /* Both rows were made: the next save has them. */
-    ck_assert_int_eq(dt_ps_client_sparse_export(c, T_NAME, D, 1, 1000, &again, &err), 0);
+    ck_assert_int_eq(dt_ps_client_sparse_export(c, &tc, 1, 1000, &again, &err), 0);
     ck_assert_int_eq(again.items[0].shape[0], N + 2);
     dt_tensors_deinit(&again);
     dt_ps_client_free(other);
@@ -2387,6 +2389,163 @@ START_TEST(test_client_tables_reshard) {
     dt_ps_client_free(c);
     for (int p = 0; p < 3; p++)
         dt_ps_free(ps[p]);
+    dt_tensors_deinit(&vars);
+    dt_tensors_deinit(&grads);
+}
+END_TEST
+
+/* ---- hostile ps tasks ---------------------------------------------------- */
+
+/* A ps task as a hostile peer: a plain rpc server answering SparseExport
+ * with one page of the rows of 0..EX_ROWS-1 placed on it, spoiled as `bad`
+ * says: the ids by task 1 alone, the slots by both tasks alike (a layout
+ * the tasks agree on is still not the table's). */
+enum { EX_ROWS = 64, EX_DIM = 2 };
+typedef enum {
+    EX_GOOD,
+    EX_OUT_OF_RANGE, /* an id past the table's rows, placed on the task */
+    EX_MISPLACED,    /* an id placed on the other task */
+    EX_NO_SLOT,      /* slots asked for, none sent */
+    EX_SLOT_NAME,    /* a slot under another name */
+    EX_SLOT_UNASKED, /* no slots asked for, one sent */
+} export_fault;
+
+typedef struct {
+    int task;
+    export_fault bad;
+} export_peer;
+
+static int export_peer_handle(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
+                              const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
+    const export_peer *ep = ctx;
+    dt_msg_sparse_export_req req;
+    memset(&req, 0, sizeof req);
+    int rc = dt_codec_decode_buf(DT_MSG_SPARSE_EXPORT_REQ, request, &req, err);
+    if (rc < 0) return rc;
+    const export_fault bad = ep->task == 1 || ep->bad >= EX_NO_SLOT ? ep->bad : EX_GOOD;
+    int64_t ids[EX_ROWS + 1];
+    float vals[(EX_ROWS + 1) * EX_DIM], acc[(EX_ROWS + 1) * EX_DIM];
+    int64_t other = req.after_id + 1; /* the other task's first row */
+    while (dt_table_shard_of(other, 2) == ep->task)
+        other++;
+    int n = 0;
+    for (int64_t id = req.after_id + 1; id < EX_ROWS; id++)
+        if (dt_table_shard_of(id, 2) == ep->task || (bad == EX_MISPLACED && id == other))
+            ids[n++] = id;
+    if (n && bad == EX_OUT_OF_RANGE) { /* past the last row, placed here */
+        int64_t id = EX_ROWS;
+        while (dt_table_shard_of(id, 2) != ep->task)
+            id++;
+        ids[n++] = id;
+    }
+    for (int k = 0; k < n * EX_DIM; k++) {
+        vals[k] = (float)k;
+        acc[k] = 0.1f;
+    }
+    dt_tensor page[3];
+    make_tensor(&page[0], T_NAME "/ids", DT_DTYPE_I64, 1, n, 0, ids);
+    make_tensor(&page[1], T_NAME "/values", DT_DTYPE_F32, 2, n, EX_DIM, vals);
+    make_tensor(&page[2], bad == EX_SLOT_NAME ? T_NAME "/m" : T_NAME "/accumulator", DT_DTYPE_F32,
+                2, n, EX_DIM, acc);
+    page[0].nbytes = (size_t)n * sizeof(int64_t);
+    page[1].nbytes = page[2].nbytes = (size_t)n * EX_DIM * sizeof(float);
+    int count = req.include_slots ? 3 : 2;
+    if (bad == EX_NO_SLOT) count = 2;
+    if (bad == EX_SLOT_UNASKED) count = 3;
+    dt_msg_sparse_export_resp resp;
+    memset(&resp, 0, sizeof resp);
+    resp.incarnation = 7;
+    resp.out = (dt_tensor_list){.items = page, .count = n ? count : 0};
+    return dt_codec_encode_buf(DT_MSG_SPARSE_EXPORT_RESP, &resp, reply, err);
+}
+
+typedef struct {
+    int runs;
+    int64_t rows, last;
+} export_seen;
+
+static int export_seen_run(void *ctx, const dt_ps_rows *rows, dt_err *err) {
+    export_seen *s = ctx;
+    for (int64_t k = 0; k < rows->n; k++) {
+        if (rows->ids[k] <= s->last)
+            return dt_err_set(err, DT_EINVAL, "run out of order at id %lld",
+                              (long long)rows->ids[k]);
+        s->last = rows->ids[k];
+    }
+    s->runs++;
+    s->rows += rows->n;
+    return 0;
+}
+
+/* A chief's streamed save reads pages from ps tasks it must not believe:
+ * a page with a row the table does not have, a row placed on another
+ * task, or slots other than the table's (missing, misnamed, not asked
+ * for) fails the export naming the task and the fault, before a row of it
+ * is handed on; the same peers serving good pages give every row. */
+START_TEST(test_export_pages_checked) {
+    static const struct {
+        export_fault bad;
+        int with_slots;
+        const char *task, *says;
+    } cases[] = {
+        {EX_GOOD, 1, NULL, NULL},
+        {EX_GOOD, 0, NULL, NULL},
+        {EX_OUT_OF_RANGE, 1, "ps:1 ", "is not a row of the table (0..63)"},
+        {EX_MISPLACED, 1, "ps:1 ", "belongs to ps task 0, not 1"},
+        {EX_NO_SLOT, 1, "ps:0 ", "a page of another layout"},
+        {EX_SLOT_NAME, 1, "ps:0 ", "a page of another layout"},
+        {EX_SLOT_UNASKED, 0, "ps:0 ", "a page of another layout"},
+    };
+    dt_addr ps_addr[2], worker_addr[1];
+    free_addr(&worker_addr[0]);
+    export_peer peers[2];
+    dt_rpc_server *servers[2];
+    const dt_rpc_method method = {.path = DT_METHOD_SPARSE_EXPORT, .handler = export_peer_handle};
+    dt_err err;
+    dt_err_clear(&err);
+    for (int p = 0; p < 2; p++) {
+        free_addr(&ps_addr[p]);
+        peers[p] = (export_peer){.task = p};
+        dt_rpc_server_params sp = {.addr = ps_addr[p].addr,
+                                   .num_threads = 1,
+                                   .methods = &method,
+                                   .num_methods = 1,
+                                   .ctx = &peers[p],
+                                   .in_pieces = 1};
+        ck_assert_msg(dt_rpc_server_start(&sp, &servers[p], &err) == 0, "%s", err.msg);
+    }
+    dt_cluster cl = {.num_ps = 2, .ps = ps_addr, .num_workers = 1, .workers = worker_addr};
+    dt_tensors vars, grads;
+    client_tensors(&vars, &grads);
+    dt_ps_client *c = tables_client(&cl, &vars);
+    dt_table_config tc;
+    memset(&tc, 0, sizeof tc);
+    snprintf(tc.name, sizeof tc.name, T_NAME);
+    tc.rows = EX_ROWS;
+    tc.dim = EX_DIM;
+    dt_optim_config optim;
+    sgd_config(&optim, 0.5);
+    optim.kind = DT_OPTIM_ADAGRAD;
+    dt_table_config_slots(&tc, &optim);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        peers[0].bad = peers[1].bad = cases[i].bad;
+        export_seen seen = {.last = -1};
+        dt_err_clear(&err);
+        int rc = dt_ps_client_sparse_export_each(c, &tc, cases[i].with_slots, 1000, export_seen_run,
+                                                 &seen, &err);
+        if (!cases[i].says) {
+            ck_assert_msg(rc == 0, "case %zu: %s", i, err.msg);
+            ck_assert_int_eq(seen.rows, EX_ROWS);
+            continue;
+        }
+        ck_assert_msg(rc == DT_EINVAL, "case %zu: rc %d (%s)", i, rc, err.msg);
+        ck_assert_msg(strstr(err.msg, cases[i].says) && strstr(err.msg, cases[i].task),
+                      "case %zu: \"%s\" lacks \"%s\" or the task", i, err.msg, cases[i].says);
+        ck_assert_int_eq(seen.runs, 0);
+    }
+    dt_ps_client_free(c);
+    for (int p = 0; p < 2; p++)
+        dt_rpc_server_stop(servers[p], 1000);
     dt_tensors_deinit(&vars);
     dt_tensors_deinit(&grads);
 }
@@ -3326,6 +3485,7 @@ Suite *ps_suite(void) {
     tcase_add_test(hostile, test_seen_step_not_believed);
     tcase_add_test(hostile, test_seen_step_catch_up_bounded);
     tcase_add_test(hostile, test_hostile_names);
+    tcase_add_test(hostile, test_export_pages_checked);
     tcase_add_test(hostile, test_reason_escaped_in_log);
     tcase_add_test(hostile, test_push_as_another_task);
     suite_add_tcase(s, hostile);
