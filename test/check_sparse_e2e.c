@@ -1337,7 +1337,7 @@ static void slow_reader_run(int num_ps, const char *pipeline) {
     char *rows = dt_test_read_file(train, NULL);
     ck_assert_ptr_nonnull(rows);
     epoch_job(fifo, extra);
-    pid_t worker = pids[num_ps + 1] = dt_test_job_start(&J, "worker", 1, "worker1");
+    pids[num_ps + 1] = dt_test_job_start(&J, "worker", 1, "worker1");
     names[num_ps + 1] = "worker 1";
     /* The event: ps 0 last heard a push of the chief's 3 timeouts ago. The
      * chief, had it gone on alone, would have pushed since. */
@@ -1365,7 +1365,6 @@ static void slow_reader_run(int num_ps, const char *pipeline) {
     ck_assert_int_eq(local_steps_of("chief"), 8);
     ck_assert_int_eq(local_steps_of("worker1"), 8);
     ck_assert_msg(!dt_test_job_log_has(&J, "chief", "are gone"), "logs:%s", dt_test_job_report(&J));
-    (void)worker;
 }
 
 START_TEST(epochs_slow_reader_waited_for) {
