@@ -2098,6 +2098,22 @@ static void note_status_caller(dt_ps *ps, const dt_rpc_peer *peer, const dt_msg_
     pthread_mutex_unlock(&ps->stats_mu);
 }
 
+/* A heartbeat's reply: the beat only needs the call answered, so it
+ * carries the job's state and none of what costs (workers, tables,
+ * counters). Told nothing: the caller's training loop hears the end. */
+static int heartbeat_reply(dt_ps *ps, dt_rpc_buf *reply, dt_err *err) {
+    dt_msg_status_resp resp;
+    memset(&resp, 0, sizeof resp);
+    pthread_rwlock_rdlock(&ps->model_lock);
+    resp.incarnation = ps->incarnation;
+    resp.ready = ps->ready;
+    resp.max_steps = ps->max_steps;
+    pthread_rwlock_unlock(&ps->model_lock);
+    resp.global_step = atomic_load(&ps->global_step);
+    resp.done = check_done(ps, -1) && !job_failed(ps);
+    return encode_reply(DT_MSG_STATUS_RESP, &resp, reply, err);
+}
+
 static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request,
                          dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
@@ -2109,6 +2125,7 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     if (req.failure[0] && (rc = note_failed_worker(ps, peer, req.worker, req.failure, err)) < 0)
         return rc;
     note_status_caller(ps, peer, &req);
+    if (req.heartbeat) return heartbeat_reply(ps, reply, err);
     dt_msg_status_resp resp;
     memset(&resp, 0, sizeof resp);
     pthread_rwlock_rdlock(&ps->model_lock);
@@ -2122,9 +2139,7 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     snprintf(resp.mode, sizeof resp.mode, "%s", dt_mode_name(ps->consistency.mode));
     table_status(ps, &resp);
     pthread_rwlock_unlock(&ps->model_lock);
-    /* A failed job is over, and told so; a heartbeat's reply goes to no
-     * one who acts on it. */
-    resp.done = check_done(ps, req.heartbeat ? -1 : req.worker);
+    resp.done = check_done(ps, req.worker); /* a failed job is over, and told so */
     pthread_mutex_lock(&ps->life_mu);
     snprintf(resp.failure, sizeof resp.failure, "%s", ps->failure);
     pthread_mutex_unlock(&ps->life_mu);

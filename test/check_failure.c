@@ -515,10 +515,14 @@ START_TEST(ps_liveness_rules) {
     ck_assert(a->passes_done);
     ck_assert_int_eq(a->pushes, 0);
     ck_assert_int_eq(a->last_push_ms, -1);
-    /* Its heartbeat does not take the flag back. */
+    /* Its heartbeat does not take the flag back; its reply is the job's
+     * state alone (no workers listed). */
     req = (dt_msg_status_req){.worker = 2, .heartbeat = true};
-    ck_assert_msg(call(ps, DT_MSG_STATUS_REQ, &req, &w2, DT_MSG_STATUS_RESP, NULL, &err) == 0, "%s",
+    memset(&st, 0, sizeof st);
+    ck_assert_msg(call(ps, DT_MSG_STATUS_REQ, &req, &w2, DT_MSG_STATUS_RESP, &st, &err) == 0, "%s",
                   err.msg);
+    ck_assert_int_eq(st.num_workers, 0);
+    ck_assert(st.incarnation != 0);
     status_in(ps, &tool, &st);
     ck_assert((a = listed(&st, 2)) && a->passes_done);
 
