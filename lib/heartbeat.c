@@ -54,9 +54,16 @@ int dt_heartbeat_start(const dt_ps_client_params *params, int period_ms, dt_hear
     dt_heartbeat *hb = dt_calloc(1, sizeof *hb);
     if (!hb) return dt_err_set(err, DT_ENOMEM, "heartbeat: out of memory");
     hb->period_ms = period_ms;
+    /* Each beat's deadline: a period, at least 1 s (a loaded ps answers
+     * late, not never), at most the job's call deadline. It bounds how long
+     * dt_heartbeat_free waits for a beat in flight to a ps that does not
+     * answer at all (a partition). */
+    dt_ps_client_params cp = *params;
+    int deadline_ms = period_ms < 1000 ? 1000 : period_ms;
+    if (cp.timeout_ms <= 0 || cp.timeout_ms > deadline_ms) cp.timeout_ms = deadline_ms;
     dt_tensors none;
     memset(&none, 0, sizeof none);
-    int rc = dt_ps_client_new(params, &none, &hb->client, err);
+    int rc = dt_ps_client_new(&cp, &none, &hb->client, err);
     if (rc < 0) {
         free(hb);
         return rc;

@@ -9,7 +9,8 @@
  *
  * The beat is a Status with heartbeat set, from a ps client of its own
  * (with no variables) on a thread of its own: one small call to each ps
- * task every period, all at once, each bounded by the client's deadline.
+ * task every period, all at once, each with a deadline of a period (at
+ * least 1 s, at most the caller's).
  * A failed beat (a ps down or restarting) is logged at debug level and the
  * next one comes on time: the beat never fails its task.
  *
