@@ -108,8 +108,8 @@ int main(int argc, char **argv) {
     const double per = 1e6 / (double)rounds;
     printf("status workers=%lld rounds=%lld full_us=%.1f full_cpu_us=%.1f heartbeat_us=%.1f "
            "heartbeat_cpu_us=%.1f\n",
-           (long long)workers, (long long)rounds, (t1 - t0) * per, (c1 - c0) * per,
-           (t2 - t1) * per, (c2 - c1) * per);
+           (long long)workers, (long long)rounds, (t1 - t0) * per, (c1 - c0) * per, (t2 - t1) * per,
+           (c2 - c1) * per);
     status = fflush(stdout) == 0 ? 0 : 1;
 fail:
     if (status != 0 && err.msg[0]) fprintf(stderr, "bench_status: %s\n", err.msg);
