@@ -1381,6 +1381,23 @@ START_TEST(epochs_slow_reader_two_ps_pipelined) {
 }
 END_TEST
 
+/* The test file 32 times over, 2048 rows, at path (cap bytes): with the
+ * epochs tests' batches of 8 for 2 epochs, 256 steps a shard of 2. */
+static void write_many_rows(char *path, size_t cap) {
+    write_libsvm(N_FEATURES, path, cap);
+    char *rows = dt_test_read_file(path, NULL);
+    ck_assert_ptr_nonnull(rows);
+    size_t len = strlen(rows);
+    char *many = malloc(32 * len + 1);
+    ck_assert_ptr_nonnull(many);
+    for (int k = 0; k < 32; k++)
+        memcpy(many + (size_t)k * len, rows, len);
+    many[32 * len] = '\0';
+    ck_assert_int_eq(dt_test_write_file(path, many), 0);
+    free(many);
+    free(rows);
+}
+
 /* A worker stopped mid-shard (SIGSTOP: its connections stay open) or
  * killed is still taken for gone: the chief, its passes done, hears from
  * it on no ps task for sync_timeout_secs and makes the rest of the job.
@@ -1389,18 +1406,7 @@ END_TEST
  * push, long before its 256th. */
 static void stopped_mid_shard_run(int sig) {
     static char train[1100];
-    write_libsvm(N_FEATURES, train, sizeof train);
-    char *rows = dt_test_read_file(train, NULL);
-    ck_assert_ptr_nonnull(rows);
-    size_t len = strlen(rows);
-    char *many = malloc(32 * len + 1);
-    ck_assert_ptr_nonnull(many);
-    for (int k = 0; k < 32; k++)
-        memcpy(many + (size_t)k * len, rows, len);
-    many[32 * len] = '\0';
-    ck_assert_int_eq(dt_test_write_file(train, many), 0);
-    free(many);
-    free(rows);
+    write_many_rows(train, sizeof train);
     const char *extra[] = {"sync_timeout_secs=1", NULL};
     epoch_job(train, extra);
     dt_test_job_cluster(&J, 1, 2);
@@ -1446,6 +1452,70 @@ START_TEST(epochs_worker_killed_mid_shard) {
 }
 END_TEST
 
+/* The chief as the slow one, a worker as the waiting one: the chief,
+ * killed mid-shard, is restarted on a training file (the same rows) that
+ * comes through a FIFO only once worker 1, its 256 steps made, has waited
+ * 3 timeouts (2 s) without a push from anyone; meanwhile the restarted
+ * chief, reading, is alive by its heartbeat. Worker 1 makes exactly its
+ * own passes; the restarted chief finds the model on the ps and the job
+ * ends at 512. Before, worker 1 took the still global step for the chief
+ * gone and trained on its shard again. */
+START_TEST(epochs_restarted_chief_reading_waited_for) {
+    static char train[1100];
+    write_many_rows(train, sizeof train);
+    const char *extra[] = {"sync_timeout_secs=2", NULL};
+    epoch_job(train, extra);
+    dt_test_job_cluster(&J, 1, 2);
+    pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
+    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
+    while (activity_of(0).pushes < 1 && dt_test_now_ms() < deadline)
+        dt_test_sleep_ms(5);
+    ck_assert_msg(activity_of(0).pushes >= 1, "the chief never pushed; logs:%s",
+                  dt_test_job_report(&J));
+    ck_assert_int_eq(kill(chief, SIGKILL), 0);
+    dt_test_job_expect_exit(&J, chief, "killed chief", EXIT_TIMEOUT_MS, -SIGKILL);
+    char fifo[1200];
+    snprintf(fifo, sizeof fifo, "%s/slow.svm", J.dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    char *rows = dt_test_read_file(train, NULL);
+    ck_assert_ptr_nonnull(rows);
+    epoch_job(fifo, extra);
+    pid_t chief_b = dt_test_job_start(&J, "worker", 0, "chiefb");
+    epoch_job(train, extra);
+    pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
+    ck_assert_msg(
+        dt_test_job_wait_log(&J, "worker1", "waiting for the other workers to finish theirs",
+                             JOB_TIMEOUT_MS, worker),
+        "worker 1 did not stop after its shard's epochs; logs:%s", dt_test_job_report(&J));
+    /* The event: ps 0 last took a push 3 timeouts ago, from anyone. */
+    dt_worker_activity w1 = activity_of(1);
+    while (w1.last_push_ms < 6000 && dt_test_now_ms() < deadline &&
+           !dt_test_job_log_has(&J, "worker1", "are gone")) {
+        dt_test_sleep_ms(50);
+        w1 = activity_of(1);
+    }
+    ck_assert_msg(!dt_test_job_log_has(&J, "worker1", "are gone"),
+                  "worker 1 took the chief, alive and reading its data, for gone; logs:%s",
+                  dt_test_job_report(&J));
+    ck_assert_msg(w1.last_push_ms >= 6000, "worker 1 pushed %lld ms ago; logs:%s",
+                  (long long)w1.last_push_ms, dt_test_job_report(&J));
+    ck_assert_msg(activity_of(0).last_push_ms >= w1.last_push_ms,
+                  "the chief pushed after worker 1's passes; logs:%s", dt_test_job_report(&J));
+    feed_fifo(fifo, rows);
+    free(rows);
+    pid_t pids[3] = {ps, chief_b, worker};
+    const char *names[3] = {"ps 0", "restarted chief", "worker 1"};
+    dt_test_job_expect_done(&J, pids, names, 3, JOB_TIMEOUT_MS);
+    ck_assert_int_eq(local_steps_of("worker1"), 256);
+    ck_assert_msg(!dt_test_job_log_has(&J, "worker1", "are gone"), "logs:%s",
+                  dt_test_job_report(&J));
+    dt_tensors ts;
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 512, &ts, NULL, 0), 512);
+    dt_tensors_deinit(&ts);
+}
+END_TEST
+
 /* sync with "epochs": a step takes a batch from each of the 2 workers, so
  * 2 epochs are 8 steps, not the 16 that made each worker pass over its
  * shard 4 times. */
@@ -1483,6 +1553,7 @@ Suite *sparse_e2e_suite(void) {
     tcase_add_test(tc, epochs_slow_reader_two_ps_pipelined);
     tcase_add_test(tc, epochs_worker_stopped_mid_shard);
     tcase_add_test(tc, epochs_worker_killed_mid_shard);
+    tcase_add_test(tc, epochs_restarted_chief_reading_waited_for);
     tcase_add_test(tc, epochs_sync);
     TCase *piped = dt_test_job_tcase(s, "pipeline", 300, setup, teardown);
     tcase_add_test(piped, sparse_pipelined);
