@@ -1310,6 +1310,26 @@ static void feed_fifo(const char *path, const char *text) {
     close(fd);
 }
 
+/* Waits until ps 0 last took a push of the waiting task's (whose log is
+ * `log_name`) 3 timeouts (2 s) ago, or its log says the others are gone,
+ * and asserts the former: one that went on alone would have pushed since.
+ * Returns how long ago that push was. */
+static int64_t expect_waited(int task, const char *log_name) {
+    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
+    dt_worker_activity a = activity_of(task);
+    while (a.last_push_ms < 6000 && dt_test_now_ms() < deadline &&
+           !dt_test_job_log_has(&J, log_name, "are gone")) {
+        dt_test_sleep_ms(50);
+        a = activity_of(task);
+    }
+    ck_assert_msg(!dt_test_job_log_has(&J, log_name, "are gone"),
+                  "%s took the other, alive and reading its data, for gone; logs:%s", log_name,
+                  dt_test_job_report(&J));
+    ck_assert_msg(a.last_push_ms >= 6000, "%s pushed %lld ms ago; logs:%s", log_name,
+                  (long long)a.last_push_ms, dt_test_job_report(&J));
+    return a.last_push_ms;
+}
+
 /* A live worker that does not push for longer than sync_timeout_secs is
  * waited for: worker 1 reads its training file (the same rows) from a FIFO
  * the test fills only once the chief, its passes done and waiting, has
@@ -1341,20 +1361,7 @@ static void slow_reader_run(int num_ps, const char *pipeline) {
     epoch_job(fifo, extra);
     pids[num_ps + 1] = dt_test_job_start(&J, "worker", 1, "worker1");
     names[num_ps + 1] = "worker 1";
-    /* The event: ps 0 last heard a push of the chief's 3 timeouts ago. The
-     * chief, had it gone on alone, would have pushed since. */
-    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
-    dt_worker_activity chief_seen = activity_of(0);
-    while (chief_seen.last_push_ms < 6000 && dt_test_now_ms() < deadline &&
-           !dt_test_job_log_has(&J, "chief", "are gone")) {
-        dt_test_sleep_ms(50);
-        chief_seen = activity_of(0);
-    }
-    ck_assert_msg(!dt_test_job_log_has(&J, "chief", "are gone"),
-                  "the chief took worker 1, alive and reading its data, for gone; logs:%s",
-                  dt_test_job_report(&J));
-    ck_assert_msg(chief_seen.last_push_ms >= 6000, "the chief pushed %lld ms ago; logs:%s",
-                  (long long)chief_seen.last_push_ms, dt_test_job_report(&J));
+    expect_waited(0, "chief");
     /* Worker 1, still reading, is known alive (its heartbeat), and has
      * not pushed. */
     dt_worker_activity reader = activity_of(1);
@@ -1488,19 +1495,8 @@ START_TEST(epochs_restarted_chief_reading_waited_for) {
         dt_test_job_wait_log(&J, "worker1", "waiting for the other workers to finish theirs",
                              JOB_TIMEOUT_MS, worker),
         "worker 1 did not stop after its shard's epochs; logs:%s", dt_test_job_report(&J));
-    /* The event: ps 0 last took a push 3 timeouts ago, from anyone. */
-    dt_worker_activity w1 = activity_of(1);
-    while (w1.last_push_ms < 6000 && dt_test_now_ms() < deadline &&
-           !dt_test_job_log_has(&J, "worker1", "are gone")) {
-        dt_test_sleep_ms(50);
-        w1 = activity_of(1);
-    }
-    ck_assert_msg(!dt_test_job_log_has(&J, "worker1", "are gone"),
-                  "worker 1 took the chief, alive and reading its data, for gone; logs:%s",
-                  dt_test_job_report(&J));
-    ck_assert_msg(w1.last_push_ms >= 6000, "worker 1 pushed %lld ms ago; logs:%s",
-                  (long long)w1.last_push_ms, dt_test_job_report(&J));
-    ck_assert_msg(activity_of(0).last_push_ms >= w1.last_push_ms,
+    int64_t waited_ms = expect_waited(1, "worker1");
+    ck_assert_msg(activity_of(0).last_push_ms >= waited_ms,
                   "the chief pushed after worker 1's passes; logs:%s", dt_test_job_report(&J));
     feed_fifo(fifo, rows);
     free(rows);
