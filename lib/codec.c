@@ -611,6 +611,8 @@ static void status_resp_to_pb(const dt_msg_status_resp *m, dtrain_StatusResponse
         s->workers[i].worker = m->workers[i].worker;
         s->workers[i].pushes = m->workers[i].pushes;
         s->workers[i].last_push_ms = m->workers[i].last_push_ms;
+        s->workers[i].last_seen_ms = m->workers[i].last_seen_ms;
+        s->workers[i].passes_done = m->workers[i].passes_done;
         copy_str(s->workers[i].failure, sizeof s->workers[i].failure, m->workers[i].failure);
     }
     copy_str(s->failure, sizeof s->failure, m->failure);
@@ -651,6 +653,8 @@ static void status_resp_from_pb(const dtrain_StatusResponse *s, dt_msg_status_re
         m->workers[i].worker = s->workers[i].worker;
         m->workers[i].pushes = s->workers[i].pushes;
         m->workers[i].last_push_ms = s->workers[i].last_push_ms;
+        m->workers[i].last_seen_ms = s->workers[i].last_seen_ms;
+        m->workers[i].passes_done = s->workers[i].passes_done;
         copy_str(m->workers[i].failure, sizeof m->workers[i].failure, s->workers[i].failure);
     }
     copy_str(m->failure, sizeof m->failure, s->failure);
@@ -775,6 +779,8 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         const dt_msg_status_req *m = msg;
         pb->status_req.worker = m->worker;
         pb->status_req.done_seen = m->done_seen;
+        pb->status_req.passes_done = m->passes_done;
+        pb->status_req.heartbeat = m->heartbeat;
         copy_str(pb->status_req.failure, sizeof pb->status_req.failure, m->failure);
         break;
     }
@@ -1443,6 +1449,8 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         dt_msg_status_req *m = msg;
         m->worker = pb->status_req.worker;
         m->done_seen = pb->status_req.done_seen;
+        m->passes_done = pb->status_req.passes_done;
+        m->heartbeat = pb->status_req.heartbeat;
         copy_str(m->failure, sizeof m->failure, pb->status_req.failure);
         break;
     }
@@ -1531,6 +1539,11 @@ static int check_values(dt_msg_type type, const pb_any *pb, dt_err *err) {
     for (pb_size_t i = 0; rc == 0 && i < s->workers_count; i++)
         rc = check_line(s->workers[i].failure, sizeof s->workers[i].failure, type,
                         "workers[].failure", err);
+    /* A waiting worker reckons liveness from it: "never" is -1, no less. */
+    for (pb_size_t i = 0; rc == 0 && i < s->workers_count; i++)
+        if (s->workers[i].last_seen_ms < -1)
+            rc = dt_err_set(err, DT_EINVAL, "%s: workers[%u].last_seen_ms is %lld (-1: never)",
+                            type_names[type], (unsigned)i, (long long)s->workers[i].last_seen_ms);
     return rc;
 }
 

@@ -242,10 +242,12 @@ typedef struct {
     int32_t worker;
     bool done_seen;                   /* the caller knows the job is done */
     char failure[DT_MSG_FAILURE_MAX]; /* non-empty: the caller failed and leaves; why */
+    bool passes_done;                 /* the caller's passes over its shard are done */
+    bool heartbeat;                   /* only says the caller is alive: not told the job's end */
 } dt_msg_status_req;
 
 /* Most training tasks one Status reply describes (proto options): the
- * first ones by task index that pushed. */
+ * first ones by task index that called. */
 #define DT_STATUS_MAX_WORKERS 64
 
 /* One training task as a ps saw it (proto WorkerActivity). */
@@ -254,6 +256,8 @@ typedef struct {
     int64_t pushes;                   /* taken from it, applied or not */
     int64_t last_push_ms;             /* how long ago its last push came; -1: never */
     char failure[DT_MSG_FAILURE_MAX]; /* non-empty: it failed and left; why */
+    int64_t last_seen_ms;             /* how long ago any call of its came; -1: never */
+    bool passes_done;                 /* it said its passes over its shard are done */
 } dt_worker_activity;
 
 /* One table on one ps (proto TableStatus). */

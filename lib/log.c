@@ -53,6 +53,16 @@ void dt_log_write(dt_log_level level, const char *fmt, ...) {
     (void)w;
 }
 
+struct timespec dt_timespec_after_ms(struct timespec t, int64_t ms) {
+    t.tv_sec += (time_t)(ms / 1000);
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
 double dt_now_secs(void) {
     struct timespec ts;
     /* Cannot fail: POSIX.1-2008 guarantees the clock, and ts is valid. */

@@ -8,6 +8,9 @@
 #ifndef DT_LOG_H
 #define DT_LOG_H
 
+#include <stdint.h>
+#include <time.h>
+
 typedef enum { DT_LOG_DEBUG = 0, DT_LOG_INFO, DT_LOG_WARN, DT_LOG_ERROR } dt_log_level;
 
 /* Process-wide settings; call before starting threads. */
@@ -26,5 +29,9 @@ void dt_log_write(dt_log_level level, const char *fmt, ...) __attribute__((forma
 /* Seconds on the monotonic clock (CLOCK_MONOTONIC): for intervals and
  * timers only, never for wall time. Thread-safe; cannot fail. */
 double dt_now_secs(void);
+
+/* t plus ms (>= 0), normalized: a deadline for pthread_cond_timedwait on
+ * t's clock. */
+struct timespec dt_timespec_after_ms(struct timespec t, int64_t ms);
 
 #endif

@@ -94,6 +94,9 @@ static void merge_workers(dt_job_status *st, const dt_msg_status_resp *r, dt_wor
             w->last_push_ms = a->last_push_ms;
         if (a->failure[0] && !w->failure[0])
             snprintf(w->failure, sizeof w->failure, "%s", a->failure);
+        if (a->last_seen_ms >= 0 && (w->last_seen_ms < 0 || a->last_seen_ms < w->last_seen_ms))
+            w->last_seen_ms = a->last_seen_ms;
+        w->passes_done |= a->passes_done;
     }
 }
 
@@ -134,7 +137,8 @@ static void summarize(dt_job_status *st, dt_worker_seen *all) {
     else if (st->state == DT_JOB_DONE)
         st->eta_secs = 0;
     for (int w = 0; w < st->num_workers; w++)
-        if (all[w].pushes > 0 || all[w].failure[0]) st->workers[st->num_seen++] = all[w];
+        if (all[w].pushes > 0 || all[w].failure[0] || all[w].last_seen_ms >= 0)
+            st->workers[st->num_seen++] = all[w];
 }
 
 /* Sends Status to every ps at once; fills st->ps. */
@@ -187,7 +191,7 @@ int dt_job_status_get(const dt_cluster *c, const dt_rpc_security *sec, int timeo
     dt_worker_seen *all = dt_calloc((size_t)c->num_workers, sizeof *all);
     int rc = st->ps && st->workers && all ? 0 : dt_err_set(err, DT_ENOMEM, "status: out of memory");
     for (int w = 0; rc == 0 && w < c->num_workers; w++)
-        all[w] = (dt_worker_seen){.worker = w, .pushes = 0, .last_push_ms = -1};
+        all[w] = (dt_worker_seen){.worker = w, .pushes = 0, .last_push_ms = -1, .last_seen_ms = -1};
     if (rc == 0) rc = ask_all(c, sec, timeout_ms, st, err);
     if (rc == 0) summarize(st, all);
     free(all);
@@ -278,11 +282,16 @@ size_t dt_job_status_text(const dt_job_status *st, const dt_cluster *c, char *bu
         const dt_worker_seen *w = &st->workers[i];
         put(&o, "  ");
         put_worker_name(&o, w->worker);
-        if (w->failure[0])
+        if (w->failure[0]) {
             put(&o, ": failed: %s\n", w->failure);
+            continue;
+        }
+        if (w->pushes > 0)
+            put(&o, ": %lld pushes, the last %.1f s ago", w->pushes, (double)w->last_push_ms / 1e3);
         else
-            put(&o, ": %lld pushes, the last %.1f s ago\n", w->pushes,
-                (double)w->last_push_ms / 1e3);
+            put(&o, ": no pushes yet");
+        if (w->last_seen_ms >= 0) put(&o, ", heard %.1f s ago", (double)w->last_seen_ms / 1e3);
+        put(&o, "%s\n", w->passes_done ? ", its passes done" : "");
     }
     return o.len;
 }
@@ -362,6 +371,11 @@ size_t dt_job_status_json(const dt_job_status *st, const dt_cluster *c, char *bu
             cJSON_AddStringToObject(e, "failure", st->workers[i].failure);
         else
             cJSON_AddNullToObject(e, "failure");
+        if (st->workers[i].last_seen_ms >= 0)
+            cJSON_AddNumberToObject(e, "last_seen_secs", (double)st->workers[i].last_seen_ms / 1e3);
+        else
+            cJSON_AddNullToObject(e, "last_seen_secs");
+        cJSON_AddBoolToObject(e, "passes_done", st->workers[i].passes_done);
     }
     cJSON_AddNumberToObject(root, "num_workers", st->num_workers);
     char *text = cJSON_PrintUnformatted(root);

@@ -48,12 +48,15 @@ typedef struct {
 } dt_ps_status;
 
 /* One training task as the ps tasks saw it: the most pushes any task took
- * from it, and its most recent push on any. */
+ * from it, its most recent push and call on any, and whether any says
+ * its passes are done. */
 typedef struct {
     int worker;
     long long pushes;
     long long last_push_ms;
     char failure[DT_MSG_FAILURE_MAX]; /* non-empty: it failed and left (a ps says why) */
+    long long last_seen_ms;           /* its last call of any kind; -1: never */
+    int passes_done;                  /* its "epochs" passes are done; it waits */
 } dt_worker_seen;
 
 typedef struct {

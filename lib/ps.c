@@ -87,6 +87,14 @@ typedef struct {
                                               write into once no message reads them; or NULL */
 } ps_var;
 
+/* One training task's liveness, for a worker that waits for the others
+ * (Status's WorkerActivity). Under stats_mu. */
+typedef struct {
+    struct timespec at; /* its last call of any kind (valid once called) */
+    int called;
+    int passes_done; /* said by a Status of its; cleared by its next push */
+} worker_heard;
+
 struct dt_ps {
     dt_ps_params params;
     char name[64]; /* "ps:0 localhost:1681", for messages */
@@ -137,7 +145,8 @@ struct dt_ps {
     int64_t rate_step[RATE_SAMPLES];
     struct timespec rate_at[RATE_SAMPLES];
     int rate_count, rate_next;
-    int *seen; /* (num_workers) has pushed at least once */
+    int *seen;           /* (num_workers) has pushed at least once */
+    worker_heard *heard; /* (num_workers) liveness, for a waiting worker */
     int32_t max_lead;
 
     /* sync: the gradients of the current step, summed. */
@@ -236,14 +245,33 @@ static void raise_step(dt_ps *ps, int64_t seen) {
 
 /* ---- activity, for Status ------------------------------------------------ */
 
+/* worker (in range, allowed to speak for itself) called: it is alive now.
+ * stats_mu held. */
+static void heard_locked(dt_ps *ps, int32_t worker) {
+    clock_gettime(CLOCK_MONOTONIC, &ps->heard[worker].at);
+    ps->heard[worker].called = 1;
+}
+
+/* A call from worker that passed check_caller. */
+static void note_call(dt_ps *ps, int32_t worker) {
+    if (worker < 0 || worker >= ps->params.cluster->num_workers) return;
+    pthread_mutex_lock(&ps->stats_mu);
+    heard_locked(ps, worker);
+    pthread_mutex_unlock(&ps->stats_mu);
+}
+
 /* Counts a push from worker and when it came, whatever becomes of it. A
  * worker that said it failed and pushes again was restarted: it is back,
- * and is to be told the job's end like the others. */
+ * and is to be told the job's end like the others. One that said its
+ * passes were done and pushes again trains on (or was restarted): it is
+ * waited for again. */
 static void note_push(dt_ps *ps, int32_t worker) {
     if (worker < 0 || worker >= ps->params.cluster->num_workers) return;
     pthread_mutex_lock(&ps->stats_mu);
     ps->pushes_from[worker]++;
     clock_gettime(CLOCK_MONOTONIC, &ps->pushed_at[worker]);
+    heard_locked(ps, worker);
+    ps->heard[worker].passes_done = 0;
     char *failure = ps->worker_failure[worker];
     ps->worker_failure[worker] = NULL;
     pthread_mutex_unlock(&ps->stats_mu);
@@ -281,10 +309,12 @@ static void activity_locked(dt_ps *ps, dt_msg_status_resp *resp) {
     }
     int n = 0;
     for (int w = 0; w < ps->params.cluster->num_workers && n < DT_STATUS_MAX_WORKERS; w++) {
-        if (!ps->pushes_from[w] && !ps->worker_failure[w]) continue;
+        if (!ps->pushes_from[w] && !ps->worker_failure[w] && !ps->heard[w].called) continue;
         resp->workers[n].worker = w;
         resp->workers[n].pushes = ps->pushes_from[w];
         resp->workers[n].last_push_ms = ps->pushes_from[w] ? ms_since(&ps->pushed_at[w]) : -1;
+        resp->workers[n].last_seen_ms = ps->heard[w].called ? ms_since(&ps->heard[w].at) : -1;
+        resp->workers[n].passes_done = ps->heard[w].passes_done;
         if (ps->worker_failure[w])
             snprintf(resp->workers[n].failure, sizeof resp->workers[n].failure, "%s",
                      ps->worker_failure[w]);
@@ -906,6 +936,7 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
     if (rc < 0) return rc;
     if ((rc = check_caller(ps, peer, req.worker, "pull", err)) < 0) return rc;
     if ((rc = check_failed(ps, req.worker, "pull", err)) < 0) return rc;
+    note_call(ps, req.worker);
 
     pthread_rwlock_rdlock(&ps->model_lock);
     if (!ps->ready) {
@@ -1267,6 +1298,7 @@ static int handle_sparse_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_b
     if (rc < 0) return rc;
     if ((rc = check_caller(ps, peer, req.worker, "sparse pull", err)) < 0) return rc;
     if ((rc = check_failed(ps, req.worker, "sparse pull", err)) < 0) return rc;
+    note_call(ps, req.worker);
     pthread_rwlock_rdlock(&ps->model_lock);
     if (!ps->ready) {
         rc = dt_err_set(err, DT_EPRECOND,
@@ -2052,6 +2084,36 @@ static int note_failed_worker(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker
     return 0;
 }
 
+/* A Status from a training task for itself says it is alive, and whether
+ * its passes are done. A tool or a ps task speaks for no worker; a chief
+ * or worker identity only for its own task (unlike done_seen and failure,
+ * such a call is not refused: Status stays open to read). */
+static void note_status_caller(dt_ps *ps, const dt_rpc_peer *peer, const dt_msg_status_req *req) {
+    if (req->worker < 0 || req->worker >= ps->params.cluster->num_workers) return;
+    if (peer->role == DT_PEER_TOOL || peer->role == DT_PEER_PS) return;
+    if (peer->role != DT_PEER_ANY && peer->task != req->worker) return;
+    pthread_mutex_lock(&ps->stats_mu);
+    heard_locked(ps, req->worker);
+    if (req->passes_done) ps->heard[req->worker].passes_done = 1;
+    pthread_mutex_unlock(&ps->stats_mu);
+}
+
+/* A heartbeat's reply: the beat only needs the call answered, so it
+ * carries the job's state and none of what costs (workers, tables,
+ * counters). Told nothing: the caller's training loop hears the end. */
+static int heartbeat_reply(dt_ps *ps, dt_rpc_buf *reply, dt_err *err) {
+    dt_msg_status_resp resp;
+    memset(&resp, 0, sizeof resp);
+    pthread_rwlock_rdlock(&ps->model_lock);
+    resp.incarnation = ps->incarnation;
+    resp.ready = ps->ready;
+    resp.max_steps = ps->max_steps;
+    pthread_rwlock_unlock(&ps->model_lock);
+    resp.global_step = atomic_load(&ps->global_step);
+    resp.done = check_done(ps, -1) && !job_failed(ps);
+    return encode_reply(DT_MSG_STATUS_RESP, &resp, reply, err);
+}
+
 static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request,
                          dt_rpc_buf *reply, dt_err *err) {
     dt_ps *ps = ctx;
@@ -2062,6 +2124,8 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     if (req.done_seen && (rc = note_done_seen(ps, peer, req.worker, err)) < 0) return rc;
     if (req.failure[0] && (rc = note_failed_worker(ps, peer, req.worker, req.failure, err)) < 0)
         return rc;
+    note_status_caller(ps, peer, &req);
+    if (req.heartbeat) return heartbeat_reply(ps, reply, err);
     dt_msg_status_resp resp;
     memset(&resp, 0, sizeof resp);
     pthread_rwlock_rdlock(&ps->model_lock);
@@ -2204,8 +2268,10 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     ps->memo = dt_calloc(nw, sizeof *ps->memo);
     ps->pushed_at = dt_calloc(nw, sizeof *ps->pushed_at);
     ps->worker_failure = dt_calloc(nw, sizeof *ps->worker_failure);
+    ps->heard = dt_calloc(nw, sizeof *ps->heard);
     if (!ps->clock || !ps->last_push || !ps->seen || !ps->acc_from || !ps->pushes_from ||
-        !ps->memo || !ps->pushed_at || !ps->worker_failure) {
+        !ps->memo || !ps->pushed_at || !ps->worker_failure || !ps->heard) {
+        free(ps->heard);
         free(ps->worker_failure);
         free(ps->pushes_from);
         free(ps->memo);
@@ -2489,5 +2555,6 @@ void dt_ps_free(dt_ps *ps) {
     for (int w = 0; ps->worker_failure && w < ps->params.cluster->num_workers; w++)
         free(ps->worker_failure[w]);
     free(ps->worker_failure);
+    free(ps->heard);
     free(ps);
 }

@@ -85,6 +85,7 @@ struct dt_ps_client {
      * did not apply it, so no task applies one gradient twice. */
     int push_pending;
     uint64_t push_id;               /* the pending push's id: a retry sends the same */
+    int passes_done;                /* Status calls say this worker's passes are done */
     int *push_acked;                /* (num_ps) */
     int *push_pulled;               /* (num_ps) push_pull: its variables were taken */
     dt_msg_push_resp *push_replies; /* (num_ps) the acknowledging replies */
@@ -482,8 +483,12 @@ static int slot_views(const dt_ps_client *c, int p, const dt_optim_config *optim
     return n;
 }
 
+void dt_ps_client_set_passes_done(dt_ps_client *c, int passes_done) {
+    c->passes_done = passes_done != 0;
+}
+
 int dt_ps_client_status(dt_ps_client *c, int p, dt_msg_status_resp *out, dt_err *err) {
-    dt_msg_status_req req = {.worker = c->params.worker};
+    dt_msg_status_req req = {.worker = c->params.worker, .passes_done = c->passes_done != 0};
     int rc = prepare(c, p, DT_MSG_STATUS_REQ, &req, 0, err);
     if (rc < 0) return rc;
     if ((rc = run(c, p, p + 1, err)) == 0) {
@@ -765,14 +770,9 @@ static int ref_grad(void *ctx, int index, dt_rpc_ref *out, dt_err *err) {
  * client's deadline: the caller may write them again once this returns 0. */
 static int wait_unpinned(dt_ps_client *c, dt_err *err) {
     pins *pn = c->pins;
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += c->params.timeout_ms / 1000;
-    deadline.tv_nsec += (long)(c->params.timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    const struct timespec deadline = dt_timespec_after_ms(now, c->params.timeout_ms);
     pthread_mutex_lock(&pn->mu);
     while (pn->runs > 0)
         if (pthread_cond_timedwait(&pn->cv, &pn->mu, &deadline) == ETIMEDOUT) break;
@@ -1459,15 +1459,25 @@ int dt_ps_client_sparse_save(dt_ps_client *c, const dt_table_config *t, int with
     return rc;
 }
 
-int dt_ps_client_tell_done(dt_ps_client *c, dt_err *err) {
-    dt_msg_status_req req = {.worker = c->params.worker, .done_seen = true};
+/* req to every ps task at once; the replies are dropped. */
+static int status_all(dt_ps_client *c, const dt_msg_status_req *req, dt_err *err) {
     for (int p = 0; p < c->num_ps; p++) {
-        int rc = prepare(c, p, DT_MSG_STATUS_REQ, &req, 0, err);
+        int rc = prepare(c, p, DT_MSG_STATUS_REQ, req, 0, err);
         if (rc < 0) return rc;
     }
     int rc = run(c, 0, c->num_ps, err);
     release_responses(c);
     return rc;
+}
+
+int dt_ps_client_tell_done(dt_ps_client *c, dt_err *err) {
+    dt_msg_status_req req = {.worker = c->params.worker, .done_seen = true};
+    return status_all(c, &req, err);
+}
+
+int dt_ps_client_heartbeat(dt_ps_client *c, dt_err *err) {
+    dt_msg_status_req req = {.worker = c->params.worker, .heartbeat = true};
+    return status_all(c, &req, err);
 }
 
 int dt_ps_client_shutdown(dt_ps_client *c, const char *reason, dt_err *err) {
@@ -1509,11 +1519,5 @@ int dt_ps_client_leave(dt_ps_client *c, const char *failure, dt_err *err) {
     req.worker = c->params.worker;
     failure_text(req.failure, sizeof req.failure, failure);
     if (!req.failure[0]) snprintf(req.failure, sizeof req.failure, "(no reason given)");
-    for (int p = 0; p < c->num_ps; p++) {
-        int rc = prepare(c, p, DT_MSG_STATUS_REQ, &req, 0, err);
-        if (rc < 0) return rc;
-    }
-    int rc = run(c, 0, c->num_ps, err);
-    release_responses(c);
-    return rc;
+    return status_all(c, &req, err);
 }

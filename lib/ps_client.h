@@ -95,6 +95,15 @@ void dt_ps_client_log_placement(const dt_ps_client *c);
 /* Status of ps `ps_index` (fails fast if it is down). */
 int dt_ps_client_status(dt_ps_client *c, int ps_index, dt_msg_status_resp *out,
                         dt_err *err) DT_WARN_UNUSED;
+/* Whether this client's Status calls say that the worker made its passes
+ * over its shard ("epochs") and waits for the others (0 at first). A ps
+ * keeps what the last one said until the worker pushes again. */
+void dt_ps_client_set_passes_done(dt_ps_client *c, int passes_done);
+/* Tells every ps task at once that this worker is alive (a Status with
+ * heartbeat: its reply is dropped, and does not count as telling the
+ * worker the job's end). Returns the first failed call's error; the
+ * others were still made. */
+int dt_ps_client_heartbeat(dt_ps_client *c, dt_err *err) DT_WARN_UNUSED;
 
 /* Steps per worker that a restored ps may be raised by callers' seen_step
  * beyond the highest step the chief knew of: the pushes other workers can

@@ -613,13 +613,7 @@ static server_gen *gen_of_tag(dt_rpc_server *s, void *tag) {
 static struct timespec deadline_in(int ms) {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
-    t.tv_sec += ms / 1000;
-    t.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (t.tv_nsec >= 1000000000L) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000L;
-    }
-    return t;
+    return dt_timespec_after_ms(t, ms);
 }
 
 /* How many pollers may wait on the queue at once, under mu: one, or all of

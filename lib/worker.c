@@ -35,6 +35,7 @@
 
 #include "alloc.h"
 #include "data.h"
+#include "heartbeat.h"
 #include "log.h"
 #include "memstat.h"
 #include "model.h"
@@ -83,7 +84,18 @@ struct dt_worker {
     dt_ps_client *rows_client;
     int64_t rows_moved;   /* rows pulled (and pushed) over all steps, for the end's log */
     int64_t sparse_steps; /* steps those were for */
+    /* With "epochs" and other workers: tells the ps tasks this one is alive
+     * from before its data is read to the end, so the others, waiting,
+     * tell it from a gone one (wait_for_others). NULL otherwise. */
+    dt_heartbeat *heartbeat;
 };
+
+/* What a waiting worker knows of each other training task
+ * (wait_for_others). */
+typedef struct {
+    double heard_at; /* dt_now_secs() of its latest call a ps saw, the wait's start at first */
+    int excused;     /* in the last round: its passes are done, or it failed and left */
+} other_task;
 
 static void sleep_us(long us) {
     struct timespec ts = {us / 1000000L, (us % 1000000L) * 1000L};
@@ -123,6 +135,19 @@ static int pipelined(const dt_job *job) {
     return job->pipeline_push && job->consistency.mode != DT_MODE_SYNC;
 }
 
+/* Whether each worker keeps to its shard's "epochs" passes and then waits
+ * for the others (async and bounded jobs that set epochs, not max_steps). */
+static int bounded_by_shard(const dt_job *job) {
+    return job->max_steps == 0 && job->consistency.mode != DT_MODE_SYNC;
+}
+
+/* The heartbeat's period: four beats to a sync_timeout_secs, so a late or
+ * lost one does not make a live worker look gone; at most 5 s apart. */
+static int heartbeat_ms(const dt_job *job) {
+    int64_t ms = (int64_t)job->consistency.sync_timeout_secs * 1000 / 4;
+    return ms > 5000 ? 5000 : ms < 1 ? 1 : (int)ms;
+}
+
 int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err) {
     *out = NULL;
     const dt_cluster *cl = params->cluster;
@@ -141,6 +166,13 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int count = 0, rc;
     const dt_job *job = &w->job;
+    dt_ps_client_params cp = {cl, params->task_index, job->rpc_timeout_secs * 1000, job->placement,
+                              params->security};
+    /* Before the data is read: reading a large file takes a while, and the
+     * others, if waiting already, are to see this one alive meanwhile. */
+    if (bounded_by_shard(job) && cl->num_workers > 1 &&
+        (rc = dt_heartbeat_start(&cp, heartbeat_ms(job), &w->heartbeat, err)) < 0)
+        goto fail;
     if ((rc = dt_job_infer(&w->job, err)) < 0) goto fail;
     w->sparse = dt_job_is_sparse(job);
     if (w->sparse) {
@@ -174,12 +206,10 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     /* max_steps from epochs covers every shard's passes together; each
      * worker keeps to its own, so how fast one starts or runs does not
      * decide which rows are seen (sync runs the workers in step anyway). */
-    if (job->max_steps == 0 && job->consistency.mode != DT_MODE_SYNC &&
+    if (bounded_by_shard(job) &&
         (rc = dt_job_steps_for(job, w->sparse ? w->set.rows : dt_data_size(w->data),
                                &w->shard_steps, err)) < 0)
         goto fail;
-    dt_ps_client_params cp = {cl, params->task_index, job->rpc_timeout_secs * 1000, job->placement,
-                              params->security};
     if ((rc = dt_ps_client_new(&cp, &w->vars, &w->client, err)) < 0) goto fail;
     if (w->sparse && pipelined(job) &&
         (rc = dt_ps_client_new(&cp, &w->vars, &w->rows_client, err)) < 0)
@@ -194,6 +224,7 @@ fail:
 
 void dt_worker_free(dt_worker *w) {
     if (!w) return;
+    dt_heartbeat_free(w->heartbeat);
     dt_ps_client_free(w->client);
     dt_ps_client_free(w->rows_client);
     dt_data_free(w->data);
@@ -262,16 +293,35 @@ typedef struct {
     int ready;
     int done;
     int64_t global_step; /* the highest of the ps tasks' */
+    other_task *others;  /* (num_workers) while waiting for them; else NULL */
 } ready_probe;
+
+/* What ps reply st says of the other training tasks, into pr->others: a
+ * task is alive as of the latest call any ps task saw from it. */
+static void note_others(ready_probe *pr, const dt_msg_status_resp *st) {
+    const int n = pr->w->params.cluster->num_workers;
+    const double now = dt_now_secs();
+    for (int i = 0; i < st->num_workers; i++) {
+        const dt_worker_activity *a = &st->workers[i];
+        if (a->worker < 0 || a->worker >= n || a->worker == pr->w->params.task_index) continue;
+        other_task *o = &pr->others[a->worker];
+        if (a->last_seen_ms >= 0 && now - (double)a->last_seen_ms / 1e3 > o->heard_at)
+            o->heard_at = now - (double)a->last_seen_ms / 1e3;
+        if (a->passes_done || a->failure[0]) o->excused = 1;
+    }
+}
 
 /* One round of Status calls: fails while any ps is down or not ready. */
 static int probe_ready(void *arg, dt_err *err) {
     ready_probe *pr = arg;
     dt_worker *w = pr->w;
+    for (int k = 0; pr->others && k < w->params.cluster->num_workers; k++)
+        pr->others[k].excused = 0;
     for (int p = 0; p < dt_ps_client_num_ps(w->client); p++) {
         dt_msg_status_resp st;
         int rc = dt_ps_client_status(w->client, p, &st, err);
         if (rc < 0) return rc;
+        if (pr->others) note_others(pr, &st);
         if (st.failure[0])
             return dt_err_set(err, DT_EABORTED, "%s: %s: job failed: %s", w->name,
                               dt_ps_client_name(w->client, p), st.failure);
@@ -290,7 +340,7 @@ static int probe_ready(void *arg, dt_err *err) {
 }
 
 int dt_worker_wait_ready(dt_worker *w, const atomic_int *stop, dt_err *err) {
-    ready_probe pr = {w, 0, 0, 0};
+    ready_probe pr = {w, 0, 0, 0, NULL};
     int rc = dt_worker_retry(w, "the model to be ready", probe_ready, &pr, NULL, stop, err);
     if (rc < 0) return rc;
     return pr.done ? 1 : 0;
@@ -583,46 +633,74 @@ static int sparse_grad(dt_worker *w, dt_ps_client *client, sparse_buf *buf, cons
  * After this worker's passes over its shard (shard_steps), while the other
  * workers make the rest of max_steps: Status every ps task until one says
  * the job is done (1). TF1's workers stop at the end of their input the
- * same way. A global step that stands still for sync_timeout_secs means
- * the others are gone: 0, with shard_steps cleared, and this worker
+ * same way. Its Status calls say its passes are done.
+ *
+ * The others are gone when every other task still to finish its passes
+ * (not done with them, not failed and left) has called no ps task for
+ * sync_timeout_secs: liveness, not progress, so a live one that does not
+ * push for long (reading its data, the chief saving, a long step) is
+ * waited for; its heartbeat speaks for it. A task never heard of is silent
+ * since the wait began; with no one left to wait for, the wait lasts
+ * sync_timeout_secs. Gone: 0, with shard_steps cleared, and this worker
  * finishes the job on its own shard again (a job never hangs on a lost
  * worker).
  */
 static int wait_for_others(dt_worker *w, const dt_step_result *r, const dt_worker_hooks *hooks,
                            const atomic_int *stop, dt_err *err) {
     const dt_job *job = w->params.job;
+    const int n = w->params.cluster->num_workers;
     dt_log(DT_LOG_INFO,
            "%s: %d epoch(s) of this shard done after %lld local steps (global step %lld); "
            "waiting for the other workers to finish theirs",
            w->name, job->epochs, (long long)r->local_step, (long long)r->global_step);
-    int64_t last_step = -1;
-    double moved_at = dt_now_secs();
-    int nap_us = 1000;
+    other_task *others = dt_calloc((size_t)n, sizeof *others);
+    if (!others) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", w->name);
+    const double began = dt_now_secs();
+    for (int t = 0; t < n; t++)
+        others[t].heard_at = began;
+    dt_ps_client_set_passes_done(w->client, 1);
+    int nap_us = 1000, rc;
     for (;;) {
-        ready_probe pr = {w, 0, 0, 0};
+        ready_probe pr = {w, 0, 0, 0, others};
         /* With the hooks: a ps that restarts meanwhile is restored by the
          * chief, as it is while training. */
-        int rc = dt_worker_retry(w, "the other workers", probe_ready, &pr, hooks, stop, err);
-        if (rc < 0) return rc;
-        if (pr.done) return 1;
-        if (hooks && hooks->waiting && (rc = hooks->waiting(hooks->ctx, pr.global_step, err)) < 0)
-            return rc;
-        const double now = dt_now_secs();
-        if (pr.global_step != last_step) {
-            last_step = pr.global_step;
-            moved_at = now;
-        } else if (now - moved_at >= job->consistency.sync_timeout_secs) {
-            dt_log(DT_LOG_WARN,
-                   "%s: global step %lld for %.0f s: the other workers are gone; training on "
-                   "this shard again until the job is done",
-                   w->name, (long long)last_step, now - moved_at);
-            w->shard_steps = 0; /* no bound from here on */
-            return 0;
+        if ((rc = dt_worker_retry(w, "the other workers", probe_ready, &pr, hooks, stop, err)) < 0)
+            goto out;
+        if (pr.done) {
+            rc = 1;
+            goto out;
         }
-        if (stop && *stop) return stopped(w, err);
+        if (hooks && hooks->waiting && (rc = hooks->waiting(hooks->ctx, pr.global_step, err)) < 0)
+            goto out;
+        double heard = began;
+        int awaited = 0;
+        for (int t = 0; t < n; t++) {
+            if (t == w->params.task_index || others[t].excused) continue;
+            awaited++;
+            if (others[t].heard_at > heard) heard = others[t].heard_at;
+        }
+        const double now = dt_now_secs();
+        if (now - heard >= job->consistency.sync_timeout_secs) {
+            dt_log(DT_LOG_WARN,
+                   "%s: %d worker(s) still to finish their passes, none heard by any ps task "
+                   "for %.0f s: the other workers are gone; training on this shard again "
+                   "until the job is done (global step %lld)",
+                   w->name, awaited, now - heard, (long long)pr.global_step);
+            w->shard_steps = 0; /* no bound from here on */
+            dt_ps_client_set_passes_done(w->client, 0);
+            rc = 0;
+            goto out;
+        }
+        if (stop && *stop) {
+            rc = stopped(w, err);
+            goto out;
+        }
         sleep_us(nap_us);
         if (nap_us < 50000) nap_us *= 2;
     }
+out:
+    free(others);
+    return rc;
 }
 
 /* The next batch's loss and gradient, from vars into grads. */

@@ -413,12 +413,13 @@ START_TEST(test_roundtrip_push_resp) {
 END_TEST
 
 START_TEST(test_roundtrip_status) {
-    dt_msg_status_req q = {.worker = 7};
+    dt_msg_status_req q = {.worker = 7, .passes_done = true, .heartbeat = true};
     size_t len;
     uint8_t *buf = encode_new(DT_MSG_STATUS_REQ, &q, &len);
     dt_msg_status_req dq = {0};
     ck_assert_int_eq(dt_codec_decode(DT_MSG_STATUS_REQ, buf, len, &dq, NULL), 0);
     ck_assert_int_eq(dq.worker, 7);
+    ck_assert(dq.passes_done && dq.heartbeat);
     free(buf);
 
     dt_msg_status_resp m;
@@ -463,6 +464,27 @@ START_TEST(test_roundtrip_status) {
     ck_assert_str_eq(d.model, "linear F=3");
     ck_assert_int_eq(d.pushes_applied, 40);
     ck_assert_int_eq(d.pushes_rejected, 3);
+    free(buf);
+
+    /* A worker's liveness: "never" is -1; less is no ps's, and refused. */
+    m.num_workers = 2;
+    m.workers[0] = (dt_worker_activity){
+        .worker = 1, .last_push_ms = -1, .last_seen_ms = 250, .passes_done = true};
+    m.workers[1] = (dt_worker_activity){.worker = 2, .last_push_ms = -1, .last_seen_ms = -1};
+    buf = encode_new(DT_MSG_STATUS_RESP, &m, &len);
+    memset(&d, 0, sizeof d);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_STATUS_RESP, buf, len, &d, NULL), 0);
+    ck_assert_int_eq(d.num_workers, 2);
+    ck_assert_int_eq(d.workers[0].last_seen_ms, 250);
+    ck_assert(d.workers[0].passes_done);
+    ck_assert_int_eq(d.workers[1].last_seen_ms, -1);
+    ck_assert(!d.workers[1].passes_done);
+    free(buf);
+    m.workers[1].last_seen_ms = -2;
+    buf = encode_new(DT_MSG_STATUS_RESP, &m, &len);
+    dt_err_clear(&bad);
+    ck_assert_int_eq(dt_codec_decode(DT_MSG_STATUS_RESP, buf, len, &d, &bad), DT_EINVAL);
+    ck_assert_msg(strstr(bad.msg, "workers[1].last_seen_ms is -2"), "%s", bad.msg);
     free(buf);
 }
 END_TEST

@@ -377,23 +377,36 @@ static void status_in(dt_ps *ps, const dt_rpc_peer *tool, dt_msg_status_resp *st
                   err.msg);
 }
 
-START_TEST(ps_failure_rules) {
+/* A ps of its own cluster (1 ps, 3 workers at cl's addresses), with no
+ * server: the tests call its handlers. */
+typedef struct {
     dt_addr ps_addr[1], workers[3];
-    for (int i = 0; i < 4; i++)
-        dt_test_loopback_addr(i ? &workers[i - 1] : &ps_addr[0], 20000 + i);
     dt_cluster cl;
-    memset(&cl, 0, sizeof cl);
-    cl.num_ps = 1;
-    cl.ps = ps_addr;
-    cl.num_workers = 3;
-    cl.workers = workers;
-    /* A linger far above the test's bound: the wait below must end because
-     * every worker heard the failure, not because the linger ran out. */
-    dt_ps_params p = {.cluster = &cl, .task_index = 0, .no_server = 1, .linger_ms = 600000};
+} three_workers;
+
+static dt_ps *ps_of_three(three_workers *t, int linger_ms) {
+    for (int i = 0; i < 4; i++)
+        dt_test_loopback_addr(i ? &t->workers[i - 1] : &t->ps_addr[0], 20000 + i);
+    memset(&t->cl, 0, sizeof t->cl);
+    t->cl.num_ps = 1;
+    t->cl.ps = t->ps_addr;
+    t->cl.num_workers = 3;
+    t->cl.workers = t->workers;
+    dt_ps_params p = {.cluster = &t->cl, .task_index = 0, .no_server = 1, .linger_ms = linger_ms};
     dt_ps *ps = NULL;
     dt_err err;
     dt_err_clear(&err);
     ck_assert_msg(dt_ps_start(&p, &ps, &err) == 0, "%s", err.msg);
+    return ps;
+}
+
+START_TEST(ps_failure_rules) {
+    /* A linger far above the test's bound: the wait below must end because
+     * every worker heard the failure, not because the linger ran out. */
+    three_workers t;
+    dt_ps *ps = ps_of_three(&t, 600000);
+    dt_err err;
+    dt_err_clear(&err);
     dt_rpc_peer chief = peer_of(DT_PEER_CHIEF, 0, "chief");
     dt_rpc_peer w1 = peer_of(DT_PEER_WORKER, 1, "worker:1");
     dt_rpc_peer w2 = peer_of(DT_PEER_WORKER, 2, "worker:2");
@@ -461,6 +474,73 @@ START_TEST(ps_failure_rules) {
 }
 END_TEST
 
+/* Worker `task`'s entry in st, or NULL when st lists none. */
+static const dt_worker_activity *listed(const dt_msg_status_resp *st, int task) {
+    for (int i = 0; i < st->num_workers; i++)
+        if (st->workers[i].worker == task) return &st->workers[i];
+    return NULL;
+}
+
+/* What a waiting worker reads of the others (Status's workers): a call of
+ * a worker's for itself says it is alive, and a Status of its that its
+ * passes are done, which later ones without the flag (its heartbeat) keep.
+ * A tool, or one worker's identity claiming another, speaks for no one;
+ * such a Status is answered all the same. */
+START_TEST(ps_liveness_rules) {
+    three_workers t;
+    dt_ps *ps = ps_of_three(&t, 0);
+    dt_err err;
+    dt_err_clear(&err);
+    dt_rpc_peer w1 = peer_of(DT_PEER_WORKER, 1, "worker:1");
+    dt_rpc_peer w2 = peer_of(DT_PEER_WORKER, 2, "worker:2");
+    dt_rpc_peer tool = peer_of(DT_PEER_TOOL, -1, "tool");
+    dt_msg_status_resp st;
+
+    dt_msg_status_req req = {.worker = 2, .passes_done = true};
+    ck_assert_msg(call(ps, DT_MSG_STATUS_REQ, &req, &tool, DT_MSG_STATUS_RESP, NULL, &err) == 0,
+                  "%s", err.msg);
+    ck_assert_msg(call(ps, DT_MSG_STATUS_REQ, &req, &w1, DT_MSG_STATUS_RESP, NULL, &err) == 0, "%s",
+                  err.msg);
+    status_in(ps, &tool, &st);
+    ck_assert_int_eq(st.num_workers, 0);
+
+    /* Worker 2 for itself: alive, its passes done, no push yet. */
+    ck_assert_msg(call(ps, DT_MSG_STATUS_REQ, &req, &w2, DT_MSG_STATUS_RESP, NULL, &err) == 0, "%s",
+                  err.msg);
+    status_in(ps, &tool, &st);
+    ck_assert_int_eq(st.num_workers, 1);
+    const dt_worker_activity *a = listed(&st, 2);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_ge(a->last_seen_ms, 0);
+    ck_assert(a->passes_done);
+    ck_assert_int_eq(a->pushes, 0);
+    ck_assert_int_eq(a->last_push_ms, -1);
+    /* Its heartbeat does not take the flag back; its reply is the job's
+     * state alone (no workers listed). */
+    req = (dt_msg_status_req){.worker = 2, .heartbeat = true};
+    memset(&st, 0, sizeof st);
+    ck_assert_msg(call(ps, DT_MSG_STATUS_REQ, &req, &w2, DT_MSG_STATUS_RESP, &st, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(st.num_workers, 0);
+    ck_assert(st.incarnation != 0);
+    status_in(ps, &tool, &st);
+    ck_assert((a = listed(&st, 2)) && a->passes_done);
+
+    /* Any call counts: a Pull of worker 1's, though the model is not
+     * there yet, makes it heard of, its passes not done. */
+    dt_msg_pull_req pull;
+    memset(&pull, 0, sizeof pull);
+    pull.worker = 1;
+    dt_err_clear(&err);
+    (void)call(ps, DT_MSG_PULL_REQ, &pull, &w1, DT_MSG_PULL_RESP, NULL, &err);
+    status_in(ps, &tool, &st);
+    ck_assert_int_eq(st.num_workers, 2);
+    ck_assert((a = listed(&st, 1)) && a->last_seen_ms >= 0 && !a->passes_done);
+    ck_assert_ptr_null(listed(&st, 0));
+    dt_ps_free(ps);
+}
+END_TEST
+
 static void add_case(Suite *s, const char *name, const TTest *test) {
     tcase_add_test(dt_test_job_tcase(s, name, TEST_TIMEOUT_S, setup, teardown), test);
 }
@@ -468,6 +548,7 @@ static void add_case(Suite *s, const char *name, const TTest *test) {
 Suite *failure_suite(void) {
     Suite *s = suite_create("failure");
     add_case(s, "ps_failure_rules", ps_failure_rules);
+    add_case(s, "ps_liveness_rules", ps_liveness_rules);
     add_case(s, "chief_bad_eval_data", chief_bad_eval_data);
     add_case(s, "chief_foreign_checkpoint", chief_foreign_checkpoint);
     add_case(s, "worker_failure_job_goes_on", worker_failure_job_goes_on);

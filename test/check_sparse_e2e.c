@@ -29,6 +29,8 @@
  * Every wait is on an event (an exit, a log line, a checkpoint) with a
  * deadline.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -36,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "hash.h"
@@ -1149,18 +1152,28 @@ static int64_t local_steps_of(const char *log_name) {
     return n;
 }
 
-/* The 64-row file in batches of 8 for 2 epochs, 2 workers of 32 rows each:
- * max_steps 16, 4 batches a pass over a shard. */
-static void epoch_sets(const char *const *extra) {
-    static char train[1100];
-    write_libsvm(N_FEATURES, train, sizeof train);
+/* The sets of the epochs tests on training file train: batches of 8 for
+ * 2 epochs. */
+static void epoch_job(const char *train, const char *const *extra) {
     const char *sets[8] = {"sparse=on", "features=8", "batch_size=8", "epochs=2"};
     int n = 4;
     for (int i = 0; extra && extra[i] && n < 7; i++)
         sets[n++] = extra[i];
     sets[n] = NULL;
     job_sets(train, sets);
-    dt_test_job_cluster(&J, 1, 2);
+}
+
+/* The 64-row file in batches of 8 for 2 epochs, 2 workers of 32 rows each:
+ * max_steps 16, 4 batches a pass over a shard; num_ps ps tasks. */
+static void epoch_sets_ps(int num_ps, const char *const *extra) {
+    static char train[1100];
+    write_libsvm(N_FEATURES, train, sizeof train);
+    epoch_job(train, extra);
+    dt_test_job_cluster(&J, num_ps, 2);
+}
+
+static void epoch_sets(const char *const *extra) {
+    epoch_sets_ps(1, extra);
 }
 
 /* async with "epochs": the chief, started alone, makes its shard's 2
@@ -1264,6 +1277,241 @@ START_TEST(epochs_worker_missing_pipelined) {
 }
 END_TEST
 
+/* Worker `task` as ps 0 sees it (Status as a tool); pushes -1 when ps 0
+ * does not answer (not up yet) or lists no such worker. */
+static dt_worker_activity activity_of(int task) {
+    dt_worker_activity a = {.worker = task, .pushes = -1, .last_push_ms = -1, .last_seen_ms = -1};
+    dt_test_probe probe;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_test_probe_open(&probe, J.cluster, 10000);
+    dt_msg_status_resp st;
+    if (dt_ps_client_status(probe.client, 0, &st, &err) == 0)
+        for (int i = 0; i < st.num_workers; i++)
+            if (st.workers[i].worker == task) a = st.workers[i];
+    dt_test_probe_close(&probe);
+    return a;
+}
+
+/* Writes text into the FIFO at path once a reader has it open (waiting up
+ * to JOB_TIMEOUT_MS for one), then closes it: the reader's end of file. */
+static void feed_fifo(const char *path, const char *text) {
+    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
+    int fd;
+    /* Non-blocking, a FIFO opens for writing only once it has a reader. */
+    while ((fd = open(path, O_WRONLY | O_NONBLOCK)) < 0 && errno == ENXIO &&
+           dt_test_now_ms() < deadline)
+        dt_test_sleep_ms(20);
+    ck_assert_msg(fd >= 0, "%s: no reader came (%s); logs:%s", path, strerror(errno),
+                  dt_test_job_report(&J));
+    ck_assert_int_eq(fcntl(fd, F_SETFL, 0), 0); /* the writes block again */
+    size_t len = strlen(text);
+    ck_assert_int_eq(write(fd, text, len), (ssize_t)len);
+    close(fd);
+}
+
+/* Waits until ps 0 last took a push of the waiting task's (whose log is
+ * `log_name`) 3 timeouts (2 s) ago, or its log says the others are gone,
+ * and asserts the former: one that went on alone would have pushed since.
+ * Returns how long ago that push was. */
+static int64_t expect_waited(int task, const char *log_name) {
+    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
+    dt_worker_activity a = activity_of(task);
+    while (a.last_push_ms < 6000 && dt_test_now_ms() < deadline &&
+           !dt_test_job_log_has(&J, log_name, "are gone")) {
+        dt_test_sleep_ms(50);
+        a = activity_of(task);
+    }
+    ck_assert_msg(!dt_test_job_log_has(&J, log_name, "are gone"),
+                  "%s took the other, alive and reading its data, for gone; logs:%s", log_name,
+                  dt_test_job_report(&J));
+    ck_assert_msg(a.last_push_ms >= 6000, "%s pushed %lld ms ago; logs:%s", log_name,
+                  (long long)a.last_push_ms, dt_test_job_report(&J));
+    return a.last_push_ms;
+}
+
+/* A live worker that does not push for longer than sync_timeout_secs is
+ * waited for: worker 1 reads its training file (the same rows) from a FIFO
+ * the test fills only once the chief, its passes done and waiting, has
+ * gone 3 timeouts without a push. Meanwhile worker 1's heartbeat says it
+ * is alive (a timeout of 2 s, a beat every 0.5 s: a loaded machine that
+ * delays a few beats does not make it look gone). Before, the chief took
+ * the still global step for the others gone after 2 s and made all 16
+ * steps, its rows twice as often as worker 1's (the time a 2M-row Criteo
+ * file takes to read did it too). */
+static void slow_reader_run(int num_ps, const char *pipeline) {
+    const char *extra[] = {"sync_timeout_secs=2", pipeline, NULL};
+    epoch_sets_ps(num_ps, extra);
+    pid_t pids[4];
+    const char *names[4] = {"ps 0", "ps 1", "chief", "worker 1"};
+    for (int p = 0; p < num_ps; p++)
+        pids[p] = dt_test_job_start(&J, "ps", p, p ? "ps1" : "ps0");
+    pid_t chief = pids[num_ps] = dt_test_job_start(&J, "worker", 0, "chief");
+    names[num_ps] = "chief";
+    ck_assert_msg(
+        dt_test_job_wait_log(&J, "chief", "waiting for the other workers to finish theirs",
+                             JOB_TIMEOUT_MS, chief),
+        "the chief did not stop after its shard's epochs; logs:%s", dt_test_job_report(&J));
+    char fifo[1200], train[1200];
+    snprintf(fifo, sizeof fifo, "%s/slow.svm", J.dir);
+    snprintf(train, sizeof train, "%s/train.svm", J.dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    char *rows = dt_test_read_file(train, NULL);
+    ck_assert_ptr_nonnull(rows);
+    epoch_job(fifo, extra);
+    pids[num_ps + 1] = dt_test_job_start(&J, "worker", 1, "worker1");
+    names[num_ps + 1] = "worker 1";
+    expect_waited(0, "chief");
+    /* Worker 1, still reading, is known alive (its heartbeat), and has
+     * not pushed. */
+    dt_worker_activity reader = activity_of(1);
+    ck_assert_msg(reader.last_seen_ms >= 0 && reader.pushes == 0,
+                  "worker 1: last seen %lld ms ago, %lld pushes; logs:%s",
+                  (long long)reader.last_seen_ms, (long long)reader.pushes, dt_test_job_report(&J));
+    feed_fifo(fifo, rows);
+    free(rows);
+    dt_test_job_expect_done(&J, pids, names, num_ps + 2, JOB_TIMEOUT_MS);
+    ck_assert_int_eq(local_steps_of("chief"), 8);
+    ck_assert_int_eq(local_steps_of("worker1"), 8);
+    ck_assert_msg(!dt_test_job_log_has(&J, "chief", "are gone"), "logs:%s", dt_test_job_report(&J));
+}
+
+START_TEST(epochs_slow_reader_waited_for) {
+    slow_reader_run(1, "pipeline_push=false");
+}
+END_TEST
+
+/* The same over 2 ps tasks with pipelined pushes: the waiting chief hears
+ * of worker 1 from either. */
+START_TEST(epochs_slow_reader_two_ps_pipelined) {
+    slow_reader_run(2, "pipeline_push=true");
+}
+END_TEST
+
+/* The test file 32 times over, 2048 rows, at path (cap bytes): with the
+ * epochs tests' batches of 8 for 2 epochs, 256 steps a shard of 2. */
+static void write_many_rows(char *path, size_t cap) {
+    write_libsvm(N_FEATURES, path, cap);
+    char *rows = dt_test_read_file(path, NULL);
+    ck_assert_ptr_nonnull(rows);
+    size_t len = strlen(rows);
+    char *many = malloc(32 * len + 1);
+    ck_assert_ptr_nonnull(many);
+    for (int k = 0; k < 32; k++)
+        memcpy(many + (size_t)k * len, rows, len);
+    many[32 * len] = '\0';
+    ck_assert_int_eq(dt_test_write_file(path, many), 0);
+    free(many);
+    free(rows);
+}
+
+/* A worker stopped mid-shard (SIGSTOP: its connections stay open) or
+ * killed is still taken for gone: the chief, its passes done, hears from
+ * it on no ps task for sync_timeout_secs and makes the rest of the job.
+ * 2048 rows (the test file 32 times) in batches of 8 for 2 epochs: 256
+ * steps a shard, 512 in all; worker 1 is stopped once a ps took its first
+ * push, long before its 256th. */
+static void stopped_mid_shard_run(int sig) {
+    static char train[1100];
+    write_many_rows(train, sizeof train);
+    const char *extra[] = {"sync_timeout_secs=1", NULL};
+    epoch_job(train, extra);
+    dt_test_job_cluster(&J, 1, 2);
+    pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
+    pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
+    pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
+    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
+    dt_worker_activity seen = activity_of(1);
+    while (seen.pushes < 1 && dt_test_now_ms() < deadline) {
+        dt_test_sleep_ms(5);
+        seen = activity_of(1);
+    }
+    ck_assert_msg(seen.pushes >= 1, "worker 1 never pushed; logs:%s", dt_test_job_report(&J));
+    ck_assert_int_eq(kill(worker, sig), 0);
+    if (sig == SIGKILL)
+        dt_test_job_expect_exit(&J, worker, "killed worker 1", EXIT_TIMEOUT_MS, -SIGKILL);
+    pid_t pids[2] = {ps, chief};
+    const char *names[2] = {"ps 0", "chief"};
+    dt_test_job_expect_done(&J, pids, names, 2, JOB_TIMEOUT_MS);
+    ck_assert_msg(
+        dt_test_job_log_has(&J, "chief", "waiting for the other workers to finish theirs"),
+        "the chief did not wait after its shard's epochs; logs:%s", dt_test_job_report(&J));
+    ck_assert_msg(dt_test_job_log_has(&J, "chief", "the other workers are gone"),
+                  "the chief does not say it went on alone; logs:%s", dt_test_job_report(&J));
+    /* Its own 256, and some of worker 1's share. */
+    ck_assert_int_gt(local_steps_of("chief"), 256);
+    dt_tensors ts;
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 512, &ts, NULL, 0), 512);
+    dt_tensors_deinit(&ts);
+    if (sig != SIGKILL) {
+        ck_assert_int_eq(kill(worker, SIGKILL), 0);
+        dt_test_job_expect_exit(&J, worker, "stopped worker 1", EXIT_TIMEOUT_MS, -SIGKILL);
+    }
+}
+
+START_TEST(epochs_worker_stopped_mid_shard) {
+    stopped_mid_shard_run(SIGSTOP);
+}
+END_TEST
+
+START_TEST(epochs_worker_killed_mid_shard) {
+    stopped_mid_shard_run(SIGKILL);
+}
+END_TEST
+
+/* The chief as the slow one, a worker as the waiting one: the chief,
+ * killed mid-shard, is restarted on a training file (the same rows) that
+ * comes through a FIFO only once worker 1, its 256 steps made, has waited
+ * 3 timeouts (2 s) without a push from anyone; meanwhile the restarted
+ * chief, reading, is alive by its heartbeat. Worker 1 makes exactly its
+ * own passes; the restarted chief finds the model on the ps and the job
+ * ends at 512. Before, worker 1 took the still global step for the chief
+ * gone and trained on its shard again. */
+START_TEST(epochs_restarted_chief_reading_waited_for) {
+    static char train[1100];
+    write_many_rows(train, sizeof train);
+    const char *extra[] = {"sync_timeout_secs=2", NULL};
+    epoch_job(train, extra);
+    dt_test_job_cluster(&J, 1, 2);
+    pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
+    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
+    while (activity_of(0).pushes < 1 && dt_test_now_ms() < deadline)
+        dt_test_sleep_ms(5);
+    ck_assert_msg(activity_of(0).pushes >= 1, "the chief never pushed; logs:%s",
+                  dt_test_job_report(&J));
+    ck_assert_int_eq(kill(chief, SIGKILL), 0);
+    dt_test_job_expect_exit(&J, chief, "killed chief", EXIT_TIMEOUT_MS, -SIGKILL);
+    char fifo[1200];
+    snprintf(fifo, sizeof fifo, "%s/slow.svm", J.dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    char *rows = dt_test_read_file(train, NULL);
+    ck_assert_ptr_nonnull(rows);
+    epoch_job(fifo, extra);
+    pid_t chief_b = dt_test_job_start(&J, "worker", 0, "chiefb");
+    epoch_job(train, extra);
+    pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
+    ck_assert_msg(
+        dt_test_job_wait_log(&J, "worker1", "waiting for the other workers to finish theirs",
+                             JOB_TIMEOUT_MS, worker),
+        "worker 1 did not stop after its shard's epochs; logs:%s", dt_test_job_report(&J));
+    int64_t waited_ms = expect_waited(1, "worker1");
+    ck_assert_msg(activity_of(0).last_push_ms >= waited_ms,
+                  "the chief pushed after worker 1's passes; logs:%s", dt_test_job_report(&J));
+    feed_fifo(fifo, rows);
+    free(rows);
+    pid_t pids[3] = {ps, chief_b, worker};
+    const char *names[3] = {"ps 0", "restarted chief", "worker 1"};
+    dt_test_job_expect_done(&J, pids, names, 3, JOB_TIMEOUT_MS);
+    ck_assert_int_eq(local_steps_of("worker1"), 256);
+    ck_assert_msg(!dt_test_job_log_has(&J, "worker1", "are gone"), "logs:%s",
+                  dt_test_job_report(&J));
+    dt_tensors ts;
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 512, &ts, NULL, 0), 512);
+    dt_tensors_deinit(&ts);
+}
+END_TEST
+
 /* sync with "epochs": a step takes a batch from each of the 2 workers, so
  * 2 epochs are 8 steps, not the 16 that made each worker pass over its
  * shard 4 times. */
@@ -1297,6 +1545,11 @@ Suite *sparse_e2e_suite(void) {
     tcase_add_test(tc, epochs_worker_missing);
     tcase_add_test(tc, epochs_worker_missing_pipelined);
     tcase_add_test(tc, epochs_chief_waits_on_duty);
+    tcase_add_test(tc, epochs_slow_reader_waited_for);
+    tcase_add_test(tc, epochs_slow_reader_two_ps_pipelined);
+    tcase_add_test(tc, epochs_worker_stopped_mid_shard);
+    tcase_add_test(tc, epochs_worker_killed_mid_shard);
+    tcase_add_test(tc, epochs_restarted_chief_reading_waited_for);
     tcase_add_test(tc, epochs_sync);
     TCase *piped = dt_test_job_tcase(s, "pipeline", 300, setup, teardown);
     tcase_add_test(piped, sparse_pipelined);
