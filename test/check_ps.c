@@ -2641,7 +2641,10 @@ END_TEST
 
 /* Two in-process ps tasks (no port) of the same 1-ps, 2-worker cluster:
  * `flat` takes every request in one run, `cut` the same bytes in pieces
- * of 1 to 7 bytes, as gRPC may hand them over. */
+ * of 1 to 7 bytes, as gRPC may hand them over. twin_start_threads gives
+ * each its threads for a large gradient (dt_ps_params.apply_threads; 0:
+ * the default) and makes every gradient large enough to be split in
+ * ranges (parallel_min_elems 1). */
 #define PR 37 /* the piece tests' model: big (PR, PC) and b (PC) */
 #define PC 11
 typedef struct {
@@ -2651,7 +2654,7 @@ typedef struct {
     uint64_t seed;
 } twin;
 
-static void twin_start(twin *t) {
+static void twin_start_threads(twin *t, int flat_threads, int cut_threads) {
     memset(t, 0, sizeof *t);
     dt_test_loopback_addr(&t->ps_addr[0], 1);
     dt_test_loopback_addr(&t->worker_addr[0], 2);
@@ -2661,8 +2664,16 @@ static void twin_start(twin *t) {
     dt_ps_params p = {.cluster = &t->cluster, .no_server = 1, .linger_ms = 600000};
     dt_err err;
     dt_err_clear(&err);
+    p.apply_threads = flat_threads;
+    p.parallel_min_elems = flat_threads ? 1 : 0;
     ck_assert_msg(dt_ps_start(&p, &t->flat, &err) == 0, "%s", err.msg);
+    p.apply_threads = cut_threads;
+    p.parallel_min_elems = cut_threads ? 1 : 0;
     ck_assert_msg(dt_ps_start(&p, &t->cut, &err) == 0, "%s", err.msg);
+}
+
+static void twin_start(twin *t) {
+    twin_start_threads(t, 0, 0);
 }
 
 static void twin_stop(twin *t) {
@@ -2798,9 +2809,15 @@ static dt_msg_create_req twin_create(dt_tensor *items, dt_optim_kind optimizer, 
     return c;
 }
 
-static void run_twins(dt_optim_kind optimizer, int mode) {
+/* threaded: `cut` checks and applies each gradient by ranges on 3 threads
+ * (407 floats of big in 12 ranges, the 11 of b in 11), `flat` on one: the
+ * same bits still. */
+static void run_twins_on(dt_optim_kind optimizer, int mode, int threaded, int nesterov) {
     twin t;
-    twin_start(&t);
+    if (threaded)
+        twin_start_threads(&t, 1, 3);
+    else
+        twin_start(&t);
     uint64_t x = 99;
     float big[PR * PC], b[PC], sbig[PR * PC], sb[PC];
     for (int i = 0; i < PR * PC; i++) {
@@ -2814,6 +2831,7 @@ static void run_twins(dt_optim_kind optimizer, int mode) {
     dt_tensor items[2], slot_items[2];
     twin_tensors(items, big, b);
     dt_msg_create_req c = twin_create(items, optimizer, mode);
+    c.optim.nesterov = nesterov;
     if (dt_optim_num_slots(&c.optim) > 0) {
         /* The first slot given, the others at their initial value. */
         twin_tensors(slot_items, sbig, sb);
@@ -2887,6 +2905,10 @@ static void run_twins(dt_optim_kind optimizer, int mode) {
     twin_stop(&t);
 }
 
+static void run_twins(dt_optim_kind optimizer, int mode) {
+    run_twins_on(optimizer, mode, 0, 0);
+}
+
 START_TEST(test_pieces_sgd_async) {
     run_twins(DT_OPTIM_SGD, DT_MODE_ASYNC);
 }
@@ -2899,6 +2921,19 @@ END_TEST
 
 START_TEST(test_pieces_momentum_sync) {
     run_twins(DT_OPTIM_MOMENTUM, DT_MODE_SYNC);
+}
+END_TEST
+
+/* Every dense rule, async and sync, checked and applied by ranges on three
+ * threads from pieces of 1..7 bytes, against one thread reading one run:
+ * variables and slots the same bits after every stage of run_twins (a NaN
+ * in the last range refused whole, a retry, a push that pulls). */
+START_TEST(test_ranges_every_optimizer) {
+    const dt_optim_kind kinds[] = {DT_OPTIM_SGD,     DT_OPTIM_MOMENTUM, DT_OPTIM_MOMENTUM,
+                                   DT_OPTIM_ADAGRAD, DT_OPTIM_ADAM,     DT_OPTIM_FTRL};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int mode = DT_MODE_ASYNC; mode <= DT_MODE_SYNC; mode++)
+            run_twins_on(kinds[k], mode, 1, k == 2);
 }
 END_TEST
 
@@ -3051,9 +3086,13 @@ static int64_t twin_pull_f(twin *t, int cut, float *out) {
  * pieces of 1 to 7 bytes (runs at every alignment), and changes nothing;
  * the largest and smallest finite values, denormals and -0 pass, and the
  * update is exact. */
-START_TEST(test_nonfinite_anywhere) {
+/* threaded: both twins check by ranges on 3 threads (1,037 floats in 12
+ * ranges of 86 or 87), so the places below fall on either side of range
+ * edges too, and a second bad value in a later range must not be the one
+ * named. */
+static void nonfinite_anywhere(int threaded) {
     twin t;
-    twin_start(&t);
+    twin_start_threads(&t, threaded ? 3 : 0, threaded ? 3 : 0);
     static float w0[NF], g[NF], got[NF];
     for (int i = 0; i < NF; i++)
         w0[i] = (float)(i % 97) - 48.0f;
@@ -3064,7 +3103,8 @@ START_TEST(test_nonfinite_anywhere) {
     dt_err_clear(&err);
     ck_assert_msg(send_both(&t, DT_MSG_CREATE_REQ, &c, &err) == 0, "create: %s", err.msg);
     const uint32_t bad[5] = {0x7fc00000u, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc12345u};
-    const int at[] = {0, 1, 62, 63, 64, 65, 127, 128, 511, 512, 700, 1023, 1024, 1030, NF - 1};
+    const int at[] = {0,   1,   62,  63,  64,  65,   86,   87,   127,
+                      128, 172, 511, 512, 700, 1023, 1024, 1030, NF - 1};
     dt_msg_push_req req;
     memset(&req, 0, sizeof req);
     req.worker = 0;
@@ -3076,6 +3116,8 @@ START_TEST(test_nonfinite_anywhere) {
             for (int i = 0; i < NF; i++)
                 g[i] = 1.0f;
             memcpy(&g[at[a]], &bad[b], sizeof bad[b]);
+            /* A second one further on: the first is the one named. */
+            if (at[a] + 300 < NF) memcpy(&g[at[a] + 300], &bad[(b + 1) % 5], sizeof bad[b]);
             req.push_id = (uint64_t)(1 + refused);
             char want[64];
             snprintf(want, sizeof want, "f[%d] is not finite", at[a]);
@@ -3104,6 +3146,15 @@ START_TEST(test_nonfinite_anywhere) {
         }
     }
     twin_stop(&t);
+}
+
+START_TEST(test_nonfinite_anywhere) {
+    nonfinite_anywhere(0);
+}
+END_TEST
+
+START_TEST(test_nonfinite_anywhere_ranges) {
+    nonfinite_anywhere(1);
 }
 END_TEST
 
@@ -3352,6 +3403,8 @@ Suite *ps_suite(void) {
     tcase_add_test(pieces, test_pieces_sparse_sync);
     tcase_add_test(pieces, test_reply_buffers_unchanged);
     tcase_add_test(pieces, test_nonfinite_anywhere);
+    tcase_add_test(pieces, test_nonfinite_anywhere_ranges);
+    tcase_add_test(pieces, test_ranges_every_optimizer);
     tcase_add_test(pieces, test_pipelined_pushes_one_step_stale);
     suite_add_tcase(s, pieces);
     return s;
