@@ -1045,15 +1045,6 @@ static size_t scan_span(const dt_rpc_span *s) {
 
 /* ---- a large gradient by ranges ------------------------------------------ */
 
-/* Gradient i of grads as a span of the message; *one holds its piece when
- * the tensor lies in one run. */
-static dt_rpc_span view_span(const dt_tensor_views *grads, int i, dt_rpc_piece *one) {
-    const dt_tensor *t = &grads->items[i];
-    if (!t->data) return grads->spans[i];
-    *one = (dt_rpc_piece){t->data, t->nbytes};
-    return (dt_rpc_span){one, 0, t->nbytes};
-}
-
 /* One gradient's check or update split into ranges of whole floats, done
  * by the pool's threads and the poller. Each range reads its own part of
  * the message and writes its own elements of the variable and its slots:
@@ -1107,7 +1098,7 @@ static void check_range(void *ctx, int range) {
  * way the index is the lowest, so the refusal reads the same. */
 static size_t first_nonfinite_of(dt_ps *ps, const dt_tensor_views *grads, int i) {
     dt_rpc_piece one;
-    range_job j = {.ps = ps, .grad = view_span(grads, i, &one)};
+    range_job j = {.ps = ps, .grad = dt_codec_view_span(grads, i, &one)};
     j.n = j.grad.len / sizeof(float);
     j.ranges = ranges_for(ps, j.n);
     if (j.ranges > 1 && dt_pool_run(ps->pool, check_range, &j, j.ranges)) {
@@ -1617,7 +1608,7 @@ static void apply_now(dt_ps *ps, const dt_tensor_views *grads, const int *index,
     for (int i = 0; i < grads->count; i++) {
         int k = index[i];
         dt_rpc_piece one;
-        dt_rpc_span grad = view_span(grads, i, &one);
+        dt_rpc_span grad = dt_codec_view_span(grads, i, &one);
         pthread_mutex_lock(&ps->pv[k].mu);
         apply_one(ps, k, lr, &grad);
         pthread_mutex_unlock(&ps->pv[k].mu);

@@ -178,8 +178,12 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         (rc = dt_job_steps_for(job, w->sparse ? w->set.rows : dt_data_size(w->data),
                                &w->shard_steps, err)) < 0)
         goto fail;
-    dt_ps_client_params cp = {cl, params->task_index, job->rpc_timeout_secs * 1000, job->placement,
-                              params->security};
+    dt_ps_client_params cp = {.cluster = cl,
+                              .worker = params->task_index,
+                              .timeout_ms = job->rpc_timeout_secs * 1000,
+                              .placement = job->placement,
+                              .security = params->security,
+                              .copy_threads = job->pull_copy_threads};
     if ((rc = dt_ps_client_new(&cp, &w->vars, &w->client, err)) < 0) goto fail;
     if (w->sparse && pipelined(job) &&
         (rc = dt_ps_client_new(&cp, &w->vars, &w->rows_client, err)) < 0)
@@ -960,8 +964,11 @@ void dt_worker_report_failure(const dt_worker_params *params, int rc, const dt_e
      * opening it) or mid-call. No variables: none are sent. */
     dt_tensors none;
     memset(&none, 0, sizeof none);
-    dt_ps_client_params cp = {params->cluster, params->task_index, timeout_ms,
-                              params->job->placement, params->security};
+    dt_ps_client_params cp = {.cluster = params->cluster,
+                              .worker = params->task_index,
+                              .timeout_ms = timeout_ms,
+                              .placement = params->job->placement,
+                              .security = params->security};
     dt_ps_client *c = NULL;
     dt_err told;
     dt_err_clear(&told);

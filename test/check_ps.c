@@ -1983,6 +1983,89 @@ static void client_tensors(dt_tensors *vars, dt_tensors *grads) {
     memcpy(grads->items[1].data, GB, sizeof GB);
 }
 
+/* A pulled variable of 1.2 MB (gRPC's slices, ranges that start inside
+ * them) and one of 7 floats, each copied by ranges on 3 threads
+ * (copy_min_bytes 1: every tensor is split, some ranges empty): the bits
+ * the ps holds, by a Pull and by a push that brings the values back, as a
+ * client copying on its own thread gets them. */
+#define NCOPY 300007
+static float odd_value(uint64_t *x);
+START_TEST(test_pull_copy_ranges) {
+    fixture f;
+    fixture_start(&f, 60000);
+    dt_tensor specs[2];
+    make_tensor(&specs[0], "big", DT_DTYPE_F32, 1, NCOPY, 0, NULL);
+    make_tensor(&specs[1], "small", DT_DTYPE_F32, 1, 7, 0, NULL);
+    dt_tensors vars[2], grads;
+    dt_err err;
+    dt_err_clear(&err);
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(dt_tensors_init(&vars[k], specs, 2, &err), 0);
+    ck_assert_int_eq(dt_tensors_init(&grads, specs, 2, &err), 0);
+    uint64_t x = 5;
+    for (int t = 0; t < 2; t++) {
+        float *w = vars[0].items[t].data, *g = grads.items[t].data;
+        for (int64_t i = 0; i < dt_tensor_numel(&specs[t]); i++) {
+            w[i] = odd_value(&x);
+            g[i] = odd_value(&x);
+        }
+    }
+    /* What the ps holds after one sgd push at 0.5: w - 0.5 * g, exact in
+     * float arithmetic whichever thread computes it. */
+    static float want_big[NCOPY];
+    float want_small[7];
+    for (int i = 0; i < NCOPY; i++)
+        want_big[i] =
+            ((float *)vars[0].items[0].data)[i] - 0.5f * ((float *)grads.items[0].data)[i];
+    for (int i = 0; i < 7; i++)
+        want_small[i] =
+            ((float *)vars[0].items[1].data)[i] - 0.5f * ((float *)grads.items[1].data)[i];
+    dt_ps_client *ranged = NULL, *alone = NULL;
+    dt_ps_client_params cp = {.cluster = &f.cluster,
+                              .worker = 0,
+                              .timeout_ms = CALL_TIMEOUT_MS,
+                              .copy_threads = 3,
+                              .copy_min_bytes = 1};
+    ck_assert_int_eq(dt_ps_client_new(&cp, &vars[0], &ranged, &err), 0);
+    cp.worker = 1;
+    cp.copy_threads = 0;
+    ck_assert_int_eq(dt_ps_client_new(&cp, &vars[1], &alone, &err), 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_ps_model model;
+    memset(&model, 0, sizeof model);
+    model.vars = &vars[0];
+    model.optim = cfg;
+    model.max_steps = 100;
+    model.model = "copy by ranges";
+    ck_assert_msg(dt_ps_client_create(ranged, &model, NULL, &err) == 0, "create: %s", err.msg);
+    dt_ps_reply r;
+    /* The push's reply brings the values back to the ranged client... */
+    ck_assert_msg(dt_ps_client_push_pull(ranged, &grads, 0, &vars[0], 0, &r, &err) == 0, "%s",
+                  err.msg);
+    ck_assert(r.pulled);
+    ck_assert_int_eq(r.global_step, 1);
+    /* ...and a Pull to the other one. */
+    ck_assert_int_eq(dt_ps_client_pull(alone, &vars[1], NULL, 0, &r, &err), 0);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(memcmp(vars[k].items[0].data, want_big, sizeof want_big) == 0,
+                      "client %d: big differs", k);
+        ck_assert_msg(memcmp(vars[k].items[1].data, want_small, sizeof want_small) == 0,
+                      "client %d: small differs", k);
+    }
+    /* A Pull on the ranged client too, over values it already holds. */
+    memset(vars[0].items[0].data, 0, vars[0].items[0].nbytes);
+    ck_assert_int_eq(dt_ps_client_pull(ranged, &vars[0], NULL, 0, &r, &err), 0);
+    ck_assert_msg(memcmp(vars[0].items[0].data, want_big, sizeof want_big) == 0, "pull: differs");
+    dt_ps_client_free(ranged);
+    dt_ps_client_free(alone);
+    for (int k = 0; k < 2; k++)
+        dt_tensors_deinit(&vars[k]);
+    dt_tensors_deinit(&grads);
+    fixture_stop(&f);
+}
+END_TEST
+
 /* The same life through dt_ps_client: create, pull, push, status,
  * shutdown. */
 START_TEST(test_through_client) {
@@ -3347,6 +3430,7 @@ Suite *ps_suite(void) {
     tcase_add_test(life, test_shutdown_linger);
     tcase_add_test(life, test_wait_stop_flag);
     tcase_add_test(life, test_through_client);
+    tcase_add_test(life, test_pull_copy_ranges);
     tcase_add_test(life, test_two_ps_count_apart);
     suite_add_tcase(s, life);
 
