@@ -67,6 +67,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "cluster.h"
 #include "common.h"
 #include "err.h"
@@ -266,6 +267,8 @@ static void worker_run(const void *arg, int index, dt_bench_start_fn start, void
     dt_ps_client *client = NULL;
     int rc = init_layout(&vars, o->floats, &err);
     if (rc == 0) rc = init_layout(&grads, o->floats, &err);
+    /* As a worker does with its model. */
+    if (rc == 0) dt_alloc_keep_for_messages(vars.slab_bytes);
     if (rc == 0) {
         float *g = grads.items[0].data;
         for (int64_t i = 0; i < o->floats; i++)

@@ -163,6 +163,9 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         goto fail;
     }
     if ((rc = dt_tensors_init(&w->vars, specs, count, err)) < 0) goto fail;
+    /* Each pull's reply comes in gRPC's slices, freed once copied: keep
+     * their pages for the next one (dt_alloc_keep_for_messages). */
+    dt_alloc_keep_for_messages(w->vars.slab_bytes);
     if ((rc = dt_tensors_init(&w->grads, specs, count, err)) < 0) goto fail;
     if (pipelined(job) && ((rc = dt_tensors_init(&w->vars_next, specs, count, err)) < 0 ||
                            (rc = dt_tensors_init(&w->grads_next, specs, count, err)) < 0))
