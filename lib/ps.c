@@ -21,7 +21,10 @@
  *    the job. A push from that worker (restarted) clears it.
  *
  * Threading: see ps.h. The lifecycle fields (shutdown, workers told) are
- * under `life_mu`; dt_ps_wait polls them with a short sleep.
+ * under `life_mu`; dt_ps_wait polls them with a short sleep. A large
+ * gradient's check and update may also run on the pool's helpers, by ranges
+ * of elements (each element read and written by one thread), while the
+ * handler that posted them waits, its variable's lock held.
  */
 #include "ps.h"
 
