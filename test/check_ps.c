@@ -2780,7 +2780,17 @@ static int send_to(twin *t, int cut, dt_msg_type type, const void *msg, uint8_t 
     if (rc == 0 && reply) {
         *reply = malloc(out.len ? out.len : 1);
         ck_assert_ptr_nonnull(*reply);
-        if (out.len) memcpy(*reply, out.data, out.len);
+        /* A reply that carries a large variable is in pieces: its own
+         * bytes and the variable's buffer. */
+        dt_rpc_piece one;
+        const dt_rpc_piece *pieces;
+        int np = dt_rpc_buf_pieces(&out, &one, &pieces);
+        size_t at = 0;
+        for (int k = 0; k < np; k++) {
+            memcpy(*reply + at, pieces[k].data, pieces[k].len);
+            at += pieces[k].len;
+        }
+        ck_assert_uint_eq(at, out.len);
         *reply_len = out.len;
     }
     if (rc == 0) dt_rpc_buf_release(&out);
@@ -3142,9 +3152,19 @@ static void one_var_create(dt_msg_create_req *c, dt_tensor *item, const char *na
 
 #define NF 1037 /* 16 blocks of the finiteness test's 64, and a tail of 13 */
 
+/* Both twins created with one variable "f" of n floats at w0 (item over
+ * it, reused by the caller for its pushes). */
+static void twin_create_f(twin *t, dt_tensor *item, float *w0, int64_t n, dt_optim_kind optimizer) {
+    dt_msg_create_req c;
+    one_var_create(&c, item, "f", w0, n, optimizer);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(send_both(t, DT_MSG_CREATE_REQ, &c, &err) == 0, "create: %s", err.msg);
+}
+
 /* Variable "f" of one twin (cut: the one taking requests in pieces), pulled
- * into out (NF floats); the global step is returned. */
-static int64_t twin_pull_f(twin *t, int cut, float *out) {
+ * into out (n floats); the global step is returned. */
+static int64_t twin_pull_n(twin *t, int cut, float *out, size_t n) {
     dt_msg_pull_req req = {.worker = -1};
     uint8_t *reply = NULL;
     size_t len = 0;
@@ -3157,10 +3177,14 @@ static int64_t twin_pull_f(twin *t, int cut, float *out) {
     r.in = (dt_tensor_views){views, 0, 2, NULL};
     ck_assert_msg(dt_codec_decode(DT_MSG_PULL_RESP, reply, len, &r, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(r.in.count, 1);
-    ck_assert_uint_eq(views[0].nbytes, NF * 4);
-    memcpy(out, views[0].data, NF * 4);
+    ck_assert_uint_eq(views[0].nbytes, n * 4);
+    memcpy(out, views[0].data, n * 4);
     free(reply);
     return r.global_step;
+}
+
+static int64_t twin_pull_f(twin *t, int cut, float *out) {
+    return twin_pull_n(t, cut, out, NF);
 }
 
 /* A NaN or an Inf anywhere in a gradient of many blocks (first, last,
@@ -3180,11 +3204,9 @@ static void nonfinite_anywhere(int threaded) {
     for (int i = 0; i < NF; i++)
         w0[i] = (float)(i % 97) - 48.0f;
     dt_tensor item;
-    dt_msg_create_req c;
-    one_var_create(&c, &item, "f", w0, NF, DT_OPTIM_SGD);
+    twin_create_f(&t, &item, w0, NF, DT_OPTIM_SGD);
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(send_both(&t, DT_MSG_CREATE_REQ, &c, &err) == 0, "create: %s", err.msg);
     const uint32_t bad[5] = {0x7fc00000u, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc12345u};
     const int at[] = {0,   1,   62,  63,  64,  65,   86,   87,   127,
                       128, 172, 511, 512, 700, 1023, 1024, 1030, NF - 1};
@@ -3233,6 +3255,50 @@ static void nonfinite_anywhere(int threaded) {
 
 START_TEST(test_nonfinite_anywhere) {
     nonfinite_anywhere(0);
+}
+END_TEST
+
+/* A gradient long enough that the helpers take ranges while the poller
+ * does its own (65,536 floats in 12 ranges, each read from about 5,000
+ * pieces of 1..7 bytes; the small model's ranges are done before a helper
+ * wakes): Adam by ranges on 3 threads against one thread reading one run,
+ * the same bits after each of 3 pushes; a NaN in the middle refused by
+ * both, nothing changed. Under TSan this is where helpers and poller run
+ * at once. */
+#define NL 65536
+START_TEST(test_ranges_large_gradient) {
+    twin t;
+    twin_start_threads(&t, 1, 3);
+    static float w0[NL], g[NL], flat[NL], cut[NL];
+    uint64_t x = 11;
+    for (int i = 0; i < NL; i++)
+        w0[i] = odd_value(&x);
+    dt_tensor item;
+    twin_create_f(&t, &item, w0, NL, DT_OPTIM_ADAM);
+    dt_err err;
+    dt_err_clear(&err);
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = 0;
+    req.out = (dt_tensor_list){.items = &item, .count = 1};
+    make_tensor(&item, "f", DT_DTYPE_F32, 1, NL, 0, g);
+    for (int step = 1; step <= 3; step++) {
+        for (int i = 0; i < NL; i++)
+            g[i] = odd_value(&x);
+        req.push_id = (uint64_t)step;
+        ck_assert_msg(send_both(&t, DT_MSG_PUSH_REQ, &req, &err) == 0, "push %d: %s", step,
+                      err.msg);
+        ck_assert_int_eq(twin_pull_n(&t, 0, flat, NL), step);
+        ck_assert_int_eq(twin_pull_n(&t, 1, cut, NL), step);
+        ck_assert_msg(memcmp(flat, cut, sizeof flat) == 0, "push %d: the variable differs", step);
+    }
+    g[NL / 2 + 1] = NAN;
+    req.push_id = 4;
+    ck_assert_int_eq(send_both(&t, DT_MSG_PUSH_REQ, &req, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "f[32769] is not finite") != NULL, "%s", err.msg);
+    ck_assert_int_eq(twin_pull_n(&t, 1, cut, NL), 3);
+    ck_assert_msg(memcmp(flat, cut, sizeof flat) == 0, "the refused push changed the variable");
+    twin_stop(&t);
 }
 END_TEST
 
@@ -3488,6 +3554,7 @@ Suite *ps_suite(void) {
     tcase_add_test(pieces, test_reply_buffers_unchanged);
     tcase_add_test(pieces, test_nonfinite_anywhere);
     tcase_add_test(pieces, test_nonfinite_anywhere_ranges);
+    tcase_add_test(pieces, test_ranges_large_gradient);
     tcase_add_test(pieces, test_ranges_every_optimizer);
     tcase_add_test(pieces, test_pipelined_pushes_one_step_stale);
     suite_add_tcase(s, pieces);
