@@ -152,7 +152,7 @@ coverage:
 # loads, before main blocks the stop signals, and a signal it took would
 # wait, under TSan, until that thread calls into the runtime (never).
 TSAN_MAKE := $(MAKE) BUILD=build-tsan OPT=-O1 SANITIZE="-fsanitize=thread"
-TSAN_UNIT_SUITES := err,text,hash,tensor,cluster,optim,table,data,reader,sparse,sparse_acc,checkpoint,summary,placement
+TSAN_UNIT_SUITES := err,text,hash,tensor,cluster,optim,pool,table,data,reader,sparse,sparse_acc,checkpoint,summary,placement
 TSAN_SUITES ?= $(TSAN_UNIT_SUITES),rpc,ps,consistency,lifecycle,restart
 tsan:
 	TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 \

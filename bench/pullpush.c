@@ -67,6 +67,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "cluster.h"
 #include "common.h"
 #include "err.h"
@@ -96,6 +97,7 @@ typedef struct {
     double ps_exit_secs;         /* wait for a started ps to exit after the job */
     const char *tls_dir;         /* make_certs.sh output: mutual TLS; NULL: plaintext */
     int fuse;                    /* 1: a round is one push that brings the values back */
+    int copy_threads;            /* a worker's pull_copy_threads */
 } options;
 
 /* One identity's certificate files under --tls-dir, and the security
@@ -112,7 +114,7 @@ static const char usage[] =
     "         [--timeout-secs S] [--partition-min-bytes B]\n"
     "         [--placement greedy|round_robin]\n"
     "         [--dtrain BIN [--ps-log-dir DIR] [--ps-exit-secs S]] [--tls-dir DIR]\n"
-    "         [--fuse 0|1]\n"
+    "         [--fuse 0|1] [--copy-threads T]\n"
     "  Runs W worker processes (default 2) doing R rounds of pull+push of one\n"
     "  variable of N float32 against the ps tasks of FILE: running ones, or\n"
     "  with --dtrain, one `BIN --job ps` per task started here (logs in DIR,\n"
@@ -121,7 +123,9 @@ static const char usage[] =
     "  tasks as a job's partition_min_bytes does (default 0: never split).\n"
     "  --tls-dir: mutual TLS with scripts/make_certs.sh's files in DIR.\n"
     "  --fuse 1: each round is one push whose reply carries the next values\n"
-    "  (fuse_push_pull); 0 (default): a pull, then a push.\n";
+    "  (fuse_push_pull); 0 (default): a pull, then a push.\n"
+    "  --copy-threads T: each worker copies the pulled variable on T threads\n"
+    "  (the job field pull_copy_threads; default 1).\n";
 
 static int parse_args(int argc, char **argv, options *o) {
     o->workers = 2;
@@ -168,6 +172,8 @@ static int parse_args(int argc, char **argv, options *o) {
             o->timeout_ms = (int)n * 1000;
         else if (strcmp(a, "--fuse") == 0 && dt_bench_parse_int(v, 0, 1, &n) == 0)
             o->fuse = (int)n;
+        else if (strcmp(a, "--copy-threads") == 0 && dt_bench_parse_int(v, 1, 4, &n) == 0)
+            o->copy_threads = (int)n;
         else {
             fprintf(stderr, "bench_pullpush: bad flag or value: %s %s\n%s", a, v, usage);
             return -1;
@@ -216,6 +222,7 @@ static dt_ps_client_params client_params(const options *o, const dt_cluster *clu
     else
         snprintf(name, sizeof name, "worker-%d", worker);
     cp.security = tls_for(o, name, tf);
+    cp.copy_threads = o->copy_threads;
     cp.cluster = cluster;
     cp.worker = worker;
     cp.timeout_ms = o->timeout_ms;
@@ -260,6 +267,8 @@ static void worker_run(const void *arg, int index, dt_bench_start_fn start, void
     dt_ps_client *client = NULL;
     int rc = init_layout(&vars, o->floats, &err);
     if (rc == 0) rc = init_layout(&grads, o->floats, &err);
+    /* As a worker does with its model. */
+    if (rc == 0) dt_alloc_keep_for_messages(vars.slab_bytes);
     if (rc == 0) {
         float *g = grads.items[0].data;
         for (int64_t i = 0; i < o->floats; i++)

@@ -10,6 +10,7 @@
  */
 #include "alloc.h"
 
+#include <malloc.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,4 +70,10 @@ long dt_alloc_count(void) {
 
 long dt_alloc_failed(void) {
     return atomic_load(&failed);
+}
+
+void dt_alloc_keep_for_messages(size_t largest_message) {
+    const size_t floor = (size_t)8 << 20, cap = (size_t)1 << 30;
+    size_t keep = largest_message < (cap - floor) / 2 ? 2 * largest_message + floor : cap;
+    mallopt(M_TRIM_THRESHOLD, (int)keep);
 }

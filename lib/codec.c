@@ -1646,6 +1646,13 @@ void dt_codec_view_copy(const dt_tensor_views *views, int i, void *dst) {
         dt_rpc_span_copy(&views->spans[i], dst);
 }
 
+dt_rpc_span dt_codec_view_span(const dt_tensor_views *views, int i, dt_rpc_piece *one) {
+    const dt_tensor *t = &views->items[i];
+    if (!t->data) return views->spans[i];
+    *one = (dt_rpc_piece){t->data, t->nbytes};
+    return (dt_rpc_span){one, 0, t->nbytes};
+}
+
 void dt_codec_view_reader(const dt_tensor_views *views, int i, dt_rpc_reader *r) {
     const dt_tensor *t = &views->items[i];
     size_t elem = dt_dtype_size(t->dtype);

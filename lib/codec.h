@@ -401,6 +401,9 @@ int dt_codec_decode_buf(dt_msg_type type, const dt_rpc_buf *b, void *msg,
 void dt_codec_view_copy(const dt_tensor_views *views, int i, void *dst);
 /* A reader of decoded tensor i's bytes in elements of its dtype. */
 void dt_codec_view_reader(const dt_tensor_views *views, int i, dt_rpc_reader *r);
+/* Tensor i of views as a span of the message it was decoded from; *one
+ * holds its piece when it lies in one run (the span points at it). */
+dt_rpc_span dt_codec_view_span(const dt_tensor_views *views, int i, dt_rpc_piece *one);
 
 /* The service's method paths on the wire (proto/dtrain.proto's
  * ParameterServer), the one place they are spelled: the ps's method table

@@ -195,6 +195,7 @@ static const field fields[] = {
     {.name = "pipeline_push", .type = F_BOOL, AT(pipeline_push)},
     INT_FIELD("ready_wait_secs", ready_wait_secs, 1),
     INT_FIELD("rpc_timeout_secs", rpc_timeout_secs, 1),
+    {.name = "pull_copy_threads", .type = F_INT, AT(pull_copy_threads), .min = 1, .max = 4},
     /* At most a day: the ps counts it in milliseconds, in an int. */
     {.name = "ps_linger_secs", .type = F_INT, AT(ps_linger_secs), .min = 1, .max = 86400},
 };
@@ -611,6 +612,7 @@ void dt_job_defaults(dt_job *job) {
     job->pipeline_push = 0;
     job->ready_wait_secs = 120;
     job->rpc_timeout_secs = 10;
+    job->pull_copy_threads = 1;
     job->ps_linger_secs = 10;
     job->embedding_dim = 16;
     job->embedding_combiner = DT_COMBINE_CONCAT;

@@ -61,13 +61,15 @@ typedef struct {
     int summary_steps;         /* write summaries every this many local steps, >= 1 */
 
     /* all roles */
-    int log_steps;        /* progress line every this many local steps, >= 1 */
-    int fuse_push_pull;   /* 1: a push also returns the next step's variables (one round
-                             trip per step); 0: Pull then Push */
-    int pipeline_push;    /* 1: the next gradient is computed while the push is in
-                             flight (one more step stale); not in sync mode */
-    int ready_wait_secs;  /* how long a worker waits for the model to be ready */
-    int rpc_timeout_secs; /* deadline of one RPC */
+    int log_steps;         /* progress line every this many local steps, >= 1 */
+    int fuse_push_pull;    /* 1: a push also returns the next step's variables (one round
+                              trip per step); 0: Pull then Push */
+    int pipeline_push;     /* 1: the next gradient is computed while the push is in
+                              flight (one more step stale); not in sync mode */
+    int ready_wait_secs;   /* how long a worker waits for the model to be ready */
+    int rpc_timeout_secs;  /* deadline of one RPC */
+    int pull_copy_threads; /* 1..4: threads that copy a pulled tensor of 1 MiB or more
+                              into the variables (dt_ps_client_params.copy_threads) */
 
     /* ps */
     int ps_linger_secs; /* after the job's end, longest wait for every worker to be told */

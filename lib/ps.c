@@ -21,7 +21,10 @@
  *    the job. A push from that worker (restarted) clears it.
  *
  * Threading: see ps.h. The lifecycle fields (shutdown, workers told) are
- * under `life_mu`; dt_ps_wait polls them with a short sleep.
+ * under `life_mu`; dt_ps_wait polls them with a short sleep. A large
+ * gradient's check and update may also run on the pool's helpers, by ranges
+ * of elements (each element read and written by one thread), while the
+ * handler that posted them waits, its variable's lock held.
  */
 #include "ps.h"
 
@@ -41,6 +44,7 @@
 #include "log.h"
 #include "memstat.h"
 #include "optim.h"
+#include "pool.h"
 #include "rpc_client.h"
 #include "rpc_server.h"
 #include "sparse_acc.h"
@@ -49,6 +53,12 @@
 #include "text.h"
 
 #define DEFAULT_THREADS 4
+#define MAX_APPLY_THREADS 4
+#define DEFAULT_PARALLEL_MIN_ELEMS ((int64_t)256 << 10)
+/* Ranges per thread a large gradient is split in: a helper that wakes late
+ * leaves the poller fewer to wait for (see pool.h). */
+#define RANGES_PER_THREAD 4
+#define MAX_RANGES (MAX_APPLY_THREADS * RANGES_PER_THREAD)
 
 /* Who decides a sync step: alone (one ps task, or not sync), ps 0 for
  * every task, or a task that applies what ps 0 decided. */
@@ -131,6 +141,11 @@ struct dt_ps {
     _Atomic int64_t pushes_retried; /* retries of a push already taken: answered, not applied */
     _Atomic int64_t calls_refused;  /* by the handlers (DT_EPERM); the server counts its own */
     int skip_nonfinite;             /* skip and count non-finite gradients instead of refusing */
+    /* Large gradients checked and applied by ranges (see dt_ps_params). */
+    dt_pool *pool; /* NULL: every push on its poller alone */
+    int apply_threads;
+    int64_t parallel_min_elems;
+    atomic_int pushes_active; /* pushes being handled now */
 
     /* Staleness of applied gradients (global step at apply minus the step
      * they were computed at), and the bounded mode's clocks. */
@@ -1047,6 +1062,88 @@ static size_t first_nonfinite(const uint8_t *g, size_t n) {
     return n;
 }
 
+/* The first non-finite float32 of span s (its len a multiple of 4), or
+ * s's count of floats: first_nonfinite over its runs. */
+static size_t scan_span(const dt_rpc_span *s) {
+    dt_rpc_reader r;
+    dt_rpc_reader_init(&r, s, sizeof(float));
+    size_t at = 0, n;
+    const uint8_t *run;
+    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+        size_t bad = first_nonfinite(run, n);
+        if (bad < n) return at + bad;
+        at += n;
+    }
+    return at;
+}
+
+/* ---- a large gradient by ranges ------------------------------------------ */
+
+/* One gradient's check or update split into ranges of whole floats, done
+ * by the pool's threads and the poller. Each range reads its own part of
+ * the message and writes its own elements of the variable and its slots:
+ * the rules are element-wise, so the bits are those of one pass. */
+typedef struct {
+    dt_ps *ps;
+    dt_rpc_span grad; /* the whole gradient: n floats */
+    size_t n;
+    int ranges;
+    /* update: variable k at its update t, w read, out written */
+    int k;
+    double lr;
+    int64_t t;
+    const float *w;
+    float *out;
+    /* check: each range's first non-finite element (counted from the
+     * gradient's start), or n */
+    size_t first_bad[MAX_RANGES];
+} range_job;
+
+/* How many ranges a gradient of n elements is split in here: 0 (the poller
+ * alone) below the threshold, without helpers, or while another push is
+ * being handled (its poller needs the other core more than this one). */
+static int ranges_for(dt_ps *ps, size_t n) {
+    if (!ps->pool || n < (size_t)ps->parallel_min_elems || atomic_load(&ps->pushes_active) > 1)
+        return 0;
+    size_t ranges = (size_t)ps->apply_threads * RANGES_PER_THREAD;
+    return (int)(ranges < n ? ranges : n);
+}
+
+/* Range `range`'s elements [*from, *from + *count) of j's n. */
+static void range_bounds(const range_job *j, int range, size_t *from, size_t *count) {
+    /* n < 2^31 (a message's bytes), ranges <= MAX_RANGES: no overflow. */
+    size_t lo = j->n * (size_t)range / (size_t)j->ranges;
+    size_t hi = j->n * (size_t)(range + 1) / (size_t)j->ranges;
+    *from = lo;
+    *count = hi - lo;
+}
+
+static void check_range(void *ctx, int range) {
+    range_job *j = ctx;
+    size_t from, count;
+    range_bounds(j, range, &from, &count);
+    dt_rpc_span part = dt_rpc_span_sub(&j->grad, from * sizeof(float), count * sizeof(float));
+    size_t bad = scan_span(&part);
+    j->first_bad[range] = bad < count ? from + bad : j->n;
+}
+
+/* The first non-finite element of gradient i of grads, or its count: by
+ * ranges when it is large and the pool is free, else in one pass. Either
+ * way the index is the lowest, so the refusal reads the same. */
+static size_t first_nonfinite_of(dt_ps *ps, const dt_tensor_views *grads, int i) {
+    dt_rpc_piece one;
+    range_job j = {.ps = ps, .grad = dt_codec_view_span(grads, i, &one)};
+    j.n = j.grad.len / sizeof(float);
+    j.ranges = ranges_for(ps, j.n);
+    if (j.ranges > 1 && dt_pool_run(ps->pool, check_range, &j, j.ranges)) {
+        size_t bad = j.n;
+        for (int r = 0; r < j.ranges; r++)
+            if (j.first_bad[r] < bad) bad = j.first_bad[r];
+        return bad;
+    }
+    return scan_span(&j.grad);
+}
+
 /* Checks every gradient of a push against the variables held; index[i]
  * gets gradient i's variable. A NaN or Inf is DT_EINVAL with *nonfinite
  * set, so the caller can skip it instead when configured to. The values
@@ -1075,18 +1172,11 @@ static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, int *
                 return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s given twice", ps->name,
                                   g->name);
         index[i] = k;
-        dt_rpc_reader r;
-        dt_codec_view_reader(grads, i, &r);
-        size_t at = 0, n;
-        const uint8_t *run;
-        while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
-            size_t bad = first_nonfinite(run, n);
-            if (bad < n) {
-                *nonfinite = 1;
-                return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s[%zu] is not finite",
-                                  ps->name, g->name, at + bad);
-            }
-            at += n;
+        size_t bad = first_nonfinite_of(ps, grads, i);
+        if (bad < g->nbytes / sizeof(float)) {
+            *nonfinite = 1;
+            return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s[%zu] is not finite", ps->name,
+                              g->name, bad);
         }
     }
     /* One push is one step of every variable here: a partial one (or an
@@ -1184,20 +1274,13 @@ static int take_grads(dt_ps *ps, const dt_tensor_views *v, int i, sparse_part *p
     } else {
         part->grads = v->spans[i];
     }
-    dt_rpc_reader r;
-    dt_rpc_reader_init(&r, &part->grads, sizeof(float));
-    size_t at = 0, n;
-    const uint8_t *run;
-    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
-        size_t bad = first_nonfinite(run, n);
-        if (bad < n) {
-            *nonfinite = 1;
-            size_t row = (at + bad) / (size_t)cfg->dim;
-            return dt_err_set(err, DT_EINVAL,
-                              "%s: push: sparse_grads[%d] %s: row %zu (id %lld) is not finite",
-                              ps->name, i, cfg->name, row, (long long)part->ids[row]);
-        }
-        at += n;
+    size_t bad = scan_span(&part->grads);
+    if (bad < part->grads.len / sizeof(float)) {
+        *nonfinite = 1;
+        size_t row = bad / (size_t)cfg->dim;
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: push: sparse_grads[%d] %s: row %zu (id %lld) is not finite",
+                          ps->name, i, cfg->name, row, (long long)part->ids[row]);
     }
     return 0;
 }
@@ -1502,27 +1585,54 @@ static int reserve_step(dt_ps *ps, int64_t *step_after) {
     return 0;
 }
 
-/* One update of variable k (its lock held) from the gradient that grads'
- * reader r reads, straight from the message: run by run (the pieces the
- * message came in), each run's variable, slots and gradient elements
- * together. The rules are element-wise, so the bits are those of one call. */
-static void apply_runs(dt_ps *ps, int k, double lr, dt_rpc_reader *r) {
-    ps_var *pv = &ps->pv[k];
-    slots_writable(ps, k);
-    const float *w = pv->cur->data;
-    var_buf *to = writable(ps, k);
-    int nslots = dt_optim_num_slots(&ps->optim);
-    pv->updates++;
-    size_t at = 0, n;
+/* Elements [from, from + s's count) of j's variable updated from span s,
+ * straight from the message: run by run (the pieces the message came in),
+ * each run's variable, slots and gradient elements together. */
+static void apply_span(const range_job *j, const dt_rpc_span *s, size_t from) {
+    ps_var *pv = &j->ps->pv[j->k];
+    int nslots = dt_optim_num_slots(&j->ps->optim);
+    dt_rpc_reader r;
+    dt_rpc_reader_init(&r, s, sizeof(float));
+    size_t at = from, n;
     const uint8_t *run;
-    while ((run = dt_rpc_reader_next(r, &n)) != NULL) {
+    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
         float *slots[DT_OPTIM_MAX_SLOTS];
-        for (int s = 0; s < nslots; s++)
-            slots[s] = pv->slots[s] + at;
-        dt_optim_apply_to(&ps->optim, lr, pv->updates, w + at, to->data + at, slots, run,
+        for (int i = 0; i < nslots; i++)
+            slots[i] = pv->slots[i] + at;
+        dt_optim_apply_to(&j->ps->optim, j->lr, j->t, j->w + at, j->out + at, slots, run,
                           (int64_t)n);
         at += n;
     }
+}
+
+static void apply_range(void *ctx, int range) {
+    range_job *j = ctx;
+    size_t from, count;
+    range_bounds(j, range, &from, &count);
+    dt_rpc_span part = dt_rpc_span_sub(&j->grad, from * sizeof(float), count * sizeof(float));
+    apply_span(j, &part, from);
+}
+
+/* One update of variable k (its lock held) from gradient grad (where it
+ * lies in the message, or in memory): by ranges when it is large and the
+ * pool is free, else in one pass. The rules are element-wise, so the bits
+ * are those of one call. */
+static void apply_one(dt_ps *ps, int k, double lr, const dt_rpc_span *grad) {
+    ps_var *pv = &ps->pv[k];
+    slots_writable(ps, k);
+    var_buf *to = writable(ps, k);
+    pv->updates++;
+    range_job j = {.ps = ps,
+                   .grad = *grad,
+                   .k = k,
+                   .lr = lr,
+                   .t = pv->updates,
+                   .w = pv->cur->data,
+                   .out = to->data};
+    j.n = j.grad.len / sizeof(float);
+    j.ranges = ranges_for(ps, j.n);
+    if (j.ranges <= 1 || !dt_pool_run(ps->pool, apply_range, &j, j.ranges))
+        apply_span(&j, &j.grad, 0);
     make_current(ps, k, to);
 }
 
@@ -1532,10 +1642,10 @@ static void apply_now(dt_ps *ps, const dt_tensor_views *grads, const int *index,
     double lr = dt_lr_at(&ps->schedule, ps->optim.learning_rate, step);
     for (int i = 0; i < grads->count; i++) {
         int k = index[i];
-        dt_rpc_reader r;
-        dt_codec_view_reader(grads, i, &r);
+        dt_rpc_piece one;
+        dt_rpc_span grad = dt_codec_view_span(grads, i, &one);
         pthread_mutex_lock(&ps->pv[k].mu);
-        apply_runs(ps, k, lr, &r);
+        apply_one(ps, k, lr, &grad);
         pthread_mutex_unlock(&ps->pv[k].mu);
     }
 }
@@ -1603,10 +1713,10 @@ static void apply_accumulated(dt_ps *ps) {
         int64_t n = dt_tensor_numel(v);
         for (int64_t e = 0; e < n; e++)
             sum[e] *= scale; /* mean = sum / count */
-        dt_rpc_reader r;
-        dt_rpc_reader_init_flat(&r, sum, v->nbytes, sizeof(float));
+        dt_rpc_piece one = {(const uint8_t *)sum, v->nbytes};
+        dt_rpc_span grad = {&one, 0, v->nbytes};
         pthread_mutex_lock(&pv->mu);
-        apply_runs(ps, k, lr, &r);
+        apply_one(ps, k, lr, &grad);
         pthread_mutex_unlock(&pv->mu);
         memset(sum, 0, v->nbytes);
     }
@@ -1984,7 +2094,9 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
         atomic_fetch_add(&ps->pushes_retried, 1);
         resp.done = check_done(ps, req.worker);
     } else {
+        atomic_fetch_add(&ps->pushes_active, 1);
         rc = push_locked(ps, &req, index, parts, &resp, err);
+        atomic_fetch_sub(&ps->pushes_active, 1);
         remember_push(ps, &req, &resp, rc);
     }
     if (rc == 0) {
@@ -2246,6 +2358,23 @@ static long long inflight_bound(const dt_ps_params *params) {
     return max / 2 > 0 ? max / 2 : 1;
 }
 
+/* The threads of a large gradient (dt_ps_params): the machine's cores by
+ * default, as many as MAX_APPLY_THREADS. */
+static int start_pool(dt_ps *ps, dt_err *err) {
+    int threads = ps->params.apply_threads;
+    if (threads <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cores > 0 ? (int)(cores < MAX_APPLY_THREADS ? cores : MAX_APPLY_THREADS) : 1;
+    }
+    ps->apply_threads = threads < MAX_APPLY_THREADS ? threads : MAX_APPLY_THREADS;
+    ps->parallel_min_elems = ps->params.parallel_min_elems > 0 ? ps->params.parallel_min_elems
+                                                               : DEFAULT_PARALLEL_MIN_ELEMS;
+    if (ps->apply_threads <= 1) return 0;
+    int rc = dt_pool_new(ps->apply_threads - 1, &ps->pool, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "%s", ps->name);
+    return 0;
+}
+
 int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     *out = NULL;
     const dt_cluster *c = params->cluster;
@@ -2314,11 +2443,16 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
                                .max_message_bytes = params->max_message_bytes,
                                .in_pieces = 1,
                                .inflight_bytes = inflight_bound(params)};
+    int rc = start_pool(ps, err);
+    if (rc < 0) {
+        dt_ps_free(ps);
+        return rc;
+    }
     if (params->no_server) {
         *out = ps;
         return 0;
     }
-    int rc = dt_rpc_server_start(&sp, &ps->server, err);
+    rc = dt_rpc_server_start(&sp, &ps->server, err);
     if (rc < 0) {
         dt_err_wrap(err, rc, "ps:%d (%s)", params->task_index, addr->addr);
         dt_ps_free(ps);
@@ -2540,6 +2674,7 @@ void dt_ps_free(dt_ps *ps) {
     free(ps->peer_calls);
     free(ps->peer_of);
     free_model(ps);
+    dt_pool_free(ps->pool);
     pthread_rwlock_destroy(&ps->model_lock);
     pthread_mutex_destroy(&ps->life_mu);
     pthread_mutex_destroy(&ps->stats_mu);

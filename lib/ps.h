@@ -50,6 +50,17 @@ typedef struct {
      * others; on a cluster manager it is a service name that may not
      * resolve until the task is up, and is not the pod's own address. */
     const char *listen_addr;
+    /* Threads that check and apply one large dense gradient (split by
+     * ranges of elements: the same bits as one thread), the poller's own
+     * included: 0 picks the machine's cores, at most 4; 1 keeps every push
+     * on its poller. They help only a push that arrives while no other push
+     * is being handled, so two workers' pushes do not crowd each other's
+     * cores. */
+    int apply_threads;
+    /* Smallest gradient, in elements, split so; 0 picks the default (256Ki
+     * floats, 1 MiB: below it waking a helper costs about what it saves).
+     * Tests set 1 to split every gradient. */
+    int64_t parallel_min_elems;
 } dt_ps_params;
 
 typedef struct dt_ps dt_ps;

@@ -19,6 +19,7 @@
 #include "auth.h"
 #include "log.h"
 #include "optim.h"
+#include "pool.h"
 #include "rpc_client.h"
 #include "table.h"
 #include "text.h"
@@ -54,6 +55,10 @@ typedef struct {
     int ps;
 } unit;
 
+#define MAX_COPY_THREADS 4
+#define DEFAULT_COPY_MIN_BYTES ((size_t)1 << 20)
+#define COPY_RANGES_PER_THREAD 4 /* a helper that wakes late leaves the caller less to wait for */
+
 struct dt_ps_client {
     dt_ps_client_params params;
     int num_ps;
@@ -81,6 +86,8 @@ struct dt_ps_client {
     dt_rpc_buf *requests;           /* (num_ps) */
     dt_rpc_call *batch;             /* (num_ps) scratch: the calls of one round */
     pins *pins;                     /* the caller's gradients gRPC may still read */
+    dt_pool *copy_pool;             /* NULL: pulled tensors copied on the caller alone */
+    size_t copy_min_bytes;
     /* A push that failed on some ps tasks: the retry goes only to those that
      * did not apply it, so no task applies one gradient twice. */
     int push_pending;
@@ -327,6 +334,10 @@ int dt_ps_client_new(const dt_ps_client_params *params, const dt_tensors *layout
             goto fail;
     }
     if ((rc = place(c, err)) < 0) goto fail;
+    c->copy_min_bytes = params->copy_min_bytes ? params->copy_min_bytes : DEFAULT_COPY_MIN_BYTES;
+    int copy_threads =
+        params->copy_threads < MAX_COPY_THREADS ? params->copy_threads : MAX_COPY_THREADS;
+    if (copy_threads > 1 && (rc = dt_pool_new(copy_threads - 1, &c->copy_pool, err)) < 0) goto fail;
     *out = c;
     return 0;
 fail:
@@ -338,6 +349,7 @@ static void pins_drop(pins *pn, int run);
 
 void dt_ps_client_free(dt_ps_client *c) {
     if (!c) return;
+    dt_pool_free(c->copy_pool);
     if (c->pins && c->pins->owned) pins_drop(c->pins, 0);
     for (int p = 0; p < c->num_ps; p++) {
         if (c->channels) dt_rpc_channel_free(c->channels[p]);
@@ -557,6 +569,37 @@ static int find_unit(const dt_ps_client *c, int p, const char *name, size_t len)
     return -1;
 }
 
+/* A pulled tensor's copy by ranges of bytes, each but the last ending on a
+ * 64-byte line of dst, for the copy pool. */
+typedef struct {
+    dt_rpc_span src;
+    uint8_t *dst;
+    int ranges;
+} copy_job;
+
+static void copy_range(void *ctx, int range) {
+    copy_job *j = ctx;
+    const size_t len = j->src.len, line = ~(size_t)63;
+    /* len < 2^31 (a message), ranges <= 4 * MAX_COPY_THREADS: no overflow. */
+    size_t lo = range == 0 ? 0 : (len * (size_t)range / (size_t)j->ranges) & line;
+    size_t hi =
+        range + 1 == j->ranges ? len : (len * (size_t)(range + 1) / (size_t)j->ranges) & line;
+    dt_rpc_span part = dt_rpc_span_sub(&j->src, lo, hi - lo);
+    dt_rpc_span_copy(&part, j->dst + lo);
+}
+
+/* Copies tensor i of `in` to dst: by ranges on the copy pool when it is
+ * large, else (or with the pool busy) in one pass. */
+static void copy_view(dt_ps_client *c, const dt_tensor_views *in, int i, void *dst) {
+    dt_rpc_piece one;
+    copy_job j = {.src = dt_codec_view_span(in, i, &one), .dst = dst};
+    if (c->copy_pool && j.src.len >= c->copy_min_bytes) {
+        j.ranges = (dt_pool_helpers(c->copy_pool) + 1) * COPY_RANGES_PER_THREAD;
+        if (dt_pool_run(c->copy_pool, copy_range, &j, j.ranges)) return;
+    }
+    dt_rpc_span_copy(&j.src, j.dst);
+}
+
 /* Checks decoded tensor i of `in` (from ps p) against unit ui and copies
  * its bytes, wherever they lie in the reply, straight into dst (the whole
  * tensor, shaped like the unit's variable): the one copy of a pulled value. */
@@ -573,7 +616,7 @@ static int take(dt_ps_client *c, int p, int ui, const dt_tensor_views *in, int i
                           "%s: pull: %s has another dtype or shape than this "
                           "model's (was the ps created by another job?)",
                           c->names[p], got->name);
-    dt_codec_view_copy(in, i, (char *)dst->data + u->offset);
+    copy_view(c, in, i, (char *)dst->data + u->offset);
     return 0;
 }
 

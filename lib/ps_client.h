@@ -62,6 +62,12 @@ typedef struct {
     /* NULL: plaintext. Borrowed; its identity, when NULL, is the worker's
      * ("chief" for 0, "worker:N", "tool" for -1). */
     const dt_rpc_security *security;
+    /* Threads that copy one large pulled tensor into the caller's variable,
+     * the caller's own included (split by ranges of bytes; dt_pool): 0 or 1
+     * copies on the caller alone. copy_min_bytes: the smallest tensor so
+     * copied (0: 1 MiB). */
+    int copy_threads;
+    size_t copy_min_bytes;
 } dt_ps_client_params;
 
 /* "greedy" / "round_robin" -> dt_placement; -1 when unknown. */

@@ -452,6 +452,19 @@ const uint8_t *dt_rpc_reader_next(dt_rpc_reader *r, size_t *count) {
     return r->carry;
 }
 
+dt_rpc_span dt_rpc_span_sub(const dt_rpc_span *s, size_t from, size_t len) {
+    DT_ASSERT(from <= s->len && len <= s->len - from);
+    const dt_rpc_piece *piece = s->piece;
+    size_t offset = s->offset + from;
+    /* Past the pieces the range starts after; an empty range stays put (the
+     * pieces after the span's end need not exist). */
+    while (len > 0 && offset >= piece->len) {
+        offset -= piece->len;
+        piece++;
+    }
+    return (dt_rpc_span){piece, offset, len};
+}
+
 void dt_rpc_span_copy(const dt_rpc_span *s, void *dst) {
     dt_rpc_reader r;
     dt_rpc_reader_init(&r, s, 1);

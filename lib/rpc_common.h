@@ -81,6 +81,11 @@ void dt_rpc_reader_init_flat(dt_rpc_reader *r, const void *data, size_t len, siz
 const uint8_t *dt_rpc_reader_next(dt_rpc_reader *r, size_t *count);
 /* Copies span s's bytes to dst (s->len bytes). */
 void dt_rpc_span_copy(const dt_rpc_span *s, void *dst);
+/* The len bytes of s from byte `from` on (from + len <= s->len): a span
+ * into the same pieces, for reading a range of a large tensor apart from the
+ * rest (from a multiple of the element size: its reader then finds whole
+ * elements, put together across pieces as in s). */
+dt_rpc_span dt_rpc_span_sub(const dt_rpc_span *s, size_t from, size_t len);
 
 /* Who called, as the server established it (see README "Security").
  * Identities: "chief" (worker 0), "worker:N", "ps:N", "tool". */

@@ -166,8 +166,11 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     dt_tensor specs[DT_MODEL_MAX_VARS];
     int count = 0, rc;
     const dt_job *job = &w->job;
-    dt_ps_client_params cp = {cl, params->task_index, job->rpc_timeout_secs * 1000, job->placement,
-                              params->security};
+    dt_ps_client_params cp = {.cluster = cl,
+                              .worker = params->task_index,
+                              .timeout_ms = job->rpc_timeout_secs * 1000,
+                              .placement = job->placement,
+                              .security = params->security};
     /* Before the data is read: reading a large file takes a while, and the
      * others, if waiting already, are to see this one alive meanwhile. */
     if (bounded_by_shard(job) && cl->num_workers > 1 &&
@@ -195,6 +198,9 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         goto fail;
     }
     if ((rc = dt_tensors_init(&w->vars, specs, count, err)) < 0) goto fail;
+    /* Each pull's reply comes in gRPC's slices, freed once copied: keep
+     * their pages for the next one (dt_alloc_keep_for_messages). */
+    dt_alloc_keep_for_messages(w->vars.slab_bytes);
     if ((rc = dt_tensors_init(&w->grads, specs, count, err)) < 0) goto fail;
     if (pipelined(job) && ((rc = dt_tensors_init(&w->vars_next, specs, count, err)) < 0 ||
                            (rc = dt_tensors_init(&w->grads_next, specs, count, err)) < 0))
@@ -210,6 +216,7 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         (rc = dt_job_steps_for(job, w->sparse ? w->set.rows : dt_data_size(w->data),
                                &w->shard_steps, err)) < 0)
         goto fail;
+    cp.copy_threads = job->pull_copy_threads; /* not the heartbeat's: it pulls nothing */
     if ((rc = dt_ps_client_new(&cp, &w->vars, &w->client, err)) < 0) goto fail;
     if (w->sparse && pipelined(job) &&
         (rc = dt_ps_client_new(&cp, &w->vars, &w->rows_client, err)) < 0)
@@ -1038,8 +1045,11 @@ void dt_worker_report_failure(const dt_worker_params *params, int rc, const dt_e
      * opening it) or mid-call. No variables: none are sent. */
     dt_tensors none;
     memset(&none, 0, sizeof none);
-    dt_ps_client_params cp = {params->cluster, params->task_index, timeout_ms,
-                              params->job->placement, params->security};
+    dt_ps_client_params cp = {.cluster = params->cluster,
+                              .worker = params->task_index,
+                              .timeout_ms = timeout_ms,
+                              .placement = params->job->placement,
+                              .security = params->security};
     dt_ps_client *c = NULL;
     dt_err told;
     dt_err_clear(&told);

@@ -33,6 +33,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1112,6 +1113,44 @@ static void suite_setup(void) {
     if (dt_test_tmp_begin() != 0) fprintf(stderr, "alloc: no suite temp dir; using $TMPDIR\n");
 }
 
+/* Heap bytes glibc holds free after n_blocks of 64 kB are allocated and
+ * all freed again (the socket reads of one large message, in gRPC's
+ * slices). */
+static size_t free_after_message(int n_blocks) {
+    void *blocks[512];
+    ck_assert_int_le(n_blocks, 512);
+    for (int i = 0; i < n_blocks; i++) {
+        blocks[i] = dt_malloc(64 << 10);
+        ck_assert_ptr_nonnull(blocks[i]);
+        memset(blocks[i], 1, 64 << 10); /* pages faulted in, as a read fills them */
+    }
+    for (int i = 0; i < n_blocks; i++)
+        free(blocks[i]);
+    return mallinfo2().fordblks;
+}
+
+/* With cmd/dtrain.c's allocator settings, 24 MB of message freed is given
+ * back down to about the 8 MiB trim threshold; once the process keeps room
+ * for messages of 12 MiB (2 x 12 + 8 = 32 MiB) the same 24 MB stays for the
+ * next message. Sanitizers bring their own allocator, which ignores
+ * mallopt: there the call must only be harmless. */
+START_TEST(test_keep_for_messages) {
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    mallopt(M_TRIM_THRESHOLD, 8 << 20);
+    mallopt(M_ARENA_MAX, 1);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    dt_alloc_keep_for_messages((size_t)12 << 20);
+    ck_assert_int_ge(free_after_message(384), 0);
+#else
+    size_t trimmed = free_after_message(384);
+    ck_assert_msg(trimmed <= ((size_t)9 << 20), "%zu bytes kept with an 8 MiB threshold", trimmed);
+    dt_alloc_keep_for_messages((size_t)12 << 20);
+    size_t kept = free_after_message(384);
+    ck_assert_msg(kept >= ((size_t)23 << 20), "%zu bytes kept for 12 MiB messages", kept);
+#endif
+}
+END_TEST
+
 Suite *alloc_suite(void) {
     Suite *s = suite_create("alloc");
     TCase *tc = tcase_create("alloc");
@@ -1121,6 +1160,7 @@ Suite *alloc_suite(void) {
      * under ASan each run ends in a heap scan. */
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_countdown);
+    tcase_add_test(tc, test_keep_for_messages);
     tcase_add_test(tc, test_codec_allocates_nothing);
     tcase_add_test(tc, test_ckpt_save);
     tcase_add_test(tc, test_ckpt_save_rows);

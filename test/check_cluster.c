@@ -648,6 +648,7 @@ START_TEST(test_job_conf_linear) {
     ck_assert_int_eq(job.log_steps, want.log_steps);
     ck_assert_int_eq(job.ready_wait_secs, want.ready_wait_secs);
     ck_assert_int_eq(job.rpc_timeout_secs, want.rpc_timeout_secs);
+    ck_assert_int_eq(job.pull_copy_threads, want.pull_copy_threads);
     ck_assert_int_eq(job.ps_linger_secs, want.ps_linger_secs);
 
     /* The demo cluster file has no job section: nothing changes. */

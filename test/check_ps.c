@@ -1984,6 +1984,89 @@ static void client_tensors(dt_tensors *vars, dt_tensors *grads) {
     memcpy(grads->items[1].data, GB, sizeof GB);
 }
 
+/* A pulled variable of 1.2 MB (gRPC's slices, ranges that start inside
+ * them) and one of 7 floats, each copied by ranges on 3 threads
+ * (copy_min_bytes 1: every tensor is split, some ranges empty): the bits
+ * the ps holds, by a Pull and by a push that brings the values back, as a
+ * client copying on its own thread gets them. */
+#define NCOPY 300007
+static float odd_value(uint64_t *x);
+START_TEST(test_pull_copy_ranges) {
+    fixture f;
+    fixture_start(&f, 60000);
+    dt_tensor specs[2];
+    make_tensor(&specs[0], "big", DT_DTYPE_F32, 1, NCOPY, 0, NULL);
+    make_tensor(&specs[1], "small", DT_DTYPE_F32, 1, 7, 0, NULL);
+    dt_tensors vars[2], grads;
+    dt_err err;
+    dt_err_clear(&err);
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(dt_tensors_init(&vars[k], specs, 2, &err), 0);
+    ck_assert_int_eq(dt_tensors_init(&grads, specs, 2, &err), 0);
+    uint64_t x = 5;
+    for (int t = 0; t < 2; t++) {
+        float *w = vars[0].items[t].data, *g = grads.items[t].data;
+        for (int64_t i = 0; i < dt_tensor_numel(&specs[t]); i++) {
+            w[i] = odd_value(&x);
+            g[i] = odd_value(&x);
+        }
+    }
+    /* What the ps holds after one sgd push at 0.5: w - 0.5 * g, exact in
+     * float arithmetic whichever thread computes it. */
+    static float want_big[NCOPY];
+    float want_small[7];
+    for (int i = 0; i < NCOPY; i++)
+        want_big[i] =
+            ((float *)vars[0].items[0].data)[i] - 0.5f * ((float *)grads.items[0].data)[i];
+    for (int i = 0; i < 7; i++)
+        want_small[i] =
+            ((float *)vars[0].items[1].data)[i] - 0.5f * ((float *)grads.items[1].data)[i];
+    dt_ps_client *ranged = NULL, *alone = NULL;
+    dt_ps_client_params cp = {.cluster = &f.cluster,
+                              .worker = 0,
+                              .timeout_ms = CALL_TIMEOUT_MS,
+                              .copy_threads = 3,
+                              .copy_min_bytes = 1};
+    ck_assert_int_eq(dt_ps_client_new(&cp, &vars[0], &ranged, &err), 0);
+    cp.worker = 1;
+    cp.copy_threads = 0;
+    ck_assert_int_eq(dt_ps_client_new(&cp, &vars[1], &alone, &err), 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    dt_ps_model model;
+    memset(&model, 0, sizeof model);
+    model.vars = &vars[0];
+    model.optim = cfg;
+    model.max_steps = 100;
+    model.model = "copy by ranges";
+    ck_assert_msg(dt_ps_client_create(ranged, &model, NULL, &err) == 0, "create: %s", err.msg);
+    dt_ps_reply r;
+    /* The push's reply brings the values back to the ranged client... */
+    ck_assert_msg(dt_ps_client_push_pull(ranged, &grads, 0, &vars[0], 0, &r, &err) == 0, "%s",
+                  err.msg);
+    ck_assert(r.pulled);
+    ck_assert_int_eq(r.global_step, 1);
+    /* ...and a Pull to the other one. */
+    ck_assert_int_eq(dt_ps_client_pull(alone, &vars[1], NULL, 0, &r, &err), 0);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(memcmp(vars[k].items[0].data, want_big, sizeof want_big) == 0,
+                      "client %d: big differs", k);
+        ck_assert_msg(memcmp(vars[k].items[1].data, want_small, sizeof want_small) == 0,
+                      "client %d: small differs", k);
+    }
+    /* A Pull on the ranged client too, over values it already holds. */
+    memset(vars[0].items[0].data, 0, vars[0].items[0].nbytes);
+    ck_assert_int_eq(dt_ps_client_pull(ranged, &vars[0], NULL, 0, &r, &err), 0);
+    ck_assert_msg(memcmp(vars[0].items[0].data, want_big, sizeof want_big) == 0, "pull: differs");
+    dt_ps_client_free(ranged);
+    dt_ps_client_free(alone);
+    for (int k = 0; k < 2; k++)
+        dt_tensors_deinit(&vars[k]);
+    dt_tensors_deinit(&grads);
+    fixture_stop(&f);
+}
+END_TEST
+
 /* The same life through dt_ps_client: create, pull, push, status,
  * shutdown. */
 START_TEST(test_through_client) {
@@ -2800,7 +2883,10 @@ END_TEST
 
 /* Two in-process ps tasks (no port) of the same 1-ps, 2-worker cluster:
  * `flat` takes every request in one run, `cut` the same bytes in pieces
- * of 1 to 7 bytes, as gRPC may hand them over. */
+ * of 1 to 7 bytes, as gRPC may hand them over. twin_start_threads gives
+ * each its threads for a large gradient (dt_ps_params.apply_threads; 0:
+ * the default) and makes every gradient large enough to be split in
+ * ranges (parallel_min_elems 1). */
 #define PR 37 /* the piece tests' model: big (PR, PC) and b (PC) */
 #define PC 11
 typedef struct {
@@ -2810,7 +2896,7 @@ typedef struct {
     uint64_t seed;
 } twin;
 
-static void twin_start(twin *t) {
+static void twin_start_threads(twin *t, int flat_threads, int cut_threads) {
     memset(t, 0, sizeof *t);
     dt_test_loopback_addr(&t->ps_addr[0], 1);
     dt_test_loopback_addr(&t->worker_addr[0], 2);
@@ -2820,8 +2906,16 @@ static void twin_start(twin *t) {
     dt_ps_params p = {.cluster = &t->cluster, .no_server = 1, .linger_ms = 600000};
     dt_err err;
     dt_err_clear(&err);
+    p.apply_threads = flat_threads;
+    p.parallel_min_elems = flat_threads ? 1 : 0;
     ck_assert_msg(dt_ps_start(&p, &t->flat, &err) == 0, "%s", err.msg);
+    p.apply_threads = cut_threads;
+    p.parallel_min_elems = cut_threads ? 1 : 0;
     ck_assert_msg(dt_ps_start(&p, &t->cut, &err) == 0, "%s", err.msg);
+}
+
+static void twin_start(twin *t) {
+    twin_start_threads(t, 0, 0);
 }
 
 static void twin_stop(twin *t) {
@@ -2845,7 +2939,17 @@ static int send_to(twin *t, int cut, dt_msg_type type, const void *msg, uint8_t 
     if (rc == 0 && reply) {
         *reply = malloc(out.len ? out.len : 1);
         ck_assert_ptr_nonnull(*reply);
-        if (out.len) memcpy(*reply, out.data, out.len);
+        /* A reply that carries a large variable is in pieces: its own
+         * bytes and the variable's buffer. */
+        dt_rpc_piece one;
+        const dt_rpc_piece *pieces;
+        int np = dt_rpc_buf_pieces(&out, &one, &pieces);
+        size_t at = 0;
+        for (int k = 0; k < np; k++) {
+            memcpy(*reply + at, pieces[k].data, pieces[k].len);
+            at += pieces[k].len;
+        }
+        ck_assert_uint_eq(at, out.len);
         *reply_len = out.len;
     }
     if (rc == 0) dt_rpc_buf_release(&out);
@@ -2957,9 +3061,15 @@ static dt_msg_create_req twin_create(dt_tensor *items, dt_optim_kind optimizer, 
     return c;
 }
 
-static void run_twins(dt_optim_kind optimizer, int mode) {
+/* threaded: `cut` checks and applies each gradient by ranges on 3 threads
+ * (407 floats of big in 12 ranges, the 11 of b in 11), `flat` on one: the
+ * same bits still. */
+static void run_twins_on(dt_optim_kind optimizer, int mode, int threaded, int nesterov) {
     twin t;
-    twin_start(&t);
+    if (threaded)
+        twin_start_threads(&t, 1, 3);
+    else
+        twin_start(&t);
     uint64_t x = 99;
     float big[PR * PC], b[PC], sbig[PR * PC], sb[PC];
     for (int i = 0; i < PR * PC; i++) {
@@ -2973,6 +3083,7 @@ static void run_twins(dt_optim_kind optimizer, int mode) {
     dt_tensor items[2], slot_items[2];
     twin_tensors(items, big, b);
     dt_msg_create_req c = twin_create(items, optimizer, mode);
+    c.optim.nesterov = nesterov;
     if (dt_optim_num_slots(&c.optim) > 0) {
         /* The first slot given, the others at their initial value. */
         twin_tensors(slot_items, sbig, sb);
@@ -3046,6 +3157,10 @@ static void run_twins(dt_optim_kind optimizer, int mode) {
     twin_stop(&t);
 }
 
+static void run_twins(dt_optim_kind optimizer, int mode) {
+    run_twins_on(optimizer, mode, 0, 0);
+}
+
 START_TEST(test_pieces_sgd_async) {
     run_twins(DT_OPTIM_SGD, DT_MODE_ASYNC);
 }
@@ -3058,6 +3173,19 @@ END_TEST
 
 START_TEST(test_pieces_momentum_sync) {
     run_twins(DT_OPTIM_MOMENTUM, DT_MODE_SYNC);
+}
+END_TEST
+
+/* Every dense rule, async and sync, checked and applied by ranges on three
+ * threads from pieces of 1..7 bytes, against one thread reading one run:
+ * variables and slots the same bits after every stage of run_twins (a NaN
+ * in the last range refused whole, a retry, a push that pulls). */
+START_TEST(test_ranges_every_optimizer) {
+    const dt_optim_kind kinds[] = {DT_OPTIM_SGD,     DT_OPTIM_MOMENTUM, DT_OPTIM_MOMENTUM,
+                                   DT_OPTIM_ADAGRAD, DT_OPTIM_ADAM,     DT_OPTIM_FTRL};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int mode = DT_MODE_ASYNC; mode <= DT_MODE_SYNC; mode++)
+            run_twins_on(kinds[k], mode, 1, k == 2);
 }
 END_TEST
 
@@ -3183,9 +3311,19 @@ static void one_var_create(dt_msg_create_req *c, dt_tensor *item, const char *na
 
 #define NF 1037 /* 16 blocks of the finiteness test's 64, and a tail of 13 */
 
+/* Both twins created with one variable "f" of n floats at w0 (item over
+ * it, reused by the caller for its pushes). */
+static void twin_create_f(twin *t, dt_tensor *item, float *w0, int64_t n, dt_optim_kind optimizer) {
+    dt_msg_create_req c;
+    one_var_create(&c, item, "f", w0, n, optimizer);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(send_both(t, DT_MSG_CREATE_REQ, &c, &err) == 0, "create: %s", err.msg);
+}
+
 /* Variable "f" of one twin (cut: the one taking requests in pieces), pulled
- * into out (NF floats); the global step is returned. */
-static int64_t twin_pull_f(twin *t, int cut, float *out) {
+ * into out (n floats); the global step is returned. */
+static int64_t twin_pull_n(twin *t, int cut, float *out, size_t n) {
     dt_msg_pull_req req = {.worker = -1};
     uint8_t *reply = NULL;
     size_t len = 0;
@@ -3198,10 +3336,14 @@ static int64_t twin_pull_f(twin *t, int cut, float *out) {
     r.in = (dt_tensor_views){views, 0, 2, NULL};
     ck_assert_msg(dt_codec_decode(DT_MSG_PULL_RESP, reply, len, &r, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(r.in.count, 1);
-    ck_assert_uint_eq(views[0].nbytes, NF * 4);
-    memcpy(out, views[0].data, NF * 4);
+    ck_assert_uint_eq(views[0].nbytes, n * 4);
+    memcpy(out, views[0].data, n * 4);
     free(reply);
     return r.global_step;
+}
+
+static int64_t twin_pull_f(twin *t, int cut, float *out) {
+    return twin_pull_n(t, cut, out, NF);
 }
 
 /* A NaN or an Inf anywhere in a gradient of many blocks (first, last,
@@ -3210,20 +3352,23 @@ static int64_t twin_pull_f(twin *t, int cut, float *out) {
  * pieces of 1 to 7 bytes (runs at every alignment), and changes nothing;
  * the largest and smallest finite values, denormals and -0 pass, and the
  * update is exact. */
-START_TEST(test_nonfinite_anywhere) {
+/* threaded: both twins check by ranges on 3 threads (1,037 floats in 12
+ * ranges of 86 or 87), so the places below fall on either side of range
+ * edges too, and a second bad value in a later range must not be the one
+ * named. */
+static void nonfinite_anywhere(int threaded) {
     twin t;
-    twin_start(&t);
+    twin_start_threads(&t, threaded ? 3 : 0, threaded ? 3 : 0);
     static float w0[NF], g[NF], got[NF];
     for (int i = 0; i < NF; i++)
         w0[i] = (float)(i % 97) - 48.0f;
     dt_tensor item;
-    dt_msg_create_req c;
-    one_var_create(&c, &item, "f", w0, NF, DT_OPTIM_SGD);
+    twin_create_f(&t, &item, w0, NF, DT_OPTIM_SGD);
     dt_err err;
     dt_err_clear(&err);
-    ck_assert_msg(send_both(&t, DT_MSG_CREATE_REQ, &c, &err) == 0, "create: %s", err.msg);
     const uint32_t bad[5] = {0x7fc00000u, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc12345u};
-    const int at[] = {0, 1, 62, 63, 64, 65, 127, 128, 511, 512, 700, 1023, 1024, 1030, NF - 1};
+    const int at[] = {0,   1,   62,  63,  64,  65,   86,   87,   127,
+                      128, 172, 511, 512, 700, 1023, 1024, 1030, NF - 1};
     dt_msg_push_req req;
     memset(&req, 0, sizeof req);
     req.worker = 0;
@@ -3235,6 +3380,8 @@ START_TEST(test_nonfinite_anywhere) {
             for (int i = 0; i < NF; i++)
                 g[i] = 1.0f;
             memcpy(&g[at[a]], &bad[b], sizeof bad[b]);
+            /* A second one further on: the first is the one named. */
+            if (at[a] + 300 < NF) memcpy(&g[at[a] + 300], &bad[(b + 1) % 5], sizeof bad[b]);
             req.push_id = (uint64_t)(1 + refused);
             char want[64];
             snprintf(want, sizeof want, "f[%d] is not finite", at[a]);
@@ -3263,6 +3410,59 @@ START_TEST(test_nonfinite_anywhere) {
         }
     }
     twin_stop(&t);
+}
+
+START_TEST(test_nonfinite_anywhere) {
+    nonfinite_anywhere(0);
+}
+END_TEST
+
+/* A gradient long enough that the helpers take ranges while the poller
+ * does its own (65,536 floats in 12 ranges, each read from about 5,000
+ * pieces of 1..7 bytes; the small model's ranges are done before a helper
+ * wakes): Adam by ranges on 3 threads against one thread reading one run,
+ * the same bits after each of 3 pushes; a NaN in the middle refused by
+ * both, nothing changed. Under TSan this is where helpers and poller run
+ * at once. */
+#define NL 65536
+START_TEST(test_ranges_large_gradient) {
+    twin t;
+    twin_start_threads(&t, 1, 3);
+    static float w0[NL], g[NL], flat[NL], cut[NL];
+    uint64_t x = 11;
+    for (int i = 0; i < NL; i++)
+        w0[i] = odd_value(&x);
+    dt_tensor item;
+    twin_create_f(&t, &item, w0, NL, DT_OPTIM_ADAM);
+    dt_err err;
+    dt_err_clear(&err);
+    dt_msg_push_req req;
+    memset(&req, 0, sizeof req);
+    req.worker = 0;
+    req.out = (dt_tensor_list){.items = &item, .count = 1};
+    make_tensor(&item, "f", DT_DTYPE_F32, 1, NL, 0, g);
+    for (int step = 1; step <= 3; step++) {
+        for (int i = 0; i < NL; i++)
+            g[i] = odd_value(&x);
+        req.push_id = (uint64_t)step;
+        ck_assert_msg(send_both(&t, DT_MSG_PUSH_REQ, &req, &err) == 0, "push %d: %s", step,
+                      err.msg);
+        ck_assert_int_eq(twin_pull_n(&t, 0, flat, NL), step);
+        ck_assert_int_eq(twin_pull_n(&t, 1, cut, NL), step);
+        ck_assert_msg(memcmp(flat, cut, sizeof flat) == 0, "push %d: the variable differs", step);
+    }
+    g[NL / 2 + 1] = NAN;
+    req.push_id = 4;
+    ck_assert_int_eq(send_both(&t, DT_MSG_PUSH_REQ, &req, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "f[32769] is not finite") != NULL, "%s", err.msg);
+    ck_assert_int_eq(twin_pull_n(&t, 1, cut, NL), 3);
+    ck_assert_msg(memcmp(flat, cut, sizeof flat) == 0, "the refused push changed the variable");
+    twin_stop(&t);
+}
+END_TEST
+
+START_TEST(test_nonfinite_anywhere_ranges) {
+    nonfinite_anywhere(1);
 }
 END_TEST
 
@@ -3455,6 +3655,7 @@ Suite *ps_suite(void) {
     tcase_add_test(life, test_shutdown_linger);
     tcase_add_test(life, test_wait_stop_flag);
     tcase_add_test(life, test_through_client);
+    tcase_add_test(life, test_pull_copy_ranges);
     tcase_add_test(life, test_two_ps_count_apart);
     suite_add_tcase(s, life);
 
@@ -3512,6 +3713,9 @@ Suite *ps_suite(void) {
     tcase_add_test(pieces, test_pieces_sparse_sync);
     tcase_add_test(pieces, test_reply_buffers_unchanged);
     tcase_add_test(pieces, test_nonfinite_anywhere);
+    tcase_add_test(pieces, test_nonfinite_anywhere_ranges);
+    tcase_add_test(pieces, test_ranges_large_gradient);
+    tcase_add_test(pieces, test_ranges_every_optimizer);
     tcase_add_test(pieces, test_pipelined_pushes_one_step_stale);
     suite_add_tcase(s, pieces);
     return s;

@@ -28,6 +28,7 @@
     X(checkpoint)                                                                                  \
     X(summary)                                                                                     \
     X(alloc)                                                                                       \
+    X(pool)                                                                                        \
     X(rpc)                                                                                         \
     X(tls)                                                                                         \
     X(ps)                                                                                          \
