@@ -133,7 +133,7 @@ static int pipe_start(void *start_ctx, int ok) {
  * dt_bench_exec_child): waits for 'C' (server side up), runs the client,
  * reports. Never returns. */
 __attribute__((noreturn)) static void child_main(dt_bench_client_fn run, const void *arg, int index,
-                                                int to_parent, int from_parent) {
+                                                 int to_parent, int from_parent) {
     dt_bench_result res;
     memset(&res, 0, sizeof res);
     int status = 3; /* the parent went away */
@@ -159,7 +159,7 @@ __attribute__((noreturn)) static void child_main(dt_bench_client_fn run, const v
  * hands to dt_bench_exec_child; the pipes stay open across the exec. Never
  * returns (exit status 3 when the exec failed, as for a vanished parent). */
 __attribute__((noreturn)) static void exec_child(int argc, char *const *argv, int index,
-                                                int to_parent, int from_parent) {
+                                                 int to_parent, int from_parent) {
     char spec[64];
     snprintf(spec, sizeof spec, "%d:%d:%d", index, to_parent, from_parent);
     char **args = calloc((size_t)argc + 3, sizeof *args);

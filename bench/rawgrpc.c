@@ -67,13 +67,13 @@ static const char *const mode_names[] = {"echo", "split", "echo-ref"};
 
 typedef struct {
     const char *addr;
-    int mode;       /* round_mode */
-    int64_t floats; /* N */
-    int rounds;     /* R per client */
-    int clients;    /* C */
-    int threads;    /* T server pollers */
-    int processes;  /* 1: clients are processes of their own */
-    int exec;       /* with processes: each exec'd anew, not a fork of the server's */
+    int mode;               /* round_mode */
+    int64_t floats;         /* N */
+    int rounds;             /* R per client */
+    int clients;            /* C */
+    int threads;            /* T server pollers */
+    int processes;          /* 1: clients are processes of their own */
+    int exec;               /* with processes: each exec'd anew, not a fork of the server's */
     const char *exec_child; /* this process is such a client: its --exec-child spec */
     int timeout_ms;
 } options;
@@ -355,9 +355,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_rawgrpc: bad --exec-child %s\n", o.exec_child);
         return 2;
     }
-    if (o.processes &&
-        (o.exec ? dt_bench_spawn_children_exec(o.clients, argc, argv, kids)
-                : dt_bench_spawn_children(o.clients, client_run, &o, kids)) < 0) {
+    if (o.processes && (o.exec ? dt_bench_spawn_children_exec(o.clients, argc, argv, kids)
+                               : dt_bench_spawn_children(o.clients, client_run, &o, kids)) < 0) {
         rc = dt_err_set(&err, DT_EINTERNAL, "cannot start client processes: %s", strerror(errno));
         goto fail;
     }
@@ -393,9 +392,11 @@ int main(int argc, char **argv) {
     if (rc < 0) goto fail;
 
     printf("rawgrpc mode=%s clients_as=%s floats=%lld rounds=%d clients=%d threads=%d",
-           mode_names[o.mode], o.exec ? "exec" : o.processes ? "processes" : "threads",
-           (long long)o.floats, o.rounds,
-           o.clients, o.threads);
+           mode_names[o.mode],
+           o.exec        ? "exec"
+           : o.processes ? "processes"
+                         : "threads",
+           (long long)o.floats, o.rounds, o.clients, o.threads);
     dt_bench_print_rates((double)o.clients * o.rounds, o.floats, seconds);
     printf("\n");
 fail:
