@@ -129,10 +129,11 @@ static int pipe_start(void *start_ctx, int ok) {
     return ok && expect_byte(cp->from_parent, 'S') == 0;
 }
 
-/* Runs in the forked child: waits for 'C' (server side up), runs the
- * client, reports. Never returns. */
-static void child_main(dt_bench_client_fn run, const void *arg, int index, int to_parent,
-                       int from_parent) {
+/* Runs in the child (forked, or exec'd and back here through
+ * dt_bench_exec_child): waits for 'C' (server side up), runs the client,
+ * reports. Never returns. */
+__attribute__((noreturn)) static void child_main(dt_bench_client_fn run, const void *arg, int index,
+                                                 int to_parent, int from_parent) {
     dt_bench_result res;
     memset(&res, 0, sizeof res);
     int status = 3; /* the parent went away */
@@ -153,7 +154,29 @@ static void child_main(dt_bench_client_fn run, const void *arg, int index, int t
     _exit(status);
 }
 
-int dt_bench_spawn_children(int n, dt_bench_client_fn run, const void *arg, dt_bench_child *kids) {
+/* Child index becomes this program anew (/proc/self/exe) with argv's
+ * arguments and "--exec-child INDEX:TO_PARENT:FROM_PARENT", which its main
+ * hands to dt_bench_exec_child; the pipes stay open across the exec. Never
+ * returns (exit status 3 when the exec failed, as for a vanished parent). */
+__attribute__((noreturn)) static void exec_child(int argc, char *const *argv, int index,
+                                                 int to_parent, int from_parent) {
+    char spec[64];
+    snprintf(spec, sizeof spec, "%d:%d:%d", index, to_parent, from_parent);
+    char **args = calloc((size_t)argc + 3, sizeof *args);
+    if (args) {
+        for (int i = 0; i < argc; i++)
+            args[i] = argv[i];
+        args[argc] = "--exec-child";
+        args[argc + 1] = spec;
+        execv("/proc/self/exe", args); /* returns only on failure */
+    }
+    _exit(3);
+}
+
+/* Forks n children with pipes to and from each; each runs
+ * child_main(run, ...), or with argv execs itself (exec_child). */
+static int spawn(int n, dt_bench_client_fn run, const void *arg, int argc, char *const *argv,
+                 dt_bench_child *kids) {
     fflush(NULL); /* nothing buffered may be written twice */
     for (int i = 0; i < n; i++) {
         int down[2], up[2];
@@ -182,6 +205,7 @@ int dt_bench_spawn_children(int n, dt_bench_client_fn run, const void *arg, dt_b
                 close(kids[k].to_child);
                 close(kids[k].from_child);
             }
+            if (argv) exec_child(argc, argv, i, up[1], down[0]);
             child_main(run, arg, i, up[1], down[0]);
         }
         close(down[0]);
@@ -191,6 +215,23 @@ int dt_bench_spawn_children(int n, dt_bench_client_fn run, const void *arg, dt_b
         kids[i].from_child = up[0];
     }
     return 0;
+}
+
+int dt_bench_spawn_children(int n, dt_bench_client_fn run, const void *arg, dt_bench_child *kids) {
+    return spawn(n, run, arg, 0, NULL, kids);
+}
+
+int dt_bench_spawn_children_exec(int n, int argc, char *const *argv, dt_bench_child *kids) {
+    return spawn(n, NULL, NULL, argc, argv, kids);
+}
+
+int dt_bench_exec_child(const char *spec, dt_bench_client_fn run, const void *arg) {
+    int index, to_parent, from_parent;
+    char end;
+    if (sscanf(spec, "%d:%d:%d%c", &index, &to_parent, &from_parent, &end) != 3 || index < 0 ||
+        to_parent < 0 || from_parent < 0)
+        return -1;
+    child_main(run, arg, index, to_parent, from_parent);
 }
 
 int dt_bench_result_check(const dt_bench_result *res, const char *noun, int index, dt_err *err) {

@@ -83,6 +83,15 @@ typedef struct {
  * 0, or -1 with errno set when a pipe or fork failed (the kids started so
  * far are in kids; dt_bench_stop_children ends them). */
 int dt_bench_spawn_children(int n, dt_bench_client_fn run, const void *arg, dt_bench_child *kids);
+/* The same, each child exec'ing this program again (argv[0..argc), plus
+ * "--exec-child SPEC"), which hands SPEC to dt_bench_exec_child: a client
+ * started as a separate program is, with shared libraries at addresses of
+ * its own, where a forked one shares its parent's. */
+int dt_bench_spawn_children_exec(int n, int argc, char *const *argv, dt_bench_child *kids);
+/* In the exec'd child: runs client index of SPEC as a forked child would
+ * (never returns); -1 when SPEC is not one dt_bench_spawn_children_exec
+ * made. */
+int dt_bench_exec_child(const char *spec, dt_bench_client_fn run, const void *arg);
 
 /* The parent's side of the protocol above, for n clients called noun
  * ("worker", "client") in messages: 'C', every 'R', 'S', every result.

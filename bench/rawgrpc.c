@@ -67,12 +67,14 @@ static const char *const mode_names[] = {"echo", "split", "echo-ref"};
 
 typedef struct {
     const char *addr;
-    int mode;       /* round_mode */
-    int64_t floats; /* N */
-    int rounds;     /* R per client */
-    int clients;    /* C */
-    int threads;    /* T server pollers */
-    int processes;  /* 1: clients are forked processes */
+    int mode;               /* round_mode */
+    int64_t floats;         /* N */
+    int rounds;             /* R per client */
+    int clients;            /* C */
+    int threads;            /* T server pollers */
+    int processes;          /* 1: clients are processes of their own */
+    int exec;               /* with processes: each exec'd anew, not a fork of the server's */
+    const char *exec_child; /* this process is such a client: its --exec-child spec */
     int timeout_ms;
 } options;
 
@@ -268,10 +270,12 @@ static int run_threads(const options *o, dt_bench_result *res, double *seconds, 
 static const char usage[] =
     "usage: bench_rawgrpc --addr HOST:PORT --floats N --rounds R\n"
     "                     [--mode echo-ref|echo|split]\n"
-    "                     [--clients C] [--clients-as threads|processes]\n"
+    "                     [--clients C] [--clients-as threads|processes|exec]\n"
     "                     [--threads T] [--timeout-secs S]\n"
     "  Serves on HOST:PORT (must be free) and runs C clients (default 2 processes)\n"
-    "  doing R rounds of N*4 bytes each way; T server poller threads (default 2).\n";
+    "  doing R rounds of N*4 bytes each way; T server poller threads (default 2).\n"
+    "  exec: each client process runs this program anew (its libraries at\n"
+    "  addresses of its own), not as a fork of the server's process.\n";
 
 static int mode_of(const char *name) {
     for (int m = 0; m <= MODE_ECHO_REF; m++)
@@ -303,8 +307,12 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (strcmp(a, "--clients") == 0 && dt_bench_parse_int(v, 1, MAX_CLIENTS, &n) == 0)
             o->clients = (int)n;
         else if (strcmp(a, "--clients-as") == 0 &&
-                 (strcmp(v, "threads") == 0 || strcmp(v, "processes") == 0))
-            o->processes = strcmp(v, "processes") == 0;
+                 (strcmp(v, "threads") == 0 || strcmp(v, "processes") == 0 ||
+                  strcmp(v, "exec") == 0)) {
+            o->processes = strcmp(v, "threads") != 0;
+            o->exec = strcmp(v, "exec") == 0;
+        } else if (strcmp(a, "--exec-child") == 0)
+            o->exec_child = v;
         else if (strcmp(a, "--threads") == 0 && dt_bench_parse_int(v, 1, 64, &n) == 0)
             o->threads = (int)n;
         else if (strcmp(a, "--timeout-secs") == 0 && dt_bench_parse_int(v, 1, 3600, &n) == 0)
@@ -341,7 +349,14 @@ int main(int argc, char **argv) {
     server_ctx sctx = {(size_t)o.floats * 4, NULL};
     uint8_t *held = NULL;
 
-    if (o.processes && dt_bench_spawn_children(o.clients, client_run, &o, kids) < 0) {
+    /* A client exec'd by dt_bench_spawn_children_exec: only that. */
+    if (o.exec_child) {
+        dt_bench_exec_child(o.exec_child, client_run, &o);
+        fprintf(stderr, "bench_rawgrpc: bad --exec-child %s\n", o.exec_child);
+        return 2;
+    }
+    if (o.processes && (o.exec ? dt_bench_spawn_children_exec(o.clients, argc, argv, kids)
+                               : dt_bench_spawn_children(o.clients, client_run, &o, kids)) < 0) {
         rc = dt_err_set(&err, DT_EINTERNAL, "cannot start client processes: %s", strerror(errno));
         goto fail;
     }
@@ -377,8 +392,11 @@ int main(int argc, char **argv) {
     if (rc < 0) goto fail;
 
     printf("rawgrpc mode=%s clients_as=%s floats=%lld rounds=%d clients=%d threads=%d",
-           mode_names[o.mode], o.processes ? "processes" : "threads", (long long)o.floats, o.rounds,
-           o.clients, o.threads);
+           mode_names[o.mode],
+           o.exec        ? "exec"
+           : o.processes ? "processes"
+                         : "threads",
+           (long long)o.floats, o.rounds, o.clients, o.threads);
     dt_bench_print_rates((double)o.clients * o.rounds, o.floats, seconds);
     printf("\n");
 fail:

@@ -42,7 +42,8 @@
 #   BENCH_CONFIG=FILE replaces conf/linear.json as the jobs' base config;
 #   BENCH_TLS_TRIALS=N the runs per figure and security of figure 7
 #      (default 1);
-#   BENCH_ONLY=sparse runs figure 9 alone.
+#   BENCH_ONLY=sparse runs figure 9 alone; BENCH_ONLY=tiny the tiny model
+#      against the 16 B echoes (figure 1d) and pipelined (1e) alone.
 # Exit status: 0 when every figure was measured, 1 when something failed to
 # run (its line says FAILED and its log is shown on stderr).
 set -u
@@ -90,9 +91,9 @@ PS_TRIALS=${BENCH_PS_TRIALS:-1}
 TLS_TRIALS=${BENCH_TLS_TRIALS:-1}
 ONLY=${BENCH_ONLY:-}
 case "$ONLY" in
-    '' | sparse) ;;
+    '' | sparse | tiny) ;;
     *)
-        echo "bench: BENCH_ONLY must be sparse or unset (got \"$ONLY\")" >&2
+        echo "bench: BENCH_ONLY must be sparse, tiny or unset (got \"$ONLY\")" >&2
         exit 1
         ;;
 esac
@@ -446,6 +447,8 @@ peak_of() {
 
 # BENCH_ONLY=sparse: figure 9 alone (the sections before it are skipped).
 if [ "$ONLY" != sparse ]; then
+# BENCH_ONLY=tiny: the tiny model against the 16 B echoes, and pipelined, alone.
+if [ "$ONLY" != tiny ]; then
 
 piece demo
 # 1. Demo steps/s.
@@ -490,6 +493,8 @@ if job_rate "$d" $_rc "demo sync, 2 ps"; then
     row "demo sync, 2 ps" "$(ratio "$RATE_G" "$RATE_S" %.0f) steps/s" "as demo sync on 2 ps tasks: one decision per step for both shards (ps 0's), two round trips in a row per push and per pull; global_step $RATE_G in $RATE_S s"
 fi
 
+fi # BENCH_ONLY=tiny
+
 piece "tiny+echo16"
 # 1d. One round trip per step: the tiny demo model on 1 ps with 1 and 2
 # workers, the push bringing back the next step's variables
@@ -509,16 +514,31 @@ for nw in 1 2; do
         fi
     done
     # The reference: the zero-copy echo (echo-ref); the copying echo
-    # (echo), the reference before, beside it.
-    for mode in echo-ref echo; do
+    # (echo), the reference before, beside it; and echo-ref with its
+    # clients exec'd anew (exec), as dtrain's ps and workers are started:
+    # a forked client has the server's libraries at the same addresses,
+    # which on a shared core makes both sides' gRPC code cheaper.
+    for mode in echo-ref echo exec; do
         ERR_LOGS="$TMP/echo16-$nw-$mode.err"
+        as=processes
+        rawmode=$mode
+        if [ $mode = exec ]; then
+            as="exec"
+            rawmode=echo-ref
+        fi
         if port=$("$BUILD/bench_freeport" 1) &&
-            timeout -k 5 150 "$BUILD/bench_rawgrpc" --addr "127.0.0.1:$port" --mode $mode \
-                --clients-as processes --clients "$nw" --floats 4 --rounds 20000 \
+            timeout -k 5 150 "$BUILD/bench_rawgrpc" --addr "127.0.0.1:$port" --mode $rawmode \
+                --clients-as $as --clients "$nw" --floats 4 --rounds 20000 \
                 >"$TMP/echo16-$nw-$mode.out" 2>"$ERR_LOGS"; then
             calls=$(field "$(cat "$TMP/echo16-$nw-$mode.out")" rounds_per_s)
             if [ $mode = echo ]; then
                 row "raw echo 16 B, copying, $nw in flight" "$calls calls/s" "bench_rawgrpc echo (request and reply copied together), $nw client process(es): the reference before echo-ref"
+                continue
+            fi
+            if [ $mode = exec ]; then
+                row "raw echo 16 B, exec'd, $nw in flight" "$calls calls/s" "bench_rawgrpc echo-ref, $nw client process(es) each exec'd anew (--clients-as exec), not forked from the server: libraries at addresses of their own, as dtrain's processes have"
+                eval "fused=\${TINY_${nw}_true:-}"
+                [ -n "$fused" ] && row "tiny $nw worker / raw echo exec'd" "$(ratio "$fused" "$calls" %.2f)" "fused steps/s over the exec'd echo-ref's calls/s (not the goal's reference; see bench/README.md)"
                 continue
             fi
             eval "ECHO16_$nw=$calls"
@@ -548,6 +568,8 @@ if job_rate "$d" $? "tiny model, 1 worker, pipelined"; then
     row "tiny model, 1 worker, pipelined" "$rate steps/s" "demo job, 1 ps + 1 worker, pipeline_push=true (one round trip per step); global_step $RATE_G in $RATE_S s; fit: $(fit_of "$d/chief.log") (not pipelined: $(fit_of "$TMP/fuse-1-true/chief.log"))"
     [ -n "${ECHO16_2:-}" ] && row "tiny pipelined / raw echo x2" "$(ratio "$rate" "$ECHO16_2" %.2f)" "pipelined steps/s over the raw echo with 2 calls in flight ($ECHO16_2 calls/s)"
 fi
+
+if [ "$ONLY" != tiny ]; then
 
 # 2 and 3. Pull+push against a real ps, then the raw ceiling, per size.
 # Trials of the two alternate, so a busy spell of the machine hits both.
@@ -910,8 +932,10 @@ else
     failed "histogram 10M floats" "bench_histogram failed" "$d/err"
 fi
 
+fi # BENCH_ONLY=tiny
 fi # BENCH_ONLY
 
+if [ "$ONLY" != tiny ]; then
 piece gen-criteo
 # 9. Sparse logistic regression on Criteo-layout data (dtrain gen-criteo,
 # the first SPARSE_TRAIN rows to train on, the next SPARSE_EVAL held out):
@@ -993,6 +1017,8 @@ else
         row "dense linear 2^20, 1 worker" "$(ratio "$RATE_G" "$RATE_S" %.0f) steps/s" "$(ratio $((RATE_G * 8)) "$RATE_S" %.0f) examples/s; data=wide features=1048576 batch 8, 1 ps + 1 worker, $SPARSE_DENSE_STEPS steps: 8.4 MB a step on the wire (the weight pulled and its gradient pushed); ps peak RSS $(peak_of "$dd/ps.log") MB"
     fi
 fi
+
+fi # BENCH_ONLY=tiny
 
 piece ""
 echo
