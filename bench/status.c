@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
     memset(&none, 0, sizeof none);
     dt_msg_status_resp st;
     for (int w = 0; w < workers; w++) {
-        dt_ps_client_params cp = {&cl, w, 5000, {0, 0}, NULL};
+        dt_ps_client_params cp = {.cluster = &cl, .worker = w, .timeout_ms = 5000};
         if (dt_ps_client_new(&cp, &none, &clients[w], &err) < 0) goto fail;
         /* The server is up once dt_ps_start returned; a first call may still
          * meet the connection being made: a few tries. */
