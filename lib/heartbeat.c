@@ -35,8 +35,14 @@ static void *beat(void *arg) {
         if (dt_ps_client_heartbeat(hb->client, &err) < 0)
             dt_log(DT_LOG_DEBUG, "heartbeat: %s", err.msg);
         /* On a fixed beat from the first: a slow call does not push the
-         * next ones later, and one late past its time goes at once. */
+         * next ones later, and one late past its time goes at once. After a
+         * stall longer than a period (the process stopped, a call that
+         * waited out its deadline) one beat goes, not one per beat missed. */
         next = dt_timespec_after_ms(next, hb->period_ms);
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (next.tv_sec < now.tv_sec || (next.tv_sec == now.tv_sec && next.tv_nsec < now.tv_nsec))
+            next = now;
         pthread_mutex_lock(&hb->mu);
         while (!hb->stop && pthread_cond_timedwait(&hb->cv, &hb->mu, &next) == 0) {
         }
