@@ -648,7 +648,9 @@ static int sparse_grad(dt_worker *w, dt_ps_client *client, sparse_buf *buf, cons
  * push for long (reading its data, the chief saving, a long step) is
  * waited for; its heartbeat speaks for it. A task never heard of is silent
  * since the wait began; with no one left to wait for, the wait lasts
- * sync_timeout_secs. Gone: 0, with shard_steps cleared, and this worker
+ * sync_timeout_secs. A global step that moves says someone still trains
+ * too: a task past the DT_STATUS_MAX_WORKERS a Status lists is never
+ * heard of by name. Gone: 0, with shard_steps cleared, and this worker
  * finishes the job on its own shard again (a job never hangs on a lost
  * worker).
  */
@@ -666,6 +668,8 @@ static int wait_for_others(dt_worker *w, const dt_step_result *r, const dt_worke
     for (int t = 0; t < n; t++)
         others[t].heard_at = began;
     dt_ps_client_set_passes_done(w->client, 1);
+    int64_t last_step = -1;
+    double moved_at = began;
     int nap_us = 1000, rc;
     for (;;) {
         ready_probe pr = {w, 0, 0, 0, others};
@@ -679,19 +683,23 @@ static int wait_for_others(dt_worker *w, const dt_step_result *r, const dt_worke
         }
         if (hooks && hooks->waiting && (rc = hooks->waiting(hooks->ctx, pr.global_step, err)) < 0)
             goto out;
-        double heard = began;
+        const double now = dt_now_secs();
+        if (pr.global_step != last_step) {
+            if (last_step >= 0) moved_at = now;
+            last_step = pr.global_step;
+        }
+        double heard = moved_at;
         int awaited = 0;
         for (int t = 0; t < n; t++) {
             if (t == w->params.task_index || others[t].excused) continue;
             awaited++;
             if (others[t].heard_at > heard) heard = others[t].heard_at;
         }
-        const double now = dt_now_secs();
         if (now - heard >= job->consistency.sync_timeout_secs) {
             dt_log(DT_LOG_WARN,
                    "%s: %d worker(s) still to finish their passes, none heard by any ps task "
-                   "for %.0f s: the other workers are gone; training on this shard again "
-                   "until the job is done (global step %lld)",
+                   "and the global step still for %.0f s: the other workers are gone; training "
+                   "on this shard again until the job is done (global step %lld)",
                    w->name, awaited, now - heard, (long long)pr.global_step);
             w->shard_steps = 0; /* no bound from here on */
             dt_ps_client_set_passes_done(w->client, 0);
