@@ -143,8 +143,8 @@ struct dt_ps {
     int skip_nonfinite;             /* skip and count non-finite gradients instead of refusing */
     /* Large gradients checked and applied by ranges (see dt_ps_params). */
     dt_pool *pool; /* NULL: every push on its poller alone */
-    int apply_threads;
     int64_t parallel_min_elems;
+    int apply_threads;
     atomic_int pushes_active; /* pushes being handled now */
 
     /* Staleness of applied gradients (global step at apply minus the step
