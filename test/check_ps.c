@@ -2495,7 +2495,8 @@ typedef enum {
 
 typedef struct {
     int task;
-    export_fault bad;
+    atomic_int bad; /* an export_fault; set by the test between calls, read by the server's
+                       thread (the call between them orders the two, unseen by TSan) */
 } export_peer;
 
 static int export_peer_handle(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
@@ -2505,7 +2506,8 @@ static int export_peer_handle(void *ctx, const dt_rpc_peer *peer __attribute__((
     memset(&req, 0, sizeof req);
     int rc = dt_codec_decode_buf(DT_MSG_SPARSE_EXPORT_REQ, request, &req, err);
     if (rc < 0) return rc;
-    const export_fault bad = ep->task == 1 || ep->bad >= EX_NO_SLOT ? ep->bad : EX_GOOD;
+    const export_fault fault = (export_fault)atomic_load(&ep->bad);
+    const export_fault bad = ep->task == 1 || fault >= EX_NO_SLOT ? fault : EX_GOOD;
     int64_t ids[EX_ROWS + 1];
     float vals[(EX_ROWS + 1) * EX_DIM], acc[(EX_ROWS + 1) * EX_DIM];
     int64_t other = req.after_id + 1; /* the other task's first row */
@@ -2588,7 +2590,8 @@ START_TEST(test_export_pages_checked) {
     dt_err_clear(&err);
     for (int p = 0; p < 2; p++) {
         free_addr(&ps_addr[p]);
-        peers[p] = (export_peer){.task = p};
+        peers[p].task = p;
+        atomic_init(&peers[p].bad, EX_GOOD);
         dt_rpc_server_params sp = {.addr = ps_addr[p].addr,
                                    .num_threads = 1,
                                    .methods = &method,
@@ -2611,7 +2614,8 @@ START_TEST(test_export_pages_checked) {
     optim.kind = DT_OPTIM_ADAGRAD;
     dt_table_config_slots(&tc, &optim);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        peers[0].bad = peers[1].bad = cases[i].bad;
+        atomic_store(&peers[0].bad, (int)cases[i].bad);
+        atomic_store(&peers[1].bad, (int)cases[i].bad);
         export_seen seen = {.last = -1};
         dt_err_clear(&err);
         int rc = dt_ps_client_sparse_export_each(c, &tc, cases[i].with_slots, 1000, export_seen_run,
