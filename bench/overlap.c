@@ -700,6 +700,22 @@ static int client_setup(client *c, const options *o, int index, float **grad) {
     return 0;
 }
 
+/* With one client the server's w is this client's alone: after `rounds`
+ * updates from zero its values are those of the same float arithmetic done
+ * here, and the reply copied last must hold them, every chunk in its place.
+ * Outside the timed loop. */
+static int check_values(const client *c, const float *grad, int rounds, dt_err *err) {
+    for (int64_t i = 0; i < c->o->floats; i++) {
+        float w = 0;
+        for (int r = 0; r < rounds; r++)
+            w = w - LR * grad[i];
+        if (memcmp(&w, &c->w[i], sizeof w) != 0)
+            return dt_err_set(err, DT_EINTERNAL, "values: w[%lld] is %g after %d rounds, want %g",
+                              (long long)i, (double)c->w[i], rounds, (double)w);
+    }
+    return 0;
+}
+
 /* A client's whole life after the server is up (a dt_bench_client_fn). */
 static void client_run(const void *arg, int index, dt_bench_start_fn start, void *start_ctx,
                        dt_bench_result *res) {
@@ -721,6 +737,8 @@ static void client_run(const void *arg, int index, dt_bench_start_fn start, void
             if (rc == 0) res->rounds++;
         }
         res->seconds = dt_bench_now_secs() - t0;
+        if (rc == 0 && o->clients == 1 && o->mode != MODE_ECHO_REF)
+            rc = check_values(&c, grad, o->rounds + 1, &err);
     }
     res->rc = rc;
     snprintf(res->msg, sizeof res->msg, "%s", err.msg);
