@@ -32,8 +32,8 @@
  * dtrain's RPC layer is unary, and a streamed reply is what is measured.
  *
  * Output (stdout), one line:
- *   overlap mode=M floats=N rounds=R clients=C chunk_kb=K seconds=S
- *   mb_per_s=X rounds_per_s=Y
+ *   overlap mode=M floats=N rounds=R clients=C chunk_kb=K apply_threads=A
+ *   seconds=S mb_per_s=X rounds_per_s=Y
  * Exit status: 0, 1 on any failure (message on stderr), 2 on usage errors.
  */
 #include <errno.h>
@@ -54,6 +54,8 @@
 
 #include "common.h"
 #include "err.h"
+#include "optim.h"
+#include "pool.h"
 #include "rpc_common.h"
 
 #define MAX_CLIENTS 8
@@ -66,11 +68,12 @@ static const char *const method_names[] = {"/dtrain.Bench/EchoRef", "/dtrain.Ben
 
 typedef struct {
     const char *addr;
-    int mode;       /* round_mode */
-    int64_t floats; /* N */
-    size_t chunk;   /* K bytes, a multiple of 4 */
-    int rounds;     /* R per client */
-    int clients;    /* C, also the server's threads */
+    int mode;          /* round_mode */
+    int64_t floats;    /* N */
+    size_t chunk;      /* K bytes, a multiple of 4 */
+    int rounds;        /* R per client */
+    int clients;       /* C, also the server's threads */
+    int apply_threads; /* the server's threads for one large check or update */
     int timeout_ms;
 } options;
 
@@ -179,39 +182,112 @@ static dt_rpc_span span_of(const msg_pieces *m) {
 
 /* ---- the work ----------------------------------------------------------------- */
 
-/* 1 when the floats of span s are all finite. Per element an and, an add
- * and an or (bit 31 of the sum set only for an exponent of all ones), which
- * GCC turns into SIMD: the test dtrain's ps makes, without its index. */
+/* The ps's work, done as lib/ps.c does it: the finiteness test of its
+ * first_nonfinite (per element an and, an add and an or, in blocks of a
+ * length GCC knows, so that -O2 makes it SIMD; bit 31 of a sum is set only
+ * for an exponent of all ones), and the update by dt_optim_apply_to, read
+ * from the message's pieces. A span of PARALLEL_MIN_FLOATS or more is done
+ * in RANGES_PER_THREAD ranges per thread on a dt_pool while no other call
+ * of the server is at this work, as the ps splits a large gradient. */
+#define PARALLEL_MIN_FLOATS (256 * 1024)
+#define RANGES_PER_THREAD 4
+#define MAX_RANGES (4 * RANGES_PER_THREAD)
+
+static int run_finite(const uint8_t *g, size_t n) {
+    enum { BLOCK = 64 };
+    uint32_t carry = 0;
+    size_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK) {
+#pragma GCC unroll 16
+        for (int k = 0; k < BLOCK; k++) {
+            uint32_t bits;
+            memcpy(&bits, g + 4 * (i + k), sizeof bits);
+            carry |= (bits & 0x7f800000u) + 0x00800000u;
+        }
+        if (carry & 0x80000000u) return 0;
+    }
+    for (; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, g + 4 * i, sizeof bits);
+        carry |= (bits & 0x7f800000u) + 0x00800000u;
+    }
+    return !(carry & 0x80000000u);
+}
+
+/* 1 when the floats of span s are all finite. */
 static int span_finite(const dt_rpc_span *s) {
     dt_rpc_reader r;
     dt_rpc_reader_init(&r, s, sizeof(float));
     const uint8_t *run;
     size_t n;
-    uint32_t carry = 0;
     while ((run = dt_rpc_reader_next(&r, &n)) != NULL)
-        for (size_t i = 0; i < n; i++) {
-            uint32_t bits;
-            memcpy(&bits, run + 4 * i, sizeof bits);
-            carry |= (bits & 0x7f800000u) + 0x00800000u;
-        }
-    return !(carry & 0x80000000u);
+        if (!run_finite(run, n)) return 0;
+    return 1;
 }
 
-/* to[i] = w[i] - lr * g[i] over the floats of span g (to and w may be the
- * same array: element-wise). */
-static void span_sgd(const float *w, float *to, const dt_rpc_span *g) {
+/* to = w - lr * g over the floats of span g (to is w or apart from it). */
+static void span_sgd(const dt_optim_config *optim, const float *w, float *to,
+                     const dt_rpc_span *g) {
     dt_rpc_reader r;
     dt_rpc_reader_init(&r, g, sizeof(float));
     const uint8_t *run;
     size_t n, at = 0;
     while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
-        for (size_t i = 0; i < n; i++) {
-            float v;
-            memcpy(&v, run + 4 * i, sizeof v);
-            to[at + i] = w[at + i] - LR * v;
-        }
+        dt_optim_apply_to(optim, LR, 1, w + at, to + at, NULL, run, (int64_t)n);
         at += n;
     }
+}
+
+/* One check or update of a span, by ranges. */
+typedef struct {
+    const dt_optim_config *optim;
+    dt_rpc_span g; /* n floats */
+    size_t n;
+    int ranges;
+    const float *w; /* update: w read, to written; NULL: check */
+    float *to;
+    int finite[MAX_RANGES];
+} range_job;
+
+static void range_run(void *ctx, int range) {
+    range_job *j = ctx;
+    size_t lo = j->n * (size_t)range / (size_t)j->ranges;
+    size_t hi = j->n * (size_t)(range + 1) / (size_t)j->ranges;
+    dt_rpc_span part = dt_rpc_span_sub(&j->g, lo * 4, (hi - lo) * 4);
+    if (j->w)
+        span_sgd(j->optim, j->w + lo, j->to + lo, &part);
+    else
+        j->finite[range] = span_finite(&part);
+}
+
+/* What the server's calls share for their work. */
+typedef struct {
+    dt_optim_config optim; /* sgd */
+    dt_pool *pool;         /* NULL: one thread */
+    int apply_threads;
+    atomic_int active; /* calls at their check or update */
+} work_ctx;
+
+/* The check (w NULL) or the update of span g, by ranges when it is large,
+ * the pool is free and no other call is at this work; 1 when finite. */
+static int work_span(work_ctx *wc, const dt_rpc_span *g, const float *w, float *to) {
+    range_job j = {.optim = &wc->optim, .g = *g, .n = g->len / 4, .w = w, .to = to};
+    int ranges = wc->apply_threads * RANGES_PER_THREAD;
+    int alone = atomic_fetch_add(&wc->active, 1) == 0;
+    int done = 0;
+    if (wc->pool && alone && j.n >= PARALLEL_MIN_FLOATS) {
+        j.ranges = ranges;
+        done = dt_pool_run(wc->pool, range_run, &j, ranges);
+    }
+    atomic_fetch_sub(&wc->active, 1);
+    if (!done) {
+        j.ranges = 1;
+        range_run(&j, 0);
+        return w || j.finite[0];
+    }
+    for (int r = 0; r < ranges && !w; r++)
+        if (!j.finite[r]) return 0;
+    return 1;
 }
 
 /* ---- the held array (a ps's variable) ------------------------------------------ */
@@ -257,6 +333,7 @@ static grpc_slice held_slice(held_buf *b, size_t from, size_t len) {
 typedef struct {
     const options *o;
     grpc_server *server;
+    work_ctx *work; /* shared by the threads */
     callq q;
     pthread_t thread;
     held_buf *cur, *spare; /* w, and a buffer a reply may still read */
@@ -304,7 +381,7 @@ static int send_streamed(server_thread *t, grpc_call *call, held_buf *to, const 
     for (size_t k = 0; k < n && rc == 0; k++) {
         size_t from = k * o->chunk, len = chunk_len(o, k);
         dt_rpc_span sub = dt_rpc_span_sub(g, from, len);
-        span_sgd(t->cur->values + from / 4, to->values + from / 4, &sub);
+        work_span(t->work, &sub, t->cur->values + from / 4, to->values + from / 4);
         grpc_slice s = held_slice(to, from, len);
         int slot = (int)(k & 1);
         if (inflight >= 0) rc = wait_tag(&t->q, inflight, deadline);
@@ -343,7 +420,7 @@ static int recv_chunks(server_thread *t, grpc_call *call, gpr_timespec deadline,
         if (pieces_of(&t->req, t->chunks[k]) < 0) return -1;
         dt_rpc_span s = span_of(&t->req);
         int ok = t->req.len == chunk_len(o, k);
-        if (ok && *finite) *finite = span_finite(&s);
+        if (ok && *finite) *finite = work_span(t->work, &s, NULL, NULL);
         pieces_end(&t->req);
         if (!ok) {
             if (k + 1 < n) wait_tag(&t->q, TAG_RECV, deadline);
@@ -410,14 +487,14 @@ static void serve(server_thread *t, grpc_call *call) {
             why = "request of the wrong size";
         } else if (o->mode == MODE_ECHO_REF) {
             reply = grpc_byte_buffer_copy(request); /* references its slices */
-        } else if (o->mode != MODE_STREAM_BOTH && !span_finite(&g)) {
+        } else if (o->mode != MODE_STREAM_BOTH && !work_span(t->work, &g, NULL, NULL)) {
             status = GRPC_STATUS_INVALID_ARGUMENT;
             why = "gradient not finite";
         } else if (!to && !(to = writable(t))) {
             status = GRPC_STATUS_RESOURCE_EXHAUSTED;
             why = "no memory for new values";
         } else if (o->mode == MODE_WORK) {
-            span_sgd(t->cur->values, to->values, &g);
+            work_span(t->work, &g, t->cur->values, to->values);
             commit(t, to);
             grpc_slice s = held_slice(to, 0, payload);
             reply = grpc_raw_byte_buffer_create(&s, 1);
@@ -476,6 +553,7 @@ typedef struct {
     grpc_completion_queue *shutdown_cq;
     server_thread threads[MAX_CLIENTS];
     int num_threads;
+    work_ctx work;
 } bench_server;
 
 static void args_unlimited(grpc_arg args[2]) {
@@ -509,6 +587,7 @@ static void server_stop(bench_server *s) {
     }
     grpc_completion_queue_shutdown(s->shutdown_cq);
     grpc_completion_queue_destroy(s->shutdown_cq);
+    dt_pool_free(s->work.pool);
     s->server = NULL;
 }
 
@@ -520,10 +599,16 @@ static int server_start(const options *o, bench_server *s, dt_err *err) {
     s->server = grpc_server_create(&args, NULL);
     s->shutdown_cq = grpc_completion_queue_create_for_pluck(NULL);
     s->num_threads = o->clients;
+    dt_optim_defaults(&s->work.optim); /* sgd */
+    s->work.apply_threads = o->apply_threads;
+    atomic_init(&s->work.active, 0);
+    if (o->apply_threads > 1 && dt_pool_new(o->apply_threads - 1, &s->work.pool, err) < 0)
+        return -1;
     for (int i = 0; i < s->num_threads; i++) {
         server_thread *t = &s->threads[i];
         t->o = o;
         t->server = s->server;
+        t->work = &s->work;
         t->q.cq = grpc_completion_queue_create_for_next(NULL);
         grpc_server_register_completion_queue(s->server, t->q.cq, NULL);
         t->cur = held_new(o->floats);
@@ -752,10 +837,12 @@ static void client_run(const void *arg, int index, dt_bench_start_fn start, void
 static const char usage[] =
     "usage: bench_overlap --addr HOST:PORT --floats N --rounds R\n"
     "                     [--mode echo-ref|work|stream|stream-both]\n"
-    "                     [--chunk-kb K] [--clients C] [--timeout-secs S]\n"
+    "                     [--chunk-kb K] [--clients C] [--apply-threads A]\n"
+    "                     [--timeout-secs S]\n"
     "  Serves on HOST:PORT (must be free) with C threads and runs C client\n"
     "  processes (default 2) doing R rounds of N*4 bytes each way; stream modes\n"
-    "  send K KiB a message (default 1024).\n";
+    "  send K KiB a message (default 1024). A large check or update runs on A\n"
+    "  threads (default 2, as a ps on 2 cores), by ranges as the ps does.\n";
 
 static int mode_of(const char *name) {
     for (int m = 0; m <= MODE_STREAM_BOTH; m++)
@@ -766,6 +853,7 @@ static int mode_of(const char *name) {
 static int parse_args(int argc, char **argv, options *o) {
     o->clients = 2;
     o->chunk = 1024 * 1024;
+    o->apply_threads = 2;
     o->timeout_ms = 120 * 1000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -787,6 +875,8 @@ static int parse_args(int argc, char **argv, options *o) {
             o->rounds = (int)n;
         else if (strcmp(a, "--clients") == 0 && dt_bench_parse_int(v, 1, MAX_CLIENTS, &n) == 0)
             o->clients = (int)n;
+        else if (strcmp(a, "--apply-threads") == 0 && dt_bench_parse_int(v, 1, 4, &n) == 0)
+            o->apply_threads = (int)n;
         else if (strcmp(a, "--timeout-secs") == 0 && dt_bench_parse_int(v, 1, 3600, &n) == 0)
             o->timeout_ms = (int)n * 1000;
         else {
@@ -831,8 +921,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < o.clients && rc == 0; i++)
         rc = dt_bench_result_check(&res[i], "client", i, &err);
     if (rc < 0) goto fail;
-    printf("overlap mode=%s floats=%lld rounds=%d clients=%d chunk_kb=%zu", mode_names[o.mode],
-           (long long)o.floats, o.rounds, o.clients, o.chunk / 1024);
+    printf("overlap mode=%s floats=%lld rounds=%d clients=%d chunk_kb=%zu apply_threads=%d",
+           mode_names[o.mode], (long long)o.floats, o.rounds, o.clients, o.chunk / 1024,
+           o.apply_threads);
     dt_bench_print_rates((double)o.clients * o.rounds, o.floats, seconds);
     printf("\n");
 fail:
