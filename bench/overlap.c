@@ -34,6 +34,7 @@
  * Output (stdout), one line:
  *   overlap mode=M floats=N rounds=R clients=C chunk_kb=K apply_threads=A
  *   seconds=S mb_per_s=X rounds_per_s=Y
+ * and on stderr, per client, its best, 10th-percentile and median round in ms.
  * Exit status: 0, 1 on any failure (message on stderr), 2 on usage errors.
  */
 #include <errno.h>
@@ -785,6 +786,21 @@ static int client_setup(client *c, const options *o, int index, float **grad) {
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The best, 10th percentile and median of a client's n round times, on
+ * stderr: what a round takes when the cores are free for it, which the
+ * total under other load does not show. Sorts ms. */
+static void print_round_times(int index, double *ms, int n) {
+    if (!ms || n == 0) return;
+    qsort(ms, (size_t)n, sizeof *ms, cmp_double);
+    fprintf(stderr, "bench_overlap: client %d: round ms best %.3f p10 %.3f median %.3f\n", index,
+            ms[0], ms[n / 10], ms[n / 2]);
+}
+
 /* With one client the server's w is this client's alone: after `rounds`
  * updates from zero its values are those of the same float arithmetic done
  * here, and the reply copied last must hold them, every chunk in its place.
@@ -817,16 +833,21 @@ static void client_run(const void *arg, int index, dt_bench_start_fn start, void
     memset(&c, 0, sizeof c);
     c.o = o;
     float *grad = NULL;
+    double *round_ms = malloc((size_t)o->rounds * sizeof *round_ms); /* NULL: none printed */
     int rc = client_setup(&c, o, index, &grad) < 0
                  ? dt_err_set(&err, DT_ENOMEM, "client %d: no memory", index)
                  : client_round(&c, &err); /* warm-up: connects */
     if (start(start_ctx, rc == 0) && rc == 0) {
-        double t0 = dt_bench_now_secs();
+        double t0 = dt_bench_now_secs(), last = t0;
         for (int r = 0; r < o->rounds && rc == 0; r++) {
             rc = client_round(&c, &err);
+            double now = dt_bench_now_secs();
+            if (rc == 0 && round_ms) round_ms[res->rounds] = (now - last) * 1e3;
+            last = now;
             if (rc == 0) res->rounds++;
         }
         res->seconds = dt_bench_now_secs() - t0;
+        print_round_times(index, round_ms, (int)res->rounds);
         if (rc == 0 && o->clients == 1 && o->mode != MODE_ECHO_REF)
             rc = check_values(&c, grad, o->rounds + 1, &err);
     }
@@ -834,6 +855,7 @@ static void client_run(const void *arg, int index, dt_bench_start_fn start, void
     snprintf(res->msg, sizeof res->msg, "%s", err.msg);
     client_free(&c);
     free(grad);
+    free(round_ms);
     /* No grpc_shutdown: the process exits next (see bench_rawgrpc). */
 }
 
