@@ -1543,16 +1543,19 @@ END_TEST
 
 /* The chief as the slow one, a worker as the waiting one: the chief,
  * killed mid-shard, is restarted on a training file (the same rows) that
- * comes through a FIFO only once worker 1, its 256 steps made, has waited
- * 3 timeouts (2 s) without a push from anyone; meanwhile the restarted
- * chief, reading, is alive by its heartbeat. Worker 1 makes exactly its
- * own passes; the restarted chief finds the model on the ps and the job
- * ends at 512. Before, worker 1 took the still global step for the chief
- * gone and trained on its shard again. */
+ * comes through a FIFO only once worker 1, its 2048 steps made (batches
+ * of 1: the chief's shard lasts long past its first push, so it is killed
+ * mid-shard however loaded the machine), has waited 3 timeouts (2 s)
+ * without a push from anyone; meanwhile the restarted chief, reading, is
+ * alive by its heartbeat. Worker 1 makes exactly its own passes; the
+ * restarted chief finds the model on the ps, resumes its passes where the
+ * ps counted its pushes, and the job ends at 4096. Before, worker 1 took
+ * the still global step for the chief gone and trained on its shard
+ * again. */
 START_TEST(epochs_restarted_chief_reading_waited_for) {
     static char train[1100];
     write_many_rows(train, sizeof train);
-    const char *extra[] = {"sync_timeout_secs=2", NULL};
+    const char *extra[] = {"sync_timeout_secs=2", "batch_size=1", NULL};
     epoch_job(train, extra);
     dt_test_job_cluster(&J, 1, 2);
     pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
@@ -1579,11 +1582,14 @@ START_TEST(epochs_restarted_chief_reading_waited_for) {
     pid_t pids[3] = {ps, chief_b, worker};
     const char *names[3] = {"ps 0", "restarted chief", "worker 1"};
     dt_test_job_expect_done(&J, pids, names, 3, JOB_TIMEOUT_MS);
-    ck_assert_int_eq(local_steps_of("worker1"), 256);
+    ck_assert_int_eq(local_steps_of("worker1"), 2048);
+    ck_assert_int_eq(local_steps_of("chiefb"), 2048);
+    ck_assert_msg(dt_test_job_log_has(&J, "chiefb", "resuming at local step"),
+                  "the restarted chief did not resume its passes; logs:%s", dt_test_job_report(&J));
     ck_assert_msg(!dt_test_job_log_has(&J, "worker1", "are gone"), "logs:%s",
                   dt_test_job_report(&J));
     dt_tensors ts;
-    ck_assert_int_eq(dt_test_job_load_latest(&J, 512, &ts, NULL, 0), 512);
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 4096, &ts, NULL, 0), 4096);
     dt_tensors_deinit(&ts);
 }
 END_TEST
@@ -1625,9 +1631,9 @@ Suite *sparse_e2e_suite(void) {
     tcase_add_test(tc, epochs_slow_reader_two_ps_pipelined);
     tcase_add_test(tc, epochs_worker_stopped_mid_shard);
     tcase_add_test(tc, epochs_worker_killed_mid_shard);
-    tcase_add_test(tc, epochs_restarted_chief_reading_waited_for);
     tcase_add_test(tc, epochs_sync);
     TCase *resume = dt_test_job_tcase(s, "resume", 300, setup, teardown);
+    tcase_add_test(resume, epochs_restarted_chief_reading_waited_for);
     tcase_add_test(resume, epochs_worker_restarted_resumes);
     tcase_add_test(resume, epochs_worker_restarted_resumes_pipelined);
     tcase_add_test(resume, epochs_worker_restarted_resumes_dense);
