@@ -1418,13 +1418,13 @@ static void write_many_rows(char *path, size_t cap) {
     free(rows);
 }
 
-/* An epochs job (epoch_job, with extra) of 1 ps and 2 workers on the test
- * file 32 times over (write_many_rows). */
-static void many_rows_job(const char *const *extra) {
+/* An epochs job (epoch_job, with extra) of num_ps ps tasks and 2 workers
+ * on the test file 32 times over (write_many_rows). */
+static void many_rows_job(int num_ps, const char *const *extra) {
     static char train[1100];
     write_many_rows(train, sizeof train);
     epoch_job(train, extra);
-    dt_test_job_cluster(&J, 1, 2);
+    dt_test_job_cluster(&J, num_ps, 2);
 }
 
 /* A worker stopped mid-shard (SIGSTOP: its connections stay open) or
@@ -1435,7 +1435,7 @@ static void many_rows_job(const char *const *extra) {
  * push, long before its 256th. */
 static void stopped_mid_shard_run(int sig) {
     const char *extra[] = {"sync_timeout_secs=1", NULL};
-    many_rows_job(extra);
+    many_rows_job(1, extra);
     pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
     pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
     pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
@@ -1484,7 +1484,7 @@ END_TEST
  * shard's first P batches seen twice. */
 static void restarted_mid_shard_run(const char *sparse, const char *pipeline) {
     const char *extra[] = {"sync_timeout_secs=120", "batch_size=1", sparse, pipeline, NULL};
-    many_rows_job(extra);
+    many_rows_job(1, extra);
     pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
     pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
     pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
@@ -1538,6 +1538,41 @@ END_TEST
 
 START_TEST(epochs_worker_restarted_resumes_dense_pipelined) {
     restarted_mid_shard_run("sparse=off", "pipeline_push=true");
+}
+END_TEST
+
+/* A ps restarted since counts a worker's pushes from its own start: the
+ * worker, restarted after ps 1 was killed and restored, resumes from the
+ * largest count (ps 0's, the one it had when killed) and says the other
+ * counts fewer. The job ends. */
+START_TEST(epochs_worker_resumes_from_largest_count) {
+    const char *extra[] = {"sync_timeout_secs=5", "batch_size=1", "save_model_secs=1", NULL};
+    many_rows_job(2, extra);
+    pid_t ps0 = dt_test_job_start(&J, "ps", 0, "ps0");
+    pid_t ps1 = dt_test_job_start(&J, "ps", 1, "ps1");
+    pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
+    pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
+    signal_once_pushed(1, worker, SIGKILL, "killed worker 1");
+    const int64_t taken = activity_of(1).pushes;
+    dt_test_job_expect_ckpt_after(&J, 0, chief, JOB_TIMEOUT_MS);
+    size_t seen = dt_test_job_log_length(&J, "chief");
+    ck_assert_int_eq(kill(ps1, SIGKILL), 0);
+    dt_test_job_expect_exit(&J, ps1, "killed ps 1", EXIT_TIMEOUT_MS, -SIGKILL);
+    pid_t ps1b = dt_test_job_start(&J, "ps", 1, "ps1b");
+    ck_assert_msg(dt_test_job_wait_log_after(&J, "chief", seen, "lost its model; restoring it",
+                                             chief, JOB_TIMEOUT_MS),
+                  "the chief did not restore ps 1; logs:%s", dt_test_job_report(&J));
+    pid_t worker_b = dt_test_job_start(&J, "worker", 1, "worker1b");
+    pid_t pids[4] = {ps0, ps1b, chief, worker_b};
+    const char *names[4] = {"ps 0", "restarted ps 1", "chief", "restarted worker 1"};
+    dt_test_job_expect_done(&J, pids, names, 4, JOB_TIMEOUT_MS);
+    char resumed[96];
+    snprintf(resumed, sizeof resumed, "resuming at local step %lld ", (long long)taken);
+    ck_assert_msg(dt_test_job_log_has(&J, "worker1b", resumed) &&
+                      dt_test_job_log_has(&J, "worker1b", "another ps task counts only"),
+                  "the restarted worker 1 does not say it resumes at %lld, past a smaller "
+                  "count; logs:%s",
+                  (long long)taken, dt_test_job_report(&J));
 }
 END_TEST
 
@@ -1635,6 +1670,7 @@ Suite *sparse_e2e_suite(void) {
     TCase *resume = dt_test_job_tcase(s, "resume", 300, setup, teardown);
     tcase_add_test(resume, epochs_restarted_chief_reading_waited_for);
     tcase_add_test(resume, epochs_worker_restarted_resumes);
+    tcase_add_test(resume, epochs_worker_resumes_from_largest_count);
     tcase_add_test(resume, epochs_worker_restarted_resumes_pipelined);
     tcase_add_test(resume, epochs_worker_restarted_resumes_dense);
     tcase_add_test(resume, epochs_worker_restarted_resumes_dense_pipelined);
