@@ -48,6 +48,7 @@
 #include "data.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,6 +266,22 @@ uint64_t dt_data_shuffle_start(uint64_t seed, int shard, int epoch) {
 /* The modulo bias is below (k + 1) / 2^64: negligible. */
 int64_t dt_data_shuffle_draw(uint64_t *state, int64_t k) {
     return (int64_t)(next_u64(state) % (uint64_t)(k + 1));
+}
+
+int dt_data_seek_position(int64_t size, int batch_size, int64_t step, int *epoch, int64_t *pos,
+                          dt_err *err) {
+    if (batch_size < 1 || step < 0 || size < 1)
+        return dt_err_set(err, DT_EINVAL,
+                          "data: seek: step %lld in batches of %d over %lld examples: each must "
+                          "be >= 0, the others >= 1",
+                          (long long)step, batch_size, (long long)size);
+    const int64_t per_epoch = (size - 1) / batch_size + 1; /* ceil, no overflow */
+    if (step / per_epoch > INT_MAX)
+        return dt_err_set(err, DT_EINVAL, "data: seek: step %lld is past epoch %d", (long long)step,
+                          INT_MAX);
+    *epoch = (int)(step / per_epoch);
+    *pos = step % per_epoch * batch_size; /* < size: no overflow */
+    return 0;
 }
 
 /* Resets the order to index order and shuffles it for ds->epoch. */
@@ -856,6 +873,19 @@ int dt_data_next(dt_dataset *ds, int batch_size, dt_batch *out, dt_err *err) {
     out->cols = ds->features;
     out->x = ds->batch_x;
     out->y = ds->labeled ? ds->batch_y : NULL;
+    return 0;
+}
+
+int dt_data_seek(dt_dataset *ds, int batch_size, int64_t step, dt_err *err) {
+    int epoch;
+    int64_t pos;
+    int rc = dt_data_seek_position(ds->size, batch_size, step, &epoch, &pos, err);
+    if (rc < 0) return rc;
+    if (epoch != ds->epoch) {
+        ds->epoch = epoch;
+        shuffle(ds);
+    }
+    ds->pos = pos;
     return 0;
 }
 

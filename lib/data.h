@@ -197,6 +197,14 @@ int dt_data_epoch(const dt_dataset *ds);
  * ds and stays valid until the next call; its buffers grow to the largest
  * batch_size asked for and are then reused. Errors: batch_size < 1, no memory. */
 int dt_data_next(dt_dataset *ds, int batch_size, dt_batch *out, dt_err *err) DT_WARN_UNUSED;
+/* Positions ds where dt_data_next, called `step` times from the start
+ * with batch_size, would leave it: at batch step % B of epoch step / B,
+ * B = ceil(size / batch_size) batches a pass, that epoch's order drawn
+ * once (the order is a permutation: no batch before it is read or made).
+ * A restarted worker resumes its passes so. Errors: batch_size < 1 or
+ * step < 0 (DT_EINVAL), an epoch past INT_MAX (DT_EINVAL); ds is then
+ * unchanged. */
+int dt_data_seek(dt_dataset *ds, int batch_size, int64_t step, dt_err *err) DT_WARN_UNUSED;
 /* Every example of the shard in index order, for evaluation and tests,
  * borrowed from ds (valid until dt_data_free). Only for sources that are held
  * in memory ("line" and the files); DT_EPRECOND for "wide". */
@@ -217,6 +225,14 @@ const float *dt_data_true_weights(const dt_dataset *ds);
  * (k >= 1) and advances *state. */
 uint64_t dt_data_shuffle_start(uint64_t seed, int shard, int epoch);
 int64_t dt_data_shuffle_draw(uint64_t *state, int64_t k);
+/* Where local step `step` of a training set of size examples read
+ * batch_size at a time falls by the rule above (a batch never spans two
+ * epochs): *epoch = step / B and *pos = (step % B) * batch_size, B =
+ * ceil(size / batch_size). Shared by dt_data_seek and the sparse feed's.
+ * Errors: size or batch_size < 1, step < 0, an epoch past INT_MAX
+ * (DT_EINVAL). */
+int dt_data_seek_position(int64_t size, int batch_size, int64_t step, int *epoch, int64_t *pos,
+                          dt_err *err) DT_WARN_UNUSED;
 
 /* A standard normal from a splitmix64 stream: advances *state by two steps
  * (Box-Muller). Deterministic for a given state. */

@@ -275,7 +275,8 @@ static void note_call(dt_ps *ps, int32_t worker) {
     pthread_mutex_unlock(&ps->stats_mu);
 }
 
-/* Counts a push from worker and when it came, whatever becomes of it. A
+/* Notes a push from worker and when it came, whatever becomes of it
+ * (count_taken counts it once taken). A
  * worker that said it failed and pushes again was restarted: it is back,
  * and is to be told the job's end like the others. One that said its
  * passes were done and pushes again trains on (or was restarted): it is
@@ -283,7 +284,6 @@ static void note_call(dt_ps *ps, int32_t worker) {
 static void note_push(dt_ps *ps, int32_t worker) {
     if (worker < 0 || worker >= ps->params.cluster->num_workers) return;
     pthread_mutex_lock(&ps->stats_mu);
-    ps->pushes_from[worker]++;
     clock_gettime(CLOCK_MONOTONIC, &ps->pushed_at[worker]);
     heard_locked(ps, worker);
     ps->heard[worker].passes_done = 0;
@@ -296,6 +296,19 @@ static void note_push(dt_ps *ps, int32_t worker) {
     pthread_mutex_unlock(&ps->life_mu);
     dt_log(DT_LOG_INFO, "%s: worker %d, which had failed, is back", ps->name, (int)worker);
     free(failure);
+}
+
+/* Counts a push of worker's this ps took: applied, accumulated, dropped
+ * as stale (sync), skipped as non-finite (skip_nonfinite) or answered
+ * "done"; one that was refused (a non-finite gradient, a bad shape) is
+ * not taken, nor is a retry of one taken already (same push id). The
+ * count is how many of its batches the worker may take as done when it
+ * restarts (Status's WorkerActivity.pushes; lib/worker.c, resume). */
+static void count_taken(dt_ps *ps, int32_t worker) {
+    if (worker < 0 || worker >= ps->params.cluster->num_workers) return;
+    pthread_mutex_lock(&ps->stats_mu);
+    ps->pushes_from[worker]++;
+    pthread_mutex_unlock(&ps->stats_mu);
 }
 
 /* Takes a sample of the global step once a second (called from dt_ps_wait's
@@ -327,7 +340,8 @@ static void activity_locked(dt_ps *ps, dt_msg_status_resp *resp) {
         if (!ps->pushes_from[w] && !ps->worker_failure[w] && !ps->heard[w].called) continue;
         resp->workers[n].worker = w;
         resp->workers[n].pushes = ps->pushes_from[w];
-        resp->workers[n].last_push_ms = ps->pushes_from[w] ? ms_since(&ps->pushed_at[w]) : -1;
+        resp->workers[n].last_push_ms =
+            ps->pushed_at[w].tv_sec || ps->pushed_at[w].tv_nsec ? ms_since(&ps->pushed_at[w]) : -1;
         resp->workers[n].last_seen_ms = ps->heard[w].called ? ms_since(&ps->heard[w].at) : -1;
         resp->workers[n].passes_done = ps->heard[w].passes_done;
         if (ps->worker_failure[w])
@@ -2098,6 +2112,7 @@ static int handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
         rc = push_locked(ps, &req, index, parts, &resp, err);
         atomic_fetch_sub(&ps->pushes_active, 1);
         remember_push(ps, &req, &resp, rc);
+        if (rc == 0) count_taken(ps, req.worker);
     }
     if (rc == 0) {
         resp.incarnation = ps->incarnation;

@@ -286,6 +286,19 @@ int dt_sparse_feed_next(dt_sparse_feed *f, int batch_size, dt_sparse_batch *out,
     return 0;
 }
 
+int dt_sparse_feed_seek(dt_sparse_feed *f, int batch_size, int64_t step, dt_err *err) {
+    int epoch;
+    int64_t pos;
+    int rc = dt_data_seek_position(f->set->rows, batch_size, step, &epoch, &pos, err);
+    if (rc < 0) return rc;
+    if (epoch != f->epoch) {
+        f->epoch = epoch;
+        feed_shuffle(f);
+    }
+    f->pos = pos;
+    return 0;
+}
+
 void dt_sparse_feed_deinit(dt_sparse_feed *f) {
     if (!f) return;
     free(f->order);

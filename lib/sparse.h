@@ -155,6 +155,12 @@ int dt_sparse_feed_init(dt_sparse_feed *f, const dt_sparse_set *s, uint64_t seed
  * the position is then unchanged. */
 int dt_sparse_feed_next(dt_sparse_feed *f, int batch_size, dt_sparse_batch *out,
                         dt_err *err) DT_WARN_UNUSED;
+/* Positions f where dt_sparse_feed_next, called `step` times from the
+ * start with batch_size, would leave it (dt_data_seek_position: that
+ * epoch's order is drawn once, no batch before it is gathered). Errors
+ * as dt_data_seek_position's; f is then unchanged. */
+int dt_sparse_feed_seek(dt_sparse_feed *f, int batch_size, int64_t step,
+                        dt_err *err) DT_WARN_UNUSED;
 /* Releases f's order and buffers and zeroes it. NULL is a no-op. */
 void dt_sparse_feed_deinit(dt_sparse_feed *f);
 

@@ -63,7 +63,8 @@ struct dt_worker {
     dt_ps_client *client;
     uint64_t rng;        /* jitter */
     int64_t max_steps;   /* the job's end as the ps tasks said it; 0: not known yet */
-    int64_t local_steps; /* pushed by the last dt_worker_train */
+    int64_t local_steps; /* pushed by the last dt_worker_train, with resumed_at */
+    int64_t resumed_at;  /* local steps an earlier run of this task made (resume) */
     /* async, bounded with "epochs": the local steps of `epochs` passes over
      * this worker's shard, after which it waits for the others (0: no
      * bound; see dt_worker_train). */
@@ -718,6 +719,81 @@ out:
     return rc;
 }
 
+/* ---- resuming -------------------------------------------------------------- */
+
+/* What the ps tasks say they took of this task's pushes. */
+typedef struct {
+    dt_worker *w;
+    int64_t most;   /* the largest count of any ps task */
+    int64_t fewest; /* the smallest */
+    int most_from;  /* the ps task that said most */
+} taken_probe;
+
+static int probe_taken(void *arg, dt_err *err) {
+    taken_probe *tp = arg;
+    dt_worker *w = tp->w;
+    tp->most = 0;
+    tp->fewest = -1;
+    tp->most_from = 0;
+    for (int p = 0; p < dt_ps_client_num_ps(w->client); p++) {
+        dt_msg_status_resp st;
+        int rc = dt_ps_client_status(w->client, p, &st, err);
+        if (rc < 0) return rc;
+        int64_t n = 0; /* a task it does not list (never heard of, past the 64): none */
+        for (int i = 0; i < st.num_workers; i++)
+            if (st.workers[i].worker == w->params.task_index && st.workers[i].pushes > 0)
+                n = st.workers[i].pushes;
+        if (n > tp->most) {
+            tp->most = n;
+            tp->most_from = p;
+        }
+        if (tp->fewest < 0 || n < tp->fewest) tp->fewest = n;
+    }
+    return 0;
+}
+
+/*
+ * A job bounded by shard: where this task's passes stand, as the ps tasks
+ * counted its pushes (WorkerActivity.pushes: each one taken once, a retry
+ * or a refused one not), so a task restarted mid-shard makes the rest of
+ * its passes, not all of them again. Takes the largest count over the ps
+ * tasks: a push any of them took is done (one restarted since counts from
+ * its start; if every one did, the batches before are made again, never
+ * skipped). The data is positioned at that local step, in its epoch's
+ * order, without making the batches before it. *step: where training
+ * resumes, at most shard_steps (then this task goes to waiting). Sync and
+ * max_steps jobs start at 0, as before: their steps are not a shard's.
+ */
+static int resume(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *stop, int64_t *step,
+                  dt_err *err) {
+    *step = 0;
+    if (w->shard_steps <= 0) return 0;
+    taken_probe tp = {.w = w};
+    int rc = dt_worker_retry(w, "the count of its pushes", probe_taken, &tp, hooks, stop, err);
+    if (rc < 0) return rc;
+    if (tp.most == 0) return 0;
+    const dt_job *job = w->params.job;
+    const int64_t k = tp.most < w->shard_steps ? tp.most : w->shard_steps;
+    const int64_t per_epoch = w->shard_steps / job->epochs;
+    rc = w->sparse ? dt_sparse_feed_seek(&w->feed, job->batch_size, k, err)
+                   : dt_data_seek(w->data, job->batch_size, k, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "%s: resume", w->name);
+    char fewer[160] = "";
+    if (tp.fewest < tp.most)
+        snprintf(fewer, sizeof fewer,
+                 "; another ps task counts only %lld (restarted since: it counts from its start)",
+                 (long long)tp.fewest);
+    dt_log(DT_LOG_INFO,
+           "%s: resuming at local step %lld (epoch %lld, batch %lld of %lld): %s took %lld of "
+           "this task's pushes%s",
+           w->name, (long long)k, (long long)(k / per_epoch), (long long)(k % per_epoch),
+           (long long)per_epoch, dt_ps_client_name(w->client, tp.most_from), (long long)tp.most,
+           fewer);
+    w->resumed_at = k;
+    *step = k;
+    return 0;
+}
+
 /* The next batch's loss and gradient, from vars into grads. */
 static int compute(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, double *loss,
                    dt_err *err) {
@@ -849,8 +925,16 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
     int64_t vars_step = 0;   /* of the values in w->vars */
     dt_ps_sparse rows = {0}; /* sparse: the rows' gradient beside w->grads */
     int done = 0;
-    int rc = pipelined_start(w, &loss, &rows, &vars_step, &done, hooks, stop, err);
+    int rc = resume(w, hooks, stop, &r.local_step, err);
     if (rc < 0) return rc;
+    step_last = r.local_step;
+    w->local_steps = r.local_step;
+    if (w->shard_steps > 0 && r.local_step >= w->shard_steps) {
+        /* Its passes were done before it restarted. */
+        if ((rc = wait_for_others(w, &r, hooks, stop, err)) < 0) return rc;
+        if (rc == 1) return 0;
+    }
+    if ((rc = pipelined_start(w, &loss, &rows, &vars_step, &done, hooks, stop, err)) < 0) return rc;
     int64_t grad_step = vars_step; /* of the values w->grads was computed from */
     while (!done) {
         if (stop && *stop) return stopped(w, err);
@@ -937,7 +1021,9 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
     dt_ps_reply fused; /* the last push's reply; .pulled: it brought the variables */
     memset(&fused, 0, sizeof fused);
     int sync = job->consistency.mode == DT_MODE_SYNC;
-    int rc = 0;
+    int rc = resume(w, hooks, stop, &r.local_step, err);
+    if (rc < 0) return rc;
+    step_last = r.local_step;
     for (;;) {
         if (stop && *stop) return stopped(w, err);
         if (w->shard_steps > 0 && r.local_step >= w->shard_steps) {
@@ -993,8 +1079,13 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
 /* The end of training: logged, with this process's peak memory, and told
  * to every ps task. */
 static int training_done(dt_worker *w) {
-    dt_log(DT_LOG_INFO, "%s: training done after %lld local steps", w->name,
-           (long long)w->local_steps);
+    if (w->resumed_at > 0)
+        dt_log(DT_LOG_INFO,
+               "%s: training done after %lld local steps (%lld of them before a restart)", w->name,
+               (long long)w->local_steps, (long long)w->resumed_at);
+    else
+        dt_log(DT_LOG_INFO, "%s: training done after %lld local steps", w->name,
+               (long long)w->local_steps);
     int64_t peak = dt_mem_peak_rss();
     if (peak >= 0)
         dt_log(DT_LOG_INFO, "%s: peak RSS %.1f MB (VmHWM); model %.1f MB, gradient %.1f MB",

@@ -89,13 +89,17 @@ int dt_worker_wait_ready(dt_worker *w, const atomic_int *stop, dt_err *err);
 int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err *err), void *arg,
                     const dt_worker_hooks *hooks, const atomic_int *stop, dt_err *err);
 
-/* Trains until the job is done (0) or *stop is set after a finished step
- * (DT_ECANCELLED). hooks may be NULL. */
 /* The step at which the job ends, for the progress line's percent and ETA
  * (a worker learns it from the ps tasks while it waits for the model; the
  * chief, which decides it, says it here). */
 void dt_worker_set_max_steps(dt_worker *w, int64_t max_steps);
 
+/* Trains until the job is done (0) or *stop is set after a finished step
+ * (DT_ECANCELLED). hooks may be NULL. In a job bounded by each worker's
+ * passes over its shard (epochs; async, bounded) it first resumes them
+ * where the ps tasks counted this task's pushes (the largest count, logged
+ * "resuming at local step k ..."), its data positioned there, so a task
+ * restarted mid-shard does not make its passes again. */
 int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *stop,
                     dt_err *err);
 

@@ -8,6 +8,7 @@
  * bit, as the same file with labels under every scaling, with no y; its
  * errors name file:line.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,6 +241,76 @@ START_TEST(test_epochs_and_short_batch) {
         sum += b.x[r];
     ck_assert_double_eq_tol(sum, 0.0, 1e-5);
     dt_data_free(ds);
+}
+END_TEST
+
+/* Batches a and b hold the same rows, byte for byte. */
+static void assert_same_batch(const dt_batch *a, const dt_batch *b, const char *what,
+                              int64_t step) {
+    ck_assert_msg(a->rows == b->rows && a->cols == b->cols, "%s, step %lld: %dx%d against %dx%d",
+                  what, (long long)step, a->rows, a->cols, b->rows, b->cols);
+    size_t n = (size_t)a->rows * (size_t)a->cols;
+    ck_assert_msg(memcmp(a->x, b->x, n * sizeof *a->x) == 0, "%s, step %lld: other x", what,
+                  (long long)step);
+    ck_assert_msg(memcmp(a->y, b->y, (size_t)a->rows * sizeof *a->y) == 0, "%s, step %lld: other y",
+                  what, (long long)step);
+}
+
+/* A worker restarted at local step k (dt_data_seek) takes the batches one
+ * that drew k batches takes next: in every epoch (the order drawn for it),
+ * at the short last batch of a pass, for a source held in memory and one
+ * made per batch. A fresh dataset seeks; so does one that moved on, even
+ * back to an earlier epoch. */
+static void check_seek(dt_data_source source, int features) {
+    const int bs = 4;
+    dt_job job = job_of(source, features, 47, 0.1, 21); /* shard 1 of 2: 23 rows, 6 batches */
+    dt_dataset *moved = open_ok(&job, 1, 2);
+    for (int64_t k = 0; k <= 3 * 6 + 1; k++) {
+        dt_dataset *drawn = open_ok(&job, 1, 2), *sought = open_ok(&job, 1, 2);
+        dt_batch a, b;
+        for (int64_t i = 0; i < k; i++)
+            ck_assert_int_eq(dt_data_next(drawn, bs, &a, NULL), 0);
+        dt_err err;
+        dt_err_clear(&err);
+        ck_assert_msg(dt_data_seek(sought, bs, k, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(dt_data_epoch(sought), k / 6);
+        ck_assert_int_eq(dt_data_seek(moved, bs, k, NULL), 0);
+        for (int next = 0; next < 8; next++) { /* past the next epoch's start */
+            dt_batch c;
+            /* Each batch lives in its dataset's buffers until its next call. */
+            ck_assert_int_eq(dt_data_next(drawn, bs, &a, NULL), 0);
+            ck_assert_int_eq(dt_data_next(sought, bs, &b, NULL), 0);
+            assert_same_batch(&a, &b, "sought", k + next);
+            ck_assert_int_eq(dt_data_next(moved, bs, &c, NULL), 0);
+            assert_same_batch(&a, &c, "sought after moving", k + next);
+        }
+        dt_data_free(drawn);
+        dt_data_free(sought);
+    }
+    dt_data_free(moved);
+}
+
+START_TEST(test_seek) {
+    check_seek(DT_DATA_LINE, 1);
+    check_seek(DT_DATA_WIDE, 37);
+    /* Errors leave the position where it was. */
+    dt_job job = job_of(DT_DATA_LINE, 1, 10, 0.0, 3);
+    dt_dataset *ds = open_ok(&job, 0, 1), *fresh = open_ok(&job, 0, 1);
+    ck_assert_int_eq(dt_data_seek(ds, 4, 4, NULL), 0); /* epoch 1, batch 1 of 3 */
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_data_seek(ds, 0, 1, &err), DT_EINVAL);
+    ck_assert_int_eq(dt_data_seek(ds, 4, -1, NULL), DT_EINVAL);
+    ck_assert_int_eq(dt_data_seek(ds, 4, (int64_t)3 * INT_MAX + 3, NULL), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "seek"));
+    dt_batch a, b;
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(dt_data_next(fresh, 4, &a, NULL), 0);
+    ck_assert_int_eq(dt_data_next(fresh, 4, &a, NULL), 0);
+    ck_assert_int_eq(dt_data_next(ds, 4, &b, NULL), 0);
+    assert_same_batch(&a, &b, "after refused seeks", 4);
+    dt_data_free(ds);
+    dt_data_free(fresh);
 }
 END_TEST
 
@@ -1213,6 +1284,7 @@ Suite *data_suite(void) {
     tcase_add_test(tc, test_shards);
     tcase_add_test(tc, test_shuffle);
     tcase_add_test(tc, test_epochs_and_short_batch);
+    tcase_add_test(tc, test_seek);
     tcase_add_test(tc, test_wide);
     tcase_add_test(tc, test_wide_golden);
     tcase_add_test(tc, test_wide_noise_and_weights);

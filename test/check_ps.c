@@ -1215,6 +1215,14 @@ static int push_with_id(fixture *f, const float *gw, const float *gb, int worker
     return 0;
 }
 
+/* Status's count of the pushes this ps took from task, -1 when it does
+ * not list the task. */
+static int64_t pushes_taken(const dt_msg_status_resp *st, int task) {
+    for (int i = 0; i < st->num_workers; i++)
+        if (st->workers[i].worker == task) return st->workers[i].pushes;
+    return -1;
+}
+
 /* A push sent again with its id (its reply was lost) is answered as the
  * first one was and not applied twice; a new id is a new push; a refused
  * push leaves its id free for the corrected retry. */
@@ -1262,6 +1270,10 @@ START_TEST(test_retried_push_applied_once) {
     ck_assert_int_eq(pr.global_step, 15);
     status(&f, 1, &st);
     ck_assert_int_eq(st.pushes_applied, 5);
+    /* Each task's count of taken pushes (what a restarted worker resumes
+     * from) is as many: a retry of a taken one and a refused one are not
+     * batches it took. */
+    ck_assert_int_eq(pushes_taken(&st, 1), 4);
     fixture_stop(&f);
 }
 END_TEST
@@ -1451,6 +1463,9 @@ START_TEST(test_skip_nonfinite) {
     status(&f, -1, &st);
     ck_assert_int_eq(st.pushes_nonfinite, 1);
     ck_assert_int_eq(st.pushes_rejected, 0);
+    /* Skipped, its batch was taken all the same: a restarted worker goes
+     * on past it. */
+    ck_assert_int_eq(pushes_taken(&st, 1), 1);
 
     gw[1] = GW[1];
     memset(&resp, 0, sizeof resp);

@@ -9,6 +9,7 @@
  * malformed row named by file, line and column, skip_bad_rows) and libsvm
  * with indices up to 2^40, as they are or hashed.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -591,6 +592,60 @@ START_TEST(test_feed_epochs) {
 }
 END_TEST
 
+/* A worker restarted at local step k (dt_sparse_feed_seek) gathers the
+ * batches a feed that drew k batches gathers next, in every epoch and at
+ * the short last batch of a pass; a feed that moved on seeks too, back to
+ * an earlier epoch as well. Errors leave the feed where it was. */
+START_TEST(test_feed_seek) {
+    enum { N = 50, BS = 7, PER_EPOCH = 8 };
+    dt_sparse_set s;
+    feed_set(&s, N, entries_varied);
+    dt_sparse_feed moved;
+    ck_assert_int_eq(dt_sparse_feed_init(&moved, &s, 11, 1, NULL), 0);
+    for (int64_t k = 0; k <= 3 * PER_EPOCH + 1; k++) {
+        dt_sparse_feed drawn, sought;
+        ck_assert_int_eq(dt_sparse_feed_init(&drawn, &s, 11, 1, NULL), 0);
+        ck_assert_int_eq(dt_sparse_feed_init(&sought, &s, 11, 1, NULL), 0);
+        dt_sparse_batch a, b;
+        for (int64_t i = 0; i < k; i++)
+            ck_assert_int_eq(dt_sparse_feed_next(&drawn, BS, &a, NULL), 0);
+        dt_err err;
+        dt_err_clear(&err);
+        ck_assert_msg(dt_sparse_feed_seek(&sought, BS, k, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(sought.epoch, k / PER_EPOCH);
+        ck_assert_int_eq(dt_sparse_feed_seek(&moved, BS, k, NULL), 0);
+        for (int next = 0; next < PER_EPOCH + 2; next++) { /* past the next epoch's start */
+            ck_assert_int_eq(dt_sparse_feed_next(&drawn, BS, &a, NULL), 0);
+            ck_assert_int_eq(dt_sparse_feed_next(&sought, BS, &b, NULL), 0);
+            ck_assert_int_eq(a.rows, b.rows);
+            for (int r = 0; r < a.rows; r++) {
+                ck_assert_msg(a.y[r] == b.y[r], "step %lld row %d: drawn %g, sought %g",
+                              (long long)(k + next), r, (double)a.y[r], (double)b.y[r]);
+                assert_row_is(&b, r, &s, (int64_t)a.y[r]);
+            }
+            ck_assert_int_eq(dt_sparse_feed_next(&moved, BS, &b, NULL), 0);
+            for (int r = 0; r < a.rows; r++)
+                assert_row_is(&b, r, &s, (int64_t)a.y[r]);
+        }
+        dt_sparse_feed_deinit(&drawn);
+        dt_sparse_feed_deinit(&sought);
+    }
+    const int64_t pos = moved.pos;
+    const int epoch = moved.epoch;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_sparse_feed_seek(&moved, 0, 3, &err), DT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "seek"));
+    ck_assert_int_eq(dt_sparse_feed_seek(&moved, BS, -1, NULL), DT_EINVAL);
+    ck_assert_int_eq(
+        dt_sparse_feed_seek(&moved, BS, (int64_t)PER_EPOCH * INT_MAX + PER_EPOCH, NULL), DT_EINVAL);
+    ck_assert_int_eq(moved.pos, pos);
+    ck_assert_int_eq(moved.epoch, epoch);
+    dt_sparse_feed_deinit(&moved);
+    dt_sparse_set_deinit(&s);
+}
+END_TEST
+
 /* The order of a sparse shard is the order of a dense data set's shard of
  * as many examples (lib/data.h's rule): a dense and a sparse job on one
  * file take the same batches. The dense "line" source's example i has x_i
@@ -699,6 +754,7 @@ Suite *sparse_suite(void) {
     tcase_add_test(tc, test_criteo_errors);
     tcase_add_test(tc, test_libsvm_large_indices);
     tcase_add_test(tc, test_feed_epochs);
+    tcase_add_test(tc, test_feed_seek);
     tcase_add_test(tc, test_feed_order_is_dense_order);
     tcase_add_test(tc, test_feed_memory);
     suite_add_tcase(s, tc);

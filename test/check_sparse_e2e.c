@@ -1155,9 +1155,9 @@ static int64_t local_steps_of(const char *log_name) {
 /* The sets of the epochs tests on training file train: batches of 8 for
  * 2 epochs. */
 static void epoch_job(const char *train, const char *const *extra) {
-    const char *sets[8] = {"sparse=on", "features=8", "batch_size=8", "epochs=2"};
+    const char *sets[10] = {"sparse=on", "features=8", "batch_size=8", "epochs=2"};
     int n = 4;
-    for (int i = 0; extra && extra[i] && n < 7; i++)
+    for (int i = 0; extra && extra[i] && n < 9; i++)
         sets[n++] = extra[i];
     sets[n] = NULL;
     job_sets(train, sets);
@@ -1293,6 +1293,19 @@ static dt_worker_activity activity_of(int task) {
     return a;
 }
 
+/* Sends sig to task's process pid once ps 0 took a push of its (waiting
+ * up to JOB_TIMEOUT_MS; asserts it did), and with SIGKILL waits for it to
+ * go (what stands for it: "killed worker 1"). */
+static void signal_once_pushed(int task, pid_t pid, int sig, const char *what) {
+    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
+    while (activity_of(task).pushes < 1 && dt_test_now_ms() < deadline)
+        dt_test_sleep_ms(5);
+    ck_assert_msg(activity_of(task).pushes >= 1, "task %d never pushed; logs:%s", task,
+                  dt_test_job_report(&J));
+    ck_assert_int_eq(kill(pid, sig), 0);
+    if (sig == SIGKILL) dt_test_job_expect_exit(&J, pid, what, EXIT_TIMEOUT_MS, -SIGKILL);
+}
+
 /* Writes text into the FIFO at path once a reader has it open (waiting up
  * to JOB_TIMEOUT_MS for one), then closes it: the reader's end of file. */
 static void feed_fifo(const char *path, const char *text) {
@@ -1405,6 +1418,15 @@ static void write_many_rows(char *path, size_t cap) {
     free(rows);
 }
 
+/* An epochs job (epoch_job, with extra) of num_ps ps tasks and 2 workers
+ * on the test file 32 times over (write_many_rows). */
+static void many_rows_job(int num_ps, const char *const *extra) {
+    static char train[1100];
+    write_many_rows(train, sizeof train);
+    epoch_job(train, extra);
+    dt_test_job_cluster(&J, num_ps, 2);
+}
+
 /* A worker stopped mid-shard (SIGSTOP: its connections stay open) or
  * killed is still taken for gone: the chief, its passes done, hears from
  * it on no ps task for sync_timeout_secs and makes the rest of the job.
@@ -1412,24 +1434,12 @@ static void write_many_rows(char *path, size_t cap) {
  * steps a shard, 512 in all; worker 1 is stopped once a ps took its first
  * push, long before its 256th. */
 static void stopped_mid_shard_run(int sig) {
-    static char train[1100];
-    write_many_rows(train, sizeof train);
     const char *extra[] = {"sync_timeout_secs=1", NULL};
-    epoch_job(train, extra);
-    dt_test_job_cluster(&J, 1, 2);
+    many_rows_job(1, extra);
     pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
     pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
     pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
-    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
-    dt_worker_activity seen = activity_of(1);
-    while (seen.pushes < 1 && dt_test_now_ms() < deadline) {
-        dt_test_sleep_ms(5);
-        seen = activity_of(1);
-    }
-    ck_assert_msg(seen.pushes >= 1, "worker 1 never pushed; logs:%s", dt_test_job_report(&J));
-    ck_assert_int_eq(kill(worker, sig), 0);
-    if (sig == SIGKILL)
-        dt_test_job_expect_exit(&J, worker, "killed worker 1", EXIT_TIMEOUT_MS, -SIGKILL);
+    signal_once_pushed(1, worker, sig, "killed worker 1");
     pid_t pids[2] = {ps, chief};
     const char *names[2] = {"ps 0", "chief"};
     dt_test_job_expect_done(&J, pids, names, 2, JOB_TIMEOUT_MS);
@@ -1459,29 +1469,133 @@ START_TEST(epochs_worker_killed_mid_shard) {
 }
 END_TEST
 
+/* A worker SIGKILLed mid-shard and restarted resumes its passes where
+ * the ps counted its pushes, and makes, over both runs, exactly its
+ * shard's steps: 2048 rows (the test file 32 times) in batches of 1 for 2
+ * epochs, 1024 steps a pass over a shard of 2, 2048 its passes, 4096 in
+ * all. Worker 1 is killed once a
+ * ps took a push of its (long before its 2048th); the ps's count then is
+ * where the restarted worker must say it resumes, and its "training done"
+ * counts both runs. The chief makes its own 2048, never takes worker 1
+ * for gone (it is back long before sync_timeout_secs), and the job ends
+ * at max_steps. Before, the restarted worker started at step 0 and made
+ * its passes again: no "resuming" line, and the job ended at 4096 with
+ * worker 1's second run cut short by "done" after 2048 - P steps, its
+ * shard's first P batches seen twice. */
+static void restarted_mid_shard_run(const char *sparse, const char *pipeline) {
+    const char *extra[] = {"sync_timeout_secs=120", "batch_size=1", sparse, pipeline, NULL};
+    many_rows_job(1, extra);
+    pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
+    pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
+    signal_once_pushed(1, worker, SIGKILL, "killed worker 1");
+    const int64_t taken = activity_of(1).pushes;
+    ck_assert_msg(taken >= 1 && taken < 2048,
+                  "worker 1 was not killed mid-shard: ps 0 took %lld of its pushes; logs:%s",
+                  (long long)taken, dt_test_job_report(&J));
+    pid_t worker_b = dt_test_job_start(&J, "worker", 1, "worker1b");
+    pid_t pids[3] = {ps, chief, worker_b};
+    const char *names[3] = {"ps 0", "chief", "restarted worker 1"};
+    dt_test_job_expect_done(&J, pids, names, 3, JOB_TIMEOUT_MS);
+    /* Its shard's passes over both runs: the rest of them in the second. */
+    ck_assert_int_eq(local_steps_of("worker1b"), 2048);
+    char resumed[160];
+    snprintf(resumed, sizeof resumed,
+             "resuming at local step %lld (epoch %lld, batch %lld of 1024): ps:0 ",
+             (long long)taken, (long long)(taken / 1024), (long long)(taken % 1024));
+    ck_assert_msg(dt_test_job_log_has(&J, "worker1b", resumed),
+                  "the restarted worker 1 does not say \"%s\"; logs:%s", resumed,
+                  dt_test_job_report(&J));
+    char before[96];
+    snprintf(before, sizeof before, "(%lld of them before a restart)", (long long)taken);
+    ck_assert_msg(dt_test_job_log_has(&J, "worker1b", before), "no \"%s\"; logs:%s", before,
+                  dt_test_job_report(&J));
+    ck_assert_int_eq(local_steps_of("chief"), 2048);
+    ck_assert_msg(!dt_test_job_log_has(&J, "chief", "are gone"), "logs:%s", dt_test_job_report(&J));
+    dt_tensors ts;
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 4096, &ts, NULL, 0), 4096);
+    dt_tensors_deinit(&ts);
+}
+
+START_TEST(epochs_worker_restarted_resumes) {
+    restarted_mid_shard_run("sparse=on", "pipeline_push=false");
+}
+END_TEST
+
+/* Pipelined: a push in flight when it died counts if a ps took it; the
+ * gradient computed beside it was never pushed, and its batch is made
+ * again. */
+START_TEST(epochs_worker_restarted_resumes_pipelined) {
+    restarted_mid_shard_run("sparse=on", "pipeline_push=true");
+}
+END_TEST
+
+/* The same dense (the file read as a dense data set, dt_data_seek). */
+START_TEST(epochs_worker_restarted_resumes_dense) {
+    restarted_mid_shard_run("sparse=off", "pipeline_push=false");
+}
+END_TEST
+
+START_TEST(epochs_worker_restarted_resumes_dense_pipelined) {
+    restarted_mid_shard_run("sparse=off", "pipeline_push=true");
+}
+END_TEST
+
+/* A ps restarted since counts a worker's pushes from its own start: the
+ * worker, restarted after ps 1 was killed and restored, resumes from the
+ * largest count (ps 0's, the one it had when killed) and says the other
+ * counts fewer. The job ends. */
+START_TEST(epochs_worker_resumes_from_largest_count) {
+    const char *extra[] = {"sync_timeout_secs=5", "batch_size=1", "save_model_secs=1", NULL};
+    many_rows_job(2, extra);
+    pid_t ps0 = dt_test_job_start(&J, "ps", 0, "ps0");
+    pid_t ps1 = dt_test_job_start(&J, "ps", 1, "ps1");
+    pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
+    pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
+    signal_once_pushed(1, worker, SIGKILL, "killed worker 1");
+    const int64_t taken = activity_of(1).pushes;
+    dt_test_job_expect_ckpt_after(&J, 0, chief, JOB_TIMEOUT_MS);
+    size_t seen = dt_test_job_log_length(&J, "chief");
+    ck_assert_int_eq(kill(ps1, SIGKILL), 0);
+    dt_test_job_expect_exit(&J, ps1, "killed ps 1", EXIT_TIMEOUT_MS, -SIGKILL);
+    pid_t ps1b = dt_test_job_start(&J, "ps", 1, "ps1b");
+    ck_assert_msg(dt_test_job_wait_log_after(&J, "chief", seen, "lost its model; restoring it",
+                                             chief, JOB_TIMEOUT_MS),
+                  "the chief did not restore ps 1; logs:%s", dt_test_job_report(&J));
+    pid_t worker_b = dt_test_job_start(&J, "worker", 1, "worker1b");
+    pid_t pids[4] = {ps0, ps1b, chief, worker_b};
+    const char *names[4] = {"ps 0", "restarted ps 1", "chief", "restarted worker 1"};
+    dt_test_job_expect_done(&J, pids, names, 4, JOB_TIMEOUT_MS);
+    char resumed[96];
+    snprintf(resumed, sizeof resumed, "resuming at local step %lld ", (long long)taken);
+    ck_assert_msg(dt_test_job_log_has(&J, "worker1b", resumed) &&
+                      dt_test_job_log_has(&J, "worker1b", "another ps task counts only"),
+                  "the restarted worker 1 does not say it resumes at %lld, past a smaller "
+                  "count; logs:%s",
+                  (long long)taken, dt_test_job_report(&J));
+}
+END_TEST
+
 /* The chief as the slow one, a worker as the waiting one: the chief,
  * killed mid-shard, is restarted on a training file (the same rows) that
- * comes through a FIFO only once worker 1, its 256 steps made, has waited
- * 3 timeouts (2 s) without a push from anyone; meanwhile the restarted
- * chief, reading, is alive by its heartbeat. Worker 1 makes exactly its
- * own passes; the restarted chief finds the model on the ps and the job
- * ends at 512. Before, worker 1 took the still global step for the chief
- * gone and trained on its shard again. */
+ * comes through a FIFO only once worker 1, its 2048 steps made (batches
+ * of 1: the chief's shard lasts long past its first push, so it is killed
+ * mid-shard however loaded the machine), has waited 3 timeouts (2 s)
+ * without a push from anyone; meanwhile the restarted chief, reading, is
+ * alive by its heartbeat. Worker 1 makes exactly its own passes; the
+ * restarted chief finds the model on the ps, resumes its passes where the
+ * ps counted its pushes, and the job ends at 4096. Before, worker 1 took
+ * the still global step for the chief gone and trained on its shard
+ * again. */
 START_TEST(epochs_restarted_chief_reading_waited_for) {
     static char train[1100];
     write_many_rows(train, sizeof train);
-    const char *extra[] = {"sync_timeout_secs=2", NULL};
+    const char *extra[] = {"sync_timeout_secs=2", "batch_size=1", NULL};
     epoch_job(train, extra);
     dt_test_job_cluster(&J, 1, 2);
     pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
     pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
-    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
-    while (activity_of(0).pushes < 1 && dt_test_now_ms() < deadline)
-        dt_test_sleep_ms(5);
-    ck_assert_msg(activity_of(0).pushes >= 1, "the chief never pushed; logs:%s",
-                  dt_test_job_report(&J));
-    ck_assert_int_eq(kill(chief, SIGKILL), 0);
-    dt_test_job_expect_exit(&J, chief, "killed chief", EXIT_TIMEOUT_MS, -SIGKILL);
+    signal_once_pushed(0, chief, SIGKILL, "killed chief");
     char fifo[1200];
     snprintf(fifo, sizeof fifo, "%s/slow.svm", J.dir);
     ck_assert_int_eq(mkfifo(fifo, 0600), 0);
@@ -1503,11 +1617,14 @@ START_TEST(epochs_restarted_chief_reading_waited_for) {
     pid_t pids[3] = {ps, chief_b, worker};
     const char *names[3] = {"ps 0", "restarted chief", "worker 1"};
     dt_test_job_expect_done(&J, pids, names, 3, JOB_TIMEOUT_MS);
-    ck_assert_int_eq(local_steps_of("worker1"), 256);
+    ck_assert_int_eq(local_steps_of("worker1"), 2048);
+    ck_assert_int_eq(local_steps_of("chiefb"), 2048);
+    ck_assert_msg(dt_test_job_log_has(&J, "chiefb", "resuming at local step"),
+                  "the restarted chief did not resume its passes; logs:%s", dt_test_job_report(&J));
     ck_assert_msg(!dt_test_job_log_has(&J, "worker1", "are gone"), "logs:%s",
                   dt_test_job_report(&J));
     dt_tensors ts;
-    ck_assert_int_eq(dt_test_job_load_latest(&J, 512, &ts, NULL, 0), 512);
+    ck_assert_int_eq(dt_test_job_load_latest(&J, 4096, &ts, NULL, 0), 4096);
     dt_tensors_deinit(&ts);
 }
 END_TEST
@@ -1549,8 +1666,14 @@ Suite *sparse_e2e_suite(void) {
     tcase_add_test(tc, epochs_slow_reader_two_ps_pipelined);
     tcase_add_test(tc, epochs_worker_stopped_mid_shard);
     tcase_add_test(tc, epochs_worker_killed_mid_shard);
-    tcase_add_test(tc, epochs_restarted_chief_reading_waited_for);
     tcase_add_test(tc, epochs_sync);
+    TCase *resume = dt_test_job_tcase(s, "resume", 300, setup, teardown);
+    tcase_add_test(resume, epochs_restarted_chief_reading_waited_for);
+    tcase_add_test(resume, epochs_worker_restarted_resumes);
+    tcase_add_test(resume, epochs_worker_resumes_from_largest_count);
+    tcase_add_test(resume, epochs_worker_restarted_resumes_pipelined);
+    tcase_add_test(resume, epochs_worker_restarted_resumes_dense);
+    tcase_add_test(resume, epochs_worker_restarted_resumes_dense_pipelined);
     TCase *piped = dt_test_job_tcase(s, "pipeline", 300, setup, teardown);
     tcase_add_test(piped, sparse_pipelined);
     tcase_add_test(piped, sparse_pipelined_one_worker);

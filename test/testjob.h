@@ -28,7 +28,7 @@
 #include "tensor.h"
 
 #define DT_TEST_JOB_MAX_ROLES 8 /* ps tasks + workers of one cluster */
-#define DT_TEST_JOB_MAX_SETS 16
+#define DT_TEST_JOB_MAX_SETS 24
 /* How far a trained line may be from the closed-form fit of its data. */
 #define DT_TEST_FIT_TOL 0.05
 
