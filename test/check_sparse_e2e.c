@@ -1250,9 +1250,9 @@ START_TEST(epochs_chief_waits_on_duty) {
 }
 END_TEST
 
-/* A worker that never comes does not hold the job: once the global step
- * stands still for sync_timeout_secs, the chief trains on its shard again
- * until max_steps. */
+/* A worker that never comes does not hold the job: once no ps task has
+ * heard of it, and the global step has stood still, for sync_timeout_secs,
+ * the chief trains on its shard again until max_steps. */
 static void worker_missing_run(const char *pipeline) {
     const char *extra[] = {"sync_timeout_secs=1", pipeline, NULL};
     epoch_sets(extra);
