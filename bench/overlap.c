@@ -183,10 +183,8 @@ static dt_rpc_span span_of(const msg_pieces *m) {
 
 /* ---- the work ----------------------------------------------------------------- */
 
-/* The ps's work, done as lib/ps.c does it: the finiteness test of its
- * first_nonfinite (per element an and, an add and an or, in blocks of a
- * length GCC knows, so that -O2 makes it SIMD; bit 31 of a sum is set only
- * for an exponent of all ones), and the update by dt_optim_apply_to, read
+/* The ps's work, done with lib/ps.c's own pieces: the finiteness test
+ * (dt_rpc_span_first_nonfinite) and the update by dt_optim_apply_to, read
  * from the message's pieces. A span of PARALLEL_MIN_FLOATS or more is done
  * in RANGES_PER_THREAD ranges per thread on a dt_pool while no other call
  * of the server is at this work, as the ps splits a large gradient. */
@@ -194,36 +192,9 @@ static dt_rpc_span span_of(const msg_pieces *m) {
 #define RANGES_PER_THREAD 4
 #define MAX_RANGES (4 * RANGES_PER_THREAD)
 
-static int run_finite(const uint8_t *g, size_t n) {
-    enum { BLOCK = 64 };
-    uint32_t carry = 0;
-    size_t i = 0;
-    for (; i + BLOCK <= n; i += BLOCK) {
-#pragma GCC unroll 16
-        for (int k = 0; k < BLOCK; k++) {
-            uint32_t bits;
-            memcpy(&bits, g + 4 * (i + k), sizeof bits);
-            carry |= (bits & 0x7f800000u) + 0x00800000u;
-        }
-        if (carry & 0x80000000u) return 0;
-    }
-    for (; i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, g + 4 * i, sizeof bits);
-        carry |= (bits & 0x7f800000u) + 0x00800000u;
-    }
-    return !(carry & 0x80000000u);
-}
-
 /* 1 when the floats of span s are all finite. */
 static int span_finite(const dt_rpc_span *s) {
-    dt_rpc_reader r;
-    dt_rpc_reader_init(&r, s, sizeof(float));
-    const uint8_t *run;
-    size_t n;
-    while ((run = dt_rpc_reader_next(&r, &n)) != NULL)
-        if (!run_finite(run, n)) return 0;
-    return 1;
+    return dt_rpc_span_first_nonfinite(s) == s->len / sizeof(float);
 }
 
 /* to = w - lr * g over the floats of span g (to is w or apart from it). */

@@ -1045,52 +1045,6 @@ out:
 
 /* ---- Push -------------------------------------------------------------- */
 
-/* The first element of n float32 values at any alignment that is a NaN or
- * an Inf (exponent all ones), or n. A block is tested as a whole first:
- * masking the exponent and adding one to it carries into bit 31 only for
- * an exponent of all ones, so the OR of those sums over the block has bit
- * 31 set exactly when the block holds a NaN or an Inf. That is an and, an
- * add and an or per element, which GCC at -O2 turns into SIMD (a block of
- * fixed length; the test leaves the loop once per block), a third of the
- * instructions of a compare per element; the block that trips it is then
- * walked one by one for the index. Every finite push is read to the end. */
-static size_t first_nonfinite(const uint8_t *g, size_t n) {
-    enum { BLOCK = 64 };
-    const uint32_t exp_mask = 0x7f800000u, exp_one = 0x00800000u;
-    size_t i = 0;
-    for (; i + BLOCK <= n; i += BLOCK) {
-        uint32_t carry = 0;
-#pragma GCC unroll 16
-        for (int k = 0; k < BLOCK; k++) {
-            uint32_t bits;
-            memcpy(&bits, g + 4 * (i + k), sizeof bits);
-            carry |= (bits & exp_mask) + exp_one;
-        }
-        if (carry & 0x80000000u) break;
-    }
-    for (; i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, g + 4 * i, sizeof bits);
-        if ((bits & exp_mask) == exp_mask) return i;
-    }
-    return n;
-}
-
-/* The first non-finite float32 of span s (its len a multiple of 4), or
- * s's count of floats: first_nonfinite over its runs. */
-static size_t scan_span(const dt_rpc_span *s) {
-    dt_rpc_reader r;
-    dt_rpc_reader_init(&r, s, sizeof(float));
-    size_t at = 0, n;
-    const uint8_t *run;
-    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
-        size_t bad = first_nonfinite(run, n);
-        if (bad < n) return at + bad;
-        at += n;
-    }
-    return at;
-}
-
 /* ---- a large gradient by ranges ------------------------------------------ */
 
 /* One gradient's check or update split into ranges of whole floats, done
@@ -1137,7 +1091,7 @@ static void check_range(void *ctx, int range) {
     size_t from, count;
     range_bounds(j, range, &from, &count);
     dt_rpc_span part = dt_rpc_span_sub(&j->grad, from * sizeof(float), count * sizeof(float));
-    size_t bad = scan_span(&part);
+    size_t bad = dt_rpc_span_first_nonfinite(&part);
     j->first_bad[range] = bad < count ? from + bad : j->n;
 }
 
@@ -1155,7 +1109,7 @@ static size_t first_nonfinite_of(dt_ps *ps, const dt_tensor_views *grads, int i)
             if (j.first_bad[r] < bad) bad = j.first_bad[r];
         return bad;
     }
-    return scan_span(&j.grad);
+    return dt_rpc_span_first_nonfinite(&j.grad);
 }
 
 /* Checks every gradient of a push against the variables held; index[i]
@@ -1288,7 +1242,7 @@ static int take_grads(dt_ps *ps, const dt_tensor_views *v, int i, sparse_part *p
     } else {
         part->grads = v->spans[i];
     }
-    size_t bad = scan_span(&part->grads);
+    size_t bad = dt_rpc_span_first_nonfinite(&part->grads);
     if (bad < part->grads.len / sizeof(float)) {
         *nonfinite = 1;
         size_t row = bad / (size_t)cfg->dim;

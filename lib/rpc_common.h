@@ -73,6 +73,11 @@ typedef struct {
  * many; *out points at them. */
 int dt_rpc_buf_pieces(const dt_rpc_buf *b, dt_rpc_piece *one, const dt_rpc_piece **out);
 
+/* The first float32 of span s (its len a multiple of 4) that is a NaN or an
+ * Inf, counted from the span's start, or s's count of floats when all are
+ * finite: the ps's check of a push, before anything changes. */
+size_t dt_rpc_span_first_nonfinite(const dt_rpc_span *s);
+
 /* A reader of span s (its len a multiple of elem), or of len bytes at data. */
 void dt_rpc_reader_init(dt_rpc_reader *r, const dt_rpc_span *s, size_t elem);
 void dt_rpc_reader_init_flat(dt_rpc_reader *r, const void *data, size_t len, size_t elem);
