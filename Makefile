@@ -36,8 +36,8 @@ endif
 OPT      ?= -O2
 # -Wformat=2 checks every printf-like format (dt_err_set, dt_log, usage
 # messages carry format attributes); -Wvla keeps stack use fixed. Not
-# -Wcast-qual, for the four casts it finds (README.md, "Building and
-# testing", says which and why).
+# -Wcast-qual, for the four casts it finds (docs/hacking.md, "Building",
+# says which and why).
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Wvla \
             -Werror
 # pkg-config takes a second of CPU for gRPC (it walks absl's hundred .pc
@@ -164,9 +164,11 @@ tsan:
 # largest first, so that no long file runs alone at the end), the format
 # (clang-format, as `make fmt` writes it) and no allocation in lib/ or cmd/
 # but through lib/alloc, where the alloc suite can make it fail
-# (scripts/lint_alloc.sh).
+# (scripts/lint_alloc.sh); first, every relative link of the docs resolves
+# (scripts/check_links.sh).
 FMT_SRC := cmd/*.c lib/*.c lib/*.h test/*.c test/*.h
 lint: $(GEN_H)
+	sh scripts/check_links.sh
 	sh scripts/lint_alloc.sh
 	cppcheck -j2 --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem -Ilib cmd lib

@@ -2,7 +2,8 @@
  * bench_async_sim: a sparse job's training played in one thread as W async
  * workers would make it, with the staleness set rather than left to
  * timing, then scored on a held-out file: what staleness alone costs the
- * model (bench/README.md, "Two async workers").
+ * model (bench/notes/2026-12-05-sparse-table-vs-dense.md, "Two async
+ * workers").
  *
  * The job is loaded as dtrain loads it (defaults, --config, each --set);
  * its wide model, table and optimizer are lib/sparse_model, lib/table and

@@ -822,7 +822,7 @@ static int derived_message_cap(const dt_job *given, long long *cap, dt_err *err)
  * this replaced kept every size ever seen. 8 MiB of free heap top is kept
  * for the small blocks gRPC's reads come and go in, in one arena: with one
  * per thread each kept its own (a ps: 20-40 MB free in all), for no speed
- * measured (bench/README.md). */
+ * measured (bench/notes/2026-12-05-near-the-wire.md). */
 static void tune_allocator(void) {
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     mallopt(M_TRIM_THRESHOLD, 8 << 20);

@@ -9,7 +9,7 @@
  * Training: like any worker, plus a checkpoint every save_model_secs (keeping
  * max_to_keep) and TensorBoard summaries every summary_steps: loss,
  * global_step/sec, learning_rate, a histogram of every variable and of the
- * model's output on the batch ("output"), staleness (README.md lists them). A ps that comes
+ * model's output on the batch ("output"), staleness (docs/files.md lists them). A ps that comes
  * back empty mid-job is restored from the latest checkpoint.
  * End: final checkpoint, then every ps is told the job is done.
  * Storage faults: see chief.c's opening comment.

@@ -80,7 +80,7 @@ typedef struct {
  * touches moves 4 KiB each way a step. */
 #define DT_JOB_MAX_EMBEDDING_DIM 1024
 
-/* The demo's defaults (documented in README and conf/). "features" and
+/* The demo's defaults (documented in conf/README.md). "features" and
  * "classes" start not set (0): dt_job_finish gives the synthetic sources
  * their 1 feature and 2 classes, a binary or linear model its 2 classes,
  * and leaves the rest to dt_job_infer. */

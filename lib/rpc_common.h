@@ -92,7 +92,7 @@ void dt_rpc_span_copy(const dt_rpc_span *s, void *dst);
  * elements, put together across pieces as in s). */
 dt_rpc_span dt_rpc_span_sub(const dt_rpc_span *s, size_t from, size_t len);
 
-/* Who called, as the server established it (see README "Security").
+/* Who called, as the server established it (see docs/security.md).
  * Identities: "chief" (worker 0), "worker:N", "ps:N", "tool". */
 typedef enum {
     DT_PEER_ANY = 0, /* no authentication configured: anyone, as before */

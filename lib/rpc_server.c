@@ -969,7 +969,7 @@ static int limits_to_args(const dt_rpc_server_params *params, grpc_resource_quot
      * bind, not silently share the port. */
     int_arg(&args[n++], GRPC_ARG_ALLOW_REUSEPORT, 0);
     /* gRPC checks the size only once the whole message has arrived (see
-     * README, Resource limits), so this bounds what one call can make the
+     * docs/security.md, "Resource limits"), so this bounds what one call can make the
      * server buffer; the send cap makes an oversized reply fail here, named,
      * rather than at a client with its own cap. */
     int_arg(&args[n++], GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)max_message);
