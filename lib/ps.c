@@ -208,12 +208,6 @@ struct dt_ps {
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static int64_t ms_since(const struct timespec *t0) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
-}
-
 /* sync: the tables' rows of the current step, and a follower's held ones,
  * dropped. */
 static void drop_rows_locked(dt_ps *ps) {
@@ -264,7 +258,7 @@ static void raise_step(dt_ps *ps, int64_t seen) {
 /* worker (in range, allowed to speak for itself) called: it is alive now.
  * stats_mu held. */
 static void heard_locked(dt_ps *ps, int32_t worker) {
-    clock_gettime(CLOCK_MONOTONIC, &ps->heard[worker].at);
+    dt_clock_now(&ps->heard[worker].at);
     ps->heard[worker].called = 1;
 }
 
@@ -285,7 +279,7 @@ static void note_call(dt_ps *ps, int32_t worker) {
 static void note_push(dt_ps *ps, int32_t worker) {
     if (worker < 0 || worker >= ps->params.cluster->num_workers) return;
     pthread_mutex_lock(&ps->stats_mu);
-    clock_gettime(CLOCK_MONOTONIC, &ps->pushed_at[worker]);
+    dt_clock_now(&ps->pushed_at[worker]);
     heard_locked(ps, worker);
     ps->heard[worker].passes_done = 0;
     char *failure = ps->worker_failure[worker];
@@ -317,8 +311,8 @@ static void count_taken(dt_ps *ps, int32_t worker) {
 static void sample_rate(dt_ps *ps) {
     pthread_mutex_lock(&ps->stats_mu);
     int last = (ps->rate_next + RATE_SAMPLES - 1) % RATE_SAMPLES;
-    if (ps->rate_count == 0 || ms_since(&ps->rate_at[last]) >= 1000) {
-        clock_gettime(CLOCK_MONOTONIC, &ps->rate_at[ps->rate_next]);
+    if (ps->rate_count == 0 || dt_ms_since(&ps->rate_at[last]) >= 1000) {
+        dt_clock_now(&ps->rate_at[ps->rate_next]);
         ps->rate_step[ps->rate_next] = atomic_load(&ps->global_step);
         ps->rate_next = (ps->rate_next + 1) % RATE_SAMPLES;
         if (ps->rate_count < RATE_SAMPLES) ps->rate_count++;
@@ -332,7 +326,7 @@ static void activity_locked(dt_ps *ps, dt_msg_status_resp *resp) {
         int newest = (ps->rate_next + RATE_SAMPLES - 1) % RATE_SAMPLES;
         int oldest = ps->rate_count < RATE_SAMPLES ? 0 : ps->rate_next;
         double secs =
-            (double)(ms_since(&ps->rate_at[oldest]) - ms_since(&ps->rate_at[newest])) / 1000.0;
+            (double)(dt_ms_since(&ps->rate_at[oldest]) - dt_ms_since(&ps->rate_at[newest])) / 1000.0;
         int64_t steps = ps->rate_step[newest] - ps->rate_step[oldest];
         resp->steps_per_sec = secs > 0 && steps > 0 ? (double)steps / secs : 0;
     }
@@ -342,8 +336,8 @@ static void activity_locked(dt_ps *ps, dt_msg_status_resp *resp) {
         resp->workers[n].worker = w;
         resp->workers[n].pushes = ps->pushes_from[w];
         resp->workers[n].last_push_ms =
-            ps->pushed_at[w].tv_sec || ps->pushed_at[w].tv_nsec ? ms_since(&ps->pushed_at[w]) : -1;
-        resp->workers[n].last_seen_ms = ps->heard[w].called ? ms_since(&ps->heard[w].at) : -1;
+            ps->pushed_at[w].tv_sec || ps->pushed_at[w].tv_nsec ? dt_ms_since(&ps->pushed_at[w]) : -1;
+        resp->workers[n].last_seen_ms = ps->heard[w].called ? dt_ms_since(&ps->heard[w].at) : -1;
         resp->workers[n].passes_done = ps->heard[w].passes_done;
         if (ps->worker_failure[w])
             snprintf(resp->workers[n].failure, sizeof resp->workers[n].failure, "%s",
@@ -482,8 +476,8 @@ static void slots_writable(dt_ps *ps, int k) {
     ps_var *pv = &ps->pv[k];
     int nslots = dt_optim_num_slots(&ps->optim);
     struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (slots_read(pv, nslots) && ms_since(&t0) < SLOT_WAIT_MS) {
+    dt_clock_now(&t0);
+    while (slots_read(pv, nslots) && dt_ms_since(&t0) < SLOT_WAIT_MS) {
         pthread_mutex_unlock(&pv->mu);
         nanosleep(&(struct timespec){0, 200000L}, NULL);
         pthread_mutex_lock(&pv->mu);
@@ -955,7 +949,7 @@ static int follow_decision(dt_ps *ps, const dt_sync_decision *d, dt_err *err);
 static int64_t min_live_clock_locked(dt_ps *ps, int64_t fallback) {
     int64_t min = INT64_MAX;
     for (int w = 0; w < ps->params.cluster->num_workers; w++)
-        if (ps->seen[w] && ms_since(&ps->last_push[w]) <= ps->consistency.timeout_ms &&
+        if (ps->seen[w] && dt_ms_since(&ps->last_push[w]) <= ps->consistency.timeout_ms &&
             ps->clock[w] < min)
             min = ps->clock[w];
     return min == INT64_MAX ? fallback : min;
@@ -2020,7 +2014,7 @@ static int accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index, s
         add_rows_locked(ps, parts[i].table, &g);
     }
     if (known) ps->acc_from[w] = 1;
-    if (ps->acc_count++ == 0) clock_gettime(CLOCK_MONOTONIC, &ps->acc_first);
+    if (ps->acc_count++ == 0) dt_clock_now(&ps->acc_first);
     int used = 1;
     if (ps->acc_count >= ps->consistency.replicas_to_aggregate && apply_accumulated(ps, err))
         used = USED_NOT_FINITE;
@@ -2035,7 +2029,7 @@ static void tick_clock(dt_ps *ps, int32_t worker) {
     /* A worker joining late (or back after a silence) starts level with the
      * slowest live one, not at 0: else the others would be held back until
      * it redid every step they took without it. */
-    int live = ps->seen[worker] && ms_since(&ps->last_push[worker]) <= ps->consistency.timeout_ms;
+    int live = ps->seen[worker] && dt_ms_since(&ps->last_push[worker]) <= ps->consistency.timeout_ms;
     if (!live) {
         int64_t floor = min_live_clock_locked(ps, ps->clock[worker]);
         if (floor > ps->clock[worker]) ps->clock[worker] = floor;
@@ -2044,7 +2038,7 @@ static void tick_clock(dt_ps *ps, int32_t worker) {
     if (lead > ps->max_lead) ps->max_lead = (int32_t)lead;
     ps->clock[worker]++;
     ps->seen[worker] = 1;
-    clock_gettime(CLOCK_MONOTONIC, &ps->last_push[worker]);
+    dt_clock_now(&ps->last_push[worker]);
     pthread_mutex_unlock(&ps->stats_mu);
 }
 
@@ -2306,7 +2300,7 @@ static void sync_timeout_check(dt_ps *ps) {
         int done = done_locked(ps);
         pthread_mutex_unlock(&ps->life_mu);
         pthread_mutex_lock(&ps->sync_mu);
-        if (ps->acc_count > 0 && ms_since(&ps->acc_first) >= ps->consistency.timeout_ms && !done) {
+        if (ps->acc_count > 0 && dt_ms_since(&ps->acc_first) >= ps->consistency.timeout_ms && !done) {
             dt_log(DT_LOG_WARN,
                    "%s: step %lld: applying %d of %d gradients after waiting %d ms "
                    "for the others",
@@ -2438,7 +2432,7 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     snprintf(resp.failure, sizeof resp.failure, "%s", ps->failure);
     pthread_mutex_unlock(&ps->life_mu);
     if (resp.failure[0]) resp.done = false; /* over, but not done: failed */
-    resp.uptime_ms = ms_since(&ps->started);
+    resp.uptime_ms = dt_ms_since(&ps->started);
     resp.pushes_applied = atomic_load(&ps->pushes_applied);
     resp.pushes_rejected = atomic_load(&ps->pushes_rejected);
     resp.pushes_dropped = atomic_load(&ps->pushes_dropped);
@@ -2469,7 +2463,7 @@ static int handle_shutdown(void *ctx, const dt_rpc_peer *peer __attribute__((unu
     int first = !ps->shutdown_requested;
     if (first) {
         ps->shutdown_requested = 1;
-        clock_gettime(CLOCK_MONOTONIC, &ps->shutdown_at);
+        dt_clock_now(&ps->shutdown_at);
         ps->worker_told_done[0] = 1; /* the chief asked, so it knows */
         /* The reason is text (the codec checked it): safe to log and echo. */
         snprintf(ps->failure, sizeof ps->failure, "%s", req.failure);
@@ -2604,7 +2598,7 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     const dt_addr *addr = &c->ps[params->task_index];
     snprintf(ps->name, sizeof ps->name, "ps:%d %.40s", params->task_index, addr->addr);
     ps->incarnation = dt_rpc_random_id();
-    clock_gettime(CLOCK_MONOTONIC, &ps->started);
+    dt_clock_now(&ps->started);
     snprintf(ps->identity, sizeof ps->identity, "ps:%d", params->task_index);
     pthread_rwlock_init(&ps->model_lock, NULL);
     pthread_mutex_init(&ps->life_mu, NULL);
@@ -2671,7 +2665,7 @@ static int finished(dt_ps *ps) {
     int all_told = 1;
     for (int w = 0; w < ps->params.cluster->num_workers; w++)
         all_told &= ps->worker_told_done[w];
-    int linger_up = over && ms_since(&ps->shutdown_at) >= ps->params.linger_ms;
+    int linger_up = over && dt_ms_since(&ps->shutdown_at) >= ps->params.linger_ms;
     pthread_mutex_unlock(&ps->life_mu);
     if (over && !all_told && linger_up)
         dt_log(DT_LOG_WARN, "%s: not every worker was told the job %s after %d ms; exiting",
@@ -2692,7 +2686,7 @@ static void learn_done(dt_ps *ps, const char *peer, int64_t step, const struct t
         if (since)
             ps->shutdown_at = *since;
         else
-            clock_gettime(CLOCK_MONOTONIC, &ps->shutdown_at);
+            dt_clock_now(&ps->shutdown_at);
     }
     pthread_mutex_unlock(&ps->life_mu);
     if (first)
@@ -2776,7 +2770,7 @@ static void ask_peers(dt_ps *ps) {
  * restarted after the end would otherwise wait for a chief that never
  * comes). */
 static void ask_whether_done(dt_ps *ps) {
-    if (ms_since(&ps->peers_asked) < PEER_ASK_MS) return;
+    if (dt_ms_since(&ps->peers_asked) < PEER_ASK_MS) return;
     pthread_rwlock_rdlock(&ps->model_lock);
     int ready = ps->ready;
     pthread_rwlock_unlock(&ps->model_lock);
@@ -2784,7 +2778,7 @@ static void ask_whether_done(dt_ps *ps) {
     int over = ps->shutdown_requested;
     pthread_mutex_unlock(&ps->life_mu);
     if (ready || over) return;
-    clock_gettime(CLOCK_MONOTONIC, &ps->peers_asked);
+    dt_clock_now(&ps->peers_asked);
     ask_log_dir(ps);
     ask_peers(ps);
 }
