@@ -326,7 +326,8 @@ static void activity_locked(dt_ps *ps, dt_msg_status_resp *resp) {
         int newest = (ps->rate_next + RATE_SAMPLES - 1) % RATE_SAMPLES;
         int oldest = ps->rate_count < RATE_SAMPLES ? 0 : ps->rate_next;
         double secs =
-            (double)(dt_ms_since(&ps->rate_at[oldest]) - dt_ms_since(&ps->rate_at[newest])) / 1000.0;
+            (double)(dt_ms_since(&ps->rate_at[oldest]) - dt_ms_since(&ps->rate_at[newest])) /
+            1000.0;
         int64_t steps = ps->rate_step[newest] - ps->rate_step[oldest];
         resp->steps_per_sec = secs > 0 && steps > 0 ? (double)steps / secs : 0;
     }
@@ -335,8 +336,9 @@ static void activity_locked(dt_ps *ps, dt_msg_status_resp *resp) {
         if (!ps->pushes_from[w] && !ps->worker_failure[w] && !ps->heard[w].called) continue;
         resp->workers[n].worker = w;
         resp->workers[n].pushes = ps->pushes_from[w];
-        resp->workers[n].last_push_ms =
-            ps->pushed_at[w].tv_sec || ps->pushed_at[w].tv_nsec ? dt_ms_since(&ps->pushed_at[w]) : -1;
+        resp->workers[n].last_push_ms = ps->pushed_at[w].tv_sec || ps->pushed_at[w].tv_nsec
+                                            ? dt_ms_since(&ps->pushed_at[w])
+                                            : -1;
         resp->workers[n].last_seen_ms = ps->heard[w].called ? dt_ms_since(&ps->heard[w].at) : -1;
         resp->workers[n].passes_done = ps->heard[w].passes_done;
         if (ps->worker_failure[w])
@@ -2029,7 +2031,8 @@ static void tick_clock(dt_ps *ps, int32_t worker) {
     /* A worker joining late (or back after a silence) starts level with the
      * slowest live one, not at 0: else the others would be held back until
      * it redid every step they took without it. */
-    int live = ps->seen[worker] && dt_ms_since(&ps->last_push[worker]) <= ps->consistency.timeout_ms;
+    int live =
+        ps->seen[worker] && dt_ms_since(&ps->last_push[worker]) <= ps->consistency.timeout_ms;
     if (!live) {
         int64_t floor = min_live_clock_locked(ps, ps->clock[worker]);
         if (floor > ps->clock[worker]) ps->clock[worker] = floor;
@@ -2300,7 +2303,8 @@ static void sync_timeout_check(dt_ps *ps) {
         int done = done_locked(ps);
         pthread_mutex_unlock(&ps->life_mu);
         pthread_mutex_lock(&ps->sync_mu);
-        if (ps->acc_count > 0 && dt_ms_since(&ps->acc_first) >= ps->consistency.timeout_ms && !done) {
+        if (ps->acc_count > 0 && dt_ms_since(&ps->acc_first) >= ps->consistency.timeout_ms &&
+            !done) {
             dt_log(DT_LOG_WARN,
                    "%s: step %lld: applying %d of %d gradients after waiting %d ms "
                    "for the others",
