@@ -403,7 +403,9 @@ static int do_push(void *arg, dt_err *err) {
                                     ps->min_global_step, &ps->reply, err);
     else
         rc = dt_ps_client_push(ps->w->client, ps->grads, ps->step, &ps->reply, err);
-    if (rc == DT_EINVAL && err && strstr(err->msg, "not finite")) say_not_finite(ps->w, err);
+    if (rc == DT_EINVAL && err &&
+        (strstr(err->msg, "is not finite") || strstr(err->msg, "would not be finite")))
+        say_not_finite(ps->w, err);
     return rc;
 }
 
