@@ -1356,6 +1356,32 @@ static void apply_sparse(dt_ps *ps, sparse_part *parts, int count, int64_t step)
     }
 }
 
+/* async and bounded, every variable's lock held: each table's rows of a
+ * push tried at lr (dt_table_first_nonfinite_span); 0 when every new value
+ * would be finite, else DT_EINVAL naming the table, the row, its id and
+ * the element, *overflow set (the gradient rows were checked finite). */
+static int check_rows(dt_ps *ps, sparse_part *parts, int count, double lr, int *overflow,
+                      dt_err *err) {
+    for (int i = 0; i < count; i++) {
+        dt_table *t = ps->tables[parts[i].table];
+        int64_t row;
+        int elem;
+        int rc = dt_table_first_nonfinite_span(t, &parts[i].batch, &ps->optim, lr, &parts[i].grads,
+                                               &row, &elem, err);
+        if (rc < 0) return dt_err_wrap(err, rc, "%s: push", ps->name);
+        if (row < parts[i].n) {
+            *overflow = 1;
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: push: update of %s row %lld (id %lld) [%d] would not be finite "
+                              "(%s at learning rate %g); nothing applied",
+                              ps->name, dt_table_config_of(t)->name, (long long)row,
+                              (long long)parts[i].ids[row], elem, dt_optim_name(ps->optim.kind),
+                              lr);
+        }
+    }
+    return 0;
+}
+
 /* SparsePull: rows of one table, as they are now (a row never pushed
  * reads as its initial value and is not stored). */
 static int handle_sparse_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request,
@@ -2160,15 +2186,18 @@ static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, sparse_part 
         lock_all_vars(ps);
         double lr = dt_lr_at(&ps->schedule, ps->optim.learning_rate, atomic_load(&ps->global_step));
         rc = check_values_locked(ps, &req->in, index, lr, &nonfinite, &overflow, &why);
-        if (rc == 0 && (reserved = reserve_step(ps, &resp.global_step)))
+        if (rc == 0) rc = check_rows(ps, parts, nparts, lr, &overflow, &why);
+        if (rc == 0 && (reserved = reserve_step(ps, &resp.global_step))) {
             apply_now_locked(ps, &req->in, index, lr);
+            /* Under the same locks, so the rows tried are the rows updated. */
+            apply_sparse(ps, parts, nparts, resp.global_step - 1);
+        }
         unlock_all_vars(ps);
         if (rc < 0) return skip_or_refuse(ps, req, nonfinite, overflow, &why, out, err);
         if (reserved) {
             /* The step is ours: concurrent pushes cannot carry the global
              * step past max_steps, and each applied push counts once. */
             record_staleness(ps, staleness_of(resp.global_step - 1, req->step));
-            apply_sparse(ps, parts, nparts, resp.global_step - 1);
             maybe_evict(ps, resp.global_step);
             if (ps->consistency.mode == DT_MODE_BOUNDED) tick_clock(ps, req->worker);
             atomic_fetch_add(&ps->pushes_applied, 1);
