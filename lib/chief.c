@@ -722,12 +722,21 @@ static int summarize_staleness(chief *c, dt_summary_writer *w, int64_t step, dt_
         n += fresh[b];
         sum += (double)b * (double)fresh[b];
     }
-    if (n == 0) return 0; /* none applied: no histogram, and the mean would be 0/0 */
+    if (n == 0) {
+        /* None applied: no histogram, and the mean would be 0/0; a job
+         * whose every update is refused as not finite still says so. */
+        if (!st->pushes_nonfinite && !st->updates_nonfinite) return 0;
+        const char *nf_tags[] = {"pushes_nonfinite", "updates_nonfinite"};
+        double nf[] = {(double)st->pushes_nonfinite, (double)st->updates_nonfinite};
+        return dt_summary_scalars(w, step, nf_tags, nf, 2, err);
+    }
     int rc = dt_summary_histogram_counts(w, step, "staleness", staleness, fresh, nb, err);
     if (rc < 0) return rc;
-    const char *tags[] = {"staleness/mean", "pushes_dropped"};
-    double scalars[] = {sum / (double)n, (double)st->pushes_dropped};
-    return dt_summary_scalars(w, step, tags, scalars, 2, err);
+    const char *tags[] = {"staleness/mean", "pushes_dropped", "pushes_nonfinite",
+                          "updates_nonfinite"};
+    double scalars[] = {sum / (double)n, (double)st->pushes_dropped, (double)st->pushes_nonfinite,
+                        (double)st->updates_nonfinite};
+    return dt_summary_scalars(w, step, tags, scalars, 4, err);
 }
 
 /* The scorer's row source: the rows as the ps tasks hold them now. */

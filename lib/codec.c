@@ -599,6 +599,7 @@ static void status_resp_to_pb(const dt_msg_status_resp *m, dtrain_StatusResponse
     s->max_lead = m->max_lead;
     copy_str(s->mode, sizeof s->mode, m->mode);
     s->pushes_nonfinite = m->pushes_nonfinite;
+    s->updates_nonfinite = m->updates_nonfinite;
     s->calls_refused = m->calls_refused;
     s->sync_digest = m->sync_digest;
     s->steps_per_sec = m->steps_per_sec;
@@ -644,6 +645,7 @@ static void status_resp_from_pb(const dtrain_StatusResponse *s, dt_msg_status_re
     m->max_lead = s->max_lead;
     copy_str(m->mode, sizeof m->mode, s->mode);
     m->pushes_nonfinite = s->pushes_nonfinite;
+    m->updates_nonfinite = s->updates_nonfinite;
     m->calls_refused = s->calls_refused;
     m->sync_digest = s->sync_digest;
     m->steps_per_sec = s->steps_per_sec;

@@ -285,6 +285,7 @@ typedef struct {
     int32_t max_lead;
     char mode[16];
     int64_t pushes_nonfinite;
+    int64_t updates_nonfinite; /* updates refused or skipped: a new value would not be finite */
     int64_t calls_refused;
     uint64_t sync_digest; /* sync: hash of the steps applied and their members */
     double steps_per_sec; /* global steps a second over the last ~10 s */

@@ -63,9 +63,25 @@ struct timespec dt_timespec_after_ms(struct timespec t, int64_t ms) {
     return t;
 }
 
+void dt_clock_now(struct timespec *out) {
+    /* Cannot fail: POSIX.1-2008 guarantees the clock, and out is valid. */
+    clock_gettime(CLOCK_MONOTONIC, out);
+}
+
 double dt_now_secs(void) {
     struct timespec ts;
-    /* Cannot fail: POSIX.1-2008 guarantees the clock, and ts is valid. */
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    dt_clock_now(&ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int64_t dt_now_ms(void) {
+    struct timespec ts;
+    dt_clock_now(&ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t dt_ms_since(const struct timespec *t0) {
+    struct timespec now;
+    dt_clock_now(&now);
+    return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
 }

@@ -3,7 +3,8 @@
  * single write(2) so lines from several threads never interleave. The role
  * letter is P (ps), C (chief), W (worker) or '-' before a role is chosen.
  * Metrics belong in summaries, not here. Also home to the one monotonic
- * clock (dt_now_secs) that timers and rates across lib/ read.
+ * clock (dt_now_secs, dt_now_ms, dt_clock_now, dt_ms_since) that timers,
+ * deadlines and rates across lib/ read.
  */
 #ifndef DT_LOG_H
 #define DT_LOG_H
@@ -29,6 +30,13 @@ void dt_log_write(dt_log_level level, const char *fmt, ...) __attribute__((forma
 /* Seconds on the monotonic clock (CLOCK_MONOTONIC): for intervals and
  * timers only, never for wall time. Thread-safe; cannot fail. */
 double dt_now_secs(void);
+/* The same clock in whole milliseconds (for rate limits and deadlines kept
+ * in an integer, e.g. an atomic). */
+int64_t dt_now_ms(void);
+/* The same clock as a timespec, for stamps kept as one (*out). */
+void dt_clock_now(struct timespec *out);
+/* Milliseconds from t0 (a dt_clock_now stamp) to now, truncated. */
+int64_t dt_ms_since(const struct timespec *t0);
 
 /* t plus ms (>= 0), normalized: a deadline for pthread_cond_timedwait on
  * t's clock. */

@@ -118,6 +118,7 @@ static void summarize(dt_job_status *st, dt_worker_seen *all) {
         st->rejected += r->pushes_rejected;
         st->dropped += r->pushes_dropped;
         st->nonfinite += r->pushes_nonfinite;
+        st->updates_nonfinite += r->updates_nonfinite;
         st->refused += r->calls_refused;
         for (int b = 0; b < r->num_staleness_counts; b++) {
             stale_sum += (long long)b * r->staleness_counts[b];
@@ -254,6 +255,11 @@ size_t dt_job_status_text(const dt_job_status *st, const dt_cluster *c, char *bu
         "refused",
         st->applied, st->rejected, st->dropped, st->nonfinite, st->refused);
     if (st->mean_staleness >= 0) put(&o, "; mean staleness %.2f", st->mean_staleness);
+    if (st->updates_nonfinite)
+        put(&o,
+            "\nupdates refused as not finite: %lld (lower learning_rate, or clip the "
+            "gradients)",
+            st->updates_nonfinite);
     put(&o, "\n");
     for (int p = 0; p < st->num_ps; p++) {
         const dt_ps_status *s = &st->ps[p];
@@ -317,6 +323,7 @@ size_t dt_job_status_json(const dt_job_status *st, const dt_cluster *c, char *bu
     cJSON_AddNumberToObject(root, "pushes_rejected", (double)st->rejected);
     cJSON_AddNumberToObject(root, "pushes_dropped", (double)st->dropped);
     cJSON_AddNumberToObject(root, "pushes_nonfinite", (double)st->nonfinite);
+    cJSON_AddNumberToObject(root, "updates_nonfinite", (double)st->updates_nonfinite);
     cJSON_AddNumberToObject(root, "calls_refused", (double)st->refused);
     if (st->mean_staleness >= 0)
         cJSON_AddNumberToObject(root, "mean_staleness", st->mean_staleness);

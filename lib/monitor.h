@@ -67,9 +67,10 @@ typedef struct {
     double steps_per_sec;
     double eta_secs; /* < 0: unknown */
     long long applied, rejected, dropped, nonfinite, refused;
-    double mean_staleness;   /* < 0: no gradients yet */
-    int num_workers;         /* the cluster's training tasks */
-    dt_worker_seen *workers; /* (num_seen) owned, by task index */
+    long long updates_nonfinite; /* updates refused or skipped: a value would not be finite */
+    double mean_staleness;       /* < 0: no gradients yet */
+    int num_workers;             /* the cluster's training tasks */
+    dt_worker_seen *workers;     /* (num_seen) owned, by task index */
     int num_seen;
     char failure[DT_MSG_FAILURE_MAX]; /* DT_JOB_FAILED: the chief's reason */
 } dt_job_status;

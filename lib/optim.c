@@ -326,6 +326,137 @@ static void apply_step(const step *st, const float *w, float *out, float *const 
     }
 }
 
+/* ---- finiteness of an update, before it is made ------------------------ */
+
+/* x - x is 0 for a finite x and NaN for an Inf or a NaN; a block's sum of
+ * them is NaN exactly when one of the block's values is not finite. */
+#define NONFINITE(x) ((x) - (x))
+
+/* Runs BODY(i), which adds NONFINITE of every value element i would get to
+ * `acc`, over [0, n) in blocks of BLOCK (vectorised like BLOCKED above);
+ * returns the first element whose acc is NaN, or n. Nothing is written. */
+#define FIRST_BAD(BODY)                                                                            \
+    for (int64_t i0 = 0; i0 < n; i0 += BLOCK) {                                                    \
+        const int64_t end = i0 + BLOCK <= n ? i0 + BLOCK : n;                                      \
+        float acc = 0.0f;                                                                          \
+        if (end - i0 == BLOCK) {                                                                   \
+            for (int k = 0; k < BLOCK; k++) {                                                      \
+                BODY(i0 + k);                                                                      \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t i = i0; i < end; i++) {                                                   \
+                BODY(i);                                                                           \
+            }                                                                                      \
+        }                                                                                          \
+        if (acc == acc) continue;                                                                  \
+        for (int64_t i = i0; i < end; i++) {                                                       \
+            acc = 0.0f;                                                                            \
+            BODY(i);                                                                               \
+            if (acc != acc) return i;                                                              \
+        }                                                                                          \
+    }                                                                                              \
+    return n;
+
+/* The same arithmetic as apply_step's, into locals. */
+#define SGD_CHECK(i) acc += NONFINITE(w[i] - lr * grad_at(g, i))
+#define MOMENTUM_CHECK(i)                                                                          \
+    {                                                                                              \
+        const float ai = mu * a[i] + grad_at(g, i);                                                \
+        acc += NONFINITE(ai) + NONFINITE(w[i] - lr * ai);                                          \
+    }
+#define NESTEROV_CHECK(i)                                                                          \
+    {                                                                                              \
+        const float gi = grad_at(g, i), ai = mu * a[i] + gi;                                       \
+        acc += NONFINITE(ai) + NONFINITE(w[i] - (lr * gi + lr * mu * ai));                         \
+    }
+#define ADAGRAD_CHECK(i)                                                                           \
+    {                                                                                              \
+        const float gi = grad_at(g, i), ai = a[i] + gi * gi;                                       \
+        acc += NONFINITE(ai) + NONFINITE(w[i] - lr * gi / (sqrtf(ai) + eps));                      \
+    }
+#define ADAM_CHECK(i)                                                                              \
+    {                                                                                              \
+        const float gi = grad_at(g, i), mi = b1 * m[i] + one_b1 * gi;                              \
+        const float vi = b2 * v[i] + one_b2 * gi * gi;                                             \
+        acc += NONFINITE(mi) + NONFINITE(vi) + NONFINITE(w[i] - lr_t * mi / (sqrtf(vi) + eps));    \
+    }
+#define FTRL_CHECK(i)                                                                              \
+    {                                                                                              \
+        const float gi = grad_at(g, i), n_new = a[i] + gi * gi, root = sqrtf(n_new);               \
+        const float z = z_old[i] + (gi - (root - sqrtf(a[i])) / lr * w[i]);                        \
+        const float wi = fabsf(z) > l1 ? (copysignf(l1, z) - z) / (root / lr + l2_twice) : 0.0f;   \
+        acc += NONFINITE(n_new) + NONFINITE(z) + NONFINITE(wi);                                    \
+    }
+
+static int64_t sgd_first_bad(const float *restrict w, const uint8_t *restrict g, int64_t n,
+                             float lr) {
+    FIRST_BAD(SGD_CHECK)
+}
+
+static int64_t momentum_first_bad(const float *restrict w, const float *restrict a,
+                                  const uint8_t *restrict g, int64_t n, float lr, float mu) {
+    FIRST_BAD(MOMENTUM_CHECK)
+}
+
+static int64_t nesterov_first_bad(const float *restrict w, const float *restrict a,
+                                  const uint8_t *restrict g, int64_t n, float lr, float mu) {
+    FIRST_BAD(NESTEROV_CHECK)
+}
+
+static int64_t first_bad_step(const step *st, const float *w, float *const *slots, const uint8_t *g,
+                              int64_t n) {
+    const float lr = st->lr;
+    switch (st->kind) {
+    case DT_OPTIM_SGD: return sgd_first_bad(w, g, n, lr);
+    case DT_OPTIM_MOMENTUM:
+        return st->nesterov ? nesterov_first_bad(w, slots[0], g, n, lr, st->mu)
+                            : momentum_first_bad(w, slots[0], g, n, lr, st->mu);
+    case DT_OPTIM_ADAGRAD: {
+        const float *a = slots[0];
+        const float eps = st->eps;
+        FIRST_BAD(ADAGRAD_CHECK)
+    }
+    case DT_OPTIM_ADAM: {
+        const float *m = slots[0], *v = slots[1];
+        const float b1 = st->b1, b2 = st->b2, eps = st->eps, lr_t = st->lr_t;
+        const float one_b1 = st->one_b1, one_b2 = st->one_b2;
+        FIRST_BAD(ADAM_CHECK)
+    }
+    case DT_OPTIM_FTRL: {
+        const float *a = slots[0], *z_old = slots[1];
+        const float l1 = st->l1, l2_twice = st->l2_twice;
+        FIRST_BAD(FTRL_CHECK)
+    }
+    default: return n;
+    }
+}
+
+int64_t dt_optim_first_nonfinite(const dt_optim_config *cfg, double lr, int64_t t, const float *w,
+                                 float *const *slots, const void *g, int64_t n) {
+    DT_ASSERT(n >= 0);
+    step st = step_of(cfg, lr, t);
+    return first_bad_step(&st, w, slots, g, n);
+}
+
+int64_t dt_optim_rows_first_nonfinite(const dt_optim_config *cfg, double lr, int64_t t,
+                                      float *const *rows, const void *const *grads, int64_t n,
+                                      int dim, int *elem) {
+    DT_ASSERT(n >= 0 && dim >= 1);
+    step st = step_of(cfg, lr, t);
+    const int nslots = slots_of(st.kind);
+    for (int64_t k = 0; k < n; k++) {
+        float *w = rows[k], *slots[DT_OPTIM_MAX_SLOTS] = {NULL};
+        for (int s = 0; s < nslots; s++)
+            slots[s] = w + (size_t)(s + 1) * (size_t)dim;
+        int64_t bad = first_bad_step(&st, w, slots, grads[k], dim);
+        if (bad < dim) {
+            if (elem) *elem = (int)bad;
+            return k;
+        }
+    }
+    return n;
+}
+
 void dt_optim_apply(const dt_optim_config *cfg, double lr, int64_t t, float *w, float *const *slots,
                     const void *g, int64_t n) {
     dt_optim_apply_to(cfg, lr, t, w, w, slots, g, n);

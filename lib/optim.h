@@ -134,6 +134,23 @@ void dt_optim_apply_to(const dt_optim_config *cfg, double lr, int64_t t, const f
 void dt_optim_apply_rows(const dt_optim_config *cfg, double lr, int64_t t, float *const *rows,
                          const void *const *grads, int64_t n, int dim);
 
+/*
+ * The update dt_optim_apply would make, tried without writing anything:
+ * the first element i (0-based) for which the new w[i] or a new slot value
+ * would be NaN or +-Inf (a non-finite gradient element makes one, so this
+ * also finds the first non-finite gradient), or n when every value would be
+ * finite. The same float arithmetic as the update, so "finite here" is
+ * "finite there" to the bit. One pass over w, the slots and g.
+ */
+int64_t dt_optim_first_nonfinite(const dt_optim_config *cfg, double lr, int64_t t, const float *w,
+                                 float *const *slots, const void *g, int64_t n);
+/* The same for dt_optim_apply_rows' records: the first row k whose update
+ * would give a non-finite weight or slot (*elem, when not NULL, gets the
+ * element in the row), or n. */
+int64_t dt_optim_rows_first_nonfinite(const dt_optim_config *cfg, double lr, int64_t t,
+                                      float *const *rows, const void *const *grads, int64_t n,
+                                      int dim, int *elem);
+
 /* ---- learning-rate schedules (TF1's tf.train.*_decay) ----------------- */
 
 #define DT_LR_MAX_BOUNDARIES 16

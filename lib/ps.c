@@ -137,10 +137,11 @@ struct dt_ps {
     _Atomic int64_t pushes_rejected;
     _Atomic int64_t pushes_dropped;
     _Atomic int64_t pushes_nonfinite;
-    _Atomic int64_t pulls_served;   /* Pull calls answered, with or without variables */
-    _Atomic int64_t pushes_retried; /* retries of a push already taken: answered, not applied */
-    _Atomic int64_t calls_refused;  /* by the handlers (DT_EPERM); the server counts its own */
-    int skip_nonfinite;             /* skip and count non-finite gradients instead of refusing */
+    _Atomic int64_t updates_nonfinite; /* updates refused (or skipped) as not finite */
+    _Atomic int64_t pulls_served;      /* Pull calls answered, with or without variables */
+    _Atomic int64_t pushes_retried;    /* retries of a push already taken: answered, not applied */
+    _Atomic int64_t calls_refused;     /* by the handlers (DT_EPERM); the server counts its own */
+    int skip_nonfinite;                /* skip and count non-finite gradients instead of refusing */
     /* Large gradients checked and applied by ranges (see dt_ps_params). */
     dt_pool *pool; /* NULL: every push on its poller alone */
     int64_t parallel_min_elems;
@@ -207,12 +208,6 @@ struct dt_ps {
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static int64_t ms_since(const struct timespec *t0) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
-}
-
 /* sync: the tables' rows of the current step, and a follower's held ones,
  * dropped. */
 static void drop_rows_locked(dt_ps *ps) {
@@ -263,7 +258,7 @@ static void raise_step(dt_ps *ps, int64_t seen) {
 /* worker (in range, allowed to speak for itself) called: it is alive now.
  * stats_mu held. */
 static void heard_locked(dt_ps *ps, int32_t worker) {
-    clock_gettime(CLOCK_MONOTONIC, &ps->heard[worker].at);
+    dt_clock_now(&ps->heard[worker].at);
     ps->heard[worker].called = 1;
 }
 
@@ -284,7 +279,7 @@ static void note_call(dt_ps *ps, int32_t worker) {
 static void note_push(dt_ps *ps, int32_t worker) {
     if (worker < 0 || worker >= ps->params.cluster->num_workers) return;
     pthread_mutex_lock(&ps->stats_mu);
-    clock_gettime(CLOCK_MONOTONIC, &ps->pushed_at[worker]);
+    dt_clock_now(&ps->pushed_at[worker]);
     heard_locked(ps, worker);
     ps->heard[worker].passes_done = 0;
     char *failure = ps->worker_failure[worker];
@@ -316,8 +311,8 @@ static void count_taken(dt_ps *ps, int32_t worker) {
 static void sample_rate(dt_ps *ps) {
     pthread_mutex_lock(&ps->stats_mu);
     int last = (ps->rate_next + RATE_SAMPLES - 1) % RATE_SAMPLES;
-    if (ps->rate_count == 0 || ms_since(&ps->rate_at[last]) >= 1000) {
-        clock_gettime(CLOCK_MONOTONIC, &ps->rate_at[ps->rate_next]);
+    if (ps->rate_count == 0 || dt_ms_since(&ps->rate_at[last]) >= 1000) {
+        dt_clock_now(&ps->rate_at[ps->rate_next]);
         ps->rate_step[ps->rate_next] = atomic_load(&ps->global_step);
         ps->rate_next = (ps->rate_next + 1) % RATE_SAMPLES;
         if (ps->rate_count < RATE_SAMPLES) ps->rate_count++;
@@ -331,7 +326,8 @@ static void activity_locked(dt_ps *ps, dt_msg_status_resp *resp) {
         int newest = (ps->rate_next + RATE_SAMPLES - 1) % RATE_SAMPLES;
         int oldest = ps->rate_count < RATE_SAMPLES ? 0 : ps->rate_next;
         double secs =
-            (double)(ms_since(&ps->rate_at[oldest]) - ms_since(&ps->rate_at[newest])) / 1000.0;
+            (double)(dt_ms_since(&ps->rate_at[oldest]) - dt_ms_since(&ps->rate_at[newest])) /
+            1000.0;
         int64_t steps = ps->rate_step[newest] - ps->rate_step[oldest];
         resp->steps_per_sec = secs > 0 && steps > 0 ? (double)steps / secs : 0;
     }
@@ -340,9 +336,10 @@ static void activity_locked(dt_ps *ps, dt_msg_status_resp *resp) {
         if (!ps->pushes_from[w] && !ps->worker_failure[w] && !ps->heard[w].called) continue;
         resp->workers[n].worker = w;
         resp->workers[n].pushes = ps->pushes_from[w];
-        resp->workers[n].last_push_ms =
-            ps->pushed_at[w].tv_sec || ps->pushed_at[w].tv_nsec ? ms_since(&ps->pushed_at[w]) : -1;
-        resp->workers[n].last_seen_ms = ps->heard[w].called ? ms_since(&ps->heard[w].at) : -1;
+        resp->workers[n].last_push_ms = ps->pushed_at[w].tv_sec || ps->pushed_at[w].tv_nsec
+                                            ? dt_ms_since(&ps->pushed_at[w])
+                                            : -1;
+        resp->workers[n].last_seen_ms = ps->heard[w].called ? dt_ms_since(&ps->heard[w].at) : -1;
         resp->workers[n].passes_done = ps->heard[w].passes_done;
         if (ps->worker_failure[w])
             snprintf(resp->workers[n].failure, sizeof resp->workers[n].failure, "%s",
@@ -481,8 +478,8 @@ static void slots_writable(dt_ps *ps, int k) {
     ps_var *pv = &ps->pv[k];
     int nslots = dt_optim_num_slots(&ps->optim);
     struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (slots_read(pv, nslots) && ms_since(&t0) < SLOT_WAIT_MS) {
+    dt_clock_now(&t0);
+    while (slots_read(pv, nslots) && dt_ms_since(&t0) < SLOT_WAIT_MS) {
         pthread_mutex_unlock(&pv->mu);
         nanosleep(&(struct timespec){0, 200000L}, NULL);
         pthread_mutex_lock(&pv->mu);
@@ -803,6 +800,28 @@ static int build_tables(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
     return 0;
 }
 
+/* Every F32 tensor of v finite (a Create's variables or slots): else DT_EINVAL naming `what`, the
+ * tensor and the first index that is NaN or Inf. A model that starts non-finite stays so: every
+ * pull would return it, every update keep it. (A sparse import's rows are
+ * checked so by dt_table_import.) */
+static int check_finite_views(dt_ps *ps, const char *what, const dt_tensor_views *v, dt_err *err) {
+    for (int i = 0; i < v->count; i++) {
+        if (v->items[i].dtype != DT_DTYPE_F32) continue; /* refused elsewhere, by name */
+        dt_rpc_piece one;
+        dt_rpc_span span = dt_codec_view_span(v, i, &one);
+        size_t bad = dt_rpc_span_first_nonfinite(&span);
+        if (bad < span.len / sizeof(float)) {
+            float x = 0;
+            dt_rpc_span at = dt_rpc_span_sub(&span, bad * sizeof x, sizeof x);
+            dt_rpc_span_copy(&at, &x);
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: %s: %s[%zu] is %g: initial values must be finite", ps->name,
+                              what, v->items[i].name, bad, (double)x);
+        }
+    }
+    return 0;
+}
+
 static int check_create(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
     /* No variables is fine: with more ps tasks than units of the model, a
      * task holds none and just keeps the step. */
@@ -835,7 +854,8 @@ static int check_create(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
                 return dt_err_set(err, DT_EINVAL, "%s: create: variable %s given twice", ps->name,
                                   req->in.items[i].name);
     }
-    return 0;
+    if ((rc = check_finite_views(ps, "create: variable", &req->in, err)) < 0) return rc;
+    return check_finite_views(ps, "create: slot", &req->slots_in, err);
 }
 
 static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
@@ -931,7 +951,7 @@ static int follow_decision(dt_ps *ps, const dt_sync_decision *d, dt_err *err);
 static int64_t min_live_clock_locked(dt_ps *ps, int64_t fallback) {
     int64_t min = INT64_MAX;
     for (int w = 0; w < ps->params.cluster->num_workers; w++)
-        if (ps->seen[w] && ms_since(&ps->last_push[w]) <= ps->consistency.timeout_ms &&
+        if (ps->seen[w] && dt_ms_since(&ps->last_push[w]) <= ps->consistency.timeout_ms &&
             ps->clock[w] < min)
             min = ps->clock[w];
     return min == INT64_MAX ? fallback : min;
@@ -1116,8 +1136,11 @@ static size_t first_nonfinite_of(dt_ps *ps, const dt_tensor_views *grads, int i)
  * gets gradient i's variable. A NaN or Inf is DT_EINVAL with *nonfinite
  * set, so the caller can skip it instead when configured to. The values
  * are read where they are in the message, as the update reads them next:
- * this pass comes first so that a bad push changes nothing. */
-static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, int *nonfinite,
+ * this pass comes first so that a bad push changes nothing. With scan 0
+ * the values are left to check_values_locked, which tries the update
+ * itself (async and bounded: one pass finds both a NaN or Inf in the
+ * gradient and an update that would overflow). */
+static int check_push(dt_ps *ps, const dt_tensor_views *grads, int scan, int *index, int *nonfinite,
                       dt_err *err) {
     *nonfinite = 0;
     for (int i = 0; i < grads->count; i++) {
@@ -1140,6 +1163,7 @@ static int check_push(dt_ps *ps, const dt_tensor_views *grads, int *index, int *
                 return dt_err_set(err, DT_EINVAL, "%s: push: gradient %s given twice", ps->name,
                                   g->name);
         index[i] = k;
+        if (!scan) continue;
         size_t bad = first_nonfinite_of(ps, grads, i);
         if (bad < g->nbytes / sizeof(float)) {
             *nonfinite = 1;
@@ -1330,6 +1354,32 @@ static void apply_sparse(dt_ps *ps, sparse_part *parts, int count, int64_t step)
                                 &parts[i].grads, step, &why) < 0)
             dt_log(DT_LOG_ERROR, "%s: push at step %lld: %s", ps->name, (long long)step, why.msg);
     }
+}
+
+/* async and bounded, every variable's lock held: each table's rows of a
+ * push tried at lr (dt_table_first_nonfinite_span); 0 when every new value
+ * would be finite, else DT_EINVAL naming the table, the row, its id and
+ * the element, *overflow set (the gradient rows were checked finite). */
+static int check_rows(dt_ps *ps, sparse_part *parts, int count, double lr, int *overflow,
+                      dt_err *err) {
+    for (int i = 0; i < count; i++) {
+        dt_table *t = ps->tables[parts[i].table];
+        int64_t row;
+        int elem;
+        int rc = dt_table_first_nonfinite_span(t, &parts[i].batch, &ps->optim, lr, &parts[i].grads,
+                                               &row, &elem, err);
+        if (rc < 0) return dt_err_wrap(err, rc, "%s: push", ps->name);
+        if (row < parts[i].n) {
+            *overflow = 1;
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: push: update of %s row %lld (id %lld) [%d] would not be finite "
+                              "(%s at learning rate %g); nothing applied",
+                              ps->name, dt_table_config_of(t)->name, (long long)row,
+                              (long long)parts[i].ids[row], elem, dt_optim_name(ps->optim.kind),
+                              lr);
+        }
+    }
+    return 0;
 }
 
 /* SparsePull: rows of one table, as they are now (a row never pushed
@@ -1573,6 +1623,78 @@ static void apply_span(const range_job *j, const dt_rpc_span *s, size_t from) {
     }
 }
 
+/* The first element of j's variable, from `from` on, whose update from
+ * span s (elements [from, from + s's count)) would not be finite (a new
+ * weight or slot value NaN or Inf, dt_optim_first_nonfinite), or j->n.
+ * Reads the variable, its slots and the message; writes nothing. */
+static size_t first_bad_span(const range_job *j, const dt_rpc_span *s, size_t from) {
+    ps_var *pv = &j->ps->pv[j->k];
+    int nslots = dt_optim_num_slots(&j->ps->optim);
+    dt_rpc_reader r;
+    dt_rpc_reader_init(&r, s, sizeof(float));
+    size_t at = from, n;
+    const uint8_t *run;
+    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+        float *slots[DT_OPTIM_MAX_SLOTS];
+        for (int i = 0; i < nslots; i++)
+            slots[i] = pv->slots[i] + at;
+        int64_t bad =
+            dt_optim_first_nonfinite(&j->ps->optim, j->lr, j->t, j->w + at, slots, run, (int64_t)n);
+        if (bad < (int64_t)n) return at + (size_t)bad;
+        at += n;
+    }
+    return j->n;
+}
+
+static void check_update_range(void *ctx, int range) {
+    range_job *j = ctx;
+    size_t from, count;
+    range_bounds(j, range, &from, &count);
+    dt_rpc_span part = dt_rpc_span_sub(&j->grad, from * sizeof(float), count * sizeof(float));
+    j->first_bad[range] = first_bad_span(j, &part, from);
+}
+
+/* The first element of variable k (its lock held) whose next update from
+ * grad at lr would not be finite, or its count: by ranges when it is large
+ * and the pool is free, as apply_one, else in one pass; the lowest index
+ * either way. This is the push's one pass before the update: a NaN or Inf
+ * in the gradient makes a non-finite value too, so it is found here. */
+static size_t first_bad_update(dt_ps *ps, int k, double lr, const dt_rpc_span *grad) {
+    ps_var *pv = &ps->pv[k];
+    range_job j = {
+        .ps = ps, .grad = *grad, .k = k, .lr = lr, .t = pv->updates + 1, .w = pv->cur->data};
+    j.n = j.grad.len / sizeof(float);
+    j.ranges = ranges_for(ps, j.n);
+    if (j.ranges > 1 && dt_pool_run(ps->pool, check_update_range, &j, j.ranges)) {
+        size_t bad = j.n;
+        for (int r = 0; r < j.ranges; r++)
+            if (j.first_bad[r] < bad) bad = j.first_bad[r];
+        return bad;
+    }
+    return first_bad_span(&j, &j.grad, 0);
+}
+
+/* The refusal of an update of variable `name` whose element `bad` would
+ * not be finite: the gradient's own NaN or Inf (*nonfinite set, as
+ * check_push's) or an overflow of finite values (*overflow set). Both
+ * DT_EINVAL, naming the variable and the index. */
+static int refuse_update(dt_ps *ps, const char *what, const char *name, const dt_rpc_span *grad,
+                         size_t bad, double lr, int *nonfinite, int *overflow, dt_err *err) {
+    float g = 0;
+    dt_rpc_span one = dt_rpc_span_sub(grad, bad * sizeof g, sizeof g);
+    dt_rpc_span_copy(&one, &g);
+    if (!isfinite(g)) {
+        *nonfinite = 1;
+        return dt_err_set(err, DT_EINVAL, "%s: %s: gradient %s[%zu] is not finite", ps->name, what,
+                          name, bad);
+    }
+    *overflow = 1;
+    return dt_err_set(err, DT_EINVAL,
+                      "%s: %s: update of %s[%zu] would not be finite (gradient %g, %s at "
+                      "learning rate %g); nothing applied",
+                      ps->name, what, name, bad, (double)g, dt_optim_name(ps->optim.kind), lr);
+}
+
 static void apply_range(void *ctx, int range) {
     range_job *j = ctx;
     size_t from, count;
@@ -1604,17 +1726,52 @@ static void apply_one(dt_ps *ps, int k, double lr, const dt_rpc_span *grad) {
     make_current(ps, k, to);
 }
 
-/* async and bounded: apply each gradient at once, under its variable's
- * lock. Cannot fail. */
-static void apply_now(dt_ps *ps, const dt_tensor_views *grads, const int *index, int64_t step) {
-    double lr = dt_lr_at(&ps->schedule, ps->optim.learning_rate, step);
+/* Counts an update refused (or skipped) because a value would not be
+ * finite, and logs it: the first one, then one in a thousand (a diverging
+ * job would otherwise log every push). */
+static void count_not_finite(dt_ps *ps, const dt_err *why) {
+    int64_t n = atomic_fetch_add(&ps->updates_nonfinite, 1);
+    if (n % 1000 == 0)
+        dt_log(DT_LOG_WARN, "%s: %s (%lld such so far%s)", ps->name, why->msg, (long long)n + 1,
+               ps->skip_nonfinite ? ", skipped: skip_nonfinite" : "");
+}
+
+/* Every variable's lock, in index order (the one order every holder of
+ * more than one takes them in), or released. */
+static void lock_all_vars(dt_ps *ps) {
+    for (int k = 0; k < ps->vars.count; k++)
+        pthread_mutex_lock(&ps->pv[k].mu);
+}
+
+static void unlock_all_vars(dt_ps *ps) {
+    for (int k = ps->vars.count - 1; k >= 0; k--)
+        pthread_mutex_unlock(&ps->pv[k].mu);
+}
+
+/* async and bounded, every variable's lock held: the update each gradient
+ * would make at lr, tried; 0 when every new value would be finite, else
+ * refuse_update's refusal for the first variable (in the push's order) and
+ * element that would not be. */
+static int check_values_locked(dt_ps *ps, const dt_tensor_views *grads, const int *index, double lr,
+                               int *nonfinite, int *overflow, dt_err *err) {
     for (int i = 0; i < grads->count; i++) {
-        int k = index[i];
         dt_rpc_piece one;
         dt_rpc_span grad = dt_codec_view_span(grads, i, &one);
-        pthread_mutex_lock(&ps->pv[k].mu);
-        apply_one(ps, k, lr, &grad);
-        pthread_mutex_unlock(&ps->pv[k].mu);
+        size_t bad = first_bad_update(ps, index[i], lr, &grad);
+        if (bad < grad.len / sizeof(float))
+            return refuse_update(ps, "push", grads->items[i].name, &grad, bad, lr, nonfinite,
+                                 overflow, err);
+    }
+    return 0;
+}
+
+/* async and bounded: apply each gradient at lr, every variable's lock
+ * held (the check just above saw the values this writes). Cannot fail. */
+static void apply_now_locked(dt_ps *ps, const dt_tensor_views *grads, const int *index, double lr) {
+    for (int i = 0; i < grads->count; i++) {
+        dt_rpc_piece one;
+        dt_rpc_span grad = dt_codec_view_span(grads, i, &one);
+        apply_one(ps, index[i], lr, &grad);
     }
 }
 
@@ -1657,11 +1814,39 @@ static void apply_rows_locked(dt_ps *ps, float scale, double lr) {
     }
 }
 
+/* sync, every variable's lock held: the mean gradients (acc, already
+ * scaled) tried at lr; as check_values_locked. */
+static int check_mean_locked(dt_ps *ps, double lr, int *overflow, dt_err *err) {
+    int nonfinite = 0;
+    for (int k = 0; k < ps->vars.count; k++) {
+        dt_tensor *v = &ps->vars.items[k];
+        dt_rpc_piece one = {(const uint8_t *)ps->acc.items[k].data, v->nbytes};
+        dt_rpc_span grad = {&one, 0, v->nbytes};
+        size_t bad = first_bad_update(ps, k, lr, &grad);
+        if (bad >= v->nbytes / sizeof(float)) continue;
+        *overflow = 1;
+        /* A sum of finite gradients can itself overflow, which the check
+         * of each push cannot see: both count as the update's. */
+        if (!isfinite(((const float *)ps->acc.items[k].data)[bad]))
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: sync step %lld: mean gradient %s[%zu] is not finite (the sum "
+                              "of the step's %d finite gradients overflowed); nothing applied",
+                              ps->name, (long long)ps->acc_step, v->name, bad, ps->acc_count);
+        return refuse_update(ps, "sync step", v->name, &grad, bad, lr, &nonfinite, overflow, err);
+    }
+    return 0;
+}
+
 /* sync: apply the mean of the accumulated gradients as one step, and move
  * to the next. Called with sync_mu held. acc_count may be 0 only on a
  * follower told of a step whose gradients it lost (restarted since): the
- * step then passes with no change here. */
-static void apply_accumulated(dt_ps *ps) {
+ * step then passes with no change here. Returns 0, or 1 when the step's
+ * update would have made a value non-finite (why says which and where):
+ * then no variable or row changed and the step passes all the same, so
+ * the ps tasks of a job stay at one step (a follower does as ps 0
+ * decided). */
+static int apply_accumulated(dt_ps *ps, dt_err *why) {
+    int refused = 0;
     fold_digest(ps);
     if (ps->sync_role == SYNC_DECIDER) {
         dt_sync_decision *d = &ps->decided;
@@ -1675,29 +1860,38 @@ static void apply_accumulated(dt_ps *ps) {
     double lr = dt_lr_at(&ps->schedule, ps->optim.learning_rate, ps->acc_step);
     float scale = ps->acc_count ? 1.0f / (float)ps->acc_count : 0.0f;
     for (int k = 0; ps->acc_count > 0 && k < ps->vars.count; k++) {
-        ps_var *pv = &ps->pv[k];
-        dt_tensor *v = &ps->vars.items[k];
         float *sum = ps->acc.items[k].data;
-        int64_t n = dt_tensor_numel(v);
+        int64_t n = dt_tensor_numel(&ps->vars.items[k]);
         for (int64_t e = 0; e < n; e++)
             sum[e] *= scale; /* mean = sum / count */
-        dt_rpc_piece one = {(const uint8_t *)sum, v->nbytes};
-        dt_rpc_span grad = {&one, 0, v->nbytes};
-        pthread_mutex_lock(&pv->mu);
-        apply_one(ps, k, lr, &grad);
-        pthread_mutex_unlock(&pv->mu);
-        memset(sum, 0, v->nbytes);
     }
-    if (ps->acc_count > 0) apply_rows_locked(ps, scale, lr);
-    for (int i = 0; i < ps->acc_count; i++)
+    if (ps->acc_count > 0) {
+        int overflow = 0;
+        lock_all_vars(ps);
+        refused = check_mean_locked(ps, lr, &overflow, why) < 0;
+        if (!refused) {
+            for (int k = 0; k < ps->vars.count; k++) {
+                dt_tensor *v = &ps->vars.items[k];
+                dt_rpc_piece one = {(const uint8_t *)ps->acc.items[k].data, v->nbytes};
+                dt_rpc_span grad = {&one, 0, v->nbytes};
+                apply_one(ps, k, lr, &grad);
+            }
+        }
+        unlock_all_vars(ps);
+        for (int k = 0; k < ps->vars.count; k++)
+            memset(ps->acc.items[k].data, 0, ps->vars.items[k].nbytes);
+    }
+    if (ps->acc_count > 0 && !refused) apply_rows_locked(ps, scale, lr);
+    for (int i = 0; !refused && i < ps->acc_count; i++)
         record_staleness(ps, 0);
-    atomic_fetch_add(&ps->pushes_applied, ps->acc_count);
+    if (!refused) atomic_fetch_add(&ps->pushes_applied, ps->acc_count);
     ps->acc_count = 0;
     memset(ps->acc_from, 0, sizeof(int) * (size_t)ps->params.cluster->num_workers);
     if (ps->held) memset(ps->held, 0, sizeof(int) * (size_t)ps->params.cluster->num_workers);
     drop_rows_locked(ps);
     ps->acc_step = atomic_fetch_add(&ps->global_step, 1) + 1;
     maybe_evict(ps, ps->acc_step);
+    return refused;
 }
 
 /* Adds the floats r reads (a message's, at any alignment) to sum. */
@@ -1791,7 +1985,12 @@ static int follow_decision(dt_ps *ps, const dt_sync_decision *d, dt_err *err) {
         ps->acc_count++;
     }
     int applied = ps->acc_count;
-    apply_accumulated(ps);
+    dt_err why;
+    dt_err_clear(&why);
+    if (apply_accumulated(ps, &why)) {
+        count_not_finite(ps, &why);
+        applied = 0;
+    }
     pthread_mutex_unlock(&ps->sync_mu);
     atomic_fetch_add(&ps->pushes_dropped, dropped);
     if (lost)
@@ -1802,9 +2001,14 @@ static int follow_decision(dt_ps *ps, const dt_sync_decision *d, dt_err *err) {
     return 0;
 }
 
+/* accumulate's answer for a gradient that completed a step whose update
+ * would not have been finite (the step passed, nothing applied). */
+#define USED_NOT_FINITE 2
+
 /* sync: add one worker's gradient to the current step (a follower holds it
  * instead); 1 when used, 0 when stale (computed for another step, or this
- * worker already gave one), or a negative code. */
+ * worker already gave one), USED_NOT_FINITE (err says why), or a negative
+ * code. */
 static int accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index, sparse_part *parts,
                       int nparts, dt_err *err) {
     pthread_mutex_lock(&ps->sync_mu);
@@ -1838,10 +2042,12 @@ static int accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index, s
         add_rows_locked(ps, parts[i].table, &g);
     }
     if (known) ps->acc_from[w] = 1;
-    if (ps->acc_count++ == 0) clock_gettime(CLOCK_MONOTONIC, &ps->acc_first);
-    if (ps->acc_count >= ps->consistency.replicas_to_aggregate) apply_accumulated(ps);
+    if (ps->acc_count++ == 0) dt_clock_now(&ps->acc_first);
+    int used = 1;
+    if (ps->acc_count >= ps->consistency.replicas_to_aggregate && apply_accumulated(ps, err))
+        used = USED_NOT_FINITE;
     pthread_mutex_unlock(&ps->sync_mu);
-    return 1;
+    return used;
 }
 
 /* bounded: advance the worker's clock; remember how far ahead it ran. */
@@ -1851,7 +2057,8 @@ static void tick_clock(dt_ps *ps, int32_t worker) {
     /* A worker joining late (or back after a silence) starts level with the
      * slowest live one, not at 0: else the others would be held back until
      * it redid every step they took without it. */
-    int live = ps->seen[worker] && ms_since(&ps->last_push[worker]) <= ps->consistency.timeout_ms;
+    int live =
+        ps->seen[worker] && dt_ms_since(&ps->last_push[worker]) <= ps->consistency.timeout_ms;
     if (!live) {
         int64_t floor = min_live_clock_locked(ps, ps->clock[worker]);
         if (floor > ps->clock[worker]) ps->clock[worker] = floor;
@@ -1860,7 +2067,7 @@ static void tick_clock(dt_ps *ps, int32_t worker) {
     if (lead > ps->max_lead) ps->max_lead = (int32_t)lead;
     ps->clock[worker]++;
     ps->seen[worker] = 1;
-    clock_gettime(CLOCK_MONOTONIC, &ps->last_push[worker]);
+    dt_clock_now(&ps->last_push[worker]);
     pthread_mutex_unlock(&ps->stats_mu);
 }
 
@@ -1932,6 +2139,27 @@ static void attach_variables(dt_ps *ps, const dt_msg_push_req *req, dt_msg_push_
     resp->out.ref_ctx = ps;
 }
 
+/* A push whose values would not be finite (nonfinite: its gradient's own;
+ * overflow: the update's), checked before anything changed: skipped and
+ * counted when the job says skip_nonfinite (the reply says dropped), else
+ * refused with why. Either way counted: pushes_nonfinite for a skipped
+ * gradient, updates_nonfinite for an update refused or skipped. */
+static int skip_or_refuse(dt_ps *ps, const dt_msg_push_req *req, int nonfinite, int overflow,
+                          const dt_err *why, dt_msg_push_resp *out, dt_err *err) {
+    if (overflow) count_not_finite(ps, why);
+    if (!ps->skip_nonfinite) return dt_err_set(err, why->code, "%s", why->msg);
+    /* Configured to survive a diverging worker: skip it, count it. */
+    if (nonfinite) atomic_fetch_add(&ps->pushes_nonfinite, 1);
+    dt_msg_push_resp resp;
+    memset(&resp, 0, sizeof resp);
+    resp.dropped = true;
+    resp.global_step = atomic_load(&ps->global_step);
+    resp.done = check_done(ps, req->worker);
+    dt_log(DT_LOG_DEBUG, "%s: skipped: %s", ps->name, why->msg);
+    *out = resp;
+    return 0;
+}
+
 /* A decoded push from an allowed caller, with model_lock held for reading
  * and the model ready: checks it and applies, accumulates or drops it; *out
  * gets the reply's step and flags. */
@@ -1942,24 +2170,41 @@ static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, sparse_part 
     memset(&resp, 0, sizeof resp);
     dt_err why;
     dt_err_clear(&why);
-    int nonfinite = 0, nparts = 0;
-    int rc = check_push(ps, &req->in, index, &nonfinite, &why);
+    int nonfinite = 0, overflow = 0, nparts = 0;
+    const int sync = ps->consistency.mode == DT_MODE_SYNC;
+    int rc = check_push(ps, &req->in, sync, index, &nonfinite, &why);
     if (rc == 0) rc = check_sparse(ps, req, parts, &nparts, &nonfinite, &why);
-    if (rc < 0 && nonfinite && ps->skip_nonfinite) {
-        /* Configured to survive a diverging worker: skip it, count it. */
-        atomic_fetch_add(&ps->pushes_nonfinite, 1);
-        resp.dropped = true;
-        resp.global_step = atomic_load(&ps->global_step);
-        resp.done = check_done(ps, req->worker);
-        dt_log(DT_LOG_DEBUG, "%s: skipped: %s", ps->name, why.msg);
-        *out = resp;
-        return 0;
-    }
+    if (rc < 0 && nonfinite) return skip_or_refuse(ps, req, nonfinite, 0, &why, out, err);
     if (rc < 0) return dt_err_set(err, rc, "%s", why.msg);
     int reserved = 0;
     if (check_done(ps, req->worker)) {
         resp.done = true;
-    } else if (ps->consistency.mode == DT_MODE_SYNC) {
+    } else if (!sync) {
+        /* Every variable's lock, so the values tried are those updated: no
+         * other push of this ps changes one in between (each takes them
+         * all), and the step this one takes is the one read here. */
+        lock_all_vars(ps);
+        double lr = dt_lr_at(&ps->schedule, ps->optim.learning_rate, atomic_load(&ps->global_step));
+        rc = check_values_locked(ps, &req->in, index, lr, &nonfinite, &overflow, &why);
+        if (rc == 0) rc = check_rows(ps, parts, nparts, lr, &overflow, &why);
+        if (rc == 0 && (reserved = reserve_step(ps, &resp.global_step))) {
+            apply_now_locked(ps, &req->in, index, lr);
+            /* Under the same locks, so the rows tried are the rows updated. */
+            apply_sparse(ps, parts, nparts, resp.global_step - 1);
+        }
+        unlock_all_vars(ps);
+        if (rc < 0) return skip_or_refuse(ps, req, nonfinite, overflow, &why, out, err);
+        if (reserved) {
+            /* The step is ours: concurrent pushes cannot carry the global
+             * step past max_steps, and each applied push counts once. */
+            record_staleness(ps, staleness_of(resp.global_step - 1, req->step));
+            maybe_evict(ps, resp.global_step);
+            if (ps->consistency.mode == DT_MODE_BOUNDED) tick_clock(ps, req->worker);
+            atomic_fetch_add(&ps->pushes_applied, 1);
+        } else {
+            resp.done = true;
+        }
+    } else {
         int used = 0;
         if (ps->sync_role != SYNC_ALONE &&
             (req->worker < 0 || req->worker >= ps->params.cluster->num_workers))
@@ -1969,23 +2214,15 @@ static int push_locked(dt_ps *ps, dt_msg_push_req *req, int *index, sparse_part 
                               "workers)",
                               ps->name, (int)req->worker, ps->params.cluster->num_workers);
         else
-            used = accumulate(ps, req, index, parts, nparts, err);
-        if (used < 0) return used;
+            used = accumulate(ps, req, index, parts, nparts, &why);
+        /* The step this push completed would have made a value non-finite:
+         * it passed with nothing applied (apply_accumulated). */
+        if (used == USED_NOT_FINITE) return skip_or_refuse(ps, req, 0, 1, &why, out, err);
+        if (used < 0) return dt_err_set(err, used, "%s", why.msg);
         if (used == 0) {
             atomic_fetch_add(&ps->pushes_dropped, 1);
             resp.dropped = true;
         }
-    } else if ((reserved = reserve_step(ps, &resp.global_step))) {
-        /* The step is ours: concurrent pushes cannot carry the global step
-         * past max_steps, and each applied push counts exactly once. */
-        record_staleness(ps, staleness_of(resp.global_step - 1, req->step));
-        apply_now(ps, &req->in, index, resp.global_step - 1);
-        apply_sparse(ps, parts, nparts, resp.global_step - 1);
-        maybe_evict(ps, resp.global_step);
-        if (ps->consistency.mode == DT_MODE_BOUNDED) tick_clock(ps, req->worker);
-        atomic_fetch_add(&ps->pushes_applied, 1);
-    } else {
-        resp.done = true;
     }
     if (!reserved) resp.global_step = atomic_load(&ps->global_step);
     resp.done = check_done(ps, req->worker) || resp.done;
@@ -2095,13 +2332,16 @@ static void sync_timeout_check(dt_ps *ps) {
         int done = done_locked(ps);
         pthread_mutex_unlock(&ps->life_mu);
         pthread_mutex_lock(&ps->sync_mu);
-        if (ps->acc_count > 0 && ms_since(&ps->acc_first) >= ps->consistency.timeout_ms && !done) {
+        if (ps->acc_count > 0 && dt_ms_since(&ps->acc_first) >= ps->consistency.timeout_ms &&
+            !done) {
             dt_log(DT_LOG_WARN,
                    "%s: step %lld: applying %d of %d gradients after waiting %d ms "
                    "for the others",
                    ps->name, (long long)ps->acc_step, ps->acc_count,
                    ps->consistency.replicas_to_aggregate, ps->consistency.timeout_ms);
-            apply_accumulated(ps);
+            dt_err why;
+            dt_err_clear(&why);
+            if (apply_accumulated(ps, &why)) count_not_finite(ps, &why);
         }
         pthread_mutex_unlock(&ps->sync_mu);
     }
@@ -2225,11 +2465,12 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     snprintf(resp.failure, sizeof resp.failure, "%s", ps->failure);
     pthread_mutex_unlock(&ps->life_mu);
     if (resp.failure[0]) resp.done = false; /* over, but not done: failed */
-    resp.uptime_ms = ms_since(&ps->started);
+    resp.uptime_ms = dt_ms_since(&ps->started);
     resp.pushes_applied = atomic_load(&ps->pushes_applied);
     resp.pushes_rejected = atomic_load(&ps->pushes_rejected);
     resp.pushes_dropped = atomic_load(&ps->pushes_dropped);
     resp.pushes_nonfinite = atomic_load(&ps->pushes_nonfinite);
+    resp.updates_nonfinite = atomic_load(&ps->updates_nonfinite);
     resp.calls_refused =
         atomic_load(&ps->calls_refused) + (ps->server ? dt_rpc_server_refused(ps->server) : 0);
     pthread_mutex_lock(&ps->stats_mu);
@@ -2255,7 +2496,7 @@ static int handle_shutdown(void *ctx, const dt_rpc_peer *peer __attribute__((unu
     int first = !ps->shutdown_requested;
     if (first) {
         ps->shutdown_requested = 1;
-        clock_gettime(CLOCK_MONOTONIC, &ps->shutdown_at);
+        dt_clock_now(&ps->shutdown_at);
         ps->worker_told_done[0] = 1; /* the chief asked, so it knows */
         /* The reason is text (the codec checked it): safe to log and echo. */
         snprintf(ps->failure, sizeof ps->failure, "%s", req.failure);
@@ -2390,7 +2631,7 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
     const dt_addr *addr = &c->ps[params->task_index];
     snprintf(ps->name, sizeof ps->name, "ps:%d %.40s", params->task_index, addr->addr);
     ps->incarnation = dt_rpc_random_id();
-    clock_gettime(CLOCK_MONOTONIC, &ps->started);
+    dt_clock_now(&ps->started);
     snprintf(ps->identity, sizeof ps->identity, "ps:%d", params->task_index);
     pthread_rwlock_init(&ps->model_lock, NULL);
     pthread_mutex_init(&ps->life_mu, NULL);
@@ -2457,7 +2698,7 @@ static int finished(dt_ps *ps) {
     int all_told = 1;
     for (int w = 0; w < ps->params.cluster->num_workers; w++)
         all_told &= ps->worker_told_done[w];
-    int linger_up = over && ms_since(&ps->shutdown_at) >= ps->params.linger_ms;
+    int linger_up = over && dt_ms_since(&ps->shutdown_at) >= ps->params.linger_ms;
     pthread_mutex_unlock(&ps->life_mu);
     if (over && !all_told && linger_up)
         dt_log(DT_LOG_WARN, "%s: not every worker was told the job %s after %d ms; exiting",
@@ -2478,7 +2719,7 @@ static void learn_done(dt_ps *ps, const char *peer, int64_t step, const struct t
         if (since)
             ps->shutdown_at = *since;
         else
-            clock_gettime(CLOCK_MONOTONIC, &ps->shutdown_at);
+            dt_clock_now(&ps->shutdown_at);
     }
     pthread_mutex_unlock(&ps->life_mu);
     if (first)
@@ -2562,7 +2803,7 @@ static void ask_peers(dt_ps *ps) {
  * restarted after the end would otherwise wait for a chief that never
  * comes). */
 static void ask_whether_done(dt_ps *ps) {
-    if (ms_since(&ps->peers_asked) < PEER_ASK_MS) return;
+    if (dt_ms_since(&ps->peers_asked) < PEER_ASK_MS) return;
     pthread_rwlock_rdlock(&ps->model_lock);
     int ready = ps->ready;
     pthread_rwlock_unlock(&ps->model_lock);
@@ -2570,7 +2811,7 @@ static void ask_whether_done(dt_ps *ps) {
     int over = ps->shutdown_requested;
     pthread_mutex_unlock(&ps->life_mu);
     if (ready || over) return;
-    clock_gettime(CLOCK_MONOTONIC, &ps->peers_asked);
+    dt_clock_now(&ps->peers_asked);
     ask_log_dir(ps);
     ask_peers(ps);
 }

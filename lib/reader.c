@@ -38,6 +38,7 @@
 #include <zlib.h>
 
 #include "alloc.h"
+#include "libsvm.h"
 #include "log.h"
 
 #define MAX_LINE ((size_t)1 << 28) /* 256 MiB: a csv row of ~20M features */
@@ -197,35 +198,17 @@ static int blank(const char *s) {
 
 /* ---- numbers and labels --------------------------------------------------- */
 
-enum { NUM_OK, NUM_EMPTY, NUM_BAD, NUM_NONFINITE, NUM_RANGE };
-
-static const char *num_problem(int status) {
-    switch (status) {
-    case NUM_EMPTY: return "empty field";
-    case NUM_BAD: return "not a number";
-    case NUM_NONFINITE: return "not a finite number";
-    case NUM_RANGE: return "out of float range";
-    default: return "ok";
-    }
-}
-
-/* s: a whole, trimmed, NUL-terminated token. */
-static int parse_num(const char *s, double *out) {
-    if (!*s) return NUM_EMPTY;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end) return NUM_BAD;
-    if (!isfinite(v)) return NUM_NONFINITE; /* "nan", "inf", and overflow such as 1e999 */
-    if (fabs(v) > FLT_MAX) return NUM_RANGE;
-    *out = v;
-    return NUM_OK;
-}
+/* The readers' number rule and its words live with the libsvm tokenizer
+ * (libsvm.h), which the csv and idx paths share. */
+#define NUM_OK DT_NUM_OK
+#define parse_num dt_libsvm_number
+#define num_problem dt_libsvm_number_problem
 
 /* What check_label and parse_svm_row return for a row that is well formed
  * but does not fit the job's config: a class past "classes", a feature
  * index past "features". Without skip_bad_rows that is the config's fault
  * (DT_ECONFIG), not the data's. */
-#define MISFIT (-2)
+#define MISFIT DT_LIBSVM_MISFIT
 
 /* The error code of a row refused with r (-1 or MISFIT). */
 static int row_code(int r) {
@@ -233,30 +216,13 @@ static int row_code(int r) {
 }
 
 /* A label's stored value, or a reason in why (returns 0 when good; -1 for
- * a label that is no class index, MISFIT for a class past "classes"). */
+ * a label that is no class index, MISFIT for a class past "classes"): the
+ * one label rule (dt_libsvm_check_label), svm saying whether -1 may stand
+ * for class 0. */
 static int check_label(const dt_reader_params *p, int svm, double v, float *out, char *why,
                        size_t cap) {
-    if (p->label_kind == DT_LABEL_REAL) {
-        *out = (float)v;
-        return 0;
-    }
-    if (svm && p->svm_signed_labels && v == -1.0) v = 0; /* svmlight's negative class */
-    if (v != floor(v)) {
-        snprintf(why, cap, "label %g is not a whole number (a class index is wanted)", v);
-        return -1;
-    }
-    const char *alt = svm && p->svm_signed_labels ? " (or -1)" : "";
-    if (v < 0) {
-        snprintf(why, cap, "label %g is not a class of 0..%d%s", v, p->num_classes - 1, alt);
-        return -1;
-    }
-    if (v >= p->num_classes) {
-        snprintf(why, cap, "label %g is not a class of 0..%d%s: \"classes\" is %d", v,
-                 p->num_classes - 1, alt, p->num_classes);
-        return MISFIT;
-    }
-    *out = (float)v;
-    return 0;
+    int classes = p->label_kind == DT_LABEL_CLASS ? p->num_classes : 0;
+    return dt_libsvm_check_label(classes, svm && p->svm_signed_labels, v, out, why, cap);
 }
 
 /* ---- table ---------------------------------------------------------------- */
@@ -668,76 +634,35 @@ static int next_svm_row(line_src *s, char **line, const char **bad, dt_err *err)
 }
 
 /* Parses one non-empty libsvm line into x (F, zeroed here) and *y (y NULL:
- * the row has no label). Returns 0, or -1 (malformed) or MISFIT (a class
- * or feature index past the config's) with the reason in why. */
+ * the row has no label), with the tokenizer both readers share. Returns 0,
+ * or -1 (malformed) or MISFIT (a class or feature index past the config's)
+ * with the reason in why. */
 static int parse_svm_row(char *line, const dt_reader_params *p, float *x, float *y, char *why,
                          size_t cap) {
     const int F = p->num_features;
     memset(x, 0, (size_t)F * sizeof *x);
-    int ntok = 0;
-    long long prev = 0;
-    char *save = NULL;
-    /* The token a qid may take: the one after the label, or the first. */
-    const int qid_at = y ? 2 : 1;
-    for (char *tok = strtok_r(line, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
-        ntok++;
+    const dt_libsvm_rules rules = {.labeled = y != NULL,
+                                   .classes = p->label_kind == DT_LABEL_CLASS ? p->num_classes : 0,
+                                   .signed_labels = p->svm_signed_labels,
+                                   .max_index = F,
+                                   .features = F};
+    dt_libsvm_row row;
+    dt_libsvm_row_begin(&row, line, &rules);
+    for (;;) {
+        int64_t idx;
+        const char *text;
+        int rc = dt_libsvm_row_next(&row, &idx, &text, y, why, cap);
+        if (rc <= 0) return rc;
+        if (rc == 2) continue; /* the label, in *y */
         double v;
-        int status;
-        if (ntok == 1 && y) {
-            /* An index:value pair where the label belongs: a row without one. */
-            if (strchr(tok, ':')) {
-                snprintf(why, cap, "no label: the row starts with \"%.40s\", not a label", tok);
-                return -1;
-            }
-            if ((status = parse_num(tok, &v)) != NUM_OK) {
-                snprintf(why, cap, "label: %s: \"%.40s\"", num_problem(status), tok);
-                return -1;
-            }
-            int lr = check_label(p, 1, v, y, why, cap);
-            if (lr < 0) return lr;
-            continue;
-        }
-        if (ntok == qid_at && strncmp(tok, "qid:", 4) == 0) {
-            long long qid;
-            if (parse_int(tok + 4, &qid) < 0) {
-                snprintf(why, cap, "bad query id \"%.40s\"", tok);
-                return -1;
-            }
-            continue;
-        }
-        char *colon = strchr(tok, ':');
-        if (!colon) {
-            snprintf(why, cap, "\"%.40s\" is not index:value%s", tok,
-                     ntok == 1 ? " (a label? the file is read without labels)" : "");
-            return -1;
-        }
-        *colon = '\0';
-        long long idx;
-        if (parse_int(tok, &idx) < 0) {
-            snprintf(why, cap, "feature index \"%.40s\" is not an integer", tok);
-            return -1;
-        }
-        if (idx < 1) {
-            snprintf(why, cap, "feature index %lld is out of range 1..%d", idx, F);
-            return -1;
-        }
-        if (idx > F) {
-            snprintf(why, cap, "feature index %lld is out of range 1..%d: \"features\" is %d", idx,
-                     F, F);
-            return MISFIT;
-        }
-        if (idx <= prev) {
-            snprintf(why, cap, "feature index %lld after %lld: indices must increase", idx, prev);
-            return -1;
-        }
-        prev = idx;
-        if ((status = parse_num(colon + 1, &v)) != NUM_OK) {
-            snprintf(why, cap, "feature %lld: %s: \"%.40s\"", idx, num_problem(status), colon + 1);
+        int status = parse_num(text, &v);
+        if (status != NUM_OK) {
+            snprintf(why, cap, "feature %lld: %s: \"%.40s\"", (long long)idx, num_problem(status),
+                     text);
             return -1;
         }
         x[idx - 1] = (float)v;
     }
-    return 0;
 }
 
 int dt_reader_libsvm(const char *path, const dt_reader_params *p, dt_reader_table *out,

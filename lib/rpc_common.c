@@ -66,19 +66,13 @@ int dt_rpc_read_pem(const char *path, const char *what, char **out, dt_err *err)
     return 0;
 }
 
-static long long mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A failed TLS handshake reaches dtrain only as gRPC's log line (a server
  * never sees the connection as a call; a client sees UNAVAILABLE), so that
  * line is a warning: at most one every 5 s, with how many were skipped (a
  * misconfigured peer retries about every second). */
 static void log_handshake_failure(const char *flat) {
     static atomic_llong last_ms, skipped;
-    long long now = mono_ms();
+    long long now = (long long)dt_now_ms();
     long long last = atomic_load(&last_ms);
     if ((last != 0 && now - last < 5000) || !atomic_compare_exchange_strong(&last_ms, &last, now)) {
         atomic_fetch_add(&skipped, 1);

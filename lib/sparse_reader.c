@@ -24,6 +24,7 @@
 
 #include "alloc.h"
 #include "hash.h"
+#include "libsvm.h"
 #include "log.h"
 
 #define DEFAULT_MAX_VALUES ((int64_t)1 << 31)
@@ -347,86 +348,37 @@ int dt_sparse_read_criteo(const char *path, const dt_sparse_read_params *p, dt_s
 
 /* ---- libsvm --------------------------------------------------------------- */
 
-/* A label's stored value, or -1 with why set. */
-static int svm_label(const char *tok, const dt_sparse_read_params *p, float *out, char *why) {
-    double v;
-    if (strchr(tok, ':')) {
-        snprintf(why, WHY_MAX, "no label: the row starts with \"%.40s\", not a label", tok);
-        return -1;
-    }
-    if (parse_value(tok, &v) < 0) {
-        snprintf(why, WHY_MAX, "label: not a finite number: \"%.40s\"", tok);
-        return -1;
-    }
-    if (p->label_kind == DT_LABEL_CLASS) {
-        if (p->svm_signed_labels && v == -1.0) v = 0;
-        if (v != floor(v) || v < 0 || v >= p->num_classes) {
-            snprintf(why, WHY_MAX, "label %g is not a class of 0..%d%s", v, p->num_classes - 1,
-                     p->svm_signed_labels ? " (or -1)" : "");
-            return -1;
-        }
-    }
-    *out = (float)v;
-    return 0;
-}
-
 static int libsvm_row(builder *b, char *line, const dt_sparse_read_params *p, char *why,
                       dt_err *err) {
-    char *hash = strchr(line, '#');
-    if (hash) *hash = '\0';
     dt_sparse_set *s = &b->set;
-    const int64_t F = p->hash_bits ? MAX_INDEX : p->num_features;
-    int ntok = 0;
-    int64_t prev = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(line, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
-        ntok++;
-        if (ntok == 1 && b->labeled) {
-            if (svm_label(tok, p, &s->y[s->rows], why) < 0) return 1;
-            continue;
-        }
-        if (ntok == (b->labeled ? 2 : 1) && strncmp(tok, "qid:", 4) == 0) {
-            int64_t qid;
-            if (dt_reader_parse_int64(tok + 4, &qid) < 0) {
-                snprintf(why, WHY_MAX, "bad query id \"%.40s\"", tok);
-                return 1;
-            }
-            continue;
-        }
-        char *colon = strchr(tok, ':');
-        if (!colon) {
-            snprintf(why, WHY_MAX, "\"%.40s\" is not index:value%s", tok,
-                     ntok == 1 ? " (a label? the file is read without labels)" : "");
-            return 1;
-        }
-        *colon = '\0';
+    /* Any index up to MAX_INDEX when hashed; every bad row is skipped or
+     * refused alike here (no misfit of "features"). */
+    const dt_libsvm_rules rules = {.labeled = b->labeled,
+                                   .classes = p->label_kind == DT_LABEL_CLASS ? p->num_classes : 0,
+                                   .signed_labels = p->svm_signed_labels,
+                                   .max_index = p->hash_bits ? MAX_INDEX : p->num_features,
+                                   .features = 0};
+    dt_libsvm_row row;
+    dt_libsvm_row_begin(&row, line, &rules);
+    float *label = b->labeled ? &s->y[s->rows] : NULL;
+    for (;;) {
         int64_t idx;
+        const char *text;
+        int rc = dt_libsvm_row_next(&row, &idx, &text, label, why, WHY_MAX);
+        if (rc < 0) return 1;
+        if (rc == 0) break;
+        if (rc == 2) continue; /* the label */
         double v;
-        if (dt_reader_parse_int64(tok, &idx) < 0) {
-            snprintf(why, WHY_MAX, "feature index \"%.40s\" is not an integer", tok);
-            return 1;
-        }
-        if (idx < 1 || idx > F) {
-            snprintf(why, WHY_MAX, "feature index %lld is out of range 1..%lld", (long long)idx,
-                     (long long)F);
-            return 1;
-        }
-        if (idx <= prev) {
-            snprintf(why, WHY_MAX, "feature index %lld after %lld: indices must increase",
-                     (long long)idx, (long long)prev);
-            return 1;
-        }
-        prev = idx;
-        if (parse_value(colon + 1, &v) < 0) {
+        if (parse_value(text, &v) < 0) {
             snprintf(why, WHY_MAX, "feature %lld: not a finite float: \"%.40s\"", (long long)idx,
-                     colon + 1);
+                     text);
             return 1;
         }
         int64_t id = p->hash_bits ? dt_hash_index(idx, p->hash_bits) : idx - 1;
-        int rc = add_entry(b, id, 0, (float)v, err);
-        if (rc < 0) return rc;
+        int arc = add_entry(b, id, 0, (float)v, err);
+        if (arc < 0) return arc;
     }
-    return ntok == 0 ? 2 : 0;
+    return row.ntok == 0 ? 2 : 0;
 }
 
 int dt_sparse_read_libsvm(const char *path, const dt_sparse_read_params *p, dt_sparse_set *out,

@@ -475,6 +475,9 @@ struct pass {
     const dt_optim_config *optim;
     double lr;
     int64_t updates; /* apply: t */
+    float *scratch;  /* check: a record for a row not held, (1 + S) D floats */
+    int64_t *bad_k;  /* check: the lowest k whose update would not be finite */
+    int *bad_elem;   /* check: its element */
 };
 
 /* Runs ps over every stripe b touches, one mutex at a time; stops at the
@@ -605,6 +608,73 @@ static int apply_stripe(const pass *ps, stripe *s, int64_t begin, int64_t end, d
         after += row_nonzero(b->recs[p], dim);
     s->nonzero += after - before;
     return 0;
+}
+
+/* The check of an apply, writing nothing: each row's record (or its
+ * initial one, for a row not held) tried with its gradient row. */
+static int check_stripe(const pass *ps, stripe *s, int64_t begin, int64_t end, dt_err *err) {
+    (void)err;
+    dt_table_batch *b = ps->b;
+    const dt_table_config *cfg = &ps->t->cfg;
+    const int dim = cfg->dim;
+    const size_t D = (size_t)dim, row_bytes = D * sizeof(float);
+    const dt_rpc_piece *piece = ps->grads->piece;
+    size_t base = 0;
+    for (int64_t p = begin; p < end; p++) {
+        const int64_t k = b->order[p], id = b->ids[k];
+        const int64_t row = lookup(s, id, stripe_key(id));
+        float *rec = row >= 0 ? record_of(ps->t, s, row) : ps->scratch;
+        if (row < 0) {
+            init_row_keyed(cfg, ps->t->name_key, id, rec);
+            for (int j = 0; j < cfg->num_slots; j++)
+                for (size_t i = 0; i < D; i++)
+                    rec[(size_t)(j + 1) * D + i] = cfg->slot_init[j];
+        }
+        const void *g = grad_row(ps->grads, row_bytes, k, &piece, &base, b->carry);
+        int elem = 0;
+        if (k < *ps->bad_k && dt_optim_rows_first_nonfinite(ps->optim, ps->lr, ps->updates, &rec,
+                                                            &g, 1, dim, &elem) == 0) {
+            *ps->bad_k = k;
+            *ps->bad_elem = elem;
+        }
+    }
+    return 0;
+}
+
+int dt_table_first_nonfinite_span(dt_table *t, dt_table_batch *b, const dt_optim_config *optim,
+                                  double lr, const dt_rpc_span *grads, int64_t *row, int *elem,
+                                  dt_err *err) {
+    batch_matches(t, b);
+    const dt_table_config *cfg = &t->cfg;
+    *row = b->n;
+    *elem = 0;
+    if (dt_optim_num_slots(optim) != cfg->num_slots)
+        return dt_err_set(err, DT_EINVAL, "table %s: optimizer %s has %d slots, the table %d",
+                          cfg->name, dt_optim_name(optim->kind), dt_optim_num_slots(optim),
+                          cfg->num_slots);
+    if (b->carry_dim < cfg->dim) {
+        float *carry = dt_realloc(b->carry, (size_t)cfg->dim * sizeof *carry);
+        if (!carry) return dt_err_set(err, DT_ENOMEM, "table %s: no memory", cfg->name);
+        b->carry = carry;
+        b->carry_dim = cfg->dim;
+    }
+    float *scratch = dt_malloc((size_t)(1 + cfg->num_slots) * (size_t)cfg->dim * sizeof *scratch);
+    if (!scratch) return dt_err_set(err, DT_ENOMEM, "table %s: no memory", cfg->name);
+    pass ps = {.fn = check_stripe,
+               .t = t,
+               .b = b,
+               .grads = grads,
+               .optim = optim,
+               .lr = lr,
+               .scratch = scratch,
+               .bad_k = row,
+               .bad_elem = elem};
+    pthread_rwlock_rdlock(&t->evict_lock);
+    ps.updates = atomic_load(&t->updates) + 1;
+    int rc = run_pass(&ps, err);
+    pthread_rwlock_unlock(&t->evict_lock);
+    free(scratch);
+    return rc;
 }
 
 static int write_stripe(const pass *ps, stripe *s, int64_t begin, int64_t end, dt_err *err) {

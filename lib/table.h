@@ -194,6 +194,18 @@ int dt_table_apply(dt_table *t, dt_table_batch *b, const dt_optim_config *optim,
 int dt_table_apply_span(dt_table *t, dt_table_batch *b, const dt_optim_config *optim, double lr,
                         const dt_rpc_span *grads, int64_t step, dt_err *err) DT_WARN_UNUSED;
 
+/*
+ * The apply dt_table_apply_span would make, tried without changing
+ * anything: *row gets the lowest k (of b's n) whose update would make a
+ * weight or slot of its record NaN or Inf (*elem: the element in the row),
+ * or n when none would. A row not held is tried from its initial values.
+ * Errors as dt_table_apply_span's (slots, no memory). Rows another thread
+ * applies to in between may move: the ps serializes its pushes for it.
+ */
+int dt_table_first_nonfinite_span(dt_table *t, dt_table_batch *b, const dt_optim_config *optim,
+                                  double lr, const dt_rpc_span *grads, int64_t *row, int *elem,
+                                  dt_err *err) DT_WARN_UNUSED;
+
 /* Sets b's rows to values (n, D) and, when slots is not NULL, each slot s
  * to slots[s] (n, D) (NULL entries: the initial value), making rows as
  * needed; last touch step, touch count 1 for a new row. For restores.

@@ -379,16 +379,34 @@ typedef struct {
     dt_ps_reply reply;
 } push_state;
 
+/* A push refused because a value would not be finite (a NaN or Inf in
+ * the gradient, or an update that overflows): the model diverges, and the
+ * log says what to change. */
+static void say_not_finite(const dt_worker *w, const dt_err *why) {
+    const dt_job *job = w->params.job;
+    dt_log(DT_LOG_ERROR,
+           "%s: %s: the model diverges: lower \"learning_rate\" (now %g, %s), clip or scale "
+           "the gradients in the model, or set \"nonfinite\": \"skip\" to skip such updates "
+           "and count them (Status: updates_nonfinite)",
+           w->name, why->msg, job->optim.learning_rate, dt_optim_name(job->optim.kind));
+}
+
 static int do_push(void *arg, dt_err *err) {
     push_state *ps = arg;
+    int rc;
     if (ps->rows)
-        return dt_ps_client_push_sparse(ps->w->client, ps->grads, ps->rows, 1, ps->step,
-                                        ps->fuse ? ps->into : NULL, ps->min_global_step, &ps->reply,
-                                        err);
-    if (ps->fuse)
-        return dt_ps_client_push_pull(ps->w->client, ps->grads, ps->step, ps->into,
-                                      ps->min_global_step, &ps->reply, err);
-    return dt_ps_client_push(ps->w->client, ps->grads, ps->step, &ps->reply, err);
+        rc = dt_ps_client_push_sparse(ps->w->client, ps->grads, ps->rows, 1, ps->step,
+                                      ps->fuse ? ps->into : NULL, ps->min_global_step, &ps->reply,
+                                      err);
+    else if (ps->fuse)
+        rc = dt_ps_client_push_pull(ps->w->client, ps->grads, ps->step, ps->into,
+                                    ps->min_global_step, &ps->reply, err);
+    else
+        rc = dt_ps_client_push(ps->w->client, ps->grads, ps->step, &ps->reply, err);
+    if (rc == DT_EINVAL && err &&
+        (strstr(err->msg, "is not finite") || strstr(err->msg, "would not be finite")))
+        say_not_finite(ps->w, err);
+    return rc;
 }
 
 /*

@@ -12,7 +12,9 @@
  *  - with tokens on, a failure Shutdown from worker:1 is refused and leaves
  *    the ps as it was; the chief's ends the job;
  *  - in process (dt_ps_call, no network): who may say what failed, text
- *    with control bytes refused, and what a failed ps answers.
+ *    with control bytes refused, and what a failed ps answers;
+ *  - a learning rate that makes the model overflow: the ps refuses the
+ *    update, the chief says what to change, no checkpoint is non-finite.
  *
  * Real processes ($DTRAIN_BIN) on free loopback ports; every wait is on an
  * exit or a log line, with a deadline. The bounds are generous for 2 cores
@@ -20,6 +22,7 @@
  * it (the old behaviour) fails the test.
  */
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -33,6 +36,7 @@
 #include "proc.h"
 #include "ps.h"
 #include "ps_client.h"
+#include "safetensors.h"
 #include "suites.h"
 #include "testjob.h"
 
@@ -541,6 +545,60 @@ START_TEST(ps_liveness_rules) {
 }
 END_TEST
 
+/* ---- a model that diverges ------------------------------------------------------ */
+
+/* Every model.ckpt-*.safetensors in the job's log dir holds only finite
+ * floats; returns how many there are. */
+static int assert_checkpoints_finite(void) {
+    DIR *d = opendir(w.log_dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "model.ckpt-", 11) != 0 || len < 12 ||
+            strcmp(e->d_name + len - 12, ".safetensors") != 0)
+            continue;
+        char path[2400];
+        snprintf(path, sizeof path, "%s/%s", w.log_dir, e->d_name);
+        dt_tensors ts;
+        dt_safetensors_meta meta;
+        dt_err err;
+        dt_err_clear(&err);
+        ck_assert_msg(dt_safetensors_load(path, &ts, &meta, &err) == 0, "%s: %s", path, err.msg);
+        for (int t = 0; t < ts.count; t++) {
+            if (ts.items[t].dtype != DT_DTYPE_F32) continue;
+            const float *v = ts.items[t].data;
+            for (size_t i = 0; i < ts.items[t].nbytes / 4; i++)
+                ck_assert_msg(isfinite(v[i]), "%s: %s[%zu] = %g", path, ts.items[t].name, i,
+                              (double)v[i]);
+        }
+        dt_tensors_deinit(&ts);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* A learning rate of 1e30 drives the line to overflow at its second or
+ * third step: the ps refuses that update (naming the variable and the
+ * index), the chief fails with a log line saying what to change, the job
+ * ends failed, and no checkpoint ever holds an Inf or a NaN. */
+START_TEST(diverging_job_refused) {
+    world_init(1, "max_steps=100000");
+    dt_test_job_add_set(&w, "learning_rate=1e30");
+    pid_t ps = dt_test_job_start(&w, "ps", 0, "ps");
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps", "serving on", JOB_TIMEOUT_MS, ps),
+                  "the ps never served; logs:%s", dt_test_job_report(&w));
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
+    dt_test_job_expect_exit(&w, chief, "chief", FAIL_BOUND_MS, 1);
+    dt_test_job_expect_exit(&w, ps, "ps 0", FAIL_BOUND_MS, 1);
+    expect_log("ps", "would not be finite", "linear/");
+    expect_log("chief", "the model diverges: lower \"learning_rate\"", "clip");
+    assert_checkpoints_finite();
+}
+END_TEST
+
 static void add_case(Suite *s, const char *name, const TTest *test) {
     tcase_add_test(dt_test_job_tcase(s, name, TEST_TIMEOUT_S, setup, teardown), test);
 }
@@ -554,5 +612,6 @@ Suite *failure_suite(void) {
     add_case(s, "worker_failure_job_goes_on", worker_failure_job_goes_on);
     add_case(s, "status_shows_failed", status_shows_failed);
     add_case(s, "failure_needs_authority", failure_needs_authority);
+    add_case(s, "diverging_job_refused", diverging_job_refused);
     return s;
 }

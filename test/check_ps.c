@@ -3661,6 +3661,228 @@ START_TEST(test_pipelined_pushes_one_step_stale) {
 }
 END_TEST
 
+/* ---- values stay finite ---------------------------------------------------- */
+
+/* Every value the ps holds is finite: pulled, w and b. */
+static void assert_all_finite(fixture *f, const char *when) {
+    float w[NW], b[NB];
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(pull(f, w, b, NULL, NULL, &err) == 0, "%s: pull: %s", when, err.msg);
+    for (int i = 0; i < NW; i++)
+        ck_assert_msg(isfinite(w[i]), "%s: w[%d] = %g", when, i, (double)w[i]);
+    for (int i = 0; i < NB; i++)
+        ck_assert_msg(isfinite(b[i]), "%s: b[%d] = %g", when, i, (double)b[i]);
+}
+
+/* Create refuses Inf and NaN initial values, naming the variable (or slot)
+ * and the index; the ps stays unbuilt, and a good Create then works. */
+START_TEST(test_create_refuses_nonfinite) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    float w[NW], b[NB];
+    memcpy(w, W0, sizeof w);
+    memcpy(b, B0, sizeof b);
+    dt_err err;
+    w[3] = INFINITY;
+    ASSERT_FAILS(create(&f, w, b, &cfg, 0, 100, NULL, &err), DT_EINVAL, "w[3] is inf");
+    w[3] = W0[3];
+    b[2] = -INFINITY;
+    ASSERT_FAILS(create(&f, w, b, &cfg, 0, 100, NULL, &err), DT_EINVAL, "b[2] is -inf");
+    b[2] = NAN;
+    ASSERT_FAILS(create(&f, w, b, &cfg, 0, 100, NULL, &err), DT_EINVAL, "b[2] is");
+    b[2] = B0[2];
+    /* A slot: momentum's, Inf at w/momentum[5]. */
+    dt_optim_config mom;
+    dt_optim_defaults(&mom);
+    mom.kind = DT_OPTIM_MOMENTUM;
+    mom.learning_rate = 0.5;
+    model_copy m;
+    copy_model(&m, W0, B0);
+    float sw[NW] = {0, 0, 0, 0, 0, INFINITY};
+    dt_tensor slot;
+    make_tensor(&slot, "w/momentum", DT_DTYPE_F32, 2, 2, 3, sw);
+    dt_msg_create_req req = create_req(m.items, 2, &mom, 100);
+    req.slots_out = (dt_tensor_list){.items = &slot, .count = 1};
+    dt_msg_create_resp cr;
+    memset(&cr, 0, sizeof cr);
+    ASSERT_FAILS(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &cr, &err), DT_EINVAL,
+                 "w/momentum[5] is inf");
+    dt_err_clear(&err);
+    ck_assert_msg(create(&f, W0, B0, &cfg, 0, 100, NULL, &err) == 0, "%s", err.msg);
+    assert_state(&f, W0, B0, 0, "after the refusals");
+    fixture_stop(&f);
+}
+END_TEST
+
+/* Pushes 30 gradients of 3e38 (finite) for optimizer kind at lr from
+ * worker 1: whatever the rule, no value pulled after any of them is
+ * non-finite; the first refusal names the variable and the index; Status
+ * counts the refusals and the applied ones add up to the step. */
+static void overflow_run(dt_optim_kind kind, int nesterov, double lr, int skip) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    dt_optim_defaults(&cfg);
+    cfg.kind = kind;
+    cfg.nesterov = nesterov;
+    cfg.learning_rate = lr;
+    model_copy m;
+    copy_model(&m, W0, B0);
+    dt_msg_create_req req = create_req(m.items, 2, &cfg, 1000);
+    req.skip_nonfinite = skip;
+    dt_msg_create_resp cr;
+    memset(&cr, 0, sizeof cr);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &cr, &err) == 0,
+                  "create: %s", err.msg);
+    float gw[NW], gb[NB];
+    for (int i = 0; i < NW; i++)
+        gw[i] = 3e38f;
+    for (int i = 0; i < NB; i++)
+        gb[i] = 1; /* b stays small: the refusal is w's */
+    int refused = 0, applied = 0;
+    char first[sizeof err.msg] = "";
+    for (int k = 0; k < 30; k++) {
+        dt_msg_push_resp pr;
+        dt_err_clear(&err);
+        int rc = push(&f, gw, gb, 1, &pr, &err);
+        if (skip) {
+            ck_assert_msg(rc == 0, "%s push %d: %s", dt_optim_name(kind), k, err.msg);
+            if (pr.dropped)
+                refused++;
+            else
+                applied++;
+        } else if (rc < 0) {
+            ck_assert_msg(rc == DT_EINVAL, "%s push %d: rc %d: %s", dt_optim_name(kind), k, rc,
+                          err.msg);
+            if (!refused++) snprintf(first, sizeof first, "%s", err.msg);
+        } else {
+            applied++;
+        }
+        assert_all_finite(&f, dt_optim_name(kind));
+    }
+    ck_assert_msg(refused > 0, "%s: no update refused in 30 pushes of 3e38", dt_optim_name(kind));
+    if (!skip)
+        ck_assert_msg(strstr(first, "update of w[0] would not be finite") != NULL, "%s: %s",
+                      dt_optim_name(kind), first);
+    dt_msg_status_resp st;
+    status(&f, -1, &st);
+    ck_assert_int_eq(st.updates_nonfinite, refused);
+    ck_assert_int_eq(st.pushes_applied, applied);
+    ck_assert_int_eq(st.global_step, applied);
+    ck_assert_int_eq(st.pushes_nonfinite, 0); /* every gradient was finite */
+    fixture_stop(&f);
+}
+
+/* The case: sgd at lr 0.5, w -= 1.5e38 a push, -inf at the third. */
+START_TEST(test_overflow_sgd) {
+    overflow_run(DT_OPTIM_SGD, 0, 0.5, 0);
+}
+END_TEST
+
+/* adagrad's and adam's g^2, ftrl's n, momentum's accumulator: each rule
+ * overflows its own way, and each is refused before it lands. */
+START_TEST(test_overflow_every_optimizer) {
+    const dt_optim_kind kinds[] = {DT_OPTIM_MOMENTUM, DT_OPTIM_MOMENTUM, DT_OPTIM_ADAGRAD,
+                                   DT_OPTIM_ADAM, DT_OPTIM_FTRL};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        overflow_run(kinds[i], i == 1, 0.5, 0);
+}
+END_TEST
+
+/* skip_nonfinite: the same pushes are dropped and counted, never refused. */
+START_TEST(test_overflow_skipped) {
+    overflow_run(DT_OPTIM_SGD, 0, 0.5, 1);
+    overflow_run(DT_OPTIM_ADAM, 0, 0.5, 1);
+}
+END_TEST
+
+/* Rows of a table overflow as dense variables do: 30 pushes of finite row
+ * gradients of 3e38 at sgd 0.5 (the dense part small): the push whose
+ * update would make a row -inf is refused, naming the table, the row and
+ * its id, nothing of it applied; the rows stay finite. */
+START_TEST(test_overflow_table_rows) {
+    fixture f;
+    dt_table_config tc;
+    start_with_table(&f, DT_MODE_ASYNC, &tc);
+    int64_t ids[2] = {3, 10};
+    float g[2][T_DIM] = {{1, 1}, {1, 3e38f}};
+    dt_tensor it, gt;
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 2, 0, ids);
+    make_tensor(&gt, T_NAME, DT_DTYPE_F32, 2, 2, T_DIM, g);
+    dt_err err;
+    int refused = 0, applied = 0;
+    char first[sizeof err.msg] = "";
+    for (int k = 0; k < 30; k++) {
+        dt_err_clear(&err);
+        int rc = push_sparse(&f, &it, &gt, 1, 1, &err);
+        if (rc == 0) {
+            applied++;
+        } else {
+            ck_assert_msg(rc == DT_EINVAL, "push %d: %s", k, err.msg);
+            if (!refused++) snprintf(first, sizeof first, "%s", err.msg);
+        }
+        float got[2][T_DIM];
+        dt_err_clear(&err);
+        ck_assert_msg(sparse_pull(&f, ids, 2, &got[0][0], &err) == 0, "%s", err.msg);
+        for (int r = 0; r < 2; r++)
+            for (int d = 0; d < T_DIM; d++)
+                ck_assert_msg(isfinite(got[r][d]), "push %d: row %d [%d] = %g", k, r, d,
+                              (double)got[r][d]);
+    }
+    ck_assert_int_gt(refused, 0);
+    ck_assert_msg(strstr(first, T_NAME " row 1 (id 10) [1] would not be finite") != NULL, "%s",
+                  first);
+    dt_msg_status_resp st;
+    status(&f, -1, &st);
+    ck_assert_int_eq(st.updates_nonfinite, refused);
+    ck_assert_int_eq(st.global_step, applied);
+    fixture_stop(&f);
+}
+END_TEST
+
+/* sync: two finite gradients of 3e38 each whose sum overflows: the step's
+ * update is refused whole (the push that completed it is told, naming the
+ * variable and the index), nothing changes, and the step passes. */
+START_TEST(test_overflow_sync_sum) {
+    fixture f;
+    fixture_start(&f, 0);
+    dt_optim_config cfg;
+    sgd_config(&cfg, 0.5);
+    model_copy m;
+    copy_model(&m, W0, B0);
+    dt_msg_create_req req = create_req(m.items, 2, &cfg, 100);
+    req.consistency.mode = DT_MODE_SYNC;
+    req.consistency.replicas_to_aggregate = 2;
+    req.consistency.total_num_replicas = 2;
+    req.consistency.timeout_ms = 600000;
+    dt_msg_create_resp cr;
+    memset(&cr, 0, sizeof cr);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(call_msg(&f, DT_MSG_CREATE_REQ, &req, DT_MSG_CREATE_RESP, &cr, &err) == 0,
+                  "create: %s", err.msg);
+    float gw[NW], gb[NB];
+    memcpy(gw, GW, sizeof gw);
+    memcpy(gb, GB, sizeof gb);
+    gw[2] = 3e38f;
+    dt_msg_push_resp pr;
+    ck_assert_msg(push(&f, gw, gb, 0, &pr, &err) == 0, "first: %s", err.msg);
+    ASSERT_FAILS(push(&f, gw, gb, 1, &pr, &err), DT_EINVAL, "w[2]");
+    ck_assert_msg(strstr(err.msg, "not finite") != NULL, "%s", err.msg);
+    assert_state(&f, W0, B0, 1, "sync step refused");
+    dt_msg_status_resp st;
+    status(&f, -1, &st);
+    ck_assert_int_eq(st.updates_nonfinite, 1);
+    ck_assert_int_eq(st.pushes_applied, 0);
+    fixture_stop(&f);
+}
+END_TEST
+
 Suite *ps_suite(void) {
     Suite *s = suite_create("ps");
     TCase *life = tcase_create("lifecycle");
@@ -3737,5 +3959,15 @@ Suite *ps_suite(void) {
     tcase_add_test(pieces, test_ranges_every_optimizer);
     tcase_add_test(pieces, test_pipelined_pushes_one_step_stale);
     suite_add_tcase(s, pieces);
+
+    TCase *finite = tcase_create("finite");
+    tcase_set_timeout(finite, 60);
+    tcase_add_test(finite, test_create_refuses_nonfinite);
+    tcase_add_test(finite, test_overflow_sgd);
+    tcase_add_test(finite, test_overflow_every_optimizer);
+    tcase_add_test(finite, test_overflow_skipped);
+    tcase_add_test(finite, test_overflow_sync_sum);
+    tcase_add_test(finite, test_overflow_table_rows);
+    suite_add_tcase(s, finite);
     return s;
 }
