@@ -53,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "alloc.h"
@@ -401,6 +402,50 @@ const char *const dt_scale_names[] = {"none", "standardize", "divide", NULL};
 int dt_data_reads_files(const dt_data_config *cfg) {
     return cfg->source == DT_DATA_CSV || cfg->source == DT_DATA_LIBSVM ||
            cfg->source == DT_DATA_IDX || cfg->source == DT_DATA_CRITEO;
+}
+
+/* 1 when name ends in suffix, case ignored. */
+static int ends_with(const char *name, size_t len, const char *suffix) {
+    size_t n = strlen(suffix);
+    return len >= n && strncasecmp(name + len - n, suffix, n) == 0;
+}
+
+int dt_data_source_of_file(const char *path, dt_data_source *out, const char **how, dt_err *err) {
+    *out = DT_DATA_LINE;
+    *how = "its name";
+    size_t len = strlen(path);
+    if (ends_with(path, len, ".gz")) len -= 3;
+    if (ends_with(path, len, ".csv")) {
+        *out = DT_DATA_CSV;
+        return 0;
+    }
+    if (ends_with(path, len, ".svm") || ends_with(path, len, ".libsvm")) {
+        *out = DT_DATA_LIBSVM;
+        return 0;
+    }
+    static const char set_it[] = "; set \"data\" (\"csv\", \"libsvm\" or \"idx\")";
+    uint32_t magic = 0;
+    dt_err why;
+    dt_err_clear(&why);
+    if (dt_reader_magic(path, &magic, &why) < 0)
+        return dt_err_set(err, DT_ECONFIG,
+                          "\"train_data\" %s: cannot read it to tell its format: %s%s", path,
+                          why.msg, set_it);
+    if (magic == DT_READER_IDX_IMAGES_MAGIC) {
+        *out = DT_DATA_IDX;
+        *how = "its idx header";
+        return 0;
+    }
+    if (magic == DT_READER_IDX_LABELS_MAGIC)
+        return dt_err_set(err, DT_ECONFIG,
+                          "\"train_data\" %s is an idx labels file (magic 0x%08x): "
+                          "\"train_data\" is the images, \"train_labels\" the labels",
+                          path, magic);
+    return dt_err_set(err, DT_ECONFIG,
+                      "\"train_data\" %s: its format is not told by its name (.csv, .svm or "
+                      ".libsvm, each maybe .gz) nor by an idx images header (magic 0x%08x, got "
+                      "0x%08x)%s",
+                      path, DT_READER_IDX_IMAGES_MAGIC, magic, set_it);
 }
 
 dt_reader_format dt_data_reader_format(const dt_data_config *cfg) {

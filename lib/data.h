@@ -79,6 +79,15 @@ typedef struct {
 
 /* 1 when the source is a file (csv, libsvm, idx). */
 int dt_data_reads_files(const dt_data_config *cfg);
+/* The source a training file's form says, for a job that names no "data":
+ * by its name, ".csv" csv, ".svm" or ".libsvm" libsvm (each also with
+ * ".gz" after it, case ignored); else by its first 4 bytes, an idx images
+ * header (magic 0x00000803) idx. *how gets "its name" or "its idx header"
+ * (static). Errors: DT_ECONFIG naming "train_data" and path when neither
+ * tells (a labels file given as the images, too), or when path cannot be
+ * read to tell (the reader's reason). */
+int dt_data_source_of_file(const char *path, dt_data_source *out, const char **how,
+                           dt_err *err) DT_WARN_UNUSED;
 /* The reader's format of a source that reads files (a bug otherwise). */
 dt_reader_format dt_data_reader_format(const dt_data_config *cfg);
 /* The reader parameters for cfg's files: F, labels and K from needs,

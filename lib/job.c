@@ -55,6 +55,8 @@ typedef struct {
     int max_count;       /* lists */
     int zero_unset;      /* F_INT: 0 in the struct is "not set", to be read from the data
                             (dt_job_infer); a file cannot say 0 */
+    size_t named_flag;   /* nonzero: the offset of an int set to 1 when a file or --set
+                            names the field (offset 0 is "model", never a flag) */
 } field;
 
 /* An enum stored through an int slot must be an int. */
@@ -99,7 +101,11 @@ static const field fields[] = {
      .count_offset = offsetof(dt_job, model.num_hidden),
      .max_count = DT_MAX_HIDDEN},
     {.name = "l2", .type = F_NUM, AT(model.l2), .rule = NUM_NONNEG},
-    CHOICE("data", data.source, dt_data_source_names),
+    {.name = "data",
+     .type = F_CHOICE,
+     AT(data.source),
+     .choices = dt_data_source_names,
+     .named_flag = offsetof(dt_job, data_named)},
     {.name = "examples", .type = F_INT64, AT(data.num_examples), .min = 1, .max = MAX_EXACT_INT},
     {.name = "noise", .type = F_NUM, AT(data.noise), .rule = NUM_NONNEG},
     {.name = "seed", .type = F_SEED, AT(seed), .min = 0, .max = MAX_EXACT_INT},
@@ -545,6 +551,10 @@ static int apply_json(dt_job *job, const field *f, const cJSON *j, char *why, si
     value_of_json(j, &v);
     if (check_value(f, &v, why, cap)) return -1;
     store_value(job, f, &v);
+    if (f->named_flag) {
+        int named = 1;
+        memcpy((char *)job + f->named_flag, &named, sizeof named);
+    }
     return 0;
 }
 
@@ -942,10 +952,69 @@ int dt_job_read_sparse(const dt_job *job, const char *path, int labeled, int sha
     return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
 }
 
+static int same_value(const field_value *a, const field_value *b);
+
+/* "data" from "train_data" when nothing named it (dt_job_finish). */
+static int infer_source(dt_job *job, dt_err *err) {
+    dt_data_config *d = &job->data;
+    if (job->data_named || d->source != DT_DATA_LINE || d->train_data[0] == '\0') return 0;
+    dt_data_source source;
+    const char *how = "";
+    int rc = dt_data_source_of_file(d->train_data, &source, &how, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "job: \"data\" is not set");
+    d->source = source;
+    dt_log(DT_LOG_INFO, "job: \"data\" is not set: \"%s\", as %s says (\"train_data\" %s)",
+           dt_data_source_names[source], how, d->train_data);
+    return 0;
+}
+
+/* The data fields each source reads; a field set off its default that the
+ * job's source does not read is a warning (a typo, or a job copied from
+ * another): never an error, as a config naming every field (conf/linear.json)
+ * must load whatever its source. */
+typedef struct {
+    const char *name;
+    unsigned sources; /* bit s: source s reads it */
+    const char *who;  /* the sources that do, for the message */
+} data_use;
+#define SRC_BIT(s) (1u << (s))
+#define SYNTHETIC (SRC_BIT(DT_DATA_LINE) | SRC_BIT(DT_DATA_WIDE))
+#define FILES                                                                                      \
+    (SRC_BIT(DT_DATA_CSV) | SRC_BIT(DT_DATA_LIBSVM) | SRC_BIT(DT_DATA_IDX) |                       \
+     SRC_BIT(DT_DATA_CRITEO))
+
+static void warn_unused(const dt_job *job) {
+    static const data_use uses[] = {
+        {"examples", SYNTHETIC, "\"line\" and \"wide\" (a file has its own)"},
+        {"noise", SYNTHETIC, "\"line\" and \"wide\""},
+        {"train_data", FILES, "file sources (csv, libsvm, idx, criteo)"},
+        {"train_labels", SRC_BIT(DT_DATA_IDX), "idx"},
+        {"eval_labels", SRC_BIT(DT_DATA_IDX), "idx"},
+        {"label_column", SRC_BIT(DT_DATA_CSV), "csv"},
+        {"skip_bad_rows", FILES, "file sources"},
+    };
+    dt_job defaults;
+    dt_job_defaults(&defaults);
+    for (size_t i = 0; i < sizeof uses / sizeof uses[0]; i++) {
+        if (uses[i].sources & SRC_BIT(job->data.source)) continue;
+        const field *f = find_field(uses[i].name);
+        field_value now, was;
+        DT_ASSERT(f);
+        if (value_of_slot(job, f, &now, NULL) < 0 || value_of_slot(&defaults, f, &was, NULL) < 0)
+            continue; /* check_fields has refused it already */
+        if (same_value(&now, &was)) continue;
+        dt_log(DT_LOG_WARN,
+               "job: \"%s\" is %s, but \"data\" \"%s\" does not use it (it is read by %s)", f->name,
+               now.got, dt_data_source_names[job->data.source], uses[i].who);
+    }
+}
+
 int dt_job_finish(dt_job *job, dt_err *err) {
     DT_ASSERT(job);
     int rc = check_fields(job, err);
     if (rc) return rc;
+    if ((rc = infer_source(job, err)) < 0) return rc;
+    warn_unused(job);
     if ((rc = dt_optim_check(&job->optim, err))) return rc;
     const dt_data_config *data = &job->data;
     int from_file = dt_job_reads_files(job);

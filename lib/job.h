@@ -30,6 +30,8 @@
 typedef struct {
     dt_model_config model;             /* "model", "features", "classes", "hidden", "l2" */
     dt_data_config data;               /* "data", "examples", "noise", "train_data", ..., "scale" */
+    int data_named;                    /* 1 once a file or --set named "data"; without it,
+                                          dt_job_finish takes it from "train_data" */
     uint64_t seed;                     /* data, shuffling and initialisation */
     int eval_steps;                    /* chief evaluates eval_data every this many local steps
                                           (0: at the end only) */
@@ -94,8 +96,13 @@ int dt_job_parse(const char *text, const char *source, dt_job *job, dt_err *err)
  * string fields take the bare text. On failure job is unchanged and err reads
  * "--set field=value: why". */
 int dt_job_set(dt_job *job, const char *assignment, dt_err *err) DT_WARN_UNUSED;
-/* Checks every field again (so values set in the struct obey the file
- * rules), then across fields, then dt_optim_check; sets max_steps to
+/* Takes "data" from "train_data" when no file or --set named it (the
+ * source still the default "line") and train_data is set:
+ * dt_data_source_of_file, logged in one INFO line; its errors (DT_ECONFIG)
+ * prefixed "job: ". Then checks every field again (so values set in the
+ * struct obey the file rules), then across fields, then dt_optim_check;
+ * warns of each field set off its default that the data source does not
+ * use (label_column but csv, examples with file data, ...); sets max_steps to
  * epochs * ceil(examples / batch_size) when it is 0, and "features" and
  * "classes" when they are not set and the data cannot say them (see
  * dt_job_defaults). Call once after all files and overrides are applied.

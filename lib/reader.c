@@ -714,6 +714,19 @@ static uint32_t be32(const unsigned char *b) {
     return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | (uint32_t)b[3];
 }
 
+int dt_reader_magic(const char *path, uint32_t *magic, dt_err *err) {
+    *magic = 0;
+    gzFile gz = NULL;
+    int rc = open_gz(path, &gz, err);
+    if (rc < 0) return rc;
+    unsigned char head[4];
+    size_t got = 0;
+    rc = read_full(gz, path, head, sizeof head, &got, err);
+    if (rc == 0 && got == sizeof head) *magic = be32(head);
+    gzclose_r(gz);
+    return rc;
+}
+
 /* Reads an idx header of ubyte data with `ndims` dimensions into dims. */
 static int idx_header(gzFile gz, const char *path, int ndims, uint32_t *dims, const char *what,
                       dt_err *err) {

@@ -182,6 +182,14 @@ int dt_reader_infer(dt_reader_format format, const char *data_path, const char *
                     dt_err *err) DT_WARN_UNUSED;
 
 /* Releases the table's buffers and zeroes it. NULL is a no-op. */
+/* The first 4 bytes of a file (through zlib: a .gz file's, unpacked) as a
+ * big-endian number into *magic, 0 when the file is shorter: an idx images
+ * file's is DT_READER_IDX_IMAGES_MAGIC. Errors as the reads': DT_ENOTFOUND,
+ * DT_EIO, DT_EINVAL for a directory, DT_ECORRUPT for a damaged gzip
+ * stream, each naming path. */
+#define DT_READER_IDX_IMAGES_MAGIC 0x00000803u
+#define DT_READER_IDX_LABELS_MAGIC 0x00000801u
+int dt_reader_magic(const char *path, uint32_t *magic, dt_err *err) DT_WARN_UNUSED;
 void dt_reader_table_deinit(dt_reader_table *t);
 
 /* ---- lines, for the readers of other text formats (lib/sparse_reader) ----

@@ -258,11 +258,20 @@ static int retryable(int code) {
     return code == DT_EUNAVAILABLE || code == DT_EDEADLINE || code == DT_EPRECOND;
 }
 
+/* The first wait between two tries of a call, and the longest. A ps just
+ * started or a model about to be created answers within tens of ms, and the
+ * demo's whole job takes a fraction of a second: a worker that first slept
+ * 0.6 s found it over. A peer that stays down is asked at most once a
+ * second. */
+#define RETRY_FIRST_MS 20
+#define RETRY_MAX_MS 1000
+
 int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err *err), void *arg,
                     const dt_worker_hooks *hooks, const atomic_int *stop, dt_err *err) {
     double start = dt_now_secs(), last_log = 0;
     int budget_s = w->params.job->ready_wait_secs;
-    int backoff_ms = 100;
+    int backoff_ms = RETRY_FIRST_MS;
+    int last_rc = 0;
     for (;;) {
         dt_err attempt;
         dt_err_clear(&attempt);
@@ -288,11 +297,17 @@ int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err 
             last_log = waited > 0 ? waited : 1e-9;
         }
         if (stop && *stop) return stopped(w, err);
+        /* A new answer (a ps that was unreachable now says "not ready": it
+         * is up, and the chief creates the model next) starts the backoff
+         * again, so the model is seen within tens of ms of its creation. */
+        if (rc != last_rc) backoff_ms = RETRY_FIRST_MS;
+        last_rc = rc;
         /* Exponential backoff, full jitter in [backoff/2, backoff]. */
         w->rng = w->rng * 6364136223846793005ull + 1442695040888963407ull;
         int jitter = (int)((w->rng >> 33) % (uint64_t)(backoff_ms / 2 + 1));
         sleep_us(1000L * (backoff_ms / 2 + jitter));
-        if (backoff_ms < 1000) backoff_ms *= 2;
+        if (backoff_ms < RETRY_MAX_MS)
+            backoff_ms = backoff_ms * 2 < RETRY_MAX_MS ? backoff_ms * 2 : RETRY_MAX_MS;
     }
 }
 

@@ -7,7 +7,9 @@
  * that the job is done (global step >= max_steps, or the chief finished).
  *
  * Failures of ps calls (unreachable, deadline, a restarted ps that is not yet
- * ready) are retried with exponential backoff and jitter for up to
+ * ready) are retried with exponential backoff and jitter (the first wait
+ * 10 to 20 ms, doubling to 1 s; an answer of another kind, e.g. "not ready"
+ * after "unreachable", starts again at the first) for up to
  * job->ready_wait_secs, logging who is awaited and for how long; after that
  * the call fails with DT_EUNAVAILABLE. A ps's "job failed" answer
  * (DT_EABORTED) is never retried.

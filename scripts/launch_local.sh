@@ -6,7 +6,8 @@
 #                                [--log-dir DIR] [--config FILE] [--tls [--certs DIR]]
 #                                [-- DTRAIN_FLAGS...]
 #   Ports default to 1681 (ps), 1682 (chief), 1683 (worker 1), or come from
-#   PS_PORT, CHIEF_PORT, WORKER_PORT; the log dir from LOGDIR (logs/linear).
+#   PS_PORT, CHIEF_PORT, WORKER_PORT; the log dir from LOGDIR, else the job
+#   config's "log_dir" (conf/linear.json's: logs/linear).
 #   --tls runs every channel over mutual TLS with the certificates in DIR
 #   (or TLS_CERTS; default LOGDIR/certs, made by scripts/make_certs.sh when
 #   it holds none). Flags after "--" go to every role, e.g. -- --set max_steps=500.
@@ -22,14 +23,14 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 
 usage() {
-    sed -n '5,14s/^# \{0,1\}//p' "$0" >&2
+    sed -n '5,15s/^# \{0,1\}//p' "$0" >&2
     exit 2
 }
 
 PS_PORT=${PS_PORT:-1681}
 CHIEF_PORT=${CHIEF_PORT:-1682}
 WORKER_PORT=${WORKER_PORT:-1683}
-LOGDIR=${LOGDIR:-logs/linear}
+LOGDIR=${LOGDIR:-}
 CONFIG=${CONFIG:-conf/linear.json}
 BIN=${DTRAIN_BIN:-build/dtrain}
 TLS=0
@@ -52,6 +53,19 @@ while [ $# -gt 0 ]; do
 done
 EXTRA=("$@")
 
+# config_log_dir FILE: the job config's "log_dir" (at the top level, or
+# under "job" in a cluster-shaped file), or nothing.
+config_log_dir() {
+    python3 - "$1" 2>/dev/null <<'PY'
+import json, sys
+with open(sys.argv[1]) as f:
+    doc = json.load(f)
+job = doc.get("job", {}) if "cluster" in doc or "job" in doc else doc
+value = job.get("log_dir", "") if isinstance(job, dict) else ""
+print(value if isinstance(value, str) else "")
+PY
+}
+
 for p in "$PS_PORT" "$CHIEF_PORT" "$WORKER_PORT"; do
     case "$p" in
         ''|*[!0-9]*) echo "launch_local: port \"$p\" is not a number" >&2; exit 2 ;;
@@ -65,6 +79,22 @@ if [ ! -f "$CONFIG" ]; then
     echo "launch_local: no job config $CONFIG" >&2
     exit 2
 fi
+
+# The log dir: --log-dir (or LOGDIR), else the config's "log_dir", else
+# the roles' default; a "--set log_dir=DIR" after "--" wins, as it does
+# in the roles.
+if [ -z "$LOGDIR" ]; then
+    if ! command -v python3 >/dev/null 2>&1; then
+        echo "launch_local: no python3 to read \"log_dir\" from $CONFIG; give --log-dir" >&2
+    fi
+    LOGDIR=$(config_log_dir "$CONFIG")
+    LOGDIR=${LOGDIR:-logs/linear}
+fi
+for ((i = 0; i + 1 < ${#EXTRA[@]}; i++)); do
+    if [ "${EXTRA[i]}" = --set ]; then
+        case "${EXTRA[i + 1]}" in log_dir=?*) LOGDIR=${EXTRA[i + 1]#log_dir=} ;; esac
+    fi
+done
 
 if [ ! -x "$BIN" ]; then
     echo "launch_local: $BIN missing; building it" >&2

@@ -6,12 +6,17 @@
  *
  * A run that is wrongly accepted would start serving, so every run is bounded
  * and killed by the teardown.
+ *
+ * Case "launch" runs scripts/launch_local.sh (beside $DTRAIN_BIN's build
+ * dir) on free ports with a job config of the test's: its log dir is the
+ * config's, or --log-dir's.
  */
 #include <check.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "proc.h"
@@ -331,6 +336,97 @@ START_TEST(monitor_flag_errors) {
 }
 END_TEST
 
+/* A job config with train_data and no "data", whose file's name and
+ * bytes say no format: exit 2 naming the field and the file (it trained
+ * on the synthetic line and exited 0 before). */
+START_TEST(train_data_without_data) {
+    char rows[1100], path[1100], text[1300];
+    write_tmp("rows.txt", "1 1:0.5\n0 1:0.25\n", rows, sizeof rows);
+    snprintf(text, sizeof text, "{\"train_data\": \"%s\", \"max_steps\": 10}\n", rows);
+    write_tmp("job.json", text, path, sizeof path);
+    const char *args[] = {"--cluster", J.cluster,  "--job-name", "worker", "--task-index",
+                          "0",         "--config", path,         NULL};
+    expect_usage_error(run(args), "\"train_data\"", rows, "\"data\"");
+}
+END_TEST
+
+#define LAUNCH_TIMEOUT_MS 120000
+
+/* scripts/launch_local.sh of the checkout $DTRAIN_BIN was built in
+ * (<checkout>/<build>/dtrain), else of the current directory. */
+static void launch_script(char *buf, size_t cap) {
+    const char *bin = dt_test_bin();
+    const char *slash = strrchr(bin, '/');
+    int n = slash ? (int)(slash - bin) : 0;
+    while (n > 0 && bin[n - 1] != '/')
+        n--; /* back over the build dir's name */
+    if (bin[0] == '/' && n > 0)
+        snprintf(buf, cap, "%.*sscripts/launch_local.sh", n, bin);
+    else
+        snprintf(buf, cap, "scripts/launch_local.sh");
+}
+
+/* Runs launch_local.sh with the config and the extra args (NULL-ended) on
+ * free ports; asserts it exits 0. */
+static void launch(const char *config, const char *const *extra, const char *log_name) {
+    char script[1200], ports[3][16], log[1100];
+    int p[3];
+    ck_assert_int_eq(dt_test_free_ports(p, 3), 0);
+    for (int i = 0; i < 3; i++)
+        snprintf(ports[i], sizeof ports[i], "%d", p[i]);
+    launch_script(script, sizeof script);
+    char *argv[24] = {"/usr/bin/env", "bash",          script,   "--config",
+                      (char *)config, "--ps-port",     ports[0], "--chief-port",
+                      ports[1],       "--worker-port", ports[2]};
+    int argc = 11;
+    for (int i = 0; extra && extra[i] && argc < 23; i++)
+        argv[argc++] = (char *)extra[i];
+    argv[argc] = NULL;
+    snprintf(log, sizeof log, "%s/%s.log", J.dir, log_name);
+    pid_t pid = dt_test_spawn(argv, log);
+    ck_assert_int_gt(pid, 0);
+    int status = dt_test_wait(pid, LAUNCH_TIMEOUT_MS);
+    ck_assert_msg(status == 0, "%s exited %d; logs:%s", script, status, dt_test_report_logs(J.dir));
+}
+
+static int has_file(const char *dir, const char *name) {
+    char path[1200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0;
+}
+
+/* The config's log_dir is the job's dir (it was always logs/linear); a
+ * --log-dir flag wins over it. */
+START_TEST(launch_local_log_dir) {
+    char config[1100], text[1400], from_config[1100], from_flag[1100];
+    snprintf(from_config, sizeof from_config, "%s/from_config", J.dir);
+    snprintf(from_flag, sizeof from_flag, "%s/from_flag", J.dir);
+    snprintf(text, sizeof text, "{\"max_steps\": 60, \"log_steps\": 20, \"log_dir\": \"%s\"}\n",
+             from_config);
+    write_tmp("job.json", text, config, sizeof config);
+
+    launch(config, NULL, "launch1");
+    static const char *const files[] = {"ps.log", "chief.log", "worker1.log",
+                                        "model.ckpt-60.safetensors"};
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(has_file(from_config, files[i]), "no %s in the config's log_dir %s; logs:%s",
+                      files[i], from_config, dt_test_report_logs(J.dir));
+
+    const char *flag[] = {"--log-dir", from_flag, NULL};
+    launch(config, flag, "launch2");
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(has_file(from_flag, files[i]), "no %s in --log-dir %s; logs:%s", files[i],
+                      from_flag, dt_test_report_logs(J.dir));
+    char ckpt[1200];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint", from_config);
+    char *state = dt_test_read_file(ckpt, NULL);
+    ck_assert_ptr_nonnull(state);
+    ck_assert_msg(strstr(state, "model.ckpt-60") != NULL, "%s: %s", ckpt, state);
+    free(state);
+}
+END_TEST
+
 Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
     TCase *tc = dt_test_job_tcase(s, "usage", 60, setup, teardown);
@@ -361,5 +457,9 @@ Suite *cli_suite(void) {
     tcase_add_test(files, missing_config_file);
     tcase_add_test(files, tf_config_errors);
     tcase_add_test(files, monitor_flag_errors);
+    tcase_add_test(files, train_data_without_data);
+
+    TCase *launch_tc = dt_test_job_tcase(s, "launch", 300, setup, teardown);
+    tcase_add_test(launch_tc, launch_local_log_dir);
     return s;
 }

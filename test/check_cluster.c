@@ -8,6 +8,7 @@
  * files are read by relative path.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 
 #include "cluster.h"
 #include "job.h"
+#include "log.h"
 #include "suites.h"
 
 /* ---- helpers ---- */
@@ -993,6 +995,162 @@ END_TEST
 
 /* ---- job: finish ---- */
 
+/* dt_job_finish with the log (stderr) caught, at level info, into log. */
+static int finish_logged(dt_job *job, dt_err *err, char *log, size_t cap) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/stderr.txt", tmp_dir);
+    dt_log_level level = dt_log_get_level();
+    dt_log_set_level(DT_LOG_INFO);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(saved, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_ge(dup2(fd, STDERR_FILENO), 0);
+    close(fd);
+    dt_err_clear(err);
+    int rc = dt_job_finish(job, err);
+    ck_assert_int_ge(dup2(saved, STDERR_FILENO), 0);
+    close(saved);
+    dt_log_set_level(level);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(log, 1, cap - 1, f);
+    log[n] = '\0';
+    fclose(f);
+    return rc;
+}
+
+/* A job parsed from text, then finished with its log caught. */
+static int finish_text(const char *text, dt_job *job, dt_err *err, char *log, size_t cap) {
+    dt_job_defaults(job);
+    dt_err_clear(err);
+    ck_assert_msg(dt_job_parse(text, SRC, job, err) == 0, "%s", err->msg);
+    return finish_logged(job, err, log, cap);
+}
+
+/* "data" left out: the source comes from train_data's name, else from an
+ * idx header, else the job is refused naming the field and the file. */
+START_TEST(test_job_data_inferred) {
+    dt_job job;
+    dt_err err;
+    char log[4096], text[3 * PATH_MAX], path[PATH_MAX], labels[PATH_MAX];
+    static const struct {
+        const char *name;
+        dt_data_source want;
+    } named[] = {{"x.csv", DT_DATA_CSV},
+                 {"x.CSV.gz", DT_DATA_CSV},
+                 {"dir/x.svm", DT_DATA_LIBSVM},
+                 {"x.libsvm.gz", DT_DATA_LIBSVM},
+                 {"x.LibSVM", DT_DATA_LIBSVM}};
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        snprintf(text, sizeof text, "{\"train_data\": \"%s\"}", named[i].name);
+        int rc = finish_text(text, &job, &err, log, sizeof log);
+        ck_assert_msg(rc == 0, "%s: %s", named[i].name, err.msg);
+        ck_assert_int_eq(job.data.source, named[i].want);
+        ck_assert_msg(strstr(log, " I job: \"data\" is not set: ") && strstr(log, named[i].name) &&
+                          strstr(log, dt_data_source_names[named[i].want]) &&
+                          strstr(log, "its name"),
+                      "%s: no INFO line saying the inference: %s", named[i].name, log);
+    }
+
+    /* No extension: an idx images header says it (the labels beside). */
+    static const unsigned char idx[] = {0, 0, 8, 3, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 7};
+    static const unsigned char idx_labels[] = {0, 0, 8, 1, 0, 0, 0, 1, 0};
+    write_file("images", (const char *)idx, sizeof idx, path, sizeof path);
+    write_file("labels", (const char *)idx_labels, sizeof idx_labels, labels, sizeof labels);
+    snprintf(text, sizeof text,
+             "{\"model\": \"softmax\", \"classes\": 2, \"train_data\": \"%s\", "
+             "\"train_labels\": \"%s\"}",
+             path, labels);
+    ck_assert_msg(finish_text(text, &job, &err, log, sizeof log) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.data.source, DT_DATA_IDX);
+    ck_assert_msg(strstr(log, "\"idx\", as its idx header says"), "%s", log);
+
+    /* The labels file given as the images: said so. */
+    snprintf(text, sizeof text, "{\"train_data\": \"%s\"}", labels);
+    ck_assert_int_eq(finish_text(text, &job, &err, log, sizeof log), DT_ECONFIG);
+    ck_assert_msg(strstr(err.msg, "\"train_data\"") && strstr(err.msg, labels) &&
+                      strstr(err.msg, "idx labels file"),
+                  "%s", err.msg);
+
+    /* A name and bytes that say nothing: refused, naming field and file. */
+    write_file("rows.txt", "1 1:2\n", 6, path, sizeof path);
+    snprintf(text, sizeof text, "{\"train_data\": \"%s\"}", path);
+    ck_assert_int_eq(finish_text(text, &job, &err, log, sizeof log), DT_ECONFIG);
+    ck_assert_msg(strstr(err.msg, "job: \"data\" is not set: \"train_data\" ") &&
+                      strstr(err.msg, path) && strstr(err.msg, "set \"data\""),
+                  "%s", err.msg);
+    snprintf(text, sizeof text, "{\"train_data\": \"%s/none\"}", tmp_dir);
+    ck_assert_int_eq(finish_text(text, &job, &err, log, sizeof log), DT_ECONFIG);
+    ck_assert_msg(strstr(err.msg, "\"train_data\"") && strstr(err.msg, "/none") &&
+                      strstr(err.msg, "cannot read it"),
+                  "%s", err.msg);
+
+    /* --set names nothing either: inferred the same. */
+    dt_job_defaults(&job);
+    ck_assert_int_eq(dt_job_set(&job, "train_data=t.csv", &err), 0);
+    ck_assert_msg(finish_logged(&job, &err, log, sizeof log) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.data.source, DT_DATA_CSV);
+
+    /* "data" named, even as the default: kept, and train_data is unused. */
+    ck_assert_int_eq(
+        finish_text("{\"data\": \"line\", \"train_data\": \"t.csv\"}", &job, &err, log, sizeof log),
+        0);
+    ck_assert_int_eq(job.data.source, DT_DATA_LINE);
+    ck_assert_msg(!strstr(log, "is not set"), "%s", log);
+    ck_assert_msg(strstr(log, " W job: \"train_data\" is \"t.csv\"") && strstr(log, "\"line\""),
+                  "no warning of the unused train_data: %s", log);
+    dt_job_defaults(&job);
+    ck_assert_int_eq(dt_job_set(&job, "data=line", &err), 0);
+    ck_assert_int_eq(dt_job_set(&job, "train_data=t.csv", &err), 0);
+    ck_assert_msg(finish_logged(&job, &err, log, sizeof log) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.data.source, DT_DATA_LINE);
+}
+END_TEST
+
+/* A data field set off its default that the source does not read is a
+ * warning naming the field and the source; defaults, and fields in use,
+ * say nothing (conf/linear.json names every field). */
+START_TEST(test_job_unused_data_fields) {
+    dt_job job;
+    dt_err err;
+    char log[4096];
+    ck_assert_int_eq(finish_text("{\"label_column\": \"price\"}", &job, &err, log, sizeof log), 0);
+    ck_assert_msg(strstr(log, " W job: \"label_column\" is \"price\"") &&
+                      strstr(log, "\"data\" \"line\" does not use it"),
+                  "%s", log);
+    ck_assert_int_eq(finish_text("{\"data\": \"wide\", \"features\": 3, \"train_labels\": \"l\", "
+                                 "\"skip_bad_rows\": true}",
+                                 &job, &err, log, sizeof log),
+                     0);
+    ck_assert_msg(strstr(log, "\"train_labels\" is \"l\"") && strstr(log, "\"skip_bad_rows\"") &&
+                      strstr(log, "\"wide\""),
+                  "%s", log);
+    ck_assert_int_eq(finish_text("{\"train_data\": \"t.csv\", \"label_column\": \"y\", "
+                                 "\"examples\": 7, \"noise\": 1}",
+                                 &job, &err, log, sizeof log),
+                     0);
+    ck_assert_msg(!strstr(log, "\"label_column\""), "csv reads label_column: %s", log);
+    ck_assert_msg(strstr(log, "\"examples\" is 7") && strstr(log, "\"noise\" is 1") &&
+                      strstr(log, "\"csv\""),
+                  "%s", log);
+    ck_assert_int_eq(finish_text("{\"data\": \"libsvm\", \"train_data\": \"t.svm\", "
+                                 "\"eval_labels\": \"e\", \"label_column\": \"2\"}",
+                                 &job, &err, log, sizeof log),
+                     0);
+    ck_assert_msg(strstr(log, "\"eval_labels\" is \"e\"") && strstr(log, "\"label_column\"") &&
+                      strstr(log, "\"libsvm\""),
+                  "%s", log);
+
+    dt_job_defaults(&job);
+    dt_err_clear(&err);
+    ck_assert_msg(dt_job_load("conf/linear.json", &job, &err) == 0, "%s", err.msg);
+    ck_assert_msg(finish_logged(&job, &err, log, sizeof log) == 0, "%s", err.msg);
+    ck_assert_msg(log[0] == '\0', "conf/linear.json logged: %s", log);
+}
+END_TEST
+
 START_TEST(test_job_finish_files) {
     dt_job job;
     dt_err err;
@@ -1360,6 +1518,8 @@ Suite *cluster_suite(void) {
     tcase_add_test(tj, test_job_sparse_rules);
     tcase_add_test(tj, test_job_sparse_embedding);
     tcase_add_test(tj, test_job_finish_files);
+    tcase_add_test(tj, test_job_data_inferred);
+    tcase_add_test(tj, test_job_unused_data_fields);
     suite_add_tcase(s, tj);
     return s;
 }
