@@ -373,7 +373,8 @@ int dt_worker_wait_ready(dt_worker *w, const atomic_int *stop, dt_err *err) {
     ready_probe pr = {w, 0, 0, 0, NULL, "", 0};
     int rc = dt_worker_retry(w, "the model to be ready", probe_ready, &pr, NULL, stop, err);
     if (rc < 0) return rc;
-    if (pr.ready) dt_log(DT_LOG_INFO, "%s: job id %s", w->name, pr.job_id[0] ? pr.job_id : "(none)");
+    /* Said once, when first seen: ready, or already over. */
+    dt_log(DT_LOG_INFO, "%s: job id %s", w->name, pr.job_id[0] ? pr.job_id : "(none)");
     return pr.done ? 1 : 0;
 }
 

@@ -1095,7 +1095,7 @@ START_TEST(done_of_another_job_refused) {
     read_job_id(w.log_dir, job_b);
     ck_assert_msg(strcmp(job_b, job_a) != 0, "the new job took job A's id");
     char *log = dt_test_job_read_log(&w, "chief");
-    int named = dt_test_line_has(log, "ps:0 says the job is done", job_a, job_b, "refusing");
+    int named = dt_test_line_has(log, "says the job is done", job_a, job_b, "refusing");
     free(log);
     ck_assert_msg(named, "the refusal does not name the ps and both job ids; logs:%s",
                   dt_test_job_report(&w));
