@@ -85,7 +85,7 @@ typedef struct {
      * and kept in its job id file (checkpoint.h) and in every checkpoint.
      * Create hands it to every ps, Status echoes it. */
     char job_id[DT_JOB_ID_MAX];
-    int job_id_new; /* made by this process (no file, no checkpoint had one) */
+    int job_id_new;             /* made by this process (no file, no checkpoint had one) */
     dt_tensors slots;           /* (vars x optimizer slots) "<variable>/<slot>" */
     int have_slots;             /* slots hold values worth sending (from a checkpoint) */
     dt_tensors recipe;          /* the scaling statistics a checkpoint carries (or none) */
@@ -483,8 +483,7 @@ static int take_census(void *arg, dt_err *err) {
 static void match_job_id(chief *c, census *cs) {
     dt_ps_client *pc = dt_worker_client(c->w);
     for (int p = 0; p < dt_ps_client_num_ps(pc) && cs->foreign_ps < 0; p++) {
-        if (!cs->ready[p] || !cs->job_id[p][0] || strcmp(cs->job_id[p], c->job_id) == 0)
-            continue;
+        if (!cs->ready[p] || !cs->job_id[p][0] || strcmp(cs->job_id[p], c->job_id) == 0) continue;
         dt_err save_err;
         dt_err_clear(&save_err);
         if (c->job_id_new) {
@@ -640,9 +639,10 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     if (rc < 0) return rc;
     /* The short fields first: a very long model description is what a cut
      * drops, the same way on every run of this job. */
-    int n = snprintf(c->job_desc, sizeof c->job_desc, "optimizer=%s lr=%g max_steps=%lld mode=%s %s",
-                     dt_optim_name(m->optim.kind), m->optim.learning_rate, (long long)m->max_steps,
-                     dt_mode_name(jc->mode), c->model);
+    int n =
+        snprintf(c->job_desc, sizeof c->job_desc, "optimizer=%s lr=%g max_steps=%lld mode=%s %s",
+                 dt_optim_name(m->optim.kind), m->optim.learning_rate, (long long)m->max_steps,
+                 dt_mode_name(jc->mode), c->model);
     if (n >= (int)sizeof c->job_desc)
         dt_log(DT_LOG_DEBUG, "chief: job description cut to %zu bytes", sizeof c->job_desc - 1);
     return 0;
@@ -968,8 +968,7 @@ static int new_job_id(char out[DT_JOB_ID_MAX], dt_err *err) {
     while (got < sizeof bits) {
         ssize_t n = getrandom(bits + got, sizeof bits - got, 0);
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0)
-            return dt_err_set(err, DT_EIO, "chief: job id: getrandom: %s", strerror(errno));
+        if (n < 0) return dt_err_set(err, DT_EIO, "chief: job id: getrandom: %s", strerror(errno));
         got += (size_t)n;
     }
     for (size_t i = 0; i < sizeof bits; i++)

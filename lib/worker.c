@@ -300,8 +300,8 @@ typedef struct {
     dt_worker *w;
     int ready;
     int done;
-    int64_t global_step; /* the highest of the ps tasks' */
-    other_task *others;  /* (num_workers) while waiting for them; else NULL */
+    int64_t global_step;        /* the highest of the ps tasks' */
+    other_task *others;         /* (num_workers) while waiting for them; else NULL */
     char job_id[DT_JOB_ID_MAX]; /* the job id the ps tasks know (empty: none yet) */
     int job_id_ps;              /* the first task that said it */
 } ready_probe;

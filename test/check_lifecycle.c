@@ -970,9 +970,17 @@ static pid_t start_by_hand(const char *job_name, int task, const char *log_name,
 static void write_finished_job(const char *dir, const char *job_id) {
     float weight = 2.0f, bias = 1.0f;
     dt_tensor items[2] = {
-        {.name = "linear/weight", .dtype = DT_DTYPE_F32, .ndim = 2, .shape = {1, 1},
-         .data = &weight, .nbytes = 4},
-        {.name = "linear/bias", .dtype = DT_DTYPE_F32, .ndim = 1, .shape = {1}, .data = &bias,
+        {.name = "linear/weight",
+         .dtype = DT_DTYPE_F32,
+         .ndim = 2,
+         .shape = {1, 1},
+         .data = &weight,
+         .nbytes = 4},
+        {.name = "linear/bias",
+         .dtype = DT_DTYPE_F32,
+         .ndim = 1,
+         .shape = {1},
+         .data = &bias,
          .nbytes = 4},
     };
     dt_tensors ts = {.items = items, .count = 2};

@@ -587,8 +587,7 @@ START_TEST(token_file_parsing) {
                      DT_AUTH_BAD_IDENTITY);
     ck_assert_int_eq(dt_auth_tokens_check(t, "shared-secret", 13, NULL, &peer),
                      DT_AUTH_NO_IDENTITY);
-    ck_assert_int_eq(dt_auth_tokens_check(t, "shared-secret", 13, "", &peer),
-                     DT_AUTH_NO_IDENTITY);
+    ck_assert_int_eq(dt_auth_tokens_check(t, "shared-secret", 13, "", &peer), DT_AUTH_NO_IDENTITY);
     dt_auth_tokens_free(t);
 
     ck_assert_int_eq(dt_test_write_file(path, "chief a\nworker:2 b\n"), 0);
