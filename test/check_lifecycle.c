@@ -1179,7 +1179,7 @@ END_TEST
  * job is still open while the restarted ps looks around (more than one of
  * its asks, by its Status uptime). The job ends at exactly max_steps. */
 START_TEST(ps_restart_without_config) {
-    static const char *const extra[] = {"max_steps=200000", NULL};
+    static const char *const extra[] = {"max_steps=40000", NULL};
     world_init(2, 1, extra);
     snprintf(w.log_dir, sizeof w.log_dir, "%s/logs/linear", w.dir);
     const char *chief_args[2 * DT_TEST_JOB_MAX_SETS + 1];
@@ -1217,7 +1217,7 @@ START_TEST(ps_restart_without_config) {
     pid_t all[3] = {chief, ps0, ps1};
     const char *names[3] = {"chief", "ps 0", "ps 1 (restarted)"};
     dt_test_job_expect_done(&w, all, names, 3, JOB_TIMEOUT_MS);
-    expect_final_at_max_steps(200000);
+    expect_final_at_max_steps(40000);
 }
 END_TEST
 
