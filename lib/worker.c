@@ -349,7 +349,9 @@ static int probe_ready(void *arg, dt_err *err) {
     for (int p = 0; p < dt_ps_client_num_ps(w->client); p++) {
         dt_msg_status_resp st;
         int rc = dt_ps_client_status(w->client, p, &st, err);
-        if (rc == 0) rc = same_job_id(pr, p, st.job_id, err);
+        /* A task no chief has created yet knows at most what it read on
+         * disk: only a created (or finished) task's id is the job's. */
+        if (rc == 0 && (st.ready || st.done)) rc = same_job_id(pr, p, st.job_id, err);
         if (rc < 0) return rc;
         if (pr->others) note_others(pr, &st);
         if (st.failure[0])
