@@ -926,6 +926,23 @@ static int log_dir_named(const options *o) {
     return dt_job_load(o->cluster_path, &probe, &err) == 0 && probe.log_dir[0];
 }
 
+/* The max_steps this process's own configuration names (a --set, the
+ * --config file's or the cluster file's "job"), else 0: never the
+ * default. */
+static int64_t max_steps_named(const options *o, const dt_job *job) {
+    for (int i = 0; i < o->num_sets; i++)
+        if (strncmp(o->sets[i], "max_steps=", 10) == 0) return job->max_steps;
+    const char *file = o->config_path ? o->config_path : o->cluster_path;
+    if (!file) return 0;
+    dt_job probe;
+    dt_job_defaults(&probe);
+    probe.max_steps = -1;
+    dt_err err;
+    dt_err_clear(&err);
+    if (dt_job_load(file, &probe, &err) < 0 || probe.max_steps < 0) return 0;
+    return job->max_steps;
+}
+
 /* Runs this process's role (ps, evaluator, chief or worker) until it ends
  * or a signal stops it; the role's code, with err set when negative. */
 static int run_role(const options *o, const dt_cluster *cluster, const dt_role *role,
@@ -941,6 +958,7 @@ static int run_role(const options *o, const dt_cluster *cluster, const dt_role *
                            .security = security,
                            .max_message_bytes = max_message_bytes,
                            .log_dir = log_dir_named(o) ? job->log_dir : NULL,
+                           .max_steps = max_steps_named(o, job),
                            .listen_addr = o->listen};
         dt_ps *ps = NULL;
         int rc = max_message_bytes ? 0 : derived_message_cap(job, &pp.max_message_bytes, err);

@@ -86,6 +86,7 @@ typedef struct {
      * Create hands it to every ps, Status echoes it. */
     char job_id[DT_JOB_ID_MAX];
     int job_id_new;             /* made by this process (no file, no checkpoint had one) */
+    int job_id_saved;           /* the log dir's job id file holds it */
     dt_tensors slots;           /* (vars x optimizer slots) "<variable>/<slot>" */
     int have_slots;             /* slots hold values worth sending (from a checkpoint) */
     dt_tensors recipe;          /* the scaling statistics a checkpoint carries (or none) */
@@ -129,6 +130,8 @@ typedef struct {
     dt_msg_table table;
     dt_tensors table_rows;
 } chief;
+
+static void save_job_id(chief *c);
 
 /* ---- slots ------------------------------------------------------------- */
 
@@ -238,6 +241,7 @@ static int64_t page_rows(const dt_table_config *t) {
  * task has sent so far (ps_client.h has the rule). */
 static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     if (global_step == c->last_saved_step) return 0;
+    save_job_id(c);
     const dt_table_config *t = dt_worker_table(c->w);
     dt_safetensors_rows *rows = NULL;
     int rc = 0;
@@ -484,8 +488,6 @@ static void match_job_id(chief *c, census *cs) {
     dt_ps_client *pc = dt_worker_client(c->w);
     for (int p = 0; p < dt_ps_client_num_ps(pc) && cs->foreign_ps < 0; p++) {
         if (!cs->ready[p] || !cs->job_id[p][0] || strcmp(cs->job_id[p], c->job_id) == 0) continue;
-        dt_err save_err;
-        dt_err_clear(&save_err);
         if (c->job_id_new) {
             dt_log(DT_LOG_WARN,
                    "chief: %s holds this job's model under job id %s and the log dir %s has "
@@ -493,8 +495,8 @@ static void match_job_id(chief *c, census *cs) {
                    dt_ps_client_name(pc, p), cs->job_id[p], c->job->log_dir, cs->job_id[p]);
             snprintf(c->job_id, sizeof c->job_id, "%s", cs->job_id[p]);
             c->job_id_new = 0;
-            if (dt_ckpt_job_id_save(c->job->log_dir, c->job_id, &save_err) < 0)
-                dt_log(DT_LOG_WARN, "chief: %s", save_err.msg);
+            c->job_id_saved = 0;
+            save_job_id(c);
             continue;
         }
         cs->foreign_ps = p;
@@ -976,6 +978,21 @@ static int new_job_id(char out[DT_JOB_ID_MAX], dt_err *err) {
     return 0;
 }
 
+/* Writes the job id file unless it holds the id already. A storage fault
+ * (a full disk) never stops training: it is logged, and each checkpoint
+ * tries again (the checkpoints carry the id meanwhile). */
+static void save_job_id(chief *c) {
+    if (c->job_id_saved) return;
+    dt_err save_err;
+    dt_err_clear(&save_err);
+    if (dt_ckpt_job_id_save(c->job->log_dir, c->job_id, &save_err) < 0) {
+        dt_log(DT_LOG_WARN, "chief: saving the job id: %s; trying again at the next checkpoint",
+               save_err.msg);
+        return;
+    }
+    c->job_id_saved = 1;
+}
+
 /* The job's id, with the log dir locked: its latest checkpoint's; else its
  * job id file's (a chief killed before its first save, or a checkpoint from
  * before job ids that an earlier run gave one); else a new one (a new log
@@ -1010,11 +1027,9 @@ static int resolve_job_id(chief *c, dt_err *err) {
         c->job_id_new = have_ckpt <= 0;
         from = have_ckpt > 0 ? "new: its checkpoints are from before job ids" : "new";
     }
-    if (!have_file || strcmp(from_file, c->job_id) != 0) {
-        int rc = dt_ckpt_job_id_save(dir, c->job_id, err);
-        if (rc < 0) return dt_err_wrap(err, rc, "chief: saving the job id");
-    }
+    c->job_id_saved = have_file && strcmp(from_file, c->job_id) == 0;
     dt_log(DT_LOG_INFO, "chief: job id %s (%s; log dir %s)", c->job_id, from, dir);
+    save_job_id(c);
     return 0;
 }
 
@@ -1072,8 +1087,8 @@ static void check_log_dir(chief *c, double t) {
     dt_err_clear(&summary_err);
     if (!summary_writer(c, &summary_err)) summary_outcome(c, summary_err.code, &summary_err);
     c->last_saved_step = -1; /* the saved steps went with the old dir */
-    if (dt_ckpt_job_id_save(dir, c->job_id, &lock_err) < 0)
-        dt_log(DT_LOG_WARN, "chief: %s", lock_err.msg);
+    c->job_id_saved = 0;     /* the file went with the old dir */
+    save_job_id(c);
     c->next_save = t;
     c->save_backoff = SAVE_BACKOFF_FIRST;
 }

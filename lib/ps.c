@@ -2544,6 +2544,7 @@ static void ask_log_dir(dt_ps *ps) {
     snprintf(from, sizeof from, "the latest checkpoint in %s", dir);
     if (id[0]) learn_job_id(ps, id, from);
     if (meta.max_steps <= 0 || meta.global_step < meta.max_steps) return;
+    if (ps->params.max_steps > 0 && meta.global_step < ps->params.max_steps) return;
     snprintf(from, sizeof from, "%s (job %s, max_steps %lld)", path, id[0] ? id : "(none)",
              (long long)meta.max_steps);
     learn_done(ps, from, meta.global_step, &ps->started);

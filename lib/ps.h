@@ -46,6 +46,10 @@ typedef struct {
      * ended: it exits once its linger since start is up, unless told
      * otherwise (it has no one to ask when it is the only ps task). */
     const char *log_dir;
+    /* The max_steps its own config names explicitly (0: none): a job
+     * resumed with more steps than its checkpoint records is not done at
+     * that checkpoint. Never a default. */
+    int64_t max_steps;
     /* Where to listen: NULL serves every interface at the cluster address's
      * port, as TF's server does. The cluster's host names this task for
      * others; on a cluster manager it is a service name that may not

@@ -1172,6 +1172,23 @@ START_TEST(job_id_survives_chief_restart) {
 }
 END_TEST
 
+/* A log dir whose checkpoint is from before job ids: the chief resuming it
+ * makes the job an id, says so, and records it from then on. */
+START_TEST(job_id_for_a_checkpoint_from_before_ids) {
+    static const char *const extra[] = {"max_steps=3000", NULL};
+    world_init(1, 1, extra);
+    write_finished_job(w.log_dir, "");
+    dt_test_job_run(&w, "", JOB_TIMEOUT_MS);
+    expect_final_at_max_steps(3000);
+    char id[DT_SAFETENSORS_JOB_ID_MAX], line[96];
+    read_job_id(w.log_dir, id);
+    snprintf(line, sizeof line, "job id %s (new: its checkpoints are from before job ids", id);
+    ck_assert_msg(dt_test_job_log_has(&w, "chief", line),
+                  "the chief does not say it gave the old checkpoint's job id %s; logs:%s", id,
+                  dt_test_job_report(&w));
+}
+END_TEST
+
 /* Defect 2: two ps tasks without a config and a chief with a max_steps
  * above the default's 2000, all in the default log dir (logs/linear under
  * their cwd). ps:1 is SIGKILLed once a checkpoint past step 2000 is saved
@@ -1245,6 +1262,7 @@ Suite *lifecycle_suite(void) {
              new_job_beside_finished_demo_job_keep_serving);
     add_case(s, "done_of_another_job_refused", done_of_another_job_refused);
     add_case(s, "job_id_survives_chief_restart", job_id_survives_chief_restart);
+    add_case(s, "job_id_for_a_checkpoint_from_before_ids", job_id_for_a_checkpoint_from_before_ids);
     add_case(s, "ps_accepts_after_fds_run_out", ps_accepts_after_fds_run_out);
     add_case(s, "ps_message_cap_from_job", ps_message_cap_from_job);
     add_case(s, "ps_message_cap_without_the_data", ps_message_cap_without_the_data);
