@@ -194,10 +194,10 @@ struct dt_ps {
 
     pthread_mutex_t life_mu;
     int shutdown_requested;
+    char job_id[DT_JOB_ID_MAX]; /* the job this ps knows of; empty: none yet */
     struct timespec shutdown_at;
     int *worker_told_done;            /* (num_workers) */
     char failure[DT_MSG_FAILURE_MAX]; /* non-empty: the job failed (the chief's reason) */
-    char job_id[DT_JOB_ID_MAX];       /* the job this ps knows of; empty: none yet */
     char **worker_failure;            /* (num_workers) under stats_mu: why each left, or NULL */
 
     /* While no chief has created the model: the other ps tasks, asked now
