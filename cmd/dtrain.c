@@ -909,6 +909,40 @@ static int check_role_flags(const options *o, const dt_role *role) {
     return -1;
 }
 
+/* 1 when this process's own configuration names the job's log dir: a
+ * --config job file, --log-dir, --set log_dir=, or a "log_dir" in the
+ * cluster file's "job" (TF_CONFIG's is not a job config). The built-in
+ * default names nothing: a ps acts on a log dir only when told it. */
+static int log_dir_named(const options *o) {
+    if (o->config_path || o->log_dir) return 1;
+    for (int i = 0; i < o->num_sets; i++)
+        if (strncmp(o->sets[i], "log_dir=", 8) == 0) return 1;
+    if (!o->cluster_path) return 0;
+    dt_job probe;
+    dt_job_defaults(&probe);
+    probe.log_dir[0] = '\0';
+    dt_err err;
+    dt_err_clear(&err);
+    return dt_job_load(o->cluster_path, &probe, &err) == 0 && probe.log_dir[0];
+}
+
+/* The max_steps this process's own configuration names (a --set, the
+ * --config file's or the cluster file's "job"), else 0: never the
+ * default. */
+static int64_t max_steps_named(const options *o, const dt_job *job) {
+    for (int i = 0; i < o->num_sets; i++)
+        if (strncmp(o->sets[i], "max_steps=", 10) == 0) return job->max_steps;
+    const char *file = o->config_path ? o->config_path : o->cluster_path;
+    if (!file) return 0;
+    dt_job probe;
+    dt_job_defaults(&probe);
+    probe.max_steps = -1;
+    dt_err err;
+    dt_err_clear(&err);
+    if (dt_job_load(file, &probe, &err) < 0 || probe.max_steps < 0) return 0;
+    return job->max_steps;
+}
+
 /* Runs this process's role (ps, evaluator, chief or worker) until it ends
  * or a signal stops it; the role's code, with err set when negative. */
 static int run_role(const options *o, const dt_cluster *cluster, const dt_role *role,
@@ -923,8 +957,8 @@ static int run_role(const options *o, const dt_cluster *cluster, const dt_role *
                            .linger_ms = job->ps_linger_secs * 1000,
                            .security = security,
                            .max_message_bytes = max_message_bytes,
-                           .log_dir = job->log_dir,
-                           .max_steps = job->max_steps,
+                           .log_dir = log_dir_named(o) ? job->log_dir : NULL,
+                           .max_steps = max_steps_named(o, job),
                            .listen_addr = o->listen};
         dt_ps *ps = NULL;
         int rc = max_message_bytes ? 0 : derived_message_cap(job, &pp.max_message_bytes, err);

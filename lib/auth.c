@@ -216,9 +216,10 @@ int dt_auth_tokens_check(const dt_auth_tokens *t, const char *token, size_t len,
     for (int i = 0; i < t->n; i++) /* no early exit: every entry costs the same */
         if (dt_auth_equal(t->entries[i].token, t->entries[i].token_len, token, len) && found < 0)
             found = i;
-    if (found < 0) return -1;
+    if (found < 0) return DT_AUTH_WRONG_TOKEN;
     const char *name = t->shared ? claimed : t->entries[found].identity;
-    if (!name || dt_auth_parse_identity(name, peer) < 0) return -1;
+    if (!name || !name[0]) return DT_AUTH_NO_IDENTITY;
+    if (dt_auth_parse_identity(name, peer) < 0) return DT_AUTH_BAD_IDENTITY;
     peer->authenticated = 1;
     return 0;
 }

@@ -41,8 +41,13 @@ const char *dt_auth_tokens_for(const dt_auth_tokens *t, const char *identity);
 /* Checks a presented token. Per-identity mode: finds the identity whose
  * token it is and fills *peer (authenticated 1); shared mode: the token must
  * be the shared one and *peer is parsed from `claimed` (authenticated 1).
- * Every entry is compared, each in constant time. Returns 0, or -1 when the
- * token is wrong or (shared mode) the claim is not an identity. */
+ * Every entry is compared, each in constant time. Returns 0, or one of
+ * DT_AUTH_WRONG_TOKEN (no entry has this token), DT_AUTH_NO_IDENTITY (shared
+ * mode: the token is right, no identity was claimed) or DT_AUTH_BAD_IDENTITY
+ * (shared mode: the token is right, the claim is not an identity). */
+#define DT_AUTH_WRONG_TOKEN (-1)
+#define DT_AUTH_NO_IDENTITY (-2)
+#define DT_AUTH_BAD_IDENTITY (-3)
 int dt_auth_tokens_check(const dt_auth_tokens *t, const char *token, size_t len,
                          const char *claimed, dt_rpc_peer *peer);
 

@@ -456,6 +456,58 @@ int64_t dt_ckpt_latest_step(const char *log_dir) {
     return step;
 }
 
+int dt_ckpt_latest_meta(const char *log_dir, dt_safetensors_meta *meta, char *path_out,
+                        size_t path_cap, dt_err *err) {
+    int64_t step = dt_ckpt_latest_step(log_dir);
+    if (step < 0) return 0;
+    char name[NAME_CAP], path[JOIN_CAP];
+    snprintf(name, sizeof name, "model.ckpt-%lld.safetensors", (long long)step);
+    int rc = join(path, sizeof path, log_dir, name, err);
+    if (rc == 0) rc = dt_safetensors_load_meta(path, meta, err);
+    if (rc < 0) return rc;
+    if (path_out) snprintf(path_out, path_cap, "%s", path);
+    return 1;
+}
+
+int dt_ckpt_job_id_load(const char *log_dir, char *out, dt_err *err) {
+    char path[JOIN_CAP];
+    int rc = join(path, sizeof path, log_dir, DT_CKPT_JOB_ID_FILE, err);
+    if (rc < 0) return rc;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return 0;
+    if (fd < 0) return dt_err_set(err, DT_EIO, "%s: open: %s", path, strerror(errno));
+    char text[64];
+    ssize_t n = dt_fileio_read_full(fd, text, sizeof text - 1);
+    int saved = errno;
+    close(fd);
+    if (n < 0) return dt_err_set(err, DT_EIO, "%s: read: %s", path, strerror(saved));
+    text[n] = '\0';
+    if (n > 0 && text[n - 1] == '\n') text[--n] = '\0';
+    if (!dt_safetensors_job_id_ok(text))
+        return dt_err_set(err, DT_ECORRUPT,
+                          "%s: \"%.40s\" is not a job id (32 lowercase hex digits); restore the "
+                          "file or delete it to give the job a new id",
+                          path, text);
+    memcpy(out, text, DT_SAFETENSORS_JOB_ID_MAX);
+    return 1;
+}
+
+static int emit_job_id(int fd, const void *ctx, const char *tmp, dt_err *err) {
+    char line[DT_SAFETENSORS_JOB_ID_MAX + 1];
+    int n = snprintf(line, sizeof line, "%s\n", (const char *)ctx);
+    if (dt_fileio_write_all(fd, line, (size_t)n) < 0)
+        return dt_err_set(err, DT_EIO, "%s: write: %s", tmp, strerror(errno));
+    return 0;
+}
+
+int dt_ckpt_job_id_save(const char *log_dir, const char *job_id, dt_err *err) {
+    DT_ASSERT(dt_safetensors_job_id_ok(job_id));
+    char path[JOIN_CAP];
+    int rc = join(path, sizeof path, log_dir, DT_CKPT_JOB_ID_FILE, err);
+    if (rc == 0) rc = dt_fileio_write_atomic(path, emit_job_id, job_id, err);
+    return rc;
+}
+
 /* 1 when log_dir/name was modified no earlier than the state file (or
  * there is no state file). */
 static int written_after_state(const char *log_dir, const char *name) {
@@ -582,7 +634,8 @@ static int is_our_temp(const char *file) {
         return 0;
     memcpy(base, file, (size_t)(t - file));
     base[t - file] = '\0';
-    return strcmp(base, STATE_FILE) == 0 || ckpt_step(base) >= 0;
+    return strcmp(base, STATE_FILE) == 0 || strcmp(base, DT_CKPT_JOB_ID_FILE) == 0 ||
+           ckpt_step(base) >= 0;
 }
 
 /* Removes the temporaries of a writer that died mid-save. Only safe while

@@ -120,6 +120,28 @@ int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_safetensors_
 int64_t dt_ckpt_latest_step(const char *log_dir);
 
 /*
+ * The header of log_dir's latest checkpoint (dt_ckpt_latest_step's file;
+ * nothing else is loaded): 1 with *meta filled (caller deinits) and its
+ * path in path_out, 0 when there is none, negative when it cannot be read.
+ */
+int dt_ckpt_latest_meta(const char *log_dir, dt_safetensors_meta *meta, char *path_out,
+                        size_t path_cap, dt_err *err) DT_WARN_UNUSED;
+
+/*
+ * The job id file, log_dir/job_id: one line, the job's id (32 lowercase
+ * hex digits, as the checkpoints' "job_id" metadata). The chief writes it
+ * (atomically, under the log dir's lock) before its first Create, so a
+ * chief killed before its first save comes back with the same id; a ps
+ * reads it only in a log dir its own config names.
+ * dt_ckpt_job_id_load: 1 with the id in out (DT_SAFETENSORS_JOB_ID_MAX
+ * bytes), 0 when there is no such file, DT_ECORRUPT naming the file when
+ * it holds anything else, DT_EIO when it cannot be read.
+ */
+#define DT_CKPT_JOB_ID_FILE "job_id"
+int dt_ckpt_job_id_load(const char *log_dir, char *out, dt_err *err) DT_WARN_UNUSED;
+int dt_ckpt_job_id_save(const char *log_dir, const char *job_id, dt_err *err) DT_WARN_UNUSED;
+
+/*
  * Locks log_dir (creating it) for one writer, the chief: the directory lock
  * of dirlock.h, a flock on log_dir/dtrain.lock that holds the owner's pid.
  * A second chief gets DT_EEXIST naming that pid (and removes nothing). The

@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -78,7 +79,14 @@ typedef struct {
     /* The model plus what else makes this job this job (optimizer, max_steps,
      * consistency): each ps echoes it in Status, so a chief that finds a live
      * model can tell whether its own job created it. */
-    char job_id[DT_MSG_MODEL_MAX];
+    char job_desc[DT_MSG_MODEL_MAX];
+    /* The job's identity: 32 hex digits of a random 128-bit number, made
+     * when the chief first creates a model in a log dir with no checkpoint
+     * and kept in its job id file (checkpoint.h) and in every checkpoint.
+     * Create hands it to every ps, Status echoes it. */
+    char job_id[DT_JOB_ID_MAX];
+    int job_id_new;             /* made by this process (no file, no checkpoint had one) */
+    int job_id_saved;           /* the log dir's job id file holds it */
     dt_tensors slots;           /* (vars x optimizer slots) "<variable>/<slot>" */
     int have_slots;             /* slots hold values worth sending (from a checkpoint) */
     dt_tensors recipe;          /* the scaling statistics a checkpoint carries (or none) */
@@ -122,6 +130,8 @@ typedef struct {
     dt_msg_table table;
     dt_tensors table_rows;
 } chief;
+
+static void save_job_id(chief *c);
 
 /* ---- slots ------------------------------------------------------------- */
 
@@ -231,6 +241,7 @@ static int64_t page_rows(const dt_table_config *t) {
  * task has sent so far (ps_client.h has the rule). */
 static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     if (global_step == c->last_saved_step) return 0;
+    save_job_id(c);
     const dt_table_config *t = dt_worker_table(c->w);
     dt_safetensors_rows *rows = NULL;
     int rc = 0;
@@ -247,6 +258,7 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     meta.job = c->job_json;
     meta.feature_names = c->feature_names;
     snprintf(meta.model, sizeof meta.model, "%s", c->model);
+    snprintf(meta.job_id, sizeof meta.job_id, "%s", c->job_id);
     char path[DT_PATH_MAX + 64];
     const int keep = c->job->max_to_keep;
     rc = rows ? dt_ckpt_save_rows_in_dir(c->job->log_dir, &c->snapshot, rows, &meta, keep, path,
@@ -434,6 +446,11 @@ typedef struct {
     char foreign[DT_MSG_MODEL_MAX]; /* what it was created with */
     int done;
     int64_t global_step; /* the highest of the ready tasks' */
+    /* Each task's Status: whether it says the job is done, at which step,
+     * and the job id it knows (empty: none). */
+    int said_done[DT_MAX_PS];
+    int64_t step[DT_MAX_PS];
+    char job_id[DT_MAX_PS][DT_JOB_ID_MAX];
 } census;
 
 /* Asks every ps for its status; fails while any is unreachable. */
@@ -451,11 +468,68 @@ static int take_census(void *arg, dt_err *err) {
         cs->ready[p] = st.ready;
         cs->num_ready += st.ready;
         cs->done |= st.done;
+        cs->said_done[p] = st.done;
+        cs->step[p] = st.global_step;
+        snprintf(cs->job_id[p], sizeof cs->job_id[p], "%s", st.job_id);
         if (st.ready && st.global_step > cs->global_step) cs->global_step = st.global_step;
-        if (st.ready && cs->foreign_ps < 0 && strcmp(st.model, cs->c->job_id) != 0) {
+        if (st.ready && cs->foreign_ps < 0 && strcmp(st.model, cs->c->job_desc) != 0) {
             cs->foreign_ps = p;
             snprintf(cs->foreign, sizeof cs->foreign, "%s", st.model);
         }
+    }
+    return 0;
+}
+
+/* A ps that holds this job's model but another job id than a chief that
+ * made its id just now (no id file, no checkpoint: its log dir was
+ * emptied under live ps tasks) is this job's: the chief takes the ps's id.
+ * Any other difference of id makes the ps foreign (cs->foreign_ps). */
+static void match_job_id(chief *c, census *cs) {
+    dt_ps_client *pc = dt_worker_client(c->w);
+    for (int p = 0; p < dt_ps_client_num_ps(pc) && cs->foreign_ps < 0; p++) {
+        if (!cs->ready[p] || !cs->job_id[p][0] || strcmp(cs->job_id[p], c->job_id) == 0) continue;
+        if (c->job_id_new) {
+            dt_log(DT_LOG_WARN,
+                   "chief: %s holds this job's model under job id %s and the log dir %s has "
+                   "no job id yet: taking %s as this job's id",
+                   dt_ps_client_name(pc, p), cs->job_id[p], c->job->log_dir, cs->job_id[p]);
+            snprintf(c->job_id, sizeof c->job_id, "%s", cs->job_id[p]);
+            c->job_id_new = 0;
+            c->job_id_saved = 0;
+            save_job_id(c);
+            continue;
+        }
+        cs->foreign_ps = p;
+        snprintf(cs->foreign, sizeof cs->foreign, "job id %s", cs->job_id[p]);
+    }
+}
+
+/* The ps tasks that say the job is done must say it of this job: one that
+ * knows another job id (or none), or whose global step is below this log
+ * dir's latest checkpoint, speaks of another job or of a past it lost, and
+ * ending the job on its word would save its values (or none) as this
+ * job's final model. DT_EEXIST naming both ids; 0 when all agree. */
+static int check_done(const chief *c, const census *cs, dt_err *err) {
+    dt_ps_client *pc = dt_worker_client(c->w);
+    int64_t latest = dt_ckpt_latest_step(c->job->log_dir);
+    for (int p = 0; p < dt_ps_client_num_ps(pc); p++) {
+        if (!cs->said_done[p]) continue;
+        const char *theirs = cs->job_id[p][0] ? cs->job_id[p] : "(none)";
+        if (strcmp(cs->job_id[p], c->job_id) != 0)
+            return dt_err_set(err, DT_EEXIST,
+                              "chief: %s says the job is done (global_step %lld), but of job %s; "
+                              "this job is %s (log dir %s): refusing to end it or save a final "
+                              "model (the ps learned the end of another job: restart it for "
+                              "this one, or give this job its own ps tasks)",
+                              dt_ps_client_name(pc, p), (long long)cs->step[p], theirs, c->job_id,
+                              c->job->log_dir);
+        if (cs->step[p] < latest)
+            return dt_err_set(err, DT_EEXIST,
+                              "chief: %s says job %s is done at global_step %lld, below this "
+                              "job's latest checkpoint in %s (job %s, global_step %lld): refusing "
+                              "to end it or save a final model",
+                              dt_ps_client_name(pc, p), theirs, (long long)cs->step[p],
+                              c->job->log_dir, c->job_id, (long long)latest);
     }
     return 0;
 }
@@ -520,7 +594,8 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     const dt_job *job = c->job;
     dt_ps_model *m = &c->create;
     m->optim = job->optim;
-    m->model = c->job_id;
+    m->model = c->job_desc;
+    m->job_id = c->job_id;
     m->skip_nonfinite = job->consistency.nonfinite == DT_NONFINITE_SKIP;
     m->max_steps = job->max_steps;
     c->catch_up_steps = (int64_t)DT_PS_CATCH_UP_STEPS * cluster->num_workers;
@@ -566,11 +641,12 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     if (rc < 0) return rc;
     /* The short fields first: a very long model description is what a cut
      * drops, the same way on every run of this job. */
-    int n = snprintf(c->job_id, sizeof c->job_id, "optimizer=%s lr=%g max_steps=%lld mode=%s %s",
-                     dt_optim_name(m->optim.kind), m->optim.learning_rate, (long long)m->max_steps,
-                     dt_mode_name(jc->mode), c->model);
-    if (n >= (int)sizeof c->job_id)
-        dt_log(DT_LOG_DEBUG, "chief: job description cut to %zu bytes", sizeof c->job_id - 1);
+    int n =
+        snprintf(c->job_desc, sizeof c->job_desc, "optimizer=%s lr=%g max_steps=%lld mode=%s %s",
+                 dt_optim_name(m->optim.kind), m->optim.learning_rate, (long long)m->max_steps,
+                 dt_mode_name(jc->mode), c->model);
+    if (n >= (int)sizeof c->job_desc)
+        dt_log(DT_LOG_DEBUG, "chief: job description cut to %zu bytes", sizeof c->job_desc - 1);
     return 0;
 }
 
@@ -596,15 +672,17 @@ static int start_model(chief *c, const atomic_int *stop, dt_err *err) {
     int rc = dt_worker_retry(c->w, "every ps to answer", take_census, &cs, NULL, stop, err);
     if (rc < 0) return rc;
     int num_ps = dt_ps_client_num_ps(dt_worker_client(c->w));
+    match_job_id(c, &cs);
     if (cs.foreign_ps >= 0)
         /* Training it would send this job's gradients into someone else's
          * variables, or train values a stranger planted before us. */
         return dt_err_set(err, DT_EEXIST,
-                          "chief: %s holds a model this job did not create: it has \"%s\", "
-                          "this job is \"%s\"; refusing to train it (stop the other job, or "
-                          "give this one its own ps tasks)",
+                          "chief: %s holds a model this job did not create: it has \"%s\" "
+                          "(job id %s), this job is \"%s\" (job id %s); refusing to train it "
+                          "(stop the other job, or give this one its own ps tasks)",
                           dt_ps_client_name(dt_worker_client(c->w), cs.foreign_ps), cs.foreign,
-                          c->job_id);
+                          cs.job_id[cs.foreign_ps][0] ? cs.job_id[cs.foreign_ps] : "(none)",
+                          c->job_desc, c->job_id);
     int64_t latest = cs.done && cs.num_ready < num_ps ? dt_ckpt_latest_step(c->job->log_dir) : -1;
     if (latest >= c->create.max_steps) {
         /* A ps restarted after the end says "done" with no model to give:
@@ -612,6 +690,7 @@ static int start_model(chief *c, const atomic_int *stop, dt_err *err) {
         nothing_to_train(c, "the ps tasks say the job is done, and ", latest);
         return 2;
     }
+    if (cs.done && (rc = check_done(c, &cs, err)) < 0) return rc;
     if (cs.done) return 1;
     if (cs.num_ready == num_ps) {
         c->last_global_step = cs.global_step;
@@ -893,6 +972,76 @@ static void watch_workers(chief *c, double t) {
 
 /* ---- the log dir ------------------------------------------------------- */
 
+/* A new job id: 128 random bits as 32 lowercase hex digits. */
+static int new_job_id(char out[DT_JOB_ID_MAX], dt_err *err) {
+    unsigned char bits[16];
+    size_t got = 0;
+    while (got < sizeof bits) {
+        ssize_t n = getrandom(bits + got, sizeof bits - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return dt_err_set(err, DT_EIO, "chief: job id: getrandom: %s", strerror(errno));
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof bits; i++)
+        snprintf(out + 2 * i, 3, "%02x", bits[i]);
+    return 0;
+}
+
+/* Writes the job id file unless it holds the id already. A storage fault
+ * (a full disk) never stops training: it is logged, and each checkpoint
+ * tries again (the checkpoints carry the id meanwhile). */
+static void save_job_id(chief *c) {
+    if (c->job_id_saved) return;
+    dt_err save_err;
+    dt_err_clear(&save_err);
+    if (dt_ckpt_job_id_save(c->job->log_dir, c->job_id, &save_err) < 0) {
+        dt_log(DT_LOG_WARN, "chief: saving the job id: %s; trying again at the next checkpoint",
+               save_err.msg);
+        return;
+    }
+    c->job_id_saved = 1;
+}
+
+/* The job's id, with the log dir locked: its latest checkpoint's; else its
+ * job id file's (a chief killed before its first save, or a checkpoint from
+ * before job ids that an earlier run gave one); else a new one (a new log
+ * dir, or a checkpoint from before job ids). The file is (re)written before
+ * any Create, so every later run of this job finds the same id. */
+static int resolve_job_id(chief *c, dt_err *err) {
+    const char *dir = c->job->log_dir;
+    dt_safetensors_meta meta;
+    memset(&meta, 0, sizeof meta);
+    char path[DT_PATH_MAX + 64] = "";
+    dt_err meta_err;
+    dt_err_clear(&meta_err);
+    /* An unreadable latest checkpoint is the restore's to report. */
+    int have_ckpt = dt_ckpt_latest_meta(dir, &meta, path, sizeof path, &meta_err);
+    if (have_ckpt > 0) dt_safetensors_meta_deinit(&meta);
+    char from_file[DT_JOB_ID_MAX] = "";
+    int have_file = dt_ckpt_job_id_load(dir, from_file, err);
+    if (have_file < 0) return dt_err_wrap(err, have_file, "chief");
+    const char *from = "";
+    if (have_ckpt > 0 && meta.job_id[0]) {
+        snprintf(c->job_id, sizeof c->job_id, "%s", meta.job_id);
+        from = "from its latest checkpoint";
+        if (have_file && strcmp(from_file, meta.job_id) != 0)
+            dt_log(DT_LOG_WARN, "chief: %s/%s says job %s, %s says %s: the checkpoint's applies",
+                   dir, DT_CKPT_JOB_ID_FILE, from_file, path, meta.job_id);
+    } else if (have_file) {
+        snprintf(c->job_id, sizeof c->job_id, "%s", from_file);
+        from = "from " DT_CKPT_JOB_ID_FILE;
+    } else {
+        int rc = new_job_id(c->job_id, err);
+        if (rc < 0) return rc;
+        c->job_id_new = have_ckpt <= 0;
+        from = have_ckpt > 0 ? "new: its checkpoints are from before job ids" : "new";
+    }
+    c->job_id_saved = have_file && strcmp(from_file, c->job_id) == 0;
+    dt_log(DT_LOG_INFO, "chief: job id %s (%s; log dir %s)", c->job_id, from, dir);
+    save_job_id(c);
+    return 0;
+}
+
 /* Remembers which directory the lock is in. */
 static int note_log_dir(chief *c, dt_err *err) {
     struct stat st;
@@ -947,6 +1096,8 @@ static void check_log_dir(chief *c, double t) {
     dt_err_clear(&summary_err);
     if (!summary_writer(c, &summary_err)) summary_outcome(c, summary_err.code, &summary_err);
     c->last_saved_step = -1; /* the saved steps went with the old dir */
+    c->job_id_saved = 0;     /* the file went with the old dir */
+    save_job_id(c);
     c->next_save = t;
     c->save_backoff = SAVE_BACKOFF_FIRST;
 }
@@ -1049,9 +1200,15 @@ static int write_final(chief *c, int64_t global_step, const atomic_int *stop, dt
 }
 
 static int finish(chief *c, const atomic_int *stop, dt_err *err) {
+    /* Told "done" (by Status, a Pull or a Push): by this job's ps tasks
+     * only, before anything is pulled to be saved as final. */
+    census cs = {.c = c};
+    int rc = dt_worker_retry(c->w, "every ps to answer", take_census, &cs, NULL, stop, err);
+    if (rc == 0) rc = check_done(c, &cs, err);
+    if (rc < 0) return rc;
     snapshot_pull sp = {.c = c};
     dt_worker_hooks hooks = {c, NULL, on_not_ready, NULL};
-    int rc = dt_worker_retry(c->w, "final pull", do_snapshot_pull, &sp, &hooks, stop, err);
+    rc = dt_worker_retry(c->w, "final pull", do_snapshot_pull, &sp, &hooks, stop, err);
     if (rc < 0) return rc;
     c->have_slots = 1;
     /* The job ends when one ps task reaches max_steps; after a ps restore
@@ -1059,6 +1216,11 @@ static int finish(chief *c, const atomic_int *stop, dt_err *err) {
      * final step is the highest, not ps 0's. */
     int64_t final_step =
         sp.reply.max_step > sp.reply.global_step ? sp.reply.max_step : sp.reply.global_step;
+    if (final_step <= 0)
+        return dt_err_set(err, DT_EEXIST,
+                          "chief: the ps tasks say job %s is done at global_step %lld: refusing "
+                          "to save a step-0 model as its final one",
+                          c->job_id, (long long)final_step);
     if ((rc = evaluate(c, final_step, err)) < 0) return rc;
     dt_err stop_err;
     dt_err_clear(&stop_err);
@@ -1147,6 +1309,7 @@ int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err 
     }
     if ((rc = note_log_dir(&c, err)) < 0) goto out;
     if ((rc = dt_worker_open(params, &c.w, err)) < 0) goto out;
+    if ((rc = resolve_job_id(&c, err)) < 0) goto out;
     c.job = dt_worker_job(c.w); /* with the shapes the training file gave */
     dt_model_describe(&c.job->model, c.model, sizeof c.model);
     if (dt_worker_table(c.w)) {

@@ -503,6 +503,7 @@ static void create_req_to_pb(const dt_msg_create_req *m, dtrain_CreateRequest *o
     optim_to_pb(&m->optim, &out->optimizer);
     out->max_steps = m->max_steps;
     copy_str(out->model, sizeof out->model, m->model);
+    copy_str(out->job_id, sizeof out->job_id, m->job_id);
     set_tensor_encoder(&out->slots, &m->slots_out);
     out->has_schedule = true;
     schedule_to_pb(&m->schedule, &out->schedule);
@@ -527,6 +528,7 @@ static void create_req_from_pb(const dtrain_CreateRequest *in, dt_msg_create_req
     optim_from_pb(&in->optimizer, &m->optim);
     m->max_steps = in->max_steps;
     copy_str(m->model, sizeof m->model, in->model);
+    copy_str(m->job_id, sizeof m->job_id, in->job_id);
     schedule_from_pb(&in->schedule, &m->schedule);
     consistency_from_pb(&in->consistency, &m->consistency);
     m->skip_nonfinite = in->skip_nonfinite;
@@ -617,6 +619,7 @@ static void status_resp_to_pb(const dt_msg_status_resp *m, dtrain_StatusResponse
         copy_str(s->workers[i].failure, sizeof s->workers[i].failure, m->workers[i].failure);
     }
     copy_str(s->failure, sizeof s->failure, m->failure);
+    copy_str(s->job_id, sizeof s->job_id, m->job_id);
     int nt = m->num_tables < 0 ? 0 : m->num_tables > DT_MAX_TABLES ? DT_MAX_TABLES : m->num_tables;
     s->tables_count = (pb_size_t)nt;
     for (int i = 0; i < nt; i++) {
@@ -636,6 +639,7 @@ static void status_resp_from_pb(const dtrain_StatusResponse *s, dt_msg_status_re
     m->num_variables = s->num_variables;
     m->num_bytes = s->num_bytes;
     copy_str(m->model, sizeof m->model, s->model);
+    copy_str(m->job_id, sizeof m->job_id, s->job_id);
     m->pushes_applied = s->pushes_applied;
     m->pushes_rejected = s->pushes_rejected;
     m->pushes_dropped = s->pushes_dropped;

@@ -31,6 +31,7 @@
 #include "tensor.h"
 
 #define DT_MSG_MODEL_MAX 256
+#define DT_JOB_ID_MAX 33 /* a job id: 32 hex digits and the NUL */
 #define DT_MSG_REASON_MAX 256
 /* A failure's reason on the wire (proto options): at most 255 bytes of
  * UTF-8 without control characters, checked at decoding. */
@@ -179,6 +180,7 @@ typedef struct {
     bool skip_nonfinite;
     int64_t step_ceiling;
     char model[DT_MSG_MODEL_MAX];
+    char job_id[DT_JOB_ID_MAX];         /* 32 hex digits; empty: an older chief */
     dt_msg_table tables[DT_MAX_TABLES]; /* (num_tables) the sparse variables */
     int num_tables;
     bool tables_pending;            /* rows follow (SparseImport); not ready before the last page */
@@ -295,6 +297,7 @@ typedef struct {
     char failure[DT_MSG_FAILURE_MAX];          /* non-empty: the job failed; the chief's reason */
     dt_msg_table_status tables[DT_MAX_TABLES]; /* (num_tables) the sparse variables held */
     int num_tables;
+    char job_id[DT_JOB_ID_MAX]; /* the job this ps knows of; empty: none yet */
 } dt_msg_status_resp;
 
 typedef struct {

@@ -19,6 +19,11 @@
  *  - A worker's own failure (a Status with failure, for its own task) is
  *    recorded and counts as "told" for the end of the job; it never ends
  *    the job. A push from that worker (restarted) clears it.
+ *  - The job a ps knows (its job id, echoed by Status) comes from the
+ *    chief's Create; before one, from the latest checkpoint of a log dir
+ *    its own config named (params.log_dir, never a default), or from the
+ *    peer it learned the job's end from. A ps decides "done" from a
+ *    checkpoint only against the max_steps recorded in that checkpoint.
  *
  * Threading: see ps.h. The lifecycle fields (shutdown, workers told) are
  * under `life_mu`; dt_ps_wait polls them with a short sleep. A large
@@ -190,6 +195,7 @@ struct dt_ps {
 
     pthread_mutex_t life_mu;
     int shutdown_requested;
+    char job_id[DT_JOB_ID_MAX]; /* the job this ps knows of; empty: none yet */
     struct timespec shutdown_at;
     int *worker_told_done;            /* (num_workers) */
     char failure[DT_MSG_FAILURE_MAX]; /* non-empty: the job failed (the chief's reason) */
@@ -822,12 +828,33 @@ static int check_finite_views(dt_ps *ps, const char *what, const dt_tensor_views
     return 0;
 }
 
+/* Takes id (may be empty: a chief of an older build) as the job this ps
+ * knows, logging it when it changes; from says where it came from. */
+static void learn_job_id(dt_ps *ps, const char *id, const char *from) {
+    pthread_mutex_lock(&ps->life_mu);
+    int changed = strcmp(ps->job_id, id) != 0;
+    char was[DT_JOB_ID_MAX];
+    snprintf(was, sizeof was, "%s", ps->job_id);
+    snprintf(ps->job_id, sizeof ps->job_id, "%s", id);
+    pthread_mutex_unlock(&ps->life_mu);
+    if (!changed) return;
+    if (was[0])
+        dt_log(DT_LOG_WARN, "%s: job id %s (from %s), no longer %s", ps->name,
+               id[0] ? id : "(none)", from, was);
+    else
+        dt_log(DT_LOG_INFO, "%s: job id %s (from %s)", ps->name, id, from);
+}
+
 static int check_create(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
     /* No variables is fine: with more ps tasks than units of the model, a
      * task holds none and just keeps the step. */
     if (req->global_step < 0 || req->max_steps < 0)
         return dt_err_set(err, DT_EINVAL, "%s: create: negative global_step or max_steps",
                           ps->name);
+    if (req->job_id[0] && !dt_safetensors_job_id_ok(req->job_id))
+        return dt_err_set(err, DT_EINVAL,
+                          "%s: create: job_id \"%.40s\" is not 32 lowercase hex digits", ps->name,
+                          req->job_id);
     if (dt_optim_check(&req->optim, err) < 0)
         return dt_err_wrap(err, DT_EINVAL, "%s: create", ps->name);
     if (dt_lr_check(&req->schedule, err) < 0)
@@ -909,6 +936,7 @@ static int handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unuse
     ps->max_steps = req->max_steps;
     ps->step_ceiling = req->step_ceiling < req->max_steps ? req->step_ceiling : req->max_steps;
     snprintf(ps->model, sizeof ps->model, "%s", req->model);
+    learn_job_id(ps, req->job_id, "the chief's Create");
     atomic_store(&ps->global_step, req->global_step);
     reset_step_locked(ps, req->global_step);
     /* A ps 0 created (or restored) at step S cannot say who made step S-1:
@@ -2432,6 +2460,9 @@ static int heartbeat_reply(dt_ps *ps, dt_rpc_buf *reply, dt_err *err) {
     pthread_rwlock_unlock(&ps->model_lock);
     resp.global_step = atomic_load(&ps->global_step);
     resp.done = check_done(ps, -1) && !job_failed(ps);
+    pthread_mutex_lock(&ps->life_mu);
+    snprintf(resp.job_id, sizeof resp.job_id, "%s", ps->job_id);
+    pthread_mutex_unlock(&ps->life_mu);
     return encode_reply(DT_MSG_STATUS_RESP, &resp, reply, err);
 }
 
@@ -2463,6 +2494,7 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     resp.done = check_done(ps, req.worker); /* a failed job is over, and told so */
     pthread_mutex_lock(&ps->life_mu);
     snprintf(resp.failure, sizeof resp.failure, "%s", ps->failure);
+    snprintf(resp.job_id, sizeof resp.job_id, "%s", ps->job_id);
     pthread_mutex_unlock(&ps->life_mu);
     if (resp.failure[0]) resp.done = false; /* over, but not done: failed */
     resp.uptime_ms = dt_ms_since(&ps->started);
@@ -2729,17 +2761,34 @@ static void learn_done(dt_ps *ps, const char *peer, int64_t step, const struct t
                ps->name, peer, (long long)step);
 }
 
-/* The log dir's latest checkpoint at max_steps: the job ended (a chief
- * that came now would restore it and stop at once). The linger counts from
- * this ps's start: a chief had that long to come. */
+/* The log dir its own config named (never a default: a ps started without
+ * one learns its job from the chief alone): the latest checkpoint's job id
+ * (else the log dir's job id file's) is the job this ps knows, and that
+ * checkpoint at the max_steps it records means the job ended (a chief that
+ * came now would restore it and stop at once). The linger counts from this
+ * ps's start: a chief had that long to come. A checkpoint that records no
+ * max_steps decides nothing. */
 static void ask_log_dir(dt_ps *ps) {
-    if (!ps->params.log_dir || !ps->params.log_dir[0] || ps->params.max_steps <= 0) return;
-    int64_t step = dt_ckpt_latest_step(ps->params.log_dir);
-    if (step < ps->params.max_steps) return;
-    char who[DT_PATH_MAX + 64];
-    snprintf(who, sizeof who, "the latest checkpoint in %s (max_steps %lld)", ps->params.log_dir,
-             (long long)ps->params.max_steps);
-    learn_done(ps, who, step, &ps->started);
+    const char *dir = ps->params.log_dir;
+    if (!dir || !dir[0]) return;
+    dt_safetensors_meta meta;
+    memset(&meta, 0, sizeof meta);
+    char path[DT_PATH_MAX + 64];
+    dt_err err;
+    dt_err_clear(&err);
+    if (dt_ckpt_latest_meta(dir, &meta, path, sizeof path, &err) <= 0) return;
+    dt_safetensors_meta_deinit(&meta);
+    char id[DT_JOB_ID_MAX];
+    snprintf(id, sizeof id, "%s", meta.job_id);
+    if (!id[0] && dt_ckpt_job_id_load(dir, id, &err) <= 0) id[0] = '\0';
+    char from[2 * DT_PATH_MAX + 192];
+    snprintf(from, sizeof from, "the latest checkpoint in %s", dir);
+    if (id[0]) learn_job_id(ps, id, from);
+    if (meta.max_steps <= 0 || meta.global_step < meta.max_steps) return;
+    if (ps->params.max_steps > 0 && meta.global_step < ps->params.max_steps) return;
+    snprintf(from, sizeof from, "%s (job %s, max_steps %lld)", path, id[0] ? id : "(none)",
+             (long long)meta.max_steps);
+    learn_done(ps, from, meta.global_step, &ps->started);
 }
 
 /* Asks the other ps tasks, all at once with a short deadline, whether the
@@ -2791,6 +2840,7 @@ static void ask_peers(dt_ps *ps) {
             st.done) {
             char peer[32];
             snprintf(peer, sizeof peer, "ps:%d", who[i]);
+            learn_job_id(ps, st.job_id, peer);
             learn_done(ps, peer, st.global_step, NULL);
         }
         dt_rpc_buf_release(&calls[i].response);

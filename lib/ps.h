@@ -38,12 +38,17 @@ typedef struct {
     const dt_rpc_security *security; /* borrowed; NULL: plaintext, no auth */
     int no_server;                   /* 1: serve no port; calls come through dt_ps_call */
     long long max_message_bytes;     /* largest request or reply; 0: the RPC server's default */
-    /* The job's log dir and max_steps (NULL / 0: unknown). A ps no chief has
-     * created a model on, whose log dir's latest checkpoint is at max_steps,
-     * knows the job already ended: it exits once its linger since start is
-     * up, unless told otherwise (it has no one to ask when it is the only
-     * ps task). */
+    /* The job's log dir, only when the ps's own config named it (--config,
+     * --log-dir, --set log_dir=, the cluster file's "job"); NULL: unknown,
+     * never a default. A ps no chief has created a model on knows the job
+     * of that dir's latest checkpoint (its job id, for Status), and when
+     * that checkpoint is at the max_steps it records, that the job already
+     * ended: it exits once its linger since start is up, unless told
+     * otherwise (it has no one to ask when it is the only ps task). */
     const char *log_dir;
+    /* The max_steps its own config names explicitly (0: none): a job
+     * resumed with more steps than its checkpoint records is not done at
+     * that checkpoint. Never a default. */
     int64_t max_steps;
     /* Where to listen: NULL serves every interface at the cluster address's
      * port, as TF's server does. The cluster's host names this task for

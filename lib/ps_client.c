@@ -546,6 +546,7 @@ int dt_ps_client_create(dt_ps_client *c, const dt_ps_model *m, const int *only, 
         req.eviction = m->eviction;
         if (m->consistency.mode == DT_MODE_SYNC && c->num_ps > 1) c->two_phase = 1;
         snprintf(req.model, sizeof req.model, "%s", m->model ? m->model : "");
+        snprintf(req.job_id, sizeof req.job_id, "%s", m->job_id ? m->job_id : "");
         int rc = prepare(c, p, DT_MSG_CREATE_REQ, &req, 1, err);
         if (rc == 0) rc = run(c, p, p + 1, err);
         if (rc == 0) {

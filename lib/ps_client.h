@@ -131,6 +131,7 @@ typedef struct {
     int64_t step_ceiling; /* a restore: callers' seen_step may raise the ps up to
                              this step; 0: never (a fresh model) */
     const char *model;
+    const char *job_id; /* 32 hex digits (NULL: none) */
     /* The sparse variables: every ps task holds each table's rows placed on
      * it. tables_pending: their rows follow (dt_ps_client_sparse_import);
      * the ps tasks serve once the last page is in. */

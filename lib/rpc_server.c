@@ -450,9 +450,26 @@ static grpc_status_code authenticate(dt_rpc_server *s, call_state *cs, int open,
             return GRPC_STATUS_UNAUTHENTICATED;
         }
         dt_rpc_peer token_peer;
-        if (dt_auth_tokens_check(s->tokens, value + 7, strlen(value + 7), claimed_name,
-                                 &token_peer) < 0) {
-            dt_err_set(err, DT_EINVAL, "unauthenticated: wrong token%s%s",
+        int checked = dt_auth_tokens_check(s->tokens, value + 7, strlen(value + 7), claimed_name,
+                                           &token_peer);
+        if (checked == DT_AUTH_NO_IDENTITY) {
+            dt_err_set(err, DT_EINVAL,
+                       "unauthenticated: the token is right but the call names no identity "
+                       "(a shared token needs the %s header: chief, worker:N, ps:N or tool)",
+                       DT_RPC_MD_IDENTITY);
+            return GRPC_STATUS_UNAUTHENTICATED;
+        }
+        if (checked == DT_AUTH_BAD_IDENTITY) {
+            dt_err_set(err, DT_EINVAL,
+                       "unauthenticated: the token is right but the identity \"%.40s\" is not "
+                       "one (chief, worker:N, ps:N or tool)",
+                       claimed_name);
+            return GRPC_STATUS_UNAUTHENTICATED;
+        }
+        if (checked < 0) {
+            dt_err_set(err, DT_EINVAL,
+                       "unauthenticated: wrong token%s%s (the server's token file does not "
+                       "hold it)",
                        claimed_name ? " for " : "", claimed_name ? claimed_name : "");
             return GRPC_STATUS_UNAUTHENTICATED;
         }

@@ -176,6 +176,13 @@ static int parse_meta(const char *path, const cJSON *obj, header_meta *hm, dt_er
                                   path);
             if (!ok) return corrupt(err, path, "header: __metadata__ job is not a JSON object");
             hm->job = v;
+        } else if (strcmp(kv->string, "job_id") == 0) {
+            if (!dt_safetensors_job_id_ok(v))
+                return corrupt(err, path,
+                               "header: __metadata__ job_id \"%.40s\" is not 32 lowercase hex "
+                               "digits",
+                               v);
+            snprintf(hm->meta.job_id, sizeof hm->meta.job_id, "%s", v);
         } else if (strcmp(kv->string, "feature_names") == 0) {
             if (utf8_bad_at(v, strlen(v)) < strlen(v))
                 return corrupt(err, path, "header: __metadata__ feature_names is not UTF-8");
@@ -541,6 +548,42 @@ fail:
     return rc;
 }
 
+int dt_safetensors_load_meta(const char *path, dt_safetensors_meta *meta, dt_err *err) {
+    DT_ASSERT(path && meta);
+    int rc = 0, count = 0;
+    char *header = NULL;
+    size_t header_len = 0;
+    uint64_t data_size = 0;
+    cJSON *root = NULL;
+    entry *entries = NULL;
+    header_meta hm;
+    memset(&hm, 0, sizeof hm);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = dt_err_set(err, errno == ENOENT ? DT_ENOTFOUND : DT_EIO, "%s: open: %s", path,
+                        strerror(errno));
+        goto fail;
+    }
+    if ((rc = read_header(fd, path, &header, &header_len, &data_size, err)) < 0 ||
+        (rc = parse_header(path, header, header_len, data_size, &root, &entries, &count, &hm,
+                           err)) < 0)
+        goto fail;
+    rc = copy_meta(path, &hm, meta, err);
+fail:
+    free(entries);
+    cJSON_Delete(root);
+    free(header);
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+int dt_safetensors_job_id_ok(const char *text) {
+    size_t n = 0;
+    for (; text[n]; n++)
+        if (!((text[n] >= '0' && text[n] <= '9') || (text[n] >= 'a' && text[n] <= 'f'))) return 0;
+    return n == DT_SAFETENSORS_JOB_ID_MAX - 1;
+}
+
 /* ---- save ----------------------------------------------------------------- */
 
 #define COPY_BUF (1 << 20) /* bytes a part's file is copied by */
@@ -627,6 +670,7 @@ static char *build_header(const dt_tensors *ts, const dt_safetensors_meta *meta,
     snprintf(buf, sizeof buf, "%lld", (long long)meta->max_steps);
     if (meta->max_steps > 0 && add_item(md, "max_steps", cJSON_CreateString(buf)) < 0) goto done;
     if (meta->job && add_item(md, "job", cJSON_CreateString(meta->job)) < 0) goto done;
+    if (meta->job_id[0] && add_item(md, "job_id", cJSON_CreateString(meta->job_id)) < 0) goto done;
     if (meta->feature_names &&
         add_item(md, "feature_names", cJSON_CreateString(meta->feature_names)) < 0)
         goto done;
@@ -684,6 +728,9 @@ static int check_save_args(const char *path, const dt_tensors *ts, int in_memory
     if (meta->feature_names &&
         utf8_bad_at(meta->feature_names, strlen(meta->feature_names)) < strlen(meta->feature_names))
         return dt_err_set(err, DT_EINVAL, "%s: save: feature_names is not UTF-8", path);
+    if (strnlen(meta->job_id, sizeof meta->job_id) == sizeof meta->job_id ||
+        (meta->job_id[0] && !dt_safetensors_job_id_ok(meta->job_id)))
+        return dt_err_set(err, DT_EINVAL, "%s: save: job_id is not 32 lowercase hex digits", path);
     if (ts->count < 0) return dt_err_set(err, DT_EINVAL, "%s: save: negative tensor count", path);
     for (int i = 0; i < ts->count; i++) {
         const dt_tensor *t = &ts->items[i];

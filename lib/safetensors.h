@@ -37,6 +37,7 @@
 #include "tensor.h"
 
 #define DT_SAFETENSORS_MODEL_MAX 256
+#define DT_SAFETENSORS_JOB_ID_MAX 33 /* 32 lowercase hex digits and the NUL */
 
 typedef struct {
     int64_t global_step;
@@ -45,7 +46,13 @@ typedef struct {
     char *job;           /* the "job" key, JSON, or NULL: borrowed by dt_safetensors_save,
                             malloc'd by the loads (free it with dt_safetensors_meta_deinit) */
     char *feature_names; /* the "feature_names" key, UTF-8, or NULL: owned as job */
+    /* The "job_id" key: the job's identity (chief.c), 32 lowercase hex
+     * digits; empty: not written (a file from before job ids). */
+    char job_id[DT_SAFETENSORS_JOB_ID_MAX];
 } dt_safetensors_meta;
+
+/* 1 when text is a job id: exactly 32 lowercase hex digits. */
+int dt_safetensors_job_id_ok(const char *text);
 
 /* Frees meta->job and meta->feature_names and sets them NULL. NULL is a
  * no-op. */
@@ -111,5 +118,11 @@ void dt_safetensors_rows_free(dt_safetensors_rows *r); /* NULL is a no-op; close
  * DT_ECORRUPT; its fields are the job module's to check. */
 int dt_safetensors_load(const char *path, dt_tensors *out, dt_safetensors_meta *meta,
                         dt_err *err) DT_WARN_UNUSED;
+
+/* Reads only path's header into *meta (caller deinits): the same checks of
+ * the header as dt_safetensors_load, none of the data (its crc32c is not
+ * checked). Written only on success. */
+int dt_safetensors_load_meta(const char *path, dt_safetensors_meta *meta,
+                             dt_err *err) DT_WARN_UNUSED;
 
 #endif

@@ -315,9 +315,29 @@ typedef struct {
     dt_worker *w;
     int ready;
     int done;
-    int64_t global_step; /* the highest of the ps tasks' */
-    other_task *others;  /* (num_workers) while waiting for them; else NULL */
+    int64_t global_step;        /* the highest of the ps tasks' */
+    other_task *others;         /* (num_workers) while waiting for them; else NULL */
+    char job_id[DT_JOB_ID_MAX]; /* the job id the ps tasks know (empty: none yet) */
+    int job_id_ps;              /* the first task that said it */
 } ready_probe;
+
+/* Every ps task that knows a job id must know the same: tasks of two jobs
+ * in one cluster would mix their variables. DT_EEXIST naming both. */
+static int same_job_id(ready_probe *pr, int p, const char *id, dt_err *err) {
+    if (!id[0]) return 0;
+    if (!pr->job_id[0]) {
+        snprintf(pr->job_id, sizeof pr->job_id, "%s", id);
+        pr->job_id_ps = p;
+        return 0;
+    }
+    if (strcmp(pr->job_id, id) == 0) return 0;
+    dt_ps_client *c = pr->w->client;
+    return dt_err_set(err, DT_EEXIST,
+                      "%s: the ps tasks know different jobs: %s has job id %s, %s has %s "
+                      "(a ps of another job in this cluster: restart it for this one)",
+                      pr->w->name, dt_ps_client_name(c, pr->job_id_ps), pr->job_id,
+                      dt_ps_client_name(c, p), id);
+}
 
 /* What ps reply st says of the other training tasks, into pr->others: a
  * task is alive as of the latest call any ps task saw from it. */
@@ -340,9 +360,13 @@ static int probe_ready(void *arg, dt_err *err) {
     dt_worker *w = pr->w;
     for (int k = 0; pr->others && k < w->params.cluster->num_workers; k++)
         pr->others[k].excused = 0;
+    pr->job_id[0] = '\0';
     for (int p = 0; p < dt_ps_client_num_ps(w->client); p++) {
         dt_msg_status_resp st;
         int rc = dt_ps_client_status(w->client, p, &st, err);
+        /* A task no chief has created yet knows at most what it read on
+         * disk: only a created (or finished) task's id is the job's. */
+        if (rc == 0 && (st.ready || st.done)) rc = same_job_id(pr, p, st.job_id, err);
         if (rc < 0) return rc;
         if (pr->others) note_others(pr, &st);
         if (st.failure[0])
@@ -363,9 +387,11 @@ static int probe_ready(void *arg, dt_err *err) {
 }
 
 int dt_worker_wait_ready(dt_worker *w, const atomic_int *stop, dt_err *err) {
-    ready_probe pr = {w, 0, 0, 0, NULL};
+    ready_probe pr = {w, 0, 0, 0, NULL, "", 0};
     int rc = dt_worker_retry(w, "the model to be ready", probe_ready, &pr, NULL, stop, err);
     if (rc < 0) return rc;
+    /* Said once, when first seen: ready, or already over. */
+    dt_log(DT_LOG_INFO, "%s: job id %s", w->name, pr.job_id[0] ? pr.job_id : "(none)");
     return pr.done ? 1 : 0;
 }
 
@@ -706,7 +732,7 @@ static int wait_for_others(dt_worker *w, const dt_step_result *r, const dt_worke
     double moved_at = began;
     int nap_us = 1000, rc;
     for (;;) {
-        ready_probe pr = {w, 0, 0, 0, others};
+        ready_probe pr = {w, 0, 0, 0, others, "", 0};
         /* With the hooks: a ps that restarts meanwhile is restored by the
          * chief, as it is while training. */
         if ((rc = dt_worker_retry(w, "the other workers", probe_ready, &pr, hooks, stop, err)) < 0)

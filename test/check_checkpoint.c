@@ -1888,6 +1888,57 @@ START_TEST(test_rows_bad_input) {
 }
 END_TEST
 
+/* The job id: in a checkpoint's metadata (written when set, read back,
+ * refused when malformed), read from the header alone, and in the log
+ * dir's job id file (absent: 0; malformed: DT_ECORRUPT naming it). */
+START_TEST(test_job_id) {
+    static const char id[] = "00112233445566778899aabbccddeeff";
+    dt_tensors ts, back;
+    build_model(&ts, 3);
+    dt_safetensors_meta meta = make_meta(300), got;
+    dt_err err;
+    dt_err_clear(&err);
+    char found[DT_SAFETENSORS_JOB_ID_MAX] = "";
+    ck_assert_int_eq(dt_ckpt_job_id_load(tmpdir, found, &err), 0);
+    ck_assert_int_eq(dt_ckpt_latest_meta(tmpdir, &got, NULL, 0, &err), 0);
+    snprintf(meta.job_id, sizeof meta.job_id, "%s", id);
+    ck_assert_msg(dt_ckpt_save_in_dir(tmpdir, &ts, &meta, 3, NULL, 0, &err) == 0, "%s", err.msg);
+    char path[1200];
+    ck_assert_int_eq(dt_ckpt_latest_meta(tmpdir, &got, path, sizeof path, &err), 1);
+    dt_safetensors_meta_deinit(&got);
+    ck_assert_str_eq(got.job_id, id);
+    ck_assert_int_eq(got.global_step, 300);
+    ck_assert_msg(dt_safetensors_load(path, &back, &got, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(got.job_id, id);
+    dt_tensors_deinit(&back);
+    dt_safetensors_meta_deinit(&got);
+    /* Not 32 lowercase hex digits: refused on save. */
+    snprintf(meta.job_id, sizeof meta.job_id, "00112233445566778899AABBCCDDEEFF");
+    assert_err(dt_ckpt_save_in_dir(tmpdir, &ts, &meta, 3, NULL, 0, &err), &err, DT_EINVAL,
+               "job_id is not 32 lowercase hex digits");
+    /* No id: none written, none read. */
+    meta.job_id[0] = '\0';
+    meta.global_step = 400;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ckpt_save_in_dir(tmpdir, &ts, &meta, 3, NULL, 0, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(dt_ckpt_latest_meta(tmpdir, &got, NULL, 0, &err), 1);
+    dt_safetensors_meta_deinit(&got);
+    ck_assert_str_eq(got.job_id, "");
+    ck_assert_int_eq(got.global_step, 400);
+
+    ck_assert_msg(dt_ckpt_job_id_save(tmpdir, id, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(dt_ckpt_job_id_load(tmpdir, found, &err), 1);
+    ck_assert_str_eq(found, id);
+    ck_assert_int_eq(count_tmp_files(tmpdir), 0);
+    char file[1200];
+    snprintf(file, sizeof file, "%s/job_id", tmpdir);
+    write_text(file, "not-an-id\n");
+    assert_err(dt_ckpt_job_id_load(tmpdir, found, &err), &err, DT_ECORRUPT, "is not a job id");
+    ck_assert_msg(strstr(err.msg, file), "\"%s\" does not name %s", err.msg, file);
+    dt_tensors_deinit(&ts);
+}
+END_TEST
+
 Suite *checkpoint_suite(void) {
     Suite *s = suite_create("checkpoint");
     TCase *tc = tcase_create("file");
@@ -1895,6 +1946,7 @@ Suite *checkpoint_suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_round_trip);
     tcase_add_test(tc, test_round_trip_empty_and_overwrite);
+    tcase_add_test(tc, test_job_id);
     tcase_add_test(tc, test_file_is_valid_safetensors);
     tcase_add_test(tc, test_data_aligned);
     tcase_add_test(tc, test_numpy_reads_checkpoint);

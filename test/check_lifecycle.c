@@ -47,6 +47,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "proc.h"
 #include "ps_client.h"
 #include "suites.h"
@@ -935,6 +936,308 @@ START_TEST(rerun_after_kill_in_final_save) {
 }
 END_TEST
 
+/* ---- one job, one identity ---------------------------------------------------- */
+
+/* Starts a role as the README's by-hand flow does, in the test's temp dir
+ * (its cwd): --cluster, --job-name and --task-index, then the rest of
+ * args (NULL-terminated; no --log-dir unless given there). */
+static pid_t start_by_hand(const char *job_name, int task, const char *log_name,
+                           const char *const *args) {
+    char task_text[16], path[1200];
+    char *argv[16 + 2 * DT_TEST_JOB_MAX_SETS];
+    int n = 0;
+    snprintf(task_text, sizeof task_text, "%d", task);
+    dt_test_job_log_path(&w, log_name, path, sizeof path);
+    argv[n++] = (char *)dt_test_bin();
+    argv[n++] = "--cluster";
+    argv[n++] = w.cluster;
+    argv[n++] = "--job-name";
+    argv[n++] = (char *)job_name;
+    argv[n++] = "--task-index";
+    argv[n++] = task_text;
+    for (int i = 0; args && args[i] && n < (int)(sizeof argv / sizeof argv[0]) - 1; i++)
+        argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    dt_test_spawn_cwd(w.dir);
+    pid_t pid = dt_test_spawn(argv, path);
+    dt_test_spawn_cwd(NULL);
+    ck_assert_msg(pid > 0, "cannot start %s %d", job_name, task);
+    return pid;
+}
+
+/* A finished linear job's checkpoint in dir, as the demo leaves logs/linear:
+ * step and max_steps 2000, job id `job_id` ("" : one from before job ids). */
+static void write_finished_job(const char *dir, const char *job_id) {
+    float weight = 2.0f, bias = 1.0f;
+    dt_tensor items[2] = {
+        {.name = "linear/weight",
+         .dtype = DT_DTYPE_F32,
+         .ndim = 2,
+         .shape = {1, 1},
+         .data = &weight,
+         .nbytes = 4},
+        {.name = "linear/bias",
+         .dtype = DT_DTYPE_F32,
+         .ndim = 1,
+         .shape = {1},
+         .data = &bias,
+         .nbytes = 4},
+    };
+    dt_tensors ts = {.items = items, .count = 2};
+    dt_safetensors_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.global_step = 2000;
+    meta.max_steps = 2000;
+    snprintf(meta.model, sizeof meta.model, "linear");
+    snprintf(meta.job_id, sizeof meta.job_id, "%s", job_id);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ckpt_save_in_dir(dir, &ts, &meta, 5, NULL, 0, &err) == 0, "%s", err.msg);
+}
+
+/* The job id in a log dir's job id file; asserts it has one. */
+static void read_job_id(const char *log_dir, char *out) {
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ckpt_job_id_load(log_dir, out, &err) == 1, "no job id in %s: %s; logs:%s",
+                  log_dir, err.msg, dt_test_job_report(&w));
+}
+
+/* Asserts that the job ended with a final checkpoint at exactly max_steps,
+ * recording the log dir's job id, and none at step 0. */
+static void expect_final_at_max_steps(int64_t max_steps) {
+    dt_safetensors_meta meta;
+    memset(&meta, 0, sizeof meta);
+    char path[1300];
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ckpt_latest_meta(w.log_dir, &meta, path, sizeof path, &err) == 1,
+                  "no checkpoint in %s: %s; logs:%s", w.log_dir, err.msg, dt_test_job_report(&w));
+    dt_safetensors_meta_deinit(&meta);
+    ck_assert_msg(meta.global_step == max_steps,
+                  "the job ended at global_step %lld, not its max_steps %lld; logs:%s",
+                  (long long)meta.global_step, (long long)max_steps, dt_test_job_report(&w));
+    char id[DT_SAFETENSORS_JOB_ID_MAX];
+    read_job_id(w.log_dir, id);
+    ck_assert_msg(strcmp(meta.job_id, id) == 0, "%s records job id \"%s\", the log dir says %s",
+                  path, meta.job_id, id);
+    char zero[1300];
+    snprintf(zero, sizeof zero, "%s/model.ckpt-0.safetensors", w.log_dir);
+    ck_assert_msg(access(zero, F_OK) != 0, "a step-0 model was saved; logs:%s",
+                  dt_test_job_report(&w));
+}
+
+/* Defect 1: the README's by-hand flow after the demo. The ps's cwd holds a
+ * finished logs/linear (step 2000); the ps has no --config (so no log dir
+ * of its own), chief and worker a config naming another log_dir. The new
+ * job trains to exactly its max_steps, every role exits 0; with
+ * --keep-serving the ps serves on and the chief saves no step-0 model. */
+static void new_job_beside_finished_demo(int keep_serving) {
+    dt_test_job_cluster(&w, 1, 2);
+    char old[1200], config[1200], text[1600];
+    snprintf(old, sizeof old, "%s/logs/linear", w.dir);
+    write_finished_job(old, "");
+    snprintf(w.log_dir, sizeof w.log_dir, "%s/new_job", w.dir);
+    snprintf(config, sizeof config, "%s/job.json", w.dir);
+    snprintf(text, sizeof text,
+             "{\"log_dir\": \"%s\", \"max_steps\": 1500, \"save_model_secs\": 1, "
+             "\"examples\": 1000, \"ready_wait_secs\": 20}\n",
+             w.log_dir);
+    ck_assert_int_eq(dt_test_write_file(config, text), 0);
+    static const char *const serving[] = {"--keep-serving", NULL};
+    pid_t ps = start_by_hand("ps", 0, "ps0", keep_serving ? serving : NULL);
+    const char *const job[] = {"--config", config, NULL};
+    pid_t chief = start_by_hand("worker", 0, "chief", job);
+    pid_t worker = start_by_hand("worker", 1, "worker1", job);
+    pid_t all[3] = {chief, worker, ps};
+    const char *names[3] = {"chief", "worker 1", "ps"};
+    dt_test_job_expect_done(&w, all, names, keep_serving ? 2 : 3, JOB_TIMEOUT_MS);
+    expect_final_at_max_steps(1500);
+    ck_assert_msg(!dt_test_job_log_has(&w, "ps0", "says the job is done"),
+                  "the ps took another job's checkpoint for this one's end; logs:%s",
+                  dt_test_job_report(&w));
+    char id[DT_SAFETENSORS_JOB_ID_MAX], line[96];
+    read_job_id(w.log_dir, id);
+    snprintf(line, sizeof line, "job id %s", id);
+    ck_assert_msg(dt_test_job_log_has(&w, "ps0", line) && dt_test_job_log_has(&w, "chief", line) &&
+                      dt_test_job_log_has(&w, "worker1", line),
+                  "not every role logs the job id %s; logs:%s", id, dt_test_job_report(&w));
+    if (keep_serving) {
+        ck_assert_msg(dt_test_alive(ps), "the --keep-serving ps exited; logs:%s",
+                      dt_test_job_report(&w));
+        ck_assert_int_eq(kill(ps, SIGTERM), 0);
+        dt_test_job_expect_exit(&w, ps, "ps", EXIT_TIMEOUT_MS, 128 + SIGTERM);
+    }
+}
+
+START_TEST(new_job_beside_finished_demo_job) {
+    new_job_beside_finished_demo(0);
+}
+END_TEST
+
+START_TEST(new_job_beside_finished_demo_job_keep_serving) {
+    new_job_beside_finished_demo(1);
+}
+END_TEST
+
+/* A chief whose ps says the job is done, but for another job id (the ps's
+ * own config names a finished log dir of job A; the chief's log dir is new,
+ * job B): exit 1 naming both ids, no checkpoint written, nothing created. */
+START_TEST(done_of_another_job_refused) {
+    static const char job_a[] = "0123456789abcdef0123456789abcdef";
+    dt_test_job_cluster(&w, 1, 1);
+    char old[1200];
+    snprintf(old, sizeof old, "%s/job_a", w.dir);
+    write_finished_job(old, job_a);
+    const char *const ps_args[] = {"--log-dir", old, "--keep-serving", NULL};
+    pid_t ps = start_by_hand("ps", 0, "ps0", ps_args);
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps0", "says the job is done", JOB_TIMEOUT_MS, ps),
+                  "the ps did not learn job A's end from its log dir; logs:%s",
+                  dt_test_job_report(&w));
+    const char *const chief_args[] = {"--log-dir", w.log_dir, "--set", "ready_wait_secs=20", NULL};
+    pid_t chief = start_by_hand("worker", 0, "chief", chief_args);
+    int status = dt_test_wait(chief, JOB_TIMEOUT_MS);
+    ck_assert_msg(status == 1, "chief told \"done\" of another job: status %d, want 1; logs:%s",
+                  status, dt_test_job_report(&w));
+    char job_b[DT_SAFETENSORS_JOB_ID_MAX];
+    read_job_id(w.log_dir, job_b);
+    ck_assert_msg(strcmp(job_b, job_a) != 0, "the new job took job A's id");
+    char *log = dt_test_job_read_log(&w, "chief");
+    int named = dt_test_line_has(log, "says the job is done", job_a, job_b, "refusing");
+    free(log);
+    ck_assert_msg(named, "the refusal does not name the ps and both job ids; logs:%s",
+                  dt_test_job_report(&w));
+    ck_assert_msg(dt_test_ckpt_max(w.log_dir) < 0, "the refused chief wrote a checkpoint; logs:%s",
+                  dt_test_job_report(&w));
+    dt_test_probe sp;
+    dt_test_probe_open(&sp, w.cluster, 5000);
+    dt_msg_status_resp st;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ps_client_status(sp.client, 0, &st, &err) == 0, "status: %s", err.msg);
+    dt_test_probe_close(&sp);
+    ck_assert_msg(!st.ready && strcmp(st.job_id, job_a) == 0,
+                  "the ps changed: ready %d, job id \"%s\" (want %s)", st.ready, st.job_id, job_a);
+    ck_assert_int_eq(kill(ps, SIGTERM), 0);
+    dt_test_job_expect_exit(&w, ps, "ps", EXIT_TIMEOUT_MS, 128 + SIGTERM);
+}
+END_TEST
+
+/* The job id is made once per log dir, kept in its job id file before the
+ * first Create: a chief killed before its first save comes back with the
+ * same id, finds the ps's model its own, and its checkpoints record it. */
+START_TEST(job_id_survives_chief_restart) {
+    static const char *const extra[] = {FOREVER, "save_model_secs=3600", NULL};
+    world_init(1, 1, extra);
+    pid_t ps = dt_test_job_start(&w, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
+    dt_test_probe sp;
+    dt_test_probe_open(&sp, w.cluster, 5000);
+    probe_wait_step(&sp, 0, 100, JOB_TIMEOUT_MS);
+    char id[DT_SAFETENSORS_JOB_ID_MAX];
+    read_job_id(w.log_dir, id);
+    dt_msg_status_resp st;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ps_client_status(sp.client, 0, &st, &err) == 0, "status: %s", err.msg);
+    ck_assert_msg(strcmp(st.job_id, id) == 0, "the ps holds job id \"%s\", the log dir %s",
+                  st.job_id, id);
+    ck_assert_msg(dt_test_ckpt_max(w.log_dir) < 0, "a checkpoint before the kill");
+    send_signal(chief, SIGKILL);
+    dt_test_job_expect_exit(&w, chief, "chief", EXIT_TIMEOUT_MS, -SIGKILL);
+
+    int64_t before = probe_step(&sp, 0);
+    chief = dt_test_job_start(&w, "worker", 0, "chief-again");
+    probe_wait_step(&sp, 0, before + 100, JOB_TIMEOUT_MS);
+    char line[96];
+    snprintf(line, sizeof line, "job id %s (from job_id", id);
+    ck_assert_msg(dt_test_job_log_has(&w, "chief-again", line),
+                  "the restarted chief does not take the job id %s from the log dir; logs:%s", id,
+                  dt_test_job_report(&w));
+    send_signal(chief, SIGTERM);
+    dt_test_job_expect_exit(&w, chief, "chief after SIGTERM", EXIT_TIMEOUT_MS, 128 + SIGTERM);
+    dt_safetensors_meta meta;
+    memset(&meta, 0, sizeof meta);
+    ck_assert_msg(dt_ckpt_latest_meta(w.log_dir, &meta, NULL, 0, &err) == 1, "no checkpoint: %s",
+                  err.msg);
+    dt_safetensors_meta_deinit(&meta);
+    ck_assert_msg(strcmp(meta.job_id, id) == 0, "the checkpoint records job id \"%s\", not %s",
+                  meta.job_id, id);
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ps_client_status(sp.client, 0, &st, &err) == 0, "status: %s", err.msg);
+    ck_assert_msg(strcmp(st.job_id, id) == 0, "the ps holds job id \"%s\", not %s", st.job_id, id);
+    dt_test_probe_close(&sp);
+    send_signal(ps, SIGTERM);
+    dt_test_job_expect_exit(&w, ps, "ps", EXIT_TIMEOUT_MS, 128 + SIGTERM);
+}
+END_TEST
+
+/* A log dir whose checkpoint is from before job ids: the chief resuming it
+ * makes the job an id, says so, and records it from then on. */
+START_TEST(job_id_for_a_checkpoint_from_before_ids) {
+    static const char *const extra[] = {"max_steps=3000", NULL};
+    world_init(1, 1, extra);
+    write_finished_job(w.log_dir, "");
+    dt_test_job_run(&w, "", JOB_TIMEOUT_MS);
+    expect_final_at_max_steps(3000);
+    char id[DT_SAFETENSORS_JOB_ID_MAX], line[96];
+    read_job_id(w.log_dir, id);
+    snprintf(line, sizeof line, "job id %s (new: its checkpoints are from before job ids", id);
+    ck_assert_msg(dt_test_job_log_has(&w, "chief", line),
+                  "the chief does not say it gave the old checkpoint's job id %s; logs:%s", id,
+                  dt_test_job_report(&w));
+}
+END_TEST
+
+/* Defect 2: two ps tasks without a config and a chief with a max_steps
+ * above the default's 2000, all in the default log dir (logs/linear under
+ * their cwd). ps:1 is SIGKILLed once a checkpoint past step 2000 is saved
+ * and restarted the same way; the chief is held stopped meanwhile, so the
+ * job is still open while the restarted ps looks around (more than one of
+ * its asks, by its Status uptime). The job ends at exactly max_steps. */
+START_TEST(ps_restart_without_config) {
+    static const char *const extra[] = {"max_steps=40000", NULL};
+    world_init(2, 1, extra);
+    snprintf(w.log_dir, sizeof w.log_dir, "%s/logs/linear", w.dir);
+    const char *chief_args[2 * DT_TEST_JOB_MAX_SETS + 1];
+    int n = 0;
+    for (int i = 0; i < w.num_sets; i++) {
+        chief_args[n++] = "--set";
+        chief_args[n++] = w.sets[i];
+    }
+    chief_args[n] = NULL;
+    pid_t ps0 = start_by_hand("ps", 0, "ps0", NULL);
+    pid_t ps1 = start_by_hand("ps", 1, "ps1", NULL);
+    pid_t chief = start_by_hand("worker", 0, "chief", chief_args);
+    int64_t saved = dt_test_ckpt_wait_after(w.log_dir, 2000, chief, JOB_TIMEOUT_MS);
+    ck_assert_msg(saved > 2000, "no checkpoint past step 2000; logs:%s", dt_test_job_report(&w));
+    dt_test_probe sp;
+    dt_test_probe_open(&sp, w.cluster, 2000);
+    probe_wait_step(&sp, 1, saved, JOB_TIMEOUT_MS);
+    send_signal(chief, SIGSTOP);
+    send_signal(ps1, SIGKILL);
+    dt_test_job_expect_exit(&w, ps1, "ps 1", EXIT_TIMEOUT_MS, -SIGKILL);
+    ps1 = start_by_hand("ps", 1, "ps1-again", NULL);
+    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
+    for (;;) {
+        dt_msg_status_resp st;
+        dt_err err;
+        dt_err_clear(&err);
+        if (dt_ps_client_status(sp.client, 1, &st, &err) == 0 && st.uptime_ms > 2500) break;
+        ck_assert_msg(dt_test_now_ms() < deadline && dt_test_alive(ps1),
+                      "the restarted ps 1 did not come up: %s; logs:%s", err.msg,
+                      dt_test_job_report(&w));
+        dt_test_sleep_ms(50);
+    }
+    dt_test_probe_close(&sp);
+    send_signal(chief, SIGCONT);
+    pid_t all[3] = {chief, ps0, ps1};
+    const char *names[3] = {"chief", "ps 0", "ps 1 (restarted)"};
+    dt_test_job_expect_done(&w, all, names, 3, JOB_TIMEOUT_MS);
+    expect_final_at_max_steps(40000);
+}
+END_TEST
+
 /* One case per test, named like it, so one can be run alone
  * (CK_RUN_CASE=sigterm_ps). */
 static void add_case(Suite *s, const char *name, const TTest *test) {
@@ -954,6 +1257,12 @@ Suite *lifecycle_suite(void) {
     add_case(s, "ps_started_after_done", ps_started_after_done);
     add_case(s, "lone_ps_started_after_done", lone_ps_started_after_done);
     add_case(s, "foreign_model_refused", foreign_model_refused);
+    add_case(s, "new_job_beside_finished_demo_job", new_job_beside_finished_demo_job);
+    add_case(s, "new_job_beside_finished_demo_job_keep_serving",
+             new_job_beside_finished_demo_job_keep_serving);
+    add_case(s, "done_of_another_job_refused", done_of_another_job_refused);
+    add_case(s, "job_id_survives_chief_restart", job_id_survives_chief_restart);
+    add_case(s, "job_id_for_a_checkpoint_from_before_ids", job_id_for_a_checkpoint_from_before_ids);
     add_case(s, "ps_accepts_after_fds_run_out", ps_accepts_after_fds_run_out);
     add_case(s, "ps_message_cap_from_job", ps_message_cap_from_job);
     add_case(s, "ps_message_cap_without_the_data", ps_message_cap_without_the_data);
@@ -964,6 +1273,7 @@ Suite *restart_suite(void) {
     Suite *s = suite_create("restart");
     add_case(s, "ps_restart", ps_restart);
     add_case(s, "ps_restart_two_shards", ps_restart_two_shards);
+    add_case(s, "ps_restart_without_config", ps_restart_without_config);
     add_case(s, "worker_restart", worker_restart);
     add_case(s, "chief_restart_after_job_end", chief_restart_after_job_end);
     add_case(s, "chief_killed_mid_save_leaves_no_orphan", chief_killed_mid_save_leaves_no_orphan);

@@ -415,6 +415,18 @@ START_TEST(shared_token) {
     rc = call_ps(&w9, METHOD("Pull"), msg, sizeof msg);
     expect_refused(rc, 0, msg, "PERMISSION_DENIED", "worker:9 is not in the cluster",
                    "worker outside the cluster");
+    /* The right token with no identity, or one that is none: the refusal
+     * says the token is right and what is wrong with the identity. */
+    dt_rpc_security anonymous = {NULL, NULL, NULL, tokens, ""};
+    dt_msg_status_resp st;
+    rc = status_as(&anonymous, -1, &st, msg, sizeof msg);
+    expect_refused(rc, DT_EPERM, msg, "UNAUTHENTICATED",
+                   "the token is right but the call names no identity", "no identity");
+    ck_assert_msg(strstr(msg, "dtrain-identity"), "\"%s\" does not name the header", msg);
+    dt_rpc_security root = {NULL, NULL, NULL, tokens, "root"};
+    rc = status_as(&root, -1, &st, msg, sizeof msg);
+    expect_refused(rc, DT_EPERM, msg, "UNAUTHENTICATED",
+                   "the token is right but the identity \"root\" is not one", "bad identity");
     ck_assert_msg(dt_test_alive(ps), "the ps died; logs:%s", dt_test_job_report(&w));
 }
 END_TEST
@@ -566,8 +578,16 @@ START_TEST(token_file_parsing) {
     ck_assert_int_eq(dt_auth_tokens_check(t, "shared-secret", 13, "worker:7", &peer), 0);
     ck_assert_int_eq(peer.role, DT_PEER_WORKER);
     ck_assert_int_eq(peer.task, 7);
-    ck_assert_int_eq(dt_auth_tokens_check(t, "shared-secreT", 13, "worker:7", &peer), -1);
-    ck_assert_int_eq(dt_auth_tokens_check(t, "shared-secret", 13, "root", &peer), -1);
+    /* Which of token and identity is wrong: each has its own answer. */
+    ck_assert_int_eq(dt_auth_tokens_check(t, "shared-secreT", 13, "worker:7", &peer),
+                     DT_AUTH_WRONG_TOKEN);
+    ck_assert_int_eq(dt_auth_tokens_check(t, "shared-secreT", 13, NULL, &peer),
+                     DT_AUTH_WRONG_TOKEN);
+    ck_assert_int_eq(dt_auth_tokens_check(t, "shared-secret", 13, "root", &peer),
+                     DT_AUTH_BAD_IDENTITY);
+    ck_assert_int_eq(dt_auth_tokens_check(t, "shared-secret", 13, NULL, &peer),
+                     DT_AUTH_NO_IDENTITY);
+    ck_assert_int_eq(dt_auth_tokens_check(t, "shared-secret", 13, "", &peer), DT_AUTH_NO_IDENTITY);
     dt_auth_tokens_free(t);
 
     ck_assert_int_eq(dt_test_write_file(path, "chief a\nworker:2 b\n"), 0);

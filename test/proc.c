@@ -306,6 +306,12 @@ static void arm_atexit(void) {
     if (atexit(kill_all_at_exit) == 0) atexit_armed = 1;
 }
 
+static char spawn_cwd[4096]; /* empty: the test's own */
+
+void dt_test_spawn_cwd(const char *dir) {
+    snprintf(spawn_cwd, sizeof spawn_cwd, "%s", dir ? dir : "");
+}
+
 pid_t dt_test_spawn(char *const argv[], const char *log_path) {
     return dt_test_spawn_split(argv, log_path, log_path);
 }
@@ -341,6 +347,10 @@ pid_t dt_test_spawn_split(char *const argv[], const char *out_path, const char *
         int null_fd = open("/dev/null", O_RDONLY);
         if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
             _exit(127);
+        if (spawn_cwd[0] && chdir(spawn_cwd) != 0) {
+            dprintf(2, "spawn: chdir %s: %s\n", spawn_cwd, strerror(errno));
+            _exit(127);
+        }
         execv(argv[0], argv);
         dprintf(2, "spawn: exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);

@@ -71,6 +71,9 @@ char *dt_test_read_file(const char *path, size_t *len);
 pid_t dt_test_spawn(char *const argv[], const char *log_path);
 /* Same, with stdout to out_path and stderr to err_path (may be equal). */
 pid_t dt_test_spawn_split(char *const argv[], const char *out_path, const char *err_path);
+/* The working directory of the processes spawned from now on (copied; NULL:
+ * the test's own). The child exits 127 when it cannot enter it. */
+void dt_test_spawn_cwd(const char *dir);
 
 /* Waits up to timeout_ms for pid to exit. Returns its exit status (0..255),
  * -N when signal N killed it, or DT_TEST_TIMEOUT after killing it. */

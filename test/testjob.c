@@ -62,6 +62,7 @@ void dt_test_job_setup(dt_test_job *j) {
 
 void dt_test_job_teardown(dt_test_job *j) {
     dt_test_kill_all();
+    dt_test_spawn_cwd(NULL);
     dt_test_tempdir_free(j->dir);
     j->dir = NULL;
     free(j->out);
