@@ -413,8 +413,11 @@ static int job_init(const char *test, const char *const *extra) {
     ck_assert_msg(dt_test_write_file(w.cluster, text) == 0, "cannot write %s", w.cluster);
     w.num_ps = 1;
     w.num_workers = 2;
-    w.config = "conf/linear.json";
-    ck_assert_msg(access(w.config, R_OK) == 0, "no %s (run from the repository's root)", w.config);
+    /* Absolute: the roles run in the test's temp dir. */
+    static char config[4096];
+    ck_assert_msg(realpath("conf/linear.json", config) != NULL && access(config, R_OK) == 0,
+                  "no conf/linear.json (run from the repository's root)");
+    w.config = config;
     dt_test_job_set(&w, quick, (int)(sizeof quick / sizeof quick[0]));
     for (int i = 0; extra && extra[i]; i++)
         dt_test_job_add_set(&w, extra[i]);
