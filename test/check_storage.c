@@ -199,6 +199,23 @@ static void expect_log(const char *log_name, const char *needle, pid_t pid) {
 
 /* ---- the disk fills mid-job --------------------------------------------- */
 
+/* Holds a role: SIGSTOP to its group, then waits until it is stopped. */
+static void hold(pid_t pid, const char *name) {
+    ck_assert_int_eq(dt_test_kill(pid, SIGSTOP), 0);
+    ck_assert_msg(dt_test_wait_stopped(pid, EVENT_MS), "%s did not stop; logs:%s", name,
+                  dt_test_job_report(&w));
+}
+
+static void release(pid_t pid) {
+    ck_assert_int_eq(dt_test_kill(pid, SIGCONT), 0);
+}
+
+/* The job is held open by the test, not by its length: both workers are
+ * stopped (SIGSTOP) while the disk fills and while it is emptied, so the
+ * global step cannot reach max_steps before the chief has met the full disk
+ * and, after it, written summaries again. Between the two the chief runs
+ * alone until it logs both drops; a job of 40,000 steps ends long after
+ * that (a summary every 5 steps, a save due at its first step). */
 START_TEST(full_disk_mid_job) {
     if (!mount_log_dir("full_disk_mid_job")) return;
     static const char *const sets[] = {"max_steps=40000", "summary_steps=5", NULL};
@@ -209,13 +226,22 @@ START_TEST(full_disk_mid_job) {
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
     dt_test_job_expect_ckpt_after(&w, -1, chief, EVENT_MS);
 
+    hold(worker, "worker1");
+    hold(chief, "chief");
     char filler[1200];
     fill_disk(filler, sizeof filler);
+    /* The chief's clock runs while it is stopped: past save_model_secs (1)
+     * since its last save, one is due at its next step, whatever the load. */
+    dt_test_sleep_ms(1100);
+    release(chief);
     expect_log("chief", "summaries dropped", chief);
     expect_log("chief", "training goes on, retrying in", chief);
     ck_assert_msg(dt_test_alive(chief), "the chief died on a full disk; logs:%s",
                   dt_test_job_report(&w));
+    hold(chief, "chief");
     ck_assert_int_eq(unlink(filler), 0);
+    release(chief);
+    release(worker);
     expect_log("chief", "summaries resumed", chief);
 
     pid_t pids[] = {ps, chief, worker};
