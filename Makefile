@@ -190,16 +190,20 @@ CHECK_JOBS ?= 2
 # kept reproducer. Long runs are by hand: make fuzz FUZZ_SECONDS=600.
 CHECK_FUZZ_SECONDS ?= 10
 STAGE := sh scripts/stage.sh
+# Around each stage that runs the suites: fails it when a test created,
+# changed, removed or read anything in the checkout's logs/, where a
+# finished job is planted first when none is there (scripts/logs_guard.sh).
+GUARD := bash scripts/logs_guard.sh
 check:
 	$(STAGE) build $(MAKE) -j2 $(BUILD)/dtrain $(BUILD)/check_all \
 	  $(patsubst bench/%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 	$(STAGE) deploy-check $(MAKE) deploy-check
 	$(STAGE) lint $(MAKE) lint
-	$(STAGE) test env DT_JOBS=$(CHECK_JOBS) $(MAKE) test
+	$(STAGE) test $(GUARD) env DT_JOBS=$(CHECK_JOBS) $(MAKE) test
 	$(STAGE) asan-build $(ASAN_MAKE) -j2 build-asan/dtrain build-asan/check_all
-	$(STAGE) asan env DT_JOBS=$(CHECK_JOBS) $(MAKE) asan
+	$(STAGE) asan $(GUARD) env DT_JOBS=$(CHECK_JOBS) $(MAKE) asan
 	$(STAGE) tsan-build $(TSAN_MAKE) -j2 build-tsan/dtrain build-tsan/check_all
-	$(STAGE) tsan env DT_JOBS=$(CHECK_JOBS) $(MAKE) tsan
+	$(STAGE) tsan $(GUARD) env DT_JOBS=$(CHECK_JOBS) $(MAKE) tsan
 	$(STAGE) fuzz-build $(MAKE) -j2 fuzz-build
 	$(STAGE) fuzz-check $(MAKE) fuzz-check
 	$(STAGE) fuzz $(MAKE) -j2 fuzz FUZZ_SECONDS=$(CHECK_FUZZ_SECONDS)
