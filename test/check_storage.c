@@ -199,17 +199,6 @@ static void expect_log(const char *log_name, const char *needle, pid_t pid) {
 
 /* ---- the disk fills mid-job --------------------------------------------- */
 
-/* Holds a role: SIGSTOP to its group, then waits until it is stopped. */
-static void hold(pid_t pid, const char *name) {
-    ck_assert_int_eq(dt_test_kill(pid, SIGSTOP), 0);
-    ck_assert_msg(dt_test_wait_stopped(pid, EVENT_MS), "%s did not stop; logs:%s", name,
-                  dt_test_job_report(&w));
-}
-
-static void release(pid_t pid) {
-    ck_assert_int_eq(dt_test_kill(pid, SIGCONT), 0);
-}
-
 /* The job is held open by the test, not by its length: both workers are
  * stopped (SIGSTOP) while the disk fills and while it is emptied, so the
  * global step cannot reach max_steps before the chief has met the full disk
@@ -226,22 +215,22 @@ START_TEST(full_disk_mid_job) {
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
     dt_test_job_expect_ckpt_after(&w, -1, chief, EVENT_MS);
 
-    hold(worker, "worker1");
-    hold(chief, "chief");
+    dt_test_job_hold(&w, worker, "worker1");
+    dt_test_job_hold(&w, chief, "chief");
     char filler[1200];
     fill_disk(filler, sizeof filler);
     /* The chief's clock runs while it is stopped: past save_model_secs (1)
      * since its last save, one is due at its next step, whatever the load. */
     dt_test_sleep_ms(1100);
-    release(chief);
+    dt_test_job_release(&w, chief, "chief");
     expect_log("chief", "summaries dropped", chief);
     expect_log("chief", "training goes on, retrying in", chief);
     ck_assert_msg(dt_test_alive(chief), "the chief died on a full disk; logs:%s",
                   dt_test_job_report(&w));
-    hold(chief, "chief");
+    dt_test_job_hold(&w, chief, "chief");
     ck_assert_int_eq(unlink(filler), 0);
-    release(chief);
-    release(worker);
+    dt_test_job_release(&w, chief, "chief");
+    dt_test_job_release(&w, worker, "worker1");
     expect_log("chief", "summaries resumed", chief);
 
     pid_t pids[] = {ps, chief, worker};
