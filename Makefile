@@ -191,8 +191,8 @@ CHECK_JOBS ?= 2
 CHECK_FUZZ_SECONDS ?= 10
 STAGE := sh scripts/stage.sh
 # Left out of check's ASan stage: chaos runs the same seeded schedule there
-# as in the test stage (DT_CHAOS_SEED's default), 30 s of training at full
-# speed and a fifth of the stage's CPU, and every kill it makes (each role,
+# as in the test stage (DT_CHAOS_SEED's default): 30 s of training at full
+# speed, 33-41 s of the stage's wall, and every kill it makes (each role,
 # the chief mid-save, the ps with the chief) is one that restart, lifecycle,
 # e2e and sparse_e2e make under ASan too. `make asan` still runs it.
 ASAN_CHECK_SKIP ?= chaos
