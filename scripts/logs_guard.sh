@@ -28,6 +28,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-logs-guard.XXXXXX") || exit 1
 planted=0
 made_logs=0
 
+# shellcheck disable=SC2317 # called by the trap
 cleanup() {
     rm -rf "$work"
     if [ "$planted" = 1 ]; then
@@ -53,10 +54,14 @@ free_port() {
 plant() {
     [ -d logs ] || made_logs=1
     planted=1
-    local try ps chief worker
-    for try in 1 2 3; do
-        ps=$(free_port) && chief=$(free_port) && worker=$(free_port) || break
-        [ "$ps" != "$chief" ] && [ "$ps" != "$worker" ] && [ "$chief" != "$worker" ] || continue
+    local ps chief worker
+    for _ in 1 2 3; do
+        if ! ps=$(free_port) || ! chief=$(free_port) || ! worker=$(free_port); then
+            break
+        fi
+        if [ "$ps" = "$chief" ] || [ "$ps" = "$worker" ] || [ "$chief" = "$worker" ]; then
+            continue
+        fi
         if DTRAIN_BIN=$BIN bash scripts/launch_local.sh --log-dir logs/linear --ps-port "$ps" \
             --chief-port "$chief" --worker-port "$worker" >"$work/plant.log" 2>&1 &&
             [ -f logs/linear/checkpoint ]; then
