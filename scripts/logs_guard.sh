@@ -104,38 +104,46 @@ atime_works() {
     [ "$a" != 0 ]
 }
 
-[ -f logs/linear/checkpoint ] || plant
-watch_reads=0
-atime_works && watch_reads=1
-manifest >"$work/before"
-[ "$watch_reads" = 1 ] && reset_atimes
+# The whole run in one function, read before it runs: bash reads a script
+# as it goes, and an edit to this file during a long stage would otherwise
+# shift what it reads next.
+main() {
+    [ -f logs/linear/checkpoint ] || plant
+    watch_reads=0
+    atime_works && watch_reads=1
+    manifest >"$work/before"
+    [ "$watch_reads" = 1 ] && reset_atimes
 
-status=0
-"$@" || status=$?
+    status=0
+    "$@" || status=$?
 
-bad=0
-if [ "$watch_reads" = 1 ]; then
-    read_paths "$work/before" >"$work/read"
-    if [ -s "$work/read" ]; then
-        sed 's/^/logs_guard: read during the stage: /' "$work/read" >&2
+    bad=0
+    if [ "$watch_reads" = 1 ]; then
+        read_paths "$work/before" >"$work/read"
+        if [ -s "$work/read" ]; then
+            sed 's/^/logs_guard: read during the stage: /' "$work/read" >&2
+            bad=1
+        fi
+    fi
+    manifest >"$work/after"
+    if ! cmp -s "$work/before" "$work/after"; then
+        awk 'NR == FNR { before[$1] = $0; next }
+             { after[$1] = $0 }
+             END {
+                 for (p in before)
+                     if (!(p in after)) print "logs_guard: removed during the stage: " p
+                     else if (before[p] != after[p]) print "logs_guard: changed during the stage: " p
+                 for (p in after)
+                     if (!(p in before)) print "logs_guard: created during the stage: " p
+             }' "$work/before" "$work/after" | LC_ALL=C sort >&2
         bad=1
     fi
-fi
-manifest >"$work/after"
-if ! cmp -s "$work/before" "$work/after"; then
-    awk 'NR == FNR { before[$1] = $0; next }
-         { after[$1] = $0 }
-         END {
-             for (p in before)
-                 if (!(p in after)) print "logs_guard: removed during the stage: " p
-                 else if (before[p] != after[p]) print "logs_guard: changed during the stage: " p
-             for (p in after)
-                 if (!(p in before)) print "logs_guard: created during the stage: " p
-         }' "$work/before" "$work/after" | LC_ALL=C sort >&2
-    bad=1
-fi
-if [ "$bad" = 1 ]; then
-    echo "logs_guard: a test touched the checkout's logs/ (above); tests must keep to their temp dirs" >&2
-    [ "$status" = 0 ] && status=1
-fi
-exit "$status"
+    if [ "$bad" = 1 ]; then
+        echo "logs_guard: a test touched the checkout's logs/ (above); tests must keep to their temp dirs" >&2
+        [ "$status" = 0 ] && status=1
+    fi
+    return "$status"
+}
+
+main "$@"
+exit $?
