@@ -276,6 +276,10 @@ START_TEST(health_and_status) {
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
     ck_assert_msg(dt_test_job_wait_log(&w, "worker1", "% ETA ", JOB_TIMEOUT_MS, worker),
                   "no progress line with percent and ETA; logs:%s", dt_test_job_report(&w));
+    /* Both workers held while the ps is asked: the job is mid-training
+     * until they are let go, however fast it runs. */
+    dt_test_job_hold(&w, chief, "chief");
+    dt_test_job_hold(&w, worker, "worker 1");
     ck_assert_msg(command(serving) == 0 && strstr(w.out, " SERVING"),
                   "health while training: %s %s", w.out, w.err);
     j = status_json(0);
@@ -290,6 +294,8 @@ START_TEST(health_and_status) {
     ck_assert_msg(strstr(w.out, "job: training, global_step ") && strstr(w.out, " of 60000 (") &&
                       strstr(w.out, "workers seen: 2 of 2") && strstr(w.out, "  chief: "),
                   "dtrain status printed:\n%s", w.out);
+    dt_test_job_release(&w, chief, "chief");
+    dt_test_job_release(&w, worker, "worker 1");
 
     const pid_t pids[] = {ps, chief, worker};
     const char *const names[] = {"ps", "chief", "worker 1"};
@@ -408,6 +414,10 @@ START_TEST(restart_chief) {
 
     /* A checkpoint past step 0 proves training is under way. */
     int64_t before = dt_test_job_expect_ckpt_after(&w, 0, chief, JOB_TIMEOUT_MS);
+    /* Worker 1 is held from before the kill until the restarted chief has
+     * rejoined: alone it could finish the job in between. */
+    dt_test_job_hold(&w, worker, "worker 1");
+    dt_test_job_hold(&w, chief, "chief");
     ck_assert_msg(before < max_steps,
                   "the job ended (step %" PRId64 ") before the kill; "
                   "raise max_steps",
@@ -419,6 +429,10 @@ START_TEST(restart_chief) {
     watch_begin(&cw);
     before = cw.max_seen;
     pid_t chief2 = dt_test_job_start(&w, "worker", 0, "chief2");
+    ck_assert_msg(
+        dt_test_job_wait_log(&w, "chief2", "ps already holds the model", JOB_TIMEOUT_MS, chief2),
+        "the restarted chief did not rejoin the live ps; logs:%s", dt_test_job_report(&w));
+    dt_test_job_release(&w, worker, "worker 1");
     pid_t pids[3] = {ps, chief2, worker};
     const char *names[3] = {"ps", "restarted chief", "worker 1"};
     watch_during_waits(&cw);

@@ -247,12 +247,18 @@ START_TEST(sigint_worker) {
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
     ck_assert_msg(dt_test_job_wait_log(&w, "worker1", ": step ", JOB_TIMEOUT_MS, worker),
                   "worker 1 never trained; logs:%s", dt_test_job_report(&w));
+    /* Both held while the signal is sent: the job cannot end first (a
+     * worker that finds it done exits 0, not 130). */
+    dt_test_job_hold(&w, chief, "chief");
+    dt_test_job_hold(&w, worker, "worker 1");
     send_signal(worker, SIGINT);
+    dt_test_job_release(&w, worker, "worker 1");
     dt_test_job_expect_exit(&w, worker, "worker 1 after SIGINT", EXIT_TIMEOUT_MS, 128 + SIGINT);
     ck_assert_msg(dt_test_job_log_has(&w, "worker1", "stopped by signal"),
                   "worker 1 does not say why it stopped; "
                   "logs:%s",
                   dt_test_job_report(&w));
+    dt_test_job_release(&w, chief, "chief");
     pid_t rest[2] = {chief, ps};
     const char *names[2] = {"chief", "ps"};
     dt_test_job_expect_done(&w, rest, names, 2, JOB_TIMEOUT_MS);
@@ -648,11 +654,16 @@ START_TEST(ps_restart) {
     probe_wait_step(&sp, 0, dt_test_ckpt_max(w.log_dir) + 100, JOB_TIMEOUT_MS);
     dt_test_probe_close(&sp);
 
+    /* The workers held while the ps dies: the job cannot end first. */
+    dt_test_job_hold(&w, chief, "chief");
+    dt_test_job_hold(&w, worker, "worker 1");
     size_t seen = dt_test_job_log_length(&w, "chief");
     send_signal(ps, SIGKILL);
     dt_test_job_expect_exit(&w, ps, "killed ps", EXIT_TIMEOUT_MS, -SIGKILL);
     int64_t before = dt_test_ckpt_max(w.log_dir);
     ck_assert_msg(before < max_steps, "the job ended (step %" PRId64 ") before the kill", before);
+    dt_test_job_release(&w, chief, "chief");
+    dt_test_job_release(&w, worker, "worker 1");
     /* Restarted once the chief has seen it gone. */
     ck_assert_msg(
         dt_test_job_wait_log_after(&w, "chief", seen, "waiting for", chief, JOB_TIMEOUT_MS),
@@ -692,12 +703,15 @@ START_TEST(ps_restart_two_shards) {
     send_signal(chief, SIGSTOP);
     /* Worker 1 trains on alone: 100 steps past the chief's pause. */
     probe_wait_step(&sp, 1, probe_step(&sp, 1) + 100, JOB_TIMEOUT_MS);
+    /* Worker 1 held too while ps 0 dies: the job cannot end first. */
+    dt_test_job_hold(&w, worker, "worker 1");
     int64_t live = probe_step(&sp, 1);
     size_t seen = dt_test_job_log_length(&w, "worker1");
     send_signal(ps0, SIGKILL);
     dt_test_job_expect_exit(&w, ps0, "killed ps 0", EXIT_TIMEOUT_MS, -SIGKILL);
     dt_test_probe_close(&sp);
     ck_assert_msg(live < max_steps, "the job ended (step %" PRId64 ") before the kill", live);
+    dt_test_job_release(&w, worker, "worker 1");
     /* Restarted once worker 1 has found it gone. */
     ck_assert_msg(
         dt_test_job_wait_log_after(&w, "worker1", seen, "waiting for", worker, JOB_TIMEOUT_MS),
@@ -736,16 +750,24 @@ START_TEST(worker_restart) {
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
     ck_assert_msg(dt_test_job_wait_log(&w, "worker1", ": step ", JOB_TIMEOUT_MS, worker),
                   "worker 1 never trained; logs:%s", dt_test_job_report(&w));
+    /* The chief is held whenever the job must not end yet: while worker 1
+     * dies, and from 50 steps without it until the restarted one trains
+     * (a worker that finds the job done exits 0 without a step). */
+    dt_test_job_hold(&w, chief, "chief");
     send_signal(worker, SIGKILL);
     dt_test_job_expect_exit(&w, worker, "killed worker 1", EXIT_TIMEOUT_MS, -SIGKILL);
-    /* The job goes on without it (50 more steps) before it comes back. */
     dt_test_probe sp;
     dt_test_probe_open(&sp, w.cluster, 2000);
-    probe_wait_step(&sp, 0, probe_wait_step(&sp, 0, 0, JOB_TIMEOUT_MS) + 50, JOB_TIMEOUT_MS);
+    int64_t at_kill = probe_wait_step(&sp, 0, 0, JOB_TIMEOUT_MS);
+    dt_test_job_release(&w, chief, "chief");
+    /* The job goes on without it (50 more steps) before it comes back. */
+    probe_wait_step(&sp, 0, at_kill + 50, JOB_TIMEOUT_MS);
+    dt_test_job_hold(&w, chief, "chief");
     dt_test_probe_close(&sp);
     pid_t worker2 = dt_test_job_start(&w, "worker", 1, "worker1b");
     ck_assert_msg(dt_test_job_wait_log(&w, "worker1b", ": step ", JOB_TIMEOUT_MS, worker2),
                   "restarted worker 1 did not train; logs:%s", dt_test_job_report(&w));
+    dt_test_job_release(&w, chief, "chief");
     pid_t pids[3] = {worker2, chief, ps};
     const char *names[3] = {"restarted worker 1", "chief", "ps"};
     dt_test_job_expect_done(&w, pids, names, 3, JOB_TIMEOUT_MS);
@@ -765,8 +787,12 @@ START_TEST(chief_restart_after_job_end) {
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
     ck_assert_msg(dt_test_job_wait_log(&w, "chief", ": step ", JOB_TIMEOUT_MS, chief),
                   "the chief never trained; logs:%s", dt_test_job_report(&w));
+    /* Both held while the chief dies: it cannot finish the job first. */
+    dt_test_job_hold(&w, worker, "worker 1");
+    dt_test_job_hold(&w, chief, "chief");
     send_signal(chief, SIGKILL);
     dt_test_job_expect_exit(&w, chief, "killed chief", EXIT_TIMEOUT_MS, -SIGKILL);
+    dt_test_job_release(&w, worker, "worker 1");
     dt_test_job_expect_exit(&w, worker, "worker 1 finishing alone", JOB_TIMEOUT_MS, 0);
     ck_assert_msg(dt_test_alive(ps), "ps exited before any chief told it to; logs:%s",
                   dt_test_job_report(&w));
@@ -859,7 +885,10 @@ static int64_t chief_saves_on_term(const char *log_name, int want) {
     pid_t chief = dt_test_job_start(&w, "worker", 0, log_name);
     ck_assert_msg(dt_test_job_wait_log(&w, log_name, ": step ", JOB_TIMEOUT_MS, chief),
                   "%s never trained; logs:%s", log_name, dt_test_job_report(&w));
+    /* Held while signalled: it cannot reach max_steps first. */
+    dt_test_job_hold(&w, chief, log_name);
     send_signal(chief, SIGTERM);
+    dt_test_job_release(&w, chief, log_name);
     dt_test_job_expect_exit(&w, chief, log_name, EXIT_TIMEOUT_MS, want);
     return dt_test_ckpt_max(w.log_dir);
 }

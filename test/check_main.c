@@ -151,8 +151,8 @@ static void finish_child(running *r, int status, outcome *total) {
  * that the short ones fill the gaps instead of one long suite running
  * alone at the end. Only the order changes; a suite left out of this list
  * still runs. */
-static const char *const long_first[] = {"restart", "lifecycle", "chaos",
-                                         "netns",   "e2e",       "consistency"};
+static const char *const long_first[] = {"sparse_e2e", "chaos", "restart",     "lifecycle",
+                                         "netns",      "e2e",   "consistency", "rpc"};
 
 /* suites reordered: those of long_first first, in its order, then the
  * rest in table order. */

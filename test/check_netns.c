@@ -413,8 +413,11 @@ static int job_init(const char *test, const char *const *extra) {
     ck_assert_msg(dt_test_write_file(w.cluster, text) == 0, "cannot write %s", w.cluster);
     w.num_ps = 1;
     w.num_workers = 2;
-    w.config = "conf/linear.json";
-    ck_assert_msg(access(w.config, R_OK) == 0, "no %s (run from the repository's root)", w.config);
+    /* Absolute: the roles run in the test's temp dir. */
+    static char config[4096];
+    ck_assert_msg(realpath("conf/linear.json", config) != NULL && access(config, R_OK) == 0,
+                  "no conf/linear.json (run from the repository's root)");
+    w.config = config;
     dt_test_job_set(&w, quick, (int)(sizeof quick / sizeof quick[0]));
     for (int i = 0; extra && extra[i]; i++)
         dt_test_job_add_set(&w, extra[i]);
@@ -720,7 +723,10 @@ START_TEST(worker_partition_heals) {
     if (!job_init("worker_partition_heals", extra)) return;
     roles r = start_job();
     static const char *const logs[] = {"worker1"};
-    outage("worker1", logs, &r.worker, 1, &r, 0);
+    /* Worker 1 paused until its link is down, so the job cannot end before
+     * the cut: in bounded mode the chief waits for it within 50 steps. */
+    dt_test_job_hold(&w, r.worker, "worker 1");
+    outage("worker1", logs, &r.worker, 1, &r, 1);
     expect_all_done(&r);
     expect_job_complete();
     expect_step_never_back("worker1", PROGRESS, "global_step ");
@@ -768,8 +774,14 @@ START_TEST(partition_outlasts_ready_wait) {
                                         "ready_wait_secs=" SHORT_READY_WAIT_S, NULL};
     if (!job_init("partition_outlasts_ready_wait", extra)) return;
     roles r = start_job();
+    /* Both paused until the link is down: the job cannot end first (a
+     * worker that finds it done exits 0). */
+    dt_test_job_hold(&w, r.chief, "the chief");
+    dt_test_job_hold(&w, r.worker, "worker 1");
     size_t seen = dt_test_job_log_length(&w, "worker1");
     link_set("worker1", "down");
+    dt_test_job_release(&w, r.worker, "worker 1");
+    dt_test_job_release(&w, r.chief, "the chief");
     dt_test_job_expect_exit(&w, r.worker, "worker 1 cut off", EXIT_TIMEOUT_MS, 200);
     link_set("worker1", "up");
     expect_waits_for_ps("worker1", seen);

@@ -386,10 +386,15 @@ static void ps_killed(const char *extra) {
     start_wide_job("save_model_secs=1", extra, started);
     pid_t ps0 = started[0], ps1 = started[1], chief = started[2], worker = started[3];
     int64_t saved = dt_test_job_expect_ckpt_after(&J, 0, chief, JOB_TIMEOUT_MS);
+    /* The workers held while ps 1 dies: the job cannot end first. */
+    dt_test_job_hold(&J, chief, "chief");
+    dt_test_job_hold(&J, worker, "worker 1");
     ck_assert_msg(saved < 15000, "the job ended before the kill; logs:%s", dt_test_job_report(&J));
     size_t seen = dt_test_job_log_length(&J, "chief");
     ck_assert_int_eq(kill(ps1, SIGKILL), 0);
     dt_test_job_expect_exit(&J, ps1, "killed ps 1", EXIT_TIMEOUT_MS, -SIGKILL);
+    dt_test_job_release(&J, chief, "chief");
+    dt_test_job_release(&J, worker, "worker 1");
     ck_assert_msg(
         dt_test_job_wait_log_after(&J, "chief", seen, "waiting for", chief, JOB_TIMEOUT_MS),
         "the chief does not say it waits for ps 1; logs:%s", dt_test_job_report(&J));
@@ -1121,16 +1126,23 @@ START_TEST(sparse_pipelined_worker_killed) {
     pid_t chief = started[2], worker = started[3];
     ck_assert_msg(dt_test_job_wait_log(&J, "worker1", ": step ", JOB_TIMEOUT_MS, worker),
                   "worker 1 never trained; logs:%s", dt_test_job_report(&J));
+    /* The chief is held while worker 1 dies, and from its next step line
+     * until the restarted worker trains: alone it could end the job first
+     * (a worker that finds the job done exits 0 without a step). */
+    dt_test_job_hold(&J, chief, "chief");
     ck_assert_int_eq(kill(worker, SIGKILL), 0);
     dt_test_job_expect_exit(&J, worker, "killed worker 1", EXIT_TIMEOUT_MS, -SIGKILL);
     /* The job goes on without it before it comes back. */
     size_t seen = dt_test_job_log_length(&J, "chief");
+    dt_test_job_release(&J, chief, "chief");
     ck_assert_msg(dt_test_job_wait_log_after(&J, "chief", seen, ": step ", chief, JOB_TIMEOUT_MS),
                   "the chief stopped training after worker 1 died; logs:%s",
                   dt_test_job_report(&J));
+    dt_test_job_hold(&J, chief, "chief");
     pid_t worker2 = dt_test_job_start(&J, "worker", 1, "worker1b");
     ck_assert_msg(dt_test_job_wait_log(&J, "worker1b", ": step ", JOB_TIMEOUT_MS, worker2),
                   "restarted worker 1 did not train; logs:%s", dt_test_job_report(&J));
+    dt_test_job_release(&J, chief, "chief");
     pid_t pids[4] = {started[0], started[1], chief, worker2};
     const char *names[4] = {"ps 0", "ps 1", "chief", "restarted worker 1"};
     expect_wide_done(pids, names);

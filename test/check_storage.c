@@ -199,6 +199,12 @@ static void expect_log(const char *log_name, const char *needle, pid_t pid) {
 
 /* ---- the disk fills mid-job --------------------------------------------- */
 
+/* The job is held open by the test, not by its length: both workers are
+ * stopped (SIGSTOP) while the disk fills and while it is emptied, so the
+ * global step cannot reach max_steps before the chief has met the full disk
+ * and, after it, written summaries again. Between the two the chief runs
+ * alone until it logs both drops; a job of 40,000 steps ends long after
+ * that (a summary every 5 steps, a save due at its first step). */
 START_TEST(full_disk_mid_job) {
     if (!mount_log_dir("full_disk_mid_job")) return;
     static const char *const sets[] = {"max_steps=40000", "summary_steps=5", NULL};
@@ -209,13 +215,22 @@ START_TEST(full_disk_mid_job) {
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
     dt_test_job_expect_ckpt_after(&w, -1, chief, EVENT_MS);
 
+    dt_test_job_hold(&w, worker, "worker1");
+    dt_test_job_hold(&w, chief, "chief");
     char filler[1200];
     fill_disk(filler, sizeof filler);
+    /* The chief's clock runs while it is stopped: past save_model_secs (1)
+     * since its last save, one is due at its next step, whatever the load. */
+    dt_test_sleep_ms(1100);
+    dt_test_job_release(&w, chief, "chief");
     expect_log("chief", "summaries dropped", chief);
     expect_log("chief", "training goes on, retrying in", chief);
     ck_assert_msg(dt_test_alive(chief), "the chief died on a full disk; logs:%s",
                   dt_test_job_report(&w));
+    dt_test_job_hold(&w, chief, "chief");
     ck_assert_int_eq(unlink(filler), 0);
+    dt_test_job_release(&w, chief, "chief");
+    dt_test_job_release(&w, worker, "worker1");
     expect_log("chief", "summaries resumed", chief);
 
     pid_t pids[] = {ps, chief, worker};

@@ -44,8 +44,12 @@ static int num_procs;
 static int atexit_armed;
 
 const char *dt_test_bin(void) {
+    /* Absolute: the roles run in their test's temp dir (dt_test_spawn). */
+    static char resolved[4096];
     const char *bin = getenv("DTRAIN_BIN");
-    return (bin && *bin) ? bin : "build/dtrain";
+    if (!bin || !*bin) bin = "build/dtrain";
+    if (!resolved[0] && !realpath(bin, resolved)) return bin;
+    return resolved;
 }
 
 long long dt_test_now_ms(void) {
@@ -327,6 +331,19 @@ pid_t dt_test_spawn_split(char *const argv[], const char *out_path, const char *
         close(out_fd);
         return -1;
     }
+    /* The child's cwd: the dir its log is in, the test's temp dir, so that
+     * nothing it resolves (a default log dir, a relative path) lands in or
+     * reads from the checkout the tests run from. */
+    char cwd[4096];
+    snprintf(cwd, sizeof cwd, "%s", out_path);
+    char *slash = strrchr(cwd, '/');
+    if (!slash) {
+        close(out_fd);
+        close(err_fd);
+        errno = EINVAL; /* a log in the runner's cwd: the checkout */
+        return -1;
+    }
+    *(slash == cwd ? slash + 1 : slash) = '\0';
     fflush(NULL); /* no buffered test output duplicated into the child */
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -347,8 +364,9 @@ pid_t dt_test_spawn_split(char *const argv[], const char *out_path, const char *
         int null_fd = open("/dev/null", O_RDONLY);
         if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0)
             _exit(127);
-        if (spawn_cwd[0] && chdir(spawn_cwd) != 0) {
-            dprintf(2, "spawn: chdir %s: %s\n", spawn_cwd, strerror(errno));
+        const char *dir = spawn_cwd[0] ? spawn_cwd : cwd; /* a test's own choice wins */
+        if (chdir(dir) != 0) {
+            dprintf(2, "spawn: chdir %s: %s\n", dir, strerror(errno));
             _exit(127);
         }
         execv(argv[0], argv);
@@ -472,6 +490,30 @@ int dt_test_wait_signal_taken(pid_t pid, int sig, int timeout_ms) {
         if (!(pending & (1ull << (sig - 1)))) return 1;
         if (dt_test_now_ms() >= deadline) return 0;
         dt_test_sleep_ms(10); /* the poll interval of a bounded wait */
+    }
+}
+
+/* The state letter of pid in /proc/<pid>/stat (after the name's ')'), or
+ * 0 when it cannot be read. */
+static char proc_state(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *close_paren = strrchr(buf, ')');
+    return close_paren && close_paren[1] == ' ' ? close_paren[2] : 0;
+}
+
+int dt_test_wait_stopped(pid_t pid, int timeout_ms) {
+    long long deadline = dt_test_now_ms() + timeout_ms;
+    for (;;) {
+        if (!dt_test_alive(pid)) return 0;
+        if (proc_state(pid) == 'T') return 1;
+        if (dt_test_now_ms() >= deadline) return 0;
+        dt_test_sleep_ms(5); /* the poll interval of a bounded wait */
     }
 }
 

@@ -17,7 +17,8 @@
  * killed with SIGKILL and reaped). */
 #define DT_TEST_TIMEOUT (-1000)
 
-/* Path of the binary under test: $DTRAIN_BIN, else "build/dtrain". Borrowed. */
+/* Path of the binary under test, made absolute: $DTRAIN_BIN, else
+ * "build/dtrain". Borrowed. */
 const char *dt_test_bin(void);
 
 /* A TCP socket bound to 127.0.0.1 on a port the kernel chose (*port), left
@@ -65,7 +66,10 @@ int dt_test_write_file(const char *path, const char *text);
 char *dt_test_read_file(const char *path, size_t *len);
 
 /* Starts argv[0] with argv (NULL-terminated) in its own process group,
- * stdin from /dev/null, stdout and stderr appended to log_path. The process
+ * stdin from /dev/null, stdout and stderr appended to log_path, its cwd the
+ * dir log_path is in (the test's temp dir: a role resolves nothing against
+ * the checkout; relative paths in argv are so relative to that dir, and a
+ * log_path without a dir is refused). The process
  * is registered for dt_test_kill_all and dies with the test process. Returns
  * the pid, or -1. */
 pid_t dt_test_spawn(char *const argv[], const char *log_path);
@@ -95,6 +99,11 @@ int dt_test_wait_log(const char *log_path, const char *needle, int timeout_ms, p
  * /proc/<pid>/status), i.e. its handler or signal thread has it. 1 once
  * taken (or pid is gone), 0 after the deadline. */
 int dt_test_wait_signal_taken(pid_t pid, int sig, int timeout_ms);
+
+/* Waits up to timeout_ms until pid is stopped (SIGSTOP: state T in
+ * /proc/<pid>/stat), so that a test holding a role knows it holds it. 1
+ * once stopped, 0 when it is gone or the deadline passed first. */
+int dt_test_wait_stopped(pid_t pid, int timeout_ms);
 
 /* Bytes received and not yet read on the established TCP connections
  * whose local port is `port` (Linux: /proc/net/tcp and tcp6), or -1 when

@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,20 @@ void dt_test_job_run(dt_test_job *j, const char *tag, int timeout_ms) {
     for (int i = 0; i < n; i++)
         names[i] = name_text[i];
     dt_test_job_expect_done(j, pids, names, n, timeout_ms);
+}
+
+#define HOLD_MS 30000 /* for a stop to take: the kernel's, not the job's, speed */
+
+void dt_test_job_hold(const dt_test_job *j, pid_t pid, const char *name) {
+    ck_assert_msg(dt_test_kill(pid, SIGSTOP) == 0, "cannot stop %s (gone?); logs:%s", name,
+                  dt_test_job_report(j));
+    ck_assert_msg(dt_test_wait_stopped(pid, HOLD_MS), "%s did not stop; logs:%s", name,
+                  dt_test_job_report(j));
+}
+
+void dt_test_job_release(const dt_test_job *j, pid_t pid, const char *name) {
+    ck_assert_msg(dt_test_kill(pid, SIGCONT) == 0, "cannot continue %s (gone?); logs:%s", name,
+                  dt_test_job_report(j));
 }
 
 /* Asserts that a role named name ended with status want (dt_test_wait's

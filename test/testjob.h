@@ -93,6 +93,16 @@ pid_t dt_test_job_start_tf(dt_test_job *j, const char *tf_config, const char *lo
  * 0 within timeout_ms. */
 void dt_test_job_run(dt_test_job *j, const char *tag, int timeout_ms);
 
+/* Holds a running role: SIGSTOP to its process group, then waits until it
+ * is stopped (asserts it is, within 30 s). A held role makes no step and no
+ * call, so a job cannot end, or move past the point where the test acts,
+ * however fast the machine runs it: a fault that must land mid-job is made
+ * while the workers are held. Its clocks run on; a signal sent to it is
+ * taken once it is released. */
+void dt_test_job_hold(const dt_test_job *j, pid_t pid, const char *name);
+/* SIGCONT to a held role's process group (asserts it was sent). */
+void dt_test_job_release(const dt_test_job *j, pid_t pid, const char *name);
+
 /* Waits up to timeout_ms for pid and asserts its exit status is want
  * (negative: killed by that signal). name says who it is in the message. */
 void dt_test_job_expect_exit(const dt_test_job *j, pid_t pid, const char *name, int timeout_ms,
