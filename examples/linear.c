@@ -85,7 +85,7 @@ static int train(dtrain_cluster *cluster, dtrain_config *config, dtrain_model *m
     }
     int close_rc = dtrain_session_close(sess); /* the chief's final checkpoint */
     int status = rc ? fail(sess, rc) : close_rc ? fail(sess, close_rc) : 0;
-    if (status == 0) printf("worker %d: done, w=%.4f b=%.4f\n", task, w[0], b[0]);
+    if (status == 0 && r.local_step > 0) printf("worker %d: done, w=%.4f b=%.4f\n", task, w[0], b[0]);
     dtrain_session_free(sess);
     return status;
 }

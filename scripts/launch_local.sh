@@ -11,6 +11,9 @@
 #   (or TLS_CERTS; default LOGDIR/certs, made by scripts/make_certs.sh when
 #   it holds none). Flags after "--" go to every role, e.g. -- --set max_steps=500.
 #   DTRAIN_BIN picks another binary (default build/dtrain, built if missing).
+#   --program 'CMD' runs CMD in every role instead (a program on libdtrain:
+#   'build/example_linear', '/usr/bin/python3 examples/linear.py'), the role
+#   flags (--cluster, --job-name, --task-index, --config, --log-dir) appended.
 #
 # Each role logs to LOGDIR/<role>.log; the chief also writes its checkpoints
 # and TensorBoard event files there. The workers' lines are streamed here.
@@ -22,7 +25,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 
 usage() {
-    sed -n '5,14s/^# \{0,1\}//p' "$0" >&2
+    sed -n '5,17s/^# \{0,1\}//p' "$0" >&2
     exit 2
 }
 
@@ -44,6 +47,7 @@ while [ $# -gt 0 ]; do
         --log-dir) [ $# -ge 2 ] || usage; LOGDIR=$2; shift 2 ;;
         --config) [ $# -ge 2 ] || usage; CONFIG=$2; shift 2 ;;
         --tls) TLS=1; shift ;;
+        --program) [ $# -ge 2 ] || usage; PROGRAM=$2; shift 2 ;;
         --certs) [ $# -ge 2 ] || usage; CERTS=$2; TLS=1; shift 2 ;;
         -h|--help) usage ;;
         --) shift; break ;;
@@ -51,6 +55,9 @@ while [ $# -gt 0 ]; do
     esac
 done
 EXTRA=("$@")
+# What each role runs: the binary, or --program's words.
+RUN=("$BIN")
+[ -n "${PROGRAM:-}" ] && read -r -a RUN <<<"$PROGRAM"
 
 for p in "$PS_PORT" "$CHIEF_PORT" "$WORKER_PORT"; do
     case "$p" in
@@ -117,7 +124,7 @@ start() {
     : >"$LOGDIR/$1.log"
     TLS_FLAGS=()
     tls_flags "$4"
-    "$BIN" --cluster "$CLUSTER" --job-name "$2" --task-index "$3" --config "$CONFIG" \
+    "${RUN[@]}" --cluster "$CLUSTER" --job-name "$2" --task-index "$3" --config "$CONFIG" \
         --log-dir "$LOGDIR" ${TLS_FLAGS[@]+"${TLS_FLAGS[@]}"} ${EXTRA[@]+"${EXTRA[@]}"} \
         >>"$LOGDIR/$1.log" 2>&1 &
     PIDS+=("$!")
