@@ -313,7 +313,7 @@ class Model:
         self._h = _new(_model_new)
         self.names, self.arrays = [], []
 
-    def variable(self, name, shape, init="normal", stddev=None, value=None, low=None,
+    def variable(self, name, shape, init=None, stddev=None, value=None, low=None,
                  high=None, out=None):
         """Declares a variable and returns its array (out, when given: a
         float32 C-contiguous array of that shape whose memory is used as is).
@@ -321,7 +321,12 @@ class Model:
         init: "given" (value, or out's contents), "zeros", "constant"
         (value), "normal", "truncated_normal" (stddev), "uniform" (low,
         high), "glorot_uniform", "glorot_normal", "he_normal", "he_uniform".
-        An array as value means init="given"."""
+        An array as value means init="given"; with no init, out or value
+        given means "given", else "glorot_uniform" (Keras's default)."""
+        if init is None:
+            init = "given" if out is not None or value is not None else "glorot_uniform"
+            if value is not None and np.isscalar(value):
+                init = "constant"
         shape = tuple(int(d) for d in shape)
         if out is None:
             out = np.zeros(shape, dtype=np.float32)
