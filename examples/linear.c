@@ -97,7 +97,10 @@ int main(int argc, char **argv) {
     if (dtrain_cluster_new(&cluster) || dtrain_config_new(&config) || dtrain_model_new(&model))
         return fail(NULL, DTRAIN_ENOMEM);
     int rc = dtrain_parse_args(cluster, config, &argc, argv);
-    if (rc) return fail(cluster, rc);
+    if (rc) {
+        fprintf(stderr, "linear: %s\n", dtrain_errmsg(cluster));
+        return 2; /* a usage or config error, as the dtrain binary says it */
+    }
 
     /* The variables, declared by every role (the ps sizes its messages). */
     static float w[1], b[1];

@@ -437,6 +437,32 @@ START_TEST(python_module) {
 }
 END_TEST
 
+/* make install's tree is enough to build a program: the header, the
+ * library and dtrain.pc, nothing of the source tree but the example. */
+START_TEST(installed_program_builds) {
+    char build[1100], script[4000], log[1200];
+    example_path(build, sizeof build);
+    *strrchr(build, '/') = '\0';
+    snprintf(script, sizeof script,
+             "set -e; sh scripts/install.sh --build '%s' --prefix '%s/prefix' >/dev/null; "
+             "cp examples/linear.c '%s/prog.c'; cd '%s'; "
+             "PKG_CONFIG_PATH='%s/prefix/lib/pkgconfig'; export PKG_CONFIG_PATH; "
+             "cc -std=c11 -D_POSIX_C_SOURCE=200809L prog.c $(pkg-config --cflags --libs dtrain) "
+             "-lm -o prog; ./prog --cluster /nonexistent/c.json",
+             build, j.dir, j.dir, j.dir, j.dir);
+    dt_test_job_log_path(&j, "install", log, sizeof log);
+    char *argv[] = {"/bin/sh", "-c", script, NULL};
+    pid_t pid = dt_test_spawn(argv, log);
+    ck_assert_int_gt(pid, 0);
+    int status = dt_test_wait(pid, JOB_TIMEOUT_MS);
+    char *tail = dt_test_tail(log, 4000);
+    /* Built and run: the program's own usage error (2), the library's message. */
+    ck_assert_msg(status == 2 && strstr(tail, "linear: /nonexistent/c.json") != NULL,
+                  "exit %d:\n%s", status, tail);
+    free(tail);
+}
+END_TEST
+
 Suite *api_suite(void) {
     Suite *s = suite_create("api");
     TCase *unit = tcase_create("unit");
@@ -451,5 +477,6 @@ Suite *api_suite(void) {
     tcase_add_test(jobs, parse_args_takes_role_flags);
     tcase_add_test(jobs, library_job);
     tcase_add_test(jobs, python_module);
+    tcase_add_test(jobs, installed_program_builds);
     return s;
 }
