@@ -50,8 +50,8 @@ static int serve(dtrain_cluster *cluster, dtrain_config *config, dtrain_model *m
     return status;
 }
 
-static int train(dtrain_cluster *cluster, dtrain_config *config, dtrain_model *model,
-                 float *w, float *b) {
+static int train(dtrain_cluster *cluster, dtrain_config *config, dtrain_model *model, float *w,
+                 float *b) {
     int task = 0, workers = dtrain_cluster_num_workers(cluster);
     dtrain_cluster_role(cluster, &task);
     float x[EXAMPLES], y[EXAMPLES];
@@ -85,7 +85,8 @@ static int train(dtrain_cluster *cluster, dtrain_config *config, dtrain_model *m
     }
     int close_rc = dtrain_session_close(sess); /* the chief's final checkpoint */
     int status = rc ? fail(sess, rc) : close_rc ? fail(sess, close_rc) : 0;
-    if (status == 0 && r.local_step > 0) printf("worker %d: done, w=%.4f b=%.4f\n", task, w[0], b[0]);
+    if (status == 0 && r.local_step > 0)
+        printf("worker %d: done, w=%.4f b=%.4f\n", task, w[0], b[0]);
     dtrain_session_free(sess);
     return status;
 }

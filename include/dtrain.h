@@ -169,16 +169,16 @@ int dtrain_parse_args(dtrain_cluster *c, dtrain_config *cfg, int *argc, char **a
 typedef struct dtrain_model dtrain_model;
 
 typedef enum {
-    DTRAIN_INIT_GIVEN = 0,       /* the values in the buffer when the session starts */
-    DTRAIN_INIT_ZEROS,           /* 0 */
-    DTRAIN_INIT_CONSTANT,        /* value */
-    DTRAIN_INIT_NORMAL,          /* N(0, stddev^2) */
+    DTRAIN_INIT_GIVEN = 0,        /* the values in the buffer when the session starts */
+    DTRAIN_INIT_ZEROS,            /* 0 */
+    DTRAIN_INIT_CONSTANT,         /* value */
+    DTRAIN_INIT_NORMAL,           /* N(0, stddev^2) */
     DTRAIN_INIT_TRUNCATED_NORMAL, /* N(0, stddev^2) redrawn beyond 2 stddev */
-    DTRAIN_INIT_UNIFORM,         /* U(low, high) */
-    DTRAIN_INIT_GLOROT_UNIFORM,  /* U(-l, l), l = sqrt(6 / (fan_in + fan_out)) */
-    DTRAIN_INIT_GLOROT_NORMAL,   /* truncated N(0, 2 / (fan_in + fan_out)) */
-    DTRAIN_INIT_HE_NORMAL,       /* truncated N(0, 2 / fan_in) */
-    DTRAIN_INIT_HE_UNIFORM,      /* U(-l, l), l = sqrt(6 / fan_in) */
+    DTRAIN_INIT_UNIFORM,          /* U(low, high) */
+    DTRAIN_INIT_GLOROT_UNIFORM,   /* U(-l, l), l = sqrt(6 / (fan_in + fan_out)) */
+    DTRAIN_INIT_GLOROT_NORMAL,    /* truncated N(0, 2 / (fan_in + fan_out)) */
+    DTRAIN_INIT_HE_NORMAL,        /* truncated N(0, 2 / fan_in) */
+    DTRAIN_INIT_HE_UNIFORM,       /* U(-l, l), l = sqrt(6 / fan_in) */
 } dtrain_init;
 
 /* fan_in and fan_out as Keras takes them: a (in, out) matrix has in and

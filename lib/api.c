@@ -37,8 +37,8 @@
 #include "session.h"
 #include "tensor.h"
 
-_Static_assert((int)DTRAIN_EABORTED == (int)DT_EABORTED &&
-                   (int)DTRAIN_ECONFIG == (int)DT_ECONFIG && (int)DTRAIN_EINVAL == (int)DT_EINVAL &&
+_Static_assert((int)DTRAIN_EABORTED == (int)DT_EABORTED && (int)DTRAIN_ECONFIG == (int)DT_ECONFIG &&
+                   (int)DTRAIN_EINVAL == (int)DT_EINVAL &&
                    (int)DTRAIN_ECANCELLED == (int)DT_ECANCELLED,
                "the public codes are dt_err's");
 _Static_assert(DTRAIN_MAX_DIMS == DT_TENSOR_MAX_DIMS && DTRAIN_NAME_MAX < DT_TENSOR_NAME_MAX,
@@ -304,10 +304,11 @@ static int resolve_role(dtrain_cluster *c, const char *source, const char *job_n
                           task_text);
     if (!c->cluster.has_task) {
         if (!job_name)
-            return dt_err_set(err, DT_EINVAL, "missing --job-name (ps or worker; %s has no \"task\")",
-                              source);
+            return dt_err_set(err, DT_EINVAL,
+                              "missing --job-name (ps or worker; %s has no \"task\")", source);
         if (!task_text)
-            return dt_err_set(err, DT_EINVAL, "missing --task-index N (%s has no \"task\")", source);
+            return dt_err_set(err, DT_EINVAL, "missing --task-index N (%s has no \"task\")",
+                              source);
     } else if (!(job_name && task_text) &&
                (type != c->cluster.task_type || index != c->cluster.task_index)) {
         return dt_err_set(err, DT_EINVAL,
@@ -316,7 +317,8 @@ static int resolve_role(dtrain_cluster *c, const char *source, const char *job_n
                           job_name ? "--job-name" : "--task-index", source);
     }
     if (type == DT_TASK_EVALUATOR)
-        return dt_err_set(err, DT_EINVAL, "--job-name evaluator: the evaluator is the binary's own");
+        return dt_err_set(err, DT_EINVAL,
+                          "--job-name evaluator: the evaluator is the binary's own");
     const char *what = job_name || task_text ? "--job-name/--task-index" : source;
     int rc = dt_cluster_role(&c->cluster, type, index, what, &c->role, err);
     if (rc < 0) return rc;
@@ -387,11 +389,13 @@ int dtrain_parse_args(dtrain_cluster *c, dtrain_config *cfg, int *argc, char **a
         else if (t == 0 && ((t = take_flag(*argc, argv, &i, "--log-level", &v, err)) > 0))
             level = v;
         else if (t == 0 && ((t = take_flag(*argc, argv, &i, "--set", &v, err)) > 0)) {
-            if (num_sets == 64) return dt_err_set(err, DT_EINVAL, "too many --set flags (at most 64)");
+            if (num_sets == 64)
+                return dt_err_set(err, DT_EINVAL, "too many --set flags (at most 64)");
             sets[num_sets++] = v;
         } else {
             for (int k = 0; t == 0 && k < 4; k++)
-                if ((t = take_flag(*argc, argv, &i, security_flags[k], &v, err)) > 0) security[k] = v;
+                if ((t = take_flag(*argc, argv, &i, security_flags[k], &v, err)) > 0)
+                    security[k] = v;
             if (t == 0) argv[kept++] = argv[i]; /* the program's own */
         }
         if (t < 0) return err->code;
@@ -515,7 +519,8 @@ int dtrain_model_add(dtrain_model *m, const dtrain_var_params *p) {
             return dt_err_set(err, DT_EINVAL, "model: \"%s\": uniform needs low < high (%g, %g)",
                               name, p->low, p->high);
         break;
-    default: return dt_err_set(err, DT_EINVAL, "model: \"%s\": unknown initializer %d", name, p->init);
+    default:
+        return dt_err_set(err, DT_EINVAL, "model: \"%s\": unknown initializer %d", name, p->init);
     }
     v.values = p->values;
     v.init = p->init;
@@ -639,8 +644,8 @@ static void describe(const dtrain_model *m, char *buf, size_t cap) {
     for (int i = 0; i < m->count && off < cap; i++) {
         char layout[96];
         dt_tensor_layout_text(&m->vars[i].spec, layout, sizeof layout);
-        int n = snprintf(buf + off, cap - off, "%s %s %s", i ? "," : "", m->vars[i].spec.name,
-                         layout);
+        int n =
+            snprintf(buf + off, cap - off, "%s %s %s", i ? "," : "", m->vars[i].spec.name, layout);
         if (n < 0) break;
         off += (size_t)n;
     }

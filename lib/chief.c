@@ -74,8 +74,8 @@ typedef struct {
     dt_worker *w;
     const dt_job *job;
     const dt_user_model *user; /* a program's own model, or NULL */
-    dt_ps_model create;     /* what the ps tasks are created with */
-    int64_t catch_up_steps; /* how far a restored ps may be raised past step */
+    dt_ps_model create;        /* what the ps tasks are created with */
+    int64_t catch_up_steps;    /* how far a restored ps may be raised past step */
     char model[DT_SAFETENSORS_MODEL_MAX];
     /* The model plus what else makes this job this job (optimizer, max_steps,
      * consistency): each ps echoes it in Status, so a chief that finds a live

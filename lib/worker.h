@@ -59,7 +59,7 @@ typedef struct {
     const dt_job *job;               /* borrowed; dt_job_finish already applied */
     int task_index;                  /* worker index; 0 is the chief */
     const dt_rpc_security *security; /* borrowed; NULL: plaintext (see ps_client.h) */
-    const dt_user_model *user;     /* borrowed; NULL: the job's built-in model */
+    const dt_user_model *user;       /* borrowed; NULL: the job's built-in model */
 } dt_worker_params;
 
 typedef struct {

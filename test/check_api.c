@@ -55,8 +55,9 @@ START_TEST(cluster_errors) {
     ck_assert_int_eq(dtrain_cluster_new(&c), 0);
     ck_assert_int_eq(dtrain_cluster_role(c, NULL), DTRAIN_ROLE_NONE);
     ck_assert_int_eq(dtrain_cluster_set_task(c, "worker", 0), DTRAIN_EPRECOND);
-    ck_assert_int_eq(dtrain_cluster_parse(c, "{\"cluster\": {\"ps\": [\"localhost:0\"]}}", "c.json"),
-                     DTRAIN_EINVAL);
+    ck_assert_int_eq(
+        dtrain_cluster_parse(c, "{\"cluster\": {\"ps\": [\"localhost:0\"]}}", "c.json"),
+        DTRAIN_EINVAL);
     ck_assert_msg(strstr(dtrain_errmsg(c), "c.json:") != NULL, "message: %s", dtrain_errmsg(c));
     ck_assert_int_eq(dtrain_cluster_load(c, "/nonexistent/cluster.json"), DTRAIN_ENOTFOUND);
     ck_assert_msg(strstr(dtrain_errmsg(c), "/nonexistent/cluster.json") != NULL, "message: %s",
@@ -117,9 +118,10 @@ START_TEST(parse_args_takes_role_flags) {
     dtrain_config *cfg = NULL;
     ck_assert_int_eq(dtrain_cluster_new(&c), 0);
     ck_assert_int_eq(dtrain_config_new(&cfg), 0);
-    char *argv[] = {"prog",  "--cluster",    path,   "--epochs-of-mine", "--job-name",
-                    "worker", "--task-index", "1",    "--set",            "batch_size=3",
-                    "mine",  "--log-dir=/tmp/x", NULL};
+    char *argv[] = {"prog",       "--cluster",    path,           "--epochs-of-mine",
+                    "--job-name", "worker",       "--task-index", "1",
+                    "--set",      "batch_size=3", "mine",         "--log-dir=/tmp/x",
+                    NULL};
     int argc = 12;
     ck_assert_int_eq(dtrain_parse_args(c, cfg, &argc, argv), 0);
     ck_assert_int_eq(argc, 3); /* the program's own flags stay, in order */
@@ -138,8 +140,8 @@ START_TEST(parse_args_takes_role_flags) {
     ck_assert_int_eq(dtrain_parse_args(c, cfg, &argc, no_task), DTRAIN_EINVAL);
     ck_assert_msg(strstr(dtrain_errmsg(c), "--task-index") != NULL, "message: %s",
                   dtrain_errmsg(c));
-    char *bad_set[] = {"prog", "--cluster", path, "--job-name", "ps", "--task-index", "0",
-                       "--set", "mode=fast", NULL};
+    char *bad_set[] = {"prog",         "--cluster", path,    "--job-name", "ps",
+                       "--task-index", "0",         "--set", "mode=fast",  NULL};
     argc = 9;
     ck_assert_int_eq(dtrain_parse_args(c, cfg, &argc, bad_set), DTRAIN_EINVAL);
     ck_assert_msg(strstr(dtrain_errmsg(c), "mode") != NULL, "message: %s", dtrain_errmsg(c));
@@ -159,7 +161,10 @@ START_TEST(model_errors) {
     ck_assert_int_eq(dtrain_model_new(&m), 0);
     float buf[64];
     const int64_t shape[2] = {4, 8}, zero[2] = {4, 0};
-    dtrain_var_params p = {.name = "dense/w", .ndim = 2, .shape = shape, .values = buf,
+    dtrain_var_params p = {.name = "dense/w",
+                           .ndim = 2,
+                           .shape = shape,
+                           .values = buf,
                            .init = DTRAIN_INIT_GLOROT_UNIFORM};
     ck_assert_int_eq(dtrain_model_add(m, &p), 0);
     /* A name used twice. */
@@ -230,8 +235,14 @@ START_TEST(initializers) {
     }
     const double lo[] = {0, 0.5, -1, -0.2, -0.2, -sqrt(6.0 / (IN + OUT)), -sqrt(6.0 / IN), -1};
     const double hi[] = {0, 0.5, 1, 0.2, 0.3, sqrt(6.0 / (IN + OUT)), sqrt(6.0 / IN), 1};
-    const double sd[] = {0, 0, 0.1, 0.1 * .8796, 0.5 / sqrt(12), sqrt(2.0 / (IN + OUT)),
-                         sqrt(2.0 / IN), sqrt(2.0 / IN)};
+    const double sd[] = {0,
+                         0,
+                         0.1,
+                         0.1 * .8796,
+                         0.5 / sqrt(12),
+                         sqrt(2.0 / (IN + OUT)),
+                         sqrt(2.0 / IN),
+                         sqrt(2.0 / IN)};
     for (int i = 0; i < n - 1; i++) {
         ck_assert_int_eq(dtrain_model_initial_values(m, i, 7, out), 0);
         double sum = 0, sq = 0;
@@ -277,10 +288,10 @@ START_TEST(session_errors) {
     ck_assert_int_eq(dtrain_cluster_new(&c), 0);
     ck_assert_int_eq(dtrain_config_new(&cfg), 0);
     ck_assert_int_eq(dtrain_model_new(&m), 0);
-    ck_assert_int_eq(dtrain_cluster_parse(
-                         c, "{\"cluster\": {\"ps\": [\"127.0.0.1:9\"], \"worker\": [\"127.0.0.1:10\"]}}",
-                         "c"),
-                     0);
+    ck_assert_int_eq(
+        dtrain_cluster_parse(
+            c, "{\"cluster\": {\"ps\": [\"127.0.0.1:9\"], \"worker\": [\"127.0.0.1:10\"]}}", "c"),
+        0);
     dtrain_session_params p = {.cluster = c, .config = cfg, .model = m};
     ck_assert_int_eq(dtrain_session_start(s, &p), DTRAIN_EPERM); /* no role yet */
     ck_assert_int_eq(dtrain_cluster_set_task(c, "ps", 0), 0);
@@ -325,17 +336,27 @@ static void example_path(char *buf, size_t cap) {
     snprintf(buf, cap, "%.*s/example_linear", dir, slash ? bin : ".");
 }
 
-static pid_t start_example(const char *job_name, int task, const char *max_steps,
-                           const char *log) {
+static pid_t start_example(const char *job_name, int task, const char *max_steps, const char *log) {
     char exe[1100], index[16], log_path[1200], set[64];
     example_path(exe, sizeof exe);
     ck_assert_msg(access(exe, X_OK) == 0, "%s is not built", exe);
     snprintf(index, sizeof index, "%d", task);
     snprintf(set, sizeof set, "max_steps=%s", max_steps);
     dt_test_job_log_path(&j, log, log_path, sizeof log_path);
-    char *argv[] = {exe,           "--cluster", j.cluster, "--job-name",      (char *)job_name,
-                    "--task-index", index,       "--log-dir", j.log_dir,      "--set",
-                    set,           "--set",     "save_model_secs=1", NULL};
+    char *argv[] = {exe,
+                    "--cluster",
+                    j.cluster,
+                    "--job-name",
+                    (char *)job_name,
+                    "--task-index",
+                    index,
+                    "--log-dir",
+                    j.log_dir,
+                    "--set",
+                    set,
+                    "--set",
+                    "save_model_secs=1",
+                    NULL};
     pid_t pid = dt_test_spawn(argv, log_path);
     ck_assert_int_gt(pid, 0);
     return pid;
@@ -346,12 +367,12 @@ static pid_t start_example(const char *job_name, int task, const char *max_steps
  * the line y = 2x. Then a chief of the test's own, declaring a weight of
  * another shape, is refused by the checkpoint it would restore. */
 START_TEST(library_job) {
-    pid_t pids[3] = {start_example("ps", 0, "300", "ps"), start_example("worker", 0, "300", "chief"),
+    pid_t pids[3] = {start_example("ps", 0, "300", "ps"),
+                     start_example("worker", 0, "300", "chief"),
                      start_example("worker", 1, "300", "worker1")};
     const char *names[3] = {"ps", "chief", "worker 1"};
     dt_test_job_expect_done(&j, pids, names, 3, JOB_TIMEOUT_MS);
-    ck_assert_msg(dt_test_job_log_has(&j, "chief", "worker 0: done"), "%s",
-                  dt_test_job_report(&j));
+    ck_assert_msg(dt_test_job_log_has(&j, "chief", "worker 0: done"), "%s", dt_test_job_report(&j));
 
     dt_tensors ts;
     memset(&ts, 0, sizeof ts);
@@ -380,10 +401,10 @@ START_TEST(library_job) {
     ck_assert_int_eq(dtrain_config_set(cfg, "max_steps=400"), 0);
     static float wv[2], bv[1];
     const int64_t ws[2] = {2, 1}, bs[1] = {1};
-    dtrain_var_params vw = {.name = "linear/weight", .ndim = 2, .shape = ws, .values = wv,
-                            .init = DTRAIN_INIT_ZEROS};
-    dtrain_var_params vb = {.name = "linear/bias", .ndim = 1, .shape = bs, .values = bv,
-                            .init = DTRAIN_INIT_ZEROS};
+    dtrain_var_params vw = {
+        .name = "linear/weight", .ndim = 2, .shape = ws, .values = wv, .init = DTRAIN_INIT_ZEROS};
+    dtrain_var_params vb = {
+        .name = "linear/bias", .ndim = 1, .shape = bs, .values = bv, .init = DTRAIN_INIT_ZEROS};
     ck_assert_int_eq(dtrain_model_add(m, &vw), 0);
     ck_assert_int_eq(dtrain_model_add(m, &vb), 0);
     dtrain_session_params p = {.cluster = c, .config = cfg, .model = m};
