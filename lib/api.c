@@ -404,9 +404,10 @@ int dtrain_parse_args(dtrain_cluster *c, dtrain_config *cfg, int *argc, char **a
     argv[kept] = NULL;
     if (level && (rc = set_level(level, err)) < 0) return rc;
     const char *source = cluster_path ? cluster_path : "TF_CONFIG";
+    const char *tf_config = getenv("TF_CONFIG");
     if (cluster_path)
         rc = dtrain_cluster_load(c, cluster_path);
-    else if (getenv("TF_CONFIG") && *getenv("TF_CONFIG"))
+    else if (tf_config && *tf_config)
         rc = dtrain_cluster_from_env(c);
     else
         return dt_err_set(err, DT_EINVAL,

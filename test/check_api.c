@@ -9,6 +9,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -428,6 +429,34 @@ START_TEST(library_job) {
 }
 END_TEST
 
+/* A signal stops a library chief as it stops the binary's: it saves a
+ * checkpoint and exits 128 + N while the ps serves on; the job started
+ * again with a later max_steps restores that checkpoint and trains on. */
+START_TEST(library_chief_signal_and_restart) {
+    pid_t ps = start_example("ps", 0, "200000", "ps");
+    pid_t chief = start_example("worker", 0, "200000", "chief");
+    ck_assert_msg(dt_test_job_wait_log(&j, "chief", "worker 0: step 100 ", JOB_TIMEOUT_MS, chief),
+                  "%s", dt_test_job_report(&j));
+    ck_assert_int_eq(dt_test_kill(chief, SIGTERM), 0);
+    ck_assert_int_eq(dt_test_wait(chief, JOB_TIMEOUT_MS), 128 + SIGTERM);
+    int64_t saved = dt_test_ckpt_max(j.log_dir);
+    ck_assert_msg(saved >= 100, "checkpoint after the signal: %lld\n%s", (long long)saved,
+                  dt_test_job_report(&j));
+    ck_assert(dt_test_alive(ps));
+    /* Again, with an end in reach: the checkpoint, not a fresh model. */
+    char target[32];
+    snprintf(target, sizeof target, "%lld", (long long)saved + 300);
+    dt_test_kill(ps, SIGKILL);
+    dt_test_wait(ps, JOB_TIMEOUT_MS);
+    ps = start_example("ps", 0, target, "ps2");
+    chief = start_example("worker", 0, target, "chief2");
+    ck_assert_int_eq(dt_test_wait(chief, JOB_TIMEOUT_MS), 0);
+    ck_assert_msg(dt_test_job_log_has(&j, "chief2", "chief: restored"), "%s",
+                  dt_test_job_report(&j));
+    ck_assert_int_eq(dt_test_ckpt_max(j.log_dir), saved + 300);
+}
+END_TEST
+
 /* The Python module's tests (python/tests), with Debian's python3 and the
  * library of this build (DTRAIN_LIBRARY). */
 START_TEST(python_module) {
@@ -497,6 +526,7 @@ Suite *api_suite(void) {
     TCase *jobs = dt_test_job_tcase(s, "jobs", TEST_TIMEOUT_S, job_setup, job_teardown);
     tcase_add_test(jobs, parse_args_takes_role_flags);
     tcase_add_test(jobs, library_job);
+    tcase_add_test(jobs, library_chief_signal_and_restart);
     tcase_add_test(jobs, python_module);
     tcase_add_test(jobs, installed_program_builds);
     return s;
