@@ -95,12 +95,15 @@ int main(int argc, char **argv) {
     dtrain_cluster *cluster = NULL;
     dtrain_config *config = NULL;
     dtrain_model *model = NULL;
-    if (dtrain_cluster_new(&cluster) || dtrain_config_new(&config) || dtrain_model_new(&model))
-        return fail(NULL, DTRAIN_ENOMEM);
-    int rc = dtrain_parse_args(cluster, config, &argc, argv);
-    if (rc) {
+    int status = 1, rc;
+    if (dtrain_cluster_new(&cluster) || dtrain_config_new(&config) || dtrain_model_new(&model)) {
+        status = fail(NULL, DTRAIN_ENOMEM);
+        goto out;
+    }
+    if ((rc = dtrain_parse_args(cluster, config, &argc, argv))) {
         fprintf(stderr, "linear: %s\n", dtrain_errmsg(cluster));
-        return 2; /* a usage or config error, as the dtrain binary says it */
+        status = 2; /* a usage or config error, as the dtrain binary says it */
+        goto out;
     }
 
     /* The variables, declared by every role (the ps sizes its messages). */
@@ -114,12 +117,15 @@ int main(int argc, char **argv) {
                             .stddev = 1.0};
     dtrain_var_params vb = {
         .name = "linear/bias", .ndim = 1, .shape = b_shape, .values = b, .init = DTRAIN_INIT_ZEROS};
-    if ((rc = dtrain_model_add(model, &vw)) || (rc = dtrain_model_add(model, &vb)))
-        return fail(model, rc);
+    if ((rc = dtrain_model_add(model, &vw)) || (rc = dtrain_model_add(model, &vb))) {
+        status = fail(model, rc);
+        goto out;
+    }
 
-    int status = dtrain_cluster_role(cluster, NULL) == DTRAIN_ROLE_PS
-                     ? serve(cluster, config, model)
-                     : train(cluster, config, model, w, b);
+    status = dtrain_cluster_role(cluster, NULL) == DTRAIN_ROLE_PS
+                 ? serve(cluster, config, model)
+                 : train(cluster, config, model, w, b);
+out:
     dtrain_model_free(model);
     dtrain_config_free(config);
     dtrain_cluster_free(cluster);

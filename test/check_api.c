@@ -493,6 +493,15 @@ START_TEST(python_module) {
 }
 END_TEST
 
+/* The sanitizer a program linking this build's library needs too. */
+#if defined(__SANITIZE_ADDRESS__)
+#define PROGRAM_SANITIZE "-fsanitize=address,undefined"
+#elif defined(__SANITIZE_THREAD__)
+#define PROGRAM_SANITIZE "-fsanitize=thread"
+#else
+#define PROGRAM_SANITIZE ""
+#endif
+
 /* make install's tree is enough to build a program: the header, the
  * library and dtrain.pc, nothing of the source tree but the example. */
 START_TEST(installed_program_builds) {
@@ -503,7 +512,8 @@ START_TEST(installed_program_builds) {
              "set -e; sh scripts/install.sh --build '%s' --prefix '%s/prefix' >/dev/null; "
              "cp examples/linear.c '%s/prog.c'; cd '%s'; "
              "PKG_CONFIG_PATH='%s/prefix/lib/pkgconfig'; export PKG_CONFIG_PATH; "
-             "cc -std=c11 -D_POSIX_C_SOURCE=200809L prog.c $(pkg-config --cflags --libs dtrain) "
+             "cc -std=c11 -D_POSIX_C_SOURCE=200809L " PROGRAM_SANITIZE
+             " prog.c $(pkg-config --cflags --libs dtrain) "
              "-lm -o prog; ./prog --cluster /nonexistent/c.json",
              build, j.dir, j.dir, j.dir, j.dir);
     dt_test_job_log_path(&j, "install", log, sizeof log);
