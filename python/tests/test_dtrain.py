@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import numpy as np
@@ -139,6 +140,56 @@ class Jobs(unittest.TestCase):
                         base + ["--job-name", "worker", "--task-index", "1"]],
                        ["ps", "chief", "worker1"])
         self.assertTrue(os.path.exists(os.path.join(logs, "model.ckpt-300.safetensors")))
+
+    def wait_log(self, name, needle, proc):
+        path = os.path.join(self.dir, name + ".log")
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            with open(path) as f:
+                if needle in f.read():
+                    return
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        with open(path) as f:
+            self.fail("%s: no %r:\n%s" % (name, needle, f.read()[-3000:]))
+
+    def test_worker_restarted_mid_job(self):
+        """Sync mode, 2 workers of examples/linear.py: worker 1 killed
+        mid-job stalls the job (each step needs both) until it is started
+        again; it then trains the rest with the chief and every role ends 0."""
+        cl = cluster_file(self.dir, 2)
+        logs = os.path.join(self.dir, "logs")
+        base = [sys.executable, "examples/linear.py", "--cluster", cl, "--log-dir", logs,
+                "--set", "max_steps=400", "--set", "mode=sync", "--set",
+                "sync_timeout_secs=120"]
+        procs = {}
+
+        def start(name, job, task):
+            with open(os.path.join(self.dir, name + ".log"), "w") as log:
+                procs[name] = subprocess.Popen(
+                    base + ["--job-name", job, "--task-index", str(task)], stdout=log,
+                    stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            start("ps", "ps", 0)
+            start("chief", "worker", 0)
+            start("worker1", "worker", 1)
+            self.wait_log("worker1", "worker 1: step 100 ", procs["worker1"])
+            procs["worker1"].kill()
+            procs["worker1"].wait()
+            start("worker1b", "worker", 1)
+            for name in ("worker1b", "chief", "ps"):
+                rc = procs[name].wait(TIMEOUT)
+                with open(os.path.join(self.dir, name + ".log")) as f:
+                    self.assertEqual(rc, 0, "%s exited %d:\n%s" % (name, rc, f.read()[-3000:]))
+            with open(os.path.join(self.dir, "worker1b.log")) as f:
+                self.assertIn("worker 1: step 100 ", f.read())
+            self.assertTrue(os.path.exists(os.path.join(logs, "model.ckpt-400.safetensors")))
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
 
     def test_torch_helper(self):
         """dtrain.torch: a module's parameters trained in place, a checkpoint
