@@ -457,6 +457,29 @@ START_TEST(library_chief_signal_and_restart) {
 }
 END_TEST
 
+/* A ps killed mid-job and started again empty is restored by the library
+ * chief from its latest checkpoint, as the binary's chief does, and the
+ * job trains on past it: a checkpoint after the restore is at a later step. */
+START_TEST(library_ps_restarted) {
+    pid_t ps = start_example("ps", 0, "200000", "ps");
+    pid_t chief = start_example("worker", 0, "200000", "chief");
+    ck_assert_msg(dt_test_job_wait_log(&j, "chief", "chief: saved ", JOB_TIMEOUT_MS, chief), "%s",
+                  dt_test_job_report(&j));
+    ck_assert_int_eq(dt_test_kill(ps, SIGKILL), 0);
+    dt_test_wait(ps, JOB_TIMEOUT_MS);
+    int64_t before = dt_test_ckpt_max(j.log_dir);
+    ps = start_example("ps", 0, "200000", "ps2");
+    ck_assert_msg(
+        dt_test_job_wait_log(&j, "chief", "lost its model; restoring it", JOB_TIMEOUT_MS, chief),
+        "%s", dt_test_job_report(&j));
+    ck_assert_msg(dt_test_ckpt_wait_after(j.log_dir, before, chief, JOB_TIMEOUT_MS) > before, "%s",
+                  dt_test_job_report(&j));
+    ck_assert_int_eq(dt_test_kill(chief, SIGTERM), 0);
+    ck_assert_int_eq(dt_test_wait(chief, JOB_TIMEOUT_MS), 128 + SIGTERM);
+    ck_assert(dt_test_alive(ps));
+}
+END_TEST
+
 /* The Python module's tests (python/tests), with Debian's python3 and the
  * library of this build (DTRAIN_LIBRARY). */
 START_TEST(python_module) {
@@ -543,6 +566,7 @@ Suite *api_suite(void) {
     tcase_add_test(jobs, parse_args_takes_role_flags);
     tcase_add_test(jobs, library_job);
     tcase_add_test(jobs, library_chief_signal_and_restart);
+    tcase_add_test(jobs, library_ps_restarted);
     tcase_add_test(jobs, python_module);
     tcase_add_test(jobs, installed_program_builds);
     return s;
