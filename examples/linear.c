@@ -68,15 +68,22 @@ static int train(dtrain_cluster *cluster, dtrain_config *config, dtrain_model *m
     while (rc == 0 && !dtrain_session_should_stop(sess)) {
         /* Forward and backward on the next batch of this shard. */
         double loss = 0, dw = 0, db = 0;
+        float residual[EXAMPLES];
         for (int k = 0; k < batch; k++, next = (next + workers) % EXAMPLES) {
             double err = w[0] * x[next] + b[0] - y[next];
+            residual[k % EXAMPLES] = (float)err;
             loss += err * err / batch;
             dw += 2 * err * x[next] / batch;
             db += 2 * err / batch;
         }
         const float gw = (float)dw, gb = (float)db;
         const float *grads[2] = {&gw, &gb};
-        rc = dtrain_session_step(sess, grads, loss, &r); /* push, and w, b fresh */
+        /* What the chief writes to TensorBoard beside the loss. */
+        if (rc == 0)
+            rc = dtrain_session_histogram(sess, "linear/residual", residual,
+                                          batch < EXAMPLES ? batch : EXAMPLES);
+        if (rc == 0) rc = dtrain_session_summary(sess, "linear/abs_error", sqrt(loss));
+        if (rc == 0) rc = dtrain_session_step(sess, grads, loss, &r); /* push; w, b fresh */
         if (rc == 0 && r.local_step % 100 == 0) {
             printf("worker %d: step %lld global_step %lld loss %.4f w=%.4f b=%.4f\n", task,
                    (long long)r.local_step, (long long)r.global_step, loss, w[0], b[0]);

@@ -52,6 +52,7 @@ def main():
             # sess.run(train_op): push the gradient, w and b fresh after it
             r = sv.step([gw, gb], loss)
             sv.summary("python/loss", loss)  # sv.summary_computed(sess, summary)
+            sv.histogram("python/residual", err)
             step += 1
             if r.local_step % 100 == 0:
                 print("worker %d: step %d global_step %d loss %.4f w=%.4f b=%.4f"

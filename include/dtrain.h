@@ -296,6 +296,11 @@ int64_t dtrain_session_global_step(const dtrain_session *s);
  * the chief it is kept and not written. At most 64 names. */
 int dtrain_session_summary(dtrain_session *s, const char *name, double value);
 
+/* A histogram the chief writes under name (as tf.summary.histogram) at its
+ * next summary step, and every one after until set again: n values,
+ * copied. Same rules as dtrain_session_summary. */
+int dtrain_session_histogram(dtrain_session *s, const char *name, const float *values, int64_t n);
+
 /* Asks the session to stop as a signal does: the chief saves a checkpoint;
  * the ps tasks wait for a restart. Safe from another thread. */
 void dtrain_session_stop(dtrain_session *s);

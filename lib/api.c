@@ -852,6 +852,12 @@ int dtrain_session_summary(dtrain_session *ss, const char *name, double value) {
     return dt_session_scalar(ss->s, name, value, err);
 }
 
+int dtrain_session_histogram(dtrain_session *ss, const char *name, const float *values, int64_t n) {
+    dt_err *err = begin(ss);
+    if (!ss->s) return dt_err_set(err, DT_EPRECOND, "session: histogram: not started");
+    return dt_session_histogram(ss->s, name, values, n, err);
+}
+
 void dtrain_session_stop(dtrain_session *ss) {
     if (ss->s) dt_session_stop(ss->s);
 }

@@ -864,6 +864,13 @@ static int summarize(chief *c, const dt_step_result *r, double t, dt_err *err) {
         int n = c->user->scalars(c->user->ctx, user_tags, user_values, DT_CHIEF_USER_SCALARS);
         if (n > 0) rc = dt_summary_scalars(sw, r->global_step, user_tags, user_values, n, err);
     }
+    const char *htag = NULL;
+    const float *hvalues = NULL;
+    int64_t hn = 0;
+    for (int i = 0; rc == 0 && c->user && c->user->histogram &&
+                    c->user->histogram(c->user->ctx, i, &htag, &hvalues, &hn) > 0;
+         i++)
+        rc = summarize_floats(sw, r->global_step, htag, hvalues, hn, err);
     if (rc == 0) rc = summarize_histograms(c, sw, r->global_step, err);
     if (rc == 0) rc = summarize_staleness(c, sw, r->global_step, err);
     return rc;

@@ -57,6 +57,11 @@ struct dt_session {
     const char *scalar_ptrs[DT_SESSION_MAX_SCALARS];
     double scalar_values[DT_SESSION_MAX_SCALARS];
     int num_scalars;
+    /* The program's histograms (copies), under mu. */
+    char hist_tags[DT_SESSION_MAX_SCALARS][DT_TENSOR_NAME_MAX];
+    float *hist_values[DT_SESSION_MAX_SCALARS];
+    int64_t hist_n[DT_SESSION_MAX_SCALARS], hist_cap[DT_SESSION_MAX_SCALARS];
+    int num_hists;
 };
 
 /* mu held. Waits on cv for at most STOP_POLL_MS. */
@@ -111,6 +116,19 @@ static int scalars(void *ctx, const char **tags, double *values, int max) {
     return n;
 }
 
+static int histogram(void *ctx, int i, const char **tag, const float **values, int64_t *n) {
+    dt_session *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    int have = i < s->num_hists;
+    if (have) {
+        *tag = s->hist_tags[i];
+        *values = s->hist_values[i];
+        *n = s->hist_n[i];
+    }
+    pthread_mutex_unlock(&s->mu);
+    return have;
+}
+
 static void *run_role(void *arg) {
     dt_session *s = arg;
     dt_err err;
@@ -156,7 +174,8 @@ int dt_session_start(const dt_session_params *p, dt_session **out, dt_err *err) 
                               .ctx = s,
                               .init = init_values,
                               .loss_grad = loss_grad,
-                              .scalars = scalars};
+                              .scalars = scalars,
+                              .histogram = histogram};
     s->init = p->init;
     s->init_ctx = p->init_ctx;
     s->wp = (dt_worker_params){.cluster = p->cluster,
@@ -249,6 +268,43 @@ int dt_session_scalar(dt_session *s, const char *name, double value, dt_err *err
     return rc;
 }
 
+int dt_session_histogram(dt_session *s, const char *name, const float *values, int64_t n,
+                         dt_err *err) {
+    if (!name || !name[0] || strlen(name) >= DT_TENSOR_NAME_MAX || n < 0 || (n > 0 && !values) ||
+        n > INT64_MAX / (int64_t)sizeof(float))
+        return dt_err_set(err, DT_EINVAL,
+                          "session: histogram: a name of 1..%d bytes and n >= 0 "
+                          "values",
+                          DT_TENSOR_NAME_MAX - 1);
+    pthread_mutex_lock(&s->mu);
+    int i = 0, rc = 0;
+    while (i < s->num_hists && strcmp(s->hist_tags[i], name) != 0)
+        i++;
+    if (i == DT_SESSION_MAX_SCALARS) {
+        rc = dt_err_set(err, DT_EINVAL, "session: histogram \"%s\": at most %d names", name,
+                        DT_SESSION_MAX_SCALARS);
+        goto out;
+    }
+    if (n > s->hist_cap[i]) {
+        float *grown = dt_realloc(s->hist_values[i], (size_t)n * sizeof *grown);
+        if (!grown) {
+            rc = dt_err_set(err, DT_ENOMEM, "session: histogram \"%s\": out of memory", name);
+            goto out;
+        }
+        s->hist_values[i] = grown;
+        s->hist_cap[i] = n;
+    }
+    if (n > 0) memcpy(s->hist_values[i], values, (size_t)n * sizeof *values);
+    s->hist_n[i] = n;
+    if (i == s->num_hists) {
+        snprintf(s->hist_tags[i], sizeof s->hist_tags[i], "%s", name);
+        s->num_hists++;
+    }
+out:
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 void dt_session_stop(dt_session *s) {
     atomic_store(&s->stop, 1);
 }
@@ -271,6 +327,8 @@ void dt_session_free(dt_session *s) {
     if (s->thread_started) dt_session_close(s, NULL);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    for (int i = 0; i < DT_SESSION_MAX_SCALARS; i++)
+        free(s->hist_values[i]);
     free(s->specs);
     free(s);
 }

@@ -73,6 +73,11 @@ int64_t dt_session_global_step(const dt_session *s);
 #define DT_SESSION_MAX_SCALARS 64
 int dt_session_scalar(dt_session *s, const char *name, double value, dt_err *err) DT_WARN_UNUSED;
 
+/* Sets (or adds) the histogram the chief writes under name: n floats of
+ * values, copied; at most DT_SESSION_MAX_SCALARS names. */
+int dt_session_histogram(dt_session *s, const char *name, const float *values, int64_t n,
+                         dt_err *err) DT_WARN_UNUSED;
+
 /* Asks the role to stop (as a signal does). Async-signal-safe. */
 void dt_session_stop(dt_session *s);
 

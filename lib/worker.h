@@ -52,6 +52,9 @@ typedef struct {
     /* The chief's summaries: the user's named scalars (up to max) to write
      * beside the loss; *tags borrowed until the next call. May be NULL. */
     int (*scalars)(void *ctx, const char **tags, double *values, int max);
+    /* The user's named histograms, the i-th (from 0) into *tag, *values,
+     * *n (borrowed until the next step); 0 past the last. May be NULL. */
+    int (*histogram)(void *ctx, int i, const char **tag, const float **values, int64_t *n);
 } dt_user_model;
 
 typedef struct {

@@ -8,6 +8,7 @@
  * module's unittest tests (python/tests) with Debian's python3.
  */
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -363,6 +364,14 @@ static pid_t start_example(const char *job_name, int task, const char *max_steps
     return pid;
 }
 
+/* 1 when the len bytes at data hold the string s. */
+static int has_bytes(const char *data, size_t len, const char *s) {
+    size_t n = strlen(s);
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(data + i, s, n) == 0) return 1;
+    return 0;
+}
+
 /* The seed's program on the library, as 1 ps and 2 workers, trains to
  * max_steps; the chief's final checkpoint holds the program's names and
  * the line y = 2x. Then a chief of the test's own, declaring a weight of
@@ -383,6 +392,23 @@ START_TEST(library_job) {
     double b = dt_test_scalar(&ts, "linear/bias", path);
     ck_assert_msg(fabs(w - 2.0) < 0.2 && fabs(b) < 0.2, "%s: w=%g b=%g", path, w, b);
     dt_tensors_deinit(&ts);
+    /* The program's summaries are in the chief's event file. */
+    char *events = NULL;
+    DIR *d = opendir(j.log_dir);
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; !events && (e = readdir(d));)
+        if (strncmp(e->d_name, "events.out.tfevents", 19) == 0) {
+            char p[1400];
+            snprintf(p, sizeof p, "%s/%s", j.log_dir, e->d_name);
+            size_t len = 0;
+            events = dt_test_read_file(p, &len);
+            ck_assert_ptr_nonnull(events);
+            ck_assert(has_bytes(events, len, "linear/residual"));
+            ck_assert(has_bytes(events, len, "linear/abs_error"));
+        }
+    closedir(d);
+    ck_assert_msg(events != NULL, "no event file in %s", j.log_dir);
+    free(events);
 
     /* A ps again, and a chief whose weight is (2, 1): not the checkpoint's. */
     pid_t ps = start_example("ps", 0, "400", "ps2");

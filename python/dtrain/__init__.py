@@ -140,6 +140,8 @@ _session_step = _sig("dtrain_session_step", _c, _vp, ctypes.POINTER(_vp), ctypes
 _session_should_stop = _sig("dtrain_session_should_stop", _c, _vp)
 _session_global_step = _sig("dtrain_session_global_step", _i64, _vp)
 _session_summary = _sig("dtrain_session_summary", _c, _vp, _cp, ctypes.c_double)
+_session_histogram = _sig("dtrain_session_histogram", _c, _vp, _cp,
+                          ctypes.POINTER(ctypes.c_float), _i64)
 _session_stop = _sig("dtrain_session_stop", None, _vp)
 _session_close = _sig("dtrain_session_close", _c, _vp)
 
@@ -449,6 +451,11 @@ class Supervisor:
 
     def summary(self, name, value):
         _check(_session_summary(self._h, _b(name), float(value)), self._h)
+
+    def histogram(self, name, values):
+        """A histogram the chief writes to TensorBoard (tf.summary.histogram)."""
+        v = _as_f32(values, name).ravel()
+        _check(_session_histogram(self._h, _b(name), _ptr(v), v.size), self._h)
 
     def stop(self):
         """Stops as a signal does (the chief saves; the ps tasks wait)."""

@@ -140,6 +140,11 @@ class Jobs(unittest.TestCase):
                         base + ["--job-name", "worker", "--task-index", "1"]],
                        ["ps", "chief", "worker1"])
         self.assertTrue(os.path.exists(os.path.join(logs, "model.ckpt-300.safetensors")))
+        events = [f for f in os.listdir(logs) if f.startswith("events.out.tfevents")]
+        with open(os.path.join(logs, events[0]), "rb") as f:
+            data = f.read()
+        self.assertIn(b"python/loss", data)
+        self.assertIn(b"python/residual", data)
 
     def wait_log(self, name, needle, proc):
         path = os.path.join(self.dir, name + ".log")
