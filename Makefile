@@ -247,6 +247,42 @@ deps:
 clean:
 	rm -rf build build-asan build-tsan build-cov
 
+# ---- libdtrain: the public C API (include/dtrain.h) ---------------------
+# build/libdtrain.so (soname libdtrain.so.0) beside the archive the binary
+# and the tests link (build/libdtrain.a, also the public static library):
+# every object is built -fPIC for it, and only the dtrain_* names are
+# exported (lib/dtrain.map). The examples are built against the public
+# header and the shared library alone, as a user's program is. `make
+# install PREFIX=DIR` runs scripts/install.sh: bin, lib, include,
+# lib/pkgconfig/dtrain.pc and the Python package (python/dtrain).
+DTRAIN_ABI     := 0
+DTRAIN_VERSION := 0.1.0
+CFLAGS   += -fPIC
+PREFIX   ?= /usr/local
+EXAMPLES := $(BUILD)/example_linear
+all: $(BUILD)/libdtrain.so $(EXAMPLES)
+test: $(BUILD)/libdtrain.so $(EXAMPLES)
+
+$(BUILD)/libdtrain.so.$(DTRAIN_VERSION): $(LIB_OBJ) lib/dtrain.map
+	@echo "  LD    $@"
+	$(Q)$(CC) -shared -Wl,-soname,libdtrain.so.$(DTRAIN_ABI) -Wl,--version-script=lib/dtrain.map \
+	  -Wl,--no-undefined $(LDFLAGS) $(LIB_OBJ) $(LDLIBS) -o $@
+
+$(BUILD)/libdtrain.so: $(BUILD)/libdtrain.so.$(DTRAIN_VERSION)
+	$(Q)ln -sf libdtrain.so.$(DTRAIN_VERSION) $(BUILD)/libdtrain.so.$(DTRAIN_ABI)
+	$(Q)ln -sf libdtrain.so.$(DTRAIN_ABI) $@
+
+$(BUILD)/example_%: examples/%.c include/dtrain.h $(BUILD)/libdtrain.so
+	@echo "  LD    $@"
+	$(Q)$(CC) -std=c11 $(OPT) -g $(WARN) -D_POSIX_C_SOURCE=200809L $(SANITIZE) -Iinclude $< \
+	  -L$(BUILD) -ldtrain -Wl,-rpath,'$$ORIGIN' -lm -o $@
+
+.PHONY: install
+install: $(BUILD)/dtrain $(BUILD)/libdtrain.so
+	sh scripts/install.sh --build $(BUILD) --prefix $(PREFIX) --version $(DTRAIN_VERSION) \
+	  --abi $(DTRAIN_ABI)
+
+
 # Fuzz targets (libFuzzer, clang) live in their own makefile.
 -include test/fuzz/fuzz.mk
 

@@ -69,12 +69,14 @@
 #define SAVE_BACKOFF_FIRST 1.0 /* seconds; doubles up to save_model_secs */
 #define WORKERS_CHECK_SECS 1.0 /* how often ps 0 is asked which workers failed */
 #define FINAL_BACKOFF_MAX 5.0
+#define DT_CHIEF_USER_SCALARS 64 /* a program's own scalars a summary step writes */
 
 typedef struct {
     dt_worker *w;
     const dt_job *job;
-    dt_ps_model create;     /* what the ps tasks are created with */
-    int64_t catch_up_steps; /* how far a restored ps may be raised past step */
+    const dt_user_model *user; /* a program's own model, or NULL */
+    dt_ps_model create;        /* what the ps tasks are created with */
+    int64_t catch_up_steps;    /* how far a restored ps may be raised past step */
     char model[DT_SAFETENSORS_MODEL_MAX];
     /* The model plus what else makes this job this job (optimizer, max_steps,
      * consistency): each ps echoes it in Status, so a chief that finds a live
@@ -717,6 +719,10 @@ static int start_model(chief *c, const atomic_int *stop, dt_err *err) {
         dt_sparse_model_init(&smc, c->job->seed, dt_worker_vars(c->w));
         dt_log(DT_LOG_INFO, "chief: no checkpoint in %s; initialized %s", c->job->log_dir,
                c->model);
+    } else if (!found && c->user) {
+        c->user->init(c->user->ctx, dt_worker_vars(c->w));
+        dt_log(DT_LOG_INFO, "chief: no checkpoint in %s; initialized %s", c->job->log_dir,
+               c->model);
     } else if (!found) {
         dt_model_init(&c->job->model, c->job->seed, dt_worker_vars(c->w));
         dt_log(DT_LOG_INFO, "chief: no checkpoint in %s; initialized %s", c->job->log_dir,
@@ -940,6 +946,19 @@ static int summarize(chief *c, const dt_step_result *r, double t, dt_err *err) {
         r->loss, (double)(r->global_step - c->summary_step) / dt,
         dt_lr_at(&c->create.schedule, c->create.optim.learning_rate, r->global_step)};
     int rc = dt_summary_scalars(sw, r->global_step, tags, values, 3, err);
+    if (rc == 0 && c->user && c->user->scalars) {
+        const char *user_tags[DT_CHIEF_USER_SCALARS];
+        double user_values[DT_CHIEF_USER_SCALARS];
+        int n = c->user->scalars(c->user->ctx, user_tags, user_values, DT_CHIEF_USER_SCALARS);
+        if (n > 0) rc = dt_summary_scalars(sw, r->global_step, user_tags, user_values, n, err);
+    }
+    const char *htag = NULL;
+    const float *hvalues = NULL;
+    int64_t hn = 0;
+    for (int i = 0; rc == 0 && c->user && c->user->histogram &&
+                    c->user->histogram(c->user->ctx, i, &htag, &hvalues, &hn) > 0;
+         i++)
+        rc = summarize_floats(sw, r->global_step, htag, hvalues, hn, err);
     if (rc == 0) rc = summarize_histograms(c, sw, r->global_step, err);
     if (rc == 0) rc = summarize_staleness(c, sw, r->global_step, err);
     return rc;
@@ -1297,6 +1316,7 @@ int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err 
     chief c;
     memset(&c, 0, sizeof c);
     c.job = params->job;
+    c.user = params->user;
     c.last_saved_step = -1;
     c.lock_fd = -1;
     c.num_workers = params->cluster->num_workers;
@@ -1311,7 +1331,10 @@ int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err 
     if ((rc = dt_worker_open(params, &c.w, err)) < 0) goto out;
     if ((rc = resolve_job_id(&c, err)) < 0) goto out;
     c.job = dt_worker_job(c.w); /* with the shapes the training file gave */
-    dt_model_describe(&c.job->model, c.model, sizeof c.model);
+    if (params->user)
+        snprintf(c.model, sizeof c.model, "%s", params->user->describe);
+    else
+        dt_model_describe(&c.job->model, c.model, sizeof c.model);
     if (dt_worker_table(c.w)) {
         size_t n = strlen(c.model);
         snprintf(c.model + n, sizeof c.model - n, " sparse: table %s of %lld rows",

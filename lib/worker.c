@@ -89,6 +89,10 @@ struct dt_worker {
      * from before its data is read to the end, so the others, waiting,
      * tell it from a gone one (wait_for_others). NULL otherwise. */
     dt_heartbeat *heartbeat;
+    /* A user's model (params.user): its gradient comes from loss_grad,
+     * given the global step of the values it is computed at. */
+    const dt_user_model *user;
+    int64_t vars_step;
 };
 
 /* What a waiting worker knows of each other training task
@@ -124,6 +128,7 @@ const dt_table_config *dt_worker_table(const dt_worker *w) {
     return w->sparse ? &w->table : NULL;
 }
 int64_t dt_worker_examples(const dt_worker *w) {
+    if (w->user) return 0; /* no data: the job sets max_steps */
     return w->sparse ? w->set.file_rows : dt_data_total(w->data);
 }
 const dt_job *dt_worker_job(const dt_worker *w) {
@@ -164,9 +169,11 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     snprintf(w->name, sizeof w->name, "worker:%d %.60s", params->task_index,
              cl->workers[params->task_index].addr);
     w->rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)params->task_index ^ (uint64_t)time(NULL);
-    dt_tensor specs[DT_MODEL_MAX_VARS];
+    dt_tensor model_specs[DT_MODEL_MAX_VARS];
+    const dt_tensor *specs = model_specs;
     int count = 0, rc;
     const dt_job *job = &w->job;
+    w->user = params->user;
     dt_ps_client_params cp = {.cluster = cl,
                               .worker = params->task_index,
                               .timeout_ms = job->rpc_timeout_secs * 1000,
@@ -177,13 +184,26 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     if (bounded_by_shard(job) && cl->num_workers > 1 &&
         (rc = dt_heartbeat_start(&cp, heartbeat_ms(job), &w->heartbeat, err)) < 0)
         goto fail;
-    if ((rc = dt_job_infer(&w->job, err)) < 0) goto fail;
-    w->sparse = dt_job_is_sparse(job);
-    if (w->sparse) {
+    if (w->user) {
+        if (job->max_steps <= 0 || job->data.eval_data[0]) {
+            rc = dt_err_set(err, DT_ECONFIG,
+                            "job: a program's own model needs \"max_steps\" and no "
+                            "\"eval_data\" (it reads no data)");
+            goto fail;
+        }
+        specs = w->user->specs;
+        count = w->user->count;
+    } else if ((rc = dt_job_infer(&w->job, err)) < 0) {
+        goto fail;
+    }
+    w->sparse = !w->user && dt_job_is_sparse(job);
+    if (w->user) {
+        /* Its variables are the user's: no data, no built-in model. */
+    } else if (w->sparse) {
         /* The dense variables (bias, dense weight) live here; the weight
          * is the table's rows, pulled a batch at a time. */
         dt_sparse_model_config smc;
-        if ((rc = dt_job_sparse_vars(job, &smc, &w->table, specs, &count, err)) < 0 ||
+        if ((rc = dt_job_sparse_vars(job, &smc, &w->table, model_specs, &count, err)) < 0 ||
             (rc = dt_sparse_model_new(&smc, &w->smodel, err)) < 0 ||
             (rc = dt_job_open_sparse(job, 0, params->task_index, cl->num_workers, &w->set, err)) <
                 0)
@@ -195,7 +215,7 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         }
         if ((rc = dt_sparse_feed_init(&w->feed, &w->set, job->seed, params->task_index, err)) < 0)
             goto fail;
-    } else if ((rc = dt_model_specs(&job->model, specs, &count, err)) < 0) {
+    } else if ((rc = dt_model_specs(&job->model, model_specs, &count, err)) < 0) {
         goto fail;
     }
     if ((rc = dt_tensors_init(&w->vars, specs, count, err)) < 0) goto fail;
@@ -206,7 +226,7 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     if (pipelined(job) && ((rc = dt_tensors_init(&w->vars_next, specs, count, err)) < 0 ||
                            (rc = dt_tensors_init(&w->grads_next, specs, count, err)) < 0))
         goto fail;
-    if (!w->sparse &&
+    if (!w->sparse && !w->user &&
         ((rc = dt_model_new(&job->model, &w->model, err)) < 0 ||
          (rc = dt_job_open_data(job, params->task_index, cl->num_workers, &w->data, err)) < 0))
         goto fail;
@@ -856,6 +876,7 @@ static int resume(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *
 /* The next batch's loss and gradient, from vars into grads. */
 static int compute(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, double *loss,
                    dt_err *err) {
+    if (w->user) return w->user->loss_grad(w->user->ctx, vars, w->vars_step, grads, loss, err);
     dt_batch batch;
     int rc = dt_data_next(w->data, w->params.job->batch_size, &batch, err);
     if (rc == 0) rc = dt_model_loss_grad(w->model, vars, &batch, grads, loss, err);
@@ -960,6 +981,7 @@ static int pipelined_start(dt_worker *w, double *loss, dt_ps_sparse *rows, int64
     *vars_step = pull.reply.global_step;
     *done = pull.reply.done;
     if (*done) return 0;
+    w->vars_step = *vars_step;
     if ((rc = first_grad(w, loss, rows, hooks, stop, err)) < 0) return rc;
     *done = rc == 1;
     return 0;
@@ -1011,6 +1033,7 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
         memset(&next, 0, sizeof next);
         dt_err next_err;
         dt_err_clear(&next_err);
+        w->vars_step = vars_step;
         int crc = last ? 0 : grad_in_flight(w, &w->vars, &w->grads_next, &next, &next_err);
         if ((rc = sender_take(s, err)) < 0) return rc;
         if (crc < 0) return dt_err_set(err, crc, "%s", next_err.msg);
@@ -1105,10 +1128,8 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
                 return rc;
             if (rc == 1) break; /* done */
         } else {
-            dt_batch batch;
-            if ((rc = dt_data_next(w->data, job->batch_size, &batch, err)) < 0) return rc;
-            if ((rc = dt_model_loss_grad(w->model, &w->vars, &batch, &w->grads, &r.loss, err)) < 0)
-                return rc;
+            w->vars_step = pull.reply.global_step;
+            if ((rc = compute(w, &w->vars, &w->grads, &r.loss, err)) < 0) return rc;
         }
 
         /* sync: the next pull must see the step this gradient was for. */
@@ -1231,8 +1252,12 @@ int dt_worker_run(const dt_worker_params *params, const atomic_int *stop, dt_err
         dt_worker_report_failure(params, rc, err);
         return rc;
     }
-    dt_log(DT_LOG_INFO, "%s: %lld examples in this shard; waiting for the model", w->name,
-           (long long)(w->sparse ? w->set.rows : dt_data_size(w->data)));
+    if (w->user)
+        dt_log(DT_LOG_INFO, "%s: the program's own model (%s); waiting for it", w->name,
+               w->user->describe);
+    else
+        dt_log(DT_LOG_INFO, "%s: %lld examples in this shard; waiting for the model", w->name,
+               (long long)(w->sparse ? w->set.rows : dt_data_size(w->data)));
     rc = dt_worker_wait_ready(w, stop, err);
     if (rc == 1) {
         dt_log(DT_LOG_INFO, "%s: the job is already done", w->name);

@@ -29,11 +29,42 @@
 #include "table.h"
 #include "tensor.h"
 
+/*
+ * A model whose gradient comes from outside the loop: the library's user
+ * (lib/session). The loop calls loss_grad where a built-in model computes
+ * from its batch, and the chief calls init where it would initialize one,
+ * so a user's model trains on the same loop, retries, modes and chief.
+ * The job must set max_steps (there is no data to count epochs of) and no
+ * eval_data. Every callback runs on the loop's thread.
+ */
+typedef struct {
+    const dt_tensor *specs; /* (count) the variables: names, F32, shapes; borrowed */
+    int count;
+    const char *describe; /* one line naming the model: checkpoint metadata and the job's
+                             identity on the ps tasks; borrowed */
+    void *ctx;
+    /* Initial values into vars (laid out as specs), for a model no
+     * checkpoint holds (the chief only). */
+    void (*init)(void *ctx, dt_tensors *vars);
+    /* The gradient at vars (their global step vars_step) into grads (same
+     * layout) and the batch's loss into *loss. A failure ends training with
+     * its code (DT_ECANCELLED: stopped, the chief saves). */
+    int (*loss_grad)(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_tensors *grads,
+                     double *loss, dt_err *err);
+    /* The chief's summaries: the user's named scalars (up to max) to write
+     * beside the loss; *tags borrowed until the next call. May be NULL. */
+    int (*scalars)(void *ctx, const char **tags, double *values, int max);
+    /* The user's named histograms, the i-th (from 0) into *tag, *values,
+     * *n (borrowed until the next step); 0 past the last. May be NULL. */
+    int (*histogram)(void *ctx, int i, const char **tag, const float **values, int64_t *n);
+} dt_user_model;
+
 typedef struct {
     const dt_cluster *cluster;       /* borrowed */
     const dt_job *job;               /* borrowed; dt_job_finish already applied */
     int task_index;                  /* worker index; 0 is the chief */
     const dt_rpc_security *security; /* borrowed; NULL: plaintext (see ps_client.h) */
+    const dt_user_model *user;       /* borrowed; NULL: the job's built-in model */
 } dt_worker_params;
 
 typedef struct {

@@ -12,6 +12,9 @@
 #   (or TLS_CERTS; default LOGDIR/certs, made by scripts/make_certs.sh when
 #   it holds none). Flags after "--" go to every role, e.g. -- --set max_steps=500.
 #   DTRAIN_BIN picks another binary (default build/dtrain, built if missing).
+#   --program 'CMD' runs CMD in every role instead (a program on libdtrain:
+#   'build/example_linear', '/usr/bin/python3 examples/linear.py'), the role
+#   flags (--cluster, --job-name, --task-index, --config, --log-dir) appended.
 #
 # Each role logs to LOGDIR/<role>.log; the chief also writes its checkpoints
 # and TensorBoard event files there. The workers' lines are streamed here.
@@ -23,7 +26,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 
 usage() {
-    sed -n '5,15s/^# \{0,1\}//p' "$0" >&2
+    sed -n '5,17s/^# \{0,1\}//p' "$0" >&2
     exit 2
 }
 
@@ -45,6 +48,7 @@ while [ $# -gt 0 ]; do
         --log-dir) [ $# -ge 2 ] || usage; LOGDIR=$2; shift 2 ;;
         --config) [ $# -ge 2 ] || usage; CONFIG=$2; shift 2 ;;
         --tls) TLS=1; shift ;;
+        --program) [ $# -ge 2 ] || usage; PROGRAM=$2; shift 2 ;;
         --certs) [ $# -ge 2 ] || usage; CERTS=$2; TLS=1; shift 2 ;;
         -h|--help) usage ;;
         --) shift; break ;;
@@ -52,6 +56,9 @@ while [ $# -gt 0 ]; do
     esac
 done
 EXTRA=("$@")
+# What each role runs: the binary, or --program's words.
+RUN=("$BIN")
+[ -n "${PROGRAM:-}" ] && read -r -a RUN <<<"$PROGRAM"
 
 # config_log_dir FILE: the job config's "log_dir" (at the top level, or
 # under "job" in a cluster-shaped file), or nothing.
@@ -147,7 +154,7 @@ start() {
     : >"$LOGDIR/$1.log"
     TLS_FLAGS=()
     tls_flags "$4"
-    "$BIN" --cluster "$CLUSTER" --job-name "$2" --task-index "$3" --config "$CONFIG" \
+    "${RUN[@]}" --cluster "$CLUSTER" --job-name "$2" --task-index "$3" --config "$CONFIG" \
         --log-dir "$LOGDIR" ${TLS_FLAGS[@]+"${TLS_FLAGS[@]}"} ${EXTRA[@]+"${EXTRA[@]}"} \
         >>"$LOGDIR/$1.log" 2>&1 &
     PIDS+=("$!")

@@ -37,6 +37,7 @@
     X(predict)                                                                                     \
     X(evaluator)                                                                                   \
     X(cli)                                                                                         \
+    X(api)                                                                                         \
     X(e2e)                                                                                         \
     X(models_e2e)                                                                                  \
     X(sparse_e2e)                                                                                  \

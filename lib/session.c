@@ -1,0 +1,334 @@
+/*
+ * session: the worker and chief roles on a thread, a program's model in
+ * them (session.h says how the two threads take turns).
+ *
+ * The turn is a phase under one mutex:
+ *   LOOP    the role works (pull, push, save); the program waits in
+ *           start or step
+ *   VALUES  loss_grad wrote values to the buffers and waits for grads
+ *   GRADS   the program posted grads; loss_grad takes them
+ *   ENDED   the role returned (rc, err): no more turns
+ * The loop's waits are bounded (STOP_POLL_MS) so a stop asked while the
+ * program computes ends the wait; the role then ends as on a signal.
+ */
+#include "session.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc.h"
+#include "chief.h"
+#include "log.h"
+
+#define STOP_POLL_MS 100
+
+typedef enum { PHASE_LOOP, PHASE_VALUES, PHASE_GRADS, PHASE_ENDED } phase;
+
+struct dt_session {
+    dt_job job;
+    dt_tensor *specs; /* (count) */
+    int count;
+    float *const *values; /* (count) the program's buffers */
+    char describe[DT_MSG_MODEL_MAX];
+    dt_user_model user;
+    void (*init)(void *ctx, dt_tensors *vars); /* the caller's, with init_ctx */
+    void *init_ctx;
+    dt_worker_params wp;
+    atomic_int stop;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    phase phase;               /* under mu */
+    const float *const *grads; /* PHASE_GRADS: the program's, borrowed */
+    double loss;
+    int64_t vars_step;  /* of the values in the buffers */
+    int64_t local_step; /* steps taken */
+    int rc;             /* PHASE_ENDED: the role's outcome */
+    dt_err err;
+    int closed;
+    int thread_started;
+    pthread_t thread;
+
+    /* The program's scalars, under mu. */
+    char scalar_tags[DT_SESSION_MAX_SCALARS][DT_TENSOR_NAME_MAX];
+    const char *scalar_ptrs[DT_SESSION_MAX_SCALARS];
+    double scalar_values[DT_SESSION_MAX_SCALARS];
+    int num_scalars;
+    /* The program's histograms (copies), under mu. */
+    char hist_tags[DT_SESSION_MAX_SCALARS][DT_TENSOR_NAME_MAX];
+    float *hist_values[DT_SESSION_MAX_SCALARS];
+    int64_t hist_n[DT_SESSION_MAX_SCALARS], hist_cap[DT_SESSION_MAX_SCALARS];
+    int num_hists;
+};
+
+/* mu held. Waits on cv for at most STOP_POLL_MS. */
+static void wait_a_while(dt_session *s) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    struct timespec until = dt_timespec_after_ms(now, STOP_POLL_MS);
+    pthread_cond_timedwait(&s->cv, &s->mu, &until);
+}
+
+/* The loop's side of a turn: values out, then wait for the gradient. */
+static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_tensors *grads,
+                     double *loss, dt_err *err) {
+    dt_session *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->count; i++)
+        memcpy(s->values[i], vars->items[i].data, vars->items[i].nbytes);
+    s->vars_step = vars_step;
+    s->phase = PHASE_VALUES;
+    pthread_cond_broadcast(&s->cv);
+    while (s->phase != PHASE_GRADS && !atomic_load(&s->stop))
+        wait_a_while(s);
+    if (s->phase != PHASE_GRADS) {
+        s->phase = PHASE_LOOP;
+        pthread_mutex_unlock(&s->mu);
+        return dt_err_set(err, DT_ECANCELLED, "session: stopped");
+    }
+    for (int i = 0; i < s->count; i++)
+        memcpy(grads->items[i].data, s->grads[i], grads->items[i].nbytes);
+    *loss = s->loss;
+    s->grads = NULL;
+    s->phase = PHASE_LOOP;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* The chief's first values: the caller's init, with its own context. */
+static void init_values(void *ctx, dt_tensors *vars) {
+    dt_session *s = ctx;
+    s->init(s->init_ctx, vars);
+}
+
+static int scalars(void *ctx, const char **tags, double *values, int max) {
+    dt_session *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    int n = s->num_scalars < max ? s->num_scalars : max;
+    for (int i = 0; i < n; i++) {
+        tags[i] = s->scalar_ptrs[i];
+        values[i] = s->scalar_values[i];
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+static int histogram(void *ctx, int i, const char **tag, const float **values, int64_t *n) {
+    dt_session *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    int have = i < s->num_hists;
+    if (have) {
+        *tag = s->hist_tags[i];
+        *values = s->hist_values[i];
+        *n = s->hist_n[i];
+    }
+    pthread_mutex_unlock(&s->mu);
+    return have;
+}
+
+static void *run_role(void *arg) {
+    dt_session *s = arg;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = s->wp.task_index == 0 ? dt_chief_run(&s->wp, &s->stop, &err)
+                                   : dt_worker_run(&s->wp, &s->stop, &err);
+    pthread_mutex_lock(&s->mu);
+    s->rc = rc;
+    s->err = err;
+    s->phase = PHASE_ENDED;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* mu held: waits until the loop hands values over or ends. */
+static int await_values(dt_session *s, dt_err *err) {
+    while (s->phase != PHASE_VALUES && s->phase != PHASE_ENDED)
+        pthread_cond_wait(&s->cv, &s->mu);
+    if (s->phase == PHASE_ENDED && s->rc < 0) return dt_err_set(err, s->rc, "%s", s->err.msg);
+    return 0;
+}
+
+int dt_session_start(const dt_session_params *p, dt_session **out, dt_err *err) {
+    *out = NULL;
+    dt_session *s = dt_calloc(1, sizeof *s);
+    if (!s) return dt_err_set(err, DT_ENOMEM, "session: out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->phase = PHASE_ENDED; /* until the thread runs */
+    s->closed = 1;
+    *out = s;
+    s->job = *p->job;
+    s->count = p->count;
+    s->values = p->values;
+    snprintf(s->describe, sizeof s->describe, "%s", p->describe);
+    s->specs = dt_calloc((size_t)(p->count > 0 ? p->count : 1), sizeof *s->specs);
+    if (!s->specs) return dt_err_set(err, DT_ENOMEM, "session: out of memory");
+    memcpy(s->specs, p->specs, sizeof *s->specs * (size_t)p->count);
+    s->user = (dt_user_model){.specs = s->specs,
+                              .count = s->count,
+                              .describe = s->describe,
+                              .ctx = s,
+                              .init = init_values,
+                              .loss_grad = loss_grad,
+                              .scalars = scalars,
+                              .histogram = histogram};
+    s->init = p->init;
+    s->init_ctx = p->init_ctx;
+    s->wp = (dt_worker_params){.cluster = p->cluster,
+                               .job = &s->job,
+                               .task_index = p->task_index,
+                               .security = p->security,
+                               .user = &s->user};
+    pthread_mutex_lock(&s->mu);
+    s->phase = PHASE_LOOP;
+    s->closed = 0;
+    if (pthread_create(&s->thread, NULL, run_role, s) != 0) {
+        s->phase = PHASE_ENDED;
+        s->closed = 1;
+        pthread_mutex_unlock(&s->mu);
+        return dt_err_set(err, DT_EINTERNAL, "session: cannot start the training thread");
+    }
+    s->thread_started = 1;
+    int rc = await_values(s, err);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int dt_session_step(dt_session *s, const float *const *grads, double loss, dt_session_result *r,
+                    dt_err *err) {
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    if (s->phase != PHASE_VALUES) {
+        rc = s->phase == PHASE_ENDED && s->rc < 0
+                 ? dt_err_set(err, s->rc, "%s", s->err.msg)
+                 : dt_err_set(err, DT_EPRECOND, "session: step: the job is done");
+        goto out;
+    }
+    s->grads = grads;
+    s->loss = loss;
+    s->phase = PHASE_GRADS;
+    pthread_cond_broadcast(&s->cv);
+    /* The loop takes the gradient (phase LOOP), pushes it, and hands the
+     * next values over (VALUES) or ends (ENDED). */
+    while (s->phase == PHASE_GRADS)
+        pthread_cond_wait(&s->cv, &s->mu);
+    s->local_step++;
+    rc = await_values(s, err);
+out:
+    if (r) {
+        r->global_step = s->vars_step;
+        r->local_step = s->local_step;
+        r->done = s->phase == PHASE_ENDED;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int dt_session_ended(const dt_session *s) {
+    dt_session *m = (dt_session *)s; /* the lock, not the state, changes */
+    pthread_mutex_lock(&m->mu);
+    int ended = m->phase == PHASE_ENDED;
+    pthread_mutex_unlock(&m->mu);
+    return ended;
+}
+
+int64_t dt_session_global_step(const dt_session *s) {
+    dt_session *m = (dt_session *)s;
+    pthread_mutex_lock(&m->mu);
+    int64_t step = m->vars_step;
+    pthread_mutex_unlock(&m->mu);
+    return step;
+}
+
+int dt_session_scalar(dt_session *s, const char *name, double value, dt_err *err) {
+    if (!name || !name[0] || strlen(name) >= DT_TENSOR_NAME_MAX)
+        return dt_err_set(err, DT_EINVAL, "session: summary: a name of 1..%d bytes",
+                          DT_TENSOR_NAME_MAX - 1);
+    pthread_mutex_lock(&s->mu);
+    int i = 0;
+    while (i < s->num_scalars && strcmp(s->scalar_tags[i], name) != 0)
+        i++;
+    int rc = 0;
+    if (i == DT_SESSION_MAX_SCALARS) {
+        rc = dt_err_set(err, DT_EINVAL, "session: summary \"%s\": at most %d names", name,
+                        DT_SESSION_MAX_SCALARS);
+    } else {
+        if (i == s->num_scalars) {
+            snprintf(s->scalar_tags[i], sizeof s->scalar_tags[i], "%s", name);
+            s->scalar_ptrs[i] = s->scalar_tags[i];
+            s->num_scalars++;
+        }
+        s->scalar_values[i] = value;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int dt_session_histogram(dt_session *s, const char *name, const float *values, int64_t n,
+                         dt_err *err) {
+    if (!name || !name[0] || strlen(name) >= DT_TENSOR_NAME_MAX || n < 0 || (n > 0 && !values) ||
+        n > INT64_MAX / (int64_t)sizeof(float))
+        return dt_err_set(err, DT_EINVAL,
+                          "session: histogram: a name of 1..%d bytes and n >= 0 "
+                          "values",
+                          DT_TENSOR_NAME_MAX - 1);
+    pthread_mutex_lock(&s->mu);
+    int i = 0, rc = 0;
+    while (i < s->num_hists && strcmp(s->hist_tags[i], name) != 0)
+        i++;
+    if (i == DT_SESSION_MAX_SCALARS) {
+        rc = dt_err_set(err, DT_EINVAL, "session: histogram \"%s\": at most %d names", name,
+                        DT_SESSION_MAX_SCALARS);
+        goto out;
+    }
+    if (n > s->hist_cap[i]) {
+        float *grown = dt_realloc(s->hist_values[i], (size_t)n * sizeof *grown);
+        if (!grown) {
+            rc = dt_err_set(err, DT_ENOMEM, "session: histogram \"%s\": out of memory", name);
+            goto out;
+        }
+        s->hist_values[i] = grown;
+        s->hist_cap[i] = n;
+    }
+    if (n > 0) memcpy(s->hist_values[i], values, (size_t)n * sizeof *values);
+    s->hist_n[i] = n;
+    if (i == s->num_hists) {
+        snprintf(s->hist_tags[i], sizeof s->hist_tags[i], "%s", name);
+        s->num_hists++;
+    }
+out:
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void dt_session_stop(dt_session *s) {
+    atomic_store(&s->stop, 1);
+}
+
+int dt_session_close(dt_session *s, dt_err *err) {
+    if (!s->closed) {
+        pthread_mutex_lock(&s->mu);
+        int ended = s->phase == PHASE_ENDED;
+        pthread_mutex_unlock(&s->mu);
+        if (!ended) dt_session_stop(s);
+        pthread_join(s->thread, NULL);
+        s->closed = 1;
+    }
+    if (s->rc < 0) return dt_err_set(err, s->rc, "%s", s->err.msg);
+    return 0;
+}
+
+void dt_session_free(dt_session *s) {
+    if (!s) return;
+    if (s->thread_started) dt_session_close(s, NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    for (int i = 0; i < DT_SESSION_MAX_SCALARS; i++)
+        free(s->hist_values[i]);
+    free(s->specs);
+    free(s);
+}

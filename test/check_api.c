@@ -1,0 +1,599 @@
+/*
+ * Suite "api": include/dtrain.h, the public C API. Unit cases call it in
+ * the test's process (results, messages, lifecycles, initializers, flags);
+ * the job cases run build/example_linear (the seed's program on the
+ * library) as a ps and two workers, real processes on free loopback ports
+ * in the test's temp dir, then a session of the test's own against a model
+ * that does not match the job's checkpoint; the python case runs the
+ * module's unittest tests (python/tests) with Debian's python3.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../include/dtrain.h"
+#include "checkpoint.h"
+#include "proc.h"
+#include "safetensors.h"
+#include "suites.h"
+#include "tensor.h"
+#include "testjob.h"
+
+#define JOB_TIMEOUT_MS 120000
+#define TEST_TIMEOUT_S 300
+
+/* ---- results, lifecycles ------------------------------------------------ */
+
+START_TEST(version_and_codes) {
+    ck_assert_str_eq(dtrain_version(), DTRAIN_VERSION);
+    ck_assert_int_eq(dtrain_version_number(), DTRAIN_VERSION_NUMBER);
+    ck_assert_str_eq(dtrain_strerror(DTRAIN_OK), "ok");
+    ck_assert_ptr_nonnull(dtrain_strerror(DTRAIN_EEXIST));
+    ck_assert_ptr_nonnull(dtrain_strerror(-999));
+    ck_assert_int_eq(dtrain_exit_code(DTRAIN_OK), 0);
+    ck_assert_int_eq(dtrain_exit_code(DTRAIN_ECONFIG), 2);
+    ck_assert_int_eq(dtrain_exit_code(DTRAIN_EUNAVAILABLE), 200);
+    ck_assert_int_eq(dtrain_exit_code(DTRAIN_ESTORAGE), 75);
+    ck_assert_int_eq(dtrain_exit_code(DTRAIN_EIO), 1);
+    int x = 0;
+    ck_assert_str_eq(dtrain_errmsg(&x), "not a dtrain handle");
+    ck_assert_str_eq(dtrain_errmsg(NULL), "");
+    /* _free(NULL) is a no-op for every handle. */
+    dtrain_cluster_free(NULL);
+    dtrain_config_free(NULL);
+    dtrain_model_free(NULL);
+    dtrain_server_free(NULL);
+    dtrain_session_free(NULL);
+}
+END_TEST
+
+START_TEST(cluster_errors) {
+    dtrain_cluster *c = NULL;
+    ck_assert_int_eq(dtrain_cluster_new(&c), 0);
+    ck_assert_int_eq(dtrain_cluster_role(c, NULL), DTRAIN_ROLE_NONE);
+    ck_assert_int_eq(dtrain_cluster_set_task(c, "worker", 0), DTRAIN_EPRECOND);
+    ck_assert_int_eq(
+        dtrain_cluster_parse(c, "{\"cluster\": {\"ps\": [\"localhost:0\"]}}", "c.json"),
+        DTRAIN_EINVAL);
+    ck_assert_msg(strstr(dtrain_errmsg(c), "c.json:") != NULL, "message: %s", dtrain_errmsg(c));
+    ck_assert_int_eq(dtrain_cluster_load(c, "/nonexistent/cluster.json"), DTRAIN_ENOTFOUND);
+    ck_assert_msg(strstr(dtrain_errmsg(c), "/nonexistent/cluster.json") != NULL, "message: %s",
+                  dtrain_errmsg(c));
+    const char *text = "{\"cluster\": {\"ps\": [\"localhost:2001\"], \"worker\": "
+                       "[\"localhost:2002\", \"localhost:2003\"]}}";
+    ck_assert_int_eq(dtrain_cluster_parse(c, text, "c.json"), 0);
+    ck_assert_str_eq(dtrain_errmsg(c), ""); /* a call that succeeds clears it */
+    ck_assert_int_eq(dtrain_cluster_num_ps(c), 1);
+    ck_assert_int_eq(dtrain_cluster_num_workers(c), 2);
+    ck_assert_int_eq(dtrain_cluster_set_task(c, "worker", 2), DTRAIN_EINVAL);
+    ck_assert_int_eq(dtrain_cluster_set_task(c, "trainer", 0), DTRAIN_EINVAL);
+    ck_assert_msg(strstr(dtrain_errmsg(c), "trainer") != NULL, "message: %s", dtrain_errmsg(c));
+    ck_assert_int_eq(dtrain_cluster_set_task(c, "worker", 1), 0);
+    int task = -1;
+    ck_assert_int_eq(dtrain_cluster_role(c, &task), DTRAIN_ROLE_WORKER);
+    ck_assert_int_eq(task, 1);
+    ck_assert(!dtrain_cluster_is_chief(c));
+    /* TF_CONFIG's "task" sets the role; a chief job makes worker 0 task 1. */
+    setenv("TF_CONFIG",
+           "{\"cluster\": {\"chief\": [\"localhost:2001\"], \"ps\": [\"localhost:2002\"], "
+           "\"worker\": [\"localhost:2003\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}",
+           1);
+    ck_assert_int_eq(dtrain_cluster_from_env(c), 0);
+    ck_assert_int_eq(dtrain_cluster_role(c, &task), DTRAIN_ROLE_WORKER);
+    ck_assert_int_eq(task, 1);
+    unsetenv("TF_CONFIG");
+    ck_assert_int_eq(dtrain_cluster_from_env(c), DTRAIN_ENOTFOUND);
+    dtrain_cluster_free(c);
+}
+END_TEST
+
+START_TEST(config_errors) {
+    dtrain_config *cfg = NULL;
+    ck_assert_int_eq(dtrain_config_new(&cfg), 0);
+    ck_assert_int_eq(dtrain_config_batch_size(cfg), 10); /* conf/linear.json's */
+    ck_assert_int_eq(dtrain_config_set(cfg, "learning_rate=-1"), DTRAIN_EINVAL);
+    ck_assert_msg(strstr(dtrain_errmsg(cfg), "learning_rate") != NULL, "message: %s",
+                  dtrain_errmsg(cfg));
+    ck_assert_int_eq(dtrain_config_set(cfg, "no_such_field=1"), DTRAIN_EINVAL);
+    ck_assert_int_eq(dtrain_config_set(cfg, "batch_size=4"), 0);
+    ck_assert_int_eq(dtrain_config_batch_size(cfg), 4);
+    ck_assert_int_eq(dtrain_config_set(cfg, "max_steps=77"), 0);
+    ck_assert_int_eq(dtrain_config_max_steps(cfg), 77);
+    ck_assert_int_ne(dtrain_config_load(cfg, "/nonexistent/job.json"), 0);
+    ck_assert_int_eq(dtrain_config_batch_size(cfg), 4); /* unchanged */
+    dtrain_config_free(cfg);
+}
+END_TEST
+
+START_TEST(parse_args_takes_role_flags) {
+    char *dir = dt_test_tempdir();
+    ck_assert_ptr_nonnull(dir);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/cluster.json", dir);
+    ck_assert_int_eq(dt_test_write_cluster(path, 1, 2, NULL), 0);
+    dtrain_cluster *c = NULL;
+    dtrain_config *cfg = NULL;
+    ck_assert_int_eq(dtrain_cluster_new(&c), 0);
+    ck_assert_int_eq(dtrain_config_new(&cfg), 0);
+    char *argv[] = {"prog",       "--cluster",    path,           "--epochs-of-mine",
+                    "--job-name", "worker",       "--task-index", "1",
+                    "--set",      "batch_size=3", "mine",         "--log-dir=/tmp/x",
+                    NULL};
+    int argc = 12;
+    ck_assert_int_eq(dtrain_parse_args(c, cfg, &argc, argv), 0);
+    ck_assert_int_eq(argc, 3); /* the program's own flags stay, in order */
+    ck_assert_str_eq(argv[1], "--epochs-of-mine");
+    ck_assert_str_eq(argv[2], "mine");
+    ck_assert_ptr_null(argv[3]);
+    int task = -1;
+    ck_assert_int_eq(dtrain_cluster_role(c, &task), DTRAIN_ROLE_WORKER);
+    ck_assert_int_eq(task, 1);
+    ck_assert_int_eq(dtrain_config_batch_size(cfg), 3);
+    ck_assert_str_eq(dtrain_config_log_dir(cfg), "/tmp/x");
+
+    /* The binary's errors: no task, a bad index, a --set that fails. */
+    char *no_task[] = {"prog", "--cluster", path, "--job-name", "ps", NULL};
+    argc = 5;
+    ck_assert_int_eq(dtrain_parse_args(c, cfg, &argc, no_task), DTRAIN_EINVAL);
+    ck_assert_msg(strstr(dtrain_errmsg(c), "--task-index") != NULL, "message: %s",
+                  dtrain_errmsg(c));
+    char *bad_set[] = {"prog",         "--cluster", path,    "--job-name", "ps",
+                       "--task-index", "0",         "--set", "mode=fast",  NULL};
+    argc = 9;
+    ck_assert_int_eq(dtrain_parse_args(c, cfg, &argc, bad_set), DTRAIN_EINVAL);
+    ck_assert_msg(strstr(dtrain_errmsg(c), "mode") != NULL, "message: %s", dtrain_errmsg(c));
+    char *no_value[] = {"prog", "--cluster", NULL};
+    argc = 2;
+    ck_assert_int_eq(dtrain_parse_args(c, cfg, &argc, no_value), DTRAIN_EINVAL);
+    dtrain_config_free(cfg);
+    dtrain_cluster_free(c);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* ---- variables ---------------------------------------------------------- */
+
+START_TEST(model_errors) {
+    dtrain_model *m = NULL;
+    ck_assert_int_eq(dtrain_model_new(&m), 0);
+    float buf[64];
+    const int64_t shape[2] = {4, 8}, zero[2] = {4, 0};
+    dtrain_var_params p = {.name = "dense/w",
+                           .ndim = 2,
+                           .shape = shape,
+                           .values = buf,
+                           .init = DTRAIN_INIT_GLOROT_UNIFORM};
+    ck_assert_int_eq(dtrain_model_add(m, &p), 0);
+    /* A name used twice. */
+    ck_assert_int_eq(dtrain_model_add(m, &p), DTRAIN_EEXIST);
+    ck_assert_msg(strstr(dtrain_errmsg(m), "dense/w") != NULL, "message: %s", dtrain_errmsg(m));
+    /* Bad shapes. */
+    dtrain_var_params bad = p;
+    bad.name = "b";
+    bad.shape = zero;
+    ck_assert_int_eq(dtrain_model_add(m, &bad), DTRAIN_EINVAL);
+    ck_assert_msg(strstr(dtrain_errmsg(m), "dim 1 is 0") != NULL, "message: %s", dtrain_errmsg(m));
+    bad.shape = shape;
+    bad.ndim = 5;
+    ck_assert_int_eq(dtrain_model_add(m, &bad), DTRAIN_EINVAL);
+    bad.ndim = 2;
+    bad.shape = NULL;
+    ck_assert_int_eq(dtrain_model_add(m, &bad), DTRAIN_EINVAL);
+    /* No buffer, no name, a bad initializer. */
+    bad.shape = shape;
+    bad.values = NULL;
+    ck_assert_int_eq(dtrain_model_add(m, &bad), DTRAIN_EINVAL);
+    bad.values = buf;
+    bad.name = "";
+    ck_assert_int_eq(dtrain_model_add(m, &bad), DTRAIN_EINVAL);
+    bad.name = "b";
+    bad.init = DTRAIN_INIT_NORMAL;
+    bad.stddev = 0;
+    ck_assert_int_eq(dtrain_model_add(m, &bad), DTRAIN_EINVAL);
+    ck_assert_msg(strstr(dtrain_errmsg(m), "stddev") != NULL, "message: %s", dtrain_errmsg(m));
+    bad.init = DTRAIN_INIT_UNIFORM;
+    bad.low = 1;
+    bad.high = 1;
+    ck_assert_int_eq(dtrain_model_add(m, &bad), DTRAIN_EINVAL);
+    bad.init = (dtrain_init)99;
+    ck_assert_int_eq(dtrain_model_add(m, &bad), DTRAIN_EINVAL);
+    ck_assert_int_eq(dtrain_model_count(m), 1); /* none of those was declared */
+    ck_assert_int_eq(dtrain_model_numel(m, 0), 32);
+    ck_assert_int_eq(dtrain_model_numel(m, 1), 0);
+    dtrain_model_free(m);
+}
+END_TEST
+
+/* Each initializer's values: in its bounds, with about its spread, the
+ * same for the same seed and another for another. */
+START_TEST(initializers) {
+    dtrain_model *m = NULL;
+    ck_assert_int_eq(dtrain_model_new(&m), 0);
+    enum { IN = 100, OUT = 50, N = IN * OUT };
+    static float buf[10][N], out[N], again[N];
+    const int64_t shape[2] = {IN, OUT};
+    dtrain_var_params ps[] = {
+        {.name = "zeros", .init = DTRAIN_INIT_ZEROS},
+        {.name = "constant", .init = DTRAIN_INIT_CONSTANT, .value = 0.5},
+        {.name = "normal", .init = DTRAIN_INIT_NORMAL, .stddev = 0.1},
+        {.name = "truncated", .init = DTRAIN_INIT_TRUNCATED_NORMAL, .stddev = 0.1},
+        {.name = "uniform", .init = DTRAIN_INIT_UNIFORM, .low = -0.2, .high = 0.3},
+        {.name = "glorot_uniform", .init = DTRAIN_INIT_GLOROT_UNIFORM},
+        {.name = "he_uniform", .init = DTRAIN_INIT_HE_UNIFORM},
+        {.name = "he_normal", .init = DTRAIN_INIT_HE_NORMAL},
+        {.name = "given", .init = DTRAIN_INIT_GIVEN},
+    };
+    const int n = (int)(sizeof ps / sizeof ps[0]);
+    for (int i = 0; i < n; i++) {
+        ps[i].ndim = 2;
+        ps[i].shape = shape;
+        ps[i].values = buf[i];
+        ck_assert_int_eq(dtrain_model_add(m, &ps[i]), 0);
+    }
+    const double lo[] = {0, 0.5, -1, -0.2, -0.2, -sqrt(6.0 / (IN + OUT)), -sqrt(6.0 / IN), -1};
+    const double hi[] = {0, 0.5, 1, 0.2, 0.3, sqrt(6.0 / (IN + OUT)), sqrt(6.0 / IN), 1};
+    const double sd[] = {0,
+                         0,
+                         0.1,
+                         0.1 * .8796,
+                         0.5 / sqrt(12),
+                         sqrt(2.0 / (IN + OUT)),
+                         sqrt(2.0 / IN),
+                         sqrt(2.0 / IN)};
+    for (int i = 0; i < n - 1; i++) {
+        ck_assert_int_eq(dtrain_model_initial_values(m, i, 7, out), 0);
+        double sum = 0, sq = 0;
+        for (int k = 0; k < N; k++) {
+            ck_assert_msg(out[k] >= lo[i] - 1e-6 && out[k] <= hi[i] + 1e-6, "%s[%d] = %g",
+                          ps[i].name, k, (double)out[k]);
+            sum += out[k];
+            sq += (double)out[k] * out[k];
+        }
+        double mean = sum / N, stddev = sqrt(sq / N - mean * mean);
+        ck_assert_msg(fabs(stddev - sd[i]) <= 0.05 * sd[i] + 1e-9, "%s: stddev %g, want %g",
+                      ps[i].name, stddev, sd[i]);
+        ck_assert_int_eq(dtrain_model_initial_values(m, i, 7, again), 0);
+        ck_assert(memcmp(out, again, sizeof out) == 0);
+        if (sd[i] > 0) {
+            ck_assert_int_eq(dtrain_model_initial_values(m, i, 8, again), 0);
+            ck_assert(memcmp(out, again, sizeof out) != 0);
+        }
+    }
+    ck_assert_int_eq(dtrain_model_initial_values(m, n - 1, 7, out), DTRAIN_EINVAL);
+    ck_assert_int_eq(dtrain_model_initial_values(m, n, 7, out), DTRAIN_EINVAL);
+    dtrain_model_free(m);
+}
+END_TEST
+
+/* ---- sessions without a job -------------------------------------------- */
+
+START_TEST(session_errors) {
+    dtrain_session *s = NULL;
+    ck_assert_int_eq(dtrain_session_new(&s), 0);
+    float g = 0;
+    const float *grads[1] = {&g};
+    /* A step before the session is ready. */
+    ck_assert_int_eq(dtrain_session_step(s, grads, 0, NULL), DTRAIN_EPRECOND);
+    ck_assert_msg(strstr(dtrain_errmsg(s), "not ready") != NULL, "message: %s", dtrain_errmsg(s));
+    ck_assert(dtrain_session_should_stop(s));
+    ck_assert_int_eq(dtrain_session_summary(s, "x", 1), DTRAIN_EPRECOND);
+    ck_assert_int_eq(dtrain_session_start(s, NULL), DTRAIN_EINVAL);
+
+    dtrain_cluster *c = NULL;
+    dtrain_config *cfg = NULL;
+    dtrain_model *m = NULL;
+    ck_assert_int_eq(dtrain_cluster_new(&c), 0);
+    ck_assert_int_eq(dtrain_config_new(&cfg), 0);
+    ck_assert_int_eq(dtrain_model_new(&m), 0);
+    ck_assert_int_eq(
+        dtrain_cluster_parse(
+            c, "{\"cluster\": {\"ps\": [\"127.0.0.1:9\"], \"worker\": [\"127.0.0.1:10\"]}}", "c"),
+        0);
+    dtrain_session_params p = {.cluster = c, .config = cfg, .model = m};
+    ck_assert_int_eq(dtrain_session_start(s, &p), DTRAIN_EPERM); /* no role yet */
+    ck_assert_int_eq(dtrain_cluster_set_task(c, "ps", 0), 0);
+    ck_assert_int_eq(dtrain_session_start(s, &p), DTRAIN_EPERM); /* a ps */
+    ck_assert_msg(strstr(dtrain_errmsg(s), "not a worker") != NULL, "message: %s",
+                  dtrain_errmsg(s));
+    ck_assert_int_eq(dtrain_cluster_set_task(c, "worker", 0), 0);
+    ck_assert_int_eq(dtrain_session_start(s, &p), DTRAIN_EINVAL); /* no variables */
+    /* A server on a worker's task. */
+    dtrain_server *srv = NULL;
+    ck_assert_int_eq(dtrain_server_new(&srv), 0);
+    dtrain_server_params sp = {.cluster = c, .config = cfg};
+    ck_assert_int_eq(dtrain_server_start(srv, &sp), DTRAIN_EPERM);
+    ck_assert_int_eq(dtrain_server_join(srv), DTRAIN_EPRECOND);
+    dtrain_server_free(srv);
+    ck_assert_int_eq(dtrain_session_close(s), 0); /* never started: nothing to close */
+    dtrain_session_free(s);
+    dtrain_model_free(m);
+    dtrain_config_free(cfg);
+    dtrain_cluster_free(c);
+}
+END_TEST
+
+/* ---- jobs --------------------------------------------------------------- */
+
+static dt_test_job j; /* 1 ps, 2 library workers */
+
+static void job_setup(void) {
+    dt_test_job_setup(&j);
+    dt_test_job_cluster(&j, 1, 2);
+}
+
+static void job_teardown(void) {
+    dt_test_job_teardown(&j);
+}
+
+/* build/example_linear, beside the binary under test. */
+static void example_path(char *buf, size_t cap) {
+    const char *bin = dt_test_bin();
+    const char *slash = strrchr(bin, '/');
+    int dir = slash ? (int)(slash - bin) : 1;
+    snprintf(buf, cap, "%.*s/example_linear", dir, slash ? bin : ".");
+}
+
+static pid_t start_example(const char *job_name, int task, const char *max_steps, const char *log) {
+    char exe[1100], index[16], log_path[1200], set[64];
+    example_path(exe, sizeof exe);
+    ck_assert_msg(access(exe, X_OK) == 0, "%s is not built", exe);
+    snprintf(index, sizeof index, "%d", task);
+    snprintf(set, sizeof set, "max_steps=%s", max_steps);
+    dt_test_job_log_path(&j, log, log_path, sizeof log_path);
+    char *argv[] = {exe,
+                    "--cluster",
+                    j.cluster,
+                    "--job-name",
+                    (char *)job_name,
+                    "--task-index",
+                    index,
+                    "--log-dir",
+                    j.log_dir,
+                    "--set",
+                    set,
+                    "--set",
+                    "save_model_secs=1",
+                    NULL};
+    pid_t pid = dt_test_spawn(argv, log_path);
+    ck_assert_int_gt(pid, 0);
+    return pid;
+}
+
+/* 1 when the len bytes at data hold the string s. */
+static int has_bytes(const char *data, size_t len, const char *s) {
+    size_t n = strlen(s);
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(data + i, s, n) == 0) return 1;
+    return 0;
+}
+
+/* The seed's program on the library, as 1 ps and 2 workers, trains to
+ * max_steps; the chief's final checkpoint holds the program's names and
+ * the line y = 2x. Then a chief of the test's own, declaring a weight of
+ * another shape, is refused by the checkpoint it would restore. */
+START_TEST(library_job) {
+    pid_t pids[3] = {start_example("ps", 0, "300", "ps"),
+                     start_example("worker", 0, "300", "chief"),
+                     start_example("worker", 1, "300", "worker1")};
+    const char *names[3] = {"ps", "chief", "worker 1"};
+    dt_test_job_expect_done(&j, pids, names, 3, JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&j, "chief", "worker 0: done"), "%s", dt_test_job_report(&j));
+
+    dt_tensors ts;
+    memset(&ts, 0, sizeof ts);
+    char path[1200];
+    ck_assert_int_eq(dt_test_job_load_latest(&j, 300, &ts, path, sizeof path), 300);
+    double w = dt_test_scalar(&ts, "linear/weight", path);
+    double b = dt_test_scalar(&ts, "linear/bias", path);
+    ck_assert_msg(fabs(w - 2.0) < 0.2 && fabs(b) < 0.2, "%s: w=%g b=%g", path, w, b);
+    dt_tensors_deinit(&ts);
+    /* The program's summaries are in the chief's event file. */
+    char *events = NULL;
+    DIR *d = opendir(j.log_dir);
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; !events && (e = readdir(d));)
+        if (strncmp(e->d_name, "events.out.tfevents", 19) == 0) {
+            char p[1400];
+            snprintf(p, sizeof p, "%s/%s", j.log_dir, e->d_name);
+            size_t len = 0;
+            events = dt_test_read_file(p, &len);
+            ck_assert_ptr_nonnull(events);
+            ck_assert(has_bytes(events, len, "linear/residual"));
+            ck_assert(has_bytes(events, len, "linear/abs_error"));
+        }
+    closedir(d);
+    ck_assert_msg(events != NULL, "no event file in %s", j.log_dir);
+    free(events);
+
+    /* A ps again, and a chief whose weight is (2, 1): not the checkpoint's. */
+    pid_t ps = start_example("ps", 0, "400", "ps2");
+    dtrain_cluster *c = NULL;
+    dtrain_config *cfg = NULL;
+    dtrain_model *m = NULL;
+    dtrain_session *s = NULL;
+    ck_assert_int_eq(dtrain_cluster_new(&c), 0);
+    ck_assert_int_eq(dtrain_config_new(&cfg), 0);
+    ck_assert_int_eq(dtrain_model_new(&m), 0);
+    ck_assert_int_eq(dtrain_session_new(&s), 0);
+    ck_assert_int_eq(dtrain_cluster_load(c, j.cluster), 0);
+    ck_assert_int_eq(dtrain_cluster_set_task(c, "worker", 0), 0);
+    char set[1200];
+    snprintf(set, sizeof set, "log_dir=%s", j.log_dir);
+    ck_assert_int_eq(dtrain_config_set(cfg, set), 0);
+    ck_assert_int_eq(dtrain_config_set(cfg, "max_steps=400"), 0);
+    static float wv[2], bv[1];
+    const int64_t ws[2] = {2, 1}, bs[1] = {1};
+    dtrain_var_params vw = {
+        .name = "linear/weight", .ndim = 2, .shape = ws, .values = wv, .init = DTRAIN_INIT_ZEROS};
+    dtrain_var_params vb = {
+        .name = "linear/bias", .ndim = 1, .shape = bs, .values = bv, .init = DTRAIN_INIT_ZEROS};
+    ck_assert_int_eq(dtrain_model_add(m, &vw), 0);
+    ck_assert_int_eq(dtrain_model_add(m, &vb), 0);
+    dtrain_session_params p = {.cluster = c, .config = cfg, .model = m};
+    int rc = dtrain_session_start(s, &p);
+    ck_assert_msg(rc == DTRAIN_EINVAL, "start: %d %s", rc, dtrain_errmsg(s));
+    ck_assert_msg(strstr(dtrain_errmsg(s), "linear/weight has another dtype or shape") != NULL,
+                  "message: %s", dtrain_errmsg(s));
+    ck_assert(dtrain_session_should_stop(s));
+    /* The model is in use until the session closes. */
+    ck_assert_int_eq(dtrain_model_add(m, &vb), DTRAIN_EPRECOND);
+    ck_assert_int_eq(dtrain_session_close(s), DTRAIN_EINVAL);
+    float g = 0;
+    const float *grads[2] = {&g, &g};
+    ck_assert_int_eq(dtrain_session_step(s, grads, 0, NULL), DTRAIN_EPRECOND);
+    dtrain_session_free(s);
+    dtrain_model_free(m);
+    dtrain_config_free(cfg);
+    dtrain_cluster_free(c);
+    /* The chief's failure is the job's: the ps says so and exits 1. */
+    ck_assert_int_eq(dt_test_wait(ps, JOB_TIMEOUT_MS), 1);
+}
+END_TEST
+
+/* A signal stops a library chief as it stops the binary's: it saves a
+ * checkpoint and exits 128 + N while the ps serves on; the job started
+ * again with a later max_steps restores that checkpoint and trains on. */
+START_TEST(library_chief_signal_and_restart) {
+    pid_t ps = start_example("ps", 0, "200000", "ps");
+    pid_t chief = start_example("worker", 0, "200000", "chief");
+    ck_assert_msg(dt_test_job_wait_log(&j, "chief", "worker 0: step 100 ", JOB_TIMEOUT_MS, chief),
+                  "%s", dt_test_job_report(&j));
+    ck_assert_int_eq(dt_test_kill(chief, SIGTERM), 0);
+    ck_assert_int_eq(dt_test_wait(chief, JOB_TIMEOUT_MS), 128 + SIGTERM);
+    int64_t saved = dt_test_ckpt_max(j.log_dir);
+    ck_assert_msg(saved >= 100, "checkpoint after the signal: %lld\n%s", (long long)saved,
+                  dt_test_job_report(&j));
+    ck_assert(dt_test_alive(ps));
+    /* Again, with an end in reach: the checkpoint, not a fresh model. */
+    char target[32];
+    snprintf(target, sizeof target, "%lld", (long long)saved + 300);
+    dt_test_kill(ps, SIGKILL);
+    dt_test_wait(ps, JOB_TIMEOUT_MS);
+    ps = start_example("ps", 0, target, "ps2");
+    chief = start_example("worker", 0, target, "chief2");
+    ck_assert_int_eq(dt_test_wait(chief, JOB_TIMEOUT_MS), 0);
+    ck_assert_msg(dt_test_job_log_has(&j, "chief2", "chief: restored"), "%s",
+                  dt_test_job_report(&j));
+    ck_assert_int_eq(dt_test_ckpt_max(j.log_dir), saved + 300);
+}
+END_TEST
+
+/* A ps killed mid-job and started again empty is restored by the library
+ * chief from its latest checkpoint, as the binary's chief does, and the
+ * job trains on past it: a checkpoint after the restore is at a later step. */
+START_TEST(library_ps_restarted) {
+    pid_t ps = start_example("ps", 0, "200000", "ps");
+    pid_t chief = start_example("worker", 0, "200000", "chief");
+    ck_assert_msg(dt_test_job_wait_log(&j, "chief", "chief: saved ", JOB_TIMEOUT_MS, chief), "%s",
+                  dt_test_job_report(&j));
+    ck_assert_int_eq(dt_test_kill(ps, SIGKILL), 0);
+    dt_test_wait(ps, JOB_TIMEOUT_MS);
+    int64_t before = dt_test_ckpt_max(j.log_dir);
+    ps = start_example("ps", 0, "200000", "ps2");
+    ck_assert_msg(
+        dt_test_job_wait_log(&j, "chief", "lost its model; restoring it", JOB_TIMEOUT_MS, chief),
+        "%s", dt_test_job_report(&j));
+    ck_assert_msg(dt_test_ckpt_wait_after(j.log_dir, before, chief, JOB_TIMEOUT_MS) > before, "%s",
+                  dt_test_job_report(&j));
+    ck_assert_int_eq(dt_test_kill(chief, SIGTERM), 0);
+    ck_assert_int_eq(dt_test_wait(chief, JOB_TIMEOUT_MS), 128 + SIGTERM);
+    ck_assert(dt_test_alive(ps));
+}
+END_TEST
+
+/* The Python module's tests (python/tests), with Debian's python3 and the
+ * library of this build (DTRAIN_LIBRARY). */
+START_TEST(python_module) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    /* A sanitized library cannot load into an interpreter that was not
+     * started with its runtime; the plain build runs these. */
+    fprintf(stderr, "api: python_module: not run in a sanitized build\n");
+    return;
+#endif
+    const char *py = "/usr/bin/python3";
+    if (access(py, X_OK) != 0) {
+        fprintf(stderr, "api: %s missing; the module's tests are not run\n", py);
+        ck_assert_msg(0, "%s missing", py);
+    }
+    char lib[1100], bin_dir[1100];
+    example_path(lib, sizeof lib);
+    char *slash = strrchr(lib, '/');
+    *slash = '\0';
+    snprintf(bin_dir, sizeof bin_dir, "%s", lib);
+    snprintf(slash, sizeof lib - (size_t)(slash - lib), "/libdtrain.so.0");
+    setenv("DTRAIN_LIBRARY", lib, 1);
+    setenv("DTRAIN_BUILD", bin_dir, 1);
+    setenv("DTRAIN_TEST_TMP", j.dir, 1);
+    char log[1200];
+    dt_test_job_log_path(&j, "python", log, sizeof log);
+    setenv("PYTHONPATH", "python", 1);
+    char *argv[] = {(char *)py, "-m", "unittest", "discover", "-v", "-s", "python/tests", NULL};
+    pid_t pid = dt_test_spawn(argv, log);
+    ck_assert_int_gt(pid, 0);
+    int status = dt_test_wait(pid, JOB_TIMEOUT_MS * 2);
+    char *tail = dt_test_tail(log, 4000);
+    ck_assert_msg(status == 0, "python unittest exited %d:\n%s", status, tail);
+    free(tail);
+}
+END_TEST
+
+/* The sanitizer a program linking this build's library needs too. */
+#if defined(__SANITIZE_ADDRESS__)
+#define PROGRAM_SANITIZE "-fsanitize=address,undefined"
+#elif defined(__SANITIZE_THREAD__)
+#define PROGRAM_SANITIZE "-fsanitize=thread"
+#else
+#define PROGRAM_SANITIZE ""
+#endif
+
+/* make install's tree is enough to build a program: the header, the
+ * library and dtrain.pc, nothing of the source tree but the example. */
+START_TEST(installed_program_builds) {
+    char build[1100], script[4000], log[1200];
+    example_path(build, sizeof build);
+    *strrchr(build, '/') = '\0';
+    snprintf(script, sizeof script,
+             "set -e; sh scripts/install.sh --build '%s' --prefix '%s/prefix' >/dev/null; "
+             "cp examples/linear.c '%s/prog.c'; cd '%s'; "
+             "PKG_CONFIG_PATH='%s/prefix/lib/pkgconfig'; export PKG_CONFIG_PATH; "
+             "cc -std=c11 -D_POSIX_C_SOURCE=200809L " PROGRAM_SANITIZE
+             " prog.c $(pkg-config --cflags --libs dtrain) "
+             "-lm -o prog; ./prog --cluster /nonexistent/c.json",
+             build, j.dir, j.dir, j.dir, j.dir);
+    dt_test_job_log_path(&j, "install", log, sizeof log);
+    char *argv[] = {"/bin/sh", "-c", script, NULL};
+    pid_t pid = dt_test_spawn(argv, log);
+    ck_assert_int_gt(pid, 0);
+    int status = dt_test_wait(pid, JOB_TIMEOUT_MS);
+    char *tail = dt_test_tail(log, 4000);
+    /* Built and run: the program's own usage error (2), the library's message. */
+    ck_assert_msg(status == 2 && strstr(tail, "linear: /nonexistent/c.json") != NULL,
+                  "exit %d:\n%s", status, tail);
+    free(tail);
+}
+END_TEST
+
+Suite *api_suite(void) {
+    Suite *s = suite_create("api");
+    TCase *unit = tcase_create("unit");
+    tcase_add_test(unit, version_and_codes);
+    tcase_add_test(unit, cluster_errors);
+    tcase_add_test(unit, config_errors);
+    tcase_add_test(unit, model_errors);
+    tcase_add_test(unit, initializers);
+    tcase_add_test(unit, session_errors);
+    suite_add_tcase(s, unit);
+    TCase *jobs = dt_test_job_tcase(s, "jobs", TEST_TIMEOUT_S, job_setup, job_teardown);
+    tcase_add_test(jobs, parse_args_takes_role_flags);
+    tcase_add_test(jobs, library_job);
+    tcase_add_test(jobs, library_chief_signal_and_restart);
+    tcase_add_test(jobs, library_ps_restarted);
+    tcase_add_test(jobs, python_module);
+    tcase_add_test(jobs, installed_program_builds);
+    return s;
+}
