@@ -74,12 +74,21 @@ $(BUILD)/gen/%.pb.c $(BUILD)/gen/%.pb.h: proto/%.proto $(wildcard proto/*.option
 	@echo "  GEN   $@"
 	$(Q)nanopb_generator.py -q -I proto -D $(BUILD)/gen $<
 
-$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(GEN_H)
+# Objects are rebuilt when the flags that shape them change (a tree built
+# before -fPIC, another OPT or sanitizer): the stamp holds them, rewritten
+# only when they differ, so an unchanged tree is not rebuilt.
+FLAGS_ID := $(CC) $(OPT) $(SANITIZE) $(WARN) -fPIC
+$(BUILD)/flags.stamp: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(FLAGS_ID)' | cmp -s - $@ 2>/dev/null || echo '$(FLAGS_ID)' >$@
+FORCE:
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(GEN_H) $(BUILD)/flags.stamp
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	$(Q)$(CC) $(CFLAGS) -Wno-missing-prototypes -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c $(GEN_H)
+$(BUILD)/obj/%.o: %.c $(GEN_H) $(BUILD)/flags.stamp
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
