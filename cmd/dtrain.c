@@ -166,6 +166,9 @@ static const char usage[] =
     "                       Flags win over the environment. Without TLS and tokens\n"
     "                       anyone who can reach a ps port controls the job.\n"
     "  --log-level LEVEL    debug, info (default), warn or error\n"
+    "  --log-format FORMAT  text (default) or json: one JSON object a line (time,\n"
+    "                       level, role, task, job_id, pid, msg and the event's\n"
+    "                       fields), for log collectors\n"
     "  --help               this text\n"
     "  --version            print the version\n"
     "\n"
@@ -219,6 +222,7 @@ typedef struct {
     const char *max_message_mb;
     const char *listen; /* ps: where to listen (default: every interface) */
     const char *log_level;
+    const char *log_format; /* text or json */
     const char *checkpoint; /* eval, predict */
     const char *data;
     const char *labels;
@@ -310,6 +314,8 @@ static int parse_args(int argc, char **argv, options *o) {
             o->log_dir = v;
         else if (take_value(argc, argv, &i, "--log-level", &v, &missing))
             o->log_level = v;
+        else if (take_value(argc, argv, &i, "--log-format", &v, &missing))
+            o->log_format = v;
         else if (take_value(argc, argv, &i, "--max-message-mb", &v, &missing))
             o->max_message_mb = v;
         else if (take_value(argc, argv, &i, "--listen", &v, &missing))
@@ -361,6 +367,8 @@ static int parse_tool_args(int argc, char **argv, int is_predict, options *o) {
             o->no_header = strcmp(a, "--no-header") == 0;
         else if (take_value(argc, argv, &i, "--log-level", &v, &missing))
             o->log_level = v;
+        else if (take_value(argc, argv, &i, "--log-format", &v, &missing))
+            o->log_format = v;
         else if (take_value(argc, argv, &i, "--set", &v, &missing)) {
             if (!missing) {
                 if (o->num_sets == MAX_SETS)
@@ -479,11 +487,16 @@ static int parse_level(const char *text) {
     return -1;
 }
 
-/* --log-level, else fallback. Returns -1 to go on, or an exit status. */
+/* --log-level, else fallback; --log-format. Returns -1 to go on, or an
+ * exit status. */
 static int set_log_level(const options *o, dt_log_level fallback) {
     int level = o->log_level ? parse_level(o->log_level) : (int)fallback;
     if (level < 0) return usage_error("--log-level: unknown level \"%s\"", o->log_level);
     dt_log_set_level((dt_log_level)level);
+    dt_log_format format = DT_LOG_TEXT;
+    if (o->log_format && dt_log_parse_format(o->log_format, &format) < 0)
+        return usage_error("--log-format: unknown format \"%s\" (text or json)", o->log_format);
+    dt_log_set_format(format);
     return -1;
 }
 
@@ -915,6 +928,7 @@ static int run_role(const options *o, const dt_cluster *cluster, const dt_role *
                     const dt_job *job, const dt_rpc_security *security, long long max_message_bytes,
                     dt_err *err) {
     int task = role->index;
+    dt_log_set_task(task);
     if (role->type == DT_TASK_PS) {
         dt_log_set_role('P');
         dt_ps_params pp = {.cluster = cluster,

@@ -256,7 +256,9 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     dt_safetensors_rows_free(rows);
     if (rc < 0) return dt_err_wrap(err, rc, "chief: checkpoint");
     c->last_saved_step = global_step;
-    dt_log(DT_LOG_INFO, "chief: saved %s (global_step %lld)", path, (long long)global_step);
+    const dt_log_field f[] = {DT_LOG_INT("global_step", global_step), DT_LOG_STR("path", path)};
+    dt_log_kv(DT_LOG_INFO, f, 2, "chief: saved %s (global_step %lld)", path,
+              (long long)global_step);
     return 0;
 }
 

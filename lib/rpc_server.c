@@ -489,9 +489,13 @@ static void note_refusal(dt_rpc_server *s, grpc_status_code status, const char *
         return;
     }
     long long unlogged = atomic_exchange(&s->refusals_unlogged, 0);
-    dt_log(DT_LOG_WARN,
-           "rpc server %s: refused a call: %s: %s (%lld refused in all, %lld not logged)", s->addr,
-           dt_rpc_status_name(status), msg, (long long)atomic_load(&s->refused), unlogged);
+    const long long refused = atomic_load(&s->refused);
+    const dt_log_field f[] = {DT_LOG_STR("code", dt_rpc_status_name(status)),
+                              DT_LOG_STR("reason", msg), DT_LOG_INT("refused_total", refused),
+                              DT_LOG_INT("not_logged", unlogged)};
+    dt_log_kv(DT_LOG_WARN, f, 4,
+              "rpc server %s: refused a call: %s: %s (%lld refused in all, %lld not logged)",
+              s->addr, dt_rpc_status_name(status), msg, refused, unlogged);
 }
 
 int dt_rpc_server_waiting(dt_rpc_server *s, long long *inflight) {

@@ -465,9 +465,13 @@ static void log_progress(dt_worker *w, const dt_step_result *r, double t_last, i
     char vals[256], progress[64];
     scalar_summary(&w->vars, vals, sizeof vals);
     progress_text(w, r, secs, global_last, progress, sizeof progress);
-    dt_log(DT_LOG_INFO, "%s: step %lld global_step %lld loss %.6f %.1f steps/s%s%s", w->name,
-           (long long)r->local_step, (long long)r->global_step, r->loss,
-           (double)(r->local_step - step_last) / secs, progress, vals);
+    const double rate = (double)(r->local_step - step_last) / secs;
+    const dt_log_field f[] = {DT_LOG_INT("step", r->local_step),
+                              DT_LOG_INT("global_step", r->global_step),
+                              DT_LOG_NUM("loss", r->loss), DT_LOG_NUM("steps_per_sec", rate)};
+    dt_log_kv(DT_LOG_INFO, f, 4, "%s: step %lld global_step %lld loss %.6f %.1f steps/s%s%s",
+              w->name, (long long)r->local_step, (long long)r->global_step, r->loss, rate, progress,
+              vals);
 }
 
 void dt_worker_set_max_steps(dt_worker *w, int64_t max_steps) {

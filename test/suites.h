@@ -36,6 +36,7 @@
     X(consistency)                                                                                 \
     X(predict)                                                                                     \
     X(evaluator)                                                                                   \
+    X(log)                                                                                         \
     X(cli)                                                                                         \
     X(e2e)                                                                                         \
     X(models_e2e)                                                                                  \
