@@ -40,6 +40,7 @@
 #include "memstat.h"
 #include "model.h"
 #include "sparse_model.h"
+#include "train_metrics.h"
 
 /* One batch's sparse state (U distinct ids, D floats a row). */
 typedef struct {
@@ -101,6 +102,8 @@ typedef struct {
 static void sleep_us(long us) {
     struct timespec ts = {us / 1000000L, (us % 1000000L) * 1000L};
     nanosleep(&ts, NULL);
+    dt_train_metrics_phase(DT_PHASE_WAIT,
+                           (double)us * 1e-6); /* every wait of the loop's sleeps here */
 }
 
 /* What every wait returns once *stop is set. */
@@ -274,6 +277,7 @@ int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err 
             return rc;
         }
         if (!retryable(rc)) return dt_err_set(err, rc, "%s", attempt.msg);
+        dt_train_metrics_retry(rc);
         if (rc == DT_EPRECOND && hooks && hooks->on_not_ready) {
             int hrc = hooks->on_not_ready(hooks->ctx, err);
             if (hrc < 0) return hrc;
@@ -617,8 +621,10 @@ static rows_pull rows_request(const dt_worker *w, dt_ps_client *client, sparse_b
 static int sparse_loss_grad(dt_worker *w, const dt_tensors *vars, const dt_sparse_batch *b,
                             sparse_buf *buf, dt_tensors *grads, double *loss, dt_ps_sparse *out,
                             dt_err *err) {
+    double t0 = dt_now_secs();
     int rc = dt_sparse_model_loss_grad(w->smodel, vars, b, &buf->ix, buf->rows, grads,
                                        buf->row_grads, loss, err);
+    dt_train_metrics_phase(DT_PHASE_COMPUTE, dt_now_secs() - t0);
     if (rc < 0) return rc;
     *out = (dt_ps_sparse){w->table.name, w->table.dim, buf->ix.n, buf->ix.ids, buf->row_grads};
     w->rows_moved += buf->ix.n;
@@ -802,8 +808,10 @@ static int resume(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *
 static int compute(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, double *loss,
                    dt_err *err) {
     dt_batch batch;
+    double t0 = dt_now_secs();
     int rc = dt_data_next(w->data, w->params.job->batch_size, &batch, err);
     if (rc == 0) rc = dt_model_loss_grad(w->model, vars, &batch, grads, loss, err);
+    dt_train_metrics_phase(DT_PHASE_COMPUTE, dt_now_secs() - t0);
     return rc;
 }
 
@@ -818,6 +826,7 @@ static void swap_tensors(dt_tensors *a, dt_tensors *b) {
 static int after_step(dt_worker *w, dt_step_result *r, double *t_last, int64_t *step_last,
                       int64_t *global_last, const dt_worker_hooks *hooks, dt_err *err) {
     const dt_job *job = w->params.job;
+    dt_train_metrics_step(r->global_step, r->loss, job->batch_size);
     if (r->local_step % job->log_steps == 0 || r->done) {
         log_progress(w, r, *t_last, *step_last, *global_last);
         *t_last = dt_now_secs();
@@ -1049,11 +1058,8 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
                                   hooks, stop, err)) < 0)
                 return rc;
             if (rc == 1) break; /* done */
-        } else {
-            dt_batch batch;
-            if ((rc = dt_data_next(w->data, job->batch_size, &batch, err)) < 0) return rc;
-            if ((rc = dt_model_loss_grad(w->model, &w->vars, &batch, &w->grads, &r.loss, err)) < 0)
-                return rc;
+        } else if ((rc = compute(w, &w->vars, &w->grads, &r.loss, err)) < 0) {
+            return rc;
         }
 
         /* sync: the next pull must see the step this gradient was for. */

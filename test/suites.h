@@ -37,6 +37,7 @@
     X(predict)                                                                                     \
     X(evaluator)                                                                                   \
     X(log)                                                                                         \
+    X(metrics)                                                                                     \
     X(cli)                                                                                         \
     X(e2e)                                                                                         \
     X(models_e2e)                                                                                  \
