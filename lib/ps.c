@@ -137,11 +137,11 @@ struct dt_ps {
     _Atomic int64_t pushes_rejected;
     _Atomic int64_t pushes_dropped;
     _Atomic int64_t pushes_nonfinite;
-    _Atomic int64_t pulls_served;     /* Pull calls answered, with or without variables */
-    _Atomic int64_t checkpoint_pulls; /* of them, with the slots: a chief's save reading */
-    _Atomic int64_t pushes_retried;   /* retries of a push already taken: answered, not applied */
-    _Atomic int64_t calls_refused;    /* by the handlers (DT_EPERM); the server counts its own */
-    int skip_nonfinite;               /* skip and count non-finite gradients instead of refusing */
+    _Atomic int64_t pulls_served;   /* Pull calls answered, with or without variables */
+    _Atomic int64_t ckpt_pulls;     /* of them, with the slots: a chief's save reading */
+    _Atomic int64_t pushes_retried; /* retries of a push already taken: answered, not applied */
+    _Atomic int64_t calls_refused;  /* by the handlers (DT_EPERM); the server counts its own */
+    int skip_nonfinite;             /* skip and count non-finite gradients instead of refusing */
     /* Large gradients checked and applied by ranges (see dt_ps_params). */
     dt_pool *pool; /* NULL: every push on its poller alone */
     int64_t parallel_min_elems;
@@ -1021,7 +1021,7 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
         pthread_mutex_unlock(&ps->sync_mu);
     }
     if (req.include_slots) {
-        atomic_fetch_add(&ps->checkpoint_pulls, 1);
+        atomic_fetch_add(&ps->ckpt_pulls, 1);
         resp.slots_out.items = ps->slots.items;
         resp.slots_out.count = ps->slots.count;
         resp.slots_out.lock = lock_slot;
@@ -2453,7 +2453,7 @@ int dt_ps_call(dt_ps *ps, const char *method, const dt_rpc_peer *peer, const dt_
 
 void dt_ps_counters_of(dt_ps *ps, dt_ps_counters *out) {
     out->pulls = atomic_load(&ps->pulls_served);
-    out->checkpoint_pulls = atomic_load(&ps->checkpoint_pulls);
+    out->checkpoint_pulls = atomic_load(&ps->ckpt_pulls);
     out->pushes_retried = atomic_load(&ps->pushes_retried);
     pthread_rwlock_rdlock(&ps->model_lock);
     out->slot_bytes = ps->built ? ps->num_bytes * dt_optim_num_slots(&ps->optim) : 0;
