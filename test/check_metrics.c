@@ -15,6 +15,7 @@
  * deadline; the teardown stops every process started.
  */
 #include <arpa/inet.h>
+#include <cJSON.h>
 #include <check.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -319,10 +320,148 @@ START_TEST(every_role) {
 }
 END_TEST
 
+/* ---- a real scrape ------------------------------------------------------ */
+
+/* query, URL-encoded (RFC 3986 unreserved kept), into buf. */
+static void url_encode(const char *query, char *buf, size_t cap) {
+    size_t n = 0;
+    for (const unsigned char *q = (const unsigned char *)query; *q && n + 4 < cap; q++)
+        if ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+            strchr("-_.~", *q))
+            buf[n++] = (char)*q;
+        else
+            n += (size_t)snprintf(buf + n, cap - n, "%%%02X", *q);
+    buf[n] = '\0';
+}
+
+/* The value of an instant query's first sample (NAN when it has none). */
+static double prom_query(int port, const char *query) {
+    char enc[1024], path[1200];
+    url_encode(query, enc, sizeof enc);
+    snprintf(path, sizeof path, "/api/v1/query?query=%s", enc);
+    int status = 0;
+    char *body = http_get(port, path, &status);
+    double v = NAN;
+    cJSON *root = body && status == 200 ? cJSON_Parse(body) : NULL;
+    const cJSON *result = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "data"), "result");
+    const cJSON *value = cJSON_GetObjectItem(cJSON_GetArrayItem(result, 0), "value");
+    const cJSON *text = cJSON_GetArrayItem(value, 1);
+    if (cJSON_IsString(text)) v = strtod(text->valuestring, NULL);
+    cJSON_Delete(root);
+    free(body);
+    return v;
+}
+
+/* The bounds around the q-quantile of the Push latency in the ps's page:
+ * the bucket where the cumulative count reaches q of the total. */
+static void push_quantile_bucket(const char *page, double q, double *lower, double *upper) {
+    const char *key = "dtrain_rpc_server_call_duration_seconds_bucket{role=\"ps\",task=\"0\","
+                      "method=\"Push\",le=\"";
+    double bounds[64], counts[64];
+    int n = 0;
+    for (const char *at = page; (at = strstr(at, key)) != NULL && n < 64; at++) {
+        const char *le = at + strlen(key);
+        bounds[n] = strncmp(le, "+Inf", 4) == 0 ? INFINITY : strtod(le, NULL);
+        counts[n++] = strtod(strstr(le, "} ") + 2, NULL);
+    }
+    ck_assert_int_gt(n, 1);
+    double total = counts[n - 1];
+    ck_assert(total > 0);
+    int k = 0;
+    while (k < n - 1 && counts[k] < q * total)
+        k++;
+    *lower = k ? bounds[k - 1] : 0;
+    *upper = bounds[k];
+}
+
+START_TEST(prometheus_scrape) {
+    if (access(PROMETHEUS, X_OK) != 0) {
+        fprintf(stderr,
+                "metrics: prometheus_scrape SKIPPED: no %s (Debian's prometheus "
+                "package; scripts/install_deps.sh installs it)\n",
+                PROMETHEUS);
+        return;
+    }
+    dt_test_job_cluster(&job, 1, 2);
+    static const char *const sets[] = {"max_steps=1500", "log_steps=100"};
+    dt_test_job_set(&job, sets, 2);
+    job.args[job.num_args++] = "--metrics-port";
+    job.args[job.num_args++] = "0";
+    /* The ps keeps serving once the job is done: its values then stand
+     * still, so Prometheus's and Status's are the same numbers. */
+    pid_t ps = dt_test_job_start_serving(&job, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&job, "worker", 0, "chief");
+    pid_t worker = dt_test_job_start(&job, "worker", 1, "worker1");
+    int ports[3] = {metrics_port_of("ps0", ps), metrics_port_of("chief", chief),
+                    metrics_port_of("worker1", worker)};
+    char config[1200], tsdb[1200], text[2048], listen[64];
+    int prom_port = dt_test_free_port();
+    ck_assert_int_gt(prom_port, 0);
+    snprintf(config, sizeof config, "%s/prometheus.yml", job.dir);
+    snprintf(tsdb, sizeof tsdb, "--storage.tsdb.path=%s/tsdb", job.dir);
+    snprintf(text, sizeof text,
+             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+             "scrape_configs:\n  - job_name: dtrain\n    static_configs:\n"
+             "      - targets: ['127.0.0.1:%d', '127.0.0.1:%d', '127.0.0.1:%d']\n",
+             ports[0], ports[1], ports[2]);
+    ck_assert_int_eq(dt_test_write_file(config, text), 0);
+    char config_flag[1300], log[1200];
+    snprintf(config_flag, sizeof config_flag, "--config.file=%s", config);
+    snprintf(listen, sizeof listen, "--web.listen-address=127.0.0.1:%d", prom_port);
+    snprintf(log, sizeof log, "%s/prometheus.log", job.dir);
+    char *argv[] = {PROMETHEUS, config_flag, tsdb, listen, NULL};
+    pid_t prom = dt_test_spawn(argv, log);
+    ck_assert(prom > 0);
+    dt_test_job_expect_exit(&job, chief, "chief", WAIT_MS, 0);
+    dt_test_job_expect_exit(&job, worker, "worker 1", WAIT_MS, 0);
+
+    /* Two scrapes of the ps, the last one after the job's end (bounded). */
+    double scrapes = NAN, done = NAN;
+    long long deadline = dt_test_now_ms() + WAIT_MS;
+    while (dt_test_now_ms() < deadline && dt_test_alive(prom)) {
+        scrapes = prom_query(prom_port, "count_over_time(dtrain_ps_done{role=\"ps\"}[5m])");
+        done = prom_query(prom_port, "dtrain_ps_done{role=\"ps\"}");
+        if (scrapes >= 2 && done == 1) break;
+        dt_test_sleep_ms(200);
+    }
+    ck_assert_msg(scrapes >= 2 && done == 1,
+                  "prometheus: %g scrapes of the ps, done %g (its log: %s)", scrapes, done, log);
+    dt_test_probe probe;
+    dt_test_probe_open(&probe, job.cluster, 5000);
+    dt_msg_status_resp *st = calloc(1, sizeof *st);
+    ck_assert_ptr_nonnull(st);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_ps_client_status(probe.client, 0, st, &err) == 0, "status: %s", err.msg);
+    ck_assert(st->done);
+    double step = prom_query(prom_port, "dtrain_ps_global_step");
+    double applied = prom_query(prom_port, "dtrain_ps_pushes_total{outcome=\"applied\"}");
+    ck_assert_msg(step == (double)st->global_step, "prometheus: global step %g, Status %lld", step,
+                  (long long)st->global_step);
+    ck_assert_msg(applied == (double)st->pushes_applied, "prometheus: %g applied, Status %lld",
+                  applied, (long long)st->pushes_applied);
+    double p99 =
+        prom_query(prom_port, "histogram_quantile(0.99, "
+                              "dtrain_rpc_server_call_duration_seconds_bucket{method=\"Push\"})");
+    int status = 0;
+    char *page = http_get(ports[0], "/metrics", &status);
+    ck_assert_ptr_nonnull(page);
+    double lower = 0, upper = 0;
+    push_quantile_bucket(page, 0.99, &lower, &upper);
+    ck_assert_msg(p99 > 0 && p99 >= lower && p99 <= upper,
+                  "prometheus: push p99 %g s, the ps's buckets put it in (%g, %g]", p99, lower,
+                  upper);
+    free(page);
+    free(st);
+    dt_test_probe_close(&probe);
+}
+END_TEST
+
 Suite *metrics_suite(void) {
     Suite *s = suite_create("metrics");
     TCase *tc = dt_test_job_tcase(s, "metrics", 240, setup, teardown);
     tcase_add_test(tc, exposition);
     tcase_add_test(tc, every_role);
+    tcase_add_test(tc, prometheus_scrape);
     return s;
 }
