@@ -220,6 +220,44 @@ static void expect_families(const char *page, const char *who, const char *const
     }
 }
 
+/* Every metric deploy/grafana/dtrain.json queries ("dtrain_..." or
+ * "process_...", less a histogram's _bucket, _sum or _count) is a family
+ * of one of the pages. */
+static void dashboard_metrics_served(const char *pages) {
+    size_t len = 0;
+    char *dash = dt_test_read_file("deploy/grafana/dtrain.json", &len);
+    ck_assert_msg(dash,
+                  "cannot read deploy/grafana/dtrain.json (the suite runs from the checkout)");
+    int checked = 0;
+    for (const char *e = dash; (e = strstr(e, "\"expr\": \"")) != NULL; e++) {
+        const char *end = strchr(e + 9, '\n');
+        for (const char *p = e + 9; end && p < end; p++) {
+            if (strncmp(p, "dtrain_", 7) != 0 && strncmp(p, "process_", 8) != 0) continue;
+            if ((p[-1] >= 'a' && p[-1] <= 'z') || p[-1] == '_') continue;
+            char name[128];
+            size_t n = 0;
+            while (n < sizeof name - 1 && ((p[n] >= 'a' && p[n] <= 'z') || p[n] == '_')) {
+                name[n] = p[n];
+                n++;
+            }
+            name[n] = '\0';
+            p += n;
+            static const char *const suffixes[] = {"_bucket", "_sum", "_count"};
+            for (int k = 0; k < 3; k++) {
+                size_t sl = strlen(suffixes[k]);
+                if (n > sl && strcmp(name + n - sl, suffixes[k]) == 0) name[n - sl] = '\0';
+            }
+            char type[160];
+            snprintf(type, sizeof type, "# TYPE %s ", name);
+            ck_assert_msg(strstr(pages, type), "the dashboard queries %s, which no role serves",
+                          name);
+            checked++;
+        }
+    }
+    ck_assert_int_gt(checked, 10);
+    free(dash);
+}
+
 /* A logistic job on a small csv, with an evaluator: long enough to run
  * past the checks (the teardown stops it). */
 static void csv_job(char *config, size_t cap) {
@@ -258,6 +296,9 @@ START_TEST(every_role) {
     ck_assert_msg(dt_test_wait_log(path, "chief: saved", WAIT_MS, chief) == 1, "%s",
                   dt_test_job_report(&job));
 
+    size_t all_cap = 1 << 20; /* the pages together, for the dashboard's check */
+    char *all = calloc(1, all_cap);
+    ck_assert_ptr_nonnull(all);
     char *page = scrape("ps0", ps);
     static const char *const ps_names[] = {"dtrain_ps_global_step",
                                            "dtrain_ps_pushes_total",
@@ -278,6 +319,7 @@ START_TEST(every_role) {
     expect_families(page, "ps", ps_names, (int)(sizeof ps_names / sizeof ps_names[0]));
     ck_assert_msg(strstr(page, "dtrain_ps_global_step{role=\"ps\",task=\"0\"} "), "%s", page);
     ck_assert(strstr(page, "method=\"Push\",code=\"OK\"}"));
+    strncat(all, page, all_cap / 4 - 1);
     free(page);
 
     static const char *const worker_names[] = {"dtrain_worker_steps_total",
@@ -292,6 +334,7 @@ START_TEST(every_role) {
     expect_families(page, "worker 1", worker_names, 8);
     ck_assert(strstr(page, "dtrain_worker_steps_total{role=\"worker\",task=\"1\"} "));
     ck_assert(!strstr(page, "dtrain_chief_"));
+    strncat(all, page, all_cap / 4 - 1);
     free(page);
 
     page = scrape("chief", chief);
@@ -302,6 +345,7 @@ START_TEST(every_role) {
     expect_families(page, "chief", worker_names, 8);
     expect_families(page, "chief", chief_names, 5);
     ck_assert(!strstr(page, "dtrain_chief_last_checkpoint_step{role=\"chief\",task=\"0\"} 0\n"));
+    strncat(all, page, all_cap / 4 - 1);
     free(page);
 
     page = scrape("evaluator", eval);
@@ -311,7 +355,11 @@ START_TEST(every_role) {
     expect_families(page, "evaluator", eval_names, 4);
     ck_assert(
         !strstr(page, "dtrain_evaluator_last_scored_step{role=\"evaluator\",task=\"0\"} 0\n"));
+    strncat(all, page, all_cap / 4 - 1);
     free(page);
+
+    dashboard_metrics_served(all);
+    free(all);
 
     /* Anything but /metrics: 404. */
     int status = 0;
