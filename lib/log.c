@@ -184,6 +184,8 @@ static size_t format_text(char *line, size_t cap, dt_log_level level, const char
 }
 
 static void write_line(dt_log_level level, const dt_log_field *fields, int n, const char *fmt,
+                       va_list ap) __attribute__((format(printf, 4, 0)));
+static void write_line(dt_log_level level, const dt_log_field *fields, int n, const char *fmt,
                        va_list ap) {
     char msg[MSG_MAX];
     int m = vsnprintf(msg, sizeof msg, fmt, ap);

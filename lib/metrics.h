@@ -31,7 +31,7 @@
 #include "err.h"
 
 #define DT_METRICS_MAX_BOUNDS 24
-#define DT_METRICS_MAX_COLLECTORS 16
+#define DT_METRICS_MAX_COLLECTORS 64
 /* Most bytes of one sample's own labels (escaped), past the process's. */
 #define DT_METRICS_LABELS_MAX 512
 

@@ -21,6 +21,11 @@ static const char *const methods[] = {"Pull",         "Push",         "SparsePul
 static const char *const phases[DT_NUM_PHASES] = {"compute", "round_trip", "wait"};
 static const char *const causes[3] = {"unavailable", "deadline", "not_ready"};
 
+/* A histogram of call or step latencies, its bounds set at compile time
+ * (no thread ever writes them). */
+#define LATENCY_HISTOGRAM                                                                          \
+    { .bounds = dt_metrics_latency_bounds, .num_bounds = DT_METRICS_LATENCY_BOUNDS }
+
 static struct {
     dt_counter steps, examples;
     dt_gauge global_step, loss;
@@ -33,22 +38,14 @@ static struct {
     dt_histogram save_secs;
     int evaluator, chief;
     double last_step_at; /* the loop's thread only */
-} m;
-
-static void init_histograms(void) {
-    dt_histogram *hs[] = {&m.step_secs, &m.save_secs};
-    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
-        hs[i]->bounds = dt_metrics_latency_bounds;
-        hs[i]->num_bounds = DT_METRICS_LATENCY_BOUNDS;
-    }
-    for (int i = 0; i < NUM_METHODS; i++) {
-        m.call_secs[i].bounds = dt_metrics_latency_bounds;
-        m.call_secs[i].num_bounds = DT_METRICS_LATENCY_BOUNDS;
-    }
-}
+} m = {.step_secs = LATENCY_HISTOGRAM,
+       .save_secs = LATENCY_HISTOGRAM,
+       .call_secs = {LATENCY_HISTOGRAM, LATENCY_HISTOGRAM, LATENCY_HISTOGRAM, LATENCY_HISTOGRAM,
+                     LATENCY_HISTOGRAM, LATENCY_HISTOGRAM, LATENCY_HISTOGRAM, LATENCY_HISTOGRAM,
+                     LATENCY_HISTOGRAM}};
+_Static_assert(NUM_METHODS == 9, "one LATENCY_HISTOGRAM per method above");
 
 void dt_train_metrics_step(int64_t global_step, double loss, int examples) {
-    if (!m.step_secs.bounds) init_histograms();
     double now = dt_now_secs();
     if (m.last_step_at > 0) dt_histogram_observe(&m.step_secs, now - m.last_step_at);
     m.last_step_at = now;
@@ -69,9 +66,6 @@ void dt_train_metrics_call(const char *method, double secs) {
     int i = 0;
     while (i < NUM_METHODS - 1 && strcmp(methods[i], tail) != 0)
         i++;
-    /* Histograms get their bounds before a render can read them: set
-     * once, the same values, by whichever thread comes first. */
-    if (!m.call_secs[i].bounds) init_histograms();
     dt_histogram_observe(&m.call_secs[i], secs);
     dt_train_metrics_phase(DT_PHASE_ROUND_TRIP, secs);
 }
@@ -81,7 +75,6 @@ void dt_train_metrics_retry(int code) {
 }
 
 void dt_train_metrics_saved(int64_t step, double secs) {
-    if (!m.save_secs.bounds) init_histograms();
     struct timeval tv;
     gettimeofday(&tv, NULL);
     dt_counter_add(&m.saves, 1);
@@ -184,7 +177,6 @@ static void collect(void *ctx, dt_metrics_out *o) {
                       "Round trip of one round of calls to the ps tasks, by method, in seconds.");
     for (int i = 0; i < NUM_METHODS; i++) {
         char labels[64] = "";
-        if (!m.call_secs[i].bounds) continue;
         dt_metrics_histogram(o, "dtrain_worker_call_duration_seconds",
                              dt_metrics_label(labels, sizeof labels, "method", methods[i]),
                              &m.call_secs[i]);
@@ -198,7 +190,6 @@ static void collect(void *ctx, dt_metrics_out *o) {
 }
 
 int dt_train_metrics_register(int evaluator, int chief, dt_err *err) {
-    init_histograms();
     dt_gauge_set(&m.eval_loss, NAN);
     dt_gauge_set(&m.eval_accuracy, NAN);
     m.evaluator = evaluator;
