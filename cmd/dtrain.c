@@ -175,7 +175,8 @@ static const char usage[] =
     "  --metrics-port [HOST:]N  serve Prometheus metrics at http://HOST:N/metrics\n"
     "                       (off by default; N 0: a free port, logged). HOST: the\n"
     "                       interface of the role's RPC address (a ps: --listen's,\n"
-    "                       else every interface; a worker: its cluster host).\n"
+    "                       else every interface; a worker: its cluster host, or\n"
+    "                       every interface when that is not local).\n"
     "                       Plain HTTP, also when the job uses TLS\n"
     "  --help               this text\n"
     "  --version            print the version\n"
@@ -944,7 +945,8 @@ static int check_role_flags(const options *o, const dt_role *role) {
 
 /* The /metrics server of --metrics-port ("N", or "HOST:N" for another
  * interface), on the interface of rpc_addr ("host:port"; NULL: every
- * interface). DT_ECONFIG when it cannot listen there. */
+ * interface; one that does not resolve or bind here: every interface,
+ * logged). DT_ECONFIG when it cannot listen. */
 static int start_metrics(const options *o, const char *rpc_addr, dt_metrics_http **http,
                          dt_err *err) {
     char host[DT_HOST_MAX] = "";
@@ -960,7 +962,16 @@ static int start_metrics(const options *o, const char *rpc_addr, dt_metrics_http
         host[n - 2] = '\0';
     }
     if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0) host[0] = '\0';
-    int rc = dt_metrics_http_start(host, atoi(colon ? colon + 1 : o->metrics_port), http, err);
+    const int port = atoi(colon ? colon + 1 : o->metrics_port);
+    int rc = dt_metrics_http_start(host, port, http, err);
+    if (rc < 0 && !colon && host[0]) {
+        /* A task's cluster host is often a service name that resolves
+         * only once the task is up, or an address of a proxy (Kubernetes):
+         * then every interface, as a ps listens by default. */
+        dt_log(DT_LOG_WARN, "%s; serving /metrics on every interface instead", err->msg);
+        dt_err_clear(err);
+        rc = dt_metrics_http_start(NULL, port, http, err);
+    }
     return rc < 0 ? dt_err_wrap(err, DT_ECONFIG, "--metrics-port %s", o->metrics_port) : 0;
 }
 
