@@ -6,14 +6,14 @@
 
 CC      ?= cc
 BUILD   ?= build
-PKGS    := grpc gpr libcjson openblas zlib
+PKGS    := grpc gpr libcjson openblas zlib libmicrohttpd
 TESTPKGS := check
 
 # `make` only builds: a missing dependency stops it with one line naming the
 # Debian packages (scripts/install_deps.sh, run by the README's two commands,
 # installs them). clean, deps and fmt need none of them.
 DEP_DEBS := grpc:libgrpc-dev gpr:libgrpc-dev libcjson:libcjson-dev openblas:libopenblas-dev \
-            zlib:zlib1g-dev check:check
+            zlib:zlib1g-dev check:check libmicrohttpd:libmicrohttpd-dev
 # Checked once: the makes that `make check` and the sanitizer targets start
 # inherit DT_DEPS_CHECKED (pkg-config takes a second for gRPC alone).
 ifeq ($(filter-out clean deps fmt,$(or $(MAKECMDGOALS),all)),)

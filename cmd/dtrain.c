@@ -34,12 +34,15 @@
 #include "evaluator.h"
 #include "job.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "model.h"
 #include "monitor.h"
 #include "optim.h"
 #include "predict.h"
 #include "ps.h"
+#include "ps_metrics.h"
 #include "rpc_common.h"
+#include "train_metrics.h"
 #include "worker.h"
 
 #define DT_VERSION "0.1.0"
@@ -166,6 +169,15 @@ static const char usage[] =
     "                       Flags win over the environment. Without TLS and tokens\n"
     "                       anyone who can reach a ps port controls the job.\n"
     "  --log-level LEVEL    debug, info (default), warn or error\n"
+    "  --log-format FORMAT  text (default) or json: one JSON object a line (time,\n"
+    "                       level, role, task, job_id, pid, msg and the event's\n"
+    "                       fields), for log collectors\n"
+    "  --metrics-port [HOST:]N  serve Prometheus metrics at http://HOST:N/metrics\n"
+    "                       (off by default; N 0: a free port, logged). HOST: the\n"
+    "                       interface of the role's RPC address (a ps: --listen's,\n"
+    "                       else every interface; a worker: its cluster host, or\n"
+    "                       every interface when that is not local).\n"
+    "                       Plain HTTP, also when the job uses TLS\n"
     "  --help               this text\n"
     "  --version            print the version\n"
     "\n"
@@ -219,7 +231,9 @@ typedef struct {
     const char *max_message_mb;
     const char *listen; /* ps: where to listen (default: every interface) */
     const char *log_level;
-    const char *checkpoint; /* eval, predict */
+    const char *log_format;   /* text or json */
+    const char *metrics_port; /* N or HOST:N: serve /metrics there */
+    const char *checkpoint;   /* eval, predict */
     const char *data;
     const char *labels;
     const char *out;
@@ -310,6 +324,10 @@ static int parse_args(int argc, char **argv, options *o) {
             o->log_dir = v;
         else if (take_value(argc, argv, &i, "--log-level", &v, &missing))
             o->log_level = v;
+        else if (take_value(argc, argv, &i, "--log-format", &v, &missing))
+            o->log_format = v;
+        else if (take_value(argc, argv, &i, "--metrics-port", &v, &missing))
+            o->metrics_port = v;
         else if (take_value(argc, argv, &i, "--max-message-mb", &v, &missing))
             o->max_message_mb = v;
         else if (take_value(argc, argv, &i, "--listen", &v, &missing))
@@ -361,6 +379,8 @@ static int parse_tool_args(int argc, char **argv, int is_predict, options *o) {
             o->no_header = strcmp(a, "--no-header") == 0;
         else if (take_value(argc, argv, &i, "--log-level", &v, &missing))
             o->log_level = v;
+        else if (take_value(argc, argv, &i, "--log-format", &v, &missing))
+            o->log_format = v;
         else if (take_value(argc, argv, &i, "--set", &v, &missing)) {
             if (!missing) {
                 if (o->num_sets == MAX_SETS)
@@ -479,11 +499,16 @@ static int parse_level(const char *text) {
     return -1;
 }
 
-/* --log-level, else fallback. Returns -1 to go on, or an exit status. */
+/* --log-level, else fallback; --log-format. Returns -1 to go on, or an
+ * exit status. */
 static int set_log_level(const options *o, dt_log_level fallback) {
     int level = o->log_level ? parse_level(o->log_level) : (int)fallback;
     if (level < 0) return usage_error("--log-level: unknown level \"%s\"", o->log_level);
     dt_log_set_level((dt_log_level)level);
+    dt_log_format format = DT_LOG_TEXT;
+    if (o->log_format && dt_log_parse_format(o->log_format, &format) < 0)
+        return usage_error("--log-format: unknown format \"%s\" (text or json)", o->log_format);
+    dt_log_set_format(format);
     return -1;
 }
 
@@ -896,6 +921,15 @@ static int check_role_flags(const options *o, const dt_role *role) {
     if (o->listen && !is_ps) return usage_error("--listen is for the ps job only%s", "");
     if (o->listen && !strchr(o->listen, ':'))
         return usage_error("--listen: \"%s\" is not HOST:PORT", o->listen);
+    if (o->metrics_port) {
+        const char *colon = strrchr(o->metrics_port, ':');
+        const char *num = colon ? colon + 1 : o->metrics_port;
+        char *end = NULL;
+        long port = strtol(num, &end, 10);
+        if (!*num || *end || port < 0 || port > 65535 || (colon && colon == o->metrics_port))
+            return usage_error("--metrics-port: \"%s\" is not a port (0..65535) or HOST:PORT",
+                               o->metrics_port);
+    }
     if (o->max_message_mb) {
         char *end = NULL;
         long mb = strtol(o->max_message_mb, &end, 10);
@@ -943,12 +977,45 @@ static int64_t max_steps_named(const options *o, const dt_job *job) {
     return job->max_steps;
 }
 
+/* The /metrics server of --metrics-port ("N", or "HOST:N" for another
+ * interface), on the interface of rpc_addr ("host:port"; NULL: every
+ * interface; one that does not resolve or bind here: every interface,
+ * logged). DT_ECONFIG when it cannot listen. */
+static int start_metrics(const options *o, const char *rpc_addr, dt_metrics_http **http,
+                         dt_err *err) {
+    char host[DT_HOST_MAX] = "";
+    const char *colon = strrchr(o->metrics_port, ':');
+    const char *from = colon ? o->metrics_port : rpc_addr;
+    size_t n = from && strrchr(from, ':') ? (size_t)(strrchr(from, ':') - from) : 0;
+    if (n >= sizeof host) n = sizeof host - 1;
+    if (n) memcpy(host, from, n);
+    host[n] = '\0';
+    /* "[::1]" as gRPC writes it; "0.0.0.0" and "[::]": every interface. */
+    if (host[0] == '[' && n >= 2 && host[n - 1] == ']') {
+        memmove(host, host + 1, n - 2);
+        host[n - 2] = '\0';
+    }
+    if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0) host[0] = '\0';
+    const int port = atoi(colon ? colon + 1 : o->metrics_port);
+    int rc = dt_metrics_http_start(host, port, http, err);
+    if (rc < 0 && !colon && host[0]) {
+        /* A task's cluster host is often a service name that resolves
+         * only once the task is up, or an address of a proxy (Kubernetes):
+         * then every interface, as a ps listens by default. */
+        dt_log(DT_LOG_WARN, "%s; serving /metrics on every interface instead", err->msg);
+        dt_err_clear(err);
+        rc = dt_metrics_http_start(NULL, port, http, err);
+    }
+    return rc < 0 ? dt_err_wrap(err, DT_ECONFIG, "--metrics-port %s", o->metrics_port) : 0;
+}
+
 /* Runs this process's role (ps, evaluator, chief or worker) until it ends
  * or a signal stops it; the role's code, with err set when negative. */
 static int run_role(const options *o, const dt_cluster *cluster, const dt_role *role,
                     const dt_job *job, const dt_rpc_security *security, long long max_message_bytes,
                     dt_err *err) {
     int task = role->index;
+    dt_log_set_task(task);
     if (role->type == DT_TASK_PS) {
         dt_log_set_role('P');
         dt_ps_params pp = {.cluster = cluster,
@@ -961,20 +1028,33 @@ static int run_role(const options *o, const dt_cluster *cluster, const dt_role *
                            .max_steps = max_steps_named(o, job),
                            .listen_addr = o->listen};
         dt_ps *ps = NULL;
+        dt_metrics_http *http = NULL;
         int rc = max_message_bytes ? 0 : derived_message_cap(job, &pp.max_message_bytes, err);
         if (rc == 0) rc = dt_ps_start(&pp, &ps, err);
+        if (rc == 0 && o->metrics_port && (rc = dt_ps_metrics_attach(ps, err)) == 0)
+            rc = start_metrics(o, o->listen, &http, err);
         if (rc == 0) rc = dt_ps_wait(ps, &stop_signal, err);
+        dt_metrics_http_stop(http);
+        dt_ps_metrics_detach(ps);
         dt_ps_free(ps);
         return rc;
     }
-    if (role->type == DT_TASK_EVALUATOR) {
-        dt_log_set_role('E');
-        return dt_evaluator_run(job, &stop_signal, err);
-    }
-    dt_log_set_role(task == 0 ? 'C' : 'W');
+    int is_eval = role->type == DT_TASK_EVALUATOR;
+    dt_log_set_role(is_eval ? 'E' : task == 0 ? 'C' : 'W');
+    dt_metrics_http *http = NULL;
+    const dt_addr *own = is_eval ? (cluster->num_evaluators ? &cluster->evaluators[0] : NULL)
+                                 : &cluster->workers[task];
+    int rc = 0;
+    if (o->metrics_port && (rc = dt_train_metrics_register(is_eval, task == 0, err)) == 0)
+        rc = start_metrics(o, own ? own->addr : NULL, &http, err);
     dt_worker_params wp = {
         .cluster = cluster, .job = job, .task_index = task, .security = security};
-    return task == 0 ? dt_chief_run(&wp, &stop_signal, err) : dt_worker_run(&wp, &stop_signal, err);
+    if (rc == 0)
+        rc = is_eval     ? dt_evaluator_run(job, &stop_signal, err)
+             : task == 0 ? dt_chief_run(&wp, &stop_signal, err)
+                         : dt_worker_run(&wp, &stop_signal, err);
+    dt_metrics_http_stop(http);
+    return rc;
 }
 
 int main(int argc, char **argv) {

@@ -55,6 +55,7 @@
 #include "sparse_eval.h"
 #include "sparse_model.h"
 #include "summary.h"
+#include "train_metrics.h"
 
 /* Rows a page of a table's save or restore carries: at most 64k (a wide
  * model's one float with FTRL's two slots: 1.3 MB a message), fewer for
@@ -244,6 +245,7 @@ static int64_t page_rows(const dt_table_config *t) {
 static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     if (global_step == c->last_saved_step) return 0;
     save_job_id(c);
+    const double t0 = dt_now_secs();
     const dt_table_config *t = dt_worker_table(c->w);
     dt_safetensors_rows *rows = NULL;
     int rc = 0;
@@ -270,7 +272,10 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     dt_safetensors_rows_free(rows);
     if (rc < 0) return dt_err_wrap(err, rc, "chief: checkpoint");
     c->last_saved_step = global_step;
-    dt_log(DT_LOG_INFO, "chief: saved %s (global_step %lld)", path, (long long)global_step);
+    dt_train_metrics_saved(global_step, dt_now_secs() - t0);
+    const dt_log_field f[] = {DT_LOG_INT("global_step", global_step), DT_LOG_STR("path", path)};
+    dt_log_kv(DT_LOG_INFO, f, 2, "chief: saved %s (global_step %lld)", path,
+              (long long)global_step);
     return 0;
 }
 
@@ -496,6 +501,7 @@ static void match_job_id(chief *c, census *cs) {
                    "no job id yet: taking %s as this job's id",
                    dt_ps_client_name(pc, p), cs->job_id[p], c->job->log_dir, cs->job_id[p]);
             snprintf(c->job_id, sizeof c->job_id, "%s", cs->job_id[p]);
+            dt_log_set_job_id(c->job_id);
             c->job_id_new = 0;
             c->job_id_saved = 0;
             save_job_id(c);
@@ -769,6 +775,7 @@ static void summary_outcome(chief *c, int rc, const dt_err *err) {
         return;
     }
     double t = dt_now_secs();
+    dt_train_metrics_storage_failed(0, err);
     if (++c->summaries_dropped == 1 || t - c->summary_logged >= STORAGE_LOG_SECS) {
         dt_log(DT_LOG_WARN,
                "%s; summaries dropped: %lld so far; training goes on (logged every %.0f s while "
@@ -1056,6 +1063,7 @@ static int resolve_job_id(chief *c, dt_err *err) {
         from = have_ckpt > 0 ? "new: its checkpoints are from before job ids" : "new";
     }
     c->job_id_saved = have_file && strcmp(from_file, c->job_id) == 0;
+    dt_log_set_job_id(c->job_id);
     dt_log(DT_LOG_INFO, "chief: job id %s (%s; log dir %s)", c->job_id, from, dir);
     save_job_id(c);
     return 0;
@@ -1131,6 +1139,7 @@ static void save_when_due(chief *c, double t) {
      * a full disk may have room again soon. Either way training goes
      * on and the save is tried again, backing off to save_model_secs. */
     if (save(c, &save_err) < 0) {
+        dt_train_metrics_storage_failed(1, &save_err);
         dt_log(DT_LOG_WARN, "%s; training goes on, retrying in %.0f s", save_err.msg,
                c->save_backoff);
         c->next_save = t + c->save_backoff;
@@ -1201,6 +1210,7 @@ static int write_final(chief *c, int64_t global_step, const atomic_int *stop, dt
                 dt_log(DT_LOG_INFO, "chief: final checkpoint written at attempt %d", attempt);
             return 0;
         }
+        dt_train_metrics_storage_failed(1, &save_err);
         double left = bound - (dt_now_secs() - start);
         if (*stop)
             return dt_err_set(err, DT_ECANCELLED, "%s; final checkpoint: stopped by a signal",

@@ -16,6 +16,7 @@
 #include "predict.h"
 #include "sparse_eval.h"
 #include "summary.h"
+#include "train_metrics.h"
 
 #define STORAGE_LOG_SECS 10.0 /* at most one line per this while summaries drop */
 
@@ -92,6 +93,7 @@ static void write_summary(evaluator *e, int64_t step, double loss, double accura
         return;
     }
     double t = dt_now_secs();
+    dt_train_metrics_storage_failed(0, &err);
     if (++e->summaries_dropped == 1 || t - e->summary_logged >= STORAGE_LOG_SECS) {
         dt_log(DT_LOG_WARN, "evaluator: %s; summaries dropped: %lld so far", err.msg,
                e->summaries_dropped);
@@ -109,6 +111,7 @@ static int64_t final_step(const evaluator *e, const dt_safetensors_meta *meta) {
 static int scored(evaluator *e, int64_t step, int64_t last, double loss, double accuracy,
                   const char *path, int *done) {
     e->scored = step;
+    dt_train_metrics_scored(step, loss, accuracy);
     if (isnan(accuracy))
         dt_log(DT_LOG_INFO, "evaluator: global_step %lld: loss %.6f on %d examples (%s)",
                (long long)step, loss, e->all.rows, path);

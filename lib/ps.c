@@ -144,6 +144,7 @@ struct dt_ps {
     _Atomic int64_t pushes_nonfinite;
     _Atomic int64_t updates_nonfinite; /* updates refused (or skipped) as not finite */
     _Atomic int64_t pulls_served;      /* Pull calls answered, with or without variables */
+    _Atomic int64_t ckpt_pulls;        /* of them, with the slots: a chief's save reading */
     _Atomic int64_t pushes_retried;    /* retries of a push already taken: answered, not applied */
     _Atomic int64_t calls_refused;     /* by the handlers (DT_EPERM); the server counts its own */
     int skip_nonfinite;                /* skip and count non-finite gradients instead of refusing */
@@ -838,6 +839,7 @@ static void learn_job_id(dt_ps *ps, const char *id, const char *from) {
     snprintf(ps->job_id, sizeof ps->job_id, "%s", id);
     pthread_mutex_unlock(&ps->life_mu);
     if (!changed) return;
+    dt_log_set_job_id(id);
     if (was[0])
         dt_log(DT_LOG_WARN, "%s: job id %s (from %s), no longer %s", ps->name,
                id[0] ? id : "(none)", from, was);
@@ -1068,6 +1070,7 @@ static int handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *req
         pthread_mutex_unlock(&ps->sync_mu);
     }
     if (req.include_slots) {
+        atomic_fetch_add(&ps->ckpt_pulls, 1);
         resp.slots_out.items = ps->slots.items;
         resp.slots_out.count = ps->slots.count;
         resp.slots_out.lock = lock_slot;
@@ -2720,6 +2723,15 @@ int dt_ps_call(dt_ps *ps, const char *method, const dt_rpc_peer *peer, const dt_
         return rc;
     }
     return dt_err_set(err, DT_EPRECOND, "unknown method %s", method);
+}
+
+void dt_ps_counters_of(dt_ps *ps, dt_ps_counters *out) {
+    out->pulls = atomic_load(&ps->pulls_served);
+    out->checkpoint_pulls = atomic_load(&ps->ckpt_pulls);
+    out->pushes_retried = atomic_load(&ps->pushes_retried);
+    pthread_rwlock_rdlock(&ps->model_lock);
+    out->slot_bytes = ps->built ? ps->num_bytes * dt_optim_num_slots(&ps->optim) : 0;
+    pthread_rwlock_unlock(&ps->model_lock);
 }
 
 /* 1 when the job is over and every worker knows, or the linger is up. */

@@ -83,14 +83,25 @@ int dt_ps_wait(dt_ps *ps, const atomic_int *stop, dt_err *err);
 
 /* Runs one request through the handler of method ("/dtrain.ParameterServer/
  * Push") as if peer had sent it over gRPC, role check included, without the
- * network. For tests and fuzzing (no role calls it): it needs the ps's own
- * method table. request may
+ * network. For tests, fuzzing and /metrics (lib/ps_metrics reads Status
+ * so): it needs the ps's own method table. request may
  * be in pieces (dt_rpc_buf_received). On success *reply holds the encoded
  * answer (caller releases it): in one run, or, when it carries variables
  * of DT_CODEC_REF_MIN_BYTES or more, in pieces that are the variables'
  * buffers themselves (read it with dt_codec_decode_buf, or flatten it). */
 int dt_ps_call(dt_ps *ps, const char *method, const dt_rpc_peer *peer, const dt_rpc_buf *request,
                dt_rpc_buf *reply, dt_err *err) DT_WARN_UNUSED;
+
+/* The counters a ps keeps that Status does not carry, for /metrics. */
+typedef struct {
+    int64_t pulls;            /* Pull calls answered */
+    int64_t checkpoint_pulls; /* of them, with the optimizer slots (a chief's save) */
+    int64_t pushes_retried;   /* retries of a push already taken, answered not applied */
+    int64_t slot_bytes;       /* bytes of the optimizer slots held */
+} dt_ps_counters;
+
+/* Fills *out. Thread-safe. */
+void dt_ps_counters_of(dt_ps *ps, dt_ps_counters *out);
 
 /* Stops serving (in-flight calls get a short grace period) and frees. */
 void dt_ps_free(dt_ps *ps);

@@ -23,6 +23,7 @@
 #include "rpc_client.h"
 #include "table.h"
 #include "text.h"
+#include "train_metrics.h"
 
 /* Gradients sent in place (no copy into the request): one count per run
  * gRPC may still read, and one for the client itself. Whoever drops the
@@ -413,7 +414,9 @@ static int run_on(dt_ps_client *c, const int *tasks, int n, dt_err *err) {
     if (n <= 0) return 0;
     for (int k = 0; k < n; k++)
         c->batch[k] = c->calls[tasks[k]];
+    double t0 = dt_now_secs();
     int rc = dt_rpc_call_all(c->batch, n, c->params.timeout_ms, err);
+    dt_train_metrics_call(c->batch[0].method, dt_now_secs() - t0);
     int named = 0;
     for (int k = 0; k < n; k++) {
         int p = tasks[k];

@@ -84,6 +84,7 @@
 #include "alloc.h"
 #include "auth.h"
 #include "log.h"
+#include "metrics.h"
 #include "rpc_internal.h"
 
 #define ARMED_PER_THREAD 4
@@ -129,8 +130,17 @@ typedef struct call_state {
     int cancelled;
     int receiving;                   /* counted in the server's receiving */
     long long charged;               /* request bytes counted in the server's inflight */
+    double arrived;                  /* dt_now_secs() when the call came, for its latency */
     struct call_state *next_waiting; /* in the queue of calls waiting to be read */
 } call_state;
+
+/* A method's calls for /metrics (updated lock-free by the pollers). */
+#define NUM_CODES 17 /* gRPC's status codes, OK to UNAUTHENTICATED */
+typedef struct {
+    dt_counter calls[NUM_CODES];
+    dt_histogram latency; /* seconds from the call's arrival to its reply */
+    dt_counter bytes_in, bytes_out;
+} method_stats;
 
 struct poller {
     dt_rpc_server *server;
@@ -186,6 +196,8 @@ struct dt_rpc_server {
     dt_auth_tokens *tokens;             /* NULL: no token required */
     grpc_resource_quota *quota;         /* NULL: none of ours */
     atomic_llong refused;
+    dt_counter refused_unauthenticated, refused_denied; /* for /metrics, by reason */
+    method_stats *stats;         /* (num_methods + 1) the last: unknown methods */
     atomic_llong refusal_log_ms; /* last refusal log line, monotonic ms */
     atomic_llong refusals_unlogged;
 };
@@ -495,6 +507,9 @@ static grpc_status_code authenticate(dt_rpc_server *s, call_state *cs, int open,
 /* Counts a refusal and logs it, one line a second at most. */
 static void note_refusal(dt_rpc_server *s, grpc_status_code status, const char *msg) {
     atomic_fetch_add(&s->refused, 1);
+    dt_counter_add(status == GRPC_STATUS_UNAUTHENTICATED ? &s->refused_unauthenticated
+                                                         : &s->refused_denied,
+                   1);
     long long now = mono_ms();
     long long last = atomic_load(&s->refusal_log_ms);
     if (last != 0 && now - last < 1000) {
@@ -506,9 +521,13 @@ static void note_refusal(dt_rpc_server *s, grpc_status_code status, const char *
         return;
     }
     long long unlogged = atomic_exchange(&s->refusals_unlogged, 0);
-    dt_log(DT_LOG_WARN,
-           "rpc server %s: refused a call: %s: %s (%lld refused in all, %lld not logged)", s->addr,
-           dt_rpc_status_name(status), msg, (long long)atomic_load(&s->refused), unlogged);
+    const long long refused = atomic_load(&s->refused);
+    const dt_log_field f[] = {DT_LOG_STR("code", dt_rpc_status_name(status)),
+                              DT_LOG_STR("reason", msg), DT_LOG_INT("refused_total", refused),
+                              DT_LOG_INT("not_logged", unlogged)};
+    dt_log_kv(DT_LOG_WARN, f, 4,
+              "rpc server %s: refused a call: %s: %s (%lld refused in all, %lld not logged)",
+              s->addr, dt_rpc_status_name(status), msg, refused, unlogged);
 }
 
 int dt_rpc_server_waiting(dt_rpc_server *s, long long *inflight) {
@@ -543,6 +562,9 @@ static void handle(call_state *cs) {
     dt_rpc_buf request = {0}, reply = {0};
     dt_rpc_peer peer;
     const dt_rpc_method *m = find_method(s, cs->details.method);
+    method_stats *ms = &s->stats[m ? m - s->params.methods : s->params.num_methods];
+    if (cs->request_payload)
+        dt_counter_add(&ms->bytes_in, grpc_byte_buffer_length(cs->request_payload));
     grpc_status_code status = authenticate(s, cs, m && m->open, &peer, &err);
     if (status == GRPC_STATUS_OK && m && !dt_rpc_method_allows(m, &peer)) {
         dt_err_set(&err, DT_EPERM, "permission denied: %s may not call %s", peer.name, m->path);
@@ -582,6 +604,10 @@ static void handle(call_state *cs) {
         cs->status_details = grpc_slice_from_copied_string(err.msg);
     }
     dt_rpc_buf_release(&reply); /* the byte buffer holds its own reference */
+    if (cs->reply_payload)
+        dt_counter_add(&ms->bytes_out, grpc_byte_buffer_length(cs->reply_payload));
+    dt_counter_add(&ms->calls[(unsigned)status < NUM_CODES ? status : GRPC_STATUS_UNKNOWN], 1);
+    dt_histogram_observe(&ms->latency, dt_now_secs() - cs->arrived);
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = status;
     ops[n++].data.send_status_from_server.status_details =
@@ -603,6 +629,7 @@ static void on_event(call_state *cs, int success) {
             call_free(cs);
             return;
         }
+        cs->arrived = dt_now_secs();
         arm(cs->owner);
         admit(cs);
         return;
@@ -941,6 +968,7 @@ static void server_free(dt_rpc_server *s) {
     }
     dt_auth_tokens_free(s->tokens);
     if (s->quota) grpc_resource_quota_unref(s->quota); /* the server holds its own ref */
+    free(s->stats);
     free(s);
     dt_rpc_shutdown();
 }
@@ -1172,13 +1200,109 @@ static void *watch_listener(void *arg) {
     return NULL;
 }
 
+/* ---- /metrics ------------------------------------------------------------- */
+
+/* Established TCP connections to port (this process is the one listening
+ * there), from the kernel's tables; -1 when they cannot be read. */
+static int connections_to(int port) {
+    const char *const tables[2] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    int n = -1;
+    for (int t = 0; t < 2; t++) {
+        FILE *f = fopen(tables[t], "r");
+        if (!f) continue;
+        if (n < 0) n = 0;
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            /* "  0: 0100007F:0691 0100007F:D2C4 01 ...": local, remote, state */
+            char local[64], state[8];
+            if (sscanf(line, " %*d: %63s %*s %7s", local, state) != 2) continue;
+            const char *colon = strrchr(local, ':');
+            if (colon && strtol(colon + 1, NULL, 16) == port && strcmp(state, "01") == 0) n++;
+        }
+        fclose(f);
+    }
+    return n;
+}
+
+/* The server's families: calls by method and code, their latency and
+ * bytes, refusals by reason, what is in flight, its connections. */
+static void collect(void *ctx, dt_metrics_out *o) {
+    dt_rpc_server *s = ctx;
+    const int nm = s->params.num_methods;
+    char labels[DT_METRICS_LABELS_MAX];
+    dt_metrics_family(o, "dtrain_rpc_server_calls_total", "counter",
+                      "Calls answered, by method and gRPC status code.");
+    for (int i = 0; i <= nm; i++)
+        for (int c = 0; c < NUM_CODES; c++) {
+            uint64_t v = dt_counter_get(&s->stats[i].calls[c]);
+            if (v == 0 && !(c == 0 && i < nm)) continue; /* OK always, others once seen */
+            const char *path = i < nm ? s->params.methods[i].path : "unknown";
+            labels[0] = '\0';
+            dt_metrics_label(labels, sizeof labels, "method",
+                             strrchr(path, '/') ? strrchr(path, '/') + 1 : path);
+            dt_metrics_label(labels, sizeof labels, "code",
+                             dt_rpc_status_name((grpc_status_code)c));
+            dt_metrics_sample(o, "dtrain_rpc_server_calls_total", labels, (double)v);
+        }
+    static const char *const names[3] = {"dtrain_rpc_server_call_duration_seconds",
+                                         "dtrain_rpc_server_received_bytes_total",
+                                         "dtrain_rpc_server_sent_bytes_total"};
+    static const char *const helps[3] = {
+        "Time from a call's arrival to its reply, by method, in seconds.",
+        "Request bytes received, by method.", "Reply bytes sent, by method."};
+    for (int k = 0; k < 3; k++) {
+        dt_metrics_family(o, names[k], k == 0 ? "histogram" : "counter", helps[k]);
+        for (int i = 0; i < nm; i++) {
+            const char *path = s->params.methods[i].path;
+            labels[0] = '\0';
+            dt_metrics_label(labels, sizeof labels, "method",
+                             strrchr(path, '/') ? strrchr(path, '/') + 1 : path);
+            if (k == 0)
+                dt_metrics_histogram(o, names[k], labels, &s->stats[i].latency);
+            else
+                dt_metrics_sample(o, names[k], labels,
+                                  (double)dt_counter_get(k == 1 ? &s->stats[i].bytes_in
+                                                                : &s->stats[i].bytes_out));
+        }
+    }
+    dt_metrics_family(o, "dtrain_rpc_server_refused_calls_total", "counter",
+                      "Calls refused before their handler, by reason.");
+    dt_metrics_sample(o, "dtrain_rpc_server_refused_calls_total", "reason=\"unauthenticated\"",
+                      (double)dt_counter_get(&s->refused_unauthenticated));
+    dt_metrics_sample(o, "dtrain_rpc_server_refused_calls_total", "reason=\"permission_denied\"",
+                      (double)dt_counter_get(&s->refused_denied));
+    long long inflight = 0;
+    int waiting = dt_rpc_server_waiting(s, &inflight);
+    dt_metrics_family(o, "dtrain_rpc_server_inflight_request_bytes", "gauge",
+                      "Bytes of requests read and not yet handled.");
+    dt_metrics_sample(o, "dtrain_rpc_server_inflight_request_bytes", NULL, (double)inflight);
+    dt_metrics_family(o, "dtrain_rpc_server_waiting_calls", "gauge",
+                      "Calls whose request waits its turn to be read (in-flight bound).");
+    dt_metrics_sample(o, "dtrain_rpc_server_waiting_calls", NULL, waiting);
+    const char *colon = strrchr(s->addr, ':');
+    int conns = colon ? connections_to(atoi(colon + 1)) : -1;
+    if (conns >= 0) {
+        dt_metrics_family(o, "dtrain_rpc_server_connections", "gauge",
+                          "Established TCP connections to the server's port.");
+        dt_metrics_sample(o, "dtrain_rpc_server_connections", NULL, conns);
+    }
+}
+
 int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out, dt_err *err) {
     *out = NULL;
     if (params->num_threads < 1 || params->num_threads > MAX_THREADS)
         return dt_err_set(err, DT_EINVAL, "rpc server: %d threads (1..%d)", params->num_threads,
                           MAX_THREADS);
     dt_rpc_server *s = dt_calloc(1, sizeof *s);
-    if (!s) return dt_err_set(err, DT_ENOMEM, "rpc server: out of memory");
+    if (s) s->stats = dt_calloc((size_t)params->num_methods + 1, sizeof *s->stats);
+    if (!s || !s->stats) {
+        free(s);
+        return dt_err_set(err, DT_ENOMEM, "rpc server: out of memory");
+    }
+    for (int i = 0; i <= params->num_methods; i++) {
+        s->stats[i].latency.bounds = dt_metrics_latency_bounds;
+        s->stats[i].latency.num_bounds = DT_METRICS_LATENCY_BOUNDS;
+    }
     dt_rpc_init();
     int rc = 0;
     s->params = *params;
@@ -1202,6 +1326,7 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
         pthread_cond_destroy(&s->lead_cv);
+        free(s->stats);
         free(s);
         dt_rpc_shutdown();
         return rc;
@@ -1245,6 +1370,13 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
         return DT_EINTERNAL;
     }
     s->watchdog_started = 1;
+    /* Without /metrics served, a collector costs nothing: it runs only
+     * when a page is rendered. Past the registry's room (a process with
+     * dozens of servers: tests) a server goes without: never a failure. */
+    dt_err full;
+    dt_err_clear(&full);
+    if (dt_metrics_add(collect, s, &full) < 0)
+        dt_log(DT_LOG_DEBUG, "rpc server %s: no /metrics: %s", s->addr, full.msg);
     return 0;
 
 fail_unstarted:
@@ -1278,6 +1410,7 @@ static void cancel_all(dt_rpc_server *s) {
 
 void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
     if (!s) return;
+    dt_metrics_remove(collect, s);
     long long refused = atomic_load(&s->refused);
     if (refused > 0)
         dt_log(DT_LOG_INFO, "rpc server %s: %lld calls refused in all", s->addr, refused);

@@ -129,6 +129,43 @@ size_t dt_text_escape(char *dst, size_t cap, const char *src, size_t n) {
     return out;
 }
 
+size_t dt_text_json_escape(char *dst, size_t cap, const char *src, size_t n) {
+    if (cap == 0) return 0;
+    const unsigned char *u = (const unsigned char *)src;
+    size_t out = 0;
+    for (size_t i = 0; i < n;) {
+        char esc[8];
+        const char *piece = NULL;
+        size_t take = 1; /* input bytes this piece stands for */
+        if (u[i] == '"')
+            piece = "\\\"";
+        else if (u[i] == '\\')
+            piece = "\\\\";
+        else if (u[i] == '\n')
+            piece = "\\n";
+        else if (u[i] == '\t')
+            piece = "\\t";
+        else if (u[i] < 0x20 || u[i] == 0x7F) {
+            snprintf(esc, sizeof esc, "\\u%04x", u[i]);
+            piece = esc;
+        } else if (u[i] >= 0x80) {
+            take = dt_text_utf8_seq(u + i, n - i);
+            if (take == 0) { /* "\\xHH" in the JSON text: a backslash, then xHH */
+                snprintf(esc, sizeof esc, "\\\\x%02x", u[i]);
+                piece = esc;
+                take = 1;
+            }
+        }
+        size_t plen = piece ? strlen(piece) : take;
+        if (out + plen >= cap) break;
+        memcpy(dst + out, piece ? piece : (const char *)u + i, plen);
+        out += plen;
+        i += take;
+    }
+    dst[out] = '\0';
+    return out;
+}
+
 const char *dt_text_choices(char *buf, size_t cap, const char *const *names, int quote) {
     if (cap == 0) return buf;
     buf[0] = '\0';

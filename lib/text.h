@@ -50,6 +50,14 @@ int dt_text_parse_decimal(const char *s, uint64_t max, uint64_t *out);
  * the length written. */
 size_t dt_text_escape(char *dst, size_t cap, const char *src, size_t n);
 
+/* Copies the n bytes of src into dst (cap bytes, always NUL-terminated) as
+ * the inside of a JSON string (RFC 8259): '"' and '\\' escaped, control
+ * bytes (and DEL) as \u00XX, valid UTF-8 kept, and each byte that is not
+ * valid UTF-8 written as the six characters \\xHH (a backslash, then xHH:
+ * the byte stays readable and the output stays valid UTF-8). Stops at a
+ * whole escape when dst is full. Returns the length written. */
+size_t dt_text_json_escape(char *dst, size_t cap, const char *src, size_t n);
+
 /* Writes the NULL-terminated names into buf (cap bytes, always
  * NUL-terminated) as `a, b or c`, each in double quotes when quote is set:
  * the list a message refusing a name offers instead, written from the names

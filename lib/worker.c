@@ -40,6 +40,7 @@
 #include "memstat.h"
 #include "model.h"
 #include "sparse_model.h"
+#include "train_metrics.h"
 
 /* One batch's sparse state (U distinct ids, D floats a row). */
 typedef struct {
@@ -105,6 +106,8 @@ typedef struct {
 static void sleep_us(long us) {
     struct timespec ts = {us / 1000000L, (us % 1000000L) * 1000L};
     nanosleep(&ts, NULL);
+    dt_train_metrics_phase(DT_PHASE_WAIT,
+                           (double)us * 1e-6); /* every wait of the loop's sleeps here */
 }
 
 /* What every wait returns once *stop is set. */
@@ -303,6 +306,7 @@ int dt_worker_retry(dt_worker *w, const char *what, int (*fn)(void *arg, dt_err 
             return rc;
         }
         if (!retryable(rc)) return dt_err_set(err, rc, "%s", attempt.msg);
+        dt_train_metrics_retry(rc);
         if (rc == DT_EPRECOND && hooks && hooks->on_not_ready) {
             int hrc = hooks->on_not_ready(hooks->ctx, err);
             if (hrc < 0) return hrc;
@@ -411,6 +415,7 @@ int dt_worker_wait_ready(dt_worker *w, const atomic_int *stop, dt_err *err) {
     int rc = dt_worker_retry(w, "the model to be ready", probe_ready, &pr, NULL, stop, err);
     if (rc < 0) return rc;
     /* Said once, when first seen: ready, or already over. */
+    if (pr.job_id[0]) dt_log_set_job_id(pr.job_id);
     dt_log(DT_LOG_INFO, "%s: job id %s", w->name, pr.job_id[0] ? pr.job_id : "(none)");
     return pr.done ? 1 : 0;
 }
@@ -544,9 +549,13 @@ static void log_progress(dt_worker *w, const dt_step_result *r, double t_last, i
     char vals[256], progress[64];
     scalar_summary(&w->vars, vals, sizeof vals);
     progress_text(w, r, secs, global_last, progress, sizeof progress);
-    dt_log(DT_LOG_INFO, "%s: step %lld global_step %lld loss %.6f %.1f steps/s%s%s", w->name,
-           (long long)r->local_step, (long long)r->global_step, r->loss,
-           (double)(r->local_step - step_last) / secs, progress, vals);
+    const double rate = (double)(r->local_step - step_last) / secs;
+    const dt_log_field f[] = {DT_LOG_INT("step", r->local_step),
+                              DT_LOG_INT("global_step", r->global_step),
+                              DT_LOG_NUM("loss", r->loss), DT_LOG_NUM("steps_per_sec", rate)};
+    dt_log_kv(DT_LOG_INFO, f, 4, "%s: step %lld global_step %lld loss %.6f %.1f steps/s%s%s",
+              w->name, (long long)r->local_step, (long long)r->global_step, r->loss, rate, progress,
+              vals);
 }
 
 void dt_worker_set_max_steps(dt_worker *w, int64_t max_steps) {
@@ -692,8 +701,10 @@ static rows_pull rows_request(const dt_worker *w, dt_ps_client *client, sparse_b
 static int sparse_loss_grad(dt_worker *w, const dt_tensors *vars, const dt_sparse_batch *b,
                             sparse_buf *buf, dt_tensors *grads, double *loss, dt_ps_sparse *out,
                             dt_err *err) {
+    double t0 = dt_now_secs();
     int rc = dt_sparse_model_loss_grad(w->smodel, vars, b, &buf->ix, buf->rows, grads,
                                        buf->row_grads, loss, err);
+    dt_train_metrics_phase(DT_PHASE_COMPUTE, dt_now_secs() - t0);
     if (rc < 0) return rc;
     *out = (dt_ps_sparse){w->table.name, w->table.dim, buf->ix.n, buf->ix.ids, buf->row_grads};
     w->rows_moved += buf->ix.n;
@@ -876,10 +887,16 @@ static int resume(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *
 /* The next batch's loss and gradient, from vars into grads. */
 static int compute(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, double *loss,
                    dt_err *err) {
-    if (w->user) return w->user->loss_grad(w->user->ctx, vars, w->vars_step, grads, loss, err);
-    dt_batch batch;
-    int rc = dt_data_next(w->data, w->params.job->batch_size, &batch, err);
-    if (rc == 0) rc = dt_model_loss_grad(w->model, vars, &batch, grads, loss, err);
+    double t0 = dt_now_secs();
+    int rc;
+    if (w->user) {
+        rc = w->user->loss_grad(w->user->ctx, vars, w->vars_step, grads, loss, err);
+    } else {
+        dt_batch batch;
+        rc = dt_data_next(w->data, w->params.job->batch_size, &batch, err);
+        if (rc == 0) rc = dt_model_loss_grad(w->model, vars, &batch, grads, loss, err);
+    }
+    dt_train_metrics_phase(DT_PHASE_COMPUTE, dt_now_secs() - t0);
     return rc;
 }
 
@@ -894,6 +911,7 @@ static void swap_tensors(dt_tensors *a, dt_tensors *b) {
 static int after_step(dt_worker *w, dt_step_result *r, double *t_last, int64_t *step_last,
                       int64_t *global_last, const dt_worker_hooks *hooks, dt_err *err) {
     const dt_job *job = w->params.job;
+    dt_train_metrics_step(r->global_step, r->loss, job->batch_size);
     if (r->local_step % job->log_steps == 0 || r->done) {
         log_progress(w, r, *t_last, *step_last, *global_last);
         *t_last = dt_now_secs();

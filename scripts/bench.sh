@@ -24,6 +24,9 @@
 #      each with and without TLS, alternating, and TLS over plaintext, with
 #      certificates made here by scripts/make_certs.sh (127.0.0.1, localhost);
 #   8. the chief's histogram of one 10M-float variable (bench_histogram);
+#   1f. the cost of /metrics: the tiny model's steps/s with every role
+#      serving --metrics-port and scraped every second, against the same
+#      job without, runs alternating, best of each;
 #   9. sparse logistic regression over a table of 2^28 rows on Criteo-layout
 #      data (gen-criteo), 1 worker (not pipelined and pipelined), 2 workers
 #      and 1 worker with L1: steps/s, examples/s,
@@ -43,7 +46,9 @@
 #   BENCH_TLS_TRIALS=N the runs per figure and security of figure 7
 #      (default 1);
 #   BENCH_ONLY=sparse runs figure 9 alone; BENCH_ONLY=tiny the tiny model
-#      against the 16 B echoes (figure 1d) and pipelined (1e) alone.
+#      against the 16 B echoes (figure 1d), pipelined (1e) and with /metrics
+#      scraped (1f) alone; BENCH_ONLY=metrics figure 1f alone;
+#   BENCH_METRICS_TRIALS=N the runs of each side of figure 1f (default 3).
 # Exit status: 0 when every figure was measured, 1 when something failed to
 # run (its line says FAILED and its log is shown on stderr).
 set -u
@@ -91,9 +96,9 @@ PS_TRIALS=${BENCH_PS_TRIALS:-1}
 TLS_TRIALS=${BENCH_TLS_TRIALS:-1}
 ONLY=${BENCH_ONLY:-}
 case "$ONLY" in
-    '' | sparse | tiny) ;;
+    '' | sparse | tiny | metrics) ;;
     *)
-        echo "bench: BENCH_ONLY must be sparse, tiny or unset (got \"$ONLY\")" >&2
+        echo "bench: BENCH_ONLY must be sparse, tiny, metrics or unset (got \"$ONLY\")" >&2
         exit 1
         ;;
 esac
@@ -115,8 +120,12 @@ FASHION_DATA=/usr/share/datasets/fashion-mnist
 FASHION_STEPS=600
 FASHION_BATCH=100
 
+# The cost of /metrics (figure 1f): steps of each run, runs of each side.
+METRICS_STEPS=30000
+METRICS_TRIALS=${BENCH_METRICS_TRIALS:-3}
+
 for _n in "BENCH_TRIALS=$TRIALS" "BENCH_PS_TRIALS=$PS_TRIALS" "BENCH_TLS_TRIALS=$TLS_TRIALS" \
-    "BENCH_COPY_TRIALS=$COPY_TRIALS"; do
+    "BENCH_COPY_TRIALS=$COPY_TRIALS" "BENCH_METRICS_TRIALS=$METRICS_TRIALS"; do
     case "${_n#*=}" in
         '' | *[!0-9]* | 0)
             echo "bench: ${_n%%=*} must be a positive integer (got \"${_n#*=}\")" >&2
@@ -126,7 +135,7 @@ for _n in "BENCH_TRIALS=$TRIALS" "BENCH_PS_TRIALS=$PS_TRIALS" "BENCH_TLS_TRIALS=
 done
 
 for f in "$BIN" "$BUILD/bench_freeport" "$BUILD/bench_pullpush" "$BUILD/bench_rawgrpc" \
-    "$BUILD/bench_compute" "$BUILD/bench_histogram" "$BUILD/bench_sparse_eval"; do
+    "$BUILD/bench_compute" "$BUILD/bench_histogram" "$BUILD/bench_sparse_eval" "$BUILD/bench_metrics"; do
     if [ ! -x "$f" ]; then
         echo "bench: $f missing; run make bench" >&2
         exit 1
@@ -445,6 +454,82 @@ peak_of() {
     sed -n 's/.*: peak RSS \([0-9.]*\) MB.*/\1/p' "$1" 2>/dev/null | tail -n 1
 }
 
+# 1f. The tiny model with every role serving /metrics and scraped once a
+# second, against the same job without; runs alternate (off, on, off, ...)
+# so a busy spell of the machine hits both; the best of each is compared.
+# The scraper (Python's urllib, one GET per role a second) finds each
+# role's port in its log ("metrics: serving http://HOST:PORT/metrics").
+metrics_figure() {
+    piece metrics
+    _mf_best_off="" _mf_best_on="" _mf_scrapes=0 _mf_t=1
+    while [ $_mf_t -le "$METRICS_TRIALS" ]; do
+        for _mf_side in off on; do
+            _mf_d=$TMP/metrics-$_mf_side-$_mf_t
+            mkdir -p "$_mf_d"
+            _mf_flags=""
+            if [ $_mf_side = on ]; then
+                _mf_flags="--metrics-port 0"
+                start_bg "$_mf_d/scraper.out" /usr/bin/python3 -c '
+import glob, re, sys, time, urllib.request
+d, n = sys.argv[1], 0
+while True:
+    for log in glob.glob(d + "/*.log"):
+        m = re.search(r"metrics: serving http://[^ ]*:(\d+)/metrics", open(log, errors="replace").read())
+        if not m:
+            continue
+        try:
+            urllib.request.urlopen("http://127.0.0.1:%s/metrics" % m.group(1), timeout=1).read()
+            n += 1
+        except Exception:
+            pass
+    print(n, flush=True)
+    time.sleep(1)
+' "$_mf_d"
+                _mf_scraper=$LAST_PID
+            fi
+            # shellcheck disable=SC2086 # the flags split into arguments
+            run_job "$_mf_d" 120 1 "$CONFIG" --set max_steps=$METRICS_STEPS --set log_steps=5000 $_mf_flags
+            _mf_rc=$?
+            if [ $_mf_side = on ]; then
+                stop_pid "$_mf_scraper" 3
+                _mf_n=$(tail -n 1 "$_mf_d/scraper.out" 2>/dev/null)
+                _mf_scrapes=$((_mf_scrapes + ${_mf_n:-0}))
+            fi
+            job_rate "$_mf_d" $_mf_rc "tiny model, metrics $_mf_side" || continue
+            _mf_rate=$(ratio "$RATE_G" "$RATE_S" %.0f)
+            eval "_mf_best=\${_mf_best_$_mf_side}"
+            if [ -z "$_mf_best" ] || [ "$_mf_rate" -gt "$_mf_best" ]; then
+                eval "_mf_best_$_mf_side=$_mf_rate"
+            fi
+            eval "_mf_runs_$_mf_side=\"\${_mf_runs_$_mf_side:-}\${_mf_runs_$_mf_side:+ }$_mf_rate\""
+        done
+        _mf_t=$((_mf_t + 1))
+    done
+    if [ -n "$_mf_best_off" ] && [ -n "$_mf_best_on" ]; then
+        row "tiny model, metrics off" "$_mf_best_off steps/s" "demo job, 1 ps + 1 worker, $METRICS_STEPS steps, no --metrics-port; best of $METRICS_TRIALS (runs: ${_mf_runs_off:-})"
+        row "tiny model, metrics scraped" "$_mf_best_on steps/s" "the same with --metrics-port on the ps and the worker, each scraped every second ($_mf_scrapes scrapes in all); best of $METRICS_TRIALS (runs: ${_mf_runs_on:-})"
+        row "  scraped / off" "$(ratio "$_mf_best_on" "$_mf_best_off" %.3f)" "goal: >= 0.98 (metrics cost < 2%)"
+    fi
+    # The same cost where it is paid, free of the jobs' run-to-run spread:
+    # the hooks of one step (ps and worker side) and one page's render.
+    if _mf_out=$("$BUILD/bench_metrics" 2>"$TMP/bench_metrics.err"); then
+        _mf_ns=$(field "$_mf_out" ns_per_step)
+        row "metrics hooks a step" "$_mf_ns ns" "bench_metrics: a step's counters, histograms and clock reads on the ps and the worker side together, one thread ($(field "$_mf_out" ns_per_step_2threads) ns with two threads on the same histograms); against a tiny step of ${_mf_best_off:-?} steps/s: $(ratio "$_mf_ns" "$(ratio 1000000000 "${_mf_best_off:-1}" %.1f)" %.4f) of it"
+        row "metrics render" "$(field "$_mf_out" render_us) us" "bench_metrics: one scrape of a worker's page ($(field "$_mf_out" page_bytes) bytes), once a second"
+    else
+        failed "metrics hooks a step" "bench_metrics failed" "$TMP/bench_metrics.err"
+    fi
+}
+
+if [ "$ONLY" = metrics ]; then
+    metrics_figure
+    piece ""
+    echo
+    echo "load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null) at the end"
+    echo "seconds per piece: $PIECE_TIMES"
+    exit $FAILED
+fi
+
 # BENCH_ONLY=sparse: figure 9 alone (the sections before it are skipped).
 if [ "$ONLY" != sparse ]; then
 # BENCH_ONLY=tiny: the tiny model against the 16 B echoes, and pipelined, alone.
@@ -568,6 +653,7 @@ if job_rate "$d" $? "tiny model, 1 worker, pipelined"; then
     row "tiny model, 1 worker, pipelined" "$rate steps/s" "demo job, 1 ps + 1 worker, pipeline_push=true (one round trip per step); global_step $RATE_G in $RATE_S s; fit: $(fit_of "$d/chief.log") (not pipelined: $(fit_of "$TMP/fuse-1-true/chief.log"))"
     [ -n "${ECHO16_2:-}" ] && row "tiny pipelined / raw echo x2" "$(ratio "$rate" "$ECHO16_2" %.2f)" "pipelined steps/s over the raw echo with 2 calls in flight ($ECHO16_2 calls/s)"
 fi
+metrics_figure
 
 if [ "$ONLY" != tiny ]; then
 

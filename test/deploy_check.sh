@@ -10,7 +10,12 @@
 #           reads; each replica's certificates follow the identity rule; the
 #           ConfigMap's job config is conf/linear.json with the documented
 #           changes, and the binary accepts it; the real TF_CONFIG parser
-#           accepts the cluster training-operator would make of the file
+#           accepts the cluster training-operator would make of the file;
+#           every replica serves /metrics on port 9464 (--metrics-port, a port
+#           named metrics, the prometheus.io annotations) and podmonitor.yaml
+#           scrapes the TFJob's pods there
+#   grafana deploy/grafana/dtrain.json parses, and every metric it queries is
+#           one lib/ serves (the metrics suite checks them on live pages)
 #   slurm   deploy/slurm/slurm_cluster.sh under fake Slurm variables and a fake
 #           scontrol: each task's TF_CONFIG exactly, a port per local task,
 #           no address twice, the errors, --exec; then dtrain.sbatch with a
@@ -122,10 +127,46 @@ for r in $replicas; do
     has "$r" 'containerPort 2222 tfjob-port' || fail "$TFJOB: $r has no containerPort 2222 named tfjob-port"
     n=$(rec "$r" | sed -n 's/^replicas //p')
     case $n in '' | *[!0-9]*) fail "$TFJOB: $r has no replicas count" ;; esac
-    has "$r" args '["--config", "/etc/dtrain/job/linear.json"]' ||
-        fail "$TFJOB: $r does not run with --config /etc/dtrain/job/linear.json"
+    has "$r" args '["--config", "/etc/dtrain/job/linear.json", "--metrics-port", "9464"]' ||
+        fail "$TFJOB: $r does not run with --config /etc/dtrain/job/linear.json --metrics-port 9464"
+    has "$r" 'containerPort 9464 metrics' || fail "$TFJOB: $r has no containerPort 9464 named metrics"
 done
-pass "tfjob: PS, Chief, Worker, Evaluator each have container tensorflow, port 2222 named tfjob-port, --config"
+pass "tfjob: PS, Chief, Worker, Evaluator each have container tensorflow, port 2222 named tfjob-port, --config, /metrics on 9464 named metrics"
+
+# Scraping: each pod template says where its /metrics is; the PodMonitor
+# selects the TFJob's pods and the port by that name.
+[ "$(grep -c '^ *prometheus.io/scrape: "true"$' "$TFJOB")" -eq 4 ] ||
+    fail "$TFJOB: not every replica's pod has prometheus.io/scrape: \"true\""
+[ "$(grep -c '^ *prometheus.io/port: "9464"$' "$TFJOB")" -eq 4 ] ||
+    fail "$TFJOB: not every replica's pod has prometheus.io/port: \"9464\" (its --metrics-port)"
+PODMON=deploy/kubernetes/podmonitor.yaml
+[ -f "$PODMON" ] || fail "$PODMON is missing"
+tfjob_name=$(awk '/^kind: TFJob/ { t = 1 } t && /^  name:/ { print $2; exit }' "$TFJOB")
+grep -q "^      training.kubeflow.org/job-name: $tfjob_name\$" "$PODMON" ||
+    fail "$PODMON does not select the pods of TFJob $tfjob_name"
+grep -q '^    - port: metrics$' "$PODMON" || fail "$PODMON does not scrape the port named metrics"
+pass "monitoring: every pod annotated for port 9464; $PODMON selects TFJob $tfjob_name's port metrics"
+
+# The Grafana dashboard: valid JSON, and every metric it queries is one a
+# role serves (named in lib/; check_metrics' every_role test checks them
+# against live pages).
+DASH=deploy/grafana/dtrain.json
+[ -f "$DASH" ] || fail "$DASH is missing"
+/usr/bin/python3 -c '
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+names = set()
+for p in d["panels"]:
+    for t in p.get("targets", []):
+        names.update(re.findall(r"\b(?:dtrain|process)_[a-z_]+", t["expr"]))
+for n in sorted(names):
+    print(re.sub(r"_(bucket|sum|count)$", "", n))
+' "$DASH" | sort -u >"$TMP/dash.metrics" || fail "$DASH is not valid JSON"
+[ -s "$TMP/dash.metrics" ] || fail "$DASH queries no dtrain metric"
+while read -r m; do
+    grep -rq --include='*.c' "\"$m\"" lib || fail "$DASH queries $m, which no role serves (not named in lib/)"
+done <"$TMP/dash.metrics"
+pass "grafana: $DASH parses; its $(wc -l <"$TMP/dash.metrics") metrics are served by the roles"
 
 # The ps probes: dtrain health on the ps's own port; readiness takes
 # NOT_SERVING as ready.

@@ -36,6 +36,8 @@
     X(consistency)                                                                                 \
     X(predict)                                                                                     \
     X(evaluator)                                                                                   \
+    X(log)                                                                                         \
+    X(metrics)                                                                                     \
     X(cli)                                                                                         \
     X(api)                                                                                         \
     X(e2e)                                                                                         \

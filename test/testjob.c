@@ -116,7 +116,7 @@ void dt_test_job_log_path(const dt_test_job *j, const char *log_name, char *buf,
 static pid_t start(dt_test_job *j, const char *job_name, int task, const char *log_name,
                    int keep_serving) {
     char task_text[16], path[1200];
-    char *argv[16 + 2 * DT_TEST_JOB_MAX_SETS];
+    char *argv[16 + 2 * DT_TEST_JOB_MAX_SETS + DT_TEST_JOB_MAX_ARGS];
     int n = 0;
     snprintf(task_text, sizeof task_text, "%d", task);
     dt_test_job_log_path(j, log_name, path, sizeof path);
@@ -139,6 +139,8 @@ static pid_t start(dt_test_job *j, const char *job_name, int task, const char *l
         argv[n++] = "--set";
         argv[n++] = (char *)j->sets[i];
     }
+    for (int i = 0; i < j->num_args && i < DT_TEST_JOB_MAX_ARGS; i++)
+        argv[n++] = (char *)j->args[i];
     if (keep_serving) argv[n++] = "--keep-serving";
     argv[n] = NULL;
     pid_t pid = dt_test_spawn(argv, path);

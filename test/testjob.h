@@ -29,6 +29,7 @@
 
 #define DT_TEST_JOB_MAX_ROLES 8 /* ps tasks + workers of one cluster */
 #define DT_TEST_JOB_MAX_SETS 24
+#define DT_TEST_JOB_MAX_ARGS 8
 /* How far a trained line may be from the closed-form fit of its data. */
 #define DT_TEST_FIT_TOL 0.05
 
@@ -41,6 +42,10 @@ typedef struct {
     int ports[DT_TEST_JOB_MAX_ROLES];       /* the cluster's: ps first, then workers */
     const char *sets[DT_TEST_JOB_MAX_SETS]; /* --set overrides (borrowed) */
     int num_sets;
+    /* Flags every role is started with after the --set overrides, e.g.
+     * "--log-format", "json" (borrowed). */
+    const char *args[DT_TEST_JOB_MAX_ARGS];
+    int num_args;
     /* When set, called between polls while dt_test_job_expect_done (and
      * so dt_test_job_run) waits, and once after: e.g. to watch the log dir
      * while the roles run. */
