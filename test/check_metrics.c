@@ -203,6 +203,29 @@ static int metrics_port_of(const char *log_name, pid_t pid) {
     return port;
 }
 
+/* The job id the chief logged ("chief: job id <32 hex> ("), into id. */
+static void chief_job_id(char *id, size_t cap) {
+    char *text = dt_test_job_read_log(&job, "chief");
+    const char *at = text ? strstr(text, "chief: job id ") : NULL;
+    ck_assert_msg(at, "the chief logged no job id: %.2000s", text ? text : "(no log)");
+    at += strlen("chief: job id ");
+    size_t n = strspn(at, "0123456789abcdef");
+    ck_assert_int_eq(n, 32);
+    snprintf(id, cap, "%.*s", (int)n, at);
+    free(text);
+}
+
+/* A sample's labels as every role renders them once it knows the job:
+ * {job_id="...",role="R",task="T"}, less the closing brace when open. */
+static const char *labels(const char *id, const char *role, int task, int open) {
+    static char out[4][160];
+    static int next;
+    char *l = out[next++ % 4];
+    snprintf(l, sizeof out[0], "{job_id=\"%s\",role=\"%s\",task=\"%d\"%s", id, role, task,
+             open ? "," : "}");
+    return l;
+}
+
 /* The role's page, checked by promtool; heap. */
 static char *scrape(const char *log_name, pid_t pid) {
     int status = 0;
@@ -299,6 +322,9 @@ START_TEST(every_role) {
     size_t all_cap = 1 << 20; /* the pages together, for the dashboard's check */
     char *all = calloc(1, all_cap);
     ck_assert_ptr_nonnull(all);
+    char id[64];
+    chief_job_id(id, sizeof id);
+    char want[256];
     char *page = scrape("ps0", ps);
     static const char *const ps_names[] = {"dtrain_ps_global_step",
                                            "dtrain_ps_pushes_total",
@@ -317,7 +343,8 @@ START_TEST(every_role) {
                                            "dtrain_rpc_server_inflight_request_bytes",
                                            "process_resident_memory_bytes"};
     expect_families(page, "ps", ps_names, (int)(sizeof ps_names / sizeof ps_names[0]));
-    ck_assert_msg(strstr(page, "dtrain_ps_global_step{role=\"ps\",task=\"0\"} "), "%s", page);
+    snprintf(want, sizeof want, "dtrain_ps_global_step%s ", labels(id, "ps", 0, 0));
+    ck_assert_msg(strstr(page, want), "no %s in the ps's page: %.2000s", want, page);
     ck_assert(strstr(page, "method=\"Push\",code=\"OK\"}"));
     strncat(all, page, all_cap / 4 - 1);
     free(page);
@@ -332,7 +359,8 @@ START_TEST(every_role) {
                                                "process_resident_memory_bytes"};
     page = scrape("worker1", worker);
     expect_families(page, "worker 1", worker_names, 8);
-    ck_assert(strstr(page, "dtrain_worker_steps_total{role=\"worker\",task=\"1\"} "));
+    snprintf(want, sizeof want, "dtrain_worker_steps_total%s ", labels(id, "worker", 1, 0));
+    ck_assert_msg(strstr(page, want), "no %s in worker 1's page: %.2000s", want, page);
     ck_assert(!strstr(page, "dtrain_chief_"));
     strncat(all, page, all_cap / 4 - 1);
     free(page);
@@ -344,7 +372,10 @@ START_TEST(every_role) {
         "dtrain_disk_full_events_total"};
     expect_families(page, "chief", worker_names, 8);
     expect_families(page, "chief", chief_names, 5);
-    ck_assert(!strstr(page, "dtrain_chief_last_checkpoint_step{role=\"chief\",task=\"0\"} 0\n"));
+    snprintf(want, sizeof want, "dtrain_chief_last_checkpoint_step%s ", labels(id, "chief", 0, 0));
+    ck_assert_msg(strstr(page, want), "no %s in the chief's page: %.2000s", want, page);
+    strncat(want, "0\n", sizeof want - strlen(want) - 1);
+    ck_assert(!strstr(page, want));
     strncat(all, page, all_cap / 4 - 1);
     free(page);
 
@@ -353,8 +384,11 @@ START_TEST(every_role) {
                                              "dtrain_evaluator_loss", "dtrain_evaluator_accuracy",
                                              "dtrain_evaluator_checkpoints_scored_total"};
     expect_families(page, "evaluator", eval_names, 4);
-    ck_assert(
-        !strstr(page, "dtrain_evaluator_last_scored_step{role=\"evaluator\",task=\"0\"} 0\n"));
+    snprintf(want, sizeof want, "dtrain_evaluator_last_scored_step%s ",
+             labels(id, "evaluator", 0, 0));
+    ck_assert_msg(strstr(page, want), "no %s in the evaluator's page: %.2000s", want, page);
+    strncat(want, "0\n", sizeof want - strlen(want) - 1);
+    ck_assert(!strstr(page, want));
     strncat(all, page, all_cap / 4 - 1);
     free(page);
 
@@ -402,9 +436,12 @@ static double prom_query(int port, const char *query) {
 
 /* The bounds around the q-quantile of the Push latency in the ps's page:
  * the bucket where the cumulative count reaches q of the total. */
-static void push_quantile_bucket(const char *page, double q, double *lower, double *upper) {
-    const char *key = "dtrain_rpc_server_call_duration_seconds_bucket{role=\"ps\",task=\"0\","
-                      "method=\"Push\",le=\"";
+static void push_quantile_bucket(const char *page, const char *id, double q, double *lower,
+                                 double *upper) {
+    char key[256];
+    snprintf(key, sizeof key,
+             "dtrain_rpc_server_call_duration_seconds_bucket%smethod=\"Push\",le=\"",
+             labels(id, "ps", 0, 1));
     double bounds[64], counts[64];
     int n = 0;
     for (const char *at = page; (at = strstr(at, key)) != NULL && n < 64; at++) {
@@ -482,6 +519,10 @@ START_TEST(prometheus_scrape) {
     dt_err_clear(&err);
     ck_assert_msg(dt_ps_client_status(probe.client, 0, st, &err) == 0, "status: %s", err.msg);
     ck_assert(st->done);
+    char query[160];
+    snprintf(query, sizeof query, "dtrain_ps_global_step{job_id=\"%s\"}", st->job_id);
+    ck_assert_msg(prom_query(prom_port, query) == (double)st->global_step,
+                  "prometheus has no global step labelled with Status's job id %s", st->job_id);
     double step = prom_query(prom_port, "dtrain_ps_global_step");
     double applied = prom_query(prom_port, "dtrain_ps_pushes_total{outcome=\"applied\"}");
     ck_assert_msg(step == (double)st->global_step, "prometheus: global step %g, Status %lld", step,
@@ -495,7 +536,9 @@ START_TEST(prometheus_scrape) {
     char *page = http_get(ports[0], "/metrics", &status);
     ck_assert_ptr_nonnull(page);
     double lower = 0, upper = 0;
-    push_quantile_bucket(page, 0.99, &lower, &upper);
+    char id[64];
+    chief_job_id(id, sizeof id);
+    push_quantile_bucket(page, id, 0.99, &lower, &upper);
     ck_assert_msg(p99 > 0 && p99 >= lower && p99 <= upper,
                   "prometheus: push p99 %g s, the ps's buckets put it in (%g, %g]", p99, lower,
                   upper);
