@@ -531,8 +531,14 @@ START_TEST(python_module) {
     setenv("DTRAIN_TEST_TMP", j.dir, 1);
     char log[1200];
     dt_test_job_log_path(&j, "python", log, sizeof log);
-    setenv("PYTHONPATH", "python", 1);
-    char *argv[] = {(char *)py, "-m", "unittest", "discover", "-v", "-s", "python/tests", NULL};
+    /* Absolute: the module's tests run with their cwd in the test's temp
+     * dir, as every process a test starts does. */
+    char src[1024], python_dir[1100], tests_dir[1100];
+    ck_assert_ptr_nonnull(getcwd(src, sizeof src));
+    snprintf(python_dir, sizeof python_dir, "%s/python", src);
+    snprintf(tests_dir, sizeof tests_dir, "%s/python/tests", src);
+    setenv("PYTHONPATH", python_dir, 1);
+    char *argv[] = {(char *)py, "-m", "unittest", "discover", "-v", "-s", tests_dir, NULL};
     pid_t pid = dt_test_spawn(argv, log);
     ck_assert_int_gt(pid, 0);
     int status = dt_test_wait(pid, JOB_TIMEOUT_MS * 2);
@@ -554,17 +560,18 @@ END_TEST
 /* make install's tree is enough to build a program: the header, the
  * library and dtrain.pc, nothing of the source tree but the example. */
 START_TEST(installed_program_builds) {
-    char build[1100], script[4000], log[1200];
+    char build[1100], script[6000], log[1200], src[1024];
     example_path(build, sizeof build);
     *strrchr(build, '/') = '\0';
+    ck_assert_ptr_nonnull(getcwd(src, sizeof src)); /* the checkout; the shell runs elsewhere */
     snprintf(script, sizeof script,
-             "set -e; sh scripts/install.sh --build '%s' --prefix '%s/prefix' >/dev/null; "
+             "set -e; cd '%s'; sh scripts/install.sh --build '%s' --prefix '%s/prefix' >/dev/null; "
              "cp examples/linear.c '%s/prog.c'; cd '%s'; "
              "PKG_CONFIG_PATH='%s/prefix/lib/pkgconfig'; export PKG_CONFIG_PATH; "
              "cc -std=c11 -D_POSIX_C_SOURCE=200809L " PROGRAM_SANITIZE
              " prog.c $(pkg-config --cflags --libs dtrain) "
              "-lm -o prog; ./prog --cluster /nonexistent/c.json",
-             build, j.dir, j.dir, j.dir, j.dir);
+             src, build, j.dir, j.dir, j.dir, j.dir);
     dt_test_job_log_path(&j, "install", log, sizeof log);
     char *argv[] = {"/bin/sh", "-c", script, NULL};
     pid_t pid = dt_test_spawn(argv, log);

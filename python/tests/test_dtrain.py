@@ -133,7 +133,7 @@ class Jobs(unittest.TestCase):
         """examples/linear.py as 1 ps + 2 workers trains to max_steps."""
         cl = cluster_file(self.dir, 2)
         logs = os.path.join(self.dir, "logs")
-        base = [sys.executable, "examples/linear.py", "--cluster", cl, "--log-dir", logs,
+        base = [sys.executable, os.path.join(ROOT, "examples", "linear.py"), "--cluster", cl, "--log-dir", logs,
                 "--set", "max_steps=300"]
         self.run_roles([base + ["--job-name", "ps", "--task-index", "0"],
                         base + ["--job-name", "worker", "--task-index", "0"],
@@ -165,7 +165,7 @@ class Jobs(unittest.TestCase):
         again; it then trains the rest with the chief and every role ends 0."""
         cl = cluster_file(self.dir, 2)
         logs = os.path.join(self.dir, "logs")
-        base = [sys.executable, "examples/linear.py", "--cluster", cl, "--log-dir", logs,
+        base = [sys.executable, os.path.join(ROOT, "examples", "linear.py"), "--cluster", cl, "--log-dir", logs,
                 "--set", "max_steps=400", "--set", "mode=sync", "--set",
                 "sync_timeout_secs=120"]
         procs = {}
