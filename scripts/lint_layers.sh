@@ -29,7 +29,7 @@ core: alloc err log text hash crc32c tensor span fileio dirlock memstat pool jso
 data: libsvm reader sparse_reader data sparse criteo_gen
 ml: optim consistency model sparse_model sparse_acc table
 store: safetensors checkpoint summary
-net: rpc_common rpc_internal rpc_client rpc_server auth admission conn codec
+net: rpc_common rpc_internal rpc_client rpc_server auth admission conn codec codec_internal codec_tensor
 conf: cluster placement job
 ps: ps ps_internal ps_client
 roles: heartbeat worker chief evaluator sparse_eval predict monitor session api
