@@ -53,10 +53,23 @@ typedef struct {
 bool dt_codec_builder_write(pb_ostream_t *stream, const pb_byte_t *buf, size_t count);
 /* Whether tensor t of list goes by reference. */
 int dt_codec_by_ref(const dt_tensor_list *list, const dt_tensor *t);
-/* The bytes of v as a varint. */
-size_t dt_codec_varint_len(uint64_t v);
+/* The bytes of v as a varint. Inline: the push messages' scalars are
+ * sized and put with it, where a call costs more than the loop. */
+static inline size_t dt_codec_varint_len(uint64_t v) {
+    size_t n = 1;
+    for (; v >= 0x80; v >>= 7)
+        n++;
+    return n;
+}
+
 /* v as a varint at p; the byte after it. */
-uint8_t *dt_codec_put_varint(uint8_t *p, uint64_t v);
+static inline uint8_t *dt_codec_put_varint(uint8_t *p, uint64_t v) {
+    for (; v >= 0x80; v >>= 7)
+        *p++ = (uint8_t)(v | 0x80);
+    *p++ = (uint8_t)v;
+    return p;
+}
+
 /* The repeated Tensor field number of list, its tags included, written by
  * hand (a sizing stream gets the length alone). */
 bool dt_codec_write_tensors(pb_ostream_t *stream, const dt_tensor_list *list, uint32_t number);

@@ -88,13 +88,6 @@ static bool encode_data(pb_ostream_t *stream, const dt_tensor_list *list, int i)
     return ok;
 }
 
-size_t dt_codec_varint_len(uint64_t v) {
-    size_t n = 1;
-    for (; v >= 0x80; v >>= 7)
-        n++;
-    return n;
-}
-
 /* The length of a Tensor message, written as nanopb would write it (proto3:
  * default values left out; shape packed), and of its packed shape. */
 static size_t tensor_len(const dt_tensor *t, size_t name_len, size_t *shape_len) {
@@ -115,14 +108,6 @@ static size_t tensor_len(const dt_tensor *t, size_t name_len, size_t *shape_len)
  * of a small model's push. The bytes are the same (test_wire_format_by_hand
  * builds them independently): Tensor = name (1) dtype (2) shape (3, packed)
  * data (4). A sizing stream gets the length alone. */
-/* v as a varint at p; the byte after it. */
-uint8_t *dt_codec_put_varint(uint8_t *p, uint64_t v) {
-    for (; v >= 0x80; v >>= 7)
-        *p++ = (uint8_t)(v | 0x80);
-    *p++ = (uint8_t)v;
-    return p;
-}
-
 /* dt_codec_write_tensors' writing pass into a builder (dt_codec_encode_buf): tensor
  * i, its tag and length (len, as tensor_len gives it) and each field put
  * straight into the builder's own bytes, where pb_encode_tag and
