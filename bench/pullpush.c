@@ -12,7 +12,7 @@
  * grad is the constant 2^-10, so the ps does its real work per push
  * (decode, finiteness check, sgd update) and the final value is exact.
  * With --partition-min-bytes B the variable is split by rows across the ps
- * tasks as a job's would be (ps_client.h: min(ps tasks, N*4 / B) slices when
+ * tasks as a job's would be (placement.h: min(ps tasks, N*4 / B) slices when
  * N*4 >= 2B), placed by --placement; every client computes the same
  * placement, so a pull or push fans out to every task holding a slice.
  * Afterwards the parent checks the global step (W*R) and the weight

@@ -19,7 +19,7 @@
 #include "err.h"
 #include "model.h"
 #include "optim.h"
-#include "ps_client.h"
+#include "placement.h"
 #include "sparse.h"
 #include "sparse_model.h"
 #include "table.h"

@@ -1,6 +1,6 @@
 /*
- * ps_client: partitioning, placement, fan-out and reply checking for calls
- * to ps tasks.
+ * ps_client: fan-out and reply checking for calls to ps tasks, over the
+ * units placement.c cuts and places.
  *
  * Invariants: the units and their placement never change after _new; a
  * reply's tensors must match the expected units exactly (name, dtype, shape,
@@ -47,14 +47,8 @@ typedef struct {
     int64_t start[DT_MAX_PS + 1];
 } sparse_split;
 
-typedef struct {
-    char name[DT_TENSOR_NAME_MAX]; /* on the ps */
-    int var;
-    int64_t row_begin, rows;
-    size_t offset; /* bytes into the variable's data */
-    size_t nbytes;
-    int ps;
-} unit;
+/* A whole variable or a slice of one, on its ps task (placement.h). */
+typedef dt_placement_unit unit;
 
 #define MAX_COPY_THREADS 4
 #define DEFAULT_COPY_MIN_BYTES ((size_t)1 << 20)
@@ -114,100 +108,11 @@ struct dt_ps_client {
     dt_tensor sparse_out[2 * DT_MAX_TABLES]; /* one request's ids, then its rows */
 };
 
-const char *const dt_placement_names[] = {"greedy", "round_robin", NULL};
-
-int dt_placement_from_name(const char *name) {
-    for (int p = 0; dt_placement_names[p]; p++)
-        if (strcmp(name, dt_placement_names[p]) == 0) return p;
-    return -1;
-}
-
-/* ---- partitioning and placement --------------------------------------- */
-
-/* Slices of variable v: min(num_ps, rows, bytes / min_bytes), at least 1. */
-static int64_t num_parts(const dt_ps_client *c, const dt_tensor *v) {
-    int64_t min_bytes = c->params.placement.partition_min_bytes;
-    if (min_bytes <= 0 || v->ndim < 1 || (int64_t)v->nbytes < 2 * min_bytes) return 1;
-    int64_t parts = (int64_t)v->nbytes / min_bytes;
-    if (parts > c->num_ps) parts = c->num_ps;
-    if (parts > v->shape[0]) parts = v->shape[0];
-    return parts < 1 ? 1 : parts;
-}
-
-static int make_units(dt_ps_client *c, dt_err *err) {
-    int n = 0;
-    for (int i = 0; i < c->num_vars; i++)
-        n += (int)num_parts(c, &c->layout[i]);
-    c->units = dt_calloc((size_t)(n ? n : 1), sizeof *c->units);
-    if (!c->units) return dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
-    c->num_units = n;
-    int k = 0;
-    for (int i = 0; i < c->num_vars; i++) {
-        const dt_tensor *v = &c->layout[i];
-        int64_t parts = num_parts(c, v);
-        int64_t rows = v->ndim ? v->shape[0] : 1;
-        size_t row_bytes = v->nbytes / (size_t)rows;
-        int64_t begin = 0;
-        for (int64_t p = 0; p < parts; p++) {
-            unit *u = &c->units[k++];
-            u->var = i;
-            u->row_begin = begin;
-            u->rows = rows / parts + (p < rows % parts ? 1 : 0); /* first ones get the rest */
-            u->offset = (size_t)begin * row_bytes;
-            u->nbytes = (size_t)u->rows * row_bytes;
-            if (parts == 1)
-                snprintf(u->name, sizeof u->name, "%s", v->name);
-            else if (snprintf(u->name, sizeof u->name, "%s/part_%lld", v->name, (long long)p) >=
-                     (int)sizeof u->name)
-                return dt_err_set(err, DT_EINVAL, "ps client: %s: name too long to partition",
-                                  v->name);
-            begin += u->rows;
-        }
-    }
-    return 0;
-}
-
-static void place_round_robin(dt_ps_client *c) {
-    for (int k = 0; k < c->num_units; k++)
-        c->units[k].ps = k % c->num_ps;
-}
-
-/* Largest first onto the least-loaded task that holds no other slice of the
- * same variable (when there is one); ties by name, then task index. */
-static void place_greedy(dt_ps_client *c, int *order) {
-    int n = c->num_units;
-    for (int i = 0; i < n; i++)
-        order[i] = i;
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0; j--) {
-            const unit *a = &c->units[order[j - 1]], *b = &c->units[order[j]];
-            int swap =
-                a->nbytes < b->nbytes || (a->nbytes == b->nbytes && strcmp(a->name, b->name) > 0);
-            if (!swap) break;
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-    int64_t load[DT_MAX_PS] = {0};
-    for (int k = 0; k < n; k++) {
-        unit *u = &c->units[order[k]];
-        int best = -1;
-        for (int p = 0; p < c->num_ps; p++) {
-            int taken = 0;
-            for (int j = 0; j < k; j++) {
-                const unit *o = &c->units[order[j]];
-                taken |= o->var == u->var && o->ps == p;
-            }
-            if (!taken && (best < 0 || load[p] < load[best])) best = p;
-        }
-        if (best < 0) best = 0; /* cannot happen: slices <= tasks */
-        u->ps = best;
-        load[best] += (int64_t)u->nbytes;
-    }
-}
+/* ---- placement --------------------------------------------------------- */
 
 static int place(dt_ps_client *c, dt_err *err) {
-    int rc = make_units(c, err);
+    int rc = dt_placement_units(&c->params.placement, c->num_ps, c->layout, c->num_vars, &c->units,
+                                &c->num_units, err);
     if (rc < 0) return rc;
     size_t nu = (size_t)(c->num_units ? c->num_units : 1);
     c->order = dt_calloc(nu, sizeof *c->order);
@@ -222,10 +127,7 @@ static int place(dt_ps_client *c, dt_err *err) {
     if (!c->order || !c->seen || !c->views || !c->spans || !c->slot_views || !c->slot_spans ||
         !c->out_views || !c->out_slot_views)
         return dt_err_set(err, DT_ENOMEM, "ps client: out of memory");
-    if (c->params.placement.kind == DT_PLACE_ROUND_ROBIN)
-        place_round_robin(c);
-    else
-        place_greedy(c, c->order);
+    dt_placement_place(c->params.placement.kind, c->units, c->num_units, c->num_ps, c->order);
     /* Group by ps, keeping unit order inside a group. */
     int k = 0;
     for (int p = 0; p < c->num_ps; p++) {

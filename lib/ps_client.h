@@ -1,19 +1,9 @@
 /*
  * ps_client: a role's view of all ps tasks as one store of whole variables.
  *
- * Partitioning: a variable of at least 2 * partition_min_bytes bytes is cut
- * along its first dimension into min(num_ps, rows, bytes / partition_min_bytes)
- * slices of near-equal rows ("<name>/part_<k>", as TF's
- * min_max_variable_partitioner names them). Rows are contiguous in memory, so
- * a slice is a view: pushing one copies nothing extra.
- *
- * Placement: each unit (a whole variable or a slice) lives on one ps task:
- *   greedy       largest first onto the least-loaded task (TF's
- *                GreedyLoadBalancingStrategy), never two slices of one
- *                variable on one task while another task is free of it;
- *   round_robin  in variable order, task 0, 1, 2, ... (TF's default).
- * Every role computes the same placement from the same model specs and job,
- * so no one has to send it. Callers always see whole variables.
+ * Partitioning and placement (placement.h): each variable, or each slice of
+ * its rows, lives on one ps task, which every role computes alike. Callers
+ * always see whole variables.
  *
  * Pull and push fan out to every ps at once and wait for all. The global
  * step reported is ps 0's (every push goes to every ps, so all agree). Each
@@ -35,22 +25,10 @@
 #include "cluster.h"
 #include "codec.h"
 #include "err.h"
+#include "placement.h"
 #include "rpc_common.h"
 #include "safetensors.h"
 #include "tensor.h"
-
-/* Most ps tasks a cluster may have. */
-#define DT_MAX_PS 64
-
-typedef enum { DT_PLACE_GREEDY = 0, DT_PLACE_ROUND_ROBIN } dt_placement;
-/* The job's names of the placements, indexed by dt_placement, NULL-terminated. */
-extern const char *const dt_placement_names[];
-
-/* The job's placement fields (conf/README.md), owned here; dt_job embeds them. */
-typedef struct {
-    dt_placement kind;           /* greedy: by bytes, the largest first (default) */
-    int64_t partition_min_bytes; /* variables of at least 2x this are split by rows; 0: never */
-} dt_placement_config;
 
 typedef struct dt_ps_client dt_ps_client;
 
@@ -69,9 +47,6 @@ typedef struct {
     int copy_threads;
     size_t copy_min_bytes;
 } dt_ps_client_params;
-
-/* "greedy" / "round_robin" -> dt_placement; -1 when unknown. */
-int dt_placement_from_name(const char *name);
 
 /* Places the variables of `layout` (specs; the data is not read) and makes
  * channels to every ps (they connect lazily). */

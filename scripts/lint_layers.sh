@@ -26,11 +26,11 @@ set -u
 
 layer_map='
 core: alloc err log text hash crc32c tensor span fileio dirlock memstat pool jsonpos
-data: reader sparse_reader data sparse criteo_gen
+data: libsvm reader sparse_reader data sparse criteo_gen
 ml: optim consistency model sparse_model sparse_acc table
 store: safetensors checkpoint summary
-net: rpc_common rpc_internal rpc_client rpc_server auth admission conn codec
-conf: cluster job
+net: rpc_common rpc_internal rpc_client rpc_server auth admission conn codec codec_internal codec_tensor
+conf: cluster placement job
 ps: ps ps_internal ps_client
 roles: heartbeat worker chief evaluator sparse_eval predict monitor session api
 cmd: dtrain
