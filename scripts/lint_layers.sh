@@ -4,7 +4,8 @@
 # may include a header of its own layer or of a layer below, never above. The
 # layers, bottom to top (docs/hacking.md, "Layers", says what each holds):
 #
-#   core   allocation, errors, logging, text, hashing, tensors, files, threads
+#   core   allocation, errors, logging, text, hashing, tensors, files, threads,
+#          spans of messages, metric registries
 #   data   readers of training files and the batches drawn from them
 #   ml     models, optimizers, tables of rows, the consistency modes
 #   store  checkpoints (safetensors) and TensorBoard event files
@@ -25,13 +26,13 @@
 set -u
 
 layer_map='
-core: alloc err log text hash crc32c tensor span fileio dirlock memstat pool jsonpos
+core: alloc err log text hash crc32c tensor span fileio dirlock memstat pool jsonpos metrics train_metrics
 data: libsvm reader sparse_reader data sparse criteo_gen
 ml: optim consistency model sparse_model sparse_acc table
 store: safetensors checkpoint summary
-net: rpc_common rpc_internal rpc_client rpc_server auth admission conn codec codec_internal codec_tensor
+net: rpc_common rpc_internal rpc_client rpc_server auth admission conn codec codec_internal codec_tensor metrics_http
 conf: cluster placement job
-ps: ps ps_internal ps_client
+ps: ps ps_internal ps_client ps_metrics
 roles: heartbeat worker chief evaluator sparse_eval predict monitor session api
 cmd: dtrain
 '
@@ -86,6 +87,9 @@ printf '%s\n' "$layer_map" | awk -v files="$*" '
                 sub(/^[^"]*"/, "", inc)
                 sub(/".*$/, "", inc)
                 if (inc ~ /\.pb\.h$/) continue
+                # The public header (include/dtrain.h) is the contract of the library:
+                # lib/api.c implements it and no internal module includes it.
+                if (inc ~ /^\.\.\/include\//) { if (mod != "api") { printf "%s:%d: includes the public header; only lib/api.c may\n", path, line; bad = 1 }; continue }
                 imod = inc
                 sub(/^.*\//, "", imod)
                 sub(/\.h$/, "", imod)
