@@ -395,7 +395,7 @@ static int job_failed(dt_ps *ps) {
 /* A chief or worker identity may speak only for its own task: with a
  * certificate or a per-identity token, "worker:1" pushing as worker 2 is
  * refused. Without authentication (DT_PEER_ANY) the index is the caller's
- * word, as the README's Security section says. */
+ * word, as docs/security.md says. */
 static int check_caller(dt_ps *ps, const dt_rpc_peer *peer, int32_t worker, const char *method,
                         dt_err *err) {
     if (peer->role != DT_PEER_CHIEF && peer->role != DT_PEER_WORKER) return 0;
