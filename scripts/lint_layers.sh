@@ -31,7 +31,7 @@ ml: optim consistency model sparse_model sparse_acc table
 store: safetensors checkpoint summary
 net: rpc_common rpc_internal rpc_client rpc_server auth admission conn codec
 conf: cluster job
-ps: ps ps_internal ps_client
+ps: ps ps_internal ps_store ps_pull ps_push ps_sync ps_rows ps_status ps_client
 roles: heartbeat worker chief evaluator sparse_eval predict monitor session api
 cmd: dtrain
 '
