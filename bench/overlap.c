@@ -183,7 +183,7 @@ static dt_rpc_span span_of(const msg_pieces *m) {
 
 /* ---- the work ----------------------------------------------------------------- */
 
-/* The ps's work, done with lib/ps.c's own pieces: the finiteness test
+/* The ps's work, done with lib/ps_push.c's own pieces: the finiteness test
  * (dt_rpc_span_first_nonfinite) and the update by dt_optim_apply_to, read
  * from the message's pieces. A span of PARALLEL_MIN_FLOATS or more is done
  * in RANGES_PER_THREAD ranges per thread on a dt_pool while no other call
