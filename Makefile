@@ -178,10 +178,13 @@ tsan:
 # (clang-format, as `make fmt` writes it) and no allocation in lib/ or cmd/
 # but through lib/alloc, where the alloc suite can make it fail
 # (scripts/lint_alloc.sh); first, every relative link of the docs resolves
-# (scripts/check_links.sh).
+# (scripts/check_links.sh) and every include points down the layers
+# (scripts/lint_layers.sh, and its self-test: a planted upward include fails).
 FMT_SRC := cmd/*.c lib/*.c lib/*.h test/*.c test/*.h
 lint: $(GEN_H)
 	sh scripts/check_links.sh
+	sh scripts/lint_layers.sh
+	sh scripts/lint_layers.sh --self-test
 	sh scripts/lint_alloc.sh
 	cppcheck -j2 --quiet --error-exitcode=1 --enable=warning,performance,portability \
 	  --suppress=missingIncludeSystem -Ilib cmd lib

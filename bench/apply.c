@@ -3,7 +3,7 @@
  * without RPC: for each rule, N floats of a variable, its slots and a
  * gradient of 2^-10 (finite, no overflow), R rounds of
  *   grad-check  the gradient's NaN/Inf scan, then the update (the push path
- *               before values were checked: dt_rpc_span_first_nonfinite +
+ *               before values were checked: dt_span_first_nonfinite +
  *               dt_optim_apply_to out of place);
  *   value-check the update tried without writing, then made (the push path
  *               now: dt_optim_first_nonfinite + dt_optim_apply_to).
@@ -27,13 +27,13 @@ static double best_round(const dt_optim_config *cfg, int value_check, float *w, 
                          float *const *slots, const float *g, int64_t n, int rounds,
                          int64_t *sink) {
     double best = 1e30;
-    dt_rpc_piece one = {(const uint8_t *)g, (size_t)n * sizeof(float)};
-    dt_rpc_span span = {&one, 0, one.len};
+    dt_piece one = {(const uint8_t *)g, (size_t)n * sizeof(float)};
+    dt_span span = {&one, 0, one.len};
     for (int r = 0; r < rounds; r++) {
         double t0 = dt_bench_now_secs();
         int64_t bad = value_check
                           ? dt_optim_first_nonfinite(cfg, cfg->learning_rate, r + 1, w, slots, g, n)
-                          : (int64_t)dt_rpc_span_first_nonfinite(&span);
+                          : (int64_t)dt_span_first_nonfinite(&span);
         if (bad == n) dt_optim_apply_to(cfg, cfg->learning_rate, r + 1, w, out, slots, g, n);
         double t = dt_bench_now_secs() - t0;
         *sink += bad;

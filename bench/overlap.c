@@ -139,11 +139,11 @@ static grpc_op op(grpc_op_type type) {
 
 /* ---- a message's pieces ------------------------------------------------------ */
 
-/* A received message read in place: its slices as dt_rpc_pieces (the
+/* A received message read in place: its slices as dt_pieces (the
  * reader keeps them alive until pieces_end). */
 typedef struct {
     grpc_byte_buffer_reader reader;
-    dt_rpc_piece *pieces; /* (cap) grown as needed, kept across calls */
+    dt_piece *pieces; /* (cap) grown as needed, kept across calls */
     int num, cap;
     size_t len;
 } msg_pieces;
@@ -156,7 +156,7 @@ static int pieces_of(msg_pieces *m, grpc_byte_buffer *bb) {
     while (grpc_byte_buffer_reader_peek(&m->reader, &s)) {
         if (m->num == m->cap) {
             int cap = m->cap ? 2 * m->cap : 64;
-            dt_rpc_piece *p = realloc(m->pieces, (size_t)cap * sizeof *p);
+            dt_piece *p = realloc(m->pieces, (size_t)cap * sizeof *p);
             if (!p) {
                 grpc_byte_buffer_reader_destroy(&m->reader);
                 return -1;
@@ -176,15 +176,15 @@ static void pieces_end(msg_pieces *m) {
     grpc_byte_buffer_reader_destroy(&m->reader);
 }
 
-static dt_rpc_span span_of(const msg_pieces *m) {
-    dt_rpc_span s = {m->pieces, 0, m->len};
+static dt_span span_of(const msg_pieces *m) {
+    dt_span s = {m->pieces, 0, m->len};
     return s;
 }
 
 /* ---- the work ----------------------------------------------------------------- */
 
 /* The ps's work, done with lib/ps_push.c's own pieces: the finiteness test
- * (dt_rpc_span_first_nonfinite) and the update by dt_optim_apply_to, read
+ * (dt_span_first_nonfinite) and the update by dt_optim_apply_to, read
  * from the message's pieces. A span of PARALLEL_MIN_FLOATS or more is done
  * in RANGES_PER_THREAD ranges per thread on a dt_pool while no other call
  * of the server is at this work, as the ps splits a large gradient. */
@@ -193,18 +193,18 @@ static dt_rpc_span span_of(const msg_pieces *m) {
 #define MAX_RANGES (4 * RANGES_PER_THREAD)
 
 /* 1 when the floats of span s are all finite. */
-static int span_finite(const dt_rpc_span *s) {
-    return dt_rpc_span_first_nonfinite(s) == s->len / sizeof(float);
+static int span_finite(const dt_span *s) {
+    return dt_span_first_nonfinite(s) == s->len / sizeof(float);
 }
 
 /* to = w - lr * g over the floats of span g (to is w or apart from it). */
 static void span_sgd(const dt_optim_config *optim, const float *w, float *to,
-                     const dt_rpc_span *g) {
-    dt_rpc_reader r;
-    dt_rpc_reader_init(&r, g, sizeof(float));
+                     const dt_span *g) {
+    dt_span_reader r;
+    dt_span_reader_init(&r, g, sizeof(float));
     const uint8_t *run;
     size_t n, at = 0;
-    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+    while ((run = dt_span_reader_next(&r, &n)) != NULL) {
         dt_optim_apply_to(optim, LR, 1, w + at, to + at, NULL, run, (int64_t)n);
         at += n;
     }
@@ -213,7 +213,7 @@ static void span_sgd(const dt_optim_config *optim, const float *w, float *to,
 /* One check or update of a span, by ranges. */
 typedef struct {
     const dt_optim_config *optim;
-    dt_rpc_span g; /* n floats */
+    dt_span g; /* n floats */
     size_t n;
     int ranges;
     const float *w; /* update: w read, to written; NULL: check */
@@ -225,7 +225,7 @@ static void range_run(void *ctx, int range) {
     range_job *j = ctx;
     size_t lo = j->n * (size_t)range / (size_t)j->ranges;
     size_t hi = j->n * (size_t)(range + 1) / (size_t)j->ranges;
-    dt_rpc_span part = dt_rpc_span_sub(&j->g, lo * 4, (hi - lo) * 4);
+    dt_span part = dt_span_sub(&j->g, lo * 4, (hi - lo) * 4);
     if (j->w)
         span_sgd(j->optim, j->w + lo, j->to + lo, &part);
     else
@@ -242,7 +242,7 @@ typedef struct {
 
 /* The check (w NULL) or the update of span g, by ranges when it is large,
  * the pool is free and no other call is at this work; 1 when finite. */
-static int work_span(work_ctx *wc, const dt_rpc_span *g, const float *w, float *to) {
+static int work_span(work_ctx *wc, const dt_span *g, const float *w, float *to) {
     range_job j = {.optim = &wc->optim, .g = *g, .n = g->len / 4, .w = w, .to = to};
     int ranges = wc->apply_threads * RANGES_PER_THREAD;
     int alone = atomic_fetch_add(&wc->active, 1) == 0;
@@ -343,7 +343,7 @@ static void commit(server_thread *t, held_buf *to) {
 /* Sends the chunks of `to` one send_message at a time, each chunk's update
  * (from gradient span g, the whole request) done while the previous chunk
  * is being sent; the status goes with the last. */
-static int send_streamed(server_thread *t, grpc_call *call, held_buf *to, const dt_rpc_span *g,
+static int send_streamed(server_thread *t, grpc_call *call, held_buf *to, const dt_span *g,
                          gpr_timespec deadline, int *cancelled) {
     const options *o = t->o;
     size_t n = num_chunks(o);
@@ -352,7 +352,7 @@ static int send_streamed(server_thread *t, grpc_call *call, held_buf *to, const 
     int rc = 0;
     for (size_t k = 0; k < n && rc == 0; k++) {
         size_t from = k * o->chunk, len = chunk_len(o, k);
-        dt_rpc_span sub = dt_rpc_span_sub(g, from, len);
+        dt_span sub = dt_span_sub(g, from, len);
         work_span(t->work, &sub, t->cur->values + from / 4, to->values + from / 4);
         grpc_slice s = held_slice(to, from, len);
         int slot = (int)(k & 1);
@@ -390,7 +390,7 @@ static int recv_chunks(server_thread *t, grpc_call *call, gpr_timespec deadline,
             if (start_batch(call, &r, 1, TAG_RECV) < 0) return -1;
         }
         if (pieces_of(&t->req, t->chunks[k]) < 0) return -1;
-        dt_rpc_span s = span_of(&t->req);
+        dt_span s = span_of(&t->req);
         int ok = t->req.len == chunk_len(o, k);
         if (ok && *finite) *finite = work_span(t->work, &s, NULL, NULL);
         pieces_end(&t->req);
@@ -453,7 +453,7 @@ static void serve(server_thread *t, grpc_call *call) {
     if (request && status == GRPC_STATUS_OK) {
         if (pieces_of(&t->req, request) < 0) goto fail;
         have_pieces = 1;
-        dt_rpc_span g = span_of(&t->req);
+        dt_span g = span_of(&t->req);
         if (t->req.len != payload) {
             status = GRPC_STATUS_INVALID_ARGUMENT;
             why = "request of the wrong size";
@@ -624,8 +624,8 @@ static int take_reply(client *c, grpc_byte_buffer *bb, size_t *at) {
     if (c->reply.len > payload - *at)
         rc = -1;
     else if (c->o->mode != MODE_ECHO_REF) {
-        dt_rpc_span s = span_of(&c->reply);
-        dt_rpc_span_copy(&s, (uint8_t *)c->w + *at);
+        dt_span s = span_of(&c->reply);
+        dt_span_copy(&s, (uint8_t *)c->w + *at);
     }
     *at += c->reply.len;
     pieces_end(&c->reply);

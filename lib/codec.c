@@ -1078,7 +1078,7 @@ static int check_values(dt_msg_type type, const pb_any *pb, dt_err *err) {
 }
 
 /* Decodes the message in pieces[0..n) into msg. */
-static int decode_pieces(dt_msg_type type, const dt_rpc_piece *pieces, int n, size_t len, void *msg,
+static int decode_pieces(dt_msg_type type, const dt_piece *pieces, int n, size_t len, void *msg,
                          dt_err *err) {
     const pb_msgdesc_t *fields = descriptor(type);
     if (!fields) return dt_err_set(err, DT_EINTERNAL, "codec: unknown message type %d", (int)type);
@@ -1157,13 +1157,13 @@ static int decode_pieces(dt_msg_type type, const dt_rpc_piece *pieces, int n, si
 
 int dt_codec_decode(dt_msg_type type, const uint8_t *buf, size_t len, void *msg, dt_err *err) {
     if (!buf && len) return dt_err_set(err, DT_EINTERNAL, "codec: NULL buffer of %zu bytes", len);
-    dt_rpc_piece one = {buf, len};
+    dt_piece one = {buf, len};
     return decode_pieces(type, &one, len ? 1 : 0, len, msg, err);
 }
 
 int dt_codec_decode_buf(dt_msg_type type, const dt_rpc_buf *b, void *msg, dt_err *err) {
-    dt_rpc_piece one;
-    const dt_rpc_piece *pieces;
+    dt_piece one;
+    const dt_piece *pieces;
     int n = dt_rpc_buf_pieces(b, &one, &pieces);
     return decode_pieces(type, pieces, n, b->len, msg, err);
 }

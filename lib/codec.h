@@ -68,7 +68,7 @@ typedef struct {
      * be NULL when the message is in one run (then every data is a view);
      * decoding a message in pieces without it fails when a tensor crosses
      * pieces. */
-    dt_rpc_span *spans;
+    dt_span *spans;
 } dt_tensor_views;
 
 /* Decoding side: caller storage for up to cap names. */
@@ -404,10 +404,10 @@ int dt_codec_decode_buf(dt_msg_type type, const dt_rpc_buf *b, void *msg,
 /* Copies decoded tensor i's bytes (items[i].nbytes of them) to dst. */
 void dt_codec_view_copy(const dt_tensor_views *views, int i, void *dst);
 /* A reader of decoded tensor i's bytes in elements of its dtype. */
-void dt_codec_view_reader(const dt_tensor_views *views, int i, dt_rpc_reader *r);
+void dt_codec_view_reader(const dt_tensor_views *views, int i, dt_span_reader *r);
 /* Tensor i of views as a span of the message it was decoded from; *one
  * holds its piece when it lies in one run (the span points at it). */
-dt_rpc_span dt_codec_view_span(const dt_tensor_views *views, int i, dt_rpc_piece *one);
+dt_span dt_codec_view_span(const dt_tensor_views *views, int i, dt_piece *one);
 
 /* The service's method paths on the wire (proto/dtrain.proto's
  * ParameterServer), the one place they are spelled: the ps's method table

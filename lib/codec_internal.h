@@ -42,7 +42,7 @@ typedef struct {
 
 /* The read position in a message in pieces: a nanopb input stream. */
 typedef struct {
-    const dt_rpc_piece *piece, *end;
+    const dt_piece *piece, *end;
     size_t offset; /* into *piece */
 } piece_pos;
 

@@ -32,7 +32,7 @@ typedef struct {
 
 /* Where a tensor's data field lay in the message. */
 typedef struct {
-    dt_rpc_span span;
+    dt_span span;
     const uint8_t *ptr; /* the bytes when they lie in one piece, else NULL */
     const decode_ctx *ctx;
 } bytes_view;
@@ -466,21 +466,21 @@ void dt_codec_view_copy(const dt_tensor_views *views, int i, void *dst) {
     if (t->data)
         memcpy(dst, t->data, t->nbytes);
     else
-        dt_rpc_span_copy(&views->spans[i], dst);
+        dt_span_copy(&views->spans[i], dst);
 }
 
-dt_rpc_span dt_codec_view_span(const dt_tensor_views *views, int i, dt_rpc_piece *one) {
+dt_span dt_codec_view_span(const dt_tensor_views *views, int i, dt_piece *one) {
     const dt_tensor *t = &views->items[i];
     if (!t->data) return views->spans[i];
-    *one = (dt_rpc_piece){t->data, t->nbytes};
-    return (dt_rpc_span){one, 0, t->nbytes};
+    *one = (dt_piece){t->data, t->nbytes};
+    return (dt_span){one, 0, t->nbytes};
 }
 
-void dt_codec_view_reader(const dt_tensor_views *views, int i, dt_rpc_reader *r) {
+void dt_codec_view_reader(const dt_tensor_views *views, int i, dt_span_reader *r) {
     const dt_tensor *t = &views->items[i];
     size_t elem = dt_dtype_size(t->dtype);
     if (t->data)
-        dt_rpc_reader_init_flat(r, t->data, t->nbytes, elem);
+        dt_span_reader_init_flat(r, t->data, t->nbytes, elem);
     else
-        dt_rpc_reader_init(r, &views->spans[i], elem);
+        dt_span_reader_init(r, &views->spans[i], elem);
 }

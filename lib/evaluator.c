@@ -135,7 +135,8 @@ static int score_sparse(evaluator *e, int64_t *step, int64_t *last, double *loss
     if (rc < 0) return rc;
     *step = meta.global_step;
     *last = final_step(e, &meta);
-    if (meta.job_id[0]) dt_log_set_job_id(meta.job_id); /* the job it scores, for logs and metrics */
+    if (meta.job_id[0])
+        dt_log_set_job_id(meta.job_id); /* the job it scores, for logs and metrics */
     dt_safetensors_meta_deinit(&meta);
     if (*step > e->scored) {
         rc = dt_sparse_scorer_evaluate(dt_sparse_ckpt_scorer(ck), &e->set, loss, accuracy, err);
@@ -182,7 +183,8 @@ static int look(evaluator *e, int *done, dt_err *err) {
     /* The held-out csv's columns must be those the model was trained on. */
     dt_data_needs needs;
     dt_model_data_needs(&e->job->model, &needs);
-    if (meta.job_id[0]) dt_log_set_job_id(meta.job_id); /* the job it scores, for logs and metrics */
+    if (meta.job_id[0])
+        dt_log_set_job_id(meta.job_id); /* the job it scores, for logs and metrics */
     rc = dt_data_check_names(&e->job->data, &needs, e->job->data.eval_data, 1, meta.feature_names,
                              err);
     dt_safetensors_meta_deinit(&meta); /* its job is not needed here */

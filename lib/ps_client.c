@@ -71,9 +71,9 @@ struct dt_ps_client {
      * (reply_views): room for its units and one more (which names an extra
      * a reply should not carry), spans beside the views. */
     dt_tensor *views;               /* (num_units + num_ps) */
-    dt_rpc_span *spans;             /* (num_units + num_ps) */
+    dt_span *spans;                 /* (num_units + num_ps) */
     dt_tensor *slot_views;          /* (num_units * DT_OPTIM_MAX_SLOTS + num_ps) */
-    dt_rpc_span *slot_spans;        /* (num_units * DT_OPTIM_MAX_SLOTS + num_ps) */
+    dt_span *slot_spans;            /* (num_units * DT_OPTIM_MAX_SLOTS + num_ps) */
     dt_msg_pull_resp *pull_replies; /* (num_ps) decoded once each */
     dt_tensor *out_views;           /* (num_units + 1) scratch: one request's units */
     dt_tensor *out_slot_views;      /* (num_units * DT_OPTIM_MAX_SLOTS + 1) */
@@ -478,7 +478,7 @@ static int find_unit(const dt_ps_client *c, int p, const char *name, size_t len)
 /* A pulled tensor's copy by ranges of bytes, each but the last ending on a
  * 64-byte line of dst, for the copy pool. */
 typedef struct {
-    dt_rpc_span src;
+    dt_span src;
     uint8_t *dst;
     int ranges;
 } copy_job;
@@ -490,20 +490,20 @@ static void copy_range(void *ctx, int range) {
     size_t lo = range == 0 ? 0 : (len * (size_t)range / (size_t)j->ranges) & line;
     size_t hi =
         range + 1 == j->ranges ? len : (len * (size_t)(range + 1) / (size_t)j->ranges) & line;
-    dt_rpc_span part = dt_rpc_span_sub(&j->src, lo, hi - lo);
-    dt_rpc_span_copy(&part, j->dst + lo);
+    dt_span part = dt_span_sub(&j->src, lo, hi - lo);
+    dt_span_copy(&part, j->dst + lo);
 }
 
 /* Copies tensor i of `in` to dst: by ranges on the copy pool when it is
  * large, else (or with the pool busy) in one pass. */
 static void copy_view(dt_ps_client *c, const dt_tensor_views *in, int i, void *dst) {
-    dt_rpc_piece one;
+    dt_piece one;
     copy_job j = {.src = dt_codec_view_span(in, i, &one), .dst = dst};
     if (c->copy_pool && j.src.len >= c->copy_min_bytes) {
         j.ranges = (dt_pool_helpers(c->copy_pool) + 1) * COPY_RANGES_PER_THREAD;
         if (dt_pool_run(c->copy_pool, copy_range, &j, j.ranges)) return;
     }
-    dt_rpc_span_copy(&j.src, j.dst);
+    dt_span_copy(&j.src, j.dst);
 }
 
 /* Checks decoded tensor i of `in` (from ps p) against unit ui and copies
@@ -964,7 +964,7 @@ int dt_ps_client_sparse_pull(dt_ps_client *c, const dt_ps_sparse *s, dt_ps_reply
         int p = tasks[k];
         int64_t first = sp->start[p], m = sp->start[p + 1] - first;
         dt_tensor view;
-        dt_rpc_span span;
+        dt_span span;
         dt_msg_sparse_pull_resp resp;
         memset(&resp, 0, sizeof resp);
         resp.values_in = (dt_tensor_views){&view, 0, 1, &span};
@@ -986,12 +986,12 @@ int dt_ps_client_sparse_pull(dt_ps_client *c, const dt_ps_sparse *s, dt_ps_reply
         if (resp.global_step > r->max_step) r->max_step = resp.global_step;
         r->done |= resp.done;
         /* Received in pieces or not: read it out run by run, into place. */
-        dt_rpc_reader rd;
+        dt_span_reader rd;
         dt_codec_view_reader(&resp.values_in, 0, &rd);
         int64_t at = 0; /* floats so far */
         size_t got;
         const uint8_t *run;
-        while ((run = dt_rpc_reader_next(&rd, &got)) != NULL) {
+        while ((run = dt_span_reader_next(&rd, &got)) != NULL) {
             for (size_t e = 0; e < got;) {
                 int64_t row = (at + (int64_t)e) / s->dim, col = (at + (int64_t)e) % s->dim;
                 size_t take_n = (size_t)(s->dim - col);
@@ -1210,7 +1210,7 @@ static int next_page(export_merge *x, int p, dt_err *err) {
     if (rc == 0) rc = run(c, p, p + 1, err);
     if (rc < 0) return rc;
     dt_tensor views[2 + DT_OPTIM_MAX_SLOTS];
-    dt_rpc_span spans[2 + DT_OPTIM_MAX_SLOTS];
+    dt_span spans[2 + DT_OPTIM_MAX_SLOTS];
     dt_msg_sparse_export_resp resp;
     memset(&resp, 0, sizeof resp);
     resp.in = (dt_tensor_views){views, 0, 2 + DT_OPTIM_MAX_SLOTS, spans};

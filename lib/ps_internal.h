@@ -185,12 +185,12 @@ struct dt_ps {
  * rows left where they arrived and applied from there (dt_table_apply_span),
  * copied only when they must outlive the message (sync's accumulators). */
 typedef struct {
-    int table;          /* index in ps->tables */
-    int64_t n;          /* rows */
-    int64_t *ids;       /* (n) sorted, unique, owned by this task */
-    dt_rpc_span grads;  /* (n, D) floats in the message */
-    dt_rpc_piece whole; /* grads' one piece when the tensor lies in one */
-    float *rows;        /* (n, D): a copy of grads, once taken (sync) */
+    int table;      /* index in ps->tables */
+    int64_t n;      /* rows */
+    int64_t *ids;   /* (n) sorted, unique, owned by this task */
+    dt_span grads;  /* (n, D) floats in the message */
+    dt_piece whole; /* grads' one piece when the tensor lies in one */
+    float *rows;    /* (n, D): a copy of grads, once taken (sync) */
     dt_table_batch batch;
 } sparse_part;
 
@@ -228,10 +228,10 @@ int ps_handle_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request
 
 /* ps_push.c */
 void ps_record_staleness(dt_ps *ps, int64_t staleness);
-size_t ps_first_bad_update(dt_ps *ps, int k, double lr, const dt_rpc_span *grad);
-int ps_refuse_update(dt_ps *ps, const char *what, const char *name, const dt_rpc_span *grad,
-                     size_t bad, double lr, int *nonfinite, int *overflow, dt_err *err);
-void ps_apply_one(dt_ps *ps, int k, double lr, const dt_rpc_span *grad);
+size_t ps_first_bad_update(dt_ps *ps, int k, double lr, const dt_span *grad);
+int ps_refuse_update(dt_ps *ps, const char *what, const char *name, const dt_span *grad, size_t bad,
+                     double lr, int *nonfinite, int *overflow, dt_err *err);
+void ps_apply_one(dt_ps *ps, int k, double lr, const dt_span *grad);
 void ps_count_not_finite(dt_ps *ps, const dt_err *why);
 void ps_lock_all_vars(dt_ps *ps);
 void ps_unlock_all_vars(dt_ps *ps);

@@ -30,7 +30,7 @@
  * the rules are element-wise, so the bits are those of one pass. */
 typedef struct {
     dt_ps *ps;
-    dt_rpc_span grad; /* the whole gradient: n floats */
+    dt_span grad; /* the whole gradient: n floats */
     size_t n;
     int ranges;
     /* update: variable k at its update t, w read, out written */
@@ -67,8 +67,8 @@ static void check_range(void *ctx, int range) {
     range_job *j = ctx;
     size_t from, count;
     range_bounds(j, range, &from, &count);
-    dt_rpc_span part = dt_rpc_span_sub(&j->grad, from * sizeof(float), count * sizeof(float));
-    size_t bad = dt_rpc_span_first_nonfinite(&part);
+    dt_span part = dt_span_sub(&j->grad, from * sizeof(float), count * sizeof(float));
+    size_t bad = dt_span_first_nonfinite(&part);
     j->first_bad[range] = bad < count ? from + bad : j->n;
 }
 
@@ -76,7 +76,7 @@ static void check_range(void *ctx, int range) {
  * ranges when it is large and the pool is free, else in one pass. Either
  * way the index is the lowest, so the refusal reads the same. */
 static size_t first_nonfinite_of(dt_ps *ps, const dt_tensor_views *grads, int i) {
-    dt_rpc_piece one;
+    dt_piece one;
     range_job j = {.ps = ps, .grad = dt_codec_view_span(grads, i, &one)};
     j.n = j.grad.len / sizeof(float);
     j.ranges = ranges_for(ps, j.n);
@@ -86,7 +86,7 @@ static size_t first_nonfinite_of(dt_ps *ps, const dt_tensor_views *grads, int i)
             if (j.first_bad[r] < bad) bad = j.first_bad[r];
         return bad;
     }
-    return dt_rpc_span_first_nonfinite(&j.grad);
+    return dt_span_first_nonfinite(&j.grad);
 }
 
 /* Checks every gradient of a push against the variables held; index[i]
@@ -168,14 +168,14 @@ static int reserve_step(dt_ps *ps, int64_t *step_after) {
 /* Elements [from, from + s's count) of j's variable updated from span s,
  * straight from the message: run by run (the pieces the message came in),
  * each run's variable, slots and gradient elements together. */
-static void apply_span(const range_job *j, const dt_rpc_span *s, size_t from) {
+static void apply_span(const range_job *j, const dt_span *s, size_t from) {
     ps_var *pv = &j->ps->pv[j->k];
     int nslots = dt_optim_num_slots(&j->ps->optim);
-    dt_rpc_reader r;
-    dt_rpc_reader_init(&r, s, sizeof(float));
+    dt_span_reader r;
+    dt_span_reader_init(&r, s, sizeof(float));
     size_t at = from, n;
     const uint8_t *run;
-    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+    while ((run = dt_span_reader_next(&r, &n)) != NULL) {
         float *slots[DT_OPTIM_MAX_SLOTS];
         for (int i = 0; i < nslots; i++)
             slots[i] = pv->slots[i] + at;
@@ -189,14 +189,14 @@ static void apply_span(const range_job *j, const dt_rpc_span *s, size_t from) {
  * span s (elements [from, from + s's count)) would not be finite (a new
  * weight or slot value NaN or Inf, dt_optim_first_nonfinite), or j->n.
  * Reads the variable, its slots and the message; writes nothing. */
-static size_t first_bad_span(const range_job *j, const dt_rpc_span *s, size_t from) {
+static size_t first_bad_span(const range_job *j, const dt_span *s, size_t from) {
     ps_var *pv = &j->ps->pv[j->k];
     int nslots = dt_optim_num_slots(&j->ps->optim);
-    dt_rpc_reader r;
-    dt_rpc_reader_init(&r, s, sizeof(float));
+    dt_span_reader r;
+    dt_span_reader_init(&r, s, sizeof(float));
     size_t at = from, n;
     const uint8_t *run;
-    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+    while ((run = dt_span_reader_next(&r, &n)) != NULL) {
         float *slots[DT_OPTIM_MAX_SLOTS];
         for (int i = 0; i < nslots; i++)
             slots[i] = pv->slots[i] + at;
@@ -212,7 +212,7 @@ static void check_update_range(void *ctx, int range) {
     range_job *j = ctx;
     size_t from, count;
     range_bounds(j, range, &from, &count);
-    dt_rpc_span part = dt_rpc_span_sub(&j->grad, from * sizeof(float), count * sizeof(float));
+    dt_span part = dt_span_sub(&j->grad, from * sizeof(float), count * sizeof(float));
     j->first_bad[range] = first_bad_span(j, &part, from);
 }
 
@@ -221,7 +221,7 @@ static void check_update_range(void *ctx, int range) {
  * and the pool is free, as ps_apply_one, else in one pass; the lowest index
  * either way. This is the push's one pass before the update: a NaN or Inf
  * in the gradient makes a non-finite value too, so it is found here. */
-size_t ps_first_bad_update(dt_ps *ps, int k, double lr, const dt_rpc_span *grad) {
+size_t ps_first_bad_update(dt_ps *ps, int k, double lr, const dt_span *grad) {
     ps_var *pv = &ps->pv[k];
     range_job j = {
         .ps = ps, .grad = *grad, .k = k, .lr = lr, .t = pv->updates + 1, .w = pv->cur->data};
@@ -240,11 +240,11 @@ size_t ps_first_bad_update(dt_ps *ps, int k, double lr, const dt_rpc_span *grad)
  * not be finite: the gradient's own NaN or Inf (*nonfinite set, as
  * check_push's) or an overflow of finite values (*overflow set). Both
  * DT_EINVAL, naming the variable and the index. */
-int ps_refuse_update(dt_ps *ps, const char *what, const char *name, const dt_rpc_span *grad,
-                     size_t bad, double lr, int *nonfinite, int *overflow, dt_err *err) {
+int ps_refuse_update(dt_ps *ps, const char *what, const char *name, const dt_span *grad, size_t bad,
+                     double lr, int *nonfinite, int *overflow, dt_err *err) {
     float g = 0;
-    dt_rpc_span one = dt_rpc_span_sub(grad, bad * sizeof g, sizeof g);
-    dt_rpc_span_copy(&one, &g);
+    dt_span one = dt_span_sub(grad, bad * sizeof g, sizeof g);
+    dt_span_copy(&one, &g);
     if (!isfinite(g)) {
         *nonfinite = 1;
         return dt_err_set(err, DT_EINVAL, "%s: %s: gradient %s[%zu] is not finite", ps->name, what,
@@ -261,7 +261,7 @@ static void apply_range(void *ctx, int range) {
     range_job *j = ctx;
     size_t from, count;
     range_bounds(j, range, &from, &count);
-    dt_rpc_span part = dt_rpc_span_sub(&j->grad, from * sizeof(float), count * sizeof(float));
+    dt_span part = dt_span_sub(&j->grad, from * sizeof(float), count * sizeof(float));
     apply_span(j, &part, from);
 }
 
@@ -269,7 +269,7 @@ static void apply_range(void *ctx, int range) {
  * lies in the message, or in memory): by ranges when it is large and the
  * pool is free, else in one pass. The rules are element-wise, so the bits
  * are those of one call. */
-void ps_apply_one(dt_ps *ps, int k, double lr, const dt_rpc_span *grad) {
+void ps_apply_one(dt_ps *ps, int k, double lr, const dt_span *grad) {
     ps_var *pv = &ps->pv[k];
     ps_slots_writable(ps, k);
     var_buf *to = ps_writable(ps, k);
@@ -317,8 +317,8 @@ void ps_unlock_all_vars(dt_ps *ps) {
 static int check_values_locked(dt_ps *ps, const dt_tensor_views *grads, const int *index, double lr,
                                int *nonfinite, int *overflow, dt_err *err) {
     for (int i = 0; i < grads->count; i++) {
-        dt_rpc_piece one;
-        dt_rpc_span grad = dt_codec_view_span(grads, i, &one);
+        dt_piece one;
+        dt_span grad = dt_codec_view_span(grads, i, &one);
         size_t bad = ps_first_bad_update(ps, index[i], lr, &grad);
         if (bad < grad.len / sizeof(float))
             return ps_refuse_update(ps, "push", grads->items[i].name, &grad, bad, lr, nonfinite,
@@ -331,8 +331,8 @@ static int check_values_locked(dt_ps *ps, const dt_tensor_views *grads, const in
  * held (the check just above saw the values this writes). Cannot fail. */
 static void apply_now_locked(dt_ps *ps, const dt_tensor_views *grads, const int *index, double lr) {
     for (int i = 0; i < grads->count; i++) {
-        dt_rpc_piece one;
-        dt_rpc_span grad = dt_codec_view_span(grads, i, &one);
+        dt_piece one;
+        dt_span grad = dt_codec_view_span(grads, i, &one);
         ps_apply_one(ps, index[i], lr, &grad);
     }
 }
@@ -530,13 +530,13 @@ int ps_handle_push(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *request
     dt_msg_push_req req;
     memset(&req, 0, sizeof req);
     dt_tensor *views = NULL;
-    dt_rpc_span *spans = NULL;
+    dt_span *spans = NULL;
     sparse_part *parts = NULL;
     int *index = NULL, rc = 0, tcap = 0, heap = 0;
     /* A small model's push takes its storage from here: four callocs and
      * frees per push were a tenth of a tiny push's instructions on the ps. */
     dt_tensor small_views[PUSH_SMALL_VIEWS];
-    dt_rpc_span small_spans[PUSH_SMALL_VIEWS];
+    dt_span small_spans[PUSH_SMALL_VIEWS];
     int small_index[PUSH_SMALL_VIEWS];
     sparse_part small_parts[PUSH_SMALL_TABLES];
     pthread_rwlock_rdlock(&ps->model_lock);

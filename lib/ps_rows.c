@@ -86,12 +86,12 @@ static int take_grads(dt_ps *ps, const dt_tensor_views *v, int i, sparse_part *p
                           "id",
                           ps->name, i, cfg->name, (long long)part->n, cfg->dim);
     if (g->data) {
-        part->whole = (dt_rpc_piece){g->data, g->nbytes};
-        part->grads = (dt_rpc_span){&part->whole, 0, g->nbytes};
+        part->whole = (dt_piece){g->data, g->nbytes};
+        part->grads = (dt_span){&part->whole, 0, g->nbytes};
     } else {
         part->grads = v->spans[i];
     }
-    size_t bad = dt_rpc_span_first_nonfinite(&part->grads);
+    size_t bad = dt_span_first_nonfinite(&part->grads);
     if (bad < part->grads.len / sizeof(float)) {
         *nonfinite = 1;
         size_t row = bad / (size_t)cfg->dim;
@@ -107,7 +107,7 @@ static int take_grads(dt_ps *ps, const dt_tensor_views *v, int i, sparse_part *p
 int ps_take_rows(dt_ps *ps, sparse_part *part, dt_err *err) {
     part->rows = dt_malloc(part->grads.len ? part->grads.len : 1);
     if (!part->rows) return dt_err_set(err, DT_ENOMEM, "%s: push: out of memory", ps->name);
-    dt_rpc_span_copy(&part->grads, part->rows);
+    dt_span_copy(&part->grads, part->rows);
     return 0;
 }
 
@@ -214,7 +214,7 @@ int ps_handle_sparse_pull(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *
     dt_msg_sparse_pull_req req;
     memset(&req, 0, sizeof req);
     dt_tensor view;
-    dt_rpc_span span;
+    dt_span span;
     req.ids_in = (dt_tensor_views){&view, 0, 1, &span};
     sparse_part part;
     memset(&part, 0, sizeof part);
@@ -342,7 +342,7 @@ int ps_handle_sparse_import(void *ctx, const dt_rpc_peer *peer __attribute__((un
     dt_msg_sparse_import_req req;
     memset(&req, 0, sizeof req);
     dt_tensor views[CAP];
-    dt_rpc_span spans[CAP];
+    dt_span spans[CAP];
     req.in = (dt_tensor_views){views, 0, CAP, spans};
     dt_tensors page;
     memset(&page, 0, sizeof page);

@@ -381,13 +381,13 @@ static int build_tables(dt_ps *ps, const dt_msg_create_req *req, dt_err *err) {
 static int check_finite_views(dt_ps *ps, const char *what, const dt_tensor_views *v, dt_err *err) {
     for (int i = 0; i < v->count; i++) {
         if (v->items[i].dtype != DT_DTYPE_F32) continue; /* refused elsewhere, by name */
-        dt_rpc_piece one;
-        dt_rpc_span span = dt_codec_view_span(v, i, &one);
-        size_t bad = dt_rpc_span_first_nonfinite(&span);
+        dt_piece one;
+        dt_span span = dt_codec_view_span(v, i, &one);
+        size_t bad = dt_span_first_nonfinite(&span);
         if (bad < span.len / sizeof(float)) {
             float x = 0;
-            dt_rpc_span at = dt_rpc_span_sub(&span, bad * sizeof x, sizeof x);
-            dt_rpc_span_copy(&at, &x);
+            dt_span at = dt_span_sub(&span, bad * sizeof x, sizeof x);
+            dt_span_copy(&at, &x);
             return dt_err_set(err, DT_EINVAL,
                               "%s: %s: %s[%zu] is %g: initial values must be finite", ps->name,
                               what, v->items[i].name, bad, (double)x);
@@ -460,7 +460,7 @@ int ps_handle_create(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
     enum { MAX_CREATE = 4096 };
     dt_msg_create_req *req = dt_calloc(1, sizeof *req);
     dt_tensor *views = dt_calloc(MAX_CREATE, sizeof *views);
-    dt_rpc_span *spans = dt_calloc(MAX_CREATE, sizeof *spans);
+    dt_span *spans = dt_calloc(MAX_CREATE, sizeof *spans);
     int rc = 0;
     if (!req || !views || !spans) {
         rc = dt_err_set(err, DT_ENOMEM, "%s: create: out of memory", ps->name);

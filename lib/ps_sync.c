@@ -110,8 +110,8 @@ static int check_mean_locked(dt_ps *ps, double lr, int *overflow, dt_err *err) {
     int nonfinite = 0;
     for (int k = 0; k < ps->vars.count; k++) {
         dt_tensor *v = &ps->vars.items[k];
-        dt_rpc_piece one = {(const uint8_t *)ps->acc.items[k].data, v->nbytes};
-        dt_rpc_span grad = {&one, 0, v->nbytes};
+        dt_piece one = {(const uint8_t *)ps->acc.items[k].data, v->nbytes};
+        dt_span grad = {&one, 0, v->nbytes};
         size_t bad = ps_first_bad_update(ps, k, lr, &grad);
         if (bad >= v->nbytes / sizeof(float)) continue;
         *overflow = 1;
@@ -163,8 +163,8 @@ static int apply_accumulated(dt_ps *ps, dt_err *why) {
         if (!refused) {
             for (int k = 0; k < ps->vars.count; k++) {
                 dt_tensor *v = &ps->vars.items[k];
-                dt_rpc_piece one = {(const uint8_t *)ps->acc.items[k].data, v->nbytes};
-                dt_rpc_span grad = {&one, 0, v->nbytes};
+                dt_piece one = {(const uint8_t *)ps->acc.items[k].data, v->nbytes};
+                dt_span grad = {&one, 0, v->nbytes};
                 ps_apply_one(ps, k, lr, &grad);
             }
         }
@@ -186,10 +186,10 @@ static int apply_accumulated(dt_ps *ps, dt_err *why) {
 }
 
 /* Adds the floats r reads (a message's, at any alignment) to sum. */
-static void add_floats(float *sum, dt_rpc_reader *r) {
+static void add_floats(float *sum, dt_span_reader *r) {
     size_t n;
     const uint8_t *run;
-    while ((run = dt_rpc_reader_next(r, &n)) != NULL) {
+    while ((run = dt_span_reader_next(r, &n)) != NULL) {
         for (size_t e = 0; e < n; e++) {
             float x;
             memcpy(&x, run + 4 * e, sizeof x);
@@ -265,9 +265,9 @@ int ps_follow_decision(dt_ps *ps, const dt_sync_decision *d, dt_err *err) {
         if (!member && ps->held[w]) dropped++;
         if (!member || !ps->held[w]) continue;
         for (int k = 0; k < ps->acc.count; k++) {
-            dt_rpc_reader r;
-            dt_rpc_reader_init_flat(&r, ps->hold[w].items[k].data, ps->hold[w].items[k].nbytes,
-                                    sizeof(float));
+            dt_span_reader r;
+            dt_span_reader_init_flat(&r, ps->hold[w].items[k].data, ps->hold[w].items[k].nbytes,
+                                     sizeof(float));
             add_floats(ps->acc.items[k].data, &r);
         }
         for (int t = 0; t < ps->num_tables; t++)
@@ -318,7 +318,7 @@ int ps_accumulate(dt_ps *ps, const dt_msg_push_req *req, const int *index, spars
         }
     }
     for (int i = 0; i < req->in.count; i++) {
-        dt_rpc_reader r;
+        dt_span_reader r;
         dt_codec_view_reader(&req->in, i, &r);
         add_floats(ps->acc.items[index[i]].data, &r);
     }

@@ -139,8 +139,8 @@ typedef struct {
     grpc_byte_buffer *bb;
     grpc_byte_buffer_reader reader;
     int reading; /* reader initialised */
-    dt_rpc_piece *pieces;
-    dt_rpc_piece few[4]; /* pieces of a short message */
+    dt_piece *pieces;
+    dt_piece few[4]; /* pieces of a short message */
 } buf_impl;
 
 static buf_impl *impl_new(void) {
@@ -179,7 +179,7 @@ void dt_rpc_buf_release(dt_rpc_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
-int dt_rpc_buf_pieces(const dt_rpc_buf *b, dt_rpc_piece *one, const dt_rpc_piece **out) {
+int dt_rpc_buf_pieces(const dt_rpc_buf *b, dt_piece *one, const dt_piece **out) {
     if (b->pieces) {
         *out = b->pieces;
         return b->num_pieces;
@@ -231,7 +231,7 @@ int dt_rpc_buf_add_ref(dt_rpc_buf *b, size_t own_at, const dt_rpc_ref *ref, dt_e
     /* The message as pieces: the parts, then the own bytes after the last
      * run (written by the caller later; the pieces only point at them). */
     size_t cap = im->num_parts + 1;
-    dt_rpc_piece *pieces = im->pieces == im->few ? NULL : im->pieces;
+    dt_piece *pieces = im->pieces == im->few ? NULL : im->pieces;
     if (cap > sizeof im->few / sizeof im->few[0]) {
         if (!(pieces = dt_realloc(pieces, cap * sizeof *pieces)))
             return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");
@@ -241,11 +241,10 @@ int dt_rpc_buf_add_ref(dt_rpc_buf *b, size_t own_at, const dt_rpc_ref *ref, dt_e
     im->pieces = pieces;
     size_t n = 0;
     for (; n < im->num_parts; n++)
-        pieces[n] =
-            (dt_rpc_piece){GRPC_SLICE_START_PTR(im->parts[n]), GRPC_SLICE_LENGTH(im->parts[n])};
+        pieces[n] = (dt_piece){GRPC_SLICE_START_PTR(im->parts[n]), GRPC_SLICE_LENGTH(im->parts[n])};
     size_t own = GRPC_SLICE_LENGTH(im->slice);
     if (own > own_at)
-        pieces[n++] = (dt_rpc_piece){GRPC_SLICE_START_PTR(im->slice) + own_at, own - own_at};
+        pieces[n++] = (dt_piece){GRPC_SLICE_START_PTR(im->slice) + own_at, own - own_at};
     b->data = NULL;
     b->len += ref->len;
     b->pieces = pieces;
@@ -367,7 +366,7 @@ int dt_rpc_buf_from_byte_buffer_pieces(grpc_byte_buffer *bb, dt_rpc_buf *b, dt_e
     return 0;
 }
 
-int dt_rpc_buf_received(dt_rpc_buf *b, const dt_rpc_piece *pieces, int n, dt_err *err) {
+int dt_rpc_buf_received(dt_rpc_buf *b, const dt_piece *pieces, int n, dt_err *err) {
     memset(b, 0, sizeof *b);
     grpc_slice *slices = dt_calloc(n > 0 ? (size_t)n : 1, sizeof *slices);
     if (!slices) return dt_err_set(err, DT_ENOMEM, "rpc: out of memory");

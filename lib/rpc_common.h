@@ -25,7 +25,7 @@ typedef struct {
      * memory (dt_rpc_buf_add_ref): its bytes are pieces[0..num_pieces) in
      * order, and data is NULL. (num_pieces is 0 for a buffer in one run.)
      * Read it with dt_rpc_buf_pieces. */
-    const dt_rpc_piece *pieces;
+    const dt_piece *pieces;
     int num_pieces;
 } dt_rpc_buf;
 
@@ -43,7 +43,7 @@ typedef struct {
 /* b's bytes as pieces: the message's own when it is in pieces, else its
  * data as one piece stored in *one (none when b is empty). Returns how
  * many; *out points at them. */
-int dt_rpc_buf_pieces(const dt_rpc_buf *b, dt_rpc_piece *one, const dt_rpc_piece **out);
+int dt_rpc_buf_pieces(const dt_rpc_buf *b, dt_piece *one, const dt_piece **out);
 
 /* Who called, as the server established it (see docs/security.md).
  * Identities: "chief" (worker 0), "worker:N", "ps:N", "tool". */
@@ -111,8 +111,7 @@ int dt_rpc_buf_flatten(dt_rpc_buf *b, dt_err *err) DT_WARN_UNUSED;
  * a gRPC byte buffer of one slice per given piece (copied), read in place.
  * For tests of code that reads messages in pieces (gRPC itself splits a
  * message where its socket reads ended). */
-int dt_rpc_buf_received(dt_rpc_buf *b, const dt_rpc_piece *pieces, int n,
-                        dt_err *err) DT_WARN_UNUSED;
+int dt_rpc_buf_received(dt_rpc_buf *b, const dt_piece *pieces, int n, dt_err *err) DT_WARN_UNUSED;
 
 /* Process-wide start and stop of the RPC runtime; each call to _init must be
  * matched by one to _shutdown, except that a process about to exit may keep

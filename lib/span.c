@@ -7,7 +7,7 @@
 
 #include "err.h"
 
-void dt_rpc_reader_init(dt_rpc_reader *r, const dt_rpc_span *s, size_t elem) {
+void dt_span_reader_init(dt_span_reader *r, const dt_span *s, size_t elem) {
     DT_ASSERT(elem >= 1 && elem <= sizeof r->carry && s->len % elem == 0);
     r->piece = s->piece;
     r->offset = s->offset;
@@ -15,22 +15,22 @@ void dt_rpc_reader_init(dt_rpc_reader *r, const dt_rpc_span *s, size_t elem) {
     r->elem = elem;
 }
 
-void dt_rpc_reader_init_flat(dt_rpc_reader *r, const void *data, size_t len, size_t elem) {
+void dt_span_reader_init_flat(dt_span_reader *r, const void *data, size_t len, size_t elem) {
     r->one.data = data;
     r->one.len = len;
-    dt_rpc_span s = {&r->one, 0, len};
-    dt_rpc_reader_init(r, &s, elem);
+    dt_span s = {&r->one, 0, len};
+    dt_span_reader_init(r, &s, elem);
 }
 
 /* Moves past used-up (or empty) pieces; the span goes on, so one follows. */
-static void reader_settle(dt_rpc_reader *r) {
+static void reader_settle(dt_span_reader *r) {
     while (r->offset >= r->piece->len) {
         r->piece++;
         r->offset = 0;
     }
 }
 
-const uint8_t *dt_rpc_reader_next(dt_rpc_reader *r, size_t *count) {
+const uint8_t *dt_span_reader_next(dt_span_reader *r, size_t *count) {
     *count = 0;
     if (r->left == 0) return NULL;
     reader_settle(r);
@@ -58,9 +58,9 @@ const uint8_t *dt_rpc_reader_next(dt_rpc_reader *r, size_t *count) {
     return r->carry;
 }
 
-dt_rpc_span dt_rpc_span_sub(const dt_rpc_span *s, size_t from, size_t len) {
+dt_span dt_span_sub(const dt_span *s, size_t from, size_t len) {
     DT_ASSERT(from <= s->len && len <= s->len - from);
-    const dt_rpc_piece *piece = s->piece;
+    const dt_piece *piece = s->piece;
     size_t offset = s->offset + from;
     /* Past the pieces the range starts after; an empty range stays put (the
      * pieces after the span's end need not exist). */
@@ -68,7 +68,7 @@ dt_rpc_span dt_rpc_span_sub(const dt_rpc_span *s, size_t from, size_t len) {
         offset -= piece->len;
         piece++;
     }
-    return (dt_rpc_span){piece, offset, len};
+    return (dt_span){piece, offset, len};
 }
 
 /* The first element of n float32 values at any alignment that is a NaN or
@@ -102,12 +102,12 @@ static size_t first_nonfinite(const uint8_t *g, size_t n) {
     return n;
 }
 
-size_t dt_rpc_span_first_nonfinite(const dt_rpc_span *s) {
-    dt_rpc_reader r;
-    dt_rpc_reader_init(&r, s, sizeof(float));
+size_t dt_span_first_nonfinite(const dt_span *s) {
+    dt_span_reader r;
+    dt_span_reader_init(&r, s, sizeof(float));
     size_t at = 0, n;
     const uint8_t *run;
-    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+    while ((run = dt_span_reader_next(&r, &n)) != NULL) {
         size_t bad = first_nonfinite(run, n);
         if (bad < n) return at + bad;
         at += n;
@@ -115,13 +115,13 @@ size_t dt_rpc_span_first_nonfinite(const dt_rpc_span *s) {
     return at;
 }
 
-void dt_rpc_span_copy(const dt_rpc_span *s, void *dst) {
-    dt_rpc_reader r;
-    dt_rpc_reader_init(&r, s, 1);
+void dt_span_copy(const dt_span *s, void *dst) {
+    dt_span_reader r;
+    dt_span_reader_init(&r, s, 1);
     uint8_t *out = dst;
     size_t n;
     const uint8_t *run;
-    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+    while ((run = dt_span_reader_next(&r, &n)) != NULL) {
         memcpy(out, run, n);
         out += n;
     }

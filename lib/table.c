@@ -470,7 +470,7 @@ struct pass {
     float *values;             /* read: out */
     float *const *slots_out;   /* read: out, may be NULL */
     const float *in;           /* write: values */
-    const dt_rpc_span *grads;  /* apply: (n, D) floats in a message's pieces */
+    const dt_span *grads;      /* apply: (n, D) floats in a message's pieces */
     const float *const *slots; /* write: may be NULL */
     const dt_optim_config *optim;
     double lr;
@@ -560,15 +560,15 @@ static int materialize_stripe(const pass *ps, stripe *s, int64_t begin, int64_t 
  * piece, else put together in b's carry. *piece and *base (the offset of
  * *piece's first byte in the span's first piece) only move forward, so a
  * stripe's rows, visited in increasing k, walk the pieces once. */
-static const void *grad_row(const dt_rpc_span *g, size_t row_bytes, int64_t k,
-                            const dt_rpc_piece **piece, size_t *base, float *carry) {
+static const void *grad_row(const dt_span *g, size_t row_bytes, int64_t k, const dt_piece **piece,
+                            size_t *base, float *carry) {
     const size_t at = g->offset + (size_t)k * row_bytes;
     while (at >= *base + (*piece)->len) {
         *base += (*piece)->len;
         (*piece)++;
     }
     if (at + row_bytes <= *base + (*piece)->len) return (*piece)->data + (at - *base);
-    const dt_rpc_piece *p = *piece;
+    const dt_piece *p = *piece;
     size_t off = at - *base;
     for (size_t got = 0; got < row_bytes; p++, off = 0) {
         size_t take = p->len - off < row_bytes - got ? p->len - off : row_bytes - got;
@@ -583,7 +583,7 @@ static int apply_stripe(const pass *ps, stripe *s, int64_t begin, int64_t end, d
     dt_table_batch *b = ps->b;
     const int dim = ps->t->cfg.dim;
     const size_t row_bytes = (size_t)dim * sizeof(float);
-    const dt_rpc_piece *piece = ps->grads->piece;
+    const dt_piece *piece = ps->grads->piece;
     size_t base = 0;
     int64_t before = 0, after = 0, m = begin;
     for (int64_t p = begin; p < end; p++) {
@@ -618,7 +618,7 @@ static int check_stripe(const pass *ps, stripe *s, int64_t begin, int64_t end, d
     const dt_table_config *cfg = &ps->t->cfg;
     const int dim = cfg->dim;
     const size_t D = (size_t)dim, row_bytes = D * sizeof(float);
-    const dt_rpc_piece *piece = ps->grads->piece;
+    const dt_piece *piece = ps->grads->piece;
     size_t base = 0;
     for (int64_t p = begin; p < end; p++) {
         const int64_t k = b->order[p], id = b->ids[k];
@@ -642,7 +642,7 @@ static int check_stripe(const pass *ps, stripe *s, int64_t begin, int64_t end, d
 }
 
 int dt_table_first_nonfinite_span(dt_table *t, dt_table_batch *b, const dt_optim_config *optim,
-                                  double lr, const dt_rpc_span *grads, int64_t *row, int *elem,
+                                  double lr, const dt_span *grads, int64_t *row, int *elem,
                                   dt_err *err) {
     batch_matches(t, b);
     const dt_table_config *cfg = &t->cfg;
@@ -725,7 +725,7 @@ static int update(pass *ps, dt_err *err) {
 }
 
 int dt_table_apply_span(dt_table *t, dt_table_batch *b, const dt_optim_config *optim, double lr,
-                        const dt_rpc_span *grads, int64_t step, dt_err *err) {
+                        const dt_span *grads, int64_t step, dt_err *err) {
     batch_matches(t, b);
     const dt_table_config *cfg = &t->cfg;
     if (dt_optim_num_slots(optim) != cfg->num_slots)
@@ -746,9 +746,9 @@ int dt_table_apply_span(dt_table *t, dt_table_batch *b, const dt_optim_config *o
 int dt_table_apply(dt_table *t, dt_table_batch *b, const dt_optim_config *optim, double lr,
                    const float *grads, int64_t step, dt_err *err) {
     /* n * D floats fit: dt_table_plan checked n * D * 4 <= 2^40. */
-    const dt_rpc_piece one = {(const uint8_t *)grads,
-                              (size_t)b->n * (size_t)t->cfg.dim * sizeof(float)};
-    const dt_rpc_span span = {&one, 0, one.len};
+    const dt_piece one = {(const uint8_t *)grads,
+                          (size_t)b->n * (size_t)t->cfg.dim * sizeof(float)};
+    const dt_span span = {&one, 0, one.len};
     return dt_table_apply_span(t, b, optim, lr, &span, step, err);
 }
 

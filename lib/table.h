@@ -85,7 +85,7 @@
 
 #include "err.h"
 #include "optim.h"
-#include "rpc_common.h"
+#include "span.h"
 #include "tensor.h"
 
 #define DT_TABLE_MAX_ROWS ((int64_t)1 << 40)
@@ -187,12 +187,12 @@ int dt_table_apply(dt_table *t, dt_table_batch *b, const dt_optim_config *optim,
                    const float *grads, int64_t step, dt_err *err) DT_WARN_UNUSED;
 
 /* dt_table_apply with the gradient read where it arrived: grads is a span
- * of a received message (rpc_common.h) of n * D floats, at any alignment,
+ * of a received message (span.h) of n * D floats, at any alignment,
  * in pieces of any length. Rows are read in place; a row split between two
  * pieces is put together in b's carry (D floats, the one allocation, made
  * before any row changes). The same bits as dt_table_apply of a copy. */
 int dt_table_apply_span(dt_table *t, dt_table_batch *b, const dt_optim_config *optim, double lr,
-                        const dt_rpc_span *grads, int64_t step, dt_err *err) DT_WARN_UNUSED;
+                        const dt_span *grads, int64_t step, dt_err *err) DT_WARN_UNUSED;
 
 /*
  * The apply dt_table_apply_span would make, tried without changing
@@ -203,7 +203,7 @@ int dt_table_apply_span(dt_table *t, dt_table_batch *b, const dt_optim_config *o
  * applies to in between may move: the ps serializes its pushes for it.
  */
 int dt_table_first_nonfinite_span(dt_table *t, dt_table_batch *b, const dt_optim_config *optim,
-                                  double lr, const dt_rpc_span *grads, int64_t *row, int *elem,
+                                  double lr, const dt_span *grads, int64_t *row, int *elem,
                                   dt_err *err) DT_WARN_UNUSED;
 
 /* Sets b's rows to values (n, D) and, when slots is not NULL, each slot s

@@ -1485,7 +1485,7 @@ static uint8_t *encode_pull_reply(size_t *len) {
 
 /* Decodes a pull reply from b into *d with views (and spans) in storage. */
 static int decode_pull_reply(const dt_rpc_buf *b, dt_msg_pull_resp *d, dt_tensor *views,
-                             dt_rpc_span *spans, dt_tensor *slot_views, dt_rpc_span *slot_spans,
+                             dt_span *spans, dt_tensor *slot_views, dt_span *slot_spans,
                              dt_err *err) {
     memset(d, 0, sizeof *d);
     d->in = (dt_tensor_views){views, 0, 8, spans};
@@ -1495,11 +1495,11 @@ static int decode_pull_reply(const dt_rpc_buf *b, dt_msg_pull_resp *d, dt_tensor
 
 /* Tensor i of views, as one run of bytes read element by element. */
 static void read_view(const dt_tensor_views *v, int i, uint8_t *out) {
-    dt_rpc_reader r;
+    dt_span_reader r;
     dt_codec_view_reader(v, i, &r);
     size_t n, at = 0, elem = dt_dtype_size(v->items[i].dtype);
     const uint8_t *run;
-    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+    while ((run = dt_span_reader_next(&r, &n)) != NULL) {
         memcpy(out + at, run, n * elem);
         at += n * elem;
     }
@@ -1537,7 +1537,7 @@ START_TEST(test_decode_in_pieces) {
     uint8_t *flat = encode_pull_reply(&len);
     dt_rpc_buf whole = {.data = flat, .len = len};
     dt_tensor fv[8], fsv[8], pv[8], psv[8];
-    dt_rpc_span fs[8], fss[8], ps[8], pss[8];
+    dt_span fs[8], fss[8], ps[8], pss[8];
     dt_msg_pull_resp want, got;
     dt_err err;
     dt_err_clear(&err);
@@ -1680,7 +1680,7 @@ START_TEST(test_encode_in_place) {
     ck_assert_uint_eq(b.len, len);
     dt_msg_pull_resp d;
     dt_tensor views[4];
-    dt_rpc_span spans[4];
+    dt_span spans[4];
     memset(&d, 0, sizeof d);
     d.in = (dt_tensor_views){views, 0, 4, spans};
     ck_assert_msg(dt_codec_decode_buf(DT_MSG_PULL_RESP, &b, &d, &err) == 0, "%s", err.msg);
@@ -1774,7 +1774,7 @@ static void rand_tensors(dt_tensor *items, int count, uint8_t *data) {
 typedef struct {
     dt_test_any_msg m;
     dt_tensor views[3][DIFF_CAP]; /* a request's gradients, sparse_ids, sparse_grads */
-    dt_rpc_span spans[3][DIFF_CAP];
+    dt_span spans[3][DIFF_CAP];
 } diff_slot;
 
 static void *diff_prepare(dt_msg_type type, diff_slot *s, int with_spans) {

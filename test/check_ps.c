@@ -2960,8 +2960,8 @@ static int send_to(twin *t, int cut, dt_msg_type type, const void *msg, uint8_t 
         ck_assert_ptr_nonnull(*reply);
         /* A reply that carries a large variable is in pieces: its own
          * bytes and the variable's buffer. */
-        dt_rpc_piece one;
-        const dt_rpc_piece *pieces;
+        dt_piece one;
+        const dt_piece *pieces;
         int np = dt_rpc_buf_pieces(&out, &one, &pieces);
         size_t at = 0;
         for (int k = 0; k < np; k++) {
@@ -3521,7 +3521,7 @@ static dt_rpc_buf pull_keep(dt_ps *ps, int with_slots, const char *only) {
 static void check_reply(const dt_rpc_buf *reply, const char *name, float base, float step) {
     dt_msg_pull_resp r;
     dt_tensor views[4], slot_views[4];
-    dt_rpc_span spans[4], slot_spans[4];
+    dt_span spans[4], slot_spans[4];
     memset(&r, 0, sizeof r);
     r.in = (dt_tensor_views){views, 0, 4, spans};
     r.slots_in = (dt_tensor_views){slot_views, 0, 4, slot_spans};

@@ -1079,13 +1079,13 @@ END_TEST
 
 /* The bytes of a span, read element by element, with how many runs came
  * from the reader's carry (an element split between pieces). */
-static size_t read_span(const dt_rpc_span *sp, size_t elem, uint8_t *out, int *carried) {
-    dt_rpc_reader r;
-    dt_rpc_reader_init(&r, sp, elem);
+static size_t read_span(const dt_span *sp, size_t elem, uint8_t *out, int *carried) {
+    dt_span_reader r;
+    dt_span_reader_init(&r, sp, elem);
     size_t n, total = 0;
     const uint8_t *run;
     *carried = 0;
-    while ((run = dt_rpc_reader_next(&r, &n)) != NULL) {
+    while ((run = dt_span_reader_next(&r, &n)) != NULL) {
         ck_assert_uint_gt(n, 0);
         if (run == r.carry) {
             ck_assert_uint_eq(n, 1);
@@ -1113,8 +1113,8 @@ START_TEST(test_reader_over_tiny_pieces) {
     ck_assert_uint_eq(b.len, LEN);
     ck_assert_ptr_null(b.data);
     ck_assert_int_gt(b.num_pieces, LEN / 7);
-    dt_rpc_piece one;
-    const dt_rpc_piece *pieces;
+    dt_piece one;
+    const dt_piece *pieces;
     int n = dt_rpc_buf_pieces(&b, &one, &pieces);
     ck_assert_int_eq(n, b.num_pieces);
     size_t at = 0;
@@ -1133,7 +1133,7 @@ START_TEST(test_reader_over_tiny_pieces) {
             offset -= pieces[piece++].len;
         for (size_t e = 0; e < sizeof elems / sizeof elems[0]; e++) {
             size_t len = (LEN - starts[s]) / elems[e] * elems[e];
-            dt_rpc_span sp = {&pieces[piece], offset, len};
+            dt_span sp = {&pieces[piece], offset, len};
             int carried = 0;
             memset(out, 0, LEN);
             ck_assert_uint_eq(read_span(&sp, elems[e], out, &carried), len);
@@ -1141,18 +1141,18 @@ START_TEST(test_reader_over_tiny_pieces) {
                           starts[s], elems[e]);
             if (elems[e] > 1) ck_assert_msg(carried > 0, "no element crossed pieces");
             memset(out, 0, LEN);
-            dt_rpc_span_copy(&sp, out);
+            dt_span_copy(&sp, out);
             ck_assert(memcmp(out, bytes + starts[s], len) == 0);
         }
     }
     /* A reader over one run of memory at an odd address. */
-    dt_rpc_reader r;
-    dt_rpc_reader_init_flat(&r, bytes + 3, 4000, 4);
+    dt_span_reader r;
+    dt_span_reader_init_flat(&r, bytes + 3, 4000, 4);
     size_t count;
-    const uint8_t *run = dt_rpc_reader_next(&r, &count);
+    const uint8_t *run = dt_span_reader_next(&r, &count);
     ck_assert_ptr_eq(run, bytes + 3);
     ck_assert_uint_eq(count, 1000);
-    ck_assert_ptr_null(dt_rpc_reader_next(&r, &count));
+    ck_assert_ptr_null(dt_span_reader_next(&r, &count));
     dt_rpc_buf_release(&b);
     dt_rpc_buf_release(&b); /* twice is harmless */
     /* No pieces at all: an empty message. */
@@ -1170,8 +1170,8 @@ END_TEST
 static int handle_echo_pieces(void *ctx, const dt_rpc_peer *peer __attribute__((unused)),
                               const dt_rpc_buf *request, dt_rpc_buf *reply, dt_err *err) {
     (void)ctx;
-    dt_rpc_piece one;
-    const dt_rpc_piece *pieces;
+    dt_piece one;
+    const dt_piece *pieces;
     int n = dt_rpc_buf_pieces(request, &one, &pieces);
     int rc = dt_rpc_buf_alloc(reply, request->len + 4, err);
     if (rc < 0) return rc;
@@ -1229,14 +1229,14 @@ START_TEST(test_server_reads_in_pieces) {
     ck_assert_uint_eq(c.response.len, LEN + 4);
     uint8_t *got = malloc(LEN + 4);
     ck_assert_ptr_nonnull(got);
-    dt_rpc_span all;
-    dt_rpc_piece one;
-    const dt_rpc_piece *pieces;
+    dt_span all;
+    dt_piece one;
+    const dt_piece *pieces;
     ck_assert_int_gt(dt_rpc_buf_pieces(&c.response, &one, &pieces), 0);
     all.piece = pieces;
     all.offset = 0;
     all.len = c.response.len;
-    dt_rpc_span_copy(&all, got);
+    dt_span_copy(&all, got);
     uint32_t count;
     memcpy(&count, got, 4);
     ck_assert_msg(count > 1, "%d bytes in %u piece", LEN, count);
@@ -1252,8 +1252,8 @@ END_TEST
 /* The bytes of b (in one run or in pieces) equal the len bytes at want. */
 static void assert_buf_bytes(const dt_rpc_buf *b, const uint8_t *want, size_t len) {
     ck_assert_uint_eq(b->len, len);
-    dt_rpc_piece one;
-    const dt_rpc_piece *pieces;
+    dt_piece one;
+    const dt_piece *pieces;
     int n = dt_rpc_buf_pieces(b, &one, &pieces);
     size_t at = 0;
     for (int i = 0; i < n; i++) {

@@ -1009,7 +1009,7 @@ START_TEST(test_apply_in_pieces) {
     static int64_t ids[N];
     static float g[N * D];
     static uint8_t bytes[N * D * 4 + 1];
-    static dt_rpc_piece pieces[N * D * 4];
+    static dt_piece pieces[N * D * 4];
     static float wa[N * D], wb[N * D], sa[2][N * D], sb[2][N * D];
     for (size_t q = 0; q < sizeof kinds / sizeof kinds[0]; q++) {
         dt_optim_config o = optim(kinds[q]);
@@ -1026,7 +1026,7 @@ START_TEST(test_apply_in_pieces) {
             memcpy(bytes + 1, g, (size_t)n * D * sizeof(float));
             int np = dt_test_cut(bytes + 1, (size_t)n * D * sizeof(float), (uint64_t)push * 31 + q,
                                  7, pieces);
-            dt_rpc_span span = {pieces, 0, (size_t)n * D * sizeof(float)};
+            dt_span span = {pieces, 0, (size_t)n * D * sizeof(float)};
             dt_table_batch tb = {0};
             plan(b, ids, n, &tb);
             dt_err err;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 void dt_test_in_pieces(const uint8_t *bytes, size_t len, uint64_t seed, dt_rpc_buf *out) {
-    dt_rpc_piece *pieces = calloc(len ? len : 1, sizeof *pieces);
+    dt_piece *pieces = calloc(len ? len : 1, sizeof *pieces);
     ck_assert_ptr_nonnull(pieces);
     int n = dt_test_cut(bytes, len, seed, 7, pieces);
     dt_err err;

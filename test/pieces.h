@@ -15,7 +15,7 @@
 /* Cuts len bytes into pieces of 1..max bytes in order, their lengths drawn
  * from seed; pieces has room for len. Returns how many. */
 static inline int dt_test_cut(const uint8_t *bytes, size_t len, uint64_t seed, size_t max,
-                              dt_rpc_piece *pieces) {
+                              dt_piece *pieces) {
     uint64_t x = seed | 1;
     int n = 0;
     for (size_t at = 0; at < len; n++) {

@@ -46,8 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 typedef struct {
     dt_tensor in[CAP];
     dt_tensor slots[CAP];
-    dt_rpc_span in_spans[CAP];
-    dt_rpc_span slot_spans[CAP];
+    dt_span in_spans[CAP];
+    dt_span slot_spans[CAP];
     char names[CAP][DT_TENSOR_NAME_MAX];
     const char *name_ptrs[CAP];
     dt_test_any_msg m;
@@ -153,7 +153,7 @@ static void same_views(const dt_tensor_views *a, const dt_tensor_views *b) {
  * the input: decodes as it did in one run (rc, err, message). */
 static void decode_in_pieces(dt_msg_type type, const uint8_t *msg, size_t len, int flat_rc,
                              const dt_err *flat_err) {
-    dt_rpc_piece *pieces = calloc(len ? len : 1, sizeof *pieces);
+    dt_piece *pieces = calloc(len ? len : 1, sizeof *pieces);
     CHECK(pieces != NULL);
     uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < len; i++)

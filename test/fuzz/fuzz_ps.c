@@ -61,7 +61,7 @@ static int call(dt_ps *ps, int op, const dt_rpc_peer *peer, const void *bytes, s
     dt_err err;
     dt_err_clear(&err);
     if (n > 8) {
-        dt_rpc_piece pieces[1024];
+        dt_piece pieces[1024];
         const uint8_t *b = bytes;
         uint64_t h = 14695981039346656037ull;
         for (size_t i = 0; i < n; i++)
