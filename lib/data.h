@@ -33,9 +33,8 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "fileio.h" /* DT_PATH_MAX */
 #include "reader.h"
-
-#define DT_PATH_MAX 1024
 
 /* Where examples come from (the job's "data"). */
 typedef enum {

@@ -19,6 +19,9 @@
 
 #include "err.h"
 
+/* The longest path a config field, a log dir or a file name may hold. */
+#define DT_PATH_MAX 1024
+
 /* Writes all len bytes of buf to fd. 0, or -1 with errno set (EIO for a
  * write that wrote nothing). */
 int dt_fileio_write_all(int fd, const void *buf, size_t len) DT_WARN_UNUSED;

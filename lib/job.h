@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "codec.h"
+#include "consistency.h"
 #include "data.h"
 #include "err.h"
 #include "model.h"

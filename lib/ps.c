@@ -52,7 +52,7 @@
 
 #include "alloc.h"
 #include "checkpoint.h"
-#include "job.h" /* DT_PATH_MAX: log_dir comes from the job */
+#include "fileio.h"
 #include "log.h"
 #include "memstat.h"
 #include "ps_internal.h"
