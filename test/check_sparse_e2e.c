@@ -348,8 +348,11 @@ END_TEST
 /* The logistic model on WIDE_FEATURES features, 15000 steps of 4 rows,
  * with the extra --set (and extra2, when not NULL), started on 2 ps and 2
  * workers: pids get ps 0, ps 1, the chief and worker 1 (logs ps0, ps1,
- * chief, worker1). */
-static void start_wide_job(const char *extra, const char *extra2, pid_t pids[4]) {
+ * chief, worker1). chief_stop and worker_stop, when not NULL, are their
+ * DT_TEST_WORKER_STOP_AT (lib/worker.h): the local step after which each
+ * stops itself. */
+static void start_wide_job_stopping(const char *extra, const char *extra2, pid_t pids[4],
+                                    const char *chief_stop, const char *worker_stop) {
     char train[1100];
     write_libsvm(WIDE_FEATURES, train, sizeof train);
     const char *sets[] = {"hash_bits=20",
@@ -363,8 +366,16 @@ static void start_wide_job(const char *extra, const char *extra2, pid_t pids[4])
     dt_test_job_cluster(&J, 2, 2);
     pids[0] = dt_test_job_start(&J, "ps", 0, "ps0");
     pids[1] = dt_test_job_start(&J, "ps", 1, "ps1");
-    pids[2] = dt_test_job_start(&J, "worker", 0, "chief");
-    pids[3] = dt_test_job_start(&J, "worker", 1, "worker1");
+    const char *stops[2] = {chief_stop, worker_stop};
+    for (int t = 0; t < 2; t++) {
+        if (stops[t]) ck_assert_int_eq(setenv("DT_TEST_WORKER_STOP_AT", stops[t], 1), 0);
+        pids[2 + t] = dt_test_job_start(&J, "worker", t, t ? "worker1" : "chief");
+        ck_assert_int_eq(unsetenv("DT_TEST_WORKER_STOP_AT"), 0);
+    }
+}
+
+static void start_wide_job(const char *extra, const char *extra2, pid_t pids[4]) {
+    start_wide_job_stopping(extra, extra2, pids, NULL, NULL);
 }
 
 /* start_wide_job's job ends (the 4 roles in pids, named) with its last
@@ -1122,14 +1133,19 @@ END_TEST
  * table's rows. */
 START_TEST(sparse_pipelined_worker_killed) {
     pid_t started[4];
-    start_wide_job("pipeline_push=true", NULL, started);
+    /* The chief stops itself at its local step 20 and worker 1 at its 10th
+     * (DT_TEST_WORKER_STOP_AT, lib/worker.h): neither can end the job
+     * before worker 1 dies, however fast the machine runs it. */
+    start_wide_job_stopping("pipeline_push=true", NULL, started, "20", "10");
     pid_t chief = started[2], worker = started[3];
-    ck_assert_msg(dt_test_job_wait_log(&J, "worker1", ": step ", JOB_TIMEOUT_MS, worker),
+    ck_assert_msg(
+        dt_test_wait_stopped(worker, JOB_TIMEOUT_MS) && dt_test_wait_stopped(chief, JOB_TIMEOUT_MS),
+        "the chief and worker 1 did not stop themselves; logs:%s", dt_test_job_report(&J));
+    ck_assert_msg(dt_test_job_log_has(&J, "worker1", ": step 10 "),
                   "worker 1 never trained; logs:%s", dt_test_job_report(&J));
     /* The chief is held while worker 1 dies, and from its next step line
      * until the restarted worker trains: alone it could end the job first
      * (a worker that finds the job done exits 0 without a step). */
-    dt_test_job_hold(&J, chief, "chief");
     ck_assert_int_eq(kill(worker, SIGKILL), 0);
     dt_test_job_expect_exit(&J, worker, "killed worker 1", EXIT_TIMEOUT_MS, -SIGKILL);
     /* The job goes on without it before it comes back. */
