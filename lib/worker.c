@@ -28,6 +28,7 @@
 #include "worker.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,9 @@ struct dt_worker {
      * this worker's shard, after which it waits for the others (0: no
      * bound; see dt_worker_train). */
     int64_t shard_steps;
+    /* Test-only (worker.h): the local step after which the process stops
+     * itself, from DT_TEST_WORKER_STOP_AT; 0: never. */
+    int64_t stop_at;
     /* A sparse model (dt_job_is_sparse); data and model above are NULL. */
     int sparse;
     dt_sparse_set set;   /* this worker's shard of the training file */
@@ -172,6 +176,8 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     snprintf(w->name, sizeof w->name, "worker:%d %.60s", params->task_index,
              cl->workers[params->task_index].addr);
     w->rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)params->task_index ^ (uint64_t)time(NULL);
+    const char *stop_at = getenv("DT_TEST_WORKER_STOP_AT");
+    if (stop_at) w->stop_at = strtoll(stop_at, NULL, 10);
     dt_tensor model_specs[DT_MODEL_MAX_VARS];
     const dt_tensor *specs = model_specs;
     int count = 0, rc;
@@ -918,8 +924,9 @@ static int after_step(dt_worker *w, dt_step_result *r, double *t_last, int64_t *
         *step_last = r->local_step;
         *global_last = r->global_step;
     }
-    if (hooks && hooks->after_step) return hooks->after_step(hooks->ctx, r, err);
-    return 0;
+    int rc = hooks && hooks->after_step ? hooks->after_step(hooks->ctx, r, err) : 0;
+    if (rc == 0 && w->stop_at > 0 && r->local_step == w->stop_at) raise(SIGSTOP);
+    return rc;
 }
 
 /* pipeline_push: a gradient made while a push is in flight. */

@@ -13,6 +13,12 @@
  * job->ready_wait_secs, logging who is awaited and for how long; after that
  * the call fails with DT_EUNAVAILABLE. A ps's "job failed" answer
  * (DT_EABORTED) is never retried.
+ *
+ * Test-only fault injection: DT_TEST_WORKER_STOP_AT=n makes the process
+ * SIGSTOP itself once its local step n is made (the push taken, none in
+ * flight, after the hooks), so a test can make a fault land mid-shard
+ * however fast the job runs. Tests set it for one process; nothing else
+ * should.
  */
 #ifndef DT_WORKER_H
 #define DT_WORKER_H

@@ -1456,10 +1456,24 @@ START_TEST(test_job_sync_slow_worker) {
 }
 END_TEST
 
+/* The pushes ps `ps` took from worker `task` (Status), 0 before any. */
+static int64_t pushes_of(int ps, int task) {
+    dt_msg_status_resp st;
+    ps_status(ps, &st);
+    for (int i = 0; i < st.num_workers; i++)
+        if (st.workers[i].worker == task && st.workers[i].pushes > 0) return st.workers[i].pushes;
+    return 0;
+}
+
 /* Bounded staleness 2, 1 ps (--keep-serving, so its Status can be read
  * after the job), 2 workers; worker 1 starts with the others, or (late)
- * once the chief's log shows its 200th step. The job completes and the
- * ps's max_lead stays within the staleness. */
+ * once the chief has made its 200th step. The job completes and the ps's
+ * max_lead stays within the staleness. The chief stops itself after its
+ * step 1 (or 200 when late; DT_TEST_WORKER_STOP_AT, lib/worker.h) and is
+ * let go only once the ps took a push of worker 1's: both train, however
+ * fast the chief alone could end the job. Before, the test hoped worker 1
+ * came before the chief's last step, and under load it came after (it
+ * then took no step). */
 static void run_bounded(int late, const char *max_steps) {
     const char *sets[] = {"mode=bounded",      "staleness=2",   max_steps,         "examples=1000",
                           "save_model_secs=1", "log_steps=100", "summary_steps=50"};
@@ -1467,12 +1481,24 @@ static void run_bounded(int late, const char *max_steps) {
     dt_test_job_cluster(&J, 1, 2);
     pid_t ps = dt_test_job_start_serving(&J, "ps", 0, "ps0");
     pid_t pids[2];
+    ck_assert_int_eq(setenv("DT_TEST_WORKER_STOP_AT", late ? "200" : "1", 1), 0);
     pids[0] = dt_test_job_start(&J, "worker", 0, "chief");
+    ck_assert_int_eq(unsetenv("DT_TEST_WORKER_STOP_AT"), 0);
     if (late)
-        ck_assert_msg(
-            dt_test_job_wait_log(&J, "chief", ": step 200 global_step", JOB_TIMEOUT_MS, pids[0]),
-            "the chief never reached its step 200; logs:%s", dt_test_job_report(&J));
+        ck_assert_msg(dt_test_wait_stopped(pids[0], JOB_TIMEOUT_MS),
+                      "the chief did not stop itself at its step 200; logs:%s",
+                      dt_test_job_report(&J));
     pids[1] = dt_test_job_start(&J, "worker", 1, "worker1");
+    ck_assert_msg(dt_test_wait_stopped(pids[0], JOB_TIMEOUT_MS),
+                  "the chief did not stop itself at its step %d; logs:%s", late ? 200 : 1,
+                  dt_test_job_report(&J));
+    int64_t deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
+    while (pushes_of(0, 1) < 1 && dt_test_alive(pids[1]) && dt_test_now_ms() < deadline)
+        dt_test_sleep_ms(20);
+    ck_assert_msg(pushes_of(0, 1) >= 1,
+                  "worker 1 made no push while the chief was stopped; logs:%s",
+                  dt_test_job_report(&J));
+    dt_test_job_release(&J, pids[0], "chief");
     const char *names[2] = {"chief", "worker 1"};
     dt_test_job_expect_done(&J, pids, names, 2, JOB_TIMEOUT_MS);
     ck_assert_msg(dt_test_alive(ps), "--keep-serving ps exited; logs:%s", dt_test_job_report(&J));

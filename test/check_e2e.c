@@ -272,14 +272,21 @@ START_TEST(health_and_status) {
     ck_assert_str_eq(json_str(j, "state"), "waiting for chief");
     cJSON_Delete(j);
 
+    /* Both workers stop themselves after their step 200 (their second
+     * progress line, the first with a rate to make an ETA from;
+     * DT_TEST_WORKER_STOP_AT, lib/worker.h) and are held so while
+     * the ps is asked: the job is mid-training until they are let go,
+     * however fast it runs. Before, they were held once worker 1's line
+     * was seen, and a job faster than that wait could end first. */
+    ck_assert_int_eq(setenv("DT_TEST_WORKER_STOP_AT", "200", 1), 0);
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
     pid_t worker = dt_test_job_start(&w, "worker", 1, "worker1");
-    ck_assert_msg(dt_test_job_wait_log(&w, "worker1", "% ETA ", JOB_TIMEOUT_MS, worker),
+    ck_assert_int_eq(unsetenv("DT_TEST_WORKER_STOP_AT"), 0);
+    ck_assert_msg(
+        dt_test_wait_stopped(chief, JOB_TIMEOUT_MS) && dt_test_wait_stopped(worker, JOB_TIMEOUT_MS),
+        "the chief and worker 1 did not stop at their step 200; logs:%s", dt_test_job_report(&w));
+    ck_assert_msg(dt_test_job_log_has(&w, "worker1", "% ETA "),
                   "no progress line with percent and ETA; logs:%s", dt_test_job_report(&w));
-    /* Both workers held while the ps is asked: the job is mid-training
-     * until they are let go, however fast it runs. */
-    dt_test_job_hold(&w, chief, "chief");
-    dt_test_job_hold(&w, worker, "worker 1");
     ck_assert_msg(command(serving) == 0 && strstr(w.out, " SERVING"),
                   "health while training: %s %s", w.out, w.err);
     j = status_json(0);

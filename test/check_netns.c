@@ -483,20 +483,23 @@ static void send_signal(pid_t pid, int sig) {
 }
 
 /* The job of the partition tests, with both workers training: the ps
- * serving, the chief, and once the chief has created the model, worker 1.
- * The chief is held (SIGSTOP) from then until worker 1 has trained:
- * alone it runs at a speed the machine decides (over 10,000 steps/s), and
- * could end the job while worker 1's process starts, a time the machine
- * decides too. Returns once the chief trains again, so that a wait it
- * logs after that is not one from its pause (its call in flight may
- * outlive rpc_timeout_secs). */
+ * serving, the chief, and once the chief has made its first step, worker
+ * 1. The chief stops itself there (DT_TEST_WORKER_STOP_AT, lib/worker.h)
+ * and is held so until worker 1 has trained: alone it runs at a speed the
+ * machine decides (over 10,000 steps/s), and could end the job while
+ * worker 1's process starts, a time the machine decides too (as it could
+ * between the model's creation and a SIGSTOP sent then). Returns once the chief trains again, so
+ * that a wait it logs after that is not one from its pause (its call in flight may outlive
+ * rpc_timeout_secs). */
 static roles start_job(void) {
     roles r;
     r.ps = start_ps();
+    ck_assert_int_eq(setenv("DT_TEST_WORKER_STOP_AT", "1", 1), 0);
     r.chief = start_role("worker0", "worker", 0, "chief");
-    ck_assert_msg(dt_test_job_wait_log(&w, "ps0", ": created ", JOB_TIMEOUT_MS, r.ps),
-                  "the chief never created the model; logs:%s", dt_test_job_report(&w));
-    send_signal(r.chief, SIGSTOP);
+    ck_assert_int_eq(unsetenv("DT_TEST_WORKER_STOP_AT"), 0);
+    ck_assert_msg(dt_test_wait_stopped(r.chief, JOB_TIMEOUT_MS),
+                  "the chief did not stop itself after its first step; logs:%s",
+                  dt_test_job_report(&w));
     r.worker = start_role("worker1", "worker", 1, "worker1");
     int trained = dt_test_job_wait_log(&w, "worker1", PROGRESS, JOB_TIMEOUT_MS, r.worker);
     size_t held = dt_test_job_log_length(&w, "chief");

@@ -348,8 +348,11 @@ END_TEST
 /* The logistic model on WIDE_FEATURES features, 15000 steps of 4 rows,
  * with the extra --set (and extra2, when not NULL), started on 2 ps and 2
  * workers: pids get ps 0, ps 1, the chief and worker 1 (logs ps0, ps1,
- * chief, worker1). */
-static void start_wide_job(const char *extra, const char *extra2, pid_t pids[4]) {
+ * chief, worker1). chief_stop and worker_stop, when not NULL, are their
+ * DT_TEST_WORKER_STOP_AT (lib/worker.h): the local step after which each
+ * stops itself. */
+static void start_wide_job_stopping(const char *extra, const char *extra2, pid_t pids[4],
+                                    const char *chief_stop, const char *worker_stop) {
     char train[1100];
     write_libsvm(WIDE_FEATURES, train, sizeof train);
     const char *sets[] = {"hash_bits=20",
@@ -363,8 +366,16 @@ static void start_wide_job(const char *extra, const char *extra2, pid_t pids[4])
     dt_test_job_cluster(&J, 2, 2);
     pids[0] = dt_test_job_start(&J, "ps", 0, "ps0");
     pids[1] = dt_test_job_start(&J, "ps", 1, "ps1");
-    pids[2] = dt_test_job_start(&J, "worker", 0, "chief");
-    pids[3] = dt_test_job_start(&J, "worker", 1, "worker1");
+    const char *stops[2] = {chief_stop, worker_stop};
+    for (int t = 0; t < 2; t++) {
+        if (stops[t]) ck_assert_int_eq(setenv("DT_TEST_WORKER_STOP_AT", stops[t], 1), 0);
+        pids[2 + t] = dt_test_job_start(&J, "worker", t, t ? "worker1" : "chief");
+        ck_assert_int_eq(unsetenv("DT_TEST_WORKER_STOP_AT"), 0);
+    }
+}
+
+static void start_wide_job(const char *extra, const char *extra2, pid_t pids[4]) {
+    start_wide_job_stopping(extra, extra2, pids, NULL, NULL);
 }
 
 /* start_wide_job's job ends (the 4 roles in pids, named) with its last
@@ -1122,14 +1133,19 @@ END_TEST
  * table's rows. */
 START_TEST(sparse_pipelined_worker_killed) {
     pid_t started[4];
-    start_wide_job("pipeline_push=true", NULL, started);
+    /* The chief stops itself at its local step 20 and worker 1 at its 10th
+     * (DT_TEST_WORKER_STOP_AT, lib/worker.h): neither can end the job
+     * before worker 1 dies, however fast the machine runs it. */
+    start_wide_job_stopping("pipeline_push=true", NULL, started, "20", "10");
     pid_t chief = started[2], worker = started[3];
-    ck_assert_msg(dt_test_job_wait_log(&J, "worker1", ": step ", JOB_TIMEOUT_MS, worker),
+    ck_assert_msg(
+        dt_test_wait_stopped(worker, JOB_TIMEOUT_MS) && dt_test_wait_stopped(chief, JOB_TIMEOUT_MS),
+        "the chief and worker 1 did not stop themselves; logs:%s", dt_test_job_report(&J));
+    ck_assert_msg(dt_test_job_log_has(&J, "worker1", ": step 10 "),
                   "worker 1 never trained; logs:%s", dt_test_job_report(&J));
     /* The chief is held while worker 1 dies, and from its next step line
      * until the restarted worker trains: alone it could end the job first
      * (a worker that finds the job done exits 0 without a step). */
-    dt_test_job_hold(&J, chief, "chief");
     ck_assert_int_eq(kill(worker, SIGKILL), 0);
     dt_test_job_expect_exit(&J, worker, "killed worker 1", EXIT_TIMEOUT_MS, -SIGKILL);
     /* The job goes on without it before it comes back. */
@@ -1305,17 +1321,37 @@ static dt_worker_activity activity_of(int task) {
     return a;
 }
 
-/* Sends sig to task's process pid once ps 0 took a push of its (waiting
- * up to JOB_TIMEOUT_MS; asserts it did), and with SIGKILL waits for it to
- * go (what stands for it: "killed worker 1"). */
-static void signal_once_pushed(int task, pid_t pid, int sig, const char *what) {
-    long long deadline = dt_test_now_ms() + JOB_TIMEOUT_MS;
-    while (activity_of(task).pushes < 1 && dt_test_now_ms() < deadline)
-        dt_test_sleep_ms(5);
-    ck_assert_msg(activity_of(task).pushes >= 1, "task %d never pushed; logs:%s", task,
+/* Starts task (worker 0 is the chief; log log_name) with
+ * DT_TEST_WORKER_STOP_AT=at (lib/worker.h): it stops itself once it has
+ * made its local step `at`, so a fault made then lands mid-shard (at is
+ * short of its shard's steps) however fast the machine runs the job.
+ * Before, the test polled Status for a first push and then signalled the
+ * worker, and a job that ran faster than the poll ended first. */
+static pid_t start_stopping_at(int task, const char *log_name, int64_t at) {
+    char value[32];
+    snprintf(value, sizeof value, "%lld", (long long)at);
+    ck_assert_int_eq(setenv("DT_TEST_WORKER_STOP_AT", value, 1), 0);
+    pid_t pid = dt_test_job_start(&J, "worker", task, log_name);
+    ck_assert_int_eq(unsetenv("DT_TEST_WORKER_STOP_AT"), 0);
+    return pid;
+}
+
+/* Waits until task's process pid, started by start_stopping_at(at), has
+ * stopped itself (up to JOB_TIMEOUT_MS; asserts it did) and asserts that
+ * ps 0 took exactly its `at` pushes; then, with SIGKILL, kills it and
+ * waits for it to go (what stands for it: "killed worker 1"). With
+ * SIGSTOP it stays stopped. */
+static void signal_once_stopped(int task, pid_t pid, int64_t at, int sig, const char *what) {
+    ck_assert_msg(dt_test_wait_stopped(pid, JOB_TIMEOUT_MS),
+                  "task %d did not stop itself at local step %lld; logs:%s", task, (long long)at,
                   dt_test_job_report(&J));
-    ck_assert_int_eq(kill(pid, sig), 0);
-    if (sig == SIGKILL) dt_test_job_expect_exit(&J, pid, what, EXIT_TIMEOUT_MS, -SIGKILL);
+    const int64_t taken = activity_of(task).pushes;
+    ck_assert_msg(taken == at, "task %d stopped at local step %lld, ps 0 took %lld; logs:%s", task,
+                  (long long)at, (long long)taken, dt_test_job_report(&J));
+    if (sig == SIGKILL) {
+        ck_assert_int_eq(kill(pid, SIGKILL), 0);
+        dt_test_job_expect_exit(&J, pid, what, EXIT_TIMEOUT_MS, -SIGKILL);
+    }
 }
 
 /* Writes text into the FIFO at path once a reader has it open (waiting up
@@ -1443,15 +1479,16 @@ static void many_rows_job(int num_ps, const char *const *extra) {
  * killed is still taken for gone: the chief, its passes done, hears from
  * it on no ps task for sync_timeout_secs and makes the rest of the job.
  * 2048 rows (the test file 32 times) in batches of 8 for 2 epochs: 256
- * steps a shard, 512 in all; worker 1 is stopped once a ps took its first
- * push, long before its 256th. */
+ * steps a shard, 512 in all; worker 1 stops itself once a ps took its
+ * 10th push (start_stopping_at), long before its 256th, and is killed
+ * then or left stopped. */
 static void stopped_mid_shard_run(int sig) {
     const char *extra[] = {"sync_timeout_secs=1", NULL};
     many_rows_job(1, extra);
     pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
-    pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
+    pid_t worker = start_stopping_at(1, "worker1", 10);
     pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
-    signal_once_pushed(1, worker, sig, "killed worker 1");
+    signal_once_stopped(1, worker, 10, sig, "killed worker 1");
     pid_t pids[2] = {ps, chief};
     const char *names[2] = {"ps 0", "chief"};
     dt_test_job_expect_done(&J, pids, names, 2, JOB_TIMEOUT_MS);
@@ -1485,8 +1522,9 @@ END_TEST
  * the ps counted its pushes, and makes, over both runs, exactly its
  * shard's steps: 2048 rows (the test file 32 times) in batches of 1 for 2
  * epochs, 1024 steps a pass over a shard of 2, 2048 its passes, 4096 in
- * all. Worker 1 is killed once a
- * ps took a push of its (long before its 2048th); the ps's count then is
+ * all. Worker 1 is killed once it
+ * stopped itself at its local step 300 (start_stopping_at: long before
+ * its 2048th, however fast the job runs); the ps's count then is
  * where the restarted worker must say it resumes, and its "training done"
  * counts both runs. The chief makes its own 2048, never takes worker 1
  * for gone (it is back long before sync_timeout_secs), and the job ends
@@ -1499,8 +1537,8 @@ static void restarted_mid_shard_run(const char *sparse, const char *pipeline) {
     many_rows_job(1, extra);
     pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
     pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
-    pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
-    signal_once_pushed(1, worker, SIGKILL, "killed worker 1");
+    pid_t worker = start_stopping_at(1, "worker1", 300);
+    signal_once_stopped(1, worker, 300, SIGKILL, "killed worker 1");
     const int64_t taken = activity_of(1).pushes;
     ck_assert_msg(taken >= 1 && taken < 2048,
                   "worker 1 was not killed mid-shard: ps 0 took %lld of its pushes; logs:%s",
@@ -1563,8 +1601,8 @@ START_TEST(epochs_worker_resumes_from_largest_count) {
     pid_t ps0 = dt_test_job_start(&J, "ps", 0, "ps0");
     pid_t ps1 = dt_test_job_start(&J, "ps", 1, "ps1");
     pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
-    pid_t worker = dt_test_job_start(&J, "worker", 1, "worker1");
-    signal_once_pushed(1, worker, SIGKILL, "killed worker 1");
+    pid_t worker = start_stopping_at(1, "worker1", 300);
+    signal_once_stopped(1, worker, 300, SIGKILL, "killed worker 1");
     const int64_t taken = activity_of(1).pushes;
     dt_test_job_expect_ckpt_after(&J, 0, chief, JOB_TIMEOUT_MS);
     size_t seen = dt_test_job_log_length(&J, "chief");
@@ -1591,8 +1629,9 @@ END_TEST
 /* The chief as the slow one, a worker as the waiting one: the chief,
  * killed mid-shard, is restarted on a training file (the same rows) that
  * comes through a FIFO only once worker 1, its 2048 steps made (batches
- * of 1: the chief's shard lasts long past its first push, so it is killed
- * mid-shard however loaded the machine), has waited 3 timeouts (2 s)
+ * of 1; the chief stops itself at its local step 300, start_stopping_at,
+ * and is killed then: mid-shard however fast the job runs), has waited 3
+ * timeouts (2 s)
  * without a push from anyone; meanwhile the restarted chief, reading, is
  * alive by its heartbeat. Worker 1 makes exactly its own passes; the
  * restarted chief finds the model on the ps, resumes its passes where the
@@ -1606,8 +1645,8 @@ START_TEST(epochs_restarted_chief_reading_waited_for) {
     epoch_job(train, extra);
     dt_test_job_cluster(&J, 1, 2);
     pid_t ps = dt_test_job_start(&J, "ps", 0, "ps0");
-    pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
-    signal_once_pushed(0, chief, SIGKILL, "killed chief");
+    pid_t chief = start_stopping_at(0, "chief", 300);
+    signal_once_stopped(0, chief, 300, SIGKILL, "killed chief");
     char fifo[1200];
     snprintf(fifo, sizeof fifo, "%s/slow.svm", J.dir);
     ck_assert_int_eq(mkfifo(fifo, 0600), 0);
