@@ -2232,6 +2232,15 @@ static int handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *r
     resp.pushes_nonfinite = atomic_load(&ps->pushes_nonfinite);
     resp.calls_refused =
         atomic_load(&ps->calls_refused) + (ps->server ? dt_rpc_server_refused(ps->server) : 0);
+    if (ps->server) {
+        dt_adm_stats guard;
+        dt_rpc_server_guard_stats(ps->server, &guard);
+        resp.conns_closed_flood = guard.closed_flood;
+        resp.conns_closed_slow = guard.closed_slow;
+        resp.conns_closed_over_cap = guard.closed_over_cap;
+        resp.conns_closed_backoff = guard.closed_backoff;
+        resp.calls_dropped = guard.calls_dropped;
+    }
     pthread_mutex_lock(&ps->stats_mu);
     memcpy(resp.staleness_counts, ps->staleness_counts, sizeof resp.staleness_counts);
     resp.num_staleness_counts = DT_STALENESS_BUCKETS;
@@ -2411,7 +2420,8 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
                                .num_ps = c->num_ps,
                                .max_message_bytes = params->max_message_bytes,
                                .in_pieces = 1,
-                               .inflight_bytes = inflight_bound(params)};
+                               .inflight_bytes = inflight_bound(params),
+                               .guard = params->guard};
     int rc = start_pool(ps, err);
     if (rc < 0) {
         dt_ps_free(ps);
