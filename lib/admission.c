@@ -26,6 +26,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -45,6 +46,11 @@
 #define BACKOFF_CAP 256
 #define FORGET_MS 5000
 #define SCAN_CAP 16384
+/* A connection that received this much without starting a call is sending
+ * one endless header block (CONTINUATION frames without END_HEADERS),
+ * which gRPC 1.51 buffers whole: closed at the next scan. gRPC's own cap
+ * on a call's metadata is far below it. */
+#define HEADER_BYTES_MAX (1 << 20)
 
 typedef struct {
     unsigned char ip[16]; /* IPv4 as v4-mapped IPv6 */
@@ -399,6 +405,7 @@ typedef struct {
     int fd;
     long long first_ms;
     int started; /* calls started on it */
+    unsigned long long received; /* bytes its socket received */
     int shut;    /* 0: keep; 1: slow; 2: over the cap; 3: backing off */
 } seen_socket;
 
@@ -424,7 +431,14 @@ void dt_adm_tick(dt_adm *a) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
         int fd = atoi(e->d_name);
         if (fd == dirfd(d)) continue;
-        if (socket_key(fd, a->port, &seen[n].key) == 0) seen[n++].fd = fd;
+        if (socket_key(fd, a->port, &seen[n].key) != 0) continue;
+        struct tcp_info info;
+        socklen_t len = sizeof info;
+        memset(&info, 0, sizeof info);
+        seen[n].received = getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0
+                               ? (unsigned long long)info.tcpi_bytes_received
+                               : 0;
+        seen[n++].fd = fd;
     }
     closedir(d);
     long long now = now_ms();
@@ -442,8 +456,9 @@ void dt_adm_tick(dt_adm *a) {
         if (c->closing) continue;
         if (find_backoff(a, c->key.ip, now))
             seen[i].shut = 3;
-        else if (!c->started && a->lim.header_timeout_ms > 0 &&
-                 now - c->first_ms >= a->lim.header_timeout_ms)
+        else if (!c->started && ((a->lim.header_timeout_ms > 0 &&
+                                  now - c->first_ms >= a->lim.header_timeout_ms) ||
+                                 seen[i].received > HEADER_BYTES_MAX))
             seen[i].shut = 1;
     }
     /* The cap: per address, the oldest max_conns_per_peer stay. */
@@ -526,8 +541,8 @@ void dt_adm_tick(dt_adm *a) {
     if (log_slow)
         dt_log(DT_LOG_WARN,
                "%s: closed %lld connection(s) that started no call within %d ms "
-               "(--header-timeout-ms), the last of %s",
-               a->name, slow_total, a->lim.header_timeout_ms,
+               "(--header-timeout-ms) or %d kB, the last of %s",
+               a->name, slow_total, a->lim.header_timeout_ms, HEADER_BYTES_MAX >> 10,
                ip_text(seen[slow_ip].key.ip, ip, sizeof ip));
     free(seen);
 }

@@ -1178,6 +1178,9 @@ static int listen_again(dt_rpc_server *s) {
  * failed, so every server of the process listens again: harmless, as its
  * clients reconnect. */
 #define WATCH_MS 200
+/* The connection guards' scan (admission.h): a socket that must be closed
+ * is closed within this. */
+#define ADM_TICK_MS 50
 /* The watchdog's tick for busy_in_grpc. */
 #define BUSY_TICK_MS 20
 
@@ -1207,7 +1210,7 @@ static int busy_in_grpc(dt_rpc_server *s, long long tick_ms) {
 static void *watch_listener(void *arg) {
     dt_rpc_server *s = arg;
     long long waiting_since = 0; /* a failure not yet acted on, monotonic ms */
-    long long last_watch = mono_ms(), last_busy = last_watch;
+    long long last_watch = mono_ms(), last_busy = last_watch, last_scan = last_watch;
     pthread_mutex_lock(&s->mu);
     while (!s->stopping) {
         struct timespec deadline = deadline_in(BUSY_TICK_MS);
@@ -1221,11 +1224,16 @@ static void *watch_listener(void *arg) {
             }
             last_busy = tick;
         }
+        if (tick - last_scan >= ADM_TICK_MS) {
+            last_scan = tick;
+            pthread_mutex_unlock(&s->mu);
+            dt_adm_tick(s->adm);
+            pthread_mutex_lock(&s->mu);
+        }
         if (tick - last_watch < WATCH_MS) continue;
         last_watch = tick;
         pthread_mutex_unlock(&s->mu);
         reap_gens(s);
-        dt_adm_tick(s->adm);
         /* A flood's calls and buffers, freed once its connection closed,
          * stay in malloc's arenas unless handed back. */
         dt_adm_stats guard;
