@@ -50,7 +50,7 @@
  * one endless header block (CONTINUATION frames without END_HEADERS),
  * which gRPC 1.51 buffers whole: closed at the next scan. gRPC's own cap
  * on a call's metadata is far below it. */
-#define HEADER_BYTES_MAX (1 << 20)
+#define HEADER_BYTES_MAX (256 << 10)
 
 typedef struct {
     unsigned char ip[16]; /* IPv4 as v4-mapped IPv6 */
@@ -60,14 +60,14 @@ typedef struct {
 typedef struct {
     conn_key key;
     int used;
-    int next;               /* next in its bucket, -1: none */
-    int fd;                 /* its socket as the last scan found it, -1: not yet */
-    long long first_ms;     /* first seen (a call or a scan), monotonic */
-    long long last_ms;      /* last seen */
-    long long window_ms;    /* start of the current one-second window */
+    int next;            /* next in its bucket, -1: none */
+    int fd;              /* its socket as the last scan found it, -1: not yet */
+    long long first_ms;  /* first seen (a call or a scan), monotonic */
+    long long last_ms;   /* last seen */
+    long long window_ms; /* start of the current one-second window */
     int win_aborted, win_refused, win_started;
     long long started, aborted, refused; /* in all */
-    int closing;            /* we shut it down (or are about to) */
+    int closing;                         /* we shut it down (or are about to) */
 } conn;
 
 typedef struct {
@@ -101,8 +101,7 @@ static int pick(int value, int fallback) {
     return value == 0 ? fallback : value;
 }
 
-int dt_adm_new(const char *name, int port, const dt_adm_limits *limits, dt_adm **out,
-               dt_err *err) {
+int dt_adm_new(const char *name, int port, const dt_adm_limits *limits, dt_adm **out, dt_err *err) {
     *out = NULL;
     dt_adm_limits lim = limits ? *limits : (dt_adm_limits){0};
     lim.max_aborts_per_sec = pick(lim.max_aborts_per_sec, DT_ADM_DEFAULT_MAX_ABORTS_PER_SEC);
@@ -389,8 +388,8 @@ int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
                "%s: closed the connection of %s%s: %lld calls reset before their handler and "
                "%lld refused within 1 s (bound %d a second; %lld calls started on it); "
                "refusing %s for %d s",
-               a->name, text, shut == 0 ? "" : " (its socket not found)", win_aborted,
-               win_refused, a->lim.max_aborts_per_sec, started, ip,
+               a->name, text, shut == 0 ? "" : " (its socket not found)", win_aborted, win_refused,
+               a->lim.max_aborts_per_sec, started, ip,
                a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
     else if (log_backoff)
         dt_log(DT_LOG_WARN, "%s: closed a connection of %s: its address is refused for %lld s more",
@@ -404,9 +403,9 @@ typedef struct {
     conn_key key;
     int fd;
     long long first_ms;
-    int started; /* calls started on it */
+    int started;                 /* calls started on it */
     unsigned long long received; /* bytes its socket received */
-    int shut;    /* 0: keep; 1: slow; 2: over the cap; 3: backing off */
+    int shut; /* 0: keep; 1: slow; 2: over the cap; 3: backing off; 4: bytes, no call */
 } seen_socket;
 
 static int by_ip_then_age(const void *pa, const void *pb) {
@@ -456,9 +455,10 @@ void dt_adm_tick(dt_adm *a) {
         if (c->closing) continue;
         if (find_backoff(a, c->key.ip, now))
             seen[i].shut = 3;
-        else if (!c->started && ((a->lim.header_timeout_ms > 0 &&
-                                  now - c->first_ms >= a->lim.header_timeout_ms) ||
-                                 seen[i].received > HEADER_BYTES_MAX))
+        else if (!c->started && seen[i].received > HEADER_BYTES_MAX)
+            seen[i].shut = 4;
+        else if (!c->started && a->lim.header_timeout_ms > 0 &&
+                 now - c->first_ms >= a->lim.header_timeout_ms)
             seen[i].shut = 1;
     }
     /* The cap: per address, the oldest max_conns_per_peer stay. */
@@ -501,6 +501,11 @@ void dt_adm_tick(dt_adm *a) {
                 if (b) b->cap_logged_until_ms = now + DT_ADM_DEFAULT_BACKOFF_MS;
                 over_cap_ip = i;
             }
+        } else if (seen[i].shut == 4) {
+            /* A flood (an endless header block, or frames faster than
+             * calls are made of them): its address backs off. */
+            a->stats.closed_flood++;
+            add_backoff(a, seen[i].key.ip, now);
         } else {
             a->stats.closed_backoff++;
         }
@@ -530,19 +535,28 @@ void dt_adm_tick(dt_adm *a) {
             if (socket_key(seen[i].fd, a->port, &again) == 0 && same_key(&again, &seen[i].key))
                 shutdown(seen[i].fd, SHUT_RDWR);
             if (seen[i].shut == 2) cap_count++;
+            if (seen[i].shut == 4) {
+                char text[80], ip[64];
+                dt_log(DT_LOG_WARN,
+                       "%s: closed the connection of %s: it sent %llu kB without starting a "
+                       "call (an endless header block?); refusing %s for %d s",
+                       a->name, key_text(&seen[i].key, text, sizeof text), seen[i].received >> 10,
+                       ip_text(seen[i].key.ip, ip, sizeof ip),
+                       a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
+            }
         }
     char ip[64];
     if (over_cap_ip >= 0)
         dt_log(DT_LOG_WARN,
                "%s: %s holds more than %d connections (--max-conns-per-peer): closed the "
                "newest %d",
-               a->name, ip_text(seen[over_cap_ip].key.ip, ip, sizeof ip),
-               a->lim.max_conns_per_peer, cap_count);
+               a->name, ip_text(seen[over_cap_ip].key.ip, ip, sizeof ip), a->lim.max_conns_per_peer,
+               cap_count);
     if (log_slow)
         dt_log(DT_LOG_WARN,
                "%s: closed %lld connection(s) that started no call within %d ms "
-               "(--header-timeout-ms) or %d kB, the last of %s",
-               a->name, slow_total, a->lim.header_timeout_ms, HEADER_BYTES_MAX >> 10,
+               "(--header-timeout-ms), the last of %s",
+               a->name, slow_total, a->lim.header_timeout_ms,
                ip_text(seen[slow_ip].key.ip, ip, sizeof ip));
     free(seen);
 }

@@ -1238,8 +1238,8 @@ static void *watch_listener(void *arg) {
          * stay in malloc's arenas unless handed back. */
         dt_adm_stats guard;
         dt_adm_get_stats(s->adm, &guard);
-        long long closed = guard.closed_flood + guard.closed_backoff + guard.closed_slow +
-                           guard.closed_over_cap;
+        long long closed =
+            guard.closed_flood + guard.closed_backoff + guard.closed_slow + guard.closed_over_cap;
         if (closed != s->closed_seen) {
             s->closed_seen = closed;
             s->trim_at_ms = mono_ms() + 1000;
@@ -1296,8 +1296,8 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     if (params->max_pending_calls < 0)
         rc = dt_err_set(err, DT_EINVAL, "rpc server %s: max_pending_calls %d < 0", params->addr,
                         params->max_pending_calls);
-    s->max_pending = params->max_pending_calls ? params->max_pending_calls
-                                               : DT_RPC_DEFAULT_MAX_PENDING_CALLS;
+    s->max_pending =
+        params->max_pending_calls ? params->max_pending_calls : DT_RPC_DEFAULT_MAX_PENDING_CALLS;
     if (rc == 0 && params->memory_quota_bytes > 0) {
         s->quota = grpc_resource_quota_create(s->addr);
         grpc_resource_quota_resize(s->quota, (size_t)params->memory_quota_bytes);
