@@ -43,7 +43,9 @@
 #   BENCH_TLS_TRIALS=N the runs per figure and security of figure 7
 #      (default 1);
 #   BENCH_ONLY=sparse runs figure 9 alone; BENCH_ONLY=tiny the tiny model
-#      against the 16 B echoes (figure 1d) and pipelined (1e) alone.
+#      against the 16 B echoes (figure 1d) and pipelined (1e) alone;
+#      BENCH_ONLY=flood the rapid-reset flood figures (scripts/bench_flood.sh)
+#      alone.
 # Exit status: 0 when every figure was measured, 1 when something failed to
 # run (its line says FAILED and its log is shown on stderr).
 set -u
@@ -92,8 +94,9 @@ TLS_TRIALS=${BENCH_TLS_TRIALS:-1}
 ONLY=${BENCH_ONLY:-}
 case "$ONLY" in
     '' | sparse | tiny) ;;
+    flood) exec sh "$(dirname "$0")/bench_flood.sh" ;;
     *)
-        echo "bench: BENCH_ONLY must be sparse, tiny or unset (got \"$ONLY\")" >&2
+        echo "bench: BENCH_ONLY must be sparse, tiny, flood or unset (got \"$ONLY\")" >&2
         exit 1
         ;;
 esac

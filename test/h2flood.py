@@ -157,6 +157,8 @@ def main():
     ap.add_argument("--cert", default="")
     ap.add_argument("--key", default="")
     ap.add_argument("--ca", default="")
+    ap.add_argument("--reconnect", action="store_true",
+                    help="reset: after the server closes, connect again until --seconds")
     ap.add_argument("--linger", type=float, default=2.0,
                     help="seconds to wait for the server to close after the flood")
     args = ap.parse_args()
@@ -189,8 +191,29 @@ def main():
     def over():
         return frames >= args.max_frames or time.monotonic() > deadline or c.closed
 
+    reconnects = 0
+    first_close_ms = -1
     if args.mode == "reset":
         sid = 1
+        while args.reconnect and time.monotonic() < deadline and frames < args.max_frames:
+            if c.closed:
+                if first_close_ms < 0:
+                    first_close_ms = int((c.closed_at - flood_start) * 1000)
+                try:
+                    c = Conn(args)
+                    c.send(PREFACE + frame(SETTINGS, 0, 0) + frame(SETTINGS, ACK, 0), deadline)
+                    reconnects += 1
+                    sid = 1
+                except OSError:
+                    time.sleep(0.01)
+                    continue
+            out = bytearray()
+            for _ in range(batch):
+                out += frame(HEADERS, END_HEADERS, sid, block) + frame(RST, 0, sid, struct.pack(">I", 8))
+                sid += 2
+            c.send(bytes(out), deadline)
+            frames += 2 * batch
+            streams += batch
         while not over():
             out = bytearray()
             for _ in range(batch):
@@ -284,7 +307,8 @@ def main():
     print(json.dumps({"mode": args.mode, "frames": frames, "streams": streams,
                       "closed": c.closed,
                       "close_ms": int((close_at - flood_start) * 1000) if c.closed else -1,
-                      "goaway": c.goaway, "conns": len(conns), "conns_closed": closed}))
+                      "goaway": c.goaway, "conns": len(conns), "conns_closed": closed,
+                      "reconnects": reconnects, "first_close_ms": first_close_ms}))
     sys.stdout.flush()
     return 0
 
