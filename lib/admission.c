@@ -26,6 +26,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <linux/filter.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -46,6 +47,8 @@
 #define BACKOFF_CAP 256
 #define FORGET_MS 5000
 #define SCAN_CAP 16384
+/* IPv4 addresses backing off that the listening socket refuses at once. */
+#define FILTER_CAP 64
 /* A connection that received this much without starting a call is sending
  * one endless header block (CONTINUATION frames without END_HEADERS),
  * which gRPC 1.51 buffers whole: closed at the next scan. gRPC's own cap
@@ -87,6 +90,10 @@ struct dt_adm {
     int live;
     backoff backoffs[BACKOFF_CAP];
     dt_adm_stats stats;
+    /* The IPv4 addresses the listening socket's filter drops (see
+     * refresh_filter), as last installed. */
+    uint32_t filtered[FILTER_CAP];
+    int num_filtered;
     long long slow_log_ms; /* the last "closed slow connections" line */
     long long slow_unlogged;
 };
@@ -320,6 +327,83 @@ static int shut_socket(dt_adm *a, const conn_key *k, int fd) {
     return rc;
 }
 
+/* ---- refusing at accept ---------------------------------------------------- */
+
+/* The listening socket of the port, -1 when not found. */
+static int find_listener(int port) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int found = -1;
+    struct dirent *e;
+    while (found < 0 && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        int fd = atoi(e->d_name);
+        if (fd == dirfd(d)) continue;
+        struct sockaddr_storage local;
+        socklen_t ll = sizeof local;
+        int listening = 0;
+        socklen_t ol = sizeof listening;
+        if (getsockname(fd, (struct sockaddr *)&local, &ll) != 0) continue;
+        int lport = local.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&local)->sin_port)
+                    : local.ss_family == AF_INET6
+                        ? ntohs(((struct sockaddr_in6 *)&local)->sin6_port)
+                        : -1;
+        if (lport == port && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) == 0 &&
+            listening)
+            found = fd;
+    }
+    closedir(d);
+    return found;
+}
+
+/* Gives the listening socket a filter that drops every packet from the
+ * IPv4 addresses backing off: their SYNs included, so such a peer's new
+ * connections are never accepted (gRPC never sees them), and the sockets
+ * accepted from it inherit the filter. Re-installed when the set changes
+ * (a new back-off, one ending). IPv6 peers are closed at their first call
+ * or the next scan instead. */
+static void refresh_filter(dt_adm *a) {
+    uint32_t want[FILTER_CAP];
+    int n = 0;
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    long long now = now_ms();
+    pthread_mutex_lock(&a->mu);
+    for (int i = 0; i < BACKOFF_CAP && n < FILTER_CAP; i++)
+        if (a->backoffs[i].until_ms > now && memcmp(a->backoffs[i].ip, mapped, 12) == 0) {
+            uint32_t v;
+            memcpy(&v, a->backoffs[i].ip + 12, 4);
+            want[n++] = ntohl(v);
+        }
+    int same = n == a->num_filtered && memcmp(want, a->filtered, sizeof want[0] * (size_t)n) == 0;
+    if (!same) {
+        memcpy(a->filtered, want, sizeof want[0] * (size_t)n);
+        a->num_filtered = n;
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (same) return;
+    int fd = find_listener(a->port);
+    if (fd < 0) return;
+    if (n == 0) {
+        setsockopt(fd, SOL_SOCKET, SO_DETACH_FILTER, NULL, 0);
+        return;
+    }
+    /* ld [net + 12] (the IPv4 source); jeq each -> drop; accept; drop. */
+    struct sock_filter prog[FILTER_CAP + 3];
+    int k = 0;
+    prog[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SKF_NET_OFF + 12);
+    for (int i = 0; i < n; i++, k++)
+        prog[k] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, want[i],
+                                               (unsigned char)(n - i), 0);
+    prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0xffffffffu);
+    prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0);
+    struct sock_fprog fprog = {.len = (unsigned short)k, .filter = prog};
+    if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof fprog) != 0)
+        dt_log(DT_LOG_WARN,
+               "%s: cannot filter the listening socket; backing-off peers are "
+               "closed at their first call instead",
+               a->name);
+}
+
 int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
     conn_key k;
     if (!a || !peer || parse_peer(peer, &k) < 0) return 0;
@@ -337,6 +421,9 @@ int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
         return 1;
     }
     if (now - c->window_ms >= 1000) {
+        /* A second this connection was not closed for: an honest rate. */
+        if (c->win_aborted + c->win_refused > a->stats.most_in_a_second)
+            a->stats.most_in_a_second = c->win_aborted + c->win_refused;
         c->window_ms = now;
         c->win_started = c->win_aborted = c->win_refused = 0;
     }
@@ -380,6 +467,7 @@ int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
     a->stats.calls_dropped++;
     pthread_mutex_unlock(&a->mu);
     int shut = shut_socket(a, &k, fd);
+    if (flood) refresh_filter(a);
     char text[80], ip[64];
     key_text(&k, text, sizeof text);
     ip_text(k.ip, ip, sizeof ip);
@@ -559,6 +647,7 @@ void dt_adm_tick(dt_adm *a) {
                a->name, slow_total, a->lim.header_timeout_ms,
                ip_text(seen[slow_ip].key.ip, ip, sizeof ip));
     free(seen);
+    refresh_filter(a);
 }
 
 void dt_adm_get_stats(dt_adm *a, dt_adm_stats *out) {

@@ -48,6 +48,8 @@ typedef struct {
     long long closed_over_cap; /* closed over max_conns_per_peer */
     long long closed_backoff;  /* closed because their address was backing off */
     long long calls_dropped;   /* calls refused at once on a connection being closed */
+    int most_in_a_second;      /* the most calls reset or refused on one connection within
+                                  one second, among those not closed for it */
 } dt_adm_stats;
 
 typedef struct dt_adm dt_adm;

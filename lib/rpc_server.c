@@ -1390,6 +1390,14 @@ void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
     long long refused = atomic_load(&s->refused);
     if (refused > 0)
         dt_log(DT_LOG_INFO, "rpc server %s: %lld calls refused in all", s->addr, refused);
+    dt_adm_stats guard;
+    dt_rpc_server_guard_stats(s, &guard);
+    dt_log(DT_LOG_INFO,
+           "rpc server %s: connections closed: %lld for floods, %lld for slow headers, %lld over "
+           "the per-peer cap, %lld backing off; %lld calls dropped; at most %d calls reset or "
+           "refused on one connection in one second among the others",
+           s->addr, guard.closed_flood, guard.closed_slow, guard.closed_over_cap,
+           guard.closed_backoff, guard.calls_dropped, guard.most_in_a_second);
     if (s->watchdog_started) {
         pthread_mutex_lock(&s->mu);
         s->stopping = 1;
