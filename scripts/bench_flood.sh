@@ -105,4 +105,4 @@ row flood-to-ps "$BIN" ps
 [ -n "$OLD" ] && row no-flood-again "$BIN" none
 [ -n "$OLD" ] && row no-flood-old-again "$OLD" none
 awk -v a="$(cat "$TMP/flood-to-ps.rate")" -v b="$(cat "$TMP/flood-to-sink.rate")" \
-    'BEGIN {printf "flood-to-ps / flood-to-sink steps/s: %.2f (goal >= 0.5)\n", b > 0 ? a / b : 0}'
+    'BEGIN {printf "flood-to-ps / flood-to-sink steps/s: %.2f (goal >= 0.5)\n", (b > 0 ? a / b : 0)}'
