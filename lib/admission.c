@@ -49,11 +49,15 @@
 #define SCAN_CAP 16384
 /* IPv4 addresses backing off that the listening socket refuses at once. */
 #define FILTER_CAP 64
-/* A connection that received this much without starting a call is sending
- * one endless header block (CONTINUATION frames without END_HEADERS),
- * which gRPC 1.51 buffers whole: closed at the next scan. gRPC's own cap
- * on a call's metadata is far below it. */
-#define HEADER_BYTES_MAX (256 << 10)
+/* A connection that received this much, and is this old, without starting
+ * a call is sending one endless header block (CONTINUATION frames without
+ * END_HEADERS, which gRPC 1.51 buffers whole) or a flood of other frames:
+ * closed at the next scan. gRPC's own cap on a call's metadata is far
+ * below it; the age leaves the pollers time to see an honest client's
+ * first calls (their bodies can come right behind their headers). Its
+ * address does not back off: a false alarm must not cut off a host. */
+#define HEADER_BYTES_MAX (1 << 20)
+#define HEADER_BYTES_MIN_AGE_MS 250
 
 typedef struct {
     unsigned char ip[16]; /* IPv4 as v4-mapped IPv6 */
@@ -543,7 +547,8 @@ void dt_adm_tick(dt_adm *a) {
         if (c->closing) continue;
         if (find_backoff(a, c->key.ip, now))
             seen[i].shut = 3;
-        else if (!c->started && seen[i].received > HEADER_BYTES_MAX)
+        else if (!c->started && seen[i].received > HEADER_BYTES_MAX &&
+                 now - c->first_ms >= HEADER_BYTES_MIN_AGE_MS)
             seen[i].shut = 4;
         else if (!c->started && a->lim.header_timeout_ms > 0 &&
                  now - c->first_ms >= a->lim.header_timeout_ms)
@@ -590,10 +595,7 @@ void dt_adm_tick(dt_adm *a) {
                 over_cap_ip = i;
             }
         } else if (seen[i].shut == 4) {
-            /* A flood (an endless header block, or frames faster than
-             * calls are made of them): its address backs off. */
             a->stats.closed_flood++;
-            add_backoff(a, seen[i].key.ip, now);
         } else {
             a->stats.closed_backoff++;
         }
@@ -624,13 +626,11 @@ void dt_adm_tick(dt_adm *a) {
                 shutdown(seen[i].fd, SHUT_RDWR);
             if (seen[i].shut == 2) cap_count++;
             if (seen[i].shut == 4) {
-                char text[80], ip[64];
+                char text[80];
                 dt_log(DT_LOG_WARN,
                        "%s: closed the connection of %s: it sent %llu kB without starting a "
-                       "call (an endless header block?); refusing %s for %d s",
-                       a->name, key_text(&seen[i].key, text, sizeof text), seen[i].received >> 10,
-                       ip_text(seen[i].key.ip, ip, sizeof ip),
-                       a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
+                       "call (an endless header block or a frame flood)",
+                       a->name, key_text(&seen[i].key, text, sizeof text), seen[i].received >> 10);
             }
         }
     char ip[64];

@@ -1394,8 +1394,8 @@ void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
     dt_rpc_server_guard_stats(s, &guard);
     dt_log(DT_LOG_INFO,
            "rpc server %s: connections closed: %lld for floods, %lld for slow headers, %lld over "
-           "the per-peer cap, %lld backing off; %lld calls dropped; at most %d calls reset or "
-           "refused on one connection in one second among the others",
+           "the per-peer cap, %lld backing off; %lld calls dropped; any other connection at most "
+           "%d calls reset before their handler or turned away in one second",
            s->addr, guard.closed_flood, guard.closed_slow, guard.closed_over_cap,
            guard.closed_backoff, guard.calls_dropped, guard.most_in_a_second);
     if (s->watchdog_started) {
