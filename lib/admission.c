@@ -200,6 +200,8 @@ static int parse_peer(const char *peer, conn_key *k) {
  * socket of port. */
 static int socket_key(int fd, int port, conn_key *k) {
     struct sockaddr_storage local, remote;
+    memset(&local, 0, sizeof local);
+    memset(&remote, 0, sizeof remote);
     socklen_t ll = sizeof local, rl = sizeof remote;
     if (getsockname(fd, (struct sockaddr *)&local, &ll) != 0) return -1;
     int lport = local.ss_family == AF_INET    ? ntohs(((struct sockaddr_in *)&local)->sin_port)
@@ -344,6 +346,7 @@ static int find_listener(int port) {
         int fd = atoi(e->d_name);
         if (fd == dirfd(d)) continue;
         struct sockaddr_storage local;
+        memset(&local, 0, sizeof local);
         socklen_t ll = sizeof local;
         int listening = 0;
         socklen_t ol = sizeof listening;
@@ -367,7 +370,7 @@ static int find_listener(int port) {
  * (a new back-off, one ending). IPv6 peers are closed at their first call
  * or the next scan instead. */
 static void refresh_filter(dt_adm *a) {
-    uint32_t want[FILTER_CAP];
+    uint32_t want[FILTER_CAP] = {0};
     int n = 0;
     static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     long long now = now_ms();
