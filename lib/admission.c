@@ -57,7 +57,7 @@
  * first calls (their bodies can come right behind their headers). Its
  * address does not back off: a false alarm must not cut off a host. */
 #define HEADER_BYTES_MAX (1 << 20)
-#define HEADER_BYTES_MIN_AGE_MS 250
+#define HEADER_BYTES_MIN_AGE_MS 100
 
 typedef struct {
     unsigned char ip[16]; /* IPv4 as v4-mapped IPv6 */
@@ -74,6 +74,7 @@ typedef struct {
     long long window_ms; /* start of the current one-second window */
     int win_aborted, win_refused, win_started;
     long long started, aborted, refused; /* in all */
+    int open;                            /* calls started and not yet ended */
     int closing;                         /* we shut it down (or are about to) */
 } conn;
 
@@ -422,6 +423,12 @@ int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
         return 0;
     }
     c->last_ms = now;
+    if (ev == DT_ADM_ENDED) {
+        if (c->open > 0) c->open--;
+        pthread_mutex_unlock(&a->mu);
+        return 0;
+    }
+    if (ev == DT_ADM_STARTED) c->open++;
     if (c->closing) {
         a->stats.calls_dropped++;
         pthread_mutex_unlock(&a->mu);
@@ -447,9 +454,11 @@ int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
         c->refused++;
         c->win_refused++;
         break;
+    case DT_ADM_ENDED: break;
     }
     int flood = a->lim.max_aborts_per_sec > 0 &&
-                c->win_aborted + c->win_refused > a->lim.max_aborts_per_sec;
+                (c->win_aborted + c->win_refused > a->lim.max_aborts_per_sec ||
+                 c->open > DT_ADM_MAX_OPEN_CALLS);
     backoff *b = flood ? NULL : find_backoff(a, k.ip, now);
     if (!flood && !b) {
         pthread_mutex_unlock(&a->mu);
@@ -458,6 +467,7 @@ int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
     c->closing = 1;
     int fd = c->fd;
     long long win_aborted = c->win_aborted, win_refused = c->win_refused, started = c->started;
+    int open = c->open;
     long long left_ms = b ? b->until_ms - now : 0;
     int log_backoff = 0;
     if (flood) {
@@ -481,10 +491,10 @@ int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
     if (flood)
         dt_log(DT_LOG_WARN,
                "%s: closed the connection of %s%s: %lld calls reset before their handler and "
-               "%lld refused within 1 s (bound %d a second; %lld calls started on it); "
-               "refusing %s for %d s",
+               "%lld refused within 1 s (bound %d a second), %d calls open (bound %d; %lld "
+               "started on it); refusing %s for %d s",
                a->name, text, shut == 0 ? "" : " (its socket not found)", win_aborted, win_refused,
-               a->lim.max_aborts_per_sec, started, ip,
+               a->lim.max_aborts_per_sec, open, DT_ADM_MAX_OPEN_CALLS, started, ip,
                a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
     else if (log_backoff)
         dt_log(DT_LOG_WARN, "%s: closed a connection of %s: its address is refused for %lld s more",

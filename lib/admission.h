@@ -35,11 +35,16 @@ typedef struct {
 #define DT_ADM_DEFAULT_BACKOFF_MS 30000
 #define DT_ADM_DEFAULT_MAX_CONNS_PER_PEER 64
 #define DT_ADM_DEFAULT_HEADER_TIMEOUT_MS 10000
+/* Calls started and not yet over on one connection above which it is a
+ * flood: gRPC holds an honest one to its 100 concurrent streams, but a
+ * reset stream leaves that count at once while its call waits its turn. */
+#define DT_ADM_MAX_OPEN_CALLS 400
 
 typedef enum {
     DT_ADM_STARTED, /* a call arrived */
     DT_ADM_ABORTED, /* cancelled or reset before its handler ran */
     DT_ADM_REFUSED, /* refused: unauthenticated, not allowed, unknown or malformed */
+    DT_ADM_ENDED,   /* a call noted STARTED is over (its state freed) */
 } dt_adm_event;
 
 typedef struct {

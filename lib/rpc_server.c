@@ -208,6 +208,7 @@ static void uncharge(call_state *cs);
 
 static void call_free(call_state *cs) {
     dt_rpc_server *s = cs->owner->server;
+    if (cs->peer[0]) dt_adm_note(s->adm, cs->peer, DT_ADM_ENDED);
     uncharge(cs);
     pthread_mutex_lock(&s->mu);
     s->live_calls--;
@@ -1392,7 +1393,9 @@ void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
         dt_log(DT_LOG_INFO, "rpc server %s: %lld calls refused in all", s->addr, refused);
     dt_adm_stats guard;
     dt_rpc_server_guard_stats(s, &guard);
-    dt_log(DT_LOG_INFO,
+    int any = guard.closed_flood || guard.closed_slow || guard.closed_over_cap ||
+              guard.closed_backoff || guard.calls_dropped || guard.most_in_a_second;
+    dt_log(any ? DT_LOG_INFO : DT_LOG_DEBUG,
            "rpc server %s: connections closed: %lld for floods, %lld for slow headers, %lld over "
            "the per-peer cap, %lld backing off; %lld calls dropped; any other connection at most "
            "%d calls reset before their handler or turned away in one second",

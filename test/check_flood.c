@@ -133,8 +133,12 @@ static void rapid_reset(pid_t ps, pid_t chief, const char *sec_flags, int with_s
     ck_assert_msg(strstr(out, "\"closed\": true"), "the connection was not closed: %s", out);
     ck_assert_msg(dt_test_job_wait_log(&w, "ps0", "closed the connection of 127.0.0.2:", 5000, ps),
                   "no log line for the flood; client: %s; logs:%s", out, dt_test_job_report(&w));
-    ck_assert_msg(dt_test_job_log_has(&w, "ps0", "refusing 127.0.0.2 for"),
-                  "the log line names no back-off; logs:%s", dt_test_job_report(&w));
+    /* Closed for its reset calls, the address backs off; on a loaded
+     * machine the pollers may see no call of it before it sent 1 MiB,
+     * and then it is closed as a connection that starts no call. */
+    ck_assert_msg(dt_test_job_log_has(&w, "ps0", "refusing 127.0.0.2 for") ||
+                      dt_test_job_log_has(&w, "ps0", "without starting a call"),
+                  "the log line says neither; logs:%s", dt_test_job_report(&w));
     ck_assert_msg(peak - before < RSS_GROWTH_KB, "the ps grew from %ld kB to %ld kB (client: %s)",
                   before, peak, out);
     if (with_status) {
