@@ -58,6 +58,12 @@
  * address does not back off: a false alarm must not cut off a host. */
 #define HEADER_BYTES_MAX (1 << 20)
 #define HEADER_BYTES_MIN_AGE_MS 100
+/* This much without a call is closed whatever the age: before its first
+ * call is started an honest client can send only that call's headers and
+ * what the flow-control windows let through (64 kB at a connection's
+ * start), while gRPC buffers an endless header block as fast as loopback
+ * carries it (100 MB in the 100 ms above). */
+#define HEADER_BYTES_HARD (8 << 20)
 
 typedef struct {
     unsigned char ip[16]; /* IPv4 as v4-mapped IPv6 */
@@ -456,9 +462,11 @@ int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
         break;
     case DT_ADM_ENDED: break;
     }
+    int bad = c->win_aborted + c->win_refused;
+    int early = a->lim.max_aborts_per_sec > DT_ADM_EARLY_ABORTS && bad >= DT_ADM_EARLY_ABORTS &&
+                bad * 2 > c->win_started;
     int flood = a->lim.max_aborts_per_sec > 0 &&
-                (c->win_aborted + c->win_refused > a->lim.max_aborts_per_sec ||
-                 c->open > DT_ADM_MAX_OPEN_CALLS);
+                (bad > a->lim.max_aborts_per_sec || early || c->open > DT_ADM_MAX_OPEN_CALLS);
     backoff *b = flood ? NULL : find_backoff(a, k.ip, now);
     if (!flood && !b) {
         pthread_mutex_unlock(&a->mu);
@@ -491,11 +499,11 @@ int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
     if (flood)
         dt_log(DT_LOG_WARN,
                "%s: closed the connection of %s%s: %lld calls reset before their handler and "
-               "%lld refused within 1 s (bound %d a second), %d calls open (bound %d; %lld "
-               "started on it); refusing %s for %d s",
+               "%lld refused within 1 s (bound %d a second, %d when they are most of its "
+               "calls), %d calls open (bound %d; %lld started on it); refusing %s for %d s",
                a->name, text, shut == 0 ? "" : " (its socket not found)", win_aborted, win_refused,
-               a->lim.max_aborts_per_sec, open, DT_ADM_MAX_OPEN_CALLS, started, ip,
-               a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
+               a->lim.max_aborts_per_sec, DT_ADM_EARLY_ABORTS, open, DT_ADM_MAX_OPEN_CALLS, started,
+               ip, a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
     else if (log_backoff)
         dt_log(DT_LOG_WARN, "%s: closed a connection of %s: its address is refused for %lld s more",
                a->name, text, (left_ms + 999) / 1000);
@@ -561,7 +569,8 @@ void dt_adm_tick(dt_adm *a) {
         if (find_backoff(a, c->key.ip, now))
             seen[i].shut = 3;
         else if (!c->started && seen[i].received > HEADER_BYTES_MAX &&
-                 now - c->first_ms >= HEADER_BYTES_MIN_AGE_MS)
+                 (now - c->first_ms >= HEADER_BYTES_MIN_AGE_MS ||
+                  seen[i].received > HEADER_BYTES_HARD))
             seen[i].shut = 4;
         else if (!c->started && a->lim.header_timeout_ms > 0 &&
                  now - c->first_ms >= a->lim.header_timeout_ms)

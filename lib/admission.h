@@ -39,6 +39,13 @@ typedef struct {
  * flood: gRPC holds an honest one to its 100 concurrent streams, but a
  * reset stream leaves that count at once while its call waits its turn. */
 #define DT_ADM_MAX_OPEN_CALLS 400
+/* A connection most of whose calls in a second are reset or refused is a
+ * flood once this many are: the full bound above takes a loaded ps's
+ * pollers hundreds of ms to see, while gRPC parses 50,000 reset streams a
+ * second and holds each (about 4 kB) until a poller takes it. An honest
+ * client's calls are almost all handled; one whose every call is refused
+ * (a wrong token) retries far below this rate. */
+#define DT_ADM_EARLY_ABORTS 32
 
 typedef enum {
     DT_ADM_STARTED, /* a call arrived */

@@ -1181,7 +1181,7 @@ static int listen_again(dt_rpc_server *s) {
 #define WATCH_MS 200
 /* The connection guards' scan (admission.h): a socket that must be closed
  * is closed within this. */
-#define ADM_TICK_MS 50
+#define ADM_TICK_MS 20
 /* The watchdog's tick for busy_in_grpc. */
 #define BUSY_TICK_MS 20
 
