@@ -107,6 +107,8 @@ struct dt_adm {
     int num_filtered;
     long long slow_log_ms; /* the last "closed slow connections" line */
     long long slow_unlogged;
+    int sockets;    /* sockets of the port the last scan saw */
+    long long gone; /* scans that saw fewer than the one before, by how many */
 };
 
 static long long now_ms(void) {
@@ -555,6 +557,8 @@ void dt_adm_tick(dt_adm *a) {
     closedir(d);
     long long now = now_ms();
     pthread_mutex_lock(&a->mu);
+    if (n < a->sockets) a->gone += a->sockets - n;
+    a->sockets = n;
     for (int i = 0; i < n; i++) {
         conn *c = find_or_add(a, &seen[i].key, now);
         seen[i].shut = 0;
@@ -684,6 +688,14 @@ int dt_adm_connections(dt_adm *a) {
     if (!a) return 0;
     pthread_mutex_lock(&a->mu);
     int n = a->live;
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
+long long dt_adm_sockets_gone(dt_adm *a) {
+    if (!a) return 0;
+    pthread_mutex_lock(&a->mu);
+    long long n = a->gone;
     pthread_mutex_unlock(&a->mu);
     return n;
 }

@@ -45,7 +45,7 @@ typedef struct {
  * second and holds each (about 4 kB) until a poller takes it. An honest
  * client's calls are almost all handled; one whose every call is refused
  * (a wrong token) retries far below this rate. */
-#define DT_ADM_EARLY_ABORTS 32
+#define DT_ADM_EARLY_ABORTS 16
 
 typedef enum {
     DT_ADM_STARTED, /* a call arrived */
@@ -90,5 +90,9 @@ void dt_adm_get_stats(dt_adm *a, dt_adm_stats *out);
 
 /* The live connections the table knows (for tests and Status). */
 int dt_adm_connections(dt_adm *a);
+
+/* Sockets of the port that have ended (closed by either side) as the
+ * scans saw them, since the start. */
+long long dt_adm_sockets_gone(dt_adm *a);
 
 #endif

@@ -1239,8 +1239,9 @@ static void *watch_listener(void *arg) {
          * stay in malloc's arenas unless handed back. */
         dt_adm_stats guard;
         dt_adm_get_stats(s->adm, &guard);
-        long long closed =
-            guard.closed_flood + guard.closed_backoff + guard.closed_slow + guard.closed_over_cap;
+        /* Those gRPC closed too (a GOAWAY for a PING flood). */
+        long long closed = guard.closed_flood + guard.closed_backoff + guard.closed_slow +
+                           guard.closed_over_cap + dt_adm_sockets_gone(s->adm);
         if (closed != s->closed_seen) {
             s->closed_seen = closed;
             s->trim_at_ms = mono_ms() + 1000;
