@@ -52,6 +52,7 @@ typedef enum {
     DT_ADM_ABORTED, /* cancelled or reset before its handler ran */
     DT_ADM_REFUSED, /* refused: unauthenticated, not allowed, unknown or malformed */
     DT_ADM_ENDED,   /* a call noted STARTED is over (its state freed) */
+    DT_ADM_HANDLED, /* its handler runs (authenticated, allowed, known) */
 } dt_adm_event;
 
 typedef struct {

@@ -576,9 +576,12 @@ static void handle(call_state *cs) {
     } else if (take_request(cs, &request, &err) < 0) {
         status = dt_rpc_status_from_err(err.code);
         dt_adm_note(s->adm, cs->peer, DT_ADM_REFUSED);
-    } else if (m->handler(s->params.ctx, &peer, &request, &reply, &err) < 0) {
-        status = dt_rpc_status_from_err(err.code);
-        dt_rpc_buf_release(&reply);
+    } else {
+        dt_adm_note(s->adm, cs->peer, DT_ADM_HANDLED);
+        if (m->handler(s->params.ctx, &peer, &request, &reply, &err) < 0) {
+            status = dt_rpc_status_from_err(err.code);
+            dt_rpc_buf_release(&reply);
+        }
     }
     /* The request's bytes are not needed once handled: freed now, not
      * after the reply is sent. */
