@@ -152,6 +152,15 @@ static const char usage[] =
     "  --max-message-mb N   ps only: largest message accepted or sent, in MiB (default:\n"
     "                       the job's variables and optimizer slots plus 1 MiB, >= 4;\n"
     "                       256 when the ps cannot know the model's size)\n"
+    "  --max-resets-per-sec N  ps only: a connection with more calls reset before\n"
+    "                       their handler or refused in one second is closed and\n"
+    "                       its address refused for --flood-backoff-secs (default\n"
+    "                       200; 0 never)\n"
+    "  --flood-backoff-secs N  ps only: that refusal's length (default 30)\n"
+    "  --max-conns-per-peer N  ps only: connections from one address; the newest\n"
+    "                       above are closed (default 64; 0 no cap)\n"
+    "  --header-timeout-ms N  ps only: a connection that has started no call by then\n"
+    "                       is closed (half-sent headers; default 10000; 0 never)\n"
     "  --tls-cert FILE      PEM certificate of this task (env DTRAIN_TLS_CERT); the ps\n"
     "                       serves TLS, workers present it to the ps (mutual TLS)\n"
     "  --tls-key FILE       PEM private key of --tls-cert (env DTRAIN_TLS_KEY)\n"
@@ -230,6 +239,8 @@ typedef struct {
     int keep_serving;
     const char *max_message_mb;
     const char *listen; /* ps: where to listen (default: every interface) */
+    /* ps: the connection guards, as given (NULL: the default) */
+    const char *max_resets_per_sec, *flood_backoff_secs, *max_conns_per_peer, *header_timeout_ms;
     const char *log_level;
     const char *log_format;   /* text or json */
     const char *metrics_port; /* N or HOST:N: serve /metrics there */
@@ -332,6 +343,14 @@ static int parse_args(int argc, char **argv, options *o) {
             o->max_message_mb = v;
         else if (take_value(argc, argv, &i, "--listen", &v, &missing))
             o->listen = v;
+        else if (take_value(argc, argv, &i, "--max-resets-per-sec", &v, &missing))
+            o->max_resets_per_sec = v;
+        else if (take_value(argc, argv, &i, "--flood-backoff-secs", &v, &missing))
+            o->flood_backoff_secs = v;
+        else if (take_value(argc, argv, &i, "--max-conns-per-peer", &v, &missing))
+            o->max_conns_per_peer = v;
+        else if (take_value(argc, argv, &i, "--header-timeout-ms", &v, &missing))
+            o->header_timeout_ms = v;
         else if (take_security_flag(argc, argv, &i, o, &missing))
             ;
         else if (take_value(argc, argv, &i, "--set", &v, &missing)) {
@@ -912,10 +931,48 @@ static int run_gen_criteo(int argc, char **argv) {
     return 0;
 }
 
+/* A guard flag's value into *out: 0 (the default) when not given, -1 for
+ * "0" (that guard off), else the number times scale; -1 when not a whole
+ * number from 0 to max (then a usage error was printed). */
+static int guard_flag(const char *flag, const char *text, long max, int scale, int *out) {
+    *out = 0;
+    if (!text) return 0;
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < 0 || v > max) {
+        usage_error("%s: \"%s\" is not a whole number from 0 to %ld", flag, text, max);
+        return -1;
+    }
+    *out = v == 0 ? -1 : (int)(v * scale);
+    return 0;
+}
+
+/* The ps's connection guards from its flags; -1 after a usage error. */
+static int guard_limits(const options *o, dt_adm_limits *out) {
+    memset(out, 0, sizeof *out);
+    if (guard_flag("--max-resets-per-sec", o->max_resets_per_sec, 1000000, 1,
+                   &out->max_aborts_per_sec) < 0 ||
+        guard_flag("--flood-backoff-secs", o->flood_backoff_secs, 86400, 1000, &out->backoff_ms) <
+            0 ||
+        guard_flag("--max-conns-per-peer", o->max_conns_per_peer, 100000, 1,
+                   &out->max_conns_per_peer) < 0 ||
+        guard_flag("--header-timeout-ms", o->header_timeout_ms, 3600000, 1,
+                   &out->header_timeout_ms) < 0)
+        return -1;
+    return 0;
+}
+
 /* The flags that only some roles take. Returns -1 to go on, or an exit
  * status. */
 static int check_role_flags(const options *o, const dt_role *role) {
     int is_ps = role->type == DT_TASK_PS;
+    if (!is_ps && (o->max_resets_per_sec || o->flood_backoff_secs || o->max_conns_per_peer ||
+                   o->header_timeout_ms))
+        return usage_error("--max-resets-per-sec, --flood-backoff-secs, --max-conns-per-peer and "
+                           "--header-timeout-ms are for the ps job only%s",
+                           "");
+    dt_adm_limits guard;
+    if (is_ps && guard_limits(o, &guard) < 0) return EXIT_USAGE;
     if (o->keep_serving && !is_ps)
         return usage_error("--keep-serving is for the ps job only%s", "");
     if (o->listen && !is_ps) return usage_error("--listen is for the ps job only%s", "");
@@ -1027,6 +1084,7 @@ static int run_role(const options *o, const dt_cluster *cluster, const dt_role *
                            .log_dir = log_dir_named(o) ? job->log_dir : NULL,
                            .max_steps = max_steps_named(o, job),
                            .listen_addr = o->listen};
+        if (guard_limits(o, &pp.guard) < 0) return dt_err_set(err, DT_EINVAL, "bad guard flag");
         dt_ps *ps = NULL;
         dt_metrics_http *http = NULL;
         int rc = max_message_bytes ? 0 : derived_message_cap(job, &pp.max_message_bytes, err);

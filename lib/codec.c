@@ -381,6 +381,11 @@ static void status_resp_to_pb(const dt_msg_status_resp *m, dtrain_StatusResponse
     s->pushes_nonfinite = m->pushes_nonfinite;
     s->updates_nonfinite = m->updates_nonfinite;
     s->calls_refused = m->calls_refused;
+    s->conns_closed_flood = m->conns_closed_flood;
+    s->conns_closed_slow = m->conns_closed_slow;
+    s->conns_closed_over_cap = m->conns_closed_over_cap;
+    s->conns_closed_backoff = m->conns_closed_backoff;
+    s->calls_dropped = m->calls_dropped;
     s->sync_digest = m->sync_digest;
     s->steps_per_sec = m->steps_per_sec;
     s->uptime_ms = m->uptime_ms;
@@ -429,6 +434,11 @@ static void status_resp_from_pb(const dtrain_StatusResponse *s, dt_msg_status_re
     m->pushes_nonfinite = s->pushes_nonfinite;
     m->updates_nonfinite = s->updates_nonfinite;
     m->calls_refused = s->calls_refused;
+    m->conns_closed_flood = s->conns_closed_flood;
+    m->conns_closed_slow = s->conns_closed_slow;
+    m->conns_closed_over_cap = s->conns_closed_over_cap;
+    m->conns_closed_backoff = s->conns_closed_backoff;
+    m->calls_dropped = s->calls_dropped;
     m->sync_digest = s->sync_digest;
     m->steps_per_sec = s->steps_per_sec;
     m->uptime_ms = s->uptime_ms;

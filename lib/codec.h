@@ -258,6 +258,10 @@ typedef struct {
     dt_msg_table_status tables[DT_MAX_TABLES]; /* (num_tables) the sparse variables held */
     int num_tables;
     char job_id[DT_JOB_ID_MAX]; /* the job this ps knows of; empty: none yet */
+    /* The connection guards: connections closed (flood, slow headers, over
+     * the per-peer cap, address backing off) and calls dropped unread. */
+    int64_t conns_closed_flood, conns_closed_slow, conns_closed_over_cap, conns_closed_backoff;
+    int64_t calls_dropped;
 } dt_msg_status_resp;
 
 typedef struct {

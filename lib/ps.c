@@ -230,7 +230,8 @@ int dt_ps_start(const dt_ps_params *params, dt_ps **out, dt_err *err) {
                                .num_ps = c->num_ps,
                                .max_message_bytes = params->max_message_bytes,
                                .in_pieces = 1,
-                               .inflight_bytes = inflight_bound(params)};
+                               .inflight_bytes = inflight_bound(params),
+                               .guard = params->guard};
     int rc = start_pool(ps, err);
     if (rc < 0) {
         dt_ps_free(ps);

@@ -21,6 +21,7 @@
 
 #include <stdatomic.h>
 
+#include "admission.h"
 #include "cluster.h"
 #include "err.h"
 #include "rpc_common.h"
@@ -66,6 +67,7 @@ typedef struct {
      * floats, 1 MiB: below it waking a helper costs about what it saves).
      * Tests set 1 to split every gradient. */
     int64_t parallel_min_elems;
+    dt_adm_limits guard; /* the server's connection guards (admission.h); zeros: defaults */
 } dt_ps_params;
 
 typedef struct dt_ps dt_ps;

@@ -268,6 +268,15 @@ int ps_handle_status(void *ctx, const dt_rpc_peer *peer, const dt_rpc_buf *reque
     resp.updates_nonfinite = atomic_load(&ps->updates_nonfinite);
     resp.calls_refused =
         atomic_load(&ps->calls_refused) + (ps->server ? dt_rpc_server_refused(ps->server) : 0);
+    if (ps->server) {
+        dt_adm_stats guard;
+        dt_rpc_server_guard_stats(ps->server, &guard);
+        resp.conns_closed_flood = guard.closed_flood;
+        resp.conns_closed_slow = guard.closed_slow;
+        resp.conns_closed_over_cap = guard.closed_over_cap;
+        resp.conns_closed_backoff = guard.closed_backoff;
+        resp.calls_dropped = guard.calls_dropped;
+    }
     pthread_mutex_lock(&ps->stats_mu);
     memcpy(resp.staleness_counts, ps->staleness_counts, sizeof resp.staleness_counts);
     resp.num_staleness_counts = DT_STALENESS_BUCKETS;

@@ -70,8 +70,10 @@
 
 #include <fcntl.h>
 #include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -131,6 +133,7 @@ typedef struct call_state {
     int receiving;                   /* counted in the server's receiving */
     long long charged;               /* request bytes counted in the server's inflight */
     double arrived;                  /* dt_now_secs() when the call came, for its latency */
+    char peer[80];                   /* gRPC's peer text: the connection it came on */
     struct call_state *next_waiting; /* in the queue of calls waiting to be read */
 } call_state;
 
@@ -146,6 +149,8 @@ struct poller {
     dt_rpc_server *server;
     pthread_t thread;
     int started;
+    clockid_t cpu_clock; /* its thread's CPU time (see busy_in_grpc) */
+    int have_clock;
 };
 
 /* The certificate files of a TLS server and what was last handed to gRPC. */
@@ -182,6 +187,9 @@ struct dt_rpc_server {
     int watching;              /* one does */
     int queue_done;            /* the queue said GRPC_QUEUE_SHUTDOWN */
     atomic_int num_leading;    /* leaders, as the pollers count themselves (read unlocked) */
+    atomic_llong events;       /* events the pollers took from the queue */
+    long long busy_cpu_ns;     /* the pollers' CPU time at the watchdog's last tick */
+    long long busy_events;     /* events then */
     pthread_t watchdog;
     int watchdog_started;
     int stopping;                       /* tells the watchdog to end, under mu */
@@ -191,6 +199,12 @@ struct dt_rpc_server {
     int receiving;                      /* calls whose request is being read, under mu */
     long long largest;                  /* the largest request read so far, under mu */
     call_state *waiting, *waiting_last; /* calls not yet read (inflight_bytes), under mu */
+    int num_waiting;                    /* calls in that queue, under mu */
+    int max_pending;                    /* bound on num_waiting */
+    atomic_llong pending_dropped;       /* calls dropped over max_pending */
+    dt_adm *adm;                        /* the connection guards */
+    long long closed_seen;              /* connections they had closed at the last tick */
+    long long trim_at_ms;               /* then: memory handed back to the system at this time */
     tls_files *tls;                     /* NULL: plaintext */
     int mtls;                           /* client certificates required and verified */
     dt_auth_tokens *tokens;             /* NULL: no token required */
@@ -206,6 +220,7 @@ static void uncharge(call_state *cs);
 
 static void call_free(call_state *cs) {
     dt_rpc_server *s = cs->owner->server;
+    if (cs->peer[0]) dt_adm_note(s->adm, cs->peer, DT_ADM_ENDED);
     uncharge(cs);
     pthread_mutex_lock(&s->mu);
     s->live_calls--;
@@ -291,6 +306,7 @@ static int take_admitted(dt_rpc_server *s, call_state **out, int cap) {
         call_state *cs = s->waiting;
         s->waiting = cs->next_waiting;
         if (!s->waiting) s->waiting_last = NULL;
+        s->num_waiting--;
         cs->receiving = 1;
         s->receiving++;
         out[n++] = cs;
@@ -304,6 +320,17 @@ static void admit(call_state *cs) {
     if (s->params.inflight_bytes > 0) {
         pthread_mutex_lock(&s->mu);
         if (s->waiting || !fits(s)) {
+            if (s->num_waiting >= s->max_pending) {
+                /* Past the bound a call costs the server its state only
+                 * until now: dropped, never read. */
+                pthread_mutex_unlock(&s->mu);
+                atomic_fetch_add(&s->pending_dropped, 1);
+                grpc_call_cancel_with_status(cs->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                             "too many calls waiting at the server", NULL);
+                call_free(cs);
+                return;
+            }
+            s->num_waiting++;
             cs->next_waiting = NULL;
             if (s->waiting_last)
                 s->waiting_last->next_waiting = cs;
@@ -372,6 +399,7 @@ static void admit_all(dt_rpc_server *s) {
         if (cs) {
             s->waiting = cs->next_waiting;
             if (!s->waiting) s->waiting_last = NULL;
+            s->num_waiting--;
             cs->receiving = 1;
             s->receiving++;
         }
@@ -540,6 +568,11 @@ int dt_rpc_server_waiting(dt_rpc_server *s, long long *inflight) {
     return n;
 }
 
+void dt_rpc_server_guard_stats(dt_rpc_server *s, dt_adm_stats *out) {
+    dt_adm_get_stats(s->adm, out);
+    out->calls_dropped += atomic_load(&s->pending_dropped);
+}
+
 long long dt_rpc_server_refused(const dt_rpc_server *s) {
     return atomic_load(&s->refused);
 }
@@ -572,16 +605,22 @@ static void handle(call_state *cs) {
     }
     if (status != GRPC_STATUS_OK) {
         note_refusal(s, status, err.msg);
+        dt_adm_note(s->adm, cs->peer, DT_ADM_REFUSED);
     } else if (!m) {
         char path[256];
         dt_rpc_slice_to_str(cs->details.method, path, sizeof path);
         dt_err_set(&err, DT_EPRECOND, "unknown method %s", path);
         status = GRPC_STATUS_UNIMPLEMENTED;
+        dt_adm_note(s->adm, cs->peer, DT_ADM_REFUSED);
     } else if (take_request(cs, &request, &err) < 0) {
         status = dt_rpc_status_from_err(err.code);
-    } else if (m->handler(s->params.ctx, &peer, &request, &reply, &err) < 0) {
-        status = dt_rpc_status_from_err(err.code);
-        dt_rpc_buf_release(&reply);
+        dt_adm_note(s->adm, cs->peer, DT_ADM_REFUSED);
+    } else {
+        dt_adm_note(s->adm, cs->peer, DT_ADM_HANDLED);
+        if (m->handler(s->params.ctx, &peer, &request, &reply, &err) < 0) {
+            status = dt_rpc_status_from_err(err.code);
+            dt_rpc_buf_release(&reply);
+        }
     }
     /* The request's bytes are not needed once handled: freed now, not
      * after the reply is sent. */
@@ -622,6 +661,19 @@ static void handle(call_state *cs) {
     }
 }
 
+/* Notes a new call on its connection; 1 when it is to be dropped (its
+ * connection is being closed, see admission.h). */
+static int note_started(call_state *cs) {
+    dt_rpc_server *s = cs->owner->server;
+    if (!s->adm) return 0;
+    char *peer = grpc_call_get_peer(cs->call);
+    if (peer) {
+        snprintf(cs->peer, sizeof cs->peer, "%s", peer);
+        gpr_free(peer);
+    }
+    return dt_adm_note(s->adm, cs->peer, DT_ADM_STARTED);
+}
+
 static void on_event(call_state *cs, int success) {
     switch (cs->phase) {
     case CALL_REQUESTED:
@@ -631,10 +683,17 @@ static void on_event(call_state *cs, int success) {
         }
         cs->arrived = dt_now_secs();
         arm(cs->owner);
+        if (note_started(cs)) {
+            call_free(cs); /* unreferenced before any batch: gRPC cancels it */
+            return;
+        }
         admit(cs);
         return;
     case CALL_RECEIVED:
-        if (!success) {
+        /* No message: the stream was reset or half-closed before its
+         * request (every unary client sends one, an empty message too). */
+        if (!success || !cs->request_payload) {
+            dt_adm_note(cs->owner->server->adm, cs->peer, DT_ADM_ABORTED);
             call_free(cs);
             return;
         }
@@ -768,6 +827,7 @@ static int surplus(dt_rpc_server *s) {
 static void *poll_loop(void *arg) {
     poller *p = arg;
     dt_rpc_server *s = p->server;
+    p->have_clock = pthread_getcpuclockid(pthread_self(), &p->cpu_clock) == 0;
     int leading = 0;
     for (;;) {
         if (!leading) {
@@ -781,6 +841,7 @@ static void *poll_loop(void *arg) {
             break;
         }
         if (ev.type != GRPC_OP_COMPLETE) continue;
+        atomic_fetch_add_explicit(&s->events, 1, memory_order_relaxed);
         DT_RPC_TAG_ACQUIRE(ev.tag);
         server_gen *g = gen_of_tag(s, ev.tag);
         if (g) {
@@ -967,6 +1028,7 @@ static void server_free(dt_rpc_server *s) {
         free(s->tls);
     }
     dt_auth_tokens_free(s->tokens);
+    dt_adm_free(s->adm);
     if (s->quota) grpc_resource_quota_unref(s->quota); /* the server holds its own ref */
     free(s->stats);
     free(s);
@@ -1165,17 +1227,77 @@ static int listen_again(dt_rpc_server *s) {
  * failed, so every server of the process listens again: harmless, as its
  * clients reconnect. */
 #define WATCH_MS 200
+/* The connection guards' scan (admission.h): a socket that must be closed
+ * is closed within this. */
+#define ADM_TICK_MS 20
+/* The watchdog's tick for busy_in_grpc. */
+#define BUSY_TICK_MS 20
+
+/* Whether the only leader spends its time inside gRPC without taking
+ * events: gRPC's transport work (parsing a flood of frames, making a call
+ * of each stream) runs on the thread that waits on the queue, and while it
+ * runs the events it makes wait for a poller. A tick in which the pollers
+ * used most of a core yet took few events (an honest load of small calls
+ * is dozens a millisecond) is that: every poller then waits on the queue
+ * for a while, so the calls are taken, counted and the flood's connection
+ * closed at once rather than seconds later. */
+static int busy_in_grpc(dt_rpc_server *s, long long tick_ms) {
+    long long cpu = 0;
+    for (int i = 0; i < s->num_pollers; i++) {
+        struct timespec ts;
+        if (s->pollers[i].have_clock && clock_gettime(s->pollers[i].cpu_clock, &ts) == 0)
+            cpu += (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    }
+    long long events = atomic_load(&s->events);
+    long long used = cpu - s->busy_cpu_ns, taken = events - s->busy_events;
+    s->busy_cpu_ns = cpu;
+    s->busy_events = events;
+    return atomic_load(&s->num_leading) <= 1 && used * 10 >= tick_ms * 1000000LL * 6 &&
+           taken < tick_ms * 4;
+}
 
 static void *watch_listener(void *arg) {
     dt_rpc_server *s = arg;
     long long waiting_since = 0; /* a failure not yet acted on, monotonic ms */
+    long long last_watch = mono_ms(), last_busy = last_watch, last_scan = last_watch;
     pthread_mutex_lock(&s->mu);
     while (!s->stopping) {
-        struct timespec deadline = deadline_in(WATCH_MS);
+        struct timespec deadline = deadline_in(BUSY_TICK_MS);
         pthread_cond_timedwait(&s->cv, &s->mu, &deadline);
         if (s->stopping) break;
+        long long tick = mono_ms();
+        if (tick - last_busy >= BUSY_TICK_MS) {
+            if (busy_in_grpc(s, tick - last_busy)) {
+                s->wide_until_ms = tick + LEAD_WIDE_MS;
+                pthread_cond_broadcast(&s->lead_cv);
+            }
+            last_busy = tick;
+        }
+        if (tick - last_scan >= ADM_TICK_MS) {
+            last_scan = tick;
+            pthread_mutex_unlock(&s->mu);
+            dt_adm_tick(s->adm);
+            pthread_mutex_lock(&s->mu);
+        }
+        if (tick - last_watch < WATCH_MS) continue;
+        last_watch = tick;
         pthread_mutex_unlock(&s->mu);
         reap_gens(s);
+        /* A flood's calls and buffers, freed once its connection closed,
+         * stay in malloc's arenas unless handed back. */
+        dt_adm_stats guard;
+        dt_adm_get_stats(s->adm, &guard);
+        /* Those gRPC closed too (a GOAWAY for a PING flood). */
+        long long closed = guard.closed_flood + guard.closed_backoff + guard.closed_slow +
+                           guard.closed_over_cap + dt_adm_sockets_gone(s->adm);
+        if (closed != s->closed_seen) {
+            s->closed_seen = closed;
+            s->trim_at_ms = mono_ms() + 1000;
+        }
+        if (s->trim_at_ms && mono_ms() >= s->trim_at_ms) {
+            s->trim_at_ms = 0;
+            malloc_trim(0);
+        }
         int failures = dt_rpc_accept_failures();
         if (failures != s->accept_failures) {
             if (!waiting_since) {
@@ -1317,6 +1439,11 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     if (params->inflight_bytes < 0)
         rc = dt_err_set(err, DT_EINVAL, "rpc server %s: inflight_bytes %lld < 0", params->addr,
                         params->inflight_bytes);
+    if (params->max_pending_calls < 0)
+        rc = dt_err_set(err, DT_EINVAL, "rpc server %s: max_pending_calls %d < 0", params->addr,
+                        params->max_pending_calls);
+    s->max_pending =
+        params->max_pending_calls ? params->max_pending_calls : DT_RPC_DEFAULT_MAX_PENDING_CALLS;
     if (rc == 0 && params->memory_quota_bytes > 0) {
         s->quota = grpc_resource_quota_create(s->addr);
         grpc_resource_quota_resize(s->quota, (size_t)params->memory_quota_bytes);
@@ -1343,12 +1470,16 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
         dt_err_wrap(err, rc, "rpc server %s", params->addr);
         goto fail_unstarted;
     }
-    if (grpc_server_add_http2_port(s->current->grpc, params->addr, s->creds) == 0) {
+    int port = grpc_server_add_http2_port(s->current->grpc, params->addr, s->creds);
+    if (port == 0) {
         rc =
             dt_err_set(err, DT_EUNAVAILABLE,
                        "rpc server %s: cannot listen (address in use or not local?)", params->addr);
         goto fail_unstarted;
     }
+    char guard_name[340];
+    snprintf(guard_name, sizeof guard_name, "rpc server %s", s->addr);
+    if ((rc = dt_adm_new(guard_name, port, &params->guard, &s->adm, err)) < 0) goto fail_unstarted;
     grpc_server_start(s->current->grpc);
     arm_all(s);
     /* Set before the first poller starts: a handler may read it (through
@@ -1414,6 +1545,16 @@ void dt_rpc_server_stop(dt_rpc_server *s, int grace_ms) {
     long long refused = atomic_load(&s->refused);
     if (refused > 0)
         dt_log(DT_LOG_INFO, "rpc server %s: %lld calls refused in all", s->addr, refused);
+    dt_adm_stats guard;
+    dt_rpc_server_guard_stats(s, &guard);
+    int any = guard.closed_flood || guard.closed_slow || guard.closed_over_cap ||
+              guard.closed_backoff || guard.calls_dropped || guard.most_in_a_second;
+    dt_log(any ? DT_LOG_INFO : DT_LOG_DEBUG,
+           "rpc server %s: connections closed: %lld for floods, %lld for slow headers, %lld over "
+           "the per-peer cap, %lld backing off; %lld calls dropped; any other connection at most "
+           "%d calls reset before their handler or turned away in one second",
+           s->addr, guard.closed_flood, guard.closed_slow, guard.closed_over_cap,
+           guard.closed_backoff, guard.calls_dropped, guard.most_in_a_second);
     if (s->watchdog_started) {
         pthread_mutex_lock(&s->mu);
         s->stopping = 1;

@@ -11,6 +11,7 @@
 #ifndef DT_RPC_SERVER_H
 #define DT_RPC_SERVER_H
 
+#include "admission.h"
 #include "err.h"
 #include "rpc_common.h"
 
@@ -81,6 +82,12 @@ typedef struct {
                                      this server stay under this; near it gRPC drops new
                                      connections and cancels calls (RESOURCE_EXHAUSTED).
                                      0: no quota of ours (gRPC's process-wide default) */
+    /* Per-connection guards against HTTP/2 floods and half-sent requests
+     * (admission.h; zeros: the defaults). */
+    dt_adm_limits guard;
+    int max_pending_calls; /* calls handed by gRPC and waiting their turn (inflight_bytes);
+                              past it a new call is dropped at once (RESOURCE_EXHAUSTED);
+                              0: DT_RPC_DEFAULT_MAX_PENDING_CALLS */
 } dt_rpc_server_params;
 
 /* Built-in limits. The message cap is 64 MiB of tensor bytes plus 1 MiB for
@@ -92,6 +99,7 @@ typedef struct {
 #define DT_RPC_DEFAULT_KEEPALIVE_TIME_MS 60000
 #define DT_RPC_DEFAULT_KEEPALIVE_TIMEOUT_MS 20000
 #define DT_RPC_DEFAULT_MAX_CONCURRENT_STREAMS 100
+#define DT_RPC_DEFAULT_MAX_PENDING_CALLS 1024
 
 typedef struct dt_rpc_server dt_rpc_server;
 
@@ -106,6 +114,11 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
 
 /* Calls refused so far (unauthenticated or not allowed). Thread-safe. */
 long long dt_rpc_server_refused(const dt_rpc_server *server);
+
+/* What the connection guards closed and dropped so far (admission.h), with
+ * the calls dropped for max_pending_calls added to calls_dropped.
+ * Thread-safe. */
+void dt_rpc_server_guard_stats(dt_rpc_server *server, dt_adm_stats *out);
 
 /* Calls whose request waits its turn (inflight_bytes), and the bytes of
  * the requests read and not yet handled. Thread-safe. For tests: the

@@ -49,6 +49,8 @@
 #      against the 16 B echoes (figure 1d), pipelined (1e) and with /metrics
 #      scraped (1f) alone; BENCH_ONLY=metrics figure 1f alone;
 #   BENCH_METRICS_TRIALS=N the runs of each side of figure 1f (default 3).
+#   BENCH_ONLY=flood the rapid-reset flood figures (scripts/bench_flood.sh)
+#      alone.
 # Exit status: 0 when every figure was measured, 1 when something failed to
 # run (its line says FAILED and its log is shown on stderr).
 set -u
@@ -97,8 +99,9 @@ TLS_TRIALS=${BENCH_TLS_TRIALS:-1}
 ONLY=${BENCH_ONLY:-}
 case "$ONLY" in
     '' | sparse | tiny | metrics) ;;
+    flood) exec sh "$(dirname "$0")/bench_flood.sh" ;;
     *)
-        echo "bench: BENCH_ONLY must be sparse, tiny, metrics or unset (got \"$ONLY\")" >&2
+        echo "bench: BENCH_ONLY must be sparse, tiny, metrics, flood or unset (got \"$ONLY\")" >&2
         exit 1
         ;;
 esac

@@ -31,6 +31,7 @@
     X(pool)                                                                                        \
     X(rpc)                                                                                         \
     X(tls)                                                                                         \
+    X(flood)                                                                                       \
     X(ps)                                                                                          \
     X(placement)                                                                                   \
     X(consistency)                                                                                 \

@@ -142,6 +142,9 @@ static pid_t start(dt_test_job *j, const char *job_name, int task, const char *l
     for (int i = 0; i < j->num_args && i < DT_TEST_JOB_MAX_ARGS; i++)
         argv[n++] = (char *)j->args[i];
     if (keep_serving) argv[n++] = "--keep-serving";
+    if (job_name && strcmp(job_name, "ps") == 0 && j->ps_flags)
+        for (int i = 0; j->ps_flags[i] && n < (int)(sizeof argv / sizeof argv[0]) - 1; i++)
+            argv[n++] = (char *)j->ps_flags[i];
     argv[n] = NULL;
     pid_t pid = dt_test_spawn(argv, path);
     ck_assert_msg(pid > 0, "cannot start %s %d", job_name ? job_name : log_name, task);

@@ -55,6 +55,8 @@ typedef struct {
      * first and that the failure messages about the roles and the fit name:
      * what a reader needs to repeat a run (borrowed). */
     const char *note;
+    /* When set, more flags for every ps started (NULL-terminated, borrowed). */
+    const char *const *ps_flags;
     /* The last dt_test_job_command: what it printed (heap, "" when nothing). */
     char *out, *err;
     int num_commands;

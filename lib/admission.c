@@ -1,0 +1,738 @@
+/*
+ * admission: per-connection accounting and eviction (see admission.h).
+ *
+ * Why shutdown(2) on the process's own socket: gRPC 1.51's C API has no call
+ * that closes one connection. The process owns every socket gRPC accepted,
+ * so the one whose peer and local port are a connection's can be found
+ * (/proc/self/fd, getpeername, getsockname) and shut down: gRPC then reads
+ * its end, fails its calls and frees the transport, as for a peer that
+ * hung up. The same works for plaintext and TLS alike (a socket handed to
+ * gRPC by fd can only be plaintext in 1.51), and it leaves gRPC's listener
+ * and handshake deadline in place. The socket is checked again just
+ * before the shutdown; the descriptor is never closed here, so it cannot
+ * be reused under gRPC's feet.
+ *
+ * The table: connections by (peer address, peer port) in a hash of
+ * CONN_CAP entries with chaining; a connection enters at its first call or
+ * the first scan that sees its socket, and leaves once no scan has seen it
+ * for FORGET_MS. Counts run in one-second windows. Addresses backing off
+ * sit in a small array (BACKOFF_CAP, the oldest replaced when full).
+ *
+ * Threading: one mutex over everything; system calls on sockets run
+ * outside it.
+ */
+#define _GNU_SOURCE
+#include "admission.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <linux/filter.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "log.h"
+
+#define CONN_CAP 8192
+#define BUCKETS 4096
+#define BACKOFF_CAP 256
+#define FORGET_MS 5000
+#define SCAN_CAP 16384
+/* IPv4 addresses backing off that the listening socket refuses at once. */
+#define FILTER_CAP 64
+/* A connection that received this much, and is this old, without starting
+ * a call is sending one endless header block (CONTINUATION frames without
+ * END_HEADERS, which gRPC 1.51 buffers whole) or a flood of other frames:
+ * closed at the next scan. gRPC's own cap on a call's metadata is far
+ * below it; the age leaves the pollers time to see an honest client's
+ * first calls (their bodies can come right behind their headers). Its
+ * address does not back off: a false alarm must not cut off a host. */
+#define HEADER_BYTES_MAX (1 << 20)
+#define HEADER_BYTES_MIN_AGE_MS 100
+/* This much without a call is closed whatever the age: before its first
+ * call is started an honest client can send only that call's headers and
+ * what the flow-control windows let through (64 kB at a connection's
+ * start), while gRPC buffers an endless header block as fast as loopback
+ * carries it (100 MB in the 100 ms above). */
+#define HEADER_BYTES_HARD (8 << 20)
+
+typedef struct {
+    unsigned char ip[16]; /* IPv4 as v4-mapped IPv6 */
+    uint16_t port;
+} conn_key;
+
+typedef struct {
+    conn_key key;
+    int used;
+    int next;            /* next in its bucket, -1: none */
+    int fd;              /* its socket as the last scan found it, -1: not yet */
+    long long first_ms;  /* first seen (a call or a scan), monotonic */
+    long long last_ms;   /* last seen */
+    long long window_ms; /* start of the current one-second window */
+    int win_aborted, win_refused, win_started;
+    long long started, aborted, refused; /* in all */
+    long long handled;                   /* calls whose handler ran */
+    int open;                            /* calls started and not yet ended */
+    int closing;                         /* we shut it down (or are about to) */
+} conn;
+
+typedef struct {
+    unsigned char ip[16];
+    long long until_ms; /* 0: slot free */
+    long long cap_logged_until_ms;
+} backoff;
+
+struct dt_adm {
+    pthread_mutex_t mu;
+    char name[320];
+    int port;
+    dt_adm_limits lim; /* defaults applied; negative: off */
+    conn conns[CONN_CAP];
+    int buckets[BUCKETS];
+    int free_head;
+    int live;
+    backoff backoffs[BACKOFF_CAP];
+    dt_adm_stats stats;
+    /* The IPv4 addresses the listening socket's filter drops (see
+     * refresh_filter), as last installed. */
+    uint32_t filtered[FILTER_CAP];
+    int num_filtered;
+    long long slow_log_ms; /* the last "closed slow connections" line */
+    long long slow_unlogged;
+    int rcvbuf_set; /* the listening socket's receive buffer set (see limit_rcvbuf) */
+    int sockets;    /* sockets of the port the last scan saw */
+    long long gone; /* scans that saw fewer than the one before, by how many */
+};
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int pick(int value, int fallback) {
+    return value == 0 ? fallback : value;
+}
+
+int dt_adm_new(const char *name, int port, const dt_adm_limits *limits, dt_adm **out, dt_err *err) {
+    *out = NULL;
+    dt_adm_limits lim = limits ? *limits : (dt_adm_limits){0};
+    lim.max_aborts_per_sec = pick(lim.max_aborts_per_sec, DT_ADM_DEFAULT_MAX_ABORTS_PER_SEC);
+    lim.backoff_ms = pick(lim.backoff_ms, DT_ADM_DEFAULT_BACKOFF_MS);
+    lim.max_conns_per_peer = pick(lim.max_conns_per_peer, DT_ADM_DEFAULT_MAX_CONNS_PER_PEER);
+    lim.header_timeout_ms = pick(lim.header_timeout_ms, DT_ADM_DEFAULT_HEADER_TIMEOUT_MS);
+    if (port <= 0 || port > 65535)
+        return dt_err_set(err, DT_EINVAL, "%s: port %d (1..65535)", name, port);
+    dt_adm *a = dt_calloc(1, sizeof *a);
+    if (!a) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", name);
+    pthread_mutex_init(&a->mu, NULL);
+    snprintf(a->name, sizeof a->name, "%s", name);
+    a->port = port;
+    a->lim = lim;
+    for (int i = 0; i < BUCKETS; i++)
+        a->buckets[i] = -1;
+    for (int i = 0; i < CONN_CAP; i++)
+        a->conns[i].next = i + 1 < CONN_CAP ? i + 1 : -1;
+    a->free_head = 0;
+    *out = a;
+    return 0;
+}
+
+void dt_adm_free(dt_adm *a) {
+    if (!a) return;
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}
+
+/* ---- keys ---------------------------------------------------------------- */
+
+static unsigned hash_key(const conn_key *k) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (int i = 0; i < 16; i++)
+        h = (h ^ k->ip[i]) * 16777619u;
+    h = (h ^ (k->port & 0xff)) * 16777619u;
+    h = (h ^ (k->port >> 8)) * 16777619u;
+    return h % BUCKETS;
+}
+
+static int same_key(const conn_key *a, const conn_key *b) {
+    return a->port == b->port && memcmp(a->ip, b->ip, 16) == 0;
+}
+
+static void v4_mapped(unsigned char ip[16], const void *v4) {
+    memset(ip, 0, 10);
+    ip[10] = ip[11] = 0xff;
+    memcpy(ip + 12, v4, 4);
+}
+
+/* gRPC's peer text ("ipv4:1.2.3.4:5", "ipv6:[::1]:5", brackets maybe
+ * percent-encoded) into a key; -1 when it names no TCP address. */
+static int parse_peer(const char *peer, conn_key *k) {
+    int v6 = strncmp(peer, "ipv6:", 5) == 0;
+    if (!v6 && strncmp(peer, "ipv4:", 5) != 0) return -1;
+    const char *p = peer + 5;
+    const char *colon = strrchr(p, ':');
+    if (!colon) return -1;
+    char host[80];
+    size_t n = 0;
+    for (const char *c = p; c < colon && n + 1 < sizeof host; c++) {
+        if (*c == '[' || *c == ']') continue;
+        if (strncmp(c, "%5B", 3) == 0 || strncmp(c, "%5D", 3) == 0) {
+            c += 2;
+            continue;
+        }
+        host[n++] = *c;
+    }
+    host[n] = '\0';
+    char *pct = strchr(host, '%'); /* a zone id */
+    if (pct) *pct = '\0';
+    long port = strtol(colon + 1, NULL, 10);
+    if (port <= 0 || port > 65535) return -1;
+    k->port = (uint16_t)port;
+    if (!v6) {
+        struct in_addr a4;
+        if (inet_pton(AF_INET, host, &a4) != 1) return -1;
+        v4_mapped(k->ip, &a4);
+        return 0;
+    }
+    return inet_pton(AF_INET6, host, k->ip) == 1 ? 0 : -1;
+}
+
+/* A socket's peer and local port into k; -1 when it is not a connected TCP
+ * socket of port. */
+static int socket_key(int fd, int port, conn_key *k) {
+    struct sockaddr_storage local, remote;
+    memset(&local, 0, sizeof local);
+    memset(&remote, 0, sizeof remote);
+    socklen_t ll = sizeof local, rl = sizeof remote;
+    if (getsockname(fd, (struct sockaddr *)&local, &ll) != 0) return -1;
+    int lport = local.ss_family == AF_INET    ? ntohs(((struct sockaddr_in *)&local)->sin_port)
+                : local.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&local)->sin6_port)
+                                              : -1;
+    if (lport != port) return -1;
+    if (getpeername(fd, (struct sockaddr *)&remote, &rl) != 0) return -1;
+    if (remote.ss_family == AF_INET) {
+        const struct sockaddr_in *r4 = (const struct sockaddr_in *)&remote;
+        v4_mapped(k->ip, &r4->sin_addr);
+        k->port = ntohs(r4->sin_port);
+    } else if (remote.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *r6 = (const struct sockaddr_in6 *)&remote;
+        memcpy(k->ip, &r6->sin6_addr, 16);
+        k->port = ntohs(r6->sin6_port);
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+/* "1.2.3.4:5" or "[::1]:5" into buf. */
+static const char *key_text(const conn_key *k, char *buf, size_t cap) {
+    char host[INET6_ADDRSTRLEN];
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(k->ip, mapped, 12) == 0) {
+        inet_ntop(AF_INET, k->ip + 12, host, sizeof host);
+        snprintf(buf, cap, "%s:%u", host, (unsigned)k->port);
+    } else {
+        inet_ntop(AF_INET6, k->ip, host, sizeof host);
+        snprintf(buf, cap, "[%s]:%u", host, (unsigned)k->port);
+    }
+    return buf;
+}
+
+/* The address alone, as key_text without the port. */
+static const char *ip_text(const unsigned char ip[16], char *buf, size_t cap) {
+    conn_key k;
+    memcpy(k.ip, ip, 16);
+    k.port = 0;
+    key_text(&k, buf, cap);
+    char *colon = strrchr(buf, ':');
+    if (colon) *colon = '\0';
+    return buf;
+}
+
+/* ---- the table (under mu) -------------------------------------------------- */
+
+static conn *find(dt_adm *a, const conn_key *k) {
+    for (int i = a->buckets[hash_key(k)]; i >= 0; i = a->conns[i].next)
+        if (same_key(&a->conns[i].key, k)) return &a->conns[i];
+    return NULL;
+}
+
+/* k's entry, made when new; NULL when the table is full. */
+static conn *find_or_add(dt_adm *a, const conn_key *k, long long now) {
+    conn *c = find(a, k);
+    if (c || a->free_head < 0) return c;
+    int i = a->free_head;
+    c = &a->conns[i];
+    a->free_head = c->next;
+    memset(c, 0, sizeof *c);
+    c->key = *k;
+    c->used = 1;
+    c->fd = -1;
+    c->first_ms = c->last_ms = c->window_ms = now;
+    unsigned b = hash_key(k);
+    c->next = a->buckets[b];
+    a->buckets[b] = i;
+    a->live++;
+    return c;
+}
+
+static void forget(dt_adm *a, conn *c) {
+    unsigned b = hash_key(&c->key);
+    int i = (int)(c - a->conns);
+    for (int *p = &a->buckets[b]; *p >= 0; p = &a->conns[*p].next)
+        if (*p == i) {
+            *p = c->next;
+            break;
+        }
+    c->used = 0;
+    c->next = a->free_head;
+    a->free_head = i;
+    a->live--;
+}
+
+static backoff *find_backoff(dt_adm *a, const unsigned char ip[16], long long now) {
+    for (int i = 0; i < BACKOFF_CAP; i++)
+        if (a->backoffs[i].until_ms > now && memcmp(a->backoffs[i].ip, ip, 16) == 0)
+            return &a->backoffs[i];
+    return NULL;
+}
+
+static void add_backoff(dt_adm *a, const unsigned char ip[16], long long now) {
+    if (a->lim.backoff_ms < 0) return;
+    backoff *slot = find_backoff(a, ip, now);
+    for (int i = 0; i < BACKOFF_CAP && !slot; i++)
+        if (a->backoffs[i].until_ms <= now) slot = &a->backoffs[i];
+    if (!slot) { /* full: the one that ends first makes room */
+        slot = &a->backoffs[0];
+        for (int i = 1; i < BACKOFF_CAP; i++)
+            if (a->backoffs[i].until_ms < slot->until_ms) slot = &a->backoffs[i];
+    }
+    memcpy(slot->ip, ip, 16);
+    slot->until_ms = now + a->lim.backoff_ms;
+}
+
+/* ---- closing ------------------------------------------------------------------ */
+
+/* Shuts down the socket of connection k: fd when it still is its socket,
+ * else the one a search of /proc/self/fd finds. 0 when one was shut down. */
+static int shut_socket(dt_adm *a, const conn_key *k, int fd) {
+    conn_key seen;
+    if (fd >= 0 && socket_key(fd, a->port, &seen) == 0 && same_key(&seen, k))
+        return shutdown(fd, SHUT_RDWR) == 0 ? 0 : -1;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int rc = -1;
+    struct dirent *e;
+    while (rc < 0 && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        int n = atoi(e->d_name);
+        if (n == dirfd(d)) continue;
+        if (socket_key(n, a->port, &seen) == 0 && same_key(&seen, k))
+            rc = shutdown(n, SHUT_RDWR) == 0 ? 0 : -1;
+    }
+    closedir(d);
+    return rc;
+}
+
+/* ---- refusing at accept ---------------------------------------------------- */
+
+/* The listening socket of the port, -1 when not found. */
+static int find_listener(int port) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int found = -1;
+    struct dirent *e;
+    while (found < 0 && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        int fd = atoi(e->d_name);
+        if (fd == dirfd(d)) continue;
+        struct sockaddr_storage local;
+        memset(&local, 0, sizeof local);
+        socklen_t ll = sizeof local;
+        int listening = 0;
+        socklen_t ol = sizeof listening;
+        if (getsockname(fd, (struct sockaddr *)&local, &ll) != 0) continue;
+        int lport = local.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&local)->sin_port)
+                    : local.ss_family == AF_INET6
+                        ? ntohs(((struct sockaddr_in6 *)&local)->sin6_port)
+                        : -1;
+        if (lport == port && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) == 0 &&
+            listening)
+            found = fd;
+    }
+    closedir(d);
+    return found;
+}
+
+/* Gives the listening socket a filter that drops every packet from the
+ * IPv4 addresses backing off: their SYNs included, so such a peer's new
+ * connections are never accepted (gRPC never sees them), and the sockets
+ * accepted from it inherit the filter. Re-installed when the set changes
+ * (a new back-off, one ending). IPv6 peers are closed at their first call
+ * or the next scan instead. */
+static void refresh_filter(dt_adm *a) {
+    uint32_t want[FILTER_CAP] = {0};
+    int n = 0;
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    long long now = now_ms();
+    pthread_mutex_lock(&a->mu);
+    for (int i = 0; i < BACKOFF_CAP && n < FILTER_CAP; i++)
+        if (a->backoffs[i].until_ms > now && memcmp(a->backoffs[i].ip, mapped, 12) == 0) {
+            uint32_t v;
+            memcpy(&v, a->backoffs[i].ip + 12, 4);
+            want[n++] = ntohl(v);
+        }
+    int same = n == a->num_filtered && memcmp(want, a->filtered, sizeof want[0] * (size_t)n) == 0;
+    if (!same) {
+        memcpy(a->filtered, want, sizeof want[0] * (size_t)n);
+        a->num_filtered = n;
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (same) return;
+    int fd = find_listener(a->port);
+    if (fd < 0) return;
+    if (n == 0) {
+        setsockopt(fd, SOL_SOCKET, SO_DETACH_FILTER, NULL, 0);
+        return;
+    }
+    /* ld [net + 12] (the IPv4 source); jeq each -> drop; accept; drop. */
+    struct sock_filter prog[FILTER_CAP + 3];
+    int k = 0;
+    prog[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SKF_NET_OFF + 12);
+    for (int i = 0; i < n; i++, k++)
+        prog[k] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, want[i],
+                                               (unsigned char)(n - i), 0);
+    prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0xffffffffu);
+    prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0);
+    struct sock_fprog fprog = {.len = (unsigned short)k, .filter = prog};
+    if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof fprog) != 0)
+        dt_log(DT_LOG_WARN,
+               "%s: cannot filter the listening socket; backing-off peers are "
+               "closed at their first call instead",
+               a->name);
+}
+
+int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
+    conn_key k;
+    if (!a || !peer || parse_peer(peer, &k) < 0) return 0;
+    long long now = now_ms();
+    pthread_mutex_lock(&a->mu);
+    conn *c = find_or_add(a, &k, now);
+    if (!c) {
+        pthread_mutex_unlock(&a->mu);
+        return 0;
+    }
+    c->last_ms = now;
+    if (ev == DT_ADM_HANDLED) {
+        c->handled++;
+        pthread_mutex_unlock(&a->mu);
+        return 0;
+    }
+    if (ev == DT_ADM_ENDED) {
+        if (c->open > 0) c->open--;
+        pthread_mutex_unlock(&a->mu);
+        return 0;
+    }
+    if (ev == DT_ADM_STARTED) c->open++;
+    if (c->closing) {
+        a->stats.calls_dropped++;
+        pthread_mutex_unlock(&a->mu);
+        return 1;
+    }
+    if (now - c->window_ms >= 1000) {
+        /* A second this connection was not closed for: an honest rate. */
+        if (c->win_aborted + c->win_refused > a->stats.most_in_a_second)
+            a->stats.most_in_a_second = c->win_aborted + c->win_refused;
+        c->window_ms = now;
+        c->win_started = c->win_aborted = c->win_refused = 0;
+    }
+    switch (ev) {
+    case DT_ADM_STARTED:
+        c->started++;
+        c->win_started++;
+        break;
+    case DT_ADM_ABORTED:
+        c->aborted++;
+        c->win_aborted++;
+        break;
+    case DT_ADM_REFUSED:
+        c->refused++;
+        c->win_refused++;
+        break;
+    case DT_ADM_ENDED:
+    case DT_ADM_HANDLED: break;
+    }
+    int bad = c->win_aborted + c->win_refused;
+    int early = a->lim.max_aborts_per_sec > DT_ADM_EARLY_ABORTS && bad >= DT_ADM_EARLY_ABORTS &&
+                bad * 2 > c->win_started;
+    int flood = a->lim.max_aborts_per_sec > 0 &&
+                (bad > a->lim.max_aborts_per_sec || early || c->open > DT_ADM_MAX_OPEN_CALLS);
+    backoff *b = flood ? NULL : find_backoff(a, k.ip, now);
+    if (!flood && !b) {
+        pthread_mutex_unlock(&a->mu);
+        return 0;
+    }
+    c->closing = 1;
+    int fd = c->fd;
+    long long win_aborted = c->win_aborted, win_refused = c->win_refused, started = c->started;
+    int open = c->open;
+    long long left_ms = b ? b->until_ms - now : 0;
+    int log_backoff = 0;
+    if (flood) {
+        a->stats.closed_flood++;
+        add_backoff(a, k.ip, now);
+    } else {
+        a->stats.closed_backoff++;
+        /* One line per address per back-off period. */
+        if (b->cap_logged_until_ms < b->until_ms) {
+            b->cap_logged_until_ms = b->until_ms;
+            log_backoff = 1;
+        }
+    }
+    a->stats.calls_dropped++;
+    pthread_mutex_unlock(&a->mu);
+    int shut = shut_socket(a, &k, fd);
+    if (flood) refresh_filter(a);
+    char text[80], ip[64];
+    key_text(&k, text, sizeof text);
+    ip_text(k.ip, ip, sizeof ip);
+    if (flood)
+        dt_log(DT_LOG_WARN,
+               "%s: closed the connection of %s%s: %lld calls reset before their handler and "
+               "%lld refused within 1 s (bound %d a second, %d when they are most of its "
+               "calls), %d calls open (bound %d; %lld started on it); refusing %s for %d s",
+               a->name, text, shut == 0 ? "" : " (its socket not found)", win_aborted, win_refused,
+               a->lim.max_aborts_per_sec, DT_ADM_EARLY_ABORTS, open, DT_ADM_MAX_OPEN_CALLS, started,
+               ip, a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
+    else if (log_backoff)
+        dt_log(DT_LOG_WARN, "%s: closed a connection of %s: its address is refused for %lld s more",
+               a->name, text, (left_ms + 999) / 1000);
+    return 1;
+}
+
+/* ---- the scan -------------------------------------------------------------------- */
+
+typedef struct {
+    conn_key key;
+    int fd;
+    long long first_ms;
+    int started;                 /* calls started on it */
+    unsigned long long received; /* bytes its socket received */
+    int shut; /* 0: keep; 1: slow; 2: over the cap; 3: backing off; 4: bytes, no call;
+                 5: bytes, calls reset and none handled */
+} seen_socket;
+
+static int by_ip_then_age(const void *pa, const void *pb) {
+    const seen_socket *x = pa, *y = pb;
+    int c = memcmp(x->key.ip, y->key.ip, 16);
+    if (c) return c;
+    return x->first_ms < y->first_ms ? -1 : x->first_ms > y->first_ms;
+}
+
+/* The receive buffer every connection accepted on the port gets (the
+ * kernel doubles it): what gRPC parses in one read is bounded by it. With
+ * the kernel's autotuned buffer (4-6 MB on loopback) a loaded ps read a
+ * rapid-reset flood's 25,000 streams in one go, 90 MB of calls, before a
+ * poller could see 16 of them reset; at 512 kB a read holds about 3,000.
+ * 512 kB a round trip is 5 GB/s at 0.1 ms. */
+#define CONN_RCVBUF (256 << 10)
+
+static void limit_rcvbuf(dt_adm *a) {
+    if (a->rcvbuf_set) return;
+    int fd = find_listener(a->port);
+    if (fd < 0) return;
+    int size = CONN_RCVBUF;
+    a->rcvbuf_set = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size) != 0)
+        dt_log(DT_LOG_WARN, "%s: cannot set the listening socket's receive buffer", a->name);
+}
+
+void dt_adm_tick(dt_adm *a) {
+    if (!a) return;
+    limit_rcvbuf(a);
+    seen_socket *seen = dt_malloc(sizeof *seen * SCAN_CAP);
+    if (!seen) return;
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) {
+        free(seen);
+        return;
+    }
+    struct dirent *e;
+    while (n < SCAN_CAP && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        int fd = atoi(e->d_name);
+        if (fd == dirfd(d)) continue;
+        if (socket_key(fd, a->port, &seen[n].key) != 0) continue;
+        struct tcp_info info;
+        socklen_t len = sizeof info;
+        memset(&info, 0, sizeof info);
+        seen[n].received = getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0
+                               ? (unsigned long long)info.tcpi_bytes_received
+                               : 0;
+        seen[n++].fd = fd;
+    }
+    closedir(d);
+    long long now = now_ms();
+    pthread_mutex_lock(&a->mu);
+    if (n < a->sockets) a->gone += a->sockets - n;
+    a->sockets = n;
+    for (int i = 0; i < n; i++) {
+        conn *c = find_or_add(a, &seen[i].key, now);
+        seen[i].shut = 0;
+        seen[i].first_ms = now;
+        seen[i].started = 1; /* untracked (table full): left alone */
+        if (!c) continue;
+        c->fd = seen[i].fd;
+        c->last_ms = now;
+        seen[i].first_ms = c->first_ms;
+        seen[i].started = c->started > 0;
+        if (c->closing) continue;
+        if (find_backoff(a, c->key.ip, now))
+            seen[i].shut = 3;
+        else if (!c->started && seen[i].received > HEADER_BYTES_MAX &&
+                 (now - c->first_ms >= HEADER_BYTES_MIN_AGE_MS ||
+                  seen[i].received > HEADER_BYTES_HARD))
+            seen[i].shut = 4;
+        else if (c->aborted + c->refused > 0 && !c->handled && seen[i].received > HEADER_BYTES_MAX)
+            seen[i].shut = 5;
+        else if (!c->started && a->lim.header_timeout_ms > 0 &&
+                 now - c->first_ms >= a->lim.header_timeout_ms)
+            seen[i].shut = 1;
+    }
+    /* The cap: per address, the oldest max_conns_per_peer stay. */
+    if (a->lim.max_conns_per_peer > 0 && n > a->lim.max_conns_per_peer) {
+        qsort(seen, (size_t)n, sizeof *seen, by_ip_then_age);
+        for (int i = 0, run = 0; i < n; i++) {
+            run = i > 0 && memcmp(seen[i].key.ip, seen[i - 1].key.ip, 16) == 0 ? run + 1 : 0;
+            if (run >= a->lim.max_conns_per_peer && !seen[i].shut) {
+                conn *c = find(a, &seen[i].key);
+                if (c && !c->closing) seen[i].shut = 2;
+            }
+        }
+    }
+    int over_cap_ip = -1, closed_slow = 0, slow_ip = 0;
+    for (int i = 0; i < n; i++) {
+        if (!seen[i].shut) continue;
+        conn *c = find(a, &seen[i].key);
+        if (c) c->closing = 1;
+        if (seen[i].shut == 1) {
+            a->stats.closed_slow++;
+            closed_slow++;
+            slow_ip = i;
+        } else if (seen[i].shut == 2) {
+            a->stats.closed_over_cap++;
+            /* One line per address per back-off period. */
+            backoff *b = NULL;
+            for (int j = 0; j < BACKOFF_CAP && !b; j++)
+                if (memcmp(a->backoffs[j].ip, seen[i].key.ip, 16) == 0) b = &a->backoffs[j];
+            if (!b || b->cap_logged_until_ms <= now) {
+                if (!b) {
+                    for (int j = 0; j < BACKOFF_CAP && !b; j++)
+                        if (a->backoffs[j].until_ms <= now &&
+                            a->backoffs[j].cap_logged_until_ms <= now)
+                            b = &a->backoffs[j];
+                    if (b) {
+                        memcpy(b->ip, seen[i].key.ip, 16);
+                        b->until_ms = 0;
+                    }
+                }
+                if (b) b->cap_logged_until_ms = now + DT_ADM_DEFAULT_BACKOFF_MS;
+                over_cap_ip = i;
+            }
+        } else if (seen[i].shut == 4 || seen[i].shut == 5) {
+            a->stats.closed_flood++;
+        } else {
+            a->stats.closed_backoff++;
+        }
+    }
+    /* Connections no scan sees any more are gone. */
+    for (int i = 0; i < CONN_CAP; i++) {
+        conn *c = &a->conns[i];
+        if (c->used && now - c->last_ms >= FORGET_MS) forget(a, c);
+    }
+    int log_slow = 0;
+    long long slow_total = 0;
+    if (closed_slow) {
+        a->slow_unlogged += closed_slow;
+        if (now - a->slow_log_ms >= 1000) {
+            log_slow = 1;
+            slow_total = a->slow_unlogged;
+            a->slow_unlogged = 0;
+            a->slow_log_ms = now;
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    int cap_count = 0;
+    for (int i = 0; i < n; i++)
+        if (seen[i].shut) {
+            conn_key again;
+            /* The descriptor may have been closed and reused meanwhile. */
+            if (socket_key(seen[i].fd, a->port, &again) == 0 && same_key(&again, &seen[i].key))
+                shutdown(seen[i].fd, SHUT_RDWR);
+            if (seen[i].shut == 2) cap_count++;
+            if (seen[i].shut == 4) {
+                char text[80];
+                dt_log(DT_LOG_WARN,
+                       "%s: closed the connection of %s: it sent %llu kB without starting a "
+                       "call (an endless header block or a frame flood)",
+                       a->name, key_text(&seen[i].key, text, sizeof text), seen[i].received >> 10);
+            }
+            if (seen[i].shut == 5) {
+                char text[80];
+                dt_log(DT_LOG_WARN,
+                       "%s: closed the connection of %s: it sent %llu kB, its calls were reset or "
+                       "refused and none handled (a rapid-reset flood)",
+                       a->name, key_text(&seen[i].key, text, sizeof text), seen[i].received >> 10);
+            }
+        }
+    char ip[64];
+    if (over_cap_ip >= 0)
+        dt_log(DT_LOG_WARN,
+               "%s: %s holds more than %d connections (--max-conns-per-peer): closed the "
+               "newest %d",
+               a->name, ip_text(seen[over_cap_ip].key.ip, ip, sizeof ip), a->lim.max_conns_per_peer,
+               cap_count);
+    if (log_slow)
+        dt_log(DT_LOG_WARN,
+               "%s: closed %lld connection(s) that started no call within %d ms "
+               "(--header-timeout-ms), the last of %s",
+               a->name, slow_total, a->lim.header_timeout_ms,
+               ip_text(seen[slow_ip].key.ip, ip, sizeof ip));
+    free(seen);
+    refresh_filter(a);
+}
+
+void dt_adm_get_stats(dt_adm *a, dt_adm_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!a) return;
+    pthread_mutex_lock(&a->mu);
+    *out = a->stats;
+    pthread_mutex_unlock(&a->mu);
+}
+
+int dt_adm_connections(dt_adm *a) {
+    if (!a) return 0;
+    pthread_mutex_lock(&a->mu);
+    int n = a->live;
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
+long long dt_adm_sockets_gone(dt_adm *a) {
+    if (!a) return 0;
+    pthread_mutex_lock(&a->mu);
+    long long n = a->gone;
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}

@@ -1,0 +1,339 @@
+/*
+ * Suite "flood": HTTP/2 abuse of a ps by a real hostile client
+ * (test/h2flood.py: raw frames from 127.0.0.2, so the honest roles on
+ * 127.0.0.1 are another peer), against a running job (a ps that keeps
+ * serving, the chief training the tiny linear model):
+ *  - rapid reset (HEADERS + RST_STREAM), plaintext and mutual TLS with a
+ *    valid worker:1 certificate: the connection is closed, the ps logs it
+ *    once naming the peer and the counts, Status counts it, the ps's peak
+ *    RSS stays bounded (RSS_GROWTH_KB), the job ends at exactly max_steps;
+ *  - SETTINGS, PING and WINDOW_UPDATE floods, CONTINUATION without
+ *    END_HEADERS, 1 MB header blocks, an HPACK table bomb and streams whose
+ *    replies are never read (zero window), in turn: the ps's RSS stays
+ *    bounded and comes back after each, the job ends at max_steps; the continuation flood's
+ *    connection is closed and logged;
+ *  - many slow connections from one address (each trickling a HEADERS
+ *    frame after the preface): all are closed, over the per-peer cap at
+ *    once and the rest at the header deadline, each kind logged.
+ * Every client run is bounded in frames and seconds; loopback only.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "ps_client.h"
+#include "suites.h"
+#include "testjob.h"
+
+#define TEST_TIMEOUT_S 240
+#define JOB_TIMEOUT_MS 120000
+#define MAX_STEPS "max_steps=60000"
+#define MAX_STEPS_N 60000
+
+static dt_test_job w;
+static char certs[1200];
+
+/* Under ASan a freed block stays resident in the allocator's quarantine
+ * (256 MB by default) and every block carries redzones: a flood's calls,
+ * freed at once, would count there, not in the code. The roles this suite
+ * starts get a small quarantine, so the bound is about what the ps holds. */
+#if defined(__SANITIZE_ADDRESS__)
+#define FLOOD_ASAN 1
+#else
+#define FLOOD_ASAN 0
+#endif
+/* The bound on the ps's growth, a behaviour: memory stays bounded whatever
+ * the client sends. An unguarded ps grows by 1.8 GB in a 5 s rapid reset
+ * and never closes the connection; a guarded one closes it and peaks well
+ * under 256 MB, however loaded the machine. How far under is a figure, not
+ * a behaviour: the goal (under 64 MB, closed within 1 s) is measured by
+ * `make bench` (BENCH_ONLY=flood), as every speed and memory target is;
+ * on a loaded machine a poller that sees the flood late lets gRPC parse
+ * more of it first (60-83 MB seen at load 15). Under ASan twice that:
+ * every block there carries redzones (a gRPC call's many small ones about
+ * double), its shadow adds an eighth of all that, its allocator keeps
+ * freed memory (malloc_trim does nothing there) and the ps runs 2-3x
+ * slower, so its pollers see a flood later (measured: a PING flood's
+ * peak 57 MB plain, 93 MB under ASan). */
+#define RSS_GROWTH_KB ((FLOOD_ASAN ? 2 : 1) * 256 * 1024)
+static char asan_saved[2048];
+static int asan_had;
+
+static void setup(void) {
+    dt_test_job_setup(&w);
+    if (FLOOD_ASAN) {
+        const char *old = getenv("ASAN_OPTIONS");
+        asan_had = old != NULL;
+        snprintf(asan_saved, sizeof asan_saved, "%s", old ? old : "");
+        char opts[2200];
+        snprintf(opts, sizeof opts, "%s%squarantine_size_mb=4:thread_local_quarantine_size_kb=64",
+                 asan_saved, asan_saved[0] ? ":" : "");
+        setenv("ASAN_OPTIONS", opts, 1);
+    }
+}
+
+static void teardown(void) {
+    dt_test_job_teardown(&w);
+    unsetenv("DTRAIN_TLS_CERT");
+    unsetenv("DTRAIN_TLS_KEY");
+    unsetenv("DTRAIN_TLS_CA");
+    if (FLOOD_ASAN) {
+        if (asan_had)
+            setenv("ASAN_OPTIONS", asan_saved, 1);
+        else
+            unsetenv("ASAN_OPTIONS");
+    }
+}
+
+static void job_sets(void) {
+    static const char *const sets[] = {MAX_STEPS, "log_steps=500", "examples=200",
+                                       "save_model_secs=600"};
+    dt_test_job_set(&w, sets, (int)(sizeof sets / sizeof sets[0]));
+}
+
+/* A field of /proc/PID/status in kB ("VmHWM", "VmRSS"); -1 when gone. */
+static long proc_kb(pid_t pid, const char *field) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long kb = -1;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, field, n) == 0 && line[n] == ':') kb = atol(line + n + 1);
+    fclose(f);
+    return kb;
+}
+
+/* Resets the ps's peak RSS (VmHWM) to its RSS now (clear_refs "5",
+ * Linux 4.0+), so a peak read later is the flood's, not one from the ps's
+ * start-up; then returns that RSS in kB. */
+static long rss_baseline(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/clear_refs", (int)pid);
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fputs("5", f);
+    ck_assert_msg(fclose(f) == 0, "cannot reset the peak RSS through %s", path);
+    return proc_kb(pid, "VmRSS");
+}
+
+/* Runs the hostile client (mode, its extra flags) against ps 0 and returns
+ * its JSON line in out. */
+static void flood_from(const char *source, const char *mode, const char *extra, char *out,
+                       size_t cap) {
+    char cmd[4600];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 test/h2flood.py %s --port %d --source %s %s 2>&1",
+             mode, w.ports[0], source, extra);
+    FILE *p = popen(cmd, "r");
+    ck_assert_msg(p != NULL, "cannot run `%s`", cmd);
+    out[0] = '\0';
+    size_t len = 0;
+    char line[1024];
+    while (fgets(line, sizeof line, p))
+        if (len + strlen(line) < cap) {
+            memcpy(out + len, line, strlen(line) + 1);
+            len += strlen(line);
+        }
+    int rc = pclose(p);
+    ck_assert_msg(rc == 0, "`%s` failed (%d): %s", cmd, rc, out);
+}
+
+static void flood(const char *mode, const char *extra, char *out, size_t cap) {
+    flood_from("127.0.0.2", mode, extra, out, cap);
+}
+
+/* Waits until the chief has logged a step: the job trains. */
+static void wait_training(pid_t chief) {
+    ck_assert_msg(dt_test_job_wait_log(&w, "chief", "global_step 500 ", 60000, chief),
+                  "the chief never reached step 500; logs:%s", dt_test_job_report(&w));
+}
+
+/* The chief exits 0 and the last checkpoint is at exactly max_steps. */
+static void expect_job_done(pid_t chief) {
+    dt_test_job_expect_exit(&w, chief, "chief", JOB_TIMEOUT_MS, 0);
+    int64_t step = dt_test_job_check_latest(&w, MAX_STEPS_N, 0);
+    ck_assert_msg(step == MAX_STEPS_N, "the job ended at step %lld, not %d", (long long)step,
+                  MAX_STEPS_N);
+}
+
+/* The ps's guard counters, from a Status call of the test's own. */
+static void guard_status(dt_msg_status_resp *st) {
+    dt_test_probe probe;
+    dt_test_probe_open(&probe, w.cluster, 5000);
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_ps_client_status(probe.client, 0, st, &err);
+    dt_test_probe_close(&probe);
+    ck_assert_msg(rc == 0, "status: %s", err.msg);
+}
+
+/* A rapid-reset flood against the running job; sec_flags: the client's
+ * TLS flags ("" for plaintext). */
+static void rapid_reset(pid_t ps, pid_t chief, const char *sec_flags, int with_status) {
+    ck_assert(strlen(sec_flags) < 4000);
+    wait_training(chief);
+    long before = rss_baseline(ps);
+    ck_assert_int_gt(before, 0);
+    char extra[4200], out[4096];
+    snprintf(extra, sizeof extra, "--seconds 5 --max-frames 400000 %s", sec_flags);
+    flood("reset", extra, out, sizeof out);
+    long peak = proc_kb(ps, "VmHWM");
+    fprintf(stderr, "flood: rapid reset: the ps grew by %ld kB (from %ld kB); client: %s",
+            peak - before, before, out);
+    ck_assert_msg(strstr(out, "\"closed\": true"), "the connection was not closed: %s", out);
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps0", "closed the connection of 127.0.0.2:", 5000, ps),
+                  "no log line for the flood; client: %s; logs:%s", out, dt_test_job_report(&w));
+    /* Closed for its reset calls, the address backs off; on a loaded
+     * machine the pollers may see no call of it before it sent 1 MiB,
+     * and then it is closed as a connection that starts no call. */
+    ck_assert_msg(dt_test_job_log_has(&w, "ps0", "refusing 127.0.0.2 for") ||
+                      dt_test_job_log_has(&w, "ps0", "without starting a call") ||
+                      dt_test_job_log_has(&w, "ps0", "none handled (a rapid-reset flood)"),
+                  "the log line says neither; logs:%s", dt_test_job_report(&w));
+    ck_assert_msg(peak - before < RSS_GROWTH_KB, "the ps grew from %ld kB to %ld kB (client: %s)",
+                  before, peak, out);
+    if (with_status) {
+        dt_msg_status_resp st;
+        guard_status(&st);
+        ck_assert_msg(st.conns_closed_flood == 1, "Status counts %lld flood closings",
+                      (long long)st.conns_closed_flood);
+    }
+    expect_job_done(chief);
+    char *log = dt_test_job_read_log(&w, "ps0");
+    const char *first = strstr(log, "closed the connection of 127.0.0.2:");
+    int once = first && !strstr(first + 1, "closed the connection of 127.0.0.2:");
+    free(log);
+    ck_assert_msg(once, "the flood was logged more than once; logs:%s", dt_test_job_report(&w));
+}
+
+START_TEST(reset_plaintext) {
+    dt_test_job_cluster(&w, 1, 1);
+    job_sets();
+    pid_t ps = dt_test_job_start_serving(&w, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
+    rapid_reset(ps, chief, "", 1);
+}
+END_TEST
+
+/* The insider: a valid worker:1 certificate over mutual TLS. */
+START_TEST(reset_mtls) {
+    snprintf(certs, sizeof certs, "%s/certs", w.dir);
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd, "WORKERS=2 PS=1 sh scripts/make_certs.sh '%s' 2>/dev/null", certs);
+    ck_assert_int_eq(system(cmd), 0);
+    /* worker:1's certificate is valid (the CA signed it), its task is not
+     * in this cluster: the flood's identity, the chief trains alone. */
+    dt_test_job_cluster(&w, 1, 1);
+    job_sets();
+    char path[1300];
+    const char *ids[2] = {"ps-0", "chief"};
+    pid_t pids[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s.pem", certs, ids[i]);
+        setenv("DTRAIN_TLS_CERT", path, 1);
+        snprintf(path, sizeof path, "%s/%s-key.pem", certs, ids[i]);
+        setenv("DTRAIN_TLS_KEY", path, 1);
+        snprintf(path, sizeof path, "%s/ca.pem", certs);
+        setenv("DTRAIN_TLS_CA", path, 1);
+        pids[i] = i == 0 ? dt_test_job_start_serving(&w, "ps", 0, "ps0")
+                         : dt_test_job_start(&w, "worker", 0, "chief");
+    }
+    char sec[4000];
+    snprintf(sec, sizeof sec, "--cert %s/worker-1.pem --key %s/worker-1-key.pem --ca %s/ca.pem",
+             certs, certs, certs);
+    rapid_reset(pids[0], pids[1], sec, 0);
+}
+END_TEST
+
+/* Every other flood, one after the other, against one running job. */
+START_TEST(other_floods) {
+    dt_test_job_cluster(&w, 1, 1);
+    job_sets();
+    pid_t ps = dt_test_job_start_serving(&w, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
+    wait_training(chief);
+    long before = rss_baseline(ps);
+    static const char *const modes[] = {"settings",  "ping",       "window",      "bigheaders",
+                                        "hpackbomb", "zerowindow", "continuation"};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        char out[4096], source[32];
+        /* Each from an address of its own. */
+        snprintf(source, sizeof source, "127.0.0.%d", (int)(10 + i));
+        /* The peak read below is this flood's, still against the RSS
+         * before the first flood. */
+        long now_kb = rss_baseline(ps);
+        flood_from(source, modes[i], "--seconds 1.5 --max-frames 300000 --linger 1", out,
+                   sizeof out);
+        long rss = proc_kb(ps, "VmRSS"), peak = proc_kb(ps, "VmHWM");
+        fprintf(stderr,
+                "flood: %s: the ps peaked %ld kB above %ld kB (%ld kB at its start); client: %s",
+                modes[i], peak - before, before, now_kb, out);
+        ck_assert_msg(rss > 0, "the ps is gone after the %s flood; logs:%s", modes[i],
+                      dt_test_job_report(&w));
+        ck_assert_msg(peak - before < RSS_GROWTH_KB,
+                      "after the %s flood the ps peaked at %ld kB from %ld kB (client: %s)",
+                      modes[i], peak, before, out);
+        /* Its memory returns (the ps hands it back a second after a
+         * connection ends): waited for, bounded, then asserted, so the
+         * next flood's peak is its own. */
+        for (int t = 0; t < 50 && proc_kb(ps, "VmRSS") - before >= RSS_GROWTH_KB / 2; t++)
+            usleep(100 * 1000);
+        rss = proc_kb(ps, "VmRSS");
+        ck_assert_msg(rss - before < RSS_GROWTH_KB,
+                      "5 s after the %s flood the ps holds %ld kB, from %ld kB before", modes[i],
+                      rss, before);
+        /* Every one is closed: by gRPC (GOAWAY for pings, a reset for the
+         * header blocks) or by the ps (1 MiB and no call). */
+        ck_assert_msg(strstr(out, "\"closed\": true"), "the %s flood was not closed: %s", modes[i],
+                      out);
+    }
+    ck_assert_msg(dt_test_job_log_has(&w, "ps0", "without starting a call"),
+                  "the endless header block was not logged; logs:%s", dt_test_job_report(&w));
+    expect_job_done(chief);
+}
+END_TEST
+
+/* Slow headers from many connections of one address. */
+START_TEST(slow_connections) {
+    static const char *const ps_flags[] = {"--header-timeout-ms", "1500", "--max-conns-per-peer",
+                                           "8", NULL};
+    w.ps_flags = ps_flags;
+    dt_test_job_cluster(&w, 1, 1);
+    job_sets();
+    pid_t ps = dt_test_job_start_serving(&w, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
+    wait_training(chief);
+    char out[4096];
+    flood("slowloris", "--conns 40 --seconds 8 --linger 1", out, sizeof out);
+    ck_assert_msg(strstr(out, "\"conns\": 40") && strstr(out, "\"conns_closed\": 40"),
+                  "not every slow connection was closed: %s", out);
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps0", "holds more than 8 connections", 5000, ps),
+                  "the cap was not logged; logs:%s", dt_test_job_report(&w));
+    ck_assert_msg(dt_test_job_log_has(&w, "ps0", "started no call within 1500 ms"),
+                  "the header deadline was not logged; logs:%s", dt_test_job_report(&w));
+    dt_msg_status_resp st;
+    guard_status(&st);
+    ck_assert_msg(st.conns_closed_over_cap == 32 && st.conns_closed_slow == 8,
+                  "Status counts %lld over the cap and %lld slow, not 32 and 8",
+                  (long long)st.conns_closed_over_cap, (long long)st.conns_closed_slow);
+    expect_job_done(chief);
+}
+END_TEST
+
+static void add_case(Suite *s, const char *name, const TTest *test) {
+    tcase_add_test(dt_test_job_tcase(s, name, TEST_TIMEOUT_S, setup, teardown), test);
+}
+
+Suite *flood_suite(void) {
+    Suite *s = suite_create("flood");
+    add_case(s, "reset_plaintext", reset_plaintext);
+    add_case(s, "reset_mtls", reset_mtls);
+    add_case(s, "other_floods", other_floods);
+    add_case(s, "slow_connections", slow_connections);
+    return s;
+}
