@@ -79,7 +79,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -87,6 +86,7 @@
 #include "auth.h"
 #include "log.h"
 #include "metrics.h"
+#include "rpc_auth.h"
 #include "rpc_internal.h"
 
 #define ARMED_PER_THREAD 4
@@ -153,16 +153,6 @@ struct poller {
     int have_clock;
 };
 
-/* The certificate files of a TLS server and what was last handed to gRPC. */
-typedef struct {
-    pthread_mutex_t mu;
-    char addr[300];
-    char cert_file[4096], key_file[4096], ca_file[4096]; /* ca_file "" : no mTLS */
-    struct stat seen[3];                                 /* cert, key, ca as last loaded */
-    int generation; /* dt_rpc_cert_generation() when last loaded */
-    int loaded;     /* a config was handed to gRPC */
-} tls_files;
-
 struct dt_rpc_server {
     server_gen gens[MAX_GENS];
     server_gen *current;            /* the one listening and taking new calls, under mu */
@@ -205,9 +195,7 @@ struct dt_rpc_server {
     dt_adm *adm;                        /* the connection guards */
     long long closed_seen;              /* connections they had closed at the last tick */
     long long trim_at_ms;               /* then: memory handed back to the system at this time */
-    tls_files *tls;                     /* NULL: plaintext */
-    int mtls;                           /* client certificates required and verified */
-    dt_auth_tokens *tokens;             /* NULL: no token required */
+    dt_rpc_auth *auth;                  /* who may call: TLS files, tokens (rpc_auth.h) */
     grpc_resource_quota *quota;         /* NULL: none of ours */
     atomic_llong refused;
     dt_counter refused_unauthenticated, refused_denied; /* for /metrics, by reason */
@@ -411,134 +399,13 @@ static void admit_all(dt_rpc_server *s) {
 
 /* ---- authentication ---------------------------------------------------- */
 
-static long long mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The identity a verified client certificate names: its CN when that is an
- * identity, else the first SAN (URI or DNS) that is one. */
-static int peer_from_cert(grpc_call *call, dt_rpc_peer *peer, char *seen, size_t cap) {
-    grpc_auth_context *ctx = grpc_call_auth_context(call);
-    if (!ctx) return -1;
-    int rc = -1;
-    const char *names[2] = {GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME};
-    for (int k = 0; k < 2 && rc < 0; k++) {
-        grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ctx, names[k]);
-        const grpc_auth_property *prop;
-        while (rc < 0 && (prop = grpc_auth_property_iterator_next(&it)) != NULL) {
-            char value[DT_PEER_NAME_MAX];
-            size_t n =
-                prop->value_length < sizeof value - 1 ? prop->value_length : sizeof value - 1;
-            memcpy(value, prop->value, n);
-            value[n] = '\0';
-            if (k == 0) snprintf(seen, cap, "CN=%s", value);
-            if (dt_auth_parse_identity(value, peer) == 0) rc = 0;
-        }
-    }
-    grpc_auth_context_release(ctx);
-    if (rc == 0) peer->authenticated = 1;
-    return rc;
-}
-
-/* The value of metadata `key` (borrowed from md), or NULL. */
-static const grpc_slice *find_md(const grpc_metadata_array *md, const char *key) {
-    for (size_t i = 0; i < md->count; i++)
-        if (grpc_slice_str_cmp(md->metadata[i].key, key) == 0) return &md->metadata[i].value;
-    return NULL;
-}
-
-/* Establishes who calls (nobody in particular for an open method). Returns
- * GRPC_STATUS_OK with *peer filled, or the refusal's status with err set. */
-static grpc_status_code authenticate(dt_rpc_server *s, call_state *cs, int open, dt_rpc_peer *peer,
-                                     dt_err *err) {
-    memset(peer, 0, sizeof *peer);
-    peer->role = DT_PEER_ANY;
-    peer->task = -1;
-    snprintf(peer->name, sizeof peer->name, "anonymous");
-    if (open || (!s->mtls && !s->tokens)) return GRPC_STATUS_OK;
-    dt_rpc_peer cert_peer;
-    int have_cert = 0;
-    if (s->mtls) {
-        char seen[64] = "no CN";
-        if (peer_from_cert(cs->call, &cert_peer, seen, sizeof seen) < 0) {
-            dt_err_set(err, DT_EINVAL,
-                       "unauthenticated: the client certificate (%s) names no dtrain identity "
-                       "(chief, worker:N, ps:N, tool)",
-                       seen);
-            return GRPC_STATUS_UNAUTHENTICATED;
-        }
-        have_cert = 1;
-        *peer = cert_peer;
-    }
-    if (s->tokens) {
-        const grpc_slice *auth = find_md(&cs->request_md, DT_RPC_MD_AUTHORIZATION);
-        const char *claimed_name = have_cert ? cert_peer.name : NULL;
-        char claimed[DT_PEER_NAME_MAX] = "";
-        const grpc_slice *claim = find_md(&cs->request_md, DT_RPC_MD_IDENTITY);
-        if (!claimed_name && claim) {
-            dt_rpc_slice_to_str(*claim, claimed, sizeof claimed);
-            claimed_name = claimed;
-        }
-        char value[DT_AUTH_TOKEN_MAX + 16];
-        if (auth) dt_rpc_slice_to_str(*auth, value, sizeof value);
-        if (!auth || strncmp(value, "Bearer ", 7) != 0) {
-            dt_err_set(err, DT_EINVAL,
-                       "unauthenticated: no bearer token (the server needs one "
-                       "from its token file)");
-            return GRPC_STATUS_UNAUTHENTICATED;
-        }
-        dt_rpc_peer token_peer;
-        int checked = dt_auth_tokens_check(s->tokens, value + 7, strlen(value + 7), claimed_name,
-                                           &token_peer);
-        if (checked == DT_AUTH_NO_IDENTITY) {
-            dt_err_set(err, DT_EINVAL,
-                       "unauthenticated: the token is right but the call names no identity "
-                       "(a shared token needs the %s header: chief, worker:N, ps:N or tool)",
-                       DT_RPC_MD_IDENTITY);
-            return GRPC_STATUS_UNAUTHENTICATED;
-        }
-        if (checked == DT_AUTH_BAD_IDENTITY) {
-            dt_err_set(err, DT_EINVAL,
-                       "unauthenticated: the token is right but the identity \"%.40s\" is not "
-                       "one (chief, worker:N, ps:N or tool)",
-                       claimed_name);
-            return GRPC_STATUS_UNAUTHENTICATED;
-        }
-        if (checked < 0) {
-            dt_err_set(err, DT_EINVAL,
-                       "unauthenticated: wrong token%s%s (the server's token file does not "
-                       "hold it)",
-                       claimed_name ? " for " : "", claimed_name ? claimed_name : "");
-            return GRPC_STATUS_UNAUTHENTICATED;
-        }
-        if (have_cert && strcmp(token_peer.name, cert_peer.name) != 0) {
-            dt_err_set(err, DT_EINVAL,
-                       "unauthenticated: the token is not the one of %s (the certificate's)",
-                       cert_peer.name);
-            return GRPC_STATUS_UNAUTHENTICATED;
-        }
-        *peer = token_peer;
-    }
-    int bound = peer->role == DT_PEER_WORKER ? s->params.num_workers
-                : peer->role == DT_PEER_PS   ? s->params.num_ps
-                                             : 0;
-    if (bound > 0 && peer->task >= bound) {
-        dt_err_set(err, DT_EPERM, "permission denied: %s is not in the cluster (%d %s tasks)",
-                   peer->name, bound, peer->role == DT_PEER_WORKER ? "worker" : "ps");
-        return GRPC_STATUS_PERMISSION_DENIED;
-    }
-    return GRPC_STATUS_OK;
-}
-
 /* Counts a refusal and logs it, one line a second at most. */
 static void note_refusal(dt_rpc_server *s, grpc_status_code status, const char *msg) {
     atomic_fetch_add(&s->refused, 1);
     dt_counter_add(status == GRPC_STATUS_UNAUTHENTICATED ? &s->refused_unauthenticated
                                                          : &s->refused_denied,
                    1);
-    long long now = mono_ms();
+    long long now = dt_now_ms();
     long long last = atomic_load(&s->refusal_log_ms);
     if (last != 0 && now - last < 1000) {
         atomic_fetch_add(&s->refusals_unlogged, 1);
@@ -598,7 +465,8 @@ static void handle(call_state *cs) {
     method_stats *ms = &s->stats[m ? m - s->params.methods : s->params.num_methods];
     if (cs->request_payload)
         dt_counter_add(&ms->bytes_in, grpc_byte_buffer_length(cs->request_payload));
-    grpc_status_code status = authenticate(s, cs, m && m->open, &peer, &err);
+    grpc_status_code status =
+        dt_rpc_auth_check(s->auth, cs->call, &cs->request_md, m && m->open, &peer, &err);
     if (status == GRPC_STATUS_OK && m && !dt_rpc_method_allows(m, &peer)) {
         dt_err_set(&err, DT_EPERM, "permission denied: %s may not call %s", peer.name, m->path);
         status = GRPC_STATUS_PERMISSION_DENIED;
@@ -722,7 +590,7 @@ static struct timespec deadline_in(int ms) {
 /* How many pollers may wait on the queue at once, under mu: one, or all of
  * them for a while after a large request (see the top of the file). */
 static int max_leaders(const dt_rpc_server *s) {
-    return s->wide_until_ms > mono_ms() ? s->num_pollers : 1;
+    return s->wide_until_ms > dt_now_ms() ? s->num_pollers : 1;
 }
 
 /* Waits to lead (take events from the queue); 0 once the queue is done. A
@@ -775,7 +643,7 @@ static void unlead(dt_rpc_server *s, int done, int wide) {
     pthread_mutex_lock(&s->mu);
     s->leaders--;
     if (done) s->queue_done = 1;
-    if (wide) s->wide_until_ms = mono_ms() + LEAD_WIDE_MS;
+    if (wide) s->wide_until_ms = dt_now_ms() + LEAD_WIDE_MS;
     if (done || wide)
         pthread_cond_broadcast(&s->lead_cv);
     else
@@ -873,131 +741,6 @@ static void *poll_loop(void *arg) {
     return NULL;
 }
 
-/* ---- TLS certificates ---------------------------------------------------- */
-
-static int same_file(const struct stat *a, const struct stat *b) {
-    return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size &&
-           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
-}
-
-/* Reads the three files into a new gRPC config (*out), noting what was read. */
-static int tls_load(tls_files *t, grpc_ssl_server_certificate_config **out, dt_err *err) {
-    *out = NULL;
-    char *cert = NULL, *key = NULL, *ca = NULL;
-    struct stat st[3];
-    memset(st, 0, sizeof st);
-    const char *paths[3] = {t->cert_file, t->key_file, t->ca_file};
-    for (int i = 0; i < 3; i++)
-        if (paths[i][0] && stat(paths[i], &st[i]) != 0) memset(&st[i], 0, sizeof st[i]);
-    int rc = dt_rpc_read_pem(t->cert_file, "--tls-cert", &cert, err);
-    if (rc == 0) rc = dt_rpc_read_pem(t->key_file, "--tls-key", &key, err);
-    if (rc == 0 && t->ca_file[0]) rc = dt_rpc_read_pem(t->ca_file, "--tls-ca", &ca, err);
-    if (rc == 0) {
-        grpc_ssl_pem_key_cert_pair pair = {key, cert};
-        /* gRPC 1.51 asserts that a fetched config has root certificates
-         * even when it requests no client certificate (and so uses none):
-         * without a CA, the server's own chain stands in. */
-        *out = grpc_ssl_server_certificate_config_create(ca ? ca : cert, &pair, 1);
-        memcpy(t->seen, st, sizeof st);
-        t->generation = dt_rpc_cert_generation();
-    }
-    if (key) memset(key, 0, strlen(key));
-    free(cert);
-    free(key);
-    free(ca);
-    return rc;
-}
-
-/* gRPC's certificate-config fetcher: runs at every new handshake. */
-static grpc_ssl_certificate_config_reload_status
-tls_fetch(void *user_data, grpc_ssl_server_certificate_config **config) {
-    tls_files *t = user_data;
-    grpc_ssl_certificate_config_reload_status status = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_UNCHANGED;
-    pthread_mutex_lock(&t->mu);
-    int changed = !t->loaded || t->generation != dt_rpc_cert_generation();
-    const char *paths[3] = {t->cert_file, t->key_file, t->ca_file};
-    for (int i = 0; i < 3 && !changed; i++) {
-        struct stat st;
-        if (paths[i][0] && stat(paths[i], &st) == 0 && !same_file(&st, &t->seen[i])) changed = 1;
-    }
-    if (changed) {
-        dt_err err;
-        dt_err_clear(&err);
-        if (tls_load(t, config, &err) == 0) {
-            if (t->loaded)
-                dt_log(DT_LOG_INFO, "rpc server %s: TLS certificates reloaded from %s", t->addr,
-                       t->cert_file);
-            t->loaded = 1;
-            status = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_NEW;
-        } else if (!t->loaded) {
-            dt_log(DT_LOG_ERROR, "rpc server %s: %s", t->addr, err.msg);
-            status = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_FAIL;
-        } else {
-            /* Mid-rotation (a file written, its partner not yet): keep the
-             * last good set; the next handshake tries again. */
-            dt_log(DT_LOG_WARN, "rpc server %s: keeping the previous certificates: %s", t->addr,
-                   err.msg);
-            t->generation = dt_rpc_cert_generation();
-        }
-    }
-    pthread_mutex_unlock(&t->mu);
-    return status;
-}
-
-/* Server credentials for params->security: TLS when it has a certificate. */
-static int make_server_creds(dt_rpc_server *s, grpc_server_credentials **out, dt_err *err) {
-    const dt_rpc_security *sec = s->params.security;
-    *out = NULL;
-    int rc = 0;
-    if (sec && sec->token_file && (rc = dt_auth_tokens_load(sec->token_file, &s->tokens, err)) < 0)
-        return rc;
-    if (!sec || (!sec->cert_file && !sec->key_file && !sec->ca_file)) {
-        dt_log(DT_LOG_WARN,
-               s->tokens ? "rpc server %s: no TLS: tokens and tensors cross the network in clear; "
-                           "anyone who can read the traffic can replay a token and control the job"
-                         : "rpc server %s: no TLS and no token: anyone who can reach the port can "
-                           "control the job (see --tls-cert, --token-file)",
-               s->addr);
-        *out = grpc_insecure_server_credentials_create();
-        return 0;
-    }
-    if (!sec->cert_file || !sec->key_file)
-        return dt_err_set(err, DT_EINVAL, "TLS needs both --tls-cert and --tls-key");
-    tls_files *t = dt_calloc(1, sizeof *t);
-    if (!t) return dt_err_set(err, DT_ENOMEM, "out of memory");
-    pthread_mutex_init(&t->mu, NULL);
-    snprintf(t->addr, sizeof t->addr, "%s", s->addr);
-    snprintf(t->cert_file, sizeof t->cert_file, "%s", sec->cert_file);
-    snprintf(t->key_file, sizeof t->key_file, "%s", sec->key_file);
-    snprintf(t->ca_file, sizeof t->ca_file, "%s", sec->ca_file ? sec->ca_file : "");
-    s->tls = t;
-    s->mtls = sec->ca_file != NULL;
-    /* Read once here so a bad file fails the start with its name. */
-    grpc_ssl_server_certificate_config *probe = NULL;
-    if ((rc = tls_load(t, &probe, err)) < 0) return rc;
-    grpc_ssl_server_certificate_config_destroy(probe);
-    grpc_ssl_server_credentials_options *opts =
-        grpc_ssl_server_credentials_create_options_using_config_fetcher(
-            s->mtls ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                    : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
-            tls_fetch, t);
-    *out = opts ? grpc_ssl_server_credentials_create_with_options(opts) : NULL;
-    if (!*out) return dt_err_set(err, DT_EINTERNAL, "cannot create TLS credentials");
-    if (s->mtls)
-        dt_log(DT_LOG_INFO, "rpc server %s: TLS, client certificates of CA %s required", s->addr,
-               sec->ca_file);
-    else if (s->tokens)
-        dt_log(DT_LOG_INFO, "rpc server %s: TLS, no client certificates (tokens identify callers)",
-               s->addr);
-    else
-        dt_log(DT_LOG_WARN,
-               "rpc server %s: TLS without client certificates or tokens: the traffic is "
-               "encrypted, but anyone who can reach the port can control the job (see --tls-ca, "
-               "--token-file)",
-               s->addr);
-    return 0;
-}
-
 /* Destroys the server, then shuts down the queue, joins the pollers (or,
  * when none started, drains the queue here) and frees everything. */
 static void server_free(dt_rpc_server *s) {
@@ -1023,11 +766,7 @@ static void server_free(dt_rpc_server *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->lead_cv);
-    if (s->tls) {
-        pthread_mutex_destroy(&s->tls->mu);
-        free(s->tls);
-    }
-    dt_auth_tokens_free(s->tokens);
+    dt_rpc_auth_free(s->auth);
     dt_adm_free(s->adm);
     if (s->quota) grpc_resource_quota_unref(s->quota); /* the server holds its own ref */
     free(s->stats);
@@ -1259,13 +998,13 @@ static int busy_in_grpc(dt_rpc_server *s, long long tick_ms) {
 static void *watch_listener(void *arg) {
     dt_rpc_server *s = arg;
     long long waiting_since = 0; /* a failure not yet acted on, monotonic ms */
-    long long last_watch = mono_ms(), last_busy = last_watch, last_scan = last_watch;
+    long long last_watch = dt_now_ms(), last_busy = last_watch, last_scan = last_watch;
     pthread_mutex_lock(&s->mu);
     while (!s->stopping) {
         struct timespec deadline = deadline_in(BUSY_TICK_MS);
         pthread_cond_timedwait(&s->cv, &s->mu, &deadline);
         if (s->stopping) break;
-        long long tick = mono_ms();
+        long long tick = dt_now_ms();
         if (tick - last_busy >= BUSY_TICK_MS) {
             if (busy_in_grpc(s, tick - last_busy)) {
                 s->wide_until_ms = tick + LEAD_WIDE_MS;
@@ -1292,16 +1031,16 @@ static void *watch_listener(void *arg) {
                            guard.closed_over_cap + dt_adm_sockets_gone(s->adm);
         if (closed != s->closed_seen) {
             s->closed_seen = closed;
-            s->trim_at_ms = mono_ms() + 1000;
+            s->trim_at_ms = dt_now_ms() + 1000;
         }
-        if (s->trim_at_ms && mono_ms() >= s->trim_at_ms) {
+        if (s->trim_at_ms && dt_now_ms() >= s->trim_at_ms) {
             s->trim_at_ms = 0;
             malloc_trim(0);
         }
         int failures = dt_rpc_accept_failures();
         if (failures != s->accept_failures) {
             if (!waiting_since) {
-                waiting_since = mono_ms();
+                waiting_since = dt_now_ms();
                 dt_log(DT_LOG_WARN,
                        "rpc server %s: stopped accepting connections (accept failed: out of "
                        "descriptors?); listening again once descriptors are free",
@@ -1312,7 +1051,7 @@ static void *watch_listener(void *arg) {
                 dt_log(DT_LOG_WARN,
                        "rpc server %s: listening again after %lld ms; open connections were "
                        "asked to reconnect",
-                       s->addr, mono_ms() - waiting_since);
+                       s->addr, dt_now_ms() - waiting_since);
                 waiting_since = 0;
             }
         }
@@ -1466,7 +1205,8 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
         s->pollers[i].server = s;
     s->current = &s->gens[0];
     s->current->grpc = new_grpc_server(s);
-    if ((rc = make_server_creds(s, &s->creds, err)) < 0) {
+    if ((rc = dt_rpc_auth_new(params->security, s->addr, params->num_workers, params->num_ps,
+                              &s->auth, &s->creds, err)) < 0) {
         dt_err_wrap(err, rc, "rpc server %s", params->addr);
         goto fail_unstarted;
     }

@@ -30,7 +30,7 @@ core: alloc err log text hash crc32c tensor span fileio memstat pool jsonpos met
 data: libsvm reader sparse_reader data sparse criteo_gen
 ml: optim consistency model sparse_model sparse_acc table
 store: safetensors checkpoint dirlock summary
-net: rpc_common rpc_internal rpc_client rpc_server auth admission conn codec codec_internal codec_tensor metrics_http
+net: rpc_common rpc_internal rpc_auth rpc_client rpc_server auth admission conn codec codec_internal codec_tensor metrics_http
 conf: cluster placement job
 ps: ps ps_internal ps_store ps_pull ps_push ps_sync ps_rows ps_status ps_client ps_metrics
 roles: heartbeat worker chief evaluator sparse_eval predict monitor session api
