@@ -282,7 +282,7 @@ START_TEST(other_floods) {
          * connection ends): waited for, bounded, then asserted, so the
          * next flood's peak is its own. */
         for (int t = 0; t < 50 && proc_kb(ps, "VmRSS") - before >= RSS_GROWTH_KB / 2; t++)
-            usleep(100 * 1000);
+            dt_test_sleep_ms(100); /* poll interval of a bounded wait */
         rss = proc_kb(ps, "VmRSS");
         ck_assert_msg(rss - before < RSS_GROWTH_KB,
                       "5 s after the %s flood the ps holds %ld kB, from %ld kB before", modes[i],
