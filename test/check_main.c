@@ -49,10 +49,43 @@ typedef struct {
     int ran, failed;
 } outcome;
 
+/* Every failed case, one line each ("suite/case: file:line: message"),
+ * printed again after the totals: a long run's log is often read from its
+ * tail, and the failing case must be there, not thousands of lines up. A
+ * suite run in a child sends its lines back after its outcome; each suite's
+ * lines are capped so the child never blocks on a full pipe. */
+#define FAILURE_TEXT_MAX 8192
+static char failures[MAX_SUITES * 256];
+static size_t failures_len;
+
+static void note_failures(const char *text, size_t len) {
+    size_t room = sizeof failures - 1 - failures_len;
+    if (len > room) len = room;
+    memcpy(failures + failures_len, text, len);
+    failures_len += len;
+    failures[failures_len] = '\0';
+}
+
+/* The failed cases of `runner`, formatted into buf (at most cap bytes). */
+static size_t format_failures(SRunner *runner, const char *suite, char *buf, size_t cap) {
+    TestResult **results = srunner_failures(runner);
+    int n = srunner_ntests_failed(runner);
+    size_t len = 0;
+    for (int i = 0; i < n && results; i++) {
+        int w = snprintf(buf + len, cap - len, "check_all: FAILED %s/%s: %s:%d: %s\n", suite,
+                         tr_tcname(results[i]), tr_lfile(results[i]) ? tr_lfile(results[i]) : "?",
+                         tr_lno(results[i]), tr_msg(results[i]) ? tr_msg(results[i]) : "");
+        if (w < 0 || (size_t)w >= cap - len) break;
+        len += (size_t)w;
+    }
+    free(results);
+    return len;
+}
+
 /* Runs one suite in its own runner, so a suite that runs no test (its
  * cases were left out by mistake) is a failure, not a silent pass. When
  * CK_RUN_CASE or CK_RUN_SUITE narrows the run, empty suites are expected. */
-static outcome run_suite(const char *name, Suite *(*make)(void)) {
+static outcome run_suite(const char *name, Suite *(*make)(void), char *why, size_t *why_len) {
     long long start = dt_test_now_ms();
     SRunner *runner = srunner_create(make());
     /* DT_XML_DIR: each suite's cases, with their durations, in Check's XML
@@ -65,6 +98,7 @@ static outcome run_suite(const char *name, Suite *(*make)(void)) {
     }
     srunner_run_all(runner, CK_NORMAL);
     outcome o = {srunner_ntests_run(runner), srunner_ntests_failed(runner)};
+    *why_len = format_failures(runner, name, why, FAILURE_TEXT_MAX);
     srunner_free(runner);
     const char *narrowed_case = getenv("CK_RUN_CASE"), *narrowed_suite = getenv("CK_RUN_SUITE");
     int narrowed = (narrowed_case && *narrowed_case) || (narrowed_suite && *narrowed_suite);
@@ -116,8 +150,11 @@ static int start_child(const suite_entry *e, running *r) {
         close(fds[0]);
         int fd = fileno(r->out);
         if (dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0) _exit(2);
-        outcome o = run_suite(e->name, e->make);
+        static char why[FAILURE_TEXT_MAX];
+        size_t why_len = 0;
+        outcome o = run_suite(e->name, e->make, why, &why_len);
         ssize_t n = write(fds[1], &o, sizeof o);
+        if (why_len > 0 && write(fds[1], why, why_len) != (ssize_t)why_len) n = -1;
         _exit(n == (ssize_t)sizeof o ? 0 : 2);
     }
     close(fds[1]);
@@ -130,6 +167,10 @@ static int start_child(const suite_entry *e, running *r) {
 static void finish_child(running *r, int status, outcome *total) {
     outcome o = {0, 0};
     ssize_t n = read(r->result_fd, &o, sizeof o);
+    char why[FAILURE_TEXT_MAX];
+    ssize_t got_why;
+    while ((got_why = read(r->result_fd, why, sizeof why)) > 0)
+        note_failures(why, (size_t)got_why);
     close(r->result_fd);
     if (n != (ssize_t)sizeof o || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         o.failed++;
@@ -223,7 +264,10 @@ int main(void) {
     outcome total = {0, 0};
     if (jobs == 1) {
         for (int i = 0; i < n; i++) {
-            outcome o = run_suite(chosen[i].name, chosen[i].make);
+            static char why[FAILURE_TEXT_MAX];
+            size_t why_len = 0;
+            outcome o = run_suite(chosen[i].name, chosen[i].make, why, &why_len);
+            note_failures(why, why_len);
             total.ran += o.ran;
             total.failed += o.failed;
         }
@@ -233,5 +277,6 @@ int main(void) {
     }
     printf("check_all: %d checks, %d failed, %.1f s\n", total.ran, total.failed,
            (double)(dt_test_now_ms() - start) / 1000.0);
+    fputs(failures, stdout);
     return total.failed == 0 && total.ran > 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
