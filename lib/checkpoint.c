@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,6 +294,17 @@ static void crash_point(const char *point) {
     if (want && strcmp(want, point) == 0) raise(SIGKILL);
 }
 
+/* Test-only (checkpoint.h): with DT_TEST_CKPT_STOP=after_save the process
+ * SIGSTOPs itself once, after its first save past step 0 is named by the
+ * state file, so a test can hold a job exactly when a checkpoint with
+ * trained values exists, however fast the job runs. */
+static void stop_point(int64_t step) {
+    static atomic_int stopped;
+    const char *want = getenv("DT_TEST_CKPT_STOP");
+    if (step > 0 && want && strcmp(want, "after_save") == 0 && !atomic_exchange(&stopped, 1))
+        raise(SIGSTOP);
+}
+
 /* The new list is built from the files present, not from the old state
  * file; that is read only to say so when it was unreadable. */
 static void warn_bad_state(const char *log_dir) {
@@ -406,6 +418,7 @@ static int save_in_dir(const char *log_dir, const dt_tensors *ts, dt_safetensors
         return rc;
     }
     if (path_out) snprintf(path_out, path_cap, "%s", path);
+    stop_point(meta->global_step);
     return 0;
 }
 

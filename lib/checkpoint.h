@@ -42,7 +42,8 @@
  * new checkpoint is durable, before the state file names it;
  * "before_delete" once the new state file is durable, before retention
  * deletes what it drops (only on a save that drops something). Tests set it
- * for one process; nothing else should.
+ * for one process; nothing else should. DT_TEST_CKPT_STOP=after_save makes
+ * the process SIGSTOP itself once, after its first save past step 0.
  */
 #ifndef DT_CHECKPOINT_H
 #define DT_CHECKPOINT_H
