@@ -9,7 +9,8 @@
  *    RSS stays bounded (RSS_GROWTH_KB), the job ends at exactly max_steps;
  *  - SETTINGS, PING and WINDOW_UPDATE floods, CONTINUATION without
  *    END_HEADERS, 1 MB header blocks, an HPACK table bomb and streams whose
- *    replies are never read (zero window), in turn: the ps's RSS stays
+ *    replies are never read (zero window), in turn, plaintext and over
+ *    mutual TLS as the same insider: the ps's RSS stays
  *    bounded and comes back after each, the job ends at max_steps; the continuation flood's
  *    connection is closed and logged;
  *  - many slow connections from one address (each trickling a HEADERS
@@ -220,19 +221,19 @@ START_TEST(reset_plaintext) {
 }
 END_TEST
 
-/* The insider: a valid worker:1 certificate over mutual TLS. */
-START_TEST(reset_mtls) {
+/* A job over mutual TLS (a ps that keeps serving, the chief), its pids
+ * in pids; the flood client's TLS flags into sec: a valid worker:1
+ * certificate (the CA signed it) whose task is not in this cluster, so
+ * the chief trains alone: the insider. */
+static void start_mtls_job(pid_t pids[2], char *sec, size_t cap) {
     snprintf(certs, sizeof certs, "%s/certs", w.dir);
     char cmd[3000];
     snprintf(cmd, sizeof cmd, "WORKERS=2 PS=1 sh scripts/make_certs.sh '%s' 2>/dev/null", certs);
     ck_assert_int_eq(system(cmd), 0);
-    /* worker:1's certificate is valid (the CA signed it), its task is not
-     * in this cluster: the flood's identity, the chief trains alone. */
     dt_test_job_cluster(&w, 1, 1);
     job_sets();
     char path[1300];
     const char *ids[2] = {"ps-0", "chief"};
-    pid_t pids[2];
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/%s.pem", certs, ids[i]);
         setenv("DTRAIN_TLS_CERT", path, 1);
@@ -243,36 +244,40 @@ START_TEST(reset_mtls) {
         pids[i] = i == 0 ? dt_test_job_start_serving(&w, "ps", 0, "ps0")
                          : dt_test_job_start(&w, "worker", 0, "chief");
     }
+    int len = snprintf(sec, cap, "--cert %s/worker-1.pem --key %s/worker-1-key.pem --ca %s/ca.pem",
+                       certs, certs, certs);
+    ck_assert(len > 0 && (size_t)len < cap);
+}
+
+START_TEST(reset_mtls) {
+    pid_t pids[2];
     char sec[4000];
-    snprintf(sec, sizeof sec, "--cert %s/worker-1.pem --key %s/worker-1-key.pem --ca %s/ca.pem",
-             certs, certs, certs);
+    start_mtls_job(pids, sec, sizeof sec);
     rapid_reset(pids[0], pids[1], sec, 0);
 }
 END_TEST
 
-/* Every other flood, one after the other, against one running job. */
-START_TEST(other_floods) {
-    dt_test_job_cluster(&w, 1, 1);
-    job_sets();
-    pid_t ps = dt_test_job_start_serving(&w, "ps", 0, "ps0");
-    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
+/* Every other flood, one after the other, against one running job;
+ * sec_flags: the client's TLS flags ("" for plaintext). */
+static void other_floods(pid_t ps, pid_t chief, const char *sec_flags) {
+    ck_assert(strlen(sec_flags) < 4000);
     wait_training(chief);
     long before = rss_baseline(ps);
     static const char *const modes[] = {"settings",  "ping",       "window",      "bigheaders",
                                         "hpackbomb", "zerowindow", "continuation"};
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-        char out[4096], source[32];
+        char out[4096], source[32], extra[4200];
         /* Each from an address of its own. */
         snprintf(source, sizeof source, "127.0.0.%d", (int)(10 + i));
+        snprintf(extra, sizeof extra, "--seconds 1.5 --max-frames 300000 --linger 1 %s", sec_flags);
         /* The peak read below is this flood's, still against the RSS
          * before the first flood. */
         long now_kb = rss_baseline(ps);
-        flood_from(source, modes[i], "--seconds 1.5 --max-frames 300000 --linger 1", out,
-                   sizeof out);
+        flood_from(source, modes[i], extra, out, sizeof out);
         long rss = proc_kb(ps, "VmRSS"), peak = proc_kb(ps, "VmHWM");
         fprintf(stderr,
-                "flood: %s: the ps peaked %ld kB above %ld kB (%ld kB at its start); client: %s",
-                modes[i], peak - before, before, now_kb, out);
+                "flood: %s%s: the ps peaked %ld kB above %ld kB (%ld kB at its start); client: %s",
+                modes[i], sec_flags[0] ? " (mTLS)" : "", peak - before, before, now_kb, out);
         ck_assert_msg(rss > 0, "the ps is gone after the %s flood; logs:%s", modes[i],
                       dt_test_job_report(&w));
         ck_assert_msg(peak - before < RSS_GROWTH_KB,
@@ -295,6 +300,23 @@ START_TEST(other_floods) {
     ck_assert_msg(dt_test_job_log_has(&w, "ps0", "without starting a call"),
                   "the endless header block was not logged; logs:%s", dt_test_job_report(&w));
     expect_job_done(chief);
+}
+
+START_TEST(other_floods_plaintext) {
+    dt_test_job_cluster(&w, 1, 1);
+    job_sets();
+    pid_t ps = dt_test_job_start_serving(&w, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
+    other_floods(ps, chief, "");
+}
+END_TEST
+
+/* The same floods from the insider, over mutual TLS. */
+START_TEST(other_floods_mtls) {
+    pid_t pids[2];
+    char sec[4000];
+    start_mtls_job(pids, sec, sizeof sec);
+    other_floods(pids[0], pids[1], sec);
 }
 END_TEST
 
@@ -336,7 +358,8 @@ Suite *flood_suite(void) {
     Suite *s = suite_create("flood");
     add_case(s, "reset_plaintext", reset_plaintext);
     add_case(s, "reset_mtls", reset_mtls);
-    add_case(s, "other_floods", other_floods);
+    add_case(s, "other_floods_plaintext", other_floods_plaintext);
+    add_case(s, "other_floods_mtls", other_floods_mtls);
     add_case(s, "slow_connections", slow_connections);
     return s;
 }
