@@ -82,25 +82,97 @@ static void fold_digest(dt_ps *ps) {
 
 /* sync: each table's rows of the step, summed by id over its pushes and
  * scaled as the dense sums are (the mean over the step's pushes, a row a
- * push did not name counting as 0), applied lazily to the rows named.
- * Like ps_apply_sparse, a failure (no memory) is logged: the dense half of
- * the step is applied regardless. Called with sync_mu held. */
-static void apply_rows_locked(dt_ps *ps, float scale, double lr) {
+ * push did not name counting as 0), as dt_sparse_acc_sum returns them. */
+typedef struct {
+    int64_t n;
+    const int64_t *ids;
+    const float *rows;
+    int failed; /* the sum could not be made (logged): the table is skipped */
+} step_rows;
+
+/* The sums of every table into out (ps->num_tables); a table whose sum
+ * fails (no memory) is logged and left out, as the dense half of the step
+ * is applied regardless. The sums stay in the accumulators until
+ * ps_drop_rows_locked. Called with sync_mu held. */
+static void sum_rows_locked(dt_ps *ps, float scale, step_rows *out) {
     for (int t = 0; t < ps->num_tables; t++) {
         dt_err why;
         dt_err_clear(&why);
-        int64_t n = 0;
-        const int64_t *ids = NULL;
-        const float *rows = NULL;
-        int rc = dt_sparse_acc_sum(&ps->row_acc[t], scale, &n, &ids, &rows, &why);
-        if (rc == 0 && n > 0) rc = dt_table_plan(ps->tables[t], ids, n, &ps->row_batch, &why);
-        if (rc == 0 && n > 0)
-            rc = dt_table_apply(ps->tables[t], &ps->row_batch, &ps->optim, lr, rows, ps->acc_step,
-                                &why);
+        memset(&out[t], 0, sizeof out[t]);
+        if (dt_sparse_acc_sum(&ps->row_acc[t], scale, &out[t].n, &out[t].ids, &out[t].rows, &why) <
+            0) {
+            out[t].failed = 1;
+            dt_log(DT_LOG_ERROR, "%s: sync step %lld: table %s: %s", ps->name,
+                   (long long)ps->acc_step, dt_table_config_of(ps->tables[t])->name, why.msg);
+        }
+    }
+}
+
+/* sync: the step's summed rows tried at lr before anything is applied, as
+ * check_mean_locked tries the variables: a sum of finite rows can
+ * overflow, and an update of finite ones can make a weight or slot
+ * non-finite. DT_EINVAL naming the table, the row and its id, *overflow
+ * set; a table the check cannot try (no memory) is logged and applied as
+ * it comes. Called with sync_mu held. */
+static int check_rows_locked(dt_ps *ps, const step_rows *sums, double lr, int *overflow,
+                             dt_err *err) {
+    for (int t = 0; t < ps->num_tables; t++) {
+        if (sums[t].failed || sums[t].n == 0) continue;
+        const dt_table_config *tc = dt_table_config_of(ps->tables[t]);
+        size_t count = (size_t)sums[t].n * (size_t)tc->dim;
+        dt_piece one = {(const uint8_t *)sums[t].rows, count * sizeof(float)};
+        dt_span grads = {&one, 0, one.len};
+        size_t bad = dt_span_first_nonfinite(&grads);
+        if (bad < count) {
+            *overflow = 1;
+            return dt_err_set(
+                err, DT_EINVAL,
+                "%s: sync step %lld: summed row of %s id %lld [%zu] is not finite "
+                "(the sum of the step's %d finite pushes overflowed); nothing applied",
+                ps->name, (long long)ps->acc_step, tc->name,
+                (long long)sums[t].ids[bad / (size_t)tc->dim], bad % (size_t)tc->dim,
+                ps->acc_count);
+        }
+        dt_err why;
+        dt_err_clear(&why);
+        int64_t row = sums[t].n;
+        int elem = 0;
+        int rc = dt_table_plan(ps->tables[t], sums[t].ids, sums[t].n, &ps->row_batch, &why);
+        if (rc == 0)
+            rc = dt_table_first_nonfinite_span(ps->tables[t], &ps->row_batch, &ps->optim, lr,
+                                               &grads, &row, &elem, &why);
+        if (rc < 0) {
+            dt_log(DT_LOG_ERROR, "%s: sync step %lld: table %s: cannot try the update: %s",
+                   ps->name, (long long)ps->acc_step, tc->name, why.msg);
+            continue;
+        }
+        if (row < sums[t].n) {
+            *overflow = 1;
+            return dt_err_set(err, DT_EINVAL,
+                              "%s: sync step %lld: update of %s row %lld (id %lld) [%d] would not "
+                              "be finite (%s at learning rate %g); nothing applied",
+                              ps->name, (long long)ps->acc_step, tc->name, (long long)row,
+                              (long long)sums[t].ids[row], elem, dt_optim_name(ps->optim.kind), lr);
+        }
+    }
+    return 0;
+}
+
+/* sync: the step's summed rows applied lazily to the rows named. Like
+ * ps_apply_sparse, a failure (no memory) is logged: the dense half of the
+ * step is applied regardless. Called with sync_mu held. */
+static void apply_rows_locked(dt_ps *ps, const step_rows *sums, double lr) {
+    for (int t = 0; t < ps->num_tables; t++) {
+        if (sums[t].failed || sums[t].n == 0) continue;
+        dt_err why;
+        dt_err_clear(&why);
+        int rc = dt_table_plan(ps->tables[t], sums[t].ids, sums[t].n, &ps->row_batch, &why);
+        if (rc == 0)
+            rc = dt_table_apply(ps->tables[t], &ps->row_batch, &ps->optim, lr, sums[t].rows,
+                                ps->acc_step, &why);
         if (rc < 0)
             dt_log(DT_LOG_ERROR, "%s: sync step %lld: table %s: %s", ps->name,
                    (long long)ps->acc_step, dt_table_config_of(ps->tables[t])->name, why.msg);
-        dt_sparse_acc_clear(&ps->row_acc[t]);
     }
 }
 
@@ -156,10 +228,14 @@ static int apply_accumulated(dt_ps *ps, dt_err *why) {
         for (int64_t e = 0; e < n; e++)
             sum[e] *= scale; /* mean = sum / count */
     }
+    step_rows sums[DT_MAX_TABLES];
+    memset(sums, 0, sizeof sums);
+    if (ps->acc_count > 0) sum_rows_locked(ps, scale, sums);
     if (ps->acc_count > 0) {
         int overflow = 0;
         ps_lock_all_vars(ps);
-        refused = check_mean_locked(ps, lr, &overflow, why) < 0;
+        refused = check_mean_locked(ps, lr, &overflow, why) < 0 ||
+                  check_rows_locked(ps, sums, lr, &overflow, why) < 0;
         if (!refused) {
             for (int k = 0; k < ps->vars.count; k++) {
                 dt_tensor *v = &ps->vars.items[k];
@@ -172,7 +248,7 @@ static int apply_accumulated(dt_ps *ps, dt_err *why) {
         for (int k = 0; k < ps->vars.count; k++)
             memset(ps->acc.items[k].data, 0, ps->vars.items[k].nbytes);
     }
-    if (ps->acc_count > 0 && !refused) apply_rows_locked(ps, scale, lr);
+    if (ps->acc_count > 0 && !refused) apply_rows_locked(ps, sums, lr);
     for (int i = 0; !refused && i < ps->acc_count; i++)
         ps_record_staleness(ps, 0);
     if (!refused) atomic_fetch_add(&ps->pushes_applied, ps->acc_count);

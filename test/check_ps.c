@@ -3883,6 +3883,70 @@ START_TEST(test_overflow_sync_sum) {
 }
 END_TEST
 
+/* sync: a step's rows are tried as its dense mean is. Worker 0 pushes a
+ * row gradient of 3e38 (finite) for id 10 each step, worker 1 a small one:
+ * at sgd 0.5 the row falls by 7.5e37 a step, and the step whose update
+ * would make it -inf is refused whole (the push that completed it is
+ * told, naming the table, the row and its id): no row and no variable
+ * changes at it, the step passes, Status counts it, and the rows stay
+ * finite. Then two pushes of 3e38 whose sum overflows: refused too. */
+START_TEST(test_overflow_sync_table_rows) {
+    fixture f;
+    dt_table_config tc;
+    start_with_table(&f, DT_MODE_SYNC, &tc);
+    int64_t ids[2] = {3, 10};
+    float g0[2][T_DIM] = {{1, 1}, {1, 3e38f}}, g1[2][T_DIM] = {{1, 1}, {1, 0}};
+    dt_tensor it, gt0, gt1;
+    make_tensor(&it, T_NAME, DT_DTYPE_I64, 1, 2, 0, ids);
+    make_tensor(&gt0, T_NAME, DT_DTYPE_F32, 2, 2, T_DIM, g0);
+    make_tensor(&gt1, T_NAME, DT_DTYPE_F32, 2, 2, T_DIM, g1);
+    dt_err err;
+    int refused = 0;
+    char first[sizeof err.msg] = "";
+    int64_t step = 0;
+    for (; step < 12; step++) {
+        dt_msg_push_resp resp;
+        dt_err_clear(&err);
+        ck_assert_msg(push_sparse_from(&f, 0, step, &it, &gt0, 1, 1, &resp, &err) == 0,
+                      "step %lld, worker 0: %s", (long long)step, err.msg);
+        float before[2][T_DIM], got[2][T_DIM];
+        ck_assert_msg(sparse_pull(&f, ids, 2, &before[0][0], &err) == 0, "%s", err.msg);
+        dt_err_clear(&err);
+        int rc = push_sparse_from(&f, 1, step, &it, &gt1, 1, 1, &resp, &err);
+        dt_err pull_err;
+        dt_err_clear(&pull_err);
+        ck_assert_msg(sparse_pull(&f, ids, 2, &got[0][0], &pull_err) == 0, "%s", pull_err.msg);
+        for (int r = 0; r < 2; r++)
+            for (int d = 0; d < T_DIM; d++)
+                ck_assert_msg(isfinite(got[r][d]), "step %lld: row %d [%d] = %g", (long long)step,
+                              r, d, (double)got[r][d]);
+        if (rc == 0) continue;
+        ck_assert_msg(rc == DT_EINVAL, "step %lld: rc %d: %s", (long long)step, rc, err.msg);
+        if (!refused++) snprintf(first, sizeof first, "%s", err.msg);
+        assert_floats_eq(&got[0][0], &before[0][0], 2 * T_DIM, "rows of a refused step");
+    }
+    ck_assert_msg(refused > 0, "no sync step refused in %lld", (long long)step);
+    ck_assert_msg(strstr(first, T_NAME " row 1 (id 10) [1] would not be finite") != NULL, "%s",
+                  first);
+    /* Both at 3e38: the mean's sum is +inf. */
+    float big[2][T_DIM] = {{1, 1}, {1, 3e38f}};
+    dt_tensor gtb;
+    make_tensor(&gtb, T_NAME, DT_DTYPE_F32, 2, 2, T_DIM, big);
+    dt_msg_push_resp resp;
+    dt_err_clear(&err);
+    ck_assert_msg(push_sparse_from(&f, 0, step, &it, &gtb, 1, 1, &resp, &err) == 0, "%s", err.msg);
+    ASSERT_FAILS(push_sparse_from(&f, 1, step, &it, &gtb, 1, 1, &resp, &err), DT_EINVAL,
+                 "summed row");
+    refused++;
+    step++;
+    dt_msg_status_resp st;
+    status(&f, -1, &st);
+    ck_assert_int_eq(st.updates_nonfinite, refused);
+    ck_assert_int_eq(st.global_step, step);
+    fixture_stop(&f);
+}
+END_TEST
+
 Suite *ps_suite(void) {
     Suite *s = suite_create("ps");
     TCase *life = tcase_create("lifecycle");
@@ -3967,6 +4031,7 @@ Suite *ps_suite(void) {
     tcase_add_test(finite, test_overflow_every_optimizer);
     tcase_add_test(finite, test_overflow_skipped);
     tcase_add_test(finite, test_overflow_sync_sum);
+    tcase_add_test(finite, test_overflow_sync_table_rows);
     tcase_add_test(finite, test_overflow_table_rows);
     suite_add_tcase(s, finite);
     return s;
