@@ -181,7 +181,11 @@ static void rapid_reset(pid_t ps, pid_t chief, const char *sec_flags, int with_s
     long before = rss_baseline(ps);
     ck_assert_int_gt(before, 0);
     char extra[4200], out[4096];
-    snprintf(extra, sizeof extra, "--seconds 5 --max-frames 400000 %s", sec_flags);
+    /* --linger: how long the client waits, after its flood, for the ps to
+     * close it (it returns as soon as it is closed): a bounded wait for
+     * an event, long enough for a ps whose pollers a loaded machine (or
+     * ASan) runs late. How soon it closes is the bench's figure. */
+    snprintf(extra, sizeof extra, "--seconds 5 --max-frames 400000 --linger 10 %s", sec_flags);
     flood("reset", extra, out, sizeof out);
     long peak = proc_kb(ps, "VmHWM");
     fprintf(stderr, "flood: rapid reset: the ps grew by %ld kB (from %ld kB); client: %s",
@@ -269,7 +273,8 @@ static void other_floods(pid_t ps, pid_t chief, const char *sec_flags) {
         char out[4096], source[32], extra[4200];
         /* Each from an address of its own. */
         snprintf(source, sizeof source, "127.0.0.%d", (int)(10 + i));
-        snprintf(extra, sizeof extra, "--seconds 1.5 --max-frames 300000 --linger 1 %s", sec_flags);
+        snprintf(extra, sizeof extra, "--seconds 1.5 --max-frames 300000 --linger 10 %s",
+                 sec_flags);
         /* The peak read below is this flood's, still against the RSS
          * before the first flood. */
         long now_kb = rss_baseline(ps);
@@ -334,7 +339,7 @@ START_TEST(slow_connections) {
     pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
     wait_training(chief);
     char out[4096];
-    flood("slowloris", "--conns 40 --seconds 8 --linger 1", out, sizeof out);
+    flood("slowloris", "--conns 40 --seconds 8 --linger 10", out, sizeof out);
     ck_assert_msg(strstr(out, "\"conns\": 40") && strstr(out, "\"conns_closed\": 40"),
                   "not every slow connection was closed: %s", out);
     ck_assert_msg(dt_test_job_wait_log(&w, "ps0", "holds more than 8 connections", 5000, ps),
