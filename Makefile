@@ -280,6 +280,7 @@ PREFIX   ?= /usr/local
 EXAMPLES := $(BUILD)/example_linear
 all: $(BUILD)/libdtrain.so $(EXAMPLES)
 test: $(BUILD)/libdtrain.so $(EXAMPLES)
+bench: $(BUILD)/libdtrain.so
 
 $(BUILD)/libdtrain.so.$(DTRAIN_VERSION): $(LIB_OBJ) lib/dtrain.map
 	@echo "  LD    $@"

@@ -23,6 +23,7 @@ import gzip
 import os
 import struct
 import sys
+import time
 
 import numpy as np
 import torch
@@ -120,6 +121,7 @@ def main():
     criterion = nn.CrossEntropyLoss()
     order, at, passes, steps = rng.permutation(shard), 0, 0, 0
     with dtrain.Supervisor(cluster, config, model.model) as sv:
+        start = time.monotonic()
         while not sv.should_stop():
             if at + batch > len(order):
                 order, at, passes = rng.permutation(shard), 0, passes + 1
@@ -139,7 +141,9 @@ def main():
                 print("worker %d: step %d global_step %d loss %.4f batch accuracy %.3f pass %d"
                       % (cluster.task_index, r.local_step, r.global_step, float(loss), accuracy,
                          passes), flush=True)
-    print("worker %d: done after %d local steps" % (cluster.task_index, steps), flush=True)
+        secs = time.monotonic() - start
+    print("worker %d: done after %d local steps in %.1f s" % (cluster.task_index, steps, secs),
+          flush=True)
     return 0
 
 

@@ -53,6 +53,22 @@ def read_safetensors(path):
     return tensors, meta
 
 
+def write_safetensors(path, state, meta):
+    """state (name -> tensor) as a safetensors file of F32 tensors, with
+    the string metadata meta: what a dtrain checkpoint holds, for models
+    trained elsewhere (make bench scores them the same way)."""
+    header, blobs, at = {"__metadata__": meta}, [], 0
+    for name, t in state.items():
+        a = np.ascontiguousarray(t.detach().cpu().numpy(), dtype="<f4")
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + a.nbytes]}
+        blobs.append(a.tobytes())
+        at += a.nbytes
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
 def score(path, data_dir=DATA_DIR):
     tensors, meta = read_safetensors(path)
     net = Net()

@@ -50,7 +50,9 @@
 #      scraped (1f) alone; BENCH_ONLY=metrics figure 1f alone;
 #   BENCH_METRICS_TRIALS=N the runs of each side of figure 1f (default 3).
 #   BENCH_ONLY=flood the rapid-reset flood figures (scripts/bench_flood.sh)
-#      alone.
+#      alone; BENCH_ONLY=cnn the PyTorch CNN on dtrain against one process
+#      and torch.distributed.rpc (scripts/bench_cnn.sh, minutes: not in the
+#      default run).
 # Exit status: 0 when every figure was measured, 1 when something failed to
 # run (its line says FAILED and its log is shown on stderr).
 set -u
@@ -100,8 +102,9 @@ ONLY=${BENCH_ONLY:-}
 case "$ONLY" in
     '' | sparse | tiny | metrics) ;;
     flood) exec sh "$(dirname "$0")/bench_flood.sh" ;;
+    cnn) exec sh "$(dirname "$0")/bench_cnn.sh" ;;
     *)
-        echo "bench: BENCH_ONLY must be sparse, tiny, metrics, flood or unset (got \"$ONLY\")" >&2
+        echo "bench: BENCH_ONLY must be sparse, tiny, metrics, flood, cnn or unset (got \"$ONLY\")" >&2
         exit 1
         ;;
 esac
