@@ -18,6 +18,9 @@
 
 #include "../include/dtrain.h"
 #include "checkpoint.h"
+#include "data.h"
+#include "job.h"
+#include "model.h"
 #include "proc.h"
 #include "safetensors.h"
 #include "suites.h"
@@ -506,6 +509,129 @@ START_TEST(library_ps_restarted) {
 }
 END_TEST
 
+/* ---- one training loop --------------------------------------------------- */
+
+/* The sets both runs of same_loop_bit_for_bit take: sync, 1 ps + 1 worker,
+ * the built-in linear model's data, seed and steps. */
+static const char *const same_loop_sets[] = {"mode=sync", "max_steps=150", "epochs=0", "seed=7",
+                                             "learning_rate=0.05", "save_model_secs=3600"};
+
+/* The binary's chief and a library chief of the test's own (in this
+ * process) train the same linear model, sync, 1 ps + 1 worker: the
+ * library program reads the job's own data set (dt_job_open_data, the
+ * same shuffled batches), starts from the built-in model's initial values
+ * (dt_model_init, given) and computes the gradient with the built-in
+ * model's code (dt_model_loss_grad); the session, the push, the ps's
+ * update and the checkpoint are the library's. Both final checkpoints
+ * hold the same variables, bit for bit: one training loop. */
+START_TEST(same_loop_bit_for_bit) {
+    dt_test_job_set(&j, same_loop_sets, (int)(sizeof same_loop_sets / sizeof *same_loop_sets));
+    dt_test_job_cluster(&j, 1, 1);
+    pid_t pids[2] = {dt_test_job_start(&j, "ps", 0, "ps"),
+                     dt_test_job_start(&j, "worker", 0, "chief")};
+    const char *names[2] = {"ps", "chief"};
+    dt_test_job_expect_done(&j, pids, names, 2, JOB_TIMEOUT_MS);
+    dt_tensors builtin;
+    memset(&builtin, 0, sizeof builtin);
+    char builtin_path[1200];
+    ck_assert_int_eq(dt_test_job_load_latest(&j, 150, &builtin, builtin_path, sizeof builtin_path),
+                     150);
+
+    /* The library run: a new cluster and log dir, the binary's ps. */
+    dt_job job;
+    dt_test_job_config(&j, &job);
+    snprintf(j.log_dir, sizeof j.log_dir, "%s/logs-library", j.dir);
+    dt_test_job_cluster(&j, 1, 1);
+    pid_t ps = dt_test_job_start(&j, "ps", 0, "ps-library");
+
+    dt_tensor specs[DT_MODEL_MAX_VARS];
+    int count = 0;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_model_specs(&job.model, specs, &count, &err), 0);
+    ck_assert_int_eq(count, 2);
+    dt_tensors vars, grads;
+    ck_assert_int_eq(dt_tensors_init(&vars, specs, count, &err), 0);
+    ck_assert_int_eq(dt_tensors_init(&grads, specs, count, &err), 0);
+    dt_model_init(&job.model, job.seed, &vars);
+    dt_model *model = NULL;
+    dt_dataset *data = NULL;
+    ck_assert_msg(dt_model_new(&job.model, &model, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_job_open_data(&job, 0, 1, &data, &err) == 0, "%s", err.msg);
+
+    dtrain_cluster *c = NULL;
+    dtrain_config *cfg = NULL;
+    dtrain_model *m = NULL;
+    dtrain_session *s = NULL;
+    ck_assert_int_eq(dtrain_cluster_new(&c), 0);
+    ck_assert_int_eq(dtrain_config_new(&cfg), 0);
+    ck_assert_int_eq(dtrain_model_new(&m), 0);
+    ck_assert_int_eq(dtrain_session_new(&s), 0);
+    ck_assert_int_eq(dtrain_cluster_load(c, j.cluster), 0);
+    ck_assert_int_eq(dtrain_cluster_set_task(c, "worker", 0), 0);
+    char set[1200];
+    snprintf(set, sizeof set, "log_dir=%s", j.log_dir);
+    ck_assert_int_eq(dtrain_config_set(cfg, set), 0);
+    for (size_t k = 0; k < sizeof same_loop_sets / sizeof *same_loop_sets; k++)
+        ck_assert_int_eq(dtrain_config_set(cfg, same_loop_sets[k]), 0);
+    for (int i = 0; i < count; i++) {
+        int64_t shape[DT_TENSOR_MAX_DIMS];
+        for (int d = 0; d < specs[i].ndim; d++)
+            shape[d] = specs[i].shape[d];
+        dtrain_var_params vp = {.name = specs[i].name,
+                                .ndim = specs[i].ndim,
+                                .shape = shape,
+                                .values = vars.items[i].data,
+                                .init = DTRAIN_INIT_GIVEN};
+        ck_assert_int_eq(dtrain_model_add(m, &vp), 0);
+    }
+    dtrain_session_params p = {.cluster = c, .config = cfg, .model = m};
+    int rc = dtrain_session_start(s, &p);
+    ck_assert_msg(rc == 0, "start: %s", dtrain_errmsg(s));
+    const float *g[2] = {grads.items[0].data, grads.items[1].data};
+    int64_t steps = 0;
+    while (rc == 0 && !dtrain_session_should_stop(s)) {
+        dt_batch batch;
+        double loss = 0;
+        ck_assert_msg(dt_data_next(data, job.batch_size, &batch, &err) == 0, "%s", err.msg);
+        ck_assert_msg(dt_model_loss_grad(model, &vars, &batch, &grads, &loss, &err) == 0, "%s",
+                      err.msg);
+        rc = dtrain_session_step(s, g, loss, NULL);
+        steps++;
+    }
+    ck_assert_msg(rc == 0, "step: %s", dtrain_errmsg(s));
+    ck_assert_msg(dtrain_session_close(s) == 0, "close: %s", dtrain_errmsg(s));
+    ck_assert_int_eq(steps, 150);
+    dt_test_job_expect_exit(&j, ps, "ps-library", JOB_TIMEOUT_MS, 0);
+
+    dt_tensors library;
+    memset(&library, 0, sizeof library);
+    char library_path[1200];
+    ck_assert_int_eq(dt_test_job_load_latest(&j, 150, &library, library_path, sizeof library_path),
+                     150);
+    for (int i = 0; i < count; i++) {
+        const dt_tensor *a = dt_tensors_find(&builtin, specs[i].name);
+        const dt_tensor *b = dt_tensors_find(&library, specs[i].name);
+        ck_assert_msg(a && b, "%s: in %s and %s", specs[i].name, builtin_path, library_path);
+        ck_assert_int_eq(a->nbytes, b->nbytes);
+        const float *av = a->data, *bv = b->data;
+        ck_assert_msg(memcmp(a->data, b->data, a->nbytes) == 0,
+                      "%s differs: %.9g (%s) vs %.9g (%s)", specs[i].name, av[0], builtin_path,
+                      bv[0], library_path);
+    }
+    dt_tensors_deinit(&builtin);
+    dt_tensors_deinit(&library);
+    dtrain_session_free(s);
+    dtrain_model_free(m);
+    dtrain_config_free(cfg);
+    dtrain_cluster_free(c);
+    dt_data_free(data);
+    dt_model_free(model);
+    dt_tensors_deinit(&vars);
+    dt_tensors_deinit(&grads);
+}
+END_TEST
+
 /* The Python module's tests (python/tests), with Debian's python3 and the
  * library of this build (DTRAIN_LIBRARY). */
 START_TEST(python_module) {
@@ -600,6 +726,7 @@ Suite *api_suite(void) {
     tcase_add_test(jobs, library_job);
     tcase_add_test(jobs, library_chief_signal_and_restart);
     tcase_add_test(jobs, library_ps_restarted);
+    tcase_add_test(jobs, same_loop_bit_for_bit);
     tcase_add_test(jobs, python_module);
     tcase_add_test(jobs, installed_program_builds);
     return s;
