@@ -31,6 +31,7 @@
 #include "err.h"
 #include "job.h"
 #include "log.h"
+#include "model.h"
 #include "optim.h"
 #include "ps.h"
 #include "rpc_common.h"
@@ -568,20 +569,12 @@ static double uniform01(uint64_t *state) {
     return (double)(z >> 11) * 0x1.0p-53;
 }
 
-/* A stream per (seed, variable name), as the built-in models' init: a
- * variable's values depend on neither the order nor the others. */
-static uint64_t init_state(uint64_t seed, const char *name) {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (const unsigned char *q = (const unsigned char *)name; *q; q++) {
-        h ^= *q;
-        h *= 0x100000001b3ull;
-    }
-    return (seed * 0x9E3779B97F4A7C15ull) ^ h ^ 0x5f3759df5f3759dfull;
-}
-
 static void initial_values(const var *v, uint64_t seed, float *out) {
     const int64_t n = dt_tensor_numel(&v->spec);
-    uint64_t state = init_state(seed, v->spec.name);
+    /* The built-in models' stream (dt_model_init_state): a variable's
+     * values depend on neither the order nor the others, and a normal of
+     * a built-in variable's name and stddev is the built-in's, bit for bit. */
+    uint64_t state = dt_model_init_state(seed, v->spec.name);
     double fan_in, fan_out, stddev = v->stddev, limit = 0;
     fans(&v->spec, &fan_in, &fan_out);
     int truncated = 0, uniform = 0;
@@ -618,9 +611,13 @@ static void initial_values(const var *v, uint64_t seed, float *out) {
             out[i] = (float)(v->low + (v->high - v->low) * uniform01(&state));
         return;
     }
+    if (!truncated) {
+        dt_data_normals(&state, out, n, stddev);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         double z = dt_data_normal(&state);
-        while (truncated && fabs(z) > 2.0)
+        while (fabs(z) > 2.0)
             z = dt_data_normal(&state);
         out[i] = (float)(stddev * z);
     }

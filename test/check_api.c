@@ -513,17 +513,20 @@ END_TEST
 
 /* The sets both runs of same_loop_bit_for_bit take: sync, 1 ps + 1 worker,
  * the built-in linear model's data, seed and steps. */
-static const char *const same_loop_sets[] = {"mode=sync", "max_steps=150", "epochs=0", "seed=7",
+static const char *const same_loop_sets[] = {"mode=sync",          "max_steps=150",
+                                             "epochs=0",           "seed=7",
                                              "learning_rate=0.05", "save_model_secs=3600"};
 
 /* The binary's chief and a library chief of the test's own (in this
  * process) train the same linear model, sync, 1 ps + 1 worker: the
- * library program reads the job's own data set (dt_job_open_data, the
- * same shuffled batches), starts from the built-in model's initial values
- * (dt_model_init, given) and computes the gradient with the built-in
- * model's code (dt_model_loss_grad); the session, the push, the ps's
- * update and the checkpoint are the library's. Both final checkpoints
- * hold the same variables, bit for bit: one training loop. */
+ * library program declares the built-in's variables with the public
+ * initializers (the weight normal with stddev 1/sqrt(fan_in), the bias
+ * zeros: the built-in's rule, and its streams), reads the job's own data
+ * set (dt_job_open_data, the same shuffled batches) and computes the
+ * gradient with the built-in model's code (dt_model_loss_grad); the
+ * session, the push, the ps's update and the checkpoint are the
+ * library's. Both final checkpoints hold the same variables, bit for bit:
+ * one training loop. */
 START_TEST(same_loop_bit_for_bit) {
     dt_test_job_set(&j, same_loop_sets, (int)(sizeof same_loop_sets / sizeof *same_loop_sets));
     dt_test_job_cluster(&j, 1, 1);
@@ -553,7 +556,6 @@ START_TEST(same_loop_bit_for_bit) {
     dt_tensors vars, grads;
     ck_assert_int_eq(dt_tensors_init(&vars, specs, count, &err), 0);
     ck_assert_int_eq(dt_tensors_init(&grads, specs, count, &err), 0);
-    dt_model_init(&job.model, job.seed, &vars);
     dt_model *model = NULL;
     dt_dataset *data = NULL;
     ck_assert_msg(dt_model_new(&job.model, &model, &err) == 0, "%s", err.msg);
@@ -578,11 +580,13 @@ START_TEST(same_loop_bit_for_bit) {
         int64_t shape[DT_TENSOR_MAX_DIMS];
         for (int d = 0; d < specs[i].ndim; d++)
             shape[d] = specs[i].shape[d];
+        /* linear: weight (F, 1) feeding no ReLU, bias (1). */
         dtrain_var_params vp = {.name = specs[i].name,
                                 .ndim = specs[i].ndim,
                                 .shape = shape,
                                 .values = vars.items[i].data,
-                                .init = DTRAIN_INIT_GIVEN};
+                                .init = i == 0 ? DTRAIN_INIT_NORMAL : DTRAIN_INIT_ZEROS,
+                                .stddev = 1.0 / sqrt((double)shape[0])};
         ck_assert_int_eq(dtrain_model_add(m, &vp), 0);
     }
     dtrain_session_params p = {.cluster = c, .config = cfg, .model = m};
