@@ -300,6 +300,64 @@ class Jobs(unittest.TestCase):
         self.assertIn("lost its model; restoring it", job.log("chief"))
         job.expect_trained(600)
 
+    def test_table_job(self):
+        """A model with a table, trained by a library chief in this process
+        on a ps of the module: each step looks up its batch's rows and
+        pushes their gradient; bad ids raise with the library's message;
+        the checkpoint holds the rows under the table's name."""
+        cl = cluster_file(self.dir, 1)
+        logs = os.path.join(self.dir, "logs")
+        ps_log = open(os.path.join(self.dir, "ps.log"), "w")
+        self.addCleanup(ps_log.close)
+        ps = subprocess.Popen(
+            [sys.executable, "-c",
+             "import dtrain; c, cfg, _ = dtrain.parse_args(); dtrain.Server(c, cfg).join()",
+             "--cluster", cl, "--job-name", "ps", "--task-index", "0", "--log-dir", logs,
+             "--set", "max_steps=300"],
+            stdout=ps_log, stderr=subprocess.STDOUT)
+        try:
+            model = dtrain.Model()
+            bias = model.variable("bias", (1,), init="zeros")
+            model.table("emb", 1000, 4, init="normal", scale=0.1)
+            with self.assertRaises(dtrain.DtrainError) as e:
+                model.variable("emb/values", (1,), init="zeros")
+            self.assertEqual(e.exception.name, "already exists")
+            cluster = dtrain.ClusterSpec(cl, job_name="worker", task_index=0)
+            config = dtrain.Config(max_steps=300, log_dir=logs, learning_rate=0.1)
+
+            def target(ids):
+                return ((ids % 5) - 2) * 0.5
+
+            with dtrain.Supervisor(cluster, config, model, handle_signals=False) as sv:
+                with self.assertRaises(dtrain.DtrainError) as e:
+                    sv.lookup("emb", [5, 1000])
+                self.assertIn("is not in [0, 1000)", str(e.exception))
+                with self.assertRaises(dtrain.DtrainError) as e:
+                    sv.lookup(0, [5, 3])
+                self.assertIn("strictly increasing", str(e.exception))
+                step = 0
+                while not sv.should_stop():
+                    ids = np.unique((7 * step + 13 * np.arange(8)) % 100)
+                    rows = sv.lookup("emb", ids)
+                    if sv.should_stop():
+                        break
+                    err = rows.sum(1) + bias[0] - target(ids)
+                    g = (2 * err / len(ids)).astype(np.float32)
+                    sv.step([np.array([g.sum()], dtype=np.float32)], float(np.mean(err * err)),
+                            rows=[np.repeat(g[:, None], 4, axis=1)])
+                    step += 1
+            self.assertEqual(ps.wait(TIMEOUT), 0)
+            ts = read_safetensors(os.path.join(logs, "model.ckpt-300.safetensors"))
+            ids, values = ts["emb/ids"], ts["emb/values"]
+            self.assertEqual(values.shape, (len(ids), 4))
+            self.assertTrue(np.all(ids < 100))
+            fit = values.sum(1) + ts["bias"][0] - target(ids)
+            self.assertLess(float(np.mean(fit * fit)), 0.05)
+        finally:
+            if ps.poll() is None:
+                ps.kill()
+                ps.wait()
+
     def test_torch_helper(self):
         """dtrain.torch: a module's parameters trained in place, a checkpoint
         named by its state_dict keys."""
