@@ -218,6 +218,43 @@ int64_t dtrain_model_numel(const dtrain_model *m, int i);
  * (numel floats). DTRAIN_EINVAL for GIVEN or an index out of range. */
 int dtrain_model_initial_values(dtrain_model *m, int i, uint64_t seed, float *out);
 
+/* ---- tables of rows ------------------------------------------------------ */
+
+/*
+ * A table: R rows of D floats on the ps tasks (an embedding, a wide
+ * model's weights), as dtrain's sparse jobs hold theirs. Only the rows a
+ * batch names travel: each step the program looks up the batch's ids
+ * (dtrain_session_lookup: their rows as the ps tasks hold them now) and
+ * pushes their gradient with the dense one (dtrain_session_step_rows, the
+ * same round trip). A row never pushed reads as its initializer's value
+ * (of the job's seed, the table's name and the id). The checkpoint holds
+ * the rows pushed to as "<name>/ids" (I64, n), "<name>/values" (F32,
+ * (n, D)) and the optimizer's slots "<name>/<slot>"; the optimizer
+ * updates only the rows pushed (lazily, as TF's LazyAdam).
+ */
+
+#define DTRAIN_MAX_TABLES 1
+#define DTRAIN_TABLE_NAME_MAX 95
+#define DTRAIN_TABLE_MAX_ROWS ((int64_t)1 << 40)
+#define DTRAIN_TABLE_MAX_DIM 65536
+
+typedef struct {
+    const char *name; /* 1..95 bytes; no variable is named it or "<name>/..." */
+    int64_t rows;     /* R: ids 0..R-1, 1..DTRAIN_TABLE_MAX_ROWS */
+    int dim;          /* D: floats a row, 1..DTRAIN_TABLE_MAX_DIM */
+    dtrain_init init; /* DTRAIN_INIT_ZEROS, _NORMAL (N(0, scale^2)), _UNIFORM (U(-scale, scale)) */
+    double scale;     /* _NORMAL, _UNIFORM: > 0 */
+} dtrain_table_params;
+
+/* Declares a table, index dtrain_model_table_count - 1 (at most
+ * DTRAIN_MAX_TABLES). DTRAIN_EINVAL for a bad name, size or initializer,
+ * or one table too many; DTRAIN_EEXIST for a name a variable or table
+ * has (or "<name>/..." a variable's); DTRAIN_EPRECOND once a session or
+ * server uses the model. A variable declared after it may not be named
+ * "<name>/..." either. */
+int dtrain_model_add_table(dtrain_model *m, const dtrain_table_params *p);
+int dtrain_model_table_count(const dtrain_model *m);
+
 /* ---- the ps ------------------------------------------------------------- */
 
 typedef struct dtrain_server dtrain_server;
@@ -284,6 +321,24 @@ int dtrain_session_start(dtrain_session *s, const dtrain_session_params *p);
  * after the job is done; the training's failure otherwise. */
 int dtrain_session_step(dtrain_session *s, const float *const *grads, double loss,
                         dtrain_step_result *r);
+
+/* A model with a table: the rows of ids (n >= 1 ids, strictly increasing,
+ * each in [0, R)) of table (its index, 0) into rows (n * dim floats, row k
+ * for ids[k]), as the ps tasks hold them now: the batch's rows, looked up
+ * once before each step (a step pushes the gradient of the last lookup's
+ * rows). Retried as a step is. When the job ends meanwhile it returns
+ * DTRAIN_OK with should_stop 1 (rows unspecified). DTRAIN_EINVAL for bad
+ * ids (the message names the position), DTRAIN_EPRECOND before start or
+ * for a model without that table. */
+int dtrain_session_lookup(dtrain_session *s, int table, const int64_t *ids, int64_t n, float *rows);
+
+/* dtrain_session_step for a model with tables: row_grads[t] (n * dim
+ * floats, borrowed for the call) is the gradient of table t's rows of the
+ * last lookup, pushed with grads and loss in the same round trip.
+ * DTRAIN_EPRECOND when no lookup came since the last step;
+ * dtrain_session_step itself refuses a model with a table. */
+int dtrain_session_step_rows(dtrain_session *s, const float *const *grads,
+                             const float *const *row_grads, double loss, dtrain_step_result *r);
 
 /* 1 once the job is done, failed or stopped: no more steps. */
 int dtrain_session_should_stop(const dtrain_session *s);

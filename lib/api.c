@@ -31,10 +31,12 @@
 #include "err.h"
 #include "job.h"
 #include "log.h"
+#include "model.h"
 #include "optim.h"
 #include "ps.h"
 #include "rpc_common.h"
 #include "session.h"
+#include "table.h"
 #include "tensor.h"
 
 _Static_assert((int)DTRAIN_EABORTED == (int)DT_EABORTED && (int)DTRAIN_ECONFIG == (int)DT_ECONFIG &&
@@ -442,10 +444,20 @@ typedef struct {
     double value, stddev, low, high;
 } var;
 
+typedef struct {
+    char name[DT_TABLE_NAME_MAX];
+    int64_t rows;
+    int dim;
+    dtrain_init init;
+    double scale;
+} table_decl;
+
 struct dtrain_model {
     handle h;
     var *vars;
     int count, cap;
+    table_decl tables[DTRAIN_MAX_TABLES];
+    int num_tables;
     atomic_int in_use; /* sessions and servers using it */
 };
 
@@ -468,6 +480,83 @@ int64_t dtrain_model_numel(const dtrain_model *m, int i) {
     return i >= 0 && i < m->count ? dt_tensor_numel(&m->vars[i].spec) : 0;
 }
 
+/* 1 when name is table or lies under it ("<table>/..."): a checkpoint
+ * name of the table's. */
+static int under_table(const char *name, const char *table_name) {
+    size_t n = strlen(table_name);
+    return strncmp(name, table_name, n) == 0 && (name[n] == '\0' || name[n] == '/');
+}
+
+int dtrain_model_table_count(const dtrain_model *m) {
+    return m->num_tables;
+}
+
+int dtrain_model_add_table(dtrain_model *m, const dtrain_table_params *p) {
+    dt_err *err = begin(m);
+    if (atomic_load(&m->in_use))
+        return dt_err_set(err, DT_EPRECOND, "model: a session or server uses it already");
+    if (!p || !p->name || !p->name[0] || strlen(p->name) > DTRAIN_TABLE_NAME_MAX)
+        return dt_err_set(err, DT_EINVAL, "model: a table needs a name of 1..%d bytes",
+                          DTRAIN_TABLE_NAME_MAX);
+    const char *name = p->name;
+    if (m->num_tables == DTRAIN_MAX_TABLES)
+        return dt_err_set(err, DT_EINVAL, "model: table \"%s\": at most %d table(s) a model", name,
+                          DTRAIN_MAX_TABLES);
+    for (int i = 0; i < m->count; i++)
+        if (under_table(m->vars[i].spec.name, name))
+            return dt_err_set(err, DT_EEXIST,
+                              "model: table \"%s\": variable \"%s\" has its name or one of "
+                              "its checkpoint names",
+                              name, m->vars[i].spec.name);
+    for (int i = 0; i < m->num_tables; i++)
+        if (strcmp(m->tables[i].name, name) == 0)
+            return dt_err_set(err, DT_EEXIST, "model: table \"%s\" declared twice", name);
+    /* Its checkpoint names must be tensor names. */
+    dt_tensor probe;
+    memset(&probe, 0, sizeof probe);
+    snprintf(probe.name, sizeof probe.name, "%s/values", name);
+    probe.dtype = DT_DTYPE_F32;
+    int rc = dt_tensor_check_spec(&probe, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "model: table \"%s\"", name);
+    if (p->rows < 1 || p->rows > DTRAIN_TABLE_MAX_ROWS)
+        return dt_err_set(err, DT_EINVAL, "model: table \"%s\": rows %lld is not 1..2^40", name,
+                          (long long)p->rows);
+    if (p->dim < 1 || p->dim > DTRAIN_TABLE_MAX_DIM)
+        return dt_err_set(err, DT_EINVAL, "model: table \"%s\": dim %d is not 1..%d", name, p->dim,
+                          DTRAIN_TABLE_MAX_DIM);
+    if (p->init != DTRAIN_INIT_ZEROS && p->init != DTRAIN_INIT_NORMAL &&
+        p->init != DTRAIN_INIT_UNIFORM)
+        return dt_err_set(err, DT_EINVAL,
+                          "model: table \"%s\": initializer %d is not zeros, normal or uniform",
+                          name, p->init);
+    if (p->init != DTRAIN_INIT_ZEROS && (!(p->scale > 0) || !isfinite(p->scale)))
+        return dt_err_set(err, DT_EINVAL, "model: table \"%s\": scale %g must be > 0", name,
+                          p->scale);
+    table_decl *t = &m->tables[m->num_tables];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->rows = p->rows;
+    t->dim = p->dim;
+    t->init = p->init;
+    t->scale = p->scale;
+    m->num_tables++;
+    return 0;
+}
+
+/* The table of m as the ps tasks hold it under job (its seed, the
+ * optimizer's slots). */
+static void table_config(const table_decl *t, const dt_job *job, dt_table_config *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", t->name);
+    out->rows = t->rows;
+    out->dim = t->dim;
+    out->init = t->init == DTRAIN_INIT_NORMAL    ? DT_TABLE_INIT_NORMAL
+                : t->init == DTRAIN_INIT_UNIFORM ? DT_TABLE_INIT_UNIFORM
+                                                 : DT_TABLE_INIT_ZEROS;
+    out->init_scale = t->init == DTRAIN_INIT_ZEROS ? 1.0 : t->scale;
+    out->seed = job->seed;
+    dt_table_config_slots(out, &job->optim);
+}
+
 int dtrain_model_add(dtrain_model *m, const dtrain_var_params *p) {
     dt_err *err = begin(m);
     if (atomic_load(&m->in_use))
@@ -479,6 +568,11 @@ int dtrain_model_add(dtrain_model *m, const dtrain_var_params *p) {
     for (int i = 0; i < m->count; i++)
         if (strcmp(m->vars[i].spec.name, name) == 0)
             return dt_err_set(err, DT_EEXIST, "model: variable \"%s\" declared twice", name);
+    for (int i = 0; i < m->num_tables; i++)
+        if (under_table(name, m->tables[i].name))
+            return dt_err_set(err, DT_EEXIST,
+                              "model: variable \"%s\": table \"%s\" has that checkpoint name", name,
+                              m->tables[i].name);
     if (p->ndim < 0 || p->ndim > DTRAIN_MAX_DIMS || (p->ndim > 0 && !p->shape))
         return dt_err_set(err, DT_EINVAL, "model: \"%s\": ndim %d is not 0..%d with a shape", name,
                           p->ndim, DTRAIN_MAX_DIMS);
@@ -568,20 +662,12 @@ static double uniform01(uint64_t *state) {
     return (double)(z >> 11) * 0x1.0p-53;
 }
 
-/* A stream per (seed, variable name), as the built-in models' init: a
- * variable's values depend on neither the order nor the others. */
-static uint64_t init_state(uint64_t seed, const char *name) {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (const unsigned char *q = (const unsigned char *)name; *q; q++) {
-        h ^= *q;
-        h *= 0x100000001b3ull;
-    }
-    return (seed * 0x9E3779B97F4A7C15ull) ^ h ^ 0x5f3759df5f3759dfull;
-}
-
 static void initial_values(const var *v, uint64_t seed, float *out) {
     const int64_t n = dt_tensor_numel(&v->spec);
-    uint64_t state = init_state(seed, v->spec.name);
+    /* The built-in models' stream (dt_model_init_state): a variable's
+     * values depend on neither the order nor the others, and a normal of
+     * a built-in variable's name and stddev is the built-in's, bit for bit. */
+    uint64_t state = dt_model_init_state(seed, v->spec.name);
     double fan_in, fan_out, stddev = v->stddev, limit = 0;
     fans(&v->spec, &fan_in, &fan_out);
     int truncated = 0, uniform = 0;
@@ -618,9 +704,13 @@ static void initial_values(const var *v, uint64_t seed, float *out) {
             out[i] = (float)(v->low + (v->high - v->low) * uniform01(&state));
         return;
     }
+    if (!truncated) {
+        dt_data_normals(&state, out, n, stddev);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         double z = dt_data_normal(&state);
-        while (truncated && fabs(z) > 2.0)
+        while (fabs(z) > 2.0)
             z = dt_data_normal(&state);
         out[i] = (float)(stddev * z);
     }
@@ -647,6 +737,12 @@ static void describe(const dtrain_model *m, char *buf, size_t cap) {
         dt_tensor_layout_text(&m->vars[i].spec, layout, sizeof layout);
         int n =
             snprintf(buf + off, cap - off, "%s %s %s", i ? "," : "", m->vars[i].spec.name, layout);
+        if (n < 0) break;
+        off += (size_t)n;
+    }
+    for (int i = 0; i < m->num_tables && off < cap; i++) {
+        int n = snprintf(buf + off, cap - off, "; table %s (%lld, %d)", m->tables[i].name,
+                         (long long)m->tables[i].rows, m->tables[i].dim);
         if (n < 0) break;
         off += (size_t)n;
     }
@@ -756,6 +852,7 @@ struct dtrain_session {
     dt_tensor *specs;
     float **values;
     dt_job job;
+    dt_table_config table; /* the model's table, when it has one */
     char describe[DT_MSG_MODEL_MAX];
     int closed;
     int rc; /* close's outcome, once closed */
@@ -797,6 +894,7 @@ int dtrain_session_start(dtrain_session *ss, const dtrain_session_params *p) {
         ss->values[i] = m->vars[i].values;
     }
     describe(m, ss->describe, sizeof ss->describe);
+    if (m->num_tables) table_config(&m->tables[0], &ss->job, &ss->table);
     atomic_fetch_add(&m->in_use, 1);
     dt_log_set_role(c->role.index == 0 ? 'C' : 'W');
     dt_rpc_init();
@@ -807,6 +905,7 @@ int dtrain_session_start(dtrain_session *ss, const dtrain_session_params *p) {
                             .specs = ss->specs,
                             .count = m->count,
                             .values = ss->values,
+                            .table = m->num_tables ? &ss->table : NULL,
                             .init = init_model,
                             .init_ctx = ss,
                             .describe = ss->describe};
@@ -816,10 +915,10 @@ int dtrain_session_start(dtrain_session *ss, const dtrain_session_params *p) {
     return rc;
 }
 
-int dtrain_session_step(dtrain_session *ss, const float *const *grads, double loss,
-                        dtrain_step_result *r) {
-    dt_err *err = begin(ss);
-    if (r) memset(r, 0, sizeof *r);
+/* Checks a step's arguments: the session ready, a gradient for every
+ * variable (and table, when rows is set). */
+static int check_step(dtrain_session *ss, const float *const *grads, const float *const *rows,
+                      dt_err *err) {
     if (!ss->s || ss->closed)
         return dt_err_set(err, DT_EPRECOND, "session: step: the session is not %s",
                           ss->closed ? "open (closed)" : "ready (start it first)");
@@ -828,14 +927,76 @@ int dtrain_session_step(dtrain_session *ss, const float *const *grads, double lo
         if (!grads[i])
             return dt_err_set(err, DT_EINVAL, "session: step: no gradient for \"%s\"",
                               ss->specs[i].name);
+    if (!rows && ss->model->num_tables)
+        return dt_err_set(err, DT_EINVAL,
+                          "session: step: the model has table \"%s\": step with "
+                          "dtrain_session_step_rows",
+                          ss->table.name);
+    for (int t = 0; rows && t < ss->model->num_tables; t++)
+        if (!rows[t])
+            return dt_err_set(err, DT_EINVAL, "session: step: no gradient for table \"%s\"",
+                              ss->model->tables[t].name);
+    return 0;
+}
+
+static int step(dtrain_session *ss, const float *const *grads, const float *const *rows,
+                double loss, dtrain_step_result *r) {
+    dt_err *err = begin(ss);
+    if (r) memset(r, 0, sizeof *r);
+    int rc = check_step(ss, grads, rows, err);
+    if (rc < 0) return rc;
     dt_session_result res;
-    int rc = dt_session_step(ss->s, grads, loss, &res, err);
+    rc = dt_session_step(ss->s, grads, rows ? rows[0] : NULL, loss, &res, err);
     if (r) {
         r->global_step = res.global_step;
         r->local_step = res.local_step;
         r->done = res.done;
     }
     return rc;
+}
+
+int dtrain_session_step(dtrain_session *ss, const float *const *grads, double loss,
+                        dtrain_step_result *r) {
+    return step(ss, grads, NULL, loss, r);
+}
+
+int dtrain_session_step_rows(dtrain_session *ss, const float *const *grads,
+                             const float *const *row_grads, double loss, dtrain_step_result *r) {
+    if (!row_grads) {
+        dt_err *err = begin(ss);
+        if (r) memset(r, 0, sizeof *r);
+        return dt_err_set(err, DT_EINVAL, "session: step: no row gradients");
+    }
+    return step(ss, grads, row_grads, loss, r);
+}
+
+int dtrain_session_lookup(dtrain_session *ss, int t, const int64_t *ids, int64_t n, float *rows) {
+    dt_err *err = begin(ss);
+    if (!ss->s || ss->closed)
+        return dt_err_set(err, DT_EPRECOND, "session: lookup: the session is not %s",
+                          ss->closed ? "open (closed)" : "ready (start it first)");
+    if (t < 0 || t >= ss->model->num_tables)
+        return dt_err_set(err, DT_EPRECOND,
+                          "session: lookup: the model has no table %d (it has %d)", t,
+                          ss->model->num_tables);
+    const char *name = ss->model->tables[t].name;
+    if (n < 1 || !ids || !rows)
+        return dt_err_set(err, DT_EINVAL,
+                          "session: lookup \"%s\": needs n >= 1 ids and a rows "
+                          "buffer (n %lld)",
+                          name, (long long)n);
+    for (int64_t k = 0; k < n; k++) {
+        if (ids[k] < 0 || ids[k] >= ss->table.rows)
+            return dt_err_set(err, DT_EINVAL,
+                              "session: lookup \"%s\": ids[%lld] = %lld is not in [0, %lld)", name,
+                              (long long)k, (long long)ids[k], (long long)ss->table.rows);
+        if (k > 0 && ids[k] <= ids[k - 1])
+            return dt_err_set(err, DT_EINVAL,
+                              "session: lookup \"%s\": ids[%lld] = %lld after %lld: the ids must "
+                              "be strictly increasing (sorted, unique)",
+                              name, (long long)k, (long long)ids[k], (long long)ids[k - 1]);
+    }
+    return dt_session_lookup(ss->s, ids, n, rows, err);
 }
 
 int dtrain_session_should_stop(const dtrain_session *ss) {

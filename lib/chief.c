@@ -718,15 +718,17 @@ static int start_model(chief *c, const atomic_int *stop, dt_err *err) {
         nothing_to_train(c, "", step);
         return 2;
     }
-    if (!found && dt_worker_table(c->w)) {
+    if (!found && c->user) {
+        /* A program's model, its table too (its rows start from the
+         * table's initializer on the ps tasks). */
+        c->user->init(c->user->ctx, dt_worker_vars(c->w));
+        dt_log(DT_LOG_INFO, "chief: no checkpoint in %s; initialized %s", c->job->log_dir,
+               c->model);
+    } else if (!found && dt_worker_table(c->w)) {
         dt_sparse_model_config smc;
         dt_table_config table;
         if ((rc = dt_job_sparse_model(c->job, &smc, &table, err)) < 0) return rc;
         dt_sparse_model_init(&smc, c->job->seed, dt_worker_vars(c->w));
-        dt_log(DT_LOG_INFO, "chief: no checkpoint in %s; initialized %s", c->job->log_dir,
-               c->model);
-    } else if (!found && c->user) {
-        c->user->init(c->user->ctx, dt_worker_vars(c->w));
         dt_log(DT_LOG_INFO, "chief: no checkpoint in %s; initialized %s", c->job->log_dir,
                c->model);
     } else if (!found) {

@@ -234,7 +234,7 @@ static uint64_t mix64(uint64_t z) {
 
 /* A stream per (seed, variable name): a layer's values do not depend on the
  * order or the sizes of the others. */
-static uint64_t init_state(uint64_t seed, const char *name) {
+uint64_t dt_model_init_state(uint64_t seed, const char *name) {
     uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a of the name */
     for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
         h ^= *p;
@@ -263,7 +263,7 @@ void dt_model_init(const dt_model_config *cfg, uint64_t seed, dt_tensors *vars) 
          * depth; 1/sqrt(fan_in) keeps the outputs of order |x| otherwise. */
         const int relu_next = l < net.num_layers - 1;
         const double stddev = relu_next ? sqrt(2.0 / fan_in) : 1.0 / sqrt(fan_in);
-        uint64_t state = init_state(seed, specs[2 * l].name);
+        uint64_t state = dt_model_init_state(seed, specs[2 * l].name);
         dt_data_normals(&state, w->data, dt_tensor_numel(w), stddev);
         memset(b->data, 0, b->nbytes);
     }

@@ -79,6 +79,12 @@ int dt_model_bytes(const dt_model_config *cfg, long long *bytes, dt_err *err) DT
  * config or layout that dt_model_specs would refuse is a bug here and aborts. */
 void dt_model_init(const dt_model_config *cfg, uint64_t seed, dt_tensors *vars);
 
+/* The generator state a variable's initial values start from (seed and
+ * its name): dt_model_init's, and the library's initializers' (lib/api),
+ * so a program's variable of a built-in model's name, shape and
+ * initializer starts where the built-in one does. */
+uint64_t dt_model_init_state(uint64_t seed, const char *name);
+
 /* One-line description for checkpoint metadata, e.g. "linear features=1
  * l2=0" or "mlp features=784 hidden=256,128 classes=10 l2=0". Truncated to
  * cap - 1 bytes, always terminated when cap > 0. */

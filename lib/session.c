@@ -6,6 +6,8 @@
  *   LOOP    the role works (pull, push, save); the program waits in
  *           start or step
  *   VALUES  loss_grad wrote values to the buffers and waits for grads
+ *   LOOKUP  the program posted a table's ids; loss_grad pulls their rows
+ *           into the program's buffer and goes back to VALUES
  *   GRADS   the program posted grads; loss_grad takes them
  *   ENDED   the role returned (rc, err): no more turns
  * The loop's waits are bounded (STOP_POLL_MS) so a stop asked while the
@@ -14,6 +16,7 @@
 #include "session.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,13 +28,23 @@
 
 #define STOP_POLL_MS 100
 
-typedef enum { PHASE_LOOP, PHASE_VALUES, PHASE_GRADS, PHASE_ENDED } phase;
+typedef enum { PHASE_LOOP, PHASE_VALUES, PHASE_LOOKUP, PHASE_GRADS, PHASE_ENDED } phase;
 
 struct dt_session {
     dt_job job;
     dt_tensor *specs; /* (count) */
     int count;
     float *const *values; /* (count) the program's buffers */
+    int has_table;
+    dt_table_config table;
+    /* The last lookup, under mu: its ids (copies), the program's rows
+     * buffer, and the rows' gradient copied at the step for the push. */
+    int64_t *ids, ids_cap, num_ids;
+    float *lookup_rows;
+    int looked_up; /* a lookup came since the last step */
+    int lookup_rc;
+    const float *row_grads_in; /* PHASE_GRADS: the program's, borrowed */
+    float *row_grads;          /* (ids_cap, dim) */
     char describe[DT_MSG_MODEL_MAX];
     dt_user_model user;
     void (*init)(void *ctx, dt_tensors *vars); /* the caller's, with init_ctx */
@@ -72,18 +85,45 @@ static void wait_a_while(dt_session *s) {
     pthread_cond_timedwait(&s->cv, &s->mu, &until);
 }
 
-/* The loop's side of a turn: values out, then wait for the gradient. */
-static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_tensors *grads,
-                     double *loss, dt_err *err) {
+/* mu held, phase LOOKUP: the rows of the posted ids into the program's
+ * buffer through the loop's pull (mu released meanwhile: the program
+ * waits for VALUES). 0, 1 (done) or the pull's failure. */
+static int serve_lookup(dt_session *s, dt_user_rows *io, dt_err *err) {
+    dt_ps_sparse req = {s->table.name, s->table.dim, s->num_ids, s->ids, s->lookup_rows};
+    pthread_mutex_unlock(&s->mu);
+    int rc = dt_user_rows_pull(io, &req, err);
+    pthread_mutex_lock(&s->mu);
+    s->lookup_rc = rc;
+    s->looked_up = rc == 0;
+    return rc;
+}
+
+/* The loop's side of a turn: values out, then wait for the gradient (a
+ * table's lookups served meanwhile). */
+static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_user_rows *io,
+                     dt_tensors *grads, double *loss, dt_err *err) {
     dt_session *s = ctx;
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->count; i++)
         memcpy(s->values[i], vars->items[i].data, vars->items[i].nbytes);
     s->vars_step = vars_step;
+    s->looked_up = 0;
     s->phase = PHASE_VALUES;
     pthread_cond_broadcast(&s->cv);
-    while (s->phase != PHASE_GRADS && !atomic_load(&s->stop))
+    while (s->phase != PHASE_GRADS && !atomic_load(&s->stop)) {
+        if (s->phase == PHASE_LOOKUP && io) {
+            int rc = serve_lookup(s, io, err);
+            if (rc != 0) { /* done or failed: the role ends with it */
+                s->phase = PHASE_LOOP;
+                pthread_mutex_unlock(&s->mu);
+                return rc;
+            }
+            s->phase = PHASE_VALUES;
+            pthread_cond_broadcast(&s->cv);
+            continue;
+        }
         wait_a_while(s);
+    }
     if (s->phase != PHASE_GRADS) {
         s->phase = PHASE_LOOP;
         pthread_mutex_unlock(&s->mu);
@@ -91,8 +131,16 @@ static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_te
     }
     for (int i = 0; i < s->count; i++)
         memcpy(grads->items[i].data, s->grads[i], grads->items[i].nbytes);
+    if (io && s->row_grads_in) {
+        memcpy(s->row_grads, s->row_grads_in,
+               (size_t)s->num_ids * (size_t)s->table.dim * sizeof *s->row_grads);
+        dt_user_rows_push(
+            io, &(dt_ps_sparse){s->table.name, s->table.dim, s->num_ids, s->ids, s->row_grads});
+    }
     *loss = s->loss;
     s->grads = NULL;
+    s->row_grads_in = NULL;
+    s->looked_up = 0;
     s->phase = PHASE_LOOP;
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -168,8 +216,13 @@ int dt_session_start(const dt_session_params *p, dt_session **out, dt_err *err) 
     s->specs = dt_calloc((size_t)(p->count > 0 ? p->count : 1), sizeof *s->specs);
     if (!s->specs) return dt_err_set(err, DT_ENOMEM, "session: out of memory");
     memcpy(s->specs, p->specs, sizeof *s->specs * (size_t)p->count);
+    if (p->table) {
+        s->has_table = 1;
+        s->table = *p->table;
+    }
     s->user = (dt_user_model){.specs = s->specs,
                               .count = s->count,
+                              .table = s->has_table ? &s->table : NULL,
                               .describe = s->describe,
                               .ctx = s,
                               .init = init_values,
@@ -198,8 +251,48 @@ int dt_session_start(const dt_session_params *p, dt_session **out, dt_err *err) 
     return rc;
 }
 
-int dt_session_step(dt_session *s, const float *const *grads, double loss, dt_session_result *r,
-                    dt_err *err) {
+int dt_session_lookup(dt_session *s, const int64_t *ids, int64_t n, float *rows, dt_err *err) {
+    if (!s->has_table)
+        return dt_err_set(err, DT_EPRECOND, "session: lookup: the model has no table");
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    if (s->phase != PHASE_VALUES) {
+        if (s->phase == PHASE_ENDED && s->rc < 0) rc = dt_err_set(err, s->rc, "%s", s->err.msg);
+        goto out; /* the job is done: the caller sees the end */
+    }
+    if (n > s->ids_cap) {
+        int64_t cells;
+        if (__builtin_mul_overflow(n, (int64_t)s->table.dim, &cells) ||
+            cells > INT64_MAX / (int64_t)sizeof(float)) {
+            rc = dt_err_set(err, DT_EINVAL, "session: lookup: %lld ids of %d floats are too many",
+                            (long long)n, s->table.dim);
+            goto out;
+        }
+        int64_t *grown_ids = dt_realloc(s->ids, (size_t)n * sizeof *grown_ids);
+        if (grown_ids) s->ids = grown_ids;
+        float *grown = grown_ids ? dt_realloc(s->row_grads, (size_t)cells * sizeof *grown) : NULL;
+        if (grown) s->row_grads = grown;
+        if (!grown_ids || !grown) {
+            rc = dt_err_set(err, DT_ENOMEM, "session: lookup: out of memory");
+            goto out;
+        }
+        s->ids_cap = n;
+    }
+    memcpy(s->ids, ids, (size_t)n * sizeof *ids);
+    s->num_ids = n;
+    s->lookup_rows = rows;
+    s->phase = PHASE_LOOKUP;
+    pthread_cond_broadcast(&s->cv);
+    while (s->phase == PHASE_LOOKUP || s->phase == PHASE_LOOP)
+        pthread_cond_wait(&s->cv, &s->mu);
+    if (s->phase == PHASE_ENDED && s->rc < 0) rc = dt_err_set(err, s->rc, "%s", s->err.msg);
+out:
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int dt_session_step(dt_session *s, const float *const *grads, const float *row_grads, double loss,
+                    dt_session_result *r, dt_err *err) {
     pthread_mutex_lock(&s->mu);
     int rc = 0;
     if (s->phase != PHASE_VALUES) {
@@ -208,7 +301,15 @@ int dt_session_step(dt_session *s, const float *const *grads, double loss, dt_se
                  : dt_err_set(err, DT_EPRECOND, "session: step: the job is done");
         goto out;
     }
+    if (s->has_table && (!row_grads || !s->looked_up)) {
+        rc = dt_err_set(err, DT_EPRECOND,
+                        "session: step: the model has table \"%s\": look up the batch's rows "
+                        "first and give their gradient",
+                        s->table.name);
+        goto out;
+    }
     s->grads = grads;
+    s->row_grads_in = s->has_table ? row_grads : NULL;
     s->loss = loss;
     s->phase = PHASE_GRADS;
     pthread_cond_broadcast(&s->cv);
@@ -330,5 +431,7 @@ void dt_session_free(dt_session *s) {
     for (int i = 0; i < DT_SESSION_MAX_SCALARS; i++)
         free(s->hist_values[i]);
     free(s->specs);
+    free(s->ids);
+    free(s->row_grads);
     free(s);
 }

@@ -132,7 +132,8 @@ dt_model *dt_worker_model(dt_worker *w) {
     return w->model;
 }
 const dt_table_config *dt_worker_table(const dt_worker *w) {
-    return w->sparse ? &w->table : NULL;
+    if (w->sparse) return &w->table;
+    return w->user ? w->user->table : NULL;
 }
 int64_t dt_worker_examples(const dt_worker *w) {
     if (w->user) return 0; /* no data: the job sets max_steps */
@@ -198,6 +199,12 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
             rc = dt_err_set(err, DT_ECONFIG,
                             "job: a program's own model needs \"max_steps\" and no "
                             "\"eval_data\" (it reads no data)");
+            goto fail;
+        }
+        if (w->user->table && pipelined(job)) {
+            rc = dt_err_set(err, DT_ECONFIG,
+                            "job: a program's table needs \"pipeline_push\" false (its rows "
+                            "are pulled for the batch the program computes next)");
             goto fail;
         }
         specs = w->user->specs;
@@ -733,6 +740,43 @@ static int sparse_grad(dt_worker *w, dt_ps_client *client, sparse_buf *buf, cons
     return sparse_loss_grad(w, vars, &b, buf, grads, loss, out, err);
 }
 
+/* ---- a user model's table -------------------------------------------------- */
+
+struct dt_user_rows {
+    dt_worker *w;
+    const dt_worker_hooks *hooks;
+    const atomic_int *stop;
+    dt_ps_sparse push; /* n 0: no rows pushed */
+};
+
+int dt_user_rows_pull(dt_user_rows *io, const dt_ps_sparse *s, dt_err *err) {
+    rows_pull rp = {.client = io->w->client, .rows = *s};
+    int rc = dt_worker_retry(io->w, "pull rows", do_pull_rows, &rp, io->hooks, io->stop, err);
+    if (rc < 0) return rc;
+    io->w->rows_moved += s->n;
+    return rp.reply.done ? 1 : 0;
+}
+
+void dt_user_rows_push(dt_user_rows *io, const dt_ps_sparse *s) {
+    io->push = *s;
+}
+
+/* A user model with a table: its loss_grad pulls the batch's rows and
+ * says their gradient, into *out for the push. 1: the job is done. */
+static int user_rows_grad(dt_worker *w, double *loss, dt_ps_sparse *out,
+                          const dt_worker_hooks *hooks, const atomic_int *stop, dt_err *err) {
+    dt_user_rows io = {.w = w, .hooks = hooks, .stop = stop};
+    io.push.table = w->user->table->name;
+    io.push.dim = w->user->table->dim;
+    double t0 = dt_now_secs();
+    int rc = w->user->loss_grad(w->user->ctx, &w->vars, w->vars_step, &io, &w->grads, loss, err);
+    dt_train_metrics_phase(DT_PHASE_COMPUTE, dt_now_secs() - t0);
+    if (rc != 0) return rc;
+    *out = io.push;
+    w->sparse_steps++;
+    return 0;
+}
+
 /*
  * After this worker's passes over its shard (shard_steps), while the other
  * workers make the rest of max_steps: Status every ps task until one says
@@ -896,7 +940,7 @@ static int compute(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, doub
     double t0 = dt_now_secs();
     int rc;
     if (w->user) {
-        rc = w->user->loss_grad(w->user->ctx, vars, w->vars_step, grads, loss, err);
+        rc = w->user->loss_grad(w->user->ctx, vars, w->vars_step, NULL, grads, loss, err);
     } else {
         dt_batch batch;
         rc = dt_data_next(w->data, w->params.job->batch_size, &batch, err);
@@ -1147,10 +1191,15 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
         if (pull.reply.done) break;
 
         dt_ps_sparse rows = {0};
+        const int with_rows = w->sparse || dt_worker_table(w) != NULL;
         if (w->sparse) {
             if ((rc = sparse_grad(w, w->client, &w->bufs[0], &w->vars, &w->grads, &r.loss, &rows,
                                   hooks, stop, err)) < 0)
                 return rc;
+            if (rc == 1) break; /* done */
+        } else if (with_rows) {
+            w->vars_step = pull.reply.global_step;
+            if ((rc = user_rows_grad(w, &r.loss, &rows, hooks, stop, err)) < 0) return rc;
             if (rc == 1) break; /* done */
         } else {
             w->vars_step = pull.reply.global_step;
@@ -1165,7 +1214,7 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
                            .min_global_step = min_global_step,
                            .grads = &w->grads,
                            .into = &w->vars,
-                           .rows = w->sparse ? &rows : NULL};
+                           .rows = with_rows ? &rows : NULL};
         if ((rc = dt_worker_retry(w, "push", do_push, &push, hooks, stop, err)) < 0) return rc;
         fused = push.reply;
         r.local_step++;

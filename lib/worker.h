@@ -35,6 +35,23 @@
 #include "table.h"
 #include "tensor.h"
 
+/* The loop's side of a user model's table (dt_user_model.table): what
+ * its loss_grad calls to have the batch's rows pulled and to hand their
+ * gradient to the push. Opaque; lives for one loss_grad call. */
+typedef struct dt_user_rows dt_user_rows;
+
+/* The rows of s->ids (sorted, unique, each below the table's rows) into
+ * s->rows, pulled from the ps tasks through the loop's client with its
+ * retries (a restarted ps restored by the chief meanwhile, as for every
+ * call). 0; 1 when a ps said the job is done (rows unspecified: return 1
+ * from loss_grad); the failure otherwise. */
+int dt_user_rows_pull(dt_user_rows *io, const dt_ps_sparse *s, dt_err *err) DT_WARN_UNUSED;
+
+/* The rows' gradient the step pushes beside the dense one: s->ids and
+ * s->rows (n, dim) borrowed until the push is done (the loop's next
+ * loss_grad call). Without it the step pushes no rows. */
+void dt_user_rows_push(dt_user_rows *io, const dt_ps_sparse *s);
+
 /*
  * A model whose gradient comes from outside the loop: the library's user
  * (lib/session). The loop calls loss_grad where a built-in model computes
@@ -42,21 +59,31 @@
  * so a user's model trains on the same loop, retries, modes and chief.
  * The job must set max_steps (there is no data to count epochs of) and no
  * eval_data. Every callback runs on the loop's thread.
+ *
+ * A user model may have one table (a sparse variable, table.h), as the
+ * built-in sparse models do: the chief creates, saves and restores it
+ * beside the dense variables, and each step's loss_grad pulls its batch's
+ * rows (dt_user_rows_pull, the sparse loop's row pull) and pushes their
+ * gradient with the dense one (dt_user_rows_push, the same Push). Not with
+ * pipeline_push.
  */
 typedef struct {
     const dt_tensor *specs; /* (count) the variables: names, F32, shapes; borrowed */
     int count;
-    const char *describe; /* one line naming the model: checkpoint metadata and the job's
-                             identity on the ps tasks; borrowed */
+    const dt_table_config *table; /* the table (seed and slots set), or NULL; borrowed */
+    const char *describe;         /* one line naming the model: checkpoint metadata and the job's
+                                     identity on the ps tasks; borrowed */
     void *ctx;
     /* Initial values into vars (laid out as specs), for a model no
      * checkpoint holds (the chief only). */
     void (*init)(void *ctx, dt_tensors *vars);
     /* The gradient at vars (their global step vars_step) into grads (same
-     * layout) and the batch's loss into *loss. A failure ends training with
-     * its code (DT_ECANCELLED: stopped, the chief saves). */
-    int (*loss_grad)(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_tensors *grads,
-                     double *loss, dt_err *err);
+     * layout) and the batch's loss into *loss; rows is the table's side
+     * (NULL without a table). 1: the job is done (a row pull said so). A
+     * failure ends training with its code (DT_ECANCELLED: stopped, the
+     * chief saves). */
+    int (*loss_grad)(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_user_rows *rows,
+                     dt_tensors *grads, double *loss, dt_err *err);
     /* The chief's summaries: the user's named scalars (up to max) to write
      * beside the loss; *tags borrowed until the next call. May be NULL. */
     int (*scalars)(void *ctx, const char **tags, double *values, int max);

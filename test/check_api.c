@@ -18,6 +18,9 @@
 
 #include "../include/dtrain.h"
 #include "checkpoint.h"
+#include "data.h"
+#include "job.h"
+#include "model.h"
 #include "proc.h"
 #include "safetensors.h"
 #include "suites.h"
@@ -205,6 +208,76 @@ START_TEST(model_errors) {
     ck_assert_int_eq(dtrain_model_count(m), 1); /* none of those was declared */
     ck_assert_int_eq(dtrain_model_numel(m, 0), 32);
     ck_assert_int_eq(dtrain_model_numel(m, 1), 0);
+    dtrain_model_free(m);
+}
+END_TEST
+
+/* Tables: bad sizes and initializers, names that clash with a variable's
+ * (either declared first), one table too many. */
+START_TEST(table_errors) {
+    dtrain_model *m = NULL;
+    ck_assert_int_eq(dtrain_model_new(&m), 0);
+    float buf[8];
+    const int64_t shape[1] = {8};
+    dtrain_var_params v = {
+        .name = "emb", .ndim = 1, .shape = shape, .values = buf, .init = DTRAIN_INIT_ZEROS};
+    ck_assert_int_eq(dtrain_model_add(m, &v), 0);
+    dtrain_table_params t = {
+        .name = "emb", .rows = 1000, .dim = 4, .init = DTRAIN_INIT_NORMAL, .scale = 0.1};
+    /* A dense variable's name. */
+    ck_assert_int_eq(dtrain_model_add_table(m, &t), DTRAIN_EEXIST);
+    ck_assert_msg(strstr(dtrain_errmsg(m), "table \"emb\"") != NULL, "message: %s",
+                  dtrain_errmsg(m));
+    t.name = "tower";
+    t.dim = 0;
+    ck_assert_int_eq(dtrain_model_add_table(m, &t), DTRAIN_EINVAL);
+    ck_assert_msg(strstr(dtrain_errmsg(m), "dim 0") != NULL, "message: %s", dtrain_errmsg(m));
+    t.dim = DTRAIN_TABLE_MAX_DIM + 1;
+    ck_assert_int_eq(dtrain_model_add_table(m, &t), DTRAIN_EINVAL);
+    t.dim = 4;
+    t.rows = 0;
+    ck_assert_int_eq(dtrain_model_add_table(m, &t), DTRAIN_EINVAL);
+    ck_assert_msg(strstr(dtrain_errmsg(m), "rows 0") != NULL, "message: %s", dtrain_errmsg(m));
+    t.rows = DTRAIN_TABLE_MAX_ROWS + 1;
+    ck_assert_int_eq(dtrain_model_add_table(m, &t), DTRAIN_EINVAL);
+    t.rows = 1000;
+    t.scale = 0;
+    ck_assert_int_eq(dtrain_model_add_table(m, &t), DTRAIN_EINVAL);
+    ck_assert_msg(strstr(dtrain_errmsg(m), "scale") != NULL, "message: %s", dtrain_errmsg(m));
+    t.scale = 0.1;
+    t.init = DTRAIN_INIT_GLOROT_UNIFORM;
+    ck_assert_int_eq(dtrain_model_add_table(m, &t), DTRAIN_EINVAL);
+    t.init = DTRAIN_INIT_NORMAL;
+    t.name = "";
+    ck_assert_int_eq(dtrain_model_add_table(m, &t), DTRAIN_EINVAL);
+    t.name = "tower";
+    ck_assert_int_eq(dtrain_model_table_count(m), 0); /* none of those was declared */
+    ck_assert_int_eq(dtrain_model_add_table(m, &t), 0);
+    ck_assert_int_eq(dtrain_model_table_count(m), 1);
+    /* A variable under the table's checkpoint names, the table's own name. */
+    v.name = "tower/values";
+    ck_assert_int_eq(dtrain_model_add(m, &v), DTRAIN_EEXIST);
+    ck_assert_msg(strstr(dtrain_errmsg(m), "table \"tower\"") != NULL, "message: %s",
+                  dtrain_errmsg(m));
+    v.name = "tower";
+    ck_assert_int_eq(dtrain_model_add(m, &v), DTRAIN_EEXIST);
+    v.name = "towers"; /* another name, only a prefix of the text */
+    ck_assert_int_eq(dtrain_model_add(m, &v), 0);
+    /* One table is what a model has. */
+    t.name = "other";
+    ck_assert_int_eq(dtrain_model_add_table(m, &t), DTRAIN_EINVAL);
+    ck_assert_msg(strstr(dtrain_errmsg(m), "at most 1") != NULL, "message: %s", dtrain_errmsg(m));
+    /* Lookups before a session. */
+    dtrain_session *s = NULL;
+    ck_assert_int_eq(dtrain_session_new(&s), 0);
+    int64_t ids[1] = {0};
+    float rows[4];
+    ck_assert_int_eq(dtrain_session_lookup(s, 0, ids, 1, rows), DTRAIN_EPRECOND);
+    ck_assert_msg(strstr(dtrain_errmsg(s), "not ready") != NULL, "message: %s", dtrain_errmsg(s));
+    const float *g[2] = {buf, buf}, *rg[1] = {rows};
+    ck_assert_int_eq(dtrain_session_step_rows(s, g, rg, 0, NULL), DTRAIN_EPRECOND);
+    ck_assert_int_eq(dtrain_session_step_rows(s, g, NULL, 0, NULL), DTRAIN_EINVAL);
+    dtrain_session_free(s);
     dtrain_model_free(m);
 }
 END_TEST
@@ -506,6 +579,273 @@ START_TEST(library_ps_restarted) {
 }
 END_TEST
 
+/* ---- one training loop --------------------------------------------------- */
+
+/* The sets both runs of same_loop_bit_for_bit take: sync, 1 ps + 1 worker,
+ * the built-in linear model's data, seed and steps. */
+static const char *const same_loop_sets[] = {"mode=sync",          "max_steps=150",
+                                             "epochs=0",           "seed=7",
+                                             "learning_rate=0.05", "save_model_secs=3600"};
+
+/* The binary's chief and a library chief of the test's own (in this
+ * process) train the same linear model, sync, 1 ps + 1 worker: the
+ * library program declares the built-in's variables with the public
+ * initializers (the weight normal with stddev 1/sqrt(fan_in), the bias
+ * zeros: the built-in's rule, and its streams), reads the job's own data
+ * set (dt_job_open_data, the same shuffled batches) and computes the
+ * gradient with the built-in model's code (dt_model_loss_grad); the
+ * session, the push, the ps's update and the checkpoint are the
+ * library's. Both final checkpoints hold the same variables, bit for bit:
+ * one training loop. */
+START_TEST(same_loop_bit_for_bit) {
+    dt_test_job_set(&j, same_loop_sets, (int)(sizeof same_loop_sets / sizeof *same_loop_sets));
+    dt_test_job_cluster(&j, 1, 1);
+    pid_t pids[2] = {dt_test_job_start(&j, "ps", 0, "ps"),
+                     dt_test_job_start(&j, "worker", 0, "chief")};
+    const char *names[2] = {"ps", "chief"};
+    dt_test_job_expect_done(&j, pids, names, 2, JOB_TIMEOUT_MS);
+    dt_tensors builtin;
+    memset(&builtin, 0, sizeof builtin);
+    char builtin_path[1200];
+    ck_assert_int_eq(dt_test_job_load_latest(&j, 150, &builtin, builtin_path, sizeof builtin_path),
+                     150);
+
+    /* The library run: a new cluster and log dir, the binary's ps. */
+    dt_job job;
+    dt_test_job_config(&j, &job);
+    snprintf(j.log_dir, sizeof j.log_dir, "%s/logs-library", j.dir);
+    dt_test_job_cluster(&j, 1, 1);
+    pid_t ps = dt_test_job_start(&j, "ps", 0, "ps-library");
+
+    dt_tensor specs[DT_MODEL_MAX_VARS];
+    int count = 0;
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_model_specs(&job.model, specs, &count, &err), 0);
+    ck_assert_int_eq(count, 2);
+    dt_tensors vars, grads;
+    ck_assert_int_eq(dt_tensors_init(&vars, specs, count, &err), 0);
+    ck_assert_int_eq(dt_tensors_init(&grads, specs, count, &err), 0);
+    dt_model *model = NULL;
+    dt_dataset *data = NULL;
+    ck_assert_msg(dt_model_new(&job.model, &model, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_job_open_data(&job, 0, 1, &data, &err) == 0, "%s", err.msg);
+
+    dtrain_cluster *c = NULL;
+    dtrain_config *cfg = NULL;
+    dtrain_model *m = NULL;
+    dtrain_session *s = NULL;
+    ck_assert_int_eq(dtrain_cluster_new(&c), 0);
+    ck_assert_int_eq(dtrain_config_new(&cfg), 0);
+    ck_assert_int_eq(dtrain_model_new(&m), 0);
+    ck_assert_int_eq(dtrain_session_new(&s), 0);
+    ck_assert_int_eq(dtrain_cluster_load(c, j.cluster), 0);
+    ck_assert_int_eq(dtrain_cluster_set_task(c, "worker", 0), 0);
+    char set[1200];
+    snprintf(set, sizeof set, "log_dir=%s", j.log_dir);
+    ck_assert_int_eq(dtrain_config_set(cfg, set), 0);
+    for (size_t k = 0; k < sizeof same_loop_sets / sizeof *same_loop_sets; k++)
+        ck_assert_int_eq(dtrain_config_set(cfg, same_loop_sets[k]), 0);
+    for (int i = 0; i < count; i++) {
+        int64_t shape[DT_TENSOR_MAX_DIMS];
+        for (int d = 0; d < specs[i].ndim; d++)
+            shape[d] = specs[i].shape[d];
+        /* linear: weight (F, 1) feeding no ReLU, bias (1). */
+        dtrain_var_params vp = {.name = specs[i].name,
+                                .ndim = specs[i].ndim,
+                                .shape = shape,
+                                .values = vars.items[i].data,
+                                .init = i == 0 ? DTRAIN_INIT_NORMAL : DTRAIN_INIT_ZEROS,
+                                .stddev = 1.0 / sqrt((double)shape[0])};
+        ck_assert_int_eq(dtrain_model_add(m, &vp), 0);
+    }
+    dtrain_session_params p = {.cluster = c, .config = cfg, .model = m};
+    int rc = dtrain_session_start(s, &p);
+    ck_assert_msg(rc == 0, "start: %s", dtrain_errmsg(s));
+    const float *g[2] = {grads.items[0].data, grads.items[1].data};
+    int64_t steps = 0;
+    while (rc == 0 && !dtrain_session_should_stop(s)) {
+        dt_batch batch;
+        double loss = 0;
+        ck_assert_msg(dt_data_next(data, job.batch_size, &batch, &err) == 0, "%s", err.msg);
+        ck_assert_msg(dt_model_loss_grad(model, &vars, &batch, &grads, &loss, &err) == 0, "%s",
+                      err.msg);
+        rc = dtrain_session_step(s, g, loss, NULL);
+        steps++;
+    }
+    ck_assert_msg(rc == 0, "step: %s", dtrain_errmsg(s));
+    ck_assert_msg(dtrain_session_close(s) == 0, "close: %s", dtrain_errmsg(s));
+    ck_assert_int_eq(steps, 150);
+    dt_test_job_expect_exit(&j, ps, "ps-library", JOB_TIMEOUT_MS, 0);
+
+    dt_tensors library;
+    memset(&library, 0, sizeof library);
+    char library_path[1200];
+    ck_assert_int_eq(dt_test_job_load_latest(&j, 150, &library, library_path, sizeof library_path),
+                     150);
+    for (int i = 0; i < count; i++) {
+        const dt_tensor *a = dt_tensors_find(&builtin, specs[i].name);
+        const dt_tensor *b = dt_tensors_find(&library, specs[i].name);
+        ck_assert_msg(a && b, "%s: in %s and %s", specs[i].name, builtin_path, library_path);
+        ck_assert_int_eq(a->nbytes, b->nbytes);
+        const float *av = a->data, *bv = b->data;
+        ck_assert_msg(memcmp(a->data, b->data, a->nbytes) == 0,
+                      "%s differs: %.9g (%s) vs %.9g (%s)", specs[i].name, av[0], builtin_path,
+                      bv[0], library_path);
+    }
+    dt_tensors_deinit(&builtin);
+    dt_tensors_deinit(&library);
+    dtrain_session_free(s);
+    dtrain_model_free(m);
+    dtrain_config_free(cfg);
+    dtrain_cluster_free(c);
+    dt_data_free(data);
+    dt_model_free(model);
+    dt_tensors_deinit(&vars);
+    dt_tensors_deinit(&grads);
+}
+END_TEST
+
+/* ---- tables ------------------------------------------------------------ */
+
+#define TABLE_ROWS 1000 /* the table's R; the batches use ids below 100 */
+#define TABLE_DIM 4
+#define TABLE_BATCH 8
+
+/* Row id's target: the sum of its row plus the bias is to learn it. */
+static float table_target(int64_t id) {
+    return (float)((id % 5) - 2) * 0.5f;
+}
+
+/* A library chief (this process) of a model with a table trains on the
+ * binary's ps: each step looks up its batch's rows, computes
+ * p = sum(row) + bias against table_target, and pushes both gradients.
+ * Bad lookups and a step without one are refused on the way; the final
+ * checkpoint holds the table's rows under the program's name
+ * ("emb/ids", "emb/values") and they fit the targets. */
+START_TEST(library_table_job) {
+    static const char *const sets[] = {"max_steps=400", "learning_rate=0.1",
+                                       "save_model_secs=3600"};
+    dt_test_job_set(&j, sets, 3);
+    dt_test_job_cluster(&j, 1, 1);
+    pid_t ps = dt_test_job_start(&j, "ps", 0, "ps");
+
+    dtrain_cluster *c = NULL;
+    dtrain_config *cfg = NULL;
+    dtrain_model *m = NULL;
+    dtrain_session *s = NULL;
+    ck_assert_int_eq(dtrain_cluster_new(&c), 0);
+    ck_assert_int_eq(dtrain_config_new(&cfg), 0);
+    ck_assert_int_eq(dtrain_model_new(&m), 0);
+    ck_assert_int_eq(dtrain_session_new(&s), 0);
+    ck_assert_int_eq(dtrain_cluster_load(c, j.cluster), 0);
+    ck_assert_int_eq(dtrain_cluster_set_task(c, "worker", 0), 0);
+    char set[1200];
+    snprintf(set, sizeof set, "log_dir=%s", j.log_dir);
+    ck_assert_int_eq(dtrain_config_set(cfg, set), 0);
+    for (int k = 0; k < 3; k++)
+        ck_assert_int_eq(dtrain_config_set(cfg, sets[k]), 0);
+    static float bias[1];
+    const int64_t bias_shape[1] = {1};
+    dtrain_var_params vb = {
+        .name = "bias", .ndim = 1, .shape = bias_shape, .values = bias, .init = DTRAIN_INIT_ZEROS};
+    dtrain_table_params tp = {.name = "emb",
+                              .rows = TABLE_ROWS,
+                              .dim = TABLE_DIM,
+                              .init = DTRAIN_INIT_NORMAL,
+                              .scale = 0.1};
+    ck_assert_int_eq(dtrain_model_add(m, &vb), 0);
+    ck_assert_int_eq(dtrain_model_add_table(m, &tp), 0);
+    dtrain_session_params p = {.cluster = c, .config = cfg, .model = m};
+    int rc = dtrain_session_start(s, &p);
+    ck_assert_msg(rc == 0, "start: %s", dtrain_errmsg(s));
+
+    int64_t ids[TABLE_BATCH];
+    float rows[TABLE_BATCH * TABLE_DIM], row_grads[TABLE_BATCH * TABLE_DIM], gb = 0;
+    const float *grads[1] = {&gb}, *rgrads[1] = {row_grads};
+    /* Refused: a step before a lookup, the plain step, ids out of range
+     * or out of order, a table the model has not. */
+    ck_assert_int_eq(dtrain_session_step_rows(s, grads, rgrads, 0, NULL), DTRAIN_EPRECOND);
+    ck_assert_msg(strstr(dtrain_errmsg(s), "look up") != NULL, "message: %s", dtrain_errmsg(s));
+    ck_assert_int_eq(dtrain_session_step(s, grads, 0, NULL), DTRAIN_EINVAL);
+    int64_t bad[2] = {3, TABLE_ROWS};
+    ck_assert_int_eq(dtrain_session_lookup(s, 0, bad, 2, rows), DTRAIN_EINVAL);
+    ck_assert_msg(strstr(dtrain_errmsg(s), "ids[1] = 1000 is not in [0, 1000)") != NULL,
+                  "message: %s", dtrain_errmsg(s));
+    bad[1] = 3;
+    ck_assert_int_eq(dtrain_session_lookup(s, 0, bad, 2, rows), DTRAIN_EINVAL);
+    ck_assert_msg(strstr(dtrain_errmsg(s), "strictly increasing") != NULL, "message: %s",
+                  dtrain_errmsg(s));
+    ck_assert_int_eq(dtrain_session_lookup(s, 1, bad, 1, rows), DTRAIN_EPRECOND);
+
+    double first_loss = -1, loss = 0;
+    for (int64_t step = 0; rc == 0 && !dtrain_session_should_stop(s); step++) {
+        /* 8 distinct ids below 100, sorted: (7 step + 13 k) mod 100. */
+        for (int k = 0; k < TABLE_BATCH; k++)
+            ids[k] = (7 * step + 13 * k) % 100;
+        for (int a = 1; a < TABLE_BATCH; a++)
+            for (int b = a; b > 0 && ids[b - 1] > ids[b]; b--) {
+                int64_t t = ids[b];
+                ids[b] = ids[b - 1];
+                ids[b - 1] = t;
+            }
+        rc = dtrain_session_lookup(s, 0, ids, TABLE_BATCH, rows);
+        if (rc != 0 || dtrain_session_should_stop(s)) break;
+        /* p = sum(row) + bias; loss = mean (p - y)^2. */
+        loss = 0;
+        gb = 0;
+        for (int k = 0; k < TABLE_BATCH; k++) {
+            double pred = bias[0];
+            for (int d = 0; d < TABLE_DIM; d++)
+                pred += rows[k * TABLE_DIM + d];
+            double e = pred - table_target(ids[k]);
+            loss += e * e / TABLE_BATCH;
+            gb += (float)(2 * e / TABLE_BATCH);
+            for (int d = 0; d < TABLE_DIM; d++)
+                row_grads[k * TABLE_DIM + d] = (float)(2 * e / TABLE_BATCH);
+        }
+        if (first_loss < 0) first_loss = loss;
+        rc = dtrain_session_step_rows(s, grads, rgrads, loss, NULL);
+    }
+    ck_assert_msg(rc == 0, "training: %s", dtrain_errmsg(s));
+    ck_assert_msg(dtrain_session_close(s) == 0, "close: %s", dtrain_errmsg(s));
+    ck_assert_msg(loss < first_loss / 4, "loss %g, first %g", loss, first_loss);
+    dt_test_job_expect_exit(&j, ps, "ps", JOB_TIMEOUT_MS, 0);
+
+    dt_tensors ts;
+    memset(&ts, 0, sizeof ts);
+    char path[1200];
+    ck_assert_int_eq(dt_test_job_load_latest(&j, 400, &ts, path, sizeof path), 400);
+    const dt_tensor *held = dt_tensors_find(&ts, "emb/ids");
+    const dt_tensor *values = dt_tensors_find(&ts, "emb/values");
+    const dt_tensor *b = dt_tensors_find(&ts, "bias");
+    ck_assert_msg(held && values && b, "%s: no emb/ids, emb/values or bias", path);
+    ck_assert_int_eq(held->dtype, DT_DTYPE_I64);
+    const int64_t n = held->shape[0];
+    ck_assert_msg(n > 50 && n <= 100, "%s: %lld rows held", path, (long long)n);
+    ck_assert_int_eq(values->ndim, 2);
+    ck_assert_int_eq(values->shape[0], n);
+    ck_assert_int_eq(values->shape[1], TABLE_DIM);
+    const int64_t *hid = held->data;
+    const float *hv = values->data;
+    double sq = 0;
+    for (int64_t k = 0; k < n; k++) {
+        ck_assert_msg(hid[k] >= 0 && hid[k] < 100, "%s: id %lld", path, (long long)hid[k]);
+        double pred = ((const float *)b->data)[0];
+        for (int d = 0; d < TABLE_DIM; d++)
+            pred += hv[k * TABLE_DIM + d];
+        sq += (pred - table_target(hid[k])) * (pred - table_target(hid[k]));
+    }
+    ck_assert_msg(sq / (double)n < 0.05, "%s: mean squared error %g over %lld rows", path,
+                  sq / (double)n, (long long)n);
+    dt_tensors_deinit(&ts);
+    dtrain_session_free(s);
+    dtrain_model_free(m);
+    dtrain_config_free(cfg);
+    dtrain_cluster_free(c);
+}
+END_TEST
+
 /* The Python module's tests (python/tests), with Debian's python3 and the
  * library of this build (DTRAIN_LIBRARY). */
 START_TEST(python_module) {
@@ -593,6 +933,7 @@ Suite *api_suite(void) {
     tcase_add_test(unit, config_errors);
     tcase_add_test(unit, model_errors);
     tcase_add_test(unit, initializers);
+    tcase_add_test(unit, table_errors);
     tcase_add_test(unit, session_errors);
     suite_add_tcase(s, unit);
     TCase *jobs = dt_test_job_tcase(s, "jobs", TEST_TIMEOUT_S, job_setup, job_teardown);
@@ -600,6 +941,8 @@ Suite *api_suite(void) {
     tcase_add_test(jobs, library_job);
     tcase_add_test(jobs, library_chief_signal_and_restart);
     tcase_add_test(jobs, library_ps_restarted);
+    tcase_add_test(jobs, same_loop_bit_for_bit);
+    tcase_add_test(jobs, library_table_job);
     tcase_add_test(jobs, python_module);
     tcase_add_test(jobs, installed_program_builds);
     return s;

@@ -70,6 +70,11 @@ class _VarParams(ctypes.Structure):
                 ("high", ctypes.c_double)]
 
 
+class _TableParams(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("rows", _i64), ("dim", ctypes.c_int),
+                ("init", ctypes.c_int), ("scale", ctypes.c_double)]
+
+
 class _ServerParams(ctypes.Structure):
     _fields_ = [("cluster", _vp), ("config", _vp), ("model", _vp),
                 ("keep_serving", ctypes.c_int), ("handle_signals", ctypes.c_int)]
@@ -127,6 +132,11 @@ _model_free = _sig("dtrain_model_free", None, _vp)
 _model_add = _sig("dtrain_model_add", _c, _vp, ctypes.POINTER(_VarParams))
 _model_initial = _sig("dtrain_model_initial_values", _c, _vp, _c, ctypes.c_uint64,
                       ctypes.POINTER(ctypes.c_float))
+_model_add_table = _sig("dtrain_model_add_table", _c, _vp, ctypes.POINTER(_TableParams))
+_session_lookup = _sig("dtrain_session_lookup", _c, _vp, _c, ctypes.POINTER(_i64), _i64,
+                       ctypes.POINTER(ctypes.c_float))
+_session_step_rows = _sig("dtrain_session_step_rows", _c, _vp, ctypes.POINTER(_vp),
+                          ctypes.POINTER(_vp), ctypes.c_double, ctypes.POINTER(StepResult))
 _server_new = _sig("dtrain_server_new", _c, ctypes.POINTER(_vp))
 _server_free = _sig("dtrain_server_free", None, _vp)
 _server_start = _sig("dtrain_server_start", _c, _vp, ctypes.POINTER(_ServerParams))
@@ -314,6 +324,7 @@ class Model:
     def __init__(self):
         self._h = _new(_model_new)
         self.names, self.arrays = [], []
+        self.tables = []  # (name, rows, dim)
 
     def variable(self, name, shape, init=None, stddev=None, value=None, low=None,
                  high=None, out=None):
@@ -357,6 +368,21 @@ class Model:
         self.names.append(name)
         self.arrays.append(out)
         return out
+
+    def table(self, name, rows, dim, init="zeros", scale=None):
+        """Declares a table of rows rows of dim floats on the ps tasks (an
+        embedding): init "zeros", "normal" (stddev scale) or "uniform"
+        (U(-scale, scale)). Returns its index. Its rows are looked up a
+        batch at a time (Supervisor.lookup); the checkpoint holds the rows
+        pushed to as "<name>/ids" and "<name>/values"."""
+        if init not in ("zeros", "normal", "uniform"):
+            raise DtrainError(-1, "model: table \"%s\": unknown initializer \"%s\" (zeros, "
+                              "normal or uniform)" % (name, init))
+        p = _TableParams(_b(name), int(rows), int(dim), _INITS[init],
+                         float(scale) if scale is not None else 0.0)
+        _check(_model_add_table(self._h, ctypes.byref(p)), self._h)
+        self.tables.append((name, int(rows), int(dim)))
+        return len(self.tables) - 1
 
     def initial_values(self, name, seed=1):
         """The values the chief would start the variable at (its
@@ -417,6 +443,8 @@ class Supervisor:
         self._keep = (cluster, config, model)
         self.model = model
         self._grads = (_vp * len(model.names))()
+        self._row_grads = (_vp * max(1, len(model.tables)))()
+        self._looked_up = [None] * len(model.tables)
         p = _SessionParams(cluster._h, config._h, model._h, int(handle_signals))
         self.result = StepResult()
         self._closed = False
@@ -429,9 +457,27 @@ class Supervisor:
     def global_step(self):
         return _session_global_step(self._h)
 
-    def step(self, grads, loss=0.0):
+    def lookup(self, table, ids):
+        """The rows of ids (int64, strictly increasing: np.unique's) of
+        table (its index or name) as the ps tasks hold them now: a new
+        (len(ids), dim) float32 array. A model with a table looks up each
+        batch's rows before its step; the step pushes their gradient. When
+        the job ends meanwhile, should_stop() is true after it."""
+        if not isinstance(table, int):
+            table = [t[0] for t in self.model.tables].index(table)
+        ids = np.ascontiguousarray(ids, dtype=np.int64).ravel()
+        dim = self.model.tables[table][2] if 0 <= table < len(self.model.tables) else 1
+        rows = np.zeros((ids.size, dim), dtype=np.float32)
+        _check(_session_lookup(self._h, table, ids.ctypes.data_as(ctypes.POINTER(_i64)),
+                               ids.size, _ptr(rows)), self._h)
+        self._looked_up[table] = ids.size
+        return rows
+
+    def step(self, grads, loss=0.0, rows=None):
         """Returns a StepResult. Gradients that are float32 C-contiguous
-        are read in place; others are converted first."""
+        are read in place; others are converted first. rows: with tables,
+        a list (one per table) of the gradients of the rows of the last
+        lookup, each (n, dim)."""
         if isinstance(grads, dict):
             grads = [grads[n] for n in self.model.names]
         if len(grads) != len(self.model.names):
@@ -445,8 +491,26 @@ class Supervisor:
                                   "the variable %d" % (self.model.names[i], g.size, a.size))
             keep.append(g)
             self._grads[i] = g.ctypes.data
-        _check(_session_step(self._h, self._grads, float(loss), ctypes.byref(self.result)),
-               self._h)
+        if rows is None and not self.model.tables:
+            _check(_session_step(self._h, self._grads, float(loss), ctypes.byref(self.result)),
+                   self._h)
+            return self.result
+        if rows is None or len(rows) != len(self.model.tables):
+            raise DtrainError(-1, "session: step: %d row gradients for %d tables"
+                              % (0 if rows is None else len(rows), len(self.model.tables)))
+        for t, g in enumerate(rows):
+            g = _as_f32(g, self.model.tables[t][0])
+            n = self._looked_up[t]
+            if n is not None and g.size != n * self.model.tables[t][2]:
+                raise DtrainError(-1, "session: step: the row gradient of table \"%s\" has %d "
+                                  "values, its lookup %d rows of %d" % (
+                                      self.model.tables[t][0], g.size, n,
+                                      self.model.tables[t][2]))
+            keep.append(g)
+            self._row_grads[t] = g.ctypes.data
+        _check(_session_step_rows(self._h, self._grads, self._row_grads, float(loss),
+                                  ctypes.byref(self.result)), self._h)
+        self._looked_up = [None] * len(self.model.tables)
         return self.result
 
     def summary(self, name, value):

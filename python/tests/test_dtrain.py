@@ -4,6 +4,8 @@ torch) in a temp dir. Run by test/check_api.c (DTRAIN_LIBRARY names the
 build's library, DTRAIN_TEST_TMP the test's dir)."""
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -38,6 +40,120 @@ def cluster_file(d, workers):
     with open(path, "w") as f:
         json.dump(spec, f)
     return path
+
+
+def read_safetensors(path):
+    """{name: array} of a safetensors file (F32 and I64 tensors)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = {"F32": np.float32, "I64": np.int64}[t["dtype"]]
+        lo, hi = t["data_offsets"]
+        out[name] = np.frombuffer(data[lo:hi], dtype=dtype).reshape(t["shape"])
+    return out
+
+
+def process_state(pid):
+    """The state letter of /proc/PID/stat ("T": stopped), or None once gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+class RoleSet:
+    """The roles of one job of examples/linear.py, real processes on free
+    loopback ports with their logs in the test's dir. Every wait is bounded
+    (TIMEOUT); the test's cleanup kills whatever is left."""
+
+    def __init__(self, test, sets, workers=2):
+        self.test, self.dir = test, test.dir
+        self.cluster = cluster_file(self.dir, workers)
+        self.logs = os.path.join(self.dir, "logs")
+        self.base = [sys.executable, os.path.join(ROOT, "examples", "linear.py"),
+                     "--cluster", self.cluster, "--log-dir", self.logs] + sets
+        self.procs = {}
+        test.addCleanup(self.kill_all)
+
+    def start(self, name, job, task, stop_at=None):
+        """A role; stop_at: it SIGSTOPs itself once its local step stop_at
+        is made (DT_TEST_WORKER_STOP_AT, lib/worker.h)."""
+        env = dict(os.environ)
+        env.pop("DT_TEST_WORKER_STOP_AT", None)
+        if stop_at is not None:
+            env["DT_TEST_WORKER_STOP_AT"] = str(stop_at)
+        with open(os.path.join(self.dir, name + ".log"), "w") as log:
+            self.procs[name] = subprocess.Popen(
+                self.base + ["--job-name", job, "--task-index", str(task)], stdout=log,
+                stderr=subprocess.STDOUT, cwd=self.dir, env=env)
+
+    def log(self, name):
+        with open(os.path.join(self.dir, name + ".log")) as f:
+            return f.read()
+
+    def report(self):
+        return "".join("\n--- %s:\n%s" % (n, self.log(n)[-2000:]) for n in self.procs)
+
+    def wait_stopped(self, name):
+        p = self.procs[name]
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            if process_state(p.pid) == "T":
+                return
+            if p.poll() is not None:
+                self.test.fail("%s exited %d before it stopped itself%s"
+                               % (name, p.returncode, self.report()))
+            time.sleep(0.02)
+        self.test.fail("%s did not stop itself in %d s%s" % (name, TIMEOUT, self.report()))
+
+    def release(self, name):
+        os.kill(self.procs[name].pid, signal.SIGCONT)
+
+    def kill(self, name):
+        p = self.procs[name]
+        p.kill()
+        p.wait(TIMEOUT)
+
+    def expect_exit(self, names, want):
+        for name in names:
+            try:
+                rc = self.procs[name].wait(TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.test.fail("%s still running after %d s%s" % (name, TIMEOUT, self.report()))
+            self.test.assertEqual(rc, want, "%s exited %d%s" % (name, rc, self.report()))
+
+    def checkpoint_steps(self):
+        if not os.path.isdir(self.logs):
+            return []
+        steps = [int(m.group(1)) for m in
+                 (re.match(r"model\.ckpt-(\d+)\.safetensors$", f) for f in os.listdir(self.logs))
+                 if m]
+        return sorted(steps)
+
+    def expect_trained(self, max_steps):
+        """The last checkpoint is at max_steps exactly and holds the line
+        y = 2x the data were drawn from."""
+        steps = self.checkpoint_steps()
+        self.test.assertTrue(steps, "no checkpoint in %s" % self.logs)
+        self.test.assertEqual(steps[-1], max_steps, "checkpoints %s%s" % (steps, self.report()))
+        path = os.path.join(self.logs, "model.ckpt-%d.safetensors" % max_steps)
+        ts = read_safetensors(path)
+        self.test.assertEqual(sorted(ts), ["linear/bias", "linear/weight"])
+        w, b = float(ts["linear/weight"][0, 0]), float(ts["linear/bias"][0])
+        self.test.assertLess(abs(w - 2.0), 0.2, "%s: w=%g" % (path, w))
+        self.test.assertLess(abs(b), 0.2, "%s: b=%g" % (path, b))
+
+    def kill_all(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 class Calls(unittest.TestCase):
@@ -146,55 +262,101 @@ class Jobs(unittest.TestCase):
         self.assertIn(b"python/loss", data)
         self.assertIn(b"python/residual", data)
 
-    def wait_log(self, name, needle, proc):
-        path = os.path.join(self.dir, name + ".log")
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            with open(path) as f:
-                if needle in f.read():
-                    return
-            if proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        with open(path) as f:
-            self.fail("%s: no %r:\n%s" % (name, needle, f.read()[-3000:]))
+    def test_worker_killed_mid_job_and_restarted(self):
+        """Sync mode, 2 workers of examples/linear.py: worker 1 stops itself
+        at its local step 100 (DT_TEST_WORKER_STOP_AT), which holds the job
+        there (each step needs both); it is SIGKILLed and started again, and
+        the job ends at exactly max_steps with every role exiting 0 and the
+        last checkpoint holding the trained line."""
+        job = RoleSet(self, ["--set", "max_steps=400", "--set", "mode=sync",
+                             "--set", "sync_timeout_secs=120"])
+        job.start("ps", "ps", 0)
+        job.start("chief", "worker", 0)
+        job.start("worker1", "worker", 1, stop_at=100)
+        job.wait_stopped("worker1")
+        self.assertNotIn(400, job.checkpoint_steps(), "the job ended before the fault")
+        job.kill("worker1")
+        job.start("worker1b", "worker", 1)
+        job.expect_exit(["worker1b", "chief", "ps"], 0)
+        job.expect_trained(400)
 
-    def test_worker_restarted_mid_job(self):
-        """Sync mode, 2 workers of examples/linear.py: worker 1 killed
-        mid-job stalls the job (each step needs both) until it is started
-        again; it then trains the rest with the chief and every role ends 0."""
-        cl = cluster_file(self.dir, 2)
+    def test_ps_killed_mid_job_and_restarted(self):
+        """Both workers of examples/linear.py stop themselves at their local
+        step 100 (async: the global step is then at most 200 of 600); the ps
+        is SIGKILLed and started again empty; released, the chief restores
+        it and the job ends at exactly max_steps, every role exiting 0, the
+        last checkpoint holding the trained line."""
+        job = RoleSet(self, ["--set", "max_steps=600", "--set", "save_model_secs=1"])
+        job.start("ps", "ps", 0)
+        job.start("chief", "worker", 0, stop_at=100)
+        job.start("worker1", "worker", 1, stop_at=100)
+        job.wait_stopped("chief")
+        job.wait_stopped("worker1")
+        job.kill("ps")
+        job.start("ps2", "ps", 0)
+        job.release("chief")
+        job.release("worker1")
+        job.expect_exit(["chief", "worker1", "ps2"], 0)
+        self.assertIn("lost its model; restoring it", job.log("chief"))
+        job.expect_trained(600)
+
+    def test_table_job(self):
+        """A model with a table, trained by a library chief in this process
+        on a ps of the module: each step looks up its batch's rows and
+        pushes their gradient; bad ids raise with the library's message;
+        the checkpoint holds the rows under the table's name."""
+        cl = cluster_file(self.dir, 1)
         logs = os.path.join(self.dir, "logs")
-        base = [sys.executable, os.path.join(ROOT, "examples", "linear.py"), "--cluster", cl, "--log-dir", logs,
-                "--set", "max_steps=400", "--set", "mode=sync", "--set",
-                "sync_timeout_secs=120"]
-        procs = {}
-
-        def start(name, job, task):
-            with open(os.path.join(self.dir, name + ".log"), "w") as log:
-                procs[name] = subprocess.Popen(
-                    base + ["--job-name", job, "--task-index", str(task)], stdout=log,
-                    stderr=subprocess.STDOUT, cwd=ROOT)
+        ps_log = open(os.path.join(self.dir, "ps.log"), "w")
+        self.addCleanup(ps_log.close)
+        ps = subprocess.Popen(
+            [sys.executable, "-c",
+             "import dtrain; c, cfg, _ = dtrain.parse_args(); dtrain.Server(c, cfg).join()",
+             "--cluster", cl, "--job-name", "ps", "--task-index", "0", "--log-dir", logs,
+             "--set", "max_steps=300"],
+            stdout=ps_log, stderr=subprocess.STDOUT)
         try:
-            start("ps", "ps", 0)
-            start("chief", "worker", 0)
-            start("worker1", "worker", 1)
-            self.wait_log("worker1", "worker 1: step 100 ", procs["worker1"])
-            procs["worker1"].kill()
-            procs["worker1"].wait()
-            start("worker1b", "worker", 1)
-            for name in ("worker1b", "chief", "ps"):
-                rc = procs[name].wait(TIMEOUT)
-                with open(os.path.join(self.dir, name + ".log")) as f:
-                    self.assertEqual(rc, 0, "%s exited %d:\n%s" % (name, rc, f.read()[-3000:]))
-            with open(os.path.join(self.dir, "worker1b.log")) as f:
-                self.assertIn("worker 1: step 100 ", f.read())
-            self.assertTrue(os.path.exists(os.path.join(logs, "model.ckpt-400.safetensors")))
+            model = dtrain.Model()
+            bias = model.variable("bias", (1,), init="zeros")
+            model.table("emb", 1000, 4, init="normal", scale=0.1)
+            with self.assertRaises(dtrain.DtrainError) as e:
+                model.variable("emb/values", (1,), init="zeros")
+            self.assertEqual(e.exception.name, "already exists")
+            cluster = dtrain.ClusterSpec(cl, job_name="worker", task_index=0)
+            config = dtrain.Config(max_steps=300, log_dir=logs, learning_rate=0.1)
+
+            def target(ids):
+                return ((ids % 5) - 2) * 0.5
+
+            with dtrain.Supervisor(cluster, config, model, handle_signals=False) as sv:
+                with self.assertRaises(dtrain.DtrainError) as e:
+                    sv.lookup("emb", [5, 1000])
+                self.assertIn("is not in [0, 1000)", str(e.exception))
+                with self.assertRaises(dtrain.DtrainError) as e:
+                    sv.lookup(0, [5, 3])
+                self.assertIn("strictly increasing", str(e.exception))
+                step = 0
+                while not sv.should_stop():
+                    ids = np.unique((7 * step + 13 * np.arange(8)) % 100)
+                    rows = sv.lookup("emb", ids)
+                    if sv.should_stop():
+                        break
+                    err = rows.sum(1) + bias[0] - target(ids)
+                    g = (2 * err / len(ids)).astype(np.float32)
+                    sv.step([np.array([g.sum()], dtype=np.float32)], float(np.mean(err * err)),
+                            rows=[np.repeat(g[:, None], 4, axis=1)])
+                    step += 1
+            self.assertEqual(ps.wait(TIMEOUT), 0)
+            ts = read_safetensors(os.path.join(logs, "model.ckpt-300.safetensors"))
+            ids, values = ts["emb/ids"], ts["emb/values"]
+            self.assertEqual(values.shape, (len(ids), 4))
+            self.assertTrue(np.all(ids < 100))
+            fit = values.sum(1) + ts["bias"][0] - target(ids)
+            self.assertLess(float(np.mean(fit * fit)), 0.05)
         finally:
-            for p in procs.values():
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+            if ps.poll() is None:
+                ps.kill()
+                ps.wait()
 
     def test_torch_helper(self):
         """dtrain.torch: a module's parameters trained in place, a checkpoint
