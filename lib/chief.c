@@ -115,6 +115,7 @@ typedef struct {
     dt_sparse_model *eval_model;
     dt_sparse_scorer eval_scorer;
     int64_t last_saved_step;
+    int eval_far_above; /* the last eval was far above the training loss: said */
     double summary_t;
     int64_t summary_step;
     int64_t staleness_seen[DT_STALENESS_BUCKETS]; /* counts already summarized */
@@ -869,6 +870,23 @@ static int evaluate_sparse(chief *c, int64_t *step, double *loss, double *accura
     return 0;
 }
 
+/* An eval loss far above the chief's own training loss (loss_watch.h) is
+ * a model that diverged, or one that fits its batches and nothing else:
+ * said once, until an eval comes back under. */
+static void warn_eval_loss(chief *c, int64_t step, double loss) {
+    const dt_loss_watch *lw = dt_worker_loss_watch(c->w);
+    int far = dt_loss_watch_eval_far_above(lw, loss);
+    if (far && !c->eval_far_above) {
+        char hint[160];
+        dt_job_divergence_hint(c->job, hint, sizeof hint);
+        dt_log(DT_LOG_WARN,
+               "chief: eval at global_step %lld: loss %.6g is over %.0fx the training loss "
+               "%.6g (smoothed): the model does not fit the held-out data; %s",
+               (long long)step, loss, DT_LOSS_WATCH_EVAL_RATIO, lw->smoothed, hint);
+    }
+    c->eval_far_above = far;
+}
+
 /* Loss (and accuracy) of the current variables on the held-out set. */
 static int evaluate(chief *c, int64_t step, dt_err *err) {
     if (!c->eval && c->eval_set.rows == 0) return 0;
@@ -888,14 +906,15 @@ static int evaluate(chief *c, int64_t step, dt_err *err) {
     if (rc < 0) return dt_err_wrap(err, rc, "chief: evaluate");
     if (skipped) return 0;
     if (isnan(accuracy)) {
-        dt_log(DT_LOG_INFO, "chief: eval at global_step %lld: loss %.6f on %d examples",
+        dt_log(DT_LOG_INFO, "chief: eval at global_step %lld: loss %.6g on %d examples",
                (long long)step, loss, all.rows);
     } else {
         dt_log(DT_LOG_INFO,
-               "chief: eval at global_step %lld: loss %.6f accuracy %.4f on %d "
+               "chief: eval at global_step %lld: loss %.6g accuracy %.4f on %d "
                "examples",
                (long long)step, loss, accuracy, all.rows);
     }
+    warn_eval_loss(c, step, loss);
     const char *tags[] = {"eval/loss", "eval/accuracy"};
     double values[] = {loss, accuracy};
     dt_err summary_err;

@@ -750,6 +750,18 @@ int dt_job_reads_files(const dt_job *job) {
     return dt_data_reads_files(&job->data);
 }
 
+void dt_job_divergence_hint(const dt_job *job, char *buf, size_t cap) {
+    /* Unscaled columns of mixed magnitudes (a column in the thousands
+     * beside one in [0, 1]) are the usual cause with file data: a rate
+     * fit for the small ones overshoots on the large. Sparse rows are not
+     * scaled (conf/README.md "Sparse models"). */
+    const int unscaled =
+        dt_job_reads_files(job) && !dt_job_is_sparse(job) && job->data.scale == DT_SCALE_NONE;
+    snprintf(buf, cap, "%sa lower \"learning_rate\" (now %g)",
+             unscaled ? "set \"scale\": \"standardize\" (the features are not scaled) or " : "try ",
+             job->optim.learning_rate);
+}
+
 int dt_job_open_data(const dt_job *job, int shard, int num_shards, dt_dataset **out, dt_err *err) {
     dt_data_needs needs;
     dt_model_data_needs(&job->model, &needs);

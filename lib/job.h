@@ -116,6 +116,11 @@ int dt_job_schedule(const dt_job *job, dt_lr_schedule *out, dt_err *err) DT_WARN
  * dt_job_finish leaves max_steps 0 when epochs are given: the size of the
  * data is known only once it is read. */
 int dt_job_reads_files(const dt_job *job);
+/* The likely fix of a diverging job, as a phrase for a warning: `set
+ * "scale": "standardize" (the features are not scaled) or a lower
+ * "learning_rate" (now 0.05)` for dense file data left unscaled, else the
+ * lower learning_rate alone. Writes at most cap bytes, NUL-terminated. */
+void dt_job_divergence_hint(const dt_job *job, char *buf, size_t cap);
 /* The job's data opened as its model needs it: dt_data_open and
  * dt_data_open_eval with job->data, the model's dt_data_needs and
  * job->seed. */

@@ -689,8 +689,8 @@ fail:
 
 int dt_predict_format(const dt_predict_result *r, char *buf, size_t cap) {
     if (isnan(r->accuracy))
-        return snprintf(buf, cap, "loss %.6f examples %lld global_step %lld", r->loss,
+        return snprintf(buf, cap, "loss %.6g examples %lld global_step %lld", r->loss,
                         (long long)r->examples, (long long)r->global_step);
-    return snprintf(buf, cap, "loss %.6f accuracy %.4f examples %lld global_step %lld", r->loss,
+    return snprintf(buf, cap, "loss %.6g accuracy %.4f examples %lld global_step %lld", r->loss,
                     r->accuracy, (long long)r->examples, (long long)r->global_step);
 }

@@ -647,7 +647,7 @@ piece pipelined
 # Also how well each fits: the demo's w* is 2.
 # "w= loss=" of the last progress line of log $1.
 fit_of() {
-    awk '/ loss [0-9.]+ / { for (i = 1; i < NF; i++) { if ($i == "loss") l = $(i + 1); if ($i ~ /^linear\/weight=/) w = substr($i, 15) } } END { printf "weight %s, loss %s", w, l }' "$1"
+    awk '/ loss [0-9.e+-]+ / { for (i = 1; i < NF; i++) { if ($i == "loss") l = $(i + 1); if ($i ~ /^linear\/weight=/) w = substr($i, 15) } } END { printf "weight %s, loss %s", w, l }' "$1"
 }
 d=$TMP/pipeline-1
 run_job "$d" 90 1 "$CONFIG" --set max_steps=$TINY_STEPS --set log_steps=1000 --set pipeline_push=true

@@ -400,7 +400,7 @@ START_TEST(linear_eval_and_predict) {
     ck_assert(isnan(r.accuracy));
     char line[256];
     dt_predict_format(&r, line, sizeof line);
-    ck_assert_str_eq(line, "loss 0.500000 examples 4 global_step 0");
+    ck_assert_str_eq(line, "loss 0.5 examples 4 global_step 0");
 
     path_of("r.out.csv", out);
     write_ok(&job, ckpt, data, NULL, out);
