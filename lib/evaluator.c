@@ -50,7 +50,7 @@ static int open_evaluator(const dt_job *job, evaluator *e, dt_err *err) {
     memset(e, 0, sizeof *e);
     e->job = job;
     e->tried = e->scored = -1;
-    dt_loss_watch_init(&e->loss_watch, EVAL_WARMUP);
+    dt_loss_watch_init(&e->loss_watch, EVAL_WARMUP, dt_job_loss_ceiling(job));
     if (!job->data.eval_data[0] || !dt_data_reads_files(&job->data))
         return dt_err_set(err, DT_EINVAL,
                           "evaluator: the job has no \"eval_data\" to score checkpoints on "
@@ -124,6 +124,11 @@ static void warn_loss(evaluator *e, int64_t step, double loss) {
                "evaluator: global_step %lld: the loss is %g (not finite): training "
                "has diverged; %s",
                (long long)step, loss, hint);
+    else if (v == DT_LOSS_CEILING)
+        dt_log(DT_LOG_WARN,
+               "evaluator: global_step %lld: the loss (smoothed) %.6g is past %.6g, 100x a "
+               "uniform guess's: training has diverged; %s",
+               (long long)step, e->loss_watch.smoothed, e->loss_watch.ceiling, hint);
     else
         dt_log(DT_LOG_WARN,
                "evaluator: global_step %lld: the loss (smoothed) %.6g is over %.0fx its best "

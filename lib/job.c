@@ -762,6 +762,12 @@ void dt_job_divergence_hint(const dt_job *job, char *buf, size_t cap) {
              job->optim.learning_rate);
 }
 
+double dt_job_loss_ceiling(const dt_job *job) {
+    if (job->model.kind == DT_MODEL_LINEAR) return 0;
+    const int K = job->model.num_classes > 2 ? job->model.num_classes : 2;
+    return 100 * log((double)K);
+}
+
 int dt_job_open_data(const dt_job *job, int shard, int num_shards, dt_dataset **out, dt_err *err) {
     dt_data_needs needs;
     dt_model_data_needs(&job->model, &needs);

@@ -121,6 +121,10 @@ int dt_job_reads_files(const dt_job *job);
  * "learning_rate" (now 0.05)` for dense file data left unscaled, else the
  * lower learning_rate alone. Writes at most cap bytes, NUL-terminated. */
 void dt_job_divergence_hint(const dt_job *job, char *buf, size_t cap);
+/* A loss no sane model of the job reaches (loss_watch.h's ceiling): a
+ * classifier's 100 log K, 100x the cross-entropy of a uniform guess; 0 for
+ * a regression, whose loss has the labels' scale. */
+double dt_job_loss_ceiling(const dt_job *job);
 /* The job's data opened as its model needs it: dt_data_open and
  * dt_data_open_eval with job->data, the model's dt_data_needs and
  * job->seed. */

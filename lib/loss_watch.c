@@ -12,9 +12,9 @@
 
 #include "err.h"
 
-void dt_loss_watch_init(dt_loss_watch *w, int64_t warmup) {
-    DT_ASSERT(w && warmup >= 1);
-    *w = (dt_loss_watch){.warmup = warmup, .best = INFINITY};
+void dt_loss_watch_init(dt_loss_watch *w, int64_t warmup, double ceiling) {
+    DT_ASSERT(w && warmup >= 1 && ceiling >= 0);
+    *w = (dt_loss_watch){.warmup = warmup, .best = INFINITY, .ceiling = ceiling};
 }
 
 dt_loss_verdict dt_loss_watch_add(dt_loss_watch *w, double loss) {
@@ -32,8 +32,9 @@ dt_loss_verdict dt_loss_watch_add(dt_loss_watch *w, double loss) {
     w->seen++;
     if (w->smoothed < w->best) w->best = w->smoothed;
     if (w->seen <= w->warmup) return DT_LOSS_OK;
+    const int past = w->ceiling > 0 && w->smoothed > w->ceiling;
     if (w->diverging) {
-        if (w->smoothed < DT_LOSS_WATCH_CALM * w->best) w->diverging = 0;
+        if (w->smoothed < DT_LOSS_WATCH_CALM * w->best && !past) w->diverging = 0;
         return DT_LOSS_OK;
     }
     /* A loss below 0 (a program's own) has no scale to grow by. */
@@ -41,11 +42,16 @@ dt_loss_verdict dt_loss_watch_add(dt_loss_watch *w, double loss) {
         w->diverging = 1;
         return DT_LOSS_DIVERGING;
     }
+    if (past) {
+        w->diverging = 1;
+        return DT_LOSS_CEILING;
+    }
     return DT_LOSS_OK;
 }
 
 int dt_loss_watch_eval_far_above(const dt_loss_watch *w, double eval_loss) {
     if (w->seen < w->warmup) return 0;
     if (!isfinite(eval_loss)) return 1;
+    if (w->ceiling > 0 && eval_loss > w->ceiling) return 1;
     return eval_loss > DT_LOSS_WATCH_EVAL_RATIO * w->smoothed && eval_loss > w->start;
 }

@@ -11,12 +11,16 @@
  *    times the lowest s seen so far, and above the first loss the watch saw
  *    (a model worse than where it started; an overconfident classifier's
  *    rare bad batch after a near-zero best is not). Said once per episode: the
- *    episode ends when s falls back under DT_LOSS_WATCH_CALM times the best.
+ *    episode ends when s falls back under DT_LOSS_WATCH_CALM times the best
+ *    (and under the ceiling).
+ *  - past the ceiling: after the warm-up, s is above a loss no sane model
+ *    reaches (a classifier's: 100 log K, 100x a uniform guess's, so a task
+ *    that joins a model already diverged says so too); the same episode.
  *  - non-finite: a NaN or Inf loss, said once until a finite one comes.
  *  - eval far above: an eval loss more than DT_LOSS_WATCH_EVAL_RATIO times
- *    the smoothed training loss, and above the training's start, once the
- *    warm-up is over (dt_loss_watch_eval_far_above; the caller keeps the
- *    episode).
+ *    the smoothed training loss, and above the training's start, or above
+ *    the ceiling, once the warm-up is over (dt_loss_watch_eval_far_above;
+ *    the caller keeps the episode).
  *
  * Threading: none; a watch belongs to one thread.
  */
@@ -33,7 +37,8 @@
 
 typedef enum {
     DT_LOSS_OK = 0,
-    DT_LOSS_DIVERGING, /* the first loss of a diverging episode */
+    DT_LOSS_DIVERGING, /* the first loss of a diverging episode: s over 100x its best */
+    DT_LOSS_CEILING,   /* the same, by s past the ceiling */
     DT_LOSS_NONFINITE, /* the first non-finite loss of a run of them */
 } dt_loss_verdict;
 
@@ -43,15 +48,17 @@ typedef struct {
     double start;    /* the first finite loss */
     double smoothed; /* s */
     double best;     /* the lowest s seen (the warm-up's too) */
+    double ceiling;  /* a loss no sane model reaches; 0: none known (a regression) */
     int diverging;   /* in an episode: said, not yet calm */
     int nonfinite;   /* the last loss was not finite: said */
 } dt_loss_watch;
 
-/* A watch that judges after warmup (>= 1) finite losses. */
-void dt_loss_watch_init(dt_loss_watch *w, int64_t warmup);
+/* A watch that judges after warmup (>= 1) finite losses; ceiling (>= 0;
+ * 0: none) as above. */
+void dt_loss_watch_init(dt_loss_watch *w, int64_t warmup, double ceiling);
 
-/* Takes the next loss. Returns DT_LOSS_DIVERGING or DT_LOSS_NONFINITE the
- * first time in an episode (the caller says it), else DT_LOSS_OK. A
+/* Takes the next loss. Returns DT_LOSS_DIVERGING, DT_LOSS_CEILING or
+ * DT_LOSS_NONFINITE the first time in an episode (the caller says it), else DT_LOSS_OK. A
  * non-finite loss leaves the smoothed loss as it was. */
 dt_loss_verdict dt_loss_watch_add(dt_loss_watch *w, double loss);
 

@@ -179,7 +179,6 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     w->params = *params;
     w->job = *params->job;
     w->params.job = &w->job;
-    dt_loss_watch_init(&w->loss_watch, DT_LOSS_WATCH_WARMUP);
     snprintf(w->name, sizeof w->name, "worker:%d %.60s", params->task_index,
              cl->workers[params->task_index].addr);
     w->rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)params->task_index ^ (uint64_t)time(NULL);
@@ -258,6 +257,8 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     if (w->sparse && pipelined(job) &&
         (rc = dt_ps_client_new(&cp, &w->vars, &w->rows_client, err)) < 0)
         goto fail;
+    /* The job's classes are known now (dt_job_infer). */
+    dt_loss_watch_init(&w->loss_watch, DT_LOSS_WATCH_WARMUP, dt_job_loss_ceiling(job));
     *out = w;
     return 0;
 fail:
@@ -743,11 +744,18 @@ static void watch_loss(dt_worker *w, const dt_tensors *vars, const dt_tensors *g
                w->name, (long long)w->vars_step, loss, which, hint);
         return;
     }
-    dt_log(DT_LOG_WARN,
-           "%s: global_step %lld: the loss (smoothed) %.6g is over %.0fx its best %.6g: "
-           "training is diverging; %s",
-           w->name, (long long)w->vars_step, w->loss_watch.smoothed, DT_LOSS_WATCH_GROWTH,
-           w->loss_watch.best, hint);
+    const dt_loss_watch *lw = &w->loss_watch;
+    if (v == DT_LOSS_CEILING)
+        dt_log(DT_LOG_WARN,
+               "%s: global_step %lld: the loss (smoothed) %.6g is past %.6g, 100x a uniform "
+               "guess's: training has diverged; %s",
+               w->name, (long long)w->vars_step, lw->smoothed, lw->ceiling, hint);
+    else
+        dt_log(DT_LOG_WARN,
+               "%s: global_step %lld: the loss (smoothed) %.6g is over %.0fx its best %.6g: "
+               "training is diverging; %s",
+               w->name, (long long)w->vars_step, lw->smoothed, DT_LOSS_WATCH_GROWTH, lw->best,
+               hint);
 }
 
 /* Batch b's loss and gradients from vars and buf's pulled rows: dense into

@@ -26,7 +26,7 @@ static int feed(dt_loss_watch *w, double loss, int n, dt_loss_verdict v) {
  * the start, not at every later step. */
 START_TEST(growth_said_once) {
     dt_loss_watch w;
-    dt_loss_watch_init(&w, DT_LOSS_WATCH_WARMUP);
+    dt_loss_watch_init(&w, DT_LOSS_WATCH_WARMUP, 0);
     double loss = 1.1;
     for (int i = 0; i < 200; i++, loss = fmax(0.05, loss * 0.97))
         ck_assert_int_eq(dt_loss_watch_add(&w, loss), DT_LOSS_OK);
@@ -51,7 +51,7 @@ END_TEST
  * second growth is said again. */
 START_TEST(second_episode_said_again) {
     dt_loss_watch w;
-    dt_loss_watch_init(&w, 5);
+    dt_loss_watch_init(&w, 5, 0);
     ck_assert_int_eq(feed(&w, 1.0, 50, DT_LOSS_DIVERGING), 0);
     ck_assert_int_eq(feed(&w, 500.0, 100, DT_LOSS_DIVERGING), 1);
     ck_assert_int_eq(feed(&w, 1.0, 100, DT_LOSS_DIVERGING), 0); /* calm again */
@@ -65,7 +65,7 @@ END_TEST
  * then: 500,000x its best, but its smoothed loss stays under the start. */
 START_TEST(no_false_alarm) {
     dt_loss_watch w;
-    dt_loss_watch_init(&w, DT_LOSS_WATCH_WARMUP);
+    dt_loss_watch_init(&w, DT_LOSS_WATCH_WARMUP, 0);
     double loss = 1.1;
     int said = 0;
     for (int i = 0; i < 5000; i++) {
@@ -75,12 +75,12 @@ START_TEST(no_false_alarm) {
     }
     ck_assert_int_eq(said, 0);
     /* A regression's noisy batches around a flat loss: not said either. */
-    dt_loss_watch_init(&w, DT_LOSS_WATCH_WARMUP);
+    dt_loss_watch_init(&w, DT_LOSS_WATCH_WARMUP, 0);
     for (int i = 0; i < 5000; i++)
         said += dt_loss_watch_add(&w, 0.09 * (1 + 0.9 * sin(i * 0.7))) != DT_LOSS_OK;
     ck_assert_int_eq(said, 0);
     /* A loss below 0 (a program's own) has no scale to grow by. */
-    dt_loss_watch_init(&w, 2);
+    dt_loss_watch_init(&w, 2, 0);
     ck_assert_int_eq(feed(&w, -5.0, 50, DT_LOSS_DIVERGING), 0);
     ck_assert_int_eq(feed(&w, 100.0, 50, DT_LOSS_DIVERGING), 0);
 }
@@ -89,7 +89,7 @@ END_TEST
 /* Nothing is judged during the warm-up, however the loss grows. */
 START_TEST(warmup_not_judged) {
     dt_loss_watch w;
-    dt_loss_watch_init(&w, 10);
+    dt_loss_watch_init(&w, 10, 0);
     double loss = 0.01;
     for (int i = 0; i < 10; i++, loss *= 100)
         ck_assert_int_eq(dt_loss_watch_add(&w, loss), DT_LOSS_OK);
@@ -101,7 +101,7 @@ END_TEST
  * leave the smoothed loss as it was (and are said during the warm-up too). */
 START_TEST(nonfinite_once_per_run) {
     dt_loss_watch w;
-    dt_loss_watch_init(&w, DT_LOSS_WATCH_WARMUP);
+    dt_loss_watch_init(&w, DT_LOSS_WATCH_WARMUP, 0);
     ck_assert_int_eq(dt_loss_watch_add(&w, 1.0), DT_LOSS_OK);
     ck_assert_int_eq(dt_loss_watch_add(&w, NAN), DT_LOSS_NONFINITE);
     ck_assert_int_eq(dt_loss_watch_add(&w, INFINITY), DT_LOSS_OK);
@@ -118,7 +118,7 @@ END_TEST
  * log 3) is not; nothing before the warm-up is over; NaN always is. */
 START_TEST(eval_far_above) {
     dt_loss_watch w;
-    dt_loss_watch_init(&w, DT_LOSS_WATCH_WARMUP);
+    dt_loss_watch_init(&w, DT_LOSS_WATCH_WARMUP, 0);
     ck_assert_int_eq(dt_loss_watch_add(&w, 1.1), DT_LOSS_OK);
     ck_assert_int_eq(dt_loss_watch_eval_far_above(&w, 1e4), 0); /* warm-up */
     feed(&w, 0.01, 200, DT_LOSS_OK);
@@ -127,6 +127,28 @@ START_TEST(eval_far_above) {
     ck_assert_int_eq(dt_loss_watch_eval_far_above(&w, 0.2), 0);
     ck_assert_int_eq(dt_loss_watch_eval_far_above(&w, 0.011), 0);
     ck_assert_int_eq(dt_loss_watch_eval_far_above(&w, NAN), 1);
+}
+END_TEST
+
+/* A classifier's ceiling (100 log K): a task whose first losses are those of
+ * a model already diverged (it joined late) says so, once, though its loss
+ * never grew under its eyes; the episode lasts while s stays past it. An
+ * eval loss past it is far above, whatever the training loss. */
+START_TEST(ceiling_for_late_joiners) {
+    const double ceiling = 100 * log(3.0);
+    dt_loss_watch w;
+    dt_loss_watch_init(&w, DT_LOSS_WATCH_WARMUP, ceiling);
+    ck_assert_int_eq(feed(&w, 5e6, DT_LOSS_WATCH_WARMUP, DT_LOSS_CEILING), 0);
+    ck_assert_int_eq(dt_loss_watch_add(&w, 4e6), DT_LOSS_CEILING);
+    ck_assert_int_eq(feed(&w, 3e5, 100, DT_LOSS_CEILING), 0);
+    ck_assert_int_eq(feed(&w, 0.5, 200, DT_LOSS_CEILING), 0); /* calm: under both */
+    ck_assert_int_eq(w.diverging, 0);
+    /* Again: its start (5e6) keeps the growth rule quiet, the ceiling is not. */
+    ck_assert_int_eq(feed(&w, 1e4, 100, DT_LOSS_CEILING), 1);
+    ck_assert_int_eq(dt_loss_watch_eval_far_above(&w, 2632.0), 1);
+    /* No ceiling (a regression): a loss of 5e6 from the start is its scale. */
+    dt_loss_watch_init(&w, DT_LOSS_WATCH_WARMUP, 0);
+    ck_assert_int_eq(feed(&w, 5e6, 500, DT_LOSS_OK), 500);
 }
 END_TEST
 
@@ -139,6 +161,7 @@ Suite *loss_watch_suite(void) {
     tcase_add_test(tc, warmup_not_judged);
     tcase_add_test(tc, nonfinite_once_per_run);
     tcase_add_test(tc, eval_far_above);
+    tcase_add_test(tc, ceiling_for_late_joiners);
     suite_add_tcase(s, tc);
     return s;
 }

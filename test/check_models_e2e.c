@@ -944,6 +944,71 @@ START_TEST(recipe_travels_with_checkpoint) {
 }
 END_TEST
 
+/* Counts the lines of the log log_name that hold needle. */
+static int count_in_log(const char *log_name, const char *needle) {
+    char *log = dt_test_job_read_log(&J, log_name);
+    int n = 0;
+    for (const char *p = log; p && (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    free(log);
+    return n;
+}
+
+/* Issue 32's first try: three classes whose first column is in the
+ * thousands (x1 * 1000 + 5000) beside one near 1, unscaled, at a learning
+ * rate fit for scaled data. The loss runs away within the first epoch;
+ * both training tasks say so once (a warning naming the step and the fix,
+ * "scale": "standardize"), not at every progress line, and the progress
+ * lines print the loss in full (%.6g), never "loss 0.000000". */
+START_TEST(divergence_said) {
+    char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP];
+    const char *names[2] = {"train.csv", "eval.csv"};
+    char *paths[2] = {train_path, eval_path};
+    for (int f = 0; f < 2; f++) {
+        rng_state = 31 + (uint64_t)f;
+        path_of(names[f], paths[f]);
+        FILE *out = fopen(paths[f], "w");
+        ck_assert_msg(out != NULL, "cannot write %s", paths[f]);
+        fprintf(out, "x1,x2,label\n");
+        for (int i = 0; i < 300; i++) {
+            double x[2];
+            int y = example(SET_THREE, x);
+            fprintf(out, "%.3f,%.6f,%d\n", x[0] * 1000 + 5000, x[1], y);
+        }
+        ck_assert_int_eq(fclose(out), 0);
+    }
+    write_job("\"model\": \"softmax\", \"classes\": 3", train_path, eval_path,
+              "\"optimizer\": \"sgd\", \"learning_rate\": 0.5, \"batch_size\": 10, "
+              "\"epochs\": 20",
+              job);
+    train(job);
+    const char *logs[2] = {"chief", "worker1"};
+    const char *fix = "; set \"scale\": \"standardize\" (the features are not scaled) or a lower "
+                      "\"learning_rate\" (now 0.5)";
+    for (int i = 0; i < 2; i++) {
+        int said = count_in_log(logs[i], fix);
+        ck_assert_msg(said == 1, "%s: %d divergence warnings, want 1; logs:%s", logs[i], said,
+                      dt_test_job_report(&J));
+        char *log = dt_test_job_read_log(&J, logs[i]);
+        const char *at = strstr(log, fix), *line = at;
+        while (line > log && line[-1] != '\n')
+            line--;
+        /* line..at is one line: each strstr below is found before at or not in it. */
+        const char *warn = strstr(line, " W worker:"), *step = strstr(line, ": global_step "),
+                   *word = strstr(line, "diverged");
+        if (!word || word > at) word = strstr(line, "diverging");
+        ck_assert_msg(warn && warn < at && step && step < at && word && word < at,
+                      "%s: the warning does not name the step: %.*s", logs[i],
+                      (int)(strchr(at, '\n') - line), line);
+        free(log);
+        ck_assert_msg(count_in_log(logs[i], " loss 0.000000 ") == 0, "%s: logs:%s", logs[i],
+                      dt_test_job_report(&J));
+        ck_assert_msg(count_in_log(logs[i], " loss ") >= 1, "%s: no progress line; logs:%s",
+                      logs[i], dt_test_job_report(&J));
+    }
+}
+END_TEST
+
 Suite *models_e2e_suite(void) {
     Suite *s = suite_create("models_e2e");
     TCase *tc = dt_test_job_tcase(s, "models_e2e", TEST_TIMEOUT_S, setup, teardown);
@@ -957,5 +1022,6 @@ Suite *models_e2e_suite(void) {
     tcase_add_test(tc, recipe_travels_with_checkpoint);
     tcase_add_test(tc, shapes_from_data);
     tcase_add_test(tc, summaries_for_tensorboard);
+    tcase_add_test(tc, divergence_said);
     return s;
 }

@@ -717,7 +717,7 @@ START_TEST(bad_inputs) {
     write_tmp("badlabel.csv", "x1,label,x2\n1,0,1\n1,5,1\n", bad);
     eval_fails(&job, ckpt, bad, NULL, DT_ECONFIG, "badlabel.csv:3", "\"classes\" is 3");
     write_tmp("fraction.csv", "x1,label,x2\n1,0,1\n1,0.5,1\n", bad);
-    eval_fails(&job, ckpt, bad, NULL, DT_EINVAL, "fraction.csv:3", "not a whole number");
+    eval_fails(&job, ckpt, bad, NULL, DT_ECONFIG, "fraction.csv:3", "not a whole number");
     /* A file with another number of features. */
     write_tmp("wide.csv", "x1,label,x2,x3\n1,0,1,1\n", bad);
     eval_fails(&job, ckpt, bad, NULL, DT_ECONFIG, "wide.csv", "feature");
