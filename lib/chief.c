@@ -879,10 +879,16 @@ static void warn_eval_loss(chief *c, int64_t step, double loss) {
     if (far && !c->eval_far_above) {
         char hint[160];
         dt_job_divergence_hint(c->job, hint, sizeof hint);
-        dt_log(DT_LOG_WARN,
-               "chief: eval at global_step %lld: loss %.6g is over %.0fx the training loss "
-               "%.6g (smoothed): the model does not fit the held-out data; %s",
-               (long long)step, loss, DT_LOSS_WATCH_EVAL_RATIO, lw->smoothed, hint);
+        if (lw->ceiling > 0 && !(loss <= lw->ceiling))
+            dt_log(DT_LOG_WARN,
+                   "chief: eval at global_step %lld: loss %.6g is past %.6g, 100x a uniform "
+                   "guess's: the model has diverged; %s",
+                   (long long)step, loss, lw->ceiling, hint);
+        else
+            dt_log(DT_LOG_WARN,
+                   "chief: eval at global_step %lld: loss %.6g is over %.0fx the training loss "
+                   "%.6g (smoothed): the model does not fit the held-out data; %s",
+                   (long long)step, loss, DT_LOSS_WATCH_EVAL_RATIO, lw->smoothed, hint);
     }
     c->eval_far_above = far;
 }
