@@ -115,9 +115,10 @@ typedef struct {
     dt_sparse_model *eval_model;
     dt_sparse_scorer eval_scorer;
     int64_t last_saved_step;
-    int eval_far_above; /* the last eval was far above the training loss: said */
-    double summary_t;
-    int64_t summary_step;
+    int eval_far_above;   /* the last eval was far above the training loss: said */
+    double summary_t;     /* when the last summaries were written (the start, before any) */
+    int64_t summary_step; /* their global step */
+    int summarized;       /* some were written (or tried) by this process */
     int64_t staleness_seen[DT_STALENESS_BUCKETS]; /* counts already summarized */
     int64_t last_global_step;                     /* highest global step seen */
     int64_t last_pulled_step;                     /* step of the values in the worker's vars */
@@ -1189,6 +1190,16 @@ static int waiting(void *ctx, int64_t global_step, dt_err *err) {
     return 0;
 }
 
+/* Whether step r (at time t) writes summaries: every summary_steps local
+ * steps when set; else the first step of this process (a short job and
+ * TensorBoard have a point at once), every summary_secs after the last,
+ * and the last step. */
+static int summary_due(const chief *c, const dt_step_result *r, double t) {
+    const dt_job *job = c->job;
+    if (job->summary_steps > 0) return r->local_step % job->summary_steps == 0;
+    return !c->summarized || r->done || t - c->summary_t >= job->summary_secs;
+}
+
 static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     chief *c = ctx;
     const dt_job *job = c->job;
@@ -1198,12 +1209,13 @@ static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     int rc = 0;
     check_log_dir(c, t);
     watch_workers(c, t);
-    if (r->local_step % job->summary_steps == 0) {
+    if (summary_due(c, r, t)) {
         dt_err summary_err;
         dt_err_clear(&summary_err);
         summary_outcome(c, summarize(c, r, t, &summary_err), &summary_err);
         c->summary_t = t;
         c->summary_step = r->global_step;
+        c->summarized = 1;
     }
     /* The pulled values are those the gradient was computed from. */
     if (job->eval_steps > 0 && r->local_step % job->eval_steps == 0 &&

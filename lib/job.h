@@ -60,7 +60,9 @@ typedef struct {
     int save_model_secs;       /* >= 1 */
     int final_save_secs;       /* >= 1: how long the final checkpoint is retried */
     int max_to_keep;           /* >= 1 */
-    int summary_steps;         /* write summaries every this many local steps, >= 1 */
+    int summary_steps;         /* >= 0: summaries every this many local steps; 0: by time */
+    int summary_secs;          /* >= 1: with summary_steps 0, summaries this often (and at
+                                  the chief's first and last step) */
 
     /* all roles */
     int log_steps;         /* progress line every this many local steps, >= 1 */

@@ -1011,6 +1011,75 @@ START_TEST(divergence_said) {
 }
 END_TEST
 
+/* The "loss" records of the chief's event file in J.log_dir (NULL with
+ * *n 0 while there is no file or it cannot be read yet). */
+static dt_wire_event *loss_records(size_t *n, size_t *count) {
+    *n = *count = 0;
+    char file[2 * PATH_CAP] = "";
+    DIR *d = opendir(J.log_dir);
+    if (!d) return NULL;
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0)
+            snprintf(file, sizeof file, "%s/%s", J.log_dir, de->d_name);
+    closedir(d);
+    dt_wire_event *ev = NULL;
+    char why[512];
+    if (!file[0] || dt_wire_load_file(file, &ev, count, why, sizeof why) != 0) return NULL;
+    for (size_t e = 0; e < *count; e++)
+        *n += dt_wire_find(&ev[e], "loss") != NULL;
+    return ev;
+}
+
+/* Issue 32's summaries by time. A short job at the defaults (summary_secs
+ * 10) has its chief's first step and its last in the event file. Then,
+ * with summary_secs 1, a job held open until its event file holds 4
+ * points of "loss": they are at least a second apart (wall_time), not every
+ * 10 steps as summary_steps 10 wrote them (summary_steps, when set, still
+ * wins: summaries_for_tensorboard). */
+START_TEST(summaries_first_step) {
+    const char *short_job[] = {"max_steps=200", "log_steps=1000"};
+    dt_test_job_set(&J, short_job, 2);
+    dt_test_job_run(&J, "", JOB_TIMEOUT_MS);
+    size_t n = 0, count = 0;
+    dt_wire_event *ev = loss_records(&n, &count);
+    /* Its first step, its last when a push of its said done, one more if
+     * the job took over 10 s; 200 steps of summary_steps 10 wrote 10. */
+    ck_assert_msg(n >= 1 && n <= 4, "%zu loss points in a 200-step job at the defaults; logs:%s", n,
+                  dt_test_job_report(&J));
+    dt_wire_events_free(ev, count);
+}
+END_TEST
+
+START_TEST(summaries_by_time) {
+    size_t n = 0, count = 0;
+    dt_wire_event *ev = NULL;
+    const char *held[] = {"max_steps=100000000", "summary_secs=1", "log_steps=100000",
+                          "save_model_secs=3600"};
+    dt_test_job_set(&J, held, 4);
+    pid_t pids[3] = {dt_test_job_start(&J, "ps", 0, "ps"),
+                     dt_test_job_start(&J, "worker", 0, "chief"),
+                     dt_test_job_start(&J, "worker", 1, "worker1")};
+    ev = NULL;
+    for (long long t0 = dt_test_now_ms(); n < 4; dt_test_sleep_ms(100)) {
+        dt_wire_events_free(ev, count);
+        ev = loss_records(&n, &count);
+        ck_assert_msg(dt_test_now_ms() - t0 < JOB_TIMEOUT_MS && dt_test_alive(pids[1]),
+                      "%zu loss points; logs:%s", n, dt_test_job_report(&J));
+    }
+    double prev = -1;
+    int64_t prev_step = -1;
+    for (size_t e = 0; e < count; e++) {
+        if (!dt_wire_find(&ev[e], "loss")) continue;
+        ck_assert_msg(prev < 0 || ev[e].wall_time - prev >= 0.999,
+                      "loss at step %lld %.3f s after the one at step %lld: want >= 1 s",
+                      (long long)ev[e].step, ev[e].wall_time - prev, (long long)prev_step);
+        prev = ev[e].wall_time;
+        prev_step = ev[e].step;
+    }
+    dt_wire_events_free(ev, count);
+}
+END_TEST
+
 Suite *models_e2e_suite(void) {
     Suite *s = suite_create("models_e2e");
     TCase *tc = dt_test_job_tcase(s, "models_e2e", TEST_TIMEOUT_S, setup, teardown);
@@ -1025,5 +1094,7 @@ Suite *models_e2e_suite(void) {
     tcase_add_test(tc, shapes_from_data);
     tcase_add_test(tc, summaries_for_tensorboard);
     tcase_add_test(tc, divergence_said);
+    tcase_add_test(tc, summaries_first_step);
+    tcase_add_test(tc, summaries_by_time);
     return s;
 }
