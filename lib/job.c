@@ -619,8 +619,8 @@ void dt_job_defaults(dt_job *job) {
     job->max_to_keep = 5;
     /* By time, not steps: TF1's Supervisor writes every 120 s; 10 s keeps
      * a short job's curve readable and the tiny model's event files at
-     * about 1 MB an hour (bench.sh BENCH_ONLY=summary), where every 10
-     * steps wrote 1.2 GB. TensorBoard keeps 1,000 points of a scalar: 10 s
+     * 0.5 MB an hour (bench.sh BENCH_ONLY=summary), where every 10
+     * steps wrote 1.2-2.4 GB. TensorBoard keeps 1,000 points of a scalar: 10 s
      * fills them in 2.8 h before it samples. */
     job->summary_steps = 0;
     job->summary_secs = 10;
