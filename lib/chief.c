@@ -115,8 +115,10 @@ typedef struct {
     dt_sparse_model *eval_model;
     dt_sparse_scorer eval_scorer;
     int64_t last_saved_step;
-    double summary_t;
-    int64_t summary_step;
+    int eval_far_above;   /* the last eval was far above the training loss: said */
+    double summary_t;     /* when the last summaries were written (the start, before any) */
+    int64_t summary_step; /* their global step */
+    int summarized;       /* some were written (or tried) by this process */
     int64_t staleness_seen[DT_STALENESS_BUCKETS]; /* counts already summarized */
     int64_t last_global_step;                     /* highest global step seen */
     int64_t last_pulled_step;                     /* step of the values in the worker's vars */
@@ -871,6 +873,29 @@ static int evaluate_sparse(chief *c, int64_t *step, double *loss, double *accura
     return 0;
 }
 
+/* An eval loss far above the chief's own training loss (loss_watch.h) is
+ * a model that diverged, or one that fits its batches and nothing else:
+ * said once, until an eval comes back under. */
+static void warn_eval_loss(chief *c, int64_t step, double loss) {
+    const dt_loss_watch *lw = dt_worker_loss_watch(c->w);
+    int far = dt_loss_watch_eval_far_above(lw, loss);
+    if (far && !c->eval_far_above) {
+        char hint[160];
+        dt_job_divergence_hint(c->job, hint, sizeof hint);
+        if (lw->ceiling > 0 && !(loss <= lw->ceiling))
+            dt_log(DT_LOG_WARN,
+                   "chief: eval at global_step %lld: loss %.6g is past %.6g, 100x a uniform "
+                   "guess's: the model has diverged; %s",
+                   (long long)step, loss, lw->ceiling, hint);
+        else
+            dt_log(DT_LOG_WARN,
+                   "chief: eval at global_step %lld: loss %.6g is over %.0fx the training loss "
+                   "%.6g (smoothed): the model does not fit the held-out data; %s",
+                   (long long)step, loss, DT_LOSS_WATCH_EVAL_RATIO, lw->smoothed, hint);
+    }
+    c->eval_far_above = far;
+}
+
 /* Loss (and accuracy) of the current variables on the held-out set. */
 static int evaluate(chief *c, int64_t step, dt_err *err) {
     if (!c->eval && c->eval_set.rows == 0) return 0;
@@ -890,14 +915,15 @@ static int evaluate(chief *c, int64_t step, dt_err *err) {
     if (rc < 0) return dt_err_wrap(err, rc, "chief: evaluate");
     if (skipped) return 0;
     if (isnan(accuracy)) {
-        dt_log(DT_LOG_INFO, "chief: eval at global_step %lld: loss %.6f on %d examples",
+        dt_log(DT_LOG_INFO, "chief: eval at global_step %lld: loss %.6g on %d examples",
                (long long)step, loss, all.rows);
     } else {
         dt_log(DT_LOG_INFO,
-               "chief: eval at global_step %lld: loss %.6f accuracy %.4f on %d "
+               "chief: eval at global_step %lld: loss %.6g accuracy %.4f on %d "
                "examples",
                (long long)step, loss, accuracy, all.rows);
     }
+    warn_eval_loss(c, step, loss);
     const char *tags[] = {"eval/loss", "eval/accuracy"};
     double values[] = {loss, accuracy};
     dt_err summary_err;
@@ -1166,6 +1192,16 @@ static int waiting(void *ctx, int64_t global_step, dt_err *err) {
     return 0;
 }
 
+/* Whether step r (at time t) writes summaries: every summary_steps local
+ * steps when set; else the first step of this process (a short job and
+ * TensorBoard have a point at once), every summary_secs after the last,
+ * and the last step. */
+static int summary_due(const chief *c, const dt_step_result *r, double t) {
+    const dt_job *job = c->job;
+    if (job->summary_steps > 0) return r->local_step % job->summary_steps == 0;
+    return !c->summarized || r->done || t - c->summary_t >= job->summary_secs;
+}
+
 static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     chief *c = ctx;
     const dt_job *job = c->job;
@@ -1175,12 +1211,13 @@ static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     int rc = 0;
     check_log_dir(c, t);
     watch_workers(c, t);
-    if (r->local_step % job->summary_steps == 0) {
+    if (summary_due(c, r, t)) {
         dt_err summary_err;
         dt_err_clear(&summary_err);
         summary_outcome(c, summarize(c, r, t, &summary_err), &summary_err);
         c->summary_t = t;
         c->summary_step = r->global_step;
+        c->summarized = 1;
     }
     /* The pulled values are those the gradient was computed from. */
     if (job->eval_steps > 0 && r->local_step % job->eval_steps == 0 &&

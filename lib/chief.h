@@ -7,7 +7,8 @@
  *   2. restore the latest checkpoint in log_dir, global step included;
  *   3. initialize (seeded normal weights, zero biases) at global step 0.
  * Training: like any worker, plus a checkpoint every save_model_secs (keeping
- * max_to_keep) and TensorBoard summaries every summary_steps: loss,
+ * max_to_keep) and TensorBoard summaries every summary_secs (at its first
+ * and last step too; every summary_steps local steps when that is set): loss,
  * global_step/sec, learning_rate, a histogram of every variable and of the
  * model's output on the batch ("output"), staleness (docs/files.md lists them). A ps that comes
  * back empty mid-job is restored from the latest checkpoint.

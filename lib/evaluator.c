@@ -12,6 +12,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "log.h"
+#include "loss_watch.h"
 #include "model.h"
 #include "predict.h"
 #include "sparse_eval.h"
@@ -19,6 +20,7 @@
 #include "train_metrics.h"
 
 #define STORAGE_LOG_SECS 10.0 /* at most one line per this while summaries drop */
+#define EVAL_WARMUP 2         /* checkpoints scored before the losses are judged */
 
 typedef struct {
     const dt_job *job;
@@ -32,6 +34,9 @@ typedef struct {
     double summary_logged;
     int64_t tried;  /* the newest checkpoint step (by name) already looked at */
     int64_t scored; /* the step of the last checkpoint scored */
+    /* The eval losses in order: with no training loss to compare, a
+     * diverging job shows as its held-out loss growing past its best. */
+    dt_loss_watch loss_watch;
 } evaluator;
 
 static void close_evaluator(evaluator *e) {
@@ -45,6 +50,7 @@ static int open_evaluator(const dt_job *job, evaluator *e, dt_err *err) {
     memset(e, 0, sizeof *e);
     e->job = job;
     e->tried = e->scored = -1;
+    dt_loss_watch_init(&e->loss_watch, EVAL_WARMUP, dt_job_loss_ceiling(job));
     if (!job->data.eval_data[0] || !dt_data_reads_files(&job->data))
         return dt_err_set(err, DT_EINVAL,
                           "evaluator: the job has no \"eval_data\" to score checkpoints on "
@@ -106,6 +112,31 @@ static int64_t final_step(const evaluator *e, const dt_safetensors_meta *meta) {
     return meta->max_steps > 0 ? meta->max_steps : e->job->max_steps;
 }
 
+/* Says when the held-out loss at step is not finite or has grown far past
+ * its best (loss_watch.h), with the likely fix. */
+static void warn_loss(evaluator *e, int64_t step, double loss) {
+    dt_loss_verdict v = dt_loss_watch_add(&e->loss_watch, loss);
+    if (v == DT_LOSS_OK) return;
+    char hint[160];
+    dt_job_divergence_hint(e->job, hint, sizeof hint);
+    if (v == DT_LOSS_NONFINITE)
+        dt_log(DT_LOG_WARN,
+               "evaluator: global_step %lld: the loss is %g (not finite): training "
+               "has diverged; %s",
+               (long long)step, loss, hint);
+    else if (v == DT_LOSS_CEILING)
+        dt_log(DT_LOG_WARN,
+               "evaluator: global_step %lld: the loss (smoothed) %.6g is past %.6g, 100x a "
+               "uniform guess's: training has diverged; %s",
+               (long long)step, e->loss_watch.smoothed, e->loss_watch.ceiling, hint);
+    else
+        dt_log(DT_LOG_WARN,
+               "evaluator: global_step %lld: the loss (smoothed) %.6g is over %.0fx its best "
+               "%.6g: training is diverging; %s",
+               (long long)step, e->loss_watch.smoothed, DT_LOSS_WATCH_GROWTH, e->loss_watch.best,
+               hint);
+}
+
 /* Logs and writes the scores of the checkpoint at path (step), the job's
  * last being `last`; *done once it is. */
 static int scored(evaluator *e, int64_t step, int64_t last, double loss, double accuracy,
@@ -113,12 +144,13 @@ static int scored(evaluator *e, int64_t step, int64_t last, double loss, double 
     e->scored = step;
     dt_train_metrics_scored(step, loss, accuracy);
     if (isnan(accuracy))
-        dt_log(DT_LOG_INFO, "evaluator: global_step %lld: loss %.6f on %d examples (%s)",
+        dt_log(DT_LOG_INFO, "evaluator: global_step %lld: loss %.6g on %d examples (%s)",
                (long long)step, loss, e->all.rows, path);
     else
         dt_log(DT_LOG_INFO,
-               "evaluator: global_step %lld: loss %.6f accuracy %.4f on %d examples (%s)",
+               "evaluator: global_step %lld: loss %.6g accuracy %.4f on %d examples (%s)",
                (long long)step, loss, accuracy, e->all.rows, path);
+    warn_loss(e, step, loss);
     write_summary(e, step, loss, accuracy);
     *done = last > 0 && step >= last;
     return 0;

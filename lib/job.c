@@ -195,7 +195,8 @@ static const field fields[] = {
     INT_FIELD("save_model_secs", save_model_secs, 1),
     INT_FIELD("final_save_secs", final_save_secs, 1),
     INT_FIELD("max_to_keep", max_to_keep, 1),
-    INT_FIELD("summary_steps", summary_steps, 1),
+    INT_FIELD("summary_steps", summary_steps, 0),
+    INT_FIELD("summary_secs", summary_secs, 1),
     INT_FIELD("log_steps", log_steps, 1),
     {.name = "fuse_push_pull", .type = F_BOOL, AT(fuse_push_pull)},
     {.name = "pipeline_push", .type = F_BOOL, AT(pipeline_push)},
@@ -616,7 +617,13 @@ void dt_job_defaults(dt_job *job) {
     job->save_model_secs = 5;
     job->final_save_secs = 60;
     job->max_to_keep = 5;
-    job->summary_steps = 10;
+    /* By time, not steps: TF1's Supervisor writes every 120 s; 10 s keeps
+     * a short job's curve readable and the tiny model's event files at
+     * 0.5 MB an hour (bench.sh BENCH_ONLY=summary), where every 10
+     * steps wrote 1.2-2.4 GB. TensorBoard keeps 1,000 points of a scalar: 10 s
+     * fills them in 2.8 h before it samples. */
+    job->summary_steps = 0;
+    job->summary_secs = 10;
     job->log_steps = 100;
     job->fuse_push_pull = 1;
     job->pipeline_push = 0;
@@ -748,6 +755,24 @@ int dt_job_schedule(const dt_job *job, dt_lr_schedule *out, dt_err *err) {
 
 int dt_job_reads_files(const dt_job *job) {
     return dt_data_reads_files(&job->data);
+}
+
+void dt_job_divergence_hint(const dt_job *job, char *buf, size_t cap) {
+    /* Unscaled columns of mixed magnitudes (a column in the thousands
+     * beside one in [0, 1]) are the usual cause with file data: a rate
+     * fit for the small ones overshoots on the large. Sparse rows are not
+     * scaled (conf/README.md "Sparse models"). */
+    const int unscaled =
+        dt_job_reads_files(job) && !dt_job_is_sparse(job) && job->data.scale == DT_SCALE_NONE;
+    snprintf(buf, cap, "%sa lower \"learning_rate\" (now %g)",
+             unscaled ? "set \"scale\": \"standardize\" (the features are not scaled) or " : "try ",
+             job->optim.learning_rate);
+}
+
+double dt_job_loss_ceiling(const dt_job *job) {
+    if (job->model.kind == DT_MODEL_LINEAR) return 0;
+    const int K = job->model.num_classes > 2 ? job->model.num_classes : 2;
+    return 100 * log((double)K);
 }
 
 int dt_job_open_data(const dt_job *job, int shard, int num_shards, dt_dataset **out, dt_err *err) {

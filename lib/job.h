@@ -60,7 +60,9 @@ typedef struct {
     int save_model_secs;       /* >= 1 */
     int final_save_secs;       /* >= 1: how long the final checkpoint is retried */
     int max_to_keep;           /* >= 1 */
-    int summary_steps;         /* write summaries every this many local steps, >= 1 */
+    int summary_steps;         /* >= 0: summaries every this many local steps; 0: by time */
+    int summary_secs;          /* >= 1: with summary_steps 0, summaries this often (and at
+                                  the chief's first and last step) */
 
     /* all roles */
     int log_steps;         /* progress line every this many local steps, >= 1 */
@@ -116,6 +118,15 @@ int dt_job_schedule(const dt_job *job, dt_lr_schedule *out, dt_err *err) DT_WARN
  * dt_job_finish leaves max_steps 0 when epochs are given: the size of the
  * data is known only once it is read. */
 int dt_job_reads_files(const dt_job *job);
+/* The likely fix of a diverging job, as a phrase for a warning: `set
+ * "scale": "standardize" (the features are not scaled) or a lower
+ * "learning_rate" (now 0.05)` for dense file data left unscaled, else the
+ * lower learning_rate alone. Writes at most cap bytes, NUL-terminated. */
+void dt_job_divergence_hint(const dt_job *job, char *buf, size_t cap);
+/* A loss no sane model of the job reaches (loss_watch.h's ceiling): a
+ * classifier's 100 log K, 100x the cross-entropy of a uniform guess; 0 for
+ * a regression, whose loss has the labels' scale. */
+double dt_job_loss_ceiling(const dt_job *job);
 /* The job's data opened as its model needs it: dt_data_open and
  * dt_data_open_eval with job->data, the model's dt_data_needs and
  * job->seed. */

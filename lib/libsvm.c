@@ -42,14 +42,20 @@ int dt_libsvm_check_label(int classes, int signed_labels, double v, float *out, 
         return 0;
     }
     if (signed_labels && v == -1.0) v = 0; /* svmlight's negative class */
+    /* A number that is no class index is a label of another task (a
+     * regression target, svmlight's -1 for a multi-class model): the
+     * config does not fit the data, as for a class past "classes". */
     if (v != floor(v)) {
-        snprintf(why, cap, "label %g is not a whole number (a class index is wanted)", v);
-        return -1;
+        snprintf(why, cap,
+                 "label %g is not a whole number (a class index 0..%d is wanted; a regression "
+                 "target wants \"model\": \"linear\")",
+                 v, classes - 1);
+        return DT_LIBSVM_MISFIT;
     }
     const char *alt = signed_labels ? " (or -1)" : "";
     if (v < 0) {
         snprintf(why, cap, "label %g is not a class of 0..%d%s", v, classes - 1, alt);
-        return -1;
+        return DT_LIBSVM_MISFIT;
     }
     if (v >= classes) {
         snprintf(why, cap, "label %g is not a class of 0..%d%s: \"classes\" is %d", v, classes - 1,

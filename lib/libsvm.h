@@ -47,9 +47,10 @@ typedef struct {
 
 /*
  * A class label's stored value: v (a finite number) checked against
- * classes (0: kept as it is) and signed (-1 as 0). 0 and *out; -1 for a
- * label that is no class index, DT_LIBSVM_MISFIT for one past classes, with
- * the reason in why (cap bytes). The one label rule of every reader (csv
+ * classes (0: kept as it is) and signed (-1 as 0). 0 and *out; or
+ * DT_LIBSVM_MISFIT, with the reason in why (cap bytes), for a label that is
+ * no class index (a fraction, a negative: another task's label) or one past
+ * classes: either way the config does not fit the data. The one label rule of every reader (csv
  * and idx call it too, with signed 0).
  */
 int dt_libsvm_check_label(int classes, int signed_labels, double v, float *out, char *why,

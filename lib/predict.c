@@ -32,6 +32,7 @@
 #include "alloc.h"
 #include "checkpoint.h"
 #include "data.h"
+#include "data_format.h"
 #include "log.h"
 #include "model.h"
 #include "reader.h"
@@ -431,6 +432,26 @@ static int data_config(const char *what, const dt_predict_params *p, dt_data_con
     return dt_data_check_files(what, "--data", d->eval_data, "--labels", d->eval_labels, err);
 }
 
+/* A data file that looks like another format than the model reads (a
+ * libsvm file given to a csv model, a csv to a libsvm or idx one) is a
+ * config that does not fit its data: both formats named, DT_ECONFIG. */
+static int check_format(const char *what, const dt_data_config *d, dt_err *err) {
+    if (!dt_data_reads_files(d) || d->source == DT_DATA_CRITEO) return 0;
+    dt_reader_format want = dt_data_reader_format(d);
+    int looks = -1;
+    char how[128];
+    int rc = dt_data_format_guess(d->eval_data, &looks, how, sizeof how, err);
+    if (rc < 0) return dt_err_wrap(err, rc, "%s", what);
+    if (looks < 0 || looks == (int)want) return 0;
+    return dt_err_set(err, DT_ECONFIG,
+                      "%s: %s looks like %s (%s), but the model reads %s (\"data\": \"%s\"): "
+                      "give it a %s file like its training data, or use the checkpoint of a "
+                      "%s job",
+                      what, d->eval_data, dt_data_format_name((dt_reader_format)looks), how,
+                      dt_data_format_name(want), dt_data_source_names[d->source],
+                      dt_data_format_name(want), dt_data_format_name((dt_reader_format)looks));
+}
+
 /* Logs whether the data carries labels (labeled) and what that was told
  * by (how); eval refuses data without them. */
 static int report_labels(const char *what, int labeled, const char *how, dt_err *err) {
@@ -517,6 +538,7 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
         dt_data_config *d = dt_malloc(sizeof *d);
         if (!d) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
         int rc = data_config(what, p, d, err);
+        if (rc == 0) rc = check_format(what, d, err);
         if (rc == 0) rc = session_open_sparse(what, p, d, s, r, err);
         free(d);
         if (rc < 0) session_close(s);
@@ -531,6 +553,7 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
     ckpt_stats stats;
     memset(&stats, 0, sizeof stats);
     int rc = data_config(what, p, d, err);
+    if (rc == 0) rc = check_format(what, d, err);
     if (rc == 0)
         rc = load(what, p->job, p->checkpoint, &s->vars, &meta, r->checkpoint, sizeof r->checkpoint,
                   &stats, err);
@@ -689,8 +712,8 @@ fail:
 
 int dt_predict_format(const dt_predict_result *r, char *buf, size_t cap) {
     if (isnan(r->accuracy))
-        return snprintf(buf, cap, "loss %.6f examples %lld global_step %lld", r->loss,
+        return snprintf(buf, cap, "loss %.6g examples %lld global_step %lld", r->loss,
                         (long long)r->examples, (long long)r->global_step);
-    return snprintf(buf, cap, "loss %.6f accuracy %.4f examples %lld global_step %lld", r->loss,
+    return snprintf(buf, cap, "loss %.6g accuracy %.4f examples %lld global_step %lld", r->loss,
                     r->accuracy, (long long)r->examples, (long long)r->global_step);
 }

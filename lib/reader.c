@@ -578,7 +578,7 @@ int dt_reader_csv(const char *path, const dt_reader_params *p, dt_reader_table *
                              ln, head.name[c], num_problem(status), fields[c]);
                 ok = 0;
             } else if (c == head.label) {
-                char reason[128];
+                char reason[192];
                 int lr = check_label(p, 0, v, &t.y[t.rows], reason, sizeof reason);
                 if (lr < 0) {
                     rc = bad_row(&bad, row_code(lr), err, "%s:%lld: column \"%s\": %s", path, ln,
@@ -844,7 +844,7 @@ static int idx_images(gzFile gz, const char *path, const char *labels_path,
         }
         for (uint64_t r = 0; r < count; r++) {
             uint64_t i = first + r;
-            char reason[128];
+            char reason[192];
             int lr = t->labeled
                          ? check_label(p, 0, label_bytes[i], &t->y[t->rows], reason, sizeof reason)
                          : 0;

@@ -27,6 +27,7 @@
  */
 #include "worker.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -38,6 +39,7 @@
 #include "data.h"
 #include "heartbeat.h"
 #include "log.h"
+#include "loss_watch.h"
 #include "memstat.h"
 #include "model.h"
 #include "sparse_model.h"
@@ -98,6 +100,7 @@ struct dt_worker {
      * given the global step of the values it is computed at. */
     const dt_user_model *user;
     int64_t vars_step;
+    dt_loss_watch loss_watch; /* every loss computed, in order (watch_loss) */
 };
 
 /* What a waiting worker knows of each other training task
@@ -127,6 +130,9 @@ dt_tensors *dt_worker_vars(dt_worker *w) {
 }
 dt_dataset *dt_worker_data(dt_worker *w) {
     return w->data;
+}
+const dt_loss_watch *dt_worker_loss_watch(const dt_worker *w) {
+    return &w->loss_watch;
 }
 dt_model *dt_worker_model(dt_worker *w) {
     return w->model;
@@ -258,6 +264,8 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
     if (w->sparse && pipelined(job) &&
         (rc = dt_ps_client_new(&cp, &w->vars, &w->rows_client, err)) < 0)
         goto fail;
+    /* The job's classes are known now (dt_job_infer). */
+    dt_loss_watch_init(&w->loss_watch, DT_LOSS_WATCH_WARMUP, dt_job_loss_ceiling(job));
     *out = w;
     return 0;
 fail:
@@ -566,7 +574,7 @@ static void log_progress(dt_worker *w, const dt_step_result *r, double t_last, i
     const dt_log_field f[] = {DT_LOG_INT("step", r->local_step),
                               DT_LOG_INT("global_step", r->global_step),
                               DT_LOG_NUM("loss", r->loss), DT_LOG_NUM("steps_per_sec", rate)};
-    dt_log_kv(DT_LOG_INFO, f, 4, "%s: step %lld global_step %lld loss %.6f %.1f steps/s%s%s",
+    dt_log_kv(DT_LOG_INFO, f, 4, "%s: step %lld global_step %lld loss %.6g %.1f steps/s%s%s",
               w->name, (long long)r->local_step, (long long)r->global_step, r->loss, rate, progress,
               vals);
 }
@@ -709,6 +717,54 @@ static rows_pull rows_request(const dt_worker *w, dt_ps_client *client, sparse_b
                        .rows = {w->table.name, w->table.dim, buf->ix.n, buf->ix.ids, buf->rows}};
 }
 
+/* "linear/weight[3] (gradient)": the first value of ts that is not finite,
+ * or 0 when every one is (a scan, made only once a loss is not). */
+static int first_nonfinite(const dt_tensors *ts, const char *what, char *buf, size_t cap) {
+    for (int i = 0; i < ts->count; i++) {
+        const dt_tensor *t = &ts->items[i];
+        if (t->dtype != DT_DTYPE_F32 || !t->data) continue;
+        const float *v = t->data;
+        for (int64_t j = 0, n = dt_tensor_numel(t); j < n; j++)
+            if (!isfinite(v[j])) {
+                snprintf(buf, cap, "; %s %s[%lld] is %g", what, t->name, (long long)j, v[j]);
+                return 1;
+            }
+    }
+    return 0;
+}
+
+/* Says at once when the loss just computed (from values of global step
+ * w->vars_step) is not finite or has grown far past its best
+ * (loss_watch.h), naming the step, the first variable or gradient that is
+ * not finite, and the likely fix. */
+static void watch_loss(dt_worker *w, const dt_tensors *vars, const dt_tensors *grads, double loss) {
+    dt_loss_verdict v = dt_loss_watch_add(&w->loss_watch, loss);
+    if (v == DT_LOSS_OK) return;
+    char hint[160], which[DT_TENSOR_NAME_MAX + 64] = "";
+    dt_job_divergence_hint(w->params.job, hint, sizeof hint);
+    if (v == DT_LOSS_NONFINITE) {
+        if (!first_nonfinite(vars, "value", which, sizeof which))
+            (void)first_nonfinite(grads, "gradient", which, sizeof which);
+        dt_log(DT_LOG_WARN,
+               "%s: global_step %lld: the loss is %g (not finite)%s: training "
+               "has diverged; %s",
+               w->name, (long long)w->vars_step, loss, which, hint);
+        return;
+    }
+    const dt_loss_watch *lw = &w->loss_watch;
+    if (v == DT_LOSS_CEILING)
+        dt_log(DT_LOG_WARN,
+               "%s: global_step %lld: the loss (smoothed) %.6g is past %.6g, 100x a uniform "
+               "guess's: training has diverged; %s",
+               w->name, (long long)w->vars_step, lw->smoothed, lw->ceiling, hint);
+    else
+        dt_log(DT_LOG_WARN,
+               "%s: global_step %lld: the loss (smoothed) %.6g is over %.0fx its best %.6g: "
+               "training is diverging; %s",
+               w->name, (long long)w->vars_step, lw->smoothed, DT_LOSS_WATCH_GROWTH, lw->best,
+               hint);
+}
+
 /* Batch b's loss and gradients from vars and buf's pulled rows: dense into
  * grads, the rows' into buf, described by *out for the push. */
 static int sparse_loss_grad(dt_worker *w, const dt_tensors *vars, const dt_sparse_batch *b,
@@ -719,6 +775,7 @@ static int sparse_loss_grad(dt_worker *w, const dt_tensors *vars, const dt_spars
                                        buf->row_grads, loss, err);
     dt_train_metrics_phase(DT_PHASE_COMPUTE, dt_now_secs() - t0);
     if (rc < 0) return rc;
+    watch_loss(w, vars, grads, *loss);
     *out = (dt_ps_sparse){w->table.name, w->table.dim, buf->ix.n, buf->ix.ids, buf->row_grads};
     w->rows_moved += buf->ix.n;
     w->sparse_steps++;
@@ -947,6 +1004,7 @@ static int compute(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, doub
         if (rc == 0) rc = dt_model_loss_grad(w->model, vars, &batch, grads, loss, err);
     }
     dt_train_metrics_phase(DT_PHASE_COMPUTE, dt_now_secs() - t0);
+    if (rc == 0) watch_loss(w, vars, grads, *loss);
     return rc;
 }
 
@@ -1192,6 +1250,7 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
 
         dt_ps_sparse rows = {0};
         const int with_rows = w->sparse || dt_worker_table(w) != NULL;
+        w->vars_step = pull.reply.global_step;
         if (w->sparse) {
             if ((rc = sparse_grad(w, w->client, &w->bufs[0], &w->vars, &w->grads, &r.loss, &rows,
                                   hooks, stop, err)) < 0)
@@ -1202,7 +1261,6 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
             if ((rc = user_rows_grad(w, &r.loss, &rows, hooks, stop, err)) < 0) return rc;
             if (rc == 1) break; /* done */
         } else {
-            w->vars_step = pull.reply.global_step;
             if ((rc = compute(w, &w->vars, &w->grads, &r.loss, err)) < 0) return rc;
         }
 

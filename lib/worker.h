@@ -30,6 +30,7 @@
 #include "data.h"
 #include "err.h"
 #include "job.h"
+#include "loss_watch.h"
 #include "model.h"
 #include "ps_client.h"
 #include "table.h"
@@ -142,6 +143,9 @@ const dt_table_config *dt_worker_table(const dt_worker *w);
 int64_t dt_worker_examples(const dt_worker *w);
 /* The job the worker runs: params->job with its shapes set. */
 const dt_job *dt_worker_job(const dt_worker *w);
+/* The watch of every training loss this worker computed (loss_watch.h),
+ * for the chief's comparison of its eval loss. */
+const dt_loss_watch *dt_worker_loss_watch(const dt_worker *w);
 
 /*
  * Waits until every ps answers and reports the model ready. Returns 0 when

@@ -53,6 +53,10 @@
 #      alone; BENCH_ONLY=cnn the PyTorch CNN on dtrain against one process
 #      and torch.distributed.rpc (scripts/bench_cnn.sh, minutes: not in the
 #      default run).
+#   BENCH_ONLY=summary figure 1g alone: the event file bytes an hour of the
+#      tiny model at the default summary cadence (summary_secs), and at
+#      summary_steps=10 (the default before it); BENCH_SUMMARY_SECS=N the
+#      seconds each job runs (default 30; the figure is scaled to an hour).
 # Exit status: 0 when every figure was measured, 1 when something failed to
 # run (its line says FAILED and its log is shown on stderr).
 set -u
@@ -100,11 +104,11 @@ PS_TRIALS=${BENCH_PS_TRIALS:-1}
 TLS_TRIALS=${BENCH_TLS_TRIALS:-1}
 ONLY=${BENCH_ONLY:-}
 case "$ONLY" in
-    '' | sparse | tiny | metrics) ;;
+    '' | sparse | tiny | metrics | summary) ;;
     flood) exec sh "$(dirname "$0")/bench_flood.sh" ;;
     cnn) exec sh "$(dirname "$0")/bench_cnn.sh" ;;
     *)
-        echo "bench: BENCH_ONLY must be sparse, tiny, metrics, flood, cnn or unset (got \"$ONLY\")" >&2
+        echo "bench: BENCH_ONLY must be sparse, tiny, metrics, summary, flood, cnn or unset (got \"$ONLY\")" >&2
         exit 1
         ;;
 esac
@@ -125,6 +129,9 @@ FASHION_CONFIG=conf/fashion_mlp.json
 FASHION_DATA=/usr/share/datasets/fashion-mnist
 FASHION_STEPS=600
 FASHION_BATCH=100
+
+# Event file bytes an hour (figure 1g): the seconds each job runs.
+SUMMARY_RUN_SECS=${BENCH_SUMMARY_SECS:-30}
 
 # The cost of /metrics (figure 1f): steps of each run, runs of each side.
 METRICS_STEPS=30000
@@ -527,6 +534,70 @@ while True:
     fi
 }
 
+# 1g. Event file bytes an hour: the tiny model (the demo job, 1 ps + 1
+# worker, max_steps past reach) runs SUMMARY_RUN_SECS seconds from the
+# chief's "writing summaries to" line; the event file's size then, scaled
+# to an hour. Once at the defaults (summary_secs 10: the first step, then
+# every 10 s) and once at summary_steps=10 for the old default; goal:
+# under 20 MB an hour at the defaults.
+summary_once() {
+    _so_d=$1
+    shift
+    mkdir -p "$_so_d"
+    CLUSTER_WORKERS=1
+    start_ps "$_so_d/cluster.json" "$_so_d/ps.log" --config "$CONFIG" --log-dir "$_so_d/logs" \
+        --set max_steps=100000000000 "$@"
+    _so_rc=$?
+    CLUSTER_WORKERS=2
+    [ $_so_rc = 0 ] || return 1
+    _so_ps=$PS_PID
+    start_bg "$_so_d/chief.log" "$BIN" --cluster "$_so_d/cluster.json" --job worker --task 0 \
+        --config "$CONFIG" --log-dir "$_so_d/logs" --set max_steps=100000000000 \
+        --set log_steps=100000 "$@"
+    _so_chief=$LAST_PID
+    if ! wait_log "$_so_d/chief.log" "writing summaries to" 30 "$_so_chief"; then
+        stop_pid "$_so_chief" 3
+        stop_pid "$_so_ps" 3
+        return 1
+    fi
+    _so_t0=$(now_ms)
+    sleep "$SUMMARY_RUN_SECS"
+    _so_t1=$(now_ms)
+    _so_bytes=$(cat "$_so_d"/logs/events.out.tfevents.* 2>/dev/null | wc -c)
+    _so_alive=1
+    kill -0 "$_so_chief" 2>/dev/null || _so_alive=0
+    stop_pid "$_so_chief" 5
+    stop_pid "$_so_ps" 5
+    [ "$_so_alive" = 1 ] || return 1
+    SO_MB_H=$(awk -v b="$_so_bytes" -v a="$_so_t0" -v c="$_so_t1" 'BEGIN { printf "%.2f", b / ((c - a) / 1000) * 3600 / 1e6 }')
+    SO_BYTES=$_so_bytes
+    SO_SECS=$(awk -v a="$_so_t0" -v c="$_so_t1" 'BEGIN { printf "%.1f", (c - a) / 1000 }')
+    SO_STEP=$(sed -n 's/.*: step [0-9]* global_step \([0-9]*\) .*/\1/p' "$_so_d/chief.log" | tail -n 1)
+}
+
+summary_figure() {
+    piece summary
+    if summary_once "$TMP/summary-default"; then
+        row "event files, defaults" "$SO_MB_H MB/h" "tiny model (demo job, 1 ps + 1 worker) at summary_secs 10: $SO_BYTES bytes in $SO_SECS s, scaled to an hour; goal: < 20 MB/h"
+    else
+        failed "event files, defaults" "the job did not run $SUMMARY_RUN_SECS s" "$(job_logs "$TMP/summary-default")"
+    fi
+    if summary_once "$TMP/summary-steps10" --set summary_steps=10; then
+        row "event files, summary_steps=10" "$SO_MB_H MB/h" "the same at summary_steps=10 (the default before summary_secs): $SO_BYTES bytes in $SO_SECS s${SO_STEP:+ (global_step $SO_STEP at the last progress line)}"
+    else
+        failed "event files, summary_steps=10" "the job did not run $SUMMARY_RUN_SECS s" "$(job_logs "$TMP/summary-steps10")"
+    fi
+}
+
+if [ "$ONLY" = summary ]; then
+    summary_figure
+    piece ""
+    echo
+    echo "load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null) at the end"
+    echo "seconds per piece: $PIECE_TIMES"
+    exit $FAILED
+fi
+
 if [ "$ONLY" = metrics ]; then
     metrics_figure
     piece ""
@@ -650,7 +721,7 @@ piece pipelined
 # Also how well each fits: the demo's w* is 2.
 # "w= loss=" of the last progress line of log $1.
 fit_of() {
-    awk '/ loss [0-9.]+ / { for (i = 1; i < NF; i++) { if ($i == "loss") l = $(i + 1); if ($i ~ /^linear\/weight=/) w = substr($i, 15) } } END { printf "weight %s, loss %s", w, l }' "$1"
+    awk '/ loss [0-9.e+-]+ / { for (i = 1; i < NF; i++) { if ($i == "loss") l = $(i + 1); if ($i ~ /^linear\/weight=/) w = substr($i, 15) } } END { printf "weight %s, loss %s", w, l }' "$1"
 }
 d=$TMP/pipeline-1
 run_job "$d" 90 1 "$CONFIG" --set max_steps=$TINY_STEPS --set log_steps=1000 --set pipeline_push=true
@@ -660,6 +731,7 @@ if job_rate "$d" $? "tiny model, 1 worker, pipelined"; then
     [ -n "${ECHO16_2:-}" ] && row "tiny pipelined / raw echo x2" "$(ratio "$rate" "$ECHO16_2" %.2f)" "pipelined steps/s over the raw echo with 2 calls in flight ($ECHO16_2 calls/s)"
 fi
 metrics_figure
+summary_figure
 
 if [ "$ONLY" != tiny ]; then
 

@@ -26,8 +26,8 @@
 set -u
 
 layer_map='
-core: alloc err log text hash crc32c tensor span fileio memstat pool jsonpos metrics train_metrics
-data: libsvm reader sparse_reader data sparse criteo_gen
+core: alloc err log text hash crc32c tensor span fileio memstat pool jsonpos metrics train_metrics loss_watch
+data: libsvm reader data_format sparse_reader data sparse criteo_gen
 ml: optim consistency model sparse_model sparse_acc table
 store: safetensors checkpoint dirlock summary
 net: rpc_common rpc_internal rpc_auth rpc_client rpc_server auth admission conn codec codec_internal codec_tensor metrics_http

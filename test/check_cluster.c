@@ -577,7 +577,8 @@ START_TEST(test_job_defaults) {
     ck_assert_str_eq(job.log_dir, "logs/linear");
     ck_assert_int_eq(job.save_model_secs, 5);
     ck_assert_int_eq(job.max_to_keep, 5);
-    ck_assert_int_eq(job.summary_steps, 10);
+    ck_assert_int_eq(job.summary_steps, 0);
+    ck_assert_int_eq(job.summary_secs, 10);
     ck_assert_int_eq(job.log_steps, 100);
     ck_assert_int_eq(job.ready_wait_secs, 120);
     ck_assert_int_eq(job.rpc_timeout_secs, 10);
@@ -647,6 +648,7 @@ START_TEST(test_job_conf_linear) {
     ck_assert_int_eq(job.save_model_secs, want.save_model_secs);
     ck_assert_int_eq(job.max_to_keep, want.max_to_keep);
     ck_assert_int_eq(job.summary_steps, want.summary_steps);
+    ck_assert_int_eq(job.summary_secs, want.summary_secs);
     ck_assert_int_eq(job.log_steps, want.log_steps);
     ck_assert_int_eq(job.ready_wait_secs, want.ready_wait_secs);
     ck_assert_int_eq(job.rpc_timeout_secs, want.rpc_timeout_secs);
@@ -853,7 +855,8 @@ START_TEST(test_job_bad_values) {
         {"scale_divisor", "0", "must be a positive number (got 0)"},
         {"train_data", "7", "must be a string shorter than 1024 bytes (\"\" for none) (got 7)"},
         {"skip_bad_rows", "\"no\"", "must be true or false (got \"no\")"},
-        {"summary_steps", "0", "must be an integer >= 1 (got 0)"},
+        {"summary_steps", "-1", "must be an integer >= 0 (got -1)"},
+        {"summary_secs", "0", "must be an integer >= 1 (got 0)"},
         {"log_steps", "-5", "must be an integer >= 1 (got -5)"},
         {"ready_wait_secs", "0", "must be an integer >= 1 (got 0)"},
         {"rpc_timeout_secs", "{}", "must be an integer >= 1 (got an object)"},

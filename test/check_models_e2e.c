@@ -944,6 +944,142 @@ START_TEST(recipe_travels_with_checkpoint) {
 }
 END_TEST
 
+/* Counts the lines of the log log_name that hold needle and, when also is
+ * not NULL, also before it. */
+static int count_in_log(const char *log_name, const char *needle, const char *also) {
+    char *log = dt_test_job_read_log(&J, log_name);
+    int n = 0;
+    for (const char *p = log; p && (p = strstr(p, needle)) != NULL; p += strlen(needle)) {
+        const char *line = p;
+        while (line > log && line[-1] != '\n')
+            line--;
+        const char *a = also ? strstr(line, also) : NULL;
+        n += !also || (a && a < p);
+    }
+    free(log);
+    return n;
+}
+
+/* Issue 32's first try: three classes whose first column is in the
+ * thousands (x1 * 1000 + 5000) beside one near 1, unscaled, at a learning
+ * rate fit for scaled data. The loss runs away within the first epoch;
+ * both training tasks say so once (a warning naming the step and the fix,
+ * "scale": "standardize"), not at every progress line, and the progress
+ * lines print the loss in full (%.6g), never "loss 0.000000". */
+START_TEST(divergence_said) {
+    char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP];
+    const char *names[2] = {"train.csv", "eval.csv"};
+    char *paths[2] = {train_path, eval_path};
+    for (int f = 0; f < 2; f++) {
+        rng_state = 31 + (uint64_t)f;
+        path_of(names[f], paths[f]);
+        FILE *out = fopen(paths[f], "w");
+        ck_assert_msg(out != NULL, "cannot write %s", paths[f]);
+        fprintf(out, "x1,x2,label\n");
+        for (int i = 0; i < 300; i++) {
+            double x[2];
+            int y = example(SET_THREE, x);
+            fprintf(out, "%.3f,%.6f,%d\n", x[0] * 1000 + 5000, x[1], y);
+        }
+        ck_assert_int_eq(fclose(out), 0);
+    }
+    write_job("\"model\": \"softmax\", \"classes\": 3", train_path, eval_path,
+              "\"optimizer\": \"sgd\", \"learning_rate\": 0.5, \"batch_size\": 10, "
+              "\"epochs\": 20",
+              job);
+    train(job);
+    const char *logs[2] = {"chief", "worker1"};
+    const char *fix = "; set \"scale\": \"standardize\" (the features are not scaled) or a lower "
+                      "\"learning_rate\" (now 0.5)";
+    for (int i = 0; i < 2; i++) {
+        /* "W worker:N ...: global_step S: the loss (smoothed) ... diverg...; set ..." */
+        int said = count_in_log(logs[i], fix, " W worker:");
+        ck_assert_msg(said == 1, "%s: %d divergence warnings, want 1; logs:%s", logs[i], said,
+                      dt_test_job_report(&J));
+        ck_assert_msg(count_in_log(logs[i], fix, ": global_step ") >= 1 &&
+                          count_in_log(logs[i], fix, "diverg") >= 1,
+                      "%s: the warning does not name the step; logs:%s", logs[i],
+                      dt_test_job_report(&J));
+        ck_assert_msg(count_in_log(logs[i], " loss 0.000000 ", NULL) == 0, "%s: logs:%s", logs[i],
+                      dt_test_job_report(&J));
+        ck_assert_msg(count_in_log(logs[i], " loss ", NULL) >= 1, "%s: no progress line; logs:%s",
+                      logs[i], dt_test_job_report(&J));
+    }
+    /* The chief's last eval, of a model diverged, says it too. */
+    ck_assert_msg(count_in_log("chief", fix, " W chief: eval at global_step ") == 1,
+                  "no eval warning; logs:%s", dt_test_job_report(&J));
+}
+END_TEST
+
+/* The "loss" records of the chief's event file in J.log_dir (NULL with
+ * *n 0 while there is no file or it cannot be read yet). */
+static dt_wire_event *loss_records(size_t *n, size_t *count) {
+    *n = *count = 0;
+    char file[2 * PATH_CAP] = "";
+    DIR *d = opendir(J.log_dir);
+    if (!d) return NULL;
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0)
+            snprintf(file, sizeof file, "%s/%s", J.log_dir, de->d_name);
+    closedir(d);
+    dt_wire_event *ev = NULL;
+    char why[512];
+    if (!file[0] || dt_wire_load_file(file, &ev, count, why, sizeof why) != 0) return NULL;
+    for (size_t e = 0; e < *count; e++)
+        *n += dt_wire_find(&ev[e], "loss") != NULL;
+    return ev;
+}
+
+/* Issue 32's summaries by time. A short job at the defaults (summary_secs
+ * 10) has its chief's first step and its last in the event file. Then,
+ * with summary_secs 1, a job held open until its event file holds 4
+ * points of "loss": they are at least a second apart (wall_time), not every
+ * 10 steps as summary_steps 10 wrote them (summary_steps, when set, still
+ * wins: summaries_for_tensorboard). */
+START_TEST(summaries_first_step) {
+    const char *short_job[] = {"max_steps=200", "log_steps=1000"};
+    dt_test_job_set(&J, short_job, 2);
+    dt_test_job_run(&J, "", JOB_TIMEOUT_MS);
+    size_t n = 0, count = 0;
+    dt_wire_event *ev = loss_records(&n, &count);
+    /* Its first step, its last when a push of its said done, one more if
+     * the job took over 10 s; 200 steps of summary_steps 10 wrote 10. */
+    ck_assert_msg(n >= 1 && n <= 4, "%zu loss points in a 200-step job at the defaults; logs:%s", n,
+                  dt_test_job_report(&J));
+    dt_wire_events_free(ev, count);
+}
+END_TEST
+
+START_TEST(summaries_by_time) {
+    size_t n = 0, count = 0;
+    dt_wire_event *ev = NULL;
+    const char *held[] = {"max_steps=100000000", "summary_secs=1", "log_steps=100000",
+                          "save_model_secs=3600"};
+    dt_test_job_set(&J, held, 4);
+    pid_t pids[3] = {dt_test_job_start(&J, "ps", 0, "ps"),
+                     dt_test_job_start(&J, "worker", 0, "chief"),
+                     dt_test_job_start(&J, "worker", 1, "worker1")};
+    ev = NULL;
+    for (long long t0 = dt_test_now_ms(); n < 4; dt_test_sleep_ms(100)) {
+        dt_wire_events_free(ev, count);
+        ev = loss_records(&n, &count);
+        ck_assert_msg(dt_test_now_ms() - t0 < JOB_TIMEOUT_MS && dt_test_alive(pids[1]),
+                      "%zu loss points; logs:%s", n, dt_test_job_report(&J));
+    }
+    double prev = -1;
+    int64_t prev_step = -1;
+    for (size_t e = 0; e < count; e++) {
+        if (!dt_wire_find(&ev[e], "loss")) continue;
+        ck_assert_msg(prev < 0 || ev[e].wall_time - prev >= 0.999,
+                      "loss at step %lld %.3f s after the one at step %lld: want >= 1 s",
+                      (long long)ev[e].step, ev[e].wall_time - prev, (long long)prev_step);
+        prev = ev[e].wall_time;
+        prev_step = ev[e].step;
+    }
+    dt_wire_events_free(ev, count);
+}
+END_TEST
+
 Suite *models_e2e_suite(void) {
     Suite *s = suite_create("models_e2e");
     TCase *tc = dt_test_job_tcase(s, "models_e2e", TEST_TIMEOUT_S, setup, teardown);
@@ -957,5 +1093,8 @@ Suite *models_e2e_suite(void) {
     tcase_add_test(tc, recipe_travels_with_checkpoint);
     tcase_add_test(tc, shapes_from_data);
     tcase_add_test(tc, summaries_for_tensorboard);
+    tcase_add_test(tc, divergence_said);
+    tcase_add_test(tc, summaries_first_step);
+    tcase_add_test(tc, summaries_by_time);
     return s;
 }

@@ -400,7 +400,7 @@ START_TEST(linear_eval_and_predict) {
     ck_assert(isnan(r.accuracy));
     char line[256];
     dt_predict_format(&r, line, sizeof line);
-    ck_assert_str_eq(line, "loss 0.500000 examples 4 global_step 0");
+    ck_assert_str_eq(line, "loss 0.5 examples 4 global_step 0");
 
     path_of("r.out.csv", out);
     write_ok(&job, ckpt, data, NULL, out);
@@ -717,7 +717,7 @@ START_TEST(bad_inputs) {
     write_tmp("badlabel.csv", "x1,label,x2\n1,0,1\n1,5,1\n", bad);
     eval_fails(&job, ckpt, bad, NULL, DT_ECONFIG, "badlabel.csv:3", "\"classes\" is 3");
     write_tmp("fraction.csv", "x1,label,x2\n1,0,1\n1,0.5,1\n", bad);
-    eval_fails(&job, ckpt, bad, NULL, DT_EINVAL, "fraction.csv:3", "not a whole number");
+    eval_fails(&job, ckpt, bad, NULL, DT_ECONFIG, "fraction.csv:3", "not a whole number");
     /* A file with another number of features. */
     write_tmp("wide.csv", "x1,label,x2,x3\n1,0,1,1\n", bad);
     eval_fails(&job, ckpt, bad, NULL, DT_ECONFIG, "wide.csv", "feature");
@@ -1124,6 +1124,91 @@ START_TEST(shape_from_checkpoint_or_data) {
 }
 END_TEST
 
+/* ---- errors of fit, through the binary ------------------------------------ */
+
+/* Saves the job's model with its job config, as the chief does, so the
+ * commands need no --config. */
+static void save_with_job(const dt_job *job, const float *values, const char *name, char *path) {
+    dt_tensors ts;
+    vars_of(job, values, &ts);
+    dt_safetensors_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.global_step = 5;
+    dt_model_describe(&job->model, meta.model, sizeof meta.model);
+    dt_err err = {0};
+    ck_assert_msg(dt_job_to_json(job, &meta.job, &err) == 0, "%s", err.msg);
+    path_of(name, path);
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    free(meta.job);
+    dt_tensors_deinit(&ts);
+}
+
+/* `dtrain <command> --checkpoint ckpt --data data`: its exit status, with
+ * its stderr in *stderr_text (the caller frees it). */
+static int run_command(const char *command, const char *ckpt, const char *data,
+                       char **stderr_text) {
+    char out[PATH_CAP], errp[PATH_CAP];
+    path_of("cmd.out", out);
+    path_of("cmd.err", errp);
+    char *argv[] = {(char *)dt_test_bin(),
+                    (char *)command,
+                    "--checkpoint",
+                    (char *)ckpt,
+                    "--data",
+                    (char *)data,
+                    NULL};
+    pid_t pid = dt_test_spawn_split(argv, out, errp);
+    ck_assert_int_gt(pid, 0);
+    int status = dt_test_wait(pid, 30000);
+    *stderr_text = dt_test_read_file(errp, NULL);
+    ck_assert_ptr_nonnull(*stderr_text);
+    return status;
+}
+
+/* Both commands exit 2 on data that does not fit the model's config, with
+ * one line naming the file and what does not fit (n1, n2). */
+static void both_exit_2(const char *ckpt, const char *data, const char *n1, const char *n2) {
+    static const char *const commands[] = {"eval", "predict"};
+    for (int i = 0; i < 2; i++) {
+        char *text = NULL;
+        int status = run_command(commands[i], ckpt, data, &text);
+        ck_assert_msg(status == 2 && strstr(text, n1) && strstr(text, n2),
+                      "dtrain %s --data %s: exit %d, want 2 naming \"%s\" and \"%s\"; stderr:\n%s",
+                      commands[i], data, status, n1, n2, text);
+        free(text);
+    }
+}
+
+/* Issue 32's errors of fit: a libsvm file given to a csv model, and a csv
+ * given to a libsvm one, name both formats; a label that is no class index
+ * (1.5) for a classifier is a config that does not fit; all exit 2, as the
+ * exit-code table says. */
+START_TEST(errors_of_fit_exit_2) {
+    char train[PATH_CAP], ckpt[PATH_CAP], svm[PATH_CAP], frac[PATH_CAP], csv[PATH_CAP];
+    write_tmp("train.csv", softmax_csv, train);
+    dt_job job = job_of(DT_MODEL_SOFTMAX, 2, 3, train);
+    save_with_job(&job, softmax_w, "csv.safetensors", ckpt);
+    write_tmp("new.svm", "1 1:0.5 2:3\n0 2:1\n", svm);
+    both_exit_2(ckpt, svm, "new.svm looks like libsvm (its first row \"1 1:0.5 2:3\")",
+                "but the model reads csv (\"data\": \"csv\")");
+    write_tmp("fraction.csv", "x1,label,x2\n1,0,1\n1,1.5,1\n", frac);
+    both_exit_2(ckpt, frac, "fraction.csv:3: column \"label\": label 1.5 is not a whole number",
+                "\"model\": \"linear\"");
+
+    char svm_train[PATH_CAP], svm_ckpt[PATH_CAP];
+    write_tmp("train.svm", "0 1:2\n1 2:2\n2 1:-2\n", svm_train);
+    dt_job sjob = job_of(DT_MODEL_SOFTMAX, 2, 3, svm_train);
+    sjob.data.source = DT_DATA_LIBSVM;
+    save_with_job(&sjob, softmax_w, "svm.safetensors", svm_ckpt);
+    write_tmp("new.csv", "label,x1,x2\n0,1,2\n", csv);
+    both_exit_2(svm_ckpt, csv, "new.csv looks like csv (its first line \"label,x1,x2\")",
+                "but the model reads libsvm (\"data\": \"libsvm\")");
+    write_tmp("fraction.svm", "0 1:2\n2.5 2:1\n", frac);
+    both_exit_2(svm_ckpt, frac, "fraction.svm:2: label 2.5 is not a whole number",
+                "a class index 0..2 is wanted");
+}
+END_TEST
+
 Suite *predict_suite(void) {
     Suite *s = suite_create("predict");
     TCase *tc = tcase_create("predict");
@@ -1153,6 +1238,7 @@ Suite *predict_suite(void) {
     tcase_add_test(tc, recipe_predicts_without_config_or_training_file);
     tcase_add_test(tc, recipe_refuses_a_disagreeing_config);
     tcase_add_test(tc, old_checkpoint_needs_config);
+    tcase_add_test(tc, errors_of_fit_exit_2);
     suite_add_tcase(s, tc);
     return s;
 }

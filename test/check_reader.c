@@ -164,7 +164,7 @@ START_TEST(test_libsvm_values) {
     p.svm_signed_labels = 0;
     memset(&err, 0, sizeof err);
     int rc = dt_reader_libsvm(path, &p, &t, &err);
-    expect_err(rc, &err, DT_EINVAL, "small.libsvm:3: label -1 is not a class of 0..1");
+    expect_err(rc, &err, DT_ECONFIG, "small.libsvm:3: label -1 is not a class of 0..1");
     ck_assert_ptr_null(t.x);
 
     /* Regression: labels are taken as they are. */
@@ -357,8 +357,8 @@ START_TEST(test_csv_errors) {
          "bad.csv:2: 5 fields, but the header has 4: extra fields after column \"c\""},
         {"a,y,b,c\n1,3,2,3\n", DT_ECONFIG,
          "bad.csv:2: column \"y\": label 3 is not a class of 0..2: \"classes\" is 3"},
-        {"a,y,b,c\n1,-1,2,3\n", DT_EINVAL, "bad.csv:2: column \"y\": label -1 is not a class"},
-        {"a,y,b,c\n1,1.5,2,3\n", DT_EINVAL,
+        {"a,y,b,c\n1,-1,2,3\n", DT_ECONFIG, "bad.csv:2: column \"y\": label -1 is not a class"},
+        {"a,y,b,c\n1,1.5,2,3\n", DT_ECONFIG,
          "bad.csv:2: column \"y\": label 1.5 is not a whole number"},
         {"a,y,b,c\n1,0,\"2,3\n", DT_EINVAL, "bad.csv:2: column \"b\": quotes inside a field"},
         {"a,y,b,c\n1,0,2\"\"x,3\n", DT_EINVAL, "bad.csv:2: column \"b\": quotes inside a field"},
@@ -422,8 +422,8 @@ START_TEST(test_libsvm_errors) {
         {"inf 1:1\n", DT_EINVAL, "bad.libsvm:1: label: not a finite number"},
         {"0 1:1\n\n# c\n2 1:1\n", DT_ECONFIG,
          "bad.libsvm:4: label 2 is not a class of 0..1 (or -1): \"classes\" is 2"},
-        {"-2 1:1\n", DT_EINVAL, "bad.libsvm:1: label -2 is not a class of 0..1 (or -1)"},
-        {"0.5 1:1\n", DT_EINVAL, "bad.libsvm:1: label 0.5 is not a whole number"},
+        {"-2 1:1\n", DT_ECONFIG, "bad.libsvm:1: label -2 is not a class of 0..1 (or -1)"},
+        {"0.5 1:1\n", DT_ECONFIG, "bad.libsvm:1: label 0.5 is not a whole number"},
     };
     dt_reader_params p = params(4, DT_LABEL_CLASS, 2, NULL);
     p.svm_signed_labels = 1;

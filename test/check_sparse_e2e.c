@@ -595,14 +595,14 @@ START_TEST(eval_predict_checkpoint) {
     /* The chief scored the same model at the end (its pull of the final step). */
     char want[160];
     snprintf(want, sizeof want,
-             "chief: eval at global_step 30: loss %.6f accuracy %.4f on 6 examples", loss,
+             "chief: eval at global_step 30: loss %.6g accuracy %.4f on 6 examples", loss,
              accuracy);
     ck_assert_msg(dt_test_job_log_has(&J, "chief", want), "no \"%s\"; logs:%s", want,
                   dt_test_job_report(&J));
     ck_assert_msg(dt_test_job_log_has(&J, "chief", "chief: eval at global_step 10: loss"),
                   "no evaluation at step 10; logs:%s", dt_test_job_report(&J));
     /* So did the evaluator, from the checkpoint. */
-    snprintf(want, sizeof want, "evaluator: global_step 30: loss %.6f accuracy %.4f on 6 examples",
+    snprintf(want, sizeof want, "evaluator: global_step 30: loss %.6g accuracy %.4f on 6 examples",
              loss, accuracy);
     ck_assert_msg(dt_test_job_log_has(&J, "evaluator", want), "no \"%s\"; logs:%s", want,
                   dt_test_job_report(&J));
@@ -610,7 +610,7 @@ START_TEST(eval_predict_checkpoint) {
     /* dtrain eval, with the job from the checkpoint. */
     const char *eval_args[] = {"eval", "--log-dir", J.log_dir, NULL};
     ck_assert_msg(dt_test_job_command(&J, eval_args, JOB_TIMEOUT_MS) == 0, "eval: %s", J.err);
-    snprintf(want, sizeof want, "loss %.6f accuracy %.4f examples 6 global_step 30", loss,
+    snprintf(want, sizeof want, "loss %.6g accuracy %.4f examples 6 global_step 30", loss,
              accuracy);
     ck_assert_msg(strstr(J.out, want), "eval printed \"%s\", not \"%s\"", J.out, want);
 

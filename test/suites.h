@@ -38,6 +38,7 @@
     X(predict)                                                                                     \
     X(evaluator)                                                                                   \
     X(log)                                                                                         \
+    X(loss_watch)                                                                                  \
     X(metrics)                                                                                     \
     X(cli)                                                                                         \
     X(api)                                                                                         \
