@@ -115,14 +115,14 @@ typedef struct {
     dt_sparse_model *eval_model;
     dt_sparse_scorer eval_scorer;
     int64_t last_saved_step;
-    int eval_far_above;   /* the last eval was far above the training loss: said */
     double summary_t;     /* when the last summaries were written (the start, before any) */
     int64_t summary_step; /* their global step */
-    int summarized;       /* some were written (or tried) by this process */
     int64_t staleness_seen[DT_STALENESS_BUCKETS]; /* counts already summarized */
     int64_t last_global_step;                     /* highest global step seen */
     int64_t last_pulled_step;                     /* step of the values in the worker's vars */
     int num_workers;
+    int eval_far_above;     /* the last eval was far above the training loss: said */
+    int summarized;         /* summaries were written (or tried) by this process */
     char *gone_logged;      /* (num_workers) a worker's failure was logged */
     double workers_checked; /* when ps 0 was last asked about the workers */
     /* ps 0's Status as last read (once a second, watch_workers), and

@@ -19,11 +19,12 @@ void dt_loss_watch_init(dt_loss_watch *w, int64_t warmup, double ceiling) {
 
 dt_loss_verdict dt_loss_watch_add(dt_loss_watch *w, double loss) {
     if (!isfinite(loss)) {
+        /* Once an episode: with "nonfinite": "skip" the values stay and
+         * every other batch may be NaN again. */
         if (w->nonfinite) return DT_LOSS_OK;
-        w->nonfinite = 1;
+        w->nonfinite = w->diverging = 1;
         return DT_LOSS_NONFINITE;
     }
-    w->nonfinite = 0;
     /* s = (1 - a) s + a loss, from the first loss itself */
     if (w->seen == 0)
         w->start = w->smoothed = loss;
@@ -34,7 +35,7 @@ dt_loss_verdict dt_loss_watch_add(dt_loss_watch *w, double loss) {
     if (w->seen <= w->warmup) return DT_LOSS_OK;
     const int past = w->ceiling > 0 && w->smoothed > w->ceiling;
     if (w->diverging) {
-        if (w->smoothed < DT_LOSS_WATCH_CALM * w->best && !past) w->diverging = 0;
+        if (w->smoothed < DT_LOSS_WATCH_CALM * w->best && !past) w->diverging = w->nonfinite = 0;
         return DT_LOSS_OK;
     }
     /* A loss below 0 (a program's own) has no scale to grow by. */

@@ -16,7 +16,8 @@
  *  - past the ceiling: after the warm-up, s is above a loss no sane model
  *    reaches (a classifier's: 100 log K, 100x a uniform guess's, so a task
  *    that joins a model already diverged says so too); the same episode.
- *  - non-finite: a NaN or Inf loss, said once until a finite one comes.
+ *  - non-finite: a NaN or Inf loss, said once an episode (it starts one;
+ *    finite losses back under the calm bound end it).
  *  - eval far above: an eval loss more than DT_LOSS_WATCH_EVAL_RATIO times
  *    the smoothed training loss, and above the training's start, or above
  *    the ceiling, once the warm-up is over (dt_loss_watch_eval_far_above;
@@ -50,7 +51,7 @@ typedef struct {
     double best;     /* the lowest s seen (the warm-up's too) */
     double ceiling;  /* a loss no sane model reaches; 0: none known (a regression) */
     int diverging;   /* in an episode: said, not yet calm */
-    int nonfinite;   /* the last loss was not finite: said */
+    int nonfinite;   /* a loss of this episode was not finite: said */
 } dt_loss_watch;
 
 /* A watch that judges after warmup (>= 1) finite losses; ceiling (>= 0;

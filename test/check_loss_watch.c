@@ -97,7 +97,7 @@ START_TEST(warmup_not_judged) {
 }
 END_TEST
 
-/* NaN and Inf: said at the first of a run, again after a finite loss; they
+/* NaN and Inf: said at the first of an episode, again once it calmed; they
  * leave the smoothed loss as it was (and are said during the warm-up too). */
 START_TEST(nonfinite_once_per_run) {
     dt_loss_watch w;
@@ -108,7 +108,12 @@ START_TEST(nonfinite_once_per_run) {
     ck_assert_int_eq(dt_loss_watch_add(&w, NAN), DT_LOSS_OK);
     ck_assert_double_eq(w.smoothed, 1.0);
     ck_assert_int_eq(w.seen, 1);
+    /* Finite and NaN in turn (skip_nonfinite keeps the values): not again. */
     ck_assert_int_eq(dt_loss_watch_add(&w, 1.0), DT_LOSS_OK);
+    ck_assert_int_eq(dt_loss_watch_add(&w, -INFINITY), DT_LOSS_OK);
+    /* Past the warm-up, calm again: the episode is over, a NaN is said. */
+    ck_assert_int_eq(feed(&w, 1.0, 30, DT_LOSS_OK), 30);
+    ck_assert_int_eq(w.diverging, 0);
     ck_assert_int_eq(dt_loss_watch_add(&w, -INFINITY), DT_LOSS_NONFINITE);
 }
 END_TEST
