@@ -196,16 +196,16 @@ lint: $(GEN_H)
 # Everything CI runs, in stages that each print their wall and CPU time: the trees
 # built two jobs wide (the bench programs too: built, not run, they time
 # things), the deploy files' check (seconds, so a mismatch fails first),
-# the suite with lint beside it, the suite under ASan and UBSan with the
-# TSan and fuzz trees built beside it, the threaded suites under TSan, then
-# each fuzz target over its corpus and for FUZZ_SECONDS of new inputs, two
-# at a time. The suites run CHECK_JOBS at once (DT_JOBS): most of their time
-# is spent waiting on the processes they start, and every wait is on an
-# event with a deadline. For the same reason a suite stage keeps about one
-# of the two cores busy (test: CPU 227 s in 245 s of wall), so lint (one
-# clang-tidy at a time) and the later builds (one job wide) run beside the
-# suites instead of after them (scripts/beside.sh): 3-4 minutes less, and
-# a lighter load than the two CPU hogs the suites are checked beside.
+# lint, the suite, the suite under ASan and UBSan with the TSan and fuzz
+# trees built beside it, the threaded suites under TSan, then each fuzz
+# target over its corpus and for FUZZ_SECONDS of new inputs, two at a time.
+# The suites run CHECK_JOBS at once (DT_JOBS): most of their time is spent
+# waiting on the processes they start, and every wait is on an event with a
+# deadline. For the same reason a suite stage keeps about one of the two
+# cores busy, so the later trees are built (one job wide) beside the ASan
+# stage instead of after it (scripts/beside.sh); they end before its last
+# suite, flood, which runs alone. Lint stays a stage of its own: beside the
+# test stage it would load the machine while flood runs.
 CHECK_JOBS ?= 2
 # New-input fuzzing in check is a smoke test, CHECK_FUZZ_SECONDS per target
 # (10: from a thousand inputs of the ps target to a hundred thousand of the
@@ -228,8 +228,8 @@ check:
 	$(STAGE) build $(MAKE) -j2 $(BUILD)/dtrain $(BUILD)/check_all \
 	  $(patsubst bench/%.c,$(BUILD)/bench_%,$(BENCH_SRC))
 	$(STAGE) deploy-check $(MAKE) deploy-check
-	$(STAGE) test+lint sh scripts/beside.sh lint '$(MAKE) lint LINT_JOBS=1' \
-	  test $(GUARD) env DT_JOBS=$(CHECK_JOBS) $(MAKE) test
+	$(STAGE) lint $(MAKE) lint
+	$(STAGE) test $(GUARD) env DT_JOBS=$(CHECK_JOBS) $(MAKE) test
 	$(STAGE) asan-build $(ASAN_MAKE) -j2 build-asan/dtrain build-asan/check_all
 	$(STAGE) asan+builds sh scripts/beside.sh tsan-build+fuzz-build \
 	  '$(TSAN_MAKE) -j1 build-tsan/dtrain build-tsan/check_all && $(MAKE) -j1 fuzz-build' \
