@@ -196,16 +196,14 @@ lint: $(GEN_H)
 # Everything CI runs, in stages that each print their wall and CPU time: the trees
 # built two jobs wide (the bench programs too: built, not run, they time
 # things), the deploy files' check (seconds, so a mismatch fails first),
-# lint, the suite, the suite under ASan and UBSan with the TSan and fuzz
-# trees built beside it, the threaded suites under TSan, then each fuzz
-# target over its corpus and for FUZZ_SECONDS of new inputs, two at a time.
-# The suites run CHECK_JOBS at once (DT_JOBS): most of their time is spent
-# waiting on the processes they start, and every wait is on an event with a
-# deadline. For the same reason a suite stage keeps about one of the two
-# cores busy, so the later trees are built (one job wide) beside the ASan
-# stage instead of after it (scripts/beside.sh); they end before its last
-# suite, flood, which runs alone. Lint stays a stage of its own: beside the
-# test stage it would load the machine while flood runs.
+# lint, the suite, the suite under ASan and UBSan, the threaded suites under
+# TSan, then each fuzz target over its corpus and for FUZZ_SECONDS of new
+# inputs, two at a time. The suites run CHECK_JOBS at once (DT_JOBS): most
+# of their time is spent waiting on the processes they start, and every
+# wait is on an event with a deadline. Nothing else runs beside a suite
+# stage: the flood suite's guard and sparse_e2e's pipelined model quality
+# both felt the load of lint or a build run beside them when that was
+# tried (docs/hacking.md says what it did).
 CHECK_JOBS ?= 2
 # New-input fuzzing in check is a smoke test, CHECK_FUZZ_SECONDS per target
 # (10: from a thousand inputs of the ps target to a hundred thousand of the
@@ -231,10 +229,10 @@ check:
 	$(STAGE) lint $(MAKE) lint
 	$(STAGE) test $(GUARD) env DT_JOBS=$(CHECK_JOBS) $(MAKE) test
 	$(STAGE) asan-build $(ASAN_MAKE) -j2 build-asan/dtrain build-asan/check_all
-	$(STAGE) asan+builds sh scripts/beside.sh tsan-build+fuzz-build \
-	  '$(TSAN_MAKE) -j1 build-tsan/dtrain build-tsan/check_all && $(MAKE) -j1 fuzz-build' \
-	  asan $(GUARD) env DT_JOBS=$(CHECK_JOBS) DT_SKIP_SUITES=$(ASAN_CHECK_SKIP) $(MAKE) asan
+	$(STAGE) asan $(GUARD) env DT_JOBS=$(CHECK_JOBS) DT_SKIP_SUITES=$(ASAN_CHECK_SKIP) $(MAKE) asan
+	$(STAGE) tsan-build $(TSAN_MAKE) -j2 build-tsan/dtrain build-tsan/check_all
 	$(STAGE) tsan $(GUARD) env DT_JOBS=$(CHECK_JOBS) $(MAKE) tsan
+	$(STAGE) fuzz-build $(MAKE) -j2 fuzz-build
 	$(STAGE) fuzz-check $(MAKE) fuzz-check
 	$(STAGE) fuzz $(MAKE) -j2 fuzz FUZZ_SECONDS=$(CHECK_FUZZ_SECONDS)
 
