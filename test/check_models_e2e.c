@@ -1070,8 +1070,12 @@ START_TEST(summaries_by_time) {
     int64_t prev_step = -1;
     for (size_t e = 0; e < count; e++) {
         if (!dt_wire_find(&ev[e], "loss")) continue;
-        ck_assert_msg(prev < 0 || ev[e].wall_time - prev >= 0.999,
-                      "loss at step %lld %.3f s after the one at step %lld: want >= 1 s",
+        /* >= 0.95: wall_time is the realtime clock, the cadence runs on
+         * the monotonic one, and the two differ by rounding and slew (a
+         * gap of 0.999 s was seen under ASan); a step cadence would put
+         * these points milliseconds apart. */
+        ck_assert_msg(prev < 0 || ev[e].wall_time - prev >= 0.95,
+                      "loss at step %lld %.4f s after the one at step %lld: want about 1 s",
                       (long long)ev[e].step, ev[e].wall_time - prev, (long long)prev_step);
         prev = ev[e].wall_time;
         prev_step = ev[e].step;
