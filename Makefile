@@ -206,11 +206,11 @@ lint: $(GEN_H)
 # tried (docs/hacking.md says what it did).
 CHECK_JOBS ?= 2
 # New-input fuzzing in check is a smoke test, CHECK_FUZZ_SECONDS per target
-# (10: from a thousand inputs of the ps target to a hundred thousand of the
+# (5: from hundreds of inputs of the ps target to tens of thousands of the
 # summary parser on a loaded machine, enough to catch what a change breaks
 # at once); the regression guard is fuzz-check, every committed input and
 # kept reproducer. Long runs are by hand: make fuzz FUZZ_SECONDS=600.
-CHECK_FUZZ_SECONDS ?= 10
+CHECK_FUZZ_SECONDS ?= 5
 STAGE := sh scripts/stage.sh
 # Left out of check's ASan stage: chaos runs the same seeded schedule there
 # as in the test stage (DT_CHAOS_SEED's default): 30 s of training at full

@@ -371,9 +371,16 @@ static void add_case(Suite *s, const char *name, const TTest *test) {
 Suite *flood_suite(void) {
     Suite *s = suite_create("flood");
     add_case(s, "reset_plaintext", reset_plaintext);
-    add_case(s, "reset_mtls", reset_mtls);
     add_case(s, "other_floods_plaintext", other_floods_plaintext);
-    add_case(s, "other_floods_mtls", other_floods_mtls);
+    /* Under ASan the floods over mutual TLS run the same dtrain code as
+     * the plaintext ones (the guard, a reset call's path through the
+     * server); what differs is gRPC's TLS layer. They run in the plain
+     * build, which `make check` runs first: under ASan they were 40 s of
+     * a stage where this suite runs alone. */
+    if (!FLOOD_ASAN) {
+        add_case(s, "reset_mtls", reset_mtls);
+        add_case(s, "other_floods_mtls", other_floods_mtls);
+    }
     add_case(s, "slow_connections", slow_connections);
     return s;
 }
