@@ -4,7 +4,8 @@
  * the job cases run build/example_linear (the seed's program on the
  * library) as a ps and two workers, real processes on free loopback ports
  * in the test's temp dir, then a session of the test's own against a model
- * that does not match the job's checkpoint; the python case runs the
+ * that does not match the job's checkpoint, and jobs over mutual TLS and
+ * with per-identity tokens (a chief with a wrong one refused); the python case runs the
  * module's unittest tests (python/tests) with Debian's python3.
  */
 #include <check.h>
@@ -587,6 +588,83 @@ static const char *const same_loop_sets[] = {"mode=sync",          "max_steps=15
                                              "epochs=0",           "seed=7",
                                              "learning_rate=0.05", "save_model_secs=3600"};
 
+/* Points DTRAIN_TLS_* at the files of identity id ("worker-1") in certs,
+ * for the next role started (they inherit the environment). */
+static void tls_env(const char *certs, const char *id) {
+    char path[1300];
+    snprintf(path, sizeof path, "%s/%s.pem", certs, id);
+    setenv("DTRAIN_TLS_CERT", path, 1);
+    snprintf(path, sizeof path, "%s/%s-key.pem", certs, id);
+    setenv("DTRAIN_TLS_KEY", path, 1);
+    snprintf(path, sizeof path, "%s/ca.pem", certs);
+    setenv("DTRAIN_TLS_CA", path, 1);
+}
+
+/* The library's roles take the binary's security as it does: a job of
+ * library programs over mutual TLS trains to max_steps with no refusal;
+ * one with per-identity tokens too, and a library chief holding a wrong
+ * token is refused, says so naming its identity, and exits 1. */
+START_TEST(library_secure_jobs) {
+    char certs[1100], cmd[1300];
+    snprintf(certs, sizeof certs, "%s/certs", j.dir);
+    snprintf(cmd, sizeof cmd, "WORKERS=2 PS=1 sh scripts/make_certs.sh '%s' >/dev/null 2>&1",
+             certs);
+    ck_assert_int_eq(system(cmd), 0);
+    tls_env(certs, "ps-0");
+    pid_t pids[3];
+    pids[0] = start_example("ps", 0, "300", "ps");
+    tls_env(certs, "chief");
+    pids[1] = start_example("worker", 0, "300", "chief");
+    tls_env(certs, "worker-1");
+    pids[2] = start_example("worker", 1, "300", "worker1");
+    const char *names[3] = {"ps", "chief", "worker 1"};
+    dt_test_job_expect_done(&j, pids, names, 3, JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&j, "ps", "client certificates of CA"),
+                  "the library ps did not serve mTLS; logs:%s", dt_test_job_report(&j));
+    ck_assert_msg(!dt_test_job_log_has(&j, "ps", "refused"), "the ps refused a call; logs:%s",
+                  dt_test_job_report(&j));
+    ck_assert_int_ge(dt_test_job_check_latest(&j, 300, 0), 300);
+    unsetenv("DTRAIN_TLS_CERT");
+    unsetenv("DTRAIN_TLS_KEY");
+    unsetenv("DTRAIN_TLS_CA");
+
+    /* Tokens, in a log dir of their own; the wrong chief in another, so
+     * that nothing it may leave there meets the job. */
+    char tokens[1200], bad[1200], job_dir[1100];
+    snprintf(tokens, sizeof tokens, "%s/tokens", j.dir);
+    snprintf(bad, sizeof bad, "%s/tokens-bad", j.dir);
+    ck_assert_int_eq(
+        dt_test_write_file(tokens, "chief c-5e1f07\nworker:1 w1-88ab3c\nps:0 p0-1d2e\n"), 0);
+    ck_assert_int_eq(dt_test_write_file(bad, "chief c-not-it\nps:0 p0-1d2e\n"), 0);
+    memcpy(job_dir, j.log_dir, sizeof job_dir);
+    ck_assert_int_lt(snprintf(j.log_dir, sizeof j.log_dir, "%s-tokens", job_dir),
+                     (int)sizeof j.log_dir);
+    setenv("DTRAIN_TOKEN_FILE", tokens, 1);
+    pids[0] = start_example("ps", 0, "300", "ps-token");
+    ck_assert_int_lt(snprintf(j.log_dir, sizeof j.log_dir, "%s-wrong", job_dir),
+                     (int)sizeof j.log_dir);
+    setenv("DTRAIN_TOKEN_FILE", bad, 1);
+    pid_t wrong = start_example("worker", 0, "300", "chief-wrong");
+    dt_test_job_expect_exit(&j, wrong, "the chief with a wrong token", JOB_TIMEOUT_MS, 1);
+    ck_assert_msg(dt_test_job_log_has(&j, "chief-wrong", "wrong token for chief"),
+                  "the refusal does not say which token; logs:%s", dt_test_job_report(&j));
+    /* The ps serves on, unharmed, for the right chief and worker. */
+    ck_assert_msg(dt_test_alive(pids[0]), "the ps ended; logs:%s", dt_test_job_report(&j));
+    ck_assert_int_lt(snprintf(j.log_dir, sizeof j.log_dir, "%s-tokens", job_dir),
+                     (int)sizeof j.log_dir);
+    setenv("DTRAIN_TOKEN_FILE", tokens, 1);
+    pids[1] = start_example("worker", 0, "300", "chief-token");
+    pids[2] = start_example("worker", 1, "300", "worker1-token");
+    dt_test_job_expect_done(&j, pids, names, 3, JOB_TIMEOUT_MS);
+    ck_assert_msg(dt_test_job_log_has(&j, "ps-token", "tokens and tensors cross the network"),
+                  "no plaintext warning; logs:%s", dt_test_job_report(&j));
+    ck_assert_msg(dt_test_job_log_has(&j, "ps-token", "wrong token for chief"),
+                  "the ps did not log the refusal; logs:%s", dt_test_job_report(&j));
+    ck_assert_int_ge(dt_test_job_check_latest(&j, 300, 0), 300);
+    unsetenv("DTRAIN_TOKEN_FILE");
+}
+END_TEST
+
 /* The binary's chief and a library chief of the test's own (in this
  * process) train the same linear model, sync, 1 ps + 1 worker: the
  * library program declares the built-in's variables with the public
@@ -941,6 +1019,7 @@ Suite *api_suite(void) {
     tcase_add_test(jobs, library_job);
     tcase_add_test(jobs, library_chief_signal_and_restart);
     tcase_add_test(jobs, library_ps_restarted);
+    tcase_add_test(jobs, library_secure_jobs);
     tcase_add_test(jobs, same_loop_bit_for_bit);
     tcase_add_test(jobs, library_table_job);
     tcase_add_test(jobs, python_module);
