@@ -49,7 +49,8 @@
 #      against the 16 B echoes (figure 1d), pipelined (1e) and with /metrics
 #      scraped (1f) alone; BENCH_ONLY=metrics figure 1f alone;
 #   BENCH_METRICS_TRIALS=N the runs of each side of figure 1f (default 3).
-#   BENCH_ONLY=flood the rapid-reset flood figures (scripts/bench_flood.sh)
+#   BENCH_ONLY=flood every flood of test/h2flood.py, plaintext and mutual
+#      TLS, against the job and a sink (scripts/bench_flood.sh, 12 minutes)
 #      alone; BENCH_ONLY=cnn the PyTorch CNN on dtrain against one process
 #      and torch.distributed.rpc (scripts/bench_cnn.sh, minutes: not in the
 #      default run).
