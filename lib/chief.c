@@ -623,16 +623,33 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
                           "job: sync needs replicas_to_aggregate (%d) <= "
                           "total_num_replicas (%d) <= workers (%d)",
                           k->replicas_to_aggregate, k->total_num_replicas, cluster->num_workers);
+    if (m->max_steps > 0 && dt_worker_examples(c->w) > 0) {
+        /* A file job that sets max_steps: that decides its end, however
+         * many passes over each shard it makes; said, since "epochs" then
+         * counts for nothing. */
+        const int64_t n = dt_worker_examples(c->w);
+        const double rows = (double)n / cluster->num_workers;
+        const double steps_per_worker =
+            (double)m->max_steps / (k->mode == DT_MODE_SYNC ? 1 : cluster->num_workers);
+        dt_log(DT_LOG_INFO,
+               "chief: max_steps %lld ends the job: about %.3g passes over each worker's %.0f "
+               "rows at batch_size %d (\"epochs\" counts only when max_steps is 0)",
+               (long long)m->max_steps, steps_per_worker * job->batch_size / rows, rows,
+               job->batch_size);
+    }
     if (m->max_steps == 0) { /* epochs of a file: its size is known now */
-        int rc = dt_job_steps_for(job, dt_worker_examples(c->w), &m->max_steps, err);
+        int rc = dt_job_steps_for_shards(job, dt_worker_examples(c->w), cluster->num_workers,
+                                         &m->max_steps, err);
         if (rc < 0) return rc;
         /* A sync step takes replicas_to_aggregate batches, one a worker:
          * the epochs' batches make that many times fewer steps. */
         const int per_step = k->mode == DT_MODE_SYNC ? k->replicas_to_aggregate : 1;
         m->max_steps = (m->max_steps + per_step - 1) / per_step;
         dt_log(DT_LOG_INFO,
-               "chief: %d epochs of %lld examples, %d batch(es) a step: max_steps %lld",
-               job->epochs, (long long)dt_worker_examples(c->w), per_step, (long long)m->max_steps);
+               "chief: %d epochs of %lld examples in %d shard(s), %d batch(es) a step: "
+               "max_steps %lld",
+               job->epochs, (long long)dt_worker_examples(c->w), cluster->num_workers, per_step,
+               (long long)m->max_steps);
     }
     const dt_table_config *t = dt_worker_table(c->w);
     if (t) {

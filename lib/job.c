@@ -834,6 +834,25 @@ int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps, dt
     return 0;
 }
 
+int dt_job_steps_for_shards(const dt_job *job, int64_t num_examples, int num_shards, int64_t *steps,
+                            dt_err *err) {
+    if (num_shards < 1) return dt_err_set(err, DT_EINVAL, "job: %d shards", num_shards);
+    /* Shard i holds the rows i, i + W, ...: (N - 1 - i) / W + 1 of them
+     * (data.c); each makes its own passes, a short last batch a step. */
+    int64_t total = 0;
+    for (int i = 0; i < num_shards && i < num_examples; i++) {
+        int64_t shard_steps = 0;
+        int rc = dt_job_steps_for(job, (num_examples - 1 - i) / num_shards + 1, &shard_steps, err);
+        if (rc < 0) return rc;
+        if (shard_steps > INT64_MAX - total)
+            return dt_err_set(err, DT_EINVAL, "job: \"epochs\" %d make too many steps",
+                              job->epochs);
+        total += shard_steps;
+    }
+    *steps = total;
+    return 0;
+}
+
 /* ---- sparse models ------------------------------------------------------ */
 
 int dt_job_is_sparse(const dt_job *job) {

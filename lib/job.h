@@ -214,5 +214,11 @@ int dt_job_read_sparse(const dt_job *job, const char *path, int labeled, int sha
 /* epochs * ceil(num_examples / batch_size), checked for overflow. */
 int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps,
                      dt_err *err) DT_WARN_UNUSED;
+/* The steps of `epochs` passes of every one of num_shards workers over its
+ * shard of num_examples rows: the sum of each shard's dt_job_steps_for. Not
+ * epochs * ceil(N / B): each shard's last batch of a pass may be short, so
+ * the shards together make up to one step a pass more per shard. */
+int dt_job_steps_for_shards(const dt_job *job, int64_t num_examples, int num_shards, int64_t *steps,
+                            dt_err *err) DT_WARN_UNUSED;
 
 #endif

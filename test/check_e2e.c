@@ -554,17 +554,6 @@ START_TEST(worker_waits_for_chief) {
 }
 END_TEST
 
-/* The local steps a worker's log says it made ("training done after N
- * local steps"), or -1. */
-static long long local_steps(const char *log_name) {
-    char *log = dt_test_job_read_log(&w, log_name);
-    const char *hit = strstr(log, "training done after ");
-    long long n = -1;
-    if (hit && sscanf(hit, "training done after %lld local steps", &n) != 1) n = -1;
-    free(log);
-    return n;
-}
-
 /* 1 when a progress line of the log ("step S global_step G") has G > S:
  * another worker's pushes came between this one's. */
 static int shares_global_step(const char *log_name) {
@@ -588,7 +577,8 @@ START_TEST(demo_both_workers_train) {
     dt_test_job_run(&w, "", JOB_TIMEOUT_MS);
     const int64_t max_steps = dt_test_job_max_steps(&w);
     ck_assert_int_eq(dt_test_job_check_latest(&w, max_steps, 0), max_steps);
-    long long chief = local_steps("chief"), worker = local_steps("worker1");
+    long long chief = dt_test_job_local_steps(&w, "chief"),
+              worker = dt_test_job_local_steps(&w, "worker1");
     fprintf(stderr, "demo_both_workers_train: chief %lld, worker 1 %lld of %lld steps\n", chief,
             worker, (long long)max_steps);
     ck_assert_msg(worker >= 1, "worker 1 made %lld steps of %lld (the chief %lld); logs:%s", worker,

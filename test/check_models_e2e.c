@@ -218,6 +218,63 @@ START_TEST(logistic_separable) {
 }
 END_TEST
 
+/* Each worker makes exactly its epochs over its shard, whatever the order
+ * the workers start in: 150 rows in 2 shards of 75, batches of 10, make 8
+ * steps a pass each (the last one short), 160 for 20 epochs, 320 in all.
+ * The job's max_steps used to be epochs * ceil(150 / 10) = 300, and worker 1
+ * ended after 140 steps, 17 of its 20 passes. First all roles at once, then
+ * in another log dir worker 1 before the chief. */
+START_TEST(epochs_exact_passes) {
+    enum { EPOCHS = 20, PER_WORKER = EPOCHS * 8 };
+    char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP];
+    write_set(SET_BINARY, 150, 41, "train.csv", train_path, NULL);
+    write_set(SET_BINARY, 50, 42, "eval.csv", eval_path, NULL);
+    write_job("\"model\": \"logistic\", \"classes\": 2", train_path, eval_path,
+              "\"optimizer\": \"sgd\", \"learning_rate\": 0.5, \"batch_size\": 10, "
+              "\"epochs\": 20",
+              job);
+    train(job);
+    ck_assert_int_eq(dt_test_ckpt_max(J.log_dir), 2 * PER_WORKER);
+    ck_assert_msg(dt_test_job_local_steps(&J, "chief") == PER_WORKER &&
+                      dt_test_job_local_steps(&J, "worker1") == PER_WORKER,
+                  "all at once: the chief made %lld steps, worker 1 %lld, want %d each; logs:%s",
+                  dt_test_job_local_steps(&J, "chief"), dt_test_job_local_steps(&J, "worker1"),
+                  PER_WORKER, dt_test_job_report(&J));
+    ck_assert(dt_test_job_log_has(&J, "chief", "in 2 shard(s), 1 batch(es) a step: max_steps 320"));
+
+    ck_assert_int_lt(snprintf(J.log_dir, sizeof J.log_dir, "%s/logs-worker-first", J.dir),
+                     (int)sizeof J.log_dir);
+    pid_t pids[3];
+    pids[0] = dt_test_job_start(&J, "ps", 0, "ps-b");
+    pids[2] = dt_test_job_start(&J, "worker", 1, "worker1-b");
+    ck_assert_msg(
+        dt_test_job_wait_log(&J, "worker1-b", "waiting for the model", JOB_TIMEOUT_MS, pids[2]),
+        "worker 1 did not wait for the model; logs:%s", dt_test_job_report(&J));
+    pids[1] = dt_test_job_start(&J, "worker", 0, "chief-b");
+    const char *const names[] = {"ps", "chief", "worker 1"};
+    dt_test_job_expect_done(&J, pids, names, 3, JOB_TIMEOUT_MS);
+    ck_assert_int_eq(dt_test_ckpt_max(J.log_dir), 2 * PER_WORKER);
+    ck_assert_msg(dt_test_job_local_steps(&J, "chief-b") == PER_WORKER &&
+                      dt_test_job_local_steps(&J, "worker1-b") == PER_WORKER,
+                  "worker 1 first: the chief made %lld steps, worker 1 %lld, want %d each; logs:%s",
+                  dt_test_job_local_steps(&J, "chief-b"), dt_test_job_local_steps(&J, "worker1-b"),
+                  PER_WORKER, dt_test_job_report(&J));
+
+    /* max_steps set: it decides the end, and the chief says what that
+     * makes of the passes (40 steps, 20 a worker, 200 of each 75 rows). */
+    ck_assert_int_lt(snprintf(J.log_dir, sizeof J.log_dir, "%s/logs-max-steps", J.dir),
+                     (int)sizeof J.log_dir);
+    dt_test_job_add_set(&J, "max_steps=40");
+    dt_test_job_run(&J, "", JOB_TIMEOUT_MS);
+    ck_assert_int_eq(dt_test_ckpt_max(J.log_dir), 40);
+    ck_assert_msg(dt_test_job_log_has(&J, "chief",
+                                      "max_steps 40 ends the job: about 2.67 passes over each "
+                                      "worker's 75 rows at batch_size 10"),
+                  "the chief did not say what max_steps makes of the passes; logs:%s",
+                  dt_test_job_report(&J));
+}
+END_TEST
+
 START_TEST(softmax_three_classes) {
     enum { EVAL_ROWS = 150 };
     char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP], out[PATH_CAP];
@@ -1088,6 +1145,7 @@ Suite *models_e2e_suite(void) {
     Suite *s = suite_create("models_e2e");
     TCase *tc = dt_test_job_tcase(s, "models_e2e", TEST_TIMEOUT_S, setup, teardown);
     tcase_add_test(tc, logistic_separable);
+    tcase_add_test(tc, epochs_exact_passes);
     tcase_add_test(tc, softmax_three_classes);
     tcase_add_test(tc, mlp_xor);
     tcase_add_test(tc, fashion_slice);

@@ -280,6 +280,15 @@ size_t dt_test_job_log_length(const dt_test_job *j, const char *log_name) {
     return n;
 }
 
+long long dt_test_job_local_steps(const dt_test_job *j, const char *log_name) {
+    char *log = dt_test_job_read_log(j, log_name);
+    const char *hit = strstr(log, "training done after ");
+    long long n = -1;
+    if (hit && sscanf(hit, "training done after %lld local steps", &n) != 1) n = -1;
+    free(log);
+    return n;
+}
+
 size_t dt_test_job_wait_log_after(const dt_test_job *j, const char *log_name, size_t from,
                                   const char *needle, pid_t pid, int timeout_ms) {
     long long deadline = dt_test_now_ms() + timeout_ms;

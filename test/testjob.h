@@ -144,6 +144,9 @@ int dt_test_job_wait_log(const dt_test_job *j, const char *log_name, const char 
 
 /* Bytes in a role's log now (asserts the log exists). */
 size_t dt_test_job_log_length(const dt_test_job *j, const char *log_name);
+/* The local steps a worker's log says it made ("training done after N
+ * local steps"), or -1. */
+long long dt_test_job_local_steps(const dt_test_job *j, const char *log_name);
 /* Waits up to timeout_ms for needle in a role's log past its first `from`
  * bytes (what was there before an event). Returns the offset just past the
  * line that holds it, or 0 after the deadline or once pid has exited
