@@ -531,6 +531,36 @@ static void handle(call_state *cs) {
     }
 }
 
+/* The bytes of a call's request headers (names and values); dtrain's own
+ * clients send a token and an identity, well under a kilobyte. */
+static size_t request_md_bytes(const call_state *cs) {
+    size_t n = 0;
+    for (size_t i = 0; i < cs->request_md.count; i++)
+        n += GRPC_SLICE_LENGTH(cs->request_md.metadata[i].key) +
+             GRPC_SLICE_LENGTH(cs->request_md.metadata[i].value);
+    return n;
+}
+
+/* Refuses, before anything else is done with it, a call whose headers are
+ * over DT_RPC_MAX_REQUEST_MD_BYTES. Over TLS gRPC 1.51 hands such a call
+ * over with every header it parsed (1 MB a call in a header-block flood),
+ * and one that never sends its message held them until its connection
+ * ended: hundreds of megabytes. Counted as refused, so the guards close
+ * such a connection at once. 1 when refused. */
+static int refuse_big_headers(call_state *cs) {
+    const size_t bytes = request_md_bytes(cs);
+    if (bytes <= DT_RPC_MAX_REQUEST_MD_BYTES) return 0;
+    dt_rpc_server *s = cs->owner->server;
+    char msg[128];
+    snprintf(msg, sizeof msg, "request headers of %zu bytes, over the %d this server takes", bytes,
+             DT_RPC_MAX_REQUEST_MD_BYTES);
+    note_refusal(s, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
+    if (cs->peer[0]) dt_adm_note(s->adm, cs->peer, DT_ADM_REFUSED);
+    grpc_call_cancel_with_status(cs->call, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL);
+    call_free(cs);
+    return 1;
+}
+
 /* Notes a new call on its connection; 1 when it is to be dropped (its
  * connection is being closed, see admission.h). */
 static int note_started(call_state *cs) {
@@ -557,6 +587,7 @@ static void on_event(call_state *cs, int success) {
             call_free(cs); /* unreferenced before any batch: gRPC cancels it */
             return;
         }
+        if (refuse_big_headers(cs)) return;
         admit(cs);
         return;
     case CALL_RECEIVED:

@@ -100,6 +100,10 @@ typedef struct {
 #define DT_RPC_DEFAULT_KEEPALIVE_TIMEOUT_MS 20000
 #define DT_RPC_DEFAULT_MAX_CONCURRENT_STREAMS 100
 #define DT_RPC_DEFAULT_MAX_PENDING_CALLS 1024
+/* Request headers (names and values) above which a call is refused at
+ * once (RESOURCE_EXHAUSTED): gRPC's own default limit, 8 KiB; dtrain's
+ * clients send under 1 KiB (a token, an identity). */
+#define DT_RPC_MAX_REQUEST_MD_BYTES 8192
 
 typedef struct dt_rpc_server dt_rpc_server;
 

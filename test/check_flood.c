@@ -10,9 +10,8 @@
  *  - SETTINGS, PING and WINDOW_UPDATE floods, CONTINUATION without
  *    END_HEADERS, 1 MB header blocks, an HPACK table bomb and streams whose
  *    replies are never read (zero window), in turn, plaintext and over
- *    mutual TLS as the same insider (the 1 MB headers plaintext only, in
- *    the plain build: a known gap, see other_floods): the ps's RSS stays
- *    bounded and comes back after each, the job ends at max_steps; the continuation flood's
+ *    mutual TLS as the same insider: the ps's RSS stays bounded and comes
+ *    back after each, the job ends at max_steps; the continuation flood's
  *    connection is closed and logged;
  *  - many slow connections from one address (each trickling a HEADERS
  *    frame after the preface): all are closed, over the per-peer cap at
@@ -271,14 +270,6 @@ static void other_floods(pid_t ps, pid_t chief, const char *sec_flags) {
     static const char *const modes[] = {"settings",  "ping",       "window",      "bigheaders",
                                         "hpackbomb", "zerowindow", "continuation"};
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-        /* Known gap (issue 34): 1 MB header blocks are closed late when
-         * the ps runs slow. Under ASan, plaintext ones were closed after
-         * 1 s with the ps at 622 MB, and 323 over TLS went unclosed for
-         * 11 s: gRPC resets each stream itself, and the guard sees the
-         * connection as a flood only at a later poll, or not at all. So
-         * that flood is tested here in the plain build over plaintext
-         * only, until the guard accounts bytes per handled call itself. */
-        if ((sec_flags[0] || FLOOD_ASAN) && strcmp(modes[i], "bigheaders") == 0) continue;
         char out[4096], source[32], extra[4200];
         /* Each from an address of its own. */
         snprintf(source, sizeof source, "127.0.0.%d", (int)(10 + i));
