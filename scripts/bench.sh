@@ -53,7 +53,9 @@
 #      TLS, against the job and a sink (scripts/bench_flood.sh, 12 minutes)
 #      alone; BENCH_ONLY=cnn the PyTorch CNN on dtrain against one process
 #      and torch.distributed.rpc (scripts/bench_cnn.sh, minutes: not in the
-#      default run).
+#      default run); BENCH_ONLY=python the tiny linear model through
+#      examples/linear.py and the C API against the binary
+#      (scripts/bench_python.sh).
 #   BENCH_ONLY=summary figure 1g alone: the event file bytes an hour of the
 #      tiny model at the default summary cadence (summary_secs), and at
 #      summary_steps=10 (the default before it); BENCH_SUMMARY_SECS=N the
@@ -108,8 +110,9 @@ case "$ONLY" in
     '' | sparse | tiny | metrics | summary) ;;
     flood) exec sh "$(dirname "$0")/bench_flood.sh" ;;
     cnn) exec sh "$(dirname "$0")/bench_cnn.sh" ;;
+    python) exec sh "$(dirname "$0")/bench_python.sh" ;;
     *)
-        echo "bench: BENCH_ONLY must be sparse, tiny, metrics, summary, flood, cnn or unset (got \"$ONLY\")" >&2
+        echo "bench: BENCH_ONLY must be sparse, tiny, metrics, summary, flood, cnn, python or unset (got \"$ONLY\")" >&2
         exit 1
         ;;
 esac
