@@ -83,6 +83,8 @@ typedef struct {
     long long handled;                   /* calls whose handler ran */
     int open;                            /* calls started and not yet ended */
     int closing;                         /* we shut it down (or are about to) */
+    unsigned long long received;         /* bytes its socket had received at scan_ms */
+    long long scan_ms;                   /* the last scan that saw its socket, 0: none */
 } conn;
 
 typedef struct {
@@ -108,9 +110,10 @@ struct dt_adm {
     int num_filtered;
     long long slow_log_ms; /* the last "closed slow connections" line */
     long long slow_unlogged;
-    int rcvbuf_set; /* the listening socket's receive buffer set (see limit_rcvbuf) */
-    int sockets;    /* sockets of the port the last scan saw */
-    long long gone; /* scans that saw fewer than the one before, by how many */
+    int rcvbuf_set;    /* the listening socket's receive buffer set (see limit_rcvbuf) */
+    int sockets;       /* sockets of the port the last scan saw */
+    long long scan_ms; /* the last scan's time */
+    long long gone;    /* scans that saw fewer than the one before, by how many */
 };
 
 static long long now_ms(void) {
@@ -595,6 +598,8 @@ void dt_adm_tick(dt_adm *a) {
         if (!c) continue;
         c->fd = seen[i].fd;
         c->last_ms = now;
+        c->received = seen[i].received;
+        c->scan_ms = now;
         seen[i].first_ms = c->first_ms;
         seen[i].started = c->started > 0;
         if (c->closing) continue;
@@ -652,10 +657,30 @@ void dt_adm_tick(dt_adm *a) {
             }
         } else if (seen[i].shut == 4 || seen[i].shut == 5) {
             a->stats.closed_flood++;
+            add_backoff(a, seen[i].key.ip, now);
         } else {
             a->stats.closed_backoff++;
         }
     }
+    /* A connection the last scan saw and this one does not has just ended.
+     * One that sent a frame flood without starting a call and that gRPC
+     * closed itself (a GOAWAY for a PING flood) backs off as one the
+     * guards closed: else its client connects again at once. */
+    int gone_flood = -1;
+    unsigned long long gone_kb = 0;
+    for (int i = 0; i < CONN_CAP; i++) {
+        conn *c = &a->conns[i];
+        if (!c->used || !c->scan_ms || c->scan_ms != a->scan_ms || c->closing) continue;
+        if (c->started || c->received <= HEADER_BYTES_MAX) continue;
+        c->closing = 1;
+        a->stats.closed_flood++;
+        add_backoff(a, c->key.ip, now);
+        gone_flood = i;
+        gone_kb = c->received >> 10;
+    }
+    conn_key gone_key;
+    if (gone_flood >= 0) gone_key = a->conns[gone_flood].key;
+    a->scan_ms = now;
     /* Connections no scan sees any more are gone. */
     for (int i = 0; i < CONN_CAP; i++) {
         conn *c = &a->conns[i];
@@ -685,18 +710,29 @@ void dt_adm_tick(dt_adm *a) {
                 char text[80];
                 dt_log(DT_LOG_WARN,
                        "%s: closed the connection of %s: it sent %llu kB without starting a "
-                       "call (an endless header block or a frame flood)",
-                       a->name, key_text(&seen[i].key, text, sizeof text), seen[i].received >> 10);
+                       "call (an endless header block or a frame flood); refusing it for %d s",
+                       a->name, key_text(&seen[i].key, text, sizeof text), seen[i].received >> 10,
+                       a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
             }
             if (seen[i].shut == 5) {
                 char text[80];
                 dt_log(DT_LOG_WARN,
                        "%s: closed the connection of %s: it sent %llu kB, its calls were reset or "
-                       "refused and none handled (a rapid-reset flood)",
-                       a->name, key_text(&seen[i].key, text, sizeof text), seen[i].received >> 10);
+                       "refused and none handled (a rapid-reset flood); refusing it for %d s",
+                       a->name, key_text(&seen[i].key, text, sizeof text), seen[i].received >> 10,
+                       a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
             }
         }
     char ip[64];
+    if (gone_flood >= 0) {
+        char text[80];
+        dt_log(DT_LOG_WARN,
+               "%s: the connection of %s ended (gRPC closed it) after %llu kB without a call (a "
+               "frame flood); refusing %s for %d s",
+               a->name, key_text(&gone_key, text, sizeof text), gone_kb,
+               ip_text(gone_key.ip, ip, sizeof ip),
+               a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
+    }
     if (over_cap_ip >= 0)
         dt_log(DT_LOG_WARN,
                "%s: %s holds more than %d connections (--max-conns-per-peer): closed the "

@@ -167,3 +167,45 @@ for tls in $TLS_KINDS; do
     done
 done
 cat "$TMP/ratios"
+
+# Slow headers: SLOW_CONNS connections from one address, each trickling a
+# HEADERS frame a byte every 0.2 s after the preface. Those over the
+# per-peer cap (64) are closed at once, the rest at the header deadline
+# (10 s): every one closed within it, the job trains on.
+SLOW_CONNS=${FLOOD_SLOW_CONNS:-2000}
+slow_row() { # tls kind
+    tls=$1
+    d="$TMP/slowloris-$tls"
+    mkdir -p "$d"
+    p1=$(free_port) p2=$(free_port)
+    echo "{\"cluster\": {\"ps\": [\"127.0.0.1:$p1\"], \"worker\": [\"127.0.0.1:$p2\"]}}" >"$d/c.json"
+    sets="--set max_steps=100000000 --set save_model_secs=6000 --set log_steps=100000"
+    with_tls "$tls" ps-0 "$BIN" --cluster "$d/c.json" --job-name ps --task-index 0 --log-dir "$d/logs" $sets >"$d/ps.log" 2>&1 &
+    ps=$!
+    PIDS="$PIDS $ps"
+    sleep 0.5
+    with_tls "$tls" chief "$BIN" --cluster "$d/c.json" --job-name worker --task-index 0 --log-dir "$d/logs" $sets >"$d/chief.log" 2>&1 &
+    chief=$!
+    PIDS="$PIDS $chief"
+    sleep 3
+    sec=""
+    [ "$tls" = mtls ] && sec="--cert $CERTS/worker-1.pem --key $CERTS/worker-1-key.pem --ca $CERTS/ca.pem"
+    before=$(kb $ps VmRSS)
+    s0=$(step_of "$tls" "$d/c.json")
+    t0=$(date +%s%N)
+    # shellcheck disable=SC2086
+    out=$(sh -c 'ulimit -n 8192 2>/dev/null; exec "$@"' sh $PY test/h2flood.py slowloris --port "$p1" \
+        --source 127.0.0.2 --conns "$SLOW_CONNS" --seconds 15 --linger 2 $sec)
+    t1=$(date +%s%N)
+    s1=$(step_of "$tls" "$d/c.json")
+    peak=$(kb $ps VmHWM)
+    kill $chief $ps 2>/dev/null
+    wait $chief $ps 2>/dev/null
+    rate=$(awk -v a="$s0" -v b="$s1" -v t0="$t0" -v t1="$t1" 'BEGIN {printf "%.0f", (b-a)/((t1-t0)/1e9)}')
+    what=$(echo "$out" | $PY -c 'import json,sys
+d=json.loads(sys.stdin.read().strip() or "{}")
+print("%s of %s connections closed, the last at %s ms" % (d.get("conns_closed","-"), d.get("conns","-"), d.get("last_close_ms", d.get("close_ms","-"))))' 2>/dev/null)
+    printf '%-30s %10s %12s %12s %12s  %s\n' "slowloris-$SLOW_CONNS-$tls" "$rate" \
+        "$(( (peak - before) / 1024 )) MB" "-" "$((before / 1024)) MB" "${what:--}"
+}
+for tls in $TLS_KINDS; do slow_row "$tls"; done

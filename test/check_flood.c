@@ -18,11 +18,16 @@
  *    once and the rest at the header deadline, each kind logged.
  * Every client run is bounded in frames and seconds; loopback only.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "proc.h"
@@ -146,6 +151,30 @@ static void flood_from(const char *source, const char *mode, const char *extra, 
 
 static void flood(const char *mode, const char *extra, char *out, size_t cap) {
     flood_from("127.0.0.2", mode, extra, out, cap);
+}
+
+/* 1 when a TCP connection from source to the ps's port is made within
+ * timeout_ms; 0 when it is not (an address backing off: the listening
+ * socket's filter drops its packets, so the connect gets no answer). */
+static int connects_from(const char *source, int timeout_ms) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in from = {.sin_family = AF_INET}, to = {.sin_family = AF_INET};
+    ck_assert_int_eq(inet_pton(AF_INET, source, &from.sin_addr), 1);
+    ck_assert_int_eq(inet_pton(AF_INET, "127.0.0.1", &to.sin_addr), 1);
+    to.sin_port = htons((uint16_t)w.ports[0]);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&from, sizeof from), 0);
+    int rc = connect(fd, (struct sockaddr *)&to, sizeof to);
+    int made = rc == 0;
+    if (rc < 0 && errno == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int soerr = 0;
+        socklen_t len = sizeof soerr;
+        made = poll(&p, 1, timeout_ms) == 1 &&
+               getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == 0 && soerr == 0;
+    }
+    close(fd);
+    return made;
 }
 
 /* Waits until the chief has logged a step: the job trains. */
@@ -304,6 +333,17 @@ static void other_floods(pid_t ps, pid_t chief, const char *sec_flags) {
     }
     ck_assert_msg(dt_test_job_log_has(&w, "ps0", "without starting a call"),
                   "the endless header block was not logged; logs:%s", dt_test_job_report(&w));
+    /* Closed for its bytes without a call, the continuation flood's
+     * address backs off as a rapid reset's does: its client may not
+     * connect again at once. */
+    ck_assert_msg(dt_test_job_log_has(&w, "ps0", "a frame flood); refusing it for 30 s"),
+                  "the continuation flood's address was not refused; logs:%s",
+                  dt_test_job_report(&w));
+    ck_assert_msg(!connects_from("127.0.0.16", 1000),
+                  "127.0.0.16 connected again right after its flood; logs:%s",
+                  dt_test_job_report(&w));
+    ck_assert_msg(connects_from("127.0.0.30", 5000), "another address cannot connect; logs:%s",
+                  dt_test_job_report(&w));
     expect_job_done(chief);
 }
 

@@ -5,7 +5,8 @@ flood bench: raw frames on one or more TCP (or TLS) connections to a ps.
 Every loop is bounded in frames and in seconds. Prints one JSON line:
   {"mode": ..., "frames": N, "streams": N, "closed": bool, "close_ms": ms
    from the flood's first frame to the connection's end (-1: never),
-   "goaway": bool, "conns": N, "conns_closed": N}
+   "goaway": bool, "conns": N, "conns_closed": N, "last_close_ms": the last
+   connection's end (-1: none ended)}
 and exits 0 (a connection that could not be opened at all: exit 3).
 
 Modes:
@@ -304,11 +305,13 @@ def main():
     if c.closed:
         close_at = c.closed_at
     closed = sum(1 for x in conns if x.closed)
+    last_close_ms = max([int((x.closed_at - flood_start) * 1000) for x in conns if x.closed] or [-1])
     print(json.dumps({"mode": args.mode, "frames": frames, "streams": streams,
                       "closed": c.closed,
                       "close_ms": int((close_at - flood_start) * 1000) if c.closed else -1,
                       "goaway": c.goaway, "conns": len(conns), "conns_closed": closed,
-                      "reconnects": reconnects, "first_close_ms": first_close_ms}))
+                      "reconnects": reconnects, "first_close_ms": first_close_ms,
+                      "last_close_ms": last_close_ms}))
     sys.stdout.flush()
     return 0
 
