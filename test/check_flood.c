@@ -12,7 +12,8 @@
  *    replies are never read (zero window), in turn, plaintext and over
  *    mutual TLS as the same insider: the ps's RSS stays bounded and comes
  *    back after each, the job ends at max_steps; the continuation flood's
- *    connection is closed and logged;
+ *    connection is closed and logged, and its address may not connect
+ *    again at once while another may;
  *  - many slow connections from one address (each trickling a HEADERS
  *    frame after the preface): all are closed, over the per-peer cap at
  *    once and the rest at the header deadline, each kind logged.
