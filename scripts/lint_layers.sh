@@ -33,7 +33,7 @@ store: safetensors checkpoint dirlock summary
 net: rpc_common rpc_internal rpc_auth rpc_client rpc_server auth admission conn codec codec_internal codec_tensor metrics_http
 conf: cluster placement job
 ps: ps ps_internal ps_store ps_pull ps_push ps_sync ps_rows ps_status ps_client ps_metrics
-roles: heartbeat worker chief evaluator sparse_eval predict monitor session api
+roles: heartbeat worker chief evaluator sparse_eval predict monitor session api api_internal api_model api_session
 cmd: dtrain
 '
 
@@ -88,8 +88,10 @@ printf '%s\n' "$layer_map" | awk -v files="$*" '
                 sub(/".*$/, "", inc)
                 if (inc ~ /\.pb\.h$/) continue
                 # The public header (include/dtrain.h) is the contract of the library:
-                # lib/api.c implements it and no internal module includes it.
-                if (inc ~ /^\.\.\/include\//) { if (mod != "api") { printf "%s:%d: includes the public header; only lib/api.c may\n", path, line; bad = 1 }; continue }
+                # lib/api*.c implement it through lib/api_internal.h, the only
+                # file that includes it, and which only they include.
+                if (inc ~ /^\.\.\/include\//) { if (mod != "api_internal") { printf "%s:%d: includes the public header; only lib/api_internal.h may\n", path, line; bad = 1 }; continue }
+                if (inc == "api_internal.h" && mod !~ /^api/) { printf "%s:%d: includes api_internal.h; only lib/api*.c may\n", path, line; bad = 1; continue }
                 imod = inc
                 sub(/^.*\//, "", imod)
                 sub(/\.h$/, "", imod)
