@@ -49,6 +49,11 @@
 #define SCAN_CAP 16384
 /* IPv4 addresses backing off that the listening socket refuses at once. */
 #define FILTER_CAP 64
+/* IPv6 addresses likewise: eight instructions each, and a filter's jumps
+ * reach 255 ahead, so fewer (the rest are closed at their first call or
+ * the next scan). */
+#define FILTER_V6_CAP 16
+#define FILTER_PROG_CAP (5 + 1 + FILTER_CAP + 1 + 8 * FILTER_V6_CAP + 2)
 /* A connection that received this much, and is this old, without starting
  * a call is sending one endless header block (CONTINUATION frames without
  * END_HEADERS, which gRPC 1.51 buffers whole) or a flood of other frames:
@@ -108,6 +113,8 @@ struct dt_adm {
      * refresh_filter), as last installed. */
     uint32_t filtered[FILTER_CAP];
     int num_filtered;
+    uint32_t filtered6[FILTER_V6_CAP][4]; /* and the IPv6 ones */
+    int num_filtered6;
     long long slow_log_ms; /* the last "closed slow connections" line */
     long long slow_unlogged;
     int rcvbuf_set;    /* the listening socket's receive buffer set (see limit_rcvbuf) */
@@ -383,40 +390,92 @@ static int find_listener(int port) {
  * accepted from it inherit the filter. Re-installed when the set changes
  * (a new back-off, one ending). IPv6 peers are closed at their first call
  * or the next scan instead. */
+/* The filter program: the IPv4 addresses v4[0..n4) and the IPv6 ones
+ * v6[0..n6) (four words each, network order as loaded) are dropped,
+ * anything else accepted. The IP version is read first: on a dual-stack
+ * socket both kinds arrive, and reading an IPv6 header at the IPv4
+ * source's offset would compare part of its address with the list. Jumps
+ * are 8-bit, so the IPv6 list is kept short (FILTER_V6_CAP). Returns the
+ * instructions written. */
+static int filter_program(const uint32_t *v4, int n4, const uint32_t (*v6)[4], int n6,
+                          struct sock_filter *prog) {
+    int k = 0;
+    const int v4_len = 1 + n4 + 1; /* ld; jeq each; ja accept */
+    const int v6_len = 8 * n6;     /* per address: (ld; jeq) x 4 */
+    prog[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_B | BPF_ABS, SKF_NET_OFF + 0);
+    prog[k++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xf0);
+    /* 0x40: the IPv4 block next; 0x60: past it, to the IPv6 one; else accept. */
+    prog[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x40, 2, 0);
+    prog[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x60,
+                                             (unsigned char)(1 + v4_len), 0);
+    prog[k++] = (struct sock_filter)BPF_STMT(BPF_JMP | BPF_JA, (unsigned)(v4_len + v6_len));
+    const int accept = k + v4_len + v6_len, drop = accept + 1;
+    prog[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SKF_NET_OFF + 12);
+    for (int i = 0; i < n4; i++, k++)
+        prog[k] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, v4[i],
+                                               (unsigned char)(drop - k - 1), 0);
+    prog[k] = (struct sock_filter)BPF_STMT(BPF_JMP | BPF_JA, (unsigned)(accept - k - 1));
+    k++;
+    for (int i = 0; i < n6; i++) {
+        const int next = k + 8; /* the next address's first instruction */
+        for (int w = 0; w < 4; w++) {
+            prog[k++] =
+                (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SKF_NET_OFF + 8 + 4 * w);
+            const int on_match = w == 3 ? drop : k + 1;
+            prog[k] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, v6[i][w],
+                                                   (unsigned char)(on_match - k - 1),
+                                                   (unsigned char)(next - k - 1));
+            k++;
+        }
+    }
+    prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0xffffffffu);
+    prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0);
+    return k;
+}
+
 static void refresh_filter(dt_adm *a) {
     uint32_t want[FILTER_CAP] = {0};
-    int n = 0;
+    uint32_t want6[FILTER_V6_CAP][4];
+    memset(want6, 0, sizeof want6);
+    int n = 0, n6 = 0;
     static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     long long now = now_ms();
     pthread_mutex_lock(&a->mu);
-    for (int i = 0; i < BACKOFF_CAP && n < FILTER_CAP; i++)
-        if (a->backoffs[i].until_ms > now && memcmp(a->backoffs[i].ip, mapped, 12) == 0) {
+    for (int i = 0; i < BACKOFF_CAP; i++) {
+        if (a->backoffs[i].until_ms <= now) continue;
+        const unsigned char *ip = a->backoffs[i].ip;
+        if (memcmp(ip, mapped, 12) == 0 && n < FILTER_CAP) {
             uint32_t v;
-            memcpy(&v, a->backoffs[i].ip + 12, 4);
+            memcpy(&v, ip + 12, 4);
             want[n++] = ntohl(v);
+        } else if (memcmp(ip, mapped, 12) != 0 && n6 < FILTER_V6_CAP) {
+            for (int w = 0; w < 4; w++) {
+                uint32_t v;
+                memcpy(&v, ip + 4 * w, 4);
+                want6[n6][w] = ntohl(v);
+            }
+            n6++;
         }
-    int same = n == a->num_filtered && memcmp(want, a->filtered, sizeof want[0] * (size_t)n) == 0;
+    }
+    int same = n == a->num_filtered && n6 == a->num_filtered6 &&
+               memcmp(want, a->filtered, sizeof want[0] * (size_t)n) == 0 &&
+               memcmp(want6, a->filtered6, sizeof want6[0] * (size_t)n6) == 0;
     if (!same) {
         memcpy(a->filtered, want, sizeof want[0] * (size_t)n);
+        memcpy(a->filtered6, want6, sizeof want6[0] * (size_t)n6);
         a->num_filtered = n;
+        a->num_filtered6 = n6;
     }
     pthread_mutex_unlock(&a->mu);
     if (same) return;
     int fd = find_listener(a->port);
     if (fd < 0) return;
-    if (n == 0) {
+    if (n == 0 && n6 == 0) {
         setsockopt(fd, SOL_SOCKET, SO_DETACH_FILTER, NULL, 0);
         return;
     }
-    /* ld [net + 12] (the IPv4 source); jeq each -> drop; accept; drop. */
-    struct sock_filter prog[FILTER_CAP + 3];
-    int k = 0;
-    prog[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SKF_NET_OFF + 12);
-    for (int i = 0; i < n; i++, k++)
-        prog[k] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, want[i],
-                                               (unsigned char)(n - i), 0);
-    prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0xffffffffu);
-    prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0);
+    struct sock_filter prog[FILTER_PROG_CAP];
+    int k = filter_program(want, n, (const uint32_t(*)[4])want6, n6, prog);
     struct sock_fprog fprog = {.len = (unsigned short)k, .filter = prog};
     if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &fprog, sizeof fprog) != 0)
         dt_log(DT_LOG_WARN,

@@ -154,25 +154,42 @@ static void flood(const char *mode, const char *extra, char *out, size_t cap) {
     flood_from("127.0.0.2", mode, extra, out, cap);
 }
 
-/* 1 when a TCP connection from source to the ps's port is made within
- * timeout_ms; 0 when it is not (an address backing off: the listening
- * socket's filter drops its packets, so the connect gets no answer). */
+/* 1 when a TCP connection from source (IPv4, or IPv6 with a ':') to the
+ * ps's port on the same family's loopback is made within timeout_ms; 0
+ * when it is not (an address backing off: the listening socket's filter
+ * drops its packets, so the connect gets no answer). */
 static int connects_from(const char *source, int timeout_ms) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    const int v6 = strchr(source, ':') != NULL;
+    struct sockaddr_storage from, to;
+    memset(&from, 0, sizeof from);
+    memset(&to, 0, sizeof to);
+    socklen_t len;
+    if (v6) {
+        struct sockaddr_in6 *f = (struct sockaddr_in6 *)&from, *t = (struct sockaddr_in6 *)&to;
+        f->sin6_family = t->sin6_family = AF_INET6;
+        ck_assert_int_eq(inet_pton(AF_INET6, source, &f->sin6_addr), 1);
+        t->sin6_addr = in6addr_loopback;
+        t->sin6_port = htons((uint16_t)w.ports[0]);
+        len = sizeof(struct sockaddr_in6);
+    } else {
+        struct sockaddr_in *f = (struct sockaddr_in *)&from, *t = (struct sockaddr_in *)&to;
+        f->sin_family = t->sin_family = AF_INET;
+        ck_assert_int_eq(inet_pton(AF_INET, source, &f->sin_addr), 1);
+        ck_assert_int_eq(inet_pton(AF_INET, "127.0.0.1", &t->sin_addr), 1);
+        t->sin_port = htons((uint16_t)w.ports[0]);
+        len = sizeof(struct sockaddr_in);
+    }
+    int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     ck_assert_int_ge(fd, 0);
-    struct sockaddr_in from = {.sin_family = AF_INET}, to = {.sin_family = AF_INET};
-    ck_assert_int_eq(inet_pton(AF_INET, source, &from.sin_addr), 1);
-    ck_assert_int_eq(inet_pton(AF_INET, "127.0.0.1", &to.sin_addr), 1);
-    to.sin_port = htons((uint16_t)w.ports[0]);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&from, sizeof from), 0);
-    int rc = connect(fd, (struct sockaddr *)&to, sizeof to);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&from, len), 0);
+    int rc = connect(fd, (struct sockaddr *)&to, len);
     int made = rc == 0;
     if (rc < 0 && errno == EINPROGRESS) {
         struct pollfd p = {.fd = fd, .events = POLLOUT};
         int soerr = 0;
-        socklen_t len = sizeof soerr;
+        socklen_t slen = sizeof soerr;
         made = poll(&p, 1, timeout_ms) == 1 &&
-               getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == 0 && soerr == 0;
+               getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &slen) == 0 && soerr == 0;
     }
     close(fd);
     return made;
@@ -345,6 +362,23 @@ static void other_floods(pid_t ps, pid_t chief, const char *sec_flags) {
                   dt_test_job_report(&w));
     ck_assert_msg(connects_from("127.0.0.30", 5000), "another address cannot connect; logs:%s",
                   dt_test_job_report(&w));
+    if (!sec_flags[0]) {
+        /* A flood over IPv6 (the ps listens on both families): closed, and
+         * its address refused by the same filter, which reads the IP
+         * version before an address (it once compared part of an IPv6
+         * source with the IPv4 list, and had no IPv6 list). */
+        char out[4096];
+        flood_from("::1", "reset", "--host ::1 --seconds 5 --max-frames 400000 --linger 10", out,
+                   sizeof out);
+        ck_assert_msg(strstr(out, "\"closed\": true"), "the IPv6 flood was not closed: %s", out);
+        ck_assert_msg(dt_test_job_wait_log(&w, "ps0", "[::1]:", 5000, ps),
+                      "the IPv6 flood's closing was not logged; logs:%s", dt_test_job_report(&w));
+        ck_assert_msg(!connects_from("::1", 1000),
+                      "::1 connected again right after its flood; logs:%s", dt_test_job_report(&w));
+        ck_assert_msg(connects_from("127.0.0.31", 5000),
+                      "an IPv4 address cannot connect after the IPv6 flood; logs:%s",
+                      dt_test_job_report(&w));
+    }
     expect_job_done(chief);
 }
 

@@ -73,7 +73,8 @@ def request_block(host, path, extra=b""):
 
 class Conn:
     def __init__(self, args):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if args.source:
             self.sock.bind((args.source, 0))
