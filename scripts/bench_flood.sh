@@ -94,22 +94,30 @@ while True:
     PIDS="$PIDS $sink"
 }
 
-# row NAME BIN TLS(plain|mtls) MODE FLOOD(none|sink|ps)
-row() {
-    name=$1 bin=$2 tls=$3 mode=$4 kind=$5
-    d="$TMP/$name"
+# start_job DIR BIN TLS: the tiny job (1 ps + chief) in DIR, training
+# after a warm-up; sets d, p1 (the ps's port), ps and chief (their pids).
+start_job() {
+    d=$1
     mkdir -p "$d"
     p1=$(free_port) p2=$(free_port)
     echo "{\"cluster\": {\"ps\": [\"127.0.0.1:$p1\"], \"worker\": [\"127.0.0.1:$p2\"]}}" >"$d/c.json"
     sets="--set max_steps=100000000 --set save_model_secs=6000 --set log_steps=100000"
-    with_tls "$tls" ps-0 "$bin" --cluster "$d/c.json" --job-name ps --task-index 0 --log-dir "$d/logs" $sets >"$d/ps.log" 2>&1 &
+    # shellcheck disable=SC2086
+    with_tls "$3" ps-0 "$2" --cluster "$d/c.json" --job-name ps --task-index 0 --log-dir "$d/logs" $sets >"$d/ps.log" 2>&1 &
     ps=$!
     PIDS="$PIDS $ps"
     sleep 0.5
-    with_tls "$tls" chief "$bin" --cluster "$d/c.json" --job-name worker --task-index 0 --log-dir "$d/logs" $sets >"$d/chief.log" 2>&1 &
+    # shellcheck disable=SC2086
+    with_tls "$3" chief "$2" --cluster "$d/c.json" --job-name worker --task-index 0 --log-dir "$d/logs" $sets >"$d/chief.log" 2>&1 &
     chief=$!
     PIDS="$PIDS $chief"
     sleep 3
+}
+
+# row NAME BIN TLS(plain|mtls) MODE FLOOD(none|sink|ps)
+row() {
+    name=$1 bin=$2 tls=$3 mode=$4 kind=$5
+    start_job "$TMP/$name" "$bin" "$tls"
     sink=""
     target=$p1
     if [ "$kind" = sink ]; then
@@ -175,19 +183,7 @@ cat "$TMP/ratios"
 SLOW_CONNS=${FLOOD_SLOW_CONNS:-2000}
 slow_row() { # tls kind
     tls=$1
-    d="$TMP/slowloris-$tls"
-    mkdir -p "$d"
-    p1=$(free_port) p2=$(free_port)
-    echo "{\"cluster\": {\"ps\": [\"127.0.0.1:$p1\"], \"worker\": [\"127.0.0.1:$p2\"]}}" >"$d/c.json"
-    sets="--set max_steps=100000000 --set save_model_secs=6000 --set log_steps=100000"
-    with_tls "$tls" ps-0 "$BIN" --cluster "$d/c.json" --job-name ps --task-index 0 --log-dir "$d/logs" $sets >"$d/ps.log" 2>&1 &
-    ps=$!
-    PIDS="$PIDS $ps"
-    sleep 0.5
-    with_tls "$tls" chief "$BIN" --cluster "$d/c.json" --job-name worker --task-index 0 --log-dir "$d/logs" $sets >"$d/chief.log" 2>&1 &
-    chief=$!
-    PIDS="$PIDS $chief"
-    sleep 3
+    start_job "$TMP/slowloris-$tls" "$BIN" "$tls"
     sec=""
     [ "$tls" = mtls ] && sec="--cert $CERTS/worker-1.pem --key $CERTS/worker-1-key.pem --ca $CERTS/ca.pem"
     before=$(kb $ps VmRSS)
