@@ -1382,6 +1382,32 @@ START_TEST(test_job_sparse_embedding) {
 }
 END_TEST
 
+/* Each shard makes its own passes: 150 rows in 2 shards at batch 10 are 8
+ * steps a pass each (16, not ceil(150 / 10) = 15); more shards than rows
+ * leave the extra ones none; no shard at all is an error. */
+START_TEST(test_job_steps_for_shards) {
+    dt_job job;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    job.epochs = 20;
+    job.batch_size = 10;
+    int64_t steps = 0;
+    ck_assert_int_eq(dt_job_steps_for_shards(&job, 150, 2, &steps, &err), 0);
+    ck_assert_int_eq(steps, 20 * 16);
+    ck_assert_int_eq(dt_job_steps_for_shards(&job, 150, 1, &steps, &err), 0);
+    ck_assert_int_eq(steps, 20 * 15);
+    ck_assert_int_eq(dt_job_steps_for_shards(&job, 3, 5, &steps, &err), 0);
+    ck_assert_int_eq(steps, 20 * 3); /* 3 shards of 1 row, 2 of none */
+    ck_assert_int_eq(dt_job_steps_for_shards(&job, 150, 0, &steps, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "0 shards"), "%s", err.msg);
+    dt_err_clear(&err);
+    job.epochs = 0;
+    ck_assert_int_eq(dt_job_steps_for_shards(&job, 150, 2, &steps, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "\"epochs\" are both 0"), "%s", err.msg);
+}
+END_TEST
+
 START_TEST(test_job_finish) {
     dt_job job;
     dt_err err;
@@ -1518,6 +1544,7 @@ Suite *cluster_suite(void) {
     tcase_add_test(tj, test_job_set);
     tcase_add_test(tj, test_job_set_errors);
     tcase_add_test(tj, test_job_finish);
+    tcase_add_test(tj, test_job_steps_for_shards);
     tcase_add_test(tj, test_job_sparse_rules);
     tcase_add_test(tj, test_job_sparse_embedding);
     tcase_add_test(tj, test_job_finish_files);
