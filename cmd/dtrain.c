@@ -15,7 +15,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -856,23 +855,6 @@ static int derived_message_cap(const dt_job *given, long long *cap, dt_err *err)
     return 0;
 }
 
-/* No buffer as large as the model comes and goes per step any more
- * (messages are read in gRPC's slices and tensors sent from their own
- * buffers), so large blocks are better mapped: a fixed 1 MiB threshold maps
- * every one and gives it back when freed. glibc's default threshold grows
- * with the blocks freed, up to 32 MB, after which such blocks stay on the
- * heap of the thread that freed them (a ps has one per poller), and a
- * checkpoint's pulls left hundreds of MB resident; the 1 GiB thresholds
- * this replaced kept every size ever seen. 8 MiB of free heap top is kept
- * for the small blocks gRPC's reads come and go in, in one arena: with one
- * per thread each kept its own (a ps: 20-40 MB free in all), for no speed
- * measured (bench/notes/2026-12-05-near-the-wire.md). */
-static void tune_allocator(void) {
-    mallopt(M_MMAP_THRESHOLD, 1 << 20);
-    mallopt(M_TRIM_THRESHOLD, 8 << 20);
-    mallopt(M_ARENA_MAX, 1);
-}
-
 /* A whole number of N >= 1 from text; -1 when it is not one. */
 static long long parse_count(const char *text) {
     char *end = NULL;
@@ -1116,7 +1098,7 @@ static int run_role(const options *o, const dt_cluster *cluster, const dt_role *
 }
 
 int main(int argc, char **argv) {
-    tune_allocator();
+    dt_alloc_tune_process();
     if (argc > 1 && (strcmp(argv[1], "eval") == 0 || strcmp(argv[1], "predict") == 0))
         return run_tool(argc, argv);
     if (argc > 1 && (strcmp(argv[1], "health") == 0 || strcmp(argv[1], "status") == 0))

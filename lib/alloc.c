@@ -72,7 +72,28 @@ long dt_alloc_failed(void) {
     return atomic_load(&failed);
 }
 
+/* The binary's allocator. No buffer as large as the model comes and goes
+ * per step any more (messages are read in gRPC's slices and tensors sent
+ * from their own buffers), so large blocks are better mapped: a fixed 1 MiB threshold maps
+ * every one and gives it back when freed. glibc's default threshold grows
+ * with the blocks freed, up to 32 MB, after which such blocks stay on the
+ * heap of the thread that freed them (a ps has one per poller), and a
+ * checkpoint's pulls left hundreds of MB resident; the 1 GiB thresholds
+ * this replaced kept every size ever seen. 8 MiB of free heap top is kept
+ * for the small blocks gRPC's reads come and go in, in one arena: with one
+ * per thread each kept its own (a ps: 20-40 MB free in all), for no speed
+ * measured (bench/notes/2026-12-05-near-the-wire.md). */
+static atomic_int tuned; /* dt_alloc_tune_process ran */
+
+void dt_alloc_tune_process(void) {
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    mallopt(M_TRIM_THRESHOLD, 8 << 20);
+    mallopt(M_ARENA_MAX, 1);
+    atomic_store(&tuned, 1);
+}
+
 void dt_alloc_keep_for_messages(size_t largest_message) {
+    if (!atomic_load(&tuned)) return;
     const size_t floor = (size_t)8 << 20, cap = (size_t)1 << 30;
     size_t keep = largest_message < (cap - floor) / 2 ? 2 * largest_message + floor : cap;
     mallopt(M_TRIM_THRESHOLD, (int)keep);

@@ -28,13 +28,23 @@ char *dt_strdup(const char *s);
  * multiple of align (it is rounded up here, as C11 asks of the caller). */
 void *dt_aligned_alloc(size_t align, size_t n);
 
-/* Keeps up to 2 x largest_message + 8 MiB of freed heap (at most 1 GiB)
- * before giving memory back to the kernel (glibc's M_TRIM_THRESHOLD; never
- * below the 8 MiB cmd/dtrain.c sets). A process that receives messages of
- * that size in gRPC's slices again and again then reuses their pages,
- * where with 8 MiB they were returned after each message and faulted in
- * again by the next one's socket reads. Call it once the size is known;
- * it changes the process's allocator, not anything it holds. */
+/* Tunes the C library's allocator for a dtrain process (alloc.c says
+ * how and why). Only the dtrain binary calls it, first thing in main: a
+ * process's allocator belongs to its program, and libdtrain in someone
+ * else's program (a PyTorch worker) leaves it as that program set it. */
+void dt_alloc_tune_process(void);
+
+/* In a process dt_alloc_tune_process tuned: keeps up to 2 x
+ * largest_message + 8 MiB of freed heap (at most 1 GiB) before giving
+ * memory back to the kernel (glibc's M_TRIM_THRESHOLD; never below its
+ * 8 MiB). A process that receives messages of that size in gRPC's slices
+ * again and again then reuses their pages, where with 8 MiB they were
+ * returned after each message and faulted in again by the next one's
+ * socket reads. Call it once the size is known; it changes the process's
+ * allocator, not anything it holds. Elsewhere it does nothing: setting any
+ * glibc threshold turns off its dynamic mmap threshold, and a PyTorch
+ * worker then mapped, faulted in and unmapped its activations on every
+ * step (a third of its CPU time in the kernel). */
 void dt_alloc_keep_for_messages(size_t largest_message);
 
 /* Test hook. Makes the nth allocation from now (n >= 1; dt_realloc and
