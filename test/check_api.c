@@ -448,15 +448,25 @@ static int has_bytes(const char *data, size_t len, const char *s) {
 
 /* The seed's program on the library, as 1 ps and 2 workers, trains to
  * max_steps; the chief's final checkpoint holds the program's names and
- * the line y = 2x. Then a chief of the test's own, declaring a weight of
- * another shape, is refused by the checkpoint it would restore. */
+ * the line y = 2x. Worker 1 never spins (DTRAIN_SPIN_US=0); the chief's
+ * budget is no number, which it says, and it spins with the default.
+ * Then a chief of the test's own, declaring a weight of another shape, is
+ * refused by the checkpoint it would restore. */
 START_TEST(library_job) {
-    pid_t pids[3] = {start_example("ps", 0, "300", "ps"),
-                     start_example("worker", 0, "300", "chief"),
-                     start_example("worker", 1, "300", "worker1")};
+    pid_t pids[3];
+    pids[0] = start_example("ps", 0, "300", "ps");
+    setenv("DTRAIN_SPIN_US", "lots", 1);
+    pids[1] = start_example("worker", 0, "300", "chief");
+    setenv("DTRAIN_SPIN_US", "0", 1);
+    pids[2] = start_example("worker", 1, "300", "worker1");
+    unsetenv("DTRAIN_SPIN_US");
     const char *names[3] = {"ps", "chief", "worker 1"};
     dt_test_job_expect_done(&j, pids, names, 3, JOB_TIMEOUT_MS);
     ck_assert_msg(dt_test_job_log_has(&j, "chief", "worker 0: done"), "%s", dt_test_job_report(&j));
+    ck_assert_msg(dt_test_job_log_has(&j, "chief", "DTRAIN_SPIN_US \"lots\" is not 0..100000"),
+                  "%s", dt_test_job_report(&j));
+    ck_assert_msg(!dt_test_job_log_has(&j, "worker1", "DTRAIN_SPIN_US"), "%s",
+                  dt_test_job_report(&j));
 
     dt_tensors ts;
     memset(&ts, 0, sizeof ts);
@@ -795,6 +805,87 @@ static float table_target(int64_t id) {
     return (float)((id % 5) - 2) * 0.5f;
 }
 
+/* A library chief in this process of the table model: a bias and the
+ * table "emb" (TABLE_ROWS x TABLE_DIM), its session started on the job. */
+typedef struct {
+    dtrain_cluster *c;
+    dtrain_config *cfg;
+    dtrain_model *m;
+    dtrain_session *s;
+    float bias[1];
+    int64_t ids[TABLE_BATCH];
+    float rows[TABLE_BATCH * TABLE_DIM], row_grads[TABLE_BATCH * TABLE_DIM], gb;
+} table_prog;
+
+static void table_prog_start(table_prog *t, const char *const *sets, int n) {
+    memset(t, 0, sizeof *t);
+    ck_assert_int_eq(dtrain_cluster_new(&t->c), 0);
+    ck_assert_int_eq(dtrain_config_new(&t->cfg), 0);
+    ck_assert_int_eq(dtrain_model_new(&t->m), 0);
+    ck_assert_int_eq(dtrain_session_new(&t->s), 0);
+    ck_assert_int_eq(dtrain_cluster_load(t->c, j.cluster), 0);
+    ck_assert_int_eq(dtrain_cluster_set_task(t->c, "worker", 0), 0);
+    char set[1200];
+    snprintf(set, sizeof set, "log_dir=%s", j.log_dir);
+    ck_assert_int_eq(dtrain_config_set(t->cfg, set), 0);
+    for (int k = 0; k < n; k++)
+        ck_assert_int_eq(dtrain_config_set(t->cfg, sets[k]), 0);
+    const int64_t bias_shape[1] = {1};
+    dtrain_var_params vb = {
+        .name = "bias", .ndim = 1, .shape = bias_shape, .values = t->bias, .init = DTRAIN_INIT_ZEROS};
+    dtrain_table_params tp = {.name = "emb",
+                              .rows = TABLE_ROWS,
+                              .dim = TABLE_DIM,
+                              .init = DTRAIN_INIT_NORMAL,
+                              .scale = 0.1};
+    ck_assert_int_eq(dtrain_model_add(t->m, &vb), 0);
+    ck_assert_int_eq(dtrain_model_add_table(t->m, &tp), 0);
+    dtrain_session_params p = {.cluster = t->c, .config = t->cfg, .model = t->m};
+    int rc = dtrain_session_start(t->s, &p);
+    ck_assert_msg(rc == 0, "start: %s", dtrain_errmsg(t->s));
+}
+
+/* Step `step`'s batch, 8 distinct ids below 100, sorted: (7 step + 13 k)
+ * mod 100, into t->ids; then their rows into t->rows. */
+static int table_prog_lookup(table_prog *t, int64_t step) {
+    for (int k = 0; k < TABLE_BATCH; k++)
+        t->ids[k] = (7 * step + 13 * k) % 100;
+    for (int a = 1; a < TABLE_BATCH; a++)
+        for (int b = a; b > 0 && t->ids[b - 1] > t->ids[b]; b--) {
+            int64_t x = t->ids[b];
+            t->ids[b] = t->ids[b - 1];
+            t->ids[b - 1] = x;
+        }
+    return dtrain_session_lookup(t->s, 0, t->ids, TABLE_BATCH, t->rows);
+}
+
+/* After a lookup: p = sum(row) + bias, loss = mean (p - y)^2, both
+ * gradients pushed. */
+static int table_prog_push(table_prog *t, double *loss, dtrain_step_result *r) {
+    double l = 0;
+    t->gb = 0;
+    for (int k = 0; k < TABLE_BATCH; k++) {
+        double pred = t->bias[0];
+        for (int d = 0; d < TABLE_DIM; d++)
+            pred += t->rows[k * TABLE_DIM + d];
+        double e = pred - table_target(t->ids[k]);
+        l += e * e / TABLE_BATCH;
+        t->gb += (float)(2 * e / TABLE_BATCH);
+        for (int d = 0; d < TABLE_DIM; d++)
+            t->row_grads[k * TABLE_DIM + d] = (float)(2 * e / TABLE_BATCH);
+    }
+    *loss = l;
+    const float *grads[1] = {&t->gb}, *rgrads[1] = {t->row_grads};
+    return dtrain_session_step_rows(t->s, grads, rgrads, l, r);
+}
+
+static void table_prog_free(table_prog *t) {
+    dtrain_session_free(t->s);
+    dtrain_model_free(t->m);
+    dtrain_config_free(t->cfg);
+    dtrain_cluster_free(t->c);
+}
+
 /* A library chief (this process) of a model with a table trains on the
  * binary's ps: each step looks up its batch's rows, computes
  * p = sum(row) + bias against table_target, and pushes both gradients.
@@ -807,40 +898,12 @@ START_TEST(library_table_job) {
     dt_test_job_set(&j, sets, 3);
     dt_test_job_cluster(&j, 1, 1);
     pid_t ps = dt_test_job_start(&j, "ps", 0, "ps");
+    table_prog t;
+    table_prog_start(&t, sets, 3);
+    dtrain_session *s = t.s;
 
-    dtrain_cluster *c = NULL;
-    dtrain_config *cfg = NULL;
-    dtrain_model *m = NULL;
-    dtrain_session *s = NULL;
-    ck_assert_int_eq(dtrain_cluster_new(&c), 0);
-    ck_assert_int_eq(dtrain_config_new(&cfg), 0);
-    ck_assert_int_eq(dtrain_model_new(&m), 0);
-    ck_assert_int_eq(dtrain_session_new(&s), 0);
-    ck_assert_int_eq(dtrain_cluster_load(c, j.cluster), 0);
-    ck_assert_int_eq(dtrain_cluster_set_task(c, "worker", 0), 0);
-    char set[1200];
-    snprintf(set, sizeof set, "log_dir=%s", j.log_dir);
-    ck_assert_int_eq(dtrain_config_set(cfg, set), 0);
-    for (int k = 0; k < 3; k++)
-        ck_assert_int_eq(dtrain_config_set(cfg, sets[k]), 0);
-    static float bias[1];
-    const int64_t bias_shape[1] = {1};
-    dtrain_var_params vb = {
-        .name = "bias", .ndim = 1, .shape = bias_shape, .values = bias, .init = DTRAIN_INIT_ZEROS};
-    dtrain_table_params tp = {.name = "emb",
-                              .rows = TABLE_ROWS,
-                              .dim = TABLE_DIM,
-                              .init = DTRAIN_INIT_NORMAL,
-                              .scale = 0.1};
-    ck_assert_int_eq(dtrain_model_add(m, &vb), 0);
-    ck_assert_int_eq(dtrain_model_add_table(m, &tp), 0);
-    dtrain_session_params p = {.cluster = c, .config = cfg, .model = m};
-    int rc = dtrain_session_start(s, &p);
-    ck_assert_msg(rc == 0, "start: %s", dtrain_errmsg(s));
-
-    int64_t ids[TABLE_BATCH];
-    float rows[TABLE_BATCH * TABLE_DIM], row_grads[TABLE_BATCH * TABLE_DIM], gb = 0;
-    const float *grads[1] = {&gb}, *rgrads[1] = {row_grads};
+    float rows[TABLE_BATCH * TABLE_DIM], gb = 0;
+    const float *grads[1] = {&gb}, *rgrads[1] = {t.row_grads};
     /* Refused: a step before a lookup, the plain step, ids out of range
      * or out of order, a table the model has not. */
     ck_assert_int_eq(dtrain_session_step_rows(s, grads, rgrads, 0, NULL), DTRAIN_EPRECOND);
@@ -857,33 +920,12 @@ START_TEST(library_table_job) {
     ck_assert_int_eq(dtrain_session_lookup(s, 1, bad, 1, rows), DTRAIN_EPRECOND);
 
     double first_loss = -1, loss = 0;
+    int rc = 0;
     for (int64_t step = 0; rc == 0 && !dtrain_session_should_stop(s); step++) {
-        /* 8 distinct ids below 100, sorted: (7 step + 13 k) mod 100. */
-        for (int k = 0; k < TABLE_BATCH; k++)
-            ids[k] = (7 * step + 13 * k) % 100;
-        for (int a = 1; a < TABLE_BATCH; a++)
-            for (int b = a; b > 0 && ids[b - 1] > ids[b]; b--) {
-                int64_t t = ids[b];
-                ids[b] = ids[b - 1];
-                ids[b - 1] = t;
-            }
-        rc = dtrain_session_lookup(s, 0, ids, TABLE_BATCH, rows);
+        rc = table_prog_lookup(&t, step);
         if (rc != 0 || dtrain_session_should_stop(s)) break;
-        /* p = sum(row) + bias; loss = mean (p - y)^2. */
-        loss = 0;
-        gb = 0;
-        for (int k = 0; k < TABLE_BATCH; k++) {
-            double pred = bias[0];
-            for (int d = 0; d < TABLE_DIM; d++)
-                pred += rows[k * TABLE_DIM + d];
-            double e = pred - table_target(ids[k]);
-            loss += e * e / TABLE_BATCH;
-            gb += (float)(2 * e / TABLE_BATCH);
-            for (int d = 0; d < TABLE_DIM; d++)
-                row_grads[k * TABLE_DIM + d] = (float)(2 * e / TABLE_BATCH);
-        }
+        rc = table_prog_push(&t, &loss, NULL);
         if (first_loss < 0) first_loss = loss;
-        rc = dtrain_session_step_rows(s, grads, rgrads, loss, NULL);
     }
     ck_assert_msg(rc == 0, "training: %s", dtrain_errmsg(s));
     ck_assert_msg(dtrain_session_close(s) == 0, "close: %s", dtrain_errmsg(s));
@@ -917,10 +959,81 @@ START_TEST(library_table_job) {
     ck_assert_msg(sq / (double)n < 0.05, "%s: mean squared error %g over %lld rows", path,
                   sq / (double)n, (long long)n);
     dt_tensors_deinit(&ts);
-    dtrain_session_free(s);
-    dtrain_model_free(m);
-    dtrain_config_free(cfg);
-    dtrain_cluster_free(c);
+    table_prog_free(&t);
+}
+END_TEST
+
+/* The ps of a library table job is SIGKILLed between two steps, once a
+ * checkpoint holds trained rows, and started again empty. The library
+ * chief restores it from that checkpoint, rows included: the next lookup
+ * reads the checkpoint's rows exactly (a fresh table would read its
+ * initializer's), the global step goes on from the checkpoint's, and the
+ * job trains to max_steps. */
+START_TEST(library_table_ps_restarted) {
+    static const char *const sets[] = {"max_steps=1000000", "learning_rate=0.1",
+                                       "save_model_secs=1"};
+    dt_test_job_set(&j, sets, 3);
+    dt_test_job_cluster(&j, 1, 1);
+    pid_t ps = dt_test_job_start(&j, "ps", 0, "ps");
+    table_prog t;
+    table_prog_start(&t, sets, 3);
+    double loss = 0;
+    int64_t step = 0;
+    int rc = 0;
+    /* Train until a checkpoint of step 100 or later is on disk. */
+    while (rc == 0 && (step < 100 || dt_test_ckpt_max(j.log_dir) < 100)) {
+        rc = table_prog_lookup(&t, step);
+        if (rc == 0) rc = table_prog_push(&t, &loss, NULL);
+        step++;
+        ck_assert_msg(step < 5000000, "no checkpoint after %lld steps", (long long)step);
+    }
+    ck_assert_msg(rc == 0, "training: %s", dtrain_errmsg(t.s));
+    ck_assert_int_eq(dt_test_kill(ps, SIGKILL), 0);
+    dt_test_wait(ps, JOB_TIMEOUT_MS);
+    dt_tensors ts;
+    memset(&ts, 0, sizeof ts);
+    char path[1200];
+    int64_t saved = dt_test_job_load_latest(&j, 100, &ts, path, sizeof path);
+    ck_assert_int_ge(saved, 100);
+    ps = dt_test_job_start(&j, "ps", 0, "ps2");
+
+    rc = table_prog_lookup(&t, 0);
+    ck_assert_msg(rc == 0, "lookup after the restart: %s", dtrain_errmsg(t.s));
+    const dt_tensor *held = dt_tensors_find(&ts, "emb/ids");
+    const dt_tensor *values = dt_tensors_find(&ts, "emb/values");
+    ck_assert_msg(held && values, "%s: no emb/ids or emb/values", path);
+    int found = 0;
+    for (int k = 0; k < TABLE_BATCH; k++)
+        for (int64_t h = 0; h < held->shape[0]; h++)
+            if (((const int64_t *)held->data)[h] == t.ids[k]) {
+                found++;
+                const float *want = (const float *)values->data + h * TABLE_DIM;
+                for (int d = 0; d < TABLE_DIM; d++)
+                    ck_assert_msg(t.rows[k * TABLE_DIM + d] == want[d],
+                                  "row %lld [%d]: %g after the restart, %g in %s",
+                                  (long long)t.ids[k], d, t.rows[k * TABLE_DIM + d], want[d],
+                                  path);
+            }
+    ck_assert_msg(found == TABLE_BATCH, "%d of the batch's ids in %s", found, path);
+    dtrain_step_result r;
+    rc = table_prog_push(&t, &loss, &r);
+    ck_assert_msg(rc == 0, "step after the restart: %s", dtrain_errmsg(t.s));
+    ck_assert_msg(r.global_step >= saved, "global_step %lld after restoring step %lld",
+                  (long long)r.global_step, (long long)saved);
+    dt_tensors_deinit(&ts);
+    /* And on: a checkpoint after the restore, at a later step. */
+    int64_t after = saved;
+    for (step = 1; rc == 0 && after <= saved; step++) {
+        rc = table_prog_lookup(&t, step);
+        if (rc == 0) rc = table_prog_push(&t, &loss, NULL);
+        after = dt_test_ckpt_max(j.log_dir);
+        ck_assert_msg(step < 5000000, "no checkpoint after the restore");
+    }
+    ck_assert_msg(rc == 0, "training after the restart: %s", dtrain_errmsg(t.s));
+    dtrain_session_stop(t.s);
+    ck_assert_int_eq(dtrain_session_close(t.s), DTRAIN_ECANCELLED);
+    ck_assert(dt_test_alive(ps));
+    table_prog_free(&t);
 }
 END_TEST
 
@@ -1022,6 +1135,7 @@ Suite *api_suite(void) {
     tcase_add_test(jobs, library_secure_jobs);
     tcase_add_test(jobs, same_loop_bit_for_bit);
     tcase_add_test(jobs, library_table_job);
+    tcase_add_test(jobs, library_table_ps_restarted);
     tcase_add_test(jobs, python_module);
     tcase_add_test(jobs, installed_program_builds);
     return s;
