@@ -25,6 +25,13 @@ import struct
 import sys
 import time
 
+if __name__ == "__main__":
+    # One core per role (torch.set_num_threads(1) below): Debian's OpenBLAS
+    # otherwise starts a thread per core that spins between calls, and on a
+    # machine the roles share it took a core's worth of kernel time.
+    # Set before numpy loads it; a user's own setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import numpy as np
 import torch
 from torch import nn

@@ -36,19 +36,23 @@ def main():
     train_y = (2 * train_x + 0.3 * rng.standard_normal(100)).astype(np.float32)
     shard = np.arange(cluster.task_index, 100, cluster.num_tasks("worker"))
     batch = config.batch_size
+    offsets = np.arange(batch)
+    # The gradients' arrays, filled in place each step (a new array a step
+    # costs more than the arithmetic at this size).
+    gw, gb = np.zeros((1, 1), np.float32), np.zeros(1, np.float32)
 
     # sv = tf.train.Supervisor(is_chief=..., logdir=..., save_model_secs=5)
     # with sv.managed_session(server.target) as sess:
     with dtrain.Supervisor(cluster, config, model) as sv:
         step = 0
         while not sv.should_stop():
-            rows = shard[np.arange(step * batch, (step + 1) * batch) % len(shard)]
+            rows = shard[(step * batch + offsets) % len(shard)]
             x, y = train_x[rows], train_y[rows]
             # z = X * w + b; loss = tf.reduce_mean(tf.square(Y - z)); the gradient by hand
             err = x * w[0, 0] + b[0] - y
-            loss = float(np.mean(err * err))
-            gw = np.array([[2 * np.mean(err * x)]], dtype=np.float32)
-            gb = np.array([2 * np.mean(err)], dtype=np.float32)
+            loss = float(err @ err) / batch
+            gw[0, 0] = 2 * float(err @ x) / batch
+            gb[0] = 2 * float(err.sum()) / batch
             # sess.run(train_op): push the gradient, w and b fresh after it
             r = sv.step([gw, gb], loss)
             sv.summary("python/loss", loss)  # sv.summary_computed(sess, summary)

@@ -32,6 +32,10 @@ if [ ! -d "$DATA" ] || ! $PY -c 'import torch' 2>/dev/null; then
 fi
 export DTRAIN_LIBRARY="${DTRAIN_LIBRARY:-$PWD/${BUILD:-build}/libdtrain.so.0}"
 export PYTHONPATH="$PWD/python"
+# Every contender one core a process, as its torch.set_num_threads(1) asks:
+# Debian's OpenBLAS would otherwise add a thread per core that spins
+# between calls (the lone trainer then used two cores, not one).
+export OPENBLAS_NUM_THREADS=1
 
 free_port() {
     $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
