@@ -68,8 +68,8 @@ struct dt_session {
      * at a post or a hand-over (under mu, read without it), and each
      * waiting thread's share of waits that ended within the budget. */
     long spin_us;
-    atomic_uint posts;  /* the program's: GRADS, LOOKUP */
-    atomic_uint handed; /* the loop's: VALUES, ENDED */
+    atomic_uint posts;             /* the program's: GRADS, LOOKUP */
+    atomic_uint handed;            /* the loop's: VALUES, ENDED */
     double step_hits, lookup_hits; /* the program's */
     double compute_hits;           /* the loop's */
 
@@ -154,8 +154,8 @@ static void note_wait(const dt_session *s, double *hits, double t0) {
 static void spin_while(dt_session *s, atomic_uint *counter, unsigned seen) {
     pthread_mutex_unlock(&s->mu);
     double until = now_us() + (double)s->spin_us;
-    for (unsigned i = 1; atomic_load_explicit(counter, memory_order_acquire) == seen &&
-                         !atomic_load(&s->stop);
+    for (unsigned i = 1;
+         atomic_load_explicit(counter, memory_order_acquire) == seen && !atomic_load(&s->stop);
          i++) {
         cpu_relax();
         if (i % 64 == 0 && now_us() >= until) break;

@@ -831,8 +831,11 @@ static void table_prog_start(table_prog *t, const char *const *sets, int n) {
     for (int k = 0; k < n; k++)
         ck_assert_int_eq(dtrain_config_set(t->cfg, sets[k]), 0);
     const int64_t bias_shape[1] = {1};
-    dtrain_var_params vb = {
-        .name = "bias", .ndim = 1, .shape = bias_shape, .values = t->bias, .init = DTRAIN_INIT_ZEROS};
+    dtrain_var_params vb = {.name = "bias",
+                            .ndim = 1,
+                            .shape = bias_shape,
+                            .values = t->bias,
+                            .init = DTRAIN_INIT_ZEROS};
     dtrain_table_params tp = {.name = "emb",
                               .rows = TABLE_ROWS,
                               .dim = TABLE_DIM,
@@ -1011,8 +1014,7 @@ START_TEST(library_table_ps_restarted) {
                 for (int d = 0; d < TABLE_DIM; d++)
                     ck_assert_msg(t.rows[k * TABLE_DIM + d] == want[d],
                                   "row %lld [%d]: %g after the restart, %g in %s",
-                                  (long long)t.ids[k], d, t.rows[k * TABLE_DIM + d], want[d],
-                                  path);
+                                  (long long)t.ids[k], d, t.rows[k * TABLE_DIM + d], want[d], path);
             }
     ck_assert_msg(found == TABLE_BATCH, "%d of the batch's ids in %s", found, path);
     dtrain_step_result r;
