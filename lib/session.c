@@ -20,9 +20,9 @@
  * keeps the share of its recent waits that ended within the budget and
  * spins, for at most the budget, while most did. So a small model or a
  * numpy step costs no wake-up, and a CNN's step (milliseconds each way)
- * sleeps at once after its first few. The budget is DTRAIN_SPIN_US (default SPIN_US; 0: never
- * spin), read at the session's start: a machine whose cores are all
- * taken by other work turns it off.
+ * sleeps at once after its first few. The budget is DTRAIN_SPIN_US
+ * (default SPIN_US; 0: never spin), read at the session's start: a
+ * machine whose cores are all taken by other work turns it off.
  */
 #include "session.h"
 
