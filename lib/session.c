@@ -13,16 +13,13 @@
  * The loop's waits are bounded (STOP_POLL_MS) so a stop asked while the
  * program computes ends the wait; the role then ends as on a signal.
  *
- * Each side spins before it sleeps, when its waits are short: a thread
- * woken from a condition variable cost about 40 us on a 2-core machine,
- * two a step, where the tiny model's whole round trip is 100 us. Each
- * waiting thread (the program: post to values; the loop: values to post)
- * keeps the share of its recent waits that ended within the budget and
- * spins, for at most the budget, while most did. So a small model or a
- * numpy step costs no wake-up, and a CNN's step (milliseconds each way)
- * sleeps at once after its first few. The budget is DTRAIN_SPIN_US
- * (default SPIN_US; 0: never spin), read at the session's start: a
- * machine whose cores are all taken by other work turns it off.
+ * Each side spins before it sleeps (spin.h), when its waits are short:
+ * a thread woken from a condition variable cost about 40 us on a 2-core
+ * machine, two a step, where the tiny model's whole round trip is 100 us.
+ * Each waiting thread (the program: post to values; the loop: values to
+ * post) keeps its own hit share. So a small model or a numpy step costs
+ * no wake-up, and a CNN's step (milliseconds each way) sleeps at once
+ * after its first few.
  */
 #include "session.h"
 
@@ -36,10 +33,9 @@
 #include "alloc.h"
 #include "chief.h"
 #include "log.h"
+#include "spin.h"
 
 #define STOP_POLL_MS 100
-#define SPIN_US 300
-#define SPIN_US_MAX 100000
 
 typedef enum { PHASE_LOOP, PHASE_VALUES, PHASE_LOOKUP, PHASE_GRADS, PHASE_ENDED } phase;
 
@@ -64,10 +60,9 @@ struct dt_session {
     void *init_ctx;
     dt_worker_params wp;
     atomic_int stop;
-    /* The spins (top of file): the budget, the counters each side bumps
-     * at a post or a hand-over (under mu, read without it), and each
-     * waiting thread's share of waits that ended within the budget. */
-    long spin_us;
+    /* The spins (top of file): the counters each side bumps at a post or
+     * a hand-over (under mu, read without it), and each waiting thread's
+     * hit share (spin.h). */
     atomic_uint posts;             /* the program's: GRADS, LOOKUP */
     atomic_uint handed;            /* the loop's: VALUES, ENDED */
     double step_hits, lookup_hits; /* the program's */
@@ -106,59 +101,17 @@ static void wait_a_while(dt_session *s) {
     pthread_cond_timedwait(&s->cv, &s->mu, &until);
 }
 
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield");
-#endif
-}
-
-/* The budget from DTRAIN_SPIN_US: SPIN_US when unset; 0 (never spin) to
- * SPIN_US_MAX; SPIN_US, with a warning, for anything else. */
-static long spin_budget(void) {
-    const char *text = getenv("DTRAIN_SPIN_US");
-    if (!text || !*text) return SPIN_US;
-    char *end = NULL;
-    long us = strtol(text, &end, 10);
-    if (*end || us < 0 || us > SPIN_US_MAX) {
-        dt_log(DT_LOG_WARN, "session: DTRAIN_SPIN_US \"%s\" is not 0..%d; using %d", text,
-               SPIN_US_MAX, SPIN_US);
-        return SPIN_US;
-    }
-    return us;
-}
-
-/* Whether a wait is worth a spin: most of its kind ended within the
- * budget. hits: the running share of those that did. */
-static int worth_spinning(const dt_session *s, double hits) {
-    return s->spin_us > 0 && hits >= 0.5;
-}
-
-/* Folds a wait begun at t0 into its kind's share of hits (weight 1/8: a
- * model whose waits are all longer stops spinning after 6 of them). */
-static void note_wait(const dt_session *s, double *hits, double t0) {
-    double hit = now_us() - t0 <= (double)s->spin_us ? 1.0 : 0.0;
-    *hits += (hit - *hits) / 8;
-}
-
 /* mu held: spins (mu released) until *counter moves from seen, a stop is
  * asked, or the budget is spent. Only a hint: the caller checks the phase
  * under mu and sleeps if it has not come. */
 static void spin_while(dt_session *s, atomic_uint *counter, unsigned seen) {
     pthread_mutex_unlock(&s->mu);
-    double until = now_us() + (double)s->spin_us;
+    double until = dt_spin_now_us() + (double)dt_spin_budget_us();
     for (unsigned i = 1;
          atomic_load_explicit(counter, memory_order_acquire) == seen && !atomic_load(&s->stop);
          i++) {
-        cpu_relax();
-        if (i % 64 == 0 && now_us() >= until) break;
+        dt_spin_relax();
+        if (i % 64 == 0 && dt_spin_now_us() >= until) break;
     }
     pthread_mutex_lock(&s->mu);
 }
@@ -189,7 +142,7 @@ static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_us
     s->phase = PHASE_VALUES;
     atomic_fetch_add_explicit(&s->handed, 1, memory_order_release);
     pthread_cond_broadcast(&s->cv);
-    double t0 = now_us();
+    double t0 = dt_spin_now_us();
     int spun = 0;
     while (s->phase != PHASE_GRADS && !atomic_load(&s->stop)) {
         if (s->phase == PHASE_LOOKUP && io) {
@@ -202,11 +155,11 @@ static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_us
             s->phase = PHASE_VALUES;
             atomic_fetch_add_explicit(&s->handed, 1, memory_order_release);
             pthread_cond_broadcast(&s->cv);
-            t0 = now_us(); /* the program computes on the rows now */
+            t0 = dt_spin_now_us(); /* the program computes on the rows now */
             spun = 0;
             continue;
         }
-        if (!spun && worth_spinning(s, s->compute_hits)) {
+        if (!spun && dt_spin_worth(s->compute_hits)) {
             spun = 1;
             spin_while(s, &s->posts, atomic_load(&s->posts));
             continue;
@@ -219,7 +172,7 @@ static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_us
         pthread_mutex_unlock(&s->mu);
         return dt_err_set(err, DT_ECANCELLED, "session: stopped");
     }
-    note_wait(s, &s->compute_hits, t0);
+    dt_spin_note(&s->compute_hits, dt_spin_now_us() - t0);
     for (int i = 0; i < s->count; i++)
         memcpy(grads->items[i].data, s->grads[i], grads->items[i].nbytes);
     if (io && s->row_grads_in) {
@@ -300,8 +253,7 @@ int dt_session_start(const dt_session_params *p, dt_session **out, dt_err *err) 
     pthread_cond_init(&s->cv, NULL);
     s->phase = PHASE_ENDED; /* until the thread runs */
     s->closed = 1;
-    s->spin_us = spin_budget();
-    s->step_hits = s->lookup_hits = s->compute_hits = 1; /* spin at first */
+    s->step_hits = s->lookup_hits = s->compute_hits = DT_SPIN_FIRST_HITS;
     *out = s;
     s->job = *p->job;
     s->count = p->count;
@@ -376,14 +328,14 @@ int dt_session_lookup(dt_session *s, const int64_t *ids, int64_t n, float *rows,
     s->num_ids = n;
     s->lookup_rows = rows;
     s->phase = PHASE_LOOKUP;
-    double t0 = now_us();
+    double t0 = dt_spin_now_us();
     unsigned handed = atomic_load(&s->handed);
     atomic_fetch_add_explicit(&s->posts, 1, memory_order_release);
     pthread_cond_broadcast(&s->cv);
-    if (worth_spinning(s, s->lookup_hits)) spin_while(s, &s->handed, handed);
+    if (dt_spin_worth(s->lookup_hits)) spin_while(s, &s->handed, handed);
     while (s->phase == PHASE_LOOKUP || s->phase == PHASE_LOOP)
         pthread_cond_wait(&s->cv, &s->mu);
-    note_wait(s, &s->lookup_hits, t0);
+    dt_spin_note(&s->lookup_hits, dt_spin_now_us() - t0);
     if (s->phase == PHASE_ENDED && s->rc < 0) rc = dt_err_set(err, s->rc, "%s", s->err.msg);
 out:
     pthread_mutex_unlock(&s->mu);
@@ -411,18 +363,18 @@ int dt_session_step(dt_session *s, const float *const *grads, const float *row_g
     s->row_grads_in = s->has_table ? row_grads : NULL;
     s->loss = loss;
     s->phase = PHASE_GRADS;
-    double t0 = now_us();
+    double t0 = dt_spin_now_us();
     unsigned handed = atomic_load(&s->handed);
     atomic_fetch_add_explicit(&s->posts, 1, memory_order_release);
     pthread_cond_broadcast(&s->cv);
-    if (worth_spinning(s, s->step_hits)) spin_while(s, &s->handed, handed);
+    if (dt_spin_worth(s->step_hits)) spin_while(s, &s->handed, handed);
     /* The loop takes the gradient (phase LOOP), pushes it, and hands the
      * next values over (VALUES) or ends (ENDED). */
     while (s->phase == PHASE_GRADS)
         pthread_cond_wait(&s->cv, &s->mu);
     s->local_step++;
     rc = await_values(s, err);
-    note_wait(s, &s->step_hits, t0);
+    dt_spin_note(&s->step_hits, dt_spin_now_us() - t0);
 out:
     if (r) {
         r->global_step = s->vars_step;

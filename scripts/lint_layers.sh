@@ -26,7 +26,7 @@
 set -u
 
 layer_map='
-core: alloc err log text hash crc32c tensor span fileio memstat pool jsonpos metrics train_metrics loss_watch
+core: alloc err log spin text hash crc32c tensor span fileio memstat pool jsonpos metrics train_metrics loss_watch
 data: libsvm reader data_format sparse_reader data sparse criteo_gen
 ml: optim consistency model sparse_model sparse_acc table
 store: safetensors checkpoint dirlock summary
