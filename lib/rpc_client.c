@@ -10,6 +10,7 @@
 
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -228,10 +229,14 @@ int dt_rpc_call_all(dt_rpc_call *calls, int n, int timeout_ms, dt_err *err) {
         if (start_call(&calls[i], &slots[i], cq, deadline) == 0) pending++;
     }
     /* The thread that waits on the queue is gRPC's poller for it: polled
-     * without blocking for up to the spin budget while this thread's
+     * without blocking for up to the spin budget while the process's
      * calls mostly end within it (spin.h), its core stays awake for the
-     * answer. */
-    static _Thread_local double hits = DT_SPIN_FIRST_HITS;
+     * answer. One share for the process, not one a thread: a thread-local
+     * in lib/ (built -fPIC) would make the binary need the dynamic
+     * loader's __tls_get_addr. Two threads' updates may race; one is
+     * lost, which only delays the share. */
+    static _Atomic double shared_hits = DT_SPIN_FIRST_HITS;
+    double hits = atomic_load_explicit(&shared_hits, memory_order_relaxed);
     double t0 = dt_spin_now_us();
     double spin_until = dt_spin_worth(hits) ? t0 + (double)dt_spin_budget_us() : t0;
     while (pending > 0) {
@@ -245,6 +250,7 @@ int dt_rpc_call_all(dt_rpc_call *calls, int n, int timeout_ms, dt_err *err) {
         pending--;
     }
     dt_spin_note(&hits, dt_spin_now_us() - t0);
+    atomic_store_explicit(&shared_hits, hits, memory_order_relaxed);
     grpc_completion_queue_shutdown(cq);
     while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
            GRPC_QUEUE_SHUTDOWN) {
