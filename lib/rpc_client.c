@@ -238,7 +238,8 @@ int dt_rpc_call_all(dt_rpc_call *calls, int n, int timeout_ms, dt_err *err) {
     static _Atomic double shared_hits = DT_SPIN_FIRST_HITS;
     double hits = atomic_load_explicit(&shared_hits, memory_order_relaxed);
     double t0 = dt_spin_now_us();
-    double spin_until = dt_spin_worth(hits) ? t0 + (double)dt_spin_budget_us() : t0;
+    double spin_until =
+        dt_spin_worth(hits) && !dt_spin_covered() ? t0 + (double)dt_spin_budget_us() : t0;
     while (pending > 0) {
         int spin = dt_spin_now_us() < spin_until;
         grpc_event ev = grpc_completion_queue_next(

@@ -292,6 +292,7 @@ int dt_session_start(const dt_session_params *p, dt_session **out, dt_err *err) 
         return dt_err_set(err, DT_EINTERNAL, "session: cannot start the training thread");
     }
     s->thread_started = 1;
+    dt_spin_cover(1); /* the program spins through the loop's calls */
     int rc = await_values(s, err);
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -481,7 +482,10 @@ int dt_session_close(dt_session *s, dt_err *err) {
 
 void dt_session_free(dt_session *s) {
     if (!s) return;
-    if (s->thread_started) dt_session_close(s, NULL);
+    if (s->thread_started) {
+        dt_session_close(s, NULL);
+        dt_spin_cover(-1);
+    }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     for (int i = 0; i < DT_SESSION_MAX_SCALARS; i++)

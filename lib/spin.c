@@ -33,6 +33,16 @@ long dt_spin_budget_us(void) {
     return b;
 }
 
+static atomic_int covered;
+
+void dt_spin_cover(int delta) {
+    atomic_fetch_add(&covered, delta);
+}
+
+int dt_spin_covered(void) {
+    return atomic_load_explicit(&covered, memory_order_relaxed) > 0;
+}
+
 int dt_spin_worth(double hits) {
     return dt_spin_budget_us() > 0 && hits >= 0.5;
 }

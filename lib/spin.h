@@ -34,6 +34,14 @@ int dt_spin_worth(double hits);
  * are all longer than the budget stops spinning after 6 of them). */
 void dt_spin_note(double *hits, double waited_us);
 
+/* A session's program spins through each of its steps' round trips, so
+ * the core is awake for the answer already: while one runs (covered > 0)
+ * the RPC client's waits sleep at once rather than spin beside it (two
+ * spinning threads and the ps on 2 cores were slower than one). delta:
+ * +1 at a session's start, -1 at its end. */
+void dt_spin_cover(int delta);
+int dt_spin_covered(void);
+
 /* Microseconds on the monotonic clock, for timing waits. */
 double dt_spin_now_us(void);
 
