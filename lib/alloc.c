@@ -74,8 +74,8 @@ long dt_alloc_failed(void) {
 
 /* The binary's allocator. No buffer as large as the model comes and goes
  * per step any more (messages are read in gRPC's slices and tensors sent
- * from their own buffers), so large blocks are better mapped: a fixed 1 MiB threshold maps
- * every one and gives it back when freed. glibc's default threshold grows
+ * from their own buffers), so large blocks are better mapped: a fixed
+ * 1 MiB threshold maps every one and gives it back when freed. glibc's default threshold grows
  * with the blocks freed, up to 32 MB, after which such blocks stay on the
  * heap of the thread that freed them (a ps has one per poller), and a
  * checkpoint's pulls left hundreds of MB resident; the 1 GiB thresholds

@@ -16,6 +16,7 @@
 
 #include "alloc.h"
 #include "auth.h"
+#include "log.h"
 #include "rpc_internal.h"
 #include "spin.h"
 
@@ -237,11 +238,10 @@ int dt_rpc_call_all(dt_rpc_call *calls, int n, int timeout_ms, dt_err *err) {
      * lost, which only delays the share. */
     static _Atomic double shared_hits = DT_SPIN_FIRST_HITS;
     double hits = atomic_load_explicit(&shared_hits, memory_order_relaxed);
-    double t0 = dt_spin_now_us();
-    double spin_until =
-        dt_spin_worth(hits) && !dt_spin_covered() ? t0 + (double)dt_spin_budget_us() : t0;
+    double t0 = dt_now_secs();
+    double spin_until = dt_spin_worth(hits) && !dt_spin_covered() ? dt_spin_deadline() : t0;
     while (pending > 0) {
-        int spin = dt_spin_now_us() < spin_until;
+        int spin = dt_now_secs() < spin_until;
         grpc_event ev = grpc_completion_queue_next(
             cq, spin ? gpr_time_0(GPR_CLOCK_MONOTONIC) : gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type != GRPC_OP_COMPLETE) continue;
@@ -250,7 +250,7 @@ int dt_rpc_call_all(dt_rpc_call *calls, int n, int timeout_ms, dt_err *err) {
         finish_call(&calls[i], slot, timeout_ms);
         pending--;
     }
-    dt_spin_note(&hits, dt_spin_now_us() - t0);
+    dt_spin_note(&hits, t0);
     atomic_store_explicit(&shared_hits, hits, memory_order_relaxed);
     grpc_completion_queue_shutdown(cq);
     while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=

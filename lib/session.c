@@ -106,12 +106,12 @@ static void wait_a_while(dt_session *s) {
  * under mu and sleeps if it has not come. */
 static void spin_while(dt_session *s, atomic_uint *counter, unsigned seen) {
     pthread_mutex_unlock(&s->mu);
-    double until = dt_spin_now_us() + (double)dt_spin_budget_us();
+    double until = dt_spin_deadline();
     for (unsigned i = 1;
          atomic_load_explicit(counter, memory_order_acquire) == seen && !atomic_load(&s->stop);
          i++) {
         dt_spin_relax();
-        if (i % 64 == 0 && dt_spin_now_us() >= until) break;
+        if (i % 64 == 0 && dt_now_secs() >= until) break;
     }
     pthread_mutex_lock(&s->mu);
 }
@@ -142,7 +142,7 @@ static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_us
     s->phase = PHASE_VALUES;
     atomic_fetch_add_explicit(&s->handed, 1, memory_order_release);
     pthread_cond_broadcast(&s->cv);
-    double t0 = dt_spin_now_us();
+    double t0 = dt_now_secs();
     int spun = 0;
     while (s->phase != PHASE_GRADS && !atomic_load(&s->stop)) {
         if (s->phase == PHASE_LOOKUP && io) {
@@ -155,7 +155,7 @@ static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_us
             s->phase = PHASE_VALUES;
             atomic_fetch_add_explicit(&s->handed, 1, memory_order_release);
             pthread_cond_broadcast(&s->cv);
-            t0 = dt_spin_now_us(); /* the program computes on the rows now */
+            t0 = dt_now_secs(); /* the program computes on the rows now */
             spun = 0;
             continue;
         }
@@ -172,7 +172,7 @@ static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_us
         pthread_mutex_unlock(&s->mu);
         return dt_err_set(err, DT_ECANCELLED, "session: stopped");
     }
-    dt_spin_note(&s->compute_hits, dt_spin_now_us() - t0);
+    dt_spin_note(&s->compute_hits, t0);
     for (int i = 0; i < s->count; i++)
         memcpy(grads->items[i].data, s->grads[i], grads->items[i].nbytes);
     if (io && s->row_grads_in) {
@@ -234,6 +234,7 @@ static void *run_role(void *arg) {
     atomic_fetch_add_explicit(&s->handed, 1, memory_order_release);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    dt_spin_cover(-1); /* no more calls of the loop's */
     return NULL;
 }
 
@@ -285,14 +286,15 @@ int dt_session_start(const dt_session_params *p, dt_session **out, dt_err *err) 
     pthread_mutex_lock(&s->mu);
     s->phase = PHASE_LOOP;
     s->closed = 0;
+    dt_spin_cover(1); /* the program spins through the loop's calls; run_role ends it */
     if (pthread_create(&s->thread, NULL, run_role, s) != 0) {
+        dt_spin_cover(-1);
         s->phase = PHASE_ENDED;
         s->closed = 1;
         pthread_mutex_unlock(&s->mu);
         return dt_err_set(err, DT_EINTERNAL, "session: cannot start the training thread");
     }
     s->thread_started = 1;
-    dt_spin_cover(1); /* the program spins through the loop's calls */
     int rc = await_values(s, err);
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -329,14 +331,14 @@ int dt_session_lookup(dt_session *s, const int64_t *ids, int64_t n, float *rows,
     s->num_ids = n;
     s->lookup_rows = rows;
     s->phase = PHASE_LOOKUP;
-    double t0 = dt_spin_now_us();
+    double t0 = dt_now_secs();
     unsigned handed = atomic_load(&s->handed);
     atomic_fetch_add_explicit(&s->posts, 1, memory_order_release);
     pthread_cond_broadcast(&s->cv);
     if (dt_spin_worth(s->lookup_hits)) spin_while(s, &s->handed, handed);
     while (s->phase == PHASE_LOOKUP || s->phase == PHASE_LOOP)
         pthread_cond_wait(&s->cv, &s->mu);
-    dt_spin_note(&s->lookup_hits, dt_spin_now_us() - t0);
+    dt_spin_note(&s->lookup_hits, t0);
     if (s->phase == PHASE_ENDED && s->rc < 0) rc = dt_err_set(err, s->rc, "%s", s->err.msg);
 out:
     pthread_mutex_unlock(&s->mu);
@@ -364,7 +366,7 @@ int dt_session_step(dt_session *s, const float *const *grads, const float *row_g
     s->row_grads_in = s->has_table ? row_grads : NULL;
     s->loss = loss;
     s->phase = PHASE_GRADS;
-    double t0 = dt_spin_now_us();
+    double t0 = dt_now_secs();
     unsigned handed = atomic_load(&s->handed);
     atomic_fetch_add_explicit(&s->posts, 1, memory_order_release);
     pthread_cond_broadcast(&s->cv);
@@ -375,7 +377,7 @@ int dt_session_step(dt_session *s, const float *const *grads, const float *row_g
         pthread_cond_wait(&s->cv, &s->mu);
     s->local_step++;
     rc = await_values(s, err);
-    dt_spin_note(&s->step_hits, dt_spin_now_us() - t0);
+    dt_spin_note(&s->step_hits, t0);
 out:
     if (r) {
         r->global_step = s->vars_step;
@@ -482,10 +484,7 @@ int dt_session_close(dt_session *s, dt_err *err) {
 
 void dt_session_free(dt_session *s) {
     if (!s) return;
-    if (s->thread_started) {
-        dt_session_close(s, NULL);
-        dt_spin_cover(-1);
-    }
+    if (s->thread_started) dt_session_close(s, NULL);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     for (int i = 0; i < DT_SESSION_MAX_SCALARS; i++)

@@ -9,7 +9,6 @@
 
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "log.h"
 
@@ -47,15 +46,13 @@ int dt_spin_worth(double hits) {
     return dt_spin_budget_us() > 0 && hits >= 0.5;
 }
 
-void dt_spin_note(double *hits, double waited_us) {
-    double hit = waited_us <= (double)dt_spin_budget_us() ? 1.0 : 0.0;
-    *hits += (hit - *hits) / 8;
+double dt_spin_deadline(void) {
+    return dt_now_secs() + (double)dt_spin_budget_us() * 1e-6;
 }
 
-double dt_spin_now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+void dt_spin_note(double *hits, double t0) {
+    double hit = (dt_now_secs() - t0) * 1e6 <= (double)dt_spin_budget_us() ? 1.0 : 0.0;
+    *hits += (hit - *hits) / 8;
 }
 
 void dt_spin_relax(void) {

@@ -817,7 +817,12 @@ typedef struct {
     float rows[TABLE_BATCH * TABLE_DIM], row_grads[TABLE_BATCH * TABLE_DIM], gb;
 } table_prog;
 
-static void table_prog_start(table_prog *t, const char *const *sets, int n) {
+/* The job of sets (1 ps, the binary's, and this process's chief): starts
+ * the ps, then t's session. Returns the ps's pid. */
+static pid_t table_prog_start(table_prog *t, const char *const *sets, int n) {
+    dt_test_job_set(&j, sets, n);
+    dt_test_job_cluster(&j, 1, 1);
+    pid_t ps = dt_test_job_start(&j, "ps", 0, "ps");
     memset(t, 0, sizeof *t);
     ck_assert_int_eq(dtrain_cluster_new(&t->c), 0);
     ck_assert_int_eq(dtrain_config_new(&t->cfg), 0);
@@ -846,6 +851,7 @@ static void table_prog_start(table_prog *t, const char *const *sets, int n) {
     dtrain_session_params p = {.cluster = t->c, .config = t->cfg, .model = t->m};
     int rc = dtrain_session_start(t->s, &p);
     ck_assert_msg(rc == 0, "start: %s", dtrain_errmsg(t->s));
+    return ps;
 }
 
 /* Step `step`'s batch, 8 distinct ids below 100, sorted: (7 step + 13 k)
@@ -898,11 +904,8 @@ static void table_prog_free(table_prog *t) {
 START_TEST(library_table_job) {
     static const char *const sets[] = {"max_steps=400", "learning_rate=0.1",
                                        "save_model_secs=3600"};
-    dt_test_job_set(&j, sets, 3);
-    dt_test_job_cluster(&j, 1, 1);
-    pid_t ps = dt_test_job_start(&j, "ps", 0, "ps");
     table_prog t;
-    table_prog_start(&t, sets, 3);
+    pid_t ps = table_prog_start(&t, sets, 3);
     dtrain_session *s = t.s;
 
     float rows[TABLE_BATCH * TABLE_DIM], gb = 0;
@@ -970,16 +973,13 @@ END_TEST
  * checkpoint holds trained rows, and started again empty. The library
  * chief restores it from that checkpoint, rows included: the next lookup
  * reads the checkpoint's rows exactly (a fresh table would read its
- * initializer's), the global step goes on from the checkpoint's, and the
- * job trains to max_steps. */
+ * initializer's), the global step goes on from the checkpoint's, and a
+ * later checkpoint follows; a stop then ends the session as a signal. */
 START_TEST(library_table_ps_restarted) {
     static const char *const sets[] = {"max_steps=1000000", "learning_rate=0.1",
                                        "save_model_secs=1"};
-    dt_test_job_set(&j, sets, 3);
-    dt_test_job_cluster(&j, 1, 1);
-    pid_t ps = dt_test_job_start(&j, "ps", 0, "ps");
     table_prog t;
-    table_prog_start(&t, sets, 3);
+    pid_t ps = table_prog_start(&t, sets, 3);
     double loss = 0;
     int64_t step = 0;
     int rc = 0;
