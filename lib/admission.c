@@ -69,6 +69,29 @@
  * start), while gRPC buffers an endless header block as fast as loopback
  * carries it (100 MB in the 100 ms above). */
 #define HEADER_BYTES_HARD (8 << 20)
+/* A connection that ended having received this much without starting a
+ * call is a strike against its address; GONE_STRIKES of them within
+ * GONE_WINDOW_MS and the address backs off. gRPC closes some floods
+ * itself before the guards see 1 MiB (it did so for a PING flood while its
+ * own PING guard was on: 640 kB received, closed within 150 ms), and the
+ * client then connects again at once: 37 connections in 5 s took a job to
+ * half its steps/s. An honest client sends a call's headers before much
+ * else and its call is noted within milliseconds; one that dies in
+ * between, twice within the window from one address, is not what an
+ * honest host does. */
+/* A connection whose calls are all over (none open, none started since
+ * the last scan) and that received this much since a scan last found one
+ * open or started sends frames alone: a PING, SETTINGS or WINDOW_UPDATE
+ * flood after an honest call. gRPC's own PING guard is off (see
+ * rpc_server.c), so this is what closes such a connection. Honest bytes
+ * with no call noted are a new call's headers and the 64 kB its stream may
+ * send before the ps reads it (the ps turns BDP probing off), a few
+ * streams' worth at most. */
+#define QUIET_BYTES_MAX (2 << 20)
+#define GONE_STRIKE_BYTES (256 << 10)
+#define GONE_STRIKES 2
+#define GONE_WINDOW_MS 10000
+#define STRIKE_CAP 64
 
 typedef struct {
     unsigned char ip[16]; /* IPv4 as v4-mapped IPv6 */
@@ -90,6 +113,9 @@ typedef struct {
     int closing;                         /* we shut it down (or are about to) */
     unsigned long long received;         /* bytes its socket had received at scan_ms */
     long long scan_ms;                   /* the last scan that saw its socket, 0: none */
+    unsigned long long busy_received;    /* received at the last scan it had a call open or
+                                            a new one started (see QUIET_BYTES_MAX) */
+    long long busy_started;              /* started at that scan */
 } conn;
 
 typedef struct {
@@ -97,6 +123,12 @@ typedef struct {
     long long until_ms; /* 0: slot free */
     long long cap_logged_until_ms;
 } backoff;
+
+typedef struct {
+    unsigned char ip[16];
+    int count;          /* strikes since since_ms */
+    long long since_ms; /* the first of them, 0: slot free */
+} strike;
 
 struct dt_adm {
     pthread_mutex_t mu;
@@ -108,6 +140,7 @@ struct dt_adm {
     int free_head;
     int live;
     backoff backoffs[BACKOFF_CAP];
+    strike strikes[STRIKE_CAP];
     dt_adm_stats stats;
     /* The IPv4 addresses the listening socket's filter drops (see
      * refresh_filter), as last installed. */
@@ -329,6 +362,25 @@ static void add_backoff(dt_adm *a, const unsigned char ip[16], long long now) {
     }
     memcpy(slot->ip, ip, 16);
     slot->until_ms = now + a->lim.backoff_ms;
+}
+
+/* One more strike against ip (see GONE_STRIKES); returns the strikes
+ * within the window, this one included. The oldest slot makes room. */
+static int add_strike(dt_adm *a, const unsigned char ip[16], long long now) {
+    strike *slot = NULL, *oldest = &a->strikes[0];
+    for (int i = 0; i < STRIKE_CAP && !slot; i++) {
+        strike *t = &a->strikes[i];
+        if (t->since_ms && memcmp(t->ip, ip, 16) == 0) slot = t;
+        if (t->since_ms < oldest->since_ms) oldest = t;
+    }
+    if (slot && now - slot->since_ms >= GONE_WINDOW_MS) slot->since_ms = 0;
+    if (!slot || !slot->since_ms) {
+        if (!slot) slot = oldest;
+        memcpy(slot->ip, ip, 16);
+        slot->since_ms = now;
+        slot->count = 0;
+    }
+    return ++slot->count;
 }
 
 /* ---- closing ------------------------------------------------------------------ */
@@ -563,8 +615,10 @@ int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
     }
     a->stats.calls_dropped++;
     pthread_mutex_unlock(&a->mu);
-    int shut = shut_socket(a, &k, fd);
+    /* The filter first: a client that sees its connection end must find
+     * its address refused already. */
     if (flood) refresh_filter(a);
+    int shut = shut_socket(a, &k, fd);
     char text[80], ip[64];
     key_text(&k, text, sizeof text);
     ip_text(k.ip, ip, sizeof ip);
@@ -582,6 +636,18 @@ int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
     return 1;
 }
 
+/* Whether c, with calls behind it, received over QUIET_BYTES_MAX (now
+ * `received` in all) since the last scan that found one of its calls open
+ * or a new one started; that mark moves to this scan when it does. */
+static int quiet_flood(conn *c, unsigned long long received) {
+    if (c->open > 0 || c->started != c->busy_started || received < c->busy_received) {
+        c->busy_started = c->started;
+        c->busy_received = received;
+        return 0;
+    }
+    return c->started > 0 && received - c->busy_received > QUIET_BYTES_MAX;
+}
+
 /* ---- the scan -------------------------------------------------------------------- */
 
 typedef struct {
@@ -591,7 +657,7 @@ typedef struct {
     int started;                 /* calls started on it */
     unsigned long long received; /* bytes its socket received */
     int shut; /* 0: keep; 1: slow; 2: over the cap; 3: backing off; 4: bytes, no call;
-                 5: bytes, calls reset and none handled */
+                 5: bytes, calls reset and none handled; 6: bytes, its calls over */
 } seen_socket;
 
 static int by_ip_then_age(const void *pa, const void *pb) {
@@ -661,6 +727,7 @@ void dt_adm_tick(dt_adm *a) {
         c->scan_ms = now;
         seen[i].first_ms = c->first_ms;
         seen[i].started = c->started > 0;
+        int quiet = quiet_flood(c, seen[i].received);
         if (c->closing) continue;
         if (find_backoff(a, c->key.ip, now))
             seen[i].shut = 3;
@@ -670,6 +737,8 @@ void dt_adm_tick(dt_adm *a) {
             seen[i].shut = 4;
         else if (c->aborted + c->refused > 0 && !c->handled && seen[i].received > HEADER_BYTES_MAX)
             seen[i].shut = 5;
+        else if (quiet)
+            seen[i].shut = 6;
         else if (!c->started && a->lim.header_timeout_ms > 0 &&
                  now - c->first_ms >= a->lim.header_timeout_ms)
             seen[i].shut = 1;
@@ -714,7 +783,7 @@ void dt_adm_tick(dt_adm *a) {
                 if (b) b->cap_logged_until_ms = now + DT_ADM_DEFAULT_BACKOFF_MS;
                 over_cap_ip = i;
             }
-        } else if (seen[i].shut == 4 || seen[i].shut == 5) {
+        } else if (seen[i].shut >= 4) {
             a->stats.closed_flood++;
             add_backoff(a, seen[i].key.ip, now);
         } else {
@@ -724,18 +793,22 @@ void dt_adm_tick(dt_adm *a) {
     /* A connection the last scan saw and this one does not has just ended.
      * One that sent a frame flood without starting a call and that gRPC
      * closed itself (a GOAWAY for a PING flood) backs off as one the
-     * guards closed: else its client connects again at once. */
-    int gone_flood = -1;
+     * guards closed: else its client connects again at once. Over 1 MiB
+     * at once; over GONE_STRIKE_BYTES at the second strike. */
+    int gone_flood = -1, gone_strikes = 0;
     unsigned long long gone_kb = 0;
     for (int i = 0; i < CONN_CAP; i++) {
         conn *c = &a->conns[i];
         if (!c->used || !c->scan_ms || c->scan_ms != a->scan_ms || c->closing) continue;
-        if (c->started || c->received <= HEADER_BYTES_MAX) continue;
+        if (c->started || c->received <= GONE_STRIKE_BYTES) continue;
+        int strikes = c->received > HEADER_BYTES_MAX ? GONE_STRIKES : add_strike(a, c->key.ip, now);
         c->closing = 1;
+        if (strikes < GONE_STRIKES) continue;
         a->stats.closed_flood++;
         add_backoff(a, c->key.ip, now);
         gone_flood = i;
         gone_kb = c->received >> 10;
+        gone_strikes = c->received > HEADER_BYTES_MAX ? 1 : strikes;
     }
     conn_key gone_key;
     if (gone_flood >= 0) gone_key = a->conns[gone_flood].key;
@@ -757,6 +830,8 @@ void dt_adm_tick(dt_adm *a) {
         }
     }
     pthread_mutex_unlock(&a->mu);
+    /* The filter before any socket is shut down (see dt_adm_note). */
+    refresh_filter(a);
     int cap_count = 0;
     for (int i = 0; i < n; i++)
         if (seen[i].shut) {
@@ -773,6 +848,15 @@ void dt_adm_tick(dt_adm *a) {
                        a->name, key_text(&seen[i].key, text, sizeof text), seen[i].received >> 10,
                        a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
             }
+            if (seen[i].shut == 6) {
+                char text[80];
+                dt_log(DT_LOG_WARN,
+                       "%s: closed the connection of %s: it sent over %d kB with none of its "
+                       "calls open (frames alone: a PING, SETTINGS or WINDOW_UPDATE flood); "
+                       "refusing it for %d s",
+                       a->name, key_text(&seen[i].key, text, sizeof text), QUIET_BYTES_MAX >> 10,
+                       a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
+            }
             if (seen[i].shut == 5) {
                 char text[80];
                 dt_log(DT_LOG_WARN,
@@ -786,10 +870,10 @@ void dt_adm_tick(dt_adm *a) {
     if (gone_flood >= 0) {
         char text[80];
         dt_log(DT_LOG_WARN,
-               "%s: the connection of %s ended (gRPC closed it) after %llu kB without a call (a "
-               "frame flood); refusing %s for %d s",
-               a->name, key_text(&gone_key, text, sizeof text), gone_kb,
-               ip_text(gone_key.ip, ip, sizeof ip),
+               "%s: the connection of %s ended (gRPC closed it) after %llu kB without a call, "
+               "%d such within %d s (a frame flood); refusing %s for %d s",
+               a->name, key_text(&gone_key, text, sizeof text), gone_kb, gone_strikes,
+               GONE_WINDOW_MS / 1000, ip_text(gone_key.ip, ip, sizeof ip),
                a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
     }
     if (over_cap_ip >= 0)
@@ -805,7 +889,6 @@ void dt_adm_tick(dt_adm *a) {
                a->name, slow_total, a->lim.header_timeout_ms,
                ip_text(seen[slow_ip].key.ip, ip, sizeof ip));
     free(seen);
-    refresh_filter(a);
 }
 
 void dt_adm_get_stats(dt_adm *a, dt_adm_stats *out) {

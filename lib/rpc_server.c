@@ -863,6 +863,14 @@ static int limits_to_args(const dt_rpc_server_params *params, grpc_resource_quot
      * one whose peer may have vanished. */
     int_arg(&args[n++], GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     int_arg(&args[n++], GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    /* gRPC's own guard against a PING flood is off (0: no limit). In 1.51,
+     * once past its strikes it sends a GOAWAY and then adds every further
+     * ping to the connection's error, a string that grew by 56 MB while
+     * it read one connection's flood (and the client connected again).
+     * The connection guards close such a flood instead (admission.c: bytes
+     * without a call, or with none of its calls open) and back off its
+     * address; the ps then grew by 1 MB. */
+    int_arg(&args[n++], GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
     int_arg(&args[n++], GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, keepalive);
     int_arg(&args[n++], GRPC_ARG_MAX_CONCURRENT_STREAMS, streams);
     /* With requests in flight bounded, a call waiting its turn must not

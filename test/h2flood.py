@@ -93,6 +93,7 @@ class Conn:
         self.goaway = False
         self.inbuf = b""
         self.out = b""
+        self.ended = set()  # streams the server ended
 
     def send(self, data, deadline):
         """Sends all of data unless the peer closes or deadline passes."""
@@ -132,6 +133,8 @@ class Conn:
                     break
                 if self.inbuf[3] == GOAWAY:
                     self.goaway = True
+                if self.inbuf[3] in (HEADERS, DATA) and self.inbuf[4] & END_STREAM:
+                    self.ended.add(struct.unpack(">I", self.inbuf[5:9])[0] & 0x7FFFFFFF)
                 self.inbuf = self.inbuf[9 + n:]
 
     def end(self):
@@ -144,6 +147,18 @@ class Conn:
         while not self.closed and time.monotonic() < end:
             ready(self.sock, False, 0.1)
             self.drain()
+
+
+def honest_call(c, block, deadline):
+    """One whole call on stream 1 (an empty request), its reply read to the
+    end of the stream: the connection has a call behind it before a flood."""
+    c.send(frame(HEADERS, END_HEADERS, 1, block) + frame(DATA, END_STREAM, 1, b"\0" * 5),
+           deadline)
+    while 1 not in c.ended and not c.closed and time.monotonic() < deadline:
+        ready(c.sock, False, 0.1)
+        c.drain()
+    if 1 not in c.ended:
+        sys.exit("h2flood: the call before the flood got no reply")
 
 
 def ready(sock, write, timeout):
@@ -173,6 +188,8 @@ def main():
     ap.add_argument("--ca", default="")
     ap.add_argument("--reconnect", action="store_true",
                     help="reset: after the server closes, connect again until --seconds")
+    ap.add_argument("--after-call", action="store_true",
+                    help="settings, ping, window: one whole call first, its reply read")
     ap.add_argument("--linger", type=float, default=2.0,
                     help="seconds to wait for the server to close after the flood")
     args = ap.parse_args()
@@ -239,6 +256,8 @@ def main():
             frames += 2 * batch
             streams += batch
     elif args.mode in ("settings", "ping", "window"):
+        if args.after_call:
+            honest_call(c, block, deadline)
         one = {"settings": frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 65535)),
                "ping": frame(PING, 0, 0, b"12345678"),
                "window": frame(WINDOW, 0, 0, struct.pack(">I", 1))}[args.mode]
