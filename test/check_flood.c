@@ -428,6 +428,30 @@ START_TEST(other_floods_mtls) {
 }
 END_TEST
 
+/* One call whose header block is 1 MB and that never sends its message,
+ * over TLS (where gRPC 1.51 hands such a call over with every header it
+ * parsed) from an identity whose Status is allowed: the ps refuses it at
+ * once (RESOURCE_EXHAUSTED) and its stream ends. Without that refusal the
+ * call waited for its message, holding the megabyte, until the connection
+ * ended. */
+START_TEST(big_headers_refused_mtls) {
+    pid_t pids[2];
+    char sec[4000], tool[4000], extra[4200], out[4096];
+    start_mtls_job(pids, sec, sizeof sec);
+    wait_training(pids[1]);
+    snprintf(tool, sizeof tool, "--cert %s/tool.pem --key %s/tool-key.pem --ca %s/ca.pem", certs,
+             certs, certs);
+    snprintf(extra, sizeof extra, "--seconds 10 --linger 0 %s", tool);
+    flood_from("127.0.0.40", "bigcall", extra, out, sizeof out);
+    ck_assert_msg(strstr(out, "\"first_call_ended\": true"),
+                  "the ps did not end a call with 1 MB of headers: %s; logs:%s", out,
+                  dt_test_job_report(&w));
+    ck_assert_msg(dt_test_job_wait_log(&w, "ps0", "request headers of", 5000, pids[0]),
+                  "the refusal was not logged; logs:%s", dt_test_job_report(&w));
+    expect_job_done(pids[1]);
+}
+END_TEST
+
 /* Slow headers from many connections of one address. The header deadline
  * is well beyond the time the client takes to open its 40 connections,
  * even on a loaded machine: the oldest 8 (kept by the cap) are closed as
@@ -474,6 +498,7 @@ Suite *flood_suite(void) {
     if (!FLOOD_ASAN) {
         add_case(s, "reset_mtls", reset_mtls);
         add_case(s, "other_floods_mtls", other_floods_mtls);
+        add_case(s, "big_headers_refused_mtls", big_headers_refused_mtls);
     }
     add_case(s, "slow_connections", slow_connections);
     return s;

@@ -16,6 +16,8 @@ Modes:
   window        WINDOW_UPDATE frames on the connection
   continuation  one HEADERS without END_HEADERS, then CONTINUATION frames
   bigheaders    streams whose header block is 1 MB (HEADERS + CONTINUATION)
+  bigcall       one such stream, then waits for the server to end it
+                ("first_call_ended")
   hpackbomb     a 4 kB header in the dynamic table, referenced 4,000 times a block
   zerowindow    SETTINGS_INITIAL_WINDOW_SIZE 0, then whole Status calls whose
                 replies are never read
@@ -133,7 +135,8 @@ class Conn:
                     break
                 if self.inbuf[3] == GOAWAY:
                     self.goaway = True
-                if self.inbuf[3] in (HEADERS, DATA) and self.inbuf[4] & END_STREAM:
+                if (self.inbuf[3] in (HEADERS, DATA) and self.inbuf[4] & END_STREAM or
+                        self.inbuf[3] == RST):
                     self.ended.add(struct.unpack(">I", self.inbuf[5:9])[0] & 0x7FFFFFFF)
                 self.inbuf = self.inbuf[9 + n:]
 
@@ -282,6 +285,18 @@ def main():
             frames += 2
             streams += 1
             sid += 2
+    elif args.mode == "bigcall":
+        # One call whose header block is 1 MB and that never sends its
+        # message: the server is to end its stream at once.
+        big = literal("x-big", "b" * 16000)
+        c.send(frame(HEADERS, 0, 1, block), deadline)
+        for _ in range(64):
+            c.send(frame(CONT, 0, 1, big), deadline)
+        c.send(frame(CONT, END_HEADERS, 1, b""), deadline)
+        frames, streams = 66, 1
+        while 1 not in c.ended and not c.closed and time.monotonic() < deadline:
+            ready(c.sock, False, 0.1)
+            c.drain()
     elif args.mode == "hpackbomb":
         # First block: the big header enters the dynamic table (index 62).
         sid = 1
@@ -343,6 +358,7 @@ def main():
                       "close_ms": int((close_at - flood_start) * 1000) if c.closed else -1,
                       "goaway": c.goaway, "conns": len(conns), "conns_closed": closed,
                       "reconnects": reconnects, "first_close_ms": first_close_ms,
+                      "first_call_ended": 1 in c.ended,
                       "last_close_ms": last_close_ms}))
     sys.stdout.flush()
     return 0
