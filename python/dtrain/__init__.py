@@ -150,8 +150,7 @@ _session_step = _sig("dtrain_session_step", _c, _vp, ctypes.POINTER(_vp), ctypes
 _session_should_stop = _sig("dtrain_session_should_stop", _c, _vp)
 _session_global_step = _sig("dtrain_session_global_step", _i64, _vp)
 _session_summary = _sig("dtrain_session_summary", _c, _vp, _cp, ctypes.c_double)
-_session_histogram = _sig("dtrain_session_histogram", _c, _vp, _cp,
-                          ctypes.POINTER(ctypes.c_float), _i64)
+_session_histogram = _sig("dtrain_session_histogram", _c, _vp, _cp, _vp, _i64)
 _session_stop = _sig("dtrain_session_stop", None, _vp)
 _session_close = _sig("dtrain_session_close", _c, _vp)
 
@@ -447,6 +446,11 @@ class Supervisor:
         self._looked_up = [None] * len(model.tables)
         p = _SessionParams(cluster._h, config._h, model._h, int(handle_signals))
         self.result = StepResult()
+        self._result_ref = ctypes.byref(self.result)
+        self._names = {}
+        # The gradients of the last step and their addresses: a program
+        # that fills the same arrays each step skips the lookup.
+        self._last = [None] * len(model.names)
         self._closed = False
         _check(_session_start(self._h, ctypes.byref(p)), self._h)
 
@@ -484,16 +488,23 @@ class Supervisor:
             raise DtrainError(-1, "session: step: %d gradients for %d variables"
                               % (len(grads), len(self.model.names)))
         keep = []
+        last = self._last
         for i, (g, a) in enumerate(zip(grads, self.model.arrays)):
+            if g is last[i]:  # the same float32 C-order array as the last step
+                continue
             g = _as_f32(g, self.model.names[i])
             if g.size != a.size:
                 raise DtrainError(-1, "session: step: the gradient of \"%s\" has %d values, "
                                   "the variable %d" % (self.model.names[i], g.size, a.size))
             keep.append(g)
             self._grads[i] = g.ctypes.data
+            # Kept only when it is the caller's own array (no copy made):
+            # then its address stays valid while it is held here.
+            last[i] = g if g is grads[i] else None
         if rows is None and not self.model.tables:
-            _check(_session_step(self._h, self._grads, float(loss), ctypes.byref(self.result)),
-                   self._h)
+            rc = _session_step(self._h, self._grads, float(loss), self._result_ref)
+            if rc:
+                _check(rc, self._h)
             return self.result
         if rows is None or len(rows) != len(self.model.tables):
             raise DtrainError(-1, "session: step: %d row gradients for %d tables"
@@ -509,17 +520,28 @@ class Supervisor:
             keep.append(g)
             self._row_grads[t] = g.ctypes.data
         _check(_session_step_rows(self._h, self._grads, self._row_grads, float(loss),
-                                  ctypes.byref(self.result)), self._h)
+                                  self._result_ref), self._h)
         self._looked_up = [None] * len(self.model.tables)
         return self.result
 
     def summary(self, name, value):
-        _check(_session_summary(self._h, _b(name), float(value)), self._h)
+        rc = _session_summary(self._h, self._name(name), float(value))
+        if rc:
+            _check(rc, self._h)
 
     def histogram(self, name, values):
         """A histogram the chief writes to TensorBoard (tf.summary.histogram)."""
         v = _as_f32(values, name).ravel()
-        _check(_session_histogram(self._h, _b(name), _ptr(v), v.size), self._h)
+        rc = _session_histogram(self._h, self._name(name), v.ctypes.data, v.size)
+        if rc:
+            _check(rc, self._h)
+
+    def _name(self, name):
+        """name as bytes, encoded once: summaries are named every step."""
+        b = self._names.get(name)
+        if b is None:
+            b = self._names[name] = _b(name)
+        return b
 
     def stop(self):
         """Stops as a signal does (the chief saves; the ps tasks wait)."""

@@ -358,6 +358,44 @@ class Jobs(unittest.TestCase):
                 ps.kill()
                 ps.wait()
 
+    def test_gradient_arrays_reused_and_replaced(self):
+        """step() reads the caller's gradient arrays in place: one array
+        refilled each step, then a new array, then a list (converted), then
+        the first array again; each step applies what it was given."""
+        cl = cluster_file(self.dir, 1)
+        logs = os.path.join(self.dir, "logs")
+        ps_log = open(os.path.join(self.dir, "ps.log"), "w")
+        self.addCleanup(ps_log.close)
+        ps = subprocess.Popen(
+            [sys.executable, "-c",
+             "import dtrain; c, cfg, _ = dtrain.parse_args(); dtrain.Server(c, cfg).join()",
+             "--cluster", cl, "--job-name", "ps", "--task-index", "0", "--log-dir", logs,
+             "--set", "max_steps=4"],
+            stdout=ps_log, stderr=subprocess.STDOUT)
+        try:
+            model = dtrain.Model()
+            w = model.variable("w", (2,), init="zeros")
+            cluster = dtrain.ClusterSpec(cl, job_name="worker", task_index=0)
+            config = dtrain.Config(max_steps=4, log_dir=logs, learning_rate=0.5)
+            with dtrain.Supervisor(cluster, config, model, handle_signals=False) as sv:
+                a = np.full(2, 1, np.float32)
+                sv.step([a])
+                np.testing.assert_array_equal(w, [-0.5, -0.5])
+                sv.step([np.full(2, 2, np.float32)])
+                np.testing.assert_array_equal(w, [-1.5, -1.5])
+                sv.step([[3.0, 3.0]])
+                np.testing.assert_array_equal(w, [-3.0, -3.0])
+                a[:] = 4
+                sv.step([a])
+                self.assertTrue(sv.should_stop())
+            self.assertEqual(ps.wait(TIMEOUT), 0)
+            ts = read_safetensors(os.path.join(logs, "model.ckpt-4.safetensors"))
+            np.testing.assert_array_equal(ts["w"], [-5.0, -5.0])
+        finally:
+            if ps.poll() is None:
+                ps.kill()
+                ps.wait()
+
     def test_torch_helper(self):
         """dtrain.torch: a module's parameters trained in place, a checkpoint
         named by its state_dict keys."""
