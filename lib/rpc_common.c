@@ -115,18 +115,35 @@ static void grpc_log_to_dt(gpr_log_func_args *args) {
  * uses only through gRPC. The function is C++ and its name carries
  * abseil's inline namespace, so it is looked up by name: a build where
  * neither name is found keeps the detection. */
+static void *find_absl_symbol(const char *name) {
+    void *sym = dlsym(RTLD_DEFAULT, name);
+    if (sym) return sym;
+    /* Loaded with RTLD_LOCAL (Python's ctypes), this library's
+     * dependencies are not in the global scope; a handle of its own
+     * searches them. */
+    Dl_info self;
+    if (!dladdr((void *)&dt_rpc_init, &self) || !self.dli_fname) return NULL;
+    void *h = dlopen(self.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) return NULL;
+    sym = dlsym(h, name);
+    dlclose(h);
+    return sym;
+}
+
 static void absl_deadlock_checks_off(void) {
     static const char *const names[] = {
         "_ZN4absl7debian329SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE",
         "_ZN4absl29SetMutexDeadlockDetectionModeENS_15OnDeadlockCycleE"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        void *sym = dlsym(RTLD_DEFAULT, names[i]);
+        void *sym = find_absl_symbol(names[i]);
         if (!sym) continue;
         void (*set_mode)(int) = NULL;
         memcpy(&set_mode, &sym, sizeof set_mode); /* object to function pointer */
         set_mode(0);                              /* OnDeadlockCycle::kIgnore */
+        dt_log(DT_LOG_DEBUG, "rpc: abseil's mutex deadlock detection is off");
         return;
     }
+    dt_log(DT_LOG_DEBUG, "rpc: abseil's deadlock detection setting not found; left as it is");
 }
 
 void dt_rpc_init(void) {
