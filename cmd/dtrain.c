@@ -462,67 +462,25 @@ static int load_cluster(const options *o, dt_cluster *c, dt_err *err) {
     return dt_cluster_parse(tf_config(), "TF_CONFIG", c, err);
 }
 
-static int parse_task(const char *text, int *out);
-
 /* Which task this process is: --job-name and --task-index, else TF_CONFIG's
- * (or the cluster file's) "task". Both flags win over "task" (logged); one
- * flag alone must agree with it. Returns -1 to go on, or an exit status. */
+ * (or the cluster file's) "task" (dt_cluster_resolve_role). Returns -1 to
+ * go on, or an exit status. */
 static int resolve_role(const options *o, const dt_cluster *c, dt_role *role) {
     const char *src = o->cluster_path ? o->cluster_path : "TF_CONFIG";
-    dt_task_type type = c->task_type;
-    int index = c->task_index;
-    if (o->job_name && dt_task_type_parse(o->job_name, &type) < 0)
-        return usage_error("--job-name: unknown job \"%s\" (expected ps, worker, chief, master "
-                           "or evaluator)",
-                           o->job_name);
-    if (o->task_text && parse_task(o->task_text, &index) < 0)
-        return usage_error("--task-index: \"%s\" is not a non-negative integer", o->task_text);
-    if (!c->has_task) {
-        if (!o->job_name)
-            return usage_error("missing --job-name (ps or worker; %s has no \"task\")", src);
-        if (!o->task_text) return usage_error("missing --task-index N (%s has no \"task\")", src);
-    } else if (o->job_name && o->task_text) {
-        if (type != c->task_type || index != c->task_index)
-            dt_log(DT_LOG_INFO, "--job-name %s --task-index %d override %s \"task\" (%s %d)",
-                   o->job_name, index, src, dt_task_type_names[c->task_type], c->task_index);
-    } else if (type != c->task_type || index != c->task_index) {
-        return usage_error("%s %s conflicts with %s \"task\" {\"type\": \"%s\", \"index\": %d}: "
-                           "give both --job-name and --task-index, or neither",
-                           o->job_name ? "--job-name" : "--task-index",
-                           o->job_name ? o->job_name : o->task_text, src,
-                           dt_task_type_names[c->task_type], c->task_index);
-    }
     dt_err err;
     dt_err_clear(&err);
-    const char *what = o->job_name || o->task_text ? "--job-name/--task-index" : src;
-    if (dt_cluster_role(c, type, index, what, role, &err) < 0) {
-        fprintf(stderr, "dtrain: %s: %s\n(see dtrain --help)\n", src, err.msg);
-        return EXIT_USAGE;
-    }
-    return -1;
-}
-
-static int parse_task(const char *text, int *out) {
-    char *end = NULL;
-    long v = strtol(text, &end, 10);
-    if (!*text || *end || v < 0 || v > 1000000) return -1;
-    *out = (int)v;
-    return 0;
-}
-
-static int parse_level(const char *text) {
-    static const char *const names[] = {"debug", "info", "warn", "error"};
-    for (int i = 0; i < 4; i++)
-        if (strcmp(text, names[i]) == 0) return i;
+    if (dt_cluster_resolve_role(c, src, o->job_name, o->task_text, 1, role, &err) < 0)
+        return usage_error("%s", err.msg);
     return -1;
 }
 
 /* --log-level, else fallback; --log-format. Returns -1 to go on, or an
  * exit status. */
 static int set_log_level(const options *o, dt_log_level fallback) {
-    int level = o->log_level ? parse_level(o->log_level) : (int)fallback;
-    if (level < 0) return usage_error("--log-level: unknown level \"%s\"", o->log_level);
-    dt_log_set_level((dt_log_level)level);
+    dt_log_level level = fallback;
+    if (o->log_level && dt_log_parse_level(o->log_level, &level) < 0)
+        return usage_error("--log-level: unknown level \"%s\"", o->log_level);
+    dt_log_set_level(level);
     dt_log_format format = DT_LOG_TEXT;
     if (o->log_format && dt_log_parse_format(o->log_format, &format) < 0)
         return usage_error("--log-format: unknown format \"%s\" (text or json)", o->log_format);

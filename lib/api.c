@@ -251,60 +251,22 @@ static int take_flag(int argc, char **argv, int *i, const char *flag, const char
     return 1;
 }
 
-static int parse_index(const char *text, int *out) {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (!*text || *end || errno || v < 0 || v > 1000000) return -1;
-    *out = (int)v;
-    return 0;
-}
-
 /* The role from --job-name/--task-index and the cluster's "task", as the
- * binary resolves them: both flags win, one alone must agree. */
+ * binary resolves them (dt_cluster_resolve_role). */
 static int resolve_role(dtrain_cluster *c, const char *source, const char *job_name,
                         const char *task_text, dt_err *err) {
-    dt_task_type type = c->cluster.task_type;
-    int index = c->cluster.task_index;
-    if (job_name && dt_task_type_parse(job_name, &type) < 0)
-        return dt_err_set(err, DT_EINVAL,
-                          "--job-name: unknown job \"%s\" (expected ps, worker, chief or master)",
-                          job_name);
-    if (task_text && parse_index(task_text, &index) < 0)
-        return dt_err_set(err, DT_EINVAL, "--task-index: \"%s\" is not a non-negative integer",
-                          task_text);
-    if (!c->cluster.has_task) {
-        if (!job_name)
-            return dt_err_set(err, DT_EINVAL,
-                              "missing --job-name (ps or worker; %s has no \"task\")", source);
-        if (!task_text)
-            return dt_err_set(err, DT_EINVAL, "missing --task-index N (%s has no \"task\")",
-                              source);
-    } else if (!(job_name && task_text) &&
-               (type != c->cluster.task_type || index != c->cluster.task_index)) {
-        return dt_err_set(err, DT_EINVAL,
-                          "%s conflicts with %s \"task\": give both --job-name and --task-index, "
-                          "or neither",
-                          job_name ? "--job-name" : "--task-index", source);
-    }
-    if (type == DT_TASK_EVALUATOR)
-        return dt_err_set(err, DT_EINVAL,
-                          "--job-name evaluator: the evaluator is the binary's own");
-    const char *what = job_name || task_text ? "--job-name/--task-index" : source;
-    int rc = dt_cluster_role(&c->cluster, type, index, what, &c->role, err);
+    int rc = dt_cluster_resolve_role(&c->cluster, source, job_name, task_text, 0, &c->role, err);
     if (rc < 0) return rc;
     c->has_role = 1;
     return 0;
 }
 
 static int set_level(const char *text, dt_err *err) {
-    static const char *const names[] = {"debug", "info", "warn", "error"};
-    for (int i = 0; i < 4; i++)
-        if (strcmp(text, names[i]) == 0) {
-            dt_log_set_level((dt_log_level)i);
-            return 0;
-        }
-    return dt_err_set(err, DT_EINVAL, "--log-level: unknown level \"%s\"", text);
+    dt_log_level level;
+    if (dt_log_parse_level(text, &level) < 0)
+        return dt_err_set(err, DT_EINVAL, "--log-level: unknown level \"%s\"", text);
+    dt_log_set_level(level);
+    return 0;
 }
 
 /* The security settings: the flags, else DTRAIN_TLS_CERT, ..., checked

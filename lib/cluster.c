@@ -8,6 +8,7 @@
 #include "cluster.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 #include "alloc.h"
 #include "jsonpos.h"
+#include "log.h"
 
 #define MAX_TASKS 4096 /* per job; keeps the duplicate check cheap */
 
@@ -403,6 +405,54 @@ int dt_cluster_role(const dt_cluster *c, dt_task_type type, int index, const cha
     out->type = type == DT_TASK_CHIEF ? DT_TASK_WORKER : type;
     out->index = type == DT_TASK_WORKER ? index + c->has_chief : index;
     return 0;
+}
+
+/* A task index as a flag gives it: 0..1000000, digits only. */
+static int parse_task_index(const char *text, int *out) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || errno || v < 0 || v > 1000000) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int dt_cluster_resolve_role(const dt_cluster *c, const char *source, const char *job_name,
+                            const char *task_text, int allow_evaluator, dt_role *out, dt_err *err) {
+    dt_task_type type = c->task_type;
+    int index = c->task_index;
+    if (job_name && dt_task_type_parse(job_name, &type) < 0)
+        return dt_err_set(err, DT_EINVAL,
+                          "--job-name: unknown job \"%s\" (expected ps, worker, %s)", job_name,
+                          allow_evaluator ? "chief, master or evaluator" : "chief or master");
+    if (task_text && parse_task_index(task_text, &index) < 0)
+        return dt_err_set(err, DT_EINVAL, "--task-index: \"%s\" is not a non-negative integer",
+                          task_text);
+    if (!c->has_task) {
+        if (!job_name)
+            return dt_err_set(err, DT_EINVAL,
+                              "missing --job-name (ps or worker; %s has no \"task\")", source);
+        if (!task_text)
+            return dt_err_set(err, DT_EINVAL, "missing --task-index N (%s has no \"task\")",
+                              source);
+    } else if (job_name && task_text) {
+        if (type != c->task_type || index != c->task_index)
+            dt_log(DT_LOG_INFO, "--job-name %s --task-index %d override %s \"task\" (%s %d)",
+                   job_name, index, source, dt_task_type_names[c->task_type], c->task_index);
+    } else if (type != c->task_type || index != c->task_index) {
+        return dt_err_set(err, DT_EINVAL,
+                          "%s %s conflicts with %s \"task\" {\"type\": \"%s\", \"index\": %d}: "
+                          "give both --job-name and --task-index, or neither",
+                          job_name ? "--job-name" : "--task-index", job_name ? job_name : task_text,
+                          source, dt_task_type_names[c->task_type], c->task_index);
+    }
+    if (type == DT_TASK_EVALUATOR && !allow_evaluator)
+        return dt_err_set(err, DT_EINVAL,
+                          "--job-name evaluator: the evaluator is the binary's own (dtrain "
+                          "--job-name evaluator)");
+    if (!job_name && !task_text) return dt_cluster_role(c, type, index, source, out, err);
+    int rc = dt_cluster_role(c, type, index, "--job-name/--task-index", out, err);
+    return rc < 0 ? dt_err_wrap(err, rc, "%s", source) : 0;
 }
 
 int dt_cluster_load(const char *path, dt_cluster *c, dt_err *err) {

@@ -65,6 +65,16 @@ typedef struct {
 int dt_cluster_role(const dt_cluster *c, dt_task_type type, int index, const char *what,
                     dt_role *out, dt_err *err) DT_WARN_UNUSED;
 
+/* This process's role from the --job-name and --task-index flags (either
+ * NULL when not given) and the cluster's "task" (source names where the
+ * cluster came from, e.g. a path or "TF_CONFIG"), as the binary and the
+ * library both resolve it: both flags win over "task" (logged), one flag
+ * alone must agree with it, and without a "task" both are needed. An
+ * evaluator only when allow_evaluator. -1 with err naming the flag. */
+int dt_cluster_resolve_role(const dt_cluster *c, const char *source, const char *job_name,
+                            const char *task_text, int allow_evaluator, dt_role *out,
+                            dt_err *err) DT_WARN_UNUSED;
+
 /* Parses a cluster file. On failure c is left empty and err says
  * "path:line:col: what". */
 int dt_cluster_load(const char *path, dt_cluster *c, dt_err *err) DT_WARN_UNUSED;

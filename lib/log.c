@@ -50,6 +50,16 @@ dt_log_format dt_log_get_format(void) {
     return log_format;
 }
 
+int dt_log_parse_level(const char *name, dt_log_level *out) {
+    static const char *const names[] = {"debug", "info", "warn", "error"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, names[i]) == 0) {
+            *out = (dt_log_level)i;
+            return 0;
+        }
+    return -1;
+}
+
 int dt_log_parse_format(const char *name, dt_log_format *out) {
     if (strcmp(name, "text") == 0)
         *out = DT_LOG_TEXT;

@@ -34,6 +34,9 @@ void dt_log_set_level(dt_log_level level);
 dt_log_level dt_log_get_level(void);
 void dt_log_set_format(dt_log_format format);
 dt_log_format dt_log_get_format(void);
+/* Parses "debug", "info", "warn" or "error" into *out; -1 (and *out
+ * untouched) otherwise. */
+int dt_log_parse_level(const char *name, dt_log_level *out);
 /* Parses "text" or "json" into *out; -1 (and *out untouched) otherwise. */
 int dt_log_parse_format(const char *name, dt_log_format *out);
 

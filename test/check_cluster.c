@@ -135,6 +135,60 @@ START_TEST(test_cluster_demo) {
 }
 END_TEST
 
+/* The role from the flags and the cluster's "task", as the binary and
+ * the library both take it. */
+static const char *role_error(const dt_cluster *c, const char *job, const char *task,
+                              int allow_evaluator, dt_role *r, dt_err *err) {
+    dt_err_clear(err);
+    return dt_cluster_resolve_role(c, "TF_CONFIG", job, task, allow_evaluator, r, err) < 0
+               ? err->msg
+               : NULL;
+}
+
+START_TEST(test_cluster_resolve_role) {
+    dt_cluster c;
+    dt_err err;
+    dt_role r;
+    dt_err_clear(&err);
+    const char *text = "{\"cluster\": {\"chief\": [\"h:1\"], \"ps\": [\"h:2\"], "
+                       "\"worker\": [\"h:3\"], \"evaluator\": [\"h:4\"]}, "
+                       "\"task\": {\"type\": \"worker\", \"index\": 0}}";
+    ck_assert_int_eq(dt_cluster_parse(text, SRC, &c, &err), 0);
+    /* "task" alone: worker 0 is training task 1 (after the chief). */
+    ck_assert_ptr_null(role_error(&c, NULL, NULL, 0, &r, &err));
+    ck_assert(r.type == DT_TASK_WORKER && r.index == 1);
+    /* Both flags win; chief is training task 0. */
+    ck_assert_ptr_null(role_error(&c, "chief", "0", 0, &r, &err));
+    ck_assert(r.type == DT_TASK_WORKER && r.index == 0);
+    ck_assert_ptr_null(role_error(&c, "ps", "0", 0, &r, &err));
+    ck_assert(r.type == DT_TASK_PS && r.index == 0);
+    /* One flag alone must agree with "task". */
+    ck_assert_ptr_null(role_error(&c, "worker", NULL, 0, &r, &err));
+    ck_assert_ptr_nonnull(strstr(role_error(&c, "ps", NULL, 0, &r, &err),
+                                 "--job-name ps conflicts with TF_CONFIG \"task\""));
+    ck_assert_ptr_nonnull(
+        strstr(role_error(&c, NULL, "1", 0, &r, &err), "--task-index 1 conflicts with"));
+    ck_assert_ptr_nonnull(strstr(role_error(&c, "boss", "0", 0, &r, &err), "unknown job \"boss\""));
+    ck_assert_ptr_nonnull(
+        strstr(role_error(&c, "ps", "-1", 0, &r, &err), "\"-1\" is not a non-negative integer"));
+    ck_assert_ptr_nonnull(strstr(role_error(&c, "ps", "1", 0, &r, &err),
+                                 "TF_CONFIG: --job-name/--task-index: ps task 1 out of range"));
+    /* The evaluator is the binary's alone. */
+    ck_assert_ptr_nonnull(
+        strstr(role_error(&c, "evaluator", "0", 0, &r, &err), "the evaluator is the binary's own"));
+    ck_assert_ptr_null(role_error(&c, "evaluator", "0", 1, &r, &err));
+    ck_assert(r.type == DT_TASK_EVALUATOR && r.index == 0);
+    dt_cluster_deinit(&c);
+    /* No "task": both flags are needed. */
+    ck_assert_int_eq(dt_cluster_parse("{\"cluster\": {\"ps\": [\"h:2\"], \"worker\": [\"h:3\"]}}",
+                                      SRC, &c, &err),
+                     0);
+    ck_assert_ptr_nonnull(strstr(role_error(&c, NULL, "0", 0, &r, &err), "missing --job-name"));
+    ck_assert_ptr_nonnull(strstr(role_error(&c, "ps", NULL, 0, &r, &err), "missing --task-index"));
+    dt_cluster_deinit(&c);
+}
+END_TEST
+
 START_TEST(test_cluster_ipv6_and_edges) {
     dt_cluster c;
     dt_err err;
@@ -1517,6 +1571,7 @@ Suite *cluster_suite(void) {
     tcase_add_unchecked_fixture(tc, tmp_setup, tmp_teardown);
     tcase_add_test(tc, test_cluster_demo);
     tcase_add_test(tc, test_cluster_ipv6_and_edges);
+    tcase_add_test(tc, test_cluster_resolve_role);
     tcase_add_test(tc, test_cluster_longest_host);
     tcase_add_test(tc, test_cluster_tf_config_and_job);
     tcase_add_test(tc, test_cluster_tf_config_chief);
