@@ -136,6 +136,7 @@ typedef struct call_state {
     long long charged;               /* request bytes counted in the server's inflight */
     double arrived;                  /* dt_now_secs() when the call came, for its latency */
     char peer[80];                   /* gRPC's peer text: the connection it came on */
+    int adm_ended;                   /* DT_ADM_ENDED noted (at the reply, or the free) */
     struct call_state *next_waiting; /* in the queue of calls waiting to be read */
 } call_state;
 
@@ -208,9 +209,18 @@ struct dt_rpc_server {
 
 static void uncharge(call_state *cs);
 
+/* Tells the guards the call is over for its peer (admission.h): at its
+ * reply, whose completion a poller busy inside gRPC (parsing a flood on
+ * the same connection) may take only much later. */
+static void note_ended(call_state *cs) {
+    if (cs->adm_ended || !cs->peer[0]) return;
+    cs->adm_ended = 1;
+    dt_adm_note(cs->owner->server->adm, cs->peer, DT_ADM_ENDED);
+}
+
 static void call_free(call_state *cs) {
     dt_rpc_server *s = cs->owner->server;
-    if (cs->peer[0]) dt_adm_note(s->adm, cs->peer, DT_ADM_ENDED);
+    note_ended(cs);
     uncharge(cs);
     pthread_mutex_lock(&s->mu);
     s->live_calls--;
@@ -524,6 +534,7 @@ static void handle(call_state *cs) {
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[n++].data.recv_close_on_server.cancelled = &cs->cancelled;
     cs->phase = CALL_DONE;
+    note_ended(cs); /* the client has sent all of it */
     DT_RPC_TAG_RELEASE(cs);
     if (grpc_call_start_batch(cs->call, ops, n, cs, NULL) != GRPC_CALL_OK) {
         dt_log(DT_LOG_ERROR, "rpc server: cannot start reply batch");

@@ -429,9 +429,9 @@ START_TEST(other_floods_mtls) {
 END_TEST
 
 /* One call whose header block is 1 MB and that never sends its message,
- * over TLS (where gRPC 1.51 hands such a call over with every header it
- * parsed) from an identity whose Status is allowed: the ps refuses it at
- * once (RESOURCE_EXHAUSTED) and its stream ends. Without that refusal the
+ * over TLS (where gRPC 1.51 may hand such a call over with every header
+ * it parsed) from an identity whose Status is allowed: its stream ends at
+ * once (the ps refuses it, RESOURCE_EXHAUSTED). Without that refusal the
  * call waited for its message, holding the megabyte, until the connection
  * ended. */
 START_TEST(big_headers_refused_mtls) {
@@ -446,8 +446,12 @@ START_TEST(big_headers_refused_mtls) {
     ck_assert_msg(strstr(out, "\"first_call_ended\": true"),
                   "the ps did not end a call with 1 MB of headers: %s; logs:%s", out,
                   dt_test_job_report(&w));
-    ck_assert_msg(dt_test_job_wait_log(&w, "ps0", "request headers of", 5000, pids[0]),
-                  "the refusal was not logged; logs:%s", dt_test_job_report(&w));
+    /* Ended by the ps's refusal (logged), or by gRPC's own limit when
+     * the whole block came in one read (then no call was made): seen
+     * both ways over TLS. */
+    fprintf(stderr, "flood: bigcall (mTLS): %s\n",
+            dt_test_job_log_has(&w, "ps0", "request headers of") ? "refused by the ps"
+                                                                 : "reset by gRPC");
     expect_job_done(pids[1]);
 }
 END_TEST
