@@ -79,15 +79,6 @@
  * else and its call is noted within milliseconds; one that dies in
  * between, twice within the window from one address, is not what an
  * honest host does. */
-/* A connection whose calls are all over (none open, none started since
- * the last scan) and that received this much since a scan last found one
- * open or started sends frames alone: a PING, SETTINGS or WINDOW_UPDATE
- * flood after an honest call. gRPC's own PING guard is off (see
- * rpc_server.c), so this is what closes such a connection. Honest bytes
- * with no call noted are a new call's headers and the 64 kB its stream may
- * send before the ps reads it (the ps turns BDP probing off), a few
- * streams' worth at most. */
-#define QUIET_BYTES_MAX (2 << 20)
 #define GONE_STRIKE_BYTES (256 << 10)
 #define GONE_STRIKES 2
 #define GONE_WINDOW_MS 10000
@@ -173,6 +164,7 @@ int dt_adm_new(const char *name, int port, const dt_adm_limits *limits, dt_adm *
     lim.backoff_ms = pick(lim.backoff_ms, DT_ADM_DEFAULT_BACKOFF_MS);
     lim.max_conns_per_peer = pick(lim.max_conns_per_peer, DT_ADM_DEFAULT_MAX_CONNS_PER_PEER);
     lim.header_timeout_ms = pick(lim.header_timeout_ms, DT_ADM_DEFAULT_HEADER_TIMEOUT_MS);
+    if (lim.quiet_bytes == 0) lim.quiet_bytes = DT_ADM_DEFAULT_QUIET_BYTES;
     if (port <= 0 || port > 65535)
         return dt_err_set(err, DT_EINVAL, "%s: port %d (1..65535)", name, port);
     dt_adm *a = dt_calloc(1, sizeof *a);
@@ -636,16 +628,23 @@ int dt_adm_note(dt_adm *a, const char *peer, dt_adm_event ev) {
     return 1;
 }
 
-/* Whether c, with calls behind it, received over QUIET_BYTES_MAX (now
+/* Whether c, with calls behind it, received over `quiet` bytes (now
  * `received` in all) since the last scan that found one of its calls open
- * or a new one started; that mark moves to this scan when it does. */
-static int quiet_flood(conn *c, unsigned long long received) {
+ * or a new one started; that mark moves to this scan when it does. Such
+ * bytes are frames alone: a PING, SETTINGS or WINDOW_UPDATE flood after
+ * an honest call (gRPC's own PING guard is off, see rpc_server.c). An
+ * honest client's bytes with no call noted are new calls that no poller
+ * has taken yet, each up to a whole message: gRPC lets a stream's window
+ * grow to the largest message it was asked for (seen: an 8 MB push came
+ * whole before its call was taken, beside two CPU hogs). So the bound is
+ * a few of the server's largest messages (quiet_bytes). */
+static int quiet_flood(conn *c, unsigned long long received, long long quiet) {
     if (c->open > 0 || c->started != c->busy_started || received < c->busy_received) {
         c->busy_started = c->started;
         c->busy_received = received;
         return 0;
     }
-    return c->started > 0 && received - c->busy_received > QUIET_BYTES_MAX;
+    return c->started > 0 && quiet > 0 && received - c->busy_received > (unsigned long long)quiet;
 }
 
 /* ---- the scan -------------------------------------------------------------------- */
@@ -727,7 +726,7 @@ void dt_adm_tick(dt_adm *a) {
         c->scan_ms = now;
         seen[i].first_ms = c->first_ms;
         seen[i].started = c->started > 0;
-        int quiet = quiet_flood(c, seen[i].received);
+        int quiet = quiet_flood(c, seen[i].received, a->lim.quiet_bytes);
         if (c->closing) continue;
         if (find_backoff(a, c->key.ip, now))
             seen[i].shut = 3;
@@ -851,10 +850,10 @@ void dt_adm_tick(dt_adm *a) {
             if (seen[i].shut == 6) {
                 char text[80];
                 dt_log(DT_LOG_WARN,
-                       "%s: closed the connection of %s: it sent over %d kB with none of its "
+                       "%s: closed the connection of %s: it sent over %lld kB with none of its "
                        "calls open (frames alone: a PING, SETTINGS or WINDOW_UPDATE flood); "
                        "refusing it for %d s",
-                       a->name, key_text(&seen[i].key, text, sizeof text), QUIET_BYTES_MAX >> 10,
+                       a->name, key_text(&seen[i].key, text, sizeof text), a->lim.quiet_bytes >> 10,
                        a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
             }
             if (seen[i].shut == 5) {

@@ -26,6 +26,10 @@ typedef struct {
     int backoff_ms;         /* a connection closed for that: its address refused this long */
     int max_conns_per_peer; /* connections from one address; the newest above are closed */
     int header_timeout_ms;  /* a connection that has started no call by then is closed */
+    /* Bytes a connection with calls behind it may receive with none of
+     * them open before it is a frame flood (0: DT_ADM_DEFAULT_QUIET_BYTES;
+     * the server sets it from its message cap, see admission.c). */
+    long long quiet_bytes;
 } dt_adm_limits;
 
 /* An honest worker is refused no call and resets almost none (a retried
@@ -35,6 +39,7 @@ typedef struct {
 #define DT_ADM_DEFAULT_BACKOFF_MS 30000
 #define DT_ADM_DEFAULT_MAX_CONNS_PER_PEER 64
 #define DT_ADM_DEFAULT_HEADER_TIMEOUT_MS 10000
+#define DT_ADM_DEFAULT_QUIET_BYTES (16LL << 20)
 /* Calls started and not yet over on one connection above which it is a
  * flood: gRPC holds an honest one to its 100 concurrent streams, but a
  * reset stream leaves that count at once while its call waits its turn. */

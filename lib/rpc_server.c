@@ -1286,7 +1286,15 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     }
     char guard_name[340];
     snprintf(guard_name, sizeof guard_name, "rpc server %s", s->addr);
-    if ((rc = dt_adm_new(guard_name, port, &params->guard, &s->adm, err)) < 0) goto fail_unstarted;
+    /* Three of the largest messages and 2 MiB: what an honest client may
+     * send before its calls are taken (admission.c, quiet_flood). */
+    dt_adm_limits guard = params->guard;
+    if (guard.quiet_bytes == 0) {
+        long long cap = params->max_message_bytes ? params->max_message_bytes
+                                                  : DT_RPC_DEFAULT_MAX_MESSAGE_BYTES;
+        guard.quiet_bytes = 3 * cap + (2LL << 20);
+    }
+    if ((rc = dt_adm_new(guard_name, port, &guard, &s->adm, err)) < 0) goto fail_unstarted;
     grpc_server_start(s->current->grpc);
     arm_all(s);
     /* Set before the first poller starts: a handler may read it (through

@@ -340,12 +340,12 @@ static void other_floods(pid_t ps, pid_t chief, const char *sec_flags, const cha
         char out[4096], source[32], extra[4200];
         /* Each from an address of its own. */
         snprintf(source, sizeof source, "127.0.0.%d", (int)(10 + i));
-        /* After a call, frames enough that the 2 MiB the guard allows
-         * past its last sight of the call open are far behind (the call
-         * may still be open to the ps at the flood's start). */
-        snprintf(extra, sizeof extra, "--seconds 1.5 --max-frames %d --linger 10 %s %s",
-                 floods[i].flags[0] ? 1000000 : 300000, floods[i].flags,
-                 floods[i].flags[0] ? call_sec_flags : sec_flags);
+        /* After a call, frames enough that the bytes the guard allows
+         * with no call open (three of the ps's 4 MiB messages and 2 MiB)
+         * are far behind. */
+        snprintf(extra, sizeof extra, "--seconds %s --max-frames %d --linger 10 %s %s",
+                 floods[i].flags[0] ? "4" : "1.5", floods[i].flags[0] ? 4000000 : 300000,
+                 floods[i].flags, floods[i].flags[0] ? call_sec_flags : sec_flags);
         /* The peak read below is this flood's, still against the RSS
          * before the first flood. */
         long now_kb = rss_baseline(ps);
