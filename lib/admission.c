@@ -69,20 +69,6 @@
  * start), while gRPC buffers an endless header block as fast as loopback
  * carries it (100 MB in the 100 ms above). */
 #define HEADER_BYTES_HARD (8 << 20)
-/* A connection that ended having received this much without starting a
- * call is a strike against its address; GONE_STRIKES of them within
- * GONE_WINDOW_MS and the address backs off. gRPC closes some floods
- * itself before the guards see 1 MiB (it did so for a PING flood while its
- * own PING guard was on: 640 kB received, closed within 150 ms), and the
- * client then connects again at once: 37 connections in 5 s took a job to
- * half its steps/s. An honest client sends a call's headers before much
- * else and its call is noted within milliseconds; one that dies in
- * between, twice within the window from one address, is not what an
- * honest host does. */
-#define GONE_STRIKE_BYTES (256 << 10)
-#define GONE_STRIKES 2
-#define GONE_WINDOW_MS 10000
-#define STRIKE_CAP 64
 
 typedef struct {
     unsigned char ip[16]; /* IPv4 as v4-mapped IPv6 */
@@ -105,7 +91,7 @@ typedef struct {
     unsigned long long received;         /* bytes its socket had received at scan_ms */
     long long scan_ms;                   /* the last scan that saw its socket, 0: none */
     unsigned long long busy_received;    /* received at the last scan it had a call open or
-                                            a new one started (see QUIET_BYTES_MAX) */
+                                            a new one started (see quiet_flood) */
     long long busy_started;              /* started at that scan */
 } conn;
 
@@ -114,12 +100,6 @@ typedef struct {
     long long until_ms; /* 0: slot free */
     long long cap_logged_until_ms;
 } backoff;
-
-typedef struct {
-    unsigned char ip[16];
-    int count;          /* strikes since since_ms */
-    long long since_ms; /* the first of them, 0: slot free */
-} strike;
 
 struct dt_adm {
     pthread_mutex_t mu;
@@ -131,7 +111,6 @@ struct dt_adm {
     int free_head;
     int live;
     backoff backoffs[BACKOFF_CAP];
-    strike strikes[STRIKE_CAP];
     dt_adm_stats stats;
     /* The IPv4 addresses the listening socket's filter drops (see
      * refresh_filter), as last installed. */
@@ -354,25 +333,6 @@ static void add_backoff(dt_adm *a, const unsigned char ip[16], long long now) {
     }
     memcpy(slot->ip, ip, 16);
     slot->until_ms = now + a->lim.backoff_ms;
-}
-
-/* One more strike against ip (see GONE_STRIKES); returns the strikes
- * within the window, this one included. The oldest slot makes room. */
-static int add_strike(dt_adm *a, const unsigned char ip[16], long long now) {
-    strike *slot = NULL, *oldest = &a->strikes[0];
-    for (int i = 0; i < STRIKE_CAP && !slot; i++) {
-        strike *t = &a->strikes[i];
-        if (t->since_ms && memcmp(t->ip, ip, 16) == 0) slot = t;
-        if (t->since_ms < oldest->since_ms) oldest = t;
-    }
-    if (slot && now - slot->since_ms >= GONE_WINDOW_MS) slot->since_ms = 0;
-    if (!slot || !slot->since_ms) {
-        if (!slot) slot = oldest;
-        memcpy(slot->ip, ip, 16);
-        slot->since_ms = now;
-        slot->count = 0;
-    }
-    return ++slot->count;
 }
 
 /* ---- closing ------------------------------------------------------------------ */
@@ -792,22 +752,18 @@ void dt_adm_tick(dt_adm *a) {
     /* A connection the last scan saw and this one does not has just ended.
      * One that sent a frame flood without starting a call and that gRPC
      * closed itself (a GOAWAY for a PING flood) backs off as one the
-     * guards closed: else its client connects again at once. Over 1 MiB
-     * at once; over GONE_STRIKE_BYTES at the second strike. */
-    int gone_flood = -1, gone_strikes = 0;
+     * guards closed: else its client connects again at once. */
+    int gone_flood = -1;
     unsigned long long gone_kb = 0;
     for (int i = 0; i < CONN_CAP; i++) {
         conn *c = &a->conns[i];
         if (!c->used || !c->scan_ms || c->scan_ms != a->scan_ms || c->closing) continue;
-        if (c->started || c->received <= GONE_STRIKE_BYTES) continue;
-        int strikes = c->received > HEADER_BYTES_MAX ? GONE_STRIKES : add_strike(a, c->key.ip, now);
+        if (c->started || c->received <= HEADER_BYTES_MAX) continue;
         c->closing = 1;
-        if (strikes < GONE_STRIKES) continue;
         a->stats.closed_flood++;
         add_backoff(a, c->key.ip, now);
         gone_flood = i;
         gone_kb = c->received >> 10;
-        gone_strikes = c->received > HEADER_BYTES_MAX ? 1 : strikes;
     }
     conn_key gone_key;
     if (gone_flood >= 0) gone_key = a->conns[gone_flood].key;
@@ -869,10 +825,10 @@ void dt_adm_tick(dt_adm *a) {
     if (gone_flood >= 0) {
         char text[80];
         dt_log(DT_LOG_WARN,
-               "%s: the connection of %s ended (gRPC closed it) after %llu kB without a call, "
-               "%d such within %d s (a frame flood); refusing %s for %d s",
-               a->name, key_text(&gone_key, text, sizeof text), gone_kb, gone_strikes,
-               GONE_WINDOW_MS / 1000, ip_text(gone_key.ip, ip, sizeof ip),
+               "%s: the connection of %s ended (gRPC closed it) after %llu kB without a call (a "
+               "frame flood); refusing %s for %d s",
+               a->name, key_text(&gone_key, text, sizeof text), gone_kb,
+               ip_text(gone_key.ip, ip, sizeof ip),
                a->lim.backoff_ms > 0 ? a->lim.backoff_ms / 1000 : 0);
     }
     if (over_cap_ip >= 0)
