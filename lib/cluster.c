@@ -8,7 +8,7 @@
 #include "cluster.h"
 
 #include <ctype.h>
-#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +17,7 @@
 #include "alloc.h"
 #include "jsonpos.h"
 #include "log.h"
+#include "text.h"
 
 #define MAX_TASKS 4096 /* per job; keeps the duplicate check cheap */
 
@@ -407,16 +408,6 @@ int dt_cluster_role(const dt_cluster *c, dt_task_type type, int index, const cha
     return 0;
 }
 
-/* A task index as a flag gives it: 0..1000000, digits only. */
-static int parse_task_index(const char *text, int *out) {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (!*text || *end || errno || v < 0 || v > 1000000) return -1;
-    *out = (int)v;
-    return 0;
-}
-
 int dt_cluster_resolve_role(const dt_cluster *c, const char *source, const char *job_name,
                             const char *task_text, int allow_evaluator, dt_role *out, dt_err *err) {
     dt_task_type type = c->task_type;
@@ -425,9 +416,11 @@ int dt_cluster_resolve_role(const dt_cluster *c, const char *source, const char 
         return dt_err_set(err, DT_EINVAL,
                           "--job-name: unknown job \"%s\" (expected ps, worker, %s)", job_name,
                           allow_evaluator ? "chief, master or evaluator" : "chief or master");
-    if (task_text && parse_task_index(task_text, &index) < 0)
+    uint64_t v = 0;
+    if (task_text && dt_text_parse_decimal(task_text, 1000000, &v) < 0)
         return dt_err_set(err, DT_EINVAL, "--task-index: \"%s\" is not a non-negative integer",
                           task_text);
+    if (task_text) index = (int)v;
     if (!c->has_task) {
         if (!job_name)
             return dt_err_set(err, DT_EINVAL,
