@@ -276,6 +276,13 @@ END_TEST
  * in pids; the flood client's TLS flags into sec: a valid worker:1
  * certificate (the CA signed it) whose task is not in this cluster, so
  * the chief trains alone: the insider. */
+/* h2flood's TLS flags for identity id ("worker-1", "tool") of certs. */
+static void cert_flags(const char *id, char *out, size_t cap) {
+    int len = snprintf(out, cap, "--cert %s/%s.pem --key %s/%s-key.pem --ca %s/ca.pem", certs, id,
+                       certs, id, certs);
+    ck_assert(len > 0 && (size_t)len < cap);
+}
+
 static void start_mtls_job(pid_t pids[2], char *sec, size_t cap) {
     snprintf(certs, sizeof certs, "%s/certs", w.dir);
     char cmd[3000];
@@ -295,9 +302,7 @@ static void start_mtls_job(pid_t pids[2], char *sec, size_t cap) {
         pids[i] = i == 0 ? dt_test_job_start_serving(&w, "ps", 0, "ps0")
                          : dt_test_job_start(&w, "worker", 0, "chief");
     }
-    int len = snprintf(sec, cap, "--cert %s/worker-1.pem --key %s/worker-1-key.pem --ca %s/ca.pem",
-                       certs, certs, certs);
-    ck_assert(len > 0 && (size_t)len < cap);
+    cert_flags("worker-1", sec, cap);
 }
 
 START_TEST(reset_mtls) {
@@ -317,8 +322,8 @@ static void other_floods(pid_t ps, pid_t chief, const char *sec_flags, const cha
     wait_training(chief);
     long before = rss_baseline(ps);
     /* The frame floods twice: on a new connection, and after one honest
-     * call on it (then only the bytes with none of its calls open tell). */
-    /* backs_off: closed by the ps for its bytes, so its address is then
+     * call on it (then only the bytes with none of its calls open tell).
+     * backs_off: closed by the ps for its bytes, so its address is then
      * refused (gRPC's own PING guard, which closed a PING flood with a
      * GOAWAY and let its client connect again at once, 176-195 times in
      * 20 s, is off). */
@@ -337,6 +342,7 @@ static void other_floods(pid_t ps, pid_t chief, const char *sec_flags, const cha
                   {"window", "--after-call", 1}};
     for (size_t i = 0; i < sizeof floods / sizeof floods[0]; i++) {
         const char *mode = floods[i].mode;
+        const int after_call = floods[i].flags[0] != '\0';
         char out[4096], source[32], extra[4200];
         /* Each from an address of its own. */
         snprintf(source, sizeof source, "127.0.0.%d", (int)(10 + i));
@@ -344,8 +350,8 @@ static void other_floods(pid_t ps, pid_t chief, const char *sec_flags, const cha
          * with no call open (three of the ps's 4 MiB messages and 2 MiB)
          * are far behind. */
         snprintf(extra, sizeof extra, "--seconds %s --max-frames %d --linger 10 %s %s",
-                 floods[i].flags[0] ? "4" : "1.5", floods[i].flags[0] ? 4000000 : 300000,
-                 floods[i].flags, floods[i].flags[0] ? call_sec_flags : sec_flags);
+                 after_call ? "4" : "1.5", after_call ? 4000000 : 300000, floods[i].flags,
+                 after_call ? call_sec_flags : sec_flags);
         /* The peak read below is this flood's, still against the RSS
          * before the first flood. */
         long now_kb = rss_baseline(ps);
@@ -369,7 +375,8 @@ static void other_floods(pid_t ps, pid_t chief, const char *sec_flags, const cha
                       "5 s after the %s flood the ps holds %ld kB, from %ld kB before", mode, rss,
                       before);
         /* Every one is closed: by gRPC (a reset for the header blocks) or
-         * by the ps (1 MiB and no call; 4 MiB and no call open). */
+         * by the ps (1 MiB and no call; the bound above with no call
+         * open). */
         ck_assert_msg(strstr(out, "\"closed\": true"), "the %s flood was not closed: %s", mode,
                       out);
         if (floods[i].backs_off)
@@ -422,8 +429,7 @@ START_TEST(other_floods_mtls) {
     char sec[4000];
     start_mtls_job(pids, sec, sizeof sec);
     char tool[4000];
-    snprintf(tool, sizeof tool, "--cert %s/tool.pem --key %s/tool-key.pem --ca %s/ca.pem", certs,
-             certs, certs);
+    cert_flags("tool", tool, sizeof tool);
     other_floods(pids[0], pids[1], sec, tool);
 }
 END_TEST
@@ -439,8 +445,7 @@ START_TEST(big_headers_refused_mtls) {
     char sec[4000], tool[4000], extra[4200], out[4096];
     start_mtls_job(pids, sec, sizeof sec);
     wait_training(pids[1]);
-    snprintf(tool, sizeof tool, "--cert %s/tool.pem --key %s/tool-key.pem --ca %s/ca.pem", certs,
-             certs, certs);
+    cert_flags("tool", tool, sizeof tool);
     snprintf(extra, sizeof extra, "--seconds 10 --linger 0 %s", tool);
     flood_from("127.0.0.40", "bigcall", extra, out, sizeof out);
     ck_assert_msg(strstr(out, "\"first_call_ended\": true"),

@@ -151,9 +151,14 @@ class RoleSet:
 
     def kill_all(self):
         for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            stop_if_running(p)
+
+
+def stop_if_running(proc):
+    """Kills proc and reaps it unless it has exited."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 class Calls(unittest.TestCase):
@@ -241,9 +246,24 @@ class Jobs(unittest.TestCase):
                     self.assertEqual(rc, 0, "%s exited %d:\n%s" % (name, rc, f.read()[-3000:]))
         finally:
             for p, _ in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+                stop_if_running(p)
+
+    def start_module_ps(self, max_steps, env=None):
+        """A ps of the module (dtrain.Server(...).join()) for a 1-worker
+        cluster in this test's dir, stopped at the test's end if it still
+        runs: (cluster file, log dir, its Popen)."""
+        cl = cluster_file(self.dir, 1)
+        logs = os.path.join(self.dir, "logs")
+        ps_log = open(os.path.join(self.dir, "ps.log"), "w")
+        self.addCleanup(ps_log.close)
+        ps = subprocess.Popen(
+            [sys.executable, "-c",
+             "import dtrain; c, cfg, _ = dtrain.parse_args(); dtrain.Server(c, cfg).join()",
+             "--cluster", cl, "--job-name", "ps", "--task-index", "0", "--log-dir", logs,
+             "--set", "max_steps=%d" % max_steps],
+            env=env, stdout=ps_log, stderr=subprocess.STDOUT)
+        self.addCleanup(stop_if_running, ps)
+        return cl, logs, ps
 
     def test_linear_py_job(self):
         """examples/linear.py as 1 ps + 2 workers trains to max_steps."""
@@ -305,96 +325,68 @@ class Jobs(unittest.TestCase):
         on a ps of the module: each step looks up its batch's rows and
         pushes their gradient; bad ids raise with the library's message;
         the checkpoint holds the rows under the table's name."""
-        cl = cluster_file(self.dir, 1)
-        logs = os.path.join(self.dir, "logs")
-        ps_log = open(os.path.join(self.dir, "ps.log"), "w")
-        self.addCleanup(ps_log.close)
-        ps = subprocess.Popen(
-            [sys.executable, "-c",
-             "import dtrain; c, cfg, _ = dtrain.parse_args(); dtrain.Server(c, cfg).join()",
-             "--cluster", cl, "--job-name", "ps", "--task-index", "0", "--log-dir", logs,
-             "--set", "max_steps=300"],
-            stdout=ps_log, stderr=subprocess.STDOUT)
-        try:
-            model = dtrain.Model()
-            bias = model.variable("bias", (1,), init="zeros")
-            model.table("emb", 1000, 4, init="normal", scale=0.1)
+        cl, logs, ps = self.start_module_ps(300)
+        model = dtrain.Model()
+        bias = model.variable("bias", (1,), init="zeros")
+        model.table("emb", 1000, 4, init="normal", scale=0.1)
+        with self.assertRaises(dtrain.DtrainError) as e:
+            model.variable("emb/values", (1,), init="zeros")
+        self.assertEqual(e.exception.name, "already exists")
+        cluster = dtrain.ClusterSpec(cl, job_name="worker", task_index=0)
+        config = dtrain.Config(max_steps=300, log_dir=logs, learning_rate=0.1)
+
+        def target(ids):
+            return ((ids % 5) - 2) * 0.5
+
+        with dtrain.Supervisor(cluster, config, model, handle_signals=False) as sv:
             with self.assertRaises(dtrain.DtrainError) as e:
-                model.variable("emb/values", (1,), init="zeros")
-            self.assertEqual(e.exception.name, "already exists")
-            cluster = dtrain.ClusterSpec(cl, job_name="worker", task_index=0)
-            config = dtrain.Config(max_steps=300, log_dir=logs, learning_rate=0.1)
-
-            def target(ids):
-                return ((ids % 5) - 2) * 0.5
-
-            with dtrain.Supervisor(cluster, config, model, handle_signals=False) as sv:
-                with self.assertRaises(dtrain.DtrainError) as e:
-                    sv.lookup("emb", [5, 1000])
-                self.assertIn("is not in [0, 1000)", str(e.exception))
-                with self.assertRaises(dtrain.DtrainError) as e:
-                    sv.lookup(0, [5, 3])
-                self.assertIn("strictly increasing", str(e.exception))
-                step = 0
-                while not sv.should_stop():
-                    ids = np.unique((7 * step + 13 * np.arange(8)) % 100)
-                    rows = sv.lookup("emb", ids)
-                    if sv.should_stop():
-                        break
-                    err = rows.sum(1) + bias[0] - target(ids)
-                    g = (2 * err / len(ids)).astype(np.float32)
-                    sv.step([np.array([g.sum()], dtype=np.float32)], float(np.mean(err * err)),
-                            rows=[np.repeat(g[:, None], 4, axis=1)])
-                    step += 1
-            self.assertEqual(ps.wait(TIMEOUT), 0)
-            ts = read_safetensors(os.path.join(logs, "model.ckpt-300.safetensors"))
-            ids, values = ts["emb/ids"], ts["emb/values"]
-            self.assertEqual(values.shape, (len(ids), 4))
-            self.assertTrue(np.all(ids < 100))
-            fit = values.sum(1) + ts["bias"][0] - target(ids)
-            self.assertLess(float(np.mean(fit * fit)), 0.05)
-        finally:
-            if ps.poll() is None:
-                ps.kill()
-                ps.wait()
+                sv.lookup("emb", [5, 1000])
+            self.assertIn("is not in [0, 1000)", str(e.exception))
+            with self.assertRaises(dtrain.DtrainError) as e:
+                sv.lookup(0, [5, 3])
+            self.assertIn("strictly increasing", str(e.exception))
+            step = 0
+            while not sv.should_stop():
+                ids = np.unique((7 * step + 13 * np.arange(8)) % 100)
+                rows = sv.lookup("emb", ids)
+                if sv.should_stop():
+                    break
+                err = rows.sum(1) + bias[0] - target(ids)
+                g = (2 * err / len(ids)).astype(np.float32)
+                sv.step([np.array([g.sum()], dtype=np.float32)], float(np.mean(err * err)),
+                        rows=[np.repeat(g[:, None], 4, axis=1)])
+                step += 1
+        self.assertEqual(ps.wait(TIMEOUT), 0)
+        ts = read_safetensors(os.path.join(logs, "model.ckpt-300.safetensors"))
+        ids, values = ts["emb/ids"], ts["emb/values"]
+        self.assertEqual(values.shape, (len(ids), 4))
+        self.assertTrue(np.all(ids < 100))
+        fit = values.sum(1) + ts["bias"][0] - target(ids)
+        self.assertLess(float(np.mean(fit * fit)), 0.05)
 
     def test_gradient_arrays_reused_and_replaced(self):
         """step() reads the caller's gradient arrays in place: one array
         refilled each step, then a new array, then a list (converted), then
         the first array again; each step applies what it was given."""
-        cl = cluster_file(self.dir, 1)
-        logs = os.path.join(self.dir, "logs")
-        ps_log = open(os.path.join(self.dir, "ps.log"), "w")
-        self.addCleanup(ps_log.close)
-        ps = subprocess.Popen(
-            [sys.executable, "-c",
-             "import dtrain; c, cfg, _ = dtrain.parse_args(); dtrain.Server(c, cfg).join()",
-             "--cluster", cl, "--job-name", "ps", "--task-index", "0", "--log-dir", logs,
-             "--set", "max_steps=4"],
-            stdout=ps_log, stderr=subprocess.STDOUT)
-        try:
-            model = dtrain.Model()
-            w = model.variable("w", (2,), init="zeros")
-            cluster = dtrain.ClusterSpec(cl, job_name="worker", task_index=0)
-            config = dtrain.Config(max_steps=4, log_dir=logs, learning_rate=0.5)
-            with dtrain.Supervisor(cluster, config, model, handle_signals=False) as sv:
-                a = np.full(2, 1, np.float32)
-                sv.step([a])
-                np.testing.assert_array_equal(w, [-0.5, -0.5])
-                sv.step([np.full(2, 2, np.float32)])
-                np.testing.assert_array_equal(w, [-1.5, -1.5])
-                sv.step([[3.0, 3.0]])
-                np.testing.assert_array_equal(w, [-3.0, -3.0])
-                a[:] = 4
-                sv.step([a])
-                self.assertTrue(sv.should_stop())
-            self.assertEqual(ps.wait(TIMEOUT), 0)
-            ts = read_safetensors(os.path.join(logs, "model.ckpt-4.safetensors"))
-            np.testing.assert_array_equal(ts["w"], [-5.0, -5.0])
-        finally:
-            if ps.poll() is None:
-                ps.kill()
-                ps.wait()
+        cl, logs, ps = self.start_module_ps(4)
+        model = dtrain.Model()
+        w = model.variable("w", (2,), init="zeros")
+        cluster = dtrain.ClusterSpec(cl, job_name="worker", task_index=0)
+        config = dtrain.Config(max_steps=4, log_dir=logs, learning_rate=0.5)
+        with dtrain.Supervisor(cluster, config, model, handle_signals=False) as sv:
+            a = np.full(2, 1, np.float32)
+            sv.step([a])
+            np.testing.assert_array_equal(w, [-0.5, -0.5])
+            sv.step([np.full(2, 2, np.float32)])
+            np.testing.assert_array_equal(w, [-1.5, -1.5])
+            sv.step([[3.0, 3.0]])
+            np.testing.assert_array_equal(w, [-3.0, -3.0])
+            a[:] = 4
+            sv.step([a])
+            self.assertTrue(sv.should_stop())
+        self.assertEqual(ps.wait(TIMEOUT), 0)
+        ts = read_safetensors(os.path.join(logs, "model.ckpt-4.safetensors"))
+        np.testing.assert_array_equal(ts["w"], [-5.0, -5.0])
 
     def test_torch_helper(self):
         """dtrain.torch: a module's parameters trained in place, a checkpoint
@@ -404,50 +396,36 @@ class Jobs(unittest.TestCase):
         except ImportError:
             self.skipTest("no torch")
         import dtrain.torch as dtorch
-        cl = cluster_file(self.dir, 1)
-        logs = os.path.join(self.dir, "logs")
-        ps_log = open(os.path.join(self.dir, "ps.log"), "w")
-        self.addCleanup(ps_log.close)
-        ps = subprocess.Popen(
-            [sys.executable, "-c",
-             "import dtrain; c, cfg, _ = dtrain.parse_args(); dtrain.Server(c, cfg).join()",
-             "--cluster", cl, "--job-name", "ps", "--task-index", "0", "--log-dir", logs,
-             "--set", "max_steps=60"],
-            env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")),
-            stdout=ps_log, stderr=subprocess.STDOUT)
-        try:
-            torch.manual_seed(0)
-            net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(),
-                                      torch.nn.Linear(4, 1))
-            before = {k: v.clone() for k, v in net.state_dict().items()}
-            tm = dtorch.TorchModel(net)
-            self.assertEqual(tm.model.names, list(net.state_dict().keys()))
-            cluster = dtrain.ClusterSpec(cl, job_name="worker", task_index=0)
-            config = dtrain.Config(max_steps=60, log_dir=logs, learning_rate=0.1)
-            x = torch.randn(32, 3)
-            y = x.sum(1, keepdim=True)
-            losses = []
-            with dtrain.Supervisor(cluster, config, tm.model, handle_signals=False) as sv:
-                # The chief started from the module's own values.
-                for k, v in net.state_dict().items():
-                    self.assertTrue(torch.equal(v, before[k]), k)
-                while not sv.should_stop():
-                    net.zero_grad()
-                    loss = torch.nn.functional.mse_loss(net(x), y)
-                    loss.backward()
-                    tm.step(sv, loss)
-                    losses.append(float(loss))
-            self.assertGreater(len(losses), 10)
-            self.assertLess(losses[-1], losses[0])
-            self.assertEqual(ps.wait(TIMEOUT), 0)
-            with open(os.path.join(logs, "model.ckpt-60.safetensors"), "rb") as f:
-                header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
-            for k in net.state_dict():
-                self.assertIn(k, header)
-        finally:
-            if ps.poll() is None:
-                ps.kill()
-                ps.wait()
+        cl, logs, ps = self.start_module_ps(
+            60, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(),
+                                  torch.nn.Linear(4, 1))
+        before = {k: v.clone() for k, v in net.state_dict().items()}
+        tm = dtorch.TorchModel(net)
+        self.assertEqual(tm.model.names, list(net.state_dict().keys()))
+        cluster = dtrain.ClusterSpec(cl, job_name="worker", task_index=0)
+        config = dtrain.Config(max_steps=60, log_dir=logs, learning_rate=0.1)
+        x = torch.randn(32, 3)
+        y = x.sum(1, keepdim=True)
+        losses = []
+        with dtrain.Supervisor(cluster, config, tm.model, handle_signals=False) as sv:
+            # The chief started from the module's own values.
+            for k, v in net.state_dict().items():
+                self.assertTrue(torch.equal(v, before[k]), k)
+            while not sv.should_stop():
+                net.zero_grad()
+                loss = torch.nn.functional.mse_loss(net(x), y)
+                loss.backward()
+                tm.step(sv, loss)
+                losses.append(float(loss))
+        self.assertGreater(len(losses), 10)
+        self.assertLess(losses[-1], losses[0])
+        self.assertEqual(ps.wait(TIMEOUT), 0)
+        with open(os.path.join(logs, "model.ckpt-60.safetensors"), "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        for k in net.state_dict():
+            self.assertIn(k, header)
 
 
 if __name__ == "__main__":
