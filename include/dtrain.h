@@ -233,7 +233,7 @@ int dtrain_model_initial_values(dtrain_model *m, int i, uint64_t seed, float *ou
  * updates only the rows pushed (lazily, as TF's LazyAdam).
  */
 
-#define DTRAIN_MAX_TABLES 1
+#define DTRAIN_MAX_TABLES 8
 #define DTRAIN_TABLE_NAME_MAX 95
 #define DTRAIN_TABLE_MAX_ROWS ((int64_t)1 << 40)
 #define DTRAIN_TABLE_MAX_DIM 65536
@@ -247,9 +247,11 @@ typedef struct {
 } dtrain_table_params;
 
 /* Declares a table, index dtrain_model_table_count - 1 (at most
- * DTRAIN_MAX_TABLES). DTRAIN_EINVAL for a bad name, size or initializer,
- * or one table too many; DTRAIN_EEXIST for a name a variable or table
- * has (or "<name>/..." a variable's); DTRAIN_EPRECOND once a session or
+ * DTRAIN_MAX_TABLES a model: a recommender's user and item embeddings,
+ * a wide part beside them). DTRAIN_EINVAL for a bad name, size or
+ * initializer, or one table too many; DTRAIN_EEXIST for a name a
+ * variable or table has, or one under the other's ("<name>/..."; their
+ * checkpoint names would collide); DTRAIN_EPRECOND once a session or
  * server uses the model. A variable declared after it may not be named
  * "<name>/..." either. */
 int dtrain_model_add_table(dtrain_model *m, const dtrain_table_params *p);
@@ -322,20 +324,19 @@ int dtrain_session_start(dtrain_session *s, const dtrain_session_params *p);
 int dtrain_session_step(dtrain_session *s, const float *const *grads, double loss,
                         dtrain_step_result *r);
 
-/* A model with a table: the rows of ids (n >= 1 ids, strictly increasing,
- * each in [0, R)) of table (its index, 0) into rows (n * dim floats, row k
- * for ids[k]), as the ps tasks hold them now: the batch's rows, looked up
- * once before each step (a step pushes the gradient of the last lookup's
- * rows). Retried as a step is. When the job ends meanwhile it returns
- * DTRAIN_OK with should_stop 1 (rows unspecified). DTRAIN_EINVAL for bad
- * ids (the message names the position), DTRAIN_EPRECOND before start or
- * for a model without that table. */
+/* A model with tables: the rows of ids (n >= 1 ids, strictly increasing,
+ * each in [0, R)) of table (its index, from 0) into rows (n * dim floats,
+ * row k for ids[k]), as the ps tasks hold them now: the batch's rows of
+ * each table, looked up once before each step (a step pushes the
+ * gradient of each table's last lookup's rows). Retried as a step is. When the job ends meanwhile
+ * it returns DTRAIN_OK with should_stop 1 (rows unspecified). DTRAIN_EINVAL for bad ids (the
+ * message names the position), DTRAIN_EPRECOND before start or for a model without that table. */
 int dtrain_session_lookup(dtrain_session *s, int table, const int64_t *ids, int64_t n, float *rows);
 
 /* dtrain_session_step for a model with tables: row_grads[t] (n * dim
  * floats, borrowed for the call) is the gradient of table t's rows of the
  * last lookup, pushed with grads and loss in the same round trip.
- * DTRAIN_EPRECOND when no lookup came since the last step;
+ * DTRAIN_EPRECOND when a table had no lookup since the last step;
  * dtrain_session_step itself refuses a model with a table. */
 int dtrain_session_step_rows(dtrain_session *s, const float *const *grads,
                              const float *const *row_grads, double loss, dtrain_step_result *r);

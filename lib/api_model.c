@@ -62,9 +62,16 @@ int dtrain_model_add_table(dtrain_model *m, const dtrain_table_params *p) {
                               "model: table \"%s\": variable \"%s\" has its name or one of "
                               "its checkpoint names",
                               name, m->vars[i].spec.name);
-    for (int i = 0; i < m->num_tables; i++)
+    for (int i = 0; i < m->num_tables; i++) {
         if (strcmp(m->tables[i].name, name) == 0)
             return dt_err_set(err, DT_EEXIST, "model: table \"%s\" declared twice", name);
+        /* "<table>/ids" and the like are a table's checkpoint names. */
+        if (under_table(name, m->tables[i].name) || under_table(m->tables[i].name, name))
+            return dt_err_set(err, DT_EEXIST,
+                              "model: table \"%s\": table \"%s\" has its name under the other's "
+                              "(their checkpoint names would collide)",
+                              name, m->tables[i].name);
+    }
     /* Its checkpoint names must be tensor names. */
     dt_tensor probe;
     memset(&probe, 0, sizeof probe);

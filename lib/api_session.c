@@ -122,7 +122,7 @@ struct dtrain_session {
     dt_tensor *specs;
     float **values;
     dt_job job;
-    dt_table_config table; /* the model's table, when it has one */
+    dt_table_config tables[DTRAIN_MAX_TABLES]; /* (model->num_tables) as the ps tasks hold them */
     char describe[DT_MSG_MODEL_MAX];
     int closed;
     int rc; /* close's outcome, once closed */
@@ -164,7 +164,8 @@ int dtrain_session_start(dtrain_session *ss, const dtrain_session_params *p) {
         ss->values[i] = m->vars[i].values;
     }
     dt_api_describe(m, ss->describe, sizeof ss->describe);
-    if (m->num_tables) dt_api_table_config(&m->tables[0], &ss->job, &ss->table);
+    for (int k = 0; k < m->num_tables; k++)
+        dt_api_table_config(&m->tables[k], &ss->job, &ss->tables[k]);
     atomic_fetch_add(&m->in_use, 1);
     dt_log_set_role(c->role.index == 0 ? 'C' : 'W');
     dt_rpc_init();
@@ -175,7 +176,8 @@ int dtrain_session_start(dtrain_session *ss, const dtrain_session_params *p) {
                             .specs = ss->specs,
                             .count = m->count,
                             .values = ss->values,
-                            .table = m->num_tables ? &ss->table : NULL,
+                            .tables = ss->tables,
+                            .num_tables = m->num_tables,
                             .init = init_model,
                             .init_ctx = ss,
                             .describe = ss->describe};
@@ -201,7 +203,7 @@ static int check_step(dtrain_session *ss, const float *const *grads, const float
         return dt_err_set(err, DT_EINVAL,
                           "session: step: the model has table \"%s\": step with "
                           "dtrain_session_step_rows",
-                          ss->table.name);
+                          ss->tables[0].name);
     for (int t = 0; rows && t < ss->model->num_tables; t++)
         if (!rows[t])
             return dt_err_set(err, DT_EINVAL, "session: step: no gradient for table \"%s\"",
@@ -216,7 +218,7 @@ static int step(dtrain_session *ss, const float *const *grads, const float *cons
     int rc = check_step(ss, grads, rows, err);
     if (rc < 0) return rc;
     dt_session_result res;
-    rc = dt_session_step(ss->s, grads, rows ? rows[0] : NULL, loss, &res, err);
+    rc = dt_session_step(ss->s, grads, rows, loss, &res, err);
     if (r) {
         r->global_step = res.global_step;
         r->local_step = res.local_step;
@@ -256,17 +258,17 @@ int dtrain_session_lookup(dtrain_session *ss, int t, const int64_t *ids, int64_t
                           "buffer (n %lld)",
                           name, (long long)n);
     for (int64_t k = 0; k < n; k++) {
-        if (ids[k] < 0 || ids[k] >= ss->table.rows)
+        if (ids[k] < 0 || ids[k] >= ss->tables[t].rows)
             return dt_err_set(err, DT_EINVAL,
                               "session: lookup \"%s\": ids[%lld] = %lld is not in [0, %lld)", name,
-                              (long long)k, (long long)ids[k], (long long)ss->table.rows);
+                              (long long)k, (long long)ids[k], (long long)ss->tables[t].rows);
         if (k > 0 && ids[k] <= ids[k - 1])
             return dt_err_set(err, DT_EINVAL,
                               "session: lookup \"%s\": ids[%lld] = %lld after %lld: the ids must "
                               "be strictly increasing (sorted, unique)",
                               name, (long long)k, (long long)ids[k], (long long)ids[k - 1]);
     }
-    return dt_session_lookup(ss->s, ids, n, rows, err);
+    return dt_session_lookup(ss->s, t, ids, n, rows, err);
 }
 
 int dtrain_session_should_stop(const dtrain_session *ss) {

@@ -383,8 +383,8 @@ fail:
 }
 
 /* dt_ckpt_save_in_dir, with rows (may be NULL) streamed after ts. */
-static int save_in_dir(const char *log_dir, const dt_tensors *ts, dt_safetensors_rows *rows,
-                       const dt_safetensors_meta *meta, int max_to_keep, char *path_out,
+static int save_in_dir(const char *log_dir, const dt_tensors *ts, dt_safetensors_rows *const *rows,
+                       int nrows, const dt_safetensors_meta *meta, int max_to_keep, char *path_out,
                        size_t path_cap, dt_err *err) {
     DT_ASSERT(log_dir && ts && meta);
     char name[NAME_CAP], path[JOIN_CAP];
@@ -403,8 +403,8 @@ static int save_in_dir(const char *log_dir, const dt_tensors *ts, dt_safetensors
      * stays even if the state file cannot be written. */
     struct stat sb;
     int existed = lstat(path, &sb) == 0;
-    rc = rows ? dt_safetensors_save_rows(path, ts, rows, meta, err)
-              : dt_safetensors_save(path, ts, meta, err);
+    rc = nrows > 0 ? dt_safetensors_save_rows(path, ts, rows, nrows, meta, err)
+                   : dt_safetensors_save(path, ts, meta, err);
     if (rc < 0) return rc;
     crash_point("before_state");
     warn_bad_state(log_dir);
@@ -424,14 +424,15 @@ static int save_in_dir(const char *log_dir, const dt_tensors *ts, dt_safetensors
 
 int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_safetensors_meta *meta,
                         int max_to_keep, char *path_out, size_t path_cap, dt_err *err) {
-    return save_in_dir(log_dir, ts, NULL, meta, max_to_keep, path_out, path_cap, err);
+    return save_in_dir(log_dir, ts, NULL, 0, meta, max_to_keep, path_out, path_cap, err);
 }
 
-int dt_ckpt_save_rows_in_dir(const char *log_dir, const dt_tensors *ts, dt_safetensors_rows *rows,
+int dt_ckpt_save_rows_in_dir(const char *log_dir, const dt_tensors *ts,
+                             dt_safetensors_rows *const *rows, int nrows,
                              const dt_safetensors_meta *meta, int max_to_keep, char *path_out,
                              size_t path_cap, dt_err *err) {
-    DT_ASSERT(rows);
-    return save_in_dir(log_dir, ts, rows, meta, max_to_keep, path_out, path_cap, err);
+    DT_ASSERT(rows && nrows > 0);
+    return save_in_dir(log_dir, ts, rows, nrows, meta, max_to_keep, path_out, path_cap, err);
 }
 
 int dt_ckpt_retain(const char *log_dir, int max_to_keep, dt_err *err) {

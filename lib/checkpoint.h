@@ -74,10 +74,12 @@ int dt_ckpt_save_in_dir(const char *log_dir, const dt_tensors *ts, const dt_safe
                         int max_to_keep, char *path_out, size_t path_cap,
                         dt_err *err) DT_WARN_UNUSED;
 
-/* dt_ckpt_save_in_dir of ts followed by rows' parts (safetensors.h's rows
- * writer, made in log_dir; borrowed): a sparse table's save that never
- * holds the table in memory. Same file, same rules, same errors. */
-int dt_ckpt_save_rows_in_dir(const char *log_dir, const dt_tensors *ts, dt_safetensors_rows *rows,
+/* dt_ckpt_save_in_dir of ts followed by the parts of rows[0..nrows)
+ * (safetensors.h's rows writers, one a table, made in log_dir; borrowed):
+ * a sparse model's save that never holds a table in memory. Same file,
+ * same rules, same errors. */
+int dt_ckpt_save_rows_in_dir(const char *log_dir, const dt_tensors *ts,
+                             dt_safetensors_rows *const *rows, int nrows,
                              const dt_safetensors_meta *meta, int max_to_keep, char *path_out,
                              size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 

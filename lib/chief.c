@@ -129,11 +129,11 @@ typedef struct {
      * whether its staleness counts await a summary. */
     dt_msg_status_resp status;
     int status_unsummarized;
-    /* A sparse model's table: what Create carries, and the rows of the
+    /* The model's tables: what Create carries, and each one's rows of the
      * checkpoint last restored (ids, values, slots; empty: none), which a
      * Create of restored tasks sends after it. */
-    dt_msg_table table;
-    dt_tensors table_rows;
+    dt_msg_table tables[DT_MAX_TABLES];
+    dt_tensors table_rows[DT_MAX_TABLES];
 } chief;
 
 static void save_job_id(chief *c);
@@ -248,14 +248,20 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     if (global_step == c->last_saved_step) return 0;
     save_job_id(c);
     const double t0 = dt_now_secs();
-    const dt_table_config *t = dt_worker_table(c->w);
-    dt_safetensors_rows *rows = NULL;
-    int rc = 0;
-    if (t) {
-        if ((rc = dt_fileio_mkdir_p(c->job->log_dir, err)) < 0 ||
-            (rc = dt_ps_client_sparse_save(dt_worker_client(c->w), t, 1, (int)page_rows(t),
-                                           c->job->log_dir, &rows, err)) < 0)
-            return dt_err_wrap(err, rc, "chief: saving table %s", t->name);
+    const dt_table_config *t;
+    const int ntables = dt_worker_tables(c->w, &t);
+    dt_safetensors_rows *rows[DT_MAX_TABLES];
+    int nrows = 0, rc = 0;
+    if (ntables > 0 && (rc = dt_fileio_mkdir_p(c->job->log_dir, err)) < 0) return rc;
+    for (int i = 0; i < ntables; i++) {
+        rc = dt_ps_client_sparse_save(dt_worker_client(c->w), &t[i], 1, (int)page_rows(&t[i]),
+                                      c->job->log_dir, &rows[nrows], err);
+        if (rc < 0) {
+            while (nrows > 0)
+                dt_safetensors_rows_free(rows[--nrows]);
+            return dt_err_wrap(err, rc, "chief: saving table %s", t[i].name);
+        }
+        if (rows[nrows]) nrows++; /* NULL: no task holds a row of it */
     }
     dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
@@ -267,11 +273,12 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     snprintf(meta.job_id, sizeof meta.job_id, "%s", c->job_id);
     char path[DT_PATH_MAX + 64];
     const int keep = c->job->max_to_keep;
-    rc = rows ? dt_ckpt_save_rows_in_dir(c->job->log_dir, &c->snapshot, rows, &meta, keep, path,
-                                         sizeof path, err)
-              : dt_ckpt_save_in_dir(c->job->log_dir, &c->snapshot, &meta, keep, path, sizeof path,
-                                    err);
-    dt_safetensors_rows_free(rows);
+    rc = nrows > 0 ? dt_ckpt_save_rows_in_dir(c->job->log_dir, &c->snapshot, rows, nrows, &meta,
+                                              keep, path, sizeof path, err)
+                   : dt_ckpt_save_in_dir(c->job->log_dir, &c->snapshot, &meta, keep, path,
+                                         sizeof path, err);
+    for (int i = 0; i < nrows; i++)
+        dt_safetensors_rows_free(rows[i]);
     if (rc < 0) return dt_err_wrap(err, rc, "chief: checkpoint");
     c->last_saved_step = global_step;
     dt_train_metrics_saved(global_step, dt_now_secs() - t0);
@@ -350,41 +357,58 @@ static int compare_resumed(const chief *c, const char *path, const dt_safetensor
     return 0;
 }
 
-/* A sparse model's table in a loaded checkpoint: its tensors ("<table>/ids",
+/* Every table's rows in a loaded checkpoint: their tensors ("<table>/ids",
  * "/values" and the slots it has) copied into c->table_rows for the
- * Create that follows; none (an empty table) leaves it empty. The rows are
- * checked by each ps task as it imports them. */
+ * Create that follows; a table with none (no row yet) leaves its own
+ * empty. The rows are checked by each ps task as it imports them. */
 static int keep_table_rows(chief *c, const dt_tensors *loaded, dt_err *err) {
-    dt_tensors_deinit(&c->table_rows);
-    const dt_table_config *t = dt_worker_table(c->w);
-    if (!t) return 0;
-    dt_tensor specs[2 + DT_OPTIM_MAX_SLOTS];
-    const dt_tensor *found[2 + DT_OPTIM_MAX_SLOTS];
-    int n = 0;
-    for (int i = 0; i < 2 + t->num_slots; i++) {
-        char name[DT_TENSOR_NAME_MAX + 32];
-        snprintf(name, sizeof name, "%s/%s", t->name,
-                 i == 0   ? "ids"
-                 : i == 1 ? "values"
-                          : t->slot_names[i - 2]);
-        const dt_tensor *x = dt_tensors_find(loaded, name);
-        if (!x) continue;
-        found[n] = x;
-        specs[n++] = *x;
+    const dt_table_config *tables;
+    const int ntables = dt_worker_tables(c->w, &tables);
+    for (int k = 0; k < ntables; k++) {
+        const dt_table_config *t = &tables[k];
+        dt_tensors_deinit(&c->table_rows[k]);
+        dt_tensor specs[2 + DT_OPTIM_MAX_SLOTS];
+        const dt_tensor *found[2 + DT_OPTIM_MAX_SLOTS];
+        int n = 0;
+        for (int i = 0; i < 2 + t->num_slots; i++) {
+            char name[DT_TENSOR_NAME_MAX + 32];
+            snprintf(name, sizeof name, "%s/%s", t->name,
+                     i == 0   ? "ids"
+                     : i == 1 ? "values"
+                              : t->slot_names[i - 2]);
+            const dt_tensor *x = dt_tensors_find(loaded, name);
+            if (!x) continue;
+            found[n] = x;
+            specs[n++] = *x;
+        }
+        if (n == 0) continue;
+        int rc = dt_tensors_init(&c->table_rows[k], specs, n, err);
+        if (rc < 0) return rc;
+        for (int i = 0; i < n; i++)
+            memcpy(c->table_rows[k].items[i].data, found[i]->data, found[i]->nbytes);
     }
-    if (n == 0) return 0;
-    int rc = dt_tensors_init(&c->table_rows, specs, n, err);
-    if (rc < 0) return rc;
-    for (int i = 0; i < n; i++)
-        memcpy(c->table_rows.items[i].data, found[i]->data, found[i]->nbytes);
     return 0;
 }
 
-/* Sends the restored table rows to the ps tasks flagged in only (NULL:
- * all), a page at a time, the last page ending their restore. */
-static int import_table(chief *c, const int *only, dt_err *err) {
-    const dt_tensors *rows = &c->table_rows;
-    const dt_table_config *t = dt_worker_table(c->w);
+static void drop_table_rows(chief *c) {
+    for (int k = 0; k < DT_MAX_TABLES; k++)
+        dt_tensors_deinit(&c->table_rows[k]);
+}
+
+/* Whether a restore has rows to send (Create's tables_pending). */
+static int have_table_rows(const chief *c) {
+    for (int k = 0; k < DT_MAX_TABLES; k++)
+        if (c->table_rows[k].count > 0) return 1;
+    return 0;
+}
+
+/* Sends table k's restored rows to the ps tasks flagged in only (NULL:
+ * all), a page at a time; last: its last page ends their restore. */
+static int import_table(chief *c, int k, int last, const int *only, dt_err *err) {
+    const dt_tensors *rows = &c->table_rows[k];
+    const dt_table_config *tables;
+    (void)dt_worker_tables(c->w, &tables);
+    const dt_table_config *t = &tables[k];
     int64_t n = rows->items[0].shape[0]; /* ids first, then values and slots (n, D) */
     const int64_t per_page = page_rows(t);
     int64_t sent = 0;
@@ -401,11 +425,24 @@ static int import_table(chief *c, const int *only, dt_err *err) {
             page[i].nbytes = row_bytes * (size_t)m;
         }
         rc = dt_ps_client_sparse_import(dt_worker_client(c->w), t->name, page, rows->count,
-                                        first + m == n, only, err);
+                                        last && first + m == n, only, err);
         sent += m;
     }
     if (rc < 0) return dt_err_wrap(err, rc, "chief: restoring table %s", t->name);
     dt_log(DT_LOG_INFO, "chief: restored %lld rows of table %s", (long long)sent, t->name);
+    return 0;
+}
+
+/* Every table's restored rows, the last page of the last ending the
+ * restore. */
+static int import_tables(chief *c, const int *only, dt_err *err) {
+    int last = DT_MAX_TABLES - 1;
+    while (last >= 0 && c->table_rows[last].count == 0)
+        last--;
+    for (int k = 0; k <= last; k++) {
+        int rc = c->table_rows[k].count > 0 ? import_table(c, k, k == last, only, err) : 0;
+        if (rc < 0) return rc;
+    }
     return 0;
 }
 
@@ -549,9 +586,9 @@ static int create(chief *c, int64_t global_step, const int *only, dt_err *err) {
     c->create.vars = dt_worker_vars(c->w);
     c->create.slots = c->have_slots ? &c->slots : NULL;
     c->create.global_step = global_step;
-    c->create.tables_pending = c->table_rows.count > 0;
+    c->create.tables_pending = have_table_rows(c);
     int rc = dt_ps_client_create(dt_worker_client(c->w), &c->create, only, err);
-    if (rc == 0 && c->create.tables_pending) rc = import_table(c, only, err);
+    if (rc == 0 && c->create.tables_pending) rc = import_tables(c, only, err);
     /* gRPC's words for a request over the ps's cap, which a ps derives from
      * its own job config: say which setting disagrees. */
     if (rc < 0 && strstr(err->msg, "Received message larger than max"))
@@ -577,7 +614,7 @@ static int recover(chief *c, const census *cs, dt_err *err) {
     if (!found) {
         dt_log(DT_LOG_WARN, "chief: no checkpoint yet; restoring from the values last pulled");
         c->have_slots = 0;
-        dt_tensors_deinit(&c->table_rows); /* the lost task's rows start over */
+        drop_table_rows(c); /* the lost task's rows start over */
     }
     /* The global step never goes backwards. */
     if (c->last_global_step > step) step = c->last_global_step;
@@ -651,16 +688,20 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
                job->epochs, (long long)dt_worker_examples(c->w), cluster->num_workers, per_step,
                (long long)m->max_steps);
     }
-    const dt_table_config *t = dt_worker_table(c->w);
-    if (t) {
-        snprintf(c->table.name, sizeof c->table.name, "%s", t->name);
-        c->table.rows = t->rows;
-        c->table.dim = t->dim;
-        c->table.init = (int)t->init;
-        c->table.init_scale = t->init_scale;
-        c->table.seed = t->seed;
-        m->tables = &c->table;
-        m->num_tables = 1;
+    const dt_table_config *t;
+    const int ntables = dt_worker_tables(c->w, &t);
+    for (int i = 0; i < ntables; i++) {
+        dt_msg_table *mt = &c->tables[i];
+        snprintf(mt->name, sizeof mt->name, "%s", t[i].name);
+        mt->rows = t[i].rows;
+        mt->dim = t[i].dim;
+        mt->init = (int)t[i].init;
+        mt->init_scale = t[i].init_scale;
+        mt->seed = t[i].seed;
+    }
+    if (ntables > 0) {
+        m->tables = c->tables;
+        m->num_tables = ntables;
         m->eviction = job->eviction;
     }
     dt_worker_set_max_steps(c->w, m->max_steps);
@@ -743,7 +784,7 @@ static int start_model(chief *c, const atomic_int *stop, dt_err *err) {
         c->user->init(c->user->ctx, dt_worker_vars(c->w));
         dt_log(DT_LOG_INFO, "chief: no checkpoint in %s; initialized %s", c->job->log_dir,
                c->model);
-    } else if (!found && dt_worker_table(c->w)) {
+    } else if (!found && dt_worker_sparse_table(c->w)) {
         dt_sparse_model_config smc;
         dt_table_config table;
         if ((rc = dt_job_sparse_model(c->job, &smc, &table, err)) < 0) return rc;
@@ -855,7 +896,7 @@ static int summarize_staleness(chief *c, dt_summary_writer *w, int64_t step, dt_
 /* The scorer's row source: the rows as the ps tasks hold them now. */
 static int pull_eval_rows(void *ctx, const int64_t *ids, int64_t n, float *rows, dt_err *err) {
     chief *c = ctx;
-    const dt_table_config *t = dt_worker_table(c->w);
+    const dt_table_config *t = dt_worker_sparse_table(c->w);
     dt_ps_sparse s = {t->name, t->dim, n, ids, rows};
     dt_ps_reply reply;
     return dt_ps_client_sparse_pull(dt_worker_client(c->w), &s, &reply, err);
@@ -1331,7 +1372,7 @@ static int finish(chief *c, const atomic_int *stop, dt_err *err) {
  * second time, nor its skipped rows reported twice. A csv's feature
  * columns must be the training file's, in order. */
 static int open_eval(chief *c, dt_err *err) {
-    if (dt_worker_table(c->w)) {
+    if (dt_worker_sparse_table(c->w)) {
         /* A sparse set is not scaled; its rows come from the ps tasks. */
         dt_sparse_model_config smc;
         dt_table_config table;
@@ -1374,7 +1415,7 @@ static void chief_deinit(chief *c) {
     dt_tensors_deinit(&c->recipe);
     free(c->gone_logged);
     dt_tensors_deinit(&c->slots);
-    dt_tensors_deinit(&c->table_rows);
+    drop_table_rows(c);
     dt_worker_free(c->w);
 }
 
@@ -1401,10 +1442,12 @@ int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err 
         snprintf(c.model, sizeof c.model, "%s", params->user->describe);
     else
         dt_model_describe(&c.job->model, c.model, sizeof c.model);
-    if (dt_worker_table(c.w)) {
+    const dt_table_config *tables;
+    const int ntables = dt_worker_tables(c.w, &tables);
+    for (int k = 0; k < ntables; k++) {
         size_t n = strlen(c.model);
-        snprintf(c.model + n, sizeof c.model - n, " sparse: table %s of %lld rows",
-                 dt_worker_table(c.w)->name, (long long)dt_worker_table(c.w)->rows);
+        snprintf(c.model + n, sizeof c.model - n, "%s table %s of %lld rows",
+                 k == 0 ? " sparse:" : ",", tables[k].name, (long long)tables[k].rows);
     }
     if ((rc = init_slots(&c, err)) < 0 || (rc = init_recipe(&c, err)) < 0 ||
         (rc = init_snapshot(&c, err)) < 0)

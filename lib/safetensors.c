@@ -904,15 +904,23 @@ int64_t dt_safetensors_rows_count(const dt_safetensors_rows *r) {
     return r->rows;
 }
 
-int dt_safetensors_save_rows(const char *path, const dt_tensors *ts, dt_safetensors_rows *r,
-                             const dt_safetensors_meta *meta, dt_err *err) {
-    DT_ASSERT(path && ts && r && meta);
-    if (r->broken) return dt_err_set(err, DT_EIO, "%s: save: an append of rows failed", path);
-    if (ts->count < 0 || ts->count > INT32_MAX - DT_SAFETENSORS_MAX_ROW_PARTS)
-        return dt_err_set(err, DT_EINVAL, "%s: save: %d tensors", path, ts->count);
+int dt_safetensors_save_rows(const char *path, const dt_tensors *ts, dt_safetensors_rows *const *rs,
+                             int nrs, const dt_safetensors_meta *meta, dt_err *err) {
+    DT_ASSERT(path && ts && meta && nrs >= 0 && (rs || nrs == 0));
+    if (nrs > DT_SAFETENSORS_MAX_ROW_SETS)
+        return dt_err_set(err, DT_EINVAL, "%s: save: %d sets of rows (at most %d)", path, nrs,
+                          DT_SAFETENSORS_MAX_ROW_SETS);
     /* No rows: no parts, as a table with no row saves as no tensor. */
-    const int nparts = r->rows > 0 ? r->nparts : 0;
+    int nparts = 0;
+    for (int k = 0; k < nrs; k++) {
+        if (rs[k]->broken)
+            return dt_err_set(err, DT_EIO, "%s: save: an append of rows failed", path);
+        if (rs[k]->rows > 0) nparts += rs[k]->nparts;
+    }
+    if (ts->count < 0 || ts->count > INT32_MAX - nparts)
+        return dt_err_set(err, DT_EINVAL, "%s: save: %d tensors", path, ts->count);
     dt_tensors all = {.count = ts->count + nparts};
+    int fds[DT_SAFETENSORS_MAX_ROW_SETS * DT_SAFETENSORS_MAX_ROW_PARTS];
     unsigned char *buf = NULL;
     int rc = 0;
     all.items = dt_malloc(((size_t)all.count + 1) * sizeof *all.items);
@@ -927,18 +935,23 @@ int dt_safetensors_save_rows(const char *path, const dt_tensors *ts, dt_safetens
     while (with_data < ts->count && ts->items[with_data].data)
         with_data++;
     uint32_t crc = crc_in_memory(ts, with_data);
-    for (int i = 0; i < nparts; i++) {
-        dt_tensor *t = &all.items[ts->count + i];
-        *t = r->specs[i];
-        t->shape[0] = r->rows;
-        if (__builtin_mul_overflow((size_t)r->rows, r->row_bytes[i], &t->nbytes)) {
-            rc = dt_err_set(err, DT_EINVAL, "%s: save: %lld rows of %s overflow", path,
-                            (long long)r->rows, t->name);
-            goto fail;
+    int at = 0;
+    for (int k = 0; k < nrs; k++) {
+        const dt_safetensors_rows *r = rs[k];
+        for (int i = 0; r->rows > 0 && i < r->nparts; i++, at++) {
+            dt_tensor *t = &all.items[ts->count + at];
+            *t = r->specs[i];
+            t->shape[0] = r->rows;
+            if (__builtin_mul_overflow((size_t)r->rows, r->row_bytes[i], &t->nbytes)) {
+                rc = dt_err_set(err, DT_EINVAL, "%s: save: %lld rows of %s overflow", path,
+                                (long long)r->rows, t->name);
+                goto fail;
+            }
+            crc = dt_crc32c_combine(crc, r->crcs[i], t->nbytes);
+            fds[at] = r->fds[i];
         }
-        crc = dt_crc32c_combine(crc, r->crcs[i], t->nbytes);
     }
-    rc = save_set(path, &all, ts->count, r->fds, buf, crc, meta, err);
+    rc = save_set(path, &all, ts->count, fds, buf, crc, meta, err);
 fail:
     free(all.items);
     free(buf);

@@ -99,11 +99,13 @@ int dt_safetensors_rows_append(dt_safetensors_rows *r, int64_t n, const void *co
 /* Rows appended so far. */
 int64_t dt_safetensors_rows_count(const dt_safetensors_rows *r);
 
-/* As dt_safetensors_save(path, ts + r's parts, meta), atomic the same way;
- * r is left as it was (free it after). Errors as dt_safetensors_save's, and
- * DT_EIO when a part's file cannot be read back whole. */
-int dt_safetensors_save_rows(const char *path, const dt_tensors *ts, dt_safetensors_rows *r,
-                             const dt_safetensors_meta *meta, dt_err *err) DT_WARN_UNUSED;
+/* As dt_safetensors_save(path, ts + the parts of rs[0..nrs), meta), atomic
+ * the same way: one writer a table (at most DT_SAFETENSORS_MAX_ROW_SETS),
+ * each left as it was (free them after). Errors as dt_safetensors_save's,
+ * and DT_EIO when a part's file cannot be read back whole. */
+#define DT_SAFETENSORS_MAX_ROW_SETS 16
+int dt_safetensors_save_rows(const char *path, const dt_tensors *ts, dt_safetensors_rows *const *rs,
+                             int nrs, const dt_safetensors_meta *meta, dt_err *err) DT_WARN_UNUSED;
 
 void dt_safetensors_rows_free(dt_safetensors_rows *r); /* NULL is a no-op; closes its files */
 

@@ -6,7 +6,7 @@
  *   LOOP    the role works (pull, push, save); the program waits in
  *           start or step
  *   VALUES  loss_grad wrote values to the buffers and waits for grads
- *   LOOKUP  the program posted a table's ids; loss_grad pulls their rows
+ *   LOOKUP  the program posted ids of a table; loss_grad pulls their rows
  *           into the program's buffer and goes back to VALUES
  *   GRADS   the program posted grads; loss_grad takes them
  *   ENDED   the role returned (rc, err): no more turns
@@ -39,21 +39,27 @@
 
 typedef enum { PHASE_LOOP, PHASE_VALUES, PHASE_LOOKUP, PHASE_GRADS, PHASE_ENDED } phase;
 
+/* A table's last lookup, under mu: its ids (copies), and the rows'
+ * gradient copied at the step for the push. */
+typedef struct {
+    dt_table_config cfg;
+    int64_t *ids, ids_cap, num_ids;
+    float *row_grads; /* (ids_cap, dim) */
+    int looked_up;    /* a lookup came since the last step */
+} session_table;
+
 struct dt_session {
     dt_job job;
     dt_tensor *specs; /* (count) */
     int count;
     float *const *values; /* (count) the program's buffers */
-    int has_table;
-    dt_table_config table;
-    /* The last lookup, under mu: its ids (copies), the program's rows
-     * buffer, and the rows' gradient copied at the step for the push. */
-    int64_t *ids, ids_cap, num_ids;
+    session_table tables[DT_MAX_TABLES];
+    dt_table_config table_cfgs[DT_MAX_TABLES]; /* the loop's copy (dt_user_model.tables) */
+    int num_tables;
+    /* PHASE_LOOKUP: the table posted and the program's rows buffer. */
+    int lookup_table;
     float *lookup_rows;
-    int looked_up; /* a lookup came since the last step */
-    int lookup_rc;
-    const float *row_grads_in; /* PHASE_GRADS: the program's, borrowed */
-    float *row_grads;          /* (ids_cap, dim) */
+    const float *const *row_grads_in; /* PHASE_GRADS: the program's, borrowed */
     char describe[DT_MSG_MODEL_MAX];
     dt_user_model user;
     void (*init)(void *ctx, dt_tensors *vars); /* the caller's, with init_ctx */
@@ -120,13 +126,19 @@ static void spin_while(dt_session *s, atomic_uint *counter, unsigned seen) {
  * buffer through the loop's pull (mu released meanwhile: the program
  * waits for VALUES). 0, 1 (done) or the pull's failure. */
 static int serve_lookup(dt_session *s, dt_user_rows *io, dt_err *err) {
-    dt_ps_sparse req = {s->table.name, s->table.dim, s->num_ids, s->ids, s->lookup_rows};
+    session_table *t = &s->tables[s->lookup_table];
+    dt_ps_sparse req = {t->cfg.name, t->cfg.dim, t->num_ids, t->ids, s->lookup_rows};
     pthread_mutex_unlock(&s->mu);
     int rc = dt_user_rows_pull(io, &req, err);
     pthread_mutex_lock(&s->mu);
-    s->lookup_rc = rc;
-    s->looked_up = rc == 0;
+    t->looked_up = rc == 0;
     return rc;
+}
+
+/* mu held: no table looked up (a step's start, or its end). */
+static void forget_lookups(dt_session *s) {
+    for (int k = 0; k < s->num_tables; k++)
+        s->tables[k].looked_up = 0;
 }
 
 /* The loop's side of a turn: values out, then wait for the gradient (a
@@ -138,7 +150,7 @@ static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_us
     for (int i = 0; i < s->count; i++)
         memcpy(s->values[i], vars->items[i].data, vars->items[i].nbytes);
     s->vars_step = vars_step;
-    s->looked_up = 0;
+    forget_lookups(s);
     s->phase = PHASE_VALUES;
     atomic_fetch_add_explicit(&s->handed, 1, memory_order_release);
     pthread_cond_broadcast(&s->cv);
@@ -175,16 +187,17 @@ static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_us
     dt_spin_note(&s->compute_hits, t0);
     for (int i = 0; i < s->count; i++)
         memcpy(grads->items[i].data, s->grads[i], grads->items[i].nbytes);
-    if (io && s->row_grads_in) {
-        memcpy(s->row_grads, s->row_grads_in,
-               (size_t)s->num_ids * (size_t)s->table.dim * sizeof *s->row_grads);
+    for (int k = 0; io && s->row_grads_in && k < s->num_tables; k++) {
+        session_table *t = &s->tables[k];
+        memcpy(t->row_grads, s->row_grads_in[k],
+               (size_t)t->num_ids * (size_t)t->cfg.dim * sizeof *t->row_grads);
         dt_user_rows_push(
-            io, &(dt_ps_sparse){s->table.name, s->table.dim, s->num_ids, s->ids, s->row_grads});
+            io, &(dt_ps_sparse){t->cfg.name, t->cfg.dim, t->num_ids, t->ids, t->row_grads});
     }
     *loss = s->loss;
     s->grads = NULL;
     s->row_grads_in = NULL;
-    s->looked_up = 0;
+    forget_lookups(s);
     s->phase = PHASE_LOOP;
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -263,13 +276,16 @@ int dt_session_start(const dt_session_params *p, dt_session **out, dt_err *err) 
     s->specs = dt_calloc((size_t)(p->count > 0 ? p->count : 1), sizeof *s->specs);
     if (!s->specs) return dt_err_set(err, DT_ENOMEM, "session: out of memory");
     memcpy(s->specs, p->specs, sizeof *s->specs * (size_t)p->count);
-    if (p->table) {
-        s->has_table = 1;
-        s->table = *p->table;
-    }
+    if (p->num_tables < 0 || p->num_tables > DT_MAX_TABLES)
+        return dt_err_set(err, DT_EINVAL, "session: %d tables (0..%d)", p->num_tables,
+                          DT_MAX_TABLES);
+    s->num_tables = p->num_tables;
+    for (int k = 0; k < p->num_tables; k++)
+        s->tables[k].cfg = s->table_cfgs[k] = p->tables[k];
     s->user = (dt_user_model){.specs = s->specs,
                               .count = s->count,
-                              .table = s->has_table ? &s->table : NULL,
+                              .tables = s->table_cfgs,
+                              .num_tables = s->num_tables,
                               .describe = s->describe,
                               .ctx = s,
                               .init = init_values,
@@ -300,35 +316,42 @@ int dt_session_start(const dt_session_params *p, dt_session **out, dt_err *err) 
     return rc;
 }
 
-int dt_session_lookup(dt_session *s, const int64_t *ids, int64_t n, float *rows, dt_err *err) {
-    if (!s->has_table)
-        return dt_err_set(err, DT_EPRECOND, "session: lookup: the model has no table");
+/* mu held: room in t for n ids and their rows' gradient. */
+static int reserve_ids(session_table *t, int64_t n, dt_err *err) {
+    if (n <= t->ids_cap) return 0;
+    int64_t cells;
+    if (__builtin_mul_overflow(n, (int64_t)t->cfg.dim, &cells) ||
+        cells > INT64_MAX / (int64_t)sizeof(float))
+        return dt_err_set(err, DT_EINVAL,
+                          "session: lookup \"%s\": %lld ids of %d floats are too many", t->cfg.name,
+                          (long long)n, t->cfg.dim);
+    int64_t *grown_ids = dt_realloc(t->ids, (size_t)n * sizeof *grown_ids);
+    if (grown_ids) t->ids = grown_ids;
+    float *grown = grown_ids ? dt_realloc(t->row_grads, (size_t)cells * sizeof *grown) : NULL;
+    if (grown) t->row_grads = grown;
+    if (!grown_ids || !grown)
+        return dt_err_set(err, DT_ENOMEM, "session: lookup \"%s\": out of memory", t->cfg.name);
+    t->ids_cap = n;
+    return 0;
+}
+
+int dt_session_lookup(dt_session *s, int table, const int64_t *ids, int64_t n, float *rows,
+                      dt_err *err) {
+    if (table < 0 || table >= s->num_tables)
+        return dt_err_set(err, DT_EPRECOND,
+                          "session: lookup: the model has no table %d (it has %d)", table,
+                          s->num_tables);
+    session_table *t = &s->tables[table];
     pthread_mutex_lock(&s->mu);
     int rc = 0;
     if (s->phase != PHASE_VALUES) {
         if (s->phase == PHASE_ENDED && s->rc < 0) rc = dt_err_set(err, s->rc, "%s", s->err.msg);
         goto out; /* the job is done: the caller sees the end */
     }
-    if (n > s->ids_cap) {
-        int64_t cells;
-        if (__builtin_mul_overflow(n, (int64_t)s->table.dim, &cells) ||
-            cells > INT64_MAX / (int64_t)sizeof(float)) {
-            rc = dt_err_set(err, DT_EINVAL, "session: lookup: %lld ids of %d floats are too many",
-                            (long long)n, s->table.dim);
-            goto out;
-        }
-        int64_t *grown_ids = dt_realloc(s->ids, (size_t)n * sizeof *grown_ids);
-        if (grown_ids) s->ids = grown_ids;
-        float *grown = grown_ids ? dt_realloc(s->row_grads, (size_t)cells * sizeof *grown) : NULL;
-        if (grown) s->row_grads = grown;
-        if (!grown_ids || !grown) {
-            rc = dt_err_set(err, DT_ENOMEM, "session: lookup: out of memory");
-            goto out;
-        }
-        s->ids_cap = n;
-    }
-    memcpy(s->ids, ids, (size_t)n * sizeof *ids);
-    s->num_ids = n;
+    if ((rc = reserve_ids(t, n, err)) < 0) goto out;
+    memcpy(t->ids, ids, (size_t)n * sizeof *ids);
+    t->num_ids = n;
+    s->lookup_table = table;
     s->lookup_rows = rows;
     s->phase = PHASE_LOOKUP;
     double t0 = dt_now_secs();
@@ -345,8 +368,8 @@ out:
     return rc;
 }
 
-int dt_session_step(dt_session *s, const float *const *grads, const float *row_grads, double loss,
-                    dt_session_result *r, dt_err *err) {
+int dt_session_step(dt_session *s, const float *const *grads, const float *const *row_grads,
+                    double loss, dt_session_result *r, dt_err *err) {
     pthread_mutex_lock(&s->mu);
     int rc = 0;
     if (s->phase != PHASE_VALUES) {
@@ -355,15 +378,16 @@ int dt_session_step(dt_session *s, const float *const *grads, const float *row_g
                  : dt_err_set(err, DT_EPRECOND, "session: step: the job is done");
         goto out;
     }
-    if (s->has_table && (!row_grads || !s->looked_up)) {
-        rc = dt_err_set(err, DT_EPRECOND,
-                        "session: step: the model has table \"%s\": look up the batch's rows "
-                        "first and give their gradient",
-                        s->table.name);
-        goto out;
-    }
+    for (int k = 0; k < s->num_tables; k++)
+        if (!row_grads || !row_grads[k] || !s->tables[k].looked_up) {
+            rc = dt_err_set(err, DT_EPRECOND,
+                            "session: step: the model has table \"%s\": look up the batch's rows "
+                            "first and give their gradient",
+                            s->tables[k].cfg.name);
+            goto out;
+        }
     s->grads = grads;
-    s->row_grads_in = s->has_table ? row_grads : NULL;
+    s->row_grads_in = s->num_tables > 0 ? row_grads : NULL;
     s->loss = loss;
     s->phase = PHASE_GRADS;
     double t0 = dt_now_secs();
@@ -489,8 +513,10 @@ void dt_session_free(dt_session *s) {
     pthread_cond_destroy(&s->cv);
     for (int i = 0; i < DT_SESSION_MAX_SCALARS; i++)
         free(s->hist_values[i]);
+    for (int k = 0; k < s->num_tables; k++) {
+        free(s->tables[k].ids);
+        free(s->tables[k].row_grads);
+    }
     free(s->specs);
-    free(s->ids);
-    free(s->row_grads);
     free(s);
 }

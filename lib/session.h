@@ -40,8 +40,9 @@ typedef struct {
     const dt_tensor *specs;          /* (count) F32 variables; copied */
     int count;
     float *const *values; /* (count) where each variable's values go; kept */
-    /* The model's table (worker.h's dt_user_model.table), or NULL; copied. */
-    const dt_table_config *table;
+    /* The model's tables (worker.h's dt_user_model.tables); copied. */
+    const dt_table_config *tables; /* (num_tables) */
+    int num_tables;                /* 0..DT_MAX_TABLES */
     /* The chief's initial values (a model no checkpoint holds). */
     void (*init)(void *ctx, dt_tensors *vars);
     void *init_ctx;
@@ -62,21 +63,21 @@ typedef struct {
 int dt_session_start(const dt_session_params *p, dt_session **out, dt_err *err) DT_WARN_UNUSED;
 
 /* The rows of ids (n >= 1, strictly increasing, each below the table's
- * rows: the caller checked) into rows (n, dim), pulled by the loop for the
- * batch the program computes now; ids copied. 0 (after the role's end
- * too: then dt_session_ended and rows unspecified), or the role's failure.
- * DT_EPRECOND without a table. */
-int dt_session_lookup(dt_session *s, const int64_t *ids, int64_t n, float *rows,
+ * rows: the caller checked) of table (its index) into rows (n, dim),
+ * pulled by the loop for the batch the program computes now; ids copied.
+ * 0 (after the role's end too: then dt_session_ended and rows
+ * unspecified), or the role's failure. DT_EPRECOND for no such table. */
+int dt_session_lookup(dt_session *s, int table, const int64_t *ids, int64_t n, float *rows,
                       dt_err *err) DT_WARN_UNUSED;
 
 /* Hands grads (count arrays, the variables' layout) and loss to the loop
  * and waits for the next values (0) or the role's end (0 and r->done when
- * the job is done; its failure otherwise). With a table, row_grads (n,
- * dim) is the gradient of the rows of the last lookup, pushed with grads
- * (copied); DT_EPRECOND when no lookup came since the last step. NULL
- * without a table. DT_EPRECOND after the end. */
-int dt_session_step(dt_session *s, const float *const *grads, const float *row_grads, double loss,
-                    dt_session_result *r, dt_err *err) DT_WARN_UNUSED;
+ * the job is done; its failure otherwise). With tables, row_grads[k] (n,
+ * dim) is the gradient of the rows of table k's last lookup, pushed with
+ * grads (copied); DT_EPRECOND when a table had no lookup since the last
+ * step. NULL without tables. DT_EPRECOND after the end. */
+int dt_session_step(dt_session *s, const float *const *grads, const float *const *row_grads,
+                    double loss, dt_session_result *r, dt_err *err) DT_WARN_UNUSED;
 
 int dt_session_ended(const dt_session *s);
 int64_t dt_session_global_step(const dt_session *s);

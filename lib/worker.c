@@ -137,9 +137,14 @@ const dt_loss_watch *dt_worker_loss_watch(const dt_worker *w) {
 dt_model *dt_worker_model(dt_worker *w) {
     return w->model;
 }
-const dt_table_config *dt_worker_table(const dt_worker *w) {
-    if (w->sparse) return &w->table;
-    return w->user ? w->user->table : NULL;
+int dt_worker_tables(const dt_worker *w, const dt_table_config **out) {
+    *out = NULL;
+    if (w->sparse) *out = &w->table;
+    if (w->user && w->user->num_tables > 0) *out = w->user->tables;
+    return w->sparse ? 1 : w->user ? w->user->num_tables : 0;
+}
+const dt_table_config *dt_worker_sparse_table(const dt_worker *w) {
+    return w->sparse ? &w->table : NULL;
 }
 int64_t dt_worker_examples(const dt_worker *w) {
     if (w->user) return 0; /* no data: the job sets max_steps */
@@ -207,9 +212,9 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
                             "\"eval_data\" (it reads no data)");
             goto fail;
         }
-        if (w->user->table && pipelined(job)) {
+        if (w->user->num_tables > 0 && pipelined(job)) {
             rc = dt_err_set(err, DT_ECONFIG,
-                            "job: a program's table needs \"pipeline_push\" false (its rows "
+                            "job: a program's tables need \"pipeline_push\" false (their rows "
                             "are pulled for the batch the program computes next)");
             goto fail;
         }
@@ -462,7 +467,8 @@ typedef struct {
     int64_t min_global_step;  /* with fuse: as the next pull's */
     const dt_tensors *grads;  /* what is pushed */
     dt_tensors *into;         /* with fuse: where the variables go */
-    const dt_ps_sparse *rows; /* a sparse model: its table's rows' gradient; else NULL */
+    const dt_ps_sparse *rows; /* (nrows) the rows' gradients of the model's tables */
+    int nrows;
     dt_ps_reply reply;
 } push_state;
 
@@ -481,8 +487,8 @@ static void say_not_finite(const dt_worker *w, const dt_err *why) {
 static int do_push(void *arg, dt_err *err) {
     push_state *ps = arg;
     int rc;
-    if (ps->rows)
-        rc = dt_ps_client_push_sparse(ps->w->client, ps->grads, ps->rows, 1, ps->step,
+    if (ps->nrows > 0)
+        rc = dt_ps_client_push_sparse(ps->w->client, ps->grads, ps->rows, ps->nrows, ps->step,
                                       ps->fuse ? ps->into : NULL, ps->min_global_step, &ps->reply,
                                       err);
     else if (ps->fuse)
@@ -803,7 +809,8 @@ struct dt_user_rows {
     dt_worker *w;
     const dt_worker_hooks *hooks;
     const atomic_int *stop;
-    dt_ps_sparse push; /* n 0: no rows pushed */
+    dt_ps_sparse push[DT_MAX_TABLES]; /* (npush) the tables' rows pushed */
+    int npush;
 };
 
 int dt_user_rows_pull(dt_user_rows *io, const dt_ps_sparse *s, dt_err *err) {
@@ -815,21 +822,22 @@ int dt_user_rows_pull(dt_user_rows *io, const dt_ps_sparse *s, dt_err *err) {
 }
 
 void dt_user_rows_push(dt_user_rows *io, const dt_ps_sparse *s) {
-    io->push = *s;
+    DT_ASSERT(io->npush < DT_MAX_TABLES);
+    if (s->n > 0) io->push[io->npush++] = *s;
 }
 
-/* A user model with a table: its loss_grad pulls the batch's rows and
- * says their gradient, into *out for the push. 1: the job is done. */
-static int user_rows_grad(dt_worker *w, double *loss, dt_ps_sparse *out,
+/* A user model with tables: its loss_grad pulls the batch's rows and says
+ * their gradients, into out (*nout of them) for the push. 1: the job is
+ * done. */
+static int user_rows_grad(dt_worker *w, double *loss, dt_ps_sparse *out, int *nout,
                           const dt_worker_hooks *hooks, const atomic_int *stop, dt_err *err) {
     dt_user_rows io = {.w = w, .hooks = hooks, .stop = stop};
-    io.push.table = w->user->table->name;
-    io.push.dim = w->user->table->dim;
     double t0 = dt_now_secs();
     int rc = w->user->loss_grad(w->user->ctx, &w->vars, w->vars_step, &io, &w->grads, loss, err);
     dt_train_metrics_phase(DT_PHASE_COMPUTE, dt_now_secs() - t0);
     if (rc != 0) return rc;
-    *out = io.push;
+    memcpy(out, io.push, (size_t)io.npush * sizeof *out);
+    *nout = io.npush;
     w->sparse_steps++;
     return 0;
 }
@@ -1154,7 +1162,8 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
                            .fuse = 1,
                            .grads = &w->grads,
                            .into = &w->vars_next,
-                           .rows = w->sparse ? &rows : NULL};
+                           .rows = &rows,
+                           .nrows = w->sparse ? 1 : 0};
         sender_post(s, &push);
         next_grad next;
         memset(&next, 0, sizeof next);
@@ -1248,17 +1257,19 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
             return rc;
         if (pull.reply.done) break;
 
-        dt_ps_sparse rows = {0};
-        const int with_rows = w->sparse || dt_worker_table(w) != NULL;
+        dt_ps_sparse rows[DT_MAX_TABLES];
+        int nrows = 0;
+        const dt_table_config *tables;
+        const int with_rows = dt_worker_tables(w, &tables) > 0;
         w->vars_step = pull.reply.global_step;
         if (w->sparse) {
-            if ((rc = sparse_grad(w, w->client, &w->bufs[0], &w->vars, &w->grads, &r.loss, &rows,
+            if ((rc = sparse_grad(w, w->client, &w->bufs[0], &w->vars, &w->grads, &r.loss, &rows[0],
                                   hooks, stop, err)) < 0)
                 return rc;
             if (rc == 1) break; /* done */
+            nrows = 1;
         } else if (with_rows) {
-            w->vars_step = pull.reply.global_step;
-            if ((rc = user_rows_grad(w, &r.loss, &rows, hooks, stop, err)) < 0) return rc;
+            if ((rc = user_rows_grad(w, &r.loss, rows, &nrows, hooks, stop, err)) < 0) return rc;
             if (rc == 1) break; /* done */
         } else {
             if ((rc = compute(w, &w->vars, &w->grads, &r.loss, err)) < 0) return rc;
@@ -1272,7 +1283,8 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
                            .min_global_step = min_global_step,
                            .grads = &w->grads,
                            .into = &w->vars,
-                           .rows = with_rows ? &rows : NULL};
+                           .rows = rows,
+                           .nrows = nrows};
         if ((rc = dt_worker_retry(w, "push", do_push, &push, hooks, stop, err)) < 0) return rc;
         fused = push.reply;
         r.local_step++;

@@ -48,9 +48,10 @@ typedef struct dt_user_rows dt_user_rows;
  * from loss_grad); the failure otherwise. */
 int dt_user_rows_pull(dt_user_rows *io, const dt_ps_sparse *s, dt_err *err) DT_WARN_UNUSED;
 
-/* The rows' gradient the step pushes beside the dense one: s->ids and
- * s->rows (n, dim) borrowed until the push is done (the loop's next
- * loss_grad call). Without it the step pushes no rows. */
+/* The gradient of table s->table's rows the step pushes beside the dense
+ * one: s->ids and s->rows (n, dim) borrowed until the push is done (the
+ * loop's next loss_grad call). Once a table a step; a table given none
+ * pushes no rows. */
 void dt_user_rows_push(dt_user_rows *io, const dt_ps_sparse *s);
 
 /*
@@ -61,26 +62,28 @@ void dt_user_rows_push(dt_user_rows *io, const dt_ps_sparse *s);
  * The job must set max_steps (there is no data to count epochs of) and no
  * eval_data. Every callback runs on the loop's thread.
  *
- * A user model may have one table (a sparse variable, table.h), as the
- * built-in sparse models do: the chief creates, saves and restores it
- * beside the dense variables, and each step's loss_grad pulls its batch's
- * rows (dt_user_rows_pull, the sparse loop's row pull) and pushes their
- * gradient with the dense one (dt_user_rows_push, the same Push). Not with
- * pipeline_push.
+ * A user model may have tables (sparse variables, table.h; up to
+ * DT_MAX_TABLES, each name its own), as the built-in sparse models have
+ * one: the chief creates, saves and restores them beside the dense
+ * variables, and each step's loss_grad pulls its batch's rows of each
+ * (dt_user_rows_pull, the sparse loop's row pull) and pushes their
+ * gradients with the dense one (dt_user_rows_push, the same Push). Not
+ * with pipeline_push.
  */
 typedef struct {
     const dt_tensor *specs; /* (count) the variables: names, F32, shapes; borrowed */
     int count;
-    const dt_table_config *table; /* the table (seed and slots set), or NULL; borrowed */
-    const char *describe;         /* one line naming the model: checkpoint metadata and the job's
-                                     identity on the ps tasks; borrowed */
+    const dt_table_config *tables; /* (num_tables) seed and slots set; borrowed */
+    int num_tables;                /* 0..DT_MAX_TABLES */
+    const char *describe;          /* one line naming the model: checkpoint metadata and the job's
+                                      identity on the ps tasks; borrowed */
     void *ctx;
     /* Initial values into vars (laid out as specs), for a model no
      * checkpoint holds (the chief only). */
     void (*init)(void *ctx, dt_tensors *vars);
     /* The gradient at vars (their global step vars_step) into grads (same
      * layout) and the batch's loss into *loss; rows is the table's side
-     * (NULL without a table). 1: the job is done (a row pull said so). A
+     * (NULL without tables). 1: the job is done (a row pull said so). A
      * failure ends training with its code (DT_ECANCELLED: stopped, the
      * chief saves). */
     int (*loss_grad)(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_user_rows *rows,
@@ -137,8 +140,11 @@ dt_ps_client *dt_worker_client(dt_worker *w);
 dt_tensors *dt_worker_vars(dt_worker *w);
 dt_dataset *dt_worker_data(dt_worker *w); /* NULL for a sparse model */
 dt_model *dt_worker_model(dt_worker *w);  /* NULL for a sparse model */
-/* A sparse model's table (its rows on the ps), or NULL for a dense one. */
-const dt_table_config *dt_worker_table(const dt_worker *w);
+/* The model's tables (their rows on the ps tasks) into *out; their count,
+ * 0 for a dense model (*out NULL). A built-in sparse model has one. */
+int dt_worker_tables(const dt_worker *w, const dt_table_config **out);
+/* The built-in sparse model's table, or NULL (a dense or a user model). */
+const dt_table_config *dt_worker_sparse_table(const dt_worker *w);
 /* Examples in the training file, every worker's shard together. */
 int64_t dt_worker_examples(const dt_worker *w);
 /* The job the worker runs: params->job with its shapes set. */

@@ -387,7 +387,7 @@ END_TEST
  * a table's rows streamed after the tensors. */
 static int run_save_rows(void *ctx, dt_err *err) {
     ckpt_ctx *c = ctx;
-    return dt_safetensors_save_rows(c->path, &c->ts, c->rows, &c->meta, err);
+    return dt_safetensors_save_rows(c->path, &c->ts, &c->rows, 1, &c->meta, err);
 }
 
 static void save_rows_done(void *ctx) {

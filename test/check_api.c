@@ -264,10 +264,20 @@ START_TEST(table_errors) {
     ck_assert_int_eq(dtrain_model_add(m, &v), DTRAIN_EEXIST);
     v.name = "towers"; /* another name, only a prefix of the text */
     ck_assert_int_eq(dtrain_model_add(m, &v), 0);
-    /* One table is what a model has. */
+    /* A table under another's name, or over it; then one table too many. */
+    t.name = "tower/user";
+    ck_assert_int_eq(dtrain_model_add_table(m, &t), DTRAIN_EEXIST);
+    ck_assert_msg(strstr(dtrain_errmsg(m), "collide") != NULL, "message: %s", dtrain_errmsg(m));
+    char names[DTRAIN_MAX_TABLES][16];
+    for (int k = 1; k < DTRAIN_MAX_TABLES; k++) {
+        snprintf(names[k], sizeof names[k], "t%d", k);
+        t.name = names[k];
+        ck_assert_msg(dtrain_model_add_table(m, &t) == 0, "%s", dtrain_errmsg(m));
+    }
+    ck_assert_int_eq(dtrain_model_table_count(m), DTRAIN_MAX_TABLES);
     t.name = "other";
     ck_assert_int_eq(dtrain_model_add_table(m, &t), DTRAIN_EINVAL);
-    ck_assert_msg(strstr(dtrain_errmsg(m), "at most 1") != NULL, "message: %s", dtrain_errmsg(m));
+    ck_assert_msg(strstr(dtrain_errmsg(m), "at most 8") != NULL, "message: %s", dtrain_errmsg(m));
     /* Lookups before a session. */
     dtrain_session *s = NULL;
     ck_assert_int_eq(dtrain_session_new(&s), 0);
@@ -799,6 +809,7 @@ END_TEST
 #define TABLE_ROWS 1000 /* the table's R; the batches use ids below 100 */
 #define TABLE_DIM 4
 #define TABLE_BATCH 8
+#define WIDE_ROWS 500 /* the second table, "wide": one float a row, id 3k for emb's k */
 
 /* Row id's target: the sum of its row plus the bias is to learn it. */
 static float table_target(int64_t id) {
@@ -806,24 +817,28 @@ static float table_target(int64_t id) {
 }
 
 /* A library chief in this process of the table model: a bias and the
- * table "emb" (TABLE_ROWS x TABLE_DIM), its session started on the job. */
+ * table "emb" (TABLE_ROWS x TABLE_DIM), with ntables 2 the table "wide"
+ * (WIDE_ROWS x 1) too, its session started on the job. */
 typedef struct {
     dtrain_cluster *c;
     dtrain_config *cfg;
     dtrain_model *m;
     dtrain_session *s;
+    int ntables;
     float bias[1];
-    int64_t ids[TABLE_BATCH];
+    int64_t ids[TABLE_BATCH], wide_ids[TABLE_BATCH];
     float rows[TABLE_BATCH * TABLE_DIM], row_grads[TABLE_BATCH * TABLE_DIM], gb;
+    float wide[TABLE_BATCH], wide_grads[TABLE_BATCH];
 } table_prog;
 
 /* The job of sets (1 ps, the binary's, and this process's chief): starts
- * the ps, then t's session. Returns the ps's pid. */
-static pid_t table_prog_start(table_prog *t, const char *const *sets, int n) {
+ * the ps, then t's session of ntables tables. Returns the ps's pid. */
+static pid_t table_prog_start(table_prog *t, int ntables, const char *const *sets, int n) {
     dt_test_job_set(&j, sets, n);
     dt_test_job_cluster(&j, 1, 1);
     pid_t ps = dt_test_job_start(&j, "ps", 0, "ps");
     memset(t, 0, sizeof *t);
+    t->ntables = ntables;
     ck_assert_int_eq(dtrain_cluster_new(&t->c), 0);
     ck_assert_int_eq(dtrain_config_new(&t->cfg), 0);
     ck_assert_int_eq(dtrain_model_new(&t->m), 0);
@@ -848,6 +863,9 @@ static pid_t table_prog_start(table_prog *t, const char *const *sets, int n) {
                               .scale = 0.1};
     ck_assert_int_eq(dtrain_model_add(t->m, &vb), 0);
     ck_assert_int_eq(dtrain_model_add_table(t->m, &tp), 0);
+    dtrain_table_params wp = {
+        .name = "wide", .rows = WIDE_ROWS, .dim = 1, .init = DTRAIN_INIT_ZEROS};
+    if (ntables == 2) ck_assert_int_eq(dtrain_model_add_table(t->m, &wp), 0);
     dtrain_session_params p = {.cluster = t->c, .config = t->cfg, .model = t->m};
     int rc = dtrain_session_start(t->s, &p);
     ck_assert_msg(rc == 0, "start: %s", dtrain_errmsg(t->s));
@@ -855,7 +873,8 @@ static pid_t table_prog_start(table_prog *t, const char *const *sets, int n) {
 }
 
 /* Step `step`'s batch, 8 distinct ids below 100, sorted: (7 step + 13 k)
- * mod 100, into t->ids; then their rows into t->rows. */
+ * mod 100, into t->ids; then their rows into t->rows (and "wide"'s rows
+ * 3 id into t->wide). */
 static int table_prog_lookup(table_prog *t, int64_t step) {
     for (int k = 0; k < TABLE_BATCH; k++)
         t->ids[k] = (7 * step + 13 * k) % 100;
@@ -865,7 +884,20 @@ static int table_prog_lookup(table_prog *t, int64_t step) {
             t->ids[b] = t->ids[b - 1];
             t->ids[b - 1] = x;
         }
-    return dtrain_session_lookup(t->s, 0, t->ids, TABLE_BATCH, t->rows);
+    for (int k = 0; k < TABLE_BATCH; k++)
+        t->wide_ids[k] = 3 * t->ids[k];
+    int rc = dtrain_session_lookup(t->s, 0, t->ids, TABLE_BATCH, t->rows);
+    if (rc == 0 && t->ntables == 2)
+        rc = dtrain_session_lookup(t->s, 1, t->wide_ids, TABLE_BATCH, t->wide);
+    return rc;
+}
+
+/* A prediction of the model from its parts: bias, emb's row, wide's. */
+static double table_pred(float bias, const float *row, const float *wide) {
+    double pred = bias;
+    for (int d = 0; d < TABLE_DIM; d++)
+        pred += row[d];
+    return wide ? pred + wide[0] : pred;
 }
 
 /* After a lookup: p = sum(row) + bias, loss = mean (p - y)^2, both
@@ -874,17 +906,17 @@ static int table_prog_push(table_prog *t, double *loss, dtrain_step_result *r) {
     double l = 0;
     t->gb = 0;
     for (int k = 0; k < TABLE_BATCH; k++) {
-        double pred = t->bias[0];
-        for (int d = 0; d < TABLE_DIM; d++)
-            pred += t->rows[k * TABLE_DIM + d];
+        double pred =
+            table_pred(t->bias[0], &t->rows[k * TABLE_DIM], t->ntables == 2 ? &t->wide[k] : NULL);
         double e = pred - table_target(t->ids[k]);
         l += e * e / TABLE_BATCH;
         t->gb += (float)(2 * e / TABLE_BATCH);
         for (int d = 0; d < TABLE_DIM; d++)
             t->row_grads[k * TABLE_DIM + d] = (float)(2 * e / TABLE_BATCH);
+        t->wide_grads[k] = (float)(2 * e / TABLE_BATCH);
     }
     *loss = l;
-    const float *grads[1] = {&t->gb}, *rgrads[1] = {t->row_grads};
+    const float *grads[1] = {&t->gb}, *rgrads[2] = {t->row_grads, t->wide_grads};
     return dtrain_session_step_rows(t->s, grads, rgrads, l, r);
 }
 
@@ -895,21 +927,30 @@ static void table_prog_free(table_prog *t) {
     dtrain_cluster_free(t->c);
 }
 
-/* A library chief (this process) of a model with a table trains on the
- * binary's ps: each step looks up its batch's rows, computes
- * p = sum(row) + bias against table_target, and pushes both gradients.
- * Bad lookups and a step without one are refused on the way; the final
- * checkpoint holds the table's rows under the program's name
- * ("emb/ids", "emb/values") and they fit the targets. */
+/* wide's row for emb's id in a checkpoint's "wide/ids" and
+ * "wide/values", or NULL when it holds none. */
+static const float *wide_row(const dt_tensor *ids, const dt_tensor *values, int64_t id) {
+    for (int64_t h = 0; ids && h < ids->shape[0]; h++)
+        if (((const int64_t *)ids->data)[h] == 3 * id) return (const float *)values->data + h;
+    return NULL;
+}
+
+/* A library chief (this process) of a model with _i tables (emb; then
+ * wide too) trains on the binary's ps: each step looks up its batch's
+ * rows of each, computes p = sum(row) + wide + bias against table_target,
+ * and pushes every gradient. Bad lookups and a step without one are
+ * refused on the way; the final checkpoint holds each table's rows under
+ * the program's names ("emb/ids", "emb/values", "wide/...") and they fit
+ * the targets. */
 START_TEST(library_table_job) {
     static const char *const sets[] = {"max_steps=400", "learning_rate=0.1",
                                        "save_model_secs=3600"};
     table_prog t;
-    pid_t ps = table_prog_start(&t, sets, 3);
+    pid_t ps = table_prog_start(&t, _i, sets, 3);
     dtrain_session *s = t.s;
 
     float rows[TABLE_BATCH * TABLE_DIM], gb = 0;
-    const float *grads[1] = {&gb}, *rgrads[1] = {t.row_grads};
+    const float *grads[1] = {&gb}, *rgrads[2] = {t.row_grads, t.wide_grads};
     /* Refused: a step before a lookup, the plain step, ids out of range
      * or out of order, a table the model has not. */
     ck_assert_int_eq(dtrain_session_step_rows(s, grads, rgrads, 0, NULL), DTRAIN_EPRECOND);
@@ -923,7 +964,14 @@ START_TEST(library_table_job) {
     ck_assert_int_eq(dtrain_session_lookup(s, 0, bad, 2, rows), DTRAIN_EINVAL);
     ck_assert_msg(strstr(dtrain_errmsg(s), "strictly increasing") != NULL, "message: %s",
                   dtrain_errmsg(s));
-    ck_assert_int_eq(dtrain_session_lookup(s, 1, bad, 1, rows), DTRAIN_EPRECOND);
+    ck_assert_int_eq(dtrain_session_lookup(s, _i, bad, 1, rows), DTRAIN_EPRECOND);
+    ck_assert_msg(strstr(dtrain_errmsg(s), "no table") != NULL, "message: %s", dtrain_errmsg(s));
+    if (_i == 2) { /* a lookup of emb alone: the step wants wide's too */
+        ck_assert_int_eq(dtrain_session_lookup(s, 0, bad, 1, rows), 0);
+        ck_assert_int_eq(dtrain_session_step_rows(s, grads, rgrads, 0, NULL), DTRAIN_EPRECOND);
+        ck_assert_msg(strstr(dtrain_errmsg(s), "table \"wide\"") != NULL, "message: %s",
+                      dtrain_errmsg(s));
+    }
 
     double first_loss = -1, loss = 0;
     int rc = 0;
@@ -946,6 +994,15 @@ START_TEST(library_table_job) {
     const dt_tensor *values = dt_tensors_find(&ts, "emb/values");
     const dt_tensor *b = dt_tensors_find(&ts, "bias");
     ck_assert_msg(held && values && b, "%s: no emb/ids, emb/values or bias", path);
+    const dt_tensor *wide_ids = dt_tensors_find(&ts, "wide/ids");
+    const dt_tensor *wide = dt_tensors_find(&ts, "wide/values");
+    ck_assert_msg(_i == 2 ? wide_ids && wide : !wide_ids && !wide, "%s: wide/ids %s", path,
+                  wide_ids ? "held" : "missing");
+    if (wide) { /* every emb id k of a batch had wide's row 3k pushed */
+        ck_assert_int_eq(wide_ids->shape[0], held->shape[0]);
+        ck_assert_int_eq(wide->ndim, 2);
+        ck_assert_int_eq(wide->shape[1], 1);
+    }
     ck_assert_int_eq(held->dtype, DT_DTYPE_I64);
     const int64_t n = held->shape[0];
     ck_assert_msg(n > 50 && n <= 100, "%s: %lld rows held", path, (long long)n);
@@ -957,9 +1014,9 @@ START_TEST(library_table_job) {
     double sq = 0;
     for (int64_t k = 0; k < n; k++) {
         ck_assert_msg(hid[k] >= 0 && hid[k] < 100, "%s: id %lld", path, (long long)hid[k]);
-        double pred = ((const float *)b->data)[0];
-        for (int d = 0; d < TABLE_DIM; d++)
-            pred += hv[k * TABLE_DIM + d];
+        const float *wr = wide_row(wide_ids, wide, hid[k]);
+        ck_assert_msg(_i == 1 || wr, "%s: no wide row %lld", path, (long long)(3 * hid[k]));
+        double pred = table_pred(((const float *)b->data)[0], &hv[k * TABLE_DIM], wr);
         sq += (pred - table_target(hid[k])) * (pred - table_target(hid[k]));
     }
     ck_assert_msg(sq / (double)n < 0.05, "%s: mean squared error %g over %lld rows", path,
@@ -979,7 +1036,7 @@ START_TEST(library_table_ps_restarted) {
     static const char *const sets[] = {"max_steps=1000000", "learning_rate=0.1",
                                        "save_model_secs=1"};
     table_prog t;
-    pid_t ps = table_prog_start(&t, sets, 3);
+    pid_t ps = table_prog_start(&t, _i, sets, 3);
     double loss = 0;
     int64_t step = 0;
     int rc = 0;
@@ -1017,6 +1074,14 @@ START_TEST(library_table_ps_restarted) {
                                   (long long)t.ids[k], d, t.rows[k * TABLE_DIM + d], want[d], path);
             }
     ck_assert_msg(found == TABLE_BATCH, "%d of the batch's ids in %s", found, path);
+    const dt_tensor *wide_ids = dt_tensors_find(&ts, "wide/ids");
+    const dt_tensor *wide = dt_tensors_find(&ts, "wide/values");
+    for (int k = 0; _i == 2 && k < TABLE_BATCH; k++) {
+        const float *want = wide_row(wide_ids, wide, t.ids[k]);
+        ck_assert_msg(want, "%s: no wide row %lld", path, (long long)t.wide_ids[k]);
+        ck_assert_msg(t.wide[k] == *want, "wide row %lld: %g after the restart, %g in %s",
+                      (long long)t.wide_ids[k], t.wide[k], *want, path);
+    }
     dtrain_step_result r;
     rc = table_prog_push(&t, &loss, &r);
     ck_assert_msg(rc == 0, "step after the restart: %s", dtrain_errmsg(t.s));
@@ -1136,8 +1201,8 @@ Suite *api_suite(void) {
     tcase_add_test(jobs, library_ps_restarted);
     tcase_add_test(jobs, library_secure_jobs);
     tcase_add_test(jobs, same_loop_bit_for_bit);
-    tcase_add_test(jobs, library_table_job);
-    tcase_add_test(jobs, library_table_ps_restarted);
+    tcase_add_loop_test(jobs, library_table_job, 1, 3); /* 1 table, then 2 */
+    tcase_add_loop_test(jobs, library_table_ps_restarted, 1, 3);
     tcase_add_test(jobs, python_module);
     tcase_add_test(jobs, installed_program_builds);
     return s;

@@ -1778,7 +1778,7 @@ START_TEST(test_rows_streamed_same_bytes) {
         dt_safetensors_rows *r = stream_rows(&full, model.count, sizes[k]);
         ck_assert_int_eq(count_files_with(tmpdir, NULL),
                          k == 0 ? 1 : 2); /* the saves, not the rows */
-        ck_assert_msg(dt_safetensors_save_rows(streamed, &model, r, &meta, &err) == 0, "%s",
+        ck_assert_msg(dt_safetensors_save_rows(streamed, &model, &r, 1, &meta, &err) == 0, "%s",
                       err.msg);
         dt_safetensors_rows_free(r);
         size_t la, lb;
@@ -1802,13 +1802,60 @@ START_TEST(test_rows_streamed_same_bytes) {
     tmp_path(whole, sizeof whole, "model.safetensors");
     tmp_path(streamed, sizeof streamed, "empty.safetensors");
     ck_assert_int_eq(dt_safetensors_save(whole, &model, &meta, &err), 0);
-    ck_assert_int_eq(dt_safetensors_save_rows(streamed, &model, r, &meta, &err), 0);
+    ck_assert_int_eq(dt_safetensors_save_rows(streamed, &model, &r, 1, &meta, &err), 0);
     dt_safetensors_rows_free(r);
     size_t la, lb;
     unsigned char *a = read_all(whole, &la), *b = read_all(streamed, &lb);
     ck_assert(la == lb && memcmp(a, b, la) == 0);
     free(a), free(b);
     dt_tensors_deinit(&model);
+}
+END_TEST
+
+START_TEST(test_rows_of_tables_streamed) {
+    /* Three tables' writers in one save, the middle one with no rows: the
+     * file a save of the model and both tables in memory gives, byte for
+     * byte (the empty table saves as no tensor). */
+    dt_safetensors_meta meta = make_meta(9);
+    dt_err err;
+    dt_err_clear(&err);
+    dt_tensors model, t, u;
+    build_model(&model, 3);
+    build_model_and_table(&t, 37);
+    build_model_and_table(&u, 5);
+    const int mc = model.count;
+    static const char *const parts[] = {"ids", "values", "m"};
+    for (int i = 0; i < 3; i++)
+        snprintf(u.items[mc + i].name, sizeof u.items[mc + i].name, "u/%s", parts[i]);
+    dt_tensor items[16];
+    memcpy(items, t.items, (size_t)(mc + 3) * sizeof *items);
+    memcpy(items + mc + 3, u.items + mc, 3 * sizeof *items);
+    dt_tensors all = {.count = mc + 6, .items = items};
+    char whole[1024], streamed[1024];
+    tmp_path(whole, sizeof whole, "tables.safetensors");
+    tmp_path(streamed, sizeof streamed, "tables_streamed.safetensors");
+    ck_assert_msg(dt_safetensors_save(whole, &all, &meta, &err) == 0, "%s", err.msg);
+    dt_safetensors_rows *rs[3] = {stream_rows(&t, mc, 37), stream_rows(&t, mc, 0),
+                                  stream_rows(&u, mc, 5)};
+    ck_assert_msg(dt_safetensors_save_rows(streamed, &model, rs, 3, &meta, &err) == 0, "%s",
+                  err.msg);
+    size_t la, lb;
+    unsigned char *a = read_all(whole, &la), *b = read_all(streamed, &lb);
+    ck_assert_uint_eq(la, lb);
+    ck_assert_msg(memcmp(a, b, la) == 0, "the files differ");
+    free(a), free(b);
+    /* More writers than a save takes: refused, nothing written. */
+    dt_safetensors_rows *many[DT_SAFETENSORS_MAX_ROW_SETS + 1];
+    for (int i = 0; i <= DT_SAFETENSORS_MAX_ROW_SETS; i++)
+        many[i] = rs[0];
+    tmp_path(streamed, sizeof streamed, "too_many.safetensors");
+    ck_assert_int_eq(dt_safetensors_save_rows(streamed, &model, many,
+                                              DT_SAFETENSORS_MAX_ROW_SETS + 1, &meta, &err),
+                     DT_EINVAL);
+    ck_assert_int_eq(access(streamed, F_OK), -1);
+    for (int i = 0; i < 3; i++)
+        dt_safetensors_rows_free(rs[i]);
+    dt_tensors_deinit(&model), dt_tensors_deinit(&t), dt_tensors_deinit(&u);
 }
 END_TEST
 
@@ -1821,7 +1868,7 @@ typedef struct {
 
 static int run_rows_save(void *ctx, dt_err *err) {
     const rows_save *rs = ctx;
-    return dt_safetensors_save_rows(rs->path, rs->ts, rs->rows, rs->meta, err);
+    return dt_safetensors_save_rows(rs->path, rs->ts, &rs->rows, 1, rs->meta, err);
 }
 
 START_TEST(test_rows_save_fails_at_every_byte) {
@@ -1846,7 +1893,7 @@ START_TEST(test_rows_save_fails_at_every_byte) {
 
     rows_save rs = {path, &model, r, &meta};
     save_fails_under_limits(path, len, 7, run_rows_save, &rs);
-    ck_assert_msg(dt_safetensors_save_rows(path, &model, r, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save_rows(path, &model, &r, 1, &meta, &err) == 0, "%s", err.msg);
     dt_tensors back;
     ck_assert_int_eq(dt_safetensors_load(path, &back, NULL, &err), 0);
     assert_same_tensors(&full, &back);
@@ -1962,6 +2009,7 @@ Suite *checkpoint_suite(void) {
     tcase_add_test(tc, test_save_rejects_bad_input);
     tcase_add_test(tc, test_crc_combine);
     tcase_add_test(tc, test_rows_streamed_same_bytes);
+    tcase_add_test(tc, test_rows_of_tables_streamed);
     tcase_add_test(tc, test_rows_save_fails_at_every_byte);
     tcase_add_test(tc, test_rows_bad_input);
     suite_add_tcase(s, tc);

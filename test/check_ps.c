@@ -2282,7 +2282,7 @@ static void streamed_save_same_bytes(dt_ps_client *c, const dt_table_config *tc,
                   "streamed save: %s", err.msg);
     ck_assert_ptr_nonnull(rows);
     dt_tensors none = {0};
-    ck_assert_msg(dt_safetensors_save_rows(b, &none, rows, &meta, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_safetensors_save_rows(b, &none, &rows, 1, &meta, &err) == 0, "%s", err.msg);
     dt_safetensors_rows_free(rows);
     size_t la = 0, lb = 0;
     char *fa = dt_test_read_file(a, &la), *fb = dt_test_read_file(b, &lb);

@@ -364,6 +364,52 @@ class Jobs(unittest.TestCase):
         fit = values.sum(1) + ts["bias"][0] - target(ids)
         self.assertLess(float(np.mean(fit * fit)), 0.05)
 
+    def test_two_tables_job(self):
+        """A model with two tables (an embedding and a wide part, as a
+        recommender has): each step looks up the batch's rows of both and
+        pushes both gradients in one step; a step with one row gradient
+        raises; the checkpoint holds both tables under their names."""
+        cl, logs, ps = self.start_module_ps(300)
+        model = dtrain.Model()
+        bias = model.variable("bias", (1,), init="zeros")
+        model.table("emb", 1000, 4, init="normal", scale=0.1)
+        model.table("wide", 500, 1)
+        with self.assertRaises(dtrain.DtrainError) as e:
+            model.table("emb/user", 10, 1)
+        self.assertIn("collide", str(e.exception))
+        cluster = dtrain.ClusterSpec(cl, job_name="worker", task_index=0)
+        config = dtrain.Config(max_steps=300, log_dir=logs, learning_rate=0.1)
+
+        def target(ids):
+            return ((ids % 5) - 2) * 0.5
+
+        with dtrain.Supervisor(cluster, config, model, handle_signals=False) as sv:
+            step = 0
+            while not sv.should_stop():
+                ids = np.unique((7 * step + 13 * np.arange(8)) % 100)
+                rows = sv.lookup("emb", ids)
+                wide = sv.lookup("wide", 3 * ids)
+                if sv.should_stop():
+                    break
+                err = rows.sum(1) + wide[:, 0] + bias[0] - target(ids)
+                g = (2 * err / len(ids)).astype(np.float32)
+                dense = [np.array([g.sum()], dtype=np.float32)]
+                if step == 0:
+                    with self.assertRaises(dtrain.DtrainError) as e:
+                        sv.step(dense, 0.0, rows=[np.repeat(g[:, None], 4, axis=1)])
+                    self.assertIn("1 row gradients for 2 tables", str(e.exception))
+                sv.step(dense, float(np.mean(err * err)),
+                        rows=[np.repeat(g[:, None], 4, axis=1), g[:, None]])
+                step += 1
+        self.assertEqual(ps.wait(TIMEOUT), 0)
+        ts = read_safetensors(os.path.join(logs, "model.ckpt-300.safetensors"))
+        ids, values = ts["emb/ids"], ts["emb/values"]
+        self.assertEqual(values.shape, (len(ids), 4))
+        np.testing.assert_array_equal(ts["wide/ids"], 3 * ids)
+        self.assertEqual(ts["wide/values"].shape, (len(ids), 1))
+        fit = values.sum(1) + ts["wide/values"][:, 0] + ts["bias"][0] - target(ids)
+        self.assertLess(float(np.mean(fit * fit)), 0.05)
+
     def test_gradient_arrays_reused_and_replaced(self):
         """step() reads the caller's gradient arrays in place: one array
         refilled each step, then a new array, then a list (converted), then
