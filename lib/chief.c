@@ -187,6 +187,12 @@ static int init_recipe(chief *c, dt_err *err) {
     dt_data_stats st;
     dt_data_stats_of(dt_worker_data(c->w), &st);
     if (st.num_features == 0) return 0;
+    if (c->job->data.scale_chosen) /* said once, as the change it is */
+        dt_log(DT_LOG_INFO,
+               "chief: standardizing the %lld features of %s (\"scale\" defaults to it for a "
+               "dense model on file data; the statistics go in the checkpoint for eval and "
+               "predict; \"scale\": \"none\" turns it off)",
+               (long long)st.num_features, c->job->data.train_data);
     dt_tensor specs[2] = {{.name = DT_CKPT_SCALE_MEAN}, {.name = DT_CKPT_SCALE_STD}};
     for (int i = 0; i < 2; i++) {
         specs[i].dtype = DT_DTYPE_F64;
@@ -336,6 +342,7 @@ static int compare_resumed(const chief *c, const char *path, const dt_safetensor
     if (!meta->job) return 0;
     dt_job was;
     dt_job_defaults(&was);
+    was.data.scale = DT_SCALE_NONE; /* as predict reads a job saved without "scale" */
     dt_err parse_err;
     dt_err_clear(&parse_err);
     char source[DT_PATH_MAX + 128], diff[DT_ERR_MSG_MAX];

@@ -397,7 +397,7 @@ static void scaling_apply(const scaling *sc, float *x, int64_t rows, int F) {
 /* ---- opening -------------------------------------------------------------- */
 
 const char *const dt_data_source_names[] = {"line", "wide", "csv", "libsvm", "idx", "criteo", NULL};
-const char *const dt_scale_names[] = {"none", "standardize", "divide", NULL};
+const char *const dt_scale_names[] = {"none", "standardize", "divide", "auto", NULL};
 
 int dt_data_reads_files(const dt_data_config *cfg) {
     return cfg->source == DT_DATA_CSV || cfg->source == DT_DATA_LIBSVM ||

@@ -48,8 +48,10 @@ typedef enum {
 /* The job's names of the sources, indexed by dt_data_source, NULL-terminated. */
 extern const char *const dt_data_source_names[];
 
-/* How features are scaled (the job's "scale"). */
-typedef enum { DT_SCALE_NONE = 0, DT_SCALE_STANDARDIZE, DT_SCALE_DIVIDE } dt_scale;
+/* How features are scaled (the job's "scale"). AUTO, the job's default,
+ * is resolved by dt_job_finish to one of the others: the data layer never
+ * sees it. */
+typedef enum { DT_SCALE_NONE = 0, DT_SCALE_STANDARDIZE, DT_SCALE_DIVIDE, DT_SCALE_AUTO } dt_scale;
 extern const char *const dt_scale_names[]; /* indexed by dt_scale, NULL-terminated */
 
 /* The job's data fields (conf/README.md), owned here; dt_job embeds them. */
@@ -63,6 +65,7 @@ typedef struct {
     char eval_labels[DT_PATH_MAX];  /* idx labels of the held-out set */
     char label_column[64];          /* csv: the label column's header name, or its 0-based index */
     dt_scale scale;                 /* standardize: per feature, over the training file */
+    int scale_chosen;               /* scale was "auto": dt_job_finish chose it */
     double scale_divisor;           /* > 0; 255 for 8-bit images */
     int skip_bad_rows;              /* 1: skip and count malformed rows instead of failing */
 } dt_data_config;

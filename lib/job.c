@@ -595,7 +595,7 @@ void dt_job_defaults(dt_job *job) {
     job->model.num_hidden = 1;
     job->data.source = DT_DATA_LINE;
     snprintf(job->data.label_column, sizeof job->data.label_column, "0");
-    job->data.scale = DT_SCALE_NONE;
+    job->data.scale = DT_SCALE_AUTO;
     job->data.scale_divisor = 255;
     job->data.num_examples = 100;
     job->data.noise = 0.3;
@@ -999,6 +999,27 @@ int dt_job_read_sparse(const dt_job *job, const char *path, int labeled, int sha
 static int same_value(const field_value *a, const field_value *b);
 
 /* "data" from "train_data" when nothing named it (dt_job_finish). */
+/*
+ * "scale": "auto" (the default): standardize a dense model's features from
+ * a csv or IDX file, or from a libsvm file when the config makes the model
+ * dense (its "features" given, at most the sparse threshold); none
+ * otherwise. Unscaled columns of mixed magnitudes are the first cause of a
+ * model that diverges or stalls on a user's own file, and the statistics
+ * travel in the checkpoint, so eval and predict apply them. A libsvm file
+ * whose features the file must say stays as read: it may be a sparse
+ * model's, and LIBSVM's sets come scaled already (conf/README.md,
+ * "Sparse models"). Synthetic sources are generated at their scale.
+ */
+static void resolve_scale(dt_job *job) {
+    dt_data_config *d = &job->data;
+    if (d->scale != DT_SCALE_AUTO) return;
+    int dense = d->source == DT_DATA_CSV || d->source == DT_DATA_IDX;
+    if (d->source == DT_DATA_LIBSVM) dense = job->model.num_features > 0 && !dt_job_is_sparse(job);
+    if (job->sparse == DT_SPARSE_ON) dense = 0;
+    d->scale = dense && dt_job_reads_files(job) ? DT_SCALE_STANDARDIZE : DT_SCALE_NONE;
+    d->scale_chosen = 1;
+}
+
 static int infer_source(dt_job *job, dt_err *err) {
     dt_data_config *d = &job->data;
     if (job->data_named || d->source != DT_DATA_LINE || d->train_data[0] == '\0') return 0;
@@ -1074,6 +1095,7 @@ int dt_job_finish(dt_job *job, dt_err *err) {
         job->sparse != DT_SPARSE_OFF)
         m->num_features = 1;
     if (m->num_classes == 0 && data->source == DT_DATA_CRITEO) m->num_classes = 2;
+    resolve_scale(job);
     if ((rc = check_sparse(job, err))) return rc;
     if (m->num_classes == 0 &&
         (!from_file || m->kind == DT_MODEL_LINEAR || m->kind == DT_MODEL_LOGISTIC))

@@ -152,6 +152,9 @@ static int job_of_meta(const char *what, const dt_safetensors_meta *m, const cha
     char source[DT_PATH_MAX + 128];
     snprintf(source, sizeof source, "%s: __metadata__ job", where);
     dt_job_defaults(job);
+    /* A job saved without "scale" was trained before "auto" was the
+     * default: its features went in as read. */
+    job->data.scale = DT_SCALE_NONE;
     int rc = dt_job_parse(m->job, source, job, err);
     if (rc == 0) rc = dt_job_finish(job, err);
     if (rc == 0) return 0;
@@ -162,22 +165,35 @@ static int job_of_meta(const char *what, const dt_safetensors_meta *m, const cha
 
 /* A job given beside a checkpoint that carries its own must agree with it
  * on the model and on how data becomes its input: anything else would
- * score or predict with a model the checkpoint is not. */
+ * score or predict with a model the checkpoint is not. A scale the given
+ * job left to "auto" is the checkpoint's (*scale; unchanged without its
+ * job), so a checkpoint trained before "auto" was the default is scored as
+ * it was trained. */
 static int check_job(const char *what, const dt_job *job, const dt_safetensors_meta *m,
-                     const char *where, dt_err *err) {
+                     const char *where, dt_scale *scale, dt_err *err) {
     if (!m->job) return 0; /* an older checkpoint: the job is all there is */
-    dt_job *trained = dt_malloc(sizeof *trained);
-    if (!trained) return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
+    dt_job *trained = dt_malloc(sizeof *trained), *given = dt_malloc(sizeof *given);
+    if (!trained || !given) {
+        free(trained);
+        free(given);
+        return dt_err_set(err, DT_ENOMEM, "%s: out of memory", what);
+    }
     int rc = job_of_meta(what, m, where, trained, err);
+    *given = *job;
+    if (rc == 0 && job->data.scale_chosen) {
+        given->data.scale = *scale = trained->data.scale;
+        given->data.scale_divisor = trained->data.scale_divisor;
+    }
     char diff[DT_ERR_MSG_MAX / 2];
-    if (rc == 0 && (dt_job_diff(trained, job, dt_job_model_fields, diff, sizeof diff) > 0 ||
-                    dt_job_diff(trained, job, dt_job_input_fields, diff, sizeof diff) > 0))
+    if (rc == 0 && (dt_job_diff(trained, given, dt_job_model_fields, diff, sizeof diff) > 0 ||
+                    dt_job_diff(trained, given, dt_job_input_fields, diff, sizeof diff) > 0))
         rc = dt_err_set(err, DT_ECONFIG,
                         "%s: %s: the job config disagrees with the job the checkpoint was "
                         "trained with: %s (checkpoint -> config); leave out --config to use "
                         "the checkpoint's",
                         what, where, diff);
     free(trained);
+    free(given);
     return rc;
 }
 
@@ -194,13 +210,13 @@ static void stats_deinit(ckpt_stats *st) {
 }
 
 /* Takes "scale/mean" and "scale/std" from loaded when the job standardizes
- * and the checkpoint has both (F64 (F), F the job's features). */
-static int stats_of(const char *what, const dt_job *job, const dt_tensors *loaded,
+ * (scale) and the checkpoint has both (F64 (F), F the job's features). */
+static int stats_of(const char *what, const dt_job *job, dt_scale scale, const dt_tensors *loaded,
                     const char *where, ckpt_stats *st, dt_err *err) {
     memset(st, 0, sizeof *st);
     const dt_tensor *mean = dt_tensors_find(loaded, DT_CKPT_SCALE_MEAN);
     const dt_tensor *std = dt_tensors_find(loaded, DT_CKPT_SCALE_STD);
-    if (job->data.scale != DT_SCALE_STANDARDIZE || !mean || !std) return 0;
+    if (scale != DT_SCALE_STANDARDIZE || !mean || !std) return 0;
     const int F = (int)job->model.num_features; /* standardized: a dense model's */
     for (int i = 0; i < 2; i++) {
         const dt_tensor *t = i ? std : mean;
@@ -249,8 +265,9 @@ static int load_sparse(const char *what, const dt_job *job, const char *path, dt
     memset(meta, 0, sizeof *meta);
     int rc = read_checkpoint(what, path, job->log_dir, &loaded, meta, where, cap, err);
     if (rc == 0) rc = dt_sparse_ckpt_open(what, job, &loaded, where, out, err);
-    dt_tensors_deinit(&loaded); /* the model holds its own copy of what it needs */
-    if (rc == 0 && (rc = check_job(what, job, meta, where, err)) < 0) {
+    dt_tensors_deinit(&loaded);       /* the model holds its own copy of what it needs */
+    dt_scale scale = job->data.scale; /* a sparse job's rows are not scaled */
+    if (rc == 0 && (rc = check_job(what, job, meta, where, &scale, err)) < 0) {
         dt_sparse_ckpt_free(*out);
         *out = NULL;
     }
@@ -282,7 +299,8 @@ int dt_predict_load_sparse(const char *what, const dt_job *job, const char *path
  * NULL) gets the checkpoint's scaling statistics. */
 static int load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
                 dt_safetensors_meta *meta, char *path_out, size_t path_cap, ckpt_stats *stats,
-                dt_err *err) {
+                dt_scale *scale_out, dt_err *err) {
+    dt_scale scale = job->data.scale;
     memset(vars, 0, sizeof *vars);
     if (stats) memset(stats, 0, sizeof *stats);
     dt_tensor specs[DT_MODEL_MAX_VARS];
@@ -296,9 +314,14 @@ static int load(const char *what, const dt_job *job, const char *path, dt_tensor
     if ((rc = read_checkpoint(what, path, job->log_dir, &loaded, &m, where, sizeof where, err)) < 0)
         goto fail;
     if ((rc = check_not_table(what, specs, count, &loaded, where, err)) < 0) goto fail;
-    if ((rc = check_job(what, job, &m, where, err)) < 0) goto fail;
+    if ((rc = check_job(what, job, &m, where, &scale, err)) < 0) goto fail;
     if ((rc = match(what, job, specs, count, &loaded, &m, where, err)) < 0) goto fail;
-    if (stats && (rc = stats_of(what, job, &loaded, where, stats, err)) < 0) goto fail;
+    if (stats && (rc = stats_of(what, job, scale, &loaded, where, stats, err)) < 0) goto fail;
+    /* Without its job, a checkpoint was standardized when it has the
+     * statistics ("auto" only: a scale set by hand is the user's word). */
+    if (!m.job && job->data.scale_chosen && !dt_tensors_find(&loaded, DT_CKPT_SCALE_MEAN))
+        scale = DT_SCALE_NONE;
+    if (scale_out) *scale_out = scale;
     if ((rc = dt_tensors_init(vars, specs, count, err)) < 0) goto fail;
     for (int i = 0; i < count; i++)
         memcpy(vars->items[i].data, dt_tensors_find(&loaded, specs[i].name)->data,
@@ -322,7 +345,7 @@ fail:
 
 int dt_predict_load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
                     dt_safetensors_meta *meta, char *path_out, size_t path_cap, dt_err *err) {
-    return load(what, job, path, vars, meta, path_out, path_cap, NULL, err);
+    return load(what, job, path, vars, meta, path_out, path_cap, NULL, NULL, err);
 }
 
 int dt_predict_job_of(const char *what, const char *path, const char *log_dir, dt_job *job,
@@ -556,7 +579,7 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
     if (rc == 0) rc = check_format(what, d, err);
     if (rc == 0)
         rc = load(what, p->job, p->checkpoint, &s->vars, &meta, r->checkpoint, sizeof r->checkpoint,
-                  &stats, err);
+                  &stats, &d->scale, err);
     if (rc == 0) rc = dt_model_new(&p->job->model, &s->model, err);
     if (rc == 0) rc = labels_of(what, d, &needs, &s->labeled, err);
     if (rc == 0 && (rc = dt_data_check_names(d, &needs, d->eval_data, s->labeled,
