@@ -357,6 +357,19 @@ def diverged(job_dir):
     return False
 
 
+def show_log_ends(job_dir, lines=5):
+    """A job that failed to run: the end of each role's log, on stderr, so
+    the reason is on screen without --keep."""
+    for role in ("ps0", "worker0", "worker1"):
+        try:
+            with open(os.path.join(job_dir, role, "log")) as f:
+                tail = f.read().splitlines()[-lines:]
+        except OSError:
+            tail = ["(no log)"]
+        for line in tail:
+            print("  %s: %s" % (role, line), file=sys.stderr)
+
+
 def has_checkpoint(log_dir):
     return os.path.isdir(log_dir) and any(n.endswith(".safetensors") for n in os.listdir(log_dir))
 
@@ -429,7 +442,8 @@ def parse_args(argv):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtrain", default=os.environ.get("DTRAIN")
                     or os.path.join(ROOT, "build", "dtrain"))
-    ap.add_argument("--sets", default=",".join(SETS), help="comma-separated, of: " + ", ".join(SETS))
+    ap.add_argument("--sets", default=",".join(SETS),
+                    help="comma-separated, of: " + ", ".join(SETS))
     ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
@@ -475,6 +489,8 @@ def run(args, work):
                 ran = not timed_out and all(c == 0 for c in codes)
                 div = not ran and not timed_out and diverged(job_dir)
                 failed += not ran and not div
+                if not ran and not div:
+                    show_log_ends(job_dir)
                 log_dir = os.path.join(job_dir, "logs")
                 score = ev = None
                 if has_checkpoint(log_dir):  # a failed job may still have left one
@@ -484,10 +500,11 @@ def run(args, work):
                 ok = ran and within_goal(spec, score, ref)
                 passes.setdefault(name, []).append(ok)
                 exits = ",".join("kill" if c is None else str(c) for c in codes)
+                exits += " timeout" if timed_out else " diverged" if div else ""
                 rows.append([name, mode, seed, metric, fmt_score(spec, score),
                              fmt_score(spec, ref), "pass" if ok else "MISS",
                              fmt_eval(spec, ev), last_chief_loss(job_dir) or "-",
-                             "%.1f" % secs, exits + (" timeout" if timed_out else " diverged" if div else "")])
+                             "%.1f" % secs, exits])
                 print(" ".join(map(str, rows[-1])), file=sys.stderr, flush=True)
     return rows, passes, failed
 
