@@ -714,6 +714,17 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
     dt_worker_set_max_steps(c->w, m->max_steps);
     int rc = dt_job_schedule(job, &m->schedule, err);
     if (rc < 0) return rc;
+    if (m->schedule.kind == DT_LR_COSINE) { /* over the whole job, however its length came */
+        m->schedule.decay_steps = m->max_steps;
+        dt_log(DT_LOG_INFO,
+               "chief: the learning rate decays from %g to %g along a cosine over the %lld "
+               "steps%s",
+               m->optim.learning_rate, m->optim.learning_rate * m->schedule.alpha,
+               (long long)m->max_steps,
+               job->schedule_chosen ? " (\"lr_schedule\" defaults to it for a dense model on "
+                                      "file data; \"constant\" keeps the rate)"
+                                    : "");
+    }
     /* The short fields first: a very long model description is what a cut
      * drops, the same way on every run of this job. */
     int n =

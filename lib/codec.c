@@ -127,6 +127,7 @@ static void schedule_to_pb(const dt_lr_schedule *in, dtrain_LearningRateSchedule
     out->decay_steps = in->decay_steps;
     out->decay_rate = in->decay_rate;
     out->staircase = in->staircase != 0;
+    out->alpha = in->alpha;
     int n = in->num_boundaries;
     if (n < 0) n = 0;
     if (n > DT_LR_MAX_BOUNDARIES) n = DT_LR_MAX_BOUNDARIES;
@@ -145,6 +146,7 @@ static void schedule_from_pb(const dtrain_LearningRateSchedule *in, dt_lr_schedu
     out->decay_steps = in->decay_steps;
     out->decay_rate = in->decay_rate;
     out->staircase = in->staircase;
+    out->alpha = in->alpha;
     out->num_boundaries = (int)in->boundaries_count;
     memcpy(out->boundaries, in->boundaries, sizeof(int64_t) * in->boundaries_count);
     /* A piecewise schedule needs one more value than boundaries. */
@@ -1032,7 +1034,7 @@ static int check_create(const dtrain_CreateRequest *c, dt_err *err) {
     int rc = check_name(c->optimizer.name, sizeof c->optimizer.name, dt_optim_names, 0,
                         "optimizer.name", err);
     if (rc == 0)
-        rc = check_name(c->schedule.kind, sizeof c->schedule.kind, dt_lr_kind_names, 1,
+        rc = check_name(c->schedule.kind, sizeof c->schedule.kind, dt_lr_wire_kind_names, 1,
                         "schedule.kind", err);
     if (rc == 0)
         rc = check_name(c->consistency.mode, sizeof c->consistency.mode, dt_mode_names, 1,

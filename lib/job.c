@@ -140,6 +140,7 @@ static const field fields[] = {
      .max = MAX_EXACT_INT},
     {.name = "decay_rate", .type = F_NUM, AT(schedule.decay_rate), .rule = NUM_POSITIVE},
     {.name = "staircase", .type = F_BOOL, AT(schedule.staircase)},
+    {.name = "cosine_alpha", .type = F_NUM, AT(schedule.alpha), .rule = NUM_UNIT},
     {.name = "boundaries",
      .type = F_INT64_LIST,
      AT(schedule.boundaries),
@@ -602,7 +603,7 @@ void dt_job_defaults(dt_job *job) {
     job->seed = 1;
     dt_optim_defaults(&job->optim);
     job->optim.learning_rate = 0.05;
-    job->schedule.kind = DT_LR_CONSTANT;
+    job->schedule.kind = DT_LR_AUTO;
     job->schedule.decay_steps = 1000;
     job->schedule.decay_rate = 0.96;
     job->placement.kind = DT_PLACE_GREEDY;
@@ -1020,6 +1021,23 @@ static void resolve_scale(dt_job *job) {
     d->scale_chosen = 1;
 }
 
+/*
+ * "lr_schedule": "auto" (the default): a cosine from learning_rate to 0
+ * over max_steps for a dense model on file data, constant otherwise. A
+ * constant rate leaves SGD's noise in the last steps' values: on small
+ * tabular sets the regression's test MSE stayed 1-5% above least squares'
+ * and some classifiers 0.02 under the reference (bench/firsttry.py); the
+ * decay settles them. Sparse models keep their optimizers' own decay
+ * (FTRL, Adagrad), and the synthetic demo its constant rate.
+ */
+static void resolve_schedule(dt_job *job) {
+    if (job->schedule.kind != DT_LR_AUTO) return;
+    const int dense_file = dt_job_reads_files(job) && !dt_job_is_sparse(job) &&
+                           job->data.source != DT_DATA_CRITEO && job->sparse != DT_SPARSE_ON;
+    job->schedule.kind = dense_file ? DT_LR_COSINE : DT_LR_CONSTANT;
+    job->schedule_chosen = 1;
+}
+
 static int infer_source(dt_job *job, dt_err *err) {
     dt_data_config *d = &job->data;
     if (job->data_named || d->source != DT_DATA_LINE || d->train_data[0] == '\0') return 0;
@@ -1096,6 +1114,7 @@ int dt_job_finish(dt_job *job, dt_err *err) {
         m->num_features = 1;
     if (m->num_classes == 0 && data->source == DT_DATA_CRITEO) m->num_classes = 2;
     resolve_scale(job);
+    resolve_schedule(job);
     if ((rc = check_sparse(job, err))) return rc;
     if (m->num_classes == 0 &&
         (!from_file || m->kind == DT_MODEL_LINEAR || m->kind == DT_MODEL_LOGISTIC))

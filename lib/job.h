@@ -38,6 +38,7 @@ typedef struct {
     dt_optim_config optim;             /* "optimizer", "learning_rate", ... */
     dt_lr_schedule schedule;           /* "lr_schedule", "decay_steps", ..., "lr_values" */
     int num_lr_values;                 /* piecewise: entries of schedule.values given */
+    int schedule_chosen;               /* "lr_schedule" was "auto": dt_job_finish chose it */
     dt_placement_config placement;     /* "placement", "partition_min_bytes" */
     dt_consistency_config consistency; /* "mode", ..., "sync_timeout_secs", "nonfinite" */
     dt_sparse_mode sparse;             /* "sparse": the weight as a table of rows on the ps */

@@ -487,15 +487,18 @@ void dt_optim_apply_rows(const dt_optim_config *cfg, double lr, int64_t t, float
 
 /* ---- learning-rate schedules ------------------------------------------- */
 
-const char *const dt_lr_kind_names[] = {"constant", "exponential", "piecewise", NULL};
+const char *const dt_lr_kind_names[] = {"constant", "exponential", "piecewise",
+                                        "cosine",   "auto",        NULL};
+const char *const dt_lr_wire_kind_names[] = {"constant", "exponential", "piecewise", "cosine",
+                                             NULL};
 
 const char *dt_lr_kind_name(int kind) {
-    if (kind < 0 || kind > DT_LR_PIECEWISE) return NULL;
+    if (kind < 0 || kind > DT_LR_AUTO) return NULL;
     return dt_lr_kind_names[kind];
 }
 
 int dt_lr_kind_from_name(const char *name) {
-    for (int k = 0; k <= DT_LR_PIECEWISE; k++)
+    for (int k = 0; k <= DT_LR_AUTO; k++)
         if (strcmp(name, dt_lr_kind_names[k]) == 0) return k;
     return -1;
 }
@@ -510,6 +513,16 @@ int dt_lr_check(const dt_lr_schedule *s, dt_err *err) {
         if (!(s->decay_rate > 0) || !isfinite(s->decay_rate))
             return dt_err_set(err, DT_EINVAL, "schedule: \"decay_rate\" must be > 0 (got %g)",
                               s->decay_rate);
+        return 0;
+    case DT_LR_COSINE:
+        if (s->decay_steps < 1)
+            return dt_err_set(err, DT_EINVAL,
+                              "schedule: cosine decays over max_steps, which must be >= 1 (got "
+                              "%lld)",
+                              (long long)s->decay_steps);
+        if (!(s->alpha >= 0 && s->alpha < 1))
+            return dt_err_set(err, DT_EINVAL,
+                              "schedule: \"cosine_alpha\" must be in [0, 1) (got %g)", s->alpha);
         return 0;
     case DT_LR_PIECEWISE:
         if (s->num_boundaries < 1 || s->num_boundaries > DT_LR_MAX_BOUNDARIES)
@@ -527,6 +540,10 @@ int dt_lr_check(const dt_lr_schedule *s, dt_err *err) {
                                   "schedule: \"lr_values\"[%d] must be > 0 (got %g)", i,
                                   s->values[i]);
         return 0;
+    case DT_LR_AUTO:
+        return dt_err_set(err, DT_EINVAL,
+                          "schedule: \"auto\" is a job config's word (dt_job_finish chooses "
+                          "the schedule), not one a ps applies");
     default: return dt_err_set(err, DT_EINVAL, "schedule: unknown kind %d", s->kind);
     }
 }
@@ -545,6 +562,11 @@ double dt_lr_at(const dt_lr_schedule *s, double lr, int64_t global_step) {
         while (i < s->num_boundaries && global_step > s->boundaries[i])
             i++;
         return s->values[i];
+    }
+    case DT_LR_COSINE: {
+        double t = global_step < s->decay_steps ? (double)global_step : (double)s->decay_steps;
+        double c = 0.5 * (1 + cos(M_PI * t / (double)s->decay_steps));
+        return lr * (s->alpha + (1 - s->alpha) * c);
     }
     default: return lr;
     }

@@ -155,21 +155,33 @@ int64_t dt_optim_rows_first_nonfinite(const dt_optim_config *cfg, double lr, int
 
 #define DT_LR_MAX_BOUNDARIES 16
 
-typedef enum { DT_LR_CONSTANT = 0, DT_LR_EXPONENTIAL, DT_LR_PIECEWISE } dt_lr_kind;
+/* AUTO, the job's default, is resolved by dt_job_finish (lib/job.c) to
+ * one of the others; dt_lr_check refuses it. */
+typedef enum {
+    DT_LR_CONSTANT = 0,
+    DT_LR_EXPONENTIAL,
+    DT_LR_PIECEWISE,
+    DT_LR_COSINE,
+    DT_LR_AUTO
+} dt_lr_kind;
 
 typedef struct {
     int kind;                                 /* dt_lr_kind */
-    int64_t decay_steps;                      /* exponential: >= 1 */
+    int64_t decay_steps;                      /* exponential, cosine: >= 1 */
     double decay_rate;                        /* exponential: > 0 */
     int staircase;                            /* exponential: floor the exponent */
+    double alpha;                             /* cosine: the end's fraction of lr, [0, 1) */
     int num_boundaries;                       /* piecewise: 1..DT_LR_MAX_BOUNDARIES */
     int64_t boundaries[DT_LR_MAX_BOUNDARIES]; /* strictly increasing */
     double values[DT_LR_MAX_BOUNDARIES + 1];  /* > 0; one more than boundaries */
 } dt_lr_schedule;
 
-/* The schedules' names, indexed by dt_lr_kind, NULL-terminated. */
+/* The schedules' names, indexed by dt_lr_kind, NULL-terminated; the
+ * wire's are the same without "auto". */
 extern const char *const dt_lr_kind_names[];
-/* "constant", "exponential", "piecewise"; NULL for an unknown kind. */
+extern const char *const dt_lr_wire_kind_names[];
+/* "constant", "exponential", "piecewise", "cosine", "auto"; NULL for an
+ * unknown kind. */
 const char *dt_lr_kind_name(int kind);
 /* Inverse of dt_lr_kind_name; -1 when unknown. */
 int dt_lr_kind_from_name(const char *name);
@@ -183,6 +195,8 @@ int dt_lr_check(const dt_lr_schedule *s, dt_err *err) DT_WARN_UNUSED;
  *   exponential  lr * decay_rate^(step / decay_steps)   (staircase: floor it)
  *   piecewise    values[i] for the first i with step <= boundaries[i],
  *                values[num_boundaries] past the last boundary (lr unused)
+ *   cosine       lr * (alpha + (1 - alpha) * (1 + cos(pi * t / T)) / 2),
+ *                t = min(step, T), T = decay_steps (TF's cosine_decay)
  */
 double dt_lr_at(const dt_lr_schedule *s, double lr, int64_t global_step);
 

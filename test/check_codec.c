@@ -268,7 +268,7 @@ START_TEST(test_choice_names_refused) {
     m.tables[1].init = DT_TABLE_INIT_UNIFORM;
     assert_name_refused(&m, "exponential",
                         "CreateRequest: schedule.kind: unknown name \"exponentiaX\" (want "
-                        "constant, exponential or piecewise)");
+                        "constant, exponential, piecewise or cosine)");
     assert_name_refused(&m, "bounded",
                         "CreateRequest: consistency.mode: unknown name \"boundeX\" (want async, "
                         "sync or bounded)");
@@ -286,6 +286,18 @@ START_TEST(test_choice_names_refused) {
     ck_assert_int_eq(d.tables[0].init, DT_TABLE_INIT_ZEROS);
     ck_assert_int_eq(d.tables[1].init, DT_TABLE_INIT_UNIFORM);
     free(buf);
+    /* Every kind a job can send travels as itself, cosine's alpha too (a
+     * kind the encoder did not name would reach the ps as constant). */
+    for (int k = DT_LR_CONSTANT; k < DT_LR_AUTO; k++) {
+        m.schedule.kind = k;
+        m.schedule.alpha = 0.25;
+        m.schedule.num_boundaries = k == DT_LR_PIECEWISE ? 1 : 0;
+        buf = encode_new(DT_MSG_CREATE_REQ, &m, &len);
+        ck_assert_msg(decode_create(buf, len, &d, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(d.schedule.kind, k);
+        ck_assert_double_eq(d.schedule.alpha, 0.25);
+        free(buf);
+    }
 }
 END_TEST
 

@@ -922,7 +922,8 @@ START_TEST(recipe_travels_with_checkpoint) {
     ck_assert_int_eq(fclose(f), 0);
     write_job("\"model\": \"logistic\", \"classes\": 2", train_path, eval_path,
               "\"scale\": \"standardize\", \"optimizer\": \"sgd\", \"learning_rate\": 1.0, "
-              "\"batch_size\": 20, \"max_steps\": 100, \"skip_bad_rows\": true",
+              "\"lr_schedule\": \"constant\", \"batch_size\": 20, \"max_steps\": 100, "
+              "\"skip_bad_rows\": true",
               job);
     train(job);
     /* The chief reads the training file once: its evaluations scale with

@@ -654,7 +654,35 @@ START_TEST(test_schedules) {
     ck_assert_int_eq(dt_lr_check(&s, &err), DT_EINVAL);
     ck_assert_str_eq(err.msg, "schedule: \"decay_steps\" must be >= 1 (got 0)");
     ck_assert_int_eq(dt_lr_kind_from_name("piecewise"), DT_LR_PIECEWISE);
-    ck_assert_int_eq(dt_lr_kind_from_name("cosine"), -1);
+    ck_assert_int_eq(dt_lr_kind_from_name("cosine"), DT_LR_COSINE);
+    ck_assert_int_eq(dt_lr_kind_from_name("linear"), -1);
+
+    /* TF's cosine_decay: lr at 0, half way down at T/2, alpha * lr from T. */
+    memset(&s, 0, sizeof s);
+    s.kind = DT_LR_COSINE;
+    s.decay_steps = 100;
+    s.alpha = 0.1;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_lr_check(&s, &err), 0);
+    ck_assert_double_eq(dt_lr_at(&s, 2.0, 0), 2.0);
+    ck_assert_double_eq_tol(dt_lr_at(&s, 2.0, 50), 2.0 * (0.1 + 0.9 * 0.5), 1e-12);
+    ck_assert_double_eq_tol(dt_lr_at(&s, 2.0, 25), 2.0 * (0.1 + 0.9 * (1 + cos(M_PI / 4)) / 2),
+                            1e-12);
+    ck_assert_double_eq_tol(dt_lr_at(&s, 2.0, 100), 0.2, 1e-12);
+    ck_assert_double_eq_tol(dt_lr_at(&s, 2.0, 1000), 0.2, 1e-12);
+    s.alpha = 1;
+    ck_assert_int_eq(dt_lr_check(&s, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "\"cosine_alpha\" must be in [0, 1)"), "%s", err.msg);
+    s.alpha = 0;
+    s.decay_steps = 0;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_lr_check(&s, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "max_steps"), "%s", err.msg);
+    /* "auto" is the job's word, never a ps's schedule. */
+    s.kind = DT_LR_AUTO;
+    dt_err_clear(&err);
+    ck_assert_int_eq(dt_lr_check(&s, &err), DT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "\"auto\""), "%s", err.msg);
 }
 END_TEST
 
