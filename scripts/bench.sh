@@ -56,6 +56,9 @@
 #      default run); BENCH_ONLY=python the tiny linear model through
 #      examples/linear.py and the C API against the binary
 #      (scripts/bench_python.sh).
+#   BENCH_ONLY=firsttry five unscaled tabular sets, 1 ps + 2 workers, a
+#      config naming only the model, files and label, against least
+#      squares and logistic regression (bench/firsttry.py, 3 minutes).
 #   BENCH_ONLY=summary figure 1g alone: the event file bytes an hour of the
 #      tiny model at the default summary cadence (summary_secs), and at
 #      summary_steps=10 (the default before it); BENCH_SUMMARY_SECS=N the
@@ -111,8 +114,9 @@ case "$ONLY" in
     flood) exec sh "$(dirname "$0")/bench_flood.sh" ;;
     cnn) exec sh "$(dirname "$0")/bench_cnn.sh" ;;
     python) exec sh "$(dirname "$0")/bench_python.sh" ;;
+    firsttry) exec /usr/bin/python3 "$(dirname "$0")/../bench/firsttry.py" --dtrain "$BIN" ;;
     *)
-        echo "bench: BENCH_ONLY must be sparse, tiny, metrics, summary, flood, cnn, python or unset (got \"$ONLY\")" >&2
+        echo "bench: BENCH_ONLY must be sparse, tiny, metrics, summary, flood, cnn, python, firsttry or unset (got \"$ONLY\")" >&2
         exit 1
         ;;
 esac
