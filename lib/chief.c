@@ -190,7 +190,7 @@ static int init_recipe(chief *c, dt_err *err) {
     if (c->job->data.scale_chosen) /* said once, as the change it is */
         dt_log(DT_LOG_INFO,
                "chief: standardizing the %lld features of %s (\"scale\" defaults to it for a "
-               "dense model on file data; the statistics go in the checkpoint for eval and "
+               "dense model on csv or IDX data; the statistics go in the checkpoint for eval and "
                "predict; \"scale\": \"none\" turns it off)",
                (long long)st.num_features, c->job->data.train_data);
     dt_tensor specs[2] = {{.name = DT_CKPT_SCALE_MEAN}, {.name = DT_CKPT_SCALE_STD}};
@@ -691,9 +691,12 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
         m->max_steps = (m->max_steps + per_step - 1) / per_step;
         dt_log(DT_LOG_INFO,
                "chief: %d epochs of %lld examples in %d shard(s), %d batch(es) a step: "
-               "max_steps %lld",
+               "max_steps %lld%s",
                job->epochs, (long long)dt_worker_examples(c->w), cluster->num_workers, per_step,
-               (long long)m->max_steps);
+               (long long)m->max_steps,
+               job->epochs_chosen ? " (\"epochs\" left out: about 150,000 examples' worth, at "
+                                    "most 200 passes; set it to choose)"
+                                  : "");
     }
     const dt_table_config *t;
     const int ntables = dt_worker_tables(c->w, &t);
@@ -722,7 +725,7 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
                m->optim.learning_rate, m->optim.learning_rate * m->schedule.alpha,
                (long long)m->max_steps,
                job->schedule_chosen ? " (\"lr_schedule\" defaults to it for a dense model on "
-                                      "file data; \"constant\" keeps the rate)"
+                                      "csv or IDX data; \"constant\" keeps the rate)"
                                     : "");
     }
     /* The short fields first: a very long model description is what a cut

@@ -191,7 +191,12 @@ static const field fields[] = {
      .max = MAX_EXACT_INT},
     INT_FIELD("batch_size", batch_size, 1),
     {.name = "max_steps", .type = F_INT64, AT(max_steps), .min = 0, .max = MAX_EXACT_INT},
-    INT_FIELD("epochs", epochs, 0),
+    {.name = "epochs",
+     .type = F_INT,
+     AT(epochs),
+     .min = 0,
+     .max = INT_MAX,
+     .named_flag = offsetof(dt_job, epochs_named)},
     {.name = "log_dir", .type = F_PATH, AT(log_dir)},
     INT_FIELD("save_model_secs", save_model_secs, 1),
     INT_FIELD("final_save_secs", final_save_secs, 1),
@@ -822,6 +827,18 @@ int dt_job_infer(dt_job *job, dt_err *err) {
     return 0;
 }
 
+/* A small set wants many passes to converge, a large one few: 200 passes
+ * of 60,000 images at batch 10 are 1.2M steps. 150,000 examples keep the
+ * tabular sets of bench/firsttry.py at the reference (3,000 rows: 50
+ * passes, 0.91 against 0.89) in a few seconds, where 200 passes took 15 s
+ * in sync mode; sets under 750 rows keep the old 200. */
+void dt_job_choose_epochs(dt_job *job, int64_t rows) {
+    if (job->epochs_named || job->max_steps > 0 || !dt_job_reads_files(job) || rows < 1) return;
+    int64_t e = (DT_JOB_EPOCH_EXAMPLES + rows - 1) / rows;
+    job->epochs = (int)(e > DT_JOB_MAX_AUTO_EPOCHS ? DT_JOB_MAX_AUTO_EPOCHS : e);
+    job->epochs_chosen = 1;
+}
+
 int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps, dt_err *err) {
     if (job->epochs == 0)
         return dt_err_set(err, DT_EINVAL,
@@ -1000,41 +1017,44 @@ int dt_job_read_sparse(const dt_job *job, const char *path, int labeled, int sha
 static int same_value(const field_value *a, const field_value *b);
 
 /* "data" from "train_data" when nothing named it (dt_job_finish). */
+/* Whether the "auto" fields (scale, lr_schedule) pick the file recipe: a
+ * dense model on csv or IDX data, the files users bring as they are. A
+ * libsvm file stays as read, dense or sparse alike: LIBSVM's sets come
+ * scaled, and a model switched between dense and sparse on it trains the
+ * same (sparse_e2e's sparse_matches_dense); sparse models keep their
+ * optimizers' own recipes (FTRL, Adagrad); synthetic sources are made at
+ * their scale. */
+static int takes_file_recipe(const dt_job *job) {
+    const dt_data_source s = job->data.source;
+    return (s == DT_DATA_CSV || s == DT_DATA_IDX) && dt_job_reads_files(job) &&
+           !dt_job_is_sparse(job) && job->sparse != DT_SPARSE_ON;
+}
+
 /*
- * "scale": "auto" (the default): standardize a dense model's features from
- * a csv or IDX file, or from a libsvm file when the config makes the model
- * dense (its "features" given, at most the sparse threshold); none
- * otherwise. Unscaled columns of mixed magnitudes are the first cause of a
- * model that diverges or stalls on a user's own file, and the statistics
- * travel in the checkpoint, so eval and predict apply them. A libsvm file
- * whose features the file must say stays as read: it may be a sparse
- * model's, and LIBSVM's sets come scaled already (conf/README.md,
- * "Sparse models"). Synthetic sources are generated at their scale.
+ * "scale": "auto" (the default): standardize the features of the file
+ * recipe's jobs (takes_file_recipe), none otherwise. Unscaled columns of
+ * mixed magnitudes are the first cause of a model that diverges or stalls
+ * on a user's own file, and the statistics travel in the checkpoint, so
+ * eval and predict apply them.
  */
 static void resolve_scale(dt_job *job) {
     dt_data_config *d = &job->data;
     if (d->scale != DT_SCALE_AUTO) return;
-    int dense = d->source == DT_DATA_CSV || d->source == DT_DATA_IDX;
-    if (d->source == DT_DATA_LIBSVM) dense = job->model.num_features > 0 && !dt_job_is_sparse(job);
-    if (job->sparse == DT_SPARSE_ON) dense = 0;
-    d->scale = dense && dt_job_reads_files(job) ? DT_SCALE_STANDARDIZE : DT_SCALE_NONE;
+    d->scale = takes_file_recipe(job) ? DT_SCALE_STANDARDIZE : DT_SCALE_NONE;
     d->scale_chosen = 1;
 }
 
 /*
- * "lr_schedule": "auto" (the default): a cosine from learning_rate to 0
- * over max_steps for a dense model on file data, constant otherwise. A
- * constant rate leaves SGD's noise in the last steps' values: on small
- * tabular sets the regression's test MSE stayed 1-5% above least squares'
- * and some classifiers 0.02 under the reference (bench/firsttry.py); the
- * decay settles them. Sparse models keep their optimizers' own decay
- * (FTRL, Adagrad), and the synthetic demo its constant rate.
+ * "lr_schedule": "auto" (the default): for the file recipe, a cosine from
+ * learning_rate to 0 over max_steps; constant otherwise. A constant rate
+ * leaves SGD's noise in the last steps' values: on small tabular sets the
+ * regression's test MSE stayed 1-5% above least squares' and some
+ * classifiers 0.02 under the reference (bench/firsttry.py); the decay
+ * settles them.
  */
 static void resolve_schedule(dt_job *job) {
     if (job->schedule.kind != DT_LR_AUTO) return;
-    const int dense_file = dt_job_reads_files(job) && !dt_job_is_sparse(job) &&
-                           job->data.source != DT_DATA_CRITEO && job->sparse != DT_SPARSE_ON;
-    job->schedule.kind = dense_file ? DT_LR_COSINE : DT_LR_CONSTANT;
+    job->schedule.kind = takes_file_recipe(job) ? DT_LR_COSINE : DT_LR_CONSTANT;
     job->schedule_chosen = 1;
 }
 

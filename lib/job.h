@@ -55,6 +55,8 @@ typedef struct {
     int batch_size;    /* B >= 1 */
     int64_t max_steps; /* global steps; 0 means epochs * N / B */
     int epochs;        /* used when max_steps is 0 */
+    int epochs_named;  /* 1 once a file or --set gave "epochs" */
+    int epochs_chosen; /* dt_job_choose_epochs set it from the training file's rows */
 
     /* chief */
     char log_dir[DT_PATH_MAX]; /* checkpoints, the checkpoint state file, event files */
@@ -211,6 +213,13 @@ int dt_job_open_sparse(const dt_job *job, int eval, int shard, int num_shards, d
  * predictions). */
 int dt_job_read_sparse(const dt_job *job, const char *path, int labeled, int shard, int num_shards,
                        dt_sparse_set *out, dt_err *err) DT_WARN_UNUSED;
+
+/* "epochs" left out on file data (max_steps 0): about DT_JOB_EPOCH_EXAMPLES
+ * examples' worth of passes over rows (the training file's, every
+ * shard's together), 1 to DT_JOB_MAX_AUTO_EPOCHS; else as given. */
+#define DT_JOB_EPOCH_EXAMPLES 150000
+#define DT_JOB_MAX_AUTO_EPOCHS 200
+void dt_job_choose_epochs(dt_job *job, int64_t rows);
 
 /* epochs * ceil(num_examples / batch_size), checked for overflow. */
 int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps,

@@ -658,6 +658,7 @@ START_TEST(test_job_conf_linear) {
     memset(&job, 0x5a, sizeof job);
     ck_assert_msg(dt_job_load("conf/linear.json", &job, &err) == 0, "%s", err.msg);
     dt_job_defaults(&want);
+    ck_assert_int_eq(job.schedule.kind, want.schedule.kind); /* "auto", both */
     ck_assert_int_eq(job.model.kind, want.model.kind);
     /* Not set by default; the line's and the linear model's values. */
     ck_assert_int_eq(job.model.num_features, 1);
@@ -905,7 +906,8 @@ START_TEST(test_job_bad_values) {
         {"hidden", "128", "must be a list of 1 to 8 integers from 1 to 1048576 (got 128)"},
         {"classes", "1", "must be an integer >= 2 (got 1)"},
         {"l2", "-0.1", "must be a number >= 0 (got -0.1)"},
-        {"scale", "\"max\"", "must be \"none\", \"standardize\" or \"divide\" (got \"max\")"},
+        {"scale", "\"max\"",
+         "must be \"none\", \"standardize\", \"divide\" or \"auto\" (got \"max\")"},
         {"scale_divisor", "0", "must be a positive number (got 0)"},
         {"train_data", "7", "must be a string shorter than 1024 bytes (\"\" for none) (got 7)"},
         {"skip_bad_rows", "\"no\"", "must be true or false (got \"no\")"},

@@ -1172,7 +1172,7 @@ START_TEST(divergence_said) {
     write_unscaled(train_path, eval_path);
     write_job("\"model\": \"softmax\", \"classes\": 3", train_path, eval_path,
               "\"optimizer\": \"sgd\", \"learning_rate\": 0.5, \"batch_size\": 10, "
-              "\"epochs\": 20, \"scale\": \"none\"",
+              "\"epochs\": 20, \"scale\": \"none\", \"lr_schedule\": \"constant\"",
               job);
     train(job);
     const char *logs[2] = {"chief", "worker1"};
