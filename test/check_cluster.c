@@ -649,6 +649,38 @@ START_TEST(test_job_defaults) {
 }
 END_TEST
 
+/* "epochs" left out on file data follows the rows: about 150,000 examples'
+ * worth, at most 200 passes; given, or with max_steps, or for synthetic
+ * data, it is left as it is. */
+START_TEST(test_job_epochs_from_rows) {
+    dt_job job;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    ck_assert_int_eq(dt_job_set(&job, "train_data=t.csv", &err), 0);
+    ck_assert_int_eq(dt_job_set(&job, "data=csv", &err), 0);
+    const int64_t rows[] = {1, 300, 750, 751, 3000, 60000, 2000000};
+    const int want[] = {200, 200, 200, 200, 50, 3, 1};
+    for (int i = 0; i < 7; i++) {
+        dt_job j = job;
+        dt_job_choose_epochs(&j, rows[i]);
+        ck_assert_msg(j.epochs == want[i] && j.epochs_chosen, "%lld rows: %d epochs, want %d",
+                      (long long)rows[i], j.epochs, want[i]);
+    }
+    dt_job j = job;
+    ck_assert_int_eq(dt_job_set(&j, "epochs=7", &err), 0);
+    dt_job_choose_epochs(&j, 3000);
+    ck_assert(j.epochs == 7 && !j.epochs_chosen);
+    j = job;
+    j.max_steps = 10;
+    dt_job_choose_epochs(&j, 3000);
+    ck_assert(j.epochs == 200 && !j.epochs_chosen);
+    dt_job_defaults(&j); /* the line: generated, not read */
+    dt_job_choose_epochs(&j, 3000);
+    ck_assert(j.epochs == 200 && !j.epochs_chosen);
+}
+END_TEST
+
 START_TEST(test_job_conf_linear) {
     /* conf/linear.json spells out every field with the default value: load
      * it over a job of junk and every field must come out as the default. */
@@ -1592,6 +1624,7 @@ Suite *cluster_suite(void) {
     tcase_add_unchecked_fixture(tj, tmp_setup, tmp_teardown);
     tcase_add_test(tj, test_job_defaults);
     tcase_add_test(tj, test_job_conf_linear);
+    tcase_add_test(tj, test_job_epochs_from_rows);
     tcase_add_test(tj, test_job_parse_fields);
     tcase_add_test(tj, test_job_to_json_and_diff);
     tcase_add_test(tj, test_job_wrong_type);

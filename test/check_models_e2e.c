@@ -1057,6 +1057,9 @@ START_TEST(first_try_scaled_by_default) {
                   e.loss);
     ck_assert_msg(count_in_log("chief", "chief: standardizing the 2 features of ", NULL) == 1,
                   "the chief does not say it standardizes; logs:%s", dt_test_job_report(&J));
+    /* 300 rows: the 200 passes the file's size gives, said. */
+    ck_assert_msg(count_in_log("chief", "\"epochs\" left out", "chief: 200 epochs of 300 ") == 1,
+                  "the chief does not say the epochs it chose; logs:%s", dt_test_job_report(&J));
     const char *args[] = {"eval", "--log-dir", J.log_dir, "--data", eval_path, NULL};
     ck_assert_msg(run(args) == 0, "eval from the checkpoint alone: %s", J.err);
     char want[300];
