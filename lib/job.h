@@ -56,6 +56,7 @@ typedef struct {
     int64_t max_steps; /* global steps; 0 means epochs * N / B */
     int epochs;        /* used when max_steps is 0 */
     int epochs_named;  /* 1 once a file or --set gave "epochs" */
+    int lr_named;      /* 1 once a file or --set gave "learning_rate" */
     int epochs_chosen; /* dt_job_choose_epochs set it from the training file's rows */
 
     /* chief */

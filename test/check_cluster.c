@@ -681,6 +681,28 @@ START_TEST(test_job_epochs_from_rows) {
 }
 END_TEST
 
+/* A learning_rate left out is the optimizer's own: Adam's 0.001, 0.05
+ * for the others; one given is kept. */
+START_TEST(test_job_rate_of_optimizer) {
+    const char *sets[][2] = {{"optimizer=adam", NULL},
+                             {"optimizer=adam", "learning_rate=0.01"},
+                             {"optimizer=sgd", NULL},
+                             {"optimizer=adagrad", NULL}};
+    const double want[] = {0.001, 0.01, 0.05, 0.05};
+    for (int i = 0; i < 4; i++) {
+        dt_job job;
+        dt_err err;
+        dt_err_clear(&err);
+        dt_job_defaults(&job);
+        for (int k = 0; k < 2 && sets[i][k]; k++)
+            ck_assert_msg(dt_job_set(&job, sets[i][k], &err) == 0, "%s", err.msg);
+        ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+        ck_assert_msg(job.optim.learning_rate == want[i], "%s %s: rate %g, want %g", sets[i][0],
+                      sets[i][1] ? sets[i][1] : "", job.optim.learning_rate, want[i]);
+    }
+}
+END_TEST
+
 START_TEST(test_job_conf_linear) {
     /* conf/linear.json spells out every field with the default value: load
      * it over a job of junk and every field must come out as the default. */
@@ -1625,6 +1647,7 @@ Suite *cluster_suite(void) {
     tcase_add_test(tj, test_job_defaults);
     tcase_add_test(tj, test_job_conf_linear);
     tcase_add_test(tj, test_job_epochs_from_rows);
+    tcase_add_test(tj, test_job_rate_of_optimizer);
     tcase_add_test(tj, test_job_parse_fields);
     tcase_add_test(tj, test_job_to_json_and_diff);
     tcase_add_test(tj, test_job_wrong_type);
