@@ -113,15 +113,22 @@ static int example(data_kind kind, double *x) {
     return sx * sy > 0;
 }
 
-/* Writes rows examples as CSV (header "x1,x2,label") to the temp dir as name; labels
- * (may be NULL) gets each row's class. */
-static void write_set(data_kind kind, int rows, uint64_t seed, const char *name, char *path,
-                      int *labels) {
+/* A new CSV name in the temp dir (path gets it) with the header
+ * "x1,x2,label", and the generator seeded for its rows. */
+static FILE *open_csv(const char *name, uint64_t seed, char *path) {
     rng_state = seed;
     path_of(name, path);
     FILE *f = fopen(path, "w");
     ck_assert_msg(f != NULL, "cannot write %s", path);
     fprintf(f, "x1,x2,label\n");
+    return f;
+}
+
+/* Writes rows examples as CSV (header "x1,x2,label") to the temp dir as name; labels
+ * (may be NULL) gets each row's class. */
+static void write_set(data_kind kind, int rows, uint64_t seed, const char *name, char *path,
+                      int *labels) {
+    FILE *f = open_csv(name, seed, path);
     for (int i = 0; i < rows; i++) {
         double x[2];
         int y = example(kind, x);
@@ -1025,11 +1032,7 @@ static void write_unscaled(char *train_path, char *eval_path) {
     const char *names[2] = {"train.csv", "eval.csv"};
     char *paths[2] = {train_path, eval_path};
     for (int f = 0; f < 2; f++) {
-        rng_state = 31 + (uint64_t)f;
-        path_of(names[f], paths[f]);
-        FILE *out = fopen(paths[f], "w");
-        ck_assert_msg(out != NULL, "cannot write %s", paths[f]);
-        fprintf(out, "x1,x2,label\n");
+        FILE *out = open_csv(names[f], 31 + (uint64_t)f, paths[f]);
         for (int i = 0; i < 300; i++) {
             double x[2];
             int y = example(SET_THREE, x);
@@ -1076,11 +1079,7 @@ END_TEST
  * (n, 3) rows [1, x1, x2] and y into a and y when not NULL. */
 static void write_regression(const char *name, int n, uint64_t seed, char *path, double *a,
                              double *y) {
-    rng_state = seed;
-    path_of(name, path);
-    FILE *out = fopen(path, "w");
-    ck_assert_msg(out != NULL, "cannot write %s", path);
-    fprintf(out, "x1,x2,label\n");
+    FILE *out = open_csv(name, seed, path);
     for (int i = 0; i < n; i++) {
         double x1 = uniform(-1, 1), x2 = uniform(4000, 6000);
         double t = 3 * x1 + 0.002 * x2 + uniform(-0.5, 0.5);
