@@ -348,9 +348,11 @@ static void other_floods(pid_t ps, pid_t chief, const char *sec_flags, const cha
         snprintf(source, sizeof source, "127.0.0.%d", (int)(10 + i));
         /* After a call, frames enough that the bytes the guard allows
          * with no call open (three of the ps's 4 MiB messages and 2 MiB)
-         * are far behind. */
+         * are far behind, bounded by frames rather than time: a slow ps
+         * (a sanitized build, a loaded machine) reads them later, and the
+         * flood ends as soon as the ps closes it (about 1.3 s here). */
         snprintf(extra, sizeof extra, "--seconds %s --max-frames %d --linger 10 %s %s",
-                 after_call ? "4" : "1.5", after_call ? 4000000 : 300000, floods[i].flags,
+                 after_call ? "60" : "1.5", after_call ? 4000000 : 300000, floods[i].flags,
                  after_call ? call_sec_flags : sec_flags);
         /* The peak read below is this flood's, still against the RSS
          * before the first flood. */
