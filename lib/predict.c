@@ -166,11 +166,11 @@ static int job_of_meta(const char *what, const dt_safetensors_meta *m, const cha
 /* A job given beside a checkpoint that carries its own must agree with it
  * on the model and on how data becomes its input: anything else would
  * score or predict with a model the checkpoint is not. A scale the given
- * job left to "auto" is the checkpoint's (*scale; unchanged without its
- * job), so a checkpoint trained before "auto" was the default is scored as
- * it was trained. */
+ * job left to "auto" is the checkpoint's (*scale and *divisor; unchanged
+ * without its job), so a checkpoint trained before "auto" was the default
+ * is scored as it was trained. */
 static int check_job(const char *what, const dt_job *job, const dt_safetensors_meta *m,
-                     const char *where, dt_scale *scale, dt_err *err) {
+                     const char *where, dt_scale *scale, double *divisor, dt_err *err) {
     if (!m->job) return 0; /* an older checkpoint: the job is all there is */
     dt_job *trained = dt_malloc(sizeof *trained), *given = dt_malloc(sizeof *given);
     if (!trained || !given) {
@@ -182,7 +182,7 @@ static int check_job(const char *what, const dt_job *job, const dt_safetensors_m
     *given = *job;
     if (rc == 0 && job->data.scale_chosen) {
         given->data.scale = *scale = trained->data.scale;
-        given->data.scale_divisor = trained->data.scale_divisor;
+        given->data.scale_divisor = *divisor = trained->data.scale_divisor;
     }
     char diff[DT_ERR_MSG_MAX / 2];
     if (rc == 0 && (dt_job_diff(trained, given, dt_job_model_fields, diff, sizeof diff) > 0 ||
@@ -267,7 +267,8 @@ static int load_sparse(const char *what, const dt_job *job, const char *path, dt
     if (rc == 0) rc = dt_sparse_ckpt_open(what, job, &loaded, where, out, err);
     dt_tensors_deinit(&loaded);       /* the model holds its own copy of what it needs */
     dt_scale scale = job->data.scale; /* a sparse job's rows are not scaled */
-    if (rc == 0 && (rc = check_job(what, job, meta, where, &scale, err)) < 0) {
+    double divisor = job->data.scale_divisor;
+    if (rc == 0 && (rc = check_job(what, job, meta, where, &scale, &divisor, err)) < 0) {
         dt_sparse_ckpt_free(*out);
         *out = NULL;
     }
@@ -296,11 +297,14 @@ int dt_predict_load_sparse(const char *what, const dt_job *job, const char *path
 }
 
 /* dt_predict_load, with messages that start "<what>: "; stats (may be
- * NULL) gets the checkpoint's scaling statistics. */
+ * NULL) gets the checkpoint's scaling statistics, and scaling (may be
+ * NULL) the scale and divisor the data takes: the job's, or the
+ * checkpoint's when the job left "scale" to "auto". */
 static int load(const char *what, const dt_job *job, const char *path, dt_tensors *vars,
                 dt_safetensors_meta *meta, char *path_out, size_t path_cap, ckpt_stats *stats,
-                dt_scale *scale_out, dt_err *err) {
+                dt_data_config *scaling, dt_err *err) {
     dt_scale scale = job->data.scale;
+    double divisor = job->data.scale_divisor;
     memset(vars, 0, sizeof *vars);
     if (stats) memset(stats, 0, sizeof *stats);
     dt_tensor specs[DT_MODEL_MAX_VARS];
@@ -314,14 +318,17 @@ static int load(const char *what, const dt_job *job, const char *path, dt_tensor
     if ((rc = read_checkpoint(what, path, job->log_dir, &loaded, &m, where, sizeof where, err)) < 0)
         goto fail;
     if ((rc = check_not_table(what, specs, count, &loaded, where, err)) < 0) goto fail;
-    if ((rc = check_job(what, job, &m, where, &scale, err)) < 0) goto fail;
+    if ((rc = check_job(what, job, &m, where, &scale, &divisor, err)) < 0) goto fail;
     if ((rc = match(what, job, specs, count, &loaded, &m, where, err)) < 0) goto fail;
     if (stats && (rc = stats_of(what, job, scale, &loaded, where, stats, err)) < 0) goto fail;
     /* Without its job, a checkpoint was standardized when it has the
      * statistics ("auto" only: a scale set by hand is the user's word). */
     if (!m.job && job->data.scale_chosen && !dt_tensors_find(&loaded, DT_CKPT_SCALE_MEAN))
         scale = DT_SCALE_NONE;
-    if (scale_out) *scale_out = scale;
+    if (scaling) {
+        scaling->scale = scale;
+        scaling->scale_divisor = divisor;
+    }
     if ((rc = dt_tensors_init(vars, specs, count, err)) < 0) goto fail;
     for (int i = 0; i < count; i++)
         memcpy(vars->items[i].data, dt_tensors_find(&loaded, specs[i].name)->data,
@@ -579,7 +586,7 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
     if (rc == 0) rc = check_format(what, d, err);
     if (rc == 0)
         rc = load(what, p->job, p->checkpoint, &s->vars, &meta, r->checkpoint, sizeof r->checkpoint,
-                  &stats, &d->scale, err);
+                  &stats, d, err);
     if (rc == 0) rc = dt_model_new(&p->job->model, &s->model, err);
     if (rc == 0) rc = labels_of(what, d, &needs, &s->labeled, err);
     if (rc == 0 && (rc = dt_data_check_names(d, &needs, d->eval_data, s->labeled,

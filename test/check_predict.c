@@ -1090,6 +1090,33 @@ START_TEST(columns_in_training_order) {
 }
 END_TEST
 
+/* A config that leaves "scale" to "auto" (standardize, for a csv) takes
+ * the checkpoint's scaling instead: divide by 4 for one trained so, none
+ * for one trained unscaled; each scores as its own job does. */
+START_TEST(auto_scale_is_the_checkpoints) {
+    char data[PATH_CAP], ckpt[PATH_CAP];
+    write_tmp("held.csv", "x,label\n3,1\n8,1\n0,0\n", data);
+    const float w[] = {2, -0.5f};
+    for (int k = 0; k < 2; k++) {
+        dt_job job = job_of(DT_MODEL_LOGISTIC, 1, 2, data);
+        if (k == 0) {
+            job.data.scale = DT_SCALE_DIVIDE;
+            job.data.scale_divisor = 4;
+        }
+        save_named(&job, w, "x", k ? "none.safetensors" : "divide.safetensors", ckpt);
+        dt_predict_result want = eval_ok(&job, ckpt, NULL, NULL);
+        dt_job given = job; /* as "auto" resolves for a csv job */
+        given.data.scale = DT_SCALE_STANDARDIZE;
+        given.data.scale_divisor = 255;
+        given.data.scale_chosen = 1;
+        dt_predict_result r = eval_ok(&given, ckpt, NULL, NULL);
+        ck_assert_msg(r.loss == want.loss && r.accuracy == want.accuracy,
+                      "%s: loss %g accuracy %g, the checkpoint's job %g %g", ckpt, r.loss,
+                      r.accuracy, want.loss, want.accuracy);
+    }
+}
+END_TEST
+
 /* A config that leaves "features" and "classes" out takes the values of
  * the job the checkpoint was trained with; with a checkpoint that carries
  * no job, the training file's. */
@@ -1231,6 +1258,7 @@ Suite *predict_suite(void) {
     tcase_add_test(tc, bad_inputs);
     tcase_add_test(tc, columns_in_training_order);
     tcase_add_test(tc, shape_from_checkpoint_or_data);
+    tcase_add_test(tc, auto_scale_is_the_checkpoints);
     tcase_add_test(tc, csv_without_labels);
     tcase_add_test(tc, libsvm_without_labels);
     tcase_add_test(tc, idx_without_labels);
