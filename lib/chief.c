@@ -681,6 +681,11 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
                (long long)m->max_steps, steps_per_worker * job->batch_size / rows, rows,
                job->batch_size);
     }
+    char epochs_why[160];
+    snprintf(epochs_why, sizeof epochs_why,
+             " (\"epochs\" left out: about %lld examples' worth, at most %d passes; set it to "
+             "choose)",
+             (long long)dt_job_epoch_examples(job), DT_JOB_MAX_AUTO_EPOCHS);
     if (m->max_steps == 0) { /* epochs of a file: its size is known now */
         int rc = dt_job_steps_for_shards(job, dt_worker_examples(c->w), cluster->num_workers,
                                          &m->max_steps, err);
@@ -693,10 +698,7 @@ static int creation_params(chief *c, const dt_cluster *cluster, dt_err *err) {
                "chief: %d epochs of %lld examples in %d shard(s), %d batch(es) a step: "
                "max_steps %lld%s",
                job->epochs, (long long)dt_worker_examples(c->w), cluster->num_workers, per_step,
-               (long long)m->max_steps,
-               job->epochs_chosen ? " (\"epochs\" left out: about 150,000 examples' worth, at "
-                                    "most 200 passes; set it to choose)"
-                                  : "");
+               (long long)m->max_steps, job->epochs_chosen ? epochs_why : "");
     }
     const dt_table_config *t;
     const int ntables = dt_worker_tables(c->w, &t);

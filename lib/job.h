@@ -215,12 +215,15 @@ int dt_job_open_sparse(const dt_job *job, int eval, int shard, int num_shards, d
 int dt_job_read_sparse(const dt_job *job, const char *path, int labeled, int shard, int num_shards,
                        dt_sparse_set *out, dt_err *err) DT_WARN_UNUSED;
 
-/* "epochs" left out on file data (max_steps 0): about DT_JOB_EPOCH_EXAMPLES
+/* "epochs" left out on file data (max_steps 0): about dt_job_epoch_examples
  * examples' worth of passes over rows (the training file's, every
- * shard's together), 1 to DT_JOB_MAX_AUTO_EPOCHS; else as given. */
-#define DT_JOB_EPOCH_EXAMPLES 150000
+ * shard's together), 1 (a dense mlp: 3) to DT_JOB_MAX_AUTO_EPOCHS; else
+ * as given. */
 #define DT_JOB_MAX_AUTO_EPOCHS 200
 void dt_job_choose_epochs(dt_job *job, int64_t rows);
+/* The examples' worth dt_job_choose_epochs aims at: 150,000, or 40,000
+ * for a dense mlp. */
+int64_t dt_job_epoch_examples(const dt_job *job);
 
 /* epochs * ceil(num_examples / batch_size), checked for overflow. */
 int dt_job_steps_for(const dt_job *job, int64_t num_examples, int64_t *steps,

@@ -650,8 +650,8 @@ START_TEST(test_job_defaults) {
 END_TEST
 
 /* "epochs" left out on file data follows the rows: about 150,000 examples'
- * worth, at most 200 passes; given, or with max_steps, or for synthetic
- * data, it is left as it is. */
+ * worth (a dense mlp's 40,000, at least 3 passes), at most 200 passes; given, or with max_steps, or
+ * for synthetic data, it is left as it is. */
 START_TEST(test_job_epochs_from_rows) {
     dt_job job;
     dt_err err;
@@ -666,6 +666,16 @@ START_TEST(test_job_epochs_from_rows) {
         dt_job_choose_epochs(&j, rows[i]);
         ck_assert_msg(j.epochs == want[i] && j.epochs_chosen, "%lld rows: %d epochs, want %d",
                       (long long)rows[i], j.epochs, want[i]);
+    }
+    /* A dense mlp aims at 40,000 examples, at least 3 passes. */
+    const int64_t mlp_rows[] = {300, 2000, 60000};
+    const int mlp_want[] = {134, 20, 3};
+    for (int i = 0; i < 3; i++) {
+        dt_job m = job;
+        ck_assert_int_eq(dt_job_set(&m, "model=mlp", &err), 0);
+        dt_job_choose_epochs(&m, mlp_rows[i]);
+        ck_assert_msg(m.epochs == mlp_want[i], "mlp, %lld rows: %d epochs, want %d",
+                      (long long)mlp_rows[i], m.epochs, mlp_want[i]);
     }
     dt_job j = job;
     ck_assert_int_eq(dt_job_set(&j, "epochs=7", &err), 0);
