@@ -839,15 +839,19 @@ int dt_job_infer(dt_job *job, dt_err *err) {
  * small set that way: its 2,000 rows (bench/firsttry.py's mlp5) scored
  * 0.70-0.73 in 75 passes against MLPClassifier's 0.73, and 0.735-0.75 in
  * 20; 40,000 examples give it 20, and at least 3 passes over a large one. */
+static int dense_mlp(const dt_job *job) {
+    return job->model.kind == DT_MODEL_MLP && !dt_job_is_sparse(job);
+}
+
 int64_t dt_job_epoch_examples(const dt_job *job) {
-    return job->model.kind == DT_MODEL_MLP && !dt_job_is_sparse(job) ? 40000 : 150000;
+    return dense_mlp(job) ? 40000 : 150000;
 }
 
 void dt_job_choose_epochs(dt_job *job, int64_t rows) {
     if (job->epochs_named || job->max_steps > 0 || !dt_job_reads_files(job) || rows < 1) return;
     const int64_t k = dt_job_epoch_examples(job);
     int64_t e = (k + rows - 1) / rows;
-    if (k == 40000 && e < 3) e = 3;
+    if (dense_mlp(job) && e < 3) e = 3;
     job->epochs = (int)(e > DT_JOB_MAX_AUTO_EPOCHS ? DT_JOB_MAX_AUTO_EPOCHS : e);
     job->epochs_chosen = 1;
 }

@@ -42,7 +42,7 @@ typedef enum { PHASE_LOOP, PHASE_VALUES, PHASE_LOOKUP, PHASE_GRADS, PHASE_ENDED 
 /* A table's last lookup, under mu: its ids (copies), and the rows'
  * gradient copied at the step for the push. */
 typedef struct {
-    dt_table_config cfg;
+    const dt_table_config *cfg; /* its entry of table_cfgs, the one copy */
     int64_t *ids, ids_cap, num_ids;
     float *row_grads; /* (ids_cap, dim) */
     int looked_up;    /* a lookup came since the last step */
@@ -127,7 +127,7 @@ static void spin_while(dt_session *s, atomic_uint *counter, unsigned seen) {
  * waits for VALUES). 0, 1 (done) or the pull's failure. */
 static int serve_lookup(dt_session *s, dt_user_rows *io, dt_err *err) {
     session_table *t = &s->tables[s->lookup_table];
-    dt_ps_sparse req = {t->cfg.name, t->cfg.dim, t->num_ids, t->ids, s->lookup_rows};
+    dt_ps_sparse req = {t->cfg->name, t->cfg->dim, t->num_ids, t->ids, s->lookup_rows};
     pthread_mutex_unlock(&s->mu);
     int rc = dt_user_rows_pull(io, &req, err);
     pthread_mutex_lock(&s->mu);
@@ -190,9 +190,9 @@ static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_us
     for (int k = 0; io && s->row_grads_in && k < s->num_tables; k++) {
         session_table *t = &s->tables[k];
         memcpy(t->row_grads, s->row_grads_in[k],
-               (size_t)t->num_ids * (size_t)t->cfg.dim * sizeof *t->row_grads);
+               (size_t)t->num_ids * (size_t)t->cfg->dim * sizeof *t->row_grads);
         dt_user_rows_push(
-            io, &(dt_ps_sparse){t->cfg.name, t->cfg.dim, t->num_ids, t->ids, t->row_grads});
+            io, &(dt_ps_sparse){t->cfg->name, t->cfg->dim, t->num_ids, t->ids, t->row_grads});
     }
     *loss = s->loss;
     s->grads = NULL;
@@ -281,7 +281,9 @@ int dt_session_start(const dt_session_params *p, dt_session **out, dt_err *err) 
                           DT_MAX_TABLES);
     s->num_tables = p->num_tables;
     for (int k = 0; k < p->num_tables; k++)
-        s->tables[k].cfg = s->table_cfgs[k] = p->tables[k];
+        s->table_cfgs[k] = p->tables[k];
+    for (int k = 0; k < p->num_tables; k++)
+        s->tables[k].cfg = &s->table_cfgs[k];
     s->user = (dt_user_model){.specs = s->specs,
                               .count = s->count,
                               .tables = s->table_cfgs,
@@ -320,17 +322,17 @@ int dt_session_start(const dt_session_params *p, dt_session **out, dt_err *err) 
 static int reserve_ids(session_table *t, int64_t n, dt_err *err) {
     if (n <= t->ids_cap) return 0;
     int64_t cells;
-    if (__builtin_mul_overflow(n, (int64_t)t->cfg.dim, &cells) ||
+    if (__builtin_mul_overflow(n, (int64_t)t->cfg->dim, &cells) ||
         cells > INT64_MAX / (int64_t)sizeof(float))
         return dt_err_set(err, DT_EINVAL,
-                          "session: lookup \"%s\": %lld ids of %d floats are too many", t->cfg.name,
-                          (long long)n, t->cfg.dim);
+                          "session: lookup \"%s\": %lld ids of %d floats are too many",
+                          t->cfg->name, (long long)n, t->cfg->dim);
     int64_t *grown_ids = dt_realloc(t->ids, (size_t)n * sizeof *grown_ids);
     if (grown_ids) t->ids = grown_ids;
     float *grown = grown_ids ? dt_realloc(t->row_grads, (size_t)cells * sizeof *grown) : NULL;
     if (grown) t->row_grads = grown;
     if (!grown_ids || !grown)
-        return dt_err_set(err, DT_ENOMEM, "session: lookup \"%s\": out of memory", t->cfg.name);
+        return dt_err_set(err, DT_ENOMEM, "session: lookup \"%s\": out of memory", t->cfg->name);
     t->ids_cap = n;
     return 0;
 }
@@ -383,7 +385,7 @@ int dt_session_step(dt_session *s, const float *const *grads, const float *const
             rc = dt_err_set(err, DT_EPRECOND,
                             "session: step: the model has table \"%s\": look up the batch's rows "
                             "first and give their gradient",
-                            s->tables[k].cfg.name);
+                            s->tables[k].cfg->name);
             goto out;
         }
     s->grads = grads;
