@@ -51,8 +51,11 @@
  *
  * Resource limits (limits_to_args): a message cap, a handshake deadline,
  * an idle timeout, keepalive pings that also run without calls, a cap on
- * calls per connection and optionally a memory quota for the whole server, so no client can make
- * the server buffer an unbounded message or hold a connection that does nothing.
+ * calls per connection, so no client can make the server buffer an
+ * unbounded message or hold a connection that does nothing. No gRPC
+ * resource quota: 1.51's wedged the whole server now and then after a
+ * storm of large calls (no call served for a minute, on old connections or
+ * new, our pollers idle), and inflight_bytes bounds the same buffers.
  *
  * Listening again (watch_listener): gRPC 1.51's listener stops for good
  * after one accept() fails (EMFILE: the process is out of descriptors). A
@@ -199,7 +202,6 @@ struct dt_rpc_server {
     long long closed_seen;              /* connections they had closed at the last tick */
     long long trim_at_ms;               /* then: memory handed back to the system at this time */
     dt_rpc_auth *auth;                  /* who may call: TLS files, tokens (rpc_auth.h) */
-    grpc_resource_quota *quota;         /* NULL: none of ours */
     atomic_llong refused;
     dt_counter refused_unauthenticated, refused_denied; /* for /metrics, by reason */
     method_stats *stats;         /* (num_methods + 1) the last: unknown methods */
@@ -812,7 +814,6 @@ static void server_free(dt_rpc_server *s) {
     pthread_cond_destroy(&s->lead_cv);
     dt_rpc_auth_free(s->auth);
     dt_adm_free(s->adm);
-    if (s->quota) grpc_resource_quota_unref(s->quota); /* the server holds its own ref */
     free(s->stats);
     free(s);
     dt_rpc_shutdown();
@@ -836,10 +837,9 @@ static int pick(int value, int fallback) {
 /* Fills args (room for 16) and *out from params' limits, defaults applied.
  * Why each one: a client must not be able to make the server buffer an
  * unbounded message, hold a connection that never finishes its handshake
- * or never sends anything, or keep a half-open connection forever. quota
- * (borrowed; NULL: none) bounds what all calls together buffer. */
-static int limits_to_args(const dt_rpc_server_params *params, grpc_resource_quota *quota,
-                          grpc_arg *args, grpc_channel_args *out, dt_err *err) {
+ * or never sends anything, or keep a half-open connection forever. */
+static int limits_to_args(const dt_rpc_server_params *params, grpc_arg *args,
+                          grpc_channel_args *out, dt_err *err) {
     long long max_message =
         params->max_message_bytes ? params->max_message_bytes : DT_RPC_DEFAULT_MAX_MESSAGE_BYTES;
     if (max_message < 0 || max_message > INT_MAX)
@@ -889,12 +889,6 @@ static int limits_to_args(const dt_rpc_server_params *params, grpc_resource_quot
      * stream's window stays at gRPC's 64 kB until its message is asked for
      * (then it opens to the whole message, so reading is no slower). */
     if (params->inflight_bytes > 0) int_arg(&args[n++], GRPC_ARG_HTTP2_BDP_PROBE, 0);
-    if (quota) {
-        args[n].type = GRPC_ARG_POINTER;
-        args[n].key = GRPC_ARG_RESOURCE_QUOTA;
-        args[n].value.pointer.p = quota;
-        args[n++].value.pointer.vtable = grpc_resource_quota_arg_vtable();
-    }
     out->num_args = (size_t)n;
     out->args = args;
     return 0;
@@ -1239,9 +1233,6 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->lead_cv, NULL);
 
-    if (params->memory_quota_bytes < 0)
-        rc = dt_err_set(err, DT_EINVAL, "rpc server %s: memory_quota_bytes %lld < 0", params->addr,
-                        params->memory_quota_bytes);
     if (params->inflight_bytes < 0)
         rc = dt_err_set(err, DT_EINVAL, "rpc server %s: inflight_bytes %lld < 0", params->addr,
                         params->inflight_bytes);
@@ -1250,12 +1241,7 @@ int dt_rpc_server_start(const dt_rpc_server_params *params, dt_rpc_server **out,
                         params->max_pending_calls);
     s->max_pending =
         params->max_pending_calls ? params->max_pending_calls : DT_RPC_DEFAULT_MAX_PENDING_CALLS;
-    if (rc == 0 && params->memory_quota_bytes > 0) {
-        s->quota = grpc_resource_quota_create(s->addr);
-        grpc_resource_quota_resize(s->quota, (size_t)params->memory_quota_bytes);
-    }
-    if (rc < 0 || (rc = limits_to_args(params, s->quota, s->args, &s->channel_args, err)) < 0) {
-        if (s->quota) grpc_resource_quota_unref(s->quota);
+    if (rc < 0 || (rc = limits_to_args(params, s->args, &s->channel_args, err)) < 0) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
         pthread_cond_destroy(&s->lead_cv);

@@ -64,24 +64,20 @@ typedef struct {
     /* Resource limits, so that no client can exhaust the server (0: the
      * DT_RPC_DEFAULT_* value; negative: invalid unless said otherwise).
      * gRPC fixes them when the server starts. */
-    long long max_message_bytes;  /* largest request (and reply) accepted; a larger one
-                                     fails with RESOURCE_EXHAUSTED; at most INT_MAX */
-    int handshake_timeout_ms;     /* a connection that has not finished TLS and the
-                                     HTTP/2 preface + SETTINGS by then is closed */
-    int idle_timeout_ms;          /* a connection without calls for this long is closed
-                                     (GOAWAY; clients reconnect); < 0: never */
-    int keepalive_time_ms;        /* the server pings a connection quiet this long ... */
-    int keepalive_timeout_ms;     /* ... and closes it when the ping is not answered
-                                     in time (half-open peers) */
-    int max_concurrent_streams;   /* calls in flight on one connection */
-    long long inflight_bytes;     /* > 0: a call's request is read only while the requests
-                                     read and not yet handled hold fewer bytes than this
-                                     (others wait their turn, in order), so their memory
-                                     stays under it plus one message; 0: no bound */
-    long long memory_quota_bytes; /* > 0: gRPC's buffers for all connections and calls of
-                                     this server stay under this; near it gRPC drops new
-                                     connections and cancels calls (RESOURCE_EXHAUSTED).
-                                     0: no quota of ours (gRPC's process-wide default) */
+    long long max_message_bytes; /* largest request (and reply) accepted; a larger one
+                                    fails with RESOURCE_EXHAUSTED; at most INT_MAX */
+    int handshake_timeout_ms;    /* a connection that has not finished TLS and the
+                                    HTTP/2 preface + SETTINGS by then is closed */
+    int idle_timeout_ms;         /* a connection without calls for this long is closed
+                                    (GOAWAY; clients reconnect); < 0: never */
+    int keepalive_time_ms;       /* the server pings a connection quiet this long ... */
+    int keepalive_timeout_ms;    /* ... and closes it when the ping is not answered
+                                    in time (half-open peers) */
+    int max_concurrent_streams;  /* calls in flight on one connection */
+    long long inflight_bytes;    /* > 0: a call's request is read only while the requests
+                                    read and not yet handled hold fewer bytes than this
+                                    (others wait their turn, in order), so their memory
+                                    stays under it plus one message; 0: no bound */
     /* Per-connection guards against HTTP/2 floods and half-sent requests
      * (admission.h; zeros: the defaults). */
     dt_adm_limits guard;
