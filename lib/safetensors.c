@@ -32,6 +32,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,6 +184,24 @@ static int parse_meta(const char *path, const cJSON *obj, header_meta *hm, dt_er
                                "digits",
                                v);
             snprintf(hm->meta.job_id, sizeof hm->meta.job_id, "%s", v);
+        } else if (strcmp(kv->string, "stopped_early") == 0) {
+            if (strcmp(v, "true") != 0)
+                return corrupt(err, path,
+                               "header: __metadata__ stopped_early \"%.40s\" is not "
+                               "\"true\"",
+                               v);
+            hm->meta.stopped_early = 1;
+        } else if (strcmp(kv->string, "eval_loss") == 0) {
+            char *end = NULL;
+            errno = 0;
+            double x = strtod(v, &end);
+            if (!*v || *end || errno || !isfinite(x))
+                return corrupt(err, path,
+                               "header: __metadata__ eval_loss \"%.40s\" is not a "
+                               "finite number",
+                               v);
+            hm->meta.eval_loss = x;
+            hm->meta.has_eval_loss = 1;
         } else if (strcmp(kv->string, "feature_names") == 0) {
             if (utf8_bad_at(v, strlen(v)) < strlen(v))
                 return corrupt(err, path, "header: __metadata__ feature_names is not UTF-8");
@@ -671,6 +690,10 @@ static char *build_header(const dt_tensors *ts, const dt_safetensors_meta *meta,
     if (meta->max_steps > 0 && add_item(md, "max_steps", cJSON_CreateString(buf)) < 0) goto done;
     if (meta->job && add_item(md, "job", cJSON_CreateString(meta->job)) < 0) goto done;
     if (meta->job_id[0] && add_item(md, "job_id", cJSON_CreateString(meta->job_id)) < 0) goto done;
+    snprintf(buf, sizeof buf, "%.17g", meta->eval_loss);
+    if (meta->has_eval_loss && add_item(md, "eval_loss", cJSON_CreateString(buf)) < 0) goto done;
+    if (meta->stopped_early && add_item(md, "stopped_early", cJSON_CreateString("true")) < 0)
+        goto done;
     if (meta->feature_names &&
         add_item(md, "feature_names", cJSON_CreateString(meta->feature_names)) < 0)
         goto done;
@@ -731,6 +754,9 @@ static int check_save_args(const char *path, const dt_tensors *ts, int in_memory
     if (strnlen(meta->job_id, sizeof meta->job_id) == sizeof meta->job_id ||
         (meta->job_id[0] && !dt_safetensors_job_id_ok(meta->job_id)))
         return dt_err_set(err, DT_EINVAL, "%s: save: job_id is not 32 lowercase hex digits", path);
+    if (meta->has_eval_loss && !isfinite(meta->eval_loss))
+        return dt_err_set(err, DT_EINVAL, "%s: save: eval_loss %g is not finite", path,
+                          meta->eval_loss);
     if (ts->count < 0) return dt_err_set(err, DT_EINVAL, "%s: save: negative tensor count", path);
     for (int i = 0; i < ts->count; i++) {
         const dt_tensor *t = &ts->items[i];

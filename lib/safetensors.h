@@ -22,6 +22,11 @@
  *                  in order, joined by commas (a csv name holds none), so
  *                  eval and predict can refuse a file whose columns are in
  *                  another order (omitted for other data)
+ *   "eval_loss"    the held-out loss of these values, "%.17g" (the best
+ *                  model's, checkpoint.h; omitted by other saves)
+ *   "stopped_early"  "true" in the final checkpoint of a job that early
+ *                  stopping ended: its max_steps is then its global_step,
+ *                  and no restarted role trains the job again
  * What the tensors are (variables, slots, the scaling statistics) is the
  * writer's business (checkpoint.h); this module reads and writes any valid
  * set. A save is atomic: temporary file, fsync, rename, fsync of the dir
@@ -49,6 +54,13 @@ typedef struct {
     /* The "job_id" key: the job's identity (chief.c), 32 lowercase hex
      * digits; empty: not written (a file from before job ids). */
     char job_id[DT_SAFETENSORS_JOB_ID_MAX];
+    /* The "eval_loss" key: the held-out loss of these values, written for
+     * the best model (checkpoint.h); has_eval_loss 0: none. */
+    int has_eval_loss;
+    double eval_loss;
+    /* The "stopped_early" key ("true"): the final checkpoint of a job that
+     * early stopping ended (then max_steps is its global_step); 0: not. */
+    int stopped_early;
 } dt_safetensors_meta;
 
 /* 1 when text is a job id: exactly 32 lowercase hex digits. */
