@@ -122,9 +122,9 @@ static void take_signals_on_a_thread(int hangup) {
 
 static const char usage[] =
     "usage: dtrain [--cluster FILE] [--job-name JOB --task-index N] [options]\n"
-    "       dtrain eval [--config FILE] [--checkpoint FILE | --log-dir DIR]\n"
+    "       dtrain eval [--config FILE] [--checkpoint FILE | --log-dir DIR] [--latest]\n"
     "                   [--data FILE [--labels FILE]] [--set FIELD=VALUE]...\n"
-    "       dtrain predict [--config FILE] [--checkpoint FILE | --log-dir DIR]\n"
+    "       dtrain predict [--config FILE] [--checkpoint FILE | --log-dir DIR] [--latest]\n"
     "                   --data FILE [--labels FILE] [--out FILE] [--set FIELD=VALUE]...\n"
     "       dtrain status [--cluster FILE] [--json] [--watch SECS] [--timeout-secs N]\n"
     "       dtrain health --address HOST:PORT [--service NAME] [--serving]\n"
@@ -200,8 +200,11 @@ static const char usage[] =
     "model and its input (exit 2 naming each field otherwise). A csv must have the\n"
     "training file's feature columns, by name and in order (exit 2 otherwise).\n"
     "  --config FILE        the job config (needed for checkpoints of older versions)\n"
-    "  --checkpoint FILE    a checkpoint file; default: the latest in the job's log_dir\n"
-    "  --log-dir DIR        take the latest checkpoint of DIR instead\n"
+    "  --checkpoint FILE    a checkpoint file; default: the job's log_dir's best model\n"
+    "                       (model.best.safetensors, kept by a chief with eval_data),\n"
+    "                       else its latest checkpoint\n"
+    "  --log-dir DIR        take DIR's best model (else its latest checkpoint) instead\n"
+    "  --latest             the latest checkpoint, not the best model\n"
     "  --data FILE          examples in the job's data format (predict: labels\n"
     "                       optional); eval's default: the job's eval_data and\n"
     "                       eval_labels\n"
@@ -244,6 +247,7 @@ typedef struct {
     const char *log_format;   /* text or json */
     const char *metrics_port; /* N or HOST:N: serve /metrics there */
     const char *checkpoint;   /* eval, predict */
+    int latest;               /* eval, predict: the latest checkpoint, not the best model */
     const char *data;
     const char *labels;
     const char *out;
@@ -385,6 +389,8 @@ static int parse_tool_args(int argc, char **argv, int is_predict, options *o) {
             o->checkpoint = v;
         else if (take_value(argc, argv, &i, "--log-dir", &v, &missing))
             o->log_dir = v;
+        else if (strcmp(a, "--latest") == 0)
+            o->latest = 1;
         else if (take_value(argc, argv, &i, "--data", &v, &missing))
             o->data = v;
         else if (take_value(argc, argv, &i, "--labels", &v, &missing))
@@ -419,6 +425,8 @@ static int parse_tool_args(int argc, char **argv, int is_predict, options *o) {
     if (o->labels && !o->data) return usage_error("%s: --labels needs --data FILE", argv[1]);
     if (o->checkpoint && o->log_dir)
         return usage_error("%s: give --checkpoint FILE or --log-dir DIR, not both", argv[1]);
+    if (o->checkpoint && o->latest)
+        return usage_error("%s: give --checkpoint FILE or --latest, not both", argv[1]);
     return -1;
 }
 
@@ -528,11 +536,17 @@ static int predict_output(const options *o, const dt_job *job, int *out) {
 static int load_tool_job(const options *o, const char *tool, dt_job *job, char *ckpt, size_t cap,
                          dt_err *err) {
     ckpt[0] = '\0';
+    /* Unnamed, the checkpoint is the log dir's best model when it has one. */
+    const int best = !o->checkpoint && !o->latest;
     if (o->config_path) {
         int rc = load_job(o, job, err);
-        return rc < 0 ? rc : dt_predict_fill_shape(tool, o->checkpoint, job, err);
+        if (rc == 0 && best) dt_predict_pick_best(tool, job->log_dir, ckpt, cap);
+        return rc < 0 ? rc : dt_predict_fill_shape(tool, ckpt[0] ? ckpt : o->checkpoint, job, err);
     }
-    int rc = dt_predict_job_of(tool, o->checkpoint, o->log_dir, job, ckpt, cap, err);
+    char picked[DT_PATH_MAX + 64] = "";
+    if (best) dt_predict_pick_best(tool, o->log_dir, picked, sizeof picked);
+    int rc = dt_predict_job_of(tool, picked[0] ? picked : o->checkpoint, o->log_dir, job, ckpt, cap,
+                               err);
     for (int i = 0; rc == 0 && i < o->num_sets; i++)
         rc = dt_job_set(job, o->sets[i], err);
     if (rc == 0) rc = dt_job_finish(job, err);

@@ -46,6 +46,7 @@ typedef struct {
     char latest[NAME_CAP]; /* model_checkpoint_path; "" when absent */
     int count, cap;
     char (*all)[NAME_CAP]; /* (count) all_model_checkpoint_paths, oldest first */
+    char best[NAME_CAP];   /* best_model_checkpoint_path; "" when absent */
 } ckpt_state;
 
 static void state_free(ckpt_state *st) {
@@ -209,6 +210,10 @@ static int state_add(ckpt_state *st, const char *path, int line_no, const char *
     if (strcmp(key, "all_model_checkpoint_paths") == 0)
         return state_push(st, value) < 0 ? dt_err_set(err, DT_ENOMEM, "%s: out of memory", path)
                                          : 0;
+    if (strcmp(key, "best_model_checkpoint_path") == 0) {
+        snprintf(st->best, sizeof st->best, "%s", value);
+        return 0;
+    }
     return dt_err_set(err, DT_ECORRUPT, "%s:%d: unknown key \"%s\"", path, line_no, key);
 }
 
@@ -279,6 +284,9 @@ static int emit_state(int fd, const void *ctx, const char *tmp, dt_err *err) {
         n = snprintf(line, sizeof line, "all_model_checkpoint_paths: \"%s\"\n", st->all[i]);
         if (dt_fileio_write_all(fd, line, (size_t)n) < 0) goto io;
     }
+    n = st->best[0] ? snprintf(line, sizeof line, "best_model_checkpoint_path: \"%s\"\n", st->best)
+                    : 0;
+    if (n > 0 && dt_fileio_write_all(fd, line, (size_t)n) < 0) goto io;
     return 0;
 io:
     return dt_err_set(err, DT_EIO, "%s: write: %s", tmp, strerror(errno));
@@ -319,6 +327,16 @@ static void warn_bad_state(const char *log_dir) {
                state_err.msg);
 }
 
+/* 1 when log_dir holds the best model as a regular file (as state_scan
+ * takes checkpoints: a directory or symlink of that name is someone
+ * else's). */
+static int best_present(const char *log_dir) {
+    char path[JOIN_CAP];
+    struct stat sb;
+    return join(path, sizeof path, log_dir, DT_CKPT_BEST_FILE, NULL) == 0 &&
+           lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
 /* Makes the dir hold this run's history up to anchor, a checkpoint in it
  * that is durable (just saved, or just restored). The state file names
  * anchor as latest and lists the newest max_to_keep (<= 0: all) of the
@@ -356,6 +374,7 @@ static int retain(const char *log_dir, const char *anchor, int max_to_keep, int 
     int begin = max_to_keep > 0 && end > max_to_keep ? end - max_to_keep : 0;
     ckpt_state kept = present; /* a view: no list of its own */
     snprintf(kept.latest, sizeof kept.latest, "%s", anchor);
+    if (best_present(log_dir)) snprintf(kept.best, sizeof kept.best, "%s", DT_CKPT_BEST_FILE);
     kept.all += begin;
     kept.count = end - begin;
     if ((rc = dt_fileio_write_atomic(state_path, emit_state, &kept, err)) < 0) goto fail;
@@ -480,6 +499,39 @@ int dt_ckpt_latest_meta(const char *log_dir, dt_safetensors_meta *meta, char *pa
     if (rc == 0) rc = dt_safetensors_load_meta(path, meta, err);
     if (rc < 0) return rc;
     if (path_out) snprintf(path_out, path_cap, "%s", path);
+    return 1;
+}
+
+int dt_ckpt_save_best(const char *log_dir, const dt_tensors *ts, const dt_safetensors_meta *meta,
+                      dt_err *err) {
+    DT_ASSERT(log_dir && ts && meta && meta->has_eval_loss);
+    char path[JOIN_CAP], state_path[JOIN_CAP];
+    int rc = join(path, sizeof path, log_dir, DT_CKPT_BEST_FILE, err);
+    if (rc == 0) rc = join(state_path, sizeof state_path, log_dir, STATE_FILE, err);
+    if (rc == 0) rc = dt_fileio_mkdir_p(log_dir, err);
+    if (rc == 0) rc = dt_safetensors_save(path, ts, meta, err);
+    if (rc < 0) return rc;
+    /* Named now when there is a state file; else the first save names it
+     * (retain finds the file). An unreadable state file is the next
+     * save's to replace. */
+    ckpt_state st;
+    dt_err state_err;
+    dt_err_clear(&state_err);
+    if (state_load(log_dir, &st, &state_err) < 0) return 0;
+    if (strcmp(st.best, DT_CKPT_BEST_FILE) != 0) {
+        snprintf(st.best, sizeof st.best, "%s", DT_CKPT_BEST_FILE);
+        rc = dt_fileio_write_atomic(state_path, emit_state, &st, err);
+    }
+    state_free(&st);
+    return rc;
+}
+
+int dt_ckpt_best_path(const char *log_dir, char *path_out, size_t path_cap) {
+    char path[JOIN_CAP];
+    if (!best_present(log_dir) || join(path, sizeof path, log_dir, DT_CKPT_BEST_FILE, NULL) < 0 ||
+        strlen(path) >= path_cap)
+        return 0;
+    snprintf(path_out, path_cap, "%s", path);
     return 1;
 }
 
@@ -636,9 +688,9 @@ int dt_ckpt_restore_latest(const char *log_dir, dt_tensors *out, dt_safetensors_
 
 /* ---- the log dir's lock ------------------------------------------------ */
 
-/* 1 for "<name>.tmp.<pid>" where name is the state file's or a
- * checkpoint's: the temporaries dt_fileio_write_atomic makes in a log dir.
- * Anything else with ".tmp." in its name is not ours to remove. */
+/* 1 for "<name>.tmp.<pid>" where name is the state file's, the job id
+ * file's, the best model's or a checkpoint's: the temporaries dt_fileio_write_atomic makes in a log
+ * dir. Anything else with ".tmp." in its name is not ours to remove. */
 static int is_our_temp(const char *file) {
     const char *t = strstr(file, ".tmp.");
     uint64_t pid;
@@ -649,7 +701,7 @@ static int is_our_temp(const char *file) {
     memcpy(base, file, (size_t)(t - file));
     base[t - file] = '\0';
     return strcmp(base, STATE_FILE) == 0 || strcmp(base, DT_CKPT_JOB_ID_FILE) == 0 ||
-           ckpt_step(base) >= 0;
+           strcmp(base, DT_CKPT_BEST_FILE) == 0 || ckpt_step(base) >= 0;
 }
 
 /* Removes the temporaries of a writer that died mid-save. Only safe while

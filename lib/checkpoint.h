@@ -16,6 +16,7 @@
  *   model_checkpoint_path: "model.ckpt-1200.safetensors"
  *   all_model_checkpoint_paths: "model.ckpt-1000.safetensors"
  *   all_model_checkpoint_paths: "model.ckpt-1200.safetensors"
+ *   best_model_checkpoint_path: "model.best.safetensors"  (when there is one)
  * Every write is atomic: temporary file, fsync, rename, fsync of the dir. The
  * state file is rewritten only after the new checkpoint is durable.
  *
@@ -131,6 +132,28 @@ int dt_ckpt_latest_meta(const char *log_dir, dt_safetensors_meta *meta, char *pa
                         size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 
 /*
+ * The best model: with eval_data, the chief keeps apart the values of its
+ * evaluation with the lowest eval loss so far, as a scikit-learn or TF
+ * estimator's early stopping does, since the last step is not always the
+ * best (an async job's noise, a set it begins to overfit). It is
+ * log_dir/model.best.safetensors: the variables and the scaling
+ * statistics, the step evaluated as global_step, the loss as "eval_loss",
+ * no optimizer slots (a model to serve, not one to resume from). eval and
+ * predict take it by default. The state file names it
+ * (best_model_checkpoint_path: "model.best.safetensors") from its first
+ * save on; retention never deletes it.
+ * dt_ckpt_save_best: writes it atomically (meta->has_eval_loss set), then
+ * names it in the state file when there is one (else the next checkpoint
+ * save does). Errors as dt_safetensors_save's; the old best stands.
+ * dt_ckpt_best_path: 1 with its path in path_out when log_dir holds one (a
+ * regular file), else 0.
+ */
+#define DT_CKPT_BEST_FILE "model.best.safetensors"
+int dt_ckpt_save_best(const char *log_dir, const dt_tensors *ts, const dt_safetensors_meta *meta,
+                      dt_err *err) DT_WARN_UNUSED;
+int dt_ckpt_best_path(const char *log_dir, char *path_out, size_t path_cap);
+
+/*
  * The job id file, log_dir/job_id: one line, the job's id (32 lowercase
  * hex digits, as the checkpoints' "job_id" metadata). The chief writes it
  * (atomically, under the log dir's lock) before its first Create, so a
@@ -150,7 +173,8 @@ int dt_ckpt_job_id_save(const char *log_dir, const char *job_id, dt_err *err) DT
  * A second chief gets DT_EEXIST naming that pid (and removes nothing). The
  * lock dies with the process, so a killed chief never leaves it stale.
  * Once locked, temporary files left by a writer that died mid-save
- * ("checkpoint.tmp.<pid>", "model.ckpt-<step>.safetensors.tmp.<pid>"; no
+ * ("checkpoint.tmp.<pid>", "model.ckpt-<step>.safetensors.tmp.<pid>",
+ * "model.best.safetensors.tmp.<pid>"; no
  * other name) are removed. *fd_out is the lock's descriptor (-1 on
  * failure).
  */

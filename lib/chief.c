@@ -88,15 +88,20 @@ typedef struct {
      * and kept in its job id file (checkpoint.h) and in every checkpoint.
      * Create hands it to every ps, Status echoes it. */
     char job_id[DT_JOB_ID_MAX];
-    int job_id_new;             /* made by this process (no file, no checkpoint had one) */
-    int job_id_saved;           /* the log dir's job id file holds it */
-    dt_tensors slots;           /* (vars x optimizer slots) "<variable>/<slot>" */
-    int have_slots;             /* slots hold values worth sending (from a checkpoint) */
-    dt_tensors recipe;          /* the scaling statistics a checkpoint carries (or none) */
-    char *job_json;             /* the job config a checkpoint carries (dt_job_to_json) */
-    char *feature_names;        /* csv: the training file's feature columns, which a
-                                   checkpoint carries too (NULL for other data) */
-    dt_tensors snapshot;        /* views of vars, slots, recipe, for saving; no slab */
+    int job_id_new;      /* made by this process (no file, no checkpoint had one) */
+    int job_id_saved;    /* the log dir's job id file holds it */
+    dt_tensors slots;    /* (vars x optimizer slots) "<variable>/<slot>" */
+    int have_slots;      /* slots hold values worth sending (from a checkpoint) */
+    dt_tensors recipe;   /* the scaling statistics a checkpoint carries (or none) */
+    char *job_json;      /* the job config a checkpoint carries (dt_job_to_json) */
+    char *feature_names; /* csv: the training file's feature columns, which a
+                            checkpoint carries too (NULL for other data) */
+    dt_tensors snapshot; /* views of vars, slots, recipe, for saving; no slab */
+    dt_tensors best_set; /* views of vars and recipe: the best model's list */
+    int best_read;       /* the log dir's best model was looked for */
+    int have_best;       /* best_loss holds the best eval loss of this job */
+    double best_loss;
+    int64_t best_step;
     dt_summary_writer *summary; /* NULL while no event file could be opened */
     int64_t summaries_dropped;  /* since the last write that succeeded */
     double summary_logged;      /* when a drop was last logged */
@@ -205,19 +210,29 @@ static int init_recipe(chief *c, dt_err *err) {
     return 0;
 }
 
-/* The list a checkpoint is written from: vars, then slots, then recipe. */
-static int init_snapshot(chief *c, dt_err *err) {
-    const dt_tensors *parts[3] = {dt_worker_vars(c->w), &c->slots, &c->recipe};
-    c->snapshot.count = parts[0]->count + parts[1]->count + parts[2]->count;
-    c->snapshot.items = dt_calloc((size_t)c->snapshot.count + 1, sizeof *c->snapshot.items);
-    if (!c->snapshot.items) return dt_err_set(err, DT_ENOMEM, "chief: out of memory");
-    int n = 0;
-    for (int p = 0; p < 3; p++) {
+/* A list of views of parts[0..n), in order; no slab. */
+static int views_of(dt_tensors *out, const dt_tensors *const *parts, int n, dt_err *err) {
+    out->count = 0;
+    for (int p = 0; p < n; p++)
+        out->count += parts[p]->count;
+    out->items = dt_calloc((size_t)out->count + 1, sizeof *out->items);
+    if (!out->items) return dt_err_set(err, DT_ENOMEM, "chief: out of memory");
+    int k = 0;
+    for (int p = 0; p < n; p++) {
         if (parts[p]->count == 0) continue; /* an empty set's items may be NULL */
-        memcpy(c->snapshot.items + n, parts[p]->items, sizeof(dt_tensor) * (size_t)parts[p]->count);
-        n += parts[p]->count;
+        memcpy(out->items + k, parts[p]->items, sizeof(dt_tensor) * (size_t)parts[p]->count);
+        k += parts[p]->count;
     }
     return 0;
+}
+
+/* The lists a checkpoint is written from (vars, then slots, then recipe)
+ * and the best model's (vars and recipe: a model to serve). */
+static int init_snapshot(chief *c, dt_err *err) {
+    const dt_tensors *parts[3] = {dt_worker_vars(c->w), &c->slots, &c->recipe};
+    const dt_tensors *best[2] = {dt_worker_vars(c->w), &c->recipe};
+    int rc = views_of(&c->snapshot, parts, 3, err);
+    return rc < 0 ? rc : views_of(&c->best_set, best, 2, err);
 }
 
 /* ---- checkpoints ------------------------------------------------------- */
@@ -978,6 +993,62 @@ static void warn_eval_loss(chief *c, int64_t step, double loss) {
 }
 
 /* Loss (and accuracy) of the current variables on the held-out set. */
+/* The best eval loss this job's log dir records (a restarted chief keeps
+ * comparing with it), read once. A best model of another job, or one that
+ * cannot be read, is replaced at this job's first evaluation. */
+static void read_best(chief *c) {
+    c->best_read = 1;
+    char path[DT_PATH_MAX + 64];
+    if (!dt_ckpt_best_path(c->job->log_dir, path, sizeof path)) return;
+    dt_safetensors_meta m;
+    memset(&m, 0, sizeof m);
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_safetensors_load_meta(path, &m, &err);
+    dt_safetensors_meta_deinit(&m);
+    if (rc == 0 && m.has_eval_loss && strcmp(m.job_id, c->job_id) == 0) {
+        c->have_best = 1;
+        c->best_loss = m.eval_loss;
+        c->best_step = m.global_step;
+        dt_log(DT_LOG_INFO, "chief: the best model so far: global_step %lld, eval loss %.6g (%s)",
+               (long long)m.global_step, m.eval_loss, path);
+    } else {
+        dt_log(DT_LOG_INFO, "chief: %s is %s; the first evaluation replaces it", path,
+               rc < 0 ? err.msg : "not this job's best model");
+    }
+}
+
+/* Keeps the values just evaluated (the worker's vars, at step) as the best
+ * model when their eval loss is the lowest yet. A dense model's only: a
+ * sparse model's rows live on the ps tasks. A failed write costs the job
+ * nothing; the previous best stands and the next better one tries again. */
+static void keep_best(chief *c, int64_t step, double loss) {
+    if (!c->best_read) read_best(c);
+    if (!isfinite(loss) || (c->have_best && !(loss < c->best_loss))) return;
+    dt_safetensors_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.global_step = step;
+    meta.max_steps = c->create.max_steps;
+    meta.job = c->job_json;
+    meta.feature_names = c->feature_names;
+    meta.has_eval_loss = 1;
+    meta.eval_loss = loss;
+    snprintf(meta.model, sizeof meta.model, "%s", c->model);
+    snprintf(meta.job_id, sizeof meta.job_id, "%s", c->job_id);
+    dt_err err;
+    dt_err_clear(&err);
+    if (dt_ckpt_save_best(c->job->log_dir, &c->best_set, &meta, &err) < 0) {
+        dt_train_metrics_storage_failed(1, &err);
+        dt_log(DT_LOG_WARN, "chief: best model: %s; the previous one stands", err.msg);
+        return;
+    }
+    c->have_best = 1;
+    c->best_loss = loss;
+    c->best_step = step;
+    dt_log(DT_LOG_DEBUG, "chief: the best model so far: global_step %lld, eval loss %.6g",
+           (long long)step, loss);
+}
+
 static int evaluate(chief *c, int64_t step, dt_err *err) {
     if (!c->eval && c->eval_set.rows == 0) return 0;
     dt_batch all;
@@ -1005,6 +1076,7 @@ static int evaluate(chief *c, int64_t step, dt_err *err) {
                (long long)step, loss, accuracy, all.rows);
     }
     warn_eval_loss(c, step, loss);
+    if (c->eval) keep_best(c, step, loss);
     const char *tags[] = {"eval/loss", "eval/accuracy"};
     double values[] = {loss, accuracy};
     dt_err summary_err;
@@ -1384,6 +1456,11 @@ static int finish(chief *c, const atomic_int *stop, dt_err *err) {
     }
     if (dt_ps_client_shutdown(dt_worker_client(c->w), "training complete", &stop_err) < 0)
         dt_log(DT_LOG_WARN, "chief: telling the ps tasks to stop: %s", stop_err.msg);
+    if (c->have_best)
+        dt_log(DT_LOG_INFO,
+               "chief: the best model is global_step %lld's (eval loss %.6g), in %s/%s; eval and "
+               "predict take it unless given --latest or --checkpoint",
+               (long long)c->best_step, c->best_loss, c->job->log_dir, DT_CKPT_BEST_FILE);
     dt_log(DT_LOG_INFO, "chief: job done at global_step %lld", (long long)final_step);
     return 0;
 }
@@ -1433,6 +1510,7 @@ static void chief_deinit(chief *c) {
     dt_sparse_model_free(c->eval_model);
     dt_sparse_set_deinit(&c->eval_set);
     free(c->snapshot.items);
+    free(c->best_set.items);
     free(c->job_json);
     free(c->feature_names);
     dt_tensors_deinit(&c->recipe);

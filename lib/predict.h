@@ -95,6 +95,13 @@ int dt_predict_load_sparse(const char *what, const dt_job *job, const char *path
                            dt_sparse_ckpt **out, dt_safetensors_meta *meta, char *path_out,
                            size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 
+/* The checkpoint eval and predict take when none is named: log_dir's best
+ * model (checkpoint.h) when it holds one that reads, logged with its step
+ * and eval loss; its path goes to out (cap bytes) and 1 is returned. 0
+ * with out "" when there is none (the latest checkpoint is then taken); a
+ * best model whose header cannot be read is passed over with a warning. */
+int dt_predict_pick_best(const char *what, const char *log_dir, char *out, size_t cap);
+
 /* The job a checkpoint was trained with, from its "job" metadata (the
  * defaults, then its fields, then dt_job_finish), for eval and predict with
  * no job file: path, or NULL or "" for the latest checkpoint of log_dir;

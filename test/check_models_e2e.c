@@ -160,7 +160,7 @@ typedef struct {
 
 /* `dtrain eval --config job_path` on the log dir's latest checkpoint. */
 static eval_line eval_job(const char *job_path) {
-    const char *args[] = {"eval", "--config", job_path, "--log-dir", J.log_dir, NULL};
+    const char *args[] = {"eval", "--config", job_path, "--log-dir", J.log_dir, "--latest", NULL};
     int status = run(args);
     ck_assert_msg(status == 0, "dtrain eval exited with %d; stderr:\n%s", status, J.err);
     eval_line e;
@@ -1163,6 +1163,101 @@ START_TEST(first_try_regression) {
 }
 END_TEST
 
+/* y = sign * 2 x1 + noise, x1 and x2 in [-1, 1], n rows of seed. */
+static void write_slope(const char *name, int n, uint64_t seed, double sign, char *path) {
+    FILE *out = open_csv(name, seed, path);
+    for (int i = 0; i < n; i++) {
+        double x1 = uniform(-1, 1), x2 = uniform(-1, 1);
+        fprintf(out, "%.6f,%.6f,%.6f\n", x1, x2, sign * 2 * x1 + uniform(-0.1, 0.1));
+    }
+    ck_assert_int_eq(fclose(out), 0);
+}
+
+/* The lowest "chief: eval at global_step N: loss L" of the chief's log:
+ * *step and *loss; the count of evaluations is returned. */
+static int lowest_eval(int64_t *step, double *loss) {
+    char *log = dt_test_job_read_log(&J, "chief");
+    int n = 0;
+    const char *needle = "chief: eval at global_step ";
+    for (const char *p = log; p && (p = strstr(p, needle)) != NULL; p += strlen(needle)) {
+        long long s;
+        double l;
+        if (sscanf(p + strlen(needle), "%lld: loss %lf", &s, &l) != 2) continue;
+        if (n++ == 0 || l < *loss) *step = s, *loss = l;
+    }
+    free(log);
+    return n;
+}
+
+/* Issue 32's best model: the held-out set's slope is the opposite of the
+ * training file's, so every evaluation scores worse than the one before
+ * and the best model is the first evaluation's, not the last step's. The
+ * chief keeps it apart (model.best.safetensors, named by the state file,
+ * its eval loss recorded); eval and predict take it by default and say
+ * so, --latest takes the final checkpoint. */
+START_TEST(best_model_kept) {
+    char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP];
+    write_slope("train.csv", 400, 81, 1, train_path);
+    write_slope("eval.csv", 100, 82, -1, eval_path);
+    write_job("\"model\": \"linear\"", train_path, eval_path,
+              "\"batch_size\": 10, \"eval_steps\": 40, \"epochs\": 4", job);
+    train(job);
+    int64_t best_step = -1;
+    double best_loss = 0;
+    int evals = lowest_eval(&best_step, &best_loss);
+    ck_assert_msg(evals >= 3, "%d evaluations; logs:%s", evals, dt_test_job_report(&J));
+    int64_t final_step = dt_ckpt_latest_step(J.log_dir);
+    ck_assert_msg(best_step > 0 && best_step < final_step,
+                  "the lowest eval loss is at step %lld, the job ended at %lld",
+                  (long long)best_step, (long long)final_step);
+
+    char best[sizeof J.log_dir + 32];
+    snprintf(best, sizeof best, "%s/model.best.safetensors", J.log_dir);
+    dt_safetensors_meta m;
+    memset(&m, 0, sizeof m);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_safetensors_load_meta(best, &m, &err) == 0, "best model: %s", err.msg);
+    dt_safetensors_meta_deinit(&m);
+    ck_assert_msg(m.global_step == best_step && m.has_eval_loss,
+                  "the best model is step %lld's (eval loss %d), the lowest eval was %lld's",
+                  (long long)m.global_step, m.has_eval_loss, (long long)best_step);
+    ck_assert_msg(fabs(m.eval_loss - best_loss) <= 1e-5 * fabs(best_loss),
+                  "the best model records eval loss %.9g, the chief logged %.6g", m.eval_loss,
+                  best_loss);
+    char state_path[sizeof J.log_dir + 32];
+    snprintf(state_path, sizeof state_path, "%s/checkpoint", J.log_dir);
+    char *state = dt_test_read_file(state_path, NULL);
+    ck_assert_ptr_nonnull(state);
+    ck_assert_msg(strstr(state, "best_model_checkpoint_path: \"model.best.safetensors\"\n"),
+                  "the state file does not name the best model:\n%s", state);
+    free(state);
+
+    /* eval by default: the best model's step and loss, said on stderr. */
+    const char *eval_best[] = {"eval", "--log-dir", J.log_dir, "--data", eval_path, NULL};
+    ck_assert_msg(run(eval_best) == 0, "eval: %s", J.err);
+    double loss = -1;
+    long long step = -1;
+    ck_assert_msg(sscanf(J.out, "loss %lf examples %*d global_step %lld", &loss, &step) == 2,
+                  "eval printed \"%s\"", J.out);
+    ck_assert_msg(step == best_step && fabs(loss - best_loss) <= 1e-5 * fabs(best_loss),
+                  "eval scored step %lld (loss %.6g); the best is %lld (%.6g)", step, loss,
+                  (long long)best_step, best_loss);
+    ck_assert_msg(strstr(J.err, "the best model, ") != NULL, "eval does not say: %s", J.err);
+    const char *eval_latest[] = {"eval",    "--log-dir", J.log_dir, "--data",
+                                 eval_path, "--latest",  NULL};
+    ck_assert_msg(run(eval_latest) == 0, "eval --latest: %s", J.err);
+    ck_assert_msg(sscanf(J.out, "loss %lf examples %*d global_step %lld", &loss, &step) == 2 &&
+                      step == final_step && loss > best_loss,
+                  "eval --latest printed \"%s\" (final step %lld, best loss %.6g)", J.out,
+                  (long long)final_step, best_loss);
+    const char *predict[] = {"predict", "--config", job,       "--log-dir",
+                             J.log_dir, "--data",   eval_path, NULL};
+    ck_assert_msg(run(predict) == 0, "predict: %s", J.err);
+    ck_assert_msg(strstr(J.err, "the best model, ") != NULL, "predict does not say: %s", J.err);
+}
+END_TEST
+
 /* Issue 32's first try: three classes whose first column is in the
  * thousands (x1 * 1000 + 5000) beside one near 1, left unscaled
  * ("scale": "none"), at a learning rate fit for scaled data. The loss runs away within the first
@@ -1289,6 +1384,7 @@ Suite *models_e2e_suite(void) {
     tcase_add_test(tc, summaries_for_tensorboard);
     tcase_add_test(tc, divergence_said);
     tcase_add_test(tc, first_try_scaled_by_default);
+    tcase_add_test(tc, best_model_kept);
     tcase_add_loop_test(tc, first_try_regression, 0, 2); /* async, then sync */
     tcase_add_test(tc, summaries_first_step);
     tcase_add_test(tc, summaries_by_time);
