@@ -102,6 +102,14 @@ typedef struct {
     int have_best;       /* best_loss holds the best eval loss of this job */
     double best_loss;
     int64_t best_step;
+    /* Early stopping (job->patience): the eval loss an evaluation must
+     * beat to count as a gain, the evaluations since the last gain, and
+     * whether the ps tasks were told to stop training. */
+    int have_mark;
+    double gain_mark;
+    int evals_flat;
+    int stopped_early;
+    int64_t final_step;         /* the step finish saves as final (-1 before) */
     dt_summary_writer *summary; /* NULL while no event file could be opened */
     int64_t summaries_dropped;  /* since the last write that succeeded */
     double summary_logged;      /* when a drop was last logged */
@@ -288,6 +296,12 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     memset(&meta, 0, sizeof meta);
     meta.global_step = global_step;
     meta.max_steps = c->create.max_steps; /* the evaluator knows the last one by it */
+    if (c->stopped_early && global_step == c->final_step) {
+        /* The job ends here: every reader of the end (the evaluator, a
+         * restarted ps or chief) sees its last checkpoint at max_steps. */
+        meta.max_steps = global_step;
+        meta.stopped_early = 1;
+    }
     meta.job = c->job_json;
     meta.feature_names = c->feature_names;
     snprintf(meta.model, sizeof meta.model, "%s", c->model);
@@ -770,6 +784,18 @@ static void nothing_to_train(const chief *c, const char *why, int64_t step) {
            why, at);
 }
 
+/* The step at which this log dir's job stopped early (its latest
+ * checkpoint says so), else -1. */
+static int64_t stopped_early_at(const chief *c) {
+    dt_safetensors_meta m;
+    memset(&m, 0, sizeof m);
+    dt_err err;
+    dt_err_clear(&err);
+    if (dt_ckpt_latest_meta(c->job->log_dir, &m, NULL, 0, &err) <= 0) return -1;
+    dt_safetensors_meta_deinit(&m);
+    return m.stopped_early ? m.global_step : -1;
+}
+
 /* Puts a model on the ps tasks: the one they hold, a recovery, the latest
  * checkpoint or a fresh one. 0: train it; 1: the ps tasks say the job is
  * done; 2: the log dir's latest checkpoint is already at max_steps. */
@@ -789,6 +815,14 @@ static int start_model(chief *c, const atomic_int *stop, dt_err *err) {
                           dt_ps_client_name(dt_worker_client(c->w), cs.foreign_ps), cs.foreign,
                           cs.job_id[cs.foreign_ps][0] ? cs.job_id[cs.foreign_ps] : "(none)",
                           c->job_desc, c->job_id);
+    int64_t ended = stopped_early_at(c);
+    if (ended >= 0) {
+        dt_log(DT_LOG_INFO,
+               "chief: the job stopped early at global_step %lld (its final checkpoint says so): "
+               "nothing to train; use a new log_dir to train it again",
+               (long long)ended);
+        return 2;
+    }
     int64_t latest = cs.done && cs.num_ready < num_ps ? dt_ckpt_latest_step(c->job->log_dir) : -1;
     if (latest >= c->create.max_steps) {
         /* A ps restarted after the end says "done" with no model to give:
@@ -1007,8 +1041,8 @@ static void read_best(chief *c) {
     int rc = dt_safetensors_load_meta(path, &m, &err);
     dt_safetensors_meta_deinit(&m);
     if (rc == 0 && m.has_eval_loss && strcmp(m.job_id, c->job_id) == 0) {
-        c->have_best = 1;
-        c->best_loss = m.eval_loss;
+        c->have_best = c->have_mark = 1;
+        c->best_loss = c->gain_mark = m.eval_loss;
         c->best_step = m.global_step;
         dt_log(DT_LOG_INFO, "chief: the best model so far: global_step %lld, eval loss %.6g (%s)",
                (long long)m.global_step, m.eval_loss, path);
@@ -1049,6 +1083,44 @@ static void keep_best(chief *c, int64_t step, double loss) {
            (long long)step, loss);
 }
 
+/* Counts an evaluation for early stopping: a gain when its loss is below
+ * the mark by more than a relative 1e-4 (scikit-learn's tol, made
+ * scale-free: an MSE in the thousands and a log loss near 0.01 alike), so
+ * a plateau's crawl does not keep a job going. */
+#define GAIN_TOL 1e-4
+static void count_gain(chief *c, double loss) {
+    if (!c->best_read) read_best(c);
+    if (isfinite(loss) && (!c->have_mark || loss < c->gain_mark - GAIN_TOL * fabs(c->gain_mark))) {
+        c->have_mark = 1;
+        c->gain_mark = loss;
+        c->evals_flat = 0;
+    } else {
+        c->evals_flat++;
+    }
+}
+
+/* Early stopping: once job->patience evaluations in a row brought no gain,
+ * the ps tasks end training (each worker is told "done" at its next call,
+ * as at max_steps) and the chief's loop ends, to save the final model. A
+ * ps that cannot be told now is told after the next step. */
+static void stop_when_flat(chief *c, int64_t step) {
+    const int patience = c->job->patience;
+    if (patience <= 0 || c->stopped_early || c->evals_flat < patience) return;
+    char why[256];
+    snprintf(why, sizeof why,
+             "early stopping: no better eval loss in %d evaluations (best %.6g, patience %d)",
+             c->evals_flat, c->gain_mark, patience);
+    dt_err stop_err;
+    dt_err_clear(&stop_err);
+    if (dt_ps_client_stop_training(dt_worker_client(c->w), why, &stop_err) < 0) {
+        dt_log(DT_LOG_WARN, "chief: %s: telling the ps tasks: %s; trying again after the next step",
+               why, stop_err.msg);
+        return;
+    }
+    c->stopped_early = 1;
+    dt_log(DT_LOG_INFO, "chief: %s; the job ends at global_step %lld", why, (long long)step);
+}
+
 static int evaluate(chief *c, int64_t step, dt_err *err) {
     if (!c->eval && c->eval_set.rows == 0) return 0;
     dt_batch all;
@@ -1077,6 +1149,7 @@ static int evaluate(chief *c, int64_t step, dt_err *err) {
     }
     warn_eval_loss(c, step, loss);
     if (c->eval) keep_best(c, step, loss);
+    count_gain(c, loss);
     const char *tags[] = {"eval/loss", "eval/accuracy"};
     double values[] = {loss, accuracy};
     dt_err summary_err;
@@ -1376,6 +1449,7 @@ static int after_step(void *ctx, const dt_step_result *r, dt_err *err) {
     if (job->eval_steps > 0 && r->local_step % job->eval_steps == 0 &&
         (rc = evaluate(c, r->pulled_step, err)) < 0)
         return rc;
+    stop_when_flat(c, r->global_step);
     save_when_due(c, t);
     return 0;
 }
@@ -1442,6 +1516,7 @@ static int finish(chief *c, const atomic_int *stop, dt_err *err) {
                           "chief: the ps tasks say job %s is done at global_step %lld: refusing "
                           "to save a step-0 model as its final one",
                           c->job_id, (long long)final_step);
+    c->final_step = final_step;
     if ((rc = evaluate(c, final_step, err)) < 0) return rc;
     dt_err stop_err;
     dt_err_clear(&stop_err);
@@ -1461,7 +1536,8 @@ static int finish(chief *c, const atomic_int *stop, dt_err *err) {
                "chief: the best model is global_step %lld's (eval loss %.6g), in %s/%s; eval and "
                "predict take it unless given --latest or --checkpoint",
                (long long)c->best_step, c->best_loss, c->job->log_dir, DT_CKPT_BEST_FILE);
-    dt_log(DT_LOG_INFO, "chief: job done at global_step %lld", (long long)final_step);
+    dt_log(DT_LOG_INFO, "chief: job done at global_step %lld%s", (long long)final_step,
+           c->stopped_early ? " (stopped early)" : "");
     return 0;
 }
 
@@ -1526,6 +1602,7 @@ int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err 
     c.job = params->job;
     c.user = params->user;
     c.last_saved_step = -1;
+    c.final_step = -1;
     c.lock_fd = -1;
     c.num_workers = params->cluster->num_workers;
     int rc = dt_ckpt_lock_dir(c.job->log_dir, &c.lock_fd, err);

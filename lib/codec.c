@@ -585,6 +585,7 @@ static void to_pb(dt_msg_type type, const void *msg, pb_any *pb, out_names_arg *
         const dt_msg_shutdown_req *m = msg;
         copy_str(pb->shutdown_req.reason, sizeof pb->shutdown_req.reason, m->reason);
         copy_str(pb->shutdown_req.failure, sizeof pb->shutdown_req.failure, m->failure);
+        pb->shutdown_req.stop_training = m->stop_training;
         break;
     }
     case DT_MSG_HEALTH_REQ:
@@ -988,6 +989,7 @@ static void from_pb(dt_msg_type type, const pb_any *pb, void *msg) {
         dt_msg_shutdown_req *m = msg;
         copy_str(m->reason, sizeof m->reason, pb->shutdown_req.reason);
         copy_str(m->failure, sizeof m->failure, pb->shutdown_req.failure);
+        m->stop_training = pb->shutdown_req.stop_training;
         break;
     }
     case DT_MSG_HEALTH_REQ:

@@ -267,6 +267,7 @@ typedef struct {
 typedef struct {
     char reason[DT_MSG_REASON_MAX];
     char failure[DT_MSG_FAILURE_MAX]; /* non-empty: the job failed, and why */
+    int stop_training;                /* early stopping: done now, serving on */
 } dt_msg_shutdown_req;
 
 typedef struct {

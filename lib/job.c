@@ -118,6 +118,7 @@ static const field fields[] = {
     {.name = "scale_divisor", .type = F_NUM, AT(data.scale_divisor), .rule = NUM_POSITIVE},
     {.name = "skip_bad_rows", .type = F_BOOL, AT(data.skip_bad_rows)},
     INT_FIELD("eval_steps", eval_steps, 0),
+    INT_FIELD("patience", patience, 0),
     CHOICE("optimizer", optim.kind, dt_optim_names),
     {.name = "learning_rate",
      .type = F_NUM,
@@ -1180,6 +1181,11 @@ int dt_job_finish(dt_job *job, dt_err *err) {
         return dt_err_set(err, DT_EINVAL,
                           "job: \"eval_data\" needs a file data source (\"data\": "
                           "\"csv\", \"libsvm\" or \"idx\")");
+    if (job->patience > 0 && (!data->eval_data[0] || job->eval_steps <= 0))
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"patience\" %d counts evaluations on the held-out set: it needs "
+                          "\"eval_data\" and \"eval_steps\" > 0 (got %s and %d)",
+                          job->patience, data->eval_data[0] ? "a file" : "none", job->eval_steps);
     if (job->model.kind == DT_MODEL_LOGISTIC && job->model.num_classes != 2)
         return dt_err_set(err, DT_EINVAL,
                           "job: \"model\": \"logistic\" is binary: \"classes\" "

@@ -35,6 +35,9 @@ typedef struct {
     uint64_t seed;                     /* data, shuffling and initialisation */
     int eval_steps;                    /* chief evaluates eval_data every this many local steps
                                           (0: at the end only) */
+    int patience;                      /* > 0: the chief ends the job once this many
+                                          evaluations in a row have not improved the best
+                                          eval loss (early stopping); 0: never */
     dt_optim_config optim;             /* "optimizer", "learning_rate", ... */
     dt_lr_schedule schedule;           /* "lr_schedule", "decay_steps", ..., "lr_values" */
     int num_lr_values;                 /* piecewise: entries of schedule.values given */

@@ -61,7 +61,8 @@
 /* ---- the handlers' checks: the job's end, the caller, the reply --------- */
 
 int ps_done_locked(dt_ps *ps) {
-    return ps->shutdown_requested || (ps->ready && atomic_load(&ps->global_step) >= ps->max_steps);
+    return ps->shutdown_requested || ps->training_stopped ||
+           (ps->ready && atomic_load(&ps->global_step) >= ps->max_steps);
 }
 
 /* Whether the job is done; remembers that `worker` has now been told. */
@@ -332,7 +333,9 @@ static void ask_log_dir(dt_ps *ps) {
     snprintf(from, sizeof from, "the latest checkpoint in %s", dir);
     if (id[0]) ps_learn_job_id(ps, id, from);
     if (meta.max_steps <= 0 || meta.global_step < meta.max_steps) return;
-    if (ps->params.max_steps > 0 && meta.global_step < ps->params.max_steps) return;
+    /* A job that early stopping ended is over below any max_steps. */
+    if (ps->params.max_steps > 0 && meta.global_step < ps->params.max_steps && !meta.stopped_early)
+        return;
     snprintf(from, sizeof from, "%s (job %s, max_steps %lld)", path, id[0] ? id : "(none)",
              (long long)meta.max_steps);
     learn_done(ps, from, meta.global_step, &ps->started);

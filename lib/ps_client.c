@@ -1429,17 +1429,26 @@ int dt_ps_client_heartbeat(dt_ps_client *c, dt_err *err) {
     return status_all(c, &req, err);
 }
 
-int dt_ps_client_shutdown(dt_ps_client *c, const char *reason, dt_err *err) {
+static int send_shutdown(dt_ps_client *c, const char *reason, int stop_training, dt_err *err) {
     int rc = 0;
     for (int p = 0; p < c->num_ps; p++) {
         dt_msg_shutdown_req req;
         memset(&req, 0, sizeof req);
         snprintf(req.reason, sizeof req.reason, "%s", reason);
+        req.stop_training = stop_training;
         if ((rc = prepare(c, p, DT_MSG_SHUTDOWN_REQ, &req, 0, err)) < 0) return rc;
     }
     rc = run(c, 0, c->num_ps, err);
     release_responses(c);
     return rc;
+}
+
+int dt_ps_client_shutdown(dt_ps_client *c, const char *reason, dt_err *err) {
+    return send_shutdown(c, reason, 0, err);
+}
+
+int dt_ps_client_stop_training(dt_ps_client *c, const char *reason, dt_err *err) {
+    return send_shutdown(c, reason, 1, err);
 }
 
 /* failure as a ps takes it: text, cut to the field at a whole character. */

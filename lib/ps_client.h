@@ -253,6 +253,11 @@ int dt_ps_client_tell_done(dt_ps_client *c, dt_err *err) DT_WARN_UNUSED;
 /* Tells every ps the job is finished. */
 int dt_ps_client_shutdown(dt_ps_client *c, const char *reason, dt_err *err) DT_WARN_UNUSED;
 
+/* Early stopping: tells every ps to end training now (every later Push and
+ * Pull is answered done) while it goes on serving the final pull, until
+ * dt_ps_client_shutdown. */
+int dt_ps_client_stop_training(dt_ps_client *c, const char *reason, dt_err *err) DT_WARN_UNUSED;
+
 /* Failures. Each call goes to every ps at once, with the client's deadline
  * and without waiting for a ps that is down (it fails fast), so a caller is
  * held for at most timeout_ms. `failure` may be any text: it is sent as at

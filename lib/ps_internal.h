@@ -163,6 +163,7 @@ struct dt_ps {
 
     pthread_mutex_t life_mu;
     int shutdown_requested;
+    int training_stopped;       /* early stopping: done, serving until the Shutdown */
     char job_id[DT_JOB_ID_MAX]; /* the job this ps knows of; empty: none yet */
     struct timespec shutdown_at;
     int *worker_told_done;            /* (num_workers) */

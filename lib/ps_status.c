@@ -297,6 +297,16 @@ int ps_handle_shutdown(void *ctx, const dt_rpc_peer *peer __attribute__((unused)
     int rc = dt_codec_decode_buf(DT_MSG_SHUTDOWN_REQ, request, &req, err);
     if (rc < 0) return rc;
     pthread_mutex_lock(&ps->life_mu);
+    if (req.stop_training && !req.failure[0]) {
+        int was = ps->training_stopped || ps->shutdown_requested;
+        ps->training_stopped = 1;
+        pthread_mutex_unlock(&ps->life_mu);
+        dt_log(DT_LOG_INFO, "%s: training stopped at global_step %lld: %s%s", ps->name,
+               (long long)atomic_load(&ps->global_step), req.reason,
+               was ? " (already over: no change)" : "; serving the final pull");
+        dt_msg_shutdown_resp resp = {0};
+        return ps_encode_reply(DT_MSG_SHUTDOWN_RESP, &resp, reply, err);
+    }
     int first = !ps->shutdown_requested;
     if (first) {
         ps->shutdown_requested = 1;

@@ -713,6 +713,40 @@ START_TEST(test_job_rate_of_optimizer) {
 }
 END_TEST
 
+/* "patience" counts evaluations: without eval_data or a timer of them it
+ * could never act, and is refused naming both fields. */
+START_TEST(test_job_patience_needs_evals) {
+    const char *sets[][3] = {{"patience=3", NULL, NULL},
+                             {"patience=3", "data=csv", "train_data=a.csv"},
+                             {"patience=3", "eval_steps=100", NULL},
+                             {"patience=-1", NULL, NULL}};
+    const char *want[] = {"\"patience\" 3 counts evaluations", "\"eval_data\" and \"eval_steps\"",
+                          "got none and 100", "\"patience\" must be an integer >= 0"};
+    for (int i = 0; i < 4; i++) {
+        dt_job job;
+        dt_err err;
+        dt_err_clear(&err);
+        dt_job_defaults(&job);
+        int rc = 0;
+        for (int k = 0; k < 3 && sets[i][k] && rc == 0; k++)
+            rc = dt_job_set(&job, sets[i][k], &err);
+        if (rc == 0) rc = dt_job_finish(&job, &err);
+        ck_assert_msg(rc == DT_EINVAL && strstr(err.msg, want[i]), "case %d: %d %s", i, rc,
+                      err.msg);
+    }
+    dt_job job;
+    dt_err err;
+    dt_err_clear(&err);
+    dt_job_defaults(&job);
+    const char *ok[] = {"data=csv", "train_data=a.csv", "eval_data=b.csv", "eval_steps=50",
+                        "patience=3"};
+    for (int k = 0; k < 5; k++)
+        ck_assert_msg(dt_job_set(&job, ok[k], &err) == 0, "%s", err.msg);
+    ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(job.patience, 3);
+}
+END_TEST
+
 START_TEST(test_job_conf_linear) {
     /* conf/linear.json spells out every field with the default value: load
      * it over a job of junk and every field must come out as the default. */
@@ -1656,6 +1690,7 @@ Suite *cluster_suite(void) {
     tcase_add_unchecked_fixture(tj, tmp_setup, tmp_teardown);
     tcase_add_test(tj, test_job_defaults);
     tcase_add_test(tj, test_job_conf_linear);
+    tcase_add_test(tj, test_job_patience_needs_evals);
     tcase_add_test(tj, test_job_epochs_from_rows);
     tcase_add_test(tj, test_job_rate_of_optimizer);
     tcase_add_test(tj, test_job_parse_fields);

@@ -1173,6 +1173,16 @@ static void write_slope(const char *name, int n, uint64_t seed, double sign, cha
     ck_assert_int_eq(fclose(out), 0);
 }
 
+/* A linear job (fields added) on train.csv of slope 2 and eval.csv of
+ * slope -2: every evaluation scores worse than the one before. */
+static void write_opposed_job(const char *fields, char *job, char *eval_path) {
+    char train_path[PATH_CAP], all[256];
+    write_slope("train.csv", 400, 81, 1, train_path);
+    write_slope("eval.csv", 100, 82, -1, eval_path);
+    snprintf(all, sizeof all, "\"batch_size\": 10, %s", fields);
+    write_job("\"model\": \"linear\"", train_path, eval_path, all, job);
+}
+
 /* The lowest "chief: eval at global_step N: loss L" of the chief's log:
  * *step and *loss; the count of evaluations is returned. */
 static int lowest_eval(int64_t *step, double *loss) {
@@ -1182,7 +1192,8 @@ static int lowest_eval(int64_t *step, double *loss) {
     for (const char *p = log; p && (p = strstr(p, needle)) != NULL; p += strlen(needle)) {
         long long s;
         double l;
-        if (sscanf(p + strlen(needle), "%lld: loss %lf", &s, &l) != 2) continue;
+        int examples; /* not a warning that quotes the eval */
+        if (sscanf(p + strlen(needle), "%lld: loss %lf on %d", &s, &l, &examples) != 3) continue;
         if (n++ == 0 || l < *loss) *step = s, *loss = l;
     }
     free(log);
@@ -1196,11 +1207,8 @@ static int lowest_eval(int64_t *step, double *loss) {
  * its eval loss recorded); eval and predict take it by default and say
  * so, --latest takes the final checkpoint. */
 START_TEST(best_model_kept) {
-    char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP];
-    write_slope("train.csv", 400, 81, 1, train_path);
-    write_slope("eval.csv", 100, 82, -1, eval_path);
-    write_job("\"model\": \"linear\"", train_path, eval_path,
-              "\"batch_size\": 10, \"eval_steps\": 40, \"epochs\": 4", job);
+    char job[PATH_CAP], eval_path[PATH_CAP];
+    write_opposed_job("\"eval_steps\": 40, \"epochs\": 4", job, eval_path);
     train(job);
     int64_t best_step = -1;
     double best_loss = 0;
@@ -1255,6 +1263,58 @@ START_TEST(best_model_kept) {
                              J.log_dir, "--data",   eval_path, NULL};
     ck_assert_msg(run(predict) == 0, "predict: %s", J.err);
     ck_assert_msg(strstr(J.err, "the best model, ") != NULL, "predict does not say: %s", J.err);
+}
+END_TEST
+
+/* Issue 32's early stopping: with the held-out slope opposite to the
+ * training file's, no evaluation after the first improves, so with
+ * "patience" 2 the chief ends the job at its third evaluation, long before
+ * the 50 epochs' max_steps: every role exits 0, the final checkpoint says
+ * the job stopped early (and records that step as max_steps), and the job
+ * run again on its log dir trains nothing. Async, then sync. */
+START_TEST(early_stopping_ends_job) {
+    char job[PATH_CAP], eval_path[PATH_CAP];
+    write_opposed_job("\"eval_steps\": 20, \"patience\": 2, \"epochs\": 50", job, eval_path);
+    if (_i) {
+        char *text = dt_test_read_file(job, NULL);
+        ck_assert_ptr_nonnull(text);
+        char *mode = strstr(text, "\"mode\": \"async\"");
+        ck_assert_ptr_nonnull(mode);
+        memcpy(mode, "\"mode\": \"sync\" ", 15);
+        ck_assert_int_eq(dt_test_write_file(job, text), 0);
+        free(text);
+    }
+    train(job);
+    ck_assert_msg(count_in_log("chief",
+                               "chief: early stopping: no better eval loss in 2 "
+                               "evaluations",
+                               NULL) == 1,
+                  "the chief does not say it stops early; logs:%s", dt_test_job_report(&J));
+    int64_t final_step = dt_ckpt_latest_step(J.log_dir);
+    char latest[sizeof J.log_dir + 64];
+    snprintf(latest, sizeof latest, "%s/model.ckpt-%lld.safetensors", J.log_dir,
+             (long long)final_step);
+    dt_safetensors_meta m;
+    memset(&m, 0, sizeof m);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_safetensors_load_meta(latest, &m, &err) == 0, "%s", err.msg);
+    dt_safetensors_meta_deinit(&m);
+    /* 50 passes of 400 rows at batch 10: 2,000 steps a worker. */
+    ck_assert_msg(m.stopped_early && m.max_steps == final_step && final_step < 2000,
+                  "final checkpoint: step %lld, max_steps %lld, stopped_early %d",
+                  (long long)final_step, (long long)m.max_steps, m.stopped_early);
+    int64_t best_step = -1;
+    double best_loss = 0;
+    int evals = lowest_eval(&best_step, &best_loss);
+    ck_assert_msg(evals == 4, "%d evaluations (3 on the timer, the final one); logs:%s", evals,
+                  dt_test_job_report(&J));
+
+    /* Run again on the finished log dir: nothing to train, nothing saved. */
+    train(job);
+    ck_assert_msg(count_in_log("chief", "chief: the job stopped early at global_step ", NULL) == 1,
+                  "the job run again does not say it is over; logs:%s", dt_test_job_report(&J));
+    ck_assert_int_eq(dt_ckpt_latest_step(J.log_dir), final_step);
 }
 END_TEST
 
@@ -1385,7 +1445,8 @@ Suite *models_e2e_suite(void) {
     tcase_add_test(tc, divergence_said);
     tcase_add_test(tc, first_try_scaled_by_default);
     tcase_add_test(tc, best_model_kept);
-    tcase_add_loop_test(tc, first_try_regression, 0, 2); /* async, then sync */
+    tcase_add_loop_test(tc, early_stopping_ends_job, 0, 2); /* async, then sync */
+    tcase_add_loop_test(tc, first_try_regression, 0, 2);    /* async, then sync */
     tcase_add_test(tc, summaries_first_step);
     tcase_add_test(tc, summaries_by_time);
     return s;
