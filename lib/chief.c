@@ -274,7 +274,10 @@ static int64_t page_rows(const dt_table_config *t) {
  * row pushed first during the save is in it when its id is above what its
  * task has sent so far (ps_client.h has the rule). */
 static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
-    if (global_step == c->last_saved_step) return 0;
+    /* Once early stopping held the step, a periodic save may already have
+     * written the final one, without the mark of the end: written again. */
+    const int ends_early = c->stopped_early && global_step == c->final_step;
+    if (global_step == c->last_saved_step && !ends_early) return 0;
     save_job_id(c);
     const double t0 = dt_now_secs();
     const dt_table_config *t;
@@ -296,7 +299,7 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     memset(&meta, 0, sizeof meta);
     meta.global_step = global_step;
     meta.max_steps = c->create.max_steps; /* the evaluator knows the last one by it */
-    if (c->stopped_early && global_step == c->final_step) {
+    if (ends_early) {
         /* The job ends here: every reader of the end (the evaluator, a
          * restarted ps or chief) sees its last checkpoint at max_steps. */
         meta.max_steps = global_step;
@@ -1026,7 +1029,6 @@ static void warn_eval_loss(chief *c, int64_t step, double loss) {
     c->eval_far_above = far;
 }
 
-/* Loss (and accuracy) of the current variables on the held-out set. */
 /* The best eval loss this job's log dir records (a restarted chief keeps
  * comparing with it), read once. A best model of another job, or one that
  * cannot be read, is replaced at this job's first evaluation. */
@@ -1121,6 +1123,7 @@ static void stop_when_flat(chief *c, int64_t step) {
     dt_log(DT_LOG_INFO, "chief: %s; the job ends at global_step %lld", why, (long long)step);
 }
 
+/* Loss (and accuracy) of the current variables on the held-out set. */
 static int evaluate(chief *c, int64_t step, dt_err *err) {
     if (!c->eval && c->eval_set.rows == 0) return 0;
     dt_batch all;
