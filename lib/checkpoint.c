@@ -526,11 +526,19 @@ int dt_ckpt_save_best(const char *log_dir, const dt_tensors *ts, const dt_safete
     return rc;
 }
 
-int dt_ckpt_best_path(const char *log_dir, char *path_out, size_t path_cap) {
+int dt_ckpt_best_meta(const char *log_dir, dt_safetensors_meta *meta, char *path_out,
+                      size_t path_cap, dt_err *err) {
     char path[JOIN_CAP];
-    if (!best_present(log_dir) || join(path, sizeof path, log_dir, DT_CKPT_BEST_FILE, NULL) < 0 ||
-        strlen(path) >= path_cap)
-        return 0;
+    if (!best_present(log_dir)) return 0;
+    int rc = join(path, sizeof path, log_dir, DT_CKPT_BEST_FILE, err);
+    if (rc == 0 && strlen(path) >= path_cap)
+        rc = dt_err_set(err, DT_EINVAL, "%s: path_out holds %zu bytes", path, path_cap);
+    if (rc == 0) rc = dt_safetensors_load_meta(path, meta, err);
+    if (rc == 0 && !meta->has_eval_loss) {
+        dt_safetensors_meta_deinit(meta);
+        rc = dt_err_set(err, DT_ECORRUPT, "%s: records no eval_loss: not a best model", path);
+    }
+    if (rc < 0) return rc;
     snprintf(path_out, path_cap, "%s", path);
     return 1;
 }

@@ -145,13 +145,16 @@ int dt_ckpt_latest_meta(const char *log_dir, dt_safetensors_meta *meta, char *pa
  * dt_ckpt_save_best: writes it atomically (meta->has_eval_loss set), then
  * names it in the state file when there is one (else the next checkpoint
  * save does). Errors as dt_safetensors_save's; the old best stands.
- * dt_ckpt_best_path: 1 with its path in path_out when log_dir holds one (a
- * regular file), else 0.
+ * dt_ckpt_best_meta: its header, as dt_ckpt_latest_meta gives the latest's:
+ * 1 with *meta filled (caller deinits) and its path in path_out, 0 when
+ * log_dir holds none (a regular file), negative when it cannot be read or
+ * records no eval_loss (DT_ECORRUPT).
  */
 #define DT_CKPT_BEST_FILE "model.best.safetensors"
 int dt_ckpt_save_best(const char *log_dir, const dt_tensors *ts, const dt_safetensors_meta *meta,
                       dt_err *err) DT_WARN_UNUSED;
-int dt_ckpt_best_path(const char *log_dir, char *path_out, size_t path_cap);
+int dt_ckpt_best_meta(const char *log_dir, dt_safetensors_meta *meta, char *path_out,
+                      size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 
 /*
  * The job id file, log_dir/job_id: one line, the job's id (32 lowercase

@@ -98,7 +98,6 @@ typedef struct {
                             checkpoint carries too (NULL for other data) */
     dt_tensors snapshot; /* views of vars, slots, recipe, for saving; no slab */
     dt_tensors best_set; /* views of vars and recipe: the best model's list */
-    int best_read;       /* the log dir's best model was looked for */
     int have_best;       /* best_loss holds the best eval loss of this job */
     double best_loss;
     int64_t best_step;
@@ -1029,28 +1028,27 @@ static void warn_eval_loss(chief *c, int64_t step, double loss) {
     c->eval_far_above = far;
 }
 
-/* The best eval loss this job's log dir records (a restarted chief keeps
- * comparing with it), read once. A best model of another job, or one that
+/* The best eval loss this job's log dir records, so a restarted chief
+ * keeps comparing with it. A best model of another job, or one that
  * cannot be read, is replaced at this job's first evaluation. */
 static void read_best(chief *c) {
-    c->best_read = 1;
     char path[DT_PATH_MAX + 64];
-    if (!dt_ckpt_best_path(c->job->log_dir, path, sizeof path)) return;
     dt_safetensors_meta m;
     memset(&m, 0, sizeof m);
     dt_err err;
     dt_err_clear(&err);
-    int rc = dt_safetensors_load_meta(path, &m, &err);
-    dt_safetensors_meta_deinit(&m);
-    if (rc == 0 && m.has_eval_loss && strcmp(m.job_id, c->job_id) == 0) {
+    int rc = dt_ckpt_best_meta(c->job->log_dir, &m, path, sizeof path, &err);
+    if (rc == 0) return;
+    if (rc > 0) dt_safetensors_meta_deinit(&m);
+    if (rc > 0 && strcmp(m.job_id, c->job_id) == 0) {
         c->have_best = c->have_mark = 1;
         c->best_loss = c->gain_mark = m.eval_loss;
         c->best_step = m.global_step;
         dt_log(DT_LOG_INFO, "chief: the best model so far: global_step %lld, eval loss %.6g (%s)",
                (long long)m.global_step, m.eval_loss, path);
     } else {
-        dt_log(DT_LOG_INFO, "chief: %s is %s; the first evaluation replaces it", path,
-               rc < 0 ? err.msg : "not this job's best model");
+        dt_log(DT_LOG_INFO, "chief: %s; the first evaluation replaces it",
+               rc < 0 ? err.msg : "the log dir's best model is another job's");
     }
 }
 
@@ -1059,7 +1057,6 @@ static void read_best(chief *c) {
  * sparse model's rows live on the ps tasks. A failed write costs the job
  * nothing; the previous best stands and the next better one tries again. */
 static void keep_best(chief *c, int64_t step, double loss) {
-    if (!c->best_read) read_best(c);
     if (!isfinite(loss) || (c->have_best && !(loss < c->best_loss))) return;
     dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
@@ -1091,7 +1088,6 @@ static void keep_best(chief *c, int64_t step, double loss) {
  * a plateau's crawl does not keep a job going. */
 #define GAIN_TOL 1e-4
 static void count_gain(chief *c, double loss) {
-    if (!c->best_read) read_best(c);
     if (isfinite(loss) && (!c->have_mark || loss < c->gain_mark - GAIN_TOL * fabs(c->gain_mark))) {
         c->have_mark = 1;
         c->gain_mark = loss;
@@ -1638,6 +1634,7 @@ int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err 
         dt_err_wrap(err, rc, "chief"); /* the data module names the field */
         goto out;
     }
+    if (c.job->data.eval_data[0]) read_best(&c);
     if ((rc = start_model(&c, stop, err)) < 0) goto out;
     if (rc == 2) { /* complete in the log dir: the ps tasks and workers may go */
         tidy_log_dir(&c);

@@ -147,19 +147,20 @@ static int read_checkpoint(const char *what, const char *path, const char *log_d
 
 int dt_predict_pick_best(const char *what, const char *log_dir, char *out, size_t cap) {
     out[0] = '\0';
-    if (!log_dir || !log_dir[0] || !dt_ckpt_best_path(log_dir, out, cap)) return 0;
+    if (!log_dir || !log_dir[0]) return 0;
     dt_safetensors_meta m;
     memset(&m, 0, sizeof m);
     dt_err err;
     dt_err_clear(&err);
-    int rc = dt_safetensors_load_meta(out, &m, &err);
-    dt_safetensors_meta_deinit(&m);
-    if (rc < 0 || !m.has_eval_loss) {
+    int rc = dt_ckpt_best_meta(log_dir, &m, out, cap, &err);
+    if (rc < 0)
         dt_log(DT_LOG_WARN, "%s: passing over the best model: %s; taking the latest checkpoint",
-               what, rc < 0 ? err.msg : "it records no eval_loss");
+               what, err.msg);
+    if (rc <= 0) {
         out[0] = '\0';
         return 0;
     }
+    dt_safetensors_meta_deinit(&m);
     dt_log(DT_LOG_INFO,
            "%s: the best model, %s (global_step %lld, eval loss %.6g); --latest takes the latest "
            "checkpoint",

@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <float.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -673,6 +674,10 @@ static const bad_case bad_headers[] = {
     {"{\"__metadata__\":{\"job\":\"{\\\"a\\\":\"}}", 0, "__metadata__ job is not a JSON object"},
     {"{\"__metadata__\":{\"feature_names\":[\"a\"]}}", 0,
      "__metadata__ \"feature_names\" is not a string"},
+    {"{\"__metadata__\":{\"eval_loss\":\"nan\"}}", 0, "eval_loss \"nan\" is not a finite number"},
+    {"{\"__metadata__\":{\"eval_loss\":\"1.5x\"}}", 0, "eval_loss \"1.5x\""},
+    {"{\"__metadata__\":{\"eval_loss\":\"\"}}", 0, "eval_loss \"\""},
+    {"{\"__metadata__\":{\"stopped_early\":\"yes\"}}", 0, "stopped_early \"yes\" is not"},
 };
 
 START_TEST(test_bad_header) {
@@ -908,6 +913,27 @@ START_TEST(test_save_rejects_bad_input) {
     memset(meta.model, 'x', sizeof meta.model); /* no NUL */
     dt_err_clear(&err);
     assert_err(dt_safetensors_save(path, &ts, &meta, &err), &err, DT_EINVAL, "not NUL-terminated");
+
+    meta = make_meta(1);
+    meta.has_eval_loss = 1;
+    meta.eval_loss = INFINITY;
+    dt_err_clear(&err);
+    assert_err(dt_safetensors_save(path, &ts, &meta, &err), &err, DT_EINVAL,
+               "eval_loss inf is not finite");
+    ck_assert_msg(access(path, F_OK) != 0, "a refused save left %s", path);
+
+    /* Both keys of the best model and of an early-stopped job come back. */
+    meta = make_meta(7);
+    meta.has_eval_loss = 1;
+    meta.eval_loss = 0.1 + 1e-17 * 3; /* needs all 17 digits */
+    meta.stopped_early = 1;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
+    dt_safetensors_meta back;
+    ck_assert_msg(dt_safetensors_load_meta(path, &back, &err) == 0, "%s", err.msg);
+    dt_safetensors_meta_deinit(&back);
+    ck_assert(back.has_eval_loss && back.eval_loss == meta.eval_loss && back.stopped_early);
+    ck_assert_int_eq(unlink(path), 0);
 
     meta = make_meta(1);
     snprintf(ts.items[2].name, DT_TENSOR_NAME_MAX, "linear/weight");

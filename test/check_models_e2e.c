@@ -558,6 +558,8 @@ START_TEST(cli_bad_input) {
     dt_test_job_expect_error(&J, run(labels_alone), 2, "--labels needs --data", NULL, NULL);
     const char *both[] = {"eval", "--config", job, "--checkpoint", "a", "--log-dir", "b", NULL};
     dt_test_job_expect_error(&J, run(both), 2, "--checkpoint", "--log-dir", NULL);
+    const char *named_latest[] = {"eval", "--config", job, "--checkpoint", "a", "--latest", NULL};
+    dt_test_job_expect_error(&J, run(named_latest), 2, "--checkpoint FILE or --latest", NULL, NULL);
     const char *no_file[] = {"eval", "--config", missing, NULL};
     dt_test_job_expect_error(&J, run(no_file), 2, missing, NULL, NULL);
     const char *bad_set[] = {"eval", "--config", job, "--set", "learning_rate=abc", NULL};
@@ -1173,6 +1175,15 @@ static void write_slope(const char *name, int n, uint64_t seed, double sign, cha
     ck_assert_int_eq(fclose(out), 0);
 }
 
+/* The header of the safetensors file at path into *m (its strings freed). */
+static void load_meta(const char *path, dt_safetensors_meta *m) {
+    memset(m, 0, sizeof *m);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_safetensors_load_meta(path, m, &err) == 0, "%s", err.msg);
+    dt_safetensors_meta_deinit(m);
+}
+
 /* A linear job (fields added) on train.csv of slope 2 and eval.csv of
  * slope -2: the held-out loss rises as the model learns, then hovers
  * near its top. */
@@ -1226,11 +1237,7 @@ START_TEST(best_model_kept) {
     char best[sizeof J.log_dir + 32];
     snprintf(best, sizeof best, "%s/model.best.safetensors", J.log_dir);
     dt_safetensors_meta m;
-    memset(&m, 0, sizeof m);
-    dt_err err;
-    dt_err_clear(&err);
-    ck_assert_msg(dt_safetensors_load_meta(best, &m, &err) == 0, "best model: %s", err.msg);
-    dt_safetensors_meta_deinit(&m);
+    load_meta(best, &m);
     ck_assert_msg(m.global_step == best_step && m.has_eval_loss,
                   "the best model is step %lld's (eval loss %d), the lowest eval was %lld's",
                   (long long)m.global_step, m.has_eval_loss, (long long)best_step);
@@ -1267,6 +1274,17 @@ START_TEST(best_model_kept) {
                              J.log_dir, "--data",   eval_path, NULL};
     ck_assert_msg(run(predict) == 0, "predict: %s", J.err);
     ck_assert_msg(strstr(J.err, "the best model, ") != NULL, "predict does not say: %s", J.err);
+
+    /* A best model that no longer reads is passed over, said, for the
+     * latest checkpoint; it is not a failure of eval. */
+    ck_assert_int_eq(dt_test_write_file(best, "not a safetensors file"), 0);
+    ck_assert_msg(run(eval_best) == 0, "eval, the best model corrupt: %s", J.err);
+    ck_assert_msg(sscanf(J.out, "loss %lf examples %*d global_step %lld", &loss, &step) == 2 &&
+                      step == final_step,
+                  "eval printed \"%s\" (final step %lld)", J.out, (long long)final_step);
+    ck_assert_msg(strstr(J.err, "passing over the best model: ") &&
+                      strstr(J.err, "taking the latest checkpoint"),
+                  "eval does not say it passed over the best model: %s", J.err);
 }
 END_TEST
 
@@ -1321,11 +1339,7 @@ START_TEST(early_stopping_ends_job) {
     snprintf(latest, sizeof latest, "%s/model.ckpt-%lld.safetensors", J.log_dir,
              (long long)final_step);
     dt_safetensors_meta m;
-    memset(&m, 0, sizeof m);
-    dt_err err;
-    dt_err_clear(&err);
-    ck_assert_msg(dt_safetensors_load_meta(latest, &m, &err) == 0, "%s", err.msg);
-    dt_safetensors_meta_deinit(&m);
+    load_meta(latest, &m);
     /* 50 passes of 400 rows at batch 10: 2,000 steps a worker. */
     ck_assert_msg(m.stopped_early && m.max_steps == final_step && final_step < 2000,
                   "final checkpoint: step %lld, max_steps %lld, stopped_early %d",
