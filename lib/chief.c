@@ -98,17 +98,17 @@ typedef struct {
                             checkpoint carries too (NULL for other data) */
     dt_tensors snapshot; /* views of vars, slots, recipe, for saving; no slab */
     dt_tensors best_set; /* views of vars and recipe: the best model's list */
-    int have_best;       /* best_loss holds the best eval loss of this job */
-    double best_loss;
+    double best_loss;    /* with have_best: the best eval loss of this job, at best_step */
     int64_t best_step;
     /* Early stopping (job->patience): the eval loss an evaluation must
-     * beat to count as a gain, the evaluations since the last gain, and
-     * whether the ps tasks were told to stop training. */
-    int have_mark;
+     * beat to count as a gain (with have_mark), the evaluations since the
+     * last gain, and whether the ps tasks were told to stop training. */
     double gain_mark;
+    int64_t final_step; /* the step finish saves as final (-1 before) */
+    int have_best;
+    int have_mark;
     int evals_flat;
     int stopped_early;
-    int64_t final_step;         /* the step finish saves as final (-1 before) */
     dt_summary_writer *summary; /* NULL while no event file could be opened */
     int64_t summaries_dropped;  /* since the last write that succeeded */
     double summary_logged;      /* when a drop was last logged */
