@@ -67,6 +67,7 @@
 #define STREAM_X 0x78000000000000a3ULL       /* wide: x_ij */
 #define STREAM_WEIGHT 0x77737461720000c5ULL  /* wide: w*_j */
 #define STREAM_SHUFFLE 0x73687566666c65e7ULL /* epoch order */
+#define STREAM_SPLIT 0x73706c6974000d1bULL   /* validation_fraction's rows */
 
 /* Columns generated at a time in a wide row, so the row's dot product with
  * w* reads them while they are still in cache. Even, so pairs never split. */
@@ -405,6 +406,25 @@ int dt_data_reads_files(const dt_data_config *cfg) {
 }
 
 /* 1 when name ends in suffix, case ignored. */
+int dt_data_splits(const dt_data_config *cfg) {
+    return dt_data_reads_files(cfg) && !cfg->eval_data[0] && cfg->validation_fraction > 0;
+}
+
+int dt_data_has_held_out(const dt_data_config *cfg) {
+    return cfg->eval_data[0] || dt_data_splits(cfg);
+}
+
+const char *dt_data_held_out_file(const dt_data_config *cfg) {
+    return dt_data_splits(cfg) ? cfg->train_data : cfg->eval_data;
+}
+
+void dt_data_held_out_name(const dt_data_config *cfg, char *buf, size_t n) {
+    if (cfg->eval_data[0] || !dt_data_splits(cfg))
+        snprintf(buf, n, "%s", cfg->eval_data);
+    else
+        snprintf(buf, n, "the validation rows of %s", cfg->train_data);
+}
+
 static int ends_with(const char *name, size_t len, const char *suffix) {
     size_t n = strlen(suffix);
     return len >= n && strncasecmp(name + len - n, suffix, n) == 0;
@@ -637,6 +657,133 @@ int dt_data_infer(const dt_data_config *cfg, const dt_data_needs *needs, int wan
     return rc < 0 ? dt_err_wrap(err, rc, "data") : 0;
 }
 
+/* ---- the validation split ------------------------------------------------- */
+
+/* The classes a split keeps in proportion: K for class labels, else 1. */
+static int class_count(const spec *sp, const float *y) {
+    return sp->needs->label_kind == DT_LABEL_CLASS && y && sp->needs->num_classes > 1
+               ? sp->needs->num_classes
+               : 1;
+}
+
+/* Row i's class among K (the reader has checked labels are 0..K-1). */
+static int class_of(const float *y, int64_t i, int K) {
+    int c = K > 1 ? (int)y[i] : 0;
+    return c >= 0 && c < K ? c : 0;
+}
+
+/* Which rows of a training table of n rows with labels y (NULL: no classes
+ * to keep in proportion) validation_fraction f holds out: held[i] = 1 for
+ * round(f * n_c) rows of each class c of n_c rows (of all n rows when the
+ * labels are not classes), drawn by one seeded permutation, so every role
+ * that reads the file picks the same rows. A class keeps at least one
+ * training row. order (n) and counts (2 * class_count) are scratch.
+ * Returns the count held out. */
+static int64_t pick_held_out(const spec *sp, const float *y, int64_t n, unsigned char *held,
+                             int64_t *order, int64_t *counts) {
+    const double f = sp->cfg->validation_fraction;
+    const int K = class_count(sp, y);
+    int64_t *want = counts, *seen = counts + K;
+    memset(counts, 0, 2 * (size_t)K * sizeof *counts);
+    for (int64_t i = 0; i < n; i++) {
+        order[i] = i;
+        seen[class_of(y, i, K)]++;
+    }
+    for (int c = 0; c < K; c++) {
+        want[c] = (int64_t)floor(f * (double)seen[c] + 0.5);
+        if (want[c] >= seen[c]) want[c] = seen[c] - 1;
+        if (want[c] < 0) want[c] = 0;
+    }
+    uint64_t state = key_of(sp->seed, STREAM_SPLIT, 0);
+    for (int64_t k = n - 1; k > 0; k--) { /* Fisher-Yates */
+        int64_t r = dt_data_shuffle_draw(&state, k), tmp = order[k];
+        order[k] = order[r];
+        order[r] = tmp;
+    }
+    int64_t total = 0;
+    memset(held, 0, (size_t)n);
+    for (int64_t k = 0; k < n; k++) {
+        int64_t i = order[k];
+        int c = class_of(y, i, K);
+        if (want[c] > 0) {
+            want[c]--;
+            held[i] = 1;
+            total++;
+        }
+    }
+    return total;
+}
+
+/* Moves the rows of t not held out to its front, in file order, and
+ * returns their count. The destination never passes the source. */
+static int64_t keep_training_rows(dt_reader_table *t, const unsigned char *held) {
+    const size_t F = (size_t)t->cols;
+    int64_t k = 0;
+    for (int64_t i = 0; i < t->rows; i++) {
+        if (held[i]) continue;
+        if (k != i) {
+            memmove(t->x + (size_t)k * F, t->x + (size_t)i * F, F * sizeof(float));
+            if (t->y) t->y[k] = t->y[i];
+        }
+        k++;
+    }
+    return k;
+}
+
+/* With validation_fraction > 0 and no eval_data, splits the training table
+ * t: t keeps the training rows, and *held_out (when not NULL) gets the
+ * validation rows, both in file order. Without a split, t is unchanged and
+ * *held_out empty. Errors: a split that leaves no row on one side
+ * (DT_ECONFIG naming the field and the counts), no memory. */
+static int split_validation(const spec *sp, dt_reader_table *t, dt_reader_table *held_out,
+                            dt_err *err) {
+    if (held_out) memset(held_out, 0, sizeof *held_out);
+    if (!dt_data_splits(sp->cfg)) return 0;
+    const int64_t n = t->rows;
+    unsigned char *held = dt_malloc((size_t)n);
+    int64_t *order = dt_malloc((size_t)n * sizeof *order);
+    int64_t *counts = dt_malloc(2 * (size_t)class_count(sp, t->y) * sizeof *counts);
+    int rc = 0;
+    if (!held || !order || !counts) {
+        rc = dt_err_set(err, DT_ENOMEM, "data: no memory to split %lld rows", (long long)n);
+        goto out;
+    }
+    const int64_t m = pick_held_out(sp, t->y, n, held, order, counts);
+    if (m < 1 || m >= n) {
+        rc = dt_err_set(err, DT_ECONFIG,
+                        "data: \"validation_fraction\" %g of the %lld rows of %s holds out %lld: "
+                        "it must leave at least one row on each side (give \"eval_data\", or "
+                        "a larger file)",
+                        sp->cfg->validation_fraction, (long long)n, sp->cfg->train_data,
+                        (long long)m);
+        goto out;
+    }
+    if (held_out) {
+        const size_t F = (size_t)t->cols;
+        *held_out = (dt_reader_table){.rows = m, .cols = t->cols, .labeled = t->labeled};
+        held_out->x = dt_malloc((size_t)m * F * sizeof(float));
+        held_out->y = t->y ? dt_malloc((size_t)m * sizeof(float)) : NULL;
+        if (!held_out->x || (t->y && !held_out->y)) {
+            dt_reader_table_deinit(held_out);
+            rc = dt_err_set(err, DT_ENOMEM, "data: no memory for %lld validation rows",
+                            (long long)m);
+            goto out;
+        }
+        for (int64_t i = 0, k = 0; i < n; i++) {
+            if (!held[i]) continue;
+            memcpy(held_out->x + (size_t)k * F, t->x + (size_t)i * F, F * sizeof(float));
+            if (t->y) held_out->y[k] = t->y[i];
+            k++;
+        }
+    }
+    t->rows = keep_training_rows(t, held);
+out:
+    free(counts);
+    free(order);
+    free(held);
+    return rc;
+}
+
 /* Takes the table's rows of shard `shard` of `num_shards` into a new
  * dataset, scaled; a table read without labels (y NULL) makes a dataset
  * without them. The table is consumed (its buffers move or are freed). */
@@ -691,7 +838,8 @@ static int open_file(const spec *sp, int shard, int num_shards, dt_dataset **out
     int rc = scaling_of(cfg, &sc, err);
     if (rc < 0) return rc;
     if ((rc = read_table(sp, "train_data", cfg->train_data, cfg->train_labels, DT_LABELS_REQUIRED,
-                         &t, err)) < 0)
+                         &t, err)) < 0 ||
+        (rc = split_validation(sp, &t, NULL, err)) < 0)
         goto fail;
     if (shard >= t.rows) {
         rc = dt_err_set(err, DT_EINVAL, "data: shard %d of %d is empty: only %lld examples in %s",
@@ -702,10 +850,11 @@ static int open_file(const spec *sp, int shard, int num_shards, dt_dataset **out
     int64_t total = t.rows, skipped = t.skipped;
     if ((rc = from_table(sp, &t, &sc, shard, num_shards, out, err)) < 0) goto fail;
     dt_log(DT_LOG_INFO,
-           "data: %s: %lld examples of %d features (%lld malformed rows skipped); shard %d of %d "
-           "keeps %lld",
-           cfg->train_data, (long long)total, sp->needs->num_features, (long long)skipped, shard,
-           num_shards, (long long)dt_data_size(*out));
+           "data: %s: %lld examples of %d features (%lld malformed rows skipped%s); shard %d of "
+           "%d keeps %lld",
+           cfg->train_data, (long long)total, sp->needs->num_features, (long long)skipped,
+           dt_data_splits(cfg) ? ", the validation rows held out" : "", shard, num_shards,
+           (long long)dt_data_size(*out));
 fail:
     dt_reader_table_deinit(&t);
     scaling_deinit(&sc);
@@ -778,6 +927,38 @@ fail:
     return rc;
 }
 
+/* The held-out set of a split (validation_fraction): the training file's
+ * validation rows, scaled with the statistics of its training rows (or the
+ * given ones). They carry labels: a split has none to leave out. */
+static int read_validation(const spec *sp, dt_labels_mode labels, scaling *sc, dt_dataset **out,
+                           dt_err *err) {
+    const dt_data_config *cfg = sp->cfg;
+    if (!dt_data_splits(cfg))
+        return dt_err_set(err, DT_EINVAL,
+                          "data: eval: \"eval_data\" is not set (nor \"validation_fraction\")");
+    if (labels == DT_LABELS_NONE)
+        return dt_err_set(err, DT_EINVAL,
+                          "data: eval: the validation rows come from \"train_data\" with their "
+                          "labels: give a file without labels to read one");
+    dt_reader_table t = {0}, held = {0};
+    int rc = read_table(sp, "train_data", cfg->train_data, cfg->train_labels, DT_LABELS_REQUIRED,
+                        &t, err);
+    if (rc == 0) rc = split_validation(sp, &t, &held, err);
+    if (rc == 0)
+        rc = sp->stats ? scaling_take(sc, sp->stats, sp->needs->num_features, err)
+                       : scaling_fit(sc, &t, err);
+    dt_reader_table_deinit(&t);
+    if (rc < 0) {
+        dt_reader_table_deinit(&held);
+        return rc;
+    }
+    int64_t total = held.rows;
+    if ((rc = from_table(sp, &held, sc, 0, 1, out, err)) < 0) return rc;
+    dt_log(DT_LOG_INFO, "data: %s: %lld validation examples held out (\"validation_fraction\" %g)",
+           cfg->train_data, (long long)total, cfg->validation_fraction);
+    return 0;
+}
+
 /* The held-out set (cfg->eval_data) whole, with its labels or without them,
  * scaled with the training file's statistics. */
 static int open_held_out(const spec *sp, dt_labels_mode labels, dt_dataset **out, dt_err *err) {
@@ -797,7 +978,7 @@ static int open_held_out(const spec *sp, dt_labels_mode labels, dt_dataset **out
     scaling sc;
     if ((rc = scaling_of(cfg, &sc, err)) < 0) return rc;
     if (!cfg->eval_data[0]) {
-        rc = dt_err_set(err, DT_EINVAL, "data: eval: \"eval_data\" is not set");
+        rc = read_validation(sp, labels, &sc, out, err);
         goto fail;
     }
     if (sp->stats) {

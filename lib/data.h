@@ -30,6 +30,7 @@
 #ifndef DT_DATA_H
 #define DT_DATA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "err.h"
@@ -63,6 +64,8 @@ typedef struct {
     char train_labels[DT_PATH_MAX]; /* idx labels; "" for csv and libsvm */
     char eval_data[DT_PATH_MAX];    /* held-out set, same format; "" for none */
     char eval_labels[DT_PATH_MAX];  /* idx labels of the held-out set */
+    double validation_fraction;     /* 0 <= f < 1: with no eval_data, the share of
+                                       train_data's rows held out as the held-out set */
     char label_column[64];          /* csv: the label column's header name, or its 0-based index */
     dt_scale scale;                 /* standardize: per feature, over the training file */
     int scale_chosen;               /* scale was "auto": dt_job_finish chose it */
@@ -81,6 +84,21 @@ typedef struct {
 
 /* 1 when the source is a file (csv, libsvm, idx). */
 int dt_data_reads_files(const dt_data_config *cfg);
+/* 1 when the held-out set is a split of the training file: a file source,
+ * no eval_data and validation_fraction > 0. Every role that reads the file
+ * then holds out the same rows: round(f * n_c) of each class's n_c rows
+ * (of all rows for real targets), drawn by the seed, each class keeping
+ * one training row at least. Training sees only the others, standardize's
+ * statistics are theirs, and example i is the i-th training row kept. */
+int dt_data_splits(const dt_data_config *cfg);
+/* 1 when the job has a held-out set: eval_data or a split. */
+int dt_data_has_held_out(const dt_data_config *cfg);
+/* The file the held-out rows are read from: eval_data, or train_data for
+ * a split (their csv columns are the same). */
+const char *dt_data_held_out_file(const dt_data_config *cfg);
+/* The held-out set's name for a log line or a message: eval_data's path,
+ * or "the validation rows of <train_data>"; into buf (n bytes). */
+void dt_data_held_out_name(const dt_data_config *cfg, char *buf, size_t n);
 /* The source a training file's form says, for a job that names no "data":
  * by its name, ".csv" csv, ".svm" or ".libsvm" libsvm (each also with
  * ".gz" after it, case ignored); else by its first 4 bytes, an idx images

@@ -6,7 +6,9 @@
  * training statistics, and the reader's errors passed through. A held-out
  * file without labels (csv, libsvm, idx) reads to the same features, to the
  * bit, as the same file with labels under every scaling, with no y; its
- * errors name file:line.
+ * errors name file:line. A validation split (validation_fraction) holds
+ * the same rows out for every open and shard count, classes in proportion,
+ * with standardize's statistics from the training rows alone.
  */
 #include <limits.h>
 #include <math.h>
@@ -1145,6 +1147,159 @@ START_TEST(test_unlabeled_errors) {
 END_TEST
 
 /* One role's job from a job file's text: the defaults, the text, finish. */
+/* ---- the validation split ------------------------------------------------- */
+
+/* A csv of n rows: label i % classes (column "target"), f0 = i (so a row
+ * says which it is), f1 = 3 i + 1. */
+static void write_split_csv(const char *path, int n, int classes) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "target,f0,f1\n");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%d,%d,%d\n", i % classes, i, 3 * i + 1);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Marks in rows[] (count n, zeroed by the caller) each row of ds by its f0,
+ * unscaled by (mean, sd) of f0 when sd > 0; returns the rows seen. */
+static int mark_rows(dt_dataset *ds, int *rows, int n, double mean, double sd) {
+    dt_batch all;
+    dt_err err = {0};
+    ck_assert_msg(dt_data_all(ds, &all, &err) == 0, "%s", err.msg);
+    for (int k = 0; k < all.rows; k++) {
+        double x = all.x[k * 2];
+        int i = (int)lround(sd > 0 ? x * sd + mean : x);
+        ck_assert_msg(i >= 0 && i < n, "row %d: f0 %g", k, x);
+        rows[i]++;
+    }
+    return all.rows;
+}
+
+/* The split of a file of N rows into training (all shards) and validation
+ * rows: disjoint, covering, each class held out in proportion, the same
+ * for every open, another for another seed. */
+START_TEST(test_validation_split) {
+    enum { N = 50, K = 3 };
+    dt_log_set_level(DT_LOG_WARN);
+    char *dir = dt_test_tempdir();
+    const char *train = file_in(dir, "train.csv");
+    write_split_csv(train, N, K);
+    dt_job job = file_job(DT_DATA_CSV, train, 2);
+    job.model.kind = DT_MODEL_SOFTMAX;
+    job.model.num_classes = K;
+    job.data.validation_fraction = 0.2;
+    ck_assert(dt_data_splits(&job.data) && dt_data_has_held_out(&job.data));
+    ck_assert_str_eq(dt_data_held_out_file(&job.data), train);
+    int held_first[N] = {0};
+    for (int ns = 1; ns <= 3; ns++) {
+        int seen[N] = {0}, held[N] = {0};
+        for (int s = 0; s < ns; s++) {
+            dt_dataset *ds = open_ok(&job, s, ns);
+            ck_assert_int_eq(dt_data_total(ds), N - 9); /* round(0.2 * (17, 17, 16)) = 3 each */
+            mark_rows(ds, seen, N, 0, 0);
+            dt_data_free(ds);
+        }
+        dt_dataset *v = NULL;
+        dt_err err = {0};
+        ck_assert_msg(dt_job_open_eval(&job, &v, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(mark_rows(v, held, N, 0, 0), 9);
+        dt_batch all;
+        ck_assert_int_eq(dt_data_all(v, &all, &err), 0);
+        int per_class[K] = {0};
+        for (int k = 0; k < all.rows; k++) {
+            ck_assert_float_eq(all.y[k], (float)((int)all.x[k * 2] % K)); /* rows stay whole */
+            per_class[(int)all.y[k]]++;
+        }
+        for (int c = 0; c < K; c++)
+            ck_assert_msg(per_class[c] == 3, "class %d: %d held out", c, per_class[c]);
+        dt_data_free(v);
+        for (int i = 0; i < N; i++) {
+            ck_assert_msg(seen[i] + held[i] == 1, "%d shards: row %d trained %d, held %d", ns, i,
+                          seen[i], held[i]);
+            if (ns == 1) held_first[i] = held[i];
+            ck_assert_msg(held[i] == held_first[i], "row %d: another split for %d shards", i, ns);
+        }
+    }
+    /* Another seed, another draw (of C(17,3)^2 C(16,3) splits). */
+    job.seed = 22;
+    dt_dataset *v = NULL;
+    dt_err err = {0};
+    ck_assert_msg(dt_job_open_eval(&job, &v, &err) == 0, "%s", err.msg);
+    int held[N] = {0}, differ = 0;
+    mark_rows(v, held, N, 0, 0);
+    dt_data_free(v);
+    for (int i = 0; i < N; i++)
+        differ += held[i] != held_first[i];
+    ck_assert_msg(differ > 0, "seed 22 held out the rows seed 21 did");
+    /* Real targets: a fifth of all rows, whatever their values. */
+    job.model.kind = DT_MODEL_LINEAR;
+    ck_assert_msg(dt_job_open_eval(&job, &v, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(dt_data_total(v), N / 5);
+    dt_data_free(v);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* Standardize's statistics are the training rows' alone; the validation
+ * rows are scaled with them, as a held-out file is. */
+START_TEST(test_validation_split_stats) {
+    enum { N = 40 };
+    dt_log_set_level(DT_LOG_WARN);
+    char *dir = dt_test_tempdir();
+    const char *train = file_in(dir, "train.csv");
+    write_split_csv(train, N, 2);
+    dt_job job = file_job(DT_DATA_CSV, train, 2);
+    job.data.validation_fraction = 0.25;
+    job.data.scale = DT_SCALE_STANDARDIZE;
+    dt_dataset *ds = open_ok(&job, 0, 1);
+    dt_data_stats st;
+    dt_data_stats_of(ds, &st);
+    ck_assert_int_eq(st.num_features, 2);
+    /* Unscale the rows by the statistics to find them, then take the
+     * statistics of the rows found: they must be the ones recorded. */
+    int seen[N] = {0}, held[N] = {0};
+    ck_assert_int_eq(mark_rows(ds, seen, N, st.mean[0], st.std[0]), N - 10);
+    double sum = 0, sq = 0;
+    for (int i = 0; i < N; i++)
+        sum += seen[i] ? i : 0;
+    const double mean = sum / (N - 10);
+    for (int i = 0; i < N; i++)
+        sq += seen[i] ? (i - mean) * (i - mean) : 0;
+    ck_assert_msg(fabs(st.mean[0] - mean) < 1e-9, "mean %g, want %g", st.mean[0], mean);
+    ck_assert_msg(fabs(st.std[0] - sqrt(sq / (N - 10))) < 1e-9, "std %g", st.std[0]);
+    dt_dataset *v = NULL;
+    dt_err err = {0};
+    ck_assert_msg(dt_job_open_eval(&job, &v, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(mark_rows(v, held, N, mean, st.std[0]), 10);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(seen[i] + held[i] == 1, "row %d trained %d, held %d", i, seen[i], held[i]);
+    dt_data_free(v);
+    dt_data_free(ds);
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
+/* A split with no row on one side, and a split asked for without labels. */
+START_TEST(test_validation_split_errors) {
+    dt_log_set_level(DT_LOG_ERROR);
+    char *dir = dt_test_tempdir();
+    const char *train = file_in(dir, "train.csv");
+    write_split_csv(train, 5, 2);
+    dt_job job = file_job(DT_DATA_CSV, train, 2);
+    job.data.validation_fraction = 0.05; /* round(0.25) = 0 of 5 */
+    expect_code(&job, 0, 1, OPEN_TRAIN, DT_ECONFIG, "\"validation_fraction\" 0.05 of the 5 rows");
+    expect_code(&job, 0, 1, OPEN_EVAL, DT_ECONFIG, "holds out 0");
+    write_split_csv(train, 1, 2);
+    job.data.validation_fraction = 0.9; /* the one row must stay to train on */
+    expect_code(&job, 0, 1, OPEN_EVAL, DT_ECONFIG, "at least one row on each side");
+    write_split_csv(train, 20, 2);
+    expect_code(&job, 0, 1, OPEN_UNLABELED, DT_EINVAL, "with their labels");
+    job.data.validation_fraction = 0;
+    expect_code(&job, 0, 1, OPEN_EVAL, DT_EINVAL, "\"eval_data\" is not set");
+    dt_test_tempdir_free(dir);
+}
+END_TEST
+
 static void job_from(const char *text, dt_job *job) {
     dt_err err = {0};
     dt_job_defaults(job);
@@ -1304,6 +1459,9 @@ Suite *data_suite(void) {
     tcase_add_test(files, test_unlabeled_same_features);
     tcase_add_test(files, test_unlabeled_errors);
     tcase_add_test(files, test_job_infer);
+    tcase_add_test(files, test_validation_split);
+    tcase_add_test(files, test_validation_split_stats);
+    tcase_add_test(files, test_validation_split_errors);
     suite_add_tcase(s, files);
     return s;
 }
