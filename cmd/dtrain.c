@@ -574,8 +574,9 @@ static int run_tool(int argc, char **argv) {
          * cannot be read is not, unless its job is what fails. */
         return o.config_path || rc == DT_ECONFIG || rc == DT_EINVAL ? EXIT_USAGE : 1;
     }
-    if (!o.data && !job.data.eval_data[0])
-        return usage_error("eval: no data: give --data FILE, or set \"eval_data\" in %s",
+    if (!o.data && !dt_data_has_held_out(&job.data))
+        return usage_error("eval: no data: give --data FILE, or set \"eval_data\" (or "
+                           "\"validation_fraction\") in %s",
                            o.config_path ? o.config_path : "the job config");
     dt_predict_params pp = {.job = &job,
                             .checkpoint = ckpt[0] ? ckpt : o.checkpoint,

@@ -1574,7 +1574,9 @@ static int open_eval(chief *c, dt_err *err) {
     const dt_data_config *d = &c->job->data;
     int rc = dt_data_open_held_out(d, &needs, c->job->seed, st.num_features ? &st : NULL, 1,
                                    &c->eval, err);
-    return rc < 0 ? rc : dt_data_check_names(d, &needs, d->eval_data, 1, c->feature_names, err);
+    return rc < 0
+               ? rc
+               : dt_data_check_names(d, &needs, dt_data_held_out_file(d), 1, c->feature_names, err);
 }
 
 static void chief_deinit(chief *c) {
@@ -1630,11 +1632,12 @@ int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err 
         (rc = init_snapshot(&c, err)) < 0)
         goto out;
     if ((rc = creation_params(&c, params->cluster, err)) < 0) goto out;
-    if (c.job->data.eval_data[0] && (rc = open_eval(&c, err)) < 0) {
+    const int held_out = dt_data_has_held_out(&c.job->data);
+    if (held_out && (rc = open_eval(&c, err)) < 0) {
         dt_err_wrap(err, rc, "chief"); /* the data module names the field */
         goto out;
     }
-    if (c.job->data.eval_data[0]) read_best(&c);
+    if (held_out) read_best(&c);
     if ((rc = start_model(&c, stop, err)) < 0) goto out;
     if (rc == 2) { /* complete in the log dir: the ps tasks and workers may go */
         tidy_log_dir(&c);

@@ -51,10 +51,11 @@ static int open_evaluator(const dt_job *job, evaluator *e, dt_err *err) {
     e->job = job;
     e->tried = e->scored = -1;
     dt_loss_watch_init(&e->loss_watch, EVAL_WARMUP, dt_job_loss_ceiling(job));
-    if (!job->data.eval_data[0] || !dt_data_reads_files(&job->data))
+    if (!dt_data_has_held_out(&job->data) || !dt_data_reads_files(&job->data))
         return dt_err_set(err, DT_EINVAL,
                           "evaluator: the job has no \"eval_data\" to score checkpoints on "
-                          "(the evaluator reads files: set \"eval_data\")");
+                          "(the evaluator reads files: set \"eval_data\" or "
+                          "\"validation_fraction\")");
     snprintf(e->dir, sizeof e->dir, "%s/eval", job->log_dir);
     int rc = 0;
     if (dt_job_is_sparse(job)) {
@@ -73,8 +74,10 @@ static int open_evaluator(const dt_job *job, evaluator *e, dt_err *err) {
         close_evaluator(e);
         return dt_err_wrap(err, rc, "evaluator");
     }
+    char name[DT_PATH_MAX + 32];
+    dt_data_held_out_name(&job->data, name, sizeof name);
     dt_log(DT_LOG_INFO, "evaluator: %d held-out examples from %s; watching %s for checkpoints",
-           e->all.rows, job->data.eval_data, job->log_dir);
+           e->all.rows, name, job->log_dir);
     return 0;
 }
 
@@ -217,8 +220,8 @@ static int look(evaluator *e, int *done, dt_err *err) {
     dt_model_data_needs(&e->job->model, &needs);
     if (meta.job_id[0])
         dt_log_set_job_id(meta.job_id); /* the job it scores, for logs and metrics */
-    rc = dt_data_check_names(&e->job->data, &needs, e->job->data.eval_data, 1, meta.feature_names,
-                             err);
+    rc = dt_data_check_names(&e->job->data, &needs, dt_data_held_out_file(&e->job->data), 1,
+                             meta.feature_names, err);
     dt_safetensors_meta_deinit(&meta); /* its job is not needed here */
     if (rc < 0) {
         dt_tensors_deinit(&vars);

@@ -113,6 +113,11 @@ static const field fields[] = {
     {.name = "train_labels", .type = F_OPT_PATH, AT(data.train_labels)},
     {.name = "eval_data", .type = F_OPT_PATH, AT(data.eval_data)},
     {.name = "eval_labels", .type = F_OPT_PATH, AT(data.eval_labels)},
+    {.name = "validation_fraction",
+     .type = F_NUM,
+     AT(data.validation_fraction),
+     .rule = NUM_UNIT,
+     .named_flag = offsetof(dt_job, validation_named)},
     {.name = "label_column", .type = F_PATH, AT(data.label_column)},
     CHOICE("scale", data.scale, dt_scale_names),
     {.name = "scale_divisor", .type = F_NUM, AT(data.scale_divisor), .rule = NUM_POSITIVE},
@@ -1006,8 +1011,21 @@ int dt_job_sparse_bytes(const dt_job *job, long long *dense, long long *step_row
     return 0;
 }
 
+/* A split reads the dense tables (data.c); a sparse model's rows are
+ * read by its own reader, which holds none out. */
+static int check_split(const dt_job *job, dt_err *err) {
+    if (!dt_job_is_sparse(job) || !dt_data_splits(&job->data)) return 0;
+    return dt_err_set(err, DT_ECONFIG,
+                      "job: \"validation_fraction\" %g holds rows of a dense model's file out; "
+                      "a sparse model's held-out set is a file of its own (\"eval_data\")%s",
+                      job->data.validation_fraction,
+                      job->validation_named ? "" : " (\"patience\" asked for the split)");
+}
+
 int dt_job_open_sparse(const dt_job *job, int eval, int shard, int num_shards, dt_sparse_set *out,
                        dt_err *err) {
+    int rc = check_split(job, err);
+    if (rc) return rc;
     return dt_job_read_sparse(job, eval ? job->data.eval_data : job->data.train_data, 1, shard,
                               num_shards, out, err);
 }
@@ -1034,7 +1052,6 @@ int dt_job_read_sparse(const dt_job *job, const char *path, int labeled, int sha
 
 static int same_value(const field_value *a, const field_value *b);
 
-/* "data" from "train_data" when nothing named it (dt_job_finish). */
 /* Whether the "auto" fields (scale, lr_schedule) pick the file recipe: a
  * dense model on csv or IDX data, the files users bring as they are. A
  * libsvm file stays as read, dense or sparse alike: LIBSVM's sets come
@@ -1062,6 +1079,14 @@ static void resolve_scale(dt_job *job) {
     d->scale_chosen = 1;
 }
 
+/* As scikit-learn's early_stopping: "patience" with no held-out file
+ * holds out a tenth of the training rows, unless told otherwise. */
+static void resolve_validation(dt_job *job) {
+    dt_data_config *d = &job->data;
+    if (job->patience > 0 && dt_data_reads_files(d) && !d->eval_data[0] && !job->validation_named)
+        d->validation_fraction = DT_JOB_VALIDATION_FRACTION;
+}
+
 /*
  * "lr_schedule": "auto" (the default): for the file recipe, a cosine from
  * learning_rate to 0 over max_steps; constant otherwise. A constant rate
@@ -1076,6 +1101,7 @@ static void resolve_schedule(dt_job *job) {
     job->schedule_chosen = 1;
 }
 
+/* "data" from "train_data" when nothing named it (dt_job_finish). */
 static int infer_source(dt_job *job, dt_err *err) {
     dt_data_config *d = &job->data;
     if (job->data_named || d->source != DT_DATA_LINE || d->train_data[0] == '\0') return 0;
@@ -1153,6 +1179,7 @@ int dt_job_finish(dt_job *job, dt_err *err) {
     if (m->num_classes == 0 && data->source == DT_DATA_CRITEO) m->num_classes = 2;
     resolve_scale(job);
     resolve_schedule(job);
+    resolve_validation(job);
     /* Adam's steps are lr-sized whatever the gradient's scale: 0.05, SGD's
      * rate, sent a Fashion-MNIST MLP to chance (loss 2.30); 0.001 is its
      * paper's and Keras's default. The others keep 0.05. */
@@ -1181,11 +1208,26 @@ int dt_job_finish(dt_job *job, dt_err *err) {
         return dt_err_set(err, DT_EINVAL,
                           "job: \"eval_data\" needs a file data source (\"data\": "
                           "\"csv\", \"libsvm\" or \"idx\")");
-    if (job->patience > 0 && (!data->eval_data[0] || job->eval_steps <= 0))
+    if (data->eval_data[0] && data->validation_fraction > 0)
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"validation_fraction\" %g and \"eval_data\" both name a "
+                          "held-out set; set one of them",
+                          data->validation_fraction);
+    if (!from_file && data->validation_fraction > 0)
+        return dt_err_set(err, DT_EINVAL,
+                          "job: \"validation_fraction\" holds out rows of a file: it needs a "
+                          "file data source (\"data\": \"csv\", \"libsvm\" or \"idx\")");
+    if ((rc = check_split(job, err))) return rc;
+    if (job->patience > 0 && (!dt_data_has_held_out(data) || job->eval_steps <= 0))
         return dt_err_set(err, DT_EINVAL,
                           "job: \"patience\" %d counts evaluations on the held-out set: it needs "
-                          "\"eval_data\" and \"eval_steps\" > 0 (got %s and %d)",
-                          job->patience, data->eval_data[0] ? "a file" : "none", job->eval_steps);
+                          "\"eval_data\" (or \"validation_fraction\" > 0) and \"eval_steps\" "
+                          "> 0 (got %s and %d)",
+                          job->patience,
+                          data->eval_data[0]              ? "a file"
+                          : data->validation_fraction > 0 ? "a split"
+                                                          : "none",
+                          job->eval_steps);
     if (job->model.kind == DT_MODEL_LOGISTIC && job->model.num_classes != 2)
         return dt_err_set(err, DT_EINVAL,
                           "job: \"model\": \"logistic\" is binary: \"classes\" "

@@ -32,6 +32,8 @@ typedef struct {
     dt_data_config data;               /* "data", "examples", "noise", "train_data", ..., "scale" */
     int data_named;                    /* 1 once a file or --set named "data"; without it,
                                           dt_job_finish takes it from "train_data" */
+    int validation_named;              /* 1 once "validation_fraction" was given; without it,
+                                          patience with no eval_data holds out a tenth */
     uint64_t seed;                     /* data, shuffling and initialisation */
     int eval_steps;                    /* chief evaluates eval_data every this many local steps
                                           (0: at the end only) */
@@ -223,6 +225,9 @@ int dt_job_read_sparse(const dt_job *job, const char *path, int labeled, int sha
  * shard's together), 1 (a dense mlp: 3) to DT_JOB_MAX_AUTO_EPOCHS; else
  * as given. */
 #define DT_JOB_MAX_AUTO_EPOCHS 200
+/* The share of the training rows "patience" holds out when the job gives
+ * neither "eval_data" nor "validation_fraction" (scikit-learn's). */
+#define DT_JOB_VALIDATION_FRACTION 0.1
 void dt_job_choose_epochs(dt_job *job, int64_t rows);
 /* The examples' worth dt_job_choose_epochs aims at: 150,000, or 40,000
  * for a dense mlp. */

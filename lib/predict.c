@@ -468,10 +468,13 @@ static int data_config(const char *what, const dt_predict_params *p, dt_data_con
             return dt_err_set(err, DT_EINVAL,
                               "%s: labels %s given without the data file they label", what,
                               p->labels);
+        if (dt_data_splits(d)) /* the validation rows the chief scored */
+            return dt_data_check_files(what, "\"train_data\"", d->train_data, "\"train_labels\"",
+                                       d->source == DT_DATA_IDX ? d->train_labels : NULL, err);
         if (!d->eval_data[0])
             return dt_err_set(err, DT_EINVAL,
-                              "%s: no data: the job has no \"eval_data\" and no data file "
-                              "was given",
+                              "%s: no data: the job has no \"eval_data\" (nor "
+                              "\"validation_fraction\") and no data file was given",
                               what);
         return dt_data_check_files(what, "\"eval_data\"", d->eval_data, "\"eval_labels\"",
                                    d->source == DT_DATA_IDX ? d->eval_labels : NULL, err);
@@ -493,15 +496,15 @@ static int check_format(const char *what, const dt_data_config *d, dt_err *err) 
     dt_reader_format want = dt_data_reader_format(d);
     int looks = -1;
     char how[128];
-    int rc = dt_data_format_guess(d->eval_data, &looks, how, sizeof how, err);
+    int rc = dt_data_format_guess(dt_data_held_out_file(d), &looks, how, sizeof how, err);
     if (rc < 0) return dt_err_wrap(err, rc, "%s", what);
     if (looks < 0 || looks == (int)want) return 0;
     return dt_err_set(err, DT_ECONFIG,
                       "%s: %s looks like %s (%s), but the model reads %s (\"data\": \"%s\"): "
                       "give it a %s file like its training data, or use the checkpoint of a "
                       "%s job",
-                      what, d->eval_data, dt_data_format_name((dt_reader_format)looks), how,
-                      dt_data_format_name(want), dt_data_source_names[d->source],
+                      what, dt_data_held_out_file(d), dt_data_format_name((dt_reader_format)looks),
+                      how, dt_data_format_name(want), dt_data_source_names[d->source],
                       dt_data_format_name(want), dt_data_format_name((dt_reader_format)looks));
 }
 
@@ -534,6 +537,8 @@ static int labels_of(const char *what, const dt_data_config *d, const dt_data_ne
     *labeled = 1;
     /* The synthetic sources have no held-out set: the data module says so. */
     if (!dt_data_reads_files(d)) return 0;
+    if (dt_data_splits(d))
+        return report_labels(what, 1, "the validation rows of \"train_data\"", err);
     dt_reader_params rp;
     dt_data_reader_params(d, needs, &rp);
     char how[DT_ERR_MSG_MAX / 2];
@@ -612,7 +617,7 @@ static int session_open(const char *what, const dt_predict_params *p, session *s
                   &stats, d, err);
     if (rc == 0) rc = dt_model_new(&p->job->model, &s->model, err);
     if (rc == 0) rc = labels_of(what, d, &needs, &s->labeled, err);
-    if (rc == 0 && (rc = dt_data_check_names(d, &needs, d->eval_data, s->labeled,
+    if (rc == 0 && (rc = dt_data_check_names(d, &needs, dt_data_held_out_file(d), s->labeled,
                                              meta.feature_names, err)) < 0)
         dt_err_wrap(err, rc, "%s", what);
     /* Scaled with the checkpoint's statistics when it has them, so the

@@ -206,7 +206,7 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         (rc = dt_heartbeat_start(&cp, heartbeat_ms(job), &w->heartbeat, err)) < 0)
         goto fail;
     if (w->user) {
-        if (job->max_steps <= 0 || job->data.eval_data[0]) {
+        if (job->max_steps <= 0 || dt_data_has_held_out(&job->data)) {
             rc = dt_err_set(err, DT_ECONFIG,
                             "job: a program's own model needs \"max_steps\" and no "
                             "\"eval_data\" (it reads no data)");

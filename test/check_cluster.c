@@ -715,35 +715,62 @@ END_TEST
 
 /* "patience" counts evaluations: without eval_data or a timer of them it
  * could never act, and is refused naming both fields. */
+/* Sets fields (NULL ends the list) on a default job and finishes it. */
+static int job_with(dt_job *job, const char *const *sets, dt_err *err) {
+    dt_err_clear(err);
+    dt_job_defaults(job);
+    int rc = 0;
+    for (int k = 0; sets[k] && rc == 0; k++)
+        rc = dt_job_set(job, sets[k], err);
+    return rc ? rc : dt_job_finish(job, err);
+}
+
 START_TEST(test_job_patience_needs_evals) {
-    const char *sets[][3] = {{"patience=3", NULL, NULL},
-                             {"patience=3", "data=csv", "train_data=a.csv"},
-                             {"patience=3", "eval_steps=100", NULL},
-                             {"patience=-1", NULL, NULL}};
-    const char *want[] = {"\"patience\" 3 counts evaluations", "\"eval_data\" and \"eval_steps\"",
-                          "got none and 100", "\"patience\" must be an integer >= 0"};
-    for (int i = 0; i < 4; i++) {
+    struct {
+        const char *sets[6];
+        int code;
+        const char *want;
+    } bad[] = {
+        {{"patience=3"}, DT_EINVAL, "\"patience\" 3 counts evaluations"},
+        /* A file and patience hold a tenth out; eval_steps is still needed. */
+        {{"patience=3", "data=csv", "train_data=a.csv"}, DT_EINVAL, "got a split and 0"},
+        {{"patience=3", "eval_steps=100"}, DT_EINVAL, "got none and 100"},
+        {{"patience=-1"}, DT_EINVAL, "\"patience\" must be an integer >= 0"},
+        {{"patience=3", "data=csv", "train_data=a.csv", "validation_fraction=0", "eval_steps=10"},
+         DT_EINVAL,
+         "\"eval_data\" (or \"validation_fraction\" > 0) and \"eval_steps\" > 0 (got none and "
+         "10)"},
+        {{"validation_fraction=0.2"}, DT_EINVAL, "holds out rows of a file"},
+        {{"data=csv", "train_data=a.csv", "eval_data=b.csv", "validation_fraction=0.2"},
+         DT_EINVAL,
+         "both name a held-out set"},
+        {{"validation_fraction=1"}, DT_EINVAL, "\"validation_fraction\""},
+        {{"data=libsvm", "train_data=a.svm", "hash_bits=10", "validation_fraction=0.2"},
+         DT_ECONFIG,
+         "a sparse model's held-out set is a file of its own"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         dt_job job;
         dt_err err;
-        dt_err_clear(&err);
-        dt_job_defaults(&job);
-        int rc = 0;
-        for (int k = 0; k < 3 && sets[i][k] && rc == 0; k++)
-            rc = dt_job_set(&job, sets[i][k], &err);
-        if (rc == 0) rc = dt_job_finish(&job, &err);
-        ck_assert_msg(rc == DT_EINVAL && strstr(err.msg, want[i]), "case %d: %d %s", i, rc,
+        int rc = job_with(&job, bad[i].sets, &err);
+        ck_assert_msg(rc == bad[i].code && strstr(err.msg, bad[i].want), "case %zu: %d %s", i, rc,
                       err.msg);
     }
     dt_job job;
     dt_err err;
-    dt_err_clear(&err);
-    dt_job_defaults(&job);
-    const char *ok[] = {"data=csv", "train_data=a.csv", "eval_data=b.csv", "eval_steps=50",
-                        "patience=3"};
-    for (int k = 0; k < 5; k++)
-        ck_assert_msg(dt_job_set(&job, ok[k], &err) == 0, "%s", err.msg);
-    ck_assert_msg(dt_job_finish(&job, &err) == 0, "%s", err.msg);
+    const char *with_file[] = {"data=csv",      "train_data=a.csv", "eval_data=b.csv",
+                               "eval_steps=50", "patience=3",       NULL};
+    ck_assert_msg(job_with(&job, with_file, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(job.patience, 3);
+    ck_assert(!dt_data_splits(&job.data));
+    const char *split[] = {"data=csv", "train_data=a.csv", "eval_steps=50", "patience=3", NULL};
+    ck_assert_msg(job_with(&job, split, &err) == 0, "%s", err.msg);
+    ck_assert(dt_data_splits(&job.data));
+    ck_assert_double_eq(job.data.validation_fraction, DT_JOB_VALIDATION_FRACTION);
+    const char *named[] = {"data=csv", "train_data=a.csv", "validation_fraction=0.3", NULL};
+    ck_assert_msg(job_with(&job, named, &err) == 0, "%s", err.msg);
+    ck_assert_double_eq(job.data.validation_fraction, 0.3); /* no patience: a split still */
+    ck_assert(dt_data_splits(&job.data));
 }
 END_TEST
 

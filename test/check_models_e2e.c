@@ -1354,6 +1354,43 @@ START_TEST(early_stopping_ends_job) {
 }
 END_TEST
 
+/* Issue 32's validation split: a job with "patience" and no eval_data
+ * holds a tenth of its training file out (scikit-learn's
+ * validation_fraction): 40 of 400 rows. The workers train on the other
+ * 360, 180 each; the chief evaluates on the 40; `dtrain eval` with no
+ * --data scores the best model on the same 40, to the chief's loss. Sync,
+ * so the run repeats. */
+START_TEST(validation_split_held_out) {
+    char train_path[PATH_CAP], job[PATH_CAP];
+    write_slope("train.csv", 400, 83, 1, train_path);
+    write_job("\"model\": \"linear\"", train_path, "",
+              "\"batch_size\": 10, \"eval_steps\": 20, \"patience\": 3, \"epochs\": 5", job);
+    make_sync(job);
+    train(job);
+    ck_assert_msg(count_in_log("chief", "40 validation examples held out", "data: ") == 1 &&
+                      count_in_log("chief", "shard 0 of 2 keeps 180", NULL) == 1 &&
+                      count_in_log("worker1", "shard 1 of 2 keeps 180", NULL) == 1,
+                  "not a tenth held out; logs:%s", dt_test_job_report(&J));
+    int64_t best_step = -1;
+    double best_loss = 0;
+    int evals = lowest_eval(&best_step, &best_loss);
+    ck_assert_msg(evals >= 2 &&
+                      count_in_log("chief", " on 40 examples", "chief: eval at ") == evals,
+                  "%d evaluations, not all on the 40 rows; logs:%s", evals, dt_test_job_report(&J));
+    const char *args[] = {"eval", "--log-dir", J.log_dir, NULL};
+    ck_assert_msg(run(args) == 0, "eval: %s", J.err);
+    double loss = -1;
+    long long examples = -1, step = -1;
+    ck_assert_msg(
+        sscanf(J.out, "loss %lf examples %lld global_step %lld", &loss, &examples, &step) == 3,
+        "eval printed \"%s\"", J.out);
+    ck_assert_msg(examples == 40 && step == best_step &&
+                      fabs(loss - best_loss) <= 1e-5 * fabs(best_loss),
+                  "eval scored step %lld on %lld rows (loss %.6g); the chief's best: %lld (%.6g)",
+                  step, examples, loss, (long long)best_step, best_loss);
+}
+END_TEST
+
 /* Issue 32's first try: three classes whose first column is in the
  * thousands (x1 * 1000 + 5000) beside one near 1, left unscaled
  * ("scale": "none"), at a learning rate fit for scaled data. The loss runs away within the first
@@ -1482,7 +1519,8 @@ Suite *models_e2e_suite(void) {
     tcase_add_test(tc, first_try_scaled_by_default);
     tcase_add_test(tc, best_model_kept);
     tcase_add_loop_test(tc, early_stopping_ends_job, 0, 2); /* async, then sync */
-    tcase_add_loop_test(tc, first_try_regression, 0, 2);    /* async, then sync */
+    tcase_add_test(tc, validation_split_held_out);
+    tcase_add_loop_test(tc, first_try_regression, 0, 2); /* async, then sync */
     tcase_add_test(tc, summaries_first_step);
     tcase_add_test(tc, summaries_by_time);
     return s;
