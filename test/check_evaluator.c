@@ -4,7 +4,8 @@
  * eval_data, an eval file it cannot read), a stop request, summaries it
  * cannot write (dropped, counted, then resumed), and a newest checkpoint
  * that is damaged (the older one it falls back to was scored already, and
- * is not scored again). The role as a process beside a real job is the
+ * is not scored again); a job's validation split scored as its held-out
+ * set. The role as a process beside a real job is the
  * models_e2e suite's. The log is read from this process's stderr, sent to
  * a file for each test.
  */
@@ -212,6 +213,33 @@ START_TEST(test_dropped_summaries_and_damaged_newest) {
 }
 END_TEST
 
+/* A job with no eval_data and validation_fraction scores its training
+ * file's validation rows: 2 of the 10 (one of each class's five). */
+START_TEST(test_scores_the_validation_split) {
+    char train[1024];
+    path_in(train, sizeof train, "train.csv");
+    ck_assert_int_eq(dt_test_write_file(train, "y,a,b\n1,0.5,1\n0,-1,2\n1,2,0\n0,-2,-1\n1,1,1\n"
+                                               "0,-1,-1\n1,3,0\n0,0,-3\n1,1,2\n0,-2,0\n"),
+                     0);
+    snprintf(job.data.train_data, sizeof job.data.train_data, "%s", train);
+    job.data.eval_data[0] = '\0';
+    job.data.validation_fraction = 0.2;
+    ck_assert_int_eq(mkdir(job.log_dir, 0755), 0);
+    save(job.log_dir, 10);
+    atomic_int stop = 0;
+    dt_err err;
+    dt_err_clear(&err);
+    int rc = dt_evaluator_run(&job, &stop, &err);
+    char *text = dt_test_read_file(log_path, NULL);
+    ck_assert_msg(rc == 0, "the evaluator returned %d: %s; log:\n%s", rc, err.msg, text);
+    ck_assert_msg(strstr(text, "evaluator: 2 held-out examples from the validation rows of ") &&
+                      strstr(text, "evaluator: global_step 10: loss ") &&
+                      strstr(text, " on 2 examples"),
+                  "log:\n%s", text);
+    free(text);
+}
+END_TEST
+
 static void suite_setup(void) {
     if (dt_test_tmp_begin() != 0) fprintf(stderr, "evaluator: no suite temp dir; using $TMPDIR\n");
 }
@@ -225,6 +253,7 @@ Suite *evaluator_suite(void) {
     tcase_add_test(tc, test_needs_eval_data);
     tcase_add_test(tc, test_eval_data_missing);
     tcase_add_test(tc, test_stop);
+    tcase_add_test(tc, test_scores_the_validation_split);
     tcase_add_test(tc, test_dropped_summaries_and_damaged_newest);
     suite_add_tcase(s, tc);
     return s;
