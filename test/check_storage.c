@@ -9,6 +9,9 @@
  *    whole records;
  *  - the disk is full at the final checkpoint: the chief exits 75 after
  *    final_save_secs, the ps exits too; rerun with space, the job completes;
+ *  - the disk fills while the best model is kept: its writes fail, said,
+ *    the old one still reads, and a later one is written once there is
+ *    space;
  *  - the log dir is deleted mid-job: the chief says so, recreates it, locks
  *    it again, saves a checkpoint there and writes summaries there.
  *
@@ -32,6 +35,7 @@
 
 #include <pb_decode.h>
 
+#include "checkpoint.h"
 #include "proc.h"
 #include "suites.h"
 #include "tensorboard.pb.h"
@@ -279,6 +283,95 @@ START_TEST(full_disk_at_final_save) {
 }
 END_TEST
 
+/* ---- the disk fills while the best model is kept ------------------------ */
+
+/* A csv of n rows of y = 3 a - 2 b + small noise, in the test's dir. */
+static void write_plane(const char *name, int n, unsigned seed, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s", w.dir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "y,a,b\n");
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        double a = (double)(seed >> 8 & 0xffff) / 32768.0 - 1;
+        seed = seed * 1103515245u + 12345u;
+        double b = (double)(seed >> 8 & 0xffff) / 32768.0 - 1;
+        fprintf(f, "%.6f,%.6f,%.6f\n", 3 * a - 2 * b + 0.01 * (double)(i % 7 - 3), a, b);
+    }
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* The best model's global_step into *step: 1 when its header reads, 0
+ * when there is none, negative when it cannot be read. */
+static int best_step(int64_t *step) {
+    dt_err err;
+    dt_err_clear(&err);
+    char path[2400];
+    dt_safetensors_meta m;
+    memset(&m, 0, sizeof m);
+    int rc = dt_ckpt_best_meta(w.log_dir, &m, path, sizeof path, &err);
+    *step = m.global_step;
+    dt_safetensors_meta_deinit(&m);
+    return rc;
+}
+
+/* Issue 32's best model on a full disk: a slow-learning job evaluates every
+ * 20 steps, each evaluation better than the last, so each writes the best
+ * model. Once it has one, the disk fills: the next writes fail, said as a
+ * warning, the job trains on and the best model on disk still reads, none
+ * older than before. With space again, a later evaluation's best is
+ * written, every role exits 0 and no temporary file is left. */
+START_TEST(full_disk_best_model) {
+    if (!mount_log_dir("full_disk_best_model")) return;
+    char train[1200], eval[1200], train_set[1300], eval_set[1300];
+    write_plane("train.csv", 400, 7, train, sizeof train);
+    write_plane("eval.csv", 100, 8, eval, sizeof eval);
+    snprintf(train_set, sizeof train_set, "train_data=%s", train);
+    snprintf(eval_set, sizeof eval_set, "eval_data=%s", eval);
+    const char *const sets[] = {"data=csv",
+                                "label_column=y",
+                                "features=2",
+                                train_set,
+                                eval_set,
+                                "eval_steps=20",
+                                "max_steps=20000",
+                                "lr_schedule=constant",
+                                "learning_rate=0.0005",
+                                NULL};
+    world_init(1, sets);
+    pid_t ps = dt_test_job_start(&w, "ps", 0, "ps0");
+    pid_t chief = dt_test_job_start(&w, "worker", 0, "chief");
+    int64_t step = -1, before = -1, on_full = -1;
+    long long deadline = dt_test_now_ms() + EVENT_MS;
+    while (best_step(&step) != 1 && dt_test_now_ms() < deadline && dt_test_alive(chief))
+        dt_test_sleep_ms(10);
+    ck_assert_msg(best_step(&step) == 1, "no best model; logs:%s", dt_test_job_report(&w));
+
+    dt_test_job_hold(&w, chief, "chief");
+    ck_assert_int_eq(best_step(&before), 1);
+    char filler[1200];
+    fill_disk(filler, sizeof filler);
+    dt_test_job_release(&w, chief, "chief");
+    expect_log("chief", "chief: best model: ", chief);
+    ck_assert_msg(dt_test_job_log_has(&w, "chief", "the previous one stands"),
+                  "the warning does not say the old best stands; logs:%s", dt_test_job_report(&w));
+    dt_test_job_hold(&w, chief, "chief");
+    ck_assert_msg(best_step(&on_full) == 1 && on_full >= before,
+                  "on the full disk the best model is step %lld (was %lld); logs:%s",
+                  (long long)on_full, (long long)before, dt_test_job_report(&w));
+    ck_assert_int_eq(unlink(filler), 0);
+    dt_test_job_release(&w, chief, "chief");
+
+    pid_t pids[] = {ps, chief};
+    const char *names[] = {"ps0", "chief"};
+    dt_test_job_expect_done(&w, pids, names, 2, JOB_TIMEOUT_MS);
+    ck_assert_msg(best_step(&step) == 1 && step > on_full,
+                  "after the disk emptied the best model is step %lld (on the full disk %lld)",
+                  (long long)step, (long long)on_full);
+    check_ckpt_files(w.log_dir);
+}
+END_TEST
+
 /* ---- the log dir is deleted mid-job ------------------------------------- */
 
 /* Size of the newest event file in dir, or -1. */
@@ -352,6 +445,7 @@ Suite *storage_suite(void) {
     tcase_add_unchecked_fixture(tc, NULL, unmount_leftovers);
     tcase_add_test(tc, full_disk_mid_job);
     tcase_add_test(tc, full_disk_at_final_save);
+    tcase_add_test(tc, full_disk_best_model);
     tcase_add_test(tc, log_dir_deleted);
     return s;
 }
