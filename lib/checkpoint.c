@@ -504,12 +504,20 @@ int dt_ckpt_latest_meta(const char *log_dir, dt_safetensors_meta *meta, char *pa
 
 int dt_ckpt_save_best(const char *log_dir, const dt_tensors *ts, const dt_safetensors_meta *meta,
                       dt_err *err) {
-    DT_ASSERT(log_dir && ts && meta && meta->has_eval_loss);
+    return dt_ckpt_save_best_rows(log_dir, ts, NULL, 0, meta, err);
+}
+
+int dt_ckpt_save_best_rows(const char *log_dir, const dt_tensors *ts,
+                           dt_safetensors_rows *const *rows, int nrows,
+                           const dt_safetensors_meta *meta, dt_err *err) {
+    DT_ASSERT(log_dir && ts && meta && meta->has_eval_loss && (nrows == 0 || rows));
     char path[JOIN_CAP], state_path[JOIN_CAP];
     int rc = join(path, sizeof path, log_dir, DT_CKPT_BEST_FILE, err);
     if (rc == 0) rc = join(state_path, sizeof state_path, log_dir, STATE_FILE, err);
     if (rc == 0) rc = dt_fileio_mkdir_p(log_dir, err);
-    if (rc == 0) rc = dt_safetensors_save(path, ts, meta, err);
+    if (rc == 0)
+        rc = nrows > 0 ? dt_safetensors_save_rows(path, ts, rows, nrows, meta, err)
+                       : dt_safetensors_save(path, ts, meta, err);
     if (rc < 0) return rc;
     /* Named now when there is a state file; else the first save names it
      * (retain finds the file). An unreadable state file is the next

@@ -153,6 +153,12 @@ int dt_ckpt_latest_meta(const char *log_dir, dt_safetensors_meta *meta, char *pa
 #define DT_CKPT_BEST_FILE "model.best.safetensors"
 int dt_ckpt_save_best(const char *log_dir, const dt_tensors *ts, const dt_safetensors_meta *meta,
                       dt_err *err) DT_WARN_UNUSED;
+/* dt_ckpt_save_best with a sparse model's tables streamed after ts, as
+ * dt_ckpt_save_rows_in_dir writes a checkpoint's (rows NULL when nrows is
+ * 0). */
+int dt_ckpt_save_best_rows(const char *log_dir, const dt_tensors *ts,
+                           dt_safetensors_rows *const *rows, int nrows,
+                           const dt_safetensors_meta *meta, dt_err *err) DT_WARN_UNUSED;
 int dt_ckpt_best_meta(const char *log_dir, dt_safetensors_meta *meta, char *path_out,
                       size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 

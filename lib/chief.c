@@ -272,6 +272,35 @@ static int64_t page_rows(const dt_table_config *t) {
  * goes on meanwhile, as it does while the dense variables are pulled: a
  * row pushed first during the save is in it when its id is above what its
  * task has sent so far (ps_client.h has the rule). */
+static void free_rows(dt_safetensors_rows **rows, int nrows) {
+    while (nrows > 0)
+        dt_safetensors_rows_free(rows[--nrows]);
+}
+
+/* Every table's rows as the ps tasks hold them, streamed page by page into
+ * files in the log dir (with_slots: the optimizer's slots too): *nrows
+ * writers into rows, none for a table no task holds a row of. On failure
+ * none is left. */
+static int export_tables(chief *c, int with_slots, dt_safetensors_rows **rows, int *nrows,
+                         dt_err *err) {
+    const dt_table_config *t;
+    const int ntables = dt_worker_tables(c->w, &t);
+    int rc = 0;
+    *nrows = 0;
+    if (ntables > 0 && (rc = dt_fileio_mkdir_p(c->job->log_dir, err)) < 0) return rc;
+    for (int i = 0; i < ntables; i++) {
+        rc = dt_ps_client_sparse_save(dt_worker_client(c->w), &t[i], with_slots,
+                                      (int)page_rows(&t[i]), c->job->log_dir, &rows[*nrows], err);
+        if (rc < 0) {
+            free_rows(rows, *nrows);
+            *nrows = 0;
+            return dt_err_wrap(err, rc, "chief: saving table %s", t[i].name);
+        }
+        if (rows[*nrows]) (*nrows)++; /* NULL: no task holds a row of it */
+    }
+    return 0;
+}
+
 static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     /* Once early stopping held the step, a periodic save may already have
      * written the final one, without the mark of the end: written again. */
@@ -279,21 +308,10 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     if (global_step == c->last_saved_step && !ends_early) return 0;
     save_job_id(c);
     const double t0 = dt_now_secs();
-    const dt_table_config *t;
-    const int ntables = dt_worker_tables(c->w, &t);
     dt_safetensors_rows *rows[DT_MAX_TABLES];
-    int nrows = 0, rc = 0;
-    if (ntables > 0 && (rc = dt_fileio_mkdir_p(c->job->log_dir, err)) < 0) return rc;
-    for (int i = 0; i < ntables; i++) {
-        rc = dt_ps_client_sparse_save(dt_worker_client(c->w), &t[i], 1, (int)page_rows(&t[i]),
-                                      c->job->log_dir, &rows[nrows], err);
-        if (rc < 0) {
-            while (nrows > 0)
-                dt_safetensors_rows_free(rows[--nrows]);
-            return dt_err_wrap(err, rc, "chief: saving table %s", t[i].name);
-        }
-        if (rows[nrows]) nrows++; /* NULL: no task holds a row of it */
-    }
+    int nrows = 0;
+    int rc = export_tables(c, 1, rows, &nrows, err);
+    if (rc < 0) return rc;
     dt_safetensors_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.global_step = global_step;
@@ -314,8 +332,7 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
                                               keep, path, sizeof path, err)
                    : dt_ckpt_save_in_dir(c->job->log_dir, &c->snapshot, &meta, keep, path,
                                          sizeof path, err);
-    for (int i = 0; i < nrows; i++)
-        dt_safetensors_rows_free(rows[i]);
+    free_rows(rows, nrows);
     if (rc < 0) return dt_err_wrap(err, rc, "chief: checkpoint");
     c->last_saved_step = global_step;
     dt_train_metrics_saved(global_step, dt_now_secs() - t0);
@@ -1053,8 +1070,10 @@ static void read_best(chief *c) {
 }
 
 /* Keeps the values just evaluated (the worker's vars, at step) as the best
- * model when their eval loss is the lowest yet. A dense model's only: a
- * sparse model's rows live on the ps tasks. A failed write costs the job
+ * model when their eval loss is the lowest yet. A sparse model's tables
+ * are read from the ps tasks now, as a checkpoint reads them (values, no
+ * slots): with other workers training meanwhile, their rows may be a few
+ * steps newer than the evaluation's. A failed write costs the job
  * nothing; the previous best stands and the next better one tries again. */
 static void keep_best(chief *c, int64_t step, double loss) {
     if (!isfinite(loss) || (c->have_best && !(loss < c->best_loss))) return;
@@ -1070,7 +1089,13 @@ static void keep_best(chief *c, int64_t step, double loss) {
     snprintf(meta.job_id, sizeof meta.job_id, "%s", c->job_id);
     dt_err err;
     dt_err_clear(&err);
-    if (dt_ckpt_save_best(c->job->log_dir, &c->best_set, &meta, &err) < 0) {
+    dt_safetensors_rows *rows[DT_MAX_TABLES];
+    int nrows = 0;
+    int rc = export_tables(c, 0, rows, &nrows, &err);
+    if (rc == 0)
+        rc = dt_ckpt_save_best_rows(c->job->log_dir, &c->best_set, rows, nrows, &meta, &err);
+    free_rows(rows, nrows);
+    if (rc < 0) {
         dt_train_metrics_storage_failed(1, &err);
         dt_log(DT_LOG_WARN, "chief: best model: %s; the previous one stands", err.msg);
         return;
@@ -1147,7 +1172,7 @@ static int evaluate(chief *c, int64_t step, dt_err *err) {
                (long long)step, loss, accuracy, all.rows);
     }
     warn_eval_loss(c, step, loss);
-    if (c->eval) keep_best(c, step, loss);
+    keep_best(c, step, loss);
     count_gain(c, loss);
     const char *tags[] = {"eval/loss", "eval/accuracy"};
     double values[] = {loss, accuracy};

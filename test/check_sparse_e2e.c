@@ -552,6 +552,51 @@ static void expect_eval_fails(const char *path, const char *held_out, const char
     dt_test_job_expect_error(&J, status, status, path, n1, n2);
 }
 
+/* Issue 32's best model, for a sparse model: the chief's lowest
+ * evaluation is kept in model.best.safetensors with its table's rows (the
+ * chief is the only worker, so the rows are the ones it scored), and
+ * `dtrain eval` takes it by default, to the chief's loss and accuracy. */
+static void check_best_model(void) {
+    char *log = dt_test_job_read_log(&J, "chief");
+    const char *needle = "chief: eval at global_step ";
+    long long best_step = -1;
+    double best_loss = 0, best_acc = 0;
+    for (const char *p = log; p && (p = strstr(p, needle)) != NULL; p += strlen(needle)) {
+        long long st;
+        double l, a;
+        if (sscanf(p + strlen(needle), "%lld: loss %lf accuracy %lf", &st, &l, &a) != 3) continue;
+        if (best_step < 0 || l < best_loss) best_step = st, best_loss = l, best_acc = a;
+    }
+    free(log);
+    ck_assert_msg(best_step >= 0, "no chief evaluation; logs:%s", dt_test_job_report(&J));
+    char best[1300];
+    snprintf(best, sizeof best, "%s/model.best.safetensors", J.log_dir);
+    dt_tensors ts;
+    dt_safetensors_meta m;
+    memset(&m, 0, sizeof m);
+    dt_err err;
+    dt_err_clear(&err);
+    ck_assert_msg(dt_safetensors_load(best, &ts, &m, &err) == 0, "%s", err.msg);
+    ck_assert_msg(m.global_step == best_step && m.has_eval_loss &&
+                      fabs(m.eval_loss - best_loss) <= 1e-5 * fabs(best_loss),
+                  "best model: step %lld loss %.9g; the chief's lowest: %lld %.6g",
+                  (long long)m.global_step, m.eval_loss, best_step, best_loss);
+    ck_assert_msg(dt_tensors_find(&ts, "logistic/weight/ids") &&
+                      dt_tensors_find(&ts, "logistic/weight/values"),
+                  "the best model has no table rows");
+    ck_assert_msg(!dt_tensors_find(&ts, "logistic/weight/accumulator"),
+                  "the best model holds the table's slot: a model to serve has none");
+    dt_tensors_deinit(&ts);
+    dt_safetensors_meta_deinit(&m);
+    const char *args[] = {"eval", "--log-dir", J.log_dir, NULL};
+    ck_assert_msg(dt_test_job_command(&J, args, JOB_TIMEOUT_MS) == 0, "eval: %s", J.err);
+    char want[160];
+    snprintf(want, sizeof want, "loss %.6g accuracy %.4f examples 6 global_step %lld", best_loss,
+             best_acc, best_step);
+    ck_assert_msg(strstr(J.out, want) && strstr(J.err, "the best model, "),
+                  "eval printed \"%s\", not \"%s\"; stderr: %s", J.out, want, J.err);
+}
+
 /* A sparse job trained by real processes (2 ps tasks, hashed ids, adagrad
  * so the file carries slots too) with eval_data: the chief's evaluations,
  * dtrain eval and dtrain predict on its final checkpoint give the loss and
@@ -608,11 +653,12 @@ START_TEST(eval_predict_checkpoint) {
                   dt_test_job_report(&J));
 
     /* dtrain eval, with the job from the checkpoint. */
-    const char *eval_args[] = {"eval", "--log-dir", J.log_dir, NULL};
+    const char *eval_args[] = {"eval", "--log-dir", J.log_dir, "--latest", NULL};
     ck_assert_msg(dt_test_job_command(&J, eval_args, JOB_TIMEOUT_MS) == 0, "eval: %s", J.err);
     snprintf(want, sizeof want, "loss %.6g accuracy %.4f examples 6 global_step 30", loss,
              accuracy);
     ck_assert_msg(strstr(J.out, want), "eval printed \"%s\", not \"%s\"", J.out, want);
+    check_best_model();
 
     /* dtrain predict, with labels and without: the model's P(y = 1) to the bit. */
     for (int pass = 0; pass < 2; pass++) {
