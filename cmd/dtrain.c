@@ -1038,6 +1038,7 @@ static int run_role(const options *o, const dt_cluster *cluster, const dt_role *
                            .max_message_bytes = max_message_bytes,
                            .log_dir = log_dir_named(o) ? job->log_dir : NULL,
                            .max_steps = max_steps_named(o, job),
+                           .epochs = job->epochs_named ? job->epochs : 0,
                            .listen_addr = o->listen};
         if (guard_limits(o, &pp.guard) < 0) return dt_err_set(err, DT_EINVAL, "bad guard flag");
         dt_ps *ps = NULL;

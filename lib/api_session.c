@@ -99,7 +99,8 @@ int dtrain_server_start(dtrain_server *s, const dtrain_server_params *p) {
                        .security = &c->security,
                        .max_message_bytes = message_cap(p->model, &job),
                        .log_dir = job.log_dir,
-                       .max_steps = job.max_steps};
+                       .max_steps = job.max_steps,
+                       .epochs = job.epochs_named ? job.epochs : 0};
     return dt_ps_start(&pp, &s->ps, err);
 }
 

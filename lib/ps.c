@@ -42,6 +42,7 @@
  */
 #include "ps.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -53,6 +54,7 @@
 #include "alloc.h"
 #include "checkpoint.h"
 #include "fileio.h"
+#include "job.h"
 #include "log.h"
 #include "memstat.h"
 #include "ps_internal.h"
@@ -309,6 +311,20 @@ static void learn_done(dt_ps *ps, const char *peer, int64_t step, const struct t
                ps->name, peer, (long long)step);
 }
 
+/* The epochs of a checkpoint's job (its "job" metadata) when they set its
+ * length (max_steps 0), else INT_MAX: a job that says nothing, or one that
+ * cannot be read, is taken to have made every pass asked of it. */
+static int epochs_of(const char *job_json) {
+    if (!job_json) return INT_MAX;
+    dt_job job;
+    dt_job_defaults(&job);
+    dt_err err;
+    dt_err_clear(&err);
+    if (dt_job_parse(job_json, "checkpoint job", &job, &err) < 0 || job.max_steps > 0)
+        return INT_MAX;
+    return job.epochs;
+}
+
 /* The log dir its own config named (never a default: a ps started without
  * one learns its job from the chief alone): the latest checkpoint's job id
  * (else the log dir's job id file's) is the job this ps knows, and that
@@ -325,6 +341,7 @@ static void ask_log_dir(dt_ps *ps) {
     dt_err err;
     dt_err_clear(&err);
     if (dt_ckpt_latest_meta(dir, &meta, path, sizeof path, &err) <= 0) return;
+    const int more_passes = ps->params.epochs > 0 && epochs_of(meta.job) < ps->params.epochs;
     dt_safetensors_meta_deinit(&meta);
     char id[DT_JOB_ID_MAX];
     snprintf(id, sizeof id, "%s", meta.job_id);
@@ -334,7 +351,8 @@ static void ask_log_dir(dt_ps *ps) {
     if (id[0]) ps_learn_job_id(ps, id, from);
     if (meta.max_steps <= 0 || meta.global_step < meta.max_steps) return;
     /* A job that early stopping ended is over below any max_steps. */
-    if (ps->params.max_steps > 0 && meta.global_step < ps->params.max_steps && !meta.stopped_early)
+    if (!meta.stopped_early &&
+        ((ps->params.max_steps > 0 && meta.global_step < ps->params.max_steps) || more_passes))
         return;
     snprintf(from, sizeof from, "%s (job %s, max_steps %lld)", path, id[0] ? id : "(none)",
              (long long)meta.max_steps);

@@ -51,6 +51,11 @@ typedef struct {
      * resumed with more steps than its checkpoint records is not done at
      * that checkpoint. Never a default. */
     int64_t max_steps;
+    /* The epochs its own config names explicitly (0: none): a job on file
+     * data resumed with more passes than its checkpoint's job made is not
+     * done at that checkpoint either (the chief derives the new max_steps
+     * from the rows). Never a default. */
+    int epochs;
     /* Where to listen: NULL serves every interface at the cluster address's
      * port, as TF's server does. The cluster's host names this task for
      * others; on a cluster manager it is a service name that may not
