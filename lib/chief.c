@@ -322,6 +322,7 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
         meta.max_steps = global_step;
         meta.stopped_early = 1;
     }
+    if (c->job->patience > 0) meta.evals_without_gain = c->evals_flat;
     meta.job = c->job_json;
     meta.feature_names = c->feature_names;
     snprintf(meta.model, sizeof meta.model, "%s", c->model);
@@ -1069,6 +1070,27 @@ static void read_best(chief *c) {
     }
 }
 
+/* Early stopping's count as the latest checkpoint of this job recorded
+ * it, so a restarted chief goes on counting instead of starting over (the
+ * evaluations after that save are made again, or, when the ps tasks kept
+ * the model, not counted: at most that many more before the stop). */
+static void read_flat(chief *c) {
+    if (c->job->patience <= 0 || !c->have_mark) return;
+    char path[DT_PATH_MAX + 64];
+    dt_safetensors_meta m;
+    memset(&m, 0, sizeof m);
+    dt_err err;
+    dt_err_clear(&err);
+    if (dt_ckpt_latest_meta(c->job->log_dir, &m, path, sizeof path, &err) <= 0) return;
+    dt_safetensors_meta_deinit(&m);
+    if (strcmp(m.job_id, c->job_id) != 0 || m.evals_without_gain <= 0) return;
+    c->evals_flat = m.evals_without_gain;
+    dt_log(DT_LOG_INFO,
+           "chief: %d evaluations without a better eval loss so far (of patience %d), as %s "
+           "records",
+           c->evals_flat, c->job->patience, path);
+}
+
 /* Keeps the values just evaluated (the worker's vars, at step) as the best
  * model when their eval loss is the lowest yet. A sparse model's tables
  * are read from the ps tasks now, as a checkpoint reads them (values, no
@@ -1662,7 +1684,10 @@ int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err 
         dt_err_wrap(err, rc, "chief"); /* the data module names the field */
         goto out;
     }
-    if (held_out) read_best(&c);
+    if (held_out) {
+        read_best(&c);
+        read_flat(&c);
+    }
     if ((rc = start_model(&c, stop, err)) < 0) goto out;
     if (rc == 2) { /* complete in the log dir: the ps tasks and workers may go */
         tidy_log_dir(&c);

@@ -32,6 +32,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -191,6 +192,13 @@ static int parse_meta(const char *path, const cJSON *obj, header_meta *hm, dt_er
                                "\"true\"",
                                v);
             hm->meta.stopped_early = 1;
+        } else if (strcmp(kv->string, "evals_without_gain") == 0) {
+            if (dt_text_parse_decimal(v, INT_MAX, &u) < 0)
+                return corrupt(err, path,
+                               "header: __metadata__ evals_without_gain \"%.40s\" is not a "
+                               "decimal int >= 0",
+                               v);
+            hm->meta.evals_without_gain = (int)u;
         } else if (strcmp(kv->string, "eval_loss") == 0) {
             char *end = NULL;
             errno = 0;
@@ -693,6 +701,10 @@ static char *build_header(const dt_tensors *ts, const dt_safetensors_meta *meta,
     snprintf(buf, sizeof buf, "%.17g", meta->eval_loss);
     if (meta->has_eval_loss && add_item(md, "eval_loss", cJSON_CreateString(buf)) < 0) goto done;
     if (meta->stopped_early && add_item(md, "stopped_early", cJSON_CreateString("true")) < 0)
+        goto done;
+    snprintf(buf, sizeof buf, "%d", meta->evals_without_gain);
+    if (meta->evals_without_gain > 0 &&
+        add_item(md, "evals_without_gain", cJSON_CreateString(buf)) < 0)
         goto done;
     if (meta->feature_names &&
         add_item(md, "feature_names", cJSON_CreateString(meta->feature_names)) < 0)

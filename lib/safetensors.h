@@ -27,6 +27,9 @@
  *   "stopped_early"  "true" in the final checkpoint of a job that early
  *                  stopping ended: its max_steps is then its global_step,
  *                  and no restarted role trains the job again
+ *   "evals_without_gain"  with patience, the evaluations in a row that had
+ *                  not improved the eval loss when it was saved (decimal,
+ *                  omitted when 0), so a restarted chief counts on
  * What the tensors are (variables, slots, the scaling statistics) is the
  * writer's business (checkpoint.h); this module reads and writes any valid
  * set. A save is atomic: temporary file, fsync, rename, fsync of the dir
@@ -61,6 +64,9 @@ typedef struct {
     /* The "stopped_early" key ("true"): the final checkpoint of a job that
      * early stopping ended (then max_steps is its global_step); 0: not. */
     int stopped_early;
+    /* The "evals_without_gain" key: early stopping's count at the save; 0:
+     * none (not written). */
+    int evals_without_gain;
 } dt_safetensors_meta;
 
 /* 1 when text is a job id: exactly 32 lowercase hex digits. */

@@ -678,6 +678,8 @@ static const bad_case bad_headers[] = {
     {"{\"__metadata__\":{\"eval_loss\":\"1.5x\"}}", 0, "eval_loss \"1.5x\""},
     {"{\"__metadata__\":{\"eval_loss\":\"\"}}", 0, "eval_loss \"\""},
     {"{\"__metadata__\":{\"stopped_early\":\"yes\"}}", 0, "stopped_early \"yes\" is not"},
+    {"{\"__metadata__\":{\"evals_without_gain\":\"-1\"}}", 0, "evals_without_gain \"-1\" is not"},
+    {"{\"__metadata__\":{\"evals_without_gain\":\"3x\"}}", 0, "evals_without_gain \"3x\" is not"},
 };
 
 START_TEST(test_bad_header) {
@@ -922,17 +924,19 @@ START_TEST(test_save_rejects_bad_input) {
                "eval_loss inf is not finite");
     ck_assert_msg(access(path, F_OK) != 0, "a refused save left %s", path);
 
-    /* Both keys of the best model and of an early-stopped job come back. */
+    /* The keys of the best model and of early stopping come back. */
     meta = make_meta(7);
     meta.has_eval_loss = 1;
     meta.eval_loss = 0.1 + 1e-17 * 3; /* needs all 17 digits */
     meta.stopped_early = 1;
+    meta.evals_without_gain = 3;
     dt_err_clear(&err);
     ck_assert_msg(dt_safetensors_save(path, &ts, &meta, &err) == 0, "%s", err.msg);
     dt_safetensors_meta back;
     ck_assert_msg(dt_safetensors_load_meta(path, &back, &err) == 0, "%s", err.msg);
     dt_safetensors_meta_deinit(&back);
     ck_assert(back.has_eval_loss && back.eval_loss == meta.eval_loss && back.stopped_early);
+    ck_assert_int_eq(back.evals_without_gain, 3);
     ck_assert_int_eq(unlink(path), 0);
 
     meta = make_meta(1);

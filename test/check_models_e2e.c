@@ -1289,33 +1289,63 @@ START_TEST(best_model_kept) {
 END_TEST
 
 /* The chief's evaluations before its "early stopping" line, replayed with
- * the rule (a gain: below the mark by more than a relative 1e-4): the
+ * the rule (a gain: below the mark by more than a relative 1e-4) from a
+ * count of flat evaluations and a mark (have 0: none yet), counted after
+ * the line holding from (NULL: from the log's start; a role's log holds
+ * every run of it): the
  * patience-th evaluation in a row without a gain is the last one, and no
  * earlier one reached it. */
-static void check_stopped_by_rule(int patience) {
+static void check_stopped_from(const char *from, int patience, int flat, int have, double mark) {
     char *log = dt_test_job_read_log(&J, "chief");
-    const char *end = strstr(log, "chief: early stopping: ");
+    const char *start = from ? strstr(log, from) : log;
+    ck_assert_msg(start != NULL, "no \"%s\" in the chief's log; logs:%s", from,
+                  dt_test_job_report(&J));
+    const char *end = strstr(start, "chief: early stopping: ");
     ck_assert_msg(end != NULL, "the chief does not say it stops early; logs:%s",
                   dt_test_job_report(&J));
     const char *needle = "chief: eval at global_step ";
-    int evals = 0, flat = 0, have = 0;
-    double mark = 0;
-    for (const char *p = log; (p = strstr(p, needle)) != NULL && p < end; p += strlen(needle)) {
+    int evals = 0;
+    for (const char *p = start; (p = strstr(p, needle)) != NULL && p < end; p += strlen(needle)) {
         long long s;
         double l;
         int examples;
         if (sscanf(p + strlen(needle), "%lld: loss %lf on %d", &s, &l, &examples) != 3) continue;
-        ck_assert_msg(flat < patience, "evaluation %d came after %d without a gain", evals + 1,
-                      flat);
+        ck_assert_msg(flat < patience, "evaluation %d came after %d without a gain; logs:%s",
+                      evals + 1, flat, dt_test_job_report(&J));
         evals++;
         if (!have || l < mark - 1e-4 * fabs(mark))
             have = 1, mark = l, flat = 0;
         else
             flat++;
     }
-    ck_assert_msg(flat == patience, "stopped after %d evaluations, %d of them without a gain",
-                  evals, flat);
+    ck_assert_msg(flat == patience,
+                  "stopped after %d evaluations, %d of them without a gain; logs:%s", evals, flat,
+                  dt_test_job_report(&J));
     free(log);
+}
+
+static void check_stopped_by_rule(int patience) {
+    check_stopped_from(NULL, patience, 0, 0, 0);
+}
+
+/* The flat evaluations at the end of the chief's log, replayed with the
+ * rule from no mark; *mark gets the last mark. */
+static int flat_at_end(double *mark) {
+    char *log = dt_test_job_read_log(&J, "chief");
+    const char *needle = "chief: eval at global_step ";
+    int flat = 0, have = 0;
+    for (const char *p = log; p && (p = strstr(p, needle)) != NULL; p += strlen(needle)) {
+        long long st;
+        double l;
+        int examples;
+        if (sscanf(p + strlen(needle), "%lld: loss %lf on %d", &st, &l, &examples) != 3) continue;
+        if (!have || l < *mark - 1e-4 * fabs(*mark))
+            have = 1, *mark = l, flat = 0;
+        else
+            flat++;
+    }
+    free(log);
+    return flat;
 }
 
 /* Issue 32's early stopping: with the held-out slope opposite to the
@@ -1351,6 +1381,50 @@ START_TEST(early_stopping_ends_job) {
     ck_assert_msg(count_in_log("chief", "chief: the job stopped early at global_step ", NULL) == 1,
                   "the job run again does not say it is over; logs:%s", dt_test_job_report(&J));
     ck_assert_int_eq(dt_ckpt_latest_step(J.log_dir), final_step);
+}
+END_TEST
+
+/* Early stopping's count survives a restart: a job with a patience it
+ * never reaches ends at max_steps, its final checkpoint recording the
+ * evaluations without a gain at its end (the log replayed says how many).
+ * Run again with more epochs and a patience 2 above that count, the chief
+ * says the count it resumes from and stops at the second flat evaluation
+ * of its own, not the count + 2nd. Sync, so both runs repeat. */
+START_TEST(early_stopping_counts_on) {
+    char job[PATH_CAP], eval_path[PATH_CAP];
+    write_opposed_job("\"eval_steps\": 20, \"patience\": 1000, \"epochs\": 4", job, eval_path);
+    make_sync(job);
+    train(job);
+    double mark = 0;
+    const int flat = flat_at_end(&mark);
+    int64_t final_step = dt_ckpt_latest_step(J.log_dir);
+    char latest[sizeof J.log_dir + 64];
+    snprintf(latest, sizeof latest, "%s/model.ckpt-%lld.safetensors", J.log_dir,
+             (long long)final_step);
+    dt_safetensors_meta m;
+    load_meta(latest, &m);
+    ck_assert_msg(flat >= 2 && m.evals_without_gain == flat && !m.stopped_early,
+                  "final checkpoint records %d evaluations without a gain, the log %d; logs:%s",
+                  m.evals_without_gain, flat, dt_test_job_report(&J));
+    /* The restarted chief's mark is the best model's loss. */
+    char best[sizeof J.log_dir + 32];
+    snprintf(best, sizeof best, "%s/model.best.safetensors", J.log_dir);
+    load_meta(best, &m);
+    ck_assert_msg(m.has_eval_loss && m.eval_loss <= mark + 1e-5 * fabs(mark), /* mark: %.6g */
+                  "best loss %.9g, the last mark %.6g", m.eval_loss, mark);
+    const double best_loss = m.eval_loss;
+
+    char fields[128];
+    snprintf(fields, sizeof fields, "\"eval_steps\": 20, \"patience\": %d, \"epochs\": 50",
+             flat + 2);
+    write_opposed_job(fields, job, eval_path);
+    make_sync(job);
+    train(job);
+    char said[128];
+    snprintf(said, sizeof said, "chief: %d evaluations without a better eval loss so far", flat);
+    ck_assert_msg(count_in_log("chief", said, NULL) == 1, "no \"%s\"; logs:%s", said,
+                  dt_test_job_report(&J));
+    check_stopped_from(said, flat + 2, flat, 1, best_loss); /* the second run's evaluations */
 }
 END_TEST
 
@@ -1520,6 +1594,7 @@ Suite *models_e2e_suite(void) {
     tcase_add_test(tc, best_model_kept);
     tcase_add_loop_test(tc, early_stopping_ends_job, 0, 2); /* async, then sync */
     tcase_add_test(tc, validation_split_held_out);
+    tcase_add_test(tc, early_stopping_counts_on);
     tcase_add_loop_test(tc, first_try_regression, 0, 2); /* async, then sync */
     tcase_add_test(tc, summaries_first_step);
     tcase_add_test(tc, summaries_by_time);
