@@ -405,7 +405,6 @@ int dt_data_reads_files(const dt_data_config *cfg) {
            cfg->source == DT_DATA_IDX || cfg->source == DT_DATA_CRITEO;
 }
 
-/* 1 when name ends in suffix, case ignored. */
 int dt_data_splits(const dt_data_config *cfg) {
     return dt_data_reads_files(cfg) && !cfg->eval_data[0] && cfg->validation_fraction > 0;
 }
@@ -419,12 +418,13 @@ const char *dt_data_held_out_file(const dt_data_config *cfg) {
 }
 
 void dt_data_held_out_name(const dt_data_config *cfg, char *buf, size_t n) {
-    if (cfg->eval_data[0] || !dt_data_splits(cfg))
+    if (!dt_data_splits(cfg))
         snprintf(buf, n, "%s", cfg->eval_data);
     else
         snprintf(buf, n, "the validation rows of %s", cfg->train_data);
 }
 
+/* 1 when name ends in suffix, case ignored. */
 static int ends_with(const char *name, size_t len, const char *suffix) {
     size_t n = strlen(suffix);
     return len >= n && strncasecmp(name + len - n, suffix, n) == 0;
