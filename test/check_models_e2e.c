@@ -1184,6 +1184,15 @@ static void load_meta(const char *path, dt_safetensors_meta *m) {
     dt_safetensors_meta_deinit(m);
 }
 
+/* The header of the log dir's latest checkpoint into *m; returns its step. */
+static int64_t load_latest_meta(dt_safetensors_meta *m) {
+    int64_t step = dt_ckpt_latest_step(J.log_dir);
+    char latest[sizeof J.log_dir + 64];
+    snprintf(latest, sizeof latest, "%s/model.ckpt-%lld.safetensors", J.log_dir, (long long)step);
+    load_meta(latest, m);
+    return step;
+}
+
 /* A linear job (fields added) on train.csv of slope 2 and eval.csv of
  * slope -2: the held-out loss rises as the model learns, then hovers
  * near its top. */
@@ -1364,12 +1373,8 @@ START_TEST(early_stopping_ends_job) {
                                "evaluations",
                                NULL) == 1,
                   "the chief does not say it stops early; logs:%s", dt_test_job_report(&J));
-    int64_t final_step = dt_ckpt_latest_step(J.log_dir);
-    char latest[sizeof J.log_dir + 64];
-    snprintf(latest, sizeof latest, "%s/model.ckpt-%lld.safetensors", J.log_dir,
-             (long long)final_step);
     dt_safetensors_meta m;
-    load_meta(latest, &m);
+    int64_t final_step = load_latest_meta(&m);
     /* 50 passes of 400 rows at batch 10: 2,000 steps a worker. */
     ck_assert_msg(m.stopped_early && m.max_steps == final_step && final_step < 2000,
                   "final checkpoint: step %lld, max_steps %lld, stopped_early %d",
@@ -1397,12 +1402,8 @@ START_TEST(early_stopping_counts_on) {
     train(job);
     double mark = 0;
     const int flat = flat_at_end(&mark);
-    int64_t final_step = dt_ckpt_latest_step(J.log_dir);
-    char latest[sizeof J.log_dir + 64];
-    snprintf(latest, sizeof latest, "%s/model.ckpt-%lld.safetensors", J.log_dir,
-             (long long)final_step);
     dt_safetensors_meta m;
-    load_meta(latest, &m);
+    load_latest_meta(&m);
     ck_assert_msg(flat >= 2 && m.evals_without_gain == flat && !m.stopped_early,
                   "final checkpoint records %d evaluations without a gain, the log %d; logs:%s",
                   m.evals_without_gain, flat, dt_test_job_report(&J));
