@@ -315,14 +315,26 @@ static void learn_done(dt_ps *ps, const char *peer, int64_t step, const struct t
  * length (max_steps 0), else INT_MAX: a job that says nothing, or one that
  * cannot be read, is taken to have made every pass asked of it. */
 static int epochs_of(const char *job_json) {
-    if (!job_json) return INT_MAX;
-    dt_job job;
-    dt_job_defaults(&job);
+    dt_job *job = job_json ? dt_malloc(sizeof *job) : NULL; /* KBs of paths: not on the stack */
+    if (!job) return INT_MAX;
+    dt_job_defaults(job);
     dt_err err;
     dt_err_clear(&err);
-    if (dt_job_parse(job_json, "checkpoint job", &job, &err) < 0 || job.max_steps > 0)
-        return INT_MAX;
-    return job.epochs;
+    int epochs = dt_job_parse(job_json, "checkpoint job", job, &err) < 0 || job->max_steps > 0
+                     ? INT_MAX
+                     : job->epochs;
+    free(job);
+    return epochs;
+}
+
+/* Whether the latest checkpoint (header m) ends the job for this ps: at
+ * the max_steps it records, and at or past what this ps's own config asks
+ * (max_steps, epochs). A job that early stopping ended is over below any. */
+static int checkpoint_ends_job(const dt_ps *ps, const dt_safetensors_meta *m) {
+    if (m->max_steps <= 0 || m->global_step < m->max_steps) return 0;
+    if (m->stopped_early) return 1;
+    if (ps->params.max_steps > 0 && m->global_step < ps->params.max_steps) return 0;
+    return ps->params.epochs <= 0 || epochs_of(m->job) >= ps->params.epochs;
 }
 
 /* The log dir its own config named (never a default: a ps started without
@@ -341,19 +353,15 @@ static void ask_log_dir(dt_ps *ps) {
     dt_err err;
     dt_err_clear(&err);
     if (dt_ckpt_latest_meta(dir, &meta, path, sizeof path, &err) <= 0) return;
-    const int more_passes = ps->params.epochs > 0 && epochs_of(meta.job) < ps->params.epochs;
-    dt_safetensors_meta_deinit(&meta);
     char id[DT_JOB_ID_MAX];
     snprintf(id, sizeof id, "%s", meta.job_id);
     if (!id[0] && dt_ckpt_job_id_load(dir, id, &err) <= 0) id[0] = '\0';
     char from[2 * DT_PATH_MAX + 192];
     snprintf(from, sizeof from, "the latest checkpoint in %s", dir);
     if (id[0]) ps_learn_job_id(ps, id, from);
-    if (meta.max_steps <= 0 || meta.global_step < meta.max_steps) return;
-    /* A job that early stopping ended is over below any max_steps. */
-    if (!meta.stopped_early &&
-        ((ps->params.max_steps > 0 && meta.global_step < ps->params.max_steps) || more_passes))
-        return;
+    const int ended = checkpoint_ends_job(ps, &meta);
+    dt_safetensors_meta_deinit(&meta);
+    if (!ended) return;
     snprintf(from, sizeof from, "%s (job %s, max_steps %lld)", path, id[0] ? id : "(none)",
              (long long)meta.max_steps);
     learn_done(ps, from, meta.global_step, &ps->started);
