@@ -502,14 +502,8 @@ int dt_ckpt_latest_meta(const char *log_dir, dt_safetensors_meta *meta, char *pa
     return 1;
 }
 
-int dt_ckpt_save_best(const char *log_dir, const dt_tensors *ts, const dt_safetensors_meta *meta,
-                      dt_err *err) {
-    return dt_ckpt_save_best_rows(log_dir, ts, NULL, 0, meta, err);
-}
-
-int dt_ckpt_save_best_rows(const char *log_dir, const dt_tensors *ts,
-                           dt_safetensors_rows *const *rows, int nrows,
-                           const dt_safetensors_meta *meta, dt_err *err) {
+int dt_ckpt_save_best(const char *log_dir, const dt_tensors *ts, dt_safetensors_rows *const *rows,
+                      int nrows, const dt_safetensors_meta *meta, dt_err *err) {
     DT_ASSERT(log_dir && ts && meta && meta->has_eval_loss && (nrows == 0 || rows));
     char path[JOIN_CAP], state_path[JOIN_CAP];
     int rc = join(path, sizeof path, log_dir, DT_CKPT_BEST_FILE, err);

@@ -142,23 +142,19 @@ int dt_ckpt_latest_meta(const char *log_dir, dt_safetensors_meta *meta, char *pa
  * predict take it by default. The state file names it
  * (best_model_checkpoint_path: "model.best.safetensors") from its first
  * save on; retention never deletes it.
- * dt_ckpt_save_best: writes it atomically (meta->has_eval_loss set), then
- * names it in the state file when there is one (else the next checkpoint
- * save does). Errors as dt_safetensors_save's; the old best stands.
+ * dt_ckpt_save_best: writes it atomically (meta->has_eval_loss set), a
+ * sparse model's tables (nrows writers, rows NULL when 0) streamed after
+ * ts as dt_ckpt_save_rows_in_dir writes a checkpoint's, then names it in
+ * the state file when there is one (else the next checkpoint save does).
+ * Errors as dt_safetensors_save's; the old best stands.
  * dt_ckpt_best_meta: its header, as dt_ckpt_latest_meta gives the latest's:
  * 1 with *meta filled (caller deinits) and its path in path_out, 0 when
  * log_dir holds none (a regular file), negative when it cannot be read or
  * records no eval_loss (DT_ECORRUPT).
  */
 #define DT_CKPT_BEST_FILE "model.best.safetensors"
-int dt_ckpt_save_best(const char *log_dir, const dt_tensors *ts, const dt_safetensors_meta *meta,
-                      dt_err *err) DT_WARN_UNUSED;
-/* dt_ckpt_save_best with a sparse model's tables streamed after ts, as
- * dt_ckpt_save_rows_in_dir writes a checkpoint's (rows NULL when nrows is
- * 0). */
-int dt_ckpt_save_best_rows(const char *log_dir, const dt_tensors *ts,
-                           dt_safetensors_rows *const *rows, int nrows,
-                           const dt_safetensors_meta *meta, dt_err *err) DT_WARN_UNUSED;
+int dt_ckpt_save_best(const char *log_dir, const dt_tensors *ts, dt_safetensors_rows *const *rows,
+                      int nrows, const dt_safetensors_meta *meta, dt_err *err) DT_WARN_UNUSED;
 int dt_ckpt_best_meta(const char *log_dir, dt_safetensors_meta *meta, char *path_out,
                       size_t path_cap, dt_err *err) DT_WARN_UNUSED;
 

@@ -104,7 +104,9 @@ typedef struct {
      * beat to count as a gain (with have_mark), the evaluations since the
      * last gain, and whether the ps tasks were told to stop training. */
     double gain_mark;
-    int64_t final_step; /* the step finish saves as final (-1 before) */
+    int64_t final_step;  /* the step finish saves as final (-1 before) */
+    int64_t ckpt_step;   /* the latest checkpoint's of this job at start, with ckpt_evals_flat */
+    int ckpt_evals_flat; /* its evals_without_gain (resolve_job_id reads its header) */
     int have_best;
     int have_mark;
     int evals_flat;
@@ -1074,21 +1076,13 @@ static void read_best(chief *c) {
  * it, so a restarted chief goes on counting instead of starting over (the
  * evaluations after that save are made again, or, when the ps tasks kept
  * the model, not counted: at most that many more before the stop). */
-static void read_flat(chief *c) {
-    if (c->job->patience <= 0 || !c->have_mark) return;
-    char path[DT_PATH_MAX + 64];
-    dt_safetensors_meta m;
-    memset(&m, 0, sizeof m);
-    dt_err err;
-    dt_err_clear(&err);
-    if (dt_ckpt_latest_meta(c->job->log_dir, &m, path, sizeof path, &err) <= 0) return;
-    dt_safetensors_meta_deinit(&m);
-    if (strcmp(m.job_id, c->job_id) != 0 || m.evals_without_gain <= 0) return;
-    c->evals_flat = m.evals_without_gain;
+static void resume_flat(chief *c) {
+    if (c->job->patience <= 0 || !c->have_mark || c->ckpt_evals_flat <= 0) return;
+    c->evals_flat = c->ckpt_evals_flat;
     dt_log(DT_LOG_INFO,
-           "chief: %d evaluations without a better eval loss so far (of patience %d), as %s "
-           "records",
-           c->evals_flat, c->job->patience, path);
+           "chief: %d evaluations without a better eval loss so far (of patience %d), as the "
+           "latest checkpoint (global_step %lld) records",
+           c->evals_flat, c->job->patience, (long long)c->ckpt_step);
 }
 
 /* Keeps the values just evaluated (the worker's vars, at step) as the best
@@ -1114,8 +1108,7 @@ static void keep_best(chief *c, int64_t step, double loss) {
     dt_safetensors_rows *rows[DT_MAX_TABLES];
     int nrows = 0;
     int rc = export_tables(c, 0, rows, &nrows, &err);
-    if (rc == 0)
-        rc = dt_ckpt_save_best_rows(c->job->log_dir, &c->best_set, rows, nrows, &meta, &err);
+    if (rc == 0) rc = dt_ckpt_save_best(c->job->log_dir, &c->best_set, rows, nrows, &meta, &err);
     free_rows(rows, nrows);
     if (rc < 0) {
         dt_train_metrics_storage_failed(1, &err);
@@ -1350,6 +1343,8 @@ static int resolve_job_id(chief *c, dt_err *err) {
     if (have_ckpt > 0 && meta.job_id[0]) {
         snprintf(c->job_id, sizeof c->job_id, "%s", meta.job_id);
         from = "from its latest checkpoint";
+        c->ckpt_evals_flat = meta.evals_without_gain; /* this job's, for resume_flat */
+        c->ckpt_step = meta.global_step;
         if (have_file && strcmp(from_file, meta.job_id) != 0)
             dt_log(DT_LOG_WARN, "chief: %s/%s says job %s, %s says %s: the checkpoint's applies",
                    dir, DT_CKPT_JOB_ID_FILE, from_file, path, meta.job_id);
@@ -1686,7 +1681,7 @@ int dt_chief_run(const dt_worker_params *params, const atomic_int *stop, dt_err 
     }
     if (held_out) {
         read_best(&c);
-        read_flat(&c);
+        resume_flat(&c);
     }
     if ((rc = start_model(&c, stop, err)) < 0) goto out;
     if (rc == 2) { /* complete in the log dir: the ps tasks and workers may go */

@@ -714,16 +714,18 @@ static int64_t pick_held_out(const spec *sp, const float *y, int64_t n, unsigned
     return total;
 }
 
-/* Moves the rows of t not held out to its front, in file order, and
- * returns their count. The destination never passes the source. */
-static int64_t keep_training_rows(dt_reader_table *t, const unsigned char *held) {
+/* Copies the rows i of t with held[i] == want into x and y (y NULL when t
+ * has no labels), in file order, and returns their count. x and y may be
+ * t's own buffers: row k lands at or before row i, never across it. */
+static int64_t gather_rows(const dt_reader_table *t, const unsigned char *held, int want, float *x,
+                           float *y) {
     const size_t F = (size_t)t->cols;
     int64_t k = 0;
     for (int64_t i = 0; i < t->rows; i++) {
-        if (held[i]) continue;
-        if (k != i) {
-            memmove(t->x + (size_t)k * F, t->x + (size_t)i * F, F * sizeof(float));
-            if (t->y) t->y[k] = t->y[i];
+        if (held[i] != want) continue;
+        if (x != t->x || k != i) {
+            memcpy(x + (size_t)k * F, t->x + (size_t)i * F, F * sizeof(float));
+            if (t->y) y[k] = t->y[i];
         }
         k++;
     }
@@ -769,14 +771,9 @@ static int split_validation(const spec *sp, dt_reader_table *t, dt_reader_table 
                             (long long)m);
             goto out;
         }
-        for (int64_t i = 0, k = 0; i < n; i++) {
-            if (!held[i]) continue;
-            memcpy(held_out->x + (size_t)k * F, t->x + (size_t)i * F, F * sizeof(float));
-            if (t->y) held_out->y[k] = t->y[i];
-            k++;
-        }
+        gather_rows(t, held, 1, held_out->x, held_out->y);
     }
-    t->rows = keep_training_rows(t, held);
+    t->rows = gather_rows(t, held, 0, t->x, t->y);
 out:
     free(counts);
     free(order);

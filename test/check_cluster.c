@@ -771,6 +771,18 @@ START_TEST(test_job_patience_needs_evals) {
     ck_assert_msg(job_with(&job, named, &err) == 0, "%s", err.msg);
     ck_assert_double_eq(job.data.validation_fraction, 0.3); /* no patience: a split still */
     ck_assert(dt_data_splits(&job.data));
+    /* A libsvm model that turns sparse only once its features are read
+     * (after dt_job_finish) is refused when its rows are opened, before
+     * its file is: there is none here. */
+    const char *late[] = {"data=libsvm", "train_data=no-such.svm", "validation_fraction=0.2", NULL};
+    ck_assert_msg(job_with(&job, late, &err) == 0, "%s", err.msg);
+    job.model.num_features = DT_SPARSE_AUTO_FEATURES + 1;
+    ck_assert(dt_job_is_sparse(&job));
+    dt_sparse_set set;
+    memset(&set, 0, sizeof set);
+    int rc = dt_job_open_sparse(&job, 0, 0, 1, &set, &err);
+    ck_assert_msg(rc == DT_ECONFIG && strstr(err.msg, "a sparse model's held-out set is a file"),
+                  "%d %s", rc, err.msg);
 }
 END_TEST
 
