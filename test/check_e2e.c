@@ -85,13 +85,15 @@ static void check_log_format(const char *log_name, char role) {
 }
 
 /* 1 when needle occurs within the first max_lines lines of text. */
-static int in_first_lines(const char *text, const char *needle, int max_lines) {
+/* 1 when text holds needle before any of the NULL-terminated others. */
+static int comes_first(const char *text, const char *needle, const char *const *others) {
     const char *hit = strstr(text, needle);
     if (!hit) return 0;
-    int newlines = 0;
-    for (const char *p = text; p < hit; p++)
-        newlines += *p == '\n';
-    return newlines < max_lines;
+    for (int i = 0; others[i]; i++) {
+        const char *o = strstr(text, others[i]);
+        if (o && o < hit) return 0;
+    }
+    return 1;
 }
 
 /* ---- checkpoints in the log dir ---------------------------------------- */
@@ -432,6 +434,13 @@ START_TEST(restart_chief) {
     ck_assert_int_eq(dt_test_kill(chief, SIGKILL), 0);
     dt_test_job_expect_exit(&w, chief, "killed chief", EXIT_TIMEOUT_MS, -SIGKILL);
 
+    /* What a chief killed mid-save leaves: its next checkpoint's temp
+     * file, named by its pid. The restarted chief removes it, and says so,
+     * before it rejoins. */
+    char stale[2048];
+    snprintf(stale, sizeof stale, "%s/model.ckpt-%" PRId64 ".safetensors.tmp.%d", w.log_dir,
+             before + 1, (int)chief);
+    ck_assert_int_eq(dt_test_write_file(stale, "cut short"), 0);
     ckpt_watch cw;
     watch_begin(&cw);
     before = cw.max_seen;
@@ -447,11 +456,17 @@ START_TEST(restart_chief) {
     watch_during_waits(NULL);
 
     char *log = dt_test_job_read_log(&w, "chief2");
-    int live = in_first_lines(log, "ps already holds the model", 3);
+    /* It rejoins the live model before it creates, restores or trains one. */
+    static const char *const model_lines[] = {"initialized", "chief: restored", " step ", NULL};
+    int live = comes_first(log, "ps already holds the model", model_lines);
+    int removed = strstr(log, "checkpoint: removed stale ") != NULL;
     free(log);
     ck_assert_msg(live,
-                  "restarted chief does not open with \"ps already holds the model\"; logs:%s",
+                  "restarted chief does not rejoin with \"ps already holds the model\" before "
+                  "it makes a model; logs:%s",
                   dt_test_job_report(&w));
+    ck_assert_msg(removed && access(stale, F_OK) != 0,
+                  "the killed chief's temp file was not removed; logs:%s", dt_test_job_report(&w));
     /* Re-initializing would have reset the step: every checkpoint of the
      * restarted chief must be at or past the last one before the kill. */
     ck_assert_msg(cw.min_new != INT64_MAX, "restarted chief wrote no checkpoint");
