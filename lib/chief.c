@@ -244,6 +244,15 @@ static int init_snapshot(chief *c, dt_err *err) {
     return rc < 0 ? rc : views_of(&c->best_set, best, 2, err);
 }
 
+/* The views' variables at where the worker's values are now: with
+ * pipeline_push the worker swaps its values' slab with the one a push
+ * brought back, each step, so views taken once would save the other. */
+static void views_follow_vars(chief *c) {
+    const dt_tensors *vars = dt_worker_vars(c->w);
+    memcpy(c->snapshot.items, vars->items, sizeof(dt_tensor) * (size_t)vars->count);
+    memcpy(c->best_set.items, vars->items, sizeof(dt_tensor) * (size_t)vars->count);
+}
+
 /* ---- checkpoints ------------------------------------------------------- */
 
 typedef struct {
@@ -309,6 +318,7 @@ static int write_checkpoint(chief *c, int64_t global_step, dt_err *err) {
     const int ends_early = c->stopped_early && global_step == c->final_step;
     if (global_step == c->last_saved_step && !ends_early) return 0;
     save_job_id(c);
+    views_follow_vars(c);
     const double t0 = dt_now_secs();
     dt_safetensors_rows *rows[DT_MAX_TABLES];
     int nrows = 0;
@@ -1108,6 +1118,7 @@ static void keep_best(chief *c, int64_t step, double loss) {
     dt_safetensors_rows *rows[DT_MAX_TABLES];
     int nrows = 0;
     int rc = export_tables(c, 0, rows, &nrows, &err);
+    views_follow_vars(c);
     if (rc == 0) rc = dt_ckpt_save_best(c->job->log_dir, &c->best_set, rows, nrows, &meta, &err);
     free_rows(rows, nrows);
     if (rc < 0) {
