@@ -39,13 +39,21 @@
 
 typedef enum { PHASE_LOOP, PHASE_VALUES, PHASE_LOOKUP, PHASE_GRADS, PHASE_ENDED } phase;
 
-/* A table's last lookup, under mu: its ids (copies), and the rows'
- * gradient copied at the step for the push. */
+/* One step's ids of a table (copies) and their rows' gradient, copied at
+ * the step; the push borrows both until it is done. */
+typedef struct {
+    int64_t *ids, cap, n;
+    float *row_grads; /* (cap, dim) */
+} table_buf;
+
+/* A table's last lookup, under mu. Two buffers, taken in turn a step
+ * each: with pipeline_push the loop computes the next step while the
+ * last one's push still reads its own buffer. */
 typedef struct {
     const dt_table_config *cfg; /* its entry of table_cfgs, the one copy */
-    int64_t *ids, ids_cap, num_ids;
-    float *row_grads; /* (ids_cap, dim) */
-    int looked_up;    /* a lookup came since the last step */
+    table_buf bufs[2];
+    int cur;       /* this step's */
+    int looked_up; /* a lookup came since the last step */
 } session_table;
 
 struct dt_session {
@@ -127,7 +135,8 @@ static void spin_while(dt_session *s, atomic_uint *counter, unsigned seen) {
  * waits for VALUES). 0, 1 (done) or the pull's failure. */
 static int serve_lookup(dt_session *s, dt_user_rows *io, dt_err *err) {
     session_table *t = &s->tables[s->lookup_table];
-    dt_ps_sparse req = {t->cfg->name, t->cfg->dim, t->num_ids, t->ids, s->lookup_rows};
+    const table_buf *b = &t->bufs[t->cur];
+    dt_ps_sparse req = {t->cfg->name, t->cfg->dim, b->n, b->ids, s->lookup_rows};
     pthread_mutex_unlock(&s->mu);
     int rc = dt_user_rows_pull(io, &req, err);
     pthread_mutex_lock(&s->mu);
@@ -141,6 +150,13 @@ static void forget_lookups(dt_session *s) {
         s->tables[k].looked_up = 0;
 }
 
+/* mu held, at a step's start: each table's other buffer (the one the push
+ * before last read, done since). */
+static void next_buffers(dt_session *s) {
+    for (int k = 0; k < s->num_tables; k++)
+        s->tables[k].cur = !s->tables[k].cur;
+}
+
 /* The loop's side of a turn: values out, then wait for the gradient (a
  * table's lookups served meanwhile). */
 static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_user_rows *io,
@@ -151,6 +167,7 @@ static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_us
         memcpy(s->values[i], vars->items[i].data, vars->items[i].nbytes);
     s->vars_step = vars_step;
     forget_lookups(s);
+    next_buffers(s);
     s->phase = PHASE_VALUES;
     atomic_fetch_add_explicit(&s->handed, 1, memory_order_release);
     pthread_cond_broadcast(&s->cv);
@@ -189,10 +206,11 @@ static int loss_grad(void *ctx, const dt_tensors *vars, int64_t vars_step, dt_us
         memcpy(grads->items[i].data, s->grads[i], grads->items[i].nbytes);
     for (int k = 0; io && s->row_grads_in && k < s->num_tables; k++) {
         session_table *t = &s->tables[k];
-        memcpy(t->row_grads, s->row_grads_in[k],
-               (size_t)t->num_ids * (size_t)t->cfg->dim * sizeof *t->row_grads);
-        dt_user_rows_push(
-            io, &(dt_ps_sparse){t->cfg->name, t->cfg->dim, t->num_ids, t->ids, t->row_grads});
+        table_buf *b = &t->bufs[t->cur];
+        memcpy(b->row_grads, s->row_grads_in[k],
+               (size_t)b->n * (size_t)t->cfg->dim * sizeof *b->row_grads);
+        dt_user_rows_push(io,
+                          &(dt_ps_sparse){t->cfg->name, t->cfg->dim, b->n, b->ids, b->row_grads});
     }
     *loss = s->loss;
     s->grads = NULL;
@@ -318,22 +336,24 @@ int dt_session_start(const dt_session_params *p, dt_session **out, dt_err *err) 
     return rc;
 }
 
-/* mu held: room in t for n ids and their rows' gradient. */
+/* mu held: room in t's buffer of this step for n ids and their rows'
+ * gradient. */
 static int reserve_ids(session_table *t, int64_t n, dt_err *err) {
-    if (n <= t->ids_cap) return 0;
+    table_buf *b = &t->bufs[t->cur];
+    if (n <= b->cap) return 0;
     int64_t cells;
     if (__builtin_mul_overflow(n, (int64_t)t->cfg->dim, &cells) ||
         cells > INT64_MAX / (int64_t)sizeof(float))
         return dt_err_set(err, DT_EINVAL,
                           "session: lookup \"%s\": %lld ids of %d floats are too many",
                           t->cfg->name, (long long)n, t->cfg->dim);
-    int64_t *grown_ids = dt_realloc(t->ids, (size_t)n * sizeof *grown_ids);
-    if (grown_ids) t->ids = grown_ids;
-    float *grown = grown_ids ? dt_realloc(t->row_grads, (size_t)cells * sizeof *grown) : NULL;
-    if (grown) t->row_grads = grown;
+    int64_t *grown_ids = dt_realloc(b->ids, (size_t)n * sizeof *grown_ids);
+    if (grown_ids) b->ids = grown_ids;
+    float *grown = grown_ids ? dt_realloc(b->row_grads, (size_t)cells * sizeof *grown) : NULL;
+    if (grown) b->row_grads = grown;
     if (!grown_ids || !grown)
         return dt_err_set(err, DT_ENOMEM, "session: lookup \"%s\": out of memory", t->cfg->name);
-    t->ids_cap = n;
+    b->cap = n;
     return 0;
 }
 
@@ -351,8 +371,8 @@ int dt_session_lookup(dt_session *s, int table, const int64_t *ids, int64_t n, f
         goto out; /* the job is done: the caller sees the end */
     }
     if ((rc = reserve_ids(t, n, err)) < 0) goto out;
-    memcpy(t->ids, ids, (size_t)n * sizeof *ids);
-    t->num_ids = n;
+    memcpy(t->bufs[t->cur].ids, ids, (size_t)n * sizeof *ids);
+    t->bufs[t->cur].n = n;
     s->lookup_table = table;
     s->lookup_rows = rows;
     s->phase = PHASE_LOOKUP;
@@ -515,10 +535,11 @@ void dt_session_free(dt_session *s) {
     pthread_cond_destroy(&s->cv);
     for (int i = 0; i < DT_SESSION_MAX_SCALARS; i++)
         free(s->hist_values[i]);
-    for (int k = 0; k < s->num_tables; k++) {
-        free(s->tables[k].ids);
-        free(s->tables[k].row_grads);
-    }
+    for (int k = 0; k < s->num_tables; k++)
+        for (int b = 0; b < 2; b++) {
+            free(s->tables[k].bufs[b].ids);
+            free(s->tables[k].bufs[b].row_grads);
+        }
     free(s->specs);
     free(s);
 }

@@ -18,12 +18,18 @@
  * with every occurrence summed, beside the dense variables':
  *   pull(vars) -> next_batch -> pull_rows(ids) -> loss_grad -> push(grads, rows)
  *
+ * One call site of the model: every gradient comes through a
+ * dt_user_model's loss_grad (model_grad), a program's (lib/session) or a
+ * built-in model's (builtin_dense_grad, builtin_sparse_grad), so the
+ * binary's models and a program's share the loop, its retries and its
+ * row pulls.
+ *
  * Threading: one thread; with pipeline_push a second one, started once,
  * makes each push (the ps client, the push's gradient and the values it
  * brings back are its own meanwhile; hooks run when no push is in flight).
- * A sparse model's rows are then pulled through a second client of the
- * main thread's, into the other of two batch buffers: the push in flight
- * reads its batch's ids and rows' gradient from its own.
+ * Row pulls are then made through a second client of the main thread's,
+ * into the other of two batch buffers: the push in flight reads its
+ * batch's ids and rows' gradient from its own.
  */
 #include "worker.h"
 
@@ -82,26 +88,40 @@ struct dt_worker {
     dt_sparse_feed feed; /* set's rows shuffled each epoch, as dense data's */
     dt_sparse_model *smodel;
     dt_table_config table; /* the model's table */
-    /* A batch's rows: one, or with pipeline_push two, swapped each step
-     * (the push in flight reads one's ids and gradient while the next
-     * batch fills the other). cur: the one of the gradient pushed next. */
+    /* A batch's rows: two, taken in turn a step each (with pipeline_push
+     * the push in flight reads one's ids and gradient while the next batch
+     * fills the other). cur: the last step's. */
     sparse_buf bufs[2];
     int cur;
     /* pipeline_push: the client of the row pulls, made while the push
      * thread uses client (a client serves one thread at a time). */
     dt_ps_client *rows_client;
+    /* pipeline_push: the sender whose push is in flight while the next
+     * gradient is computed (a user model's row pulls then go through
+     * rows_client); NULL when none is. */
+    struct sender *in_flight;
     int64_t rows_moved;   /* rows pulled (and pushed) over all steps, for the end's log */
     int64_t sparse_steps; /* steps those were for */
     /* With "epochs" and other workers: tells the ps tasks this one is alive
      * from before its data is read to the end, so the others, waiting,
      * tell it from a gone one (wait_for_others). NULL otherwise. */
     dt_heartbeat *heartbeat;
-    /* A user's model (params.user): its gradient comes from loss_grad,
-     * given the global step of the values it is computed at. */
+    /* A user's model (params.user): no data of the job's is read. */
     const dt_user_model *user;
+    /* The model the loop computes through, a program's or, for a built-in
+     * one, builtin: the gradient comes from its loss_grad, given the
+     * global step of the values it is computed at (vars_step). */
+    const dt_user_model *src;
+    dt_user_model builtin;
     int64_t vars_step;
     dt_loss_watch loss_watch; /* every loss computed, in order (watch_loss) */
 };
+
+/* The built-in models' loss_grad (dt_user_model; below). */
+static int builtin_dense_grad(void *ctx, const dt_tensors *vars, int64_t vars_step,
+                              dt_user_rows *io, dt_tensors *grads, double *loss, dt_err *err);
+static int builtin_sparse_grad(void *ctx, const dt_tensors *vars, int64_t vars_step,
+                               dt_user_rows *io, dt_tensors *grads, double *loss, dt_err *err);
 
 /* What a waiting worker knows of each other training task
  * (wait_for_others). */
@@ -212,18 +232,17 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
                             "\"eval_data\" (it reads no data)");
             goto fail;
         }
-        if (w->user->num_tables > 0 && pipelined(job)) {
-            rc = dt_err_set(err, DT_ECONFIG,
-                            "job: a program's tables need \"pipeline_push\" false (their rows "
-                            "are pulled for the batch the program computes next)");
-            goto fail;
-        }
         specs = w->user->specs;
         count = w->user->count;
     } else if ((rc = dt_job_infer(&w->job, err)) < 0) {
         goto fail;
     }
     w->sparse = !w->user && dt_job_is_sparse(job);
+    w->builtin = (dt_user_model){.ctx = w, .loss_grad = builtin_dense_grad};
+    if (w->sparse)
+        w->builtin = (dt_user_model){
+            .tables = &w->table, .num_tables = 1, .ctx = w, .loss_grad = builtin_sparse_grad};
+    w->src = w->user ? w->user : &w->builtin;
     if (w->user) {
         /* Its variables are the user's: no data, no built-in model. */
     } else if (w->sparse) {
@@ -268,7 +287,8 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         goto fail;
     cp.copy_threads = job->pull_copy_threads; /* not the heartbeat's: it pulls nothing */
     if ((rc = dt_ps_client_new(&cp, &w->vars, &w->client, err)) < 0) goto fail;
-    if (w->sparse && pipelined(job) &&
+    const dt_table_config *tables;
+    if (dt_worker_tables(w, &tables) > 0 && pipelined(job) &&
         (rc = dt_ps_client_new(&cp, &w->vars, &w->rows_client, err)) < 0)
         goto fail;
     /* The job's classes are known now (dt_job_infer). */
@@ -597,13 +617,14 @@ static int training_done(dt_worker *w);
  * push at a time (sender_post) and giving its outcome back (sender_take),
  * a condition variable each way. (A thread per push cost more than the
  * overlap won: 1,796 steps/s against 3,820 unpipelined, tiny model.) */
-typedef struct {
+typedef struct sender {
     dt_worker *w;
     const dt_worker_hooks *hooks;
     const atomic_int *stop;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     push_state *push; /* posted, not yet made; under mu */
+    push_state *last; /* the one made last; under mu */
     int made;         /* the posted push was made: rc and err hold how */
     int quit;         /* end the thread (no push posted) */
     int rc;
@@ -625,6 +646,7 @@ static void *sender_main(void *arg) {
         int rc = dt_worker_retry(s->w, "push", do_push, push, s->hooks, s->stop, &err);
         pthread_mutex_lock(&s->mu);
         s->push = NULL;
+        s->last = push;
         s->rc = rc;
         s->err = err;
         s->made = 1;
@@ -658,7 +680,8 @@ static void sender_post(sender *s, push_state *push) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Waits for the posted push; its outcome, with err set on failure. */
+/* Waits for the posted push; its outcome, with err set on failure. Again
+ * after it, the same outcome (nothing is posted in between). */
 static int sender_take(sender *s, dt_err *err) {
     pthread_mutex_lock(&s->mu);
     while (!s->made)
@@ -719,12 +742,6 @@ static int sparse_batch(dt_worker *w, sparse_buf *buf, dt_sparse_batch *b, dt_er
     return 0;
 }
 
-/* The pull of buf's rows (its ids in, its rows out) through client. */
-static rows_pull rows_request(const dt_worker *w, dt_ps_client *client, sparse_buf *buf) {
-    return (rows_pull){.client = client,
-                       .rows = {w->table.name, w->table.dim, buf->ix.n, buf->ix.ids, buf->rows}};
-}
-
 /* "linear/weight[3] (gradient)": the first value of ts that is not finite,
  * or 0 when every one is (a scan, made only once a loss is not). */
 static int first_nonfinite(const dt_tensors *ts, const char *what, char *buf, size_t cap) {
@@ -773,38 +790,6 @@ static void watch_loss(dt_worker *w, const dt_tensors *vars, const dt_tensors *g
                hint);
 }
 
-/* Batch b's loss and gradients from vars and buf's pulled rows: dense into
- * grads, the rows' into buf, described by *out for the push. */
-static int sparse_loss_grad(dt_worker *w, const dt_tensors *vars, const dt_sparse_batch *b,
-                            sparse_buf *buf, dt_tensors *grads, double *loss, dt_ps_sparse *out,
-                            dt_err *err) {
-    double t0 = dt_now_secs();
-    int rc = dt_sparse_model_loss_grad(w->smodel, vars, b, &buf->ix, buf->rows, grads,
-                                       buf->row_grads, loss, err);
-    dt_train_metrics_phase(DT_PHASE_COMPUTE, dt_now_secs() - t0);
-    if (rc < 0) return rc;
-    watch_loss(w, vars, grads, *loss);
-    *out = (dt_ps_sparse){w->table.name, w->table.dim, buf->ix.n, buf->ix.ids, buf->row_grads};
-    w->rows_moved += buf->ix.n;
-    w->sparse_steps++;
-    return 0;
-}
-
-/* A sparse model's step up to its push, in buf: the batch, its rows from
- * the ps tasks through client, the loss and the gradients (dense into
- * grads, the rows' into *out). 1: a ps said the job is done. */
-static int sparse_grad(dt_worker *w, dt_ps_client *client, sparse_buf *buf, const dt_tensors *vars,
-                       dt_tensors *grads, double *loss, dt_ps_sparse *out,
-                       const dt_worker_hooks *hooks, const atomic_int *stop, dt_err *err) {
-    dt_sparse_batch b;
-    int rc = sparse_batch(w, buf, &b, err);
-    if (rc < 0) return rc;
-    rows_pull rp = rows_request(w, client, buf);
-    if ((rc = dt_worker_retry(w, "pull rows", do_pull_rows, &rp, hooks, stop, err)) < 0) return rc;
-    if (rp.reply.done) return 1;
-    return sparse_loss_grad(w, vars, &b, buf, grads, loss, out, err);
-}
-
 /* ---- a user model's table -------------------------------------------------- */
 
 struct dt_user_rows {
@@ -813,13 +798,45 @@ struct dt_user_rows {
     const atomic_int *stop;
     dt_ps_sparse push[DT_MAX_TABLES]; /* (npush) the tables' rows pushed */
     int npush;
+    double pull_secs; /* in row pulls (round trips, not compute) */
 };
 
+/* A user model's row pull while a push is in flight (the push thread
+ * owns w->client and the hooks): one try through w->rows_client. After a
+ * retryable failure (a ps restarting, not ready), the push is waited for
+ * and the pull retried with the hooks, as every call is: the gradient is
+ * then made after the push it would have overlapped. */
+static int pull_beside_push(dt_worker *w, rows_pull *rp, const dt_worker_hooks *hooks,
+                            const atomic_int *stop, dt_err *err) {
+    dt_err attempt;
+    dt_err_clear(&attempt);
+    int rc = do_pull_rows(rp, &attempt);
+    if (rc == 0) return 0;
+    if (!retryable(rc)) return dt_err_set(err, rc, "%s", attempt.msg);
+    dt_log(DT_LOG_INFO, "%s: pull rows beside the push in flight: %s; again after it", w->name,
+           attempt.msg);
+    dt_err ignored;
+    sender *s = w->in_flight;
+    w->in_flight = NULL;
+    /* run_pipelined takes the push's outcome; when it failed or ended the
+     * job, this gradient is not pushed: no pull. */
+    if (sender_take(s, &ignored) < 0 || s->last->reply.done) {
+        rp->reply.done = 1;
+        return 0;
+    }
+    return dt_worker_retry(w, "pull rows", do_pull_rows, rp, hooks, stop, err);
+}
+
 int dt_user_rows_pull(dt_user_rows *io, const dt_ps_sparse *s, dt_err *err) {
-    rows_pull rp = {.client = io->w->client, .rows = *s};
-    int rc = dt_worker_retry(io->w, "pull rows", do_pull_rows, &rp, io->hooks, io->stop, err);
+    dt_worker *w = io->w;
+    const double t0 = dt_now_secs();
+    rows_pull rp = {.client = w->in_flight ? w->rows_client : w->client, .rows = *s};
+    int rc = w->in_flight
+                 ? pull_beside_push(w, &rp, io->hooks, io->stop, err)
+                 : dt_worker_retry(w, "pull rows", do_pull_rows, &rp, io->hooks, io->stop, err);
+    io->pull_secs += dt_now_secs() - t0;
     if (rc < 0) return rc;
-    io->w->rows_moved += s->n;
+    w->rows_moved += s->n;
     return rp.reply.done ? 1 : 0;
 }
 
@@ -828,19 +845,57 @@ void dt_user_rows_push(dt_user_rows *io, const dt_ps_sparse *s) {
     if (s->n > 0) io->push[io->npush++] = *s;
 }
 
-/* A user model with tables: its loss_grad pulls the batch's rows and says
- * their gradients, into out (*nout of them) for the push. 1: the job is
- * done. */
-static int user_rows_grad(dt_worker *w, double *loss, dt_ps_sparse *out, int *nout,
-                          const dt_worker_hooks *hooks, const atomic_int *stop, dt_err *err) {
+/* The model's gradient at vars into grads, through its loss_grad (a
+ * program's or a built-in one's, the one call site of either): it pulls
+ * the batch's rows of its tables, if it has any, and says their
+ * gradients, into out (*nout of them) for the push. 1: the job is done. */
+static int model_grad(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, double *loss,
+                      dt_ps_sparse *out, int *nout, const dt_worker_hooks *hooks,
+                      const atomic_int *stop, dt_err *err) {
     dt_user_rows io = {.w = w, .hooks = hooks, .stop = stop};
-    double t0 = dt_now_secs();
-    int rc = w->user->loss_grad(w->user->ctx, &w->vars, w->vars_step, &io, &w->grads, loss, err);
-    dt_train_metrics_phase(DT_PHASE_COMPUTE, dt_now_secs() - t0);
+    const double t0 = dt_now_secs();
+    int rc = w->src->loss_grad(w->src->ctx, vars, w->vars_step, &io, grads, loss, err);
+    dt_train_metrics_phase(DT_PHASE_COMPUTE, dt_now_secs() - t0 - io.pull_secs);
     if (rc != 0) return rc;
+    watch_loss(w, vars, grads, *loss);
     memcpy(out, io.push, (size_t)io.npush * sizeof *out);
     *nout = io.npush;
-    w->sparse_steps++;
+    if (w->src->num_tables > 0) w->sparse_steps++;
+    return 0;
+}
+
+/* ---- the built-in models, on the hook a program's model takes --------------- */
+
+/* A dense model's next batch: its loss and gradient at vars. */
+static int builtin_dense_grad(void *ctx, const dt_tensors *vars, int64_t vars_step,
+                              dt_user_rows *io, dt_tensors *grads, double *loss, dt_err *err) {
+    (void)vars_step, (void)io;
+    dt_worker *w = ctx;
+    dt_batch batch;
+    int rc = dt_data_next(w->data, w->params.job->batch_size, &batch, err);
+    return rc < 0 ? rc : dt_model_loss_grad(w->model, vars, &batch, grads, loss, err);
+}
+
+/* A sparse model's next batch, in the buffer the last step's push is not
+ * reading: its distinct ids' rows pulled, the loss and both gradients
+ * (the rows' handed to the push). 1: a ps said the job is done. */
+static int builtin_sparse_grad(void *ctx, const dt_tensors *vars, int64_t vars_step,
+                               dt_user_rows *io, dt_tensors *grads, double *loss, dt_err *err) {
+    (void)vars_step;
+    dt_worker *w = ctx;
+    w->cur = !w->cur;
+    sparse_buf *buf = &w->bufs[w->cur];
+    dt_sparse_batch b;
+    int rc = sparse_batch(w, buf, &b, err);
+    if (rc < 0) return rc;
+    const dt_table_config *t = &w->table;
+    if ((rc = dt_user_rows_pull(
+             io, &(dt_ps_sparse){t->name, t->dim, buf->ix.n, buf->ix.ids, buf->rows}, err)) != 0)
+        return rc;
+    if ((rc = dt_sparse_model_loss_grad(w->smodel, vars, &b, &buf->ix, buf->rows, grads,
+                                        buf->row_grads, loss, err)) < 0)
+        return rc;
+    dt_user_rows_push(io, &(dt_ps_sparse){t->name, t->dim, buf->ix.n, buf->ix.ids, buf->row_grads});
     return 0;
 }
 
@@ -1001,23 +1056,6 @@ static int resume(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int *
     return 0;
 }
 
-/* The next batch's loss and gradient, from vars into grads. */
-static int compute(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, double *loss,
-                   dt_err *err) {
-    double t0 = dt_now_secs();
-    int rc;
-    if (w->user) {
-        rc = w->user->loss_grad(w->user->ctx, vars, w->vars_step, NULL, grads, loss, err);
-    } else {
-        dt_batch batch;
-        rc = dt_data_next(w->data, w->params.job->batch_size, &batch, err);
-        if (rc == 0) rc = dt_model_loss_grad(w->model, vars, &batch, grads, loss, err);
-    }
-    dt_train_metrics_phase(DT_PHASE_COMPUTE, dt_now_secs() - t0);
-    if (rc == 0) watch_loss(w, vars, grads, *loss);
-    return rc;
-}
-
 static void swap_tensors(dt_tensors *a, dt_tensors *b) {
     dt_tensors t = *a;
     *a = *b;
@@ -1044,74 +1082,32 @@ static int after_step(dt_worker *w, dt_step_result *r, double *t_last, int64_t *
 /* pipeline_push: a gradient made while a push is in flight. */
 typedef struct {
     double loss;
-    dt_sparse_batch batch; /* sparse: its batch */
-    dt_ps_sparse rows;     /* sparse: its rows' gradient, in w->bufs[!w->cur] */
-    int rows_wanted;       /* sparse: its rows are still to pull (after the push) */
-    int done;              /* a ps said the job is done: there is no gradient */
+    dt_ps_sparse rows[DT_MAX_TABLES]; /* (nrows) its tables' rows' gradients */
+    int nrows;
+    int done; /* a ps said the job is done: there is no gradient */
 } next_grad;
 
-/* The next gradient, from vars into grads, while a push is in flight. The
- * push thread owns w->client, w->rng and the hooks meanwhile, so a sparse
- * model's rows are pulled through w->rows_client in one try, without the
- * hooks: a retryable failure (a ps restarting, not ready) leaves them to
- * finish_grad once the push is back, with retries and hooks as ever. */
-static int grad_in_flight(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, next_grad *g,
+/* The next gradient, from vars into grads, while the push of s is in
+ * flight. The push thread owns w->client, w->rng and the hooks meanwhile,
+ * so the model's row pulls go through w->rows_client (pull_beside_push). */
+static int grad_in_flight(dt_worker *w, sender *s, const dt_tensors *vars, dt_tensors *grads,
+                          next_grad *g, const dt_worker_hooks *hooks, const atomic_int *stop,
                           dt_err *err) {
     memset(g, 0, sizeof *g);
-    if (!w->sparse) return compute(w, vars, grads, &g->loss, err);
-    sparse_buf *buf = &w->bufs[!w->cur];
-    int rc = sparse_batch(w, buf, &g->batch, err);
-    if (rc < 0) return rc;
-    rows_pull rp = rows_request(w, w->rows_client, buf);
-    dt_err attempt;
-    dt_err_clear(&attempt);
-    if ((rc = do_pull_rows(&rp, &attempt)) < 0) {
-        if (!retryable(rc)) return dt_err_set(err, rc, "%s", attempt.msg);
-        dt_log(DT_LOG_INFO, "%s: pull rows beside the push in flight: %s; again after it", w->name,
-               attempt.msg);
-        g->rows_wanted = 1;
-        return 0;
-    }
-    if (rp.reply.done) {
-        g->done = 1;
-        return 0;
-    }
-    return sparse_loss_grad(w, vars, &g->batch, buf, grads, &g->loss, &g->rows, err);
-}
-
-/* With no push in flight: the rows grad_in_flight could not pull, and the
- * gradient from them. */
-static int finish_grad(dt_worker *w, const dt_tensors *vars, dt_tensors *grads, next_grad *g,
-                       const dt_worker_hooks *hooks, const atomic_int *stop, dt_err *err) {
-    if (!g->rows_wanted) return 0;
-    sparse_buf *buf = &w->bufs[!w->cur];
-    rows_pull rp = rows_request(w, w->rows_client, buf);
-    int rc = dt_worker_retry(w, "pull rows", do_pull_rows, &rp, hooks, stop, err);
-    if (rc < 0) return rc;
-    g->rows_wanted = 0;
-    if (rp.reply.done) {
-        g->done = 1;
-        return 0;
-    }
-    return sparse_loss_grad(w, vars, &g->batch, buf, grads, &g->loss, &g->rows, err);
-}
-
-/* The first gradient, from w->vars into w->grads (no push in flight). 1:
- * a ps said the job is done. */
-static int first_grad(dt_worker *w, double *loss, dt_ps_sparse *rows, const dt_worker_hooks *hooks,
-                      const atomic_int *stop, dt_err *err) {
-    if (!w->sparse) return compute(w, &w->vars, &w->grads, loss, err);
-    return sparse_grad(w, w->rows_client, &w->bufs[w->cur], &w->vars, &w->grads, loss, rows, hooks,
-                       stop, err);
+    w->in_flight = s;
+    int rc = model_grad(w, vars, grads, &g->loss, g->rows, &g->nrows, hooks, stop, err);
+    w->in_flight = NULL;
+    g->done = rc == 1;
+    return rc < 0 ? rc : 0;
 }
 
 /* pipeline_push's start, and its start again after waiting for the other
  * workers: the values pulled into w->vars (*vars_step their step), then the
  * first gradient from them, with no push in flight. *done: a ps said the
  * job is done. */
-static int pipelined_start(dt_worker *w, double *loss, dt_ps_sparse *rows, int64_t *vars_step,
-                           int *done, const dt_worker_hooks *hooks, const atomic_int *stop,
-                           dt_err *err) {
+static int pipelined_start(dt_worker *w, double *loss, dt_ps_sparse *rows, int *nrows,
+                           int64_t *vars_step, int *done, const dt_worker_hooks *hooks,
+                           const atomic_int *stop, dt_err *err) {
     pull_state pull = {.w = w};
     int rc = pull_when_ready(w, &pull, hooks, stop, err);
     if (rc < 0) return rc;
@@ -1119,7 +1115,8 @@ static int pipelined_start(dt_worker *w, double *loss, dt_ps_sparse *rows, int64
     *done = pull.reply.done;
     if (*done) return 0;
     w->vars_step = *vars_step;
-    if ((rc = first_grad(w, loss, rows, hooks, stop, err)) < 0) return rc;
+    if ((rc = model_grad(w, &w->vars, &w->grads, loss, rows, nrows, hooks, stop, err)) < 0)
+        return rc;
     *done = rc == 1;
     return 0;
 }
@@ -1140,9 +1137,9 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
     double t_last = dt_now_secs(), loss = 0;
     int64_t step_last = 0, global_last = -1;
     pull_state pull = {.w = w};
-    int64_t vars_step = 0;   /* of the values in w->vars */
-    dt_ps_sparse rows = {0}; /* sparse: the rows' gradient beside w->grads */
-    int done = 0;
+    int64_t vars_step = 0;            /* of the values in w->vars */
+    dt_ps_sparse rows[DT_MAX_TABLES]; /* (nrows) the rows' gradients beside w->grads */
+    int nrows = 0, done = 0;
     int rc = resume(w, hooks, stop, &r.local_step, err);
     if (rc < 0) return rc;
     step_last = r.local_step;
@@ -1152,7 +1149,8 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
         if ((rc = wait_for_others(w, &r, hooks, stop, err)) < 0) return rc;
         if (rc == 1) return 0;
     }
-    if ((rc = pipelined_start(w, &loss, &rows, &vars_step, &done, hooks, stop, err)) < 0) return rc;
+    if ((rc = pipelined_start(w, &loss, rows, &nrows, &vars_step, &done, hooks, stop, err)) < 0)
+        return rc;
     int64_t grad_step = vars_step; /* of the values w->grads was computed from */
     while (!done) {
         if (stop && *stop) return stopped(w, err);
@@ -1164,21 +1162,19 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
                            .fuse = 1,
                            .grads = &w->grads,
                            .into = &w->vars_next,
-                           .rows = &rows,
-                           .nrows = w->sparse ? 1 : 0};
+                           .rows = rows,
+                           .nrows = nrows};
         sender_post(s, &push);
         next_grad next;
         memset(&next, 0, sizeof next);
         dt_err next_err;
         dt_err_clear(&next_err);
         w->vars_step = vars_step;
-        int crc = last ? 0 : grad_in_flight(w, &w->vars, &w->grads_next, &next, &next_err);
+        int crc =
+            last ? 0
+                 : grad_in_flight(w, s, &w->vars, &w->grads_next, &next, hooks, stop, &next_err);
         if ((rc = sender_take(s, err)) < 0) return rc;
         if (crc < 0) return dt_err_set(err, crc, "%s", next_err.msg);
-        /* Before the values move: the gradient is of the ones it began on. */
-        if (!push.reply.done && !last &&
-            (rc = finish_grad(w, &w->vars, &w->grads_next, &next, hooks, stop, err)) < 0)
-            return rc;
         r.local_step++;
         r.pulled_step = grad_step;
         r.global_step = push.reply.global_step;
@@ -1188,8 +1184,8 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
         /* The gradient computed meanwhile goes next; the values the push
          * brought are the next one's. */
         swap_tensors(&w->grads, &w->grads_next);
-        w->cur = !w->cur;
-        rows = next.rows;
+        memcpy(rows, next.rows, sizeof rows);
+        nrows = next.nrows;
         grad_step = vars_step;
         loss = next.loss;
         if (push.reply.pulled) {
@@ -1207,7 +1203,8 @@ static int run_pipelined(dt_worker *w, sender *s, const dt_worker_hooks *hooks,
             if (rc == 1) break;
             /* The others are gone: on round this shard again, from values
              * pulled now (those of before the wait are old). */
-            if ((rc = pipelined_start(w, &loss, &rows, &vars_step, &done, hooks, stop, err)) < 0)
+            if ((rc = pipelined_start(w, &loss, rows, &nrows, &vars_step, &done, hooks, stop,
+                                      err)) < 0)
                 return rc;
             grad_step = vars_step;
         }
@@ -1261,21 +1258,10 @@ int dt_worker_train(dt_worker *w, const dt_worker_hooks *hooks, const atomic_int
 
         dt_ps_sparse rows[DT_MAX_TABLES];
         int nrows = 0;
-        const dt_table_config *tables;
-        const int with_rows = dt_worker_tables(w, &tables) > 0;
         w->vars_step = pull.reply.global_step;
-        if (w->sparse) {
-            if ((rc = sparse_grad(w, w->client, &w->bufs[0], &w->vars, &w->grads, &r.loss, &rows[0],
-                                  hooks, stop, err)) < 0)
-                return rc;
-            if (rc == 1) break; /* done */
-            nrows = 1;
-        } else if (with_rows) {
-            if ((rc = user_rows_grad(w, &r.loss, rows, &nrows, hooks, stop, err)) < 0) return rc;
-            if (rc == 1) break; /* done */
-        } else {
-            if ((rc = compute(w, &w->vars, &w->grads, &r.loss, err)) < 0) return rc;
-        }
+        if ((rc = model_grad(w, &w->vars, &w->grads, &r.loss, rows, &nrows, hooks, stop, err)) < 0)
+            return rc;
+        if (rc == 1) break; /* done */
 
         /* sync: the next pull must see the step this gradient was for. */
         if (sync) min_global_step = pull.reply.global_step + 1;

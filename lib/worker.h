@@ -49,26 +49,29 @@ typedef struct dt_user_rows dt_user_rows;
 int dt_user_rows_pull(dt_user_rows *io, const dt_ps_sparse *s, dt_err *err) DT_WARN_UNUSED;
 
 /* The gradient of table s->table's rows the step pushes beside the dense
- * one: s->ids and s->rows (n, dim) borrowed until the push is done (the
- * loop's next loss_grad call). Once a table a step; a table given none
- * pushes no rows. */
+ * one: s->ids and s->rows (n, dim) borrowed until the push is done: the
+ * loop's next loss_grad call, or with pipeline_push the one after (the
+ * push runs beside the next step's loss_grad: keep two buffers). Once a
+ * table a step; a table given none pushes no rows. */
 void dt_user_rows_push(dt_user_rows *io, const dt_ps_sparse *s);
 
 /*
  * A model whose gradient comes from outside the loop: the library's user
- * (lib/session). The loop calls loss_grad where a built-in model computes
- * from its batch, and the chief calls init where it would initialize one,
- * so a user's model trains on the same loop, retries, modes and chief.
- * The job must set max_steps (there is no data to count epochs of) and no
- * eval_data. Every callback runs on the loop's thread.
+ * (lib/session). The loop computes every gradient through loss_grad, a
+ * built-in model's too (lib/worker.c wraps each in one of these), and the
+ * chief calls init where it would initialize a built-in one, so a user's
+ * model trains on the same loop, retries, modes and chief. The job must
+ * set max_steps (there is no data to count epochs of) and no eval_data.
+ * Every callback runs on the loop's thread.
  *
  * A user model may have tables (sparse variables, table.h; up to
  * DT_MAX_TABLES, each name its own), as the built-in sparse models have
  * one: the chief creates, saves and restores them beside the dense
  * variables, and each step's loss_grad pulls its batch's rows of each
- * (dt_user_rows_pull, the sparse loop's row pull) and pushes their
- * gradients with the dense one (dt_user_rows_push, the same Push). Not
- * with pipeline_push.
+ * (dt_user_rows_pull) and pushes their gradients with the dense one
+ * (dt_user_rows_push, in the same Push). With pipeline_push the pulls of
+ * the next step run while the last step's push is in flight, through a
+ * client of their own.
  */
 typedef struct {
     const dt_tensor *specs; /* (count) the variables: names, F32, shapes; borrowed */

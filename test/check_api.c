@@ -832,8 +832,10 @@ typedef struct {
 } table_prog;
 
 /* The job of sets (1 ps, the binary's, and this process's chief): starts
- * the ps, then t's session of ntables tables. Returns the ps's pid. */
-static pid_t table_prog_start(table_prog *t, int ntables, const char *const *sets, int n) {
+ * the ps, then t's session of ntables tables, emb's rows from init.
+ * Returns the ps's pid. */
+static pid_t table_prog_start(table_prog *t, int ntables, dtrain_init init, const char *const *sets,
+                              int n) {
     dt_test_job_set(&j, sets, n);
     dt_test_job_cluster(&j, 1, 1);
     pid_t ps = dt_test_job_start(&j, "ps", 0, "ps");
@@ -856,11 +858,8 @@ static pid_t table_prog_start(table_prog *t, int ntables, const char *const *set
                             .shape = bias_shape,
                             .values = t->bias,
                             .init = DTRAIN_INIT_ZEROS};
-    dtrain_table_params tp = {.name = "emb",
-                              .rows = TABLE_ROWS,
-                              .dim = TABLE_DIM,
-                              .init = DTRAIN_INIT_NORMAL,
-                              .scale = 0.1};
+    dtrain_table_params tp = {
+        .name = "emb", .rows = TABLE_ROWS, .dim = TABLE_DIM, .init = init, .scale = 0.1};
     ck_assert_int_eq(dtrain_model_add(t->m, &vb), 0);
     ck_assert_int_eq(dtrain_model_add_table(t->m, &tp), 0);
     dtrain_table_params wp = {
@@ -920,6 +919,17 @@ static int table_prog_push(table_prog *t, double *loss, dtrain_step_result *r) {
     return dtrain_session_step_rows(t->s, grads, rgrads, l, r);
 }
 
+/* After the training loop (rc its outcome): the session closed, the ps
+ * exited 0, and the checkpoint of step `steps` into *ts (path its file). */
+static void table_prog_end(table_prog *t, int rc, pid_t ps, int64_t steps, dt_tensors *ts,
+                           char *path, size_t cap) {
+    ck_assert_msg(rc == 0, "training: %s", dtrain_errmsg(t->s));
+    ck_assert_msg(dtrain_session_close(t->s) == 0, "close: %s", dtrain_errmsg(t->s));
+    dt_test_job_expect_exit(&j, ps, "ps", JOB_TIMEOUT_MS, 0);
+    memset(ts, 0, sizeof *ts);
+    ck_assert_int_eq(dt_test_job_load_latest(&j, steps, ts, path, cap), steps);
+}
+
 static void table_prog_free(table_prog *t) {
     dtrain_session_free(t->s);
     dtrain_model_free(t->m);
@@ -946,7 +956,7 @@ START_TEST(library_table_job) {
     static const char *const sets[] = {"max_steps=400", "learning_rate=0.1",
                                        "save_model_secs=3600"};
     table_prog t;
-    pid_t ps = table_prog_start(&t, _i, sets, 3);
+    pid_t ps = table_prog_start(&t, _i, DTRAIN_INIT_NORMAL, sets, 3);
     dtrain_session *s = t.s;
 
     float rows[TABLE_BATCH * TABLE_DIM], gb = 0;
@@ -981,15 +991,10 @@ START_TEST(library_table_job) {
         rc = table_prog_push(&t, &loss, NULL);
         if (first_loss < 0) first_loss = loss;
     }
-    ck_assert_msg(rc == 0, "training: %s", dtrain_errmsg(s));
-    ck_assert_msg(dtrain_session_close(s) == 0, "close: %s", dtrain_errmsg(s));
-    ck_assert_msg(loss < first_loss / 4, "loss %g, first %g", loss, first_loss);
-    dt_test_job_expect_exit(&j, ps, "ps", JOB_TIMEOUT_MS, 0);
-
     dt_tensors ts;
-    memset(&ts, 0, sizeof ts);
     char path[1200];
-    ck_assert_int_eq(dt_test_job_load_latest(&j, 400, &ts, path, sizeof path), 400);
+    table_prog_end(&t, rc, ps, 400, &ts, path, sizeof path);
+    ck_assert_msg(loss < first_loss / 4, "loss %g, first %g", loss, first_loss);
     const dt_tensor *held = dt_tensors_find(&ts, "emb/ids");
     const dt_tensor *values = dt_tensors_find(&ts, "emb/values");
     const dt_tensor *b = dt_tensors_find(&ts, "bias");
@@ -1036,7 +1041,7 @@ START_TEST(library_table_ps_restarted) {
     static const char *const sets[] = {"max_steps=1000000", "learning_rate=0.1",
                                        "save_model_secs=1"};
     table_prog t;
-    pid_t ps = table_prog_start(&t, _i, sets, 3);
+    pid_t ps = table_prog_start(&t, _i, DTRAIN_INIT_NORMAL, sets, 3);
     double loss = 0;
     int64_t step = 0;
     int rc = 0;
@@ -1100,6 +1105,81 @@ START_TEST(library_table_ps_restarted) {
     dtrain_session_stop(t.s);
     ck_assert_int_eq(dtrain_session_close(t.s), DTRAIN_ECANCELLED);
     ck_assert(dt_test_alive(ps));
+    table_prog_free(&t);
+}
+END_TEST
+
+/* A table's row r in a checkpoint's "<name>/ids" and "<name>/values", or
+ * NULL when it holds none. */
+static const float *held_row(const dt_tensors *ts, const char *table, int64_t r, int dim) {
+    char name[64];
+    snprintf(name, sizeof name, "%s/ids", table);
+    const dt_tensor *ids = dt_tensors_find(ts, name);
+    snprintf(name, sizeof name, "%s/values", table);
+    const dt_tensor *values = dt_tensors_find(ts, name);
+    for (int64_t h = 0; ids && values && h < ids->shape[0]; h++)
+        if (((const int64_t *)ids->data)[h] == r) return (const float *)values->data + h * dim;
+    return NULL;
+}
+
+/*
+ * A library chief with both tables and pipeline_push: each step's lookups
+ * and row gradients fill the session's buffers while the last step's push
+ * is still reading its own. Every gradient is 1 (SGD at 0.5, rows from 0),
+ * so a row ends at exactly -0.5 x the pushes that carried its id: the
+ * checkpoint's rows must count step k's ids for every pushed step k (a
+ * push that read the next step's ids, or lost one, would not), and its
+ * bias -150 (a pipelined chief once saved the other of the worker's two
+ * slabs of values, two pushes old). The program's bias at step j >= 1 is
+ * -0.5 (j - 1): its values came while the push before was in flight, so
+ * the pushes did overlap.
+ */
+START_TEST(library_table_pipelined) {
+    static const char *const sets[] = {"max_steps=300",        "optimizer=sgd",
+                                       "learning_rate=0.5",    "lr_schedule=constant",
+                                       "save_model_secs=3600", "pipeline_push=true"};
+    table_prog t;
+    pid_t ps = table_prog_start(&t, 2, DTRAIN_INIT_ZEROS, sets, 6);
+    static int count[100];
+    memset(count, 0, sizeof count);
+    int rc = 0;
+    int64_t step = 0;
+    for (; rc == 0 && !dtrain_session_should_stop(t.s); step++) {
+        ck_assert_msg(t.bias[0] == (step == 0 ? 0.0f : -0.5f * (float)(step - 1)),
+                      "step %lld: bias %g (pushes not overlapped?)", (long long)step, t.bias[0]);
+        if ((rc = table_prog_lookup(&t, step)) != 0 || dtrain_session_should_stop(t.s)) break;
+        for (int k = 0; k < TABLE_BATCH * TABLE_DIM; k++)
+            t.row_grads[k] = 1.0f;
+        for (int k = 0; k < TABLE_BATCH; k++)
+            t.wide_grads[k] = 1.0f;
+        t.gb = 1.0f;
+        const float *grads[1] = {&t.gb}, *rgrads[2] = {t.row_grads, t.wide_grads};
+        if (step < 300) /* pushed: the job ends at 300, the gradient beside the last is not */
+            for (int k = 0; k < TABLE_BATCH; k++)
+                count[t.ids[k]]++;
+        rc = dtrain_session_step_rows(t.s, grads, rgrads, 1.0, NULL);
+    }
+    dt_tensors ts;
+    char path[1200];
+    table_prog_end(&t, rc, ps, 300, &ts, path, sizeof path);
+    ck_assert_msg(step >= 300, "%lld steps", (long long)step);
+    const dt_tensor *b = dt_tensors_find(&ts, "bias");
+    ck_assert_msg(b && ((const float *)b->data)[0] == -150.0f, "%s: bias %g", path,
+                  b ? ((const float *)b->data)[0] : 0.0f);
+    for (int64_t id = 0; id < 100; id++) {
+        const float *row = held_row(&ts, "emb", id, TABLE_DIM);
+        const float *wide = held_row(&ts, "wide", 3 * id, 1);
+        ck_assert_msg(count[id] == 0 ? !row && !wide : row && wide, "%s: row %lld: %d pushes", path,
+                      (long long)id, count[id]);
+        for (int d = 0; row && d < TABLE_DIM; d++)
+            ck_assert_msg(row[d] == -0.5f * (float)count[id],
+                          "%s: emb row %lld [%d] = %g after %d pushes", path, (long long)id, d,
+                          row[d], count[id]);
+        if (wide)
+            ck_assert_msg(*wide == -0.5f * (float)count[id], "%s: wide row %lld = %g, %d pushes",
+                          path, (long long)(3 * id), *wide, count[id]);
+    }
+    dt_tensors_deinit(&ts);
     table_prog_free(&t);
 }
 END_TEST
@@ -1203,6 +1283,7 @@ Suite *api_suite(void) {
     tcase_add_test(jobs, same_loop_bit_for_bit);
     tcase_add_loop_test(jobs, library_table_job, 1, 3); /* 1 table, then 2 */
     tcase_add_loop_test(jobs, library_table_ps_restarted, 1, 3);
+    tcase_add_test(jobs, library_table_pipelined);
     tcase_add_test(jobs, python_module);
     tcase_add_test(jobs, installed_program_builds);
     return s;
