@@ -24,6 +24,7 @@
 #include "session.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,7 +118,11 @@ static void wait_a_while(dt_session *s) {
 
 /* mu held: spins (mu released) until *counter moves from seen, a stop is
  * asked, or the budget is spent. Only a hint: the caller checks the phase
- * under mu and sleeps if it has not come. */
+ * under mu and sleeps if it has not come. Every 16 pauses it yields the
+ * core: where cores are few, the ps or the loop's own RPC wants it, and a
+ * spinner that keeps it delays the very answer it waits for (the C API's
+ * tiny job on 2 cores: 0.65 of the binary's steps/s without the yield,
+ * 0.78-0.82 with it). */
 static void spin_while(dt_session *s, atomic_uint *counter, unsigned seen) {
     pthread_mutex_unlock(&s->mu);
     double until = dt_spin_deadline();
@@ -125,6 +130,7 @@ static void spin_while(dt_session *s, atomic_uint *counter, unsigned seen) {
          atomic_load_explicit(counter, memory_order_acquire) == seen && !atomic_load(&s->stop);
          i++) {
         dt_spin_relax();
+        if (i % 16 == 0) sched_yield();
         if (i % 64 == 0 && dt_now_secs() >= until) break;
     }
     pthread_mutex_lock(&s->mu);
