@@ -101,6 +101,7 @@ static const field fields[] = {
      .count_offset = offsetof(dt_job, model.num_hidden),
      .max_count = DT_MAX_HIDDEN},
     {.name = "l2", .type = F_NUM, AT(model.l2), .rule = NUM_NONNEG},
+    {.name = "dropout", .type = F_NUM, AT(model.dropout), .rule = NUM_UNIT},
     {.name = "data",
      .type = F_CHOICE,
      AT(data.source),

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "hash.h"
 
 /* Keeps the initial weights apart from the data set's random streams, which
  * hash the same seed with other constants. */
@@ -73,6 +74,7 @@ typedef struct {
     int num_layers;           /* L + 1 */
     int dims[MAX_LAYERS + 1]; /* dims[0] = F, dims[l + 1] = outputs of layer l, last = O */
     double l2;
+    double dropout; /* share of each hidden layer's units dropped in a training step */
 } net_shape;
 
 /* Finds cfg's model and checks the fields it reads. */
@@ -98,6 +100,14 @@ static int plan(const dt_model_config *cfg, net_shape *net, dt_err *err) {
     if (!(cfg->l2 >= 0) || !isfinite(cfg->l2))
         return dt_err_set(err, DT_EINVAL, "model: \"l2\" must be a finite number >= 0 (got %g)",
                           cfg->l2);
+    if (!(cfg->dropout >= 0 && cfg->dropout < 1))
+        return dt_err_set(err, DT_EINVAL, "model: \"dropout\" must be in [0, 1) (got %g)",
+                          cfg->dropout);
+    if (cfg->dropout > 0 && !kind->has_hidden)
+        return dt_err_set(err, DT_EINVAL,
+                          "model: %s: \"dropout\" %g: it drops hidden units, and only \"mlp\" "
+                          "has hidden layers",
+                          name, cfg->dropout);
     int num_hidden = 0;
     if (kind->has_hidden) {
         if (cfg->num_hidden < 1 || cfg->num_hidden > DT_MAX_HIDDEN)
@@ -118,6 +128,7 @@ static int plan(const dt_model_config *cfg, net_shape *net, dt_err *err) {
         net->dims[i + 1] = cfg->hidden[i];
     net->dims[num_hidden + 1] = kind->head == HEAD_SOFTMAX ? cfg->num_classes : 1;
     net->l2 = cfg->l2;
+    net->dropout = cfg->dropout;
     /* BLAS counts elements in int. */
     for (int l = 0; l < net->num_layers; l++)
         if ((int64_t)net->dims[l] * net->dims[l + 1] > INT_MAX)
@@ -328,6 +339,7 @@ struct dt_model {
     float *dout;            /* (cap, O): dloss/dZ_L, apart so Z_L outlives the step */
     int out_rows;           /* rows of out from the last dt_model_loss_grad; 0: none */
     float *delta[2];        /* (cap, max H): dloss/dZ of hidden layers, used in turn */
+    uint64_t drop_state;    /* the dropout masks' splitmix64 stream */
 };
 
 static void free_buffers(dt_model *m) {
@@ -433,8 +445,30 @@ static const float *bias_of(const dt_tensors *ts, int l) {
     return ts->items[2 * l + 1].data;
 }
 
-/* Z_l = A_l W_l + b_l for every layer, ReLU between: x (B, F) to m->out (B, O). */
-static void forward(dt_model *m, const dt_tensors *vars, const float *x, int B) {
+void dt_model_seed_dropout(dt_model *m, uint64_t seed) {
+    m->drop_state = dt_hash_mix64(seed ^ 0x64726f706f7574ULL); /* "dropout" */
+}
+
+/* Inverted dropout on a training step's ReLU outputs a (count): each unit
+ * is kept with probability 1 - p and then scaled by 1 / (1 - p), so a
+ * layer's expected output is the same as at evaluation, which drops
+ * nothing. A dropped unit reads 0, which backward's ReLU mask (A > 0)
+ * then stops as well. */
+static void drop_units(dt_model *m, float *a, size_t count) {
+    const double p = m->net.dropout;
+    const float scale = (float)(1.0 / (1.0 - p));
+    const uint64_t cut = (uint64_t)(p * 18446744073709551616.0); /* p 2^64; p < 1 */
+    uint64_t s = m->drop_state;
+    for (size_t i = 0; i < count; i++) {
+        s += 0x9E3779B97F4A7C15ULL;
+        a[i] = dt_hash_mix64(s) < cut ? 0.0f : a[i] * scale;
+    }
+    m->drop_state = s;
+}
+
+/* Z_l = A_l W_l + b_l for every layer, ReLU between (and with train and
+ * "dropout", its masks): x (B, F) to m->out (B, O). */
+static void forward(dt_model *m, const dt_tensors *vars, const float *x, int B, int train) {
     const net_shape *n = &m->net;
     const float *a = x; /* (B, in) */
     for (int l = 0; l < n->num_layers; l++) {
@@ -454,6 +488,7 @@ static void forward(dt_model *m, const dt_tensors *vars, const float *x, int B) 
             const size_t count = (size_t)B * (size_t)out;
             for (size_t i = 0; i < count; i++)
                 z[i] = z[i] > 0 ? z[i] : 0.0f;
+            if (train && n->dropout > 0) drop_units(m, z, count);
         }
         a = z;
     }
@@ -592,6 +627,8 @@ static void backward(dt_model *m, const dt_tensors *vars, const float *x, int B,
         const size_t count = (size_t)B * (size_t)in;
         for (size_t i = 0; i < count; i++)
             if (!(a[i] > 0)) da[i] = 0.0f;
+        /* A kept unit's output was scaled by 1 / (1 - p) (drop_units). */
+        if (n->dropout > 0) cblas_sscal((int)count, (float)(1.0 / (1.0 - n->dropout)), da, 1);
         dz = da;
     }
 }
@@ -671,7 +708,7 @@ static int loss_grad(dt_model *m, const dt_tensors *vars, const dt_batch *b, dt_
     const int B = b->rows;
     double sum = 0;
     int64_t correct = 0;
-    forward(m, vars, b->x, B);
+    forward(m, vars, b->x, B, grads != NULL);
     head(m, B, b->y, grads ? 1.0 / B : 0, &sum, &correct);
     if (grads) backward(m, vars, b->x, B, grads, dx);
     *loss = sum / B + l2_term(m, vars, grads);
@@ -736,7 +773,7 @@ int dt_model_evaluate(dt_model *m, const dt_tensors *vars, const dt_batch *b, do
     int64_t correct = 0;
     for (int64_t start = 0; start < B; start += chunk) {
         const int rows = B - start < chunk ? (int)(B - start) : chunk;
-        forward(m, vars, b->x + (size_t)start * F, rows);
+        forward(m, vars, b->x + (size_t)start * F, rows, 0);
         head(m, rows, b->y + start, 0, &sum, &correct);
     }
     *loss = sum / B;
@@ -753,7 +790,7 @@ int dt_model_predict(dt_model *m, const dt_tensors *vars, const dt_batch *b, flo
     if ((rc = grow(m, chunk, err)) < 0) return rc;
     for (int64_t start = 0; start < B; start += chunk) {
         const int rows = B - start < chunk ? (int)(B - start) : chunk;
-        forward(m, vars, b->x + (size_t)start * F, rows);
+        forward(m, vars, b->x + (size_t)start * F, rows, 0);
         head_predict(m, rows, out + (size_t)start * O);
     }
     if (out_cols) *out_cols = O;

@@ -57,6 +57,7 @@ typedef struct {
     int hidden[DT_MAX_HIDDEN]; /* mlp: units per hidden layer */
     int num_hidden;            /* mlp: number of hidden layers, >= 1 */
     double l2;                 /* L2 penalty on weights (not biases), >= 0 */
+    double dropout;            /* mlp: share of hidden units dropped while training, [0, 1) */
 } dt_model_config;
 
 /* A weight and a bias per layer, for up to DT_MAX_HIDDEN hidden layers plus
@@ -105,6 +106,11 @@ typedef struct dt_model dt_model; /* opaque; owns its scratch buffers */
  * DT_ENOMEM. */
 int dt_model_new(const dt_model_config *cfg, dt_model **out, dt_err *err) DT_WARN_UNUSED;
 void dt_model_free(dt_model *m); /* NULL is a no-op */
+
+/* Seeds the stream of m's dropout masks (a training step's, with grads;
+ * evaluation and prediction drop nothing). Each worker seeds its own, so
+ * a sync run repeats bit for bit. The stream starts at 0 otherwise. */
+void dt_model_seed_dropout(dt_model *m, uint64_t seed);
 
 /* Values per example that dt_model_predict writes: 1 for linear and
  * logistic, K for softmax and mlp. */

@@ -276,6 +276,8 @@ int dt_worker_open(const dt_worker_params *params, dt_worker **out, dt_err *err)
         ((rc = dt_model_new(&job->model, &w->model, err)) < 0 ||
          (rc = dt_job_open_data(job, params->task_index, cl->num_workers, &w->data, err)) < 0))
         goto fail;
+    /* Each worker its own masks, the same every run of the job. */
+    if (w->model) dt_model_seed_dropout(w->model, job->seed + (uint64_t)params->task_index);
     /* Every worker reads the whole file: each chooses the same epochs. */
     if (!w->user) dt_job_choose_epochs(&w->job, dt_worker_examples(w));
     /* max_steps from epochs covers every shard's passes together; each

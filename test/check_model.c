@@ -880,6 +880,117 @@ START_TEST(test_grad_fd_models) {
 }
 END_TEST
 
+static void random_batch(int n, int F, int K, uint64_t seed, float **x, float **y);
+
+/* The loss of a training step (dropout's masks drawn) at v, the masks'
+ * stream seeded first; the gradient into g. */
+static double drop_loss(dt_model *m, const dt_tensors *v, const dt_batch *b, dt_tensors *g) {
+    double loss = 0;
+    dt_err err = {0};
+    dt_model_seed_dropout(m, 42);
+    ck_assert_msg(dt_model_loss_grad(m, v, b, g, &loss, &err) == 0, "%s", err.msg);
+    return loss;
+}
+
+/* "dropout": refused outside [0, 1) and for a model with no hidden layer;
+ * a training step drops a share p of the hidden units (their bias's
+ * gradient exactly 0) and scales the rest by 1 / (1 - p), so its gradient
+ * matches a finite difference of the same masks; the same seed draws the
+ * same masks, the next step others; evaluation drops nothing. */
+START_TEST(test_dropout) {
+    dt_job job = job_of("softmax", 3, 1);
+    job.model.dropout = 0.3;
+    refused(&job, "model: softmax: \"dropout\" 0.3: it drops hidden units, and only \"mlp\" has "
+                  "hidden layers");
+    const int hidden[] = {2000}, two[] = {5, 3};
+    job = mlp_of(3, 2, 1, hidden, 1);
+    job.model.dropout = 1;
+    refused(&job, "model: \"dropout\" must be in [0, 1) (got 1)");
+    job.model.dropout = -0.1;
+    refused(&job, "model: \"dropout\" must be in [0, 1) (got -0.1)");
+
+    /* One row, every hidden unit on (x > 0, W0 > 0): the units dropped
+     * are exactly those whose bias gradient is 0. */
+    job.model.dropout = 0.5;
+    dt_tensors v, g, g2;
+    vars_of(&job, &v);
+    vars_of(&job, &g);
+    vars_of(&job, &g2);
+    for (int64_t j = 0; j < dt_tensor_numel(&v.items[0]); j++)
+        item(&v, 0)[j] = 0.5f;
+    for (int64_t j = 0; j < dt_tensor_numel(&v.items[2]); j++)
+        item(&v, 2)[j] = j % 2 ? 1e-5f : -1e-5f;
+    static const float x1[] = {1, 2, 3}, y1[] = {1};
+    dt_batch one = {.rows = 1, .cols = 3, .x = x1, .y = y1};
+    dt_model *m = model_of(&job);
+    (void)drop_loss(m, &v, &one, &g);
+    int dropped = 0;
+    for (int j = 0; j < 2000; j++)
+        dropped += item(&g, 1)[j] == 0.0f;
+    ck_assert_msg(dropped > 850 && dropped < 1150, "%d of 2000 units dropped at p 0.5", dropped);
+    (void)drop_loss(m, &v, &one, &g2); /* the same seed: the same masks */
+    ck_assert_int_eq(memcmp(item(&g, 1), item(&g2, 1), 2000 * sizeof(float)), 0);
+    double loss = 0, acc = 0;
+    dt_err err = {0};
+    ck_assert_int_eq(dt_model_loss_grad(m, &v, &one, &g2, &loss, &err), 0); /* stream on */
+    ck_assert_int_ne(memcmp(item(&g, 1), item(&g2, 1), 2000 * sizeof(float)), 0);
+    /* Evaluation: as a model without dropout, to the bit. */
+    double plain_loss = 0;
+    ck_assert_int_eq(dt_model_evaluate(m, &v, &one, &loss, &acc, &err), 0);
+    job.model.dropout = 0;
+    dt_model *plain = model_of(&job);
+    ck_assert_int_eq(dt_model_evaluate(plain, &v, &one, &plain_loss, &acc, &err), 0);
+    ck_assert_msg(loss == plain_loss, "eval loss %.9g with dropout, %.9g without", loss,
+                  plain_loss);
+    dt_model_free(plain);
+    dt_model_free(m);
+    dt_tensors_deinit(&v);
+    dt_tensors_deinit(&g);
+    dt_tensors_deinit(&g2);
+
+    /* Two hidden layers at p 0.4: each partial derivative against a
+     * central difference of the loss under the same masks. */
+    job = mlp_of(4, 3, 2, two, 7);
+    job.model.dropout = 0.4;
+    vars_of(&job, &v);
+    vars_of(&job, &g);
+    vars_of(&job, &g2);
+    dt_model_init(&job.model, job.seed, &v);
+    uint64_t st = 5; /* biases off 0: a unit whose inputs all drop sits at ReLU's kink */
+    for (int i = 1; i < v.count; i += 2)
+        for (int64_t j = 0; j < dt_tensor_numel(&v.items[i]); j++)
+            item(&v, i)[j] = (float)(0.5 * uniform(&st));
+    float *x = NULL, *y = NULL;
+    random_batch(6, 4, 3, 9, &x, &y);
+    dt_batch b = {.rows = 6, .cols = 4, .x = x, .y = y};
+    m = model_of(&job);
+    (void)drop_loss(m, &v, &b, &g);
+    const double h = 1e-3;
+    int checked = 0;
+    for (int i = 0; i < g.count; i++)
+        for (int64_t j = 0; j < dt_tensor_numel(&g.items[i]); j++) {
+            float *t = &item(&v, i)[j], keep = *t;
+            *t = keep + (float)h;
+            double up = drop_loss(m, &v, &b, &g2);
+            *t = keep - (float)h;
+            double down = drop_loss(m, &v, &b, &g2);
+            *t = keep;
+            double fd = (up - down) / (2 * h), got = item(&g, i)[j];
+            ck_assert_msg(fabs(got - fd) <= 2e-3 + 2e-2 * fabs(fd),
+                          "dropout 0.4: d %s[%lld] = %.6g, finite difference %.6g", g.items[i].name,
+                          (long long)j, got, fd);
+            checked += got != 0;
+        }
+    ck_assert_int_gt(checked, 10);
+    free(x);
+    free(y);
+    dt_model_free(m);
+    dt_tensors_deinit(&v);
+    dt_tensors_deinit(&g);
+    dt_tensors_deinit(&g2);
+}
+END_TEST
+
 /* ---- evaluation, prediction, buffers ----------------------------------- */
 
 /* A random batch of n rows for a classifier with F features and K classes. */
@@ -1421,6 +1532,7 @@ Suite *model_suite(void) {
     tcase_add_test(tc, test_stable);
     tcase_add_test(tc, test_grad_fd);
     tcase_add_test(tc, test_grad_fd_models);
+    tcase_add_test(tc, test_dropout);
     tcase_add_test(tc, test_evaluate_chunks);
     tcase_add_test(tc, test_buffers_grow);
     tcase_add_test(tc, test_output_after_step);

@@ -354,6 +354,49 @@ START_TEST(mlp_xor) {
 }
 END_TEST
 
+/* The XOR mlp in sync mode (sets: the job's training fields) trained in
+ * a log dir of its own, tag; its final model's eval line. */
+static eval_line dropout_run(const char *sets, const char *tag) {
+    char train_path[PATH_CAP], eval_path[PATH_CAP], job[PATH_CAP];
+    write_set(SET_XOR, 400, 31, "train.csv", train_path, NULL);
+    write_set(SET_XOR, 200, 32, "eval.csv", eval_path, NULL);
+    write_job("\"model\": \"mlp\", \"classes\": 2, \"hidden\": [16]", train_path, eval_path, sets,
+              job);
+    char *text = dt_test_read_file(job, NULL); /* write_job's mode is async */
+    char *mode = text ? strstr(text, "\"mode\": \"async\"") : NULL;
+    ck_assert_ptr_nonnull(mode);
+    memcpy(mode, "\"mode\":  \"sync\"", strlen("\"mode\": \"async\""));
+    ck_assert_int_eq(dt_test_write_file(job, text), 0);
+    free(text);
+    char dir[sizeof J.log_dir];
+    snprintf(dir, sizeof dir, "%s", J.log_dir);
+    ck_assert(strlen(dir) + 1 + strlen(tag) < sizeof J.log_dir);
+    memcpy(J.log_dir + strlen(dir), "-", 2);
+    strcat(J.log_dir, tag);
+    train(job);
+    eval_line e = eval_job(job);
+    snprintf(J.log_dir, sizeof J.log_dir, "%s", dir);
+    return e;
+}
+
+/* "dropout" 0.25 on the XOR mlp, sync mode with 2 workers: it still learns
+ * XOR, a second run repeats the first to every printed digit (each worker
+ * draws its masks from the seed and its index), and a run without dropout
+ * ends elsewhere (the masks did drop units). */
+START_TEST(mlp_dropout_repeats) {
+    static const char sets[] = "\"optimizer\": \"adam\", \"learning_rate\": 0.01, \"batch_size\": "
+                               "20, \"epochs\": 30";
+    char with[512], without[512];
+    snprintf(with, sizeof with, "%s, \"dropout\": 0.25", sets);
+    snprintf(without, sizeof without, "%s, \"dropout\": 0", sets);
+    eval_line a = dropout_run(with, "a"), b = dropout_run(with, "b");
+    eval_line none = dropout_run(without, "none");
+    ck_assert_msg(a.accuracy >= 0.9, "accuracy %.4f with dropout (loss %.4f)", a.accuracy, a.loss);
+    ck_assert_msg(strcmp(a.line, b.line) == 0, "two sync runs: \"%s\" and \"%s\"", a.line, b.line);
+    ck_assert_msg(strcmp(a.line, none.line) != 0, "with and without dropout: \"%s\"", a.line);
+}
+END_TEST
+
 /* ---- Fashion-MNIST ------------------------------------------------------------ */
 
 /* Copies the first n records of an IDX file (gzip or plain) to a plain
@@ -1583,6 +1626,7 @@ Suite *models_e2e_suite(void) {
     tcase_add_test(tc, epochs_exact_passes);
     tcase_add_test(tc, softmax_three_classes);
     tcase_add_test(tc, mlp_xor);
+    tcase_add_test(tc, mlp_dropout_repeats);
     tcase_add_test(tc, fashion_slice);
     tcase_add_test(tc, cli_bad_input);
     tcase_add_test(tc, evaluator_follows_training);
