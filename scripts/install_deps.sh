@@ -8,11 +8,12 @@ set -eu
 # the TLS certificates (scripts/make_certs.sh, the tls suite); shellcheck
 # lints the deploy scripts (test/deploy_check.sh); gcovr reports make
 # coverage's figures; python3-numpy reads a checkpoint back in the
-# checkpoint suite, as a user's numpy would; libmicrohttpd-dev serves
+# checkpoint suite, as a user's numpy would, and python3-torch runs the
+# PyTorch helper's tests and examples/fashion_cnn.py; libmicrohttpd-dev serves
 # /metrics; prometheus (its server and promtool) scrapes and checks it in
 # the metrics suite.
 PKGS="build-essential pkg-config libgrpc-dev nanopb libnanopb-dev libcjson-dev check \
-libopenblas-dev zlib1g-dev python3 python3-numpy dataset-fashion-mnist clang libclang-rt-14-dev \
+libopenblas-dev zlib1g-dev python3 python3-numpy python3-torch dataset-fashion-mnist clang libclang-rt-14-dev \
 openssl shellcheck gcovr libmicrohttpd-dev prometheus"
 
 missing=""
