@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -354,6 +355,8 @@ START_TEST(mlp_xor) {
 }
 END_TEST
 
+static void make_sync(const char *path);
+
 /* The XOR mlp in sync mode (sets: the job's training fields) trained in
  * a log dir of its own, tag; its final model's eval line. */
 static eval_line dropout_run(const char *sets, const char *tag) {
@@ -362,12 +365,7 @@ static eval_line dropout_run(const char *sets, const char *tag) {
     write_set(SET_XOR, 200, 32, "eval.csv", eval_path, NULL);
     write_job("\"model\": \"mlp\", \"classes\": 2, \"hidden\": [16]", train_path, eval_path, sets,
               job);
-    char *text = dt_test_read_file(job, NULL); /* write_job's mode is async */
-    char *mode = text ? strstr(text, "\"mode\": \"async\"") : NULL;
-    ck_assert_ptr_nonnull(mode);
-    memcpy(mode, "\"mode\":  \"sync\"", strlen("\"mode\": \"async\""));
-    ck_assert_int_eq(dt_test_write_file(job, text), 0);
-    free(text);
+    make_sync(job);
     char dir[sizeof J.log_dir];
     snprintf(dir, sizeof dir, "%s", J.log_dir);
     ck_assert(strlen(dir) + 1 + strlen(tag) < sizeof J.log_dir);
@@ -1167,14 +1165,21 @@ static void ols3(const double *a, const double *y, int n, double *beta) {
 }
 
 /* write_job's mode, async, made sync in the job file at path. */
-static void make_sync(const char *path) {
+/* The job file at path with its text from replaced by to, of the same
+ * length (write_job's fields: "mode", "save_model_secs"). */
+static void edit_job(const char *path, const char *from, const char *to) {
+    ck_assert_uint_eq(strlen(from), strlen(to));
     char *text = dt_test_read_file(path, NULL);
     ck_assert_ptr_nonnull(text);
-    char *mode = strstr(text, "\"mode\": \"async\"");
-    ck_assert_ptr_nonnull(mode);
-    memcpy(mode, "\"mode\": \"sync\" ", 15);
+    char *at = strstr(text, from);
+    ck_assert_msg(at != NULL, "%s holds no %s", path, from);
+    memcpy(at, to, strlen(to));
     ck_assert_int_eq(dt_test_write_file(path, text), 0);
     free(text);
+}
+
+static void make_sync(const char *path) {
+    edit_job(path, "\"mode\": \"async\"", "\"mode\": \"sync\" ");
 }
 
 /* Issue 32's regression, first try: a linear model on unscaled columns
@@ -1432,6 +1437,47 @@ START_TEST(early_stopping_ends_job) {
 }
 END_TEST
 
+/* The periodic save can land on the step early stopping ends at: it
+ * writes that step without the end's mark, so the final save must write
+ * it again, with the mark (a restarted ps or chief and the evaluator read
+ * the end from it). The chief, alone, learns nothing at a rate of 1e-12,
+ * so every evaluation after the first is flat: with eval_steps 20 and
+ * patience 2 it stops at step 60. It holds itself after step 59
+ * (DT_TEST_WORKER_STOP_AT) until its 1 s save timer is due, so step 60's
+ * hooks both stop the job and save it. */
+START_TEST(early_stopping_saves_final_again) {
+    char job[PATH_CAP], eval_path[PATH_CAP];
+    write_opposed_job("\"eval_steps\": 20, \"patience\": 2, \"epochs\": 50, "
+                      "\"learning_rate\": 1e-12",
+                      job, eval_path);
+    edit_job(job, "\"save_model_secs\": 30", "\"save_model_secs\": 1 ");
+    dt_test_job_cluster(&J, 1, 1);
+    J.config = job;
+    pid_t ps = dt_test_job_start(&J, "ps", 0, "ps");
+    ck_assert_int_eq(setenv("DT_TEST_WORKER_STOP_AT", "59", 1), 0);
+    pid_t chief = dt_test_job_start(&J, "worker", 0, "chief");
+    ck_assert_int_eq(unsetenv("DT_TEST_WORKER_STOP_AT"), 0);
+    ck_assert_msg(dt_test_wait_stopped(chief, JOB_TIMEOUT_MS),
+                  "the chief did not stop after its step 59; logs:%s", dt_test_job_report(&J));
+    const struct timespec due = {1, 500000000L}; /* past save_model_secs since any save */
+    nanosleep(&due, NULL);
+    dt_test_job_release(&J, chief, "chief");
+    const pid_t pids[] = {ps, chief};
+    const char *const names[] = {"ps", "chief"};
+    dt_test_job_expect_done(&J, pids, names, 2, JOB_TIMEOUT_MS);
+    ck_assert_msg(count_in_log("chief", "the job ends at global_step 60", NULL) == 1,
+                  "the chief did not stop at step 60; logs:%s", dt_test_job_report(&J));
+    ck_assert_msg(count_in_log("chief", "model.ckpt-60.safetensors (global_step 60)", NULL) == 2,
+                  "step 60 not saved twice (the timer's, then the final one); logs:%s",
+                  dt_test_job_report(&J));
+    dt_safetensors_meta m;
+    ck_assert_int_eq(load_latest_meta(&m), 60);
+    ck_assert_msg(m.stopped_early && m.max_steps == 60,
+                  "final checkpoint: max_steps %lld, stopped_early %d", (long long)m.max_steps,
+                  m.stopped_early);
+}
+END_TEST
+
 /* Early stopping's count survives a restart: a job with a patience it
  * never reaches ends at max_steps, its final checkpoint recording the
  * evaluations without a gain at its end (the log replayed says how many).
@@ -1627,6 +1673,7 @@ Suite *models_e2e_suite(void) {
     tcase_add_test(tc, softmax_three_classes);
     tcase_add_test(tc, mlp_xor);
     tcase_add_test(tc, mlp_dropout_repeats);
+    tcase_add_test(tc, early_stopping_saves_final_again);
     tcase_add_test(tc, fashion_slice);
     tcase_add_test(tc, cli_bad_input);
     tcase_add_test(tc, evaluator_follows_training);
