@@ -97,8 +97,8 @@ struct dt_worker {
      * thread uses client (a client serves one thread at a time). */
     dt_ps_client *rows_client;
     /* pipeline_push: the sender whose push is in flight while the next
-     * gradient is computed (a user model's row pulls then go through
-     * rows_client); NULL when none is. */
+     * gradient is computed (row pulls then go through rows_client);
+     * NULL when none is. */
     struct sender *in_flight;
     int64_t rows_moved;   /* rows pulled (and pushed) over all steps, for the end's log */
     int64_t sparse_steps; /* steps those were for */
@@ -792,7 +792,7 @@ static void watch_loss(dt_worker *w, const dt_tensors *vars, const dt_tensors *g
                hint);
 }
 
-/* ---- a user model's table -------------------------------------------------- */
+/* ---- a model's tables, through the hook ------------------------------------- */
 
 struct dt_user_rows {
     dt_worker *w;
@@ -803,7 +803,7 @@ struct dt_user_rows {
     double pull_secs; /* in row pulls (round trips, not compute) */
 };
 
-/* A user model's row pull while a push is in flight (the push thread
+/* A row pull while a push is in flight (the push thread
  * owns w->client and the hooks): one try through w->rows_client. After a
  * retryable failure (a ps restarting, not ready), the push is waited for
  * and the pull retried with the hooks, as every call is: the gradient is

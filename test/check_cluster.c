@@ -803,6 +803,7 @@ START_TEST(test_job_conf_linear) {
     ck_assert_int_eq(job.model.num_hidden, want.model.num_hidden);
     ck_assert_int_eq(job.model.hidden[0], want.model.hidden[0]);
     ck_assert_double_eq(job.model.l2, want.model.l2);
+    ck_assert_double_eq(job.model.dropout, want.model.dropout);
     ck_assert_str_eq(job.data.train_data, want.data.train_data);
     ck_assert_str_eq(job.data.eval_labels, want.data.eval_labels);
     ck_assert_str_eq(job.data.label_column, want.data.label_column);
@@ -1077,7 +1078,7 @@ START_TEST(test_job_unknown_field) {
               "t.json:1:2: unknown field \"lr\" (did you mean \"learning_rate\"?)");
     job_fails_prefix("{\"seed\": 2, \"colour\": \"red\"}",
                      "t.json:1:13: unknown field \"colour\"; the fields are model, features, "
-                     "classes, hidden, l2, data, examples, noise, seed, train_data,");
+                     "classes, hidden, l2, dropout, data, examples, noise, seed, train_data,");
     /* Keys are shown printable and short. */
     dt_job job;
     dt_err err;
@@ -1094,7 +1095,7 @@ START_TEST(test_job_unknown_field) {
     /* No comments in JSON: a "_comment" field is just unknown. */
     job_fails_prefix("{\"_comment\": \"demo\"}",
                      "t.json:1:2: unknown field \"_comment\"; the fields are model, features, "
-                     "classes, hidden, l2, data,");
+                     "classes, hidden, l2, dropout, data,");
 }
 END_TEST
 
