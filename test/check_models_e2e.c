@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -1437,6 +1438,26 @@ START_TEST(early_stopping_ends_job) {
 }
 END_TEST
 
+/* Waits (10 s at most) until secs have passed since the held role's last
+ * log line, its log file's modification time: the chief logs every save
+ * after its timer restarts, and its start after the timer's first start,
+ * so a save_model_secs of secs is then due. Polled every 50 ms. */
+static void wait_timer_due(const char *log_name, double secs) {
+    char path[sizeof J.dir + 64];
+    dt_test_job_log_path(&J, log_name, path, sizeof path);
+    struct stat st;
+    ck_assert_msg(stat(path, &st) == 0, "no log %s", path);
+    const double last = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec * 1e-9;
+    for (int tries = 0;; tries++) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        if ((double)now.tv_sec + (double)now.tv_nsec * 1e-9 > last + secs + 0.1) return;
+        ck_assert_msg(tries < 200, "%s: its timer never came due", log_name);
+        const struct timespec poll = {0, 50 * 1000000L};
+        nanosleep(&poll, NULL);
+    }
+}
+
 /* The periodic save can land on the step early stopping ends at: it
  * writes that step without the end's mark, so the final save must write
  * it again, with the mark (a restarted ps or chief and the evaluator read
@@ -1459,8 +1480,7 @@ START_TEST(early_stopping_saves_final_again) {
     ck_assert_int_eq(unsetenv("DT_TEST_WORKER_STOP_AT"), 0);
     ck_assert_msg(dt_test_wait_stopped(chief, JOB_TIMEOUT_MS),
                   "the chief did not stop after its step 59; logs:%s", dt_test_job_report(&J));
-    const struct timespec due = {1, 500000000L}; /* past save_model_secs since any save */
-    nanosleep(&due, NULL);
+    wait_timer_due("chief", 1.0);
     dt_test_job_release(&J, chief, "chief");
     const pid_t pids[] = {ps, chief};
     const char *const names[] = {"ps", "chief"};
